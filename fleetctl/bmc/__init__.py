@@ -1,0 +1,1 @@
+"""Baseboard management controllers, reached through Redfish."""

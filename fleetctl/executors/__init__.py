@@ -1,0 +1,1 @@
+"""How a command reaches a node: over SSH, or on a simulated node."""

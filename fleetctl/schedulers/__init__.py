@@ -1,0 +1,1 @@
+"""The schedulers that place training jobs: Slurm, Kubernetes and a simulated one."""

@@ -1,0 +1,46 @@
+"""The interface every scheduler adapter implements (Slurm, Kubernetes, simulated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+# Every drain reason fleetctl writes starts with this, so fleetctl can tell its own drains
+# from an operator's and only resume what it drained (unless forced).
+REASON_PREFIX = "fleetctl:"
+
+
+@dataclass(frozen=True)
+class SchedulerNodeState:
+    node: str
+    # "idle", "allocated", "mixed", "drain", "draining", "down", "cordoned", "unknown"
+    state: str
+    drained: bool
+    reason: str | None = None
+    owned_by_fleetctl: bool = False
+
+
+@dataclass(frozen=True)
+class SchedulerJob:
+    job_id: str
+    name: str
+    state: str  # "running", "pending", "completed", "failed", ...
+    nodes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class SchedulerError(Exception):
+    """The scheduler refused or could not be reached; callers retry with backoff."""
+
+
+class Scheduler(Protocol):
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str, force: bool = False) -> None: ...
+
+    def node_state(self, node: str) -> SchedulerNodeState: ...
+
+    def jobs_on_node(self, node: str) -> list[SchedulerJob]: ...
+
+    def job(self, job_id: str) -> SchedulerJob: ...
+
+    def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None: ...
