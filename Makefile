@@ -1,0 +1,41 @@
+# The two commands a new user needs: `make demo` and `make test`. Both build .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+# Debian packages the integration tests run for real: PostgreSQL, OpenSSH's sshd, a Slurm
+# cluster (slurm-wlm + munge) and a headless browser for the HTML report.
+APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium
+
+.PHONY: demo test bench system-deps lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# Installs what is missing when run as root (CI, a fresh machine); otherwise says what is
+# missing, and the tests that need it skip with that reason.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "not root: missing Debian packages$$missing; their tests will skip"; fi; \
+	fi
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
+
+test: $(VENV)/.installed system-deps lint
+	$(VENV)/bin/pytest
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/fleetctl demo
+
+bench: $(VENV)/.installed system-deps
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

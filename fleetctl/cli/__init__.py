@@ -1,0 +1,1 @@
+"""The `fleetctl` command line: one Typer module per noun."""

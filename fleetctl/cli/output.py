@@ -1,0 +1,59 @@
+"""How every command prints: one listing format switch, one error line, one exit-code map."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+import typer
+
+# Exit codes shared by every command (see ARCHITECTURE.md).
+EXIT_OK = 0
+EXIT_OPERATIONAL = 1
+EXIT_USAGE = 2
+EXIT_CHECK_FAILED = 3
+EXIT_CHECK_ERROR = 4
+
+
+class OutputFormat(str, enum.Enum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+OUTPUT_OPTION = typer.Option(OutputFormat.table, "--output", "-o", help="table, wide, json or yaml")
+
+
+def fail(message: str, code: int = EXIT_OPERATIONAL) -> NoReturn:
+    """Print one readable line on stderr and exit; never a traceback."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None) -> None:
+    """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable."""
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    elif output is OutputFormat.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False))
+    else:
+        from rich.console import Console
+
+        renderable = table(data, output is OutputFormat.wide) if table else json.dumps(data, indent=2, default=str)
+        Console().print(renderable)
+
+
+def simple_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]):
+    from rich.table import Table
+
+    t = Table(title=title, header_style="bold")
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    return t
