@@ -1,0 +1,148 @@
+"""The check catalog: which command each check runs on a node and which parser judges it.
+
+The argv here is a contract: the SSH executor runs it verbatim and the simulated node
+answers it in the real tool's format, so change it only together with both of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
+# header and cells ("700.00 W"); the parser reads both forms.
+NVIDIA_SMI_QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "name",
+    "uuid",
+    "serial",
+    "pci.bus_id",
+    "driver_version",
+    "vbios_version",
+    "temperature.gpu",
+    "temperature.memory",
+    "power.draw",
+    "power.limit",
+    "clocks_event_reasons.active",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+)
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    kind: str  # one of checks.KINDS: which parser judges the output
+    argv: tuple[str, ...]
+    typical_duration_s: float
+    description: str
+
+
+_SPECS = (
+    CheckSpec(
+        "nvidia-smi-query",
+        "nvidia-smi",
+        ("nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_QUERY_FIELDS)}", "--format=csv"),
+        2.0,
+        "GPU count and model, driver, VBIOS, ECC, remapped rows, throttle reasons, temperature, power, PCIe link",
+    ),
+    CheckSpec(
+        "nvidia-smi-q",
+        "nvidia-smi",
+        ("nvidia-smi", "-q"),
+        3.0,
+        "Full per-GPU report: the same facts as the query plus the remap histogram",
+    ),
+    CheckSpec(
+        "xid-scan",
+        "xid",
+        # -T gives wall-clock timestamps, which the events keep; the parser also reads
+        # plain dmesg and journalctl -k lines.
+        ("dmesg", "-T"),
+        1.0,
+        "Kernel log XID errors, each mapped to NVIDIA's recommended action",
+    ),
+    # dcgmi diag runs with -j everywhere: JSON survives DCGM's table-layout changes
+    # between 2.x and 3.x; the parser still reads the text table from operators' pastes.
+    CheckSpec(
+        "dcgm-r1",
+        "dcgm",
+        ("dcgmi", "diag", "-r", "1", "-j"),
+        15.0,
+        "DCGM quick diagnostic: deployment and software checks",
+    ),
+    CheckSpec(
+        "dcgm-r2",
+        "dcgm",
+        ("dcgmi", "diag", "-r", "2", "-j"),
+        120.0,
+        "DCGM medium diagnostic: adds PCIe bandwidth, memory and short stress tests",
+    ),
+    CheckSpec(
+        "dcgm-r3",
+        "dcgm",
+        ("dcgmi", "diag", "-r", "3", "-j"),
+        900.0,
+        "DCGM long diagnostic: adds targeted stress, targeted power, memory bandwidth and diagnostic burn",
+    ),
+    CheckSpec(
+        "nccl-allreduce",
+        "nccl",
+        ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"),
+        90.0,
+        "Single-node NCCL all-reduce over 8 GPUs, 8 B to 8 GiB; judged on bus bandwidth at 8 GiB",
+    ),
+    CheckSpec(
+        "hpl",
+        "hpl",
+        # xhpl reads HPL.dat from its working directory, which the node image provides.
+        ("mpirun", "--bind-to", "none", "-np", "8", "xhpl"),
+        600.0,
+        "NVIDIA HPL over all 8 GPUs: sustained TFLOPS per GPU and the residual check",
+    ),
+    CheckSpec(
+        "ib-ports",
+        "ib",
+        ("ibstat",),
+        1.0,
+        "InfiniBand HCA ports: state, physical state, rate, firmware",
+    ),
+    CheckSpec(
+        "ib-bw",
+        "ib",
+        # A loopback through the HCA's own port: needs no peer node, so it runs on an
+        # idle node alone. The server starts first; the client connects to localhost.
+        (
+            "sh",
+            "-c",
+            "ib_write_bw -d mlx5_0 -F --report_gbits -D 10 >/dev/null & sleep 1; "
+            "ib_write_bw -d mlx5_0 -F --report_gbits -D 10 localhost; wait",
+    ),
+        15.0,
+        "RDMA write bandwidth through mlx5_0 (perftest ib_write_bw, loopback)",
+    ),
+    CheckSpec(
+        "firmware-inventory",
+        "firmware",
+        ("nvidia-smi", "--query-gpu=index,pci.bus_id,vbios_version", "--format=csv"),
+        2.0,
+        "GPU VBIOS versions, compared with the fleet baseline",
+    ),
+    CheckSpec(
+        "nic-firmware",
+        "firmware",
+        ("mlxfwmanager", "--query"),
+        5.0,
+        "ConnectX firmware versions (mlxup/mlxfwmanager device listing)",
+    ),
+)
+
+CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in _SPECS}
