@@ -125,7 +125,7 @@ _SPECS = (
             "-c",
             "ib_write_bw -d mlx5_0 -F --report_gbits -D 10 >/dev/null & sleep 1; "
             "ib_write_bw -d mlx5_0 -F --report_gbits -D 10 localhost; wait",
-    ),
+        ),
         15.0,
         "RDMA write bandwidth through mlx5_0 (perftest ib_write_bw, loopback)",
     ),
