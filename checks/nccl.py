@@ -1,0 +1,179 @@
+"""nccl-tests `*_perf` output (all_reduce_perf and the other collectives: one table format).
+
+Handles the pre-2.18 and 2.18+ headers, `#wrong` printed as an integer, `%g` or `N/A`, the
+older `error` column, launcher line prefixes, interleaved NCCL INFO lines, the
+`Out of bounds values` verdict, runs that died (`Test NCCL failure`, `Test CUDA failure`)
+and runs that hung (no footer).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
+from checks.profiles import GpuProfile
+from checks.result import CheckResult, Finding, Status
+
+# Bus bandwidth only approaches the link limit at large messages; below this the absolute
+# floor in a profile means nothing (NVIDIA's nccl-tests PERFORMANCE.md reports at >= 1 GiB).
+MIN_SIZE_FOR_BANDWIDTH_BYTES = 1 << 30
+
+_DEVICE = re.compile(
+    r"#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)"
+)
+_OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<count>\S+)\s+(?P<verdict>OK|FAILED)\b")
+_AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
+_COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(?P<name>\S+)")
+_DIED = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure common")
+_NOISE = re.compile(r"\bNCCL (?:INFO|WARN)\b|^NCCL version")
+_DTYPES = frozenset(
+    "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 fp8_e4m3 fp8_e5m2 int uint".split()
+)
+
+
+@dataclass
+class NcclRow:
+    size_bytes: int
+    count: int
+    dtype: str
+    out_of_place: dict[str, float | None]  # time_us, algbw_gbps, busbw_gbps, wrong
+    in_place: dict[str, float | None]
+
+
+@dataclass
+class NcclPerfResult:
+    collective: str | None = None
+    columns: list[str] = field(default_factory=list)
+    rows: list[NcclRow] = field(default_factory=list)
+    hosts: set[str] = field(default_factory=set)
+    ranks: int = 0
+    out_of_bounds: int | None = None
+    out_of_bounds_failed: bool | None = None
+    avg_busbw_gbps: float | None = None
+    died: list[str] = field(default_factory=list)
+
+    @property
+    def validates_with_error_column(self) -> bool:
+        """Before nccl-tests 2.0 the last column was the max error, not a count of wrong values."""
+        return "error" in self.columns
+
+    @property
+    def wrong(self) -> int | None:
+        if self.validates_with_error_column:
+            return self.out_of_bounds
+        counts = [
+            half["wrong"] for row in self.rows for half in (row.out_of_place, row.in_place) if half["wrong"] is not None
+        ]
+        return int(sum(counts)) if counts else None
+
+
+_HALF_NAMES = {"time": "time_us", "algbw": "algbw_gbps", "busbw": "busbw_gbps", "#wrong": "wrong", "error": "wrong"}
+
+
+def parse_nccl(text: str) -> NcclPerfResult:
+    result = NcclPerfResult()
+    for line in lines_of(text):
+        stripped = line.strip()
+        if _DIED.search(line):
+            result.died.append(stripped)
+        elif _NOISE.search(stripped) or not stripped:
+            continue
+        elif stripped.startswith("#"):
+            _read_comment(stripped, result)
+        elif result.columns and _looks_like_row(stripped, len(result.columns)):
+            result.rows.append(_read_row(stripped, result.columns))
+    return result
+
+
+def _read_comment(line: str, result: NcclPerfResult) -> None:
+    tokens = line.lstrip("#").split()
+    if tokens[:2] == ["size", "count"] and "busbw" in tokens:
+        result.columns = tokens
+    elif m := _DEVICE.match(line):
+        result.hosts.add(m["host"])
+        result.ranks += 1
+    elif m := _OUT_OF_BOUNDS.match(line):
+        result.out_of_bounds = integer(m["count"])
+        result.out_of_bounds_failed = m["verdict"] == "FAILED"
+    elif m := _AVG_BUSBW.match(line):
+        result.avg_busbw_gbps = number(m["value"])
+    elif m := _COLLECTIVE.match(line):
+        result.collective = m["name"]
+
+
+def _looks_like_row(line: str, n_columns: int) -> bool:
+    tokens = line.split()
+    return len(tokens) == n_columns or (len(tokens) > 2 and tokens[2] in _DTYPES)
+
+
+def _read_row(line: str, columns: list[str]) -> NcclRow:
+    tokens = line.split()
+    if len(tokens) != len(columns):
+        raise UnjudgeableOutput(f"result row has {len(tokens)} fields, the header {len(columns)}: {line[:80]!r}")
+    time_at = columns.index("time")
+    halves: list[dict[str, float | None]] = [{}, {}]
+    half = -1
+    for name, cell in zip(columns[time_at:], tokens[time_at:]):
+        if name == "time":
+            half += 1
+        key = _HALF_NAMES.get(name)
+        if key is None or half > 1:
+            raise UnjudgeableOutput(f"unknown nccl-tests column {name!r}")
+        # Validation off (-c 0) prints N/A in #wrong; timings are always numbers.
+        halves[half][key] = number(cell, allow_missing=key == "wrong")
+    if half != 1:
+        raise UnjudgeableOutput("nccl-tests header lacks the in-place columns")
+    return NcclRow(integer(tokens[0]), integer(tokens[1]), tokens[2], halves[0], halves[1])
+
+
+def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
+    run = parse_nccl(text)
+    metrics = _metrics(run)
+    findings: list[Finding] = []
+    if run.died:
+        findings.append(Finding(f"test died: {run.died[0]}"))
+    if run.wrong or run.out_of_bounds_failed:
+        count = run.wrong if run.wrong else run.out_of_bounds
+        findings.append(Finding(f"{count:g} wrong values: data corrupted in transfer"))
+    if findings:
+        return verdict(findings, metrics, "")
+    if not run.columns:
+        raise UnjudgeableOutput("no nccl-tests result table in the output")
+    if not run.rows:
+        raise UnjudgeableOutput("nccl-tests printed its header but no result rows")
+    if run.out_of_bounds is None or run.avg_busbw_gbps is None:
+        last = run.rows[-1].size_bytes
+        raise UnjudgeableOutput(f"no nccl-tests footer after the {last} B row: the run hung or the output was cut")
+
+    largest = run.rows[-1]
+    reason = f"busbw {metrics['busbw_gbps']:g} GB/s at {largest.size_bytes} B, no wrong values"
+    if profile is not None:
+        if len(run.hosts) > 1:
+            reason += f"; {len(run.hosts)}-node run, single-node floor of {profile.name} not applied"
+        elif largest.size_bytes < MIN_SIZE_FOR_BANDWIDTH_BYTES:
+            reason += "; largest size under 1 GiB, bandwidth floor not applied"
+        elif finding := profile.nccl_allreduce_busbw_gbps.judge(
+            metrics["busbw_gbps"], "out-of-place busbw at the largest size", "GB/s"
+        ):
+            findings.append(finding)
+    return verdict(findings, metrics, reason)
+
+
+def _metrics(run: NcclPerfResult) -> dict:
+    largest = max(run.rows, key=lambda r: r.size_bytes) if run.rows else None
+    return {
+        "collective": run.collective,
+        "busbw_gbps": largest.out_of_place["busbw_gbps"] if largest else None,
+        "algbw_gbps": largest.out_of_place["algbw_gbps"] if largest else None,
+        "in_place_busbw_gbps": largest.in_place["busbw_gbps"] if largest else None,
+        "largest_size_bytes": largest.size_bytes if largest else None,
+        "avg_busbw_gbps": run.avg_busbw_gbps,
+        "wrong": run.wrong,
+        "rows": len(run.rows),
+        "ranks": run.ranks,
+        "hosts": len(run.hosts),
+    }
+
+
+__all__ = ["NcclPerfResult", "NcclRow", "judge_nccl", "parse_nccl", "Status"]
