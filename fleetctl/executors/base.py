@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 # Names and labels reach shells, scheduler commands and workflow ids: keep them to a
-# conservative alphabet (what Slurm, Kubernetes and DNS all accept).
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-LABEL_KEY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
+# conservative alphabet (what Slurm, Kubernetes and DNS all accept). They end in \Z, not $:
+# `$` also matches before a trailing newline, which would let "node\n" through `.match`.
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+LABEL_KEY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
+LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?\Z")
 
 DEFAULT_OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 
@@ -89,8 +90,23 @@ class Executor(Protocol):
 
 
 def validate_node_name(name: str) -> str:
-    if not NODE_NAME_RE.match(name):
+    if not isinstance(name, str) or not NODE_NAME_RE.match(name):
         raise ValueError(
             f"invalid node name {name!r}: use letters, digits, '.', '_' or '-', at most 63 characters"
         )
     return name
+
+
+def validate_label(key: str, value: str) -> tuple[str, str]:
+    """A node label as Kubernetes accepts it: `[prefix/]name` = value (value may be empty)."""
+    if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
+        raise ValueError(
+            f"invalid label key {key!r}: use an optional DNS prefix and '/', then letters, digits,"
+            " '.', '_' or '-' (at most 63 characters, alphanumeric at both ends)"
+        )
+    if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+        raise ValueError(
+            f"invalid label value {value!r} for {key}: use letters, digits, '.', '_' or '-'"
+            " (at most 63 characters, alphanumeric at both ends)"
+        )
+    return key, value
