@@ -1,0 +1,100 @@
+"""The `fleetctl` entry point: global options, the nouns, and one-line errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from fleetctl import __version__
+from fleetctl.cli import check, dev, node
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
+
+
+def _known_errors() -> dict[type[BaseException], int]:
+    from fleetctl.config import ConfigError
+    from fleetctl.db.engine import DatabaseUnavailable
+    from fleetctl.inventory import InventoryError
+
+    errors: dict[type[BaseException], int] = {
+        ConfigError: EXIT_USAGE,
+        InventoryError: EXIT_USAGE,
+        DatabaseUnavailable: EXIT_OPERATIONAL,
+    }
+    if "workflows.starter" in sys.modules:  # only commands that talked to Temporal raise these
+        from workflows.starter import CommandRejected, TemporalUnavailable
+
+        errors.update({TemporalUnavailable: EXIT_OPERATIONAL, CommandRejected: EXIT_OPERATIONAL})
+    return errors
+
+
+class FleetctlGroup(TyperGroup):
+    """Turns the errors an operator can act on into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
+            for kind, code in _known_errors().items():
+                if isinstance(exc, kind):
+                    typer.echo(f"error: {exc}", err=True)
+                    raise typer.Exit(code) from None
+            if os.environ.get("FLEETCTL_DEBUG"):
+                raise
+            typer.echo(f"error: internal: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL) from None
+
+
+app = typer.Typer(
+    cls=FleetctlGroup,
+    help="fleetctl: burn in, admit, check, drain, remediate and RMA the nodes of a GPU fleet.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(node.app, name="node")
+app.add_typer(check.app, name="check")
+app.add_typer(dev.app, name="dev")
+app.add_typer(dev.db_app, name="db")
+app.command("worker")(dev.worker)
+app.command("config")(dev.show_config)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fleetctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    config: Optional[str] = typer.Option(None, "--config", help="config file (default: $FLEETCTL_CONFIG or the user config dir)"),
+    db_url: Optional[str] = typer.Option(None, "--db-url", help="database URL (env FLEETCTL_DB_URL)"),
+    temporal_address: Optional[str] = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
+    task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
+    operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    from fleetctl.config import load_settings
+
+    ctx.obj = load_settings(
+        flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
+               "task_queue": task_queue, "operator": operator},
+        config_file=config,
+    )
+
+
+def run() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,235 @@
+"""`fleetctl node ...`: import the inventory, look at nodes, and command their lifecycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
+
+
+def _known_profiles() -> set[str] | None:
+    try:
+        from checks.profiles import profile_names
+    except ImportError:  # profiles ship with checks/; an older checkout may lack them
+        return None
+    return set(profile_names())
+
+
+def _node_row(n, wide: bool = False) -> dict:
+    row = {"name": n.name, "state": n.state, "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
+           "address": n.address, "labels": n.labels, "state_since": n.state_since}
+    if wide:
+        row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
+    return row
+
+
+def _state_text(state: str):
+    from rich.text import Text
+
+    from fleetctl.lifecycle import NodeState
+
+    try:
+        return Text(state, style=NodeState(state).colour)
+    except ValueError:
+        return Text(state)
+
+
+def _nodes_table(rows: list[dict], wide: bool):
+    from rich.table import Table
+
+    table = Table(header_style="bold", box=None)
+    columns = ["NAME", "STATE", "RACK", "PROFILE", "SCHEDULER", "ADDRESS"] + (["BMC", "LABELS", "SINCE"] if wide else [])
+    for c in columns:
+        table.add_column(c)
+    for r in rows:
+        cells = [r["name"], _state_text(r["state"]), r["rack"], r["profile"], r["scheduler"], r["address"]]
+        if wide:
+            cells += [r.get("bmc") or "", ",".join(f"{k}={v}" for k, v in r["labels"].items()),
+                      f"{r['state_since']:%Y-%m-%d %H:%M}"]
+        table.add_row(*cells)
+    return table
+
+
+def _require_nodes(ctx: typer.Context, names: list[str]) -> None:
+    from fleetctl.db.queries import existing_names
+
+    unknown = [n for n in names if n not in existing_names(context.engine(ctx), names)]
+    if unknown:
+        fail(f"unknown node{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}", EXIT_OPERATIONAL)
+
+
+@app.command("import")
+def import_nodes(
+    ctx: typer.Context,
+    file: Path = typer.Argument(..., help="YAML inventory with a top-level 'nodes:' list"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="validate and show what would change; write nothing"),
+) -> None:
+    """Import (or re-import) an inventory; starts a lifecycle workflow for each new node."""
+    from fleetctl.db import queries
+    from fleetctl.inventory import load_inventory
+
+    specs = load_inventory(file, _known_profiles())
+    engine = context.engine(ctx)
+    existing = queries.existing_names(engine, (s.name for s in specs))
+    if dry_run:
+        typer.echo(f"{file}: {len(specs)} nodes valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
+        return
+
+    async def run() -> None:
+        from rich.progress import Progress
+
+        from workflows.starter import connect, ensure_node_workflows
+
+        client = await connect(context.settings(ctx))  # before writing: no half-imported fleet
+        created, updated, unchanged = queries.upsert_nodes(engine, specs)
+        nodes = {n.name: n for n in queries.list_nodes(engine)}
+        with Progress(transient=True) as progress:
+            task = progress.add_task("starting node workflows", total=len(specs))
+            await ensure_node_workflows(
+                client, context.settings(ctx),
+                ((s.name, nodes[s.name].state, nodes[s.name].state_version) for s in specs),
+                on_started=lambda _name: progress.advance(task),
+            )
+        typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged")
+
+    context.run_async(run())
+
+
+@app.command("list")
+def list_nodes(
+    ctx: typer.Context,
+    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
+    state: Optional[str] = typer.Option(None, "--state", help="only nodes in this state"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """List nodes, optionally filtered by labels and state."""
+    from fleetctl.db.queries import list_nodes as query
+    from fleetctl.inventory import parse_selector
+    from fleetctl.lifecycle import NodeState
+
+    labels = parse_selector(selector) if selector else None
+    if state is not None and state not in {s.value for s in NodeState}:
+        fail(f"unknown state {state!r} (one of: {', '.join(s.value for s in NodeState)})", EXIT_USAGE)
+    wide = output is not OutputFormat.table
+    rows = [_node_row(n, wide) for n in query(context.engine(ctx), labels, state)]
+    emit(rows, output, _nodes_table)
+
+
+@app.command("show")
+def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """One node: state, labels, last check results, recent events."""
+    from fleetctl.db import queries
+
+    engine = context.engine(ctx)
+    node = queries.get_node(engine, name)
+    if node is None:
+        fail(f"unknown node: {name}")
+    data = _node_row(node, wide=True)
+    data["checks"] = [
+        {"check": c.check_name, "status": c.status, "reason": c.reason, "metrics": c.metrics, "at": c.finished_at}
+        for c in queries.latest_checks(engine, name)
+    ]
+    data["health_events"] = [
+        {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}
+        for h in queries.health_events(engine, name)
+    ]
+    data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
+
+    def render(d: dict, _wide: bool):
+        from rich.console import Group
+        from rich.text import Text
+
+        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]),
+                             f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
+                             f"  scheduler {d['scheduler']}  address {d['address']}")
+        parts = [head, Text("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        if d["checks"]:
+            parts.append(simple_table("last checks", ["check", "status", "reason", "at"],
+                                      [[c["check"], c["status"], c["reason"], f"{c['at']:%m-%d %H:%M:%S}"] for c in d["checks"]]))
+        if d["health_events"]:
+            parts.append(simple_table("health events", ["source", "code", "severity", "action", "at"],
+                                      [[h["source"], h["code"], h["severity"], h["action"], f"{h['at']:%m-%d %H:%M:%S}"] for h in d["health_events"]]))
+        parts.append(_events_table(d["events"], "recent events"))
+        return Group(*parts)
+
+    emit(data, output, render)
+
+
+def _event_row(e) -> dict:
+    return {"at": e.at, "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
+            "actor": e.actor, "actor_kind": e.actor_kind, "workflow_id": e.workflow_id, "version": e.state_version}
+
+
+def _events_table(rows: list[dict], title: str | None = None):
+    return simple_table(title, ["at", "from", "to", "trigger", "actor", "cause"],
+                        [[f"{r['at']:%Y-%m-%d %H:%M:%S}", r["from"], r["to"], r["trigger"], r["actor"], r["cause"]] for r in rows])
+
+
+@app.command("history")
+def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Every transition of a node, oldest first."""
+    from fleetctl.db import queries
+
+    engine = context.engine(ctx)
+    if queries.get_node(engine, name) is None:
+        fail(f"unknown node: {name}")
+    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows))
+
+
+def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> None:
+    from workflows.starter import connect, request_many
+
+    _require_nodes(ctx, names)
+    s = context.settings(ctx)
+
+    async def run():
+        client = await connect(s)
+        return await request_many(client, names, trigger, s.identity(), cause)
+
+    failed = 0
+    for outcome in context.run_async(run()):
+        if outcome.error:
+            failed += 1
+            typer.echo(f"error: {outcome.error}", err=True)
+        else:
+            r = outcome.result
+            typer.echo(f"{r.node}: {r.from_state} -> {r.to_state}")
+    if failed:
+        raise typer.Exit(EXIT_OPERATIONAL)
+
+
+@app.command("drain")
+def drain(
+    ctx: typer.Context,
+    names: List[str] = typer.Argument(..., help="node names"),
+    reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
+) -> None:
+    """Take production nodes out of service."""
+    _command(ctx, names, "drain", f"operator: {reason}")
+
+
+@app.command("undrain")
+def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names")) -> None:
+    """Return drained nodes to production."""
+    _command(ctx, names, "undrain", "operator: undrain")
+
+
+@app.command("rma")
+def rma(ctx: typer.Context, name: str, reason: str = typer.Option(..., "--reason")) -> None:
+    """Send a drained node to RMA."""
+    _command(ctx, [name], "send_to_rma", f"operator: {reason}")
+
+
+@app.command("retire")
+def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes", help="do not ask")) -> None:
+    """Remove a node from the fleet for good."""
+    _require_nodes(ctx, [name])
+    if not yes and not typer.confirm(f"Retire {name}? It leaves the fleet for good", default=False):
+        fail("not retired", EXIT_OPERATIONAL)
+    _command(ctx, [name], "retire", "operator: retire")

@@ -1,0 +1,115 @@
+"""Settings: command-line flags > environment > config file > defaults.
+
+Each resolved value remembers where it came from, so `fleetctl config` can tell an
+operator why fleetctl is talking to the database or Temporal it is talking to.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+ENV_VARS = {
+    "db_url": "FLEETCTL_DB_URL",
+    "temporal_address": "TEMPORAL_ADDRESS",
+    "temporal_namespace": "TEMPORAL_NAMESPACE",
+    "task_queue": "FLEETCTL_TASK_QUEUE",
+    "operator": "FLEETCTL_OPERATOR",
+    "known_hosts": "FLEETCTL_KNOWN_HOSTS",
+    "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
+    "sim_seed": "FLEETCTL_SIM_SEED",
+}
+CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def default_data_dir() -> Path:
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("fleetctl", appauthor=False))
+
+
+def default_config_file() -> Path:
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("fleetctl", appauthor=False)) / "config.yaml"
+
+
+@dataclass
+class Settings:
+    db_url: str = ""
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    task_queue: str = "fleetctl"
+    operator: str = ""
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new_host_keys: bool = False
+    # Simulated nodes: 1.0 runs checks for their real typical duration, 0 makes them instant.
+    sim_time_scale: float = 0.0
+    sim_seed: int = 0
+    sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def identity(self) -> str:
+        """Who is acting, recorded on every state change: configured operator or user@host."""
+        return self.operator or f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    kind = {f.name: f.type for f in fields(Settings)}[name]
+    try:
+        if kind == "bool":
+            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        if kind == "float":
+            return float(raw)
+        if kind == "int":
+            return int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
+    return str(raw)
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | Path | None = None,
+) -> Settings:
+    env = os.environ if env is None else env
+    settings = Settings()
+    settings.db_url = f"sqlite:///{default_data_dir() / 'fleet.db'}"
+    settings.sources = {f.name: "default" for f in fields(Settings) if f.name != "sources"}
+
+    path = Path(config_file or env.get(CONFIG_FILE_ENV) or default_config_file()).expanduser()
+    if path.exists():
+        import yaml
+
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of settings")
+        for key, value in data.items():
+            if key not in settings.sources:
+                raise ConfigError(f"{path}: unknown setting {key!r}")
+            setattr(settings, key, _coerce(key, value))
+            settings.sources[key] = f"file {path}"
+    elif config_file:
+        raise ConfigError(f"config file {path} does not exist")
+
+    for key, var in ENV_VARS.items():
+        if env.get(var):
+            setattr(settings, key, _coerce(key, env[var]))
+            settings.sources[key] = f"env {var}"
+
+    for key, value in (flags or {}).items():
+        if value is not None:
+            setattr(settings, key, _coerce(key, value))
+            settings.sources[key] = "flag"
+    return settings

@@ -1,0 +1,1 @@
+"""SQLModel tables and the queries over them. No business rules live here."""

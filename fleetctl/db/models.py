@@ -1,0 +1,127 @@
+"""The tables. The schema itself is owned by Alembic (migrations/); these mirror it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Node(SQLModel, table=True):
+    __tablename__ = "nodes"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True)
+    address: str
+    bmc_address: Optional[str] = None
+    ssh_user: Optional[str] = None
+    rack: str = Field(default="", index=True)
+    profile: str
+    scheduler: str = "none"
+    labels: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    state: str = Field(default="new", index=True)
+    # Incremented by every transition; the workflow writes with the version it expects,
+    # so a stale or replayed write can never move a node backwards.
+    state_version: int = 0
+    state_since: datetime = Field(default_factory=utcnow)
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class NodeEvent(SQLModel, table=True):
+    """Append-only: one row per transition."""
+
+    __tablename__ = "node_events"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    from_state: str
+    to_state: str
+    trigger: str
+    cause: str = Field(default="", sa_column=Column(Text, nullable=False))
+    actor: str
+    actor_kind: str = "operator"
+    at: datetime = Field(default_factory=utcnow, index=True)
+    workflow_id: str = ""
+    run_id: str = ""
+    state_version: int = 0
+    idempotency_key: str
+
+
+class CheckRun(SQLModel, table=True):
+    """One check executed on one node, with its judged result and the raw output."""
+
+    __tablename__ = "check_runs"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    check_name: str
+    kind: str
+    suite: str = ""
+    status: str = Field(index=True)
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    findings: list[Any] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    raw_output: str = Field(default="", sa_column=Column(Text, nullable=False))
+    output_truncated: bool = False
+    error_kind: Optional[str] = None
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow, index=True)
+    workflow_id: str = ""
+    idempotency_key: str
+
+
+class HealthEvent(SQLModel, table=True):
+    """A passive health signal (XID, operator report) received for a node."""
+
+    __tablename__ = "health_events"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    source: str  # "xid", "operator", "check"
+    code: Optional[int] = None
+    severity: str = "info"
+    action: str = ""
+    message: str = Field(default="", sa_column=Column(Text, nullable=False))
+    at: datetime = Field(default_factory=utcnow, index=True)
+    idempotency_key: str
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True, unique=True)
+    name: str = ""
+    scheduler: str = "sim"
+    state: str = "pending"
+    nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    gpus_per_node: int = 8
+    submitted_at: datetime = Field(default_factory=utcnow)
+    started_at: Optional[datetime] = None
+    ended_at: Optional[datetime] = None
+    last_checkpoint_at: Optional[datetime] = None
+
+
+class SimFault(SQLModel, table=True):
+    """A fault injected into a simulated node; read by the worker's simulated executor."""
+
+    __tablename__ = "sim_faults"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    kind: str
+    gpu: Optional[int] = None
+    not_before: float = 0.0
+    rate_per_hour: Optional[float] = None
+    seed: int = 0
+    created_at: datetime = Field(default_factory=utcnow)

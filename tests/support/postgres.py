@@ -1,0 +1,74 @@
+"""A throwaway PostgreSQL cluster from Debian's `postgresql` package, on a free port.
+
+PostgreSQL refuses to run as root, so as root the cluster is created and run as the
+`postgres` user (runuser); otherwise as the current user.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fleetctl.temporal_server import free_port
+
+
+def postgres_bin_dir() -> Path | None:
+    for candidate in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        if Path(candidate, "pg_ctl").exists():
+            return Path(candidate)
+    found = shutil.which("pg_ctl")
+    return Path(found).parent if found else None
+
+
+@dataclass
+class PostgresCluster:
+    datadir: Path
+    port: int
+    bindir: Path
+    as_user: list[str]
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{self.port}/fleetctl"
+
+    def pg_ctl(self, *args: str) -> None:
+        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60", *args],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        self.pg_ctl("-o", f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync=off", "-l",
+                    str(self.datadir / "server.log"), "start")
+
+    def stop(self) -> None:
+        self.pg_ctl("-m", "fast", "stop")
+
+
+def start_postgres() -> PostgresCluster:
+    bindir = postgres_bin_dir()
+    if bindir is None:
+        raise FileNotFoundError("PostgreSQL server binaries not found (Debian package postgresql)")
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    datadir = Path(tempfile.mkdtemp(prefix="fleetctl-pg-"))
+    if as_user:
+        shutil.chown(datadir, "postgres", "postgres")
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cluster = PostgresCluster(datadir, free_port(), bindir, as_user)
+    cluster.start()
+    psql = [*as_user, str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
+    subprocess.run([*psql, "-c", "CREATE ROLE fleetctl LOGIN PASSWORD 'fleetctl'"], check=True)
+    subprocess.run([*psql, "-c", "CREATE DATABASE fleetctl OWNER fleetctl"], check=True)
+    return cluster
+
+
+def remove_cluster(cluster: PostgresCluster) -> None:
+    try:
+        cluster.stop()
+    finally:
+        shutil.rmtree(cluster.datadir, ignore_errors=True)
