@@ -1,0 +1,383 @@
+"""Kubernetes adapter: cordon, taint and label nodes; evict pods through the Eviction API.
+
+A drain cordons the node, adds the taint `fleetctl.io/state=<state>:NoSchedule`, sets the
+label `fleetctl.io/state=<state>` and records the reason in the annotation
+`fleetctl.io/reason`. The annotation is how fleetctl knows a cordon is its own: resume
+lifts only those, unless forced. A drain does not evict: running pods either finish or
+are evicted explicitly (`evict_pods`, `restart_job`), and evictions go through the
+Eviction API so PodDisruptionBudgets are honoured.
+
+A job is the set of pods sharing a job label (`fleetctl.io/job`, then the batch Job
+controller's `job-name`); its id is `namespace/name`. Restarting a job evicts its pods
+so that its controller (Job, JobSet, PyTorchJob ...) creates them anew elsewhere.
+
+The `kubernetes` package is imported on first use only: it costs half a second, and
+most CLI commands never talk to a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from fleetctl.schedulers.base import (
+    REASON_PREFIX,
+    FleetctlDoesNotOwnDrain,
+    SchedulerError,
+    SchedulerJob,
+    SchedulerNodeState,
+)
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, V1Node, V1Pod
+    from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "fleetctl.io/state"  # both the label and the taint key
+REASON_ANNOTATION = "fleetctl.io/reason"
+JOB_LABELS = ("fleetctl.io/job", "job-name")
+
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+DEFAULT_EVICTION_ATTEMPTS = 6
+DEFAULT_EVICTION_BACKOFF_S = 2.0
+MAX_EVICTION_BACKOFF_S = 30.0
+
+# Node names go into field selectors and job names into label selectors: a comma or an
+# '=' there would widen the selection, so both are checked against what Kubernetes allows.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# The kubelet's copy of a static pod: evicting it does nothing, the kubelet owns it.
+_MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class KubernetesScheduler:
+    """The Scheduler protocol over the Kubernetes API.
+
+    Connects with `host` (an API server URL, no credentials; used by tests) or with a
+    kubeconfig (`kubeconfig` path and `context`; both default to kubectl's defaults).
+    A PodDisruptionBudget that refuses an eviction (HTTP 429) is retried
+    `eviction_attempts` times, backing off from `eviction_backoff_s`, before the pods it
+    still protects are reported in a SchedulerError.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        eviction_attempts: int = DEFAULT_EVICTION_ATTEMPTS,
+        eviction_backoff_s: float = DEFAULT_EVICTION_BACKOFF_S,
+        job_labels: Sequence[str] = JOB_LABELS,
+    ) -> None:
+        if host is not None and (kubeconfig is not None or context is not None):
+            raise ValueError("give either host or kubeconfig/context, not both")
+        if eviction_attempts < 1:
+            raise ValueError("eviction_attempts must be at least 1")
+        self._host = host
+        self._kubeconfig = kubeconfig
+        self._context = context
+        self._request_timeout_s = request_timeout_s
+        self._eviction_attempts = eviction_attempts
+        self._eviction_backoff_s = eviction_backoff_s
+        self._job_labels = tuple(job_labels)
+        self._core: CoreV1Api | None = None
+
+    def __repr__(self) -> str:
+        return f"KubernetesScheduler({self._where()})"
+
+    # -- the Scheduler protocol ------------------------------------------------------
+
+    def drain(self, node: str, reason: str, state: str = "draining") -> None:
+        """Cordon, taint and label the node, and record why.
+
+        A node someone else already cordoned keeps their cordon and stays theirs: it gets
+        the taint and label but not fleetctl's reason, so resume will not lift it.
+        """
+        current = self._read_node(node)
+        reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
+        spec: dict[str, Any] = {"taints": self._taints_with_state(current, state)}
+        metadata: dict[str, Any] = {"labels": {STATE_KEY: state}}
+        if current.spec.unschedulable and not _owned_by_fleetctl(current):
+            log.info("node %s was cordoned by someone else; leaving their cordon to them", node)
+        else:
+            spec["unschedulable"] = True
+            metadata["annotations"] = {REASON_ANNOTATION: reason}
+        self._patch_node(current, {"metadata": metadata, "spec": spec}, f"drain node {node}")
+        log.info("drained node %s: %s", node, reason)
+
+    def resume(self, node: str, force: bool = False, state: str = "production") -> None:
+        """Uncordon the node, drop fleetctl's taint and reason, and label it with `state`.
+
+        Refuses (FleetctlDoesNotOwnDrain) a node cordoned by someone else unless forced.
+        """
+        current = self._read_node(node)
+        if current.spec.unschedulable and not _owned_by_fleetctl(current) and not force:
+            raise FleetctlDoesNotOwnDrain(
+                f"node {node} was cordoned by someone else, not fleetctl; resume with force to override"
+            )
+        patch = {
+            "metadata": {"labels": {STATE_KEY: state}, "annotations": {REASON_ANNOTATION: None}},
+            "spec": {"unschedulable": None, "taints": self._taints_with_state(current, None)},
+        }
+        self._patch_node(current, patch, f"resume node {node}")
+        log.info("resumed node %s", node)
+
+    def node_state(self, node: str) -> SchedulerNodeState:
+        current = self._read_node(node)
+        cordoned = bool(current.spec.unschedulable)
+        conditions = current.status.conditions if current.status else None
+        ready = any(c.type == "Ready" and c.status == "True" for c in conditions or ())
+        if not ready:
+            state = "down"
+        elif cordoned:
+            state = "cordoned"
+        elif any(_is_workload(pod) for pod in self._pods_on_node(node)):
+            state = "allocated"
+        else:
+            state = "idle"
+        return SchedulerNodeState(
+            node=node,
+            state=state,
+            drained=cordoned,
+            reason=(current.metadata.annotations or {}).get(REASON_ANNOTATION),
+            owned_by_fleetctl=_owned_by_fleetctl(current),
+        )
+
+    def jobs_on_node(self, node: str) -> list[SchedulerJob]:
+        job_ids = {job_id for pod in self._pods_on_node(node) if (job_id := self._job_id(pod))}
+        return [self.job(job_id) for job_id in sorted(job_ids)]
+
+    def job(self, job_id: str) -> SchedulerJob:
+        namespace, name = _split_job_id(job_id)
+        pods = self._job_pods(namespace, name)
+        if not pods:
+            raise SchedulerError(f"job {job_id}: no pods labelled {' or '.join(self._job_labels)}={name}")
+        return SchedulerJob(
+            job_id=job_id,
+            name=name,
+            state=_job_state(pods),
+            nodes=tuple(sorted({pod.spec.node_name for pod in pods if pod.spec.node_name})),
+        )
+
+    def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
+        """Evict every live pod of the job so that its controller recreates them.
+
+        Kubernetes has no per-job node exclusion, so the excluded nodes must already be
+        cordoned (drained): otherwise the new pods could land right back on them.
+        """
+        schedulable = [node for node in exclude_nodes if not self._read_node(node).spec.unschedulable]
+        if schedulable:
+            raise SchedulerError(
+                f"restart job {job_id}: drain {', '.join(schedulable)} first, "
+                "or the job's new pods may be placed there again"
+            )
+        namespace, name = _split_job_id(job_id)
+        pods = [pod for pod in self._job_pods(namespace, name) if pod.status.phase not in _TERMINAL_PHASES]
+        if not pods:
+            raise SchedulerError(f"restart job {job_id}: it has no live pods to evict")
+        self._evict(pods, f"restart job {job_id}")
+
+    # -- Kubernetes only ---------------------------------------------------------------
+
+    def evict_pods(self, node: str) -> None:
+        """Evict the node's workload pods (not DaemonSet or static pods), honouring PDBs."""
+        pods = [pod for pod in self._pods_on_node(node) if _is_workload(pod)]
+        self._evict(pods, f"evict pods on node {node}")
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _api(self) -> CoreV1Api:
+        if self._core is None:
+            from kubernetes import client, config
+
+            configuration = client.Configuration()
+            if self._host is not None:
+                configuration.host = self._host
+            else:
+                try:
+                    config.load_kube_config(
+                        config_file=self._kubeconfig,
+                        context=self._context,
+                        client_configuration=configuration,
+                    )
+                except (config.ConfigException, OSError) as exc:
+                    raise SchedulerError(f"kubernetes: cannot load kubeconfig: {_one_line(str(exc))}") from exc
+            self._core = client.CoreV1Api(client.ApiClient(configuration))
+        return self._core
+
+    def _where(self) -> str:
+        if self._host is not None:
+            return self._host
+        return f"kubeconfig {self._kubeconfig or '~/.kube/config'}" + (
+            f" context {self._context}" if self._context else ""
+        )
+
+    @contextmanager
+    def _api_errors(self, action: str) -> Iterator[None]:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            yield
+        except ApiException as exc:
+            raise SchedulerError(f"kubernetes: {action}: {_api_error_text(exc)}") from exc
+        except HTTPError as exc:
+            cause = getattr(exc, "reason", None) or exc
+            raise SchedulerError(
+                f"kubernetes: {action}: API server unreachable ({self._where()}): {_one_line(str(cause))}"
+            ) from exc
+
+    def _read_node(self, node: str) -> V1Node:
+        _check(node, _NODE_NAME, "node name")
+        with self._api_errors(f"read node {node}"):
+            return self._api().read_node(node, _request_timeout=self._request_timeout_s)
+
+    def _patch_node(self, current: V1Node, patch: dict[str, Any], action: str) -> None:
+        # The resourceVersion makes the patch conditional: the taint list is replaced as a
+        # whole, so a taint someone added since we read the node must not be lost (409).
+        if current.metadata.resource_version:
+            patch["metadata"]["resourceVersion"] = current.metadata.resource_version
+        with self._api_errors(action):
+            self._api().patch_node(
+                current.metadata.name,
+                patch,
+                _content_type="application/merge-patch+json",
+                _request_timeout=self._request_timeout_s,
+            )
+
+    def _taints_with_state(self, current: V1Node, state: str | None) -> list[dict[str, Any]]:
+        """The node's taints without fleetctl's, plus fleetctl's for `state` unless None."""
+        serialize = self._api().api_client.sanitize_for_serialization
+        taints = [serialize(taint) for taint in current.spec.taints or () if taint.key != STATE_KEY]
+        if state is not None:
+            taints.append({"key": STATE_KEY, "value": state, "effect": "NoSchedule"})
+        return taints
+
+    def _pods_on_node(self, node: str) -> list[V1Pod]:
+        _check(node, _NODE_NAME, "node name")
+        with self._api_errors(f"list pods on node {node}"):
+            return self._api().list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node}", _request_timeout=self._request_timeout_s
+            ).items
+
+    def _job_pods(self, namespace: str, name: str) -> list[V1Pod]:
+        for label in self._job_labels:
+            with self._api_errors(f"list pods of job {namespace}/{name}"):
+                pods = self._api().list_namespaced_pod(
+                    namespace, label_selector=f"{label}={name}", _request_timeout=self._request_timeout_s
+                ).items
+            if pods:
+                return pods
+        return []
+
+    def _job_id(self, pod: V1Pod) -> str | None:
+        labels = pod.metadata.labels or {}
+        for label in self._job_labels:
+            if label in labels:
+                return f"{pod.metadata.namespace}/{labels[label]}"
+        return None
+
+    def _evict(self, pods: Sequence[V1Pod], action: str) -> None:
+        pending = sorted((pod.metadata.namespace, pod.metadata.name) for pod in pods)
+        backoff_s = self._eviction_backoff_s
+        for attempt in range(1, self._eviction_attempts + 1):
+            pending = [(namespace, name) for namespace, name in pending if not self._evict_pod(namespace, name)]
+            if not pending:
+                return
+            if attempt < self._eviction_attempts:
+                log.info("%s: a disruption budget blocks %d pod(s); retrying in %gs", action, len(pending), backoff_s)
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, MAX_EVICTION_BACKOFF_S)
+        blocked = ", ".join(f"{namespace}/{name}" for namespace, name in pending)
+        raise SchedulerError(
+            f"kubernetes: {action}: PodDisruptionBudget still blocks eviction after "
+            f"{self._eviction_attempts} attempts: {blocked}"
+        )
+
+    def _evict_pod(self, namespace: str, name: str) -> bool:
+        """True when the pod is evicted or already gone; False while a PDB refuses (429)."""
+        from kubernetes.client import V1Eviction, V1ObjectMeta
+        from kubernetes.client.exceptions import ApiException
+
+        body = V1Eviction(
+            api_version="policy/v1", kind="Eviction", metadata=V1ObjectMeta(name=name, namespace=namespace)
+        )
+        with self._api_errors(f"evict pod {namespace}/{name}"):
+            try:
+                self._api().create_namespaced_pod_eviction(
+                    name, namespace, body, _request_timeout=self._request_timeout_s
+                )
+            except ApiException as exc:
+                if exc.status == 429:
+                    return False
+                if exc.status != 404:
+                    raise
+        log.info("evicted pod %s/%s", namespace, name)
+        return True
+
+
+def _owned_by_fleetctl(node: V1Node) -> bool:
+    reason = (node.metadata.annotations or {}).get(REASON_ANNOTATION, "")
+    return reason.startswith(REASON_PREFIX)
+
+
+def _is_workload(pod: V1Pod) -> bool:
+    """A live pod that eviction moves: DaemonSet pods come straight back, static pods are the kubelet's."""
+    if pod.status and pod.status.phase in _TERMINAL_PHASES:
+        return False
+    if _MIRROR_POD_ANNOTATION in (pod.metadata.annotations or {}):
+        return False
+    return not any(owner.kind == "DaemonSet" for owner in pod.metadata.owner_references or ())
+
+
+def _job_state(pods: Sequence[V1Pod]) -> str:
+    phases = {pod.status.phase if pod.status else None for pod in pods}
+    if "Running" in phases:
+        return "running"
+    if "Pending" in phases:
+        return "pending"
+    if phases == {"Succeeded"}:
+        return "completed"
+    if "Failed" in phases:
+        return "failed"
+    return "unknown"
+
+
+def _split_job_id(job_id: str) -> tuple[str, str]:
+    namespace, slash, name = job_id.partition("/")
+    if not slash:
+        raise SchedulerError(f"kubernetes: job id {job_id!r} is not namespace/name")
+    _check(namespace, _NAMESPACE, "namespace in job id")
+    _check(name, _LABEL_VALUE, "job name in job id")
+    return namespace, name
+
+
+def _check(value: str, pattern: re.Pattern[str], what: str) -> None:
+    if len(value) > 253 or not pattern.fullmatch(value):
+        raise SchedulerError(f"kubernetes: invalid {what} {value!r}")
+
+
+def _api_error_text(exc: ApiException) -> str:
+    """'HTTP 500 Internal Server Error: <the Status message>' on one line."""
+    text = f"HTTP {exc.status} {exc.reason or ''}".rstrip()
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return _one_line(f"{text}: {message}" if message else text)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

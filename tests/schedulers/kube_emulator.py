@@ -1,0 +1,174 @@
+"""An in-memory Kubernetes API server for the adapter tests.
+
+No API server can be installed here, so the adapter talks real HTTP, through the official
+client, to kmock's KubernetesEmulator: it stores objects and serves create, read, patch,
+list and delete. It does not evaluate label or field selectors and has no Eviction
+subresource; `KubeEmulator` adds both, as a real API server would answer them. Which pods
+a PodDisruptionBudget protects is decided by the test (`block_eviction`), not computed
+from PDB objects.
+
+kmock is asyncio-based and the adapter is synchronous, so the server runs its own event
+loop in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from types import TracebackType
+from typing import Any
+
+import kmock
+
+PODS = kmock.resource("v1/pods")
+NODES = kmock.resource("v1/nodes")
+
+
+class KubeEmulator:
+    """Use as a context manager; `url` is the API server's address while inside."""
+
+    def __init__(self) -> None:
+        self.handler = kmock.KubernetesEmulator()
+        self.url = ""
+        # "namespace/name" of every eviction request, in order, answered or refused.
+        self.eviction_requests: list[str] = []
+        self._blocked_attempts: dict[str, float] = {}
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+
+    def __enter__(self) -> KubeEmulator:
+        self.handler[kmock.action.LIST, PODS] << self._list_pods
+        self.handler["post", PODS, kmock.subresource("eviction")] << self._evict
+        self._thread.start()
+        if not self._ready.wait(timeout=10):
+            raise RuntimeError("the kmock server did not start within 10s")
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=10)
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with self.handler, kmock.Server(self.handler) as server:
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    # -- objects -----------------------------------------------------------------------
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        ready: bool = True,
+        unschedulable: bool = False,
+        taints: list[dict[str, str]] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
+        spec: dict[str, Any] = {"taints": taints} if taints else {}
+        if unschedulable:
+            spec["unschedulable"] = True
+        self.handler.objects[NODES, None, name] = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations or {}},
+            "spec": spec,
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        }
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        labels: dict[str, str] | None = None,
+        phase: str = "Running",
+        owner_kind: str | None = None,
+    ) -> None:
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels or {}}
+        if owner_kind:
+            metadata["ownerReferences"] = [
+                {"apiVersion": "apps/v1", "kind": owner_kind, "name": f"{name}-owner", "uid": f"uid-{name}"}
+            ]
+        self.handler.objects[PODS, namespace, name] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "trainer"}]},
+            "status": {"phase": phase},
+        }
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.handler.objects[NODES, None, name].raw
+
+    def pod_exists(self, namespace: str, name: str) -> bool:
+        key = (PODS, namespace, name)
+        return key in self.handler.objects and not self.handler.objects[key].deleted
+
+    # -- PodDisruptionBudget stand-in --------------------------------------------------
+
+    def block_eviction(self, namespace: str, name: str, attempts: float = math.inf) -> None:
+        """Refuse the pod's next `attempts` evictions with 429, as a PDB allowing no disruption does."""
+        self._blocked_attempts[f"{namespace}/{name}"] = attempts
+
+    def _evict(self, request: kmock.Request) -> kmock.Response:
+        pod = f"{request.namespace}/{request.name}"
+        self.eviction_requests.append(pod)
+        if self._blocked_attempts.get(pod, 0) > 0:
+            self._blocked_attempts[pod] -= 1
+            return _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+        if not self.pod_exists(request.namespace, request.name):
+            return _status(404, "NotFound", f'pods "{request.name}" not found')
+        self.handler.objects[PODS, request.namespace, request.name].delete()
+        return _status(201, "", "")
+
+    # -- selectors -----------------------------------------------------------------------
+
+    def _list_pods(self, request: kmock.Request) -> dict[str, Any]:
+        wanted_labels = _equality_selector(request.params.get("labelSelector", ""))
+        wanted_fields = _equality_selector(request.params.get("fieldSelector", ""))
+        if set(wanted_fields) - {"spec.nodeName"}:
+            raise kmock.KubernetesError(status=400, message=f"unsupported field selector {wanted_fields}")
+        items = []
+        for (resource, namespace, _), obj in self.handler.objects.items():
+            if resource != PODS or obj.deleted or request.namespace not in (None, namespace):
+                continue
+            pod = obj.raw
+            labels = pod["metadata"].get("labels", {})
+            if any(labels.get(key) != value for key, value in wanted_labels.items()):
+                continue
+            if "spec.nodeName" in wanted_fields and pod["spec"].get("nodeName") != wanted_fields["spec.nodeName"]:
+                continue
+            items.append(pod)
+        return {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": items}
+
+
+def _equality_selector(selector: str) -> dict[str, str]:
+    """'a=1,b=2' -> {'a': '1', 'b': '2'}: the only selector form the adapter sends."""
+    pairs = [term.split("=", 1) for term in selector.split(",") if term]
+    if any(len(pair) != 2 or pair[1].startswith("=") or pair[0].endswith("!") for pair in pairs):
+        raise kmock.KubernetesError(status=400, message=f"unsupported selector {selector!r}")
+    return dict(pairs)  # type: ignore[arg-type]
+
+
+def _status(code: int, reason: str, message: str) -> kmock.Response:
+    """A metav1.Status answer, the shape the API server gives for eviction results."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    return kmock.Response(status=code, payload=body)

@@ -1,0 +1,269 @@
+"""KubernetesScheduler against an in-memory API server (kmock) over real HTTP.
+
+Only the API server is emulated (none can run here); the official client, HTTP, JSON
+patches and error answers are real. See kube_emulator.py for what the emulator adds.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import kmock
+import pytest
+
+from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
+from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY, KubernetesScheduler
+from tests.schedulers.kube_emulator import NODES, KubeEmulator
+
+STATE_TAINT = {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def scheduler(kube: KubeEmulator) -> KubernetesScheduler:
+    return KubernetesScheduler(host=kube.url, eviction_attempts=4, eviction_backoff_s=0.01)
+
+
+def test_drain_cordons_taints_labels_and_records_the_reason(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1", taints=[GPU_TAINT])
+
+    scheduler.drain("gpu-1", "XID 79 on GPU 3")
+
+    node = kube.node("gpu-1")
+    assert node["spec"]["unschedulable"] is True
+    assert node["spec"]["taints"] == [GPU_TAINT, STATE_TAINT]
+    assert node["metadata"]["labels"][STATE_KEY] == "draining"
+    assert node["metadata"]["annotations"][REASON_ANNOTATION] == "fleetctl: XID 79 on GPU 3"
+    state = scheduler.node_state("gpu-1")
+    assert (state.state, state.drained, state.owned_by_fleetctl) == ("cordoned", True, True)
+    assert state.reason == "fleetctl: XID 79 on GPU 3"
+
+
+def test_drain_again_moves_the_state_taint_instead_of_adding_one(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1")
+    scheduler.drain("gpu-1", "fleetctl: burn-in failed")
+    scheduler.drain("gpu-1", "remediation", state="maintenance")
+
+    node = kube.node("gpu-1")
+    assert node["spec"]["taints"] == [{"key": STATE_KEY, "value": "maintenance", "effect": "NoSchedule"}]
+    assert node["metadata"]["labels"][STATE_KEY] == "maintenance"
+    assert node["metadata"]["annotations"][REASON_ANNOTATION] == "fleetctl: remediation"
+
+
+def test_resume_lifts_fleetctls_cordon_and_keeps_other_taints(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1", taints=[GPU_TAINT])
+    scheduler.drain("gpu-1", "recheck")
+
+    scheduler.resume("gpu-1")
+
+    node = kube.node("gpu-1")
+    assert "unschedulable" not in node["spec"]
+    assert node["spec"]["taints"] == [GPU_TAINT]
+    assert REASON_ANNOTATION not in node["metadata"]["annotations"]
+    assert node["metadata"]["labels"][STATE_KEY] == "production"
+    assert scheduler.node_state("gpu-1").state == "idle"
+
+
+def test_resume_refuses_a_node_someone_else_cordoned(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1", unschedulable=True, annotations={REASON_ANNOTATION: "rack power work"})
+
+    with pytest.raises(FleetctlDoesNotOwnDrain, match="cordoned by someone else"):
+        scheduler.resume("gpu-1")
+    assert kube.node("gpu-1")["spec"]["unschedulable"] is True
+
+    scheduler.resume("gpu-1", force=True)
+    assert "unschedulable" not in kube.node("gpu-1")["spec"]
+
+
+def test_drain_leaves_an_operators_cordon_theirs(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1", unschedulable=True)
+
+    scheduler.drain("gpu-1", "XID 48")
+
+    node = kube.node("gpu-1")
+    assert node["spec"]["taints"] == [STATE_TAINT]
+    assert REASON_ANNOTATION not in node["metadata"]["annotations"]
+    assert scheduler.node_state("gpu-1").owned_by_fleetctl is False
+    with pytest.raises(FleetctlDoesNotOwnDrain):
+        scheduler.resume("gpu-1")
+
+
+def test_node_state_reads_readiness_and_pods(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1")
+    kube.add_node("gpu-2")
+    kube.add_node("gpu-3", ready=False)
+    kube.add_pod("kube-system", "dcgm-exporter-a", "gpu-1", owner_kind="DaemonSet")
+    kube.add_pod("train", "llm-0", "gpu-2", labels={"job-name": "llm"})
+
+    assert scheduler.node_state("gpu-1").state == "idle"  # a DaemonSet pod is not a workload
+    assert scheduler.node_state("gpu-2").state == "allocated"
+    assert scheduler.node_state("gpu-3").state == "down"
+
+
+def test_jobs_on_node_lists_only_that_nodes_pods_and_spans_all_job_nodes(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    for node in ("gpu-1", "gpu-2", "gpu-3"):
+        kube.add_node(node)
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"fleetctl.io/job": "llm"})
+    kube.add_pod("train", "llm-1", "gpu-2", labels={"fleetctl.io/job": "llm"})
+    kube.add_pod("train", "bert-0", "gpu-1", labels={"job-name": "bert"}, phase="Pending")
+    kube.add_pod("train", "vit-0", "gpu-3", labels={"job-name": "vit"})
+    kube.add_pod("default", "debug-shell", "gpu-1")
+
+    assert scheduler.jobs_on_node("gpu-1") == [
+        SchedulerJob(job_id="train/bert", name="bert", state="pending", nodes=("gpu-1",)),
+        SchedulerJob(job_id="train/llm", name="llm", state="running", nodes=("gpu-1", "gpu-2")),
+    ]
+    assert scheduler.jobs_on_node("gpu-2") == [
+        SchedulerJob(job_id="train/llm", name="llm", state="running", nodes=("gpu-1", "gpu-2"))
+    ]
+
+
+def test_job_state_from_pod_phases_and_unknown_job(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_pod("train", "done-0", "gpu-1", labels={"job-name": "done"}, phase="Succeeded")
+    kube.add_pod("train", "broken-0", "gpu-1", labels={"job-name": "broken"}, phase="Failed")
+    kube.add_pod("train", "broken-1", "gpu-2", labels={"job-name": "broken"}, phase="Succeeded")
+
+    assert scheduler.job("train/done").state == "completed"
+    assert scheduler.job("train/broken").state == "failed"
+    with pytest.raises(SchedulerError, match="no pods labelled"):
+        scheduler.job("train/missing")
+    with pytest.raises(SchedulerError, match="not namespace/name"):
+        scheduler.job("missing")
+
+
+def test_evict_pods_evicts_workloads_and_skips_daemonset_pods(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1")
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
+    kube.add_pod("train", "notebook", "gpu-1")
+    kube.add_pod("kube-system", "dcgm-exporter-a", "gpu-1", owner_kind="DaemonSet")
+
+    scheduler.evict_pods("gpu-1")
+
+    assert sorted(kube.eviction_requests) == ["train/llm-0", "train/notebook"]
+    assert not kube.pod_exists("train", "llm-0")
+    assert kube.pod_exists("kube-system", "dcgm-exporter-a")
+
+
+def test_eviction_a_pdb_keeps_refusing_is_retried_then_reported(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1")
+    for name in ("llm-0", "llm-1", "llm-2"):
+        kube.add_pod("train", name, "gpu-1", labels={"job-name": "llm"})
+    kube.block_eviction("train", "llm-0")
+    kube.block_eviction("train", "llm-2")
+
+    with pytest.raises(SchedulerError) as raised:
+        scheduler.evict_pods("gpu-1")
+
+    message = str(raised.value)
+    assert "PodDisruptionBudget still blocks eviction after 4 attempts: train/llm-0, train/llm-2" in message
+    assert "\n" not in message
+    assert kube.eviction_requests.count("train/llm-0") == 4
+    assert kube.eviction_requests.count("train/llm-1") == 1
+    assert not kube.pod_exists("train", "llm-1")
+
+
+def test_eviction_succeeds_once_the_pdb_allows_it(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1")
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
+    kube.block_eviction("train", "llm-0", attempts=2)
+
+    scheduler.evict_pods("gpu-1")
+
+    assert kube.eviction_requests == ["train/llm-0"] * 3
+    assert not kube.pod_exists("train", "llm-0")
+
+
+def test_restart_job_evicts_all_its_live_pods(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    kube.add_node("gpu-1")
+    kube.add_node("gpu-2")
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
+    kube.add_pod("train", "llm-1", "gpu-2", labels={"job-name": "llm"})
+    kube.add_pod("train", "llm-old", "gpu-2", labels={"job-name": "llm"}, phase="Failed")
+    kube.add_pod("train", "other-0", "gpu-1", labels={"job-name": "other"})
+
+    with pytest.raises(SchedulerError, match="drain gpu-1 first"):
+        scheduler.restart_job("train/llm", exclude_nodes=["gpu-1"])
+    assert kube.eviction_requests == []
+
+    scheduler.drain("gpu-1", "XID 79")
+    scheduler.restart_job("train/llm", exclude_nodes=["gpu-1"])
+
+    assert sorted(kube.eviction_requests) == ["train/llm-0", "train/llm-1"]
+    assert kube.pod_exists("train", "other-0")
+
+
+def test_api_server_error_becomes_a_one_line_scheduler_error(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1")
+    kube.handler["patch", NODES] << kmock.KubernetesError(
+        status=500, reason="InternalError", message="etcdserver: request timed out"
+    )
+
+    with pytest.raises(SchedulerError) as raised:
+        scheduler.drain("gpu-1", "XID 79")
+
+    assert str(raised.value) == (
+        "kubernetes: drain node gpu-1: HTTP 500 Internal Server Error: etcdserver: request timed out"
+    )
+
+
+def test_unreachable_api_server_becomes_a_scheduler_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    scheduler = KubernetesScheduler(host=f"http://127.0.0.1:{closed_port}")
+
+    with pytest.raises(SchedulerError, match=r"^kubernetes: read node gpu-1: API server unreachable .*refused") as raised:
+        scheduler.node_state("gpu-1")
+    assert "\n" not in str(raised.value)
+
+
+def test_invalid_node_name_never_reaches_a_selector(scheduler: KubernetesScheduler) -> None:
+    with pytest.raises(SchedulerError, match="invalid node name"):
+        scheduler.jobs_on_node("gpu-1,metadata.name=x")
+
+
+def test_connects_through_a_kubeconfig(kube: KubeEmulator, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: emu, cluster: {{server: "{kube.url}"}}}}]
+users: [{{name: ops, user: {{token: not-checked-by-the-emulator}}}}]
+contexts: [{{name: fleet, context: {{cluster: emu, user: ops}}}}]
+current-context: fleet
+"""
+    )
+    kube.add_node("gpu-1")
+
+    assert KubernetesScheduler(kubeconfig=str(kubeconfig), context="fleet").node_state("gpu-1").state == "idle"
+    with pytest.raises(SchedulerError, match="cannot load kubeconfig"):
+        KubernetesScheduler(kubeconfig=str(tmp_path / "missing")).node_state("gpu-1")
+
+
+def test_importing_the_adapter_does_not_import_kubernetes() -> None:
+    probe = "import sys, fleetctl.schedulers.kubernetes; print('kubernetes' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
