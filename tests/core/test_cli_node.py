@@ -1,0 +1,146 @@
+"""The node commands end to end: CLI -> Temporal -> worker -> database."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.temporal_server import free_port
+from tests.support.worker import WorkerThread
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+def cli(make_settings, db_url):
+    settings = make_settings(db_url)
+    worker = WorkerThread(settings).start()
+    base = ["--db-url", db_url, "--temporal-address", settings.temporal_address, "--task-queue",
+            settings.task_queue, "--as", "alice@console"]
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [*base, *args], input=input)
+
+    invoke.db_url = db_url
+    yield invoke
+    worker.stop()
+
+
+def _inventory(tmp_path, names, extra: str = "") -> str:
+    path = tmp_path / "inventory.yaml"
+    path.write_text("nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % 2}, scheduler: sim, labels: {{pool: p{i % 2}}}}}\n"
+        for i, n in enumerate(names)) + extra)
+    return str(path)
+
+
+def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> None:
+    names = [f"cli-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    inv = _inventory(tmp_path, names)
+    r = cli("node", "import", inv)
+    assert r.exit_code == 0, r.output
+    assert "3 created" in r.output
+    r = cli("node", "import", inv)
+    assert r.exit_code == 0 and "3 unchanged" in r.output
+
+    r = cli("node", "list", "-o", "json")
+    rows = json.loads(r.stdout)
+    assert sorted(row["name"] for row in rows) == sorted(names)
+    assert {row["state"] for row in rows} == {"new"}
+    assert len(json.loads(cli("node", "list", "-l", "pool=p0", "-o", "json").stdout)) == 2
+
+    import asyncio
+
+    from workflows.starter import connect, request_transition
+
+    settings = make_settings(cli.db_url)
+
+    async def promote():
+        client = await connect(settings)
+        for n in names:
+            for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+                await request_transition(client, n, trigger, "test", actor_kind="automation")
+
+    asyncio.run(promote())
+
+    r = cli("node", "drain", names[0], names[1], "--reason", "swap optics")
+    assert r.exit_code == 0, r.output
+    assert f"{names[0]}: production -> draining" in r.output
+    assert json.loads(cli("node", "list", "--state", "draining", "-o", "json").stdout)[0]["name"] in names[:2]
+
+    r = cli("node", "undrain", names[0], names[1])
+    assert r.exit_code == 0, r.output
+    show = json.loads(cli("node", "show", names[0], "-o", "json").stdout)
+    assert show["state"] == "production"
+    assert [e["to"] for e in show["events"]][-2:] == ["draining", "production"]
+    assert show["events"][-2]["actor"] == "alice@console" and "swap optics" in show["events"][-2]["cause"]
+
+    hist = json.loads(cli("node", "history", names[0], "-o", "json").stdout)
+    assert len(hist) == 5
+
+
+def test_illegal_transition_refused_and_database_unchanged(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    assert cli("node", "import", _inventory(tmp_path, [name])).exit_code == 0
+    engine = get_engine(cli.db_url)
+    before = (queries.get_node(engine, name).state_version, len(queries.node_events(engine, name)))
+    r = cli("node", "drain", name, "--reason", "x")
+    assert r.exit_code == 1
+    assert "cannot drain a node in new" in r.stderr and "Traceback" not in r.output
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert (queries.get_node(engine, name).state_version, len(queries.node_events(engine, name))) == before
+
+
+def test_unknown_node_is_one_line_and_exit_1(cli) -> None:
+    r = cli("node", "drain", "no-such-node", "--reason", "x")
+    assert r.exit_code == 1 and r.stderr.strip() == "error: unknown node: no-such-node"
+    r = cli("node", "show", "no-such-node")
+    assert r.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        ("  - {name: dup, address: sim://dup, profile: h100-sxm}\n  - {name: dup, address: sim://dup, profile: h100-sxm}\n", "duplicate name"),
+        ("  - {address: sim://x, profile: h100-sxm}\n", "missing field 'name'"),
+        ("  - {name: x, address: sim://x, profile: h100-sxm\n", "not valid YAML"),
+    ],
+)
+def test_bad_inventory_writes_nothing(cli, tmp_path, extra, message) -> None:
+    good = f"cli-{uuid.uuid4().hex[:6]}"
+    r = cli("node", "import", _inventory(tmp_path, [good], extra))
+    assert r.exit_code == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert queries.get_node(get_engine(cli.db_url), good) is None
+
+
+def test_dry_run_writes_nothing(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    r = cli("node", "import", _inventory(tmp_path, [name]), "--dry-run")
+    assert r.exit_code == 0 and "1 new" in r.output
+    assert queries.get_node(get_engine(cli.db_url), name) is None
+
+
+def test_no_temporal_says_how_to_start_it(tmp_path, sqlite_url) -> None:
+    inv = _inventory(tmp_path, ["lonely"])
+    r = CliRunner().invoke(app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}",
+                                 "node", "import", inv])
+    assert r.exit_code == 1
+    assert "fleetctl dev server" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert queries.get_node(get_engine(sqlite_url), "lonely") is None
+
+
+def test_retire_asks_unless_yes(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    assert cli("node", "import", _inventory(tmp_path, [name])).exit_code == 0
+    r = cli("node", "retire", name, input="n\n")
+    assert r.exit_code == 1 and queries.get_node(get_engine(cli.db_url), name).state == "new"
+    r = cli("node", "retire", name, "--yes")
+    assert r.exit_code == 0, r.output
+    assert queries.get_node(get_engine(cli.db_url), name).state == "retired"
