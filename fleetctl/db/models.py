@@ -125,3 +125,19 @@ class SimFault(SQLModel, table=True):
     rate_per_hour: Optional[float] = None
     seed: int = 0
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class AutomationEvent(SQLModel, table=True):
+    """What the capacity guard decided, and when its breaker opened or closed, and why."""
+
+    __tablename__ = "automation_events"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    fleet: str = "default"
+    kind: str
+    node_name: Optional[str] = None
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    actor: str
+    at: datetime = Field(default_factory=utcnow, index=True)
+    idempotency_key: str
