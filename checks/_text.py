@@ -72,6 +72,9 @@ def lines_of(text: str) -> list[str]:
     return [strip_launcher_prefix(line.rstrip("\r")) for line in text.splitlines()]
 
 
+REASON_MAX_CHARS = 160  # the reason is one line in a table; findings carry the full text
+
+
 def verdict(
     findings: Iterable[Finding],
     metrics: dict,
@@ -91,5 +94,7 @@ def verdict(
 def _summarise(findings: list[Finding]) -> str:
     first = findings[0]
     text = f"{first.where}: {first.what}" if first.where else first.what
+    if len(text) > REASON_MAX_CHARS:
+        text = text[: REASON_MAX_CHARS - 3] + "..."
     more = len(findings) - 1
     return text + (f" (and {more} more)" if more else "")

@@ -1,0 +1,354 @@
+"""`nvidia-smi --query-gpu=... --format=csv` and `nvidia-smi -q`: per-GPU health facts.
+
+Both formats become the same `GpuHealth` records, so one evaluator judges them: GPU count
+and model against the profile, uncorrectable ECC, row remapping (pending -> reset needed,
+failure or exhausted banks -> RMA, per NVIDIA's GPU memory error management guide),
+clock event (throttle) reasons, temperatures and PCIe link width.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+
+from checks._text import NOT_AVAILABLE, UnjudgeableOutput, integer, number, verdict
+from checks.profiles import GpuProfile
+from checks.result import CheckResult, Finding
+
+# NVML's nvmlClocksEventReason* bits, as printed in clocks_event_reasons.active.
+CLOCK_EVENT_BITS = {
+    0x1: "Idle",
+    0x2: "Applications Clocks Setting",
+    0x4: "SW Power Cap",
+    0x8: "HW Slowdown",
+    0x10: "Sync Boost",
+    0x20: "SW Thermal Slowdown",
+    0x40: "HW Thermal Slowdown",
+    0x80: "HW Power Brake Slowdown",
+    0x100: "Display Clock Setting",
+}
+# Hardware slowdowns mean the GPU protects itself (overheat, power brake from the PSU or
+# baseboard): the node is unfit. Software thermal slowdown is the early sign. A power cap
+# under full load is normal operation.
+THROTTLE_SEVERITY = {
+    "HW Slowdown": "fail",
+    "HW Thermal Slowdown": "fail",
+    "HW Power Brake Slowdown": "fail",
+    "SW Thermal Slowdown": "warn",
+    "SW Power Cap": "info",
+}
+# Cell values by which nvidia-smi says it could not read the GPU at all.
+GPU_READ_ERRORS = ("ERR!", "Unknown Error", "GPU is lost", "GPU requires reset")
+
+
+@dataclass
+class GpuHealth:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    bus_id: str | None = None
+    vbios: str | None = None
+    temperature_c: float | None = None
+    memory_temperature_c: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    clock_events: list[str] = field(default_factory=list)
+    ecc_corrected_volatile: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    remapped_correctable: int | None = None
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    remap_histogram: dict[str, int] = field(default_factory=dict)  # max/high/partial/low/none
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    read_errors: list[str] = field(default_factory=list)  # "<field>: <error>"
+
+
+@dataclass
+class NvidiaSmiReport:
+    gpus: list[GpuHealth]
+    driver_version: str | None = None
+    attached_gpus: int | None = None  # what -q says it is about to print
+    lost_gpus: list[tuple[str, str]] = field(default_factory=list)  # (PCI address, error)
+
+
+_LOST = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(?P<pci>[0-9A-Fa-f:.]+):\s*(?P<error>.+)")
+
+
+def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
+    lost = [(m["pci"], m["error"].strip()) for m in _LOST.finditer(text)]
+    if "==============NVSMI LOG==============" in text or re.search(r"^GPU [0-9A-Fa-f]{4,8}:", text, re.M):
+        report = _parse_q(text)
+    elif (header_at := _csv_header_line(text)) is not None:
+        report = _parse_csv(text.splitlines()[header_at:])
+    elif "No devices were found" in text:
+        report = NvidiaSmiReport([])
+    elif lost:
+        report = NvidiaSmiReport([])
+    elif "NVIDIA-SMI" in text and "Driver Version" in text:
+        raise UnjudgeableOutput("this is nvidia-smi's default table; run it with --query-gpu ... --format=csv or -q")
+    else:
+        raise UnjudgeableOutput("not nvidia-smi --query-gpu CSV or nvidia-smi -q output")
+    report.lost_gpus = lost
+    return report
+
+
+# ---- CSV --------------------------------------------------------------------------------
+
+
+_CSV_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*(?: \[[^]]+\])?$")
+
+
+def _csv_header_line(text: str) -> int | None:
+    """The line of a --query-gpu header: comma-separated field names like 'power.draw [W]'."""
+    for number_, line in enumerate(text.splitlines()):
+        names = [n.strip() for n in line.split(",")]
+        if len(names) >= 2 and all(_CSV_FIELD.match(n) for n in names):
+            return number_
+    return None
+
+
+def _parse_csv(lines: list[str]) -> NvidiaSmiReport:
+    block = [lines[0]]
+    for line in lines[1:]:  # the table ends at the first blank or comment line
+        if not line.strip() or line.lstrip().startswith("#"):
+            break
+        block.append(line)
+    rows = list(csv.reader(block, skipinitialspace=True))
+    header = [re.sub(r"\s*\[.*\]$", "", h.strip()).replace("clocks_throttle_reasons", "clocks_event_reasons") for h in rows[0]]
+    gpus = []
+    for position, row in enumerate(rows[1:]):
+        if len(row) != len(header):
+            raise UnjudgeableOutput(f"CSV row {position + 1} has {len(row)} fields, the header {len(header)}")
+        cells = {name: value.strip() for name, value in zip(header, row)}
+        gpus.append(_gpu_from_csv(cells, position))
+    drivers = {row_driver for row_driver in (_csv_cell(rows, header, "driver_version"))}
+    return NvidiaSmiReport(gpus, driver_version=next(iter(drivers)) if len(drivers) == 1 else None)
+
+
+def _csv_cell(rows, header, name) -> list[str]:
+    if name not in header:
+        return []
+    return [row[header.index(name)].strip() for row in rows[1:]]
+
+
+def _gpu_from_csv(cells: dict[str, str], position: int) -> GpuHealth:
+    gpu = GpuHealth(index=position)
+    read = _Reader(gpu, cells)
+    gpu.index = read.int("index") if "index" in cells else position
+    gpu.name, gpu.uuid, gpu.serial = cells.get("name"), cells.get("uuid"), cells.get("serial")
+    gpu.bus_id, gpu.vbios = cells.get("pci.bus_id"), cells.get("vbios_version")
+    gpu.temperature_c = read.num("temperature.gpu")
+    gpu.memory_temperature_c = read.num("temperature.memory")
+    gpu.power_draw_w = read.num("power.draw")
+    gpu.power_limit_w = read.num("power.limit")
+    mask = read.int("clocks_event_reasons.active")
+    gpu.clock_events = [reason for bit, reason in CLOCK_EVENT_BITS.items() if mask and mask & bit]
+    gpu.ecc_corrected_volatile = read.int("ecc.errors.corrected.volatile.total")
+    gpu.ecc_uncorrected_volatile = read.int("ecc.errors.uncorrected.volatile.total")
+    gpu.ecc_uncorrected_aggregate = read.int("ecc.errors.uncorrected.aggregate.total")
+    gpu.remapped_correctable = read.int("remapped_rows.correctable")
+    gpu.remapped_uncorrectable = read.int("remapped_rows.uncorrectable")
+    gpu.remap_pending = read.flag("remapped_rows.pending")
+    gpu.remap_failure = read.flag("remapped_rows.failure")
+    for bucket in ("max", "high", "partial", "low", "none"):
+        if (value := read.int(f"remapped_rows.histogram.{bucket}")) is not None:
+            gpu.remap_histogram[bucket] = value
+    gpu.pcie_width = read.int("pcie.link.width.current")
+    gpu.pcie_width_max = read.int("pcie.link.width.max")
+    return gpu
+
+
+class _Reader:
+    """Reads one GPU's cells; a cell that says the GPU could not be read is recorded, not parsed."""
+
+    def __init__(self, gpu: GpuHealth, cells: dict[str, str]):
+        self.gpu, self.cells = gpu, cells
+
+    def _cell(self, key: str) -> str | None:
+        value = self.cells.get(key)
+        if value is None or value.strip("[]") in NOT_AVAILABLE or value.startswith("[Requested functionality"):
+            return None
+        if any(error in value for error in GPU_READ_ERRORS):
+            self.gpu.read_errors.append(f"{key}: {value}")
+            return None
+        return value
+
+    def num(self, key: str) -> float | None:
+        value = self._cell(key)
+        return None if value is None else number(value, strip_unit=True)
+
+    def int(self, key: str) -> int | None:
+        value = self._cell(key)
+        return None if value is None else integer(value, strip_unit=True)
+
+    def flag(self, key: str) -> bool | None:
+        value = self._cell(key)
+        if value is None:
+            return None
+        if value not in ("Yes", "No", "0", "1"):
+            raise UnjudgeableOutput(f"{key} is {value!r}, expected Yes or No")
+        return value in ("Yes", "1")
+
+
+# ---- -q ---------------------------------------------------------------------------------
+
+_Q_LINE = re.compile(r"^(?P<indent>\s*)(?P<key>[^:]+?)\s*(?::\s*(?P<value>.*?))?\s*$")
+_Q_GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+
+
+def _parse_q(text: str) -> NvidiaSmiReport:
+    top: dict[str, str] = {}
+    blocks: list[tuple[str, dict[str, str]]] = []
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("=") or line.lstrip().startswith("#"):
+            continue
+        if m := _Q_GPU.match(line):
+            blocks.append((m["bus"], {}))
+            stack = []
+            continue
+        m = _Q_LINE.match(line)
+        depth = len(m["indent"].expandtabs(4))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        path = "/".join([key for _, key in stack] + [m["key"]])
+        if m["value"] is not None and m["value"] != "":
+            (blocks[-1][1] if blocks else top)[path] = m["value"]
+        stack.append((depth, m["key"]))
+    gpus = [_gpu_from_q(bus, fields, index) for index, (bus, fields) in enumerate(blocks)]
+    attached = top.get("Attached GPUs")
+    return NvidiaSmiReport(gpus, top.get("Driver Version"), integer(attached) if attached else None)
+
+
+def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
+    gpu = GpuHealth(index=index, bus_id=bus)
+    read = _Reader(gpu, f)
+    gpu.name, gpu.uuid, gpu.serial = f.get("Product Name"), f.get("GPU UUID"), f.get("Serial Number")
+    gpu.vbios = f.get("VBIOS Version")
+    gpu.temperature_c = read.num("Temperature/GPU Current Temp")
+    gpu.memory_temperature_c = read.num("Temperature/Memory Current Temp")
+    gpu.power_draw_w = read.num("GPU Power Readings/Power Draw") or read.num("Power Readings/Power Draw")
+    gpu.power_limit_w = read.num("GPU Power Readings/Current Power Limit") or read.num("Power Readings/Power Limit")
+    for path, value in f.items():
+        section, _, reason = path.partition("/")
+        if section in ("Clocks Event Reasons", "Clocks Throttle Reasons") and value == "Active":
+            gpu.clock_events.append(reason.rsplit("/", 1)[-1])
+    gpu.ecc_corrected_volatile = _sum_ecc(read, f, "ECC Errors/Volatile/", corrected=True)
+    gpu.ecc_uncorrected_volatile = _sum_ecc(read, f, "ECC Errors/Volatile/", corrected=False)
+    gpu.ecc_uncorrected_aggregate = _sum_ecc(read, f, "ECC Errors/Aggregate/", corrected=False)
+    gpu.remapped_correctable = read.int("Remapped Rows/Correctable Error")
+    gpu.remapped_uncorrectable = read.int("Remapped Rows/Uncorrectable Error")
+    gpu.remap_pending = read.flag("Remapped Rows/Pending")
+    gpu.remap_failure = read.flag("Remapped Rows/Remapping Failure Occurred")
+    for bucket in ("Max", "High", "Partial", "Low", "None"):
+        if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
+            gpu.remap_histogram[bucket.lower()] = value
+    gpu.pcie_width = read.int("PCI/GPU Link Info/Link Width/Current")
+    gpu.pcie_width_max = read.int("PCI/GPU Link Info/Link Width/Max")
+    return gpu
+
+
+def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool) -> int | None:
+    """Sum the counters under Volatile/ or Aggregate/: "SRAM/DRAM (Un)correctable" on 525+
+    drivers, "Single Bit/Total" and "Double Bit/Total" before."""
+    total, seen = 0, False
+    for path in fields:
+        if not path.startswith(prefix):
+            continue
+        leaf = path[len(prefix) :]
+        if corrected:
+            wanted = ("Correctable" in leaf and "Uncorrectable" not in leaf) or leaf == "Single Bit/Total"
+        else:
+            wanted = ("Uncorrectable" in leaf and "Sources" not in leaf) or leaf == "Double Bit/Total"
+        if wanted and (value := read.int(path)) is not None:
+            total, seen = total + value, True
+    return total if seen else None
+
+
+# ---- judgement --------------------------------------------------------------------------
+
+
+def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
+    report = parse_nvidia_smi(text)
+    gpus = report.gpus
+    findings = [Finding(f"GPU unreachable: {error}", pci) for pci, error in report.lost_gpus]
+    if report.attached_gpus is not None and report.attached_gpus > len(gpus):
+        raise UnjudgeableOutput(f"nvidia-smi -q announced {report.attached_gpus} GPUs but printed {len(gpus)}")
+    if profile is not None:
+        if len(gpus) < profile.gpu_count:
+            findings.append(Finding(f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}"))
+        for gpu in gpus:
+            if gpu.name and not profile.matches_gpu_name(gpu.name):
+                findings.append(Finding(f"model {gpu.name!r} is not a {profile.name} GPU", f"GPU {gpu.index}"))
+    elif not gpus and not report.lost_gpus:
+        findings.append(Finding("no GPUs visible to nvidia-smi"))
+    for gpu in gpus:
+        findings += _judge_gpu(gpu, profile)
+    metrics = _metrics(report)
+    return verdict(findings, metrics, f"{len(gpus)} GPUs healthy" + (f" ({gpus[0].name})" if gpus else ""))
+
+
+def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
+    where = f"GPU {gpu.index}"
+    found = [Finding(f"nvidia-smi could not read {error}", where) for error in gpu.read_errors]
+    if gpu.ecc_uncorrected_volatile:
+        found.append(Finding(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC errors since driver load", where))
+    if gpu.remap_failure:
+        found.append(Finding("row remapping failed: RMA the GPU", where))
+    if gpu.remap_pending:
+        found.append(Finding("row remap pending: reset the GPU to activate it", where))
+    exhausted = gpu.remap_histogram.get("none", 0) + gpu.remap_histogram.get("low", 0)
+    low_limit = profile.remap_histogram_low_fail if profile else 1
+    if exhausted >= low_limit:
+        found.append(Finding(f"{exhausted} memory banks with low or no spare rows left: RMA the GPU", where))
+    elif gpu.remap_histogram.get("partial", 0):
+        found.append(Finding(f"{gpu.remap_histogram['partial']} banks with partial remap availability", where, "warn"))
+    if not gpu.remap_failure and not gpu.remap_pending and gpu.remapped_uncorrectable:
+        found.append(
+            Finding(f"{gpu.remapped_uncorrectable} rows remapped after uncorrectable errors (serviceable)", where, "warn")
+        )
+    elif not gpu.remapped_uncorrectable and gpu.ecc_uncorrected_aggregate and not gpu.ecc_uncorrected_volatile:
+        found.append(Finding(f"{gpu.ecc_uncorrected_aggregate} uncorrectable ECC errors in the GPU's lifetime", where, "warn"))
+    for reason in gpu.clock_events:
+        if severity := THROTTLE_SEVERITY.get(reason):
+            found.append(Finding(f"clocks limited by {reason}", where, severity))
+    if gpu.pcie_width and gpu.pcie_width_max and gpu.pcie_width < gpu.pcie_width_max:
+        found.append(Finding(f"PCIe link x{gpu.pcie_width} of x{gpu.pcie_width_max}: degraded link", where, "warn"))
+    if profile is not None:
+        checks = (
+            (gpu.temperature_c, profile.gpu_temperature_c, "GPU temperature", "C"),
+            (gpu.memory_temperature_c, profile.memory_temperature_c, "memory temperature", "C"),
+            (gpu.ecc_corrected_volatile, profile.ecc_corrected_volatile, "correctable ECC errors", "since driver load"),
+        )
+        found += [f for value, limit, what, unit in checks if value is not None and (f := limit.judge(value, what, unit, where))]
+    return found
+
+
+def _metrics(report: NvidiaSmiReport) -> dict:
+    gpus = report.gpus
+    known = lambda values: [v for v in values if v is not None]  # noqa: E731
+    temperatures = known(g.temperature_c for g in gpus)
+    names = sorted({g.name for g in gpus if g.name})
+    return {
+        "gpu_count": len(gpus),
+        "gpu_model": names[0] if len(names) == 1 else names or None,
+        "driver_version": report.driver_version,
+        "vbios_versions": sorted({g.vbios for g in gpus if g.vbios}),
+        "max_temperature_c": max(temperatures, default=None),
+        "power_draw_w": sum(known(g.power_draw_w for g in gpus)) or None,
+        "ecc_uncorrected_volatile": sum(known(g.ecc_uncorrected_volatile for g in gpus)),
+        "ecc_corrected_volatile": sum(known(g.ecc_corrected_volatile for g in gpus)),
+        "remap_pending_gpus": [g.index for g in gpus if g.remap_pending],
+        "remap_failure_gpus": [g.index for g in gpus if g.remap_failure],
+        "throttled_gpus": [g.index for g in gpus if any(THROTTLE_SEVERITY.get(r) in ("fail", "warn") for r in g.clock_events)],
+        "gpus": [
+            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial, "bus_id": g.bus_id, "vbios": g.vbios,
+             "temperature_c": g.temperature_c, "power_draw_w": g.power_draw_w}
+            for g in gpus
+        ],
+    }
