@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -12,16 +13,21 @@ from fleetctl.config import Settings
 from workflows.activities import LifecycleActivities
 from workflows.node_lifecycle import NodeLifecycle
 
-WORKFLOWS = [NodeLifecycle]
+WORKFLOWS: list[type] = [NodeLifecycle]
+
+
+def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
+    """Every activity the worker hosts, bound to this process's settings and client."""
+    lifecycle = LifecycleActivities(settings)
+    return [lifecycle.record_transition]
 
 
 def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
-    lifecycle = LifecycleActivities(settings)
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=[lifecycle.record_transition],
+        activities=activities_for(settings, client),
         activity_executor=executor,
         max_concurrent_activities=executor._max_workers,
     )

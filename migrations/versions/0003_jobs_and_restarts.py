@@ -1,0 +1,23 @@
+"""Job restarts and the simulated scheduler's node state.
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-29
+"""
+from __future__ import annotations
+
+import sqlalchemy as sa  # noqa: F401
+from alembic import op  # noqa: F401
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
