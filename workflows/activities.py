@@ -43,3 +43,44 @@ class LifecycleActivities:
             raise ApplicationError(str(exc), type="StaleStateVersion", non_retryable=True) from None
         except LookupError as exc:
             raise ApplicationError(str(exc), type="UnknownNode", non_retryable=True) from None
+
+
+@dataclass
+class NodeCommand:
+    """Another workflow (remediation, job restart, a sweep) asks a node's workflow to move."""
+
+    node: str
+    trigger: str
+    actor: str
+    cause: str = ""
+    actor_kind: str = "automation"
+    # Stable per step (e.g. "<workflow id>/<step>"), so a retried activity is not a second request.
+    request_id: str = ""
+
+
+@dataclass
+class NodeCommandOutcome:
+    node: str
+    accepted: bool
+    from_state: str = ""
+    to_state: str = ""
+    message: str = ""
+
+
+class NodeCommandActivities:
+    """Workflows cannot send Updates to other workflows; this activity does it for them."""
+
+    def __init__(self, client):
+        self.client = client
+
+    @activity.defn
+    async def command_node(self, cmd: NodeCommand) -> NodeCommandOutcome:
+        from workflows.starter import CommandRejected, request_transition
+
+        try:
+            r = await request_transition(self.client, cmd.node, cmd.trigger, cmd.actor, cmd.cause, cmd.actor_kind,
+                                         request_id=cmd.request_id or None)
+        except CommandRejected as exc:
+            # A refusal is an answer (the node moved on), not a failure to retry.
+            return NodeCommandOutcome(cmd.node, False, message=str(exc))
+        return NodeCommandOutcome(cmd.node, True, r.from_state, r.to_state)

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from fleetctl.config import Settings
-from workflows.activities import LifecycleActivities
+from workflows.activities import LifecycleActivities, NodeCommandActivities
 from workflows.node_lifecycle import NodeLifecycle
 
 WORKFLOWS: list[type] = [NodeLifecycle]
@@ -19,7 +19,8 @@ WORKFLOWS: list[type] = [NodeLifecycle]
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
     """Every activity the worker hosts, bound to this process's settings and client."""
     lifecycle = LifecycleActivities(settings)
-    return [lifecycle.record_transition]
+    commands = NodeCommandActivities(client)
+    return [lifecycle.record_transition, commands.command_node]
 
 
 def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
