@@ -32,6 +32,13 @@ class SchedulerError(Exception):
     """The scheduler refused or could not be reached; callers retry with backoff."""
 
 
+class FleetctlDoesNotOwnDrain(SchedulerError):
+    """A resume was refused: the node was drained (or downed) by someone other than fleetctl.
+
+    Retrying does not help; an operator decides, and can resume with force.
+    """
+
+
 class Scheduler(Protocol):
     def drain(self, node: str, reason: str) -> None: ...
 

@@ -1,0 +1,254 @@
+"""Slurm adapter: drain, resume, node state, jobs and job restart through scontrol/sinfo/squeue.
+
+Commands run through a `CommandRunner`, locally by default, or on a login node over SSH
+when one is wired in. Output is read in delimited `-o`/`-O` formats rather than `--json`:
+up to Slurm 22.05, `squeue --json` ignores every filter and dumps the whole queue.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from typing import Mapping, Protocol, Sequence
+
+from fleetctl.schedulers.base import (
+    REASON_PREFIX,
+    FleetctlDoesNotOwnDrain,
+    SchedulerError,
+    SchedulerJob,
+    SchedulerNodeState,
+)
+
+DEFAULT_TIMEOUT_S = 30.0
+# Fields are joined with a character Slurm never puts in node names, states or job ids;
+# free text (reasons, job names) always comes last and is split off with maxsplit.
+FIELD_SEPARATOR = "|"
+# How often restart_job looks whether a requeued job has finished completing.
+SETTLE_POLL_S = 0.05
+
+# Slurm node names: letters, digits, '-', '_', '.'; never a leading '-' that argv would
+# read as an option, nor '=', ',' or brackets that scontrol would read as syntax.
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# A job, an array task (123_4) or a heterogeneous job component (123+1).
+_JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,12}|\+[0-9]{1,4})?")
+_HOSTLIST_PART = re.compile(r"([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)|([^\[\],]+)")
+
+
+class CommandRunner(Protocol):
+    """Runs argv (no shell) and returns (exit_status, stdout, stderr).
+
+    Raises TimeoutError when the command runs past timeout_s, and OSError when it cannot
+    be started; SlurmScheduler turns both into SchedulerError.
+    """
+
+    def __call__(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]: ...
+
+
+class LocalCommandRunner:
+    """Runs commands on this machine; env is added to this process's environment."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = dict(env or {})
+
+    def __call__(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+        try:
+            completed = subprocess.run(
+                argv,
+                env={**os.environ, **self.env},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise TimeoutError(f"timed out after {timeout_s:g}s") from exc
+        return completed.returncode, completed.stdout, completed.stderr
+
+
+def validate_node_name(node: str) -> str:
+    if not _NODE_NAME.fullmatch(node):
+        raise SchedulerError(f"invalid Slurm node name {node!r}")
+    return node
+
+
+def validate_job_id(job_id: str) -> str:
+    if not _JOB_ID.fullmatch(job_id):
+        raise SchedulerError(f"invalid Slurm job id {job_id!r}")
+    return job_id
+
+
+def expand_hostlist(hostlist: str) -> tuple[str, ...]:
+    """'node[1-3,7],gpu01' -> ('node1', 'node2', 'node3', 'node7', 'gpu01'), keeping zero padding."""
+    names: list[str] = []
+    position = 0
+    while position < len(hostlist):
+        match = _HOSTLIST_PART.match(hostlist, position)
+        if match is None or match.end() == position:
+            raise SchedulerError(f"cannot read Slurm host list {hostlist!r}")
+        prefix, ranges, suffix, plain = match.groups()
+        if plain is not None:
+            names.append(plain)
+        else:
+            for item in ranges.split(","):
+                first, _, last = item.partition("-")
+                if not first or (last and int(last) < int(first)):
+                    raise SchedulerError(f"cannot read Slurm host list {hostlist!r}")
+                for number in range(int(first), int(last or first) + 1):
+                    names.append(f"{prefix}{number:0{len(first)}d}{suffix}")
+        position = match.end()
+        if position < len(hostlist):
+            if hostlist[position] != ",":
+                raise SchedulerError(f"cannot read Slurm host list {hostlist!r}")
+            position += 1
+    return tuple(names)
+
+
+def _node_state(node: str, state_flags: str, reason: str) -> SchedulerNodeState:
+    """From sinfo's StateComplete ('idle+drain', 'mixed', 'down+drain+not_responding')."""
+    base, *flags = state_flags.lower().split("+")
+    drained = "drain" in flags
+    if base in ("idle", "allocated", "mixed", "down"):
+        state = base
+    else:
+        state = "unknown"
+    if drained and state in ("allocated", "mixed"):
+        state = "draining"
+    elif drained and state == "idle":
+        state = "drain"
+    reason = reason.strip()
+    # sinfo prints 'none' when a node has no reason.
+    reason_or_none = reason if reason and reason != "none" else None
+    return SchedulerNodeState(
+        node=node,
+        state=state,
+        drained=drained,
+        reason=reason_or_none,
+        owned_by_fleetctl=bool(reason_or_none and reason_or_none.startswith(REASON_PREFIX)),
+    )
+
+
+class SlurmScheduler:
+    """The Scheduler protocol over Slurm's command-line tools."""
+
+    def __init__(self, run: CommandRunner | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.run = run or LocalCommandRunner()
+        self.timeout_s = timeout_s
+
+    def _command(self, argv: list[str]) -> str:
+        """Run a Slurm command; its stdout, or SchedulerError with one readable line."""
+        command = " ".join(argv)
+        try:
+            exit_status, stdout, stderr = self.run(argv, self.timeout_s)
+        except TimeoutError:
+            raise SchedulerError(f"{command}: timed out after {self.timeout_s:g}s") from None
+        except OSError as exc:
+            raise SchedulerError(f"{command}: cannot run: {exc.strerror or exc}") from None
+        if exit_status != 0:
+            message = "; ".join(line.strip() for line in stderr.splitlines() if line.strip())
+            raise SchedulerError(f"{command}: exit status {exit_status}: {message or 'no error output'}")
+        return stdout
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain node with a reason marked as fleetctl's; leaves a drain by someone else as it is.
+
+        Overwriting an operator's reason would make the drain fleetctl's, and fleetctl would
+        later resume a node the operator took out.
+        """
+        current = self.node_state(node)
+        if current.drained and not current.owned_by_fleetctl:
+            return
+        reason = " ".join(reason.split())
+        if not reason.startswith(REASON_PREFIX):
+            reason = f"{REASON_PREFIX} {reason}"
+        self._command(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume(self, node: str, force: bool = False) -> None:
+        """Return a node fleetctl drained to service; a drain or down by anyone else needs force."""
+        current = self.node_state(node)
+        if not (current.drained or current.state == "down"):
+            return
+        if not current.owned_by_fleetctl and not force:
+            raise FleetctlDoesNotOwnDrain(
+                f"{node} is {current.state} with reason {current.reason!r}, not set by fleetctl; "
+                "resume it with force to override"
+            )
+        self._command(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+    def node_state(self, node: str) -> SchedulerNodeState:
+        validate_node_name(node)
+        output = self._command(
+            ["sinfo", "--noheader", "--Node", f"--nodes={node}", "--Format=NodeList:0|,StateComplete:0|,Reason:0"]
+        )
+        for line in output.splitlines():
+            name, state_flags, reason = line.split(FIELD_SEPARATOR, 2)
+            if name.strip() == node:
+                return _node_state(node, state_flags.strip(), reason)
+        raise SchedulerError(f"Slurm does not know node {node}")
+
+    def _jobs(self, filters: list[str]) -> list[SchedulerJob]:
+        output = self._command(["squeue", "--noheader", *filters, "--format=%i|%T|%N|%j"])
+        jobs = []
+        for line in output.splitlines():
+            job_id, state, nodes, name = line.split(FIELD_SEPARATOR, 3)
+            jobs.append(
+                SchedulerJob(
+                    job_id=job_id,
+                    name=name,
+                    state=state.lower(),
+                    nodes=expand_hostlist(nodes),
+                )
+            )
+        return jobs
+
+    def jobs_on_node(self, node: str) -> list[SchedulerJob]:
+        return self._jobs([f"--nodelist={validate_node_name(node)}"])
+
+    def job(self, job_id: str) -> SchedulerJob:
+        # --states=all: a job that just ended is still worth reporting until Slurm forgets it.
+        jobs = self._jobs([f"--jobs={validate_job_id(job_id)}", "--states=all"])
+        if not jobs:
+            raise SchedulerError(f"Slurm does not know job {job_id}")
+        return jobs[0]
+
+    def _job_once_settled(self, job_id: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """(state, requested nodes, excluded nodes) once the job is no longer COMPLETING."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            output = self._command(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%T|%n|%x"])
+            if not output.strip():
+                raise SchedulerError(f"Slurm does not know job {job_id}")
+            state, requested, excluded = output.splitlines()[0].split(FIELD_SEPARATOR, 2)
+            if state != "COMPLETING":
+                return state, expand_hostlist(requested.strip()), expand_hostlist(excluded.strip())
+            if time.monotonic() > deadline:
+                raise SchedulerError(
+                    f"job {job_id} still completing after {self.timeout_s:g}s: its nodes have not confirmed it ended"
+                )
+            time.sleep(SETTLE_POLL_S)
+
+    def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
+        """Requeue a job and release it at once onto nodes other than exclude_nodes.
+
+        Slurm holds a requeued job back: when its old run has finished completing, it sets
+        the job's begin time to the credential lifetime ahead (120 s by default). fleetctl
+        waits for that moment and sets the begin time to now, so the job starts as soon as
+        healthy nodes are free. Safe to repeat: a job already pending is only updated.
+        """
+        validate_job_id(job_id)
+        excluded = [validate_node_name(node) for node in exclude_nodes]
+        state, _, _ = self._job_once_settled(job_id)
+        if state != "PENDING":
+            self._command(["scontrol", "requeue", job_id])
+        _, requested, already_excluded = self._job_once_settled(job_id)
+        update = ["scontrol", "update", f"JobId={job_id}"]
+        all_excluded = dict.fromkeys([*already_excluded, *excluded])
+        if all_excluded:
+            update.append(f"ExcNodeList={','.join(all_excluded)}")
+        if set(requested) & set(excluded):
+            # A job that asked for a bad node by name could never start again; it keeps the
+            # nodes it asked for that are still good, and Slurm picks the rest.
+            update.append(f"ReqNodeList={','.join(node for node in requested if node not in excluded)}")
+        update.append("StartTime=now")
+        self._command(update)

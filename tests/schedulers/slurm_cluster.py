@@ -1,0 +1,324 @@
+"""A real multi-node Slurm cluster on one machine, for tests and benchmarks.
+
+One munged, one slurmctld and one `slurmd -N nodeN` per node, all from Debian's slurm-wlm
+and munge, with every file (config, state, spool, logs, pids, munge key and socket) under
+one directory, so it runs beside a system Slurm or munge without touching them. Every
+command reaches it through `SLURM_CONF`, which `SlurmCluster.runner()` sets.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler, expand_hostlist
+
+REQUIRED_PROGRAMS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch", "scancel")
+STARTUP_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+def slurm_unavailable_reason() -> str | None:
+    """Why a real Slurm cluster cannot run here, or None when it can."""
+    missing = [program for program in REQUIRED_PROGRAMS if shutil.which(program) is None]
+    if missing:
+        return f"needs Debian's slurm-wlm and munge (missing: {', '.join(missing)})"
+    if os.geteuid() != 0:
+        return "needs root: slurmd runs jobs as their submitting user and SlurmUser=root"
+    return None
+
+
+def _free_ports(count: int) -> list[int]:
+    # Hold every socket open until all are bound, so the ports are distinct.
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _slurm_conf(
+    root: Path, munge_socket: Path, controller_port: int, node_ports: list[int], cred_expire_s: int | None
+) -> str:
+    node_names = [f"node{index}" for index in range(1, len(node_ports) + 1)]
+    node_lines = [
+        # CPUs=1: every node takes one job at a time, whatever the machine has.
+        f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
+        for name, port in zip(node_names, node_ports)
+    ]
+    return "\n".join(
+        [
+            "ClusterName=fleetctl-test",
+            "SlurmctldHost=localhost(127.0.0.1)",
+            f"SlurmctldPort={controller_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            # cred_expire also sets how long Slurm holds a requeued job back (default 120 s).
+            f"AuthInfo=socket={munge_socket}" + (f",cred_expire={cred_expire_s}" if cred_expire_s else ""),
+            f"StateSaveLocation={root}/state",
+            f"SlurmdSpoolDir={root}/spool/%n",
+            f"SlurmctldPidFile={root}/run/slurmctld.pid",
+            f"SlurmdPidFile={root}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={root}/log/slurmctld.log",
+            f"SlurmdLogFile={root}/log/slurmd-%n.log",
+            f"TmpFS={root}/tmp",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "ReturnToService=2",
+            "JobRequeue=1",
+            # Short timeouts so a dead daemon shows quickly and tests do not wait on it.
+            "SlurmdTimeout=10",
+            "MessageTimeout=5",
+            "KillWait=2",
+            "InactiveLimit=0",
+            # The builtin FIFO scheduler runs at every submit, job end and update, and the
+            # main loop every second, so a freed node is used at once.
+            "SchedulerType=sched/builtin",
+            "SchedulerParameters=sched_interval=1",
+            *node_lines,
+            f"PartitionName=main Nodes={','.join(node_names)} Default=YES MaxTime=INFINITE State=UP",
+            "",
+        ]
+    )
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    conf_path: Path
+    node_names: tuple[str, ...]
+    # Also how long Slurm holds a requeued job back; None is Slurm's default, 120 s.
+    cred_expire_s: int | None = None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def runner(self) -> LocalCommandRunner:
+        return LocalCommandRunner(env={"SLURM_CONF": str(self.conf_path)})
+
+    def scheduler(self) -> SlurmScheduler:
+        return SlurmScheduler(run=self.runner())
+
+    def run(self, *argv: str, timeout_s: float = 30.0) -> str:
+        """Run a Slurm command against this cluster; its stdout, or AssertionError with stderr."""
+        exit_status, stdout, stderr = self.runner()(list(argv), timeout_s)
+        if exit_status != 0:
+            raise AssertionError(f"{' '.join(argv)} exited {exit_status}: {stderr.strip()}")
+        return stdout
+
+    def sbatch(self, *options: str) -> str:
+        """Submit a batch job; its job id."""
+        return self.run(
+            "sbatch", "--parsable", f"--chdir={self.root}/jobs", f"--output={self.root}/jobs/%j.out", *options
+        ).strip()
+
+    def wait_for_nodes_idle(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            self._raise_if_a_daemon_died()
+            exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", "%N|%T"], 10.0)
+            if exit_status == 0:
+                states = dict(line.split("|", 1) for line in stdout.splitlines())
+                if sorted(states) == sorted(self.node_names) and set(states.values()) == {"idle"}:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"Slurm nodes not idle after {timeout_s:.0f}s: {states}\n{self.log_tail()}")
+
+    def reset(self) -> None:
+        """Cancel every job and resume every node, so one test does not leak into the next."""
+        self.run("scancel", "--full", "--user=root")
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while self.run("squeue", "-h", "-o", "%i").strip():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jobs still queued after scancel:\n{self.run('squeue')}")
+            time.sleep(0.1)
+        scheduler = self.scheduler()
+        for node in self.node_names:
+            scheduler.resume(node, force=True)
+        self.wait_for_nodes_idle()
+
+    def log_tail(self, lines: int = 20) -> str:
+        tails = []
+        for log in sorted((self.root / "log").glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            tails.append(f"--- {log.name}\n" + "\n".join(text))
+        return "\n".join(tails)
+
+    def _raise_if_a_daemon_died(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited with {process.returncode}\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """Cancel jobs, then stop every daemon by process group; leaves no process behind."""
+        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
+            try:
+                # Jobs' processes live in their own sessions under slurmstepd, out of the
+                # slurmd process groups: cancel them while slurmctld can still do it.
+                self.reset()
+            except (AssertionError, RuntimeError):
+                pass
+        # Nodes first, then the controller, then munge that both authenticate with.
+        for name in reversed(list(self.processes)):
+            process = self.processes[name]
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        self.processes.clear()
+
+
+def _start(cluster: SlurmCluster, name: str, argv: list[str]) -> None:
+    log = open(cluster.root / "log" / f"{name}.stdout", "wb")
+    with log:
+        # Own session and process group: stop() kills the whole group and nothing else.
+        cluster.processes[name] = subprocess.Popen(
+            argv,
+            env={**os.environ, "SLURM_CONF": str(cluster.conf_path)},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_for_path(path: Path, cluster: SlurmCluster, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        cluster._raise_if_a_daemon_died()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear within {timeout_s:.0f}s\n{cluster.log_tail()}")
+        time.sleep(0.05)
+
+
+def start_slurm_cluster(tmpdir: Path, nodes: int = 4, cred_expire_s: int | None = None) -> SlurmCluster:
+    """Start munged, slurmctld and `nodes` slurmds under tmpdir; returns once all nodes are idle.
+
+    cred_expire_s: Slurm's credential lifetime, which is also how long it holds a requeued
+    job before starting it again; None keeps Slurm's default (120 s).
+
+    The caller must call `.stop()`; on a failed start this stops what it started and raises
+    RuntimeError with the daemons' log tails.
+    """
+    reason = slurm_unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    root = Path(tmpdir)
+    for directory in ("state", "spool", "run", "log", "tmp", "jobs", "munge"):
+        (root / directory).mkdir(parents=True, exist_ok=True)
+    node_names = tuple(f"node{index}" for index in range(1, nodes + 1))
+    for node in node_names:
+        (root / "spool" / node).mkdir(exist_ok=True)
+    munge_dir = root / "munge"
+    munge_socket = munge_dir / "socket"
+    key_file = munge_dir / "munge.key"
+    key_file.write_bytes(os.urandom(1024))
+    key_file.chmod(0o400)
+    controller_port, *node_ports = _free_ports(nodes + 1)
+    conf_path = root / "slurm.conf"
+    conf_path.write_text(_slurm_conf(root, munge_socket, controller_port, node_ports, cred_expire_s))
+
+    cluster = SlurmCluster(root=root, conf_path=conf_path, node_names=node_names, cred_expire_s=cred_expire_s)
+    try:
+        # --force: munged refuses root otherwise; it owns only files under munge_dir.
+        _start(
+            cluster,
+            "munged",
+            [
+                "munged", "--foreground", "--force",
+                f"--key-file={key_file}", f"--socket={munge_socket}",
+                f"--pid-file={munge_dir}/munged.pid", f"--log-file={root}/log/munged.log",
+                f"--seed-file={munge_dir}/munged.seed",
+            ],
+        )  # fmt: skip
+        _wait_for_path(munge_socket, cluster)
+        # -i: ignore state from an earlier run in the same directory.
+        _start(cluster, "slurmctld", ["slurmctld", "-D", "-i"])
+        for node in node_names:
+            _start(cluster, f"slurmd-{node}", ["slurmd", "-D", "-N", node])
+        cluster.wait_for_nodes_idle()
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+@dataclass(frozen=True)
+class RestartMeasurement:
+    job_id: str
+    with_release: bool
+    bad_node: str
+    first_nodes: tuple[str, ...]
+    restarted_nodes: tuple[str, ...]
+    # Drain of the bad node to the job RUNNING again, by the monotonic clock.
+    seconds: float
+    # Whether the requeued job was seen pending with reason BeginTime (Slurm's hold).
+    held_for_begin_time: bool
+
+
+def _wait_for_job(cluster: SlurmCluster, job_id: str, timeout_s: float) -> tuple[tuple[str, ...], set[str]]:
+    """Poll until the job runs; its nodes, and the pending reasons seen on the way."""
+    deadline = time.monotonic() + timeout_s
+    reasons_seen: set[str] = set()
+    while time.monotonic() < deadline:
+        state, nodes, reason = cluster.run("squeue", "-h", f"--jobs={job_id}", "--states=all", "-o", "%T|%N|%r").strip().split("|")
+        if state == "RUNNING":
+            return expand_hostlist(nodes), reasons_seen
+        if state == "PENDING":
+            reasons_seen.add(reason)
+        time.sleep(0.05)
+    raise RuntimeError(f"job {job_id} not running after {timeout_s:.0f}s; pending reasons seen: {reasons_seen}")
+
+
+def measure_restart(cluster: SlurmCluster, with_release: bool, timeout_s: float = 300.0) -> RestartMeasurement:
+    """Time a 2-node job's restart after one of its nodes fails (drain to RUNNING again).
+
+    Submits `sleep 300` on 2 nodes, drains its first node as fleetctl would on an XID 79,
+    then restarts the job either fleetctl's way (with_release: requeue, exclude the bad
+    node, release at once) or the plain Slurm way (`scontrol requeue`, and Slurm starts it
+    when its hold ends). Leaves the cluster idle, with every node resumed.
+    """
+    scheduler = cluster.scheduler()
+    job_id = cluster.sbatch("--nodes=2", "--job-name=measure-restart", "--wrap", "sleep 300")
+    try:
+        first_nodes, _ = _wait_for_job(cluster, job_id, timeout_s)
+        bad_node = first_nodes[0]
+        started = time.monotonic()
+        scheduler.drain(bad_node, "XID 79: GPU has fallen off the bus")
+        if with_release:
+            scheduler.restart_job(job_id, exclude_nodes=[bad_node])
+        else:
+            cluster.run("scontrol", "requeue", job_id)
+        restarted_nodes, reasons_seen = _wait_for_job(cluster, job_id, timeout_s)
+        seconds = time.monotonic() - started
+    finally:
+        cluster.reset()
+    return RestartMeasurement(
+        job_id=job_id,
+        with_release=with_release,
+        bad_node=bad_node,
+        first_nodes=first_nodes,
+        restarted_nodes=restarted_nodes,
+        seconds=seconds,
+        held_for_begin_time="BeginTime" in reasons_seen,
+    )

@@ -1,0 +1,144 @@
+"""SlurmScheduler against a real 4-node Slurm cluster (Debian's slurm-wlm and munge)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from slurm_cluster import SlurmCluster, measure_restart
+
+from fleetctl.schedulers.base import REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
+from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler
+
+pytestmark = pytest.mark.slurm
+
+
+def wait_until_running(slurm: SlurmScheduler, job_id: str, timeout_s: float = 30.0) -> SchedulerJob:
+    deadline = time.monotonic() + timeout_s
+    while (job := slurm.job(job_id)).state != "running":
+        assert time.monotonic() < deadline, f"job {job_id} still {job.state} after {timeout_s:.0f}s"
+        time.sleep(0.05)
+    return job
+
+
+def test_drain_with_fleetctl_reason_then_resume(slurm: SlurmScheduler) -> None:
+    slurm.drain("node1", "XID 79: GPU has fallen off the bus")
+
+    state = slurm.node_state("node1")
+    assert state.drained and state.owned_by_fleetctl
+    assert state.state == "drain"
+    assert state.reason == f"{REASON_PREFIX} XID 79: GPU has fallen off the bus"
+
+    slurm.resume("node1")
+    state = slurm.node_state("node1")
+    assert (state.state, state.drained, state.reason) == ("idle", False, None)
+
+
+def test_resume_refuses_a_drain_by_someone_else_unless_forced(
+    slurm: SlurmScheduler, slurm_cluster: SlurmCluster
+) -> None:
+    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=manual")
+
+    with pytest.raises(FleetctlDoesNotOwnDrain, match="'manual'"):
+        slurm.resume("node3")
+    assert slurm.node_state("node3").drained
+
+    slurm.resume("node3", force=True)
+    assert slurm.node_state("node3").state == "idle"
+
+
+def test_drain_leaves_a_drain_by_someone_else_theirs(slurm: SlurmScheduler, slurm_cluster: SlurmCluster) -> None:
+    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=manual")
+
+    slurm.drain("node3", "XID 79")
+
+    state = slurm.node_state("node3")
+    assert state.drained and not state.owned_by_fleetctl
+    assert state.reason == "manual"
+
+
+def test_jobs_on_node_lists_a_running_two_node_job(slurm: SlurmScheduler, slurm_cluster: SlurmCluster) -> None:
+    job_id = slurm_cluster.sbatch("-N2", "-w", "node1,node2", "--wrap", "sleep 300")
+    wait_until_running(slurm, job_id)
+
+    expected = SchedulerJob(job_id=job_id, name="wrap", state="running", nodes=("node1", "node2"))
+    assert slurm.jobs_on_node("node1") == [expected]
+    assert slurm.jobs_on_node("node2") == [expected]
+    assert slurm.jobs_on_node("node3") == []
+    assert slurm.job(job_id) == expected
+
+    slurm.drain("node1", "XID 79")
+    assert slurm.node_state("node1").state == "draining"
+
+
+def test_restart_job_excludes_the_bad_node_and_runs_again_on_healthy_nodes(slurm_cluster: SlurmCluster) -> None:
+    with_release = measure_restart(slurm_cluster, with_release=True)
+    plain = measure_restart(slurm_cluster, with_release=False)
+    print(
+        f"\nrestart after drain, drain -> RUNNING again: fleetctl (requeue, exclude, release) "
+        f"{with_release.seconds:.2f}s on {','.join(with_release.restarted_nodes)}; "
+        f"plain scontrol requeue {plain.seconds:.2f}s on {','.join(plain.restarted_nodes)} "
+        f"(requeue hold cred_expire={slurm_cluster.cred_expire_s or 120}s here, Slurm's default 120s)"
+    )
+
+    for measurement in (with_release, plain):
+        assert len(measurement.restarted_nodes) == 2
+        assert measurement.bad_node in measurement.first_nodes
+        assert measurement.bad_node not in measurement.restarted_nodes
+    # Released at once: the job never waited out Slurm's requeue hold, which the plain way does.
+    assert not with_release.held_for_begin_time
+    assert plain.held_for_begin_time
+
+
+def test_restart_job_pinned_to_the_bad_node_keeps_its_good_nodes(
+    slurm: SlurmScheduler, slurm_cluster: SlurmCluster
+) -> None:
+    job_id = slurm_cluster.sbatch("-N2", "-w", "node1,node2", "--wrap", "sleep 300")
+    wait_until_running(slurm, job_id)
+    slurm.drain("node1", "XID 79")
+
+    slurm.restart_job(job_id, exclude_nodes=["node1"])
+
+    restarted = wait_until_running(slurm, job_id)
+    assert "node1" not in restarted.nodes
+    assert "node2" in restarted.nodes
+    assert len(restarted.nodes) == 2
+
+
+def test_restart_job_twice_only_updates_the_pending_job(slurm: SlurmScheduler, slurm_cluster: SlurmCluster) -> None:
+    # Every node but node4 is busy, so the requeued job stays pending between the calls.
+    slurm_cluster.sbatch("-N3", "-w", "node1,node2,node3", "--wrap", "sleep 300")
+    job_id = slurm_cluster.sbatch("-N1", "--wrap", "sleep 300")
+    assert wait_until_running(slurm, job_id).nodes == ("node4",)
+    slurm.drain("node4", "XID 79")
+
+    slurm.restart_job(job_id, exclude_nodes=["node4"])
+    slurm.restart_job(job_id, exclude_nodes=["node3"])
+
+    job = slurm.job(job_id)
+    assert job.state == "pending"
+    excluded = slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%x").strip()
+    assert excluded == "node[3-4]"
+
+
+def test_unknown_node_and_job_raise_scheduler_error(slurm: SlurmScheduler) -> None:
+    with pytest.raises(SchedulerError, match="does not know node node9"):
+        slurm.node_state("node9")
+    with pytest.raises(SchedulerError, match="Invalid job id") as raised:
+        slurm.job("999999")
+    assert "\n" not in str(raised.value)
+
+
+def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmCluster, tmp_path) -> None:
+    conf = slurm_cluster.conf_path.read_text()
+    dead_port_conf = tmp_path / "slurm.conf"
+    dead_port_conf.write_text(
+        "\n".join(
+            "SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line for line in conf.splitlines()
+        )
+    )
+    slurm = SlurmScheduler(run=LocalCommandRunner(env={"SLURM_CONF": str(dead_port_conf)}))
+
+    with pytest.raises(SchedulerError, match="Unable to contact slurm controller") as raised:
+        slurm.jobs_on_node("node1")
+    assert "\n" not in str(raised.value)
