@@ -1,0 +1,166 @@
+"""InfiniBand: `ibstat` / `ibstatus` port listings and perftest `ib_write_bw` results."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
+from checks.profiles import GpuProfile
+from checks.result import CheckResult, Finding
+
+
+@dataclass
+class IbPort:
+    device: str
+    port: int
+    state: str  # Active, Down, Initializing, Armed, Polling ...
+    physical_state: str  # LinkUp, Polling, Disabled ...
+    rate_gbps: float | None
+    link_layer: str | None  # InfiniBand or Ethernet
+    firmware: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.device} port {self.port}"
+
+
+_CA = re.compile(r"^CA '(?P<device>[^']+)'")
+_IBSTAT_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
+_IBSTAT_PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
+_IBSTATUS_PORT = re.compile(r"^Infiniband device '(?P<device>[^']+)' port (?P<port>\d+) status:")
+
+
+def parse_ibstat(text: str) -> list[IbPort]:
+    """ibstat (CA blocks with indented Port sections) or ibstatus (one block per port)."""
+    ports: list[IbPort] = []
+    device = firmware = None
+    fields: dict[str, str] | None = None
+
+    def close_port():
+        if fields is not None:
+            ports.append(_port(device, fields, firmware))
+
+    port_no = 0
+    for line in text.splitlines():
+        if m := _CA.match(line):
+            close_port()
+            device, firmware, fields = m["device"], None, None
+        elif m := _IBSTATUS_PORT.match(line):
+            close_port()
+            device, port_no, fields, firmware = m["device"], int(m["port"]), {}, None
+        elif m := _IBSTAT_PORT.match(line):
+            close_port()
+            port_no, fields = int(m["port"]), {}
+        elif m := _IBSTAT_FIELD.match(line):
+            if fields is not None:
+                fields[m["key"].lower()] = m["value"]
+            elif m["key"] == "Firmware version":
+                firmware = m["value"]
+        if fields is not None:
+            fields["_port"] = str(port_no)
+    close_port()
+    return ports
+
+
+def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
+    for key in ("state", "physical state", "phys state", "rate"):
+        if key in fields and not fields[key]:
+            raise UnjudgeableOutput(f"{device}: empty {key!r}")
+    if "state" not in fields or not ({"physical state", "phys state"} & fields.keys()) or "rate" not in fields:
+        raise UnjudgeableOutput(f"{device} port {fields['_port']}: state, physical state or rate missing")
+    # ibstatus prints "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)"; ibstat "Active", "LinkUp", "400".
+    state = fields["state"].split(":")[-1].strip().capitalize()
+    physical = fields.get("physical state", fields.get("phys state", "")).split(":")[-1].strip()
+    rate = number(fields["rate"].split()[0])
+    return IbPort(device, int(fields["_port"]), state, physical, rate, fields.get("link layer", fields.get("link_layer")), firmware)
+
+
+# ---- ib_write_bw --------------------------------------------------------------------------
+
+_BW_HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(?P<unit>Gb/sec|MB/sec)\]\s+BW average\[(?:Gb/sec|MB/sec)\]")
+_PERFTEST_ERROR = re.compile(r"^\s*(?:Couldn't|Failed to|Unable to|Error|ERRNO|RDMA CM event error)", re.IGNORECASE)
+_DASHES = re.compile(r"^\s*-{20,}\s*$")
+
+
+@dataclass
+class IbWriteBwResult:
+    device: str | None
+    link_type: str | None
+    rows: list[tuple[int, float, float]]  # bytes, peak, average (Gb/s)
+    complete: bool
+    errors: list[str]
+
+
+def parse_ib_write_bw(text: str) -> IbWriteBwResult:
+    device = link = None
+    rows: list[tuple[int, float, float]] = []
+    errors: list[str] = []
+    scale, in_table, complete = 1.0, False, False
+    for line in lines_of(text):
+        if m := re.search(r"Device\s*:\s*(\S+)", line):
+            device = m[1]
+        if m := re.search(r"Link type\s*:\s*(\S+)", line):
+            link = m[1]
+        if _PERFTEST_ERROR.match(line):
+            errors.append(line.strip())
+        elif m := _BW_HEADER.match(line):
+            # Without --report_gbits perftest prints MB/sec with MB = 2^20 bytes.
+            scale, in_table = (1.0 if m["unit"] == "Gb/sec" else 8 * 2**20 / 1e9), True
+        elif in_table and _DASHES.match(line):
+            complete, in_table = bool(rows), False
+        elif in_table and line.strip():
+            cells = line.split()
+            if len(cells) < 4:
+                raise UnjudgeableOutput(f"short ib_write_bw row: {line.strip()!r}")
+            rows.append((integer(cells[0]), number(cells[2]) * scale, number(cells[3]) * scale))
+            number(cells[4]) if len(cells) > 4 else None  # MsgRate: read only to reject garbage
+    return IbWriteBwResult(device, link, rows, complete, errors)
+
+
+# ---- judgement ------------------------------------------------------------------------------
+
+
+def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
+    if "BW average" in text or "RDMA_Write BW Test" in text or _PERFTEST_ERROR.search(text) and "CA '" not in text:
+        return _judge_write_bw(text, profile)
+    ports = parse_ibstat(text)
+    if not ports:
+        raise UnjudgeableOutput("not ibstat, ibstatus or ib_write_bw output")
+    findings = []
+    for port in ports:
+        if port.state != "Active" or port.physical_state != "LinkUp":
+            findings.append(Finding(f"{port.state} / {port.physical_state} ({port.link_layer or 'link layer ?'})", port.name))
+        elif profile and port.link_layer in (None, "InfiniBand") and port.rate_gbps < profile.ib_rate_gbps:
+            findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {profile.ib_rate_gbps:g}", port.name))
+    ib_ports = [p for p in ports if p.link_layer in (None, "InfiniBand")]
+    metrics = {
+        "ports": len(ports),
+        "ib_ports": len(ib_ports),
+        "active_ports": sum(p.state == "Active" for p in ports),
+        "down_ports": [p.name for p in ports if p.state != "Active"],
+        "min_ib_rate_gbps": min((p.rate_gbps for p in ib_ports if p.state == "Active"), default=None),
+        "firmware_versions": sorted({p.firmware for p in ports if p.firmware}),
+    }
+    return verdict(findings, metrics, f"{metrics['active_ports']} of {len(ports)} ports Active/LinkUp")
+
+
+def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
+    run = parse_ib_write_bw(text)
+    metrics = {
+        "bw_avg_gbps": run.rows[-1][2] if run.rows else None,
+        "bw_peak_gbps": run.rows[-1][1] if run.rows else None,
+        "msg_size_bytes": run.rows[-1][0] if run.rows else None,
+        "device": run.device,
+        "link_type": run.link_type,
+    }
+    if run.errors and not run.complete:
+        return verdict([Finding(f"ib_write_bw failed: {run.errors[0]}", run.device)], metrics, "")
+    if not run.rows:
+        raise UnjudgeableOutput("ib_write_bw printed no bandwidth rows")
+    if not run.complete:
+        raise UnjudgeableOutput("ib_write_bw table not closed: the run was cut short")
+    findings = []
+    if profile and (f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)):
+        findings.append(f)
+    return verdict(findings, metrics, f"ib_write_bw average {metrics['bw_avg_gbps']:g} Gb/s on {run.device}")

@@ -1,0 +1,103 @@
+"""`fleetctl check`: the check catalog, and judging a saved tool output offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fleetctl.cli.output import (
+    EXIT_CHECK_ERROR,
+    EXIT_CHECK_FAILED,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    OutputFormat,
+    emit,
+    fail,
+    simple_table,
+)
+
+app = typer.Typer(help="Node checks: what runs on a node, and how its output is judged.", no_args_is_help=True)
+
+_EXIT_BY_STATUS = {"pass": 0, "warn": 0, "fail": EXIT_CHECK_FAILED, "error": EXIT_CHECK_ERROR}
+
+
+@app.command("list")
+def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
+    """List the checks: name, tool, kind of parser, typical duration."""
+    from checks.catalog import CHECKS
+
+    rows = [
+        {
+            "name": spec.name,
+            "tool": spec.argv[0] if spec.argv[0] != "sh" else spec.argv[2].split()[0],
+            "kind": spec.kind,
+            "typical_duration_s": spec.typical_duration_s,
+            "argv": list(spec.argv),
+            "description": spec.description,
+        }
+        for spec in CHECKS.values()
+    ]
+
+    def table(data, wide):
+        columns = ["NAME", "TOOL", "KIND", "TYPICAL"] + (["COMMAND"] if wide else [])
+        return simple_table(
+            None,
+            columns,
+            [
+                [r["name"], r["tool"], r["kind"], _duration(r["typical_duration_s"])]
+                + ([" ".join(r["argv"])] if wide else [])
+                for r in data
+            ],
+        )
+
+    emit(rows, output, table)
+
+
+@app.command("parse")
+def parse(
+    kind: str = typer.Argument(..., help="nccl, hpl, dcgm, nvidia-smi, xid, ib or firmware"),
+    file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Judge a saved tool output. Exit 0 pass/warn, 3 fail, 4 unjudgeable, 2 usage error."""
+    from checks import KINDS, judge, profile_names
+
+    if kind not in KINDS:
+        fail(f"unknown check kind {kind!r}; use one of: {', '.join(KINDS)}", EXIT_USAGE)
+    if profile is not None and profile not in profile_names():
+        fail(f"unknown GPU profile {profile!r}; known: {', '.join(profile_names())}", EXIT_USAGE)
+    text = _read(file)
+    result = judge(kind, text, profile).to_dict()
+
+    def table(data, wide):
+        rows = [["status", data["status"]], ["reason", data["reason"]]]
+        rows += [[key, _short(value)] for key, value in data["metrics"].items() if wide or not isinstance(value, (list, dict))]
+        rows += [[f"finding ({f['severity']})", f"{f['where']}: {f['what']}" if f["where"] else f["what"]] for f in data["findings"]]
+        return simple_table(f"{kind} check", ["FIELD", "VALUE"], rows)
+
+    emit(result, output, table)
+    raise typer.Exit(_EXIT_BY_STATUS[result["status"]])
+
+
+def _read(file: Path) -> str:
+    if str(file) == "-":
+        import sys
+
+        return sys.stdin.read()
+    try:
+        return file.read_text(errors="replace")
+    except FileNotFoundError:
+        fail(f"no such file: {file}", EXIT_USAGE)
+    except (IsADirectoryError, PermissionError) as exc:
+        fail(f"cannot read {file}: {exc.strerror}", EXIT_USAGE)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:g}s" if seconds < 120 else f"{seconds / 60:g}m"
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 100 else text[:97] + "..."
