@@ -1,0 +1,139 @@
+"""The capacity guard's decisions, as pure functions over a snapshot of the fleet.
+
+Every automated removal of a node from production asks first. The guard says no when the
+removal would take more of the fleet (or of one rack) out than is safe, and it stops all
+automated removals when failures arrive as a storm: many nodes failing at once usually have
+one shared cause (a switch, a driver roll-out, the checker itself), and draining them all
+would turn a checker bug into an outage. A critical fault (the GPU is already gone) is
+counted but never held back: refusing to drain a node that has lost its GPU protects nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# States whose nodes belong to the serving fleet (in it, or taken out of it for repair).
+SERVING_FLEET_STATES = ("production", "draining", "maintenance", "rma")
+UNAVAILABLE_STATES = ("draining", "maintenance", "rma")
+
+
+@dataclass
+class GuardPolicy:
+    max_unavailable_fleet: float = 0.10
+    max_unavailable_rack: float = 0.25
+    # The breaker opens when more than this fraction of production nodes fail within the window.
+    storm_fraction: float = 0.20
+    storm_window_s: float = 600.0
+
+
+@dataclass
+class RackCounts:
+    serving: int = 0  # nodes of the rack in SERVING_FLEET_STATES
+    unavailable: int = 0
+    production: int = 0
+
+
+@dataclass
+class FleetSnapshot:
+    racks: dict[str, RackCounts] = field(default_factory=dict)
+
+    @property
+    def serving(self) -> int:
+        return sum(r.serving for r in self.racks.values())
+
+    @property
+    def unavailable(self) -> int:
+        return sum(r.unavailable for r in self.racks.values())
+
+    @property
+    def production(self) -> int:
+        return sum(r.production for r in self.racks.values())
+
+
+@dataclass
+class RemovalRequest:
+    node: str
+    rack: str
+    reason: str
+    actor: str
+    critical: bool = False  # the node has already lost its GPU (XID 79, uncorrectable ECC...)
+    force: bool = False  # an operator's override, recorded
+    request_id: str = ""
+
+
+@dataclass
+class RemovalDecision:
+    node: str
+    granted: bool
+    reason: str
+    # Set when this request is the one that opened the breaker.
+    breaker_opened: bool = False
+
+
+def allowed_unavailable(total: int, fraction: float) -> int:
+    """At least one node may always be out, or a small fleet could never be repaired."""
+    return max(1, math.floor(total * fraction)) if total else 0
+
+
+def decide(
+    policy: GuardPolicy,
+    snapshot: FleetSnapshot,
+    request: RemovalRequest,
+    recent_failures: list[float],
+    now: float,
+    breaker_open: bool,
+    pending_grants: int = 0,
+    pending_in_rack: int = 0,
+) -> RemovalDecision:
+    """Whether `request` may take its node out of production.
+
+    `recent_failures` are the times of earlier failure reports (this one not included);
+    `pending_grants` are removals granted but not yet visible in the snapshot.
+    """
+    if request.force:
+        return RemovalDecision(request.node, True, f"forced by {request.actor}")
+    if request.critical:
+        return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity")
+    if breaker_open:
+        return RemovalDecision(request.node, False, "automation paused: the circuit breaker is open")
+    window_start = now - policy.storm_window_s
+    failures_in_window = sum(1 for t in recent_failures if t >= window_start) + 1
+    storm_limit = snapshot.production * policy.storm_fraction
+    if failures_in_window > storm_limit and snapshot.production:
+        return RemovalDecision(
+            request.node, False,
+            f"storm: {failures_in_window} failures in {policy.storm_window_s / 60:.0f} min exceed "
+            f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened",
+            breaker_opened=True,
+        )
+    fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
+    if snapshot.unavailable + pending_grants + 1 > fleet_limit:
+        return RemovalDecision(
+            request.node, False,
+            f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
+            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%})",
+        )
+    rack = snapshot.racks.get(request.rack, RackCounts())
+    rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
+    if rack.unavailable + pending_in_rack + 1 > rack_limit:
+        return RemovalDecision(
+            request.node, False,
+            f"rack limit: {rack.unavailable + pending_in_rack} of {rack.serving} in {request.rack or 'the rack'} "
+            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%})",
+        )
+    return RemovalDecision(request.node, True, "within limits")
+
+
+def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:
+    """Build a snapshot from (rack, state) pairs."""
+    snap = FleetSnapshot()
+    for rack, state in nodes:
+        counts = snap.racks.setdefault(rack, RackCounts())
+        if state in SERVING_FLEET_STATES:
+            counts.serving += 1
+        if state in UNAVAILABLE_STATES:
+            counts.unavailable += 1
+        if state == "production":
+            counts.production += 1
+    return snap

@@ -1,0 +1,80 @@
+"""The capacity guard's decisions and health-event escalation, with synthetic clocks."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
+from fleetctl.health import DAY_S, judge_health_event
+
+POLICY = GuardPolicy()
+
+
+def fleet(production: int, racks: int = 4, unavailable: dict[int, int] | None = None):
+    pairs = []
+    for i in range(production):
+        pairs.append((f"r{i % racks}", "production"))
+    for rack, count in (unavailable or {}).items():
+        pairs += [(f"r{rack}", "maintenance")] * count
+    return snapshot_from_states(pairs)
+
+
+def req(node="n", rack="r0", **kw):
+    return RemovalRequest(node=node, rack=rack, reason="check failed", actor="sweep", **kw)
+
+
+@pytest.mark.parametrize(
+    "snapshot,request_,failures,breaker,granted,reason",
+    [
+        (fleet(20), req(), [], False, True, "within limits"),
+        (fleet(18, unavailable={1: 2}), req(), [], False, False, "fleet limit: 2 of 20"),
+        (fleet(19, unavailable={0: 1}), req(), [], False, False, "rack limit: 1 of 6"),
+        (fleet(19, unavailable={0: 1}), req(rack="r1"), [], False, True, "within limits"),
+        (fleet(20), req(), [], True, False, "breaker is open"),
+        (fleet(20), req(), [100.0] * 4, False, False, "storm: 5 failures"),
+        (fleet(20), req(), [100.0 - 601] * 4, False, True, "within limits"),  # old failures age out
+        (fleet(18, unavailable={0: 2}), req(critical=True), [], True, True, "critical fault"),
+        (fleet(18, unavailable={0: 2}), req(force=True), [], True, True, "forced by sweep"),
+        (fleet(3), req(), [], False, False, "storm: 1 failures"),  # 1 > 20% of 3
+        (fleet(10), req(), [], False, True, "within limits"),  # at least one node may be out
+    ],
+)
+def test_decide(snapshot, request_, failures, breaker, granted, reason) -> None:
+    d = decide(POLICY, snapshot, request_, failures, now=100.0, breaker_open=breaker)
+    assert d.granted is granted and reason in d.reason
+
+
+def test_pending_grants_count_against_the_limit() -> None:
+    d = decide(POLICY, fleet(20), req(rack="r2"), [], 0.0, False, pending_grants=2)
+    assert not d.granted and "fleet limit" in d.reason
+
+
+def test_storm_of_forty_percent_drains_no_more_than_the_limit() -> None:
+    """8 of 20 nodes report failures at once: 2 granted, then capacity, then the breaker."""
+    snapshot, failures, breaker, granted = fleet(20), [], False, []
+    for i in range(8):
+        d = decide(POLICY, snapshot, req(node=f"n{i}", rack=f"r{i % 4}"), failures, 0.0, breaker,
+                   pending_grants=len(granted), pending_in_rack=sum(1 for g in granted if g % 4 == i % 4))
+        failures.append(0.0)
+        breaker = breaker or d.breaker_opened
+        if d.granted:
+            granted.append(i)
+    assert len(granted) == 2 and breaker
+
+
+def test_critical_xid_drains_now() -> None:
+    v = judge_health_event(79, [], 0.0)
+    assert v.drain_now and v.severity == "critical" and not v.escalated
+
+
+def test_repeated_warning_xid_escalates_within_the_window_only() -> None:
+    now = 10 * DAY_S
+    assert not judge_health_event(94, [now - 100], now).drain_now
+    v = judge_health_event(94, [now - 100, now - 200], now)
+    assert v.drain_now and v.escalated
+    # the same repeats spread over more than a day do not
+    assert not judge_health_event(94, [now - 1.5 * DAY_S, now - 3 * DAY_S], now).drain_now
+
+
+def test_application_errors_never_escalate() -> None:
+    assert not judge_health_event(13, [1.0, 2.0, 3.0], 4.0).drain_now
