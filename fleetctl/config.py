@@ -20,6 +20,8 @@ ENV_VARS = {
     "task_queue": "FLEETCTL_TASK_QUEUE",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
+    "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
+    "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "sim_seed": "FLEETCTL_SIM_SEED",
 }
@@ -51,6 +53,9 @@ class Settings:
     operator: str = ""
     known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_keys: bool = False
+    ssh_key_file: str = ""
+    # A directory of suite YAML files that add to or replace the shipped ones.
+    suites_dir: str = ""
     # Simulated nodes: 1.0 runs checks for their real typical duration, 0 makes them instant.
     sim_time_scale: float = 0.0
     sim_seed: int = 0

@@ -1,0 +1,33 @@
+"""Faults injected into simulated nodes: written by `fleetctl sim inject`, read by the worker."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, delete, select
+
+from fleetctl.db.models import SimFault
+
+
+def add_fault(engine: Engine, node: str, kind: str, gpu: int | None = None, not_before: float = 0.0,
+              rate_per_hour: float | None = None, seed: int = 0) -> SimFault:
+    with Session(engine) as session:
+        fault = SimFault(node_name=node, kind=kind, gpu=gpu, not_before=not_before, rate_per_hour=rate_per_hour, seed=seed)
+        session.add(fault)
+        session.commit()
+        session.refresh(fault)
+        return fault
+
+
+def clear_faults(engine: Engine, node: str, kind: str | None = None) -> int:
+    with Session(engine) as session:
+        query = delete(SimFault).where(SimFault.node_name == node)
+        if kind:
+            query = query.where(SimFault.kind == kind)
+        count = session.exec(query).rowcount  # type: ignore[call-overload]
+        session.commit()
+        return count
+
+
+def faults_for(engine: Engine, node: str) -> list[SimFault]:
+    with Session(engine) as session:
+        return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(SimFault.id)))

@@ -1,0 +1,57 @@
+"""Which executor reaches a node: `sim://` addresses go to the simulated node, everything
+else over SSH. One SSH executor per process, so its connection pool and concurrency limit
+cover every check the worker runs."""
+
+from __future__ import annotations
+
+import threading
+
+from fleetctl.config import Settings
+from fleetctl.executors.base import Executor, NodeTarget
+
+SIM_SCHEME = "sim://"
+
+
+def target_for(node) -> NodeTarget:
+    """The NodeTarget of a `nodes` row."""
+    return NodeTarget(name=node.name, address=node.address, user=node.ssh_user, profile=node.profile)
+
+
+class ExecutorRegistry:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._ssh: Executor | None = None
+        self._sim: Executor | None = None
+
+    def for_target(self, target: NodeTarget) -> Executor:
+        with self._lock:
+            if target.address.startswith(SIM_SCHEME):
+                if self._sim is None:
+                    self._sim = self._make_sim()
+                return self._sim
+            if self._ssh is None:
+                from fleetctl.executors.ssh import SshExecutor
+
+                self._ssh = SshExecutor(known_hosts=self.settings.known_hosts,
+                                        accept_new_host_keys=self.settings.accept_new_host_keys,
+                                        key_file=self.settings.ssh_key_file or None)
+            return self._ssh
+
+    def _make_sim(self) -> Executor:
+        from fleetctl.db.engine import get_engine
+        from fleetctl.db.sim import faults_for
+        from fleetctl.executors.sim import SimExecutor, SimFaultSpec
+
+        engine = get_engine(self.settings.db_url)
+
+        def specs(name: str) -> list[SimFaultSpec]:
+            return [SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour,
+                                 seed=f.seed) for f in faults_for(engine, name)]
+
+        return SimExecutor(faults_for=specs, seed=self.settings.sim_seed, time_scale=self.settings.sim_time_scale)
+
+    def close(self) -> None:
+        for executor in (self._ssh, self._sim):
+            if executor is not None:
+                executor.close()
