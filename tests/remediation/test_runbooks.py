@@ -1,0 +1,173 @@
+"""Runbook model: loading, validation errors, matching, the sandbox, escalation."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleetctl.runbooks import (
+    EscalationPolicy,
+    Event,
+    RunbookError,
+    TemplateRefused,
+    evaluate,
+    load_runbooks,
+    parse_duration,
+    parse_runbook,
+    render,
+    runbook_for,
+    trigger_towards,
+)
+
+SHIPPED = load_runbooks()
+
+GOOD = """
+name: demo
+match: {xid: [79]}
+steps:
+  - action: drain
+  - action: wait
+    name: pause
+    with: {duration: 5m}
+  - action: set_state
+    when: "steps.pause.status == 'passed'"
+    with: {state: burn_in}
+"""
+
+
+def test_shipped_runbooks_cover_the_issue() -> None:
+    assert {"xid-79-fallen-off-bus", "ecc-uncorrectable-rma", "row-remap-pending", "nvlink-straggler",
+            "thermal-throttling", "ib-port-down", "escalation-ladder"} <= set(SHIPPED)
+
+
+def test_a_good_runbook_loads_with_defaults() -> None:
+    book = parse_runbook(GOOD, "demo.yaml")
+    assert [s.name for s in book.steps] == ["0-drain", "pause", "2-set_state"]
+    assert book.steps[0].params == {"reason": "runbook {{ runbook }}: {{ event.summary }}"}
+    assert book.steps[2].on_failure == "stop"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("name: x\nmatch: {xid: [1]}\nsteps: [", "bad.yaml: not valid YAML at line"),
+        ("- a", "bad.yaml: expected a mapping"),
+        ("name: Bad Name\nmatch: {xid: [1]}\nsteps: [{action: drain}]", "bad.yaml: name 'Bad Name'"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: []", "bad.yaml: steps must be a non-empty list"),
+        ("name: x\nmatch: {xid: ['79']}\nsteps: [{action: drain}]", "bad.yaml: match: xid must be a list"),
+        ("name: x\nmatch: {checks: [{name: a, finding: '('}]}\nsteps: [{action: drain}]", "finding is not a regex"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain}, {action: explode}]",
+         "bad.yaml: step 1 (explode): unknown action 'explode'"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait}]", "bad.yaml: step 0 (wait): wait needs parameter 'duration'"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait, with: {duration: soon}}]", "parameter duration: not a duration"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, with: {force: true}}]", "drain takes no parameter 'force'"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: set_state, with: {state: retired}}]", "operator-only state"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, name: a}, {action: drain, name: a}]", "step 1 (a): step name 'a' is used twice"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, on_failure: retry}]", "on_failure must be one of"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, when: 'steps.a.status =='}]", "template does not parse"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: notify, with: {message: '{{ x'}}]", "step 0 (notify): template does not parse"),
+    ],
+)
+def test_malformed_runbooks_name_file_step_and_reason(text: str, message: str) -> None:
+    with pytest.raises(RunbookError) as info:
+        parse_runbook(text, "bad.yaml")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+ESCAPES = [
+    "{{ ''.__class__.__mro__ }}",
+    "{{ ''['__class__'] }}",
+    "{{ cycler.__init__.__globals__ }}",
+    "{{ self._TemplateReference__context }}",
+    "{% include '/etc/passwd' %}",
+    "{% import 'os' as os %}",
+    "{% extends '/etc/passwd' %}",
+    "{% from 'x' import y %}",
+]
+
+
+@pytest.mark.parametrize("template", ESCAPES)
+def test_sandbox_escapes_are_refused_at_load_time(template: str) -> None:
+    text = f"name: x\nmatch: {{xid: [1]}}\nsteps:\n  - action: notify\n    with: {{message: {template!r}}}\n"
+    with pytest.raises(TemplateRefused, match=r"bad\.yaml: step 0 \(notify\): "):
+        parse_runbook(text, "bad.yaml")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ (node|attr('__class__')) }}",  # dynamic attribute names slip past the static check
+        "{{ node.items.__self__ }}",
+        "{{ cycler }}",
+        "{{ range(3) }}",
+        "{{ 'x' * 100000000 }}",
+        "{{ 2 ** 100000 }}",
+        "{{ node.update({'name': 'evil'}) }}",
+    ],
+)
+def test_sandbox_refuses_at_render_time(template: str) -> None:
+    with pytest.raises(TemplateRefused):
+        render(template, {"node": {"name": "n1"}})
+
+
+def test_render_and_evaluate() -> None:
+    ctx = {"node": {"name": "gpu-01"}, "steps": {"reset": {"status": "failed"}}, "event": {"summary": "XID 79"}}
+    assert render("{{ node.name }}: {{ event.summary | lower }}", ctx) == "gpu-01: xid 79"
+    assert evaluate("steps.reset.status != 'passed'", ctx) is True
+    with pytest.raises(TemplateRefused, match="no attribute 'later'"):
+        evaluate("steps.later.status == 'passed'", ctx)
+
+
+@pytest.mark.parametrize(
+    "event, expected",
+    [
+        (Event("xid", code=79), "xid-79-fallen-off-bus"),
+        (Event("xid", code=64), "ecc-uncorrectable-rma"),
+        (Event("xid", code=63), "row-remap-pending"),
+        (Event("xid", code=74), "nvlink-straggler"),
+        (Event("xid", code=119), "escalation-ladder"),
+        (Event("xid", code=9999), "escalation-ladder"),  # fallback
+        (Event("check", check="nvidia-smi-query", status="fail", message="row remapping failed: RMA the GPU"), "ecc-uncorrectable-rma"),
+        (Event("check", check="nvidia-smi-query", status="warn", message="row remap pending: reset the GPU"), "row-remap-pending"),
+        (Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"), "thermal-throttling"),
+        (Event("check", check="nvidia-smi-query", status="fail", message="GPU unreachable: Unable to determine"), "xid-79-fallen-off-bus"),
+        (Event("check", check="ib-ports", status="fail", message="Down / Polling"), "ib-port-down"),
+        (Event("check", check="nccl-allreduce", status="warn", message="busbw 310 GB/s is 20% below peers"), "nvlink-straggler"),
+        (Event("check", check="ib-ports", status="pass"), "escalation-ladder"),
+        (Event("manual", message="operator"), None),
+    ],
+)
+def test_event_matching(event: Event, expected: str | None) -> None:
+    book = runbook_for(SHIPPED.values(), event)
+    assert (book.name if book else None) == expected
+
+
+def test_finding_text_is_matched_too() -> None:
+    event = Event("check", check="nvidia-smi-q", status="fail", message="1 GPU failed")
+    assert runbook_for(SHIPPED.values(), event, "GPU 3: row remapping failed: RMA the GPU").name == "ecc-uncorrectable-rma"
+
+
+@pytest.mark.parametrize(
+    "current, target, trigger",
+    [("maintenance", "burn_in", "begin_burn_in"), ("maintenance", "rma", "send_to_rma"),
+     ("production", "draining", "drain"), ("maintenance", "production", None), ("rma", "burn_in", "begin_burn_in")],
+)
+def test_trigger_towards(current: str, target: str, trigger: str | None) -> None:
+    assert trigger_towards(current, target) == trigger
+
+
+@pytest.mark.parametrize(
+    "days_ago, lemon",
+    [([0], False), ([0, 1], False), ([0, 1, 6.9], True), ([0, 1, 7.5], False), ([0, 3, 5, 20], True)],
+)
+def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    history = [now - timedelta(days=d) for d in days_ago]
+    assert EscalationPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("2h", 7200), ("7d", 604800), (90, 90), ("1.5m", 90)])
+def test_durations(text, seconds) -> None:
+    assert parse_duration(text) == seconds
