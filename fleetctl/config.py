@@ -24,6 +24,9 @@ ENV_VARS = {
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "sim_seed": "FLEETCTL_SIM_SEED",
+    "slurm_conf": "SLURM_CONF",
+    "kubeconfig": "KUBECONFIG",
+    "kube_context": "FLEETCTL_KUBE_CONTEXT",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 
@@ -59,6 +62,11 @@ class Settings:
     # Simulated nodes: 1.0 runs checks for their real typical duration, 0 makes them instant.
     sim_time_scale: float = 0.0
     sim_seed: int = 0
+    # Schedulers: the slurm.conf Slurm's commands read (empty: Slurm's own default), and the
+    # kubeconfig and context for the Kubernetes API (empty: kubectl's defaults).
+    slurm_conf: str = ""
+    kubeconfig: str = ""
+    kube_context: str = ""
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
