@@ -76,7 +76,9 @@ def _from_json(documents: list[dict]) -> tuple[dict[str, str], list[Finding]]:
 
 def _nvfwupd_row(name: str, system: str, package: str, up_to_date: str, components: dict, findings: list) -> None:
     components[name] = system
-    if up_to_date.strip() == "No" and package.strip() not in ("N/A", ""):
+    # nvfwupd also says "No" for a component absent from the package, or (seen on DGX
+    # BMCs) for one already at the package's version; only a real difference counts.
+    if up_to_date.strip() == "No" and package.strip() not in ("N/A", "", system.strip()):
         findings.append(Finding(f"runs {system}, package has {package}", name, "warn"))
 
 

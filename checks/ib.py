@@ -79,7 +79,7 @@ def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
 # ---- ib_write_bw --------------------------------------------------------------------------
 
 _BW_HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(?P<unit>Gb/sec|MB/sec)\]\s+BW average\[(?:Gb/sec|MB/sec)\]")
-_PERFTEST_ERROR = re.compile(r"^\s*(?:Couldn't|Failed to|Unable to|Error|ERRNO|RDMA CM event error)", re.IGNORECASE)
+_PERFTEST_ERROR = re.compile(r"^\s*(?:Couldn't|Failed to|Unable to|Error|ERRNO|RDMA CM event error)", re.I | re.M)
 _DASHES = re.compile(r"^\s*-{20,}\s*$")
 
 
@@ -122,7 +122,8 @@ def parse_ib_write_bw(text: str) -> IbWriteBwResult:
 
 
 def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
-    if "BW average" in text or "RDMA_Write BW Test" in text or _PERFTEST_ERROR.search(text) and "CA '" not in text:
+    is_ibstat = "CA '" in text or "Infiniband device '" in text
+    if "BW average" in text or "RDMA_Write BW Test" in text or (_PERFTEST_ERROR.search(text) and not is_ibstat):
         return _judge_write_bw(text, profile)
     ports = parse_ibstat(text)
     if not ports:

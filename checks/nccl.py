@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding, Status
+from checks.result import CheckResult, Finding
 
 # Bus bandwidth only approaches the link limit at large messages; below this the absolute
 # floor in a profile means nothing (NVIDIA's nccl-tests PERFORMANCE.md reports at >= 1 GiB).
@@ -151,6 +151,8 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
     if profile is not None:
         if len(run.hosts) > 1:
             reason += f"; {len(run.hosts)}-node run, single-node floor of {profile.name} not applied"
+        elif run.collective not in (None, "all_reduce_perf"):
+            reason += f"; the {profile.name} floor is for all_reduce_perf, not {run.collective}"
         elif largest.size_bytes < MIN_SIZE_FOR_BANDWIDTH_BYTES:
             reason += "; largest size under 1 GiB, bandwidth floor not applied"
         elif finding := profile.nccl_allreduce_busbw_gbps.judge(
@@ -176,4 +178,3 @@ def _metrics(run: NcclPerfResult) -> dict:
     }
 
 
-__all__ = ["NcclPerfResult", "NcclRow", "judge_nccl", "parse_nccl", "Status"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from checks._text import verdict
+from checks._text import UnjudgeableOutput, verdict
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
 
@@ -99,6 +99,8 @@ _FINDING_SEVERITY = {"critical": "fail", "warning": "warn", "info": "info"}
 
 def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
     del profile  # XIDs mean the same on every GPU model
+    if not any(_TIMESTAMP.match(line) or "NVRM:" in line for line in text.splitlines()):
+        raise UnjudgeableOutput("not a kernel log (no dmesg or journal lines)")
     events = parse_xid_lines(text)
     findings, worst_action = [], None
     seen: set[tuple[str, int]] = set()

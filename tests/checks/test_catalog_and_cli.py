@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from checks import KINDS
+from checks.catalog import CHECKS, CheckSpec
+from fleetctl.cli.check import app
+from tests.checks.conftest import FIXTURES
+
+runner = CliRunner()
+
+
+def test_catalog_has_the_agreed_checks():
+    required = {"nvidia-smi-query", "nvidia-smi-q", "xid-scan", "dcgm-r1", "dcgm-r2", "dcgm-r3", "nccl-allreduce",
+                "hpl", "ib-ports", "ib-bw", "firmware-inventory"}
+    assert required <= set(CHECKS)
+    for name, spec in CHECKS.items():
+        assert isinstance(spec, CheckSpec) and spec.name == name and spec.kind in KINDS
+        assert spec.argv and all(isinstance(a, str) for a in spec.argv) and spec.typical_duration_s > 0
+    assert CHECKS["nccl-allreduce"].argv == ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8")
+
+
+def test_check_list_json():
+    result = runner.invoke(app, ["list", "-o", "json"])
+    assert result.exit_code == 0
+    rows = json.loads(result.output)
+    assert {r["name"] for r in rows} == set(CHECKS)
+    assert {"name", "tool", "kind", "typical_duration_s"} <= set(rows[0])
+
+
+def test_check_list_table():
+    result = runner.invoke(app, ["list"])
+    assert result.exit_code == 0 and "nccl-allreduce" in result.output
+
+
+@pytest.mark.parametrize(
+    ("kind", "fixture", "profile", "code", "status"),
+    [
+        ("nccl", "nccl/8xh100_full_sweep_ok.txt", "h100-sxm", 0, "pass"),
+        ("nccl", "nccl/8xh100_slow_warn.txt", "h100-sxm", 0, "warn"),
+        ("nccl", "nccl/8xh100_slow_fail.txt", "h100-sxm", 3, "fail"),
+        ("nccl", "nccl/8xh100_hung_no_footer_error.txt", None, 4, "error"),
+        ("hpl", "hpl/nvidia_8xh100_ok.txt", "h100-sxm", 0, "pass"),
+        ("xid", "xid/journal_xid79_nvlink_fail.txt", None, 3, "fail"),
+        ("dcgm", "dcgm/r1_json_ok.txt", None, 0, "pass"),
+        ("nvidia-smi", "nvidia_smi/csv_8xh100_ok.txt", "h100-sxm", 0, "pass"),
+        ("ib", "ib/ibstat_some_down_fail.txt", None, 3, "fail"),
+        ("firmware", "firmware/redfish_collection_only_error.txt", None, 4, "error"),
+    ],
+)
+def test_check_parse_exit_codes_and_json(kind, fixture, profile, code, status):
+    args = ["parse", kind, str(FIXTURES / fixture), "-o", "json"] + (["--profile", profile] if profile else [])
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == status and {"status", "metrics", "findings", "reason"} <= set(data)
+
+
+def test_check_parse_required_metric_keys():
+    nccl = json.loads(runner.invoke(app, ["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "-o", "json"]).stdout)
+    assert {"busbw_gbps", "avg_busbw_gbps", "wrong"} <= set(nccl["metrics"])
+    hpl = json.loads(runner.invoke(app, ["parse", "hpl", str(FIXTURES / "hpl/nvidia_8xh100_ok.txt"), "-o", "json"]).stdout)
+    assert {"gflops", "gflops_per_gpu", "residual_passed"} <= set(hpl["metrics"])
+    xid = json.loads(runner.invoke(app, ["parse", "xid", str(FIXTURES / "xid/dmesg_T_xid119_gsp_fail.txt"), "-o", "json"]).stdout)
+    assert xid["metrics"]["xids"] == [119] and xid["metrics"]["action"] == "reset_gpu"
+
+
+def test_check_parse_table_output():
+    result = runner.invoke(app, ["parse", "ib", str(FIXTURES / "ib/ibstat_h100_ndr_ok.txt")])
+    assert result.exit_code == 0 and "pass" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["parse", "bogus", "x.txt"], "unknown check kind"),
+        (["parse", "nccl", "/nonexistent/out.txt"], "no such file"),
+        (["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "--profile", "h900"], "unknown GPU profile"),
+    ],
+)
+def test_check_parse_usage_errors(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.stderr and result.stderr.count("\n") == 1

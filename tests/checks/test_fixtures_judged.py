@@ -1,0 +1,163 @@
+"""Every fixture output, healthy, degraded and failing, judged as an operator would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from checks import KINDS, CheckResult, Status, judge
+from tests.checks.conftest import FIXTURES, fixture_text
+
+H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
+PASS, WARN, FAIL, ERROR = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR
+
+# (fixture, kind, profile, expected status)
+CASES = [
+    # nccl-tests: header versions, prefixes, validation modes, collectives, deaths and hangs
+    ("nccl/8xh100_full_sweep_ok.txt", "nccl", H100, PASS),
+    ("nccl/8xh200_218_header_ok.txt", "nccl", H200, PASS),
+    ("nccl/8xh100_srun_prefix_info_noise_ok.txt", "nccl", H100, PASS),
+    ("nccl/8xh100_mpirun_tag_output_ok.txt", "nccl", H100, PASS),
+    ("nccl/2x8xh100_validation_off_ok.txt", "nccl", H100, PASS),
+    ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, PASS),
+    ("nccl/8xh100_all_gather_ok.txt", "nccl", H100, PASS),
+    ("nccl/a100_old_error_column_ok.txt", "nccl", A100, PASS),
+    ("nccl/8xh100_slow_warn.txt", "nccl", H100, WARN),
+    ("nccl/8xh100_slow_fail.txt", "nccl", H100, FAIL),
+    ("nccl/2node_wrong_gformat_fail.txt", "nccl", None, FAIL),
+    ("nccl/a100_old_error_column_oob_fail.txt", "nccl", A100, FAIL),
+    ("nccl/dgxh100_hang_with_wrong_fail.txt", "nccl", None, FAIL),
+    ("nccl/8xh100_cuda_failure_fail.txt", "nccl", H100, FAIL),
+    ("nccl/multinode_nccl_failure_fail.txt", "nccl", None, FAIL),
+    ("nccl/8xh100_hung_no_footer_error.txt", "nccl", H100, ERROR),
+    # HPL: NVIDIA and netlib layouts, noise, residual verdicts
+    ("hpl/nvidia_8xh100_ok.txt", "hpl", H100, PASS),
+    ("hpl/nvidia_8xh100_progress_and_nccl_noise_ok.txt", "hpl", H100, PASS),
+    ("hpl/nvidia_a100_1gpu_ok.txt", "hpl", A100, PASS),
+    ("hpl/netlib_cpu_ok.txt", "hpl", None, PASS),
+    ("hpl/nvidia_8xh100_slow_warn.txt", "hpl", H100, WARN),
+    ("hpl/nvidia_h100_result_row_only_warn.txt", "hpl", H100, WARN),
+    ("hpl/nvidia_8xh100_slow_fail.txt", "hpl", H100, FAIL),
+    ("hpl/nvidia_8xh100_residual_failed_fail.txt", "hpl", H100, FAIL),
+    ("hpl/netlib_two_runs_failed_fail.txt", "hpl", None, FAIL),
+    ("hpl/intel_residual_failed_fail.txt", "hpl", None, FAIL),
+    # dcgmi diag: text (2.x and 3.x naming, both dividers, wrapped rows) and JSON
+    ("dcgm/r2_a100_text_ok.txt", "dcgm", A100, PASS),
+    ("dcgm/r2_h100_text_ok.txt", "dcgm", H100, PASS),
+    ("dcgm/r4_dcgm2_blacklist_text_ok.txt", "dcgm", None, PASS),
+    ("dcgm/r1_json_ok.txt", "dcgm", H100, PASS),
+    ("dcgm/r1_json_stray_line_ok.txt", "dcgm", None, PASS),
+    ("dcgm/r2_gpu3_warn_text.txt", "dcgm", None, WARN),
+    ("dcgm/r3_json_gpu5_warn.txt", "dcgm", None, WARN),
+    ("dcgm/r2_pcie_fail_text.txt", "dcgm", None, FAIL),
+    ("dcgm/r3_gpu_memory_fail_text.txt", "dcgm", None, FAIL),
+    ("dcgm/r2_remap_error_and_gpu0_fail_text.txt", "dcgm", None, FAIL),
+    ("dcgm/r3_json_gpu5_fail.txt", "dcgm", None, FAIL),
+    ("dcgm/r2_cut_short_error.txt", "dcgm", None, ERROR),
+    ("dcgm/r3_json_cut_error.txt", "dcgm", None, ERROR),
+    # nvidia-smi: CSV query and -q
+    ("nvidia_smi/csv_8xh100_ok.txt", "nvidia-smi", H100, PASS),
+    ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
+    ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", H100, PASS),
+    ("nvidia_smi/q_rtx4090_power_cap_ok.txt", "nvidia-smi", None, PASS),
+    ("nvidia_smi/csv_8xh100_hot_warn.txt", "nvidia-smi", H100, WARN),
+    ("nvidia_smi/csv_8xh100_sw_thermal_warn.txt", "nvidia-smi", H100, WARN),
+    ("nvidia_smi/csv_8xh100_pcie_x8_warn.txt", "nvidia-smi", H100, WARN),
+    ("nvidia_smi/q_gh200_lifetime_remap_warn.txt", "nvidia-smi", None, WARN),
+    ("nvidia_smi/csv_7xh100_missing_gpu_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/csv_8xa100_wrong_model_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/csv_8xh100_uncorrectable_ecc_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/csv_8xh100_remap_failure_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/csv_8xh100_unknown_error_cell_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/csv_gpu_lost_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/q_8xh100_remap_pending_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/q_8xh100_hw_slowdown_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/q_8xh100_dbe_volatile_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/q_8xh100_announced_8_printed_7_error.txt", "nvidia-smi", H100, ERROR),
+    ("nvidia_smi/table_format_error.txt", "nvidia-smi", H100, ERROR),
+    # kernel log XIDs
+    ("xid/dmesg_no_xid_ok.txt", "xid", None, PASS),
+    ("xid/dmesg_T_xid13_app_only_ok.txt", "xid", None, PASS),
+    ("xid/xid63_remap_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_unknown_code_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_T_xid13_and_109_fail.txt", "xid", None, FAIL),
+    ("xid/journal_xid79_nvlink_fail.txt", "xid", H100, FAIL),
+    ("xid/dmesg_T_xid119_gsp_fail.txt", "xid", None, FAIL),
+    ("xid/journal_iso_xid48_dbe_fail.txt", "xid", None, FAIL),
+    # InfiniBand
+    ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
+    ("ib/ibstatus_a100_hdr_ok.txt", "ib", A100, PASS),
+    ("ib/ib_write_bw_ndr_ok.txt", "ib", H100, PASS),
+    ("ib/ib_write_bw_mbsec_ok.txt", "ib", H100, PASS),
+    ("ib/ib_write_bw_ndr_slow_warn.txt", "ib", H100, WARN),
+    ("ib/ibstat_some_down_fail.txt", "ib", H100, FAIL),
+    ("ib/ibstat_one_port_hdr_rate_fail.txt", "ib", H100, FAIL),
+    ("ib/ibstat_polling_fail.txt", "ib", None, FAIL),
+    ("ib/ibstatus_a100_hdr_ok.txt", "ib", H100, FAIL),  # HDR ports on an NDR profile
+    ("ib/ib_write_bw_ndr_slow_fail.txt", "ib", H100, FAIL),
+    ("ib/ib_write_bw_rdma_cm_rejected_fail.txt", "ib", None, FAIL),
+    ("ib/ib_write_bw_create_qp_fail.txt", "ib", None, FAIL),
+    ("ib/ib_write_bw_cut_error.txt", "ib", H100, ERROR),
+    # firmware inventories
+    ("firmware/nvidia_smi_vbios_ok.txt", "firmware", None, PASS),
+    ("firmware/flint_query_cx7_ok.txt", "firmware", None, PASS),
+    ("firmware/nvfwupd_table_gb200_ok.txt", "firmware", None, PASS),
+    ("firmware/nvfwupd_json_dgxh100_ok.txt", "firmware", None, PASS),
+    ("firmware/redfish_members_ok.txt", "firmware", None, PASS),
+    ("firmware/nvidia_smi_vbios_mixed_warn.txt", "firmware", None, WARN),
+    ("firmware/mlxup_update_required_warn.txt", "firmware", None, WARN),
+    ("firmware/nvfwupd_json_mixed_gpu_warn.txt", "firmware", None, WARN),
+    ("firmware/redfish_expanded_critical_fail.txt", "firmware", None, FAIL),
+    ("firmware/redfish_collection_only_error.txt", "firmware", None, ERROR),
+]
+
+
+@pytest.mark.parametrize(("name", "kind", "profile", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_fixture_is_judged(name, kind, profile, expected):
+    result = judge(kind, fixture_text(name), profile)
+    assert result.status is expected, result.reason
+    assert result.reason and "\n" not in result.reason
+    if expected in (FAIL, WARN):
+        assert any(f.severity == expected.value for f in result.findings)
+    assert CheckResult.from_dict(json.loads(json.dumps(result.to_dict()))) == result
+
+
+def test_every_fixture_is_in_the_table():
+    listed = {c[0] for c in CASES}
+    on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.txt")}
+    assert on_disk <= listed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("text", ["", "   \n", "hello world\n", "{}", "\x00\x01garbage", "<html><body>502 Bad Gateway</body></html>"])
+def test_empty_or_foreign_text_is_an_error(kind, text):
+    result = judge(kind, text)
+    assert result.status is Status.ERROR
+    assert result.reason
+
+
+@pytest.mark.parametrize(
+    ("fixture_a", "kind_a", "kind_b"),
+    [
+        ("nccl/8xh100_full_sweep_ok.txt", "nccl", "hpl"),
+        ("hpl/nvidia_8xh100_ok.txt", "hpl", "nccl"),
+        ("ib/ibstat_h100_ndr_ok.txt", "ib", "dcgm"),
+        ("dcgm/r1_json_ok.txt", "dcgm", "nvidia-smi"),
+        ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", "ib"),
+        ("firmware/flint_query_cx7_ok.txt", "firmware", "nccl"),
+    ],
+)
+def test_one_tools_output_judged_as_another_is_an_error(fixture_a, kind_a, kind_b):
+    text = fixture_text(fixture_a)
+    assert judge(kind_a, text).status is Status.PASS
+    assert judge(kind_b, text).status is Status.ERROR
+
+
+def test_unknown_kind_and_profile_raise():
+    from checks import UnknownProfile
+
+    with pytest.raises(ValueError, match="unknown check kind"):
+        judge("bogus", "x")
+    with pytest.raises(UnknownProfile, match="known profiles"):
+        judge("nccl", "x", "h900")
