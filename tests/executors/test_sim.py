@@ -1,0 +1,383 @@
+"""The simulated node: every catalog check judged on its output, faults, time, determinism."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from checks import judge
+from checks.catalog import CHECKS
+from checks.result import Status
+from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
+from fleetctl.executors.sim import (
+    FAULT_KINDS,
+    SIM_PROFILES,
+    SimExecutor,
+    SimFaultSpec,
+    active_faults,
+    fault_onset,
+    render_inventory,
+)
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
+NOW = 1_750_000_000.0
+NODE = "gpu-007"
+
+PASS, WARN, FAIL, ERROR = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR
+_DCGM_ALL = {"dcgm-r1": {FAIL}, "dcgm-r2": {FAIL}, "dcgm-r3": {FAIL}}
+_SMI_BOTH = {"nvidia-smi-query": {FAIL}, "nvidia-smi-q": {FAIL}}
+# What each fault does to the catalog's checks (the statuses the judge may give); every
+# check not named must still pass.
+FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
+    # HPL dies before its result table: the judge calls that unjudgeable, not failed.
+    "xid79": {
+        **_SMI_BOTH,
+        **_DCGM_ALL,
+        "xid-scan": {FAIL},
+        "nccl-allreduce": {FAIL},
+        "hpl": {ERROR},
+        "firmware-inventory": {FAIL},  # the lost GPU's VBIOS cannot be read
+    },
+    "xid48": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
+    "row-remap-failure": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
+    # Xid 63 is NVIDIA's "ignore" bucket; the pending remap itself fails nvidia-smi and DCGM.
+    "row-remap-pending": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {WARN}},
+    # A straggler: 75-85% of healthy lands between the profile's warn and fail floors.
+    "nvlink-degraded": {"nccl-allreduce": {WARN, FAIL}},
+    "thermal-throttle": {**_SMI_BOTH, "dcgm-r3": {FAIL}, "hpl": {FAIL}},
+    "ib-port-down": {"ib-ports": {FAIL}, "ib-bw": {FAIL}},
+    # Drift across the whole node is consistent; the roll-out compares with the baseline.
+    "firmware-drift": {},
+}
+# The GPU (HCA for ib-port-down) each fault hits in that table: mlx5_0 is the port the
+# ib-bw check loops back through; None drifts every component.
+FAULT_GPU = {"ib-port-down": 0, "firmware-drift": None}
+
+
+def target(profile: str = "h100-sxm", name: str = NODE) -> NodeTarget:
+    return NodeTarget(name, f"sim://{name}", profile=profile)
+
+
+def executor(faults: list[SimFaultSpec] | None = None, **kwargs) -> SimExecutor:
+    kwargs.setdefault("now", lambda: NOW)
+    return SimExecutor(lambda name: list(faults or []) if name == NODE else [], seed=11, **kwargs)
+
+
+def judged(result: CommandResult, kind: str, profile: str) -> Status:
+    # Tools report failures on stderr (perftest's "Couldn't ..."); judge what an operator sees.
+    return judge(kind, result.stdout + result.stderr, profile).status
+
+
+def run_check(ex: SimExecutor, check: str, profile: str = "h100-sxm", name: str = NODE) -> CommandResult:
+    return ex.run(target(profile, name), CHECKS[check].argv, timeout_s=3600)
+
+
+def busbw_at_largest_size(text: str) -> float:
+    rows = [line.split() for line in text.splitlines() if re.match(r"\s*\d+\s+\d+\s+float", line)]
+    return float(rows[-1][7])  # out-of-place busbw
+
+
+# --- every check, every profile, every fault -----------------------------------------------
+
+
+@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+def test_healthy_node_passes_every_check(profile: str) -> None:
+    ex = executor()
+    for name, spec in CHECKS.items():
+        result = run_check(ex, name, profile)
+        verdict = judge(spec.kind, result.stdout, profile)
+        assert verdict.status is PASS, f"{name}: {verdict.reason}"
+        assert result.exit_status == 0, name
+
+
+@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("fault", sorted(FAULT_EFFECTS))
+def test_fault_affects_its_checks_and_no_others(fault: str, profile: str) -> None:
+    ex = executor([SimFaultSpec(fault, gpu=FAULT_GPU.get(fault, 3))])
+    unexpected = {}
+    for name, spec in CHECKS.items():
+        status = judged(run_check(ex, name, profile), spec.kind, profile)
+        if status not in FAULT_EFFECTS[fault].get(name, {PASS}):
+            unexpected[name] = status
+    assert unexpected == {}
+
+
+def test_fault_kinds_all_have_a_test() -> None:
+    assert set(FAULT_EFFECTS) | {"flaky", "unreachable"} == set(FAULT_KINDS)
+
+
+@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+def test_nvlink_degraded_node_is_a_straggler_at_75_to_85_percent(profile: str) -> None:
+    healthy = busbw_at_largest_size(run_check(executor(), "nccl-allreduce", profile).stdout)
+    for seed in range(5):
+        degraded_run = run_check(executor([SimFaultSpec("nvlink-degraded", seed=seed)]), "nccl-allreduce", profile)
+        ratio = busbw_at_largest_size(degraded_run.stdout) / healthy
+        assert 0.73 < ratio < 0.87, ratio  # 75-85% of the node's own healthy value, plus jitter
+
+
+def test_xid79_hides_the_gpu_from_nvidia_smi() -> None:
+    result = run_check(executor([SimFaultSpec("xid79", gpu=2)]), "nvidia-smi-query")
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("Unable to determine the device handle for GPU0000:") and lines[0].endswith(": Unknown Error")
+    assert [line.split(",")[0] for line in lines[2:]] == ["0", "1", "3", "4", "5", "6", "7"]
+    assert result.exit_status != 0
+
+
+def test_thermal_throttle_on_one_gpu_reports_hw_thermal_slowdown() -> None:
+    text = run_check(executor([SimFaultSpec("thermal-throttle", gpu=5)]), "nvidia-smi-q").stdout
+    blocks = text.split("\nGPU 0000")[1:]
+    assert "HW Thermal Slowdown           : Active" in blocks[5]
+    assert all("HW Thermal Slowdown           : Not Active" in b for i, b in enumerate(blocks) if i != 5)
+
+
+def test_firmware_drift_shows_older_vbios_and_connectx_versions() -> None:
+    profile = SIM_PROFILES["h100-sxm"]
+    ex = executor([SimFaultSpec("firmware-drift")])
+    vbios = run_check(ex, "firmware-inventory").stdout
+    nic = run_check(ex, "nic-firmware").stdout
+    assert profile.drifted_vbios_version in vbios and profile.vbios_version not in vbios
+    assert profile.hca.drifted_firmware in nic and profile.hca.firmware not in nic
+    # One drifted GPU is visible to the judge as a mixed node.
+    one = executor([SimFaultSpec("firmware-drift", gpu=4)])
+    assert judged(run_check(one, "firmware-inventory"), "firmware", "h100-sxm") is WARN
+
+
+def test_unreachable_node_raises_for_every_command() -> None:
+    ex = executor([SimFaultSpec("unreachable")])
+    for spec in CHECKS.values():
+        with pytest.raises(NodeUnreachable) as caught:
+            ex.run(target(), spec.argv, timeout_s=60)
+        assert caught.value.node == NODE and caught.value.kind == "unreachable"
+
+
+def test_flaky_node_fails_stress_tests_intermittently_and_deterministically() -> None:
+    def outcomes() -> list[Status]:
+        ex = executor([SimFaultSpec("flaky", seed=3)])
+        return [judged(run_check(ex, "nccl-allreduce"), "nccl", "h100-sxm") for _ in range(16)]
+
+    first = outcomes()
+    assert set(first) == {PASS, FAIL}
+    assert outcomes() == first
+    ex = executor([SimFaultSpec("flaky", seed=3)])
+    hpl = [judged(run_check(ex, "hpl"), "hpl", "h100-sxm") for _ in range(16)]
+    assert set(hpl) == {PASS, FAIL}
+    # Read-only queries are not stress runs: they stay clean.
+    assert all(judged(run_check(ex, "nvidia-smi-query"), "nvidia-smi", "h100-sxm") is PASS for _ in range(8))
+
+
+# --- faults over time ----------------------------------------------------------------------
+
+
+def test_unknown_fault_kind_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError) as caught:
+        SimFaultSpec("xid999")
+    assert all(kind in str(caught.value) for kind in FAULT_KINDS)
+
+
+def test_fault_appears_at_not_before() -> None:
+    clock = [NOW]
+    ex = executor([SimFaultSpec("xid48", gpu=1, not_before=NOW + 30)], now=lambda: clock[0])
+    assert judged(run_check(ex, "nvidia-smi-query"), "nvidia-smi", "h100-sxm") is PASS
+    clock[0] = NOW + 29.9
+    assert judged(run_check(ex, "nvidia-smi-query"), "nvidia-smi", "h100-sxm") is PASS
+    clock[0] = NOW + 30
+    assert judged(run_check(ex, "nvidia-smi-query"), "nvidia-smi", "h100-sxm") is FAIL
+    # The kernel log line carries the time the fault appeared.
+    assert "] NVRM: Xid (PCI:0000:" in run_check(ex, "xid-scan").stdout
+
+
+def test_rate_fault_appears_at_its_seeded_time() -> None:
+    spec = SimFaultSpec("thermal-throttle", not_before=NOW, rate_per_hour=2.0, seed=5)
+    onset = fault_onset(spec)
+    assert onset > NOW
+    assert active_faults([spec], onset - 0.001) == []
+    assert active_faults([spec], onset) == [spec]
+    assert fault_onset(SimFaultSpec("thermal-throttle", not_before=NOW, rate_per_hour=2.0, seed=5)) == onset
+    # Exponential waiting times: the mean over many seeds is 1/rate.
+    waits = [fault_onset(SimFaultSpec("xid79", rate_per_hour=2.0, seed=s)) for s in range(4000)]
+    assert statistics.mean(waits) == pytest.approx(1800, rel=0.08)
+
+
+def test_active_faults_keeps_those_due() -> None:
+    due, later = SimFaultSpec("xid79", not_before=10.0), SimFaultSpec("flaky", not_before=20.0)
+    assert active_faults([due, later], 15.0) == [due]
+    assert active_faults([due, later], 20.0) == [due, later]
+
+
+# --- determinism ---------------------------------------------------------------------------
+
+
+def test_same_seed_same_output_and_nodes_differ() -> None:
+    first, second = executor(), executor()
+    for name in CHECKS:
+        assert run_check(first, name).stdout == run_check(second, name).stdout, name
+    mine = run_check(executor(), "nvidia-smi-query").stdout
+    other = run_check(executor(), "nvidia-smi-query", name="gpu-008").stdout
+    serials = lambda text: {line.split(", ")[3] for line in text.splitlines()[1:]}  # noqa: E731
+    uuids = lambda text: {line.split(", ")[2] for line in text.splitlines()[1:]}  # noqa: E731
+    assert len(serials(mine)) == 8 and serials(mine).isdisjoint(serials(other))
+    assert uuids(mine).isdisjoint(uuids(other))
+    reseeded = SimExecutor(lambda name: [], seed=12, now=lambda: NOW)
+    assert serials(run_check(reseeded, "nvidia-smi-query").stdout).isdisjoint(serials(mine))
+
+
+def test_repeated_runs_jitter_bandwidth_slightly() -> None:
+    ex = executor()
+    values = [busbw_at_largest_size(run_check(ex, "nccl-allreduce").stdout) for _ in range(4)]
+    assert len(set(values)) > 1
+    assert max(values) / min(values) < 1.03
+
+
+# --- time ----------------------------------------------------------------------------------
+
+
+def test_time_scale_scales_the_real_duration() -> None:
+    slept: list[float] = []
+    ex = executor(time_scale=0.01, sleep=slept.append)
+    result = run_check(ex, "dcgm-r3")
+    assert slept == [pytest.approx(9.0)]  # dcgmi diag -r 3 takes 900 s on a real node
+    assert result.duration_s == pytest.approx(9.0)
+    hpl = run_check(ex, "hpl")
+    assert 0.5 < hpl.duration_s < 2.0  # ~40 s setup + the solve, scaled by 1/100
+    instant = executor(sleep=slept.append)
+    assert run_check(instant, "dcgm-r3").duration_s == 0.0
+
+
+def test_run_longer_than_timeout_raises_after_the_timeout() -> None:
+    slept: list[float] = []
+    ex = executor(time_scale=1.0, sleep=slept.append)
+    with pytest.raises(CommandTimeout):
+        ex.run(target(), CHECKS["hpl"].argv, timeout_s=30)
+    assert slept == [30]
+
+
+# --- formats -------------------------------------------------------------------------------
+
+
+def test_query_gpu_renders_exactly_the_requested_fields_in_order() -> None:
+    ex = executor()
+    argv = ["nvidia-smi", "--query-gpu=power.draw,gpu_name,index", "--format=csv"]
+    lines = ex.run(target(), argv, 10).stdout.splitlines()
+    assert lines[0] == "power.draw [W], name, index"
+    assert re.fullmatch(r"\d+\.\d\d W, NVIDIA H100 80GB HBM3, 0", lines[1])
+    bare = ex.run(target(), ["nvidia-smi", "--query-gpu=power.draw,index", "--format=csv,noheader,nounits", "-i", "3"], 10)
+    assert re.fullmatch(r"\d+\.\d\d, 3\n", bare.stdout)
+    unknown = ex.run(target(), ["nvidia-smi", "--query-gpu=index,bogus", "--format=csv"], 10)
+    assert unknown.exit_status != 0 and '"bogus"' in unknown.stdout
+
+
+def test_nccl_layout_matches_the_real_tool_and_sweeps_its_flags() -> None:
+    real = (FIXTURES / "nccl_allreduce_8xh100_real.txt").read_text().splitlines()
+    argv = ["/opt/nccl-tests/build/all_reduce_perf", "-b", "128M", "-e", "4G", "-f", "2", "-g", "8", "-n", "2"]
+    text = executor().run(target(), argv, 600).stdout
+    lines = text.splitlines()
+    assert lines[0] == real[0]  # the parameter line
+    column_headers = [line for line in real if line.startswith("#   ") or line.startswith("#       ")]
+    assert column_headers and all(header in lines for header in column_headers)
+    rows = [line for line in lines if not line.startswith("#")]
+    assert [int(row.split()[0]) for row in rows] == [2**k for k in range(27, 33)]
+    assert all(len(row) == len(real_row) for row, real_row in zip(rows, [r for r in real if not r.startswith("#")]))
+    assert lines[-3] == "# Out of bounds values : 0 OK" and lines[-2].startswith("# Avg bus bandwidth    : ")
+
+
+def test_dcgmi_text_table_matches_the_real_layout() -> None:
+    real = (FIXTURES / "dcgmi_diag_r2_real.txt").read_text().splitlines()
+    text = executor().run(target("a100-sxm-80gb"), ["dcgmi", "diag", "-r", "2"], 600).stdout
+    lines = text.splitlines()
+    assert all(len(line) == 78 for line in lines[1:])
+    structure = [line for line in real if not line.startswith("| ") or line.startswith("| Diagnostic ")]
+    assert [line for line in lines if not line.startswith("| ") or line.startswith("| Diagnostic ")] == structure
+    assert judge("dcgm", text, "a100-sxm-80gb").status is PASS
+    for level in ("1", "3", "4"):
+        table = executor().run(target(), ["dcgmi", "diag", "-r", level], 6000).stdout
+        assert judge("dcgm", table, "h100-sxm").status is PASS, level
+    failing = executor([SimFaultSpec("thermal-throttle", gpu=0)]).run(target(), ["dcgmi", "diag", "-r", "3"], 6000).stdout
+    assert "| Targeted Stress           | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |" in failing
+    assert judge("dcgm", failing, "h100-sxm").status is FAIL
+
+
+def test_dcgmi_json_lists_each_gpu_of_plugin_tests() -> None:
+    text = executor([SimFaultSpec("thermal-throttle", gpu=6)]).run(target(), CHECKS["dcgm-r3"].argv, 6000).stdout
+    document = json.loads(text)["DCGM GPU Diagnostic"]
+    stress = next(c for c in document["test_categories"] if c["category"] == "Stress")
+    power = next(t for t in stress["tests"] if t["name"] == "Targeted Power")
+    assert [(r["gpu_ids"], r["status"]) for r in power["results"]] == [(i, "FAIL" if i == 6 else "PASS") for i in range(8)]
+
+
+def test_hpl_result_block_matches_the_real_layout_and_the_rank_count() -> None:
+    real = (FIXTURES / "hpl_8gpu_real.txt").read_text().splitlines()
+    text = executor().run(target(), ["mpirun", "--allow-run-as-root", "-np", "4", "./xhpl"], 600).stdout
+    lines = text.splitlines()
+    assert real[1] in lines and real[2] in lines  # column header and rule
+    row = lines[lines.index(real[1]) + 2]
+    assert len(row) == len(real[3])
+    assert row.split()[3:5] == ["2", "2"]  # P x Q for 4 ranks
+    assert judge("hpl", text, "h100-sxm").status is PASS
+
+
+def test_kernel_log_formats() -> None:
+    ex = executor([SimFaultSpec("xid79", gpu=0, not_before=NOW - 3600)])
+    journal = ex.run(target(), ["journalctl", "-k", "--no-pager"], 10).stdout
+    assert re.search(rf"^\w{{3}} \d\d \d\d:\d\d:\d\d {NODE} kernel: NVRM: Xid \(PCI:0000:[0-9a-f]{{2}}:00\): 79, ", journal, re.M)
+    plain = ex.run(target(), ["dmesg"], 10).stdout
+    assert re.search(r"^\[ *\d+\.\d{6}\] NVRM: Xid", plain, re.M)
+    for text in (journal, plain):
+        assert judge("xid", text, "h100-sxm").status is FAIL
+
+
+def test_other_firmware_and_ib_tools() -> None:
+    ex = executor([SimFaultSpec("firmware-drift", gpu=2)])
+    flint = ex.run(target(), ["flint", "-d", "mlx5_2", "query"], 10)
+    assert re.search(r"^FW Version:            28\.39\.1002$", flint.stdout, re.M)
+    assert ex.run(target(), ["flint", "-d", "mlx5_99", "query"], 10).exit_status != 0
+    shown = ex.run(target(), ["nvfwupd.py", "-t", "ip=10.0.0.1", "show_version", "-j"], 30).stdout
+    devices = {d["AP Name"]: d["Sys Version"] for d in json.loads(shown)["Firmware Devices"]}
+    assert devices["HGX_FW_GPU_SXM_3"] == SIM_PROFILES["h100-sxm"].drifted_vbios_version
+    assert devices["HGX_FW_GPU_SXM_1"] == SIM_PROFILES["h100-sxm"].vbios_version
+    table = ex.run(target(), ["nvfwupd", "show_version", "-p", "pkg.fwpkg"], 30).stdout
+    assert judge("firmware", table, "h100-sxm").status is WARN  # runs older than the package
+    rail_5_down = executor([SimFaultSpec("ib-port-down", gpu=5)])
+    one_port = rail_5_down.run(target(), ["ibstat", "mlx5_5"], 10).stdout
+    assert one_port.startswith("CA 'mlx5_5'\n") and "\t\tState: Down\n\t\tPhysical state: Polling\n" in one_port
+    assert judged(run_check(rail_5_down, "ib-bw"), "ib", "h100-sxm") is PASS  # it loops through mlx5_0
+
+
+def test_shell_scripts_and_unknown_commands() -> None:
+    ex = executor()
+    script = executor().run(target(), ["sh", "-c", "ibstat >/dev/null && hostname; nosuchtool || hostname"], 10)
+    assert script.stdout == f"{NODE}\n{NODE}\n" and "nosuchtool" in script.stderr
+    assert ex.run(target(), ["nosuchtool"], 10).exit_status == 127
+    assert ex.run(target(), ["sh", "-c", "dmesg | grep Xid"], 10).exit_status != 0  # pipes are not simulated
+
+
+def test_target_must_be_a_sim_address() -> None:
+    with pytest.raises(ValueError):
+        executor().run(NodeTarget(NODE, "10.0.0.7"), ["hostname"], 10)
+
+
+# --- inventory -----------------------------------------------------------------------------
+
+
+def test_render_inventory() -> None:
+    nodes = render_inventory(10, 3, "h200-sxm", seed=4)
+    assert [n["name"] for n in nodes[:2]] == ["gpu-001", "gpu-002"]
+    assert nodes[0] == {
+        "name": "gpu-001",
+        "address": "sim://gpu-001",
+        "bmc": "sim://gpu-001-bmc",
+        "rack": "rack-01",
+        "profile": "h200-sxm",
+        "scheduler": "sim",
+        "labels": {"rack": "rack-01", "sim-seed": "4"},
+    }
+    racks = [n["rack"] for n in nodes]
+    assert sorted(set(racks)) == ["rack-01", "rack-02", "rack-03"] and racks == sorted(racks)
+    assert render_inventory(2, 1, "b200", seed=0, name_prefix="dgx")[1]["address"] == "sim://dgx-002"
+    with pytest.raises(ValueError):
+        render_inventory(4, 1, "h900", seed=0)
+    with pytest.raises(ValueError):
+        render_inventory(2, 3, "b200", seed=0)
