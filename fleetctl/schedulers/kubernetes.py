@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
@@ -34,8 +34,12 @@ from fleetctl.schedulers.base import (
 )
 
 if TYPE_CHECKING:
-    from kubernetes.client import CoreV1Api, V1Node, V1Pod
+    from kubernetes.client import CoreV1Api
     from kubernetes.client.exceptions import ApiException
+
+# Nodes and pods are handled as the API's JSON (dicts), converted from the client's models
+# on arrival: every model field is optional, and the JSON reads like `kubectl -o json`.
+Json = dict[str, Any]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,8 @@ class KubernetesScheduler:
         eviction_backoff_s: float = DEFAULT_EVICTION_BACKOFF_S,
         job_labels: Sequence[str] = JOB_LABELS,
     ) -> None:
+        # Empty strings mean "kubectl's default", as unset settings arrive from the config.
+        kubeconfig, context = kubeconfig or None, context or None
         if host is not None and (kubeconfig is not None or context is not None):
             raise ValueError("give either host or kubeconfig/context, not both")
         if eviction_attempts < 1:
@@ -106,9 +112,9 @@ class KubernetesScheduler:
         """
         current = self._read_node(node)
         reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
-        spec: dict[str, Any] = {"taints": self._taints_with_state(current, state)}
-        metadata: dict[str, Any] = {"labels": {STATE_KEY: state}}
-        if current.spec.unschedulable and not _owned_by_fleetctl(current):
+        spec: Json = {"taints": _taints_with_state(current, state)}
+        metadata: Json = {"labels": {STATE_KEY: state}}
+        if _cordoned(current) and not _owned_by_fleetctl(current):
             log.info("node %s was cordoned by someone else; leaving their cordon to them", node)
         else:
             spec["unschedulable"] = True
@@ -122,22 +128,22 @@ class KubernetesScheduler:
         Refuses (FleetctlDoesNotOwnDrain) a node cordoned by someone else unless forced.
         """
         current = self._read_node(node)
-        if current.spec.unschedulable and not _owned_by_fleetctl(current) and not force:
+        if _cordoned(current) and not _owned_by_fleetctl(current) and not force:
             raise FleetctlDoesNotOwnDrain(
                 f"node {node} was cordoned by someone else, not fleetctl; resume with force to override"
             )
         patch = {
             "metadata": {"labels": {STATE_KEY: state}, "annotations": {REASON_ANNOTATION: None}},
-            "spec": {"unschedulable": None, "taints": self._taints_with_state(current, None)},
+            "spec": {"unschedulable": None, "taints": _taints_with_state(current, None)},
         }
         self._patch_node(current, patch, f"resume node {node}")
         log.info("resumed node %s", node)
 
     def node_state(self, node: str) -> SchedulerNodeState:
         current = self._read_node(node)
-        cordoned = bool(current.spec.unschedulable)
-        conditions = current.status.conditions if current.status else None
-        ready = any(c.type == "Ready" and c.status == "True" for c in conditions or ())
+        cordoned = _cordoned(current)
+        conditions = (current.get("status") or {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         if not ready:
             state = "down"
         elif cordoned:
@@ -150,7 +156,7 @@ class KubernetesScheduler:
             node=node,
             state=state,
             drained=cordoned,
-            reason=(current.metadata.annotations or {}).get(REASON_ANNOTATION),
+            reason=_annotations(current).get(REASON_ANNOTATION),
             owned_by_fleetctl=_owned_by_fleetctl(current),
         )
 
@@ -162,12 +168,12 @@ class KubernetesScheduler:
         namespace, name = _split_job_id(job_id)
         pods = self._job_pods(namespace, name)
         if not pods:
-            raise SchedulerError(f"job {job_id}: no pods labelled {' or '.join(self._job_labels)}={name}")
+            raise SchedulerError(f"kubernetes: job {job_id}: no pods labelled {' or '.join(self._job_labels)}={name}")
         return SchedulerJob(
             job_id=job_id,
             name=name,
             state=_job_state(pods),
-            nodes=tuple(sorted({pod.spec.node_name for pod in pods if pod.spec.node_name})),
+            nodes=tuple(sorted({node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))})),
         )
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
@@ -176,16 +182,16 @@ class KubernetesScheduler:
         Kubernetes has no per-job node exclusion, so the excluded nodes must already be
         cordoned (drained): otherwise the new pods could land right back on them.
         """
-        schedulable = [node for node in exclude_nodes if not self._read_node(node).spec.unschedulable]
+        schedulable = [node for node in exclude_nodes if not _cordoned(self._read_node(node))]
         if schedulable:
             raise SchedulerError(
-                f"restart job {job_id}: drain {', '.join(schedulable)} first, "
+                f"kubernetes: restart job {job_id}: drain {', '.join(schedulable)} first, "
                 "or the job's new pods may be placed there again"
             )
         namespace, name = _split_job_id(job_id)
-        pods = [pod for pod in self._job_pods(namespace, name) if pod.status.phase not in _TERMINAL_PHASES]
+        pods = [pod for pod in self._job_pods(namespace, name) if _phase(pod) not in _TERMINAL_PHASES]
         if not pods:
-            raise SchedulerError(f"restart job {job_id}: it has no live pods to evict")
+            raise SchedulerError(f"kubernetes: restart job {job_id}: it has no live pods to evict")
         self._evict(pods, f"restart job {job_id}")
 
     # -- Kubernetes only ---------------------------------------------------------------
@@ -238,65 +244,65 @@ class KubernetesScheduler:
                 f"kubernetes: {action}: API server unreachable ({self._where()}): {_one_line(str(cause))}"
             ) from exc
 
-    def _read_node(self, node: str) -> V1Node:
+    def _read_node(self, node: str) -> Json:
         _check(node, _NODE_NAME, "node name")
         with self._api_errors(f"read node {node}"):
-            return self._api().read_node(node, _request_timeout=self._request_timeout_s)
+            return self._json(self._api().read_node(node, _request_timeout=self._request_timeout_s))
 
-    def _patch_node(self, current: V1Node, patch: dict[str, Any], action: str) -> None:
+    def _patch_node(self, current: Json, patch: Json, action: str) -> None:
         # The resourceVersion makes the patch conditional: the taint list is replaced as a
         # whole, so a taint someone added since we read the node must not be lost (409).
-        if current.metadata.resource_version:
-            patch["metadata"]["resourceVersion"] = current.metadata.resource_version
+        metadata = current.get("metadata") or {}
+        if metadata.get("resourceVersion"):
+            patch["metadata"]["resourceVersion"] = metadata["resourceVersion"]
         with self._api_errors(action):
             self._api().patch_node(
-                current.metadata.name,
+                metadata["name"],
                 patch,
                 _content_type="application/merge-patch+json",
                 _request_timeout=self._request_timeout_s,
             )
 
-    def _taints_with_state(self, current: V1Node, state: str | None) -> list[dict[str, Any]]:
-        """The node's taints without fleetctl's, plus fleetctl's for `state` unless None."""
-        serialize = self._api().api_client.sanitize_for_serialization
-        taints = [serialize(taint) for taint in current.spec.taints or () if taint.key != STATE_KEY]
-        if state is not None:
-            taints.append({"key": STATE_KEY, "value": state, "effect": "NoSchedule"})
-        return taints
+    def _json(self, model: object) -> Json:
+        return cast(Json, self._api().api_client.sanitize_for_serialization(model))
 
-    def _pods_on_node(self, node: str) -> list[V1Pod]:
+    def _pods_on_node(self, node: str) -> list[Json]:
         _check(node, _NODE_NAME, "node name")
         with self._api_errors(f"list pods on node {node}"):
-            return self._api().list_pod_for_all_namespaces(
+            pods = self._api().list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}", _request_timeout=self._request_timeout_s
-            ).items
+            )
+        return [self._json(pod) for pod in pods.items]
 
-    def _job_pods(self, namespace: str, name: str) -> list[V1Pod]:
+    def _job_pods(self, namespace: str, name: str) -> list[Json]:
         for label in self._job_labels:
             with self._api_errors(f"list pods of job {namespace}/{name}"):
                 pods = self._api().list_namespaced_pod(
                     namespace, label_selector=f"{label}={name}", _request_timeout=self._request_timeout_s
-                ).items
-            if pods:
-                return pods
+                )
+            if pods.items:
+                return [self._json(pod) for pod in pods.items]
         return []
 
-    def _job_id(self, pod: V1Pod) -> str | None:
-        labels = pod.metadata.labels or {}
+    def _job_id(self, pod: Json) -> str | None:
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
         for label in self._job_labels:
             if label in labels:
-                return f"{pod.metadata.namespace}/{labels[label]}"
+                return f"{metadata.get('namespace')}/{labels[label]}"
         return None
 
-    def _evict(self, pods: Sequence[V1Pod], action: str) -> None:
-        pending = sorted((pod.metadata.namespace, pod.metadata.name) for pod in pods)
+    def _evict(self, pods: Sequence[Json], action: str) -> None:
+        pending = sorted((pod["metadata"]["namespace"], pod["metadata"]["name"]) for pod in pods)
         backoff_s = self._eviction_backoff_s
         for attempt in range(1, self._eviction_attempts + 1):
             pending = [(namespace, name) for namespace, name in pending if not self._evict_pod(namespace, name)]
             if not pending:
                 return
             if attempt < self._eviction_attempts:
-                log.info("%s: a disruption budget blocks %d pod(s); retrying in %gs", action, len(pending), backoff_s)
+                log.info(
+                    "%s: a disruption budget blocks %d pod(s); retrying in %gs", action, len(pending), backoff_s
+                )
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_EVICTION_BACKOFF_S)
         blocked = ", ".join(f"{namespace}/{name}" for namespace, name in pending)
@@ -327,22 +333,40 @@ class KubernetesScheduler:
         return True
 
 
-def _owned_by_fleetctl(node: V1Node) -> bool:
-    reason = (node.metadata.annotations or {}).get(REASON_ANNOTATION, "")
-    return reason.startswith(REASON_PREFIX)
+def _annotations(obj: Json) -> dict[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
-def _is_workload(pod: V1Pod) -> bool:
+def _cordoned(node: Json) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def _owned_by_fleetctl(node: Json) -> bool:
+    return _annotations(node).get(REASON_ANNOTATION, "").startswith(REASON_PREFIX)
+
+
+def _taints_with_state(node: Json, state: str | None) -> list[Json]:
+    """The node's taints without fleetctl's, plus fleetctl's for `state` unless None."""
+    taints = [taint for taint in (node.get("spec") or {}).get("taints") or [] if taint.get("key") != STATE_KEY]
+    if state is not None:
+        taints.append({"key": STATE_KEY, "value": state, "effect": "NoSchedule"})
+    return taints
+
+
+def _phase(pod: Json) -> str | None:
+    return (pod.get("status") or {}).get("phase")
+
+
+def _is_workload(pod: Json) -> bool:
     """A live pod that eviction moves: DaemonSet pods come straight back, static pods are the kubelet's."""
-    if pod.status and pod.status.phase in _TERMINAL_PHASES:
+    if _phase(pod) in _TERMINAL_PHASES or _MIRROR_POD_ANNOTATION in _annotations(pod):
         return False
-    if _MIRROR_POD_ANNOTATION in (pod.metadata.annotations or {}):
-        return False
-    return not any(owner.kind == "DaemonSet" for owner in pod.metadata.owner_references or ())
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return not any(owner.get("kind") == "DaemonSet" for owner in owners)
 
 
-def _job_state(pods: Sequence[V1Pod]) -> str:
-    phases = {pod.status.phase if pod.status else None for pod in pods}
+def _job_state(pods: Sequence[Json]) -> str:
+    phases = {_phase(pod) for pod in pods}
     if "Running" in phases:
         return "running"
     if "Pending" in phases:

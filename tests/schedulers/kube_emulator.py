@@ -79,7 +79,11 @@ class KubeEmulator:
         self.handler.objects[NODES, None, name] = {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}, "annotations": annotations or {}},
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name},
+                "annotations": annotations or {},
+            },
             "spec": spec,
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
         }
@@ -120,16 +124,23 @@ class KubeEmulator:
         """Refuse the pod's next `attempts` evictions with 429, as a PDB allowing no disruption does."""
         self._blocked_attempts[f"{namespace}/{name}"] = attempts
 
-    def _evict(self, request: kmock.Request) -> kmock.Response:
-        pod = f"{request.namespace}/{request.name}"
-        self.eviction_requests.append(pod)
-        if self._blocked_attempts.get(pod, 0) > 0:
-            self._blocked_attempts[pod] -= 1
-            return _status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
-        if not self.pod_exists(request.namespace, request.name):
-            return _status(404, "NotFound", f'pods "{request.name}" not found')
-        self.handler.objects[PODS, request.namespace, request.name].delete()
-        return _status(201, "", "")
+    def _evict(self, request: kmock.Request) -> dict[str, Any]:
+        namespace, name = request.namespace or "", request.name or ""
+        self.eviction_requests.append(f"{namespace}/{name}")
+        if self._blocked_attempts.get(f"{namespace}/{name}", 0) > 0:
+            self._blocked_attempts[f"{namespace}/{name}"] -= 1
+            raise kmock.KubernetesError(
+                status=429,
+                reason="TooManyRequests",
+                message="Cannot evict pod as it would violate the pod's disruption budget.",
+                details={"causes": [{"reason": "DisruptionBudget", "message": "disruptionsAllowed: 0"}]},
+            )
+        if not self.pod_exists(namespace, name):
+            raise kmock.KubernetesError(status=404, reason="NotFound", message=f'pods "{name}" not found')
+        self.handler.objects[PODS, namespace, name].delete()
+        # The API server answers 201 with this Status; kmock serves it as 200, which the
+        # client reads the same way (any 2xx is success).
+        return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Success", "code": 201}
 
     # -- selectors -----------------------------------------------------------------------
 
@@ -157,18 +168,4 @@ def _equality_selector(selector: str) -> dict[str, str]:
     pairs = [term.split("=", 1) for term in selector.split(",") if term]
     if any(len(pair) != 2 or pair[1].startswith("=") or pair[0].endswith("!") for pair in pairs):
         raise kmock.KubernetesError(status=400, message=f"unsupported selector {selector!r}")
-    return dict(pairs)  # type: ignore[arg-type]
-
-
-def _status(code: int, reason: str, message: str) -> kmock.Response:
-    """A metav1.Status answer, the shape the API server gives for eviction results."""
-    body = {
-        "apiVersion": "v1",
-        "kind": "Status",
-        "metadata": {},
-        "status": "Success" if code < 400 else "Failure",
-        "code": code,
-        "reason": reason,
-        "message": message,
-    }
-    return kmock.Response(status=code, payload=body)
+    return {key: value for key, value in pairs}

@@ -34,7 +34,9 @@ def scheduler(kube: KubeEmulator) -> KubernetesScheduler:
     return KubernetesScheduler(host=kube.url, eviction_attempts=4, eviction_backoff_s=0.01)
 
 
-def test_drain_cordons_taints_labels_and_records_the_reason(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+def test_drain_cordons_taints_labels_and_records_the_reason(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
     kube.add_node("gpu-1", taints=[GPU_TAINT])
 
     scheduler.drain("gpu-1", "XID 79 on GPU 3")
@@ -234,7 +236,9 @@ def test_unreachable_api_server_becomes_a_scheduler_error() -> None:
         closed_port = probe.getsockname()[1]
     scheduler = KubernetesScheduler(host=f"http://127.0.0.1:{closed_port}")
 
-    with pytest.raises(SchedulerError, match=r"^kubernetes: read node gpu-1: API server unreachable .*refused") as raised:
+    with pytest.raises(
+        SchedulerError, match=r"^kubernetes: read node gpu-1: API server unreachable .*refused"
+    ) as raised:
         scheduler.node_state("gpu-1")
     assert "\n" not in str(raised.value)
 
