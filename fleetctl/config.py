@@ -23,10 +23,23 @@ ENV_VARS = {
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
+    "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
+    "guard_max_unavailable_rack": "FLEETCTL_GUARD_MAX_UNAVAILABLE_RACK",
+    "guard_storm_fraction": "FLEETCTL_GUARD_STORM_FRACTION",
+    "guard_storm_window_s": "FLEETCTL_GUARD_STORM_WINDOW_S",
     "sim_seed": "FLEETCTL_SIM_SEED",
     "slurm_conf": "SLURM_CONF",
     "kubeconfig": "KUBECONFIG",
     "kube_context": "FLEETCTL_KUBE_CONTEXT",
+    "bmc_username": "FLEETCTL_BMC_USERNAME",
+    "bmc_password": "FLEETCTL_BMC_PASSWORD",
+    "bmc_verify_tls": "FLEETCTL_BMC_VERIFY_TLS",
+    "remediation_shadow": "FLEETCTL_REMEDIATION_SHADOW",
+    "runbooks_dir": "FLEETCTL_RUNBOOKS_DIR",
+    "lemon_threshold": "FLEETCTL_LEMON_THRESHOLD",
+    "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
+    "webhook_url": "FLEETCTL_WEBHOOK_URL",
+    "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 
@@ -59,6 +72,12 @@ class Settings:
     ssh_key_file: str = ""
     # A directory of suite YAML files that add to or replace the shipped ones.
     suites_dir: str = ""
+    # Capacity guard: most of the fleet / of a rack that automation may take out, and the
+    # storm that opens the circuit breaker (fraction of production nodes failing in the window).
+    guard_max_unavailable_fleet: float = 0.10
+    guard_max_unavailable_rack: float = 0.25
+    guard_storm_fraction: float = 0.20
+    guard_storm_window_s: float = 600.0
     # Simulated nodes: 1.0 runs checks for their real typical duration, 0 makes them instant.
     sim_time_scale: float = 0.0
     sim_seed: int = 0
@@ -67,6 +86,22 @@ class Settings:
     slurm_conf: str = ""
     kubeconfig: str = ""
     kube_context: str = ""
+    # BMCs (Redfish): one service account for the fleet. The password is never logged.
+    bmc_username: str = ""
+    bmc_password: str = ""
+    bmc_verify_tls: bool = True
+    # Shadow mode: every automated remediation records what it would do and does nothing,
+    # so new runbooks earn trust before they act.
+    remediation_shadow: bool = False
+    # Runbooks directory (empty: the shipped runbooks/).
+    runbooks_dir: str = ""
+    # A lemon: remediated this many times within this many days goes to RMA, not production.
+    lemon_threshold: int = 3
+    lemon_window_days: float = 7.0
+    # Where RMA evidence bundles and runbook notifications are POSTed (empty: nowhere), and
+    # the bearer token sent with them (never logged, never in a bundle).
+    webhook_url: str = ""
+    webhook_token: str = ""
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from fleetctl.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -68,10 +69,17 @@ class NodeCommandOutcome:
 
 
 class NodeCommandActivities:
-    """Workflows cannot send Updates to other workflows; this activity does it for them."""
+    """Workflows cannot send Updates to other workflows; these activities do it for them."""
 
-    def __init__(self, client):
+    def __init__(self, client, settings: Settings):
         self.client = client
+        self.settings = settings
+
+    @activity.defn
+    async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
+        from workflows.starter import ask_capacity_guard
+
+        return await ask_capacity_guard(self.client, self.settings, req)
 
     @activity.defn
     async def command_node(self, cmd: NodeCommand) -> NodeCommandOutcome:

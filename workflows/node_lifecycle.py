@@ -3,7 +3,9 @@ that node's state.
 
 Modelled on Temporal's safe_message_handlers sample: one state dataclass in and out, a lock
 so handlers never interleave their activity calls, an idempotency guard keyed by request id,
-and continue-as-new only after every handler has finished.
+and continue-as-new only after every handler has finished. Handlers stay short: they
+validate and queue work; the main loop does the work (phases, health events, drains) one
+item at a time, so a node is never in two phases at once.
 """
 
 from __future__ import annotations
@@ -14,15 +16,38 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.lifecycle import IllegalTransition, NodeState, next_state
-    from workflows.activities import LifecycleActivities, TransitionRecord
+    from checks.catalog import CHECKS
+    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
+    from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
+    from workflows.node_activities import (
+        AdmissionRequest,
+        AdmissionVerdict,
+        CheckOutcome,
+        CheckRequest,
+        HealthEventInput,
+        HealthEventVerdict,
+        NodeActivities,
+        NodeFacts,
+        SweepScope,
+    )
 
 # Bounded memory of answered requests: a CLI that retries an update after a network blip
 # gets the first answer back instead of a second transition.
 RECENT_REQUESTS_KEPT = 64
+ADMITTABLE = (NodeState.NEW.value, NodeState.MAINTENANCE.value, NodeState.RMA.value)
+# How long a non-critical drain waits for running jobs to finish before it gives up waiting
+# and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
+DRAIN_JOB_WAIT = timedelta(hours=2)
+DRAIN_JOB_POLL = timedelta(seconds=30)
+CHECK_ATTEMPTS = 3
+
+SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
+             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
+                                      non_retryable_error_types=["UnknownNode", "UnknownSuite", "UnknownCheck"]))
 
 
 def workflow_id_for(node: str) -> str:
@@ -51,11 +76,43 @@ class TransitionResult:
 
 
 @dataclass
+class PhaseRequest:
+    """`admit` (burn-in, admission, production) or `recheck` (run a suite, judge, maybe drain)."""
+
+    actor: str
+    suite: str = "burn-in"
+    request_id: str = ""
+
+
+@dataclass
+class PhaseAccepted:
+    node: str
+    kind: str
+    suite: str
+    queued_behind: int
+
+
+@dataclass
+class WorkItem:
+    kind: str  # admit | recheck | health_event | drain_followup
+    actor: str = ""
+    suite: str = ""
+    cause: str = ""
+    critical: bool = False
+    fault_seen_at: float = 0.0
+    event: HealthEventInput | None = None
+
+
+@dataclass
 class NodeLifecycleState:
     node: str
     state: str = NodeState.NEW.value
     state_version: int = 0
     recent_requests: dict[str, TransitionResult] = field(default_factory=dict)
+    work: list[WorkItem] = field(default_factory=list)
+    # What the node is doing now, and how the last phase ended (for `node show`/fleet status).
+    activity: str = ""
+    last_outcome: str = ""
     # Continue-as-new after this many transitions in one run (Temporal may suggest sooner).
     transitions_per_run: int = 500
 
@@ -72,18 +129,28 @@ class NodeLifecycle:
     async def run(self, state: NodeLifecycleState) -> NodeLifecycleState:
         while True:
             await workflow.wait_condition(
-                lambda: self.s.state == NodeState.RETIRED.value or self._should_continue_as_new()
+                lambda: bool(self.s.work) or self._retired() or self._should_continue_as_new()
             )
+            if self.s.work and not self._retired():
+                item = self.s.work.pop(0)
+                await self._perform(item)
+                self.s.activity = ""
+                continue
             await workflow.wait_condition(workflow.all_handlers_finished)
-            if self.s.state == NodeState.RETIRED.value:
+            if self._retired():
                 return self.s
             workflow.continue_as_new(self.s)
+
+    def _retired(self) -> bool:
+        return self.s.state == NodeState.RETIRED.value
 
     def _should_continue_as_new(self) -> bool:
         return (
             workflow.info().is_continue_as_new_suggested()
             or self.transitions_this_run >= self.s.transitions_per_run
         )
+
+    # -- messages ------------------------------------------------------------------------
 
     @workflow.update
     async def transition(self, req: TransitionRequest) -> TransitionResult:
@@ -93,22 +160,191 @@ class NodeLifecycle:
                 return TransitionResult(**{**previous.__dict__, "repeated": True})
             # The validator ran before we held the lock; another handler may have moved the
             # node since. Check again so two racing commands give exactly one transition.
-            target = self._target_or_reject(req)
-            return await self._apply(req, target)
+            target = self._target_or_reject(req.trigger, req.actor_kind)
+            result = await self._apply(req, target)
+        if target == NodeState.DRAINING.value:
+            self.s.work.append(WorkItem("drain_followup", actor=req.actor, cause=req.cause))
+        return result
 
     @transition.validator
     def validate_transition(self, req: TransitionRequest) -> None:
         if req.request_id and req.request_id in self.s.recent_requests:
             return
-        self._target_or_reject(req)
+        self._target_or_reject(req.trigger, req.actor_kind)
+
+    @workflow.update
+    def admit(self, req: PhaseRequest) -> PhaseAccepted:
+        self.s.work.append(WorkItem("admit", actor=req.actor, suite=req.suite or "burn-in"))
+        return PhaseAccepted(self.s.node, "admit", req.suite or "burn-in", len(self.s.work) - 1)
+
+    @admit.validator
+    def validate_admit(self, req: PhaseRequest) -> None:
+        if self.s.state not in ADMITTABLE:
+            raise ApplicationError(
+                f"{self.s.node}: cannot admit a node in {self.s.state} (allowed from: {', '.join(ADMITTABLE)})",
+                type="IllegalTransition", non_retryable=True)
+        if any(w.kind == "admit" for w in self.s.work):
+            raise ApplicationError(f"{self.s.node}: admission already in progress", type="IllegalTransition",
+                                   non_retryable=True)
+
+    @workflow.update
+    def recheck(self, req: PhaseRequest) -> PhaseAccepted:
+        self.s.work.append(WorkItem("recheck", actor=req.actor, suite=req.suite or "quick"))
+        return PhaseAccepted(self.s.node, "recheck", req.suite or "quick", len(self.s.work) - 1)
+
+    @recheck.validator
+    def validate_recheck(self, req: PhaseRequest) -> None:
+        if self._retired():
+            raise ApplicationError(f"{self.s.node}: retired", type="IllegalTransition", non_retryable=True)
+
+    @workflow.signal
+    def health_event(self, ev: HealthEventInput) -> None:
+        self.s.work.append(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
 
     @workflow.query
     def current(self) -> NodeLifecycleState:
         return self.s
 
-    def _target_or_reject(self, req: TransitionRequest) -> str:
+    # -- work ----------------------------------------------------------------------------
+
+    async def _perform(self, item: WorkItem) -> None:
+        if item.kind == "admit":
+            await self._admit(item)
+        elif item.kind == "recheck":
+            await self._recheck(item)
+        elif item.kind == "health_event" and item.event is not None:
+            await self._health_event(item.event)
+        elif item.kind == "drain_followup":
+            await self._after_drain(item)
+
+    async def _admit(self, item: WorkItem) -> None:
+        self.s.activity = f"admit: {item.suite}"
+        if not await self._move("begin_burn_in", f"{item.actor}: admit with suite {item.suite}", item.actor):
+            return
+        checks = await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=item.suite), **SHORT)
+        run_ids: list[int] = []
+        base = f"{workflow.info().workflow_id}@{self.s.state_version}"
+        for index, check in enumerate(checks):
+            self.s.activity = f"burn_in: {check} ({index + 1}/{len(checks)})"
+            outcome = await self._run_check(check, item.suite, f"{base}/{index}")
+            if outcome.check_run_id is not None:
+                run_ids.append(outcome.check_run_id)
+            if await self._health_events_during_phase():
+                await self._move("phase_failed", "burn-in: a critical health event arrived during burn-in")
+                return
+            if outcome.status not in ("pass", "warn"):
+                await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}")
+                return
+        if not await self._move("begin_admission", f"burn-in passed: {len(checks)} checks"):
+            return
+        self.s.activity = "admission: judging against the profile and the fleet"
+        verdict: AdmissionVerdict = await workflow.execute_activity_method(
+            NodeActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **SHORT)
+        if verdict.passed:
+            await self._move("enter_production", f"admission: {verdict.reason}")
+        else:
+            await self._move("phase_failed", f"admission: {verdict.reason}")
+
+    async def _recheck(self, item: WorkItem) -> None:
+        checks = await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=item.suite), **SHORT)
+        base = f"{workflow.info().workflow_id}/recheck@{workflow.now().timestamp()}"
+        failed: CheckOutcome | None = None
+        for index, check in enumerate(checks):
+            self.s.activity = f"recheck: {check} ({index + 1}/{len(checks)})"
+            outcome = await self._run_check(check, item.suite, f"{base}/{index}")
+            if outcome.status == "fail":
+                failed = outcome
+                break
+        if failed is None:
+            self.s.last_outcome = f"recheck {item.suite}: passed"
+            return
+        cause = f"recheck {item.suite}: {failed.check}: {failed.reason}"
+        self.s.last_outcome = cause
+        if self.s.state == NodeState.PRODUCTION.value:
+            await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck")
+
+    async def _health_event(self, ev: HealthEventInput) -> None:
+        self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
+        verdict: HealthEventVerdict = await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **SHORT)
+        self.s.last_outcome = verdict.reason
+        if verdict.drain_now and self.s.state == NodeState.PRODUCTION.value:
+            cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
+            await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id)
+
+    async def _health_events_during_phase(self) -> bool:
+        """Judge queued health events now; True when one means the node must not be admitted."""
+        queued = [w for w in self.s.work if w.kind == "health_event" and w.event is not None]
+        bad = False
+        for item in queued:
+            self.s.work.remove(item)
+            verdict = await workflow.execute_activity_method(NodeActivities.record_health_event, item.event, **SHORT)
+            bad = bad or verdict.drain_now
+        return bad
+
+    async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
+                             request_id: str = "") -> None:
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **SHORT)
+        decision: RemovalDecision = await workflow.execute_activity_method(
+            NodeCommandActivities.ask_capacity_guard,
+            RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor, critical=critical,
+                           request_id=request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"),
+            **SHORT,
+        )
+        if not decision.granted:
+            self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
+            return
+        if await self._move("drain", cause, actor, Actor.AUTOMATION.value):
+            await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
+                                             fault_seen_at=fault_seen_at or workflow.now().timestamp()))
+
+    async def _after_drain(self, item: WorkItem) -> None:
+        """Cordoned: wait for the node's jobs to finish (or, critical, leave them to restart
+        elsewhere), then hand the node to maintenance."""
+        self.s.activity = "draining: waiting for jobs"
+        waited = timedelta()
+        while not item.critical and waited < DRAIN_JOB_WAIT and self.s.state == NodeState.DRAINING.value:
+            jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
+            if not jobs:
+                break
+            await workflow.sleep(DRAIN_JOB_POLL)
+            waited += DRAIN_JOB_POLL
+        if self.s.state == NodeState.DRAINING.value:
+            await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    async def _run_check(self, check: str, suite: str, run_key: str) -> CheckOutcome:
+        spec = CHECKS[check]
         try:
-            return next_state(self.s.state, req.trigger, req.actor_kind).value
+            return await workflow.execute_activity_method(
+                NodeActivities.run_check,
+                CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS),
+                start_to_close_timeout=timedelta(seconds=spec.typical_duration_s * 3 + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
+                                         non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
+            )
+        except ActivityError as exc:
+            # Retries spent without a recorded result (e.g. the worker died on the last try):
+            # the node is not known to be bad, only unchecked.
+            return CheckOutcome(self.s.node, check, "error", f"could not run: {exc.cause or exc}", {}, "activity")
+
+    async def _move(self, trigger: str, cause: str, actor: str = "lifecycle",
+                    actor_kind: str = Actor.AUTOMATION.value) -> bool:
+        """Apply an automated transition; False (and nothing changes) if the node moved on."""
+        async with self.lock:
+            try:
+                target = next_state(self.s.state, trigger, actor_kind).value
+            except IllegalTransition as exc:
+                self.s.last_outcome = f"stopped: {exc}"
+                return False
+            await self._apply(TransitionRequest(trigger, actor, actor_kind, cause), target)
+            self.s.last_outcome = cause
+            return True
+
+    def _target_or_reject(self, trigger: str, actor_kind: str) -> str:
+        try:
+            return next_state(self.s.state, trigger, actor_kind).value
         except (IllegalTransition, ValueError) as exc:
             raise ApplicationError(f"{self.s.node}: {exc}", type="IllegalTransition", non_retryable=True) from None
 

@@ -11,7 +11,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
+from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
+from workflows.capacity_guard import CapacityGuard, CapacityGuardState, ResumeAutomation, guard_id
 from workflows.node_lifecycle import (
     NodeLifecycle,
     NodeLifecycleState,
@@ -69,6 +71,34 @@ async def ensure_node_workflows(
     nodes = list(nodes)
     await asyncio.gather(*(start(*n) for n in nodes))
     return len(nodes)
+
+
+def guard_policy(settings: Settings) -> GuardPolicy:
+    return GuardPolicy(settings.guard_max_unavailable_fleet, settings.guard_max_unavailable_rack,
+                       settings.guard_storm_fraction, settings.guard_storm_window_s)
+
+
+async def ensure_capacity_guard(client: Client, settings: Settings, fleet: str = "default"):
+    return await client.start_workflow(
+        CapacityGuard.run, CapacityGuardState(fleet=fleet, policy=guard_policy(settings)), id=guard_id(fleet),
+        task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    )
+
+
+async def ask_capacity_guard(client: Client, settings: Settings, req: RemovalRequest, fleet: str = "default") -> RemovalDecision:
+    handle = await ensure_capacity_guard(client, settings, fleet)
+    return await handle.execute_update(CapacityGuard.request_removal, req, result_type=RemovalDecision)
+
+
+async def guard_status(client: Client, settings: Settings, fleet: str = "default") -> CapacityGuardState:
+    handle = await ensure_capacity_guard(client, settings, fleet)
+    return await handle.query(CapacityGuard.status, result_type=CapacityGuardState)
+
+
+async def resume_automation(client: Client, settings: Settings, actor: str, fleet: str = "default") -> CapacityGuardState:
+    handle = await ensure_capacity_guard(client, settings, fleet)
+    return await handle.execute_update(CapacityGuard.resume_automation, ResumeAutomation(actor), result_type=CapacityGuardState)
 
 
 async def request_transition(

@@ -11,16 +11,26 @@ from temporalio.worker import Worker
 
 from fleetctl.config import Settings
 from workflows.activities import LifecycleActivities, NodeCommandActivities
+from workflows.active_checks import ActiveCheckSweep
+from workflows.capacity_guard import CapacityGuard
+from workflows.executor_registry import ExecutorRegistry
+from workflows.node_activities import NodeActivities
 from workflows.node_lifecycle import NodeLifecycle
 
-WORKFLOWS: list[type] = [NodeLifecycle]
+WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
     """Every activity the worker hosts, bound to this process's settings and client."""
     lifecycle = LifecycleActivities(settings)
-    commands = NodeCommandActivities(client)
-    return [lifecycle.record_transition, commands.command_node]
+    commands = NodeCommandActivities(client, settings)
+    node = NodeActivities(settings, ExecutorRegistry(settings))
+    return [
+        lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard,
+        node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
+        node.fleet_snapshot, node.unavailable_nodes, node.record_automation_event, node.idle_production_nodes,
+        node.running_jobs_on,
+    ]
 
 
 def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 from sqlalchemy import func
@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import CheckRun, HealthEvent, Node, NodeEvent, utcnow
+from fleetctl.db.models import CheckRun, HealthEvent, Job, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
 
 _INVENTORY_FIELDS = {
@@ -155,3 +155,72 @@ def state_counts(engine: Engine) -> dict[str, int]:
     with Session(engine) as session:
         rows = session.exec(select(Node.state, func.count()).group_by(Node.state))
         return {state: count for state, count in rows}
+
+
+def insert_once(engine: Engine, row, key_column, key: str):
+    """Insert `row` unless a row with this idempotency key exists; return the stored row."""
+    model = type(row)
+    with Session(engine) as session:
+        existing = session.exec(select(model).where(key_column == key)).first()
+        if existing is not None:
+            return existing
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # a concurrent retry stored it first
+            session.rollback()
+            return session.exec(select(model).where(key_column == key)).one()
+        session.refresh(row)
+        return row
+
+
+def check_run_by_key(engine: Engine, key: str) -> CheckRun | None:
+    with Session(engine) as session:
+        return session.exec(select(CheckRun).where(CheckRun.idempotency_key == key)).first()
+
+
+def check_runs(engine: Engine, ids: Sequence[int]) -> list[CheckRun]:
+    with Session(engine) as session:
+        return list(session.exec(select(CheckRun).where(col(CheckRun.id).in_(list(ids))).order_by(CheckRun.id)))
+
+
+def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude: str) -> dict[str, float]:
+    """The latest judged value of `metric` from `check` on every other node of the profile
+    that is admitted or being admitted (the peers a new node is compared with)."""
+    with Session(engine) as session:
+        peers = set(session.exec(select(Node.name).where(
+            Node.profile == profile, col(Node.state).in_(["production", "admission", "draining"]), Node.name != exclude)))
+        if not peers:
+            return {}
+        rows = session.exec(
+            select(CheckRun.node_name, CheckRun.metrics).where(
+                CheckRun.check_name == check, col(CheckRun.node_name).in_(peers),
+                col(CheckRun.status).in_(["pass", "warn"]),
+            ).order_by(CheckRun.id)
+        )
+        latest: dict[str, float] = {}
+        for name, metrics in rows:
+            value = (metrics or {}).get(metric)
+            if isinstance(value, (int, float)):
+                latest[name] = float(value)
+        return latest
+
+
+def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -> list[float]:
+    with Session(engine) as session:
+        rows = session.exec(select(HealthEvent.at).where(
+            HealthEvent.node_name == node, HealthEvent.code == code, HealthEvent.idempotency_key != exclude_key))
+        return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
+
+
+def running_jobs(engine: Engine) -> list[Job]:
+    with Session(engine) as session:
+        return list(session.exec(select(Job).where(Job.state == "running")))
+
+
+def running_jobs_on(engine: Engine, node: str) -> list[str]:
+    return [j.job_id for j in running_jobs(engine) if node in (j.nodes or [])]
+
+
+def nodes_with_running_jobs(engine: Engine) -> set[str]:
+    return {n for j in running_jobs(engine) for n in (j.nodes or [])}

@@ -1,0 +1,101 @@
+"""ActiveCheckSweep: started by a Temporal Schedule, it checks idle production nodes a few
+at a time and drains (through the capacity guard) the ones that fail. A node whose check
+could not run (`error`) is left alone and checked again on the next sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from checks.catalog import CHECKS
+    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from workflows.activities import NodeCommand, NodeCommandActivities, NodeCommandOutcome
+    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts, SweepScope
+
+SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
+             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
+                                      non_retryable_error_types=["UnknownNode", "UnknownSuite"]))
+SCHEDULE_ID = "active-checks"
+
+
+@dataclass
+class SweepInput:
+    suite: str = "quick"
+    # At most this many nodes are checked at once: a count, or a fraction of the idle nodes.
+    max_concurrent: int = 0
+    max_concurrent_fraction: float = 0.05
+    fleet: str = "default"
+    actor: str = "active-checks"
+
+
+@dataclass
+class SweepResult:
+    checked: int = 0
+    passed: int = 0
+    failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+
+
+@workflow.defn
+class ActiveCheckSweep:
+    @workflow.run
+    async def run(self, req: SweepInput) -> SweepResult:
+        scope = SweepScope(fleet=req.fleet, suite=req.suite)
+        checks = await workflow.execute_activity_method(NodeActivities.suite_checks, scope, **SHORT)
+        nodes = await workflow.execute_activity_method(NodeActivities.idle_production_nodes, scope, **SHORT)
+        width = req.max_concurrent or max(1, math.ceil(len(nodes) * req.max_concurrent_fraction))
+        result = SweepResult()
+        gate = asyncio.Semaphore(width)
+        sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
+
+        async def one(node: str) -> None:
+            async with gate:
+                await self._check_node(node, checks, req, f"{sweep_id}/{node}", result)
+
+        await asyncio.gather(*(one(n) for n in nodes))
+        return result
+
+    async def _check_node(self, node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:
+        result.checked += 1
+        for index, check in enumerate(checks):
+            try:
+                outcome: CheckOutcome = await workflow.execute_activity_method(
+                    NodeActivities.run_check, CheckRequest(node, check, req.suite, f"{key}/{index}"),
+                    start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
+                                             non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
+                )
+            except ActivityError:
+                result.errors.append(node)
+                return
+            if outcome.status == "error":
+                result.errors.append(node)
+                return
+            if outcome.status == "fail":
+                result.failed.append(node)
+                await self._drain(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result)
+                return
+        result.passed += 1
+
+    async def _drain(self, node: str, cause: str, req: SweepInput, key: str, result: SweepResult) -> None:
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+        decision: RemovalDecision = await workflow.execute_activity_method(
+            NodeCommandActivities.ask_capacity_guard,
+            RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key), **SHORT)
+        if not decision.granted:
+            result.held.append(node)
+            return
+        outcome: NodeCommandOutcome = await workflow.execute_activity_method(
+            NodeCommandActivities.command_node,
+            NodeCommand(node=node, trigger="drain", actor=req.actor, cause=cause, request_id=f"{key}/drain"), **SHORT)
+        (result.drained if outcome.accepted else result.held).append(node)

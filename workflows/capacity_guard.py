@@ -1,0 +1,119 @@
+"""CapacityGuard: one workflow per fleet (id `capacity-guard/<fleet>`) that every automated
+removal from production asks first. Decisions are serialised by a lock, so two sweeps
+asking at once cannot both take the last node a rack may lose."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest, decide
+    from workflows.node_activities import AutomationRecord, NodeActivities
+
+# A granted removal shows in the database within seconds (the node's own transition); until
+# then it is counted here so that concurrent requests see it.
+PENDING_GRANT_TTL_S = 600.0
+DECISIONS_PER_RUN = 500
+ACTIVITY = dict(start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)))
+
+
+def guard_id(fleet: str = "default") -> str:
+    return f"capacity-guard/{fleet}"
+
+
+@dataclass
+class PendingGrant:
+    rack: str
+    at: float
+
+
+@dataclass
+class CapacityGuardState:
+    fleet: str = "default"
+    policy: GuardPolicy = field(default_factory=GuardPolicy)
+    breaker_open: bool = False
+    breaker_reason: str = ""
+    breaker_since: float | None = None
+    recent_failures: list[float] = field(default_factory=list)
+    pending: dict[str, PendingGrant] = field(default_factory=dict)
+    granted_total: int = 0
+    denied_total: int = 0
+
+
+@dataclass
+class ResumeAutomation:
+    actor: str
+
+
+@workflow.defn
+class CapacityGuard:
+    @workflow.init
+    def __init__(self, state: CapacityGuardState) -> None:
+        self.s = state
+        self.lock = asyncio.Lock()
+        self.decisions_this_run = 0
+
+    @workflow.run
+    async def run(self, state: CapacityGuardState) -> None:
+        await workflow.wait_condition(
+            lambda: self.decisions_this_run >= DECISIONS_PER_RUN or workflow.info().is_continue_as_new_suggested()
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self.s)
+
+    @workflow.query
+    def status(self) -> CapacityGuardState:
+        return self.s
+
+    @workflow.update
+    async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
+        async with self.lock:
+            now = workflow.now().timestamp()
+            snapshot = await workflow.execute_activity_method(NodeActivities.fleet_snapshot, self.s.fleet, **ACTIVITY)
+            gone = set(await workflow.execute_activity_method(NodeActivities.unavailable_nodes, self.s.fleet, **ACTIVITY))
+            self.s.pending = {n: g for n, g in self.s.pending.items() if n not in gone and now - g.at < PENDING_GRANT_TTL_S}
+            self.s.recent_failures = [t for t in self.s.recent_failures if now - t < self.s.policy.storm_window_s]
+            decision = decide(
+                self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
+                pending_grants=len(self.s.pending),
+                pending_in_rack=sum(1 for g in self.s.pending.values() if g.rack == req.rack),
+            )
+            if not req.force:
+                self.s.recent_failures.append(now)
+            if decision.breaker_opened:
+                self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
+            if decision.granted:
+                self.s.pending[req.node] = PendingGrant(req.rack, now)
+                self.s.granted_total += 1
+            else:
+                self.s.denied_total += 1
+            kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else ("grant" if decision.granted else "deny"))
+            await workflow.execute_activity_method(
+                NodeActivities.record_automation_event,
+                AutomationRecord(kind=kind, reason=f"{req.reason}: {decision.reason}", actor=req.actor, node=req.node,
+                                 fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}"),
+                **ACTIVITY,
+            )
+            self.decisions_this_run += 1
+            return decision
+
+    @workflow.update
+    async def resume_automation(self, req: ResumeAutomation) -> CapacityGuardState:
+        async with self.lock:
+            was_open = self.s.breaker_open
+            self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = False, "", None
+            self.s.recent_failures = []
+            await workflow.execute_activity_method(
+                NodeActivities.record_automation_event,
+                AutomationRecord(kind="breaker_closed", actor=req.actor, fleet=self.s.fleet,
+                                 reason="automation resumed by operator" + ("" if was_open else " (breaker was closed)"),
+                                 key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}"),
+                **ACTIVITY,
+            )
+            return self.s
