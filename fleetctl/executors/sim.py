@@ -551,15 +551,15 @@ def _all_reduce_perf(call: _Call) -> ToolRun:
         min_bytes=_bytes(_flag(flags, "-b", "--minbytes", default="32M")),
         max_bytes=_bytes(_flag(flags, "-e", "--maxbytes", default="32M")),
         step_factor=int(_flag(flags, "-f", "--stepfactor", default="1")),
-        step_bytes=_bytes(_flag(flags, "-i", "--stepbytes", default="0")) if "-f" not in flags else 0,
+        step_bytes=_bytes(_flag(flags, "-i", "--stepbytes", default="1M")),
         gpus=int(_flag(flags, "-g", "--ngpus", default="1")),
         threads=int(_flag(flags, "-t", "--nthreads", default="1")),
         iters=int(_flag(flags, "-n", "--iters", default="20")),
         warmup_iters=int(_flag(flags, "-w", "--warmup_iters", default="5")),
         check=int(_flag(flags, "-c", "--check", default="1")),
     )
-    if run.step_factor < 2 and not run.step_bytes and run.min_bytes != run.max_bytes:
-        raise _UsageError("all_reduce_perf needs -f >= 2 or -i for a size sweep")
+    if run.step_factor < 2 and run.step_bytes < 1:
+        raise _UsageError("all_reduce_perf needs -f >= 2 or -i >= 1 to step through sizes")
     output, seconds = render_all_reduce_perf(call.node, run, call.rng)
     return ToolRun(output, 15.0 + seconds)  # NCCL init and connection setup
 
@@ -570,24 +570,17 @@ def _xhpl(call: _Call) -> ToolRun:
     return ToolRun(output, 40.0 + seconds)  # matrix generation and warm-up
 
 
-def _kernel_log(style: str) -> Callable[[_Call], ToolRun]:
-    def run(call: _Call) -> ToolRun:
-        return ToolRun(render_kernel_log(call.node, style), 0.2)
-
-    return run
-
-
 def _dmesg(call: _Call) -> ToolRun:
     flags, _ = _options(call.args, {"-l", "--level", "-f", "--facility"})
     style = "dmesg-T" if {"-T", "--ctime"} & flags.keys() else "dmesg"
-    return _kernel_log(style)(call)
+    return ToolRun(render_kernel_log(call.node, style), 0.2)
 
 
 def _journalctl(call: _Call) -> ToolRun:
     flags, _ = _options(call.args, {"-o", "--output", "-b", "--boot", "-S", "--since", "-U", "--until", "-n", "--lines"})
     if not {"-k", "--dmesg"} & flags.keys():
         raise _UsageError("simulated journalctl answers -k (kernel messages)")
-    return _kernel_log("journal")(call)
+    return ToolRun(render_kernel_log(call.node, "journal"), 0.5)
 
 
 def _ibstat(call: _Call) -> ToolRun:
@@ -728,7 +721,7 @@ _SCRIPT_SPLIT = re.compile(r"(&&|\|\||[;&|\n])")
 _REDIRECT = re.compile(r"(\d?)>>?\s*(&1|\S+)")
 
 
-class SimNode:
+class _NodeShell:
     """Runs commands against one node state; `sh -c` scripts get a tiny shell."""
 
     def __init__(self, node: NodeState, rng: random.Random):
@@ -840,7 +833,7 @@ class SimExecutor:
         )
         state = build_node_state(name, sim_profile(target.profile), self._seed, faults, now, transient)
         jitter = _identity_rng(self._seed, name, "run", *argv, run_number)
-        result = SimNode(state, jitter).run(argv)
+        result = _NodeShell(state, jitter).run(argv)
         wall_s = result.seconds * self._time_scale
         if wall_s > timeout_s:
             self._sleep(timeout_s)

@@ -568,8 +568,6 @@ def render_kernel_log(node: NodeState, style: str) -> ToolOutput:
     clock, like `dmesg -T`), "journal" (`journalctl -k`)."""
     lines = []
     for event in sorted(node.kernel_events, key=lambda e: e.at):
-        if event.at > node.now:
-            continue
         if style == "dmesg":
             lines.append(f"[{event.at - node.boot_time:12.6f}] {event.text}")
         elif style == "dmesg-T":
@@ -612,7 +610,7 @@ class _DiagTest:
     status: str  # "Pass", "Fail", "Skip", per GPU for plugin tests
     failed_gpus: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    error_id: int = 0
+    error_id: int = 0  # a DCGM_FR_* code; parsers go by status and text
 
 
 def _diag_results(node: NodeState, level: int) -> tuple[list[_DiagTest], list[tuple[str, list[_DiagTest]]]]:
@@ -621,7 +619,7 @@ def _diag_results(node: NodeState, level: int) -> tuple[list[_DiagTest], list[tu
     for gpu in node.lost_gpus:
         test = deployment["CUDA Main Library"]
         test.status = "Fail"
-        test.error_id = 3  # DCGM_FR_CUDA_API
+        test.error_id = 3
         test.warnings.append(
             f"GPU {gpu.index} Error using CUDA API cuDeviceGetByPCIBusId Check DCGM and system logs for "
             f"errors. Reset GPU. Restart DCGM. Rerun diagnostics. 'unknown error' for GPU {gpu.index}, "
@@ -638,7 +636,7 @@ def _diag_results(node: NodeState, level: int) -> tuple[list[_DiagTest], list[tu
                 f"GPU {gpu.index} has {gpu.ecc_uncorrected_volatile} uncorrectable ECC errors (volatile DBE)."
             )
         if test.warnings:
-            test.status, test.error_id = "Fail", 96  # DCGM_FR_PENDING_ROW_REMAP and friends
+            test.status, test.error_id = "Fail", 96
     deployment_failed = any(t.status == "Fail" for t in deployment.values())
 
     gpu_ids = [g.index for g in node.gpus]
@@ -665,7 +663,7 @@ def _judge_plugin(node: NodeState, test: _DiagTest, gpu_ids: list[int]) -> None:
                     f"the test for GPU {gpu.index} Verify that the cooling on this machine is functional, "
                     "including external, thermal material interface, fans, and any other components."
                 )
-                test.error_id = 35  # DCGM_FR_THERMAL_VIOLATIONS
+                test.error_id = 35
     if test.name in ("GPU Memory", "Diagnostic") and node.transient_failure:
         victim = gpu_ids[len(gpu_ids) // 2]
         test.failed_gpus.append(victim)
@@ -715,7 +713,7 @@ def render_dcgmi_diag(node: NodeState, level: int, as_json: bool) -> ToolOutput:
     )
     gpu_ids = [g.index for g in node.gpus]
     device_ids = [f"{node.profile.pci_device_id:04x}"] * len(gpu_ids)
-    exit_status = 226 if failed else 0  # DCGM_ST_NVVS_ERROR, as a process exit status
+    exit_status = 226 if failed else 0  # dcgmi exits non-zero when a test fails
     if as_json:
         return ToolOutput(_diag_json(node, deployment, plugins, gpu_ids, device_ids), exit_status=exit_status)
 
@@ -781,7 +779,8 @@ def _diag_json(
         for test in tests:
             results = []
             for gpu in gpu_ids:
-                status = "FAIL" if gpu in test.failed_gpus else test.status.upper().replace("FAIL", "PASS")
+                # A test that failed on some GPUs passed on the others.
+                status = "FAIL" if gpu in test.failed_gpus else "PASS" if test.status == "Fail" else test.status.upper()
                 result: dict = {"gpu_ids": gpu, "status": status}
                 if gpu in test.failed_gpus:
                     result["warnings"] = warnings(test, gpu)
@@ -808,8 +807,8 @@ class AllReduceRun:
 
     min_bytes: int
     max_bytes: int
-    step_factor: int
-    step_bytes: int  # used instead of the factor when non-zero
+    step_factor: int  # multiplies the size when > 1; otherwise step_bytes is added
+    step_bytes: int
     gpus: int
     threads: int
     iters: int
@@ -820,7 +819,7 @@ class AllReduceRun:
         sizes, size = [], self.min_bytes
         while size <= self.max_bytes:
             sizes.append(size)
-            size = size + self.step_bytes if self.step_bytes else size * self.step_factor
+            size = size * self.step_factor if self.step_factor > 1 else size + self.step_bytes
         return sizes
 
 
@@ -838,7 +837,7 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
     ranks = run.gpus * run.threads
     lines = [
         f"# nThread {run.threads} nGpus {run.gpus} minBytes {run.min_bytes} maxBytes {run.max_bytes} "
-        + (f"step: {run.step_bytes}(bytes)" if run.step_bytes else f"step: {run.step_factor}(factor)")
+        + (f"step: {run.step_factor}(factor)" if run.step_factor > 1 else f"step: {run.step_bytes}(bytes)")
         + f" warmup iters: {run.warmup_iters} iters: {run.iters} agg iters: 1 validation: {run.check} graph: 0",
         "#",
         "# Using devices",
@@ -985,9 +984,10 @@ def render_hpl(node: NodeState, ranks: int, rng: random.Random) -> tuple[ToolOut
     for fraction in (0.0173, 0.0345, 0.0458):
         left = int(n * (1 - fraction)) // HPL_NB * HPL_NB
         gf = total * rng.gauss(1.0, 0.01)
+        elapsed = seconds * (1 - (1 - fraction) ** 3)  # work left shrinks with the cube of N_left
         lines.append(
-            f" Prog= {fraction * 100:.2f}%\tN_left= {left:8d}\tTime= {seconds * fraction * 3:6.2f}\t"
-            f"Time_left= {seconds * (1 - fraction):6.2f}\tiGF= {gf:10.2f} GF= {gf:10.2f}  "
+            f" Prog= {fraction * 100:.2f}%\tN_left= {left:8d}\tTime= {elapsed:6.2f}\t"
+            f"Time_left= {seconds - elapsed:6.2f}\tiGF= {gf:10.2f} GF= {gf:10.2f}  "
             f"iGF_per= {gf / ranks:8.2f}\tGF_per= {gf / ranks:8.2f}"
         )
     residual = rng.uniform(0.0002, 0.0009)
