@@ -105,6 +105,8 @@ class Job(SQLModel, table=True):
     scheduler: str = "sim"
     state: str = "pending"
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    # How many nodes the job needs; `nodes` is where it runs (empty while pending).
+    node_count: int = 1
     gpus_per_node: int = 8
     submitted_at: datetime = Field(default_factory=utcnow)
     started_at: Optional[datetime] = None
@@ -141,3 +143,42 @@ class AutomationEvent(SQLModel, table=True):
     actor: str
     at: datetime = Field(default_factory=utcnow, index=True)
     idempotency_key: str
+
+
+class SimSchedulerNode(SQLModel, table=True):
+    """The simulated scheduler's own drain of a node (a node without a row is schedulable)."""
+
+    __tablename__ = "sim_scheduler_nodes"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True, unique=True)
+    drained: bool = False
+    reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class JobRestart(SQLModel, table=True):
+    """One restart of a training job off bad nodes, with the time of each step.
+
+    One row per JobRestart workflow: its id (`job-restart/<job>/<restart>`) is the
+    idempotency key, so the same fault never records (or restarts) a job twice.
+    """
+
+    __tablename__ = "job_restarts"
+    __table_args__ = (UniqueConstraint("workflow_id"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    scheduler: str
+    bad_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    cause: str = Field(default="", sa_column=Column(Text, nullable=False))
+    actor: str
+    restart_id: str
+    fault_seen_at: datetime
+    drained_at: Optional[datetime] = None
+    requeued_at: Optional[datetime] = None
+    running_at: Optional[datetime] = None
+    new_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    status: str = Field(default="in_progress", index=True)  # in_progress, succeeded, failed
+    error: str = Field(default="", sa_column=Column(Text, nullable=False))
+    workflow_id: str

@@ -1,0 +1,209 @@
+"""Training jobs, the simulated scheduler's node drains, and job restarts.
+
+Each function opens its own short session. Where simulated jobs go is the simulated
+scheduler's rule (fleetctl/schedulers/sim.py): `sim_scheduling_pass` only gives it the
+queue and the nodes, and writes its placements in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Callable, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from fleetctl.db.models import Job, JobRestart, Node, SimSchedulerNode, utcnow
+
+SIM = "sim"
+# pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
+_SIM_SCHEDULER_LOCK = 0x6673696D
+_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error"})
+
+
+@dataclass(frozen=True)
+class SimNodeView:
+    """A node of the simulated scheduler as it sees it."""
+
+    name: str
+    fleetctl_state: str
+    drained: bool
+    reason: str | None
+    jobs: tuple[str, ...]  # running jobs placed on it
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    job_id: str
+    node_count: int
+    exclude: frozenset[str]
+
+
+# (queue in FIFO order, every simulated node) -> {job id: the nodes it now runs on}
+PlacementPolicy = Callable[[Sequence[QueuedJob], Sequence[SimNodeView]], dict[str, list[str]]]
+
+
+class UnknownJob(LookupError):
+    pass
+
+
+def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[SimNodeView]:
+    query = select(Node.name, Node.state).where(Node.scheduler == SIM).order_by(Node.name)
+    if names is not None:
+        query = query.where(col(Node.name).in_(list(names)))
+    nodes = list(session.exec(query))
+    drains = {d.node_name: d for d in session.exec(select(SimSchedulerNode))}
+    placed: dict[str, list[str]] = {}
+    for job in session.exec(select(Job).where(Job.scheduler == SIM, Job.state == "running").order_by(Job.id)):
+        for node in job.nodes:
+            placed.setdefault(node, []).append(job.job_id)
+    return [
+        SimNodeView(name, state, bool(drains.get(name) and drains[name].drained),
+                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())))
+        for name, state in nodes
+    ]
+
+
+def sim_nodes(engine: Engine, names: Sequence[str] | None = None) -> list[SimNodeView]:
+    """Every node whose inventory scheduler is "sim" (or those of `names` that are)."""
+    with Session(engine) as session:
+        return _sim_nodes(session, names)
+
+
+def set_sim_drain(engine: Engine, node: str, drained: bool, reason: str | None) -> None:
+    with Session(engine) as session:
+        row = session.exec(select(SimSchedulerNode).where(SimSchedulerNode.node_name == node)).first()
+        row = row or SimSchedulerNode(node_name=node)
+        row.drained, row.reason, row.updated_at = drained, reason, utcnow()
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # a concurrent first drain of the same node inserted the row
+            session.rollback()
+            set_sim_drain(engine, node, drained, reason)
+
+
+def get_job(engine: Engine, job_id: str) -> Job | None:
+    with Session(engine) as session:
+        return session.exec(select(Job).where(Job.job_id == job_id)).first()
+
+
+def list_jobs(engine: Engine, scheduler: str | None = None, node: str | None = None) -> list[Job]:
+    """Jobs stored in the database (the simulated scheduler's), optionally only those on `node`."""
+    with Session(engine) as session:
+        query = select(Job).order_by(Job.id)
+        if scheduler:
+            query = query.where(Job.scheduler == scheduler)
+        jobs = list(session.exec(query))
+    return [j for j in jobs if node in j.nodes] if node else jobs
+
+
+def add_sim_job(engine: Engine, name: str, node_count: int, gpus_per_node: int) -> str:
+    """Queue a simulated job; its id is `sim-<row id>`."""
+    with Session(engine) as session:
+        # The id comes from the row's number, known once inserted; a unique placeholder until then.
+        job = Job(job_id=f"sim-new-{uuid.uuid4().hex}", name=name, scheduler=SIM, state="pending",
+                  node_count=node_count, gpus_per_node=gpus_per_node)
+        session.add(job)
+        session.flush()
+        job.job_id = f"sim-{job.id}"
+        session.add(job)
+        session.commit()
+        return job.job_id
+
+
+def _lock_sim_scheduler(session: Session) -> None:
+    """Hold the simulated scheduler for the rest of this transaction, across processes."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SIM_SCHEDULER_LOCK})
+    else:
+        # SQLite: a write as the transaction's first statement takes the database's write
+        # lock now, waiting out a concurrent pass; taken at the first real write instead,
+        # after reads, it would fail at once with SQLITE_BUSY.
+        session.execute(text("UPDATE sim_scheduler_nodes SET node_name = node_name WHERE 1 = 0"))
+
+
+def sim_scheduling_pass(
+    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = ()
+) -> None:
+    """One pass of the simulated scheduler: put `requeue` (if given) back in the queue, kept
+    off `exclude` in this pass, then run every queued job that `place` finds nodes for."""
+    with Session(engine) as session:
+        pending = select(Job).where(Job.scheduler == SIM, Job.state == "pending")
+        if requeue is None and session.exec(pending.limit(1)).first() is None:
+            return  # nothing to place: no need to take the lock
+        _lock_sim_scheduler(session)
+        if requeue is not None:
+            job = session.exec(select(Job).where(Job.scheduler == SIM, Job.job_id == requeue)).first()
+            if job is None:
+                raise UnknownJob(f"the simulated scheduler does not know job {requeue}")
+            if job.state == "running":
+                job.state, job.nodes = "pending", []
+                session.add(job)
+                session.flush()
+        queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
+        if queue:
+            placements = place(
+                [QueuedJob(j.job_id, j.node_count, frozenset(exclude) if j.job_id == requeue else frozenset())
+                 for j in queue],
+                _sim_nodes(session),
+            )
+            now = utcnow()
+            for job in queue:
+                if placements.get(job.job_id):
+                    job.state, job.nodes, job.started_at = "running", list(placements[job.job_id]), now
+                    session.add(job)
+        session.commit()
+
+
+def record_restart_started(
+    engine: Engine, *, workflow_id: str, job_id: str, scheduler: str, bad_nodes: Sequence[str], cause: str,
+    actor: str, restart_id: str, fault_seen_at: datetime,
+) -> JobRestart:
+    """The restart's row, created once per workflow id (a retry finds the first one)."""
+    with Session(engine) as session:
+        existing = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
+        if existing is not None:
+            return existing
+        row = JobRestart(workflow_id=workflow_id, job_id=job_id, scheduler=scheduler, bad_nodes=list(bad_nodes),
+                         cause=cause, actor=actor, restart_id=restart_id, fault_seen_at=fault_seen_at)
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # a concurrent retry stored it first
+            session.rollback()
+            return session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).one()
+        session.refresh(row)
+        return row
+
+
+def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
+    """Set step times / outcome on a restart. Setting the same values again changes nothing."""
+    unknown = set(values) - _RESTART_STEP_FIELDS
+    if unknown:
+        raise ValueError(f"not a restart step field: {', '.join(sorted(unknown))}")
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
+        if row is None:
+            raise LookupError(f"no job restart recorded for workflow {workflow_id}")
+        for key, value in values.items():
+            setattr(row, key, value)
+        session.add(row)
+        session.commit()
+
+
+def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:
+    """Every restart of the job, oldest fault first."""
+    with Session(engine) as session:
+        query = select(JobRestart).where(JobRestart.job_id == job_id).order_by(JobRestart.fault_seen_at, JobRestart.id)
+        return list(session.exec(query))
+
+
+def restart_schedulers(engine: Engine, job_id: str) -> list[str]:
+    """The schedulers that ran restarts of a job with this id (to find a job by its id alone)."""
+    with Session(engine) as session:
+        return sorted(set(session.exec(select(JobRestart.scheduler).where(JobRestart.job_id == job_id))))

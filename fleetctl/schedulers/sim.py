@@ -1,0 +1,121 @@
+"""The simulated scheduler: jobs and their placement live in the database, for the demo and
+benchmarks. It behaves like a small Slurm seen through the Scheduler protocol.
+
+Placement: the queue in submission order, each job that fits runs at once on the first
+free nodes by name. A node is free when fleetctl has it in production (the simulation's
+stand-in for a healthy node the scheduler can reach), this scheduler has not drained it,
+and no other job runs there. There is no scheduler loop: every call runs one scheduling
+pass first, as a real scheduler's loop would have by then.
+
+Nodes are the inventory's nodes with `scheduler: sim`. A drain by hand (an operator's, not
+fleetctl's) is a drain whose reason lacks fleetctl's prefix, as with Slurm.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from sqlalchemy.engine import Engine
+
+from fleetctl.db import jobs as store
+from fleetctl.db.jobs import QueuedJob, SimNodeView
+from fleetctl.lifecycle import NodeState
+from fleetctl.schedulers.base import (
+    REASON_PREFIX,
+    FleetctlDoesNotOwnDrain,
+    SchedulerError,
+    SchedulerJob,
+    SchedulerNodeState,
+)
+
+
+def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) -> dict[str, list[str]]:
+    """In queue order, each job that fits gets the first `node_count` free nodes it may use."""
+    free = [n.name for n in nodes if n.fleetctl_state == NodeState.PRODUCTION.value and not n.drained and not n.jobs]
+    placements: dict[str, list[str]] = {}
+    for job in queue:
+        usable = [name for name in free if name not in job.exclude]
+        if len(usable) >= job.node_count:
+            placements[job.job_id] = usable[: job.node_count]
+            free = [name for name in free if name not in placements[job.job_id]]
+    return placements
+
+
+class SimScheduler:
+    """The Scheduler protocol over the `jobs` and `sim_scheduler_nodes` tables."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def __repr__(self) -> str:
+        return "SimScheduler()"
+
+    def submit(self, name: str, node_count: int, gpus_per_node: int = 8) -> SchedulerJob:
+        """Queue a job that needs `node_count` nodes; it runs at once if they are free."""
+        if node_count < 1:
+            raise SchedulerError(f"a job needs at least one node, not {node_count}")
+        job_id = store.add_sim_job(self.engine, name, node_count, gpus_per_node)
+        return self.job(job_id)
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain with fleetctl's reason; a drain by someone else stays theirs (as with Slurm)."""
+        current = self._node(node)
+        if current.drained and not _owned_by_fleetctl(current.reason):
+            return
+        reason = " ".join(reason.split())
+        store.set_sim_drain(self.engine, node, True, reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}")
+
+    def resume(self, node: str, force: bool = False) -> None:
+        current = self._node(node)
+        if not current.drained:
+            return
+        if not _owned_by_fleetctl(current.reason) and not force:
+            raise FleetctlDoesNotOwnDrain(
+                f"{node} was drained with reason {current.reason!r}, not by fleetctl; resume it with force to override"
+            )
+        store.set_sim_drain(self.engine, node, False, None)
+        self._schedule()
+
+    def node_state(self, node: str) -> SchedulerNodeState:
+        self._schedule()
+        current = self._node(node)
+        if current.drained:
+            state = "draining" if current.jobs else "drain"
+        else:
+            state = "allocated" if current.jobs else "idle"
+        return SchedulerNodeState(node=node, state=state, drained=current.drained, reason=current.reason,
+                                  owned_by_fleetctl=_owned_by_fleetctl(current.reason))
+
+    def jobs_on_node(self, node: str) -> list[SchedulerJob]:
+        self._schedule()
+        return [self.job(job_id) for job_id in self._node(node).jobs]
+
+    def job(self, job_id: str) -> SchedulerJob:
+        self._schedule()
+        job = store.get_job(self.engine, job_id)
+        if job is None or job.scheduler != store.SIM:
+            raise SchedulerError(f"the simulated scheduler does not know job {job_id}")
+        return SchedulerJob(job_id=job.job_id, name=job.name, state=job.state,
+                            nodes=tuple(job.nodes) if job.state == "running" else ())
+
+    def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
+        """Requeue the job and place it at once off exclude_nodes if enough nodes are free;
+        otherwise it stays pending. Like Kubernetes, the exclusion holds for this placement
+        only: nodes that must stay out are drained (JobRestart drains them first)."""
+        try:
+            store.sim_scheduling_pass(self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes)
+        except store.UnknownJob as exc:
+            raise SchedulerError(str(exc)) from None
+
+    def _schedule(self) -> None:
+        store.sim_scheduling_pass(self.engine, place_first_fit)
+
+    def _node(self, node: str) -> SimNodeView:
+        found = store.sim_nodes(self.engine, [node])
+        if not found:
+            raise SchedulerError(f"the simulated scheduler does not know node {node}")
+        return found[0]
+
+
+def _owned_by_fleetctl(reason: str | None) -> bool:
+    return bool(reason and reason.startswith(REASON_PREFIX))

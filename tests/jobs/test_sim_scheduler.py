@@ -1,0 +1,99 @@
+"""The simulated scheduler over SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.db import jobs
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError
+from fleetctl.schedulers.sim import SimScheduler
+from tests.jobs.support import sim_fleet
+
+
+@pytest.fixture
+def sim(db_url) -> SimScheduler:
+    engine = get_engine(db_url)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    sim_fleet(engine, ["n5"], state="burn_in")
+    return SimScheduler(engine)
+
+
+def test_jobs_run_first_fit_in_queue_order_and_wait_for_nodes(sim: SimScheduler) -> None:
+    first = sim.submit("train-a", node_count=3)
+    second = sim.submit("train-b", node_count=2)
+    third = sim.submit("eval", node_count=1)
+
+    assert (first.state, first.nodes) == ("running", ("n1", "n2", "n3"))
+    # Not enough healthy nodes for b (n5 is still in burn-in); the smaller job behind it fits.
+    assert (second.state, second.nodes) == ("pending", ())
+    assert (third.state, third.nodes) == ("running", ("n4",))
+    assert [j.job_id for j in sim.jobs_on_node("n2")] == [first.job_id]
+    assert sim.jobs_on_node("n5") == []
+    assert sim.node_state("n1").state == "allocated"
+    assert sim.node_state("n5").state == "idle"
+
+
+def test_restart_moves_the_job_off_the_bad_node_and_keeps_its_size(sim: SimScheduler) -> None:
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+    sim.drain("n1", "XID 79: GPU has fallen off the bus")
+    assert sim.node_state("n1").state == "draining"
+
+    sim.restart_job(job.job_id, exclude_nodes=["n1"])
+
+    restarted = sim.job(job.job_id)
+    assert restarted.state == "running"
+    assert "n1" not in restarted.nodes and len(restarted.nodes) == 2
+    state = sim.node_state("n1")
+    assert (state.state, state.drained, state.owned_by_fleetctl) == ("drain", True, True)
+    assert state.reason == f"{REASON_PREFIX} XID 79: GPU has fallen off the bus"
+
+
+def test_restart_without_room_stays_pending_until_a_node_is_resumed(sim: SimScheduler) -> None:
+    job = sim.submit("big", node_count=4)
+    for node in ("n1", "n2"):
+        sim.drain(node, "XID 79")
+
+    sim.restart_job(job.job_id, exclude_nodes=["n1", "n2"])
+    sim.restart_job(job.job_id, exclude_nodes=["n1", "n2"])  # a retry changes nothing
+
+    assert sim.job(job.job_id) == job.__class__(job.job_id, "big", "pending", ())
+    sim.resume("n1")
+    sim.resume("n2")
+    assert sim.job(job.job_id).nodes == ("n1", "n2", "n3", "n4")
+
+
+def test_a_drain_by_hand_stays_the_operators(sim: SimScheduler) -> None:
+    jobs.set_sim_drain(sim.engine, "n3", True, "manual: reseat cable")
+
+    sim.drain("n3", "XID 79")
+    state = sim.node_state("n3")
+    assert (state.drained, state.owned_by_fleetctl, state.reason) == (True, False, "manual: reseat cable")
+    with pytest.raises(FleetctlDoesNotOwnDrain, match="reseat cable"):
+        sim.resume("n3")
+    assert sim.submit("j", node_count=4).state == "pending"
+
+    sim.resume("n3", force=True)
+    assert sim.node_state("n3").state == "allocated"  # the queued job took it at once
+
+
+def test_unknown_node_and_job_are_scheduler_errors(sim: SimScheduler) -> None:
+    with pytest.raises(SchedulerError, match="does not know node nope"):
+        sim.node_state("nope")
+    with pytest.raises(SchedulerError, match="does not know job sim-999"):
+        sim.job("sim-999")
+    with pytest.raises(SchedulerError, match="does not know job sim-999"):
+        sim.restart_job("sim-999", exclude_nodes=[])
+    with pytest.raises(SchedulerError, match="at least one node"):
+        sim.submit("empty", node_count=0)
+
+
+def test_concurrent_submissions_never_share_a_node(sim: SimScheduler) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(8) as pool:
+        submitted = list(pool.map(lambda i: sim.submit(f"j{i}", node_count=1), range(8)))
+
+    running = [sim.job(j.job_id) for j in submitted if sim.job(j.job_id).state == "running"]
+    assert sorted(n for j in running for n in j.nodes) == ["n1", "n2", "n3", "n4"]
