@@ -74,7 +74,7 @@ def fake_tool_script(state: Path) -> str:
     return f"""#!/bin/sh
 # A fake GPU tool on the test node: records its argv (NUL-separated), prints what the test set.
 tool=$(basename "$0")
-printf '%s\\0' "$@" > {calls}/"$tool.$$"
+printf '%s\\0' "$tool" "$@" > {calls}/"$tool.$$"
 cat {outputs}/"$tool" 2>/dev/null
 exit "$(cat {outputs}/"$tool.exit" 2>/dev/null || echo 0)"
 """
@@ -126,7 +126,7 @@ class SshNode:
     def tool_calls(self, tool: str) -> list[list[str]]:
         """argv (without the tool's name) of each call of a fake tool, oldest first."""
         records = sorted((self.root / "state" / "calls").glob(f"{tool}.*"), key=lambda p: p.stat().st_mtime_ns)
-        return [record.read_bytes().decode().split("\0")[:-1] for record in records]
+        return [record.read_bytes().decode().split("\0")[1:-1] for record in records]
 
     def reset_tools(self) -> None:
         for directory in ("calls", "outputs"):

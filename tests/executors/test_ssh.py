@@ -288,13 +288,20 @@ def test_concurrency_limit_and_one_transport_per_node(ssh_node: SshNode, tmp_pat
     running = tmp_path / "running"
     running.mkdir()
     counts = tmp_path / "counts"
-    # Each command marks itself running, records how many are running, then lingers.
-    probe = ["sh", "-c", f"touch {running}/$$; ls {running} | wc -l >> {counts}; sleep 0.3; rm {running}/$$"]
+    # Each command marks itself running, waits (a while at most) for company so that
+    # commands allowed to overlap do, records how many are running, and leaves.
+    probe = [
+        "sh",
+        "-c",
+        f"touch {running}/$$; i=0; "
+        f'while [ "$(ls {running} | wc -l)" -lt 3 ] && [ $i -lt 15 ]; do sleep 0.1; i=$((i + 1)); done; '
+        f"sleep 0.1; ls {running} | wc -l >> {counts}; rm {running}/$$",
+    ]
     logins_before = ssh_node.accepted_logins()
-    with ssh_node.executor(max_in_flight=3) as executor, ThreadPoolExecutor(max_workers=12) as pool:
-        results = list(pool.map(lambda _: executor.run(ssh_node.target(), probe, timeout_s=20), range(12)))
+    with ssh_node.executor(max_in_flight=3) as executor, ThreadPoolExecutor(max_workers=9) as pool:
+        results = list(pool.map(lambda _: executor.run(ssh_node.target(), probe, timeout_s=20), range(9)))
         assert executor.open_connections() == 1
-    assert [result.exit_status for result in results] == [0] * 12
+    assert [result.exit_status for result in results] == [0] * 9
     assert max(int(line) for line in counts.read_text().split()) == 3
     assert ssh_node.accepted_logins() - logins_before == 1
 
