@@ -271,9 +271,9 @@ class RedfishClient:
             state = task.get("TaskState")
             # A task monitor answers 202 while the task runs, then the operation's own
             # result, which has no TaskState; a task resource always has one.
-            if status != 202 and state is None:
-                return TaskResult(uri=task_uri, state="Completed", status=None)
-            if status != 202 and state is not None:
+            if status != 202:
+                if state is None:
+                    return TaskResult(uri=task_uri, state="Completed", status=None)
                 messages = tuple(
                     _one_line(message["Message"])
                     for message in task.get("Messages", [])
@@ -344,7 +344,7 @@ class RedfishClient:
         if exc.code == 403:
             return BmcAuthFailed(f"{where}: HTTP 403: user {self.username!r} is not allowed to do this")
         if 300 <= exc.code < 400:
-            return BmcError(f"{where}: HTTP {exc.code}: redirected to another host, not followed")
+            return BmcError(f"{where}: HTTP {exc.code}: redirect not followed (another host, or not a GET)")
         try:
             message = _redfish_message(json.loads(exc.read() or b"{}"))
         except ValueError:

@@ -1,7 +1,7 @@
 """A scripted Redfish service over real HTTP, for what sushy-tools' emulator cannot do.
 
 The emulator serves no FirmwareInventory, its SimpleUpdate fails with the fake driver and
-its one task is always Completed (see conftest.py). Inventory parsing, a task that runs
+its one task is always Completed (see sushy_emulator.py). Inventory parsing, a task that runs
 and then completes or fails, boot ids and cross-host links are therefore tested against
 canned answers, written the way real BMCs (OpenBMC, iDRAC) send them.
 """

@@ -18,8 +18,8 @@ from fleetctl.bmc.redfish import (
     TaskResult,
     validate_image_uri,
 )
-from tests.bmc.conftest import SYSTEM_NAME, RedfishBmc, free_port
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
+from tests.bmc.sushy_emulator import SYSTEM_NAME, RedfishBmc, free_port
 
 IMAGE = "https://firmware.example/h100/bmc-1.2.bin"
 SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
@@ -258,12 +258,21 @@ def test_task_that_never_finishes_times_out(scripted_redfish: ScriptedRedfish) -
         RedfishClient(scripted_redfish.base_url, "u", "pw").wait_for_task(task, timeout_s=0.2, poll_s=0.05)
 
 
+def test_redirect_on_the_bmcs_own_origin_is_followed(scripted_redfish: ScriptedRedfish) -> None:
+    scripted_redfish.script("GET", "/redfish/v1/Systems", Answer(301, None, {"Location": "/redfish/v1/Systems/"}))
+    scripted_redfish.script(
+        "GET", "/redfish/v1/Systems/", Answer(200, {"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]})
+    )
+
+    assert RedfishClient(scripted_redfish.base_url, "u", "pw").systems() == ["1"]
+
+
 def test_links_and_redirects_to_another_host_are_not_followed(scripted_redfish: ScriptedRedfish) -> None:
     elsewhere = f"http://127.0.0.1:{free_port()}/steal"
     scripted_redfish.script("GET", "/redfish/v1/Systems", Answer(307, None, {"Location": elsewhere}))
     client = RedfishClient(scripted_redfish.base_url, "u", "pw")
 
-    with pytest.raises(BmcError, match="HTTP 307: redirected to another host, not followed"):
+    with pytest.raises(BmcError, match=r"HTTP 307: redirect not followed \(another host"):
         client.systems()
     with pytest.raises(BmcError, match="refusing to follow a link to another host"):
         client.wait_for_task(elsewhere, timeout_s=1, poll_s=0.1)
