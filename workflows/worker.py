@@ -14,10 +14,13 @@ from workflows.activities import LifecycleActivities, NodeCommandActivities
 from workflows.active_checks import ActiveCheckSweep
 from workflows.capacity_guard import CapacityGuard
 from workflows.executor_registry import ExecutorRegistry
+from workflows.job_activities import JobRestartActivities
+from workflows.job_restart import JobRestart
 from workflows.node_activities import NodeActivities
 from workflows.node_lifecycle import NodeLifecycle
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep]
+WORKFLOWS += [JobRestart]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -30,6 +33,14 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
         node.fleet_snapshot, node.unavailable_nodes, node.record_automation_event, node.idle_production_nodes,
         node.running_jobs_on,
+    ] + job_restart_activities(settings)
+
+
+def job_restart_activities(settings: Settings) -> list[Callable[..., Any]]:
+    restarts = JobRestartActivities(settings)
+    return [
+        restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
+        restarts.record_restart_step, restarts.record_restart_outcome,
     ]
 
 

@@ -1,0 +1,108 @@
+"""JobRestart on the real Temporal dev server, with the simulated scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from fleetctl.db import jobs
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.sim import SimScheduler
+from tests.jobs.support import sim_fleet
+from workflows.job_restart import JobRestartInput, JobRestartResult
+from workflows.job_starter import start_job_restart
+from workflows.worker import build_worker
+
+pytestmark = pytest.mark.temporal
+
+
+async def _with_worker(settings, body):
+    client = await Client.connect(settings.temporal_address)
+    with ThreadPoolExecutor(8) as pool:
+        async with build_worker(client, settings, pool):
+            return await body(client)
+
+
+def _restart(job_id: str, bad: list[str], restart_id: str | None = None, **extra) -> JobRestartInput:
+    return JobRestartInput(job_id=job_id, scheduler="sim", bad_nodes=bad, cause="XID 79: GPU has fallen off the bus",
+                           actor="tester@ci", fault_seen_at=(datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat(),
+                           restart_id=restart_id or uuid.uuid4().hex, **extra)
+
+
+async def test_restart_drains_moves_the_job_and_records_each_step(make_settings, db_url) -> None:
+    settings = make_settings(db_url)
+    engine = get_engine(db_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    job = sim.submit("train", node_count=2)
+    inp = _restart(job.job_id, ["n1"])
+
+    async def body(client):
+        handle = await start_job_restart(client, settings, inp)
+        return await handle.result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert "n1" not in result.new_nodes and len(result.new_nodes) == 2
+    assert sim.job(job.job_id).nodes == tuple(result.new_nodes)
+    assert sim.node_state("n1").drained and sim.node_state("n1").owned_by_fleetctl
+    times = [datetime.fromisoformat(t) for t in (result.fault_seen_at, result.drained_at, result.requeued_at, result.running_at)]
+    assert times == sorted(times)
+    assert result.restart_seconds == pytest.approx((times[3] - times[0]).total_seconds())
+    assert result.restart_seconds >= 1.0
+
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert (row.status, row.bad_nodes, row.new_nodes, row.actor) == ("succeeded", ["n1"], result.new_nodes, "tester@ci")
+    stored = [row.fault_seen_at, row.drained_at, row.requeued_at, row.running_at]
+    assert [t.replace(tzinfo=None) for t in stored] == [t.astimezone(timezone.utc).replace(tzinfo=None) for t in times]
+    assert row.workflow_id == f"job-restart/{job.job_id}/{inp.restart_id}"
+
+
+async def test_the_same_fault_restarts_a_job_once(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
+    job = sim.submit("train", node_count=2)
+    inp = _restart(job.job_id, ["n1"])
+
+    async def body(client):
+        # Twice at once (the lifecycle and an operator), then once more after it finished.
+        first, second = await asyncio.gather(start_job_restart(client, settings, inp), start_job_restart(client, settings, inp))
+        done = await first.result()
+        third = await start_job_restart(client, settings, inp)
+        return first, second, third, done, await third.result()
+
+    first, second, third, done, again = await _with_worker(settings, body)
+
+    assert first.result_run_id == second.result_run_id
+    assert again == done
+    assert len(jobs.job_restarts(engine, job.job_id)) == 1
+    assert sim.job(job.job_id).nodes == tuple(done.new_nodes)
+
+
+async def test_a_job_that_cannot_run_again_fails_the_restart_with_the_reason(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2"])
+    job = sim.submit("train", node_count=2)
+
+    async def body(client):
+        handle = await start_job_restart(client, settings, _restart(job.job_id, ["n1"], running_timeout_s=1.0))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    failure = await _with_worker(settings, body)
+
+    assert "not running again after 1s (last seen pending)" in str(failure.cause)
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert row.status == "failed" and "not running again" in row.error
+    assert row.requeued_at is not None and row.running_at is None
+    assert sim.job(job.job_id).state == "pending"

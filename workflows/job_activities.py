@@ -1,0 +1,150 @@
+"""Activities of JobRestart: one small step each against a scheduler or the database, safe to
+run again (a retry after a lost answer must not restart a job twice or move a timestamp)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from fleetctl.config import Settings
+from fleetctl.db import jobs
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers import scheduler_for
+from fleetctl.schedulers.base import Scheduler
+
+
+@dataclass
+class RestartStarted:
+    workflow_id: str
+    job_id: str
+    scheduler: str
+    bad_nodes: list[str]
+    cause: str
+    actor: str
+    restart_id: str
+    fault_seen_at: str  # ISO 8601 with offset
+
+
+@dataclass
+class DrainNodes:
+    scheduler: str
+    nodes: list[str]
+    reason: str
+
+
+@dataclass
+class RestartJob:
+    scheduler: str
+    job_id: str
+    exclude_nodes: list[str]
+
+
+@dataclass
+class WaitForJob:
+    scheduler: str
+    job_id: str
+    exclude_nodes: list[str]
+    timeout_s: float
+    poll_interval_s: float = 0.25
+
+
+@dataclass
+class RestartStep:
+    workflow_id: str
+    step: str  # "drained_at" or "requeued_at"
+    at: str  # ISO 8601, the workflow's time of the step
+
+
+@dataclass
+class RestartOutcome:
+    workflow_id: str
+    status: str  # "succeeded" or "failed"
+    running_at: str | None = None
+    new_nodes: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def running_off(job, bad_nodes: list[str]) -> bool:
+    """The job runs, and on none of the bad nodes: restarted (or never on them)."""
+    return job.state == "running" and not set(job.nodes) & set(bad_nodes)
+
+
+class JobRestartActivities:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._schedulers: dict[str, Scheduler] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self):
+        return get_engine(self.settings.db_url)
+
+    def scheduler(self, kind: str) -> Scheduler:
+        """One adapter per kind per worker (the Kubernetes one holds an API client)."""
+        with self._lock:
+            if kind not in self._schedulers:
+                try:
+                    self._schedulers[kind] = scheduler_for(kind, self.settings)
+                except ValueError as exc:
+                    raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
+            return self._schedulers[kind]
+
+    @activity.defn
+    def record_restart_started(self, started: RestartStarted) -> None:
+        jobs.record_restart_started(
+            self.engine, workflow_id=started.workflow_id, job_id=started.job_id, scheduler=started.scheduler,
+            bad_nodes=started.bad_nodes, cause=started.cause, actor=started.actor, restart_id=started.restart_id,
+            fault_seen_at=datetime.fromisoformat(started.fault_seen_at),
+        )
+
+    @activity.defn
+    def drain_nodes(self, req: DrainNodes) -> None:
+        """Cordon the bad nodes in the scheduler only: their lifecycle state belongs to their
+        own workflows. Draining a drained node again changes nothing."""
+        scheduler = self.scheduler(req.scheduler)
+        for node in req.nodes:
+            scheduler.drain(node, req.reason)
+
+    @activity.defn
+    def restart_job(self, req: RestartJob) -> None:
+        scheduler = self.scheduler(req.scheduler)
+        # A retry whose first attempt went through finds the job already off the bad nodes;
+        # requeueing it again would cost the job a second restart.
+        if running_off(scheduler.job(req.job_id), req.exclude_nodes):
+            return
+        scheduler.restart_job(req.job_id, req.exclude_nodes)
+
+    @activity.defn
+    def wait_until_running(self, req: WaitForJob) -> list[str]:
+        """Poll until the job runs off the bad nodes; its new nodes. Heartbeats every poll."""
+        scheduler = self.scheduler(req.scheduler)
+        deadline = time.monotonic() + req.timeout_s
+        while True:
+            job = scheduler.job(req.job_id)
+            if running_off(job, req.exclude_nodes):
+                return list(job.nodes)
+            if time.monotonic() > deadline:
+                raise ApplicationError(
+                    f"job {req.job_id} not running again after {req.timeout_s:g}s (last seen {job.state})",
+                    type="JobNotRunning", non_retryable=True,
+                )
+            activity.heartbeat(job.state)
+            time.sleep(req.poll_interval_s)
+
+    @activity.defn
+    def record_restart_step(self, step: RestartStep) -> None:
+        if step.step not in ("drained_at", "requeued_at"):
+            raise ApplicationError(f"unknown restart step {step.step!r}", non_retryable=True)
+        jobs.record_restart_step(self.engine, step.workflow_id, **{step.step: datetime.fromisoformat(step.at)})
+
+    @activity.defn
+    def record_restart_outcome(self, outcome: RestartOutcome) -> None:
+        values: dict = {"status": outcome.status, "error": outcome.error, "new_nodes": outcome.new_nodes}
+        if outcome.running_at:
+            values["running_at"] = datetime.fromisoformat(outcome.running_at)
+        jobs.record_restart_step(self.engine, outcome.workflow_id, **values)
