@@ -52,11 +52,14 @@ log = logging.getLogger(__name__)
 # check. Raising from it cancels the command (and kills the remote process group).
 OutputCallback = Callable[[str, bytes], None]
 
-# The remote side runs `exec setsid -w sh -c 'echo $$; exec "$@"' sh ARGV...`: setsid gives
-# the command a process group of its own whose id is the pid the inner sh prints first;
-# -w keeps setsid in the foreground so the channel's exit status is the command's.
-_GROUP_WRAPPER = "exec setsid -w sh -c " + shlex.quote('echo "$$" && exec "$@"') + " sh"
-_GROUP_LINE_RE = re.compile(rb"^(\d+)\n")
+# The remote side runs `exec setsid -w sh -c 'echo MARKER$$; exec "$@"' sh ARGV...`: setsid
+# gives the command a process group of its own, whose id is the pid the inner sh prints
+# before exec'ing the command; -w keeps setsid in the foreground so the channel's exit
+# status is the command's. The marker tells that line apart from anything the login
+# shell's startup files print before it.
+_GROUP_MARKER = b"fleetctl-process-group="
+_GROUP_WRAPPER = "exec setsid -w sh -c " + shlex.quote(f'echo "{_GROUP_MARKER.decode()}$$" && exec "$@"') + " sh"
+_GROUP_LINE_RE = re.compile(re.escape(_GROUP_MARKER) + rb"(\d+)\n")
 # What util-linux `setsid -w` prints (and exits with the wait status) when the command dies
 # of a signal.
 _SETSID_SIGNALLED_RE = re.compile(r"^setsid: child \d+ did not exit normally", re.MULTILINE)
@@ -246,8 +249,9 @@ class _RemoteOutput:
     def _stdout(self, chunk: bytes) -> None:
         if self.process_group is None:
             self._head += chunk
-            match = _GROUP_LINE_RE.match(self._head)
+            match = _GROUP_LINE_RE.search(self._head)
             if not match:
+                self._head = self._head[-256:]  # login-shell noise: keep only a possible partial marker
                 return
             self.process_group = int(match.group(1))
             chunk, self._head = self._head[match.end():], b""
@@ -324,8 +328,10 @@ class SshExecutor:
         CommandTimeout or CommandFailed when nothing could be learned about the node.
         """
         validate_node_name(target.name)
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         command = remote_command(argv)
-        route = self.route(target)
+        route = self._route(target)
         with self._in_flight:
             pooled, channel = self._open_session(target, route)
             try:
@@ -344,7 +350,7 @@ class SshExecutor:
 
     # -- routes and connections ---------------------------------------------------------
 
-    def route(self, target: NodeTarget) -> Route:
+    def _route(self, target: NodeTarget) -> Route:
         user = target.user or self.default_user
         node = parse_endpoint(target.address, default_user=user, default_port=target.port)
         bastion = parse_endpoint(target.jump_host, default_user=user, default_port=22) if target.jump_host else None
@@ -380,8 +386,11 @@ class SshExecutor:
             # The server is alive and said no (e.g. MaxSessions reached): not a dead link.
             self._release(route, pooled)
             raise CommandFailed(target.name, f"the node refused a session channel: {_one_line(refused)}") from None
-        except BaseException:
+        except (paramiko.SSHException, EOFError, OSError):
             self._release(route, pooled, dead=True)
+            raise
+        except BaseException:
+            self._release(route, pooled)
             raise
 
     def _checkout(self, target: NodeTarget, route: Route) -> _PooledClient:
@@ -393,7 +402,8 @@ class SshExecutor:
             pooled = self._take_live(route)
             if pooled:
                 return pooled
-            client = self._connect(target, route.node, self._socket_for(target, route))
+            keys = self._keys(target)  # first: a bad key file is our fault, not the node's
+            client = self._connect(target, route.node, keys, self._socket_for(target, route))
             pooled = _PooledClient(client, users=1)
             with self._lock:
                 self._pool[route] = pooled
@@ -472,7 +482,8 @@ class SshExecutor:
             if pooled and pooled.is_alive():
                 return pooled
             try:
-                client = self._connect(target, endpoint, self._tcp_connect(target, endpoint))
+                keys = self._keys(target)
+                client = self._connect(target, endpoint, keys, self._tcp_connect(target, endpoint))
             except (NodeUnreachable, AuthFailed, HostKeyMismatch) as error:
                 raise type(error)(target.name, f"bastion {error.message}") from None
             pooled = _PooledClient(client)
@@ -489,9 +500,10 @@ class SshExecutor:
             reason = error.strerror or _one_line(error)
         raise NodeUnreachable(target.name, f"cannot connect to {endpoint.host}:{endpoint.port}: {reason}")
 
-    def _connect(self, target: NodeTarget, endpoint: Endpoint, sock: socket.socket | paramiko.Channel) -> paramiko.SSHClient:
+    def _connect(
+        self, target: NodeTarget, endpoint: Endpoint, keys: Sequence[paramiko.PKey], sock: socket.socket | paramiko.Channel
+    ) -> paramiko.SSHClient:
         """SSH handshake, host key check and login over an open socket or bastion channel."""
-        keys = self._keys(target)  # before the handshake: a bad key file is our fault, not the node's
         client = paramiko.SSHClient()
         self.known_hosts.load_into(client.get_host_keys())
         client.set_missing_host_key_policy(KnownHostsPolicy(self.known_hosts, target.name, self.accept_new_host_keys))
@@ -575,6 +587,11 @@ class SshExecutor:
         started = time.monotonic()
         try:
             channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as error:
+            if not pooled.is_alive():
+                raise NodeUnreachable(target.name, f"connection lost while starting {argv[0]}: {_one_line(error)}") from None
+            raise CommandFailed(target.name, f"the node refused to run {argv[0]}: {_one_line(error)}") from None
+        try:
             finished = self._pump(channel, output, started + timeout_s)
         except BaseException:
             # Cancelled: an exception raised into this thread (Temporal activity

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import shlex
+import shutil
+import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,7 @@ from fleetctl.executors.base import (
     NodeTarget,
     NodeUnreachable,
 )
-from fleetctl.executors.ssh import Endpoint, parse_endpoint, remote_command
+from fleetctl.executors.ssh import Endpoint, _RemoteOutput, parse_endpoint, remote_command
 
 from tests.executors.sshd import SshNode, free_port, process_alive, write_ed25519_key
 
@@ -385,3 +387,52 @@ def test_parse_endpoint_refuses(address: str) -> None:
 def test_known_hosts_name_follows_openssh() -> None:
     assert Endpoint("u", "gpu-01", 22).known_hosts_name == "gpu-01"
     assert Endpoint("u", "gpu-01", 2222).known_hosts_name == "[gpu-01]:2222"
+
+
+def test_agent_keys_authenticate(ssh_node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent_bin, add_bin = shutil.which("ssh-agent"), shutil.which("ssh-add")
+    if not (agent_bin and add_bin):
+        pytest.skip("ssh-agent / ssh-add not installed (Debian: openssh-client)")
+    socket_path = tmp_path / "agent.sock"
+    agent = subprocess.Popen([agent_bin, "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
+        subprocess.run([add_bin, "-q", str(ssh_node.key_file)], check=True, capture_output=True)
+        with ssh_node.executor(use_agent=True) as executor:
+            result = executor.run(ssh_node.target(key_file=None), ["true"], timeout_s=10)
+        assert result.exit_status == 0
+    finally:
+        agent.terminate()
+        agent.wait()
+
+
+def test_timeout_must_be_positive(ssh_node: SshNode) -> None:
+    with ssh_node.executor() as executor, pytest.raises(ValueError, match="timeout_s must be positive"):
+        executor.run(ssh_node.target(), ["true"], timeout_s=0)
+
+
+class ScriptedChannel:
+    """Just enough of a paramiko Channel for _RemoteOutput: stdout arrives in these chunks."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks = chunks
+
+    def recv_ready(self) -> bool:
+        return bool(self.chunks)
+
+    def recv(self, size: int) -> bytes:
+        return self.chunks.pop(0)
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+
+def test_login_shell_noise_before_the_process_group_line_is_dropped() -> None:
+    output = _RemoteOutput(cap=1000, on_output=None)
+    # Startup files that print, and the marker split across chunks.
+    output.drain(ScriptedChannel([b"Welcome to gpu-01\n" * 100, b"fleetctl-process-gr", b"oup=4242\nreal output\n"]))  # type: ignore[arg-type]
+    assert output.process_group == 4242
+    assert output.stdout.text() == "real output\n"
