@@ -7,6 +7,7 @@ up to Slurm 22.05, `squeue --json` ignores every filter and dumps the whole queu
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import subprocess
@@ -27,6 +28,8 @@ DEFAULT_TIMEOUT_S = 30.0
 FIELD_SEPARATOR = "|"
 # How often restart_job looks whether a requeued job has finished completing.
 SETTLE_POLL_S = 0.05
+# How far slurmctld's clock may run ahead of the clock where the commands run.
+CLOCK_SKEW_ALLOWANCE_S = 0.2
 
 # Slurm node names: letters, digits, '-', '_', '.'; never a leading '-' that argv would
 # read as an option, nor '=', ',' or brackets that scontrol would read as syntax.
@@ -159,9 +162,10 @@ class SlurmScheduler:
         current = self.node_state(node)
         if current.drained and not current.owned_by_fleetctl:
             return
+        # One line: sinfo prints the reason on the node's line.
         reason = " ".join(reason.split())
         if not reason.startswith(REASON_PREFIX):
-            reason = f"{REASON_PREFIX} {reason}"
+            reason = f"{REASON_PREFIX} {reason}".rstrip()
         self._command(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
     def resume(self, node: str, force: bool = False) -> None:
@@ -239,8 +243,10 @@ class SlurmScheduler:
         validate_job_id(job_id)
         excluded = [validate_node_name(node) for node in exclude_nodes]
         state, _, _ = self._job_once_settled(job_id)
+        requeued_at = None
         if state != "PENDING":
             self._command(["scontrol", "requeue", job_id])
+            requeued_at = time.time()
         _, requested, already_excluded = self._job_once_settled(job_id)
         update = ["scontrol", "update", f"JobId={job_id}"]
         all_excluded = dict.fromkeys([*already_excluded, *excluded])
@@ -251,4 +257,10 @@ class SlurmScheduler:
             # nodes it asked for that are still good, and Slurm picks the rest.
             update.append(f"ReqNodeList={','.join(node for node in requested if node not in excluded)}")
         update.append("StartTime=now")
+        if requeued_at is not None:
+            # slurmds refuse a launch credential issued in the same whole second as the requeue
+            # revoked the old one (issue time <= revoke time) and the job fails at once, so
+            # release it only once slurmctld's clock (NTP-synced with this one) is past it.
+            # Not StartTime=now+1: nothing would wake the scheduler when that second comes.
+            time.sleep(max(0.0, math.floor(requeued_at) + 1 + CLOCK_SKEW_ALLOWANCE_S - time.time()))
         self._command(update)

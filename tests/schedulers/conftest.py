@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from slurm_cluster import SlurmCluster, slurm_unavailable_reason, start_slurm_cluster
 
 from fleetctl.schedulers.slurm import SlurmScheduler
+from tests.schedulers.slurm_cluster import SlurmCluster, slurm_unavailable_reason, start_slurm_cluster
 
 # Short, so the plain-Slurm restart (held for this long after a requeue) fits the test run;
 # Slurm's default is 120 s.

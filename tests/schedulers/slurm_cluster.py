@@ -30,7 +30,7 @@ def slurm_unavailable_reason() -> str | None:
     if missing:
         return f"needs Debian's slurm-wlm and munge (missing: {', '.join(missing)})"
     if os.geteuid() != 0:
-        return "needs root: slurmd runs jobs as their submitting user and SlurmUser=root"
+        return "needs root: slurmd must run as root to start jobs as the users who submitted them"
     return None
 
 
@@ -100,6 +100,13 @@ def _slurm_conf(
     )
 
 
+@dataclass(frozen=True)
+class JobRun:
+    nodes: tuple[str, ...]
+    # Why Slurm kept the job pending before this run started ("BeginTime": its requeue hold).
+    pending_reasons: set[str]
+
+
 @dataclass
 class SlurmCluster:
     root: Path
@@ -116,10 +123,10 @@ class SlurmCluster:
         return SlurmScheduler(run=self.runner())
 
     def run(self, *argv: str, timeout_s: float = 30.0) -> str:
-        """Run a Slurm command against this cluster; its stdout, or AssertionError with stderr."""
+        """Run a Slurm command against this cluster; its stdout, or RuntimeError with stderr."""
         exit_status, stdout, stderr = self.runner()(list(argv), timeout_s)
         if exit_status != 0:
-            raise AssertionError(f"{' '.join(argv)} exited {exit_status}: {stderr.strip()}")
+            raise RuntimeError(f"{' '.join(argv)} exited {exit_status}: {stderr.strip()}")
         return stdout
 
     def sbatch(self, *options: str) -> str:
@@ -127,6 +134,35 @@ class SlurmCluster:
         return self.run(
             "sbatch", "--parsable", f"--chdir={self.root}/jobs", f"--output={self.root}/jobs/%j.out", *options
         ).strip()
+
+    def submit_sleep_job(self, *options: str) -> str:
+        """Submit `sleep 300` that first logs each run's number and nodes; its job id."""
+        return self.sbatch(
+            # Appended, so every run of a requeued job leaves its line.
+            "--open-mode=append",
+            *options,
+            "--wrap",
+            'echo "run ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST"; exec sleep 300',
+        )
+
+    def wait_for_run(self, job_id: str, run: int, timeout_s: float = 30.0) -> JobRun:
+        """Wait until run number `run` (0 first, +1 per requeue) of a sleep job has started."""
+        output = self.root / "jobs" / f"{job_id}.out"
+        prefix = f"run {run} on "
+        deadline = time.monotonic() + timeout_s
+        pending_reasons: set[str] = set()
+        while time.monotonic() < deadline:
+            for line in output.read_text().splitlines() if output.exists() else []:
+                if line.startswith(prefix):
+                    return JobRun(nodes=expand_hostlist(line.removeprefix(prefix)), pending_reasons=pending_reasons)
+            squeue = self.run("squeue", "-h", f"--jobs={job_id}", "--states=all", "-o", "%T|%r")
+            state, reason = squeue.strip().split("|")
+            if state == "PENDING":
+                pending_reasons.add(reason)
+            elif state not in ("RUNNING", "CONFIGURING", "COMPLETING"):
+                raise RuntimeError(f"job {job_id} is {state} ({reason}) before run {run} started\n{self.log_tail()}")
+            time.sleep(0.02)
+        raise RuntimeError(f"run {run} of job {job_id} not started after {timeout_s:.0f}s; pending: {pending_reasons}")
 
     def wait_for_nodes_idle(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
@@ -167,14 +203,7 @@ class SlurmCluster:
                 raise RuntimeError(f"{name} exited with {process.returncode}\n{self.log_tail()}")
 
     def stop(self) -> None:
-        """Cancel jobs, then stop every daemon by process group; leaves no process behind."""
-        if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:
-            try:
-                # Jobs' processes live in their own sessions under slurmstepd, out of the
-                # slurmd process groups: cancel them while slurmctld can still do it.
-                self.reset()
-            except (AssertionError, RuntimeError):
-                pass
+        """Stop every daemon and every job process; leaves no process behind."""
         # Nodes first, then the controller, then munge that both authenticate with.
         for name in reversed(list(self.processes)):
             process = self.processes[name]
@@ -186,6 +215,16 @@ class SlurmCluster:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
         self.processes.clear()
+        # slurmstepd and the jobs' processes run in sessions of their own, out of the
+        # slurmd process groups; they are the processes whose environment names this
+        # cluster's config, which sbatch and slurmd pass on.
+        marker = f"\0SLURM_CONF={self.conf_path}\0".encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and marker in b"\0" + (proc / "environ").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                pass  # ended meanwhile, or a kernel thread
 
 
 def _start(cluster: SlurmCluster, name: str, argv: list[str]) -> None:
@@ -270,38 +309,24 @@ class RestartMeasurement:
     bad_node: str
     first_nodes: tuple[str, ...]
     restarted_nodes: tuple[str, ...]
-    # Drain of the bad node to the job RUNNING again, by the monotonic clock.
+    # From draining the bad node to the job's batch script running again (monotonic clock).
     seconds: float
-    # Whether the requeued job was seen pending with reason BeginTime (Slurm's hold).
+    # Whether the requeued job waited with reason BeginTime (Slurm's requeue hold).
     held_for_begin_time: bool
 
 
-def _wait_for_job(cluster: SlurmCluster, job_id: str, timeout_s: float) -> tuple[tuple[str, ...], set[str]]:
-    """Poll until the job runs; its nodes, and the pending reasons seen on the way."""
-    deadline = time.monotonic() + timeout_s
-    reasons_seen: set[str] = set()
-    while time.monotonic() < deadline:
-        state, nodes, reason = cluster.run("squeue", "-h", f"--jobs={job_id}", "--states=all", "-o", "%T|%N|%r").strip().split("|")
-        if state == "RUNNING":
-            return expand_hostlist(nodes), reasons_seen
-        if state == "PENDING":
-            reasons_seen.add(reason)
-        time.sleep(0.05)
-    raise RuntimeError(f"job {job_id} not running after {timeout_s:.0f}s; pending reasons seen: {reasons_seen}")
-
-
 def measure_restart(cluster: SlurmCluster, with_release: bool, timeout_s: float = 300.0) -> RestartMeasurement:
-    """Time a 2-node job's restart after one of its nodes fails (drain to RUNNING again).
+    """Time a 2-node job's restart after one of its nodes fails: drain to the job running again.
 
-    Submits `sleep 300` on 2 nodes, drains its first node as fleetctl would on an XID 79,
-    then restarts the job either fleetctl's way (with_release: requeue, exclude the bad
-    node, release at once) or the plain Slurm way (`scontrol requeue`, and Slurm starts it
-    when its hold ends). Leaves the cluster idle, with every node resumed.
+    Submits a 2-node sleep job, drains its first node as fleetctl would on an XID 79, then
+    restarts the job either fleetctl's way (with_release: requeue, exclude the bad node,
+    release at once) or the plain Slurm way (`scontrol requeue`, and Slurm starts it when
+    its hold ends). Leaves the cluster idle, with every node resumed.
     """
     scheduler = cluster.scheduler()
-    job_id = cluster.sbatch("--nodes=2", "--job-name=measure-restart", "--wrap", "sleep 300")
+    job_id = cluster.submit_sleep_job("--nodes=2", "--job-name=measure-restart")
     try:
-        first_nodes, _ = _wait_for_job(cluster, job_id, timeout_s)
+        first_nodes = cluster.wait_for_run(job_id, run=0, timeout_s=timeout_s).nodes
         bad_node = first_nodes[0]
         started = time.monotonic()
         scheduler.drain(bad_node, "XID 79: GPU has fallen off the bus")
@@ -309,7 +334,7 @@ def measure_restart(cluster: SlurmCluster, with_release: bool, timeout_s: float 
             scheduler.restart_job(job_id, exclude_nodes=[bad_node])
         else:
             cluster.run("scontrol", "requeue", job_id)
-        restarted_nodes, reasons_seen = _wait_for_job(cluster, job_id, timeout_s)
+        second_run = cluster.wait_for_run(job_id, run=1, timeout_s=timeout_s)
         seconds = time.monotonic() - started
     finally:
         cluster.reset()
@@ -318,7 +343,7 @@ def measure_restart(cluster: SlurmCluster, with_release: bool, timeout_s: float 
         with_release=with_release,
         bad_node=bad_node,
         first_nodes=first_nodes,
-        restarted_nodes=restarted_nodes,
+        restarted_nodes=second_run.nodes,
         seconds=seconds,
-        held_for_begin_time="BeginTime" in reasons_seen,
+        held_for_begin_time="BeginTime" in second_run.pending_reasons,
     )

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import time
+from pathlib import Path
 
 import pytest
-from slurm_cluster import SlurmCluster, measure_restart
 
 from fleetctl.schedulers.base import REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
 from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler
+from tests.schedulers.slurm_cluster import SlurmCluster, measure_restart
 
 pytestmark = pytest.mark.slurm
-
-
-def wait_until_running(slurm: SlurmScheduler, job_id: str, timeout_s: float = 30.0) -> SchedulerJob:
-    deadline = time.monotonic() + timeout_s
-    while (job := slurm.job(job_id)).state != "running":
-        assert time.monotonic() < deadline, f"job {job_id} still {job.state} after {timeout_s:.0f}s"
-        time.sleep(0.05)
-    return job
 
 
 def test_drain_with_fleetctl_reason_then_resume(slurm: SlurmScheduler) -> None:
@@ -58,8 +50,8 @@ def test_drain_leaves_a_drain_by_someone_else_theirs(slurm: SlurmScheduler, slur
 
 
 def test_jobs_on_node_lists_a_running_two_node_job(slurm: SlurmScheduler, slurm_cluster: SlurmCluster) -> None:
-    job_id = slurm_cluster.sbatch("-N2", "-w", "node1,node2", "--wrap", "sleep 300")
-    wait_until_running(slurm, job_id)
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    slurm_cluster.wait_for_run(job_id, run=0)
 
     expected = SchedulerJob(job_id=job_id, name="wrap", state="running", nodes=("node1", "node2"))
     assert slurm.jobs_on_node("node1") == [expected]
@@ -75,7 +67,7 @@ def test_restart_job_excludes_the_bad_node_and_runs_again_on_healthy_nodes(slurm
     with_release = measure_restart(slurm_cluster, with_release=True)
     plain = measure_restart(slurm_cluster, with_release=False)
     print(
-        f"\nrestart after drain, drain -> RUNNING again: fleetctl (requeue, exclude, release) "
+        f"\nrestart after drain, drain -> batch script running again: fleetctl (requeue, exclude, release) "
         f"{with_release.seconds:.2f}s on {','.join(with_release.restarted_nodes)}; "
         f"plain scontrol requeue {plain.seconds:.2f}s on {','.join(plain.restarted_nodes)} "
         f"(requeue hold cred_expire={slurm_cluster.cred_expire_s or 120}s here, Slurm's default 120s)"
@@ -93,30 +85,30 @@ def test_restart_job_excludes_the_bad_node_and_runs_again_on_healthy_nodes(slurm
 def test_restart_job_pinned_to_the_bad_node_keeps_its_good_nodes(
     slurm: SlurmScheduler, slurm_cluster: SlurmCluster
 ) -> None:
-    job_id = slurm_cluster.sbatch("-N2", "-w", "node1,node2", "--wrap", "sleep 300")
-    wait_until_running(slurm, job_id)
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    slurm_cluster.wait_for_run(job_id, run=0)
     slurm.drain("node1", "XID 79")
 
     slurm.restart_job(job_id, exclude_nodes=["node1"])
 
-    restarted = wait_until_running(slurm, job_id)
+    restarted = slurm_cluster.wait_for_run(job_id, run=1)
     assert "node1" not in restarted.nodes
     assert "node2" in restarted.nodes
     assert len(restarted.nodes) == 2
+    assert slurm.job(job_id).state == "running"
 
 
 def test_restart_job_twice_only_updates_the_pending_job(slurm: SlurmScheduler, slurm_cluster: SlurmCluster) -> None:
     # Every node but node4 is busy, so the requeued job stays pending between the calls.
-    slurm_cluster.sbatch("-N3", "-w", "node1,node2,node3", "--wrap", "sleep 300")
-    job_id = slurm_cluster.sbatch("-N1", "--wrap", "sleep 300")
-    assert wait_until_running(slurm, job_id).nodes == ("node4",)
+    slurm_cluster.submit_sleep_job("-N3", "-w", "node1,node2,node3")
+    job_id = slurm_cluster.submit_sleep_job("-N1")
+    assert slurm_cluster.wait_for_run(job_id, run=0).nodes == ("node4",)
     slurm.drain("node4", "XID 79")
 
     slurm.restart_job(job_id, exclude_nodes=["node4"])
     slurm.restart_job(job_id, exclude_nodes=["node3"])
 
-    job = slurm.job(job_id)
-    assert job.state == "pending"
+    assert slurm.job(job_id).state == "pending"
     excluded = slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%x").strip()
     assert excluded == "node[3-4]"
 
@@ -129,7 +121,7 @@ def test_unknown_node_and_job_raise_scheduler_error(slurm: SlurmScheduler) -> No
     assert "\n" not in str(raised.value)
 
 
-def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmCluster, tmp_path) -> None:
+def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     conf = slurm_cluster.conf_path.read_text()
     dead_port_conf = tmp_path / "slurm.conf"
     dead_port_conf.write_text(
