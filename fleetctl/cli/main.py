@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from fleetctl import __version__
 from fleetctl.cli import check, dev, node
+from fleetctl.cli import job, reconcile
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -64,6 +65,8 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(dev.db_app, name="db")
 app.command("worker")(dev.worker)
 app.command("config")(dev.show_config)
+app.add_typer(job.app, name="job")
+app.command("reconcile")(reconcile.reconcile)
 
 
 def _version(value: bool) -> None:

@@ -95,8 +95,12 @@ class SimScheduler:
         job = store.get_job(self.engine, job_id)
         if job is None or job.scheduler != store.SIM:
             raise SchedulerError(f"the simulated scheduler does not know job {job_id}")
-        return SchedulerJob(job_id=job.job_id, name=job.name, state=job.state,
-                            nodes=tuple(job.nodes) if job.state == "running" else ())
+        return _scheduler_job(job)
+
+    def jobs(self) -> list[SchedulerJob]:
+        """Every job, queued ones too (simulated scheduler only: it keeps its whole queue)."""
+        self._schedule()
+        return [_scheduler_job(job) for job in store.list_jobs(self.engine, scheduler=store.SIM)]
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Requeue the job and place it at once off exclude_nodes if enough nodes are free;
@@ -115,6 +119,11 @@ class SimScheduler:
         if not found:
             raise SchedulerError(f"the simulated scheduler does not know node {node}")
         return found[0]
+
+
+def _scheduler_job(job) -> SchedulerJob:
+    return SchedulerJob(job_id=job.job_id, name=job.name, state=job.state,
+                        nodes=tuple(job.nodes) if job.state == "running" else ())
 
 
 def _owned_by_fleetctl(reason: str | None) -> bool:

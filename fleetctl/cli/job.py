@@ -1,0 +1,265 @@
+"""`fleetctl job ...`: training jobs as their schedulers see them, and their restarts."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
+
+SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or sim (default: found from the job id)")
+# Polls for the job to run again are why a restart's wait can last; past this it fails.
+DEFAULT_RESTART_TIMEOUT_S = 1800.0
+
+
+def _scheduler(ctx: typer.Context, kind: str):
+    from fleetctl.schedulers import scheduler_for
+
+    try:
+        return scheduler_for(kind, context.settings(ctx))
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _scheduler_kinds(ctx: typer.Context) -> list[str]:
+    """The schedulers the inventory's nodes use, in a stable order."""
+    from fleetctl.db.queries import list_nodes
+    from fleetctl.schedulers import SCHEDULER_KINDS
+
+    used = {n.scheduler for n in list_nodes(context.engine(ctx))}
+    return [kind for kind in SCHEDULER_KINDS if kind in used]
+
+
+def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
+    """(scheduler kind, SchedulerJob or None): the job as the scheduler that knows it sees it.
+
+    None when no scheduler knows the job now but fleetctl recorded restarts of it (Slurm
+    forgets finished jobs after a few minutes; their restarts stay worth showing).
+    """
+    from fleetctl.db import jobs
+    from fleetctl.schedulers.base import SchedulerError
+
+    engine = context.engine(ctx)
+    recorded = jobs.restart_schedulers(engine, job_id)
+    stored = jobs.get_job(engine, job_id)
+    candidates = [kind] if kind else list(dict.fromkeys(
+        ([stored.scheduler] if stored else []) + recorded + _scheduler_kinds(ctx)))
+    errors = []
+    for candidate in candidates:
+        try:
+            return candidate, _scheduler(ctx, candidate).job(job_id)
+        except SchedulerError as exc:
+            errors.append(f"{candidate}: {exc}")
+    if recorded and (kind is None or kind in recorded):
+        return kind or recorded[0], None
+    fail(f"no scheduler knows job {job_id}" + (f" ({'; '.join(errors)})" if errors else " (no node uses a scheduler)"))
+
+
+def _job_row(kind: str, job) -> dict:
+    return {"job_id": job.job_id, "name": job.name, "scheduler": kind, "state": job.state, "nodes": list(job.nodes)}
+
+
+def _jobs_table(rows: list[dict], _wide: bool):
+    return simple_table(None, ["JOB", "NAME", "SCHEDULER", "STATE", "NODES"],
+                        [[r["job_id"], r["name"], r["scheduler"], r["state"], ",".join(r["nodes"])] for r in rows])
+
+
+@app.command("list")
+def list_jobs(
+    ctx: typer.Context,
+    node: Optional[str] = typer.Option(None, "--node", help="only the jobs on this node"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Jobs of every scheduler the inventory uses (Slurm and Kubernetes: those on its nodes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rich.console import Console
+
+    from fleetctl.db.queries import get_node, list_nodes
+    from fleetctl.schedulers.base import SchedulerError
+
+    engine = context.engine(ctx)
+    if node is not None:
+        found = get_node(engine, node)
+        if found is None:
+            fail(f"unknown node: {node}")
+        targets = [found] if found.scheduler != "none" else []
+    else:
+        targets = [n for n in list_nodes(engine) if n.scheduler != "none"]
+    rows: dict[str, dict] = {}
+    try:
+        with Console(stderr=True).status("asking the schedulers for their jobs"):
+            if node is None and any(n.scheduler == "sim" for n in targets):
+                # The simulated scheduler knows its queue too, not only what runs on nodes.
+                rows.update((j.job_id, _job_row("sim", j)) for j in _scheduler(ctx, "sim").jobs())
+                targets = [n for n in targets if n.scheduler != "sim"]
+            schedulers = {kind: _scheduler(ctx, kind) for kind in {n.scheduler for n in targets}}
+            with ThreadPoolExecutor(8) as pool:
+                per_node = pool.map(lambda n: (n.scheduler, schedulers[n.scheduler].jobs_on_node(n.name)), targets)
+                for kind, found_jobs in per_node:
+                    rows.update((j.job_id, _job_row(kind, j)) for j in found_jobs)
+    except SchedulerError as exc:
+        fail(str(exc))
+    emit(list(rows.values()), output, _jobs_table)
+
+
+def _utc_iso(when) -> str | None:
+    from datetime import timezone
+
+    if when is None:
+        return None
+    # SQLite gives back naive datetimes; every time fleetctl stores is UTC.
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+
+
+def _restart_row(r) -> dict:
+    from datetime import datetime
+
+    seconds = None
+    if r.running_at is not None:
+        seconds = round((datetime.fromisoformat(_utc_iso(r.running_at)) - datetime.fromisoformat(_utc_iso(r.fault_seen_at))).total_seconds(), 3)
+    return {
+        "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
+        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": _utc_iso(r.fault_seen_at),
+        "drained_at": _utc_iso(r.drained_at), "requeued_at": _utc_iso(r.requeued_at),
+        "running_at": _utc_iso(r.running_at), "restart_seconds": seconds, "error": r.error,
+        "workflow_id": r.workflow_id,
+    }
+
+
+@app.command("show")
+def show(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="JOBID"),
+    scheduler: Optional[str] = SCHEDULER_OPTION,
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """One job: where it runs, and every restart with its timings.
+
+    restart_seconds is the latest successful restart's time from the fault to the job
+    running again.
+    """
+    from fleetctl.db import jobs
+
+    kind, job = _find_job(ctx, job_id, scheduler)
+    restarts = [_restart_row(r) for r in jobs.job_restarts(context.engine(ctx), job_id) if r.scheduler == kind]
+    succeeded = [r for r in restarts if r["status"] == "succeeded"]
+    data = {
+        "job_id": job_id, "name": job.name if job else "", "scheduler": kind,
+        "state": job.state if job else "unknown", "nodes": list(job.nodes) if job else [],
+        "restart_seconds": succeeded[-1]["restart_seconds"] if succeeded else None,
+        "restarts": restarts,
+    }
+
+    def render(d: dict, _wide: bool):
+        from rich.console import Group
+        from rich.text import Text
+
+        head = Text.assemble((d["job_id"], "bold"), f"  {d['name']}  {d['scheduler']}  {d['state']}",
+                             f"  on {','.join(d['nodes']) or '-'}")
+        parts = [head]
+        if d["restart_seconds"] is not None:
+            parts.append(Text(f"last restart: running again {d['restart_seconds']:.2f}s after the fault"))
+        if d["restarts"]:
+            parts.append(simple_table("restarts", ["fault seen", "status", "bad", "new", "seconds", "cause", "actor"], [
+                [r["fault_seen_at"], r["status"], ",".join(r["bad_nodes"]), ",".join(r["new_nodes"]),
+                 "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}", r["cause"] or r["error"], r["actor"]]
+                for r in d["restarts"]]))
+        return Group(*parts)
+
+    emit(data, output, render)
+
+
+@app.command("restart")
+def restart(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="JOBID"),
+    bad_nodes: Optional[List[str]] = typer.Option(
+        None, "--bad-node", help="a node to drain and move the job off (repeatable; default: its nodes not in production)"),
+    reason: str = typer.Option("operator: job restart", "--reason", help="why; recorded, and the drain reason in the scheduler"),
+    scheduler: Optional[str] = SCHEDULER_OPTION,
+    timeout_s: float = typer.Option(DEFAULT_RESTART_TIMEOUT_S, "--timeout", help="seconds to wait for the job to run again"),
+    yes: bool = typer.Option(False, "--yes", help="do not ask"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Drain the job's bad nodes, restart it on healthy ones, and wait until it runs again."""
+    import uuid
+    from datetime import datetime, timezone
+
+    from fleetctl.db.queries import list_nodes
+
+    fault_seen_at = datetime.now(timezone.utc)  # the operator's command is the fault seen
+    kind, job = _find_job(ctx, job_id, scheduler)
+    if job is None or job.state != "running":
+        fail(f"job {job_id} is {job.state if job else 'unknown to its scheduler now'}, not running: nothing to restart")
+    if bad_nodes:
+        strangers = [n for n in bad_nodes if n not in job.nodes]
+        if strangers:
+            fail(f"job {job_id} does not run on {', '.join(strangers)} (it runs on {', '.join(job.nodes)})", EXIT_USAGE)
+    else:
+        states = {n.name: n.state for n in list_nodes(context.engine(ctx))}
+        bad_nodes = [n for n in job.nodes if states.get(n, "production") != "production"]
+        if not bad_nodes:
+            fail(f"job {job_id} runs on nodes in production only ({', '.join(job.nodes)}); "
+                 "name the node to move it off with --bad-node", EXIT_USAGE)
+    if not yes and not typer.confirm(
+        f"Restart job {job_id} ({job.name}, {kind}): drain {', '.join(bad_nodes)} and run it on other nodes?", default=False,
+    ):
+        fail("not restarted")
+
+    s = context.settings(ctx)
+
+    async def run():
+        from rich.console import Console
+        from temporalio.client import WorkflowFailureError
+
+        from workflows.job_restart import JobRestartInput
+        from workflows.job_starter import start_job_restart
+        from workflows.starter import connect
+
+        client = await connect(s)
+        inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,
+                              actor=s.identity(), fault_seen_at=fault_seen_at.isoformat(),
+                              restart_id=uuid.uuid4().hex, running_timeout_s=timeout_s)
+        handle = await start_job_restart(client, s, inp)
+        try:
+            with Console(stderr=True).status(f"restarting job {job_id} off {', '.join(bad_nodes)}"):
+                return await handle.result()
+        except WorkflowFailureError as exc:
+            fail(getattr(exc.cause, "message", None) or str(exc.cause or exc))
+
+    result = context.run_async(run())
+    if output in (OutputFormat.table, OutputFormat.wide):
+        typer.echo(f"job {job_id} running again on {','.join(result.new_nodes)}, "
+                   f"{result.restart_seconds:.2f}s after the restart was asked for")
+    else:
+        from dataclasses import asdict
+
+        emit(asdict(result), output)
+
+
+@app.command("submit")
+def submit(
+    ctx: typer.Context,
+    nodes: int = typer.Option(..., "--nodes", min=1, help="how many nodes the job needs"),
+    name: str = typer.Option("job", "--name"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Submit a job to the simulated scheduler (for the demo and benchmarks)."""
+    from fleetctl.schedulers.base import SchedulerError
+
+    try:
+        job = _scheduler(ctx, "sim").submit(name, nodes, gpus_per_node)
+    except SchedulerError as exc:
+        fail(str(exc))
+    row = _job_row("sim", job)
+    if output in (OutputFormat.table, OutputFormat.wide):
+        where = f"running on {','.join(job.nodes)}" if job.state == "running" else f"{job.state}: waits for {nodes} free nodes"
+        typer.echo(f"{job.job_id} ({name}) {where}")
+    else:
+        emit(row, output)

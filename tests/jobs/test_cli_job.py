@@ -1,0 +1,93 @@
+"""`fleetctl job ...` and `fleetctl reconcile` end to end with the simulated scheduler."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.db import jobs
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.sim import SimScheduler
+from tests.jobs.support import sim_fleet
+from tests.support.worker import WorkerThread
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+def cli(make_settings, sqlite_url):
+    settings = make_settings(sqlite_url)
+    worker = WorkerThread(settings).start()
+    base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
+            settings.task_queue, "--as", "alice@console"]
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [*base, *args], input=input)
+
+    invoke.engine = get_engine(sqlite_url)
+    sim_fleet(invoke.engine, ["n1", "n2", "n3", "n4"])
+    yield invoke
+    worker.stop()
+
+
+def test_submit_list_restart_and_show_a_simulated_job(cli) -> None:
+    r = cli("job", "submit", "--nodes", "2", "--name", "llm-pretrain", "-o", "json")
+    assert r.exit_code == 0, r.output
+    job_id = json.loads(r.stdout)["job_id"]
+    assert json.loads(cli("job", "list", "--node", "n1", "-o", "json").stdout) == [
+        {"job_id": job_id, "name": "llm-pretrain", "scheduler": "sim", "state": "running", "nodes": ["n1", "n2"]}]
+    assert json.loads(cli("job", "list", "--node", "n3", "-o", "json").stdout) == []
+
+    r = cli("job", "restart", job_id, "--bad-node", "n1", input="n\n")
+    assert r.exit_code == 1 and "not restarted" in r.output
+    r = cli("job", "restart", job_id, "--bad-node", "n4", "--yes")
+    assert r.exit_code == 2 and "does not run on n4" in r.output
+    r = cli("job", "restart", job_id, "--yes")
+    assert r.exit_code == 2 and "--bad-node" in r.output  # both its nodes are healthy
+
+    r = cli("job", "restart", job_id, "--bad-node", "n1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+    assert f"job {job_id} running again on n2,n3" in r.stdout
+
+    shown = json.loads(cli("job", "show", job_id, "-o", "json").stdout)
+    assert (shown["state"], shown["nodes"], shown["scheduler"]) == ("running", ["n2", "n3"], "sim")
+    (restart,) = shown["restarts"]
+    assert shown["restart_seconds"] == restart["restart_seconds"] > 0
+    assert (restart["bad_nodes"], restart["new_nodes"], restart["actor"], restart["cause"]) == (
+        ["n1"], ["n2", "n3"], "alice@console", "XID 79")
+    assert restart["fault_seen_at"] < restart["drained_at"] <= restart["requeued_at"] <= restart["running_at"]
+    assert "XID 79" in cli("job", "show", job_id).stdout
+
+    r = cli("job", "show", "sim-404")
+    assert r.exit_code == 1 and r.stderr.startswith("error: no scheduler knows job sim-404")
+
+
+def test_reconcile_reports_then_fixes_hand_drains_and_missing_drains(cli) -> None:
+    sim = SimScheduler(cli.engine)
+    sim_fleet(cli.engine, ["m1"], state="maintenance")
+    sim_fleet(cli.engine, ["x1"], state="production", scheduler="none")  # no scheduler: not compared
+    jobs.set_sim_drain(cli.engine, "n2", True, "manual: reseat cable")
+    sim.drain("n3", "XID 79")  # fleetctl's, left behind though n3 is in production
+    assert cli("reconcile").exit_code == 1
+
+    r = cli("reconcile", "-o", "json")
+    assert r.exit_code == 1
+    report = json.loads(r.stdout)
+    assert report["nodes_checked"] == 5
+    assert {d["node"]: d["difference"] for d in report["differences"]} == {
+        "m1": "not_drained", "n2": "drained_by_someone_else", "n3": "stale_fleetctl_drain"}
+    assert next(d for d in report["differences"] if d["node"] == "n2")["reason"] == "manual: reseat cable"
+    assert not sim.node_state("m1").drained  # reporting changes nothing
+
+    r = cli("reconcile", "--fix", "-o", "json")
+    assert r.exit_code == 0, r.output
+    assert all(d["fixed"] for d in json.loads(r.stdout)["differences"])
+    assert sim.node_state("m1").owned_by_fleetctl and sim.node_state("m1").drained
+    assert not sim.node_state("n2").drained and not sim.node_state("n3").drained
+
+    r = cli("reconcile")
+    assert r.exit_code == 0 and "5 nodes checked: fleetctl and the schedulers agree" in r.stdout
