@@ -11,7 +11,8 @@ from checks.result import CheckResult, Finding, Status
 NOT_AVAILABLE = frozenset({"N/A", "[N/A]", "n/a", "NA", "-", "Not Supported", "[Not Supported]"})
 
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-_UNIT_SUFFIX = re.compile(r"\s*(?:%|[A-Za-z/]+(?:/s|sec)?|bank\(s\))$")
+# Units nvidia-smi and friends print after a number ("700.00 W", "16x", "3071 bank(s)").
+_UNIT_SUFFIX = re.compile(r"\s*(?:%|W|C|MHz|MiB|KB/s|GB/s|Gb/s|GT/s|x|us|ms|mV|bank\(s\))$")
 
 
 class UnjudgeableOutput(ValueError):

@@ -87,15 +87,19 @@ def _from_nvfwupd_table(text: str) -> tuple[dict[str, str], list[Finding]]:
     findings: list[Finding] = []
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("AP Name"))
+    closed = False
     for line in lines[start + 1 :]:
         if not line.strip() or set(line.strip()) <= {"-", " "}:
             if components:
+                closed = True
                 break
             continue
         cells = re.split(r"\s{2,}", line.strip())  # CPLD versions contain single spaces
         if len(cells) != 4:
             raise UnjudgeableOutput(f"nvfwupd row has {len(cells)} columns: {line.strip()[:80]!r}")
         _nvfwupd_row(*cells, components, findings)
+    if not closed:
+        raise UnjudgeableOutput("nvfwupd table not closed by its dashed line: the output was cut short")
     return components, findings
 
 
@@ -136,10 +140,12 @@ def _family(component: str) -> str | None:
 
 
 def judge_firmware(text: str, profile: GpuProfile | None) -> CheckResult:
-    del profile  # versions are compared with the fleet baseline by the roll-out, not per model
     components, findings = parse_firmware(text)
     if not components:
         raise UnjudgeableOutput("firmware inventory lists no components")
+    vbios = [name for name in components if name.endswith(" VBIOS")]
+    if profile and vbios and len(vbios) < profile.gpu_count:
+        findings.append(Finding(f"VBIOS of {len(vbios)} GPUs listed, {profile.name} has {profile.gpu_count}"))
     versions_by_family: dict[str, set[str]] = defaultdict(set)
     for name, version in components.items():
         if not version or version in ("N/A", "[N/A]"):

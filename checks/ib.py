@@ -26,7 +26,7 @@ class IbPort:
 
 
 _CA = re.compile(r"^CA '(?P<device>[^']+)'")
-_IBSTAT_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>.*?)\s*$")
+_IBSTAT_FIELD = re.compile(r"^\s+(?P<key>[A-Za-z][A-Za-z_ ]*?):\s*(?P<value>.*?)\s*$")
 _IBSTAT_PORT = re.compile(r"^\s+Port (?P<port>\d+):\s*$")
 _IBSTATUS_PORT = re.compile(r"^Infiniband device '(?P<device>[^']+)' port (?P<port>\d+) status:")
 
@@ -67,13 +67,25 @@ def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
     for key in ("state", "physical state", "phys state", "rate"):
         if key in fields and not fields[key]:
             raise UnjudgeableOutput(f"{device}: empty {key!r}")
-    if "state" not in fields or not ({"physical state", "phys state"} & fields.keys()) or "rate" not in fields:
-        raise UnjudgeableOutput(f"{device} port {fields['_port']}: state, physical state or rate missing")
+    # Link layer is the last field of a port in both tools: without it the port was cut off.
+    if not {"state", "rate"} <= fields.keys() or not {"physical state", "phys state"} & fields.keys() or not {
+        "link layer",
+        "link_layer",
+    } & fields.keys():
+        raise UnjudgeableOutput(f"{device} port {fields['_port']}: state, physical state, rate or link layer missing")
     # ibstatus prints "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)"; ibstat "Active", "LinkUp", "400".
-    state = fields["state"].split(":")[-1].strip().capitalize()
-    physical = fields.get("physical state", fields.get("phys state", "")).split(":")[-1].strip()
+    state = _state_name(fields["state"]).capitalize()
+    physical = _state_name(fields.get("physical state", fields.get("phys state", "")))
     rate = number(fields["rate"].split()[0])
     return IbPort(device, int(fields["_port"]), state, physical, rate, fields.get("link layer", fields.get("link_layer")), firmware)
+
+
+def _state_name(value: str) -> str:
+    """'4: ACTIVE' (ibstatus: code and name; the code must be a number) or 'Active' (ibstat)."""
+    if ":" in value:
+        code, value = value.split(":", 1)
+        integer(code)
+    return value.strip()
 
 
 # ---- ib_write_bw --------------------------------------------------------------------------
@@ -113,6 +125,7 @@ def parse_ib_write_bw(text: str) -> IbWriteBwResult:
             cells = line.split()
             if len(cells) < 4:
                 raise UnjudgeableOutput(f"short ib_write_bw row: {line.strip()!r}")
+            integer(cells[1])  # iterations: read only to reject garbage
             rows.append((integer(cells[0]), number(cells[2]) * scale, number(cells[3]) * scale))
             number(cells[4]) if len(cells) > 4 else None  # MsgRate: read only to reject garbage
     return IbWriteBwResult(device, link, rows, complete, errors)
@@ -135,6 +148,8 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
         elif profile and port.link_layer in (None, "InfiniBand") and port.rate_gbps < profile.ib_rate_gbps:
             findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {profile.ib_rate_gbps:g}", port.name))
     ib_ports = [p for p in ports if p.link_layer in (None, "InfiniBand")]
+    if profile and len(ib_ports) < profile.ib_port_count:
+        findings.append(Finding(f"{len(ib_ports)} InfiniBand ports, {profile.name} has {profile.ib_port_count}"))
     metrics = {
         "ports": len(ports),
         "ib_ports": len(ib_ports),

@@ -79,7 +79,7 @@ def parse_nccl(text: str) -> NcclPerfResult:
             result.died.append(stripped)
         elif _NOISE.search(stripped) or not stripped:
             continue
-        elif stripped.startswith("#"):
+        elif stripped.startswith("#") and not (result.columns and _looks_like_row(stripped[1:], 0)):
             _read_comment(stripped, result)
         elif result.columns and _looks_like_row(stripped, len(result.columns)):
             result.rows.append(_read_row(stripped, result.columns))
@@ -103,8 +103,10 @@ def _read_comment(line: str, result: NcclPerfResult) -> None:
 
 
 def _looks_like_row(line: str, n_columns: int) -> bool:
+    # A data type among the first cells marks a row even when a garbled prefix shifts it
+    # or a garbled size turns it into a "comment".
     tokens = line.split()
-    return len(tokens) == n_columns or (len(tokens) > 2 and tokens[2] in _DTYPES)
+    return len(tokens) == n_columns or any(t in _DTYPES for t in tokens[:4])
 
 
 def _read_row(line: str, columns: list[str]) -> NcclRow:
@@ -112,6 +114,8 @@ def _read_row(line: str, columns: list[str]) -> NcclRow:
     if len(tokens) != len(columns):
         raise UnjudgeableOutput(f"result row has {len(tokens)} fields, the header {len(columns)}: {line[:80]!r}")
     time_at = columns.index("time")
+    if "root" in columns:
+        integer(tokens[columns.index("root")])  # -1 for all-reduce; read only to reject garbage
     halves: list[dict[str, float | None]] = [{}, {}]
     half = -1
     for name, cell in zip(columns[time_at:], tokens[time_at:]):

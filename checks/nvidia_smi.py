@@ -58,11 +58,14 @@ class GpuHealth:
     ecc_corrected_volatile: int | None = None
     ecc_uncorrected_volatile: int | None = None
     ecc_uncorrected_aggregate: int | None = None
+    ecc_corrected_aggregate: int | None = None  # -q only: lifetime count, for the record
     remapped_correctable: int | None = None
     remapped_uncorrectable: int | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
     remap_histogram: dict[str, int] = field(default_factory=dict)  # max/high/partial/low/none
+    pcie_gen: int | None = None  # drops at idle to save power: recorded, not judged
+    pcie_gen_max: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
     read_errors: list[str] = field(default_factory=list)  # "<field>: <error>"
@@ -139,7 +142,7 @@ def _csv_cell(rows, header, name) -> list[str]:
 def _gpu_from_csv(cells: dict[str, str], position: int) -> GpuHealth:
     gpu = GpuHealth(index=position)
     read = _Reader(gpu, cells)
-    gpu.index = read.int("index") if "index" in cells else position
+    gpu.index = integer(cells["index"]) if "index" in cells else position
     gpu.name, gpu.uuid, gpu.serial = cells.get("name"), cells.get("uuid"), cells.get("serial")
     gpu.bus_id, gpu.vbios = cells.get("pci.bus_id"), cells.get("vbios_version")
     gpu.temperature_c = read.num("temperature.gpu")
@@ -158,6 +161,8 @@ def _gpu_from_csv(cells: dict[str, str], position: int) -> GpuHealth:
     for bucket in ("max", "high", "partial", "low", "none"):
         if (value := read.int(f"remapped_rows.histogram.{bucket}")) is not None:
             gpu.remap_histogram[bucket] = value
+    gpu.pcie_gen = read.int("pcie.link.gen.current")
+    gpu.pcie_gen_max = read.int("pcie.link.gen.max")
     gpu.pcie_width = read.int("pcie.link.width.current")
     gpu.pcie_width_max = read.int("pcie.link.width.max")
     return gpu
@@ -171,7 +176,7 @@ class _Reader:
 
     def _cell(self, key: str) -> str | None:
         value = self.cells.get(key)
-        if value is None or value.strip("[]") in NOT_AVAILABLE or value.startswith("[Requested functionality"):
+        if not value or value.strip("[]") in NOT_AVAILABLE or value.startswith("[Requested functionality"):
             return None
         if any(error in value for error in GPU_READ_ERRORS):
             self.gpu.read_errors.append(f"{key}: {value}")
@@ -217,12 +222,18 @@ def _parse_q(text: str) -> NvidiaSmiReport:
         while stack and stack[-1][0] >= depth:
             stack.pop()
         path = "/".join([key for _, key in stack] + [m["key"]])
-        if m["value"] is not None and m["value"] != "":
-            (blocks[-1][1] if blocks else top)[path] = m["value"]
+        (blocks[-1][1] if blocks else top)[path] = m["value"] or ""
         stack.append((depth, m["key"]))
+    for bus, fields in blocks:
+        # Every driver ends a GPU's block with its Processes entry (or Capabilities after it).
+        if "Processes" not in fields:
+            raise UnjudgeableOutput(f"nvidia-smi -q block for GPU {bus} is cut short (no Processes section)")
     gpus = [_gpu_from_q(bus, fields, index) for index, (bus, fields) in enumerate(blocks)]
     attached = top.get("Attached GPUs")
     return NvidiaSmiReport(gpus, top.get("Driver Version"), integer(attached) if attached else None)
+
+
+_MEASUREMENT = re.compile(r"^\S+ (?:W|C|MHz|MiB|KB/s|%|mV|us)$")
 
 
 def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
@@ -230,6 +241,11 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     read = _Reader(gpu, f)
     gpu.name, gpu.uuid, gpu.serial = f.get("Product Name"), f.get("GPU UUID"), f.get("Serial Number")
     gpu.vbios = f.get("VBIOS Version")
+    for path, value in f.items():
+        # Every "<number> <unit>" value must be a number, read or not: a garbled one means
+        # the text is damaged, and what else in it is damaged cannot be told.
+        if _MEASUREMENT.match(value):
+            read.num(path)
     gpu.temperature_c = read.num("Temperature/GPU Current Temp")
     gpu.memory_temperature_c = read.num("Temperature/Memory Current Temp")
     gpu.power_draw_w = read.num("GPU Power Readings/Power Draw") or read.num("Power Readings/Power Draw")
@@ -241,6 +257,7 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.ecc_corrected_volatile = _sum_ecc(read, f, "ECC Errors/Volatile/", corrected=True)
     gpu.ecc_uncorrected_volatile = _sum_ecc(read, f, "ECC Errors/Volatile/", corrected=False)
     gpu.ecc_uncorrected_aggregate = _sum_ecc(read, f, "ECC Errors/Aggregate/", corrected=False)
+    gpu.ecc_corrected_aggregate = _sum_ecc(read, f, "ECC Errors/Aggregate/", corrected=True)
     gpu.remapped_correctable = read.int("Remapped Rows/Correctable Error")
     gpu.remapped_uncorrectable = read.int("Remapped Rows/Uncorrectable Error")
     gpu.remap_pending = read.flag("Remapped Rows/Pending")
@@ -248,6 +265,8 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     for bucket in ("Max", "High", "Partial", "Low", "None"):
         if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
             gpu.remap_histogram[bucket.lower()] = value
+    gpu.pcie_gen = read.int("PCI/GPU Link Info/PCIe Generation/Current")
+    gpu.pcie_gen_max = read.int("PCI/GPU Link Info/PCIe Generation/Max")
     gpu.pcie_width = read.int("PCI/GPU Link Info/Link Width/Current")
     gpu.pcie_width_max = read.int("PCI/GPU Link Info/Link Width/Max")
     return gpu

@@ -57,6 +57,7 @@ class GpuProfile:
     hbm_bandwidth_gbps: Floor  # device memory bandwidth (nvbandwidth / DCGM memory bandwidth)
     pcie_bandwidth_gbps: Floor  # host<->device copy bandwidth per GPU
     ib_rate_gbps: float  # expected link rate of every InfiniBand compute port
+    ib_port_count: int  # InfiniBand (compute fabric) ports the node must show
     ib_write_bw_gbps: Floor  # perftest ib_write_bw average, one port
     gpu_temperature_c: Ceiling
     memory_temperature_c: Ceiling

@@ -13,14 +13,6 @@ class Status(str, Enum):
     FAIL = "fail"
     ERROR = "error"  # the output could not be judged: empty, truncated, or not the tool's format
 
-    @property
-    def rank(self) -> int:
-        """Order for combining results: the worst one wins (an unjudgeable part beats a pass)."""
-        return _RANK[self]
-
-
-_RANK = {Status.PASS: 0, Status.WARN: 1, Status.ERROR: 2, Status.FAIL: 3}
-
 
 @dataclass
 class Finding:
@@ -52,10 +44,6 @@ class CheckResult:
             findings=[Finding(**f) for f in data.get("findings", [])],
             reason=data.get("reason", ""),
         )
-
-
-def error(reason: str, metrics: dict[str, Any] | None = None) -> CheckResult:
-    return CheckResult(Status.ERROR, metrics or {}, [], reason)
 
 
 def _json_safe(value: Any) -> Any:

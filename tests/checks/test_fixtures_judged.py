@@ -105,6 +105,7 @@ CASES = [
     ("firmware/nvfwupd_table_gb200_ok.txt", "firmware", None, PASS),
     ("firmware/nvfwupd_json_dgxh100_ok.txt", "firmware", None, PASS),
     ("firmware/redfish_members_ok.txt", "firmware", None, PASS),
+    ("firmware/redfish_expanded_ok.txt", "firmware", None, PASS),
     ("firmware/nvidia_smi_vbios_mixed_warn.txt", "firmware", None, WARN),
     ("firmware/mlxup_update_required_warn.txt", "firmware", None, WARN),
     ("firmware/nvfwupd_json_mixed_gpu_warn.txt", "firmware", None, WARN),
