@@ -25,6 +25,9 @@ class GuardPolicy:
     # The breaker opens when more than this fraction of production nodes fail within the window.
     storm_fraction: float = 0.20
     storm_window_s: float = 600.0
+    # A storm needs at least this many failures, so one bad node in a small fleet is a bad
+    # node, not a storm.
+    storm_min_failures: int = 3
 
 
 @dataclass
@@ -99,8 +102,8 @@ def decide(
         return RemovalDecision(request.node, False, "automation paused: the circuit breaker is open")
     window_start = now - policy.storm_window_s
     failures_in_window = sum(1 for t in recent_failures if t >= window_start) + 1
-    storm_limit = snapshot.production * policy.storm_fraction
-    if failures_in_window > storm_limit and snapshot.production:
+    storm_at = max(policy.storm_min_failures, math.floor(snapshot.production * policy.storm_fraction) + 1)
+    if failures_in_window >= storm_at:
         return RemovalDecision(
             request.node, False,
             f"storm: {failures_in_window} failures in {policy.storm_window_s / 60:.0f} min exceed "

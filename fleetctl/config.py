@@ -18,6 +18,7 @@ ENV_VARS = {
     "temporal_address": "TEMPORAL_ADDRESS",
     "temporal_namespace": "TEMPORAL_NAMESPACE",
     "task_queue": "FLEETCTL_TASK_QUEUE",
+    "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
@@ -66,6 +67,8 @@ class Settings:
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
     task_queue: str = "fleetctl"
+    # One capacity guard per fleet: several fleets can share a Temporal namespace.
+    fleet: str = "default"
     operator: str = ""
     known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_keys: bool = False

@@ -68,9 +68,10 @@ def make_settings(temporal_address):
     """Settings on the session's Temporal server with a task queue of the test's own."""
 
     def make(db_url: str) -> Settings:
+        unique = uuid.uuid4().hex[:8]
         return load_settings(
-            flags={"db_url": db_url, "temporal_address": temporal_address,
-                   "task_queue": f"test-{uuid.uuid4().hex[:8]}", "operator": "tester@ci"},
+            flags={"db_url": db_url, "temporal_address": temporal_address, "task_queue": f"test-{unique}",
+                   "fleet": f"fleet-{unique}", "operator": "tester@ci"},
             env={}, config_file=os.devnull,
         )
 

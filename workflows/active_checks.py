@@ -71,7 +71,7 @@ class ActiveCheckSweep:
                 outcome: CheckOutcome = await workflow.execute_activity_method(
                     NodeActivities.run_check, CheckRequest(node, check, req.suite, f"{key}/{index}"),
                     start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-                    heartbeat_timeout=timedelta(seconds=30),
+                    heartbeat_timeout=timedelta(seconds=10),
                     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
                                              non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
                 )

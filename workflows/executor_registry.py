@@ -8,9 +8,7 @@ import threading
 
 from fleetctl.config import Settings
 from fleetctl.executors.base import Executor, NodeTarget
-
-SIM_SCHEME = "sim://"
-
+from fleetctl.executors.sim import SIM_SCHEME
 
 def target_for(node) -> NodeTarget:
     """The NodeTarget of a `nodes` row."""

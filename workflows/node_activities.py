@@ -23,7 +23,7 @@ from fleetctl.executors.base import ExecutorError
 from fleetctl.health import judge_health_event
 from workflows.executor_registry import ExecutorRegistry, target_for
 
-HEARTBEAT_EVERY_S = 5.0
+HEARTBEAT_EVERY_S = 2.0
 
 # Metrics compared with peers at admission: (check, metric) -> higher is better.
 STRAGGLER_METRICS = {("nccl-allreduce", "busbw_gbps"): True, ("hpl", "gflops_per_gpu"): True}
@@ -163,6 +163,9 @@ class NodeActivities:
                                          timeout_s=max(30.0, spec.typical_duration_s * 3))
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
             judged = judge(spec.kind, result.stdout, node.profile)
+            if judged.status is Status.ERROR and result.stderr.strip():
+                # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
+                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile)
             if judged.status is Status.ERROR and not last_attempt:
                 raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
         except ExecutorError as exc:

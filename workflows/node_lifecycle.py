@@ -320,7 +320,7 @@ class NodeLifecycle:
                 NodeActivities.run_check,
                 CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS),
                 start_to_close_timeout=timedelta(seconds=spec.typical_duration_s * 3 + 60),
-                heartbeat_timeout=timedelta(seconds=30),
+                heartbeat_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
                                          non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
             )

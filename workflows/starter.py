@@ -14,9 +14,12 @@ from temporalio.service import RPCError
 from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from workflows.capacity_guard import CapacityGuard, CapacityGuardState, ResumeAutomation, guard_id
+from workflows.node_activities import HealthEventInput
 from workflows.node_lifecycle import (
     NodeLifecycle,
     NodeLifecycleState,
+    PhaseAccepted,
+    PhaseRequest,
     TransitionRequest,
     TransitionResult,
     workflow_id_for,
@@ -78,26 +81,26 @@ def guard_policy(settings: Settings) -> GuardPolicy:
                        settings.guard_storm_fraction, settings.guard_storm_window_s)
 
 
-async def ensure_capacity_guard(client: Client, settings: Settings, fleet: str = "default"):
+async def ensure_capacity_guard(client: Client, settings: Settings):
     return await client.start_workflow(
-        CapacityGuard.run, CapacityGuardState(fleet=fleet, policy=guard_policy(settings)), id=guard_id(fleet),
+        CapacityGuard.run, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings)), id=guard_id(settings.fleet),
         task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
 
 
-async def ask_capacity_guard(client: Client, settings: Settings, req: RemovalRequest, fleet: str = "default") -> RemovalDecision:
-    handle = await ensure_capacity_guard(client, settings, fleet)
+async def ask_capacity_guard(client: Client, settings: Settings, req: RemovalRequest) -> RemovalDecision:
+    handle = await ensure_capacity_guard(client, settings)
     return await handle.execute_update(CapacityGuard.request_removal, req, result_type=RemovalDecision)
 
 
-async def guard_status(client: Client, settings: Settings, fleet: str = "default") -> CapacityGuardState:
-    handle = await ensure_capacity_guard(client, settings, fleet)
+async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
+    handle = await ensure_capacity_guard(client, settings)
     return await handle.query(CapacityGuard.status, result_type=CapacityGuardState)
 
 
-async def resume_automation(client: Client, settings: Settings, actor: str, fleet: str = "default") -> CapacityGuardState:
-    handle = await ensure_capacity_guard(client, settings, fleet)
+async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:
+    handle = await ensure_capacity_guard(client, settings)
     return await handle.execute_update(CapacityGuard.resume_automation, ResumeAutomation(actor), result_type=CapacityGuardState)
 
 
@@ -118,6 +121,29 @@ async def request_transition(
         if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
             raise CommandRejected(f"{node}: no lifecycle workflow is running (retired, or never imported)") from None
         raise TemporalUnavailable(f"Temporal error for {node}: {_one_line(exc)}") from None
+
+
+async def request_phase(client: Client, node: str, kind: str, actor: str, suite: str) -> tuple[str, bool, str]:
+    """Ask a node's workflow to admit or recheck it; (node, accepted, message)."""
+    handle = client.get_workflow_handle(workflow_id_for(node))
+    update = NodeLifecycle.admit if kind == "admit" else NodeLifecycle.recheck
+    try:
+        accepted = await handle.execute_update(update, PhaseRequest(actor=actor, suite=suite, request_id=str(uuid.uuid4())),
+                                               result_type=PhaseAccepted)
+    except WorkflowUpdateFailedError as exc:
+        return node, False, getattr(exc.cause, "message", None) or str(exc.cause or exc)
+    except RPCError as exc:
+        return node, False, f"{node}: {_one_line(exc)}"
+    return node, True, f"{accepted.queued_behind} item(s) ahead" if accepted.queued_behind else "now"
+
+
+async def send_health_events(client: Client, node: str, events: Sequence[HealthEventInput]) -> None:
+    handle = client.get_workflow_handle(workflow_id_for(node))
+    try:
+        for ev in events:
+            await handle.signal(NodeLifecycle.health_event, ev)
+    except RPCError as exc:
+        raise CommandRejected(f"{node}: cannot deliver the event ({_one_line(exc)})") from None
 
 
 @dataclass

@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from fleetctl import __version__
-from fleetctl.cli import check, dev, node
+from fleetctl.cli import check, dev, fleet, node, schedule, sim
 from fleetctl.cli import job, reconcile
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
@@ -61,6 +61,9 @@ app = typer.Typer(
 )
 app.add_typer(node.app, name="node")
 app.add_typer(check.app, name="check")
+app.add_typer(fleet.app, name="fleet")
+app.add_typer(schedule.app, name="schedule")
+app.add_typer(sim.app, name="sim")
 app.add_typer(dev.app, name="dev")
 app.add_typer(dev.db_app, name="db")
 app.command("worker")(dev.worker)

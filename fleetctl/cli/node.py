@@ -233,3 +233,89 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
     if not yes and not typer.confirm(f"Retire {name}? It leaves the fleet for good", default=False):
         fail("not retired", EXIT_OPERATIONAL)
     _command(ctx, [name], "retire", "operator: retire")
+
+
+def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
+    from workflows.starter import connect, request_phase
+
+    _require_nodes(ctx, names)
+    s = context.settings(ctx)
+
+    async def run():
+        client = await connect(s)
+        return [await request_phase(client, n, kind, s.identity(), suite) for n in names]
+
+    failed = 0
+    for name, accepted, message in context.run_async(run()):
+        if accepted:
+            typer.echo(f"{name}: {kind} with suite {suite} started ({message})")
+        else:
+            failed += 1
+            typer.echo(f"error: {message}", err=True)
+    if failed:
+        raise typer.Exit(EXIT_OPERATIONAL)
+
+
+@app.command("admit")
+def admit(
+    ctx: typer.Context,
+    names: List[str] = typer.Argument(..., help="node names (new, maintenance or returned from RMA)"),
+    suite: str = typer.Option("burn-in", "--suite", help="the suite burn-in runs"),
+) -> None:
+    """Burn in, admit and put into production (new nodes, repaired nodes, RMA returns)."""
+    _phase(ctx, names, "admit", suite)
+
+
+@app.command("recheck")
+def recheck(ctx: typer.Context, name: str, suite: str = typer.Option("quick", "--suite")) -> None:
+    """Run a suite on a node now; a production node that fails is drained (capacity guard permitting)."""
+    _phase(ctx, [name], "recheck", suite)
+
+
+@app.command("event")
+def event(
+    ctx: typer.Context,
+    name: str,
+    xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
+    message: str = typer.Option("", "--message", help="what was seen"),
+    from_log: Optional[Path] = typer.Option(None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"),
+) -> None:
+    """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
+    import hashlib
+    import time
+    import uuid
+
+    from workflows.node_activities import HealthEventInput
+    from workflows.starter import connect, send_health_events
+
+    if (xid is None) == (from_log is None):
+        fail("give exactly one of --xid or --from-log", EXIT_USAGE)
+    _require_nodes(ctx, [name])
+    s = context.settings(ctx)
+    now = time.time()
+    if xid is not None:
+        if xid < 0:
+            fail("--xid must be a positive XID code", EXIT_USAGE)
+        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now)]
+    else:
+        from checks.xid import parse_xid_lines
+
+        try:
+            text = from_log.read_text(errors="replace")
+        except OSError as exc:
+            fail(f"{from_log}: cannot read ({exc.strerror})", EXIT_USAGE)
+        parsed = parse_xid_lines(text)
+        if not parsed:
+            fail(f"{from_log}: no XID lines found", EXIT_USAGE)
+        # The same log line sent twice is one event.
+        events = [HealthEventInput(name, "log", e.code, e.message, s.identity(),
+                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now)
+                  for e in parsed]
+
+    async def run():
+        client = await connect(s)
+        await send_health_events(client, name, events)
+
+    context.run_async(run())
+    codes = ", ".join(str(e.code) for e in events)
+    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent (XID {codes})")

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import CheckRun, HealthEvent, Job, Node, NodeEvent, utcnow
+from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Job, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
 
 _INVENTORY_FIELDS = {
@@ -224,3 +224,8 @@ def running_jobs_on(engine: Engine, node: str) -> list[str]:
 
 def nodes_with_running_jobs(engine: Engine) -> set[str]:
     return {n for j in running_jobs(engine) for n in (j.nodes or [])}
+
+
+def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
+    with Session(engine) as session:
+        return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))

@@ -35,7 +35,8 @@ def req(node="n", rack="r0", **kw):
         (fleet(20), req(), [100.0 - 601] * 4, False, True, "within limits"),  # old failures age out
         (fleet(18, unavailable={0: 2}), req(critical=True), [], True, True, "critical fault"),
         (fleet(18, unavailable={0: 2}), req(force=True), [], True, True, "forced by sweep"),
-        (fleet(3), req(), [], False, False, "storm: 1 failures"),  # 1 > 20% of 3
+        (fleet(3), req(), [], False, True, "within limits"),  # one bad node is not a storm
+        (fleet(3), req(), [99.0, 99.5], False, False, "storm: 3 failures"),  # three are
         (fleet(10), req(), [], False, True, "within limits"),  # at least one node may be out
     ],
 )

@@ -1,0 +1,131 @@
+"""`fleetctl fleet status [--watch]` and `fleetctl fleet resume-automation`."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
+
+app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
+
+
+def fleet_status(ctx: typer.Context) -> dict:
+    """Counts per state and rack from the database; automation state from the guard workflow."""
+    from fleetctl.db import queries
+    from fleetctl.lifecycle import NodeState
+
+    engine = context.engine(ctx)
+    nodes = queries.list_nodes(engine)
+    per_state = {s.value: 0 for s in NodeState}
+    per_rack: dict[str, dict[str, int]] = {}
+    for n in nodes:
+        per_state[n.state] = per_state.get(n.state, 0) + 1
+        rack = per_rack.setdefault(n.rack or "-", {})
+        rack[n.state] = rack.get(n.state, 0) + 1
+    in_flight = [{"node": n.name, "state": n.state, "since": n.state_since} for n in nodes if NodeState(n.state).in_flight]
+    status = {
+        "nodes": len(nodes),
+        "per_state": per_state,
+        "per_rack": per_rack,
+        "in_flight": in_flight,
+        "automation": _automation(ctx),
+        "recent_automation_events": [
+            {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
+            for e in queries.automation_events(engine, limit=10)
+        ],
+    }
+    return status
+
+
+def _automation(ctx: typer.Context) -> dict:
+    from workflows.starter import TemporalUnavailable, connect, guard_status
+
+    s = context.settings(ctx)
+
+    async def run():
+        return await guard_status(await connect(s, timeout_s=3), s)
+
+    try:
+        g = context.run_async(run())
+    except TemporalUnavailable as exc:
+        return {"reachable": False, "error": str(exc)}
+    return {
+        "reachable": True,
+        "breaker": "open" if g.breaker_open else "closed",
+        "breaker_reason": g.breaker_reason,
+        "breaker_since": g.breaker_since,
+        "max_unavailable_fleet": g.policy.max_unavailable_fleet,
+        "max_unavailable_rack": g.policy.max_unavailable_rack,
+        "storm_fraction": g.policy.storm_fraction,
+        "granted": g.granted_total,
+        "denied": g.denied_total,
+    }
+
+
+def render_status(data: dict, _wide: bool = False):
+    from rich.console import Group
+    from rich.text import Text
+
+    from fleetctl.lifecycle import NodeState
+
+    states = [s.value for s in NodeState]
+    head = Text.assemble(("fleet ", "bold"), f"{data['nodes']} nodes   ",
+                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)])
+    racks = simple_table("per rack", ["rack", *states], [
+        [rack, *[counts.get(s, "") for s in states]] for rack, counts in sorted(data["per_rack"].items())])
+    a = data["automation"]
+    if not a.get("reachable"):
+        auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
+    else:
+        style = "bold red" if a["breaker"] == "open" else "green"
+        auto = Text.assemble(("automation: ", "bold"), (f"breaker {a['breaker']}", style),
+                             f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
+                             f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
+                             f"storm {a['storm_fraction']:.0%}   granted {a['granted']}, held {a['denied']}")
+    parts = [head, racks, auto]
+    if data["in_flight"]:
+        parts.append(simple_table("in flight", ["node", "state", "since"],
+                                  [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))
+    if data["recent_automation_events"]:
+        parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
+            [f"{e['at']:%H:%M:%S}", e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
+    return Group(*parts)
+
+
+@app.command("status")
+def status(
+    ctx: typer.Context,
+    watch: bool = typer.Option(False, "--watch", "-w", help="refresh every --interval seconds until Ctrl-C"),
+    interval: float = typer.Option(2.0, "--interval"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Nodes per state and rack, nodes in flight, the capacity guard and its breaker."""
+    if not watch:
+        emit(fleet_status(ctx), output, render_status)
+        return
+    from rich.live import Live
+
+    try:
+        with Live(render_status(fleet_status(ctx)), refresh_per_second=4, screen=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(render_status(fleet_status(ctx)))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("resume-automation")
+def resume_automation(ctx: typer.Context) -> None:
+    """Close the circuit breaker: automated drains may go ahead again."""
+    from workflows.starter import connect, resume_automation as resume
+
+    s = context.settings(ctx)
+
+    async def run():
+        return await resume(await connect(s), s, s.identity())
+
+    context.run_async(run())
+    typer.echo(f"automation resumed by {s.identity()}: breaker closed")

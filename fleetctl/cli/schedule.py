@@ -1,0 +1,154 @@
+"""`fleetctl schedule ...`: Temporal Schedules that start the active-check sweeps."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Periodic active checks on idle production nodes.", no_args_is_help=True)
+KINDS = ("active-checks",)
+
+
+def _concurrency(text: str) -> tuple[int, float]:
+    """`5%` of the idle nodes, or a plain count."""
+    try:
+        if text.endswith("%"):
+            fraction = float(text[:-1]) / 100
+            if not 0 < fraction <= 1:
+                raise ValueError
+            return 0, fraction
+        count = int(text)
+        if count < 1:
+            raise ValueError
+        return count, 0.0
+    except ValueError:
+        fail(f"bad --max-concurrent {text!r}: a count (10) or a percentage (5%)", EXIT_USAGE)
+
+
+def _run(coro):
+    return context.run_async(coro)
+
+
+@app.command("create")
+def create(
+    ctx: typer.Context,
+    kind: str = typer.Argument(..., help="active-checks"),
+    every: str = typer.Option("1h", "--every", help="interval: 30m, 1h, 6h ..."),
+    suite: str = typer.Option("quick", "--suite"),
+    max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
+    name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
+) -> None:
+    """Create (or replace) a schedule. A sweep still running when the next is due is skipped."""
+    from temporalio.client import (
+        Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec,
+    )
+    from temporalio.service import RPCError
+
+    from checks.suites import SuiteError, load_suite
+    from fleetctl.durations import parse_duration
+    from workflows.active_checks import ActiveCheckSweep, SweepInput
+    from workflows.starter import connect
+
+    if kind not in KINDS:
+        fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
+    s = context.settings(ctx)
+    try:
+        interval = parse_duration(every)
+        load_suite(suite, s.suites_dir or None)
+    except (ValueError, SuiteError) as exc:
+        fail(str(exc), EXIT_USAGE)
+    count, fraction = _concurrency(max_concurrent)
+    schedule_id = name or kind
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            ActiveCheckSweep.run, SweepInput(suite=suite, max_concurrent=count, max_concurrent_fraction=fraction,
+                                             actor=f"schedule/{schedule_id}"),
+            id=f"sweep/{schedule_id}", task_queue=s.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
+        # A sweep that overruns its interval is not doubled up: the next one is skipped.
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+    async def run():
+        client = await connect(s)
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError:
+            pass  # none yet
+        await client.create_schedule(schedule_id, schedule)
+
+    _run(run())
+    typer.echo(f"schedule {schedule_id}: {suite} every {every}, at most {max_concurrent} nodes at once")
+
+
+@app.command("list")
+def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Schedules with their state and next run."""
+    from workflows.starter import connect
+
+    s = context.settings(ctx)
+
+    async def run():
+        client = await connect(s)
+        rows = []
+        async for entry in await client.list_schedules():
+            desc = await client.get_schedule_handle(entry.id).describe()
+            spec = desc.schedule.spec
+            rows.append({
+                "id": entry.id,
+                "paused": desc.schedule.state.paused,
+                "every": str(spec.intervals[0].every) if spec.intervals else "",
+                "next_run": desc.info.next_action_times[0] if desc.info.next_action_times else None,
+                "runs": desc.info.num_actions,
+                "skipped_overlaps": desc.info.num_actions_skipped_overlap,
+            })
+        return rows
+
+    rows = _run(run())
+    emit(rows, output, lambda data, _w: simple_table("schedules", ["id", "paused", "every", "next run", "runs", "skipped"], [
+        [r["id"], r["paused"], r["every"], r["next_run"], r["runs"], r["skipped_overlaps"]] for r in data]))
+
+
+def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
+    from temporalio.service import RPCError
+
+    from workflows.starter import connect
+
+    s = context.settings(ctx)
+
+    async def run():
+        handle = (await connect(s)).get_schedule_handle(schedule_id)
+        try:
+            if action == "pause":
+                await handle.pause(note=f"paused by {s.identity()}")
+            elif action == "unpause":
+                await handle.unpause(note=f"unpaused by {s.identity()}")
+            else:
+                await handle.delete()
+        except RPCError as exc:
+            fail(f"schedule {schedule_id}: {str(exc).splitlines()[0]}")
+
+    _run(run())
+    typer.echo(f"schedule {schedule_id}: {action}d" if action != "delete" else f"schedule {schedule_id}: deleted")
+
+
+@app.command("pause")
+def pause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
+    _handle_action(ctx, schedule_id, "pause")
+
+
+@app.command("unpause")
+def unpause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
+    _handle_action(ctx, schedule_id, "unpause")
+
+
+@app.command("delete")
+def delete(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks"),
+           yes: bool = typer.Option(False, "--yes")) -> None:
+    if not yes and not typer.confirm(f"Delete schedule {schedule_id}?", default=False):
+        fail("not deleted")
+    _handle_action(ctx, schedule_id, "delete")

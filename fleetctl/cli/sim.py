@@ -1,0 +1,93 @@
+"""`fleetctl sim ...`: a simulated fleet for the demo, the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
+
+
+@app.command("fleet")
+def fleet(
+    nodes: int = typer.Option(32, "--nodes", min=1, help="number of nodes"),
+    racks: int = typer.Option(4, "--racks", min=1, help="number of racks"),
+    profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
+    seed: int = typer.Option(0, "--seed"),
+    prefix: str = typer.Option("gpu", "--prefix", help="node name prefix"),
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
+) -> None:
+    """Print an inventory of simulated nodes (pipe it to a file, then `fleetctl node import`)."""
+    from fleetctl.executors.sim import render_inventory
+
+    try:
+        entries = render_inventory(nodes, racks, profile, seed, prefix)
+    except (ValueError, KeyError) as exc:
+        fail(str(exc).strip("'\""), EXIT_USAGE)
+    emit({"nodes": entries}, output if output in (OutputFormat.json, OutputFormat.yaml) else OutputFormat.yaml)
+
+
+def _sim_node(ctx: typer.Context, name: str):
+    from fleetctl.db.queries import get_node
+    from fleetctl.executors.sim import SIM_SCHEME
+
+    node = get_node(context.engine(ctx), name)
+    if node is None:
+        fail(f"unknown node: {name}")
+    if not node.address.startswith(SIM_SCHEME):
+        fail(f"{name} is not a simulated node (address {node.address})", EXIT_USAGE)
+    return node
+
+
+@app.command("inject")
+def inject(
+    ctx: typer.Context,
+    node: str,
+    fault: str,
+    after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
+    rate: Optional[float] = typer.Option(None, "--rate", help="appear at a random time, this many per hour"),
+    gpu: Optional[int] = typer.Option(None, "--gpu", help="which GPU (or HCA) fails"),
+) -> None:
+    """Inject a fault into a simulated node; the worker's checks see it from then on."""
+    from fleetctl.db.sim import add_fault
+    from fleetctl.durations import parse_duration
+    from fleetctl.executors.sim import SimFaultSpec
+
+    _sim_node(ctx, node)
+    try:
+        delay = parse_duration(after).total_seconds() if after else 0.0
+        spec = SimFaultSpec(kind=fault, gpu=gpu, not_before=time.time() + delay, rate_per_hour=rate,
+                            seed=zlib.crc32(f"{node}/{fault}".encode()) & 0xFFFF)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    add_fault(context.engine(ctx), node, spec.kind, spec.gpu, spec.not_before, spec.rate_per_hour, spec.seed)
+    when = f"in {after}" if after else "now"
+    typer.echo(f"{node}: {fault} injected ({when}{f', {rate}/h' if rate else ''})")
+
+
+@app.command("clear")
+def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(None, help="one fault kind; default all")) -> None:
+    """Clear one or all faults of a simulated node (a repaired node)."""
+    from fleetctl.db.sim import clear_faults
+
+    _sim_node(ctx, node)
+    count = clear_faults(context.engine(ctx), node, fault)
+    typer.echo(f"{node}: {count} fault{'s' if count != 1 else ''} cleared")
+
+
+@app.command("faults")
+def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """The faults injected into a simulated node."""
+    from fleetctl.db.sim import faults_for
+
+    _sim_node(ctx, node)
+    rows = [{"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}
+            for f in faults_for(context.engine(ctx), node)]
+    emit(rows, output, lambda data, _w: simple_table(node, ["kind", "gpu", "appears", "rate/h"], [
+        [r["kind"], r["gpu"], time.strftime("%H:%M:%S", time.localtime(r["not_before"])), r["rate_per_hour"]] for r in data]))

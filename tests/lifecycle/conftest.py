@@ -1,0 +1,86 @@
+"""A simulated fleet on the real Temporal dev server, driven through the real workflows."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from temporalio.client import Client
+
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.db.sim import add_fault
+from fleetctl.executors.sim import render_inventory
+from fleetctl.inventory import parse_inventory
+from tests.support.worker import WorkerThread
+from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
+from workflows.starter import connect, ensure_node_workflows, request_phase
+
+
+@dataclass
+class SimFleet:
+    settings: Settings
+    client: Client
+    names: list[str]
+
+    @property
+    def engine(self):
+        return get_engine(self.settings.db_url)
+
+    def state(self, name: str) -> str:
+        return queries.get_node(self.engine, name).state
+
+    def inject(self, name: str, kind: str, seed: int = 0, gpu: int | None = None) -> None:
+        add_fault(self.engine, name, kind, gpu=gpu, not_before=0.0, seed=seed)
+
+    async def admit(self, names, suite: str = "quick") -> None:
+        for n in names:
+            _, accepted, message = await request_phase(self.client, n, "admit", "tester", suite)
+            assert accepted, message
+
+    async def wait_states(self, names, states: set[str], timeout_s: float = 60.0) -> dict[str, str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = {n: self.state(n) for n in names}
+            idle = True
+            for n in names:
+                wf = await self.client.get_workflow_handle(workflow_id_for(n)).query(NodeLifecycle.current)
+                idle = idle and not wf.work and not wf.activity
+            if all(s in states for s in now.values()) and idle:
+                return now
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {states}: {now}")
+            await asyncio.sleep(0.2)
+
+
+def make_fleet(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> list[str]:
+    prefix = f"s{uuid.uuid4().hex[:6]}"
+    entries = render_inventory(count, min(racks, count), profile, seed=1, name_prefix=prefix)
+    import yaml
+
+    specs = parse_inventory(yaml.safe_dump({"nodes": entries}))
+    queries.upsert_nodes(get_engine(settings.db_url), specs)
+    return [s.name for s in specs]
+
+
+@pytest.fixture
+def sim_fleet(make_settings, sqlite_url):
+    """factory(count, profile) -> SimFleet with a worker thread running; stopped at teardown."""
+    workers: list[WorkerThread] = []
+
+    async def factory(count: int, profile: str = "h100-sxm", racks: int = 4, worker: bool = True) -> SimFleet:
+        settings = make_settings(sqlite_url)
+        if worker:
+            workers.append(WorkerThread(settings).start())
+        names = make_fleet(settings, count, profile, racks)
+        client = await connect(settings)
+        await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+        return SimFleet(settings, client, names)
+
+    yield factory
+    for w in workers:
+        w.stop()

@@ -1,0 +1,111 @@
+"""The lifecycle on simulated nodes, on the real Temporal dev server and a real database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from checks import judge
+from checks.catalog import CHECKS
+from fleetctl.db import queries
+from fleetctl.executors.base import NodeTarget
+from fleetctl.executors.sim import SimExecutor, SimFaultSpec
+from workflows.active_checks import ActiveCheckSweep, SweepInput
+from workflows.node_activities import HealthEventInput
+from workflows.starter import guard_status, send_health_events
+
+pytestmark = pytest.mark.temporal
+
+
+async def test_healthy_node_goes_from_new_to_production(sim_fleet) -> None:
+    fleet = await sim_fleet(1)
+    (name,) = fleet.names
+    await fleet.admit([name], suite="burn-in")
+    assert (await fleet.wait_states([name], {"production", "maintenance"}))[name] == "production"
+    events = queries.node_events(fleet.engine, name)
+    assert [(e.from_state, e.to_state) for e in events] == [
+        ("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
+    runs = queries.latest_checks(fleet.engine, name, limit=50)
+    assert len(runs) == 10 and {r.status for r in runs} <= {"pass", "warn"}
+    assert any(r.check_name == "nccl-allreduce" and r.metrics["busbw_gbps"] > 400 for r in runs)
+
+
+async def test_burn_in_failure_sends_the_node_to_maintenance_with_the_check_as_cause(sim_fleet) -> None:
+    fleet = await sim_fleet(1)
+    (name,) = fleet.names
+    fleet.inject(name, "row-remap-failure")
+    await fleet.admit([name], suite="burn-in")
+    assert (await fleet.wait_states([name], {"production", "maintenance"}))[name] == "maintenance"
+    last = queries.node_events(fleet.engine, name)[-1]
+    assert last.trigger == "phase_failed" and last.cause.startswith("burn-in: ")
+
+
+def _straggler_seed(name: str, profile: str) -> int:
+    """A fault seed whose NVLink-degraded node still clears the profile's absolute floor."""
+    for seed in range(200):
+        sim = SimExecutor(lambda _n, s=seed: [SimFaultSpec("nvlink-degraded", seed=s)], seed=0)
+        out = sim.run(NodeTarget(name, f"sim://{name}", profile=profile), CHECKS["nccl-allreduce"].argv, 60)
+        if judge("nccl", out.stdout, profile).status.value in ("pass", "warn"):
+            return seed
+    raise AssertionError("no straggler-band seed found")
+
+
+async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fleet) -> None:
+    fleet = await sim_fleet(7, profile="h200-sxm")
+    peers, suspect = fleet.names[:6], fleet.names[6]
+    await fleet.admit(peers, suite="standard")
+    assert set((await fleet.wait_states(peers, {"production", "maintenance"})).values()) == {"production"}
+    fleet.inject(suspect, "nvlink-degraded", seed=_straggler_seed(suspect, "h200-sxm"))
+    await fleet.admit([suspect], suite="standard")
+    assert (await fleet.wait_states([suspect], {"production", "maintenance"}))[suspect] == "maintenance"
+    nccl = [r for r in queries.latest_checks(fleet.engine, suspect) if r.check_name == "nccl-allreduce"][0]
+    assert nccl.status in ("pass", "warn")  # it cleared the absolute floor ...
+    cause = queries.node_events(fleet.engine, suspect)[-1].cause
+    assert cause.startswith("admission: straggler: nccl-allreduce busbw_gbps")  # ... but not its peers
+
+
+async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
+    fleet = await sim_fleet(4)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    victim = fleet.names[0]
+    await send_health_events(fleet.client, victim, [HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)])
+    assert (await fleet.wait_states([victim], {"maintenance"}))[victim] == "maintenance"
+    drain = next(e for e in queries.node_events(fleet.engine, victim) if e.trigger == "drain")
+    assert "XID 79" in drain.cause and drain.actor_kind == "automation"
+    assert [h.code for h in queries.health_events(fleet.engine, victim)] == [79]
+    # a critical drain is granted even though it is past the fleet's 10% on a 4-node fleet
+    assert all(fleet.state(n) == "production" for n in fleet.names[1:])
+
+
+async def test_repeated_warning_xid_escalates_only_on_the_third(sim_fleet) -> None:
+    fleet = await sim_fleet(4)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    node = fleet.names[1]
+    for i in range(2):
+        await send_health_events(fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", f"w{i}", 0.0)])
+    await asyncio.sleep(1.0)
+    assert (await fleet.wait_states([node], {"production"}))[node] == "production"
+    await send_health_events(fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "w2", 0.0)])
+    assert (await fleet.wait_states([node], {"maintenance"}))[node] == "maintenance"
+    assert "seen 3 times" in next(e for e in queries.node_events(fleet.engine, node) if e.trigger == "drain").cause
+
+
+async def test_checker_storm_trips_the_breaker_and_drains_no_more_than_the_limit(sim_fleet) -> None:
+    fleet = await sim_fleet(20)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"}, timeout_s=120)
+    for name in fleet.names[:8]:  # 40% fail at once: a checker gone wrong looks just like this
+        fleet.inject(name, "row-remap-failure")
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=20), id=f"sweep-{fleet.names[0]}",
+        task_queue=fleet.settings.task_queue)
+    assert sorted(result.failed) == sorted(fleet.names[:8])
+    assert len(result.drained) <= 2 and len(result.drained) + len(result.held) == 8
+    states = await fleet.wait_states(fleet.names, {"production", "maintenance"})
+    assert sum(1 for s in states.values() if s != "production") == len(result.drained)
+    guard = await guard_status(fleet.client, fleet.settings)
+    assert guard.breaker_open and "storm" in guard.breaker_reason
