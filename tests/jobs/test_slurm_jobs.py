@@ -1,0 +1,72 @@
+"""`fleetctl job restart` and `fleetctl reconcile` on the real 4-node Slurm cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import REASON_PREFIX
+from tests.jobs.support import sim_fleet
+from tests.support.worker import WorkerThread
+
+pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
+
+
+@pytest.fixture
+def cli(slurm_cluster, make_settings, sqlite_url):
+    """The CLI and a worker on the Slurm cluster; its nodes are in the inventory, in production."""
+    settings = make_settings(sqlite_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    sim_fleet(get_engine(sqlite_url), slurm_cluster.node_names, scheduler="slurm")
+    worker = WorkerThread(settings).start()
+    base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
+            settings.task_queue, "--as", "alice@console"]
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, [*base, *args], env={"SLURM_CONF": settings.slurm_conf})
+
+    yield invoke
+    worker.stop()
+    slurm_cluster.reset()
+
+
+def test_job_restart_moves_a_slurm_job_off_the_bad_node_and_reports_restart_seconds(cli, slurm_cluster) -> None:
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+    listed = json.loads(cli("job", "list", "--node", "node1", "-o", "json").stdout)
+    assert [(j["job_id"], j["scheduler"], j["state"]) for j in listed] == [(job_id, "slurm", "running")]
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79: GPU has fallen off the bus", "--yes")
+    assert r.exit_code == 0, r.output
+
+    shown = json.loads(cli("job", "show", job_id, "-o", "json").stdout)
+    (restart,) = shown["restarts"]
+    print(f"\nSlurm job {job_id}: fault seen -> running again on {','.join(restart['new_nodes'])} "
+          f"in {shown['restart_seconds']:.2f}s")
+    assert shown["scheduler"] == "slurm" and shown["state"] == "running"
+    assert shown["restart_seconds"] == restart["restart_seconds"] > 0
+    assert "node1" not in shown["nodes"] and len(shown["nodes"]) == 2
+    assert restart["new_nodes"] == shown["nodes"] and restart["status"] == "succeeded"
+    # Slurm's RUNNING is the job's script running again, on the new nodes.
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == tuple(shown["nodes"])
+    node1 = slurm_cluster.scheduler().node_state("node1")
+    assert node1.drained and node1.reason == f"{REASON_PREFIX} XID 79: GPU has fallen off the bus"
+
+
+def test_reconcile_reports_and_fixes_slurm_drains_that_disagree(cli, slurm_cluster) -> None:
+    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=manual")
+    slurm_cluster.scheduler().drain("node4", "XID 79")  # left behind: node4 is in production
+
+    r = cli("reconcile", "-o", "json")
+    assert r.exit_code == 1
+    assert {d["node"]: d["difference"] for d in json.loads(r.stdout)["differences"]} == {
+        "node3": "drained_by_someone_else", "node4": "stale_fleetctl_drain"}
+
+    assert cli("reconcile", "--fix").exit_code == 0
+    r = cli("reconcile")
+    assert r.exit_code == 0 and "4 nodes checked: fleetctl and the schedulers agree" in r.stdout
