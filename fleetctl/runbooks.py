@@ -495,7 +495,7 @@ RETURNS_TO_SERVICE = frozenset({NodeState.BURN_IN.value, NodeState.ADMISSION.val
 
 
 @dataclass(frozen=True)
-class EscalationPolicy:
+class LemonPolicy:
     """A node remediated `threshold` times within `window` is a lemon: RMA, not production."""
 
     threshold: int = 3

@@ -18,8 +18,11 @@ from workflows.job_activities import JobRestartActivities
 from workflows.job_restart import JobRestart
 from workflows.node_activities import NodeActivities
 from workflows.node_lifecycle import NodeLifecycle
+from workflows.remediation import Remediation
+from workflows.remediation_activities import RemediationActivities
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep]
+WORKFLOWS += [Remediation]
 WORKFLOWS += [JobRestart]
 
 
@@ -33,7 +36,16 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
         node.fleet_snapshot, node.unavailable_nodes, node.record_automation_event, node.idle_production_nodes,
         node.running_jobs_on,
-    ] + job_restart_activities(settings)
+    ] + remediation_activities(settings, client) + job_restart_activities(settings)
+
+
+def remediation_activities(settings: Settings, client: Client) -> list[Callable[..., Any]]:
+    remediation = RemediationActivities(settings, ExecutorRegistry(settings), client)
+    return [
+        remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
+        remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
+        remediation.notify, remediation.open_rma,
+    ]
 
 
 def job_restart_activities(settings: Settings) -> list[Callable[..., Any]]:

@@ -145,6 +145,112 @@ class AutomationEvent(SQLModel, table=True):
     idempotency_key: str
 
 
+class RemediationRun(SQLModel, table=True):
+    """One runbook executed (or dry-run) for one node by a Remediation workflow."""
+
+    __tablename__ = "remediation_runs"
+    __table_args__ = (UniqueConstraint("run_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_key: str  # the workflow id
+    node_name: str = Field(index=True)
+    runbook: str
+    event: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    mode: str = "live"  # live, dry_run, shadow
+    status: str = "running"  # running, succeeded, failed, escalated
+    outcome: str = Field(default="", sa_column=Column(Text, nullable=False))
+    actor: str
+    started_at: datetime = Field(default_factory=utcnow, index=True)
+    finished_at: Optional[datetime] = None
+
+
+class RemediationStep(SQLModel, table=True):
+    __tablename__ = "remediation_steps"
+    __table_args__ = (UniqueConstraint("run_key", "step_index"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_key: str = Field(index=True)
+    node_name: str = Field(index=True)
+    step_index: int
+    name: str
+    action: str
+    status: str  # passed, failed, skipped, would_run
+    params: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False))
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime = Field(default_factory=utcnow)
+
+
+class RmaRecord(SQLModel, table=True):
+    """Hardware sent back to the vendor, with the evidence bundle that goes with it."""
+
+    __tablename__ = "rma_records"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    status: str = Field(default="open", index=True)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    remediation_run: Optional[str] = None
+    evidence: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    evidence_markdown: str = Field(default="", sa_column=Column(Text, nullable=False))
+    webhook_status: Optional[str] = None
+    opened_by: str
+    opened_at: datetime = Field(default_factory=utcnow)
+    replaced: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    closed_by: Optional[str] = None
+    closed_at: Optional[datetime] = None
+    idempotency_key: str
+
+
+class FirmwareBaseline(SQLModel, table=True):
+    """Every baseline ever set; the newest row is the fleet's baseline."""
+
+    __tablename__ = "firmware_baselines"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str
+    document: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    source: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_by: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class FirmwareRollout(SQLModel, table=True):
+    __tablename__ = "firmware_rollouts"
+    __table_args__ = (UniqueConstraint("rollout_id"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    rollout_id: str
+    baseline_id: int
+    status: str = Field(default="running", index=True)  # running, halted, completed, aborted
+    canary: int
+    batch: str
+    max_failures: int
+    dry_run: bool = False
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_by: str
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class FirmwareRolloutNode(SQLModel, table=True):
+    __tablename__ = "firmware_rollout_nodes"
+    __table_args__ = (UniqueConstraint("rollout_id", "node_name"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    rollout_id: str = Field(index=True)
+    node_name: str
+    batch_index: int
+    status: str  # pending, updated, failed, skipped, would_update
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False))
+    components: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
 class SimSchedulerNode(SQLModel, table=True):
     """The simulated scheduler's own drain of a node (a node without a row is schedulable)."""
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from fleetctl.runbooks import (
-    EscalationPolicy,
+    LemonPolicy,
     Event,
     RunbookError,
     TemplateRefused,
@@ -165,7 +165,7 @@ def test_trigger_towards(current: str, target: str, trigger: str | None) -> None
 def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     history = [now - timedelta(days=d) for d in days_ago]
-    assert EscalationPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
+    assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
 
 
 @pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("2h", 7200), ("7d", 604800), (90, 90), ("1.5m", 90)])

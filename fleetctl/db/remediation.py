@@ -1,0 +1,144 @@
+"""Remediation runs and their steps, and RMA records. Each function opens its own session."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, col, select
+
+from fleetctl.db.models import RemediationRun, RemediationStep, RmaRecord, utcnow
+
+
+def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,
+              actor: str, started_at: datetime) -> RemediationRun:
+    """Idempotent on run_key: a retried activity finds the run it already wrote."""
+    with Session(engine) as session:
+        run = session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).first()
+        if run is not None:
+            return run
+        run = RemediationRun(run_key=run_key, node_name=node_name, runbook=runbook, event=event, mode=mode,
+                             actor=actor, started_at=started_at)
+        session.add(run)
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            return session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).one()
+        session.refresh(run)
+        return run
+
+
+def record_step(engine: Engine, *, run_key: str, node_name: str, step_index: int, name: str, action: str, status: str,
+                params: dict[str, Any], detail: str, started_at: datetime, finished_at: datetime) -> None:
+    """Write the step's outcome; a repeat for the same (run, index) overwrites with the same facts."""
+    with Session(engine) as session:
+        step = session.exec(select(RemediationStep).where(
+            RemediationStep.run_key == run_key, RemediationStep.step_index == step_index)).first()
+        step = step or RemediationStep(run_key=run_key, node_name=node_name, step_index=step_index, name=name,
+                                       action=action, status=status)
+        step.status, step.params, step.detail = status, params, detail
+        step.started_at, step.finished_at = started_at, finished_at
+        session.add(step)
+        session.commit()
+
+
+def finish_run(engine: Engine, run_key: str, status: str, outcome: str, finished_at: datetime) -> None:
+    with Session(engine) as session:
+        run = session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).one()
+        run.status, run.outcome, run.finished_at = status, outcome, finished_at
+        session.add(run)
+        session.commit()
+
+
+def get_run(engine: Engine, run_key: str) -> RemediationRun | None:
+    with Session(engine) as session:
+        return session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).first()
+
+
+def runs(engine: Engine, node_name: str | None = None, limit: int = 50) -> list[RemediationRun]:
+    with Session(engine) as session:
+        query = select(RemediationRun).order_by(col(RemediationRun.id).desc()).limit(limit)
+        if node_name:
+            query = query.where(RemediationRun.node_name == node_name)
+        return list(session.exec(query))
+
+
+def steps(engine: Engine, run_key: str) -> list[RemediationStep]:
+    with Session(engine) as session:
+        query = select(RemediationStep).where(RemediationStep.run_key == run_key).order_by(RemediationStep.step_index)
+        return list(session.exec(query))
+
+
+def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
+    """When each live remediation of the node began (dry runs and shadow runs do not count)."""
+    with Session(engine) as session:
+        query = select(RemediationRun.started_at).where(
+            RemediationRun.node_name == node_name, RemediationRun.mode == "live",
+            RemediationRun.started_at >= since)
+        return list(session.exec(query))
+
+
+# ---- RMA ------------------------------------------------------------------------------------
+
+
+def open_rma(engine: Engine, *, node_name: str, reason: str, remediation_run: str | None, evidence: dict[str, Any],
+             evidence_markdown: str, opened_by: str, idempotency_key: str) -> tuple[RmaRecord, bool]:
+    """The record and whether this call created it (False: a retry found the one it wrote)."""
+    with Session(engine) as session:
+        found = session.exec(select(RmaRecord).where(RmaRecord.idempotency_key == idempotency_key)).first()
+        if found is not None:
+            return found, False
+        record = RmaRecord(node_name=node_name, reason=reason, remediation_run=remediation_run, evidence=evidence,
+                           evidence_markdown=evidence_markdown, opened_by=opened_by, idempotency_key=idempotency_key)
+        session.add(record)
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+            return session.exec(select(RmaRecord).where(RmaRecord.idempotency_key == idempotency_key)).one(), False
+        session.refresh(record)
+        return record, True
+
+
+def set_webhook_status(engine: Engine, rma_id: int, status: str) -> None:
+    with Session(engine) as session:
+        record = session.get(RmaRecord, rma_id)
+        record.webhook_status = status
+        session.add(record)
+        session.commit()
+
+
+def get_rma(engine: Engine, rma_id: int) -> RmaRecord | None:
+    with Session(engine) as session:
+        return session.get(RmaRecord, rma_id)
+
+
+def rma_records(engine: Engine, status: str | None = None, node_name: str | None = None) -> list[RmaRecord]:
+    with Session(engine) as session:
+        query = select(RmaRecord).order_by(col(RmaRecord.id).desc())
+        if status:
+            query = query.where(RmaRecord.status == status)
+        if node_name:
+            query = query.where(RmaRecord.node_name == node_name)
+        return list(session.exec(query))
+
+
+class RmaAlreadyClosed(RuntimeError):
+    pass
+
+
+def close_rma(engine: Engine, rma_id: int, replaced: str, closed_by: str) -> RmaRecord:
+    with Session(engine) as session:
+        record = session.get(RmaRecord, rma_id, with_for_update=True)
+        if record is None:
+            raise LookupError(f"no RMA record {rma_id}")
+        if record.status == "closed":
+            raise RmaAlreadyClosed(f"RMA {rma_id} was closed by {record.closed_by} at {record.closed_at:%Y-%m-%d %H:%M}")
+        record.status, record.replaced, record.closed_by, record.closed_at = "closed", replaced, closed_by, utcnow()
+        session.add(record)
+        session.commit()
+        session.refresh(record)
+        return record

@@ -1,0 +1,75 @@
+"""A simulated fleet on the real Temporal dev server, with the fleetctl worker running."""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pytest
+from temporalio.client import Client
+
+from checks import judge
+from checks.catalog import CHECKS
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import CheckRun, HealthEvent
+from fleetctl.inventory import parse_inventory
+from workflows.executor_registry import ExecutorRegistry, target_for
+from workflows.starter import ensure_node_workflows, request_transition
+from workflows.worker import build_worker
+
+
+@dataclass
+class SimFleet:
+    settings: Settings
+    client: Client
+    engine: object
+
+    async def add(self, count: int = 1, state: str = "production") -> list[str]:
+        names = [f"rb-{uuid.uuid4().hex[:8]}" for _ in range(count)]
+        text = "nodes:\n" + "".join(
+            f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: sim}}\n"
+            for n in names)
+        queries.upsert_nodes(self.engine, parse_inventory(text))
+        await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in names])
+        path = {"production": ("begin_burn_in", "begin_admission", "enter_production"),
+                "maintenance": ("begin_burn_in", "phase_failed"), "new": ()}[state]
+        for n in names:
+            for trigger in path:
+                await request_transition(self.client, n, trigger, "setup", actor_kind="automation")
+        return names
+
+    def record_check(self, node: str, check: str) -> CheckRun:
+        """Run a catalog check on the simulated node and store its judged result, as a sweep would."""
+        row = queries.get_node(self.engine, node)
+        registry = ExecutorRegistry(self.settings)
+        out = registry.for_target(target_for(row)).run(target_for(row), CHECKS[check].argv, 60)
+        result = judge(CHECKS[check].kind, out.stdout, row.profile).to_dict()
+        key = f"test/{node}/{check}/{uuid.uuid4().hex[:6]}"
+        return queries.insert_once(self.engine, CheckRun(
+            node_name=node, check_name=check, kind=CHECKS[check].kind, status=result["status"],
+            metrics=result["metrics"], findings=result["findings"], reason=result["reason"], raw_output=out.stdout,
+            idempotency_key=key), CheckRun.idempotency_key, key)
+
+    def record_xid(self, node: str, code: int, message: str = "") -> None:
+        key = f"test/{node}/xid/{uuid.uuid4().hex[:6]}"
+        queries.insert_once(self.engine, HealthEvent(node_name=node, source="xid", code=code, severity="critical",
+                                                     message=message, idempotency_key=key),
+                            HealthEvent.idempotency_key, key)
+
+
+@asynccontextmanager
+async def running_fleet(settings: Settings):
+    """The worker runs on the test's own event loop (pytest-asyncio gives each test one)."""
+    client = await Client.connect(settings.temporal_address)
+    with ThreadPoolExecutor(32) as pool:
+        async with build_worker(client, settings, pool):
+            yield SimFleet(settings, client, get_engine(settings.db_url))
+
+
+@pytest.fixture
+def fleet_settings(make_settings, sqlite_url) -> Settings:
+    return make_settings(sqlite_url)

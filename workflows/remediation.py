@@ -1,0 +1,302 @@
+"""Remediation: run one runbook for one node, step by step, each step recorded.
+
+The workflow never writes node state: drains, RMAs and returns to service are requests to
+the node's own NodeLifecycle workflow (through NodeCommandActivities.command_node and the
+admit update), which may refuse them. Hardware steps wait until the node is out of service.
+
+Modes: `live` acts; `dry_run` (an operator's --dry-run) and `shadow` (the fleet-wide
+setting) record what each step would do and do nothing. A dry run follows the path on
+which every step succeeds, so it shows the steps a healthy recovery takes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from checks.catalog import CHECKS
+    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.runbooks import DISRUPTIVE, RETURNS_TO_SERVICE, Step, trigger_towards
+    from workflows.activities import NodeCommand, NodeCommandActivities, NodeCommandOutcome
+    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, SweepScope
+    from workflows.remediation_activities import (
+        ActionOutcome,
+        AdmitRequest,
+        HardwareRequest,
+        NotifyRequest,
+        PreparedStep,
+        RemediationActivities,
+        RmaOpened,
+        RmaRequest,
+        RunContext,
+        RunEnd,
+        RunStart,
+        StepInput,
+        StepRecord,
+    )
+
+SHORT = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
+                             maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownSuite", "UnknownCheck"]),
+)
+# How long a hardware step waits for the node's own workflow to finish draining it.
+OUT_OF_SERVICE_WAIT = timedelta(hours=3)
+OUT_OF_SERVICE_POLL = timedelta(seconds=2)
+CHECK_ATTEMPTS = 3
+
+
+@dataclass
+class RemediationInput:
+    node: str
+    runbook: dict[str, Any]  # runbooks.Runbook.to_dict(): the runbook as it was when the run began
+    event: dict[str, Any]  # runbooks.Event.to_dict()
+    mode: str = "live"  # live, dry_run, shadow
+    actor: str = "fleetctl"
+    # A critical fault (the GPU is already gone) is drained without the capacity guard's limits.
+    critical: bool = False
+
+
+@dataclass
+class StepResult:
+    index: int
+    name: str
+    action: str
+    status: str  # passed, failed, skipped, would_run
+    detail: str
+
+
+@dataclass
+class RemediationResult:
+    run_key: str
+    node: str
+    runbook: str
+    mode: str
+    status: str  # succeeded, failed, escalated, dry_run
+    outcome: str
+    steps: list[StepResult] = field(default_factory=list)
+
+
+def run_key_for(workflow_id: str, run_id: str) -> str:
+    return f"{workflow_id}@{run_id[:8]}"
+
+
+@workflow.defn
+class Remediation:
+    def __init__(self) -> None:
+        self.steps: list[StepResult] = []
+        self.state = ""
+        self.escalated = ""
+
+    @workflow.query
+    def progress(self) -> list[StepResult]:
+        return self.steps
+
+    @workflow.run
+    async def run(self, inp: RemediationInput) -> RemediationResult:
+        self.inp = inp
+        info = workflow.info()
+        self.run_key = run_key_for(info.workflow_id, info.first_execution_run_id)
+        self.ctx: RunContext = await workflow.execute_activity_method(
+            RemediationActivities.begin_run,
+            RunStart(self.run_key, inp.node, inp.runbook["name"], inp.event, inp.mode, inp.actor, workflow.now()),
+            **SHORT,
+        )
+        self.state = self.ctx.state
+        results: dict[str, dict[str, str]] = {}
+        status, outcome = ("succeeded", "every step done") if inp.mode == "live" else ("dry_run", "nothing was done")
+        for step in (Step.from_dict(s) for s in inp.runbook["steps"]):
+            started = workflow.now()
+            context = {"node": {**self.ctx.node, "state": self.state}, "event": inp.event, "steps": results,
+                       "runbook": inp.runbook["name"], "mode": inp.mode}
+            prepared: PreparedStep = await workflow.execute_activity_method(
+                RemediationActivities.prepare_step, StepInput(step.to_dict(), context), **SHORT)
+            if prepared.error:
+                result = StepResult(step.index, step.name, step.action, "failed", prepared.error)
+            elif not prepared.run:
+                result = StepResult(step.index, step.name, step.action, "skipped", f"condition false: {step.when}")
+            elif inp.mode != "live":
+                result = StepResult(step.index, step.name, step.action, "would_run", _describe(step, prepared.params))
+            else:
+                ok, detail = await self._act(step, prepared.params)
+                result = StepResult(step.index, step.name, step.action, "passed" if ok else "failed", detail)
+            # A dry run assumes success, so later conditions follow the recovery path.
+            results[step.name] = {"status": "passed" if result.status == "would_run" else result.status,
+                                  "detail": result.detail}
+            self.steps.append(result)
+            await workflow.execute_activity_method(
+                RemediationActivities.record_step,
+                StepRecord(self.run_key, inp.node, step.index, step.name, step.action, result.status,
+                           prepared.params, result.detail, started, workflow.now()),
+                **SHORT,
+            )
+            if result.status == "failed" and step.on_failure == "stop":
+                status, outcome = "failed", f"step {step.name} failed: {result.detail}"
+                break
+        if self.escalated and status == "succeeded":
+            status, outcome = "escalated", self.escalated
+        await workflow.execute_activity_method(
+            RemediationActivities.finish_run, RunEnd(self.run_key, status, outcome, workflow.now()), **SHORT)
+        return RemediationResult(self.run_key, inp.node, inp.runbook["name"], inp.mode, status, outcome, self.steps)
+
+    # -- the actions ---------------------------------------------------------------------
+
+    async def _act(self, step: Step, params: dict[str, Any]) -> tuple[bool, str]:
+        if step.action in DISRUPTIVE:
+            ready, why = await self._out_of_service()
+            if not ready:
+                return False, why
+        if step.action == "drain":
+            return await self._drain(params["reason"])
+        if step.action == "restart_jobs":
+            return await self._restart_jobs()
+        if step.action in ("gpu_reset", "reboot"):
+            done: ActionOutcome = await workflow.execute_activity_method(
+                getattr(RemediationActivities, step.action), HardwareRequest(self.inp.node, step.action, params),
+                start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
+                heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=2))
+            return done.ok, done.detail
+        if step.action == "run_check":
+            return await self._checks([params["check"]], params["expect"], step)
+        if step.action == "run_suite":
+            checks = await workflow.execute_activity_method(
+                NodeActivities.suite_checks, SweepScope(suite=params["suite"]), **SHORT)
+            return await self._checks(checks, params["expect"], step)
+        if step.action == "wait":
+            await workflow.sleep(timedelta(seconds=params["duration"]))
+            return True, f"waited {params['duration']:g} s"
+        if step.action == "set_state":
+            return await self._set_state(params["state"], params["cause"], step)
+        if step.action == "rma":
+            return await self._rma(params["reason"], step)
+        if step.action == "notify":
+            done = await workflow.execute_activity_method(
+                RemediationActivities.notify, NotifyRequest(self.inp.node, params["message"], params["severity"],
+                                                            self.run_key), **SHORT)
+            return done.ok, done.detail
+        return False, f"unknown action {step.action}"
+
+    async def _command(self, trigger: str, cause: str, step_key: str) -> NodeCommandOutcome:
+        outcome: NodeCommandOutcome = await workflow.execute_activity_method(
+            NodeCommandActivities.command_node,
+            NodeCommand(self.inp.node, trigger, f"runbook:{self.inp.runbook['name']}", cause,
+                        request_id=f"{self.run_key}/{step_key}/{trigger}"),
+            **SHORT,
+        )
+        if outcome.accepted:
+            self.state = outcome.to_state
+        else:
+            self.state = await self._current_state()
+        return outcome
+
+    async def _current_state(self) -> str:
+        return await workflow.execute_activity_method(RemediationActivities.node_state, self.inp.node, **SHORT)
+
+    async def _drain(self, reason: str) -> tuple[bool, str]:
+        self.state = await self._current_state()
+        if self.state in ("draining", "maintenance"):
+            return True, f"already out of service ({self.state})"
+        if self.state != "production":
+            return False, f"cannot drain a node in {self.state}"
+        decision: RemovalDecision = await workflow.execute_activity_method(
+            NodeCommandActivities.ask_capacity_guard,
+            RemovalRequest(node=self.inp.node, rack=self.ctx.node.get("rack", ""), reason=reason,
+                           actor=f"runbook:{self.inp.runbook['name']}", critical=self.inp.critical,
+                           request_id=f"{self.run_key}/drain"),
+            **SHORT,
+        )
+        if not decision.granted:
+            return False, f"capacity guard refused: {decision.reason}"
+        outcome = await self._command("drain", reason, "drain")
+        return outcome.accepted, f"drained: {reason}" if outcome.accepted else outcome.message
+
+    async def _restart_jobs(self) -> tuple[bool, str]:
+        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **SHORT)
+        if not jobs:
+            return True, "no running jobs on the node"
+        return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
+
+    async def _out_of_service(self) -> tuple[bool, str]:
+        """Wait for the node's own workflow to finish draining it into maintenance."""
+        waited = timedelta()
+        while True:
+            self.state = await self._current_state()
+            if self.state == "maintenance":
+                return True, ""
+            if self.state != "draining" or waited >= OUT_OF_SERVICE_WAIT:
+                return False, f"the node is in {self.state}, not maintenance: drain it first"
+            await workflow.sleep(OUT_OF_SERVICE_POLL)
+            waited += OUT_OF_SERVICE_POLL
+
+    async def _checks(self, checks: list[str], expect: list[str], step: Step) -> tuple[bool, str]:
+        bad: list[str] = []
+        for i, check in enumerate(checks):
+            try:
+                outcome: CheckOutcome = await workflow.execute_activity_method(
+                    NodeActivities.run_check,
+                    CheckRequest(self.inp.node, check, f"runbook:{self.inp.runbook['name']}",
+                                 f"{self.run_key}/{step.index}/{i}", CHECK_ATTEMPTS),
+                    start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
+                                             non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
+                )
+            except ActivityError as exc:
+                bad.append(f"{check}: could not run ({exc.cause or exc})")
+                continue
+            if outcome.status not in expect:
+                bad.append(f"{check}: {outcome.status}: {outcome.reason}")
+        if bad:
+            return False, "; ".join(bad)
+        return True, f"{len(checks)} checks {'/'.join(expect)}"
+
+    async def _set_state(self, target: str, cause: str, step: Step) -> tuple[bool, str]:
+        if target in RETURNS_TO_SERVICE and self.ctx.lemon:
+            ok, detail = await self._rma(self.ctx.lemon, step)
+            return ok, f"not returned to {target}: {detail}"
+        self.state = await self._current_state()
+        if self.state == target:
+            return True, f"already {target}"
+        if target == "burn_in":
+            done: ActionOutcome = await workflow.execute_activity_method(
+                RemediationActivities.admit_node,
+                AdmitRequest(self.inp.node, f"runbook:{self.inp.runbook['name']}",
+                             request_id=f"{self.run_key}/{step.index}/admit"),
+                **SHORT,
+            )
+            return done.ok, done.detail
+        trigger = trigger_towards(self.state, target)
+        if trigger is None:
+            return False, f"automation cannot move a node from {self.state} to {target}"
+        outcome = await self._command(trigger, cause, str(step.index))
+        return outcome.accepted, f"{outcome.from_state} -> {outcome.to_state}" if outcome.accepted else outcome.message
+
+    async def _rma(self, reason: str, step: Step) -> tuple[bool, str]:
+        self.state = await self._current_state()
+        if self.state == "production":
+            ok, why = await self._drain(reason)
+            if not ok:
+                return False, why
+        if self.state != "rma":
+            outcome = await self._command("send_to_rma", reason, f"{step.index}/rma")
+            if not outcome.accepted:
+                return False, outcome.message
+        opened: RmaOpened = await workflow.execute_activity_method(
+            RemediationActivities.open_rma,
+            RmaRequest(self.inp.node, reason, f"runbook:{self.inp.runbook['name']}", self.run_key,
+                       f"{self.run_key}/{step.index}/rma"),
+            **SHORT,
+        )
+        self.escalated = f"sent to RMA (record {opened.rma_id}): {reason}"
+        return True, self.escalated
+
+
+def _describe(step: Step, params: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"would {step.action.replace('_', ' ')}" + (f" ({shown})" if shown else "")

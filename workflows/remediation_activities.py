@@ -1,0 +1,356 @@
+"""Activities of the Remediation workflow: record the run and its steps, render step
+templates in the sandbox, act on the hardware (GPU reset, BMC reboot), notify, open RMAs.
+
+Hardware actions reach a node in one of two ways, chosen by its address: real nodes over
+SSH (the executor registry) and their BMC over Redfish; simulated nodes (`sim://`) through
+the simulated executor, where a reset or reboot clears the simulated faults that a real
+reset or reboot would cure. Either way the node must answer afterwards, or the step fails.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from fleetctl import runbooks
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db import remediation as db
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import Node, utcnow
+from fleetctl.executors.base import CommandResult, ExecutorError
+from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
+
+BOOT_ID_ARGV = ("cat", "/proc/sys/kernel/random/boot_id")
+COMPUTE_APPS_ARGV = ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader")
+ANSWER_ARGV = ("nvidia-smi", "--query-gpu=index", "--format=csv,noheader")
+POLL_S = 5.0
+
+# What a reset or reboot cures on a simulated node (the faults a real one would clear).
+SIM_CURED_BY = {
+    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
+    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded"}),
+}
+
+
+# ---- dataclasses in and out -----------------------------------------------------------------
+
+
+@dataclass
+class RunStart:
+    run_key: str
+    node: str
+    runbook: str
+    event: dict[str, Any]
+    mode: str
+    actor: str
+    started_at: datetime
+
+
+@dataclass
+class RunContext:
+    """The node as the run found it (the template variable `node`), and whether it is a lemon."""
+
+    node: dict[str, Any]
+    state: str
+    # Set when the node was remediated too often recently: it goes to RMA, not back to service.
+    lemon: str = ""
+
+
+@dataclass
+class StepInput:
+    step: dict[str, Any]  # runbooks.Step.to_dict()
+    context: dict[str, Any]  # node, event, steps, runbook
+
+
+@dataclass
+class PreparedStep:
+    run: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class StepRecord:
+    run_key: str
+    node: str
+    index: int
+    name: str
+    action: str
+    status: str
+    params: dict[str, Any]
+    detail: str
+    started_at: datetime
+    finished_at: datetime
+
+
+@dataclass
+class RunEnd:
+    run_key: str
+    status: str
+    outcome: str
+    finished_at: datetime
+
+
+@dataclass
+class HardwareRequest:
+    node: str
+    action: str  # gpu_reset, reboot
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActionOutcome:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class AdmitRequest:
+    node: str
+    actor: str
+    suite: str = "burn-in"
+    request_id: str = ""
+
+
+@dataclass
+class NotifyRequest:
+    node: str
+    message: str
+    severity: str = "info"
+    run_key: str = ""
+
+
+@dataclass
+class RmaRequest:
+    node: str
+    reason: str
+    actor: str
+    remediation_run: str = ""
+    # Stable per caller step, so a retried activity opens one record.
+    idempotency_key: str = ""
+
+
+@dataclass
+class RmaOpened:
+    rma_id: int
+    created: bool
+    webhook_status: str = ""
+
+
+# ---- the activities -------------------------------------------------------------------------
+
+
+class RemediationActivities:
+    def __init__(self, settings: Settings, executors: ExecutorRegistry, client=None):
+        self.settings = settings
+        self.executors = executors
+        self.client = client  # for asking node workflows to admit
+
+    @property
+    def engine(self):
+        return get_engine(self.settings.db_url)
+
+    def _node(self, name: str) -> Node:
+        node = queries.get_node(self.engine, name)
+        if node is None:
+            raise ApplicationError(f"unknown node {name}", type="UnknownNode", non_retryable=True)
+        return node
+
+    @activity.defn
+    def begin_run(self, start: RunStart) -> RunContext:
+        node = self._node(start.node)
+        db.start_run(self.engine, run_key=start.run_key, node_name=start.node, runbook=start.runbook,
+                     event=start.event, mode=start.mode, actor=start.actor, started_at=start.started_at)
+        policy = runbooks.LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
+        starts = db.live_run_starts(self.engine, start.node, start.started_at - policy.window)
+        lemon = ""
+        if start.mode == "live" and policy.is_lemon(starts, start.started_at):
+            lemon = (f"lemon: remediated {len(starts)} times in {self.settings.lemon_window_days:g} days "
+                     f"(limit {policy.threshold})")
+        return RunContext(
+            node={"name": node.name, "rack": node.rack, "profile": node.profile, "scheduler": node.scheduler,
+                  "labels": dict(node.labels)},
+            state=node.state,
+            lemon=lemon,
+        )
+
+    @activity.defn
+    def node_state(self, name: str) -> str:
+        return self._node(name).state
+
+    @activity.defn
+    def prepare_step(self, inp: StepInput) -> PreparedStep:
+        """Evaluate `when` and render the parameters; a refused template is the step's failure."""
+        step = runbooks.Step.from_dict(inp.step)
+        try:
+            if step.when is not None and not runbooks.evaluate(step.when, inp.context):
+                return PreparedStep(run=False)
+            params = {k: runbooks.render_value(v, inp.context) for k, v in step.params.items()}
+            for key in ("timeout", "idle_timeout", "duration"):
+                if key in params:
+                    params[key] = runbooks.parse_duration(params[key])
+        except (runbooks.TemplateRefused, ValueError) as exc:
+            return PreparedStep(run=False, error=str(exc))
+        return PreparedStep(run=True, params=params)
+
+    @activity.defn
+    def record_step(self, rec: StepRecord) -> None:
+        db.record_step(self.engine, run_key=rec.run_key, node_name=rec.node, step_index=rec.index, name=rec.name,
+                       action=rec.action, status=rec.status, params=rec.params, detail=rec.detail,
+                       started_at=rec.started_at, finished_at=rec.finished_at)
+
+    @activity.defn
+    def finish_run(self, end: RunEnd) -> None:
+        db.finish_run(self.engine, end.run_key, end.status, end.outcome, end.finished_at)
+
+    @activity.defn
+    def gpu_reset(self, req: HardwareRequest) -> ActionOutcome:
+        """Wait until no process uses the GPUs, then `nvidia-smi -r`."""
+        node = self._node(req.node)
+        target = target_for(node)
+        executor = self.executors.for_target(target)
+        deadline = time.monotonic() + float(req.params.get("idle_timeout", 1800))
+        try:
+            while (busy := _run(executor, target, COMPUTE_APPS_ARGV)).exit_status == 0 and busy.stdout.strip():
+                if time.monotonic() >= deadline:
+                    return ActionOutcome(False, f"GPUs still busy after {req.params.get('idle_timeout')} s: "
+                                                f"pids {', '.join(busy.stdout.split())}")
+                activity.heartbeat("waiting for the GPUs to go idle")
+                time.sleep(POLL_S)
+            gpu = req.params.get("gpu")
+            if node.address.startswith(SIM_SCHEME):
+                cured = self._cure_sim(node.name, "gpu_reset")
+                _run(executor, target, ANSWER_ARGV)
+                return ActionOutcome(True, f"GPU reset (simulated); cleared {', '.join(cured) or 'nothing'}")
+            argv = ("nvidia-smi", "-r") + (("-i", str(gpu)) if gpu is not None else ())
+            result = _run(executor, target, argv, timeout_s=300)
+        except ExecutorError as exc:
+            return ActionOutcome(False, f"{exc.kind}: {exc.message}")
+        if result.exit_status != 0:
+            return ActionOutcome(False, f"nvidia-smi -r exited {result.exit_status}: {_tail(result.stdout + result.stderr)}")
+        return ActionOutcome(True, _tail(result.stdout) or "GPU reset")
+
+    @activity.defn
+    def reboot(self, req: HardwareRequest) -> ActionOutcome:
+        """Reboot through the BMC; done when the node answers with a new boot id."""
+        node = self._node(req.node)
+        target = target_for(node)
+        executor = self.executors.for_target(target)
+        timeout_s = float(req.params.get("timeout", 900))
+        if node.address.startswith(SIM_SCHEME):
+            cured = self._cure_sim(node.name, "reboot")
+            try:
+                _run(executor, target, ANSWER_ARGV)
+            except ExecutorError as exc:
+                return ActionOutcome(False, f"rebooted (simulated) but the node does not answer: {exc.message}")
+            return ActionOutcome(True, f"rebooted (simulated); cleared {', '.join(cured) or 'nothing'}")
+        if not node.bmc_address:
+            return ActionOutcome(False, "the node has no BMC address in the inventory")
+        from fleetctl.bmc.redfish import BmcError, RedfishClient
+
+        try:
+            before = _run(executor, target, BOOT_ID_ARGV).stdout.strip()
+        except ExecutorError as exc:
+            before = f"unreachable ({exc.kind})"  # a hung node is why we reboot; the new id is still checked
+        try:
+            bmc = RedfishClient(_bmc_url(node.bmc_address), self.settings.bmc_username, self.settings.bmc_password,
+                                verify_tls=self.settings.bmc_verify_tls)
+            system = bmc.systems()[0]
+            bmc.reboot(system, reset_type=req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s,
+                       poll_s=min(POLL_S, timeout_s / 10))
+        except (BmcError, IndexError, ValueError) as exc:
+            return ActionOutcome(False, f"BMC reboot failed: {exc or 'no system on the BMC'}")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            activity.heartbeat("waiting for the node to answer")
+            try:
+                after = _run(executor, target, BOOT_ID_ARGV).stdout.strip()
+                if after and after != before:
+                    return ActionOutcome(True, f"rebooted through the BMC; boot id {before} -> {after}")
+                problem = "boot id unchanged"
+            except ExecutorError as exc:
+                problem = f"{exc.kind}: {exc.message}"
+            if time.monotonic() >= deadline:
+                return ActionOutcome(False, f"BMC reset done but the node did not come back within {timeout_s:g} s ({problem})")
+            time.sleep(POLL_S)
+
+    def _cure_sim(self, node: str, action: str) -> list[str]:
+        from fleetctl.db.sim import clear_faults, faults_for
+
+        cured = sorted({f.kind for f in faults_for(self.engine, node)} & SIM_CURED_BY[action])
+        for kind in cured:
+            clear_faults(self.engine, node, kind)
+        return cured
+
+    @activity.defn
+    async def admit_node(self, req: AdmitRequest) -> ActionOutcome:
+        """Send the node back through burn-in and admission (its own workflow runs them)."""
+        from temporalio.client import WorkflowUpdateFailedError
+
+        from workflows.node_lifecycle import NodeLifecycle, PhaseRequest, workflow_id_for
+
+        handle = self.client.get_workflow_handle(workflow_id_for(req.node))
+        try:
+            accepted = await handle.execute_update(
+                NodeLifecycle.admit, PhaseRequest(actor=req.actor, suite=req.suite, request_id=req.request_id))
+        except WorkflowUpdateFailedError as exc:
+            return ActionOutcome(False, getattr(exc.cause, "message", None) or str(exc.cause or exc))
+        return ActionOutcome(True, f"admission queued with suite {accepted.suite}")
+
+    @activity.defn
+    def notify(self, req: NotifyRequest) -> ActionOutcome:
+        activity.logger.info("runbook notification for %s (%s): %s", req.node, req.severity, req.message)
+        if not self.settings.webhook_url:
+            return ActionOutcome(True, f"logged ({req.severity}): {req.message}")
+        from fleetctl.rma import post_webhook
+
+        status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
+                              {"kind": "notification", "node": req.node, "severity": req.severity,
+                               "message": req.message, "remediation_run": req.run_key})
+        return ActionOutcome(True, f"{req.message} (webhook {status})")
+
+    @activity.defn
+    def open_rma(self, req: RmaRequest) -> RmaOpened:
+        from fleetctl import rma
+
+        node = self._node(req.node)
+        key = req.idempotency_key or f"{activity.info().workflow_id}/{activity.info().activity_id}"
+        opened_at = utcnow()
+        evidence = rma.build_evidence(
+            rma_reason=req.reason, node=node,
+            checks=queries.latest_checks(self.engine, node.name, limit=50),
+            health_events=queries.health_events(self.engine, node.name, limit=100),
+            remediations=[(run, db.steps(self.engine, run.run_key)) for run in db.runs(self.engine, node.name, limit=20)],
+            transitions=queries.node_events(self.engine, node.name, limit=50),
+            opened_at=opened_at,
+            secrets=(self.settings.bmc_password, self.settings.webhook_token),
+        )
+        record, created = db.open_rma(
+            self.engine, node_name=node.name, reason=req.reason, remediation_run=req.remediation_run or None,
+            evidence=evidence, evidence_markdown=rma.render_markdown(evidence), opened_by=req.actor,
+            idempotency_key=key)
+        if created and self.settings.webhook_url:
+            status = rma.post_webhook(self.settings.webhook_url, self.settings.webhook_token,
+                                      {"kind": "rma", "rma_id": record.id, "evidence": evidence})
+            db.set_webhook_status(self.engine, record.id, status)
+            return RmaOpened(record.id, created, status)
+        return RmaOpened(record.id, created, record.webhook_status or "")
+
+
+def _run(executor, target, argv, timeout_s: float = 60.0) -> CommandResult:
+    return executor.run(target, list(argv), timeout_s)
+
+
+def _tail(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text[-limit:]
+
+
+def _bmc_url(address: str) -> str:
+    return address if "://" in address else f"https://{address}"
