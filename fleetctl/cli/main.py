@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 from fleetctl import __version__
 from fleetctl.cli import check, dev, fleet, node, schedule, sim
 from fleetctl.cli import job, reconcile
+from fleetctl.cli import rma, runbook
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -70,6 +71,8 @@ app.command("worker")(dev.worker)
 app.command("config")(dev.show_config)
 app.add_typer(job.app, name="job")
 app.command("reconcile")(reconcile.reconcile)
+app.add_typer(runbook.app, name="runbook")
+app.add_typer(rma.app, name="rma")
 
 
 def _version(value: bool) -> None:

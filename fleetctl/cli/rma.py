@@ -1,0 +1,78 @@
+"""`fleetctl rma ...`: RMA records and their evidence bundles; close one when the part is back."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
+
+
+def _row(r) -> dict:
+    return {"id": r.id, "node": r.node_name, "status": r.status, "reason": r.reason, "opened_at": r.opened_at,
+            "opened_by": r.opened_by, "remediation_run": r.remediation_run, "webhook": r.webhook_status,
+            "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by}
+
+
+@app.command("list")
+def list_rmas(
+    ctx: typer.Context,
+    status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+    node: Optional[str] = typer.Option(None, "--node"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """RMA records, newest first."""
+    from fleetctl.db.remediation import rma_records
+
+    rows = [_row(r) for r in rma_records(context.engine(ctx), status, node)]
+    emit(rows, output, lambda rs, _w: simple_table(None, ["id", "node", "status", "opened", "reason", "replaced"], [
+        [r["id"], r["node"], r["status"], f"{r['opened_at']:%Y-%m-%d %H:%M}", r["reason"], r["replaced"] or ""] for r in rs]))
+
+
+@app.command("show")
+def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID"), output: OutputFormat = OUTPUT_OPTION) -> None:
+    """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
+    from fleetctl.db.remediation import get_rma
+
+    record = get_rma(context.engine(ctx), rma_id)
+    if record is None:
+        fail(f"no RMA record {rma_id}")
+    if output in (OutputFormat.json, OutputFormat.yaml):
+        emit({**_row(record), "evidence": record.evidence}, output)
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console().print(Markdown(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1)))
+    typer.echo(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else ""))
+
+
+@app.command("close")
+def close(
+    ctx: typer.Context,
+    rma_id: int = typer.Argument(..., metavar="ID"),
+    replaced: str = typer.Option(..., "--replaced", help='what the vendor replaced, e.g. "GPU3"'),
+) -> None:
+    """Close an RMA: the node is back and goes through burn-in before it takes work again."""
+    from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
+    from workflows.starter import connect, request_phase
+
+    s = context.settings(ctx)
+    try:
+        record = close_rma(context.engine(ctx), rma_id, replaced, s.identity())
+    except (LookupError, RmaAlreadyClosed) as exc:
+        fail(str(exc).strip("'\""))
+
+    async def go():
+        client = await connect(s)
+        return await request_phase(client, record.node_name, "admit", s.identity(), "burn-in")
+
+    _node, accepted, message = context.run_async(go())
+    typer.echo(f"RMA {rma_id} closed ({replaced} replaced)")
+    if not accepted:
+        fail(f"{record.node_name}: not sent to burn-in: {message}", EXIT_OPERATIONAL)
+    typer.echo(f"{record.node_name}: burn-in queued ({message})")

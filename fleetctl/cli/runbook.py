@@ -1,0 +1,115 @@
+"""`fleetctl runbook ...`: list, show and validate runbooks; run one for a node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
+
+
+def _books(ctx: typer.Context):
+    from fleetctl.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks
+
+    try:
+        return load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR)
+    except RunbookError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _summary(book) -> dict:
+    m = book.match
+    matches = [f"xid {','.join(map(str, m.xids))}"] if m.xids else []
+    matches += [f"check {c.name} {'/'.join(c.statuses)}" + (f" ~/{c.finding}/" if c.finding else "") for c in m.checks]
+    matches += ["fallback"] if m.fallback else []
+    return {"name": book.name, "priority": book.priority, "matches": matches, "steps": len(book.steps),
+            "description": book.description, "source": book.source}
+
+
+@app.command("list")
+def list_runbooks(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Every runbook, what it matches and how many steps it takes."""
+    rows = [_summary(b) for b in sorted(_books(ctx).values(), key=lambda b: (-b.priority, b.name))]
+    emit(rows, output, lambda rs, _w: simple_table(None, ["name", "priority", "matches", "steps"],
+                                                    [[r["name"], r["priority"], "; ".join(r["matches"]), r["steps"]] for r in rs]))
+
+
+@app.command("show")
+def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """A runbook's steps, conditions and parameters."""
+    book = _books(ctx).get(name)
+    if book is None:
+        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+    data = {**_summary(book), "steps": [s.to_dict() for s in book.steps]}
+
+    def render(d: dict, _wide: bool):
+        from rich.console import Group
+        from rich.text import Text
+
+        table = simple_table(None, ["#", "name", "action", "when", "on failure", "parameters"],
+                             [[s["index"], s["name"], s["action"], s["when"] or "", s["on_failure"],
+                               ", ".join(f"{k}={v}" for k, v in s["params"].items())] for s in d["steps"]])
+        return Group(Text(d["name"], style="bold"), Text(d["description"]), Text("matches: " + "; ".join(d["matches"])), table)
+
+    emit(data, output, render)
+
+
+@app.command("validate")
+def validate(file: Path = typer.Argument(..., help="runbook YAML file")) -> None:
+    """Check a runbook without running it: structure, parameters and template safety."""
+    from fleetctl.runbooks import RunbookError, load_runbook
+
+    try:
+        book = load_runbook(file)
+    except RunbookError as exc:
+        fail(str(exc), EXIT_USAGE)
+    typer.echo(f"{file}: runbook {book.name} is valid ({len(book.steps)} steps)")
+
+
+@app.command("run")
+def run(
+    ctx: typer.Context,
+    name: str,
+    node: str = typer.Option(..., "--node", help="the node to remediate"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
+    xid: Optional[int] = typer.Option(None, "--xid", help="the XID that prompted this (templates see it as event)"),
+    reason: str = typer.Option("operator request", "--reason", help="why; templates see it as event.message"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Run a runbook for one node and wait for it; every step is recorded."""
+    from fleetctl.db.queries import get_node
+    from fleetctl.runbooks import Event
+    from workflows.remediation_starter import RemediationAlreadyRunning, run_remediation
+    from workflows.starter import connect
+
+    book = _books(ctx).get(name)
+    if book is None:
+        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+    if get_node(context.engine(ctx), node) is None:
+        fail(f"unknown node: {node}")
+    s = context.settings(ctx)
+    event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
+
+    async def go():
+        client = await connect(s)
+        return await run_remediation(client, s, node, book, event, s.identity(), dry_run)
+
+    try:
+        result = context.run_async(go())
+    except RemediationAlreadyRunning as exc:
+        fail(str(exc))
+    data = {"run": result.run_key, "node": result.node, "runbook": result.runbook, "mode": result.mode,
+            "status": result.status, "outcome": result.outcome,
+            "steps": [{"index": st.index, "name": st.name, "action": st.action, "status": st.status, "detail": st.detail}
+                      for st in result.steps]}
+    emit(data, output, lambda d, _w: simple_table(
+        f"{d['runbook']} on {d['node']} ({d['mode']}): {d['status']}: {d['outcome']}",
+        ["#", "step", "action", "status", "detail"],
+        [[x["index"], x["name"], x["action"], x["status"], x["detail"]] for x in d["steps"]]))
+    if result.status == "failed":
+        raise typer.Exit(EXIT_OPERATIONAL)
