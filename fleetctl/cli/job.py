@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timezone
 from typing import List, Optional
 
 import typer
@@ -12,8 +13,6 @@ from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, f
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
 
 SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or sim (default: found from the job id)")
-# Polls for the job to run again are why a restart's wait can last; past this it fails.
-DEFAULT_RESTART_TIMEOUT_S = 1800.0
 
 
 def _scheduler(ctx: typer.Context, kind: str):
@@ -107,27 +106,21 @@ def list_jobs(
     emit(list(rows.values()), output, _jobs_table)
 
 
-def _utc_iso(when) -> str | None:
-    from datetime import timezone
-
-    if when is None:
-        return None
+def _utc(when):
     # SQLite gives back naive datetimes; every time fleetctl stores is UTC.
-    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).astimezone(timezone.utc).isoformat()
+    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
 
 
 def _restart_row(r) -> dict:
-    from datetime import datetime
+    def iso(when) -> str | None:
+        return _utc(when).isoformat() if when else None
 
-    seconds = None
-    if r.running_at is not None:
-        seconds = round((datetime.fromisoformat(_utc_iso(r.running_at)) - datetime.fromisoformat(_utc_iso(r.fault_seen_at))).total_seconds(), 3)
+    seconds = round((_utc(r.running_at) - _utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
         "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
-        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": _utc_iso(r.fault_seen_at),
-        "drained_at": _utc_iso(r.drained_at), "requeued_at": _utc_iso(r.requeued_at),
-        "running_at": _utc_iso(r.running_at), "restart_seconds": seconds, "error": r.error,
-        "workflow_id": r.workflow_id,
+        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": iso(r.fault_seen_at),
+        "drained_at": iso(r.drained_at), "requeued_at": iso(r.requeued_at), "running_at": iso(r.running_at),
+        "restart_seconds": seconds, "error": r.error, "workflow_id": r.workflow_id,
     }
 
 
@@ -182,17 +175,16 @@ def restart(
         None, "--bad-node", help="a node to drain and move the job off (repeatable; default: its nodes not in production)"),
     reason: str = typer.Option("operator: job restart", "--reason", help="why; recorded, and the drain reason in the scheduler"),
     scheduler: Optional[str] = SCHEDULER_OPTION,
-    timeout_s: float = typer.Option(DEFAULT_RESTART_TIMEOUT_S, "--timeout", help="seconds to wait for the job to run again"),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout", help="seconds to wait for the job to run again (default 30 min)"),
     yes: bool = typer.Option(False, "--yes", help="do not ask"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Drain the job's bad nodes, restart it on healthy ones, and wait until it runs again."""
     import uuid
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from fleetctl.db.queries import list_nodes
 
-    fault_seen_at = datetime.now(timezone.utc)  # the operator's command is the fault seen
     kind, job = _find_job(ctx, job_id, scheduler)
     if job is None or job.state != "running":
         fail(f"job {job_id} is {job.state if job else 'unknown to its scheduler now'}, not running: nothing to restart")
@@ -210,7 +202,7 @@ def restart(
         f"Restart job {job_id} ({job.name}, {kind}): drain {', '.join(bad_nodes)} and run it on other nodes?", default=False,
     ):
         fail("not restarted")
-
+    fault_seen_at = datetime.now(timezone.utc)  # for a restart by hand, the operator's go is the fault seen
     s = context.settings(ctx)
 
     async def run():
@@ -224,7 +216,7 @@ def restart(
         client = await connect(s)
         inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,
                               actor=s.identity(), fault_seen_at=fault_seen_at.isoformat(),
-                              restart_id=uuid.uuid4().hex, running_timeout_s=timeout_s)
+                              restart_id=uuid.uuid4().hex, **({"running_timeout_s": timeout_s} if timeout_s else {}))
         handle = await start_job_restart(client, s, inp)
         try:
             with Console(stderr=True).status(f"restarting job {job_id} off {', '.join(bad_nodes)}"):
