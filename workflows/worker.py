@@ -18,11 +18,13 @@ from workflows.job_activities import JobRestartActivities
 from workflows.job_restart import JobRestart
 from workflows.node_activities import NodeActivities
 from workflows.node_lifecycle import NodeLifecycle
+from workflows.firmware_activities import FirmwareActivities
+from workflows.firmware_rollout import FirmwareRollout
 from workflows.remediation import Remediation
 from workflows.remediation_activities import RemediationActivities
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep]
-WORKFLOWS += [Remediation]
+WORKFLOWS += [Remediation, FirmwareRollout]
 WORKFLOWS += [JobRestart]
 
 
@@ -45,7 +47,12 @@ def remediation_activities(settings: Settings, client: Client) -> list[Callable[
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
         remediation.notify, remediation.open_rma,
-    ]
+    ] + firmware_activities(settings)
+
+
+def firmware_activities(settings: Settings) -> list[Callable[..., Any]]:
+    fw = FirmwareActivities(settings, ExecutorRegistry(settings))
+    return [fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress]
 
 
 def job_restart_activities(settings: Settings) -> list[Callable[..., Any]]:

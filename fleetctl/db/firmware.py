@@ -1,0 +1,96 @@
+"""Firmware baselines, roll-outs and their per-node results, and nodes' reported firmware."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from fleetctl.db.models import CheckRun, FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, utcnow
+
+
+def set_baseline(engine: Engine, name: str, document: dict[str, Any], source: str, created_by: str) -> FirmwareBaseline:
+    with Session(engine) as session:
+        row = FirmwareBaseline(name=name, document=document, source=source, created_by=created_by)
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+        return row
+
+
+def current_baseline(engine: Engine) -> FirmwareBaseline | None:
+    with Session(engine) as session:
+        return session.exec(select(FirmwareBaseline).order_by(col(FirmwareBaseline.id).desc())).first()
+
+
+def get_baseline(engine: Engine, baseline_id: int) -> FirmwareBaseline | None:
+    with Session(engine) as session:
+        return session.get(FirmwareBaseline, baseline_id)
+
+
+def reported_components(engine: Engine, node: str | None = None) -> dict[str, dict[str, str]]:
+    """Node -> component -> version, from the latest firmware check of each kind on each node."""
+    with Session(engine) as session:
+        query = select(CheckRun).where(CheckRun.kind == "firmware", col(CheckRun.status).in_(["pass", "warn", "fail"]))
+        if node:
+            query = query.where(CheckRun.node_name == node)
+        latest: dict[tuple[str, str], CheckRun] = {}
+        for run in session.exec(query.order_by(CheckRun.id)):
+            latest[(run.node_name, run.check_name)] = run
+    components: dict[str, dict[str, str]] = {}
+    for (name, _check), run in latest.items():
+        if isinstance(run.metrics.get("components"), dict):
+            components.setdefault(name, {}).update(run.metrics["components"])
+    return components
+
+
+def create_rollout(engine: Engine, **fields: Any) -> FirmwareRollout:
+    with Session(engine) as session:
+        row = FirmwareRollout(**fields)
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+        return row
+
+
+def get_rollout(engine: Engine, rollout_id: str) -> FirmwareRollout | None:
+    with Session(engine) as session:
+        return session.exec(select(FirmwareRollout).where(FirmwareRollout.rollout_id == rollout_id)).first()
+
+
+def rollouts(engine: Engine, status: str | None = None) -> list[FirmwareRollout]:
+    with Session(engine) as session:
+        query = select(FirmwareRollout).order_by(col(FirmwareRollout.id).desc())
+        if status:
+            query = query.where(FirmwareRollout.status == status)
+        return list(session.exec(query))
+
+
+def update_rollout(engine: Engine, rollout_id: str, **fields: Any) -> None:
+    with Session(engine) as session:
+        row = session.exec(select(FirmwareRollout).where(FirmwareRollout.rollout_id == rollout_id)).one()
+        for key, value in fields.items():
+            setattr(row, key, value)
+        row.updated_at = utcnow()
+        session.add(row)
+        session.commit()
+
+
+def record_node(engine: Engine, rollout_id: str, node: str, batch_index: int, status: str, detail: str,
+                components: dict[str, Any]) -> None:
+    """Upsert one node's result in a roll-out (a retried activity writes the same row)."""
+    with Session(engine) as session:
+        row = session.exec(select(FirmwareRolloutNode).where(
+            FirmwareRolloutNode.rollout_id == rollout_id, FirmwareRolloutNode.node_name == node)).first()
+        row = row or FirmwareRolloutNode(rollout_id=rollout_id, node_name=node, batch_index=batch_index, status=status)
+        row.status, row.detail, row.components, row.batch_index, row.updated_at = (
+            status, detail, components, batch_index, utcnow())
+        session.add(row)
+        session.commit()
+
+
+def rollout_nodes(engine: Engine, rollout_id: str) -> list[FirmwareRolloutNode]:
+    with Session(engine) as session:
+        query = select(FirmwareRolloutNode).where(FirmwareRolloutNode.rollout_id == rollout_id)
+        return list(session.exec(query.order_by(FirmwareRolloutNode.batch_index, FirmwareRolloutNode.node_name)))

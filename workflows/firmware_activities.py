@@ -1,0 +1,156 @@
+"""Activities of the FirmwareRollout workflow: drift from the baseline, apply updates,
+record progress. Updates go through the BMC (Redfish SimpleUpdate) or an SSH command from
+the baseline's template; on simulated nodes (`sim://`) an update clears the simulated
+firmware drift once the node has answered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from fleetctl import firmware
+from fleetctl.config import Settings
+from fleetctl.db import firmware as db
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.executors.base import ExecutorError
+from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
+
+SIM_REACH_ARGV = ("nvfwupd", "show_version")
+UPDATE_TIMEOUT_S = 3600.0
+
+
+@dataclass
+class DriftRequest:
+    node: str
+    baseline_id: int
+
+
+@dataclass
+class DriftReport:
+    node: str
+    status: str  # ok, drift, unknown, no_baseline
+    drifts: list[str] = field(default_factory=list)  # "component: actual -> expected"
+    components: dict[str, list] = field(default_factory=dict)  # component -> [actual, expected]
+
+
+@dataclass
+class UpdateOutcome:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class NodeResult:
+    rollout_id: str
+    node: str
+    batch_index: int
+    status: str  # updated, failed, skipped, would_update
+    detail: str
+    components: dict[str, list] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutProgress:
+    rollout_id: str
+    status: str  # running, halted, completed, aborted
+    total: int
+    done: int
+    failed: int
+    detail: str = ""
+
+
+class FirmwareActivities:
+    def __init__(self, settings: Settings, executors: ExecutorRegistry):
+        self.settings = settings
+        self.executors = executors
+
+    @property
+    def engine(self):
+        return get_engine(self.settings.db_url)
+
+    def _baseline(self, baseline_id: int) -> firmware.Baseline:
+        row = db.get_baseline(self.engine, baseline_id)
+        if row is None:
+            raise ApplicationError(f"no firmware baseline {baseline_id}", type="UnknownBaseline", non_retryable=True)
+        return firmware.Baseline.from_dict(row.document)
+
+    @activity.defn
+    def node_drift(self, req: DriftRequest) -> DriftReport:
+        node = queries.get_node(self.engine, req.node)
+        if node is None:
+            raise ApplicationError(f"unknown node {req.node}", type="UnknownNode", non_retryable=True)
+        reported = db.reported_components(self.engine, req.node).get(req.node)
+        found = firmware.node_drift(self._baseline(req.baseline_id), node.name, node.profile, reported)
+        return DriftReport(node.name, found.status,
+                           [f"{d.component or d.pattern}: {d.actual or 'not reported'} -> {d.expected}" for d in found.drifts],
+                           {d.component or d.pattern: [d.actual, d.expected] for d in found.drifts})
+
+    @activity.defn
+    def apply_updates(self, req: DriftRequest) -> UpdateOutcome:
+        """Apply every baseline entry the node drifts from; the caller re-checks afterwards."""
+        node = queries.get_node(self.engine, req.node)
+        baseline = self._baseline(req.baseline_id)
+        reported = db.reported_components(self.engine, req.node).get(req.node) or {}
+        drifts = firmware.drift(baseline.profiles.get(node.profile, ()), reported)
+        specs = firmware.updates_for(baseline, node.profile, drifts)
+        if not specs:
+            return UpdateOutcome(True, "nothing to update")
+        done: list[str] = []
+        for spec in specs:
+            activity.heartbeat(f"updating {spec.pattern}")
+            problem = self._update(node, spec)
+            if problem:
+                return UpdateOutcome(False, f"{spec.pattern} -> {spec.version}: {problem}"
+                                     + (f" (after {', '.join(done)})" if done else ""))
+            done.append(f"{spec.pattern} -> {spec.version}")
+        return UpdateOutcome(True, "; ".join(done))
+
+    def _update(self, node, spec: firmware.ComponentSpec) -> str:
+        target = target_for(node)
+        executor = self.executors.for_target(target)
+        if node.address.startswith(SIM_SCHEME):
+            from fleetctl.db.sim import clear_faults
+
+            try:
+                executor.run(target, list(SIM_REACH_ARGV), 60)
+            except ExecutorError as exc:
+                return f"{exc.kind}: {exc.message}"
+            clear_faults(self.engine, node.name, "firmware-drift")
+            return ""
+        if spec.update is None:
+            return "the baseline gives no update path for this component"
+        if spec.update.method == "redfish":
+            from fleetctl.bmc.redfish import BmcError, RedfishClient
+
+            if not node.bmc_address:
+                return "the node has no BMC address in the inventory"
+            try:
+                bmc = RedfishClient(node.bmc_address if "://" in node.bmc_address else f"https://{node.bmc_address}",
+                                    self.settings.bmc_username, self.settings.bmc_password,
+                                    verify_tls=self.settings.bmc_verify_tls)
+                task = bmc.simple_update(spec.update.image, spec.update.targets)
+                if task:
+                    bmc.wait_for_task(task, timeout_s=UPDATE_TIMEOUT_S)
+            except (BmcError, ValueError) as exc:
+                return str(exc)
+            return ""
+        argv = firmware.update_argv(spec, {"node": node.name})
+        try:
+            result = executor.run(target, argv, UPDATE_TIMEOUT_S)
+        except ExecutorError as exc:
+            return f"{exc.kind}: {exc.message}"
+        if result.exit_status != 0:
+            return f"{argv[0]} exited {result.exit_status}: {' '.join((result.stderr or result.stdout).split())[-200:]}"
+        return ""
+
+    @activity.defn
+    def record_node(self, r: NodeResult) -> None:
+        db.record_node(self.engine, r.rollout_id, r.node, r.batch_index, r.status, r.detail, r.components)
+
+    @activity.defn
+    def record_progress(self, p: RolloutProgress) -> None:
+        db.update_rollout(self.engine, p.rollout_id, status=p.status, total=p.total, done=p.done, failed=p.failed,
+                          detail=p.detail)

@@ -1,0 +1,220 @@
+"""FirmwareRollout: bring nodes to the fleet's firmware baseline, canary first, then in
+batches; halt when too many updates fail, until an operator resumes or aborts.
+
+Only nodes out of service are updated: a node in maintenance (or new) directly; a node in
+production only when the capacity guard grants its drain. After an update the node's
+firmware is read again through the checks, and only a node that now matches the baseline
+counts as updated; it then goes back through burn-in and admission (its own workflow runs
+them). A failed node stays in maintenance for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from checks.catalog import CHECKS
+    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.firmware import RolloutTally
+    from workflows.activities import NodeCommand, NodeCommandActivities
+    from workflows.firmware_activities import (
+        DriftReport,
+        DriftRequest,
+        FirmwareActivities,
+        NodeResult,
+        RolloutProgress,
+        UpdateOutcome,
+    )
+    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts
+    from workflows.remediation_activities import ActionOutcome, AdmitRequest, RemediationActivities
+
+SHORT = dict(
+    start_to_close_timeout=timedelta(seconds=60),
+    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
+                             maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownBaseline"]),
+)
+FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
+DRAIN_WAIT = timedelta(hours=3)
+DRAIN_POLL = timedelta(seconds=2)
+
+
+def rollout_workflow_id(rollout_id: str) -> str:
+    return f"firmware-rollout/{rollout_id}"
+
+
+@dataclass
+class RolloutInput:
+    rollout_id: str
+    baseline_id: int
+    batches: list[list[str]]  # canary first
+    max_failures: int
+    dry_run: bool = False
+    actor: str = "fleetctl"
+
+
+@dataclass
+class RolloutStatus:
+    rollout_id: str
+    status: str  # running, halted, completed, aborted
+    total: int
+    done: int
+    failed: int
+    next_batch: int
+    batches: int
+    failed_nodes: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@dataclass
+class RolloutCommand:
+    actor: str
+
+
+@workflow.defn
+class FirmwareRollout:
+    @workflow.init
+    def __init__(self, inp: RolloutInput) -> None:
+        self.inp = inp
+        self.tally = RolloutTally(inp.max_failures)
+        self.status = "running"
+        self.next_batch = 0
+        self.done = 0
+        self.failed = 0
+        self.detail = ""
+        self.decision = ""  # resume or abort, while halted
+
+    @workflow.run
+    async def run(self, inp: RolloutInput) -> RolloutStatus:
+        await self._record()
+        while self.next_batch < len(inp.batches):
+            batch_index = self.next_batch
+            await asyncio.gather(*(self._one_node(n, batch_index) for n in inp.batches[batch_index]))
+            self.next_batch += 1
+            if self.tally.halted and self.next_batch < len(inp.batches):
+                self.status = "halted"
+                self.detail = (f"halted after batch {batch_index}: {self.tally.failures} failures "
+                               f"(limit {inp.max_failures}): {', '.join(self.tally.failed_nodes[-inp.max_failures:])}")
+                await self._record()
+                await workflow.wait_condition(lambda: bool(self.decision))
+                if self.decision == "abort":
+                    self.status = "aborted"
+                    await self._record()
+                    return self.progress()
+                self.decision, self.status = "", "running"
+                self.tally.resume()
+                await self._record()
+        self.status = "completed"
+        self.detail = f"{self.done} updated, {self.failed} failed"
+        await self._record()
+        return self.progress()
+
+    @workflow.query
+    def progress(self) -> RolloutStatus:
+        return RolloutStatus(self.inp.rollout_id, self.status, sum(map(len, self.inp.batches)), self.done, self.failed,
+                             self.next_batch, len(self.inp.batches), list(self.tally.failed_nodes), self.detail)
+
+    @workflow.update
+    def resume(self, cmd: RolloutCommand) -> str:
+        self.decision = "resume"
+        self.detail = f"resumed by {cmd.actor}"
+        return "resumed"
+
+    @workflow.update
+    def abort(self, cmd: RolloutCommand) -> str:
+        self.decision = "abort"
+        self.detail = f"aborted by {cmd.actor}"
+        return "aborted"
+
+    @resume.validator
+    def _validate_resume(self, cmd: RolloutCommand) -> None:
+        if self.status != "halted":
+            raise ApplicationError(f"roll-out {self.inp.rollout_id} is {self.status}, not halted", non_retryable=True)
+
+    @abort.validator
+    def _validate_abort(self, cmd: RolloutCommand) -> None:
+        if self.status != "halted":
+            raise ApplicationError(f"roll-out {self.inp.rollout_id} is {self.status}; only a halted roll-out can be aborted",
+                                   non_retryable=True)
+
+    async def _record(self) -> None:
+        p = self.progress()
+        await workflow.execute_activity_method(
+            FirmwareActivities.record_progress,
+            RolloutProgress(p.rollout_id, p.status, p.total, p.done, p.failed, p.detail), **SHORT)
+
+    async def _one_node(self, node: str, batch_index: int) -> None:
+        drift: DriftReport = await workflow.execute_activity_method(
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **SHORT)
+        status, detail = await self._update(node, drift)
+        if status in ("updated", "failed"):
+            self.tally.record(node, status == "updated")
+            self.done += status == "updated"
+            self.failed += status == "failed"
+        await workflow.execute_activity_method(
+            FirmwareActivities.record_node,
+            NodeResult(self.inp.rollout_id, node, batch_index, status, detail, drift.components), **SHORT)
+
+    async def _update(self, node: str, drift: DriftReport) -> tuple[str, str]:
+        if drift.status != "drift":
+            return "skipped", {"ok": "already at the baseline", "unknown": "no firmware inventory recorded",
+                               "no_baseline": "the baseline has no entry for the node's profile"}[drift.status]
+        if self.inp.dry_run:
+            return "would_update", "; ".join(drift.drifts)
+        ready, why = await self._out_of_service(node)
+        if not ready:
+            return "skipped", why
+        applied: UpdateOutcome = await workflow.execute_activity_method(
+            FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id),
+            start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
+            retry_policy=RetryPolicy(maximum_attempts=1))
+        if not applied.ok:
+            return "failed", applied.detail
+        for check in FIRMWARE_CHECKS:
+            try:
+                outcome: CheckOutcome = await workflow.execute_activity_method(
+                    NodeActivities.run_check, CheckRequest(node, check, f"firmware:{self.inp.rollout_id}",
+                                                           f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/{check}"),
+                    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=3))
+            except ActivityError as exc:
+                return "failed", f"updated, but the re-check could not run: {exc.cause or exc}"
+            if outcome.status == "error":
+                return "failed", f"updated, but {check} could not be read: {outcome.reason}"
+        after: DriftReport = await workflow.execute_activity_method(
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **SHORT)
+        if after.status != "ok":
+            return "failed", f"still off the baseline after the update: {'; '.join(after.drifts)}"
+        admitted: ActionOutcome = await workflow.execute_activity_method(
+            RemediationActivities.admit_node,
+            AdmitRequest(node, f"firmware-rollout:{self.inp.rollout_id}",
+                         request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/admit"), **SHORT)
+        return "updated", applied.detail + ("; burn-in queued" if admitted.ok else f"; not admitted: {admitted.detail}")
+
+    async def _out_of_service(self, node: str) -> tuple[bool, str]:
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+        if facts.state == "production":
+            decision: RemovalDecision = await workflow.execute_activity_method(
+                NodeCommandActivities.ask_capacity_guard,
+                RemovalRequest(node=node, rack=facts.rack, reason=f"firmware roll-out {self.inp.rollout_id}",
+                               actor=self.inp.actor, request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}"),
+                **SHORT)
+            if not decision.granted:
+                return False, f"not drained: capacity guard: {decision.reason}"
+            await workflow.execute_activity_method(
+                NodeCommandActivities.command_node,
+                NodeCommand(node, "drain", f"firmware-rollout:{self.inp.rollout_id}", "firmware roll-out",
+                            request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/drain"), **SHORT)
+        waited = timedelta()
+        while facts.state in ("production", "draining") and waited < DRAIN_WAIT:
+            await workflow.sleep(DRAIN_POLL)
+            waited += DRAIN_POLL
+            facts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+        if facts.state not in ("maintenance", "new"):
+            return False, f"the node is in {facts.state}; only drained nodes are updated"
+        return True, ""
