@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 from fleetctl import __version__
 from fleetctl.cli import check, dev, fleet, node, schedule, sim
 from fleetctl.cli import job, reconcile
-from fleetctl.cli import rma, runbook
+from fleetctl.cli import firmware, rma, runbook
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -73,6 +73,7 @@ app.add_typer(job.app, name="job")
 app.command("reconcile")(reconcile.reconcile)
 app.add_typer(runbook.app, name="runbook")
 app.add_typer(rma.app, name="rma")
+app.add_typer(firmware.app, name="firmware")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,170 @@
+"""`fleetctl firmware ...`: the fleet's baseline, every node's drift from it, and roll-outs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
+baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
+rollout_app = typer.Typer(help="Roll a baseline out: canary, batches, halt on failures.", invoke_without_command=True)
+app.add_typer(baseline_app, name="baseline")
+app.add_typer(rollout_app, name="rollout")
+
+
+def _load(path: Path):
+    from fleetctl.cli.node import _known_profiles
+    from fleetctl.firmware import BaselineError, load_baseline
+    from fleetctl.runbooks import TemplateRefused
+
+    try:
+        return load_baseline(path, _known_profiles())
+    except (BaselineError, TemplateRefused) as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+@baseline_app.command("set")
+def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="baseline YAML")) -> None:
+    """Make FILE the fleet's firmware baseline (earlier ones stay on record)."""
+    from fleetctl.db.firmware import set_baseline
+
+    baseline = _load(file)
+    row = set_baseline(context.engine(ctx), baseline.name, baseline.to_dict(), file.read_text(),
+                       context.settings(ctx).identity())
+    typer.echo(f"baseline {baseline.name} set (id {row.id}; profiles {', '.join(baseline.profiles)})")
+
+
+@app.command("status")
+def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Every node's drift from the baseline, from the firmware its checks last reported."""
+    from fleetctl.db import firmware as db
+    from fleetctl.db.queries import list_nodes
+    from fleetctl.firmware import Baseline, node_drift
+
+    engine = context.engine(ctx)
+    row = db.current_baseline(engine)
+    if row is None:
+        fail("no firmware baseline set; use `fleetctl firmware baseline set FILE`")
+    baseline = Baseline.from_dict(row.document)
+    reported = db.reported_components(engine)
+    rows = []
+    for n in list_nodes(engine):
+        d = node_drift(baseline, n.name, n.profile, reported.get(n.name))
+        rows.append({"node": n.name, "profile": n.profile, "state": n.state, "firmware": d.status,
+                     "drift": [{"component": x.component or x.pattern, "actual": x.actual, "expected": x.expected}
+                               for x in d.drifts]})
+    emit({"baseline": baseline.name, "nodes": rows}, output, lambda data, _w: simple_table(
+        f"baseline {data['baseline']}", ["node", "profile", "state", "firmware", "drift"],
+        [[r["node"], r["profile"], r["state"], r["firmware"],
+          "; ".join(f"{x['component']}: {x['actual'] or 'missing'} -> {x['expected']}" for x in r["drift"][:3])
+          + (f" (+{len(r['drift']) - 3})" if len(r["drift"]) > 3 else "")] for r in data["nodes"]]))
+
+
+@rollout_app.callback()
+def rollout(
+    ctx: typer.Context,
+    baseline_file: Path = typer.Option(None, "--baseline", help="baseline YAML to roll out (becomes the baseline)"),
+    canary: int = typer.Option(1, "--canary", min=0, help="nodes updated alone first"),
+    batch: str = typer.Option("5%", "--batch", help="batch size: nodes, or a percentage of the roll-out"),
+    max_failures: int = typer.Option(2, "--max-failures", min=1, help="halt after this many failed updates"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="record what would be updated; change nothing"),
+    watch: bool = typer.Option(True, "--watch/--no-watch", help="show progress until it halts or completes"),
+) -> None:
+    """Start a roll-out: canary first, then batches; halts on too many failures."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if baseline_file is None:
+        fail("--baseline FILE is required", EXIT_USAGE)
+    from fleetctl.firmware import batch_size
+    from workflows.firmware_starter import start_rollout
+    from workflows.starter import connect
+
+    baseline = _load(baseline_file)
+    try:
+        batch_size(batch, 1)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    s = context.settings(ctx)
+
+    async def go():
+        client = await connect(s)
+        rollout_id, plan = await start_rollout(client, s, baseline, baseline_file.read_text(), canary, batch,
+                                               max_failures, dry_run, s.identity())
+        typer.echo(f"roll-out {rollout_id}: {sum(map(len, plan.batches))} nodes in {len(plan.batches)} batches"
+                   + (" (dry run)" if dry_run else ""))
+        return await _watch(client, rollout_id) if watch else None
+
+    _exit_for(context.run_async(go()))
+
+
+async def _watch(client, rollout_id: str):
+    """A progress bar until the roll-out halts, completes or is aborted."""
+    import asyncio
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from workflows.firmware_starter import rollout_progress
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}")) as bar:
+        task = bar.add_task(rollout_id, total=None, note="")
+        while True:
+            p = await rollout_progress(client, rollout_id)
+            bar.update(task, total=p.total or 1, completed=p.done + p.failed,
+                       note=f"{p.status}: {p.done} updated, {p.failed} failed, batch {p.next_batch}/{p.batches}")
+            if p.status != "running":
+                break
+            await asyncio.sleep(1)
+    typer.echo(f"{rollout_id}: {p.status}" + (f": {p.detail}" if p.detail else ""))
+    return p
+
+
+def _exit_for(progress) -> None:
+    if progress is not None and progress.status == "halted":
+        typer.echo(f"resume with `fleetctl firmware rollout resume {progress.rollout_id}` or abort it", err=True)
+        raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
+    from workflows.firmware_starter import RolloutRefused, rollout_command
+    from workflows.starter import connect
+
+    s = context.settings(ctx)
+
+    async def go():
+        client = await connect(s)
+        typer.echo(f"{rollout_id}: {await rollout_command(client, rollout_id, command, s.identity())}")
+        return await _watch(client, rollout_id) if watch else None
+
+    try:
+        _exit_for(context.run_async(go()))
+    except RolloutRefused as exc:
+        fail(str(exc))
+
+
+@rollout_app.command("resume")
+def resume(ctx: typer.Context, rollout_id: str = typer.Argument(..., metavar="ID"),
+           watch: bool = typer.Option(True, "--watch/--no-watch")) -> None:
+    """Continue a halted roll-out with the next batch (the failure count starts again)."""
+    _command(ctx, rollout_id, "resume", watch)
+
+
+@rollout_app.command("abort")
+def abort(ctx: typer.Context, rollout_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Stop a halted roll-out for good."""
+    _command(ctx, rollout_id, "abort", False)
+
+
+@rollout_app.command("list")
+def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Roll-outs, newest first, with their progress."""
+    from fleetctl.db.firmware import rollouts
+
+    rows = [{"id": r.rollout_id, "status": r.status, "total": r.total, "done": r.done, "failed": r.failed,
+             "dry_run": r.dry_run, "detail": r.detail, "created_at": r.created_at} for r in rollouts(context.engine(ctx))]
+    emit(rows, output, lambda rs, _w: simple_table(None, ["id", "status", "done", "failed", "total", "detail"], [
+        [r["id"], r["status"] + (" (dry run)" if r["dry_run"] else ""), r["done"], r["failed"], r["total"], r["detail"]]
+        for r in rs]))
