@@ -34,6 +34,8 @@ def _load(path: Path) -> Suite:
         raise SuiteError(f"{path}: cannot read suite ({exc.__class__.__name__})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list) or not doc["checks"]:
         raise SuiteError(f"{path}: expected 'name' and a non-empty 'checks' list")
+    if not all(isinstance(c, str) for c in doc["checks"]):
+        raise SuiteError(f"{path}: each check must be a check name")
     unknown = [c for c in doc["checks"] if c not in CHECKS]
     if unknown:
         raise SuiteError(f"{path}: unknown check {unknown[0]!r} (known: {', '.join(sorted(CHECKS))})")
