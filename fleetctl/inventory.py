@@ -95,7 +95,7 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         where = f"{source}: nodes[{index}] ({name})"
         unknown = set(entry) - _KNOWN_KEYS
         if unknown:
-            raise InventoryError(f"{where}: unknown field '{sorted(unknown)[0]}'")
+            raise InventoryError(f"{where}: unknown field '{sorted(unknown, key=str)[0]}'")
         if name in seen:
             raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name]}])")
         seen[name] = index

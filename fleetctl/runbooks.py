@@ -323,7 +323,7 @@ def parse_runbook(text: str, source: str = "<runbook>") -> Runbook:
         raise fail("expected a mapping with name, match and steps")
     unknown = set(doc) - _TOP_KEYS
     if unknown:
-        raise fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
+        raise fail(f"unknown key {sorted(unknown, key=str)[0]!r} (allowed: {', '.join(sorted(_TOP_KEYS))})")
     name = doc.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise fail(f"name {name!r} must be lower-case letters, digits, '-' or '_'")
@@ -358,7 +358,7 @@ def _parse_match(raw: Any) -> Match:
         raise ValueError("expected a mapping with xid, checks and/or fallback")
     unknown = set(raw) - {"xid", "checks", "fallback"}
     if unknown:
-        raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+        raise ValueError(f"unknown key {sorted(unknown, key=str)[0]!r}")
     xids = raw.get("xid", [])
     xids = [xids] if isinstance(xids, int) else xids
     if not isinstance(xids, list) or any(not isinstance(x, int) or isinstance(x, bool) or x <= 0 for x in xids):
@@ -385,7 +385,7 @@ def _parse_step(index: int, raw: Any, earlier: set[str]) -> Step:
         raise ValueError("expected a mapping with an action")
     unknown = set(raw) - _STEP_KEYS
     if unknown:
-        raise ValueError(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_STEP_KEYS))})")
+        raise ValueError(f"unknown key {sorted(unknown, key=str)[0]!r} (allowed: {', '.join(sorted(_STEP_KEYS))})")
     action = raw.get("action")
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r} (one of: {', '.join(ACTIONS)})")
