@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -46,8 +47,10 @@ def test_job_restart_moves_a_slurm_job_off_the_bad_node_and_reports_restart_seco
 
     shown = json.loads(cli("job", "show", job_id, "-o", "json").stdout)
     (restart,) = shown["restarts"]
-    print(f"\nSlurm job {job_id}: fault seen -> running again on {','.join(restart['new_nodes'])} "
-          f"in {shown['restart_seconds']:.2f}s")
+    at = {step: datetime.fromisoformat(restart[f"{step}_at"]) for step in ("fault_seen", "drained", "requeued", "running")}
+    print(f"\nSlurm job {job_id}: fault seen -> running again on {','.join(restart['new_nodes'])} in "
+          f"{shown['restart_seconds']:.2f}s (drained +{(at['drained'] - at['fault_seen']).total_seconds():.2f}s, "
+          f"requeued +{(at['requeued'] - at['fault_seen']).total_seconds():.2f}s)")
     assert shown["scheduler"] == "slurm" and shown["state"] == "running"
     assert shown["restart_seconds"] == restart["restart_seconds"] > 0
     assert "node1" not in shown["nodes"] and len(shown["nodes"]) == 2
