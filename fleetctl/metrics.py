@@ -1,0 +1,572 @@
+"""Fleet reliability from recorded events: MTTF, MTTR, availability, ETTR, stragglers; and
+the Prometheus exporter.
+
+The functions here are pure: rows in (the plain dataclasses below), numbers out, with the
+window [since, now] and `now` always passed in, never read from a clock. `load_history` is
+the thin loader that turns database rows into those dataclasses; `FleetCollector` and
+`serve` expose the current counts to Prometheus.
+
+Definitions (what `fleetctl report` prints and the tests compute by hand):
+
+- Time line of a node: its transitions in recorded order (node_events by id). The first
+  interval starts at the node's created_at in `new`; each transition ends the interval of
+  its from_state and starts one of its to_state; the last runs until `now`. Recorded times
+  are made monotonic and capped at `now` (clock jumps: an event timed before the previous
+  one, or in the future, gives an empty interval, never a negative one).
+- Node-days per state: those intervals clipped to the window, summed per state.
+- A failure: a transition out of production caused by automation (actor_kind automation,
+  trigger drain) or whose cause names a check or a health event (an XID, `recheck ...`,
+  `active check ...`, `health: ...`), timed inside the window. Its cause label is
+  `xid <code>`, `check <name>`, `health` or `automation`.
+- MTTF: production node-hours in the window / failures in the window (none without failures).
+- MTTR: mean time from leaving production to returning to production, over the returns
+  inside the window (nodes that have not returned do not count).
+- Availability: production time / (production + draining + maintenance + rma time) in the
+  window. Time before admission (new, firmware, burn-in, admission) and after retirement
+  is not capacity that was lost.
+- Lemon node: one whose entries into maintenance make it a lemon by the remediation lemon
+  policy (`runbooks.LemonPolicy`, default 3 within 7 days) at some entry inside the window.
+- Job ETTR: (wall time - downtime during restarts - work lost since the last checkpoint) /
+  wall time, over the job's life up to `now`. Downtime of a restart runs from the fault to
+  the job running again (to the job's end or `now` when it never ran again); overlapping
+  restarts count once. Work lost is known only for restarts after `last_checkpoint_at`
+  (the one checkpoint recorded): the job went back to that checkpoint, losing the time
+  from it, or from its previous resumption if later, to the fault. Fleet ETTR is the
+  wall-time-weighted mean: sum of productive time / sum of wall time over the jobs that
+  ran inside the window.
+- Restart latency: fault seen to job running again, for restarts whose fault is inside the
+  window and that ran again.
+- Stragglers: per GPU profile, each node's latest value of a straggler metric (NCCL
+  all-reduce busbw_gbps, HPL gflops_per_gpu) judged against the profile's median by
+  `checks.stragglers.find_stragglers`. Retired nodes are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+PRODUCTION = "production"
+NEW = "new"
+MAINTENANCE = "maintenance"
+# The states in which a node is capacity that is either serving or lost to a fault.
+CAPACITY_STATES = ("production", "draining", "maintenance", "rma")
+RETIRED = "retired"
+
+# (check, metric, higher is better): the metrics a node is compared with its peers on.
+# The same pairs admission judges (workflows/node_activities.py STRAGGLER_METRICS).
+STRAGGLER_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("nccl-allreduce", "busbw_gbps", True),
+    ("hpl", "gflops_per_gpu", True),
+)
+
+_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
+# Causes written by NodeLifecycle._recheck and ActiveChecks._drain: "<kind> <suite>: <check>: <reason>".
+_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check) [^:]*: ([\w.-]+):")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    rack: str
+    profile: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Transition:
+    node: str
+    from_state: str
+    to_state: str
+    at: datetime
+    trigger: str = ""
+    cause: str = ""
+    actor_kind: str = "operator"
+
+
+@dataclass(frozen=True)
+class NodeHistory:
+    node: NodeRecord
+    transitions: tuple[Transition, ...]  # in recorded order
+
+
+@dataclass(frozen=True)
+class Interval:
+    state: str
+    start: datetime
+    end: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+
+@dataclass(frozen=True)
+class RestartRecord:
+    fault_seen_at: datetime
+    running_at: datetime | None
+    status: str = "succeeded"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    started_at: datetime | None
+    ended_at: datetime | None = None
+    last_checkpoint_at: datetime | None = None
+    restarts: tuple[RestartRecord, ...] = ()
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class JobGoodput:
+    job_id: str
+    wall_seconds: float
+    downtime_seconds: float
+    lost_seconds: float
+
+    @property
+    def productive_seconds(self) -> float:
+        return max(0.0, self.wall_seconds - self.downtime_seconds - self.lost_seconds)
+
+    @property
+    def ettr(self) -> float:
+        return self.productive_seconds / self.wall_seconds
+
+
+@dataclass(frozen=True)
+class CheckSample:
+    """One check run's metrics on one node; samples are given oldest first."""
+
+    node: str
+    profile: str
+    check: str
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Summary:
+    nodes: int
+    production_hours: float
+    failures: int
+    mttf_hours: float | None
+    repairs: int
+    mttr_hours: float | None
+    availability: float | None
+    node_days: dict[str, float]
+    causes: dict[str, int]
+
+
+# -- time lines ------------------------------------------------------------------------------
+
+
+def timeline(created_at: datetime, transitions: Iterable[Transition], now: datetime) -> list[Transition]:
+    """The transitions in recorded order, their times made monotonic and no later than `now`."""
+    floor = min(created_at, now)
+    out = []
+    for t in transitions:
+        at = min(max(t.at, floor), now)
+        out.append(replace(t, at=at))
+        floor = at
+    return out
+
+
+def intervals(created_at: datetime, events: Sequence[Transition], now: datetime) -> list[Interval]:
+    """The states a node was in, from created_at to `now`; `events` from `timeline`."""
+    start, state = min(created_at, now), NEW
+    out = []
+    for t in events:
+        out.append(Interval(t.from_state, start, t.at))
+        start, state = t.at, t.to_state
+    out.append(Interval(state, start, now))
+    return [i for i in out if i.end > i.start]
+
+
+def clip(spans: Iterable[Interval], since: datetime, until: datetime) -> list[Interval]:
+    out = []
+    for i in spans:
+        start, end = max(i.start, since), min(i.end, until)
+        if end > start:
+            out.append(Interval(i.state, start, end))
+    return out
+
+
+def seconds_by_state(spans: Iterable[Interval]) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for i in spans:
+        totals[i.state] += i.seconds
+    return dict(totals)
+
+
+def states_at(spans_by_node: Mapping[str, Sequence[Interval]], times: Sequence[datetime]) -> dict[str, list[int]]:
+    """How many nodes were in each state at each of `times` (for the state-over-time plot)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0] * len(times))
+    for spans in spans_by_node.values():
+        for k, t in enumerate(times):
+            for i in spans:
+                if i.start <= t < i.end:
+                    counts[i.state][k] += 1
+                    break
+    return dict(counts)
+
+
+# -- failures and repairs ------------------------------------------------------------------------
+
+
+def failure_cause(cause: str) -> str | None:
+    """`xid <code>`, `check <name>` or `health` when the cause text names one, else None."""
+    if match := _XID.search(cause):
+        return f"xid {match[1]}"
+    if match := _CHECK.match(cause):
+        return f"check {match[1]}"
+    if cause.startswith("health:"):
+        return "health"
+    return None
+
+
+def is_failure(t: Transition) -> bool:
+    if t.from_state != PRODUCTION or t.to_state == PRODUCTION:
+        return False
+    return (t.actor_kind == "automation" and t.trigger == "drain") or failure_cause(t.cause) is not None
+
+
+def failure_label(t: Transition) -> str:
+    return failure_cause(t.cause) or "automation"
+
+
+def failures(events: Iterable[Transition], since: datetime, until: datetime) -> list[Transition]:
+    return [t for t in events if is_failure(t) and since <= t.at <= until]
+
+
+def repair_seconds(events: Iterable[Transition], since: datetime, until: datetime) -> list[float]:
+    """For each return to production inside the window: how long the node had been out."""
+    out, left = [], None
+    for t in events:
+        if t.from_state == PRODUCTION and t.to_state != PRODUCTION:
+            left = t.at
+        elif t.to_state == PRODUCTION and left is not None:
+            if since <= t.at <= until:
+                out.append((t.at - left).total_seconds())
+            left = None
+    return out
+
+
+def mttf_hours(production_seconds: float, failure_count: int) -> float | None:
+    return production_seconds / 3600 / failure_count if failure_count else None
+
+
+def availability(by_state: Mapping[str, float]) -> float | None:
+    capacity = sum(by_state.get(s, 0.0) for s in CAPACITY_STATES)
+    return by_state.get(PRODUCTION, 0.0) / capacity if capacity > 0 else None
+
+
+def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) -> Summary:
+    by_state: dict[str, float] = defaultdict(float)
+    failed: list[Transition] = []
+    repairs: list[float] = []
+    for h in histories:
+        events = timeline(h.node.created_at, h.transitions, now)
+        for state, seconds in seconds_by_state(clip(intervals(h.node.created_at, events, now), since, now)).items():
+            by_state[state] += seconds
+        failed += failures(events, since, now)
+        repairs += repair_seconds(events, since, now)
+    return Summary(
+        nodes=len(histories),
+        production_hours=by_state.get(PRODUCTION, 0.0) / 3600,
+        failures=len(failed),
+        mttf_hours=mttf_hours(by_state.get(PRODUCTION, 0.0), len(failed)),
+        repairs=len(repairs),
+        mttr_hours=sum(repairs) / len(repairs) / 3600 if repairs else None,
+        availability=availability(by_state),
+        node_days={state: seconds / 86400 for state, seconds in sorted(by_state.items())},
+        causes=dict(Counter(failure_label(t) for t in failed).most_common()),
+    )
+
+
+def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime, threshold: int = 3,
+                window: timedelta = timedelta(days=7)) -> dict[str, int]:
+    """Lemon nodes and how many times each entered maintenance inside the window."""
+    from fleetctl.runbooks import LemonPolicy
+
+    policy = LemonPolicy(threshold, window)
+    lemons = {}
+    for h in histories:
+        entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == MAINTENANCE]
+        in_window = [at for at in entries if since <= at <= now]
+        if any(policy.is_lemon(entries, at) for at in in_window):
+            lemons[h.node.name] = len(in_window)
+    return lemons
+
+
+# -- jobs ----------------------------------------------------------------------------------------
+
+
+def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
+    """The job's wall, down and lost time up to `now`; None for a job that never ran."""
+    if job.started_at is None:
+        return None
+    end = min(job.ended_at or now, now)
+    start = min(job.started_at, end)
+    wall = (end - start).total_seconds()
+    if wall <= 0:
+        return None
+    downtime = lost = 0.0
+    resumed: datetime | None = None  # when the job last came back from a restart
+    for r in sorted(job.restarts, key=lambda r: r.fault_seen_at):
+        fault = min(max(r.fault_seen_at, resumed or start), end)
+        back = min(max(r.running_at or end, fault), end)
+        downtime += (back - fault).total_seconds()
+        checkpoint = job.last_checkpoint_at
+        if checkpoint is not None and checkpoint <= fault:
+            lost += (fault - max(checkpoint, resumed or checkpoint)).total_seconds()
+        resumed = back
+    return JobGoodput(job.job_id, wall, downtime, lost)
+
+
+def ran_in_window(job: JobRecord, since: datetime, now: datetime) -> bool:
+    return job.started_at is not None and job.started_at <= now and (job.ended_at is None or job.ended_at >= since)
+
+
+def fleet_ettr(goodputs: Iterable[JobGoodput]) -> float | None:
+    goodputs = list(goodputs)
+    wall = sum(g.wall_seconds for g in goodputs)
+    return sum(g.productive_seconds for g in goodputs) / wall if wall > 0 else None
+
+
+def restart_latencies(jobs: Iterable[JobRecord], since: datetime, now: datetime) -> list[float]:
+    return [
+        max(0.0, (r.running_at - r.fault_seen_at).total_seconds())
+        for job in jobs for r in job.restarts
+        if r.running_at is not None and since <= r.fault_seen_at <= now
+    ]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks; `values` non-empty, q in [0, 1]."""
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    return {"count": len(values), "mean": sum(values) / len(values), "p50": percentile(values, 0.5),
+            "p90": percentile(values, 0.9), "p99": percentile(values, 0.99), "max": max(values)}
+
+
+# -- stragglers ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StragglerGroup:
+    check: str
+    metric: str
+    profile: str
+    median: float | None
+    verdicts: dict[str, Any] = field(default_factory=dict)  # node -> checks.stragglers.StragglerVerdict
+
+
+def stragglers(samples: Iterable[CheckSample]) -> list[StragglerGroup]:
+    """Each node's latest value of every straggler metric, judged within its profile."""
+    from checks.stragglers import find_stragglers
+
+    latest: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
+    for s in samples:
+        for check, metric, _ in STRAGGLER_METRICS:
+            value = s.metrics.get(metric)
+            if s.check == check and isinstance(value, (int, float)) and not isinstance(value, bool):
+                latest[(check, metric, s.profile)][s.node] = float(value)
+    higher = {(check, metric): h for check, metric, h in STRAGGLER_METRICS}
+    groups = []
+    for (check, metric, profile), values in sorted(latest.items()):
+        verdicts = find_stragglers(values, higher_is_better=higher[(check, metric)])
+        median = next((v.median for v in verdicts.values()), None)
+        groups.append(StragglerGroup(check, metric, profile, median, dict(sorted(verdicts.items()))))
+    return groups
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite gives back naive datetimes (stored as UTC), PostgreSQL aware ones."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else as_utc(value)
+
+
+def _transition(e) -> Transition:
+    """A node_events row as a Transition."""
+    return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind)
+
+
+@dataclass(frozen=True)
+class FleetHistory:
+    nodes: list[NodeHistory]
+    jobs: list[JobRecord]
+    check_samples: list[CheckSample]
+
+
+def load_history(engine: Engine, since: datetime) -> FleetHistory:
+    """Every node's full transition history (the state at `since` depends on all of it), the
+    jobs that may have run since `since` with their restarts, and the straggler checks' runs."""
+    from sqlmodel import Session, col, or_, select
+
+    from fleetctl.db.models import CheckRun, Job, JobRestart, Node, NodeEvent
+
+    with Session(engine) as session:
+        nodes = list(session.exec(select(Node).order_by(Node.name)))
+        by_node: dict[str, list[Transition]] = defaultdict(list)
+        for e in session.exec(select(NodeEvent).order_by(NodeEvent.id)):
+            by_node[e.node_name].append(_transition(e))
+        jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
+                                                   or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
+        restarts: dict[str, list[RestartRecord]] = defaultdict(list)
+        if jobs:
+            query = select(JobRestart).where(col(JobRestart.job_id).in_([j.job_id for j in jobs]))
+            for r in session.exec(query.order_by(JobRestart.id)):
+                restarts[r.job_id].append(RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status))
+        profiles = {n.name: n.profile for n in nodes if n.state != RETIRED}
+        checks = sorted({check for check, _, _ in STRAGGLER_METRICS})
+        runs = session.exec(select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
+                            .where(col(CheckRun.check_name).in_(checks))
+                            .order_by(CheckRun.finished_at, CheckRun.id))
+        samples = [CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs
+                   if node in profiles]
+    return FleetHistory(
+        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at)), tuple(by_node.get(n.name, ())))
+               for n in nodes],
+        jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
+                        tuple(restarts.get(j.job_id, ())), j.name) for j in jobs if j.started_at is not None],
+        check_samples=samples,
+    )
+
+
+# -- Prometheus --------------------------------------------------------------------------------------
+
+CHECK_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
+RESTART_LATENCY_BUCKETS = (10.0, 30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0)
+# What the capacity guard records per automated removal (automation_events.kind).
+GUARD_DECISIONS = ("grant", "deny", "force")
+
+
+def _histogram(values: Iterable[float], bounds: Sequence[float]) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative Prometheus buckets (with +Inf) and the sum of `values`."""
+    values = list(values)
+    buckets = [(repr(b), float(sum(1 for v in values if v <= b))) for b in bounds]
+    return buckets + [("+Inf", float(len(values)))], float(sum(values))
+
+
+class FleetCollector:
+    """Reads the database on every scrape: the numbers are never staler than the scrape."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+        from sqlalchemy import func
+        from sqlmodel import Session, col, select
+
+        from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent
+        from fleetctl.lifecycle import NodeState
+
+        with Session(self.engine) as session:
+            node_counts = list(session.exec(select(Node.state, Node.rack, Node.profile, func.count())
+                                            .group_by(Node.state, Node.rack, Node.profile)))
+            check_counts = list(session.exec(select(CheckRun.check_name, CheckRun.status, func.count())
+                                             .group_by(CheckRun.check_name, CheckRun.status)))
+            check_times = list(session.exec(select(CheckRun.check_name, CheckRun.started_at, CheckRun.finished_at)))
+            drains = list(session.exec(select(NodeEvent.actor_kind, func.count()).where(NodeEvent.trigger == "drain")
+                                       .group_by(NodeEvent.actor_kind)))
+            exits = list(session.exec(select(NodeEvent).where(NodeEvent.from_state == PRODUCTION)))
+            restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at)))
+            decisions = list(session.exec(select(AutomationEvent.fleet, AutomationEvent.kind, func.count())
+                                          .where(col(AutomationEvent.kind).in_(GUARD_DECISIONS))
+                                          .group_by(AutomationEvent.fleet, AutomationEvent.kind)))
+            breaker_events = list(session.exec(select(AutomationEvent.fleet, AutomationEvent.kind)
+                                               .where(col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"]))
+                                               .order_by(AutomationEvent.at, AutomationEvent.id)))
+
+        per_state: Counter[str] = Counter({s.value: 0 for s in NodeState})
+        by_rack = GaugeMetricFamily("fleetctl_nodes_by_rack", "Nodes per rack, GPU profile and lifecycle state",
+                                    labels=["rack", "profile", "state"])
+        for state, rack, profile, count in node_counts:
+            per_state[state] += count
+            by_rack.add_metric([rack, profile, state], count)
+        nodes = GaugeMetricFamily("fleetctl_nodes", "Nodes per lifecycle state", labels=["state"])
+        for state, count in sorted(per_state.items()):
+            nodes.add_metric([state], count)
+        yield nodes
+        yield by_rack
+
+        runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per check and judged status",
+                                   labels=["check", "status"])
+        for check, status, count in check_counts:
+            runs.add_metric([check, status], count)
+        yield runs
+        durations = HistogramMetricFamily("fleetctl_check_duration_seconds", "How long each check ran",
+                                          labels=["check"])
+        seconds_by_check: dict[str, list[float]] = defaultdict(list)
+        for check, started, finished in check_times:
+            seconds_by_check[check].append(max(0.0, (as_utc(finished) - as_utc(started)).total_seconds()))
+        for check, seconds in sorted(seconds_by_check.items()):
+            durations.add_metric([check], *_histogram(seconds, CHECK_DURATION_BUCKETS))
+        yield durations
+
+        drained = CounterMetricFamily("fleetctl_drains", "Nodes drained, by who asked (operator or automation)",
+                                      labels=["actor_kind"])
+        for actor_kind, count in drains:
+            drained.add_metric([actor_kind], count)
+        yield drained
+        failed = CounterMetricFamily("fleetctl_node_failures", "Failures (see fleetctl.metrics) by cause",
+                                     labels=["cause"])
+        causes = Counter(failure_label(t) for t in map(_transition, exits) if is_failure(t))
+        for cause, count in sorted(causes.items()):
+            failed.add_metric([cause], count)
+        yield failed
+
+        restarted = CounterMetricFamily("fleetctl_job_restarts", "Job restarts off bad nodes, by outcome",
+                                        labels=["status"])
+        for status, count in sorted(Counter(status for status, _, _ in restarts).items()):
+            restarted.add_metric([status], count)
+        yield restarted
+        latency = HistogramMetricFamily("fleetctl_job_restart_latency_seconds",
+                                        "From the fault being seen to the job running again")
+        latency.add_metric([], *_histogram(
+            (max(0.0, (as_utc(running) - as_utc(fault)).total_seconds()) for _, fault, running in restarts
+             if running is not None), RESTART_LATENCY_BUCKETS))
+        yield latency
+
+        guard = CounterMetricFamily("fleetctl_guard_decisions", "Capacity guard answers to automated removals",
+                                    labels=["fleet", "decision"])
+        for fleet, kind, count in decisions:
+            guard.add_metric([fleet, kind], count)
+        yield guard
+        latest = {fleet: kind for fleet, kind in breaker_events}
+        breaker = GaugeMetricFamily("fleetctl_breaker_open", "1 while the fleet's automation circuit breaker is open",
+                                    labels=["fleet"])
+        for fleet, kind in sorted(latest.items()):
+            breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
+        yield breaker
+
+
+def serve(engine: Engine, port: int, address: str = "0.0.0.0"):
+    """Serve /metrics on a background thread; returns the HTTP server (call .shutdown())."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(engine))
+    server, _thread = start_http_server(port, addr=address, registry=registry)
+    return server
