@@ -1,0 +1,87 @@
+"""`fleetctl report [--since 7d] [-o json] [--html FILE]`: the fleet's reliability over a window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+
+
+def _hours(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
+def render_report(report: dict, wide: bool = False):
+    """The report as rich tables: the headline numbers, per rack and profile, and the lists."""
+    from rich.console import Group
+    from rich.text import Text
+
+    s, jobs, latency = report["summary"], report["jobs"], report["restart_latency"]
+    head = Text.assemble(
+        ("fleet ", "bold"), f"{report['fleet']}  {s['nodes']} nodes  {report['window']['since'][:16]} to "
+        f"{report['window']['until'][:16]}\n",
+        f"MTTF {_hours(s['mttf_hours'])} node-h ({s['failures']} failures)   MTTR {_hours(s['mttr_hours'], 2)} h "
+        f"({s['repairs']} returns)   availability {_pct(s['availability'])}   job ETTR {_pct(jobs['ettr'])} "
+        f"({len(jobs['per_job'])} jobs)   restart p50 {_hours(latency['p50'])} s, p90 {_hours(latency['p90'])} s")
+
+    def groups(title: str, column: str, rows: dict) -> object:
+        states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
+        return simple_table(title, [column, "nodes", "MTTF h", "MTTR h", "avail", "failures",
+                                    *[f"{state} d" for state in states]], [
+            [name, g["nodes"], _hours(g["mttf_hours"]), _hours(g["mttr_hours"], 2), _pct(g["availability"]),
+             g["failures"], *[f"{g['node_days'].get(state, 0):.2f}" for state in states]]
+            for name, g in rows.items()])
+
+    parts = [head, groups("per rack", "rack", report["racks"]),
+             groups("per profile", "profile", report["profiles"])]
+    if s["causes"]:
+        parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
+    if report["lemons"]:
+        parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "entries into maintenance"], [
+            [lemon["node"], lemon["rack"], lemon["profile"], lemon["maintenance_entries"]] for lemon in report["lemons"]]))
+    if report["straggler_nodes"]:
+        parts.append(simple_table("stragglers", ["node", "profile", "metric", "value", "profile median", "robust z"], [
+            [n["node"], n["profile"], f"{n['check']} {n['metric']}", f"{n['value']:g}", f"{n['median']:g}", n["robust_z"]]
+            for n in report["straggler_nodes"]]))
+    return Group(*parts)
+
+
+def report(
+    ctx: typer.Context,
+    since: str = typer.Option("7d", "--since", help="how far back the window reaches: 30m, 12h, 7d, 1d12h"),
+    output: OutputFormat = OUTPUT_OPTION,
+    html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
+) -> None:
+    """MTTF, MTTR, availability, node-days per state, failure causes, lemons, job ETTR,
+    restart latency and stragglers, per fleet, rack and profile."""
+    from datetime import timedelta
+
+    from rich.console import Console
+
+    from fleetctl.db.models import utcnow
+    from fleetctl.durations import parse_duration
+    from fleetctl.report import build_report, render_html
+
+    try:
+        window = parse_duration(since)
+    except ValueError as exc:
+        fail(f"--since: {exc}", EXIT_USAGE)
+    settings = context.settings(ctx)
+    now = utcnow()
+    with Console(stderr=True).status("reading the fleet's history..."):
+        data = build_report(context.engine(ctx), now - window, now, fleet=settings.fleet,
+                            lemon_threshold=settings.lemon_threshold,
+                            lemon_window=timedelta(days=settings.lemon_window_days))
+        if html is not None:
+            html.write_text(render_html(data), encoding="utf-8")
+    emit(data, output, render_report)
+    if html is not None:
+        typer.echo(f"wrote {html}", err=True)

@@ -1,0 +1,99 @@
+"""`build_report` and `fleetctl report` on a database holding a realistic history (SQLite and
+PostgreSQL); the expected numbers are the ones tests/report/history.py works out by hand."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.db.engine import get_engine
+from fleetctl.report import build_report, render_html
+from tests.report import history
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def seeded_engine(db_url):
+    engine = get_engine(db_url)
+    history.seed(engine, NOW)
+    return engine
+
+
+def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
+    report = build_report(seeded_engine, NOW - history.WINDOW, NOW, fleet="prod")
+    json.dumps(report, allow_nan=False)  # JSON-safe as it is
+
+    s = report["summary"]
+    assert (s["nodes"], s["production_hours"], s["failures"]) == (12, history.PRODUCTION_HOURS, history.FAILURES)
+    assert s["mttf_hours"] == pytest.approx(1731 / 5)
+    assert (s["repairs"], s["mttr_hours"]) == (4, pytest.approx(4.75))
+    assert s["availability"] == pytest.approx(1731 / (1731 + 6 + 128 + 96))
+    assert {k: pytest.approx(v * 24) for k, v in s["node_days"].items()} == history.EXPECTED_HOURS
+    assert s["causes"] == {"xid 48": 3, "xid 79": 1, "check nccl-allreduce": 1}
+
+    racks = report["racks"]
+    assert {r: (g["failures"], g["mttf_hours"]) for r, g in racks.items()} == {
+        "r1": (1, pytest.approx(664.0)), "r2": (4, pytest.approx(443 / 4)), "r3": (0, None)}
+    profiles = report["profiles"]
+    assert {p: (g["failures"], g["production_hours"]) for p, g in profiles.items()} == {
+        "h100-sxm": (5, pytest.approx(774.0)), "a100-sxm-80gb": (0, pytest.approx(957.0))}
+
+    assert [(f["node"], f["cause"]) for f in report["failures"]] == [
+        ("n07", "xid 48"), ("n03", "xid 79"), ("n07", "xid 48"), ("n05", "check nccl-allreduce"), ("n07", "xid 48")]
+    assert report["lemons"] == [{"node": "n07", "rack": "r2", "profile": "h100-sxm", "maintenance_entries": 3}]
+
+    jobs = {j["job_id"]: j for j in report["jobs"]["per_job"]}
+    assert set(jobs) == {"sim-1", "sim-2"}  # not the one that ended before the window, nor the queued one
+    assert (jobs["sim-1"]["wall_hours"], jobs["sim-1"]["downtime_seconds"], jobs["sim-1"]["lost_seconds"]) == (192, 90, 600)
+    assert (jobs["sim-2"]["downtime_seconds"], jobs["sim-2"]["lost_seconds"]) == (120 + 10 * 3600, 0)
+    assert report["jobs"]["ettr"] == pytest.approx((691200 - 690 + 144000 - 36120) / (691200 + 144000))
+    assert report["restart_latency"]["seconds"] == [90, 120]
+    assert report["restart_latency"]["p50"] == 105
+
+    assert [(n["node"], n["profile"], n["check"], n["median"]) for n in report["straggler_nodes"]] == [
+        ("n10", "a100-sxm-80gb", "nccl-allreduce", 230), ("n11", "h100-sxm", "nccl-allreduce", 480)]
+    a100 = next(g for g in report["stragglers"] if (g["check"], g["profile"]) == ("nccl-allreduce", "a100-sxm-80gb"))
+    assert "n12" not in {n["node"] for n in a100["nodes"]}  # retired
+
+    timeline = report["state_over_time"]
+    assert len(timeline["times"]) == 60
+    # Every node is in some state at every point of the window (all were created before it).
+    assert all(sum(c[k] for c in timeline["counts"].values()) == 12 for k in range(60))
+
+
+def test_report_cli_json_table_and_html(db_url, tmp_path) -> None:
+    from fleetctl.db.models import utcnow
+
+    engine = get_engine(db_url)
+    history.seed(engine, utcnow())
+    runner = CliRunner()
+    out = tmp_path / "fleet.html"
+    r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "7d", "-o", "json", "--html", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert (data["summary"]["failures"], len(data["lemons"])) == (5, 1)
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "n07" in page
+
+    r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "2d", "-o", "wide"])
+    assert r.exit_code == 0, r.output
+    assert "per rack" in r.stdout and "stragglers" in r.stdout and "n11" in r.stdout
+
+    r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "seven days"])
+    assert r.exit_code == 2 and "--since" in r.output
+
+
+def test_html_escapes_what_came_from_the_database(sqlite_url) -> None:
+    engine = get_engine(sqlite_url)
+    history.seed(engine, NOW)
+    report = build_report(engine, NOW - history.WINDOW, NOW)
+    report["failures"][0]["detail"] = "<script>alert(1)</script>"
+    report["fleet"] = "<b>fleet</b>"
+    page = render_html(report)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;fleet&lt;/b&gt;" in page
+    assert page.count("<svg") == 5  # states, causes, restarts and one strip plot per straggler metric
