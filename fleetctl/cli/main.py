@@ -14,6 +14,7 @@ from fleetctl import __version__
 from fleetctl.cli import check, dev, fleet, node, schedule, sim
 from fleetctl.cli import job, reconcile
 from fleetctl.cli import firmware, rma, runbook
+from fleetctl.cli import metrics, report
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -74,6 +75,8 @@ app.command("reconcile")(reconcile.reconcile)
 app.add_typer(runbook.app, name="runbook")
 app.add_typer(rma.app, name="rma")
 app.add_typer(firmware.app, name="firmware")
+app.command("report")(report.report)
+app.add_typer(metrics.app, name="metrics")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,31 @@
+"""`fleetctl metrics serve [--port 9400]`: the fleet as Prometheus metrics."""
+
+from __future__ import annotations
+
+import threading
+
+import typer
+
+from fleetctl.cli import context
+
+app = typer.Typer(help="Prometheus metrics of the fleet.", no_args_is_help=True)
+
+
+@app.command("serve")
+def serve(
+    ctx: typer.Context,
+    port: int = typer.Option(9400, "--port", help="TCP port for /metrics"),
+    address: str = typer.Option("0.0.0.0", "--address", help="address to listen on"),
+) -> None:
+    """Serve /metrics until Ctrl-C; every scrape reads the database (metric names: see
+    fleetctl/metrics.py, dashboard: fleetctl/report/grafana-dashboard.json)."""
+    from fleetctl import metrics
+
+    server = metrics.serve(context.engine(ctx), port, address)
+    typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
