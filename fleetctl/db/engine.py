@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import threading
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+_REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 _engines: dict[str, Engine] = {}
 _upgraded: set[str] = set()
@@ -51,6 +54,30 @@ def _create(url: str) -> Engine:
 
 
 def head_revision() -> str:
+    """The newest migration. Every CLI command asks, and importing Alembic to answer costs
+    about half a second (bench/cli_startup.py), so a plain chain of literal `revision` /
+    `down_revision` lines is read directly; Alembic answers for anything else (merges,
+    branches, computed ids)."""
+    return _linear_head() or _alembic_head()
+
+
+def _linear_head() -> str | None:
+    revisions, parents = set(), set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        found = dict(_REVISION_LINE.findall(path.read_text()))
+        try:
+            revision, parent = ast.literal_eval(found["revision"]), ast.literal_eval(found["down_revision"])
+        except (KeyError, ValueError, SyntaxError):
+            return None
+        if not isinstance(revision, str) or not (parent is None or isinstance(parent, str)):
+            return None
+        revisions.add(revision)
+        parents.add(parent)
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _alembic_head() -> str:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import inspect
 
 from fleetctl.db import queries
-from fleetctl.db.engine import current_revision, get_engine, head_revision
+from fleetctl.db.engine import _alembic_head, current_revision, get_engine, head_revision
 from fleetctl.inventory import parse_inventory
 
 INVENTORY = """
@@ -29,6 +29,10 @@ def test_schema_comes_from_alembic(db_url: str) -> None:
     assert current_revision(engine) == head_revision()
     tables = set(inspect(engine).get_table_names())
     assert {"nodes", "node_events", "check_runs", "health_events", "jobs", "sim_faults", "alembic_version"} <= tables
+
+
+def test_head_read_from_the_version_files_is_alembics_head() -> None:
+    assert head_revision() == _alembic_head()
 
 
 def test_reimport_is_idempotent_and_keeps_state(db_url: str) -> None:

@@ -1,0 +1,109 @@
+"""CLI start-up: wall time of `fleetctl --help` and `fleetctl node list` on a small fleet,
+median of repeated runs, next to `temporal --help` (a Go binary: the floor an operator
+compares with) and a bare `python -c pass` (the interpreter's own floor). Also which heavy
+modules each command loads: `--help` should load none of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.harness import CannotMeasure, rounded, summary
+
+SMALL_FLEET = 20
+RUNS = 15
+RUNS_QUICK = 9
+HEAVY_MODULES = ("temporalio", "kubernetes", "sqlalchemy", "sqlmodel", "alembic", "paramiko", "psycopg",
+                 "jinja2", "rich", "yaml", "prometheus_client", "pydantic")
+# Runs the real entry point and reports, at exit, which heavy modules it had imported.
+_PROBE = """
+import atexit, json, sys
+heavy = {heavy!r}
+atexit.register(lambda: sys.stderr.write("\\nLOADED " + json.dumps([m for m in heavy if m in sys.modules]) + "\\n"))
+sys.argv = ["fleetctl", *{args!r}]
+from fleetctl.cli.main import run
+run()
+"""
+
+
+def _fleetctl() -> str:
+    beside = Path(sys.executable).parent / "fleetctl"
+    if not beside.exists():
+        raise CannotMeasure(f"{beside} not found: install the project (pip install -e .)")
+    return str(beside)
+
+
+def _timed_runs(argv: list[str], runs: int, env: dict) -> list[float]:
+    subprocess.run(argv, capture_output=True, env=env)  # warm the page cache; not counted
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, env=env)
+        samples.append(time.perf_counter() - started)
+        if done.returncode != 0:
+            raise CannotMeasure(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-300:]}")
+    return samples
+
+
+def _loaded_modules(args: list[str], env: dict) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY_MODULES, args=args)],
+                          capture_output=True, text=True, env=env)
+    line = next((l for l in done.stderr.splitlines() if l.startswith("LOADED ")), None)
+    if done.returncode != 0 or line is None:
+        raise CannotMeasure(f"fleetctl {' '.join(args)} under the import probe failed: {done.stderr[-300:]}")
+    return json.loads(line.removeprefix("LOADED "))
+
+
+def _small_fleet_db(directory: Path) -> str:
+    import yaml
+
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.executors.sim import render_inventory
+    from fleetctl.inventory import parse_inventory
+
+    url = f"sqlite:///{directory / 'fleet.db'}"
+    specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(SMALL_FLEET, 2, "h100-sxm", seed=1)}))
+    queries.upsert_nodes(get_engine(url), specs)
+    return url
+
+
+def run(full: bool) -> dict:
+    from fleetctl.temporal_server import TemporalBinaryMissing, temporal_binary
+
+    try:
+        temporal = str(temporal_binary())
+    except TemporalBinaryMissing as exc:
+        raise CannotMeasure(str(exc)) from None
+    runs = RUNS if full else RUNS_QUICK
+    fleetctl = _fleetctl()
+    with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
+        env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_DB_URL": _small_fleet_db(Path(tmp))}
+        plain_help = {**env, "TYPER_USE_RICH": "0"}
+        # name: (argv, arguments for the import probe or None, environment)
+        commands = {
+            "fleetctl --help": ([fleetctl, "--help"], ["--help"], env),
+            # Typer renders help with rich when it is installed; this shows what that costs.
+            "fleetctl --help (TYPER_USE_RICH=0)": ([fleetctl, "--help"], None, plain_help),
+            f"fleetctl node list ({SMALL_FLEET} nodes)": ([fleetctl, "node", "list"], ["node", "list"], env),
+            "temporal --help": ([temporal, "--help"], None, env),
+            "python -c pass": ([sys.executable, "-c", "pass"], None, env),
+        }
+        measured = {}
+        for name, (argv, probe_args, run_env) in commands.items():
+            samples = _timed_runs(argv, runs, run_env)
+            measured[name] = {"argv": argv[1:], "seconds": rounded(samples), "seconds_summary": summary(samples)}
+            if probe_args is not None:
+                measured[name]["heavy_modules_loaded"] = _loaded_modules(probe_args, run_env)
+    median = {name: statistics.median(m["seconds"]) for name, m in measured.items()}
+    figures = {name: {"median_s": round(seconds, 3)} for name, seconds in median.items()}
+    for name in ("fleetctl --help", f"fleetctl node list ({SMALL_FLEET} nodes)"):
+        figures[name]["vs_temporal_help"] = round(median[name] / median["temporal --help"], 2)
+        figures[name]["heavy_modules_loaded"] = measured[name]["heavy_modules_loaded"]
+    return {"figures": figures, "runs": runs, "commands": measured, "heavy_modules_watched": list(HEAVY_MODULES)}
