@@ -1,0 +1,89 @@
+"""Real-node hardware actions against Redfish: a reboot is verified by a new boot id
+(sushy-tools' emulator), a firmware update goes through SimpleUpdate (scripted BMC)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from fleetctl.db import firmware as fwdb
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import CheckRun
+from fleetctl.executors.base import CommandResult
+from fleetctl.firmware import load_baseline
+from fleetctl.inventory import parse_inventory
+from tests.bmc.redfish_stub import Answer, ScriptedRedfish
+from tests.bmc.sushy_emulator import run_sushy_emulator
+from tests.firmware.test_baseline import FIXTURE
+from workflows import remediation_activities
+from workflows.firmware_activities import DriftRequest, FirmwareActivities
+from workflows.remediation_activities import HardwareRequest, RemediationActivities
+
+
+@dataclass
+class FakeNode:
+    """A real node's shell as seen over SSH: its boot id changes once the BMC has reset it."""
+
+    boot_ids: list[str]
+    commands: list[list[str]] = field(default_factory=list)
+
+    def for_target(self, _target):
+        return self
+
+    def run(self, target, argv, timeout_s):
+        self.commands.append(list(argv))
+        out = self.boot_ids.pop(0) if argv[0] == "cat" and len(self.boot_ids) > 1 else self.boot_ids[0]
+        return CommandResult(tuple(argv), 0, out + "\n", "", 0.01)
+
+
+def _node(settings, bmc_url: str) -> str:
+    queries.upsert_nodes(get_engine(settings.db_url), parse_inventory(
+        f"nodes:\n  - {{name: real-01, address: 10.0.0.1, bmc: '{bmc_url}', profile: h100-sxm}}\n"))
+    return "real-01"
+
+
+def test_reboot_through_the_bmc_is_verified_by_the_boot_id(make_settings, sqlite_url, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(remediation_activities, "POLL_S", 0.2)
+    settings = make_settings(sqlite_url)
+    with run_sushy_emulator(tmp_path) as bmc:
+        settings.bmc_username, settings.bmc_password, settings.bmc_verify_tls = bmc.username, bmc.password, False
+        node = _node(settings, bmc.base_url)
+        shell = FakeNode(["boot-a", "boot-a", "boot-b"])  # the first read after the reset is still the old boot
+        acts = RemediationActivities(settings, shell)
+        done = ActivityEnvironment().run(acts.reboot, HardwareRequest(node, "reboot", {"timeout": 60}))
+        assert done.ok, done.detail
+        assert "boot id boot-a -> boot-b" in done.detail
+        assert bmc.password not in done.detail
+
+
+def test_firmware_update_through_redfish_simple_update(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    with ScriptedRedfish().serving() as stub:
+        settings.bmc_username, settings.bmc_password = "fleetctl", "pw"
+        node = _node(settings, stub.base_url)
+        action = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        stub.script("GET", "/redfish/v1/UpdateService",
+                    Answer(200, {"Actions": {"#UpdateService.SimpleUpdate": {"target": action}}}))
+        stub.script("POST", action, Answer(202, None, {"Location": "/redfish/v1/TaskService/Tasks/1"}))
+        stub.script("GET", "/redfish/v1/TaskService/Tasks/1",
+                    Answer(200, {"@odata.id": "/redfish/v1/TaskService/Tasks/1", "TaskState": "Completed", "TaskStatus": "OK"}))
+        baseline = load_baseline(FIXTURE)
+        row = fwdb.set_baseline(engine, baseline.name, baseline.to_dict(), "", "tester")
+        queries.insert_once(engine, CheckRun(
+            node_name=node, check_name="firmware-inventory", kind="firmware", status="pass",
+            metrics={"components": {f"GPU {i} VBIOS": "96.00.74.00.01" for i in range(8)}}, idempotency_key="k1"),
+            CheckRun.idempotency_key, "k1")
+        queries.insert_once(engine, CheckRun(
+            node_name=node, check_name="nic-firmware", kind="firmware", status="pass",
+            metrics={"components": {"ConnectX7 /dev/mst/mt4129_pciconf0": "28.41.1000"}}, idempotency_key="k2"),
+            CheckRun.idempotency_key, "k2")
+        done = ActivityEnvironment().run(FirmwareActivities(settings, FakeNode(["x"])).apply_updates,
+                                         DriftRequest(node, row.id))
+    assert done.ok, done.detail
+    assert done.detail == "GPU * VBIOS -> 96.00.99.00.01"  # one SimpleUpdate for all eight GPUs; the NICs match
+    (post,) = [r for r in stub.requests if r.method == "POST"]
+    assert post.body == {"ImageURI": "https://fw.example.net/h100/vbios-96.00.99.00.01.fwpkg", "TransferProtocol": "HTTPS"}
