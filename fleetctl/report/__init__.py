@@ -121,14 +121,21 @@ def render_html(report: dict[str, Any]) -> str:
         "causes": svg.bar_chart(list(report["summary"]["causes"].items()), "Failures by cause"),
         "restarts": svg.histogram(report["restart_latency"]["seconds"], "Job restart latency",
                                   "seconds from the fault to the job running again"),
+        # Profiles differ several-fold on the same metric: each strip is relative to its own median.
         "stragglers": [
-            svg.strip_plot([(g["profile"], g["median"], [(n["node"], n["value"], n["straggler"]) for n in g["nodes"]])
-                            for g in groups], f"{name} per profile", name)
+            svg.strip_plot([(g["profile"], 100.0, [(n["node"], _percent_of(n["value"], g["median"]), n["straggler"],
+                                                    f"{n['value']:g} (median {g['median']:g})") for n in g["nodes"]])
+                            for g in groups],
+                           f"{name} per profile", f"{name}, % of the profile's median")
             for name, groups in _by_metric(report["stragglers"]).items()
         ],
     }
     return env.get_template("report.html.j2").render(
         r=report, plots=plots, states=states, colour=state_colour, definitions=_definitions())
+
+
+def _percent_of(value: float, median: float | None) -> float:
+    return value / median * 100 if median else 100.0
 
 
 def _by_metric(groups: list[dict]) -> dict[str, list[dict]]:

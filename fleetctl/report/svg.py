@@ -32,13 +32,15 @@ def _no_data(width: int, height: int, title: str) -> Markup:
     ])
 
 
-def nice_ticks(top: float, count: int = 4) -> list[float]:
-    """Round tick values from 0 to at least `top` (1, 2 or 5 times a power of ten apart)."""
+def nice_ticks(top: float, count: int = 4, whole: bool = False) -> list[float]:
+    """Round tick values from 0 to at least `top` (1, 2 or 5 times a power of ten apart);
+    `whole`: no fractions, for counts."""
     if top <= 0:
         return [0.0, 1.0]
     raw = top / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    step = max(step, 1) if whole else step
     return [i * step for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
 
 
@@ -52,7 +54,7 @@ def bar_chart(items: Sequence[tuple[str, float]], title: str, width: int = 640, 
     height = pad * 2 + row * len(items) + 20
     if not items:
         return _no_data(width, 80, title)
-    ticks = nice_ticks(max(v for _, v in items))
+    ticks = nice_ticks(max(v for _, v in items), whole=True)
     plot_w = width - label_w - pad * 2
     scale = plot_w / ticks[-1]
     body = []
@@ -81,7 +83,7 @@ def histogram(values: Sequence[float], title: str, x_label: str, bins: int = 12,
         counts[min(max(int(v / (edges[1] - edges[0])), 0), len(counts) - 1)] += 1
     left, bottom, top = 40, 36, 10
     plot_w, plot_h = width - left - 10, height - bottom - top
-    y_ticks = nice_ticks(max(counts))
+    y_ticks = nice_ticks(max(counts), whole=True)
     col = plot_w / len(counts)
     body = []
     for tick in y_ticks:
@@ -112,7 +114,7 @@ def stacked_columns(labels: Sequence[str], series: Sequence[tuple[str, str, Sequ
         return _no_data(width, height, title)
     left, bottom, top, legend_w = 40, 40, 10, 120
     plot_w, plot_h = width - left - legend_w - 10, height - bottom - top
-    y_ticks = nice_ticks(max(totals))
+    y_ticks = nice_ticks(max(totals), whole=True)
     col = plot_w / len(labels)
     body = []
     for tick in y_ticks:
@@ -140,11 +142,12 @@ def stacked_columns(labels: Sequence[str], series: Sequence[tuple[str, str, Sequ
     return _svg(width, height, title, body)
 
 
-def strip_plot(groups: Sequence[tuple[str, float | None, Sequence[tuple[str, float, bool]]]], title: str,
+def strip_plot(groups: Sequence[tuple[str, float | None, Sequence[tuple[str, float, bool, str]]]], title: str,
                x_label: str, width: int = 760) -> Markup:
-    """One strip per group of (label, median, [(node, value, flagged)]): a dot per node, the
-    median as a vertical tick, flagged nodes (stragglers) larger, in red and named."""
-    points = [value for _, _, dots in groups for _, value, _ in dots]
+    """One strip per group of (label, median, [(node, value, flagged, note)]): a dot per node
+    (`note` in its tooltip), the median as a vertical tick, flagged nodes (stragglers) larger,
+    in red and named."""
+    points = [value for _, _, dots in groups for _, value, _, _ in dots]
     row, left, pad = 46, 150, 10
     height = pad + row * len(groups) + 30
     if not points:
@@ -167,8 +170,8 @@ def strip_plot(groups: Sequence[tuple[str, float | None, Sequence[tuple[str, flo
         if median is not None:
             body.append(f'<line class="median" x1="{x(median):.1f}" y1="{mid - 14:.1f}" x2="{x(median):.1f}" '
                         f'y2="{mid + 14:.1f}" stroke="#333" stroke-width="2"><title>median {_fmt(median)}</title></line>')
-        for node, value, flagged in dots:
-            tip = f"<title>{escape(node)}: {_fmt(value)}{' (straggler)' if flagged else ''}</title>"
+        for node, value, flagged, note in dots:
+            tip = f"<title>{escape(node)}: {escape(note)}{' (straggler)' if flagged else ''}</title>"
             if flagged:
                 body.append(f'<circle class="straggler" cx="{x(value):.1f}" cy="{mid:.1f}" r="6" fill="{FLAGGED}">'
                             f'{tip}</circle><text x="{x(value):.1f}" y="{mid - 9:.1f}" text-anchor="middle" '
