@@ -9,6 +9,7 @@ from typing import Optional
 import click
 import typer
 from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from fleetctl import __version__
 from fleetctl.cli import check, dev, fleet, node, schedule, sim
@@ -41,7 +42,9 @@ class FleetctlGroup(TyperGroup):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit):
+        # typer >= 0.20 raises its own copy of click's usage errors (TyperException), which
+        # its main() turns into the usage message and exit 2 like click's.
+        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
             for kind, code in _known_errors().items():
