@@ -236,10 +236,16 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
+    from checks.suites import SuiteError, load_suite
     from workflows.starter import connect, request_phase
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
+    try:
+        # Refused here: a node's workflow that is handed an unknown suite cannot run it.
+        load_suite(suite, s.suites_dir or None)
+    except SuiteError as exc:
+        fail(str(exc), EXIT_USAGE)
 
     async def run():
         client = await connect(s)
