@@ -1,0 +1,84 @@
+"""CLI misuse: an unknown node, an illegal transition, conflicting flags, a bad selector, a
+suite that does not exist. Each gives one line on stderr, exit 2 (usage) or 1 (refused),
+and leaves every table of the database exactly as it was."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+
+from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error
+from tests.support.worker import WorkerThread
+from workflows.node_lifecycle import workflow_id_for
+from workflows.starter import connect
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+def fleet_cli(make_settings, sqlite_url, tmp_path):
+    settings = make_settings(sqlite_url)
+    worker = WorkerThread(settings).start()
+    cli = Cli(settings)
+    cli.names = [f"mis-{uuid.uuid4().hex[:6]}-{i}" for i in range(2)]
+    result = cli("node", "import", str(inventory_file(tmp_path, cli.names)))
+    assert result.exit_code == 0, result.output
+    yield cli
+    worker.stop()
+
+
+def misuses(node: str, log: str) -> list[tuple[list[str], int, str]]:
+    """(arguments, exit code, text the error line must contain)."""
+    return [
+        (["node", "drain", "no-such-node", "--reason", "x"], 1, "unknown node: no-such-node"),
+        (["node", "show", "no-such-node"], 1, "unknown node"),
+        (["node", "undrain", node], 1, "cannot undrain a node in new"),
+        (["node", "rma", node, "--reason", "x"], 1, "cannot send to rma a node in new"),
+        (["node", "recheck", node, "--suite", "no-such-suite"], 2, "unknown suite 'no-such-suite'"),
+        (["node", "admit", node, "--suite", "no-such-suite"], 2, "unknown suite 'no-such-suite'"),
+        (["node", "event", node, "--xid", "79", "--from-log", log], 2, "exactly one of --xid or --from-log"),
+        (["node", "event", node], 2, "exactly one of --xid or --from-log"),
+        (["node", "event", node, "--xid", "-3"], 2, "positive XID"),
+        (["node", "list", "-l", "pool"], 2, "bad label selector"),
+        (["node", "list", "-l", "pool=a=b"], 2, "bad label selector"),
+        (["node", "list", "-l", "$(id)=x"], 2, "bad label selector"),
+        (["node", "list", "--state", "sideways"], 2, "unknown state 'sideways'"),
+        (["node", "drain", node], 2, "Missing option '--reason'"),
+        (["node", "transmogrify", node], 2, "No such command"),
+        (["schedule", "create", "active-checks", "--every", "soon"], 2, "bad duration"),
+        (["schedule", "create", "active-checks", "--suite", "no-such-suite"], 2, "unknown suite"),
+    ]
+
+
+def test_misuse_is_one_line_an_exit_code_and_no_change(fleet_cli, tmp_path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
+    node = fleet_cli.names[0]
+    before = db_snapshot(fleet_cli.settings.db_url)
+    for args, code, text in misuses(node, str(log)):
+        result = fleet_cli(*args)
+        assert result.exit_code == code, (args, result.exit_code, result.output)
+        if code == 2 and "Missing option" in text or "No such command" in text:
+            assert text in result.output  # click's own usage error, with its usage line
+        else:
+            assert text in one_line_error(result), (args, result.stderr)
+        assert db_snapshot(fleet_cli.settings.db_url) == before, args
+
+
+def test_a_bad_suite_never_stops_the_nodes_own_workflow(fleet_cli) -> None:
+    """The lifecycle workflow is the node's only writer: a typo must not end it."""
+    node = fleet_cli.names[1]
+    fleet_cli("node", "recheck", node, "--suite", "no-such-suite")
+    fleet_cli("node", "admit", node, "--suite", "no-such-suite")
+
+    async def status():
+        client = await connect(fleet_cli.settings)
+        await asyncio.sleep(2.0)  # time for the worker to act on anything that was queued
+        return (await client.get_workflow_handle(workflow_id_for(node)).describe()).status
+
+    assert asyncio.run(status()) is WorkflowExecutionStatus.RUNNING
+    result = fleet_cli("node", "retire", node, "--yes")
+    assert result.exit_code == 0, result.output
