@@ -83,11 +83,12 @@ class ActiveCheckSweep:
                 return
             if outcome.status == "fail":
                 result.failed.append(node)
-                await self._drain(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result)
+                await self._drain(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
+                                  {"kind": "check", "check": check, "status": "fail", "message": outcome.reason})
                 return
         result.passed += 1
 
-    async def _drain(self, node: str, cause: str, req: SweepInput, key: str, result: SweepResult) -> None:
+    async def _drain(self, node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict) -> None:
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
         decision: RemovalDecision = await workflow.execute_activity_method(
             NodeCommandActivities.ask_capacity_guard,
@@ -97,5 +98,6 @@ class ActiveCheckSweep:
             return
         outcome: NodeCommandOutcome = await workflow.execute_activity_method(
             NodeCommandActivities.command_node,
-            NodeCommand(node=node, trigger="drain", actor=req.actor, cause=cause, request_id=f"{key}/drain"), **SHORT)
+            NodeCommand(node=node, trigger="drain", actor=req.actor, cause=cause, request_id=f"{key}/drain", event=event),
+            **SHORT)
         (result.drained if outcome.accepted else result.held).append(node)

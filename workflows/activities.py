@@ -57,6 +57,8 @@ class NodeCommand:
     actor_kind: str = "automation"
     # Stable per step (e.g. "<workflow id>/<step>"), so a retried activity is not a second request.
     request_id: str = ""
+    # What the node did wrong (fleetctl.runbooks.Event.to_dict()): picks its remediation.
+    event: dict | None = None
 
 
 @dataclass
@@ -87,7 +89,7 @@ class NodeCommandActivities:
 
         try:
             r = await request_transition(self.client, cmd.node, cmd.trigger, cmd.actor, cmd.cause, cmd.actor_kind,
-                                         request_id=cmd.request_id or None)
+                                         request_id=cmd.request_id or None, event=cmd.event)
         except CommandRejected as exc:
             # A refusal is an answer (the node moved on), not a failure to retry.
             return NodeCommandOutcome(cmd.node, False, message=str(exc))

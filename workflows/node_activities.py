@@ -21,7 +21,9 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.health import judge_health_event
+from fleetctl.schedulers.base import SchedulerError
 from workflows.executor_registry import ExecutorRegistry, target_for
+from workflows.scheduler_registry import SchedulerRegistry
 
 HEARTBEAT_EVERY_S = 2.0
 
@@ -114,10 +116,31 @@ class SweepScope:
     suite: str = "quick"
 
 
+@dataclass
+class RemediationChoice:
+    node: str
+    event: dict  # fleetctl.runbooks.Event.to_dict()
+
+
+@dataclass
+class RemediationPlan:
+    runbook: dict | None  # Runbook.to_dict(), None when no runbook handles the event
+    event: dict = field(default_factory=dict)  # the event in the runbooks' own form
+    mode: str = "live"
+    critical: bool = False
+
+
+@dataclass
+class SchedulerCordon:
+    node: str
+    reason: str
+
+
 class NodeActivities:
-    def __init__(self, settings: Settings, executors: ExecutorRegistry):
+    def __init__(self, settings: Settings, executors: ExecutorRegistry, schedulers: SchedulerRegistry):
         self.settings = settings
         self.executors = executors
+        self.schedulers = schedulers
 
     @property
     def engine(self):
@@ -243,12 +266,58 @@ class NodeActivities:
     @activity.defn
     def idle_production_nodes(self, scope: SweepScope) -> list[str]:
         """Production nodes running no job: active checks never disturb training."""
-        busy = queries.nodes_with_running_jobs(self.engine)
-        return [n.name for n in queries.list_nodes(self.engine, state="production") if n.name not in busy]
+        idle = []
+        for node in queries.list_nodes(self.engine, state="production"):
+            if node.scheduler == "none":
+                idle.append(node.name)
+                continue
+            try:
+                busy = any(j.state == "running" for j in self.schedulers.get(node.scheduler).jobs_on_node(node.name))
+            except SchedulerError:
+                continue  # unknown means busy: never check a node that may be training
+            if not busy:
+                idle.append(node.name)
+            activity.heartbeat()
+        return idle
 
     @activity.defn
-    def running_jobs_on(self, node: str) -> list[str]:
-        return queries.running_jobs_on(self.engine, node)
+    def running_jobs_on(self, name: str) -> list[str]:
+        """Jobs running on the node, as its scheduler sees them."""
+        node = self._node(name)
+        if node.scheduler == "none":
+            return []
+        try:
+            jobs = self.schedulers.get(node.scheduler).jobs_on_node(name)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler}: {exc}", type="SchedulerError") from None
+        return [j.job_id for j in jobs if j.state == "running"]
+
+    @activity.defn
+    def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
+        from fleetctl.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
+        from workflows.remediation_starter import is_critical, mode_for
+
+        event = Event.from_dict(choice.event)
+        try:
+            books = load_runbooks(self.settings.runbooks_dir or RUNBOOKS_DIR)
+        except RunbookError as exc:
+            # A broken runbook set must not stop the node's lifecycle: it waits in maintenance.
+            activity.logger.error("runbooks not loaded: %s", exc)
+            return RemediationPlan(None, event.to_dict())
+        book = runbook_for(books.values(), event, event.message)
+        return RemediationPlan(book.to_dict() if book else None, event.to_dict(), mode_for(self.settings, dry_run=False),
+                               is_critical(event))
+
+    @activity.defn
+    def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
+        """Take the node out of its scheduler's placement; idempotent. Returns the scheduler."""
+        node = self._node(req.node)
+        if node.scheduler != "none":
+            try:
+                self.schedulers.get(node.scheduler).drain(req.node, req.reason)
+            except SchedulerError as exc:
+                raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
+        return node.scheduler
 
 
 def _outcome(run: CheckRun) -> CheckOutcome:

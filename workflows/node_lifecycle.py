@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
     from fleetctl.capacity import RemovalDecision, RemovalRequest
     from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
+    from workflows.job_restart import JobRestart, JobRestartInput
+    from workflows.remediation import Remediation, RemediationInput
+    from workflows.remediation_starter import remediation_id
+    from workflows.job_restart import workflow_id_for as job_restart_id
     from workflows.node_activities import (
         AdmissionRequest,
+        AutomationRecord,
         AdmissionVerdict,
         CheckOutcome,
         CheckRequest,
@@ -32,6 +38,9 @@ with workflow.unsafe.imports_passed_through():
         HealthEventVerdict,
         NodeActivities,
         NodeFacts,
+        RemediationChoice,
+        RemediationPlan,
+        SchedulerCordon,
         SweepScope,
     )
 
@@ -43,6 +52,7 @@ ADMITTABLE = (NodeState.NEW.value, NodeState.MAINTENANCE.value, NodeState.RMA.va
 # and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
 DRAIN_JOB_WAIT = timedelta(hours=2)
 DRAIN_JOB_POLL = timedelta(seconds=30)
+SCHEDULER_RETRY = timedelta(seconds=60)
 CHECK_ATTEMPTS = 3
 
 SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
@@ -54,6 +64,11 @@ def workflow_id_for(node: str) -> str:
     return f"node/{node}"
 
 
+def check_event(check: str, status: str, message: str) -> dict:
+    """A check result as the event a runbook matches (fleetctl.runbooks.Event.to_dict())."""
+    return {"kind": "check", "check": check, "status": status, "message": message}
+
+
 @dataclass
 class TransitionRequest:
     trigger: str
@@ -61,6 +76,9 @@ class TransitionRequest:
     actor_kind: str = "operator"
     cause: str = ""
     request_id: str = ""
+    # What the node did wrong (fleetctl.runbooks.Event.to_dict()); with a drain, it picks
+    # the runbook that remediates the node once drained. None: an operator's own reason.
+    event: dict | None = None
 
 
 @dataclass
@@ -101,6 +119,7 @@ class WorkItem:
     critical: bool = False
     fault_seen_at: float = 0.0
     event: HealthEventInput | None = None
+    remediation_event: dict | None = None
 
 
 @dataclass
@@ -163,7 +182,7 @@ class NodeLifecycle:
             target = self._target_or_reject(req.trigger, req.actor_kind)
             result = await self._apply(req, target)
         if target == NodeState.DRAINING.value:
-            self.s.work.append(WorkItem("drain_followup", actor=req.actor, cause=req.cause))
+            self.s.work.append(WorkItem("drain_followup", actor=req.actor, cause=req.cause, remediation_event=req.event))
         return result
 
     @transition.validator
@@ -233,7 +252,9 @@ class NodeLifecycle:
                 await self._move("phase_failed", "burn-in: a critical health event arrived during burn-in")
                 return
             if outcome.status not in ("pass", "warn"):
-                await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}")
+                if await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}"):
+                    if outcome.status == "fail":  # an `error` says nothing about the hardware
+                        await self._remediate(check_event(check, "fail", outcome.reason), item.actor)
                 return
         if not await self._move("begin_admission", f"burn-in passed: {len(checks)} checks"):
             return
@@ -242,8 +263,9 @@ class NodeLifecycle:
             NodeActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **SHORT)
         if verdict.passed:
             await self._move("enter_production", f"admission: {verdict.reason}")
-        else:
-            await self._move("phase_failed", f"admission: {verdict.reason}")
+        elif await self._move("phase_failed", f"admission: {verdict.reason}"):
+            check = "nccl-allreduce" if "nccl" in verdict.reason else "admission"
+            await self._remediate(check_event(check, "fail", verdict.reason), item.actor)
 
     async def _recheck(self, item: WorkItem) -> None:
         checks = await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=item.suite), **SHORT)
@@ -261,7 +283,8 @@ class NodeLifecycle:
         cause = f"recheck {item.suite}: {failed.check}: {failed.reason}"
         self.s.last_outcome = cause
         if self.s.state == NodeState.PRODUCTION.value:
-            await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck")
+            await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck",
+                                      event=check_event(failed.check, "fail", failed.reason))
 
     async def _health_event(self, ev: HealthEventInput) -> None:
         self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
@@ -269,7 +292,9 @@ class NodeLifecycle:
         self.s.last_outcome = verdict.reason
         if verdict.drain_now and self.s.state == NodeState.PRODUCTION.value:
             cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
-            await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id)
+            await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
+                                      {"kind": "xid", "code": ev.code, "message": ev.message} if ev.code is not None
+                                      else {"kind": "manual", "message": ev.message})
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
@@ -282,7 +307,7 @@ class NodeLifecycle:
         return bad
 
     async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
-                             request_id: str = "") -> None:
+                             request_id: str = "", event: dict | None = None) -> None:
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **SHORT)
         decision: RemovalDecision = await workflow.execute_activity_method(
             NodeCommandActivities.ask_capacity_guard,
@@ -295,21 +320,86 @@ class NodeLifecycle:
             return
         if await self._move("drain", cause, actor, Actor.AUTOMATION.value):
             await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
-                                             fault_seen_at=fault_seen_at or workflow.now().timestamp()))
+                                             fault_seen_at=fault_seen_at or workflow.now().timestamp(),
+                                             remediation_event=event))
 
     async def _after_drain(self, item: WorkItem) -> None:
-        """Cordoned: wait for the node's jobs to finish (or, critical, leave them to restart
-        elsewhere), then hand the node to maintenance."""
-        self.s.activity = "draining: waiting for jobs"
+        """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
+        they are lost anyway) or wait for them to finish; then hand the node to maintenance."""
+        self.s.activity = "draining: cordon in the scheduler"
+        scheduler = await self._cordon(item.cause)
+        if scheduler is None:
+            return  # the node left draining (undrained, retired) while the scheduler refused
+        self.s.activity = "draining: jobs"
+        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
+        if jobs and item.critical:
+            seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), timezone.utc)
+            for job in jobs:
+                await self._restart_job(job, scheduler, item, seen)
         waited = timedelta()
-        while not item.critical and waited < DRAIN_JOB_WAIT and self.s.state == NodeState.DRAINING.value:
-            jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
-            if not jobs:
-                break
+        while jobs and not item.critical and waited < DRAIN_JOB_WAIT and self.s.state == NodeState.DRAINING.value:
             await workflow.sleep(DRAIN_JOB_POLL)
             waited += DRAIN_JOB_POLL
+            jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
         if self.s.state == NodeState.DRAINING.value:
-            await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value)
+            if await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value):
+                if item.remediation_event:
+                    await self._remediate(item.remediation_event, item.actor)
+
+    async def _remediate(self, event: dict, actor: str) -> None:
+        """Start the runbook that handles `event` on this node (in maintenance now). It runs as
+        its own workflow and moves the node through this one's updates, like any other actor."""
+        plan: RemediationPlan = await workflow.execute_activity_method(
+            NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **SHORT)
+        if plan.runbook is None:
+            self.s.last_outcome += "; no runbook handles it: waiting for an operator"
+            return
+        try:
+            await workflow.start_child_workflow(
+                Remediation.run,
+                RemediationInput(self.s.node, plan.runbook, plan.event, plan.mode, actor or "lifecycle", plan.critical),
+                id=remediation_id(self.s.node),
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+            self.s.last_outcome += f"; remediation: {plan.runbook['name']}"
+        except WorkflowAlreadyStartedError:
+            self.s.last_outcome += "; a remediation is already running"
+
+    async def _cordon(self, reason: str) -> str | None:
+        """The scheduler's answer is retried with backoff; while it refuses, the node stays in
+        draining (never reported drained when it is not) and fleet status shows why."""
+        while self.s.state == NodeState.DRAINING.value:
+            try:
+                return await workflow.execute_activity_method(
+                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason),
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
+                                             maximum_attempts=5, non_retryable_error_types=["UnknownNode", "UnknownScheduler"]),
+                )
+            except ActivityError as exc:
+                message = str(exc.cause or exc)
+                self.s.last_outcome = f"scheduler refused the drain: {message}; retrying"
+                await workflow.execute_activity_method(
+                    NodeActivities.record_automation_event,
+                    AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
+                                     key=f"{workflow.info().workflow_id}/cordon/{workflow.now().timestamp()}"),
+                    **SHORT)
+                await workflow.sleep(SCHEDULER_RETRY)
+        return None
+
+    async def _restart_job(self, job: str, scheduler: str, item: WorkItem, seen: datetime) -> None:
+        restart_id = f"{self.s.node}-v{self.s.state_version}"
+        try:
+            await workflow.start_child_workflow(
+                JobRestart.run,
+                JobRestartInput(job_id=job, scheduler=scheduler, bad_nodes=[self.s.node], cause=item.cause,
+                                actor=item.actor or "lifecycle", fault_seen_at=seen.isoformat(), restart_id=restart_id),
+                id=job_restart_id(job, restart_id),
+                # The restart outlives this node's part in it (and a continue-as-new of ours).
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+        except WorkflowAlreadyStartedError:
+            pass  # this fault already restarted this job
 
     # -- helpers -------------------------------------------------------------------------
 

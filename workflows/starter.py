@@ -106,11 +106,11 @@ async def resume_automation(client: Client, settings: Settings, actor: str) -> C
 
 async def request_transition(
     client: Client, node: str, trigger: str, actor: str, cause: str = "", actor_kind: str = "operator",
-    request_id: str | None = None,
+    request_id: str | None = None, event: dict | None = None,
 ) -> TransitionResult:
     handle = client.get_workflow_handle(workflow_id_for(node))
     req = TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
-                            request_id=request_id or str(uuid.uuid4()))
+                            request_id=request_id or str(uuid.uuid4()), event=event)
     try:
         return await handle.execute_update(NodeLifecycle.transition, req, result_type=TransitionResult)
     except WorkflowUpdateFailedError as exc:

@@ -10,54 +10,43 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from fleetctl.config import Settings
-from workflows.activities import LifecycleActivities, NodeCommandActivities
 from workflows.active_checks import ActiveCheckSweep
+from workflows.activities import LifecycleActivities, NodeCommandActivities
 from workflows.capacity_guard import CapacityGuard
 from workflows.executor_registry import ExecutorRegistry
+from workflows.firmware_activities import FirmwareActivities
+from workflows.firmware_rollout import FirmwareRollout
 from workflows.job_activities import JobRestartActivities
 from workflows.job_restart import JobRestart
 from workflows.node_activities import NodeActivities
 from workflows.node_lifecycle import NodeLifecycle
-from workflows.firmware_activities import FirmwareActivities
-from workflows.firmware_rollout import FirmwareRollout
 from workflows.remediation import Remediation
 from workflows.remediation_activities import RemediationActivities
+from workflows.scheduler_registry import SchedulerRegistry
 
-WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep]
-WORKFLOWS += [Remediation, FirmwareRollout]
-WORKFLOWS += [JobRestart]
+WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, JobRestart, Remediation, FirmwareRollout]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
-    """Every activity the worker hosts, bound to this process's settings and client."""
+    """Every activity the worker hosts, bound to this process's settings and client. One
+    executor registry and one scheduler registry serve them all, so the SSH pool and its
+    concurrency limit cover every command this worker runs."""
+    executors, schedulers = ExecutorRegistry(settings), SchedulerRegistry(settings)
     lifecycle = LifecycleActivities(settings)
     commands = NodeCommandActivities(client, settings)
-    node = NodeActivities(settings, ExecutorRegistry(settings))
+    node = NodeActivities(settings, executors, schedulers)
+    remediation = RemediationActivities(settings, executors, client)
+    fw = FirmwareActivities(settings, executors)
+    restarts = JobRestartActivities(settings)
     return [
         lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard,
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
         node.fleet_snapshot, node.unavailable_nodes, node.record_automation_event, node.idle_production_nodes,
-        node.running_jobs_on,
-    ] + remediation_activities(settings, client) + job_restart_activities(settings)
-
-
-def remediation_activities(settings: Settings, client: Client) -> list[Callable[..., Any]]:
-    remediation = RemediationActivities(settings, ExecutorRegistry(settings), client)
-    return [
+        node.running_jobs_on, node.cordon_in_scheduler, node.choose_remediation,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
         remediation.notify, remediation.open_rma,
-    ] + firmware_activities(settings)
-
-
-def firmware_activities(settings: Settings) -> list[Callable[..., Any]]:
-    fw = FirmwareActivities(settings, ExecutorRegistry(settings))
-    return [fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress]
-
-
-def job_restart_activities(settings: Settings) -> list[Callable[..., Any]]:
-    restarts = JobRestartActivities(settings)
-    return [
+        fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress,
         restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
         restarts.record_restart_step, restarts.record_restart_outcome,
     ]

@@ -213,19 +213,6 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
         return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
 
 
-def running_jobs(engine: Engine) -> list[Job]:
-    with Session(engine) as session:
-        return list(session.exec(select(Job).where(Job.state == "running")))
-
-
-def running_jobs_on(engine: Engine, node: str) -> list[str]:
-    return [j.job_id for j in running_jobs(engine) if node in (j.nodes or [])]
-
-
-def nodes_with_running_jobs(engine: Engine) -> set[str]:
-    return {n for j in running_jobs(engine) for n in (j.nodes or [])}
-
-
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
     with Session(engine) as session:
         return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))

@@ -57,6 +57,18 @@ class SimFleet:
             await asyncio.sleep(0.2)
 
 
+    async def wait_event(self, name: str, trigger: str, timeout_s: float = 60.0):
+        """The node's first transition by `trigger`, once it is recorded."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [e for e in queries.node_events(self.engine, name) if e.trigger == trigger]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}: no {trigger} within {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)
+
+
 def make_fleet(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> list[str]:
     prefix = f"s{uuid.uuid4().hex[:6]}"
     entries = render_inventory(count, min(racks, count), profile, seed=1, name_prefix=prefix)

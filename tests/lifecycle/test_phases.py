@@ -37,9 +37,9 @@ async def test_burn_in_failure_sends_the_node_to_maintenance_with_the_check_as_c
     (name,) = fleet.names
     fleet.inject(name, "row-remap-failure")
     await fleet.admit([name], suite="burn-in")
-    assert (await fleet.wait_states([name], {"production", "maintenance"}))[name] == "maintenance"
-    last = queries.node_events(fleet.engine, name)[-1]
-    assert last.trigger == "phase_failed" and last.cause.startswith("burn-in: ")
+    failed = await fleet.wait_event(name, "phase_failed")
+    assert failed.to_state == "maintenance" and failed.cause.startswith("burn-in: ")
+    assert "enter_production" not in [e.trigger for e in queries.node_events(fleet.engine, name)]
 
 
 def _straggler_seed(name: str, profile: str) -> int:
@@ -59,11 +59,12 @@ async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fl
     assert set((await fleet.wait_states(peers, {"production", "maintenance"})).values()) == {"production"}
     fleet.inject(suspect, "nvlink-degraded", seed=_straggler_seed(suspect, "h200-sxm"))
     await fleet.admit([suspect], suite="standard")
-    assert (await fleet.wait_states([suspect], {"production", "maintenance"}))[suspect] == "maintenance"
-    nccl = [r for r in queries.latest_checks(fleet.engine, suspect) if r.check_name == "nccl-allreduce"][0]
+    failed = await fleet.wait_event(suspect, "phase_failed")
+    nccl = next(r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50))
+                if r.check_name == "nccl-allreduce")
     assert nccl.status in ("pass", "warn")  # it cleared the absolute floor ...
-    cause = queries.node_events(fleet.engine, suspect)[-1].cause
-    assert cause.startswith("admission: straggler: nccl-allreduce busbw_gbps")  # ... but not its peers
+    assert failed.from_state == "admission"
+    assert failed.cause.startswith("admission: straggler: nccl-allreduce busbw_gbps")  # ... but not its peers
 
 
 async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
@@ -72,9 +73,9 @@ async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
     await fleet.wait_states(fleet.names, {"production"})
     victim = fleet.names[0]
     await send_health_events(fleet.client, victim, [HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)])
-    assert (await fleet.wait_states([victim], {"maintenance"}))[victim] == "maintenance"
-    drain = next(e for e in queries.node_events(fleet.engine, victim) if e.trigger == "drain")
+    drain = await fleet.wait_event(victim, "drain")
     assert "XID 79" in drain.cause and drain.actor_kind == "automation"
+    assert (await fleet.wait_event(victim, "drain_complete")).to_state == "maintenance"
     assert [h.code for h in queries.health_events(fleet.engine, victim)] == [79]
     # a critical drain is granted even though it is past the fleet's 10% on a 4-node fleet
     assert all(fleet.state(n) == "production" for n in fleet.names[1:])
@@ -90,8 +91,7 @@ async def test_repeated_warning_xid_escalates_only_on_the_third(sim_fleet) -> No
     await asyncio.sleep(1.0)
     assert (await fleet.wait_states([node], {"production"}))[node] == "production"
     await send_health_events(fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "w2", 0.0)])
-    assert (await fleet.wait_states([node], {"maintenance"}))[node] == "maintenance"
-    assert "seen 3 times" in next(e for e in queries.node_events(fleet.engine, node) if e.trigger == "drain").cause
+    assert "seen 3 times" in (await fleet.wait_event(node, "drain")).cause
 
 
 async def test_checker_storm_trips_the_breaker_and_drains_no_more_than_the_limit(sim_fleet) -> None:
@@ -105,7 +105,35 @@ async def test_checker_storm_trips_the_breaker_and_drains_no_more_than_the_limit
         task_queue=fleet.settings.task_queue)
     assert sorted(result.failed) == sorted(fleet.names[:8])
     assert len(result.drained) <= 2 and len(result.drained) + len(result.held) == 8
-    states = await fleet.wait_states(fleet.names, {"production", "maintenance"})
-    assert sum(1 for s in states.values() if s != "production") == len(result.drained)
+    # the drained go on to remediation (row-remap failure: RMA); nobody else leaves production
+    for name in result.drained:
+        await fleet.wait_event(name, "drain_complete")
+    assert {n for n in fleet.names if fleet.state(n) != "production"} == set(result.drained)
     guard = await guard_status(fleet.client, fleet.settings)
     assert guard.breaker_open and "storm" in guard.breaker_reason
+
+
+async def test_a_failed_active_check_is_remediated_to_rma_with_evidence(sim_fleet) -> None:
+    """Sweep finds a row-remap failure -> guarded drain -> maintenance -> the ECC runbook -> RMA."""
+    from fleetctl.db.remediation import rma_records, runs
+
+    fleet = await sim_fleet(10)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    bad = fleet.names[3]
+    fleet.inject(bad, "row-remap-failure")
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=5), id=f"sweep-{bad}",
+        task_queue=fleet.settings.task_queue)
+    assert result.drained == [bad] and result.passed == 9
+    await fleet.wait_event(bad, "send_to_rma")
+    (run,) = runs(fleet.engine, node_name=bad)
+    assert run.runbook == "ecc-uncorrectable-rma" and run.event["kind"] == "check"
+    for _ in range(100):  # the record is written by the step right after the transition
+        records = rma_records(fleet.engine, node_name=bad)
+        if records:
+            break
+        await asyncio.sleep(0.1)
+    (record,) = records
+    assert record.evidence["node"]["name"] == bad and record.evidence["identity"]["gpus"]
+    assert any(c["check"] == "nvidia-smi-query" and c["status"] == "fail" for c in record.evidence["failing_checks"])

@@ -1,0 +1,27 @@
+"""One scheduler adapter per kind per worker process (the Kubernetes one holds an API client)."""
+
+from __future__ import annotations
+
+import threading
+
+from temporalio.exceptions import ApplicationError
+
+from fleetctl.config import Settings
+from fleetctl.schedulers import scheduler_for
+from fleetctl.schedulers.base import Scheduler
+
+
+class SchedulerRegistry:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._schedulers: dict[str, Scheduler] = {}
+        self._lock = threading.Lock()
+
+    def get(self, kind: str) -> Scheduler:
+        with self._lock:
+            if kind not in self._schedulers:
+                try:
+                    self._schedulers[kind] = scheduler_for(kind, self.settings)
+                except ValueError as exc:
+                    raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
+            return self._schedulers[kind]
