@@ -51,8 +51,9 @@ def test_reboot_waits_for_power_off_and_on_again(redfish_bmc: RedfishBmc) -> Non
 def test_reset_reaches_the_bmc_and_bad_reset_types_do_not(redfish_bmc: RedfishBmc) -> None:
     client = redfish_bmc.client()
 
+    # The fake driver's restart takes a random 0-11 s, so the power state right after it is
+    # either; the reboot test above waits the cycle out. Here: the BMC accepts the action.
     client.reset(redfish_bmc.system_id, "ForceRestart")
-    assert client.power_state(redfish_bmc.system_id) == "Off"  # the fake driver powers off at once
     with pytest.raises(ValueError, match="unknown Redfish ResetType"):
         client.reset(redfish_bmc.system_id, "Explode")
 
