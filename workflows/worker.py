@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -74,3 +75,41 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
         else:
             async with worker:
                 await stop.wait()
+
+
+class BackgroundWorker:
+    """A worker on its own event loop in a daemon thread: for the demo (and tests) that
+    drive the CLI from the main thread while workflows run."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="fleetctl-worker", daemon=True)
+
+    def _main(self) -> None:
+        async def body() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await run_worker(self.settings, self._stop)
+
+        try:
+            asyncio.run(body())
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the owner in stop()
+            self._error = exc
+            self._ready.set()
+
+    def start(self) -> BackgroundWorker:
+        self._thread.start()
+        self._ready.wait(30)
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+        if self._error:
+            raise self._error
