@@ -1,0 +1,114 @@
+"""Checks that cannot tell anything about the node: garbage output, a tool that hangs, a node
+that stops answering SSH mid-check, a host key that changed. Each is run through the real
+worker against a real sshd, and each must end as one `error` result after the retries:
+never `pass`, and never a hardware failure (no drain, no health event, state unchanged)."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from fleetctl.db import queries
+from tests.executors.sshd import write_ed25519_key
+from tests.reliability.support import wait_for
+from workflows import node_activities
+from workflows.node_activities import CheckRequest
+
+pytestmark = [pytest.mark.temporal, pytest.mark.sshd]
+
+TOOL = "nvidia-smi"
+
+
+@contextmanager
+def tool_script(fleet, body: str):
+    """Replace the fake tool on the node with a shell script for the duration."""
+    path: Path = fleet.node.bin_dir / TOOL
+    original = path.read_text()
+    path.write_text("#!/bin/sh\n" + body)
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def assert_unjudged_not_failed(fleet, name: str, error_kind: str) -> str:
+    """One `error` row; the node is where it was and nothing treated it as broken."""
+    runs = queries.latest_checks(fleet.engine, name)
+    assert [(r.status, r.error_kind) for r in runs] == [("error", error_kind)], [(r.status, r.reason) for r in runs]
+    assert queries.get_node(fleet.engine, name).state == "production"
+    assert [e.to_state for e in queries.node_events(fleet.engine, name)][-1] == "production"
+    assert queries.health_events(fleet.engine, name) == []
+    assert [e for e in queries.automation_events(fleet.engine, limit=100) if e.node_name == name] == []
+    return runs[0].reason
+
+
+async def test_garbage_output_is_retried_then_an_error(ssh_fleet) -> None:
+    fleet = await ssh_fleet(1)
+    (name,) = fleet.names
+    await fleet.to_production(name)
+    fleet.node.set_tool_output(TOOL, "Segmentation fault\n\x00\x1b[2J?? ## index, name\n1, 2, three\n")
+    await fleet.recheck(name)
+    assert len(fleet.node.tool_calls(TOOL)) == CheckRequest.max_attempts  # retried, then recorded
+    assert_unjudged_not_failed(fleet, name, "unjudgeable")
+
+
+async def test_hanging_check_is_killed_retried_then_an_error(ssh_fleet, monkeypatch) -> None:
+    # The executor's timeout is at least 30 s a try; three tries would be most of this
+    # suite's time budget, so the test shortens it. The hang, the kill and the retries are real.
+    real_run = node_activities._run_with_heartbeat
+    monkeypatch.setattr(node_activities, "_run_with_heartbeat",
+                        lambda executor, target, argv, timeout_s: real_run(executor, target, argv, min(timeout_s, 2.0)))
+    fleet = await ssh_fleet(1)
+    (name,) = fleet.names
+    await fleet.to_production(name)
+    marker = f"{fleet.node.root}/hung"
+    with tool_script(fleet, f'echo started >> {marker}\nexec sleep 3601\n'):
+        await fleet.recheck(name)
+    assert Path(marker).read_text().count("started") == CheckRequest.max_attempts
+    assert "timeout" in assert_unjudged_not_failed(fleet, name, "timeout")
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == b"sleep\x003601\x00"], \
+        "the hung tool outlived its check"
+
+
+def _reads(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+async def test_node_that_stops_answering_mid_check_is_an_error(ssh_fleet) -> None:
+    fleet = await ssh_fleet(1)
+    (name,) = fleet.names
+    await fleet.to_production(name)
+    started = fleet.node.root / "started"
+    with tool_script(fleet, f"touch {started}\nexec sleep 30\n"):
+        from workflows.starter import request_phase
+
+        _, accepted, message = await request_phase(fleet.client, name, "recheck", "tester", "one-check")
+        assert accepted, message
+        await wait_for(started.exists, 30, "the check to start on the node")
+        fleet.node.stop()  # the node goes away: sshd and every session it serves
+        try:
+            await wait_for(lambda: bool(queries.latest_checks(fleet.engine, name)), 60, "the check's result")
+            await asyncio.sleep(0.5)
+        finally:
+            fleet.node.start()
+    assert_unjudged_not_failed(fleet, name, "unreachable")
+
+
+async def test_changed_host_key_refuses_the_node_and_says_so(ssh_fleet, ssh_node, tmp_path) -> None:
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(f"[{ssh_node.host}]:{ssh_node.port} {write_ed25519_key(tmp_path / 'impostor')}\n")
+    before = known_hosts.read_text()
+    fleet = await ssh_fleet(1, known_hosts=str(known_hosts))
+    (name,) = fleet.names
+    await fleet.to_production(name)
+    await fleet.recheck(name)
+    reason = assert_unjudged_not_failed(fleet, name, "host_key")
+    assert "CHANGED" in reason and "known_hosts" in reason
+    assert fleet.node.tool_calls(TOOL) == []  # nothing ran on a node that may not be ours
+    assert known_hosts.read_text() == before  # and its key was not learnt
