@@ -108,8 +108,12 @@ class Settings:
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
-        """Who is acting, recorded on every state change: configured operator or user@host."""
-        return self.operator or f"{getpass.getuser()}@{socket.gethostname()}"
+        """Who is acting and from where, recorded on every state change: the configured
+        operator (`name@where`; a bare name gets this host) or the OS user@host."""
+        host = socket.gethostname()
+        if self.operator:
+            return self.operator if "@" in self.operator else f"{self.operator}@{host}"
+        return f"{getpass.getuser()}@{host}"
 
 
 def _coerce(name: str, raw: Any) -> Any:
