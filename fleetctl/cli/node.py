@@ -196,12 +196,28 @@ def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> 
     for outcome in context.run_async(run()):
         if outcome.error:
             failed += 1
+            _record_rejection(ctx, outcome.node, trigger, outcome.error)
             typer.echo(f"error: {outcome.error}", err=True)
         else:
             r = outcome.result
             typer.echo(f"{r.node}: {r.from_state} -> {r.to_state}")
     if failed:
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) -> None:
+    """A refused command is recorded with its actor, so a race between two operators (or an
+    operator and automation) shows both: the winner's transition and the loser's refusal."""
+    import uuid
+
+    from fleetctl.db.models import AutomationEvent
+    from fleetctl.db.queries import insert_once
+
+    s = context.settings(ctx)
+    key = f"rejected/{uuid.uuid4()}"
+    insert_once(context.engine(ctx), AutomationEvent(fleet=s.fleet, kind="rejected", node_name=node, actor=s.identity(),
+                                                     reason=f"{trigger}: {reason}", idempotency_key=key),
+                AutomationEvent.idempotency_key, key)
 
 
 @app.command("drain")
