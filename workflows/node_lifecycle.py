@@ -290,8 +290,10 @@ class NodeLifecycle:
         self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
         verdict: HealthEventVerdict = await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **SHORT)
         self.s.last_outcome = verdict.reason
-        if verdict.drain_now and self.s.state == NodeState.PRODUCTION.value:
-            cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
+        cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
+        if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
+            await self._record_refused_drain(cause, ev.actor or "health-event")
+        elif verdict.drain_now:
             await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
                                       {"kind": "xid", "code": ev.code, "message": ev.message} if ev.code is not None
                                       else {"kind": "manual", "message": ev.message})
@@ -322,6 +324,17 @@ class NodeLifecycle:
             await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
                                              fault_seen_at=fault_seen_at or workflow.now().timestamp(),
                                              remediation_event=event))
+        else:
+            await self._record_refused_drain(cause, actor)
+
+    async def _record_refused_drain(self, cause: str, actor: str) -> None:
+        """An automated drain that lost a race (an operator moved the node first) is recorded
+        with its actor, as the CLI records an operator's refused command."""
+        await workflow.execute_activity_method(
+            NodeActivities.record_automation_event,
+            AutomationRecord(kind="rejected", reason=f"drain: {cause}: the node is already {self.s.state}", actor=actor,
+                             node=self.s.node, key=f"{workflow.info().workflow_id}/refused/{workflow.now().timestamp()}"),
+            **SHORT)
 
     async def _after_drain(self, item: WorkItem) -> None:
         """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
