@@ -10,6 +10,8 @@ import uuid
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
 from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error
 from tests.support.worker import WorkerThread
 from workflows.node_lifecycle import workflow_id_for
@@ -57,7 +59,7 @@ def test_misuse_is_one_line_an_exit_code_and_no_change(fleet_cli, tmp_path) -> N
     log = tmp_path / "kern.log"
     log.write_text("NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
     node = fleet_cli.names[0]
-    before = db_snapshot(fleet_cli.settings.db_url)
+    before = state_tables(fleet_cli.settings.db_url)
     for args, code, text in misuses(node, str(log)):
         result = fleet_cli(*args)
         assert result.exit_code == code, (args, result.exit_code, result.output)
@@ -65,7 +67,16 @@ def test_misuse_is_one_line_an_exit_code_and_no_change(fleet_cli, tmp_path) -> N
             assert text in result.output  # click's own usage error, with its usage line
         else:
             assert text in one_line_error(result), (args, result.stderr)
-        assert db_snapshot(fleet_cli.settings.db_url) == before, args
+        assert state_tables(fleet_cli.settings.db_url) == before, args
+    refused = [(e.kind, e.node_name, e.actor) for e in queries.automation_events(get_engine(fleet_cli.settings.db_url))]
+    assert refused == [("rejected", node, "alice@console")] * 2  # the illegal undrain and rma, audited
+
+
+def state_tables(db_url: str) -> dict:
+    """Everything but the audit rows of refused commands (those are written on purpose)."""
+    snapshot = db_snapshot(db_url)
+    snapshot.pop("automation_events")
+    return snapshot
 
 
 def test_a_bad_suite_never_stops_the_nodes_own_workflow(fleet_cli) -> None:
