@@ -43,6 +43,8 @@ ENV_VARS = {
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
+# Never printed or logged: `fleetctl config` says only whether each is set.
+SECRET_SETTINGS = ("bmc_password", "webhook_token")
 
 
 class ConfigError(ValueError):

@@ -68,11 +68,13 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     """Show the resolved settings and where each came from."""
     from dataclasses import asdict
 
+    from fleetctl.config import SECRET_SETTINGS
     from fleetctl.db.engine import describe
 
     s = context.settings(ctx)
     values = {k: v for k, v in asdict(s).items() if k != "sources"}
     values["db_url"] = describe(s.db_url)
+    values.update({k: "(set)" for k in SECRET_SETTINGS if values[k]})
     rows = [{"setting": k, "value": v, "source": s.sources.get(k, "")} for k, v in values.items()]
     emit(rows, output, lambda data, wide: simple_table("fleetctl settings", ["setting", "value", "source"],
                                                        [[r["setting"], r["value"], r["source"]] for r in data]))
