@@ -83,7 +83,7 @@ def decide(
     policy: GuardPolicy,
     snapshot: FleetSnapshot,
     request: RemovalRequest,
-    recent_failures: list[float],
+    recent_failures: dict[str, float],
     now: float,
     breaker_open: bool,
     pending_grants: int = 0,
@@ -91,7 +91,8 @@ def decide(
 ) -> RemovalDecision:
     """Whether `request` may take its node out of production.
 
-    `recent_failures` are the times of earlier failure reports (this one not included);
+    `recent_failures` maps each node that reported a failure to its latest report's time: a
+    storm is many nodes failing, not one node failing again and again;
     `pending_grants` are removals granted but not yet visible in the snapshot.
     """
     if request.force:
@@ -101,12 +102,13 @@ def decide(
     if breaker_open:
         return RemovalDecision(request.node, False, "automation paused: the circuit breaker is open")
     window_start = now - policy.storm_window_s
-    failures_in_window = sum(1 for t in recent_failures if t >= window_start) + 1
+    failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
+    failures_in_window = len(failing_nodes)
     storm_at = max(policy.storm_min_failures, math.floor(snapshot.production * policy.storm_fraction) + 1)
     if failures_in_window >= storm_at:
         return RemovalDecision(
             request.node, False,
-            f"storm: {failures_in_window} failures in {policy.storm_window_s / 60:.0f} min exceed "
+            f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min exceed "
             f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened",
             breaker_opened=True,
         )

@@ -40,7 +40,8 @@ class CapacityGuardState:
     breaker_open: bool = False
     breaker_reason: str = ""
     breaker_since: float | None = None
-    recent_failures: list[float] = field(default_factory=list)
+    # node -> time of its latest failure report, within the storm window
+    recent_failures: dict[str, float] = field(default_factory=dict)
     pending: dict[str, PendingGrant] = field(default_factory=dict)
     granted_total: int = 0
     denied_total: int = 0
@@ -78,14 +79,15 @@ class CapacityGuard:
             snapshot = await workflow.execute_activity_method(NodeActivities.fleet_snapshot, self.s.fleet, **ACTIVITY)
             gone = set(await workflow.execute_activity_method(NodeActivities.unavailable_nodes, self.s.fleet, **ACTIVITY))
             self.s.pending = {n: g for n, g in self.s.pending.items() if n not in gone and now - g.at < PENDING_GRANT_TTL_S}
-            self.s.recent_failures = [t for t in self.s.recent_failures if now - t < self.s.policy.storm_window_s]
+            self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
+                                      if now - t < self.s.policy.storm_window_s}
             decision = decide(
                 self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
                 pending_grants=len(self.s.pending),
                 pending_in_rack=sum(1 for g in self.s.pending.values() if g.rack == req.rack),
             )
             if not req.force:
-                self.s.recent_failures.append(now)
+                self.s.recent_failures[req.node] = now
             if decision.breaker_opened:
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
             if decision.granted:
@@ -108,7 +110,7 @@ class CapacityGuard:
         async with self.lock:
             was_open = self.s.breaker_open
             self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = False, "", None
-            self.s.recent_failures = []
+            self.s.recent_failures = {}
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
                 AutomationRecord(kind="breaker_closed", actor=req.actor, fleet=self.s.fleet,

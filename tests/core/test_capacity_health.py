@@ -26,18 +26,19 @@ def req(node="n", rack="r0", **kw):
 @pytest.mark.parametrize(
     "snapshot,request_,failures,breaker,granted,reason",
     [
-        (fleet(20), req(), [], False, True, "within limits"),
-        (fleet(18, unavailable={1: 2}), req(), [], False, False, "fleet limit: 2 of 20"),
-        (fleet(19, unavailable={0: 1}), req(), [], False, False, "rack limit: 1 of 6"),
-        (fleet(19, unavailable={0: 1}), req(rack="r1"), [], False, True, "within limits"),
-        (fleet(20), req(), [], True, False, "breaker is open"),
-        (fleet(20), req(), [100.0] * 4, False, False, "storm: 5 failures"),
-        (fleet(20), req(), [100.0 - 601] * 4, False, True, "within limits"),  # old failures age out
-        (fleet(18, unavailable={0: 2}), req(critical=True), [], True, True, "critical fault"),
-        (fleet(18, unavailable={0: 2}), req(force=True), [], True, True, "forced by sweep"),
-        (fleet(3), req(), [], False, True, "within limits"),  # one bad node is not a storm
-        (fleet(3), req(), [99.0, 99.5], False, False, "storm: 3 failures"),  # three are
-        (fleet(10), req(), [], False, True, "within limits"),  # at least one node may be out
+        (fleet(20), req(), {}, False, True, "within limits"),
+        (fleet(18, unavailable={1: 2}), req(), {}, False, False, "fleet limit: 2 of 20"),
+        (fleet(19, unavailable={0: 1}), req(), {}, False, False, "rack limit: 1 of 6"),
+        (fleet(19, unavailable={0: 1}), req(rack="r1"), {}, False, True, "within limits"),
+        (fleet(20), req(), {}, True, False, "breaker is open"),
+        (fleet(20), req(), {f"o{i}": 100.0 for i in range(4)}, False, False, "storm: 5 nodes failing"),
+        (fleet(20), req(), {f"o{i}": 100.0 - 601 for i in range(4)}, False, True, "within limits"),  # aged out
+        (fleet(20), req(), {"n": 99.0}, False, True, "within limits"),  # the same node again is no storm
+        (fleet(18, unavailable={0: 2}), req(critical=True), {}, True, True, "critical fault"),
+        (fleet(18, unavailable={0: 2}), req(force=True), {}, True, True, "forced by sweep"),
+        (fleet(3), req(), {}, False, True, "within limits"),  # one bad node is not a storm
+        (fleet(3), req(), {"a": 99.0, "b": 99.5}, False, False, "storm: 3 nodes failing"),  # three are
+        (fleet(10), req(), {}, False, True, "within limits"),  # at least one node may be out
     ],
 )
 def test_decide(snapshot, request_, failures, breaker, granted, reason) -> None:
@@ -46,17 +47,17 @@ def test_decide(snapshot, request_, failures, breaker, granted, reason) -> None:
 
 
 def test_pending_grants_count_against_the_limit() -> None:
-    d = decide(POLICY, fleet(20), req(rack="r2"), [], 0.0, False, pending_grants=2)
+    d = decide(POLICY, fleet(20), req(rack="r2"), {}, 0.0, False, pending_grants=2)
     assert not d.granted and "fleet limit" in d.reason
 
 
 def test_storm_of_forty_percent_drains_no_more_than_the_limit() -> None:
     """8 of 20 nodes report failures at once: 2 granted, then capacity, then the breaker."""
-    snapshot, failures, breaker, granted = fleet(20), [], False, []
+    snapshot, failures, breaker, granted = fleet(20), {}, False, []
     for i in range(8):
         d = decide(POLICY, snapshot, req(node=f"n{i}", rack=f"r{i % 4}"), failures, 0.0, breaker,
                    pending_grants=len(granted), pending_in_rack=sum(1 for g in granted if g % 4 == i % 4))
-        failures.append(0.0)
+        failures[f"n{i}"] = 0.0
         breaker = breaker or d.breaker_opened
         if d.granted:
             granted.append(i)
