@@ -12,10 +12,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
-from fleetctl.cli import check, dev, fleet, node, schedule, sim
-from fleetctl.cli import job, reconcile
-from fleetctl.cli import firmware, rma, runbook
-from fleetctl.cli import metrics, report
+from fleetctl.cli import check, demo, dev, firmware, fleet, job, metrics, node, reconcile, report, rma, runbook, schedule, sim
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -71,6 +68,7 @@ app.add_typer(schedule.app, name="schedule")
 app.add_typer(sim.app, name="sim")
 app.add_typer(dev.app, name="dev")
 app.add_typer(dev.db_app, name="db")
+app.command("demo")(demo.demo)
 app.command("worker")(dev.worker)
 app.command("config")(dev.show_config)
 app.add_typer(job.app, name="job")

@@ -216,3 +216,8 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
     with Session(engine) as session:
         return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))
+
+
+def recent_events(engine: Engine, limit: int = 10) -> list[NodeEvent]:
+    with Session(engine) as session:
+        return list(session.exec(select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)))

