@@ -240,7 +240,10 @@ class NodeLifecycle:
         self.s.activity = f"admit: {item.suite}"
         if not await self._move("begin_burn_in", f"{item.actor}: admit with suite {item.suite}", item.actor):
             return
-        checks = await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=item.suite), **SHORT)
+        checks = await self._suite_checks(item.suite)
+        if checks is None:
+            await self._move("phase_failed", f"burn-in: {self.s.last_outcome}")
+            return
         run_ids: list[int] = []
         base = f"{workflow.info().workflow_id}@{self.s.state_version}"
         for index, check in enumerate(checks):
@@ -268,7 +271,9 @@ class NodeLifecycle:
             await self._remediate(check_event(check, "fail", verdict.reason), item.actor)
 
     async def _recheck(self, item: WorkItem) -> None:
-        checks = await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=item.suite), **SHORT)
+        checks = await self._suite_checks(item.suite)
+        if checks is None:
+            return
         base = f"{workflow.info().workflow_id}/recheck@{workflow.now().timestamp()}"
         failed: CheckOutcome | None = None
         for index, check in enumerate(checks):
@@ -415,6 +420,15 @@ class NodeLifecycle:
             pass  # this fault already restarted this job
 
     # -- helpers -------------------------------------------------------------------------
+
+    async def _suite_checks(self, suite: str) -> list[str] | None:
+        """The suite's checks, or None (and why, in last_outcome) when the worker does not
+        know the suite: a bad request must not end the node's only writer."""
+        try:
+            return await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=suite), **SHORT)
+        except ActivityError as exc:
+            self.s.last_outcome = f"cannot run suite {suite}: {getattr(exc.cause, 'message', None) or exc.cause or exc}"
+            return None
 
     async def _run_check(self, check: str, suite: str, run_key: str) -> CheckOutcome:
         spec = CHECKS[check]
