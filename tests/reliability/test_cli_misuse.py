@@ -4,7 +4,6 @@ and leaves every table of the database exactly as it was."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
@@ -12,10 +11,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error
+from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error, wait_for
 from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import workflow_id_for
-from workflows.starter import connect
+from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
+from workflows.starter import connect, request_phase, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -79,17 +78,21 @@ def state_tables(db_url: str) -> dict:
     return snapshot
 
 
-def test_a_bad_suite_never_stops_the_nodes_own_workflow(fleet_cli) -> None:
-    """The lifecycle workflow is the node's only writer: a typo must not end it."""
+async def test_a_bad_suite_never_stops_the_nodes_own_workflow(fleet_cli) -> None:
+    """The lifecycle workflow is the node's only writer: a suite it cannot run (a typo past
+    the CLI, a suites directory the worker lacks) must not end it."""
     node = fleet_cli.names[1]
-    fleet_cli("node", "recheck", node, "--suite", "no-such-suite")
-    fleet_cli("node", "admit", node, "--suite", "no-such-suite")
+    client = await connect(fleet_cli.settings)
+    for kind in ("recheck", "admit"):
+        assert (await request_phase(client, node, kind, "tester", "no-such-suite"))[1]
+    handle = client.get_workflow_handle(workflow_id_for(node))
+    await wait_for(lambda: _idle(handle), 30, "the requests to be handled")
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+    assert "cannot run suite no-such-suite" in (await handle.query(NodeLifecycle.current)).last_outcome
+    result = await request_transition(client, node, "retire", "alice@console")
+    assert result.to_state == "retired"
 
-    async def status():
-        client = await connect(fleet_cli.settings)
-        await asyncio.sleep(2.0)  # time for the worker to act on anything that was queued
-        return (await client.get_workflow_handle(workflow_id_for(node)).describe()).status
 
-    assert asyncio.run(status()) is WorkflowExecutionStatus.RUNNING
-    result = fleet_cli("node", "retire", node, "--yes")
-    assert result.exit_code == 0, result.output
+async def _idle(handle) -> bool:
+    state = await handle.query(NodeLifecycle.current)
+    return not state.work and not state.activity
