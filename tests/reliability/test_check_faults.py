@@ -112,3 +112,21 @@ async def test_changed_host_key_refuses_the_node_and_says_so(ssh_fleet, ssh_node
     assert "CHANGED" in reason and "known_hosts" in reason
     assert fleet.node.tool_calls(TOOL) == []  # nothing ran on a node that may not be ours
     assert known_hosts.read_text() == before  # and its key was not learnt
+
+
+async def test_checker_storm_of_garbage_drains_nothing(ssh_fleet) -> None:
+    """A tool upgrade makes every node's output unreadable: that is the checker's fault, so
+    the sweep reports errors and production capacity is untouched."""
+    from workflows.active_checks import ActiveCheckSweep, SweepInput
+
+    fleet = await ssh_fleet(6)
+    for name in fleet.names:
+        await fleet.to_production(name)
+    fleet.node.set_tool_output(TOOL, "nvidia-smi: unrecognized option '--query-gpu'\nSee nvidia-smi -h\n", 0)
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="one-check", max_concurrent=6, fleet=fleet.settings.fleet),
+        id=f"storm-{fleet.names[0]}", task_queue=fleet.settings.task_queue)
+    assert sorted(result.errors) == sorted(fleet.names) and not result.failed and not result.drained
+    assert {queries.get_node(fleet.engine, n).state for n in fleet.names} == {"production"}
+    for name in fleet.names:
+        assert_unjudged_not_failed(fleet, name, "unjudgeable")
