@@ -13,9 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# States whose nodes belong to the serving fleet (in it, or taken out of it for repair).
-SERVING_FLEET_STATES = ("production", "draining", "maintenance", "rma")
-UNAVAILABLE_STATES = ("draining", "maintenance", "rma")
+# States whose nodes belong to the serving fleet: in it, or taken out of it for repair. A node
+# in RMA has left the fleet (its hardware is with the vendor for weeks): counting it would
+# freeze automation for as long, so it is a matter for capacity planning, not for the guard.
+SERVING_FLEET_STATES = ("production", "draining", "maintenance")
+UNAVAILABLE_STATES = ("draining", "maintenance")
 
 
 @dataclass

@@ -77,8 +77,11 @@ class CapacityGuard:
         async with self.lock:
             now = workflow.now().timestamp()
             snapshot = await workflow.execute_activity_method(NodeActivities.fleet_snapshot, self.s.fleet, **ACTIVITY)
-            gone = set(await workflow.execute_activity_method(NodeActivities.unavailable_nodes, self.s.fleet, **ACTIVITY))
-            self.s.pending = {n: g for n, g in self.s.pending.items() if n not in gone and now - g.at < PENDING_GRANT_TTL_S}
+            # A grant counts until its node's own transition shows in the snapshot (it then
+            # leaves production); one that never does expires.
+            waiting = set(await workflow.execute_activity_method(
+                NodeActivities.still_in_production, list(self.s.pending), **ACTIVITY)) if self.s.pending else set()
+            self.s.pending = {n: g for n, g in self.s.pending.items() if n in waiting and now - g.at < PENDING_GRANT_TTL_S}
             self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
                                       if now - t < self.s.policy.storm_window_s}
             decision = decide(

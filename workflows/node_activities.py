@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from checks import judge
 from checks.catalog import CHECKS
 from checks.result import CheckResult, Status
-from fleetctl.capacity import FleetSnapshot, UNAVAILABLE_STATES, snapshot_from_states
+from fleetctl.capacity import FleetSnapshot, snapshot_from_states
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -253,8 +253,9 @@ class NodeActivities:
         return snapshot_from_states([(n.rack, n.state) for n in queries.list_nodes(self.engine)])
 
     @activity.defn
-    def unavailable_nodes(self, fleet: str) -> list[str]:
-        return [n.name for n in queries.list_nodes(self.engine) if n.state in UNAVAILABLE_STATES]
+    def still_in_production(self, names: list[str]) -> list[str]:
+        """Which of these nodes the database still shows in production."""
+        return [n.name for n in queries.nodes_named(self.engine, names) if n.state == "production"]
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:

@@ -70,6 +70,12 @@ def get_node(engine: Engine, name: str) -> Node | None:
         return session.exec(select(Node).where(Node.name == name)).first()
 
 
+def nodes_named(engine: Engine, names: Iterable[str]) -> list[Node]:
+    names = list(names)
+    with Session(engine) as session:
+        return list(session.exec(select(Node).where(col(Node.name).in_(names)))) if names else []
+
+
 def existing_names(engine: Engine, names: Iterable[str]) -> set[str]:
     names = list(names)
     with Session(engine) as session:
