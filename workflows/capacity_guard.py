@@ -31,6 +31,7 @@ def guard_id(fleet: str = "default") -> str:
 class PendingGrant:
     rack: str
     at: float
+    state_version: int  # the node's version when granted: any transition since ends the grant
 
 
 @dataclass
@@ -77,11 +78,12 @@ class CapacityGuard:
         async with self.lock:
             now = workflow.now().timestamp()
             snapshot = await workflow.execute_activity_method(NodeActivities.fleet_snapshot, self.s.fleet, **ACTIVITY)
-            # A grant counts until its node's own transition shows in the snapshot (it then
-            # leaves production); one that never does expires.
-            waiting = set(await workflow.execute_activity_method(
-                NodeActivities.still_in_production, list(self.s.pending), **ACTIVITY)) if self.s.pending else set()
-            self.s.pending = {n: g for n, g in self.s.pending.items() if n in waiting and now - g.at < PENDING_GRANT_TTL_S}
+            # A grant counts until its node's own transition shows in the snapshot (the node
+            # moved: its version changed); one that never does expires.
+            versions = await workflow.execute_activity_method(
+                NodeActivities.state_versions, [*self.s.pending, req.node], **ACTIVITY)
+            self.s.pending = {n: g for n, g in self.s.pending.items()
+                              if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
             self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
                                       if now - t < self.s.policy.storm_window_s}
             decision = decide(
@@ -94,7 +96,7 @@ class CapacityGuard:
             if decision.breaker_opened:
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
             if decision.granted:
-                self.s.pending[req.node] = PendingGrant(req.rack, now)
+                self.s.pending[req.node] = PendingGrant(req.rack, now, versions.get(req.node, -1))
                 self.s.granted_total += 1
             else:
                 self.s.denied_total += 1

@@ -253,9 +253,9 @@ class NodeActivities:
         return snapshot_from_states([(n.rack, n.state) for n in queries.list_nodes(self.engine)])
 
     @activity.defn
-    def still_in_production(self, names: list[str]) -> list[str]:
-        """Which of these nodes the database still shows in production."""
-        return [n.name for n in queries.nodes_named(self.engine, names) if n.state == "production"]
+    def state_versions(self, names: list[str]) -> dict[str, int]:
+        """Each node's state version: it changes with every transition of the node."""
+        return {n.name: n.state_version for n in queries.nodes_named(self.engine, names)}
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:
