@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import deque
@@ -44,6 +45,10 @@ def demo(
     directory = (directory or Path(".demo") / stamp).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     started = datetime.now(timezone.utc)
+    # The worker's logs (activity retries of the unreachable node, say) go to a file, not
+    # over the live view.
+    logging.basicConfig(filename=directory / "worker.log", level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     server = None
     address = os.environ.get("TEMPORAL_ADDRESS")

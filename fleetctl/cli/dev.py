@@ -43,6 +43,9 @@ def worker(ctx: typer.Context) -> None:
     """Run a worker: hosts the workflows and activities (scale out by starting more)."""
     from workflows.worker import run_worker
 
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     s = context.settings(ctx)
     context.engine(ctx)  # fail fast, in one line, if the database is not there
     typer.echo(f"worker on task queue {s.task_queue!r} at {s.temporal_address}, database ready")
