@@ -14,6 +14,13 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# The (check, metric, higher is better) pairs a node is compared with its peers on, at
+# admission and in the fleet report.
+STRAGGLER_METRICS: tuple[tuple[str, str, bool], ...] = (
+    ("nccl-allreduce", "busbw_gbps", True),
+    ("hpl", "gflops_per_gpu", True),
+)
+
 # MAD * 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SIGMA = 1.4826
 

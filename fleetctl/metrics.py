@@ -49,6 +49,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+from checks.stragglers import STRAGGLER_METRICS
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -60,11 +62,6 @@ CAPACITY_STATES = ("production", "draining", "maintenance", "rma")
 RETIRED = "retired"
 
 # (check, metric, higher is better): the metrics a node is compared with its peers on.
-# The same pairs admission judges (workflows/node_activities.py STRAGGLER_METRICS).
-STRAGGLER_METRICS: tuple[tuple[str, str, bool], ...] = (
-    ("nccl-allreduce", "busbw_gbps", True),
-    ("hpl", "gflops_per_gpu", True),
-)
 
 _XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
 # Causes written by NodeLifecycle._recheck and ActiveChecks._drain: "<kind> <suite>: <check>: <reason>".

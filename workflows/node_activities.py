@@ -27,8 +27,6 @@ from workflows.scheduler_registry import SchedulerRegistry
 
 HEARTBEAT_EVERY_S = 2.0
 
-# Metrics compared with peers at admission: (check, metric) -> higher is better.
-STRAGGLER_METRICS = {("nccl-allreduce", "busbw_gbps"): True, ("hpl", "gflops_per_gpu"): True}
 
 
 @dataclass
@@ -207,7 +205,7 @@ class NodeActivities:
     @activity.defn
     def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:
         """Burn-in results against the profile (already in their status) and against the fleet."""
-        from checks.stragglers import find_stragglers
+        from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 
         node = self._node(req.node)
         runs = queries.check_runs(self.engine, req.check_run_ids)
@@ -215,7 +213,7 @@ class NodeActivities:
         if bad:
             return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}")
         stragglers = []
-        for (check, metric), higher in STRAGGLER_METRICS.items():
+        for check, metric, higher in STRAGGLER_METRICS:
             mine = next((r.metrics[metric] for r in reversed(runs) if r.check_name == check
                          and isinstance(r.metrics.get(metric), (int, float))), None)
             if mine is None:

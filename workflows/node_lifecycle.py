@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
     from workflows.job_restart import JobRestart, JobRestartInput
     from workflows.remediation import Remediation, RemediationInput
+    from workflows.remediation_activities import RemediationActivities, RmaRequest
     from workflows.remediation_starter import remediation_id
     from workflows.job_restart import workflow_id_for as job_restart_id
     from workflows.node_activities import (
@@ -112,7 +113,7 @@ class PhaseAccepted:
 
 @dataclass
 class WorkItem:
-    kind: str  # admit | recheck | health_event | drain_followup
+    kind: str  # admit | recheck | health_event | drain_followup | open_rma
     actor: str = ""
     suite: str = ""
     cause: str = ""
@@ -183,6 +184,9 @@ class NodeLifecycle:
             result = await self._apply(req, target)
         if target == NodeState.DRAINING.value:
             self.s.work.append(WorkItem("drain_followup", actor=req.actor, cause=req.cause, remediation_event=req.event))
+        elif target == NodeState.RMA.value and req.actor_kind == Actor.OPERATOR.value:
+            # A runbook's RMA step opens its own record (with its run); an operator's needs one.
+            self.s.work.append(WorkItem("open_rma", actor=req.actor, cause=req.cause))
         return result
 
     @transition.validator
@@ -235,6 +239,11 @@ class NodeLifecycle:
             await self._health_event(item.event)
         elif item.kind == "drain_followup":
             await self._after_drain(item)
+        elif item.kind == "open_rma":
+            await workflow.execute_activity_method(
+                RemediationActivities.open_rma,
+                RmaRequest(self.s.node, item.cause, item.actor, idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma"),
+                **SHORT)
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"

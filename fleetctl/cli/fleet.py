@@ -14,6 +14,7 @@ app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_h
 
 def fleet_status(ctx: typer.Context) -> dict:
     """Counts per state and rack from the database; automation state from the guard workflow."""
+    from fleetctl.db import firmware as firmware_db
     from fleetctl.db import queries
     from fleetctl.lifecycle import NodeState
 
@@ -32,6 +33,11 @@ def fleet_status(ctx: typer.Context) -> dict:
         "per_rack": per_rack,
         "in_flight": in_flight,
         "automation": _automation(ctx),
+        "firmware_rollouts": [
+            {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
+             "max_failures": r.max_failures}
+            for status in ("running", "halted") for r in firmware_db.rollouts(engine, status=status)
+        ],
         "recent_automation_events": [
             {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
             for e in queries.automation_events(engine, limit=10)
@@ -74,8 +80,9 @@ def render_status(data: dict, _wide: bool = False):
     states = [s.value for s in NodeState]
     head = Text.assemble(("fleet ", "bold"), f"{data['nodes']} nodes   ",
                          *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)])
-    racks = simple_table("per rack", ["rack", *states], [
-        [rack, *[counts.get(s, "") for s in states]] for rack, counts in sorted(data["per_rack"].items())])
+    present = [s for s in states if data["per_state"].get(s)]
+    racks = simple_table("per rack", ["rack", *present], [
+        [rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())])
     a = data["automation"]
     if not a.get("reachable"):
         auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
@@ -86,6 +93,10 @@ def render_status(data: dict, _wide: bool = False):
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   granted {a['granted']}, held {a['denied']}")
     parts = [head, racks, auto]
+    for r in data["firmware_rollouts"]:
+        parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
+                          f"{r['failed']} failed (halts at {r['max_failures']})",
+                          style="bold red" if r["status"] == "halted" else "cyan"))
     if data["in_flight"]:
         parts.append(simple_table("in flight", ["node", "state", "since"],
                                   [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))

@@ -137,3 +137,24 @@ async def test_a_failed_active_check_is_remediated_to_rma_with_evidence(sim_flee
     (record,) = records
     assert record.evidence["node"]["name"] == bad and record.evidence["identity"]["gpus"]
     assert any(c["check"] == "nvidia-smi-query" and c["status"] == "fail" for c in record.evidence["failing_checks"])
+
+
+async def test_an_operator_rma_opens_a_record_with_evidence(sim_fleet) -> None:
+    from fleetctl.db.remediation import rma_records
+    from workflows.starter import request_transition
+
+    fleet = await sim_fleet(2)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    node = fleet.names[0]
+    await request_transition(fleet.client, node, "drain", "alice@console", "operator: fans")
+    await fleet.wait_event(node, "drain_complete")
+    await request_transition(fleet.client, node, "send_to_rma", "alice@console", "operator: fan tray dead")
+    for _ in range(100):
+        records = rma_records(fleet.engine, node_name=node)
+        if records:
+            break
+        await asyncio.sleep(0.1)
+    (record,) = records
+    assert record.opened_by == "alice@console" and "fan tray dead" in record.reason
+    assert record.evidence["transitions"][-1]["to"] == "rma"
