@@ -11,6 +11,7 @@ from fleetctl.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.db.models import Node
 
 
 @dataclass
@@ -28,13 +29,24 @@ class TransitionRecord:
     idempotency_key: str
 
 
-class LifecycleActivities:
+class DatabaseActivities:
+    """What every activity class that reads or writes the database shares."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
 
     @property
     def engine(self):
         return get_engine(self.settings.db_url)
+
+    def _node(self, name: str) -> Node:
+        node = queries.get_node(self.engine, name)
+        if node is None:
+            raise ApplicationError(f"unknown node {name}", type="UnknownNode", non_retryable=True)
+        return node
+
+
+class LifecycleActivities(DatabaseActivities):
 
     @activity.defn
     def record_transition(self, record: TransitionRecord) -> int:

@@ -14,8 +14,8 @@ from fleetctl import firmware
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
-from fleetctl.db.engine import get_engine
 from fleetctl.executors.base import ExecutorError
+from workflows.activities import DatabaseActivities
 from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
 
 SIM_REACH_ARGV = ("nvfwupd", "show_version")
@@ -62,14 +62,10 @@ class RolloutProgress:
     detail: str = ""
 
 
-class FirmwareActivities:
+class FirmwareActivities(DatabaseActivities):
     def __init__(self, settings: Settings, executors: ExecutorRegistry):
-        self.settings = settings
+        super().__init__(settings)
         self.executors = executors
-
-    @property
-    def engine(self):
-        return get_engine(self.settings.db_url)
 
     def _baseline(self, baseline_id: int) -> firmware.Baseline:
         row = db.get_baseline(self.engine, baseline_id)

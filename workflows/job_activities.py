@@ -3,7 +3,6 @@ run again (a retry after a lost answer must not restart a job twice or move a ti
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,9 +12,8 @@ from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.db import jobs
-from fleetctl.db.engine import get_engine
-from fleetctl.schedulers import scheduler_for
-from fleetctl.schedulers.base import Scheduler
+from workflows.activities import DatabaseActivities
+from workflows.scheduler_registry import SchedulerRegistry
 
 
 @dataclass
@@ -74,25 +72,10 @@ def running_off(job, bad_nodes: list[str]) -> bool:
     return job.state == "running" and not set(job.nodes) & set(bad_nodes)
 
 
-class JobRestartActivities:
-    def __init__(self, settings: Settings):
-        self.settings = settings
-        self._schedulers: dict[str, Scheduler] = {}
-        self._lock = threading.Lock()
-
-    @property
-    def engine(self):
-        return get_engine(self.settings.db_url)
-
-    def scheduler(self, kind: str) -> Scheduler:
-        """One adapter per kind per worker (the Kubernetes one holds an API client)."""
-        with self._lock:
-            if kind not in self._schedulers:
-                try:
-                    self._schedulers[kind] = scheduler_for(kind, self.settings)
-                except ValueError as exc:
-                    raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
-            return self._schedulers[kind]
+class JobRestartActivities(DatabaseActivities):
+    def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
+        super().__init__(settings)
+        self.scheduler = schedulers.get
 
     @activity.defn
     def record_restart_started(self, started: RestartStarted) -> None:

@@ -17,11 +17,11 @@ from checks.result import CheckResult, Status
 from fleetctl.capacity import FleetSnapshot, snapshot_from_states
 from fleetctl.config import Settings
 from fleetctl.db import queries
-from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, utcnow
+from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.health import judge_health_event
 from fleetctl.schedulers.base import SchedulerError
+from workflows.activities import DatabaseActivities
 from workflows.executor_registry import ExecutorRegistry, target_for
 from workflows.scheduler_registry import SchedulerRegistry
 
@@ -134,21 +134,11 @@ class SchedulerCordon:
     reason: str
 
 
-class NodeActivities:
+class NodeActivities(DatabaseActivities):
     def __init__(self, settings: Settings, executors: ExecutorRegistry, schedulers: SchedulerRegistry):
-        self.settings = settings
+        super().__init__(settings)
         self.executors = executors
         self.schedulers = schedulers
-
-    @property
-    def engine(self):
-        return get_engine(self.settings.db_url)
-
-    def _node(self, name: str) -> Node:
-        node = queries.get_node(self.engine, name)
-        if node is None:
-            raise ApplicationError(f"unknown node {name}", type="UnknownNode", non_retryable=True)
-        return node
 
     @activity.defn
     def node_facts(self, name: str) -> NodeFacts:

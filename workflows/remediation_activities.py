@@ -15,15 +15,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from fleetctl import runbooks
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
-from fleetctl.db.engine import get_engine
-from fleetctl.db.models import Node, utcnow
+from fleetctl.db.models import utcnow
 from fleetctl.executors.base import CommandResult, ExecutorError
+from workflows.activities import DatabaseActivities
 from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
 
 BOOT_ID_ARGV = ("cat", "/proc/sys/kernel/random/boot_id")
@@ -146,21 +145,11 @@ class RmaOpened:
 # ---- the activities -------------------------------------------------------------------------
 
 
-class RemediationActivities:
+class RemediationActivities(DatabaseActivities):
     def __init__(self, settings: Settings, executors: ExecutorRegistry, client=None):
-        self.settings = settings
+        super().__init__(settings)
         self.executors = executors
         self.client = client  # for asking node workflows to admit
-
-    @property
-    def engine(self):
-        return get_engine(self.settings.db_url)
-
-    def _node(self, name: str) -> Node:
-        node = queries.get_node(self.engine, name)
-        if node is None:
-            raise ApplicationError(f"unknown node {name}", type="UnknownNode", non_retryable=True)
-        return node
 
     @activity.defn
     def begin_run(self, start: RunStart) -> RunContext:

@@ -38,7 +38,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     node = NodeActivities(settings, executors, schedulers)
     remediation = RemediationActivities(settings, executors, client)
     fw = FirmwareActivities(settings, executors)
-    restarts = JobRestartActivities(settings)
+    restarts = JobRestartActivities(settings, schedulers)
     return [
         lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard,
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,

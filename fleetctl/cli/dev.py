@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -10,7 +9,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
 
 app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)

@@ -10,7 +10,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Job, Node, NodeEvent, utcnow
+from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
 
 _INVENTORY_FIELDS = {

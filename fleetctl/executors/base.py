@@ -8,7 +8,7 @@ failed hardware check: it becomes an `error` result and is retried.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 # Names and labels reach shells, scheduler commands and workflow ids: keep them to a
