@@ -76,6 +76,16 @@ class RemovalDecision:
     breaker_opened: bool = False
 
 
+@dataclass
+class CheckErrorReport:
+    """A sweep's nodes whose checks ended as `error` (nothing judged), out of those it checked."""
+
+    errored: list[str]
+    checked: int
+    actor: str
+    key: str  # stable per sweep run, so a retried report is recorded once
+
+
 def allowed_unavailable(total: int, fraction: float) -> int:
     """At least one node may always be out, or a small fleet could never be repaired."""
     return max(1, math.floor(total * fraction)) if total else 0
@@ -130,6 +140,20 @@ def decide(
             f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%})",
         )
     return RemovalDecision(request.node, True, "within limits")
+
+
+def checker_storm(policy: GuardPolicy, errored: int, checked: int) -> str | None:
+    """Why the breaker opens when a sweep could not judge many of the nodes it checked, or None.
+
+    An `error` never drains a node (it says nothing about the hardware), but errors on more
+    than the storm fraction of the nodes checked at once point at one shared cause: a tool
+    upgrade that changed the output, a broken check, the network to the nodes. Automation
+    pauses until an operator has looked, because the same checker also judges failures.
+    """
+    if checked <= 0 or errored < policy.storm_min_failures or errored <= checked * policy.storm_fraction:
+        return None
+    return (f"checker storm: {errored} of {checked} nodes returned unjudgeable output "
+            f"(more than {policy.storm_fraction:.0%} of the nodes checked); breaker opened")
 
 
 def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:

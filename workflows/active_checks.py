@@ -1,6 +1,7 @@
 """ActiveCheckSweep: started by a Temporal Schedule, it checks idle production nodes a few
 at a time and drains (through the capacity guard) the ones that fail. A node whose check
-could not run (`error`) is left alone and checked again on the next sweep."""
+could not run (`error`) is left alone and checked again on the next sweep; the sweep's
+errors go to the guard, which opens the breaker when they are a storm."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest
     from workflows.activities import NodeCommand, NodeCommandActivities, NodeCommandOutcome
     from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts, SweepScope
 
@@ -62,6 +63,13 @@ class ActiveCheckSweep:
                 await self._check_node(node, checks, req, f"{sweep_id}/{node}", result)
 
         await asyncio.gather(*(one(n) for n in nodes))
+        # Errors drain nobody, but many at once are the checker's fault, not the nodes': the
+        # guard decides whether they amount to a storm. (Patched: histories of sweeps from
+        # before this report replay unchanged.)
+        if result.errors and workflow.patched("report-check-errors"):
+            await workflow.execute_activity_method(
+                NodeCommandActivities.report_check_errors,
+                CheckErrorReport(sorted(result.errors), result.checked, req.actor, sweep_id), **SHORT)
         return result
 
     async def _check_node(self, node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.capacity import RemovalDecision, RemovalRequest
+from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -94,6 +94,12 @@ class NodeCommandActivities:
         from workflows.starter import ask_capacity_guard
 
         return await ask_capacity_guard(self.client, self.settings, req)
+
+    @activity.defn
+    async def report_check_errors(self, report: CheckErrorReport) -> None:
+        from workflows.starter import report_check_errors
+
+        await report_check_errors(self.client, self.settings, report)
 
     @activity.defn
     async def command_node(self, cmd: NodeCommand) -> NodeCommandOutcome:

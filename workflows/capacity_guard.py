@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest, decide
+    from fleetctl.capacity import CheckErrorReport, GuardPolicy, RemovalDecision, RemovalRequest, checker_storm, decide
     from workflows.node_activities import AutomationRecord, NodeActivities
 
 # A granted removal shows in the database within seconds (the node's own transition); until
@@ -123,4 +123,23 @@ class CapacityGuard:
                                  key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}"),
                 **ACTIVITY,
             )
+            return self.s
+
+    @workflow.update
+    async def report_check_errors(self, report: CheckErrorReport) -> CapacityGuardState:
+        """Errors drain nobody; a storm of them opens the breaker, with the reason, so that an
+        operator looks at the checker before automation trusts its verdicts again."""
+        async with self.lock:
+            reason = checker_storm(self.s.policy, len(report.errored), report.checked)
+            if reason is not None and not self.s.breaker_open:
+                now = workflow.now().timestamp()
+                self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, reason, now
+                sample = ", ".join(sorted(report.errored)[:5]) + (", ..." if len(report.errored) > 5 else "")
+                await workflow.execute_activity_method(
+                    NodeActivities.record_automation_event,
+                    AutomationRecord(kind="breaker_open", reason=f"{reason} ({sample})", actor=report.actor,
+                                     fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/check-errors/{report.key}"),
+                    **ACTIVITY,
+                )
+            self.decisions_this_run += 1
             return self.s

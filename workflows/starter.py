@@ -11,7 +11,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
-from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
+from fleetctl.capacity import CheckErrorReport, GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from workflows.capacity_guard import CapacityGuard, CapacityGuardState, ResumeAutomation, guard_id
 from workflows.node_activities import HealthEventInput
@@ -97,6 +97,11 @@ async def ask_capacity_guard(client: Client, settings: Settings, req: RemovalReq
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
     return await handle.query(CapacityGuard.status, result_type=CapacityGuardState)
+
+
+async def report_check_errors(client: Client, settings: Settings, report: CheckErrorReport) -> CapacityGuardState:
+    handle = await ensure_capacity_guard(client, settings)
+    return await handle.execute_update(CapacityGuard.report_check_errors, report, result_type=CapacityGuardState)
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:

@@ -40,7 +40,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     return [
-        lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard,
+        lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard, commands.report_check_errors,
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
         node.fleet_snapshot, node.state_versions, node.record_automation_event, node.idle_production_nodes,
         node.running_jobs_on, node.cordon_in_scheduler, node.choose_remediation,

@@ -44,6 +44,10 @@ def render_report(report: dict, wide: bool = False):
              groups("per profile", "profile", report["profiles"])]
     if s["causes"]:
         parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
+    if report["breaker"]:
+        parts.append(simple_table("automation breaker", ["at", "event", "by", "why"], [
+            [e["at"][:19].replace("T", " "), e["kind"].replace("_", " "), e["actor"], e["reason"]]
+            for e in report["breaker"]]))
     if report["lemons"]:
         parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "entries into maintenance"], [
             [lemon["node"], lemon["rack"], lemon["profile"], lemon["maintenance_entries"]] for lemon in report["lemons"]]))

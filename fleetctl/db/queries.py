@@ -224,6 +224,15 @@ def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
         return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))
 
 
+def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:
+    """The fleet's breaker openings and closings, oldest first (rare: a few a month)."""
+    with Session(engine) as session:
+        return list(session.exec(
+            select(AutomationEvent).where(AutomationEvent.fleet == fleet,
+                                          col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"]))
+            .order_by(AutomationEvent.at, AutomationEvent.id)))
+
+
 def recent_events(engine: Engine, limit: int = 10) -> list[NodeEvent]:
     with Session(engine) as session:
         return list(session.exec(select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)))

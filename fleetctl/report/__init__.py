@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fleetctl import metrics
+from fleetctl.db import queries
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -81,6 +82,9 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                              "value": n["value"], "median": g["median"], "robust_z": n["robust_z"]}
                             for g in stragglers for n in g["nodes"] if n["straggler"]],
         "state_over_time": _state_over_time(nodes, since, now),
+        # Why automation paused (a storm of failures, or of unjudgeable checks) and who resumed it.
+        "breaker": [{"at": _iso(e.at), "kind": e.kind, "reason": e.reason, "actor": e.actor}
+                    for e in queries.breaker_events(engine, fleet) if since <= metrics.as_utc(e.at) <= now],
     }
 
 

@@ -14,6 +14,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import NodeSpec
 from tests.executors.conftest import ssh_node, ssh_server  # noqa: F401 - fixtures used by this suite
 from tests.executors.sshd import SshNode
+from tests.lifecycle.conftest import sim_fleet  # noqa: F401 - fixture used by this suite
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
 from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
