@@ -28,8 +28,10 @@ system-deps:
 lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
+# Two processes, whole files each: most tests wait on real services, and each process runs
+# its own Temporal dev server, PostgreSQL and Slurm cluster, so the suite takes half the time.
 test: $(VENV)/.installed system-deps lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetctl demo
