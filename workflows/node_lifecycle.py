@@ -53,7 +53,8 @@ ADMITTABLE = (NodeState.NEW.value, NodeState.MAINTENANCE.value, NodeState.RMA.va
 # and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
 DRAIN_JOB_WAIT = timedelta(hours=2)
 DRAIN_JOB_POLL = timedelta(seconds=30)
-SCHEDULER_RETRY = timedelta(seconds=60)
+# After the cordon activity's own retries are spent (about 15 s), wait this long before the next round.
+SCHEDULER_RETRY_S = 60.0
 CHECK_ATTEMPTS = 3
 
 SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
@@ -135,6 +136,8 @@ class NodeLifecycleState:
     last_outcome: str = ""
     # Continue-as-new after this many transitions in one run (Temporal may suggest sooner).
     transitions_per_run: int = 500
+    # Seconds between rounds of cordon attempts while the scheduler refuses a drain.
+    scheduler_retry_s: float = SCHEDULER_RETRY_S
 
 
 @workflow.defn
@@ -411,7 +414,7 @@ class NodeLifecycle:
                     AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
                                      key=f"{workflow.info().workflow_id}/cordon/{workflow.now().timestamp()}"),
                     **SHORT)
-                await workflow.sleep(SCHEDULER_RETRY)
+                await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
         return None
 
     async def _restart_job(self, job: str, scheduler: str, item: WorkItem, seen: datetime) -> None:
