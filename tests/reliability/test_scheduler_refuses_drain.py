@@ -1,0 +1,115 @@
+"""The scheduler refuses a drain (slurmctld down, the Kubernetes API answering 500/429): the
+cordon is retried with backoff, the refusal shows in `fleet status`, and the node stays in
+`draining` (never reported drained) until the scheduler takes the drain; then it completes.
+
+Only the edge is mocked: the simulated scheduler's drain raises SchedulerError while a flag
+file exists, as an adapter does when its scheduler cannot be reached. Worker, workflows,
+database and the rest of the simulated scheduler are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.common import WorkflowIDConflictPolicy
+
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers import scheduler_for
+from fleetctl.schedulers.base import SchedulerError
+from fleetctl.schedulers.sim import SimScheduler
+from tests.lifecycle.conftest import make_fleet
+from tests.reliability.support import Cli, wait_for
+from tests.support.worker import WorkerThread
+from workflows import scheduler_registry
+from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
+from workflows.starter import connect, request_transition
+
+pytestmark = pytest.mark.temporal
+
+SLURM_DOWN = "slurm_update error: Unable to contact slurm controller (connect failure)"
+
+
+class RefusingScheduler:
+    """The simulated scheduler, whose drain fails while `down` exists; records each attempt."""
+
+    def __init__(self, real: SimScheduler, down: Path):
+        self.real, self.down = real, down
+        self.drain_attempts: list[float] = []
+        self._lock = threading.Lock()
+
+    def drain(self, node: str, reason: str) -> None:
+        with self._lock:
+            self.drain_attempts.append(time.monotonic())
+        if self.down.exists():
+            raise SchedulerError(SLURM_DOWN)
+        self.real.drain(node, reason)
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+
+async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when_the_scheduler_returns(
+        make_settings, sqlite_url, tmp_path, monkeypatch) -> None:
+    down = tmp_path / "slurmctld-down"
+    down.touch()
+    refusing: list[RefusingScheduler] = []
+
+    def scheduler_with_outage(kind, settings):
+        refusing.append(RefusingScheduler(scheduler_for(kind, settings), down))
+        return refusing[-1]
+
+    monkeypatch.setattr(scheduler_registry, "scheduler_for", scheduler_with_outage)
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
+    worker = WorkerThread(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        engine = get_engine(settings.db_url)
+        client = await connect(settings)
+        # Rounds of cordon attempts 1 s apart instead of a minute, so the test sees the next round.
+        await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, scheduler_retry_s=1.0),
+                                    id=workflow_id_for(name), task_queue=settings.task_queue,
+                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+
+        cli = Cli(settings)
+        drained = await asyncio.to_thread(cli, "node", "drain", name, "--reason", "swap optics")
+        assert drained.exit_code == 0, drained.output
+
+        def scheduler_errors() -> list:
+            return [e for e in queries.automation_events(engine, limit=50)
+                    if e.kind == "scheduler_error" and e.node_name == name]
+
+        await wait_for(lambda: bool(scheduler_errors()), 60, "a round of refused cordons")
+        (sim,) = refusing
+        await wait_for(lambda: len(sim.drain_attempts) > 5, 10, "the next round of attempts")
+        # Backoff: each round is five attempts whose gaps grow (1, 2, 4, 8 s).
+        gaps = [b - a for a, b in zip(sim.drain_attempts, sim.drain_attempts[1:5])]
+        assert len(gaps) == 4 and all(0.8 * 2 ** i <= gap for i, gap in enumerate(gaps)), gaps
+        assert queries.get_node(engine, name).state == "draining"  # not moved on as if it had worked
+        assert not SimScheduler(engine).node_state(name).drained
+        assert SLURM_DOWN in scheduler_errors()[0].reason
+        status = await asyncio.to_thread(cli, "fleet", "status", "-o", "json")
+        assert any(e["kind"] == "scheduler_error" and e["node"] == name and SLURM_DOWN in e["reason"]
+                   for e in json.loads(status.stdout)["recent_automation_events"]), status.stdout
+        shown = (await asyncio.to_thread(cli, "fleet", "status")).stdout
+        assert "scheduler_error" in shown and "Unable to contact slurm" in shown, shown
+        current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        assert current.activity.startswith("draining") and "scheduler refused the drain" in current.last_outcome
+
+        down.unlink()  # slurmctld is back
+        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 60, "the drain to complete")
+    finally:
+        worker.stop()
+    events = queries.node_events(engine, name)
+    assert [e.trigger for e in events] == ["begin_burn_in", "begin_admission", "enter_production", "drain", "drain_complete"]
+    assert [e.state_version for e in events] == [1, 2, 3, 4, 5]
+    in_scheduler = SimScheduler(engine).node_state(name)
+    assert in_scheduler.drained and in_scheduler.owned_by_fleetctl and "swap optics" in in_scheduler.reason
