@@ -1,0 +1,119 @@
+"""A real `fleetctl worker` process SIGKILLed while work is in flight: a drain, a job
+restart, a runbook step, a firmware batch. After a restart the workflows resume where they
+were: every transition recorded once (the node's events in order, state versions 1..n),
+and the simulated scheduler's tables agree with the database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fleetctl.db import jobs as job_store
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.sim import SimScheduler
+from tests.lifecycle.conftest import make_fleet
+from tests.lifecycle.test_worker_kill import start_worker
+from tests.reliability.support import wait_for
+from workflows.node_activities import HealthEventInput
+from workflows.starter import connect, ensure_node_workflows, request_transition, send_health_events
+
+pytestmark = [pytest.mark.temporal, pytest.mark.slow]
+
+TO_PRODUCTION = ["begin_burn_in", "begin_admission", "enter_production"]
+
+
+class KillableWorker:
+    """The worker as a process of its own, SIGKILLed (no cleanup of any kind) and restarted."""
+
+    def __init__(self, settings, log: Path):
+        self.settings, self.log = settings, open(log, "ab")
+        self.process: subprocess.Popen = start_worker(settings, self.log)
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def restart(self) -> None:
+        self.process = start_worker(self.settings, self.log)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def killable_worker(make_settings, sqlite_url, tmp_path, monkeypatch):
+    """factory(runbooks_dir=None) -> (settings, KillableWorker); without runbooks a drained
+    node waits in maintenance."""
+    started: list[KillableWorker] = []
+
+    def factory(runbooks_dir: Path | None = None):
+        monkeypatch.setenv("FLEETCTL_RUNBOOKS_DIR", str(runbooks_dir or tmp_path))
+        settings = make_settings(sqlite_url)
+        started.append(KillableWorker(settings, tmp_path / "worker.log"))
+        return settings, started[-1]
+
+    yield factory
+    for worker in started:
+        worker.close()
+
+
+def assert_events(engine, name: str, triggers: list[str]) -> None:
+    events = queries.node_events(engine, name)
+    assert [e.trigger for e in events] == triggers, [(e.trigger, e.cause) for e in events]
+    assert [e.state_version for e in events] == list(range(1, len(triggers) + 1))
+    assert queries.get_node(engine, name).state_version == len(triggers)
+
+
+async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker, tmp_path) -> None:
+    settings, worker = killable_worker()
+    bad, peer, busy, spare = names = make_fleet(settings, 4)
+    engine = get_engine(settings.db_url)
+    client = await connect(settings)
+    await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+    for name in (bad, peer, busy):
+        for trigger in TO_PRODUCTION:
+            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+    scheduler = SimScheduler(engine)
+    train = scheduler.submit("train", 2)
+    other = scheduler.submit("other", 1)
+    assert (train.nodes, other.nodes) == ((bad, peer), (busy,))
+
+    await send_health_events(client, bad, [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus",
+                                                            "dmesg-watcher", "kill-79", 0.0)])
+    await wait_for(lambda: queries.get_node(engine, bad).state != "production", 30, "the drain", interval_s=0.01)
+    worker.kill()  # in the drain: cordon, jobs, the restart child, drain_complete still to come
+    landed_in = queries.get_node(engine, bad).state
+    assert landed_in in ("draining", "maintenance")
+
+    worker.restart()
+    # The job cannot run again yet: off `bad`, only `peer` is free. The restart waits for nodes.
+    await wait_for(lambda: [r.requeued_at is not None for r in job_store.job_restarts(engine, train.job_id)] == [True],
+                   30, "the job to be requeued")
+    worker.kill()  # in the job restart, while it waits for the job to run
+    assert job_store.job_restarts(engine, train.job_id)[0].status == "in_progress"
+
+    worker.restart()
+    for trigger in TO_PRODUCTION:  # a node comes back into service: the job can run
+        await request_transition(client, spare, trigger, "setup", actor_kind="automation")
+    await wait_for(lambda: [r.status for r in job_store.job_restarts(engine, train.job_id)] == ["succeeded"], 30,
+                   "the restart to finish")
+    await wait_for(lambda: queries.get_node(engine, bad).state == "maintenance", 30, "the drain to complete")
+
+    assert_events(engine, bad, [*TO_PRODUCTION, "drain", "drain_complete"])
+    assert [h.code for h in queries.health_events(engine, bad)] == [79]
+    (restart,) = job_store.job_restarts(engine, train.job_id)
+    assert sorted(restart.new_nodes) == sorted([peer, spare]) and restart.bad_nodes == [bad]
+    # The scheduler and the database agree: bad drained by fleetctl and idle; the job runs off it.
+    in_scheduler = scheduler.node_state(bad)
+    assert in_scheduler.drained and in_scheduler.owned_by_fleetctl and in_scheduler.state == "drain"
+    assert sorted(scheduler.job(train.job_id).nodes) == sorted([peer, spare])
+    assert scheduler.job(other.job_id).nodes == (busy,)
+    for name in (peer, busy, spare):
+        assert queries.get_node(engine, name).state == "production" and not scheduler.node_state(name).drained
