@@ -243,7 +243,9 @@ class Remediation:
                     CheckRequest(self.inp.node, check, f"runbook:{self.inp.runbook['name']}",
                                  f"{self.run_key}/{step.index}/{i}", CHECK_ATTEMPTS),
                     start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-                    heartbeat_timeout=timedelta(seconds=30),
+                    # run_check heartbeats every 2 s: a check whose worker died is retried
+                    # elsewhere after 10 s, as in the node's own workflow, not after 30.
+                    heartbeat_timeout=timedelta(seconds=10),
                     retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
                                              non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
                 )
