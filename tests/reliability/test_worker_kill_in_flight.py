@@ -5,6 +5,7 @@ and the simulated scheduler's tables agree with the database."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -117,3 +118,47 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
     assert scheduler.job(other.job_id).nodes == (busy,)
     for name in (peer, busy, spare):
         assert queries.get_node(engine, name).state == "production" and not scheduler.node_state(name).drained
+
+
+SLOW_RUNBOOK = """
+name: long-diagnostic
+match: {xid: [48]}
+steps:
+  - action: run_check
+    name: diag
+    with: {check: dcgm-r3}
+  - action: rma
+    with: {reason: "diagnosed by {{ runbook }}"}
+"""
+
+
+async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
+    from fleetctl.db import remediation as runs_store
+    from fleetctl.runbooks import Event, parse_runbook
+    from workflows.remediation_starter import start_remediation
+
+    settings, worker = killable_worker()
+    (name,) = make_fleet(settings, 1)
+    engine = get_engine(settings.db_url)
+    client = await connect(settings)
+    await ensure_node_workflows(client, settings, [(name, "new", 0)])
+    for trigger in ("begin_burn_in", "phase_failed"):  # in maintenance, where runbooks work
+        await request_transition(client, name, trigger, "setup", actor_kind="automation")
+    handle = await start_remediation(client, settings, name, parse_runbook(SLOW_RUNBOOK), Event("xid", code=48),
+                                     "tester")
+    await wait_for(lambda: bool(runs_store.runs(engine, node_name=name)), 30, "the run to begin")
+    (run,) = runs_store.runs(engine, node_name=name)
+    run_key = run.run_key
+    await asyncio.sleep(1.5)  # inside dcgm-r3 (about 4.5 s at this time scale)
+    assert runs_store.steps(engine, run_key) == [] and queries.latest_checks(engine, name) == []
+    worker.kill()
+
+    worker.restart()
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.status in ("succeeded", "escalated"), result
+    assert runs_store.get_run(engine, run_key).status == result.status
+    assert [(s.step_index, s.action, s.status) for s in runs_store.steps(engine, run_key)] == [
+        (0, "run_check", "passed"), (1, "rma", "passed")]
+    assert [r.check_name for r in queries.latest_checks(engine, name, limit=10)] == ["dcgm-r3"]  # recorded once
+    assert_events(engine, name, ["begin_burn_in", "phase_failed", "send_to_rma"])
+    assert len(runs_store.rma_records(engine, node_name=name)) == 1
