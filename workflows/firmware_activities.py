@@ -85,6 +85,12 @@ class FirmwareActivities(DatabaseActivities):
                            {d.component or d.pattern: [d.actual, d.expected] for d in found.drifts})
 
     @activity.defn
+    def current_baseline_id(self, _fleet: str) -> int:
+        """The baseline set last (`firmware baseline set`); 0 when none is set."""
+        baseline = db.current_baseline(self.engine)
+        return baseline.id if baseline else 0
+
+    @activity.defn
     def apply_updates(self, req: DriftRequest) -> UpdateOutcome:
         """Apply every baseline entry the node drifts from; the caller re-checks afterwards."""
         node = queries.get_node(self.engine, req.node)

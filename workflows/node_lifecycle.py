@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import RemovalDecision, RemovalRequest
     from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
+    from workflows.firmware_activities import DriftReport, DriftRequest, FirmwareActivities, UpdateOutcome
+    from workflows.firmware_rollout import FIRMWARE_CHECKS
     from workflows.job_restart import JobRestart, JobRestartInput
     from workflows.remediation import Remediation, RemediationInput
     from workflows.remediation_activities import RemediationActivities, RmaRequest
@@ -250,6 +252,9 @@ class NodeLifecycle:
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"
+        # Histories recorded before the firmware phase existed go straight to burn-in.
+        if workflow.patched("firmware-phase") and not await self._firmware_phase(item):
+            return
         if not await self._move("begin_burn_in", f"{item.actor}: admit with suite {item.suite}", item.actor):
             return
         checks = await self._suite_checks(item.suite)
@@ -281,6 +286,44 @@ class NodeLifecycle:
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
             check = "nccl-allreduce" if "nccl" in verdict.reason else "admission"
             await self._remediate(check_event(check, "fail", verdict.reason), item.actor)
+
+    async def _firmware_phase(self, item: WorkItem) -> bool:
+        """Bring the node to the fleet's firmware baseline, through the same update path as a
+        roll-out. Skipped when no baseline is set or the node already matches it. False: the
+        node failed the phase (it is in maintenance now) or moved on."""
+        baseline_id = await workflow.execute_activity_method(FirmwareActivities.current_baseline_id, "", **SHORT)
+        if not baseline_id:
+            return True
+        base = f"{workflow.info().workflow_id}@{self.s.state_version}/firmware"
+        drift = await self._firmware_drift(baseline_id, f"{base}/before")
+        if drift.status != "drift":
+            return True  # matches (or nothing to compare): burn-in judges the rest
+        cause = f"firmware: off the baseline: {'; '.join(drift.drifts)}"
+        if not await self._move("begin_firmware", cause, item.actor):
+            return False
+        self.s.activity = "firmware: updating"
+        applied: UpdateOutcome = await workflow.execute_activity_method(
+            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id),
+            start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
+            retry_policy=RetryPolicy(maximum_attempts=1))
+        if applied.ok:
+            after = await self._firmware_drift(baseline_id, f"{base}/after")
+            if after.status == "ok":
+                self.s.last_outcome = f"firmware updated: {applied.detail}"
+                return True
+            reason = f"still off the baseline after the update: {'; '.join(after.drifts)}"
+        else:
+            reason = f"update failed: {applied.detail}"
+        await self._move("phase_failed", f"firmware: {reason}")
+        return False
+
+    async def _firmware_drift(self, baseline_id: int, key: str) -> DriftReport:
+        """Read the node's firmware inventory (recorded as check runs), then compare."""
+        for index, check in enumerate(FIRMWARE_CHECKS):
+            self.s.activity = f"firmware: {check}"
+            await self._run_check(check, "firmware", f"{key}/{index}")
+        return await workflow.execute_activity_method(
+            FirmwareActivities.node_drift, DriftRequest(self.s.node, baseline_id), **SHORT)
 
     async def _recheck(self, item: WorkItem) -> None:
         checks = await self._suite_checks(item.suite)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +12,7 @@ from checks.catalog import CHECKS
 from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
 from fleetctl.executors.sim import SimExecutor, SimFaultSpec
+from tests.support.checks import record_check
 from workflows.active_checks import ActiveCheckSweep, SweepInput
 from workflows.node_activities import HealthEventInput
 from workflows.starter import guard_status, send_health_events
@@ -158,3 +159,48 @@ async def test_an_operator_rma_opens_a_record_with_evidence(sim_fleet) -> None:
     (record,) = records
     assert record.opened_by == "alice@console" and "fan tray dead" in record.reason
     assert record.evidence["transitions"][-1]["to"] == "rma"
+
+
+BASELINE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
+
+
+def _set_baseline(fleet) -> None:
+    from fleetctl.db.firmware import set_baseline
+    from fleetctl.firmware import load_baseline
+
+    baseline = load_baseline(BASELINE)
+    set_baseline(fleet.engine, baseline.name, baseline.to_dict(), BASELINE.read_text(), "tester")
+
+
+async def test_a_node_at_the_baseline_skips_the_firmware_phase(sim_fleet) -> None:
+    fleet = await sim_fleet(1)
+    (name,) = fleet.names
+    _set_baseline(fleet)
+    await fleet.admit([name])
+    await fleet.wait_event(name, "enter_production")
+    assert "begin_firmware" not in [e.trigger for e in queries.node_events(fleet.engine, name)]
+
+
+async def test_a_drifted_node_is_updated_in_the_firmware_phase_then_burned_in(sim_fleet) -> None:
+    fleet = await sim_fleet(1)
+    (name,) = fleet.names
+    _set_baseline(fleet)
+    fleet.inject(name, "firmware-drift")
+    await fleet.admit([name])
+    await fleet.wait_event(name, "enter_production")
+    events = queries.node_events(fleet.engine, name)
+    assert [(e.from_state, e.to_state) for e in events][:2] == [("new", "firmware"), ("firmware", "burn_in")]
+    assert "off the baseline" in events[0].cause
+
+
+async def test_a_failed_firmware_update_sends_the_node_to_maintenance(sim_fleet) -> None:
+    fleet = await sim_fleet(1)
+    (name,) = fleet.names
+    _set_baseline(fleet)
+    fleet.inject(name, "firmware-drift")
+    for check in ("firmware-inventory", "nic-firmware"):  # its inventory, read before it went dark
+        record_check(fleet.settings, name, check)
+    fleet.inject(name, "unreachable")  # the update cannot reach it
+    await fleet.admit([name])
+    failed = await fleet.wait_event(name, "phase_failed")
+    assert failed.from_state == "firmware" and failed.cause.startswith("firmware: ")

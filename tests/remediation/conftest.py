@@ -10,16 +10,14 @@ from dataclasses import dataclass
 import pytest
 from temporalio.client import Client
 
-from checks import judge
-from checks.catalog import CHECKS
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun, HealthEvent
 from fleetctl.inventory import parse_inventory
-from workflows.executor_registry import ExecutorRegistry, target_for
 from workflows.starter import ensure_node_workflows, request_transition
 from workflows.worker import build_worker
+from tests.support.checks import record_check
 
 
 @dataclass
@@ -43,16 +41,7 @@ class SimFleet:
         return names
 
     def record_check(self, node: str, check: str) -> CheckRun:
-        """Run a catalog check on the simulated node and store its judged result, as a sweep would."""
-        row = queries.get_node(self.engine, node)
-        registry = ExecutorRegistry(self.settings)
-        out = registry.for_target(target_for(row)).run(target_for(row), CHECKS[check].argv, 60)
-        result = judge(CHECKS[check].kind, out.stdout, row.profile).to_dict()
-        key = f"test/{node}/{check}/{uuid.uuid4().hex[:6]}"
-        return queries.insert_once(self.engine, CheckRun(
-            node_name=node, check_name=check, kind=CHECKS[check].kind, status=result["status"],
-            metrics=result["metrics"], findings=result["findings"], reason=result["reason"], raw_output=out.stdout,
-            idempotency_key=key), CheckRun.idempotency_key, key)
+        return record_check(self.settings, node, check)
 
     def record_xid(self, node: str, code: int, message: str = "") -> None:
         key = f"test/{node}/xid/{uuid.uuid4().hex[:6]}"
