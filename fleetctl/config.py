@@ -21,6 +21,7 @@ ENV_VARS = {
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
+    "accept_new_host_keys": "FLEETCTL_ACCEPT_NEW_HOST_KEYS",
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",

@@ -95,13 +95,15 @@ def main(
     namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
     task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
     operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
+    accept_new_host_keys: Optional[bool] = typer.Option(
+        None, "--accept-new-host-keys", help="trust (and record) SSH host keys never seen before; changed keys are always refused"),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
 ) -> None:
     from fleetctl.config import load_settings
 
     ctx.obj = load_settings(
         flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
-               "task_queue": task_queue, "operator": operator},
+               "task_queue": task_queue, "operator": operator, "accept_new_host_keys": accept_new_host_keys},
         config_file=config,
     )
 

@@ -26,3 +26,11 @@ def test_unknown_setting_in_file_is_an_error(tmp_path) -> None:
 def test_bad_number_is_an_error() -> None:
     with pytest.raises(ConfigError, match="sim_time_scale"):
         load_settings(env={"FLEETCTL_SIM_TIME_SCALE": "fast"})
+
+
+def test_trust_on_first_use_only_when_asked(tmp_path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_settings(env={}, config_file=empty).accept_new_host_keys is False
+    assert load_settings(env={"FLEETCTL_ACCEPT_NEW_HOST_KEYS": "1"}, config_file=empty).accept_new_host_keys is True
+    assert load_settings(flags={"accept_new_host_keys": True}, env={}, config_file=empty).sources["accept_new_host_keys"] == "flag"
