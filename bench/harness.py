@@ -100,11 +100,12 @@ def rounded(samples: Sequence[float], digits: int = 4) -> list[float]:
     return [round(s, digits) for s in samples]
 
 
-def rss_mib(pid: int) -> float | None:
-    """Resident memory of a process now, from /proc (None when it is gone)."""
+def rss_mib(pid: int, peak: bool = False) -> float | None:
+    """Resident memory of a process now, or its peak so far, from /proc (None when it is gone)."""
+    field = "VmHWM:" if peak else "VmRSS:"
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field):
                 return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass

@@ -129,7 +129,7 @@ def _fleetctl_trial(cluster, settings) -> dict:
 
 
 async def _fleetctl_trials(cluster, directory: Path, trials: int) -> list[dict]:
-    from workflows.starter import connect, ensure_node_workflows
+    from workflows.starter import connect
 
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from bench.fleet import dev_server, fleet_settings, fleetctl_worker, settings_env
-from bench.harness import CannotMeasure, rounded
+from bench.harness import CannotMeasure, rounded, rss_mib
 
 NODES = 1000
 NODES_FULL = 10000
@@ -42,16 +42,6 @@ def _file_mib(*paths: Path) -> float:
 def _sqlite_mib(db: Path) -> float:
     """The database with its WAL and shared-memory files: what it takes on disk."""
     return _file_mib(db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm"))
-
-
-def _peak_rss_mib(pid: int) -> float | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return None
 
 
 def _inventory(directory: Path, nodes: int) -> Path:
@@ -165,7 +155,7 @@ async def measure(nodes: int, directory: Path) -> dict:
             rss_idle = worker.rss_mib()
             sweep = await _sweep(client, settings)
             node_events_after = await _history_lengths(client, sampled)
-            rss_after_sweep, rss_peak = worker.rss_mib(), _peak_rss_mib(worker.pid)
+            rss_after_sweep, rss_peak = worker.rss_mib(), rss_mib(worker.pid, peak=True)
             cli = _cli_timings(settings)
         finally:
             worker.stop()

@@ -21,7 +21,7 @@ from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, 
 from bench.harness import CannotMeasure
 
 SIZES_FULL = (100, 1000)
-# 1,000 nodes take minutes per side even on an idle machine: the default run stays under 15.
+# 1,000 nodes take minutes per side even on an idle 2-core machine: --full only.
 SIZES = (100, 300)
 SUITE = "standard"
 # Requests in flight at once from the driver, for both sides: ensure_node_workflows' default.
