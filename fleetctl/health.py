@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from checks.xid import xid_action
 
 DAY_S = 24 * 3600.0
+# How far a sender's clock may be from the server's before its times are not believed: NTP
+# keeps real machines within seconds, so minutes apart is a wrong clock or a sleeping laptop.
+MAX_SENDER_SKEW_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,16 @@ class EventVerdict:
     drain_now: bool
     escalated: bool
     reason: str
+
+
+def plausible_time(sent_at: float, received_at: float, max_skew_s: float = MAX_SENDER_SKEW_S) -> float:
+    """When an event happened, for windows and latencies: the sender's own time when it is
+    close to the time the server received it, else the receive time. A CLI whose clock is
+    days off, or an event that sat on a sleeping laptop, cannot move the event out of (or
+    into) an escalation window, nor make a restart look minutes long or negative."""
+    if sent_at and abs(sent_at - received_at) <= max_skew_s:
+        return sent_at
+    return received_at
 
 
 def judge_health_event(code: int, earlier_same_code: list[float], now: float,

@@ -19,7 +19,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, utcnow
 from fleetctl.executors.base import ExecutorError
-from fleetctl.health import judge_health_event
+from fleetctl.health import judge_health_event, plausible_time
 from fleetctl.schedulers.base import SchedulerError
 from workflows.activities import DatabaseActivities
 from workflows.executor_registry import ExecutorRegistry, target_for
@@ -76,7 +76,9 @@ class HealthEventInput:
     # Unique per event (the CLI makes one; a log line's hash for --from-log), so a resent
     # signal is recorded once.
     event_id: str = ""
-    at: float = 0.0  # unix time the fault was seen
+    at: float = 0.0  # unix time the fault was seen, by the sender's clock
+    # Unix time the node's workflow received it, by the server's clock (set there).
+    received_at: float = 0.0
 
 
 @dataclass
@@ -220,8 +222,12 @@ class NodeActivities(DatabaseActivities):
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
         from checks.xid import xid_action
 
-        now = ev.at or time.time()
+        # Not the sender's clock alone: one days off would move the event out of (or into)
+        # the escalation window of the events other senders reported. An event resent (after
+        # a laptop slept, say) keeps the time it was first recorded with.
+        now = plausible_time(ev.at, ev.received_at or time.time())
         key = ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{now}"
+        now = queries.health_event_time(self.engine, key) or now
         earlier = [] if ev.code is None else queries.health_event_times(self.engine, ev.node, ev.code, key)
         if ev.code is None:
             verdict_sev, verdict_action, drain, reason = "warning", "reset_gpu", False, ev.message or "operator report"

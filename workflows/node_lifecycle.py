@@ -22,6 +22,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
     from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.health import plausible_time
     from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
     from workflows.firmware_activities import DriftReport, DriftRequest, FirmwareActivities, UpdateOutcome
@@ -227,6 +228,10 @@ class NodeLifecycle:
 
     @workflow.signal
     def health_event(self, ev: HealthEventInput) -> None:
+        # The sender's clock is believed only when it agrees with ours: windows and restart
+        # latencies then run on times that are comparable across senders.
+        ev.received_at = workflow.now().timestamp()
+        ev.at = plausible_time(ev.at, ev.received_at)
         self.s.work.append(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
 
     @workflow.query

@@ -219,6 +219,13 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
         return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
 
 
+def health_event_time(engine: Engine, idempotency_key: str) -> float | None:
+    """When the health event with this key was recorded as having happened; None if it was not."""
+    with Session(engine) as session:
+        at = session.exec(select(HealthEvent.at).where(HealthEvent.idempotency_key == idempotency_key)).first()
+    return None if at is None else (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+
+
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
     with Session(engine) as session:
         return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))
