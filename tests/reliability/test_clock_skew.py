@@ -1,0 +1,125 @@
+"""Clocks that jump and laptops that sleep: a CLI whose clock is days off, or an event resent
+after a long pause, must not move a health event into or out of the 24 h escalation window.
+Times are synthetic (no waiting): the activity is called with the receive time a workflow
+would stamp, and the capacity guard is checked to read no wall clock at all."""
+
+from __future__ import annotations
+
+import ast
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.health import MAX_SENDER_SKEW_S, plausible_time
+from tests.lifecycle.conftest import make_fleet
+from tests.reliability.support import wait_for
+from tests.support.worker import WorkerThread
+from workflows.executor_registry import ExecutorRegistry
+from workflows.node_activities import HealthEventInput, NodeActivities
+from workflows.scheduler_registry import SchedulerRegistry
+from workflows.starter import connect, ensure_node_workflows, send_health_events
+
+HOUR, DAY = 3600.0, 86400.0
+T0 = 1_800_000_000.0  # the server's clock when the first event arrives
+WARNING_XID = 94  # contained ECC: three within 24 h drain the node
+
+
+@pytest.fixture
+def health(make_settings, sqlite_url):
+    """record(received_at, sender_at, event_id=None) -> verdict: one event through the real
+    activity and database, received by the server at `received_at`."""
+    settings = make_settings(sqlite_url)
+    (node,) = make_fleet(settings, 1)
+    activities = NodeActivities(settings, ExecutorRegistry(settings), SchedulerRegistry(settings))
+
+    def record(received_at: float, sender_at: float, event_id: str | None = None):
+        return activities.record_health_event(HealthEventInput(
+            node, "xid", WARNING_XID, "contained ECC", "cli", event_id or uuid.uuid4().hex, sender_at, received_at))
+
+    record.node, record.engine = node, get_engine(settings.db_url)
+    return record
+
+
+def test_a_sender_clock_days_behind_still_escalates(health) -> None:
+    assert not health(T0, T0).drain_now
+    assert not health(T0 + HOUR, T0 + HOUR).drain_now
+    # The third within two hours, from a laptop whose clock is three days slow.
+    assert health(T0 + 2 * HOUR, T0 + 2 * HOUR - 3 * DAY).drain_now
+
+
+def test_a_sender_clock_days_ahead_still_escalates(health) -> None:
+    health(T0, T0)
+    health(T0 + HOUR, T0 + HOUR)
+    assert health(T0 + 2 * HOUR, T0 + 2 * HOUR + 3 * DAY).drain_now
+
+
+def test_a_wrong_clock_cannot_pull_a_late_event_into_an_old_window(health) -> None:
+    health(T0, T0)
+    health(T0 + 0.9 * DAY, T0 + 0.9 * DAY)
+    # Really three days later; the sender's clock (two days slow) would put it beside the others.
+    verdict = health(T0 + 3 * DAY, T0 + DAY)
+    assert not verdict.drain_now, verdict.reason
+    stored = sorted(_epoch(h.at) for h in queries.health_events(health.engine, health.node))
+    assert stored[-1] == pytest.approx(T0 + 3 * DAY)  # recorded when it happened, not when the laptop thought
+
+
+def test_an_event_resent_after_a_long_pause_keeps_its_first_time(health) -> None:
+    health(T0, T0, "seen-on-monday")
+    health(T0 + 3 * DAY - HOUR, T0 + 3 * DAY - HOUR)
+    health(T0 + 3 * DAY, T0 + 3 * DAY)
+    # The laptop wakes up on Thursday and sends Monday's event again.
+    resent = health(T0 + 3 * DAY + 60, T0, "seen-on-monday")
+    assert not resent.drain_now, resent.reason
+    assert len(queries.health_events(health.engine, health.node)) == 3
+
+
+def _epoch(at: datetime) -> float:
+    """SQLite gives back naive datetimes (stored as UTC)."""
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def test_plausible_time_trusts_a_sender_within_the_skew_only() -> None:
+    assert plausible_time(T0 - 10, T0) == T0 - 10
+    assert plausible_time(T0 - MAX_SENDER_SKEW_S - 1, T0) == T0
+    assert plausible_time(T0 + MAX_SENDER_SKEW_S + 1, T0) == T0
+    assert plausible_time(0.0, T0) == T0  # a sender that gave no time
+
+
+def _wall_clock_reads(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and ast.unparse(node) in ("time.time", "time.monotonic", "datetime.now", "datetime.utcnow", "date.today")]
+
+
+def test_workflow_code_reads_no_wall_clock() -> None:
+    """The guard's storm window (and every workflow's timing) runs on workflow.now(): a
+    worker's clock jumping, or a worker paused for hours, cannot corrupt it on replay."""
+    workflows = Path(__file__).parents[2] / "workflows"
+    offenders = {p.name: reads for p in workflows.glob("*.py")
+                 if "@workflow.defn" in p.read_text() and (reads := _wall_clock_reads(p))}
+    assert offenders == {}
+    guard = (workflows / "capacity_guard.py").read_text()
+    assert "now = workflow.now().timestamp()" in guard and "storm_window_s" in guard
+
+
+@pytest.mark.temporal
+async def test_a_skewed_cli_clock_is_replaced_by_the_workflow_receive_time(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    (node,) = make_fleet(settings, 1)
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        await ensure_node_workflows(client, settings, [(node, "new", 0)])
+        engine = get_engine(settings.db_url)
+        sent = datetime.now(timezone.utc).timestamp()
+        await send_health_events(client, node, [HealthEventInput(node, "xid", WARNING_XID, "", "cli", "skewed",
+                                                                 sent - 3 * DAY)])
+        await wait_for(lambda: bool(queries.health_events(engine, node)), 30, "the event to be recorded")
+    finally:
+        worker.stop()
+    (event,) = queries.health_events(engine, node)
+    assert abs(_epoch(event.at) - sent) < 60
