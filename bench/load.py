@@ -4,9 +4,10 @@ What is simulated, exactly: N nodes (default 1,000) in production, each with its
 workflow, and an active-check sweep (quick suite) every SWEEP_EVERY_MIN simulated minutes
 for SIM_MINUTES simulated minutes. Time is compressed: the sweeps run back to back (each
 one's wall time is what it is), and the faults that would arrive between two sweeps are
-injected just before each: FAULTS_PER_SWEEP simulated hardware faults found by the sweep
-(row-remap failures, IB ports down, thermal throttling, in turn) and XIDS_PER_SWEEP XID 79
-events sent as signals (a critical drain each, then the shipped runbooks remediate). The
+injected just before each: FAULTS_PER_MIN simulated hardware faults per simulated minute,
+found by the next sweep (row-remap failures, IB ports down, thermal throttling, in turn),
+and XIDS_PER_MIN XID 79 events per simulated minute sent as signals (a critical drain each,
+then the shipped runbooks remediate). The
 capacity guard, the remediations and the node workflows are the real ones, on a real
 Temporal dev server with the worker in a process of its own; checks run instantly
 (FLEETCTL_SIM_TIME_SCALE=0).
@@ -37,8 +38,8 @@ from bench.scale import _fleetctl, _history_lengths, _inventory, _put_in_product
 NODES = 1000
 SIM_MINUTES = 30
 SWEEP_EVERY_MIN = 5
-FAULTS_PER_SWEEP = 3
-XIDS_PER_SWEEP = 1
+FAULTS_PER_MIN = 0.6
+XIDS_PER_MIN = 0.2
 SWEEP_CONCURRENCY = 0.10  # of the idle nodes checked at once (the default is 5 %)
 FAULT_KINDS = ("row-remap-failure", "ib-port-down", "thermal-throttle")
 RSS_EVERY_S = 2.0
@@ -69,7 +70,7 @@ async def _sweep(client, settings, index: int) -> dict:
             "held": len(result.held), "history_events": (await handle.describe()).history_length}
 
 
-async def _inject(client, settings, rng: random.Random, index: int) -> list[str]:
+async def _inject(client, settings, rng: random.Random, index: int, faults: int, xids: int) -> list[str]:
     """This interval's faults on nodes in production now; the nodes hit."""
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
@@ -79,10 +80,10 @@ async def _inject(client, settings, rng: random.Random, index: int) -> list[str]
 
     engine = get_engine(settings.db_url)
     healthy = sorted(n.name for n in queries.list_nodes(engine, state="production"))
-    hit = rng.sample(healthy, FAULTS_PER_SWEEP + XIDS_PER_SWEEP)
-    for k, name in enumerate(hit[:FAULTS_PER_SWEEP]):
-        add_fault(engine, name, FAULT_KINDS[(index * FAULTS_PER_SWEEP + k) % len(FAULT_KINDS)], seed=index)
-    for name in hit[FAULTS_PER_SWEEP:]:
+    hit = rng.sample(healthy, faults + xids)
+    for k, name in enumerate(hit[:faults]):
+        add_fault(engine, name, FAULT_KINDS[(index * faults + k) % len(FAULT_KINDS)], seed=index)
+    for name in hit[faults:]:
         await send_health_events(client, name, [HealthEventInput(name, "xid", 79, "GPU has fallen off the bus",
                                                                  "load-bench", f"load-{index}-{name}", time.time())])
     return hit
@@ -128,12 +129,13 @@ async def _histories(client, settings, names: list[str]) -> dict:
             "capacity_guard_events": guard.history_length}
 
 
-async def measure(nodes: int, sim_minutes: int, directory: Path, seed: int) -> dict:
+async def measure(nodes: int, sim_minutes: int, sweep_every_min: int, directory: Path, seed: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from workflows.starter import connect
 
-    sweeps = max(1, sim_minutes // SWEEP_EVERY_MIN)
+    sweeps = max(1, sim_minutes // sweep_every_min)
+    faults, xids = round(FAULTS_PER_MIN * sweep_every_min), round(XIDS_PER_MIN * sweep_every_min)
     rng = random.Random(seed)
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
@@ -154,7 +156,7 @@ async def measure(nodes: int, sim_minutes: int, directory: Path, seed: int) -> d
             rss_after_import = worker.rss_mib()
             runs, hit = [], []
             for index in range(sweeps):
-                hit += await _inject(client, settings, rng, index)
+                hit += await _inject(client, settings, rng, index, faults, xids)
                 runs.append(await _sweep(client, settings, index))
                 runs[-1]["worker_rss_mib"] = worker.rss_mib()
             settled = await _settle(client, settings, names)
@@ -169,8 +171,8 @@ async def measure(nodes: int, sim_minutes: int, directory: Path, seed: int) -> d
         per_state[n.state] = per_state.get(n.state, 0) + 1
     values = [v for _, v in rss]
     return {
-        "simulated": {"nodes": nodes, "minutes": sim_minutes, "sweeps": sweeps, "sweep_every_min": SWEEP_EVERY_MIN,
-                      "faults_per_sweep": FAULTS_PER_SWEEP, "xid79_per_sweep": XIDS_PER_SWEEP,
+        "simulated": {"nodes": nodes, "minutes": sim_minutes, "sweeps": sweeps, "sweep_every_min": sweep_every_min,
+                      "faults_per_sweep": faults, "xid79_per_sweep": xids,
                       "nodes_hit": len(set(hit))},
         "wall_s": round(time.monotonic() - started, 1),
         "sweeps": runs,
@@ -187,10 +189,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=NODES)
     parser.add_argument("--sim-minutes", type=int, default=SIM_MINUTES)
+    parser.add_argument("--sweep-every-min", type=int, default=SWEEP_EVERY_MIN)
     parser.add_argument("--seed", type=int, default=9)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"bench-load-{args.nodes}-") as tmp:
-        measured = asyncio.run(measure(args.nodes, args.sim_minutes, Path(tmp), args.seed))
+        measured = asyncio.run(measure(args.nodes, args.sim_minutes, args.sweep_every_min, Path(tmp), args.seed))
     path = write_result("load", {"machine": machine(), "at": now_iso(), **measured})
     summary = {k: v for k, v in measured.items() if k not in ("worker_rss_mib",)}
     print({**summary, "worker_rss_mib": {k: v for k, v in measured["worker_rss_mib"].items() if k != "series"}})
