@@ -28,10 +28,10 @@ system-deps:
 lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
-# Two processes, whole files each: most tests wait on real services, and each process runs
+# Two processes (Slurm tests all in one of them): most tests wait on real services, and each process runs
 # its own Temporal dev server, PostgreSQL and Slurm cluster, so the suite takes half the time.
 test: $(VENV)/.installed system-deps lint
-	$(VENV)/bin/pytest -n 2 --dist loadfile
+	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetctl demo

@@ -76,3 +76,11 @@ def make_settings(temporal_address):
         )
 
     return make
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under `make test`'s two processes, every Slurm test runs in the same one: a second
+    cluster of the same node names on one machine would fight the first for its daemons."""
+    for item in items:
+        if item.get_closest_marker("slurm"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))

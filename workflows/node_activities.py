@@ -20,7 +20,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.health import judge_health_event, plausible_time
-from fleetctl.schedulers.base import SchedulerError
+from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
 from workflows.activities import DatabaseActivities
 from workflows.executor_registry import ExecutorRegistry, target_for
 from workflows.scheduler_registry import SchedulerRegistry
@@ -302,6 +302,18 @@ class NodeActivities(DatabaseActivities):
         book = runbook_for(books.values(), event, event.message)
         return RemediationPlan(book.to_dict() if book else None, event.to_dict(), mode_for(self.settings, dry_run=False),
                                is_critical(event))
+
+    @activity.defn
+    def resume_in_scheduler(self, name: str) -> None:
+        node = self._node(name)
+        if node.scheduler == "none":
+            return
+        try:
+            self.schedulers.get(node.scheduler).resume(name)
+        except FleetctlDoesNotOwnDrain as exc:
+            raise ApplicationError(str(exc), type="DrainedBySomeoneElse", non_retryable=True) from None
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to resume {name}: {exc}", type="SchedulerError") from None
 
     @activity.defn
     def cordon_in_scheduler(self, req: SchedulerCordon) -> str:

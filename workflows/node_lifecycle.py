@@ -117,7 +117,7 @@ class PhaseAccepted:
 
 @dataclass
 class WorkItem:
-    kind: str  # admit | recheck | health_event | drain_followup | open_rma
+    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler
     actor: str = ""
     suite: str = ""
     cause: str = ""
@@ -249,6 +249,8 @@ class NodeLifecycle:
             await self._health_event(item.event)
         elif item.kind == "drain_followup":
             await self._after_drain(item)
+        elif item.kind == "resume_in_scheduler":
+            await self._resume_in_scheduler()
         elif item.kind == "open_rma":
             await workflow.execute_activity_method(
                 RemediationActivities.open_rma,
@@ -443,6 +445,27 @@ class NodeLifecycle:
         except WorkflowAlreadyStartedError:
             self.s.last_outcome += "; a remediation is already running"
 
+    async def _resume_in_scheduler(self) -> None:
+        """Undo fleetctl's own drain in the scheduler; a drain someone else made stays, and
+        is recorded so that `fleetctl reconcile` and fleet status show the disagreement."""
+        if self.s.state != NodeState.PRODUCTION.value:
+            return
+        self.s.activity = "resuming in the scheduler"
+        try:
+            await workflow.execute_activity_method(
+                NodeActivities.resume_in_scheduler, self.s.node, start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                                         maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownScheduler",
+                                                                                         "DrainedBySomeoneElse"]))
+        except ActivityError as exc:
+            message = str(exc.cause or exc)
+            self.s.last_outcome = f"not resumed in the scheduler: {message}"
+            await workflow.execute_activity_method(
+                NodeActivities.record_automation_event,
+                AutomationRecord(kind="scheduler_error", reason=f"resume: {message}", actor="lifecycle", node=self.s.node,
+                                 key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume"),
+                **SHORT)
+
     async def _cordon(self, reason: str) -> str | None:
         """The scheduler's answer is retried with backoff; while it refuses, the node stays in
         draining (never reported drained when it is not) and fleet status shows why."""
@@ -557,6 +580,10 @@ class NodeLifecycle:
         )
         self.s.state, self.s.state_version = target, version
         self.transitions_this_run += 1
+        # Back in service: the scheduler may place work on the node again. (Histories from
+        # before this step replay without it.)
+        if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
+            self.s.work.append(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result
             while len(self.s.recent_requests) > RECENT_REQUESTS_KEPT:

@@ -43,7 +43,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard, commands.report_check_errors,
         node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
         node.fleet_snapshot, node.state_versions, node.record_automation_event, node.idle_production_nodes,
-        node.running_jobs_on, node.cordon_in_scheduler, node.choose_remediation,
+        node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler, node.choose_remediation,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
         remediation.notify, remediation.open_rma,

@@ -109,7 +109,18 @@ def main(
 
 
 def run() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    else:
+        code = 0
+    # Leave without running interpreter teardown: the Temporal client's native runtime can
+    # abort the process while it is torn down (temporalio sdk-python#300), turning a command
+    # that did its work into a crash. Everything is written and flushed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -190,26 +190,35 @@ def check_runs(engine: Engine, ids: Sequence[int]) -> list[CheckRun]:
         return list(session.exec(select(CheckRun).where(col(CheckRun.id).in_(list(ids))).order_by(CheckRun.id)))
 
 
-def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude: str) -> dict[str, float]:
-    """The latest judged value of `metric` from `check` on every other node of the profile
-    that is admitted or being admitted (the peers a new node is compared with)."""
+# Enough peers for a stable median and MAD; more only costs time (admitting N nodes would
+# otherwise read O(N^2) check rows).
+PEER_SAMPLE = 200
+
+
+def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude: str,
+                 sample: int = PEER_SAMPLE) -> dict[str, float]:
+    """The latest judged value of `metric` from `check` on up to `sample` other nodes of the
+    profile that are admitted or being admitted (the peers a new node is compared with): the
+    most recently judged ones, one run per node."""
     with Session(engine) as session:
-        peers = set(session.exec(select(Node.name).where(
-            Node.profile == profile, col(Node.state).in_(["production", "admission", "draining"]), Node.name != exclude)))
-        if not peers:
-            return {}
-        rows = session.exec(
-            select(CheckRun.node_name, CheckRun.metrics).where(
-                CheckRun.check_name == check, col(CheckRun.node_name).in_(peers),
-                col(CheckRun.status).in_(["pass", "warn"]),
-            ).order_by(CheckRun.id)
+        latest_run = (
+            select(CheckRun.node_name, func.max(CheckRun.id).label("run_id"))
+            .join(Node, Node.name == CheckRun.node_name)
+            .where(CheckRun.check_name == check, col(CheckRun.status).in_(["pass", "warn"]),
+                   Node.profile == profile, col(Node.state).in_(["production", "admission", "draining"]),
+                   Node.name != exclude)
+            .group_by(CheckRun.node_name)
+            .order_by(func.max(CheckRun.id).desc())
+            .limit(sample)
+            .subquery()
         )
-        latest: dict[str, float] = {}
+        rows = session.exec(select(CheckRun.node_name, CheckRun.metrics).join(latest_run, CheckRun.id == latest_run.c.run_id))
+        peers: dict[str, float] = {}
         for name, metrics in rows:
             value = (metrics or {}).get(metric)
-            if isinstance(value, (int, float)):
-                latest[name] = float(value)
-        return latest
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                peers[name] = float(value)
+        return peers
 
 
 def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -> list[float]:
