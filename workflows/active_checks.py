@@ -34,6 +34,8 @@ class SweepInput:
     max_concurrent_fraction: float = 0.05
     fleet: str = "default"
     actor: str = "active-checks"
+    # Nodes per child workflow (each keeps its own history).
+    batch_nodes: int = 100
 
 
 @dataclass
@@ -45,6 +47,21 @@ class SweepResult:
     drained: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
 
+    def merge(self, other: SweepResult) -> None:
+        self.checked += other.checked
+        self.passed += other.passed
+        for name in ("failed", "errors", "drained", "held"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+@dataclass
+class SweepBatch:
+    nodes: list[str]
+    checks: list[str]
+    req: SweepInput
+    sweep_id: str
+    width: int
+
 
 @workflow.defn
 class ActiveCheckSweep:
@@ -55,14 +72,19 @@ class ActiveCheckSweep:
         nodes = await workflow.execute_activity_method(NodeActivities.idle_production_nodes, scope, **SHORT)
         width = req.max_concurrent or max(1, math.ceil(len(nodes) * req.max_concurrent_fraction))
         result = SweepResult()
-        gate = asyncio.Semaphore(width)
         sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
-
-        async def one(node: str) -> None:
-            async with gate:
-                await self._check_node(node, checks, req, f"{sweep_id}/{node}", result)
-
-        await asyncio.gather(*(one(n) for n in nodes))
+        if workflow.patched("sweep-batches"):
+            # A node costs ~19 history events; one history for all of them would hit Temporal's
+            # limit near 2,800 nodes. Batches run one after another, so `width` still bounds
+            # the nodes checked at once.
+            size = max(1, req.batch_nodes)
+            for start in range(0, len(nodes), size):
+                part: SweepResult = await workflow.execute_child_workflow(
+                    ActiveCheckBatch.run, SweepBatch(nodes[start:start + size], checks, req, sweep_id, width),
+                    id=f"{workflow.info().workflow_id}/batch-{start // size}")
+                result.merge(part)
+        else:
+            await check_nodes(nodes, checks, req, sweep_id, width, result)
         # Errors drain nobody, but many at once are the checker's fault, not the nodes': the
         # guard decides whether they amount to a storm. (Patched: histories of sweeps from
         # before this report replay unchanged.)
@@ -72,40 +94,64 @@ class ActiveCheckSweep:
                 CheckErrorReport(sorted(result.errors), result.checked, req.actor, sweep_id), **SHORT)
         return result
 
-    async def _check_node(self, node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:
-        result.checked += 1
-        for index, check in enumerate(checks):
-            try:
-                outcome: CheckOutcome = await workflow.execute_activity_method(
-                    NodeActivities.run_check, CheckRequest(node, check, req.suite, f"{key}/{index}"),
-                    start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-                    heartbeat_timeout=timedelta(seconds=10),
-                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
-                                             non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
-                )
-            except ActivityError:
-                result.errors.append(node)
-                return
-            if outcome.status == "error":
-                result.errors.append(node)
-                return
-            if outcome.status == "fail":
-                result.failed.append(node)
-                await self._drain(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
-                                  {"kind": "check", "check": check, "status": "fail", "message": outcome.reason})
-                return
-        result.passed += 1
 
-    async def _drain(self, node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict) -> None:
-        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
-        decision: RemovalDecision = await workflow.execute_activity_method(
-            NodeCommandActivities.ask_capacity_guard,
-            RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key), **SHORT)
-        if not decision.granted:
-            result.held.append(node)
+async def check_nodes(nodes: list[str], checks: list[str], req: SweepInput, sweep_id: str, width: int,
+                      result: SweepResult) -> None:
+    gate = asyncio.Semaphore(width)
+
+    async def one(node: str) -> None:
+        async with gate:
+            await check_node(node, checks, req, f"{sweep_id}/{node}", result)
+
+    await asyncio.gather(*(one(n) for n in nodes))
+
+
+@workflow.defn
+class ActiveCheckBatch:
+    """Part of a sweep: its own history, so a sweep's size is not bounded by one history."""
+
+    @workflow.run
+    async def run(self, batch: SweepBatch) -> SweepResult:
+        result = SweepResult()
+        await check_nodes(batch.nodes, batch.checks, batch.req, batch.sweep_id, batch.width, result)
+        return result
+
+
+async def check_node(node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:
+    result.checked += 1
+    for index, check in enumerate(checks):
+        try:
+            outcome: CheckOutcome = await workflow.execute_activity_method(
+                NodeActivities.run_check, CheckRequest(node, check, req.suite, f"{key}/{index}"),
+                start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+                heartbeat_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3,
+                                         non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
+            )
+        except ActivityError:
+            result.errors.append(node)
             return
-        outcome: NodeCommandOutcome = await workflow.execute_activity_method(
-            NodeCommandActivities.command_node,
-            NodeCommand(node=node, trigger="drain", actor=req.actor, cause=cause, request_id=f"{key}/drain", event=event),
-            **SHORT)
-        (result.drained if outcome.accepted else result.held).append(node)
+        if outcome.status == "error":
+            result.errors.append(node)
+            return
+        if outcome.status == "fail":
+            result.failed.append(node)
+            await drain_failed_node(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
+                                    {"kind": "check", "check": check, "status": "fail", "message": outcome.reason})
+            return
+    result.passed += 1
+
+
+async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict) -> None:
+    facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+    decision: RemovalDecision = await workflow.execute_activity_method(
+        NodeCommandActivities.ask_capacity_guard,
+        RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key), **SHORT)
+    if not decision.granted:
+        result.held.append(node)
+        return
+    outcome: NodeCommandOutcome = await workflow.execute_activity_method(
+        NodeCommandActivities.command_node,
+        NodeCommand(node=node, trigger="drain", actor=req.actor, cause=cause, request_id=f"{key}/drain", event=event),
+        **SHORT)
+    (result.drained if outcome.accepted else result.held).append(node)

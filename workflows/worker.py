@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from fleetctl.config import Settings
-from workflows.active_checks import ActiveCheckSweep
+from workflows.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.activities import LifecycleActivities, NodeCommandActivities
 from workflows.capacity_guard import CapacityGuard
 from workflows.executor_registry import ExecutorRegistry
@@ -25,7 +25,7 @@ from workflows.remediation import Remediation
 from workflows.remediation_activities import RemediationActivities
 from workflows.scheduler_registry import SchedulerRegistry
 
-WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, JobRestart, Remediation, FirmwareRollout]
+WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:

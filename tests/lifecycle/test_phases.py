@@ -204,3 +204,16 @@ async def test_a_failed_firmware_update_sends_the_node_to_maintenance(sim_fleet)
     await fleet.admit([name])
     failed = await fleet.wait_event(name, "phase_failed")
     assert failed.from_state == "firmware" and failed.cause.startswith("firmware: ")
+
+
+async def test_a_sweep_checks_the_fleet_in_batches_each_with_its_own_history(sim_fleet) -> None:
+    fleet = await sim_fleet(12)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    sweep_id = f"sweep-batches-{fleet.names[0]}"
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, batch_nodes=5), id=sweep_id,
+        task_queue=fleet.settings.task_queue)
+    assert result.checked == 12 and result.passed == 12
+    batches = [wf.id async for wf in fleet.client.list_workflows(f"WorkflowType = 'ActiveCheckBatch' AND TaskQueue = '{fleet.settings.task_queue}'")]
+    assert sorted(batches) == [f"{sweep_id}/batch-{i}" for i in range(3)]
