@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from temporalio.common import WorkflowIDConflictPolicy
 
+from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers import scheduler_for
@@ -28,7 +29,7 @@ from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread
 from workflows import scheduler_registry
 from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
-from workflows.starter import connect, request_transition
+from workflows.starter import connect, ensure_node_workflows, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -113,3 +114,35 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
     assert [e.state_version for e in events] == [1, 2, 3, 4, 5]
     in_scheduler = SimScheduler(engine).node_state(name)
     assert in_scheduler.drained and in_scheduler.owned_by_fleetctl and "swap optics" in in_scheduler.reason
+
+
+async def test_node_back_in_production_is_resumed_in_its_scheduler_unless_someone_else_drained_it(
+        make_settings, sqlite_url, tmp_path) -> None:
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)
+    worker = WorkerThread(settings).start()
+    try:
+        mine, theirs = names = make_fleet(settings, 2)
+        engine = get_engine(settings.db_url)
+        client = await connect(settings)
+        await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+        for name in names:
+            for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+                await request_transition(client, name, trigger, "setup", actor_kind="automation")
+            await request_transition(client, name, "drain", "alice@console", "operator: optics")
+            await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, "the drain")
+        job_store.set_sim_drain(engine, theirs, True, "hand drain: cabling")  # an operator's, in the scheduler
+        for name in names:
+            await request_transition(client, name, "undrain", "alice@console", "operator: undrain")
+        scheduler = SimScheduler(engine)
+
+        def refusals() -> list:
+            return [e for e in queries.automation_events(engine, limit=50) if e.kind == "scheduler_error"]
+
+        await wait_for(lambda: not scheduler.node_state(mine).drained, 30, "fleetctl's own drain to be lifted")
+        await wait_for(refusals, 30, "the refusal to lift someone else's drain to be recorded")
+    finally:
+        worker.stop()
+    assert scheduler.node_state(theirs).reason == "hand drain: cabling"  # not fleetctl's to lift
+    (refused,) = refusals()
+    assert refused.node_name == theirs and "not by fleetctl" in refused.reason

@@ -162,3 +162,46 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     assert [r.check_name for r in queries.latest_checks(engine, name, limit=10)] == ["dcgm-r3"]  # recorded once
     assert_events(engine, name, ["begin_burn_in", "phase_failed", "send_to_rma"])
     assert len(runs_store.rma_records(engine, node_name=name)) == 1
+
+
+async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) -> None:
+    from fleetctl.db import firmware as firmware_store
+    from fleetctl.db.sim import add_fault
+    from fleetctl.firmware import load_baseline
+    from tests.support.checks import record_check
+    from workflows.firmware_starter import start_rollout
+
+    baseline_file = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
+    # Two nodes: the guard's 10 % limit would hold batch 2 while the canary is still out.
+    monkeypatch.setenv("FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET", "1.0")
+    settings, worker = killable_worker()
+    names = make_fleet(settings, 2)
+    engine = get_engine(settings.db_url)
+    client = await connect(settings)
+    await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+    for name in names:
+        for trigger in TO_PRODUCTION:
+            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+        add_fault(engine, name, "firmware-drift")
+        record_check(settings, name, "firmware-inventory")
+        record_check(settings, name, "nic-firmware")
+    rollout_id, plan = await start_rollout(client, settings, load_baseline(baseline_file), baseline_file.read_text(),
+                                           canary=1, batch="1", max_failures=1, dry_run=False, actor="tester")
+    assert plan.batches == [[names[0]], [names[1]]]
+    # The canary's batch drains it and waits for it to leave production: kill the worker then.
+    await wait_for(lambda: queries.get_node(engine, names[0]).state != "production", 30, "the canary's drain",
+                   interval_s=0.01)
+    worker.kill()
+    assert firmware_store.rollout_nodes(engine, rollout_id) == []
+
+    worker.restart()
+    await wait_for(lambda: firmware_store.get_rollout(engine, rollout_id).status == "completed", 90, "the roll-out")
+    await wait_for(lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60,
+                   "the updated nodes' burn-in")
+    results = firmware_store.rollout_nodes(engine, rollout_id)
+    assert [(r.node_name, r.status) for r in results] == [(names[0], "updated"), (names[1], "updated")], [r.detail for r in results]
+    row = firmware_store.get_rollout(engine, rollout_id)
+    assert (row.done, row.failed, row.total) == (2, 0, 2)
+    for name in names:
+        assert_events(engine, name, [*TO_PRODUCTION, "drain", "drain_complete", *TO_PRODUCTION])
+        assert not SimScheduler(engine).node_state(name).drained  # back in the scheduler with production
