@@ -169,10 +169,14 @@ class FirmwareRollout:
         ready, why = await self._out_of_service(node)
         if not ready:
             return "skipped", why
-        applied: UpdateOutcome = await workflow.execute_activity_method(
-            FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id),
-            start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
-            retry_policy=RetryPolicy(maximum_attempts=1))
+        try:
+            applied: UpdateOutcome = await workflow.execute_activity_method(
+                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id),
+                start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
+                retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError as exc:
+            # A worker that died mid-update: a failed node of this roll-out, not a failed roll-out.
+            return "failed", f"the update did not finish: {exc.cause or exc}"
         if not applied.ok:
             return "failed", applied.detail
         for check in FIRMWARE_CHECKS:

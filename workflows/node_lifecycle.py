@@ -309,10 +309,15 @@ class NodeLifecycle:
         if not await self._move("begin_firmware", cause, item.actor):
             return False
         self.s.activity = "firmware: updating"
-        applied: UpdateOutcome = await workflow.execute_activity_method(
-            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id),
-            start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
-            retry_policy=RetryPolicy(maximum_attempts=1))
+        try:
+            applied: UpdateOutcome = await workflow.execute_activity_method(
+                FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id),
+                start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
+                retry_policy=RetryPolicy(maximum_attempts=1))
+        except ActivityError as exc:
+            # Never retried blindly (a half-flashed part is the vendor's to judge), and never
+            # the end of this workflow: the node goes to maintenance with the reason.
+            applied = UpdateOutcome(False, f"the update did not finish: {exc.cause or exc}")
         if applied.ok:
             after = await self._firmware_drift(baseline_id, f"{base}/after")
             if after.status == "ok":

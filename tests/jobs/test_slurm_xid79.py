@@ -16,7 +16,7 @@ from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
-from tests.support.worker import WorkerThread
+from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.node_activities import HealthEventInput
 from workflows.starter import connect, ensure_node_workflows, request_phase, send_health_events
 
@@ -65,5 +65,6 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
         assert shown["restart_seconds"] == pytest.approx(seconds, abs=0.01) and seconds > 0
         print(f"\nXID 79 on node1 -> job {job_id} running again on {','.join(rerun.nodes)} after {seconds:.2f} s")
     finally:
+        await terminate_node_workflows(settings, names)
         worker.stop()
         slurm_cluster.reset()

@@ -22,7 +22,7 @@ from tests.bmc.conftest import scripted_redfish  # noqa: F401 - fixture used her
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm, slurm_cluster  # noqa: F401 - fixtures used here
-from tests.support.worker import WorkerThread
+from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.remediation_starter import start_remediation
 from workflows.starter import connect, ensure_node_workflows, request_transition
 
@@ -58,6 +58,7 @@ async def test_drain_reason_reaches_slurm_verbatim(slurm_cluster, slurm, make_se
         assert result.exit_code == 0, result.output
         await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", 30, "the drain")
     finally:
+        await terminate_node_workflows(settings, [node])
         worker.stop()
     in_slurm = slurm.node_state(node)
     assert in_slurm.drained and in_slurm.reason == f"fleetctl: operator: {reason}"
