@@ -48,7 +48,11 @@ async def test_rollout_halts_at_the_failure_limit_and_resumes(fleet_settings) ->
 
         p = await _until(halted)
         assert (p.done, p.failed, p.next_batch) == (1, 2, 3) and p.failed_nodes == failing
-        row = db.get_rollout(fleet.engine, rollout_id)
+        async def recorded(status: str):  # the record follows the workflow's own state by one activity
+            row = db.get_rollout(fleet.engine, rollout_id)
+            return row if row.status == status else None
+
+        row = await _until(lambda: recorded("halted"))
         assert (row.status, row.done, row.failed) == ("halted", 1, 2) and "halted after batch 2" in row.detail
         results = {r.node_name: r for r in db.rollout_nodes(fleet.engine, rollout_id)}
         assert results[nodes[0]].status == "updated" and "VBIOS" in str(results[nodes[0]].components)
@@ -69,4 +73,4 @@ async def test_rollout_halts_at_the_failure_limit_and_resumes(fleet_settings) ->
         assert (p.done, p.failed) == (18, 2)
         statuses = [r.status for r in db.rollout_nodes(fleet.engine, rollout_id)]
         assert statuses.count("updated") == 18 and statuses.count("failed") == 2
-        assert db.get_rollout(fleet.engine, rollout_id).status == "completed"
+        assert (await _until(lambda: recorded("completed"))).status == "completed"
