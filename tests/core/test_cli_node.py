@@ -12,25 +12,16 @@ from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.temporal_server import free_port
-from tests.support.worker import WorkerThread
+from tests.support.cli import console
 
 pytestmark = pytest.mark.temporal
 
 
 @pytest.fixture
 def cli(make_settings, db_url):
-    settings = make_settings(db_url)
-    worker = WorkerThread(settings).start()
-    base = ["--db-url", db_url, "--temporal-address", settings.temporal_address, "--task-queue",
-            settings.task_queue, "--as", "alice@console"]
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, [*base, *args], input=input)
-
-    invoke.db_url = db_url
-    yield invoke
-    worker.stop()
+    with console(make_settings(db_url)) as invoke:
+        invoke.db_url = db_url
+        yield invoke
 
 
 def _inventory(tmp_path, names, extra: str = "") -> str:

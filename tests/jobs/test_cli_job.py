@@ -5,33 +5,22 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from fleetctl.cli.main import app
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.sim import SimScheduler
 from tests.jobs.support import sim_fleet
-from tests.support.worker import WorkerThread
+from tests.support.cli import console
 
 pytestmark = pytest.mark.temporal
 
 
 @pytest.fixture
 def cli(make_settings, sqlite_url):
-    settings = make_settings(sqlite_url)
-    worker = WorkerThread(settings).start()
-    base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
-            settings.task_queue, "--as", "alice@console"]
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, [*base, *args], input=input)
-
-    invoke.engine = get_engine(sqlite_url)
-    sim_fleet(invoke.engine, ["n1", "n2", "n3", "n4"])
-    yield invoke
-    worker.stop()
+    with console(make_settings(sqlite_url)) as invoke:
+        invoke.engine = get_engine(sqlite_url)
+        sim_fleet(invoke.engine, ["n1", "n2", "n3", "n4"])
+        yield invoke
 
 
 def test_submit_list_restart_and_show_a_simulated_job(cli) -> None:
