@@ -34,6 +34,9 @@ async def _until(predicate, timeout_s: float, what: str):
 async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(slurm_cluster, make_settings, sqlite_url) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
+    # The runbook's reboot and burn-in would bring node1 back (and resume it in Slurm) in a few
+    # simulated minutes, racing the drain asserted below; in shadow mode it only records its plan.
+    settings.remediation_shadow = True
     engine = get_engine(sqlite_url)
     names = list(slurm_cluster.node_names)
     queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
@@ -57,6 +60,7 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
         assert "node1" not in rerun.nodes and len(rerun.nodes) == 2  # ... on two healthy nodes
         node1 = slurm_cluster.scheduler().node_state("node1")
         assert node1.drained and node1.reason.startswith(REASON_PREFIX) and "XID 79" in node1.reason
+        assert queries.get_node(engine, "node1").state == "maintenance"
         drain = next(e for e in queries.node_events(engine, "node1") if e.trigger == "drain")
         assert drain.actor_kind == "automation" and "XID 79" in drain.cause
         shown = json.loads(CliRunner().invoke(app, ["--db-url", sqlite_url, "job", "show", job_id, "-o", "json"],
