@@ -17,14 +17,17 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
     from fleetctl.capacity import RemovalDecision, RemovalRequest
     from fleetctl.runbooks import DISRUPTIVE, RETURNS_TO_SERVICE, Step, trigger_towards
     from workflows.activities import NodeCommand, NodeCommandActivities, NodeCommandOutcome
-    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, SweepScope
+    from workflows.job_restart import JobRestart, JobRestartInput
+    from workflows.job_restart import workflow_id_for as job_restart_id
+    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts, SweepScope
     from workflows.remediation_activities import (
         ActionOutcome,
         AdmitRequest,
@@ -217,10 +220,30 @@ class Remediation:
         return outcome.accepted, f"drained: {reason}" if outcome.accepted else outcome.message
 
     async def _restart_jobs(self) -> tuple[bool, str]:
+        """Move the node's running jobs to healthy nodes now (a JobRestart each), rather than
+        let a non-critical drain wait hours for them to finish on a node known to be bad."""
         jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **SHORT)
         if not jobs:
             return True, "no running jobs on the node"
-        return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
+        if not workflow.patched("runbook-restarts-jobs"):
+            return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.inp.node, **SHORT)
+        restart_id = f"{self.inp.node}-{self.run_key}"
+        for job in jobs:
+            try:
+                await workflow.start_child_workflow(
+                    JobRestart.run,
+                    JobRestartInput(job_id=job, scheduler=facts.scheduler, bad_nodes=[self.inp.node],
+                                    cause=self.inp.event.get("summary") or self.inp.runbook["name"],
+                                    actor=f"runbook:{self.inp.runbook['name']}",
+                                    fault_seen_at=workflow.now().isoformat(), restart_id=restart_id),
+                    id=job_restart_id(job, restart_id),
+                    # The restart outlives this runbook's part in it.
+                    parent_close_policy=ParentClosePolicy.ABANDON,
+                )
+            except WorkflowAlreadyStartedError:
+                pass  # a retried step: this run already restarted the job
+        return True, f"restarting {len(jobs)} job(s) off the node: {', '.join(jobs)}"
 
     async def _out_of_service(self) -> tuple[bool, str]:
         """Wait for the node's own workflow to finish draining it into maintenance."""

@@ -144,3 +144,30 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         md = record.evidence_markdown
         for text in (f"# RMA: {node}", e["identity"]["gpus"][0]["uuid"], "## XID history", "| 79 |", "xid-79-fallen-off-bus"):
             assert text in md
+
+
+async def test_restart_jobs_step_moves_a_running_job_off_the_node_so_the_drain_completes(fleet_settings) -> None:
+    """A non-critical drain waits for the node's jobs; the runbook's restart_jobs step is what
+    moves them now (a JobRestart each), so the hardware steps after it can run."""
+    from fleetctl.db import jobs as job_store
+    from fleetctl.schedulers.sim import SimScheduler
+
+    async with running_fleet(fleet_settings) as sim_fleet:
+        nodes = await sim_fleet.add(3)
+        scheduler = SimScheduler(sim_fleet.engine)
+        job = scheduler.submit("train", 1)
+        assert job.state == "running" and len(job.nodes) == 1 and job.nodes[0] in nodes
+        (node,) = job.nodes
+        add_fault(sim_fleet.engine, node, "thermal-throttle")
+        result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, _quick_wait(BOOKS["thermal-throttling"]),
+                                       Event("check", check="nvidia-smi-query", status="warn", message="thermal"), "tester")
+        assert _steps(result)["1-restart_jobs"] == "passed", result
+        assert "3-wait" in _steps(result) and _steps(result)["3-wait"] == "passed"  # the node did leave service
+        for _ in range(150):
+            moved = scheduler.job(job.job_id)
+            if moved.state == "running" and node not in moved.nodes:
+                break
+            await asyncio.sleep(0.2)
+        assert moved.state == "running" and node not in moved.nodes, moved
+        (restart,) = job_store.job_restarts(sim_fleet.engine, job.job_id)
+        assert restart.actor == "runbook:thermal-throttling"
