@@ -23,6 +23,7 @@ from fleetctl.health import judge_health_event, plausible_time
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
 from workflows.activities import DatabaseActivities
 from workflows.executor_registry import ExecutorRegistry, target_for
+from workflows.messages import HealthEventInput  # defined there (light, for the CLI); re-exported here
 from workflows.scheduler_registry import SchedulerRegistry
 
 HEARTBEAT_EVERY_S = 2.0
@@ -64,21 +65,6 @@ class AdmissionVerdict:
     passed: bool
     reason: str
     stragglers: list[str] = field(default_factory=list)
-
-
-@dataclass
-class HealthEventInput:
-    node: str
-    source: str  # "xid", "log", "operator"
-    code: int | None = None
-    message: str = ""
-    actor: str = ""
-    # Unique per event (the CLI makes one; a log line's hash for --from-log), so a resent
-    # signal is recorded once.
-    event_id: str = ""
-    at: float = 0.0  # unix time the fault was seen, by the sender's clock
-    # Unix time the node's workflow received it, by the server's clock (set there).
-    received_at: float = 0.0
 
 
 @dataclass

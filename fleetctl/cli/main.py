@@ -17,15 +17,21 @@ from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
 def _known_errors() -> dict[type[BaseException], int]:
-    from fleetctl.config import ConfigError
-    from fleetctl.db.engine import DatabaseUnavailable
-    from fleetctl.inventory import InventoryError
+    # An error class can only have been raised if its module was imported: asking only those
+    # keeps a failing command from importing (say) SQLAlchemy to report a Temporal error.
+    errors: dict[type[BaseException], int] = {}
+    if "fleetctl.config" in sys.modules:
+        from fleetctl.config import ConfigError
 
-    errors: dict[type[BaseException], int] = {
-        ConfigError: EXIT_USAGE,
-        InventoryError: EXIT_USAGE,
-        DatabaseUnavailable: EXIT_OPERATIONAL,
-    }
+        errors[ConfigError] = EXIT_USAGE
+    if "fleetctl.inventory" in sys.modules:
+        from fleetctl.inventory import InventoryError
+
+        errors[InventoryError] = EXIT_USAGE
+    if "fleetctl.db.engine" in sys.modules:
+        from fleetctl.db.engine import DatabaseUnavailable
+
+        errors[DatabaseUnavailable] = EXIT_OPERATIONAL
     if "workflows.starter" in sys.modules:  # only commands that talked to Temporal raise these
         from workflows.starter import CommandRejected, TemporalUnavailable
 

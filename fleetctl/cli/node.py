@@ -253,8 +253,9 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     from checks.suites import SuiteError, load_suite
-    from workflows.starter import connect, request_phase
+    from workflows.starter import connect, request_phases
 
+    names = list(dict.fromkeys(names))  # a node named twice is asked once
     _require_nodes(ctx, names)
     s = context.settings(ctx)
     try:
@@ -264,17 +265,26 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
         fail(str(exc), EXIT_USAGE)
 
     async def run():
-        client = await connect(s)
-        return [await request_phase(client, n, kind, s.identity(), suite) for n in names]
+        from rich.progress import Progress
 
-    failed = 0
-    for name, accepted, message in context.run_async(run()):
-        if accepted:
-            typer.echo(f"{name}: {kind} with suite {suite} started ({message})")
-        else:
-            failed += 1
-            typer.echo(f"error: {message}", err=True)
+        client = await connect(s)
+        # Many nodes at once, a bounded number in flight; each node's update has an id of its
+        # own for this command, so a call retried after a timeout is never a second request.
+        with Progress(transient=True, disable=len(names) < 2) as progress:
+            task = progress.add_task(f"{kind}: asking {len(names)} nodes' workflows", total=len(names))
+            return await request_phases(client, names, kind, s.identity(), suite,
+                                        on_done=lambda _outcome: progress.advance(task))
+
+    outcomes = context.run_async(run())
+    for o in outcomes:
+        if o.accepted:
+            typer.echo(f"{o.node}: {kind} with suite {suite} started ({o.message})")
+    failed = [o for o in outcomes if not o.accepted]
+    for o in failed:
+        typer.echo(f"error: {o.message}", err=True)
     if failed:
+        if len(names) > 1:
+            typer.echo(f"error: {kind}: {len(failed)} of {len(names)} nodes not started", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
 
@@ -307,12 +317,14 @@ def event(
     import time
     import uuid
 
-    from workflows.node_activities import HealthEventInput
-    from workflows.starter import connect, send_health_events
+    # Only the Temporal client and the message: this is the first step of the reaction to a
+    # critical event, and the workflows, the activity stack and the database cost seconds to
+    # import. The database is asked only when the event cannot be delivered.
+    from workflows.messages import HealthEventInput
+    from workflows.starter import CommandRejected, connect, send_health_events
 
     if (xid is None) == (from_log is None):
         fail("give exactly one of --xid or --from-log", EXIT_USAGE)
-    _require_nodes(ctx, [name])
     s = context.settings(ctx)
     now = time.time()
     if xid is not None:
@@ -338,6 +350,10 @@ def event(
         client = await connect(s)
         await send_health_events(client, name, events)
 
-    context.run_async(run())
+    try:
+        context.run_async(run())
+    except CommandRejected:
+        _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
+        raise
     codes = ", ".join(str(e.code) for e in events)
     typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent (XID {codes})")
