@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The NodeLifecycle handlers a client addresses by name (tests/core/test_messages.py checks
-# them against the workflow's own definitions).
+# NodeLifecycle.health_event, addressed by name (tests/core/test_messages.py checks it
+# against the workflow's own definition).
 HEALTH_EVENT_SIGNAL = "health_event"
-ADMIT_UPDATE = "admit"
-RECHECK_UPDATE = "recheck"
-TRANSITION_UPDATE = "transition"
 
 
 def node_workflow_id(node: str) -> str:
