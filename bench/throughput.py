@@ -97,23 +97,18 @@ async def bare_run(client, server, directory: Path, nodes: int, steps: int) -> d
         worker.stop()
 
 
-async def _admit(client, node: str) -> int:
-    """Admit one node with the standard suite (the update `fleetctl node admit` sends); the
-    number of update calls that timed out before the busy worker accepted them. A stable
-    update id makes the retry the same update, never a second admission."""
-    from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+async def _admit_all(client, names: list[str]) -> int:
+    """Admit every node with the standard suite, as `fleetctl node admit` does (the product's
+    request_phases: CLIENT_CONCURRENCY in flight, a stable update id per node, calls that time
+    out on the busy worker retried); the number of update calls that timed out."""
+    from workflows.starter import request_phases
 
-    from workflows.node_lifecycle import NodeLifecycle, PhaseRequest, workflow_id_for
-
-    handle = client.get_workflow_handle(workflow_id_for(node))
-    for timeouts in range(ADMIT_ATTEMPTS):
-        try:
-            await handle.execute_update(NodeLifecycle.admit, PhaseRequest(actor="bench", suite=SUITE),
-                                        id=f"bench-admit-{node}")
-            return timeouts
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
-            continue
-    raise CannotMeasure(f"{node}: admit not accepted after {ADMIT_ATTEMPTS} update calls timed out")
+    outcomes = await request_phases(client, names, "admit", "bench", SUITE, concurrency=CLIENT_CONCURRENCY,
+                                    attempts=ADMIT_ATTEMPTS)
+    refused = [o for o in outcomes if not o.accepted]
+    if refused:
+        raise CannotMeasure(f"{len(refused)} of {len(names)} admits not accepted, e.g. {refused[0].message}")
+    return sum(o.timeouts for o in outcomes)
 
 
 async def fleetctl_run(server, directory: Path, nodes: int) -> dict:
@@ -131,7 +126,7 @@ async def fleetctl_run(server, directory: Path, nodes: int) -> dict:
         meter = _Meter(worker, server.process.pid)
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names], concurrency=CLIENT_CONCURRENCY)
         started = time.monotonic() - meter.wall
-        update_timeouts = sum(await _gather_limited(_admit(client, n) for n in names))
+        update_timeouts = await _admit_all(client, names)
         admitted = time.monotonic() - meter.wall
         deadline = time.monotonic() + TIMEOUT_S
         while sum(queries.state_counts(engine).get(s, 0) for s in DONE_STATES) < nodes:
