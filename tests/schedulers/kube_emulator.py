@@ -5,7 +5,9 @@ client, to kmock's KubernetesEmulator: it stores objects and serves create, read
 list and delete. It does not evaluate label or field selectors and has no Eviction
 subresource; `KubeEmulator` adds both, as a real API server would answer them. Which pods
 a PodDisruptionBudget protects is decided by the test (`block_eviction`), not computed
-from PDB objects.
+from PDB objects. An API server in trouble is the test's too: `fail_node_patches` answers
+node PATCHes with an error (500 by default) and leaves the node as it was, as etcd timing
+out behind the API server does.
 
 kmock is asyncio-based and the adapter is synchronous, so the server runs its own event
 loop in a background thread.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from types import TracebackType
 from typing import Any
 
@@ -25,15 +28,34 @@ PODS = kmock.resource("v1/pods")
 NODES = kmock.resource("v1/nodes")
 
 
+class _Emulator(kmock.KubernetesEmulator):
+    """kmock's emulator applies a PATCH to its objects before any reaction answers: a
+    reaction's 500 would still change the node. Refusals are decided here, first."""
+
+    refuse: Any = None  # request -> KubernetesError or None
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        error = self.refuse(request) if self.refuse is not None else None
+        if error is not None:
+            raise error
+        return await super()._handle(request)
+
+
 class KubeEmulator:
     """Use as a context manager; `url` is the API server's address while inside."""
 
     def __init__(self) -> None:
-        self.handler = kmock.KubernetesEmulator()
+        self.handler = _Emulator()
+        self.handler.refuse = self._refuse
         self.url = ""
         # "namespace/name" of every eviction request, in order, answered or refused.
         self.eviction_requests: list[str] = []
+        # (time.monotonic(), "namespace/name") of the same requests.
+        self.eviction_times: list[tuple[float, str]] = []
+        # (time.monotonic(), node name, HTTP status answered) of every node PATCH, in order.
+        self.node_patches: list[tuple[float, str, int]] = []
         self._blocked_attempts: dict[str, float] = {}
+        self._failing_patches: tuple[int, float] = (500, 0)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -118,6 +140,31 @@ class KubeEmulator:
         key = (PODS, namespace, name)
         return key in self.handler.objects and not self.handler.objects[key].deleted
 
+    def finish_pod(self, namespace: str, name: str, phase: str = "Succeeded") -> None:
+        """The pod's containers exit (its job is done): it stays, in a terminal phase."""
+        self.handler.objects[PODS, namespace, name].patch({"status": {"phase": phase}})
+
+    # -- an API server in trouble --------------------------------------------------------
+
+    def fail_node_patches(self, status: int = 500, attempts: float = math.inf) -> None:
+        """Answer the next `attempts` PATCHes of any node with `status`, leaving the node unchanged."""
+        self._failing_patches = (status, attempts)
+
+    def _refuse(self, request: kmock.Request) -> kmock.KubernetesError | None:
+        if request.resource != NODES or request.action != kmock.action.UPDATE:
+            return None
+        status, left = self._failing_patches
+        if left <= 0:
+            self.node_patches.append((time.monotonic(), request.name or "", 200))
+            return None
+        self._failing_patches = (status, left - 1)
+        self.node_patches.append((time.monotonic(), request.name or "", status))
+        return kmock.KubernetesError(
+            status=status,
+            reason="InternalError" if status == 500 else "TooManyRequests" if status == 429 else "Failure",
+            message="etcdserver: request timed out" if status == 500 else f"refused with HTTP {status}",
+        )
+
     # -- PodDisruptionBudget stand-in --------------------------------------------------
 
     def block_eviction(self, namespace: str, name: str, attempts: float = math.inf) -> None:
@@ -127,6 +174,7 @@ class KubeEmulator:
     def _evict(self, request: kmock.Request) -> dict[str, Any]:
         namespace, name = request.namespace or "", request.name or ""
         self.eviction_requests.append(f"{namespace}/{name}")
+        self.eviction_times.append((time.monotonic(), f"{namespace}/{name}"))
         if self._blocked_attempts.get(f"{namespace}/{name}", 0) > 0:
             self._blocked_attempts[f"{namespace}/{name}"] -= 1
             raise kmock.KubernetesError(
