@@ -150,13 +150,13 @@ async def request_transition(
     handle = client.get_workflow_handle(node_workflow_id(node))
     req = TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
                             request_id=request_id or str(uuid.uuid4()), event=event)
-    for attempt in range(1, attempts + 1):
+    for _ in range(attempts):
         try:
             return await handle.execute_update(NodeLifecycle.transition, req, result_type=TransitionResult,
                                                rpc_timeout=rpc_timeout)
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
-            if not _retryable_timeout(exc) or attempt == attempts:
-                raise TemporalUnavailable(_no_answer(node, attempts)) from None
+            if not _retryable_timeout(exc):
+                raise
         except WorkflowUpdateFailedError as exc:
             cause_exc = exc.cause
             message = getattr(cause_exc, "message", None) or str(cause_exc or exc)
@@ -165,7 +165,7 @@ async def request_transition(
             if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
                 raise CommandRejected(f"{node}: no lifecycle workflow is running (retired, or never imported)") from None
             raise TemporalUnavailable(f"Temporal error for {node}: {_one_line(exc)}") from None
-    raise AssertionError("unreachable")
+    raise TemporalUnavailable(_no_answer(node, attempts))
 
 
 def _no_answer(node: str, attempts: int) -> str:
