@@ -115,6 +115,8 @@ class SlurmCluster:
     # Also how long Slurm holds a requeued job back; None is Slurm's default, 120 s.
     cred_expire_s: int | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # slurmctld's command line, kept by stop_controller() for start_controller().
+    _controller_argv: list[str] = field(default_factory=list, repr=False)
 
     def runner(self) -> LocalCommandRunner:
         return LocalCommandRunner(env={"SLURM_CONF": str(self.conf_path)})
@@ -185,10 +187,70 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"jobs still queued after scancel:\n{self.run('squeue')}")
             time.sleep(0.1)
+        # Slurm refuses to resume a node whose slurmd has not registered yet (just after
+        # start_controller(): state unknown) with "Invalid node state specified".
+        self._wait_for_nodes_registered()
         scheduler = self.scheduler()
         for node in self.node_names:
             scheduler.resume(node, force=True)
         self.wait_for_nodes_idle()
+
+    def _wait_for_nodes_registered(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            self._raise_if_a_daemon_died()
+            exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", "%N|%t"], 10.0)
+            if exit_status == 0:
+                states = dict(line.split("|", 1) for line in stdout.splitlines())
+                # 'unk': not registered since slurmctld started; '*': not responding.
+                if sorted(states) == sorted(self.node_names) and not any(
+                        state.startswith("unk") or state.endswith("*") for state in states.values()):
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"Slurm nodes not registered after {timeout_s:.0f}s: {states}\n{self.log_tail()}")
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld, as an outage does: every Slurm command fails until start_controller().
+
+        SIGTERM, as a stopped or restarted controller gets: it saves its state (jobs, node
+        drains) on the way out, and the slurmds and running jobs carry on without it.
+        """
+        process = self.processes.pop("slurmctld")
+        self._controller_argv = list(process.args)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def start_controller(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        """Start slurmctld again with the same argv on the same state directory (its saved jobs
+        and node drains come back); returns once `scontrol ping` and sinfo answer. Does nothing
+        while it runs.
+
+        The nodes show as `unknown` for a few seconds more, until their slurmds register
+        again, as after a real controller restart (reset() waits for that).
+        """
+        if "slurmctld" in self.processes:
+            return
+        # Before the slurmds, as start_slurm_cluster started them: stop() ends them in reverse.
+        nodes = {name: self.processes.pop(name) for name in list(self.processes) if name.startswith("slurmd-")}
+        _start(self, "slurmctld", self._controller_argv)
+        self.processes.update(nodes)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._raise_if_a_daemon_died()
+            exit_status, stdout, _ = self.runner()(["scontrol", "ping"], 10.0)
+            if exit_status == 0 and "is UP" in stdout:
+                exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", "%N"], 10.0)
+                if exit_status == 0 and sorted(stdout.split()) == sorted(self.node_names):
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurmctld not answering {timeout_s:.0f}s after its start\n{self.log_tail()}")
+            time.sleep(0.2)
 
     def log_tail(self, lines: int = 20) -> str:
         tails = []
@@ -228,7 +290,8 @@ class SlurmCluster:
 
 
 def _start(cluster: SlurmCluster, name: str, argv: list[str]) -> None:
-    log = open(cluster.root / "log" / f"{name}.stdout", "wb")
+    # Appended: a daemon started again (start_controller) keeps its first run's output.
+    log = open(cluster.root / "log" / f"{name}.stdout", "ab")
     with log:
         # Own session and process group: stop() kills the whole group and nothing else.
         cluster.processes[name] = subprocess.Popen(
@@ -291,7 +354,8 @@ def start_slurm_cluster(tmpdir: Path, nodes: int = 4, cred_expire_s: int | None 
             ],
         )  # fmt: skip
         _wait_for_path(munge_socket, cluster)
-        # -i: ignore state from an earlier run in the same directory.
+        # Recovers the jobs and node drains saved in state/ (start_controller relies on it);
+        # -i: starts anyway when a state file cannot be read, dropping what it held.
         _start(cluster, "slurmctld", ["slurmctld", "-D", "-i"])
         for node in node_names:
             _start(cluster, f"slurmd-{node}", ["slurmd", "-D", "-N", node])
