@@ -20,14 +20,20 @@ RUNS = 15
 RUNS_QUICK = 9
 HEAVY_MODULES = ("temporalio", "kubernetes", "sqlalchemy", "sqlmodel", "alembic", "paramiko", "psycopg",
                  "jinja2", "rich", "yaml", "prometheus_client", "pydantic")
-# Runs the real entry point and reports, at exit, which heavy modules it had imported.
+# Runs the real command and reports which heavy modules it had imported. It calls the Typer
+# app, not the entry point: run() leaves with os._exit, past any atexit hook.
 _PROBE = """
-import atexit, json, sys
+import json, sys
 heavy = {heavy!r}
-atexit.register(lambda: sys.stderr.write("\\nLOADED " + json.dumps([m for m in heavy if m in sys.modules]) + "\\n"))
 sys.argv = ["fleetctl", *{args!r}]
-from fleetctl.cli.main import run
-run()
+from fleetctl.cli.main import app
+code = 0
+try:
+    app()
+except SystemExit as done:
+    code = done.code
+sys.stderr.write("\\nLOADED " + json.dumps([m for m in heavy if m in sys.modules]) + "\\n")
+sys.exit(code)
 """
 
 
