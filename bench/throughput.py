@@ -33,11 +33,13 @@ ADMIT_ATTEMPTS = 10
 
 
 def admission_activity_count(suite: str) -> int:
-    """Activities of one `admit` in NodeLifecycle._admit: the suite's checks, the suite lookup,
-    the admission verdict and three recorded transitions (burn_in, admission, production)."""
+    """Activities of one `admit` in NodeLifecycle._admit on a fleet without a firmware
+    baseline: the baseline lookup, the suite lookup, the suite's checks, the admission
+    verdict, three recorded transitions (burn_in, admission, production) and the resume in
+    the scheduler. Each run checks this against the fleetctl node's real history."""
     from checks.suites import load_suite
 
-    return len(load_suite(suite).checks) + 2 + 3
+    return 1 + 1 + len(load_suite(suite).checks) + 1 + 3 + 1
 
 
 def _history_shape(events) -> dict:
@@ -151,6 +153,9 @@ async def measure_size(nodes: int, steps: int) -> dict:
         client = await Client.connect(server.address)
         bare = await bare_run(client, server, Path(tmp), nodes, steps)
         fleetctl = await fleetctl_run(server, Path(tmp), nodes)
+    if fleetctl["history"]["activities"] != steps:
+        raise CannotMeasure(f"the baseline ran {steps} activities per node but a fleetctl node ran "
+                            f"{fleetctl['history']['activities']}: update admission_activity_count")
     return {"bare": bare, "fleetctl": fleetctl,
             "bare_over_fleetctl": round(bare["nodes_per_min"] / fleetctl["nodes_per_min"], 2)}
 
