@@ -33,7 +33,7 @@ from pathlib import Path
 
 from bench.fleet import dev_server, fleet_settings, fleetctl_worker
 from bench.harness import CannotMeasure, machine, now_iso, rss_mib, write_result
-from bench.scale import _fleetctl, _history_lengths, _inventory, _put_in_production
+from bench.scale import _fleetctl, _history_lengths, _inventory, _put_in_production, sweep_history
 
 NODES = 1000
 SIM_MINUTES = 30
@@ -67,7 +67,7 @@ async def _sweep(client, settings, index: int) -> dict:
     result = await handle.result()
     return {"sweep": index, "seconds": round(time.monotonic() - started, 1), "checked": result.checked,
             "failed": len(result.failed), "errors": len(result.errors), "drained": len(result.drained),
-            "held": len(result.held), "history_events": (await handle.describe()).history_length}
+            "held": len(result.held), **await sweep_history(client, handle, result.checked)}
 
 
 async def _inject(client, settings, rng: random.Random, index: int, faults: int, xids: int) -> list[str]:

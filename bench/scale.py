@@ -10,6 +10,7 @@ production; driving N nodes through burn-in is the throughput benchmark's subjec
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import subprocess
 import sys
@@ -129,9 +130,19 @@ async def _sweep(client, settings) -> dict:
         # e.g. the sweep's own history outgrowing Temporal's limit: a finding, not a crash.
         outcome = {"status": "failed", "reason": str(exc.cause or exc)[:300]}
     outcome["seconds"] = round(time.monotonic() - started, 1)
-    description = await handle.describe()
-    outcome["history_events"] = description.history_length
-    return outcome
+    return {**outcome, **await sweep_history(client, handle, outcome.get("checked", 0))}
+
+
+async def sweep_history(client, handle, checked: int) -> dict:
+    """History events of a sweep: its own and its batches' (ActiveCheckBatch children, one
+    per `batch_nodes` nodes), where a node's checks are recorded."""
+    from workflows.active_checks import SweepInput
+
+    parent = (await handle.describe()).history_length
+    batches = math.ceil(checked / SweepInput().batch_nodes)
+    batch_events = await _history_lengths(client, [f"{handle.id}/batch-{i}" for i in range(batches)])
+    return {"history_events": parent + sum(batch_events), "history_events_parent": parent,
+            "history_events_largest_batch": max(batch_events, default=0)}
 
 
 async def measure(nodes: int, directory: Path) -> dict:
