@@ -246,20 +246,18 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def idle_production_nodes(self, scope: SweepScope) -> list[str]:
-        """Production nodes running no job: active checks never disturb training."""
-        idle = []
-        for node in queries.list_nodes(self.engine, state="production"):
-            if node.scheduler == "none":
-                idle.append(node.name)
-                continue
+        """Production nodes running no job: active checks never disturb training. One question
+        per scheduler, not per node."""
+        nodes = queries.list_nodes(self.engine, state="production")
+        busy: dict[str, set[str] | None] = {}
+        for kind in sorted({n.scheduler for n in nodes} - {"none"}):
             try:
-                busy = any(j.state == "running" for j in self.schedulers.get(node.scheduler).jobs_on_node(node.name))
-            except SchedulerError:
-                continue  # unknown means busy: never check a node that may be training
-            if not busy:
-                idle.append(node.name)
-            activity.heartbeat()
-        return idle
+                busy[kind] = self.schedulers.get(kind).busy_nodes()
+            except SchedulerError as exc:
+                activity.logger.warning("%s cannot say which nodes are busy (%s): none of its nodes is checked", kind, exc)
+                busy[kind] = None  # unknown means busy: never check a node that may be training
+        return [n.name for n in nodes
+                if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])]
 
     @activity.defn
     def running_jobs_on(self, name: str) -> list[str]:

@@ -164,6 +164,14 @@ class KubernetesScheduler:
         job_ids = {job_id for pod in self._pods_on_node(node) if (job_id := self._job_id(pod))}
         return [self.job(job_id) for job_id in sorted(job_ids)]
 
+    def busy_nodes(self) -> set[str]:
+        """Nodes with a live workload pod of any kind (not only labelled jobs): a node that
+        serves inference is as busy as one that trains."""
+        with self._api_errors("list pods"):
+            pods = self._api().list_pod_for_all_namespaces(_request_timeout=self._request_timeout_s)
+        return {node for pod in map(self._json, pods.items)
+                if _is_workload(pod) and (node := (pod.get("spec") or {}).get("nodeName"))}
+
     def job(self, job_id: str) -> SchedulerJob:
         namespace, name = _split_job_id(job_id)
         pods = self._job_pods(namespace, name)

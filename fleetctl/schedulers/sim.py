@@ -90,6 +90,10 @@ class SimScheduler:
         self._schedule()
         return [self.job(job_id) for job_id in self._node(node).jobs]
 
+    def busy_nodes(self) -> set[str]:
+        self._schedule()
+        return {view.name for view in store.sim_nodes(self.engine) if view.jobs}
+
     def job(self, job_id: str) -> SchedulerJob:
         self._schedule()
         job = store.get_job(self.engine, job_id)

@@ -209,6 +209,10 @@ class SlurmScheduler:
     def jobs_on_node(self, node: str) -> list[SchedulerJob]:
         return self._jobs([f"--nodelist={validate_node_name(node)}"])
 
+    def busy_nodes(self) -> set[str]:
+        # COMPLETING too: its processes may still hold the GPUs.
+        return {node for job in self._jobs(["--states=RUNNING,COMPLETING"]) for node in job.nodes}
+
     def job(self, job_id: str) -> SchedulerJob:
         # --states=all: a job that just ended is still worth reporting until Slurm forgets it.
         jobs = self._jobs([f"--jobs={validate_job_id(job_id)}", "--states=all"])

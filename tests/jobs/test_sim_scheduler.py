@@ -30,6 +30,7 @@ def test_jobs_run_first_fit_in_queue_order_and_wait_for_nodes(sim: SimScheduler)
     assert (third.state, third.nodes) == ("running", ("n4",))
     assert [j.job_id for j in sim.jobs_on_node("n2")] == [first.job_id]
     assert sim.jobs_on_node("n5") == []
+    assert sim.busy_nodes() == {"n1", "n2", "n3", "n4"}
     assert sim.node_state("n1").state == "allocated"
     assert sim.node_state("n5").state == "idle"
 

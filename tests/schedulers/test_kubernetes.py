@@ -116,6 +116,20 @@ def test_node_state_reads_readiness_and_pods(kube: KubeEmulator, scheduler: Kube
     assert scheduler.node_state("gpu-3").state == "down"
 
 
+def test_busy_nodes_are_those_with_a_live_workload_pod_labelled_or_not(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    for node in ("gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"):
+        kube.add_node(node)
+    kube.add_pod("kube-system", "dcgm-exporter-a", "gpu-1", owner_kind="DaemonSet")  # not a workload
+    kube.add_pod("train", "llm-0", "gpu-2", labels={"job-name": "llm"})
+    kube.add_pod("serve", "vllm-7f9c", "gpu-3")  # an inference pod no job label names
+    kube.add_pod("train", "done-0", "gpu-4", labels={"job-name": "done"}, phase="Succeeded")
+    kube.add_pod("train", "bert-0", "gpu-5", labels={"job-name": "bert"}, phase="Pending")  # bound, starting
+
+    assert scheduler.busy_nodes() == {"gpu-2", "gpu-3", "gpu-5"}
+
+
 def test_jobs_on_node_lists_only_that_nodes_pods_and_spans_all_job_nodes(
     kube: KubeEmulator, scheduler: KubernetesScheduler
 ) -> None:

@@ -58,6 +58,7 @@ def test_jobs_on_node_lists_a_running_two_node_job(slurm: SlurmScheduler, slurm_
     assert slurm.jobs_on_node("node2") == [expected]
     assert slurm.jobs_on_node("node3") == []
     assert slurm.job(job_id) == expected
+    assert slurm.busy_nodes() == {"node1", "node2"}  # one squeue for the whole cluster
 
     slurm.drain("node1", "XID 79")
     assert slurm.node_state("node1").state == "draining"
