@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.remediation_activities import RemediationActivities, RmaRequest
     from workflows.remediation_starter import remediation_id
     from workflows.job_restart import workflow_id_for as job_restart_id
+    from workflows.messages import node_workflow_id
     from workflows.node_activities import (
         AdmissionRequest,
         AutomationRecord,
@@ -60,13 +61,15 @@ DRAIN_JOB_POLL = timedelta(seconds=30)
 SCHEDULER_RETRY_S = 60.0
 CHECK_ATTEMPTS = 3
 
+# One round of asking the scheduler (about 15 s of attempts) before the refusal is recorded.
+SCHEDULER_RETRY_POLICY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
+                                     maximum_attempts=5, non_retryable_error_types=["UnknownNode", "UnknownScheduler"])
 SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
              retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
                                       non_retryable_error_types=["UnknownNode", "UnknownSuite", "UnknownCheck"]))
 
 
-def workflow_id_for(node: str) -> str:
-    return f"node/{node}"
+workflow_id_for = node_workflow_id  # one definition, in the light module the CLI imports
 
 
 def check_event(check: str, status: str, message: str) -> dict:
@@ -141,6 +144,9 @@ class NodeLifecycleState:
     transitions_per_run: int = 500
     # Seconds between rounds of cordon attempts while the scheduler refuses a drain.
     scheduler_retry_s: float = SCHEDULER_RETRY_S
+    # How long a non-critical drain waits for the node's jobs, polling this often.
+    drain_job_wait_s: float = DRAIN_JOB_WAIT.total_seconds()
+    drain_job_poll_s: float = DRAIN_JOB_POLL.total_seconds()
 
 
 @workflow.defn
@@ -416,16 +422,28 @@ class NodeLifecycle:
         if scheduler is None:
             return  # the node left draining (undrained, retired) while the scheduler refused
         self.s.activity = "draining: jobs"
-        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
+        jobs = await self._running_jobs()
+        if jobs is None:
+            return  # the node left draining while the scheduler could not be asked
         if jobs and item.critical:
             seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), timezone.utc)
             for job in jobs:
                 await self._restart_job(job, scheduler, item, seen)
-        waited = timedelta()
-        while jobs and not item.critical and waited < DRAIN_JOB_WAIT and self.s.state == NodeState.DRAINING.value:
-            await workflow.sleep(DRAIN_JOB_POLL)
-            waited += DRAIN_JOB_POLL
-            jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.s.node, **SHORT)
+        waited = 0.0
+        while jobs and not item.critical and waited < self.s.drain_job_wait_s and self.s.state == NodeState.DRAINING.value:
+            await workflow.sleep(timedelta(seconds=self.s.drain_job_poll_s))
+            waited += self.s.drain_job_poll_s
+            jobs = await self._running_jobs()
+            if jobs is None:
+                return
+        if jobs and not item.critical and self.s.state == NodeState.DRAINING.value \
+                and workflow.patched("drain-deadline-restarts-jobs"):
+            # The jobs outlived the drain's wait on a node known to be bad: move them now
+            # (checkpoint and restart elsewhere) rather than let remediation reboot under them.
+            self.s.last_outcome = f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
+            seen = workflow.now()
+            for job in jobs:
+                await self._restart_job(job, scheduler, item, seen)
         if self.s.state == NodeState.DRAINING.value:
             if await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value):
                 if item.remediation_event:
@@ -471,6 +489,29 @@ class NodeLifecycle:
                                  key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume"),
                 **SHORT)
 
+    async def _running_jobs(self) -> list[str] | None:
+        """The node's running jobs, asked of its scheduler as the cordon is: a scheduler that
+        cannot answer is retried and shown in fleet status, never read as "no jobs". None
+        when the node left draining meanwhile."""
+        while self.s.state == NodeState.DRAINING.value:
+            try:
+                return await workflow.execute_activity_method(
+                    NodeActivities.running_jobs_on, self.s.node, start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=SCHEDULER_RETRY_POLICY)
+            except ActivityError as exc:
+                await self._scheduler_refused(f"cannot list the node's jobs: {exc.cause or exc}", "jobs")
+        return None
+
+    async def _scheduler_refused(self, message: str, what: str) -> None:
+        """Record the scheduler's refusal where fleet status shows it, then wait a round."""
+        self.s.last_outcome = f"scheduler refused the drain: {message}; retrying"
+        await workflow.execute_activity_method(
+            NodeActivities.record_automation_event,
+            AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
+                             key=f"{workflow.info().workflow_id}/{what}/{workflow.now().timestamp()}"),
+            **SHORT)
+        await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
+
     async def _cordon(self, reason: str) -> str | None:
         """The scheduler's answer is retried with backoff; while it refuses, the node stays in
         draining (never reported drained when it is not) and fleet status shows why."""
@@ -478,19 +519,9 @@ class NodeLifecycle:
             try:
                 return await workflow.execute_activity_method(
                     NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason),
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
-                                             maximum_attempts=5, non_retryable_error_types=["UnknownNode", "UnknownScheduler"]),
-                )
+                    start_to_close_timeout=timedelta(seconds=60), retry_policy=SCHEDULER_RETRY_POLICY)
             except ActivityError as exc:
-                message = str(exc.cause or exc)
-                self.s.last_outcome = f"scheduler refused the drain: {message}; retrying"
-                await workflow.execute_activity_method(
-                    NodeActivities.record_automation_event,
-                    AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
-                                     key=f"{workflow.info().workflow_id}/cordon/{workflow.now().timestamp()}"),
-                    **SHORT)
-                await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
+                await self._scheduler_refused(str(exc.cause or exc), "cordon")
         return None
 
     async def _restart_job(self, job: str, scheduler: str, item: WorkItem, seen: datetime) -> None:

@@ -37,12 +37,18 @@ SLURM_DOWN = "slurm_update error: Unable to contact slurm controller (connect fa
 
 
 class RefusingScheduler:
-    """The simulated scheduler, whose drain fails while `down` exists; records each attempt."""
+    """The simulated scheduler, whose drain fails while `down` exists (and its job listing
+    while `jobs_down` exists); records each drain attempt."""
 
-    def __init__(self, real: SimScheduler, down: Path):
-        self.real, self.down = real, down
+    def __init__(self, real: SimScheduler, down: Path, jobs_down: Path | None = None):
+        self.real, self.down, self.jobs_down = real, down, jobs_down
         self.drain_attempts: list[float] = []
         self._lock = threading.Lock()
+
+    def jobs_on_node(self, node: str):
+        if self.jobs_down is not None and self.jobs_down.exists():
+            raise SchedulerError(SLURM_DOWN)
+        return self.real.jobs_on_node(node)
 
     def drain(self, node: str, reason: str) -> None:
         with self._lock:
@@ -146,3 +152,41 @@ async def test_node_back_in_production_is_resumed_in_its_scheduler_unless_someon
     assert scheduler.node_state(theirs).reason == "hand drain: cabling"  # not fleetctl's to lift
     (refused,) = refusals()
     assert refused.node_name == theirs and "not by fleetctl" in refused.reason
+
+
+async def test_a_scheduler_that_takes_the_cordon_but_cannot_list_the_jobs_keeps_the_node_draining_and_says_why(
+        make_settings, sqlite_url, tmp_path, monkeypatch) -> None:
+    """slurmctld goes away between the cordon and the job listing: "cannot ask" is never read
+    as "no jobs" (the node would go to maintenance under a running job)."""
+    jobs_down = tmp_path / "squeue-down"
+    jobs_down.touch()
+    monkeypatch.setattr(scheduler_registry, "scheduler_for",
+                        lambda kind, settings: RefusingScheduler(scheduler_for(kind, settings), tmp_path / "up", jobs_down))
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)
+    worker = WorkerThread(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        engine = get_engine(settings.db_url)
+        client = await connect(settings)
+        await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, scheduler_retry_s=1.0),
+                                    id=workflow_id_for(name), task_queue=settings.task_queue,
+                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+        await request_transition(client, name, "drain", "alice@console", "operator: optics")
+
+        def refusals() -> list:
+            return [e for e in queries.automation_events(engine, limit=50)
+                    if e.kind == "scheduler_error" and e.node_name == name]
+
+        await wait_for(refusals, 60, "the refused job listing to be recorded")
+        assert "cannot list the node's jobs" in refusals()[0].reason and SLURM_DOWN in refusals()[0].reason
+        assert SimScheduler(engine).node_state(name).drained  # the cordon itself went through
+        assert queries.get_node(engine, name).state == "draining"
+        current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        assert "scheduler refused the drain" in current.last_outcome
+        jobs_down.unlink()
+        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 60, "the drain to complete")
+    finally:
+        worker.stop()
