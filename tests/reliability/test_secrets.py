@@ -102,9 +102,13 @@ async def test_secrets_stay_out_of_the_database_histories_and_logs(make_settings
             history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
             histories.append(history.to_json())
         assert len(histories) >= 3  # the node, the capacity guard, the remediation at least
-        outputs = [Cli(settings)(*args).output for args in (
+        # In a thread: the CLI runs its own event loop (asyncio.run), which cannot nest in this one.
+        results = [await asyncio.to_thread(Cli(settings), *args) for args in (
             ("fleet", "status", "-o", "json"), ("node", "show", node, "-o", "json"), ("report", "-o", "json"),
             ("rma", "list", "-o", "json"))]
+        assert all(r.exit_code == 0 for r in results), [r.output for r in results]
+        assert json.loads(results[0].stdout)["automation"]["reachable"] is True  # the guard itself answered
+        outputs = [r.output for r in results]
     finally:
         worker.stop()
         receiver.shutdown()
