@@ -166,7 +166,9 @@ def state_counts(engine: Engine) -> dict[str, int]:
 def insert_once(engine: Engine, row, key_column, key: str):
     """Insert `row` unless a row with this idempotency key exists; return the stored row."""
     model = type(row)
-    with Session(engine) as session:
+    # The row as written is the row stored (no server-side defaults), so it is not read back
+    # after the commit: that re-read was ~5 % of the worker's CPU in the throughput profile.
+    with Session(engine, expire_on_commit=False) as session:
         existing = session.exec(select(model).where(key_column == key)).first()
         if existing is not None:
             return existing
@@ -176,7 +178,6 @@ def insert_once(engine: Engine, row, key_column, key: str):
         except IntegrityError:  # a concurrent retry stored it first
             session.rollback()
             return session.exec(select(model).where(key_column == key)).one()
-        session.refresh(row)
         return row
 
 
