@@ -9,7 +9,6 @@ import time
 
 import pytest
 from sqlmodel import Session, select
-from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
@@ -17,19 +16,11 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Job
 from fleetctl.schedulers.sim import SimScheduler
 from tests.lifecycle.conftest import make_fleet
-from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
+from tests.reliability.support import wait_for
+from tests.support.worker import WorkerThread, start_in_production
 from workflows.starter import connect, request_transition
 
 pytestmark = pytest.mark.temporal
-
-
-async def _until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-    return value
 
 
 def _finish(engine, job_id: str) -> None:
@@ -50,22 +41,18 @@ async def test_jobs_still_running_at_the_drain_deadline_are_restarted_elsewhere(
         names = make_fleet(settings, 2)
         client = await connect(settings)
         for name in names:  # a 3 s deadline polled every 0.5 s instead of 2 h every 30 s
-            await client.start_workflow(
-                NodeLifecycle.run, NodeLifecycleState(node=name, drain_job_wait_s=3.0, drain_job_poll_s=0.5),
-                id=workflow_id_for(name), task_queue=settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-            for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
-                await request_transition(client, name, trigger, "setup", actor_kind="automation")
+            await start_in_production(client, settings, name, drain_job_wait_s=3.0, drain_job_poll_s=0.5)
         scheduler = SimScheduler(engine)
         job = scheduler.submit("train", 1)
         (node,) = job.nodes
         started = time.monotonic()
         await request_transition(client, node, "drain", "alice@desk", cause="swap optics")
 
-        await _until(lambda: queries.get_node(engine, node).state == "maintenance", 30, "the drain to complete")
+        await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", 30, "the drain to complete")
         assert time.monotonic() - started >= 3.0  # it did wait for the job first
-        moved = await _until(lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes and j,
-                             30, "the job running off the node")
+        await wait_for(lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes, 30,
+                       "the job running off the node")
+        moved = scheduler.job(job.job_id)
         assert moved.nodes == tuple(n for n in names if n != node)
         (restart,) = job_store.job_restarts(engine, job.job_id)
         assert restart.bad_nodes == [node] and "swap optics" in restart.cause
@@ -84,18 +71,13 @@ async def test_a_job_that_ends_within_the_deadline_is_not_restarted(make_setting
     try:
         (name,) = make_fleet(settings, 1)
         client = await connect(settings)
-        await client.start_workflow(
-            NodeLifecycle.run, NodeLifecycleState(node=name, drain_job_wait_s=60.0, drain_job_poll_s=0.5),
-            id=workflow_id_for(name), task_queue=settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
-            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+        await start_in_production(client, settings, name, drain_job_wait_s=60.0, drain_job_poll_s=0.5)
         job = SimScheduler(engine).submit("train", 1)
         await request_transition(client, name, "drain", "alice@desk", cause="swap optics")
         await asyncio.sleep(1.5)
         assert queries.get_node(engine, name).state == "draining"  # waits for the job
         _finish(engine, job.job_id)
-        await _until(lambda: queries.get_node(engine, name).state == "maintenance", 30, "the drain to complete")
+        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, "the drain to complete")
         assert job_store.job_restarts(engine, job.job_id) == []
     finally:
         worker.stop()

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from fleetctl.db import queries
@@ -35,11 +34,11 @@ from fleetctl.inventory import NodeSpec
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
-from tests.support.worker import WorkerThread, terminate_node_workflows
+from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.job_restart import workflow_id_for as job_restart_id
 from workflows.node_activities import HealthEventInput
-from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
-from workflows.starter import connect, request_transition, send_health_events
+from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
+from workflows.starter import connect, send_health_events
 
 pytestmark = pytest.mark.temporal
 
@@ -79,11 +78,7 @@ async def production_node(settings, kube: KubeEmulator, name: str, retry_s: floa
         NodeSpec(name=name, address=f"sim://{name}", profile="h100-sxm", rack="rack-0", scheduler="kubernetes")])
     kube.add_node(name)
     client = await connect(settings)
-    await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, scheduler_retry_s=retry_s),
-                                id=workflow_id_for(name), task_queue=settings.task_queue,
-                                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-    for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
-        await request_transition(client, name, trigger, "setup", actor_kind="automation")
+    await start_in_production(client, settings, name, scheduler_retry_s=retry_s)
     # Entering production resumes the node in Kubernetes (a PATCH): let it land before any fault.
     await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production", 15,
                    "the node to be resumed in Kubernetes")

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
@@ -26,9 +25,9 @@ from fleetctl.schedulers.base import SchedulerError
 from fleetctl.schedulers.sim import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
-from tests.support.worker import WorkerThread
+from tests.support.worker import WorkerThread, start_in_production
 from workflows import scheduler_registry
-from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
+from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
 from workflows.starter import connect, ensure_node_workflows, request_transition
 
 pytestmark = pytest.mark.temporal
@@ -80,11 +79,7 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
         engine = get_engine(settings.db_url)
         client = await connect(settings)
         # Rounds of cordon attempts 1 s apart instead of a minute, so the test sees the next round.
-        await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, scheduler_retry_s=1.0),
-                                    id=workflow_id_for(name), task_queue=settings.task_queue,
-                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
-            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+        await start_in_production(client, settings, name, scheduler_retry_s=1.0)
 
         cli = Cli(settings)
         drained = await asyncio.to_thread(cli, "node", "drain", name, "--reason", "swap optics")
@@ -169,11 +164,7 @@ async def test_a_scheduler_that_takes_the_cordon_but_cannot_list_the_jobs_keeps_
         (name,) = make_fleet(settings, 1)
         engine = get_engine(settings.db_url)
         client = await connect(settings)
-        await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, scheduler_retry_s=1.0),
-                                    id=workflow_id_for(name), task_queue=settings.task_queue,
-                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
-        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
-            await request_transition(client, name, trigger, "setup", actor_kind="automation")
+        await start_in_production(client, settings, name, scheduler_retry_s=1.0)
         await request_transition(client, name, "drain", "alice@console", "operator: optics")
 
         def refusals() -> list:
