@@ -54,19 +54,8 @@ def kube() -> Iterator[KubeEmulator]:
 @pytest.fixture
 def k8s_settings(make_settings, sqlite_url, tmp_path: Path, kube: KubeEmulator):
     """Settings whose kubeconfig points at the emulator; no runbook, so a drained node waits in maintenance."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: emu, cluster: {{server: "{kube.url}"}}}}]
-users: [{{name: fleetctl, user: {{token: not-checked-by-the-emulator}}}}]
-contexts: [{{name: gpu-fleet, context: {{cluster: emu, user: fleetctl}}}}]
-current-context: gpu-fleet
-"""
-    )
     settings = make_settings(sqlite_url)
-    settings.kubeconfig = str(kubeconfig)
+    settings.kubeconfig = str(kube.write_kubeconfig(tmp_path / "kubeconfig"))
     settings.runbooks_dir = str(tmp_path)
     return settings
 

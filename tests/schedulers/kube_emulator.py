@@ -19,6 +19,7 @@ import asyncio
 import math
 import threading
 import time
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -85,6 +86,18 @@ class KubeEmulator:
             await self._stop.wait()
 
     # -- objects -----------------------------------------------------------------------
+
+    def write_kubeconfig(self, path: Path, user: str = "fleetctl", context: str = "gpu-fleet") -> Path:
+        """A kubeconfig for this emulator, as kubectl would read it (the token is not checked)."""
+        path.write_text(f"""
+apiVersion: v1
+kind: Config
+clusters: [{{name: emu, cluster: {{server: "{self.url}"}}}}]
+users: [{{name: {user}, user: {{token: not-checked-by-the-emulator}}}}]
+contexts: [{{name: {context}, context: {{cluster: emu, user: {user}}}}}]
+current-context: {context}
+""")
+        return path
 
     def add_node(
         self,

@@ -167,17 +167,7 @@ class SlurmCluster:
         raise RuntimeError(f"run {run} of job {job_id} not started after {timeout_s:.0f}s; pending: {pending_reasons}")
 
     def wait_for_nodes_idle(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        states: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            self._raise_if_a_daemon_died()
-            exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", "%N|%T"], 10.0)
-            if exit_status == 0:
-                states = dict(line.split("|", 1) for line in stdout.splitlines())
-                if sorted(states) == sorted(self.node_names) and set(states.values()) == {"idle"}:
-                    return
-            time.sleep(0.2)
-        raise RuntimeError(f"Slurm nodes not idle after {timeout_s:.0f}s: {states}\n{self.log_tail()}")
+        self._wait_for_node_states("%T", lambda states: set(states) == {"idle"}, "idle", timeout_s)
 
     def reset(self) -> None:
         """Cancel every job and resume every node, so one test does not leak into the next."""
@@ -196,19 +186,23 @@ class SlurmCluster:
         self.wait_for_nodes_idle()
 
     def _wait_for_nodes_registered(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        # 'unk': not registered since slurmctld started; '*': not responding.
+        self._wait_for_node_states(
+            "%t", lambda states: not any(s.startswith("unk") or s.endswith("*") for s in states), "registered", timeout_s)
+
+    def _wait_for_node_states(self, state_format: str, ready, what: str, timeout_s: float) -> None:
+        """Poll sinfo until every node is listed and ready(their states) holds."""
         deadline = time.monotonic() + timeout_s
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             self._raise_if_a_daemon_died()
-            exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", "%N|%t"], 10.0)
+            exit_status, stdout, _ = self.runner()(["sinfo", "-h", "-N", "-o", f"%N|{state_format}"], 10.0)
             if exit_status == 0:
                 states = dict(line.split("|", 1) for line in stdout.splitlines())
-                # 'unk': not registered since slurmctld started; '*': not responding.
-                if sorted(states) == sorted(self.node_names) and not any(
-                        state.startswith("unk") or state.endswith("*") for state in states.values()):
+                if sorted(states) == sorted(self.node_names) and ready(states.values()):
                     return
             time.sleep(0.2)
-        raise RuntimeError(f"Slurm nodes not registered after {timeout_s:.0f}s: {states}\n{self.log_tail()}")
+        raise RuntimeError(f"Slurm nodes not {what} after {timeout_s:.0f}s: {states}\n{self.log_tail()}")
 
     def stop_controller(self) -> None:
         """Stop slurmctld, as an outage does: every Slurm command fails until start_controller().

@@ -263,17 +263,7 @@ def test_invalid_node_name_never_reaches_a_selector(scheduler: KubernetesSchedul
 
 
 def test_connects_through_a_kubeconfig(kube: KubeEmulator, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        f"""
-apiVersion: v1
-kind: Config
-clusters: [{{name: emu, cluster: {{server: "{kube.url}"}}}}]
-users: [{{name: ops, user: {{token: not-checked-by-the-emulator}}}}]
-contexts: [{{name: fleet, context: {{cluster: emu, user: ops}}}}]
-current-context: fleet
-"""
-    )
+    kubeconfig = kube.write_kubeconfig(tmp_path / "config", user="ops", context="fleet")
     kube.add_node("gpu-1")
 
     assert KubernetesScheduler(kubeconfig=str(kubeconfig), context="fleet").node_state("gpu-1").state == "idle"
