@@ -108,7 +108,8 @@ class BackgroundWorker:
         return self
 
     def stop(self) -> None:
-        if self._loop and self._stop:
+        # A worker that already died has closed its loop: raise why it died, not "loop closed".
+        if self._loop and self._stop and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(30)
         if self._error:
