@@ -58,7 +58,8 @@ async def _sample_rss(pid: int, samples: list[tuple[float, float]], started: flo
 
 
 async def _sweep(client, settings, index: int) -> dict:
-    from workflows.active_checks import ActiveCheckSweep, SweepInput
+    from workflows.api import SweepInput
+    from workflows.definitions.active_checks import ActiveCheckSweep
 
     started = time.monotonic()
     handle = await client.start_workflow(
@@ -75,8 +76,8 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.sim import add_fault
-    from workflows.node_activities import HealthEventInput
-    from workflows.starter import send_health_events
+    from workflows.api import HealthEventInput
+    from workflows.client import send_health_events
 
     engine = get_engine(settings.db_url)
     healthy = sorted(n.name for n in queries.list_nodes(engine, state="production"))
@@ -92,11 +93,12 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
 async def _settle(client, settings, names: list[str]) -> dict:
     """Wait until no node has work queued and no remediation or job restart runs; what is
     still busy at the deadline is reported as stuck."""
-    from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
+    from workflows.api import node_workflow_id
+    from workflows.definitions.node_lifecycle import NodeLifecycle
 
     async def busy_nodes() -> list[str]:
         async def busy(name: str) -> bool:
-            s = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+            s = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
             return bool(s.work or s.activity)
 
         flags = await asyncio.gather(*(busy(n) for n in names))
@@ -116,11 +118,11 @@ async def _settle(client, settings, names: list[str]) -> dict:
 
 
 async def _histories(client, settings, names: list[str]) -> dict:
-    from workflows.capacity_guard import guard_id
-    from workflows.node_lifecycle import workflow_id_for
+    from workflows.api import guard_id
+    from workflows.api import node_workflow_id
 
-    lengths = await _history_lengths(client, [workflow_id_for(n) for n in names])
-    described = await asyncio.gather(*(client.get_workflow_handle(workflow_id_for(n)).describe() for n in names))
+    lengths = await _history_lengths(client, [node_workflow_id(n) for n in names])
+    described = await asyncio.gather(*(client.get_workflow_handle(node_workflow_id(n)).describe() for n in names))
     continued = sum(1 for d in described if d.run_id != d.raw_description.workflow_execution_info.first_run_id)
     guard = await client.get_workflow_handle(guard_id(settings.fleet)).describe()
     return {"node_workflow_events": {"max": max(lengths), "median": statistics.median(lengths),
@@ -132,7 +134,7 @@ async def _histories(client, settings, names: list[str]) -> dict:
 async def measure(nodes: int, sim_minutes: int, sweep_every_min: int, directory: Path, seed: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from workflows.starter import connect
+    from workflows.client import connect
 
     sweeps = max(1, sim_minutes // sweep_every_min)
     faults, xids = round(FAULTS_PER_MIN * sweep_every_min), round(XIDS_PER_MIN * sweep_every_min)

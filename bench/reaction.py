@@ -66,11 +66,11 @@ async def _back_in_production(client, settings, node: str) -> None:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from workflows.node_lifecycle import workflow_id_for
-    from workflows.remediation_starter import remediation_id
-    from workflows.starter import ensure_node_workflows
+    from workflows.api import node_workflow_id
+    from workflows.client import remediation_id
+    from workflows.client import ensure_node_workflows
 
-    for workflow_id in (workflow_id_for(node), remediation_id(node)):
+    for workflow_id in (node_workflow_id(node), remediation_id(node)):
         try:
             await client.get_workflow_handle(workflow_id).terminate("bench: next trial")
         except RPCError:
@@ -129,7 +129,7 @@ def _fleetctl_trial(cluster, settings) -> dict:
 
 
 async def _fleetctl_trials(cluster, directory: Path, trials: int) -> list[dict]:
-    from workflows.starter import connect
+    from workflows.client import connect
 
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)

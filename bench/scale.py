@@ -117,7 +117,8 @@ async def _settled_history_lengths(client, workflow_ids: list[str], timeout_s: f
 async def _sweep(client, settings) -> dict:
     from temporalio.client import WorkflowFailureError
 
-    from workflows.active_checks import ActiveCheckSweep, SweepInput, SweepResult
+    from workflows.api import SweepInput, SweepResult
+    from workflows.definitions.active_checks import ActiveCheckSweep
 
     handle = await client.start_workflow(ActiveCheckSweep.run, SweepInput(suite=SUITE, fleet=settings.fleet),
                                          id=f"bench-sweep-{settings.fleet}", task_queue=settings.task_queue)
@@ -136,7 +137,7 @@ async def _sweep(client, settings) -> dict:
 async def sweep_history(client, handle, checked: int) -> dict:
     """History events of a sweep: its own and its batches' (ActiveCheckBatch children, one
     per `batch_nodes` nodes), where a node's checks are recorded."""
-    from workflows.active_checks import SweepInput
+    from workflows.api import SweepInput
 
     parent = (await handle.describe()).history_length
     batches = math.ceil(checked / SweepInput().batch_nodes)
@@ -146,8 +147,8 @@ async def sweep_history(client, handle, checked: int) -> dict:
 
 
 async def measure(nodes: int, directory: Path) -> dict:
-    from workflows.node_lifecycle import workflow_id_for
-    from workflows.starter import connect
+    from workflows.api import node_workflow_id
+    from workflows.client import connect
 
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
@@ -161,7 +162,7 @@ async def measure(nodes: int, directory: Path) -> dict:
             client = await connect(settings)
             names = [f"gpu-{i:0{max(3, len(str(nodes)))}d}" for i in range(1, nodes + 1)]
             # Spread over the fleet, and the last one started: its first task runs last.
-            sampled = [workflow_id_for(n) for n in names[:: max(1, nodes // SAMPLED_NODE_HISTORIES)] + names[-1:]]
+            sampled = [node_workflow_id(n) for n in names[:: max(1, nodes // SAMPLED_NODE_HISTORIES)] + names[-1:]]
             node_events_before = await _settled_history_lengths(client, sampled)
             rss_idle = worker.rss_mib()
             sweep = await _sweep(client, settings)

@@ -103,7 +103,7 @@ async def _admit_all(client, names: list[str]) -> int:
     """Admit every node with the standard suite, as `fleetctl node admit` does (the product's
     request_phases: CLIENT_CONCURRENCY in flight, a stable update id per node, calls that time
     out on the busy worker retried); the number of update calls that timed out."""
-    from workflows.starter import request_phases
+    from workflows.client import request_phases
 
     outcomes = await request_phases(client, names, "admit", "bench", SUITE, concurrency=CLIENT_CONCURRENCY,
                                     attempts=ADMIT_ATTEMPTS)
@@ -116,8 +116,8 @@ async def _admit_all(client, names: list[str]) -> int:
 async def fleetctl_run(server, directory: Path, nodes: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from workflows.node_lifecycle import workflow_id_for
-    from workflows.starter import connect, ensure_node_workflows
+    from workflows.api import node_workflow_id
+    from workflows.client import connect, ensure_node_workflows
 
     settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
     names = seed_fleet(settings, nodes, racks=max(1, nodes // NODES_PER_RACK))
@@ -139,7 +139,7 @@ async def fleetctl_run(server, directory: Path, nodes: int) -> dict:
         result["phases_s"] = {"workflows_started": round(started, 2), "admits_accepted": round(admitted, 2)}
         result["admit_update_timeouts"] = update_timeouts
         result["end_states"] = queries.state_counts(engine)
-        handle = client.get_workflow_handle(workflow_id_for(names[0]))
+        handle = client.get_workflow_handle(node_workflow_id(names[0]))
         result["history"] = _history_shape([e async for e in handle.fetch_history_events()])
         return result
     finally:

@@ -86,7 +86,7 @@ class Demo:
 
         from fleetctl.executors.sim import render_inventory
         from fleetctl.inventory import parse_inventory
-        from workflows.starter import connect, ensure_node_workflows
+        from workflows.client import connect, ensure_node_workflows
 
         entries = render_inventory(self.plan.nodes, self.plan.racks, self.plan.profile, self.plan.seed)
         specs = parse_inventory(yaml.safe_dump({"nodes": entries}), "demo inventory")
@@ -98,7 +98,7 @@ class Demo:
         self.log(f"imported {len(self.names)} simulated {self.plan.profile} nodes in {self.plan.racks} racks")
 
     async def admit_all(self) -> None:
-        from workflows.starter import request_phase
+        from workflows.client import request_phase
 
         straggler = self.plan.faults[0]
         self._inject(straggler)
@@ -107,21 +107,13 @@ class Demo:
         self.log(f"burn-in started on every node (suite burn-in); {straggler.node} has a degraded NVLink")
 
     async def start_schedule(self) -> None:
-        from temporalio.client import (
-            Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy,
-            ScheduleSpec,
-        )
-
-        from workflows.active_checks import ActiveCheckSweep, SweepInput
+        from workflows.api import SweepInput
+        from workflows.client import sweep_schedule
 
         schedule_id = f"active-checks-{self.settings.fleet}"
-        await self.client.create_schedule(schedule_id, Schedule(
-            action=ScheduleActionStartWorkflow(
-                ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent_fraction=0.25, actor="schedule/demo"),
-                id=f"sweep/{schedule_id}", task_queue=self.settings.task_queue),
-            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=SWEEP_EVERY)]),
-            policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        ))
+        await self.client.create_schedule(schedule_id, sweep_schedule(
+            self.settings, schedule_id, SWEEP_EVERY,
+            SweepInput(suite="standard", max_concurrent_fraction=0.25, actor="schedule/demo")))
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:
@@ -171,8 +163,8 @@ class Demo:
         return random.Random(f"{self.plan.seed}/{len(taken)}").choice(idle) if idle else ""
 
     async def _xid79_under_a_job(self, fault: Fault) -> None:
-        from workflows.node_activities import HealthEventInput
-        from workflows.starter import send_health_events
+        from workflows.api import HealthEventInput
+        from workflows.client import send_health_events
 
         busy = [j for j in running_sim_jobs(self.engine) if j.nodes]
         if not busy:

@@ -11,19 +11,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from fleetctl.config import Settings
-from workflows.active_checks import ActiveCheckBatch, ActiveCheckSweep
-from workflows.activities import LifecycleActivities, NodeCommandActivities
-from workflows.capacity_guard import CapacityGuard
-from workflows.executor_registry import ExecutorRegistry
-from workflows.firmware_activities import FirmwareActivities
-from workflows.firmware_rollout import FirmwareRollout
-from workflows.job_activities import JobRestartActivities
-from workflows.job_restart import JobRestart
-from workflows.node_activities import NodeActivities
-from workflows.node_lifecycle import NodeLifecycle
-from workflows.remediation import Remediation
-from workflows.remediation_activities import RemediationActivities
-from workflows.scheduler_registry import SchedulerRegistry
+from workflows.activities.checks import CheckActivities
+from workflows.activities.executors import ExecutorRegistry
+from workflows.activities.firmware import FirmwareActivities
+from workflows.activities.guard import GuardActivities
+from workflows.activities.jobs import JobRestartActivities
+from workflows.activities.node import NodeActivities, NodeCommandActivities
+from workflows.activities.remediation import RemediationActivities
+from workflows.activities.schedulers import SchedulerRegistry
+from workflows.client import connect, ensure_capacity_guard
+from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from workflows.definitions.capacity_guard import CapacityGuard
+from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.job_restart import JobRestart
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.definitions.remediation import Remediation
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout]
 
@@ -33,17 +35,19 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     executor registry and one scheduler registry serve them all, so the SSH pool and its
     concurrency limit cover every command this worker runs."""
     executors, schedulers = ExecutorRegistry(settings), SchedulerRegistry(settings)
-    lifecycle = LifecycleActivities(settings)
-    commands = NodeCommandActivities(client, settings)
-    node = NodeActivities(settings, executors, schedulers)
+    node = NodeActivities(settings, schedulers)
+    commands = NodeCommandActivities(client)
+    checks = CheckActivities(settings, executors)
+    guard = GuardActivities(settings, lambda: ensure_capacity_guard(client, settings))
     remediation = RemediationActivities(settings, executors, client)
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     return [
-        lifecycle.record_transition, commands.command_node, commands.ask_capacity_guard, commands.report_check_errors,
-        node.node_facts, node.suite_checks, node.run_check, node.judge_admission, node.record_health_event,
-        node.fleet_snapshot, node.state_versions, node.record_automation_event, node.idle_production_nodes,
-        node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler, node.choose_remediation,
+        node.record_transition, node.node_facts, node.record_health_event, node.record_automation_event,
+        node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
+        node.choose_remediation, commands.command_node,
+        checks.suite_checks, checks.run_check, checks.judge_admission,
+        guard.fleet_snapshot, guard.state_versions, guard.ask_capacity_guard, guard.report_check_errors,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
         remediation.notify, remediation.open_rma,
@@ -65,8 +69,6 @@ def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecuto
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
-    from workflows.starter import connect
-
     client = await connect(settings)
     with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
         worker = build_worker(client, settings, executor)

@@ -27,6 +27,6 @@ def run_async(coro: Awaitable[T]) -> T:
 
 
 async def temporal_client(ctx: typer.Context) -> Any:
-    from workflows.starter import connect
+    from workflows.client import connect
 
     return await connect(settings(ctx))

@@ -80,8 +80,8 @@ def rollout(
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
     from fleetctl.firmware import batch_size
-    from workflows.firmware_starter import start_rollout
-    from workflows.starter import connect
+    from workflows.client import start_rollout
+    from workflows.client import connect
 
     baseline = _load(baseline_file)
     try:
@@ -107,7 +107,7 @@ async def _watch(client, rollout_id: str):
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from workflows.firmware_starter import rollout_progress
+    from workflows.client import rollout_progress
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}")) as bar:
         task = bar.add_task(rollout_id, total=None, note="")
@@ -129,8 +129,8 @@ def _exit_for(progress) -> None:
 
 
 def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
-    from workflows.firmware_starter import RolloutRefused, rollout_command
-    from workflows.starter import connect
+    from workflows.client import RolloutRefused, rollout_command
+    from workflows.client import connect
 
     s = context.settings(ctx)
 

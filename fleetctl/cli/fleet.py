@@ -49,7 +49,7 @@ def fleet_status(ctx: typer.Context) -> dict:
 def _automation(ctx: typer.Context) -> dict:
     from temporalio.service import RPCError
 
-    from workflows.starter import TemporalUnavailable, connect, guard_status
+    from workflows.client import TemporalUnavailable, connect, guard_status
 
     s = context.settings(ctx)
 
@@ -137,7 +137,7 @@ def status(
 @app.command("resume-automation")
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
-    from workflows.starter import connect, resume_automation as resume
+    from workflows.client import connect, resume_automation as resume
 
     s = context.settings(ctx)
 

@@ -209,9 +209,9 @@ def restart(
         from rich.console import Console
         from temporalio.client import WorkflowFailureError
 
-        from workflows.job_restart import JobRestartInput
-        from workflows.job_starter import start_job_restart
-        from workflows.starter import connect
+        from workflows.api import JobRestartInput
+        from workflows.client import start_job_restart
+        from workflows.client import connect
 
         client = await connect(s)
         inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,

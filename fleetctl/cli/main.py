@@ -32,8 +32,8 @@ def _known_errors() -> dict[type[BaseException], int]:
         from fleetctl.db.engine import DatabaseUnavailable
 
         errors[DatabaseUnavailable] = EXIT_OPERATIONAL
-    if "workflows.starter" in sys.modules:  # only commands that talked to Temporal raise these
-        from workflows.starter import CommandRejected, TemporalUnavailable
+    if "workflows.client" in sys.modules:  # only commands that talked to Temporal raise these
+        from workflows.client import CommandRejected, TemporalUnavailable
 
         errors.update({TemporalUnavailable: EXIT_OPERATIONAL, CommandRejected: EXIT_OPERATIONAL})
     return errors

@@ -84,7 +84,7 @@ def import_nodes(
     async def run() -> None:
         from rich.progress import Progress
 
-        from workflows.starter import connect, ensure_node_workflows
+        from workflows.client import connect, ensure_node_workflows
 
         client = await connect(context.settings(ctx))  # before writing: no half-imported fleet
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
@@ -183,7 +183,7 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> None:
-    from workflows.starter import connect, request_many
+    from workflows.client import connect, request_many
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
@@ -253,7 +253,7 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     from checks.suites import SuiteError, load_suite
-    from workflows.starter import connect, request_phases
+    from workflows.client import connect, request_phases
 
     names = list(dict.fromkeys(names))  # a node named twice is asked once
     _require_nodes(ctx, names)
@@ -320,8 +320,8 @@ def event(
     # Only the Temporal client and the message: this is the first step of the reaction to a
     # critical event, and the workflows, the activity stack and the database cost seconds to
     # import. The database is asked only when the event cannot be delivered.
-    from workflows.messages import HealthEventInput
-    from workflows.starter import CommandRejected, connect, send_health_events
+    from workflows.api import HealthEventInput
+    from workflows.client import CommandRejected, connect, send_health_events
 
     if (xid is None) == (from_log is None):
         fail("give exactly one of --xid or --from-log", EXIT_USAGE)

@@ -59,7 +59,7 @@ def close(
 ) -> None:
     """Close an RMA: the node is back and goes through burn-in before it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
-    from workflows.starter import connect, request_phase
+    from workflows.client import connect, request_phase
 
     s = context.settings(ctx)
     try:

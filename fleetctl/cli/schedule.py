@@ -43,15 +43,12 @@ def create(
     name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
 ) -> None:
     """Create (or replace) a schedule. A sweep still running when the next is due is skipped."""
-    from temporalio.client import (
-        Schedule, ScheduleActionStartWorkflow, ScheduleIntervalSpec, ScheduleOverlapPolicy, SchedulePolicy, ScheduleSpec,
-    )
     from temporalio.service import RPCError
 
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.active_checks import ActiveCheckSweep, SweepInput
-    from workflows.starter import connect
+    from workflows.api import SweepInput
+    from workflows.client import connect, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
@@ -63,15 +60,8 @@ def create(
         fail(str(exc), EXIT_USAGE)
     count, fraction = _concurrency(max_concurrent)
     schedule_id = name or kind
-    schedule = Schedule(
-        action=ScheduleActionStartWorkflow(
-            ActiveCheckSweep.run, SweepInput(suite=suite, max_concurrent=count, max_concurrent_fraction=fraction,
-                                             actor=f"schedule/{schedule_id}"),
-            id=f"sweep/{schedule_id}", task_queue=s.task_queue),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=interval)]),
-        # A sweep that overruns its interval is not doubled up: the next one is skipped.
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-    )
+    schedule = sweep_schedule(s, schedule_id, interval, SweepInput(
+        suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, actor=f"schedule/{schedule_id}"))
 
     async def run():
         client = await connect(s)
@@ -88,7 +78,7 @@ def create(
 @app.command("list")
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
-    from workflows.starter import connect
+    from workflows.client import connect
 
     s = context.settings(ctx)
 
@@ -116,7 +106,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     from temporalio.service import RPCError
 
-    from workflows.starter import connect
+    from workflows.client import connect
 
     s = context.settings(ctx)
 

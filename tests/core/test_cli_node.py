@@ -49,7 +49,7 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
 
     import asyncio
 
-    from workflows.starter import connect, request_transition
+    from workflows.client import connect, request_transition
 
     settings = make_settings(cli.db_url)
 

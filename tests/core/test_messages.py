@@ -1,6 +1,6 @@
-"""The light client side: workflows.messages names what NodeLifecycle defines, the moved
-dataclass is the same class and the same payload, and `fleetctl node event` starts without
-importing the workflows, the activity stack or the database."""
+"""The light client side: workflows.api names what the workflow definitions define, the
+moved dataclasses give the same payloads as before the move, and `fleetctl node event`
+starts without importing the workflows, the activity stack or the database."""
 
 from __future__ import annotations
 
@@ -13,29 +13,66 @@ from pathlib import Path
 import temporalio.workflow
 from temporalio.converter import DataConverter
 
-from workflows import messages, node_activities, node_lifecycle
+from workflows import api
+from workflows.definitions.capacity_guard import CapacityGuard
+from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.worker import WORKFLOWS
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _definition(cls: type):
+    return temporalio.workflow._Definition.must_from_class(cls)
+
+
 def test_names_match_the_workflow_definitions() -> None:
-    definition = temporalio.workflow._Definition.must_from_class(node_lifecycle.NodeLifecycle)
-    signal = definition.signals[messages.HEALTH_EVENT_SIGNAL]
-    assert signal.fn.__name__ == "health_event" and signal.arg_types == [messages.HealthEventInput]
-    assert messages.node_workflow_id("gpu-7") == node_lifecycle.workflow_id_for("gpu-7")
+    assert {api.NODE_LIFECYCLE, api.CAPACITY_GUARD, api.ACTIVE_CHECK_SWEEP, api.REMEDIATION, api.JOB_RESTART,
+            api.FIRMWARE_ROLLOUT} <= {_definition(w).name for w in WORKFLOWS}
+    node, guard, rollout = _definition(NodeLifecycle), _definition(CapacityGuard), _definition(FirmwareRollout)
+    assert (node.name, guard.name, rollout.name) == (api.NODE_LIFECYCLE, api.CAPACITY_GUARD, api.FIRMWARE_ROLLOUT)
+    signal = node.signals[api.HEALTH_EVENT_SIGNAL]
+    assert signal.fn.__name__ == "health_event" and signal.arg_types == [api.HealthEventInput]
+    assert node.updates[api.TRANSITION_UPDATE].arg_types == [api.TransitionRequest]
+    assert node.updates[api.ADMIT_UPDATE].arg_types == node.updates[api.RECHECK_UPDATE].arg_types == [api.PhaseRequest]
+    assert node.queries[api.NODE_STATE_QUERY].ret_type is api.NodeLifecycleState
+    assert {api.REQUEST_REMOVAL_UPDATE, api.RESUME_AUTOMATION_UPDATE, api.REPORT_CHECK_ERRORS_UPDATE} <= set(guard.updates)
+    assert guard.queries[api.GUARD_STATUS_QUERY].ret_type is api.CapacityGuardState
+    assert {api.ROLLOUT_RESUME_UPDATE, api.ROLLOUT_ABORT_UPDATE} <= set(rollout.updates)
+    assert rollout.queries[api.ROLLOUT_PROGRESS_QUERY].ret_type is api.RolloutStatus
 
 
-def test_the_moved_class_is_re_exported_not_copied_and_its_payload_is_unchanged() -> None:
-    assert node_activities.HealthEventInput is messages.HealthEventInput
-    ev = messages.HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", "alice", "e1", 1.5)
-    (payload,) = DataConverter.default.payload_converter.to_payloads([ev])
-    # Field by field, as the histories in tests/histories hold it: the class's module is not in it.
-    assert json.loads(payload.data) == {"node": "gpu-7", "source": "xid", "code": 79, "message": "fallen off the bus",
-                                        "actor": "alice", "event_id": "e1", "at": 1.5, "received_at": 0.0}
+def _payload(value) -> dict:
+    (payload,) = DataConverter.default.payload_converter.to_payloads([value])
     assert payload.metadata["encoding"] == b"json/plain"
+    return json.loads(payload.data)
 
 
-HEAVY = ("workflows.node_activities", "workflows.node_lifecycle", "workflows.activities", "checks", "sqlmodel",
+def test_a_moved_class_gives_the_payload_the_histories_hold() -> None:
+    ev = api.HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", "alice", "e1", 1.5)
+    # Field by field, as the histories in tests/histories hold it: the class's module is not in it.
+    assert _payload(ev) == {"node": "gpu-7", "source": "xid", "code": 79, "message": "fallen off the bus",
+                            "actor": "alice", "event_id": "e1", "at": 1.5, "received_at": 0.0}
+
+
+def test_one_transition_request_reads_both_payloads_it_replaced() -> None:
+    """NodeCommand (the command_node activity's input) and TransitionRequest (the transition
+    update's) are one class now; recorded payloads of either still decode into it."""
+    decode = DataConverter.default.payload_converter.from_payloads
+    to = DataConverter.default.payload_converter.to_payloads
+    update = {"trigger": "drain", "actor": "alice", "actor_kind": "operator", "cause": "c", "request_id": "r",
+              "event": None}
+    command = {"node": "gpu-7", "trigger": "drain", "actor": "runbook:x", "cause": "c", "actor_kind": "automation",
+               "request_id": "k/drain", "event": {"kind": "xid", "code": 79}}
+    for recorded in (update, command):
+        (req,) = decode(to([recorded]), [api.TransitionRequest])
+        assert isinstance(req, api.TransitionRequest)
+        assert {k: getattr(req, k) for k in recorded} == recorded
+    assert _payload(api.TransitionRequest(node="gpu-7", trigger="drain", actor="runbook:x", actor_kind="automation",
+                                          cause="c", request_id="k/drain", event={"kind": "xid", "code": 79})) == command
+
+
+HEAVY = ("workflows.definitions", "workflows.activities", "checks", "sqlmodel",
          "sqlalchemy", "fleetctl.db.queries", "paramiko")
 
 

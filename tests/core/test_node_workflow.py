@@ -12,8 +12,9 @@ from temporalio.client import Client
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import CommandRejected, ensure_node_workflows, request_transition
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import CommandRejected, ensure_node_workflows, request_transition
 from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal
@@ -51,7 +52,7 @@ async def test_transitions_are_recorded_and_illegal_ones_change_nothing(make_set
         assert [e.id for e in queries.node_events(engine, name)] == before
         result = await request_transition(client, name, "drain", "tester", cause="cable")
         assert (result.from_state, result.to_state, result.state_version) == ("production", "draining", 4)
-        status = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        status = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         assert status.state == "draining"
 
     await _with_worker(settings, body)
@@ -103,7 +104,7 @@ async def test_repeated_request_id_is_answered_not_reapplied(make_settings, sqli
 
 
 async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
-    from workflows.node_lifecycle import NodeLifecycleState
+    from workflows.api import NodeLifecycleState
     from temporalio.common import WorkflowIDConflictPolicy
 
     settings = make_settings(sqlite_url)
@@ -113,14 +114,14 @@ async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
     async def body(client):
         handle = await client.start_workflow(
             NodeLifecycle.run, NodeLifecycleState(node=name, transitions_per_run=2),
-            id=workflow_id_for(name), task_queue=settings.task_queue,
+            id=node_workflow_id(name), task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         first_run = handle.first_execution_run_id
         for trigger in ("begin_burn_in", "begin_admission", "enter_production", "drain", "undrain"):
             await request_transition(client, name, trigger, "tester")
-        status = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
-        desc = await client.get_workflow_handle(workflow_id_for(name)).describe()
+        status = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
+        desc = await client.get_workflow_handle(node_workflow_id(name)).describe()
         return first_run, desc.run_id, status
 
     first_run, run_now, status = await _with_worker(settings, body)

@@ -11,7 +11,7 @@ from fleetctl.db import firmware as db
 from fleetctl.db.sim import add_fault, clear_faults
 from fleetctl.firmware import load_baseline
 from tests.remediation.conftest import running_fleet
-from workflows.firmware_starter import RolloutRefused, rollout_command, rollout_progress, start_rollout
+from workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout
 
 pytestmark = pytest.mark.temporal
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"

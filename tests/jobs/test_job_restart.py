@@ -14,8 +14,8 @@ from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.sim import SimScheduler
 from tests.jobs.support import sim_fleet
-from workflows.job_restart import JobRestartInput, JobRestartResult
-from workflows.job_starter import start_job_restart
+from workflows.api import JobRestartInput, JobRestartResult
+from workflows.client import start_job_restart
 from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal

@@ -17,8 +17,8 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.node_activities import HealthEventInput
-from workflows.starter import connect, ensure_node_workflows, request_phase, send_health_events
+from workflows.api import HealthEventInput
+from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

@@ -15,10 +15,10 @@ from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
 from fleetctl.schedulers.sim import SimScheduler
 from tests.jobs.support import sim_fleet
-from workflows import scheduler_registry
-from workflows.executor_registry import ExecutorRegistry
-from workflows.node_activities import NodeActivities, SweepScope
-from workflows.scheduler_registry import SchedulerRegistry
+from workflows.activities import schedulers as scheduler_registry
+from workflows.activities.node import NodeActivities
+from workflows.api import SweepScope
+from workflows.activities.schedulers import SchedulerRegistry
 
 
 class CountingScheduler:
@@ -50,7 +50,7 @@ def test_the_sweep_takes_idle_production_nodes_asking_each_scheduler_once(sqlite
     asked: list[str] = []
     monkeypatch.setattr(scheduler_registry, "scheduler_for",
                         lambda kind, s: CountingScheduler(kind, scheduler_for(kind, s) if kind == "sim" else None, asked))
-    activities = NodeActivities(settings, ExecutorRegistry(settings), SchedulerRegistry(settings))
+    activities = NodeActivities(settings, SchedulerRegistry(settings))
 
     idle = ActivityEnvironment().run(activities.idle_production_nodes, SweepScope())
 

@@ -17,8 +17,9 @@ from fleetctl.db.sim import add_fault
 from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
 from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import connect, ensure_node_workflows, request_phase
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, ensure_node_workflows, request_phase
 
 
 @dataclass
@@ -48,7 +49,7 @@ class SimFleet:
             now = {n: self.state(n) for n in names}
             idle = True
             for n in names:
-                wf = await self.client.get_workflow_handle(workflow_id_for(n)).query(NodeLifecycle.current)
+                wf = await self.client.get_workflow_handle(node_workflow_id(n)).query(NodeLifecycle.current)
                 idle = idle and not wf.work and not wf.activity
             if all(s in states for s in now.values()) and idle:
                 return now

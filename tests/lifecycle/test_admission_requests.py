@@ -16,8 +16,8 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from tests.reliability.support import Cli, inventory_file
 from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import workflow_id_for
-from workflows.starter import connect, phase_outcome, request_phase, request_phases, request_transition
+from workflows.api import node_workflow_id
+from workflows.client import connect, phase_outcome, request_phase, request_phases, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -74,7 +74,7 @@ async def test_nodes_nobody_answers_for_each_fail_with_the_reason_and_are_asked_
                for o in outcomes), outcomes
     assert elapsed < 12, elapsed  # one node after another takes at least 6 x 2 x 1 s
     for name in fleet.names:
-        await fleet.client.get_workflow_handle(workflow_id_for(name)).terminate("test finished")
+        await fleet.client.get_workflow_handle(node_workflow_id(name)).terminate("test finished")
 
 
 def test_admit_many_reports_each_nodes_outcome(make_settings, sqlite_url, tmp_path) -> None:

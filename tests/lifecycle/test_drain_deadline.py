@@ -18,7 +18,7 @@ from fleetctl.schedulers.sim import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.starter import connect, request_transition
+from workflows.client import connect, request_transition
 
 pytestmark = pytest.mark.temporal
 

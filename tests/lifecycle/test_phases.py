@@ -13,9 +13,10 @@ from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
 from fleetctl.executors.sim import SimExecutor, SimFaultSpec
 from tests.support.checks import record_check
-from workflows.active_checks import ActiveCheckSweep, SweepInput
-from workflows.node_activities import HealthEventInput
-from workflows.starter import guard_status, send_health_events
+from workflows.api import SweepInput
+from workflows.definitions.active_checks import ActiveCheckSweep
+from workflows.api import HealthEventInput
+from workflows.client import guard_status, send_health_events
 
 pytestmark = pytest.mark.temporal
 
@@ -142,7 +143,7 @@ async def test_a_failed_active_check_is_remediated_to_rma_with_evidence(sim_flee
 
 async def test_an_operator_rma_opens_a_record_with_evidence(sim_fleet) -> None:
     from fleetctl.db.remediation import rma_records
-    from workflows.starter import request_transition
+    from workflows.client import request_transition
 
     fleet = await sim_fleet(2)
     await fleet.admit(fleet.names)

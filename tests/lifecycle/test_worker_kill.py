@@ -15,7 +15,7 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from tests.lifecycle.conftest import make_fleet
-from workflows.starter import connect, ensure_node_workflows, request_phase
+from workflows.client import connect, ensure_node_workflows, request_phase
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

@@ -17,8 +17,9 @@ from tests.executors.sshd import SshNode
 from tests.lifecycle.conftest import sim_fleet  # noqa: F401 - fixture used by this suite
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import connect, ensure_node_workflows, request_phase, request_transition
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
 
 ONE_CHECK_SUITE = "one-check"
 
@@ -46,7 +47,7 @@ class SshFleet:
         await wait_for(lambda: self._idle_with_result(name), 60, f"{name}'s recheck")
 
     async def _idle_with_result(self, name: str) -> bool:
-        s = await self.client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        s = await self.client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         return not s.work and not s.activity and bool(queries.latest_checks(self.engine, name))
 
 

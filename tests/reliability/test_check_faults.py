@@ -14,8 +14,8 @@ import pytest
 from fleetctl.db import queries
 from tests.executors.sshd import write_ed25519_key
 from tests.reliability.support import wait_for
-from workflows import node_activities
-from workflows.node_activities import CheckRequest
+from workflows.activities import checks as check_activities
+from workflows.api import CheckRequest
 
 pytestmark = [pytest.mark.temporal, pytest.mark.sshd]
 
@@ -58,8 +58,8 @@ async def test_garbage_output_is_retried_then_an_error(ssh_fleet) -> None:
 async def test_hanging_check_is_killed_retried_then_an_error(ssh_fleet, monkeypatch) -> None:
     # The executor's timeout is at least 30 s a try; three tries would be most of this
     # suite's time budget, so the test shortens it. The hang, the kill and the retries are real.
-    real_run = node_activities._run_with_heartbeat
-    monkeypatch.setattr(node_activities, "_run_with_heartbeat",
+    real_run = check_activities._run_with_heartbeat
+    monkeypatch.setattr(check_activities, "_run_with_heartbeat",
                         lambda executor, target, argv, timeout_s: real_run(executor, target, argv, min(timeout_s, 2.0)))
     fleet = await ssh_fleet(1)
     (name,) = fleet.names
@@ -86,7 +86,7 @@ async def test_node_that_stops_answering_mid_check_is_an_error(ssh_fleet) -> Non
     await fleet.to_production(name)
     started = fleet.node.root / "started"
     with tool_script(fleet, f"touch {started}\nexec sleep 30\n"):
-        from workflows.starter import request_phase
+        from workflows.client import request_phase
 
         _, accepted, message = await request_phase(fleet.client, name, "recheck", "tester", "one-check")
         assert accepted, message
@@ -117,7 +117,8 @@ async def test_changed_host_key_refuses_the_node_and_says_so(ssh_fleet, ssh_node
 async def test_checker_storm_of_garbage_drains_nothing(ssh_fleet) -> None:
     """A tool upgrade makes every node's output unreadable: that is the checker's fault, so
     the sweep reports errors and production capacity is untouched."""
-    from workflows.active_checks import ActiveCheckSweep, SweepInput
+    from workflows.api import SweepInput
+    from workflows.definitions.active_checks import ActiveCheckSweep
 
     fleet = await ssh_fleet(6)
     for name in fleet.names:

@@ -13,8 +13,9 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error, wait_for
 from tests.support.worker import WorkerThread
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import connect, request_phase, request_transition
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, request_phase, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -85,7 +86,7 @@ async def test_a_bad_suite_never_stops_the_nodes_own_workflow(fleet_cli) -> None
     client = await connect(fleet_cli.settings)
     for kind in ("recheck", "admit"):
         assert (await request_phase(client, node, kind, "tester", "no-such-suite"))[1]
-    handle = client.get_workflow_handle(workflow_id_for(node))
+    handle = client.get_workflow_handle(node_workflow_id(node))
     await wait_for(lambda: _idle(handle), 30, "the requests to be handled")
     assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
     assert "cannot run suite no-such-suite" in (await handle.query(NodeLifecycle.current)).last_outcome

@@ -18,10 +18,9 @@ from fleetctl.health import MAX_SENDER_SKEW_S, plausible_time
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.executor_registry import ExecutorRegistry
-from workflows.node_activities import HealthEventInput, NodeActivities
-from workflows.scheduler_registry import SchedulerRegistry
-from workflows.starter import connect, ensure_node_workflows, send_health_events
+from workflows.api import HealthEventInput, NodeActivities
+from workflows.activities.schedulers import SchedulerRegistry
+from workflows.client import connect, ensure_node_workflows, send_health_events
 
 HOUR, DAY = 3600.0, 86400.0
 T0 = 1_800_000_000.0  # the server's clock when the first event arrives
@@ -34,7 +33,7 @@ def health(make_settings, sqlite_url):
     activity and database, received by the server at `received_at`."""
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1)
-    activities = NodeActivities(settings, ExecutorRegistry(settings), SchedulerRegistry(settings))
+    activities = NodeActivities(settings, SchedulerRegistry(settings))
 
     def record(received_at: float, sender_at: float, event_id: str | None = None):
         return activities.record_health_event(HealthEventInput(

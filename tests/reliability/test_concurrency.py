@@ -19,8 +19,8 @@ from fleetctl.db.engine import get_engine
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread
-from workflows.node_activities import HealthEventInput
-from workflows.starter import connect, ensure_node_workflows, request_transition, send_health_events
+from workflows.api import HealthEventInput
+from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 pytestmark = pytest.mark.temporal
 

@@ -35,10 +35,11 @@ from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.job_restart import workflow_id_for as job_restart_id
-from workflows.node_activities import HealthEventInput
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import connect, send_health_events
+from workflows.api import job_restart_id
+from workflows.api import HealthEventInput
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, send_health_events
 
 pytestmark = pytest.mark.temporal
 
@@ -126,7 +127,7 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
         assert status.exit_code == 0, status.output
         assert any(e["kind"] == "scheduler_error" and e["node"] == name and ETCD_TIMEOUT in e["reason"]
                    for e in json.loads(status.stdout)["recent_automation_events"]), status.stdout
-        current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         assert current.activity.startswith("draining") and "scheduler refused the drain" in current.last_outcome
 
         await wait_for(lambda: len(scheduler_errors()) >= 2, 30, "a second round of refused cordons")
@@ -211,10 +212,10 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
 
 
 async def _activity(client, name: str, prefix: str) -> bool:
-    current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+    current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
     return current.activity.startswith(prefix)
 
 
 async def _idle(client, name: str) -> bool:
-    current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+    current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
     return not current.work and not current.activity

@@ -26,9 +26,10 @@ from fleetctl.schedulers.sim import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows import scheduler_registry
-from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
-from workflows.starter import connect, ensure_node_workflows, request_transition
+from workflows.activities import schedulers as scheduler_registry
+from workflows.api import node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, ensure_node_workflows, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -103,7 +104,7 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
                    for e in json.loads(status.stdout)["recent_automation_events"]), status.stdout
         shown = (await asyncio.to_thread(cli, "fleet", "status")).stdout
         assert "scheduler_error" in shown and "Unable to contact slurm" in shown, shown
-        current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         assert current.activity.startswith("draining") and "scheduler refused the drain" in current.last_outcome
 
         down.unlink()  # slurmctld is back
@@ -175,7 +176,7 @@ async def test_a_scheduler_that_takes_the_cordon_but_cannot_list_the_jobs_keeps_
         assert "cannot list the node's jobs" in refusals()[0].reason and SLURM_DOWN in refusals()[0].reason
         assert SimScheduler(engine).node_state(name).drained  # the cordon itself went through
         assert queries.get_node(engine, name).state == "draining"
-        current = await client.get_workflow_handle(workflow_id_for(name)).query(NodeLifecycle.current)
+        current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         assert "scheduler refused the drain" in current.last_outcome
         jobs_down.unlink()
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 60, "the drain to complete")

@@ -22,7 +22,7 @@ from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.starter import connect, ensure_node_workflows, request_phase, request_transition
+from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
 
 BURN_IN_PATH = [("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
 

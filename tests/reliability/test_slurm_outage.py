@@ -27,12 +27,13 @@ from fleetctl.schedulers.base import REASON_PREFIX
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - a fixture, used by name
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.job_restart import JobRestartInput
-from workflows.job_restart import workflow_id_for as job_restart_id
-from workflows.job_starter import start_job_restart
-from workflows.messages import HealthEventInput
-from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
-from workflows.starter import connect, ensure_node_workflows, request_transition, send_health_events
+from workflows.api import JobRestartInput
+from workflows.api import job_restart_id
+from workflows.client import start_job_restart
+from workflows.api import HealthEventInput
+from workflows.api import NodeLifecycleState, node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
@@ -69,7 +70,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
         client = await connect(settings)
         # Rounds of cordon attempts 1 s apart instead of a minute, so the test sees a second round.
         await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node="node1", scheduler_retry_s=1.0),
-                                    id=workflow_id_for("node1"), task_queue=settings.task_queue,
+                                    id=node_workflow_id("node1"), task_queue=settings.task_queue,
                                     id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
         for n in names:
@@ -78,7 +79,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
 
         async def settled() -> bool:  # in production, and done resuming in Slurm
             for n in names:
-                current = await client.get_workflow_handle(workflow_id_for(n)).query(NodeLifecycle.current)
+                current = await client.get_workflow_handle(node_workflow_id(n)).query(NodeLifecycle.current)
                 if current.state != "production" or current.work or current.activity:
                     return False
             return True
@@ -101,7 +102,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
         retry_intervals: dict[tuple[str, int], float] = {}  # (activity id, failed attempt) -> seconds
 
         async def two_rounds_refused() -> bool:
-            cordon = await _pending(client, workflow_id_for("node1"), "cordon_in_scheduler")
+            cordon = await _pending(client, node_workflow_id("node1"), "cordon_in_scheduler")
             if cordon is not None and cordon.HasField("next_attempt_schedule_time"):
                 assert CONTROLLER_DOWN in cordon.last_failure.message, cordon.last_failure.message
                 retry_intervals[(cordon.activity_id, cordon.attempt - 1)] = round(
@@ -115,7 +116,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
         assert len({activity for activity, _ in retry_intervals}) == 2, retry_intervals  # one per round
         assert states_seen == {"draining"}, states_seen  # never moved on as if the drain had worked
         assert all(CONTROLLER_DOWN in e.reason and "node1" in e.reason for e in refusals()), refusals()
-        current = await client.get_workflow_handle(workflow_id_for("node1")).query(NodeLifecycle.current)
+        current = await client.get_workflow_handle(node_workflow_id("node1")).query(NodeLifecycle.current)
         assert current.activity.startswith("draining") and "scheduler refused the drain" in current.last_outcome
         cli = Cli(settings)
         status = await asyncio.to_thread(cli, "fleet", "status", "-o", "json")

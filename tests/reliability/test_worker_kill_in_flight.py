@@ -20,8 +20,8 @@ from fleetctl.schedulers.sim import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
-from workflows.node_activities import HealthEventInput
-from workflows.starter import connect, ensure_node_workflows, request_transition, send_health_events
+from workflows.api import HealthEventInput
+from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
@@ -135,7 +135,7 @@ steps:
 async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     from fleetctl.db import remediation as runs_store
     from fleetctl.runbooks import Event, parse_runbook
-    from workflows.remediation_starter import start_remediation
+    from workflows.client import start_remediation
 
     settings, worker = killable_worker()
     (name,) = make_fleet(settings, 1)
@@ -169,7 +169,7 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
     from fleetctl.db.sim import add_fault
     from fleetctl.firmware import load_baseline
     from tests.support.checks import record_check
-    from workflows.firmware_starter import start_rollout
+    from workflows.client import start_rollout
 
     baseline_file = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
     # Two nodes: the guard's 10 % limit would hold batch 2 while the canary is still out.

@@ -18,9 +18,10 @@ from fleetctl.inventory import parse_inventory
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import run_sushy_emulator
 from tests.firmware.test_baseline import FIXTURE
-from workflows import remediation_activities
-from workflows.firmware_activities import DriftRequest, FirmwareActivities
-from workflows.remediation_activities import HardwareRequest, RemediationActivities
+from workflows.activities import remediation as remediation_activities
+from workflows.activities.firmware import FirmwareActivities
+from workflows.activities.remediation import RemediationActivities
+from workflows.api import DriftRequest, HardwareRequest
 
 
 @dataclass

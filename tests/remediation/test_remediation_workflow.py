@@ -14,7 +14,7 @@ from fleetctl.db.sim import add_fault, faults_for
 from fleetctl.db.models import utcnow
 from fleetctl.runbooks import Event, load_runbooks
 from tests.remediation.conftest import running_fleet
-from workflows.remediation_starter import run_remediation
+from workflows.client import run_remediation
 
 pytestmark = pytest.mark.temporal
 BOOKS = load_runbooks()

@@ -26,11 +26,12 @@ from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
 from fleetctl.schedulers.sim import SimScheduler
 from fleetctl.temporal_server import start_dev_server
-from workflows.active_checks import ActiveCheckSweep, SweepInput
-from workflows.capacity_guard import guard_id
-from workflows.node_activities import HealthEventInput
-from workflows.node_lifecycle import workflow_id_for
-from workflows.starter import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
+from workflows.api import SweepInput
+from workflows.definitions.active_checks import ActiveCheckSweep
+from workflows.api import guard_id
+from workflows.api import HealthEventInput
+from workflows.api import node_workflow_id
+from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -85,9 +86,9 @@ async def record(directory: Path = HISTORIES) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         wanted = {
-            "node_lifecycle_drain_undrain": workflow_id_for(drained),
-            "node_lifecycle_xid79_under_a_job": workflow_id_for(busy),
-            "node_lifecycle_active_check_to_rma": workflow_id_for(checked),
+            "node_lifecycle_drain_undrain": node_workflow_id(drained),
+            "node_lifecycle_xid79_under_a_job": node_workflow_id(busy),
+            "node_lifecycle_active_check_to_rma": node_workflow_id(checked),
             "capacity_guard": guard_id(settings.fleet),
             "active_check_sweep": f"sweep/record-{unique}",
             "remediation_ecc_to_rma": f"remediation/{checked}",

@@ -10,7 +10,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from workflows.executor_registry import ExecutorRegistry, target_for
+from workflows.activities.executors import ExecutorRegistry, target_for
 
 
 def record_check(settings: Settings, node: str, check: str) -> CheckRun:

@@ -4,8 +4,9 @@ workflows whose names other tests reuse (the Slurm cluster's node1..node4)."""
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState, workflow_id_for
-from workflows.starter import connect, request_transition
+from workflows.api import NodeLifecycleState, node_workflow_id
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.client import connect, request_transition
 from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 
 
@@ -15,7 +16,7 @@ async def terminate_node_workflows(settings, names) -> None:
     client = await connect(settings)
     for name in names:
         try:
-            await client.get_workflow_handle(workflow_id_for(name)).terminate("test finished")
+            await client.get_workflow_handle(node_workflow_id(name)).terminate("test finished")
         except RPCError:
             pass  # already closed
 
@@ -23,7 +24,7 @@ async def terminate_node_workflows(settings, names) -> None:
 async def start_in_production(client, settings, name: str, **state) -> None:
     """The node's workflow started with `state` overrides (e.g. retry rounds a second apart
     instead of a minute) and taken new -> production by automation, without a burn-in."""
-    await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, **state), id=workflow_id_for(name),
+    await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, **state), id=node_workflow_id(name),
                                 task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
     for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
         await request_transition(client, name, trigger, "setup", actor_kind="automation")

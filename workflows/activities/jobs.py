@@ -4,7 +4,6 @@ run again (a retry after a lost answer must not restart a job twice or move a ti
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from temporalio import activity
@@ -12,59 +11,9 @@ from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.db import jobs
-from workflows.activities import DatabaseActivities
-from workflows.scheduler_registry import SchedulerRegistry
-
-
-@dataclass
-class RestartStarted:
-    workflow_id: str
-    job_id: str
-    scheduler: str
-    bad_nodes: list[str]
-    cause: str
-    actor: str
-    restart_id: str
-    fault_seen_at: str  # ISO 8601 with offset
-
-
-@dataclass
-class DrainNodes:
-    scheduler: str
-    nodes: list[str]
-    reason: str
-
-
-@dataclass
-class RestartJob:
-    scheduler: str
-    job_id: str
-    exclude_nodes: list[str]
-
-
-@dataclass
-class WaitForJob:
-    scheduler: str
-    job_id: str
-    exclude_nodes: list[str]
-    timeout_s: float
-    poll_interval_s: float = 0.25
-
-
-@dataclass
-class RestartStep:
-    workflow_id: str
-    step: str  # "drained_at" or "requeued_at"
-    at: str  # ISO 8601, the workflow's time of the step
-
-
-@dataclass
-class RestartOutcome:
-    workflow_id: str
-    status: str  # "succeeded" or "failed"
-    running_at: str | None = None
-    new_nodes: list[str] = field(default_factory=list)
-    error: str = ""
+from workflows.activities.database import DatabaseActivities
+from workflows.activities.schedulers import SchedulerRegistry
+from workflows.api import DrainNodes, RestartJob, RestartOutcome, RestartStarted, RestartStep, WaitForJob
 
 
 def running_off(job, bad_nodes: list[str]) -> bool:

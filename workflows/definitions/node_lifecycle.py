@@ -11,142 +11,72 @@ item at a time, so a node is never in two phases at once.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.capacity import RemovalRequest
     from fleetctl.health import plausible_time
     from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
-    from workflows.activities import LifecycleActivities, NodeCommandActivities, TransitionRecord
-    from workflows.firmware_activities import DriftReport, DriftRequest, FirmwareActivities, UpdateOutcome
-    from workflows.firmware_rollout import FIRMWARE_CHECKS
-    from workflows.job_restart import JobRestart, JobRestartInput
-    from workflows.remediation import Remediation, RemediationInput
-    from workflows.remediation_activities import RemediationActivities, RmaRequest
-    from workflows.remediation_starter import remediation_id
-    from workflows.job_restart import workflow_id_for as job_restart_id
-    from workflows.messages import node_workflow_id
-    from workflows.node_activities import (
+    from workflows.activities.checks import CheckActivities
+    from workflows.activities.firmware import FirmwareActivities
+    from workflows.activities.node import NodeActivities
+    from workflows.activities.remediation import RemediationActivities
+    from workflows.api import (
         AdmissionRequest,
-        AutomationRecord,
         AdmissionVerdict,
+        AutomationRecord,
         CheckOutcome,
         CheckRequest,
+        DriftReport,
+        DriftRequest,
         HealthEventInput,
         HealthEventVerdict,
-        NodeActivities,
+        JobRestartInput,
         NodeFacts,
+        NodeLifecycleState,
+        PhaseAccepted,
+        PhaseRequest,
         RemediationChoice,
+        RemediationInput,
         RemediationPlan,
+        RmaRequest,
         SchedulerCordon,
         SweepScope,
+        TransitionRecord,
+        TransitionRequest,
+        TransitionResult,
+        UpdateOutcome,
+        WorkItem,
+        job_restart_id,
+        remediation_id,
+    )
+    from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.remediation import Remediation
+    from workflows.definitions.shared import (
+        FIRMWARE_CHECKS,
+        FIRMWARE_UPDATE,
+        MESSAGE,
+        QUICK,
+        SCHEDULER,
+        SCHEDULER_ROUND,
+        ask_guard,
+        run_check,
     )
 
 # Bounded memory of answered requests: a CLI that retries an update after a network blip
 # gets the first answer back instead of a second transition.
 RECENT_REQUESTS_KEPT = 64
 ADMITTABLE = (NodeState.NEW.value, NodeState.MAINTENANCE.value, NodeState.RMA.value)
-# How long a non-critical drain waits for running jobs to finish before it gives up waiting
-# and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
-DRAIN_JOB_WAIT = timedelta(hours=2)
-DRAIN_JOB_POLL = timedelta(seconds=30)
-# After the cordon activity's own retries are spent (about 15 s), wait this long before the next round.
-SCHEDULER_RETRY_S = 60.0
 CHECK_ATTEMPTS = 3
-
-# One round of asking the scheduler (about 15 s of attempts) before the refusal is recorded.
-SCHEDULER_RETRY_POLICY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
-                                     maximum_attempts=5, non_retryable_error_types=["UnknownNode", "UnknownScheduler"])
-SHORT = dict(start_to_close_timeout=timedelta(seconds=30),
-             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
-                                      non_retryable_error_types=["UnknownNode", "UnknownSuite", "UnknownCheck"]))
-
-
-workflow_id_for = node_workflow_id  # one definition, in the light module the CLI imports
 
 
 def check_event(check: str, status: str, message: str) -> dict:
     """A check result as the event a runbook matches (fleetctl.runbooks.Event.to_dict())."""
     return {"kind": "check", "check": check, "status": status, "message": message}
-
-
-@dataclass
-class TransitionRequest:
-    trigger: str
-    actor: str
-    actor_kind: str = "operator"
-    cause: str = ""
-    request_id: str = ""
-    # What the node did wrong (fleetctl.runbooks.Event.to_dict()); with a drain, it picks
-    # the runbook that remediates the node once drained. None: an operator's own reason.
-    event: dict | None = None
-
-
-@dataclass
-class TransitionResult:
-    node: str
-    from_state: str
-    to_state: str
-    state_version: int
-    trigger: str
-    actor: str
-    # True when this answer came from the idempotency guard, not a new transition.
-    repeated: bool = False
-
-
-@dataclass
-class PhaseRequest:
-    """`admit` (burn-in, admission, production) or `recheck` (run a suite, judge, maybe drain)."""
-
-    actor: str
-    suite: str = "burn-in"
-    request_id: str = ""
-
-
-@dataclass
-class PhaseAccepted:
-    node: str
-    kind: str
-    suite: str
-    queued_behind: int
-
-
-@dataclass
-class WorkItem:
-    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler
-    actor: str = ""
-    suite: str = ""
-    cause: str = ""
-    critical: bool = False
-    fault_seen_at: float = 0.0
-    event: HealthEventInput | None = None
-    remediation_event: dict | None = None
-
-
-@dataclass
-class NodeLifecycleState:
-    node: str
-    state: str = NodeState.NEW.value
-    state_version: int = 0
-    recent_requests: dict[str, TransitionResult] = field(default_factory=dict)
-    work: list[WorkItem] = field(default_factory=list)
-    # What the node is doing now, and how the last phase ended (for `node show`/fleet status).
-    activity: str = ""
-    last_outcome: str = ""
-    # Continue-as-new after this many transitions in one run (Temporal may suggest sooner).
-    transitions_per_run: int = 500
-    # Seconds between rounds of cordon attempts while the scheduler refuses a drain.
-    scheduler_retry_s: float = SCHEDULER_RETRY_S
-    # How long a non-critical drain waits for the node's jobs, polling this often.
-    drain_job_wait_s: float = DRAIN_JOB_WAIT.total_seconds()
-    drain_job_poll_s: float = DRAIN_JOB_POLL.total_seconds()
 
 
 @workflow.defn
@@ -261,7 +191,7 @@ class NodeLifecycle:
             await workflow.execute_activity_method(
                 RemediationActivities.open_rma,
                 RmaRequest(self.s.node, item.cause, item.actor, idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma"),
-                **SHORT)
+                **MESSAGE)
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"
@@ -293,7 +223,7 @@ class NodeLifecycle:
             return
         self.s.activity = "admission: judging against the profile and the fleet"
         verdict: AdmissionVerdict = await workflow.execute_activity_method(
-            NodeActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **SHORT)
+            CheckActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **QUICK)
         if verdict.passed:
             await self._move("enter_production", f"admission: {verdict.reason}")
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
@@ -304,7 +234,7 @@ class NodeLifecycle:
         """Bring the node to the fleet's firmware baseline, through the same update path as a
         roll-out. Skipped when no baseline is set or the node already matches it. False: the
         node failed the phase (it is in maintenance now) or moved on."""
-        baseline_id = await workflow.execute_activity_method(FirmwareActivities.current_baseline_id, "", **SHORT)
+        baseline_id = await workflow.execute_activity_method(FirmwareActivities.current_baseline_id, "", **QUICK)
         if not baseline_id:
             return True
         base = f"{workflow.info().workflow_id}@{self.s.state_version}/firmware"
@@ -317,9 +247,7 @@ class NodeLifecycle:
         self.s.activity = "firmware: updating"
         try:
             applied: UpdateOutcome = await workflow.execute_activity_method(
-                FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id),
-                start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
-                retry_policy=RetryPolicy(maximum_attempts=1))
+                FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE)
         except ActivityError as exc:
             # Never retried blindly (a half-flashed part is the vendor's to judge), and never
             # the end of this workflow: the node goes to maintenance with the reason.
@@ -341,7 +269,7 @@ class NodeLifecycle:
             self.s.activity = f"firmware: {check}"
             await self._run_check(check, "firmware", f"{key}/{index}")
         return await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(self.s.node, baseline_id), **SHORT)
+            FirmwareActivities.node_drift, DriftRequest(self.s.node, baseline_id), **QUICK)
 
     async def _recheck(self, item: WorkItem) -> None:
         checks = await self._suite_checks(item.suite)
@@ -366,7 +294,7 @@ class NodeLifecycle:
 
     async def _health_event(self, ev: HealthEventInput) -> None:
         self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
-        verdict: HealthEventVerdict = await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **SHORT)
+        verdict: HealthEventVerdict = await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **QUICK)
         self.s.last_outcome = verdict.reason
         cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
@@ -382,19 +310,16 @@ class NodeLifecycle:
         bad = False
         for item in queued:
             self.s.work.remove(item)
-            verdict = await workflow.execute_activity_method(NodeActivities.record_health_event, item.event, **SHORT)
+            verdict = await workflow.execute_activity_method(NodeActivities.record_health_event, item.event, **QUICK)
             bad = bad or verdict.drain_now
         return bad
 
     async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
                              request_id: str = "", event: dict | None = None) -> None:
-        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **SHORT)
-        decision: RemovalDecision = await workflow.execute_activity_method(
-            NodeCommandActivities.ask_capacity_guard,
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **QUICK)
+        decision = await ask_guard(
             RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor, critical=critical,
-                           request_id=request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"),
-            **SHORT,
-        )
+                           request_id=request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"))
         if not decision.granted:
             self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
             return
@@ -412,7 +337,7 @@ class NodeLifecycle:
             NodeActivities.record_automation_event,
             AutomationRecord(kind="rejected", reason=f"drain: {cause}: the node is already {self.s.state}", actor=actor,
                              node=self.s.node, key=f"{workflow.info().workflow_id}/refused/{workflow.now().timestamp()}"),
-            **SHORT)
+            **QUICK)
 
     async def _after_drain(self, item: WorkItem) -> None:
         """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
@@ -453,7 +378,7 @@ class NodeLifecycle:
         """Start the runbook that handles `event` on this node (in maintenance now). It runs as
         its own workflow and moves the node through this one's updates, like any other actor."""
         plan: RemediationPlan = await workflow.execute_activity_method(
-            NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **SHORT)
+            NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **QUICK)
         if plan.runbook is None:
             self.s.last_outcome += "; no runbook handles it: waiting for an operator"
             return
@@ -475,11 +400,7 @@ class NodeLifecycle:
             return
         self.s.activity = "resuming in the scheduler"
         try:
-            await workflow.execute_activity_method(
-                NodeActivities.resume_in_scheduler, self.s.node, start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-                                         maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownScheduler",
-                                                                                         "DrainedBySomeoneElse"]))
+            await workflow.execute_activity_method(NodeActivities.resume_in_scheduler, self.s.node, **SCHEDULER)
         except ActivityError as exc:
             message = str(exc.cause or exc)
             self.s.last_outcome = f"not resumed in the scheduler: {message}"
@@ -487,7 +408,7 @@ class NodeLifecycle:
                 NodeActivities.record_automation_event,
                 AutomationRecord(kind="scheduler_error", reason=f"resume: {message}", actor="lifecycle", node=self.s.node,
                                  key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume"),
-                **SHORT)
+                **QUICK)
 
     async def _running_jobs(self) -> list[str] | None:
         """The node's running jobs, asked of its scheduler as the cordon is: a scheduler that
@@ -496,8 +417,7 @@ class NodeLifecycle:
         while self.s.state == NodeState.DRAINING.value:
             try:
                 return await workflow.execute_activity_method(
-                    NodeActivities.running_jobs_on, self.s.node, start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=SCHEDULER_RETRY_POLICY)
+                    NodeActivities.running_jobs_on, self.s.node, **SCHEDULER_ROUND)
             except ActivityError as exc:
                 await self._scheduler_refused(f"cannot list the node's jobs: {exc.cause or exc}", "jobs")
         return None
@@ -509,7 +429,7 @@ class NodeLifecycle:
             NodeActivities.record_automation_event,
             AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
                              key=f"{workflow.info().workflow_id}/{what}/{workflow.now().timestamp()}"),
-            **SHORT)
+            **QUICK)
         await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
 
     async def _cordon(self, reason: str) -> str | None:
@@ -518,8 +438,7 @@ class NodeLifecycle:
         while self.s.state == NodeState.DRAINING.value:
             try:
                 return await workflow.execute_activity_method(
-                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason),
-                    start_to_close_timeout=timedelta(seconds=60), retry_policy=SCHEDULER_RETRY_POLICY)
+                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason), **SCHEDULER_ROUND)
             except ActivityError as exc:
                 await self._scheduler_refused(str(exc.cause or exc), "cordon")
         return None
@@ -544,26 +463,13 @@ class NodeLifecycle:
         """The suite's checks, or None (and why, in last_outcome) when the worker does not
         know the suite: a bad request must not end the node's only writer."""
         try:
-            return await workflow.execute_activity_method(NodeActivities.suite_checks, SweepScope(suite=suite), **SHORT)
+            return await workflow.execute_activity_method(CheckActivities.suite_checks, SweepScope(suite=suite), **QUICK)
         except ActivityError as exc:
             self.s.last_outcome = f"cannot run suite {suite}: {getattr(exc.cause, 'message', None) or exc.cause or exc}"
             return None
 
     async def _run_check(self, check: str, suite: str, run_key: str) -> CheckOutcome:
-        spec = CHECKS[check]
-        try:
-            return await workflow.execute_activity_method(
-                NodeActivities.run_check,
-                CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS),
-                start_to_close_timeout=timedelta(seconds=spec.typical_duration_s * 3 + 60),
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
-                                         non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
-            )
-        except ActivityError as exc:
-            # Retries spent without a recorded result (e.g. the worker died on the last try):
-            # the node is not known to be bad, only unchecked.
-            return CheckOutcome(self.s.node, check, "error", f"could not run: {exc.cause or exc}", {}, "activity")
+        return await run_check(CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS))
 
     async def _move(self, trigger: str, cause: str, actor: str = "lifecycle",
                     actor_kind: str = Actor.AUTOMATION.value) -> bool:
@@ -574,7 +480,7 @@ class NodeLifecycle:
             except IllegalTransition as exc:
                 self.s.last_outcome = f"stopped: {exc}"
                 return False
-            await self._apply(TransitionRequest(trigger, actor, actor_kind, cause), target)
+            await self._apply(TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause), target)
             self.s.last_outcome = cause
             return True
 
@@ -600,16 +506,7 @@ class NodeLifecycle:
             # The workflow is the only writer, so (node, version) names this transition uniquely.
             idempotency_key=f"{info.workflow_id}@{self.s.state_version + 1}",
         )
-        version = await workflow.execute_activity_method(
-            LifecycleActivities.record_transition,
-            record,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(milliseconds=200),
-                maximum_interval=timedelta(seconds=10),
-                non_retryable_error_types=["StaleStateVersion", "UnknownNode"],
-            ),
-        )
+        version = await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
         result = TransitionResult(
             node=self.s.node, from_state=self.s.state, to_state=target, state_version=version,
             trigger=req.trigger, actor=req.actor,

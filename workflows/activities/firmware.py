@@ -5,8 +5,6 @@ firmware drift once the node has answered."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -15,51 +13,12 @@ from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
 from fleetctl.executors.base import ExecutorError
-from workflows.activities import DatabaseActivities
-from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.activities.database import DatabaseActivities
+from workflows.activities.executors import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
 
 SIM_REACH_ARGV = ("nvfwupd", "show_version")
 UPDATE_TIMEOUT_S = 3600.0
-
-
-@dataclass
-class DriftRequest:
-    node: str
-    baseline_id: int
-
-
-@dataclass
-class DriftReport:
-    node: str
-    status: str  # ok, drift, unknown, no_baseline
-    drifts: list[str] = field(default_factory=list)  # "component: actual -> expected"
-    components: dict[str, list] = field(default_factory=dict)  # component -> [actual, expected]
-
-
-@dataclass
-class UpdateOutcome:
-    ok: bool
-    detail: str
-
-
-@dataclass
-class NodeResult:
-    rollout_id: str
-    node: str
-    batch_index: int
-    status: str  # updated, failed, skipped, would_update
-    detail: str
-    components: dict[str, list] = field(default_factory=dict)
-
-
-@dataclass
-class RolloutProgress:
-    rollout_id: str
-    status: str  # running, halted, completed, aborted
-    total: int
-    done: int
-    failed: int
-    detail: str = ""
 
 
 class FirmwareActivities(DatabaseActivities):

@@ -5,52 +5,20 @@ asking at once cannot both take the last node a rack may lose."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import CheckErrorReport, GuardPolicy, RemovalDecision, RemovalRequest, checker_storm, decide
-    from workflows.node_activities import AutomationRecord, NodeActivities
+    from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest, checker_storm, decide
+    from workflows.activities.guard import GuardActivities
+    from workflows.activities.node import NodeActivities
+    from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
+    from workflows.definitions.shared import QUICK
 
 # A granted removal shows in the database within seconds (the node's own transition); until
 # then it is counted here so that concurrent requests see it.
 PENDING_GRANT_TTL_S = 600.0
 DECISIONS_PER_RUN = 500
-ACTIVITY = dict(start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)))
-
-
-def guard_id(fleet: str = "default") -> str:
-    return f"capacity-guard/{fleet}"
-
-
-@dataclass
-class PendingGrant:
-    rack: str
-    at: float
-    state_version: int  # the node's version when granted: any transition since ends the grant
-
-
-@dataclass
-class CapacityGuardState:
-    fleet: str = "default"
-    policy: GuardPolicy = field(default_factory=GuardPolicy)
-    breaker_open: bool = False
-    breaker_reason: str = ""
-    breaker_since: float | None = None
-    # node -> time of its latest failure report, within the storm window
-    recent_failures: dict[str, float] = field(default_factory=dict)
-    pending: dict[str, PendingGrant] = field(default_factory=dict)
-    granted_total: int = 0
-    denied_total: int = 0
-
-
-@dataclass
-class ResumeAutomation:
-    actor: str
 
 
 @workflow.defn
@@ -77,11 +45,11 @@ class CapacityGuard:
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
             now = workflow.now().timestamp()
-            snapshot = await workflow.execute_activity_method(NodeActivities.fleet_snapshot, self.s.fleet, **ACTIVITY)
+            snapshot = await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
             # A grant counts until its node's own transition shows in the snapshot (the node
             # moved: its version changed); one that never does expires.
             versions = await workflow.execute_activity_method(
-                NodeActivities.state_versions, [*self.s.pending, req.node], **ACTIVITY)
+                GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
             self.s.pending = {n: g for n, g in self.s.pending.items()
                               if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
             self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
@@ -105,7 +73,7 @@ class CapacityGuard:
                 NodeActivities.record_automation_event,
                 AutomationRecord(kind=kind, reason=f"{req.reason}: {decision.reason}", actor=req.actor, node=req.node,
                                  fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}"),
-                **ACTIVITY,
+                **QUICK,
             )
             self.decisions_this_run += 1
             return decision
@@ -121,7 +89,7 @@ class CapacityGuard:
                 AutomationRecord(kind="breaker_closed", actor=req.actor, fleet=self.s.fleet,
                                  reason="automation resumed by operator" + ("" if was_open else " (breaker was closed)"),
                                  key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}"),
-                **ACTIVITY,
+                **QUICK,
             )
             return self.s
 
@@ -139,7 +107,7 @@ class CapacityGuard:
                     NodeActivities.record_automation_event,
                     AutomationRecord(kind="breaker_open", reason=f"{reason} ({sample})", actor=report.actor,
                                      fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/check-errors/{report.key}"),
-                    **ACTIVITY,
+                    **QUICK,
                 )
             self.decisions_this_run += 1
             return self.s

@@ -1,9 +1,10 @@
-"""The client side: connect to Temporal, start node workflows, send them commands.
+"""Everything the CLI and other processes use to talk to the workflows: connect, start them,
+send them updates and signals, query them, and schedule the sweeps.
 
-Light to import: the Temporal client, settings and workflows.messages only. A command that
-signals or updates a node (`fleetctl node event`, above all) must not pay for importing
-every workflow and the activity stack behind them; the functions that need a workflow's
-classes import them when called.
+Light to import: the Temporal client, settings and workflows.api. Workflows are started,
+updated, signalled and queried by the names in workflows.api, never through their classes,
+so a command that signals or updates a node (`fleetctl node event`, above all) does not pay
+for importing every workflow and the activity stack behind them.
 """
 
 from __future__ import annotations
@@ -11,20 +12,71 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from fleetctl.capacity import GuardPolicy
 from fleetctl.config import Settings
-from workflows.messages import HEALTH_EVENT_SIGNAL, HealthEventInput, node_workflow_id
+from workflows.api import (
+    ACTIVE_CHECK_SWEEP,
+    ADMIT_UPDATE,
+    CAPACITY_GUARD,
+    FIRMWARE_ROLLOUT,
+    GUARD_STATUS_QUERY,
+    HEALTH_EVENT_SIGNAL,
+    JOB_RESTART,
+    NODE_LIFECYCLE,
+    RECHECK_UPDATE,
+    REMEDIATION,
+    RESUME_AUTOMATION_UPDATE,
+    ROLLOUT_ABORT_UPDATE,
+    ROLLOUT_PROGRESS_QUERY,
+    ROLLOUT_RESUME_UPDATE,
+    TRANSITION_UPDATE,
+    CapacityGuardState,
+    HealthEventInput,
+    JobRestartInput,
+    JobRestartResult,
+    NodeLifecycleState,
+    PhaseAccepted,
+    PhaseRequest,
+    RemediationInput,
+    RemediationResult,
+    ResumeAutomation,
+    RolloutCommand,
+    RolloutInput,
+    RolloutStatus,
+    SweepInput,
+    TransitionRequest,
+    TransitionResult,
+    guard_id,
+    job_restart_id,
+    node_workflow_id,
+    remediation_id,
+    remediation_mode,
+    rollout_workflow_id,
+    sweep_id,
+)
 
 if TYPE_CHECKING:
-    from fleetctl.capacity import CheckErrorReport, GuardPolicy, RemovalDecision, RemovalRequest
-    from workflows.capacity_guard import CapacityGuardState
-    from workflows.node_lifecycle import TransitionResult
+    from fleetctl import firmware
+    from fleetctl.runbooks import Event, Runbook
 
 # Node requests in flight at once from one command (the benchmarks drive 1,000 nodes so).
 CLIENT_CONCURRENCY = 50
@@ -64,14 +116,12 @@ async def ensure_node_workflows(
     on_started=None,
 ) -> int:
     """Start NodeLifecycle for each (name, state, version) that has none running. Idempotent."""
-    from workflows.node_lifecycle import NodeLifecycle, NodeLifecycleState
-
     sem = asyncio.Semaphore(concurrency)
 
     async def start(name: str, state: str, version: int) -> None:
         async with sem:
             await client.start_workflow(
-                NodeLifecycle.run,
+                NODE_LIFECYCLE,
                 NodeLifecycleState(node=name, state=state, state_version=version),
                 id=node_workflow_id(name),
                 task_queue=settings.task_queue,
@@ -87,49 +137,28 @@ async def ensure_node_workflows(
 
 
 def guard_policy(settings: Settings) -> GuardPolicy:
-    from fleetctl.capacity import GuardPolicy
-
     return GuardPolicy(settings.guard_max_unavailable_fleet, settings.guard_max_unavailable_rack,
                        settings.guard_storm_fraction, settings.guard_storm_window_s)
 
 
-async def ensure_capacity_guard(client: Client, settings: Settings):
-    from workflows.capacity_guard import CapacityGuard, CapacityGuardState, guard_id
-
+async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle:
+    """This fleet's guard, started with the configured policy if none is running. The worker
+    hands this to the guard's activities too, so the guard is started one way only."""
     return await client.start_workflow(
-        CapacityGuard.run, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings)), id=guard_id(settings.fleet),
+        CAPACITY_GUARD, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings)), id=guard_id(settings.fleet),
         task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
 
 
-async def ask_capacity_guard(client: Client, settings: Settings, req: RemovalRequest) -> RemovalDecision:
-    from fleetctl.capacity import RemovalDecision
-    from workflows.capacity_guard import CapacityGuard
-
-    handle = await ensure_capacity_guard(client, settings)
-    return await handle.execute_update(CapacityGuard.request_removal, req, result_type=RemovalDecision)
-
-
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
-    from workflows.capacity_guard import CapacityGuard, CapacityGuardState
-
     handle = await ensure_capacity_guard(client, settings)
-    return await handle.query(CapacityGuard.status, result_type=CapacityGuardState)
-
-
-async def report_check_errors(client: Client, settings: Settings, report: CheckErrorReport) -> CapacityGuardState:
-    from workflows.capacity_guard import CapacityGuard, CapacityGuardState
-
-    handle = await ensure_capacity_guard(client, settings)
-    return await handle.execute_update(CapacityGuard.report_check_errors, report, result_type=CapacityGuardState)
+    return await handle.query(GUARD_STATUS_QUERY, result_type=CapacityGuardState)
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:
-    from workflows.capacity_guard import CapacityGuard, CapacityGuardState, ResumeAutomation
-
     handle = await ensure_capacity_guard(client, settings)
-    return await handle.execute_update(CapacityGuard.resume_automation, ResumeAutomation(actor), result_type=CapacityGuardState)
+    return await handle.execute_update(RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), result_type=CapacityGuardState)
 
 
 def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
@@ -145,14 +174,12 @@ async def request_transition(
 ) -> TransitionResult:
     """A transition, answered by the node's workflow. A call that times out is sent again with
     the same request id, which the workflow's idempotency guard answers without moving twice."""
-    from workflows.node_lifecycle import NodeLifecycle, TransitionRequest, TransitionResult
-
     handle = client.get_workflow_handle(node_workflow_id(node))
-    req = TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
+    req = TransitionRequest(node=node, trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
                             request_id=request_id or str(uuid.uuid4()), event=event)
     for _ in range(attempts):
         try:
-            return await handle.execute_update(NodeLifecycle.transition, req, result_type=TransitionResult,
+            return await handle.execute_update(TRANSITION_UPDATE, req, result_type=TransitionResult,
                                                rpc_timeout=rpc_timeout)
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
             if not _retryable_timeout(exc):
@@ -196,9 +223,7 @@ async def phase_outcome(
 ) -> PhaseOutcome:
     """Ask a node's workflow to admit or recheck it. `request_id` names the request (one per
     command); the same request sent again (a retry, a resent command) is one update."""
-    from workflows.node_lifecycle import NodeLifecycle, PhaseAccepted, PhaseRequest
-
-    update = NodeLifecycle.admit if kind == "admit" else NodeLifecycle.recheck
+    update = ADMIT_UPDATE if kind == "admit" else RECHECK_UPDATE
     update_id = phase_update_id(kind, node, request_id or str(uuid.uuid4()))
     handle = client.get_workflow_handle(node_workflow_id(node))
     req = PhaseRequest(actor=actor, suite=suite, request_id=update_id)
@@ -248,8 +273,7 @@ async def request_phases(
 
 
 async def send_health_events(client: Client, node: str, events: Sequence[HealthEventInput]) -> None:
-    """Signals NodeLifecycle.health_event by name: importing the workflow would import the
-    activity stack behind it, and this is the first step of the reaction to a critical event."""
+    """Signals NodeLifecycle.health_event: the first step of the reaction to a critical event."""
     handle = client.get_workflow_handle(node_workflow_id(node))
     try:
         for ev in events:
@@ -273,3 +297,135 @@ async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor
             return Outcome(node, None, str(exc))
 
     return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+# ---- remediation ---------------------------------------------------------------------------
+
+
+class RemediationAlreadyRunning(RuntimeError):
+    pass
+
+
+def is_critical(event: Event) -> bool:
+    if event.kind != "xid" or event.code is None:
+        return False
+    from checks.xid import xid_action
+
+    return xid_action(event.code).severity == "critical"
+
+
+async def start_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
+                            actor: str, dry_run: bool = False) -> WorkflowHandle:
+    mode = remediation_mode(dry_run, settings.remediation_shadow)
+    workflow_id = remediation_id(node) if mode == "live" else f"{remediation_id(node)}/{mode}-{uuid.uuid4().hex[:8]}"
+    try:
+        return await client.start_workflow(
+            REMEDIATION,
+            RemediationInput(node, runbook.to_dict(), event.to_dict(), mode, actor, is_critical(event)),
+            id=workflow_id, task_queue=settings.task_queue, result_type=RemediationResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        raise RemediationAlreadyRunning(f"{node}: a remediation is already running ({workflow_id})") from None
+
+
+async def run_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
+                          actor: str, dry_run: bool = False) -> RemediationResult:
+    handle = await start_remediation(client, settings, node, runbook, event, actor, dry_run)
+    return await handle.result()
+
+
+# ---- job restarts ----------------------------------------------------------------------------
+
+
+async def start_job_restart(client: Client, settings: Settings, inp: JobRestartInput) -> WorkflowHandle:
+    """Start the restart of `inp.job_id` for the fault `inp.restart_id`; its handle.
+
+    Idempotent: for a restart id already started, running or finished, this answers with
+    that restart's handle and starts nothing, so the same fault never restarts a job twice.
+    """
+    if datetime.fromisoformat(inp.fault_seen_at).tzinfo is None:
+        raise ValueError(f"fault_seen_at {inp.fault_seen_at!r} needs a UTC offset")
+    workflow_id = job_restart_id(inp.job_id, inp.restart_id)
+    try:
+        return await client.start_workflow(
+            JOB_RESTART,
+            inp,
+            id=workflow_id,
+            task_queue=settings.task_queue,
+            result_type=JobRestartResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:  # it ran to its end already
+        return client.get_workflow_handle(workflow_id, result_type=JobRestartResult)
+
+
+# ---- firmware roll-outs ----------------------------------------------------------------------
+
+
+class RolloutRefused(RuntimeError):
+    pass
+
+
+def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]:
+    """Nodes whose reported firmware differs from the baseline, by name (the roll-out order)."""
+    from fleetctl import firmware
+    from fleetctl.db import firmware as db
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+
+    engine = get_engine(settings.db_url)
+    reported = db.reported_components(engine)
+    return [n.name for n in queries.list_nodes(engine) if n.state != "retired"
+            and firmware.node_drift(baseline, n.name, n.profile, reported.get(n.name)).status == "drift"]
+
+
+async def start_rollout(client: Client, settings: Settings, baseline: firmware.Baseline, source: str, canary: int,
+                        batch: str, max_failures: int, dry_run: bool, actor: str) -> tuple[str, RolloutInput]:
+    from fleetctl import firmware
+    from fleetctl.db import firmware as db
+    from fleetctl.db.engine import get_engine
+
+    nodes = drifting_nodes(settings, baseline)
+    batches = firmware.plan_batches(nodes, canary, batch)
+    engine = get_engine(settings.db_url)
+    stored = db.set_baseline(engine, baseline.name, baseline.to_dict(), source, actor)
+    rollout_id = f"fw-{uuid.uuid4().hex[:8]}"
+    db.create_rollout(engine, rollout_id=rollout_id, baseline_id=stored.id, canary=canary, batch=str(batch),
+                      max_failures=max_failures, dry_run=dry_run, total=len(nodes), created_by=actor,
+                      detail=f"{len(nodes)} nodes in {len(batches)} batches")
+    inp = RolloutInput(rollout_id, stored.id, batches, max_failures, dry_run, actor)
+    await client.start_workflow(FIRMWARE_ROLLOUT, inp, id=rollout_workflow_id(rollout_id), task_queue=settings.task_queue)
+    return rollout_id, inp
+
+
+async def rollout_command(client: Client, rollout_id: str, command: str, actor: str) -> str:
+    handle = client.get_workflow_handle(rollout_workflow_id(rollout_id))
+    update = ROLLOUT_RESUME_UPDATE if command == "resume" else ROLLOUT_ABORT_UPDATE
+    try:
+        return await handle.execute_update(update, RolloutCommand(actor), result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        raise RolloutRefused(getattr(exc.cause, "message", None) or str(exc.cause or exc)) from None
+    except RPCError as exc:
+        raise RolloutRefused(f"roll-out {rollout_id}: {str(exc).splitlines()[0] if str(exc) else 'not found'}") from None
+
+
+async def rollout_progress(client: Client, rollout_id: str) -> RolloutStatus:
+    return await client.get_workflow_handle(rollout_workflow_id(rollout_id)).query(
+        ROLLOUT_PROGRESS_QUERY, result_type=RolloutStatus)
+
+
+# ---- schedules -------------------------------------------------------------------------------
+
+
+def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep: SweepInput) -> Schedule:
+    """The Temporal Schedule that starts an ActiveCheckSweep every `every`."""
+    return Schedule(
+        action=ScheduleActionStartWorkflow(ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id),
+                                           task_queue=settings.task_queue),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        # A sweep that overruns its interval is not doubled up: the next one is skipped.
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )

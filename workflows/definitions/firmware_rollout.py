@@ -11,69 +11,38 @@ them). A failed node stays in maintenance for a person.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.capacity import RemovalRequest
     from fleetctl.firmware import RolloutTally
-    from workflows.activities import NodeCommand, NodeCommandActivities
-    from workflows.firmware_activities import (
+    from fleetctl.lifecycle import Actor
+    from workflows.activities.firmware import FirmwareActivities
+    from workflows.activities.node import NodeActivities
+    from workflows.activities.remediation import RemediationActivities
+    from workflows.api import (
+        ActionOutcome,
+        AdmitRequest,
+        CheckRequest,
         DriftReport,
         DriftRequest,
-        FirmwareActivities,
+        NodeFacts,
         NodeResult,
+        RolloutCommand,
+        RolloutInput,
         RolloutProgress,
+        RolloutStatus,
+        TransitionRequest,
         UpdateOutcome,
+        rollout_workflow_id,
     )
-    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts
-    from workflows.remediation_activities import ActionOutcome, AdmitRequest, RemediationActivities
+    from workflows.definitions.shared import FIRMWARE_CHECKS, FIRMWARE_UPDATE, MESSAGE, QUICK, guarded_drain, run_check
 
-SHORT = dict(
-    start_to_close_timeout=timedelta(seconds=60),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
-                             maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownBaseline"]),
-)
-FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
 DRAIN_WAIT = timedelta(hours=3)
 DRAIN_POLL = timedelta(seconds=2)
-
-
-def rollout_workflow_id(rollout_id: str) -> str:
-    return f"firmware-rollout/{rollout_id}"
-
-
-@dataclass
-class RolloutInput:
-    rollout_id: str
-    baseline_id: int
-    batches: list[list[str]]  # canary first
-    max_failures: int
-    dry_run: bool = False
-    actor: str = "fleetctl"
-
-
-@dataclass
-class RolloutStatus:
-    rollout_id: str
-    status: str  # running, halted, completed, aborted
-    total: int
-    done: int
-    failed: int
-    next_batch: int
-    batches: int
-    failed_nodes: list[str] = field(default_factory=list)
-    detail: str = ""
-
-
-@dataclass
-class RolloutCommand:
-    actor: str
 
 
 @workflow.defn
@@ -146,11 +115,11 @@ class FirmwareRollout:
         p = self.progress()
         await workflow.execute_activity_method(
             FirmwareActivities.record_progress,
-            RolloutProgress(p.rollout_id, p.status, p.total, p.done, p.failed, p.detail), **SHORT)
+            RolloutProgress(p.rollout_id, p.status, p.total, p.done, p.failed, p.detail), **QUICK)
 
     async def _one_node(self, node: str, batch_index: int) -> None:
         drift: DriftReport = await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **SHORT)
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK)
         status, detail = await self._update(node, drift)
         if status in ("updated", "failed"):
             self.tally.record(node, status == "updated")
@@ -158,7 +127,7 @@ class FirmwareRollout:
             self.failed += status == "failed"
         await workflow.execute_activity_method(
             FirmwareActivities.record_node,
-            NodeResult(self.inp.rollout_id, node, batch_index, status, detail, drift.components), **SHORT)
+            NodeResult(self.inp.rollout_id, node, batch_index, status, detail, drift.components), **QUICK)
 
     async def _update(self, node: str, drift: DriftReport) -> tuple[str, str]:
         if drift.status != "drift":
@@ -171,54 +140,43 @@ class FirmwareRollout:
             return "skipped", why
         try:
             applied: UpdateOutcome = await workflow.execute_activity_method(
-                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id),
-                start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
-                retry_policy=RetryPolicy(maximum_attempts=1))
+                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id), **FIRMWARE_UPDATE)
         except ActivityError as exc:
             # A worker that died mid-update: a failed node of this roll-out, not a failed roll-out.
             return "failed", f"the update did not finish: {exc.cause or exc}"
         if not applied.ok:
             return "failed", applied.detail
         for check in FIRMWARE_CHECKS:
-            try:
-                outcome: CheckOutcome = await workflow.execute_activity_method(
-                    NodeActivities.run_check, CheckRequest(node, check, f"firmware:{self.inp.rollout_id}",
-                                                           f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/{check}"),
-                    start_to_close_timeout=timedelta(minutes=5), heartbeat_timeout=timedelta(seconds=30),
-                    retry_policy=RetryPolicy(maximum_attempts=3))
-            except ActivityError as exc:
-                return "failed", f"updated, but the re-check could not run: {exc.cause or exc}"
+            outcome = await run_check(CheckRequest(node, check, f"firmware:{self.inp.rollout_id}",
+                                                   f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/{check}"))
             if outcome.status == "error":
                 return "failed", f"updated, but {check} could not be read: {outcome.reason}"
         after: DriftReport = await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **SHORT)
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK)
         if after.status != "ok":
             return "failed", f"still off the baseline after the update: {'; '.join(after.drifts)}"
         admitted: ActionOutcome = await workflow.execute_activity_method(
             RemediationActivities.admit_node,
             AdmitRequest(node, f"firmware-rollout:{self.inp.rollout_id}",
-                         request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/admit"), **SHORT)
+                         request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/admit"), **MESSAGE)
         return "updated", applied.detail + ("; burn-in queued" if admitted.ok else f"; not admitted: {admitted.detail}")
 
     async def _out_of_service(self, node: str) -> tuple[bool, str]:
-        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
         if facts.state == "production":
-            decision: RemovalDecision = await workflow.execute_activity_method(
-                NodeCommandActivities.ask_capacity_guard,
+            decision, drained = await guarded_drain(
                 RemovalRequest(node=node, rack=facts.rack, reason=f"firmware roll-out {self.inp.rollout_id}",
                                actor=self.inp.actor, request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}"),
-                **SHORT)
-            if not decision.granted:
+                TransitionRequest(node=node, trigger="drain", actor=f"firmware-rollout:{self.inp.rollout_id}",
+                                  actor_kind=Actor.AUTOMATION.value, cause="firmware roll-out",
+                                  request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/drain"))
+            if drained is None:
                 return False, f"not drained: capacity guard: {decision.reason}"
-            await workflow.execute_activity_method(
-                NodeCommandActivities.command_node,
-                NodeCommand(node, "drain", f"firmware-rollout:{self.inp.rollout_id}", "firmware roll-out",
-                            request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/drain"), **SHORT)
         waited = timedelta()
         while facts.state in ("production", "draining") and waited < DRAIN_WAIT:
             await workflow.sleep(DRAIN_POLL)
             waited += DRAIN_POLL
-            facts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **SHORT)
+            facts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
         if facts.state not in ("maintenance", "new"):
             return False, f"the node is in {facts.state}; only drained nodes are updated"
         return True, ""

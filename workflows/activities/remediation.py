@@ -10,11 +10,10 @@ reset or reboot would cure. Either way the node must answer afterwards, or the s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
 
 from fleetctl import runbooks
 from fleetctl.config import Settings
@@ -22,8 +21,26 @@ from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
 from fleetctl.executors.base import CommandResult, ExecutorError
-from workflows.activities import DatabaseActivities
-from workflows.executor_registry import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.activities.database import DatabaseActivities
+from workflows.activities.executors import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.api import (
+    ADMIT_UPDATE,
+    ActionOutcome,
+    AdmitRequest,
+    HardwareRequest,
+    NotifyRequest,
+    PhaseAccepted,
+    PhaseRequest,
+    PreparedStep,
+    RmaOpened,
+    RmaRequest,
+    RunContext,
+    RunEnd,
+    RunStart,
+    StepInput,
+    StepRecord,
+    node_workflow_id,
+)
 
 BOOT_ID_ARGV = ("cat", "/proc/sys/kernel/random/boot_id")
 COMPUTE_APPS_ARGV = ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader")
@@ -37,116 +54,11 @@ SIM_CURED_BY = {
 }
 
 
-# ---- dataclasses in and out -----------------------------------------------------------------
-
-
-@dataclass
-class RunStart:
-    run_key: str
-    node: str
-    runbook: str
-    event: dict[str, Any]
-    mode: str
-    actor: str
-    started_at: datetime
-
-
-@dataclass
-class RunContext:
-    """The node as the run found it (the template variable `node`), and whether it is a lemon."""
-
-    node: dict[str, Any]
-    state: str
-    # Set when the node was remediated too often recently: it goes to RMA, not back to service.
-    lemon: str = ""
-
-
-@dataclass
-class StepInput:
-    step: dict[str, Any]  # runbooks.Step.to_dict()
-    context: dict[str, Any]  # node, event, steps, runbook
-
-
-@dataclass
-class PreparedStep:
-    run: bool
-    params: dict[str, Any] = field(default_factory=dict)
-    error: str = ""
-
-
-@dataclass
-class StepRecord:
-    run_key: str
-    node: str
-    index: int
-    name: str
-    action: str
-    status: str
-    params: dict[str, Any]
-    detail: str
-    started_at: datetime
-    finished_at: datetime
-
-
-@dataclass
-class RunEnd:
-    run_key: str
-    status: str
-    outcome: str
-    finished_at: datetime
-
-
-@dataclass
-class HardwareRequest:
-    node: str
-    action: str  # gpu_reset, reboot
-    params: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class ActionOutcome:
-    ok: bool
-    detail: str
-
-
-@dataclass
-class AdmitRequest:
-    node: str
-    actor: str
-    suite: str = "burn-in"
-    request_id: str = ""
-
-
-@dataclass
-class NotifyRequest:
-    node: str
-    message: str
-    severity: str = "info"
-    run_key: str = ""
-
-
-@dataclass
-class RmaRequest:
-    node: str
-    reason: str
-    actor: str
-    remediation_run: str = ""
-    # Stable per caller step, so a retried activity opens one record.
-    idempotency_key: str = ""
-
-
-@dataclass
-class RmaOpened:
-    rma_id: int
-    created: bool
-    webhook_status: str = ""
-
-
 # ---- the activities -------------------------------------------------------------------------
 
 
 class RemediationActivities(DatabaseActivities):
-    def __init__(self, settings: Settings, executors: ExecutorRegistry, client=None):
+    def __init__(self, settings: Settings, executors: ExecutorRegistry, client: Client | None = None):
         super().__init__(settings)
         self.executors = executors
         self.client = client  # for asking node workflows to admit
@@ -280,14 +192,11 @@ class RemediationActivities(DatabaseActivities):
     @activity.defn
     async def admit_node(self, req: AdmitRequest) -> ActionOutcome:
         """Send the node back through burn-in and admission (its own workflow runs them)."""
-        from temporalio.client import WorkflowUpdateFailedError
-
-        from workflows.node_lifecycle import NodeLifecycle, PhaseRequest, workflow_id_for
-
-        handle = self.client.get_workflow_handle(workflow_id_for(req.node))
+        handle = self.client.get_workflow_handle(node_workflow_id(req.node))
         try:
             accepted = await handle.execute_update(
-                NodeLifecycle.admit, PhaseRequest(actor=req.actor, suite=req.suite, request_id=req.request_id))
+                ADMIT_UPDATE, PhaseRequest(actor=req.actor, suite=req.suite, request_id=req.request_id),
+                result_type=PhaseAccepted)
         except WorkflowUpdateFailedError as exc:
             return ActionOutcome(False, getattr(exc.cause, "message", None) or str(exc.cause or exc))
         return ActionOutcome(True, f"admission queued with suite {accepted.suite}")

@@ -11,30 +11,32 @@ which every step succeeds, so it shows the steps a healthy recovery takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.capacity import RemovalRequest
+    from fleetctl.lifecycle import Actor
     from fleetctl.runbooks import DISRUPTIVE, RETURNS_TO_SERVICE, Step, trigger_towards
-    from workflows.activities import NodeCommand, NodeCommandActivities, NodeCommandOutcome
-    from workflows.job_restart import JobRestart, JobRestartInput
-    from workflows.job_restart import workflow_id_for as job_restart_id
-    from workflows.node_activities import CheckOutcome, CheckRequest, NodeActivities, NodeFacts, SweepScope
-    from workflows.remediation_activities import (
+    from workflows.activities.checks import CheckActivities
+    from workflows.activities.node import NodeActivities
+    from workflows.activities.remediation import RemediationActivities
+    from workflows.api import (
         ActionOutcome,
         AdmitRequest,
+        CheckRequest,
         HardwareRequest,
+        JobRestartInput,
+        NodeCommandOutcome,
+        NodeFacts,
         NotifyRequest,
         PreparedStep,
-        RemediationActivities,
+        RemediationInput,
+        RemediationResult,
         RmaOpened,
         RmaRequest,
         RunContext,
@@ -42,48 +44,18 @@ with workflow.unsafe.imports_passed_through():
         RunStart,
         StepInput,
         StepRecord,
+        StepResult,
+        SweepScope,
+        TransitionRequest,
+        job_restart_id,
     )
+    from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.shared import MESSAGE, QUICK, command_node, guarded_drain, hardware_step, run_check
 
-SHORT = dict(
-    start_to_close_timeout=timedelta(seconds=60),
-    retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
-                             maximum_attempts=10, non_retryable_error_types=["UnknownNode", "UnknownSuite", "UnknownCheck"]),
-)
 # How long a hardware step waits for the node's own workflow to finish draining it.
 OUT_OF_SERVICE_WAIT = timedelta(hours=3)
 OUT_OF_SERVICE_POLL = timedelta(seconds=2)
 CHECK_ATTEMPTS = 3
-
-
-@dataclass
-class RemediationInput:
-    node: str
-    runbook: dict[str, Any]  # runbooks.Runbook.to_dict(): the runbook as it was when the run began
-    event: dict[str, Any]  # runbooks.Event.to_dict()
-    mode: str = "live"  # live, dry_run, shadow
-    actor: str = "fleetctl"
-    # A critical fault (the GPU is already gone) is drained without the capacity guard's limits.
-    critical: bool = False
-
-
-@dataclass
-class StepResult:
-    index: int
-    name: str
-    action: str
-    status: str  # passed, failed, skipped, would_run
-    detail: str
-
-
-@dataclass
-class RemediationResult:
-    run_key: str
-    node: str
-    runbook: str
-    mode: str
-    status: str  # succeeded, failed, escalated, dry_run
-    outcome: str
-    steps: list[StepResult] = field(default_factory=list)
 
 
 def run_key_for(workflow_id: str, run_id: str) -> str:
@@ -109,7 +81,7 @@ class Remediation:
         self.ctx: RunContext = await workflow.execute_activity_method(
             RemediationActivities.begin_run,
             RunStart(self.run_key, inp.node, inp.runbook["name"], inp.event, inp.mode, inp.actor, workflow.now()),
-            **SHORT,
+            **QUICK,
         )
         self.state = self.ctx.state
         results: dict[str, dict[str, str]] = {}
@@ -119,7 +91,7 @@ class Remediation:
             context = {"node": {**self.ctx.node, "state": self.state}, "event": inp.event, "steps": results,
                        "runbook": inp.runbook["name"], "mode": inp.mode}
             prepared: PreparedStep = await workflow.execute_activity_method(
-                RemediationActivities.prepare_step, StepInput(step.to_dict(), context), **SHORT)
+                RemediationActivities.prepare_step, StepInput(step.to_dict(), context), **QUICK)
             if prepared.error:
                 result = StepResult(step.index, step.name, step.action, "failed", prepared.error)
             elif not prepared.run:
@@ -137,7 +109,7 @@ class Remediation:
                 RemediationActivities.record_step,
                 StepRecord(self.run_key, inp.node, step.index, step.name, step.action, result.status,
                            prepared.params, result.detail, started, workflow.now()),
-                **SHORT,
+                **QUICK,
             )
             if result.status == "failed" and step.on_failure == "stop":
                 status, outcome = "failed", f"step {step.name} failed: {result.detail}"
@@ -145,7 +117,7 @@ class Remediation:
         if self.escalated and status == "succeeded":
             status, outcome = "escalated", self.escalated
         await workflow.execute_activity_method(
-            RemediationActivities.finish_run, RunEnd(self.run_key, status, outcome, workflow.now()), **SHORT)
+            RemediationActivities.finish_run, RunEnd(self.run_key, status, outcome, workflow.now()), **QUICK)
         return RemediationResult(self.run_key, inp.node, inp.runbook["name"], inp.mode, status, outcome, self.steps)
 
     # -- the actions ---------------------------------------------------------------------
@@ -162,14 +134,13 @@ class Remediation:
         if step.action in ("gpu_reset", "reboot"):
             done: ActionOutcome = await workflow.execute_activity_method(
                 getattr(RemediationActivities, step.action), HardwareRequest(self.inp.node, step.action, params),
-                start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
-                heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=2))
+                **hardware_step(params))
             return done.ok, done.detail
         if step.action == "run_check":
             return await self._checks([params["check"]], params["expect"], step)
         if step.action == "run_suite":
             checks = await workflow.execute_activity_method(
-                NodeActivities.suite_checks, SweepScope(suite=params["suite"]), **SHORT)
+                CheckActivities.suite_checks, SweepScope(suite=params["suite"]), **QUICK)
             return await self._checks(checks, params["expect"], step)
         if step.action == "wait":
             await workflow.sleep(timedelta(seconds=params["duration"]))
@@ -181,25 +152,26 @@ class Remediation:
         if step.action == "notify":
             done = await workflow.execute_activity_method(
                 RemediationActivities.notify, NotifyRequest(self.inp.node, params["message"], params["severity"],
-                                                            self.run_key), **SHORT)
+                                                            self.run_key), **MESSAGE)
             return done.ok, done.detail
         return False, f"unknown action {step.action}"
 
     async def _command(self, trigger: str, cause: str, step_key: str) -> NodeCommandOutcome:
-        outcome: NodeCommandOutcome = await workflow.execute_activity_method(
-            NodeCommandActivities.command_node,
-            NodeCommand(self.inp.node, trigger, f"runbook:{self.inp.runbook['name']}", cause,
-                        request_id=f"{self.run_key}/{step_key}/{trigger}"),
-            **SHORT,
-        )
-        if outcome.accepted:
-            self.state = outcome.to_state
-        else:
-            self.state = await self._current_state()
+        outcome = await command_node(self._transition(trigger, cause, step_key))
+        await self._heard(outcome)
         return outcome
 
+    async def _heard(self, outcome: NodeCommandOutcome) -> None:
+        """The node's state after its workflow answered: the new one, or (refused) as it is now."""
+        self.state = outcome.to_state if outcome.accepted else await self._current_state()
+
+    def _transition(self, trigger: str, cause: str, step_key: str) -> TransitionRequest:
+        return TransitionRequest(node=self.inp.node, trigger=trigger, actor=f"runbook:{self.inp.runbook['name']}",
+                                 actor_kind=Actor.AUTOMATION.value, cause=cause,
+                                 request_id=f"{self.run_key}/{step_key}/{trigger}")
+
     async def _current_state(self) -> str:
-        return await workflow.execute_activity_method(RemediationActivities.node_state, self.inp.node, **SHORT)
+        return await workflow.execute_activity_method(RemediationActivities.node_state, self.inp.node, **QUICK)
 
     async def _drain(self, reason: str) -> tuple[bool, str]:
         self.state = await self._current_state()
@@ -207,27 +179,25 @@ class Remediation:
             return True, f"already out of service ({self.state})"
         if self.state != "production":
             return False, f"cannot drain a node in {self.state}"
-        decision: RemovalDecision = await workflow.execute_activity_method(
-            NodeCommandActivities.ask_capacity_guard,
+        decision, outcome = await guarded_drain(
             RemovalRequest(node=self.inp.node, rack=self.ctx.node.get("rack", ""), reason=reason,
                            actor=f"runbook:{self.inp.runbook['name']}", critical=self.inp.critical,
                            request_id=f"{self.run_key}/drain"),
-            **SHORT,
-        )
-        if not decision.granted:
+            self._transition("drain", reason, "drain"))
+        if outcome is None:
             return False, f"capacity guard refused: {decision.reason}"
-        outcome = await self._command("drain", reason, "drain")
+        await self._heard(outcome)
         return outcome.accepted, f"drained: {reason}" if outcome.accepted else outcome.message
 
     async def _restart_jobs(self) -> tuple[bool, str]:
         """Move the node's running jobs to healthy nodes now (a JobRestart each), rather than
         let a non-critical drain wait hours for them to finish on a node known to be bad."""
-        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **SHORT)
+        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **QUICK)
         if not jobs:
             return True, "no running jobs on the node"
         if not workflow.patched("runbook-restarts-jobs"):
             return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
-        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.inp.node, **SHORT)
+        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.inp.node, **QUICK)
         restart_id = f"{self.inp.node}-{self.run_key}"
         for job in jobs:
             try:
@@ -260,21 +230,8 @@ class Remediation:
     async def _checks(self, checks: list[str], expect: list[str], step: Step) -> tuple[bool, str]:
         bad: list[str] = []
         for i, check in enumerate(checks):
-            try:
-                outcome: CheckOutcome = await workflow.execute_activity_method(
-                    NodeActivities.run_check,
-                    CheckRequest(self.inp.node, check, f"runbook:{self.inp.runbook['name']}",
-                                 f"{self.run_key}/{step.index}/{i}", CHECK_ATTEMPTS),
-                    start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-                    # run_check heartbeats every 2 s: a check whose worker died is retried
-                    # elsewhere after 10 s, as in the node's own workflow, not after 30.
-                    heartbeat_timeout=timedelta(seconds=10),
-                    retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=CHECK_ATTEMPTS,
-                                             non_retryable_error_types=["UnknownNode", "UnknownCheck"]),
-                )
-            except ActivityError as exc:
-                bad.append(f"{check}: could not run ({exc.cause or exc})")
-                continue
+            outcome = await run_check(CheckRequest(self.inp.node, check, f"runbook:{self.inp.runbook['name']}",
+                                                   f"{self.run_key}/{step.index}/{i}", CHECK_ATTEMPTS))
             if outcome.status not in expect:
                 bad.append(f"{check}: {outcome.status}: {outcome.reason}")
         if bad:
@@ -293,7 +250,7 @@ class Remediation:
                 RemediationActivities.admit_node,
                 AdmitRequest(self.inp.node, f"runbook:{self.inp.runbook['name']}",
                              request_id=f"{self.run_key}/{step.index}/admit"),
-                **SHORT,
+                **MESSAGE,
             )
             return done.ok, done.detail
         trigger = trigger_towards(self.state, target)
@@ -316,7 +273,7 @@ class Remediation:
             RemediationActivities.open_rma,
             RmaRequest(self.inp.node, reason, f"runbook:{self.inp.runbook['name']}", self.run_key,
                        f"{self.run_key}/{step.index}/rma"),
-            **SHORT,
+            **MESSAGE,
         )
         self.escalated = f"sent to RMA (record {opened.rma_id}): {reason}"
         return True, self.escalated

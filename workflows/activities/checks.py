@@ -1,0 +1,125 @@
+"""Activities of checks: which checks a suite runs, run one on a node (recorded once per
+run key, heartbeating while it runs), and judge a burn-in for admission."""
+
+from __future__ import annotations
+
+import threading
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from checks import judge
+from checks.catalog import CHECKS
+from checks.result import CheckResult, Status
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db.models import CheckRun, utcnow
+from fleetctl.executors.base import ExecutorError
+from workflows.activities.database import DatabaseActivities
+from workflows.activities.executors import ExecutorRegistry, target_for
+from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, SweepScope
+
+# run_check heartbeats this often; its callers' heartbeat timeout is a few of these.
+HEARTBEAT_EVERY_S = 2.0
+
+
+class CheckActivities(DatabaseActivities):
+    def __init__(self, settings: Settings, executors: ExecutorRegistry):
+        super().__init__(settings)
+        self.executors = executors
+
+    @activity.defn
+    def suite_checks(self, scope: SweepScope) -> list[str]:
+        from checks.suites import SuiteError, load_suite
+
+        try:
+            return list(load_suite(scope.suite, self.settings.suites_dir or None).checks)
+        except SuiteError as exc:
+            raise ApplicationError(str(exc), type="UnknownSuite", non_retryable=True) from None
+
+    @activity.defn
+    def run_check(self, req: CheckRequest) -> CheckOutcome:
+        info = activity.info()
+        key = req.run_key or f"{info.workflow_id}/{info.activity_id}"
+        done = queries.check_run_by_key(self.engine, key)
+        if done is not None:
+            return _outcome(done)
+        node = self._node(req.node)
+        spec = CHECKS.get(req.check)
+        if spec is None:
+            raise ApplicationError(f"unknown check {req.check}", type="UnknownCheck", non_retryable=True)
+        target = target_for(node)
+        started = utcnow()
+        raw, truncated, error_kind = "", False, None
+        last_attempt = info.attempt >= req.max_attempts
+        try:
+            result = _run_with_heartbeat(self.executors.for_target(target), target, spec.argv,
+                                         timeout_s=max(30.0, spec.typical_duration_s * 3))
+            raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
+            judged = judge(spec.kind, result.stdout, node.profile)
+            if judged.status is Status.ERROR and result.stderr.strip():
+                # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
+                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile)
+            if judged.status is Status.ERROR and not last_attempt:
+                raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
+        except ExecutorError as exc:
+            if not last_attempt:
+                raise ApplicationError(str(exc), type=f"Executor.{exc.kind}") from None
+            judged, error_kind = CheckResult(Status.ERROR, {}, [], f"{exc.kind}: {exc.message}"), exc.kind
+        run = CheckRun(
+            node_name=req.node, check_name=req.check, kind=spec.kind, suite=req.suite, status=judged.status.value,
+            metrics=judged.to_dict()["metrics"], findings=judged.to_dict()["findings"], reason=judged.reason,
+            raw_output=raw, output_truncated=truncated, error_kind=error_kind or (
+                "unjudgeable" if judged.status is Status.ERROR else None),
+            started_at=started, finished_at=utcnow(), workflow_id=info.workflow_id, idempotency_key=key,
+        )
+        return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
+
+    @activity.defn
+    def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:
+        """Burn-in results against the profile (already in their status) and against the fleet."""
+        from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+
+        node = self._node(req.node)
+        runs = queries.check_runs(self.engine, req.check_run_ids)
+        bad = [r for r in runs if r.status not in ("pass", "warn")]
+        if bad:
+            return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}")
+        stragglers = []
+        for check, metric, higher in STRAGGLER_METRICS:
+            mine = next((r.metrics[metric] for r in reversed(runs) if r.check_name == check
+                         and isinstance(r.metrics.get(metric), (int, float))), None)
+            if mine is None:
+                continue
+            peers = queries.peer_metrics(self.engine, node.profile, check, metric, exclude=req.node)
+            verdict = find_stragglers({**peers, req.node: float(mine)}, higher_is_better=higher)[req.node]
+            if verdict.straggler:
+                stragglers.append(f"{check} {metric}: {verdict.reason}")
+        if stragglers:
+            return AdmissionVerdict(req.node, False, f"straggler: {stragglers[0]}", stragglers)
+        return AdmissionVerdict(req.node, True, f"burn-in passed ({len(runs)} checks) and within the fleet")
+
+
+def _outcome(run: CheckRun) -> CheckOutcome:
+    return CheckOutcome(run.node_name, run.check_name, run.status, run.reason, dict(run.metrics), run.error_kind, run.id)
+
+
+def _run_with_heartbeat(executor, target, argv, timeout_s: float):
+    """Run the (blocking) command in a thread and heartbeat while it runs."""
+    box: dict = {}
+
+    def body() -> None:
+        try:
+            box["result"] = executor.run(target, argv, timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the activity thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=body, name=f"check-{target.name}", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(HEARTBEAT_EVERY_S)
+        if thread.is_alive():
+            activity.heartbeat()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

@@ -1,0 +1,42 @@
+"""Activities of the capacity guard: the fleet facts it decides on, and the questions other
+workflows put to it (workflows cannot send Updates to other workflows; these do it for them)."""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+
+from fleetctl.capacity import CheckErrorReport, FleetSnapshot, RemovalDecision, RemovalRequest, snapshot_from_states
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from workflows.activities.database import DatabaseActivities
+from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
+
+
+class GuardActivities(DatabaseActivities):
+    def __init__(self, settings: Settings, guard: Callable[[], Awaitable[WorkflowHandle]]):
+        """`guard` finds (or starts) this fleet's guard: the worker passes the client's own,
+        so the guard is started one way, with one policy, whoever asks first."""
+        super().__init__(settings)
+        self.guard = guard
+
+    @activity.defn
+    def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
+        return snapshot_from_states([(n.rack, n.state) for n in queries.list_nodes(self.engine)])
+
+    @activity.defn
+    def state_versions(self, names: list[str]) -> dict[str, int]:
+        """Each node's state version: it changes with every transition of the node."""
+        return {n.name: n.state_version for n in queries.nodes_named(self.engine, names)}
+
+    @activity.defn
+    async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
+        handle = await self.guard()
+        return await handle.execute_update(REQUEST_REMOVAL_UPDATE, req, result_type=RemovalDecision)
+
+    @activity.defn
+    async def report_check_errors(self, report: CheckErrorReport) -> None:
+        handle = await self.guard()
+        await handle.execute_update(REPORT_CHECK_ERRORS_UPDATE, report, result_type=CapacityGuardState)

@@ -1,0 +1,182 @@
+"""Activities of a node's own life: its facts, transitions and health events, its
+scheduler's view (cordon, resume, jobs), its remediation choice, and the answer of its
+workflow to another workflow's transition request."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from fleetctl.config import Settings
+from fleetctl.db import queries
+from fleetctl.db.models import AutomationEvent, HealthEvent
+from fleetctl.health import judge_health_event, plausible_time
+from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
+from workflows.activities.database import DatabaseActivities
+from workflows.activities.schedulers import SchedulerRegistry
+from workflows.api import (
+    TRANSITION_UPDATE,
+    AutomationRecord,
+    HealthEventInput,
+    HealthEventVerdict,
+    NodeCommandOutcome,
+    NodeFacts,
+    RemediationChoice,
+    RemediationPlan,
+    SchedulerCordon,
+    SweepScope,
+    TransitionRecord,
+    TransitionRequest,
+    TransitionResult,
+    node_workflow_id,
+    remediation_mode,
+)
+
+
+class NodeActivities(DatabaseActivities):
+    def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
+        super().__init__(settings)
+        self.schedulers = schedulers
+
+    @activity.defn
+    def record_transition(self, record: TransitionRecord) -> int:
+        try:
+            return queries.record_transition(self.engine, **record.__dict__)
+        except queries.StaleStateVersion as exc:
+            raise ApplicationError(str(exc), type="StaleStateVersion", non_retryable=True) from None
+        except LookupError as exc:
+            raise ApplicationError(str(exc), type="UnknownNode", non_retryable=True) from None
+
+    @activity.defn
+    def node_facts(self, name: str) -> NodeFacts:
+        n = self._node(name)
+        return NodeFacts(n.name, n.rack, n.profile, n.scheduler, n.state)
+
+    @activity.defn
+    def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
+        from checks.xid import xid_action
+
+        # Not the sender's clock alone: one days off would move the event out of (or into)
+        # the escalation window of the events other senders reported. An event resent (after
+        # a laptop slept, say) keeps the time it was first recorded with.
+        now = plausible_time(ev.at, ev.received_at or time.time())
+        key = ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{now}"
+        now = queries.health_event_time(self.engine, key) or now
+        earlier = [] if ev.code is None else queries.health_event_times(self.engine, ev.node, ev.code, key)
+        if ev.code is None:
+            verdict_sev, verdict_action, drain, reason = "warning", "reset_gpu", False, ev.message or "operator report"
+            critical = False
+        else:
+            v = judge_health_event(ev.code, earlier, now)
+            verdict_sev, verdict_action, drain, reason = v.severity, v.action, v.drain_now, v.reason
+            critical = xid_action(ev.code).severity == "critical"
+        queries.insert_once(self.engine, HealthEvent(
+            node_name=ev.node, source=ev.source, code=ev.code, severity=verdict_sev, action=verdict_action,
+            message=ev.message, at=datetime.fromtimestamp(now, timezone.utc), idempotency_key=key,
+        ), HealthEvent.idempotency_key, key)
+        return HealthEventVerdict(ev.node, verdict_sev, verdict_action, drain, critical, reason)
+
+    @activity.defn
+    def record_automation_event(self, rec: AutomationRecord) -> None:
+        key = rec.key or f"{activity.info().workflow_id}/{activity.info().activity_id}"
+        queries.insert_once(self.engine, AutomationEvent(fleet=rec.fleet, kind=rec.kind, node_name=rec.node,
+                                                         reason=rec.reason, actor=rec.actor, idempotency_key=key),
+                            AutomationEvent.idempotency_key, key)
+
+    @activity.defn
+    def idle_production_nodes(self, scope: SweepScope) -> list[str]:
+        """Production nodes running no job: active checks never disturb training. One question
+        per scheduler, not per node."""
+        nodes = queries.list_nodes(self.engine, state="production")
+        busy: dict[str, set[str] | None] = {}
+        for kind in sorted({n.scheduler for n in nodes} - {"none"}):
+            try:
+                busy[kind] = self.schedulers.get(kind).busy_nodes()
+            except SchedulerError as exc:
+                activity.logger.warning("%s cannot say which nodes are busy (%s): none of its nodes is checked", kind, exc)
+                busy[kind] = None  # unknown means busy: never check a node that may be training
+        return [n.name for n in nodes
+                if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])]
+
+    @activity.defn
+    def running_jobs_on(self, name: str) -> list[str]:
+        """Jobs running on the node, as its scheduler sees them."""
+        node = self._node(name)
+        if node.scheduler == "none":
+            return []
+        try:
+            jobs = self.schedulers.get(node.scheduler).jobs_on_node(name)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler}: {exc}", type="SchedulerError") from None
+        return [j.job_id for j in jobs if j.state == "running"]
+
+    @activity.defn
+    def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
+        from checks.xid import xid_action
+        from fleetctl.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
+
+        event = Event.from_dict(choice.event)
+        try:
+            books = load_runbooks(self.settings.runbooks_dir or RUNBOOKS_DIR)
+        except RunbookError as exc:
+            # A broken runbook set must not stop the node's lifecycle: it waits in maintenance.
+            activity.logger.error("runbooks not loaded: %s", exc)
+            return RemediationPlan(None, event.to_dict())
+        book = runbook_for(books.values(), event, event.message)
+        critical = event.kind == "xid" and event.code is not None and xid_action(event.code).severity == "critical"
+        return RemediationPlan(book.to_dict() if book else None, event.to_dict(),
+                               remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), critical)
+
+    @activity.defn
+    def resume_in_scheduler(self, name: str) -> None:
+        node = self._node(name)
+        if node.scheduler == "none":
+            return
+        try:
+            self.schedulers.get(node.scheduler).resume(name)
+        except FleetctlDoesNotOwnDrain as exc:
+            raise ApplicationError(str(exc), type="DrainedBySomeoneElse", non_retryable=True) from None
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to resume {name}: {exc}", type="SchedulerError") from None
+
+    @activity.defn
+    def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
+        """Take the node out of its scheduler's placement; idempotent. Returns the scheduler."""
+        node = self._node(req.node)
+        if node.scheduler != "none":
+            try:
+                self.schedulers.get(node.scheduler).drain(req.node, req.reason)
+            except SchedulerError as exc:
+                raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
+        return node.scheduler
+
+
+
+class NodeCommandActivities:
+    """Workflows cannot send Updates to other workflows; this activity does it for them. One
+    call per attempt: a call that times out fails the attempt, and the caller's retry policy
+    (a preset of workflows.definitions.shared) sends it again with the same request id,
+    which the node's workflow answers once."""
+
+    def __init__(self, client: Client):
+        self.client = client
+
+    @activity.defn
+    async def command_node(self, cmd: TransitionRequest) -> NodeCommandOutcome:
+        handle = self.client.get_workflow_handle(node_workflow_id(cmd.node))
+        try:
+            r = await handle.execute_update(TRANSITION_UPDATE, cmd, result_type=TransitionResult)
+        except WorkflowUpdateFailedError as exc:
+            # A refusal is an answer (the node moved on), not a failure to retry.
+            return NodeCommandOutcome(cmd.node, False, message=getattr(exc.cause, "message", None) or str(exc.cause or exc))
+        except RPCError as exc:
+            if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
+                return NodeCommandOutcome(cmd.node, False,
+                                          message=f"{cmd.node}: no lifecycle workflow is running (retired, or never imported)")
+            raise
+        return NodeCommandOutcome(cmd.node, True, r.from_state, r.to_state)

@@ -1,0 +1,663 @@
+"""What crosses Temporal: every dataclass a workflow, update, signal, query or activity takes
+or returns, every workflow id, and the names clients address workflows by.
+
+Light on purpose: the standard library and the pure dataclasses of fleetctl.capacity and
+fleetctl.lifecycle only (a contract in pyproject.toml keeps it so). `fleetctl node event`
+imports this and workflows.client and nothing of the activity stack, so a critical event
+reaches its node's workflow without first importing checks, SQLModel and the executors.
+
+Temporal's data converter serialises a dataclass by its fields (by name; fields it does not
+know are ignored, missing ones take their defaults), so where a class lives does not change
+the payloads it becomes: the recorded histories in tests/histories replay on these classes.
+tests/core/test_messages.py checks every name here against the workflow definitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from fleetctl.capacity import GuardPolicy
+from fleetctl.lifecycle import NodeState
+
+# ---- names: workflow types, updates, signals, queries ------------------------------------------
+
+NODE_LIFECYCLE = "NodeLifecycle"
+TRANSITION_UPDATE = "transition"
+ADMIT_UPDATE = "admit"
+RECHECK_UPDATE = "recheck"
+HEALTH_EVENT_SIGNAL = "health_event"
+NODE_STATE_QUERY = "current"
+
+CAPACITY_GUARD = "CapacityGuard"
+REQUEST_REMOVAL_UPDATE = "request_removal"
+RESUME_AUTOMATION_UPDATE = "resume_automation"
+REPORT_CHECK_ERRORS_UPDATE = "report_check_errors"
+GUARD_STATUS_QUERY = "status"
+
+ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
+REMEDIATION = "Remediation"
+JOB_RESTART = "JobRestart"
+
+FIRMWARE_ROLLOUT = "FirmwareRollout"
+ROLLOUT_RESUME_UPDATE = "resume"
+ROLLOUT_ABORT_UPDATE = "abort"
+ROLLOUT_PROGRESS_QUERY = "progress"
+
+
+# ---- workflow ids ----------------------------------------------------------------------------
+
+
+def node_workflow_id(node: str) -> str:
+    """The id of a node's NodeLifecycle workflow."""
+    return f"node/{node}"
+
+
+def guard_id(fleet: str = "default") -> str:
+    return f"capacity-guard/{fleet}"
+
+
+def remediation_id(node: str) -> str:
+    """One live remediation per node at a time; dry runs get their own ids and never block."""
+    return f"remediation/{node}"
+
+
+def job_restart_id(job_id: str, restart_id: str) -> str:
+    return f"job-restart/{job_id}/{restart_id}"
+
+
+def rollout_workflow_id(rollout_id: str) -> str:
+    return f"firmware-rollout/{rollout_id}"
+
+
+def sweep_id(schedule_id: str) -> str:
+    """The id of the sweeps a schedule starts (one at a time: an overrunning sweep skips the next)."""
+    return f"sweep/{schedule_id}"
+
+
+def remediation_mode(dry_run: bool, shadow: bool) -> str:
+    """live acts; dry_run (an operator's --dry-run) and shadow (the fleet-wide setting) only record."""
+    return "dry_run" if dry_run else "shadow" if shadow else "live"
+
+
+# ---- NodeLifecycle ---------------------------------------------------------------------------
+
+# Defaults of a node workflow's timing (its state carries them, so tests can shorten them).
+# After the cordon activity's own retries are spent (about 15 s), wait this long before the next round.
+SCHEDULER_RETRY_S = 60.0
+# How long a non-critical drain waits for running jobs to finish before it gives up waiting
+# and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
+DRAIN_JOB_WAIT_S = 2 * 3600.0
+DRAIN_JOB_POLL_S = 30.0
+
+
+@dataclass(kw_only=True)
+class TransitionRequest:
+    """Move a node: NodeLifecycle.transition's input, from an operator's command or (through
+    the command_node activity) from another workflow. Keyword-only, so that no caller gets
+    an actor kind it did not say."""
+
+    trigger: str
+    actor: str
+    actor_kind: str = "operator"
+    cause: str = ""
+    # Stable per request (e.g. "<workflow id>/<step>"): a resent request is answered once.
+    request_id: str = ""
+    # What the node did wrong (fleetctl.runbooks.Event.to_dict()); with a drain, it picks
+    # the runbook that remediates the node once drained. None: an operator's own reason.
+    event: dict | None = None
+    # The node whose workflow is asked; its own workflow knows who it is and ignores this.
+    node: str = ""
+
+
+@dataclass
+class TransitionResult:
+    node: str
+    from_state: str
+    to_state: str
+    state_version: int
+    trigger: str
+    actor: str
+    # True when this answer came from the idempotency guard, not a new transition.
+    repeated: bool = False
+
+
+@dataclass
+class NodeCommandOutcome:
+    """How a node's workflow answered a TransitionRequest sent by another workflow."""
+
+    node: str
+    accepted: bool
+    from_state: str = ""
+    to_state: str = ""
+    message: str = ""
+
+
+@dataclass
+class PhaseRequest:
+    """`admit` (burn-in, admission, production) or `recheck` (run a suite, judge, maybe drain)."""
+
+    actor: str
+    suite: str = "burn-in"
+    request_id: str = ""
+
+
+@dataclass
+class PhaseAccepted:
+    node: str
+    kind: str
+    suite: str
+    queued_behind: int
+
+
+@dataclass
+class HealthEventInput:
+    node: str
+    source: str  # "xid", "log", "operator"
+    code: int | None = None
+    message: str = ""
+    actor: str = ""
+    # Unique per event (the CLI makes one; a log line's hash for --from-log), so a resent
+    # signal is recorded once.
+    event_id: str = ""
+    at: float = 0.0  # unix time the fault was seen, by the sender's clock
+    # Unix time the node's workflow received it, by the server's clock (set there).
+    received_at: float = 0.0
+
+
+@dataclass
+class WorkItem:
+    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler
+    actor: str = ""
+    suite: str = ""
+    cause: str = ""
+    critical: bool = False
+    fault_seen_at: float = 0.0
+    event: HealthEventInput | None = None
+    remediation_event: dict | None = None
+
+
+@dataclass
+class NodeLifecycleState:
+    node: str
+    state: str = NodeState.NEW.value
+    state_version: int = 0
+    recent_requests: dict[str, TransitionResult] = field(default_factory=dict)
+    work: list[WorkItem] = field(default_factory=list)
+    # What the node is doing now, and how the last phase ended (for `node show`/fleet status).
+    activity: str = ""
+    last_outcome: str = ""
+    # Continue-as-new after this many transitions in one run (Temporal may suggest sooner).
+    transitions_per_run: int = 500
+    # Seconds between rounds of cordon attempts while the scheduler refuses a drain.
+    scheduler_retry_s: float = SCHEDULER_RETRY_S
+    # How long a non-critical drain waits for the node's jobs, polling this often.
+    drain_job_wait_s: float = DRAIN_JOB_WAIT_S
+    drain_job_poll_s: float = DRAIN_JOB_POLL_S
+
+
+@dataclass
+class TransitionRecord:
+    node_name: str
+    from_state: str
+    to_state: str
+    trigger: str
+    cause: str
+    actor: str
+    actor_kind: str
+    workflow_id: str
+    run_id: str
+    expected_version: int
+    idempotency_key: str
+
+
+# ---- node activities: checks, admission, health events, scheduler, facts ----------------------
+
+
+@dataclass
+class CheckRequest:
+    node: str
+    check: str
+    suite: str = ""
+    # Stable per step of the caller, so a retried activity writes one row.
+    run_key: str = ""
+    # Executor errors and unjudgeable output are retried this many times in all; only then
+    # is the result recorded, as `error` (never as a failed node).
+    max_attempts: int = 3
+
+
+@dataclass
+class CheckOutcome:
+    node: str
+    check: str
+    status: str
+    reason: str
+    metrics: dict = field(default_factory=dict)
+    error_kind: str | None = None
+    check_run_id: int | None = None
+
+
+@dataclass
+class AdmissionRequest:
+    node: str
+    check_run_ids: list[int]
+
+
+@dataclass
+class AdmissionVerdict:
+    node: str
+    passed: bool
+    reason: str
+    stragglers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class HealthEventVerdict:
+    node: str
+    severity: str
+    action: str
+    drain_now: bool
+    critical: bool
+    reason: str
+
+
+@dataclass
+class AutomationRecord:
+    kind: str
+    reason: str
+    actor: str
+    node: str | None = None
+    fleet: str = "default"
+    key: str = ""
+
+
+@dataclass
+class NodeFacts:
+    name: str
+    rack: str
+    profile: str
+    scheduler: str
+    state: str
+
+
+@dataclass
+class SweepScope:
+    fleet: str = "default"
+    suite: str = "quick"
+
+
+@dataclass
+class RemediationChoice:
+    node: str
+    event: dict  # fleetctl.runbooks.Event.to_dict()
+
+
+@dataclass
+class RemediationPlan:
+    runbook: dict | None  # Runbook.to_dict(), None when no runbook handles the event
+    event: dict = field(default_factory=dict)  # the event in the runbooks' own form
+    mode: str = "live"
+    critical: bool = False
+
+
+@dataclass
+class SchedulerCordon:
+    node: str
+    reason: str
+
+
+# ---- CapacityGuard ---------------------------------------------------------------------------
+
+
+@dataclass
+class PendingGrant:
+    rack: str
+    at: float
+    state_version: int  # the node's version when granted: any transition since ends the grant
+
+
+@dataclass
+class CapacityGuardState:
+    fleet: str = "default"
+    policy: GuardPolicy = field(default_factory=GuardPolicy)
+    breaker_open: bool = False
+    breaker_reason: str = ""
+    breaker_since: float | None = None
+    # node -> time of its latest failure report, within the storm window
+    recent_failures: dict[str, float] = field(default_factory=dict)
+    pending: dict[str, PendingGrant] = field(default_factory=dict)
+    granted_total: int = 0
+    denied_total: int = 0
+
+
+@dataclass
+class ResumeAutomation:
+    actor: str
+
+
+# ---- ActiveCheckSweep ------------------------------------------------------------------------
+
+
+@dataclass
+class SweepInput:
+    suite: str = "quick"
+    # At most this many nodes are checked at once: a count, or a fraction of the idle nodes.
+    max_concurrent: int = 0
+    max_concurrent_fraction: float = 0.05
+    fleet: str = "default"
+    actor: str = "active-checks"
+    # Nodes per child workflow (each keeps its own history).
+    batch_nodes: int = 100
+
+
+@dataclass
+class SweepResult:
+    checked: int = 0
+    passed: int = 0
+    failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+
+    def merge(self, other: SweepResult) -> None:
+        self.checked += other.checked
+        self.passed += other.passed
+        for name in ("failed", "errors", "drained", "held"):
+            getattr(self, name).extend(getattr(other, name))
+
+
+@dataclass
+class SweepBatch:
+    nodes: list[str]
+    checks: list[str]
+    req: SweepInput
+    sweep_id: str
+    width: int
+
+
+# ---- Remediation -----------------------------------------------------------------------------
+
+
+@dataclass
+class RemediationInput:
+    node: str
+    runbook: dict[str, Any]  # runbooks.Runbook.to_dict(): the runbook as it was when the run began
+    event: dict[str, Any]  # runbooks.Event.to_dict()
+    mode: str = "live"  # live, dry_run, shadow
+    actor: str = "fleetctl"
+    # A critical fault (the GPU is already gone) is drained without the capacity guard's limits.
+    critical: bool = False
+
+
+@dataclass
+class StepResult:
+    index: int
+    name: str
+    action: str
+    status: str  # passed, failed, skipped, would_run
+    detail: str
+
+
+@dataclass
+class RemediationResult:
+    run_key: str
+    node: str
+    runbook: str
+    mode: str
+    status: str  # succeeded, failed, escalated, dry_run
+    outcome: str
+    steps: list[StepResult] = field(default_factory=list)
+
+
+@dataclass
+class RunStart:
+    run_key: str
+    node: str
+    runbook: str
+    event: dict[str, Any]
+    mode: str
+    actor: str
+    started_at: datetime
+
+
+@dataclass
+class RunContext:
+    """The node as the run found it (the template variable `node`), and whether it is a lemon."""
+
+    node: dict[str, Any]
+    state: str
+    # Set when the node was remediated too often recently: it goes to RMA, not back to service.
+    lemon: str = ""
+
+
+@dataclass
+class StepInput:
+    step: dict[str, Any]  # runbooks.Step.to_dict()
+    context: dict[str, Any]  # node, event, steps, runbook
+
+
+@dataclass
+class PreparedStep:
+    run: bool
+    params: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass
+class StepRecord:
+    run_key: str
+    node: str
+    index: int
+    name: str
+    action: str
+    status: str
+    params: dict[str, Any]
+    detail: str
+    started_at: datetime
+    finished_at: datetime
+
+
+@dataclass
+class RunEnd:
+    run_key: str
+    status: str
+    outcome: str
+    finished_at: datetime
+
+
+@dataclass
+class HardwareRequest:
+    node: str
+    action: str  # gpu_reset, reboot
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ActionOutcome:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class AdmitRequest:
+    node: str
+    actor: str
+    suite: str = "burn-in"
+    request_id: str = ""
+
+
+@dataclass
+class NotifyRequest:
+    node: str
+    message: str
+    severity: str = "info"
+    run_key: str = ""
+
+
+@dataclass
+class RmaRequest:
+    node: str
+    reason: str
+    actor: str
+    remediation_run: str = ""
+    # Stable per caller step, so a retried activity opens one record.
+    idempotency_key: str = ""
+
+
+@dataclass
+class RmaOpened:
+    rma_id: int
+    created: bool
+    webhook_status: str = ""
+
+
+# ---- FirmwareRollout -------------------------------------------------------------------------
+
+
+@dataclass
+class RolloutInput:
+    rollout_id: str
+    baseline_id: int
+    batches: list[list[str]]  # canary first
+    max_failures: int
+    dry_run: bool = False
+    actor: str = "fleetctl"
+
+
+@dataclass
+class RolloutStatus:
+    rollout_id: str
+    status: str  # running, halted, completed, aborted
+    total: int
+    done: int
+    failed: int
+    next_batch: int
+    batches: int
+    failed_nodes: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@dataclass
+class RolloutCommand:
+    actor: str
+
+
+@dataclass
+class DriftRequest:
+    node: str
+    baseline_id: int
+
+
+@dataclass
+class DriftReport:
+    node: str
+    status: str  # ok, drift, unknown, no_baseline
+    drifts: list[str] = field(default_factory=list)  # "component: actual -> expected"
+    components: dict[str, list] = field(default_factory=dict)  # component -> [actual, expected]
+
+
+@dataclass
+class UpdateOutcome:
+    ok: bool
+    detail: str
+
+
+@dataclass
+class NodeResult:
+    rollout_id: str
+    node: str
+    batch_index: int
+    status: str  # updated, failed, skipped, would_update
+    detail: str
+    components: dict[str, list] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutProgress:
+    rollout_id: str
+    status: str  # running, halted, completed, aborted
+    total: int
+    done: int
+    failed: int
+    detail: str = ""
+
+
+# ---- JobRestart ------------------------------------------------------------------------------
+
+DEFAULT_RUNNING_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class JobRestartInput:
+    job_id: str
+    scheduler: str  # "slurm", "kubernetes" or "sim"
+    bad_nodes: list[str]
+    cause: str  # why the nodes are bad, e.g. "XID 79: GPU has fallen off the bus"
+    actor: str
+    fault_seen_at: str  # ISO 8601 with offset: when the caller saw the fault
+    restart_id: str
+    running_timeout_s: float = DEFAULT_RUNNING_TIMEOUT_S
+
+
+@dataclass
+class JobRestartResult:
+    job_id: str
+    restart_id: str
+    new_nodes: list[str] = field(default_factory=list)
+    fault_seen_at: str = ""
+    drained_at: str = ""
+    requeued_at: str = ""
+    running_at: str = ""
+    restart_seconds: float = 0.0
+
+
+@dataclass
+class RestartStarted:
+    workflow_id: str
+    job_id: str
+    scheduler: str
+    bad_nodes: list[str]
+    cause: str
+    actor: str
+    restart_id: str
+    fault_seen_at: str  # ISO 8601 with offset
+
+
+@dataclass
+class DrainNodes:
+    scheduler: str
+    nodes: list[str]
+    reason: str
+
+
+@dataclass
+class RestartJob:
+    scheduler: str
+    job_id: str
+    exclude_nodes: list[str]
+
+
+@dataclass
+class WaitForJob:
+    scheduler: str
+    job_id: str
+    exclude_nodes: list[str]
+    timeout_s: float
+    poll_interval_s: float = 0.25
+
+
+@dataclass
+class RestartStep:
+    workflow_id: str
+    step: str  # "drained_at" or "requeued_at"
+    at: str  # ISO 8601, the workflow's time of the step
+
+
+@dataclass
+class RestartOutcome:
+    workflow_id: str
+    status: str  # "succeeded" or "failed"
+    running_at: str | None = None
+    new_nodes: list[str] = field(default_factory=list)
+    error: str = ""

@@ -1,0 +1,112 @@
+"""What several workflows share: the activity-option presets, running one check, and the
+guarded drain (ask the capacity guard, then ask the node's workflow to drain).
+
+The presets, chosen once for every workflow, and why:
+
+- Short activities (database rows, rendering a step, a node's facts) take milliseconds; a
+  worker that dies holding one is noticed when start-to-close runs out, so that bound is a
+  few seconds (QUICK, 10 s: the margin covers a loaded database), not the 30-60 s it was,
+  and a dead worker costs seconds of a drain or a job restart (issue 18 item 5).
+- Activities that wait on something slow heartbeat (a check every 2 s, a job's scheduler
+  state every poll), so a dead worker is noticed after HEARTBEAT_TIMEOUT whatever their
+  start-to-close.
+- Unlimited retries only for what retrying can fix (a database or Temporal that is briefly
+  away): every preset lists NON_RETRYABLE, the errors that mean the input or the world is
+  wrong (an unknown node, suite, check or baseline, a stale writer, bad data such as an XID
+  too large for its column). Those fail once, the caller records why, and the node's work
+  queue moves on instead of retrying for ever (issue 14 item 2).
+- A scheduler is another service that can be down for minutes: its calls get a bounded
+  number of attempts (SCHEDULER_ROUND for a caller that records the refusal and tries again
+  in rounds, SCHEDULER for one that gives up with the reason recorded).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from checks.catalog import CHECKS
+    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from workflows.activities.checks import CheckActivities
+    from workflows.activities.database import BAD_DATA
+    from workflows.activities.guard import GuardActivities
+    from workflows.activities.node import NodeCommandActivities
+    from workflows.api import CheckOutcome, CheckRequest, NodeCommandOutcome, TransitionRequest
+
+# The checks that read a node's firmware inventory (recorded as check runs).
+FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
+
+NON_RETRYABLE = ["UnknownNode", "UnknownSuite", "UnknownCheck", "UnknownBaseline", "UnknownScheduler",
+                 "StaleStateVersion", "DrainedBySomeoneElse", "JobNotRunning", BAD_DATA]
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # five missed heartbeats of run_check (every 2 s)
+
+_TRANSIENT = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
+                         non_retryable_error_types=NON_RETRYABLE)
+QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIENT)
+# An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
+# which waits for its lock and its own QUICK activities: longer than QUICK, still bounded.
+MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANSIENT)
+# The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts).
+_SCHEDULER_CALL = timedelta(seconds=45)
+# One round: attempts 1, 2, 4, 8 s apart (about 15 s) before the caller records the refusal.
+SCHEDULER_ROUND = dict(start_to_close_timeout=_SCHEDULER_CALL,
+                       retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                                maximum_interval=timedelta(seconds=20), maximum_attempts=5,
+                                                non_retryable_error_types=NON_RETRYABLE))
+# A scheduler that cannot be reached for a few minutes (about 2.5) fails the step, with the
+# reason recorded, rather than holding it open unseen.
+SCHEDULER = dict(start_to_close_timeout=_SCHEDULER_CALL,
+                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                                          maximum_attempts=8, non_retryable_error_types=NON_RETRYABLE))
+# A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
+# it heartbeats between components, and one component may take minutes on its BMC.
+FIRMWARE_UPDATE = dict(start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
+                       retry_policy=RetryPolicy(maximum_attempts=1))
+
+
+def hardware_step(params: dict) -> dict:
+    """A GPU reset or reboot: as long as its own waits (for idle GPUs, for the node to come
+    back) plus margin. It heartbeats while it waits; a BMC reset call itself may block for a
+    minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly."""
+    return dict(start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
+                heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=2))
+
+
+def check_options(check: str, attempts: int) -> dict:
+    """A check runs as long as its tool typically takes, three times over, plus a minute."""
+    return dict(start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=attempts,
+                                         non_retryable_error_types=NON_RETRYABLE))
+
+
+async def run_check(req: CheckRequest) -> CheckOutcome:
+    """Run one check on a node. Retries spent without a recorded result (the worker died on
+    the last try, say) give an `error` outcome: the node is not known to be bad, only unchecked."""
+    try:
+        return await workflow.execute_activity_method(CheckActivities.run_check, req,
+                                                      **check_options(req.check, req.max_attempts))
+    except ActivityError as exc:
+        return CheckOutcome(req.node, req.check, "error", f"could not run: {exc.cause or exc}", {}, "activity")
+
+
+async def ask_guard(req: RemovalRequest) -> RemovalDecision:
+    return await workflow.execute_activity_method(GuardActivities.ask_capacity_guard, req, **MESSAGE)
+
+
+async def command_node(req: TransitionRequest) -> NodeCommandOutcome:
+    """Ask a node's workflow to move; a refusal is an answer (accepted False), not a failure."""
+    return await workflow.execute_activity_method(NodeCommandActivities.command_node, req, **MESSAGE)
+
+
+async def guarded_drain(removal: RemovalRequest, drain: TransitionRequest) -> tuple[RemovalDecision, NodeCommandOutcome | None]:
+    """Drain a node of another workflow's concern: the capacity guard first, then the node's
+    own workflow (None: the guard refused, nothing was asked of the node)."""
+    decision = await ask_guard(removal)
+    if not decision.granted:
+        return decision, None
+    return decision, await command_node(drain)
