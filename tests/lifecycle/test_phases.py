@@ -83,6 +83,24 @@ async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
     assert all(fleet.state(n) == "production" for n in fleet.names[1:])
 
 
+async def test_an_event_with_a_code_too_large_is_refused_once_and_the_next_event_still_drains(sim_fleet) -> None:
+    """Bad data fails its activity once (non-retryable), is recorded as refused, and the
+    node's queue moves on: the XID 79 behind it drains the node (issue 14 item 2)."""
+    fleet = await sim_fleet(4)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    victim = fleet.names[0]
+    await send_health_events(fleet.client, victim, [
+        HealthEventInput(victim, "xid", 99999999999999999999, "garbled", "dmesg", "bad-1", 0.0),
+        HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)])
+    drain = await fleet.wait_event(victim, "drain")
+    assert "XID 79" in drain.cause
+    assert [h.code for h in queries.health_events(fleet.engine, victim)] == [79]
+    (refused,) = [e for e in queries.automation_events(fleet.engine, limit=50)
+                  if e.kind == "rejected" and e.node_name == victim]
+    assert "99999999999999999999 is outside" in refused.reason, refused.reason
+
+
 async def test_repeated_warning_xid_escalates_only_on_the_third(sim_fleet) -> None:
     fleet = await sim_fleet(4)
     await fleet.admit(fleet.names)

@@ -17,7 +17,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import judge_health_event, plausible_time
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
     TRANSITION_UPDATE,
@@ -36,6 +36,10 @@ from workflows.api import (
     node_workflow_id,
     remediation_mode,
 )
+
+
+# health_events.code is an INTEGER column: 32 bits in PostgreSQL.
+HEALTH_EVENT_CODE_MAX = 2**31 - 1
 
 
 class NodeActivities(DatabaseActivities):
@@ -60,6 +64,10 @@ class NodeActivities(DatabaseActivities):
     @activity.defn
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
         from checks.xid import xid_action
+
+        if ev.code is not None and not 0 <= ev.code <= HEALTH_EVENT_CODE_MAX:
+            shown = str(ev.code) if len(str(ev.code)) <= 24 else f"{str(ev.code)[:20]}..."
+            raise bad_data(f"{ev.node}: code {shown} is outside 0..{HEALTH_EVENT_CODE_MAX}: not a health event code")
 
         # Not the sender's clock alone: one days off would move the event out of (or into)
         # the escalation window of the events other senders reported. An event resent (after

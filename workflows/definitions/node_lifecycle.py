@@ -294,7 +294,9 @@ class NodeLifecycle:
 
     async def _health_event(self, ev: HealthEventInput) -> None:
         self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
-        verdict: HealthEventVerdict = await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **QUICK)
+        verdict = await self._record_health_event(ev)
+        if verdict is None:
+            return
         self.s.last_outcome = verdict.reason
         cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
@@ -310,9 +312,29 @@ class NodeLifecycle:
         bad = False
         for item in queued:
             self.s.work.remove(item)
-            verdict = await workflow.execute_activity_method(NodeActivities.record_health_event, item.event, **QUICK)
-            bad = bad or verdict.drain_now
+            verdict = await self._record_health_event(item.event)
+            bad = bad or (verdict is not None and verdict.drain_now)
         return bad
+
+    async def _record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict | None:
+        """Record and judge the event; None when it cannot be recorded (bad data, such as a
+        code too large for its column, fails the activity once, without retries): the
+        refusal is recorded where fleet status shows it and the node's work goes on, so one
+        bad event never stalls the events behind it."""
+        try:
+            return await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **QUICK)
+        except ActivityError as exc:
+            if not workflow.patched("bad-health-event-skipped"):
+                raise
+            message = getattr(exc.cause, "message", None) or str(exc.cause or exc)
+            self.s.last_outcome = f"health event not recorded: {message}"
+            await workflow.execute_activity_method(
+                NodeActivities.record_automation_event,
+                AutomationRecord(kind="rejected", reason=f"health event from {ev.source}: {message}",
+                                 actor=ev.actor or "health-event", node=self.s.node,
+                                 key=f"{workflow.info().workflow_id}/bad-event/{ev.event_id or workflow.now().timestamp()}"),
+                **QUICK)
+            return None
 
     async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
                              request_id: str = "", event: dict | None = None) -> None:
