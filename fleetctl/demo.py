@@ -113,7 +113,7 @@ class Demo:
         schedule_id = f"active-checks-{self.settings.fleet}"
         await self.client.create_schedule(schedule_id, sweep_schedule(
             self.settings, schedule_id, SWEEP_EVERY,
-            SweepInput(suite="standard", max_concurrent_fraction=0.25, actor="schedule/demo")))
+            SweepInput(suite="standard", max_concurrent_fraction=0.25, fleet=self.settings.fleet, actor="schedule/demo")))
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:

@@ -61,7 +61,7 @@ def create(
     count, fraction = _concurrency(max_concurrent)
     schedule_id = name or kind
     schedule = sweep_schedule(s, schedule_id, interval, SweepInput(
-        suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, actor=f"schedule/{schedule_id}"))
+        suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet, actor=f"schedule/{schedule_id}"))
 
     async def run():
         client = await connect(s)

@@ -16,6 +16,12 @@ from fleetctl.db.models import Node
 BAD_DATA = "BadData"
 
 
+# The inventory label that puts a node in one fleet (several fleets can share a database and
+# a Temporal namespace, each with its own guard and sweeps). A node without it is in the
+# fleet of whoever manages the database: every fleet's count.
+FLEET_LABEL = "fleet"
+
+
 def bad_data(message: str) -> ApplicationError:
     return ApplicationError(message, type=BAD_DATA, non_retryable=True)
 
@@ -27,6 +33,11 @@ class DatabaseActivities:
     @property
     def engine(self):
         return get_engine(self.settings.db_url)
+
+    def _fleet_nodes(self, fleet: str, state: str | None = None) -> list[Node]:
+        """The fleet's nodes (in `state`, if given): labelled with it, or with no fleet label."""
+        return [n for n in queries.list_nodes(self.engine, state=state)
+                if str(n.labels.get(FLEET_LABEL, fleet)) == fleet]
 
     def _node(self, name: str) -> Node:
         node = queries.get_node(self.engine, name)

@@ -24,7 +24,8 @@ class GuardActivities(DatabaseActivities):
 
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
-        return snapshot_from_states([(n.rack, n.state) for n in queries.list_nodes(self.engine)])
+        """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
+        return snapshot_from_states([(n.rack, n.state) for n in self._fleet_nodes(fleet)])
 
     @activity.defn
     def state_versions(self, names: list[str]) -> dict[str, int]:

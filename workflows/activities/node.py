@@ -98,9 +98,9 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def idle_production_nodes(self, scope: SweepScope) -> list[str]:
-        """Production nodes running no job: active checks never disturb training. One question
-        per scheduler, not per node."""
-        nodes = queries.list_nodes(self.engine, state="production")
+        """The fleet's production nodes running no job: active checks never disturb training.
+        One question per scheduler, not per node."""
+        nodes = self._fleet_nodes(scope.fleet, state="production")
         busy: dict[str, set[str] | None] = {}
         for kind in sorted({n.scheduler for n in nodes} - {"none"}):
             try:
