@@ -3,8 +3,6 @@ run key, heartbeating while it runs), and judge a burn-in for admission."""
 
 from __future__ import annotations
 
-import threading
-
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -17,10 +15,8 @@ from fleetctl.db.models import CheckRun, utcnow
 from fleetctl.executors.base import ExecutorError
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
+from workflows.activities.heartbeat import run_heartbeating
 from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, SweepScope
-
-# run_check heartbeats this often; its callers' heartbeat timeout is a few of these.
-HEARTBEAT_EVERY_S = 2.0
 
 
 class CheckActivities(DatabaseActivities):
@@ -105,21 +101,5 @@ def _outcome(run: CheckRun) -> CheckOutcome:
 
 
 def _run_with_heartbeat(executor, target, argv, timeout_s: float):
-    """Run the (blocking) command in a thread and heartbeat while it runs."""
-    box: dict = {}
-
-    def body() -> None:
-        try:
-            box["result"] = executor.run(target, argv, timeout_s)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the activity thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=body, name=f"check-{target.name}", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(HEARTBEAT_EVERY_S)
-        if thread.is_alive():
-            activity.heartbeat()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    """Run the (blocking) command and heartbeat while it runs."""
+    return run_heartbeating(lambda: executor.run(target, argv, timeout_s), f"check-{target.name}")

@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError
 from fleetctl.config import Settings
 from fleetctl.db import jobs
 from workflows.activities.database import DatabaseActivities
+from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import DrainNodes, RestartJob, RestartOutcome, RestartStarted, RestartStep, WaitForJob
 
@@ -35,6 +36,7 @@ class JobRestartActivities(DatabaseActivities):
         )
 
     @activity.defn
+    @heartbeating
     def drain_nodes(self, req: DrainNodes) -> None:
         """Cordon the bad nodes in the scheduler only: their lifecycle state belongs to their
         own workflows. Draining a drained node again changes nothing."""
@@ -43,6 +45,7 @@ class JobRestartActivities(DatabaseActivities):
             scheduler.drain(node, req.reason)
 
     @activity.defn
+    @heartbeating
     def restart_job(self, req: RestartJob) -> None:
         scheduler = self.scheduler(req.scheduler)
         # A retry whose first attempt went through finds the job already off the bad nodes;

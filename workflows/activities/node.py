@@ -18,6 +18,7 @@ from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import judge_health_event, plausible_time
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
 from workflows.activities.database import DatabaseActivities, bad_data
+from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
     TRANSITION_UPDATE,
@@ -97,6 +98,7 @@ class NodeActivities(DatabaseActivities):
                             AutomationEvent.idempotency_key, key)
 
     @activity.defn
+    @heartbeating
     def idle_production_nodes(self, scope: SweepScope) -> list[str]:
         """The fleet's production nodes running no job: active checks never disturb training.
         One question per scheduler, not per node."""
@@ -112,6 +114,7 @@ class NodeActivities(DatabaseActivities):
                 if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])]
 
     @activity.defn
+    @heartbeating
     def running_jobs_on(self, name: str) -> list[str]:
         """Jobs running on the node, as its scheduler sees them."""
         node = self._node(name)
@@ -141,6 +144,7 @@ class NodeActivities(DatabaseActivities):
                                remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), critical)
 
     @activity.defn
+    @heartbeating
     def resume_in_scheduler(self, name: str) -> None:
         node = self._node(name)
         if node.scheduler == "none":
@@ -153,6 +157,7 @@ class NodeActivities(DatabaseActivities):
             raise ApplicationError(f"{node.scheduler} refused to resume {name}: {exc}", type="SchedulerError") from None
 
     @activity.defn
+    @heartbeating
     def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
         """Take the node out of its scheduler's placement; idempotent. Returns the scheduler."""
         node = self._node(req.node)

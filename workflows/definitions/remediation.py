@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
     )
     from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.shared import MESSAGE, QUICK, command_node, guarded_drain, hardware_step, run_check
+    from workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER, command_node, guarded_drain, hardware_step, run_check
 
 # How long a hardware step waits for the node's own workflow to finish draining it.
 OUT_OF_SERVICE_WAIT = timedelta(hours=3)
@@ -192,7 +192,7 @@ class Remediation:
     async def _restart_jobs(self) -> tuple[bool, str]:
         """Move the node's running jobs to healthy nodes now (a JobRestart each), rather than
         let a non-critical drain wait hours for them to finish on a node known to be bad."""
-        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **QUICK)
+        jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **SCHEDULER)
         if not jobs:
             return True, "no running jobs on the node"
         if not workflow.patched("runbook-restarts-jobs"):

@@ -50,16 +50,17 @@ QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIE
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
 # which waits for its lock and its own QUICK activities: longer than QUICK, still bounded.
 MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANSIENT)
-# The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts).
-_SCHEDULER_CALL = timedelta(seconds=45)
+# The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts); the
+# scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.
+_SCHEDULER_CALL = dict(start_to_close_timeout=timedelta(seconds=45), heartbeat_timeout=HEARTBEAT_TIMEOUT)
 # One round: attempts 1, 2, 4, 8 s apart (about 15 s) before the caller records the refusal.
-SCHEDULER_ROUND = dict(start_to_close_timeout=_SCHEDULER_CALL,
+SCHEDULER_ROUND = dict(**_SCHEDULER_CALL,
                        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                                 maximum_interval=timedelta(seconds=20), maximum_attempts=5,
                                                 non_retryable_error_types=NON_RETRYABLE))
 # A scheduler that cannot be reached for a few minutes (about 2.5) fails the step, with the
 # reason recorded, rather than holding it open unseen.
-SCHEDULER = dict(start_to_close_timeout=_SCHEDULER_CALL,
+SCHEDULER = dict(**_SCHEDULER_CALL,
                  retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
                                           maximum_attempts=8, non_retryable_error_types=NON_RETRYABLE))
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
