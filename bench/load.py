@@ -118,8 +118,7 @@ async def _settle(client, settings, names: list[str]) -> dict:
 
 
 async def _histories(client, settings, names: list[str]) -> dict:
-    from workflows.api import guard_id
-    from workflows.api import node_workflow_id
+    from workflows.api import guard_id, node_workflow_id
 
     lengths = await _history_lengths(client, [node_workflow_id(n) for n in names])
     described = await asyncio.gather(*(client.get_workflow_handle(node_workflow_id(n)).describe() for n in names))

@@ -66,8 +66,7 @@ async def _back_in_production(client, settings, node: str) -> None:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from workflows.api import node_workflow_id
-    from workflows.client import remediation_id
+    from workflows.api import node_workflow_id, remediation_id
     from workflows.client import ensure_node_workflows
 
     for workflow_id in (node_workflow_id(node), remediation_id(node)):

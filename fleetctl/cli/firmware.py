@@ -80,8 +80,7 @@ def rollout(
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
     from fleetctl.firmware import batch_size
-    from workflows.client import start_rollout
-    from workflows.client import connect
+    from workflows.client import connect, start_rollout
 
     baseline = _load(baseline_file)
     try:
@@ -129,8 +128,7 @@ def _exit_for(progress) -> None:
 
 
 def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
-    from workflows.client import RolloutRefused, rollout_command
-    from workflows.client import connect
+    from workflows.client import RolloutRefused, connect, rollout_command
 
     s = context.settings(ctx)
 

@@ -210,8 +210,7 @@ def restart(
         from temporalio.client import WorkflowFailureError
 
         from workflows.api import JobRestartInput
-        from workflows.client import start_job_restart
-        from workflows.client import connect
+        from workflows.client import connect, start_job_restart
 
         client = await connect(s)
         inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,

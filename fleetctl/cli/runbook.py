@@ -84,8 +84,7 @@ def run(
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
     from fleetctl.runbooks import Event
-    from workflows.client import RemediationAlreadyRunning, run_remediation
-    from workflows.client import connect
+    from workflows.client import RemediationAlreadyRunning, connect, run_remediation
 
     book = _books(ctx).get(name)
     if book is None:

@@ -13,8 +13,8 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import CommandRejected, ensure_node_workflows, request_transition
+from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal

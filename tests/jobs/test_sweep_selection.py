@@ -17,8 +17,8 @@ from fleetctl.schedulers.sim import SimScheduler
 from tests.jobs.support import sim_fleet
 from workflows.activities import schedulers as scheduler_registry
 from workflows.activities.node import NodeActivities
-from workflows.api import SweepScope
 from workflows.activities.schedulers import SchedulerRegistry
+from workflows.api import SweepScope
 
 
 class CountingScheduler:

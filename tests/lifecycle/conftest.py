@@ -18,8 +18,8 @@ from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
 from tests.support.worker import WorkerThread
 from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import connect, ensure_node_workflows, request_phase
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 
 @dataclass

@@ -13,10 +13,9 @@ from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
 from fleetctl.executors.sim import SimExecutor, SimFaultSpec
 from tests.support.checks import record_check
-from workflows.api import SweepInput
-from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.api import HealthEventInput
+from workflows.api import HealthEventInput, SweepInput
 from workflows.client import guard_status, send_health_events
+from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 

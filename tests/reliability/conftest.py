@@ -18,8 +18,8 @@ from tests.lifecycle.conftest import sim_fleet  # noqa: F401 - fixture used by t
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
 from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 ONE_CHECK_SUITE = "one-check"
 

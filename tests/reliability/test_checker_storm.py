@@ -14,10 +14,10 @@ from fleetctl.capacity import GuardPolicy, checker_storm
 from fleetctl.db import queries
 from fleetctl.executors.base import CommandResult
 from tests.reliability.support import Cli
-from workflows.api import SweepInput
-from workflows.definitions.active_checks import ActiveCheckSweep
 from workflows.activities.executors import ExecutorRegistry
+from workflows.api import SweepInput
 from workflows.client import guard_status, request_transition
+from workflows.definitions.active_checks import ActiveCheckSweep
 
 # What nvidia-smi prints when an upgrade dropped the query flags the check relies on.
 UPGRADED_TOOL_OUTPUT = "nvidia-smi: unrecognized option '--query-gpu'\nSee nvidia-smi -h for usage.\n"

@@ -14,8 +14,8 @@ from fleetctl.db.engine import get_engine
 from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error, wait_for
 from tests.support.worker import WorkerThread
 from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import connect, request_phase, request_transition
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

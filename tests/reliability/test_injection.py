@@ -23,8 +23,7 @@ from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm, slurm_cluster  # noqa: F401 - fixtures used here
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.client import start_remediation
-from workflows.client import connect, ensure_node_workflows, request_transition
+from workflows.client import connect, ensure_node_workflows, request_transition, start_remediation
 
 SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 

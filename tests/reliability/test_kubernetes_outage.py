@@ -35,11 +35,9 @@ from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.api import job_restart_id
-from workflows.api import HealthEventInput
-from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.api import HealthEventInput, job_restart_id, node_workflow_id
 from workflows.client import connect, send_health_events
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

@@ -28,8 +28,8 @@ from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.activities import schedulers as scheduler_registry
 from workflows.api import node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import connect, ensure_node_workflows, request_transition
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

@@ -27,13 +27,9 @@ from fleetctl.schedulers.base import REASON_PREFIX
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - a fixture, used by name
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.api import JobRestartInput
-from workflows.api import job_restart_id
-from workflows.client import start_job_restart
-from workflows.api import HealthEventInput
-from workflows.api import NodeLifecycleState, node_workflow_id
+from workflows.api import HealthEventInput, JobRestartInput, NodeLifecycleState, job_restart_id, node_workflow_id
+from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events, start_job_restart
 from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

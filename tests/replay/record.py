@@ -26,12 +26,9 @@ from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
 from fleetctl.schedulers.sim import SimScheduler
 from fleetctl.temporal_server import start_dev_server
-from workflows.api import SweepInput
-from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.api import guard_id
-from workflows.api import HealthEventInput
-from workflows.api import node_workflow_id
+from workflows.api import HealthEventInput, SweepInput, guard_id, node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
+from workflows.definitions.active_checks import ActiveCheckSweep
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"

@@ -5,8 +5,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from workflows.api import NodeLifecycleState, node_workflow_id
-from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.client import connect, request_transition
+from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 
 
