@@ -48,7 +48,8 @@ _TRANSIENT = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_i
                          non_retryable_error_types=NON_RETRYABLE)
 QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIENT)
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
-# which waits for its lock and its own QUICK activities: longer than QUICK, still bounded.
+# which waits for its lock and its own QUICK activities; a webhook (notify, open_rma) gives
+# up after 10 s (fleetctl.rma): longer than QUICK, still bounded.
 MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANSIENT)
 # The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts); the
 # scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.
