@@ -79,12 +79,22 @@ CASES = [
     # kernel log XIDs
     ("xid/dmesg_no_xid_ok.txt", "xid", None, PASS),
     ("xid/dmesg_T_xid13_app_only_ok.txt", "xid", None, PASS),
-    ("xid/xid63_remap_warn.txt", "xid", None, WARN),
+    ("xid/xid63_remap_ignored_ok.txt", "xid", None, PASS),  # NVIDIA: IGNORE, IGNORE
     ("xid/dmesg_unknown_code_warn.txt", "xid", None, WARN),
     ("xid/dmesg_T_xid13_and_109_fail.txt", "xid", None, FAIL),
     ("xid/journal_xid79_nvlink_fail.txt", "xid", H100, FAIL),
     ("xid/dmesg_T_xid119_gsp_fail.txt", "xid", None, FAIL),
     ("xid/journal_iso_xid48_dbe_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_xid32_38_44_catalogued_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_xid45_solo_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_nvswitch_sxid_nonfatal_warn.txt", "xid", None, WARN),
+    # GPU failures without an Xid line, and the other kernel-log formats
+    ("xid/journal_fallen_off_bus_no_xid_line_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_T_gsp_reset_required_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nvswitch_sxid_fatal_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nvlink_rx_detect_failure_fail.txt", "xid", None, FAIL),
+    ("xid/kmsg_raw_xid79_fail.txt", "xid", None, FAIL),
+    ("xid/journal_json_xid79_burst_45_fail.txt", "xid", None, FAIL),
     # InfiniBand
     ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", A100, PASS),
