@@ -24,7 +24,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "checks"
 SMALL_CASES = {
     "nccl": ("nccl/8xh100_full_sweep_ok.txt", "nccl/8xh100_srun_prefix_info_noise_ok.txt"),
     "hpl": ("hpl/nvidia_8xh100_ok.txt", "hpl/nvidia_8xh100_progress_and_nccl_noise_ok.txt"),
-    "dcgm": ("dcgm/r2_h100_text_ok.txt", "dcgm/r3_json_gpu5_warn.txt"),
+    "dcgm": ("dcgm/r2_h100_text_ok.txt", "dcgm/r3_json_gpu5_warn_stress_skipped_error.txt"),
     "xid": ("xid/dmesg_T_xid119_gsp_fail.txt", "xid/journal_xid79_nvlink_fail.txt"),
 }
 PROFILE = "h100-sxm"

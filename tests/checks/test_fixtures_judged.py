@@ -49,13 +49,20 @@ CASES = [
     ("dcgm/r1_json_ok.txt", "dcgm", H100, PASS),
     ("dcgm/r1_json_stray_line_ok.txt", "dcgm", None, PASS),
     ("dcgm/r2_gpu3_warn_text.txt", "dcgm", None, WARN),
-    ("dcgm/r3_json_gpu5_warn.txt", "dcgm", None, WARN),
+    ("dcgm/r3_json_gpu5_warn_stress_skipped_error.txt", "dcgm", None, ERROR),  # Targeted Stress: Skip
     ("dcgm/r2_pcie_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r3_gpu_memory_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r2_remap_error_and_gpu0_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r3_json_gpu5_fail.txt", "dcgm", None, FAIL),
     ("dcgm/r2_cut_short_error.txt", "dcgm", None, ERROR),
     ("dcgm/r3_json_cut_error.txt", "dcgm", None, ERROR),
+    # DCGM 4.x: a row per GPU in the text table; metadata, entity groups, test_summary in JSON
+    ("dcgm/r3_dcgm40_text_4gpu_ok.txt", "dcgm", None, PASS),
+    ("dcgm/r3_dcgm4_json_diagnostic_8gpu_ok.txt", "dcgm", H100, PASS),
+    ("dcgm/r2_dcgm441_text_pcie_internal_error_fail.txt", "dcgm", None, FAIL),
+    ("dcgm/r1_dcgm423_json_gb10_persistence_fail.txt", "dcgm", None, FAIL),
+    # a diagnostic that tested nothing is not a pass
+    ("dcgm/r3_dcgm442_text_all_skipped_error.txt", "dcgm", None, ERROR),
     # nvidia-smi: CSV query and -q
     ("nvidia_smi/csv_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
