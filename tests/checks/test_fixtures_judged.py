@@ -68,6 +68,9 @@ CASES = [
     ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/q_rtx4090_power_cap_ok.txt", "nvidia-smi", None, PASS),
+    ("nvidia_smi/csv_1xa100_no_ecc_columns_ok.txt", "nvidia-smi", None, PASS),  # ECC: not checked, said so
+    ("nvidia_smi/q_d_page_retirement_8xh100_ok.txt", "nvidia-smi", H100, PASS),  # -q -d: complete output
+    ("nvidia_smi/q_d_page_retirement_remap_pending_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_8xh100_hot_warn.txt", "nvidia-smi", H100, WARN),
     ("nvidia_smi/csv_8xh100_sw_thermal_warn.txt", "nvidia-smi", H100, WARN),
     ("nvidia_smi/csv_8xh100_pcie_x8_warn.txt", "nvidia-smi", H100, WARN),
