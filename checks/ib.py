@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from checks.result import CheckResult, Finding, Status
 
 
 @dataclass
@@ -141,24 +141,62 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
     ports = parse_ibstat(text)
     if not ports:
         raise UnjudgeableOutput("not ibstat, ibstatus or ib_write_bw output")
-    findings = []
-    for port in ports:
-        if port.state != "Active" or port.physical_state != "LinkUp":
-            findings.append(Finding(f"{port.state} / {port.physical_state} ({port.link_layer or 'link layer ?'})", port.name))
-        elif profile and port.link_layer in (None, "InfiniBand") and port.rate_gbps < profile.ib_rate_gbps:
-            findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {profile.ib_rate_gbps:g}", port.name))
-    ib_ports = [p for p in ports if p.link_layer in (None, "InfiniBand")]
-    if profile and len(ib_ports) < profile.ib_port_count:
-        findings.append(Finding(f"{len(ib_ports)} InfiniBand ports, {profile.name} has {profile.ib_port_count}"))
+    ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
+    eth_ports = [p for p in ports if _layer(p) == ETHERNET]
+    # The rails to judge: the profile's InfiniBand and RoCE rails; without a profile, the
+    # InfiniBand ports, or the Ethernet ones on a host that has no InfiniBand at all.
+    if profile is not None:
+        rails = [(INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
+                 (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps)]
+    else:
+        layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
+        rails = [(layer, judged, len(judged), 0.0)]
+    findings: list[Finding] = []
+    judged_names: set[str] = set()
+    for layer, candidates, expected, rate in rails:
+        if expected <= 0:
+            continue
+        judged_names.update(p.name for p in candidates)
+        up = [p for p in candidates if p.state == "Active" and p.physical_state == "LinkUp"]
+        fast = [p for p in up if p.rate_gbps is not None and p.rate_gbps >= rate]
+        for port in candidates:
+            # With the rails the profile needs up, another port of the layer is not one of them.
+            severity = "fail" if len(fast) < expected else "info"
+            if port not in up:
+                findings.append(Finding(f"{port.state} / {port.physical_state} ({layer})", port.name, severity))
+            elif port not in fast:
+                findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {rate:g} ({layer})", port.name, severity))
+        if len(fast) < expected:
+            findings.append(Finding(f"{len(fast)} {layer} rails Active/LinkUp at {rate:g} Gb/s, "
+                                    f"{profile.name if profile else 'this host'} needs {expected}"))
+    others = [p for p in ports if p.name not in judged_names]
+    findings += [Finding(f"{p.state} / {p.physical_state} ({p.link_layer or 'link layer ?'}): not a compute rail, "
+                         "not judged", p.name, "info") for p in others if p.state != "Active"]
+    rail_ports = [p for p in ports if p.name in judged_names]
     metrics = {
         "ports": len(ports),
         "ib_ports": len(ib_ports),
+        "ethernet_ports": len(eth_ports),
+        "rails": len(rail_ports),
+        "active_rails": sum(p.state == "Active" and p.physical_state == "LinkUp" for p in rail_ports),
         "active_ports": sum(p.state == "Active" for p in ports),
         "down_ports": [p.name for p in ports if p.state != "Active"],
         "min_ib_rate_gbps": min((p.rate_gbps for p in ib_ports if p.state == "Active"), default=None),
         "firmware_versions": sorted({p.firmware for p in ports if p.firmware}),
     }
-    return verdict(findings, metrics, f"{metrics['active_ports']} of {len(ports)} ports Active/LinkUp")
+    if not rail_ports:
+        # Nothing the profile calls a rail was listed: no evidence the fabric is up.
+        return CheckResult(Status.ERROR, metrics, findings, "no port of the expected link layer: rails not judged")
+    return verdict(findings, metrics, f"{metrics['active_rails']} of {len(rail_ports)} rails Active/LinkUp"
+                   + (f", {len(others)} other ports not judged" if others else ""))
+
+
+INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+
+
+def _layer(port: IbPort) -> str:
+    """ibstat and ibstatus both print the link layer; an old ibstat without it is InfiniBand."""
+    return ETHERNET if (port.link_layer or "").lower() == "ethernet" else INFINIBAND
 
 
 def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:

@@ -107,11 +107,13 @@ CASES = [
     ("xid/journal_json_xid79_burst_45_fail.txt", "xid", None, FAIL),
     # InfiniBand
     ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", H100, PASS),  # unused Ethernet ports are not rails
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", None, PASS),
+    ("ib/ibstat_h100_8rails_bluefield_bond_ok.txt", "ib", H100, PASS),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", A100, PASS),
     ("ib/ib_write_bw_ndr_ok.txt", "ib", H100, PASS),
     ("ib/ib_write_bw_mbsec_ok.txt", "ib", H100, PASS),
     ("ib/ib_write_bw_ndr_slow_warn.txt", "ib", H100, WARN),
-    ("ib/ibstat_some_down_fail.txt", "ib", H100, FAIL),
     ("ib/ibstat_one_port_hdr_rate_fail.txt", "ib", H100, FAIL),
     ("ib/ibstat_polling_fail.txt", "ib", None, FAIL),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", H100, FAIL),  # HDR ports on an NDR profile

@@ -37,6 +37,7 @@ HEALTHY = [
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
     ("nvidia_smi/q_d_page_retirement_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
     ("ib/ibstat_h100_ndr_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", "a100-sxm-80gb", r"^\s+(?:state|phys state|rate|link_layer):", True),
     ("ib/ib_write_bw_ndr_ok.txt", "ib", "h100-sxm", r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+", True),
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", "h100-sxm", r"^NVIDIA ", False),
