@@ -50,7 +50,16 @@ _TIMESTAMP = re.compile(
 )
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<message>.*)$")
 _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-# Signatures of checks/catalog/signatures.tsv that are read from kernel logs.
+# Signatures of checks/catalog/signatures.tsv that are read from kernel logs, each behind
+# the substrings a line must contain for its pattern to be tried (a long log is mostly
+# lines that match nothing, and a substring test costs far less than a regex search).
+_SIGNATURE_GATES = {
+    "gpu_fallen_off_bus": ("fallen off the bus",),
+    "gsp_rpc_timeout": ("waiting for RPC",),
+    "gpu_reset_required": ("NV_ERR_RESET_REQUIRED",),
+    "nvlink_link_detect_failure": ("RxDet", "Rx Detect", "raining"),
+}
+_INTEREST = ("Xid (", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
     "gpu_fallen_off_bus": re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_PCI}:? (?:GPU )?has fallen off the bus"),
     "gsp_rpc_timeout": re.compile(r"Timeout (?:after \d+s )?(?:of )?waiting for RPC (?:response )?from (?P<gpu>GPU\d+ )?GSP"),
@@ -182,36 +191,68 @@ def xid_action(code: int) -> XidAction:
 
 def _bounded(digits: str, limit: int, what: str, line_no: int) -> int:
     if len(digits) > _MAX_DIGITS or int(digits) > limit:
-        raise BadKernelLog(f"line {line_no}: {what} {digits[:24]}{'...' if len(digits) > 24 else ''} is out of range "
-                           f"(0..{limit}): not a kernel report")
+        raise BadKernelLog(f"line {line_no}: {what} {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
+                           f"range (0..{limit}): not a kernel report")
     return int(digits)
 
 
-def _records(text: str) -> Iterator[tuple[int, str | None, str]]:
-    """(line number, the log's own timestamp, message) for every record of the log."""
-    json_log = _is_journal_json(text)
-    for line_no, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip("\r")
-        if line.startswith("#"):  # no kernel record starts so; a saved log's header does
-            continue
-        if json_log:
-            if line.strip():
-                yield line_no, *_journal_json(line, line_no)
-            continue
-        if m := _KMSG.match(line):
-            usec = _bounded(m["usec"], KMSG_USEC_MAX, "/dev/kmsg timestamp", line_no)
-            _bounded(m["seq"], 1 << 64, "/dev/kmsg sequence number", line_no)
-            _bounded(m["prio"], 1 << 16, "/dev/kmsg priority", line_no)
-            yield line_no, f"{usec // 10**6}.{usec % 10**6:06d}", m["message"]
-            continue
-        stamp = _TIMESTAMP.match(line)
-        yield line_no, (stamp["bracket"] or stamp["journal"]).strip() if stamp else None, line
+def _records(text: str) -> Iterator[tuple[int, str, bool]]:
+    """(line number, message, whether the timestamp is still in the line) for every record
+    that may matter. A text line's timestamp is read only when the line is used."""
+    if _is_journal_json(text):
+        for line_no, line in enumerate(text.splitlines(), 1):
+            if line.strip() and not line.startswith("#"):
+                yield line_no, line, False
+        return
+    # The lines worth a regex hold an Xid or SXid report or a signature's gate; str.find
+    # locates them at memory speed, and a long log's other lines are never split out.
+    starts: set[int] = set()
+    for literal in _INTEREST:
+        at = text.find(literal)
+        while at != -1:
+            starts.add(text.rfind("\n", 0, at) + 1)
+            line_end = text.find("\n", at)
+            at = -1 if line_end == -1 else text.find(literal, line_end)
+    line_no, counted_to = 1, 0
+    for start in sorted(starts):
+        line_no += text.count("\n", counted_to, start)
+        counted_to = start
+        line_end = text.find("\n", start)
+        line = text[start:] if line_end == -1 else text[start:line_end]
+        if not line.startswith("#"):  # no kernel record starts so; a saved log's header does
+            yield line_no, line.rstrip("\r"), True
+
+
+def _stamp(message: str, line_no: int, in_line: bool, json_stamp: str | None) -> str | None:
+    return _line_stamp(message, line_no) if in_line else json_stamp
+
+
+def _line_stamp(line: str, line_no: int) -> str | None:
+    if k := _KMSG.match(line):
+        usec = _bounded(k["usec"], KMSG_USEC_MAX, "/dev/kmsg timestamp", line_no)
+        _bounded(k["seq"], 1 << 64, "/dev/kmsg sequence number", line_no)
+        _bounded(k["prio"], 1 << 16, "/dev/kmsg priority", line_no)
+        return f"{usec // 10**6}.{usec % 10**6:06d}"
+    stamp = _TIMESTAMP.match(line)
+    return (stamp["bracket"] or stamp["journal"]).strip() if stamp else None
 
 
 def _is_journal_json(text: str) -> bool:
     """`journalctl -o json`: one JSON object per line (after any '#' comment lines)."""
-    first = next((line for line in text.splitlines() if line.strip() and not line.startswith("#")), "")
-    return first.lstrip().startswith("{")
+    for line in _lazy_lines(text):
+        if line.strip() and not line.startswith("#"):
+            return line.lstrip().startswith("{")
+    return False
+
+
+def _lazy_lines(text: str) -> Iterator[str]:
+    """The lines of a text one at a time, without splitting all of a long log up front."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        yield text[start:end]
+        start = end + 1
 
 
 def _journal_json(line: str, line_no: int) -> tuple[str | None, str]:
@@ -252,27 +293,32 @@ def parse_kernel_log(text: str) -> KernelLog:
     xids: list[XidEvent] = []
     implied: list[XidEvent] = []
     found: list[SignatureEvent] = []
-    for line_no, stamp, message in _records(text):
-        if m := _XID.search(message):
-            xids.append(_xid_event(m, stamp, line_no))
+    json_stamp: str | None = None
+    for line_no, message, in_line in _records(text):
+        if not in_line:
+            json_stamp, message = _journal_json(message, line_no)
+        if "SXid" in message:
+            if m := _SXID.search(message):
+                code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
+                kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
+                    "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
+                found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
             continue
-        if m := _SXID.search(message):
-            code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
-            kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
-                "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
-            found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], stamp, code))
+        if "Xid (" in message:
+            if m := _XID.search(message):
+                xids.append(_xid_event(m, _stamp(message, line_no, in_line, json_stamp), line_no))
             continue
-        for name, pattern in _SIGNATURE_PATTERNS.items():
-            if not (m := pattern.search(message)):
+        for name, gates in _SIGNATURE_GATES.items():
+            if not any(gate in message for gate in gates) or not (m := _SIGNATURE_PATTERNS[name].search(message)):
                 continue
             signature = signatures()[name]
             text_after = message[message.find("NVRM:"):] if "NVRM:" in message else message.strip()
             if signature.as_xid is not None:
                 where = m.groupdict().get("pci") or (m.groupdict().get("gpu") or "").strip() or "unknown GPU"
                 implied.append(XidEvent(where.lower() if ":" in where else where, signature.as_xid, None, None,
-                                        text_after, stamp, name))
+                                        text_after, _stamp(message, line_no, in_line, json_stamp), name))
             else:
-                found.append(SignatureEvent(name, None, text_after, stamp))
+                found.append(SignatureEvent(name, None, text_after, _stamp(message, line_no, in_line, json_stamp)))
             break
     # A GSP timeout names the GPU by index, not by address: any Xid 119 in the log covers it.
     reported = {(_pci_key(e.pci), e.code) for e in xids} | {("any", e.code) for e in xids}
@@ -353,10 +399,9 @@ def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Fi
 
 
 def _is_kernel_log(text: str) -> bool:
-    return any(
-        _TIMESTAMP.match(line) or _KMSG.match(line) or "NVRM:" in line or "nvidia-nvswitch" in line
-        for line in text.splitlines()
-    ) or _is_journal_json(text)
+    return "NVRM:" in text or "nvidia-nvswitch" in text or _is_journal_json(text) or any(
+        _TIMESTAMP.match(line) or _KMSG.match(line) for line in _lazy_lines(text)
+    )
 
 
 def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
