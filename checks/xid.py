@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 from checks._text import UnjudgeableOutput, verdict
@@ -281,6 +281,7 @@ def _journal_json(line: str, line_no: int) -> tuple[str | None, str]:
     return stamp, message
 
 
+@lru_cache(maxsize=4096)  # a host has few GPUs and logs them over and over
 def _pci_key(pci: str) -> str:
     """'00000000:9A:00.0' and '0000:9a:00' name the same GPU."""
     domain, bus, device = pci.lower().split(".")[0].split(":")
