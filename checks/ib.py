@@ -218,3 +218,97 @@ def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
     if profile and (f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)):
         findings.append(f)
     return verdict(findings, metrics, f"ib_write_bw average {metrics['bw_avg_gbps']:g} Gb/s on {run.device}")
+
+
+# ---- perfquery: error counters read before and after a check ------------------------------
+
+# Counters whose growth during a check means the link misbehaved, with what growth means.
+# A link that went down or had to retrain mid-check flaps: that fails. Symbol and receive
+# errors are corrected or retried by the link layer: growth is worth a look.
+PERFQUERY_COUNTERS = {
+    "LinkDownedCounter": "fail",
+    "LinkErrorRecoveryCounter": "fail",
+    "SymbolErrorCounter": "warn",
+    "PortRcvErrors": "warn",
+    "PortRcvRemotePhysicalErrors": "warn",
+    "LocalLinkIntegrityErrors": "warn",
+    "ExcessiveBufferOverrunErrors": "warn",
+    "PortXmitDiscards": "warn",
+}
+# The widths the InfiniBand spec gives these counters in the basic PortCounters attribute:
+# one at its maximum has stopped counting, so its growth can no longer be seen.
+PERFQUERY_SATURATION = {
+    "LinkDownedCounter": 0xFF,
+    "LinkErrorRecoveryCounter": 0xFF,
+    "SymbolErrorCounter": 0xFFFF,
+    "PortRcvErrors": 0xFFFF,
+    "PortRcvRemotePhysicalErrors": 0xFFFF,
+    "PortXmitDiscards": 0xFFFF,
+    "LocalLinkIntegrityErrors": 0xF,
+    "ExcessiveBufferOverrunErrors": 0xF,
+}
+# Without these four a block was cut short or is not a port-counters block.
+_PERFQUERY_REQUIRED = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors")
+_COUNTER_MAX = 2**64 - 1
+_PERFQUERY_HEADER = re.compile(r"^# Port (?:extended )?counters: Lid (?P<lid>\d{1,5}) port (?P<port>\d{1,3})\b")
+_PERFQUERY_FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9]*):\.+(?P<value>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    lid: int
+    port: int
+    counters: dict[str, int]
+
+    @property
+    def name(self) -> str:
+        return f"lid {self.lid} port {self.port}"
+
+
+def parse_perfquery(text: str) -> list[PortCounters]:
+    """`perfquery [-x]` port-counter blocks. A number out of the 64-bit range, or a block
+    without the four link error counters, is not perfquery output."""
+    blocks: list[PortCounters] = []
+    for line in text.splitlines():
+        if m := _PERFQUERY_HEADER.match(line):
+            blocks.append(PortCounters(int(m["lid"]), int(m["port"]), {}))
+        elif blocks and (m := _PERFQUERY_FIELD.match(line)) and m["key"] not in ("PortSelect", "CounterSelect", "CounterSelect2"):
+            value = integer(m["value"])
+            if not 0 <= value <= _COUNTER_MAX:
+                raise UnjudgeableOutput(f"{blocks[-1].name}: {m['key']} {m['value'][:24]} is out of the counter range")
+            blocks[-1].counters[m["key"]] = value
+    for block in blocks:
+        if missing := [c for c in _PERFQUERY_REQUIRED if c not in block.counters]:
+            raise UnjudgeableOutput(f"perfquery block for {block.name} has no {missing[0]}: cut short")
+    if not blocks:
+        raise UnjudgeableOutput("not perfquery output (no '# Port counters: Lid ... port ...' block)")
+    return blocks
+
+
+def judge_counter_increase(before: str, after: str) -> CheckResult:
+    """The link error counters read before a check and after it: what grew during the check
+    is judged, not what a port collected since its counters were last cleared."""
+    first = {(b.lid, b.port): b for b in parse_perfquery(before)}
+    second = {(b.lid, b.port): b for b in parse_perfquery(after)}
+    if missing := sorted(set(first) - set(second)):
+        raise UnjudgeableOutput(f"lid {missing[0][0]} port {missing[0][1]} read before the check but not after")
+    findings: list[Finding] = []
+    increases: dict[str, dict[str, int]] = {}
+    for key, old in first.items():
+        new = second[key]
+        for counter, severity in PERFQUERY_COUNTERS.items():
+            if counter not in old.counters or counter not in new.counters:
+                continue
+            was, now = old.counters[counter], new.counters[counter]
+            if now < was:
+                raise UnjudgeableOutput(f"{old.name}: {counter} went from {was} to {now}: the counters were reset "
+                                        "during the check, its increase cannot be known")
+            if was >= PERFQUERY_SATURATION[counter]:
+                raise UnjudgeableOutput(f"{old.name}: {counter} is saturated at {was}: clear the counters "
+                                        "(perfquery -R) before the check")
+            if now > was:
+                increases.setdefault(old.name, {})[counter] = now - was
+                findings.append(Finding(f"{counter} rose by {now - was} during the check ({was} -> {now})",
+                                        old.name, severity))
+    metrics = {"ports": len(first), "increases": increases}
+    return verdict(findings, metrics, f"no link error counter rose on {len(first)} ports during the check")
