@@ -41,7 +41,7 @@ REALTIME_USEC_MAX = 4_102_444_800 * 10**6  # 2100-01-01
 _MAX_DIGITS = 20  # longer digit runs are rejected before int() reads them
 
 _XID = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+),\s*"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+),\s*"
     r"(?:pid=(?P<pid>'[^']*'|[^,\s]+),\s*)?(?:name=(?P<name>[^,]*),\s*)?(?P<message>.*?)\s*$"
 )
 _TIMESTAMP = re.compile(
@@ -298,16 +298,20 @@ def parse_kernel_log(text: str) -> KernelLog:
     for line_no, message, in_line in _records(text):
         if not in_line:
             json_stamp, message = _journal_json(message, line_no)
-        if "SXid" in message:
-            if m := _SXID.search(message):
-                code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
-                kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
-                    "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
-                found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
+        if "SXid (" in message:
+            if not (m := _SXID.search(message)):
+                raise UnjudgeableOutput(f"line {line_no}: unreadable NVSwitch SXid report: {message.strip()[:80]!r}")
+            code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
+            kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
+                "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
+            found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
             continue
         if "Xid (" in message:
-            if m := _XID.search(message):
-                xids.append(_xid_event(m, _stamp(message, line_no, in_line, json_stamp), line_no))
+            # A report the driver wrote that this parser cannot read is a damaged log, not a
+            # clean one: passing it would hide whatever fault it reported.
+            if not (m := _XID.search(message)):
+                raise UnjudgeableOutput(f"line {line_no}: unreadable Xid report: {message.strip()[:80]!r}")
+            xids.append(_xid_event(m, _stamp(message, line_no, in_line, json_stamp), line_no))
             continue
         for name, gates in _SIGNATURE_GATES.items():
             if not any(gate in message for gate in gates) or not (m := _SIGNATURE_PATTERNS[name].search(message)):

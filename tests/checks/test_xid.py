@@ -240,3 +240,22 @@ def test_signatures_in_the_log_without_xids():
     log = parse_kernel_log(fixture_text("xid/dmesg_nvswitch_sxid_fatal_fail.txt"))
     assert {(s.name, s.code) for s in log.signatures} == {("nvswitch_sxid_fatal", 20034), ("nvswitch_sxid", 12028)}
     assert log.xids == []
+
+
+_FAILING_LOGS = ["xid/journal_xid79_nvlink_fail.txt", "xid/dmesg_T_xid119_gsp_fail.txt", "xid/kmsg_raw_xid79_fail.txt",
+                 "xid/journal_iso_xid48_dbe_fail.txt", "xid/dmesg_nvswitch_sxid_fatal_fail.txt"]
+
+
+@pytest.mark.parametrize("name", _FAILING_LOGS)
+@settings(max_examples=30, deadline=None, database=None)
+@given(data=st.data())
+def test_a_garbled_report_never_turns_a_failing_log_into_a_pass(name, data):
+    """The code of an Xid or SXid report replaced by garbage: the log is damaged, not clean."""
+    import re
+
+    text = fixture_text(name)
+    spots = [m for m in re.finditer(r"(?<=Xid \()[^)]*\): (\d+)", text)]
+    spot = data.draw(st.sampled_from(spots), label="report")
+    garbage = data.draw(st.sampled_from(["", "x", "7x9", "-1", "٧٩", "0x4f", "79.5", " "]), label="garbage")
+    garbled = text[: spot.start(1)] + garbage + text[spot.end(1):]
+    assert judge("xid", garbled).status is not Status.PASS
