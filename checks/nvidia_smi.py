@@ -93,12 +93,16 @@ def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
         report = NvidiaSmiReport([])
     elif lost:
         report = NvidiaSmiReport([])
-    elif "NVIDIA-SMI" in text and "Driver Version" in text:
+    elif _is_default_table(text):
         raise UnjudgeableOutput("this is nvidia-smi's default table; run it with --query-gpu ... --format=csv or -q")
     else:
         raise UnjudgeableOutput("not nvidia-smi --query-gpu CSV or nvidia-smi -q output")
     report.lost_gpus = lost
     return report
+
+
+def _is_default_table(text: str) -> bool:
+    return "NVIDIA-SMI" in text and "Driver Version" in text and "==============NVSMI LOG" not in text
 
 
 # ---- CSV --------------------------------------------------------------------------------
@@ -309,9 +313,12 @@ def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool
 
 
 def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
+    table = signatures()
+    if _is_default_table(text) and (rows := [line.strip() for line in text.splitlines() if "ERR!" in line]):
+        # The default table cannot be judged, but an ERR! in it is a GPU nvidia-smi could not read.
+        return verdict([table["nvidia_smi_read_error"].finding(f"table row {row!r}", None) for row in rows], {}, "")
     report = parse_nvidia_smi(text)
     gpus = report.gpus
-    table = signatures()
     findings = [table["nvidia_smi_device_handle"].finding(error, pci) for pci, error in report.lost_gpus]
     if report.attached_gpus is not None and report.attached_gpus > len(gpus):
         raise UnjudgeableOutput(f"nvidia-smi -q announced {report.attached_gpus} GPUs but printed {len(gpus)}")

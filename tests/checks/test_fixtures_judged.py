@@ -81,11 +81,13 @@ CASES = [
     ("nvidia_smi/csv_8xh100_remap_failure_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_8xh100_unknown_error_cell_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_gpu_lost_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/device_handle_only_fail.txt", "nvidia-smi", None, FAIL),
     ("nvidia_smi/q_8xh100_remap_pending_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_hw_slowdown_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_dbe_volatile_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_announced_8_printed_7_error.txt", "nvidia-smi", H100, ERROR),
     ("nvidia_smi/table_format_error.txt", "nvidia-smi", H100, ERROR),
+    ("nvidia_smi/table_err_field_fail.txt", "nvidia-smi", None, FAIL),  # ERR!: a GPU NVML cannot read
     # kernel log XIDs
     ("xid/dmesg_no_xid_ok.txt", "xid", None, PASS),
     ("xid/dmesg_T_xid13_app_only_ok.txt", "xid", None, PASS),
