@@ -55,14 +55,17 @@ _PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
 # lines that match nothing, and a substring test costs far less than a regex search).
 _SIGNATURE_GATES = {
     "gpu_fallen_off_bus": ("fallen off the bus",),
-    "gsp_rpc_timeout": ("waiting for RPC",),
+    "gsp_rpc_timeout": ("waiting for RPC", "GSP Timeout"),
     "gpu_reset_required": ("NV_ERR_RESET_REQUIRED",),
     "nvlink_link_detect_failure": ("RxDet", "Rx Detect", "raining"),
 }
 _INTEREST = ("Xid (", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
     "gpu_fallen_off_bus": re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_PCI}:? (?:GPU )?has fallen off the bus"),
-    "gsp_rpc_timeout": re.compile(r"Timeout (?:after \d+s )?(?:of )?waiting for RPC (?:response )?from (?P<gpu>GPU\d+ )?GSP"),
+    "gsp_rpc_timeout": re.compile(
+        r"Timeout (?:after \d+s )?(?:of )?waiting for RPC (?:response )?from (?P<gpu>GPU\d+ )?GSP"
+        r"|_kgspLogXid119: \*+ GSP Timeout"  # the banner the driver logs before its Xid 119 line
+    ),
     "gpu_reset_required": re.compile(r"NV_ERR_RESET_REQUIRED"),
     "nvlink_link_detect_failure": re.compile(
         r"knvlinkDiscoverPostRxDetLinks_\w+: Getting peer\w* postRxDetLinkMask failed"

@@ -103,6 +103,7 @@ CASES = [
     # GPU failures without an Xid line, and the other kernel-log formats
     ("xid/journal_fallen_off_bus_no_xid_line_fail.txt", "xid", None, FAIL),
     ("xid/dmesg_T_gsp_reset_required_fail.txt", "xid", None, FAIL),
+    ("xid/journal_gsp_timeout_banner_no_xid_line_fail.txt", "xid", None, FAIL),
     ("xid/dmesg_nvswitch_sxid_fatal_fail.txt", "xid", None, FAIL),
     ("xid/dmesg_nvlink_rx_detect_failure_fail.txt", "xid", None, FAIL),
     ("xid/kmsg_raw_xid79_fail.txt", "xid", None, FAIL),
