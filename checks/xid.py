@@ -28,7 +28,7 @@ from checks.result import CheckResult, Finding
 from checks.signatures import ACTIONS, FINDING_SEVERITY, SEVERITIES, signatures
 
 __all__ = ["ACTIONS", "SEVERITIES", "XidAction", "XidEvent", "judge_xid", "parse_kernel_log", "parse_xid_lines",
-           "xid_action", "xid_catalog"]
+           "xid_action", "xid_catalog", "xid_catalog_version"]
 
 # Bounds on the numbers a log line may carry. NVIDIA's codes are below 200 and SXids five
 # digits; Linux pids stop at PID_MAX_LIMIT (2^22). A larger number is not a report this
@@ -167,6 +167,14 @@ def _derived(code: int, mnemonic: str, description: str, nvidia_action: str, fol
     else:
         severity = "info"
     return XidAction(code, mnemonic, description, action, severity, nvidia_action, followup)
+
+
+@cache
+def xid_catalog_version() -> str:
+    """The date NVIDIA's catalog was read on, from the header of checks/catalog/xid.tsv."""
+    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
+    m = re.search(r"Generated at (\d{4}-\d\d-\d\d)", text)
+    return m[1] if m else "unknown"
 
 
 @cache
@@ -397,7 +405,7 @@ def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Fi
         nvidia += f", then {entry.nvidia_followup}"
     times = f" x{count}" if count > 1 else ""
     what = f"Xid {event.code}{times} {entry.mnemonic} ({entry.description}): {entry.action.replace('_', ' ')}"
-    what += f" [NVIDIA: {nvidia}]" if entry.mnemonic != "UNKNOWN" else " [not in NVIDIA's Xid catalog]"
+    what += f" [NVIDIA: {nvidia}]" if entry.mnemonic != "UNKNOWN" else f" [not in NVIDIA's Xid catalog of {xid_catalog_version()}]"
     what += f"; {note}" if note else ""
     if event.signature:
         what += f"; read from: {event.message}"
@@ -454,6 +462,7 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
         "sxids": sorted({s.code for s in log.signatures if s.code is not None}),
         "action": worst or "none",
         "gpus": sorted({e.pci for e in log.xids}),
+        "xid_catalog": xid_catalog_version(),
     }
     if log.xids or log.signatures:
         ok = f"{len(log.xids)} Xid events and {len(log.signatures)} other GPU events, none needs action"

@@ -180,7 +180,8 @@ def test_catalogued_codes_are_not_called_uncatalogued():
 
 def test_an_unknown_code_says_unknown():
     result = judge("xid", fixture_text("xid/dmesg_unknown_code_warn.txt"))
-    assert result.metrics["action"] == "unknown" and "not in NVIDIA's Xid catalog" in result.reason
+    assert result.metrics["action"] == "unknown" and "not in NVIDIA's Xid catalog of 2025-10-29" in result.reason
+    assert result.metrics["xid_catalog"] == "2025-10-29"
 
 
 @pytest.mark.parametrize(
