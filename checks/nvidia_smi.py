@@ -63,6 +63,7 @@ class GpuHealth:
     remapped_correctable: int | None = None
     remapped_uncorrectable: int | None = None
     remap_pending: bool | None = None
+    retirement_pending: bool | None = None  # dynamic page retirement (before A100): reset to retire
     remap_failure: bool | None = None
     remap_histogram: dict[str, int] = field(default_factory=dict)  # max/high/partial/low/none
     pcie_gen: int | None = None  # drops at idle to save power: recorded, not judged
@@ -162,6 +163,7 @@ def _gpu_from_csv(cells: dict[str, str], position: int) -> GpuHealth:
     gpu.remapped_correctable = read.int("remapped_rows.correctable")
     gpu.remapped_uncorrectable = read.int("remapped_rows.uncorrectable")
     gpu.remap_pending = read.flag("remapped_rows.pending")
+    gpu.retirement_pending = read.flag("retired_pages.pending")
     gpu.remap_failure = read.flag("remapped_rows.failure")
     for bucket in ("max", "high", "partial", "low", "none"):
         if (value := read.int(f"remapped_rows.histogram.{bucket}")) is not None:
@@ -281,6 +283,8 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.remapped_correctable = read.int("Remapped Rows/Correctable Error")
     gpu.remapped_uncorrectable = read.int("Remapped Rows/Uncorrectable Error")
     gpu.remap_pending = read.flag("Remapped Rows/Pending")
+    # "Pending Page Blacklist" (older drivers) or "Pending Page Retirement".
+    gpu.retirement_pending = next((read.flag(path) for path in f if path.startswith("Retired Pages/Pending Page")), None)
     gpu.remap_failure = read.flag("Remapped Rows/Remapping Failure Occurred")
     for bucket in ("Max", "High", "Partial", "Low", "None"):
         if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
@@ -350,6 +354,9 @@ def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
         found.append(Finding("row remapping failed: RMA the GPU", where))
     if gpu.remap_pending:
         found.append(Finding("row remap pending: reset the GPU to activate it", where))
+    if gpu.retirement_pending:
+        # NVIDIA's dynamic page retirement: the page is retired at the next driver load.
+        found.append(Finding("page retirement pending: reset the GPU (or reload the driver) to retire it", where))
     exhausted = gpu.remap_histogram.get("none", 0) + gpu.remap_histogram.get("low", 0)
     low_limit = profile.remap_histogram_low_fail if profile else 1
     if exhausted >= low_limit:

@@ -61,7 +61,10 @@ _SIGNATURE_GATES = {
 }
 _INTEREST = ("Xid (", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
-    "gpu_fallen_off_bus": re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_PCI}:? (?:GPU )?has fallen off the bus"),
+    # "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.", "NVRM: GPU at PCI:0000:65:00: ...",
+    # and older drivers' "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this
+    # system has fallen off the bus and is not responding to commands."
+    "gpu_fallen_off_bus": re.compile(rf"NVRM: .*?(?:GPU (?:at )?(?:PCI:)?{_PCI}\b.*?)?fallen off the bus"),
     "gsp_rpc_timeout": re.compile(
         r"Timeout (?:after \d+s )?(?:of )?waiting for RPC (?:response )?from (?P<gpu>GPU\d+ )?GSP"
         r"|_kgspLogXid119: \*+ GSP Timeout"  # the banner the driver logs before its Xid 119 line

@@ -135,3 +135,12 @@ def test_section_limited_q_cut_inside_the_last_gpu_is_an_error():
     for cut in (last_block + 40, len(text) - 60):
         result = judge("nvidia-smi", text[:cut], "h100-sxm")
         assert result.status is Status.ERROR and "cut short" in result.reason
+
+
+def test_a_pending_page_retirement_fails_in_q_and_csv():
+    text = fixture_text("nvidia_smi/q_d_page_retirement_8xh100_ok.txt")
+    pending = text.replace("Pending Page Blacklist            : N/A", "Pending Page Blacklist            : Yes", 1)
+    result = judge("nvidia-smi", pending, "h100-sxm")
+    assert result.status is Status.FAIL and "page retirement pending" in result.reason
+    csv_text = "index, name, retired_pages.pending\n0, Tesla V100-SXM2-32GB, Yes\n1, Tesla V100-SXM2-32GB, No\n"
+    assert judge("nvidia-smi", csv_text).findings[0].where == "GPU 0"

@@ -260,3 +260,17 @@ def test_a_garbled_report_never_turns_a_failing_log_into_a_pass(name, data):
     garbage = data.draw(st.sampled_from(["", "x", "7x9", "-1", "٧٩", "0x4f", "79.5", " "]), label="garbage")
     garbled = text[: spot.start(1)] + garbage + text[spot.end(1):]
     assert judge("xid", garbled).status is not Status.PASS
+
+
+@pytest.mark.parametrize(
+    ("line", "pci"),
+    [
+        ("NVRM: GPU at 0000:01:00.0 has fallen off the bus.", "0000:01:00.0"),
+        ("NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this system has fallen off the bus and "
+         "is not responding to commands.", "0000:01:00.0"),
+        ("NVRM: GPU has fallen off the bus.", "unknown GPU"),
+    ],
+)
+def test_every_form_of_the_fallen_off_the_bus_report_is_xid_79(line, pci):
+    [event] = parse_xid_lines(line)
+    assert (event.code, event.pci, event.signature) == (79, pci, "gpu_fallen_off_bus")
