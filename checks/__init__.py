@@ -42,7 +42,7 @@ def judge(kind: str, text: str, profile: str | None = None) -> CheckResult:
         return _JUDGES[kind](text, gpu_profile)
     except UnjudgeableOutput as exc:
         return CheckResult(Status.ERROR, {}, [], str(exc))
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration, RecursionError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration, RecursionError, OverflowError) as exc:
         # A shape no parser rule foresaw (or JSON nested past Python's recursion limit);
         # still a verdict, never a crash in a workflow.
         return CheckResult(Status.ERROR, {}, [], f"unreadable {kind} output ({type(exc).__name__}: {exc})")

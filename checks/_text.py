@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 
@@ -46,12 +47,17 @@ def number(cell: str, *, allow_missing: bool = False, strip_unit: bool = False) 
             return float(int(text, 16))
         except ValueError:
             raise NotANumber(cell) from None
-    if not _NUMBER.fullmatch(text):
-        raise NotANumber(cell)
-    return float(text)
+    if not _NUMBER.fullmatch(text) or not math.isfinite(value := float(text)):
+        raise NotANumber(cell)  # "1e400" is no measurement either
+    return value
+
+
+_DIGITS = re.compile(r"[+-]?\d{1,40}")  # read exactly: a 64-bit counter does not fit a float
 
 
 def integer(cell: str, **kwargs) -> int | None:
+    if _DIGITS.fullmatch(cell.strip()):
+        return int(cell.strip())
     value = number(cell, **kwargs)
     if value is None:
         return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from checks._text import UnjudgeableOutput, integer, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from checks.result import CheckResult, Finding, Status
 
 STATUSES = ("pass", "fail", "warn", "skip")
 
@@ -56,6 +56,8 @@ def parse_dcgm(text: str) -> DcgmDiagResult:
 
 # ---- JSON -------------------------------------------------------------------------------
 
+# DCGM 4.x reports a test it did not start as "Not Run"; to a judge that is a skip.
+_STATUS_SYNONYMS = {"not run": "skip", "skipped": "skip"}
 _JSON_MESSAGE_KEYS = (("warnings", "warn"), ("warning", "warn"), ("info", "info"))
 
 
@@ -67,25 +69,37 @@ def _parse_json(text: str) -> DcgmDiagResult:
     root = next((v for k, v in doc.items() if k.startswith("DCGM") and isinstance(v, dict)), None)
     if root is None or not isinstance(root.get("test_categories"), list):
         raise UnjudgeableOutput("JSON is not dcgmi diag output (no 'DCGM ... Diagnostic' test_categories)")
-    result = DcgmDiagResult(version=root.get("version"), complete=True)
+    # DCGM 4.x moved the version and driver into a "metadata" object and lists the GPUs
+    # under "entity_groups"; 3.x keeps "version" in the diagnostic object.
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    result = DcgmDiagResult(version=root.get("version") or metadata.get("version"), complete=True,
+                            driver_version=metadata.get("Driver Version Detected"))
     gpu_ids: set[int] = set()
     for category in root["test_categories"]:
         for test in category.get("tests") or []:
             if test is None:
                 continue
-            for entry in test.get("results") or []:
+            name = test.get("name", "?")
+            entries = [e for e in test.get("results") or [] if e.get("entity_group", "GPU") == "GPU"]
+            # 4.x: the test's own verdict beside the per-GPU ones (it can fail while every GPU passes)
+            summary = test.get("test_summary")
+            entries += [dict(summary, gpu_ids=None)] if isinstance(summary, dict) and "status" in summary else []
+            for entry in entries:
                 gpus = _json_gpu_ids(entry.get("gpu_ids", entry.get("gpu_id", entry.get("entity_id"))))
                 gpu_ids.update(gpus or [])
                 status = str(entry.get("status", "")).lower()
+                status = _STATUS_SYNONYMS.get(status, status)
                 if status not in STATUSES:
-                    raise UnjudgeableOutput(f"unknown dcgmi status {entry.get('status')!r} in {test.get('name')}")
+                    raise UnjudgeableOutput(f"unknown dcgmi status {entry.get('status')!r} in {name}")
                 messages = [
                     DcgmMessage(severity, _json_message_text(m))
                     for key, severity in _JSON_MESSAGE_KEYS
                     for m in _as_list(entry.get(key))
                 ]
-                result.tests.append(DcgmTest(category.get("category", ""), test.get("name", "?"), status, gpus, messages))
-    result.gpu_count = len(gpu_ids) or None
+                result.tests.append(DcgmTest(category.get("category", ""), name, status, gpus, messages))
+    listed = [e for g in doc.get("entity_groups") or [] if isinstance(g, dict) and g.get("entity_group") == "GPU"
+              for e in g.get("entities") or []]
+    result.gpu_count = len(listed) or len(gpu_ids) or None
     return result
 
 
@@ -112,6 +126,7 @@ _DIVIDER = re.compile(r"^[|+]-+\s+(?P<name>[A-Za-z][A-Za-z ]*?)\s+-+[+|]")
 _BORDER = re.compile(r"^\+[-=]+\+[-=]+\+\s*$")
 _STATUS = re.compile(r"^(?P<status>Pass|Fail|Warn|Skip)(?:\s+-\s+(?P<scope>.+))?$")
 _SCOPE = re.compile(r"^(?:All|GPUs?:\s*(?P<ids>\S.*))$")
+_GPU_STATUS = re.compile(r"^GPU(?P<gpu>\d+):\s*(?P<status>Pass|Fail|Warn|Skip)$")  # DCGM 4.x: a row per GPU
 _MESSAGE_ROWS = {"Warning": "warn", "Info": "info", "Error": "fail"}
 _METADATA = {"DCGM Version": "version", "Driver Version Detected": "driver_version"}
 
@@ -121,10 +136,11 @@ def _parse_table(text: str) -> DcgmDiagResult:
     section = ""
     continues_test = False  # an empty-left row under a test row is a second status line
     current: DcgmMessage | None = None
+    owner: DcgmTest | None = None  # the test row the rows below it belong to
     for line in text.splitlines():
         line = line.rstrip()
         if m := _DIVIDER.match(line):
-            section, current, continues_test = m["name"].strip(), None, False
+            section, current, continues_test, owner = m["name"].strip(), None, False, None
             continue
         if _BORDER.match(line) and section:
             result.complete = True  # the border after the first section closes the table
@@ -138,12 +154,17 @@ def _parse_table(text: str) -> DcgmDiagResult:
         if not section:  # the "| Diagnostic | Result |" heading
             continue
         if not left:
-            if current is not None:
+            if owner is not None and (g := _GPU_STATUS.match(cell.strip())):
+                result.tests.append(DcgmTest(owner.category, owner.name, g["status"].lower(), [integer(g["gpu"])]))
+                current, continues_test = None, False
+            elif current is not None:
                 current.text += cell
             elif continues_test:
                 _add_status(result, result.tests[-1], cell.strip())
             continue
         current, continues_test = None, False
+        if left not in _MESSAGE_ROWS:
+            owner = None
         if left in _METADATA:
             setattr(result, _METADATA[left], cell.strip())
         elif left == "GPU Device IDs Detected":
@@ -152,7 +173,7 @@ def _parse_table(text: str) -> DcgmDiagResult:
             current = DcgmMessage(_MESSAGE_ROWS[left], cell)
             (result.tests[-1].messages if result.tests else result.node_messages).append(current)
         else:
-            test = DcgmTest(section, left, "", None)
+            test = owner = DcgmTest(section, left, "", None)
             _add_status(result, test, cell.strip())
             result.tests.append(test)
             continues_test = True
@@ -178,6 +199,9 @@ def _add_status(result: DcgmDiagResult, test: DcgmTest, cell: str) -> None:
 # ---- judgement --------------------------------------------------------------------------
 
 
+_SEVERITY_ORDER = ("pass", "skip", "warn", "fail")  # a test's worst entry is its status
+
+
 def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
     if m := re.search(r"^Error: (.+)$", text, re.MULTILINE):
         if not _TABLE_ROW.search(text) and "{" not in text:
@@ -189,26 +213,31 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
     for test in diag.tests:
         where = _where(test.gpus)
         explained = [m for m in test.messages if m.severity != "info"]
-        if test.status in ("fail", "warn"):
+        if test.status in ("fail", "warn") or (test.status == "skip" and explained):
             # One finding per DCGM message, so each failing GPU is named where DCGM names it.
-            severity, verb = ("fail", "failed") if test.status == "fail" else ("warn", "warned")
+            # A skip DCGM explains with a warning or error is the fault it names.
+            severity, verb = {"fail": ("fail", "failed"), "warn": ("warn", "warned"), "skip": ("fail", "skipped")}[test.status]
             findings += [Finding(f"{test.name} {verb}: {m.text}", _gpu_of(m.text) or where, severity) for m in explained]
             findings += [] if explained else [Finding(f"{test.name} {verb}", where, severity)]
         else:
-            if test.status == "skip":
-                findings.append(Finding(f"{test.name} skipped", where, "info"))
             # A warning under a passing test still needs a look (e.g. thermal violations).
             findings += [Finding(f"{test.name}: {m.text}", _gpu_of(m.text) or where, m.severity) for m in explained]
         findings += [
             Finding(f"{test.name}: {m.text}", _gpu_of(m.text) or where, "info") for m in test.messages if m.severity == "info"
         ]
+    status_of: dict[str, str] = {}
+    for test in diag.tests:
+        if _SEVERITY_ORDER.index(test.status) >= _SEVERITY_ORDER.index(status_of.get(test.name, "pass")):
+            status_of[test.name] = test.status
+    skipped = [name for name, status in status_of.items() if status == "skip"]
     metrics = {
-        "tests": len(diag.tests),
-        "passed": sum(t.status == "pass" for t in diag.tests),
-        "failed": sum(t.status == "fail" for t in diag.tests),
-        "warned": sum(t.status == "warn" for t in diag.tests),
-        "skipped": sum(t.status == "skip" for t in diag.tests),
-        "failed_tests": sorted({t.name for t in diag.tests if t.status == "fail"}),
+        "tests": len(status_of),
+        "passed": sum(s == "pass" for s in status_of.values()),
+        "failed": sum(s == "fail" for s in status_of.values()),
+        "warned": sum(s == "warn" for s in status_of.values()),
+        "skipped": len(skipped),
+        "failed_tests": sorted(n for n, s in status_of.items() if s == "fail"),
+        "skipped_tests": skipped,
         "gpu_count": diag.gpu_count,
         "dcgm_version": diag.version,
         "driver_version": diag.driver_version,
@@ -217,9 +246,16 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
         return verdict(findings, metrics, "")
     if not diag.complete:
         raise UnjudgeableOutput("dcgmi diag table is not closed: the output was cut short")
+    if skipped:
+        # A test the run level asked for and DCGM did not run proves nothing: the node
+        # cannot be judged (a pass needs evidence that the thing was tested).
+        findings += [Finding(f"{name} skipped: not tested", None, "info") for name in skipped]
+        reason = f"dcgmi diag skipped {len(skipped)} of {len(status_of)} tests ({', '.join(skipped[:4])}" + (
+            ", ...)" if len(skipped) > 4 else ")") + ": what they test is unproven, cannot judge"
+        return CheckResult(Status.ERROR, metrics, findings, reason)
     if profile is not None and diag.gpu_count is not None and diag.gpu_count < profile.gpu_count:
         findings.append(Finding(f"dcgmi saw {diag.gpu_count} GPUs, {profile.name} has {profile.gpu_count}"))
-    return verdict(findings, metrics, f"{metrics['passed']} of {metrics['tests']} dcgmi diag results passed")
+    return verdict(findings, metrics, f"{metrics['passed']} of {metrics['tests']} dcgmi diag tests passed")
 
 
 def _where(gpus: list[int] | None) -> str | None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from checks.result import CheckResult, Finding, Status
 
 
 @dataclass
@@ -141,24 +141,62 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
     ports = parse_ibstat(text)
     if not ports:
         raise UnjudgeableOutput("not ibstat, ibstatus or ib_write_bw output")
-    findings = []
-    for port in ports:
-        if port.state != "Active" or port.physical_state != "LinkUp":
-            findings.append(Finding(f"{port.state} / {port.physical_state} ({port.link_layer or 'link layer ?'})", port.name))
-        elif profile and port.link_layer in (None, "InfiniBand") and port.rate_gbps < profile.ib_rate_gbps:
-            findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {profile.ib_rate_gbps:g}", port.name))
-    ib_ports = [p for p in ports if p.link_layer in (None, "InfiniBand")]
-    if profile and len(ib_ports) < profile.ib_port_count:
-        findings.append(Finding(f"{len(ib_ports)} InfiniBand ports, {profile.name} has {profile.ib_port_count}"))
+    ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
+    eth_ports = [p for p in ports if _layer(p) == ETHERNET]
+    # The rails to judge: the profile's InfiniBand and RoCE rails; without a profile, the
+    # InfiniBand ports, or the Ethernet ones on a host that has no InfiniBand at all.
+    if profile is not None:
+        rails = [(INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
+                 (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps)]
+    else:
+        layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
+        rails = [(layer, judged, len(judged), 0.0)]
+    findings: list[Finding] = []
+    judged_names: set[str] = set()
+    for layer, candidates, expected, rate in rails:
+        if expected <= 0:
+            continue
+        judged_names.update(p.name for p in candidates)
+        up = [p for p in candidates if p.state == "Active" and p.physical_state == "LinkUp"]
+        fast = [p for p in up if p.rate_gbps is not None and p.rate_gbps >= rate]
+        for port in candidates:
+            # With the rails the profile needs up, another port of the layer is not one of them.
+            severity = "fail" if len(fast) < expected else "info"
+            if port not in up:
+                findings.append(Finding(f"{port.state} / {port.physical_state} ({layer})", port.name, severity))
+            elif port not in fast:
+                findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {rate:g} ({layer})", port.name, severity))
+        if len(fast) < expected:
+            findings.append(Finding(f"{len(fast)} {layer} rails Active/LinkUp at {rate:g} Gb/s, "
+                                    f"{profile.name if profile else 'this host'} needs {expected}"))
+    others = [p for p in ports if p.name not in judged_names]
+    findings += [Finding(f"{p.state} / {p.physical_state} ({p.link_layer or 'link layer ?'}): not a compute rail, "
+                         "not judged", p.name, "info") for p in others if p.state != "Active"]
+    rail_ports = [p for p in ports if p.name in judged_names]
     metrics = {
         "ports": len(ports),
         "ib_ports": len(ib_ports),
+        "ethernet_ports": len(eth_ports),
+        "rails": len(rail_ports),
+        "active_rails": sum(p.state == "Active" and p.physical_state == "LinkUp" for p in rail_ports),
         "active_ports": sum(p.state == "Active" for p in ports),
         "down_ports": [p.name for p in ports if p.state != "Active"],
         "min_ib_rate_gbps": min((p.rate_gbps for p in ib_ports if p.state == "Active"), default=None),
         "firmware_versions": sorted({p.firmware for p in ports if p.firmware}),
     }
-    return verdict(findings, metrics, f"{metrics['active_ports']} of {len(ports)} ports Active/LinkUp")
+    if not rail_ports:
+        # Nothing the profile calls a rail was listed: no evidence the fabric is up.
+        return CheckResult(Status.ERROR, metrics, findings, "no port of the expected link layer: rails not judged")
+    return verdict(findings, metrics, f"{metrics['active_rails']} of {len(rail_ports)} rails Active/LinkUp"
+                   + (f", {len(others)} other ports not judged" if others else ""))
+
+
+INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+
+
+def _layer(port: IbPort) -> str:
+    """ibstat and ibstatus both print the link layer; an old ibstat without it is InfiniBand."""
+    return ETHERNET if (port.link_layer or "").lower() == "ethernet" else INFINIBAND
 
 
 def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
@@ -180,3 +218,97 @@ def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
     if profile and (f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)):
         findings.append(f)
     return verdict(findings, metrics, f"ib_write_bw average {metrics['bw_avg_gbps']:g} Gb/s on {run.device}")
+
+
+# ---- perfquery: error counters read before and after a check ------------------------------
+
+# Counters whose growth during a check means the link misbehaved, with what growth means.
+# A link that went down or had to retrain mid-check flaps: that fails. Symbol and receive
+# errors are corrected or retried by the link layer: growth is worth a look.
+PERFQUERY_COUNTERS = {
+    "LinkDownedCounter": "fail",
+    "LinkErrorRecoveryCounter": "fail",
+    "SymbolErrorCounter": "warn",
+    "PortRcvErrors": "warn",
+    "PortRcvRemotePhysicalErrors": "warn",
+    "LocalLinkIntegrityErrors": "warn",
+    "ExcessiveBufferOverrunErrors": "warn",
+    "PortXmitDiscards": "warn",
+}
+# The widths the InfiniBand spec gives these counters in the basic PortCounters attribute:
+# one at its maximum has stopped counting, so its growth can no longer be seen.
+PERFQUERY_SATURATION = {
+    "LinkDownedCounter": 0xFF,
+    "LinkErrorRecoveryCounter": 0xFF,
+    "SymbolErrorCounter": 0xFFFF,
+    "PortRcvErrors": 0xFFFF,
+    "PortRcvRemotePhysicalErrors": 0xFFFF,
+    "PortXmitDiscards": 0xFFFF,
+    "LocalLinkIntegrityErrors": 0xF,
+    "ExcessiveBufferOverrunErrors": 0xF,
+}
+# Without these four a block was cut short or is not a port-counters block.
+_PERFQUERY_REQUIRED = ("SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors")
+_COUNTER_MAX = 2**64 - 1
+_PERFQUERY_HEADER = re.compile(r"^# Port (?:extended )?counters: Lid (?P<lid>\d{1,5}) port (?P<port>\d{1,3})\b")
+_PERFQUERY_FIELD = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9]*):\.+(?P<value>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    lid: int
+    port: int
+    counters: dict[str, int]
+
+    @property
+    def name(self) -> str:
+        return f"lid {self.lid} port {self.port}"
+
+
+def parse_perfquery(text: str) -> list[PortCounters]:
+    """`perfquery [-x]` port-counter blocks. A number out of the 64-bit range, or a block
+    without the four link error counters, is not perfquery output."""
+    blocks: list[PortCounters] = []
+    for line in text.splitlines():
+        if m := _PERFQUERY_HEADER.match(line):
+            blocks.append(PortCounters(int(m["lid"]), int(m["port"]), {}))
+        elif blocks and (m := _PERFQUERY_FIELD.match(line)) and m["key"] not in ("PortSelect", "CounterSelect", "CounterSelect2"):
+            value = integer(m["value"])
+            if not 0 <= value <= _COUNTER_MAX:
+                raise UnjudgeableOutput(f"{blocks[-1].name}: {m['key']} {m['value'][:24]} is out of the counter range")
+            blocks[-1].counters[m["key"]] = value
+    for block in blocks:
+        if missing := [c for c in _PERFQUERY_REQUIRED if c not in block.counters]:
+            raise UnjudgeableOutput(f"perfquery block for {block.name} has no {missing[0]}: cut short")
+    if not blocks:
+        raise UnjudgeableOutput("not perfquery output (no '# Port counters: Lid ... port ...' block)")
+    return blocks
+
+
+def judge_counter_increase(before: str, after: str) -> CheckResult:
+    """The link error counters read before a check and after it: what grew during the check
+    is judged, not what a port collected since its counters were last cleared."""
+    first = {(b.lid, b.port): b for b in parse_perfquery(before)}
+    second = {(b.lid, b.port): b for b in parse_perfquery(after)}
+    if missing := sorted(set(first) - set(second)):
+        raise UnjudgeableOutput(f"lid {missing[0][0]} port {missing[0][1]} read before the check but not after")
+    findings: list[Finding] = []
+    increases: dict[str, dict[str, int]] = {}
+    for key, old in first.items():
+        new = second[key]
+        for counter, severity in PERFQUERY_COUNTERS.items():
+            if counter not in old.counters or counter not in new.counters:
+                continue
+            was, now = old.counters[counter], new.counters[counter]
+            if now < was:
+                raise UnjudgeableOutput(f"{old.name}: {counter} went from {was} to {now}: the counters were reset "
+                                        "during the check, its increase cannot be known")
+            if was >= PERFQUERY_SATURATION[counter]:
+                raise UnjudgeableOutput(f"{old.name}: {counter} is saturated at {was}: clear the counters "
+                                        "(perfquery -R) before the check")
+            if now > was:
+                increases.setdefault(old.name, {})[counter] = now - was
+                findings.append(Finding(f"{counter} rose by {now - was} during the check ({was} -> {now})",
+                                        old.name, severity))
+    metrics = {"ports": len(first), "increases": increases}
+    return verdict(findings, metrics, f"no link error counter rose on {len(first)} ports during the check")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from checks._text import NOT_AVAILABLE, UnjudgeableOutput, integer, number, verdict
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
+from checks.signatures import signatures
 
 # NVML's nvmlClocksEventReason* bits, as printed in clocks_event_reasons.active.
 CLOCK_EVENT_BITS = {
@@ -62,6 +63,7 @@ class GpuHealth:
     remapped_correctable: int | None = None
     remapped_uncorrectable: int | None = None
     remap_pending: bool | None = None
+    retirement_pending: bool | None = None  # dynamic page retirement (before A100): reset to retire
     remap_failure: bool | None = None
     remap_histogram: dict[str, int] = field(default_factory=dict)  # max/high/partial/low/none
     pcie_gen: int | None = None  # drops at idle to save power: recorded, not judged
@@ -92,12 +94,16 @@ def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
         report = NvidiaSmiReport([])
     elif lost:
         report = NvidiaSmiReport([])
-    elif "NVIDIA-SMI" in text and "Driver Version" in text:
+    elif _is_default_table(text):
         raise UnjudgeableOutput("this is nvidia-smi's default table; run it with --query-gpu ... --format=csv or -q")
     else:
         raise UnjudgeableOutput("not nvidia-smi --query-gpu CSV or nvidia-smi -q output")
     report.lost_gpus = lost
     return report
+
+
+def _is_default_table(text: str) -> bool:
+    return "NVIDIA-SMI" in text and "Driver Version" in text and "==============NVSMI LOG" not in text
 
 
 # ---- CSV --------------------------------------------------------------------------------
@@ -157,6 +163,7 @@ def _gpu_from_csv(cells: dict[str, str], position: int) -> GpuHealth:
     gpu.remapped_correctable = read.int("remapped_rows.correctable")
     gpu.remapped_uncorrectable = read.int("remapped_rows.uncorrectable")
     gpu.remap_pending = read.flag("remapped_rows.pending")
+    gpu.retirement_pending = read.flag("retired_pages.pending")
     gpu.remap_failure = read.flag("remapped_rows.failure")
     for bucket in ("max", "high", "partial", "low", "none"):
         if (value := read.int(f"remapped_rows.histogram.{bucket}")) is not None:
@@ -224,13 +231,28 @@ def _parse_q(text: str) -> NvidiaSmiReport:
         path = "/".join([key for _, key in stack] + [m["key"]])
         (blocks[-1][1] if blocks else top)[path] = m["value"] or ""
         stack.append((depth, m["key"]))
-    for bus, fields in blocks:
-        # Every driver ends a GPU's block with its Processes entry (or Capabilities after it).
-        if "Processes" not in fields:
-            raise UnjudgeableOutput(f"nvidia-smi -q block for GPU {bus} is cut short (no Processes section)")
+    if any("Product Name" in fields for _, fields in blocks):
+        for bus, fields in blocks:
+            # Every driver ends a GPU's full block with its Processes entry (or Capabilities after it).
+            if "Processes" not in fields:
+                raise UnjudgeableOutput(f"nvidia-smi -q block for GPU {bus} is cut short (no Processes section)")
+    else:
+        _check_sections_complete(blocks)
     gpus = [_gpu_from_q(bus, fields, index) for index, (bus, fields) in enumerate(blocks)]
     attached = top.get("Attached GPUs")
     return NvidiaSmiReport(gpus, top.get("Driver Version"), integer(attached) if attached else None)
+
+
+def _check_sections_complete(blocks: list[tuple[str, dict[str, str]]]) -> None:
+    """`nvidia-smi -q -d SECTION[,...]` prints only those sections, the same ones for
+    every GPU: a block missing a section or entry the first block has was cut short."""
+    def outline(fields: dict[str, str]) -> set[str]:
+        return {path for path in fields if path.count("/") <= 2}
+
+    expected = outline(blocks[0][1]) if blocks else set()
+    for bus, fields in blocks:
+        if missing := sorted(expected - outline(fields)):
+            raise UnjudgeableOutput(f"nvidia-smi -q block for GPU {bus} is cut short (no {missing[0]!r})")
 
 
 _MEASUREMENT = re.compile(r"^\S+ (?:W|C|MHz|MiB|KB/s|%|mV|us)$")
@@ -261,6 +283,8 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.remapped_correctable = read.int("Remapped Rows/Correctable Error")
     gpu.remapped_uncorrectable = read.int("Remapped Rows/Uncorrectable Error")
     gpu.remap_pending = read.flag("Remapped Rows/Pending")
+    # "Pending Page Blacklist" (older drivers) or "Pending Page Retirement".
+    gpu.retirement_pending = next((read.flag(path) for path in f if path.startswith("Retired Pages/Pending Page")), None)
     gpu.remap_failure = read.flag("Remapped Rows/Remapping Failure Occurred")
     for bucket in ("Max", "High", "Partial", "Low", "None"):
         if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
@@ -293,14 +317,18 @@ def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool
 
 
 def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
+    table = signatures()
+    if _is_default_table(text) and (rows := [line.strip() for line in text.splitlines() if "ERR!" in line]):
+        # The default table cannot be judged, but an ERR! in it is a GPU nvidia-smi could not read.
+        return verdict([table["nvidia_smi_read_error"].finding(f"table row {row!r}", None) for row in rows], {}, "")
     report = parse_nvidia_smi(text)
     gpus = report.gpus
-    findings = [Finding(f"GPU unreachable: {error}", pci) for pci, error in report.lost_gpus]
+    findings = [table["nvidia_smi_device_handle"].finding(error, pci) for pci, error in report.lost_gpus]
     if report.attached_gpus is not None and report.attached_gpus > len(gpus):
         raise UnjudgeableOutput(f"nvidia-smi -q announced {report.attached_gpus} GPUs but printed {len(gpus)}")
     if profile is not None:
         if len(gpus) < profile.gpu_count:
-            findings.append(Finding(f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}"))
+            findings.append(table["nvidia_smi_gpu_missing"].finding(f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}", None))
         for gpu in gpus:
             if gpu.name and not profile.matches_gpu_name(gpu.name):
                 findings.append(Finding(f"model {gpu.name!r} is not a {profile.name} GPU", f"GPU {gpu.index}"))
@@ -308,19 +336,27 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
         findings.append(Finding("no GPUs visible to nvidia-smi"))
     for gpu in gpus:
         findings += _judge_gpu(gpu, profile)
+    if gpus and all(g.ecc_uncorrected_volatile is None for g in gpus):
+        # The ECC rule needs the counter; an output without it has not shown there are none.
+        findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
     metrics = _metrics(report)
-    return verdict(findings, metrics, f"{len(gpus)} GPUs healthy" + (f" ({gpus[0].name})" if gpus else ""))
+    names = sorted({g.name for g in gpus if g.name})
+    return verdict(findings, metrics, f"{len(gpus)} GPUs healthy" + (f" ({names[0]})" if len(names) == 1 else "")
+                   + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""))
 
 
 def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
     where = f"GPU {gpu.index}"
-    found = [Finding(f"nvidia-smi could not read {error}", where) for error in gpu.read_errors]
+    found = [signatures()["nvidia_smi_read_error"].finding(error, where) for error in gpu.read_errors]
     if gpu.ecc_uncorrected_volatile:
         found.append(Finding(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC errors since driver load", where))
     if gpu.remap_failure:
         found.append(Finding("row remapping failed: RMA the GPU", where))
     if gpu.remap_pending:
         found.append(Finding("row remap pending: reset the GPU to activate it", where))
+    if gpu.retirement_pending:
+        # NVIDIA's dynamic page retirement: the page is retired at the next driver load.
+        found.append(Finding("page retirement pending: reset the GPU (or reload the driver) to retire it", where))
     exhausted = gpu.remap_histogram.get("none", 0) + gpu.remap_histogram.get("low", 0)
     low_limit = profile.remap_histogram_low_fail if profile else 1
     if exhausted >= low_limit:
@@ -348,6 +384,10 @@ def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
     return found
 
 
+def _total(values: list[int]) -> int | None:
+    return sum(values) if values else None
+
+
 def _metrics(report: NvidiaSmiReport) -> dict:
     gpus = report.gpus
     known = lambda values: [v for v in values if v is not None]  # noqa: E731
@@ -360,8 +400,9 @@ def _metrics(report: NvidiaSmiReport) -> dict:
         "vbios_versions": sorted({g.vbios for g in gpus if g.vbios}),
         "max_temperature_c": max(temperatures, default=None),
         "power_draw_w": sum(known(g.power_draw_w for g in gpus)) or None,
-        "ecc_uncorrected_volatile": sum(known(g.ecc_uncorrected_volatile for g in gpus)),
-        "ecc_corrected_volatile": sum(known(g.ecc_corrected_volatile for g in gpus)),
+        # None when no GPU's output has the counter: absent is not zero.
+        "ecc_uncorrected_volatile": _total(known(g.ecc_uncorrected_volatile for g in gpus)),
+        "ecc_corrected_volatile": _total(known(g.ecc_corrected_volatile for g in gpus)),
         "remap_pending_gpus": [g.index for g in gpus if g.remap_pending],
         "remap_failure_gpus": [g.index for g in gpus if g.remap_failure],
         "throttled_gpus": [g.index for g in gpus if any(THROTTLE_SEVERITY.get(r) in ("fail", "warn") for r in g.clock_events)],

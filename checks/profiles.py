@@ -57,7 +57,7 @@ class GpuProfile:
     hbm_bandwidth_gbps: Floor  # device memory bandwidth (nvbandwidth / DCGM memory bandwidth)
     pcie_bandwidth_gbps: Floor  # host<->device copy bandwidth per GPU
     ib_rate_gbps: float  # expected link rate of every InfiniBand compute port
-    ib_port_count: int  # InfiniBand (compute fabric) ports the node must show
+    ib_port_count: int  # InfiniBand compute rails that must be Active/LinkUp (0: the fabric is not InfiniBand)
     ib_write_bw_gbps: Floor  # perftest ib_write_bw average, one port
     gpu_temperature_c: Ceiling
     memory_temperature_c: Ceiling
@@ -65,6 +65,10 @@ class GpuProfile:
     # Uncorrectable volatile ECC errors always fail; remap rules are in nvidia_smi.py because
     # they are NVIDIA's (pending -> reset, failure -> RMA), not a per-model number.
     remap_histogram_low_fail: int  # banks with "Low" remap availability at which to fail
+    # RDMA rails with link layer Ethernet (RoCE) that must be Active/LinkUp at roce_rate_gbps.
+    # 0: Ethernet ports are not compute rails (management, storage, unused) and are not judged.
+    roce_port_count: int
+    roce_rate_gbps: float
 
     def matches_gpu_name(self, product_name: str) -> bool:
         return any(p.lower() in product_name.lower() for p in self.gpu_name_patterns)

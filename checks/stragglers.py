@@ -10,6 +10,7 @@ flagged.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,4 +59,53 @@ def find_stragglers(
             f"(robust z {z:.1f}{', straggler' if straggler else ''})"
         )
         verdicts[node] = StragglerVerdict(straggler, value, median, round(z, 2), reason)
+    return verdicts
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    node: str
+    pairs: int
+    slow_pairs: int
+    straggler: bool
+    reason: str
+
+
+def localise_by_pairs(busbw: Mapping[tuple[str, str], float], floor: float, min_partners: int = 2) -> dict[str, PairVerdict]:
+    """Each node's verdict from pairwise (two-node) all-reduce bus bandwidths.
+
+    A slow pair says one of its two nodes is slow, not which. A node slow with every
+    partner, when those partners are fast with someone else, is the straggler; a node with
+    fewer than `min_partners` partners cannot be told apart from its partner. When every
+    pair is slow the fault is the fabric (or the floor), not one node, and nobody is named.
+    """
+    if not math.isfinite(floor) or floor <= 0:
+        raise ValueError(f"the bandwidth floor must be a positive number, not {floor!r}")
+    partners: dict[str, dict[str, float]] = {}
+    for (a, b), value in busbw.items():
+        if a == b:
+            raise ValueError(f"pair ({a}, {b}) is one node, not a pair")
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"pair ({a}, {b}): bus bandwidth {value!r} is not a measurement")
+        for x, y in ((a, b), (b, a)):
+            # Measured twice (a-b and b-a): the slower run is the one that says something.
+            partners.setdefault(x, {})[y] = min(value, partners.get(x, {}).get(y, value))
+    slow = {node: {p for p, v in seen.items() if v < floor} for node, seen in partners.items()}
+    any_fast = any(len(s) < len(partners[n]) for n, s in slow.items())
+    verdicts = {}
+    for node, seen in partners.items():
+        others_fast = {p for p in slow[node] if len(slow[p]) < len(partners[p])}
+        straggler = (any_fast and len(seen) >= min_partners and slow[node] == set(seen)
+                     and len(others_fast) == len(seen))
+        if straggler:
+            reason = f"slow with all {len(seen)} partners, each of them fast with another node: the straggler"
+        elif not any_fast and seen:
+            reason = f"every pair is below {floor:g} GB/s: the fabric or the floor, not one node"
+        elif slow[node]:
+            reason = f"slow with {len(slow[node])} of {len(seen)} partners ({', '.join(sorted(slow[node]))})"
+        else:
+            reason = f"at or above {floor:g} GB/s with all {len(seen)} partners"
+        if len(seen) < min_partners and slow[node]:
+            reason += f"; {len(seen)} partner(s) cannot tell which node of a slow pair is slow"
+        verdicts[node] = PairVerdict(node, len(seen), len(slow[node]), straggler, reason)
     return verdicts

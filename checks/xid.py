@@ -1,33 +1,89 @@
-"""Kernel log XID lines (dmesg, `dmesg -T`, journalctl -k) and NVIDIA's XID catalog.
+"""Kernel logs (dmesg, `dmesg -T`, journalctl short and `-o json`, raw /dev/kmsg records):
+NVIDIA Xid reports, judged by NVIDIA's Xid catalog, and GPU failures that carry no Xid line.
 
     [Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, ...
     May 18 19:02:39 host kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.
-    NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 ...)
+    6,3964,206764307,-;NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.
+    {"__REALTIME_TIMESTAMP":"1747594959000000","MESSAGE":"NVRM: Xid (PCI:0000:2b:00): 79, ..."}
+
+Each event keeps the log's own timestamp: dmesg's seconds since boot, the wall clock of
+`dmesg -T` and journal lines, /dev/kmsg's microseconds as seconds since boot, and a
+journal JSON record's __REALTIME_TIMESTAMP as ISO 8601 UTC.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
+from datetime import datetime, timezone
+from functools import cache, lru_cache
 from importlib import resources
 
 from checks._text import UnjudgeableOutput, verdict
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
+from checks.signatures import ACTIONS, FINDING_SEVERITY, SEVERITIES, signatures
 
-ACTIONS = ("ignore", "restart_app", "reset_gpu", "reboot", "rma")  # mildest first
-SEVERITIES = ("info", "warning", "critical")
+__all__ = ["ACTIONS", "SEVERITIES", "XidAction", "XidEvent", "judge_xid", "parse_kernel_log", "parse_xid_lines",
+           "xid_action", "xid_catalog", "xid_catalog_version"]
+
+# Bounds on the numbers a log line may carry. NVIDIA's codes are below 200 and SXids five
+# digits; Linux pids stop at PID_MAX_LIMIT (2^22). A larger number is not a report this
+# parser understands, and it must not travel on to an INTEGER column or a retry loop.
+XID_CODE_MAX = 65_535
+SXID_CODE_MAX = 99_999
+PID_MAX = 1 << 22
+KMSG_USEC_MAX = 10**15  # ~31 years of uptime
+REALTIME_USEC_MAX = 4_102_444_800 * 10**6  # 2100-01-01
+_MAX_DIGITS = 20  # longer digit runs are rejected before int() reads them
 
 _XID = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+),\s*"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<code>\d+),\s*"
     r"(?:pid=(?P<pid>'[^']*'|[^,\s]+),\s*)?(?:name=(?P<name>[^,]*),\s*)?(?P<message>.*?)\s*$"
 )
 _TIMESTAMP = re.compile(
     r"^\s*(?:\[(?P<bracket>[^\]]+)\]"  # dmesg: [   10.73] or dmesg -T: [Fri Aug 30 11:43:09 2024]
     r"|(?P<journal>\d{4}-\d\d-\d\dT\S+|[A-Z][a-z]{2}\s+\d+\s+\d\d:\d\d:\d\d)\s)"  # journal: ISO or "May 18 19:02:39"
 )
+_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<message>.*)$")
+_PCI = r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+# Signatures of checks/catalog/signatures.tsv that are read from kernel logs, each behind
+# the substrings a line must contain for its pattern to be tried (a long log is mostly
+# lines that match nothing, and a substring test costs far less than a regex search).
+_SIGNATURE_GATES = {
+    "gpu_fallen_off_bus": ("fallen off the bus",),
+    "gsp_rpc_timeout": ("waiting for RPC", "GSP Timeout"),
+    "gpu_reset_required": ("NV_ERR_RESET_REQUIRED",),
+    "nvlink_link_detect_failure": ("RxDet", "Rx Detect", "raining"),
+}
+_INTEREST = ("Xid (", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
+_SIGNATURE_PATTERNS = {
+    # "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.", "NVRM: GPU at PCI:0000:65:00: ...",
+    # and older drivers' "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this
+    # system has fallen off the bus and is not responding to commands."
+    "gpu_fallen_off_bus": re.compile(rf"NVRM: .*?(?:GPU (?:at )?(?:PCI:)?{_PCI}\b.*?)?fallen off the bus"),
+    "gsp_rpc_timeout": re.compile(
+        r"Timeout (?:after \d+s )?(?:of )?waiting for RPC (?:response )?from (?P<gpu>GPU\d+ )?GSP"
+        r"|_kgspLogXid119: \*+ GSP Timeout"  # the banner the driver logs before its Xid 119 line
+    ),
+    "gpu_reset_required": re.compile(r"NV_ERR_RESET_REQUIRED"),
+    "nvlink_link_detect_failure": re.compile(
+        r"knvlinkDiscoverPostRxDetLinks_\w+: Getting peer\w* postRxDetLinkMask failed"
+        r"|knvlinkUpdatePostRxDetectLinkMask_\w+: Failed to update Rx Detect Link mask"
+        r"|NVLink.{0,80}training (?:failed|failure)",
+        re.IGNORECASE,
+    ),
+}
+_SXID = re.compile(rf"nvidia-nvswitch\d*: SXid \(PCI:{_PCI}\): (?P<code>\d+), (?P<rest>.*?)\s*$")
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d+)")
+_RECOVERY_ACTION = re.compile(r"to 0x[0-9A-Fa-f]+ \((?P<action>[^)]+)\)")
+
+
+class BadKernelLog(UnjudgeableOutput):
+    """A number in the log is out of the range any real report has: the input is bad data."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +94,24 @@ class XidEvent:
     process: str | None
     message: str
     timestamp: str | None
+    signature: str | None = None  # set when the fault was read from a line with no Xid number
+
+
+@dataclass(frozen=True)
+class SignatureEvent:
+    """A failure with no Xid equivalent (NVSwitch SXid, reset required, NVLink detection)."""
+
+    name: str
+    where: str | None
+    message: str
+    timestamp: str | None
+    code: int | None = None  # the SXid
+
+
+@dataclass(frozen=True)
+class KernelLog:
+    xids: list[XidEvent]
+    signatures: list[SignatureEvent]
 
 
 @dataclass(frozen=True)
@@ -46,31 +120,64 @@ class XidAction:
     mnemonic: str
     description: str
     action: str  # one of ACTIONS
-    severity: str  # one of SEVERITIES; critical: drain the node now
-    nvidia_action: str  # NVIDIA's immediate resolution bucket, verbatim
-    nvidia_followup: str
+    severity: str  # one of SEVERITIES
+    nvidia_action: str  # NVIDIA's immediate resolution bucket, verbatim ("" when it gives none)
+    nvidia_followup: str  # NVIDIA's investigatory resolution bucket, verbatim
 
 
-def parse_xid_lines(text: str) -> list[XidEvent]:
-    events = []
-    for line in text.splitlines():
-        m = _XID.search(line)
-        if not m:
-            continue
-        pid = m["pid"]
-        name = m["name"].strip() if m["name"] is not None else None
-        stamp = _TIMESTAMP.match(line)
-        events.append(
-            XidEvent(
-                pci=m["pci"].lower(),
-                code=int(m["code"]),
-                pid=int(pid) if pid and pid.isdigit() else None,
-                process=None if name in (None, "<unknown>", "'<unknown>'") else name,
-                message=m["message"],
-                timestamp=(stamp["bracket"] or stamp["journal"]).strip() if stamp else None,
-            )
-        )
-    return events
+# NVIDIA's immediate resolution bucket -> fleetctl's action. WORKFLOW_XID_48 and the NVLink
+# workflows begin with a GPU reset in NVIDIA's workflow descriptions; WORKFLOW_XID_45 and
+# XID_154 depend on the rest of the log and are decided in _classify. A bucket missing
+# here is a new one: the code reads "unknown" until someone maps it.
+BUCKET_ACTIONS = {
+    "IGNORE": "ignore",
+    "RESTART_APP": "restart_app",
+    "CHECK_UVM": "investigate_software",
+    "UPDATE_SWFW": "update_software",
+    "RESET_GPU": "reset_gpu",
+    "WORKFLOW_XID_48": "reset_gpu",
+    "WORKFLOW_NVLINK_ERR": "reset_gpu",
+    "WORKFLOW_NVLINK5_ERR": "reset_gpu",
+    "RESTART_VM": "reboot",
+    "RESTART_BM": "reboot",
+    "CHECK_MECHANICALS": "check_hardware",
+    "CONTACT_SUPPORT": "contact_support",
+}
+# Actions a node must stop for; an action an application takes (or none) only needs a
+# look when NVIDIA's follow-up is to contact support (it may be the hardware).
+_NODE_ACTIONS = {"reset_gpu", "reboot", "check_hardware", "contact_support"}
+# Xid 154's message names the recovery the driver now needs.
+_RECOVERY_ACTIONS = {
+    "None": "ignore",
+    "GPU Reset Required": "reset_gpu",
+    "Drain and Reset": "reset_gpu",
+    "Node Reboot Required": "reboot",
+    "OS Reboot": "reboot",
+}
+UNKNOWN = "unknown"
+# Severity is fleetctl's own (the action stays NVIDIA's): a code NVIDIA leaves to the
+# application still warns when its repeats say something about the node, so that a burst
+# escalates (the repeat rule of fleetctl.health).
+_WATCHED = {94: "contained memory error: repeats mean failing memory"}
+
+
+def _derived(code: int, mnemonic: str, description: str, nvidia_action: str, followup: str) -> XidAction:
+    action = BUCKET_ACTIONS.get(nvidia_action, UNKNOWN)
+    if action in _NODE_ACTIONS:
+        severity = "critical"
+    elif action == UNKNOWN or "CONTACT_SUPPORT" in followup or code in _WATCHED:
+        severity = "warning"
+    else:
+        severity = "info"
+    return XidAction(code, mnemonic, description, action, severity, nvidia_action, followup)
+
+
+@cache
+def xid_catalog_version() -> str:
+    """The date NVIDIA's catalog was read on, from the header of checks/catalog/xid.tsv."""
+    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
+    m = re.search(r"Generated at (\d{4}-\d\d-\d\d)", text)
+    return m[1] if m else "unknown"
 
 
 @cache
@@ -78,50 +185,290 @@ def xid_catalog() -> dict[int, XidAction]:
     text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
     rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t")
     return {
-        int(row["code"]): XidAction(
-            int(row["code"]), row["mnemonic"], row["description"], row["action"], row["severity"],
-            row["nvidia_action"], row["nvidia_followup"],
+        int(row["code"]): _derived(
+            int(row["code"]), row["mnemonic"], row["description"], row["nvidia_action"], row["nvidia_followup"]
         )
         for row in rows
     }
 
 
 def xid_action(code: int) -> XidAction:
-    """The catalog entry; a code NVIDIA has not catalogued gets a GPU reset and a warning,
-    so a person looks at it without the node being drained on a guess."""
+    """The catalog entry, judged without the rest of the log. A code not in NVIDIA's
+    catalog is "unknown" with a warning: a person looks, nobody acts on a guess."""
     return xid_catalog().get(
-        code, XidAction(code, "UNKNOWN", "not in NVIDIA's Xid catalog", "reset_gpu", "warning", "", "")
+        code, XidAction(code, "UNKNOWN", "not in NVIDIA's Xid catalog", UNKNOWN, "warning", "", "")
     )
 
 
-_FINDING_SEVERITY = {"critical": "fail", "warning": "warn", "info": "info"}
+# ---- reading the log ---------------------------------------------------------------------
+
+
+def _bounded(digits: str, limit: int, what: str, line_no: int) -> int:
+    if len(digits) > _MAX_DIGITS or int(digits) > limit:
+        raise BadKernelLog(f"line {line_no}: {what} {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
+                           f"range (0..{limit}): not a kernel report")
+    return int(digits)
+
+
+def _records(text: str) -> Iterator[tuple[int, str, bool]]:
+    """(line number, message, whether the timestamp is still in the line) for every record
+    that may matter. A text line's timestamp is read only when the line is used."""
+    if _is_journal_json(text):
+        for line_no, line in enumerate(text.splitlines(), 1):
+            if line.strip() and not line.startswith("#"):
+                yield line_no, line, False
+        return
+    # The lines worth a regex hold an Xid or SXid report or a signature's gate; str.find
+    # locates them at memory speed, and a long log's other lines are never split out.
+    starts: set[int] = set()
+    for literal in _INTEREST:
+        at = text.find(literal)
+        while at != -1:
+            starts.add(text.rfind("\n", 0, at) + 1)
+            line_end = text.find("\n", at)
+            at = -1 if line_end == -1 else text.find(literal, line_end)
+    line_no, counted_to = 1, 0
+    for start in sorted(starts):
+        line_no += text.count("\n", counted_to, start)
+        counted_to = start
+        line_end = text.find("\n", start)
+        line = text[start:] if line_end == -1 else text[start:line_end]
+        if not line.startswith("#"):  # no kernel record starts so; a saved log's header does
+            yield line_no, line.rstrip("\r"), True
+
+
+def _stamp(message: str, line_no: int, in_line: bool, json_stamp: str | None) -> str | None:
+    return _line_stamp(message, line_no) if in_line else json_stamp
+
+
+def _line_stamp(line: str, line_no: int) -> str | None:
+    if k := _KMSG.match(line):
+        usec = _bounded(k["usec"], KMSG_USEC_MAX, "/dev/kmsg timestamp", line_no)
+        _bounded(k["seq"], 1 << 64, "/dev/kmsg sequence number", line_no)
+        _bounded(k["prio"], 1 << 16, "/dev/kmsg priority", line_no)
+        return f"{usec // 10**6}.{usec % 10**6:06d}"
+    stamp = _TIMESTAMP.match(line)
+    return (stamp["bracket"] or stamp["journal"]).strip() if stamp else None
+
+
+def _is_journal_json(text: str) -> bool:
+    """`journalctl -o json`: one JSON object per line (after any '#' comment lines)."""
+    for line in _lazy_lines(text):
+        if line.strip() and not line.startswith("#"):
+            return line.lstrip().startswith("{")
+    return False
+
+
+def _lazy_lines(text: str) -> Iterator[str]:
+    """The lines of a text one at a time, without splitting all of a long log up front."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end
+        yield text[start:end]
+        start = end + 1
+
+
+def _journal_json(line: str, line_no: int) -> tuple[str | None, str]:
+    """One `journalctl -o json` record: its MESSAGE (a string, or bytes as a list of ints
+    when not UTF-8) and __REALTIME_TIMESTAMP (microseconds since the epoch)."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        raise UnjudgeableOutput(f"line {line_no}: not a journalctl -o json record") from None
+    if not isinstance(record, dict) or "MESSAGE" not in record:
+        raise UnjudgeableOutput(f"line {line_no}: journal record without MESSAGE")
+    message = record["MESSAGE"]
+    if isinstance(message, list):
+        if not all(isinstance(b, int) and 0 <= b < 256 for b in message):
+            raise UnjudgeableOutput(f"line {line_no}: journal MESSAGE is neither text nor bytes")
+        message = bytes(message).decode("utf-8", errors="replace")
+    if not isinstance(message, str):
+        raise UnjudgeableOutput(f"line {line_no}: journal MESSAGE is neither text nor bytes")
+    realtime = record.get("__REALTIME_TIMESTAMP")
+    stamp = None
+    if realtime is not None:
+        if not isinstance(realtime, str) or not realtime.isdigit():
+            raise BadKernelLog(f"line {line_no}: __REALTIME_TIMESTAMP {str(realtime)[:24]!r} is not microseconds")
+        usec = _bounded(realtime, REALTIME_USEC_MAX, "__REALTIME_TIMESTAMP", line_no)
+        stamp = datetime.fromtimestamp(usec // 10**6, timezone.utc).replace(microsecond=usec % 10**6).isoformat()
+    return stamp, message
+
+
+@lru_cache(maxsize=4096)  # a host has few GPUs and logs them over and over
+def _pci_key(pci: str) -> str:
+    """'00000000:9A:00.0' and '0000:9a:00' name the same GPU."""
+    domain, bus, device = pci.lower().split(".")[0].split(":")
+    return f"{int(domain, 16):04x}:{bus}:{device}"
+
+
+def parse_kernel_log(text: str) -> KernelLog:
+    """Every Xid report, plus the failures logged without one. A fault logged both ways
+    (an Xid 79 line and its "fallen off the bus" line) is one event."""
+    xids: list[XidEvent] = []
+    implied: list[XidEvent] = []
+    found: list[SignatureEvent] = []
+    json_stamp: str | None = None
+    for line_no, message, in_line in _records(text):
+        if not in_line:
+            json_stamp, message = _journal_json(message, line_no)
+        if "SXid (" in message:
+            if not (m := _SXID.search(message)):
+                raise UnjudgeableOutput(f"line {line_no}: unreadable NVSwitch SXid report: {message.strip()[:80]!r}")
+            code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
+            kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
+                "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
+            found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
+            continue
+        if "Xid (" in message:
+            # A report the driver wrote that this parser cannot read is a damaged log, not a
+            # clean one: passing it would hide whatever fault it reported.
+            if not (m := _XID.search(message)):
+                raise UnjudgeableOutput(f"line {line_no}: unreadable Xid report: {message.strip()[:80]!r}")
+            xids.append(_xid_event(m, _stamp(message, line_no, in_line, json_stamp), line_no))
+            continue
+        for name, gates in _SIGNATURE_GATES.items():
+            if not any(gate in message for gate in gates) or not (m := _SIGNATURE_PATTERNS[name].search(message)):
+                continue
+            signature = signatures()[name]
+            text_after = message[message.find("NVRM:"):] if "NVRM:" in message else message.strip()
+            if signature.as_xid is not None:
+                where = m.groupdict().get("pci") or (m.groupdict().get("gpu") or "").strip() or "unknown GPU"
+                implied.append(XidEvent(where.lower() if ":" in where else where, signature.as_xid, None, None,
+                                        text_after, _stamp(message, line_no, in_line, json_stamp), name))
+            else:
+                found.append(SignatureEvent(name, None, text_after, _stamp(message, line_no, in_line, json_stamp)))
+            break
+    # A GSP timeout names the GPU by index, not by address: any Xid 119 in the log covers it.
+    reported = {(_pci_key(e.pci), e.code) for e in xids} | {("any", e.code) for e in xids}
+    for event in implied:
+        key = (_pci_key(event.pci) if ":" in event.pci else "any", event.code)
+        if key not in reported:
+            reported.add(key)
+            xids.append(event)
+    return KernelLog(xids, found)
+
+
+def _xid_event(m: re.Match, stamp: str | None, line_no: int) -> XidEvent:
+    code = _bounded(m["code"], XID_CODE_MAX, "Xid code", line_no)
+    pid = m["pid"]
+    if pid and pid.isdigit():
+        pid_value: int | None = _bounded(pid, PID_MAX, "pid", line_no)
+    else:
+        pid_value = None
+    name = m["name"].strip() if m["name"] is not None else None
+    return XidEvent(
+        pci=m["pci"].lower(),
+        code=code,
+        pid=pid_value,
+        process=None if name in (None, "<unknown>", "'<unknown>'") else name,
+        message=m["message"],
+        timestamp=stamp,
+    )
+
+
+def parse_xid_lines(text: str) -> list[XidEvent]:
+    """The Xid events of a kernel log, including faults logged without an Xid line that
+    are the same fault as an Xid (fallen off the bus is Xid 79). Raises BadKernelLog (a
+    ValueError with one line saying why) for a number no real report has."""
+    return parse_kernel_log(text).xids
+
+
+# ---- judgement ---------------------------------------------------------------------------
+
+
+def _classify(event: XidEvent, causes: set[int]) -> tuple[XidAction, str]:
+    """The catalog entry as it applies here, and why, where NVIDIA's rule depends on the
+    rest of the log: Xid 45 is a fault of its own only when solo; Xid 154 names the
+    recovery the driver now needs."""
+    entry = xid_action(event.code)
+    if event.code == 45:
+        cause = _CAUSED_BY.search(event.message)
+        others = sorted(causes - {45})
+        if cause or others:
+            after = cause["code"] if cause else ", ".join(map(str, others))
+            return _with(entry, "ignore", "info"), f"follows Xid {after}: part of that fault (NVIDIA: not solo, follow the other Xid)"
+        return _with(entry, "restart_fabric_manager", "warning"), "solo (NVIDIA: solo Xid 45, restart Fabric Manager)"
+    if event.code == 154:
+        m = _RECOVERY_ACTION.search(event.message)
+        action = _RECOVERY_ACTIONS.get(m["action"].strip(), UNKNOWN) if m else UNKNOWN
+        severity = "critical" if action in _NODE_ACTIONS else "info" if action == "ignore" else "warning"
+        return _with(entry, action, severity), f"driver recovery action: {m['action'] if m else 'not stated'}"
+    return entry, ""
+
+
+def _with(entry: XidAction, action: str, severity: str) -> XidAction:
+    return XidAction(entry.code, entry.mnemonic, entry.description, action, severity, entry.nvidia_action,
+                     entry.nvidia_followup)
+
+
+def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Finding:
+    nvidia = entry.nvidia_action or "no resolution given"
+    if entry.nvidia_followup:
+        nvidia += f", then {entry.nvidia_followup}"
+    times = f" x{count}" if count > 1 else ""
+    what = f"Xid {event.code}{times} {entry.mnemonic} ({entry.description}): {entry.action.replace('_', ' ')}"
+    what += f" [NVIDIA: {nvidia}]" if entry.mnemonic != "UNKNOWN" else f" [not in NVIDIA's Xid catalog of {xid_catalog_version()}]"
+    what += f"; {note}" if note else ""
+    if event.signature:
+        what += f"; read from: {event.message}"
+    elif event.message:
+        what += f"; {event.message}"
+    return Finding(what, event.pci, FINDING_SEVERITY[entry.severity])
+
+
+def _is_kernel_log(text: str) -> bool:
+    return "NVRM:" in text or "nvidia-nvswitch" in text or _is_journal_json(text) or any(
+        _TIMESTAMP.match(line) or _KMSG.match(line) for line in _lazy_lines(text)
+    )
 
 
 def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
-    del profile  # XIDs mean the same on every GPU model
-    if not any(_TIMESTAMP.match(line) or "NVRM:" in line for line in text.splitlines()):
-        raise UnjudgeableOutput("not a kernel log (no dmesg or journal lines)")
-    events = parse_xid_lines(text)
-    findings, worst_action = [], None
-    seen: set[tuple[str, int]] = set()
-    for event in events:
-        entry = xid_action(event.code)
-        if worst_action is None or ACTIONS.index(entry.action) > ACTIONS.index(worst_action):
-            worst_action = entry.action
-        if (event.pci, event.code) in seen:  # GSP timeouts repeat every few seconds
+    del profile  # Xids mean the same on every GPU model
+    if not _is_kernel_log(text):
+        raise UnjudgeableOutput("not a kernel log (no dmesg, journal or /dev/kmsg lines)")
+    log = parse_kernel_log(text)
+    causes = {e.code for e in log.xids}
+    groups: dict[tuple[str, int], list[XidEvent]] = {}
+    for event in log.xids:
+        groups.setdefault((event.pci, event.code), []).append(event)
+    findings: list[Finding] = []
+    actions: list[str] = []
+    faults = 0
+    for (_, _), events in groups.items():
+        entry, note = _classify(events[0], causes)
+        actions.append(entry.action)
+        faults += entry.action != "ignore" or entry.severity != "info"
+        findings.append(_xid_finding(entry, events[0], len(events), note))
+    sig_groups: dict[tuple[str, str | None, int | None], list[SignatureEvent]] = {}
+    for sig in log.signatures:
+        sig_groups.setdefault((sig.name, sig.where, sig.code), []).append(sig)
+    # One SXid is logged as several lines (Data, Fatal/Non-fatal, Severity): its class is
+    # the one stated on any of them.
+    stated = {(s.where, s.code) for s in log.signatures if s.name != "nvswitch_sxid"}
+    shown: set[str] = {e.signature for e in log.xids if e.signature}
+    for (name, where, code), events in sig_groups.items():
+        if name == "nvswitch_sxid" and (where, code) in stated:
             continue
-        seen.add((event.pci, event.code))
-        findings.append(
-            Finding(
-                f"Xid {event.code} ({entry.description}): {entry.action.replace('_', ' ')}; {event.message}",
-                event.pci,
-                _FINDING_SEVERITY[entry.severity],
-            )
-        )
+        shown.add(name)
+        signature = signatures()[name]
+        actions.append(signature.action)
+        faults += 1
+        label = f"SXid {code}" + (f" x{len(events)}" if len(events) > 1 else "") + ": " if code is not None else ""
+        findings.append(signature.finding(label + events[0].message, where))
+    worst = max(actions, key=ACTIONS.index, default=None)
     metrics = {
-        "xids": sorted({e.code for e in events}),
-        "events": len(events),
-        "action": worst_action or "none",
-        "gpus": sorted({e.pci for e in events}),
+        "xids": sorted({e.code for e in log.xids}),
+        "events": len(log.xids),
+        "faults": faults,
+        "signatures": sorted(shown),
+        "sxids": sorted({s.code for s in log.signatures if s.code is not None}),
+        "action": worst or "none",
+        "gpus": sorted({e.pci for e in log.xids}),
+        "xid_catalog": xid_catalog_version(),
     }
-    return verdict(findings, metrics, f"{len(events)} XID events, none needs action" if events else "no XID events")
+    if log.xids or log.signatures:
+        ok = f"{len(log.xids)} Xid events and {len(log.signatures)} other GPU events, none needs action"
+    else:
+        ok = "no Xid events and no GPU failure signatures"
+    return verdict(findings, metrics, ok)

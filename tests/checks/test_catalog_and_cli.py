@@ -47,7 +47,7 @@ def test_check_list_table():
         ("xid", "xid/journal_xid79_nvlink_fail.txt", None, 3, "fail"),
         ("dcgm", "dcgm/r1_json_ok.txt", None, 0, "pass"),
         ("nvidia-smi", "nvidia_smi/csv_8xh100_ok.txt", "h100-sxm", 0, "pass"),
-        ("ib", "ib/ibstat_some_down_fail.txt", None, 3, "fail"),
+        ("ib", "ib/ibstat_polling_fail.txt", None, 3, "fail"),
         ("firmware", "firmware/redfish_collection_only_error.txt", None, 4, "error"),
     ],
 )

@@ -49,18 +49,28 @@ CASES = [
     ("dcgm/r1_json_ok.txt", "dcgm", H100, PASS),
     ("dcgm/r1_json_stray_line_ok.txt", "dcgm", None, PASS),
     ("dcgm/r2_gpu3_warn_text.txt", "dcgm", None, WARN),
-    ("dcgm/r3_json_gpu5_warn.txt", "dcgm", None, WARN),
+    ("dcgm/r3_json_gpu5_warn_stress_skipped_error.txt", "dcgm", None, ERROR),  # Targeted Stress: Skip
     ("dcgm/r2_pcie_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r3_gpu_memory_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r2_remap_error_and_gpu0_fail_text.txt", "dcgm", None, FAIL),
     ("dcgm/r3_json_gpu5_fail.txt", "dcgm", None, FAIL),
     ("dcgm/r2_cut_short_error.txt", "dcgm", None, ERROR),
     ("dcgm/r3_json_cut_error.txt", "dcgm", None, ERROR),
+    # DCGM 4.x: a row per GPU in the text table; metadata, entity groups, test_summary in JSON
+    ("dcgm/r3_dcgm40_text_4gpu_ok.txt", "dcgm", None, PASS),
+    ("dcgm/r3_dcgm4_json_diagnostic_8gpu_ok.txt", "dcgm", H100, PASS),
+    ("dcgm/r2_dcgm441_text_pcie_internal_error_fail.txt", "dcgm", None, FAIL),
+    ("dcgm/r1_dcgm423_json_gb10_persistence_fail.txt", "dcgm", None, FAIL),
+    # a diagnostic that tested nothing is not a pass
+    ("dcgm/r3_dcgm442_text_all_skipped_error.txt", "dcgm", None, ERROR),
     # nvidia-smi: CSV query and -q
     ("nvidia_smi/csv_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/q_rtx4090_power_cap_ok.txt", "nvidia-smi", None, PASS),
+    ("nvidia_smi/csv_1xa100_no_ecc_columns_ok.txt", "nvidia-smi", None, PASS),  # ECC: not checked, said so
+    ("nvidia_smi/q_d_page_retirement_8xh100_ok.txt", "nvidia-smi", H100, PASS),  # -q -d: complete output
+    ("nvidia_smi/q_d_page_retirement_remap_pending_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_8xh100_hot_warn.txt", "nvidia-smi", H100, WARN),
     ("nvidia_smi/csv_8xh100_sw_thermal_warn.txt", "nvidia-smi", H100, WARN),
     ("nvidia_smi/csv_8xh100_pcie_x8_warn.txt", "nvidia-smi", H100, WARN),
@@ -71,27 +81,42 @@ CASES = [
     ("nvidia_smi/csv_8xh100_remap_failure_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_8xh100_unknown_error_cell_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/csv_gpu_lost_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/device_handle_only_fail.txt", "nvidia-smi", None, FAIL),
     ("nvidia_smi/q_8xh100_remap_pending_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_hw_slowdown_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_dbe_volatile_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_announced_8_printed_7_error.txt", "nvidia-smi", H100, ERROR),
     ("nvidia_smi/table_format_error.txt", "nvidia-smi", H100, ERROR),
+    ("nvidia_smi/table_err_field_fail.txt", "nvidia-smi", None, FAIL),  # ERR!: a GPU NVML cannot read
     # kernel log XIDs
     ("xid/dmesg_no_xid_ok.txt", "xid", None, PASS),
     ("xid/dmesg_T_xid13_app_only_ok.txt", "xid", None, PASS),
-    ("xid/xid63_remap_warn.txt", "xid", None, WARN),
+    ("xid/xid63_remap_ignored_ok.txt", "xid", None, PASS),  # NVIDIA: IGNORE, IGNORE
     ("xid/dmesg_unknown_code_warn.txt", "xid", None, WARN),
     ("xid/dmesg_T_xid13_and_109_fail.txt", "xid", None, FAIL),
     ("xid/journal_xid79_nvlink_fail.txt", "xid", H100, FAIL),
     ("xid/dmesg_T_xid119_gsp_fail.txt", "xid", None, FAIL),
     ("xid/journal_iso_xid48_dbe_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_xid32_38_44_catalogued_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_xid45_solo_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_nvswitch_sxid_nonfatal_warn.txt", "xid", None, WARN),
+    # GPU failures without an Xid line, and the other kernel-log formats
+    ("xid/journal_fallen_off_bus_no_xid_line_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_T_gsp_reset_required_fail.txt", "xid", None, FAIL),
+    ("xid/journal_gsp_timeout_banner_no_xid_line_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nvswitch_sxid_fatal_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nvlink_rx_detect_failure_fail.txt", "xid", None, FAIL),
+    ("xid/kmsg_raw_xid79_fail.txt", "xid", None, FAIL),
+    ("xid/journal_json_xid79_burst_45_fail.txt", "xid", None, FAIL),
     # InfiniBand
     ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", H100, PASS),  # unused Ethernet ports are not rails
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", None, PASS),
+    ("ib/ibstat_h100_8rails_bluefield_bond_ok.txt", "ib", H100, PASS),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", A100, PASS),
     ("ib/ib_write_bw_ndr_ok.txt", "ib", H100, PASS),
     ("ib/ib_write_bw_mbsec_ok.txt", "ib", H100, PASS),
     ("ib/ib_write_bw_ndr_slow_warn.txt", "ib", H100, WARN),
-    ("ib/ibstat_some_down_fail.txt", "ib", H100, FAIL),
     ("ib/ibstat_one_port_hdr_rate_fail.txt", "ib", H100, FAIL),
     ("ib/ibstat_polling_fail.txt", "ib", None, FAIL),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", H100, FAIL),  # HDR ports on an NDR profile

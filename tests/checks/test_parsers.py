@@ -112,3 +112,35 @@ def test_ib_write_bw_units():
 def test_firmware_inventory_components():
     m = judge("firmware", fixture_text("firmware/nvfwupd_table_gb200_ok.txt")).metrics
     assert m["components"]["FW_CPLD_2"] == "0x00 0x10 0x01 0x0f" and m["component_count"] == 32
+
+
+# ---- values the output does not have are None, never 0 -------------------------------------
+
+
+def test_csv_without_ecc_columns_reports_no_ecc_value():
+
+
+    result = judge("nvidia-smi", fixture_text("nvidia_smi/csv_1xa100_no_ecc_columns_ok.txt"))
+    assert result.metrics["ecc_uncorrected_volatile"] is None and result.metrics["ecc_corrected_volatile"] is None
+    assert any("not checked" in f.what for f in result.findings) and "ECC not reported" in result.reason
+    with_ecc = judge("nvidia-smi", fixture_text("nvidia_smi/csv_8xh100_ok.txt"), "h100-sxm")
+    assert with_ecc.metrics["ecc_uncorrected_volatile"] == 0 and "not checked" not in with_ecc.reason
+
+
+def test_section_limited_q_cut_inside_the_last_gpu_is_an_error():
+
+
+    text = fixture_text("nvidia_smi/q_d_page_retirement_8xh100_ok.txt")
+    last_block = text.rindex("GPU 0000")
+    for cut in (last_block + 40, len(text) - 60):
+        result = judge("nvidia-smi", text[:cut], "h100-sxm")
+        assert result.status is Status.ERROR and "cut short" in result.reason
+
+
+def test_a_pending_page_retirement_fails_in_q_and_csv():
+    text = fixture_text("nvidia_smi/q_d_page_retirement_8xh100_ok.txt")
+    pending = text.replace("Pending Page Blacklist            : N/A", "Pending Page Blacklist            : Yes", 1)
+    result = judge("nvidia-smi", pending, "h100-sxm")
+    assert result.status is Status.FAIL and "page retirement pending" in result.reason
+    csv_text = "index, name, retired_pages.pending\n0, Tesla V100-SXM2-32GB, Yes\n1, Tesla V100-SXM2-32GB, No\n"
+    assert judge("nvidia-smi", csv_text).findings[0].where == "GPU 0"

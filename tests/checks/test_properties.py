@@ -31,9 +31,13 @@ HEALTHY = [
     ("hpl/netlib_cpu_ok.txt", "hpl", None, _HPL, True),
     ("dcgm/r2_h100_text_ok.txt", "dcgm", "h100-sxm", r"^\| (?!Diagnostic)\S.*\| (?:Pass|Fail|Warn|Skip)", False),
     ("dcgm/r1_json_ok.txt", "dcgm", "h100-sxm", r'"status"', False),
+    ("dcgm/r3_dcgm40_text_4gpu_ok.txt", "dcgm", None, r"^\| .*\| (?:GPU\d+: )?(?:Pass|Fail|Warn|Skip)", False),
+    ("dcgm/r3_dcgm4_json_diagnostic_8gpu_ok.txt", "dcgm", "h100-sxm", r'"status"', False),
     ("nvidia_smi/csv_8xh100_ok.txt", "nvidia-smi", "h100-sxm", r"^\d+, ", True),
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
+    ("nvidia_smi/q_d_page_retirement_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
     ("ib/ibstat_h100_ndr_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
+    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", "a100-sxm-80gb", r"^\s+(?:state|phys state|rate|link_layer):", True),
     ("ib/ib_write_bw_ndr_ok.txt", "ib", "h100-sxm", r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+", True),
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", "h100-sxm", r"^NVIDIA ", False),
@@ -44,13 +48,14 @@ IDS = [case[0] for case in HEALTHY]
 
 # Non-numbers a broken tool, terminal or copy-paste puts where a number was.
 NOT_NUMBERS = st.one_of(
-    st.sampled_from(["ERR!", "nan?", "--", "#", "?", "1.2.3", "12abc", "inf%", "0x", "e5", "<unknown>", "…"]),
+    st.sampled_from(["ERR!", "nan?", "--", "#", "?", "1.2.3", "12abc", "inf%", "0x", "e5", "<unknown>", "…", "1e400"]),
     st.text(alphabet="abcdfghijklmopqrstuvwxyzQWZ!?*&", min_size=1, max_size=6).filter(
         lambda s: s.lower() not in {"na", "n/a", "x"}
     ),
 )
 _NUMBER = re.compile(r"(?<![\w.+-])[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.])", re.IGNORECASE)
 
+PROFILE_SETTINGS_DCGM = settings(max_examples=25, deadline=None, database=None)
 PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -116,3 +121,19 @@ def _is_identity(line: str, match: re.Match) -> bool:
 # index,name,uuid,serial,pci.bus_id,driver_version,vbios_version are columns 0..6 of the catalog query;
 # index is a number, and garbling it must still be caught, so only 1..6 are identity.
 _CSV_IDENTITY_COLUMNS = {1, 2, 3, 4, 5, 6}
+
+
+DCGM_HEALTHY = [case for case in HEALTHY if case[1] == "dcgm"]
+
+
+@pytest.mark.parametrize(("name", "kind", "profile", "pattern", "_"), DCGM_HEALTHY, ids=[c[0] for c in DCGM_HEALTHY])
+@PROFILE_SETTINGS_DCGM
+@given(data=st.data())
+def test_a_dcgm_pass_turned_into_skip_or_not_run_never_passes(name, kind, profile, pattern, _, data):
+    """Whatever test or GPU row DCGM says it skipped, the node is not shown healthy."""
+    text = fixture_text(name)
+    spots = [m.start() for m in re.finditer(r"\bPass\b|\bPASS\b", text)]
+    at = data.draw(st.sampled_from(spots), label="status")
+    word = data.draw(st.sampled_from(["Skip", "SKIP", "Not Run"] if '"status"' in pattern else ["Skip"]), label="word")
+    garbled = text[:at] + word + text[at + 4:]
+    assert judge(kind, garbled, profile).status is not Status.PASS
