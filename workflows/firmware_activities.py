@@ -114,7 +114,7 @@ class FirmwareActivities(DatabaseActivities):
         target = target_for(node)
         executor = self.executors.for_target(target)
         if node.address.startswith(SIM_SCHEME):
-            from fleetctl.db.sim import clear_faults
+            from fleetctl.sim.store import clear_faults
 
             try:
                 executor.run(target, list(SIM_REACH_ARGV), 60)

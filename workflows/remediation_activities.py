@@ -270,7 +270,7 @@ class RemediationActivities(DatabaseActivities):
             time.sleep(POLL_S)
 
     def _cure_sim(self, node: str, action: str) -> list[str]:
-        from fleetctl.db.sim import clear_faults, faults_for
+        from fleetctl.sim.store import clear_faults, faults_for
 
         cured = sorted({f.kind for f in faults_for(self.engine, node)} & SIM_CURED_BY[action])
         for kind in cured:

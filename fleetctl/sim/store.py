@@ -1,4 +1,6 @@
-"""Faults injected into simulated nodes: written by `fleetctl sim inject`, read by the worker."""
+"""Faults injected into simulated nodes, kept in the database so every process sees them:
+written by `fleetctl sim inject`, read by the worker's simulated executor, cleared by a
+simulated repair."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, delete, select
 
 from fleetctl.db.models import SimFault
+from fleetctl.sim.faults import SimFaultSpec
 
 
 def add_fault(engine: Engine, node: str, kind: str, gpu: int | None = None, not_before: float = 0.0,
@@ -31,3 +34,9 @@ def clear_faults(engine: Engine, node: str, kind: str | None = None) -> int:
 def faults_for(engine: Engine, node: str) -> list[SimFault]:
     with Session(engine) as session:
         return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(SimFault.id)))
+
+
+def fault_specs(engine: Engine, node: str) -> list[SimFaultSpec]:
+    """The node's stored faults as the simulated executor reads them."""
+    return [SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour, seed=f.seed)
+            for f in faults_for(engine, node)]

@@ -13,15 +13,10 @@ from checks import judge
 from checks.catalog import CHECKS
 from checks.result import Status
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
-from fleetctl.executors.sim import (
-    FAULT_KINDS,
-    SIM_PROFILES,
-    SimExecutor,
-    SimFaultSpec,
-    active_faults,
-    fault_onset,
-    render_inventory,
-)
+from fleetctl.sim.executor import SimExecutor
+from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.profiles import sim_profile, sim_profiles
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
 NOW = 1_750_000_000.0
@@ -84,7 +79,7 @@ def busbw_at_largest_size(text: str) -> float:
 # --- every check, every profile, every fault -----------------------------------------------
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_healthy_node_passes_every_check(profile: str) -> None:
     ex = executor()
     for name, spec in CHECKS.items():
@@ -94,7 +89,7 @@ def test_healthy_node_passes_every_check(profile: str) -> None:
         assert result.exit_status == 0, name
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 @pytest.mark.parametrize("fault", sorted(FAULT_EFFECTS))
 def test_fault_affects_its_checks_and_no_others(fault: str, profile: str) -> None:
     ex = executor([SimFaultSpec(fault, gpu=FAULT_GPU.get(fault, 3))])
@@ -110,7 +105,7 @@ def test_fault_kinds_all_have_a_test() -> None:
     assert set(FAULT_EFFECTS) | {"flaky", "unreachable"} == set(FAULT_KINDS)
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_nvlink_degraded_node_is_a_straggler_at_75_to_85_percent(profile: str) -> None:
     healthy = busbw_at_largest_size(run_check(executor(), "nccl-allreduce", profile).stdout)
     for seed in range(5):
@@ -135,7 +130,7 @@ def test_thermal_throttle_on_one_gpu_reports_hw_thermal_slowdown() -> None:
 
 
 def test_firmware_drift_shows_older_vbios_and_connectx_versions() -> None:
-    profile = SIM_PROFILES["h100-sxm"]
+    profile = sim_profile("h100-sxm")
     ex = executor([SimFaultSpec("firmware-drift")])
     vbios = run_check(ex, "firmware-inventory").stdout
     nic = run_check(ex, "nic-firmware").stdout
@@ -336,8 +331,8 @@ def test_other_firmware_and_ib_tools() -> None:
     assert ex.run(target(), ["flint", "-d", "mlx5_99", "query"], 10).exit_status != 0
     shown = ex.run(target(), ["nvfwupd.py", "-t", "ip=10.0.0.1", "show_version", "-j"], 30).stdout
     devices = {d["AP Name"]: d["Sys Version"] for d in json.loads(shown)["Firmware Devices"]}
-    assert devices["HGX_FW_GPU_SXM_3"] == SIM_PROFILES["h100-sxm"].drifted_vbios_version
-    assert devices["HGX_FW_GPU_SXM_1"] == SIM_PROFILES["h100-sxm"].vbios_version
+    assert devices["HGX_FW_GPU_SXM_3"] == sim_profile("h100-sxm").drifted_vbios_version
+    assert devices["HGX_FW_GPU_SXM_1"] == sim_profile("h100-sxm").vbios_version
     table = ex.run(target(), ["nvfwupd", "show_version", "-p", "pkg.fwpkg"], 30).stdout
     assert judge("firmware", table, "h100-sxm").status is WARN  # runs older than the package
     rail_5_down = executor([SimFaultSpec("ib-port-down", gpu=5)])

@@ -18,7 +18,10 @@ from pathlib import Path
 
 from checks.catalog import CHECKS
 from fleetctl.executors.base import ExecutorError, NodeTarget
-from fleetctl.executors.sim import FAULT_KINDS, SIM_PROFILES, SimExecutor, SimFaultSpec, render_inventory
+from fleetctl.sim.executor import SimExecutor
+from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.profiles import sim_profiles
 
 GOLDEN = Path(__file__).parent.parent / "fixtures" / "sim" / "golden.json"
 NOW = 1_750_000_000.0
@@ -101,7 +104,7 @@ def digests() -> dict[str, str]:
     argvs = sorted({spec.argv for spec in CHECKS.values()} | set(EXTRA_ARGVS))
     by_case: dict[str, hashlib._Hash] = {}
     by_argv = {argv: hashlib.sha256() for argv in argvs}
-    for profile in sorted(SIM_PROFILES):
+    for profile in sorted(sim_profiles()):
         for label, faults in _fault_sets().items():
             ex = SimExecutor(lambda name, f=faults: list(f) if name == NODE else [], seed=SEED,
                              time_scale=1.0, now=lambda: NOW, sleep=lambda s: None)
