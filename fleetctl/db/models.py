@@ -102,7 +102,7 @@ class Job(SQLModel, table=True):
     id: Optional[int] = Field(default=None, primary_key=True)
     job_id: str = Field(index=True, unique=True)
     name: str = ""
-    scheduler: str = "sim"
+    scheduler: str  # the inventory's scheduler kind that runs it; no default (migration 0005)
     state: str = "pending"
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     # How many nodes the job needs; `nodes` is where it runs (empty while pending).

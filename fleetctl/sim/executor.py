@@ -57,6 +57,9 @@ class SimExecutor:
 
     def run(self, target: NodeTarget, argv: Sequence[str], timeout_s: float) -> CommandResult:
         name = sim_node_name(target)
+        if target.profile is None:
+            raise ValueError(f"{target.name}: a simulated node needs its GPU profile (the inventory's `profile`)")
+        profile = sim_profile(target.profile)
         now = self._now()
         faults = active_faults(self._faults_for(target.name), now)
         if any(f.kind == "unreachable" for f in faults):
@@ -68,7 +71,7 @@ class SimExecutor:
         transient = bool(flaky) and _touches_stress_tool(argv) and any(
             random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky
         )
-        state = build_node_state(name, sim_profile(target.profile), self._seed, faults, now, transient)
+        state = build_node_state(name, profile, self._seed, faults, now, transient)
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
         result = NodeShell(state, jitter).run(argv)
         wall_s = result.seconds * self._time_scale

@@ -351,7 +351,14 @@ def test_shell_scripts_and_unknown_commands() -> None:
 
 def test_target_must_be_a_sim_address() -> None:
     with pytest.raises(ValueError):
-        executor().run(NodeTarget(NODE, "10.0.0.7"), ["hostname"], 10)
+        executor().run(NodeTarget(NODE, "10.0.0.7", profile="h100-sxm"), ["hostname"], 10)
+
+
+@pytest.mark.parametrize("profile", [None, "h999"])
+def test_target_needs_a_known_profile(profile: str | None) -> None:
+    """No profile is assumed: a node without one (or with one the simulator lacks) is refused."""
+    with pytest.raises(ValueError, match="profile"):
+        executor().run(NodeTarget(NODE, f"sim://{NODE}", profile=profile), ["hostname"], 10)
 
 
 # --- inventory -----------------------------------------------------------------------------
