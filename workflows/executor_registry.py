@@ -40,11 +40,12 @@ class ExecutorRegistry:
     def _make_sim(self) -> Executor:
         from fleetctl.db.engine import get_engine
         from fleetctl.sim.executor import SimExecutor
-        from fleetctl.sim.store import fault_specs
+        from fleetctl.sim import store
 
         engine = get_engine(self.settings.db_url)
-        return SimExecutor(faults_for=partial(fault_specs, engine), seed=self.settings.sim_seed,
-                           time_scale=self.settings.sim_time_scale)
+        return SimExecutor(faults_for=partial(store.fault_specs, engine), seed=self.settings.sim_seed,
+                           time_scale=self.settings.sim_time_scale, booted_at=partial(store.booted_at, engine),
+                           cure=partial(store.cure, engine))
 
     def close(self) -> None:
         for executor in (self._ssh, self._sim):

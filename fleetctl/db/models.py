@@ -114,6 +114,15 @@ class Job(SQLModel, table=True):
     last_checkpoint_at: Optional[datetime] = None
 
 
+class SimBoot(SQLModel, table=True):
+    """When a simulated node's BMC last rebooted it (a node without a row boots at its own phase)."""
+
+    __tablename__ = "sim_boots"
+
+    node_name: str = Field(primary_key=True)
+    booted_at: float  # unix time
+
+
 class SimFault(SQLModel, table=True):
     """A fault injected into a simulated node; read by the worker's simulated executor."""
 

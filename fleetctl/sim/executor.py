@@ -32,9 +32,12 @@ def sim_node_name(target: NodeTarget) -> str:
 class SimExecutor:
     """The Executor for `sim://` nodes.
 
-    `faults_for(name)` returns a node's fault specs (stored by the caller, shared between
-    processes). A command takes its real duration times `time_scale` (0 = instant) of
-    wall time, through `sleep`; `now` is the clock faults and timestamps are read from.
+    `faults_for(name)` returns a node's fault specs and `booted_at(name)` when its BMC last
+    rebooted it (both stored by the caller, shared between processes); `cure(name, kinds)`
+    clears the faults a command repaired (a GPU reset, a firmware update). Without them a
+    node keeps the faults it is given and boots at its own phase. A command takes its real
+    duration times `time_scale` (0 = instant) of wall time, through `sleep`; `now` is the
+    clock faults and timestamps are read from.
     """
 
     def __init__(
@@ -44,6 +47,8 @@ class SimExecutor:
         time_scale: float = 0.0,
         now: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        booted_at: Callable[[str], float | None] = lambda name: None,
+        cure: Callable[[str, frozenset[str]], object] = lambda name, kinds: None,
     ):
         if time_scale < 0:
             raise ValueError(f"time_scale must be 0 or more, not {time_scale}")
@@ -52,6 +57,8 @@ class SimExecutor:
         self._time_scale = time_scale
         self._now = now
         self._sleep = sleep
+        self._booted_at = booted_at
+        self._cure = cure
         # Per node and command: the n-th run gets its own jitter and flaky outcome.
         self._runs: Counter[tuple[str, tuple[str, ...]]] = Counter()
 
@@ -71,7 +78,7 @@ class SimExecutor:
         transient = bool(flaky) and _touches_stress_tool(argv) and any(
             random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky
         )
-        state = build_node_state(name, profile, self._seed, faults, now, transient)
+        state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name))
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
         result = NodeShell(state, jitter).run(argv)
         wall_s = result.seconds * self._time_scale
@@ -79,6 +86,8 @@ class SimExecutor:
             self._sleep(timeout_s)
             raise CommandTimeout(target.name, f"{shlex.join(argv)} still running after {timeout_s:g} s")
         self._sleep(wall_s)
+        if result.cures:
+            self._cure(target.name, result.cures)
         out = result.output
         return CommandResult(tuple(argv), out.exit_status, out.stdout, out.stderr, wall_s)
 

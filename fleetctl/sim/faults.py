@@ -24,6 +24,14 @@ FAULT_KINDS: tuple[str, ...] = (
     "unreachable",  # the executor raises NodeUnreachable
 )
 
+# What a repair cures on a simulated node: the faults a real GPU reset or reboot clears, and
+# a firmware update (firmware-drift is one fault: any completed update clears it).
+CURED_BY: dict[str, frozenset[str]] = {
+    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
+    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded"}),
+    "firmware_update": frozenset({"firmware-drift"}),
+}
+
 
 @dataclass
 class SimFaultSpec:

@@ -98,6 +98,7 @@ class NodeState:
     kernel_events: list[KernelEvent] = field(default_factory=list)
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
+    boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
 
     @property
     def visible_gpus(self) -> list[GpuState]:
@@ -136,8 +137,11 @@ def build_node_state(
     faults: Sequence[SimFaultSpec],
     now: float,
     transient_failure: bool = False,
+    booted_at: float | None = None,
 ) -> NodeState:
-    """The node as its tools see it at `now`, with `faults` (already active) applied."""
+    """The node as its tools see it at `now`, with `faults` (already active) applied.
+    `booted_at` is when its BMC last rebooted it; otherwise (and when the node's own monthly
+    reboot came later) it last booted at its own phase."""
     rng = identity_rng(seed, node)
     buses = rng.choice(profile.gpu_bus_layouts)
     gpus = [
@@ -184,15 +188,20 @@ def build_node_state(
         )
     )
     uptime = (now + rng.uniform(0, _REBOOT_PERIOD_S)) % _REBOOT_PERIOD_S + 600.0
+    boot_time = now - uptime
+    if booted_at is not None and boot_time < booted_at <= now:
+        boot_time = booted_at
     state = NodeState(
         hostname=node,
         profile=profile,
         gpus=gpus,
         hcas=hcas,
-        boot_time=now - uptime,
+        boot_time=boot_time,
         now=now,
         allreduce_busbw_gbps=profile.allreduce_busbw_gbps * rng.uniform(0.985, 1.01),
         transient_failure=transient_failure,
+        # Its own generator: drawing from `rng` would change every value drawn after it.
+        boot_id=str(uuid.UUID(int=identity_rng(seed, node, "boot", boot_time).getrandbits(128), version=4)),
     )
     state.kernel_events = _boot_messages(state)
     for spec in faults:

@@ -11,13 +11,19 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from fleetctl.sim.faults import CURED_BY
 from fleetctl.sim.node import HcaState, NodeState, ToolOutput
 from fleetctl.sim.render.dcgm import render_dcgmi_diag
-from fleetctl.sim.render.firmware import render_flint_query, render_mlxfwmanager, render_nvfwupd_show_version
+from fleetctl.sim.render.firmware import (
+    render_flint_query,
+    render_mlxfwmanager,
+    render_mlxfwmanager_update,
+    render_nvfwupd_show_version,
+)
 from fleetctl.sim.render.hpl import render_hpl
 from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
-from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query
+from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
 from fleetctl.sim.render.xid import render_kernel_log
 
 
@@ -25,6 +31,8 @@ from fleetctl.sim.render.xid import render_kernel_log
 class ToolRun:
     output: ToolOutput
     seconds: float  # how long the real tool would take
+    # Fault kinds the run repaired (a GPU reset, a firmware update); the executor clears them.
+    cures: frozenset[str] = frozenset()
 
 
 class _UsageError(Exception):
@@ -85,7 +93,10 @@ def _nvidia_smi(call: _Call) -> ToolRun:
         display = _flag(flags, "-d", "--display")
         sections = [d.strip().upper() for d in display.split(",")] if display else None
         return ToolRun(render_nvidia_smi_q(call.node, sections, indices), 1.5)
-    raise _UsageError("simulated nvidia-smi answers --query-gpu=... --format=csv and -q")
+    if "-r" in flags or "--gpu-reset" in flags:
+        output = render_nvidia_smi_reset(call.node, indices)
+        return ToolRun(output, 8.0, CURED_BY["gpu_reset"] if output.exit_status == 0 else frozenset())
+    raise _UsageError("simulated nvidia-smi answers --query-gpu=... --format=csv, -q and -r")
 
 
 _DCGM_LEVELS = {"1": 1, "short": 1, "2": 2, "medium": 2, "3": 3, "long": 3, "4": 4, "xlong": 4}
@@ -199,10 +210,29 @@ def _flint(call: _Call) -> ToolRun:
 
 
 def _mlxfwmanager(call: _Call) -> ToolRun:
-    flags, _ = _options(call.args, {"-d", "--dev"})
+    flags, _ = _options(call.args, {"-d", "--dev", "-i", "--image-file", "--log", "-L", "--log-file"})
+    if {"-u", "--update"} & flags.keys():
+        return ToolRun(render_mlxfwmanager_update(call.node), 120.0, CURED_BY["firmware_update"])
     if not {"--query", "-q"} & flags.keys():
-        raise _UsageError("simulated mlxfwmanager answers --query")
+        raise _UsageError("simulated mlxfwmanager answers --query and -u")
     return ToolRun(render_mlxfwmanager(call.node), 6.0)
+
+
+# The files `cat` can read on a simulated node.
+_FILES: dict[str, Callable[[NodeState], str]] = {
+    "/proc/sys/kernel/random/boot_id": lambda node: node.boot_id + "\n",
+}
+
+
+def _cat(call: _Call) -> ToolRun:
+    out, err, status = [], [], 0
+    for path in call.args:
+        if path in _FILES:
+            out.append(_FILES[path](call.node))
+        else:
+            err.append(f"cat: {path}: No such file or directory\n")
+            status = 1
+    return ToolRun(ToolOutput("".join(out), "".join(err), status), 0.0)
 
 
 def _nvfwupd(call: _Call) -> ToolRun:
@@ -235,6 +265,7 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "nvfwupd": _nvfwupd,
     "nvfwupd.py": _nvfwupd,
     "sleep": _sleep,
+    "cat": _cat,
     "hostname": lambda call: ToolRun(ToolOutput(call.node.hostname + "\n"), 0.0),
     "true": lambda call: ToolRun(ToolOutput(""), 0.0),
 }
@@ -309,6 +340,7 @@ class NodeShell:
         """`;`, `&&`, `||`, background `&` with `wait`, and redirections to files (dropped)."""
         pieces = _SCRIPT_SPLIT.split(script)
         stdout, stderr = [], []
+        cures: frozenset[str] = frozenset()
         clock = background_end = 0.0
         status, skip = 0, False
         for text, operator in zip(pieces[::2], pieces[1::2] + [""]):
@@ -316,23 +348,24 @@ class NodeShell:
                 return ToolRun(ToolOutput("", "sh: pipelines are not simulated\n", 2), clock)
             text = text.strip()
             if text and not skip:
-                result, seconds = self._simple_command(text, background_end - clock)
+                run = self._simple_command(text, background_end - clock)
                 if operator == "&":
-                    background_end = max(background_end, clock + seconds)
+                    background_end = max(background_end, clock + run.seconds)
                     status = 0
                 else:
-                    clock += seconds
-                    status = result.exit_status
-                stdout.append(result.stdout)
-                stderr.append(result.stderr)
+                    clock += run.seconds
+                    status = run.output.exit_status
+                stdout.append(run.output.stdout)
+                stderr.append(run.output.stderr)
+                cures |= run.cures
             skip = (operator == "&&" and status != 0) or (operator == "||" and status == 0)
-        return ToolRun(ToolOutput("".join(stdout), "".join(stderr), status), clock)
+        return ToolRun(ToolOutput("".join(stdout), "".join(stderr), status), clock, cures)
 
-    def _simple_command(self, text: str, background_left: float) -> tuple[ToolOutput, float]:
+    def _simple_command(self, text: str, background_left: float) -> ToolRun:
         redirects = _REDIRECT.findall(text)
         words = shlex.split(_REDIRECT.sub("", text))
         if words == ["wait"]:
-            return ToolOutput(""), max(background_left, 0.0)
+            return ToolRun(ToolOutput(""), max(background_left, 0.0))
         run = self.run(words)
         out, err = run.output.stdout, run.output.stderr
         for stream, target in redirects:
@@ -342,4 +375,4 @@ class NodeShell:
                 err = ""
             else:
                 out = ""
-        return ToolOutput(out, err, run.output.exit_status), run.seconds
+        return ToolRun(ToolOutput(out, err, run.output.exit_status), run.seconds, run.cures)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -16,7 +17,7 @@ from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, N
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.sim.profiles import sim_profile, sim_profiles
+from fleetctl.sim.profiles import SimProfile, _typed, sim_profile, sim_profiles
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
 NOW = 1_750_000_000.0
@@ -383,3 +384,51 @@ def test_render_inventory() -> None:
         render_inventory(4, 1, "h900", seed=0)
     with pytest.raises(ValueError):
         render_inventory(2, 3, "b200", seed=0)
+
+
+# --- profile data ----------------------------------------------------------------------------
+
+
+def test_profiles_load_from_the_package_data() -> None:
+    profiles = sim_profiles()
+    assert set(profiles) == {"a100-sxm-80gb", "b200", "h100-sxm", "h200-sxm"}
+    h100 = profiles["h100-sxm"]
+    assert (h100.pci_device_id, h100.power_limit_w, h100.cuda_version) == (0x2330, 700.0, "12.4")
+    assert isinstance(h100.power_limit_w, float) and h100.hca.device_type == "ConnectX7"
+    assert profiles["a100-sxm-80gb"].gpu_bus_layouts[0][:2] == (0x07, 0x0F)
+
+
+def _h100_raw() -> dict:
+    h100 = sim_profile("h100-sxm")
+    skip = ("name", "hca", "gpu_bus_layouts")
+    return {f.name: getattr(h100, f.name) for f in dataclasses.fields(h100) if f.name not in skip}
+
+
+def _typed_h100(raw: dict):
+    h100 = sim_profile("h100-sxm")
+    return _typed(SimProfile, "h100-sxm.yaml", raw, name="h100-sxm", hca=h100.hca, gpu_bus_layouts=h100.gpu_bus_layouts)
+
+
+def test_an_int_where_a_float_is_due_reads_as_that_float() -> None:
+    assert _typed_h100({**_h100_raw(), "power_limit_w": 700}) == sim_profile("h100-sxm")
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"power_limit_w": "700 W"}, "power_limit_w must be float"),
+    ({"gpu_count": 8.0}, "gpu_count must be int"),
+    ({"cuda_version": 12.4}, "cuda_version must be str"),
+    ({"gpu_count": True}, "gpu_count must be int"),
+    ({"gpu_name": None}, "gpu_name must be str"),
+    ({"watts": 1}, "unknown \\['watts'\\]"),
+])
+def test_profile_values_are_checked_against_their_types(change: dict, problem: str) -> None:
+    """One float read as an int already changes what nvidia-smi prints: nothing is coerced but int -> float."""
+    with pytest.raises(ValueError, match=problem):
+        _typed_h100({**_h100_raw(), **change})
+
+
+def test_a_profile_missing_a_value_is_refused() -> None:
+    raw = _h100_raw()
+    del raw["gpu_count"]
+    with pytest.raises(ValueError, match="missing \\['gpu_count'\\]"):
+        _typed_h100(raw)

@@ -1,10 +1,12 @@
 """The simulator's output is pinned byte for byte: every tool and its variants, on every
 profile, healthy and with every fault (on one GPU and on all), plus the inventory.
 
-The digests in tests/fixtures/sim/golden.json were taken from the simulator as it was
+The digests in tests/fixtures/sim/golden.json were first taken from the simulator as it was
 before it became the `fleetctl.sim` package (fleetctl/executors/sim.py and sim_render.py at
-757020c), so a refactoring that changes one byte of any output fails here. A change to the
-output made on purpose regenerates them:
+757020c) and matched after the move; the only outputs changed since were made on purpose
+(`cat` of the boot id, `nvidia-smi -r`, `mlxfwmanager -u`, and the usage lines that list
+them). A refactoring that changes one byte of any output fails here. A change to the output
+made on purpose regenerates them:
 
     .venv/bin/python -m tests.executors.test_sim_golden
 """
@@ -37,6 +39,8 @@ EXTRA_ARGVS: tuple[tuple[str, ...], ...] = (
     ("nvidia-smi", "-q", "-d", "TEMPERATURE", "-i", "2"),
     ("nvidia-smi", "-q", "-d", "BOGUS"),
     ("nvidia-smi", "-L"),
+    ("nvidia-smi", "-r"),
+    ("nvidia-smi", "-r", "-i", "3"),
     ("dcgmi", "diag", "-r", "1"),
     ("dcgmi", "diag", "-r", "long"),
     ("dcgmi", "diag", "-r", "4", "-j"),
@@ -61,6 +65,7 @@ EXTRA_ARGVS: tuple[tuple[str, ...], ...] = (
     ("flint", "query"),
     ("mlxup", "--query"),
     ("mlxfwmanager",),
+    ("mlxfwmanager", "-u", "-y", "-i", "/opt/firmware/fw.bin", "--log", "gpu-042.log"),
     ("nvfwupd", "show_version"),
     ("nvfwupd.py", "-p", "fw.pkg", "show_version", "-j"),
     ("nvfwupd", "-j", "show_version"),

@@ -64,6 +64,22 @@ def render_mlxfwmanager(node: NodeState) -> ToolOutput:
     return ToolOutput("\n".join(lines) + "\n")
 
 
+def render_mlxfwmanager_update(node: NodeState) -> ToolOutput:
+    """`mlxfwmanager -u -y -i IMAGE`: burns the profile's firmware into every ConnectX adapter
+    (the simulator's image is always the profile's release)."""
+    model = node.profile.hca
+    adapters = [h for h in node.hcas if h.ca_type == model.ca_type]
+    behind = [number for number, hca in enumerate(adapters, start=1) if hca.firmware != model.firmware]
+    lines = ["Querying Mellanox devices firmware ...", ""]
+    if not behind:
+        lines += ["All devices are up to date", ""]
+        return ToolOutput("\n".join(lines) + "\n")
+    lines += [f"Found {len(behind)} device(s) requiring firmware update...", ""]
+    lines += [f"Device #{number}: Updating FW ...     Done" for number in behind]
+    lines += ["", "Restart needed for updates to take effect.", ""]
+    return ToolOutput("\n".join(lines) + "\n")
+
+
 def firmware_inventory(node: NodeState, packaged: bool = False) -> list[tuple[str, str]]:
     """(component, version) as the BMC's Redfish FirmwareInventory names them: what runs on
     the node, or with `packaged` what the profile's firmware package carries."""

@@ -366,3 +366,12 @@ def render_nvidia_smi_q(node: NodeState, display: Sequence[str] | None, indices:
         lines.extend(report_lines(tree, depth=1))
         lines.append("")
     return ToolOutput("\n".join(lines) + "\n", exit_status=NVML_ERROR_GPU_IS_LOST if any(g.lost for g in selected) else 0)
+
+
+def render_nvidia_smi_reset(node: NodeState, indices: Sequence[int] | None) -> ToolOutput:
+    """`nvidia-smi -r [-i N]`: a GPU that fell off the bus cannot be reset (NVML cannot reach it)."""
+    selected = _selected(node, indices)
+    lost = [g for g in selected if g.lost]
+    if lost:
+        return ToolOutput("", "".join(_lost_gpu_line(g) + "\n" for g in lost), NVML_ERROR_GPU_IS_LOST)
+    return ToolOutput("".join(f"GPU {g.pci_bus_id} was successfully reset.\n" for g in selected) + "All done.\n")
