@@ -13,9 +13,9 @@ from temporalio.client import Client
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.sim.store import add_fault
-from fleetctl.sim.inventory import render_inventory
 from fleetctl.inventory import parse_inventory
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.store import add_fault
 from tests.support.worker import WorkerThread
 from workflows.node_lifecycle import NodeLifecycle, workflow_id_for
 from workflows.starter import connect, ensure_node_workflows, request_phase

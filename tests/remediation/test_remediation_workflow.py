@@ -10,9 +10,9 @@ import pytest
 
 from fleetctl.db import remediation as db
 from fleetctl.db import queries
-from fleetctl.sim.store import add_fault, faults_for
 from fleetctl.db.models import utcnow
 from fleetctl.runbooks import Event, load_runbooks
+from fleetctl.sim.store import add_fault, faults_for
 from tests.remediation.conftest import running_fleet
 from workflows.remediation_starter import run_remediation
 

@@ -21,10 +21,10 @@ import yaml
 from fleetctl.config import load_settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.sim.store import add_fault
-from fleetctl.sim.inventory import render_inventory
 from fleetctl.inventory import parse_inventory
+from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.sim.store import add_fault
 from fleetctl.temporal_server import start_dev_server
 from workflows.active_checks import ActiveCheckSweep, SweepInput
 from workflows.capacity_guard import guard_id
