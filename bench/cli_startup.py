@@ -70,7 +70,7 @@ def _small_fleet_db(directory: Path) -> str:
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.executors.sim import render_inventory
+    from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory import parse_inventory
 
     url = f"sqlite:///{directory / 'fleet.db'}"

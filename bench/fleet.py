@@ -64,7 +64,7 @@ def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.executors.sim import render_inventory
+    from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory import parse_inventory
 
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1)}))

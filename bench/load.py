@@ -75,7 +75,7 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
     """This interval's faults on nodes in production now; the nodes hit."""
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.db.sim import add_fault
+    from fleetctl.sim.store import add_fault
     from workflows.api import HealthEventInput
     from workflows.client import send_health_events
 

@@ -48,7 +48,7 @@ def _sqlite_mib(db: Path) -> float:
 def _inventory(directory: Path, nodes: int) -> Path:
     import yaml
 
-    from fleetctl.executors.sim import render_inventory
+    from fleetctl.sim.inventory import render_inventory
 
     path = directory / "inventory.yaml"
     path.write_text(yaml.safe_dump({"nodes": render_inventory(nodes, max(1, nodes // NODES_PER_RACK), "h100-sxm",

@@ -84,7 +84,7 @@ class Demo:
     async def import_fleet(self) -> None:
         import yaml
 
-        from fleetctl.executors.sim import render_inventory
+        from fleetctl.sim.inventory import render_inventory
         from fleetctl.inventory import parse_inventory
         from workflows.client import connect, ensure_node_workflows
 
@@ -117,7 +117,7 @@ class Demo:
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:
-        from fleetctl.schedulers.sim import SimScheduler
+        from fleetctl.sim.scheduler import SimScheduler
 
         sim = SimScheduler(self.engine)
         production = sum(1 for n in queries.list_nodes(self.engine) if n.state == "production")
@@ -132,7 +132,7 @@ class Demo:
     def _inject(self, fault: Fault) -> None:
         import zlib
 
-        from fleetctl.db.sim import add_fault
+        from fleetctl.sim.store import add_fault
 
         add_fault(self.engine, fault.node, fault.kind, seed=zlib.crc32(fault.node.encode()) & 0xFFFF)
         fault.injected = True

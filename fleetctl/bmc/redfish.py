@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from fleetctl.bmc.base import RESET_TYPES, BmcError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -39,29 +41,7 @@ SYSTEMS = "/redfish/v1/Systems"
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
 FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
 
-# Redfish ResetType values (Resource schema); anything else is a caller's mistake.
-RESET_TYPES = frozenset(
-    {
-        "On",
-        "ForceOff",
-        "GracefulShutdown",
-        "GracefulRestart",
-        "ForceRestart",
-        "Nmi",
-        "ForceOn",
-        "PushPowerButton",
-        "PowerCycle",
-        "FullPowerCycle",
-        "Suspend",
-        "Pause",
-        "Resume",
-    }
-)
 TASK_FAILED_STATES = frozenset({"Exception", "Killed", "Cancelled"})
-
-
-class BmcError(Exception):
-    """The BMC refused or failed a request. The message is one readable line."""
 
 
 class BmcUnreachable(BmcError):
@@ -356,6 +336,27 @@ class RedfishClient:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text
+
+
+class RedfishBmc:
+    """The Bmc interface over Redfish: the BMC's first system, SimpleUpdate with its task."""
+
+    def __init__(self, client: RedfishClient) -> None:
+        self.client = client
+
+    def __repr__(self) -> str:
+        return f"RedfishBmc({self.client!r})"
+
+    def reboot(self, reset_type: str, timeout_s: float, poll_s: float) -> None:
+        systems = self.client.systems()
+        if not systems:
+            raise BmcError(f"BMC {self.client.base_url}: no system on the BMC")
+        self.client.reboot(systems[0], reset_type=reset_type, timeout_s=timeout_s, poll_s=poll_s)
+
+    def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
+        task = self.client.simple_update(image_uri, targets)
+        if task:
+            self.client.wait_for_task(task, timeout_s=timeout_s)
 
 
 class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):

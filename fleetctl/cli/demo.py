@@ -32,12 +32,12 @@ def demo(
 
     from fleetctl.config import load_settings
     from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
-    from fleetctl.executors.sim import SIM_PROFILES
+    from fleetctl.sim.profiles import sim_profiles
     from fleetctl.temporal_server import free_port, start_dev_server
     from workflows.worker import BackgroundWorker
 
-    if profile not in SIM_PROFILES:
-        fail(f"unknown profile {profile!r} (one of: {', '.join(sorted(SIM_PROFILES))})", EXIT_USAGE)
+    if profile not in (known := sim_profiles()):
+        fail(f"unknown profile {profile!r} (one of: {', '.join(sorted(known))})", EXIT_USAGE)
     if racks > nodes:
         fail(f"{racks} racks for {nodes} nodes would leave racks empty", EXIT_USAGE)
     console = Console()

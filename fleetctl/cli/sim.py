@@ -24,7 +24,7 @@ def fleet(
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
 ) -> None:
     """Print an inventory of simulated nodes (pipe it to a file, then `fleetctl node import`)."""
-    from fleetctl.executors.sim import render_inventory
+    from fleetctl.sim.inventory import render_inventory
 
     try:
         entries = render_inventory(nodes, racks, profile, seed, prefix)
@@ -35,7 +35,7 @@ def fleet(
 
 def _sim_node(ctx: typer.Context, name: str):
     from fleetctl.db.queries import get_node
-    from fleetctl.executors.sim import SIM_SCHEME
+    from fleetctl.sim import SIM_SCHEME
 
     node = get_node(context.engine(ctx), name)
     if node is None:
@@ -55,9 +55,9 @@ def inject(
     gpu: Optional[int] = typer.Option(None, "--gpu", help="which GPU (or HCA) fails"),
 ) -> None:
     """Inject a fault into a simulated node; the worker's checks see it from then on."""
-    from fleetctl.db.sim import add_fault
     from fleetctl.durations import parse_duration
-    from fleetctl.executors.sim import SimFaultSpec
+    from fleetctl.sim.faults import SimFaultSpec
+    from fleetctl.sim.store import add_fault
 
     _sim_node(ctx, node)
     try:
@@ -74,7 +74,7 @@ def inject(
 @app.command("clear")
 def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(None, help="one fault kind; default all")) -> None:
     """Clear one or all faults of a simulated node (a repaired node)."""
-    from fleetctl.db.sim import clear_faults
+    from fleetctl.sim.store import clear_faults
 
     _sim_node(ctx, node)
     count = clear_faults(context.engine(ctx), node, fault)
@@ -84,7 +84,7 @@ def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(N
 @app.command("faults")
 def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) -> None:
     """The faults injected into a simulated node."""
-    from fleetctl.db.sim import faults_for
+    from fleetctl.sim.store import faults_for
 
     _sim_node(ctx, node)
     rows = [{"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}

@@ -1,7 +1,7 @@
 """Training jobs, the simulated scheduler's node drains, and job restarts.
 
 Each function opens its own short session. Where simulated jobs go is the simulated
-scheduler's rule (fleetctl/schedulers/sim.py): `sim_scheduling_pass` only gives it the
+scheduler's rule (fleetctl/sim/scheduler.py): `sim_scheduling_pass` only gives it the
 queue and the nodes, and writes its placements in the same transaction.
 """
 

@@ -102,7 +102,7 @@ class Job(SQLModel, table=True):
     id: Optional[int] = Field(default=None, primary_key=True)
     job_id: str = Field(index=True, unique=True)
     name: str = ""
-    scheduler: str = "sim"
+    scheduler: str  # the inventory's scheduler kind that runs it; no default (migration 0005)
     state: str = "pending"
     nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     # How many nodes the job needs; `nodes` is where it runs (empty while pending).
@@ -112,6 +112,15 @@ class Job(SQLModel, table=True):
     started_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
     last_checkpoint_at: Optional[datetime] = None
+
+
+class SimBoot(SQLModel, table=True):
+    """When a simulated node's BMC last rebooted it (a node without a row boots at its own phase)."""
+
+    __tablename__ = "sim_boots"
+
+    node_name: str = Field(primary_key=True)
+    booted_at: float  # unix time
 
 
 class SimFault(SQLModel, table=True):

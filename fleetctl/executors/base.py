@@ -31,7 +31,9 @@ class NodeTarget:
     port: int = 22
     jump_host: str | None = None  # "user@bastion:port"
     key_file: str | None = None
-    profile: str = "h100-sxm"
+    # The GPU profile from the inventory. The SSH executor does not need it; a simulated
+    # node renders its tools from it and refuses a target without one.
+    profile: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ def scheduler_for(kind: str, settings: Settings) -> Scheduler:
     """
     if kind == "sim":
         from fleetctl.db.engine import get_engine
-        from fleetctl.schedulers.sim import SimScheduler
+        from fleetctl.sim.scheduler import SimScheduler
 
         return SimScheduler(get_engine(settings.db_url))
     if kind == "slurm":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import statistics
@@ -13,15 +14,10 @@ from checks import judge
 from checks.catalog import CHECKS
 from checks.result import Status
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
-from fleetctl.executors.sim import (
-    FAULT_KINDS,
-    SIM_PROFILES,
-    SimExecutor,
-    SimFaultSpec,
-    active_faults,
-    fault_onset,
-    render_inventory,
-)
+from fleetctl.sim.executor import SimExecutor
+from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.profiles import SimProfile, _typed, sim_profile, sim_profiles
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
 NOW = 1_750_000_000.0
@@ -45,7 +41,7 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "xid48": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     "row-remap-failure": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     # Xid 63 is NVIDIA's "ignore" bucket; the pending remap itself fails nvidia-smi and DCGM.
-    "row-remap-pending": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {WARN}},
+    "row-remap-pending": {**_SMI_BOTH, **_DCGM_ALL},
     # A straggler: 75-85% of healthy lands between the profile's warn and fail floors.
     "nvlink-degraded": {"nccl-allreduce": {WARN, FAIL}},
     "thermal-throttle": {**_SMI_BOTH, "dcgm-r3": {FAIL}, "hpl": {FAIL}},
@@ -84,7 +80,7 @@ def busbw_at_largest_size(text: str) -> float:
 # --- every check, every profile, every fault -----------------------------------------------
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_healthy_node_passes_every_check(profile: str) -> None:
     ex = executor()
     for name, spec in CHECKS.items():
@@ -94,7 +90,7 @@ def test_healthy_node_passes_every_check(profile: str) -> None:
         assert result.exit_status == 0, name
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 @pytest.mark.parametrize("fault", sorted(FAULT_EFFECTS))
 def test_fault_affects_its_checks_and_no_others(fault: str, profile: str) -> None:
     ex = executor([SimFaultSpec(fault, gpu=FAULT_GPU.get(fault, 3))])
@@ -110,7 +106,7 @@ def test_fault_kinds_all_have_a_test() -> None:
     assert set(FAULT_EFFECTS) | {"flaky", "unreachable"} == set(FAULT_KINDS)
 
 
-@pytest.mark.parametrize("profile", sorted(SIM_PROFILES))
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_nvlink_degraded_node_is_a_straggler_at_75_to_85_percent(profile: str) -> None:
     healthy = busbw_at_largest_size(run_check(executor(), "nccl-allreduce", profile).stdout)
     for seed in range(5):
@@ -135,7 +131,7 @@ def test_thermal_throttle_on_one_gpu_reports_hw_thermal_slowdown() -> None:
 
 
 def test_firmware_drift_shows_older_vbios_and_connectx_versions() -> None:
-    profile = SIM_PROFILES["h100-sxm"]
+    profile = sim_profile("h100-sxm")
     ex = executor([SimFaultSpec("firmware-drift")])
     vbios = run_check(ex, "firmware-inventory").stdout
     nic = run_check(ex, "nic-firmware").stdout
@@ -336,8 +332,8 @@ def test_other_firmware_and_ib_tools() -> None:
     assert ex.run(target(), ["flint", "-d", "mlx5_99", "query"], 10).exit_status != 0
     shown = ex.run(target(), ["nvfwupd.py", "-t", "ip=10.0.0.1", "show_version", "-j"], 30).stdout
     devices = {d["AP Name"]: d["Sys Version"] for d in json.loads(shown)["Firmware Devices"]}
-    assert devices["HGX_FW_GPU_SXM_3"] == SIM_PROFILES["h100-sxm"].drifted_vbios_version
-    assert devices["HGX_FW_GPU_SXM_1"] == SIM_PROFILES["h100-sxm"].vbios_version
+    assert devices["HGX_FW_GPU_SXM_3"] == sim_profile("h100-sxm").drifted_vbios_version
+    assert devices["HGX_FW_GPU_SXM_1"] == sim_profile("h100-sxm").vbios_version
     table = ex.run(target(), ["nvfwupd", "show_version", "-p", "pkg.fwpkg"], 30).stdout
     assert judge("firmware", table, "h100-sxm").status is WARN  # runs older than the package
     rail_5_down = executor([SimFaultSpec("ib-port-down", gpu=5)])
@@ -356,7 +352,14 @@ def test_shell_scripts_and_unknown_commands() -> None:
 
 def test_target_must_be_a_sim_address() -> None:
     with pytest.raises(ValueError):
-        executor().run(NodeTarget(NODE, "10.0.0.7"), ["hostname"], 10)
+        executor().run(NodeTarget(NODE, "10.0.0.7", profile="h100-sxm"), ["hostname"], 10)
+
+
+@pytest.mark.parametrize("profile", [None, "h999"])
+def test_target_needs_a_known_profile(profile: str | None) -> None:
+    """No profile is assumed: a node without one (or with one the simulator lacks) is refused."""
+    with pytest.raises(ValueError, match="profile"):
+        executor().run(NodeTarget(NODE, f"sim://{NODE}", profile=profile), ["hostname"], 10)
 
 
 # --- inventory -----------------------------------------------------------------------------
@@ -381,3 +384,51 @@ def test_render_inventory() -> None:
         render_inventory(4, 1, "h900", seed=0)
     with pytest.raises(ValueError):
         render_inventory(2, 3, "b200", seed=0)
+
+
+# --- profile data ----------------------------------------------------------------------------
+
+
+def test_profiles_load_from_the_package_data() -> None:
+    profiles = sim_profiles()
+    assert set(profiles) == {"a100-sxm-80gb", "b200", "h100-sxm", "h200-sxm"}
+    h100 = profiles["h100-sxm"]
+    assert (h100.pci_device_id, h100.power_limit_w, h100.cuda_version) == (0x2330, 700.0, "12.4")
+    assert isinstance(h100.power_limit_w, float) and h100.hca.device_type == "ConnectX7"
+    assert profiles["a100-sxm-80gb"].gpu_bus_layouts[0][:2] == (0x07, 0x0F)
+
+
+def _h100_raw() -> dict:
+    h100 = sim_profile("h100-sxm")
+    skip = ("name", "hca", "gpu_bus_layouts")
+    return {f.name: getattr(h100, f.name) for f in dataclasses.fields(h100) if f.name not in skip}
+
+
+def _typed_h100(raw: dict):
+    h100 = sim_profile("h100-sxm")
+    return _typed(SimProfile, "h100-sxm.yaml", raw, name="h100-sxm", hca=h100.hca, gpu_bus_layouts=h100.gpu_bus_layouts)
+
+
+def test_an_int_where_a_float_is_due_reads_as_that_float() -> None:
+    assert _typed_h100({**_h100_raw(), "power_limit_w": 700}) == sim_profile("h100-sxm")
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"power_limit_w": "700 W"}, "power_limit_w must be float"),
+    ({"gpu_count": 8.0}, "gpu_count must be int"),
+    ({"cuda_version": 12.4}, "cuda_version must be str"),
+    ({"gpu_count": True}, "gpu_count must be int"),
+    ({"gpu_name": None}, "gpu_name must be str"),
+    ({"watts": 1}, "unknown \\['watts'\\]"),
+])
+def test_profile_values_are_checked_against_their_types(change: dict, problem: str) -> None:
+    """One float read as an int already changes what nvidia-smi prints: nothing is coerced but int -> float."""
+    with pytest.raises(ValueError, match=problem):
+        _typed_h100({**_h100_raw(), **change})
+
+
+def test_a_profile_missing_a_value_is_refused() -> None:
+    raw = _h100_raw()
+    del raw["gpu_count"]
+    with pytest.raises(ValueError, match="missing \\['gpu_count'\\]"):
+        _typed_h100(raw)

@@ -8,7 +8,7 @@ import pytest
 
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from tests.support.cli import console
 

@@ -12,7 +12,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from workflows.api import JobRestartInput, JobRestartResult
 from workflows.client import start_job_restart

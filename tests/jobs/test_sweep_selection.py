@@ -13,7 +13,7 @@ from fleetctl.config import load_settings
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from workflows.activities import schedulers as scheduler_registry
 from workflows.activities.node import NodeActivities

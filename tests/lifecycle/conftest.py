@@ -13,9 +13,9 @@ from temporalio.client import Client
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.sim import add_fault
-from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.store import add_fault
 from tests.support.worker import WorkerThread
 from workflows.api import node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_phase

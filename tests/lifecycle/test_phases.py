@@ -11,7 +11,8 @@ from checks import judge
 from checks.catalog import CHECKS
 from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
-from fleetctl.executors.sim import SimExecutor, SimFaultSpec
+from fleetctl.sim.executor import SimExecutor
+from fleetctl.sim.faults import SimFaultSpec
 from tests.support.checks import record_check
 from workflows.api import HealthEventInput, SweepInput
 from workflows.client import guard_status, send_health_events

@@ -22,7 +22,7 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production

@@ -16,7 +16,7 @@ import pytest
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
@@ -166,7 +166,7 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
 
 async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) -> None:
     from fleetctl.db import firmware as firmware_store
-    from fleetctl.db.sim import add_fault
+    from fleetctl.sim.store import add_fault
     from fleetctl.firmware import load_baseline
     from tests.support.checks import record_check
     from workflows.client import start_rollout

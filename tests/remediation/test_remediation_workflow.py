@@ -10,9 +10,9 @@ import pytest
 
 from fleetctl.db import remediation as db
 from fleetctl.db import queries
-from fleetctl.db.sim import add_fault, faults_for
 from fleetctl.db.models import utcnow
 from fleetctl.runbooks import Event, load_runbooks
+from fleetctl.sim.store import add_fault, faults_for
 from tests.remediation.conftest import running_fleet
 from workflows.client import run_remediation
 
@@ -150,7 +150,7 @@ async def test_restart_jobs_step_moves_a_running_job_off_the_node_so_the_drain_c
     """A non-critical drain waits for the node's jobs; the runbook's restart_jobs step is what
     moves them now (a JobRestart each), so the hardware steps after it can run."""
     from fleetctl.db import jobs as job_store
-    from fleetctl.schedulers.sim import SimScheduler
+    from fleetctl.sim.scheduler import SimScheduler
 
     async with running_fleet(fleet_settings) as sim_fleet:
         nodes = await sim_fleet.add(3)

@@ -21,10 +21,10 @@ import yaml
 from fleetctl.config import load_settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.sim import add_fault
-from fleetctl.executors.sim import render_inventory
 from fleetctl.inventory import parse_inventory
-from fleetctl.schedulers.sim import SimScheduler
+from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.sim.store import add_fault
 from fleetctl.temporal_server import start_dev_server
 from workflows.api import HealthEventInput, SweepInput, guard_id, node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events

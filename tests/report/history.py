@@ -112,15 +112,15 @@ def seed(engine, now: datetime) -> None:
 
     jobs = [
         # Running through the whole window; one restart off n03, 10 min after a checkpoint.
-        Job(job_id="sim-1", name="llm-pretrain", state="running", nodes=["n01", "n02", "n04", "n06"], node_count=4,
+        Job(job_id="sim-1", scheduler="sim", name="llm-pretrain", state="running", nodes=["n01", "n02", "n04", "n06"], node_count=4,
             submitted_at=since - timedelta(hours=25), started_at=since - timedelta(hours=24),
             last_checkpoint_at=at(24) - timedelta(minutes=10)),
         # Ran 40 h; restarted off n07 in 120 s, then a restart that never ran again.
-        Job(job_id="sim-2", name="finetune", state="failed", nodes=[], node_count=2,
+        Job(job_id="sim-2", scheduler="sim", name="finetune", state="failed", nodes=[], node_count=2,
             submitted_at=at(59), started_at=at(60), ended_at=at(100)),
-        Job(job_id="sim-0", name="before the window", state="completed", nodes=[], node_count=1,
+        Job(job_id="sim-0", scheduler="sim", name="before the window", state="completed", nodes=[], node_count=1,
             submitted_at=since - timedelta(days=2), started_at=since - timedelta(days=2), ended_at=since - timedelta(days=1)),
-        Job(job_id="sim-3", name="queued", state="pending", nodes=[], node_count=64, submitted_at=at(150)),
+        Job(job_id="sim-3", scheduler="sim", name="queued", state="pending", nodes=[], node_count=64, submitted_at=at(150)),
     ]
     restarts = [
         JobRestart(job_id="sim-1", scheduler="sim", bad_nodes=["n03"], cause=XID_79, actor="lifecycle", restart_id="1",

@@ -5,10 +5,12 @@ cover every check the worker runs."""
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from fleetctl.config import Settings
 from fleetctl.executors.base import Executor, NodeTarget
-from fleetctl.executors.sim import SIM_SCHEME
+from fleetctl.sim import SIM_SCHEME
+
 
 def target_for(node) -> NodeTarget:
     """The NodeTarget of a `nodes` row."""
@@ -38,16 +40,13 @@ class ExecutorRegistry:
 
     def _make_sim(self) -> Executor:
         from fleetctl.db.engine import get_engine
-        from fleetctl.db.sim import faults_for
-        from fleetctl.executors.sim import SimExecutor, SimFaultSpec
+        from fleetctl.sim.executor import SimExecutor
+        from fleetctl.sim import store
 
         engine = get_engine(self.settings.db_url)
-
-        def specs(name: str) -> list[SimFaultSpec]:
-            return [SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour,
-                                 seed=f.seed) for f in faults_for(engine, name)]
-
-        return SimExecutor(faults_for=specs, seed=self.settings.sim_seed, time_scale=self.settings.sim_time_scale)
+        return SimExecutor(faults_for=partial(store.fault_specs, engine), seed=self.settings.sim_seed,
+                           time_scale=self.settings.sim_time_scale, booted_at=partial(store.booted_at, engine),
+                           cure=partial(store.cure, engine))
 
     def close(self) -> None:
         for executor in (self._ssh, self._sim):

@@ -1,7 +1,6 @@
 """Activities of the FirmwareRollout workflow: drift from the baseline, apply updates,
-record progress. Updates go through the BMC (Redfish SimpleUpdate) or an SSH command from
-the baseline's template; on simulated nodes (`sim://`) an update clears the simulated
-firmware drift once the node has answered."""
+record progress. Updates go through the node's BMC (`fleetctl.bmc.bmc_for`: Redfish
+SimpleUpdate, or the simulated BMC) or an SSH command from the baseline's template."""
 
 from __future__ import annotations
 
@@ -9,15 +8,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl import firmware
+from fleetctl.bmc import bmc_for
+from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
 from fleetctl.executors.base import ExecutorError
 from workflows.activities.database import DatabaseActivities
-from workflows.activities.executors import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
 
-SIM_REACH_ARGV = ("nvfwupd", "show_version")
 UPDATE_TIMEOUT_S = 3600.0
 
 
@@ -72,29 +72,14 @@ class FirmwareActivities(DatabaseActivities):
     def _update(self, node, spec: firmware.ComponentSpec) -> str:
         target = target_for(node)
         executor = self.executors.for_target(target)
-        if node.address.startswith(SIM_SCHEME):
-            from fleetctl.db.sim import clear_faults
-
-            try:
-                executor.run(target, list(SIM_REACH_ARGV), 60)
-            except ExecutorError as exc:
-                return f"{exc.kind}: {exc.message}"
-            clear_faults(self.engine, node.name, "firmware-drift")
-            return ""
         if spec.update is None:
             return "the baseline gives no update path for this component"
         if spec.update.method == "redfish":
-            from fleetctl.bmc.redfish import BmcError, RedfishClient
-
             if not node.bmc_address:
                 return "the node has no BMC address in the inventory"
             try:
-                bmc = RedfishClient(node.bmc_address if "://" in node.bmc_address else f"https://{node.bmc_address}",
-                                    self.settings.bmc_username, self.settings.bmc_password,
-                                    verify_tls=self.settings.bmc_verify_tls)
-                task = bmc.simple_update(spec.update.image, spec.update.targets)
-                if task:
-                    bmc.wait_for_task(task, timeout_s=UPDATE_TIMEOUT_S)
+                bmc_for(node.name, node.bmc_address, self.settings).update_firmware(
+                    spec.update.image, spec.update.targets, timeout_s=UPDATE_TIMEOUT_S)
             except (BmcError, ValueError) as exc:
                 return str(exc)
             return ""

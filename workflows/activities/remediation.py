@@ -1,10 +1,9 @@
 """Activities of the Remediation workflow: record the run and its steps, render step
 templates in the sandbox, act on the hardware (GPU reset, BMC reboot), notify, open RMAs.
 
-Hardware actions reach a node in one of two ways, chosen by its address: real nodes over
-SSH (the executor registry) and their BMC over Redfish; simulated nodes (`sim://`) through
-the simulated executor, where a reset or reboot clears the simulated faults that a real
-reset or reboot would cure. Either way the node must answer afterwards, or the step fails.
+Hardware actions reach a node through the executor registry (SSH, or the simulated node)
+and its BMC through `fleetctl.bmc.bmc_for` (Redfish, or the simulated BMC); nothing here
+knows which. The node must answer afterwards, or the step fails.
 """
 
 from __future__ import annotations
@@ -16,13 +15,15 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from fleetctl import runbooks
+from fleetctl.bmc import bmc_for
+from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
 from fleetctl.executors.base import CommandResult, ExecutorError
 from workflows.activities.database import DatabaseActivities
-from workflows.activities.executors import SIM_SCHEME, ExecutorRegistry, target_for
+from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import (
     ADMIT_UPDATE,
     ActionOutcome,
@@ -44,14 +45,7 @@ from workflows.api import (
 
 BOOT_ID_ARGV = ("cat", "/proc/sys/kernel/random/boot_id")
 COMPUTE_APPS_ARGV = ("nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader")
-ANSWER_ARGV = ("nvidia-smi", "--query-gpu=index", "--format=csv,noheader")
 POLL_S = 5.0
-
-# What a reset or reboot cures on a simulated node (the faults a real one would clear).
-SIM_CURED_BY = {
-    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
-    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded"}),
-}
 
 
 # ---- the activities -------------------------------------------------------------------------
@@ -125,10 +119,6 @@ class RemediationActivities(DatabaseActivities):
                 activity.heartbeat("waiting for the GPUs to go idle")
                 time.sleep(POLL_S)
             gpu = req.params.get("gpu")
-            if node.address.startswith(SIM_SCHEME):
-                cured = self._cure_sim(node.name, "gpu_reset")
-                _run(executor, target, ANSWER_ARGV)
-                return ActionOutcome(True, f"GPU reset (simulated); cleared {', '.join(cured) or 'nothing'}")
             argv = ("nvidia-smi", "-r") + (("-i", str(gpu)) if gpu is not None else ())
             result = _run(executor, target, argv, timeout_s=300)
         except ExecutorError as exc:
@@ -144,29 +134,17 @@ class RemediationActivities(DatabaseActivities):
         target = target_for(node)
         executor = self.executors.for_target(target)
         timeout_s = float(req.params.get("timeout", 900))
-        if node.address.startswith(SIM_SCHEME):
-            cured = self._cure_sim(node.name, "reboot")
-            try:
-                _run(executor, target, ANSWER_ARGV)
-            except ExecutorError as exc:
-                return ActionOutcome(False, f"rebooted (simulated) but the node does not answer: {exc.message}")
-            return ActionOutcome(True, f"rebooted (simulated); cleared {', '.join(cured) or 'nothing'}")
         if not node.bmc_address:
             return ActionOutcome(False, "the node has no BMC address in the inventory")
-        from fleetctl.bmc.redfish import BmcError, RedfishClient
-
         try:
             before = _run(executor, target, BOOT_ID_ARGV).stdout.strip()
         except ExecutorError as exc:
             before = f"unreachable ({exc.kind})"  # a hung node is why we reboot; the new id is still checked
         try:
-            bmc = RedfishClient(_bmc_url(node.bmc_address), self.settings.bmc_username, self.settings.bmc_password,
-                                verify_tls=self.settings.bmc_verify_tls)
-            system = bmc.systems()[0]
-            bmc.reboot(system, reset_type=req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s,
-                       poll_s=min(POLL_S, timeout_s / 10))
-        except (BmcError, IndexError, ValueError) as exc:
-            return ActionOutcome(False, f"BMC reboot failed: {exc or 'no system on the BMC'}")
+            bmc_for(node.name, node.bmc_address, self.settings).reboot(
+                req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s, poll_s=min(POLL_S, timeout_s / 10))
+        except (BmcError, ValueError) as exc:
+            return ActionOutcome(False, f"BMC reboot failed: {exc}")
         deadline = time.monotonic() + timeout_s
         while True:
             activity.heartbeat("waiting for the node to answer")
@@ -180,14 +158,6 @@ class RemediationActivities(DatabaseActivities):
             if time.monotonic() >= deadline:
                 return ActionOutcome(False, f"BMC reset done but the node did not come back within {timeout_s:g} s ({problem})")
             time.sleep(POLL_S)
-
-    def _cure_sim(self, node: str, action: str) -> list[str]:
-        from fleetctl.db.sim import clear_faults, faults_for
-
-        cured = sorted({f.kind for f in faults_for(self.engine, node)} & SIM_CURED_BY[action])
-        for kind in cured:
-            clear_faults(self.engine, node, kind)
-        return cured
 
     @activity.defn
     async def admit_node(self, req: AdmitRequest) -> ActionOutcome:
@@ -248,7 +218,3 @@ def _run(executor, target, argv, timeout_s: float = 60.0) -> CommandResult:
 def _tail(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text[-limit:]
-
-
-def _bmc_url(address: str) -> str:
-    return address if "://" in address else f"https://{address}"

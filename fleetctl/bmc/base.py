@@ -1,0 +1,43 @@
+"""The one interface fleetctl's workflows use to act on a node through its BMC, and the error
+every implementation raises. Redfish (fleetctl.bmc.redfish) is the real one; a simulated
+node's BMC is in fleetctl.sim.bmc. `fleetctl.bmc.bmc_for` picks one by the BMC address."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+# Redfish ResetType values (Resource schema); anything else is a caller's mistake.
+RESET_TYPES = frozenset(
+    {
+        "On",
+        "ForceOff",
+        "GracefulShutdown",
+        "GracefulRestart",
+        "ForceRestart",
+        "Nmi",
+        "ForceOn",
+        "PushPowerButton",
+        "PowerCycle",
+        "FullPowerCycle",
+        "Suspend",
+        "Pause",
+        "Resume",
+    }
+)
+
+
+class BmcError(Exception):
+    """The BMC refused or failed a request. The message is one readable line."""
+
+
+class Bmc(Protocol):
+    def reboot(self, reset_type: str, timeout_s: float, poll_s: float) -> None:
+        """Reset the node's system (a Redfish ResetType) and return once the BMC reports it
+        booted again; BmcError when it does not within timeout_s. Whether the operating
+        system answers again is the caller's to check."""
+        ...
+
+    def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
+        """Apply a firmware image (to `targets`, or where the BMC decides when empty) and
+        return once the update has completed; BmcError when it fails or runs past timeout_s."""
+        ...

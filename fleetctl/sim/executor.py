@@ -1,0 +1,100 @@
+"""The Executor for simulated nodes (`sim://NAME`): each command builds the node's state at
+this moment and runs it through the node's shell.
+
+Faults are SimFaultSpec rows the caller stores (the CLI injects, the worker's checks see
+them): this module reads them through `faults_for` and never touches a database. Run-to-run
+jitter comes from a per-command counter.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import time
+from collections import Counter
+from typing import Callable, Sequence
+
+from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable, validate_node_name
+from fleetctl.sim import SIM_SCHEME
+from fleetctl.sim.faults import SimFaultSpec, active_faults
+from fleetctl.sim.node import build_node_state, identity_rng
+from fleetctl.sim.profiles import sim_profile
+from fleetctl.sim.shell import STRESS_TOOLS, NodeShell
+
+
+def sim_node_name(target: NodeTarget) -> str:
+    if not target.address.startswith(SIM_SCHEME):
+        raise ValueError(f"{target.name}: {target.address!r} is not a simulated node (want {SIM_SCHEME}NAME)")
+    return validate_node_name(target.address[len(SIM_SCHEME) :])
+
+
+class SimExecutor:
+    """The Executor for `sim://` nodes.
+
+    `faults_for(name)` returns a node's fault specs and `booted_at(name)` when its BMC last
+    rebooted it (both stored by the caller, shared between processes); `cure(name, kinds)`
+    clears the faults a command repaired (a GPU reset, a firmware update). Without them a
+    node keeps the faults it is given and boots at its own phase. A command takes its real
+    duration times `time_scale` (0 = instant) of wall time, through `sleep`; `now` is the
+    clock faults and timestamps are read from.
+    """
+
+    def __init__(
+        self,
+        faults_for: Callable[[str], list[SimFaultSpec]],
+        seed: int = 0,
+        time_scale: float = 0.0,
+        now: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        booted_at: Callable[[str], float | None] = lambda name: None,
+        cure: Callable[[str, frozenset[str]], object] = lambda name, kinds: None,
+    ):
+        if time_scale < 0:
+            raise ValueError(f"time_scale must be 0 or more, not {time_scale}")
+        self._faults_for = faults_for
+        self._seed = seed
+        self._time_scale = time_scale
+        self._now = now
+        self._sleep = sleep
+        self._booted_at = booted_at
+        self._cure = cure
+        # Per node and command: the n-th run gets its own jitter and flaky outcome.
+        self._runs: Counter[tuple[str, tuple[str, ...]]] = Counter()
+
+    def run(self, target: NodeTarget, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        name = sim_node_name(target)
+        if target.profile is None:
+            raise ValueError(f"{target.name}: a simulated node needs its GPU profile (the inventory's `profile`)")
+        profile = sim_profile(target.profile)
+        now = self._now()
+        faults = active_faults(self._faults_for(target.name), now)
+        if any(f.kind == "unreachable" for f in faults):
+            raise NodeUnreachable(target.name, f"ssh: connect to host {name} port {target.port}: Connection timed out")
+        key = (name, tuple(argv))
+        run_number = self._runs[key]
+        self._runs[key] += 1
+        flaky = [f for f in faults if f.kind == "flaky"]
+        transient = bool(flaky) and _touches_stress_tool(argv) and any(
+            random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky
+        )
+        state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name))
+        jitter = identity_rng(self._seed, name, "run", *argv, run_number)
+        result = NodeShell(state, jitter).run(argv)
+        wall_s = result.seconds * self._time_scale
+        if wall_s > timeout_s:
+            self._sleep(timeout_s)
+            raise CommandTimeout(target.name, f"{shlex.join(argv)} still running after {timeout_s:g} s")
+        self._sleep(wall_s)
+        if result.cures:
+            self._cure(target.name, result.cures)
+        out = result.output
+        return CommandResult(tuple(argv), out.exit_status, out.stdout, out.stderr, wall_s)
+
+    def close(self) -> None:
+        """Nothing to release: a simulated node holds no connection."""
+
+
+def _touches_stress_tool(argv: Sequence[str]) -> bool:
+    words = [os.path.basename(w) for arg in argv for w in arg.split()]
+    return any(w in STRESS_TOOLS for w in words)

@@ -1,0 +1,69 @@
+"""Faults injected into simulated nodes: their kinds, and when each appears.
+
+Pure: a fault is data (SimFaultSpec) the caller stores; when it appears is a function of
+the spec. What a fault does to a node is in `fleetctl.sim.node`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+FAULT_KINDS: tuple[str, ...] = (
+    "xid79",  # GPU fallen off the bus
+    "xid48",  # double-bit ECC error; the row remap that follows fails
+    "row-remap-failure",  # no spare row left for an uncorrectable error
+    "row-remap-pending",  # a remap waits for a GPU reset
+    "nvlink-degraded",  # all-reduce 75-85% of healthy: a straggler
+    "thermal-throttle",  # HW thermal slowdown: hot, slow clocks, low HPL
+    "ib-port-down",  # one InfiniBand port down
+    "firmware-drift",  # VBIOS and ConnectX firmware older than the profile's
+    "flaky",  # stress tests fail on about half the runs
+    "unreachable",  # the executor raises NodeUnreachable
+)
+
+# What a repair cures on a simulated node: the faults a real GPU reset or reboot clears, and
+# a firmware update (firmware-drift is one fault: any completed update clears it).
+CURED_BY: dict[str, frozenset[str]] = {
+    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
+    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded"}),
+    "firmware_update": frozenset({"firmware-drift"}),
+}
+
+
+@dataclass
+class SimFaultSpec:
+    """One injected fault. `gpu` picks the GPU (or HCA, for ib-port-down); None lets the
+    fault choose (all GPUs for thermal-throttle and firmware-drift, else one from `seed`).
+    The fault appears at `not_before` (unix time); with `rate_per_hour` it appears at a
+    random time after that, drawn from an exponential distribution seeded by `seed`, so
+    injectors give each node its own seed."""
+
+    kind: str
+    gpu: int | None = None
+    not_before: float = 0.0
+    rate_per_hour: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; valid kinds: {', '.join(FAULT_KINDS)}")
+        if self.gpu is not None and self.gpu < 0:
+            raise ValueError(f"gpu must be 0 or more, not {self.gpu}")
+        if self.rate_per_hour is not None and self.rate_per_hour <= 0:
+            raise ValueError(f"rate_per_hour must be positive, not {self.rate_per_hour}")
+
+
+def fault_onset(spec: SimFaultSpec) -> float:
+    """When the fault appears (unix time); a rate fault's time is fixed by its seed."""
+    if spec.rate_per_hour is None:
+        return spec.not_before
+    draw = random.Random(f"{spec.kind}/{spec.gpu}/{spec.seed}/{spec.not_before}/{spec.rate_per_hour}").random()
+    return spec.not_before - math.log(1.0 - draw) / spec.rate_per_hour * 3600.0
+
+
+def active_faults(specs: Sequence[SimFaultSpec], now: float) -> list[SimFaultSpec]:
+    """The faults that have appeared by `now`. Pure: no clock, no I/O."""
+    return [spec for spec in specs if fault_onset(spec) <= now]

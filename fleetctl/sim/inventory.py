@@ -1,0 +1,36 @@
+"""Inventory entries for a simulated fleet (what `fleetctl sim inventory` writes)."""
+
+from __future__ import annotations
+
+from fleetctl.executors.base import validate_node_name
+from fleetctl.sim import SIM_SCHEME
+from fleetctl.sim.profiles import sim_profile
+
+
+def render_inventory(
+    nodes: int, racks: int, profile: str, seed: int, name_prefix: str = "gpu"
+) -> list[dict]:
+    """Inventory entries (the `nodes:` list of an inventory YAML) for a simulated fleet:
+    gpu-001 ... in contiguous blocks over rack-01 ..., all of one profile."""
+    sim_profile(profile)
+    if nodes < 1 or racks < 1:
+        raise ValueError("a simulated fleet needs at least one node and one rack")
+    if racks > nodes:
+        raise ValueError(f"{racks} racks for {nodes} nodes would leave racks empty")
+    width = max(3, len(str(nodes)))
+    entries = []
+    for i in range(nodes):
+        name = validate_node_name(f"{name_prefix}-{i + 1:0{width}d}")
+        rack = f"rack-{i * racks // nodes + 1:02d}"
+        entries.append(
+            {
+                "name": name,
+                "address": f"{SIM_SCHEME}{name}",
+                "bmc": f"{SIM_SCHEME}{name}-bmc",
+                "rack": rack,
+                "profile": profile,
+                "scheduler": "sim",
+                "labels": {"rack": rack, "sim-seed": str(seed)},
+            }
+        )
+    return entries

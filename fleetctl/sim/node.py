@@ -1,0 +1,286 @@
+"""A simulated node's state, as its tools see it: built from the node's name, the seed, its
+GPU profile, its active faults and the time.
+
+Every node is a pure function of those: its serials, UUIDs and PCI bus ids come from the
+seed, so a fleet looks the same in every process.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from fleetctl.sim.faults import SimFaultSpec, fault_onset
+from fleetctl.sim.profiles import SimProfile
+
+# Bits of nvidia-smi's clocks_event_reasons.active mask (nvml.h nvmlClocksEventReason*).
+REASON_GPU_IDLE = 0x1
+REASON_HW_SLOWDOWN = 0x8
+REASON_SW_THERMAL = 0x20
+REASON_HW_THERMAL = 0x40
+
+
+@dataclass
+class GpuState:
+    index: int
+    bus: int
+    serial: str
+    uuid: str
+    vbios_version: str
+    temperature_c: int
+    memory_temperature_c: int
+    power_draw_w: float
+    sm_clock_mhz: int
+    hpl_gflops: float  # what this GPU sustains under HPL
+    event_reasons: int = REASON_GPU_IDLE
+    ecc_corrected_volatile: int = 0
+    ecc_uncorrected_volatile: int = 0
+    ecc_uncorrected_aggregate: int = 0
+    remap_correctable: int = 0
+    remap_uncorrectable: int = 0
+    remap_pending: bool = False
+    remap_failure: bool = False
+    banks_partial: int = 0  # banks with only some spare rows left
+    banks_none: int = 0  # banks with no spare row left
+    lost: bool = False  # fallen off the bus: NVML cannot reach it
+
+    @property
+    def pci_bus_id(self) -> str:
+        return f"00000000:{self.bus:02X}:00.0"
+
+    @property
+    def kernel_pci(self) -> str:
+        """How the kernel log names the device: PCI:0000:2b:00."""
+        return f"PCI:0000:{self.bus:02x}:00"
+
+
+@dataclass
+class HcaState:
+    name: str  # mlx5_0
+    ca_type: str
+    firmware: str
+    guid: int
+    pci_bus: int
+    lid: int
+    rate_gbps: int
+    link_layer: str = "InfiniBand"
+    state: str = "Active"
+    physical_state: str = "LinkUp"
+    write_bw_gbps: float = 0.0
+
+    @property
+    def pci_address(self) -> str:
+        return f"0000:{self.pci_bus:02x}:00.0"
+
+    @property
+    def mac(self) -> int:
+        """The MAC inside a ConnectX node GUID (OUI + 0300 + NIC-specific: 946dae0300c2b690)."""
+        return (self.guid >> 40) << 24 | self.guid & 0xFFFFFF
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    at: float  # unix time
+    text: str
+
+
+@dataclass
+class NodeState:
+    hostname: str
+    profile: SimProfile
+    gpus: list[GpuState]
+    hcas: list[HcaState]
+    boot_time: float
+    now: float
+    allreduce_busbw_gbps: float
+    kernel_events: list[KernelEvent] = field(default_factory=list)
+    # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
+    transient_failure: bool = False
+    boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
+
+    @property
+    def visible_gpus(self) -> list[GpuState]:
+        return [g for g in self.gpus if not g.lost]
+
+    @property
+    def lost_gpus(self) -> list[GpuState]:
+        return [g for g in self.gpus if g.lost]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    stdout: str
+    stderr: str = ""
+    exit_status: int = 0
+
+
+_REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
+_KERNEL = "5.15.0-119-generic"
+# Ethernet front-end NIC next to the 8 InfiniBand rails (what ibstat lists on HGX servers).
+_FRONTEND_NIC = ("MT41692", "32.41.1000", 200)
+
+
+def identity_rng(seed: int, node: str, *parts: object) -> random.Random:
+    return random.Random("/".join(map(str, (seed, node, *parts))))
+
+
+def _fault_gpu(spec: SimFaultSpec, count: int) -> int:
+    return (spec.gpu if spec.gpu is not None else spec.seed) % count
+
+
+def build_node_state(
+    node: str,
+    profile: SimProfile,
+    seed: int,
+    faults: Sequence[SimFaultSpec],
+    now: float,
+    transient_failure: bool = False,
+    booted_at: float | None = None,
+) -> NodeState:
+    """The node as its tools see it at `now`, with `faults` (already active) applied.
+    `booted_at` is when its BMC last rebooted it; otherwise (and when the node's own monthly
+    reboot came later) it last booted at its own phase."""
+    rng = identity_rng(seed, node)
+    buses = rng.choice(profile.gpu_bus_layouts)
+    gpus = [
+        GpuState(
+            index=i,
+            bus=bus,
+            serial=f"16{rng.randint(50, 54)}{rng.randrange(10**9):09d}",
+            uuid=f"GPU-{uuid.UUID(int=rng.getrandbits(128))}",
+            vbios_version=profile.vbios_version,
+            temperature_c=rng.randint(28, 37),
+            memory_temperature_c=rng.randint(33, 43),
+            power_draw_w=profile.power_limit_w * rng.uniform(0.10, 0.14),
+            sm_clock_mhz=345,
+            hpl_gflops=profile.hpl_gflops_per_gpu * rng.gauss(1.0, 0.012),
+        )
+        for i, bus in enumerate(buses[: profile.gpu_count])
+    ]
+    oui = rng.choice((0x946DAE, 0xA088C2, 0x58A2E1, 0xB83FD2))
+    rail_lids = rng.sample(range(2, 4000), profile.gpu_count)
+    hcas = [
+        HcaState(
+            name=f"mlx5_{i}",
+            ca_type=profile.hca.ca_type,
+            firmware=profile.hca.firmware,
+            guid=oui << 40 | 0x0300 << 24 | rng.getrandbits(24),
+            pci_bus=gpu.bus - 2,
+            lid=rail_lids[i],
+            rate_gbps=profile.ib_rate_gbps,
+            write_bw_gbps=profile.ib_rate_gbps * profile.ib_write_bw_efficiency * rng.gauss(1.0, 0.004),
+        )
+        for i, gpu in enumerate(gpus)
+    ]
+    ca_type, firmware, rate = _FRONTEND_NIC
+    hcas.append(
+        HcaState(
+            name=f"mlx5_{len(hcas)}",
+            ca_type=ca_type,
+            firmware=firmware,
+            guid=oui << 40 | 0x0300 << 24 | rng.getrandbits(24),
+            pci_bus=0xE1,
+            lid=0,
+            rate_gbps=rate,
+            link_layer="Ethernet",
+        )
+    )
+    uptime = (now + rng.uniform(0, _REBOOT_PERIOD_S)) % _REBOOT_PERIOD_S + 600.0
+    boot_time = now - uptime
+    if booted_at is not None and boot_time < booted_at <= now:
+        boot_time = booted_at
+    state = NodeState(
+        hostname=node,
+        profile=profile,
+        gpus=gpus,
+        hcas=hcas,
+        boot_time=boot_time,
+        now=now,
+        allreduce_busbw_gbps=profile.allreduce_busbw_gbps * rng.uniform(0.985, 1.01),
+        transient_failure=transient_failure,
+        # Its own generator: drawing from `rng` would change every value drawn after it.
+        boot_id=str(uuid.UUID(int=identity_rng(seed, node, "boot", boot_time).getrandbits(128), version=4)),
+    )
+    state.kernel_events = _boot_messages(state)
+    for spec in faults:
+        _apply_fault(state, spec, seed)
+    return state
+
+
+def _boot_messages(node: NodeState) -> list[KernelEvent]:
+    boot, p = node.boot_time, node.profile
+    events = [
+        KernelEvent(boot, f"Linux version {_KERNEL} (buildd@lcy02-amd64-075) #129-Ubuntu SMP Fri Aug  2 19:25:20 UTC 2024"),
+        KernelEvent(boot, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{_KERNEL} root=/dev/md0 ro iommu=pt"),
+    ]
+    events += [
+        KernelEvent(boot + 3.2 + i * 0.05, f"mlx5_core {hca.pci_address}: firmware version: {hca.firmware}")
+        for i, hca in enumerate(node.hcas)
+    ]
+    events += [
+        KernelEvent(boot + 5.8, "nvidia: loading out-of-tree module taints kernel."),
+        KernelEvent(boot + 5.9, "nvidia-nvlink: Nvlink Core is being initialized, major device number 511"),
+        KernelEvent(
+            boot + 6.1,
+            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {p.driver_version}  Release Build  "
+            "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  2 22:04:44 UTC 2024",
+        ),
+    ]
+    return events
+
+
+def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
+    """Change the healthy state the way the fault would, and log what the kernel would."""
+    p = node.profile
+    gpu = node.gpus[_fault_gpu(spec, len(node.gpus))]
+    # A fault from before the last boot shows again once the driver loads.
+    at = max(fault_onset(spec), node.boot_time + 300.0)
+
+    def xid(code: int, text: str) -> None:
+        node.kernel_events.append(KernelEvent(at, f"NVRM: Xid ({gpu.kernel_pci}): {code}, {text}"))
+
+    if spec.kind == "xid79":
+        gpu.lost = True
+        node.kernel_events.append(KernelEvent(at, f"NVRM: GPU at {gpu.kernel_pci}: {gpu.uuid}"))
+        xid(79, "pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+        node.kernel_events.append(KernelEvent(at, f"NVRM: GPU {gpu.kernel_pci[4:]}.0: GPU has fallen off the bus."))
+    elif spec.kind in ("xid48", "row-remap-failure"):
+        gpu.ecc_uncorrected_volatile += 1
+        gpu.ecc_uncorrected_aggregate += 1
+        gpu.remap_uncorrectable += 1
+        gpu.remap_failure = True
+        gpu.banks_none += 1
+        if spec.kind == "xid48":
+            xid(48, "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
+                "detected on GPU in the framebuffer at partition 6, subpartition 0.")
+        xid(64, "pid='<unknown>', name=<unknown>, Row Remapper Error: failed to remap row "
+            "(bank has no spare rows), reset gpu and contact support.")
+    elif spec.kind == "row-remap-pending":
+        gpu.ecc_corrected_volatile += 3
+        gpu.remap_correctable += 1
+        gpu.remap_pending = True
+        gpu.banks_partial += 1
+        xid(63, "pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to activate.")
+    elif spec.kind == "nvlink-degraded":
+        factor = random.Random(f"{seed}/{node.hostname}/nvlink/{spec.seed}").uniform(0.75, 0.85)
+        node.allreduce_busbw_gbps = p.allreduce_busbw_gbps * factor
+    elif spec.kind == "thermal-throttle":
+        for hot in node.gpus if spec.gpu is None else [gpu]:
+            hot.temperature_c = 91 + hot.index % 3
+            hot.memory_temperature_c = 97
+            hot.event_reasons = REASON_HW_SLOWDOWN | REASON_HW_THERMAL
+            hot.sm_clock_mhz = int(p.max_sm_clock_mhz * 0.55)
+            hot.hpl_gflops = p.hpl_gflops_per_gpu * 0.55
+    elif spec.kind == "ib-port-down":
+        hca = node.hcas[_fault_gpu(spec, p.gpu_count)]
+        hca.state, hca.physical_state, hca.rate_gbps = "Down", "Polling", 10
+        node.kernel_events.append(KernelEvent(at, f"mlx5_core {hca.pci_address}: Port 1 link down (Polling)"))
+    elif spec.kind == "firmware-drift":
+        for old in node.gpus if spec.gpu is None else [gpu]:
+            old.vbios_version = p.drifted_vbios_version
+        for hca in node.hcas if spec.gpu is None else [node.hcas[spec.gpu % p.gpu_count]]:
+            if hca.ca_type == p.hca.ca_type:
+                hca.firmware = p.hca.drifted_firmware
+    # "flaky" acts per run (transient_failure) and "unreachable" in the executor.

@@ -1,0 +1,112 @@
+"""`ibstat` and perftest `ib_write_bw` (read by checks.ib)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from fleetctl.sim.node import NodeState, ToolOutput
+
+
+def _eui64(mac: int) -> int:
+    """An Ethernet port's GUID: the MAC with fffe inserted and the local bit flipped."""
+    return ((mac >> 24) << 40 | 0xFFFE << 24 | mac & 0xFFFFFF) ^ (0x02 << 56)
+
+
+def render_ibstat(node: NodeState, devices: Sequence[str]) -> ToolOutput:
+    """`ibstat [CA]`: every HCA, or the one named."""
+    hcas = [h for h in node.hcas if not devices or h.name in devices]
+    if devices and not hcas:
+        return ToolOutput("", f"ibpanic: [{node.hostname}] main: '{devices[0]}' IB device can't be found: No such file or directory\n", 255)
+    lines = []
+    for hca in hcas:
+        ethernet = hca.link_layer == "Ethernet"
+        port_guid = _eui64(hca.mac) if ethernet else hca.guid
+        lines += [
+            f"CA '{hca.name}'",
+            f"\tCA type: {hca.ca_type}",
+            "\tNumber of ports: 1",
+            f"\tFirmware version: {hca.firmware}",
+            "\tHardware version: 0",
+            f"\tNode GUID: 0x{hca.guid:016x}",
+            f"\tSystem image GUID: 0x{hca.guid:016x}",
+            "\tPort 1:",
+            f"\t\tState: {hca.state}",
+            f"\t\tPhysical state: {hca.physical_state}",
+            f"\t\tRate: {hca.rate_gbps}",
+            f"\t\tBase lid: {0 if ethernet else hca.lid}",
+            "\t\tLMC: 0",
+            f"\t\tSM lid: {0 if ethernet else 1}",
+            f"\t\tCapability mask: {'0x00010000' if ethernet else '0xa751e848'}",
+            f"\t\tPort GUID: 0x{port_guid:016x}",
+            f"\t\tLink layer: {hca.link_layer}",
+        ]
+    return ToolOutput("\n".join(lines) + "\n")
+
+
+@dataclass(frozen=True)
+class IbWriteBwRun:
+    device: str
+    size: int
+    qps: int
+    duration_s: float | None  # -D: run for a time instead of a number of iterations
+    iterations: int
+    report_gbits: bool
+    server: str | None  # the peer to connect to; None = this side is the server
+    sweep: bool  # -a: every size from 2 B to 8 MiB
+
+
+_PERFTEST_RULE = "-" * 87
+
+
+def render_ib_write_bw(node: NodeState, run: IbWriteBwRun, rng: random.Random) -> tuple[ToolOutput, float]:
+    """perftest ib_write_bw, one side of the test; and its seconds on the wire."""
+    hca = next((h for h in node.hcas if h.name == run.device), None)
+    if hca is None:
+        return ToolOutput("", f" Couldn't find device {run.device}\n Unable to find the Infiniband/RoCE device\n", 1), 0.1
+    if hca.state != "Active":
+        return ToolOutput(
+            "",
+            f" Port number 1 state is {hca.state}\n Couldn't set the link layer\n Couldn't get context for the device\n",
+            1,
+        ), 0.5
+    out = []
+    if run.duration_s is not None:
+        out.append(" WARNING: BW peak won't be measured in this run.")
+    unit = "Gb/sec" if run.report_gbits else "MB/sec"
+    qpn = rng.randint(0x20, 0xF000)
+    out += [
+        _PERFTEST_RULE,
+        "                    RDMA_Write BW Test",
+        f" Dual-port       : OFF\t\tDevice         : {hca.name}",
+        f" Number of qps   : {run.qps}\t\tTransport type : IB",
+        " Connection type : RC\t\tUsing SRQ      : OFF",
+        " PCIe relax order: ON\t\tLock-free      : OFF",
+        " ibv_wr* API     : ON\t\tUsing DDP      : OFF",
+        " TX depth        : 128",
+        " CQ Moderation   : 1",
+        " Mtu             : 4096[B]",
+        f" Link type       : {'Ethernet' if hca.link_layer == 'Ethernet' else 'IB'}",
+        " Max inline data : 0[B]",
+        " rdma_cm QPs\t : OFF",
+        " Data ex. method : Ethernet",
+        _PERFTEST_RULE,
+        f" local address: LID {hca.lid:#06x} QPN {qpn:#06x} PSN {rng.getrandbits(24):#08x} RKey 0x002440 VAddr 0x007f2e5f64b000",
+        f" remote address: LID {hca.lid:#06x} QPN {qpn + 1:#06x} PSN {rng.getrandbits(24):#08x} RKey 0x002442 VAddr 0x007f443b2f8000",
+        _PERFTEST_RULE,
+        f" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]",
+    ]
+    sizes = [2**k for k in range(1, 24)] if run.sweep else [run.size]
+    seconds = 0.0
+    for size in sizes:
+        # Small messages are bound by the message rate, large ones by the link.
+        gbps = min(hca.write_bw_gbps, size * 8 * 90e6 / 1e9) * rng.gauss(1.0, 0.003)
+        msg_rate = gbps * 1e9 / 8 / size / 1e6
+        iterations = int(msg_rate * 1e6 * run.duration_s) if run.duration_s is not None else run.iterations
+        seconds += run.duration_s if run.duration_s is not None else iterations / (msg_rate * 1e6)
+        value = gbps if run.report_gbits else gbps * 1e9 / 8 / 2**20
+        peak = 0.0 if run.duration_s is not None else value * 1.002
+        out.append(f" {size:<7d}    {iterations:<10d}       {peak:<7.2f}            {value:<7.2f}\t\t     {msg_rate:<7.6f}")
+    out.append(_PERFTEST_RULE)
+    return ToolOutput("\n".join(out) + "\n"), seconds

@@ -1,0 +1,99 @@
+"""nccl-tests `all_reduce_perf` (read by checks.nccl)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from fleetctl.sim.node import NodeState, ToolOutput
+
+
+@dataclass(frozen=True)
+class AllReduceRun:
+    """What all_reduce_perf was asked for (its -b/-e/-f/-i/-g/-t/-n/-w/-c flags)."""
+
+    min_bytes: int
+    max_bytes: int
+    step_factor: int  # multiplies the size when > 1; otherwise step_bytes is added
+    step_bytes: int
+    gpus: int
+    threads: int
+    iters: int
+    warmup_iters: int
+    check: int
+
+    def sizes(self) -> list[int]:
+        sizes, size = [], self.min_bytes
+        while size <= self.max_bytes:
+            sizes.append(size)
+            size = size * self.step_factor if self.step_factor > 1 else size + self.step_bytes
+        return sizes
+
+
+def _nccl_time(usec: float) -> str:
+    """nccl-tests prints more digits for faster runs."""
+    if usec >= 10000.0:
+        return f"{usec:7.0f}"
+    if usec >= 100.0:
+        return f"{usec:7.1f}"
+    return f"{usec:7.2f}"
+
+
+def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Random) -> tuple[ToolOutput, float]:
+    """all_reduce_perf output, and the seconds the sweep itself took."""
+    ranks = run.gpus * run.threads
+    lines = [
+        f"# nThread {run.threads} nGpus {run.gpus} minBytes {run.min_bytes} maxBytes {run.max_bytes} "
+        + (f"step: {run.step_factor}(factor)" if run.step_factor > 1 else f"step: {run.step_bytes}(bytes)")
+        + f" warmup iters: {run.warmup_iters} iters: {run.iters} agg iters: 1 validation: {run.check} graph: 0",
+        "#",
+        "# Using devices",
+    ]
+    pid = rng.randint(1000, 4_000_000)
+    if ranks > len(node.gpus):
+        lines.append(f"{node.hostname}: Test CUDA failure common.cu:1002 'invalid device ordinal'")
+        lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
+        return ToolOutput("\n".join(lines) + "\n", exit_status=2), 2.0
+    for rank in range(ranks):
+        gpu = node.gpus[rank]
+        lines.append(
+            f"#  Rank {rank:2d} Group  0 Pid {pid:6d} on {node.hostname:>10s} device {rank:2d} "
+            f"[0x{gpu.bus:02x}] {node.profile.gpu_name}"
+        )
+    lost = [g for g in node.gpus[:ranks] if g.lost]
+    if lost:
+        # CUDA cannot open a GPU that fell off the bus: the test dies before the first size.
+        lines.append(f"{node.hostname}: Test CUDA failure common.cu:1070 'unknown error'")
+        lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
+        return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
+    lines += [
+        "#",
+        "#                                                              out-of-place                       in-place",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
+    ]
+    bus_factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    peak_algbw = node.allreduce_busbw_gbps / bus_factor  # GB/s = bytes per ns
+    sizes = run.sizes()
+    # A flaky node corrupts data in the upper half of the sweep.
+    corrupt_from = len(sizes) // 2 if node.transient_failure else len(sizes)
+    busbw_sum, wrong_total, elapsed_us = 0.0, 0, 0.0
+    for position, size in enumerate(sizes):
+        count = size // 4  # float
+        cells = []
+        for _ in ("out-of-place", "in-place"):
+            usec = (node.profile.allreduce_latency_us + size / (peak_algbw * 1e3)) * rng.gauss(1.0, 0.004)
+            algbw = size / usec / 1e3
+            busbw = algbw * bus_factor
+            wrong = max(1, count // 7) if position >= corrupt_from else 0
+            busbw_sum += busbw
+            wrong_total += wrong
+            elapsed_us += usec * (run.iters + run.warmup_iters)
+            cells.append(f"  {_nccl_time(usec)}  {algbw:6.2f}  {busbw:6.2f}  {wrong:5d}")
+        lines.append(f"{size:12d}  {count:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}" + "".join(cells))
+    lines += [
+        f"# Out of bounds values : {wrong_total} {'FAILED' if wrong_total else 'OK'}",
+        f"# Avg bus bandwidth    : {busbw_sum / (2 * len(sizes)):g}" if sizes else "# Avg bus bandwidth    : 0",
+        "#",
+    ]
+    return ToolOutput("\n".join(lines) + "\n", exit_status=1 if wrong_total else 0), elapsed_us / 1e6

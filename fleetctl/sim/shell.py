@@ -1,0 +1,378 @@
+"""The simulated node's shell: unwraps launchers (sudo, timeout, mpirun, srun), parses each
+tool's argv as the real tool does, runs `sh -c` scripts in a tiny shell, and hands the node
+state to the tool's renderer in `fleetctl.sim.render`."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from fleetctl.sim.faults import CURED_BY
+from fleetctl.sim.node import HcaState, NodeState, ToolOutput
+from fleetctl.sim.render.dcgm import render_dcgmi_diag
+from fleetctl.sim.render.firmware import (
+    render_flint_query,
+    render_mlxfwmanager,
+    render_mlxfwmanager_update,
+    render_nvfwupd_show_version,
+)
+from fleetctl.sim.render.hpl import render_hpl
+from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat
+from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
+from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
+from fleetctl.sim.render.xid import render_kernel_log
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    output: ToolOutput
+    seconds: float  # how long the real tool would take
+    # Fault kinds the run repaired (a GPU reset, a firmware update); the executor clears them.
+    cures: frozenset[str] = frozenset()
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _bytes(text: str) -> int:
+    """nccl-tests and perftest sizes: 8, 256M, 8G, 1KB."""
+    match = re.fullmatch(r"(\d+)([KMGkmg]?)[Bb]?", text)
+    if not match:
+        raise _UsageError(f"invalid size {text!r}")
+    return int(match[1]) * 1024 ** " KMG".index(match[2].upper() or " ")
+
+
+def _options(args: Sequence[str], with_value: set[str]) -> tuple[dict[str, str], list[str]]:
+    """Split argv into {flag: value} (value "" for switches) and positional arguments.
+    Accepts `--flag=value`, `--flag value` and `-f value` for flags in `with_value`."""
+    flags: dict[str, str] = {}
+    positional: list[str] = []
+    items = iter(args)
+    for arg in items:
+        if arg.startswith("-") and len(arg) > 1:
+            name, eq, value = arg.partition("=")
+            if not eq and name in with_value:
+                value = next(items, None)
+                if value is None:
+                    raise _UsageError(f"option {name} needs a value")
+            flags[name] = value
+        else:
+            positional.append(arg)
+    return flags, positional
+
+
+def _flag(flags: dict[str, str], *names: str, default: str | None = None) -> str | None:
+    return next((flags[n] for n in names if n in flags), default)
+
+
+@dataclass(frozen=True)
+class _Call:
+    node: NodeState
+    args: list[str]
+    rng: random.Random
+    ranks: int | None  # processes an MPI launcher started
+
+
+def _nvidia_smi(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"--query-gpu", "--format", "-d", "--display", "-i", "--id"})
+    query = _flag(flags, "--query-gpu")
+    ids = _flag(flags, "-i", "--id")
+    indices = [int(i) for i in ids.split(",")] if ids else None
+    if query is not None:
+        fmt = (_flag(flags, "--format") or "").split(",")
+        if "csv" not in fmt:
+            raise _UsageError("--query-gpu needs --format=csv")
+        fields = [f.strip() for f in query.split(",") if f.strip()]
+        return ToolRun(render_nvidia_smi_query(call.node, fields, "noheader" not in fmt, "nounits" not in fmt, indices), 0.4)
+    if "-q" in flags or "--query" in flags:
+        display = _flag(flags, "-d", "--display")
+        sections = [d.strip().upper() for d in display.split(",")] if display else None
+        return ToolRun(render_nvidia_smi_q(call.node, sections, indices), 1.5)
+    if "-r" in flags or "--gpu-reset" in flags:
+        output = render_nvidia_smi_reset(call.node, indices)
+        return ToolRun(output, 8.0, CURED_BY["gpu_reset"] if output.exit_status == 0 else frozenset())
+    raise _UsageError("simulated nvidia-smi answers --query-gpu=... --format=csv, -q and -r")
+
+
+_DCGM_LEVELS = {"1": 1, "short": 1, "2": 2, "medium": 2, "3": 3, "long": 3, "4": 4, "xlong": 4}
+_DCGM_SECONDS = {1: 15.0, 2: 120.0, 3: 900.0, 4: 2700.0}
+
+
+def _dcgmi(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"-r", "--run", "-g", "--group", "-p", "--parameters", "-i"})
+    level = _DCGM_LEVELS.get(_flag(flags, "-r", "--run") or "")
+    if positional[:1] != ["diag"] or level is None:
+        raise _UsageError("simulated dcgmi answers `diag -r 1|2|3|4 [-j]`")
+    as_json = "-j" in flags or "--json" in flags
+    return ToolRun(render_dcgmi_diag(call.node, level, as_json), _DCGM_SECONDS[level])
+
+
+_NCCL_VALUE_FLAGS = {
+    f"-{short}" for short in "betfignwcdoarmpzGCNRTy"
+} | {"--minbytes", "--maxbytes", "--stepfactor", "--stepbytes", "--ngpus", "--nthreads", "--iters",
+     "--warmup_iters", "--check", "--datatype", "--op"}
+
+
+def _all_reduce_perf(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, _NCCL_VALUE_FLAGS)
+    run = AllReduceRun(
+        min_bytes=_bytes(_flag(flags, "-b", "--minbytes", default="32M")),
+        max_bytes=_bytes(_flag(flags, "-e", "--maxbytes", default="32M")),
+        step_factor=int(_flag(flags, "-f", "--stepfactor", default="1")),
+        step_bytes=_bytes(_flag(flags, "-i", "--stepbytes", default="1M")),
+        gpus=int(_flag(flags, "-g", "--ngpus", default="1")),
+        threads=int(_flag(flags, "-t", "--nthreads", default="1")),
+        iters=int(_flag(flags, "-n", "--iters", default="20")),
+        warmup_iters=int(_flag(flags, "-w", "--warmup_iters", default="5")),
+        check=int(_flag(flags, "-c", "--check", default="1")),
+    )
+    if run.step_factor < 2 and run.step_bytes < 1:
+        raise _UsageError("all_reduce_perf needs -f >= 2 or -i >= 1 to step through sizes")
+    output, seconds = render_all_reduce_perf(call.node, run, call.rng)
+    return ToolRun(output, 15.0 + seconds)  # NCCL init and connection setup
+
+
+def _xhpl(call: _Call) -> ToolRun:
+    ranks = call.ranks or call.node.profile.gpu_count
+    output, seconds = render_hpl(call.node, min(ranks, len(call.node.gpus)), call.rng)
+    return ToolRun(output, 40.0 + seconds)  # matrix generation and warm-up
+
+
+def _dmesg(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-l", "--level", "-f", "--facility"})
+    style = "dmesg-T" if {"-T", "--ctime"} & flags.keys() else "dmesg"
+    return ToolRun(render_kernel_log(call.node, style), 0.2)
+
+
+def _journalctl(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-o", "--output", "-b", "--boot", "-S", "--since", "-U", "--until", "-n", "--lines"})
+    if not {"-k", "--dmesg"} & flags.keys():
+        raise _UsageError("simulated journalctl answers -k (kernel messages)")
+    return ToolRun(render_kernel_log(call.node, "journal"), 0.5)
+
+
+def _ibstat(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, set())
+    if "-l" in flags or "--list_of_cas" in flags:
+        return ToolRun(ToolOutput("".join(f"{h.name}\n" for h in call.node.hcas)), 0.1)
+    return ToolRun(render_ibstat(call.node, positional), 0.1)
+
+
+_PERFTEST_VALUE_FLAGS = {
+    *(f"-{c}" for c in "dsqDnxmpTiutQlIwSrE"),
+    "--ib-dev", "--size", "--qp", "--duration", "--iters", "--port", "--mtu", "--gid-index", "--tos",
+    "--source_ip", "--ib-port", "--tx-depth", "--rx-depth",
+}
+
+
+def _ib_write_bw(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, _PERFTEST_VALUE_FLAGS)
+    duration = _flag(flags, "-D", "--duration")
+    run = IbWriteBwRun(
+        device=_flag(flags, "-d", "--ib-dev", default=call.node.hcas[0].name),
+        size=_bytes(_flag(flags, "-s", "--size", default="65536")),
+        qps=int(_flag(flags, "-q", "--qp", default="1")),
+        duration_s=float(duration) if duration is not None else None,
+        iterations=int(_flag(flags, "-n", "--iters", default="5000")),
+        report_gbits="--report_gbits" in flags,
+        server=positional[0] if positional else None,
+        sweep="-a" in flags or "--all" in flags,
+    )
+    output, seconds = render_ib_write_bw(call.node, run, call.rng)
+    return ToolRun(output, 1.5 + seconds)
+
+
+def _hca_named(node: NodeState, device: str) -> HcaState | None:
+    """flint's -d: mlx5_N, /dev/mst/mt4129_pciconfN or a PCI address (37:00.0)."""
+    adapters = [h for h in node.hcas if h.ca_type == node.profile.hca.ca_type]
+    if match := re.fullmatch(r"/dev/mst/mt\d+_pciconf(\d+)", device):
+        index = int(match[1])
+        return adapters[index] if index < len(adapters) else None
+    if match := re.fullmatch(r"(?:0000:)?([0-9a-fA-F]{2}):00\.0", device):
+        return next((h for h in adapters if h.pci_bus == int(match[1], 16)), None)
+    return next((h for h in adapters if h.name == device), None)
+
+
+def _flint(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"-d", "--device", "-i", "--image"})
+    device = _flag(flags, "-d", "--device")
+    if device is None or positional[:1] not in (["query"], ["q"]):
+        raise _UsageError("simulated flint answers `-d DEVICE query`")
+    hca = _hca_named(call.node, device)
+    if hca is None:
+        return ToolRun(ToolOutput("", f'-E- Cannot open Device: "{device}". No such file or directory. MFE_CR_ERROR\n', 1), 0.5)
+    return ToolRun(render_flint_query(call.node, hca), 2.0)
+
+
+def _mlxfwmanager(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-d", "--dev", "-i", "--image-file", "--log", "-L", "--log-file"})
+    if {"-u", "--update"} & flags.keys():
+        return ToolRun(render_mlxfwmanager_update(call.node), 120.0, CURED_BY["firmware_update"])
+    if not {"--query", "-q"} & flags.keys():
+        raise _UsageError("simulated mlxfwmanager answers --query and -u")
+    return ToolRun(render_mlxfwmanager(call.node), 6.0)
+
+
+# The files `cat` can read on a simulated node.
+_FILES: dict[str, Callable[[NodeState], str]] = {
+    "/proc/sys/kernel/random/boot_id": lambda node: node.boot_id + "\n",
+}
+
+
+def _cat(call: _Call) -> ToolRun:
+    out, err, status = [], [], 0
+    for path in call.args:
+        if path in _FILES:
+            out.append(_FILES[path](call.node))
+        else:
+            err.append(f"cat: {path}: No such file or directory\n")
+            status = 1
+    return ToolRun(ToolOutput("".join(out), "".join(err), status), 0.0)
+
+
+def _nvfwupd(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"-t", "--target", "-p", "--package", "-c", "--config"})
+    if "show_version" not in positional:
+        raise _UsageError("simulated nvfwupd answers show_version")
+    with_package = bool({"-p", "--package"} & flags.keys())
+    as_json = "-j" in flags or "--json" in flags
+    return ToolRun(render_nvfwupd_show_version(call.node, with_package, as_json), 10.0)
+
+
+def _sleep(call: _Call) -> ToolRun:
+    return ToolRun(ToolOutput(""), sum(float(a.rstrip("s")) for a in call.args))
+
+
+_TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
+    "nvidia-smi": _nvidia_smi,
+    "dcgmi": _dcgmi,
+    "all_reduce_perf": _all_reduce_perf,
+    "xhpl": _xhpl,
+    "hpl.sh": _xhpl,
+    "dmesg": _dmesg,
+    "journalctl": _journalctl,
+    "ibstat": _ibstat,
+    "ib_write_bw": _ib_write_bw,
+    "flint": _flint,
+    "mstflint": _flint,
+    "mlxfwmanager": _mlxfwmanager,
+    "mlxup": _mlxfwmanager,
+    "nvfwupd": _nvfwupd,
+    "nvfwupd.py": _nvfwupd,
+    "sleep": _sleep,
+    "cat": _cat,
+    "hostname": lambda call: ToolRun(ToolOutput(call.node.hostname + "\n"), 0.0),
+    "true": lambda call: ToolRun(ToolOutput(""), 0.0),
+}
+# The tools whose runs a `flaky` node can spoil: the ones that stress the GPUs.
+STRESS_TOOLS = frozenset({"dcgmi", "all_reduce_perf", "xhpl", "hpl.sh"})
+
+# Launcher options that take a value, so the program name can be found after them.
+_LAUNCHER_VALUE_FLAGS = {
+    "-np", "-n", "-c", "-N", "--np", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
+    "--rank-by", "-x", "--npernode", "--ntasks", "--ntasks-per-node", "--gpus-per-node", "--cpu-bind",
+    "--mpi", "-w", "--nodelist", "-p", "--partition", "-t", "--time",
+}
+_LAUNCHER_RANK_FLAGS = {"-np", "-n", "-c", "--np", "--ntasks"}
+
+
+def _unwrap(argv: Sequence[str]) -> tuple[list[str], int | None]:
+    """Strip sudo/env/timeout/nice and MPI or Slurm launchers; return the program's argv and
+    the number of ranks a launcher asked for."""
+    args, ranks = list(argv), None
+    while args:
+        tool = os.path.basename(args[0])
+        if tool in ("sudo", "env", "nice", "timeout", "stdbuf"):
+            rest = args[1:]
+            while rest and (rest[0].startswith("-") or "=" in rest[0]):
+                rest = rest[1:]
+            if tool == "timeout" and rest:
+                rest = rest[1:]  # the duration
+            args = rest
+        elif tool in ("mpirun", "mpiexec", "srun"):
+            rest = args[1:]
+            while rest and rest[0].startswith("-"):
+                flag, eq, value = rest[0].partition("=")
+                takes_value = not eq and flag in _LAUNCHER_VALUE_FLAGS
+                if flag in _LAUNCHER_RANK_FLAGS:
+                    ranks = int(value if eq else rest[1])
+                elif flag == "--mca":  # --mca KEY VALUE
+                    rest = rest[2:]
+                rest = rest[2 if takes_value else 1 :]
+            args = rest
+        else:
+            break
+    return args, ranks
+
+
+_SCRIPT_SPLIT = re.compile(r"(&&|\|\||[;&|\n])")
+_REDIRECT = re.compile(r"(\d?)>>?\s*(&1|\S+)")
+
+
+class NodeShell:
+    """Runs commands against one node state; `sh -c` scripts get a tiny shell."""
+
+    def __init__(self, node: NodeState, rng: random.Random):
+        self.node = node
+        self.rng = rng
+
+    def run(self, argv: Sequence[str]) -> ToolRun:
+        args, ranks = _unwrap(argv)
+        if not args:
+            return ToolRun(ToolOutput(""), 0.0)
+        tool = os.path.basename(args[0])
+        if tool in ("sh", "bash") and len(args) >= 3 and args[1] in ("-c", "-lc", "-ec"):
+            return self.run_script(args[2])
+        handler = _TOOLS.get(tool)
+        if handler is None:
+            return ToolRun(ToolOutput("", f"bash: line 1: {args[0]}: command not found\n", 127), 0.0)
+        try:
+            return handler(_Call(self.node, args[1:], self.rng, ranks))
+        except (_UsageError, ValueError) as exc:
+            return ToolRun(ToolOutput("", f"{tool}: {exc}\n", 2), 0.0)
+
+    def run_script(self, script: str) -> ToolRun:
+        """`;`, `&&`, `||`, background `&` with `wait`, and redirections to files (dropped)."""
+        pieces = _SCRIPT_SPLIT.split(script)
+        stdout, stderr = [], []
+        cures: frozenset[str] = frozenset()
+        clock = background_end = 0.0
+        status, skip = 0, False
+        for text, operator in zip(pieces[::2], pieces[1::2] + [""]):
+            if operator == "|":
+                return ToolRun(ToolOutput("", "sh: pipelines are not simulated\n", 2), clock)
+            text = text.strip()
+            if text and not skip:
+                run = self._simple_command(text, background_end - clock)
+                if operator == "&":
+                    background_end = max(background_end, clock + run.seconds)
+                    status = 0
+                else:
+                    clock += run.seconds
+                    status = run.output.exit_status
+                stdout.append(run.output.stdout)
+                stderr.append(run.output.stderr)
+                cures |= run.cures
+            skip = (operator == "&&" and status != 0) or (operator == "||" and status == 0)
+        return ToolRun(ToolOutput("".join(stdout), "".join(stderr), status), clock, cures)
+
+    def _simple_command(self, text: str, background_left: float) -> ToolRun:
+        redirects = _REDIRECT.findall(text)
+        words = shlex.split(_REDIRECT.sub("", text))
+        if words == ["wait"]:
+            return ToolRun(ToolOutput(""), max(background_left, 0.0))
+        run = self.run(words)
+        out, err = run.output.stdout, run.output.stderr
+        for stream, target in redirects:
+            if stream == "2" and target == "&1":
+                out, err = out + err, ""
+            elif stream == "2":
+                err = ""
+            else:
+                out = ""
+        return ToolRun(ToolOutput(out, err, run.output.exit_status), run.seconds, run.cures)

@@ -1,0 +1,62 @@
+"""Simulated nodes' state in the database, so every process sees it: injected faults
+(written by `fleetctl sim inject`, read by the worker's simulated executor, cleared by a
+simulated repair) and when each node's BMC last rebooted it."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, delete, select
+
+from fleetctl.db.models import SimBoot, SimFault
+from fleetctl.sim.faults import SimFaultSpec
+
+
+def add_fault(engine: Engine, node: str, kind: str, gpu: int | None = None, not_before: float = 0.0,
+              rate_per_hour: float | None = None, seed: int = 0) -> SimFault:
+    with Session(engine) as session:
+        fault = SimFault(node_name=node, kind=kind, gpu=gpu, not_before=not_before, rate_per_hour=rate_per_hour, seed=seed)
+        session.add(fault)
+        session.commit()
+        session.refresh(fault)
+        return fault
+
+
+def clear_faults(engine: Engine, node: str, kind: str | None = None) -> int:
+    with Session(engine) as session:
+        query = delete(SimFault).where(SimFault.node_name == node)
+        if kind:
+            query = query.where(SimFault.kind == kind)
+        count = session.exec(query).rowcount  # type: ignore[call-overload]
+        session.commit()
+        return count
+
+
+def faults_for(engine: Engine, node: str) -> list[SimFault]:
+    with Session(engine) as session:
+        return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(SimFault.id)))
+
+
+def fault_specs(engine: Engine, node: str) -> list[SimFaultSpec]:
+    """The node's stored faults as the simulated executor reads them."""
+    return [SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour, seed=f.seed)
+            for f in faults_for(engine, node)]
+
+
+def cure(engine: Engine, node: str, kinds: frozenset[str]) -> list[str]:
+    """Clear the node's faults of these kinds; returns the kinds it had."""
+    cured = sorted({f.kind for f in faults_for(engine, node)} & kinds)
+    for kind in cured:
+        clear_faults(engine, node, kind)
+    return cured
+
+
+def record_boot(engine: Engine, node: str, at: float) -> None:
+    with Session(engine) as session:
+        session.merge(SimBoot(node_name=node, booted_at=at))
+        session.commit()
+
+
+def booted_at(engine: Engine, node: str) -> float | None:
+    with Session(engine) as session:
+        boot = session.get(SimBoot, node)
+        return boot.booted_at if boot else None
