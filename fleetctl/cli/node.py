@@ -74,7 +74,7 @@ def import_nodes(
     from fleetctl.db import queries
     from fleetctl.inventory import load_inventory
 
-    specs = load_inventory(file, _known_profiles())
+    specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
