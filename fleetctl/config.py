@@ -187,7 +187,7 @@ def load_settings(
 
     path = Path(config_file or env.get(CONFIG_FILE_ENV) or default_config_file()).expanduser()
     if path.exists():
-        from checks.safe_yaml import YamlRefused, load_file
+        from fleetyaml import YamlRefused, load_file
 
         try:
             data = load_file(path) or {}

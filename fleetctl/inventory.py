@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
+from fleetyaml import YamlRefused, excerpt, loads, read_text
 from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
@@ -103,7 +103,7 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         if unknown:
             raise InventoryError(f"{where}: unknown field '{sorted(unknown, key=str)[0]}'")
         if name.lower() in seen:
-            raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name.lower()]}], names ignore case)")
+            raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name.lower()]}]) (names ignore case)")
         seen[name.lower()] = index
         profile = _text(where, entry, "profile", NODE_NAME_RE, True)
         if known_profiles is not None and profile not in known_profiles:

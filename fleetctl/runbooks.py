@@ -33,10 +33,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import yaml
 from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+from fleetyaml import YamlRefused, loads, read_text
 from fleetctl.lifecycle import RULES, NodeState
 
 RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
@@ -314,11 +314,9 @@ def parse_runbook(text: str, source: str = "<runbook>") -> Runbook:
         return RunbookError(f"{source}: {step + ': ' if step else ''}{reason}")
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise fail(f"not valid YAML{where}") from None
+        doc = loads(text, source)
+    except YamlRefused as exc:
+        raise RunbookError(str(exc)) from None
     if not isinstance(doc, dict):
         raise fail("expected a mapping with name, match and steps")
     unknown = set(doc) - _TOP_KEYS
@@ -437,11 +435,10 @@ def _check_templates(value: Any) -> None:
 
 
 def load_runbook(path: str | Path) -> Runbook:
-    path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise RunbookError(f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+        text = read_text(path)
+    except YamlRefused as exc:
+        raise RunbookError(str(exc)) from None
     return parse_runbook(text, str(path))
 
 

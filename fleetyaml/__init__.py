@@ -1,7 +1,8 @@
 """The one YAML loader for every file an operator hands fleetctl: inventory, runbooks, the
 config file, firmware baselines, check suites.
 
-It lives in `checks`, the lowest layer, so that every package may import it.
+A package of its own, below every layer, so that `checks` (which imports nothing of
+fleetctl) may use it too, and importing it costs only PyYAML.
 
 PyYAML's safe loader is safe against code execution but not against size: a few hundred
 bytes of nested aliases (a "billion laughs") expand to gigabytes, and YAML 1.1's implicit
