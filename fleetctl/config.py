@@ -6,9 +6,9 @@ operator why fleetctl is talking to the database or Temporal it is talking to.
 
 from __future__ import annotations
 
-import getpass
 import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -116,11 +116,36 @@ class Settings:
 
     def identity(self) -> str:
         """Who is acting and from where, recorded on every state change: the configured
-        operator (`name@where`; a bare name gets this host) or the OS user@host."""
+        operator (`name@where`; a bare name gets this host) or the authenticated user@host."""
         host = socket.gethostname()
         if self.operator:
             return self.operator if "@" in self.operator else f"{self.operator}@{host}"
-        return f"{getpass.getuser()}@{host}"
+        return f"{authenticated_user()}@{host}"
+
+
+def authenticated_user() -> str:
+    """The identity the system vouches for: the OS account this process runs as (looked up by
+    uid; $USER and $LOGNAME are self-declared). Where fleetctl is reached through an mTLS
+    front end, this is where the client certificate's subject belongs."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (containers): the number is still true
+        return f"uid{os.getuid()}"
+
+
+# An operator is `name` or `name@where`. Automation acts as `runbook:NAME`, `firmware:...`,
+# `schedule/ID`, `sweep/ID`, `lifecycle`...: a name holds no ':' or '/', and a bare name
+# becomes name@host, so no operator can be recorded as automation.
+_OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?\Z")
+
+
+def check_operator(value: str) -> str:
+    if not _OPERATOR.match(value):
+        raise ConfigError(f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
+                          "':' and '/' are reserved for automation; at most 64+128 characters)")
+    return value
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -163,7 +188,7 @@ def _coerce(name: str, raw: Any) -> Any:
         raise ConfigError(f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, "
                           f"not {type(raw).__name__}")
     if kind == "str":
-        return str(raw)
+        return check_operator(str(raw)) if name == "operator" else str(raw)
     try:
         value: float = float(raw) if kind == "float" else int(str(raw))
     except (TypeError, ValueError):
