@@ -8,6 +8,7 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.text import printable
 
 app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
 
@@ -47,8 +48,9 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID"), ou
     from rich.console import Console
     from rich.markdown import Markdown
 
-    Console().print(Markdown(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1)))
-    typer.echo(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else ""))
+    # Records written before the Markdown was escaped may hold raw control characters.
+    Console().print(Markdown(printable(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1))))
+    typer.echo(printable(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else "")))
 
 
 @app.command("close")

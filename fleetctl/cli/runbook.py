@@ -82,6 +82,7 @@ def run(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""
+    from fleetctl.cli.node import MAX_XID
     from fleetctl.db.queries import get_node
     from fleetctl.runbooks import Event
     from workflows.remediation_starter import RemediationAlreadyRunning, run_remediation
@@ -93,6 +94,8 @@ def run(
     if get_node(context.engine(ctx), node) is None:
         fail(f"unknown node: {node}")
     s = context.settings(ctx)
+    if xid is not None and not 0 <= xid <= MAX_XID:
+        fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
     event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
 
     async def go():
