@@ -360,9 +360,10 @@ def _evaluate_constant_parts(node: nodes.Node) -> None:
     for child in node.iter_child_nodes():
         if isinstance(child, nodes.Expr) and not isinstance(child, (nodes.Const, nodes.TemplateData)) \
                 and child.find(nodes.Name) is None:
-            # Only evaluated (as a condition), never turned into text.
-            probe = nodes.Template([nodes.Output([nodes.CondExpr(child, nodes.Const(""), nodes.Const(""))])],
-                                   lineno=1).set_environment(sandbox())
+            # Printed as the template would print it (finalize bounds the text before it is
+            # built), or, inside a larger expression, only evaluated.
+            shown = child if isinstance(node, nodes.Output) else nodes.CondExpr(child, nodes.Const(""), nodes.Const(""))
+            probe = nodes.Template([nodes.Output([shown])], lineno=1).set_environment(sandbox())
             token = _work.set([0])
             try:
                 sandbox().from_string(probe).render()
