@@ -73,10 +73,14 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     from fleetctl.config import SECRET_SETTINGS
     from fleetctl.db.engine import describe
 
+    from fleetctl.rma import redact
+
     s = context.settings(ctx)
     values = {k: v for k, v in asdict(s).items() if k != "sources"}
     values["db_url"] = describe(s.db_url)
     values.update({k: "(set)" for k in SECRET_SETTINGS if values[k]})
+    # URLs may carry user:password or a token in the query (the webhook's often do).
+    values = {k: redact(v, [getattr(s, name) for name in SECRET_SETTINGS]) for k, v in values.items()}
     rows = [{"setting": k, "value": v, "source": s.sources.get(k, "")} for k, v in values.items()]
     emit(rows, output, lambda data, wide: simple_table("fleetctl settings", ["setting", "value", "source"],
                                                        [[r["setting"], r["value"], r["source"]] for r in data]))

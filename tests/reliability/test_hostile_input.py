@@ -292,3 +292,12 @@ def test_sqlite_database_is_private(tmp_path) -> None:
     get_engine(f"sqlite:///{db}")
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
+
+
+def test_config_masks_credentials_in_urls() -> None:
+    url = "https://bot:hunter2@hooks.example/x?token=q-7f3a"
+    result = CliRunner().invoke(app, ["config", "-o", "json"], env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_WEBHOOK_URL": url})
+    assert result.exit_code == 0, result.output
+    shown = {row["setting"]: row["value"] for row in json.loads(result.stdout)}
+    assert "hunter2" not in result.stdout and "q-7f3a" not in result.stdout
+    assert shown["webhook_url"].startswith("https://bot:***@hooks.example/x?token=***")
