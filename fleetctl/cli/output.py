@@ -35,6 +35,19 @@ def fail(message: str, code: int = EXIT_OPERATIONAL) -> NoReturn:
     raise typer.Exit(code)
 
 
+def within(low: float, high: float) -> Callable[[Any, Any, Any], Any]:
+    """A typer callback bounding a numeric option at the edge: a value outside [low, high]
+    (NaN and infinities included) is one line and exit 2, before anything runs."""
+    import math
+
+    def check(_ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name)
+            fail(f"{name} must be between {low} and {high}, not {value}", EXIT_USAGE)
+        return value
+    return check
+
+
 def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None) -> None:
     """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable."""
     if output is OutputFormat.json:

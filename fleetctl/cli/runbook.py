@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.node import MAX_XID
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
 
@@ -77,12 +78,12 @@ def run(
     name: str,
     node: str = typer.Option(..., "--node", help="the node to remediate"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
-    xid: Optional[int] = typer.Option(None, "--xid", help="the XID that prompted this (templates see it as event)"),
+    xid: Optional[int] = typer.Option(None, "--xid", callback=within(0, MAX_XID),
+                                       help="the XID that prompted this (templates see it as event)"),
     reason: str = typer.Option("operator request", "--reason", help="why; templates see it as event.message"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""
-    from fleetctl.cli.node import MAX_XID
     from fleetctl.db.queries import get_node
     from fleetctl.runbooks import Event
     from workflows.remediation_starter import RemediationAlreadyRunning, run_remediation
@@ -94,8 +95,6 @@ def run(
     if get_node(context.engine(ctx), node) is None:
         fail(f"unknown node: {node}")
     s = context.settings(ctx)
-    if xid is not None and not 0 <= xid <= MAX_XID:
-        fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
     event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
 
     async def go():

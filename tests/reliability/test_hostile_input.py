@@ -301,3 +301,19 @@ def test_config_masks_credentials_in_urls() -> None:
     shown = {row["setting"]: row["value"] for row in json.loads(result.stdout)}
     assert "hunter2" not in result.stdout and "q-7f3a" not in result.stdout
     assert shown["webhook_url"].startswith("https://bot:***@hooks.example/x?token=***")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["rma", "show", "99999999999999999999"], "ID must be between 1 and 9223372036854775807"),
+        (["metrics", "serve", "--port", "99999"], "--port must be between 0 and 65535"),
+        (["fleet", "status", "--interval", "nan"], "--interval must be between 0.1 and 3600"),
+        (["runbook", "run", "xid-79-fallen-off-bus", "--node", "n1", "--xid", "99999999999999999999"], "--xid must be"),
+    ],
+)
+def test_numeric_options_are_bounded_at_the_edge(tmp_path, args: list[str], message: str) -> None:
+    result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", *args], env={"FLEETCTL_CONFIG": os.devnull})
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
