@@ -317,3 +317,12 @@ def test_numeric_options_are_bounded_at_the_edge(tmp_path, args: list[str], mess
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_redfish_client_refuses_plain_http_off_this_machine() -> None:
+    from fleetctl.bmc.redfish import RedfishClient
+
+    with pytest.raises(ValueError, match="must use https"):
+        RedfishClient("http://10.1.0.1", "admin", "pw")
+    assert RedfishClient("http://10.1.0.1", "admin", "pw", allow_http=True).base_url == "http://10.1.0.1"
+    assert RedfishClient("http://127.0.0.1:8000", "admin", "pw").base_url == "http://127.0.0.1:8000"
