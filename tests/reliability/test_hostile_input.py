@@ -326,3 +326,22 @@ def test_redfish_client_refuses_plain_http_off_this_machine() -> None:
         RedfishClient("http://10.1.0.1", "admin", "pw")
     assert RedfishClient("http://10.1.0.1", "admin", "pw", allow_http=True).base_url == "http://10.1.0.1"
     assert RedfishClient("http://127.0.0.1:8000", "admin", "pw").base_url == "http://127.0.0.1:8000"
+
+
+def test_metrics_serve_listens_on_this_machine_by_default(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from fleetctl.temporal_server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--db-url", f"sqlite:///{tmp_path}/fleet.db",
+                             "metrics", "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLEETCTL_CONFIG": os.devnull})
+    try:
+        line = proc.stderr.readline()  # printed once the socket is bound; '' if the process died
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    assert line.strip() == f"serving Prometheus metrics on http://127.0.0.1:{port}/metrics"
