@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from checks.catalog import CHECKS
+from fleetyaml import YamlRefused, load_file
 
 SHIPPED_DIR = Path(__file__).parent / "suites"
 
@@ -29,9 +28,9 @@ class Suite:
 
 def _load(path: Path) -> Suite:
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SuiteError(f"{path}: cannot read suite ({exc.__class__.__name__})") from None
+        doc = load_file(path)
+    except YamlRefused as exc:
+        raise SuiteError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("checks"), list) or not doc["checks"]:
         raise SuiteError(f"{path}: expected 'name' and a non-empty 'checks' list")
     if not all(isinstance(c, str) for c in doc["checks"]):

@@ -6,8 +6,9 @@ operator why fleetctl is talking to the database or Temporal it is talking to.
 
 from __future__ import annotations
 
-import getpass
+import math
 import os
+import re
 import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -36,6 +37,7 @@ ENV_VARS = {
     "bmc_username": "FLEETCTL_BMC_USERNAME",
     "bmc_password": "FLEETCTL_BMC_PASSWORD",
     "bmc_verify_tls": "FLEETCTL_BMC_VERIFY_TLS",
+    "bmc_allow_http": "FLEETCTL_BMC_ALLOW_HTTP",
     "remediation_shadow": "FLEETCTL_REMEDIATION_SHADOW",
     "runbooks_dir": "FLEETCTL_RUNBOOKS_DIR",
     "lemon_threshold": "FLEETCTL_LEMON_THRESHOLD",
@@ -96,6 +98,8 @@ class Settings:
     bmc_username: str = ""
     bmc_password: str = ""
     bmc_verify_tls: bool = True
+    # Plain-http BMCs send the fleet-wide credentials in clear: refused unless allowed here.
+    bmc_allow_http: bool = False
     # Shadow mode: every automated remediation records what it would do and does nothing,
     # so new runbooks earn trust before they act.
     remediation_shadow: bool = False
@@ -112,25 +116,88 @@ class Settings:
 
     def identity(self) -> str:
         """Who is acting and from where, recorded on every state change: the configured
-        operator (`name@where`; a bare name gets this host) or the OS user@host."""
+        operator (`name@where`; a bare name gets this host) or the authenticated user@host."""
         host = socket.gethostname()
         if self.operator:
             return self.operator if "@" in self.operator else f"{self.operator}@{host}"
-        return f"{getpass.getuser()}@{host}"
+        return f"{authenticated_user()}@{host}"
+
+
+def authenticated_user() -> str:
+    """The identity the system vouches for: the OS account this process runs as (looked up by
+    uid; $USER and $LOGNAME are self-declared). Where fleetctl is reached through an mTLS
+    front end, this is where the client certificate's subject belongs."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry (containers): the number is still true
+        return f"uid{os.getuid()}"
+
+
+# An operator is `name` or `name@where`. Automation acts as `runbook:NAME`, `firmware:...`,
+# `schedule/ID`, `sweep/ID`, `lifecycle`...: a name holds no ':' or '/', and a bare name
+# becomes name@host, so no operator can be recorded as automation.
+_OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?\Z")
+
+
+def check_operator(value: str) -> str:
+    if not _OPERATOR.match(value):
+        raise ConfigError(f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
+                          "':' and '/' are reserved for automation; at most 64+128 characters)")
+    return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+# Every number a setting can hold, bounded: (lowest, highest, whether the lowest is allowed).
+# A guard fraction of 0 or NaN would refuse or hang every automated drain, a window <= 0
+# disables the storm breaker.
+_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "guard_max_unavailable_fleet": (0.0, 1.0, False),
+    "guard_max_unavailable_rack": (0.0, 1.0, False),
+    "guard_storm_fraction": (0.0, 1.0, False),
+    "guard_storm_window_s": (0.0, 7 * 86400.0, False),
+    "sim_time_scale": (0.0, 1000.0, True),
+    "sim_seed": (0, 2**63 - 1, True),
+    "lemon_threshold": (1, 1000, True),
+    "lemon_window_days": (0.0, 3650.0, False),
+}
+
+
+def parse_bool(raw: Any, what: str = "value") -> bool:
+    """The one boolean parser: 1/true/yes/on or 0/false/no/off (any case); anything else is an
+    error, never quietly false (that turned TLS verification off for `enabled`)."""
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ConfigError(f"{what}: {str(raw)[:40]!r} is not a boolean (use {'/'.join(_TRUE)} or {'/'.join(_FALSE)})")
 
 
 def _coerce(name: str, raw: Any) -> Any:
     kind = {f.name: f.type for f in fields(Settings)}[name]
+    what = f"setting {name}"
+    if kind == "bool":
+        return parse_bool(raw, what)
+    if isinstance(raw, (bool, list, dict)) or raw is None:
+        raise ConfigError(f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, "
+                          f"not {type(raw).__name__}")
+    if kind == "str":
+        return check_operator(str(raw)) if name == "operator" else str(raw)
     try:
-        if kind == "bool":
-            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
-        if kind == "float":
-            return float(raw)
-        if kind == "int":
-            return int(raw)
+        value: float = float(raw) if kind == "float" else int(str(raw))
     except (TypeError, ValueError):
-        raise ConfigError(f"setting {name}: {raw!r} is not a valid {kind}") from None
-    return str(raw)
+        raise ConfigError(f"{what}: {str(raw)[:40]!r} is not a valid {kind}") from None
+    low, high, low_allowed = _BOUNDS.get(name, (-math.inf, math.inf, True))
+    if not math.isfinite(value) or value > high or value < low or (value == low and not low_allowed):
+        interval = f"{'[' if low_allowed else '('}{low:g}, {high:g}]"
+        raise ConfigError(f"{what}: {str(raw)[:40]!r} is out of range (must be in {interval})")
+    return value
 
 
 def load_settings(
@@ -145,18 +212,21 @@ def load_settings(
 
     path = Path(config_file or env.get(CONFIG_FILE_ENV) or default_config_file()).expanduser()
     if path.exists():
-        import yaml
+        from fleetyaml import YamlRefused, load_file
 
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+            data = load_file(path) or {}
+        except YamlRefused as exc:
+            raise ConfigError(str(exc)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: expected a mapping of settings")
         for key, value in data.items():
             if key not in settings.sources:
-                raise ConfigError(f"{path}: unknown setting {key!r}")
-            setattr(settings, key, _coerce(key, value))
+                raise ConfigError(f"{path}: unknown setting {str(key)[:40]!r}")
+            try:
+                setattr(settings, key, _coerce(key, value))
+            except ConfigError as exc:
+                raise ConfigError(f"{path}: {exc}") from None
             settings.sources[key] = f"file {path}"
     elif config_file:
         raise ConfigError(f"config file {path} does not exist")

@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
+from fleetyaml import YamlRefused, loads, read_text
 from fleetctl.runbooks import TemplateRefused, check_template, render
 
 
@@ -84,9 +83,9 @@ def parse_baseline(text: str, source: str = "<baseline>", known_profiles: set[st
         return BaselineError(f"{source}: {reason}")
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raise fail("not valid YAML") from None
+        doc = loads(text, source)
+    except YamlRefused as exc:
+        raise BaselineError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("profiles"), dict) or not doc["profiles"]:
         raise fail("expected 'name' and a non-empty 'profiles' mapping")
     name = doc.get("name")
@@ -156,11 +155,10 @@ def split_template(command: str) -> list[str]:
 
 
 def load_baseline(path: str | Path, known_profiles: set[str] | None = None) -> Baseline:
-    path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot read ({exc.strerror or exc.__class__.__name__})") from None
+        text = read_text(path)
+    except YamlRefused as exc:
+        raise BaselineError(str(exc)) from None
     return parse_baseline(text, str(path), known_profiles)
 
 

@@ -11,6 +11,10 @@
         labels: {pool: training}
 
 Errors name the file, the entry and the field, and nothing is written if any entry is bad.
+Names are compared case-insensitively (`gpu-001` and `GPU-001` are one machine to DNS and to
+an operator); a node for the Kubernetes scheduler must have a name Kubernetes accepts; a BMC
+reached over plain http is refused unless the operator allowed it (its credentials would
+cross the network in clear).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetyaml import YamlRefused, excerpt, loads, read_text
 from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
@@ -50,11 +55,13 @@ def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, require
         if required:
             raise InventoryError(f"{where}: missing field '{key}'")
         return None
+    # The loader keeps every number that is not plain decimal (0123, 0x1F, 1e3) a string, so
+    # an integer here is written exactly as the operator wrote it.
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise InventoryError(f"{where}: field '{key}' must be a string")
     value = str(value)
     if pattern is not None and not pattern.match(value):
-        raise InventoryError(f"{where}: field '{key}' has an invalid value {value!r}")
+        raise InventoryError(f"{where}: field '{key}' has an invalid value {excerpt(value)}")
     return value
 
 
@@ -67,22 +74,21 @@ def parse_labels(where: str, raw: Any) -> dict[str, str]:
     for key, value in raw.items():
         key, value = str(key), "" if value is None else str(value)
         if not LABEL_KEY_RE.match(key):
-            raise InventoryError(f"{where}: label key {key!r} is invalid")
+            raise InventoryError(f"{where}: label key {excerpt(key)} is invalid")
         if not LABEL_VALUE_RE.match(value):
-            raise InventoryError(f"{where}: label {key} has an invalid value {value!r}")
+            raise InventoryError(f"{where}: label {key} has an invalid value {excerpt(value)}")
         labels[key] = value
     return labels
 
 
-def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[str] | None = None) -> list[NodeSpec]:
-    import yaml
+def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[str] | None = None,
+                    allow_http_bmc: bool = False) -> list[NodeSpec]:
+    from fleetctl.schedulers.kubernetes import valid_node_name
 
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise InventoryError(f"{source}: not valid YAML{at}") from None
+        doc = loads(text, source)
+    except YamlRefused as exc:
+        raise InventoryError(str(exc)) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
         raise InventoryError(f"{source}: expected a top-level 'nodes:' list")
     specs: list[NodeSpec] = []
@@ -96,22 +102,28 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         unknown = set(entry) - _KNOWN_KEYS
         if unknown:
             raise InventoryError(f"{where}: unknown field '{sorted(unknown, key=str)[0]}'")
-        if name in seen:
-            raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name]}])")
-        seen[name] = index
+        if name.lower() in seen:
+            raise InventoryError(f"{where}: duplicate name (first at nodes[{seen[name.lower()]}]) (names ignore case)")
+        seen[name.lower()] = index
         profile = _text(where, entry, "profile", NODE_NAME_RE, True)
         if known_profiles is not None and profile not in known_profiles:
             raise InventoryError(f"{where}: field 'profile': unknown profile {profile!r} (known: {', '.join(sorted(known_profiles))})")
         scheduler = _text(where, entry, "scheduler", None, False) or "none"
         if scheduler not in SCHEDULERS:
             raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}")
+        if scheduler == "kubernetes" and not valid_node_name(name):
+            raise InventoryError(f"{where}: Kubernetes node names are lower-case letters, digits, '-' and '.'")
+        bmc = _text(where, entry, "bmc", _BMC_RE, False)
+        if bmc is not None and bmc.lower().startswith("http://") and not allow_http_bmc:
+            raise InventoryError(f"{where}: field 'bmc': plain http sends the BMC credentials in clear "
+                                 "(use https, or set bmc_allow_http)")
         specs.append(
             NodeSpec(
                 name=name,
                 address=_text(where, entry, "address", _ADDRESS_RE, True),
                 profile=profile,
                 rack=_text(where, entry, "rack", LABEL_VALUE_RE, False) or "",
-                bmc=_text(where, entry, "bmc", _BMC_RE, False),
+                bmc=bmc,
                 scheduler=scheduler,
                 user=_text(where, entry, "user", NODE_NAME_RE, False),
                 labels=parse_labels(where, entry.get("labels")),
@@ -120,13 +132,13 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
     return specs
 
 
-def load_inventory(path: str | Path, known_profiles: set[str] | None = None) -> list[NodeSpec]:
-    path = Path(path)
+def load_inventory(path: str | Path, known_profiles: set[str] | None = None,
+                   allow_http_bmc: bool = False) -> list[NodeSpec]:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InventoryError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_inventory(text, str(path), known_profiles)
+        text = read_text(path)
+    except YamlRefused as exc:
+        raise InventoryError(str(exc)) from None
+    return parse_inventory(text, str(path), known_profiles, allow_http_bmc)
 
 
 def parse_selector(selector: str) -> dict[str, str]:
@@ -135,6 +147,6 @@ def parse_selector(selector: str) -> dict[str, str]:
     for part in filter(None, (p.strip() for p in selector.split(","))):
         key, sep, value = part.partition("=")
         if not sep or not LABEL_KEY_RE.match(key.strip()) or not LABEL_VALUE_RE.match(value.strip()):
-            raise InventoryError(f"bad label selector {part!r}: expected key=value[,key=value]")
+            raise InventoryError(f"bad label selector {excerpt(part)}: expected key=value[,key=value]")
         labels[key.strip()] = value.strip()
     return labels

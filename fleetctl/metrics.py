@@ -559,7 +559,7 @@ class FleetCollector:
         yield breaker
 
 
-def serve(engine: Engine, port: int, address: str = "0.0.0.0"):
+def serve(engine: Engine, port: int, address: str = "127.0.0.1"):
     """Serve /metrics on a background thread; returns the HTTP server (call .shutdown())."""
     from prometheus_client import CollectorRegistry, start_http_server
 

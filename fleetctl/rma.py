@@ -17,6 +17,9 @@ import urllib.request
 from datetime import datetime
 from functools import cache
 from typing import Any, Iterable, Mapping
+from urllib.parse import urlsplit
+
+from fleetctl.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -107,32 +110,79 @@ def build_evidence(
     return redact(evidence, secrets)
 
 
+def md_inline(value: Any) -> str:
+    """A value on one Markdown line: control characters escaped, line breaks joined, and the
+    characters that would start markup (a table cell's `|`, emphasis, links, code) escaped."""
+    text = printable(" ".join(str(value).splitlines()), keep_newlines=False)
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", text)
+
+
+def md_code_block(value: Any) -> str:
+    """A fenced code block holding `value` verbatim (control characters escaped): the fence is
+    longer than any run of backticks inside, so the content cannot close it."""
+    text = printable(str(value))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 @cache
 def _templates():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    # Markdown, not HTML: nothing to escape; the values are data, never templates.
-    return Environment(loader=PackageLoader("fleetctl", "report/templates"), undefined=StrictUndefined,
-                       autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    # Markdown, not HTML: every value goes through md_inline or md_code_block.
+    env = Environment(loader=PackageLoader("fleetctl", "report/templates"), undefined=StrictUndefined,
+                      autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(md=md_inline, code_block=md_code_block)
+    return env
 
 
 def render_markdown(evidence: Mapping[str, Any], rma_id: int | None = None) -> str:
     return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect stays an error: urllib would replay the Authorization header to wherever the
+    receiver points, another host included."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        return None
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def webhook_url_problem(url: str, token: str) -> str | None:
+    """Why the webhook must not be called with this URL, or None. A bearer token travels only
+    over https, or to this machine itself."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "the webhook URL must be http(s)://host/..."
+    if token and parts.scheme != "https" and parts.hostname not in _LOOPBACK:
+        return "the webhook token is only sent over https (or to this machine)"
+    return None
+
+
 def post_webhook(url: str, token: str, payload: Mapping[str, Any], timeout_s: float = 10.0) -> str:
-    """POST the payload as JSON; returns a one-line status. The token travels only in the header."""
+    """POST the payload as JSON; returns a one-line status, `delivered: ...` only for a 2xx
+    answer from the URL itself. The token travels only in the header, never to a redirect."""
+    where = redact(url, (token,))
+    problem = webhook_url_problem(url, token)
+    if problem:
+        log.warning("RMA webhook %s: not sent: %s", where, problem)
+        return f"failed: {problem}"
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=json.dumps(payload, default=str).encode(), headers=headers, method="POST")
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    where = redact(url, (token,))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
     try:
         with opener.open(request, timeout=timeout_s) as response:
-            status = f"delivered: HTTP {response.status}"
+            code = response.status
+            status = f"delivered: HTTP {code}" if 200 <= code < 300 else f"refused: HTTP {code}"
     except urllib.error.HTTPError as exc:
-        status = f"refused: HTTP {exc.code}"
+        moved = " (redirects are not followed)" if 300 <= exc.code < 400 else ""
+        status = f"refused: HTTP {exc.code}{moved}"
     except (OSError, ValueError) as exc:
         status = f"failed: {redact(str(getattr(exc, 'reason', exc)), (token,))}"
     log.info("RMA webhook %s: %s", where, status)

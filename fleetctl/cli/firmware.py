@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
@@ -68,9 +68,9 @@ def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
 def rollout(
     ctx: typer.Context,
     baseline_file: Path = typer.Option(None, "--baseline", help="baseline YAML to roll out (becomes the baseline)"),
-    canary: int = typer.Option(1, "--canary", min=0, help="nodes updated alone first"),
+    canary: int = typer.Option(1, "--canary", callback=within(0, 100_000), help="nodes updated alone first"),
     batch: str = typer.Option("5%", "--batch", help="batch size: nodes, or a percentage of the roll-out"),
-    max_failures: int = typer.Option(2, "--max-failures", min=1, help="halt after this many failed updates"),
+    max_failures: int = typer.Option(2, "--max-failures", callback=within(1, 100_000), help="halt after this many failed updates"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would be updated; change nothing"),
     watch: bool = typer.Option(True, "--watch/--no-watch", help="show progress until it halts or completes"),
 ) -> None:

@@ -7,7 +7,7 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
+from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table, within
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -116,7 +116,7 @@ def render_status(data: dict, _wide: bool = False):
 def status(
     ctx: typer.Context,
     watch: bool = typer.Option(False, "--watch", "-w", help="refresh every --interval seconds until Ctrl-C"),
-    interval: float = typer.Option(2.0, "--interval"),
+    interval: float = typer.Option(2.0, "--interval", callback=within(0.1, 3600)),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Nodes per state and rack, nodes in flight, the capacity guard and its breaker."""

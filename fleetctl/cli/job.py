@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
 
@@ -175,7 +175,7 @@ def restart(
         None, "--bad-node", help="a node to drain and move the job off (repeatable; default: its nodes not in production)"),
     reason: str = typer.Option("operator: job restart", "--reason", help="why; recorded, and the drain reason in the scheduler"),
     scheduler: Optional[str] = SCHEDULER_OPTION,
-    timeout_s: Optional[float] = typer.Option(None, "--timeout", help="seconds to wait for the job to run again (default 30 min)"),
+    timeout_s: Optional[float] = typer.Option(None, "--timeout", callback=within(1, 7 * 86_400), help="seconds to wait for the job to run again (default 30 min)"),
     yes: bool = typer.Option(False, "--yes", help="do not ask"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -236,9 +236,9 @@ def restart(
 @app.command("submit")
 def submit(
     ctx: typer.Context,
-    nodes: int = typer.Option(..., "--nodes", min=1, help="how many nodes the job needs"),
+    nodes: int = typer.Option(..., "--nodes", callback=within(1, 100_000), help="how many nodes the job needs"),
     name: str = typer.Option("job", "--name"),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", min=1),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", callback=within(1, 64)),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Submit a job to the simulated scheduler (for the demo and benchmarks)."""

@@ -14,6 +14,7 @@ from typer.exceptions import TyperException
 from fleetctl import __version__
 from fleetctl.cli import check, demo, dev, firmware, fleet, job, metrics, node, reconcile, report, rma, runbook, schedule, sim
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
+from fleetctl.text import printable
 
 
 def _known_errors() -> dict[type[BaseException], int]:
@@ -52,11 +53,12 @@ class FleetctlGroup(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
             for kind, code in _known_errors().items():
                 if isinstance(exc, kind):
-                    typer.echo(f"error: {exc}", err=True)
+                    typer.echo(f"error: {printable(str(exc), keep_newlines=False)}", err=True)
                     raise typer.Exit(code) from None
             if os.environ.get("FLEETCTL_DEBUG"):
                 raise
-            typer.echo(f"error: internal: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", err=True)
+            first_line = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(f"error: internal: {exc.__class__.__name__}: {printable(first_line)}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
 
 

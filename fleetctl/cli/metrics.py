@@ -7,6 +7,7 @@ import threading
 import typer
 
 from fleetctl.cli import context
+from fleetctl.cli.output import within
 
 app = typer.Typer(help="Prometheus metrics of the fleet.", no_args_is_help=True)
 
@@ -14,8 +15,9 @@ app = typer.Typer(help="Prometheus metrics of the fleet.", no_args_is_help=True)
 @app.command("serve")
 def serve(
     ctx: typer.Context,
-    port: int = typer.Option(9400, "--port", help="TCP port for /metrics"),
-    address: str = typer.Option("0.0.0.0", "--address", help="address to listen on"),
+    port: int = typer.Option(9400, "--port", callback=within(0, 65_535), help="TCP port for /metrics"),
+    address: str = typer.Option("127.0.0.1", "--address", "--host",
+                                help="address to listen on (default: this machine only; give one to open it)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database (metric names: see
     fleetctl/metrics.py, dashboard: fleetctl/report/grafana-dashboard.json)."""

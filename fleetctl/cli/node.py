@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, shown, simple_table
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -56,6 +56,11 @@ def _nodes_table(rows: list[dict], wide: bool):
     return table
 
 
+# NVIDIA's XID codes are small numbers (below 200 today); the bound keeps a typo from becoming
+# an integer the database cannot store.
+MAX_XID = 65535
+
+
 def _require_nodes(ctx: typer.Context, names: list[str]) -> None:
     from fleetctl.db.queries import existing_names
 
@@ -74,7 +79,7 @@ def import_nodes(
     from fleetctl.db import queries
     from fleetctl.inventory import load_inventory
 
-    specs = load_inventory(file, _known_profiles())
+    specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
@@ -146,9 +151,9 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         from rich.text import Text
 
         head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]),
-                             f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
-                             f"  scheduler {d['scheduler']}  address {d['address']}")
-        parts = [head, Text("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+                             shown(f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
+                                   f"  scheduler {d['scheduler']}  address {d['address']}"))
+        parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["checks"]:
             parts.append(simple_table("last checks", ["check", "status", "reason", "at"],
                                       [[c["check"], c["status"], c["reason"], f"{c['at']:%m-%d %H:%M:%S}"] for c in d["checks"]]))
@@ -328,8 +333,8 @@ def event(
     s = context.settings(ctx)
     now = time.time()
     if xid is not None:
-        if xid < 0:
-            fail("--xid must be a positive XID code", EXIT_USAGE)
+        if not 0 <= xid <= MAX_XID:
+            fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
         events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now)]
     else:
         from checks.xid import parse_xid_lines

@@ -9,6 +9,8 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import typer
 
+from fleetctl.text import printable
+
 # Exit codes shared by every command (see ARCHITECTURE.md).
 EXIT_OK = 0
 EXIT_OPERATIONAL = 1
@@ -29,8 +31,21 @@ OUTPUT_OPTION = typer.Option(OutputFormat.table, "--output", "-o", help="table, 
 
 def fail(message: str, code: int = EXIT_OPERATIONAL) -> NoReturn:
     """Print one readable line on stderr and exit; never a traceback."""
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {printable(message, keep_newlines=False)}", err=True)
     raise typer.Exit(code)
+
+
+def within(low: float, high: float) -> Callable[[Any, Any, Any], Any]:
+    """A typer callback bounding a numeric option at the edge: a value outside [low, high]
+    (NaN and infinities included) is one line and exit 2, before anything runs."""
+    import math
+
+    def check(_ctx: Any, param: Any, value: Any) -> Any:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name)
+            fail(f"{name} must be between {low} and {high}, not {value}", EXIT_USAGE)
+        return value
+    return check
 
 
 def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None) -> None:
@@ -48,12 +63,23 @@ def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | No
         Console().print(renderable)
 
 
+def shown(value: Any):
+    """A value for a human: a rich Text (never parsed as rich markup, so `[link=...]` in a kernel
+    message stays text) with control characters escaped (the database keeps them raw). Every
+    table and detail view prints recorded text through this."""
+    from rich.text import Text
+
+    if isinstance(value, Text):
+        return value
+    return Text(printable("" if value is None else str(value)))
+
+
 def simple_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]):
     from rich.table import Table
 
-    t = Table(title=title, header_style="bold")
+    t = Table(title=None if title is None else shown(title), header_style="bold")
     for c in columns:
         t.add_column(c)
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*(shown(v) for v in r))
     return t

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.text import printable
 
 app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
 
@@ -34,7 +35,7 @@ def list_rmas(
 
 
 @app.command("show")
-def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID"), output: OutputFormat = OUTPUT_OPTION) -> None:
+def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)), output: OutputFormat = OUTPUT_OPTION) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
     from fleetctl.db.remediation import get_rma
 
@@ -47,14 +48,15 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID"), ou
     from rich.console import Console
     from rich.markdown import Markdown
 
-    Console().print(Markdown(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1)))
-    typer.echo(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else ""))
+    # Records written before the Markdown was escaped may hold raw control characters.
+    Console().print(Markdown(printable(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1))))
+    typer.echo(printable(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else "")))
 
 
 @app.command("close")
 def close(
     ctx: typer.Context,
-    rma_id: int = typer.Argument(..., metavar="ID"),
+    rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)),
     replaced: str = typer.Option(..., "--replaced", help='what the vendor replaced, e.g. "GPU3"'),
 ) -> None:
     """Close an RMA: the node is back and goes through burn-in before it takes work again."""

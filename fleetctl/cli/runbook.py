@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.node import MAX_XID
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
 
@@ -77,7 +78,8 @@ def run(
     name: str,
     node: str = typer.Option(..., "--node", help="the node to remediate"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
-    xid: Optional[int] = typer.Option(None, "--xid", help="the XID that prompted this (templates see it as event)"),
+    xid: Optional[int] = typer.Option(None, "--xid", callback=within(0, MAX_XID),
+                                       help="the XID that prompted this (templates see it as event)"),
     reason: str = typer.Option("operator request", "--reason", help="why; templates see it as event.message"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:

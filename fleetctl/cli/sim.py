@@ -9,17 +9,17 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
 
 
 @app.command("fleet")
 def fleet(
-    nodes: int = typer.Option(32, "--nodes", min=1, help="number of nodes"),
-    racks: int = typer.Option(4, "--racks", min=1, help="number of racks"),
+    nodes: int = typer.Option(32, "--nodes", callback=within(1, 100_000), help="number of nodes"),
+    racks: int = typer.Option(4, "--racks", callback=within(1, 10_000), help="number of racks"),
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1)),
     prefix: str = typer.Option("gpu", "--prefix", help="node name prefix"),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
 ) -> None:
@@ -51,8 +51,8 @@ def inject(
     node: str,
     fault: str,
     after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
-    rate: Optional[float] = typer.Option(None, "--rate", help="appear at a random time, this many per hour"),
-    gpu: Optional[int] = typer.Option(None, "--gpu", help="which GPU (or HCA) fails"),
+    rate: Optional[float] = typer.Option(None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"),
+    gpu: Optional[int] = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
     """Inject a fault into a simulated node; the worker's checks see it from then on."""
     from fleetctl.durations import parse_duration

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import threading
 from pathlib import Path
@@ -30,13 +31,22 @@ def _normalise(url: str) -> str:
     return url
 
 
+def _create_private(db_file: Path) -> None:
+    """The database holds check output, evidence and who did what: readable by its owner
+    only. SQLite gives its -wal and -shm files the database file's permissions."""
+    if not db_file.parent.exists():
+        db_file.parent.mkdir(parents=True, mode=0o700)
+    if not db_file.exists():
+        os.close(os.open(db_file, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 def _create(url: str) -> Engine:
     from sqlmodel import create_engine
 
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(path).expanduser())
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")

@@ -395,6 +395,11 @@ def _split_job_id(job_id: str) -> tuple[str, str]:
     return namespace, name
 
 
+def valid_node_name(name: str) -> bool:
+    """Whether Kubernetes accepts `name` as a node name (an RFC 1123 subdomain)."""
+    return len(name) <= 253 and _NODE_NAME.fullmatch(name) is not None
+
+
 def _check(value: str, pattern: re.Pattern[str], what: str) -> None:
     if len(value) > 253 or not pattern.fullmatch(value):
         raise SchedulerError(f"kubernetes: invalid {what} {value!r}")

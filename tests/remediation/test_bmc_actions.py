@@ -42,7 +42,8 @@ class FakeNode:
 
 def _node(settings, bmc_url: str) -> str:
     queries.upsert_nodes(get_engine(settings.db_url), parse_inventory(
-        f"nodes:\n  - {{name: real-01, address: 10.0.0.1, bmc: '{bmc_url}', profile: h100-sxm}}\n"))
+        f"nodes:\n  - {{name: real-01, address: 10.0.0.1, bmc: '{bmc_url}', profile: h100-sxm}}\n",
+        allow_http_bmc=True))  # the emulators speak plain http on 127.0.0.1
     return "real-01"
 
 

@@ -1,0 +1,29 @@
+"""Text from nodes, kernel logs and operators, made safe to show.
+
+Check output, XID messages and causes are recorded verbatim (the database keeps the
+evidence as it was); what reaches a terminal or a Markdown document must not carry escape
+sequences: a window-title, clear-screen or OSC-8 link sequence in a kernel message would
+act on the operator's terminal. Control and format characters (Unicode Cc and Cf: C0, DEL,
+C1, bidirectional overrides, zero-width characters) are shown as visible escapes instead.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, keep_newlines: bool = True) -> str:
+    """`text` with every control or format character escaped (`\\x1b`, `\\u202e`); newlines
+    and tabs stay when `keep_newlines`."""
+    kept = "\n\t" if keep_newlines else ""
+    if text.isprintable() and not any(c in text for c in "\n\t"):
+        return text
+    return "".join(
+        c if c in kept or unicodedata.category(c) not in ("Cc", "Cf") else _escape(c)
+        for c in text
+    )
