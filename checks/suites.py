@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checks.catalog import CHECKS
-from fleetyaml import YamlRefused, load_file
+from checks.safe_yaml import YamlRefused, load_file
 
 SHIPPED_DIR = Path(__file__).parent / "suites"
 

@@ -212,7 +212,7 @@ def load_settings(
 
     path = Path(config_file or env.get(CONFIG_FILE_ENV) or default_config_file()).expanduser()
     if path.exists():
-        from fleetyaml import YamlRefused, load_file
+        from checks.safe_yaml import YamlRefused, load_file
 
         try:
             data = load_file(path) or {}

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from fleetyaml import YamlRefused, loads, read_text
+from checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.runbooks import TemplateRefused, check_template, render
 
 

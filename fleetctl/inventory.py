@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetyaml import YamlRefused, excerpt, loads, read_text
+from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
 from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")

@@ -39,7 +39,7 @@ from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
-from fleetyaml import YamlRefused, loads, read_text
+from checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.lifecycle import RULES, NodeState
 
 RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"

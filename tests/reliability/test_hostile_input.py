@@ -20,7 +20,7 @@ from fleetctl.inventory import InventoryError, parse_inventory
 from fleetctl.rma import md_code_block, md_inline, post_webhook
 from fleetctl.runbooks import RunbookError, TemplateRefused, evaluate, parse_runbook, render
 from fleetctl.text import printable
-from fleetyaml import YamlRefused, loads, read_text
+from checks.safe_yaml import YamlRefused, loads, read_text
 
 # ---- YAML -----------------------------------------------------------------------------------
 

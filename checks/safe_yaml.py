@@ -1,8 +1,8 @@
 """The one YAML loader for every file an operator hands fleetctl: inventory, runbooks, the
 config file, firmware baselines, check suites.
 
-A package of its own, below every layer, so that `checks` (which imports nothing of
-fleetctl) may use it too, and importing it costs only PyYAML.
+It lives in `checks` (which imports nothing of fleetctl), the lowest layer, so that the check
+suites and every fleetctl module can use it; importing it costs only PyYAML.
 
 PyYAML's safe loader is safe against code execution but not against size: a few hundred
 bytes of nested aliases (a "billion laughs") expand to gigabytes, and YAML 1.1's implicit
