@@ -112,7 +112,9 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
                    "the restart to wait for the job to run")
     worker.kill()  # in the job restart, while it waits for the job to run
     second = await kill_cost(client, settings.task_queue)
-    assert [a.activity for a in second.in_flight if a.workflow_id == waiting.workflow_id] == ["wait_until_running"]
+    # Landed where meant: the restart's only activity in flight is the wait, taken by the dead worker.
+    assert [(a.activity, a.lost_after_s > 0) for a in second.in_flight if a.workflow_id == waiting.workflow_id] == [
+        ("wait_until_running", True)], second.landed_in()
     assert restarts()[0].status == "in_progress"
 
     worker.restart()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -39,7 +39,9 @@ class InFlight:
 
     workflow_id: str
     activity: str
-    lost_after_s: float  # when Temporal gives up on the dead attempt: heartbeat timeout, else start-to-close
+    # When Temporal gives up on the dead attempt: its heartbeat timeout, else its start-to-close;
+    # 0 when no worker had taken it yet.
+    lost_after_s: float
     retry_after_s: float  # the retry policy's first backoff
 
     def __str__(self) -> str:
@@ -71,7 +73,8 @@ async def kill_cost(client: Client, task_queue: str) -> KillCost:
     in_flight: list[InFlight] = []
     task_timeout_s = 0.0
     async for execution in client.list_workflows(f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"):
-        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        history = await handle.fetch_history()
         scheduled, closed = {}, set()
         for event in history.events:
             if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
@@ -81,20 +84,22 @@ async def kill_cost(client: Client, task_queue: str) -> KillCost:
                 scheduled[event.event_id] = event.activity_task_scheduled_event_attributes
             elif event.event_type in _CLOSED:
                 closed.add(getattr(event, _CLOSED[event.event_type]).scheduled_event_id)
+        # Only an attempt a worker took can die with it; one still queued goes to the next worker.
+        taken = {p.activity_id for p in (await handle.describe()).raw_description.pending_activities
+                 if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED}
         for event_id, attrs in scheduled.items():
             if event_id in closed:
                 continue
             heartbeat_s = attrs.heartbeat_timeout.ToTimedelta().total_seconds()
             lost_after_s = heartbeat_s or attrs.start_to_close_timeout.ToTimedelta().total_seconds()
-            in_flight.append(InFlight(execution.id, attrs.activity_type.name, lost_after_s,
+            in_flight.append(InFlight(execution.id, attrs.activity_type.name,
+                                      lost_after_s if attrs.activity_id in taken else 0.0,
                                       attrs.retry_policy.initial_interval.ToTimedelta().total_seconds()))
     return KillCost(tuple(in_flight), task_timeout_s)
 
 
 async def activity_started(client: Client, workflow_id: str, activity: str) -> bool:
     """The workflow has `activity` running on a worker now (where a kill is meant to land)."""
-    from temporalio.api.enums.v1 import PendingActivityState
-
     description = await client.get_workflow_handle(workflow_id).describe()
     return any(p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
                for p in description.raw_description.pending_activities)
