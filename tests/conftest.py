@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.config import Settings, load_settings
+from tests.support.services import missing_service, services_required
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -23,7 +24,7 @@ def temporal_address(tmp_path_factory) -> str:
     try:
         server = start_dev_server(tmp_path_factory.mktemp("temporal") / "temporal.db")
     except TemporalBinaryMissing as exc:
-        pytest.skip(str(exc))
+        missing_service("the Temporal dev server", str(exc))
     yield server.address
     server.stop()
 
@@ -35,7 +36,7 @@ def postgres_server():
     try:
         cluster = start_postgres()
     except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+        missing_service("PostgreSQL", str(exc))
     yield cluster
     remove_cluster(cluster)
 
@@ -76,6 +77,10 @@ def make_settings(temporal_address):
         )
 
     return make
+
+
+def pytest_configure(config) -> None:
+    services_required()  # a typo in FLEETCTL_TEST_REQUIRE_SERVICES stops the run before any test
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -67,7 +67,7 @@ class ScriptedRedfish:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _answer
+            do_GET = do_POST = do_PUT = _answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # the test asserts on stub.requests; stderr noise helps nobody

@@ -19,7 +19,7 @@ from fleetctl.bmc.redfish import (
     validate_image_uri,
 )
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
-from tests.bmc.sushy_emulator import SYSTEM_NAME, RedfishBmc, free_port
+from tests.bmc.sushy_emulator import RESET_TAKES_AT_MOST_S, SYSTEM_NAME, RedfishBmc, free_port
 
 IMAGE = "https://firmware.example/h100/bmc-1.2.bin"
 SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
@@ -43,19 +43,24 @@ def test_reads_system_identity_and_power_state(redfish_bmc: RedfishBmc) -> None:
 def test_reboot_waits_for_power_off_and_on_again(redfish_bmc: RedfishBmc) -> None:
     client = redfish_bmc.client()
 
-    info = client.reboot(redfish_bmc.system_id, timeout_s=30, poll_s=0.2)
+    info = client.reboot(redfish_bmc.system_id, timeout_s=2 * RESET_TAKES_AT_MOST_S, poll_s=0.2)
 
     assert info.power_state == "On"
+    assert redfish_bmc.reset_requests() == ["ForceRestart"]
+    assert redfish_bmc.power_history() == ["On", "Off", "On"]
 
 
 def test_reset_reaches_the_bmc_and_bad_reset_types_do_not(redfish_bmc: RedfishBmc) -> None:
     client = redfish_bmc.client()
 
-    # The fake driver's restart takes a random 0-11 s, so the power state right after it is
-    # either; the reboot test above waits the cycle out. Here: the BMC accepts the action.
+    # What the BMC did, from its own notifications: the restart was accepted and the system
+    # went Off at once (it comes back On 0-11 s later; the reboot test above waits that out).
     client.reset(redfish_bmc.system_id, "ForceRestart")
+    assert redfish_bmc.reset_requests() == ["ForceRestart"]
+    assert redfish_bmc.power_history() == ["On", "Off"]
     with pytest.raises(ValueError, match="unknown Redfish ResetType"):
         client.reset(redfish_bmc.system_id, "Explode")
+    assert redfish_bmc.reset_requests() == ["ForceRestart"]
 
 
 def test_emulator_has_no_firmware_inventory(redfish_bmc: RedfishBmc) -> None:

@@ -65,3 +65,19 @@ def test_stale_writer_is_refused(db_url: str) -> None:
     node = queries.get_node(engine, "n1")
     assert (node.state, node.state_version) == ("burn_in", 1)
     assert [e.to_state for e in queries.node_events(engine, "n1")] == ["burn_in"]
+
+
+def test_writer_right_about_the_state_but_behind_on_the_version_is_refused(db_url: str) -> None:
+    """Two workers racing on one node: the loser read `burn_in` one transition ago and the
+    node has since left and come back to `burn_in`. Its state is right, its version is
+    not, so only the version check can refuse it."""
+    engine = get_engine(db_url)
+    queries.upsert_nodes(engine, parse_inventory(INVENTORY))
+    _transition(engine, "a")                                                     # new -> burn_in, v1
+    _transition(engine, "b", version=1, frm="burn_in", to="maintenance")         # v2
+    _transition(engine, "c", version=2, frm="maintenance", to="burn_in")         # v3
+    with pytest.raises(queries.StaleStateVersion, match=r"burn_in@3, writer expected burn_in@1"):
+        _transition(engine, "late", version=1, frm="burn_in", to="production")
+    node = queries.get_node(engine, "n1")
+    assert (node.state, node.state_version) == ("burn_in", 3)
+    assert [e.to_state for e in queries.node_events(engine, "n1")] == ["burn_in", "maintenance", "burn_in"]

@@ -19,15 +19,16 @@ from pathlib import Path
 import pytest
 
 from tests.executors.sshd import FAKE_MPIRUN, FAKE_TOOLS, SSHD, SshNode, fake_tool_script, free_port, write_ed25519_key
+from tests.support.services import missing_service
 
 
 @pytest.fixture(scope="session")
 def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]:
     if SSHD is None:
-        pytest.skip("OpenSSH sshd not installed (Debian: openssh-server)")
+        missing_service("OpenSSH sshd", "not installed (Debian: openssh-server)")
     account = pwd.getpwuid(os.getuid())
     if Path(account.pw_shell).name in ("nologin", "false"):
-        pytest.skip(f"user {account.pw_name} has no login shell ({account.pw_shell}): sshd cannot run commands as it")
+        missing_service("OpenSSH sshd", f"user {account.pw_name} has no login shell ({account.pw_shell}): sshd cannot run commands as it")
     if os.getuid() == 0:
         # sshd running as root insists on its privilege-separation directory.
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)

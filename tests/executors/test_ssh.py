@@ -25,6 +25,7 @@ from fleetctl.executors.base import (
 from fleetctl.executors.ssh import Endpoint, _RemoteOutput, parse_endpoint, remote_command
 
 from tests.executors.sshd import SshNode, free_port, process_alive, write_ed25519_key
+from tests.support.services import missing_service
 
 pytestmark = pytest.mark.sshd
 
@@ -393,7 +394,7 @@ def test_known_hosts_name_follows_openssh() -> None:
 def test_agent_keys_authenticate(ssh_node: SshNode, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     agent_bin, add_bin = shutil.which("ssh-agent"), shutil.which("ssh-add")
     if not (agent_bin and add_bin):
-        pytest.skip("ssh-agent / ssh-add not installed (Debian: openssh-client)")
+        missing_service("ssh-agent / ssh-add", "not installed (Debian: openssh-client)")
     socket_path = tmp_path / "agent.sock"
     agent = subprocess.Popen([agent_bin, "-D", "-a", str(socket_path)], stdout=subprocess.DEVNULL)
     try:

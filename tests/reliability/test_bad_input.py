@@ -19,6 +19,7 @@ from checks import KINDS, Status, judge
 from checks.suites import SuiteError, load_suites
 from checks.xid import parse_xid_lines
 from fleetctl.config import ConfigError, load_settings
+from fleetctl import firmware
 from fleetctl.durations import parse_duration
 from fleetctl.inventory import InventoryError, parse_inventory, parse_selector
 from fleetctl.runbooks import RunbookError, parse_runbook
@@ -199,7 +200,6 @@ def test_suite_loader_accepts_or_names_the_problem(doc, tmp_path_factory) -> Non
 @given(doc=st.one_of(DOCUMENTS, st.fixed_dictionaries(
     {"name": SCALARS, "profiles": st.dictionaries(st.sampled_from(["h100-sxm", "nope"]), DOCUMENTS, max_size=2)})))
 def test_firmware_baseline_loader_accepts_or_names_the_problem(doc) -> None:
-    firmware = pytest.importorskip("fleetctl.firmware", reason="the firmware baseline loader has not landed")
     try:
         _timed(firmware.parse_baseline, _yaml_text(doc), "baseline.yaml", {"h100-sxm"})
     except firmware.BaselineError as exc:

@@ -89,20 +89,69 @@ def test_plausible_time_trusts_a_sender_within_the_skew_only() -> None:
     assert plausible_time(0.0, T0) == T0  # a sender that gave no time
 
 
-def _wall_clock_reads(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
-    return [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-            and ast.unparse(node) in ("time.time", "time.monotonic", "datetime.now", "datetime.utcnow", "date.today")]
+WORKFLOWS_DIR = Path(__file__).parents[2] / "workflows"
+# The host's clock, read or waited on: a replay on another worker, or after a clock jump,
+# would see another value. (module or class, attribute)
+CLOCK = {("time", name) for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+                                     "perf_counter_ns", "sleep")} \
+    | {("datetime", name) for name in ("now", "utcnow", "today")} | {("date", "today")}
+
+
+def _workflow_classes(tree: ast.Module) -> list[ast.ClassDef]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+            and any(ast.unparse(d).startswith(("workflow.defn", "defn")) for d in node.decorator_list)]
+
+
+def _clock_reads(tree: ast.Module) -> list[str]:
+    """Every use of the host clock, through any import alias (`import time as t`,
+    `from datetime import datetime as dt`, `datetime.datetime.now`, `from time import monotonic`)."""
+    aliases: dict[str, str] = {}
+    reads = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module in ("time", "datetime"):
+            for a in node.names:
+                aliases[a.asname or a.name] = a.name
+                if (node.module, a.name) in CLOCK:
+                    reads.append(f"line {node.lineno}: from {node.module} import {a.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            owner = node.value
+            owner_name = owner.attr if isinstance(owner, ast.Attribute) else aliases.get(owner.id, owner.id) \
+                if isinstance(owner, ast.Name) else None
+            if (owner_name, node.attr) in CLOCK:
+                reads.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return reads
+
+
+@pytest.mark.parametrize("source", [
+    "import time\ntime.time()", "import time as t\nt.monotonic()", "from time import monotonic\nmonotonic()",
+    "import datetime\ndatetime.datetime.now()", "from datetime import datetime as dt\ndt.utcnow()",
+    "from datetime import date\ndate.today()", "import time\ntime.sleep(1)",
+])
+def test_the_scan_finds_every_way_to_read_the_clock(source: str) -> None:
+    assert _clock_reads(ast.parse(source))
 
 
 def test_workflow_code_reads_no_wall_clock() -> None:
     """The guard's storm window (and every workflow's timing) runs on workflow.now(): a
-    worker's clock jumping, or a worker paused for hours, cannot corrupt it on replay."""
-    definitions = Path(__file__).parents[2] / "workflows" / "definitions"  # every module there is workflow code
-    offenders = {p.name: reads for p in definitions.glob("*.py") if (reads := _wall_clock_reads(p))}
+    worker's clock jumping, or a worker paused for hours, cannot corrupt it on replay. Every
+    module under workflows/ that defines a workflow, wherever it lives, is scanned."""
+    from workflows.worker import WORKFLOWS
+
+    trees = {p.relative_to(WORKFLOWS_DIR).as_posix(): ast.parse(p.read_text(), str(p))
+             for p in sorted(WORKFLOWS_DIR.rglob("*.py"))}
+    defining = {name: tree for name, tree in trees.items() if _workflow_classes(tree)}
+    found = {c.name for tree in defining.values() for c in _workflow_classes(tree)}
+    assert found == {w.__name__ for w in WORKFLOWS}  # the scan sees every workflow the worker runs
+    offenders = {name: reads for name, tree in defining.items() if (reads := _clock_reads(tree))}
     assert offenders == {}
-    guard = (definitions / "capacity_guard.py").read_text()
-    assert "now = workflow.now().timestamp()" in guard and "storm_window_s" in guard
+    # The storm window itself: the removal decision compares workflow.now() with it.
+    (guard,) = [c for tree in defining.values() for c in _workflow_classes(tree) if c.name == "CapacityGuard"]
+    (decide,) = [f for f in guard.body if isinstance(f, ast.AsyncFunctionDef) and f.name == "request_removal"]
+    uses = {ast.unparse(n) for n in ast.walk(decide) if isinstance(n, (ast.Call, ast.Attribute))}
+    assert "workflow.now()" in uses and "self.s.policy.storm_window_s" in uses
 
 
 @pytest.mark.temporal

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.service import RPCError
 
 from fleetctl.db import queries
@@ -38,10 +39,15 @@ from tests.support.worker import WorkerThread, start_in_production, terminate_no
 from workflows.api import HealthEventInput, job_restart_id, node_workflow_id
 from workflows.client import connect, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.definitions.shared import QUICK
 
 pytestmark = pytest.mark.temporal
 
 ETCD_TIMEOUT = "etcdserver: request timed out"
+# The drain's look at a node's jobs, every POLL_S here instead of DRAIN_JOB_POLL; what the
+# workflows allow one step of work (its start-to-close timeout), from where the presets live today.
+POLL_S = 1.0
+STEP_S = QUICK["start_to_close_timeout"].total_seconds()
 
 
 @pytest.fixture
@@ -59,14 +65,14 @@ def k8s_settings(make_settings, sqlite_url, tmp_path: Path, kube: KubeEmulator):
     return settings
 
 
-async def production_node(settings, kube: KubeEmulator, name: str, retry_s: float = 1.0):
+async def production_node(settings, kube: KubeEmulator, name: str, retry_s: float = 1.0, **state):
     """A Kubernetes node in the inventory, the API server and production; its workflow retries
-    refused cordons every `retry_s` instead of every minute."""
+    refused cordons every `retry_s` instead of every minute (`state`: more such overrides)."""
     queries.upsert_nodes(get_engine(settings.db_url), [
         NodeSpec(name=name, address=f"sim://{name}", profile="h100-sxm", rack="rack-0", scheduler="kubernetes")])
     kube.add_node(name)
     client = await connect(settings)
-    await start_in_production(client, settings, name, scheduler_retry_s=retry_s)
+    await start_in_production(client, settings, name, scheduler_retry_s=retry_s, **state)
     # Entering production resumes the node in Kubernetes (a PATCH): let it land before any fault.
     await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production", 15,
                    "the node to be resumed in Kubernetes")
@@ -154,7 +160,7 @@ async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_se
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
     try:
-        client = await production_node(settings, kube, name)
+        client = await production_node(settings, kube, name, drain_job_poll_s=POLL_S)
         kube.add_pod("training", "llm-0", name, labels={"job-name": "llm"})
         kube.block_eviction("training", "llm-0")  # its PDB allows no disruption
         cli = Cli(settings)
@@ -162,19 +168,45 @@ async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_se
         assert drained.exit_code == 0, drained.output
 
         await wait_for(lambda: kube.node(name)["spec"].get("unschedulable") is True, 30, "the cordon")
-        await wait_for(lambda: _activity(client, name, "draining: jobs"), 15, "the drain to wait for jobs")
-        await asyncio.sleep(3)  # the first look at the node's jobs is done: it found llm
+        # The workflow has looked at the node's jobs, found llm and chosen to wait a poll for it.
+        await wait_for(lambda: _waits_after_looking(client, name, ["training/llm"]), STEP_S,
+                       "the drain's first look at the node's jobs")
         assert queries.get_node(engine, name).state == "draining"
         assert kube.pod_exists("training", "llm-0") and kube.eviction_requests == []
+        # Nor was the job moved elsewhere: no JobRestart (it would evict) was started.
+        assert not [e for e in await _history(client, name)
+                    if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]
 
-        kube.finish_pod("training", "llm-0")  # the job completes; the next look (30 s) finds none
-        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 45, "the drain to complete")
+        kube.finish_pod("training", "llm-0")  # the job completes; the next look finds none
+        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", POLL_S + STEP_S,
+                       "the drain to complete")
     finally:
         worker.stop()
         await terminate_node_workflows(settings, [name])
     assert kube.eviction_requests == []  # the PDB-protected pod was never disrupted
     assert_cordoned_by_fleetctl(kube, name, "swap optics")
     assert [e.trigger for e in queries.node_events(engine, name)][-2:] == ["drain", "drain_complete"]
+
+
+async def _history(client, name: str) -> list:
+    return (await client.get_workflow_handle(node_workflow_id(name)).fetch_history()).events
+
+
+async def _waits_after_looking(client, name: str, jobs: list[str]) -> bool:
+    """The node's workflow history: a `running_jobs_on` answered `jobs`, then a timer (the
+    drain's poll) started: it decided to wait."""
+    activities: dict[int, str] = {}
+    answered = False
+    for event in await _history(client, name):
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            done = event.activity_task_completed_event_attributes
+            if activities[done.scheduled_event_id] == "running_jobs_on":
+                answered = json.loads(done.result.payloads[0].data) == jobs
+        elif event.event_type == EventType.EVENT_TYPE_TIMER_STARTED and answered:
+            return True
+    return False
 
 
 async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_settings, kube: KubeEmulator) -> None:

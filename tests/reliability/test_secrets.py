@@ -7,9 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from typer.testing import CliRunner
@@ -19,6 +17,7 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, db_snapshot, wait_for
+from tests.support.webhook import WebhookReceiver
 from tests.support.worker import WorkerThread
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
@@ -33,31 +32,6 @@ steps:
   - action: rma
     with: {reason: "XID 79 on {{ node.name }}"}
 """
-
-
-class WebhookReceiver(ThreadingHTTPServer):
-    """A real HTTP endpoint that keeps what it was sent (the token must arrive, in the header)."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, bytes]] = []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                receiver.requests.append((self.headers.get("Authorization", ""), body))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/hook"
 
 
 def test_config_never_prints_secrets(sqlite_url) -> None:

@@ -20,12 +20,18 @@ from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
+from tests.support.recovery import activity_started, kill_cost
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
+from workflows.definitions.shared import QUICK, SCHEDULER
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
 TO_PRODUCTION = ["begin_burn_in", "begin_admission", "enter_production"]
+# What the workflows allow one step of work (its start-to-close timeout), from the presets
+# where they live today. A wait after a kill adds what the kill costs (tests/support/recovery.py).
+STEP_S = QUICK["start_to_close_timeout"].total_seconds()
+SCHEDULER_STEP_S = SCHEDULER["start_to_close_timeout"].total_seconds()
 
 
 class KillableWorker:
@@ -86,30 +92,41 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
     other = scheduler.submit("other", 1)
     assert (train.nodes, other.nodes) == ((bad, peer), (busy,))
 
+    def restarts():
+        return job_store.job_restarts(engine, train.job_id)
+
     await send_health_events(client, bad, [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus",
                                                             "dmesg-watcher", "kill-79", 0.0)])
-    await wait_for(lambda: queries.get_node(engine, bad).state != "production", 30, "the drain", interval_s=0.01)
+    await wait_for(lambda: queries.get_node(engine, bad).state != "production", STEP_S, "the drain", interval_s=0.01)
     worker.kill()  # in the drain: cordon, jobs, the restart child, drain_complete still to come
-    landed_in = queries.get_node(engine, bad).state
-    assert landed_in in ("draining", "maintenance")
+    first = await kill_cost(client, settings.task_queue)
+    assert queries.get_node(engine, bad).state in ("draining", "maintenance")
 
     worker.restart()
     # The job cannot run again yet: off `bad`, only `peer` is free. The restart waits for nodes.
-    await wait_for(lambda: [r.requeued_at is not None for r in job_store.job_restarts(engine, train.job_id)] == [True],
-                   30, "the job to be requeued")
+    await wait_for(lambda: [r.requeued_at is not None for r in restarts()] == [True],
+                   first.bound_s(SCHEDULER_STEP_S), f"the job to be requeued (killed in {first.landed_in()})")
+    (waiting,) = restarts()
+    await wait_for(lambda: activity_started(client, waiting.workflow_id, "wait_until_running"), STEP_S,
+                   "the restart to wait for the job to run")
     worker.kill()  # in the job restart, while it waits for the job to run
-    assert job_store.job_restarts(engine, train.job_id)[0].status == "in_progress"
+    second = await kill_cost(client, settings.task_queue)
+    # Landed where meant: the restart's only activity in flight is the wait, taken by the dead worker.
+    assert [(a.activity, a.lost_after_s > 0) for a in second.in_flight if a.workflow_id == waiting.workflow_id] == [
+        ("wait_until_running", True)], second.landed_in()
+    assert restarts()[0].status == "in_progress"
 
     worker.restart()
     for trigger in TO_PRODUCTION:  # a node comes back into service: the job can run
         await request_transition(client, spare, trigger, "setup", actor_kind="automation")
-    await wait_for(lambda: [r.status for r in job_store.job_restarts(engine, train.job_id)] == ["succeeded"], 30,
-                   "the restart to finish")
-    await wait_for(lambda: queries.get_node(engine, bad).state == "maintenance", 30, "the drain to complete")
+    await wait_for(lambda: [r.status for r in restarts()] == ["succeeded"], second.bound_s(STEP_S),
+                   f"the restart to finish (killed in {second.landed_in()})")
+    await wait_for(lambda: queries.get_node(engine, bad).state == "maintenance", second.bound_s(STEP_S),
+                   "the drain to complete")
 
     assert_events(engine, bad, [*TO_PRODUCTION, "drain", "drain_complete"])
     assert [h.code for h in queries.health_events(engine, bad)] == [79]
-    (restart,) = job_store.job_restarts(engine, train.job_id)
+    (restart,) = restarts()
     assert sorted(restart.new_nodes) == sorted([peer, spare]) and restart.bad_nodes == [bad]
     # The scheduler and the database agree: bad drained by fleetctl and idle; the job runs off it.
     in_scheduler = scheduler.node_state(bad)

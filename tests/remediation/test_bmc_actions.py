@@ -1,5 +1,6 @@
-"""Real-node hardware actions against Redfish: a reboot is verified by a new boot id
-(sushy-tools' emulator), a firmware update goes through SimpleUpdate (scripted BMC)."""
+"""Real-node hardware actions against Redfish: a reboot is verified by a new boot id and by
+the BMC's own record of the reset (sushy-tools' emulator), a firmware update goes through
+SimpleUpdate (scripted BMC)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from fleetctl.db import firmware as fwdb
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from fleetctl.executors.base import CommandResult
+from fleetctl.executors.base import CommandResult, NodeUnreachable
 from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
-from tests.bmc.sushy_emulator import run_sushy_emulator
+from tests.bmc.sushy_emulator import RESET_TAKES_AT_MOST_S, RedfishBmc, run_sushy_emulator
 from tests.firmware.test_baseline import FIXTURE
 from workflows.activities import remediation as remediation_activities
 from workflows.activities.firmware import FirmwareActivities
@@ -26,9 +27,9 @@ from workflows.api import DriftRequest, HardwareRequest
 
 @dataclass
 class FakeNode:
-    """A real node's shell as seen over SSH: its boot id changes once the BMC has reset it."""
+    """A node's shell as seen over SSH that answers every command with one line."""
 
-    boot_ids: list[str]
+    answer: str
     commands: list[list[str]] = field(default_factory=list)
 
     def for_target(self, _target):
@@ -36,8 +37,28 @@ class FakeNode:
 
     def run(self, target, argv, timeout_s):
         self.commands.append(list(argv))
-        out = self.boot_ids.pop(0) if argv[0] == "cat" and len(self.boot_ids) > 1 else self.boot_ids[0]
-        return CommandResult(tuple(argv), 0, out + "\n", "", 0.01)
+        return CommandResult(tuple(argv), 0, self.answer + "\n", "", 0.01)
+
+
+@dataclass
+class NodeBehindBmc:
+    """A real node's shell as seen over SSH, powered by the emulated BMC: it does not
+    answer while the BMC has it Off, and every power-on boots it with a new boot id. Only
+    the BMC's own record of its power states (its notifications) moves it."""
+
+    bmc: RedfishBmc
+    commands: list[list[str]] = field(default_factory=list)
+
+    def for_target(self, _target):
+        return self
+
+    def run(self, target, argv, timeout_s):
+        self.commands.append(list(argv))
+        history = self.bmc.power_history()
+        if history[-1] != "On":
+            raise NodeUnreachable(target.name, "no route to host (powered off)")
+        boot_id = f"boot-{history.count('On')}"
+        return CommandResult(tuple(argv), 0, boot_id + "\n", "", 0.01)
 
 
 def _node(settings, bmc_url: str) -> str:
@@ -53,11 +74,14 @@ def test_reboot_through_the_bmc_is_verified_by_the_boot_id(make_settings, sqlite
     with run_sushy_emulator(tmp_path) as bmc:
         settings.bmc_username, settings.bmc_password, settings.bmc_verify_tls = bmc.username, bmc.password, False
         node = _node(settings, bmc.base_url)
-        shell = FakeNode(["boot-a", "boot-a", "boot-b"])  # the first read after the reset is still the old boot
-        acts = RemediationActivities(settings, shell)
-        done = ActivityEnvironment().run(acts.reboot, HardwareRequest(node, "reboot", {"timeout": 60}))
+        acts = RemediationActivities(settings, NodeBehindBmc(bmc))
+        # Room for the emulator's slowest power cycle, twice: a reboot that never resets fails in that time.
+        timeout_s = 2 * RESET_TAKES_AT_MOST_S
+        done = ActivityEnvironment().run(acts.reboot, HardwareRequest(node, "reboot", {"timeout": timeout_s}))
         assert done.ok, done.detail
-        assert "boot id boot-a -> boot-b" in done.detail
+        assert bmc.reset_requests() == ["ForceRestart"]
+        assert bmc.power_history() == ["On", "Off", "On"]
+        assert "boot id boot-1 -> boot-2" in done.detail
         assert bmc.password not in done.detail
 
 
@@ -83,7 +107,7 @@ def test_firmware_update_through_redfish_simple_update(make_settings, sqlite_url
             node_name=node, check_name="nic-firmware", kind="firmware", status="pass",
             metrics={"components": {"ConnectX7 /dev/mst/mt4129_pciconf0": "28.41.1000"}}, idempotency_key="k2"),
             CheckRun.idempotency_key, "k2")
-        done = ActivityEnvironment().run(FirmwareActivities(settings, FakeNode(["x"])).apply_updates,
+        done = ActivityEnvironment().run(FirmwareActivities(settings, FakeNode("x")).apply_updates,
                                          DriftRequest(node, row.id))
     assert done.ok, done.detail
     assert done.detail == "GPU * VBIOS -> 96.00.99.00.01"  # one SimpleUpdate for all eight GPUs; the NICs match

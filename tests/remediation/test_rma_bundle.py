@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import os
+import uuid
 
-from fleetctl.rma import post_webhook, redact
+from temporalio.testing import ActivityEnvironment
+
+from fleetctl.config import load_settings
+from fleetctl.db import queries
+from fleetctl.db import remediation as rma_db
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import CheckRun
+from fleetctl.inventory import parse_inventory
+from fleetctl.rma import MASK, post_webhook, redact
+from tests.support.webhook import WebhookReceiver
+from workflows.activities.remediation import RemediationActivities
+from workflows.api import RmaRequest
 
 
 def test_redact_masks_credentials_everywhere() -> None:
@@ -21,30 +32,59 @@ def test_redact_masks_credentials_everywhere() -> None:
 
 
 def test_webhook_posts_json_with_bearer_token_and_never_logs_it(caplog) -> None:
-    received = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802
-            received["auth"] = self.headers["Authorization"]
-            received["body"] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(201)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    receiver = WebhookReceiver(status=201)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/hook?token=SECRET-T"
+        url = receiver.url + "?token=SECRET-T"
         with caplog.at_level(logging.DEBUG):
             status = post_webhook(url, "SECRET-T", {"kind": "rma", "rma_id": 7})
     finally:
-        server.shutdown()
+        receiver.shutdown()
     assert status == "delivered: HTTP 201"
-    assert received == {"auth": "Bearer SECRET-T", "body": {"kind": "rma", "rma_id": 7}}
+    assert [(auth, json.loads(body)) for auth, body in receiver.requests] == [
+        ("Bearer SECRET-T", {"kind": "rma", "rma_id": 7})]
     assert "SECRET-T" not in caplog.text and "delivered" in caplog.text
 
 
 def test_webhook_failure_is_a_status_not_an_exception() -> None:
     assert post_webhook("http://127.0.0.1:9/nowhere", "T", {}, timeout_s=2).startswith("failed:")
+
+
+def test_configured_secrets_in_a_checks_raw_output_reach_no_bundle_markdown_or_webhook(sqlite_url) -> None:
+    """A failing check echoed the BMC password and the webhook token in shapes no generic
+    pattern knows (`-P <password>`, `X-Hook: <token>`): only masking the configured values
+    keeps them out of what the RMA activity stores and sends."""
+    password, token = f"bmc-{uuid.uuid4().hex}", f"tok-{uuid.uuid4().hex}"
+    receiver = WebhookReceiver()
+    settings = load_settings(flags={"db_url": sqlite_url, "bmc_username": "fleet-svc", "bmc_password": password,
+                                    "webhook_url": receiver.url, "webhook_token": token},
+                             env={}, config_file=os.devnull)
+    engine = get_engine(sqlite_url)
+    queries.upsert_nodes(engine, parse_inventory(
+        "nodes:\n  - {name: real-01, address: 10.0.0.1, bmc: 'https://10.0.1.1', profile: h100-sxm}\n"))
+    raw = (f"+ ipmitool -I lanplus -H 10.0.1.1 -U fleet-svc -P {password} sel list\n"
+           f"+ curl -H 'X-Hook: {token}' https://hooks.example/ping\n"
+           "GPU 3: Xid 79, GPU has fallen off the bus\n")
+    queries.insert_once(engine, CheckRun(
+        node_name="real-01", check_name="dcgm-diag", kind="dcgm", status="fail", reason="GPU 3 fell off the bus",
+        findings=[{"what": f"SEL read with -P {password}", "where": "GPU 3", "severity": "fail"}], raw_output=raw, idempotency_key="k1"), CheckRun.idempotency_key, "k1")
+    try:
+        opened = ActivityEnvironment().run(RemediationActivities(settings, executors=None).open_rma,
+                                           RmaRequest(node="real-01", reason="XID 79", actor="tester"))
+    finally:
+        receiver.shutdown()
+
+    record = rma_db.get_rma(engine, opened.rma_id)
+    assert opened.webhook_status == "delivered: HTTP 204"
+    [(auth, body)] = receiver.requests
+    assert auth == f"Bearer {token}"  # the token was used, in the header only
+    sent = json.loads(body)
+    # The failing output did go into the bundle, the markdown and the webhook, masked.
+    excerpt = f"-U fleet-svc -P {MASK} sel list"
+    assert excerpt in record.evidence["failing_checks"][0]["raw_output_excerpt"]
+    assert excerpt in record.evidence_markdown
+    assert excerpt in sent["evidence"]["failing_checks"][0]["raw_output_excerpt"]
+    places = {"bundle": json.dumps(record.evidence), "markdown": record.evidence_markdown,
+              "webhook body": body.decode()}
+    for secret in (password, token):
+        leaked = [where for where, text in places.items() if secret in text]
+        assert not leaked, f"configured secret found in {leaked}"

@@ -19,12 +19,17 @@ import pytest
 from fleetctl.db.engine import get_engine
 from fleetctl.report import build_report, render_html
 from tests.report import history
+from tests.support.services import missing_service
 
 CHROMIUM = "/usr/bin/chromium"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} missing: install Debian's chromium (make system-deps does)")
+
+@pytest.fixture(autouse=True)
+def chromium_installed() -> None:
+    if not Path(CHROMIUM).exists():
+        missing_service("Chromium", f"no {CHROMIUM}: install Debian's chromium (make system-deps does)")
+
 
 # Per SVG: its accessible name and rendered size; the straggler dots.
 PAGE_FACTS = """JSON.stringify({

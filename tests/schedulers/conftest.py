@@ -1,4 +1,4 @@
-"""Fixtures for the scheduler adapters' tests. The Slurm ones skip where Slurm cannot run;
+"""Fixtures for the scheduler adapters' tests. The Slurm ones need a Slurm that can run (tests/support/services.py);
 nothing here is needed by other schedulers' tests."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from fleetctl.schedulers.slurm import SlurmScheduler
 from tests.schedulers.slurm_cluster import SlurmCluster, slurm_unavailable_reason, start_slurm_cluster
+from tests.support.services import missing_service
 
 # Short, so the plain-Slurm restart (held for this long after a requeue) fits the test run;
 # Slurm's default is 120 s.
@@ -20,7 +21,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     """A real 4-node Slurm cluster (munged, slurmctld, 4 slurmds) for the whole session."""
     reason = slurm_unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        missing_service("a Slurm cluster", reason)
     cluster = start_slurm_cluster(tmp_path_factory.mktemp("slurm"), nodes=4, cred_expire_s=TEST_CRED_EXPIRE_S)
     try:
         yield cluster

@@ -1,0 +1,34 @@
+"""The one way a test says a service it needs is missing: skip on a developer's machine,
+fail in CI.
+
+Every fixture that starts or finds a real service (the Temporal dev server binary,
+PostgreSQL, sshd, ssh-agent, Slurm, Chromium, ...) calls `missing_service` when it cannot.
+With FLEETCTL_TEST_REQUIRE_SERVICES=1 (`.ci/run` sets it) that is a failure naming what is
+missing, so a CI machine without a service fails instead of passing on fewer tests; without
+it the test skips with the same reason. tests/test_no_silent_skips.py checks that no test
+skips any other way.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import pytest
+
+REQUIRE_ENV = "FLEETCTL_TEST_REQUIRE_SERVICES"
+
+
+def services_required() -> bool:
+    """Strictly "1" (required) or unset/"0" (may skip): a typo must not silently mean "skip"."""
+    value = os.environ.get(REQUIRE_ENV, "")
+    if value not in ("", "0", "1"):
+        raise pytest.UsageError(f"{REQUIRE_ENV}={value!r}: expected 1 (services required) or 0")
+    return value == "1"
+
+
+def missing_service(service: str, reason: str) -> NoReturn:
+    """Fail (FLEETCTL_TEST_REQUIRE_SERVICES=1) or skip the test that needs `service`."""
+    if services_required():
+        pytest.fail(f"{service} is missing and {REQUIRE_ENV}=1: {reason}", pytrace=False)
+    pytest.skip(f"{service} is missing: {reason}")
