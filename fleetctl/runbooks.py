@@ -491,7 +491,7 @@ def trigger_towards(current: str, target: str) -> str | None:
     return None
 
 
-RETURNS_TO_SERVICE = frozenset({NodeState.BURN_IN.value, NodeState.ADMISSION.value, NodeState.PRODUCTION.value})
+RETURNS_TO_SERVICE = NodeState.values_where(lambda s: s.returns_to_service)
 
 
 @dataclass(frozen=True)
