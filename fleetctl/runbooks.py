@@ -37,6 +37,7 @@ import yaml
 from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
+from fleetctl.durations import parse_seconds
 from fleetctl.lifecycle import RULES, NodeState
 
 RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
@@ -55,18 +56,9 @@ class TemplateRefused(RunbookError):
 
 # ---- durations ------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*\Z")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from 90, "90s", "15m", "2h" or "7d"."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 7d)")
-    return float(m[1]) * _UNIT_S[m[2]]
+# workflows/remediation_activities.py renders its steps' durations with this name; the lead
+# switches it to fleetctl.durations.parse_seconds, and then this alias goes.
+parse_duration = parse_seconds
 
 
 # ---- the sandbox ----------------------------------------------------------------------------
@@ -179,7 +171,7 @@ def _str(v: Any) -> str:
 def _duration(v: Any) -> Any:
     if isinstance(v, str) and "{{" in v:
         return v  # checked after rendering
-    parse_duration(v)
+    parse_seconds(v)
     return v
 
 

@@ -13,7 +13,6 @@ from fleetctl.runbooks import (
     TemplateRefused,
     evaluate,
     load_runbooks,
-    parse_duration,
     parse_runbook,
     render,
     runbook_for,
@@ -166,8 +165,3 @@ def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     history = [now - timedelta(days=d) for d in days_ago]
     assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
-
-
-@pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("2h", 7200), ("7d", 604800), (90, 90), ("1.5m", 90)])
-def test_durations(text, seconds) -> None:
-    assert parse_duration(text) == seconds
