@@ -39,6 +39,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from fleetctl.durations import parse_seconds
 from fleetctl.lifecycle import RULES, NodeState
+from fleetctl.text import one_line
 
 RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
 
@@ -115,7 +116,7 @@ def check_template(source: str) -> None:
     try:
         ast = sandbox().parse(source)
     except TemplateError as exc:
-        raise TemplateRefused(f"template does not parse: {_one_line(exc)}") from None
+        raise TemplateRefused(f"template does not parse: {one_line(exc)}") from None
     _refuse_unsafe(ast)
 
 
@@ -128,9 +129,9 @@ def render(source: str, context: Mapping[str, Any]) -> str:
     try:
         return sandbox().from_string(source).render(**context)
     except SecurityError as exc:
-        raise TemplateRefused(f"refused by the sandbox: {_one_line(exc)}") from None
+        raise TemplateRefused(f"refused by the sandbox: {one_line(exc)}") from None
     except TemplateError as exc:
-        raise TemplateRefused(f"template failed: {_one_line(exc)}") from None
+        raise TemplateRefused(f"template failed: {one_line(exc)}") from None
 
 
 def evaluate(expression: str, context: Mapping[str, Any]) -> Any:
@@ -138,9 +139,9 @@ def evaluate(expression: str, context: Mapping[str, Any]) -> Any:
     try:
         return sandbox().compile_expression(expression, undefined_to_none=False)(**context)
     except SecurityError as exc:
-        raise TemplateRefused(f"refused by the sandbox: {_one_line(exc)}") from None
+        raise TemplateRefused(f"refused by the sandbox: {one_line(exc)}") from None
     except TemplateError as exc:
-        raise TemplateRefused(f"condition failed: {_one_line(exc)}") from None
+        raise TemplateRefused(f"condition failed: {one_line(exc)}") from None
 
 
 def render_value(value: Any, context: Mapping[str, Any]) -> Any:
@@ -152,11 +153,6 @@ def render_value(value: Any, context: Mapping[str, Any]) -> Any:
     if isinstance(value, dict):
         return {k: render_value(v, context) for k, v in value.items()}
     return value
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] or exc.__class__.__name__
 
 
 # ---- actions and their parameters -----------------------------------------------------------

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from fleetctl.text import one_line
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -275,7 +277,7 @@ class RedfishClient:
                 if state is None:
                     return TaskResult(uri=task_uri, state="Completed", status=None)
                 messages = tuple(
-                    _one_line(message["Message"])
+                    one_line(message["Message"])
                     for message in task.get("Messages", [])
                     if isinstance(message, dict) and message.get("Message")
                 )
@@ -323,7 +325,7 @@ class RedfishClient:
             raise self._http_error(where, exc) from exc
         except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, TLS, resets
             reason = getattr(exc, "reason", None) or exc
-            raise BmcUnreachable(self._scrub(f"{where}: unreachable: {_one_line(str(reason))}")) from exc
+            raise BmcUnreachable(self._scrub(f"{where}: unreachable: {one_line(str(reason))}")) from exc
         log.debug("%s -> %s", where, status)
         try:
             answer = json.loads(raw) if raw.strip() else {}
@@ -349,7 +351,7 @@ class RedfishClient:
             message = _redfish_message(json.loads(exc.read() or b"{}"))
         except ValueError:
             message = None
-        return BmcError(self._scrub(_one_line(f"{where}: HTTP {exc.code}: {message or exc.reason}")))
+        return BmcError(self._scrub(one_line(f"{where}: HTTP {exc.code}: {message or exc.reason}")))
 
     def _scrub(self, text: str) -> str:
         """Text the BMC wrote may echo anything; the credentials never leave this object."""
@@ -388,8 +390,3 @@ def _redfish_message(answer: Any) -> str | None:
     extended = [info.get("Message") for info in error.get("@Message.ExtendedInfo", []) if isinstance(info, dict)]
     detail = next((text for text in extended if text and text != message), None)
     return f"{message} ({detail})" if message and detail else message or detail
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -56,7 +56,9 @@ class FleetctlGroup(TyperGroup):
                     raise typer.Exit(code) from None
             if os.environ.get("FLEETCTL_DEBUG"):
                 raise
-            typer.echo(f"error: internal: {exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", err=True)
+            from fleetctl.text import one_line
+
+            typer.echo(f"error: internal: {exc.__class__.__name__}: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
 
 

@@ -32,6 +32,7 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
+from fleetctl.text import one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
@@ -226,7 +227,7 @@ class KubernetesScheduler:
                         client_configuration=configuration,
                     )
                 except (config.ConfigException, OSError) as exc:
-                    raise SchedulerError(f"kubernetes: cannot load kubeconfig: {_one_line(str(exc))}") from exc
+                    raise SchedulerError(f"kubernetes: cannot load kubeconfig: {one_line(str(exc))}") from exc
             self._core = client.CoreV1Api(client.ApiClient(configuration))
         return self._core
 
@@ -249,7 +250,7 @@ class KubernetesScheduler:
         except HTTPError as exc:
             cause = getattr(exc, "reason", None) or exc
             raise SchedulerError(
-                f"kubernetes: {action}: API server unreachable ({self._where()}): {_one_line(str(cause))}"
+                f"kubernetes: {action}: API server unreachable ({self._where()}): {one_line(str(cause))}"
             ) from exc
 
     def _read_node(self, node: str) -> Json:
@@ -407,9 +408,4 @@ def _api_error_text(exc: ApiException) -> str:
         message = json.loads(exc.body or "").get("message")
     except (ValueError, AttributeError):
         message = None
-    return _one_line(f"{text}: {message}" if message else text)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line(f"{text}: {message}" if message else text)
