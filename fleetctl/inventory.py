@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
+from fleetctl.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")

@@ -24,7 +24,6 @@ import json
 import logging
 import ssl
 import time
-import unicodedata
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from fleetctl.firmware_image import validate_image_uri
 from fleetctl.text import one_line
 
 log = logging.getLogger(__name__)
@@ -105,21 +105,6 @@ class TaskResult:
     state: str  # TaskState: "Completed" when returned by wait_for_task
     status: str | None  # TaskStatus: "OK", "Warning", "Critical"
     messages: tuple[str, ...] = ()
-
-
-def validate_image_uri(image_uri: str) -> str:
-    """Check a firmware image URL before a BMC fetches it; returns its TransferProtocol.
-
-    The URL is not repeated in the error: it may carry the image server's credentials.
-    """
-    if any(char.isspace() or unicodedata.category(char).startswith("C") for char in image_uri):
-        raise ValueError("firmware image URL must not contain whitespace or control characters")
-    parts = urlsplit(image_uri)
-    if parts.scheme.lower() not in ("http", "https"):
-        raise ValueError(f"firmware image URL must use http or https, not {parts.scheme or 'no scheme'}")
-    if not parts.hostname:
-        raise ValueError("firmware image URL has no host")
-    return parts.scheme.upper()
 
 
 class RedfishClient:
