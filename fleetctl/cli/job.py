@@ -106,16 +106,13 @@ def list_jobs(
     emit(list(rows.values()), output, _jobs_table)
 
 
-def _utc(when):
-    # SQLite gives back naive datetimes; every time fleetctl stores is UTC.
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def _restart_row(r) -> dict:
-    def iso(when) -> str | None:
-        return _utc(when).isoformat() if when else None
+    from fleetctl.metrics import as_utc
 
-    seconds = round((_utc(r.running_at) - _utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
+    def iso(when) -> str | None:
+        return as_utc(when).isoformat() if when else None
+
+    seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
         "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
         "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": iso(r.fault_seen_at),
@@ -184,17 +181,17 @@ def restart(
     from datetime import datetime
 
     from fleetctl.db.queries import list_nodes
+    from fleetctl.job_nodes import not_in_job, nodes_to_leave
 
     kind, job = _find_job(ctx, job_id, scheduler)
     if job is None or job.state != "running":
         fail(f"job {job_id} is {job.state if job else 'unknown to its scheduler now'}, not running: nothing to restart")
     if bad_nodes:
-        strangers = [n for n in bad_nodes if n not in job.nodes]
+        strangers = not_in_job(job.nodes, bad_nodes)
         if strangers:
             fail(f"job {job_id} does not run on {', '.join(strangers)} (it runs on {', '.join(job.nodes)})", EXIT_USAGE)
     else:
-        states = {n.name: n.state for n in list_nodes(context.engine(ctx))}
-        bad_nodes = [n for n in job.nodes if states.get(n, "production") != "production"]
+        bad_nodes = nodes_to_leave(job.nodes, {n.name: n.state for n in list_nodes(context.engine(ctx))})
         if not bad_nodes:
             fail(f"job {job_id} runs on nodes in production only ({', '.join(job.nodes)}); "
                  "name the node to move it off with --bad-node", EXIT_USAGE)

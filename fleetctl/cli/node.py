@@ -206,18 +206,10 @@ def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> 
 
 
 def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) -> None:
-    """A refused command is recorded with its actor, so a race between two operators (or an
-    operator and automation) shows both: the winner's transition and the loser's refusal."""
-    import uuid
-
-    from fleetctl.db.models import AutomationEvent
-    from fleetctl.db.queries import insert_once
+    from fleetctl.audit import record_rejection
 
     s = context.settings(ctx)
-    key = f"rejected/{uuid.uuid4()}"
-    insert_once(context.engine(ctx), AutomationEvent(fleet=s.fleet, kind="rejected", node_name=node, actor=s.identity(),
-                                                     reason=f"{trigger}: {reason}", idempotency_key=key),
-                AutomationEvent.idempotency_key, key)
+    record_rejection(context.engine(ctx), fleet=s.fleet, node=node, actor=s.identity(), trigger=trigger, reason=reason)
 
 
 @app.command("drain")
