@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail
 
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
 
@@ -62,9 +62,26 @@ def _job_row(kind: str, job) -> dict:
     return {"job_id": job.job_id, "name": job.name, "scheduler": kind, "state": job.state, "nodes": list(job.nodes)}
 
 
+JOB_COLUMNS = (
+    Column("JOB", lambda r: r["job_id"]),
+    Column("NAME", lambda r: r["name"]),
+    Column("SCHEDULER", lambda r: r["scheduler"]),
+    Column("STATE", lambda r: r["state"]),
+    Column("NODES", lambda r: ",".join(r["nodes"])),
+)
+RESTART_COLUMNS = (
+    Column("fault seen", lambda r: r["fault_seen_at"]),
+    Column("status", lambda r: r["status"]),
+    Column("bad", lambda r: ",".join(r["bad_nodes"])),
+    Column("new", lambda r: ",".join(r["new_nodes"])),
+    Column("seconds", lambda r: "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}"),
+    Column("cause", lambda r: r["cause"] or r["error"]),
+    Column("actor", lambda r: r["actor"]),
+)
+
+
 def _jobs_table(rows: list[dict], _wide: bool):
-    return simple_table(None, ["JOB", "NAME", "SCHEDULER", "STATE", "NODES"],
-                        [[r["job_id"], r["name"], r["scheduler"], r["state"], ",".join(r["nodes"])] for r in rows])
+    return column_table(JOB_COLUMNS, rows)
 
 
 @app.command("list")
@@ -155,10 +172,7 @@ def show(
         if d["restart_seconds"] is not None:
             parts.append(Text(f"last restart: running again {d['restart_seconds']:.2f}s after the fault"))
         if d["restarts"]:
-            parts.append(simple_table("restarts", ["fault seen", "status", "bad", "new", "seconds", "cause", "actor"], [
-                [r["fault_seen_at"], r["status"], ",".join(r["bad_nodes"]), ",".join(r["new_nodes"]),
-                 "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}", r["cause"] or r["error"], r["actor"]]
-                for r in d["restarts"]]))
+            parts.append(column_table(RESTART_COLUMNS, d["restarts"], title="restarts"))
         return Group(*parts)
 
     emit(data, output, render)
