@@ -20,7 +20,7 @@ _HINT = "use e.g. 30s, 5m, 1h, 7d or 1h30m"
 def parse_duration(value: str | int | float) -> timedelta:
     """A positive duration of at most a year, or ValueError naming the input on one line."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"not a duration: {value!r} ({_HINT})")
+        raise ValueError(f"bad duration {value!r} ({_HINT})")
     if isinstance(value, str):
         text = value.strip().lower()
         if _SECONDS.fullmatch(text):
@@ -33,11 +33,11 @@ def parse_duration(value: str | int | float) -> timedelta:
                 seconds += float(match[1]) * _UNITS[match[2]]
                 pos = match.end()
             if pos != len(text) or not text:
-                raise ValueError(f"not a duration: {value!r} ({_HINT})")
+                raise ValueError(f"bad duration {value!r} ({_HINT})")
     else:
         seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_SECONDS:
-        raise ValueError(f"not a duration: {value!r} (more than 0 and at most {MAX_SECONDS // 86400}d; {_HINT})")
+        raise ValueError(f"bad duration {value!r} (more than 0 and at most {MAX_SECONDS // 86400}d; {_HINT})")
     return timedelta(seconds=seconds)
 
 

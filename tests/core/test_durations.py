@@ -23,4 +23,4 @@ def test_accepted(value, seconds) -> None:
 def test_refused_on_one_line(value) -> None:
     with pytest.raises(ValueError) as refused:
         parse_duration(value)
-    assert "\n" not in str(refused.value) and "not a duration" in str(refused.value)
+    assert "\n" not in str(refused.value) and "bad duration" in str(refused.value)

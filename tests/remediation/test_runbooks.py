@@ -59,7 +59,7 @@ def test_a_good_runbook_loads_with_defaults() -> None:
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain}, {action: explode}]",
          "bad.yaml: step 1 (explode): unknown action 'explode'"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait}]", "bad.yaml: step 0 (wait): wait needs parameter 'duration'"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait, with: {duration: soon}}]", "parameter duration: not a duration"),
+        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait, with: {duration: soon}}]", "parameter duration: bad duration"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, with: {force: true}}]", "drain takes no parameter 'force'"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: set_state, with: {state: retired}}]", "operator-only state"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, name: a}, {action: drain, name: a}]", "step 1 (a): step name 'a' is used twice"),
