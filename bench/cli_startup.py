@@ -1,12 +1,15 @@
 """CLI start-up: wall time of `fleetctl --help` and `fleetctl node list` on a small fleet,
 median of repeated runs, next to `temporal --help` (a Go binary: the floor an operator
-compares with) and a bare `python -c pass` (the interpreter's own floor). Also which heavy
-modules each command loads: `--help` should load none of them."""
+compares with), a bare `import typer, rich` (the floor of any Typer CLI in this interpreter:
+`--help` should stay within 2x of it, as each noun's module is loaded only when it runs) and
+a bare `python -c pass` (the interpreter's own floor). Also which heavy modules each command
+loads: `--help` should load none but rich."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -18,6 +21,7 @@ from bench.harness import CannotMeasure, rounded, summary
 SMALL_FLEET = 20
 RUNS = 15
 RUNS_QUICK = 9
+BARE_TYPER = "python -c 'import typer, rich'"
 HEAVY_MODULES = ("temporalio", "kubernetes", "sqlalchemy", "sqlmodel", "alembic", "paramiko", "psycopg",
                  "jinja2", "rich", "yaml", "prometheus_client", "pydantic")
 # Runs the real command and reports which heavy modules it had imported. It calls the Typer
@@ -44,16 +48,24 @@ def _fleetctl() -> str:
     return str(beside)
 
 
-def _timed_runs(argv: list[str], runs: int, env: dict) -> list[float]:
+def _child_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed_runs(argv: list[str], runs: int, env: dict) -> tuple[list[float], list[float]]:
+    """Wall seconds and CPU seconds (user + system) of each run. On a shared machine the CPU
+    time is the steadier figure: it does not count the time spent waiting for a core."""
     subprocess.run(argv, capture_output=True, env=env)  # warm the page cache; not counted
-    samples = []
+    wall, cpu = [], []
     for _ in range(runs):
-        started = time.perf_counter()
+        cpu_before, started = _child_cpu_s(), time.perf_counter()
         done = subprocess.run(argv, capture_output=True, env=env)
-        samples.append(time.perf_counter() - started)
+        wall.append(time.perf_counter() - started)
+        cpu.append(_child_cpu_s() - cpu_before)
         if done.returncode != 0:
             raise CannotMeasure(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode()[-300:]}")
-    return samples
+    return wall, cpu
 
 
 def _loaded_modules(args: list[str], env: dict) -> list[str]:
@@ -98,17 +110,23 @@ def run(full: bool) -> dict:
             "fleetctl --help (TYPER_USE_RICH=0)": ([fleetctl, "--help"], None, plain_help),
             f"fleetctl node list ({SMALL_FLEET} nodes)": ([fleetctl, "node", "list"], ["node", "list"], env),
             "temporal --help": ([temporal, "--help"], None, env),
+            BARE_TYPER: ([sys.executable, "-c", "import typer, rich"], None, env),
             "python -c pass": ([sys.executable, "-c", "pass"], None, env),
         }
         measured = {}
         for name, (argv, probe_args, run_env) in commands.items():
-            samples = _timed_runs(argv, runs, run_env)
-            measured[name] = {"argv": argv[1:], "seconds": rounded(samples), "seconds_summary": summary(samples)}
+            samples, cpu = _timed_runs(argv, runs, run_env)
+            measured[name] = {"argv": argv[1:], "seconds": rounded(samples), "seconds_summary": summary(samples),
+                              "cpu_seconds": rounded(cpu), "cpu_seconds_summary": summary(cpu)}
             if probe_args is not None:
                 measured[name]["heavy_modules_loaded"] = _loaded_modules(probe_args, run_env)
     median = {name: m["seconds_summary"]["p50"] for name, m in measured.items()}
-    figures = {name: {"median_s": round(seconds, 3)} for name, seconds in median.items()}
+    median_cpu = {name: m["cpu_seconds_summary"]["p50"] for name, m in measured.items()}
+    figures = {name: {"median_s": round(seconds, 3), "median_cpu_s": round(median_cpu[name], 3)}
+               for name, seconds in median.items()}
     for name in ("fleetctl --help", f"fleetctl node list ({SMALL_FLEET} nodes)"):
         figures[name]["vs_temporal_help"] = round(median[name] / median["temporal --help"], 2)
+        figures[name]["vs_bare_typer_rich"] = round(median[name] / median[BARE_TYPER], 2)
+        figures[name]["vs_bare_typer_rich_cpu"] = round(median_cpu[name] / median_cpu[BARE_TYPER], 2)
         figures[name]["heavy_modules_loaded"] = measured[name]["heavy_modules_loaded"]
     return {"figures": figures, "runs": runs, "commands": measured, "heavy_modules_watched": list(HEAVY_MODULES)}

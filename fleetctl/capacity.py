@@ -13,11 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# States whose nodes belong to the serving fleet: in it, or taken out of it for repair. A node
-# in RMA has left the fleet (its hardware is with the vendor for weeks): counting it would
-# freeze automation for as long, so it is a matter for capacity planning, not for the guard.
-SERVING_FLEET_STATES = ("production", "draining", "maintenance")
-UNAVAILABLE_STATES = ("draining", "maintenance")
+from fleetctl.lifecycle import NodeState
 
 
 @dataclass
@@ -34,8 +30,8 @@ class GuardPolicy:
 
 @dataclass
 class RackCounts:
-    serving: int = 0  # nodes of the rack in SERVING_FLEET_STATES
-    unavailable: int = 0
+    serving: int = 0  # nodes of the rack in the serving fleet (NodeState.in_serving_fleet)
+    unavailable: int = 0  # of which out of service (NodeState.out_of_service)
     production: int = 0
 
 
@@ -161,10 +157,8 @@ def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:
     snap = FleetSnapshot()
     for rack, state in nodes:
         counts = snap.racks.setdefault(rack, RackCounts())
-        if state in SERVING_FLEET_STATES:
-            counts.serving += 1
-        if state in UNAVAILABLE_STATES:
-            counts.unavailable += 1
-        if state == "production":
-            counts.production += 1
+        node_state = NodeState(state)
+        counts.serving += node_state.in_serving_fleet
+        counts.unavailable += node_state.out_of_service
+        counts.production += node_state.in_service
     return snap

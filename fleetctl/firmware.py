@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.firmware_image import validate_image_uri
 from fleetctl.runbooks import TemplateRefused, check_template, render
 
 
@@ -124,8 +125,6 @@ def _component(pattern: str, entry: Any) -> ComponentSpec:
         r = update["redfish"]
         if not isinstance(r, dict) or not isinstance(r.get("image"), str) or set(r) - {"image", "targets"}:
             raise ValueError("redfish update needs image (and optionally targets)")
-        from fleetctl.bmc.redfish import validate_image_uri
-
         validate_image_uri(r["image"])
         path = UpdatePath("redfish", r["image"], tuple(str(t) for t in r.get("targets", [])))
     else:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
-from fleetctl.executors.base import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
+from fleetctl.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE, valid_kubernetes_node_name
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
@@ -83,8 +83,6 @@ def parse_labels(where: str, raw: Any) -> dict[str, str]:
 
 def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[str] | None = None,
                     allow_http_bmc: bool = False) -> list[NodeSpec]:
-    from fleetctl.schedulers.kubernetes import valid_node_name
-
     try:
         doc = loads(text, source)
     except YamlRefused as exc:
@@ -111,7 +109,7 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         scheduler = _text(where, entry, "scheduler", None, False) or "none"
         if scheduler not in SCHEDULERS:
             raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}")
-        if scheduler == "kubernetes" and not valid_node_name(name):
+        if scheduler == "kubernetes" and not valid_kubernetes_node_name(name):
             raise InventoryError(f"{where}: Kubernetes node names are lower-case letters, digits, '-' and '.'")
         bmc = _text(where, entry, "bmc", _BMC_RE, False)
         if bmc is not None and bmc.lower().startswith("http://") and not allow_http_bmc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Callable
 
 
 class NodeState(str, enum.Enum):
@@ -27,15 +28,56 @@ class NodeState(str, enum.Enum):
     def colour(self) -> str:
         return _COLOURS[self]
 
+    # The sets of states that decisions ask about, named once. Callers holding a state string
+    # ask `NodeState(text).out_of_service`: a str-valued enum member does not hash like its
+    # value, so `"draining" in {NodeState.DRAINING}` is False and tuples of literals drift.
+
     @property
     def in_service(self) -> bool:
-        """Counts as serving capacity (what the capacity guard protects)."""
+        """Schedulable: serving capacity (what the capacity guard protects)."""
         return self is NodeState.PRODUCTION
+
+    @property
+    def out_of_service(self) -> bool:
+        """Taken out of production for repair; remediation brings it back or sends it to RMA."""
+        return self in (NodeState.DRAINING, NodeState.MAINTENANCE)
+
+    @property
+    def in_serving_fleet(self) -> bool:
+        """Counted by the capacity guard: in production or out of it for repair. Not RMA: its
+        hardware is with the vendor for weeks, and counting it (as unavailable, or in the
+        total the limits are fractions of) would freeze automation, or let more of the nodes
+        that are here go out, for as long."""
+        return self.in_service or self.out_of_service
+
+    @property
+    def is_capacity(self) -> bool:
+        """Capacity the fleet has, serving or lost to a fault (the denominator of availability).
+        RMA counts: a node sent back to its vendor is capacity lost, and leaving it out would
+        make a fleet with half its nodes in RMA look fully available. Time before admission
+        and after retirement is not capacity that was lost."""
+        return self.in_serving_fleet or self is NodeState.RMA
 
     @property
     def in_flight(self) -> bool:
         """A phase is running on the node (shown as 'in flight' by fleet status)."""
         return self in (NodeState.FIRMWARE, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.DRAINING)
+
+    @property
+    def returns_to_service(self) -> bool:
+        """On the way back into production (a remediation that sets it has repaired the node)."""
+        return self in (NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION)
+
+    @property
+    def admittable(self) -> bool:
+        """An operator's admit may start burn-in from here: begin_burn_in's sources but firmware,
+        whose own phase goes on into burn-in."""
+        return self in (NodeState.NEW, NodeState.MAINTENANCE, NodeState.RMA)
+
+    @classmethod
+    def values_where(cls, holds: Callable[[NodeState], bool]) -> frozenset[str]:
+        """The state strings for which `holds` is true, e.g. `values_where(lambda s: s.out_of_service)`."""
+        return frozenset(s.value for s in cls if holds(s))
 
 
 _COLOURS = {

@@ -1,10 +1,9 @@
-"""Fleet reliability from recorded events: MTTF, MTTR, availability, ETTR, stragglers; and
-the Prometheus exporter.
+"""Fleet reliability from recorded events: MTTF, MTTR, availability, ETTR, stragglers.
 
 The functions here are pure: rows in (the plain dataclasses below), numbers out, with the
-window [since, now] and `now` always passed in, never read from a clock. `load_history` is
-the thin loader that turns database rows into those dataclasses; `FleetCollector` and
-`serve` expose the current counts to Prometheus.
+window [since, now] and `now` always passed in, never read from a clock. The database
+loader that builds those rows is `fleetctl.metrics_load`; the Prometheus exporter is
+`fleetctl.metrics_exporter`.
 
 Definitions (what `fleetctl report` prints and the tests compute by hand):
 
@@ -21,9 +20,10 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 - MTTF: production node-hours in the window / failures in the window (none without failures).
 - MTTR: mean time from leaving production to returning to production, over the returns
   inside the window (nodes that have not returned do not count).
-- Availability: production time / (production + draining + maintenance + rma time) in the
-  window. Time before admission (new, firmware, burn-in, admission) and after retirement
-  is not capacity that was lost.
+- Availability: production time / time in the states that are capacity
+  (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
+  before admission (new, firmware, burn-in, admission) and after retirement is not
+  capacity that was lost.
 - Lemon node: one whose entries into maintenance make it a lemon by the remediation lemon
   policy (`runbooks.LemonPolicy`, default 3 within 7 days) at some entry inside the window.
 - Job ETTR: (wall time - downtime during restarts - work lost since the last checkpoint) /
@@ -47,21 +47,13 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-from checks.stragglers import STRAGGLER_METRICS
+from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+from fleetctl.lifecycle import NodeState
+from fleetctl.runbooks import LemonPolicy
 
-if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-
-PRODUCTION = "production"
-NEW = "new"
-MAINTENANCE = "maintenance"
-# The states in which a node is capacity that is either serving or lost to a fault.
-CAPACITY_STATES = ("production", "draining", "maintenance", "rma")
-RETIRED = "retired"
-
-# (check, metric, higher is better): the metrics a node is compared with its peers on.
+PRODUCTION = NodeState.PRODUCTION.value
 
 _XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
 # Causes written by NodeLifecycle._recheck and ActiveChecks._drain: "<kind> <suite>: <check>: <reason>".
@@ -176,7 +168,7 @@ def timeline(created_at: datetime, transitions: Iterable[Transition], now: datet
 
 def intervals(created_at: datetime, events: Sequence[Transition], now: datetime) -> list[Interval]:
     """The states a node was in, from created_at to `now`; `events` from `timeline`."""
-    start, state = min(created_at, now), NEW
+    start, state = min(created_at, now), NodeState.NEW.value
     out = []
     for t in events:
         out.append(Interval(t.from_state, start, t.at))
@@ -259,7 +251,7 @@ def mttf_hours(production_seconds: float, failure_count: int) -> float | None:
 
 
 def availability(by_state: Mapping[str, float]) -> float | None:
-    capacity = sum(by_state.get(s, 0.0) for s in CAPACITY_STATES)
+    capacity = sum(seconds for state, seconds in by_state.items() if NodeState(state).is_capacity)
     return by_state.get(PRODUCTION, 0.0) / capacity if capacity > 0 else None
 
 
@@ -289,12 +281,10 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
 def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime, threshold: int = 3,
                 window: timedelta = timedelta(days=7)) -> dict[str, int]:
     """Lemon nodes and how many times each entered maintenance inside the window."""
-    from fleetctl.runbooks import LemonPolicy
-
     policy = LemonPolicy(threshold, window)
     lemons = {}
     for h in histories:
-        entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == MAINTENANCE]
+        entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == NodeState.MAINTENANCE.value]
         in_window = [at for at in entries if since <= at <= now]
         if any(policy.is_lemon(entries, at) for at in in_window):
             lemons[h.node.name] = len(in_window)
@@ -374,8 +364,6 @@ class StragglerGroup:
 
 def stragglers(samples: Iterable[CheckSample]) -> list[StragglerGroup]:
     """Each node's latest value of every straggler metric, judged within its profile."""
-    from checks.stragglers import find_stragglers
-
     latest: dict[tuple[str, str, str], dict[str, float]] = defaultdict(dict)
     for s in samples:
         for check, metric, _ in STRAGGLER_METRICS:
@@ -391,179 +379,6 @@ def stragglers(samples: Iterable[CheckSample]) -> list[StragglerGroup]:
     return groups
 
 
-# -- loading ---------------------------------------------------------------------------------------
-
-
 def as_utc(value: datetime) -> datetime:
     """SQLite gives back naive datetimes (stored as UTC), PostgreSQL aware ones."""
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-
-
-def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else as_utc(value)
-
-
-def _transition(e) -> Transition:
-    """A node_events row as a Transition."""
-    return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind)
-
-
-@dataclass(frozen=True)
-class FleetHistory:
-    nodes: list[NodeHistory]
-    jobs: list[JobRecord]
-    check_samples: list[CheckSample]
-
-
-def load_history(engine: Engine, since: datetime) -> FleetHistory:
-    """Every node's full transition history (the state at `since` depends on all of it), the
-    jobs that may have run since `since` with their restarts, and the straggler checks' runs."""
-    from sqlmodel import Session, col, or_, select
-
-    from fleetctl.db.models import CheckRun, Job, JobRestart, Node, NodeEvent
-
-    with Session(engine) as session:
-        nodes = list(session.exec(select(Node).order_by(Node.name)))
-        by_node: dict[str, list[Transition]] = defaultdict(list)
-        for e in session.exec(select(NodeEvent).order_by(NodeEvent.id)):
-            by_node[e.node_name].append(_transition(e))
-        jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
-                                                   or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
-        restarts: dict[str, list[RestartRecord]] = defaultdict(list)
-        if jobs:
-            query = select(JobRestart).where(col(JobRestart.job_id).in_([j.job_id for j in jobs]))
-            for r in session.exec(query.order_by(JobRestart.id)):
-                restarts[r.job_id].append(RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status))
-        profiles = {n.name: n.profile for n in nodes if n.state != RETIRED}
-        checks = sorted({check for check, _, _ in STRAGGLER_METRICS})
-        runs = session.exec(select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
-                            .where(col(CheckRun.check_name).in_(checks))
-                            .order_by(CheckRun.finished_at, CheckRun.id))
-        samples = [CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs
-                   if node in profiles]
-    return FleetHistory(
-        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at)), tuple(by_node.get(n.name, ())))
-               for n in nodes],
-        jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
-                        tuple(restarts.get(j.job_id, ())), j.name) for j in jobs if j.started_at is not None],
-        check_samples=samples,
-    )
-
-
-# -- Prometheus --------------------------------------------------------------------------------------
-
-CHECK_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
-RESTART_LATENCY_BUCKETS = (10.0, 30.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1800.0, 3600.0)
-# What the capacity guard records per automated removal (automation_events.kind).
-GUARD_DECISIONS = ("grant", "deny", "force")
-
-
-def _histogram(values: Iterable[float], bounds: Sequence[float]) -> tuple[list[tuple[str, float]], float]:
-    """Cumulative Prometheus buckets (with +Inf) and the sum of `values`."""
-    values = list(values)
-    buckets = [(repr(b), float(sum(1 for v in values if v <= b))) for b in bounds]
-    return buckets + [("+Inf", float(len(values)))], float(sum(values))
-
-
-class FleetCollector:
-    """Reads the database on every scrape: the numbers are never staler than the scrape."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-        from sqlalchemy import func
-        from sqlmodel import Session, col, select
-
-        from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent
-        from fleetctl.lifecycle import NodeState
-
-        with Session(self.engine) as session:
-            node_counts = list(session.exec(select(Node.state, Node.rack, Node.profile, func.count())
-                                            .group_by(Node.state, Node.rack, Node.profile)))
-            check_counts = list(session.exec(select(CheckRun.check_name, CheckRun.status, func.count())
-                                             .group_by(CheckRun.check_name, CheckRun.status)))
-            check_times = list(session.exec(select(CheckRun.check_name, CheckRun.started_at, CheckRun.finished_at)))
-            drains = list(session.exec(select(NodeEvent.actor_kind, func.count()).where(NodeEvent.trigger == "drain")
-                                       .group_by(NodeEvent.actor_kind)))
-            exits = list(session.exec(select(NodeEvent).where(NodeEvent.from_state == PRODUCTION)))
-            restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at)))
-            decisions = list(session.exec(select(AutomationEvent.fleet, AutomationEvent.kind, func.count())
-                                          .where(col(AutomationEvent.kind).in_(GUARD_DECISIONS))
-                                          .group_by(AutomationEvent.fleet, AutomationEvent.kind)))
-            breaker_events = list(session.exec(select(AutomationEvent.fleet, AutomationEvent.kind)
-                                               .where(col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"]))
-                                               .order_by(AutomationEvent.at, AutomationEvent.id)))
-
-        per_state: Counter[str] = Counter({s.value: 0 for s in NodeState})
-        by_rack = GaugeMetricFamily("fleetctl_nodes_by_rack", "Nodes per rack, GPU profile and lifecycle state",
-                                    labels=["rack", "profile", "state"])
-        for state, rack, profile, count in node_counts:
-            per_state[state] += count
-            by_rack.add_metric([rack, profile, state], count)
-        nodes = GaugeMetricFamily("fleetctl_nodes", "Nodes per lifecycle state", labels=["state"])
-        for state, count in sorted(per_state.items()):
-            nodes.add_metric([state], count)
-        yield nodes
-        yield by_rack
-
-        runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per check and judged status",
-                                   labels=["check", "status"])
-        for check, status, count in check_counts:
-            runs.add_metric([check, status], count)
-        yield runs
-        durations = HistogramMetricFamily("fleetctl_check_duration_seconds", "How long each check ran",
-                                          labels=["check"])
-        seconds_by_check: dict[str, list[float]] = defaultdict(list)
-        for check, started, finished in check_times:
-            seconds_by_check[check].append(max(0.0, (as_utc(finished) - as_utc(started)).total_seconds()))
-        for check, seconds in sorted(seconds_by_check.items()):
-            durations.add_metric([check], *_histogram(seconds, CHECK_DURATION_BUCKETS))
-        yield durations
-
-        drained = CounterMetricFamily("fleetctl_drains", "Nodes drained, by who asked (operator or automation)",
-                                      labels=["actor_kind"])
-        for actor_kind, count in drains:
-            drained.add_metric([actor_kind], count)
-        yield drained
-        failed = CounterMetricFamily("fleetctl_node_failures", "Failures (see fleetctl.metrics) by cause",
-                                     labels=["cause"])
-        causes = Counter(failure_label(t) for t in map(_transition, exits) if is_failure(t))
-        for cause, count in sorted(causes.items()):
-            failed.add_metric([cause], count)
-        yield failed
-
-        restarted = CounterMetricFamily("fleetctl_job_restarts", "Job restarts off bad nodes, by outcome",
-                                        labels=["status"])
-        for status, count in sorted(Counter(status for status, _, _ in restarts).items()):
-            restarted.add_metric([status], count)
-        yield restarted
-        latency = HistogramMetricFamily("fleetctl_job_restart_latency_seconds",
-                                        "From the fault being seen to the job running again")
-        latency.add_metric([], *_histogram(
-            (max(0.0, (as_utc(running) - as_utc(fault)).total_seconds()) for _, fault, running in restarts
-             if running is not None), RESTART_LATENCY_BUCKETS))
-        yield latency
-
-        guard = CounterMetricFamily("fleetctl_guard_decisions", "Capacity guard answers to automated removals",
-                                    labels=["fleet", "decision"])
-        for fleet, kind, count in decisions:
-            guard.add_metric([fleet, kind], count)
-        yield guard
-        latest = {fleet: kind for fleet, kind in breaker_events}
-        breaker = GaugeMetricFamily("fleetctl_breaker_open", "1 while the fleet's automation circuit breaker is open",
-                                    labels=["fleet"])
-        for fleet, kind in sorted(latest.items()):
-            breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
-        yield breaker
-
-
-def serve(engine: Engine, port: int, address: str = "127.0.0.1"):
-    """Serve /metrics on a background thread; returns the HTTP server (call .shutdown())."""
-    from prometheus_client import CollectorRegistry, start_http_server
-
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(engine))
-    server, _thread = start_http_server(port, addr=address, registry=registry)
-    return server

@@ -40,7 +40,9 @@ from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.durations import parse_seconds
 from fleetctl.lifecycle import RULES, NodeState
+from fleetctl.text import one_line
 
 RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
 
@@ -58,18 +60,9 @@ class TemplateRefused(RunbookError):
 
 # ---- durations ------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*\Z")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from 90, "90s", "15m", "2h" or "7d"."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    m = _DURATION.match(str(value))
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 15m, 2h, 7d)")
-    return float(m[1]) * _UNIT_S[m[2]]
+# workflows/remediation_activities.py renders its steps' durations with this name; the lead
+# switches it to fleetctl.durations.parse_seconds, and then this alias goes.
+parse_duration = parse_seconds
 
 
 # ---- the sandbox ----------------------------------------------------------------------------
@@ -342,7 +335,7 @@ def _refuse_unsafe(ast: nodes.Node) -> None:
     try:
         _evaluate_constant_parts(ast)
     except SecurityError as exc:
-        raise TemplateRefused(f"refused by the sandbox: {_one_line(exc)}") from None
+        raise TemplateRefused(f"refused by the sandbox: {one_line(exc)}") from None
 
 
 def _check_static_width(arg: nodes.Node, what: str) -> None:
@@ -382,7 +375,7 @@ def check_template(source: str) -> None:
     try:
         ast = sandbox().parse(source)
     except TemplateError as exc:
-        raise TemplateRefused(f"template does not parse: {_one_line(exc)}") from None
+        raise TemplateRefused(f"template does not parse: {one_line(exc)}") from None
     _refuse_unsafe(ast)
 
 
@@ -392,8 +385,8 @@ def check_expression(source: str) -> None:
 
 def _failed(what: str, exc: BaseException) -> TemplateRefused:
     if isinstance(exc, SecurityError):
-        return TemplateRefused(f"refused by the sandbox: {_one_line(exc)}")
-    return TemplateRefused(f"{what} failed: {exc.__class__.__name__}: {_one_line(exc)}")
+        return TemplateRefused(f"refused by the sandbox: {one_line(exc)}")
+    return TemplateRefused(f"{what} failed: {exc.__class__.__name__}: {one_line(exc)}")
 
 
 def render(source: str, context: Mapping[str, Any]) -> str:
@@ -439,11 +432,6 @@ def render_value(value: Any, context: Mapping[str, Any]) -> Any:
     return value
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] or exc.__class__.__name__
-
-
 # ---- actions and their parameters -----------------------------------------------------------
 
 
@@ -456,7 +444,7 @@ def _str(v: Any) -> str:
 def _duration(v: Any) -> Any:
     if isinstance(v, str) and "{{" in v:
         return v  # checked after rendering
-    parse_duration(v)
+    parse_seconds(v)
     return v
 
 
@@ -765,7 +753,7 @@ def trigger_towards(current: str, target: str) -> str | None:
     return None
 
 
-RETURNS_TO_SERVICE = frozenset({NodeState.BURN_IN.value, NodeState.ADMISSION.value, NodeState.PRODUCTION.value})
+RETURNS_TO_SERVICE = NodeState.values_where(lambda s: s.returns_to_service)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,21 @@
-"""Text from nodes, kernel logs and operators, made safe to show.
+"""Text from nodes, kernel logs, libraries and operators, made safe to show. Pure.
 
 Check output, XID messages and causes are recorded verbatim (the database keeps the
 evidence as it was); what reaches a terminal or a Markdown document must not carry escape
 sequences: a window-title, clear-screen or OSC-8 link sequence in a kernel message would
 act on the operator's terminal. Control and format characters (Unicode Cc and Cf: C0, DEL,
 C1, bidirectional overrides, zero-width characters) are shown as visible escapes instead.
+
+Every message fleetctl shows or records about a failure from elsewhere (an exception of a
+library, a BMC's or an API server's error body, a template error) goes through `one_line`:
+an operator reads one line per failure, and a log line stays one line.
 """
 
 from __future__ import annotations
 
 import unicodedata
+
+LIMIT = 300
 
 
 def _escape(char: str) -> str:
@@ -27,3 +33,12 @@ def printable(text: str, keep_newlines: bool = True) -> str:
         c if c in kept or unicodedata.category(c) not in ("Cc", "Cf") else _escape(c)
         for c in text
     )
+
+
+def one_line(error: BaseException | str, limit: int = LIMIT) -> str:
+    """`error`'s text with whitespace runs folded to one space, control and format characters
+    escaped, cut to `limit` characters; an exception without text gives its class name."""
+    text = printable(" ".join(str(error).split()), keep_newlines=False)
+    if not text and isinstance(error, BaseException):
+        return type(error).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -24,7 +24,6 @@ import json
 import logging
 import ssl
 import time
-import unicodedata
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -33,6 +32,8 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from fleetctl.bmc.base import RESET_TYPES, BmcError
+from fleetctl.firmware_image import validate_image_uri
+from fleetctl.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -83,21 +84,6 @@ class TaskResult:
     state: str  # TaskState: "Completed" when returned by wait_for_task
     status: str | None  # TaskStatus: "OK", "Warning", "Critical"
     messages: tuple[str, ...] = ()
-
-
-def validate_image_uri(image_uri: str) -> str:
-    """Check a firmware image URL before a BMC fetches it; returns its TransferProtocol.
-
-    The URL is not repeated in the error: it may carry the image server's credentials.
-    """
-    if any(char.isspace() or unicodedata.category(char).startswith("C") for char in image_uri):
-        raise ValueError("firmware image URL must not contain whitespace or control characters")
-    parts = urlsplit(image_uri)
-    if parts.scheme.lower() not in ("http", "https"):
-        raise ValueError(f"firmware image URL must use http or https, not {parts.scheme or 'no scheme'}")
-    if not parts.hostname:
-        raise ValueError("firmware image URL has no host")
-    return parts.scheme.upper()
 
 
 class RedfishClient:
@@ -260,7 +246,7 @@ class RedfishClient:
                 if state is None:
                     return TaskResult(uri=task_uri, state="Completed", status=None)
                 messages = tuple(
-                    _one_line(message["Message"])
+                    one_line(message["Message"])
                     for message in task.get("Messages", [])
                     if isinstance(message, dict) and message.get("Message")
                 )
@@ -308,7 +294,7 @@ class RedfishClient:
             raise self._http_error(where, exc) from exc
         except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, TLS, resets
             reason = getattr(exc, "reason", None) or exc
-            raise BmcUnreachable(self._scrub(f"{where}: unreachable: {_one_line(str(reason))}")) from exc
+            raise BmcUnreachable(self._scrub(f"{where}: unreachable: {one_line(str(reason))}")) from exc
         log.debug("%s -> %s", where, status)
         try:
             answer = json.loads(raw) if raw.strip() else {}
@@ -334,7 +320,7 @@ class RedfishClient:
             message = _redfish_message(json.loads(exc.read() or b"{}"))
         except ValueError:
             message = None
-        return BmcError(self._scrub(_one_line(f"{where}: HTTP {exc.code}: {message or exc.reason}")))
+        return BmcError(self._scrub(one_line(f"{where}: HTTP {exc.code}: {message or exc.reason}")))
 
     def _scrub(self, text: str) -> str:
         """Text the BMC wrote may echo anything; the credentials never leave this object."""
@@ -394,8 +380,3 @@ def _redfish_message(answer: Any) -> str | None:
     extended = [info.get("Message") for info in error.get("@Message.ExtendedInfo", []) if isinstance(info, dict)]
     detail = next((text for text in extended if text and text != message), None)
     return f"{message} ({detail})" if message and detail else message or detail
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -13,37 +13,10 @@ app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_h
 
 
 def fleet_status(ctx: typer.Context) -> dict:
-    """Counts per state and rack from the database; automation state from the guard workflow."""
-    from fleetctl.db import firmware as firmware_db
-    from fleetctl.db import queries
-    from fleetctl.lifecycle import NodeState
+    """Counts from the database (fleetctl.fleet_status); automation state from the guard workflow."""
+    from fleetctl.fleet_status import fleet_status as from_database
 
-    engine = context.engine(ctx)
-    nodes = queries.list_nodes(engine)
-    per_state = {s.value: 0 for s in NodeState}
-    per_rack: dict[str, dict[str, int]] = {}
-    for n in nodes:
-        per_state[n.state] = per_state.get(n.state, 0) + 1
-        rack = per_rack.setdefault(n.rack or "-", {})
-        rack[n.state] = rack.get(n.state, 0) + 1
-    in_flight = [{"node": n.name, "state": n.state, "since": n.state_since} for n in nodes if NodeState(n.state).in_flight]
-    status = {
-        "nodes": len(nodes),
-        "per_state": per_state,
-        "per_rack": per_rack,
-        "in_flight": in_flight,
-        "automation": _automation(ctx),
-        "firmware_rollouts": [
-            {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
-             "max_failures": r.max_failures}
-            for status in ("running", "halted") for r in firmware_db.rollouts(engine, status=status)
-        ],
-        "recent_automation_events": [
-            {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
-            for e in queries.automation_events(engine, limit=10)
-        ],
-    }
-    return status
+    return from_database(context.engine(ctx), _automation(ctx))
 
 
 def _automation(ctx: typer.Context) -> dict:

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, within
 
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
 
@@ -62,9 +62,26 @@ def _job_row(kind: str, job) -> dict:
     return {"job_id": job.job_id, "name": job.name, "scheduler": kind, "state": job.state, "nodes": list(job.nodes)}
 
 
+JOB_COLUMNS = (
+    Column("JOB", lambda r: r["job_id"]),
+    Column("NAME", lambda r: r["name"]),
+    Column("SCHEDULER", lambda r: r["scheduler"]),
+    Column("STATE", lambda r: r["state"]),
+    Column("NODES", lambda r: ",".join(r["nodes"])),
+)
+RESTART_COLUMNS = (
+    Column("fault seen", lambda r: r["fault_seen_at"]),
+    Column("status", lambda r: r["status"]),
+    Column("bad", lambda r: ",".join(r["bad_nodes"])),
+    Column("new", lambda r: ",".join(r["new_nodes"])),
+    Column("seconds", lambda r: "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}"),
+    Column("cause", lambda r: r["cause"] or r["error"]),
+    Column("actor", lambda r: r["actor"]),
+)
+
+
 def _jobs_table(rows: list[dict], _wide: bool):
-    return simple_table(None, ["JOB", "NAME", "SCHEDULER", "STATE", "NODES"],
-                        [[r["job_id"], r["name"], r["scheduler"], r["state"], ",".join(r["nodes"])] for r in rows])
+    return column_table(JOB_COLUMNS, rows)
 
 
 @app.command("list")
@@ -106,16 +123,13 @@ def list_jobs(
     emit(list(rows.values()), output, _jobs_table)
 
 
-def _utc(when):
-    # SQLite gives back naive datetimes; every time fleetctl stores is UTC.
-    return when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
 def _restart_row(r) -> dict:
-    def iso(when) -> str | None:
-        return _utc(when).isoformat() if when else None
+    from fleetctl.metrics import as_utc
 
-    seconds = round((_utc(r.running_at) - _utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
+    def iso(when) -> str | None:
+        return as_utc(when).isoformat() if when else None
+
+    seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
         "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
         "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": iso(r.fault_seen_at),
@@ -158,10 +172,7 @@ def show(
         if d["restart_seconds"] is not None:
             parts.append(Text(f"last restart: running again {d['restart_seconds']:.2f}s after the fault"))
         if d["restarts"]:
-            parts.append(simple_table("restarts", ["fault seen", "status", "bad", "new", "seconds", "cause", "actor"], [
-                [r["fault_seen_at"], r["status"], ",".join(r["bad_nodes"]), ",".join(r["new_nodes"]),
-                 "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}", r["cause"] or r["error"], r["actor"]]
-                for r in d["restarts"]]))
+            parts.append(column_table(RESTART_COLUMNS, d["restarts"], title="restarts"))
         return Group(*parts)
 
     emit(data, output, render)
@@ -184,17 +195,17 @@ def restart(
     from datetime import datetime
 
     from fleetctl.db.queries import list_nodes
+    from fleetctl.job_nodes import not_in_job, nodes_to_leave
 
     kind, job = _find_job(ctx, job_id, scheduler)
     if job is None or job.state != "running":
         fail(f"job {job_id} is {job.state if job else 'unknown to its scheduler now'}, not running: nothing to restart")
     if bad_nodes:
-        strangers = [n for n in bad_nodes if n not in job.nodes]
+        strangers = not_in_job(job.nodes, bad_nodes)
         if strangers:
             fail(f"job {job_id} does not run on {', '.join(strangers)} (it runs on {', '.join(job.nodes)})", EXIT_USAGE)
     else:
-        states = {n.name: n.state for n in list_nodes(context.engine(ctx))}
-        bad_nodes = [n for n in job.nodes if states.get(n, "production") != "production"]
+        bad_nodes = nodes_to_leave(job.nodes, {n.name: n.state for n in list_nodes(context.engine(ctx))})
         if not bad_nodes:
             fail(f"job {job_id} runs on nodes in production only ({', '.join(job.nodes)}); "
                  "name the node to move it off with --bad-node", EXIT_USAGE)

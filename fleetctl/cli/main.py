@@ -2,19 +2,73 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
-import click
 import typer
-from typer.core import TyperGroup
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
-from fleetctl.cli import check, demo, dev, firmware, fleet, job, metrics, node, reconcile, report, rma, runbook, schedule, sim
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 from fleetctl.text import printable
+
+
+class Noun(NamedTuple):
+    """A top-level command: where it lives (a Typer app, or a function for a single command)
+    and its one-line help, here so that `fleetctl --help` lists it without importing it
+    (tests/core/test_cli_lazy.py holds this help to the module's own)."""
+
+    module: str
+    attribute: str
+    help: str
+
+
+# In the order `fleetctl --help` lists them. A noun's module is imported only when the noun
+# runs: every noun imports its own layer (the database, the Temporal client, the schedulers),
+# and `--help` or `node event` must not pay for the others.
+NOUNS: dict[str, Noun] = {
+    "demo": Noun("fleetctl.cli.demo", "demo", "Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA."),
+    "worker": Noun("fleetctl.cli.dev", "worker", "Run a worker: hosts the workflows and activities (scale out by starting more)."),
+    "config": Noun("fleetctl.cli.dev", "show_config", "Show the resolved settings and where each came from."),
+    "reconcile": Noun("fleetctl.cli.reconcile", "reconcile",
+                      "Compare node states with the schedulers' drains; exit 1 while any difference remains."),
+    "report": Noun("fleetctl.cli.report", "report", "MTTF, MTTR, availability, node-days per state, failure causes, lemons, "
+                                                   "job ETTR, restart latency and stragglers, per fleet, rack and profile."),
+    "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
+    "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
+    "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
+    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes."),
+    "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
+    "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
+    "db": Noun("fleetctl.cli.dev", "db_app", "Database schema."),
+    "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes; submit simulated ones."),
+    "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
+    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, close."),
+    "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),
+    "metrics": Noun("fleetctl.cli.metrics", "app", "Prometheus metrics of the fleet."),
+}
+
+
+class _Unloaded(TyperCommand):
+    """Stands in for a noun in the listing until the noun runs."""
+
+
+def load_noun(name: str) -> Any:
+    """The noun's command, built from its module (imported now)."""
+    noun = NOUNS[name]
+    target = getattr(importlib.import_module(noun.module), noun.attribute)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_group(target)  # a group even with one subcommand: `dev server`
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
 
 
 def _known_errors() -> dict[type[BaseException], int]:
@@ -41,14 +95,28 @@ def _known_errors() -> dict[type[BaseException], int]:
 
 
 class FleetctlGroup(TyperGroup):
-    """Turns the errors an operator can act on into one line and an exit code."""
+    """Loads each noun when it runs; turns the errors an operator can act on into one line and
+    an exit code."""
 
-    def invoke(self, ctx: click.Context):
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        for name, noun in NOUNS.items():
+            self.commands.setdefault(name, _Unloaded(name=name, help=noun.help))
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        # Listing (help, suggestions for a typo) asks get_command and sees the stand-ins;
+        # only the command that runs is resolved, and only it is loaded.
+        name, command, rest = super().resolve_command(ctx, args)
+        if isinstance(command, _Unloaded):
+            command = self.commands[name] = load_noun(name)
+        return name, command, rest
+
+    def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
-        # typer >= 0.20 raises its own copy of click's usage errors (TyperException), which
-        # its main() turns into the usage message and exit 2 like click's.
-        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit, typer.Abort, TyperException):
+        # typer (>= 0.26 vendors click) raises its usage errors as TyperException, which its
+        # main() turns into the usage message and exit 2.
+        except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
             for kind, code in _known_errors().items():
@@ -57,8 +125,9 @@ class FleetctlGroup(TyperGroup):
                     raise typer.Exit(code) from None
             if os.environ.get("FLEETCTL_DEBUG"):
                 raise
-            first_line = str(exc).splitlines()[0] if str(exc) else ""
-            typer.echo(f"error: internal: {exc.__class__.__name__}: {printable(first_line)}", err=True)
+            from fleetctl.text import one_line
+
+            typer.echo(f"error: internal: {exc.__class__.__name__}: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
 
 
@@ -69,23 +138,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(node.app, name="node")
-app.add_typer(check.app, name="check")
-app.add_typer(fleet.app, name="fleet")
-app.add_typer(schedule.app, name="schedule")
-app.add_typer(sim.app, name="sim")
-app.add_typer(dev.app, name="dev")
-app.add_typer(dev.db_app, name="db")
-app.command("demo")(demo.demo)
-app.command("worker")(dev.worker)
-app.command("config")(dev.show_config)
-app.add_typer(job.app, name="job")
-app.command("reconcile")(reconcile.reconcile)
-app.add_typer(runbook.app, name="runbook")
-app.add_typer(rma.app, name="rma")
-app.add_typer(firmware.app, name="firmware")
-app.command("report")(report.report)
-app.add_typer(metrics.app, name="metrics")
 
 
 def _version(value: bool) -> None:

@@ -20,10 +20,10 @@ def serve(
                                 help="address to listen on (default: this machine only; give one to open it)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database (metric names: see
-    fleetctl/metrics.py, dashboard: fleetctl/report/grafana-dashboard.json)."""
-    from fleetctl import metrics
+    fleetctl/metrics_exporter.py, dashboard: fleetctl/report/grafana-dashboard.json)."""
+    from fleetctl import metrics_exporter
 
-    server = metrics.serve(context.engine(ctx), port, address)
+    server = metrics_exporter.serve(context.engine(ctx), port, address)
     typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
     try:
         threading.Event().wait()

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, shown, simple_table
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -40,20 +40,43 @@ def _state_text(state: str):
         return Text(state)
 
 
-def _nodes_table(rows: list[dict], wide: bool):
-    from rich.table import Table
+NODE_COLUMNS = (
+    Column("NAME", lambda r: r["name"]),
+    Column("STATE", lambda r: _state_text(r["state"])),
+    Column("RACK", lambda r: r["rack"]),
+    Column("PROFILE", lambda r: r["profile"]),
+    Column("SCHEDULER", lambda r: r["scheduler"]),
+    Column("ADDRESS", lambda r: r["address"]),
+    Column("BMC", lambda r: r.get("bmc") or "", wide=True),
+    Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
+    Column("SINCE", lambda r: f"{r['state_since']:%Y-%m-%d %H:%M}", wide=True),
+)
+EVENT_COLUMNS = (
+    Column("at", lambda r: f"{r['at']:%Y-%m-%d %H:%M:%S}"),
+    Column("from", lambda r: r["from"]),
+    Column("to", lambda r: r["to"]),
+    Column("trigger", lambda r: r["trigger"]),
+    Column("actor", lambda r: r["actor"]),
+    Column("cause", lambda r: r["cause"]),
+)
 
-    table = Table(header_style="bold", box=None)
-    columns = ["NAME", "STATE", "RACK", "PROFILE", "SCHEDULER", "ADDRESS"] + (["BMC", "LABELS", "SINCE"] if wide else [])
-    for c in columns:
-        table.add_column(c)
-    for r in rows:
-        cells = [r["name"], _state_text(r["state"]), r["rack"], r["profile"], r["scheduler"], r["address"]]
-        if wide:
-            cells += [r.get("bmc") or "", ",".join(f"{k}={v}" for k, v in r["labels"].items()),
-                      f"{r['state_since']:%Y-%m-%d %H:%M}"]
-        table.add_row(*cells)
-    return table
+CHECK_COLUMNS = (
+    Column("check", lambda c: c["check"]),
+    Column("status", lambda c: c["status"]),
+    Column("reason", lambda c: c["reason"]),
+    Column("at", lambda c: f"{c['at']:%m-%d %H:%M:%S}"),
+)
+HEALTH_EVENT_COLUMNS = (
+    Column("source", lambda h: h["source"]),
+    Column("code", lambda h: h["code"]),
+    Column("severity", lambda h: h["severity"]),
+    Column("action", lambda h: h["action"]),
+    Column("at", lambda h: f"{h['at']:%m-%d %H:%M:%S}"),
+)
+
+
+def _nodes_table(rows: list[dict], wide: bool):
+    return column_table(NODE_COLUMNS, rows, wide)
 
 
 # NVIDIA's XID codes are small numbers (below 200 today); the bound keeps a typo from becoming
@@ -155,11 +178,9 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
         parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["checks"]:
-            parts.append(simple_table("last checks", ["check", "status", "reason", "at"],
-                                      [[c["check"], c["status"], c["reason"], f"{c['at']:%m-%d %H:%M:%S}"] for c in d["checks"]]))
+            parts.append(column_table(CHECK_COLUMNS, d["checks"], title="last checks"))
         if d["health_events"]:
-            parts.append(simple_table("health events", ["source", "code", "severity", "action", "at"],
-                                      [[h["source"], h["code"], h["severity"], h["action"], f"{h['at']:%m-%d %H:%M:%S}"] for h in d["health_events"]]))
+            parts.append(column_table(HEALTH_EVENT_COLUMNS, d["health_events"], title="health events"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 
@@ -172,8 +193,7 @@ def _event_row(e) -> dict:
 
 
 def _events_table(rows: list[dict], title: str | None = None):
-    return simple_table(title, ["at", "from", "to", "trigger", "actor", "cause"],
-                        [[f"{r['at']:%Y-%m-%d %H:%M:%S}", r["from"], r["to"], r["trigger"], r["actor"], r["cause"]] for r in rows])
+    return column_table(EVENT_COLUMNS, rows, title=title)
 
 
 @app.command("history")
@@ -211,18 +231,10 @@ def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> 
 
 
 def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) -> None:
-    """A refused command is recorded with its actor, so a race between two operators (or an
-    operator and automation) shows both: the winner's transition and the loser's refusal."""
-    import uuid
-
-    from fleetctl.db.models import AutomationEvent
-    from fleetctl.db.queries import insert_once
+    from fleetctl.audit import record_rejection
 
     s = context.settings(ctx)
-    key = f"rejected/{uuid.uuid4()}"
-    insert_once(context.engine(ctx), AutomationEvent(fleet=s.fleet, kind="rejected", node_name=node, actor=s.identity(),
-                                                     reason=f"{trigger}: {reason}", idempotency_key=key),
-                AutomationEvent.idempotency_key, key)
+    record_rejection(context.engine(ctx), fleet=s.fleet, node=node, actor=s.identity(), trigger=trigger, reason=reason)
 
 
 @app.command("drain")

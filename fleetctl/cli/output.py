@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, NoReturn, Sequence
 
 import typer
@@ -83,3 +84,28 @@ def simple_table(title: str | None, columns: Sequence[str], rows: Sequence[Seque
     for r in rows:
         t.add_row(*(shown(v) for v in r))
     return t
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a noun's table: its header and how a row (the dict that -o json prints)
+    gives its cell. Each noun defines its columns once, as data, for every view that lists it."""
+
+    header: str
+    cell: Callable[[dict], Any]
+    wide: bool = False  # only with -o wide
+
+
+def column_table(columns: Sequence[Column], rows: Sequence[dict], wide: bool = False, title: str | None = None):
+    """`rows` as a table of `columns`; a cell may be a rich renderable (a coloured state). A
+    listing has no borders; a titled section of a detail view has them, as simple_table's do."""
+    from rich.table import Table
+
+    chosen = [c for c in columns if wide or not c.wide]
+    table = Table(title=title, header_style="bold") if title else Table(header_style="bold", box=None)
+    for c in chosen:
+        table.add_column(c.header)
+    for r in rows:
+        cells = (c.cell(r) for c in chosen)
+        table.add_row(*(v if hasattr(v, "__rich_console__") else "" if v is None else str(v) for v in cells))
+    return table

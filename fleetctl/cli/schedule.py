@@ -120,7 +120,9 @@ def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
             else:
                 await handle.delete()
         except RPCError as exc:
-            fail(f"schedule {schedule_id}: {str(exc).splitlines()[0]}")
+            from fleetctl.text import one_line
+
+            fail(f"schedule {schedule_id}: {one_line(exc)}")
 
     _run(run())
     typer.echo(f"schedule {schedule_id}: {action}d" if action != "delete" else f"schedule {schedule_id}: deleted")

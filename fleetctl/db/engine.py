@@ -12,6 +12,8 @@ from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
+from fleetctl.text import one_line
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 _REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
@@ -139,14 +141,9 @@ def get_engine(url: str, migrate: bool = True) -> Engine:
                 if current_revision(engine) != head_revision():
                     upgrade(engine)
             except OperationalError as exc:
-                raise DatabaseUnavailable(f"database {describe(url)} unavailable: {_first_line(exc)}") from None
+                raise DatabaseUnavailable(f"database {describe(url)} unavailable: {one_line(getattr(exc, 'orig', None) or exc)}") from None
             _upgraded.add(url)
     return engine
-
-
-def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().splitlines()[0] if str(orig).strip() else exc.__class__.__name__
 
 
 def dispose_all() -> None:

@@ -7,16 +7,10 @@ failed hardware check: it becomes an `error` result and is retried.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-# Names and labels reach shells, scheduler commands and workflow ids: keep them to a
-# conservative alphabet (what Slurm, Kubernetes and DNS all accept). They end in \Z, not $:
-# `$` also matches before a trailing newline, which would let "node\n" through `.match`.
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
-LABEL_KEY_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9.-]{0,252}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
-LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?\Z")
+from fleetctl.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 DEFAULT_OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 

@@ -45,6 +45,7 @@ from fleetctl.executors.base import (
     NodeUnreachable,
     validate_node_name,
 )
+from fleetctl.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +127,6 @@ def remote_command(argv: Sequence[str]) -> str:
     if not argv:
         raise ValueError("argv is empty")
     return f"{_GROUP_WRAPPER} {shlex.join(argv)}"
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text or type(error).__name__
 
 
 class KnownHostsFile:
@@ -373,7 +369,7 @@ class SshExecutor:
         try:
             return pooled, self._session_on(target, route, pooled)
         except (paramiko.SSHException, EOFError, OSError) as error:
-            raise NodeUnreachable(target.name, f"connection to {route.node} dropped: {_one_line(error)}") from None
+            raise NodeUnreachable(target.name, f"connection to {route.node} dropped: {one_line(error)}") from None
 
     def _session_on(self, target: NodeTarget, route: Route, pooled: _PooledClient) -> paramiko.Channel:
         """A session channel on the pooled transport; gives the transport back on failure."""
@@ -385,7 +381,7 @@ class SshExecutor:
         except paramiko.ChannelException as refused:
             # The server is alive and said no (e.g. MaxSessions reached): not a dead link.
             self._release(route, pooled)
-            raise CommandFailed(target.name, f"the node refused a session channel: {_one_line(refused)}") from None
+            raise CommandFailed(target.name, f"the node refused a session channel: {one_line(refused)}") from None
         except (paramiko.SSHException, EOFError, OSError):
             self._release(route, pooled, dead=True)
             raise
@@ -451,7 +447,7 @@ class SshExecutor:
             return self._forward(target, route)
         except (paramiko.SSHException, EOFError, OSError) as error:
             self._drop_bastion(route.bastion)
-            raise NodeUnreachable(target.name, f"bastion {route.bastion} dropped the connection: {_one_line(error)}") from None
+            raise NodeUnreachable(target.name, f"bastion {route.bastion} dropped the connection: {one_line(error)}") from None
 
     def _forward(self, target: NodeTarget, route: Route) -> paramiko.Channel:
         """A direct-tcpip channel from the bastion to the node's SSH port."""
@@ -466,7 +462,7 @@ class SshExecutor:
         except paramiko.ChannelException as refused:
             raise NodeUnreachable(
                 target.name,
-                f"bastion {route.bastion} cannot reach {route.node.host}:{route.node.port}: {_one_line(refused)}",
+                f"bastion {route.bastion} cannot reach {route.node.host}:{route.node.port}: {one_line(refused)}",
             ) from None
 
     def _drop_bastion(self, endpoint: Endpoint) -> None:
@@ -497,7 +493,7 @@ class SshExecutor:
         except socket.timeout:
             reason = f"no answer within {self.connect_timeout_s:g} s"
         except OSError as error:
-            reason = error.strerror or _one_line(error)
+            reason = error.strerror or one_line(error)
         raise NodeUnreachable(target.name, f"cannot connect to {endpoint.host}:{endpoint.port}: {reason}")
 
     def _connect(
@@ -537,7 +533,7 @@ class SshExecutor:
             raise AuthFailed(target.name, f"{endpoint} refused public-key login: {offered}") from None
         except (paramiko.SSHException, EOFError, OSError) as error:
             client.close()
-            raise NodeUnreachable(target.name, f"SSH handshake with {endpoint} failed: {_one_line(error)}") from None
+            raise NodeUnreachable(target.name, f"SSH handshake with {endpoint} failed: {one_line(error)}") from None
         client.get_transport().set_keepalive(int(self.keepalive_s))  # type: ignore[union-attr]
         return client
 
@@ -589,8 +585,8 @@ class SshExecutor:
             channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as error:
             if not pooled.is_alive():
-                raise NodeUnreachable(target.name, f"connection lost while starting {argv[0]}: {_one_line(error)}") from None
-            raise CommandFailed(target.name, f"the node refused to run {argv[0]}: {_one_line(error)}") from None
+                raise NodeUnreachable(target.name, f"connection lost while starting {argv[0]}: {one_line(error)}") from None
+            raise CommandFailed(target.name, f"the node refused to run {argv[0]}: {one_line(error)}") from None
         try:
             finished = self._pump(channel, output, started + timeout_s)
         except BaseException:
@@ -663,6 +659,6 @@ class SshExecutor:
             finally:
                 channel.close()
         except (paramiko.SSHException, EOFError, OSError) as error:
-            log.warning("%s: could not kill remote process group %d: %s", target.name, group, _one_line(error))
-            return f"could not kill its remote process group {group}: {_one_line(error)}"
+            log.warning("%s: could not kill remote process group %d: %s", target.name, group, one_line(error))
+            return f"could not kill its remote process group {group}: {one_line(error)}"
         return f"killed its remote process group {group}"

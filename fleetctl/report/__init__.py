@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fleetctl import metrics
+from fleetctl.metrics_load import load_history
 from fleetctl.db import queries
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                  lemon_window: timedelta = timedelta(days=7)) -> dict[str, Any]:
     """The report over [since, now] (both aware or both UTC-naive datetimes)."""
     since, now = metrics.as_utc(since), metrics.as_utc(now)
-    history = metrics.load_history(engine, since)
+    history = load_history(engine, since)
     nodes = history.nodes
 
     def grouped(key) -> dict[str, dict]:

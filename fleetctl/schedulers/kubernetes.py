@@ -32,6 +32,8 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
+from fleetctl.names import KUBERNETES_NODE_NAME_RE
+from fleetctl.text import one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
@@ -54,7 +56,6 @@ MAX_EVICTION_BACKOFF_S = 30.0
 
 # Node names go into field selectors and job names into label selectors: a comma or an
 # '=' there would widen the selection, so both are checked against what Kubernetes allows.
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
@@ -226,7 +227,7 @@ class KubernetesScheduler:
                         client_configuration=configuration,
                     )
                 except (config.ConfigException, OSError) as exc:
-                    raise SchedulerError(f"kubernetes: cannot load kubeconfig: {_one_line(str(exc))}") from exc
+                    raise SchedulerError(f"kubernetes: cannot load kubeconfig: {one_line(str(exc))}") from exc
             self._core = client.CoreV1Api(client.ApiClient(configuration))
         return self._core
 
@@ -249,11 +250,11 @@ class KubernetesScheduler:
         except HTTPError as exc:
             cause = getattr(exc, "reason", None) or exc
             raise SchedulerError(
-                f"kubernetes: {action}: API server unreachable ({self._where()}): {_one_line(str(cause))}"
+                f"kubernetes: {action}: API server unreachable ({self._where()}): {one_line(str(cause))}"
             ) from exc
 
     def _read_node(self, node: str) -> Json:
-        _check(node, _NODE_NAME, "node name")
+        _check(node, KUBERNETES_NODE_NAME_RE, "node name")
         with self._api_errors(f"read node {node}"):
             return self._json(self._api().read_node(node, _request_timeout=self._request_timeout_s))
 
@@ -275,7 +276,7 @@ class KubernetesScheduler:
         return cast(Json, self._api().api_client.sanitize_for_serialization(model))
 
     def _pods_on_node(self, node: str) -> list[Json]:
-        _check(node, _NODE_NAME, "node name")
+        _check(node, KUBERNETES_NODE_NAME_RE, "node name")
         with self._api_errors(f"list pods on node {node}"):
             pods = self._api().list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node}", _request_timeout=self._request_timeout_s
@@ -395,11 +396,6 @@ def _split_job_id(job_id: str) -> tuple[str, str]:
     return namespace, name
 
 
-def valid_node_name(name: str) -> bool:
-    """Whether Kubernetes accepts `name` as a node name (an RFC 1123 subdomain)."""
-    return len(name) <= 253 and _NODE_NAME.fullmatch(name) is not None
-
-
 def _check(value: str, pattern: re.Pattern[str], what: str) -> None:
     if len(value) > 253 or not pattern.fullmatch(value):
         raise SchedulerError(f"kubernetes: invalid {what} {value!r}")
@@ -412,9 +408,4 @@ def _api_error_text(exc: ApiException) -> str:
         message = json.loads(exc.body or "").get("message")
     except (ValueError, AttributeError):
         message = None
-    return _one_line(f"{text}: {message}" if message else text)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line(f"{text}: {message}" if message else text)

@@ -74,3 +74,37 @@ def test_allowed_triggers_agree_with_next_state(state: S) -> None:
     offered = allowed_triggers(state)
     assert len(offered) == len(set(offered))
     assert set(offered) == accepted == {t for s, t in EXPECTED if s is state}
+
+
+# The named state sets, written out as a table: a state moved between sets shows up here.
+STATE_SETS = {
+    "in_service": {S.PRODUCTION},
+    "out_of_service": {S.DRAINING, S.MAINTENANCE},
+    "in_serving_fleet": {S.PRODUCTION, S.DRAINING, S.MAINTENANCE},
+    "is_capacity": {S.PRODUCTION, S.DRAINING, S.MAINTENANCE, S.RMA},
+    "in_flight": {S.FIRMWARE, S.BURN_IN, S.ADMISSION, S.DRAINING},
+    "returns_to_service": {S.BURN_IN, S.ADMISSION, S.PRODUCTION},
+    "admittable": {S.NEW, S.MAINTENANCE, S.RMA},
+}
+
+
+@pytest.mark.parametrize("name, members", STATE_SETS.items())
+def test_state_sets(name: str, members: set[S]) -> None:
+    assert {s for s in S if getattr(s, name)} == members
+    assert S.values_where(lambda s: getattr(s, name)) == {s.value for s in members}
+
+
+def test_admittable_states_can_begin_burn_in() -> None:
+    """An admit is a begin_burn_in: every state it starts from must be a source of that rule."""
+    for state in S:
+        if state.admittable:
+            assert next_state(state, T.BEGIN_BURN_IN) is S.BURN_IN
+
+
+def test_rma_is_lost_capacity_but_not_rationed_by_the_guard() -> None:
+    from fleetctl.capacity import snapshot_from_states
+    from fleetctl.metrics import availability
+
+    snap = snapshot_from_states([("r1", "production"), ("r1", "rma"), ("r1", "maintenance")])
+    assert (snap.serving, snap.unavailable, snap.production) == (2, 1, 1)
+    assert availability({"production": 1.0, "rma": 1.0, "new": 5.0}) == 0.5

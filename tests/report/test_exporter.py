@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetctl import metrics
+from fleetctl import metrics_exporter
 from fleetctl.db.engine import get_engine
 from fleetctl.temporal_server import free_port
 from tests.report import history
 
-DASHBOARD = Path(metrics.__file__).parent / "report" / "grafana-dashboard.json"
+DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 
 
@@ -40,7 +40,7 @@ def sample(samples: dict, name: str, **labels: str) -> float:
 def served(db_url):
     engine = get_engine(db_url)
     history.seed(engine, NOW)
-    server = metrics.serve(engine, 0, "127.0.0.1")
+    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
     yield server.server_port
     server.shutdown()
 
@@ -87,7 +87,7 @@ def test_exporter_serves_the_fleet(served) -> None:
 def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:
     engine = get_engine(sqlite_url)
     history.seed(engine, NOW)
-    server = metrics.serve(engine, 0, "127.0.0.1")
+    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
     try:
         exported = {name for name, _ in scrape(server.server_port)}
     finally:

@@ -1,0 +1,45 @@
+"""The fleet at a glance, from the database: nodes per state and rack, nodes in flight, firmware
+roll-outs under way, recent automation; with what the capacity guard said, which the caller
+asks (that needs Temporal)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from fleetctl.db import firmware as firmware_db
+from fleetctl.db import queries
+from fleetctl.lifecycle import NodeState
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+RECENT_AUTOMATION_EVENTS = 10
+
+
+def count_states(nodes: Iterable) -> dict[str, Any]:
+    """Per state (every state, zero included), per rack (the states present), and the nodes in
+    flight, from Node rows. Pure."""
+    nodes = list(nodes)
+    per_state = {s.value: 0 for s in NodeState}
+    per_rack: dict[str, dict[str, int]] = {}
+    for n in nodes:
+        per_state[n.state] = per_state.get(n.state, 0) + 1
+        rack = per_rack.setdefault(n.rack or "-", {})
+        rack[n.state] = rack.get(n.state, 0) + 1
+    in_flight = [{"node": n.name, "state": n.state, "since": n.state_since} for n in nodes if NodeState(n.state).in_flight]
+    return {"nodes": len(nodes), "per_state": per_state, "per_rack": per_rack, "in_flight": in_flight}
+
+
+def fleet_status(engine: Engine, automation: dict[str, Any]) -> dict[str, Any]:
+    status = count_states(queries.list_nodes(engine))
+    status["automation"] = automation
+    status["firmware_rollouts"] = [
+        {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
+         "max_failures": r.max_failures}
+        for state in ("running", "halted") for r in firmware_db.rollouts(engine, status=state)
+    ]
+    status["recent_automation_events"] = [
+        {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
+        for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)
+    ]
+    return status

@@ -1,0 +1,67 @@
+"""The database loader of the reliability metrics: node_events, jobs, restarts and check runs
+as the plain records `fleetctl.metrics` computes on. Nothing is computed here."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlmodel import Session, col, or_, select
+
+from checks.stragglers import STRAGGLER_METRICS
+from fleetctl.db.models import CheckRun, Job, JobRestart, Node, NodeEvent
+from fleetctl.lifecycle import NodeState
+from fleetctl.metrics import (CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition,
+                              as_utc)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else as_utc(value)
+
+
+def transition_of(e) -> Transition:
+    """A node_events row as a Transition."""
+    return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind)
+
+
+@dataclass(frozen=True)
+class FleetHistory:
+    nodes: list[NodeHistory]
+    jobs: list[JobRecord]
+    check_samples: list[CheckSample]
+
+
+def load_history(engine: Engine, since: datetime) -> FleetHistory:
+    """Every node's full transition history (the state at `since` depends on all of it), the
+    jobs that may have run since `since` with their restarts, and the straggler checks' runs."""
+    with Session(engine) as session:
+        nodes = list(session.exec(select(Node).order_by(Node.name)))
+        by_node: dict[str, list[Transition]] = defaultdict(list)
+        for e in session.exec(select(NodeEvent).order_by(NodeEvent.id)):
+            by_node[e.node_name].append(transition_of(e))
+        jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
+                                                   or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
+        restarts: dict[str, list[RestartRecord]] = defaultdict(list)
+        if jobs:
+            query = select(JobRestart).where(col(JobRestart.job_id).in_([j.job_id for j in jobs]))
+            for r in session.exec(query.order_by(JobRestart.id)):
+                restarts[r.job_id].append(RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status))
+        profiles = {n.name: n.profile for n in nodes if n.state != NodeState.RETIRED.value}
+        checks = sorted({check for check, _, _ in STRAGGLER_METRICS})
+        runs = session.exec(select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
+                            .where(col(CheckRun.check_name).in_(checks))
+                            .order_by(CheckRun.finished_at, CheckRun.id))
+        samples = [CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs
+                   if node in profiles]
+    return FleetHistory(
+        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at)), tuple(by_node.get(n.name, ())))
+               for n in nodes],
+        jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
+                        tuple(restarts.get(j.job_id, ())), j.name) for j in jobs if j.started_at is not None],
+        check_samples=samples,
+    )

@@ -1,0 +1,95 @@
+"""Where fleetctl and the schedulers disagree about nodes, and making the schedulers match.
+
+fleetctl's node workflows own node state: a node in production should be schedulable,
+every other state should be drained in its scheduler. A drain or resume by hand leaves
+the two disagreeing; `reconcile` finds it, and with `fix` makes the scheduler match fleetctl
+(never the reverse: to keep a node out, drain it through fleetctl).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from fleetctl.lifecycle import NodeState
+from fleetctl.schedulers.base import SchedulerError
+
+# Schedulers asked at once: each question is a command or an API call of its own.
+PARALLEL = 8
+
+# What each difference means, and what --fix does about it (None: nothing it can do).
+DIFFERENCES = {
+    "not_drained": ("out of service in fleetctl, schedulable in the scheduler", "drain"),
+    "stale_fleetctl_drain": ("in production, but still drained by fleetctl", "resume"),
+    "drained_by_someone_else": ("in production, but drained outside fleetctl", "force resume"),
+    "down": ("in production, but down in the scheduler", None),
+    "unreachable": ("the scheduler could not be asked", None),
+}
+
+
+@dataclass
+class Difference:
+    node: str
+    scheduler: str
+    fleetctl_state: str
+    scheduler_state: str
+    reason: str | None
+    difference: str
+    meaning: str
+    action: str | None
+    fixed: bool = False
+    error: str = ""
+
+
+def compare(node, scheduler) -> Difference | None:
+    """How `scheduler` sees `node` (a fleetctl Node row) differently from fleetctl, or None."""
+
+    def difference(kind: str, scheduler_state: str = "", reason: str | None = None) -> Difference:
+        meaning, action = DIFFERENCES[kind]
+        return Difference(node.name, node.scheduler, node.state, scheduler_state, reason, kind, meaning, action)
+
+    try:
+        seen = scheduler.node_state(node.name)
+    except SchedulerError as exc:
+        return difference("unreachable", "unknown", str(exc))
+    if not NodeState(node.state).in_service:
+        return None if seen.drained else difference("not_drained", seen.state, seen.reason)
+    if seen.drained:
+        return difference("stale_fleetctl_drain" if seen.owned_by_fleetctl else "drained_by_someone_else", seen.state, seen.reason)
+    if seen.state == "down":
+        return difference("down", seen.state, seen.reason)
+    return None
+
+
+def fix(found: Difference, scheduler) -> None:
+    """Make the scheduler match fleetctl for one difference; records the outcome on `found`."""
+    try:
+        if found.difference == "not_drained":
+            scheduler.drain(found.node, f"reconcile: fleetctl has the node in {found.fleetctl_state}")
+        elif found.difference == "stale_fleetctl_drain":
+            scheduler.resume(found.node)
+        elif found.difference == "drained_by_someone_else":
+            scheduler.resume(found.node, force=True)
+        else:
+            return
+    except SchedulerError as exc:
+        found.error = str(exc)
+        return
+    found.fixed = True
+
+
+def reconcile(nodes: Iterable, schedulers: Mapping[str, object], fix_them: bool,
+              on_checked: Callable[[], None] = lambda: None) -> list[Difference]:
+    """Compare every node (fleetctl Node rows) with its scheduler (`schedulers` by kind), fixing
+    what can be fixed when `fix_them`; `on_checked` is called once per node, for progress."""
+
+    def check(node) -> Difference | None:
+        found = compare(node, schedulers[node.scheduler])
+        if found is not None and fix_them:
+            fix(found, schedulers[node.scheduler])
+        on_checked()
+        return found
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return [d for d in pool.map(check, nodes) if d is not None]
