@@ -5,29 +5,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from checks._text import UnjudgeableOutput
-from checks.dcgm import judge_dcgm
-from checks.firmware import judge_firmware
-from checks.hpl import judge_hpl
-from checks.ib import judge_ib
-from checks.nccl import judge_nccl
-from checks.nvidia_smi import judge_nvidia_smi
-from checks.profiles import GpuProfile, UnknownProfile, load_profile, profile_names
 from checks.result import CheckResult, Finding, Status
-from checks.xid import judge_xid
 
-_JUDGES: dict[str, Callable[[str, GpuProfile | None], CheckResult]] = {
-    "nccl": judge_nccl,
-    "hpl": judge_hpl,
-    "dcgm": judge_dcgm,
-    "nvidia-smi": judge_nvidia_smi,
-    "xid": judge_xid,
-    "ib": judge_ib,
-    "firmware": judge_firmware,
+if TYPE_CHECKING:
+    from checks.profiles import GpuProfile, UnknownProfile, load_profile, profile_names
+
+# Each kind's judge, imported on its first use: importing `checks` (for its result types, or
+# checks.safe_yaml for a config file) must not import every parser, which would cost
+# `fleetctl node event` (the first step of the reaction to a critical fault) its start-up.
+_JUDGES: dict[str, tuple[str, str]] = {
+    "nccl": ("checks.nccl", "judge_nccl"),
+    "hpl": ("checks.hpl", "judge_hpl"),
+    "dcgm": ("checks.dcgm", "judge_dcgm"),
+    "nvidia-smi": ("checks.nvidia_smi", "judge_nvidia_smi"),
+    "xid": ("checks.xid", "judge_xid"),
+    "ib": ("checks.ib", "judge_ib"),
+    "firmware": ("checks.firmware", "judge_firmware"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
+_PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")
+
+
+def __getattr__(name: str) -> Any:
+    """The profile names, re-exported here, imported when first asked for."""
+    if name in _PROFILE_NAMES:
+        return getattr(importlib.import_module("checks.profiles"), name)
+    raise AttributeError(f"module 'checks' has no attribute {name!r}")
 
 
 def judge(kind: str, text: str, profile: str | None = None) -> CheckResult:
@@ -35,11 +42,14 @@ def judge(kind: str, text: str, profile: str | None = None) -> CheckResult:
     unknown kind or profile is the caller's mistake and raises ValueError (UnknownProfile)."""
     if kind not in _JUDGES:
         raise ValueError(f"unknown check kind {kind!r}; known kinds: {', '.join(KINDS)}")
+    from checks.profiles import load_profile
+
     gpu_profile = load_profile(profile) if profile else None
     if not text.strip():
         return CheckResult(Status.ERROR, {}, [], "the output is empty")
     try:
-        return _JUDGES[kind](text, gpu_profile)
+        module, function = _JUDGES[kind]
+        return getattr(importlib.import_module(module), function)(text, gpu_profile)
     except UnjudgeableOutput as exc:
         return CheckResult(Status.ERROR, {}, [], str(exc))
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration, RecursionError, OverflowError) as exc:
