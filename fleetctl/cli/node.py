@@ -355,7 +355,10 @@ def event(
             text = from_log.read_text(errors="replace")
         except OSError as exc:
             fail(f"{from_log}: cannot read ({exc.strerror})", EXIT_USAGE)
-        parsed = parse_xid_lines(text)
+        try:
+            parsed = parse_xid_lines(text)
+        except ValueError as exc:  # checks' UnjudgeableOutput: a report it cannot read, a code out of range
+            fail(f"{from_log}: {exc}", EXIT_USAGE)
         if not parsed:
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.

@@ -270,6 +270,16 @@ def test_huge_xid_is_refused_at_the_cli(tmp_path) -> None:
     assert result.stderr.strip().splitlines() == ["error: --xid must be a positive XID code (at most 65535)"]
 
 
+def test_huge_xid_in_a_kernel_log_is_refused_at_the_cli(tmp_path) -> None:
+    log = tmp_path / "dmesg.txt"
+    log.write_text("[ 12.3] NVRM: Xid (PCI:0000:18:00): 99999999999999999999, pid=1, Channel 00000001\n")
+    result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", "node", "event", "gpu-1",
+                                      "--from-log", str(log)], env={"FLEETCTL_CONFIG": os.devnull})
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {log}: ") and "internal" not in line
+
+
 @pytest.mark.parametrize("kind", ["binary", "directory"])
 def test_binary_or_directory_input_is_a_usage_error(tmp_path, kind: str) -> None:
     target = tmp_path / "input"
