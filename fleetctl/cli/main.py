@@ -12,7 +12,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
-from fleetctl.cli import check, demo, dev, firmware, fleet, job, metrics, node, reconcile, report, rma, runbook, schedule, sim
+from fleetctl.cli import agent, check, demo, dev, events, firmware, fleet, job, metrics, node, reconcile, report, rma, runbook, schedule, sim
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 
 
@@ -84,6 +84,8 @@ app.add_typer(rma.app, name="rma")
 app.add_typer(firmware.app, name="firmware")
 app.command("report")(report.report)
 app.add_typer(metrics.app, name="metrics")
+app.command("agent")(agent.agent)
+app.add_typer(events.app, name="events")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,22 @@
+"""The one adapter between the agent and the checks/ catalog: a kernel message in, the
+faults it reports out. Only this function knows which parser of checks/ reads the lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from checks.xid import parse_xid_lines
+
+# The database stores the code as a 32-bit integer; a larger number is not an Xid.
+MAX_CODE = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Fault:
+    code: int | None  # the Xid (or the Xid the catalog gives a fault without one)
+    message: str
+
+
+def detect(message: str) -> list[Fault]:
+    return [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip()) for e in parse_xid_lines(message)
+            if e.code <= MAX_CODE]
