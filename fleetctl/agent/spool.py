@@ -110,6 +110,8 @@ class Spool:
             self._segment, self._line, _ = self._pending.popleft()
         if not self._pending:  # everything delivered: the next delivery starts after the writes
             self._segment, self._line = self._write_segment, self._write_line
+        if self._line >= SEGMENT_EVENTS and self._segment < self._write_segment:  # a full segment, all delivered
+            self._segment, self._line = self._segment + 1, 0
         write_atomically(self._state_path, json.dumps({"segment": self._segment, "line": self._line,
                                                        "dropped": self.dropped}))
         for path in self.dir.glob("segment-*.jsonl"):
