@@ -13,7 +13,11 @@ SEND_TIMEOUT_S = 10.0
 
 
 class SendFailed(RuntimeError):
-    pass
+    """Temporal did not take the events: unreachable, or too slow. Retry later."""
+
+
+class NodeRefused(SendFailed):
+    """Temporal answered, and the node has no workflow to take them (not in the inventory)."""
 
 
 class TemporalTransport:
@@ -27,5 +31,9 @@ class TemporalTransport:
                 self._client = await connect(self.settings)
             await asyncio.wait_for(send_health_events(self._client, node, [HealthEventInput(**e) for e in events]),
                                    SEND_TIMEOUT_S)
-        except (TemporalUnavailable, CommandRejected, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+        except CommandRejected as exc:
+            if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know
+                raise NodeRefused(str(exc)) from None
+            raise SendFailed(str(exc)) from None
+        except (TemporalUnavailable, asyncio.TimeoutError, RuntimeError, OSError) as exc:
             raise SendFailed(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fleetctl.agent.detect import detect
 from fleetctl.agent.spool import Spool
+from fleetctl.agent.transport import NodeRefused
 from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions
 
 log = logging.getLogger("fleetctl.intake")
@@ -60,8 +61,9 @@ class Intake:
         return len(fresh), len(events) - len(fresh)
 
     async def deliver_once(self) -> bool:
-        """One batch: True when something was delivered or nothing waits; False when every
-        node's delivery failed (Temporal unreachable, most likely): back off."""
+        """One batch. False when Temporal was unreachable (back off); a node that refuses
+        its events (no workflow) has them retried up to MAX_ATTEMPTS times, then counted
+        undeliverable, and never holds up other nodes' events."""
         with self._lock:
             batch = self.spool.pending(self.batch_size)
         if not batch:
@@ -69,24 +71,31 @@ class Intake:
         by_node: dict[str, list[dict]] = defaultdict(list)
         for ev in batch:
             by_node[ev["node"]].append(ev)
-        failed: list[dict] = []
+        refused: list[dict] = []
+        unsent: list[dict] = []
         for node, events in by_node.items():
+            if unsent:  # Temporal is unreachable: the rest of the batch waits too
+                unsent += events
+                continue
             try:
                 await self.transport.send(node, [{"node": e["node"], "source": e["source"], "code": e["code"],
                                                   "message": e["message"], "actor": "fleetctl-intake",
                                                   "event_id": e["event_id"], "at": e["at"]} for e in events])
                 self.sent += len(events)
-            except Exception as exc:  # noqa: BLE001 - kept and retried; dropped after MAX_ATTEMPTS
+            except NodeRefused as exc:
+                log.warning("%s refused %d events (%s)", node, len(events), exc)
+                refused += events
+            except Exception as exc:  # noqa: BLE001 - Temporal unreachable: kept, retried after a pause
                 log.warning("cannot deliver %d events to %s (%s)", len(events), node, exc)
-                failed += events
-        if len(failed) == len(batch):
+                unsent += events
+        if len(unsent) == len(batch):
             return False
-        retry = [{**e, "attempts": e["attempts"] + 1} for e in failed if e["attempts"] + 1 < MAX_ATTEMPTS]
+        retry = [{**e, "attempts": e["attempts"] + 1} for e in refused if e["attempts"] + 1 < MAX_ATTEMPTS]
         with self._lock:
-            self.undeliverable += len(failed) - len(retry)
-            self.spool.append(retry)  # before the ack: a crash between sends them again, never loses them
+            self.undeliverable += len(refused) - len(retry)
+            self.spool.append(unsent + retry)  # before the ack: a crash between sends them again, never loses them
             self.spool.ack(len(batch))
-        return True
+        return not unsent
 
     async def deliver_until(self, stop: threading.Event, interval_s: float = 0.05) -> None:
         backoff = 0.5
