@@ -138,3 +138,51 @@ def test_npd_conditions_are_polled_through_the_api(intake, tmp_path) -> None:
     assert intake.accepted == 1 and intake.duplicates >= 1  # seen on every poll, accepted once
     (ev,) = intake.spool.pending(10)
     assert (ev["node"], ev["code"], ev["source"]) == ("gpu-node-07", 79, "npd")
+
+
+def _serve(tmp_path, *args, env=None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--temporal-address", "127.0.0.1:1", "events", "serve",
+                             "--spool", str(tmp_path / "spool"), *args],
+                            env={**os.environ, "FLEETCTL_CONFIG": os.devnull, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("token", ["", "short", "has a space in it 0123456789"])
+def test_serve_refuses_a_missing_or_weak_token_in_one_line(tmp_path, token) -> None:
+    proc = _serve(tmp_path, env={"FLEETCTL_INTAKE_TOKEN": token})
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "bearer token" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_path) -> None:
+    import signal
+    import time
+    import urllib.request
+
+    from fleetctl.temporal_server import free_port
+
+    port = free_port()
+    proc = _serve(tmp_path, "--port", str(port), env={"FLEETCTL_INTAKE_TOKEN": TOKEN})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _ = post(port, "/events", {"node": "n1", "code": 79, "id": "one"})
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "not up"
+                time.sleep(0.1)
+        assert status == 202
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert json.load(r)["spool_depth"] == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and TOKEN not in err, err
+    from fleetctl.agent.spool import Spool
+
+    assert [e["event_id"] for e in Spool(tmp_path / "spool", 10).pending(10)] != []  # still there for the next start
