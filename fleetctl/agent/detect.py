@@ -1,5 +1,8 @@
 """The one adapter between the agent and the checks/ catalog: a kernel message in, the
-faults it reports out. Only this function knows which parser of checks/ reads the lines."""
+faults it reports out. Only this function knows which parser of checks/ reads the lines.
+
+A fault without an Xid number (an NVSwitch SXid, an mlx5 link going down) goes with code
+None: the workflow reads `code` as an Xid, and an SXid is not one."""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ from fleetctl.agent.records import BadRecord, KernelRecord, file_record, parse_j
 
 READ_CHUNK = 1 << 16
 MAX_LINE = 1 << 16  # a "line" longer than this is cut there: memory stays bounded
+# Records one poll returns at most (plus the rest of one read): a first start on a large
+# log file reads it in pieces, each spooled before the next is read.
+MAX_RECORDS = 10_000
 
 
 class _Lines:
@@ -67,6 +70,8 @@ class FileSource:
         if self._fd is None and not self._open():
             return []
         out = self._read_to_end()
+        if len(out) >= MAX_RECORDS:
+            return out  # more to read from this file before looking for a rotation
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -84,6 +89,8 @@ class FileSource:
     def _read_to_end(self) -> list[KernelRecord]:
         out, now = [], time.time()
         while True:
+            if len(out) >= MAX_RECORDS:
+                return out
             data = os.pread(self._fd, READ_CHUNK, self._offset + len(self._lines.partial))
             if not data:
                 return out
@@ -116,7 +123,7 @@ class KmsgSource:
 
     def poll(self) -> list[KernelRecord]:
         out = []
-        while True:
+        while len(out) < MAX_RECORDS:
             try:
                 data = os.read(self._fd, READ_CHUNK)
             except BlockingIOError:
@@ -141,6 +148,7 @@ class KmsgSource:
                     continue  # read before the restart
                 self._seq = seq
                 out.append(record)
+        return out
 
     def close(self) -> None:
         os.close(self._fd)
@@ -163,7 +171,7 @@ class JournalSource:
 
     def poll(self) -> list[KernelRecord]:
         out = []
-        while True:
+        while len(out) < MAX_RECORDS:
             try:
                 data = os.read(self._proc.stdout.fileno(), READ_CHUNK)
             except BlockingIOError:
@@ -181,6 +189,7 @@ class JournalSource:
                 self.lines_read += 1
                 self._cursor = record.record_id.removeprefix("journal:")
                 out.append(record)
+        return out
 
     def close(self) -> None:
         self._proc.terminate()

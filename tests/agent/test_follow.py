@@ -98,3 +98,21 @@ def test_kmsg_records_skip_dictionary_lines_bad_lines_and_what_was_read_before(t
     assert [r.message for r in again.poll()] == ["later"]
     other_boot = KmsgSource(kmsg, "boot-b", 1000.0, {"boot": "boot-a", "seq": 2})
     assert len(other_boot.poll()) == 3
+
+
+def test_a_large_log_is_read_in_bounded_pieces_before_a_rotation_is_followed(tmp_path, monkeypatch) -> None:
+    from fleetctl.agent import follow
+
+    monkeypatch.setattr(follow, "MAX_RECORDS", 100)
+    log = tmp_path / "kern.log"
+    pad = "x" * 1000  # 64 lines a read
+    _append(log, "".join(f"line {i} {pad}\n" for i in range(250)))
+    src = FileSource(log)
+    first = src.poll()
+    assert 100 <= len(first) < 250
+    os.rename(log, tmp_path / "kern.log.1")
+    _append(log, "new\n")
+    rest = []
+    for _ in range(5):
+        rest += src.poll()
+    assert [r.message for r in first + rest] == [f"line {i} {pad}" for i in range(250)] + ["new"]
