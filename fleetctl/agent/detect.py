@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.xid import parse_xid_lines
+from checks.xid import parse_xid_lines, xid_action
 
 # The database stores the code as a 32-bit integer; a larger number is not an Xid.
 MAX_CODE = 2**31 - 1
@@ -18,8 +18,9 @@ MAX_CODE = 2**31 - 1
 class Fault:
     code: int | None  # the Xid (or the Xid the catalog gives a fault without one)
     message: str
+    critical: bool = False  # the catalog drains the node at once for it: sent before anything else
 
 
 def detect(message: str) -> list[Fault]:
-    return [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip()) for e in parse_xid_lines(message)
-            if e.code <= MAX_CODE]
+    return [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip(), xid_action(e.code).severity == "critical")
+            for e in parse_xid_lines(message) if e.code <= MAX_CODE]

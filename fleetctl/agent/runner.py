@@ -24,6 +24,7 @@ log = logging.getLogger("fleetctl.agent")
 SAMPLE_TIMEOUT_S = 30.0
 CURSOR_EVERY_S = 1.0  # the cursor is only an optimisation (ids de-duplicate): saved at most this often
 MAX_BACKOFF_S = 30.0
+MAX_URGENT = 1000  # critical events held for sending first (all are in the spool regardless)
 
 
 @dataclass
@@ -76,6 +77,10 @@ class Agent:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool)
         self.tracker = SampleTracker(self.config.profile)
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
+        # Critical events read since the last delivery: sent ahead of the spool's order (and
+        # again in order later; the workflow counts an id once), so a flood of minor lines
+        # never delays a drain.
+        self._urgent: list[dict] = []
         self._publish()
 
     @staticmethod
@@ -92,6 +97,9 @@ class Agent:
         for r in records:
             for i, fault in enumerate(detect(r.message)):
                 out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message))
+                if fault.critical:
+                    self._urgent.append(out[-1])
+        del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
         return out
 
     def read_once(self) -> int:
@@ -125,9 +133,11 @@ class Agent:
         self._publish()
 
     async def deliver(self) -> None:
-        """Send what is spooled, a batch at a time, until it is empty or a send fails."""
+        """Send what is spooled, critical events first, a batch at a time, until it is empty
+        or a send fails."""
         while self.spool.depth and time.monotonic() >= self._retry_at:
-            batch = self.spool.pending(self.config.batch_size)
+            urgent = self._urgent[:self.config.batch_size]
+            batch = urgent or self.spool.pending(self.config.batch_size)
             try:
                 await self.transport.send(self.config.node, batch)
             except Exception as exc:  # noqa: BLE001 - any failure: keep the events, retry later
@@ -136,6 +146,9 @@ class Agent:
                 self._retry_at = time.monotonic() + self._backoff
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
                 return
+            if urgent:  # counted as sent when the spool's order reaches them
+                del self._urgent[:len(urgent)]
+                continue
             self.spool.ack(len(batch))
             self.metrics.sent.inc(len(batch))
             self._backoff = 0.5

@@ -60,9 +60,10 @@ async def test_a_rotated_log_and_a_changing_sample_are_each_sent_once(tmp_path) 
     await agent.sample_once()  # the same finding again: nothing new
     await agent.deliver()
     codes = [e["code"] for e in recorder.events]
-    assert codes[:3] == [13, 31, 79] and all(c is None for c in codes[3:]) and len(codes) > 3
-    assert all(e["source"] == "agent" for e in recorder.events) and len({e["event_id"] for e in recorder.events}) == len(codes)
-    assert recorder.events[2]["at"] == pytest.approx(1796068803.0)  # 20:00:03 UTC, the line's own time
+    # The critical 79 first (and again in order, with the same id), then the spool's order.
+    assert codes[:4] == [79, 13, 31, 79] and all(c is None for c in codes[4:]) and len(codes) > 4
+    assert all(e["source"] == "agent" for e in recorder.events) and len({e["event_id"] for e in recorder.events}) == len(codes) - 1
+    assert recorder.events[0]["at"] == pytest.approx(1796068803.0)  # 20:00:03 UTC, the line's own time
     assert agent.spool.depth == 0 and agent.metrics.samples._value.get() == 3
 
 
@@ -94,3 +95,22 @@ def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> Non
                            "--metrics-port", "0", *args], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "FLEETCTL_CONFIG": os.devnull})
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+async def test_a_critical_line_after_a_flood_of_minor_ones_is_sent_first(tmp_path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("".join(XID.format(1, 13) for _ in range(450)) + XID.format(2, 79))
+    recorder = Recorder()
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", batch_size=200), FileSource(log), recorder)
+    agent.read_once()
+    sends = []
+
+    async def send(node, events):
+        sends.append([e["code"] for e in events])
+        await Recorder.send(recorder, node, events)
+
+    recorder.send = send
+    await agent.deliver()
+    assert sends[0] == [79] and [len(s) for s in sends[1:]] == [200, 200, 51]
+    assert len({e["event_id"] for e in recorder.events}) == 451  # the 79 went twice, with one id
+    assert agent.metrics.sent._value.get() == 451 and agent.spool.depth == 0
