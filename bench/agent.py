@@ -1,6 +1,6 @@
 """The node agent: a kernel line written -> the node drained, through `fleetctl agent`
 against the same through `fleetctl node event --xid 79`, p50/p95 in one run on the same
-fleet; and the agent's CPU and memory while it follows a 1,000-lines-per-second log,
+fleet; the same with 2,000 minor Xid lines written just before the XID 79 (the flood); and the agent's CPU and memory while it follows a 1,000-lines-per-second log,
 against `tail -F` following the same log (the cost of reading alone).
 
 The fleet is simulated (scheduler none, sim:// nodes) with its worker in a process of its
@@ -23,6 +23,8 @@ from bench.fleet import REPO, cpu_seconds, dev_server, fleet_settings, fleetctl_
 from bench.harness import CannotMeasure, load, machine, now_iso, rounded, rss_mib, summary, write_result
 
 TRIALS_QUICK, TRIALS_FULL = 5, 20
+FLOOD_TRIALS_QUICK, FLOOD_TRIALS_FULL = 2, 5
+FLOOD = 2000  # minor Xid lines written just before the XID 79
 FOLLOW_S_QUICK, FOLLOW_S_FULL = 10.0, 60.0
 LINES_PER_S = 1000
 POLL_S = 0.01
@@ -69,7 +71,7 @@ async def _drained_after(engine, node: str, started: float) -> float:
     return time.monotonic() - started
 
 
-async def _reaction(settings, tmp: Path, trials: int) -> tuple[dict[str, list[float]], list[str]]:
+async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tuple[dict[str, list[float]], list[str]]:
     from sqlalchemy import update
     from sqlmodel import Session
 
@@ -84,32 +86,34 @@ async def _reaction(settings, tmp: Path, trials: int) -> tuple[dict[str, list[fl
         session.exec(update(Node).values(state="production"))
         session.commit()
     client = await connect(settings)
-    node, times = names[0], {"agent": [], "node_event": []}
-    for trial in range(trials):
-        for way in ("agent", "node_event"):
-            await _back_in_production(client, settings, node)
-            if way == "agent":
-                kmsg, spool = tmp / f"kmsg-{trial}", tmp / f"spool-{trial}"
-                kmsg.write_text(_kmsg(1, "Linux version 6.1 (bench)"))
-                agent = _agent(settings, node, kmsg, spool, tmp / "agent.log")
-                try:
-                    deadline = time.monotonic() + 60
-                    while not (spool / "cursor.json").exists():  # it has read the first record
-                        if agent.poll() is not None or time.monotonic() > deadline:
-                            raise CannotMeasure(f"the agent did not start: {(tmp / 'agent.log').read_text()[-500:]}")
-                        await asyncio.sleep(0.05)
-                    started = time.monotonic()
-                    with open(kmsg, "a") as f:
-                        f.write(_kmsg(2, XID79))
-                    times[way].append(await _drained_after(engine, node, started))
-                finally:
-                    _stop(agent)
-            else:
+    node, times = names[0], {"agent": [], "node_event": [], "agent_flood": []}
+    ways = [w for t in range(trials) for w in ("agent", "node_event")] + ["agent_flood"] * flood_trials
+    for trial, way in enumerate(ways):
+        await _back_in_production(client, settings, node)
+        if way.startswith("agent"):
+            kmsg, spool = tmp / f"kmsg-{trial}", tmp / f"spool-{trial}"
+            kmsg.write_text(_kmsg(1, "Linux version 6.1 (bench)"))
+            agent = _agent(settings, node, kmsg, spool, tmp / "agent.log")
+            try:
+                deadline = time.monotonic() + 60
+                while not (spool / "cursor.json").exists():  # it has read the first record
+                    if agent.poll() is not None or time.monotonic() > deadline:
+                        raise CannotMeasure(f"the agent did not start: {(tmp / 'agent.log').read_text()[-500:]}")
+                    await asyncio.sleep(0.05)
+                flood = [_kmsg(2 + i, "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, flood") for i in range(FLOOD)] \
+                    if way == "agent_flood" else []
                 started = time.monotonic()
-                proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "node", "event", node, "--xid", "79"],
-                                        cwd=REPO, env=settings_env(settings), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                with open(kmsg, "a") as f:
+                    f.write("".join(flood) + _kmsg(FLOOD + 2, XID79))
                 times[way].append(await _drained_after(engine, node, started))
-                proc.wait(60)
+            finally:
+                _stop(agent)
+        else:
+            started = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "node", "event", node, "--xid", "79"],
+                                    cwd=REPO, env=settings_env(settings), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times[way].append(await _drained_after(engine, node, started))
+            proc.wait(60)
     return times, names
 
 
@@ -149,7 +153,7 @@ def run(full: bool) -> dict:
             settings = fleet_settings(f"sqlite:///{tmp / 'fleet.db'}", server.address)
             worker = fleetctl_worker(settings, tmp / "worker.log")
             try:
-                times, names = asyncio.run(_reaction(settings, tmp, trials))
+                times, names = asyncio.run(_reaction(settings, tmp, trials, FLOOD_TRIALS_FULL if full else FLOOD_TRIALS_QUICK))
                 node = names[1]  # its Xid 13 lines are recorded, never drain it
                 follow = {}
                 for name, command, log in (
@@ -166,6 +170,7 @@ def run(full: bool) -> dict:
     return {
         "figures": {
             "line_to_drained_agent_s": agent, "line_to_drained_node_event_s": cli,
+            f"{FLOOD}_minor_then_xid79_to_drained_agent_s": summary(times["agent_flood"]),
             "p50_ratio_node_event_over_agent": round(cli["p50"] / agent["p50"], 2),
             "follow_1000_lines_per_s": follow,
             "agent_cpu_over_tail_cpu": round(follow["agent"]["cpu_share"] / max(follow["tail"]["cpu_share"], 1e-4), 1),
