@@ -4,6 +4,9 @@ follower, and a file in /dev/kmsg's record format."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 from fleetctl.agent.follow import FileSource, KmsgSource
 
@@ -116,3 +119,21 @@ def test_a_large_log_is_read_in_bounded_pieces_before_a_rotation_is_followed(tmp
     for _ in range(5):
         rest += src.poll()
     assert [r.message for r in first + rest] == [f"line {i} {pad}" for i in range(250)] + ["new"]
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg is not readable here (needs CAP_SYSLOG)")
+def test_the_real_dev_kmsg_reads_as_records_between_boot_and_now() -> None:
+    import time
+
+    from fleetctl.agent.runner import boot_identity
+
+    boot_id, boot_time = boot_identity()
+    src = KmsgSource(Path("/dev/kmsg"), boot_id, boot_time)
+    try:
+        records = src.poll()
+    finally:
+        src.close()
+    assert records and src.bad_records == 0
+    assert all(boot_time - 1 <= r.at <= time.time() + 1 for r in records)
+    seqs = [int(r.record_id.rsplit(":", 1)[1]) for r in records]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
