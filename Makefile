@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 # Debian packages the integration tests run for real: PostgreSQL, OpenSSH's sshd, a Slurm
 # cluster (slurm-wlm + munge) and a headless browser for the HTML report.
-APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium
+APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium prometheus prometheus-alertmanager
 
 .PHONY: demo test bench system-deps lint clean
 

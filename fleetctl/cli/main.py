@@ -50,6 +50,9 @@ NOUNS: dict[str, Noun] = {
     "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, close."),
     "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),
     "metrics": Noun("fleetctl.cli.metrics", "app", "Prometheus metrics of the fleet."),
+    "agent": Noun("fleetctl.cli.agent", "agent", "Run until SIGTERM: kernel log faults and GPU health changes go to the "
+                                                 "node's workflow, through an on-disk spool while Temporal is unreachable."),
+    "events": Noun("fleetctl.cli.events", "app", "Health events from the systems operators already run."),
 }
 
 

@@ -1,0 +1,87 @@
+"""`fleetctl agent NODE`: follow this node's kernel log and GPUs, send faults to its workflow."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import EXIT_USAGE, fail
+
+
+def agent(
+    ctx: typer.Context,
+    node: str = typer.Argument(None, help="this node's name in the inventory (default: the host name)"),
+    kmsg: Optional[Path] = typer.Option(None, "--kmsg", help="read /dev/kmsg records from this path (the default source: /dev/kmsg)"),
+    journal: bool = typer.Option(False, "--journal", help="read `journalctl -k -f -o json` instead of /dev/kmsg"),
+    journalctl: str = typer.Option("journalctl", "--journalctl", help="the journalctl binary"),
+    log_file: Optional[Path] = typer.Option(None, "--file", help="follow this log file (rotation and truncation survived)"),
+    spool: Path = typer.Option(Path("/var/lib/fleetctl-agent"), "--spool", help="directory for undelivered events and the read position"),
+    max_spool: int = typer.Option(100_000, "--max-spool", help="events kept while Temporal is unreachable (oldest dropped past it)"),
+    sample_interval: float = typer.Option(30.0, "--sample-interval", help="seconds between GPU health samples (0: none)"),
+    nvidia_smi: str = typer.Option("nvidia-smi", "--nvidia-smi", help="the nvidia-smi binary"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"),
+    metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
+    metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
+) -> None:
+    """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
+    through an on-disk spool while Temporal is unreachable."""
+    from prometheus_client import start_http_server
+
+    from checks import UnknownProfile, load_profile
+    from checks.catalog import CHECKS
+    from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
+    from fleetctl.agent.runner import Agent, AgentConfig, boot_identity, ensure_dir
+    from fleetctl.agent.transport import TemporalTransport
+
+    if sum((kmsg is not None, journal, log_file is not None)) > 1:
+        fail("give at most one of --kmsg, --journal, --file", EXIT_USAGE)
+    if not 1 <= max_spool <= 10_000_000:
+        fail("--max-spool must be between 1 and 10000000", EXIT_USAGE)
+    if not (sample_interval == 0 or 1 <= sample_interval <= 86400):
+        fail("--sample-interval must be 0 or between 1 and 86400 seconds", EXIT_USAGE)
+    if not 0 <= metrics_port <= 65535:
+        fail("--metrics-port must be between 0 and 65535", EXIT_USAGE)
+    if profile:
+        try:
+            load_profile(profile)
+        except UnknownProfile as exc:
+            fail(str(exc), EXIT_USAGE)
+    node = node or socket.gethostname().split(".")[0]
+    try:
+        ensure_dir(spool)
+    except OSError as exc:
+        fail(f"--spool {spool}: {exc}", EXIT_USAGE)
+    boot_id, boot_time = boot_identity()
+    cursor = Agent.saved_cursor(spool)
+    try:
+        if log_file is not None:
+            source = FileSource(log_file, cursor)
+        elif journal:
+            source = JournalSource([journalctl, "-k", "-f", "-o", "json"], cursor)
+        else:
+            source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, cursor)
+    except OSError as exc:
+        fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
+    config = AgentConfig(node=node, spool_dir=spool, actor=f"fleetctl-agent@{node}", max_spool=max_spool,
+                         sample_interval_s=sample_interval, profile=profile, boot_id=boot_id,
+                         sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]))
+    the_agent = Agent(config, source, TemporalTransport(context.settings(ctx)))
+    if metrics_port:
+        server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
+        typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
+    typer.echo(f"agent for {node}: following {log_file or ('journal' if journal else kmsg or '/dev/kmsg')}", err=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await the_agent.run_until(stop)
+
+    context.run_async(main())

@@ -1,0 +1,163 @@
+"""Bodies in, health events out; a body with anything wrong is refused whole (BadBody).
+
+Alertmanager's webhook (https://prometheus.io/docs/alerting/latest/configuration/#webhook_config):
+    {"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": {...},
+     "annotations": {...}, "startsAt": "...", "fingerprint": "..."}], ...}
+Plain JSON: {"events": [{"node": "n1", "code": 79, "message": "...", "id": "...", "at": 1.7e9}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+MAX_CODE = 2**31 - 1  # the database column
+MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
+MAX_TEXT = 2048
+# Labels that name the node, in the order they are asked: DCGM exporter sets Hostname,
+# kube-prometheus sets node, a scrape target has instance (host:port).
+NODE_LABELS = ("node", "Hostname", "hostname", "instance")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class BadBody(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class IntakeEvent:
+    node: str
+    source: str
+    code: int | None
+    message: str
+    event_id: str
+    at: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _node(value: object, where: str) -> str:
+    if not isinstance(value, str) or not _NODE.match(value):
+        raise BadBody(f"{where}: not a node name")
+    return value
+
+
+def _code(value: object, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"\d{1,10}(\.0+)?", value.strip()):
+        value = int(float(value))
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CODE:
+        raise BadBody(f"{where}: the code must be an integer from 0 to {MAX_CODE}")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadBody(f"{where}: must be a string")
+    return value[:MAX_TEXT]
+
+
+def _time(value: object, where: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise BadBody(f"{where}: not an RFC 3339 time") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise BadBody(f"{where}: not a time")
+    return float(value)
+
+
+def _id(*parts: object) -> str:
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) -> list[IntakeEvent]:
+    """The firing alerts of one webhook; resolved ones say nothing new about the node.
+    The code is the alert's `xid` label or annotation (or `value`, as DCGM rules template it)."""
+    if not isinstance(body, dict) or body.get("version") != "4" or not isinstance(body.get("alerts"), list):
+        raise BadBody("not an Alertmanager webhook (version 4 with alerts)")
+    if len(body["alerts"]) > MAX_EVENTS:
+        raise BadBody(f"more than {MAX_EVENTS} alerts in one body")
+    out = []
+    for i, alert in enumerate(body["alerts"]):
+        where = f"alerts[{i}]"
+        if not isinstance(alert, dict) or not isinstance(alert.get("labels"), dict):
+            raise BadBody(f"{where}: no labels")
+        labels, notes = alert["labels"], alert.get("annotations") or {}
+        if not isinstance(notes, dict):
+            raise BadBody(f"{where}: annotations must be an object")
+        if alert.get("status") != "firing":
+            continue
+        name = next((labels[k] for k in node_labels if labels.get(k)), None)
+        if name is None:
+            raise BadBody(f"{where}: no node label ({', '.join(node_labels)})")
+        if isinstance(name, str):
+            name = name.rsplit(":", 1)[0] if re.search(r":\d+$", name) else name  # instance host:port
+        node = _node(name, f"{where}.labels")
+        raw = labels.get("xid", notes.get("xid", notes.get("value")))
+        code = _code(raw, f"{where} xid")
+        starts = _time(alert.get("startsAt"), f"{where}.startsAt")
+        fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or _id(sorted(labels.items()))
+        message = _text(notes.get("summary") or notes.get("description") or labels.get("alertname"), where)
+        out.append(IntakeEvent(node, "alertmanager", code, f"{labels.get('alertname', 'alert')}: {message}",
+                               _id("alertmanager", fingerprint, alert.get("startsAt")), starts))
+    return out
+
+
+def from_json(body: object, now: float) -> list[IntakeEvent]:
+    items = body.get("events") if isinstance(body, dict) and "events" in body else [body]
+    if not isinstance(items, list) or not items:
+        raise BadBody("expected an event object or {\"events\": [...]}")
+    if len(items) > MAX_EVENTS:
+        raise BadBody(f"more than {MAX_EVENTS} events in one body")
+    out = []
+    for i, item in enumerate(items):
+        where = f"events[{i}]"
+        if not isinstance(item, dict):
+            raise BadBody(f"{where}: not an object")
+        unknown = set(item) - {"node", "code", "message", "id", "at"}
+        if unknown:
+            raise BadBody(f"{where}: unknown field {sorted(unknown)[0]!r}")
+        node, code = _node(item.get("node"), f"{where}.node"), _code(item.get("code"), f"{where}.code")
+        message = _text(item.get("message"), f"{where}.message")
+        if code is None and not message:
+            raise BadBody(f"{where}: give a code or a message")
+        event_id = _text(item.get("id"), f"{where}.id")
+        at = _time(item["at"], f"{where}.at") if "at" in item else now
+        out.append(IntakeEvent(node, "intake", code, message, _id("json", node, event_id) if event_id
+                               else _id("json", node, code, message, at), at))
+    return out
+
+
+# Node Problem Detector's conditions that mean the node must not run work. Operators add
+# their own condition types with --condition.
+NPD_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "GPUProblem", "XidError", "NVLinkProblem")
+
+
+def from_node_conditions(node: dict, watched: tuple[str, ...], detect) -> list[IntakeEvent]:
+    """A Kubernetes Node's watched conditions that are True. The id is the condition's last
+    transition: the same condition seen on every poll is one event. `detect` reads an Xid
+    from the condition's message (NPD copies the kernel line there)."""
+    name = _node(node.get("metadata", {}).get("name"), "node")
+    out = []
+    for cond in node.get("status", {}).get("conditions") or []:
+        if cond.get("type") not in watched or cond.get("status") != "True":
+            continue
+        message = _text(cond.get("message"), "condition.message")
+        faults = detect(message)
+        changed = cond.get("lastTransitionTime") or ""
+        at = _time(changed, "condition.lastTransitionTime") if changed else 0.0
+        out.append(IntakeEvent(name, "npd", faults[0].code if faults else None,
+                               f"{cond['type']}: {cond.get('reason', '')} {message}".strip(),
+                               _id("npd", name, cond["type"], changed), at))
+    return out

@@ -1,0 +1,195 @@
+"""The intake's I/O: an HTTP server (stdlib), a Kubernetes node-condition poller, and the
+delivery loop that batches accepted events into signals to each node's workflow.
+
+Accepted events go to a spool on disk first (the agent's), so a Temporal outage loses
+nothing; a request is answered 202 once its events are there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from fleetctl.agent.detect import detect
+from fleetctl.agent.spool import Spool
+from fleetctl.agent.transport import NodeRefused
+from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions
+
+log = logging.getLogger("fleetctl.intake")
+
+MAX_BODY = 1 << 20  # bytes; Alertmanager's largest group of 1,000 alerts fits well inside
+SEEN_IDS = 100_000  # ids remembered for de-duplication (the workflow de-duplicates again)
+MAX_ATTEMPTS = 20  # deliveries of an event to a node whose workflow refuses it, then dropped
+MAX_BACKOFF_S = 30.0
+
+
+class Intake:
+    """Thread-safe: the HTTP handlers and the Kubernetes poller accept, one loop delivers."""
+
+    def __init__(self, spool_dir: Path, transport, max_spool: int = 100_000, batch_size: int = 500):
+        self.spool = Spool(spool_dir, max_spool)
+        self.transport, self.batch_size = transport, batch_size
+        self._lock = threading.Lock()
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self.accepted = self.duplicates = self.sent = self.undeliverable = 0
+        self._wake = threading.Event()
+
+    def accept(self, events: list[IntakeEvent]) -> tuple[int, int]:
+        """(new, duplicate) counts; new events are on disk when this returns."""
+        with self._lock:
+            fresh, batch_ids = [], set()
+            for ev in events:
+                if ev.event_id in self._seen or ev.event_id in batch_ids:
+                    continue
+                batch_ids.add(ev.event_id)
+                fresh.append(ev)
+            self.spool.append([{**e.as_dict(), "attempts": 0} for e in fresh])
+            for ev in fresh:
+                self._seen[ev.event_id] = None
+            while len(self._seen) > SEEN_IDS:
+                self._seen.popitem(last=False)
+            self.accepted += len(fresh)
+            self.duplicates += len(events) - len(fresh)
+        self._wake.set()
+        return len(fresh), len(events) - len(fresh)
+
+    async def deliver_once(self) -> bool:
+        """One batch. False when Temporal was unreachable (back off); a node that refuses
+        its events (no workflow) has them retried up to MAX_ATTEMPTS times, then counted
+        undeliverable, and never holds up other nodes' events."""
+        with self._lock:
+            batch = self.spool.pending(self.batch_size)
+        if not batch:
+            return True
+        by_node: dict[str, list[dict]] = defaultdict(list)
+        for ev in batch:
+            by_node[ev["node"]].append(ev)
+        refused: list[dict] = []
+        unsent: list[dict] = []
+        for node, events in by_node.items():
+            if unsent:  # Temporal is unreachable: the rest of the batch waits too
+                unsent += events
+                continue
+            try:
+                await self.transport.send(node, [{"node": e["node"], "source": e["source"], "code": e["code"],
+                                                  "message": e["message"], "actor": "fleetctl-intake",
+                                                  "event_id": e["event_id"], "at": e["at"]} for e in events])
+                self.sent += len(events)
+            except NodeRefused as exc:
+                log.warning("%s refused %d events (%s)", node, len(events), exc)
+                refused += events
+            except Exception as exc:  # noqa: BLE001 - Temporal unreachable: kept, retried after a pause
+                log.warning("cannot deliver %d events to %s (%s)", len(events), node, exc)
+                unsent += events
+        if len(unsent) == len(batch):
+            return False
+        retry = [{**e, "attempts": e["attempts"] + 1} for e in refused if e["attempts"] + 1 < MAX_ATTEMPTS]
+        with self._lock:
+            self.undeliverable += len(refused) - len(retry)
+            self.spool.append(unsent + retry)  # before the ack: a crash between sends them again, never loses them
+            self.spool.ack(len(batch))
+        return not unsent
+
+    async def deliver_until(self, stop: threading.Event, interval_s: float = 0.05) -> None:
+        backoff = 0.5
+        while not stop.is_set():
+            ok = await self.deliver_once()
+            if ok and self.spool.depth:
+                backoff = 0.5
+                continue
+            self._wake.clear()
+            delay = interval_s if ok else backoff
+            backoff = 0.5 if ok else min(backoff * 2, MAX_BACKOFF_S)
+            await asyncio.to_thread(self._wake.wait, delay)
+
+
+def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
+    expected = f"Bearer {token}".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "fleetctl-intake"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # the request line only: never headers (the token)
+            log.info("%s %s", self.address_string(), fmt % args)
+
+        def _answer(self, status: int, body: dict | str) -> None:
+            data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path == "/healthz":
+                self._answer(200, {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent})
+            else:
+                self._answer(404, "not found")
+
+        def do_POST(self):
+            given = self.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                self.close_connection = True
+                return self._answer(401, "a bearer token is required")
+            if self.path not in ("/alertmanager", "/events"):
+                return self._answer(404, "not found: POST to /alertmanager or /events")
+            if self.headers.get("Transfer-Encoding"):
+                self.close_connection = True
+                return self._answer(411, "send the body with a Content-Length")
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                self.close_connection = True
+                return self._answer(411, "send the body with a Content-Length")
+            if not 0 < length <= max_body:
+                self.close_connection = True
+                return self._answer(413 if length > 0 else 400, f"the body must be 1 to {max_body} bytes")
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw)
+                events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
+            except (ValueError, RecursionError) as exc:
+                message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
+                return self._answer(400, message.splitlines()[0][:300])
+            new, dup = intake.accept(events)
+            self._answer(202, {"accepted": new, "duplicates": dup})
+
+    return Handler
+
+
+def serve_http(intake: Intake, token: str, address: str, port: int) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((address, port), make_handler(intake, token))
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="fleetctl-intake-http", daemon=True).start()
+    return server
+
+
+def poll_node_conditions(intake: Intake, api, watched: tuple[str, ...], stop: threading.Event,
+                         interval_s: float) -> None:
+    """Node Problem Detector writes conditions on the Node objects: list them every
+    `interval_s` (one request for the whole cluster) and accept the True ones."""
+    while not stop.is_set():
+        try:
+            nodes = api.list_node(_request_timeout=30).to_dict()
+            for node in nodes.get("items") or []:
+                # to_dict() gives snake_case; the parser reads the API's own camelCase.
+                conds = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+                          "message": c.get("message"),
+                          "lastTransitionTime": c["last_transition_time"].isoformat() if c.get("last_transition_time") else ""}
+                         for c in (node.get("status") or {}).get("conditions") or []]
+                try:
+                    intake.accept(from_node_conditions({"metadata": node["metadata"], "status": {"conditions": conds}},
+                                                       watched, detect))
+                except BadBody as exc:
+                    log.warning("node conditions skipped: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - the API server is down: ask again next time
+            log.warning("cannot list nodes (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        stop.wait(interval_s)

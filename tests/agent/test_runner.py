@@ -1,0 +1,116 @@
+"""The agent's loop with a log file rotated under it and a stand-in nvidia-smi: each fault
+is spooled and delivered once, a sampled finding on its change only; and the CLI refuses
+bad options in one line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fleetctl.agent.follow import FileSource
+from fleetctl.agent.runner import Agent, AgentConfig
+from fleetctl.agent.transport import SendFailed
+from tests.conftest import FIXTURES
+
+XID = "2026-11-30T20:00:0{}+00:00 host kernel: NVRM: Xid (PCI:0000:2b:00): {}, pid=1, name=x, n\n"
+NVSMI = FIXTURES / "checks" / "nvidia_smi"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+        self.down = False
+
+    async def send(self, node, events):
+        if self.down:
+            raise SendFailed("down")
+        self.events += events
+
+
+def fake_nvidia_smi(tmp_path, fixture: str):
+    """A stand-in nvidia-smi that prints the fixture named in a file the test rewrites."""
+    choice = tmp_path / "which"
+    choice.write_text(str(NVSMI / fixture))
+    script = tmp_path / "nvidia-smi"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open(open({str(choice)!r}).read()).read())\n")
+    script.chmod(0o755)
+    return script, choice
+
+
+async def test_a_rotated_log_and_a_changing_sample_are_each_sent_once(tmp_path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(XID.format(1, 13))
+    script, choice = fake_nvidia_smi(tmp_path, "csv_8xh100_ok.txt")
+    recorder = Recorder()
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(script),), profile="h100-sxm",
+                              boot_id="b"), FileSource(log), recorder)
+    agent.read_once()
+    await agent.sample_once()
+    with open(log, "a") as f:
+        f.write(XID.format(2, 31))
+    os.rename(log, tmp_path / "kern.log.1")
+    log.write_text(XID.format(3, 79))
+    choice.write_text(str(NVSMI / "csv_8xh100_remap_failure_fail.txt"))
+    agent.read_once()
+    await agent.sample_once()
+    await agent.sample_once()  # the same finding again: nothing new
+    await agent.deliver()
+    codes = [e["code"] for e in recorder.events]
+    # The critical 79 first (and again in order, with the same id), then the spool's order.
+    assert codes[:4] == [79, 13, 31, 79] and all(c is None for c in codes[4:]) and len(codes) > 4
+    assert all(e["source"] == "agent" for e in recorder.events) and len({e["event_id"] for e in recorder.events}) == len(codes) - 1
+    assert recorder.events[0]["at"] == pytest.approx(1796068803.0)  # 20:00:03 UTC, the line's own time
+    assert agent.spool.depth == 0 and agent.metrics.samples._value.get() == 3
+
+
+async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text(XID.format(1, 13))
+    recorder = Recorder()
+    recorder.down = True
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool"), FileSource(log), recorder)
+    agent.read_once()
+    await agent.deliver()
+    await agent.deliver()  # inside the back-off: not tried again
+    assert agent.metrics.send_failures._value.get() == 1 and agent.spool.depth == 1
+    recorder.down = False
+    agent._retry_at = 0.0  # the back-off has passed
+    await agent.deliver()
+    assert [e["code"] for e in recorder.events] == [13] and agent.spool.depth == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--max-spool", "0"], "--max-spool"),
+    (["--sample-interval", "0.2"], "--sample-interval"),
+    (["--kmsg", "/dev/null", "--journal"], "at most one"),
+    (["--profile", "no-such-gpu"], "no-such-gpu"),
+    (["--kmsg", "/nonexistent/kmsg"], "cannot open the kernel log"),
+])
+def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "agent", "n1", "--spool", str(tmp_path / "s"),
+                           "--metrics-port", "0", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "FLEETCTL_CONFIG": os.devnull})
+    assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+async def test_a_critical_line_after_a_flood_of_minor_ones_is_sent_first(tmp_path) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("".join(XID.format(1, 13) for _ in range(450)) + XID.format(2, 79))
+    recorder = Recorder()
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", batch_size=200), FileSource(log), recorder)
+    agent.read_once()
+    sends = []
+
+    async def send(node, events):
+        sends.append([e["code"] for e in events])
+        await Recorder.send(recorder, node, events)
+
+    recorder.send = send
+    await agent.deliver()
+    assert sends[0] == [79] and [len(s) for s in sends[1:]] == [200, 200, 51]
+    assert len({e["event_id"] for e in recorder.events}) == 451  # the 79 went twice, with one id
+    assert agent.metrics.sent._value.get() == 451 and agent.spool.depth == 0

@@ -1,0 +1,80 @@
+"""Bodies in, events out; anything wrong refuses the whole body (nothing half-accepted)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from fleetctl.agent.detect import detect
+from fleetctl.intake.parse import MAX_CODE, MAX_EVENTS, BadBody, from_alertmanager, from_json, from_node_conditions
+from tests.conftest import FIXTURES
+
+WEBHOOK = json.loads((FIXTURES / "intake" / "alertmanager_dcgm_xid.json").read_text())
+
+
+def test_a_dcgm_xid_alert_becomes_one_event_and_a_resolved_one_none() -> None:
+    (ev,) = from_alertmanager(WEBHOOK)
+    assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "alertmanager")
+    assert "Xid 79" in ev.message and ev.at == pytest.approx(datetime(2026, 11, 30, 20, 1, 2, 123456, timezone.utc).timestamp(), abs=1e-6)
+    assert from_alertmanager(WEBHOOK)[0].event_id == ev.event_id  # re-notification: the same id
+
+
+def test_an_instance_label_names_the_host_without_its_port() -> None:
+    body = json.loads(json.dumps(WEBHOOK))
+    del body["alerts"][0]["labels"]["Hostname"]
+    assert from_alertmanager(body)[0].node == "10.0.0.7"
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda b: b.update(version="3"), "not an Alertmanager webhook"),
+    (lambda b: b["alerts"][0].update(labels={"alertname": "x"}), "no node label"),
+    (lambda b: b["alerts"][0]["labels"].update(Hostname="bad name;rm -rf"), "not a node name"),
+    (lambda b: b["alerts"][0]["annotations"].update(value=str(MAX_CODE + 1)), "integer from 0"),
+    (lambda b: b["alerts"][0]["annotations"].update(value="-3"), "integer from 0"),
+    (lambda b: b["alerts"][0].update(startsAt="yesterday"), "RFC 3339"),
+    (lambda b: b.update(alerts=[b["alerts"][0]] * (MAX_EVENTS + 1)), "more than"),
+])
+def test_a_bad_webhook_is_refused_whole(mutate, words) -> None:
+    body = json.loads(json.dumps(WEBHOOK))
+    mutate(body)
+    with pytest.raises(BadBody, match=words):
+        from_alertmanager(body)
+
+
+def test_plain_json_events_with_and_without_ids() -> None:
+    evs = from_json({"events": [{"node": "n1", "code": 79, "id": "a"}, {"node": "n2", "message": "fan", "at": 5}]}, 100.0)
+    assert [(e.node, e.code, e.at) for e in evs] == [("n1", 79, 100.0), ("n2", None, 5.0)]
+    assert from_json({"node": "n1", "code": 79, "id": "a"}, 7.0)[0].event_id == evs[0].event_id
+    assert from_json({"node": "n2", "message": "fan", "at": 5}, 1.0)[0].event_id == evs[1].event_id
+
+
+@pytest.mark.parametrize("body, words", [
+    ([], "not an object"),
+    ({"events": []}, "expected an event"),
+    ({"node": "n1"}, "a code or a message"),
+    ({"node": "n1", "code": True}, "integer"),
+    ({"node": "n1", "code": 1.5}, "integer"),
+    ({"node": "n1", "code": 79, "extra": 1}, "unknown field"),
+    ({"node": "", "code": 79}, "not a node name"),
+    ({"node": "n1", "code": 79, "at": float("nan")}, "not a time"),
+    ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": "x"}]}, "integer"),
+])
+def test_a_bad_json_event_is_refused_whole(body, words) -> None:
+    with pytest.raises(BadBody, match=words):
+        from_json(body, 0.0)
+
+
+def test_a_true_npd_condition_is_an_event_identified_by_its_transition() -> None:
+    node = {"metadata": {"name": "gpu-node-07"}, "status": {"conditions": [
+        {"type": "Ready", "status": "True"},
+        {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"},
+        {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
+         "message": "kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."}]}}
+    (ev,) = from_node_conditions(node, ("KernelDeadlock", "XidError"), detect)
+    assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "npd") and ev.message.startswith("XidError: XidCritical")
+    later = json.loads(json.dumps(node))
+    later["status"]["conditions"][2]["lastTransitionTime"] = "2026-11-30T21:00:00Z"
+    assert from_node_conditions(later, ("XidError",), detect)[0].event_id != ev.event_id
+    assert from_node_conditions(node, ("KernelDeadlock",), detect) == []
