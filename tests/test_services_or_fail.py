@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.services import REQUIRE_ENV, missing_service
+from tests.support.services import REQUIRE_ENV, missing_service, not_on_this_kind_of_machine
 
 TESTS = Path(__file__).resolve().parent
 HELPER = TESTS / "support" / "services.py"
@@ -50,4 +50,10 @@ def _skips_in(path: Path) -> list[str]:
 def test_no_test_skips_except_through_missing_service() -> None:
     checked = [path for path in sorted(TESTS.rglob("*.py")) if path not in (HELPER, Path(__file__))]
     offenders = [hit for path in checked for hit in _skips_in(path)]
-    assert offenders == [], "skip only through tests.support.services.missing_service:\n" + "\n".join(offenders)
+    assert offenders == [], "skip only through tests.support.services (missing_service, not_on_this_kind_of_machine):\n" + "\n".join(offenders)
+
+
+def test_what_this_kind_of_machine_cannot_have_skips_even_where_services_are_required(monkeypatch) -> None:
+    monkeypatch.setenv(REQUIRE_ENV, "1")
+    with pytest.raises(pytest.skip.Exception, match=r"^journald cannot run on this machine: no systemd"):
+        not_on_this_kind_of_machine("journald", "no systemd")

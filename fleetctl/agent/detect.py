@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.xid import parse_xid_lines, xid_action
+from checks.signatures import signatures
+from checks.xid import BadKernelLog, parse_kernel_log, xid_action
 
 # The database stores the code as a 32-bit integer; a larger number is not an Xid.
 MAX_CODE = 2**31 - 1
@@ -22,5 +23,17 @@ class Fault:
 
 
 def detect(message: str) -> list[Fault]:
-    return [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip(), xid_action(e.code).severity == "critical")
-            for e in parse_xid_lines(message) if e.code <= MAX_CODE]
+    """The faults in one kernel message: Xid reports (and failures the catalog reads as an
+    Xid, such as a GPU fallen off the bus without its Xid line), then the other signatures.
+    A report the parser refuses (an Xid code out of range, a damaged line) is no fault."""
+    try:
+        log = parse_kernel_log(message)
+    except BadKernelLog:
+        return []
+    faults = [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip(), xid_action(e.code).severity == "critical")
+              for e in log.xids if e.code <= MAX_CODE]
+    catalog = signatures()
+    faults += [Fault(None, f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip(),
+                     catalog[s.name].severity == "critical")
+               for s in log.signatures]
+    return faults

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.agent.follow import JournalSource
+from tests.support.services import not_on_this_kind_of_machine
 
 JOURNALD_SOCKET = Path("/run/systemd/journal/socket")
 
@@ -51,11 +52,12 @@ def test_journal_records_and_a_restart_after_the_cursor(tmp_path) -> None:
     assert argv_log.read_text().splitlines() == ["-k -f -o json --no-tail", "-k -f -o json --after-cursor s=feed;i=2"]
 
 
-@pytest.mark.skipif(not JOURNALD_SOCKET.exists() or shutil.which("journalctl") is None,
-                    reason="journald is an optional service and does not run on this machine (no systemd: "
-                           f"{JOURNALD_SOCKET} is missing); the stand-in journalctl test covers the parsing")
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="writing a kernel line needs root (/dev/kmsg)")
 def test_real_journald_kernel_lines() -> None:
+    if not JOURNALD_SOCKET.exists() or shutil.which("journalctl") is None:
+        not_on_this_kind_of_machine("journald", f"no systemd as PID 1 ({JOURNALD_SOCKET} is missing); "
+                                                "the stand-in journalctl test covers the parsing")
+    if not os.access("/dev/kmsg", os.W_OK):
+        not_on_this_kind_of_machine("writing a kernel line", "/dev/kmsg is not writable (needs root)")
     marker = f"fleetctl-agent-test {uuid.uuid4().hex}"
     src = JournalSource(["journalctl", "-k", "-f", "-o", "json"])
     try:

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from prometheus_client import start_http_server
 
-from fleetctl import metrics
+from fleetctl import metrics_exporter
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
@@ -23,10 +23,15 @@ from fleetctl.temporal_server import free_port
 from tests.intake.test_alertmanager import wait_ready
 from tests.report import history
 from tests.report.test_exporter import NOW
+from tests.support.services import missing_service
 
 PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
-needs_prometheus = pytest.mark.skipif(PROMTOOL is None or PROMETHEUS is None,
-                                      reason="Debian's prometheus is not installed (Makefile APT_PACKAGES)")
+
+
+@pytest.fixture
+def needs_prometheus() -> None:
+    if PROMTOOL is None or PROMETHEUS is None:
+        missing_service("Prometheus", "Debian's prometheus (with promtool) is not installed (Makefile APT_PACKAGES)")
 XID = "May 18 19:02:39 host kernel: NVRM: Xid (PCI:0000:2b:00): {}, pid=1, name=x, seen\n"
 
 
@@ -53,7 +58,7 @@ def exposition(port: int) -> str:
         return r.read().decode()
 
 
-@needs_prometheus
+@pytest.mark.usefixtures("needs_prometheus")
 def test_promtool_accepts_the_agents_metrics_and_they_say_what_happened(agent) -> None:
     text = exposition(agent.port)
     check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
@@ -66,11 +71,11 @@ def test_promtool_accepts_the_agents_metrics_and_they_say_what_happened(agent) -
     assert values["fleetctl_agent_last_line_timestamp_seconds"] > 0
 
 
-@needs_prometheus
+@pytest.mark.usefixtures("needs_prometheus")
 def test_promtool_accepts_fleetctl_metrics_serve(sqlite_url) -> None:
     engine = get_engine(sqlite_url)
     history.seed(engine, NOW)
-    server = metrics.serve(engine, 0, "127.0.0.1")
+    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
     try:
         text = exposition(server.server_port)
     finally:
@@ -79,7 +84,7 @@ def test_promtool_accepts_fleetctl_metrics_serve(sqlite_url) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-@needs_prometheus
+@pytest.mark.usefixtures("needs_prometheus")
 def test_a_real_prometheus_scrapes_the_agent(agent, tmp_path) -> None:
     port = free_port()
     (tmp_path / "prometheus.yml").write_text(f"""

@@ -21,6 +21,7 @@ from fleetctl.intake.server import Intake, serve_http
 from fleetctl.temporal_server import free_port
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
+from tests.support.services import missing_service
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.client import connect
 
@@ -42,8 +43,9 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30) -> None:
     raise AssertionError(f"{url} not ready after {timeout_s:.0f}s")
 
 
-@pytest.mark.skipif(ALERTMANAGER is None, reason="prometheus-alertmanager is not installed (Makefile APT_PACKAGES)")
 async def test_a_real_alertmanager_drains_the_node_through_the_intake(make_settings, sqlite_url, tmp_path, request) -> None:
+    if ALERTMANAGER is None:
+        missing_service("Alertmanager", "prometheus-alertmanager is not installed (Makefile APT_PACKAGES)")
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1)
     engine = get_engine(settings.db_url)

@@ -5,8 +5,12 @@ Every fixture that starts or finds a real service (the Temporal dev server binar
 PostgreSQL, sshd, ssh-agent, Slurm, Chromium, ...) calls `missing_service` when it cannot.
 With FLEETCTL_TEST_REQUIRE_SERVICES=1 (`.ci/run` sets it) that is a failure naming what is
 missing, so a CI machine without a service fails instead of passing on fewer tests; without
-it the test skips with the same reason. tests/test_no_silent_skips.py checks that no test
+it the test skips with the same reason. tests/test_services_or_fail.py checks that no test
 skips any other way.
+
+`not_on_this_kind_of_machine` is the one exception, for what a CI machine cannot have by
+construction (journald needs systemd as PID 1, which a container does not run): it always
+skips, and says why.
 """
 
 from __future__ import annotations
@@ -32,3 +36,8 @@ def missing_service(service: str, reason: str) -> NoReturn:
     if services_required():
         pytest.fail(f"{service} is missing and {REQUIRE_ENV}=1: {reason}", pytrace=False)
     pytest.skip(f"{service} is missing: {reason}")
+
+
+def not_on_this_kind_of_machine(feature: str, reason: str) -> NoReturn:
+    """Skip, in CI too: `feature` cannot exist on this kind of machine (not a missing install)."""
+    pytest.skip(f"{feature} cannot run on this machine: {reason}")
