@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -39,7 +40,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 
 from fleetctl.lifecycle import RULES, NodeState
 
-RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
+# The shipped runbooks are the package `runbooks` (package data of the distribution), so the
+# same path holds in a checkout and in an installed wheel (pip installs wheels unzipped).
+RUNBOOKS_DIR = Path(str(resources.files("runbooks")))
 
 CHECK_STATUSES = ("pass", "warn", "fail", "error")
 ON_FAILURE = ("stop", "continue")
