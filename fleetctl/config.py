@@ -17,6 +17,15 @@ ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
     "temporal_address": "TEMPORAL_ADDRESS",
     "temporal_namespace": "TEMPORAL_NAMESPACE",
+    # The `temporal` CLI's own names, so one environment serves both (fleetctl.temporal_connection).
+    "temporal_profile": "TEMPORAL_PROFILE",
+    "temporal_config_file": "TEMPORAL_CONFIG_FILE",
+    "temporal_tls": "TEMPORAL_TLS",
+    "temporal_tls_ca_path": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "temporal_tls_server_name": "TEMPORAL_TLS_SERVER_NAME",
+    "temporal_tls_cert_path": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "temporal_tls_key_path": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "temporal_api_key": "TEMPORAL_API_KEY",
     "task_queue": "FLEETCTL_TASK_QUEUE",
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
@@ -45,7 +54,7 @@ ENV_VARS = {
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 # Never printed or logged: `fleetctl config` says only whether each is set.
-SECRET_SETTINGS = ("bmc_password", "webhook_token")
+SECRET_SETTINGS = ("bmc_password", "webhook_token", "temporal_api_key")
 
 
 class ConfigError(ValueError):
@@ -69,6 +78,18 @@ class Settings:
     db_url: str = ""
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # Temporal's TOML profile (empty: TEMPORAL_PROFILE's or "default") and file (empty: the
+    # `temporal` CLI's default path); TLS and mTLS; the API key (never printed). What these
+    # leave unset the profile gives (fleetctl.temporal_connection). temporal_tls is empty
+    # (decided by the other settings: any of them turns TLS on), true or false.
+    temporal_profile: str = ""
+    temporal_config_file: str = ""
+    temporal_tls: str = ""
+    temporal_tls_ca_path: str = ""
+    temporal_tls_server_name: str = ""
+    temporal_tls_cert_path: str = ""
+    temporal_tls_key_path: str = ""
+    temporal_api_key: str = ""
     task_queue: str = "fleetctl"
     # One capacity guard per fleet: several fleets can share a Temporal namespace.
     fleet: str = "default"
