@@ -3,8 +3,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 # Debian packages the integration tests run for real: PostgreSQL, OpenSSH's sshd, a Slurm
-# cluster (slurm-wlm + munge) and a headless browser for the HTML report.
-APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium
+# cluster (slurm-wlm + munge), a headless browser for the HTML report, nginx as the mTLS
+# gRPC proxy in front of Temporal, and systemd's systemd-analyze for the deploy/ units.
+APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium nginx systemd
 
 .PHONY: demo test bench system-deps lint clean
 

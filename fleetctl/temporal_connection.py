@@ -50,6 +50,15 @@ class TemporalConnection:
             parts.append("API key (set)")
         return ", ".join(parts)
 
+    def unreachable_hint(self) -> str:
+        """What to check when Temporal cannot be reached over this connection."""
+        if self.tls is False:
+            return "start one with `fleetctl dev server` or set TEMPORAL_ADDRESS"
+        # A proxy refusing a client certificate answers after the handshake, which the
+        # client reports as an unrelated protocol error: name the settings to check.
+        return ("check the client certificate and key (TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH), "
+                "the server CA and name (TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME) and the API key")
+
     def is_local(self) -> bool:
         return is_local_address(self.address)
 

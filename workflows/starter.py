@@ -50,8 +50,7 @@ async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
         return await asyncio.wait_for(Client.connect(**temporal.connect_kwargs()), timeout_s)
     except (RuntimeError, asyncio.TimeoutError, OSError) as exc:
         raise TemporalUnavailable(
-            f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); "
-            "start one with `fleetctl dev server` or set TEMPORAL_ADDRESS"
+            f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); {temporal.unreachable_hint()}"
         ) from None
 
 
