@@ -40,6 +40,7 @@ ENV_VARS = {
     "guard_storm_window_s": "FLEETCTL_GUARD_STORM_WINDOW_S",
     "sim_seed": "FLEETCTL_SIM_SEED",
     "slurm_conf": "SLURM_CONF",
+    "slurm_host": "FLEETCTL_SLURM_HOST",
     "kubeconfig": "KUBECONFIG",
     "kube_context": "FLEETCTL_KUBE_CONTEXT",
     "bmc_username": "FLEETCTL_BMC_USERNAME",
@@ -111,6 +112,10 @@ class Settings:
     # Schedulers: the slurm.conf Slurm's commands read (empty: Slurm's own default), and the
     # kubeconfig and context for the Kubernetes API (empty: kubectl's defaults).
     slurm_conf: str = ""
+    # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
+    # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
+    # slurm_conf is then the path on that host.
+    slurm_host: str = ""
     kubeconfig: str = ""
     kube_context: str = ""
     # BMCs (Redfish): one service account for the fleet. The password is never logged.
