@@ -15,6 +15,7 @@ import yaml
 
 from fleetctl.schedulers import kubernetes as kube_module
 from fleetctl.schedulers.kubernetes import KubernetesScheduler
+from tests.deploy.test_files import is_a_fleetctl_command
 from tests.schedulers.kube_emulator import KubeEmulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,6 +120,7 @@ def test_every_container_runs_this_version_of_the_image_as_non_root():
         for container in pod.get("initContainers", []) + pod["containers"]:
             assert container["image"] == f"fleetctl:{version}"
             assert container["securityContext"]["allowPrivilegeEscalation"] is False
+            assert is_a_fleetctl_command(container["args"]), container["args"]
 
 
 def test_in_a_pod_the_adapter_uses_its_service_account(tmp_path, monkeypatch):
