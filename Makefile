@@ -29,6 +29,8 @@ system-deps:
 lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
+# tests/packaging builds the wheel (python -m build), installs it into a clean venv without
+# the test extras and runs the installed fleetctl from outside the checkout.
 # Two processes (Slurm tests all in one of them): most tests wait on real services, and each process runs
 # its own Temporal dev server, PostgreSQL and Slurm cluster, so the suite takes half the time.
 test: $(VENV)/.installed system-deps lint

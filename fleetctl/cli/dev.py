@@ -65,10 +65,28 @@ def worker(ctx: typer.Context) -> None:
     typer.echo(f"worker on task queue {s.task_queue!r}: database {describe(s.db_url)}, Temporal {temporal.describe()}")
     context.engine(ctx)  # fail fast, in one line, if the database is not there
     typer.echo("database ready")
+    import signal
+
+    # Until the worker's event loop takes SIGTERM over, it stops the process as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        context.run_async(run_worker(s))
+        context.run_async(_serve_until_signalled(s, run_worker))
     except KeyboardInterrupt:
         pass
+    typer.echo("worker stopped")
+
+
+async def _serve_until_signalled(settings, run_worker) -> None:
+    # SIGTERM (systemd, Kubernetes, compose) and Ctrl-C stop the worker the same way: it stops
+    # polling and shuts down, so its workflow tasks go to other workers at once.
+    import asyncio
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await run_worker(settings, stop)
 
 
 @db_app.command("upgrade")

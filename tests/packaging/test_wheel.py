@@ -17,7 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
-pytestmark = pytest.mark.packaging
+# One process of `make test`'s two runs them all, so the wheel is built and installed once.
+pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging")]
 # A worker that reached Temporal polls its task queue within a poll interval; this bounds
 # its start (imports, migration, connect) on a loaded machine.
 WORKER_POLLS_WITHIN_S = 60
