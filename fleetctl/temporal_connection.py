@@ -96,7 +96,7 @@ def _profile(settings: Settings, env: Mapping[str, str]):
     from temporalio.envconfig import ClientConfigProfile
 
     config_file = settings.temporal_config_file
-    if config_file and not Path(config_file).expanduser().is_file():
+    if config_file and not Path(config_file).expanduser().exists():
         raise ConfigError(f"Temporal config file {config_file} does not exist")
     try:
         return ClientConfigProfile.load(

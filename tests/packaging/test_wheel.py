@@ -103,9 +103,10 @@ def test_worker_starts_and_polls_the_dev_server(installed, tmp_path, temporal_ad
                               env={"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
                                    "TEMPORAL_CONFIG_FILE": os.devnull, "TEMPORAL_ADDRESS": temporal_address,
                                    "FLEETCTL_TASK_QUEUE": queue, "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}"},
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=open(tmp_path / "worker.log", "w"), text=True)
     try:
-        assert f"Temporal {temporal_address} namespace default" in worker.stdout.readline()
+        started = worker.stdout.readline()
+        assert f"Temporal {temporal_address} namespace default" in started, (tmp_path / "worker.log").read_text()[-2000:]
         assert asyncio.run(pollers_within(temporal_address, queue, worker)) > 0
     finally:
         worker.terminate()
