@@ -50,7 +50,7 @@ async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadi
     try:
         # On an empty database: the first to start migrates it (under the migration lock).
         workers = [fleetctl_worker(settings, directory / f"worker-{workers_count}-{i}.log") for i in range(workers_count)]
-        names = seed_fleet(settings, nodes, racks=max(1, nodes // NODES_PER_RACK))
+        names = seed_fleet(settings, nodes, racks=max(1, nodes // NODES_PER_RACK), name_prefix=f"w{workers_count}-gpu")
         engine = get_engine(db_url)
         client = await connect(settings)
         wall, driver = time.monotonic(), time.process_time()
