@@ -3,8 +3,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 # Debian packages the integration tests run for real: PostgreSQL, OpenSSH's sshd, a Slurm
-# cluster (slurm-wlm + munge) and a headless browser for the HTML report.
-APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium prometheus prometheus-alertmanager
+# cluster (slurm-wlm + munge), a headless browser for the HTML report, nginx as the mTLS
+# gRPC proxy in front of Temporal, systemd's systemd-analyze for the deploy/ units, and
+# Prometheus and Alertmanager for the agent's, the exporter's and the intake's tests.
+APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium nginx systemd prometheus prometheus-alertmanager
 
 .PHONY: demo test bench system-deps lint clean
 
@@ -29,6 +31,8 @@ system-deps:
 lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
+# tests/packaging builds the wheel (python -m build), installs it into a clean venv without
+# the test extras and runs the installed fleetctl from outside the checkout.
 # Two processes (Slurm tests all in one of them): most tests wait on real services, and each process runs
 # its own Temporal dev server, PostgreSQL and Slurm cluster, so the suite takes half the time.
 test: $(VENV)/.installed system-deps lint

@@ -58,8 +58,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-sxm") -> list[str]:
-    """`count` simulated nodes in the fleet database, state new; their names."""
+def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-sxm", name_prefix: str = "gpu") -> list[str]:
+    """`count` simulated nodes in the fleet database, state new; their names. Runs that share
+    a Temporal server need prefixes of their own: node workflow ids are the node names."""
     import yaml
 
     from fleetctl.db import queries
@@ -67,7 +68,7 @@ def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-
     from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory import parse_inventory
 
-    specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1)}))
+    specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1, name_prefix=name_prefix)}))
     queries.upsert_nodes(get_engine(settings.db_url), specs)
     return [s.name for s in specs]
 

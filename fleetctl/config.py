@@ -18,6 +18,15 @@ ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
     "temporal_address": "TEMPORAL_ADDRESS",
     "temporal_namespace": "TEMPORAL_NAMESPACE",
+    # The `temporal` CLI's own names, so one environment serves both (fleetctl.temporal_connection).
+    "temporal_profile": "TEMPORAL_PROFILE",
+    "temporal_config_file": "TEMPORAL_CONFIG_FILE",
+    "temporal_tls": "TEMPORAL_TLS",
+    "temporal_tls_ca_path": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+    "temporal_tls_server_name": "TEMPORAL_TLS_SERVER_NAME",
+    "temporal_tls_cert_path": "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "temporal_tls_key_path": "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "temporal_api_key": "TEMPORAL_API_KEY",
     "task_queue": "FLEETCTL_TASK_QUEUE",
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
@@ -32,6 +41,7 @@ ENV_VARS = {
     "guard_storm_window_s": "FLEETCTL_GUARD_STORM_WINDOW_S",
     "sim_seed": "FLEETCTL_SIM_SEED",
     "slurm_conf": "SLURM_CONF",
+    "slurm_host": "FLEETCTL_SLURM_HOST",
     "kubeconfig": "KUBECONFIG",
     "kube_context": "FLEETCTL_KUBE_CONTEXT",
     "bmc_username": "FLEETCTL_BMC_USERNAME",
@@ -47,7 +57,7 @@ ENV_VARS = {
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 # Never printed or logged: `fleetctl config` says only whether each is set.
-SECRET_SETTINGS = ("bmc_password", "webhook_token")
+SECRET_SETTINGS = ("bmc_password", "webhook_token", "temporal_api_key")
 
 
 class ConfigError(ValueError):
@@ -71,6 +81,18 @@ class Settings:
     db_url: str = ""
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # Temporal's TOML profile (empty: TEMPORAL_PROFILE's or "default") and file (empty: the
+    # `temporal` CLI's default path); TLS and mTLS; the API key (never printed). What these
+    # leave unset the profile gives (fleetctl.temporal_connection). temporal_tls is empty
+    # (decided by the other settings: any of them turns TLS on), true or false.
+    temporal_profile: str = ""
+    temporal_config_file: str = ""
+    temporal_tls: str = ""
+    temporal_tls_ca_path: str = ""
+    temporal_tls_server_name: str = ""
+    temporal_tls_cert_path: str = ""
+    temporal_tls_key_path: str = ""
+    temporal_api_key: str = ""
     task_queue: str = "fleetctl"
     # One capacity guard per fleet: several fleets can share a Temporal namespace.
     fleet: str = "default"
@@ -92,6 +114,10 @@ class Settings:
     # Schedulers: the slurm.conf Slurm's commands read (empty: Slurm's own default), and the
     # kubeconfig and context for the Kubernetes API (empty: kubectl's defaults).
     slurm_conf: str = ""
+    # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
+    # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
+    # slurm_conf is then the path on that host.
+    slurm_host: str = ""
     kubeconfig: str = ""
     kube_context: str = ""
     # BMCs (Redfish): one service account for the fleet. The password is never logged.

@@ -32,6 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -44,7 +45,9 @@ from fleetctl.durations import parse_seconds
 from fleetctl.lifecycle import RULES, NodeState
 from fleetctl.text import one_line
 
-RUNBOOKS_DIR = Path(__file__).resolve().parents[1] / "runbooks"
+# The shipped runbooks are the package `runbooks` (package data of the distribution), so the
+# same path holds in a checkout and in an installed wheel (pip installs wheels unzipped).
+RUNBOOKS_DIR = Path(str(resources.files("runbooks")))
 
 CHECK_STATUSES = ("pass", "warn", "fail", "error")
 ON_FAILURE = ("stop", "continue")

@@ -95,14 +95,14 @@ class CommandRejected(RuntimeError):
 
 
 async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
+    from fleetctl.temporal_connection import resolve
+
+    temporal = resolve(settings)  # flags, TEMPORAL_* env, fleetctl config, Temporal profile
     try:
-        return await asyncio.wait_for(
-            Client.connect(settings.temporal_address, namespace=settings.temporal_namespace), timeout_s
-        )
+        return await asyncio.wait_for(Client.connect(**temporal.connect_kwargs()), timeout_s)
     except (RuntimeError, asyncio.TimeoutError, OSError) as exc:
         raise TemporalUnavailable(
-            f"cannot reach Temporal at {settings.temporal_address} ({_one_line(exc)}); "
-            "start one with `fleetctl dev server` or set TEMPORAL_ADDRESS"
+            f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); {temporal.unreachable_hint()}"
         ) from None
 
 

@@ -34,7 +34,8 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     """Every activity the worker hosts, bound to this process's settings and client. One
     executor registry and one scheduler registry serve them all, so the SSH pool and its
     concurrency limit cover every command this worker runs."""
-    executors, schedulers = ExecutorRegistry(settings), SchedulerRegistry(settings)
+    executors = ExecutorRegistry(settings)
+    schedulers = SchedulerRegistry(settings, executors)
     node = NodeActivities(settings, schedulers)
     commands = NodeCommandActivities(client)
     checks = CheckActivities(settings, executors)

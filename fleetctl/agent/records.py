@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 # A message longer than this is cut: the kernel's own limit is 1 KiB a record, and nothing
 # the agent sends may grow without bound.

@@ -17,9 +17,10 @@ SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or 
 
 def _scheduler(ctx: typer.Context, kind: str):
     from fleetctl.schedulers import scheduler_for
+    from fleetctl.slurm_host import slurm_runner
 
     try:
-        return scheduler_for(kind, context.settings(ctx))
+        return scheduler_for(kind, context.settings(ctx), slurm_runner=slurm_runner(context.settings(ctx)) if kind == "slurm" else None)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
 

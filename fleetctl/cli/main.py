@@ -160,13 +160,23 @@ def main(
     operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
     accept_new_host_keys: Optional[bool] = typer.Option(
         None, "--accept-new-host-keys", help="trust (and record) SSH host keys never seen before; changed keys are always refused"),
+    temporal_profile: Optional[str] = typer.Option(None, "--temporal-profile", help="profile of Temporal's TOML config (env TEMPORAL_PROFILE)"),
+    tls: Optional[bool] = typer.Option(None, "--tls/--no-tls", help="TLS to Temporal (env TEMPORAL_TLS; on when any TLS setting is given)"),
+    tls_ca_path: Optional[str] = typer.Option(None, "--tls-ca-path", help="Temporal server CA (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)"),
+    tls_cert_path: Optional[str] = typer.Option(None, "--tls-cert-path", help="mTLS client certificate (env TEMPORAL_TLS_CLIENT_CERT_PATH)"),
+    tls_key_path: Optional[str] = typer.Option(None, "--tls-key-path", help="mTLS client key (env TEMPORAL_TLS_CLIENT_KEY_PATH)"),
+    tls_server_name: Optional[str] = typer.Option(None, "--tls-server-name", help="Temporal server name to verify (env TEMPORAL_TLS_SERVER_NAME)"),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
 ) -> None:
     from fleetctl.config import load_settings
 
+    # No --api-key flag: a command line is visible to every user of the host (TEMPORAL_API_KEY).
     ctx.obj = load_settings(
         flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
-               "task_queue": task_queue, "operator": operator, "accept_new_host_keys": accept_new_host_keys},
+               "task_queue": task_queue, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
+               "temporal_profile": temporal_profile, "temporal_tls": tls, "temporal_tls_ca_path": tls_ca_path,
+               "temporal_tls_cert_path": tls_cert_path, "temporal_tls_key_path": tls_key_path,
+               "temporal_tls_server_name": tls_server_name},
         config_file=config,
     )
 

@@ -49,7 +49,11 @@ def reconcile(
     from fleetctl.schedulers import SCHEDULER_KINDS, scheduler_for
 
     nodes = [n for n in list_nodes(context.engine(ctx)) if n.scheduler in SCHEDULER_KINDS]
-    schedulers = {kind: scheduler_for(kind, context.settings(ctx)) for kind in {n.scheduler for n in nodes}}
+    from fleetctl.slurm_host import slurm_runner
+
+    settings = context.settings(ctx)
+    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if kind == "slurm" else None)
+                  for kind in {n.scheduler for n in nodes}}
 
     with Progress(transient=True, console=Console(stderr=True)) as progress:
         task = progress.add_task("fixing" if fix else "comparing", total=len(nodes))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ast
+import fcntl
 import os
 import re
 import threading
+from contextlib import contextmanager
+from importlib import resources
 from pathlib import Path
+from typing import Iterator
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
@@ -14,8 +18,14 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from fleetctl.text import one_line
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# The migrations are the package `migrations`, shipped in the wheel: an installed fleetctl
+# finds its schema there, not in a checkout (pip installs wheels unzipped, so it is a path).
+MIGRATIONS_DIR = Path(str(resources.files("migrations")))
 _REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
+
+# pg_advisory_xact_lock key for schema migrations: any fixed 64-bit number, the same in every
+# fleetctl process (b"fleetmig" read as a big-endian integer).
+MIGRATION_LOCK_KEY = int.from_bytes(b"fleetmig", "big")
 
 _engines: dict[str, Engine] = {}
 _upgraded: set[str] = set()
@@ -103,16 +113,47 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine) -> str:
-    """Apply every migration up to head; returns the revision the database is now at."""
+    """Apply every migration up to head; returns the revision the database is now at.
+
+    Any number of processes may call this at once on one database (workers starting together
+    on an empty one): each migrates under a database-wide lock, and Alembic, reading the
+    version only once it holds the lock, finds nothing left to do after the first."""
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with _file_lock(_sqlite_lock_path(engine)), engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Held until this transaction commits: PostgreSQL's DDL is transactional, so the
+            # next process's Alembic sees the finished schema and its version row.
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return current_revision(engine) or ""
+
+
+def _sqlite_lock_path(engine: Engine) -> Path | None:
+    """The lock file beside a SQLite database file (None: not SQLite, or in memory)."""
+    if engine.dialect.name != "sqlite" or not engine.url.database or engine.url.database == ":memory:":
+        return None
+    db = Path(engine.url.database).expanduser()
+    return db.with_name(db.name + ".migrate.lock")
+
+
+@contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    # SQLite has no advisory locks; an flock on a file beside the database serialises the
+    # processes of this host, which are the only ones a SQLite file can serve.
+    if path is None:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def describe(url: str) -> str:

@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from fleetctl.config import Settings
     from fleetctl.schedulers.base import Scheduler
+    from fleetctl.schedulers.slurm import CommandRunner
 
 # What a node's inventory `scheduler` may name, besides "none" (a node no scheduler uses).
 SCHEDULER_KINDS = ("slurm", "kubernetes", "sim")
 
 
-def scheduler_for(kind: str, settings: Settings) -> Scheduler:
-    """The adapter for a node's `scheduler`, configured from settings.
+def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | None = None) -> Scheduler:
+    """The adapter for a node's `scheduler`, configured from settings. slurm_runner runs
+    Slurm's commands elsewhere (fleetctl.slurm_host: over SSH on settings.slurm_host);
+    without one they run on this host.
 
     Only the chosen adapter's module is imported: the kubernetes client alone costs half a
     second, and most commands never talk to Kubernetes.
@@ -24,9 +27,13 @@ def scheduler_for(kind: str, settings: Settings) -> Scheduler:
 
         return SimScheduler(get_engine(settings.db_url))
     if kind == "slurm":
+        if settings.slurm_host and slurm_runner is None:
+            # Running them here instead would act on whatever cluster this host belongs to.
+            raise ValueError(f"slurm_host is {settings.slurm_host}: Slurm's commands need its SSH runner (fleetctl.slurm_host)")
         from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler
 
-        return SlurmScheduler(run=LocalCommandRunner(env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None))
+        return SlurmScheduler(run=slurm_runner or LocalCommandRunner(
+            env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None))
     if kind == "kubernetes":
         from fleetctl.schedulers.kubernetes import KubernetesScheduler
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 STATE_KEY = "fleetctl.io/state"  # both the label and the taint key
 REASON_ANNOTATION = "fleetctl.io/reason"
 JOB_LABELS = ("fleetctl.io/job", "job-name")
+# Where Kubernetes mounts a pod's ServiceAccount token and the API server's CA.
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_EVICTION_ATTEMPTS = 6
@@ -219,6 +222,16 @@ class KubernetesScheduler:
             configuration = client.Configuration()
             if self._host is not None:
                 configuration.host = self._host
+            elif self._kubeconfig is None and self._context is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                # A worker in a pod: its ServiceAccount (deploy/kubernetes/rbac.yaml), as
+                # kubectl in a pod does; a kubeconfig setting still wins.
+                from kubernetes.config.incluster_config import InClusterConfigLoader
+
+                try:
+                    InClusterConfigLoader(token_filename=f"{SERVICE_ACCOUNT_DIR}/token",
+                                          cert_filename=f"{SERVICE_ACCOUNT_DIR}/ca.crt").load_and_set(configuration)
+                except (config.ConfigException, OSError) as exc:
+                    raise SchedulerError(f"kubernetes: cannot load the pod's service account: {one_line(str(exc))}") from exc
             else:
                 try:
                     config.load_kube_config(

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import time
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
@@ -68,6 +68,37 @@ class LocalCommandRunner:
         except subprocess.TimeoutExpired as exc:
             raise TimeoutError(f"timed out after {timeout_s:g}s") from exc
         return completed.returncode, completed.stdout, completed.stderr
+
+
+class RemoteExecutor(Protocol):
+    """fleetctl's SSH executor as this module uses it (fleetctl.executors.ssh.SshExecutor;
+    the schedulers layer does not import the executors layer)."""
+
+    def run(self, target: Any, argv: Sequence[str], timeout_s: float) -> Any: ...
+
+
+class SshCommandRunner:
+    """Runs Slurm's commands on a login or controller host over the SSH executor, for a
+    worker that is not a Slurm host itself: host keys are checked against known_hosts as for
+    any node, argv is quoted, and the executor's in-flight limit covers these commands too.
+    slurm_conf is the slurm.conf path on that host (empty: Slurm's default there)."""
+
+    def __init__(self, executor: RemoteExecutor, target: Any, slurm_conf: str = "") -> None:
+        self.executor, self.target, self.slurm_conf = executor, target, slurm_conf
+
+    def __call__(self, argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+        if self.slurm_conf:
+            argv = ["env", f"SLURM_CONF={self.slurm_conf}", *argv]
+        try:
+            result = self.executor.run(self.target, argv, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - an ExecutorError, known by its stable `kind`
+            kind = getattr(exc, "kind", None)
+            if kind is None:
+                raise
+            if kind == "timeout":
+                raise TimeoutError(f"timed out after {timeout_s:g}s on {self.target.address}") from None
+            raise OSError(f"on Slurm host {self.target.address}: {kind}: {exc}") from None
+        return result.exit_status, result.stdout, result.stderr
 
 
 def validate_node_name(node: str) -> str:

@@ -12,8 +12,9 @@ from fleetctl.schedulers.base import Scheduler
 
 
 class SchedulerRegistry:
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, executors=None):
         self.settings = settings
+        self.executors = executors  # the worker's ExecutorRegistry: Slurm over SSH shares its pool
         self._schedulers: dict[str, Scheduler] = {}
         self._lock = threading.Lock()
 
@@ -21,7 +22,16 @@ class SchedulerRegistry:
         with self._lock:
             if kind not in self._schedulers:
                 try:
-                    self._schedulers[kind] = scheduler_for(kind, self.settings)
+                    runner = self._slurm_runner(kind)
+                    self._schedulers[kind] = (scheduler_for(kind, self.settings) if runner is None
+                                              else scheduler_for(kind, self.settings, slurm_runner=runner))
                 except ValueError as exc:
                     raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
             return self._schedulers[kind]
+
+    def _slurm_runner(self, kind: str):
+        if kind != "slurm":
+            return None
+        from fleetctl.slurm_host import slurm_runner
+
+        return slurm_runner(self.settings, self.executors)

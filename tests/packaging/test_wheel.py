@@ -1,0 +1,132 @@
+"""The wheel as an operator gets it: built with `python -m build`, installed into a clean
+venv WITHOUT the test extras, run from outside the checkout. Catches an undeclared runtime
+import (issue 15: click) and data the wheel lacks (migrations, runbooks, suites, profiles,
+templates). One build and one venv per session; each test runs the installed `fleetctl`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+# One process of `make test`'s two runs them all, so the wheel is built and installed once.
+pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging")]
+# A worker that reached Temporal polls its task queue within a poll interval; this bounds
+# its start (imports, migration, connect) on a loaded machine.
+WORKER_POLLS_WITHIN_S = 60
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """The bin directory of a fresh venv with only the built wheel (and its dependencies)."""
+    work = tmp_path_factory.mktemp("wheel")
+    # sdist first, then the wheel from the sdist (build's default): the sdist must carry
+    # everything the wheel needs, as it will for anyone building from PyPI's sdist.
+    subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(REPO)], check=True,
+                   capture_output=True, timeout=600)
+    wheel = next((work / "dist").glob("fleetctl-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
+    subprocess.run([str(work / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=900)
+    return work / "venv/bin"
+
+
+def run(installed: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+    # From an empty directory, with none of the checkout on the path: only the wheel answers.
+    base = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(cwd / "home"), "TEMPORAL_CONFIG_FILE": os.devnull}
+    return subprocess.run([str(installed / "fleetctl"), *args], cwd=cwd, env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_installed_packages_come_from_the_venv_not_the_checkout(installed, tmp_path):
+    out = subprocess.run([str(installed / "python"), "-c",
+                          "import fleetctl, workflows, checks, migrations, runbooks\n"
+                          "print('\\n'.join(m.__file__ for m in (fleetctl, workflows, checks, migrations, runbooks)))"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    assert all(path.startswith(str(installed.parent)) for path in out), out
+    pip = subprocess.run([str(installed / "pip"), "list", "--format=freeze"], capture_output=True, text=True).stdout
+    assert "pytest==" not in pip and "Flask==" not in pip  # the test extras are not there to hide a missing one
+
+
+def test_help(installed, tmp_path):
+    result = run(installed, tmp_path, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "worker" in result.stdout and "runbook" in result.stdout
+
+
+def test_db_upgrade_on_sqlite(installed, tmp_path):
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    result = run(installed, tmp_path, "--db-url", url, "db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("empty -> 0004"), result.stdout
+
+
+@pytest.mark.postgres
+def test_db_upgrade_on_postgresql(installed, tmp_path, postgres_server):
+    from tests.conftest import _fresh_postgres_url
+
+    result = run(installed, tmp_path, "--db-url", _fresh_postgres_url(postgres_server), "db", "upgrade")
+    assert result.returncode == 0, result.stderr
+    assert "empty -> 0004" in result.stdout and "fleetctl:fleetctl@" not in result.stdout
+
+
+def test_runbook_list_finds_the_shipped_runbooks(installed, tmp_path):
+    result = run(installed, tmp_path, "runbook", "list", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    import json
+
+    shipped = {path.stem for path in (REPO / "runbooks").glob("*.yaml")}
+    assert {book["name"] for book in json.loads(result.stdout)} == shipped
+
+
+@pytest.mark.parametrize("sample, code, status", [("8xh100_full_sweep_ok.txt", 0, "pass"), ("8xh100_slow_fail.txt", 3, "fail")])
+def test_check_parse_judges_with_the_shipped_profile(installed, tmp_path, sample, code, status):
+    import json
+
+    result = run(installed, tmp_path, "check", "parse", "nccl", str(FIXTURES / "checks" / "nccl" / sample),
+                 "--profile", "h100-sxm", "-o", "json")
+    assert result.returncode == code, result.stderr
+    assert json.loads(result.stdout)["status"] == status
+
+
+@pytest.mark.temporal
+def test_worker_starts_and_polls_the_dev_server(installed, tmp_path, temporal_address):
+    queue = f"wheel-{uuid.uuid4().hex[:8]}"
+    worker = subprocess.Popen([str(installed / "fleetctl"), "worker"], cwd=tmp_path,
+                              env={"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
+                                   "TEMPORAL_CONFIG_FILE": os.devnull, "TEMPORAL_ADDRESS": temporal_address,
+                                   "FLEETCTL_TASK_QUEUE": queue, "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}"},
+                              stdout=subprocess.PIPE, stderr=open(tmp_path / "worker.log", "w"), text=True)
+    try:
+        started = worker.stdout.readline()
+        assert f"Temporal {temporal_address} namespace default" in started, (tmp_path / "worker.log").read_text()[-2000:]
+        assert asyncio.run(pollers_within(temporal_address, queue, worker)) > 0
+    finally:
+        worker.terminate()
+        worker.wait(30)
+
+
+async def pollers_within(address: str, queue: str, worker: subprocess.Popen) -> int:
+    """Positive evidence the installed worker is up: Temporal sees it polling its queue."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    request = DescribeTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=queue),
+                                       task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+    deadline = time.monotonic() + WORKER_POLLS_WITHIN_S
+    while time.monotonic() < deadline and worker.poll() is None:
+        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        if pollers:
+            return len(pollers)
+        await asyncio.sleep(0.5)
+    return 0
