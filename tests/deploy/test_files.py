@@ -22,8 +22,6 @@ DEPLOY = REPO / "deploy"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"fleetctl:{VERSION}"
 INSTALLED_FLEETCTL = "/opt/fleetctl/bin/fleetctl"  # where the image, the units and the docs put it
-# Named by its unit before it exists (issue 15); the test says when it arrives.
-PLANNED_COMMANDS = {("agent",)}
 
 
 def is_a_fleetctl_command(argv: list[str]) -> bool:
@@ -111,9 +109,7 @@ def test_unit_runs_a_fleetctl_command_as_an_unprivileged_user(unit):
     assert fields["User"] not in ("root", "0") and fields["NoNewPrivileges"] == "yes"
     program, *argv = fields["ExecStart"].split()
     assert program == INSTALLED_FLEETCTL
-    assert is_a_fleetctl_command(argv) or tuple(argv) in PLANNED_COMMANDS, argv
-    if tuple(argv) in PLANNED_COMMANDS:
-        assert not is_a_fleetctl_command(argv), f"`fleetctl {' '.join(argv)}` exists now: drop it from PLANNED_COMMANDS"
+    assert is_a_fleetctl_command(argv), argv
 
 
 def test_units_cover_worker_metrics_and_agent():

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from fleetctl.db.engine import head_revision
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 # One process of `make test`'s two runs them all, so the wheel is built and installed once.
@@ -65,7 +67,7 @@ def test_db_upgrade_on_sqlite(installed, tmp_path):
     url = f"sqlite:///{tmp_path / 'fleet.db'}"
     result = run(installed, tmp_path, "--db-url", url, "db", "upgrade")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().endswith("empty -> 0004"), result.stdout
+    assert result.stdout.strip().endswith(f"empty -> {head_revision()}"), result.stdout
 
 
 @pytest.mark.postgres
@@ -74,7 +76,7 @@ def test_db_upgrade_on_postgresql(installed, tmp_path, postgres_server):
 
     result = run(installed, tmp_path, "--db-url", _fresh_postgres_url(postgres_server), "db", "upgrade")
     assert result.returncode == 0, result.stderr
-    assert "empty -> 0004" in result.stdout and "fleetctl:fleetctl@" not in result.stdout
+    assert f"empty -> {head_revision()}" in result.stdout and "fleetctl:fleetctl@" not in result.stdout
 
 
 def test_runbook_list_finds_the_shipped_runbooks(installed, tmp_path):
