@@ -88,7 +88,9 @@ def test_both_sets_are_recorded_for_every_workflow_type() -> None:
 def test_the_old_set_predates_every_patch() -> None:
     """v1 proves old runs take the old branches only while it holds no patch marker."""
     for path in SETS["v1"].glob("*.json"):
-        assert patch_markers(_history(path)) == set(), path.name
+        assert patch_markers(_history(path)) == set(), (
+            f"{path.name} takes patched branches: the old set was re-recorded at a HEAD with patches "
+            "(restore it from git; `python -m tests.replay.record` records the new set)")
 
 
 def test_the_source_scan_finds_the_patches() -> None:
