@@ -55,6 +55,8 @@ class World:
     drifts: list[list[str]] = field(default_factory=list)  # node_drift's answers, in order ([]: matches)
     update: UpdateOutcome = field(default_factory=lambda: UpdateOutcome(True, "updated"))
     scheduler_resumes: bool = True
+    # Set: every check waits for it (a test sends what arrives while a check runs).
+    checks_held: asyncio.Event | None = None
 
 
 class FakeActivities:
@@ -142,6 +144,8 @@ class FakeActivities:
     @activity.defn(name="run_check")
     async def run_check(self, req: CheckRequest) -> CheckOutcome:
         await self._called("run_check", req)
+        if self.world.checks_held is not None:
+            await self.world.checks_held.wait()
         status = self.world.check_status.get(req.check, "pass")
         if status == "raise":
             raise ApplicationError(f"{req.node}: unreachable", type="Executor.unreachable", non_retryable=True)

@@ -5,6 +5,8 @@ tests/lifecycle run the same decisions on the real activities."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -111,6 +113,19 @@ async def test_a_failed_burn_in_check_sends_the_node_to_maintenance_and_its_runb
     (choice,) = node.fakes.asked("choose_remediation")
     assert choice.event == {"kind": "check", "check": "nvidia-smi-query", "status": "fail",
                             "message": "nvidia-smi-query: fail"}
+
+
+async def test_a_critical_event_during_burn_in_fails_the_phase_without_draining(lifecycle) -> None:
+    held = asyncio.Event()
+    node = await lifecycle(state="new", world=World(verdict=XID79, checks_held=held))
+    await node.admit()
+    await node.until(lambda: node.fakes.asked("run_check"))
+    await node.event(79, "e-79")  # queued behind the check in progress
+    held.set()
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["begin_burn_in", "phase_failed"]
+    assert node.fakes.transitions[-1].cause == "burn-in: a critical health event arrived during burn-in"
+    assert len(node.fakes.asked("run_check")) == 1 and node.fakes.asked("ask_capacity_guard") == []
 
 
 async def test_a_check_that_could_not_run_fails_burn_in_without_blaming_the_hardware(lifecycle) -> None:
