@@ -1,109 +1,297 @@
 """Record workflow histories for the replay test: `python -m tests.replay.record`.
 
-Runs the scenarios every released version of the workflows must keep replaying (a node
-admitted to production, drained and undrained; a critical XID 79 under a job; an active-check
-sweep that drains through the capacity guard; a runbook) on a fresh dev server with
-simulated nodes, and writes each history as JSON under tests/histories/. Re-record only when
-a change is meant to break running workflows (and version it with workflow.patched instead
-when they must keep running).
+Two sets, each recorded on a fresh dev server with simulated nodes and written as JSON:
+
+- v1 (tests/histories/*.json), recorded before any `workflow.patched` id existed: a node
+  admitted, drained and undrained; a critical XID 79 under a job; an active-check sweep that
+  drains through the capacity guard; runbooks. Replaying it proves old runs keep their old
+  branches.
+- v2 (tests/histories/v2/*.json), recorded at a HEAD with patches: scenarios that take every
+  patched branch (a firmware baseline in force during admission, a node entering production
+  and resumed in its scheduler, a health event whose code does not fit its column, a runbook
+  whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
+  in batches whose checks end in error). Replaying it proves the new branches are
+  deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
+
+By default only v2 is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+only right when a change is meant to break running workflows (version it with
+workflow.patched instead when they must keep running, and record a new set).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import dataclasses
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 
-from fleetctl.config import load_settings
+from fleetctl.config import Settings, load_settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.db.firmware import set_baseline
+from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
+from fleetctl.runbooks import Event, load_runbooks
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
 from fleetctl.temporal_server import start_dev_server
-from workflows.api import HealthEventInput, SweepInput, guard_id, node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
-from workflows.definitions.active_checks import ActiveCheckSweep
+from workflows.api import (
+    HealthEventInput,
+    NodeLifecycleState,
+    SweepInput,
+    guard_id,
+    node_workflow_id,
+    remediation_id,
+)
+from workflows.client import (
+    connect,
+    ensure_node_workflows,
+    request_phase,
+    request_transition,
+    run_remediation,
+    send_health_events,
+)
+from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2"}
+WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
+BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
+# A code too large for the health_events column: its activity fails once, without retries.
+UNFIT_XID = 99999999999999999999
+# v2's drains wait this long for a node's jobs, polling this often (2 h and 30 s in a fleet):
+# long enough that a runbook's restart_jobs moves a job first, short enough to record.
+DRAIN_JOB_WAIT_S = 10.0
+DRAIN_JOB_POLL_S = 2.0
 
 
-async def _wait(engine, name: str, predicate, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate([e.trigger for e in queries.node_events(engine, name)]):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{name}: {[e.trigger for e in queries.node_events(engine, name)]}")
-        await asyncio.sleep(0.2)
+@dataclass
+class Recording:
+    settings: Settings
+    client: Client
+    unique: str
+
+    @property
+    def engine(self):
+        return get_engine(self.settings.db_url)
+
+    def triggers(self, node: str) -> list[str]:
+        return [e.trigger for e in queries.node_events(self.engine, node)]
+
+    async def wait(self, node: str, predicate, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not predicate(self.triggers(node)):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node}: {self.triggers(node)}")
+            await asyncio.sleep(0.2)
+
+    async def idle(self, node: str, timeout_s: float = 60.0) -> None:
+        """The node's workflow has nothing queued or in progress."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            s = await self.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
+            if not s.work and not s.activity:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{node}: still busy: {s.activity or s.work}")
+            await asyncio.sleep(0.2)
+
+    def add_nodes(self, count: int, prefix: str) -> list[str]:
+        entries = render_inventory(count, 2, "h100-sxm", seed=0, name_prefix=prefix)
+        queries.upsert_nodes(self.engine, parse_inventory(yaml.safe_dump({"nodes": entries})))
+        return [e["name"] for e in entries]
+
+    async def workflow_ids(self, workflow_type: str) -> list[str]:
+        query = f"WorkflowType = '{workflow_type}' AND TaskQueue = '{self.settings.task_queue}'"
+        return sorted([wf.id async for wf in self.client.list_workflows(query)])
+
+    async def write(self, directory: Path, wanted: dict[str, str]) -> list[Path]:
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, workflow_id in wanted.items():
+            history = await self.client.get_workflow_handle(workflow_id).fetch_history()
+            path = directory / f"{name}.json"
+            path.write_text(history.to_json())
+            written.append(path)
+        # Replay runs each history under its workflow id (a child's id may be built from it):
+        # the JSON holds only events, so the ids are kept beside it.
+        ids = directory / WORKFLOW_IDS
+        ids.write_text(yaml.safe_dump(wanted, sort_keys=True))
+        written.append(ids)
+        return written
 
 
-async def record(directory: Path = HISTORIES) -> list[Path]:
+@asynccontextmanager
+async def recording() -> AsyncIterator[Recording]:
+    """A fresh dev server, database and worker, gone afterwards."""
     work = Path(tempfile.mkdtemp(prefix="fleetctl-histories-"))
     server = start_dev_server(work / "temporal.db")
     unique = uuid.uuid4().hex[:6]
     settings = load_settings(flags={"db_url": f"sqlite:///{work / 'fleet.db'}", "temporal_address": server.address,
                                     "task_queue": f"record-{unique}", "fleet": f"record-{unique}"}, env={},
                              config_file="/dev/null")
-    engine = get_engine(settings.db_url)
+    get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
     try:
-        entries = render_inventory(8, 2, "h100-sxm", seed=0, name_prefix="rec")
-        queries.upsert_nodes(engine, parse_inventory(yaml.safe_dump({"nodes": entries})))
-        names = [e["name"] for e in entries]
-        client = await connect(settings)
-        await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
-        for n in names:
-            await request_phase(client, n, "admit", "recorder", "quick")
-        for n in names:
-            await _wait(engine, n, lambda t: "enter_production" in t)
-
-        drained, critical, checked = names[0], names[1], names[2]
-        await request_transition(client, drained, "drain", "recorder", "operator: recording")
-        await _wait(engine, drained, lambda t: "drain_complete" in t)
-        await request_transition(client, drained, "undrain", "recorder", "operator: recording")
-
-        add_fault(engine, checked, "row-remap-failure")
-        await client.execute_workflow(ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4),
-                                      id=f"sweep/record-{unique}", task_queue=settings.task_queue)
-        await _wait(engine, checked, lambda t: "send_to_rma" in t)
-
-        SimScheduler(engine).submit("recorded-job", 2)
-        busy = next(n for n in names if any(j.state == "running" for j in SimScheduler(engine).jobs_on_node(n)))
-        add_fault(engine, busy, "xid79")
-        await send_health_events(client, busy, [HealthEventInput(busy, "xid", 79, "recorded", "recorder", "rec-79", time.time())])
-        await _wait(engine, busy, lambda t: "drain_complete" in t)
-
-        await asyncio.sleep(2.0)  # let the runbook and the job restart finish their last steps
-
-        directory.mkdir(parents=True, exist_ok=True)
-        written = []
-        wanted = {
-            "node_lifecycle_drain_undrain": node_workflow_id(drained),
-            "node_lifecycle_xid79_under_a_job": node_workflow_id(busy),
-            "node_lifecycle_active_check_to_rma": node_workflow_id(checked),
-            "capacity_guard": guard_id(settings.fleet),
-            "active_check_sweep": f"sweep/record-{unique}",
-            "remediation_ecc_to_rma": f"remediation/{checked}",
-            "remediation_xid79": f"remediation/{busy}",
-        }
-        async for wf in client.list_workflows(f"WorkflowType = 'JobRestart' AND TaskQueue = '{settings.task_queue}'"):
-            wanted["job_restart_after_xid79"] = wf.id
-        for name, workflow_id in wanted.items():
-            history = await client.get_workflow_handle(workflow_id).fetch_history()
-            path = directory / f"{name}.json"
-            path.write_text(history.to_json())
-            written.append(path)
-        return written
+        yield Recording(settings, await connect(settings), unique)
     finally:
         worker.stop()
         server.stop()
 
 
+async def record_v1(directory: Path = SETS["v1"]) -> list[Path]:
+    async with recording() as rec:
+        client, settings, engine = rec.client, rec.settings, rec.engine
+        names = rec.add_nodes(8, "rec")
+        await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+        for n in names:
+            await request_phase(client, n, "admit", "recorder", "quick")
+        for n in names:
+            await rec.wait(n, lambda t: "enter_production" in t)
+
+        drained, critical, checked = names[0], names[1], names[2]
+        await request_transition(client, drained, "drain", "recorder", "operator: recording")
+        await rec.wait(drained, lambda t: "drain_complete" in t)
+        await request_transition(client, drained, "undrain", "recorder", "operator: recording")
+
+        add_fault(engine, checked, "row-remap-failure")
+        await client.execute_workflow(ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4),
+                                      id=f"sweep/record-{rec.unique}", task_queue=settings.task_queue)
+        await rec.wait(checked, lambda t: "send_to_rma" in t)
+
+        SimScheduler(engine).submit("recorded-job", 2)
+        busy = next(n for n in names if any(j.state == "running" for j in SimScheduler(engine).jobs_on_node(n)))
+        add_fault(engine, busy, "xid79")
+        await send_health_events(client, busy, [HealthEventInput(busy, "xid", 79, "recorded", "recorder", "rec-79", time.time())])
+        await rec.wait(busy, lambda t: "drain_complete" in t)
+
+        await asyncio.sleep(2.0)  # let the runbook and the job restart finish their last steps
+
+        wanted = {
+            "node_lifecycle_drain_undrain": node_workflow_id(drained),
+            "node_lifecycle_xid79_under_a_job": node_workflow_id(busy),
+            "node_lifecycle_active_check_to_rma": node_workflow_id(checked),
+            "capacity_guard": guard_id(settings.fleet),
+            "active_check_sweep": f"sweep/record-{rec.unique}",
+            "remediation_ecc_to_rma": f"remediation/{checked}",
+            "remediation_xid79": f"remediation/{busy}",
+        }
+        for workflow_id in await rec.workflow_ids("JobRestart"):
+            wanted["job_restart_after_xid79"] = workflow_id
+        return await rec.write(directory, wanted)
+
+
+async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
+    async with recording() as rec:
+        client, settings, engine = rec.client, rec.settings, rec.engine
+        scheduler = SimScheduler(engine)
+        names = rec.add_nodes(8, "rv2")
+        drifted, bad_event = names[0], names[1]
+
+        # A firmware baseline in force during admission: every node compares itself with it
+        # (patch firmware-phase); the drifted one is updated in the firmware phase first.
+        baseline = load_baseline(BASELINE)
+        set_baseline(engine, baseline.name, baseline.to_dict(), BASELINE.read_text(), "recorder")
+        add_fault(engine, drifted, "firmware-drift")
+        for n in names:
+            await client.start_workflow(
+                NodeLifecycle.run,
+                NodeLifecycleState(node=n, drain_job_wait_s=DRAIN_JOB_WAIT_S, drain_job_poll_s=DRAIN_JOB_POLL_S),
+                id=node_workflow_id(n), task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+        for n in names:
+            await request_phase(client, n, "admit", "recorder", "quick")
+        # Entering production resumes the node in its scheduler (patch resume-in-scheduler).
+        for n in names:
+            await rec.wait(n, lambda t: "enter_production" in t)
+        if "begin_firmware" not in rec.triggers(drifted):
+            raise RuntimeError(f"{drifted}: the firmware phase did not run: {rec.triggers(drifted)}")
+
+        # A code that does not fit its column is refused once (patch bad-health-event-skipped).
+        await send_health_events(client, bad_event, [
+            HealthEventInput(bad_event, "xid", UNFIT_XID, "garbled", "recorder", "rv2-unfit", time.time())])
+
+        # A runbook whose restart_jobs step finds a running job (patch runbook-restarts-jobs):
+        # drain, then move the job, then nothing else (its hardware steps are v1's concern).
+        job = scheduler.submit("recorded-train", 1)
+        (runbook_node,) = job.nodes
+        book = load_runbooks()["thermal-throttling"]
+        book = dataclasses.replace(book, steps=tuple(s for s in book.steps if s.action in ("drain", "restart_jobs")))
+        result = await run_remediation(client, settings, runbook_node, book,
+                                       Event("check", check="nvidia-smi-query", status="warn", message="thermal"),
+                                       "recorder")
+        if result.status != "succeeded" or "restarting 1 job" not in result.steps[-1].detail:
+            raise RuntimeError(f"{runbook_node}: the runbook did not restart the job: {result}")
+        await rec.wait(runbook_node, lambda t: "drain_complete" in t)
+
+        # A drain whose job outlasts its wait: the job is restarted elsewhere at the deadline
+        # (patch drain-deadline-restarts-jobs).
+        job = scheduler.submit("recorded-long-train", 1)
+        (deadline_node,) = job.nodes
+        await request_transition(client, deadline_node, "drain", "recorder", "operator: recording")
+        await rec.wait(deadline_node, lambda t: "drain_complete" in t, timeout_s=DRAIN_JOB_WAIT_S + 60)
+
+        # A sweep in batches (patch sweep-batches) in which one node's checks end in error: the
+        # errors are reported to the capacity guard (patch report-check-errors).
+        unreachable = next(n for n in reversed(names) if queries.get_node(engine, n).state == "production"
+                           and not scheduler.jobs_on_node(n))
+        add_fault(engine, unreachable, "unreachable")
+        sweep_id = f"sweep/record-{rec.unique}"
+        swept = await client.execute_workflow(
+            ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
+            id=sweep_id, task_queue=settings.task_queue)
+        if unreachable not in swept.errors:
+            raise RuntimeError(f"the sweep recorded no error for {unreachable}: {swept}")
+        batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
+        errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
+
+        for n in names:
+            await rec.idle(n)
+        restarts = await rec.workflow_ids("JobRestart")
+        wanted = {
+            "node_lifecycle_firmware_phase": node_workflow_id(drifted),
+            "node_lifecycle_bad_health_event": node_workflow_id(bad_event),
+            "node_lifecycle_drain_deadline": node_workflow_id(deadline_node),
+            "remediation_restart_jobs": remediation_id(runbook_node),
+            "job_restart_by_runbook": next(i for i in restarts if runbook_node in i),
+            "active_check_sweep_batches": sweep_id,
+            "active_check_batch_with_an_error": errored[0],
+            "capacity_guard": guard_id(settings.fleet),
+        }
+        return await rec.write(directory, wanted)
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2}
+
+
+async def record(sets: list[str]) -> list[Path]:
+    written: list[Path] = []
+    for name in sets:
+        written += await RECORDERS[name]()
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.replay.record", description=__doc__.split("\n")[0])
+    parser.add_argument("--set", choices=[*RECORDERS, "all"], default="v2",
+                        help="which set to (re)record; v1 rewrites histories recorded before any patch")
+    args = parser.parse_args(argv)
+    for path in asyncio.run(record(list(RECORDERS) if args.set == "all" else [args.set])):
+        print(path)
+
+
 if __name__ == "__main__":
-    for p in asyncio.run(record()):
-        print(p)
+    main()

@@ -1,26 +1,111 @@
 """Every recorded history replays on today's workflow code: a change that would break the
 workflows running in a fleet right now fails here (re-record with tests/replay/record.py
-only when the break is intended and nothing old is running)."""
+only when the break is intended and nothing old is running).
+
+Two sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
+recorded with the patches and takes every patched branch, which the marker test holds it to
+(new branches are deterministic too)."""
 
 from __future__ import annotations
 
+import ast
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from tests.replay.record import WORKFLOW_IDS
 from workflows.worker import WORKFLOWS
 
-HISTORIES = sorted((Path(__file__).resolve().parents[1] / "histories").glob("*.json"))
+ROOT = Path(__file__).resolve().parents[2]
+SETS = {"v1": ROOT / "tests" / "histories", "v2": ROOT / "tests" / "histories" / "v2"}
+HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json"))
+WORKFLOW_SOURCES = ROOT / "workflows"
+# What temporalio's workflow.patched records: a marker of this name whose details hold the
+# patch id as a JSON payload ({"id": ..., "deprecated": ...}).
+PATCH_MARKER = "core_patch"
+
+
+def _history(path: Path) -> WorkflowHistory:
+    """The history under the workflow id it ran with (recorded beside it; v1 predates that
+    and its workflows build no child id from their own)."""
+    ids = path.parent / WORKFLOW_IDS
+    workflow_id = (yaml.safe_load(ids.read_text()) if ids.exists() else {}).get(path.stem, path.stem)
+    return WorkflowHistory.from_json(workflow_id, path.read_text())
+
+
+def _label(path: Path) -> str:
+    return str(path.relative_to(SETS["v1"]).with_suffix(""))
+
+
+def patched_ids_in_source(directory: Path = WORKFLOW_SOURCES) -> dict[str, str]:
+    """Every literal id passed to `workflow.patched(...)` (or `deprecate_patch`) under
+    `directory`, with where it is; a non-literal id is an error (it could not be checked)."""
+    found: dict[str, str] = {}
+    for path in sorted(directory.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("patched", "deprecate_patch")):
+                continue
+            (arg,) = node.args
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                raise AssertionError(f"{path}:{node.lineno}: a patch id must be a string literal")
+            found.setdefault(arg.value, f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def patch_markers(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history recorded, decoded from its MarkerRecorded events."""
+    ids = set()
+    for event in history.events:
+        if not event.HasField("marker_recorded_event_attributes"):
+            continue
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name != PATCH_MARKER:
+            continue
+        for payloads in marker.details.values():
+            for payload in payloads.payloads:
+                assert payload.metadata.get("encoding") == b"json/plain", payload.metadata
+                ids.add(json.loads(payload.data)["id"])
+    return ids
 
 
 def test_histories_are_recorded_for_every_long_running_workflow() -> None:
-    names = {p.stem for p in HISTORIES}
+    names = {p.stem for p in SETS["v1"].glob("*.json")}
     assert {"node_lifecycle_drain_undrain", "capacity_guard", "active_check_sweep"} <= names
 
 
-@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+def test_both_sets_are_recorded_for_every_workflow_type() -> None:
+    for name, directory in SETS.items():
+        types = {_history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name
+                 for p in directory.glob("*.json")}
+        assert {"NodeLifecycle", "CapacityGuard", "ActiveCheckSweep", "Remediation", "JobRestart"} <= types, name
+
+
+def test_the_old_set_predates_every_patch() -> None:
+    """v1 proves old runs take the old branches only while it holds no patch marker."""
+    for path in SETS["v1"].glob("*.json"):
+        assert patch_markers(_history(path)) == set(), (
+            f"{path.name} takes patched branches: the old set was re-recorded at a HEAD with patches "
+            "(restore it from git; `python -m tests.replay.record` records the new set)")
+
+
+def test_the_source_scan_finds_the_patches() -> None:
+    """The scan itself: a known patch in a known place, so an empty scan cannot pass below."""
+    ids = patched_ids_in_source()
+    assert "firmware-phase" in ids and ids["firmware-phase"].startswith("workflows/definitions/node_lifecycle.py:")
+
+
+def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
+    recorded = set().union(*(patch_markers(_history(p)) for p in HISTORIES))
+    missing = {pid: where for pid, where in patched_ids_in_source().items() if pid not in recorded}
+    assert not missing, (f"patched ids no recorded history takes: {missing}; add a scenario to "
+                         "tests/replay/record.py (record_v2) and run `python -m tests.replay.record`")
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[_label(p) for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    await Replayer(workflows=WORKFLOWS).replay_workflow(history)
+    await Replayer(workflows=WORKFLOWS).replay_workflow(_history(path))

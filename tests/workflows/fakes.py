@@ -1,0 +1,191 @@
+"""Activities NodeLifecycle calls, replaced by name (as Temporal's samples-python does): each
+fake is registered under the real activity's name, answers from a `World` the test sets up,
+and records what it was asked. No database, no simulator, no scheduler: the workflow's own
+decisions are what a test observes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from fleetctl.capacity import RemovalDecision, RemovalRequest
+from workflows.activities.database import BAD_DATA
+from workflows.api import (
+    AdmissionRequest,
+    AdmissionVerdict,
+    AutomationRecord,
+    CheckOutcome,
+    CheckRequest,
+    DriftReport,
+    DriftRequest,
+    HealthEventInput,
+    HealthEventVerdict,
+    NodeFacts,
+    RemediationChoice,
+    RemediationPlan,
+    RmaOpened,
+    RmaRequest,
+    SchedulerCordon,
+    SweepScope,
+    TransitionRecord,
+    UpdateOutcome,
+)
+
+# The largest code the health_events column holds (a BIGINT): larger is bad data.
+LARGEST_CODE = 2**63 - 1
+
+
+@dataclass
+class World:
+    """What the fakes answer. Defaults: a healthy node whose checks pass, a guard that
+    grants, a scheduler with no jobs, no firmware baseline, no runbook."""
+
+    suite: list[str] = field(default_factory=lambda: ["nvidia-smi-query", "nccl-allreduce"])
+    check_status: dict[str, str] = field(default_factory=dict)  # check -> status; "raise": the activity fails
+    admission: AdmissionVerdict | None = None
+    guard_grants: bool = True
+    guard_reason: str = "within the fleet's limits"
+    jobs: list[str] = field(default_factory=list)  # the node's running jobs, every time it is asked
+    verdict: HealthEventVerdict | None = None  # the judgement of every recordable event
+    baseline_id: int = 0
+    drifts: list[list[str]] = field(default_factory=list)  # node_drift's answers, in order ([]: matches)
+    update: UpdateOutcome = field(default_factory=lambda: UpdateOutcome(True, "updated"))
+    scheduler_resumes: bool = True
+    # Set: every check waits for it (a test sends what arrives while a check runs).
+    checks_held: asyncio.Event | None = None
+
+
+class FakeActivities:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.calls: list[tuple[str, object]] = []
+        self.transitions: list[TransitionRecord] = []
+        self.automation: list[AutomationRecord] = []
+        self._changed = asyncio.Condition()
+
+    async def _called(self, name: str, arg: object) -> None:
+        async with self._changed:
+            self.calls.append((name, arg))
+            self._changed.notify_all()
+
+    def asked(self, name: str) -> list:
+        return [arg for called, arg in self.calls if called == name]
+
+    def triggers(self) -> list[str]:
+        return [t.trigger for t in self.transitions]
+
+    async def until(self, predicate: Callable[[], bool], timeout_s: float) -> None:
+        """Wait until the fakes have been asked enough that `predicate` holds."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+
+    def all(self) -> list[Callable]:
+        return [self.record_transition, self.node_facts, self.record_health_event, self.record_automation_event,
+                self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.choose_remediation,
+                self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
+                self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
+
+    # -- the node's row and events -----------------------------------------------------------
+
+    @activity.defn(name="record_transition")
+    async def record_transition(self, record: TransitionRecord) -> int:
+        self.transitions.append(record)
+        await self._called("record_transition", record)
+        return record.expected_version + 1
+
+    @activity.defn(name="node_facts")
+    async def node_facts(self, name: str) -> NodeFacts:
+        await self._called("node_facts", name)
+        return NodeFacts(name=name, rack="r1", profile="h100-sxm", scheduler="fake", state="production")
+
+    @activity.defn(name="record_health_event")
+    async def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
+        await self._called("record_health_event", ev)
+        if ev.code is not None and not 0 <= ev.code <= LARGEST_CODE:
+            raise ApplicationError(f"code {ev.code} is outside the column's range", type=BAD_DATA, non_retryable=True)
+        assert self.world.verdict is not None, "the test sent an event without saying how it is judged"
+        return self.world.verdict
+
+    @activity.defn(name="record_automation_event")
+    async def record_automation_event(self, rec: AutomationRecord) -> None:
+        self.automation.append(rec)
+        await self._called("record_automation_event", rec)
+
+    # -- the scheduler -----------------------------------------------------------------------
+
+    @activity.defn(name="running_jobs_on")
+    async def running_jobs_on(self, name: str) -> list[str]:
+        await self._called("running_jobs_on", name)
+        return list(self.world.jobs)
+
+    @activity.defn(name="cordon_in_scheduler")
+    async def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
+        await self._called("cordon_in_scheduler", req)
+        return "fake"
+
+    @activity.defn(name="resume_in_scheduler")
+    async def resume_in_scheduler(self, name: str) -> None:
+        await self._called("resume_in_scheduler", name)
+        if not self.world.scheduler_resumes:
+            raise ApplicationError(f"{name} was drained by someone else", type="DrainedBySomeoneElse",
+                                   non_retryable=True)
+
+    # -- checks, admission, firmware -----------------------------------------------------------
+
+    @activity.defn(name="suite_checks")
+    async def suite_checks(self, scope: SweepScope) -> list[str]:
+        await self._called("suite_checks", scope)
+        return list(self.world.suite)
+
+    @activity.defn(name="run_check")
+    async def run_check(self, req: CheckRequest) -> CheckOutcome:
+        await self._called("run_check", req)
+        if self.world.checks_held is not None:
+            await self.world.checks_held.wait()
+        status = self.world.check_status.get(req.check, "pass")
+        if status == "raise":
+            raise ApplicationError(f"{req.node}: unreachable", type="Executor.unreachable", non_retryable=True)
+        return CheckOutcome(req.node, req.check, status, f"{req.check}: {status}", {}, None, len(self.calls))
+
+    @activity.defn(name="judge_admission")
+    async def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:
+        await self._called("judge_admission", req)
+        return self.world.admission or AdmissionVerdict(req.node, True, "within the profile")
+
+    @activity.defn(name="current_baseline_id")
+    async def current_baseline_id(self, fleet: str) -> int:
+        await self._called("current_baseline_id", fleet)
+        return self.world.baseline_id
+
+    @activity.defn(name="node_drift")
+    async def node_drift(self, req: DriftRequest) -> DriftReport:
+        await self._called("node_drift", req)
+        drifts = self.world.drifts.pop(0) if self.world.drifts else []
+        return DriftReport(req.node, "drift" if drifts else "ok", drifts)
+
+    @activity.defn(name="apply_updates")
+    async def apply_updates(self, req: DriftRequest) -> UpdateOutcome:
+        await self._called("apply_updates", req)
+        return self.world.update
+
+    # -- the capacity guard, remediation ---------------------------------------------------------
+
+    @activity.defn(name="ask_capacity_guard")
+    async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
+        await self._called("ask_capacity_guard", req)
+        granted = self.world.guard_grants or req.critical
+        return RemovalDecision(req.node, granted, "critical" if req.critical else self.world.guard_reason)
+
+    @activity.defn(name="choose_remediation")
+    async def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
+        await self._called("choose_remediation", choice)
+        return RemediationPlan(runbook=None, event=choice.event)
+
+    @activity.defn(name="open_rma")
+    async def open_rma(self, req: RmaRequest) -> RmaOpened:
+        await self._called("open_rma", req)
+        return RmaOpened(rma_id=1, created=True)

@@ -1,0 +1,187 @@
+"""NodeLifecycle's decisions, each tested alone: the real workflow on the dev server, every
+activity it calls replaced by name (tests/workflows/fakes.py), so what is asserted is the
+workflow's choice, not the database's or the simulator's. The end-to-end tests under
+tests/lifecycle run the same decisions on the real activities."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from tests.workflows.fakes import World
+from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
+
+pytestmark = pytest.mark.temporal
+
+XID79 = HealthEventVerdict("", "critical", "drain", drain_now=True, critical=True, reason="XID 79: fallen off the bus")
+NOT_CRITICAL = HealthEventVerdict("", "error", "drain", drain_now=True, critical=False, reason="XID 48: double-bit ECC")
+
+
+async def test_an_operator_drain_cordons_then_hands_the_idle_node_to_maintenance(lifecycle) -> None:
+    node = await lifecycle()
+    result = await node.transition("drain")
+    assert (result.from_state, result.to_state) == ("production", "draining")
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    assert len(node.fakes.asked("cordon_in_scheduler")) == 1
+    assert node.fakes.asked("ask_capacity_guard") == []  # an operator's drain is the operator's call
+
+
+async def test_a_drain_the_capacity_guard_refuses_leaves_the_node_in_production(lifecycle) -> None:
+    node = await lifecycle(world=World(verdict=NOT_CRITICAL, guard_grants=False, guard_reason="3 of 20 out: at the limit"))
+    await node.event(48, "e-48")
+    s = await node.settled()
+    (asked,) = node.fakes.asked("ask_capacity_guard")
+    assert not asked.critical and asked.node == node.node
+    assert s.state == "production" and node.fakes.transitions == []
+    assert s.last_outcome == "drain held by the capacity guard: 3 of 20 out: at the limit"
+
+
+async def test_a_critical_event_drains_at_once_and_restarts_the_jobs_without_waiting_for_them(lifecycle) -> None:
+    # A two-hour wait for jobs: the test finishing at all shows the critical drain skipped it.
+    node = await lifecycle(world=World(verdict=XID79, guard_grants=False, jobs=["job-1"]), drain_job_wait_s=7200.0)
+    await node.event(79, "e-79")
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    (asked,) = node.fakes.asked("ask_capacity_guard")
+    assert asked.critical  # granted past the guard's limits because the GPU is already lost
+    restart = await node.job_restart("job-1", f"{node.node}-v2")
+    assert restart.bad_nodes == [node.node] and "XID 79" in restart.cause
+    # a drained node with a fault goes to its runbook, with the event that drained it
+    (choice,) = node.fakes.asked("choose_remediation")
+    assert choice.event["kind"] == "xid" and choice.event["code"] == 79
+
+
+async def test_jobs_that_outlast_a_drains_wait_are_restarted_before_maintenance(lifecycle) -> None:
+    node = await lifecycle(world=World(jobs=["job-7"]), drain_job_wait_s=0.3, drain_job_poll_s=0.1)
+    await node.transition("drain")
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    assert len(node.fakes.asked("running_jobs_on")) >= 2  # it did wait (polled) before acting
+    restart = await node.job_restart("job-7", f"{node.node}-v2")
+    assert restart.bad_nodes == [node.node]
+
+
+async def test_a_transition_the_table_forbids_is_refused_and_changes_nothing(lifecycle) -> None:
+    node = await lifecycle()
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await node.transition("undrain")
+    assert isinstance(refused.value.cause, ApplicationError) and refused.value.cause.type == "IllegalTransition"
+    s = await node.settled()
+    assert s.state == "production" and s.state_version == 1 and node.fakes.transitions == []
+
+
+async def test_a_repeated_request_id_gets_the_first_answer_and_moves_the_node_once(lifecycle) -> None:
+    node = await lifecycle()
+    first = await node.transition("drain", request_id="cli-1")
+    await node.settled()
+    again = await node.transition("drain", request_id="cli-1")  # a retry after a network blip
+    assert again.repeated and not first.repeated
+    assert (again.from_state, again.to_state, again.state_version) == (first.from_state, first.to_state, first.state_version)
+    assert node.fakes.triggers() == ["drain", "drain_complete"]
+    with pytest.raises(WorkflowUpdateFailedError):  # a new request is judged on today's state
+        await node.transition("drain", request_id="cli-2")
+
+
+async def test_a_passed_admission_enters_production_and_resumes_the_node_in_its_scheduler(lifecycle) -> None:
+    node = await lifecycle(state="new")
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "production"
+    assert node.fakes.triggers() == ["begin_burn_in", "begin_admission", "enter_production"]
+    assert [r.check for r in node.fakes.asked("run_check")] == ["nvidia-smi-query", "nccl-allreduce"]
+    assert node.fakes.asked("resume_in_scheduler") == [node.node]
+
+
+async def test_a_scheduler_that_will_not_resume_the_node_is_recorded_not_fatal(lifecycle) -> None:
+    node = await lifecycle(state="new", world=World(scheduler_resumes=False))
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "production" and s.last_outcome.startswith("not resumed in the scheduler")
+    assert [a.kind for a in node.fakes.automation] == ["scheduler_error"]
+
+
+async def test_a_failed_burn_in_check_sends_the_node_to_maintenance_and_its_runbook(lifecycle) -> None:
+    node = await lifecycle(state="new", world=World(check_status={"nvidia-smi-query": "fail"}))
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["begin_burn_in", "phase_failed"]
+    assert [r.check for r in node.fakes.asked("run_check")] == ["nvidia-smi-query"]  # stops at the first failure
+    (choice,) = node.fakes.asked("choose_remediation")
+    assert choice.event == {"kind": "check", "check": "nvidia-smi-query", "status": "fail",
+                            "message": "nvidia-smi-query: fail"}
+
+
+async def test_a_critical_event_during_burn_in_fails_the_phase_without_draining(lifecycle) -> None:
+    held = asyncio.Event()
+    node = await lifecycle(state="new", world=World(verdict=XID79, checks_held=held))
+    await node.admit()
+    await node.until(lambda: node.fakes.asked("run_check"))
+    await node.event(79, "e-79")  # queued behind the check in progress
+    held.set()
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["begin_burn_in", "phase_failed"]
+    assert node.fakes.transitions[-1].cause == "burn-in: a critical health event arrived during burn-in"
+    assert len(node.fakes.asked("run_check")) == 1 and node.fakes.asked("ask_capacity_guard") == []
+
+
+async def test_a_check_that_could_not_run_fails_burn_in_without_blaming_the_hardware(lifecycle) -> None:
+    node = await lifecycle(state="new", world=World(check_status={"nvidia-smi-query": "raise"}))
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "maintenance" and "nvidia-smi-query: error" in s.last_outcome
+    assert node.fakes.asked("choose_remediation") == []  # an error says nothing about the node
+
+
+async def test_an_admission_failed_on_bandwidth_is_remediated_as_an_nccl_failure(lifecycle) -> None:
+    verdict = AdmissionVerdict("", False, "nccl busbw 310 GB/s below the fleet's 400")
+    node = await lifecycle(state="new", world=World(admission=verdict))
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "maintenance"
+    assert node.fakes.triggers() == ["begin_burn_in", "begin_admission", "phase_failed"]
+    (choice,) = node.fakes.asked("choose_remediation")
+    assert choice.event["check"] == "nccl-allreduce"
+
+
+async def test_a_node_off_the_firmware_baseline_is_updated_before_burn_in(lifecycle) -> None:
+    world = World(baseline_id=3, drifts=[["GPU 0 VBIOS: 96.00.5E -> 96.00.89"], []])
+    node = await lifecycle(state="new", world=world)
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "production"
+    assert node.fakes.triggers() == ["begin_firmware", "begin_burn_in", "begin_admission", "enter_production"]
+    assert "off the baseline: GPU 0 VBIOS" in node.fakes.transitions[0].cause
+    assert len(node.fakes.asked("apply_updates")) == 1
+
+
+async def test_a_failed_firmware_update_sends_the_node_to_maintenance_before_any_burn_in(lifecycle) -> None:
+    world = World(baseline_id=3, drifts=[["NIC firmware: 28.39 -> 28.41"]], update=UpdateOutcome(False, "BMC said 503"))
+    node = await lifecycle(state="new", world=world)
+    await node.admit()
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["begin_firmware", "phase_failed"]
+    assert node.fakes.transitions[-1].cause == "firmware: update failed: BMC said 503"
+    assert node.fakes.asked("suite_checks") == []
+
+
+async def test_an_event_that_cannot_be_recorded_is_refused_once_and_the_next_still_drains(lifecycle) -> None:
+    node = await lifecycle(world=World(verdict=XID79))
+    await node.event(99999999999999999999, "bad-1")
+    await node.event(79, "e-79")
+    s = await node.settled()
+    assert s.state == "maintenance"
+    assert [e.code for e in node.fakes.asked("record_health_event")] == [99999999999999999999, 79]  # no retries
+    (refused,) = [a for a in node.fakes.automation if a.kind == "rejected"]
+    assert "outside the column's range" in refused.reason and refused.node == node.node
+
+
+async def test_admitting_a_node_in_production_is_refused_before_anything_runs(lifecycle) -> None:
+    node = await lifecycle(state="production")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await node.admit()
+    assert "cannot admit a node in production" in str(refused.value.cause)
+    assert node.fakes.calls == []
