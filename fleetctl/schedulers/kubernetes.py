@@ -665,22 +665,35 @@ def state_conditions(state: str, reason: str, health_condition: str) -> list[Jso
 def _merged_conditions(current: Sequence[Json], ours: Sequence[Json], now: datetime) -> list[Json]:
     """The node's conditions with ours replaced by type; lastTransitionTime moves only when a
     condition's status changes, as the kubelet and Node Problem Detector keep it."""
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = _rfc3339(now) or ""
     before = {c.get("type"): c for c in current}
     merged = [c for c in current if c.get("type") not in {o["type"] for o in ours}]
     for condition in ours:
         previous = before.get(condition["type"])
-        moved = previous is None or previous.get("status") != condition["status"]
-        merged.append({**condition, "lastHeartbeatTime": stamp,
-                       "lastTransitionTime": stamp if moved else previous.get("lastTransitionTime", stamp)})
+        kept = None if previous is None or previous.get("status") != condition["status"] \
+            else _rfc3339(previous.get("lastTransitionTime"))
+        merged.append({**condition, "lastHeartbeatTime": stamp, "lastTransitionTime": kept or stamp})
     return merged
+
+
+def _rfc3339(when: datetime | str | None) -> str | None:
+    """Seconds in UTC with a Z, as the API server writes times (the client reads them back
+    as +00:00); None for what is not a time."""
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        return None
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_event(node: Json, state: str, reason: str, now: datetime) -> Json:
     """A core/v1 Event on the Node, named as client-go's recorder names them."""
     metadata = node.get("metadata") or {}
     name = metadata["name"]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = _rfc3339(now) or ""
     involved: Json = {"apiVersion": "v1", "kind": "Node", "name": name}
     if metadata.get("uid"):
         involved["uid"] = metadata["uid"]

@@ -63,6 +63,23 @@ class _Emulator(kmock.KubernetesEmulator):
     refuse: Any = None  # request -> KubernetesError, an aiohttp response, or None
     record: Any = None  # request -> None, called for every request first
 
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        # kmock names the core group's version "/v1"; kubectl maps resources only under "v1".
+        listing = await super()._serve_version(request)
+        if isinstance(listing, dict) and str(listing.get("groupVersion", "")).startswith("/"):
+            listing["groupVersion"] = listing["groupVersion"][1:]
+        return listing
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        # kmock's lists carry no kind; kubectl refuses a list without one.
+        listing = await super()._serve_list(request)
+        info = _DISCOVERY.get(str(request.resource.group + "/" if request.resource.group else "")
+                              + f"{request.resource.version}/{request.resource.plural}")
+        if isinstance(listing, dict) and info is not None:
+            listing.setdefault("kind", f"{info.kind}List")
+            listing.setdefault("apiVersion", f"{request.resource.group}/{request.resource.version}".lstrip("/"))
+        return listing
+
     async def _handle(self, request: kmock.Request) -> Any:
         if self.record is not None:
             self.record(request)
@@ -86,6 +103,9 @@ class KubeEmulator:
         self.url = ""
         # (verb, API group, resource[/subresource]) of every API request, as RBAC names it.
         self.access: list[tuple[str, str, str]] = []
+        # ("namespace/name", gracePeriodSeconds or None) of every eviction and pod DELETE.
+        self.eviction_grace: list[tuple[str, int | None]] = []
+        self.pod_deletions: list[tuple[str, int | None]] = []
         # "namespace/name" of every eviction request, in order, answered or refused.
         self.eviction_requests: list[str] = []
         # (time.monotonic(), "namespace/name") of the same requests.
@@ -236,7 +256,7 @@ current-context: {context}
         self._throttled_evictions = (requests, retry_after_s)
 
     def _record(self, request: kmock.Request) -> None:
-        if request.resource is None:
+        if request.resource is None or not request.resource.plural:
             return  # discovery: every authenticated client may read it
         resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
         method = str(request.method.value if hasattr(request.method, "value") else request.method).upper()
@@ -245,6 +265,9 @@ current-context: {context}
         else:
             verb = _RBAC_VERBS.get(method, method.lower())
         self.access.append((verb, request.resource.group or "", resource))
+        if request.resource == PODS and verb == "delete" and not request.subresource:
+            grace = (request.data or {}).get("gracePeriodSeconds") if isinstance(request.data, dict) else None
+            self.pod_deletions.append((f"{request.namespace}/{request.name}", grace))
 
     def _refuse(self, request: kmock.Request) -> kmock.KubernetesError | aiohttp.web.StreamResponse | None:
         if request.resource == PODS and request.subresource == "eviction":
@@ -289,6 +312,8 @@ current-context: {context}
         namespace, name = request.namespace or "", request.name or ""
         self.eviction_requests.append(f"{namespace}/{name}")
         self.eviction_times.append((time.monotonic(), f"{namespace}/{name}"))
+        options = (request.data or {}).get("deleteOptions") or {} if isinstance(request.data, dict) else {}
+        self.eviction_grace.append((f"{namespace}/{name}", options.get("gracePeriodSeconds")))
         if self._blocked_attempts.get(f"{namespace}/{name}", 0) > 0:
             self._blocked_attempts[f"{namespace}/{name}"] -= 1
             raise _budget_refusal("scripted-budget", 1, 1)
@@ -314,11 +339,13 @@ current-context: {context}
                 status=500, reason="InternalError",
                 message="This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
         budget = budgets[0]
-        covered = [obj.raw for (resource, ns, _), obj in self.handler.objects.items()
-                   if resource == PODS and ns == namespace and not obj.deleted
-                   and _selects(budget, obj.raw["metadata"].get("labels") or {})]
+        # The disruption controller expects as many pods as their controllers want: evicted
+        # ones count (their controller recreates them) but are not healthy until then.
+        covered = [obj for (resource, ns, _), obj in self.handler.objects.items()
+                   if resource == PODS and ns == namespace
+                   and _selects(budget, (obj.last.raw if obj.deleted else obj.raw)["metadata"].get("labels") or {})]
         expected = len(covered)
-        healthy = sum(1 for p in covered if p["status"].get("phase") == "Running")
+        healthy = sum(1 for obj in covered if not obj.deleted and obj.raw["status"].get("phase") == "Running")
         spec = budget["spec"]
         if "minAvailable" in spec:
             desired = _scaled(spec["minAvailable"], expected)
