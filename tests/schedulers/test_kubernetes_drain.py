@@ -24,7 +24,7 @@ from fleetctl.schedulers.kubernetes import (
     KubernetesScheduler,
     parse_drain_policy,
 )
-from tests.schedulers.kube_emulator import KubeEmulator
+from tests.schedulers.kube_emulator import NODES, KubeEmulator
 
 MIRROR = {"kubernetes.io/config.mirror": "0f1e2d"}
 
@@ -243,6 +243,10 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
     assert draining["GpuHealthy"]["message"] == "fleetctl: XID 48 on GPU 2"
     assert draining["DrainInProgress"]["status"] == "True" and draining["Drained"]["status"] == "False"
 
+    long_ago = "2026-01-01T00:00:00Z"
+    kube.handler.objects[NODES, None, "gpu-1"].patch({"status": {"conditions": [
+        {**c, "lastTransitionTime": long_ago} for c in kube.node("gpu-1")["status"]["conditions"]]}})
+
     scheduler.set_state("gpu-1", "maintenance", "drained: XID 48 on GPU 2")
     node = kube.node("gpu-1")
     assert node["metadata"]["labels"][STATE_KEY] == "maintenance"
@@ -251,8 +255,9 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
     maintenance = conditions(kube, "gpu-1")
     assert {t: maintenance[t]["status"] for t in ("GpuHealthy", "DrainInProgress", "Drained", "MaintenanceInProgress")} \
         == {"GpuHealthy": "False", "DrainInProgress": "False", "Drained": "True", "MaintenanceInProgress": "True"}
-    # GpuHealthy stayed False: its transition time is the drain's, as NPD keeps it.
-    assert maintenance["GpuHealthy"]["lastTransitionTime"] == draining["GpuHealthy"]["lastTransitionTime"]
+    # GpuHealthy stayed False: its transition time stays, as NPD keeps it; DrainInProgress moved.
+    assert maintenance["GpuHealthy"]["lastTransitionTime"] == long_ago
+    assert maintenance["DrainInProgress"]["lastTransitionTime"] != long_ago
 
     scheduler.resume("gpu-1")
     assert conditions(kube, "gpu-1")["GpuHealthy"]["status"] == "True"
