@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -537,7 +538,7 @@ class KubernetesScheduler:
         """None when the pod is evicted or already gone; the refusing budget's name (or "" if
         the answer names none) while a PodDisruptionBudget refuses. The API server's rate
         limit is waited out here, as often as a budget would be retried."""
-        from kubernetes.client import V1DeleteOptions, V1Eviction, V1ObjectMeta
+        from kubernetes.client import V1Eviction, V1ObjectMeta
         from kubernetes.client.exceptions import ApiException
 
         namespace, _, name = pod_id.partition("/")
@@ -545,7 +546,7 @@ class KubernetesScheduler:
             api_version="policy/v1",
             kind="Eviction",
             metadata=V1ObjectMeta(name=name, namespace=namespace),
-            delete_options=self._delete_options(V1DeleteOptions),
+            delete_options=self._delete_options(),
         )
         for _ in range(self._eviction_attempts):
             with self._api_errors(f"evict pod {pod_id}"):
@@ -574,7 +575,6 @@ class KubernetesScheduler:
 
     def _delete_pod(self, pod: Json) -> None:
         """Delete the pod outright: its budget is not asked (a drain policy's `delete`)."""
-        from kubernetes.client import V1DeleteOptions
         from kubernetes.client.exceptions import ApiException
 
         pod_id = _pod_id(pod)
@@ -582,7 +582,7 @@ class KubernetesScheduler:
         with self._api_errors(f"delete pod {pod_id}"):
             try:
                 self._api().delete_namespaced_pod(
-                    name, namespace, body=self._delete_options(V1DeleteOptions),
+                    name, namespace, body=self._delete_options(),
                     _request_timeout=self._request_timeout_s,
                 )
             except ApiException as exc:
@@ -590,10 +590,13 @@ class KubernetesScheduler:
                     raise
         log.info("deleted pod %s after the drain deadline", pod_id)
 
-    def _delete_options(self, options_type: Any) -> Any:
+    def _delete_options(self) -> Any:
+        """The configured grace period for an eviction or deletion; None leaves each pod's own."""
+        from kubernetes.client import V1DeleteOptions
+
         if self._options.grace_period_s is None:
             return None
-        return options_type(grace_period_seconds=self._options.grace_period_s)
+        return V1DeleteOptions(grace_period_seconds=self._options.grace_period_s)
 
     def _report(self, node: str, state: str, reason: str) -> None:
         """The node's conditions and an Event say the state fleetctl moved it to."""
@@ -643,7 +646,6 @@ def state_conditions(state: str, reason: str, health_condition: str) -> list[Jso
     itself (new, firmware, burn-in, admission), False otherwise. The lifecycle conditions
     follow the draining -> maintenance path.
     """
-    camel = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", state) if part)
     message = _one_line(reason, 1024)
     if state == "production":
         healthy = "True"
@@ -656,10 +658,16 @@ def state_conditions(state: str, reason: str, health_condition: str) -> list[Jso
         "Drained": state in ("maintenance", "rma", "retired"),
         "MaintenanceInProgress": state == "maintenance",
     }
-    return [{"type": health_condition, "status": healthy, "reason": f"Fleetctl{camel}", "message": message}] + [
-        {"type": kind, "status": "True" if on else "False", "reason": f"Fleetctl{camel}", "message": message}
+    why = _state_reason(state)
+    return [{"type": health_condition, "status": healthy, "reason": why, "message": message}] + [
+        {"type": kind, "status": "True" if on else "False", "reason": why, "message": message}
         for kind, on in lifecycle.items()
     ]
+
+
+def _state_reason(state: str) -> str:
+    """'burn_in' -> 'FleetctlBurnIn': a condition's or Event's reason is one UpperCamelCase word."""
+    return "Fleetctl" + "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", state) if part)
 
 
 def _merged_conditions(current: Sequence[Json], ours: Sequence[Json], now: datetime) -> list[Json]:
@@ -697,13 +705,12 @@ def node_event(node: Json, state: str, reason: str, now: datetime) -> Json:
     involved: Json = {"apiVersion": "v1", "kind": "Node", "name": name}
     if metadata.get("uid"):
         involved["uid"] = metadata["uid"]
-    camel = "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", state) if part)
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
         "involvedObject": involved,
-        "reason": f"Fleetctl{camel}",
+        "reason": _state_reason(state),
         "message": _one_line(reason, 1024),
         "type": "Normal" if state == "production" else "Warning",
         "source": {"component": EVENT_SOURCE},
@@ -765,7 +772,7 @@ def _retry_after_s(headers: Any, default_s: float) -> float:
         seconds = float(raw)
     except (TypeError, ValueError):
         return default_s
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S) if seconds == seconds else default_s
+    return default_s if math.isnan(seconds) else min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 def _budget_text(budget: str) -> str:

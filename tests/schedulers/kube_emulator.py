@@ -73,11 +73,12 @@ class _Emulator(kmock.KubernetesEmulator):
     async def _serve_list(self, request: kmock.Request) -> Any:
         # kmock's lists carry no kind; kubectl refuses a list without one.
         listing = await super()._serve_list(request)
-        info = _DISCOVERY.get(str(request.resource.group + "/" if request.resource.group else "")
-                              + f"{request.resource.version}/{request.resource.plural}")
+        resource = request.resource
+        group_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
+        info = _DISCOVERY.get(f"{group_version}/{resource.plural}")
         if isinstance(listing, dict) and info is not None:
             listing.setdefault("kind", f"{info.kind}List")
-            listing.setdefault("apiVersion", f"{request.resource.group}/{request.resource.version}".lstrip("/"))
+            listing.setdefault("apiVersion", group_version)
         return listing
 
     async def _handle(self, request: kmock.Request) -> Any:
