@@ -376,15 +376,15 @@ class KubernetesScheduler:
         pods = self._pods_on_node(node)
         evict, delete, holding, left = [], [], [], []
         for pod in pods:
-            verdict = self._drain_verdict(pod, critical, deadline_passed)
+            verdict, why = self._drain_verdict(pod, critical, deadline_passed)
             if verdict == "evict":
                 evict.append(pod)
             elif verdict == "delete":
                 delete.append(pod)
-            elif verdict.startswith("left"):
-                left.append(f"{_pod_id(pod)}: {verdict}")
-            elif verdict != "gone":
-                holding.append(f"{_pod_id(pod)}: {verdict}")
+            elif verdict == "left":
+                left.append(f"{_pod_id(pod)}: {why}")
+            elif verdict == "hold":
+                holding.append(f"{_pod_id(pod)}: {why}")
         blocked = self._evict(evict, f"drain pods on node {node}") if evict else {}
         for pod in delete:
             self._delete_pod(pod)
@@ -492,25 +492,26 @@ class KubernetesScheduler:
         """A live pod that is work on the node: not the node's own infrastructure."""
         return _phase(pod) not in _TERMINAL_PHASES and _infrastructure(pod, self._options) is None
 
-    def _drain_verdict(self, pod: Json, critical: bool, deadline_passed: bool) -> str:
-        """What this round of a drain does with the pod: gone, left (why), evict, delete, or
-        why it holds the drain open."""
+    def _drain_verdict(self, pod: Json, critical: bool, deadline_passed: bool) -> tuple[str, str]:
+        """What this round of a drain does with the pod, and why: gone (it finished), left
+        (by rule; it does not hold the drain), evict, delete, or hold (it keeps the drain open)."""
         if _phase(pod) in _TERMINAL_PHASES:
-            return "gone"
+            return "gone", "finished"
         if (why := _infrastructure(pod, self._options)) is not None:
-            return f"left: {why}"
+            return "left", why
         if _annotations(pod).get(self._options.do_not_evict_annotation) == "true":
-            return f"left: annotated {self._options.do_not_evict_annotation}"
+            return "left", f"annotated {self._options.do_not_evict_annotation}"
         if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            return "terminating"
+            return "hold", "terminating"
         if critical:
-            return "evict"
+            return "evict", "critical fault"
         action = next((rule.action for rule in self._options.policy if rule.matches(pod)), "evict")
         if action == "delete":
-            return "delete" if deadline_passed else "policy deletes it after the drain deadline"
+            return ("delete", "drain deadline passed") if deadline_passed else \
+                ("hold", "policy deletes it after the drain deadline")
         if action == "wait":
-            return "policy waits for it to complete"
-        return "evict"
+            return "hold", "policy waits for it to complete"
+        return "evict", "policy evicts it"
 
     def _evict(self, pods: Sequence[Json], action: str) -> dict[str, str]:
         """Evict the pods, retrying the ones a budget refuses; those still refused after the

@@ -174,7 +174,7 @@ def test_drain_pods_evicts_workloads_and_skips_daemonset_pods(
     progress = scheduler.drain_pods("gpu-1")
 
     assert progress.done and progress.evicted == ("train/llm-0", "train/notebook")
-    assert progress.left == ("kube-system/dcgm-exporter-a: left: DaemonSet pod",)
+    assert progress.left == ("kube-system/dcgm-exporter-a: DaemonSet pod",)
     assert sorted(kube.eviction_requests) == ["train/llm-0", "train/notebook"]
     assert not kube.pod_exists("train", "llm-0")
     assert kube.pod_exists("kube-system", "dcgm-exporter-a")

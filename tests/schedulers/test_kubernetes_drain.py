@@ -24,7 +24,7 @@ from fleetctl.schedulers.kubernetes import (
     KubernetesScheduler,
     parse_drain_policy,
 )
-from tests.schedulers.kube_emulator import NODES, KubeEmulator
+from tests.schedulers.kube_emulator import NODES, PODS, KubeEmulator
 
 MIRROR = {"kubernetes.io/config.mirror": "0f1e2d"}
 
@@ -67,10 +67,10 @@ def test_infrastructure_do_not_evict_and_mirror_pods_are_left_and_hold_nothing(
 
     assert progress.evicted == ("research/loose",)
     assert progress.left == (
-        "kube-system/dcgm-exporter-a: left: DaemonSet pod",
-        "kube-system/kube-proxy-gpu-1: left: mirror pod",
-        "research/pinned: left: annotated fleetctl.io/do-not-evict",
-        "slurm/slurmd-gpu-1: left: owned by NodeSet slurmd-gpu-1-owner",
+        "kube-system/dcgm-exporter-a: DaemonSet pod",
+        "kube-system/kube-proxy-gpu-1: mirror pod",
+        "research/pinned: annotated fleetctl.io/do-not-evict",
+        "slurm/slurmd-gpu-1: owned by NodeSet slurmd-gpu-1-owner",
     )
     assert progress.done and sorted(kube.eviction_requests) == ["research/loose"]
 
@@ -100,6 +100,17 @@ def test_pods_without_a_job_label_hold_the_drain_open(kube: KubeEmulator) -> Non
 
     kube.finish_pod("serve", "vllm-7f9c")
     assert scheduler.drain_pods("gpu-1").done
+
+
+def test_a_terminating_pod_holds_the_drain_and_is_not_evicted_again(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
+    kube.handler.objects[PODS, "train", "llm-0"].patch({"metadata": {"deletionTimestamp": "2026-11-30T21:00:00Z"}})
+
+    progress = scheduler.drain_pods("gpu-1")
+
+    assert progress.holding == ("train/llm-0: terminating",) and kube.eviction_requests == []
 
 
 # -- the drain policy -----------------------------------------------------------------------
@@ -136,7 +147,7 @@ def test_a_critical_fault_evicts_every_workload_at_once(kube: KubeEmulator) -> N
     progress = scheduler.drain_pods("gpu-1", critical=True)
 
     assert progress.evicted == ("batch/etl-0", "serve/vllm-0") and progress.done
-    assert progress.left == ("research/pinned: left: annotated fleetctl.io/do-not-evict",)
+    assert progress.left == ("research/pinned: annotated fleetctl.io/do-not-evict",)
 
 
 @pytest.mark.parametrize(

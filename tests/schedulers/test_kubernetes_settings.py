@@ -78,7 +78,7 @@ def test_scheduler_for_builds_the_adapter_with_the_drain_settings(kube: KubeEmul
     progress = scheduler.drain_pods("gpu-1")
 
     assert progress.holding == ("serve/vllm-0: policy waits for it to complete",)
-    assert progress.left == ("slurm/slurmd-gpu-1: left: owned by SlurmNodeSet slurmd-gpu-1-owner",)
+    assert progress.left == ("slurm/slurmd-gpu-1: owned by SlurmNodeSet slurmd-gpu-1-owner",)
     assert kube.eviction_grace == [("train/llm-0", 30)]
 
 
