@@ -17,7 +17,8 @@ An API server in trouble is the test's too: `fail_node_patches` answers node PAT
 an error (500 by default) and leaves the node as it was, as etcd timing out behind it does.
 
 Every request is recorded as the RBAC verb, API group and resource it needs (`access`), so
-tests can hold the adapter's calls against the permissions it declares.
+tests can hold the adapter's calls against the permissions it declares. Discovery names the
+resources and lists carry their kind, so a real kubectl can read what the adapter wrote.
 
 kmock is asyncio-based and the adapter is synchronous, so the server runs its own event
 loop in a background thread.
