@@ -72,6 +72,7 @@ MAX_EVICTION_BACKOFF_S = 30.0
 # A Retry-After longer than this is cut to it: one activity must not sleep for minutes.
 MAX_RETRY_AFTER_S = 30.0
 MAX_GRACE_PERIOD_S = 86400
+STATUS_CONFLICT_ATTEMPTS = 3
 # Events about nodes (cluster-scoped) go to the default namespace, as the kubelet's do.
 EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "fleetctl"
@@ -600,21 +601,36 @@ class KubernetesScheduler:
         return V1DeleteOptions(grace_period_seconds=self._options.grace_period_s)
 
     def _report(self, node: str, state: str, reason: str) -> None:
-        """The node's conditions and an Event say the state fleetctl moved it to."""
+        """The node's conditions and an Event say the state fleetctl moved it to.
+
+        The conditions list is written whole, conditional on the node's resourceVersion so
+        that the kubelet's own conditions are never overwritten with stale ones; a conflict
+        (the kubelet wrote in between) is read again and retried.
+        """
+        from kubernetes.client.exceptions import ApiException
+
         now = datetime.now(timezone.utc)
-        current = self._read_node(node)
-        conditions = _merged_conditions(
-            (current.get("status") or {}).get("conditions") or [],
-            state_conditions(state, reason, self._options.health_condition),
-            now,
-        )
-        patch: Json = {"metadata": {}, "status": {"conditions": conditions}}
-        if (current.get("metadata") or {}).get("resourceVersion"):
-            patch["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        with self._api_errors(f"set conditions of node {node}"):
-            self._api().patch_node_status(
-                node, patch, _content_type="application/merge-patch+json", _request_timeout=self._request_timeout_s
+        for attempt in range(1, STATUS_CONFLICT_ATTEMPTS + 1):
+            current = self._read_node(node)
+            conditions = _merged_conditions(
+                (current.get("status") or {}).get("conditions") or [],
+                state_conditions(state, reason, self._options.health_condition),
+                now,
             )
+            patch: Json = {"metadata": {}, "status": {"conditions": conditions}}
+            if (current.get("metadata") or {}).get("resourceVersion"):
+                patch["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            with self._api_errors(f"set conditions of node {node}"):
+                try:
+                    self._api().patch_node_status(
+                        node, patch, _content_type="application/merge-patch+json",
+                        _request_timeout=self._request_timeout_s,
+                    )
+                except ApiException as exc:
+                    if exc.status == 409 and attempt < STATUS_CONFLICT_ATTEMPTS:
+                        continue
+                    raise
+            break
         event = node_event(current, state, reason, now)
         with self._api_errors(f"record event on node {node}"):
             self._api().create_namespaced_event(EVENT_NAMESPACE, event, _request_timeout=self._request_timeout_s)

@@ -116,6 +116,7 @@ class KubeEmulator:
         self.node_patches: list[tuple[float, str, int]] = []
         self._blocked_attempts: dict[str, float] = {}
         self._failing_patches: tuple[int, float] = (500, 0)
+        self._failing_status_only = False
         self._throttled_evictions: tuple[float, float] = (0, 0.0)
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -248,9 +249,11 @@ current-context: {context}
 
     # -- an API server in trouble --------------------------------------------------------
 
-    def fail_node_patches(self, status: int = 500, attempts: float = math.inf) -> None:
-        """Answer the next `attempts` PATCHes of any node with `status`, leaving the node unchanged."""
+    def fail_node_patches(self, status: int = 500, attempts: float = math.inf, status_only: bool = False) -> None:
+        """Answer the next `attempts` PATCHes of any node (of its status subresource only, if
+        `status_only`) with `status`, leaving the node unchanged."""
         self._failing_patches = (status, attempts)
+        self._failing_status_only = status_only
 
     def throttle_evictions(self, requests: float, retry_after_s: float) -> None:
         """Answer the next `requests` evictions with 429 and `Retry-After`, as the API server's
@@ -277,14 +280,14 @@ current-context: {context}
         if request.resource != NODES or request.action != kmock.action.UPDATE:
             return None
         status, left = self._failing_patches
-        if left <= 0:
+        if left <= 0 or (self._failing_status_only and request.subresource != "status"):
             self.node_patches.append((time.monotonic(), request.name or "", 200))
             return None
         self._failing_patches = (status, left - 1)
         self.node_patches.append((time.monotonic(), request.name or "", status))
         return kmock.KubernetesError(
             status=status,
-            reason="InternalError" if status == 500 else "TooManyRequests" if status == 429 else "Failure",
+            reason={500: "InternalError", 429: "TooManyRequests", 409: "Conflict"}.get(status, "Failure"),
             message="etcdserver: request timed out" if status == 500 else f"refused with HTTP {status}",
         )
 

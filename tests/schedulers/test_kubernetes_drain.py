@@ -282,6 +282,19 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
     assert len({e["metadata"]["name"] for e in events}) == 3
 
 
+def test_a_conflicting_status_write_is_read_again_and_retried_then_reported(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.fail_node_patches(status=409, attempts=2, status_only=True)  # the kubelet wrote in between, twice
+    scheduler.set_state("gpu-1", "maintenance", "drained")
+    assert conditions(kube, "gpu-1")["MaintenanceInProgress"]["status"] == "True"
+
+    kube.fail_node_patches(status=409, attempts=3, status_only=True)
+    with pytest.raises(SchedulerError, match="set conditions of node gpu-1: HTTP 409"):
+        scheduler.set_state("gpu-1", "rma", "sent back")
+    assert conditions(kube, "gpu-1")["MaintenanceInProgress"]["status"] == "True"
+
+
 def test_set_state_on_a_node_fleetctl_has_not_cordoned_changes_only_the_label(
     kube: KubeEmulator, scheduler: KubernetesScheduler
 ) -> None:
