@@ -6,6 +6,8 @@ PYTHON ?= python3
 # cluster (slurm-wlm + munge), a headless browser for the HTML report, nginx as the mTLS
 # gRPC proxy in front of Temporal, systemd's systemd-analyze for the deploy/ units, and
 # Prometheus and Alertmanager for the agent's, the exporter's and the intake's tests.
+# Debian's kubernetes-client (kubectl) too, unless the machine has a kubectl of another vendor
+# (that one owns /usr/bin/kubectl and the two packages cannot both be installed).
 APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium nginx systemd prometheus prometheus-alertmanager
 
 .PHONY: demo test bench system-deps lint clean
@@ -21,6 +23,7 @@ $(VENV)/.installed: pyproject.toml
 # under .ci/run (FLEETCTL_TEST_REQUIRE_SERVICES=1: CI never passes on fewer tests).
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	command -v kubectl >/dev/null 2>&1 || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages:$$missing"; \

@@ -44,6 +44,12 @@ ENV_VARS = {
     "slurm_host": "FLEETCTL_SLURM_HOST",
     "kubeconfig": "KUBECONFIG",
     "kube_context": "FLEETCTL_KUBE_CONTEXT",
+    "kube_drain_policy": "FLEETCTL_KUBE_DRAIN_POLICY",
+    "kube_do_not_evict_annotation": "FLEETCTL_KUBE_DO_NOT_EVICT_ANNOTATION",
+    "kube_infrastructure_owner_kinds": "FLEETCTL_KUBE_INFRASTRUCTURE_OWNER_KINDS",
+    "kube_eviction_grace_period_s": "FLEETCTL_KUBE_EVICTION_GRACE_PERIOD_S",
+    "kube_critical_taint_effect": "FLEETCTL_KUBE_CRITICAL_TAINT_EFFECT",
+    "kube_health_condition": "FLEETCTL_KUBE_HEALTH_CONDITION",
     "bmc_username": "FLEETCTL_BMC_USERNAME",
     "bmc_password": "FLEETCTL_BMC_PASSWORD",
     "bmc_verify_tls": "FLEETCTL_BMC_VERIFY_TLS",
@@ -120,6 +126,21 @@ class Settings:
     slurm_host: str = ""
     kubeconfig: str = ""
     kube_context: str = ""
+    # Kubernetes drains (fleetctl.schedulers.kubernetes): per-namespace or per-label rules,
+    # `namespace:NAME=ACTION` or `label:KEY=VALUE=ACTION` separated by commas, ACTION one of
+    # evict, wait, delete (after the drain's deadline); pods no rule names are evicted.
+    kube_drain_policy: str = ""
+    # Pods annotated with this key set to "true" are never evicted by a drain.
+    kube_do_not_evict_annotation: str = "fleetctl.io/do-not-evict"
+    # Owner kinds whose pods are the node's infrastructure, not work (comma-separated): the
+    # Slurm operator's NodeSet runs slurmd on SUNK nodes.
+    kube_infrastructure_owner_kinds: str = "NodeSet"
+    # Grace period given to evicted or deleted pods; -1: each pod's own.
+    kube_eviction_grace_period_s: int = -1
+    # The state taint's effect for a critical fault (NoExecute: untolerating pods leave at once).
+    kube_critical_taint_effect: str = "NoExecute"
+    # The node condition fleetctl's health verdict is written to.
+    kube_health_condition: str = "GpuHealthy"
     # BMCs (Redfish): one service account for the fleet. The password is never logged.
     bmc_username: str = ""
     bmc_password: str = ""
@@ -266,4 +287,16 @@ def load_settings(
         if value is not None:
             setattr(settings, key, _coerce(key, value))
             settings.sources[key] = "flag"
+    _check_kubernetes(settings)
     return settings
+
+
+def _check_kubernetes(settings: Settings) -> None:
+    """The Kubernetes drain settings, checked once here so a bad one stops at startup."""
+    from fleetctl.schedulers.kubernetes import kubernetes_options
+
+    try:
+        kubernetes_options(settings)
+    except ValueError as exc:
+        source = settings.sources.get(str(exc).partition(":")[0], "")
+        raise ConfigError(f"setting {exc}" + (f" (from {source})" if source else "")) from None

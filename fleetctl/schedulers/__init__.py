@@ -35,7 +35,8 @@ def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | N
         return SlurmScheduler(run=slurm_runner or LocalCommandRunner(
             env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None))
     if kind == "kubernetes":
-        from fleetctl.schedulers.kubernetes import KubernetesScheduler
+        from fleetctl.schedulers.kubernetes import KubernetesScheduler, kubernetes_options
 
-        return KubernetesScheduler(kubeconfig=settings.kubeconfig or None, context=settings.kube_context or None)
+        return KubernetesScheduler(kubeconfig=settings.kubeconfig or None, context=settings.kube_context or None,
+                                   options=kubernetes_options(settings))
     raise ValueError(f"no scheduler adapter for {kind!r} (one of: {', '.join(SCHEDULER_KINDS)})")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 # Every drain reason fleetctl writes starts with this, so fleetctl can tell its own drains
 # from an operator's and only resume what it drained (unless forced).
@@ -55,3 +55,42 @@ class Scheduler(Protocol):
     def job(self, job_id: str) -> SchedulerJob: ...
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class PodDrainProgress:
+    """One round of moving a node's pods off it (schedulers that place pods, not jobs).
+
+    `holding` are the pods that keep the drain open, each "namespace/name: why" (waiting
+    by policy, refused by a disruption budget, terminating); the drain is done when none
+    is left. `left` are pods the drain leaves by rule and that do not hold it open.
+    """
+
+    node: str
+    evicted: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    holding: tuple[str, ...] = ()
+    left: tuple[str, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        return not self.holding
+
+
+@runtime_checkable
+class DrainsPods(Protocol):
+    """Optional: a scheduler that can move a cordoned node's pods off it (Kubernetes).
+
+    Called once per poll of a drain: `critical` evicts every workload at once;
+    `deadline_passed` lets pods whose policy waits for the deadline be deleted.
+    """
+
+    def drain_pods(self, node: str, critical: bool = False, deadline_passed: bool = False) -> PodDrainProgress: ...
+
+
+@runtime_checkable
+class ReportsNodeState(Protocol):
+    """Optional: a scheduler that shows fleetctl's lifecycle state on its own node object
+    (Kubernetes: label, conditions, events). Called after every transition."""
+
+    def set_state(self, node: str, state: str, reason: str) -> None: ...

@@ -1,11 +1,24 @@
 """Kubernetes adapter: cordon, taint and label nodes; evict pods through the Eviction API.
 
-A drain cordons the node, adds the taint `fleetctl.io/state=<state>:NoSchedule`, sets the
-label `fleetctl.io/state=<state>` and records the reason in the annotation
-`fleetctl.io/reason`. The annotation is how fleetctl knows a cordon is its own: resume
-lifts only those, unless forced. A drain does not evict: running pods either finish or
-are evicted explicitly (`evict_pods`, `restart_job`), and evictions go through the
-Eviction API so PodDisruptionBudgets are honoured.
+A drain cordons the node, adds the taint `fleetctl.io/state=<state>:NoSchedule`
+(`NoExecute` for a critical fault, as configured), sets the label `fleetctl.io/state=<state>`
+and records the reason in the annotation `fleetctl.io/reason`. The annotation is how
+fleetctl knows a cordon is its own: resume lifts only those, unless forced.
+
+Every transition fleetctl reports (`drain`, `resume`, `set_state`) is said in Kubernetes'
+words too: the label, a health condition on the node's status (`GpuHealthy` by default,
+with reason and message, as Node Problem Detector writes them) beside the lifecycle
+conditions `DrainInProgress`, `Drained` and `MaintenanceInProgress`, and an Event on the
+Node from component `fleetctl`.
+
+Moving pods off a cordoned node is `drain_pods`, called once per poll, as `kubectl drain`
+with fleetctl's judgement: DaemonSet pods, mirror (static) pods, pods owned by an
+infrastructure controller (the Slurm operator's NodeSet: slurmd is the node, not work on
+it) and pods with the do-not-evict annotation are left; the others follow the drain policy
+(evict now, wait for completion, or delete after the deadline), and a critical fault
+evicts them all at once. Evictions go through the Eviction API, so PodDisruptionBudgets
+are honoured; a budget's refusal (429 naming the budget) is retried with backoff and then
+reported by name, while the API server's rate limit (429 with Retry-After) is waited out.
 
 A job is the set of pods sharing a job label (`fleetctl.io/job`, then the batch Job
 controller's `job-name`); its id is `namespace/name`. Restarting a job evicts its pods
@@ -19,16 +32,20 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
+    PodDrainProgress,
     SchedulerError,
     SchedulerJob,
     SchedulerNodeState,
@@ -37,6 +54,7 @@ from fleetctl.names import KUBERNETES_NODE_NAME_RE
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
+    from fleetctl.config import Settings
     from kubernetes.client import CoreV1Api
     from kubernetes.client.exceptions import ApiException
 
@@ -56,15 +74,135 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_EVICTION_ATTEMPTS = 6
 DEFAULT_EVICTION_BACKOFF_S = 2.0
 MAX_EVICTION_BACKOFF_S = 30.0
+# A Retry-After longer than this is cut to it: one activity must not sleep for minutes.
+MAX_RETRY_AFTER_S = 30.0
+MAX_GRACE_PERIOD_S = 86400
+STATUS_CONFLICT_ATTEMPTS = 3
+# Events about nodes (cluster-scoped) go to the default namespace, as the kubelet's do.
+EVENT_NAMESPACE = "default"
+EVENT_SOURCE = "fleetctl"
+
+# Every call this adapter makes, as the RBAC rules a ClusterRole must grant it:
+# (apiGroup, resource, verbs). The deployment's ClusterRole is built from this list, and a
+# test holds every request the adapter makes against the emulator to it.
+RBAC_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("", "nodes", ("get", "patch")),
+    ("", "nodes/status", ("patch",)),
+    ("", "pods", ("list", "delete")),
+    ("", "pods/eviction", ("create",)),
+    ("", "events", ("create",)),
+)
+
+DRAIN_ACTIONS = ("evict", "wait", "delete")
+TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+LIFECYCLE_CONDITIONS = ("DrainInProgress", "Drained", "MaintenanceInProgress")
 
 # Node names go into field selectors and job names into label selectors: a comma or an
 # '=' there would widen the selection, so both are checked against what Kubernetes allows.
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+# A label or annotation key: an optional DNS-subdomain prefix and a name.
+_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
+_CONDITION_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
+# The budget's name in the API server's refusal (pkg/registry/core/pod/storage/eviction.go).
+_BUDGET_IN_MESSAGE = re.compile(r"disruption budget (\S+) needs")
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # The kubelet's copy of a static pod: evicting it does nothing, the kubelet owns it.
 _MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+@dataclass(frozen=True)
+class DrainRule:
+    """Pods in `namespace`, or labelled `label_key=label_value`, are drained by `action`."""
+
+    action: str
+    namespace: str | None = None
+    label_key: str | None = None
+    label_value: str | None = None
+
+    def matches(self, pod: Json) -> bool:
+        metadata = pod.get("metadata") or {}
+        if self.namespace is not None:
+            return metadata.get("namespace") == self.namespace
+        return (metadata.get("labels") or {}).get(self.label_key or "") == self.label_value
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    """How a drain treats a node's pods and how it says so (from Settings; see kubernetes_options)."""
+
+    # First matching rule wins; a pod no rule matches is evicted.
+    policy: tuple[DrainRule, ...] = ()
+    do_not_evict_annotation: str = "fleetctl.io/do-not-evict"
+    # Owners whose pods are the node's infrastructure (slurmd under the Slurm operator).
+    infrastructure_owner_kinds: frozenset[str] = field(default_factory=lambda: frozenset({"NodeSet"}))
+    # Passed with each eviction or deletion; None: each pod's own terminationGracePeriodSeconds.
+    grace_period_s: int | None = None
+    critical_taint_effect: str = "NoExecute"
+    health_condition: str = "GpuHealthy"
+
+
+def parse_drain_policy(text: str) -> tuple[DrainRule, ...]:
+    """'namespace:serving=wait, label:app=vllm=delete' -> rules, in order; ValueError if malformed.
+
+    Each rule is `namespace:NAME=ACTION` or `label:KEY=VALUE=ACTION`, ACTION one of evict,
+    wait, delete.
+    """
+    rules = []
+    for term in (part.strip() for part in text.split(",")):
+        if not term:
+            continue
+        selector, equals, action = term.rpartition("=")
+        kind, colon, target = selector.partition(":")
+        if not equals or not colon or action not in DRAIN_ACTIONS:
+            raise ValueError(f"drain policy rule {term!r}: expected namespace:NAME=ACTION or "
+                             f"label:KEY=VALUE=ACTION, ACTION one of {', '.join(DRAIN_ACTIONS)}")
+        if kind == "namespace" and _NAMESPACE.fullmatch(target):
+            rules.append(DrainRule(action, namespace=target))
+            continue
+        key, equals, value = target.partition("=")
+        if kind == "label" and equals and _KEY.fullmatch(key) and (value == "" or _LABEL_VALUE.fullmatch(value)):
+            rules.append(DrainRule(action, label_key=key, label_value=value))
+            continue
+        raise ValueError(f"drain policy rule {term!r}: {kind or 'selector'} {target!r} is not a valid "
+                         "namespace:NAME or label:KEY=VALUE")
+    return tuple(rules)
+
+
+def kubernetes_options(settings: Settings) -> DrainOptions:
+    """The drain options the settings name; ValueError, saying which setting, if one is invalid."""
+    if not _KEY.fullmatch(settings.kube_do_not_evict_annotation):
+        raise ValueError(f"kube_do_not_evict_annotation: {settings.kube_do_not_evict_annotation!r} "
+                         "is not an annotation key")
+    kinds = frozenset(kind.strip() for kind in settings.kube_infrastructure_owner_kinds.split(",") if kind.strip())
+    if bad := sorted(kind for kind in kinds if not _KIND.fullmatch(kind)):
+        raise ValueError(f"kube_infrastructure_owner_kinds: {', '.join(map(repr, bad))} is not a Kubernetes kind")
+    grace = settings.kube_eviction_grace_period_s
+    if not -1 <= grace <= MAX_GRACE_PERIOD_S:
+        raise ValueError(f"kube_eviction_grace_period_s: {grace} is not between -1 (the pod's own) "
+                         f"and {MAX_GRACE_PERIOD_S}")
+    if settings.kube_critical_taint_effect not in TAINT_EFFECTS:
+        raise ValueError(f"kube_critical_taint_effect: {settings.kube_critical_taint_effect!r} is not one of "
+                         f"{', '.join(TAINT_EFFECTS)}")
+    if not _CONDITION_TYPE.fullmatch(settings.kube_health_condition) \
+            or settings.kube_health_condition in ("Ready", *LIFECYCLE_CONDITIONS):
+        raise ValueError(f"kube_health_condition: {settings.kube_health_condition!r} is not a condition type "
+                         "of fleetctl's own (UpperCamelCase, not Ready or a lifecycle condition)")
+    try:
+        policy = parse_drain_policy(settings.kube_drain_policy)
+    except ValueError as exc:
+        raise ValueError(f"kube_drain_policy: {exc}") from None
+    return DrainOptions(
+        policy=policy,
+        do_not_evict_annotation=settings.kube_do_not_evict_annotation,
+        infrastructure_owner_kinds=kinds,
+        grace_period_s=None if grace == -1 else grace,
+        critical_taint_effect=settings.kube_critical_taint_effect,
+        health_condition=settings.kube_health_condition,
+    )
 
 
 class KubernetesScheduler:
@@ -74,7 +212,8 @@ class KubernetesScheduler:
     kubeconfig (`kubeconfig` path and `context`; both default to kubectl's defaults).
     A PodDisruptionBudget that refuses an eviction (HTTP 429) is retried
     `eviction_attempts` times, backing off from `eviction_backoff_s`, before the pods it
-    still protects are reported in a SchedulerError.
+    still protects are reported with the budget's name; the API server's rate limit is
+    waited out (its Retry-After, at most MAX_RETRY_AFTER_S) up to as many times.
     """
 
     def __init__(
@@ -87,6 +226,7 @@ class KubernetesScheduler:
         eviction_attempts: int = DEFAULT_EVICTION_ATTEMPTS,
         eviction_backoff_s: float = DEFAULT_EVICTION_BACKOFF_S,
         job_labels: Sequence[str] = JOB_LABELS,
+        options: DrainOptions | None = None,
     ) -> None:
         # Empty strings mean "kubectl's default", as unset settings arrive from the config.
         kubeconfig, context = kubeconfig or None, context or None
@@ -101,6 +241,7 @@ class KubernetesScheduler:
         self._eviction_attempts = eviction_attempts
         self._eviction_backoff_s = eviction_backoff_s
         self._job_labels = tuple(job_labels)
+        self._options = options or DrainOptions()
         self._core: CoreV1Api | None = None
 
     def __repr__(self) -> str:
@@ -108,15 +249,18 @@ class KubernetesScheduler:
 
     # -- the Scheduler protocol ------------------------------------------------------
 
-    def drain(self, node: str, reason: str, state: str = "draining") -> None:
-        """Cordon, taint and label the node, and record why.
+    def drain(self, node: str, reason: str, state: str = "draining", critical: bool = False) -> None:
+        """Cordon, taint and label the node, record why, and say so in its conditions and events.
 
-        A node someone else already cordoned keeps their cordon and stays theirs: it gets
-        the taint and label but not fleetctl's reason, so resume will not lift it.
+        The taint is NoSchedule, or the configured critical effect (NoExecute: pods that do
+        not tolerate it leave at once) for a critical fault. A node someone else already
+        cordoned keeps their cordon and stays theirs: it gets the taint and label but not
+        fleetctl's reason, so resume will not lift it.
         """
         current = self._read_node(node)
         reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
-        spec: Json = {"taints": _taints_with_state(current, state)}
+        effect = self._options.critical_taint_effect if critical else "NoSchedule"
+        spec: Json = {"taints": _taints_with_state(current, state, effect)}
         metadata: Json = {"labels": {STATE_KEY: state}}
         if _cordoned(current) and not _owned_by_fleetctl(current):
             log.info("node %s was cordoned by someone else; leaving their cordon to them", node)
@@ -124,6 +268,7 @@ class KubernetesScheduler:
             spec["unschedulable"] = True
             metadata["annotations"] = {REASON_ANNOTATION: reason}
         self._patch_node(current, {"metadata": metadata, "spec": spec}, f"drain node {node}")
+        self._report(node, state, reason)
         log.info("drained node %s: %s", node, reason)
 
     def resume(self, node: str, force: bool = False, state: str = "production") -> None:
@@ -141,7 +286,21 @@ class KubernetesScheduler:
             "spec": {"unschedulable": None, "taints": _taints_with_state(current, None)},
         }
         self._patch_node(current, patch, f"resume node {node}")
+        self._report(node, state, f"{REASON_PREFIX} back in {state}")
         log.info("resumed node %s", node)
+
+    def set_state(self, node: str, state: str, reason: str) -> None:
+        """Say fleetctl's lifecycle state on the node: label, the state taint's value where
+        fleetctl's cordon holds the node, conditions and an Event. Placement is not changed:
+        drain and resume do that."""
+        current = self._read_node(node)
+        metadata: Json = {"labels": {STATE_KEY: state}}
+        patch: Json = {"metadata": metadata}
+        own_taint = next((t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") == STATE_KEY), None)
+        if own_taint is not None:
+            patch["spec"] = {"taints": _taints_with_state(current, state, own_taint.get("effect") or "NoSchedule")}
+        self._patch_node(current, patch, f"label node {node} {state}")
+        self._report(node, state, reason)
 
     def node_state(self, node: str) -> SchedulerNodeState:
         current = self._read_node(node)
@@ -152,7 +311,7 @@ class KubernetesScheduler:
             state = "down"
         elif cordoned:
             state = "cordoned"
-        elif any(_is_workload(pod) for pod in self._pods_on_node(node)):
+        elif any(self._is_workload(pod) for pod in self._pods_on_node(node)):
             state = "allocated"
         else:
             state = "idle"
@@ -170,11 +329,12 @@ class KubernetesScheduler:
 
     def busy_nodes(self) -> set[str]:
         """Nodes with a live workload pod of any kind (not only labelled jobs): a node that
-        serves inference is as busy as one that trains."""
+        serves inference is as busy as one that trains. Infrastructure pods (DaemonSet,
+        static, NodeSet-owned slurmd) are not work."""
         with self._api_errors("list pods"):
             pods = self._api().list_pod_for_all_namespaces(_request_timeout=self._request_timeout_s)
         return {node for pod in map(self._json, pods.items)
-                if _is_workload(pod) and (node := (pod.get("spec") or {}).get("nodeName"))}
+                if self._is_workload(pod) and (node := (pod.get("spec") or {}).get("nodeName"))}
 
     def job(self, job_id: str) -> SchedulerJob:
         namespace, name = _split_job_id(job_id)
@@ -204,14 +364,43 @@ class KubernetesScheduler:
         pods = [pod for pod in self._job_pods(namespace, name) if _phase(pod) not in _TERMINAL_PHASES]
         if not pods:
             raise SchedulerError(f"kubernetes: restart job {job_id}: it has no live pods to evict")
-        self._evict(pods, f"restart job {job_id}")
+        action = f"restart job {job_id}"
+        if blocked := self._evict(pods, action):
+            raise SchedulerError(f"kubernetes: {action}: {_blocked_text(blocked, self._eviction_attempts)}")
 
     # -- Kubernetes only ---------------------------------------------------------------
 
-    def evict_pods(self, node: str) -> None:
-        """Evict the node's workload pods (not DaemonSet or static pods), honouring PDBs."""
-        pods = [pod for pod in self._pods_on_node(node) if _is_workload(pod)]
-        self._evict(pods, f"evict pods on node {node}")
+    def drain_pods(self, node: str, critical: bool = False, deadline_passed: bool = False) -> PodDrainProgress:
+        """One round of moving the node's pods off it; see the module docstring for the rules.
+
+        Pods whose rule is `evict` (every workload pod, when `critical`) are evicted now;
+        `delete` pods are deleted once `deadline_passed`, bypassing their budgets; `wait`
+        pods are left to finish. Every workload pod still on the node holds the drain open,
+        labelled as a job or not. Pods a budget protects stay, named with the budget.
+        """
+        pods = self._pods_on_node(node)
+        evict, delete, holding, left = [], [], [], []
+        for pod in pods:
+            verdict, why = self._drain_verdict(pod, critical, deadline_passed)
+            if verdict == "evict":
+                evict.append(pod)
+            elif verdict == "delete":
+                delete.append(pod)
+            elif verdict == "left":
+                left.append(f"{_pod_id(pod)}: {why}")
+            elif verdict == "hold":
+                holding.append(f"{_pod_id(pod)}: {why}")
+        blocked = self._evict(evict, f"drain pods on node {node}") if evict else {}
+        for pod in delete:
+            self._delete_pod(pod)
+        holding += [f"{pod_id}: {_budget_text(budget)}" for pod_id, budget in blocked.items()]
+        return PodDrainProgress(
+            node=node,
+            evicted=tuple(sorted(_pod_id(pod) for pod in evict if _pod_id(pod) not in blocked)),
+            deleted=tuple(sorted(_pod_id(pod) for pod in delete)),
+            holding=tuple(sorted(holding)),
+            left=tuple(sorted(left)),
+        )
 
     # -- internals ---------------------------------------------------------------------
 
@@ -314,45 +503,151 @@ class KubernetesScheduler:
                 return f"{metadata.get('namespace')}/{labels[label]}"
         return None
 
-    def _evict(self, pods: Sequence[Json], action: str) -> None:
-        pending = sorted((pod["metadata"]["namespace"], pod["metadata"]["name"]) for pod in pods)
+    def _is_workload(self, pod: Json) -> bool:
+        """A live pod that is work on the node: not the node's own infrastructure."""
+        return _phase(pod) not in _TERMINAL_PHASES and _infrastructure(pod, self._options) is None
+
+    def _drain_verdict(self, pod: Json, critical: bool, deadline_passed: bool) -> tuple[str, str]:
+        """What this round of a drain does with the pod, and why: gone (it finished), left
+        (by rule; it does not hold the drain), evict, delete, or hold (it keeps the drain open)."""
+        if _phase(pod) in _TERMINAL_PHASES:
+            return "gone", "finished"
+        if (why := _infrastructure(pod, self._options)) is not None:
+            return "left", why
+        if _annotations(pod).get(self._options.do_not_evict_annotation) == "true":
+            return "left", f"annotated {self._options.do_not_evict_annotation}"
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return "hold", "terminating"
+        if critical:
+            return "evict", "critical fault"
+        action = next((rule.action for rule in self._options.policy if rule.matches(pod)), "evict")
+        if action == "delete":
+            return ("delete", "drain deadline passed") if deadline_passed else \
+                ("hold", "policy deletes it after the drain deadline")
+        if action == "wait":
+            return "hold", "policy waits for it to complete"
+        return "evict", "policy evicts it"
+
+    def _evict(self, pods: Sequence[Json], action: str) -> dict[str, str]:
+        """Evict the pods, retrying the ones a budget refuses; those still refused after the
+        last attempt, as {namespace/name: the budget's name}."""
+        pending = sorted(_pod_id(pod) for pod in pods)
+        blocked: dict[str, str] = {}
         backoff_s = self._eviction_backoff_s
         for attempt in range(1, self._eviction_attempts + 1):
-            pending = [(namespace, name) for namespace, name in pending if not self._evict_pod(namespace, name)]
+            blocked = {}
+            for pod_id in pending:
+                budget = self._evict_pod(pod_id)
+                if budget is not None:
+                    blocked[pod_id] = budget
+            pending = sorted(blocked)
             if not pending:
-                return
+                return {}
             if attempt < self._eviction_attempts:
-                log.info(
-                    "%s: a disruption budget blocks %d pod(s); retrying in %gs", action, len(pending), backoff_s
-                )
+                log.info("%s: a disruption budget blocks %d pod(s); retrying in %gs", action, len(pending), backoff_s)
                 time.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, MAX_EVICTION_BACKOFF_S)
-        blocked = ", ".join(f"{namespace}/{name}" for namespace, name in pending)
-        raise SchedulerError(
-            f"kubernetes: {action}: PodDisruptionBudget still blocks eviction after "
-            f"{self._eviction_attempts} attempts: {blocked}"
-        )
+        log.warning("%s: %s", action, _blocked_text(blocked, self._eviction_attempts))
+        return blocked
 
-    def _evict_pod(self, namespace: str, name: str) -> bool:
-        """True when the pod is evicted or already gone; False while a PDB refuses (429)."""
+    def _evict_pod(self, pod_id: str) -> str | None:
+        """None when the pod is evicted or already gone; the refusing budget's name (or "" if
+        the answer names none) while a PodDisruptionBudget refuses. The API server's rate
+        limit is waited out here, as often as a budget would be retried."""
         from kubernetes.client import V1Eviction, V1ObjectMeta
         from kubernetes.client.exceptions import ApiException
 
+        namespace, _, name = pod_id.partition("/")
         body = V1Eviction(
-            api_version="policy/v1", kind="Eviction", metadata=V1ObjectMeta(name=name, namespace=namespace)
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=self._delete_options(),
         )
-        with self._api_errors(f"evict pod {namespace}/{name}"):
+        for _ in range(self._eviction_attempts):
+            with self._api_errors(f"evict pod {pod_id}"):
+                try:
+                    self._api().create_namespaced_pod_eviction(
+                        name, namespace, body, _request_timeout=self._request_timeout_s
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return None
+                    if exc.status != 429:
+                        raise
+                    budget = _refusing_budget(exc.body)
+                    if budget is not None:
+                        return f"{namespace}/{budget}" if budget else ""
+                    wait_s = _retry_after_s(exc.headers, self._eviction_backoff_s)
+                    log.info("evict pod %s: the API server limits requests; retrying in %gs", pod_id, wait_s)
+                    time.sleep(wait_s)
+                    continue
+            log.info("evicted pod %s", pod_id)
+            return None
+        raise SchedulerError(
+            f"kubernetes: evict pod {pod_id}: the API server still rate-limits evictions (HTTP 429 "
+            f"with Retry-After) after {self._eviction_attempts} attempts"
+        )
+
+    def _delete_pod(self, pod: Json) -> None:
+        """Delete the pod outright: its budget is not asked (a drain policy's `delete`)."""
+        from kubernetes.client.exceptions import ApiException
+
+        pod_id = _pod_id(pod)
+        namespace, _, name = pod_id.partition("/")
+        with self._api_errors(f"delete pod {pod_id}"):
             try:
-                self._api().create_namespaced_pod_eviction(
-                    name, namespace, body, _request_timeout=self._request_timeout_s
+                self._api().delete_namespaced_pod(
+                    name, namespace, body=self._delete_options(),
+                    _request_timeout=self._request_timeout_s,
                 )
             except ApiException as exc:
-                if exc.status == 429:
-                    return False
                 if exc.status != 404:
                     raise
-        log.info("evicted pod %s/%s", namespace, name)
-        return True
+        log.info("deleted pod %s after the drain deadline", pod_id)
+
+    def _delete_options(self) -> Any:
+        """The configured grace period for an eviction or deletion; None leaves each pod's own."""
+        from kubernetes.client import V1DeleteOptions
+
+        if self._options.grace_period_s is None:
+            return None
+        return V1DeleteOptions(grace_period_seconds=self._options.grace_period_s)
+
+    def _report(self, node: str, state: str, reason: str) -> None:
+        """The node's conditions and an Event say the state fleetctl moved it to.
+
+        The conditions list is written whole, conditional on the node's resourceVersion so
+        that the kubelet's own conditions are never overwritten with stale ones; a conflict
+        (the kubelet wrote in between) is read again and retried.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        now = datetime.now(timezone.utc)
+        for attempt in range(1, STATUS_CONFLICT_ATTEMPTS + 1):
+            current = self._read_node(node)
+            conditions = _merged_conditions(
+                (current.get("status") or {}).get("conditions") or [],
+                state_conditions(state, reason, self._options.health_condition),
+                now,
+            )
+            patch: Json = {"metadata": {}, "status": {"conditions": conditions}}
+            if (current.get("metadata") or {}).get("resourceVersion"):
+                patch["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            with self._api_errors(f"set conditions of node {node}"):
+                try:
+                    self._api().patch_node_status(
+                        node, patch, _content_type="application/merge-patch+json",
+                        _request_timeout=self._request_timeout_s,
+                    )
+                except ApiException as exc:
+                    if exc.status == 409 and attempt < STATUS_CONFLICT_ATTEMPTS:
+                        continue
+                    raise
+            break
+        event = node_event(current, state, reason, now)
+        with self._api_errors(f"record event on node {node}"):
+            self._api().create_namespaced_event(EVENT_NAMESPACE, event, _request_timeout=self._request_timeout_s)
 
 
 def _annotations(obj: Json) -> dict[str, str]:
@@ -367,24 +662,157 @@ def _owned_by_fleetctl(node: Json) -> bool:
     return _annotations(node).get(REASON_ANNOTATION, "").startswith(REASON_PREFIX)
 
 
-def _taints_with_state(node: Json, state: str | None) -> list[Json]:
+def _taints_with_state(node: Json, state: str | None, effect: str = "NoSchedule") -> list[Json]:
     """The node's taints without fleetctl's, plus fleetctl's for `state` unless None."""
     taints = [taint for taint in (node.get("spec") or {}).get("taints") or [] if taint.get("key") != STATE_KEY]
     if state is not None:
-        taints.append({"key": STATE_KEY, "value": state, "effect": "NoSchedule"})
+        taints.append({"key": STATE_KEY, "value": state, "effect": effect})
     return taints
+
+
+def state_conditions(state: str, reason: str, health_condition: str) -> list[Json]:
+    """The node conditions fleetctl owns, for a node in `state` (without timestamps).
+
+    The health condition is True only in production, Unknown while a node has yet to prove
+    itself (new, firmware, burn-in, admission), False otherwise. The lifecycle conditions
+    follow the draining -> maintenance path.
+    """
+    message = one_line(reason, 1024)
+    if state == "production":
+        healthy = "True"
+    elif state in ("new", "firmware", "burn_in", "admission"):
+        healthy = "Unknown"
+    else:
+        healthy = "False"
+    lifecycle = {
+        "DrainInProgress": state == "draining",
+        "Drained": state in ("maintenance", "rma", "retired"),
+        "MaintenanceInProgress": state == "maintenance",
+    }
+    why = _state_reason(state)
+    return [{"type": health_condition, "status": healthy, "reason": why, "message": message}] + [
+        {"type": kind, "status": "True" if on else "False", "reason": why, "message": message}
+        for kind, on in lifecycle.items()
+    ]
+
+
+def _state_reason(state: str) -> str:
+    """'burn_in' -> 'FleetctlBurnIn': a condition's or Event's reason is one UpperCamelCase word."""
+    return "Fleetctl" + "".join(part.capitalize() for part in re.split(r"[^A-Za-z0-9]+", state) if part)
+
+
+def _merged_conditions(current: Sequence[Json], ours: Sequence[Json], now: datetime) -> list[Json]:
+    """The node's conditions with ours replaced by type; lastTransitionTime moves only when a
+    condition's status changes, as the kubelet and Node Problem Detector keep it."""
+    stamp = _rfc3339(now) or ""
+    before = {c.get("type"): c for c in current}
+    merged = [c for c in current if c.get("type") not in {o["type"] for o in ours}]
+    for condition in ours:
+        previous = before.get(condition["type"])
+        kept = None if previous is None or previous.get("status") != condition["status"] \
+            else _rfc3339(previous.get("lastTransitionTime"))
+        merged.append({**condition, "lastHeartbeatTime": stamp, "lastTransitionTime": kept or stamp})
+    return merged
+
+
+def _rfc3339(when: datetime | str | None) -> str | None:
+    """Seconds in UTC with a Z, as the API server writes times (the client reads them back
+    as +00:00); None for what is not a time."""
+    if isinstance(when, str):
+        try:
+            when = datetime.fromisoformat(when.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        return None
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def node_event(node: Json, state: str, reason: str, now: datetime) -> Json:
+    """A core/v1 Event on the Node, named as client-go's recorder names them."""
+    metadata = node.get("metadata") or {}
+    name = metadata["name"]
+    stamp = _rfc3339(now) or ""
+    involved: Json = {"apiVersion": "v1", "kind": "Node", "name": name}
+    if metadata.get("uid"):
+        involved["uid"] = metadata["uid"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": EVENT_NAMESPACE},
+        "involvedObject": involved,
+        "reason": _state_reason(state),
+        "message": one_line(reason, 1024),
+        "type": "Normal" if state == "production" else "Warning",
+        "source": {"component": EVENT_SOURCE},
+        "reportingComponent": EVENT_SOURCE,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
 
 
 def _phase(pod: Json) -> str | None:
     return (pod.get("status") or {}).get("phase")
 
 
-def _is_workload(pod: Json) -> bool:
-    """A live pod that eviction moves: DaemonSet pods come straight back, static pods are the kubelet's."""
-    if _phase(pod) in _TERMINAL_PHASES or _MIRROR_POD_ANNOTATION in _annotations(pod):
-        return False
-    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return not any(owner.get("kind") == "DaemonSet" for owner in owners)
+def _infrastructure(pod: Json, options: DrainOptions) -> str | None:
+    """Why the pod is the node's own rather than work on it, or None: DaemonSet pods come
+    straight back, static pods are the kubelet's, and an infrastructure owner's pods (the
+    Slurm operator's NodeSet runs slurmd) make the node what it is."""
+    if _MIRROR_POD_ANNOTATION in _annotations(pod):
+        return "mirror pod"
+    for owner in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        kind = owner.get("kind")
+        if kind == "DaemonSet":
+            return "DaemonSet pod"
+        if kind in options.infrastructure_owner_kinds:
+            return f"owned by {kind} {owner.get('name')}"
+    return None
+
+
+def _pod_id(pod: Json) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _refusing_budget(body: str | None) -> str | None:
+    """The budget's name ("" if the answer names none) when a 429 is a PodDisruptionBudget's
+    refusal, None when it is not (the API server's rate limit). The eviction subresource
+    puts a DisruptionBudget cause in the Status details; the rate limit gives none."""
+    try:
+        status = json.loads(body or "")
+    except ValueError:
+        return None
+    if not isinstance(status, dict):
+        return None
+    causes = (status.get("details") or {}).get("causes") or []
+    for cause in causes:
+        if isinstance(cause, dict) and cause.get("reason") == "DisruptionBudget":
+            found = _BUDGET_IN_MESSAGE.search(str(cause.get("message") or ""))
+            return found.group(1) if found else ""
+    if "disruption budget" in str(status.get("message") or ""):
+        return ""
+    return None
+
+
+def _retry_after_s(headers: Any, default_s: float) -> float:
+    """The Retry-After header's delay in seconds (the API server sends whole seconds), at
+    most MAX_RETRY_AFTER_S; `default_s` when absent or not a number."""
+    raw = (headers or {}).get("Retry-After")
+    try:
+        seconds = float(raw)
+    except (TypeError, ValueError):
+        return default_s
+    return default_s if math.isnan(seconds) else min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
+def _budget_text(budget: str) -> str:
+    return f"PodDisruptionBudget {budget} allows no disruption" if budget else "a PodDisruptionBudget allows no disruption"
+
+
+def _blocked_text(blocked: dict[str, str], attempts: int) -> str:
+    pods = ", ".join(f"{pod_id} ({_budget_text(budget)})" for pod_id, budget in sorted(blocked.items()))
+    return f"PodDisruptionBudget still blocks eviction after {attempts} attempts: {pods}"
 
 
 def _job_state(pods: Sequence[Json]) -> str:

@@ -163,7 +163,7 @@ def test_job_state_from_pod_phases_and_unknown_job(kube: KubeEmulator, scheduler
         scheduler.job("missing")
 
 
-def test_evict_pods_evicts_workloads_and_skips_daemonset_pods(
+def test_drain_pods_evicts_workloads_and_skips_daemonset_pods(
     kube: KubeEmulator, scheduler: KubernetesScheduler
 ) -> None:
     kube.add_node("gpu-1")
@@ -171,14 +171,16 @@ def test_evict_pods_evicts_workloads_and_skips_daemonset_pods(
     kube.add_pod("train", "notebook", "gpu-1")
     kube.add_pod("kube-system", "dcgm-exporter-a", "gpu-1", owner_kind="DaemonSet")
 
-    scheduler.evict_pods("gpu-1")
+    progress = scheduler.drain_pods("gpu-1")
 
+    assert progress.done and progress.evicted == ("train/llm-0", "train/notebook")
+    assert progress.left == ("kube-system/dcgm-exporter-a: DaemonSet pod",)
     assert sorted(kube.eviction_requests) == ["train/llm-0", "train/notebook"]
     assert not kube.pod_exists("train", "llm-0")
     assert kube.pod_exists("kube-system", "dcgm-exporter-a")
 
 
-def test_eviction_a_pdb_keeps_refusing_is_retried_then_reported(
+def test_eviction_a_pdb_keeps_refusing_is_retried_then_reported_by_name(
     kube: KubeEmulator, scheduler: KubernetesScheduler
 ) -> None:
     kube.add_node("gpu-1")
@@ -187,12 +189,13 @@ def test_eviction_a_pdb_keeps_refusing_is_retried_then_reported(
     kube.block_eviction("train", "llm-0")
     kube.block_eviction("train", "llm-2")
 
-    with pytest.raises(SchedulerError) as raised:
-        scheduler.evict_pods("gpu-1")
+    progress = scheduler.drain_pods("gpu-1")
 
-    message = str(raised.value)
-    assert "PodDisruptionBudget still blocks eviction after 4 attempts: train/llm-0, train/llm-2" in message
-    assert "\n" not in message
+    assert progress.holding == (
+        "train/llm-0: PodDisruptionBudget train/scripted-budget allows no disruption",
+        "train/llm-2: PodDisruptionBudget train/scripted-budget allows no disruption",
+    )
+    assert progress.evicted == ("train/llm-1",) and not progress.done
     assert kube.eviction_requests.count("train/llm-0") == 4
     assert kube.eviction_requests.count("train/llm-1") == 1
     assert not kube.pod_exists("train", "llm-1")
@@ -203,7 +206,7 @@ def test_eviction_succeeds_once_the_pdb_allows_it(kube: KubeEmulator, scheduler:
     kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
     kube.block_eviction("train", "llm-0", attempts=2)
 
-    scheduler.evict_pods("gpu-1")
+    assert scheduler.drain_pods("gpu-1").done
 
     assert kube.eviction_requests == ["train/llm-0"] * 3
     assert not kube.pod_exists("train", "llm-0")
