@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.support.services import missing_service
 from fleetctl.cli.main import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def verify(unit: Path, tmp_path: Path) -> subprocess.CompletedProcess:
 @pytest.fixture
 def systemd_analyze():
     if not shutil.which("systemd-analyze"):
-        pytest.skip("systemd-analyze not installed (Debian package systemd; make system-deps)")
+        missing_service("systemd-analyze", "not installed (Debian package systemd; make system-deps)")
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)

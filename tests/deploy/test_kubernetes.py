@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fleetctl.schedulers import kubernetes as kube_module
-from fleetctl.schedulers.kubernetes import KubernetesScheduler
+from fleetctl.schedulers.kubernetes import DrainOptions, KubernetesScheduler, parse_drain_policy
 from tests.deploy.test_files import is_a_fleetctl_command
 from tests.schedulers.kube_emulator import KubeEmulator
 
@@ -73,7 +73,9 @@ def adapter_calls() -> set[tuple[str, str, str]]:
         kube.add_node("gpu-2")
         kube.add_pod("ml", "train-0", "gpu-1", labels={"job-name": "train"}, owner_kind="Job")
         kube.add_pod("ml", "serve-0", "gpu-2", labels={"fleetctl.io/job": "serve"}, owner_kind="ReplicaSet")
-        adapter = KubernetesScheduler(host=kube.url, eviction_attempts=1)
+        # serve-0's namespace is deleted after the drain's deadline: the delete verb is exercised too.
+        adapter = KubernetesScheduler(host=kube.url, eviction_attempts=1,
+                                      options=DrainOptions(policy=parse_drain_policy("namespace:ml=delete")))
         driven = {
             "node_state": lambda: adapter.node_state("gpu-1"),
             "busy_nodes": adapter.busy_nodes,
@@ -81,7 +83,8 @@ def adapter_calls() -> set[tuple[str, str, str]]:
             "job": lambda: adapter.job("ml/train"),
             "drain": lambda: adapter.drain("gpu-1", "rbac"),
             "restart_job": lambda: adapter.restart_job("ml/train", ["gpu-1"]),
-            "evict_pods": lambda: adapter.evict_pods("gpu-2"),
+            "drain_pods": lambda: adapter.drain_pods("gpu-2", deadline_passed=True),
+            "set_state": lambda: adapter.set_state("gpu-1", "maintenance", "rbac"),
             "resume": lambda: adapter.resume("gpu-1"),
         }
         public = {name for name, _ in inspect.getmembers(KubernetesScheduler, inspect.isfunction) if not name.startswith("_")}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.services import missing_service
 from fleetctl.db import queries
 from fleetctl.db.engine import dispose_all, get_engine
 from tests.production.mtls_proxy import SERVER_NAME, Authority, nginx_binary, start_proxy
@@ -27,7 +28,7 @@ PRODUCTION_WITHIN_S = 120
 @pytest.fixture(scope="module")
 def proxy(tmp_path_factory, temporal_address):
     if not nginx_binary():
-        pytest.skip("nginx is not installed (Debian package nginx; make system-deps)")
+        missing_service("nginx", "not installed (Debian package nginx; make system-deps)")
     directory = tmp_path_factory.mktemp("mtls")
     ca = Authority(directory, "fleet-ca")
     proxy = start_proxy(directory, temporal_address, ca)
