@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import tempfile
 import time
 import uuid
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
@@ -69,6 +70,28 @@ from workflows.worker import BackgroundWorker
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2"}
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
+# {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
+# JSON are base64, so this is what a reader (or a grep) sees of which branches a set covers.
+PATCH_INDEX = "patches.json"
+# What temporalio's workflow.patched records: a marker of this name whose details hold the
+# patch id as a JSON payload ({"id": ..., "deprecated": ...}).
+PATCH_MARKER = "core_patch"
+
+
+def patch_markers(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history recorded, decoded from its MarkerRecorded events."""
+    ids = set()
+    for event in history.events:
+        if not event.HasField("marker_recorded_event_attributes"):
+            continue
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name != PATCH_MARKER:
+            continue
+        for payloads in marker.details.values():
+            for payload in payloads.payloads:
+                assert payload.metadata.get("encoding") == b"json/plain", payload.metadata
+                ids.add(json.loads(payload.data)["id"])
+    return ids
 BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
 # A code too large for the health_events column: its activity fails once, without retries.
 UNFIT_XID = 99999999999999999999
@@ -120,17 +143,22 @@ class Recording:
 
     async def write(self, directory: Path, wanted: dict[str, str]) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
-        written = []
+        written, patches = [], {}
         for name, workflow_id in wanted.items():
             history = await self.client.get_workflow_handle(workflow_id).fetch_history()
             path = directory / f"{name}.json"
             path.write_text(history.to_json())
             written.append(path)
+            patches[name] = sorted(patch_markers(history))
         # Replay runs each history under its workflow id (a child's id may be built from it):
         # the JSON holds only events, so the ids are kept beside it.
         ids = directory / WORKFLOW_IDS
         ids.write_text(yaml.safe_dump(wanted, sort_keys=True))
         written.append(ids)
+        if any(patches.values()):
+            index = directory / PATCH_INDEX
+            index.write_text(json.dumps(patches, indent=1, sort_keys=True) + "\n")
+            written.append(index)
         return written
 
 
@@ -162,7 +190,7 @@ async def record_v1(directory: Path = SETS["v1"]) -> list[Path]:
         for n in names:
             await rec.wait(n, lambda t: "enter_production" in t)
 
-        drained, critical, checked = names[0], names[1], names[2]
+        drained, checked = names[0], names[2]
         await request_transition(client, drained, "drain", "recorder", "operator: recording")
         await rec.wait(drained, lambda t: "drain_complete" in t)
         await request_transition(client, drained, "undrain", "recorder", "operator: recording")

@@ -17,16 +17,13 @@ import yaml
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.replay.record import WORKFLOW_IDS
+from tests.replay.record import PATCH_INDEX, WORKFLOW_IDS, patch_markers
 from workflows.worker import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
 SETS = {"v1": ROOT / "tests" / "histories", "v2": ROOT / "tests" / "histories" / "v2"}
-HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json"))
+HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json") if p.name != PATCH_INDEX)
 WORKFLOW_SOURCES = ROOT / "workflows"
-# What temporalio's workflow.patched records: a marker of this name whose details hold the
-# patch id as a JSON payload ({"id": ..., "deprecated": ...}).
-PATCH_MARKER = "core_patch"
 
 
 def _history(path: Path) -> WorkflowHistory:
@@ -57,22 +54,6 @@ def patched_ids_in_source(directory: Path = WORKFLOW_SOURCES) -> dict[str, str]:
     return found
 
 
-def patch_markers(history: WorkflowHistory) -> set[str]:
-    """The patch ids a history recorded, decoded from its MarkerRecorded events."""
-    ids = set()
-    for event in history.events:
-        if not event.HasField("marker_recorded_event_attributes"):
-            continue
-        marker = event.marker_recorded_event_attributes
-        if marker.marker_name != PATCH_MARKER:
-            continue
-        for payloads in marker.details.values():
-            for payload in payloads.payloads:
-                assert payload.metadata.get("encoding") == b"json/plain", payload.metadata
-                ids.add(json.loads(payload.data)["id"])
-    return ids
-
-
 def test_histories_are_recorded_for_every_long_running_workflow() -> None:
     names = {p.stem for p in SETS["v1"].glob("*.json")}
     assert {"node_lifecycle_drain_undrain", "capacity_guard", "active_check_sweep"} <= names
@@ -81,7 +62,7 @@ def test_histories_are_recorded_for_every_long_running_workflow() -> None:
 def test_both_sets_are_recorded_for_every_workflow_type() -> None:
     for name, directory in SETS.items():
         types = {_history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name
-                 for p in directory.glob("*.json")}
+                 for p in HISTORIES if p.parent == directory}
         assert {"NodeLifecycle", "CapacityGuard", "ActiveCheckSweep", "Remediation", "JobRestart"} <= types, name
 
 
@@ -97,6 +78,12 @@ def test_the_source_scan_finds_the_patches() -> None:
     """The scan itself: a known patch in a known place, so an empty scan cannot pass below."""
     ids = patched_ids_in_source()
     assert "firmware-phase" in ids and ids["firmware-phase"].startswith("workflows/definitions/node_lifecycle.py:")
+
+
+def test_the_patch_index_says_what_each_history_recorded() -> None:
+    """The index beside the v2 set (readable without decoding payloads) is the markers' truth."""
+    index = json.loads((SETS["v2"] / PATCH_INDEX).read_text())
+    assert index == {p.stem: sorted(patch_markers(_history(p))) for p in HISTORIES if p.parent == SETS["v2"]}
 
 
 def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
