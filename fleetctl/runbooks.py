@@ -61,13 +61,6 @@ class TemplateRefused(RunbookError):
     """A template broke a sandbox rule or could not be rendered."""
 
 
-# ---- durations ------------------------------------------------------------------------------
-
-# workflows/remediation_activities.py renders its steps' durations with this name; the lead
-# switches it to fleetctl.durations.parse_seconds, and then this alias goes.
-parse_duration = parse_seconds
-
-
 # ---- the sandbox ----------------------------------------------------------------------------
 
 # Bounds on what one template may build: a runbook is code an operator reviews, but a typo
@@ -559,6 +552,24 @@ class Event:
             return f"check {self.check} {self.status}" + (f": {self.message}" if self.message else "")
         return self.message or "operator request"
 
+    @property
+    def critical(self) -> bool:
+        """An XID whose catalog severity is critical: the capacity guard lets its drain use
+        the reserve kept for such faults."""
+        from checks.xid import xid_action  # when asked: parsing runbooks needs no Xid catalog
+
+        return self.kind == "xid" and self.code is not None and xid_action(self.code).severity == "critical"
+
+    @property
+    def failure(self) -> str:
+        """The failure a drain for this event is counted as (fleetctl.metrics' cause label):
+        `xid <code>`, `check <name>`, or `health` for a health event without a code."""
+        if self.kind == "xid":
+            return f"xid {self.code}"
+        if self.kind == "check":
+            return f"check {self.check}"
+        return "health"
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "code": self.code, "check": self.check, "status": self.status,
                 "message": self.message, "summary": self.summary}
@@ -754,9 +765,6 @@ def trigger_towards(current: str, target: str) -> str | None:
         if rule.target.value == target and NodeState(current) in rule.sources and not rule.operator_only:
             return trigger.value
     return None
-
-
-RETURNS_TO_SERVICE = NodeState.values_where(lambda s: s.returns_to_service)
 
 
 @dataclass(frozen=True)

@@ -306,14 +306,6 @@ class RemediationAlreadyRunning(RuntimeError):
     pass
 
 
-def is_critical(event: Event) -> bool:
-    if event.kind != "xid" or event.code is None:
-        return False
-    from checks.xid import xid_action
-
-    return xid_action(event.code).severity == "critical"
-
-
 async def start_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
                             actor: str, dry_run: bool = False) -> WorkflowHandle:
     mode = remediation_mode(dry_run, settings.remediation_shadow)
@@ -321,7 +313,7 @@ async def start_remediation(client: Client, settings: Settings, node: str, runbo
     try:
         return await client.start_workflow(
             REMEDIATION,
-            RemediationInput(node, runbook.to_dict(), event.to_dict(), mode, actor, is_critical(event)),
+            RemediationInput(node, runbook.to_dict(), event.to_dict(), mode, actor, event.critical),
             id=workflow_id, task_queue=settings.task_queue, result_type=RemediationResult,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,

@@ -128,7 +128,6 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
-        from checks.xid import xid_action
         from fleetctl.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
 
         event = Event.from_dict(choice.event)
@@ -139,9 +138,8 @@ class NodeActivities(DatabaseActivities):
             activity.logger.error("runbooks not loaded: %s", exc)
             return RemediationPlan(None, event.to_dict())
         book = runbook_for(books.values(), event, event.message)
-        critical = event.kind == "xid" and event.code is not None and xid_action(event.code).severity == "critical"
         return RemediationPlan(book.to_dict() if book else None, event.to_dict(),
-                               remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), critical)
+                               remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), event.critical)
 
     @activity.defn
     @heartbeating

@@ -21,6 +21,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
+from fleetctl.durations import parse_seconds
 from fleetctl.executors.base import CommandResult, ExecutorError
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
@@ -89,7 +90,7 @@ class RemediationActivities(DatabaseActivities):
             params = {k: runbooks.render_value(v, inp.context) for k, v in step.params.items()}
             for key in ("timeout", "idle_timeout", "duration"):
                 if key in params:
-                    params[key] = runbooks.parse_duration(params[key])
+                    params[key] = parse_seconds(params[key])
         except (runbooks.TemplateRefused, ValueError) as exc:
             return PreparedStep(run=False, error=str(exc))
         return PreparedStep(run=True, params=params)

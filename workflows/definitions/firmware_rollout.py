@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import RemovalRequest
     from fleetctl.firmware import RolloutTally
-    from fleetctl.lifecycle import Actor
+    from fleetctl.lifecycle import Actor, NodeState
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
@@ -163,7 +163,7 @@ class FirmwareRollout:
 
     async def _out_of_service(self, node: str) -> tuple[bool, str]:
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
-        if facts.state == "production":
+        if NodeState(facts.state).in_service:
             decision, drained = await guarded_drain(
                 RemovalRequest(node=node, rack=facts.rack, reason=f"firmware roll-out {self.inp.rollout_id}",
                                actor=self.inp.actor, request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}"),
@@ -173,10 +173,10 @@ class FirmwareRollout:
             if drained is None:
                 return False, f"not drained: capacity guard: {decision.reason}"
         waited = timedelta()
-        while facts.state in ("production", "draining") and waited < DRAIN_WAIT:
+        while facts.state in (NodeState.PRODUCTION.value, NodeState.DRAINING.value) and waited < DRAIN_WAIT:
             await workflow.sleep(DRAIN_POLL)
             waited += DRAIN_POLL
             facts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
-        if facts.state not in ("maintenance", "new"):
+        if facts.state not in (NodeState.MAINTENANCE.value, NodeState.NEW.value):
             return False, f"the node is in {facts.state}; only drained nodes are updated"
         return True, ""

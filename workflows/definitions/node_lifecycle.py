@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import RemovalRequest
     from fleetctl.health import plausible_time
     from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
+    from fleetctl.runbooks import Event
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
@@ -70,13 +71,13 @@ with workflow.unsafe.imports_passed_through():
 # Bounded memory of answered requests: a CLI that retries an update after a network blip
 # gets the first answer back instead of a second transition.
 RECENT_REQUESTS_KEPT = 64
-ADMITTABLE = (NodeState.NEW.value, NodeState.MAINTENANCE.value, NodeState.RMA.value)
+ADMITTABLE = tuple(s.value for s in NodeState if s.admittable)  # in the enum's order, for the message
 CHECK_ATTEMPTS = 3
 
 
 def check_event(check: str, status: str, message: str) -> dict:
-    """A check result as the event a runbook matches (fleetctl.runbooks.Event.to_dict())."""
-    return {"kind": "check", "check": check, "status": status, "message": message}
+    """A check result as the event a runbook matches."""
+    return Event("check", check=check, status=status, message=message).to_dict()
 
 
 @workflow.defn
@@ -227,8 +228,7 @@ class NodeLifecycle:
         if verdict.passed:
             await self._move("enter_production", f"admission: {verdict.reason}")
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
-            check = "nccl-allreduce" if "nccl" in verdict.reason else "admission"
-            await self._remediate(check_event(check, "fail", verdict.reason), item.actor)
+            await self._remediate(check_event(verdict.failed_check or "admission", "fail", verdict.reason), item.actor)
 
     async def _firmware_phase(self, item: WorkItem) -> bool:
         """Bring the node to the fleet's firmware baseline, through the same update path as a
@@ -303,8 +303,8 @@ class NodeLifecycle:
             await self._record_refused_drain(cause, ev.actor or "health-event")
         elif verdict.drain_now:
             await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
-                                      {"kind": "xid", "code": ev.code, "message": ev.message} if ev.code is not None
-                                      else {"kind": "manual", "message": ev.message})
+                                      Event("xid", code=ev.code, message=ev.message).to_dict() if ev.code is not None
+                                      else Event("manual", message=ev.message).to_dict())
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
@@ -345,7 +345,7 @@ class NodeLifecycle:
         if not decision.granted:
             self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
             return
-        if await self._move("drain", cause, actor, Actor.AUTOMATION.value):
+        if await self._move("drain", cause, actor, Actor.AUTOMATION.value, event):
             await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
                                              fault_seen_at=fault_seen_at or workflow.now().timestamp(),
                                              remediation_event=event))
@@ -494,7 +494,7 @@ class NodeLifecycle:
         return await run_check(CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS))
 
     async def _move(self, trigger: str, cause: str, actor: str = "lifecycle",
-                    actor_kind: str = Actor.AUTOMATION.value) -> bool:
+                    actor_kind: str = Actor.AUTOMATION.value, event: dict | None = None) -> bool:
         """Apply an automated transition; False (and nothing changes) if the node moved on."""
         async with self.lock:
             try:
@@ -502,7 +502,8 @@ class NodeLifecycle:
             except IllegalTransition as exc:
                 self.s.last_outcome = f"stopped: {exc}"
                 return False
-            await self._apply(TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause), target)
+            await self._apply(TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
+                                                event=event), target)
             self.s.last_outcome = cause
             return True
 
@@ -527,6 +528,7 @@ class NodeLifecycle:
             expected_version=self.s.state_version,
             # The workflow is the only writer, so (node, version) names this transition uniquely.
             idempotency_key=f"{info.workflow_id}@{self.s.state_version + 1}",
+            failure=Event.from_dict(req.event).failure if req.event else "",
         )
         version = await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
         result = TransitionResult(

@@ -20,8 +20,8 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import RemovalRequest
-    from fleetctl.lifecycle import Actor
-    from fleetctl.runbooks import DISRUPTIVE, RETURNS_TO_SERVICE, Step, trigger_towards
+    from fleetctl.lifecycle import Actor, NodeState
+    from fleetctl.runbooks import DISRUPTIVE, Step, trigger_towards
     from workflows.activities.checks import CheckActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
@@ -175,9 +175,9 @@ class Remediation:
 
     async def _drain(self, reason: str) -> tuple[bool, str]:
         self.state = await self._current_state()
-        if self.state in ("draining", "maintenance"):
+        if NodeState(self.state).out_of_service:
             return True, f"already out of service ({self.state})"
-        if self.state != "production":
+        if not NodeState(self.state).in_service:
             return False, f"cannot drain a node in {self.state}"
         decision, outcome = await guarded_drain(
             RemovalRequest(node=self.inp.node, rack=self.ctx.node.get("rack", ""), reason=reason,
@@ -220,9 +220,9 @@ class Remediation:
         waited = timedelta()
         while True:
             self.state = await self._current_state()
-            if self.state == "maintenance":
+            if self.state == NodeState.MAINTENANCE.value:
                 return True, ""
-            if self.state != "draining" or waited >= OUT_OF_SERVICE_WAIT:
+            if self.state != NodeState.DRAINING.value or waited >= OUT_OF_SERVICE_WAIT:
                 return False, f"the node is in {self.state}, not maintenance: drain it first"
             await workflow.sleep(OUT_OF_SERVICE_POLL)
             waited += OUT_OF_SERVICE_POLL
@@ -239,13 +239,13 @@ class Remediation:
         return True, f"{len(checks)} checks {'/'.join(expect)}"
 
     async def _set_state(self, target: str, cause: str, step: Step) -> tuple[bool, str]:
-        if target in RETURNS_TO_SERVICE and self.ctx.lemon:
+        if NodeState(target).returns_to_service and self.ctx.lemon:
             ok, detail = await self._rma(self.ctx.lemon, step)
             return ok, f"not returned to {target}: {detail}"
         self.state = await self._current_state()
         if self.state == target:
             return True, f"already {target}"
-        if target == "burn_in":
+        if target == NodeState.BURN_IN.value:
             done: ActionOutcome = await workflow.execute_activity_method(
                 RemediationActivities.admit_node,
                 AdmitRequest(self.inp.node, f"runbook:{self.inp.runbook['name']}",
@@ -261,11 +261,11 @@ class Remediation:
 
     async def _rma(self, reason: str, step: Step) -> tuple[bool, str]:
         self.state = await self._current_state()
-        if self.state == "production":
+        if NodeState(self.state).in_service:
             ok, why = await self._drain(reason)
             if not ok:
                 return False, why
-        if self.state != "rma":
+        if self.state != NodeState.RMA.value:
             outcome = await self._command("send_to_rma", reason, f"{step.index}/rma")
             if not outcome.accepted:
                 return False, outcome.message
