@@ -13,10 +13,11 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   are made monotonic and capped at `now` (clock jumps: an event timed before the previous
   one, or in the future, gives an empty interval, never a negative one).
 - Node-days per state: those intervals clipped to the window, summed per state.
-- A failure: a transition out of production caused by automation (actor_kind automation,
-  trigger drain) or whose cause names a check or a health event (an XID, `recheck ...`,
-  `active check ...`, `health: ...`), timed inside the window. Its cause label is
-  `xid <code>`, `check <name>`, `health` or `automation`.
+- A failure: a transition out of production that records the fault behind it (its
+  `failure`: `xid <code>`, `check <name>` or `health`, written by the workflow that drained
+  the node from the event it acted on), or any drain by automation, timed inside the window.
+  Its cause label is that failure, or `automation` for a drain that records none. An
+  operator's drain records no fault: it is planned work, not a failure.
 - MTTF: production node-hours in the window / failures in the window (none without failures).
 - MTTR: mean time from leaving production to returning to production, over the returns
   inside the window (nodes that have not returned do not count).
@@ -43,7 +44,6 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -55,9 +55,6 @@ from fleetctl.runbooks import LemonPolicy
 
 PRODUCTION = NodeState.PRODUCTION.value
 
-_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
-# Causes written by NodeLifecycle._recheck and ActiveChecks._drain: "<kind> <suite>: <check>: <reason>".
-_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check) [^:]*: ([\w.-]+):")
 
 
 @dataclass(frozen=True)
@@ -77,6 +74,7 @@ class Transition:
     trigger: str = ""
     cause: str = ""
     actor_kind: str = "operator"
+    failure: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,25 +206,14 @@ def states_at(spans_by_node: Mapping[str, Sequence[Interval]], times: Sequence[d
 # -- failures and repairs ------------------------------------------------------------------------
 
 
-def failure_cause(cause: str) -> str | None:
-    """`xid <code>`, `check <name>` or `health` when the cause text names one, else None."""
-    if match := _XID.search(cause):
-        return f"xid {match[1]}"
-    if match := _CHECK.match(cause):
-        return f"check {match[1]}"
-    if cause.startswith("health:"):
-        return "health"
-    return None
-
-
 def is_failure(t: Transition) -> bool:
     if t.from_state != PRODUCTION or t.to_state == PRODUCTION:
         return False
-    return (t.actor_kind == "automation" and t.trigger == "drain") or failure_cause(t.cause) is not None
+    return bool(t.failure) or (t.actor_kind == "automation" and t.trigger == "drain")
 
 
 def failure_label(t: Transition) -> str:
-    return failure_cause(t.cause) or "automation"
+    return t.failure or "automation"
 
 
 def failures(events: Iterable[Transition], since: datetime, until: datetime) -> list[Transition]:

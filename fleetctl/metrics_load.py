@@ -26,7 +26,7 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
 
 def transition_of(e) -> Transition:
     """A node_events row as a Transition."""
-    return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind)
+    return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind, e.failure)
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,9 @@ class TransitionRecord:
     run_id: str
     expected_version: int
     idempotency_key: str
+    # The failure this transition records (Event.failure), "" for none: what the report
+    # counts, kept as data rather than read back out of the cause's words.
+    failure: str = ""
 
 
 # ---- node activities: checks, admission, health events, scheduler, facts ----------------------
@@ -250,6 +253,8 @@ class AdmissionVerdict:
     passed: bool
     reason: str
     stragglers: list[str] = field(default_factory=list)
+    # The check that failed the node ("" when it passed): what remediation matches on.
+    failed_check: str = ""
 
 
 @dataclass

@@ -71,7 +71,17 @@ def load_noun(name: str) -> Any:
         single.command(name)(target)
         command = typer.main.get_command(single)
     command.name = name
+    _plain_help(command)
     return command
+
+
+def _plain_help(command: Any) -> None:
+    """Help and usage errors in click's plain text, as kubectl and scontrol print theirs:
+    Typer's boxed rendering imports rich's Markdown stack (half of `fleetctl --help`'s
+    start-up, bench/cli_startup.py) and spreads a usage error over a box of lines."""
+    command.rich_markup_mode = None
+    for sub in getattr(command, "commands", {}).values():
+        _plain_help(sub)
 
 
 def _known_errors() -> dict[type[BaseException], int]:
@@ -140,6 +150,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,  # see _plain_help
 )
 
 

@@ -53,6 +53,8 @@ class NodeEvent(SQLModel, table=True):
     run_id: str = ""
     state_version: int = 0
     idempotency_key: str
+    # fleetctl.runbooks.Event.failure of the fault that caused it, "" for none.
+    failure: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
 class CheckRun(SQLModel, table=True):

@@ -96,6 +96,7 @@ def record_transition(
     run_id: str,
     expected_version: int,
     idempotency_key: str,
+    failure: str = "",
     at: datetime | None = None,
 ) -> int:
     """Append the event and move the node, atomically. Returns the node's new version.
@@ -124,7 +125,7 @@ def record_transition(
             NodeEvent(
                 node_name=node_name, from_state=from_state, to_state=to_state, trigger=trigger, cause=cause,
                 actor=actor, actor_kind=actor_kind, at=now, workflow_id=workflow_id, run_id=run_id,
-                state_version=node.state_version, idempotency_key=idempotency_key,
+                state_version=node.state_version, idempotency_key=idempotency_key, failure=failure,
             )
         )
         try:

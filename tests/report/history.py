@@ -35,6 +35,8 @@ NODES = [f"n{i:02d}" for i in range(1, 13)]
 XID_79 = "health: XID 79: reset_gpu (critical): GPU has fallen off the bus"
 XID_48 = "health: XID 48 seen 3 times in 24 h: escalated"
 NCCL_FAIL = "active check quick: nccl-allreduce: busbw 310 GB/s below the floor of 360 GB/s"
+# The failure the workflow records with each of these causes' drains (runbooks.Event.failure).
+FAILURE_OF = {XID_79: "xid 79", XID_48: "xid 48", NCCL_FAIL: "check nccl-allreduce"}
 H100_BUSBW = {"n01": 480.0, "n03": 481.0, "n05": 479.0, "n07": 482.0, "n09": 480.0, "n11": 350.0}
 A100_BUSBW = {"n02": 230.0, "n04": 231.0, "n06": 229.0, "n08": 230.0, "n10": 140.0, "n12": 100.0}
 
@@ -61,7 +63,8 @@ def seed(engine, now: datetime) -> None:
     def move(node: str, when: datetime, from_state: str, to_state: str, trigger: str, cause: str = "",
              actor_kind: str = "automation", actor: str = "lifecycle") -> None:
         rows.append(NodeEvent(node_name=node, from_state=from_state, to_state=to_state, trigger=trigger, cause=cause,
-                              actor=actor, actor_kind=actor_kind, at=when, idempotency_key=f"ev-{next(counter)}"))
+                              actor=actor, actor_kind=actor_kind, at=when, idempotency_key=f"ev-{next(counter)}",
+                              failure=FAILURE_OF.get(cause, "") if trigger == "drain" else ""))
         states[node] = to_state
 
     def back_to_production(node: str, start: float, maintenance_h: float, burn_in_h: float, admission_h: float,

@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from fleetctl.runbooks import Event
 from tests.workflows.fakes import World
 from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
 
@@ -111,8 +112,8 @@ async def test_a_failed_burn_in_check_sends_the_node_to_maintenance_and_its_runb
     assert s.state == "maintenance" and node.fakes.triggers() == ["begin_burn_in", "phase_failed"]
     assert [r.check for r in node.fakes.asked("run_check")] == ["nvidia-smi-query"]  # stops at the first failure
     (choice,) = node.fakes.asked("choose_remediation")
-    assert choice.event == {"kind": "check", "check": "nvidia-smi-query", "status": "fail",
-                            "message": "nvidia-smi-query: fail"}
+    assert Event.from_dict(choice.event) == Event("check", check="nvidia-smi-query", status="fail",
+                                                 message="nvidia-smi-query: fail")
 
 
 async def test_a_critical_event_during_burn_in_fails_the_phase_without_draining(lifecycle) -> None:
@@ -137,7 +138,9 @@ async def test_a_check_that_could_not_run_fails_burn_in_without_blaming_the_hard
 
 
 async def test_an_admission_failed_on_bandwidth_is_remediated_as_an_nccl_failure(lifecycle) -> None:
-    verdict = AdmissionVerdict("", False, "nccl busbw 310 GB/s below the fleet's 400")
+    # The check travels as data: the reason's words do not name it.
+    verdict = AdmissionVerdict("", False, "straggler: busbw 310 GB/s below the fleet's 400",
+                               failed_check="nccl-allreduce")
     node = await lifecycle(state="new", world=World(admission=verdict))
     await node.admit()
     s = await node.settled()
@@ -145,6 +148,14 @@ async def test_an_admission_failed_on_bandwidth_is_remediated_as_an_nccl_failure
     assert node.fakes.triggers() == ["begin_burn_in", "begin_admission", "phase_failed"]
     (choice,) = node.fakes.asked("choose_remediation")
     assert choice.event["check"] == "nccl-allreduce"
+
+
+async def test_a_drain_records_the_failure_of_the_event_behind_it(lifecycle) -> None:
+    """What the report counts is written with the transition, not read back from its cause."""
+    node = await lifecycle(world=World(verdict=XID79))
+    await node.event(79, "e-79")
+    await node.settled()
+    assert [(t.trigger, t.failure) for t in node.fakes.transitions] == [("drain", "xid 79"), ("drain_complete", "")]
 
 
 async def test_a_node_off_the_firmware_baseline_is_updated_before_burn_in(lifecycle) -> None:

@@ -80,8 +80,9 @@ class CheckActivities(DatabaseActivities):
         runs = queries.check_runs(self.engine, req.check_run_ids)
         bad = [r for r in runs if r.status not in ("pass", "warn")]
         if bad:
-            return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}")
-        stragglers = []
+            return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}",
+                                    failed_check=bad[0].check_name)
+        stragglers, straggling_checks = [], []
         for check, metric, higher in STRAGGLER_METRICS:
             mine = next((r.metrics[metric] for r in reversed(runs) if r.check_name == check
                          and isinstance(r.metrics.get(metric), (int, float))), None)
@@ -91,8 +92,9 @@ class CheckActivities(DatabaseActivities):
             verdict = find_stragglers({**peers, req.node: float(mine)}, higher_is_better=higher)[req.node]
             if verdict.straggler:
                 stragglers.append(f"{check} {metric}: {verdict.reason}")
+                straggling_checks.append(check)
         if stragglers:
-            return AdmissionVerdict(req.node, False, f"straggler: {stragglers[0]}", stragglers)
+            return AdmissionVerdict(req.node, False, f"straggler: {stragglers[0]}", stragglers, straggling_checks[0])
         return AdmissionVerdict(req.node, True, f"burn-in passed ({len(runs)} checks) and within the fleet")
 
 

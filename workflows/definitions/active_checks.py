@@ -13,6 +13,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import CheckErrorReport, RemovalRequest
     from fleetctl.lifecycle import Actor
+    from fleetctl.runbooks import Event
     from workflows.activities.checks import CheckActivities
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities
@@ -92,7 +93,7 @@ async def check_node(node: str, checks: list[str], req: SweepInput, key: str, re
         if outcome.status == "fail":
             result.failed.append(node)
             await drain_failed_node(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
-                                    {"kind": "check", "check": check, "status": "fail", "message": outcome.reason})
+                                    Event("check", check=check, status="fail", message=outcome.reason).to_dict())
             return
     result.passed += 1
 

@@ -1,0 +1,67 @@
+"""Migrations that move data, on real SQLite and real PostgreSQL: the database is built up to
+the revision before, filled as the old code wrote it, then upgraded."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+
+from fleetctl.db import queries
+from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
+from fleetctl.metrics import failure_label, is_failure
+from fleetctl.metrics_load import transition_of
+
+
+def _migrate(url: str, revision: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+    engine.dispose()
+
+
+# (from, to, trigger, actor_kind, cause) as the code before 0007 wrote them; the label the
+# report gave each, which it must still give after the upgrade.
+OLD_ROWS = [
+    ("production", "draining", "drain", "automation", "health: XID 79: reset_gpu (critical): GPU has fallen off the bus",
+     "xid 79"),
+    ("production", "draining", "drain", "automation", "recheck quick: nccl-allreduce: busbw 300 below 360",
+     "check nccl-allreduce"),
+    ("production", "draining", "drain", "automation", "active check quick: dcgm-diag-r3: GPU 5 memory",
+     "check dcgm-diag-r3"),
+    ("production", "draining", "drain", "automation", "health: operator report: fans loud", "health"),
+    ("production", "draining", "drain", "automation", "runbook thermal: drain", "automation"),
+    ("production", "draining", "drain", "operator", "XID 79 seen on the console", "xid 79"),
+    ("production", "draining", "drain", "operator", "reseat the cable", None),
+    ("draining", "maintenance", "drain_complete", "automation", "drained: health: XID 79", None),
+]
+
+
+def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: str) -> None:
+    _migrate(db_url, "0006")
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO nodes (name, address, rack, profile, scheduler, state, state_version, labels, "
+                          "created_at, updated_at, state_since) VALUES ('n1', 'sim://n1', 'r1', 'h100-sxm', 'sim', "
+                          "'maintenance', 8, '{}', :t, :t, :t)"), {"t": datetime(2026, 1, 1, tzinfo=timezone.utc)})
+        for i, (frm, to, trigger, kind, cause, _) in enumerate(OLD_ROWS):
+            conn.execute(text("INSERT INTO node_events (node_name, from_state, to_state, trigger, cause, actor, "
+                              "actor_kind, at, workflow_id, run_id, state_version, idempotency_key) VALUES "
+                              "('n1', :f, :t, :tr, :c, 'x', :k, :at, '', '', :v, :key)"),
+                         {"f": frm, "t": to, "tr": trigger, "c": cause, "k": kind, "v": i + 1, "key": f"k{i}",
+                          "at": datetime(2026, 1, 1, i, tzinfo=timezone.utc)})
+    engine.dispose()
+
+    _migrate(db_url, "head")
+
+    events = queries.node_events(get_engine(db_url), "n1")
+    assert len(events) == len(OLD_ROWS)
+    for event, (*_, label) in zip(events, OLD_ROWS):
+        t = transition_of(event)
+        assert (failure_label(t) if is_failure(t) else None) == label, event.cause
