@@ -102,12 +102,9 @@ def run(full: bool) -> dict:
     fleetctl = _fleetctl()
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_DB_URL": _small_fleet_db(Path(tmp))}
-        plain_help = {**env, "TYPER_USE_RICH": "0"}
         # name: (argv, arguments for the import probe or None, environment)
         commands = {
             "fleetctl --help": ([fleetctl, "--help"], ["--help"], env),
-            # Typer renders help with rich when it is installed; this shows what that costs.
-            "fleetctl --help (TYPER_USE_RICH=0)": ([fleetctl, "--help"], None, plain_help),
             f"fleetctl node list ({SMALL_FLEET} nodes)": ([fleetctl, "node", "list"], ["node", "list"], env),
             "temporal --help": ([temporal, "--help"], None, env),
             BARE_TYPER: ([sys.executable, "-c", "import typer, rich"], None, env),
