@@ -130,6 +130,11 @@ def test_render_and_evaluate() -> None:
         (Event("xid", code=9999), "escalation-ladder"),  # fallback
         (Event("check", check="nvidia-smi-query", status="fail", message="row remapping failed: RMA the GPU"), "ecc-uncorrectable-rma"),
         (Event("check", check="nvidia-smi-query", status="warn", message="row remap pending: reset the GPU"), "row-remap-pending"),
+        # DCGM's own words, as fleetctl.sim renders its Page Retirement/Row Remap test.
+        (Event("check", check="dcgm-r1", status="fail", message="GPU 4: Page Retirement/Row Remap failed: GPU 4 had "
+               "uncorrectable memory errors and row remapping failed."), "ecc-uncorrectable-rma"),
+        (Event("check", check="dcgm-r3", status="warn", message="GPU 2: Page Retirement/Row Remap warn: GPU 2 has "
+               "uncorrectable memory errors and row remappings are pending"), "row-remap-pending"),
         (Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"), "thermal-throttling"),
         (Event("check", check="nvidia-smi-query", status="fail", message="GPU unreachable: Unable to determine"), "xid-79-fallen-off-bus"),
         (Event("check", check="ib-ports", status="fail", message="Down / Polling"), "ib-port-down"),
