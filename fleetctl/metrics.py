@@ -56,7 +56,6 @@ from fleetctl.runbooks import LemonPolicy
 PRODUCTION = NodeState.PRODUCTION.value
 
 
-
 @dataclass(frozen=True)
 class NodeRecord:
     name: str

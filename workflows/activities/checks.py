@@ -82,7 +82,7 @@ class CheckActivities(DatabaseActivities):
         if bad:
             return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}",
                                     failed_check=bad[0].check_name)
-        stragglers, straggling_checks = [], []
+        stragglers: list[tuple[str, str]] = []  # (check, finding)
         for check, metric, higher in STRAGGLER_METRICS:
             mine = next((r.metrics[metric] for r in reversed(runs) if r.check_name == check
                          and isinstance(r.metrics.get(metric), (int, float))), None)
@@ -91,10 +91,10 @@ class CheckActivities(DatabaseActivities):
             peers = queries.peer_metrics(self.engine, node.profile, check, metric, exclude=req.node)
             verdict = find_stragglers({**peers, req.node: float(mine)}, higher_is_better=higher)[req.node]
             if verdict.straggler:
-                stragglers.append(f"{check} {metric}: {verdict.reason}")
-                straggling_checks.append(check)
+                stragglers.append((check, f"{check} {metric}: {verdict.reason}"))
         if stragglers:
-            return AdmissionVerdict(req.node, False, f"straggler: {stragglers[0]}", stragglers, straggling_checks[0])
+            (check, finding), *_ = stragglers
+            return AdmissionVerdict(req.node, False, f"straggler: {finding}", [f for _, f in stragglers], check)
         return AdmissionVerdict(req.node, True, f"burn-in passed ({len(runs)} checks) and within the fleet")
 
 

@@ -303,8 +303,8 @@ class NodeLifecycle:
             await self._record_refused_drain(cause, ev.actor or "health-event")
         elif verdict.drain_now:
             await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
-                                      Event("xid", code=ev.code, message=ev.message).to_dict() if ev.code is not None
-                                      else Event("manual", message=ev.message).to_dict())
+                                      Event("xid" if ev.code is not None else "manual", code=ev.code,
+                                            message=ev.message).to_dict())
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
