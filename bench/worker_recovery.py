@@ -8,7 +8,9 @@ onto the other two. The clock starts when the restart has begun (its row is reco
 requeue not yet). With a kill the worker process is SIGKILLed at that moment and started
 again at once, as a supervisor would; without one nothing happens. Timed: until the job runs
 off the bad node in the scheduler's tables. Each kill records where it landed (the
-activities in flight and the timeouts they were given, tests/support/recovery.py): what a
+activities in flight and the timeouts they were given, tests/support/recovery.py) and, read
+back from the histories once the job runs again, what the workflows waited on before it did
+(the timeouts that fired, the workflow tasks left on the dead worker's sticky queue): what a
 dead worker costs is those timeouts, which is what the ratio shows.
 """
 
@@ -45,7 +47,7 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.scheduler import SimScheduler
     from tests.lifecycle.conftest import make_fleet
-    from tests.support.recovery import kill_cost
+    from tests.support.recovery import kill_cost, waits_after_kill
     from workflows.api import HealthEventInput
     from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
@@ -69,6 +71,7 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
         started = time.monotonic()
         landed_in = None
         if kill:
+            killed_at = time.time()
             os.killpg(worker.pid, signal.SIGKILL)
             worker.process.wait(10)
             requeued_before_kill = job_store.job_restarts(engine, job.job_id)[0].requeued_at is not None
@@ -82,6 +85,9 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
             return current.state == "running" and bad not in current.nodes
 
         seconds = await _until(running_again, "the job to run again", started)
+        if kill:
+            landed_in["waited_on"] = [str(w) for w in await waits_after_kill(client, settings.task_queue, killed_at)
+                                      if w.after_kill_s <= seconds]
         return {"seconds": seconds, "kill": landed_in}
     finally:
         # The worker left behind by a failed start is stopped too; a killed one is gone already.

@@ -39,7 +39,7 @@ from tests.support.worker import WorkerThread, start_in_production, terminate_no
 from workflows.api import HealthEventInput, job_restart_id, node_workflow_id
 from workflows.client import connect, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK
+from workflows.definitions.shared import QUICK, SCHEDULER
 
 pytestmark = pytest.mark.temporal
 
@@ -48,6 +48,7 @@ ETCD_TIMEOUT = "etcdserver: request timed out"
 # workflows allow one step of work (its start-to-close timeout), from where the presets live today.
 POLL_S = 1.0
 STEP_S = QUICK["start_to_close_timeout"].total_seconds()
+SCHEDULER_STEP_S = SCHEDULER["start_to_close_timeout"].total_seconds()
 
 
 @pytest.fixture
@@ -73,10 +74,11 @@ async def production_node(settings, kube: KubeEmulator, name: str, retry_s: floa
     kube.add_node(name)
     client = await connect(settings)
     await start_in_production(client, settings, name, scheduler_retry_s=retry_s, **state)
-    # Entering production resumes the node in Kubernetes (a PATCH): let it land before any fault.
-    await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production", 15,
+    # Entering production resumes the node in Kubernetes (a PATCH, one scheduler call): let it
+    # land before any fault.
+    await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production", SCHEDULER_STEP_S,
                    "the node to be resumed in Kubernetes")
-    await wait_for(lambda: _idle(client, name), 15, "the workflow to be idle")
+    await wait_for(lambda: _idle(client, name), STEP_S, "the workflow to be idle")
     return client
 
 

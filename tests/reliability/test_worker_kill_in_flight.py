@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from checks.catalog import CHECKS
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
-from tests.lifecycle.test_worker_kill import start_worker
+from tests.lifecycle.test_worker_kill import TIME_SCALE, start_worker
 from tests.reliability.support import wait_for
 from tests.support.recovery import activity_started, kill_cost
 from workflows.api import HealthEventInput
@@ -32,13 +33,16 @@ TO_PRODUCTION = ["begin_burn_in", "begin_admission", "enter_production"]
 # where they live today. A wait after a kill adds what the kill costs (tests/support/recovery.py).
 STEP_S = QUICK["start_to_close_timeout"].total_seconds()
 SCHEDULER_STEP_S = SCHEDULER["start_to_close_timeout"].total_seconds()
+# The runbook's long check at the workers' time scale (tests/lifecycle/test_worker_kill.py).
+DCGM_R3_S = CHECKS["dcgm-r3"].typical_duration_s * TIME_SCALE
+LOG_TAIL_LINES = 200
 
 
 class KillableWorker:
     """The worker as a process of its own, SIGKILLed (no cleanup of any kind) and restarted."""
 
     def __init__(self, settings, log: Path):
-        self.settings, self.log = settings, open(log, "ab")
+        self.settings, self.log_path, self.log = settings, log, open(log, "ab")
         self.process: subprocess.Popen = start_worker(settings, self.log)
 
     def kill(self) -> None:
@@ -52,6 +56,10 @@ class KillableWorker:
         if self.process.poll() is None:
             self.kill()
         self.log.close()
+        # The worker's own account (its errors and warnings, every run of it): pytest shows
+        # this output only when the test failed, so a failure carries the worker's side.
+        print(f"--- {self.log_path}, last {LOG_TAIL_LINES} lines ---")
+        print("\n".join(self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]))
 
 
 @pytest.fixture
@@ -163,15 +171,20 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
         await request_transition(client, name, trigger, "setup", actor_kind="automation")
     handle = await start_remediation(client, settings, name, parse_runbook(SLOW_RUNBOOK), Event("xid", code=48),
                                      "tester")
-    await wait_for(lambda: bool(runs_store.runs(engine, node_name=name)), 30, "the run to begin")
+    # Before the check: begin_run and prepare_step, one step each.
+    await wait_for(lambda: activity_started(client, handle.id, "run_check"), 2 * STEP_S, "the runbook's dcgm-r3 check")
     (run,) = runs_store.runs(engine, node_name=name)
     run_key = run.run_key
-    await asyncio.sleep(1.5)  # inside dcgm-r3 (about 4.5 s at this time scale)
-    assert runs_store.steps(engine, run_key) == [] and queries.latest_checks(engine, name) == []
     worker.kill()
+    cost = await kill_cost(client, settings.task_queue)
+    # Landed where meant: inside the check, taken by the dead worker, nothing of it recorded yet.
+    assert [(a.activity, a.lost_after_s > 0) for a in cost.in_flight if a.workflow_id == handle.id] == [
+        ("run_check", True)], cost.landed_in()
+    assert runs_store.steps(engine, run_key) == [] and queries.latest_checks(engine, name) == []
 
     worker.restart()
-    result = await asyncio.wait_for(handle.result(), 60)
+    # After the kill: dcgm-r3 again from the start, then the run's remaining quick steps.
+    result = await asyncio.wait_for(handle.result(), cost.bound_s(STEP_S + DCGM_R3_S))
     assert result.status in ("succeeded", "escalated"), result
     assert runs_store.get_run(engine, run_key).status == result.status
     assert [(s.step_index, s.action, s.status) for s in runs_store.steps(engine, run_key)] == [

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueKind, TimeoutType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -103,3 +103,56 @@ async def activity_started(client: Client, workflow_id: str, activity: str) -> b
     description = await client.get_workflow_handle(workflow_id).describe()
     return any(p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
                for p in description.raw_description.pending_activities)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Something the workflows waited on after a kill, read back from their histories once
+    they had recovered: a timeout that fired, or a workflow task that sat unclaimed."""
+
+    workflow_id: str
+    what: str  # "run_check start-to-close timeout", "workflow task on the sticky queue", ...
+    after_kill_s: float  # when the wait ended, from the kill
+    lasted_s: float
+
+    def __str__(self) -> str:
+        return f"{self.what} in {self.workflow_id}: {self.lasted_s:.1f} s, ended {self.after_kill_s:.1f} s after the kill"
+
+
+_TIMEOUT_NAMES = {TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE: "start-to-close", TimeoutType.TIMEOUT_TYPE_HEARTBEAT: "heartbeat",
+                  TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START: "schedule-to-start",
+                  TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE: "schedule-to-close"}
+
+
+async def waits_after_kill(client: Client, task_queue: str, killed_at: float, longer_than_s: float = 1.0) -> list[Wait]:
+    """What the workflows on `task_queue` waited on after a kill at `killed_at` (time.time()):
+    each activity or workflow task timeout that fired after it, and each workflow task that
+    waited longer than `longer_than_s` for a worker to take it (on the dead worker's sticky
+    queue until the server gave up on it, or on the shared queue until a worker polled)."""
+    waits: list[Wait] = []
+    async for execution in client.list_workflows(f"TaskQueue = '{task_queue}'"):
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        by_id = {event.event_id: event for event in history.events}
+        for event in history.events:
+            at = event.event_time.ToDatetime().timestamp()
+            if at < killed_at:
+                continue
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+                attrs = event.activity_task_timed_out_event_attributes
+                scheduled = by_id[attrs.scheduled_event_id].activity_task_scheduled_event_attributes
+                kind = _TIMEOUT_NAMES.get(attrs.failure.timeout_failure_info.timeout_type, "unknown")
+                began = by_id[attrs.started_event_id].event_time.ToDatetime().timestamp()
+                waits.append(Wait(execution.id, f"{scheduled.activity_type.name} {kind} timeout", at - killed_at, at - began))
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+                attrs = event.workflow_task_timed_out_event_attributes
+                kind = _TIMEOUT_NAMES.get(attrs.timeout_type, "unknown")
+                began = by_id[attrs.scheduled_event_id].event_time.ToDatetime().timestamp()
+                waits.append(Wait(execution.id, f"workflow task {kind} timeout", at - killed_at, at - began))
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                scheduled = by_id[event.workflow_task_started_event_attributes.scheduled_event_id]
+                waited = at - scheduled.event_time.ToDatetime().timestamp()
+                if waited > longer_than_s:
+                    queue = scheduled.workflow_task_scheduled_event_attributes.task_queue
+                    where = "sticky" if queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY else "shared"
+                    waits.append(Wait(execution.id, f"workflow task unclaimed on the {where} queue", at - killed_at, waited))
+    return sorted(waits, key=lambda w: w.after_kill_s)
