@@ -104,6 +104,8 @@ def import_nodes(
 
     specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
+    if clashes := queries.case_clashes(engine, (s.name for s in specs)):
+        fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
         typer.echo(f"{file}: {len(specs)} nodes valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")

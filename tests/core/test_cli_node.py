@@ -139,3 +139,15 @@ def test_retire_asks_unless_yes(cli, tmp_path) -> None:
     r = cli("node", "retire", name, "--yes")
     assert r.exit_code == 0, r.output
     assert queries.get_node(get_engine(cli.db_url), name).state == "retired"
+
+
+def test_importing_a_known_name_in_other_cases_is_one_line_and_writes_nothing(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    assert cli("node", "import", _inventory(tmp_path, [name])).exit_code == 0
+    other = f"cli-{uuid.uuid4().hex[:6]}"
+    for extra in ((), ("--dry-run",)):
+        r = cli("node", "import", _inventory(tmp_path, [name.upper(), other]), *extra)
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+        assert f"{name.upper()} (known as {name})" in r.stderr and "ignore case" in r.stderr
+    engine = get_engine(cli.db_url)
+    assert queries.get_node(engine, name.upper()) is None and queries.get_node(engine, other) is None
