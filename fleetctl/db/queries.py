@@ -252,6 +252,17 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
         return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
 
 
+def health_events_in_state(engine: Engine, name: str) -> list[HealthEvent]:
+    """The node's health events with a code, recorded since it entered its current state."""
+    with Session(engine) as session:
+        node = session.exec(select(Node).where(Node.name == name)).first()
+        if node is None:
+            return []
+        return list(session.exec(select(HealthEvent).where(
+            HealthEvent.node_name == name, col(HealthEvent.code).is_not(None), HealthEvent.at >= node.state_since)
+            .order_by(col(HealthEvent.at).desc())))
+
+
 def health_event_time(engine: Engine, idempotency_key: str) -> float | None:
     """When the health event with this key was recorded as having happened; None if it was not."""
     with Session(engine) as session:

@@ -140,8 +140,9 @@ class NodeActivities(DatabaseActivities):
             return RemediationPlan(None, event.to_dict())
         book = runbook_for(books.values(), event, event.message)
         critical = event.kind == "xid" and event.code is not None and xid_action(event.code).severity == "critical"
+        shadow = self.settings.remediation_shadow or self.settings.automation_dry_run
         return RemediationPlan(book.to_dict() if book else None, event.to_dict(),
-                               remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), critical)
+                               remediation_mode(dry_run=False, shadow=shadow), critical)
 
     @activity.defn
     @heartbeating
