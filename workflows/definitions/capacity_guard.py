@@ -20,9 +20,6 @@ with workflow.unsafe.imports_passed_through():
 # then it is counted here so that concurrent requests see it.
 PENDING_GRANT_TTL_S = 600.0
 DECISIONS_PER_RUN = 500
-# Before each decision the guard reads its fleet's policy from the worker's configuration and,
-# for a removal said to be critical, the recorded health event that makes it so.
-OWN_FACTS_PATCH = "guard-reads-policy-and-evidence"
 
 
 @workflow.defn
@@ -62,7 +59,9 @@ class CapacityGuard:
     @workflow.update
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
-            if workflow.patched(OWN_FACTS_PATCH):
+            # Before each decision: the fleet's policy from the worker's configuration and, for a
+            # removal said to be critical, the recorded health event that makes it so.
+            if workflow.patched("guard-reads-policy-and-evidence"):
                 await self._read_policy()
                 req = await self._judged_critical(req)
             now = workflow.now().timestamp()
@@ -121,7 +120,7 @@ class CapacityGuard:
         """Errors drain nobody; a storm of them opens the breaker, with the reason, so that an
         operator looks at the checker before automation trusts its verdicts again."""
         async with self.lock:
-            if workflow.patched(OWN_FACTS_PATCH):
+            if workflow.patched("guard-reads-policy-and-evidence"):
                 await self._read_policy()
             reason = checker_storm(self.s.policy, len(report.errored), report.checked)
             if reason is not None and not self.s.breaker_open:
