@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
+from fleetctl.lifecycle import NodeState
 
 _INVENTORY_FIELDS = {
     "address": "address",
@@ -252,15 +253,17 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
         return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
 
 
-def health_events_in_state(engine: Engine, name: str) -> list[HealthEvent]:
-    """The node's health events with a code, recorded since it entered its current state."""
+def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
+    """The node's health events with a code, recorded since it last entered production (all
+    of them if it never did), newest first."""
     with Session(engine) as session:
-        node = session.exec(select(Node).where(Node.name == name)).first()
-        if node is None:
-            return []
-        return list(session.exec(select(HealthEvent).where(
-            HealthEvent.node_name == name, col(HealthEvent.code).is_not(None), HealthEvent.at >= node.state_since)
-            .order_by(col(HealthEvent.at).desc())))
+        entered = session.exec(select(NodeEvent.at).where(NodeEvent.node_name == name,
+                                                          NodeEvent.to_state == NodeState.PRODUCTION.value)
+                               .order_by(col(NodeEvent.at).desc())).first()
+        query = select(HealthEvent).where(HealthEvent.node_name == name, col(HealthEvent.code).is_not(None))
+        if entered is not None:
+            query = query.where(HealthEvent.at >= entered)
+        return list(session.exec(query.order_by(col(HealthEvent.at).desc())))
 
 
 def health_event_time(engine: Engine, idempotency_key: str) -> float | None:

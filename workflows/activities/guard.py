@@ -43,12 +43,12 @@ class GuardActivities(DatabaseActivities):
     @activity.defn
     def critical_evidence(self, node: str) -> str:
         """The recorded health event that makes a drain of `node` critical: one whose code the
-        catalog calls critical, recorded since the node entered its current state (production,
-        for a drain). Empty when there is none: a caller's word (an operator typing an XID into
+        catalog calls critical, recorded since the node last entered production (it may have
+        left since: an operator's drain won the race). Empty when there is none: a caller's word (an operator typing an XID into
         `runbook run`) is not a fault the node had."""
         from checks.xid import xid_action
 
-        for ev in queries.health_events_in_state(self.engine, node):
+        for ev in queries.health_events_in_service(self.engine, node):
             if xid_action(ev.code).severity == "critical":
                 return f"XID {ev.code} recorded at {ev.at:%Y-%m-%d %H:%M:%S} from {ev.source}"
         return ""
