@@ -26,6 +26,8 @@ class GuardPolicy:
     # A storm needs at least this many failures, so one bad node in a small fleet is a bad
     # node, not a storm.
     storm_min_failures: int = 3
+    # Automation dry run: every decision is made and recorded, none granted.
+    dry_run: bool = False
 
 
 @dataclass
@@ -70,6 +72,11 @@ class RemovalDecision:
     reason: str
     # Set when this request is the one that opened the breaker.
     breaker_opened: bool = False
+    # A granted removal's grant (grant_for): the node's workflow drains for automation only
+    # with one that names it at its current state version.
+    grant: str = ""
+    # The decision would have been this one, but automation runs dry (GuardPolicy.dry_run).
+    dry_run: bool = False
 
 
 @dataclass
@@ -82,12 +89,44 @@ class CheckErrorReport:
     key: str  # stable per sweep run, so a retried report is recorded once
 
 
+def grant_for(guard: str, node: str, state_version: int) -> str:
+    """The grant the guard `guard` hands out for taking `node` out at `state_version`."""
+    return f"{guard}:{node}@{state_version}"
+
+
+def grant_covers(grant: str, node: str, state_version: int) -> bool:
+    """Whether `grant` allows `node`, now at `state_version`, to be drained by automation: a
+    grant names one node at one version, so one for another node, or from before the node
+    last moved, drains nothing."""
+    guard, _, rest = grant.rpartition(":")
+    return bool(guard) and rest == f"{node}@{state_version}"
+
+
 def allowed_unavailable(total: int, fraction: float) -> int:
     """At least one node may always be out, or a small fleet could never be repaired."""
     return max(1, math.floor(total * fraction)) if total else 0
 
 
 def decide(
+    policy: GuardPolicy,
+    snapshot: FleetSnapshot,
+    request: RemovalRequest,
+    recent_failures: dict[str, float],
+    now: float,
+    breaker_open: bool,
+    pending_grants: int = 0,
+    pending_in_rack: int = 0,
+) -> RemovalDecision:
+    """Whether `request` may take its node out of production (see _decide). In a dry run
+    (policy.dry_run) automation is told what the answer would have been and granted nothing;
+    an operator's forced removal is the operator's act and is not dry."""
+    decision = _decide(policy, snapshot, request, recent_failures, now, breaker_open, pending_grants, pending_in_rack)
+    if policy.dry_run and decision.granted and not request.force:
+        return RemovalDecision(request.node, False, f"dry run: would grant ({decision.reason})", dry_run=True)
+    return decision
+
+
+def _decide(
     policy: GuardPolicy,
     snapshot: FleetSnapshot,
     request: RemovalRequest,

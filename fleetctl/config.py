@@ -55,6 +55,7 @@ ENV_VARS = {
     "bmc_verify_tls": "FLEETCTL_BMC_VERIFY_TLS",
     "bmc_allow_http": "FLEETCTL_BMC_ALLOW_HTTP",
     "remediation_shadow": "FLEETCTL_REMEDIATION_SHADOW",
+    "automation_dry_run": "FLEETCTL_AUTOMATION_DRY_RUN",
     "runbooks_dir": "FLEETCTL_RUNBOOKS_DIR",
     "lemon_threshold": "FLEETCTL_LEMON_THRESHOLD",
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
@@ -114,6 +115,10 @@ class Settings:
     guard_max_unavailable_rack: float = 0.25
     guard_storm_fraction: float = 0.20
     guard_storm_window_s: float = 600.0
+    # Per-fleet overrides of the four guard_* settings above, from the config file only:
+    # `guard_fleets: {blue: {guard_max_unavailable_fleet: 0.2}}`. Each fleet's guard reads its
+    # own from the worker's configuration (never from whichever command started it).
+    guard_fleets: dict[str, dict[str, float]] = field(default_factory=dict)
     # Simulated nodes: 1.0 runs checks for their real typical duration, 0 makes them instant.
     sim_time_scale: float = 0.0
     sim_seed: int = 0
@@ -150,6 +155,10 @@ class Settings:
     # Shadow mode: every automated remediation records what it would do and does nothing,
     # so new runbooks earn trust before they act.
     remediation_shadow: bool = False
+    # Dry run for all automation: the capacity guard answers every automated removal with what
+    # it would decide (recorded, kind `dry_run`) and grants none, and every remediation runs in
+    # shadow mode. Operators' own commands still act.
+    automation_dry_run: bool = False
     # Runbooks directory (empty: the shipped runbooks/).
     runbooks_dir: str = ""
     # A lemon: remediated this many times within this many days goes to RMA, not production.
@@ -168,6 +177,19 @@ class Settings:
         if self.operator:
             return self.operator if "@" in self.operator else f"{self.operator}@{host}"
         return f"{authenticated_user()}@{host}"
+
+
+GUARD_SETTINGS = ("guard_max_unavailable_fleet", "guard_max_unavailable_rack", "guard_storm_fraction",
+                  "guard_storm_window_s")
+
+
+def guard_policy(settings: Settings, fleet: str):
+    """The capacity guard's policy for `fleet`: the guard_* settings, overridden by the fleet's
+    entry in guard_fleets, and the automation dry run."""
+    from fleetctl.capacity import GuardPolicy
+
+    limits = {name: getattr(settings, name) for name in GUARD_SETTINGS} | settings.guard_fleets.get(fleet, {})
+    return GuardPolicy(*(limits[name] for name in GUARD_SETTINGS), dry_run=settings.automation_dry_run)
 
 
 def authenticated_user() -> str:
@@ -229,6 +251,8 @@ def parse_bool(raw: Any, what: str = "value") -> bool:
 def _coerce(name: str, raw: Any) -> Any:
     kind = {f.name: f.type for f in fields(Settings)}[name]
     what = f"setting {name}"
+    if name == "guard_fleets":
+        return _guard_fleets(raw, what)
     if kind == "bool":
         return parse_bool(raw, what)
     if isinstance(raw, (bool, list, dict)) or raw is None:
@@ -245,6 +269,22 @@ def _coerce(name: str, raw: Any) -> Any:
         interval = f"{'[' if low_allowed else '('}{low:g}, {high:g}]"
         raise ConfigError(f"{what}: {str(raw)[:40]!r} is out of range (must be in {interval})")
     return value
+
+
+def _guard_fleets(raw: Any, what: str) -> dict[str, dict[str, float]]:
+    """{fleet: {guard setting: value}}, each value bounded as its global setting is."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{what}: expected a mapping of fleet names to guard settings")
+    fleets: dict[str, dict[str, float]] = {}
+    for fleet, limits in raw.items():
+        if not isinstance(limits, dict):
+            raise ConfigError(f"{what}: fleet {str(fleet)[:40]!r}: expected a mapping of guard settings")
+        unknown = sorted(str(k)[:40] for k in limits if k not in GUARD_SETTINGS)
+        if unknown:
+            raise ConfigError(f"{what}: fleet {str(fleet)[:40]!r}: unknown setting {unknown[0]!r} "
+                              f"(one of {', '.join(GUARD_SETTINGS)})")
+        fleets[str(fleet)] = {key: _coerce(key, value) for key, value in limits.items()}
+    return fleets
 
 
 def load_settings(

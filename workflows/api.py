@@ -109,6 +109,9 @@ class TransitionRequest:
     event: dict | None = None
     # The node whose workflow is asked; its own workflow knows who it is and ignores this.
     node: str = ""
+    # An automated drain's capacity-guard grant (fleetctl.capacity.grant_for): without one
+    # that names this node at its current version, the node's workflow refuses the drain.
+    grant: str = ""
 
 
 @dataclass

@@ -31,8 +31,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from fleetctl.capacity import GuardPolicy
-from fleetctl.config import Settings
+from fleetctl.config import Settings, guard_policy
 from workflows.api import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
@@ -136,16 +135,14 @@ async def ensure_node_workflows(
     return len(nodes)
 
 
-def guard_policy(settings: Settings) -> GuardPolicy:
-    return GuardPolicy(settings.guard_max_unavailable_fleet, settings.guard_max_unavailable_rack,
-                       settings.guard_storm_fraction, settings.guard_storm_window_s)
-
-
 async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle:
-    """This fleet's guard, started with the configured policy if none is running. The worker
-    hands this to the guard's activities too, so the guard is started one way only."""
+    """This fleet's guard, started if none is running. The policy it starts with is only what
+    it shows until its first decision: the guard reads its fleet's own from the worker's
+    configuration before each one (so no command's environment sets it for everyone). The
+    worker hands this to the guard's activities too, so the guard is started one way only."""
     return await client.start_workflow(
-        CAPACITY_GUARD, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings)), id=guard_id(settings.fleet),
+        CAPACITY_GUARD, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings, settings.fleet)),
+        id=guard_id(settings.fleet),
         task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
@@ -308,7 +305,7 @@ class RemediationAlreadyRunning(RuntimeError):
 
 async def start_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
                             actor: str, dry_run: bool = False) -> WorkflowHandle:
-    mode = remediation_mode(dry_run, settings.remediation_shadow)
+    mode = remediation_mode(dry_run, settings.remediation_shadow or settings.automation_dry_run)
     workflow_id = remediation_id(node) if mode == "live" else f"{remediation_id(node)}/{mode}-{uuid.uuid4().hex[:8]}"
     try:
         return await client.start_workflow(

@@ -104,6 +104,8 @@ def import_nodes(
 
     specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
+    if clashes := queries.case_clashes(engine, (s.name for s in specs)):
+        fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
         typer.echo(f"{file}: {len(specs)} nodes valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
@@ -242,9 +244,33 @@ def drain(
     ctx: typer.Context,
     names: List[str] = typer.Argument(..., help="node names"),
     reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="say what each node would do; change and record nothing"),
 ) -> None:
     """Take production nodes out of service."""
+    if dry_run:
+        _would(ctx, names, "drain")
+        return
     _command(ctx, names, "drain", f"operator: {reason}")
+
+
+def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
+    """What `trigger` would do to each node, judged by the same table its workflow uses, on the
+    state the database holds; Temporal is not asked and nothing is written."""
+    from fleetctl.db import queries
+    from fleetctl.lifecycle import Actor, IllegalTransition, next_state
+
+    _require_nodes(ctx, names)
+    refused = 0
+    for node in queries.nodes_named(context.engine(ctx), dict.fromkeys(names)):
+        try:
+            target = next_state(node.state, trigger, Actor.OPERATOR)
+        except IllegalTransition as exc:
+            refused += 1
+            typer.echo(f"error: {node.name}: {exc}", err=True)
+            continue
+        typer.echo(f"{node.name}: would {trigger}: {node.state} -> {target.value} (dry run, nothing done)")
+    if refused:
+        raise typer.Exit(EXIT_OPERATIONAL)
 
 
 @app.command("undrain")

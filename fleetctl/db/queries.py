@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
+from fleetctl.lifecycle import NodeState
 
 _INVENTORY_FIELDS = {
     "address": "address",
@@ -28,10 +29,27 @@ class StaleStateVersion(RuntimeError):
     """The node's state moved on since the writer last saw it."""
 
 
+class NameClash(ValueError):
+    """A new node's name differs only in case from a known node's: one machine to DNS, to
+    Slurm's hostlists and to Kubernetes, so two rows would be two owners of one node."""
+
+
+def case_clashes(engine: Engine, names: Iterable[str]) -> dict[str, str]:
+    """{name: the known node's name} for each name a known node spells with other cases."""
+    wanted = {n.lower(): n for n in names}
+    if not wanted:
+        return {}
+    with Session(engine) as session:
+        known = session.exec(select(Node.name).where(func.lower(Node.name).in_(list(wanted))))
+        return {wanted[k.lower()]: k for k in known if wanted[k.lower()] != k}
+
+
 def upsert_nodes(engine: Engine, specs: Sequence[NodeSpec]) -> tuple[list[str], list[str], list[str]]:
     """Insert new nodes, update changed inventory fields; never touches state. Idempotent."""
     created, updated, unchanged = [], [], []
     names = [s.name for s in specs]
+    if clashes := case_clashes(engine, names):
+        raise NameClash(clash_message(clashes))
     with Session(engine) as session:
         existing = {n.name: n for n in session.exec(select(Node).where(col(Node.name).in_(names)))} if names else {}
         for spec in specs:
@@ -52,6 +70,12 @@ def upsert_nodes(engine: Engine, specs: Sequence[NodeSpec]) -> tuple[list[str], 
                 unchanged.append(spec.name)
         session.commit()
     return created, updated, unchanged
+
+
+def clash_message(clashes: dict[str, str]) -> str:
+    shown = ", ".join(f"{new} (known as {old})" for new, old in sorted(clashes.items())[:5])
+    more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
+    return f"node names ignore case: {shown}{more} already in the fleet; use the known spelling"
 
 
 def list_nodes(engine: Engine, labels: dict[str, str] | None = None, state: str | None = None) -> list[Node]:
@@ -228,6 +252,19 @@ def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -
         rows = session.exec(select(HealthEvent.at).where(
             HealthEvent.node_name == node, HealthEvent.code == code, HealthEvent.idempotency_key != exclude_key))
         return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
+
+
+def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
+    """The node's health events with a code, recorded since it last entered production (all
+    of them if it never did), newest first."""
+    with Session(engine) as session:
+        entered = session.exec(select(NodeEvent.at).where(NodeEvent.node_name == name,
+                                                          NodeEvent.to_state == NodeState.PRODUCTION.value)
+                               .order_by(col(NodeEvent.at).desc())).first()
+        query = select(HealthEvent).where(HealthEvent.node_name == name, col(HealthEvent.code).is_not(None))
+        if entered is not None:
+            query = query.where(HealthEvent.at >= entered)
+        return list(session.exec(query.order_by(col(HealthEvent.at).desc())))
 
 
 def health_event_time(engine: Engine, idempotency_key: str) -> float | None:

@@ -9,7 +9,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import RemediationRun, RemediationStep, RmaRecord, utcnow
+from fleetctl.db.models import NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
 
 
 def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,
@@ -79,6 +79,27 @@ def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[dat
             RemediationRun.node_name == node_name, RemediationRun.mode == "live",
             RemediationRun.started_at >= since)
         return list(session.exec(query))
+
+
+def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
+    """When the node entered maintenance (drained, or a phase failed), since `since`."""
+    with Session(engine) as session:
+        return list(session.exec(select(NodeEvent.at).where(
+            NodeEvent.node_name == node_name, NodeEvent.to_state == "maintenance", NodeEvent.at >= since)))
+
+
+def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:
+    """Live remediations of the node begun since it was last in production, `run_key` not
+    counted: the rungs of the ladder this run stands on (a burn-in failed after each)."""
+    with Session(engine) as session:
+        last = session.exec(select(NodeEvent.at).where(NodeEvent.node_name == node_name,
+                                                       NodeEvent.to_state == "production")
+                            .order_by(col(NodeEvent.at).desc())).first()
+        query = select(RemediationRun.run_key).where(RemediationRun.node_name == node_name,
+                                                     RemediationRun.mode == "live", RemediationRun.run_key != run_key)
+        if last is not None:
+            query = query.where(RemediationRun.started_at >= last)
+        return len(list(session.exec(query)))
 
 
 # ---- RMA ------------------------------------------------------------------------------------

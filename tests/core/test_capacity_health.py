@@ -80,3 +80,30 @@ def test_repeated_warning_xid_escalates_within_the_window_only() -> None:
 
 def test_application_errors_never_escalate() -> None:
     assert not judge_health_event(13, [1.0, 2.0, 3.0], 4.0).drain_now
+
+
+@pytest.mark.parametrize("grant, node, version, covers", [
+    ("capacity-guard/f:n1@4", "n1", 4, True),
+    ("capacity-guard/f:n1@3", "n1", 4, False),  # from before the node last moved
+    ("capacity-guard/f:n2@4", "n1", 4, False),  # another node's
+    ("n1@4", "n1", 4, False),  # no guard named
+    ("", "n1", 4, False),
+])
+def test_a_grant_covers_one_node_at_one_version(grant, node, version, covers) -> None:
+    from fleetctl.capacity import grant_covers, grant_for
+
+    assert grant_covers(grant, node, version) is covers
+    assert grant_covers(grant_for("capacity-guard/f", node, version), node, version)
+
+
+@pytest.mark.parametrize("request_, breaker, reason", [
+    (req(), False, "dry run: would grant (within limits)"),
+    (req(critical=True), False, "dry run: would grant (critical fault"),
+])
+def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, breaker, reason) -> None:
+    dry = GuardPolicy(dry_run=True)
+    d = decide(dry, fleet(20), request_, {}, now=100.0, breaker_open=breaker)
+    assert not d.granted and d.dry_run and d.reason.startswith(reason)
+    # a refusal is the same refusal, and an operator's forced removal is not automation's
+    assert decide(dry, fleet(18, unavailable={1: 2}), req(), {}, 100.0, False).reason.startswith("fleet limit")
+    assert decide(dry, fleet(20), req(force=True), {}, 100.0, False).granted

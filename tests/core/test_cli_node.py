@@ -139,3 +139,40 @@ def test_retire_asks_unless_yes(cli, tmp_path) -> None:
     r = cli("node", "retire", name, "--yes")
     assert r.exit_code == 0, r.output
     assert queries.get_node(get_engine(cli.db_url), name).state == "retired"
+
+
+def test_importing_a_known_name_in_other_cases_is_one_line_and_writes_nothing(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    assert cli("node", "import", _inventory(tmp_path, [name])).exit_code == 0
+    other = f"cli-{uuid.uuid4().hex[:6]}"
+    for extra in ((), ("--dry-run",)):
+        r = cli("node", "import", _inventory(tmp_path, [name.upper(), other]), *extra)
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+        assert f"{name.upper()} (known as {name})" in r.stderr and "ignore case" in r.stderr
+    engine = get_engine(cli.db_url)
+    assert queries.get_node(engine, name.upper()) is None and queries.get_node(engine, other) is None
+
+
+def test_drain_dry_run_says_what_each_node_would_do_and_changes_nothing(cli, tmp_path, make_settings) -> None:
+    import asyncio
+
+    from workflows.client import connect, request_transition
+
+    ready, fresh = (f"cli-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    assert cli("node", "import", _inventory(tmp_path, [ready, fresh])).exit_code == 0
+
+    async def promote():
+        client = await connect(make_settings(cli.db_url))
+        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+            await request_transition(client, ready, trigger, "test", actor_kind="automation")
+
+    asyncio.run(promote())
+    engine = get_engine(cli.db_url)
+    before = {n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)}
+    r = cli("node", "drain", ready, fresh, "--reason", "swap optics", "--dry-run")
+    assert r.exit_code == 1
+    assert r.stdout.strip() == f"{ready}: would drain: production -> draining (dry run, nothing done)"
+    assert r.stderr.strip() == f"error: {fresh}: cannot drain a node in new (allowed from: production)"
+    assert {n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)} \
+        == before
+    assert queries.get_node(engine, ready).state == "production"

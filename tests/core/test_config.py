@@ -34,3 +34,25 @@ def test_trust_on_first_use_only_when_asked(tmp_path) -> None:
     assert load_settings(env={}, config_file=empty).accept_new_host_keys is False
     assert load_settings(env={"FLEETCTL_ACCEPT_NEW_HOST_KEYS": "1"}, config_file=empty).accept_new_host_keys is True
     assert load_settings(flags={"accept_new_host_keys": True}, env={}, config_file=empty).sources["accept_new_host_keys"] == "flag"
+
+
+def test_each_fleet_reads_its_own_guard_limits_bounded_like_the_global_ones(tmp_path) -> None:
+    from fleetctl.config import guard_policy
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("guard_max_unavailable_fleet: 0.1\n"
+                   "guard_fleets: {blue: {guard_max_unavailable_fleet: 0.3, guard_storm_window_s: 60}}\n")
+    s = load_settings(env={"FLEETCTL_AUTOMATION_DRY_RUN": "yes"}, config_file=cfg)
+    blue, green = guard_policy(s, "blue"), guard_policy(s, "green")
+    assert (blue.max_unavailable_fleet, blue.storm_window_s, blue.max_unavailable_rack) == (0.3, 60.0, 0.25)
+    assert (green.max_unavailable_fleet, green.storm_window_s) == (0.1, 600.0)
+    assert blue.dry_run and green.dry_run
+    for bad, message in [("guard_fleets: {blue: {guard_max_unavailable_fleet: nan}}", "out of range"),
+                         ("guard_fleets: {blue: {guard_max_unavailable_fleet: 1.5}}", "out of range"),
+                         ("guard_fleets: {blue: {guard_storm_window_s: -1}}", "out of range"),
+                         ("guard_fleets: {blue: {max_unavailable: 0.2}}", "unknown setting 'max_unavailable'"),
+                         ("guard_fleets: [blue]", "expected a mapping"),
+                         ("guard_fleets: {blue: 0.2}", "expected a mapping")]:
+        cfg.write_text(bad + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_settings(env={}, config_file=cfg)

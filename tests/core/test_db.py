@@ -81,3 +81,14 @@ def test_writer_right_about_the_state_but_behind_on_the_version_is_refused(db_ur
     node = queries.get_node(engine, "n1")
     assert (node.state, node.state_version) == ("burn_in", 3)
     assert [e.to_state for e in queries.node_events(engine, "n1")] == ["burn_in", "maintenance", "burn_in"]
+
+
+def test_a_name_known_in_other_cases_is_refused_and_nothing_is_written(db_url: str) -> None:
+    """`GPU-1` when `gpu-1` is in the database is one machine under two names: refused."""
+    engine = get_engine(db_url)
+    queries.upsert_nodes(engine, parse_inventory(INVENTORY))
+    shouting = parse_inventory(INVENTORY.replace("name: n1", "name: N1").replace("name: n2", "name: n3"))
+    with pytest.raises(queries.NameClash, match=r"N1 \(known as n1\)"):
+        queries.upsert_nodes(engine, shouting)
+    assert queries.get_node(engine, "N1") is None and queries.get_node(engine, "n3") is None
+    assert queries.case_clashes(engine, ["n1", "n2", "new"]) == {}  # the same spelling is the same node

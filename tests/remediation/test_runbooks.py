@@ -170,3 +170,56 @@ def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     history = [now - timedelta(days=d) for d in days_ago]
     assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
+
+
+# ---- the ladder climbs; silent data corruption goes straight to RMA (issue 14) ----------------
+
+
+def _path(book, repeats: int, checks_pass: bool) -> list[str]:
+    """The actions a live run takes when every hardware step succeeds and every recheck
+    passes (or fails), `repeats` remediations after the node was last in production."""
+    steps: dict[str, dict] = {}
+    taken = []
+    for step in book.steps:
+        if step.when is not None and not evaluate(step.when, {"node": {"repeats": repeats}, "steps": steps}):
+            steps[step.name] = {"status": "skipped"}
+            continue
+        taken.append(step.action)
+        ok = checks_pass or step.action not in ("run_suite", "run_check")
+        steps[step.name] = {"status": "passed" if ok else "failed"}
+    return taken
+
+
+@pytest.mark.parametrize("repeats, checks_pass, actions", [
+    (0, True, ["drain", "restart_jobs", "gpu_reset", "run_suite", "set_state"]),
+    (0, False, ["drain", "restart_jobs", "gpu_reset", "run_suite", "reboot", "run_suite", "rma"]),
+    # burn-in failed after the reset: the reset failed; this run starts on the reboot
+    (1, True, ["drain", "restart_jobs", "reboot", "run_suite", "set_state"]),
+    (1, False, ["drain", "restart_jobs", "reboot", "run_suite", "rma"]),
+    # and after the reboot too: the last rung
+    (2, True, ["drain", "restart_jobs", "rma"]),
+    (5, False, ["drain", "restart_jobs", "rma"]),
+])
+def test_the_escalation_ladder_starts_a_repeat_on_its_next_rung(repeats, checks_pass, actions) -> None:
+    assert _path(SHIPPED["escalation-ladder"], repeats, checks_pass) == actions
+
+
+@pytest.mark.parametrize("kind, check, fixture, runbook", [
+    ("nccl", "nccl-allreduce", "nccl/2node_wrong_gformat_fail.txt", "silent-data-corruption"),
+    ("nccl", "nccl-allreduce", "nccl/a100_old_error_column_oob_fail.txt", "silent-data-corruption"),
+    ("hpl", "hpl", "hpl/nvidia_8xh100_residual_failed_fail.txt", "silent-data-corruption"),
+    ("hpl", "hpl", "hpl/intel_residual_failed_fail.txt", "silent-data-corruption"),
+    ("nccl", "nccl-allreduce", "nccl/8xh100_slow_fail.txt", "nvlink-straggler"),  # slow is not corrupt
+])
+def test_wrong_results_are_silent_data_corruption_and_go_straight_to_rma(kind, check, fixture, runbook) -> None:
+    from checks import judge
+    from tests.checks.conftest import fixture_text
+
+    result = judge(kind, fixture_text(fixture), "h100-sxm")
+    assert result.status.value == "fail"
+    event = Event("check", check=check, status="fail", message=result.reason)
+    book = runbook_for(SHIPPED.values(), event, event.message)
+    assert book is not None and book.name == runbook, (result.reason, book and book.name)
+    if runbook == "silent-data-corruption":
+        actions = [s.action for s in book.steps]
+        assert "rma" in actions and not {"gpu_reset", "reboot", "run_check", "run_suite", "set_state"} & set(actions)

@@ -42,7 +42,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.firmware import set_baseline
 from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
-from fleetctl.runbooks import Event, load_runbooks
+from fleetctl.runbooks import Event, load_runbooks, parse_runbook
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
@@ -98,6 +98,14 @@ UNFIT_XID = 99999999999999999999
 # v2's drains wait this long for a node's jobs, polling this often (2 h and 30 s in a fleet):
 # long enough that a runbook's restart_jobs moves a job first, short enough to record.
 DRAIN_JOB_WAIT_S = 10.0
+SET_STATE_DRAINING = """
+name: drain-by-state
+description: drains by naming the state
+match: {xid: [13]}
+steps:
+  - action: set_state
+    with: {state: draining, cause: recording}
+"""
 DRAIN_JOB_POLL_S = 2.0
 
 
@@ -169,7 +177,9 @@ async def recording() -> AsyncIterator[Recording]:
     server = start_dev_server(work / "temporal.db")
     unique = uuid.uuid4().hex[:6]
     settings = load_settings(flags={"db_url": f"sqlite:///{work / 'fleet.db'}", "temporal_address": server.address,
-                                    "task_queue": f"record-{unique}", "fleet": f"record-{unique}"}, env={},
+                                    "task_queue": f"record-{unique}", "fleet": f"record-{unique}",
+                                    # two runbooks drain through the guard in a fleet of 8
+                                    "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5}, env={},
                              config_file="/dev/null")
     get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
@@ -265,6 +275,17 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             raise RuntimeError(f"{runbook_node}: the runbook did not restart the job: {result}")
         await rec.wait(runbook_node, lambda t: "drain_complete" in t)
 
+        # A runbook that drains by naming the state goes through the capacity guard (patch
+        # set-state-drain-asks-the-guard; the guard reads its own policy and evidence first:
+        # patch guard-reads-policy-and-evidence).
+        state_drained = next(n for n in names if n not in (drifted, bad_event, runbook_node)
+                             and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        by_state = parse_runbook(SET_STATE_DRAINING)
+        result = await run_remediation(client, settings, state_drained, by_state, Event("xid", code=13), "recorder")
+        if result.status != "succeeded":
+            raise RuntimeError(f"{state_drained}: set_state draining did not drain through the guard: {result}")
+        await rec.wait(state_drained, lambda t: "drain_complete" in t)
+
         # A drain whose job outlasts its wait: the job is restarted elsewhere at the deadline
         # (patch drain-deadline-restarts-jobs).
         job = scheduler.submit("recorded-long-train", 1)
@@ -294,6 +315,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "node_lifecycle_bad_health_event": node_workflow_id(bad_event),
             "node_lifecycle_drain_deadline": node_workflow_id(deadline_node),
             "remediation_restart_jobs": remediation_id(runbook_node),
+            "remediation_set_state_draining": remediation_id(state_drained),
             "job_restart_by_runbook": next(i for i in restarts if runbook_node in i),
             "active_check_sweep_batches": sweep_id,
             "active_check_batch_with_an_error": errored[0],

@@ -196,3 +196,26 @@ async def test_admitting_a_node_in_production_is_refused_before_anything_runs(li
         await node.admit()
     assert "cannot admit a node in production" in str(refused.value.cause)
     assert node.fakes.calls == []
+
+
+async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_refused(lifecycle) -> None:
+    """A runbook's `set_state: draining`, or any workflow that skips the capacity guard, sends
+    a drain without a grant: the node's own workflow refuses it (issue 14 item 1)."""
+    from fleetctl.capacity import grant_for
+    from workflows.api import TransitionRequest
+    from workflows.definitions.node_lifecycle import NodeLifecycle
+
+    node = await lifecycle()
+
+    def drain(grant: str) -> TransitionRequest:
+        return TransitionRequest(trigger="drain", actor="runbook:x", actor_kind="automation", cause="test", grant=grant)
+
+    for grant in ("", grant_for("capacity-guard/f", "someone-else", 1), grant_for("capacity-guard/f", node.node, 0)):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await node.handle.execute_update(NodeLifecycle.transition, drain(grant))
+        assert refused.value.cause.type == "NoCapacityGrant", grant
+    s = await node.settled()
+    assert s.state == "production" and node.fakes.transitions == []
+
+    granted = await node.handle.execute_update(NodeLifecycle.transition, drain(grant_for("capacity-guard/f", node.node, 1)))
+    assert (granted.from_state, granted.to_state) == ("production", "draining")

@@ -8,8 +8,15 @@ from typing import Awaitable, Callable
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
-from fleetctl.capacity import CheckErrorReport, FleetSnapshot, RemovalDecision, RemovalRequest, snapshot_from_states
-from fleetctl.config import Settings
+from fleetctl.capacity import (
+    CheckErrorReport,
+    FleetSnapshot,
+    GuardPolicy,
+    RemovalDecision,
+    RemovalRequest,
+    snapshot_from_states,
+)
+from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from workflows.activities.database import DatabaseActivities
 from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
@@ -26,6 +33,25 @@ class GuardActivities(DatabaseActivities):
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
         """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
         return snapshot_from_states([(n.rack, n.state) for n in self._fleet_nodes(fleet)])
+
+    @activity.defn
+    def fleet_policy(self, fleet: str) -> GuardPolicy:
+        """The fleet's limits as this worker is configured, read before every decision: the
+        guard never keeps what the command that happened to start it was given."""
+        return guard_policy(self.settings, fleet)
+
+    @activity.defn
+    def critical_evidence(self, node: str) -> str:
+        """The recorded health event that makes a drain of `node` critical: one whose code the
+        catalog calls critical, recorded since the node last entered production (it may have
+        left since: an operator's drain won the race). Empty when there is none: a caller's word (an operator typing an XID into
+        `runbook run`) is not a fault the node had."""
+        from checks.xid import xid_action
+
+        for ev in queries.health_events_in_service(self.engine, node):
+            if xid_action(ev.code).severity == "critical":
+                return f"XID {ev.code} recorded at {ev.at:%Y-%m-%d %H:%M:%S} from {ev.source}"
+        return ""
 
     @activity.defn
     def state_versions(self, names: list[str]) -> dict[str, int]:

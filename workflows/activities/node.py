@@ -138,8 +138,9 @@ class NodeActivities(DatabaseActivities):
             activity.logger.error("runbooks not loaded: %s", exc)
             return RemediationPlan(None, event.to_dict())
         book = runbook_for(books.values(), event, event.message)
+        shadow = self.settings.remediation_shadow or self.settings.automation_dry_run
         return RemediationPlan(book.to_dict() if book else None, event.to_dict(),
-                               remediation_mode(dry_run=False, shadow=self.settings.remediation_shadow), event.critical)
+                               remediation_mode(dry_run=False, shadow=shadow), event.critical)
 
     @activity.defn
     @heartbeating

@@ -5,11 +5,12 @@ asking at once cannot both take the last node a rack may lose."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest, checker_storm, decide
+    from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest, checker_storm, decide, grant_for
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities
     from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
@@ -41,9 +42,28 @@ class CapacityGuard:
     def status(self) -> CapacityGuardState:
         return self.s
 
+    async def _read_policy(self) -> None:
+        self.s.policy = await workflow.execute_activity_method(GuardActivities.fleet_policy, self.s.fleet, **QUICK)
+
+    async def _judged_critical(self, req: RemovalRequest) -> RemovalRequest:
+        """Only a recorded health event makes a removal critical (past the limits); a claim
+        without one is judged as an ordinary removal, and the record says why."""
+        if not req.critical or req.force:
+            return req
+        evidence = await workflow.execute_activity_method(GuardActivities.critical_evidence, req.node, **QUICK)
+        if evidence:
+            return dataclasses.replace(req, reason=f"{req.reason} ({evidence})")
+        return dataclasses.replace(req, critical=False,
+                                   reason=f"{req.reason} (said to be critical; no critical health event is recorded)")
+
     @workflow.update
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
+            # Before each decision: the fleet's policy from the worker's configuration and, for a
+            # removal said to be critical, the recorded health event that makes it so.
+            if workflow.patched("guard-reads-policy-and-evidence"):
+                await self._read_policy()
+                req = await self._judged_critical(req)
             now = workflow.now().timestamp()
             snapshot = await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
             # A grant counts until its node's own transition shows in the snapshot (the node
@@ -66,9 +86,11 @@ class CapacityGuard:
             if decision.granted:
                 self.s.pending[req.node] = PendingGrant(req.rack, now, versions.get(req.node, -1))
                 self.s.granted_total += 1
+                decision.grant = grant_for(workflow.info().workflow_id, req.node, versions.get(req.node, -1))
             else:
                 self.s.denied_total += 1
-            kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else ("grant" if decision.granted else "deny"))
+            kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else (
+                "grant" if decision.granted else "dry_run" if decision.dry_run else "deny"))
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
                 AutomationRecord(kind=kind, reason=f"{req.reason}: {decision.reason}", actor=req.actor, node=req.node,
@@ -98,6 +120,8 @@ class CapacityGuard:
         """Errors drain nobody; a storm of them opens the breaker, with the reason, so that an
         operator looks at the checker before automation trusts its verdicts again."""
         async with self.lock:
+            if workflow.patched("guard-reads-policy-and-evidence"):
+                await self._read_policy()
             reason = checker_storm(self.s.policy, len(report.errored), report.checked)
             if reason is not None and not self.s.breaker_open:
                 now = workflow.now().timestamp()

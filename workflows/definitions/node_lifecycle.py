@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         SCHEDULER,
         SCHEDULER_ROUND,
         ask_guard,
+        refuse_ungranted_drain,
         run_check,
     )
 
@@ -137,6 +138,7 @@ class NodeLifecycle:
         if req.request_id and req.request_id in self.s.recent_requests:
             return
         self._target_or_reject(req.trigger, req.actor_kind)
+        refuse_ungranted_drain(req, self.s.node, self.s.state_version)
 
     @workflow.update
     def admit(self, req: PhaseRequest) -> PhaseAccepted:

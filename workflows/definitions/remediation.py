@@ -198,6 +198,9 @@ class Remediation:
         if not workflow.patched("runbook-restarts-jobs"):
             return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.inp.node, **QUICK)
+        if NodeState(facts.state).in_service:
+            # A job restart cordons the node in its scheduler: capacity only the guard may take.
+            return False, f"{len(jobs)} jobs running on a node in production: drain it first"
         restart_id = f"{self.inp.node}-{self.run_key}"
         for job in jobs:
             try:
@@ -245,6 +248,9 @@ class Remediation:
         self.state = await self._current_state()
         if self.state == target:
             return True, f"already {target}"
+        if target == NodeState.DRAINING.value and workflow.patched("set-state-drain-asks-the-guard"):
+            # A drain by any name is a drain: through the capacity guard, like the drain step.
+            return await self._drain(cause)
         if target == NodeState.BURN_IN.value:
             done: ActionOutcome = await workflow.execute_activity_method(
                 RemediationActivities.admit_node,

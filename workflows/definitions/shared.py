@@ -22,15 +22,17 @@ The presets, chosen once for every workflow, and why:
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.capacity import RemovalDecision, RemovalRequest, grant_covers
+    from fleetctl.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
     from workflows.activities.guard import GuardActivities
@@ -107,8 +109,21 @@ async def command_node(req: TransitionRequest) -> NodeCommandOutcome:
 
 async def guarded_drain(removal: RemovalRequest, drain: TransitionRequest) -> tuple[RemovalDecision, NodeCommandOutcome | None]:
     """Drain a node of another workflow's concern: the capacity guard first, then the node's
-    own workflow (None: the guard refused, nothing was asked of the node)."""
+    own workflow, with the guard's grant (None: the guard refused, nothing was asked of the node)."""
     decision = await ask_guard(removal)
     if not decision.granted:
         return decision, None
-    return decision, await command_node(drain)
+    return decision, await command_node(dataclasses.replace(drain, grant=decision.grant))
+
+
+def refuse_ungranted_drain(req: TransitionRequest, node: str, state_version: int) -> None:
+    """The node's workflow takes a drain from automation only with the capacity guard's grant
+    for this node at its current version: a runbook, a sweep or any workflow that sends a drain
+    without asking the guard (or with another node's grant, or a stale one) is refused, so no
+    path of automation removes capacity past the guard. An operator's drain is the operator's."""
+    if req.trigger != Trigger.DRAIN.value or req.actor_kind == Actor.OPERATOR.value:
+        return
+    if not grant_covers(req.grant, node, state_version):
+        raise ApplicationError(
+            f"{node}: an automated drain needs the capacity guard's grant for this node at version {state_version}"
+            + (f" (got {req.grant[:80]!r})" if req.grant else ""), type="NoCapacityGrant", non_retryable=True)

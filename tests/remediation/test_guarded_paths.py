@@ -1,0 +1,157 @@
+"""Every automated way out of production goes through the capacity guard, which judges on
+facts of its own: its fleet's configuration, and a recorded health event for a critical claim
+(issue 14: three runbook runs took 4 of 10 nodes out under a fleet limit of 1; an operator who
+typed `--xid 79` was granted a critical drain; the first caller set everyone's limits)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from sqlmodel import Session, select
+
+from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
+from fleetctl.db import queries
+from fleetctl.db.models import AutomationEvent
+from fleetctl.runbooks import Event, parse_runbook
+from tests.remediation.conftest import running_fleet
+from workflows.api import (
+    REQUEST_REMOVAL_UPDATE,
+    CapacityGuardState,
+    HealthEventInput,
+    guard_id,
+)
+from workflows.client import run_remediation, send_health_events
+from workflows.definitions.capacity_guard import CapacityGuard
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.definitions.shared import QUICK
+
+pytestmark = pytest.mark.temporal
+# A decision is a handful of activities, each bounded by QUICK's start-to-close.
+DECISION_S = 5 * QUICK["start_to_close_timeout"].total_seconds()
+
+SET_STATE_DRAINING = parse_runbook("""
+name: drain-by-state
+description: takes the node out by naming the state
+match: {xid: [13]}
+steps:
+  - action: set_state
+    with: {state: draining, cause: "runbook says so"}
+""")
+DRAIN_THEN_NOTHING = parse_runbook("""
+name: drain-only
+description: the drain step alone
+match: {xid: [79]}
+steps:
+  - action: drain
+""")
+
+
+def _decisions(engine, kind: str | None = None) -> list[AutomationEvent]:
+    with Session(engine) as session:
+        rows = list(session.exec(select(AutomationEvent).order_by(AutomationEvent.id)))
+    return [r for r in rows if kind is None or r.kind == kind]
+
+
+async def _until(predicate) -> None:
+    deadline = time.monotonic() + DECISION_S
+    while not predicate():
+        assert time.monotonic() < deadline, "no decision within the bound"
+        await asyncio.sleep(0.1)
+
+
+def _out_of_service(engine, names) -> list[str]:
+    return [n for n in names if queries.get_node(engine, n).state in ("draining", "maintenance")]
+
+
+async def test_set_state_draining_in_three_runbooks_takes_no_more_than_the_fleet_limit(fleet_settings) -> None:
+    async with running_fleet(fleet_settings) as fleet:
+        names = await fleet.add(10)  # one rack, limit max(1, 10%) = 1 node
+        for node in names[:3]:
+            result = await run_remediation(fleet.client, fleet.settings, node, SET_STATE_DRAINING,
+                                           Event("xid", code=13), "tester")
+            assert result.steps[0].action == "set_state"
+        assert len(_out_of_service(fleet.engine, names)) == 1
+        # each run asked the guard (none was refused by the node for want of a grant): one
+        # grant, then the limit, then the third failure in the window opens the breaker
+        asked = _decisions(fleet.engine)
+        assert [(d.node_name, d.kind) for d in asked] == [(names[0], "grant"), (names[1], "deny"),
+                                                           (names[2], "breaker_open")]
+        assert all(d.actor == "runbook:drain-by-state" for d in asked)
+
+
+async def test_an_operator_typed_xid_is_not_a_critical_fault_a_recorded_one_is(fleet_settings) -> None:
+    async with running_fleet(fleet_settings) as fleet:
+        names = await fleet.add(9)
+        await fleet.add(1, state="maintenance")  # the fleet is at its limit of one node out of ten
+        typed, recorded = names[0], names[1]
+
+        # `fleetctl runbook run drain-only --node N --xid 79`: the guard sees a claim, no event
+        result = await run_remediation(fleet.client, fleet.settings, typed, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79, message="operator says"), "tester")
+        assert result.status == "failed" and "capacity guard refused" in result.steps[0].detail
+        (denied,) = _decisions(fleet.engine, "deny")
+        assert denied.node_name == typed and "said to be critical; no critical health event is recorded" in denied.reason
+        assert queries.get_node(fleet.engine, typed).state == "production"
+
+        # the same run after the node's XID 79 was recorded: critical, past the limit
+        fleet.record_xid(recorded, 79, "GPU has fallen off the bus")
+        result = await run_remediation(fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79), "tester")
+        assert result.status == "succeeded", result
+        assert queries.get_node(fleet.engine, recorded).state in ("draining", "maintenance")
+        (grant,) = [d for d in _decisions(fleet.engine, "grant") if d.node_name == recorded]
+        assert "critical fault" in grant.reason and "XID 79 recorded" in grant.reason
+
+
+async def test_each_guard_reads_its_fleets_limits_from_the_worker_not_from_who_started_it(
+        make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    own, other = settings.fleet, f"{settings.fleet}-other"
+    # The worker's configuration: 30% for its own fleet (one rack: the rack limit lifted), the
+    # global 10% for any other.
+    settings.guard_fleets = {own: {"guard_max_unavailable_fleet": 0.3, "guard_max_unavailable_rack": 1.0}}
+    settings.guard_max_unavailable_rack = 1.0
+    async with running_fleet(settings) as fleet:
+        names = await fleet.add(8)
+        await fleet.add(2, state="maintenance")  # 2 of 10 out
+
+        async def ask(fleet_name: str, started_with: float) -> RemovalDecision:
+            handle = await fleet.client.start_workflow(
+                CapacityGuard.run, CapacityGuardState(fleet=fleet_name, policy=GuardPolicy(started_with, 1.0)),
+                id=guard_id(fleet_name), task_queue=settings.task_queue)
+            return await handle.execute_update(
+                REQUEST_REMOVAL_UPDATE, RemovalRequest(node=names[0], rack="r1", reason="test", actor="tester",
+                                                       request_id=f"{fleet_name}/1"),
+                result_type=RemovalDecision)
+
+        # started by a command that said 10%: the worker's 30% for this fleet holds
+        assert (await ask(own, 0.1)).granted
+        # started by a command that said 100%: the worker's 10% for that fleet holds
+        refused = await ask(other, 1.0)
+        assert not refused.granted and "fleet limit" in refused.reason and "10%" in refused.reason
+        status = await fleet.client.get_workflow_handle(guard_id(other)).query(CapacityGuard.status)
+        assert status.policy.max_unavailable_fleet == 0.1
+
+
+async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fleet_settings) -> None:
+    fleet_settings.automation_dry_run = True
+    async with running_fleet(fleet_settings) as fleet:
+        (node,) = await fleet.add(1)
+        await send_health_events(fleet.client, node, [
+            HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "tester", "dry-79", time.time())])
+        handle = fleet.client.get_workflow_handle(f"node/{node}")
+        await _until(lambda: _decisions(fleet.engine, "dry_run"))
+        (dry,) = _decisions(fleet.engine, "dry_run")
+        assert dry.node_name == node and "would grant" in dry.reason and "critical fault" in dry.reason
+        s = await handle.query(NodeLifecycle.current)
+        assert "dry run: would grant" in s.last_outcome
+        assert queries.get_node(fleet.engine, node).state == "production"
+        assert not _decisions(fleet.engine, "grant")
+
+        # a runbook an operator runs is a shadow run while automation is dry
+        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79), "tester")
+        assert (result.mode, result.status) == ("shadow", "dry_run")
+        assert queries.get_node(fleet.engine, node).state == "production"
