@@ -55,8 +55,9 @@ def _decisions(engine, kind: str | None = None) -> list[AutomationEvent]:
 
 
 async def _until(predicate) -> None:
+    """Wait for predicate (a plain or an async callable) to hold, within DECISION_S."""
     deadline = time.monotonic() + DECISION_S
-    while not predicate():
+    while not ((await result) if asyncio.iscoroutine(result := predicate()) else result):
         assert time.monotonic() < deadline, "no decision within the bound"
         await asyncio.sleep(0.1)
 
@@ -145,8 +146,11 @@ async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fl
         await _until(lambda: _decisions(fleet.engine, "dry_run"))
         (dry,) = _decisions(fleet.engine, "dry_run")
         assert dry.node_name == node and "would grant" in dry.reason and "critical fault" in dry.reason
-        s = await handle.query(NodeLifecycle.current)
-        assert "dry run: would grant" in s.last_outcome
+
+        # the guard records its decision before the node workflow hears it back
+        async def outcome_says_dry_run() -> bool:
+            return "dry run: would grant" in (await handle.query(NodeLifecycle.current)).last_outcome
+        await _until(outcome_says_dry_run)
         assert queries.get_node(fleet.engine, node).state == "production"
         assert not _decisions(fleet.engine, "grant")
 
