@@ -96,7 +96,8 @@ class FleetCollector:
             AppendOnlyReader(CheckRun.id, (CheckRun.check_name, CheckRun.status, CheckRun.started_at,
                                            CheckRun.finished_at), self._fold_check),
             AppendOnlyReader(NodeEvent.id, (NodeEvent.from_state, NodeEvent.to_state, NodeEvent.trigger,
-                                            NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at), self._fold_event),
+                                            NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at, NodeEvent.failure),
+                             self._fold_event),
             AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind), self._fold_decision,
                              where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS)),
         )
@@ -112,11 +113,11 @@ class FleetCollector:
         tally[-1] += seconds
 
     def _fold_event(self, row) -> None:
-        _, from_state, to_state, trigger, cause, actor_kind, at = row
+        _, from_state, to_state, trigger, cause, actor_kind, at, failure = row
         if trigger == "drain":
             self.drains[actor_kind] += 1
         if from_state == PRODUCTION:
-            t = Transition("", from_state, to_state, as_utc(at), trigger, cause, actor_kind)
+            t = Transition("", from_state, to_state, as_utc(at), trigger, cause, actor_kind, failure)
             if is_failure(t):
                 self.failures[failure_label(t)] += 1
 

@@ -52,7 +52,7 @@ def _history(engine, start: int, count: int) -> None:
                                  finished_at=at + timedelta(seconds=90), idempotency_key=f"c{i}"))
             session.add(NodeEvent(node_name=f"n{i % 50}", from_state="production", to_state="draining",
                                   trigger="drain", cause="XID 79: fallen off the bus", actor="t",
-                                  actor_kind="automation", at=at, idempotency_key=f"e{i}"))
+                                  actor_kind="automation", failure="xid 79", at=at, idempotency_key=f"e{i}"))
             session.add(AutomationEvent(kind="grant", actor="t", reason="within limits", at=at,
                                         idempotency_key=f"a{i}"))
         session.commit()
