@@ -93,6 +93,14 @@ def run(full: bool) -> dict:
             "postgresql": "tests/support/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off"}
 
 
+def _node_count(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or not 1 <= int(text) <= NODES_FULL:
+        raise argparse.ArgumentTypeError(f"a whole number of nodes, 1..{NODES_FULL}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench.sweep_db --nodes N`: one size between the default and --full's, with
     the same result file and bookkeeping as `python -m bench.run --only sweep_db`."""
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
     global NODES
     parser = argparse.ArgumentParser(prog="python -m bench.sweep_db", description=__doc__.strip().splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=NODES, choices=range(1, NODES_FULL + 1), metavar=f"1..{NODES_FULL}")
+    parser.add_argument("--nodes", type=_node_count, default=NODES, metavar=f"1..{NODES_FULL}")
     NODES = parser.parse_args(argv).nodes
     return 0 if run_one("sweep_db", False, machine()) else 1
 
