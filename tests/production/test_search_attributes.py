@@ -25,7 +25,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from fleetctl.search_attributes import NODE_ATTRIBUTES, type_name
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.temporal_server import free_port, temporal_binary, wait_for_port
+from fleetctl.temporal_server import free_port, start_dev_server, temporal_binary, wait_for_port
 from tests.packaging.test_wheel import pollers_within
 from workflows.api import node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_transition
@@ -122,12 +122,12 @@ async def test_the_temporal_cli_finds_nodes_by_state_fleet_and_rack(make_setting
         worker.stop()
 
 
-def test_search_attributes_registered_by_the_dev_server(temporal_address):
-    if os.environ.get("FLEETCTL_TEST_TEMPORAL_ADDRESS"):
-        pytest.skip("an external server: registered by `fleetctl temporal setup`, not by our dev server")
-    out = temporal_cli(temporal_address, "operator", "search-attribute", "list")
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if len(line.split()) == 2}
-    assert {k.name: type_name(k.indexed_value_type) for k in NODE_ATTRIBUTES}.items() <= rows.items()
+def test_the_dev_server_registers_them_at_start(tmp_path):
+    server = start_dev_server(tmp_path / "temporal.db")
+    try:
+        assert registered(server.address) == {k.name: type_name(k.indexed_value_type) for k in NODE_ATTRIBUTES}
+    finally:
+        server.stop()
 
 
 @pytest.fixture
