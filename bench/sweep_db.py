@@ -105,14 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m bench.sweep_db --nodes N`: one size between the default and --full's, with
     the same result file and bookkeeping as `python -m bench.run --only sweep_db`."""
     import argparse
+    import importlib
 
     from bench.harness import machine
     from bench.run import run_one
 
-    global NODES
     parser = argparse.ArgumentParser(prog="python -m bench.sweep_db", description=__doc__.strip().splitlines()[0])
     parser.add_argument("--nodes", type=_node_count, default=NODES, metavar=f"1..{NODES_FULL}")
-    NODES = parser.parse_args(argv).nodes
+    nodes = parser.parse_args(argv).nodes
+    # run_one imports bench.sweep_db, which is not this module when it runs as __main__.
+    importlib.import_module("bench.sweep_db").NODES = nodes
     return 0 if run_one("sweep_db", False, machine()) else 1
 
 

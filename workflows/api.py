@@ -279,7 +279,7 @@ class NodeFacts:
     profile: str
     scheduler: str
     state: str
-    fleet: str = ""  # the worker's fleet (recorded histories predate the field)
+    fleet: str = ""  # its `fleet` label, else the worker's fleet (recorded histories predate the field)
 
 
 @dataclass
