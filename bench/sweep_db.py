@@ -37,6 +37,19 @@ def postgres_database(cluster, url: str) -> FleetDatabase:
     return FleetDatabase(url, mib, lambda: postgres_cpu_seconds(cluster.datadir))
 
 
+def sessions_opened(url: str) -> int:
+    """Connections made to the database since it was created (PostgreSQL 14+): a pool that
+    keeps its connections opens few; one that overflows opens one per busy moment."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")).scalar()
+    finally:
+        engine.dispose()
+
+
 async def measure_both(nodes: int) -> dict:
     try:
         from tests.conftest import _fresh_postgres_url
@@ -55,7 +68,9 @@ async def measure_both(nodes: int) -> dict:
             runs["sqlite"] = await measure(nodes, Path(tmp), sqlite_database(Path(tmp)))
         dispose_all()
         with tempfile.TemporaryDirectory(prefix="bench-sweep-postgres-") as tmp:
-            runs["postgresql"] = await measure(nodes, Path(tmp), postgres_database(cluster, _fresh_postgres_url(cluster)))
+            url = _fresh_postgres_url(cluster)
+            runs["postgresql"] = await measure(nodes, Path(tmp), postgres_database(cluster, url))
+            runs["postgresql"]["sessions_opened"] = sessions_opened(url)
         dispose_all()
     finally:
         remove_cluster(cluster)
@@ -87,7 +102,8 @@ def run(full: bool) -> dict:
     }
     figures = {"nodes": nodes, **{name: {"postgresql": p, "sqlite": s, "postgresql_over_sqlite": ratio(p, s)}
                                   for name, (p, s) in pairs.items()},
-               "postgresql_cpu_s_in_sweep": postgresql["sweep"]["cpu_s"].get("database")}
+               "postgresql_cpu_s_in_sweep": postgresql["sweep"]["cpu_s"].get("database"),
+               "postgresql_sessions_opened": postgresql["sessions_opened"]}
     return {"figures": figures, "order": list(runs), "runs": runs,
             "shortcut": "nodes set to production in the fleet database before `fleetctl node import`; no burn-in",
             "postgresql": "tests/support/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off"}
