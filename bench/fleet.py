@@ -73,13 +73,17 @@ def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-
     return [s.name for s in specs]
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time a process has used so far (None when it is gone)."""
+def cpu_seconds(pid: int, reaped_children: bool = False) -> float | None:
+    """User + system CPU time a process has used so far (None when it is gone); with
+    `reaped_children`, also that of its children that have exited and been waited for."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _CLOCK_TICKS
 
 
 @dataclass

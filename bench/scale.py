@@ -16,10 +16,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from bench.fleet import dev_server, fleet_settings, fleetctl_worker, settings_env
-from bench.harness import CannotMeasure, rounded, rss_mib
+from bench.fleet import cpu_seconds, dev_server, fleet_settings, fleetctl_worker, settings_env
+from bench.harness import CannotMeasure, load, rounded, rss_mib
 
 NODES = 1000
 NODES_FULL = 10000
@@ -146,12 +148,27 @@ async def sweep_history(client, handle, checked: int) -> dict:
             "history_events_largest_batch": max(batch_events, default=0)}
 
 
-async def measure(nodes: int, directory: Path) -> dict:
+@dataclass
+class FleetDatabase:
+    """Where the fleet database lives, what it takes on disk, and the CPU its own processes
+    have used (None: it runs inside the worker, as SQLite does)."""
+
+    url: str
+    mib: Callable[[], float]
+    cpu_seconds: Callable[[], float] | None = None
+
+
+def sqlite_database(directory: Path) -> FleetDatabase:
+    return FleetDatabase(f"sqlite:///{directory / 'fleet.db'}", lambda: _sqlite_mib(directory / "fleet.db"))
+
+
+async def measure(nodes: int, directory: Path, database: FleetDatabase | None = None) -> dict:
     from workflows.api import node_workflow_id
     from workflows.client import connect
 
+    database = database or sqlite_database(directory)
     with dev_server(directory) as server:
-        settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
+        settings = fleet_settings(database.url, server.address)
         inventory = _inventory(directory, nodes)
         _put_in_production(settings, inventory)
         worker = fleetctl_worker(settings, directory / "worker.log")
@@ -165,7 +182,13 @@ async def measure(nodes: int, directory: Path) -> dict:
             sampled = [node_workflow_id(n) for n in names[:: max(1, nodes // SAMPLED_NODE_HISTORIES)] + names[-1:]]
             node_events_before = await _settled_history_lengths(client, sampled)
             rss_idle = worker.rss_mib()
+            processes = {"worker": worker.cpu_seconds, "server": lambda: cpu_seconds(server.process.pid) or 0.0}
+            if database.cpu_seconds:
+                processes["database"] = database.cpu_seconds
+            cpu_before, load_before = {k: f() or 0.0 for k, f in processes.items()}, load()
             sweep = await _sweep(client, settings)
+            sweep["cpu_s"] = {k: round((f() or 0.0) - cpu_before[k], 1) for k, f in processes.items()}
+            sweep["load_before"], sweep["load_after"] = load_before, load()
             node_events_after = await _history_lengths(client, sampled)
             rss_after_sweep, rss_peak = worker.rss_mib(), rss_mib(worker.pid, peak=True)
             cli = _cli_timings(settings)
@@ -180,7 +203,7 @@ async def measure(nodes: int, directory: Path) -> dict:
         "sweep": sweep,
         "worker_rss_mib": {"idle_in_production": rss_idle, "after_sweep": rss_after_sweep, "peak": rss_peak},
         "temporal_db_mib": temporal_db_mib,
-        "fleet_db_mib": _sqlite_mib(directory / "fleet.db"),
+        "fleet_db_mib": database.mib(),
         "history": {
             "node_workflow_events_sampled": {"before_sweep": node_events_before, "after_sweep": node_events_after},
             "node_workflow_events_per_sweep": round(node_growth, 2),

@@ -26,10 +26,12 @@ NODES_FULL = 300
 
 
 def postgres_cpu_seconds(datadir: Path) -> float:
-    """CPU time of this cluster's postmaster and its live children (backends, background
-    workers): other PostgreSQL servers on the machine are not counted."""
+    """CPU time of this cluster's postmaster and its children (backends, background workers),
+    live ones and those that have exited: a connection opened and closed between two readings
+    (a pool's overflow, a CLI command) is counted too. Other PostgreSQL servers on the machine
+    are not counted."""
     postmaster = int((datadir / "postmaster.pid").read_text().split()[0])
-    total = cpu_seconds(postmaster) or 0.0
+    total = cpu_seconds(postmaster, reaped_children=True) or 0.0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -43,7 +45,7 @@ def postgres_cpu_seconds(datadir: Path) -> float:
 async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadir: Path, directory: Path) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import dispose_all, get_engine
-    from workflows.starter import connect, ensure_node_workflows
+    from workflows.client import connect, ensure_node_workflows
 
     settings = fleet_settings(db_url, server.address)
     workers: list[WorkerProcess] = []

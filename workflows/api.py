@@ -287,6 +287,16 @@ class NodeFacts:
     profile: str
     scheduler: str
     state: str
+    fleet: str = ""  # its `fleet` label, else the worker's fleet (recorded histories predate the field)
+
+
+@dataclass
+class RecordedTransition:
+    """A transition written, with the node's inventory facts as of that write (what the
+    node's workflow shows in its search attributes)."""
+
+    version: int
+    facts: NodeFacts
 
 
 @dataclass

@@ -32,6 +32,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from fleetctl.config import Settings, guard_policy
+from fleetctl.search_attributes import compare_registered, start_attributes
+from fleetctl.text import one_line
 from workflows.api import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
@@ -79,6 +81,13 @@ if TYPE_CHECKING:
 
 # Node requests in flight at once from one command (the benchmarks drive 1,000 nodes so).
 CLIENT_CONCURRENCY = 50
+# What `temporal workflow describe` shows of a node's workflow besides its search attributes
+# (fixed at start: the state now is FleetctlNodeState, and `temporal workflow metadata`).
+NODE_STATIC_DETAILS = ("Lifecycle of one GPU node, started in state {state} (version {version}). Its state, fleet, "
+                       "rack, GPU profile, scheduler and the cause and time of its last transition are search "
+                       "attributes (FleetctlNodeState, FleetctlFleet, FleetctlRack, FleetctlGpuProfile, "
+                       "FleetctlScheduler, FleetctlLastCause, FleetctlStateSince); its current details say the "
+                       "state and last cause now.")
 # Update calls per request before a node is reported as not answering. A call times out
 # when the node's worker is too busy to take the update in time; the retry carries the same
 # update id, so it is the same update, never a second one.
@@ -91,6 +100,10 @@ class TemporalUnavailable(RuntimeError):
 
 class CommandRejected(RuntimeError):
     """The node's workflow refused the command (an illegal transition, say)."""
+
+
+class TemporalNotSetUp(RuntimeError):
+    """The namespace lacks what fleetctl's workflows need: its search attributes."""
 
 
 async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
@@ -126,6 +139,9 @@ async def ensure_node_workflows(
                 task_queue=settings.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                search_attributes=start_attributes(state),
+                static_summary=f"GPU node {name}",
+                static_details=NODE_STATIC_DETAILS.format(state=state, version=version),
             )
         if on_started:
             on_started(name)
@@ -133,6 +149,54 @@ async def ensure_node_workflows(
     nodes = list(nodes)
     await asyncio.gather(*(start(*n) for n in nodes))
     return len(nodes)
+
+
+async def _registered_search_attributes(client: Client) -> dict[str, int]:
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=client.namespace))
+    return dict(listed.custom_attributes)
+
+
+async def register_search_attributes(client: Client) -> list[str]:
+    """Register fleetctl's search attributes in the client's namespace through the operator
+    API; the names added (none when all were there). Idempotent. A name already registered
+    with another type changes nothing and raises TemporalNotSetUp, as does a refusal."""
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+    where = f"namespace {client.namespace}"
+    try:
+        missing, conflicts = compare_registered(await _registered_search_attributes(client))
+        if conflicts:
+            raise TemporalNotSetUp(f"{where}: {'; '.join(conflicts)}: nothing registered (remove that attribute or "
+                                   "use another namespace)")
+        if missing:
+            await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+                namespace=client.namespace, search_attributes={k.name: int(k.indexed_value_type) for k in missing}))
+        # Read back: the namespace holds every one now (another setup may have raced this one).
+        missing_after, conflicts = compare_registered(await _registered_search_attributes(client))
+    except RPCError as exc:
+        raise TemporalNotSetUp(f"{where}: cannot register search attributes: {one_line(exc.message or exc)}") from None
+    if missing_after or conflicts:
+        raise TemporalNotSetUp(f"{where}: still not registered after adding them: "
+                               f"{', '.join([k.name for k in missing_after] + conflicts)}")
+    return [k.name for k in missing]
+
+
+async def require_search_attributes(client: Client) -> str | None:
+    """Raise TemporalNotSetUp when the namespace lacks one of fleetctl's search attributes:
+    a node's workflow that sets one there fails its task until it is registered. A server
+    that will not list them (the operator API refused) is trusted: the warning is returned."""
+    try:
+        missing, conflicts = compare_registered(await _registered_search_attributes(client))
+    except RPCError as exc:
+        return (f"could not check the search attributes of namespace {client.namespace} ({one_line(exc.message or exc)}); "
+                "node workflows stall if `fleetctl temporal setup` was not run there")
+    if missing or conflicts:
+        raise TemporalNotSetUp(f"namespace {client.namespace} lacks fleetctl's search attributes "
+                               f"({', '.join([k.name for k in missing] + conflicts)}): run `fleetctl temporal setup` "
+                               "(or `fleetctl dev server` for a local one)")
+    return None
 
 
 async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle:

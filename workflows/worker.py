@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -19,7 +20,7 @@ from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
 from workflows.activities.schedulers import SchedulerRegistry
-from workflows.client import connect, ensure_capacity_guard
+from workflows.client import connect, ensure_capacity_guard, require_search_attributes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
@@ -44,7 +45,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     return [
-        node.record_transition, node.node_facts, node.record_health_event, node.record_automation_event,
+        node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event, node.record_automation_event,
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
         node.choose_remediation, commands.command_node,
         checks.suite_checks, checks.run_check, checks.judge_admission,
@@ -72,6 +73,10 @@ def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecuto
 
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     client = await connect(settings)
+    # Before polling: a namespace without the search attributes would stall every node's workflow.
+    warning = await require_search_attributes(client)
+    if warning:
+        logging.getLogger(__name__).warning(warning)
     with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
         worker = build_worker(client, settings, executor)
         if stop is None:

@@ -44,6 +44,7 @@ NOUNS: dict[str, Noun] = {
     "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes."),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
+    "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
     "db": Noun("fleetctl.cli.dev", "db_app", "Database schema."),
     "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes; submit simulated ones."),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
@@ -101,9 +102,10 @@ def _known_errors() -> dict[type[BaseException], int]:
 
         errors[DatabaseUnavailable] = EXIT_OPERATIONAL
     if "workflows.client" in sys.modules:  # only commands that talked to Temporal raise these
-        from workflows.client import CommandRejected, TemporalUnavailable
+        from workflows.client import CommandRejected, TemporalNotSetUp, TemporalUnavailable
 
-        errors.update({TemporalUnavailable: EXIT_OPERATIONAL, CommandRejected: EXIT_OPERATIONAL})
+        errors.update({TemporalUnavailable: EXIT_OPERATIONAL, CommandRejected: EXIT_OPERATIONAL,
+                       TemporalNotSetUp: EXIT_OPERATIONAL})
     return errors
 
 

@@ -136,7 +136,7 @@ def test_compose_references_only_services_and_volumes_it_defines():
 def test_compose_runs_every_fleetctl_process_from_the_one_image_built_by_the_containerfile():
     services = compose()["services"]
     fleetctl = {name: s for name, s in services.items() if s["image"].startswith("fleetctl:")}
-    assert set(fleetctl) == {"migrate", "worker", "metrics"}
+    assert set(fleetctl) == {"migrate", "temporal-setup", "worker", "metrics"}
     assert {s["image"] for s in fleetctl.values()} == {IMAGE}
     builds = [s["build"] for s in fleetctl.values() if "build" in s]
     assert len(builds) == 1
@@ -149,11 +149,12 @@ def test_compose_wires_temporal_on_postgresql_and_the_workers_to_both():
     services = compose()["services"]
     temporal = services["temporal"]["environment"]
     assert temporal["DB"].startswith("postgres") and temporal["POSTGRES_SEEDS"] in services
-    for name in ("migrate", "worker", "metrics"):
+    for name in ("migrate", "temporal-setup", "worker", "metrics"):
         env = services[name]["environment"]
         db_host = re.match(r"postgresql://[^@]+@([^:/]+)", env["FLEETCTL_DB_URL"]).group(1)
         assert db_host in services and services[db_host]["image"].startswith("postgres:")
         assert env["TEMPORAL_ADDRESS"].split(":")[0] in services
-    # The workers start only on a migrated database and a healthy Temporal.
+    # The workers start only on a migrated database and a healthy Temporal set up for them.
     assert services["worker"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert services["worker"]["depends_on"]["temporal-setup"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["temporal"]["condition"] == "service_healthy"

@@ -10,7 +10,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   patched branch (a firmware baseline in force during admission, a node entering production
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
-  in batches whose checks end in error). Replaying it proves the new branches are
+  in batches whose checks end in error, a node's search attributes carried across
+  continue-as-new). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
 
 By default only v2 is recorded; `--set v1` or `--set all` rewrites the old set too, which is
@@ -43,6 +44,7 @@ from fleetctl.db.firmware import set_baseline
 from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
 from fleetctl.runbooks import Event, load_runbooks, parse_runbook
+from fleetctl.search_attributes import start_attributes
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
@@ -307,6 +309,10 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
 
+        # Search attributes with every transition (patch node-search-attributes), carried
+        # across continue-as-new: the run recorded starts with them and moves the node on.
+        listed = await search_attributes_scenario(rec)
+
         for n in names:
             await rec.idle(n)
         restarts = await rec.workflow_ids("JobRestart")
@@ -320,8 +326,36 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "active_check_sweep_batches": sweep_id,
             "active_check_batch_with_an_error": errored[0],
             "capacity_guard": guard_id(settings.fleet),
+            "node_lifecycle_search_attributes": node_workflow_id(listed),
         }
         return await rec.write(directory, wanted)
+
+
+async def search_attributes_scenario(rec: Recording) -> str:
+    """A node started as `fleetctl node import` starts it (its state as a search attribute),
+    admitted in a run short enough to continue-as-new, then drained to maintenance in the next
+    run, which is the one recorded; Temporal's visibility must then list it by state."""
+    node = rec.add_nodes(2, "rsa")[0]
+    await rec.client.start_workflow(
+        NodeLifecycle.run, NodeLifecycleState(node=node, transitions_per_run=3), id=node_workflow_id(node),
+        task_queue=rec.settings.task_queue, search_attributes=start_attributes("new"))
+    await request_phase(rec.client, node, "admit", "recorder", "quick")
+    await rec.wait(node, lambda t: "enter_production" in t)
+    await rec.idle(node)
+    await request_transition(rec.client, node, "drain", "recorder", "operator: recording")
+    await rec.wait(node, lambda t: "drain_complete" in t)
+    await rec.idle(node)
+    query = (f'WorkflowId = "{node_workflow_id(node)}" AND ExecutionStatus = "Running" AND FleetctlNodeState = "maintenance" '
+             f'AND FleetctlRack = "{queries.get_node(rec.engine, node).rack}"')
+    deadline = time.monotonic() + 30
+    while [wf.id async for wf in rec.client.list_workflows(query)] != [node_workflow_id(node)]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node}: Temporal does not list it by {query}")
+        await asyncio.sleep(0.5)
+    history = await rec.client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    if not history.events[0].workflow_execution_started_event_attributes.continued_execution_run_id:
+        raise RuntimeError(f"{node}: the recorded run is its first: it did not continue as new")
+    return node
 
 
 RECORDERS = {"v1": record_v1, "v2": record_v2}

@@ -17,7 +17,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import judge_health_event, plausible_time
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
-from workflows.activities.database import DatabaseActivities, bad_data
+from workflows.activities.database import FLEET_LABEL, DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
@@ -27,6 +27,7 @@ from workflows.api import (
     HealthEventVerdict,
     NodeCommandOutcome,
     NodeFacts,
+    RecordedTransition,
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
@@ -58,9 +59,15 @@ class NodeActivities(DatabaseActivities):
             raise ApplicationError(str(exc), type="UnknownNode", non_retryable=True) from None
 
     @activity.defn
+    def record_transition_with_facts(self, record: TransitionRecord) -> RecordedTransition:
+        """record_transition, and the node's facts read after it: the workflow shows them in
+        Temporal without a second activity per transition."""
+        return RecordedTransition(self.record_transition(record), self.node_facts(record.node_name))
+
+    @activity.defn
     def node_facts(self, name: str) -> NodeFacts:
         n = self._node(name)
-        return NodeFacts(n.name, n.rack, n.profile, n.scheduler, n.state)
+        return NodeFacts(n.name, n.rack, n.profile, n.scheduler, n.state, str(n.labels.get(FLEET_LABEL, self.settings.fleet)))
 
     @activity.defn
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:

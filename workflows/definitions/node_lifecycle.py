@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         remediation_id,
     )
     from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.node_visibility import record_transition, show_details
     from workflows.definitions.remediation import Remediation
     from workflows.definitions.shared import (
         FIRMWARE_CHECKS,
@@ -91,6 +92,7 @@ class NodeLifecycle:
 
     @workflow.run
     async def run(self, state: NodeLifecycleState) -> NodeLifecycleState:
+        show_details(self.s)
         while True:
             await workflow.wait_condition(
                 lambda: bool(self.s.work) or self._retired() or self._should_continue_as_new()
@@ -532,13 +534,14 @@ class NodeLifecycle:
             idempotency_key=f"{info.workflow_id}@{self.s.state_version + 1}",
             failure=Event.from_dict(req.event).failure if req.event else "",
         )
-        version = await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
+        version = await record_transition(record)
         result = TransitionResult(
             node=self.s.node, from_state=self.s.state, to_state=target, state_version=version,
             trigger=req.trigger, actor=req.actor,
         )
         self.s.state, self.s.state_version = target, version
         self.transitions_this_run += 1
+        show_details(self.s)
         # Back in service: the scheduler may place work on the node again. (Histories from
         # before this step replay without it.)
         if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):

@@ -1,0 +1,29 @@
+"""`fleetctl temporal setup`: make a Temporal namespace ready for fleetctl's workflows."""
+
+from __future__ import annotations
+
+import typer
+
+from fleetctl.cli import context
+
+app = typer.Typer(help="Temporal: register fleetctl's search attributes in a namespace.", no_args_is_help=True)
+
+
+@app.command("setup")
+def setup(ctx: typer.Context) -> None:
+    """Register fleetctl's search attributes in the namespace through the operator API
+    (idempotent); a worker refuses to start on a namespace without them."""
+    from fleetctl.search_attributes import NODE_ATTRIBUTES, type_name
+    from fleetctl.temporal_connection import resolve
+    from workflows.client import connect, register_search_attributes
+
+    settings = context.settings(ctx)
+
+    async def run() -> list[str]:
+        return await register_search_attributes(await connect(settings))
+
+    added = context.run_async(run())
+    where = resolve(settings).describe()
+    for key in NODE_ATTRIBUTES:
+        typer.echo(f"{key.name} ({type_name(key.indexed_value_type)}): {'registered' if key.name in added else 'already there'}")
+    typer.echo(f"{where}: {len(added)} search attributes registered, {len(NODE_ATTRIBUTES) - len(added)} already there")

@@ -1,0 +1,90 @@
+"""The search attributes' names, types and values (fleetctl.search_attributes), table-driven.
+The real server's side is tests/production/test_search_attributes.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+from temporalio.common import SearchAttributeIndexedValueType as Type
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+from fleetctl.search_attributes import (
+    CAUSE_LIMIT,
+    GPU_PROFILE,
+    LAST_CAUSE,
+    NODE_ATTRIBUTES,
+    NODE_STATE,
+    RACK,
+    STATE_SINCE,
+    compare_registered,
+    dev_server_flags,
+    node_details,
+    start_attributes,
+    transition_updates,
+)
+
+ALL_RIGHT = {k.name: k.indexed_value_type for k in NODE_ATTRIBUTES}
+SINCE = datetime(2026, 11, 30, 22, 5, 7, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("registered, missing, conflicts", [
+    ({}, [k.name for k in NODE_ATTRIBUTES], []),
+    (ALL_RIGHT, [], []),
+    ({**ALL_RIGHT, "CustomerTeam": Type.KEYWORD}, [], []),  # another application's: not ours to judge
+    ({k: v for k, v in ALL_RIGHT.items() if k != "FleetctlRack"}, ["FleetctlRack"], []),
+    ({**ALL_RIGHT, "FleetctlRack": Type.TEXT}, [], ["FleetctlRack is registered as Text, fleetctl needs Keyword"]),
+    ({**ALL_RIGHT, "FleetctlStateSince": Type.INT}, [], ["FleetctlStateSince is registered as Int, fleetctl needs Datetime"]),
+    ({**ALL_RIGHT, "FleetctlNodeState": 99}, [], ["FleetctlNodeState is registered as type 99, fleetctl needs Keyword"]),
+])
+def test_compare_registered(registered, missing, conflicts):
+    found_missing, found_conflicts = compare_registered(registered)
+    assert ([k.name for k in found_missing], found_conflicts) == (missing, conflicts)
+
+
+def test_the_dev_server_registers_every_attribute_with_its_type():
+    flags = dev_server_flags()
+    assert flags[::2] == ["--search-attribute"] * len(NODE_ATTRIBUTES)
+    assert flags[1::2] == ["FleetctlNodeState=Keyword", "FleetctlFleet=Keyword", "FleetctlRack=Keyword",
+                           "FleetctlGpuProfile=Keyword", "FleetctlScheduler=Keyword", "FleetctlLastCause=Text",
+                           "FleetctlStateSince=Datetime"]
+
+
+def _applied(updates) -> dict:
+    return {u.key.name: u.value for u in updates}
+
+
+def test_a_transition_sets_every_attribute():
+    updates = transition_updates("maintenance", "drained: XID 79", SINCE, "fleet-a", "r12", "h100-sxm", "slurm")
+    assert _applied(updates) == {"FleetctlNodeState": "maintenance", "FleetctlLastCause": "drained: XID 79",
+                                 "FleetctlStateSince": SINCE, "FleetctlFleet": "fleet-a", "FleetctlRack": "r12",
+                                 "FleetctlGpuProfile": "h100-sxm", "FleetctlScheduler": "slurm"}
+
+
+def test_an_empty_fact_unsets_its_attribute_rather_than_match_the_empty_string():
+    applied = _applied(transition_updates("production", "admitted", SINCE, "fleet-a", "", "h100-sxm", ""))
+    assert applied[RACK.name] is None and applied["FleetctlScheduler"] is None
+    assert applied[GPU_PROFILE.name] == "h100-sxm"
+
+
+@pytest.mark.parametrize("cause, shown", [
+    ("burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s", "burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s"),
+    ("health: XID 79\nGPU has fallen off the bus", "health: XID 79 GPU has fallen off the bus"),
+    ("kernel: \x1b]0;owned\x07 title", "kernel: \\x1b]0;owned\\x07 title"),
+    ("x" * 5000, "x" * (CAUSE_LIMIT - 1) + "…"),
+])
+def test_the_cause_is_one_bounded_line_without_control_characters(cause, shown):
+    assert _applied(transition_updates("draining", cause, SINCE, "f", "r", "p", "s"))[LAST_CAUSE.name] == shown
+
+
+def test_a_node_starts_findable_by_its_state():
+    assert start_attributes("production") == TypedSearchAttributes([SearchAttributePair(NODE_STATE, "production")])
+
+
+@pytest.mark.parametrize("attributes, details", [
+    ([], "**new**"),
+    ([SearchAttributePair(STATE_SINCE, SINCE), SearchAttributePair(LAST_CAUSE, "drained: fan")],
+     "**new** since 2026-11-30 22:05:07 UTC\n\nlast cause: drained: fan"),
+])
+def test_details_say_the_state_since_when_and_the_last_cause(attributes, details):
+    assert node_details("new", TypedSearchAttributes(attributes)) == details

@@ -1,0 +1,35 @@
+"""What a node's workflow shows of itself in Temporal: its search attributes, upserted with
+every transition (operators find nodes with `temporal workflow list --query`), and its
+current details (`temporal workflow metadata`, the Temporal UI). The names, types and
+values are fleetctl.search_attributes'."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from fleetctl.search_attributes import node_details, transition_updates
+    from workflows.activities.node import NodeActivities
+    from workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
+    from workflows.definitions.shared import QUICK
+
+async def record_transition(record: TransitionRecord) -> int:
+    """Write the transition (keyed by node and version, see NodeActivities.record_transition)
+    and return the node's new version; with the patch, the same activity returns the node's
+    inventory facts and the workflow upserts its search attributes as of this transition."""
+    # Histories recorded before the patch write the transition alone and set no attribute.
+    if not workflow.patched("node-search-attributes"):
+        return await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
+    recorded: RecordedTransition = await workflow.execute_activity_method(
+        NodeActivities.record_transition_with_facts, record, **QUICK)
+    facts = recorded.facts
+    workflow.upsert_search_attributes(transition_updates(
+        record.to_state, record.cause, workflow.now(), facts.fleet, facts.rack, facts.profile, facts.scheduler))
+    return recorded.version
+
+
+def show_details(state: NodeLifecycleState) -> None:
+    """Set the workflow's current details from its state and its search attributes (which
+    carry the time and cause of the last transition across continue-as-new). Not part of the
+    history: any worker recomputes them on replay, so no patch guards them."""
+    workflow.set_current_details(node_details(state.state, workflow.info().typed_search_attributes))
