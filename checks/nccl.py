@@ -24,6 +24,7 @@ _DEVICE = re.compile(
 )
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<count>\S+)\s+(?P<verdict>OK|FAILED)\b")
 _AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
+_FOOTER = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth)\b")
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(?P<name>\S+)")
 _DIED = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure common")
 _NOISE = re.compile(r"\bNCCL (?:INFO|WARN)\b|^NCCL version")
@@ -52,6 +53,7 @@ class NcclPerfResult:
     out_of_bounds_failed: bool | None = None
     avg_busbw_gbps: float | None = None
     died: list[str] = field(default_factory=list)
+    cut_line: str | None = None  # the last line, when the output ends inside it
 
     @property
     def validates_with_error_column(self) -> bool:
@@ -73,8 +75,17 @@ _HALF_NAMES = {"time": "time_us", "algbw": "algbw_gbps", "busbw": "busbw_gbps", 
 
 def parse_nccl(text: str) -> NcclPerfResult:
     result = NcclPerfResult()
-    for line in lines_of(text):
+    lines = lines_of(text)
+    if lines and not text.endswith(("\n", "\r")):
+        # nccl-tests ends every line it prints with a newline: a last line without one was
+        # cut (a cap, a killed job, a lost tail). Its footer value may have lost digits
+        # ("70.742" read as "70.7"), so it is no evidence; a cut row is still read, and
+        # fails to parse, so it keeps the run unjudgeable.
+        result.cut_line = lines[-1].strip()
+    for at, line in enumerate(lines):
         stripped = line.strip()
+        if result.cut_line is not None and at == len(lines) - 1 and _FOOTER.match(stripped):
+            continue
         if _DIED.search(line):
             result.died.append(stripped)
         elif _NOISE.search(stripped) or not stripped:
@@ -148,6 +159,8 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput("nccl-tests printed its header but no result rows")
     if run.out_of_bounds is None or run.avg_busbw_gbps is None:
         last = run.rows[-1].size_bytes
+        if run.cut_line is not None and _FOOTER.match(run.cut_line):
+            raise UnjudgeableOutput(f"the output ends inside its footer ({run.cut_line[:60]!r}): cut short")
         raise UnjudgeableOutput(f"no nccl-tests footer after the {last} B row: the run hung or the output was cut")
 
     largest = run.rows[-1]

@@ -55,7 +55,7 @@ class CheckActivities(DatabaseActivities):
             judged = judge(spec.kind, result.stdout, node.profile)
             if judged.status is Status.ERROR and result.stderr.strip():
                 # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
-                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile)
+                judged = judge(spec.kind, with_stderr(result.stdout, result.stderr), node.profile)
             if judged.status is Status.ERROR and not last_attempt:
                 raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
         except ExecutorError as exc:
@@ -98,6 +98,14 @@ class CheckActivities(DatabaseActivities):
 
 def _outcome(run: CheckRun) -> CheckOutcome:
     return CheckOutcome(run.node_name, run.check_name, run.status, run.reason, dict(run.metrics), run.error_kind, run.id)
+
+
+def with_stderr(stdout: str, stderr: str) -> str:
+    """Both streams as one text to judge. stdout cut inside its last line stays last: put
+    after it, stderr would end that line and make a cut footer look complete."""
+    if not stdout or stdout.endswith(("\n", "\r")):
+        return f"{stdout}{stderr}" if stdout else stderr
+    return f"{stderr}\n{stdout}"
 
 
 def _run_with_heartbeat(executor, target, argv, timeout_s: float):
