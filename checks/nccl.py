@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from checks.result import CheckResult, Finding, Status
 
 # Bus bandwidth only approaches the link limit at large messages; below this the absolute
 # floor in a profile means nothing (NVIDIA's nccl-tests PERFORMANCE.md reports at >= 1 GiB).
@@ -195,3 +195,84 @@ def _metrics(run: NcclPerfResult) -> dict:
     }
 
 
+
+
+# ---- multi-node: all-reduce over pairs of nodes -----------------------------------------
+
+
+def pair_argv(a: str, b: str, gpus_per_node: int, program: tuple[str, ...]) -> tuple[str, ...]:
+    """Two nodes' all-reduce, launched on `a` by MPI: one rank per GPU (`program` is the
+    catalog's all_reduce_perf argv, run with -g 1 per rank)."""
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus per node must be 1 or more, not {gpus_per_node}")
+    return ("mpirun", "--host", f"{a}:{gpus_per_node},{b}:{gpus_per_node}", "-np", str(2 * gpus_per_node),
+            "--npernode", str(gpus_per_node), *program)
+
+
+def pair_plan(node: str, partners: list[str]) -> list[tuple[str, str, str]]:
+    """The pairs to run, as (launch on, with, step label): the node with each partner, then
+    the partners in a ring among themselves. The partners' own pairs are what tell a node slow
+    with every partner (the straggler) from a partner slow with everyone."""
+    if node in partners or len(set(partners)) != len(partners):
+        raise ValueError(f"partners of {node} must be other nodes, each once: {partners}")
+    steps = [(node, p, f"pair {node} {p}") for p in partners]
+    ring = list(zip(partners, partners[1:] + partners[:1])) if len(partners) > 2 else list(zip(partners, partners[1:]))
+    return steps + [(a, b, f"pair {a} {b}") for a, b in ring]
+
+
+def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
+    """A node's pair runs (and its partners' among themselves) judged together: a pass needs
+    the node at or above the profile's multi-node floor with a partner; a node slow with every
+    partner, each fast with another node, is the straggler and fails."""
+    from checks.stragglers import localise_by_pairs
+    from checks.transcript import read_transcript
+
+    pairs = [(s, s.label.split()) for s in read_transcript(text)]
+    pairs = [(s, words[1], words[2]) for s, words in pairs if len(words) == 3 and words[0] == "pair"]
+    if not pairs:
+        raise UnjudgeableOutput("no pair run in the output (expected '### fleetctl step: pair A B' sections)")
+    node = pairs[0][1]
+    busbw: dict[tuple[str, str], float] = {}
+    findings: list[Finding] = []
+    for step, a, b in pairs:
+        try:
+            run = judge_nccl(step.body, None)
+        except UnjudgeableOutput as exc:
+            raise UnjudgeableOutput(f"pair {a}-{b}: {exc}") from None
+        if run.status is Status.FAIL:
+            # Died or corrupted data: someone in the pair is broken; which one, the pairs say.
+            busbw[(a, b)] = 0.0
+            findings.append(Finding(f"pair with {b if a == node else a}: {run.reason}", f"pair {a}-{b}",
+                                    "fail" if node in (a, b) else "info"))
+            continue
+        if run.metrics["hosts"] != 2:
+            raise UnjudgeableOutput(f"pair {a}-{b} ran on {run.metrics['hosts']} host(s), not 2: not a multi-node run")
+        if run.metrics["largest_size_bytes"] < MIN_SIZE_FOR_BANDWIDTH_BYTES:
+            raise UnjudgeableOutput(f"pair {a}-{b}: largest size under 1 GiB, no bandwidth to judge")
+        busbw[(a, b)] = run.metrics["busbw_gbps"]
+    mine = {(b if a == node else a): v for (a, b), v in busbw.items() if node in (a, b)}
+    metrics = {"pairs": {f"{a}-{b}": v for (a, b), v in busbw.items()}, "partners": sorted(mine),
+               "min_busbw_gbps": min(mine.values()), "max_busbw_gbps": max(mine.values()), "straggler": False}
+    if profile is None:
+        failed = [f for f in findings if f.severity == "fail"]
+        return verdict(failed, metrics, f"{len(mine)} pair(s), busbw {metrics['min_busbw_gbps']:g} GB/s and up; "
+                                        "no profile, no multi-node floor applied")
+    floor = profile.nccl_multinode_busbw_gbps
+    fast = {p: v for p, v in mine.items() if v >= floor.fail}
+    if len(fast) == len(mine):
+        findings = [f for p, v in sorted(mine.items())
+                    if (f := floor.judge(v, f"busbw with {p}", "GB/s", f"pair {node}-{p}"))]
+        return verdict(findings, metrics, f"busbw {metrics['min_busbw_gbps']:g} GB/s or more with each of "
+                                          f"{len(mine)} partner(s), floor {floor.fail:g}")
+    verdicts = localise_by_pairs(busbw, floor.fail)
+    if verdicts[node].straggler:
+        metrics["straggler"] = True
+        return verdict([Finding(f"{verdicts[node].reason} (floor {floor.fail:g} GB/s)")] + findings, metrics, "")
+    if fast:
+        # This node is fast with a partner: what is slow is the other node or its link.
+        suspects = [p for p in mine if p not in fast]
+        findings = [Finding(f"slow with {p} ({mine[p]:g} GB/s): {verdicts[p].reason}", p, "info") for p in suspects]
+        return verdict(findings, metrics, f"busbw {max(fast.values()):g} GB/s with {', '.join(sorted(fast))}; "
+                                          f"slow only with {', '.join(sorted(suspects))}")
+    return CheckResult(Status.ERROR, metrics, findings,
+                       f"slow with every partner, and the pairs cannot say it is this node: {verdicts[node].reason}")

@@ -13,6 +13,7 @@ import re
 import pytest
 
 from checks import Status, judge
+from checks.transcript import with_stderr
 from tests.checks.conftest import FIXTURES
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
@@ -106,8 +107,6 @@ def test_a_footer_cut_inside_its_value_is_an_error(digits) -> None:
 def test_stderr_judged_with_a_cut_stdout_does_not_complete_its_last_line() -> None:
     """The worker judges stdout and stderr together when stdout alone is unjudgeable (perftest
     says why it failed on stderr only): stderr must not end stdout's cut footer line."""
-    from workflows.activities.checks import with_stderr
-
     whole = (FIXTURES / REAL).read_text()
     cut = whole[: whole.index("70.742") + 4]  # "... : 70.7"
     stderr = "ztan-mig-235z:6899:6899 [0] NCCL INFO comm 0x55 rank 0 nranks 16 - Destroy COMPLETE\n"
