@@ -21,6 +21,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "ib-port-down",  # one InfiniBand port down
     "ib-rail-slow",  # one rail's RDMA bandwidth ~55% (its PCIe link trained down): ibstat still Active at full rate
     "ib-link-flap",  # one rail's link goes down and retrains every FLAP_PERIOD_S under load
+    "fabric-slow",  # the path beyond the node (leaf uplinks, cabling) carries ~60%: only multi-node runs see it
     "firmware-drift",  # VBIOS and ConnectX firmware older than the profile's
     "flaky",  # stress tests fail on about half the runs
     "unreachable",  # the executor raises NodeUnreachable

@@ -98,6 +98,7 @@ class NodeState:
     allreduce_busbw_gbps: float
     kernel_events: list[KernelEvent] = field(default_factory=list)
     multinode_busbw_gbps: float = 0.0  # two-node all-reduce over healthy rails (see fabric_busbw_gbps)
+    fabric_path_factor: float = 1.0  # what the network beyond the node's ports lets through
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
@@ -125,7 +126,7 @@ class NodeState:
         healthy = self.profile.ib_rate_gbps * self.profile.ib_write_bw_efficiency
         slowest = min(1.0, min(h.write_bw_gbps for h in up) / healthy)
         flapping = FLAP_SLOWDOWN if any(h.flapping_since is not None for h in up) else 1.0
-        return self.multinode_busbw_gbps * len(up) / len(self.rails) * slowest * flapping
+        return self.multinode_busbw_gbps * len(up) / len(self.rails) * slowest * flapping * self.fabric_path_factor
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class ToolOutput:
 
 
 FLAP_SLOWDOWN = 0.6  # all-reduce over a rail that retrains every few tens of seconds
+FABRIC_SLOW_FACTOR = 0.6  # fabric-slow: half the leaf's uplinks down, or a mis-set adaptive routing
 RAIL_SLOW_FACTOR = 0.55  # ib-rail-slow: a ConnectX-7 whose PCIe Gen5 x16 link trained to x8
 _REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
 _KERNEL = "5.15.0-119-generic"
@@ -307,6 +309,8 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         hca.flapping_since = at
         node.kernel_events.append(KernelEvent(at, f"mlx5_core {hca.pci_address}: Port 1 link down (Polling)"))
         node.kernel_events.append(KernelEvent(at + 2.0, f"mlx5_core {hca.pci_address}: Port 1 link up"))
+    elif spec.kind == "fabric-slow":
+        node.fabric_path_factor = FABRIC_SLOW_FACTOR
     elif spec.kind == "firmware-drift":
         for old in node.gpus if spec.gpu is None else [gpu]:
             old.vbios_version = p.drifted_vbios_version

@@ -53,6 +53,8 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     # and the pairs (the slow or retraining rail paces every ring through it).
     "ib-rail-slow": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
     "ib-link-flap": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
+    # Beyond the node's own ports: nothing local sees it, only the pairs.
+    "fabric-slow": {"nccl-pairs": {FAIL}},
     # Drift across the whole node is consistent; the roll-out compares with the baseline.
     "firmware-drift": {},
 }

@@ -5,8 +5,9 @@ built by checks.ib.rails_script). `pairs`: two-node all-reduce of the node with 
 partners, and of the partners among themselves, each launched by MPI on its first node; the
 outputs are put together under step markers (checks.transcript) for checks.nccl's pair judge.
 
-Partners are other nodes of the same GPU profile that are being admitted or are in
-production, reached by MPI under their node names (the fleet's host names).
+Partners are other nodes of the same GPU profile that are new (imported, not yet admitted:
+idle), being admitted or in production, reached by MPI under their node names (the fleet's
+host names). Not nodes in maintenance (suspect) nor under a firmware update (rebooting).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fleetctl.executors.base import CommandResult
 from fleetctl.lifecycle import NodeState
 
 PAIR_PARTNERS = 2  # two partners and their own pair: enough to name a straggler
-PARTNER_STATES = frozenset(s.value for s in (NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION))
+PARTNER_STATES = frozenset(s.value for s in (NodeState.NEW, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION))
 
 
 class NoPartner(Exception):
@@ -66,7 +67,7 @@ def run_pairs(run_on: Callable[[str, Sequence[str]], CommandResult], spec: Check
               partners: list[str], gpus_per_node: int) -> CommandResult:
     """Every pair of the plan, launched on its first node; one transcript of all of them."""
     if not partners:
-        raise NoPartner(f"no other node of {node}'s profile is being admitted or in production: "
+        raise NoPartner(f"no other node of {node}'s profile is new, being admitted or in production: "
                         "nothing to pair with, the fabric is untested")
     parts, seconds, truncated = [], 0.0, False
     for launcher, partner, label in pair_plan(node, partners):
