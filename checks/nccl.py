@@ -220,18 +220,30 @@ def pair_plan(node: str, partners: list[str]) -> list[tuple[str, str, str]]:
     return steps + [(a, b, f"pair {a} {b}") for a, b in ring]
 
 
+def plan_label(node: str, partners: list[str]) -> str:
+    """The first step of a pairs transcript: which node is judged, with which partners."""
+    return " ".join(["plan", node, *partners])
+
+
 def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
     """A node's pair runs (and its partners' among themselves) judged together: a pass needs
     the node at or above the profile's multi-node floor with a partner; a node slow with every
-    partner, each fast with another node, is the straggler and fails."""
+    partner, each fast with another node, is the straggler and fails. Every pair of the plan
+    (the first step) must be there: a transcript that lost one is cut short."""
     from checks.stragglers import localise_by_pairs
     from checks.transcript import read_transcript
 
-    pairs = [(s, s.label.split()) for s in read_transcript(text)]
-    pairs = [(s, words[1], words[2]) for s, words in pairs if len(words) == 3 and words[0] == "pair"]
-    if not pairs:
-        raise UnjudgeableOutput("no pair run in the output (expected '### fleetctl step: pair A B' sections)")
-    node = pairs[0][1]
+    steps = read_transcript(text)
+    plan = steps[0].label.split() if steps else []
+    if len(plan) < 3 or plan[0] != "plan":
+        raise UnjudgeableOutput("no pair plan in the output (expected '### fleetctl step: plan NODE PARTNER...' first)")
+    node, partners = plan[1], plan[2:]
+    by_label = {s.label: s for s in steps[1:]}
+    pairs = []
+    for a, b, label in pair_plan(node, partners):
+        if label not in by_label:
+            raise UnjudgeableOutput(f"no '{label}' step: the run was cut short")
+        pairs.append((by_label[label], a, b))
     busbw: dict[tuple[str, str], float] = {}
     findings: list[Finding] = []
     for step, a, b in pairs:

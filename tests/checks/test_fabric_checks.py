@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checks import Status, judge
 from checks._text import UnjudgeableOutput
 from checks.ib import rails_script
-from checks.nccl import pair_argv, pair_plan
+from checks.nccl import pair_argv, pair_plan, plan_label
 from checks.profiles import load_profile
 from checks.transcript import read_transcript, section
 from tests.checks.conftest import fixture_text
@@ -30,7 +32,9 @@ ONE_NODE = fixture_text("nccl/8xh100_full_sweep_ok.txt")
 
 
 def pairs(*runs: tuple[str, str, str]) -> str:
-    return "".join(section(f"pair {a} {b}", text) for a, b, text in runs)
+    """The transcript the worker writes: the plan (x and its partners), then each pair."""
+    partners = [b for a, b, _ in runs if a == "x"]
+    return section(plan_label("x", partners), "") + "".join(section(f"pair {a} {b}", text) for a, b, text in runs)
 
 
 @pytest.mark.parametrize(
@@ -55,10 +59,12 @@ def pairs(*runs: tuple[str, str, str]) -> str:
         (pairs(("x", "p", OK[: OK.index("# Avg bus") + 25]), ("x", "q", OK), ("p", "q", OK)), A100, ERROR,
          r"pair x-p: the output ends inside its footer"),
         ("", A100, ERROR, r"the output is empty"),
-        (OK, A100, ERROR, r"no pair run in the output"),
+        (OK, A100, ERROR, r"no pair plan in the output"),
+        # the partners' own pair is what names a straggler: without it, cut short
+        (pairs(("x", "p", WRONG), ("x", "q", DIED)), A100, ERROR, r"no 'pair p q' step: the run was cut short"),
     ],
     ids=["a100-pass", "h100-warn", "straggler", "partner-slow", "fabric", "one-partner", "no-profile",
-         "no-profile-wrong", "one-host", "cut-pair", "empty", "not-a-transcript"],
+         "no-profile-wrong", "one-host", "cut-pair", "empty", "not-a-transcript", "lost-pair"],
 )
 def test_pairs_are_judged_by_who_is_slow_with_whom(transcript, profile, status, reason) -> None:
     result = judge("nccl-pairs", transcript, profile)
@@ -155,3 +161,44 @@ def test_the_rails_script_tests_each_rail_ibstat_lists_and_quotes_what_it_runs()
         rails_script(hostile, load_profile(H100))
     with pytest.raises(UnjudgeableOutput, match="no port of the expected link layer"):
         rails_script("CA 'mlx5_0'\n", load_profile(H100))
+
+
+# ---- properties: a cut or garbled transcript never passes -----------------------------------
+
+PROPERTY = settings(max_examples=60, deadline=None, database=None)
+HEALTHY = [
+    ("nccl-pairs", A100, pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK))),
+    ("ib-rails", H100, rails()),
+]
+# A measurement in a result row: nccl-tests' rows, ib_write_bw's rows, perfquery's counters.
+_MEASURED = re.compile(r"^\s*\d+\s+\d+\s+(?:float\s|[\d.]+\s)|^[A-Za-z]+Counter:|^PortRcvErrors:")
+_NUMBER = re.compile(r"(?<![\w.+-])\d+(?:\.\d+)?(?![\w.])")
+
+
+@pytest.mark.parametrize(("kind", "profile", "text"), HEALTHY, ids=[h[0] for h in HEALTHY])
+def test_the_healthy_transcripts_pass(kind, profile, text) -> None:
+    assert judge(kind, text, profile).status is PASS
+
+
+@pytest.mark.parametrize(("kind", "profile", "text"), HEALTHY, ids=[h[0] for h in HEALTHY])
+@PROPERTY
+@given(data=st.data())
+def test_a_transcript_cut_anywhere_never_passes(kind, profile, text, data) -> None:
+    cut = data.draw(st.integers(min_value=0, max_value=len(text) - 2), label="cut")
+    result = judge(kind, text[:cut], profile)
+    assert result.status is not PASS, (cut, text[:cut][-80:], result.reason)
+
+
+@pytest.mark.parametrize(("kind", "profile", "text"), HEALTHY, ids=[h[0] for h in HEALTHY])
+@PROPERTY
+@given(data=st.data())
+def test_a_measurement_garbled_never_passes(kind, profile, text, data) -> None:
+    lines = text.splitlines(keepends=True)
+    spots = [(i, m.start(), m.end()) for i, line in enumerate(lines) if _MEASURED.match(line)
+             for m in _NUMBER.finditer(line)]
+    i, start, end = data.draw(st.sampled_from(spots), label="number")
+    # not N/A: nccl-tests prints it in #wrong when validation is off, a legitimate cell
+    garbage = data.draw(st.sampled_from(["ERR!", "nan", "1e400", "--", "?", "12abc", "0x"]), label="garbage")
+    lines[i] = lines[i][:start] + garbage + lines[i][end:]
+    result = judge(kind, "".join(lines), profile)
+    assert result.status is not PASS, (lines[i], result.reason)

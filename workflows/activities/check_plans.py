@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from checks._text import UnjudgeableOutput
 from checks.catalog import CheckSpec
 from checks.ib import rails_script
-from checks.nccl import pair_argv, pair_plan
+from checks.nccl import pair_argv, pair_plan, plan_label
 from checks.profiles import GpuProfile
 from checks.transcript import section, with_stderr
 from fleetctl.executors.base import CommandResult
@@ -69,7 +69,7 @@ def run_pairs(run_on: Callable[[str, Sequence[str]], CommandResult], spec: Check
     if not partners:
         raise NoPartner(f"no other node of {node}'s profile is new, being admitted or in production: "
                         "nothing to pair with, the fabric is untested")
-    parts, seconds, truncated = [], 0.0, False
+    parts, seconds, truncated = [section(plan_label(node, partners), "")], 0.0, False
     for launcher, partner, label in pair_plan(node, partners):
         result = run_on(launcher, pair_argv(launcher, partner, gpus_per_node, spec.argv))
         parts.append(section(label, with_stderr(result.stdout, result.stderr)))
