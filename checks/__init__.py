@@ -24,6 +24,8 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "nvidia-smi": ("checks.nvidia_smi", "judge_nvidia_smi"),
     "xid": ("checks.xid", "judge_xid"),
     "ib": ("checks.ib", "judge_ib"),
+    "ib-rails": ("checks.ib", "judge_ib_rails"),
+    "nccl-pairs": ("checks.nccl", "judge_nccl_pairs"),
     "firmware": ("checks.firmware", "judge_firmware"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)

@@ -44,6 +44,10 @@ class CheckSpec:
     argv: tuple[str, ...]
     typical_duration_s: float
     description: str
+    # "" runs argv on the node. "rails": argv lists the rails, a script built from its output
+    # tests each (checks.ib.rails_script). "pairs": argv is the program MPI runs on each pair
+    # of nodes (checks.nccl.pair_plan); the worker puts the outputs together.
+    plan: str = ""
 
 
 _SPECS = (
@@ -128,6 +132,29 @@ _SPECS = (
         ),
         15.0,
         "RDMA write bandwidth through mlx5_0 (perftest ib_write_bw, loopback)",
+    ),
+    CheckSpec(
+        "ib-rails",
+        "ib-rails",
+        ("ibstat",),
+        # Per rail: the server starts, 1 s, a 5 s client run; counters read before and after.
+        75.0,
+        "Every rail: ib_write_bw loopback through each HCA ibstat lists, and each InfiniBand "
+        "rail's error counters (perfquery) judged by their increase over the run",
+        plan="rails",
+    ),
+    CheckSpec(
+        "nccl-pairs",
+        "nccl-pairs",
+        # -g 1: one rank per GPU, MPI places them (pair_argv); 1 to 8 GiB, where bus
+        # bandwidth says what the fabric carries.
+        ("all_reduce_perf", "-b", "1G", "-e", "8G", "-f", "2", "-g", "1"),
+        # Three pairs (the node with two partners, the partners together), ~20 s each.
+        60.0,
+        "Two-node NCCL all-reduce of the node with each of two partners (and of the partners "
+        "together), judged against the profile's multi-node floor; a node slow with every "
+        "partner is the straggler",
+        plan="pairs",
     ),
     CheckSpec(
         "firmware-inventory",

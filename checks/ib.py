@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
@@ -143,14 +144,7 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput("not ibstat, ibstatus or ib_write_bw output")
     ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
     eth_ports = [p for p in ports if _layer(p) == ETHERNET]
-    # The rails to judge: the profile's InfiniBand and RoCE rails; without a profile, the
-    # InfiniBand ports, or the Ethernet ones on a host that has no InfiniBand at all.
-    if profile is not None:
-        rails = [(INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
-                 (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps)]
-    else:
-        layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
-        rails = [(layer, judged, len(judged), 0.0)]
+    rails = _rail_layers(ports, profile)
     findings: list[Finding] = []
     judged_names: set[str] = set()
     for layer, candidates, expected, rate in rails:
@@ -192,6 +186,19 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
 
 
 INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+
+
+def _rail_layers(ports: list[IbPort], profile: GpuProfile | None) -> list[tuple[str, list[IbPort], int, float]]:
+    """(link layer, its ports, rails the profile needs, their rate) per layer to judge: the
+    profile's InfiniBand and RoCE rails; without a profile, the InfiniBand ports, or the
+    Ethernet ones on a host that has no InfiniBand at all."""
+    ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
+    eth_ports = [p for p in ports if _layer(p) == ETHERNET]
+    if profile is not None:
+        return [(INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
+                (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps)]
+    layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
+    return [(layer, judged, len(judged), 0.0)]
 
 
 def _layer(port: IbPort) -> str:
@@ -312,3 +319,101 @@ def judge_counter_increase(before: str, after: str) -> CheckResult:
                                         old.name, severity))
     metrics = {"ports": len(first), "increases": increases}
     return verdict(findings, metrics, f"no link error counter rose on {len(first)} ports during the check")
+
+
+# ---- every rail: ib_write_bw per HCA, error counters read around it ------------------------
+
+# A device name as the kernel gives it (mlx5_0, mlx5_ib3, mlx5_bond_0): anything else in
+# ibstat's output is not put in a command.
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+WRITE_BW_SECONDS = 5  # -D: long enough for a steady average, short enough for 8 rails in a burn-in
+
+
+def rail_ports(ibstat_text: str, profile: GpuProfile | None) -> list[IbPort]:
+    """The compute rails ibstat lists (every port of the layers the profile expects), in order."""
+    ports = parse_ibstat(ibstat_text)
+    rails = [p for layer, candidates, expected, _ in _rail_layers(ports, profile) if expected > 0 for p in candidates]
+    if not rails:
+        raise UnjudgeableOutput("ibstat lists no port of the expected link layer: no rail to test")
+    for port in rails:
+        if not _DEVICE_NAME.fullmatch(port.device):
+            raise UnjudgeableOutput(f"ibstat names a device {port.device[:40]!r}, not a kernel device name")
+    return rails
+
+
+def rails_script(ibstat_text: str, profile: GpuProfile | None) -> tuple[str, ...]:
+    """argv of one shell run that tests every rail ibstat lists: ibstat again (what the judge
+    holds the steps to), each InfiniBand rail's error counters, ib_write_bw through each rail
+    (loopback, one rail at a time), the counters again. Each output under its step marker."""
+    from checks.transcript import marker
+
+    rails = rail_ports(ibstat_text, profile)
+    ib = [p for p in rails if _layer(p) == INFINIBAND]
+
+    def step(label: str, command: str) -> str:
+        return f"echo {shlex.quote(marker(label))}; {command}"
+
+    def perfquery(port: IbPort) -> str:
+        return f"perfquery -x -C {shlex.quote(port.device)} -P {port.port}"
+
+    def write_bw(port: IbPort) -> str:
+        bw = f"ib_write_bw -d {shlex.quote(port.device)} -i {port.port} -F --report_gbits -D {WRITE_BW_SECONDS}"
+        return f"{bw} >/dev/null 2>&1 & sleep 1; {bw} localhost 2>&1; wait"
+
+    steps = [step("ibstat", "ibstat")]
+    steps += [step(f"perfquery before {p.device} {p.port}", perfquery(p)) for p in ib]
+    steps += [step(f"ib_write_bw {p.device} {p.port}", write_bw(p)) for p in rails]
+    steps += [step(f"perfquery after {p.device} {p.port}", perfquery(p)) for p in ib]
+    return ("sh", "-c", "; ".join(steps))
+
+
+def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
+    """Every rail's ib_write_bw against the profile's floor, and every InfiniBand rail's error
+    counters by their increase over the run. A pass needs each rail ibstat lists tested, and
+    as many rails as the profile needs."""
+    from checks.transcript import read_transcript
+
+    steps = {s.label: s for s in read_transcript(text)}
+    if "ibstat" not in steps:
+        raise UnjudgeableOutput("no 'ibstat' step in the output: not an every-rail run")
+    rails = rail_ports(steps["ibstat"].body, profile)
+    findings: list[Finding] = []
+    unjudged: list[str] = []
+    bandwidth: dict[str, float] = {}
+    increases: dict[str, dict[str, int]] = {}
+
+    def body(label: str) -> str:
+        found = steps.get(label)
+        if found is None or found.cut:
+            raise UnjudgeableOutput(f"no {'complete ' if found else ''}'{label}' step: the run was cut short")
+        return found.body
+
+    for port in rails:
+        name = f"{port.device} port {port.port}"
+        try:
+            run = _judge_write_bw(body(f"ib_write_bw {port.device} {port.port}"), profile)
+            if run.metrics["device"] not in (None, port.device):
+                raise UnjudgeableOutput(f"the ib_write_bw step of {port.device} tested {run.metrics['device']}")
+            if run.metrics["bw_avg_gbps"] is not None:
+                bandwidth[name] = run.metrics["bw_avg_gbps"]
+            findings += [Finding(f.what, name, f.severity) for f in run.findings]
+            if _layer(port) == INFINIBAND:
+                counters = judge_counter_increase(body(f"perfquery before {port.device} {port.port}"),
+                                                  body(f"perfquery after {port.device} {port.port}"))
+                findings += [Finding(f.what, name, f.severity) for f in counters.findings]
+                for grown in counters.metrics["increases"].values():  # one port per rail
+                    increases[name] = grown
+        except UnjudgeableOutput as exc:
+            unjudged.append(f"{name}: {exc}")
+    if profile is not None:
+        for layer, candidates, expected, _ in _rail_layers(rails, profile):
+            if 0 < expected and len(candidates) < expected:
+                findings.append(Finding(f"{len(candidates)} {layer} rails tested, {profile.name} needs {expected}"))
+    metrics = {"rails": len(rails), "bw_avg_gbps": bandwidth, "min_bw_avg_gbps": min(bandwidth.values(), default=None),
+               "counter_increases": increases, "unjudged": unjudged}
+    if unjudged and not any(f.severity == "fail" for f in findings):
+        return CheckResult(Status.ERROR, metrics, findings, unjudged[0] + (f" (and {len(unjudged) - 1} more)"
+                                                                            if len(unjudged) > 1 else ""))
+    findings += [Finding(f"not judged: {u}", None, "info") for u in unjudged]
+    return verdict(findings, metrics, f"{len(rails)} rails: ib_write_bw {metrics['min_bw_avg_gbps']:g} Gb/s or more, "
+                                      "no link error counter rose")

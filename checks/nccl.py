@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from checks.result import CheckResult, Finding, Status
 
 # Bus bandwidth only approaches the link limit at large messages; below this the absolute
 # floor in a profile means nothing (NVIDIA's nccl-tests PERFORMANCE.md reports at >= 1 GiB).
@@ -24,6 +24,7 @@ _DEVICE = re.compile(
 )
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(?P<count>\S+)\s+(?P<verdict>OK|FAILED)\b")
 _AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
+_FOOTER = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth)\b")
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(?P<name>\S+)")
 _DIED = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure common")
 _NOISE = re.compile(r"\bNCCL (?:INFO|WARN)\b|^NCCL version")
@@ -52,6 +53,7 @@ class NcclPerfResult:
     out_of_bounds_failed: bool | None = None
     avg_busbw_gbps: float | None = None
     died: list[str] = field(default_factory=list)
+    cut_line: str | None = None  # the last line, when the output ends inside it
 
     @property
     def validates_with_error_column(self) -> bool:
@@ -73,8 +75,17 @@ _HALF_NAMES = {"time": "time_us", "algbw": "algbw_gbps", "busbw": "busbw_gbps", 
 
 def parse_nccl(text: str) -> NcclPerfResult:
     result = NcclPerfResult()
-    for line in lines_of(text):
+    lines = lines_of(text)
+    if lines and not text.endswith(("\n", "\r")):
+        # nccl-tests ends every line it prints with a newline: a last line without one was
+        # cut (a cap, a killed job, a lost tail). Its footer value may have lost digits
+        # ("70.742" read as "70.7"), so it is no evidence; a cut row is still read, and
+        # fails to parse, so it keeps the run unjudgeable.
+        result.cut_line = lines[-1].strip()
+    for at, line in enumerate(lines):
         stripped = line.strip()
+        if result.cut_line is not None and at == len(lines) - 1 and _FOOTER.match(stripped):
+            continue
         if _DIED.search(line):
             result.died.append(stripped)
         elif _NOISE.search(stripped) or not stripped:
@@ -148,6 +159,8 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput("nccl-tests printed its header but no result rows")
     if run.out_of_bounds is None or run.avg_busbw_gbps is None:
         last = run.rows[-1].size_bytes
+        if run.cut_line is not None and _FOOTER.match(run.cut_line):
+            raise UnjudgeableOutput(f"the output ends inside its footer ({run.cut_line[:60]!r}): cut short")
         raise UnjudgeableOutput(f"no nccl-tests footer after the {last} B row: the run hung or the output was cut")
 
     largest = run.rows[-1]
@@ -182,3 +195,96 @@ def _metrics(run: NcclPerfResult) -> dict:
     }
 
 
+
+
+# ---- multi-node: all-reduce over pairs of nodes -----------------------------------------
+
+
+def pair_argv(a: str, b: str, gpus_per_node: int, program: tuple[str, ...]) -> tuple[str, ...]:
+    """Two nodes' all-reduce, launched on `a` by MPI: one rank per GPU (`program` is the
+    catalog's all_reduce_perf argv, run with -g 1 per rank)."""
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus per node must be 1 or more, not {gpus_per_node}")
+    return ("mpirun", "--host", f"{a}:{gpus_per_node},{b}:{gpus_per_node}", "-np", str(2 * gpus_per_node),
+            "--npernode", str(gpus_per_node), *program)
+
+
+def pair_plan(node: str, partners: list[str]) -> list[tuple[str, str, str]]:
+    """The pairs to run, as (launch on, with, step label): the node with each partner, then
+    the partners in a ring among themselves. The partners' own pairs are what tell a node slow
+    with every partner (the straggler) from a partner slow with everyone."""
+    if node in partners or len(set(partners)) != len(partners):
+        raise ValueError(f"partners of {node} must be other nodes, each once: {partners}")
+    steps = [(node, p, f"pair {node} {p}") for p in partners]
+    ring = list(zip(partners, partners[1:] + partners[:1])) if len(partners) > 2 else list(zip(partners, partners[1:]))
+    return steps + [(a, b, f"pair {a} {b}") for a, b in ring]
+
+
+def plan_label(node: str, partners: list[str]) -> str:
+    """The first step of a pairs transcript: which node is judged, with which partners."""
+    return " ".join(["plan", node, *partners])
+
+
+def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
+    """A node's pair runs (and its partners' among themselves) judged together: a pass needs
+    the node at or above the profile's multi-node floor with a partner; a node slow with every
+    partner, each fast with another node, is the straggler and fails. Every pair of the plan
+    (the first step) must be there: a transcript that lost one is cut short."""
+    from checks.stragglers import localise_by_pairs
+    from checks.transcript import read_transcript
+
+    steps = read_transcript(text)
+    plan = steps[0].label.split() if steps else []
+    if len(plan) < 3 or plan[0] != "plan":
+        raise UnjudgeableOutput("no pair plan in the output (expected '### fleetctl step: plan NODE PARTNER...' first)")
+    node, partners = plan[1], plan[2:]
+    by_label = {s.label: s for s in steps[1:]}
+    pairs = []
+    for a, b, label in pair_plan(node, partners):
+        if label not in by_label:
+            raise UnjudgeableOutput(f"no '{label}' step: the run was cut short")
+        pairs.append((by_label[label], a, b))
+    busbw: dict[tuple[str, str], float] = {}
+    findings: list[Finding] = []
+    for step, a, b in pairs:
+        try:
+            run = judge_nccl(step.body, None)
+        except UnjudgeableOutput as exc:
+            raise UnjudgeableOutput(f"pair {a}-{b}: {exc}") from None
+        if run.status is Status.FAIL:
+            # Died or corrupted data: someone in the pair is broken; which one, the pairs say.
+            busbw[(a, b)] = 0.0
+            findings.append(Finding(f"pair with {b if a == node else a}: {run.reason}", f"pair {a}-{b}",
+                                    "fail" if node in (a, b) else "info"))
+            continue
+        if run.metrics["hosts"] != 2:
+            raise UnjudgeableOutput(f"pair {a}-{b} ran on {run.metrics['hosts']} host(s), not 2: not a multi-node run")
+        if run.metrics["largest_size_bytes"] < MIN_SIZE_FOR_BANDWIDTH_BYTES:
+            raise UnjudgeableOutput(f"pair {a}-{b}: largest size under 1 GiB, no bandwidth to judge")
+        busbw[(a, b)] = run.metrics["busbw_gbps"]
+    mine = {(b if a == node else a): v for (a, b), v in busbw.items() if node in (a, b)}
+    metrics = {"pairs": {f"{a}-{b}": v for (a, b), v in busbw.items()}, "partners": sorted(mine),
+               "min_busbw_gbps": min(mine.values()), "max_busbw_gbps": max(mine.values()), "straggler": False}
+    if profile is None:
+        failed = [f for f in findings if f.severity == "fail"]
+        return verdict(failed, metrics, f"{len(mine)} pair(s), busbw {metrics['min_busbw_gbps']:g} GB/s and up; "
+                                        "no profile, no multi-node floor applied")
+    floor = profile.nccl_multinode_busbw_gbps
+    fast = {p: v for p, v in mine.items() if v >= floor.fail}
+    if len(fast) == len(mine):
+        findings = [f for p, v in sorted(mine.items())
+                    if (f := floor.judge(v, f"busbw with {p}", "GB/s", f"pair {node}-{p}"))]
+        return verdict(findings, metrics, f"busbw {metrics['min_busbw_gbps']:g} GB/s or more with each of "
+                                          f"{len(mine)} partner(s), floor {floor.fail:g}")
+    verdicts = localise_by_pairs(busbw, floor.fail)
+    if verdicts[node].straggler:
+        metrics["straggler"] = True
+        return verdict([Finding(f"{verdicts[node].reason} (floor {floor.fail:g} GB/s)")] + findings, metrics, "")
+    if fast:
+        # This node is fast with a partner: what is slow is the other node or its link.
+        suspects = [p for p in mine if p not in fast]
+        findings = [Finding(f"slow with {p} ({mine[p]:g} GB/s): {verdicts[p].reason}", p, "info") for p in suspects]
+        return verdict(findings, metrics, f"busbw {max(fast.values()):g} GB/s with {', '.join(sorted(fast))}; "
+                                          f"slow only with {', '.join(sorted(suspects))}")
+    return CheckResult(Status.ERROR, metrics, findings,
+                       f"slow with every partner, and the pairs cannot say it is this node: {verdicts[node].reason}")

@@ -53,6 +53,8 @@ class GpuProfile:
     # Substrings of nvidia-smi's product name ("NVIDIA H100 80GB HBM3") that identify the model.
     gpu_name_patterns: tuple[str, ...]
     nccl_allreduce_busbw_gbps: Floor  # single node, out-of-place, at the largest size (>= 1 GiB)
+    # Two nodes over the fabric (one rank per GPU), out-of-place, at the largest size (>= 1 GiB).
+    nccl_multinode_busbw_gbps: Floor
     hpl_gflops_per_gpu: Floor
     hbm_bandwidth_gbps: Floor  # device memory bandwidth (nvbandwidth / DCGM memory bandwidth)
     pcie_bandwidth_gbps: Floor  # host<->device copy bandwidth per GPU

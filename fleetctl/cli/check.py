@@ -56,7 +56,7 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
 
 @app.command("parse")
 def parse(
-    kind: str = typer.Argument(..., help="nccl, hpl, dcgm, nvidia-smi, xid, ib or firmware"),
+    kind: str = typer.Argument(..., help="nccl, nccl-pairs, hpl, dcgm, nvidia-smi, xid, ib, ib-rails or firmware"),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
     profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm"),
     output: OutputFormat = OUTPUT_OPTION,

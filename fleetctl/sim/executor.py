@@ -80,7 +80,7 @@ class SimExecutor:
         )
         state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name))
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
-        result = NodeShell(state, jitter).run(argv)
+        result = NodeShell(state, jitter, lambda host: self._peer(host, profile, now)).run(argv)
         wall_s = result.seconds * self._time_scale
         if wall_s > timeout_s:
             self._sleep(timeout_s)
@@ -90,6 +90,18 @@ class SimExecutor:
             self._cure(target.name, result.cures)
         out = result.output
         return CommandResult(tuple(argv), out.exit_status, out.stdout, out.stderr, wall_s)
+
+    def _peer(self, host: str, profile, now: float):
+        """Another node an MPI launcher reaches by its host name (its node name here), as its
+        tools see it now; None when it does not answer. Pairs run within one profile."""
+        try:
+            validate_node_name(host)
+        except ValueError:
+            return None
+        faults = active_faults(self._faults_for(host), now)
+        if any(f.kind == "unreachable" for f in faults):
+            return None
+        return build_node_state(host, profile, self._seed, faults, now, False, self._booted_at(host))
 
     def close(self) -> None:
         """Nothing to release: a simulated node holds no connection."""

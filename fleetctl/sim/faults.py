@@ -19,10 +19,16 @@ FAULT_KINDS: tuple[str, ...] = (
     "nvlink-degraded",  # all-reduce 75-85% of healthy: a straggler
     "thermal-throttle",  # HW thermal slowdown: hot, slow clocks, low HPL
     "ib-port-down",  # one InfiniBand port down
+    "ib-rail-slow",  # one rail's RDMA bandwidth ~55% (its PCIe link trained down): ibstat still Active at full rate
+    "ib-link-flap",  # one rail's link goes down and retrains every FLAP_PERIOD_S under load
+    "fabric-slow",  # the path beyond the node (leaf uplinks, cabling) carries ~60%: only multi-node runs see it
     "firmware-drift",  # VBIOS and ConnectX firmware older than the profile's
     "flaky",  # stress tests fail on about half the runs
     "unreachable",  # the executor raises NodeUnreachable
 )
+
+# How often a flapping link goes down and retrains: a few times over an every-rail check.
+FLAP_PERIOD_S = 20.0
 
 # What a repair cures on a simulated node: the faults a real GPU reset or reboot clears, and
 # a firmware update (firmware-drift is one fault: any completed update clears it).

@@ -69,6 +69,7 @@ class HcaState:
     state: str = "Active"
     physical_state: str = "LinkUp"
     write_bw_gbps: float = 0.0
+    flapping_since: float | None = None  # the link goes down and retrains every FLAP_PERIOD_S from then
 
     @property
     def pci_address(self) -> str:
@@ -96,6 +97,8 @@ class NodeState:
     now: float
     allreduce_busbw_gbps: float
     kernel_events: list[KernelEvent] = field(default_factory=list)
+    multinode_busbw_gbps: float = 0.0  # two-node all-reduce over healthy rails (see fabric_busbw_gbps)
+    fabric_path_factor: float = 1.0  # what the network beyond the node's ports lets through
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
@@ -108,6 +111,23 @@ class NodeState:
     def lost_gpus(self) -> list[GpuState]:
         return [g for g in self.gpus if g.lost]
 
+    @property
+    def rails(self) -> list[HcaState]:
+        return [h for h in self.hcas if h.link_layer == "InfiniBand"]
+
+    @property
+    def fabric_busbw_gbps(self) -> float:
+        """What this node sustains in a multi-node all-reduce. NCCL splits the data evenly
+        over the rails, so the slowest rail sets the pace; a down rail's share moves to the
+        others; a link that keeps retraining stalls every ring through it."""
+        up = [h for h in self.rails if h.state == "Active"]
+        if not up:
+            return 0.0
+        healthy = self.profile.ib_rate_gbps * self.profile.ib_write_bw_efficiency
+        slowest = min(1.0, min(h.write_bw_gbps for h in up) / healthy)
+        flapping = FLAP_SLOWDOWN if any(h.flapping_since is not None for h in up) else 1.0
+        return self.multinode_busbw_gbps * len(up) / len(self.rails) * slowest * flapping * self.fabric_path_factor
+
 
 @dataclass(frozen=True)
 class ToolOutput:
@@ -116,6 +136,9 @@ class ToolOutput:
     exit_status: int = 0
 
 
+FLAP_SLOWDOWN = 0.6  # all-reduce over a rail that retrains every few tens of seconds
+FABRIC_SLOW_FACTOR = 0.6  # fabric-slow: half the leaf's uplinks down, or a mis-set adaptive routing
+RAIL_SLOW_FACTOR = 0.55  # ib-rail-slow: a ConnectX-7 whose PCIe Gen5 x16 link trained to x8
 _REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
 _KERNEL = "5.15.0-119-generic"
 # Ethernet front-end NIC next to the 8 InfiniBand rails (what ibstat lists on HGX servers).
@@ -202,6 +225,8 @@ def build_node_state(
         transient_failure=transient_failure,
         # Its own generator: drawing from `rng` would change every value drawn after it.
         boot_id=str(uuid.UUID(int=identity_rng(seed, node, "boot", boot_time).getrandbits(128), version=4)),
+        # Its own generator too, for the same reason.
+        multinode_busbw_gbps=profile.multinode_allreduce_busbw_gbps * identity_rng(seed, node, "fabric").uniform(0.985, 1.01),
     )
     state.kernel_events = _boot_messages(state)
     for spec in faults:
@@ -277,6 +302,15 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         hca = node.hcas[_fault_gpu(spec, p.gpu_count)]
         hca.state, hca.physical_state, hca.rate_gbps = "Down", "Polling", 10
         node.kernel_events.append(KernelEvent(at, f"mlx5_core {hca.pci_address}: Port 1 link down (Polling)"))
+    elif spec.kind == "ib-rail-slow":
+        node.hcas[_fault_gpu(spec, p.gpu_count)].write_bw_gbps *= RAIL_SLOW_FACTOR
+    elif spec.kind == "ib-link-flap":
+        hca = node.hcas[_fault_gpu(spec, p.gpu_count)]
+        hca.flapping_since = at
+        node.kernel_events.append(KernelEvent(at, f"mlx5_core {hca.pci_address}: Port 1 link down (Polling)"))
+        node.kernel_events.append(KernelEvent(at + 2.0, f"mlx5_core {hca.pci_address}: Port 1 link up"))
+    elif spec.kind == "fabric-slow":
+        node.fabric_path_factor = FABRIC_SLOW_FACTOR
     elif spec.kind == "firmware-drift":
         for old in node.gpus if spec.gpu is None else [gpu]:
             old.vbios_version = p.drifted_vbios_version

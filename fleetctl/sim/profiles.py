@@ -64,6 +64,7 @@ class SimProfile:
     nvswitch_firmware: str
     allreduce_busbw_gbps: float  # single-node all-reduce bus bandwidth at large sizes
     allreduce_latency_us: float
+    multinode_allreduce_busbw_gbps: float  # two-node all-reduce bus bandwidth over healthy rails
     hpl_gflops_per_gpu: float
     ib_rate_gbps: int
     ib_write_bw_efficiency: float  # ib_write_bw average as a fraction of the link rate

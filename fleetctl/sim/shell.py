@@ -21,7 +21,7 @@ from fleetctl.sim.render.firmware import (
     render_nvfwupd_show_version,
 )
 from fleetctl.sim.render.hpl import render_hpl
-from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat
+from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_perfquery
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
 from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
 from fleetctl.sim.render.xid import render_kernel_log
@@ -76,6 +76,8 @@ class _Call:
     args: list[str]
     rng: random.Random
     ranks: int | None  # processes an MPI launcher started
+    peers: tuple[NodeState, ...] = ()  # the other hosts an MPI launcher started ranks on
+    at: float = 0.0  # when the command runs: the node's `now` plus the script's time so far
 
 
 def _nvidia_smi(call: _Call) -> ToolRun:
@@ -133,7 +135,8 @@ def _all_reduce_perf(call: _Call) -> ToolRun:
     )
     if run.step_factor < 2 and run.step_bytes < 1:
         raise _UsageError("all_reduce_perf needs -f >= 2 or -i >= 1 to step through sizes")
-    output, seconds = render_all_reduce_perf(call.node, run, call.rng)
+    per_node = call.ranks // (1 + len(call.peers)) if call.peers and call.ranks else None
+    output, seconds = render_all_reduce_perf(call.node, run, call.rng, call.peers, per_node)
     return ToolRun(output, 15.0 + seconds)  # NCCL init and connection setup
 
 
@@ -185,6 +188,14 @@ def _ib_write_bw(call: _Call) -> ToolRun:
     )
     output, seconds = render_ib_write_bw(call.node, run, call.rng)
     return ToolRun(output, 1.5 + seconds)
+
+
+def _perfquery(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"-C", "--Ca", "-P", "--Port"})
+    device = _flag(flags, "-C", "--Ca")
+    if device is None or positional or not {"-x", "--extended"} & flags.keys():
+        raise _UsageError("simulated perfquery answers `-x -C DEVICE -P PORT` (the local port's extended counters)")
+    return ToolRun(render_perfquery(call.node, device, int(_flag(flags, "-P", "--Port", default="1")), call.at), 0.1)
 
 
 def _hca_named(node: NodeState, device: str) -> HcaState | None:
@@ -266,6 +277,8 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "nvfwupd.py": _nvfwupd,
     "sleep": _sleep,
     "cat": _cat,
+    "perfquery": _perfquery,
+    "echo": lambda call: ToolRun(ToolOutput(" ".join(call.args) + "\n"), 0.0),
     "hostname": lambda call: ToolRun(ToolOutput(call.node.hostname + "\n"), 0.0),
     "true": lambda call: ToolRun(ToolOutput(""), 0.0),
 }
@@ -281,10 +294,10 @@ _LAUNCHER_VALUE_FLAGS = {
 _LAUNCHER_RANK_FLAGS = {"-np", "-n", "-c", "--np", "--ntasks"}
 
 
-def _unwrap(argv: Sequence[str]) -> tuple[list[str], int | None]:
-    """Strip sudo/env/timeout/nice and MPI or Slurm launchers; return the program's argv and
-    the number of ranks a launcher asked for."""
-    args, ranks = list(argv), None
+def _unwrap(argv: Sequence[str]) -> tuple[list[str], int | None, list[str]]:
+    """Strip sudo/env/timeout/nice and MPI or Slurm launchers; return the program's argv, the
+    number of ranks a launcher asked for and the hosts it named (`--host a:8,b:8`)."""
+    args, ranks, hosts = list(argv), None, []
     while args:
         tool = os.path.basename(args[0])
         if tool in ("sudo", "env", "nice", "timeout", "stdbuf"):
@@ -301,30 +314,55 @@ def _unwrap(argv: Sequence[str]) -> tuple[list[str], int | None]:
                 takes_value = not eq and flag in _LAUNCHER_VALUE_FLAGS
                 if flag in _LAUNCHER_RANK_FLAGS:
                     ranks = int(value if eq else rest[1])
+                elif flag in ("-H", "--host") and tool != "srun":
+                    hosts = [h.partition(":")[0] for h in (value if eq else rest[1]).split(",") if h]
                 elif flag == "--mca":  # --mca KEY VALUE
                     rest = rest[2:]
                 rest = rest[2 if takes_value else 1 :]
             args = rest
         else:
             break
-    return args, ranks
+    return args, ranks, hosts
 
 
-_SCRIPT_SPLIT = re.compile(r"(&&|\|\||[;&|\n])")
+# `&` ends a command unless it is part of a redirection (`2>&1`).
+_SCRIPT_SPLIT = re.compile(r"(&&|\|\||;|(?<![>&])&(?![>&])|\||\n)")
 _REDIRECT = re.compile(r"(\d?)>>?\s*(&1|\S+)")
+
+
+# What Open MPI's mpirun prints when it cannot start its daemon on a host.
+_ORTE_DIED = """--------------------------------------------------------------------------
+ORTE was unable to reliably start one or more daemons.
+This usually is caused by:
+
+* not finding the required libraries and/or binaries on
+  one or more nodes.
+--------------------------------------------------------------------------
+"""
 
 
 class NodeShell:
     """Runs commands against one node state; `sh -c` scripts get a tiny shell."""
 
-    def __init__(self, node: NodeState, rng: random.Random):
+    def __init__(self, node: NodeState, rng: random.Random,
+                 peer: Callable[[str], NodeState | None] = lambda host: None):
         self.node = node
         self.rng = rng
+        self.peer = peer  # another node of the fleet by host name (None: it does not answer)
+        self.elapsed = 0.0  # seconds into the script that is running
 
     def run(self, argv: Sequence[str]) -> ToolRun:
-        args, ranks = _unwrap(argv)
+        args, ranks, hosts = _unwrap(argv)
         if not args:
             return ToolRun(ToolOutput(""), 0.0)
+        peers = []
+        for host in hosts:
+            if host == self.node.hostname:
+                continue
+            state = self.peer(host)
+            if state is None:
+                return ToolRun(ToolOutput("", f"ssh: connect to host {host} port 22: Connection timed out\n" + _ORTE_DIED, 1), 30.0)
+            peers.append(state)
         tool = os.path.basename(args[0])
         if tool in ("sh", "bash") and len(args) >= 3 and args[1] in ("-c", "-lc", "-ec"):
             return self.run_script(args[2])
@@ -332,7 +370,7 @@ class NodeShell:
         if handler is None:
             return ToolRun(ToolOutput("", f"bash: line 1: {args[0]}: command not found\n", 127), 0.0)
         try:
-            return handler(_Call(self.node, args[1:], self.rng, ranks))
+            return handler(_Call(self.node, args[1:], self.rng, ranks, tuple(peers), self.node.now + self.elapsed))
         except (_UsageError, ValueError) as exc:
             return ToolRun(ToolOutput("", f"{tool}: {exc}\n", 2), 0.0)
 
@@ -348,6 +386,7 @@ class NodeShell:
                 return ToolRun(ToolOutput("", "sh: pipelines are not simulated\n", 2), clock)
             text = text.strip()
             if text and not skip:
+                self.elapsed = clock
                 run = self._simple_command(text, background_end - clock)
                 if operator == "&":
                     background_end = max(background_end, clock + run.seconds)

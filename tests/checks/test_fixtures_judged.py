@@ -21,6 +21,7 @@ CASES = [
     ("nccl/8xh100_mpirun_tag_output_ok.txt", "nccl", H100, PASS),
     ("nccl/2x8xh100_validation_off_ok.txt", "nccl", H100, PASS),
     ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, PASS),
+    ("nccl/2x8xh100_a3mega_verbatim_ok.txt", "nccl", H100, PASS),
     ("nccl/8xh100_all_gather_ok.txt", "nccl", H100, PASS),
     ("nccl/a100_old_error_column_ok.txt", "nccl", A100, PASS),
     ("nccl/8xh100_slow_warn.txt", "nccl", H100, WARN),

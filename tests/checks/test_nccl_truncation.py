@@ -13,6 +13,7 @@ import re
 import pytest
 
 from checks import Status, judge
+from checks.transcript import with_stderr
 from tests.checks.conftest import FIXTURES
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
@@ -30,7 +31,7 @@ CUTS = [
     ("8xh100_cut_inside_last_row_before_type_error.out", "8xh100_full_sweep_ok.txt", H100,
      NO_FOOTER.replace(r"(\d+)", "4294967296")),
     ("8xh100_cut_inside_out_of_bounds_line_error.out", "8xh100_full_sweep_ok.txt", H100,
-     NO_FOOTER.replace(r"(\d+)", "8589934592")),
+     r"the output ends inside its footer \('# Out of bounds values : 0'\): cut short"),
     ("8xh100_cut_between_out_of_bounds_and_avg_error.out", "8xh100_full_sweep_ok.txt", H100,
      NO_FOOTER.replace(r"(\d+)", "8589934592")),
     ("8xh100_srun_prefix_info_noise_cut_between_out_of_bounds_and_avg_error.out",
@@ -64,3 +65,50 @@ def test_every_cut_fixture_is_in_the_table_and_in_sources() -> None:
     sources = (directory / "SOURCES.md").read_text()
     for cut, original, *_ in CUTS:
         assert f"| {cut} | {original} |" in sources
+
+
+# A real two-node run, verbatim after its two `# source:` lines; it ends with the footer's
+# `# Avg bus bandwidth    : 70.742 ` line, as the original does.
+REAL = "nccl/2x8xh100_a3mega_verbatim_ok.txt"
+
+
+def _cuts_at_every_line(text: str) -> list[tuple[str, int]]:
+    """For each line of the run: cut after its newline, just before it, and in its middle."""
+    cuts, offset = [], 0
+    for number, line in enumerate(text.splitlines(keepends=True), start=1):
+        body = line.rstrip("\r\n")
+        for name, at in (("middle", offset + len(body) // 2), ("before-newline", offset + len(body)),
+                         ("after-newline", offset + len(line))):
+            cuts.append((f"line {number} {name}", at))
+        offset += len(line)
+    return [(name, at) for name, at in cuts if 0 < at < len(text)]
+
+
+@pytest.mark.parametrize(("where", "at"), _cuts_at_every_line((FIXTURES / REAL).read_text()),
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_a_real_run_cut_anywhere_is_an_error(where, at) -> None:
+    whole = (FIXTURES / REAL).read_text()
+    assert judge("nccl", whole, H100).status is Status.PASS  # the whole run is healthy
+
+    result = judge("nccl", whole[:at], H100)
+
+    assert result.status is Status.ERROR, (where, whole[:at][-60:], result.reason)
+
+
+@pytest.mark.parametrize("digits", ["7", "70", "70.", "70.7", "70.74", "70.742"])
+def test_a_footer_cut_inside_its_value_is_an_error(digits) -> None:
+    """The bug: `# Avg bus bandwidth    : 70.7` read as a complete footer and passed."""
+    whole = (FIXTURES / REAL).read_text()
+    cut = whole[: whole.index("# Avg bus bandwidth")] + f"# Avg bus bandwidth    : {digits}"
+    result = judge("nccl", cut, H100)
+    assert result.status is Status.ERROR and "ends inside its footer" in result.reason, result.reason
+
+
+def test_stderr_judged_with_a_cut_stdout_does_not_complete_its_last_line() -> None:
+    """The worker judges stdout and stderr together when stdout alone is unjudgeable (perftest
+    says why it failed on stderr only): stderr must not end stdout's cut footer line."""
+    whole = (FIXTURES / REAL).read_text()
+    cut = whole[: whole.index("70.742") + 4]  # "... : 70.7"
+    stderr = "ztan-mig-235z:6899:6899 [0] NCCL INFO comm 0x55 rank 0 nranks 16 - Destroy COMPLETE\n"
+    assert judge("nccl", with_stderr(cut, stderr), H100).status is Status.ERROR
+    assert judge("nccl", with_stderr(whole, stderr), H100).status is Status.PASS

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from checks import judge
+from checks import judge, load_profile
 from checks.catalog import CHECKS
 from checks.result import Status
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
@@ -18,6 +18,7 @@ from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.profiles import SimProfile, _typed, sim_profile, sim_profiles
+from workflows.activities.check_plans import run_pairs, run_rails
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
 NOW = 1_750_000_000.0
@@ -35,6 +36,7 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
         **_DCGM_ALL,
         "xid-scan": {FAIL},
         "nccl-allreduce": {FAIL},
+        "nccl-pairs": {FAIL},  # its pairs die; its partners together do not: the straggler
         "hpl": {ERROR},
         "firmware-inventory": {FAIL},  # the lost GPU's VBIOS cannot be read
     },
@@ -45,13 +47,20 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     # A straggler: 75-85% of healthy lands between the profile's warn and fail floors.
     "nvlink-degraded": {"nccl-allreduce": {WARN, FAIL}},
     "thermal-throttle": {**_SMI_BOTH, "dcgm-r3": {FAIL}, "hpl": {FAIL}},
-    "ib-port-down": {"ib-ports": {FAIL}, "ib-bw": {FAIL}},
+    # Its share of the all-reduce moves to 7 rails: 7/8 of healthy, near the fail floor.
+    "ib-port-down": {"ib-ports": {FAIL}, "ib-bw": {FAIL}, "ib-rails": {FAIL}, "nccl-pairs": {WARN, FAIL}},
+    # ibstat sees nothing wrong with these two: only every rail's bandwidth and counters do,
+    # and the pairs (the slow or retraining rail paces every ring through it).
+    "ib-rail-slow": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
+    "ib-link-flap": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
+    # Beyond the node's own ports: nothing local sees it, only the pairs.
+    "fabric-slow": {"nccl-pairs": {FAIL}},
     # Drift across the whole node is consistent; the roll-out compares with the baseline.
     "firmware-drift": {},
 }
 # The GPU (HCA for ib-port-down) each fault hits in that table: mlx5_0 is the port the
 # ib-bw check loops back through; None drifts every component.
-FAULT_GPU = {"ib-port-down": 0, "firmware-drift": None}
+FAULT_GPU = {"ib-port-down": 0, "firmware-drift": None}  # ib-rail-slow and ib-link-flap: HCA 3, not mlx5_0
 
 
 def target(profile: str = "h100-sxm", name: str = NODE) -> NodeTarget:
@@ -68,8 +77,21 @@ def judged(result: CommandResult, kind: str, profile: str) -> Status:
     return judge(kind, result.stdout + result.stderr, profile).status
 
 
+PARTNERS = ["gpu-008", "gpu-009"]  # healthy: the executors here give faults to NODE only
+
+
 def run_check(ex: SimExecutor, check: str, profile: str = "h100-sxm", name: str = NODE) -> CommandResult:
-    return ex.run(target(profile, name), CHECKS[check].argv, timeout_s=3600)
+    """What the worker runs for the check: its argv, or its plan's commands."""
+    spec = CHECKS[check]
+
+    def run_on(node: str, argv) -> CommandResult:
+        return ex.run(target(profile, node), argv, timeout_s=3600)
+
+    if spec.plan == "rails":
+        return run_rails(lambda argv: run_on(name, argv), spec, load_profile(profile))
+    if spec.plan == "pairs":
+        return run_pairs(run_on, spec, name, PARTNERS, load_profile(profile).gpu_count)
+    return run_on(name, spec.argv)
 
 
 def busbw_at_largest_size(text: str) -> float:

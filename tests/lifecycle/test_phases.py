@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 from checks import judge
 from checks.catalog import CHECKS
+from checks.suites import load_suite
 from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
 from fleetctl.sim.executor import SimExecutor
@@ -21,17 +23,43 @@ from workflows.definitions.active_checks import ActiveCheckSweep
 pytestmark = pytest.mark.temporal
 
 
-async def test_healthy_node_goes_from_new_to_production(sim_fleet) -> None:
-    fleet = await sim_fleet(1)
-    (name,) = fleet.names
-    await fleet.admit([name], suite="burn-in")
-    assert (await fleet.wait_states([name], {"production", "maintenance"}))[name] == "production"
-    events = queries.node_events(fleet.engine, name)
-    assert [(e.from_state, e.to_state) for e in events] == [
-        ("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
-    runs = queries.latest_checks(fleet.engine, name, limit=50)
-    assert len(runs) == 10 and {r.status for r in runs} <= {"pass", "warn"}
-    assert any(r.check_name == "nccl-allreduce" and r.metrics["busbw_gbps"] > 400 for r in runs)
+async def test_healthy_nodes_go_from_new_to_production(sim_fleet) -> None:
+    fleet = await sim_fleet(3)
+    await fleet.admit(fleet.names, suite="burn-in")
+    assert set((await fleet.wait_states(fleet.names, {"production", "maintenance"})).values()) == {"production"}
+    for name in fleet.names:
+        events = queries.node_events(fleet.engine, name)
+        assert [(e.from_state, e.to_state) for e in events] == [
+            ("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
+        runs = {r.check_name: r for r in queries.latest_checks(fleet.engine, name, limit=50)}
+        assert set(runs) == set(load_suite("burn-in").checks) and {r.status for r in runs.values()} <= {"pass", "warn"}
+        assert runs["nccl-allreduce"].metrics["busbw_gbps"] > 400
+        # Over the fabric: all-reduce with both other nodes (and theirs together) ...
+        pairs = runs["nccl-pairs"]
+        assert sorted(pairs.metrics["partners"]) == sorted(set(fleet.names) - {name}) and len(pairs.metrics["pairs"]) == 3
+        assert pairs.metrics["min_busbw_gbps"] > 330 and pairs.status == "pass"
+        # ... and every rail, not only mlx5_0, with its error counters read around the run
+        rails = runs["ib-rails"]
+        assert sorted(rails.metrics["bw_avg_gbps"]) == sorted(f"mlx5_{i} port 1" for i in range(8))
+        assert rails.metrics["min_bw_avg_gbps"] > 375 and rails.metrics["counter_increases"] == {}
+
+
+@pytest.mark.parametrize(("fault", "check", "cause"), [
+    # ibstat sees these rails Active at 400; the node's own rail test does not
+    ("ib-rail-slow", "ib-rails", r"mlx5_5 port 1: ib_write_bw average [\d.]+ Gb/s is below 340"),
+    ("ib-link-flap", "ib-rails", r"mlx5_5 port 1: LinkDownedCounter rose by \d+ during the check"),
+    # beyond the node's ports: only its pairs see it, and they name it
+    ("fabric-slow", "nccl-pairs", r"slow with all 2 partners, each of them fast with another node: the straggler"),
+])
+async def test_a_node_bad_over_the_fabric_fails_burn_in(sim_fleet, fault, check, cause) -> None:
+    fleet = await sim_fleet(3)
+    bad, *good = fleet.names
+    fleet.inject(bad, fault, gpu=5)
+    await fleet.admit(fleet.names, suite="burn-in")
+    failed = await fleet.wait_event(bad, "phase_failed")
+    assert failed.cause.startswith(f"burn-in: {check}: ") and re.search(cause, failed.cause), failed.cause
+    # Its partners were slow with it only (their own pair was fast): they go on.
+    assert set((await fleet.wait_states(good, {"production", "maintenance"})).values()) == {"production"}
 
 
 async def test_burn_in_failure_sends_the_node_to_maintenance_with_the_check_as_cause(sim_fleet) -> None:

@@ -50,7 +50,8 @@ async def _running(client, name: str, check: str) -> bool:
 
 async def test_worker_killed_mid_burn_in_resumes_without_lost_or_duplicate_transitions(make_settings, sqlite_url, tmp_path) -> None:
     settings = make_settings(sqlite_url)
-    (name,) = make_fleet(settings, 1)
+    # One node is admitted; the other two, new and idle, are its partners over the fabric.
+    name, *_ = make_fleet(settings, 3)
     engine = get_engine(settings.db_url)
     client = await connect(settings)
     await ensure_node_workflows(client, settings, [(name, "new", 0)])

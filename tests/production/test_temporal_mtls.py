@@ -57,7 +57,10 @@ def test_worker_and_cli_work_through_the_mtls_proxy(proxy, tmp_path):
     env = environment(tmp_path, proxy.address, ca.cert_path, ca.client("fleet-worker"))
     name = f"mtls-{uuid.uuid4().hex[:6]}"
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, scheduler: sim}}\n")
+    # Two more nodes, new and idle: the admitted one's partners in burn-in's all-reduce pairs.
+    inventory.write_text("nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: sim}}\n"
+        for n in (name, f"{name}-p1", f"{name}-p2")))
     worker = subprocess.Popen([FLEETCTL, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         started = worker.stdout.readline()

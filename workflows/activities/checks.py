@@ -6,13 +6,15 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from checks import judge
-from checks.catalog import CHECKS
+from checks import judge, load_profile
+from checks.catalog import CHECKS, CheckSpec
 from checks.result import CheckResult, Status
+from checks.transcript import with_stderr
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, utcnow
-from fleetctl.executors.base import ExecutorError
+from fleetctl.executors.base import CommandResult, ExecutorError
+from workflows.activities.check_plans import NoPartner, choose_partners, run_pairs, run_rails
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.activities.heartbeat import run_heartbeating
@@ -44,24 +46,24 @@ class CheckActivities(DatabaseActivities):
         spec = CHECKS.get(req.check)
         if spec is None:
             raise ApplicationError(f"unknown check {req.check}", type="UnknownCheck", non_retryable=True)
-        target = target_for(node)
         started = utcnow()
         raw, truncated, error_kind = "", False, None
         last_attempt = info.attempt >= req.max_attempts
         try:
-            result = _run_with_heartbeat(self.executors.for_target(target), target, spec.argv,
-                                         timeout_s=max(30.0, spec.typical_duration_s * 3))
+            result = self._execute(spec, node)
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
             judged = judge(spec.kind, result.stdout, node.profile)
             if judged.status is Status.ERROR and result.stderr.strip():
                 # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
-                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile)
+                judged = judge(spec.kind, with_stderr(result.stdout, result.stderr), node.profile)
             if judged.status is Status.ERROR and not last_attempt:
                 raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
         except ExecutorError as exc:
             if not last_attempt:
                 raise ApplicationError(str(exc), type=f"Executor.{exc.kind}") from None
             judged, error_kind = CheckResult(Status.ERROR, {}, [], f"{exc.kind}: {exc.message}"), exc.kind
+        except NoPartner as exc:
+            judged, error_kind = CheckResult(Status.ERROR, {}, [], str(exc)), "no_partner"
         run = CheckRun(
             node_name=req.node, check_name=req.check, kind=spec.kind, suite=req.suite, status=judged.status.value,
             metrics=judged.to_dict()["metrics"], findings=judged.to_dict()["findings"], reason=judged.reason,
@@ -70,6 +72,23 @@ class CheckActivities(DatabaseActivities):
             started_at=started, finished_at=utcnow(), workflow_id=info.workflow_id, idempotency_key=key,
         )
         return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
+
+    def _execute(self, spec: CheckSpec, node) -> CommandResult:
+        """The check's command on the node, or its plan's commands (check_plans)."""
+        timeout_s = max(30.0, spec.typical_duration_s * 3)
+
+        def run_on(target, argv) -> CommandResult:
+            return _run_with_heartbeat(self.executors.for_target(target), target, argv, timeout_s)
+
+        target = target_for(node)
+        if spec.plan == "rails":
+            return run_rails(lambda argv: run_on(target, argv), spec, load_profile(node.profile) if node.profile else None)
+        if spec.plan == "pairs":
+            nodes = {n.name: n for n in queries.list_nodes(self.engine)}
+            partners = choose_partners(node, list(nodes.values()))
+            return run_pairs(lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners,
+                             load_profile(node.profile).gpu_count)
+        return run_on(target, spec.argv)
 
     @activity.defn
     def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:

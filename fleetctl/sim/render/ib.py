@@ -6,6 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from fleetctl.sim.faults import FLAP_PERIOD_S
 from fleetctl.sim.node import NodeState, ToolOutput
 
 
@@ -110,3 +111,42 @@ def render_ib_write_bw(node: NodeState, run: IbWriteBwRun, rng: random.Random) -
         out.append(f" {size:<7d}    {iterations:<10d}       {peak:<7.2f}            {value:<7.2f}\t\t     {msg_rate:<7.6f}")
     out.append(_PERFTEST_RULE)
     return ToolOutput("\n".join(out) + "\n"), seconds
+
+
+# `perfquery -x` fields in the order infiniband-diags prints them (a real block is in
+# tests/fixtures/checks/ib/perfquery_x_lid1719_before.out).
+_PERFQUERY_FIELDS = (
+    "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts", "PortUnicastRcvPkts",
+    "PortMulticastXmitPkts", "PortMulticastRcvPkts", "CounterSelect2", "SymbolErrorCounter",
+    "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors", "PortRcvRemotePhysicalErrors",
+    "PortRcvSwitchRelayErrors", "PortXmitDiscards", "PortXmitConstraintErrors", "PortRcvConstraintErrors",
+    "LocalLinkIntegrityErrors", "ExcessiveBufferOverrunErrors", "VL15Dropped", "PortXmitWait", "QP1Dropped",
+)
+
+
+def render_perfquery(node: NodeState, device: str, port: int, at: float) -> ToolOutput:
+    """`perfquery -x -C DEVICE -P PORT` at time `at`: the port's extended counters. A link
+    that flaps goes down (and recovers) under load: once per FLAP_PERIOD_S of the check that
+    runs (`at` past the node's `now`), so its counters grow over a check and never saturate."""
+    hca = next((h for h in node.hcas if h.name == device), None)
+    if hca is None or port != 1:
+        return ToolOutput("", f"ibwarn: [{node.hostname}] mad_rpc_open_port: can't open UMAD port ({device}:{port})\n"
+                              f"perfquery: iberror: failed: Failed to open '{device}' port '{port}'\n", 255)
+    if hca.state != "Active" or hca.link_layer != "InfiniBand":
+        return ToolOutput("", f"ibwarn: [{node.hostname}] mad_rpc: _do_madrpc failed; dport (Lid {hca.lid})\n"
+                              f"perfquery: iberror: failed: perfquery query failed\n", 255)
+    flaps = int(max(at - node.now, 0.0) // FLAP_PERIOD_S) if hca.flapping_since is not None else 0
+    up_s = max(at - node.boot_time, 0.0)
+    # Traffic grows with uptime at a fraction of the link rate: 4-byte words, as the spec counts data.
+    words = int(up_s * hca.rate_gbps * 1e9 / 8 / 4 * 0.05)
+    packets = words // 1024
+    values = {
+        "PortXmitData": words, "PortRcvData": words * 9 // 10, "PortXmitPkts": packets, "PortRcvPkts": packets * 9 // 10,
+        "PortUnicastXmitPkts": packets, "PortUnicastRcvPkts": packets * 9 // 10, "PortMulticastXmitPkts": 0,
+        "PortMulticastRcvPkts": 0, "CounterSelect2": "0x00000000", "SymbolErrorCounter": min(flaps * 13, 0xFFFF),
+        "LinkErrorRecoveryCounter": min(flaps, 0xFF), "LinkDownedCounter": min(flaps, 0xFF), "PortXmitWait": words // 1600,
+    }
+    lines = [f"# Port extended counters: Lid {hca.lid} port {port} (CapMask: 0x5300 CapMask2: 0x0000002)",
+             f"{'PortSelect:':.<33}{port}", f"{'CounterSelect:':.<33}0x0000"]
+    lines += [f"{name + ':':.<33}{values.get(name, 0)}" for name in _PERFQUERY_FIELDS]
+    return ToolOutput("\n".join(lines) + "\n")

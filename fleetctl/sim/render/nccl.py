@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Sequence
 
 from fleetctl.sim.node import NodeState, ToolOutput
 
@@ -39,8 +40,13 @@ def _nccl_time(usec: float) -> str:
     return f"{usec:7.2f}"
 
 
-def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Random) -> tuple[ToolOutput, float]:
-    """all_reduce_perf output, and the seconds the sweep itself took."""
+def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Random,
+                           peers: Sequence[NodeState] = (), ranks_per_node: int | None = None) -> tuple[ToolOutput, float]:
+    """all_reduce_perf output, and the seconds the sweep itself took. With `peers` (the other
+    hosts an MPI launcher started ranks on, `ranks_per_node` GPUs each) it is a multi-node
+    run: rank 0 on `node` prints it, and the slowest node's fabric sets the bandwidth."""
+    if peers:
+        return _render_multinode(node, list(peers), ranks_per_node or 1, run, rng)
     ranks = run.gpus * run.threads
     lines = [
         f"# nThread {run.threads} nGpus {run.gpus} minBytes {run.min_bytes} maxBytes {run.max_bytes} "
@@ -66,6 +72,45 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
         lines.append(f"{node.hostname}: Test CUDA failure common.cu:1070 'unknown error'")
         lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
         return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
+    return _sweep(lines, node.allreduce_busbw_gbps, ranks, node.profile.allreduce_latency_us,
+                  node.transient_failure, run, rng)
+
+
+def _render_multinode(node: NodeState, peers: list[NodeState], per_node: int, run: AllReduceRun,
+                      rng: random.Random) -> tuple[ToolOutput, float]:
+    hosts = [node, *peers]
+    lines = [
+        f"# nThread {run.threads} nGpus {run.gpus} minBytes {run.min_bytes} maxBytes {run.max_bytes} "
+        + (f"step: {run.step_factor}(factor)" if run.step_factor > 1 else f"step: {run.step_bytes}(bytes)")
+        + f" warmup iters: {run.warmup_iters} iters: {run.iters} agg iters: 1 validation: {run.check} graph: 0",
+        "#",
+        "# Using devices",
+    ]
+    rank = 0
+    for host in hosts:
+        pid = rng.randint(1000, 4_000_000)
+        for local in range(per_node):
+            gpu = host.gpus[local]
+            lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid + local:6d} on {host.hostname:>10s} device {local:2d} "
+                         f"[0x{gpu.bus:02x}] {host.profile.gpu_name}")
+            rank += 1
+    for host in hosts:
+        if any(g.lost for g in host.gpus[:per_node]) or len(host.gpus) < per_node:
+            lines.append(f"{host.hostname}: Test CUDA failure common.cu:1070 'unknown error'")
+            lines.append(f" .. {host.hostname} pid {pid}: Test failure common.cu:891")
+            return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
+    busbw = min(h.fabric_busbw_gbps for h in hosts)
+    if busbw <= 0:
+        lines.append(f"{node.hostname}: Test NCCL failure common.cu:1279 'unhandled system error (run with NCCL_DEBUG=INFO for details)'")
+        lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:1151")
+        return ToolOutput("\n".join(lines) + "\n", exit_status=3), 30.0
+    # Inter-node latency: a few microseconds more than NVLink per ring step.
+    return _sweep(lines, busbw, rank, node.profile.allreduce_latency_us * 2,
+                  any(h.transient_failure for h in hosts), run, rng)
+
+
+def _sweep(lines: list[str], busbw_gbps: float, ranks: int, latency_us: float, transient: bool,
+           run: AllReduceRun, rng: random.Random) -> tuple[ToolOutput, float]:
     lines += [
         "#",
         "#                                                              out-of-place                       in-place",
@@ -73,16 +118,16 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
     ]
     bus_factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
-    peak_algbw = node.allreduce_busbw_gbps / bus_factor  # GB/s = bytes per ns
+    peak_algbw = busbw_gbps / bus_factor  # GB/s = bytes per ns
     sizes = run.sizes()
     # A flaky node corrupts data in the upper half of the sweep.
-    corrupt_from = len(sizes) // 2 if node.transient_failure else len(sizes)
+    corrupt_from = len(sizes) // 2 if transient else len(sizes)
     busbw_sum, wrong_total, elapsed_us = 0.0, 0, 0.0
     for position, size in enumerate(sizes):
         count = size // 4  # float
         cells = []
         for _ in ("out-of-place", "in-place"):
-            usec = (node.profile.allreduce_latency_us + size / (peak_algbw * 1e3)) * rng.gauss(1.0, 0.004)
+            usec = (latency_us + size / (peak_algbw * 1e3)) * rng.gauss(1.0, 0.004)
             algbw = size / usec / 1e3
             busbw = algbw * bus_factor
             wrong = max(1, count // 7) if position >= corrupt_from else 0
