@@ -164,6 +164,31 @@ class HealthEventInput:
     at: float = 0.0  # unix time the fault was seen, by the sender's clock
     # Unix time the node's workflow received it, by the server's clock (set there).
     received_at: float = 0.0
+    # info | warning | critical, or "" (not said). The sender's word: a critical event is
+    # recorded and acted on ahead of the others queued. An event with a code is judged by
+    # the Xid catalog whatever it says; one without (a sampled finding, a signature without
+    # an Xid) is judged by it, and a critical one drains the node as a critical Xid does.
+    severity: str = ""
+    # `at` is the logged record's own time (a kernel line, an alert's start), not the moment
+    # the sender sent it: believed however long the event waited (fleetctl.health.plausible_time).
+    at_from_record: bool = False
+
+
+@dataclass
+class HealthEventBatch:
+    """Health events of one node, recorded (and judged) in order in one activity."""
+
+    node: str
+    events: list[HealthEventInput] = field(default_factory=list)
+
+
+@dataclass
+class HealthEventBatchResult:
+    # One per event, in order; None where the event could not be recorded (bad data: the
+    # refusal is recorded where fleet status shows it, and the events after it go on)...
+    verdicts: list[HealthEventVerdict | None] = field(default_factory=list)
+    # ...and why, for each of those ("" for an event recorded).
+    refusals: list[str] = field(default_factory=list)
 
 
 @dataclass

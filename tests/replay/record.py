@@ -10,7 +10,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   patched branch (a firmware baseline in force during admission, a node entering production
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
-  in batches whose checks end in error). Replaying it proves the new branches are
+  in batches whose checks end in error, a burst of logged health events with a critical one
+  behind minor ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
 
 By default only v2 is recorded; `--set v1` or `--set all` rewrites the old set too, which is
@@ -286,12 +287,27 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
 
+        # A burst from an agent, with its kernel lines' own times (ten minutes old: spooled
+        # while Temporal was away): the critical event is recorded and acted on ahead of the
+        # minor ones queued before it (patch health-events-critical-first), and the records'
+        # times are kept (patch record-times-kept).
+        burst = next(n for n in names if n not in (unreachable, bad_event)
+                     and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        logged = time.time() - 600
+        await send_health_events(client, burst, [
+            *(HealthEventInput(burst, "agent", 13, f"minor {i}", "recorder", f"rv2-burst-{i}", logged + i,
+                               at_from_record=True) for i in range(5)),
+            HealthEventInput(burst, "agent", 79, "fallen off the bus", "recorder", "rv2-burst-79", logged + 5,
+                             at_from_record=True)])
+        await rec.wait(burst, lambda t: "drain" in t)
+
         for n in names:
             await rec.idle(n)
         restarts = await rec.workflow_ids("JobRestart")
         wanted = {
             "node_lifecycle_firmware_phase": node_workflow_id(drifted),
             "node_lifecycle_bad_health_event": node_workflow_id(bad_event),
+            "node_lifecycle_critical_first": node_workflow_id(burst),
             "node_lifecycle_drain_deadline": node_workflow_id(deadline_node),
             "remediation_restart_jobs": remediation_id(runbook_node),
             "job_restart_by_runbook": next(i for i in restarts if runbook_node in i),
