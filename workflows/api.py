@@ -298,6 +298,13 @@ class AutomationRecord:
 
 
 @dataclass
+class ReachabilityVerdict:
+    node: str
+    suspect: bool
+    reason: str
+
+
+@dataclass
 class NodeFacts:
     name: str
     rack: str
@@ -384,11 +391,13 @@ class SweepResult:
     errors: list[str] = field(default_factory=list)
     drained: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    # Of `errors`, the nodes no check could reach (fleetctl.reachability judges them).
+    unreachable: list[str] = field(default_factory=list)
 
     def merge(self, other: SweepResult) -> None:
         self.checked += other.checked
         self.passed += other.passed
-        for name in ("failed", "errors", "drained", "held"):
+        for name in ("failed", "errors", "drained", "held", "unreachable"):
             getattr(self, name).extend(getattr(other, name))
 
 

@@ -21,9 +21,10 @@ def _known_profiles() -> set[str] | None:
     return set(profile_names())
 
 
-def _node_row(n, wide: bool = False) -> dict:
+def _node_row(n, wide: bool = False, suspect: str | None = None) -> dict:
+    """`suspect`: why the node is suspect (fleetctl.reachability), if it is."""
     row = {"name": n.name, "state": n.state, "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since}
+           "address": n.address, "labels": n.labels, "state_since": n.state_since, "suspect": suspect}
     if wide:
         row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
     return row
@@ -42,7 +43,7 @@ def _state_text(state: str):
 
 NODE_COLUMNS = (
     Column("NAME", lambda r: r["name"]),
-    Column("STATE", lambda r: _state_text(r["state"])),
+    Column("STATE", lambda r: _state_text(r["state"]) + (" suspect" if r.get("suspect") else "")),
     Column("RACK", lambda r: r["rack"]),
     Column("PROFILE", lambda r: r["profile"]),
     Column("SCHEDULER", lambda r: r["scheduler"]),
@@ -145,7 +146,12 @@ def list_nodes(
     if state is not None and state not in {s.value for s in NodeState}:
         fail(f"unknown state {state!r} (one of: {', '.join(s.value for s in NodeState)})", EXIT_USAGE)
     wide = output is not OutputFormat.table
-    rows = [_node_row(n, wide) for n in query(context.engine(ctx), labels, state)]
+    from fleetctl.db.queries import suspect_nodes
+
+    engine = context.engine(ctx)
+    suspect = suspect_nodes(engine)
+    rows = [_node_row(n, wide, suspect[n.name].reason if n.name in suspect else None)
+            for n in query(engine, labels, state)]
     emit(rows, output, _nodes_table)
 
 
@@ -158,7 +164,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = _node_row(node, wide=True)
+    suspect = queries.suspect_nodes(engine).get(name)
+    data = _node_row(node, wide=True, suspect=suspect.reason if suspect else None)
     data["checks"] = [
         {"check": c.check_name, "status": c.status, "reason": c.reason, "metrics": c.metrics, "at": c.finished_at}
         for c in queries.latest_checks(engine, name)

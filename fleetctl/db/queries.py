@@ -262,6 +262,15 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     return results
 
 
+def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
+    """Nodes judged suspect (fleetctl.reachability) since they entered their current state,
+    with the latest judgement: a node drained, repaired and back is no longer suspect."""
+    with Session(engine) as session:
+        rows = session.exec(select(AutomationEvent).join(Node, Node.name == AutomationEvent.node_name).where(
+            AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since).order_by(AutomationEvent.id))
+        return {e.node_name: e for e in rows}
+
+
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
     with Session(engine) as session:
         return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))

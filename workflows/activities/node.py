@@ -16,6 +16,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
+from fleetctl.reachability import ReachabilityPolicy, judge_reachability
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
 from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
@@ -29,6 +30,7 @@ from workflows.api import (
     HealthEventVerdict,
     NodeCommandOutcome,
     NodeFacts,
+    ReachabilityVerdict,
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
@@ -126,6 +128,20 @@ class NodeActivities(DatabaseActivities):
 
         return queries.record_health_events(self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times)],
                                             judge)
+
+    @activity.defn
+    def judge_reachability(self, name: str) -> ReachabilityVerdict:
+        """Whether the node is suspect: its latest check runs could not reach it, so many times
+        in a row (settings.suspect_after_unreachable). A suspect node is recorded as such
+        (once per run that made it so), where `node list` and fleet status show it."""
+        policy = ReachabilityPolicy(self.settings.suspect_after_unreachable)
+        runs = queries.latest_checks(self.engine, name, limit=policy.unreachable_runs)
+        verdict = judge_reachability([r.error_kind for r in runs], policy)
+        if verdict.suspect:
+            self.record_automation_event(AutomationRecord(
+                kind="suspect", reason=verdict.reason, actor="reachability", node=name, fleet=self.settings.fleet,
+                key=f"suspect/{name}/{runs[0].id}"))
+        return ReachabilityVerdict(name, verdict.suspect, verdict.reason)
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:
