@@ -77,6 +77,14 @@ PATCH_INDEX = "patches.json"
 # What temporalio's workflow.patched records: a marker of this name whose details hold the
 # patch id as a JSON payload ({"id": ..., "deprecated": ...}).
 PATCH_MARKER = "core_patch"
+# v2 histories the recorder keeps as they are, {name: workflow id}: each takes a patched
+# branch that a later patch superseded, so no run started today can take it, while runs
+# started before the later patch may still be in flight. Kept until that branch is retired.
+KEPT_V2 = {
+    # A bad health event refused one event at a time (bad-health-event-skipped), before
+    # health-events-critical-first recorded events in bursts.
+    "node_lifecycle_bad_health_event_one_by_one": "node/rv2-002",
+}
 
 
 def patch_markers(history: WorkflowHistory) -> set[str]:
@@ -142,9 +150,12 @@ class Recording:
         query = f"WorkflowType = '{workflow_type}' AND TaskQueue = '{self.settings.task_queue}'"
         return sorted([wf.id async for wf in self.client.list_workflows(query)])
 
-    async def write(self, directory: Path, wanted: dict[str, str]) -> list[Path]:
+    async def write(self, directory: Path, wanted: dict[str, str], kept: dict[str, str] | None = None) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         written, patches = [], {}
+        for name, workflow_id in (kept or {}).items():
+            history = WorkflowHistory.from_json(workflow_id, (directory / f"{name}.json").read_text())
+            patches[name] = sorted(patch_markers(history))
         for name, workflow_id in wanted.items():
             history = await self.client.get_workflow_handle(workflow_id).fetch_history()
             path = directory / f"{name}.json"
@@ -154,7 +165,7 @@ class Recording:
         # Replay runs each history under its workflow id (a child's id may be built from it):
         # the JSON holds only events, so the ids are kept beside it.
         ids = directory / WORKFLOW_IDS
-        ids.write_text(yaml.safe_dump(wanted, sort_keys=True))
+        ids.write_text(yaml.safe_dump({**(kept or {}), **wanted}, sort_keys=True))
         written.append(ids)
         if any(patches.values()):
             index = directory / PATCH_INDEX
@@ -315,7 +326,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "active_check_batch_with_an_error": errored[0],
             "capacity_guard": guard_id(settings.fleet),
         }
-        return await rec.write(directory, wanted)
+        return await rec.write(directory, wanted, KEPT_V2)
 
 
 RECORDERS = {"v1": record_v1, "v2": record_v2}
