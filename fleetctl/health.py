@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checks.result import SEVERITIES
 from checks.xid import xid_action
 
 DAY_S = 24 * 3600.0
@@ -14,7 +15,6 @@ MAX_SENDER_SKEW_S = 300.0
 # while Temporal is unreachable, so a kernel line from an hour ago can arrive now and be real.
 # Older than a week is a node clock that is wrong or a replayed archive, not a delivery delay.
 MAX_RECORD_AGE_S = 7 * DAY_S
-SEVERITIES = ("info", "warning", "critical")
 
 
 @dataclass(frozen=True)

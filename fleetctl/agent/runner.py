@@ -88,15 +88,18 @@ class Agent:
         path = Path(spool_dir) / "cursor.json"
         return json.loads(path.read_text()) if path.exists() else None
 
-    def _event(self, key: str, at: float, code: int | None, message: str) -> dict:
+    def _event(self, key: str, at: float, code: int | None, message: str, severity: str) -> dict:
+        # `at` is the record's own time (the kernel's, the sample's): believed however long
+        # the event waits in the spool.
         return {"node": self.config.node, "source": "agent", "code": code, "message": message,
-                "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at}
+                "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
+                "severity": severity, "at_from_record": True}
 
     def events_of(self, records: list[KernelRecord]) -> list[dict]:
         out = []
         for r in records:
             for i, fault in enumerate(detect(r.message)):
-                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message))
+                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity))
                 if fault.critical:
                     self._urgent.append(out[-1])
         del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
@@ -125,8 +128,8 @@ class Agent:
         text = await asyncio.to_thread(self.run, self.config.sample_argv)
         self.metrics.samples.inc()
         now = time.time()
-        events = [self._event(f"{self.config.boot_id}/{key}", now, None, message)
-                  for key, message in self.tracker.observe(text)]
+        events = [self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
+                  for found in self.tracker.observe(text)]
         if events:
             self.metrics.detected.inc(len(events))
             self.spool.append(events)

@@ -4,11 +4,24 @@ only a finding that was not there in the previous sample becomes an event."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from checks import Status, judge
 from checks.catalog import CHECKS
 
 NVIDIA_SMI_ARGV = CHECKS["nvidia-smi-query"].argv
+
+
+# A finding's severity as an event's: a `fail` is what the catalog calls critical
+# (checks.signatures.FINDING_SEVERITY), the judgement that fails an active check; output
+# that cannot be judged says nothing about the GPUs.
+EVENT_SEVERITY = {"fail": "critical", "warn": "warning", "error": "info"}
+
+
+class Sampled(NamedTuple):
+    key: str  # stable: the same finding seen again in the same appearance has the same key
+    message: str
+    severity: str  # info | warning | critical
 
 
 @dataclass
@@ -20,17 +33,18 @@ class SampleTracker:
     current: set[tuple[str, str]] = field(default_factory=set)
     appearances: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def observe(self, text: str) -> list[tuple[str, str]]:
-        """The (key, message) of each finding new since the last sample; key is stable."""
+    def observe(self, text: str) -> list[Sampled]:
+        """Each finding new since the last sample."""
         result = judge("nvidia-smi", text, self.profile)
         if result.status is Status.ERROR:
-            found = {("error", result.reason)}
+            found = {("error", result.reason): "error"}
         else:
-            found = {(f.where or "node", f.what) for f in result.findings if f.severity in ("fail", "warn")}
-        new = sorted(found - self.current)
-        self.current = found
+            found = {(f.where or "node", f.what): f.severity for f in result.findings if f.severity in ("fail", "warn")}
+        new = sorted(set(found) - self.current)
+        self.current = set(found)
         out = []
         for where, what in new:
             n = self.appearances[(where, what)] = self.appearances.get((where, what), 0) + 1
-            out.append((f"nvidia-smi:{where}:{what}:{n}", f"nvidia-smi {where}: {what}"))
+            out.append(Sampled(f"nvidia-smi:{where}:{what}:{n}", f"nvidia-smi {where}: {what}",
+                               EVENT_SEVERITY[found[(where, what)]]))
         return out

@@ -335,6 +335,9 @@ def event(
     xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
     message: str = typer.Option("", "--message", help="what was seen"),
     from_log: Optional[Path] = typer.Option(None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"),
+    severity: str = typer.Option("", "--severity",
+                                 help="info, warning or critical: an event with --message and no --xid drains the node "
+                                      "at once when critical; a critical one is handled ahead of others queued"),
 ) -> None:
     """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
     import hashlib
@@ -347,14 +350,23 @@ def event(
     from workflows.api import HealthEventInput
     from workflows.client import CommandRejected, connect, send_health_events
 
-    if (xid is None) == (from_log is None):
-        fail("give exactly one of --xid or --from-log", EXIT_USAGE)
+    from checks.result import SEVERITIES
+
+    if xid is not None and from_log is not None:
+        fail("give at most one of --xid or --from-log", EXIT_USAGE)
+    if xid is None and from_log is None and not (message and severity):
+        fail("give --xid, --from-log, or --message with --severity", EXIT_USAGE)
+    if severity not in ("", *SEVERITIES):
+        fail(f"--severity must be one of {', '.join(SEVERITIES)}", EXIT_USAGE)
     s = context.settings(ctx)
     now = time.time()
     if xid is not None:
         if not 0 <= xid <= MAX_XID:
             fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
-        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now)]
+        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now, severity=severity)]
+    elif from_log is None:  # an operator's report of a fault without an Xid (an SXid, a link down)
+        events = [HealthEventInput(name, "operator", None, message, s.identity(), str(uuid.uuid4()), now,
+                                   severity=severity)]
     else:
         from checks.xid import parse_xid_lines
 
@@ -369,8 +381,11 @@ def event(
         if not parsed:
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.
+        from checks.xid import xid_action
+
         events = [HealthEventInput(name, "log", e.code, e.message, s.identity(),
-                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now)
+                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now,
+                                   severity=severity or xid_action(e.code).severity)
                   for e in parsed]
 
     async def run():
@@ -382,5 +397,6 @@ def event(
     except CommandRejected:
         _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
         raise
-    codes = ", ".join(str(e.code) for e in events)
-    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent (XID {codes})")
+    codes = ", ".join(str(e.code) for e in events if e.code is not None)
+    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent"
+               + (f" (XID {codes})" if codes else f" ({severity})"))
