@@ -184,11 +184,15 @@ class HealthEventBatch:
 
 @dataclass
 class HealthEventBatchResult:
-    # One per event, in order; None where the event could not be recorded (bad data: the
-    # refusal is recorded where fleet status shows it, and the events after it go on)...
-    verdicts: list[HealthEventVerdict | None] = field(default_factory=list)
-    # ...and why, for each of those ("" for an event recorded).
+    # The verdicts the workflow acts on (drain now), each with its event's index in the
+    # batch; a burst of minor events answers with none. One verdict per event would be 200
+    # dataclasses decoded in one workflow task: over 2 s on a loaded machine, which
+    # Temporal's deadlock detector fails (measured in bench/agent.py's flood).
+    acted: list[HealthEventVerdict] = field(default_factory=list)
+    # Why each event could not be recorded (bad data: the refusal is recorded where fleet
+    # status shows it, and the events after it go on), "" for one recorded; in order.
     refusals: list[str] = field(default_factory=list)
+    last_reason: str = ""  # the last recorded event's verdict, for the node's last outcome
 
 
 @dataclass
@@ -285,6 +289,7 @@ class HealthEventVerdict:
     drain_now: bool
     critical: bool
     reason: str
+    index: int = -1  # in a HealthEventBatchResult: the event's place in its batch
 
 
 @dataclass

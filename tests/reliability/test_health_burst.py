@@ -47,19 +47,19 @@ def ev(code, event_id, message="seen", severity=""):
 def test_a_burst_escalates_exactly_as_the_same_events_one_by_one(burst) -> None:
     result = burst(ev(WARNING_XID, "a"), ev(13, "b"), ev(WARNING_XID, "c"), ev(WARNING_XID, "d"),
                    ev(WARNING_XID, "d"))  # "d" resent within the burst: one event, not a fourth
-    drains = [v.drain_now for v in result.verdicts]
-    assert drains == [False, False, False, True, True]
-    assert "seen 3 times" in result.verdicts[3].reason
+    assert [v.index for v in result.acted] == [3, 4]  # only what drains comes back to act on
+    assert "seen 3 times" in result.acted[0].reason and result.refusals == [""] * 5
     assert len(queries.health_events(burst.engine, burst.node)) == 4
     # the next burst sees the first one's events
-    assert burst(ev(WARNING_XID, "e")).verdicts[0].reason.startswith(f"XID {WARNING_XID} seen 4 times")
+    (fifth,) = burst(ev(WARNING_XID, "e")).acted
+    assert fifth.reason.startswith(f"XID {WARNING_XID} seen 4 times")
 
 
 def test_a_bad_event_is_refused_alone_and_recorded_as_refused(burst) -> None:
     result = burst(ev(2**40, "too-large"), ev(None, "bad-word", severity="urgent"), ev(13, "fine"))
-    assert result.verdicts[0] is None and "outside 0.." in result.refusals[0]
-    assert result.verdicts[1] is None and "'urgent' is not one of info, warning, critical" in result.refusals[1]
-    assert result.verdicts[2] is not None and result.refusals[2] == ""
+    assert "outside 0.." in result.refusals[0]
+    assert "'urgent' is not one of info, warning, critical" in result.refusals[1]
+    assert result.refusals[2] == "" and result.last_reason.startswith("XID 13")
     assert [h.code for h in queries.health_events(burst.engine, burst.node)] == [13]
     refused = [a for a in queries.automation_events(burst.engine) if a.kind == "rejected"]
     assert len(refused) == 2 and all(a.node_name == burst.node for a in refused)
@@ -71,12 +71,13 @@ def test_a_bad_event_is_refused_alone_and_recorded_as_refused(burst) -> None:
     ("", False),  # not said: a warning, as an operator's report always was
 ])
 def test_an_event_without_a_code_drains_when_sent_as_critical(burst, severity, drains) -> None:
-    (verdict,) = burst(ev(None, "sxid", "NVSwitch fatal SXid 24007", severity)).verdicts
-    assert (verdict.drain_now, verdict.critical) == (drains, drains)
+    acted = burst(ev(None, "sxid", "NVSwitch fatal SXid 24007", severity)).acted
+    assert [(v.drain_now, v.critical) for v in acted] == ([(True, True)] if drains else [])
     (stored,) = queries.health_events(burst.engine, burst.node)
     assert stored.severity == (severity or "warning")
 
 
 def test_a_sender_cannot_make_a_minor_xid_drain_by_calling_it_critical(burst) -> None:
-    (verdict,) = burst(ev(13, "x", severity="critical")).verdicts
-    assert not verdict.drain_now and verdict.severity == "info"
+    assert burst(ev(13, "x", severity="critical")).acted == []
+    (stored,) = queries.health_events(burst.engine, burst.node)
+    assert stored.severity == "info"

@@ -6,6 +6,7 @@ decisions are what a test observes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -122,14 +123,17 @@ class FakeActivities:
         if self.world.records_held is not None and len(self.asked("record_health_events")) == 1:
             await self.world.records_held.wait()
         result = HealthEventBatchResult()
-        for ev in batch.events:
+        for index, ev in enumerate(batch.events):
             refusal = "" if ev.code is None or 0 <= ev.code <= LARGEST_CODE else f"code {ev.code} is outside the column's range"
+            result.refusals.append(refusal)
             if refusal:  # as the real activity: recorded as refused, the others go on
                 await self.record_automation_event(AutomationRecord("rejected", refusal, ev.actor, batch.node))
-            verdict = None if refusal else self.world.verdicts.get(ev.code, self.world.verdict)
-            assert refusal or verdict is not None, "the test sent an event without saying how it is judged"
-            result.verdicts.append(verdict)
-            result.refusals.append(refusal)
+                continue
+            verdict = self.world.verdicts.get(ev.code, self.world.verdict)
+            assert verdict is not None, "the test sent an event without saying how it is judged"
+            result.last_reason = verdict.reason
+            if verdict.drain_now:
+                result.acted.append(dataclasses.replace(verdict, index=index))
         return result
 
     @activity.defn(name="record_automation_event")

@@ -4,6 +4,7 @@ workflow to another workflow's transition request."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime, timezone
 
@@ -98,7 +99,14 @@ class NodeActivities(DatabaseActivities):
                 self.record_automation_event(AutomationRecord(
                     kind="rejected", reason=f"health event from {ev.source}: {refusal}", actor=ev.actor or "health-event",
                     node=batch.node, key=f"{info.workflow_id}/bad-event/{ev.event_id or info.activity_id}"))
-        return HealthEventBatchResult([None if refusal else next(verdicts) for refusal in refusals], refusals)
+        result = HealthEventBatchResult(refusals=refusals)
+        for index, refusal in enumerate(refusals):
+            if not refusal:
+                verdict = next(verdicts)
+                result.last_reason = verdict.reason
+                if verdict.drain_now:
+                    result.acted.append(dataclasses.replace(verdict, index=index))
+        return result
 
     def _record_health_events(self, node: str, events: list[HealthEventInput]) -> list[HealthEventVerdict]:
         from checks.xid import xid_action

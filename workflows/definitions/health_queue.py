@@ -10,6 +10,8 @@ a code is always of one kind."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -53,6 +55,7 @@ async def record_health_events(node: str, events: list[HealthEventInput]) -> Hea
         part: HealthEventBatchResult = await workflow.execute_activity_method(
             NodeActivities.record_health_events, HealthEventBatch(node, events[start:start + EVENTS_PER_ACTIVITY]),
             **QUICK)
-        result.verdicts += part.verdicts
+        result.acted += [dataclasses.replace(v, index=v.index + start) for v in part.acted]
         result.refusals += part.refusals
+        result.last_reason = part.last_reason or result.last_reason
     return result

@@ -302,11 +302,11 @@ class NodeLifecycle:
         verdict acted on in order."""
         self.s.activity = f"health events: {len(items)}"
         recorded = await record_health_events(self.s.node, [w.event for w in items])
-        for item, verdict, refusal in zip(items, recorded.verdicts, recorded.refusals):
-            if verdict is None:
-                self.s.last_outcome = f"health event not recorded: {refusal}"
-            else:
-                await self._health_event(item.event, verdict)
+        self.s.last_outcome = recorded.last_reason or self.s.last_outcome
+        for refusal in filter(None, recorded.refusals):
+            self.s.last_outcome = f"health event not recorded: {refusal}"
+        for verdict in recorded.acted:
+            await self._health_event(items[verdict.index].event, verdict)
 
     async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict | None = None) -> None:
         if verdict is None:
@@ -330,7 +330,7 @@ class NodeLifecycle:
             taken = {id(w) for w in queued}
             self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
             recorded = await record_health_events(self.s.node, [w.event for w in queued])
-            return any(v is not None and v.drain_now for v in recorded.verdicts)
+            return bool(recorded.acted)
         bad = False
         for item in queued:
             self.s.work.remove(item)
