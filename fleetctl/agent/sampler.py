@@ -1,5 +1,6 @@
-"""GPU health sampled every few seconds, judged by the same parser as the active checks;
-only a finding that was not there in the previous sample becomes an event."""
+"""GPU health sampled every few seconds (`nvidia-smi`, and `dcgmi health -c` where DCGM
+runs), judged by the same parsers as the active checks; only a finding that was not there
+in the previous sample becomes an event."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ class SampleTracker:
     new event (the id includes how many times it appeared this boot)."""
 
     profile: str | None
+    kind: str = "nvidia-smi"  # the checks/ kind that judges the tool's output
     current: set[tuple[str, str]] = field(default_factory=set)
     appearances: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def observe(self, text: str) -> list[Sampled]:
         """Each finding new since the last sample."""
-        result = judge("nvidia-smi", text, self.profile)
+        result = judge(self.kind, text, self.profile)
         if result.status is Status.ERROR:
             found = {("error", result.reason): "error"}
         else:
@@ -45,6 +47,6 @@ class SampleTracker:
         out = []
         for where, what in new:
             n = self.appearances[(where, what)] = self.appearances.get((where, what), 0) + 1
-            out.append(Sampled(f"nvidia-smi:{where}:{what}:{n}", f"nvidia-smi {where}: {what}",
+            out.append(Sampled(f"{self.kind}:{where}:{what}:{n}", f"{self.kind} {where}: {what}",
                                EVENT_SEVERITY[found[(where, what)]]))
         return out
