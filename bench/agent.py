@@ -4,8 +4,11 @@ fleet; the same with 2,000 minor Xid lines written just before the XID 79 (the f
 against `tail -F` following the same log (the cost of reading alone).
 
 The fleet is simulated (scheduler none, sim:// nodes) with its worker in a process of its
-own; "drained" is the node's state leaving production in the fleet database. Run alone:
-`python -m bench.agent [--full]`."""
+own; "drained" is the node's state leaving production in the fleet database. Each flood
+trial is also taken apart on the node workflow's history (server times): line written ->
+XID 79's signal received, -> its record activity done, -> the drain recorded, and how many
+minor events were recorded before it. Run alone: `python -m bench.agent [--full]`; the flood
+trials alone, with as many single-line agent trials as their baseline: `--flood-only`."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timezone
 from pathlib import Path
 
 from bench.fleet import REPO, cpu_seconds, dev_server, fleet_settings, fleetctl_worker, seed_fleet, settings_env
@@ -71,7 +75,49 @@ async def _drained_after(engine, node: str, started: float) -> float:
     return time.monotonic() - started
 
 
-async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tuple[dict[str, list[float]], list[str]]:
+async def _flood_steps(client, node: str, written_at: float) -> dict:
+    """Where a flood trial's time went, from the node workflow's history: seconds from the
+    lines being written (wall clock) to the XID 79 signal's arrival, to the end of the
+    activity that recorded it, and to the drain's transition being scheduled; and the minor
+    events recorded before the XID 79 was (its place in the queue)."""
+    from temporalio.api.enums.v1 import EventType
+
+    from workflows.api import node_workflow_id
+
+    history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    converter = client.data_converter.payload_converter
+    signalled = recorded = drained = None
+    scheduled: dict[int, list[dict]] = {}
+    minors_before = 0
+    for event in history.events:
+        at = event.event_time.ToDatetime(timezone.utc).timestamp()
+        if at < written_at - 1.0:
+            continue  # an earlier trial's
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and signalled is None:
+            (ev,) = converter.from_payloads(event.workflow_execution_signaled_event_attributes.input.payloads)
+            if ev.get("code") == 79:
+                signalled = at
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name in ("record_health_events", "record_health_event"):
+                (arg,) = converter.from_payloads(attrs.input.payloads)
+                scheduled[event.event_id] = arg.get("events", [arg])
+            elif attrs.activity_type.name == "record_transition" and recorded is not None and drained is None:
+                drained = at
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and recorded is None:
+            events = scheduled.get(event.activity_task_completed_event_attributes.scheduled_event_id)
+            if events is not None:
+                if any(e.get("code") == 79 for e in events):
+                    recorded = at
+                else:
+                    minors_before += len(events)
+    if None in (signalled, recorded, drained):
+        raise CannotMeasure(f"{node}: the XID 79 is missing from the history (signal, record or drain)")
+    return {"signal_s": round(signalled - written_at, 4), "recorded_s": round(recorded - written_at, 4),
+            "drain_scheduled_s": round(drained - written_at, 4), "minor_recorded_before": minors_before}
+
+
+async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tuple[dict[str, list], list[str]]:
     from sqlalchemy import update
     from sqlmodel import Session
 
@@ -86,8 +132,10 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
         session.exec(update(Node).values(state="production"))
         session.commit()
     client = await connect(settings)
-    node, times = names[0], {"agent": [], "node_event": [], "agent_flood": []}
+    node, times = names[0], {"agent": [], "node_event": [], "agent_flood": [], "agent_flood_steps": []}
     ways = [w for t in range(trials) for w in ("agent", "node_event")] + ["agent_flood"] * flood_trials
+    if not trials:  # --flood-only: single-line agent trials as the flood's baseline, interleaved
+        ways = [w for t in range(flood_trials) for w in ("agent", "agent_flood")]
     for trial, way in enumerate(ways):
         await _back_in_production(client, settings, node)
         if way.startswith("agent"):
@@ -102,10 +150,12 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
                     await asyncio.sleep(0.05)
                 flood = [_kmsg(2 + i, "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, flood") for i in range(FLOOD)] \
                     if way == "agent_flood" else []
-                started = time.monotonic()
+                started, written_at = time.monotonic(), time.time()
                 with open(kmsg, "a") as f:
                     f.write("".join(flood) + _kmsg(FLOOD + 2, XID79))
                 times[way].append(await _drained_after(engine, node, started))
+                if way == "agent_flood":
+                    times["agent_flood_steps"].append(await _flood_steps(client, node, written_at))
             finally:
                 _stop(agent)
         else:
@@ -144,6 +194,28 @@ def _follow_cost(settings, tmp: Path, seconds: float, command: list[str], log: P
         _stop(proc)
 
 
+def run_flood(full: bool) -> dict:
+    """The flood trials alone, each beside a single-line trial on the same fleet."""
+    with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp_name:
+        tmp = Path(tmp_name)
+        with dev_server(tmp) as server:
+            settings = fleet_settings(f"sqlite:///{tmp / 'fleet.db'}", server.address)
+            worker = fleetctl_worker(settings, tmp / "worker.log")
+            try:
+                times, _ = asyncio.run(_reaction(settings, tmp, 0, FLOOD_TRIALS_FULL if full else FLOOD_TRIALS_QUICK))
+            finally:
+                worker.stop()
+    return {"figures": _flood_figures(times, summary(times["agent"])),
+            "samples": {way: s if way.endswith("steps") else rounded(s) for way, s in times.items()}}
+
+
+def _flood_figures(times: dict, agent: dict) -> dict:
+    flood = summary(times["agent_flood"])
+    return {f"{FLOOD}_minor_then_xid79_to_drained_agent_s": flood,
+            "flood_p50_over_single_line_p50": round(flood["p50"] / agent["p50"], 2),
+            "flood_steps": times["agent_flood_steps"]}
+
+
 def run(full: bool) -> dict:
     trials = TRIALS_FULL if full else TRIALS_QUICK
     follow_s = FOLLOW_S_FULL if full else FOLLOW_S_QUICK
@@ -170,23 +242,23 @@ def run(full: bool) -> dict:
     return {
         "figures": {
             "line_to_drained_agent_s": agent, "line_to_drained_node_event_s": cli,
-            f"{FLOOD}_minor_then_xid79_to_drained_agent_s": summary(times["agent_flood"]),
+            **_flood_figures(times, agent),
             "p50_ratio_node_event_over_agent": round(cli["p50"] / agent["p50"], 2),
             "follow_1000_lines_per_s": follow,
             "agent_cpu_over_tail_cpu": round(follow["agent"]["cpu_share"] / max(follow["tail"]["cpu_share"], 1e-4), 1),
         },
-        "samples": {way: rounded(s) for way, s in times.items()},
+        "samples": {way: s if way.endswith("steps") else rounded(s) for way, s in times.items()},
         "trials": trials,
     }
 
 
 def main() -> int:
-    full = "--full" in sys.argv[1:]
+    full, flood_only = "--full" in sys.argv[1:], "--flood-only" in sys.argv[1:]
     started_at, load_before, t0 = now_iso(), load(), time.monotonic()
-    measured = run(full)
-    result = {"benchmark": "agent", "date": started_at, "full": full, "wall_s": round(time.monotonic() - t0, 1),
+    measured = run_flood(full) if flood_only else run(full)
+    result = {"benchmark": "agent-flood" if flood_only else "agent", "date": started_at, "full": full, "wall_s": round(time.monotonic() - t0, 1),
               "load_before": load_before, "load_after": load(), "machine": machine(), **measured}
-    path = write_result("agent", result)
+    path = write_result("agent_flood" if flood_only else "agent", result)
     print(json.dumps(measured["figures"], indent=1))
     print(f"wrote {path}")
     return 0

@@ -21,6 +21,7 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "nccl": ("checks.nccl", "judge_nccl"),
     "hpl": ("checks.hpl", "judge_hpl"),
     "dcgm": ("checks.dcgm", "judge_dcgm"),
+    "dcgm-health": ("checks.dcgm_health", "judge_dcgm_health"),
     "nvidia-smi": ("checks.nvidia_smi", "judge_nvidia_smi"),
     "xid": ("checks.xid", "judge_xid"),
     "ib": ("checks.ib", "judge_ib"),

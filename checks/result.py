@@ -7,6 +7,12 @@ from enum import Enum
 from typing import Any
 
 
+# How bad a GPU fault is (the Xid and signature catalogs, health events): critical drains
+# the node now. Here, with the result types, so that what only validates a word (the CLI's
+# `node event --severity`) does not load a parser or a catalog.
+SEVERITIES = ("info", "warning", "critical")
+
+
 class Status(str, Enum):
     PASS = "pass"
     WARN = "warn"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from checks.result import Finding
+from checks.result import SEVERITIES, Finding
 
 # What to do about a fault, mildest first (the worst one of a log is the node's action).
 # "unknown": NVIDIA gives no remedy (or the code is not in its catalog); a person decides.
@@ -24,7 +24,6 @@ ACTIONS = (
     "check_hardware",
     "contact_support",
 )
-SEVERITIES = ("info", "warning", "critical")  # critical: drain the node now
 FINDING_SEVERITY = {"critical": "fail", "warning": "warn", "info": "info"}
 
 

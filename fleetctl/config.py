@@ -59,6 +59,7 @@ ENV_VARS = {
     "runbooks_dir": "FLEETCTL_RUNBOOKS_DIR",
     "lemon_threshold": "FLEETCTL_LEMON_THRESHOLD",
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
+    "suspect_after_unreachable": "FLEETCTL_SUSPECT_AFTER_UNREACHABLE",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
 }
@@ -164,6 +165,9 @@ class Settings:
     # A lemon: remediated this many times within this many days goes to RMA, not production.
     lemon_threshold: int = 3
     lemon_window_days: float = 7.0
+    # A production node whose check runs could not reach it this many times in a row is
+    # suspect, and drained through the capacity guard (fleetctl.reachability).
+    suspect_after_unreachable: int = 3
     # Where RMA evidence bundles and runbook notifications are POSTed (empty: nowhere), and
     # the bearer token sent with them (never logged, never in a bundle).
     webhook_url: str = ""
@@ -232,6 +236,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sim_seed": (0, 2**63 - 1, True),
     "lemon_threshold": (1, 1000, True),
     "lemon_window_days": (0.0, 3650.0, False),
+    "suspect_after_unreachable": (1, 1000, True),
 }
 
 

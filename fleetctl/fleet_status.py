@@ -1,5 +1,5 @@
-"""The fleet at a glance, from the database: nodes per state and rack, nodes in flight, firmware
-roll-outs under way, recent automation; with what the capacity guard said, which the caller
+"""The fleet at a glance, from the database: nodes per state and rack, nodes in flight, suspect
+nodes (fleetctl.reachability), firmware roll-outs under way, recent automation; with what the capacity guard said, which the caller
 asks (that needs Temporal)."""
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def fleet_status(engine: Engine, automation: dict[str, Any]) -> dict[str, Any]:
          "max_failures": r.max_failures}
         for state in ("running", "halted") for r in firmware_db.rollouts(engine, status=state)
     ]
+    status["suspect"] = [{"node": name, "since": e.at, "reason": e.reason}
+                         for name, e in sorted(queries.suspect_nodes(engine).items())]
     status["recent_automation_events"] = [
         {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
         for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checks.result import SEVERITIES
 from checks.xid import xid_action
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
 # keeps real machines within seconds, so minutes apart is a wrong clock or a sleeping laptop.
 MAX_SENDER_SKEW_S = 300.0
+# How old a logged record's own time may be and still be believed: an agent spools its events
+# while Temporal is unreachable, so a kernel line from an hour ago can arrive now and be real.
+# Older than a week is a node clock that is wrong or a replayed archive, not a delivery delay.
+MAX_RECORD_AGE_S = 7 * DAY_S
 
 
 @dataclass(frozen=True)
@@ -29,14 +34,30 @@ class EventVerdict:
     reason: str
 
 
-def plausible_time(sent_at: float, received_at: float, max_skew_s: float = MAX_SENDER_SKEW_S) -> float:
-    """When an event happened, for windows and latencies: the sender's own time when it is
-    close to the time the server received it, else the receive time. A CLI whose clock is
-    days off, or an event that sat on a sleeping laptop, cannot move the event out of (or
-    into) an escalation window, nor make a restart look minutes long or negative."""
-    if sent_at and abs(sent_at - received_at) <= max_skew_s:
+def plausible_time(sent_at: float, received_at: float, from_record: bool = False,
+                   max_skew_s: float = MAX_SENDER_SKEW_S, max_record_age_s: float = MAX_RECORD_AGE_S) -> float:
+    """When an event happened, for windows and latencies.
+
+    A sender's clock reading (`from_record` False: the CLI stamps an event with the moment it
+    sends it) is believed only within `max_skew_s` of the receive time: a CLI whose clock is
+    days off cannot move the event out of (or into) an escalation window, nor make a restart
+    look minutes long or negative. A logged record's own time (`from_record`: the kernel log
+    line, the alert's start) is when the fault happened, however long the event waited in a
+    spool; it is kept when it lies in the past, up to `max_record_age_s`. A time in the future
+    (beyond the skew), or none, is replaced by the receive time."""
+    if not sent_at or sent_at > received_at + max_skew_s:
+        return received_at
+    if from_record and sent_at >= received_at - max_record_age_s:
         return sent_at
-    return received_at
+    return sent_at if sent_at >= received_at - max_skew_s else received_at
+
+
+def checked_severity(severity: str) -> str:
+    """A sender's severity word, or ValueError naming the allowed ones ("" is none given)."""
+    if severity not in ("", *SEVERITIES):
+        shown = severity if len(severity) <= 24 else severity[:20] + "..."
+        raise ValueError(f"severity {shown!r} is not one of {', '.join(SEVERITIES)}")
+    return severity
 
 
 def judge_health_event(code: int, earlier_same_code: list[float], now: float,

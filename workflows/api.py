@@ -167,6 +167,35 @@ class HealthEventInput:
     at: float = 0.0  # unix time the fault was seen, by the sender's clock
     # Unix time the node's workflow received it, by the server's clock (set there).
     received_at: float = 0.0
+    # info | warning | critical, or "" (not said). The sender's word: a critical event is
+    # recorded and acted on ahead of the others queued. An event with a code is judged by
+    # the Xid catalog whatever it says; one without (a sampled finding, a signature without
+    # an Xid) is judged by it, and a critical one drains the node as a critical Xid does.
+    severity: str = ""
+    # `at` is the logged record's own time (a kernel line, an alert's start), not the moment
+    # the sender sent it: believed however long the event waited (fleetctl.health.plausible_time).
+    at_from_record: bool = False
+
+
+@dataclass
+class HealthEventBatch:
+    """Health events of one node, recorded (and judged) in order in one activity."""
+
+    node: str
+    events: list[HealthEventInput] = field(default_factory=list)
+
+
+@dataclass
+class HealthEventBatchResult:
+    # The verdicts the workflow acts on (drain now), each with its event's index in the
+    # batch; a burst of minor events answers with none. One verdict per event would be 200
+    # dataclasses decoded in one workflow task: over 2 s on a loaded machine, which
+    # Temporal's deadlock detector fails (measured in bench/agent.py's flood).
+    acted: list[HealthEventVerdict] = field(default_factory=list)
+    # Why each event could not be recorded (bad data: the refusal is recorded where fleet
+    # status shows it, and the events after it go on), "" for one recorded; in order.
+    refusals: list[str] = field(default_factory=list)
+    last_reason: str = ""  # the last recorded event's verdict, for the node's last outcome
 
 
 @dataclass
@@ -268,6 +297,7 @@ class HealthEventVerdict:
     drain_now: bool
     critical: bool
     reason: str
+    index: int = -1  # in a HealthEventBatchResult: the event's place in its batch
 
 
 @dataclass
@@ -278,6 +308,13 @@ class AutomationRecord:
     node: str | None = None
     fleet: str = "default"
     key: str = ""
+
+
+@dataclass
+class ReachabilityVerdict:
+    node: str
+    suspect: bool
+    reason: str
 
 
 @dataclass
@@ -377,11 +414,13 @@ class SweepResult:
     errors: list[str] = field(default_factory=list)
     drained: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    # Of `errors`, the nodes no check could reach (fleetctl.reachability judges them).
+    unreachable: list[str] = field(default_factory=list)
 
     def merge(self, other: SweepResult) -> None:
         self.checked += other.checked
         self.passed += other.passed
-        for name in ("failed", "errors", "drained", "held"):
+        for name in ("failed", "errors", "drained", "held", "unreachable"):
             getattr(self, name).extend(getattr(other, name))
 
 

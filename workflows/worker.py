@@ -45,7 +45,8 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     return [
-        node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event, node.record_automation_event,
+        node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
+        node.record_health_events, node.record_automation_event, node.judge_reachability,
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
         node.choose_remediation, commands.command_node,
         checks.suite_checks, checks.run_check, checks.judge_admission,

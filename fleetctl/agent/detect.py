@@ -19,7 +19,14 @@ MAX_CODE = 2**31 - 1
 class Fault:
     code: int | None  # the Xid (or the Xid the catalog gives a fault without one)
     message: str
-    critical: bool = False  # the catalog drains the node at once for it: sent before anything else
+    # The catalog's: info | warning | critical. Critical drains the node at once: sent (and
+    # queued in the node's workflow) before anything else, and a fault without an Xid drains
+    # by it.
+    severity: str = "warning"
+
+    @property
+    def critical(self) -> bool:
+        return self.severity == "critical"
 
 
 def detect(message: str) -> list[Fault]:
@@ -30,10 +37,10 @@ def detect(message: str) -> list[Fault]:
         log = parse_kernel_log(message)
     except BadKernelLog:
         return []
-    faults = [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip(), xid_action(e.code).severity == "critical")
+    faults = [Fault(e.code, f"Xid {e.code} on {e.pci}: {e.message}".strip(), xid_action(e.code).severity)
               for e in log.xids if e.code <= MAX_CODE]
     catalog = signatures()
     faults += [Fault(None, f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip(),
-                     catalog[s.name].severity == "critical")
+                     catalog[s.name].severity)
                for s in log.signatures]
     return faults

@@ -37,6 +37,7 @@ class AgentConfig:
     poll_interval_s: float = 0.05
     sample_interval_s: float = 0.0  # 0: no sampling
     sample_argv: Sequence[str] = ()
+    dcgm_health_argv: Sequence[str] = ()  # `dcgmi health -c`, sampled beside nvidia-smi where DCGM runs
     profile: str | None = None
     boot_id: str = ""
 
@@ -75,7 +76,9 @@ class Agent:
 
     def __post_init__(self) -> None:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool)
-        self.tracker = SampleTracker(self.config.profile)
+        self.samplers = [(self.config.sample_argv, SampleTracker(self.config.profile))]
+        if self.config.dcgm_health_argv:
+            self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health")))
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
         # Critical events read since the last delivery: sent ahead of the spool's order (and
         # again in order later; the workflow counts an id once), so a flood of minor lines
@@ -88,15 +91,18 @@ class Agent:
         path = Path(spool_dir) / "cursor.json"
         return json.loads(path.read_text()) if path.exists() else None
 
-    def _event(self, key: str, at: float, code: int | None, message: str) -> dict:
+    def _event(self, key: str, at: float, code: int | None, message: str, severity: str) -> dict:
+        # `at` is the record's own time (the kernel's, the sample's): believed however long
+        # the event waits in the spool.
         return {"node": self.config.node, "source": "agent", "code": code, "message": message,
-                "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at}
+                "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
+                "severity": severity, "at_from_record": True}
 
     def events_of(self, records: list[KernelRecord]) -> list[dict]:
         out = []
         for r in records:
             for i, fault in enumerate(detect(r.message)):
-                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message))
+                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity))
                 if fault.critical:
                     self._urgent.append(out[-1])
         del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
@@ -122,14 +128,15 @@ class Agent:
         self._cursor_saved = time.monotonic()
 
     async def sample_once(self) -> None:
-        text = await asyncio.to_thread(self.run, self.config.sample_argv)
-        self.metrics.samples.inc()
-        now = time.time()
-        events = [self._event(f"{self.config.boot_id}/{key}", now, None, message)
-                  for key, message in self.tracker.observe(text)]
-        if events:
-            self.metrics.detected.inc(len(events))
-            self.spool.append(events)
+        for argv, tracker in self.samplers:
+            text = await asyncio.to_thread(self.run, argv)
+            self.metrics.samples.inc()
+            now = time.time()
+            events = [self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
+                      for found in tracker.observe(text)]
+            if events:
+                self.metrics.detected.inc(len(events))
+                self.spool.append(events)
         self._publish()
 
     async def deliver(self) -> None:

@@ -25,6 +25,9 @@ def agent(
     max_spool: int = typer.Option(100_000, "--max-spool", help="events kept while Temporal is unreachable (oldest dropped past it)"),
     sample_interval: float = typer.Option(30.0, "--sample-interval", help="seconds between GPU health samples (0: none)"),
     nvidia_smi: str = typer.Option("nvidia-smi", "--nvidia-smi", help="the nvidia-smi binary"),
+    dcgmi: Optional[str] = typer.Option(None, "--dcgmi",
+                                        help="the dcgmi binary: also sample `dcgmi health -c` (DCGM's health "
+                                             "watches, set with `dcgmi health -s a`) where DCGM runs"),
     profile: Optional[str] = typer.Option(None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"),
     metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
@@ -70,7 +73,8 @@ def agent(
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
     config = AgentConfig(node=node, spool_dir=spool, actor=f"fleetctl-agent@{node}", max_spool=max_spool,
                          sample_interval_s=sample_interval, profile=profile, boot_id=boot_id,
-                         sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]))
+                         sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
+                         dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else ())
     the_agent = Agent(config, source, TemporalTransport(context.settings(ctx)))
     if metrics_port:
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)

@@ -79,6 +79,9 @@ def render_status(data: dict, _wide: bool = False):
     if data["in_flight"]:
         parts.append(simple_table("in flight", ["node", "state", "since"],
                                   [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))
+    if data["suspect"]:
+        parts.append(simple_table("suspect (unreachable: drained through the guard)", ["node", "since", "reason"],
+                                  [[x["node"], f"{x['since']:%H:%M:%S}", x["reason"]] for x in data["suspect"][:20]]))
     if data["recent_automation_events"]:
         parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
             [f"{e['at']:%H:%M:%S}", e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))

@@ -21,9 +21,10 @@ def _known_profiles() -> set[str] | None:
     return set(profile_names())
 
 
-def _node_row(n, wide: bool = False) -> dict:
+def _node_row(n, wide: bool = False, suspect: str | None = None) -> dict:
+    """`suspect`: why the node is suspect (fleetctl.reachability), if it is."""
     row = {"name": n.name, "state": n.state, "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since}
+           "address": n.address, "labels": n.labels, "state_since": n.state_since, "suspect": suspect}
     if wide:
         row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
     return row
@@ -42,7 +43,7 @@ def _state_text(state: str):
 
 NODE_COLUMNS = (
     Column("NAME", lambda r: r["name"]),
-    Column("STATE", lambda r: _state_text(r["state"])),
+    Column("STATE", lambda r: _state_text(r["state"]) + (" suspect" if r.get("suspect") else "")),
     Column("RACK", lambda r: r["rack"]),
     Column("PROFILE", lambda r: r["profile"]),
     Column("SCHEDULER", lambda r: r["scheduler"]),
@@ -147,7 +148,12 @@ def list_nodes(
     if state is not None and state not in {s.value for s in NodeState}:
         fail(f"unknown state {state!r} (one of: {', '.join(s.value for s in NodeState)})", EXIT_USAGE)
     wide = output is not OutputFormat.table
-    rows = [_node_row(n, wide) for n in query(context.engine(ctx), labels, state)]
+    from fleetctl.db.queries import suspect_nodes
+
+    engine = context.engine(ctx)
+    suspect = suspect_nodes(engine)
+    rows = [_node_row(n, wide, suspect[n.name].reason if n.name in suspect else None)
+            for n in query(engine, labels, state)]
     emit(rows, output, _nodes_table)
 
 
@@ -160,7 +166,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = _node_row(node, wide=True)
+    suspect = queries.suspect_nodes(engine).get(name)
+    data = _node_row(node, wide=True, suspect=suspect.reason if suspect else None)
     data["checks"] = [
         {"check": c.check_name, "status": c.status, "reason": c.reason, "metrics": c.metrics, "at": c.finished_at}
         for c in queries.latest_checks(engine, name)
@@ -354,6 +361,9 @@ def event(
     xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
     message: str = typer.Option("", "--message", help="what was seen"),
     from_log: Optional[Path] = typer.Option(None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"),
+    severity: str = typer.Option("", "--severity",
+                                 help="info, warning or critical: an event with --message and no --xid drains the node "
+                                      "at once when critical; a critical one is handled ahead of others queued"),
 ) -> None:
     """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
     import hashlib
@@ -366,14 +376,23 @@ def event(
     from workflows.api import HealthEventInput
     from workflows.client import CommandRejected, connect, send_health_events
 
-    if (xid is None) == (from_log is None):
-        fail("give exactly one of --xid or --from-log", EXIT_USAGE)
+    from checks.result import SEVERITIES
+
+    if xid is not None and from_log is not None:
+        fail("give at most one of --xid or --from-log", EXIT_USAGE)
+    if xid is None and from_log is None and not (message and severity):
+        fail("give --xid, --from-log, or --message with --severity", EXIT_USAGE)
+    if severity not in ("", *SEVERITIES):
+        fail(f"--severity must be one of {', '.join(SEVERITIES)}", EXIT_USAGE)
     s = context.settings(ctx)
     now = time.time()
     if xid is not None:
         if not 0 <= xid <= MAX_XID:
             fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
-        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now)]
+        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now, severity=severity)]
+    elif from_log is None:  # an operator's report of a fault without an Xid (an SXid, a link down)
+        events = [HealthEventInput(name, "operator", None, message, s.identity(), str(uuid.uuid4()), now,
+                                   severity=severity)]
     else:
         from checks.xid import parse_xid_lines
 
@@ -388,8 +407,11 @@ def event(
         if not parsed:
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.
+        from checks.xid import xid_action
+
         events = [HealthEventInput(name, "log", e.code, e.message, s.identity(),
-                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now)
+                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now,
+                                   severity=severity or xid_action(e.code).severity)
                   for e in parsed]
 
     async def run():
@@ -401,5 +423,6 @@ def event(
     except CommandRejected:
         _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
         raise
-    codes = ", ".join(str(e.code) for e in events)
-    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent (XID {codes})")
+    codes = ", ".join(str(e.code) for e in events if e.code is not None)
+    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent"
+               + (f" (XID {codes})" if codes else f" ({severity})"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypeVar
 
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
@@ -13,6 +13,8 @@ from sqlmodel import Session, col, select
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
 from fleetctl.inventory import NodeSpec
 from fleetctl.lifecycle import NodeState
+
+T = TypeVar("T")
 
 _INVENTORY_FIELDS = {
     "address": "address",
@@ -247,11 +249,9 @@ def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude:
         return peers
 
 
-def health_event_times(engine: Engine, node: str, code: int, exclude_key: str) -> list[float]:
-    with Session(engine) as session:
-        rows = session.exec(select(HealthEvent.at).where(
-            HealthEvent.node_name == node, HealthEvent.code == code, HealthEvent.idempotency_key != exclude_key))
-        return [at.timestamp() if at.tzinfo else at.replace(tzinfo=timezone.utc).timestamp() for at in rows]
+def _epoch(at: datetime) -> float:
+    """SQLite gives back naive datetimes (stored as UTC)."""
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
@@ -267,11 +267,46 @@ def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
         return list(session.exec(query.order_by(col(HealthEvent.at).desc())))
 
 
-def health_event_time(engine: Engine, idempotency_key: str) -> float | None:
-    """When the health event with this key was recorded as having happened; None if it was not."""
+def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, int | None, float]],
+                         judge: Callable[[int, float, list[float]], tuple[HealthEvent, T]]) -> list[T]:
+    """The node's health events, each recorded once, in order, in one transaction: a burst
+    costs one commit, not one per event. `items` are (idempotency key, code, time);
+    `judge(index, time, earlier)` builds the row and the verdict of items[index], where `earlier` are the times
+    of the node's other events with this code (those before it in `items` included). An event
+    already stored keeps the time it was first recorded with, and is not written again."""
+    keys = [key for key, _, _ in items]
+    codes = {code for _, code, _ in items if code is not None}
+    results: list[T] = []
+    with Session(engine, expire_on_commit=False) as session:
+        stored = dict(session.exec(select(HealthEvent.idempotency_key, HealthEvent.at)
+                                   .where(col(HealthEvent.idempotency_key).in_(keys))).all())
+        # {code: {key: time}}: one query per code, then kept up to date as the batch is
+        # recorded, so a burst of one code is not one query per event over a growing table.
+        times: dict[int, dict[str, float]] = {code: {} for code in codes}
+        for key, code, at in session.exec(select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at).where(
+                HealthEvent.node_name == node, col(HealthEvent.code).in_(codes))) if codes else ():
+            times[code][key] = _epoch(at)
+        for index, (key, code, at) in enumerate(items):
+            at = _epoch(stored[key]) if key in stored else at
+            earlier = [] if code is None else [t for k, t in times[code].items() if k != key]
+            row, verdict = judge(index, at, earlier)
+            if key not in stored:
+                session.add(row)
+                stored[key] = row.at
+                if code is not None:
+                    times[code][key] = at
+            results.append(verdict)
+        session.commit()  # a concurrent writer of the same key: IntegrityError, and the retry reads it
+    return results
+
+
+def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
+    """Nodes judged suspect (fleetctl.reachability) since they entered their current state,
+    with the latest judgement: a node drained, repaired and back is no longer suspect."""
     with Session(engine) as session:
-        at = session.exec(select(HealthEvent.at).where(HealthEvent.idempotency_key == idempotency_key)).first()
-    return None if at is None else (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+        rows = session.exec(select(AutomationEvent).join(Node, Node.name == AutomationEvent.node_name).where(
+            AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since).order_by(AutomationEvent.id))
+        return {e.node_name: e for e in rows}
 
 
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:

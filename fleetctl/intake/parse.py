@@ -3,7 +3,14 @@
 Alertmanager's webhook (https://prometheus.io/docs/alerting/latest/configuration/#webhook_config):
     {"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": {...},
      "annotations": {...}, "startsAt": "...", "fingerprint": "..."}], ...}
-Plain JSON: {"events": [{"node": "n1", "code": 79, "message": "...", "id": "...", "at": 1.7e9}]}
+Plain JSON: {"events": [{"node": "n1", "code": 79, "message": "...", "id": "...", "at": 1.7e9,
+             "severity": "critical"}]}
+
+Severity (info, warning, critical) says how soon the node's workflow handles the event, and
+drains the node for an event without a code when critical. Given in a plain JSON event it
+must be one of the three words; an Alertmanager `severity` label is read only when it is one
+of them (routes use the label for their own words, "page" or "ticket"); otherwise the Xid
+catalog's severity for the code is sent, or none.
 """
 
 from __future__ import annotations
@@ -13,6 +20,9 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
+
+from checks.result import SEVERITIES
+from checks.xid import xid_action
 
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
@@ -35,6 +45,8 @@ class IntakeEvent:
     message: str
     event_id: str
     at: float
+    severity: str = ""
+    at_from_record: bool = False  # `at` is the alert's or the record's own time, not the receive time
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -77,6 +89,16 @@ def _time(value: object, where: str) -> float:
     return float(value)
 
 
+def _severity(value: object, code: int | None, where: str, strict: bool) -> str:
+    """The sender's severity word, else the catalog's for the code, else ""."""
+    if value is not None and value != "":
+        if value in SEVERITIES:
+            return value
+        if strict:
+            raise BadBody(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
+    return xid_action(code).severity if code is not None else ""
+
+
 def _id(*parts: object) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
 
@@ -110,7 +132,8 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or _id(sorted(labels.items()))
         message = _text(notes.get("summary") or notes.get("description") or labels.get("alertname"), where)
         out.append(IntakeEvent(node, "alertmanager", code, f"{labels.get('alertname', 'alert')}: {message}",
-                               _id("alertmanager", fingerprint, alert.get("startsAt")), starts))
+                               _id("alertmanager", fingerprint, alert.get("startsAt")), starts,
+                               _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False), True))
     return out
 
 
@@ -125,7 +148,7 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         where = f"events[{i}]"
         if not isinstance(item, dict):
             raise BadBody(f"{where}: not an object")
-        unknown = set(item) - {"node", "code", "message", "id", "at"}
+        unknown = set(item) - {"node", "code", "message", "id", "at", "severity"}
         if unknown:
             raise BadBody(f"{where}: unknown field {sorted(unknown)[0]!r}")
         node, code = _node(item.get("node"), f"{where}.node"), _code(item.get("code"), f"{where}.code")
@@ -134,8 +157,9 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
             raise BadBody(f"{where}: give a code or a message")
         event_id = _text(item.get("id"), f"{where}.id")
         at = _time(item["at"], f"{where}.at") if "at" in item else now
+        severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True)
         out.append(IntakeEvent(node, "intake", code, message, _id("json", node, event_id) if event_id
-                               else _id("json", node, code, message, at), at))
+                               else _id("json", node, code, message, at), at, severity, "at" in item))
     return out
 
 
@@ -159,5 +183,6 @@ def from_node_conditions(node: dict, watched: tuple[str, ...], detect) -> list[I
         at = _time(changed, "condition.lastTransitionTime") if changed else 0.0
         out.append(IntakeEvent(name, "npd", faults[0].code if faults else None,
                                f"{cond['type']}: {cond.get('reason', '')} {message}".strip(),
-                               _id("npd", name, cond["type"], changed), at))
+                               _id("npd", name, cond["type"], changed), at, faults[0].severity if faults else "",
+                               bool(changed)))
     return out

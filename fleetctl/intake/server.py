@@ -80,7 +80,11 @@ class Intake:
             try:
                 await self.transport.send(node, [{"node": e["node"], "source": e["source"], "code": e["code"],
                                                   "message": e["message"], "actor": "fleetctl-intake",
-                                                  "event_id": e["event_id"], "at": e["at"]} for e in events])
+                                                  "event_id": e["event_id"], "at": e["at"],
+                                                  # absent from events spooled by an older intake
+                                                  "severity": e.get("severity", ""),
+                                                  "at_from_record": e.get("at_from_record", False)}
+                                                 for e in events])
                 self.sent += len(events)
             except NodeRefused as exc:
                 log.warning("%s refused %d events (%s)", node, len(events), exc)

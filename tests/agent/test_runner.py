@@ -67,6 +67,27 @@ async def test_a_rotated_log_and_a_changing_sample_are_each_sent_once(tmp_path) 
     assert agent.spool.depth == 0 and agent.metrics.samples._value.get() == 3
 
 
+async def test_dcgm_health_is_sampled_beside_nvidia_smi_and_its_failure_drains(tmp_path) -> None:
+    """A stand-in dcgmi printing the health report: its GPU 1 memory failure is a critical
+    event (drains the node, no Xid needed), its warnings are warnings, each sent once."""
+    nvsmi, _ = fake_nvidia_smi(tmp_path / "", "csv_8xh100_ok.txt")
+    dcgmi = tmp_path / "dcgmi"
+    report = FIXTURES / "checks" / "dcgm_health" / "gpu1_memory_fail_sm_warn.txt"
+    dcgmi.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.write(open({str(report)!r}).read())\n")
+    dcgmi.chmod(0o755)
+    (tmp_path / "kern.log").write_text("")
+    recorder = Recorder()
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(nvsmi),), profile="h100-sxm",
+                              dcgm_health_argv=(str(dcgmi), "health", "-c"), boot_id="b"),
+                  FileSource(tmp_path / "kern.log"), recorder)
+    await agent.sample_once()
+    await agent.sample_once()  # unchanged: nothing new
+    await agent.deliver()
+    sent = sorted((e["severity"], e["message"].split(":")[0]) for e in recorder.events)
+    assert sent == [("critical", "dcgm-health GPU 1"), ("warning", "dcgm-health GPU 0"), ("warning", "dcgm-health GPU 1")]
+    assert all(e["code"] is None for e in recorder.events)
+
+
 async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -> None:
     log = tmp_path / "kern.log"
     log.write_text(XID.format(1, 13))

@@ -43,6 +43,11 @@ CASES = [
     ("hpl/nvidia_8xh100_residual_failed_fail.txt", "hpl", H100, FAIL),
     ("hpl/netlib_two_runs_failed_fail.txt", "hpl", None, FAIL),
     ("hpl/intel_residual_failed_fail.txt", "hpl", None, FAIL),
+    # dcgmi health -c: the background watches' report (checks/dcgm_health.py)
+    ("dcgm_health/healthy.txt", "dcgm-health", None, PASS),
+    ("dcgm_health/gpu0_memory_warn.txt", "dcgm-health", None, WARN),
+    ("dcgm_health/gpu1_memory_fail_sm_warn.txt", "dcgm-health", None, FAIL),
+    ("dcgm_health/watches_not_enabled_error.txt", "dcgm-health", None, ERROR),
     # dcgmi diag: text (2.x and 3.x naming, both dividers, wrapped rows) and JSON
     ("dcgm/r2_a100_text_ok.txt", "dcgm", A100, PASS),
     ("dcgm/r2_h100_text_ok.txt", "dcgm", H100, PASS),

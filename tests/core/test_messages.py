@@ -51,8 +51,13 @@ def _payload(value) -> dict:
 def test_a_moved_class_gives_the_payload_the_histories_hold() -> None:
     ev = api.HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", "alice", "e1", 1.5)
     # Field by field, as the histories in tests/histories hold it: the class's module is not in it.
-    assert _payload(ev) == {"node": "gpu-7", "source": "xid", "code": 79, "message": "fallen off the bus",
-                            "actor": "alice", "event_id": "e1", "at": 1.5, "received_at": 0.0}
+    recorded = {"node": "gpu-7", "source": "xid", "code": 79, "message": "fallen off the bus",
+                "actor": "alice", "event_id": "e1", "at": 1.5, "received_at": 0.0}
+    # Fields added since (with defaults) follow the recorded ones; a recorded payload without
+    # them decodes to the same event.
+    assert _payload(ev) == {**recorded, "severity": "", "at_from_record": False}
+    decode = DataConverter.default.payload_converter.from_payloads
+    assert decode(DataConverter.default.payload_converter.to_payloads([recorded]), [api.HealthEventInput]) == [ev]
 
 
 def test_one_transition_request_reads_both_payloads_it_replaced() -> None:

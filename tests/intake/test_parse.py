@@ -60,6 +60,8 @@ def test_plain_json_events_with_and_without_ids() -> None:
     ({"node": "", "code": 79}, "not a node name"),
     ({"node": "n1", "code": 79, "at": float("nan")}, "not a time"),
     ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": "x"}]}, "integer"),
+    ({"node": "n1", "message": "SXid", "severity": "urgent"}, "severity must be one of info, warning, critical"),
+    ({"node": "n1", "message": "SXid", "severity": 3}, "severity must be one of"),
 ])
 def test_a_bad_json_event_is_refused_whole(body, words) -> None:
     with pytest.raises(BadBody, match=words):
@@ -78,3 +80,29 @@ def test_a_true_npd_condition_is_an_event_identified_by_its_transition() -> None
     later["status"]["conditions"][2]["lastTransitionTime"] = "2026-11-30T21:00:00Z"
     assert from_node_conditions(later, ("XidError",), detect)[0].event_id != ev.event_id
     assert from_node_conditions(node, ("KernelDeadlock",), detect) == []
+
+
+@pytest.mark.parametrize("event, severity, from_record", [
+    ({"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical"}, "critical", False),
+    ({"node": "n1", "code": 79}, "critical", False),  # the catalog's word for a code, when none is given
+    ({"node": "n1", "code": 13, "severity": "warning"}, "warning", False),  # the sender's, when given
+    ({"node": "n1", "message": "fan", "at": 5}, "", True),  # neither: none; a time given is the record's
+])
+def test_a_json_event_carries_its_severity_and_whether_its_time_is_its_own(event, severity, from_record) -> None:
+    (ev,) = from_json(event, 100.0)
+    assert (ev.severity, ev.at_from_record) == (severity, from_record)
+
+
+@pytest.mark.parametrize("label, severity", [
+    ("critical", "critical"),
+    ("warning", "warning"),
+    ("page", "critical"),  # a route's own word: not fleetctl's, the catalog judges Xid 79
+    (None, "critical"),
+])
+def test_an_alert_severity_label_is_read_only_when_it_is_a_severity(label, severity) -> None:
+    body = json.loads(json.dumps(WEBHOOK))
+    body["alerts"][0]["labels"].pop("severity", None)
+    if label is not None:
+        body["alerts"][0]["labels"]["severity"] = label
+    (ev,) = from_alertmanager(body)
+    assert ev.severity == severity and ev.at_from_record  # startsAt is when it began

@@ -14,7 +14,7 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.health import MAX_SENDER_SKEW_S, plausible_time
+from fleetctl.health import MAX_RECORD_AGE_S, MAX_SENDER_SKEW_S, plausible_time
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
@@ -30,15 +30,16 @@ WARNING_XID = 94  # contained ECC: three within 24 h drain the node
 
 @pytest.fixture
 def health(make_settings, sqlite_url):
-    """record(received_at, sender_at, event_id=None) -> verdict: one event through the real
+    """record(received_at, sender_at, event_id=None, from_record=False) -> verdict: one event through the real
     activity and database, received by the server at `received_at`."""
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1)
     activities = NodeActivities(settings, SchedulerRegistry(settings))
 
-    def record(received_at: float, sender_at: float, event_id: str | None = None):
+    def record(received_at: float, sender_at: float, event_id: str | None = None, from_record: bool = False):
         return activities.record_health_event(HealthEventInput(
-            node, "xid", WARNING_XID, "contained ECC", "cli", event_id or uuid.uuid4().hex, sender_at, received_at))
+            node, "xid", WARNING_XID, "contained ECC", "cli", event_id or uuid.uuid4().hex, sender_at, received_at,
+            at_from_record=from_record))
 
     record.node, record.engine = node, get_engine(settings.db_url)
     return record
@@ -82,11 +83,34 @@ def _epoch(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def test_plausible_time_trusts_a_sender_within_the_skew_only() -> None:
-    assert plausible_time(T0 - 10, T0) == T0 - 10
-    assert plausible_time(T0 - MAX_SENDER_SKEW_S - 1, T0) == T0
-    assert plausible_time(T0 + MAX_SENDER_SKEW_S + 1, T0) == T0
-    assert plausible_time(0.0, T0) == T0  # a sender that gave no time
+@pytest.mark.parametrize("sent, from_record, expected, why", [
+    (T0 - 10, False, T0 - 10, "a sender's clock within the skew is believed"),
+    (T0 - MAX_SENDER_SKEW_S - 1, False, T0, "a sender's clock minutes behind is a wrong clock: its send time cannot be that old"),
+    (T0 + MAX_SENDER_SKEW_S + 1, False, T0, "nor minutes ahead"),
+    (0.0, False, T0, "a sender that gave no time"),
+    # A logged record's time is when the fault happened, not when it was sent: an agent
+    # spools its events while Temporal is away, so a kernel line an hour old arrives now.
+    # Replaced by the receive time, it would land in the escalation window of events that
+    # came later, and a job restart would look an hour shorter than it was.
+    (T0 - HOUR, True, T0 - HOUR, "a spooled kernel line keeps the time it was logged"),
+    (T0 - 6 * DAY, True, T0 - 6 * DAY, "days old is still a delivery delay (an outage spooled)"),
+    (T0 - MAX_RECORD_AGE_S - 1, True, T0, "older than a week is a wrong node clock or a replayed archive"),
+    (T0 + MAX_SENDER_SKEW_S + 1, True, T0, "a record from the future is a wrong clock however it was read"),
+    (0.0, True, T0, "a record without a time"),
+])
+def test_plausible_time(sent: float, from_record: bool, expected: float, why: str) -> None:
+    assert plausible_time(sent, T0, from_record) == expected, why
+
+
+def test_a_spooled_record_keeps_its_logged_time_and_stays_out_of_later_windows(health) -> None:
+    """Two contained-ECC events now, and one logged two days ago that the agent could only
+    deliver now: it counts in the window of its own time, so the node does not escalate."""
+    health(T0, T0)
+    health(T0 + 60, T0 + 60)
+    late = health(T0 + 120, T0 + 120 - 2 * DAY, from_record=True)
+    assert not late.drain_now, late.reason
+    stored = sorted(_epoch(h.at) for h in queries.health_events(health.engine, health.node))
+    assert stored[0] == pytest.approx(T0 + 120 - 2 * DAY)
 
 
 WORKFLOWS_DIR = Path(__file__).parents[2] / "workflows"

@@ -11,7 +11,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
   in batches whose checks end in error, a node's search attributes carried across
-  continue-as-new). Replaying it proves the new branches are
+  continue-as-new, a burst of logged health events with a critical one behind minor
+  ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
 
 By default only v2 is recorded; `--set v1` or `--set all` rewrites the old set too, which is
@@ -78,6 +79,14 @@ PATCH_INDEX = "patches.json"
 # What temporalio's workflow.patched records: a marker of this name whose details hold the
 # patch id as a JSON payload ({"id": ..., "deprecated": ...}).
 PATCH_MARKER = "core_patch"
+# v2 histories the recorder keeps as they are, {name: workflow id}: each takes a patched
+# branch that a later patch superseded, so no run started today can take it, while runs
+# started before the later patch may still be in flight. Kept until that branch is retired.
+KEPT_V2 = {
+    # A bad health event refused one event at a time (bad-health-event-skipped), before
+    # health-events-critical-first recorded events in bursts.
+    "node_lifecycle_bad_health_event_one_by_one": "node/rv2-002",
+}
 
 
 def patch_markers(history: WorkflowHistory) -> set[str]:
@@ -151,9 +160,12 @@ class Recording:
         query = f"WorkflowType = '{workflow_type}' AND TaskQueue = '{self.settings.task_queue}'"
         return sorted([wf.id async for wf in self.client.list_workflows(query)])
 
-    async def write(self, directory: Path, wanted: dict[str, str]) -> list[Path]:
+    async def write(self, directory: Path, wanted: dict[str, str], kept: dict[str, str] | None = None) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         written, patches = [], {}
+        for name, workflow_id in (kept or {}).items():
+            history = WorkflowHistory.from_json(workflow_id, (directory / f"{name}.json").read_text())
+            patches[name] = sorted(patch_markers(history))
         for name, workflow_id in wanted.items():
             history = await self.client.get_workflow_handle(workflow_id).fetch_history()
             path = directory / f"{name}.json"
@@ -163,7 +175,7 @@ class Recording:
         # Replay runs each history under its workflow id (a child's id may be built from it):
         # the JSON holds only events, so the ids are kept beside it.
         ids = directory / WORKFLOW_IDS
-        ids.write_text(yaml.safe_dump(wanted, sort_keys=True))
+        ids.write_text(yaml.safe_dump({**(kept or {}), **wanted}, sort_keys=True))
         written.append(ids)
         if any(patches.values()):
             index = directory / PATCH_INDEX
@@ -309,6 +321,20 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
 
+        # A burst from an agent, with its kernel lines' own times (ten minutes old: spooled
+        # while Temporal was away): the critical event is recorded and acted on ahead of the
+        # minor ones queued before it (patch health-events-critical-first), and the records'
+        # times are kept (patch record-times-kept).
+        burst = next(n for n in names if n not in (unreachable, bad_event)
+                     and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        logged = time.time() - 600
+        await send_health_events(client, burst, [
+            *(HealthEventInput(burst, "agent", 13, f"minor {i}", "recorder", f"rv2-burst-{i}", logged + i,
+                               at_from_record=True) for i in range(5)),
+            HealthEventInput(burst, "agent", 79, "fallen off the bus", "recorder", "rv2-burst-79", logged + 5,
+                             at_from_record=True)])
+        await rec.wait(burst, lambda t: "drain" in t)
+
         # Search attributes with every transition (patch node-search-attributes), carried
         # across continue-as-new: the run recorded starts with them and moves the node on.
         listed = await search_attributes_scenario(rec)
@@ -319,6 +345,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         wanted = {
             "node_lifecycle_firmware_phase": node_workflow_id(drifted),
             "node_lifecycle_bad_health_event": node_workflow_id(bad_event),
+            "node_lifecycle_critical_first": node_workflow_id(burst),
             "node_lifecycle_drain_deadline": node_workflow_id(deadline_node),
             "remediation_restart_jobs": remediation_id(runbook_node),
             "remediation_set_state_draining": remediation_id(state_drained),
@@ -328,7 +355,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "capacity_guard": guard_id(settings.fleet),
             "node_lifecycle_search_attributes": node_workflow_id(listed),
         }
-        return await rec.write(directory, wanted)
+        return await rec.write(directory, wanted, KEPT_V2)
 
 
 async def search_attributes_scenario(rec: Recording) -> str:

@@ -52,9 +52,10 @@ class Lifecycle:
     async def admit(self, suite: str = "quick") -> None:
         await self.handle.execute_update(NodeLifecycle.admit, PhaseRequest(actor="tester", suite=suite))
 
-    async def event(self, code: int | None, event_id: str) -> None:
+    async def event(self, code: int | None, event_id: str, severity: str = "") -> None:
         await self.handle.signal(NodeLifecycle.health_event,
-                                 HealthEventInput(self.node, "xid", code, "test", "tester", event_id, 0.0))
+                                 HealthEventInput(self.node, "xid", code, "test", "tester", event_id, 0.0,
+                                                  severity=severity))
 
     async def settled(self) -> NodeLifecycleState:
         """The workflow's state once it has nothing queued and nothing in progress."""

@@ -6,6 +6,7 @@ decisions are what a test observes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,8 @@ from workflows.api import (
     CheckRequest,
     DriftReport,
     DriftRequest,
+    HealthEventBatch,
+    HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
     NodeFacts,
@@ -51,7 +54,10 @@ class World:
     guard_grants: bool = True
     guard_reason: str = "within the fleet's limits"
     jobs: list[str] = field(default_factory=list)  # the node's running jobs, every time it is asked
-    verdict: HealthEventVerdict | None = None  # the judgement of every recordable event
+    verdict: HealthEventVerdict | None = None  # the judgement of every recordable event...
+    verdicts: dict[int | None, HealthEventVerdict] = field(default_factory=dict)  # ...or of those of this code
+    # Set: the first recording of health events waits for it (a test queues what arrives meanwhile).
+    records_held: asyncio.Event | None = None
     baseline_id: int = 0
     drifts: list[list[str]] = field(default_factory=list)  # node_drift's answers, in order ([]: matches)
     update: UpdateOutcome = field(default_factory=lambda: UpdateOutcome(True, "updated"))
@@ -85,7 +91,8 @@ class FakeActivities:
             await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
 
     def all(self) -> list[Callable]:
-        return [self.record_transition, self.record_transition_with_facts, self.node_facts, self.record_health_event, self.record_automation_event,
+        return [self.record_transition, self.record_transition_with_facts, self.node_facts, self.record_health_event,
+                self.record_health_events, self.record_automation_event,
                 self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.choose_remediation,
                 self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
                 self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
@@ -117,6 +124,25 @@ class FakeActivities:
             raise ApplicationError(f"code {ev.code} is outside the column's range", type=BAD_DATA, non_retryable=True)
         assert self.world.verdict is not None, "the test sent an event without saying how it is judged"
         return self.world.verdict
+
+    @activity.defn(name="record_health_events")
+    async def record_health_events(self, batch: HealthEventBatch) -> HealthEventBatchResult:
+        await self._called("record_health_events", batch)
+        if self.world.records_held is not None and len(self.asked("record_health_events")) == 1:
+            await self.world.records_held.wait()
+        result = HealthEventBatchResult()
+        for index, ev in enumerate(batch.events):
+            refusal = "" if ev.code is None or 0 <= ev.code <= LARGEST_CODE else f"code {ev.code} is outside the column's range"
+            result.refusals.append(refusal)
+            if refusal:  # as the real activity: recorded as refused, the others go on
+                await self.record_automation_event(AutomationRecord("rejected", refusal, ev.actor, batch.node))
+                continue
+            verdict = self.world.verdicts.get(ev.code, self.world.verdict)
+            assert verdict is not None, "the test sent an event without saying how it is judged"
+            result.last_reason = verdict.reason
+            if verdict.drain_now:
+                result.acted.append(dataclasses.replace(verdict, index=index))
+        return result
 
     @activity.defn(name="record_automation_event")
     async def record_automation_event(self, rec: AutomationRecord) -> None:

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.temporal
 
 XID79 = HealthEventVerdict("", "critical", "drain", drain_now=True, critical=True, reason="XID 79: fallen off the bus")
 NOT_CRITICAL = HealthEventVerdict("", "error", "drain", drain_now=True, critical=False, reason="XID 48: double-bit ECC")
+MINOR = HealthEventVerdict("", "info", "restart_app", drain_now=False, critical=False, reason="XID 13: restart the app")
 
 
 async def test_an_operator_drain_cordons_then_hands_the_idle_node_to_maintenance(lifecycle) -> None:
@@ -185,7 +186,8 @@ async def test_an_event_that_cannot_be_recorded_is_refused_once_and_the_next_sti
     await node.event(79, "e-79")
     s = await node.settled()
     assert s.state == "maintenance"
-    assert [e.code for e in node.fakes.asked("record_health_event")] == [99999999999999999999, 79]  # no retries
+    recorded = [e.code for batch in node.fakes.asked("record_health_events") for e in batch.events]
+    assert recorded == [99999999999999999999, 79]  # no retries
     (refused,) = [a for a in node.fakes.automation if a.kind == "rejected"]
     assert "outside the column's range" in refused.reason and refused.node == node.node
 
@@ -219,3 +221,23 @@ async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_
 
     granted = await node.handle.execute_update(NodeLifecycle.transition, drain(grant_for("capacity-guard/f", node.node, 1)))
     assert (granted.from_state, granted.to_state) == ("production", "draining")
+
+
+async def test_a_critical_event_is_acted_on_ahead_of_the_minor_burst_queued_before_it(lifecycle) -> None:
+    held = asyncio.Event()
+    node = await lifecycle(world=World(verdicts={13: MINOR, 79: XID79}, records_held=held))
+    await node.event(13, "first")
+    await node.until(lambda: node.fakes.asked("record_health_events"))  # being recorded, held
+    for i in range(40):
+        await node.event(13, f"minor-{i}")
+    await node.event(79, "e-79", severity="critical")  # queued behind forty minor events
+    held.set()
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    batches = [[e.event_id for e in b.events] for b in node.fakes.asked("record_health_events")]
+    # the burst is recorded in one activity, not one each; the critical event before it
+    assert batches == [["first"], ["e-79"], [f"minor-{i}" for i in range(40)]]
+    names = [name for name, _ in node.fakes.calls]
+    drained = names.index("record_transition")
+    assert drained < max(i for i, name in enumerate(names) if name == "record_health_events")
+

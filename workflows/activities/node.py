@@ -4,6 +4,7 @@ workflow to another workflow's transition request."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import datetime, timezone
 
@@ -15,7 +16,8 @@ from temporalio.service import RPCError
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
-from fleetctl.health import judge_health_event, plausible_time
+from fleetctl.health import checked_severity, judge_health_event, plausible_time
+from fleetctl.reachability import ReachabilityPolicy, judge_reachability
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
 from workflows.activities.database import FLEET_LABEL, DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
@@ -23,11 +25,14 @@ from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
     TRANSITION_UPDATE,
     AutomationRecord,
+    HealthEventBatch,
+    HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
     NodeCommandOutcome,
     NodeFacts,
     RecordedTransition,
+    ReachabilityVerdict,
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
@@ -42,6 +47,18 @@ from workflows.api import (
 
 # health_events.code is an INTEGER column: 32 bits in PostgreSQL.
 HEALTH_EVENT_CODE_MAX = 2**31 - 1
+
+
+def health_event_refusal(ev: HealthEventInput) -> str:
+    """Why the event cannot be recorded (bad data, refused without retries), or ""."""
+    if ev.code is not None and not 0 <= ev.code <= HEALTH_EVENT_CODE_MAX:
+        shown = str(ev.code) if len(str(ev.code)) <= 24 else f"{str(ev.code)[:20]}..."
+        return f"{ev.node}: code {shown} is outside 0..{HEALTH_EVENT_CODE_MAX}: not a health event code"
+    try:
+        checked_severity(ev.severity)
+    except ValueError as exc:
+        return f"{ev.node}: {exc}"
+    return ""
 
 
 class NodeActivities(DatabaseActivities):
@@ -71,31 +88,75 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
-        from checks.xid import xid_action
+        refusal = health_event_refusal(ev)
+        if refusal:
+            raise bad_data(refusal)
+        return self._record_health_events(ev.node, [ev])[0]
 
-        if ev.code is not None and not 0 <= ev.code <= HEALTH_EVENT_CODE_MAX:
-            shown = str(ev.code) if len(str(ev.code)) <= 24 else f"{str(ev.code)[:20]}..."
-            raise bad_data(f"{ev.node}: code {shown} is outside 0..{HEALTH_EVENT_CODE_MAX}: not a health event code")
+    @activity.defn
+    def record_health_events(self, batch: HealthEventBatch) -> HealthEventBatchResult:
+        """A burst of the node's events in one activity and one transaction. An event that
+        cannot be recorded is refused alone (recorded as such) and the others are recorded."""
+        refusals = [health_event_refusal(ev) for ev in batch.events]
+        good = [ev for ev, refusal in zip(batch.events, refusals) if not refusal]
+        verdicts = iter(self._record_health_events(batch.node, good) if good else [])
+        info = activity.info()
+        for ev, refusal in zip(batch.events, refusals):
+            if refusal:
+                self.record_automation_event(AutomationRecord(
+                    kind="rejected", reason=f"health event from {ev.source}: {refusal}", actor=ev.actor or "health-event",
+                    node=batch.node, key=f"{info.workflow_id}/bad-event/{ev.event_id or info.activity_id}"))
+        result = HealthEventBatchResult(refusals=refusals)
+        for index, refusal in enumerate(refusals):
+            if not refusal:
+                verdict = next(verdicts)
+                result.last_reason = verdict.reason
+                if verdict.drain_now:
+                    result.acted.append(dataclasses.replace(verdict, index=index))
+        return result
+
+    def _record_health_events(self, node: str, events: list[HealthEventInput]) -> list[HealthEventVerdict]:
+        from checks.xid import xid_action
 
         # Not the sender's clock alone: one days off would move the event out of (or into)
         # the escalation window of the events other senders reported. An event resent (after
         # a laptop slept, say) keeps the time it was first recorded with.
-        now = plausible_time(ev.at, ev.received_at or time.time())
-        key = ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{now}"
-        now = queries.health_event_time(self.engine, key) or now
-        earlier = [] if ev.code is None else queries.health_event_times(self.engine, ev.node, ev.code, key)
-        if ev.code is None:
-            verdict_sev, verdict_action, drain, reason = "warning", "reset_gpu", False, ev.message or "operator report"
-            critical = False
-        else:
-            v = judge_health_event(ev.code, earlier, now)
-            verdict_sev, verdict_action, drain, reason = v.severity, v.action, v.drain_now, v.reason
-            critical = xid_action(ev.code).severity == "critical"
-        queries.insert_once(self.engine, HealthEvent(
-            node_name=ev.node, source=ev.source, code=ev.code, severity=verdict_sev, action=verdict_action,
-            message=ev.message, at=datetime.fromtimestamp(now, timezone.utc), idempotency_key=key,
-        ), HealthEvent.idempotency_key, key)
-        return HealthEventVerdict(ev.node, verdict_sev, verdict_action, drain, critical, reason)
+        times = [plausible_time(ev.at, ev.received_at or time.time(), ev.at_from_record) for ev in events]
+        keys = [ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{at}" for ev, at in zip(events, times)]
+
+        def judge(i: int, at: float, earlier: list[float]) -> tuple[HealthEvent, HealthEventVerdict]:
+            ev = events[i]
+            if ev.code is None:
+                # No Xid to judge by: the sender's severity says what it is (a sampled finding,
+                # a signature the catalog rates); none given is a warning, as it always was.
+                severity = ev.severity or "warning"
+                critical = severity == "critical"
+                verdict = HealthEventVerdict(node, severity, "reset_gpu", critical, critical,
+                                             ev.message or "operator report")
+            else:
+                v = judge_health_event(ev.code, earlier, at)
+                verdict = HealthEventVerdict(node, v.severity, v.action, v.drain_now,
+                                             xid_action(ev.code).severity == "critical", v.reason)
+            return HealthEvent(node_name=node, source=ev.source, code=ev.code, severity=verdict.severity,
+                               action=verdict.action, message=ev.message, at=datetime.fromtimestamp(at, timezone.utc),
+                               idempotency_key=keys[i]), verdict
+
+        return queries.record_health_events(self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times)],
+                                            judge)
+
+    @activity.defn
+    def judge_reachability(self, name: str) -> ReachabilityVerdict:
+        """Whether the node is suspect: its latest check runs could not reach it, so many times
+        in a row (settings.suspect_after_unreachable). A suspect node is recorded as such
+        (once per run that made it so), where `node list` and fleet status show it."""
+        policy = ReachabilityPolicy(self.settings.suspect_after_unreachable)
+        runs = queries.latest_checks(self.engine, name, limit=policy.unreachable_runs)
+        verdict = judge_reachability([r.error_kind for r in runs], policy)
+        if verdict.suspect:
+            self.record_automation_event(AutomationRecord(
+                kind="suspect", reason=verdict.reason, actor="reachability", node=name, fleet=self.settings.fleet,
+                key=f"suspect/{name}/{runs[0].id}"))
+        return ReachabilityVerdict(name, verdict.suspect, verdict.reason)
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
         remediation_id,
     )
+    from workflows.definitions.health_queue import next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_visibility import record_transition, show_details
     from workflows.definitions.remediation import Remediation
@@ -172,7 +173,8 @@ class NodeLifecycle:
         # The sender's clock is believed only when it agrees with ours: windows and restart
         # latencies then run on times that are comparable across senders.
         ev.received_at = workflow.now().timestamp()
-        ev.at = plausible_time(ev.at, ev.received_at)
+        # A logged record's own time is believed however long it waited in a spool.
+        ev.at = plausible_time(ev.at, ev.received_at, ev.at_from_record and workflow.patched("record-times-kept"))
         self.s.work.append(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
 
     @workflow.query
@@ -187,7 +189,10 @@ class NodeLifecycle:
         elif item.kind == "recheck":
             await self._recheck(item)
         elif item.kind == "health_event" and item.event is not None:
-            await self._health_event(item.event)
+            if workflow.patched("health-events-critical-first"):
+                await self._health_events(next_health_events(self.s.work, item))
+            else:
+                await self._health_event(item.event)
         elif item.kind == "drain_followup":
             await self._after_drain(item)
         elif item.kind == "resume_in_scheduler":
@@ -296,9 +301,21 @@ class NodeLifecycle:
             await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck",
                                       event=check_event(failed.check, "fail", failed.reason))
 
-    async def _health_event(self, ev: HealthEventInput) -> None:
-        self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
-        verdict = await self._record_health_event(ev)
+    async def _health_events(self, items: list[WorkItem]) -> None:
+        """A burst recorded in one activity (critical events ahead of minor ones), then each
+        verdict acted on in order."""
+        self.s.activity = f"health events: {len(items)}"
+        recorded = await record_health_events(self.s.node, [w.event for w in items])
+        self.s.last_outcome = recorded.last_reason or self.s.last_outcome
+        for refusal in filter(None, recorded.refusals):
+            self.s.last_outcome = f"health event not recorded: {refusal}"
+        for verdict in recorded.acted:
+            await self._health_event(items[verdict.index].event, verdict)
+
+    async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict | None = None) -> None:
+        if verdict is None:
+            self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
+            verdict = await self._record_health_event(ev)
         if verdict is None:
             return
         self.s.last_outcome = verdict.reason
@@ -313,6 +330,11 @@ class NodeLifecycle:
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
         queued = [w for w in self.s.work if w.kind == "health_event" and w.event is not None]
+        if queued and workflow.patched("health-events-critical-first"):
+            taken = {id(w) for w in queued}
+            self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
+            recorded = await record_health_events(self.s.node, [w.event for w in queued])
+            return bool(recorded.acted)
         bad = False
         for item in queued:
             self.s.work.remove(item)

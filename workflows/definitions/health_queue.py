@@ -1,0 +1,61 @@
+"""The node's queued health events, critical first and in bursts: which events the node's
+workflow records next, and recording them a burst per activity.
+
+A flood of minor events (2,000 Xid 13 lines in a second) recorded one activity each kept a
+critical event behind them for over a minute. Now every critical event queued is taken
+first, and minor ones are taken up to a burst at a time, so a critical event waits for at
+most one burst's activity. Within each kind the order of arrival is kept: escalation counts
+(the same warning Xid N times in a window) depend on which events of a code came first, and
+a code is always of one kind."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.activities.node import NodeActivities
+    from workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem
+    from workflows.definitions.shared import QUICK
+
+# Events recorded per activity: a message is at most 2 KiB, so a burst stays under
+# Temporal's 512 KiB payload warning; and a critical event that arrives during a burst
+# waits for at most this many records.
+EVENTS_PER_ACTIVITY = 200
+
+
+def is_critical(ev: HealthEventInput) -> bool:
+    """Sent as critical (the agent and the intake read the Xid catalog, `node event` takes
+    --severity). The sender's word, not the catalog read here: what a replay decides must
+    come from its history, and a catalog updated with the worker would reorder the queue of
+    a workflow in flight. It only orders the queue: the activity judges each event by the
+    catalog, so a sender that calls a minor Xid critical moves it up, and drains nothing."""
+    return ev.severity == "critical"
+
+
+def next_health_events(work: list[WorkItem], first: WorkItem, limit: int = EVENTS_PER_ACTIVITY) -> list[WorkItem]:
+    """The health events to record now, taken out of `work`: every queued critical one (up to
+    `limit`), else the oldest `limit`. `first` (just taken off the queue) goes back to the
+    front of it when it has to wait."""
+    queued = [first] + [w for w in work if w.kind == "health_event" and w.event is not None]
+    critical = [w for w in queued if is_critical(w.event)]
+    chosen = (critical or queued)[:limit]
+    taken = {id(w) for w in chosen}
+    work[:] = [w for w in work if id(w) not in taken]
+    if id(first) not in taken:
+        work.insert(0, first)
+    return chosen
+
+
+async def record_health_events(node: str, events: list[HealthEventInput]) -> HealthEventBatchResult:
+    """Record and judge `events` in order, a burst per activity."""
+    result = HealthEventBatchResult()
+    for start in range(0, len(events), EVENTS_PER_ACTIVITY):
+        part: HealthEventBatchResult = await workflow.execute_activity_method(
+            NodeActivities.record_health_events, HealthEventBatch(node, events[start:start + EVENTS_PER_ACTIVITY]),
+            **QUICK)
+        result.acted += [dataclasses.replace(v, index=v.index + start) for v in part.acted]
+        result.refusals += part.refusals
+        result.last_reason = part.last_reason or result.last_reason
+    return result
