@@ -65,7 +65,8 @@ CASES = [
 @pytest.mark.parametrize("name, fault, event, status, steps, final", CASES, ids=[c[0] for c in CASES])
 async def test_shipped_runbook_end_to_end(fleet_settings, name, fault, event, status, steps, final) -> None:
     async with running_fleet(fleet_settings) as sim_fleet:
-        (node,) = await sim_fleet.add()
+        # two more in production: a runbook's burn-in tests the node's fabric with partners
+        node, *_partners = await sim_fleet.add(3)
         add_fault(sim_fleet.engine, node, fault)
         book = _quick_wait(BOOKS[name])
         result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, book, event, "tester")

@@ -240,4 +240,3 @@ async def test_a_critical_event_is_acted_on_ahead_of_the_minor_burst_queued_befo
     names = [name for name, _ in node.fakes.calls]
     drained = names.index("record_transition")
     assert drained < max(i for i, name in enumerate(names) if name == "record_health_events")
-
