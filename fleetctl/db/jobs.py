@@ -223,13 +223,21 @@ def reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory
     """Write what `scheduler` says of its jobs into `jobs`; how many rows it wrote.
 
     Slurm moves a requeued job's submit and start times to the latest run; the row keeps the
-    earliest, so a job's wall time runs through its restarts. A job of this scheduler that
+    earliest it saw, or that fleetctl knows the job ran by (its first restart's fault, its
+    first checkpoint), so a job's wall time runs through its restarts. A job of this scheduler that
     the row has as not ended and that the scheduler no longer lists ended when fleetctl last
     saw it. `gpus_per_node` gives a job's GPUs per node from its nodes when the scheduler does
     not say (the inventory's profiles); a row keeps its value when neither knows.
     """
     with Session(engine) as session:
         rows = {j.job_id: j for j in session.exec(select(Job).where(Job.scheduler == scheduler))}
+        ids = [seen.job_id for seen in observed]
+        ran_by: dict[str, datetime] = {}
+        for job_id, when in [*session.exec(select(JobRestart.job_id, JobRestart.fault_seen_at)
+                                           .where(col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler)),
+                             *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at)
+                                           .where(col(JobCheckpoint.job_id).in_(ids)))]:
+            ran_by[job_id] = _earliest(ran_by.get(job_id), when)
         for seen in observed:
             row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
             row.name, row.state, row.node_count = seen.name, seen.state, seen.node_count
@@ -239,7 +247,8 @@ def reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory
             if gpus:
                 row.gpus_per_node = gpus
             row.submitted_at = _earliest(row.submitted_at if row.id else None, seen.submitted_at) or seen_at
-            row.started_at = _earliest(row.started_at, seen.started_at)
+            row.started_at = _earliest(row.started_at, seen.started_at,
+                                       ran_by.get(seen.job_id) if seen.started_at or row.started_at else None)
             row.ended_at = seen.ended_at
             row.restart_count = max(row.restart_count or 0, seen.restart_count)
             row.seen_at = seen_at
