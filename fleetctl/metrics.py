@@ -15,7 +15,7 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 - Node-days per state: those intervals clipped to the window, summed per state.
 - A failure: a transition out of production caused by automation (actor_kind automation,
   trigger drain) or whose cause names a check or a health event (an XID, `recheck ...`,
-  `active check ...`, `health: ...`), timed inside the window. Its cause label is
+  `active check ...`, `prolog ...`, `health: ...`), timed inside the window. Its cause label is
   `xid <code>`, `check <name>`, `health` or `automation`.
 - MTTF: production node-hours in the window / failures in the window (none without failures).
 - MTTR: mean time from leaving production to returning to production, over the returns
@@ -76,8 +76,9 @@ from fleetctl.runbooks import LemonPolicy
 PRODUCTION = NodeState.PRODUCTION.value
 
 _XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
-# Causes written by NodeLifecycle._recheck and ActiveChecks._drain: "<kind> <suite>: <check>: <reason>".
-_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check) [^:]*: ([\w.-]+):")
+# Causes written by NodeLifecycle._recheck, ActiveChecks._drain and the prolog
+# (workflows.activities.prejob): "<kind> <suite>: <check>: <reason>".
+_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):")
 
 
 @dataclass(frozen=True)

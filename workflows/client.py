@@ -31,9 +31,10 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from fleetctl.capacity import GuardPolicy
+from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.config import Settings
 from workflows.api import (
+    REQUEST_REMOVAL_UPDATE,
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
@@ -193,6 +194,25 @@ async def request_transition(
                 raise CommandRejected(f"{node}: no lifecycle workflow is running (retired, or never imported)") from None
             raise TemporalUnavailable(f"Temporal error for {node}: {_one_line(exc)}") from None
     raise TemporalUnavailable(_no_answer(node, attempts))
+
+
+async def request_guarded_drain(
+    client: Client, settings: Settings, node: str, rack: str, cause: str, actor: str, request_id: str,
+) -> tuple[RemovalDecision, TransitionResult | None]:
+    """An automated drain asked from outside a workflow (the Slurm prolog): the fleet's
+    capacity guard first, then the node's workflow, as workflows.definitions.shared.guarded_drain
+    does inside one. None: the guard refused, nothing was asked of the node."""
+    guard = await ensure_capacity_guard(client, settings)
+    try:
+        decision = await guard.execute_update(
+            REQUEST_REMOVAL_UPDATE, RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
+            result_type=RemovalDecision)
+    except RPCError as exc:
+        raise TemporalUnavailable(f"capacity guard: {_one_line(exc)}") from None
+    if not decision.granted:
+        return decision, None
+    return decision, await request_transition(client, node, "drain", actor, cause, actor_kind="automation",
+                                              request_id=request_id)
 
 
 def _no_answer(node: str, attempts: int) -> str:
