@@ -220,46 +220,18 @@ def _earliest(*values: datetime | None) -> datetime | None:
 
 def reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
                    gpus_per_node: Callable[[Sequence[str]], int | None] = lambda nodes: None) -> int:
-    """Write what `scheduler` says of its jobs into `jobs`; how many rows it wrote.
+    """Write what `scheduler` says of its jobs into `jobs`; how many jobs it listed.
 
     Slurm moves a requeued job's submit and start times to the latest run; the row keeps the
     earliest it saw, or that fleetctl knows the job ran by (its first restart's fault, its
-    first checkpoint), so a job's wall time runs through its restarts. A job of this scheduler that
-    the row has as not ended and that the scheduler no longer lists ended when fleetctl last
-    saw it. `gpus_per_node` gives a job's GPUs per node from its nodes when the scheduler does
+    first checkpoint), so a job's wall time runs through its restarts. A job an earlier sync
+    saw, not ended, that the scheduler no longer lists ended when fleetctl last saw it. `gpus_per_node` gives a job's GPUs per node from its nodes when the scheduler does
     not say (the inventory's profiles); a row keeps its value when neither knows.
     """
-    with Session(engine) as session:
-        rows = {j.job_id: j for j in session.exec(select(Job).where(Job.scheduler == scheduler))}
-        ids = [seen.job_id for seen in observed]
-        ran_by: dict[str, datetime] = {}
-        for job_id, when in [*session.exec(select(JobRestart.job_id, JobRestart.fault_seen_at)
-                                           .where(col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler)),
-                             *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at)
-                                           .where(col(JobCheckpoint.job_id).in_(ids)))]:
-            ran_by[job_id] = _earliest(ran_by.get(job_id), when)
-        for seen in observed:
-            row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
-            row.name, row.state, row.node_count = seen.name, seen.state, seen.node_count
-            if seen.nodes:
-                row.nodes = list(seen.nodes)
-            gpus = seen.gpus_per_node or gpus_per_node(seen.nodes)
-            if gpus:
-                row.gpus_per_node = gpus
-            row.submitted_at = _earliest(row.submitted_at if row.id else None, seen.submitted_at) or seen_at
-            row.started_at = _earliest(row.started_at, seen.started_at,
-                                       ran_by.get(seen.job_id) if seen.started_at or row.started_at else None)
-            row.ended_at = seen.ended_at
-            row.restart_count = max(row.restart_count or 0, seen.restart_count)
-            row.seen_at = seen_at
-            session.add(row)
-        listed = {seen.job_id for seen in observed}
-        for job_id, row in rows.items():
-            if job_id not in listed and row.ended_at is None and row.started_at is not None:
-                row.ended_at = row.seen_at or seen_at
-                row.state = "gone" if row.state in ("running", "pending") else row.state
-                session.add(row)
-        session.commit()
+    try:
+        _reconcile_jobs(engine, scheduler, observed, seen_at, gpus_per_node)
+    except IntegrityError:  # a concurrent sync inserted one of the new jobs first: once more, as an update
+        _reconcile_jobs(engine, scheduler, observed, seen_at, gpus_per_node)
     return len(observed)
 
 
@@ -283,3 +255,45 @@ def job_checkpoints(engine: Engine, job_id: str) -> list[datetime]:
     with Session(engine) as session:
         return [as_utc(c.at) for c in session.exec(
             select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.at))]
+
+
+def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
+                    gpus_per_node: Callable[[Sequence[str]], int | None]) -> None:
+    with Session(engine) as session:
+        if scheduler == SIM:
+            # The simulated scheduler's passes write these rows too: none runs while this
+            # does, and a row a pass changed since it was listed waits for the next sync.
+            _lock_sim_scheduler(session)
+        rows = {j.job_id: j for j in session.exec(select(Job).where(Job.scheduler == scheduler))}
+        ids = [seen.job_id for seen in observed]
+        ran_by: dict[str, datetime] = {}
+        for job_id, when in [*session.exec(select(JobRestart.job_id, JobRestart.fault_seen_at)
+                                           .where(col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler)),
+                             *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at)
+                                           .where(col(JobCheckpoint.job_id).in_(ids)))]:
+            ran_by[job_id] = _earliest(ran_by.get(job_id), when)
+        for seen in observed:
+            row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
+            if scheduler == SIM and (row.state, tuple(row.nodes)) != (seen.state, seen.nodes):
+                continue
+            row.name, row.state, row.node_count = seen.name, seen.state, seen.node_count
+            if seen.nodes:
+                row.nodes = list(seen.nodes)
+            gpus = seen.gpus_per_node or gpus_per_node(seen.nodes)
+            if gpus:
+                row.gpus_per_node = gpus
+            row.submitted_at = _earliest(row.submitted_at if row.id else None, seen.submitted_at) or seen_at
+            row.started_at = _earliest(row.started_at, seen.started_at,
+                                       ran_by.get(seen.job_id) if seen.started_at or row.started_at else None)
+            row.ended_at = seen.ended_at
+            row.restart_count = max(row.restart_count or 0, seen.restart_count)
+            row.seen_at = seen_at
+            session.add(row)
+        listed = {seen.job_id for seen in observed}
+        for job_id, row in rows.items():
+            # Only a job an earlier sync saw: one that began after the listing is not gone.
+            if job_id not in listed and row.ended_at is None and row.seen_at is not None:
+                row.ended_at = row.seen_at
+                row.state = "gone" if row.state in ("running", "pending") else row.state
+                session.add(row)
+        session.commit()

@@ -123,3 +123,19 @@ def test_migration_0007_adds_and_removes_the_job_columns(db_url) -> None:
         command.upgrade(cfg, "head")
     assert {"restart_count", "seen_at"} <= columns()
     assert jobs.record_checkpoint(engine, "1", utcnow()) is True
+
+
+def test_a_simulated_job_placed_again_after_it_was_listed_is_not_put_back(sqlite_url) -> None:
+    from fleetctl.sim.scheduler import SimScheduler
+
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, ["n1", "n2"])
+    sim = SimScheduler(engine)
+    job = sim.submit("llm", 1)
+    listed = sim.job_history()  # running on n1
+    sim.restart_job(job.job_id, ["n1"])  # a restart moves it before the sync writes the listing
+    jobs.reconcile_jobs(engine, "sim", listed, utcnow())
+    row = jobs.get_job(engine, job.job_id)
+    assert (row.state, row.nodes, row.restart_count, row.seen_at) == ("running", ["n2"], 1, None)
+    jobs.reconcile_jobs(engine, "sim", sim.job_history(), utcnow())  # the next sync writes it
+    assert jobs.get_job(engine, job.job_id).seen_at is not None
