@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from checks.profiles import UnknownProfile, load_profile
 from fleetctl.db import jobs as store
 from fleetctl.db.queries import list_nodes
+from fleetctl.schedulers import JOB_HISTORY_KINDS
 from fleetctl.schedulers.base import ListsJobHistory, SchedulerError
 
 if TYPE_CHECKING:
@@ -28,17 +29,19 @@ class SyncResult:
     skipped: list[str] = field(default_factory=list)  # schedulers that cannot list their jobs
 
 
-def sync_jobs(engine: Engine, schedulers: Mapping[str, object], now: datetime) -> SyncResult:
-    """Ask each scheduler for its jobs and write them; one scheduler's error leaves the others'."""
+def sync_jobs(engine: Engine, kinds: Sequence[str], scheduler_for: Callable[[str], ListsJobHistory],
+              now: datetime) -> SyncResult:
+    """Ask each scheduler of `kinds` that can list its jobs for them and write them; one
+    scheduler's error (a setting, the scheduler unreachable) leaves the others'."""
     result = SyncResult()
     gpus = _gpus_per_node(engine)
-    for kind, scheduler in schedulers.items():
-        if not isinstance(scheduler, ListsJobHistory):
+    for kind in kinds:
+        if kind not in JOB_HISTORY_KINDS:
             result.skipped.append(kind)
             continue
         try:
-            observed = scheduler.job_history()
-        except SchedulerError as exc:
+            observed = scheduler_for(kind).job_history()
+        except (SchedulerError, ValueError) as exc:
             result.errors[kind] = str(exc)
             continue
         result.jobs[kind] = store.reconcile_jobs(engine, kind, observed, now, gpus)

@@ -71,9 +71,12 @@ def sync_schedulers(ctx: typer.Context):
     """Reconcile the jobs of every scheduler the inventory uses into the database."""
     from fleetctl.db.models import utcnow
     from fleetctl.job_sync import sync_jobs
+    from fleetctl.schedulers import scheduler_for
+    from fleetctl.slurm_host import slurm_runner
 
-    kinds = _scheduler_kinds(ctx)
-    return sync_jobs(context.engine(ctx), {kind: _scheduler(ctx, kind) for kind in kinds}, utcnow())
+    s = context.settings(ctx)
+    return sync_jobs(context.engine(ctx), _scheduler_kinds(ctx), lambda kind: scheduler_for(
+        kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None), utcnow())
 
 
 def _job_row(kind: str, job) -> dict:

@@ -274,7 +274,7 @@ def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistor
             ran_by[job_id] = _earliest(ran_by.get(job_id), when)
         for seen in observed:
             row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
-            if scheduler == SIM and (row.state, tuple(row.nodes)) != (seen.state, seen.nodes):
+            if scheduler == SIM and row.id is not None and (row.state, tuple(row.nodes)) != (seen.state, seen.nodes):
                 continue
             row.name, row.state, row.node_count = seen.name, seen.state, seen.node_count
             if seen.nodes:

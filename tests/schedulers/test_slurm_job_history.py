@@ -45,3 +45,38 @@ def test_gpus_per_node_from_the_allocated_tres() -> None:
 def test_a_line_it_cannot_read_is_one_error_not_a_guess(line) -> None:
     with pytest.raises(SchedulerError, match="cannot read"):
         parse_job_history(line)
+
+
+def test_the_kinds_that_list_their_jobs_are_the_adapters_that_can() -> None:
+    from fleetctl.schedulers import JOB_HISTORY_KINDS, SCHEDULER_KINDS
+    from fleetctl.schedulers.base import ListsJobHistory
+    from fleetctl.schedulers.kubernetes import KubernetesScheduler
+    from fleetctl.schedulers.slurm import SlurmScheduler
+    from fleetctl.sim.scheduler import SimScheduler
+
+    adapters = {"slurm": SlurmScheduler, "kubernetes": KubernetesScheduler, "sim": SimScheduler}
+    assert set(adapters) == set(SCHEDULER_KINDS)
+    assert {kind for kind, cls in adapters.items() if issubclass(cls, ListsJobHistory)} == set(JOB_HISTORY_KINDS)
+
+
+def test_one_schedulers_error_leaves_the_others_synced(sqlite_url) -> None:
+    from fleetctl.db import jobs
+    from fleetctl.db.engine import get_engine
+    from fleetctl.job_sync import sync_jobs
+
+    engine = get_engine(sqlite_url)
+    listed = JobHistory("9", "llm", "running", ("n1",), 1, at(1796083141), at(1796083143), None)
+
+    class Listing:
+        def job_history(self):
+            return [listed]
+
+    def scheduler_for(kind):
+        if kind == "slurm":
+            raise ValueError("slurm_host is login1: Slurm's commands need its SSH runner")
+        return Listing()
+
+    result = sync_jobs(engine, ["slurm", "kubernetes", "sim"], scheduler_for, at(1796083200))
+    assert (result.jobs, result.skipped) == ({"sim": 1}, ["kubernetes"])
+    assert result.errors == {"slurm": "slurm_host is login1: Slurm's commands need its SSH runner"}
+    assert jobs.get_job(engine, "9").scheduler == "sim"
