@@ -47,11 +47,15 @@ def render_report(report: dict, wide: bool = False):
     parts = [head, groups("per rack", "rack", report["racks"]),
              groups("per profile", "profile", report["profiles"])]
     if jobs["per_job"]:
-        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall h", "restarts", "checkpoints", "down s",
-                                           "lost s", "ETTR", "predicted", "restart s"], [
+        # Wide adds where each job's time went: restart downtime, work lost, each restart.
+        extra = ["down s", "lost s", "restart s"] if wide else []
+        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall h", "restarts", "ckpts", "ETTR", "predicted",
+                                           *extra], [
             [j["job_id"], j["name"], j["gpus"], _hours(j["wall_hours"], 2), j["restarts"], j["checkpoints"],
-             _hours(j["downtime_seconds"]), _hours(j["lost_seconds"]), _pct(j["ettr"]), _pct(j["predicted_ettr"]),
-             ", ".join(f"{v:.1f}" for v in j["restart_seconds"])] for j in jobs["per_job"]]))
+             _pct(j["ettr"]), _pct(j["predicted_ettr"]),
+             *([_hours(j["downtime_seconds"]), _hours(j["lost_seconds"]),
+                ", ".join(f"{v:.1f}" for v in j["restart_seconds"])] if wide else [])]
+            for j in jobs["per_job"]]))
     if jobs["interruptions"]:
         parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
     if s["causes"]:
