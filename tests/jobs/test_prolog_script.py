@@ -19,7 +19,7 @@ def run_prolog(tmp_path: Path, exit_status: int, **env: str) -> tuple[int, list[
     fake = tmp_path / "fleetctl"
     fake.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "{argv_file}"\nexit {exit_status}\n')
     fake.chmod(0o755)
-    done = subprocess.run([str(PROLOG)], env={"PATH": os.environ["PATH"], "FLEETCTL": str(fake), **env},
+    done = subprocess.run(["/bin/sh", str(PROLOG)], env={"PATH": os.environ["PATH"], "FLEETCTL": str(fake), **env},
                           capture_output=True, text=True, timeout=30)
     argv = argv_file.read_text().split("\0")[:-1] if argv_file.exists() else []
     return done.returncode, argv, done.stderr

@@ -45,7 +45,7 @@ def _wrapper(path: Path, settings) -> Path:
            "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
            "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": "60"}
     path.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-                    + f"exec {shlex.quote(str(PROLOG))}\n")
+                    + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n")
     path.chmod(0o755)
     return path
 
