@@ -20,7 +20,6 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory import parse_inventory
-from fleetctl.schedulers.base import REASON_PREFIX
 from fleetctl.sim.store import add_fault
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.client import connect
