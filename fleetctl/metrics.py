@@ -27,16 +27,34 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   capacity that was lost.
 - Lemon node: one whose entries into maintenance make it a lemon by the remediation lemon
   policy (`runbooks.LemonPolicy`, default 3 within 7 days) at some entry inside the window.
-- Job ETTR: (wall time - downtime during restarts - work lost since the last checkpoint) /
-  wall time, over the job's life up to `now`. Downtime of a restart runs from the fault to
-  the job running again (to the job's end or `now` when it never ran again); overlapping
-  restarts count once. Work lost is known only for restarts after `last_checkpoint_at`
-  (the one checkpoint recorded): the job went back to that checkpoint, losing the time
-  from it, or from its previous resumption if later, to the fault. Fleet ETTR is the
-  wall-time-weighted mean: sum of productive time / sum of wall time over the jobs that
-  ran inside the window.
+- Job ETTR (Meta's definition, Kokolis et al. 2024, arXiv:2410.21680): productive time /
+  wall time over the job's life up to `now`, productive = wall - downtime during restarts
+  - work lost since the last checkpoint. Downtime of a restart runs from the fault to the
+  job running again (to the job's end or `now` when it never ran again); overlapping
+  restarts count once. Work lost is known only for a restart after a recorded checkpoint
+  (`fleetctl job checkpoint`): the job went back to the last checkpoint at or before the
+  fault, losing the time from it, or from its previous resumption if later, to the fault.
+  A requeue by the scheduler alone (counted, not timed) adds no downtime. Fleet ETTR is
+  the wall-time-weighted mean: sum of productive time / sum of wall time over the jobs
+  that ran inside the window.
 - Restart latency: fault seen to job running again, for restarts whose fault is inside the
   window and that ran again.
+- Interruptions by cause: each restart fleetctl ran, labelled from its cause as failures
+  are (`xid <code>`, `check <name>`, `health`; `operator` for a restart by hand, else
+  `other`); each requeue the scheduler counted beyond fleetctl's restarts (`scheduler
+  requeue`); a job that ended because its node failed or it was preempted (`node_fail`,
+  `preempted`, `boot_fail`). Jobs that ran inside the window.
+- Failure rate per GPU: failures in the window / production GPU-hours (each node's
+  production hours times its profile's GPU count). MTTF at a job size of G GPUs: 1 / (G x
+  that rate), as a G-GPU job fails when any of its GPUs' nodes does.
+- Checkpoint interval: the median gap between consecutive checkpoints of a job, pooled
+  over every job that reported two or more.
+- Predicted ETTR (the first-order model of Kokolis et al. 2024, checkpoint writes taken as
+  free): 1 - G x rate x (restart time + checkpoint interval / 2), at least 0: each failure
+  costs the restart time plus, on average, half a checkpoint interval of work. Per job, G
+  is the job's GPUs, the interval its own (the fleet's when it reported fewer than two
+  checkpoints) and the restart time the fleet's mean restart latency; for the fleet, the
+  wall-time-weighted mean of the jobs' predictions, beside the measured fleet ETTR.
 - Stragglers: per GPU profile, each node's latest value of a straggler metric (NCCL
   all-reduce busbw_gbps, HPL gflops_per_gpu) judged against the profile's median by
   `checks.stragglers.find_stragglers`. Retired nodes are left out.
@@ -44,9 +62,11 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from typing import Any, Iterable, Mapping, Sequence
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
@@ -62,6 +82,7 @@ class NodeRecord:
     rack: str
     profile: str
     created_at: datetime
+    gpus: int = 0  # the profile's GPU count (0: unknown, no GPU-hours)
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,7 @@ class RestartRecord:
     fault_seen_at: datetime
     running_at: datetime | None
     status: str = "succeeded"
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,6 +130,10 @@ class JobRecord:
     last_checkpoint_at: datetime | None = None
     restarts: tuple[RestartRecord, ...] = ()
     name: str = ""
+    checkpoints: tuple[datetime, ...] = ()  # every checkpoint the job reported
+    gpus: int = 0  # GPUs the job runs on (nodes x GPUs per node)
+    scheduler_restarts: int = 0  # requeues the scheduler counted, fleetctl's included
+    state: str = ""  # the scheduler's state of the job (its last)
 
 
 @dataclass(frozen=True)
@@ -147,6 +173,7 @@ class Summary:
     availability: float | None
     node_days: dict[str, float]
     causes: dict[str, int]
+    production_gpu_hours: float = 0.0
 
 
 # -- time lines ------------------------------------------------------------------------------
@@ -245,10 +272,13 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
     by_state: dict[str, float] = defaultdict(float)
     failed: list[Transition] = []
     repairs: list[float] = []
+    gpu_seconds = 0.0
     for h in histories:
         events = timeline(h.node.created_at, h.transitions, now)
         for state, seconds in seconds_by_state(clip(intervals(h.node.created_at, events, now), since, now)).items():
             by_state[state] += seconds
+            if state == PRODUCTION:
+                gpu_seconds += seconds * h.node.gpus
         failed += failures(events, since, now)
         repairs += repair_seconds(events, since, now)
     return Summary(
@@ -261,6 +291,7 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
         availability=availability(by_state),
         node_days={state: seconds / 86400 for state, seconds in sorted(by_state.items())},
         causes=dict(Counter(failure_label(t) for t in failed).most_common()),
+        production_gpu_hours=gpu_seconds / 3600,
     )
 
 
@@ -291,15 +322,71 @@ def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
         return None
     downtime = lost = 0.0
     resumed: datetime | None = None  # when the job last came back from a restart
+    checkpoints = job_checkpoints(job)
     for r in sorted(job.restarts, key=lambda r: r.fault_seen_at):
         fault = min(max(r.fault_seen_at, resumed or start), end)
         back = min(max(r.running_at or end, fault), end)
         downtime += (back - fault).total_seconds()
-        checkpoint = job.last_checkpoint_at
-        if checkpoint is not None and checkpoint <= fault:
+        checkpoint = last_checkpoint(checkpoints, fault)
+        if checkpoint is not None:
             lost += (fault - max(checkpoint, resumed or checkpoint)).total_seconds()
         resumed = back
     return JobGoodput(job.job_id, wall, downtime, lost)
+
+
+def job_checkpoints(job: JobRecord) -> list[datetime]:
+    """Every checkpoint of the job in time order (last_checkpoint_at among them)."""
+    extra = [job.last_checkpoint_at] if job.last_checkpoint_at is not None else []
+    return sorted(set(job.checkpoints) | set(extra))
+
+
+def last_checkpoint(checkpoints: Sequence[datetime], at: datetime) -> datetime | None:
+    """The latest of `checkpoints` (sorted) at or before `at`."""
+    index = bisect_right(checkpoints, at)
+    return checkpoints[index - 1] if index else None
+
+
+def checkpoint_interval_seconds(jobs: Iterable[JobRecord]) -> float | None:
+    """The median gap between consecutive checkpoints, pooled over the jobs' gaps."""
+    gaps = [(b - a).total_seconds() for job in jobs for a, b in pairwise(job_checkpoints(job))]
+    return percentile(gaps, 0.5) if gaps else None
+
+
+_SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
+
+
+def restart_label(cause: str) -> str:
+    if label := failure_cause(cause):
+        return label
+    return "operator" if cause.startswith("operator") else "other"
+
+
+def interruptions(job: JobRecord) -> list[str]:
+    """The cause label of each interruption of the job (see the definitions above)."""
+    labels = [restart_label(r.cause) for r in job.restarts]
+    labels += ["scheduler requeue"] * max(0, job.scheduler_restarts - len(job.restarts))
+    if job.state in _SCHEDULER_END_CAUSES:
+        labels.append(job.state)
+    return labels
+
+
+def failure_rate_per_gpu_hour(production_gpu_hours: float, failure_count: int) -> float | None:
+    return failure_count / production_gpu_hours if production_gpu_hours > 0 else None
+
+
+def mttf_at_job_size_hours(rate_per_gpu_hour: float | None, job_gpus: int) -> float | None:
+    if rate_per_gpu_hour is None or rate_per_gpu_hour <= 0 or job_gpus <= 0:
+        return None
+    return 1 / (job_gpus * rate_per_gpu_hour)
+
+
+def predicted_ettr(job_gpus: int, rate_per_gpu_hour: float | None, checkpoint_interval_s: float | None,
+                   restart_s: float | None) -> float | None:
+    """Meta's first-order model; None when an input is unknown."""
+    if rate_per_gpu_hour is None or checkpoint_interval_s is None or restart_s is None or job_gpus <= 0:
+        return None
+    failures_per_second = job_gpus * rate_per_gpu_hour / 3600
+    return max(0.0, 1 - failures_per_second * (restart_s + checkpoint_interval_s / 2))
 
 
 def ran_in_window(job: JobRecord, since: datetime, now: datetime) -> bool:

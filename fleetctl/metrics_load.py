@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, or_, select
 
+from checks.profiles import UnknownProfile, load_profile
 from checks.stragglers import STRAGGLER_METRICS
-from fleetctl.db.models import CheckRun, Job, JobRestart, Node, NodeEvent
+from fleetctl.db.models import CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent
 from fleetctl.lifecycle import NodeState
 from fleetctl.metrics import (CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition,
                               as_utc)
@@ -47,10 +48,15 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
                                                    or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
         restarts: dict[str, list[RestartRecord]] = defaultdict(list)
+        checkpoints: dict[str, list[datetime]] = defaultdict(list)
         if jobs:
-            query = select(JobRestart).where(col(JobRestart.job_id).in_([j.job_id for j in jobs]))
+            ids = [j.job_id for j in jobs]
+            query = select(JobRestart).where(col(JobRestart.job_id).in_(ids))
             for r in session.exec(query.order_by(JobRestart.id)):
-                restarts[r.job_id].append(RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status))
+                restarts[r.job_id].append(
+                    RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause))
+            for c in session.exec(select(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(ids))):
+                checkpoints[c.job_id].append(as_utc(c.at))
         profiles = {n.name: n.profile for n in nodes if n.state != NodeState.RETIRED.value}
         checks = sorted({check for check, _, _ in STRAGGLER_METRICS})
         runs = session.exec(select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
@@ -58,10 +64,24 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
                             .order_by(CheckRun.finished_at, CheckRun.id))
         samples = [CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs
                    if node in profiles]
+    gpus = _profile_gpus({n.profile for n in nodes})
     return FleetHistory(
-        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at)), tuple(by_node.get(n.name, ())))
-               for n in nodes],
+        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
+                           tuple(by_node.get(n.name, ()))) for n in nodes],
         jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
-                        tuple(restarts.get(j.job_id, ())), j.name) for j in jobs if j.started_at is not None],
+                        tuple(restarts.get(j.job_id, ())), j.name, tuple(sorted(checkpoints.get(j.job_id, ()))),
+                        j.node_count * j.gpus_per_node, j.restart_count, j.state)
+              for j in jobs if j.started_at is not None],
         check_samples=samples,
     )
+
+
+def _profile_gpus(profiles: set[str]) -> dict[str, int]:
+    """GPUs per node of each profile; a profile fleetctl does not know counts none."""
+    counts = {}
+    for name in profiles:
+        try:
+            counts[name] = load_profile(name).gpu_count
+        except UnknownProfile:
+            continue
+    return counts

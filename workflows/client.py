@@ -31,10 +31,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from fleetctl.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings, guard_policy
 from fleetctl.search_attributes import compare_registered, start_attributes
 from fleetctl.text import one_line
 from workflows.api import (
+    REQUEST_REMOVAL_UPDATE,
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
@@ -231,13 +233,14 @@ def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
 async def request_transition(
     client: Client, node: str, trigger: str, actor: str, cause: str = "", actor_kind: str = "operator",
     request_id: str | None = None, event: dict | None = None, attempts: int = UPDATE_ATTEMPTS,
-    rpc_timeout: timedelta | None = None,
+    rpc_timeout: timedelta | None = None, grant: str = "",
 ) -> TransitionResult:
     """A transition, answered by the node's workflow. A call that times out is sent again with
-    the same request id, which the workflow's idempotency guard answers without moving twice."""
+    the same request id, which the workflow's idempotency guard answers without moving twice.
+    An automated drain needs the capacity guard's `grant` for the node."""
     handle = client.get_workflow_handle(node_workflow_id(node))
     req = TransitionRequest(node=node, trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
-                            request_id=request_id or str(uuid.uuid4()), event=event)
+                            request_id=request_id or str(uuid.uuid4()), event=event, grant=grant)
     for _ in range(attempts):
         try:
             return await handle.execute_update(TRANSITION_UPDATE, req, result_type=TransitionResult,
@@ -254,6 +257,26 @@ async def request_transition(
                 raise CommandRejected(f"{node}: no lifecycle workflow is running (retired, or never imported)") from None
             raise TemporalUnavailable(f"Temporal error for {node}: {_one_line(exc)}") from None
     raise TemporalUnavailable(_no_answer(node, attempts))
+
+
+async def request_guarded_drain(
+    client: Client, settings: Settings, node: str, rack: str, cause: str, actor: str, request_id: str,
+    event: dict | None = None,
+) -> tuple[RemovalDecision, TransitionResult | None]:
+    """An automated drain asked from outside a workflow (the Slurm prolog): the fleet's
+    capacity guard first, then the node's workflow, as workflows.definitions.shared.guarded_drain
+    does inside one. None: the guard refused, nothing was asked of the node."""
+    guard = await ensure_capacity_guard(client, settings)
+    try:
+        decision = await guard.execute_update(
+            REQUEST_REMOVAL_UPDATE, RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
+            result_type=RemovalDecision)
+    except RPCError as exc:
+        raise TemporalUnavailable(f"capacity guard: {_one_line(exc)}") from None
+    if not decision.granted:
+        return decision, None
+    return decision, await request_transition(client, node, "drain", actor, cause, actor_kind="automation",
+                                              request_id=request_id, event=event, grant=decision.grant)
 
 
 def _no_answer(node: str, attempts: int) -> str:

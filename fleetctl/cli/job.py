@@ -10,7 +10,15 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, within
 
-app = typer.Typer(help="Training jobs: list, show, restart off bad nodes; submit simulated ones.", no_args_is_help=True)
+app = typer.Typer(help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
+                  "submit simulated ones.", no_args_is_help=True)
+
+# Job ids of every scheduler: Slurm's 123, 123_4, 123+1; Kubernetes' namespace/name; sim-7.
+_JOB_ID = r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}"
+# How far ahead of this machine's clock a reported checkpoint time may be (clock skew).
+CHECKPOINT_FUTURE_ALLOWANCE_S = 300
+# How old a reported checkpoint may be; older is a mistake (a wrong unit, a wrong year).
+CHECKPOINT_MAX_AGE_DAYS = 366
 
 SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or sim (default: found from the job id)")
 
@@ -57,6 +65,18 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
     if recorded and (kind is None or kind in recorded):
         return kind or recorded[0], None
     fail(f"no scheduler knows job {job_id}" + (f" ({'; '.join(errors)})" if errors else " (no node uses a scheduler)"))
+
+
+def sync_schedulers(ctx: typer.Context):
+    """Reconcile the jobs of every scheduler the inventory uses into the database."""
+    from fleetctl.db.models import utcnow
+    from fleetctl.job_sync import sync_jobs
+    from fleetctl.schedulers import scheduler_for
+    from fleetctl.slurm_host import slurm_runner
+
+    s = context.settings(ctx)
+    return sync_jobs(context.engine(ctx), _scheduler_kinds(ctx), lambda kind: scheduler_for(
+        kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None), utcnow())
 
 
 def _job_row(kind: str, job) -> dict:
@@ -266,3 +286,81 @@ def submit(
         typer.echo(f"{job.job_id} ({name}) {where}")
     else:
         emit(row, output)
+
+
+def parse_checkpoint_time(text: str | None, now):
+    """--at: ISO 8601 with a UTC offset, or Unix seconds; `now` when not given. ValueError
+    with one line when it cannot be read or lies outside the bounds."""
+    import math
+    from datetime import datetime, timedelta
+
+    if text is None:
+        return now
+    text = text.strip()
+    if len(text) > 40:
+        raise ValueError("--at: too long for a time")
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"--at: not a time: {text!r} (ISO 8601 with an offset, or Unix seconds)") from None
+        if at.tzinfo is None:
+            raise ValueError(f"--at: {text!r} has no UTC offset; add one (2026-12-01T10:00:00Z)")
+        at = at.astimezone(timezone.utc)
+    else:
+        if not math.isfinite(seconds) or not 0 <= seconds < 1e11:
+            raise ValueError(f"--at: {text!r} is not a time in Unix seconds")
+        at = datetime.fromtimestamp(seconds, timezone.utc)
+    if at > now + timedelta(seconds=CHECKPOINT_FUTURE_ALLOWANCE_S):
+        raise ValueError(f"--at: {at.isoformat()} is in the future")
+    if at < now - timedelta(days=CHECKPOINT_MAX_AGE_DAYS):
+        raise ValueError(f"--at: {at.isoformat()} is more than {CHECKPOINT_MAX_AGE_DAYS} days ago")
+    return at
+
+
+@app.command("checkpoint")
+def checkpoint(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="JOBID", help="the job's id in its scheduler (Slurm: $SLURM_JOB_ID)"),
+    at: Optional[str] = typer.Option(None, "--at", help="when the checkpoint was written: ISO 8601 with an offset "
+                                                        "or Unix seconds (default: now)"),
+) -> None:
+    """Record that a job wrote a checkpoint: one database row, no scheduler or Temporal call,
+    so a training loop or its launcher can call it after every checkpoint. Work lost at a
+    restart is counted from the last checkpoint (fleetctl report). Calling it again for the
+    same job and time records nothing more."""
+    import re
+
+    from fleetctl.db import jobs
+    from fleetctl.db.models import utcnow
+
+    if not re.fullmatch(_JOB_ID, job_id):
+        fail(f"not a job id: {job_id[:80]!r}", EXIT_USAGE)
+    try:
+        when = parse_checkpoint_time(at, utcnow())
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    new = jobs.record_checkpoint(context.engine(ctx), job_id, when)
+    typer.echo(f"job {job_id}: checkpoint at {when.isoformat()} " + ("recorded" if new else "already recorded"))
+
+
+@app.command("sync")
+def sync(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """Write every job the schedulers remember (Slurm: squeue --states=all) into the database,
+    for the report's ETTR and interruptions. `fleetctl report` does this first too."""
+    from dataclasses import asdict
+
+    result = sync_schedulers(ctx)
+    if output in (OutputFormat.table, OutputFormat.wide):
+        for kind, count in result.jobs.items():
+            typer.echo(f"{kind}: {count} jobs")
+        for kind in result.skipped:
+            typer.echo(f"{kind}: cannot list its jobs; not synced")
+    else:
+        emit(asdict(result), output)
+    for kind, error in result.errors.items():
+        typer.echo(f"error: {kind}: {error}", err=True)
+    if result.errors:
+        raise typer.Exit(1)

@@ -46,7 +46,8 @@ NOUNS: dict[str, Noun] = {
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
     "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
     "db": Noun("fleetctl.cli.dev", "db_app", "Database schema."),
-    "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes; submit simulated ones."),
+    "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes, record checkpoints, "
+                                          "sync from the schedulers; submit simulated ones."),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
     "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, close."),
     "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),

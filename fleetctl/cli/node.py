@@ -426,3 +426,72 @@ def event(
     codes = ", ".join(str(e.code) for e in events if e.code is not None)
     typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent"
                + (f" (XID {codes})" if codes else f" ({severity})"))
+
+
+@app.command("prolog")
+def prolog(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the node a job is about to start on (Slurm: $SLURMD_NODENAME)"),
+    job: str = typer.Option("", "--job", help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks"),
+    suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the job waits for it"),
+) -> None:
+    """Pre-job checks, for a scheduler's prolog: run a short suite on the node now; on a
+    failure drain it (capacity guard permitting) with the check as cause.
+
+    Exits 3 when the job must not start on the node (a check failed and the node was drained,
+    or fleetctl has it out of production); 0 when it may (passed, or the guard kept the node
+    in service: a warning says so); 4 when a check could not be judged and none failed; 1
+    when fleetctl could not ask (the database, Temporal). deploy's prolog fails the job only
+    on 3, so an outage of fleetctl never drains a cluster.
+    """
+    import re
+    import uuid
+
+    from checks.suites import SuiteError
+    from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
+    from fleetctl.db.queries import get_node
+    from fleetctl.lifecycle import NodeState
+    from workflows.activities.prejob import run_prejob_suite
+
+    if job and not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}", job):
+        fail(f"--job: not a job id: {job[:80]!r}", EXIT_USAGE)
+    s = context.settings(ctx)
+    engine = context.engine(ctx)
+    node = get_node(engine, name)
+    if node is None:
+        fail(f"unknown node: {name}", EXIT_OPERATIONAL)
+    if node.state != NodeState.PRODUCTION.value:
+        typer.echo(f"{name}: {node.state} in fleetctl, not production: no job should start here", err=True)
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    run_id = f"{job or 'nojob'}-{uuid.uuid4().hex[:12]}"
+    try:
+        finding = run_prejob_suite(s, engine, name, suite, run_id)
+    except SuiteError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if finding.status == "pass":
+        typer.echo(f"{name}: {suite} passed ({', '.join(finding.checked)})")
+        return
+    if finding.status == "error":
+        typer.echo(f"{name}: {suite}: {finding.check} could not be judged: {finding.reason}", err=True)
+        raise typer.Exit(EXIT_CHECK_ERROR)
+
+    async def drain():
+        from workflows.client import connect, request_guarded_drain
+
+        client = await connect(s)
+        return await request_guarded_drain(client, s, name, node.rack, finding.cause, f"prolog@{job or 'nojob'}",
+                                           f"prolog/{name}/{run_id}", finding.event)
+
+    from workflows.client import CommandRejected
+
+    try:
+        decision, moved = context.run_async(drain())
+    except CommandRejected as exc:  # an operator moved the node first: it is out of production now
+        typer.echo(f"{name}: {finding.cause}; not drained: {exc}", err=True)
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    if moved is None:
+        typer.echo(f"warning: {name}: {finding.cause}; the capacity guard kept it in service: {decision.reason}",
+                   err=True)
+        return
+    typer.echo(f"{name}: {finding.cause}; drained", err=True)
+    raise typer.Exit(EXIT_CHECK_FAILED)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 
 def _hours(value: float | None, digits: int = 1) -> str:
@@ -30,7 +30,11 @@ def render_report(report: dict, wide: bool = False):
         f"{report['window']['until'][:16]}\n",
         f"MTTF {_hours(s['mttf_hours'])} node-h ({s['failures']} failures)   MTTR {_hours(s['mttr_hours'], 2)} h "
         f"({s['repairs']} returns)   availability {_pct(s['availability'])}   job ETTR {_pct(jobs['ettr'])} "
-        f"({len(jobs['per_job'])} jobs)   restart p50 {_hours(latency['p50'])} s, p90 {_hours(latency['p90'])} s")
+        f"({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   restart p50 {_hours(latency['p50'])} s, "
+        f"p90 {_hours(latency['p90'])} s, max {_hours(latency['max'])} s ({latency['count']})\n"
+        f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {_hours(jobs['at_job_size']['mttf_hours'])} h, predicted ETTR "
+        f"{_pct(jobs['at_job_size']['predicted_ettr'])}   checkpoint interval "
+        f"{_hours(jobs['checkpoint_interval_seconds'], 0)} s")
 
     def groups(title: str, column: str, rows: dict) -> object:
         states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
@@ -42,6 +46,18 @@ def render_report(report: dict, wide: bool = False):
 
     parts = [head, groups("per rack", "rack", report["racks"]),
              groups("per profile", "profile", report["profiles"])]
+    if jobs["per_job"]:
+        # Wide adds where each job's time went: restart downtime, work lost, each restart.
+        extra = ["down s", "lost s", "restart s"] if wide else []
+        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall h", "restarts", "ckpts", "ETTR", "predicted",
+                                           *extra], [
+            [j["job_id"], j["name"], j["gpus"], _hours(j["wall_hours"], 2), j["restarts"], j["checkpoints"],
+             _pct(j["ettr"]), _pct(j["predicted_ettr"]),
+             *([_hours(j["downtime_seconds"]), _hours(j["lost_seconds"]),
+                ", ".join(f"{v:.1f}" for v in j["restart_seconds"])] if wide else [])]
+            for j in jobs["per_job"]]))
+    if jobs["interruptions"]:
+        parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
     if s["causes"]:
         parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
     if report["breaker"]:
@@ -63,6 +79,9 @@ def report(
     since: str = typer.Option("7d", "--since", help="how far back the window reaches: 30m, 12h, 7d, 1d12h"),
     output: OutputFormat = OUTPUT_OPTION,
     html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
+    job_gpus: int = typer.Option(1024, "--job-gpus", callback=within(1, 1_000_000),
+                                 help="the job size for MTTF and predicted ETTR at a size"),
+    sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
     """MTTF, MTTR, availability, node-days per state, failure causes, lemons, job ETTR,
     restart latency and stragglers, per fleet, rack and profile."""
@@ -79,11 +98,18 @@ def report(
     except ValueError as exc:
         fail(f"--since: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
+    if sync:
+        from fleetctl.cli.job import sync_schedulers
+
+        with Console(stderr=True).status("reconciling the schedulers' jobs..."):
+            result = sync_schedulers(ctx)
+        for kind, error in result.errors.items():
+            typer.echo(f"warning: {kind} jobs not synced, the report has what was recorded before: {error}", err=True)
     now = utcnow()
     with Console(stderr=True).status("reading the fleet's history..."):
         data = build_report(context.engine(ctx), now - window, now, fleet=settings.fleet,
                             lemon_threshold=settings.lemon_threshold,
-                            lemon_window=timedelta(days=settings.lemon_window_days))
+                            lemon_window=timedelta(days=settings.lemon_window_days), job_gpus=job_gpus)
         if html is not None:
             html.write_text(render_html(data), encoding="utf-8")
     emit(data, output, render_report)

@@ -17,7 +17,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import Job, JobRestart, Node, SimSchedulerNode, utcnow
+from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, utcnow
+from fleetctl.metrics import as_utc
+from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
@@ -143,6 +145,7 @@ def sim_scheduling_pass(
                 raise UnknownJob(f"the simulated scheduler does not know job {requeue}")
             if job.state == "running":
                 job.state, job.nodes = "pending", []
+                job.restart_count += 1  # as Slurm counts a requeue
                 session.add(job)
                 session.flush()
         queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
@@ -155,7 +158,8 @@ def sim_scheduling_pass(
             now = utcnow()
             for job in queue:
                 if placements.get(job.job_id):
-                    job.state, job.nodes, job.started_at = "running", list(placements[job.job_id]), now
+                    # started_at is the job's first start: its wall time runs through its restarts.
+                    job.state, job.nodes, job.started_at = "running", list(placements[job.job_id]), job.started_at or now
                     session.add(job)
         session.commit()
 
@@ -207,3 +211,89 @@ def restart_schedulers(engine: Engine, job_id: str) -> list[str]:
     """The schedulers that ran restarts of a job with this id (to find a job by its id alone)."""
     with Session(engine) as session:
         return sorted(set(session.exec(select(JobRestart.scheduler).where(JobRestart.job_id == job_id))))
+
+
+def _earliest(*values: datetime | None) -> datetime | None:
+    present = [as_utc(v) for v in values if v is not None]
+    return min(present) if present else None
+
+
+def reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
+                   gpus_per_node: Callable[[Sequence[str]], int | None] = lambda nodes: None) -> int:
+    """Write what `scheduler` says of its jobs into `jobs`; how many jobs it listed.
+
+    Slurm moves a requeued job's submit and start times to the latest run; the row keeps the
+    earliest it saw, or that fleetctl knows the job ran by (its first restart's fault, its
+    first checkpoint), so a job's wall time runs through its restarts. A job an earlier sync
+    saw, not ended, that the scheduler no longer lists ended when fleetctl last saw it. `gpus_per_node` gives a job's GPUs per node from its nodes when the scheduler does
+    not say (the inventory's profiles); a row keeps its value when neither knows.
+    """
+    try:
+        _reconcile_jobs(engine, scheduler, observed, seen_at, gpus_per_node)
+    except IntegrityError:  # a concurrent sync inserted one of the new jobs first: once more, as an update
+        _reconcile_jobs(engine, scheduler, observed, seen_at, gpus_per_node)
+    return len(observed)
+
+
+def record_checkpoint(engine: Engine, job_id: str, at: datetime) -> bool:
+    """A checkpoint the job reported; False when that one was recorded already."""
+    with Session(engine) as session:
+        session.add(JobCheckpoint(job_id=job_id, at=at))
+        try:
+            session.commit()
+        except IntegrityError:
+            return False
+        job = session.exec(select(Job).where(Job.job_id == job_id)).first()
+        if job is not None and (job.last_checkpoint_at is None or as_utc(job.last_checkpoint_at) < as_utc(at)):
+            job.last_checkpoint_at = at
+            session.add(job)
+            session.commit()
+    return True
+
+
+def job_checkpoints(engine: Engine, job_id: str) -> list[datetime]:
+    with Session(engine) as session:
+        return [as_utc(c.at) for c in session.exec(
+            select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.at))]
+
+
+def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
+                    gpus_per_node: Callable[[Sequence[str]], int | None]) -> None:
+    with Session(engine) as session:
+        if scheduler == SIM:
+            # The simulated scheduler's passes write these rows too: none runs while this
+            # does, and a row a pass changed since it was listed waits for the next sync.
+            _lock_sim_scheduler(session)
+        rows = {j.job_id: j for j in session.exec(select(Job).where(Job.scheduler == scheduler))}
+        ids = [seen.job_id for seen in observed]
+        ran_by: dict[str, datetime] = {}
+        for job_id, when in [*session.exec(select(JobRestart.job_id, JobRestart.fault_seen_at)
+                                           .where(col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler)),
+                             *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at)
+                                           .where(col(JobCheckpoint.job_id).in_(ids)))]:
+            ran_by[job_id] = _earliest(ran_by.get(job_id), when)
+        for seen in observed:
+            row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
+            if scheduler == SIM and row.id is not None and (row.state, tuple(row.nodes)) != (seen.state, seen.nodes):
+                continue
+            row.name, row.state, row.node_count = seen.name, seen.state, seen.node_count
+            if seen.nodes:
+                row.nodes = list(seen.nodes)
+            gpus = seen.gpus_per_node or gpus_per_node(seen.nodes)
+            if gpus:
+                row.gpus_per_node = gpus
+            row.submitted_at = _earliest(row.submitted_at if row.id else None, seen.submitted_at) or seen_at
+            row.started_at = _earliest(row.started_at, seen.started_at,
+                                       ran_by.get(seen.job_id) if seen.started_at or row.started_at else None)
+            row.ended_at = seen.ended_at
+            row.restart_count = max(row.restart_count or 0, seen.restart_count)
+            row.seen_at = seen_at
+            session.add(row)
+        listed = {seen.job_id for seen in observed}
+        for job_id, row in rows.items():
+            # Only a job an earlier sync saw: one that began after the listing is not gone.
+            if job_id not in listed and row.ended_at is None and row.seen_at is not None:
+                row.ended_at = row.seen_at
+                row.state = "gone" if row.state in ("running", "pending") else row.state
+                session.add(row)
+        session.commit()

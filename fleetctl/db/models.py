@@ -114,6 +114,22 @@ class Job(SQLModel, table=True):
     started_at: Optional[datetime] = None
     ended_at: Optional[datetime] = None
     last_checkpoint_at: Optional[datetime] = None
+    # What the scheduler says: how many times it requeued the job (Slurm's RestartCnt), and
+    # when fleetctl last saw the job there (a job the scheduler forgot ended by then).
+    restart_count: int = 0
+    seen_at: Optional[datetime] = None
+
+
+class JobCheckpoint(SQLModel, table=True):
+    """A checkpoint a job reported (`fleetctl job checkpoint`); one row per job and time."""
+
+    __tablename__ = "job_checkpoints"
+    __table_args__ = (UniqueConstraint("job_id", "at", name="uq_job_checkpoints_job_at"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    at: datetime
+    recorded_at: datetime = Field(default_factory=utcnow)
 
 
 class SimBoot(SQLModel, table=True):

@@ -5,7 +5,7 @@ no scripts, nothing fetched). The numbers and their definitions are fleetctl.met
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,9 +38,13 @@ def _iso(value: datetime) -> str:
     return metrics.as_utc(value).isoformat()
 
 
+DEFAULT_JOB_GPUS = 1024
+
+
 def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str = "default", lemon_threshold: int = 3,
-                 lemon_window: timedelta = timedelta(days=7)) -> dict[str, Any]:
-    """The report over [since, now] (both aware or both UTC-naive datetimes)."""
+                 lemon_window: timedelta = timedelta(days=7), job_gpus: int = DEFAULT_JOB_GPUS) -> dict[str, Any]:
+    """The report over [since, now] (both aware or both UTC-naive datetimes); MTTF and
+    predicted ETTR also at a job of `job_gpus` GPUs."""
     since, now = metrics.as_utc(since), metrics.as_utc(now)
     history = load_history(engine, since)
     nodes = history.nodes
@@ -60,23 +64,19 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                 and (g := metrics.job_goodput(job, now)) is not None]
     stragglers = [_straggler_group(g) for g in metrics.stragglers(history.check_samples)]
     latencies = metrics.restart_latencies([job for job, _ in goodputs], since, now)
+    summary = metrics.summarise(nodes, since, now)
     return {
         "fleet": fleet,
         "generated_at": _iso(now),
         "window": {"since": _iso(since), "until": _iso(now), "days": (now - since).total_seconds() / 86400},
-        "summary": asdict(metrics.summarise(nodes, since, now)),
+        "summary": asdict(summary),
         "racks": grouped(lambda n: n.rack),
         "profiles": grouped(lambda n: n.profile),
         "failures": [{"node": t.node, "rack": where[t.node].rack, "profile": where[t.node].profile, "at": _iso(t.at),
                       "cause": metrics.failure_label(t), "detail": t.cause} for t in failures],
         "lemons": [{"node": name, "rack": where[name].rack, "profile": where[name].profile, "maintenance_entries": count}
                    for name, count in metrics.lemon_nodes(nodes, since, now, lemon_threshold, lemon_window).items()],
-        "jobs": {
-            "ettr": metrics.fleet_ettr(g for _, g in goodputs),
-            "per_job": [{"job_id": job.job_id, "name": job.name, "wall_hours": g.wall_seconds / 3600,
-                         "downtime_seconds": g.downtime_seconds, "lost_seconds": g.lost_seconds, "ettr": g.ettr,
-                         "restarts": len(job.restarts)} for job, g in goodputs],
-        },
+        "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
         "stragglers": stragglers,
         "straggler_nodes": [{"node": n["node"], "profile": g["profile"], "check": g["check"], "metric": g["metric"],
@@ -86,6 +86,41 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
         # Why automation paused (a storm of failures, or of unjudgeable checks) and who resumed it.
         "breaker": [{"at": _iso(e.at), "kind": e.kind, "reason": e.reason, "actor": e.actor}
                     for e in queries.breaker_events(engine, fleet) if since <= metrics.as_utc(e.at) <= now],
+    }
+
+
+def _jobs(goodputs: list[tuple[metrics.JobRecord, metrics.JobGoodput]], summary: metrics.Summary,
+          latencies: list[float], since: datetime, now: datetime, job_gpus: int) -> dict[str, Any]:
+    """ETTR measured and as Meta's model predicts it, per job and for the fleet, interruptions
+    by cause, and MTTF at a job of `job_gpus` GPUs."""
+    rate = metrics.failure_rate_per_gpu_hour(summary.production_gpu_hours, summary.failures)
+    interval = metrics.checkpoint_interval_seconds(job for job, _ in goodputs)
+    restart_s = sum(latencies) / len(latencies) if latencies else None
+    per_job = []
+    for job, g in goodputs:
+        own_interval = metrics.checkpoint_interval_seconds([job])
+        per_job.append({
+            "job_id": job.job_id, "name": job.name, "gpus": job.gpus, "wall_hours": g.wall_seconds / 3600,
+            "downtime_seconds": g.downtime_seconds, "lost_seconds": g.lost_seconds, "ettr": g.ettr,
+            "predicted_ettr": metrics.predicted_ettr(job.gpus, rate, own_interval or interval, restart_s),
+            "restarts": len(job.restarts), "scheduler_restarts": job.scheduler_restarts,
+            "checkpoints": len(metrics.job_checkpoints(job)),
+            "last_checkpoint_at": _iso(c[-1]) if (c := metrics.job_checkpoints(job)) else None,
+            "restart_seconds": metrics.restart_latencies([job], since, now),
+            "interruptions": metrics.interruptions(job),
+        })
+    predicted = [(p["predicted_ettr"], g.wall_seconds) for p, (_, g) in zip(per_job, goodputs)
+                 if p["predicted_ettr"] is not None]
+    wall = sum(w for _, w in predicted)
+    return {
+        "ettr": metrics.fleet_ettr(g for _, g in goodputs),
+        "predicted_ettr": sum(p * w for p, w in predicted) / wall if wall > 0 else None,
+        "checkpoint_interval_seconds": interval,
+        "failure_rate_per_gpu_hour": rate,
+        "interruptions": dict(Counter(label for p in per_job for label in p["interruptions"]).most_common()),
+        "at_job_size": {"gpus": job_gpus, "mttf_hours": metrics.mttf_at_job_size_hours(rate, job_gpus),
+                        "predicted_ettr": metrics.predicted_ettr(job_gpus, rate, interval, restart_s)},
+        "per_job": per_job,
     }
 
 

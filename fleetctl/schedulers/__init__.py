@@ -11,6 +11,9 @@ if TYPE_CHECKING:
 
 # What a node's inventory `scheduler` may name, besides "none" (a node no scheduler uses).
 SCHEDULER_KINDS = ("slurm", "kubernetes", "sim")
+# Those whose adapters list every job they remember (base.ListsJobHistory), so that asking
+# for the jobs never builds an adapter that cannot (a test holds the two together).
+JOB_HISTORY_KINDS = ("slurm", "sim")
 
 
 def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | None = None) -> Scheduler:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol, Sequence, runtime_checkable
 
 # Every drain reason fleetctl writes starts with this, so fleetctl can tell its own drains
@@ -26,6 +27,26 @@ class SchedulerJob:
     name: str
     state: str  # "running", "pending", "completed", "failed", ...
     nodes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """A job as its scheduler remembers it, for the reliability figures.
+
+    Times are UTC; started_at is None while the job waits, ended_at until it has ended.
+    restart_count: how many times the scheduler requeued it. gpus_per_node: None when the
+    scheduler does not say (the job asked for no GPUs by name)."""
+
+    job_id: str
+    name: str
+    state: str  # the scheduler's state, lower case: "running", "pending", "completed", "node_fail", ...
+    nodes: tuple[str, ...]
+    node_count: int
+    submitted_at: datetime | None
+    started_at: datetime | None
+    ended_at: datetime | None
+    restart_count: int = 0
+    gpus_per_node: int | None = None
 
 
 class SchedulerError(Exception):
@@ -55,6 +76,14 @@ class Scheduler(Protocol):
     def job(self, job_id: str) -> SchedulerJob: ...
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class ListsJobHistory(Protocol):
+    """Optional: a scheduler that can list every job it remembers, ended ones too, in one
+    call (Slurm: squeue --states=all; the simulated scheduler: its queue)."""
+
+    def job_history(self) -> list[JobHistory]: ...
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,13 @@ import os
 import re
 import subprocess
 import time
+from datetime import datetime, timezone
 from typing import Any, Mapping, Protocol, Sequence
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
+    JobHistory,
     SchedulerError,
     SchedulerJob,
     SchedulerNodeState,
@@ -36,6 +38,16 @@ CLOCK_SKEW_ALLOWANCE_S = 0.2
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # A job, an array task (123_4) or a heterogeneous job component (123+1).
 _JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,12}|\+[0-9]{1,4})?")
+# Every job slurmctld remembers (MinJobAge after its end), with times as Unix seconds
+# (SLURM_TIME_FORMAT=%s): no time zone to guess on the host the command runs on.
+JOB_HISTORY_ARGV = [
+    "env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
+    "--Format=JobID:|,State:|,SubmitTime:|,StartTime:|,EndTime:|,RestartCnt:|,NumNodes:|,tres-alloc:|,NodeList:|,Name:",
+]
+# States in which a job has not yet run or is running; in every other one it has ended.
+_NOT_ENDED = frozenset({"pending", "running", "configuring", "completing", "suspended", "requeued", "requeue_hold",
+                        "requeue_fed", "resizing", "signaling", "stage_out", "stopped", "resv_del_hold"})
+_GPUS = re.compile(r"(?:^|,)gres/gpu=([0-9]{1,6})(?:,|$)")
 _HOSTLIST_PART = re.compile(r"([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)|([^\[\],]+)")
 
 
@@ -137,6 +149,43 @@ def expand_hostlist(hostlist: str) -> tuple[str, ...]:
                 raise SchedulerError(f"cannot read Slurm host list {hostlist!r}")
             position += 1
     return tuple(names)
+
+
+def _epoch(value: str, what: str, line: str) -> datetime | None:
+    """A Unix time from squeue; None for the words Slurm prints for no time."""
+    value = value.strip()
+    if value.upper() in ("NONE", "N/A", "UNKNOWN", "0", ""):
+        return None
+    if not value.isdigit() or len(value) > 12:
+        raise SchedulerError(f"cannot read {what} {value!r} in squeue line {line!r}")
+    return datetime.fromtimestamp(int(value), timezone.utc)
+
+
+def parse_job_history(output: str) -> list[JobHistory]:
+    """The output of JOB_HISTORY_ARGV as jobs; SchedulerError on a line it cannot read."""
+    jobs = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(FIELD_SEPARATOR, 9)  # the name, last, may hold the separator
+        if len(parts) != 10:
+            raise SchedulerError(f"cannot read squeue line {line!r}")
+        job_id, state, submit, start, end, restarts, node_count, tres, nodes, name = parts
+        state = state.strip().lower()
+        if not _JOB_ID.fullmatch(job_id.strip()) or not restarts.strip().isdigit() or not node_count.strip().isdigit():
+            raise SchedulerError(f"cannot read squeue line {line!r}")
+        count = max(1, int(node_count))
+        gpus = _GPUS.search(tres.strip())
+        jobs.append(JobHistory(
+            job_id=job_id.strip(), name=name, state=state, nodes=expand_hostlist(nodes.strip()), node_count=count,
+            submitted_at=_epoch(submit, "SubmitTime", line),
+            # A pending job's StartTime is when Slurm expects to start it, not a start.
+            started_at=None if state == "pending" else _epoch(start, "StartTime", line),
+            # A running job's EndTime is its time limit, if it has one.
+            ended_at=None if state in _NOT_ENDED else _epoch(end, "EndTime", line),
+            restart_count=int(restarts), gpus_per_node=int(gpus[1]) // count if gpus else None,
+        ))
+    return jobs
 
 
 def _node_state(node: str, state_flags: str, reason: str) -> SchedulerNodeState:
@@ -250,6 +299,9 @@ class SlurmScheduler:
         if not jobs:
             raise SchedulerError(f"Slurm does not know job {job_id}")
         return jobs[0]
+
+    def job_history(self) -> list[JobHistory]:
+        return parse_job_history(self._command(list(JOB_HISTORY_ARGV)))
 
     def _job_once_settled(self, job_id: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """(state, requested nodes, excluded nodes) once the job is no longer COMPLETING."""

@@ -23,6 +23,7 @@ from fleetctl.lifecycle import NodeState
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
+    JobHistory,
     SchedulerError,
     SchedulerJob,
     SchedulerNodeState,
@@ -105,6 +106,15 @@ class SimScheduler:
         """Every job, queued ones too (simulated scheduler only: it keeps its whole queue)."""
         self._schedule()
         return [_scheduler_job(job) for job in store.list_jobs(self.engine, scheduler=store.SIM)]
+
+    def job_history(self) -> list[JobHistory]:
+        """Every job of its queue, as Slurm's squeue --states=all lists them (the rows it keeps
+        are the ones reconciliation writes: the report reads them the same way)."""
+        self._schedule()
+        return [JobHistory(job_id=j.job_id, name=j.name, state=j.state, nodes=tuple(j.nodes), node_count=j.node_count,
+                           submitted_at=j.submitted_at, started_at=j.started_at, ended_at=j.ended_at,
+                           restart_count=j.restart_count, gpus_per_node=j.gpus_per_node)
+                for j in store.list_jobs(self.engine, scheduler=store.SIM)]
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Requeue the job and place it at once off exclude_nodes if enough nodes are free;

@@ -73,3 +73,37 @@ def test_reconcile_reports_and_fixes_slurm_drains_that_disagree(cli, slurm_clust
     assert cli("reconcile", "--fix").exit_code == 0
     r = cli("reconcile")
     assert r.exit_code == 0 and "4 nodes checked: fleetctl and the schedulers agree" in r.stdout
+
+
+def test_report_shows_ettr_and_restart_latency_of_a_real_slurm_job_with_checkpoints(cli, slurm_cluster) -> None:
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2", "--job-name=llm-pretrain")
+    slurm_cluster.wait_for_run(job_id, 0)
+    assert cli("job", "sync").exit_code == 0  # as a periodic sync would see its first run
+    r = cli("job", "checkpoint", job_id)  # the training loop's call after writing a checkpoint
+    assert r.exit_code == 0 and r.stdout.endswith(" recorded\n"), r.output
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79: GPU has fallen off the bus", "--yes")
+    assert r.exit_code == 0, r.output
+    slurm_cluster.wait_for_run(job_id, 1)
+    assert cli("job", "checkpoint", job_id).exit_code == 0
+
+    r = cli("report", "-o", "json", "--job-gpus", "1024")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    (job,) = [j for j in report["jobs"]["per_job"] if j["job_id"] == job_id]
+    print(f"\nSlurm job {job_id}: ETTR {job['ettr']:.4f} over {job['wall_hours'] * 3600:.1f}s "
+          f"(down {job['downtime_seconds']:.2f}s, lost since checkpoint {job['lost_seconds']:.2f}s), "
+          f"restart {job['restart_seconds']}, predicted {job['predicted_ettr']}")
+    # node1, node2 of the inventory's h100-sxm profile: 16 GPUs. Slurm counted fleetctl's requeue.
+    assert (job["name"], job["gpus"], job["restarts"], job["scheduler_restarts"], job["checkpoints"]) == (
+        "llm-pretrain", 16, 1, 1, 2)
+    assert job["interruptions"] == ["xid 79"]
+    # The wall time runs from the first run's start, through the restart, to now.
+    assert job["downtime_seconds"] > 0 and job["lost_seconds"] > 0
+    assert job["wall_hours"] * 3600 > job["downtime_seconds"] + job["lost_seconds"]
+    assert 0 < job["ettr"] < 1
+    latency = report["restart_latency"]
+    assert latency["count"] == 1 and job["restart_seconds"] == latency["seconds"] and latency["p50"] > 0
+    assert report["jobs"]["at_job_size"]["gpus"] == 1024
+
+    table = cli("report", "--no-sync").stdout
+    assert "job ETTR" in table and "restart p50" in table and job_id in table

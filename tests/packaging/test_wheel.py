@@ -132,3 +132,17 @@ async def pollers_within(address: str, queue: str, worker: subprocess.Popen) -> 
             return len(pollers)
         await asyncio.sleep(0.5)
     return 0
+
+
+def test_the_wheel_carries_the_slurm_prolog_and_it_runs_the_installed_fleetctl(installed, tmp_path):
+    """The script docs/jobs.md has sites exec from their wrapper; an unknown node is fleetctl's
+    error (exit 1), which lets the job start (exit 0), and fleetctl says why on stderr."""
+    site = run(installed, tmp_path, "--help").returncode == 0 and subprocess.run(
+        [str(installed / "python"), "-c", "import fleetctl, pathlib; "
+         "print(pathlib.Path(fleetctl.__file__).parent / 'prolog' / 'slurm-prolog.sh')"],
+        cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert site.startswith(str(installed.parent)) and Path(site).is_file()
+    result = subprocess.run(["/bin/sh", site], cwd=tmp_path, capture_output=True, text=True, timeout=120, env={
+        "PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": os.devnull,
+        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}", "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "7"})
+    assert result.returncode == 0 and "error: unknown node: node1" in result.stderr, result.stderr

@@ -1,0 +1,44 @@
+#!/bin/sh
+# Slurm Prolog: fleetctl's pre-job checks on the node a job is about to start on.
+#
+# slurm.conf:
+#   Prolog=/path/to/slurm-prolog.sh
+#   PrologFlags=Alloc                         # run on every node of the job, at allocation
+#   SchedulerParameters=nohold_on_prolog_fail # requeue the job, not hold it, when this fails
+#   JobRequeue=1                              # (or sbatch --requeue) batch jobs may be requeued
+#
+# Runs `fleetctl node prolog` (a short suite, default `prejob`). On a failed check fleetctl
+# drains the node through its capacity guard with the check as cause and this exits 1:
+# Slurm drains the node too and requeues the job onto other nodes. Anything else (passed,
+# the guard kept the node, a check that could not be judged, fleetctl unreachable) exits 0
+# and the job starts: an outage of fleetctl must not drain a cluster. What fleetctl said
+# goes to slurmd's log.
+#
+# slurmd gives a prolog almost no environment: fleetctl's settings come from its config
+# file or from the variables below, set in a wrapper that execs this script.
+#   FLEETCTL                   the fleetctl program (default: fleetctl on PATH)
+#   FLEETCTL_PROLOG_SUITE      the suite (default: prejob)
+#   FLEETCTL_PROLOG_TIMEOUT_S  the most seconds the checks may take (default: 120)
+#   FLEETCTL_DB_URL, TEMPORAL_ADDRESS, FLEETCTL_TASK_QUEUE, ...: fleetctl's own settings
+set -u
+
+fleetctl="${FLEETCTL:-fleetctl}"
+suite="${FLEETCTL_PROLOG_SUITE:-prejob}"
+limit="${FLEETCTL_PROLOG_TIMEOUT_S:-120}"
+node="${SLURMD_NODENAME:-}"
+job="${SLURM_JOB_ID:-}"
+
+if [ -z "$node" ]; then
+    echo "fleetctl prolog: SLURMD_NODENAME is not set; not checking" >&2
+    exit 0
+fi
+case "$limit" in
+    ''|*[!0-9]*) echo "fleetctl prolog: FLEETCTL_PROLOG_TIMEOUT_S must be whole seconds, not '$limit'" >&2; limit=120 ;;
+esac
+
+timeout "$limit" "$fleetctl" --as "prolog@$node" node prolog "$node" --job "$job" --suite "$suite"
+status=$?
+if [ "$status" -eq 3 ]; then
+    exit 1
+fi
+exit 0

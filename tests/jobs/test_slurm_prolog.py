@@ -1,0 +1,118 @@
+"""The pre-job checks on the real Slurm cluster: fleetctl's Prolog (fleetctl/prolog/
+slurm-prolog.sh) finds a fault on the node a job was allocated, drains it through fleetctl
+with the check as cause, and Slurm requeues the job onto another node."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from sqlmodel import Session, select
+
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import CheckRun
+from fleetctl.inventory import parse_inventory
+from fleetctl.sim.store import add_fault
+from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
+from workflows.client import connect
+
+pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
+
+PROLOG = Path(str(resources.files("fleetctl") / "prolog" / "slurm-prolog.sh"))
+
+
+async def _until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+    return value
+
+
+def _wrapper(path: Path, settings) -> Path:
+    """What a site writes: fleetctl's settings for the prolog (slurmd passes it almost no
+    environment), then the shipped script. Every value quoted for the shell."""
+    env = {"FLEETCTL": str(Path(sys.executable).with_name("fleetctl")), "FLEETCTL_DB_URL": settings.db_url,
+           "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
+           "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": "60"}
+    path.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+                    + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def prolog_on(slurm_cluster, tmp_path, make_settings, sqlite_url):
+    """The shared cluster with fleetctl's Prolog configured as the script's header says, for
+    this test only."""
+    settings = make_settings(sqlite_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    conf = slurm_cluster.conf_path
+    original = conf.read_text()
+    assert "SchedulerParameters=sched_interval=1\n" in original
+    conf.write_text(original.replace("SchedulerParameters=sched_interval=1\n",
+                                     "SchedulerParameters=sched_interval=1,nohold_on_prolog_fail\n")
+                    + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n")
+    slurm_cluster.run("scontrol", "reconfigure")
+    try:
+        yield settings
+    finally:
+        conf.write_text(original)
+        slurm_cluster.run("scontrol", "reconfigure")
+        slurm_cluster.reset()
+
+
+def _runs(output: Path) -> list[str]:
+    return [line for line in output.read_text().splitlines() if line.startswith("run ")] if output.exists() else []
+
+
+async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_in_maintenance(
+        slurm_cluster, prolog_on) -> None:
+    settings = prolog_on
+    engine = get_engine(settings.db_url)
+    names = list(slurm_cluster.node_names)
+    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names)))
+    add_fault(engine, "node1", "xid79", None, time.time(), None, 1)  # the GPU fell off the bus
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        for n in names:
+            await start_in_production(client, settings, n)
+
+        # The builtin scheduler gives a 1-node job the first idle node: node1.
+        job_id = slurm_cluster.submit_sleep_job("-N1", "--requeue")
+        output = slurm_cluster.root / "jobs" / f"{job_id}.out"
+        runs = await _until(lambda: _runs(output), 120, "the job to run")
+        assert "node1" not in runs[0], runs  # its script ran only on a healthy node
+        assert len(runs) == 1
+        restarts = subprocess.run(["scontrol", "show", "job", job_id], env={**os.environ, "SLURM_CONF": str(
+            slurm_cluster.conf_path)}, capture_output=True, text=True, check=True).stdout
+        assert "Restarts=1" in restarts  # requeued once, off node1
+
+        node1 = await _until(lambda: (n := queries.get_node(engine, "node1")).state == "maintenance" and n, 90,
+                             "node1 in maintenance")
+        drain = next(e for e in queries.node_events(engine, "node1") if e.trigger == "drain")
+        assert drain.actor_kind == "automation" and drain.actor == f"prolog@{job_id}"
+        assert drain.cause.startswith("prolog prejob: xid-scan: ") or drain.cause.startswith(
+            "prolog prejob: nvidia-smi-query: "), drain.cause
+        assert node1.state == "maintenance"
+        with Session(engine) as session:
+            failed = list(session.exec(select(CheckRun).where(CheckRun.node_name == "node1", CheckRun.status == "fail")))
+        assert [r.workflow_id.startswith(f"prolog/{job_id}-") for r in failed] == [True]
+        state = slurm_cluster.scheduler().node_state("node1")
+        assert state.drained  # by fleetctl's cordon, or by Slurm for the failed prolog
+        print(f"\nprolog on node1: {drain.cause}; Slurm node1: {state.reason}; job {job_id}: {runs[0]}")
+        # The healthy nodes passed their prolog and stay in production.
+        assert all(queries.get_node(engine, n).state == "production" for n in names[1:])
+    finally:
+        await terminate_node_workflows(settings, names)
+        worker.stop()
