@@ -62,6 +62,7 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
@@ -353,10 +354,26 @@ def checkpoint_interval_seconds(jobs: Iterable[JobRecord]) -> float | None:
 
 
 _SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
+# A job restart records its cause as the text of the drain behind it, written by
+# NodeLifecycle (`XID <code>: ...`, `health: ...`), its rechecks and sweeps and the prolog
+# (workflows.activities.prejob): "<kind> <suite>: <check>: <reason>".
+_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
+_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):")
+
+
+def restart_failure(cause: str) -> str | None:
+    """`xid <code>`, `check <name>` or `health` when a restart's cause names one, else None."""
+    if match := _XID.search(cause):
+        return f"xid {match[1]}"
+    if match := _CHECK.match(cause):
+        return f"check {match[1]}"
+    if cause.startswith("health:"):
+        return "health"
+    return None
 
 
 def restart_label(cause: str) -> str:
-    if label := failure_cause(cause):
+    if label := restart_failure(cause):
         return label
     return "operator" if cause.startswith("operator") else "other"
 
