@@ -46,6 +46,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     return [
         node.record_transition, node.node_facts, node.record_health_event, node.record_automation_event,
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
+        node.drain_pods_on, node.report_state,
         node.choose_remediation, commands.command_node,
         checks.suite_checks, checks.run_check, checks.judge_admission,
         guard.fleet_snapshot, guard.state_versions, guard.ask_capacity_guard, guard.report_check_errors,

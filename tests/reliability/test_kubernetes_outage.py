@@ -9,11 +9,12 @@ PodDisruptionBudget forbids.
 - A cordon answered 500 is retried with backoff, each spent round is an automation event
   that `fleet status` shows, and the node stays in `draining` (never `maintenance`) until
   the API takes the cordon.
-- A non-critical drain does not evict (kubernetes.py: "A drain does not evict"): it
-  cordons and waits for the node's jobs to finish, so a pod its PDB protects is never
-  disrupted, and the node reaches `maintenance` only once that pod's job is done.
-- A critical drain (XID 79) restarts the node's jobs by evicting their pods; a PDB's 429
-  is retried with backoff until the eviction is allowed.
+- A non-critical drain under a drain policy that waits for the job's namespace
+  (`kube_drain_policy`) cordons and waits for the job to finish, so a pod its PDB protects
+  is never disrupted, and the node reaches `maintenance` only once that pod's job is done.
+- A critical drain (XID 79) taints NoExecute and restarts the node's jobs by evicting their
+  pods; a PDB's 429 is retried with backoff until the eviction is allowed.
+- At the end the node says where it is: label and taint value `maintenance`.
 """
 
 from __future__ import annotations
@@ -84,11 +85,12 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str) -> None:
+def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str, effect: str = "NoSchedule") -> None:
+    """Cordoned with fleetctl's reason, and shown in maintenance, where the drain took it."""
     node = kube.node(name)
     assert node["spec"].get("unschedulable") is True, node
-    assert {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"} in node["spec"]["taints"], node
-    assert node["metadata"]["labels"][STATE_KEY] == "draining", node
+    assert {"key": STATE_KEY, "value": "maintenance", "effect": effect} in node["spec"]["taints"], node
+    assert node["metadata"]["labels"][STATE_KEY] == "maintenance", node
     assert node["metadata"]["annotations"][REASON_ANNOTATION].startswith("fleetctl: ") and \
         reason in node["metadata"]["annotations"][REASON_ANNOTATION], node
 
@@ -157,6 +159,7 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
 
 async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_settings, kube: KubeEmulator) -> None:
     settings, name = k8s_settings, unique("k8s-pdb")
+    settings.kube_drain_policy = "namespace:training=wait"  # the default evicts (through the PDB)
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
     try:
@@ -238,7 +241,7 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
     assert len(attempts) == 3, kube.eviction_requests  # refused, refused, allowed
     gaps = [b - a for a, b in zip(attempts, attempts[1:])]
     assert gaps[0] >= 1.6 and gaps[1] >= 3.2, gaps  # the adapter's backoff: 2 s, then 4 s
-    assert_cordoned_by_fleetctl(kube, name, "XID 79")
+    assert_cordoned_by_fleetctl(kube, name, "XID 79", effect="NoExecute")
 
 
 async def _activity(client, name: str, prefix: str) -> bool:
