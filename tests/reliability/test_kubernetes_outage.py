@@ -85,6 +85,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+def shown_in(kube: KubeEmulator, name: str, state: str) -> bool:
+    return kube.node(name)["metadata"]["labels"].get(STATE_KEY) == state
+
+
 def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str, effect: str = "NoSchedule") -> None:
     """Cordoned with fleetctl's reason, and shown in maintenance, where the drain took it."""
     node = kube.node(name)
@@ -147,13 +151,14 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
             return True
 
         await wait_for(drained, 30, "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
     finally:
         worker.stop()
         await terminate_node_workflows(settings, [name])
     assert len(refused()) == 10
     accepted = patches(200)
     assert accepted and accepted[0] > refused()[-1]
-    assert_cordoned_by_fleetctl(kube, name, "XID 79")
+    assert_cordoned_by_fleetctl(kube, name, "XID 79", effect="NoExecute")
     assert [e.trigger for e in queries.node_events(engine, name)][-2:] == ["drain", "drain_complete"]
 
 
@@ -183,6 +188,7 @@ async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_se
         kube.finish_pod("training", "llm-0")  # the job completes; the next look finds none
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", POLL_S + STEP_S,
                        "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
     finally:
         worker.stop()
         await terminate_node_workflows(settings, [name])
@@ -227,6 +233,7 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
 
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 40, "the pod to be evicted")
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 15, "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
         version = next(e.state_version for e in queries.node_events(engine, name) if e.trigger == "drain")
         restart_ids.append(job_restart_id("training/llm", f"{name}-v{version}"))
     finally:
