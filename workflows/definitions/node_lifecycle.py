@@ -55,13 +55,7 @@ with workflow.unsafe.imports_passed_through():
         remediation_id,
     )
     from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.node_scheduler import (
-        DRAIN_MOVES_PODS,
-        REPORT_STATE,
-        SAID_BY_PLACEMENT,
-        move_pods,
-        report_state,
-    )
+    from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
     from workflows.definitions.remediation import Remediation
     from workflows.definitions.shared import (
         FIRMWARE_CHECKS,
@@ -107,7 +101,7 @@ class NodeLifecycle:
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._retired():
-                if workflow.patched(REPORT_STATE):  # the queue is not worked once retired
+                if workflow.patched("report-scheduler-state"):  # the queue is not worked once retired
                     await report_state(self.s, self.s.last_outcome)
                 return self.s
             workflow.continue_as_new(self.s)
@@ -389,7 +383,7 @@ class NodeLifecycle:
                 await self._restart_job(job, scheduler, item, seen)
         # The node's pods (any, labelled as a job or not) are moved by the drain policy each
         # poll and hold the drain while they stay; a critical drain leaves them to its taint.
-        moves_pods = not item.critical and workflow.patched(DRAIN_MOVES_PODS)
+        moves_pods = not item.critical and workflow.patched("drain-moves-pods")
         pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
         waited = 0.0
         while (jobs or pods_holding) and not item.critical and waited < self.s.drain_job_wait_s \
@@ -564,7 +558,7 @@ class NodeLifecycle:
         # before this step replay without it.)
         if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
             self.s.work.append(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
-        elif target not in SAID_BY_PLACEMENT and workflow.patched(REPORT_STATE):
+        elif target not in SAID_BY_PLACEMENT and workflow.patched("report-scheduler-state"):
             self.s.work.append(WorkItem("report_state", actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result

@@ -3,9 +3,9 @@ cordoned node's pods off it by the drain policy, and saying the node's lifecycle
 the scheduler's own node object.
 
 Helpers of NodeLifecycle (they read and write its state), kept apart so that the lifecycle's
-module stays small; NodeLifecycle calls each behind its own `workflow.patched` id. A
-scheduler that places no pods, or has no node object to label (Slurm, the simulator),
-answers with nothing to do.
+module stays small; NodeLifecycle calls each behind its own `workflow.patched` id
+(drain-moves-pods, report-scheduler-state). A scheduler that places no pods, or has no node
+object to label (Slurm, the simulator), answers with nothing to do.
 """
 
 from __future__ import annotations
@@ -24,11 +24,6 @@ with workflow.unsafe.imports_passed_through():
         SchedulerStateReport,
     )
     from workflows.definitions.shared import POD_DRAIN_ROUND, QUICK, SCHEDULER_ROUND
-
-# Patch ids (see NodeLifecycle): a non-critical drain moves the node's pods by the drain
-# policy each poll; a transition shows the node's new state in its scheduler.
-DRAIN_MOVES_PODS = "drain-moves-pods"
-REPORT_STATE = "report-scheduler-state"
 
 # The drain sets `draining` and the resume `production` on the scheduler's node themselves.
 SAID_BY_PLACEMENT = frozenset({NodeState.DRAINING.value, NodeState.PRODUCTION.value})
