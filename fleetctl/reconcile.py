@@ -116,12 +116,20 @@ def reconcile(nodes: Iterable, schedulers: Mapping[str, object], fix_them: bool,
     what can be fixed when `fix_them` (other tools' drains: only those of `include_owners`);
     `on_checked` is called once per node, for progress."""
 
-    def check(node) -> Difference | None:
-        found = compare(node, schedulers[node.scheduler], include_owners)
-        if found is not None and fix_them:
-            fix(found, schedulers[node.scheduler])
+    def check(node) -> list[Difference]:
+        scheduler = schedulers[node.scheduler]
+        differences = []
+        # A node several schedulers run (fleetctl.schedulers.combined) is compared in each.
+        for kind, member in getattr(scheduler, "members", ((node.scheduler, scheduler),)):
+            found = compare(node, member, include_owners)
+            if found is None:
+                continue
+            found.scheduler = kind
+            if fix_them:
+                fix(found, member)
+            differences.append(found)
         on_checked()
-        return found
+        return differences
 
     with ThreadPoolExecutor(PARALLEL) as pool:
-        return [d for d in pool.map(check, nodes) if d is not None]
+        return [d for found in pool.map(check, nodes) for d in found]

@@ -59,13 +59,15 @@ def reconcile(
     if bad := [o for o in include_owner if not valid_owner(o)]:
         fail(f"--include-owner {bad[0]!r}: a tool's name is the word before a drain reason's colon "
              "(letters, digits, '_', '.', '-'; at most 32)", EXIT_USAGE)
+    from fleetctl.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS, scheduler_for
 
-    nodes = [n for n in list_nodes(context.engine(ctx)) if n.scheduler in SCHEDULER_KINDS]
+    nodes = [n for n in list_nodes(context.engine(ctx))
+             if set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
     from fleetctl.slurm_host import slurm_runner
 
     settings = context.settings(ctx)
-    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if kind == "slurm" else None)
+    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if "slurm" in scheduler_members(kind) else None)
                   for kind in {n.scheduler for n in nodes}}
 
     with Progress(transient=True, console=Console(stderr=True)) as progress:

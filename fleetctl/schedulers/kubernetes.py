@@ -257,19 +257,21 @@ class KubernetesScheduler:
         cordoned keeps their cordon and stays theirs: it gets the taint and label but not
         fleetctl's reason, so resume will not lift it.
 
-        `state` is `draining` unless given, but a node fleetctl's drain already holds keeps
-        the state its taint shows and that taint's effect: a job restart drains its bad nodes
-        again, possibly after they reached maintenance, and must neither move the label back
-        to `draining` nor soften a critical fault's NoExecute.
+        `state` is `draining` unless given. A node fleetctl's drain already holds is left as
+        it is when no state is given, unless a critical drain must harden its taint: a job
+        restart drains its bad nodes again, possibly just as their workflow shows them in
+        maintenance, and must neither move the label, taint or conditions back to
+        `draining` nor soften a critical fault's NoExecute.
         """
         current = self._read_node(node)
         reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
         effect = self._options.critical_taint_effect if critical else "NoSchedule"
         held = _own_taint(current) if _cordoned(current) and _owned_by_fleetctl(current) else None
-        if held is not None:
-            state = state or held.get("value") or None
-            if held.get("effect") == self._options.critical_taint_effect:
-                effect = held["effect"]
+        if held is not None and state is None:
+            if held.get("effect") == self._options.critical_taint_effect or not critical:
+                log.info("node %s is already drained by fleetctl (%s); left as it is", node, held.get("value"))
+                return
+            state = held.get("value") or None
         state = state or "draining"
         spec: Json = {"taints": _taints_with_state(current, state, effect)}
         metadata: Json = {"labels": {STATE_KEY: state}}
