@@ -6,9 +6,13 @@
         bmc: https://10.1.0.1        # optional
         rack: rack-01
         profile: h100-sxm
-        scheduler: slurm             # slurm | kubernetes | sim | none
+        scheduler: slurm             # slurm | kubernetes | sim | none, or a list: [slurm, kubernetes]
         user: ubuntu                 # optional SSH user
         labels: {pool: training}
+
+A node that several schedulers run (Slurm on Kubernetes, SUNK: the Kubernetes node runs a
+slurmd pod under the same name) lists them; they are stored joined in drain order (Slurm,
+whose jobs are the training jobs, before the Kubernetes cordon), as `slurm+kubernetes`.
 
 Errors name the file, the entry and the field, and nothing is written if any entry is bad.
 Names are compared case-insensitively (`gpu-001` and `GPU-001` are one machine to DNS and to
@@ -25,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
-from fleetctl.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE, valid_kubernetes_node_name
+from fleetctl.names import (
+    LABEL_KEY_RE,
+    LABEL_VALUE_RE,
+    NODE_NAME_RE,
+    SCHEDULER_JOIN,
+    scheduler_members,
+    valid_kubernetes_node_name,
+)
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
@@ -63,6 +74,21 @@ def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, require
     if pattern is not None and not pattern.match(value):
         raise InventoryError(f"{where}: field '{key}' has an invalid value {excerpt(value)}")
     return value
+
+
+def _scheduler(where: str, entry: dict) -> str:
+    """The entry's scheduler kind, or its several kinds joined in drain order."""
+    raw = entry.get("scheduler")
+    if not isinstance(raw, list):
+        scheduler = _text(where, entry, "scheduler", None, False) or "none"
+        if scheduler not in SCHEDULERS:
+            raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}, or a list of them")
+        return scheduler
+    several = [kind for kind in SCHEDULERS if kind != "none"]
+    if len(raw) < 2 or len(set(map(str, raw))) != len(raw) or not all(isinstance(k, str) and k in several for k in raw):
+        raise InventoryError(f"{where}: field 'scheduler': a list names two or more of {', '.join(several)}, "
+                             "each once")
+    return SCHEDULER_JOIN.join(kind for kind in several if kind in raw)
 
 
 def parse_labels(where: str, raw: Any) -> dict[str, str]:
@@ -106,10 +132,8 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         profile = _text(where, entry, "profile", NODE_NAME_RE, True)
         if known_profiles is not None and profile not in known_profiles:
             raise InventoryError(f"{where}: field 'profile': unknown profile {profile!r} (known: {', '.join(sorted(known_profiles))})")
-        scheduler = _text(where, entry, "scheduler", None, False) or "none"
-        if scheduler not in SCHEDULERS:
-            raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}")
-        if scheduler == "kubernetes" and not valid_kubernetes_node_name(name):
+        scheduler = _scheduler(where, entry)
+        if "kubernetes" in scheduler_members(scheduler) and not valid_kubernetes_node_name(name):
             raise InventoryError(f"{where}: Kubernetes node names are lower-case letters, digits, '-' and '.'")
         bmc = _text(where, entry, "bmc", _BMC_RE, False)
         if bmc is not None and bmc.lower().startswith("http://") and not allow_http_bmc:

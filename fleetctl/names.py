@@ -16,6 +16,16 @@ LABEL_VALUE_RE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?\
 KUBERNETES_NODE_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
+# A node several schedulers run (SUNK: a Kubernetes node whose slurmd pod makes it a Slurm
+# node too) is stored with their kinds joined by this, in the order a drain takes them.
+SCHEDULER_JOIN = "+"
+
+
+def scheduler_members(scheduler: str) -> tuple[str, ...]:
+    """'slurm+kubernetes' -> ('slurm', 'kubernetes'); a single kind -> (kind,)."""
+    return tuple(scheduler.split(SCHEDULER_JOIN))
+
+
 def valid_kubernetes_node_name(name: str) -> bool:
     """Whether Kubernetes accepts `name` as a node name."""
     return len(name) <= 253 and KUBERNETES_NODE_NAME_RE.fullmatch(name) is not None

@@ -200,7 +200,7 @@ class HealthEventBatchResult:
 
 @dataclass
 class WorkItem:
-    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler
+    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler | report_state
     actor: str = ""
     suite: str = ""
     cause: str = ""
@@ -359,6 +359,42 @@ class RemediationPlan:
 @dataclass
 class SchedulerCordon:
     node: str
+    reason: str
+    # A critical fault: the scheduler moves work off at once where it can (Kubernetes: the
+    # configured critical taint effect, NoExecute by default) rather than only stopping new work.
+    critical: bool = False
+
+
+@dataclass
+class PodDrainRequest:
+    """One round of moving a cordoned node's pods off it (schedulers that place pods)."""
+
+    node: str
+    critical: bool = False
+    # The drain's wait is over: pods whose policy deletes them after the deadline go now.
+    deadline_passed: bool = False
+
+
+@dataclass
+class PodDrainOutcome:
+    """What the round did (fleetctl.schedulers.base.PodDrainProgress, as lists). `holding`
+    keeps the drain open: "namespace/name: why" (waiting by policy, refused by a disruption
+    budget, terminating). Empty for a scheduler that places no pods."""
+
+    node: str
+    evicted: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    holding: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SchedulerStateReport:
+    """fleetctl's lifecycle state, said on the scheduler's own node object (Kubernetes: the
+    state label and taint value, conditions, an Event)."""
+
+    node: str
+    state: str
     reason: str
 
 

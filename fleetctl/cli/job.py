@@ -24,11 +24,13 @@ SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or 
 
 
 def _scheduler(ctx: typer.Context, kind: str):
+    from fleetctl.names import scheduler_members
     from fleetctl.schedulers import scheduler_for
     from fleetctl.slurm_host import slurm_runner
 
     try:
-        return scheduler_for(kind, context.settings(ctx), slurm_runner=slurm_runner(context.settings(ctx)) if kind == "slurm" else None)
+        return scheduler_for(kind, context.settings(ctx), slurm_runner=slurm_runner(context.settings(ctx))
+                             if "slurm" in scheduler_members(kind) else None)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -36,9 +38,11 @@ def _scheduler(ctx: typer.Context, kind: str):
 def _scheduler_kinds(ctx: typer.Context) -> list[str]:
     """The schedulers the inventory's nodes use, in a stable order."""
     from fleetctl.db.queries import list_nodes
+    from fleetctl.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS
 
-    used = {n.scheduler for n in list_nodes(context.engine(ctx))}
+    # A SUNK node's jobs are its members' (Slurm's and Kubernetes'), each asked once.
+    used = {kind for n in list_nodes(context.engine(ctx)) for kind in scheduler_members(n.scheduler)}
     return [kind for kind in SCHEDULER_KINDS if kind in used]
 
 

@@ -9,7 +9,7 @@ from dataclasses import asdict
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail
 
 
 def _table(data: dict, _wide: bool):
@@ -28,8 +28,12 @@ def _table(data: dict, _wide: bool):
             outcome = Text(f"done: {d['action']}", style="green")
         elif d["error"]:
             outcome = Text(f"{d['action']} failed: {d['error']}", style="red")
+        elif d["action"]:
+            outcome = Text(f"--fix: {d['action']}", style="yellow")
+        elif d["owner"]:
+            outcome = Text(f"left to {d['owner']} (--fix --include-owner {d['owner']} resumes it)", style="yellow")
         else:
-            outcome = Text(f"--fix: {d['action']}" if d["action"] else "needs a person", style="yellow")
+            outcome = Text("needs a person", style="yellow")
         difference = d["difference"].replace("_", " ") + (f" ({d['reason']})" if d["reason"] else "")
         table.add_row(d["node"], d["scheduler"], d["fleetctl_state"], d["scheduler_state"], difference, outcome)
     return Group(Text(f"{head}, {len(data['differences'])} differ"), table)
@@ -38,26 +42,38 @@ def _table(data: dict, _wide: bool):
 def reconcile(
     ctx: typer.Context,
     fix: bool = typer.Option(False, "--fix", help="make each scheduler match fleetctl (drain, or resume)"),
+    include_owner: list[str] = typer.Option(
+        [], "--include-owner", metavar="TOOL",
+        help="also resume drains this tool made (the word before the reason's colon: NHC, k8s); repeatable"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
-    """Compare node states with the schedulers' drains; exit 1 while any difference remains."""
+    """Compare node states with the schedulers' drains; exit 1 while any difference remains.
+    Another tool's drain is reported and left to it unless named with --include-owner."""
     from rich.console import Console
     from rich.progress import Progress
 
     from fleetctl.db.queries import list_nodes
     from fleetctl.reconcile import reconcile as compare_and_fix
+    from fleetctl.reconcile import valid_owner
+
+    if bad := [o for o in include_owner if not valid_owner(o)]:
+        fail(f"--include-owner {bad[0]!r}: a tool's name is the word before a drain reason's colon "
+             "(letters, digits, '_', '.', '-'; at most 32)", EXIT_USAGE)
+    from fleetctl.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS, scheduler_for
 
-    nodes = [n for n in list_nodes(context.engine(ctx)) if n.scheduler in SCHEDULER_KINDS]
+    nodes = [n for n in list_nodes(context.engine(ctx))
+             if set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
     from fleetctl.slurm_host import slurm_runner
 
     settings = context.settings(ctx)
-    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if kind == "slurm" else None)
+    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if "slurm" in scheduler_members(kind) else None)
                   for kind in {n.scheduler for n in nodes}}
 
     with Progress(transient=True, console=Console(stderr=True)) as progress:
         task = progress.add_task("fixing" if fix else "comparing", total=len(nodes))
-        differences = compare_and_fix(nodes, schedulers, fix, on_checked=lambda: progress.advance(task))
+        differences = compare_and_fix(nodes, schedulers, fix, on_checked=lambda: progress.advance(task),
+                                      include_owners=frozenset(include_owner))
 
     emit({"nodes_checked": len(nodes), "fix": fix, "differences": [asdict(d) for d in differences]}, output, _table)
     if any(not d.fixed for d in differences):

@@ -9,7 +9,8 @@ if TYPE_CHECKING:
     from fleetctl.schedulers.base import Scheduler
     from fleetctl.schedulers.slurm import CommandRunner
 
-# What a node's inventory `scheduler` may name, besides "none" (a node no scheduler uses).
+# What a node's inventory `scheduler` may name, besides "none" (a node no scheduler uses);
+# a node several run names them joined ("slurm+kubernetes", fleetctl.names.SCHEDULER_JOIN).
 SCHEDULER_KINDS = ("slurm", "kubernetes", "sim")
 # Those whose adapters list every job they remember (base.ListsJobHistory), so that asking
 # for the jobs never builds an adapter that cannot (a test holds the two together).
@@ -22,8 +23,15 @@ def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | N
     without one they run on this host.
 
     Only the chosen adapter's module is imported: the kubernetes client alone costs half a
-    second, and most commands never talk to Kubernetes.
+    second, and most commands never talk to Kubernetes. Several kinds joined give one
+    scheduler over all of them (fleetctl.schedulers.combined).
     """
+    from fleetctl.names import scheduler_members
+
+    if len(members := scheduler_members(kind)) > 1:
+        from fleetctl.schedulers.combined import CombinedScheduler
+
+        return CombinedScheduler([(member, scheduler_for(member, settings, slurm_runner)) for member in members])
     if kind == "sim":
         from fleetctl.db.engine import get_engine
         from fleetctl.sim.scheduler import SimScheduler

@@ -61,7 +61,10 @@ class FleetctlDoesNotOwnDrain(SchedulerError):
 
 
 class Scheduler(Protocol):
-    def drain(self, node: str, reason: str) -> None: ...
+    # `critical`: a fault that ends the node's work anyway, so work may be moved off at once
+    # where the scheduler can (Kubernetes' NoExecute taint). Slurm's drain lets running jobs
+    # run either way; the node's workflow restarts a critical fault's jobs itself.
+    def drain(self, node: str, reason: str, critical: bool = False) -> None: ...
 
     def resume(self, node: str, force: bool = False) -> None: ...
 

@@ -249,17 +249,30 @@ class KubernetesScheduler:
 
     # -- the Scheduler protocol ------------------------------------------------------
 
-    def drain(self, node: str, reason: str, state: str = "draining", critical: bool = False) -> None:
+    def drain(self, node: str, reason: str, state: str | None = None, critical: bool = False) -> None:
         """Cordon, taint and label the node, record why, and say so in its conditions and events.
 
         The taint is NoSchedule, or the configured critical effect (NoExecute: pods that do
         not tolerate it leave at once) for a critical fault. A node someone else already
         cordoned keeps their cordon and stays theirs: it gets the taint and label but not
         fleetctl's reason, so resume will not lift it.
+
+        `state` is `draining` unless given. A node fleetctl's drain already holds is left as
+        it is when no state is given, unless a critical drain must harden its taint: a job
+        restart drains its bad nodes again, possibly just as their workflow shows them in
+        maintenance, and must neither move the label, taint or conditions back to
+        `draining` nor soften a critical fault's NoExecute.
         """
         current = self._read_node(node)
         reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
         effect = self._options.critical_taint_effect if critical else "NoSchedule"
+        held = _own_taint(current) if _cordoned(current) and _owned_by_fleetctl(current) else None
+        if held is not None and state is None:
+            if held.get("effect") == self._options.critical_taint_effect or not critical:
+                log.info("node %s is already drained by fleetctl (%s); left as it is", node, held.get("value"))
+                return
+            state = held.get("value") or None
+        state = state or "draining"
         spec: Json = {"taints": _taints_with_state(current, state, effect)}
         metadata: Json = {"labels": {STATE_KEY: state}}
         if _cordoned(current) and not _owned_by_fleetctl(current):
@@ -296,7 +309,7 @@ class KubernetesScheduler:
         current = self._read_node(node)
         metadata: Json = {"labels": {STATE_KEY: state}}
         patch: Json = {"metadata": metadata}
-        own_taint = next((t for t in (current.get("spec") or {}).get("taints") or [] if t.get("key") == STATE_KEY), None)
+        own_taint = _own_taint(current)
         if own_taint is not None:
             patch["spec"] = {"taints": _taints_with_state(current, state, own_taint.get("effect") or "NoSchedule")}
         self._patch_node(current, patch, f"label node {node} {state}")
@@ -660,6 +673,10 @@ def _cordoned(node: Json) -> bool:
 
 def _owned_by_fleetctl(node: Json) -> bool:
     return _annotations(node).get(REASON_ANNOTATION, "").startswith(REASON_PREFIX)
+
+
+def _own_taint(node: Json) -> Json | None:
+    return next((t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") == STATE_KEY), None)
 
 
 def _taints_with_state(node: Json, state: str | None, effect: str = "NoSchedule") -> list[Json]:

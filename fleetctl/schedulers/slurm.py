@@ -233,8 +233,10 @@ class SlurmScheduler:
             raise SchedulerError(f"{command}: exit status {exit_status}: {message or 'no error output'}")
         return stdout
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str, critical: bool = False) -> None:
         """Drain node with a reason marked as fleetctl's; leaves a drain by someone else as it is.
+        A critical drain is the same drain: Slurm has no "move jobs off now" (the workflow
+        requeues a critical fault's jobs itself).
 
         Overwriting an operator's reason would make the drain fleetctl's, and fleetctl would
         later resume a node the operator took out.

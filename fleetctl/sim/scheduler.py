@@ -58,8 +58,9 @@ class SimScheduler:
         job_id = store.add_sim_job(self.engine, name, node_count, gpus_per_node)
         return self.job(job_id)
 
-    def drain(self, node: str, reason: str) -> None:
-        """Drain with fleetctl's reason; a drain by someone else stays theirs (as with Slurm)."""
+    def drain(self, node: str, reason: str, critical: bool = False) -> None:
+        """Drain with fleetctl's reason; a drain by someone else stays theirs (as with Slurm,
+        and like Slurm's, a critical drain is the same drain)."""
         current = self._node(node)
         if current.drained and not _owned_by_fleetctl(current.reason):
             return

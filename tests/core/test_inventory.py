@@ -39,6 +39,12 @@ def test_good_inventory() -> None:
         ("nodes: [{name: a, address: 'x$(reboot)', profile: h100-sxm}]", r"field 'address' has an invalid value"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, labels: {pool: 'a b'}}]", r"label pool has an invalid value"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: pbs}]", r"field 'scheduler' must be one of"),
+        ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm]}]", r"a list names two or more"),
+        ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, slurm]}]", r"each once"),
+        ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, none]}]", r"a list names two or more"),
+        ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, [kubernetes]]}]", r"two or more"),
+        ("nodes: [{name: A_1, address: x, profile: h100-sxm, scheduler: [slurm, kubernetes]}]",
+         r"Kubernetes node names are lower-case"),
         ("nodes: [{name: a, address: x, profile: v100}]", r"unknown profile 'v100'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, colour: red}]", r"unknown field 'colour'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, bmc: 'ftp://b'}]", r"field 'bmc' has an invalid value"),
@@ -54,3 +60,9 @@ def test_selector() -> None:
     assert parse_selector("pool=training,zone=a") == {"pool": "training", "zone": "a"}
     with pytest.raises(InventoryError, match="bad label selector"):
         parse_selector("pool")
+
+
+@pytest.mark.parametrize("listed", ["[slurm, kubernetes]", "[kubernetes, slurm]"])
+def test_a_sunk_node_lists_both_schedulers_stored_in_drain_order(listed: str) -> None:
+    (spec,) = parse_inventory(f"nodes: [{{name: node1, address: x, profile: h100-sxm, scheduler: {listed}}}]")
+    assert spec.scheduler == "slurm+kubernetes"  # Slurm's jobs first, then the Kubernetes cordon

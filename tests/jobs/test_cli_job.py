@@ -8,6 +8,7 @@ import pytest
 
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
+from fleetctl.reconcile import drain_owner
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from tests.support.cli import console
@@ -59,7 +60,8 @@ def test_reconcile_reports_then_fixes_hand_drains_and_missing_drains(cli) -> Non
     sim = SimScheduler(cli.engine)
     sim_fleet(cli.engine, ["m1"], state="maintenance")
     sim_fleet(cli.engine, ["x1"], state="production", scheduler="none")  # no scheduler: not compared
-    jobs.set_sim_drain(cli.engine, "n2", True, "manual: reseat cable")
+    jobs.set_sim_drain(cli.engine, "n2", True, "NHC: check_hw_ib: No IB port is ACTIVE")
+    jobs.set_sim_drain(cli.engine, "n4", True, "reseat the cable")  # a person's, naming no tool
     sim.drain("n3", "XID 79")  # fleetctl's, left behind though n3 is in production
     assert cli("reconcile").exit_code == 1
 
@@ -67,16 +69,47 @@ def test_reconcile_reports_then_fixes_hand_drains_and_missing_drains(cli) -> Non
     assert r.exit_code == 1
     report = json.loads(r.stdout)
     assert report["nodes_checked"] == 5
-    assert {d["node"]: d["difference"] for d in report["differences"]} == {
-        "m1": "not_drained", "n2": "drained_by_someone_else", "n3": "stale_fleetctl_drain"}
-    assert next(d for d in report["differences"] if d["node"] == "n2")["reason"] == "manual: reseat cable"
+    assert {d["node"]: (d["difference"], d["owner"], d["action"]) for d in report["differences"]} == {
+        "m1": ("not_drained", "", "drain"),
+        "n2": ("drained_by_someone_else", "NHC", None), "n3": ("stale_fleetctl_drain", "", "resume"),
+        "n4": ("drained_by_someone_else", "", None)}
     assert not sim.node_state("m1").drained  # reporting changes nothing
 
+    # --fix leaves other tools' drains to them: NHC will lift its own once its check passes.
     r = cli("reconcile", "--fix", "-o", "json")
-    assert r.exit_code == 0, r.output
-    assert all(d["fixed"] for d in json.loads(r.stdout)["differences"])
+    assert r.exit_code == 1, r.output
+    assert {d["node"] for d in json.loads(r.stdout)["differences"] if d["fixed"]} == {"m1", "n3"}
     assert sim.node_state("m1").owned_by_fleetctl and sim.node_state("m1").drained
-    assert not sim.node_state("n2").drained and not sim.node_state("n3").drained
+    assert not sim.node_state("n3").drained
+    assert sim.node_state("n2").drained and sim.node_state("n4").drained
 
+    # Named, the tool's drains are resumed (its name compared without case); a person's never.
+    r = cli("reconcile", "--fix", "--include-owner", "nhc", "-o", "json")
+    assert r.exit_code == 1, r.output
+    assert [(d["node"], d["fixed"]) for d in json.loads(r.stdout)["differences"]] == [("n2", True), ("n4", False)]
+    assert not sim.node_state("n2").drained and sim.node_state("n4").drained
+
+    jobs.set_sim_drain(cli.engine, "n4", False, None)
     r = cli("reconcile")
     assert r.exit_code == 0 and "5 nodes checked: fleetctl and the schedulers agree" in r.stdout
+
+
+def test_reconcile_refuses_a_tool_name_that_no_reason_could_give(cli) -> None:
+    jobs.set_sim_drain(cli.engine, "n2", True, "NHC: check_hw_ib")
+    r = cli("reconcile", "--fix", "--include-owner", "NHC: x")
+    assert r.exit_code == 2 and r.stderr.startswith("error: --include-owner 'NHC: x'") and len(r.stderr.splitlines()) == 1
+    assert SimScheduler(cli.engine).node_state("n2").drained  # nothing was done
+
+
+@pytest.mark.parametrize(("reason", "owner"), [
+    ("NHC: check_hw_cpuinfo: Actual CPU core count (32) != expected (64)", "NHC"),  # Node Health Check's form
+    ("k8s: node is cordoned in Kubernetes", "k8s"),
+    ("  slurm.conf-sync:drift", "slurm.conf-sync"),
+    ("reseat the cable", ""),  # free text names no tool
+    ("see ticket 42: optics", ""),  # the words before the colon are not one name
+    (": nothing", ""),
+    ("", ""),
+    (None, ""),
+])
+def test_the_owner_of_a_drain_is_the_tool_its_reason_names(reason, owner) -> None:
+    assert drain_owner(reason) == owner

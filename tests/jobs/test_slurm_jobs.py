@@ -62,15 +62,19 @@ def test_job_restart_moves_a_slurm_job_off_the_bad_node_and_reports_restart_seco
 
 
 def test_reconcile_reports_and_fixes_slurm_drains_that_disagree(cli, slurm_cluster) -> None:
-    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=manual")
+    # Node Health Check's drain, in the form its Slurm integration writes.
+    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
     slurm_cluster.scheduler().drain("node4", "XID 79")  # left behind: node4 is in production
 
     r = cli("reconcile", "-o", "json")
     assert r.exit_code == 1
-    assert {d["node"]: d["difference"] for d in json.loads(r.stdout)["differences"]} == {
-        "node3": "drained_by_someone_else", "node4": "stale_fleetctl_drain"}
+    assert {d["node"]: (d["difference"], d["owner"]) for d in json.loads(r.stdout)["differences"]} == {
+        "node3": ("drained_by_someone_else", "NHC"), "node4": ("stale_fleetctl_drain", "")}
 
-    assert cli("reconcile", "--fix").exit_code == 0
+    assert cli("reconcile", "--fix").exit_code == 1  # NHC's drain is NHC's to lift
+    assert slurm_cluster.scheduler().node_state("node3").drained
+    assert not slurm_cluster.scheduler().node_state("node4").drained
+    assert cli("reconcile", "--fix", "--include-owner", "NHC").exit_code == 0
     r = cli("reconcile")
     assert r.exit_code == 0 and "4 nodes checked: fleetctl and the schedulers agree" in r.stdout
 

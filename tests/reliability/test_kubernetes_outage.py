@@ -9,11 +9,12 @@ PodDisruptionBudget forbids.
 - A cordon answered 500 is retried with backoff, each spent round is an automation event
   that `fleet status` shows, and the node stays in `draining` (never `maintenance`) until
   the API takes the cordon.
-- A non-critical drain does not evict (kubernetes.py: "A drain does not evict"): it
-  cordons and waits for the node's jobs to finish, so a pod its PDB protects is never
-  disrupted, and the node reaches `maintenance` only once that pod's job is done.
-- A critical drain (XID 79) restarts the node's jobs by evicting their pods; a PDB's 429
-  is retried with backoff until the eviction is allowed.
+- A non-critical drain under a drain policy that waits for the job's namespace
+  (`kube_drain_policy`) cordons and waits for the job to finish, so a pod its PDB protects
+  is never disrupted, and the node reaches `maintenance` only once that pod's job is done.
+- A critical drain (XID 79) taints NoExecute and restarts the node's jobs by evicting their
+  pods; a PDB's 429 is retried with backoff until the eviction is allowed.
+- At the end the node says where it is: label and taint value `maintenance`.
 """
 
 from __future__ import annotations
@@ -86,11 +87,16 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str) -> None:
+def shown_in(kube: KubeEmulator, name: str, state: str) -> bool:
+    return kube.node(name)["metadata"]["labels"].get(STATE_KEY) == state
+
+
+def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str, effect: str = "NoSchedule") -> None:
+    """Cordoned with fleetctl's reason, and shown in maintenance, where the drain took it."""
     node = kube.node(name)
     assert node["spec"].get("unschedulable") is True, node
-    assert {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"} in node["spec"]["taints"], node
-    assert node["metadata"]["labels"][STATE_KEY] == "draining", node
+    assert {"key": STATE_KEY, "value": "maintenance", "effect": effect} in node["spec"]["taints"], node
+    assert node["metadata"]["labels"][STATE_KEY] == "maintenance", node
     assert node["metadata"]["annotations"][REASON_ANNOTATION].startswith("fleetctl: ") and \
         reason in node["metadata"]["annotations"][REASON_ANNOTATION], node
 
@@ -147,18 +153,20 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
             return True
 
         await wait_for(drained, 30, "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
     finally:
         worker.stop()
         await terminate_node_workflows(settings, [name])
     assert len(refused()) == 10
     accepted = patches(200)
     assert accepted and accepted[0] > refused()[-1]
-    assert_cordoned_by_fleetctl(kube, name, "XID 79")
+    assert_cordoned_by_fleetctl(kube, name, "XID 79", effect="NoExecute")
     assert [e.trigger for e in queries.node_events(engine, name)][-2:] == ["drain", "drain_complete"]
 
 
 async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_settings, kube: KubeEmulator) -> None:
     settings, name = k8s_settings, unique("k8s-pdb")
+    settings.kube_drain_policy = "namespace:training=wait"  # the default evicts (through the PDB)
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
     try:
@@ -182,6 +190,7 @@ async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_se
         kube.finish_pod("training", "llm-0")  # the job completes; the next look finds none
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", POLL_S + STEP_S,
                        "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
     finally:
         worker.stop()
         await terminate_node_workflows(settings, [name])
@@ -226,6 +235,7 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
 
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 40, "the pod to be evicted")
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 15, "the drain to complete")
+        await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
         version = next(e.state_version for e in queries.node_events(engine, name) if e.trigger == "drain")
         restart_ids.append(job_restart_id("training/llm", f"{name}-v{version}"))
     finally:
@@ -240,7 +250,7 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
     assert len(attempts) == 3, kube.eviction_requests  # refused, refused, allowed
     gaps = [b - a for a, b in zip(attempts, attempts[1:])]
     assert gaps[0] >= 1.6 and gaps[1] >= 3.2, gaps  # the adapter's backoff: 2 s, then 4 s
-    assert_cordoned_by_fleetctl(kube, name, "XID 79")
+    assert_cordoned_by_fleetctl(kube, name, "XID 79", effect="NoExecute")
 
 
 async def _activity(client, name: str, prefix: str) -> bool:

@@ -50,12 +50,12 @@ class RefusingScheduler:
             raise SchedulerError(SLURM_DOWN)
         return self.real.jobs_on_node(node)
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str, critical: bool = False) -> None:
         with self._lock:
             self.drain_attempts.append(time.monotonic())
         if self.down.exists():
             raise SchedulerError(SLURM_DOWN)
-        self.real.drain(node, reason)
+        self.real.drain(node, reason, critical=critical)
 
     def __getattr__(self, name: str):
         return getattr(self.real, name)

@@ -11,7 +11,7 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
   in batches whose checks end in error, a node's search attributes carried across
-  continue-as-new, a burst of logged health events with a critical one behind minor
+  continue-as-new, a critical XID 79 drain, a burst of logged health events with a critical one behind minor
   ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
 
@@ -307,9 +307,19 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         await request_transition(client, deadline_node, "drain", "recorder", "operator: recording")
         await rec.wait(deadline_node, lambda t: "drain_complete" in t, timeout_s=DRAIN_JOB_WAIT_S + 60)
 
+        # A critical fault: the cordon tells the scheduler so (patch critical-cordon). Every
+        # drain above moved the node's pods by the policy (none here: patch drain-moves-pods)
+        # and showed the node in maintenance in its scheduler (patch report-scheduler-state).
+        critical_node = next(n for n in names if n not in (runbook_node, deadline_node, bad_event)
+                             and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        await send_health_events(client, critical_node, [
+            HealthEventInput(critical_node, "xid", 79, "fallen off the bus", "recorder", "rv2-79", time.time())])
+        await rec.wait(critical_node, lambda t: "drain_complete" in t)
+
         # A sweep in batches (patch sweep-batches) in which one node's checks end in error: the
         # errors are reported to the capacity guard (patch report-check-errors).
-        unreachable = next(n for n in reversed(names) if queries.get_node(engine, n).state == "production"
+        unreachable = next(n for n in reversed(names) if n != critical_node
+                           and queries.get_node(engine, n).state == "production"
                            and not scheduler.jobs_on_node(n))
         add_fault(engine, unreachable, "unreachable")
         sweep_id = f"sweep/record-{rec.unique}"
@@ -347,6 +357,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "node_lifecycle_bad_health_event": node_workflow_id(bad_event),
             "node_lifecycle_critical_first": node_workflow_id(burst),
             "node_lifecycle_drain_deadline": node_workflow_id(deadline_node),
+            "node_lifecycle_critical_drain": node_workflow_id(critical_node),
             "remediation_restart_jobs": remediation_id(runbook_node),
             "remediation_set_state_draining": remediation_id(state_drained),
             "job_restart_by_runbook": next(i for i in restarts if runbook_node in i),

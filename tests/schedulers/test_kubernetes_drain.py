@@ -322,6 +322,19 @@ def test_noexecute_only_for_a_critical_fault_as_configured(kube: KubeEmulator) -
     assert kube.node("gpu-2")["spec"]["taints"][0]["effect"] == "NoSchedule"
 
 
+def test_draining_a_node_fleetctl_holds_again_keeps_its_state_and_its_critical_taint(kube: KubeEmulator) -> None:
+    """A job restart drains its bad nodes again, maybe after their workflow showed them in
+    maintenance: the label must not go back to draining, nor NoExecute soften."""
+    scheduler = scheduler_for(kube)
+    scheduler.drain("gpu-1", "XID 79", critical=True)
+    scheduler.set_state("gpu-1", "maintenance", "drained")
+    scheduler.drain("gpu-1", "restart job train/llm")
+
+    node = kube.node("gpu-1")
+    assert node["spec"]["taints"] == [{"key": STATE_KEY, "value": "maintenance", "effect": "NoExecute"}]
+    assert node["metadata"]["labels"][STATE_KEY] == "maintenance"
+
+
 # -- RBAC and real clients ---------------------------------------------------------------------
 
 

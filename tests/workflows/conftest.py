@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from tests.workflows.children import FakeJobRestart
@@ -103,4 +104,8 @@ async def lifecycle(temporal_address):
                       activities=fakes.all()):
         yield factory
         for handle in started:
-            await handle.terminate("test finished")
+            try:
+                await handle.terminate("test finished")
+            except RPCError as exc:  # a retired node's workflow has ended by itself
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise

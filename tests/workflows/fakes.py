@@ -29,11 +29,14 @@ from workflows.api import (
     HealthEventVerdict,
     NodeFacts,
     RecordedTransition,
+    PodDrainOutcome,
+    PodDrainRequest,
     RemediationChoice,
     RemediationPlan,
     RmaOpened,
     RmaRequest,
     SchedulerCordon,
+    SchedulerStateReport,
     SweepScope,
     TransitionRecord,
     UpdateOutcome,
@@ -62,6 +65,8 @@ class World:
     drifts: list[list[str]] = field(default_factory=list)  # node_drift's answers, in order ([]: matches)
     update: UpdateOutcome = field(default_factory=lambda: UpdateOutcome(True, "updated"))
     scheduler_resumes: bool = True
+    # The pods holding a drain, round by round (the last answer repeats; []: none hold).
+    pods_holding: list[list[str]] = field(default_factory=list)
     # Set: every check waits for it (a test sends what arrives while a check runs).
     checks_held: asyncio.Event | None = None
 
@@ -93,7 +98,8 @@ class FakeActivities:
     def all(self) -> list[Callable]:
         return [self.record_transition, self.record_transition_with_facts, self.node_facts, self.record_health_event,
                 self.record_health_events, self.record_automation_event,
-                self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.choose_remediation,
+                self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.drain_pods_on,
+                self.report_state, self.choose_remediation,
                 self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
                 self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
 
@@ -160,6 +166,17 @@ class FakeActivities:
     async def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
         await self._called("cordon_in_scheduler", req)
         return "fake"
+
+    @activity.defn(name="drain_pods_on")
+    async def drain_pods_on(self, req: PodDrainRequest) -> PodDrainOutcome:
+        await self._called("drain_pods_on", req)
+        rounds = self.world.pods_holding
+        holding = (rounds.pop(0) if len(rounds) > 1 else rounds[0]) if rounds else []
+        return PodDrainOutcome(req.node, holding=list(holding))
+
+    @activity.defn(name="report_state")
+    async def report_state(self, req: SchedulerStateReport) -> None:
+        await self._called("report_state", req)
 
     @activity.defn(name="resume_in_scheduler")
     async def resume_in_scheduler(self, name: str) -> None:

@@ -12,8 +12,10 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.runbooks import Event
+from tests.workflows.conftest import DECISION_S
 from tests.workflows.fakes import World
 from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
+from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 
@@ -28,8 +30,11 @@ async def test_an_operator_drain_cordons_then_hands_the_idle_node_to_maintenance
     assert (result.from_state, result.to_state) == ("production", "draining")
     s = await node.settled()
     assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
-    assert len(node.fakes.asked("cordon_in_scheduler")) == 1
+    (cordon,) = node.fakes.asked("cordon_in_scheduler")
+    assert not cordon.critical  # NoSchedule: the node's work may finish
     assert node.fakes.asked("ask_capacity_guard") == []  # an operator's drain is the operator's call
+    # The scheduler is told where the node went (Kubernetes: its state label, conditions, an Event).
+    assert [(r.state, r.reason) for r in node.fakes.asked("report_state")] == [("maintenance", "drained: test: drain")]
 
 
 async def test_a_drain_the_capacity_guard_refuses_leaves_the_node_in_production(lifecycle) -> None:
@@ -50,6 +55,9 @@ async def test_a_critical_event_drains_at_once_and_restarts_the_jobs_without_wai
     assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
     (asked,) = node.fakes.asked("ask_capacity_guard")
     assert asked.critical  # granted past the guard's limits because the GPU is already lost
+    (cordon,) = node.fakes.asked("cordon_in_scheduler")
+    assert cordon.critical  # the scheduler moves work off at once where it can (NoExecute)
+    assert node.fakes.asked("drain_pods_on") == []  # no waiting on the policy: the restarts and the taint move them
     restart = await node.job_restart("job-1", f"{node.node}-v2")
     assert restart.bad_nodes == [node.node] and "XID 79" in restart.cause
     # a drained node with a fault goes to its runbook, with the event that drained it
@@ -205,7 +213,6 @@ async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_
     a drain without a grant: the node's own workflow refuses it (issue 14 item 1)."""
     from fleetctl.capacity import grant_for
     from workflows.api import TransitionRequest
-    from workflows.definitions.node_lifecycle import NodeLifecycle
 
     node = await lifecycle()
 
@@ -240,3 +247,35 @@ async def test_a_critical_event_is_acted_on_ahead_of_the_minor_burst_queued_befo
     names = [name for name, _ in node.fakes.calls]
     drained = names.index("record_transition")
     assert drained < max(i for i, name in enumerate(names) if name == "record_health_events")
+
+
+async def test_pods_that_hold_a_drain_keep_it_open_and_the_node_says_why(lifecycle) -> None:
+    budget = "training/llm-0: PodDisruptionBudget training/llm allows no disruption"
+    # No jobs at all: pods alone (labelled as a job or not) hold the drain.
+    node = await lifecycle(world=World(pods_holding=[[budget]]), drain_job_wait_s=3600.0, drain_job_poll_s=0.1)
+    await node.transition("drain")
+    await node.until(lambda: len(node.fakes.asked("drain_pods_on")) >= 3)
+    s = await node.handle.query(NodeLifecycle.current)
+    assert s.state == "draining" and node.fakes.triggers() == ["drain"]
+    assert s.last_outcome == f"draining pods: holding the drain 1 pod(s): {budget}"
+    node.world.pods_holding = [[]]  # the budget lets it go
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    assert not any(r.deadline_passed or r.critical for r in node.fakes.asked("drain_pods_on"))
+
+
+async def test_at_the_drain_deadline_the_policy_decides_then_the_drain_completes(lifecycle) -> None:
+    waiting = "serving/vllm-0: policy deletes it after the drain deadline"
+    node = await lifecycle(world=World(pods_holding=[[waiting]]), drain_job_wait_s=0.3, drain_job_poll_s=0.1)
+    await node.transition("drain")
+    s = await node.settled()
+    assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
+    rounds = [r.deadline_passed for r in node.fakes.asked("drain_pods_on")]
+    assert len(rounds) >= 3 and rounds[-1] and not any(rounds[:-1])  # one round past the deadline, the last
+
+
+async def test_a_retired_node_is_shown_retired_in_its_scheduler(lifecycle) -> None:
+    node = await lifecycle(state="maintenance")
+    await node.transition("retire")
+    await asyncio.wait_for(node.handle.result(), DECISION_S)
+    assert [r.state for r in node.fakes.asked("report_state")] == ["retired"]

@@ -18,7 +18,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.reachability import ReachabilityPolicy, judge_reachability
-from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError
+from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
 from workflows.activities.database import FLEET_LABEL, DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
@@ -33,9 +33,12 @@ from workflows.api import (
     NodeFacts,
     RecordedTransition,
     ReachabilityVerdict,
+    PodDrainOutcome,
+    PodDrainRequest,
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
+    SchedulerStateReport,
     SweepScope,
     TransitionRecord,
     TransitionRequest,
@@ -230,10 +233,42 @@ class NodeActivities(DatabaseActivities):
         node = self._node(req.node)
         if node.scheduler != "none":
             try:
-                self.schedulers.get(node.scheduler).drain(req.node, req.reason)
+                self.schedulers.get(node.scheduler).drain(req.node, req.reason, critical=req.critical)
             except SchedulerError as exc:
                 raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
         return node.scheduler
+
+    @activity.defn
+    @heartbeating
+    def drain_pods_on(self, req: PodDrainRequest) -> PodDrainOutcome:
+        """One round of moving the cordoned node's pods off it, by the drain policy (a
+        scheduler that places pods: Kubernetes); nothing to do, and nothing holding, for the others."""
+        node = self._node(req.node)
+        scheduler = None if node.scheduler == "none" else self.schedulers.get(node.scheduler)
+        if not isinstance(scheduler, DrainsPods):
+            return PodDrainOutcome(req.node)
+        try:
+            progress = scheduler.drain_pods(req.node, critical=req.critical, deadline_passed=req.deadline_passed)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} could not move the pods off {req.node}: {exc}",
+                                   type="SchedulerError") from None
+        return PodDrainOutcome(req.node, list(progress.evicted), list(progress.deleted), list(progress.holding),
+                               list(progress.left))
+
+    @activity.defn
+    @heartbeating
+    def report_state(self, req: SchedulerStateReport) -> None:
+        """Say the node's lifecycle state on the scheduler's node object, where the scheduler
+        has one to say it on (Kubernetes: label, conditions, an Event); placement is untouched."""
+        node = self._node(req.node)
+        scheduler = None if node.scheduler == "none" else self.schedulers.get(node.scheduler)
+        if not isinstance(scheduler, ReportsNodeState):
+            return
+        try:
+            scheduler.set_state(req.node, req.state, req.reason)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} could not show {req.node} as {req.state}: {exc}",
+                                   type="SchedulerError") from None
 
 
 

@@ -7,8 +7,10 @@ import threading
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
+from fleetctl.names import scheduler_members
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import Scheduler
+from fleetctl.schedulers.combined import CombinedScheduler
 
 
 class SchedulerRegistry:
@@ -16,10 +18,12 @@ class SchedulerRegistry:
         self.settings = settings
         self.executors = executors  # the worker's ExecutorRegistry: Slurm over SSH shares its pool
         self._schedulers: dict[str, Scheduler] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a combined scheduler is built from its members' entries
 
     def get(self, kind: str) -> Scheduler:
         with self._lock:
+            if kind not in self._schedulers and len(members := scheduler_members(kind)) > 1:
+                self._schedulers[kind] = CombinedScheduler([(member, self.get(member)) for member in members])
             if kind not in self._schedulers:
                 try:
                     runner = self._slurm_runner(kind)

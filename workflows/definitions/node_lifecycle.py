@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.definitions.health_queue import next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
     from workflows.definitions.node_visibility import record_transition, show_details
     from workflows.definitions.remediation import Remediation
     from workflows.definitions.shared import (
@@ -105,6 +106,8 @@ class NodeLifecycle:
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._retired():
+                if workflow.patched("report-scheduler-state"):  # the queue is not worked once retired
+                    await report_state(self.s, self.s.last_outcome)
                 return self.s
             workflow.continue_as_new(self.s)
 
@@ -197,6 +200,8 @@ class NodeLifecycle:
             await self._after_drain(item)
         elif item.kind == "resume_in_scheduler":
             await self._resume_in_scheduler()
+        elif item.kind == "report_state":
+            await report_state(self.s, item.cause)
         elif item.kind == "open_rma":
             await workflow.execute_activity_method(
                 RemediationActivities.open_rma,
@@ -391,7 +396,7 @@ class NodeLifecycle:
         """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
         they are lost anyway) or wait for them to finish; then hand the node to maintenance."""
         self.s.activity = "draining: cordon in the scheduler"
-        scheduler = await self._cordon(item.cause)
+        scheduler = await self._cordon(item.cause, item.critical and workflow.patched("critical-cordon"))
         if scheduler is None:
             return  # the node left draining (undrained, retired) while the scheduler refused
         self.s.activity = "draining: jobs"
@@ -402,10 +407,23 @@ class NodeLifecycle:
             seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), timezone.utc)
             for job in jobs:
                 await self._restart_job(job, scheduler, item, seen)
+        # The node's pods (any, labelled as a job or not) are moved by the drain policy each
+        # poll and hold the drain while they stay; a critical drain leaves them to its taint.
+        moves_pods = not item.critical and workflow.patched("drain-moves-pods")
+        pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
         waited = 0.0
-        while jobs and not item.critical and waited < self.s.drain_job_wait_s and self.s.state == NodeState.DRAINING.value:
+        while (jobs or pods_holding) and not item.critical and waited < self.s.drain_job_wait_s \
+                and self.s.state == NodeState.DRAINING.value:
             await workflow.sleep(timedelta(seconds=self.s.drain_job_poll_s))
             waited += self.s.drain_job_poll_s
+            jobs = await self._running_jobs()
+            if jobs is None:
+                return
+            pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
+        if pods_holding and self.s.state == NodeState.DRAINING.value:
+            # The wait is over: the policy decides (delete what it deletes at the deadline),
+            # then only the jobs still running are restarted.
+            await move_pods(self.s, deadline_passed=True)
             jobs = await self._running_jobs()
             if jobs is None:
                 return
@@ -480,13 +498,14 @@ class NodeLifecycle:
             **QUICK)
         await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
 
-    async def _cordon(self, reason: str) -> str | None:
+    async def _cordon(self, reason: str, critical: bool) -> str | None:
         """The scheduler's answer is retried with backoff; while it refuses, the node stays in
         draining (never reported drained when it is not) and fleet status shows why."""
         while self.s.state == NodeState.DRAINING.value:
             try:
                 return await workflow.execute_activity_method(
-                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason), **SCHEDULER_ROUND)
+                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason, critical),
+                    **SCHEDULER_ROUND)
             except ActivityError as exc:
                 await self._scheduler_refused(str(exc.cause or exc), "cordon")
         return None
@@ -568,6 +587,8 @@ class NodeLifecycle:
         # before this step replay without it.)
         if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
             self.s.work.append(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
+        elif target not in SAID_BY_PLACEMENT and workflow.patched("report-scheduler-state"):
+            self.s.work.append(WorkItem("report_state", actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result
             while len(self.s.recent_requests) > RECENT_REQUESTS_KEPT:

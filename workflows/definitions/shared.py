@@ -66,6 +66,14 @@ SCHEDULER_ROUND = dict(**_SCHEDULER_CALL,
 SCHEDULER = dict(**_SCHEDULER_CALL,
                  retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
                                           maximum_attempts=8, non_retryable_error_types=NON_RETRYABLE))
+# One round of moving a node's pods off it (drain_pods_on): the Kubernetes adapter retries a
+# disruption budget's refusal with backoff (2 s doubling to 30 s, six attempts: about a
+# minute) and waits out the API server's rate limit, pod by pod, so a round may outlast one
+# scheduler call. It heartbeats; a round that fails is recorded and the next poll tries again.
+POD_DRAIN_ROUND = dict(start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                       retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                                maximum_interval=timedelta(seconds=20), maximum_attempts=3,
+                                                non_retryable_error_types=NON_RETRYABLE))
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
 # it heartbeats between components, and one component may take minutes on its BMC.
 FIRMWARE_UPDATE = dict(start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
