@@ -101,6 +101,9 @@ class NodeLifecycle:
             )
             if self.s.work and not self._retired():
                 item = self.s.work.pop(0)
+                # Busy from the moment the item leaves the queue (each kind names itself more
+                # precisely as it goes): a query never sees an idle node with work in hand.
+                self.s.activity = item.kind.replace("_", " ")
                 await self._perform(item)
                 self.s.activity = ""
                 continue
