@@ -42,6 +42,7 @@ from workflows.api import (
     HEALTH_EVENT_SIGNAL,
     JOB_RESTART,
     NODE_LIFECYCLE,
+    NODE_STATE_QUERY,
     RECHECK_UPDATE,
     REMEDIATION,
     RESUME_AUTOMATION_UPDATE,
@@ -154,6 +155,11 @@ async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowH
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
     return await handle.query(GUARD_STATUS_QUERY, result_type=CapacityGuardState)
+
+
+async def node_now(client: Client, node: str) -> NodeLifecycleState:
+    """What the node's workflow is doing now and how its last phase ended (a query: reads only)."""
+    return await client.get_workflow_handle(node_workflow_id(node)).query(NODE_STATE_QUERY, result_type=NodeLifecycleState)
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:

@@ -20,23 +20,12 @@ def fleet_status(ctx: typer.Context) -> dict:
 
 
 def _automation(ctx: typer.Context) -> dict:
-    from temporalio.service import RPCError
-
-    from workflows.client import TemporalUnavailable, connect, guard_status
+    from workflows.client import guard_status
 
     s = context.settings(ctx)
-
-    async def run():
-        return await guard_status(await connect(s, timeout_s=3), s)
-
-    try:
-        g = context.run_async(run())
-    except TemporalUnavailable as exc:
-        return {"reachable": False, "error": str(exc)}
-    except RPCError as exc:
-        # Temporal answered but the guard did not in time (a busy worker at 1,000 nodes,
-        # bench/scale.py): the counts from the database still stand.
-        return {"reachable": False, "error": f"the capacity guard did not answer: {exc}"}
+    g, error = context.temporal_read(ctx, lambda client: guard_status(client, s), "the capacity guard")
+    if error is not None:
+        return {"reachable": False, "error": error}
     return {
         "reachable": True,
         "breaker": "open" if g.breaker_open else "closed",

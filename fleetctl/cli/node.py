@@ -21,14 +21,6 @@ def _known_profiles() -> set[str] | None:
     return set(profile_names())
 
 
-def _node_row(n, wide: bool = False) -> dict:
-    row = {"name": n.name, "state": n.state, "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since}
-    if wide:
-        row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
-    return row
-
-
 def _state_text(state: str):
     from rich.text import Text
 
@@ -40,13 +32,30 @@ def _state_text(state: str):
         return Text(state)
 
 
+def _health_text(health: str):
+    from rich.text import Text
+
+    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "bold red")
+
+
+def _jobs_cell(jobs: list[str] | None) -> str:
+    """`?`: the node's scheduler is not mirrored in the database; `node show` says what the
+    node's workflow waits for."""
+    if jobs is None:
+        return "?"
+    return ",".join(jobs) if len(jobs) <= 2 else f"{jobs[0]},{jobs[1]},+{len(jobs) - 2}"
+
+
 NODE_COLUMNS = (
-    Column("NAME", lambda r: r["name"]),
-    Column("STATE", lambda r: _state_text(r["state"])),
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("STATE", lambda r: _state_text(r["state"]), whole=True),
+    Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"]),
-    Column("PROFILE", lambda r: r["profile"]),
-    Column("SCHEDULER", lambda r: r["scheduler"]),
-    Column("ADDRESS", lambda r: r["address"]),
+    Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
+    Column("REASON", lambda r: shown(r["reason"])),
+    Column("PROFILE", lambda r: r["profile"], wide=True),
+    Column("SCHEDULER", lambda r: r["scheduler"], wide=True),
+    Column("ADDRESS", lambda r: r["address"], wide=True),
     Column("BMC", lambda r: r.get("bmc") or "", wide=True),
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
     Column("SINCE", lambda r: f"{r['state_since']:%Y-%m-%d %H:%M}", wide=True),
@@ -63,8 +72,15 @@ EVENT_COLUMNS = (
 CHECK_COLUMNS = (
     Column("check", lambda c: c["check"]),
     Column("status", lambda c: c["status"]),
-    Column("reason", lambda c: c["reason"]),
-    Column("at", lambda c: f"{c['at']:%m-%d %H:%M:%S}"),
+    Column("since", lambda c: f"{c['since']:%m-%d %H:%M:%S}"),
+    Column("runs", lambda c: c["runs"]),
+    Column("last", lambda c: f"{c['at']:%m-%d %H:%M:%S}"),
+    Column("reason", lambda c: shown(c["reason"])),
+)
+CONDITION_COLUMNS = (
+    Column("condition", lambda c: c["type"]),
+    Column("since", lambda c: "" if c["since"] is None else f"{c['since']:%m-%d %H:%M:%S}"),
+    Column("reason", lambda c: shown(c["reason"])),
 )
 HEALTH_EVENT_COLUMNS = (
     Column("source", lambda h: h["source"]),
@@ -133,58 +149,80 @@ def import_nodes(
 def list_nodes(
     ctx: typer.Context,
     selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
-    state: Optional[str] = typer.Option(None, "--state", help="only nodes in this state"),
+    state: List[str] = typer.Option([], "--state", help="only nodes in these states: repeat it or give a comma list; "
+                                    "also drained (maintenance), drain (draining, maintenance), out (and rma)"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """List nodes, optionally filtered by labels and state."""
     from fleetctl.db.queries import list_nodes as query
     from fleetctl.inventory import parse_selector
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.node_conditions import UnknownState, states_named
+    from fleetctl.node_view import node_rows
 
     labels = parse_selector(selector) if selector else None
-    if state is not None and state not in {s.value for s in NodeState}:
-        fail(f"unknown state {state!r} (one of: {', '.join(s.value for s in NodeState)})", EXIT_USAGE)
+    try:
+        states = states_named(state)
+    except UnknownState as exc:
+        fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
-    rows = [_node_row(n, wide) for n in query(context.engine(ctx), labels, state)]
+    engine = context.engine(ctx)
+    rows = node_rows(engine, query(engine, labels, states or None), wide)
     emit(rows, output, _nodes_table)
 
 
 @app.command("show")
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
-    """One node: state, labels, last check results, recent events."""
+    """One node: state, health (one row per check), why it is out or held, recent events."""
     from fleetctl.db import queries
+    from fleetctl.node_view import node_detail
 
     engine = context.engine(ctx)
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = _node_row(node, wide=True)
-    data["checks"] = [
-        {"check": c.check_name, "status": c.status, "reason": c.reason, "metrics": c.metrics, "at": c.finished_at}
-        for c in queries.latest_checks(engine, name)
-    ]
-    data["health_events"] = [
-        {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}
-        for h in queries.health_events(engine, name)
-    ]
+    data = node_detail(engine, node)
+    data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
         from rich.text import Text
 
-        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]),
+        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
                              shown(f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
         parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        if d["reason"]:
+            parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
+        if d["jobs"]:
+            parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        w = d["workflow"]
+        if not w["reachable"]:
+            parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
+        else:
+            parts.append(Text.assemble(("now: ", "bold"), shown(w["activity"] or "idle"),
+                                       *((("   last: ", "bold"), shown(w["last_outcome"])) if w["last_outcome"] else ())))
+        if d["conditions"]:
+            parts.append(column_table(CONDITION_COLUMNS, d["conditions"], title="conditions"))
         if d["checks"]:
-            parts.append(column_table(CHECK_COLUMNS, d["checks"], title="last checks"))
+            parts.append(column_table(CHECK_COLUMNS, d["checks"], title="checks (latest run of each)"))
         if d["health_events"]:
             parts.append(column_table(HEALTH_EVENT_COLUMNS, d["health_events"], title="health events"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def _workflow_now(ctx: typer.Context, name: str) -> dict:
+    """What the node's own workflow is doing (waiting for jobs, cordoning, a check) and how
+    its last phase ended; the rest of `node show` comes from the database and stands without it."""
+    from workflows.client import node_now
+
+    now, error = context.temporal_read(ctx, lambda client: node_now(client, name), "the node's workflow")
+    if error is not None:
+        return {"reachable": False, "error": error}
+    return {"reachable": True, "activity": now.activity, "last_outcome": now.last_outcome, "queued": len(now.work)}
 
 
 def _event_row(e) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, NoReturn, Sequence
@@ -18,6 +19,9 @@ EXIT_OPERATIONAL = 1
 EXIT_USAGE = 2
 EXIT_CHECK_FAILED = 3
 EXIT_CHECK_ERROR = 4
+
+# The width tables are laid out in when the output is not a terminal.
+LINE_WIDTH_UNBOUNDED = 10_000
 
 
 class OutputFormat(str, enum.Enum):
@@ -61,7 +65,11 @@ def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | No
         from rich.console import Console
 
         renderable = table(data, output is OutputFormat.wide) if table else json.dumps(data, indent=2, default=str)
-        Console().print(renderable)
+        console = Console()
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            # Redirected to a file or a pipe: nothing is cut to a terminal's width there.
+            console = Console(width=LINE_WIDTH_UNBOUNDED)
+        console.print(renderable)
 
 
 def shown(value: Any):
@@ -94,18 +102,62 @@ class Column:
     header: str
     cell: Callable[[dict], Any]
     wide: bool = False  # only with -o wide
+    # Never shortened in a narrow terminal (the cells an operator scans: name, state,
+    # health); the other columns give up their width first.
+    whole: bool = False
 
 
 def column_table(columns: Sequence[Column], rows: Sequence[dict], wide: bool = False, title: str | None = None):
     """`rows` as a table of `columns`; a cell may be a rich renderable (a coloured state). A
-    listing has no borders; a titled section of a detail view has them, as simple_table's do."""
+    listing has no borders and one line per row; a titled section of a detail view has
+    borders, as simple_table's do, and wraps."""
     from rich.table import Table
 
     chosen = [c for c in columns if wide or not c.wide]
-    table = Table(title=title, header_style="bold") if title else Table(header_style="bold", box=None)
-    for c in chosen:
-        table.add_column(c.header)
-    for r in rows:
-        cells = (c.cell(r) for c in chosen)
-        table.add_row(*(v if hasattr(v, "__rich_console__") else "" if v is None else str(v) for v in cells))
-    return table
+    cells = [[_cell(c.cell(r)) for c in chosen] for r in rows]
+    if title:
+        table = Table(title=title, header_style="bold")
+        for c in chosen:
+            table.add_column(c.header)
+        for row in cells:
+            table.add_row(*row)
+        return table
+    return _Listing(chosen, cells)
+
+
+class _Listing:
+    """A borderless listing fitted to the terminal as kubectl's and sinfo's are: one line per
+    row (grep, sort and wc -l work on it); when the terminal is too narrow, the columns not
+    marked `whole` give up width, widest first, their cells ending in an ellipsis."""
+
+    def __init__(self, columns: Sequence[Column], cells: list[list[Any]]):
+        self.columns, self.cells = columns, cells
+
+    def __rich_console__(self, console, options):
+        from rich.cells import cell_len
+        from rich.table import Table
+
+        def length(v: Any) -> int:
+            return cell_len(v.plain) if hasattr(v, "plain") else 1
+        widths = [max([len(c.header), *(length(row[i]) for row in self.cells)]) for i, c in enumerate(self.columns)]
+        gap = 2  # a space either side of each column
+        excess = sum(widths) + gap * len(widths) - options.max_width
+        while excess > 0:
+            shrinkable = [i for i, c in enumerate(self.columns) if not c.whole and widths[i] > max(3, len(c.header))]
+            if not shrinkable:
+                break
+            i = max(shrinkable, key=lambda k: widths[k])
+            step = min(excess, widths[i] - max(3, len(self.columns[i].header)))
+            widths[i] -= step
+            excess -= step
+        table = Table(header_style="bold", box=None)
+        for c, w in zip(self.columns, widths):
+            table.add_column(c.header, width=w, no_wrap=True, overflow="ellipsis")
+        for row in self.cells:
+            table.add_row(*row)
+        yield table
+
+
+def _cell(value: Any):
+    """A rich renderable as it is (a coloured state); anything else as shown() prints it."""
+    return value if hasattr(value, "__rich_console__") else shown(value)

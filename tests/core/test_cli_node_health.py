@@ -1,0 +1,143 @@
+"""What an operator sees in `node list` and `node show`: health, reason, jobs, one row per
+check, on a fleet written to a real database as the workflows write it."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, utcnow
+from fleetctl.inventory import NodeSpec
+from fleetctl.temporal_server import free_port
+
+PATH = ["new", "burn_in", "admission", "production"]
+TRIGGERS = ["begin_burn_in", "begin_admission", "enter_production"]
+
+
+def _move(engine, name: str, to: str, trigger: str, cause: str, actor: str = "lifecycle", at=None) -> None:
+    node = queries.get_node(engine, name)
+    queries.record_transition(engine, node_name=name, from_state=node.state, to_state=to, trigger=trigger, cause=cause,
+                              actor=actor, actor_kind="operator", workflow_id=f"node/{name}", run_id="r",
+                              expected_version=node.state_version, idempotency_key=uuid.uuid4().hex, at=at)
+
+
+def _to_production(engine, name: str, at) -> None:
+    for to, trigger in zip(PATH[1:], TRIGGERS):
+        _move(engine, name, to, trigger, trigger, at=at)
+
+
+def _check(engine, node: str, check: str, status: str, at, error_kind=None, reason="") -> None:
+    key = uuid.uuid4().hex
+    queries.insert_once(engine, CheckRun(node_name=node, check_name=check, kind="x", status=status, reason=reason or status,
+                                         error_kind=error_kind, started_at=at, finished_at=at, idempotency_key=key),
+                        CheckRun.idempotency_key, key)
+
+
+def _guard(engine, node: str, kind: str, reason: str, at) -> None:
+    key = uuid.uuid4().hex
+    queries.insert_once(engine, AutomationEvent(kind=kind, node_name=node, reason=reason, actor="sweep", at=at,
+                                                idempotency_key=key), AutomationEvent.idempotency_key, key)
+
+
+@pytest.fixture
+def fleet(db_url):
+    """Six nodes, each with one thing to see (the problems of issue 21's try-out)."""
+    engine = get_engine(db_url)
+    names = ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"]
+    queries.upsert_nodes(engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="r1", scheduler="sim") for n in names])
+    start = utcnow() - timedelta(hours=1)
+    for n in names:
+        _to_production(engine, n, start)
+    # gpu-001: every check timed out for twenty minutes, 19 sweeps
+    for i in range(19):
+        at = start + timedelta(minutes=30 + i)
+        _check(engine, "gpu-001", "dcgm-diag-r1", "error", at, "timeout", "timeout: ssh gpu-001: Connection timed out")
+        _check(engine, "gpu-001", "nvidia-smi-query", "error", at, "timeout", "timeout: ssh gpu-001: Connection timed out")
+    # gpu-002: healthy
+    _check(engine, "gpu-002", "nvidia-smi-query", "pass", start + timedelta(minutes=50))
+    # gpu-003: ECC failure, its drain held by the guard three times
+    _check(engine, "gpu-003", "nvidia-smi-query", "fail", start + timedelta(minutes=40), reason="uncorrectable ECC 2")
+    for i in range(3):
+        _guard(engine, "gpu-003", "deny", "sweep: nvidia-smi-query: fleet limit: 1 of 6 already unavailable (max 1, 10%)",
+               start + timedelta(minutes=41 + i))
+    # gpu-004: drained by an operator, waits for job sim-1
+    _move(engine, "gpu-004", "draining", "drain", "operator: swap optics", actor="alice@console")
+    with __import__("sqlmodel").Session(engine) as s:
+        s.add(Job(job_id="sim-1", scheduler="sim", state="running", nodes=["gpu-004", "gpu-005"]))
+        s.commit()
+    # gpu-006: held once, then granted: no longer held
+    _guard(engine, "gpu-006", "deny", "held", start + timedelta(minutes=41))
+    _guard(engine, "gpu-006", "grant", "granted", start + timedelta(minutes=42))
+    return db_url
+
+
+def _cli(db_url, *args, columns: int = 80):
+    """No Temporal here: a port nothing listens on (never whatever runs on this host's default)."""
+    return CliRunner(env={"COLUMNS": str(columns)}).invoke(
+        app, ["--db-url", db_url, "--temporal-address", f"127.0.0.1:{free_port()}", *args])
+
+
+def test_node_list_json_says_what_is_wrong(fleet) -> None:
+    r = _cli(fleet, "node", "list", "-o", "json")
+    assert r.exit_code == 0, r.output
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert rows["gpu-001"]["health"] == "Unreachable"
+    assert rows["gpu-001"]["conditions"][0]["type"] == "Unreachable"
+    assert rows["gpu-002"]["health"] == "Ready"
+    assert rows["gpu-003"]["health"] == "CheckFailed(1),DrainHeld"
+    assert rows["gpu-003"]["drain_held"]["refusals"] == 3
+    assert rows["gpu-003"]["reason"].startswith("drain held: sweep: nvidia-smi-query: fleet limit")
+    assert rows["gpu-004"]["reason"].startswith("operator: swap optics [alice@console@")
+    assert rows["gpu-004"]["jobs"] == ["sim-1"] and rows["gpu-005"]["jobs"] == ["sim-1"]
+    assert rows["gpu-006"]["drain_held"] is None and rows["gpu-006"]["health"] == "Unchecked"
+
+
+def test_node_list_table_has_health_jobs_reason(fleet) -> None:
+    narrow = _cli(fleet, "node", "list").stdout.splitlines()
+    assert len(narrow) == 7 and all(len(l) <= 80 for l in narrow)  # one line per node in 80 columns
+    assert "CheckFailed(1),DrainHeld" in next(l for l in narrow if l.split()[0] == "gpu-003")  # health never cut
+    r = _cli(fleet, "node", "list", columns=200)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "STATE", "HEALTH", "RACK", "JOBS", "REASON"]
+    line = {l.split()[0]: l for l in lines[1:]}
+    assert line["gpu-001"].split()[1:3] == ["production", "Unreachable"]
+    assert "DrainHeld" in line["gpu-003"] and "drain held: sweep" in line["gpu-003"]
+    assert line["gpu-004"].split()[1] == "draining" and "sim-1" in line["gpu-004"] and "swap optics" in line["gpu-004"]
+
+
+def test_node_show_one_row_per_check(fleet) -> None:
+    data = json.loads(_cli(fleet, "node", "show", "gpu-001", "-o", "json").stdout)
+    assert [(c["check"], c["status"], c["runs"]) for c in data["checks"]] in (
+        [("dcgm-diag-r1", "error", 19), ("nvidia-smi-query", "error", 19)],
+        [("nvidia-smi-query", "error", 19), ("dcgm-diag-r1", "error", 19)])
+    r = _cli(fleet, "node", "show", "gpu-001", columns=200)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count("Connection timed out") == 3  # the condition and one row per check, not 38 rows
+    assert "Unreachable" in r.stdout
+    # what the node's workflow is doing needs Temporal; the rest stands without it, and says so
+    assert data["workflow"]["reachable"] is False and "workflow: unknown (cannot reach Temporal" in r.stdout
+    held = _cli(fleet, "node", "show", "gpu-003", columns=200).stdout
+    assert "DrainHeld" in held and "reason: drain held: sweep" in held
+
+
+def test_state_filter_takes_several_and_operator_words(fleet) -> None:
+    def names(*args):
+        r = _cli(fleet, "node", "list", "-o", "json", *args)
+        assert r.exit_code == 0, r.output
+        return sorted(row["name"] for row in json.loads(r.stdout))
+
+    assert names("--state", "draining") == ["gpu-004"]
+    assert names("--state", "drain") == ["gpu-004"]
+    assert len(names("--state", "production", "--state", "draining")) == 6  # both count, not the last
+    assert len(names("--state", "production,draining")) == 6
+    assert names("--state", "drained") == []
+    r = _cli(fleet, "node", "list", "--state", "sideways")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "drained" in r.stderr
