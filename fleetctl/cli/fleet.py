@@ -7,25 +7,29 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, shown, simple_table, within
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
 
 def fleet_status(ctx: typer.Context) -> dict:
-    """Counts from the database (fleetctl.fleet_status); automation state from the guard workflow."""
+    """Counts from the database (fleetctl.fleet_status); automation state from the guard
+    workflow, whose policy the budget is measured against (the configured one without it)."""
     from fleetctl.fleet_status import fleet_status as from_database
+    from workflows.client import guard_policy
 
-    return from_database(context.engine(ctx), _automation(ctx))
+    s = context.settings(ctx)
+    automation, policy = _automation(ctx)
+    return from_database(context.engine(ctx), automation, policy or guard_policy(s), s.fleet)
 
 
-def _automation(ctx: typer.Context) -> dict:
+def _automation(ctx: typer.Context):
     from workflows.client import guard_status
 
     s = context.settings(ctx)
     g, error = context.temporal_read(ctx, lambda client: guard_status(client, s), "the capacity guard")
     if error is not None:
-        return {"reachable": False, "error": error}
+        return {"reachable": False, "error": error}, None
     return {
         "reachable": True,
         "breaker": "open" if g.breaker_open else "closed",
@@ -36,7 +40,28 @@ def _automation(ctx: typer.Context) -> dict:
         "storm_fraction": g.policy.storm_fraction,
         "granted": g.granted_total,
         "denied": g.denied_total,
-    }
+    }, g.policy
+
+
+def _headroom(n: int):
+    from rich.text import Text
+
+    return Text(str(n), style="bold red" if n <= 0 else "green")
+
+
+BUDGET_COLUMNS = (
+    Column("scope", lambda b: b["scope"]),
+    Column("out", lambda b: b["unavailable"]),
+    Column("of", lambda b: b["serving"]),
+    Column("limit", lambda b: f"{b['limit']} ({b['max_fraction']:.0%})"),
+    Column("headroom", lambda b: _headroom(b["headroom"])),
+)
+HELD_COLUMNS = (
+    Column("node", lambda h: h["node"]),
+    Column("since", lambda h: f"{h['since']:%m-%d %H:%M:%S}"),
+    Column("refusals", lambda h: h["refusals"]),
+    Column("reason", lambda h: shown(h["reason"])),
+)
 
 
 def render_status(data: dict, _wide: bool = False):
@@ -59,8 +84,11 @@ def render_status(data: dict, _wide: bool = False):
         auto = Text.assemble(("automation: ", "bold"), (f"breaker {a['breaker']}", style),
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
-                             f"storm {a['storm_fraction']:.0%}   granted {a['granted']}, held {a['denied']}")
-    parts = [head, racks, auto]
+                             f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
+    parts = [head, racks, auto, column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
+    if data["held_drains"]:
+        parts.append(column_table(HELD_COLUMNS, data["held_drains"],
+                                  title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))
     for r in data["firmware_rollouts"]:
         parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
                           f"{r['failed']} failed (halts at {r['max_failures']})",

@@ -280,8 +280,21 @@ def drain(
     ctx: typer.Context,
     names: List[str] = typer.Argument(..., help="node names"),
     reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
+    yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
 ) -> None:
-    """Take production nodes out of service."""
+    """Take production nodes out of service. A drain that takes the fleet or a rack past the
+    capacity guard's limits says so and asks first (--yes: do not ask)."""
+    from fleetctl.fleet_status import drain_overruns
+    from workflows.client import guard_policy
+
+    _require_nodes(ctx, names)
+    s = context.settings(ctx)
+    over = drain_overruns(context.engine(ctx), guard_policy(s), s.fleet, names)
+    for line in over:
+        typer.echo(f"warning: {line}", err=True)
+    if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
+                                              default=False, err=True):
+        fail("not drained", EXIT_OPERATIONAL)
     _command(ctx, names, "drain", f"operator: {reason}")
 
 

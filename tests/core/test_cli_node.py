@@ -61,7 +61,7 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
 
     asyncio.run(promote())
 
-    r = cli("node", "drain", names[0], names[1], "--reason", "swap optics")
+    r = cli("node", "drain", names[0], names[1], "--reason", "swap optics", "--yes")
     assert r.exit_code == 0, r.output
     assert f"{names[0]}: production -> draining" in r.output
     # With no jobs to wait for, the node's workflow completes the drain to maintenance.

@@ -78,10 +78,10 @@ def fleet(db_url):
     return db_url
 
 
-def _cli(db_url, *args, columns: int = 80):
+def _cli(db_url, *args, columns: int = 80, input: str | None = None):
     """No Temporal here: a port nothing listens on (never whatever runs on this host's default)."""
     return CliRunner(env={"COLUMNS": str(columns)}).invoke(
-        app, ["--db-url", db_url, "--temporal-address", f"127.0.0.1:{free_port()}", *args])
+        app, ["--db-url", db_url, "--temporal-address", f"127.0.0.1:{free_port()}", *args], input=input)
 
 
 def test_node_list_json_says_what_is_wrong(fleet) -> None:
@@ -141,3 +141,29 @@ def test_state_filter_takes_several_and_operator_words(fleet) -> None:
     assert names("--state", "drained") == []
     r = _cli(fleet, "node", "list", "--state", "sideways")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and "drained" in r.stderr
+
+
+def test_operator_drain_past_the_automation_limit_warns_and_asks(fleet) -> None:
+    # gpu-004 is out already: one of six is the fleet's and the rack's automation limit
+    r = _cli(fleet, "node", "drain", "gpu-002", "gpu-003", "--reason", "swap optics", input="n\n")
+    assert r.exit_code == 1
+    assert "warning: fleet: 3 of 6 nodes out after this drain, past the automation limit of 1 (10%)" in r.stderr
+    assert "warning: rack r1: 3 of 6 nodes out after this drain" in r.stderr
+    assert "Drain anyway?" in r.stderr and r.stderr.strip().endswith("error: not drained")
+    engine = get_engine(fleet)
+    assert [queries.get_node(engine, n).state for n in ("gpu-002", "gpu-003")] == ["production", "production"]
+
+
+def test_fleet_status_shows_budget_and_held_drains(fleet) -> None:
+    r = _cli(fleet, "fleet", "status", "-o", "json")
+    data = json.loads(r.stdout)
+    fleet_budget, rack = data["budget"]
+    assert (fleet_budget["scope"], fleet_budget["unavailable"], fleet_budget["serving"], fleet_budget["limit"],
+            fleet_budget["headroom"]) == ("fleet", 1, 6, 1, 0)
+    assert (rack["scope"], rack["unavailable"], rack["limit"], rack["headroom"]) == ("rack r1", 1, 1, 0)
+    assert [(h["node"], h["refusals"]) for h in data["held_drains"]] == [("gpu-003", 3)]
+    assert "fleet limit" in data["held_drains"][0]["reason"]
+    table = _cli(fleet, "fleet", "status", columns=160).stdout
+    assert "capacity budget" in table and "drains held by the capacity guard: 1 nodes" in table
+    budget_line = next(l for l in table.splitlines() if "│ fleet" in l)
+    assert [c.strip() for c in budget_line.split("│")[1:6]] == ["fleet", "1", "6", "1 (10%)", "0"]
