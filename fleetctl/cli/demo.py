@@ -80,10 +80,10 @@ def demo(
             report, html = write_report(settings, directory, started)
         console.print(summary(result, report, html))
         if keep_running:
-            console.print("\nstill running; in another shell:\n"
-                          f"  export FLEETCTL_DB_URL={settings.db_url} TEMPORAL_ADDRESS={address} "
-                          f"FLEETCTL_TASK_QUEUE={settings.task_queue} FLEETCTL_FLEET={settings.fleet}\n"
-                          "  fleetctl fleet status --watch\nCtrl-C to stop.")
+            # soft_wrap: the export line stays one line however narrow the terminal or the
+            # file it is redirected to, so a paste exports every variable.
+            console.print("\nstill running; in another shell:\n" + export_line(settings, address)
+                          + "\n  fleetctl fleet status --watch\nCtrl-C to stop.", soft_wrap=True, markup=False)
             while True:
                 time.sleep(1)
     except KeyboardInterrupt:
@@ -94,6 +94,15 @@ def demo(
             server.stop()
     if not result.finished():
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def export_line(settings, address: str) -> str:
+    """The shell line that points another shell's fleetctl at this demo, values quoted."""
+    import shlex
+
+    values = {"FLEETCTL_DB_URL": settings.db_url, "TEMPORAL_ADDRESS": address,
+              "FLEETCTL_TASK_QUEUE": settings.task_queue, "FLEETCTL_FLEET": settings.fleet}
+    return "  export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in values.items())
 
 
 def live_view(d, lines):

@@ -80,7 +80,7 @@ def rollout(
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
     from fleetctl.firmware import batch_size
-    from workflows.client import connect, start_rollout
+    from workflows.client import start_rollout
 
     baseline = _load(baseline_file)
     try:
@@ -90,7 +90,7 @@ def rollout(
     s = context.settings(ctx)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         rollout_id, plan = await start_rollout(client, s, baseline, baseline_file.read_text(), canary, batch,
                                                max_failures, dry_run, s.identity())
         typer.echo(f"roll-out {rollout_id}: {sum(map(len, plan.batches))} nodes in {len(plan.batches)} batches"
@@ -128,12 +128,12 @@ def _exit_for(progress) -> None:
 
 
 def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
-    from workflows.client import RolloutRefused, connect, rollout_command
+    from workflows.client import RolloutRefused, rollout_command
 
     s = context.settings(ctx)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         typer.echo(f"{rollout_id}: {await rollout_command(client, rollout_id, command, s.identity())}")
         return await _watch(client, rollout_id) if watch else None
 

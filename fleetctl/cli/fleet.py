@@ -7,7 +7,7 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, shown, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, within
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -24,14 +24,25 @@ def fleet_status(ctx: typer.Context) -> dict:
 
 
 def _automation(ctx: typer.Context):
-    from workflows.client import guard_status
+    from workflows.client import guarded_fleets, running_guard_status
 
     s = context.settings(ctx)
-    g, error = context.temporal_read(ctx, lambda client: guard_status(client, s), "the capacity guard")
+
+    async def ask(client):
+        g = await running_guard_status(client, s)
+        return g, ([] if g is not None else await guarded_fleets(client))
+
+    answer, error = context.temporal_read(ctx, ask, "the capacity guard")
     if error is not None:
         return {"reachable": False, "error": error}, None
+    g, others = answer
+    if g is None:
+        # No automated drain has asked this fleet's guard yet, or the fleet is misnamed.
+        return {"reachable": True, "guard_running": False, "fleet": s.fleet, "other_fleets": others}, None
     return {
         "reachable": True,
+        "guard_running": True,
+        "fleet": s.fleet,
         "breaker": "open" if g.breaker_open else "closed",
         "breaker_reason": g.breaker_reason,
         "breaker_since": g.breaker_since,
@@ -79,6 +90,10 @@ def render_status(data: dict, _wide: bool = False):
     a = data["automation"]
     if not a.get("reachable"):
         auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
+    elif not a["guard_running"]:
+        auto = Text(f"automation: no capacity guard runs for fleet {a['fleet']!r}: no automated drain has asked it yet"
+                    + (f"; guards run for: {', '.join(a['other_fleets'])} (--fleet)" if a["other_fleets"] else ""),
+                    style="yellow" if a["other_fleets"] else "")
     else:
         style = "bold red" if a["breaker"] == "open" else "green"
         auto = Text.assemble(("automation: ", "bold"), (f"breaker {a['breaker']}", style),
@@ -111,7 +126,14 @@ def status(
 ) -> None:
     """Nodes per state and rack, nodes in flight, the capacity guard and its breaker."""
     if not watch:
-        emit(fleet_status(ctx), output, render_status)
+        data = fleet_status(ctx)
+        emit(data, output, render_status)
+        a = data["automation"]
+        if not a["reachable"]:
+            fail(a["error"])
+        if not a["guard_running"] and a["other_fleets"]:
+            fail(f"no capacity guard runs for fleet {a['fleet']!r}; guards run for: {', '.join(a['other_fleets'])} "
+                 "(--fleet or FLEETCTL_FLEET)")
         return
     from rich.live import Live
 
@@ -127,12 +149,12 @@ def status(
 @app.command("resume-automation")
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
-    from workflows.client import connect, resume_automation as resume
+    from workflows.client import resume_automation as resume
 
     s = context.settings(ctx)
 
     async def run():
-        return await resume(await connect(s), s, s.identity())
+        return await resume(await context.temporal_client(ctx), s, s.identity())
 
     context.run_async(run())
     typer.echo(f"automation resumed by {s.identity()}: breaker closed")

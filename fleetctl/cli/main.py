@@ -157,6 +157,7 @@ def main(
     temporal_address: Optional[str] = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
     task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
+    fleet: Optional[str] = typer.Option(None, "--fleet", help="the fleet whose guard and sweeps to use (env FLEETCTL_FLEET)"),
     operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
     accept_new_host_keys: Optional[bool] = typer.Option(
         None, "--accept-new-host-keys", help="trust (and record) SSH host keys never seen before; changed keys are always refused"),
@@ -173,7 +174,7 @@ def main(
     # No --api-key flag: a command line is visible to every user of the host (TEMPORAL_API_KEY).
     ctx.obj = load_settings(
         flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
-               "task_queue": task_queue, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
+               "task_queue": task_queue, "fleet": fleet, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
                "temporal_profile": temporal_profile, "temporal_tls": tls, "temporal_tls_ca_path": tls_ca_path,
                "temporal_tls_cert_path": tls_cert_path, "temporal_tls_key_path": tls_key_path,
                "temporal_tls_server_name": tls_server_name},

@@ -128,9 +128,9 @@ def import_nodes(
     async def run() -> None:
         from rich.progress import Progress
 
-        from workflows.client import connect, ensure_node_workflows
+        from workflows.client import ensure_node_workflows
 
-        client = await connect(context.settings(ctx))  # before writing: no half-imported fleet
+        client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
@@ -246,13 +246,13 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> None:
-    from workflows.client import connect, request_many
+    from workflows.client import request_many
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await request_many(client, names, trigger, s.identity(), cause)
 
     failed = 0
@@ -321,7 +321,7 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     from checks.suites import SuiteError, load_suite
-    from workflows.client import connect, request_phases
+    from workflows.client import request_phases
 
     names = list(dict.fromkeys(names))  # a node named twice is asked once
     _require_nodes(ctx, names)
@@ -335,7 +335,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     async def run():
         from rich.progress import Progress
 
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         # Many nodes at once, a bounded number in flight; each node's update has an id of its
         # own for this command, so a call retried after a timeout is never a second request.
         with Progress(transient=True, disable=len(names) < 2) as progress:
@@ -389,7 +389,7 @@ def event(
     # critical event, and the workflows, the activity stack and the database cost seconds to
     # import. The database is asked only when the event cannot be delivered.
     from workflows.api import HealthEventInput
-    from workflows.client import CommandRejected, connect, send_health_events
+    from workflows.client import CommandRejected, send_health_events
 
     if (xid is None) == (from_log is None):
         fail("give exactly one of --xid or --from-log", EXIT_USAGE)
@@ -418,7 +418,7 @@ def event(
                   for e in parsed]
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         await send_health_events(client, name, events)
 
     try:

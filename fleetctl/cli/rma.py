@@ -61,7 +61,7 @@ def close(
 ) -> None:
     """Close an RMA: the node is back and goes through burn-in before it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
-    from workflows.client import connect, request_phase
+    from workflows.client import request_phase
 
     s = context.settings(ctx)
     try:
@@ -70,7 +70,7 @@ def close(
         fail(str(exc).strip("'\""))
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await request_phase(client, record.node_name, "admit", s.identity(), "burn-in")
 
     _node, accepted, message = context.run_async(go())

@@ -86,7 +86,7 @@ def run(
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
     from fleetctl.runbooks import Event
-    from workflows.client import RemediationAlreadyRunning, connect, run_remediation
+    from workflows.client import RemediationAlreadyRunning, run_remediation
 
     book = _books(ctx).get(name)
     if book is None:
@@ -97,7 +97,7 @@ def run(
     event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await run_remediation(client, s, node, book, event, s.identity(), dry_run)
 
     try:

@@ -48,7 +48,7 @@ def create(
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
     from workflows.api import SweepInput
-    from workflows.client import connect, sweep_schedule
+    from workflows.client import sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
@@ -64,7 +64,7 @@ def create(
         suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet, actor=f"schedule/{schedule_id}"))
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         try:
             await client.get_schedule_handle(schedule_id).delete()
         except RPCError:
@@ -78,12 +78,11 @@ def create(
 @app.command("list")
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
-    from workflows.client import connect
 
     s = context.settings(ctx)
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         rows = []
         async for entry in await client.list_schedules():
             desc = await client.get_schedule_handle(entry.id).describe()
@@ -106,12 +105,11 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     from temporalio.service import RPCError
 
-    from workflows.client import connect
 
     s = context.settings(ctx)
 
     async def run():
-        handle = (await connect(s)).get_schedule_handle(schedule_id)
+        handle = (await context.temporal_client(ctx)).get_schedule_handle(schedule_id)
         try:
             if action == "pause":
                 await handle.pause(note=f"paused by {s.identity()}")
