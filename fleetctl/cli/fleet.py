@@ -132,8 +132,10 @@ def status(
         if not a["reachable"]:
             fail(a["error"])
         if not a["guard_running"] and a["other_fleets"]:
-            fail(f"no capacity guard runs for fleet {a['fleet']!r}; guards run for: {', '.join(a['other_fleets'])} "
-                 "(--fleet or FLEETCTL_FLEET)")
+            # A warning, not a failure: a fleet whose guard no automated drain has asked yet
+            # is a fleet, and may share its namespace with others.
+            typer.echo(f"warning: no capacity guard runs for fleet {a['fleet']!r}; guards run for: "
+                       f"{', '.join(a['other_fleets'])} (--fleet or FLEETCTL_FLEET)", err=True)
         return
     from rich.live import Live
 

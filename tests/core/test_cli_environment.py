@@ -54,8 +54,8 @@ def test_fleet_status_of_a_misnamed_fleet_names_the_fleets_there(make_settings, 
         asyncio.run(start_guard())
         r = cli("--fleet", "no-such-fleet", "fleet", "status", "-o", "json")
         ok = cli("--fleet", settings.fleet, "fleet", "status", "-o", "json")
-    assert r.exit_code == 1
-    assert "no capacity guard runs for fleet 'no-such-fleet'; guards run for: " in r.stderr
+    assert r.exit_code == 0, r.output
+    assert "warning: no capacity guard runs for fleet 'no-such-fleet'; guards run for: " in r.stderr
     assert settings.fleet in r.stderr and "--fleet" in r.stderr
     assert json.loads(r.stdout)["automation"]["guard_running"] is False
     assert ok.exit_code == 0, ok.output
