@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from fleetctl.capacity import GuardPolicy, budgets, in_fleet, operator_drain_overruns, snapshot_from_states
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import queries
-from fleetctl.lifecycle import NodeState
+from fleetctl.lifecycle import Actor, NodeState
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -52,6 +52,11 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
     status["recent_automation_events"] = [
         {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
         for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)
+    ]
+    # What operators did, next to what they were refused (recent automation lists refusals).
+    status["recent_operator_commands"] = [
+        {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
+        for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
     ]
     return status
 

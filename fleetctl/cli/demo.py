@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import os
 import time
 from collections import deque
@@ -68,6 +69,10 @@ def demo(
         console.print(f"Temporal UI: [link={server.ui_address}]{server.ui_address}[/link]  (server {address})")
     worker = BackgroundWorker(settings).start()
     lines: deque[str] = deque(maxlen=8)
+    # SIGTERM (systemd, kill, a CI runner's timeout) stops the demo as Ctrl-C does: the
+    # worker and the Temporal server it started (in a session of its own, which a signal to
+    # this process's group does not reach) are stopped by the `finally` below.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     def log(message: str) -> None:
         lines.append(f"{time.strftime('%H:%M:%S')}  {message}")
@@ -94,6 +99,10 @@ def demo(
             server.stop()
     if not result.finished():
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
 
 
 def export_line(settings, address: str) -> str:

@@ -75,6 +75,16 @@ HELD_COLUMNS = (
 )
 
 
+OPERATOR_COLUMNS = (
+    Column("at", lambda e: f"{e['at']:%H:%M:%S}"),
+    Column("node", lambda e: e["node"]),
+    Column("command", lambda e: e["trigger"]),
+    Column("to", lambda e: e["to"]),
+    Column("actor", lambda e: e["actor"]),
+    Column("cause", lambda e: shown(e["cause"][:100])),
+)
+
+
 def render_status(data: dict, _wide: bool = False):
     from rich.console import Group
     from rich.text import Text
@@ -111,6 +121,8 @@ def render_status(data: dict, _wide: bool = False):
     if data["in_flight"]:
         parts.append(simple_table("in flight", ["node", "state", "since"],
                                   [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))
+    if data["recent_operator_commands"]:
+        parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
     if data["recent_automation_events"]:
         parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
             [f"{e['at']:%H:%M:%S}", e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))

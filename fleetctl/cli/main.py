@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
@@ -114,11 +115,19 @@ class FleetctlGroup(TyperGroup):
             command = self.commands[name] = load_noun(name)
         return name, command, rest
 
+    def make_context(self, *args: Any, **kwargs: Any):
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:  # a bad option of fleetctl itself (--bogus)
+            _one_line_usage_error(exc)
+
     def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         # typer (>= 0.26 vendors click) raises its usage errors as TyperException, which its
         # main() turns into the usage message and exit 2.
+        except UsageError as exc:
+            _one_line_usage_error(exc)
         except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
@@ -132,6 +141,16 @@ class FleetctlGroup(TyperGroup):
 
             typer.echo(f"error: internal: {exc.__class__.__name__}: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
+
+
+def _one_line_usage_error(exc: UsageError):
+    """One line and exit 2, as every other error (the README's promise), not click's usage
+    box; a noun given alone still prints its help."""
+    if isinstance(exc, NoArgsIsHelpError):
+        raise exc
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    typer.echo(f"error: {printable(exc.format_message(), keep_newlines=False)}{where}", err=True)
+    raise typer.Exit(exc.exit_code) from None
 
 
 app = typer.Typer(

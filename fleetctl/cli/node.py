@@ -284,10 +284,20 @@ def drain(
 ) -> None:
     """Take production nodes out of service. A drain that takes the fleet or a rack past the
     capacity guard's limits says so and asks first (--yes: do not ask)."""
+    from fleetctl.db.queries import nodes_named
     from fleetctl.fleet_status import drain_overruns
+    from fleetctl.lifecycle import NodeState
     from workflows.client import guard_policy
 
     _require_nodes(ctx, names)
+    # Already out of service is done, as kubectl drain and scontrol update State=DRAIN say:
+    # the drain that took the node out keeps its reason.
+    done = {n.name: n.state for n in nodes_named(context.engine(ctx), names) if NodeState(n.state).out_of_service}
+    for name, state in done.items():
+        typer.echo(f"{name}: already {state}")
+    names = [n for n in dict.fromkeys(names) if n not in done]
+    if not names:
+        return
     s = context.settings(ctx)
     over = drain_overruns(context.engine(ctx), guard_policy(s), s.fleet, names)
     for line in over:

@@ -45,7 +45,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     """A runbook's steps, conditions and parameters."""
     book = _books(ctx).get(name)
     if book is None:
-        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+        fail(f"unknown runbook {name!r}", EXIT_OPERATIONAL)
     data = {**_summary(book), "steps": [s.to_dict() for s in book.steps]}
 
     def render(d: dict, _wide: bool):
@@ -90,7 +90,7 @@ def run(
 
     book = _books(ctx).get(name)
     if book is None:
-        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+        fail(f"unknown runbook {name!r}", EXIT_OPERATIONAL)
     if get_node(context.engine(ctx), node) is None:
         fail(f"unknown node: {node}")
     s = context.settings(ctx)

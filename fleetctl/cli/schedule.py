@@ -79,8 +79,6 @@ def create(
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
 
-    s = context.settings(ctx)
-
     async def run():
         client = await context.temporal_client(ctx)
         rows = []
@@ -126,19 +124,50 @@ def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     typer.echo(f"schedule {schedule_id}: {action}d" if action != "delete" else f"schedule {schedule_id}: deleted")
 
 
+SCHEDULE_ID = typer.Argument(None, help="the schedule's id (`schedule list`); may be left out when the fleet has one")
+
+
+def _the_schedule(ctx: typer.Context, schedule_id: str | None) -> str:
+    """The id given, or the fleet's only schedule; two or more (or none) is a usage error
+    that names them, never a guess."""
+    if schedule_id:
+        return schedule_id
+
+    async def ids():
+        # This fleet's: those that start their sweeps on its task queue (a namespace may
+        # hold other fleets' schedules).
+        client = await context.temporal_client(ctx)
+        mine = []
+        async for entry in await client.list_schedules():
+            action = (await client.get_schedule_handle(entry.id).describe()).schedule.action
+            if getattr(action, "task_queue", None) == context.settings(ctx).task_queue:
+                mine.append(entry.id)
+        return mine
+
+    found = sorted(_run(ids()))
+    if len(found) == 1:
+        return found[0]
+    fail("name the schedule: " + (f"there are {len(found)} ({', '.join(found)})" if found else "there is none"),
+         EXIT_USAGE)
+
+
 @app.command("pause")
-def pause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
-    _handle_action(ctx, schedule_id, "pause")
+def pause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+    """Stop a schedule from starting sweeps (a sweep already running finishes)."""
+    _handle_action(ctx, _the_schedule(ctx, schedule_id), "pause")
 
 
 @app.command("unpause")
-def unpause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
-    _handle_action(ctx, schedule_id, "unpause")
+def unpause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+    """Let a paused schedule start sweeps again."""
+    _handle_action(ctx, _the_schedule(ctx, schedule_id), "unpause")
 
 
 @app.command("delete")
-def delete(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks"),
-           yes: bool = typer.Option(False, "--yes")) -> None:
+def delete(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID,
+           yes: bool = typer.Option(False, "--yes", help="do not ask")) -> None:
+    """Remove a schedule for good (`schedule create` makes it again)."""
+    schedule_id = _the_schedule(ctx, schedule_id)
     if not yes and not typer.confirm(f"Delete schedule {schedule_id}?", default=False):
         fail("not deleted")
     _handle_action(ctx, schedule_id, "delete")

@@ -253,9 +253,12 @@ def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:
             .order_by(AutomationEvent.at, AutomationEvent.id)))
 
 
-def recent_events(engine: Engine, limit: int = 10) -> list[NodeEvent]:
+def recent_events(engine: Engine, limit: int = 10, actor_kind: str | None = None) -> list[NodeEvent]:
     with Session(engine) as session:
-        return list(session.exec(select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)))
+        query = select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)
+        if actor_kind is not None:
+            query = query.where(NodeEvent.actor_kind == actor_kind)
+        return list(session.exec(query))
 
 
 def latest_check_per_kind(engine: Engine, names: Sequence[str] | None = None) -> dict[str, list[CheckRun]]:

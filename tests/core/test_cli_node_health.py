@@ -167,3 +167,18 @@ def test_fleet_status_shows_budget_and_held_drains(fleet) -> None:
     assert "capacity budget" in table and "drains held by the capacity guard: 1 nodes" in table
     budget_line = next(l for l in table.splitlines() if "│ fleet" in l)
     assert [c.strip() for c in budget_line.split("│")[1:6]] == ["fleet", "1", "6", "1 (10%)", "0"]
+
+
+def test_draining_a_drained_node_is_done(fleet) -> None:
+    r = _cli(fleet, "node", "drain", "gpu-004", "--reason", "again")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "gpu-004: already draining"
+    events = queries.node_events(get_engine(fleet), "gpu-004")
+    assert events[-1].cause == "operator: swap optics"  # the first drain's reason stands
+
+
+def test_fleet_status_lists_operator_commands(fleet) -> None:
+    data = json.loads(_cli(fleet, "fleet", "status", "-o", "json").stdout)
+    drain = data["recent_operator_commands"][0]
+    assert (drain["node"], drain["trigger"], drain["actor"]) == ("gpu-004", "drain", "alice@console")
+    assert "recent operator commands" in _cli(fleet, "fleet", "status", columns=160).stdout
