@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown
+from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
+                                 column_table, emit, fail, shown, sorted_rows)
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -51,6 +52,7 @@ NODE_COLUMNS = (
     Column("STATE", lambda r: _state_text(r["state"]), whole=True),
     Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"]),
+    Column("AGE", lambda r: age(r["state_since"])),  # in its current state
     Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
     Column("REASON", lambda r: shown(r["reason"])),
     Column("PROFILE", lambda r: r["profile"], wide=True),
@@ -98,6 +100,16 @@ def _nodes_table(rows: list[dict], wide: bool):
 # NVIDIA's XID codes are small numbers (below 200 today); the bound keeps a typo from becoming
 # an integer the database cannot store.
 MAX_XID = 65535
+
+
+def _hosts(names: list[str]) -> list[str]:
+    """Node names as given, each of them possibly a Slurm host list (gpu-[002-008,017])."""
+    from fleetctl.hostlist import HostListError, expand_all
+
+    try:
+        return expand_all(names)
+    except HostListError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _require_nodes(ctx: typer.Context, names: list[str]) -> None:
@@ -151,6 +163,7 @@ def list_nodes(
     selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
     state: List[str] = typer.Option([], "--state", help="only nodes in these states: repeat it or give a comma list; "
                                     "also drained (maintenance), drain (draining, maintenance), out (and rma)"),
+    sort_by: Optional[str] = SORT_BY_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """List nodes, optionally filtered by labels and state."""
@@ -166,7 +179,7 @@ def list_nodes(
         fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
-    rows = node_rows(engine, query(engine, labels, states or None), wide)
+    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
     emit(rows, output, _nodes_table)
 
 
@@ -278,7 +291,7 @@ def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) 
 @app.command("drain")
 def drain(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names"),
+    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
     reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
     yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
 ) -> None:
@@ -289,13 +302,20 @@ def drain(
     from fleetctl.lifecycle import NodeState
     from workflows.client import guard_policy
 
+    from fleetctl.hostlist import compress
+
+    names = _hosts(names)
     _require_nodes(ctx, names)
     # Already out of service is done, as kubectl drain and scontrol update State=DRAIN say:
     # the drain that took the node out keeps its reason.
-    done = {n.name: n.state for n in nodes_named(context.engine(ctx), names) if NodeState(n.state).out_of_service}
-    for name, state in done.items():
-        typer.echo(f"{name}: already {state}")
-    names = [n for n in dict.fromkeys(names) if n not in done]
+    done: dict[str, list[str]] = {}
+    for n in nodes_named(context.engine(ctx), names):
+        if NodeState(n.state).out_of_service:
+            done.setdefault(n.state, []).append(n.name)
+    for state, already in done.items():
+        typer.echo(f"{compress(already)}: already {state}")
+    skipped = {name for already in done.values() for name in already}
+    names = [n for n in names if n not in skipped]
     if not names:
         return
     s = context.settings(ctx)
@@ -309,9 +329,9 @@ def drain(
 
 
 @app.command("undrain")
-def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names")) -> None:
+def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names or Slurm host lists")) -> None:
     """Return drained nodes to production."""
-    _command(ctx, names, "undrain", "operator: undrain")
+    _command(ctx, _hosts(names), "undrain", "operator: undrain")
 
 
 @app.command("rma")
@@ -333,7 +353,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     from checks.suites import SuiteError, load_suite
     from workflows.client import request_phases
 
-    names = list(dict.fromkeys(names))  # a node named twice is asked once
+    names = _hosts(names)  # a node named twice is asked once
     _require_nodes(ctx, names)
     s = context.settings(ctx)
     try:
@@ -369,7 +389,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
 @app.command("admit")
 def admit(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names (new, maintenance or returned from RMA)"),
+    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (new, maintenance or returned from RMA)"),
     suite: str = typer.Option("burn-in", "--suite", help="the suite burn-in runs"),
 ) -> None:
     """Burn in, admit and put into production (new nodes, repaired nodes, RMA returns)."""

@@ -106,7 +106,7 @@ def test_node_list_table_has_health_jobs_reason(fleet) -> None:
     r = _cli(fleet, "node", "list", columns=200)
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert lines[0].split() == ["NAME", "STATE", "HEALTH", "RACK", "JOBS", "REASON"]
+    assert lines[0].split() == ["NAME", "STATE", "HEALTH", "RACK", "AGE", "JOBS", "REASON"]
     line = {l.split()[0]: l for l in lines[1:]}
     assert line["gpu-001"].split()[1:3] == ["production", "Unreachable"]
     assert "DrainHeld" in line["gpu-003"] and "drain held: sweep" in line["gpu-003"]
@@ -182,3 +182,35 @@ def test_fleet_status_lists_operator_commands(fleet) -> None:
     drain = data["recent_operator_commands"][0]
     assert (drain["node"], drain["trigger"], drain["actor"]) == ("gpu-004", "drain", "alice@console")
     assert "recent operator commands" in _cli(fleet, "fleet", "status", columns=160).stdout
+
+
+def test_machine_output_is_iso_8601_utc_and_names_one_per_line(fleet) -> None:
+    import re
+
+    rows = json.loads(_cli(fleet, "node", "list", "-o", "json").stdout)
+    iso_utc = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
+    assert all(iso_utc.match(r["state_since"]) for r in rows), [r["state_since"] for r in rows]
+    assert iso_utc.match(rows[2]["drain_held"]["since"])
+    names = _cli(fleet, "node", "list", "-o", "name", "--state", "production")
+    assert names.exit_code == 0 and names.stdout.split() == ["gpu-001", "gpu-002", "gpu-003", "gpu-005", "gpu-006"]
+
+
+def test_sort_by_a_field_and_age(fleet) -> None:
+    r = _cli(fleet, "node", "list", "-o", "name", "--sort-by", "state_since")
+    assert r.exit_code == 0 and r.stdout.split()[-1] == "gpu-004"  # drained last, so latest
+    by_health = _cli(fleet, "node", "list", "-o", "name", "--sort-by", "health").stdout.split()
+    assert by_health[:2] == ["gpu-004", "gpu-003"]  # "-" (no health: draining), then CheckFailed...
+    bad = _cli(fleet, "node", "list", "--sort-by", "colour")
+    assert bad.exit_code == 2 and "no such field (one of: name, state, health" in bad.stderr
+    table = _cli(fleet, "node", "list", columns=200).stdout.splitlines()
+    ages = {line.split()[0]: line.split()[4] for line in table[1:]}
+    assert ages["gpu-001"] == "60m" and ages["gpu-004"].endswith("s")
+
+
+def test_host_lists_as_input(fleet) -> None:
+    r = _cli(fleet, "node", "drain", "gpu-[004,004]", "--reason", "again")
+    assert r.exit_code == 0 and r.stdout.strip() == "gpu-004: already draining"
+    bad = _cli(fleet, "node", "drain", "gpu-[9-1]", "--reason", "x")
+    assert bad.exit_code == 2 and "runs backwards" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    unknown = _cli(fleet, "node", "drain", "gpu-[007-008]", "--reason", "x")
+    assert unknown.exit_code == 1 and "unknown nodes: gpu-007, gpu-008" in unknown.stderr
