@@ -25,6 +25,13 @@ app = typer.Typer(help="Node checks: what runs on a node, and how its output is 
 _EXIT_BY_STATUS = {"pass": 0, "warn": 0, "fail": EXIT_CHECK_FAILED, "error": EXIT_CHECK_ERROR}
 
 
+CHECK_COLUMNS = (
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("TOOL", lambda r: r["tool"]),
+    Column("KIND", lambda r: r["kind"]),
+    Column("TYPICAL", lambda r: _duration(r["typical_duration_s"])),
+    Column("COMMAND", lambda r: " ".join(r["argv"]), wide=True),
+)
 SUITE_COLUMNS = (
     Column("NAME", lambda r: r["name"], whole=True),
     Column("CHECKS", lambda r: ",".join(r["checks"])),
@@ -65,19 +72,7 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
         for spec in CHECKS.values()
     ]
 
-    def table(data, wide):
-        columns = ["NAME", "TOOL", "KIND", "TYPICAL"] + (["COMMAND"] if wide else [])
-        return simple_table(
-            None,
-            columns,
-            [
-                [r["name"], r["tool"], r["kind"], _duration(r["typical_duration_s"])]
-                + ([" ".join(r["argv"])] if wide else [])
-                for r in data
-            ],
-        )
-
-    emit(rows, output, table)
+    emit(rows, output, lambda data, wide: column_table(CHECK_COLUMNS, data, wide))
 
 
 @app.command("parse")

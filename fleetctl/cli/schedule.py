@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, when
 
 app = typer.Typer(help="Periodic active checks on idle production nodes.", no_args_is_help=True)
 KINDS = ("active-checks",)
@@ -75,6 +75,25 @@ def create(
     typer.echo(f"schedule {schedule_id}: {suite} every {every}, at most {max_concurrent} nodes at once")
 
 
+def _every(seconds: float | None) -> str:
+    """An interval as `schedule create --every` takes it: 10s, 30m, 1h, 1h30m."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    parts = [(s // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+
+
+SCHEDULE_COLUMNS = (
+    Column("ID", lambda r: r["id"], whole=True),
+    Column("EVERY", lambda r: _every(r["every_s"])),
+    Column("PAUSED", lambda r: "yes" if r["paused"] else "no"),
+    Column("NEXT RUN", lambda r: when(r["next_run"])),
+    Column("RUNS", lambda r: r["runs"]),
+    Column("SKIPPED", lambda r: r["skipped_overlaps"]),
+)
+
+
 @app.command("list")
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
@@ -88,7 +107,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
             rows.append({
                 "id": entry.id,
                 "paused": desc.schedule.state.paused,
-                "every": str(spec.intervals[0].every) if spec.intervals else "",
+                "every_s": spec.intervals[0].every.total_seconds() if spec.intervals else None,
                 "next_run": desc.info.next_action_times[0] if desc.info.next_action_times else None,
                 "runs": desc.info.num_actions,
                 "skipped_overlaps": desc.info.num_actions_skipped_overlap,
@@ -96,8 +115,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
         return rows
 
     rows = _run(run())
-    emit(rows, output, lambda data, _w: simple_table("schedules", ["id", "paused", "every", "next run", "runs", "skipped"], [
-        [r["id"], r["paused"], r["every"], r["next_run"], r["runs"], r["skipped_overlaps"]] for r in data]))
+    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide))
 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:

@@ -78,6 +78,7 @@ def test_schedule_pause_without_an_id_takes_the_fleets_only_schedule(make_settin
         try:
             one = cli("schedule", "pause")
             listing = {r["id"]: r for r in json.loads(cli("schedule", "list", "-o", "json").stdout)}
+            table = cli("schedule", "list").stdout
             assert cli("schedule", "create", "active-checks", "--name", "sweeps-b", "--every", "1h").exit_code == 0
             two = cli("schedule", "unpause")
         finally:
@@ -85,5 +86,7 @@ def test_schedule_pause_without_an_id_takes_the_fleets_only_schedule(make_settin
                 cli("schedule", "delete", name, "--yes")
     assert none.exit_code == 2 and none.stderr.strip() == "error: name the schedule: there is none"
     assert one.exit_code == 0 and one.stdout.strip() == "schedule sweeps-a: paused", one.output
-    assert listing["sweeps-a"]["paused"] is True
+    assert listing["sweeps-a"]["paused"] is True and listing["sweeps-a"]["every_s"] == 3600
+    row = next(line.split() for line in table.splitlines() if line.split()[:1] == ["sweeps-a"])
+    assert row[1:3] == ["1h", "yes"]  # not "1:00:00" and "True"
     assert two.exit_code == 2 and two.stderr.strip() == "error: name the schedule: there are 2 (sweeps-a, sweeps-b)"
