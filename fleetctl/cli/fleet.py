@@ -7,7 +7,7 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, when, within
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -69,14 +69,14 @@ BUDGET_COLUMNS = (
 )
 HELD_COLUMNS = (
     Column("node", lambda h: h["node"]),
-    Column("since", lambda h: f"{h['since']:%m-%d %H:%M:%S}"),
+    Column("since", lambda h: when(h["since"])),
     Column("refusals", lambda h: h["refusals"]),
     Column("reason", lambda h: shown(h["reason"])),
 )
 
 
 OPERATOR_COLUMNS = (
-    Column("at", lambda e: f"{e['at']:%H:%M:%S}"),
+    Column("at", lambda e: when(e["at"])),
     Column("node", lambda e: e["node"]),
     Column("command", lambda e: e["trigger"]),
     Column("to", lambda e: e["to"]),
@@ -120,12 +120,12 @@ def render_status(data: dict, _wide: bool = False):
                           style="bold red" if r["status"] == "halted" else "cyan"))
     if data["in_flight"]:
         parts.append(simple_table("in flight", ["node", "state", "since"],
-                                  [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))
+                                  [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]]))
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
     if data["recent_automation_events"]:
         parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
-            [f"{e['at']:%H:%M:%S}", e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
+            [when(e["at"]), e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
     return Group(*parts)
 
 

@@ -9,7 +9,7 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
-                                 column_table, emit, fail, shown, sorted_rows)
+                                 column_table, emit, fail, shown, sorted_rows, when)
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -60,10 +60,10 @@ NODE_COLUMNS = (
     Column("ADDRESS", lambda r: r["address"], wide=True),
     Column("BMC", lambda r: r.get("bmc") or "", wide=True),
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
-    Column("SINCE", lambda r: f"{r['state_since']:%Y-%m-%d %H:%M}", wide=True),
+    Column("SINCE", lambda r: when(r["state_since"]), wide=True),
 )
 EVENT_COLUMNS = (
-    Column("at", lambda r: f"{r['at']:%Y-%m-%d %H:%M:%S}"),
+    Column("at", lambda r: when(r["at"])),
     Column("from", lambda r: r["from"]),
     Column("to", lambda r: r["to"]),
     Column("trigger", lambda r: r["trigger"]),
@@ -74,14 +74,14 @@ EVENT_COLUMNS = (
 CHECK_COLUMNS = (
     Column("check", lambda c: c["check"]),
     Column("status", lambda c: c["status"]),
-    Column("since", lambda c: f"{c['since']:%m-%d %H:%M:%S}"),
+    Column("since", lambda c: when(c["since"])),
     Column("runs", lambda c: c["runs"]),
-    Column("last", lambda c: f"{c['at']:%m-%d %H:%M:%S}"),
+    Column("last", lambda c: when(c["at"])),
     Column("reason", lambda c: shown(c["reason"])),
 )
 CONDITION_COLUMNS = (
     Column("condition", lambda c: c["type"]),
-    Column("since", lambda c: "" if c["since"] is None else f"{c['since']:%m-%d %H:%M:%S}"),
+    Column("since", lambda c: when(c["since"])),
     Column("reason", lambda c: shown(c["reason"])),
 )
 HEALTH_EVENT_COLUMNS = (
@@ -89,7 +89,7 @@ HEALTH_EVENT_COLUMNS = (
     Column("code", lambda h: h["code"]),
     Column("severity", lambda h: h["severity"]),
     Column("action", lambda h: h["action"]),
-    Column("at", lambda h: f"{h['at']:%m-%d %H:%M:%S}"),
+    Column("at", lambda h: when(h["at"])),
 )
 
 
@@ -202,7 +202,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         from rich.text import Text
 
         head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
-                             shown(f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
+                             shown(f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
         parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["reason"]:
