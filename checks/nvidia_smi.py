@@ -345,19 +345,13 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
                    + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""))
 
 
-# Findings that say the GPU has already lost data or spare memory for good (the capacity
-# guard lets them pass a full budget: fleetctl.health.passes_full_budget).
-UNCORRECTABLE_ECC = "uncorrectable ECC errors since driver load"
-REMAP_FAILED = "row remapping failed"
-
-
 def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
     where = f"GPU {gpu.index}"
     found = [signatures()["nvidia_smi_read_error"].finding(error, where) for error in gpu.read_errors]
     if gpu.ecc_uncorrected_volatile:
-        found.append(Finding(f"{gpu.ecc_uncorrected_volatile} {UNCORRECTABLE_ECC}", where))
+        found.append(Finding(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC errors since driver load", where))
     if gpu.remap_failure:
-        found.append(Finding(f"{REMAP_FAILED}: RMA the GPU", where))
+        found.append(Finding("row remapping failed: RMA the GPU", where))
     if gpu.remap_pending:
         found.append(Finding("row remap pending: reset the GPU to activate it", where))
     if gpu.retirement_pending:

@@ -6,6 +6,15 @@ automated removals when failures arrive as a storm: many nodes failing at once u
 one shared cause (a switch, a driver roll-out, the checker itself), and draining them all
 would turn a checker bug into an outage. A critical fault (the GPU is already gone) is
 counted but never held back: refusing to drain a node that has lost its GPU protects nothing.
+
+Which faults pass a full budget (issue 21's decision): the critical XIDs the kernel reports
+(checks/catalog/xid.tsv: 48 double-bit ECC, 64 remap failure, 79 fallen off the bus, 95
+uncontained memory error, ...), whatever the budget and the breaker. A check's verdict
+(nvidia-smi's uncorrectable ECC count, a failed row remap) waits for the budget like any
+drain, and shows as DrainHeld: a verdict can be the checker's mistake, a critical request
+passes the storm breaker too, and eight such verdicts at once must not drain eight nodes
+(tests/lifecycle/test_phases.py's checker storm). A GPU that has really lost memory also
+logs its XID, which then drains the node at once.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.nvidia_smi import REMAP_FAILED, UNCORRECTABLE_ECC
 from checks.xid import xid_action
 
 DAY_S = 24 * 3600.0
@@ -52,26 +51,3 @@ def judge_health_event(code: int, earlier_same_code: list[float], now: float,
         return EventVerdict(act.severity, act.action, True, True,
                             f"XID {code} seen {in_window} times in {policy.window_s / 3600:.0f} h: escalated")
     return EventVerdict(act.severity, act.action, False, False, f"XID {code}: {act.action} ({in_window} in window)")
-
-
-# Faults serious enough to pass a full capacity budget (issue 21's decision). The guard holds
-# an automated drain that would take too much of the fleet or a rack out, because a node held
-# in production still serves. A node with one of these faults does not: its GPU has lost
-# data (a job on it computes on corrupted memory or dies) or its memory has no spare rows
-# left, so holding it protects no capacity and keeps jobs on a broken GPU. NVIDIA's
-# NVSentinel treats uncorrectable ECC as fatal too.
-#   - critical XIDs (checks/catalog/xid.tsv, severity critical: 79 fallen off the bus,
-#     48 double-bit ECC, ...), which the node's workflow already marks critical;
-#   - a check that found uncorrectable ECC errors since the driver loaded, or a failed row
-#     remap (nvidia-smi's findings).
-# Not: a failed performance or burn-in check, a straggler, lifetime ECC counts, a pending
-# remap or page retirement (a GPU reset fixes those; they wait for the budget like any drain).
-FATAL_CHECK_FINDINGS = (UNCORRECTABLE_ECC, REMAP_FAILED)
-
-
-def passes_full_budget(cause: str) -> str | None:
-    """Why a drain with this cause goes ahead when the budget is spent, or None."""
-    for finding in FATAL_CHECK_FINDINGS:
-        if finding in cause:
-            return f"fatal fault ({finding})"
-    return None

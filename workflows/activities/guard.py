@@ -3,7 +3,6 @@ workflows put to it (workflows cannot send Updates to other workflows; these do 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Awaitable, Callable
 
 from temporalio import activity
@@ -11,7 +10,6 @@ from temporalio.client import WorkflowHandle
 
 from fleetctl.capacity import CheckErrorReport, FleetSnapshot, RemovalDecision, RemovalRequest, snapshot_from_states
 from fleetctl.config import Settings
-from fleetctl.health import passes_full_budget
 from fleetctl.db import queries
 from workflows.activities.database import DatabaseActivities
 from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
@@ -36,10 +34,6 @@ class GuardActivities(DatabaseActivities):
 
     @activity.defn
     async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
-        """A fatal fault found by a check (fleetctl.health.passes_full_budget) is asked as
-        critical: decided here, outside workflow code, so no recorded history replays differently."""
-        if not req.critical and (why := passes_full_budget(req.reason)):
-            req = dataclasses.replace(req, critical=True, reason=f"{req.reason} [{why}]")
         handle = await self.guard()
         return await handle.execute_update(REQUEST_REMOVAL_UPDATE, req, result_type=RemovalDecision)
 
