@@ -6,6 +6,15 @@ automated removals when failures arrive as a storm: many nodes failing at once u
 one shared cause (a switch, a driver roll-out, the checker itself), and draining them all
 would turn a checker bug into an outage. A critical fault (the GPU is already gone) is
 counted but never held back: refusing to drain a node that has lost its GPU protects nothing.
+
+Which faults pass a full budget (issue 21's decision): the critical XIDs the kernel reports
+(checks/catalog/xid.tsv: 48 double-bit ECC, 64 remap failure, 79 fallen off the bus, 95
+uncontained memory error, ...), whatever the budget and the breaker. A check's verdict
+(nvidia-smi's uncorrectable ECC count, a failed row remap) waits for the budget like any
+drain, and shows as DrainHeld: a verdict can be the checker's mistake, a critical request
+passes the storm breaker too, and eight such verdicts at once must not drain eight nodes
+(tests/lifecycle/test_phases.py's checker storm). A GPU that has really lost memory also
+logs its XID, which then drains the node at once.
 """
 
 from __future__ import annotations
@@ -100,6 +109,68 @@ def grant_covers(grant: str, node: str, state_version: int) -> bool:
     last moved, drains nothing."""
     guard, _, rest = grant.rpartition(":")
     return bool(guard) and rest == f"{node}@{state_version}"
+
+
+# The inventory label that puts a node in one fleet (several fleets can share a database and
+# a Temporal namespace, each with its own guard and sweeps). A node without it is in the
+# fleet of whoever manages the database: every fleet's count.
+FLEET_LABEL = "fleet"
+
+
+def in_fleet(labels: dict, fleet: str) -> bool:
+    return str(labels.get(FLEET_LABEL, fleet)) == fleet
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of the fleet (scope "fleet") or of one rack ("rack <name>") is out of service,
+    against the most the guard lets automation take out."""
+
+    scope: str
+    serving: int
+    unavailable: int
+    limit: int
+    max_fraction: float
+
+    @property
+    def headroom(self) -> int:
+        """Nodes automation may still take out; negative when an operator went past the limit."""
+        return self.limit - self.unavailable
+
+    def to_dict(self) -> dict:
+        return {"scope": self.scope, "serving": self.serving, "unavailable": self.unavailable, "limit": self.limit,
+                "headroom": self.headroom, "max_fraction": self.max_fraction}
+
+
+def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
+    """The fleet's budget, then each rack's by name: what `fleet status` shows."""
+    fleet = Budget("fleet", snapshot.serving, snapshot.unavailable,
+                   allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet), policy.max_unavailable_fleet)
+    return [fleet, *(Budget(f"rack {name or '-'}", r.serving, r.unavailable,
+                            allowed_unavailable(r.serving, policy.max_unavailable_rack), policy.max_unavailable_rack)
+                     for name, r in sorted(snapshot.racks.items()))]
+
+
+def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains: list[tuple[str, str]]) -> list[str]:
+    """What an operator's drain of `drains` ((rack, state) per node) would take past the
+    limits automation keeps to, one line per fleet or rack; empty when within them. Only
+    nodes in production count: a drain of any other is refused, and takes nothing out.
+    Operators may go past the limits (they know of a maintenance window the guard does
+    not); the CLI says so and asks first."""
+    taken: dict[str, int] = {}
+    for rack, state in drains:
+        if NodeState(state).in_service:
+            taken[rack] = taken.get(rack, 0) + 1
+    if not taken:
+        return []
+    over = []
+    for b in budgets(policy, snapshot):
+        adds = sum(taken.values()) if b.scope == "fleet" else taken.get(b.scope.removeprefix("rack "), 0)
+        after = b.unavailable + adds
+        if adds and after > b.limit:
+            over.append(f"{b.scope}: {after} of {b.serving} nodes out after this drain, past the automation limit of "
+                        f"{b.limit} ({b.max_fraction:.0%})")
+    return over
 
 
 def allowed_unavailable(total: int, fraction: float) -> int:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
+from fleetctl.capacity import GuardPolicy, budgets, in_fleet, operator_drain_overruns, snapshot_from_states
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import queries
-from fleetctl.lifecycle import NodeState
+from fleetctl.lifecycle import Actor, NodeState
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -30,9 +31,19 @@ def count_states(nodes: Iterable) -> dict[str, Any]:
     return {"nodes": len(nodes), "per_state": per_state, "per_rack": per_rack, "in_flight": in_flight}
 
 
-def fleet_status(engine: Engine, automation: dict[str, Any]) -> dict[str, Any]:
-    status = count_states(queries.list_nodes(engine))
+def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str) -> dict[str, Any]:
+    """`policy`: the guard's own when it answered, else the configured one (the caller says
+    which in `automation`). The budget counts the nodes of `fleet`, as its guard does."""
+    nodes = queries.list_nodes(engine)
+    status = count_states(nodes)
     status["automation"] = automation
+    mine = [n for n in nodes if in_fleet(n.labels, fleet)]
+    status["budget"] = [b.to_dict() for b in budgets(policy, snapshot_from_states([(n.rack, n.state) for n in mine]))]
+    status["held_drains"] = [
+        {"node": node, "since": first, "last": last, "refusals": count, "reason": reason}
+        for node, (count, first, last, reason) in sorted(queries.held_drains(engine, [n.name for n in mine]).items(),
+                                                         key=lambda kv: kv[1][1])
+    ]
     status["firmware_rollouts"] = [
         {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
          "max_failures": r.max_failures}
@@ -44,4 +55,17 @@ def fleet_status(engine: Engine, automation: dict[str, Any]) -> dict[str, Any]:
         {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
         for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)
     ]
+    # What operators did, next to what they were refused (recent automation lists refusals).
+    status["recent_operator_commands"] = [
+        {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
+        for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
+    ]
     return status
+
+
+def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Iterable[str]) -> list[str]:
+    """What an operator's drain of `names` would take past the automation limits of `fleet`."""
+    mine = [n for n in queries.list_nodes(engine) if in_fleet(n.labels, fleet)]
+    wanted = set(names)
+    return operator_drain_overruns(policy, snapshot_from_states([(n.rack, n.state) for n in mine]),
+                                   [(n.rack, n.state) for n in mine if n.name in wanted])

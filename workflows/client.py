@@ -45,6 +45,7 @@ from workflows.api import (
     HEALTH_EVENT_SIGNAL,
     JOB_RESTART,
     NODE_LIFECYCLE,
+    NODE_STATE_QUERY,
     RECHECK_UPDATE,
     REMEDIATION,
     RESUME_AUTOMATION_UPDATE,
@@ -217,6 +218,35 @@ async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowH
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
     return await handle.query(GUARD_STATUS_QUERY, result_type=CapacityGuardState)
+
+
+async def running_guard_status(client: Client, settings: Settings) -> CapacityGuardState | None:
+    """The fleet's guard, without starting one (a look must not create the fleet it looks
+    at); None when no guard runs for it."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        return await client.get_workflow_handle(guard_id(settings.fleet)).query(GUARD_STATUS_QUERY,
+                                                                               result_type=CapacityGuardState)
+    except RPCError as exc:
+        if exc.status is RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def guarded_fleets(client: Client, limit: int = 20) -> list[str]:
+    """The fleets a capacity guard runs for in this namespace (at most `limit`)."""
+    prefix = guard_id("")
+    fleets = []
+    async for w in client.list_workflows(f'WorkflowType="{CAPACITY_GUARD}" AND ExecutionStatus="Running"', limit=limit):
+        if w.id.startswith(prefix):
+            fleets.append(w.id[len(prefix):])
+    return sorted(set(fleets))
+
+
+async def node_now(client: Client, node: str) -> NodeLifecycleState:
+    """What the node's workflow is doing now and how its last phase ended (a query: reads only)."""
+    return await client.get_workflow_handle(node_workflow_id(node)).query(NODE_STATE_QUERY, result_type=NodeLifecycleState)
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:

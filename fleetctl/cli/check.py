@@ -6,12 +6,15 @@ from pathlib import Path
 
 import typer
 
+from fleetctl.cli import context
 from fleetctl.cli.output import (
     EXIT_CHECK_ERROR,
     EXIT_CHECK_FAILED,
     EXIT_USAGE,
     OUTPUT_OPTION,
+    Column,
     OutputFormat,
+    column_table,
     emit,
     fail,
     simple_table,
@@ -20,6 +23,36 @@ from fleetctl.cli.output import (
 app = typer.Typer(help="Node checks: what runs on a node, and how its output is judged.", no_args_is_help=True)
 
 _EXIT_BY_STATUS = {"pass": 0, "warn": 0, "fail": EXIT_CHECK_FAILED, "error": EXIT_CHECK_ERROR}
+
+
+CHECK_COLUMNS = (
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("TOOL", lambda r: r["tool"]),
+    Column("KIND", lambda r: r["kind"]),
+    Column("TYPICAL", lambda r: _duration(r["typical_duration_s"])),
+    Column("COMMAND", lambda r: " ".join(r["argv"]), wide=True),
+)
+SUITE_COLUMNS = (
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("CHECKS", lambda r: ",".join(r["checks"])),
+    Column("TYPICAL", lambda r: _duration(r["typical_duration_s"])),
+    Column("DESCRIPTION", lambda r: r["description"], wide=True),
+)
+
+
+@app.command("suites")
+def list_suites(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """List the suites (what burn-in, recheck and sweeps run): their checks and how long they take."""
+    from checks.catalog import CHECKS
+    from checks.suites import SuiteError, load_suites
+
+    try:
+        suites = load_suites(context.settings(ctx).suites_dir or None)
+    except SuiteError as exc:
+        fail(str(exc), EXIT_USAGE)
+    rows = [{"name": s.name, "description": s.description, "checks": list(s.checks),
+             "typical_duration_s": sum(CHECKS[c].typical_duration_s for c in s.checks)} for s in suites.values()]
+    emit(rows, output, lambda data, wide: column_table(SUITE_COLUMNS, data, wide))
 
 
 @app.command("list")
@@ -39,19 +72,7 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
         for spec in CHECKS.values()
     ]
 
-    def table(data, wide):
-        columns = ["NAME", "TOOL", "KIND", "TYPICAL"] + (["COMMAND"] if wide else [])
-        return simple_table(
-            None,
-            columns,
-            [
-                [r["name"], r["tool"], r["kind"], _duration(r["typical_duration_s"])]
-                + ([" ".join(r["argv"])] if wide else [])
-                for r in data
-            ],
-        )
-
-    emit(rows, output, table)
+    emit(rows, output, lambda data, wide: column_table(CHECK_COLUMNS, data, wide))
 
 
 @app.command("parse")

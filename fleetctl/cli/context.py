@@ -17,16 +17,55 @@ def settings(ctx: typer.Context) -> Settings:
 
 
 def engine(ctx: typer.Context):
-    from fleetctl.db.engine import get_engine
+    from fleetctl.db.engine import describe, get_engine
 
-    return get_engine(settings(ctx).db_url)
+    s = settings(ctx)
+    _note_default(s, "db_url", f"database {describe(s.db_url)}", "FLEETCTL_DB_URL or --db-url")
+    return get_engine(s.db_url)
 
 
 def run_async(coro: Awaitable[T]) -> T:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-async def temporal_client(ctx: typer.Context) -> Any:
+async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Any:
+    from fleetctl.temporal_connection import DEFAULT_ADDRESS, resolve
     from workflows.client import connect
 
-    return await connect(settings(ctx))
+    s = settings(ctx)
+    connection = resolve(s)
+    if connection.address == DEFAULT_ADDRESS:  # not from a Temporal profile either
+        _note_default(s, "temporal_address", f"Temporal {connection.describe()}", "TEMPORAL_ADDRESS or --temporal-address")
+    return await connect(s, timeout_s=timeout_s)
+
+
+_noted: set[tuple[int, str]] = set()
+
+
+def _note_default(s: Settings, name: str, what: str, how: str) -> None:
+    """Say on stderr, once per command, that `what` is the built-in default because nothing
+    configured it: an empty table from a database nobody meant to use is not an answer."""
+    if s.sources.get(name, "default") != "default" or (id(s), name) in _noted:
+        return
+    _noted.add((id(s), name))
+    typer.echo(f"note: using {what}: the default, nothing configured it (set {how}; `fleetctl config` shows all)",
+               err=True)
+
+
+def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) -> tuple[Any, str | None]:
+    """(answer, None) from `ask(client)`, a read a view adds to what the database says; or
+    (None, why) when Temporal is unreachable or `what` did not answer in time (a busy worker
+    at 1,000 nodes, bench/scale.py), so that the rest of the view still stands."""
+    from temporalio.service import RPCError
+
+    from workflows.client import TemporalUnavailable
+
+    async def run():
+        return await ask(await temporal_client(ctx, timeout_s))
+
+    try:
+        return run_async(run()), None
+    except TemporalUnavailable as exc:
+        return None, str(exc)
+    except RPCError as exc:
+        return None, f"{what} did not answer: {exc}"

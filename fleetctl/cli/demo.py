@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import os
 import time
 from collections import deque
@@ -68,6 +69,10 @@ def demo(
         console.print(f"Temporal UI: [link={server.ui_address}]{server.ui_address}[/link]  (server {address})")
     worker = BackgroundWorker(settings).start()
     lines: deque[str] = deque(maxlen=8)
+    # SIGTERM (systemd, kill, a CI runner's timeout) stops the demo as Ctrl-C does: the
+    # worker and the Temporal server it started (in a session of its own, which a signal to
+    # this process's group does not reach) are stopped by the `finally` below.
+    signal.signal(signal.SIGTERM, _interrupt)
 
     def log(message: str) -> None:
         lines.append(f"{time.strftime('%H:%M:%S')}  {message}")
@@ -80,10 +85,10 @@ def demo(
             report, html = write_report(settings, directory, started)
         console.print(summary(result, report, html))
         if keep_running:
-            console.print("\nstill running; in another shell:\n"
-                          f"  export FLEETCTL_DB_URL={settings.db_url} TEMPORAL_ADDRESS={address} "
-                          f"FLEETCTL_TASK_QUEUE={settings.task_queue} FLEETCTL_FLEET={settings.fleet}\n"
-                          "  fleetctl fleet status --watch\nCtrl-C to stop.")
+            # soft_wrap: the export line stays one line however narrow the terminal or the
+            # file it is redirected to, so a paste exports every variable.
+            console.print("\nstill running; in another shell:\n" + export_line(settings, address)
+                          + "\n  fleetctl fleet status --watch\nCtrl-C to stop.", soft_wrap=True, markup=False)
             while True:
                 time.sleep(1)
     except KeyboardInterrupt:
@@ -94,6 +99,19 @@ def demo(
             server.stop()
     if not result.finished():
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def _interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+def export_line(settings, address: str) -> str:
+    """The shell line that points another shell's fleetctl at this demo, values quoted."""
+    import shlex
+
+    values = {"FLEETCTL_DB_URL": settings.db_url, "TEMPORAL_ADDRESS": address,
+              "FLEETCTL_TASK_QUEUE": settings.task_queue, "FLEETCTL_FLEET": settings.fleet}
+    return "  export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in values.items())
 
 
 def live_view(d, lines):

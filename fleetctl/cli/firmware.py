@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail,
+                                 simple_table, within)
 
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
@@ -80,7 +81,7 @@ def rollout(
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
     from fleetctl.firmware import batch_size
-    from workflows.client import connect, start_rollout
+    from workflows.client import start_rollout
 
     baseline = _load(baseline_file)
     try:
@@ -90,7 +91,7 @@ def rollout(
     s = context.settings(ctx)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         rollout_id, plan = await start_rollout(client, s, baseline, baseline_file.read_text(), canary, batch,
                                                max_failures, dry_run, s.identity())
         typer.echo(f"roll-out {rollout_id}: {sum(map(len, plan.batches))} nodes in {len(plan.batches)} batches"
@@ -128,12 +129,12 @@ def _exit_for(progress) -> None:
 
 
 def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
-    from workflows.client import RolloutRefused, connect, rollout_command
+    from workflows.client import RolloutRefused, rollout_command
 
     s = context.settings(ctx)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         typer.echo(f"{rollout_id}: {await rollout_command(client, rollout_id, command, s.identity())}")
         return await _watch(client, rollout_id) if watch else None
 
@@ -156,6 +157,17 @@ def abort(ctx: typer.Context, rollout_id: str = typer.Argument(..., metavar="ID"
     _command(ctx, rollout_id, "abort", False)
 
 
+ROLLOUT_COLUMNS = (
+    Column("ID", lambda r: r["id"], whole=True),
+    Column("STATUS", lambda r: r["status"] + (" (dry run)" if r["dry_run"] else "")),
+    Column("DONE", lambda r: r["done"]),
+    Column("FAILED", lambda r: r["failed"]),
+    Column("TOTAL", lambda r: r["total"]),
+    Column("AGE", lambda r: age(r["created_at"])),
+    Column("DETAIL", lambda r: r["detail"]),
+)
+
+
 @rollout_app.command("list")
 def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Roll-outs, newest first, with their progress."""
@@ -163,6 +175,4 @@ def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
 
     rows = [{"id": r.rollout_id, "status": r.status, "total": r.total, "done": r.done, "failed": r.failed,
              "dry_run": r.dry_run, "detail": r.detail, "created_at": r.created_at} for r in rollouts(context.engine(ctx))]
-    emit(rows, output, lambda rs, _w: simple_table(None, ["id", "status", "done", "failed", "total", "detail"], [
-        [r["id"], r["status"] + (" (dry run)" if r["dry_run"] else ""), r["done"], r["failed"], r["total"], r["detail"]]
-        for r in rs]))
+    emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide))

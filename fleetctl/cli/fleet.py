@@ -7,38 +7,42 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, when, within
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
 
 def fleet_status(ctx: typer.Context) -> dict:
-    """Counts from the database (fleetctl.fleet_status); automation state from the guard workflow."""
+    """Counts from the database (fleetctl.fleet_status); automation state from the guard
+    workflow, whose policy the budget is measured against (the configured one without it)."""
+    from fleetctl.config import guard_policy
     from fleetctl.fleet_status import fleet_status as from_database
 
-    return from_database(context.engine(ctx), _automation(ctx))
+    s = context.settings(ctx)
+    automation, policy = _automation(ctx)
+    return from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet)
 
 
-def _automation(ctx: typer.Context) -> dict:
-    from temporalio.service import RPCError
-
-    from workflows.client import TemporalUnavailable, connect, guard_status
+def _automation(ctx: typer.Context):
+    from workflows.client import guarded_fleets, running_guard_status
 
     s = context.settings(ctx)
 
-    async def run():
-        return await guard_status(await connect(s, timeout_s=3), s)
+    async def ask(client):
+        g = await running_guard_status(client, s)
+        return g, ([] if g is not None else await guarded_fleets(client))
 
-    try:
-        g = context.run_async(run())
-    except TemporalUnavailable as exc:
-        return {"reachable": False, "error": str(exc)}
-    except RPCError as exc:
-        # Temporal answered but the guard did not in time (a busy worker at 1,000 nodes,
-        # bench/scale.py): the counts from the database still stand.
-        return {"reachable": False, "error": f"the capacity guard did not answer: {exc}"}
+    answer, error = context.temporal_read(ctx, ask, "the capacity guard")
+    if error is not None:
+        return {"reachable": False, "error": error}, None
+    g, others = answer
+    if g is None:
+        # No automated drain has asked this fleet's guard yet, or the fleet is misnamed.
+        return {"reachable": True, "guard_running": False, "fleet": s.fleet, "other_fleets": others}, None
     return {
         "reachable": True,
+        "guard_running": True,
+        "fleet": s.fleet,
         "breaker": "open" if g.breaker_open else "closed",
         "breaker_reason": g.breaker_reason,
         "breaker_since": g.breaker_since,
@@ -47,7 +51,38 @@ def _automation(ctx: typer.Context) -> dict:
         "storm_fraction": g.policy.storm_fraction,
         "granted": g.granted_total,
         "denied": g.denied_total,
-    }
+    }, g.policy
+
+
+def _headroom(n: int):
+    from rich.text import Text
+
+    return Text(str(n), style="bold red" if n <= 0 else "green")
+
+
+BUDGET_COLUMNS = (
+    Column("scope", lambda b: b["scope"]),
+    Column("out", lambda b: b["unavailable"]),
+    Column("of", lambda b: b["serving"]),
+    Column("limit", lambda b: f"{b['limit']} ({b['max_fraction']:.0%})"),
+    Column("headroom", lambda b: _headroom(b["headroom"])),
+)
+HELD_COLUMNS = (
+    Column("node", lambda h: h["node"]),
+    Column("since", lambda h: when(h["since"])),
+    Column("refusals", lambda h: h["refusals"]),
+    Column("reason", lambda h: shown(h["reason"])),
+)
+
+
+OPERATOR_COLUMNS = (
+    Column("at", lambda e: when(e["at"])),
+    Column("node", lambda e: e["node"]),
+    Column("command", lambda e: e["trigger"]),
+    Column("to", lambda e: e["to"]),
+    Column("actor", lambda e: e["actor"]),
+    Column("cause", lambda e: shown(e["cause"][:100])),
+)
 
 
 def render_status(data: dict, _wide: bool = False):
@@ -65,26 +100,35 @@ def render_status(data: dict, _wide: bool = False):
     a = data["automation"]
     if not a.get("reachable"):
         auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
+    elif not a["guard_running"]:
+        auto = Text(f"automation: no capacity guard runs for fleet {a['fleet']!r}: no automated drain has asked it yet"
+                    + (f"; guards run for: {', '.join(a['other_fleets'])} (--fleet)" if a["other_fleets"] else ""),
+                    style="yellow" if a["other_fleets"] else "")
     else:
         style = "bold red" if a["breaker"] == "open" else "green"
         auto = Text.assemble(("automation: ", "bold"), (f"breaker {a['breaker']}", style),
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
-                             f"storm {a['storm_fraction']:.0%}   granted {a['granted']}, held {a['denied']}")
-    parts = [head, racks, auto]
+                             f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
+    parts = [head, racks, auto, column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
+    if data["held_drains"]:
+        parts.append(column_table(HELD_COLUMNS, data["held_drains"],
+                                  title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))
     for r in data["firmware_rollouts"]:
         parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
                           f"{r['failed']} failed (halts at {r['max_failures']})",
                           style="bold red" if r["status"] == "halted" else "cyan"))
     if data["in_flight"]:
         parts.append(simple_table("in flight", ["node", "state", "since"],
-                                  [[f["node"], f["state"], f"{f['since']:%H:%M:%S}"] for f in data["in_flight"][:20]]))
+                                  [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]]))
+    if data["recent_operator_commands"]:
+        parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
     if data["suspect"]:
         parts.append(simple_table("suspect (unreachable: drained through the guard)", ["node", "since", "reason"],
-                                  [[x["node"], f"{x['since']:%H:%M:%S}", x["reason"]] for x in data["suspect"][:20]]))
+                                  [[x["node"], when(x["since"]), x["reason"]] for x in data["suspect"][:20]]))
     if data["recent_automation_events"]:
         parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
-            [f"{e['at']:%H:%M:%S}", e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
+            [when(e["at"]), e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
     return Group(*parts)
 
 
@@ -97,7 +141,16 @@ def status(
 ) -> None:
     """Nodes per state and rack, nodes in flight, the capacity guard and its breaker."""
     if not watch:
-        emit(fleet_status(ctx), output, render_status)
+        data = fleet_status(ctx)
+        emit(data, output, render_status)
+        a = data["automation"]
+        if not a["reachable"]:
+            fail(a["error"])
+        if not a["guard_running"] and a["other_fleets"]:
+            # A warning, not a failure: a fleet whose guard no automated drain has asked yet
+            # is a fleet, and may share its namespace with others.
+            typer.echo(f"warning: no capacity guard runs for fleet {a['fleet']!r}; guards run for: "
+                       f"{', '.join(a['other_fleets'])} (--fleet or FLEETCTL_FLEET)", err=True)
         return
     from rich.live import Live
 
@@ -113,12 +166,12 @@ def status(
 @app.command("resume-automation")
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
-    from workflows.client import connect, resume_automation as resume
+    from workflows.client import resume_automation as resume
 
     s = context.settings(ctx)
 
     async def run():
-        return await resume(await connect(s), s, s.identity())
+        return await resume(await context.temporal_client(ctx), s, s.identity())
 
     context.run_async(run())
     typer.echo(f"automation resumed by {s.identity()}: breaker closed")

@@ -246,9 +246,9 @@ def restart(
         from temporalio.client import WorkflowFailureError
 
         from workflows.api import JobRestartInput
-        from workflows.client import connect, start_job_restart
+        from workflows.client import start_job_restart
 
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,
                               actor=s.identity(), fault_seen_at=fault_seen_at.isoformat(),
                               restart_id=uuid.uuid4().hex, **({"running_timeout_s": timeout_s} if timeout_s else {}))

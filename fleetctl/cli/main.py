@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
@@ -127,11 +128,19 @@ class FleetctlGroup(TyperGroup):
             command = self.commands[name] = load_noun(name)
         return name, command, rest
 
+    def make_context(self, *args: Any, **kwargs: Any):
+        try:
+            return super().make_context(*args, **kwargs)
+        except UsageError as exc:  # a bad option of fleetctl itself (--bogus)
+            _one_line_usage_error(exc)
+
     def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
         # typer (>= 0.26 vendors click) raises its usage errors as TyperException, which its
         # main() turns into the usage message and exit 2.
+        except UsageError as exc:
+            _one_line_usage_error(exc)
         except (typer.Exit, typer.Abort, TyperException):
             raise
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
@@ -145,6 +154,16 @@ class FleetctlGroup(TyperGroup):
 
             typer.echo(f"error: internal: {exc.__class__.__name__}: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
+
+
+def _one_line_usage_error(exc: UsageError):
+    """One line and exit 2, as every other error (the README's promise), not click's usage
+    box; a noun given alone still prints its help."""
+    if isinstance(exc, NoArgsIsHelpError):
+        raise exc
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    typer.echo(f"error: {printable(exc.format_message(), keep_newlines=False)}{where}", err=True)
+    raise typer.Exit(exc.exit_code) from None
 
 
 app = typer.Typer(
@@ -171,6 +190,7 @@ def main(
     temporal_address: Optional[str] = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
     task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
+    fleet: Optional[str] = typer.Option(None, "--fleet", help="the fleet whose guard and sweeps to use (env FLEETCTL_FLEET)"),
     operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
     accept_new_host_keys: Optional[bool] = typer.Option(
         None, "--accept-new-host-keys", help="trust (and record) SSH host keys never seen before; changed keys are always refused"),
@@ -187,7 +207,7 @@ def main(
     # No --api-key flag: a command line is visible to every user of the host (TEMPORAL_API_KEY).
     ctx.obj = load_settings(
         flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
-               "task_queue": task_queue, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
+               "task_queue": task_queue, "fleet": fleet, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
                "temporal_profile": temporal_profile, "temporal_tls": tls, "temporal_tls_ca_path": tls_ca_path,
                "temporal_tls_cert_path": tls_cert_path, "temporal_tls_key_path": tls_key_path,
                "temporal_tls_server_name": tls_server_name},

@@ -19,8 +19,9 @@ def serve(
     address: str = typer.Option("127.0.0.1", "--address", "--host",
                                 help="address to listen on (default: this machine only; give one to open it)"),
 ) -> None:
-    """Serve /metrics until Ctrl-C; every scrape reads the database (metric names: see
-    fleetctl/metrics_exporter.py, dashboard: fleetctl/report/grafana-dashboard.json)."""
+    """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
+    fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
+    restarts and their latency, capacity-guard decisions, the breaker."""
     from fleetctl import metrics_exporter
 
     server = metrics_exporter.serve(context.engine(ctx), port, address)

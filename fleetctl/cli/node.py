@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown
+from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
+                                 column_table, emit, fail, shown, sorted_rows, when)
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -19,15 +20,6 @@ def _known_profiles() -> set[str] | None:
     except ImportError:  # profiles ship with checks/; an older checkout may lack them
         return None
     return set(profile_names())
-
-
-def _node_row(n, wide: bool = False, suspect: str | None = None) -> dict:
-    """`suspect`: why the node is suspect (fleetctl.reachability), if it is."""
-    row = {"name": n.name, "state": n.state, "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since, "suspect": suspect}
-    if wide:
-        row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
-    return row
 
 
 def _state_text(state: str):
@@ -41,19 +33,37 @@ def _state_text(state: str):
         return Text(state)
 
 
+def _health_text(health: str):
+    from rich.text import Text
+
+    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "bold red")
+
+
+def _jobs_cell(jobs: list[str] | None) -> str:
+    """`?`: the node's scheduler is not mirrored in the database; `node show` says what the
+    node's workflow waits for."""
+    if jobs is None:
+        return "?"
+    return ",".join(jobs) if len(jobs) <= 2 else f"{jobs[0]},{jobs[1]},+{len(jobs) - 2}"
+
+
 NODE_COLUMNS = (
-    Column("NAME", lambda r: r["name"]),
-    Column("STATE", lambda r: _state_text(r["state"]) + (" suspect" if r.get("suspect") else "")),
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("STATE", lambda r: _state_text(r["state"]), whole=True),
+    Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"]),
-    Column("PROFILE", lambda r: r["profile"]),
-    Column("SCHEDULER", lambda r: r["scheduler"]),
-    Column("ADDRESS", lambda r: r["address"]),
+    Column("AGE", lambda r: age(r["state_since"])),  # in its current state
+    Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
+    Column("REASON", lambda r: shown(r["reason"])),
+    Column("PROFILE", lambda r: r["profile"], wide=True),
+    Column("SCHEDULER", lambda r: r["scheduler"], wide=True),
+    Column("ADDRESS", lambda r: r["address"], wide=True),
     Column("BMC", lambda r: r.get("bmc") or "", wide=True),
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
-    Column("SINCE", lambda r: f"{r['state_since']:%Y-%m-%d %H:%M}", wide=True),
+    Column("SINCE", lambda r: when(r["state_since"]), wide=True),
 )
 EVENT_COLUMNS = (
-    Column("at", lambda r: f"{r['at']:%Y-%m-%d %H:%M:%S}"),
+    Column("at", lambda r: when(r["at"])),
     Column("from", lambda r: r["from"]),
     Column("to", lambda r: r["to"]),
     Column("trigger", lambda r: r["trigger"]),
@@ -64,15 +74,22 @@ EVENT_COLUMNS = (
 CHECK_COLUMNS = (
     Column("check", lambda c: c["check"]),
     Column("status", lambda c: c["status"]),
-    Column("reason", lambda c: c["reason"]),
-    Column("at", lambda c: f"{c['at']:%m-%d %H:%M:%S}"),
+    Column("since", lambda c: when(c["since"])),
+    Column("runs", lambda c: c["runs"]),
+    Column("last", lambda c: when(c["at"])),
+    Column("reason", lambda c: shown(c["reason"])),
+)
+CONDITION_COLUMNS = (
+    Column("condition", lambda c: c["type"]),
+    Column("since", lambda c: when(c["since"])),
+    Column("reason", lambda c: shown(c["reason"])),
 )
 HEALTH_EVENT_COLUMNS = (
     Column("source", lambda h: h["source"]),
     Column("code", lambda h: h["code"]),
     Column("severity", lambda h: h["severity"]),
     Column("action", lambda h: h["action"]),
-    Column("at", lambda h: f"{h['at']:%m-%d %H:%M:%S}"),
+    Column("at", lambda h: when(h["at"])),
 )
 
 
@@ -83,6 +100,16 @@ def _nodes_table(rows: list[dict], wide: bool):
 # NVIDIA's XID codes are small numbers (below 200 today); the bound keeps a typo from becoming
 # an integer the database cannot store.
 MAX_XID = 65535
+
+
+def _hosts(names: list[str]) -> list[str]:
+    """Node names as given, each of them possibly a Slurm host list (gpu-[002-008,017])."""
+    from fleetctl.hostlist import HostListError, expand_all
+
+    try:
+        return expand_all(names)
+    except HostListError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _require_nodes(ctx: typer.Context, names: list[str]) -> None:
@@ -115,9 +142,9 @@ def import_nodes(
     async def run() -> None:
         from rich.progress import Progress
 
-        from workflows.client import connect, ensure_node_workflows
+        from workflows.client import ensure_node_workflows
 
-        client = await connect(context.settings(ctx))  # before writing: no half-imported fleet
+        client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
@@ -136,64 +163,81 @@ def import_nodes(
 def list_nodes(
     ctx: typer.Context,
     selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
-    state: Optional[str] = typer.Option(None, "--state", help="only nodes in this state"),
+    state: List[str] = typer.Option([], "--state", help="only nodes in these states: repeat it or give a comma list; "
+                                    "also drained (maintenance), drain (draining, maintenance), out (and rma)"),
+    sort_by: Optional[str] = SORT_BY_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """List nodes, optionally filtered by labels and state."""
     from fleetctl.db.queries import list_nodes as query
     from fleetctl.inventory import parse_selector
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.node_conditions import UnknownState, states_named
+    from fleetctl.node_view import node_rows
 
     labels = parse_selector(selector) if selector else None
-    if state is not None and state not in {s.value for s in NodeState}:
-        fail(f"unknown state {state!r} (one of: {', '.join(s.value for s in NodeState)})", EXIT_USAGE)
+    try:
+        states = states_named(state)
+    except UnknownState as exc:
+        fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
-    from fleetctl.db.queries import suspect_nodes
-
     engine = context.engine(ctx)
-    suspect = suspect_nodes(engine)
-    rows = [_node_row(n, wide, suspect[n.name].reason if n.name in suspect else None)
-            for n in query(engine, labels, state)]
+    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
     emit(rows, output, _nodes_table)
 
 
 @app.command("show")
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
-    """One node: state, labels, last check results, recent events."""
+    """One node: state, health (one row per check), why it is out or held, recent events."""
     from fleetctl.db import queries
+    from fleetctl.node_view import node_detail
 
     engine = context.engine(ctx)
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    suspect = queries.suspect_nodes(engine).get(name)
-    data = _node_row(node, wide=True, suspect=suspect.reason if suspect else None)
-    data["checks"] = [
-        {"check": c.check_name, "status": c.status, "reason": c.reason, "metrics": c.metrics, "at": c.finished_at}
-        for c in queries.latest_checks(engine, name)
-    ]
-    data["health_events"] = [
-        {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}
-        for h in queries.health_events(engine, name)
-    ]
+    data = node_detail(engine, node)
+    data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
         from rich.text import Text
 
-        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]),
-                             shown(f"  since {d['state_since']:%Y-%m-%d %H:%M:%S}  rack {d['rack']}  profile {d['profile']}"
+        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
+                             shown(f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
         parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        if d["reason"]:
+            parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
+        if d["jobs"]:
+            parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        w = d["workflow"]
+        if not w["reachable"]:
+            parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
+        else:
+            parts.append(Text.assemble(("now: ", "bold"), shown(w["activity"] or "idle"),
+                                       *((("   last: ", "bold"), shown(w["last_outcome"])) if w["last_outcome"] else ())))
+        if d["conditions"]:
+            parts.append(column_table(CONDITION_COLUMNS, d["conditions"], title="conditions"))
         if d["checks"]:
-            parts.append(column_table(CHECK_COLUMNS, d["checks"], title="last checks"))
+            parts.append(column_table(CHECK_COLUMNS, d["checks"], title="checks (latest run of each)"))
         if d["health_events"]:
             parts.append(column_table(HEALTH_EVENT_COLUMNS, d["health_events"], title="health events"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def _workflow_now(ctx: typer.Context, name: str) -> dict:
+    """What the node's own workflow is doing (waiting for jobs, cordoning, a check) and how
+    its last phase ended; the rest of `node show` comes from the database and stands without it."""
+    from workflows.client import node_now
+
+    now, error = context.temporal_read(ctx, lambda client: node_now(client, name), "the node's workflow")
+    if error is not None:
+        return {"reachable": False, "error": error}
+    return {"reachable": True, "activity": now.activity, "last_outcome": now.last_outcome, "queued": len(now.work)}
 
 
 def _event_row(e) -> dict:
@@ -217,13 +261,13 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> None:
-    from workflows.client import connect, request_many
+    from workflows.client import request_many
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await request_many(client, names, trigger, s.identity(), cause)
 
     failed = 0
@@ -249,14 +293,43 @@ def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) 
 @app.command("drain")
 def drain(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names"),
+    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
     reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
+    yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="say what each node would do; change and record nothing"),
 ) -> None:
-    """Take production nodes out of service."""
+    """Take production nodes out of service. A drain that takes the fleet or a rack past the
+    capacity guard's limits says so and asks first (--yes: do not ask)."""
+    from fleetctl.config import guard_policy
+    from fleetctl.db.queries import nodes_named
+    from fleetctl.fleet_status import drain_overruns
+    from fleetctl.hostlist import compress
+    from fleetctl.lifecycle import NodeState
+
+    names = _hosts(names)
     if dry_run:
         _would(ctx, names, "drain")
         return
+    _require_nodes(ctx, names)
+    # Already out of service is done, as kubectl drain and scontrol update State=DRAIN say:
+    # the drain that took the node out keeps its reason.
+    done: dict[str, list[str]] = {}
+    for n in nodes_named(context.engine(ctx), names):
+        if NodeState(n.state).out_of_service:
+            done.setdefault(n.state, []).append(n.name)
+    for state, already in done.items():
+        typer.echo(f"{compress(already)}: already {state}")
+    skipped = {name for already in done.values() for name in already}
+    names = [n for n in names if n not in skipped]
+    if not names:
+        return
+    s = context.settings(ctx)
+    over = drain_overruns(context.engine(ctx), guard_policy(s, s.fleet), s.fleet, names)
+    for line in over:
+        typer.echo(f"warning: {line}", err=True)
+    if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
+                                              default=False, err=True):
+        fail("not drained", EXIT_OPERATIONAL)
     _command(ctx, names, "drain", f"operator: {reason}")
 
 
@@ -281,9 +354,9 @@ def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
 
 
 @app.command("undrain")
-def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names")) -> None:
+def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names or Slurm host lists")) -> None:
     """Return drained nodes to production."""
-    _command(ctx, names, "undrain", "operator: undrain")
+    _command(ctx, _hosts(names), "undrain", "operator: undrain")
 
 
 @app.command("rma")
@@ -303,9 +376,9 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     from checks.suites import SuiteError, load_suite
-    from workflows.client import connect, request_phases
+    from workflows.client import request_phases
 
-    names = list(dict.fromkeys(names))  # a node named twice is asked once
+    names = _hosts(names)  # a node named twice is asked once
     _require_nodes(ctx, names)
     s = context.settings(ctx)
     try:
@@ -317,7 +390,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     async def run():
         from rich.progress import Progress
 
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         # Many nodes at once, a bounded number in flight; each node's update has an id of its
         # own for this command, so a call retried after a timeout is never a second request.
         with Progress(transient=True, disable=len(names) < 2) as progress:
@@ -341,7 +414,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
 @app.command("admit")
 def admit(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names (new, maintenance or returned from RMA)"),
+    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (new, maintenance or returned from RMA)"),
     suite: str = typer.Option("burn-in", "--suite", help="the suite burn-in runs"),
 ) -> None:
     """Burn in, admit and put into production (new nodes, repaired nodes, RMA returns)."""
@@ -374,7 +447,7 @@ def event(
     # critical event, and the workflows, the activity stack and the database cost seconds to
     # import. The database is asked only when the event cannot be delivered.
     from workflows.api import HealthEventInput
-    from workflows.client import CommandRejected, connect, send_health_events
+    from workflows.client import CommandRejected, send_health_events
 
     from checks.result import SEVERITIES
 
@@ -415,7 +488,7 @@ def event(
                   for e in parsed]
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         await send_health_events(client, name, events)
 
     try:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, when, within
 from fleetctl.text import printable
 
 app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
@@ -17,6 +17,18 @@ def _row(r) -> dict:
     return {"id": r.id, "node": r.node_name, "status": r.status, "reason": r.reason, "opened_at": r.opened_at,
             "opened_by": r.opened_by, "remediation_run": r.remediation_run, "webhook": r.webhook_status,
             "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by}
+
+
+RMA_COLUMNS = (
+    Column("ID", lambda r: r["id"], whole=True),
+    Column("NODE", lambda r: r["node"], whole=True),
+    Column("STATUS", lambda r: r["status"]),
+    Column("AGE", lambda r: age(r["opened_at"])),
+    Column("REASON", lambda r: r["reason"]),
+    Column("REPLACED", lambda r: r["replaced"] or ""),
+    Column("OPENED", lambda r: when(r["opened_at"]), wide=True),
+    Column("BY", lambda r: r["opened_by"], wide=True),
+)
 
 
 @app.command("list")
@@ -30,8 +42,7 @@ def list_rmas(
     from fleetctl.db.remediation import rma_records
 
     rows = [_row(r) for r in rma_records(context.engine(ctx), status, node)]
-    emit(rows, output, lambda rs, _w: simple_table(None, ["id", "node", "status", "opened", "reason", "replaced"], [
-        [r["id"], r["node"], r["status"], f"{r['opened_at']:%Y-%m-%d %H:%M}", r["reason"], r["replaced"] or ""] for r in rs]))
+    emit(rows, output, lambda rs, wide: column_table(RMA_COLUMNS, rs, wide))
 
 
 @app.command("show")
@@ -61,7 +72,7 @@ def close(
 ) -> None:
     """Close an RMA: the node is back and goes through burn-in before it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
-    from workflows.client import connect, request_phase
+    from workflows.client import request_phase
 
     s = context.settings(ctx)
     try:
@@ -70,7 +81,7 @@ def close(
         fail(str(exc).strip("'\""))
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await request_phase(client, record.node_name, "admit", s.identity(), "burn-in")
 
     _node, accepted, message = context.run_async(go())

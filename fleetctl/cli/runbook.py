@@ -9,7 +9,8 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.node import MAX_XID
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail,
+                                 simple_table, within)
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
 
@@ -32,12 +33,20 @@ def _summary(book) -> dict:
             "description": book.description, "source": book.source}
 
 
+RUNBOOK_COLUMNS = (
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("PRIORITY", lambda r: r["priority"]),
+    Column("STEPS", lambda r: r["steps"]),
+    Column("MATCHES", lambda r: "; ".join(r["matches"])),
+    Column("DESCRIPTION", lambda r: r["description"], wide=True),
+)
+
+
 @app.command("list")
 def list_runbooks(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Every runbook, what it matches and how many steps it takes."""
     rows = [_summary(b) for b in sorted(_books(ctx).values(), key=lambda b: (-b.priority, b.name))]
-    emit(rows, output, lambda rs, _w: simple_table(None, ["name", "priority", "matches", "steps"],
-                                                    [[r["name"], r["priority"], "; ".join(r["matches"]), r["steps"]] for r in rs]))
+    emit(rows, output, lambda rs, wide: column_table(RUNBOOK_COLUMNS, rs, wide))
 
 
 @app.command("show")
@@ -45,7 +54,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     """A runbook's steps, conditions and parameters."""
     book = _books(ctx).get(name)
     if book is None:
-        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+        fail(f"unknown runbook {name!r}", EXIT_OPERATIONAL)
     data = {**_summary(book), "steps": [s.to_dict() for s in book.steps]}
 
     def render(d: dict, _wide: bool):
@@ -86,18 +95,18 @@ def run(
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
     from fleetctl.runbooks import Event
-    from workflows.client import RemediationAlreadyRunning, connect, run_remediation
+    from workflows.client import RemediationAlreadyRunning, run_remediation
 
     book = _books(ctx).get(name)
     if book is None:
-        fail(f"unknown runbook {name!r}", EXIT_USAGE)
+        fail(f"unknown runbook {name!r}", EXIT_OPERATIONAL)
     if get_node(context.engine(ctx), node) is None:
         fail(f"unknown node: {node}")
     s = context.settings(ctx)
     event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
 
     async def go():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         return await run_remediation(client, s, node, book, event, s.identity(), dry_run)
 
     try:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, when
 
 app = typer.Typer(help="Periodic active checks on idle production nodes.", no_args_is_help=True)
 KINDS = ("active-checks",)
@@ -48,7 +48,7 @@ def create(
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
     from workflows.api import SweepInput
-    from workflows.client import connect, sweep_schedule
+    from workflows.client import sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
@@ -64,7 +64,7 @@ def create(
         suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet, actor=f"schedule/{schedule_id}"))
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         try:
             await client.get_schedule_handle(schedule_id).delete()
         except RPCError:
@@ -75,15 +75,31 @@ def create(
     typer.echo(f"schedule {schedule_id}: {suite} every {every}, at most {max_concurrent} nodes at once")
 
 
+def _every(seconds: float | None) -> str:
+    """An interval as `schedule create --every` takes it: 10s, 30m, 1h, 1h30m."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    parts = [(s // 3600, "h"), (s % 3600 // 60, "m"), (s % 60, "s")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) or "0s"
+
+
+SCHEDULE_COLUMNS = (
+    Column("ID", lambda r: r["id"], whole=True),
+    Column("EVERY", lambda r: _every(r["every_s"])),
+    Column("PAUSED", lambda r: "yes" if r["paused"] else "no"),
+    Column("NEXT RUN", lambda r: when(r["next_run"])),
+    Column("RUNS", lambda r: r["runs"]),
+    Column("SKIPPED", lambda r: r["skipped_overlaps"]),
+)
+
+
 @app.command("list")
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
-    from workflows.client import connect
-
-    s = context.settings(ctx)
 
     async def run():
-        client = await connect(s)
+        client = await context.temporal_client(ctx)
         rows = []
         async for entry in await client.list_schedules():
             desc = await client.get_schedule_handle(entry.id).describe()
@@ -91,7 +107,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
             rows.append({
                 "id": entry.id,
                 "paused": desc.schedule.state.paused,
-                "every": str(spec.intervals[0].every) if spec.intervals else "",
+                "every_s": spec.intervals[0].every.total_seconds() if spec.intervals else None,
                 "next_run": desc.info.next_action_times[0] if desc.info.next_action_times else None,
                 "runs": desc.info.num_actions,
                 "skipped_overlaps": desc.info.num_actions_skipped_overlap,
@@ -99,19 +115,17 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
         return rows
 
     rows = _run(run())
-    emit(rows, output, lambda data, _w: simple_table("schedules", ["id", "paused", "every", "next run", "runs", "skipped"], [
-        [r["id"], r["paused"], r["every"], r["next_run"], r["runs"], r["skipped_overlaps"]] for r in data]))
+    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide))
 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     from temporalio.service import RPCError
 
-    from workflows.client import connect
 
     s = context.settings(ctx)
 
     async def run():
-        handle = (await connect(s)).get_schedule_handle(schedule_id)
+        handle = (await context.temporal_client(ctx)).get_schedule_handle(schedule_id)
         try:
             if action == "pause":
                 await handle.pause(note=f"paused by {s.identity()}")
@@ -128,19 +142,50 @@ def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     typer.echo(f"schedule {schedule_id}: {action}d" if action != "delete" else f"schedule {schedule_id}: deleted")
 
 
+SCHEDULE_ID = typer.Argument(None, help="the schedule's id (`schedule list`); may be left out when the fleet has one")
+
+
+def _the_schedule(ctx: typer.Context, schedule_id: str | None) -> str:
+    """The id given, or the fleet's only schedule; two or more (or none) is a usage error
+    that names them, never a guess."""
+    if schedule_id:
+        return schedule_id
+
+    async def ids():
+        # This fleet's: those that start their sweeps on its task queue (a namespace may
+        # hold other fleets' schedules).
+        client = await context.temporal_client(ctx)
+        mine = []
+        async for entry in await client.list_schedules():
+            action = (await client.get_schedule_handle(entry.id).describe()).schedule.action
+            if getattr(action, "task_queue", None) == context.settings(ctx).task_queue:
+                mine.append(entry.id)
+        return mine
+
+    found = sorted(_run(ids()))
+    if len(found) == 1:
+        return found[0]
+    fail("name the schedule: " + (f"there are {len(found)} ({', '.join(found)})" if found else "there is none"),
+         EXIT_USAGE)
+
+
 @app.command("pause")
-def pause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
-    _handle_action(ctx, schedule_id, "pause")
+def pause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+    """Stop a schedule from starting sweeps (a sweep already running finishes)."""
+    _handle_action(ctx, _the_schedule(ctx, schedule_id), "pause")
 
 
 @app.command("unpause")
-def unpause(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks")) -> None:
-    _handle_action(ctx, schedule_id, "unpause")
+def unpause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+    """Let a paused schedule start sweeps again."""
+    _handle_action(ctx, _the_schedule(ctx, schedule_id), "unpause")
 
 
 @app.command("delete")
-def delete(ctx: typer.Context, schedule_id: str = typer.Argument("active-checks"),
-           yes: bool = typer.Option(False, "--yes")) -> None:
+def delete(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID,
+           yes: bool = typer.Option(False, "--yes", help="do not ask")) -> None:
+    """Remove a schedule for good (`schedule create` makes it again)."""
+    schedule_id = _the_schedule(ctx, schedule_id)
     if not yes and not typer.confirm(f"Delete schedule {schedule_id}?", default=False):
         fail("not deleted")
     _handle_action(ctx, schedule_id, "delete")

@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 from sqlalchemy import func
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
@@ -80,11 +81,13 @@ def clash_message(clashes: dict[str, str]) -> str:
     return f"node names ignore case: {shown}{more} already in the fleet; use the known spelling"
 
 
-def list_nodes(engine: Engine, labels: dict[str, str] | None = None, state: str | None = None) -> list[Node]:
+def list_nodes(engine: Engine, labels: dict[str, str] | None = None,
+               state: str | Sequence[str] | None = None) -> list[Node]:
+    """Nodes by name; `state` one state or several (any of them)."""
     with Session(engine) as session:
         query = select(Node).order_by(Node.name)
         if state:
-            query = query.where(Node.state == state)
+            query = query.where(col(Node.state).in_([state] if isinstance(state, str) else list(state)))
         nodes = list(session.exec(query))
     if labels:
         nodes = [n for n in nodes if all(str(n.labels.get(k)) == v for k, v in labels.items())]
@@ -323,6 +326,60 @@ def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:
             .order_by(AutomationEvent.at, AutomationEvent.id)))
 
 
-def recent_events(engine: Engine, limit: int = 10) -> list[NodeEvent]:
+def recent_events(engine: Engine, limit: int = 10, actor_kind: str | None = None) -> list[NodeEvent]:
     with Session(engine) as session:
-        return list(session.exec(select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)))
+        query = select(NodeEvent).order_by(col(NodeEvent.id).desc()).limit(limit)
+        if actor_kind is not None:
+            query = query.where(NodeEvent.actor_kind == actor_kind)
+        return list(session.exec(query))
+
+
+def latest_check_per_kind(engine: Engine, names: Sequence[str] | None = None) -> dict[str, list[CheckRun]]:
+    """Per node, the latest run of each check it has run: what `node list`'s HEALTH column
+    reads, in one query for the whole fleet."""
+    with Session(engine) as session:
+        latest = select(func.max(CheckRun.id).label("run_id")).group_by(CheckRun.node_name, CheckRun.check_name)
+        if names is not None:
+            latest = latest.where(col(CheckRun.node_name).in_(list(names)))
+        rows = session.exec(select(CheckRun).where(col(CheckRun.id).in_(latest.scalar_subquery()))
+                            .order_by(col(CheckRun.id).desc()))
+        found: dict[str, list[CheckRun]] = {}
+        for run in rows:
+            found.setdefault(run.node_name, []).append(run)
+        return found
+
+
+def held_drains(engine: Engine, names: Sequence[str] | None = None) -> dict[str, tuple[int, datetime, datetime, str]]:
+    """Per production node whose drain the capacity guard holds: (refusals, first, last, the
+    latest refusal's reason). Held means the guard's latest decision about the node since it
+    last changed state is a refusal; the refusals counted are those since its last grant."""
+    from fleetctl.node_conditions import GUARD_DECISIONS, GUARD_DENIALS
+
+    granted = sorted(GUARD_DECISIONS - GUARD_DENIALS)
+    with Session(engine) as session:
+        grant = aliased(AutomationEvent)
+        last_grant = (select(func.coalesce(func.max(grant.id), 0))
+                      .where(grant.node_name == AutomationEvent.node_name, col(grant.kind).in_(granted))
+                      .scalar_subquery())
+        query = (select(AutomationEvent.node_name, func.count(), func.min(AutomationEvent.at),
+                        func.max(AutomationEvent.at), func.max(AutomationEvent.id))
+                 .join(Node, Node.name == AutomationEvent.node_name)
+                 .where(Node.state == "production", col(AutomationEvent.kind).in_(sorted(GUARD_DENIALS)),
+                        AutomationEvent.at >= Node.state_since, AutomationEvent.id > last_grant)
+                 .group_by(AutomationEvent.node_name))
+        if names is not None:
+            query = query.where(col(AutomationEvent.node_name).in_(list(names)))
+        rows = list(session.exec(query))
+        # a result has keys(), so dict() would read it as a mapping: take its rows
+        reasons = dict(session.exec(select(AutomationEvent.id, AutomationEvent.reason)
+                                    .where(col(AutomationEvent.id).in_([r[4] for r in rows]))).all()) if rows else {}
+        return {node: (count, first, last, reasons[last_id]) for node, count, first, last, last_id in rows}
+
+
+def latest_transitions(engine: Engine, names: Sequence[str] | None = None) -> dict[str, NodeEvent]:
+    """Per node, its latest transition: the cause and actor the REASON column shows."""
+    with Session(engine) as session:
+        latest = select(func.max(NodeEvent.id)).group_by(NodeEvent.node_name)
+        if names is not None:
+            latest = latest.where(col(NodeEvent.node_name).in_(list(names)))
+        return {e.node_name: e for e in session.exec(select(NodeEvent).where(col(NodeEvent.id).in_(latest.scalar_subquery())))}

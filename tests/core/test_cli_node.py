@@ -61,7 +61,7 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
 
     asyncio.run(promote())
 
-    r = cli("node", "drain", names[0], names[1], "--reason", "swap optics")
+    r = cli("node", "drain", names[0], names[1], "--reason", "swap optics", "--yes")
     assert r.exit_code == 0, r.output
     assert f"{names[0]}: production -> draining" in r.output
     # With no jobs to wait for, the node's workflow completes the drain to maintenance.
@@ -73,6 +73,7 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
     assert r.exit_code == 0, r.output
     show = json.loads(cli("node", "show", names[0], "-o", "json").stdout)
     assert show["state"] == "production"
+    assert show["workflow"]["reachable"] is True and show["workflow"]["last_outcome"] is not None
     drain = next(e for e in show["events"] if e["to"] == "draining")
     assert show["events"][-1]["to"] == "production" and show["events"][-1]["actor"] == "alice@console"
     assert drain["actor"] == "alice@console" and "swap optics" in drain["cause"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
+from fleetctl.capacity import in_fleet
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -14,12 +15,6 @@ from fleetctl.db.models import Node
 # validation): the presets in workflows.definitions.shared list it as non-retryable, so the
 # activity fails once, the caller records why, and the node's work queue moves on.
 BAD_DATA = "BadData"
-
-
-# The inventory label that puts a node in one fleet (several fleets can share a database and
-# a Temporal namespace, each with its own guard and sweeps). A node without it is in the
-# fleet of whoever manages the database: every fleet's count.
-FLEET_LABEL = "fleet"
 
 
 def bad_data(message: str) -> ApplicationError:
@@ -37,7 +32,7 @@ class DatabaseActivities:
     def _fleet_nodes(self, fleet: str, state: str | None = None) -> list[Node]:
         """The fleet's nodes (in `state`, if given): labelled with it, or with no fleet label."""
         return [n for n in queries.list_nodes(self.engine, state=state)
-                if str(n.labels.get(FLEET_LABEL, fleet)) == fleet]
+                if in_fleet(n.labels, fleet)]
 
     def _node(self, name: str) -> Node:
         node = queries.get_node(self.engine, name)

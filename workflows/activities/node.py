@@ -13,13 +13,14 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from fleetctl.capacity import FLEET_LABEL
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.reachability import ReachabilityPolicy, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
-from workflows.activities.database import FLEET_LABEL, DatabaseActivities, bad_data
+from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (

@@ -1,0 +1,49 @@
+"""Slurm host lists in and out (fleetctl.hostlist), as scontrol show hostnames/hostlist."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from fleetctl.hostlist import MAX_HOSTS, HostListError, compress, expand, expand_all
+
+
+@pytest.mark.parametrize("expression, names", [
+    ("gpu-001", ["gpu-001"]),
+    ("gpu-[002-004,017]", ["gpu-002", "gpu-003", "gpu-004", "gpu-017"]),
+    ("gpu-[008-010]", ["gpu-008", "gpu-009", "gpu-010"]),  # padding from the range's start
+    ("node[1-3],login1", ["node1", "node2", "node3", "login1"]),
+    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+    ("a1,a1,a[1-2]", ["a1", "a2"]),
+])
+def test_expand(expression, names) -> None:
+    assert expand(expression) == names
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("gpu-[1-", "'[' without ']'"),
+    ("gpu-1]", "']' without '['"),
+    ("gpu-[a-b]", "is not a number"),
+    ("gpu-[9-1]", "runs backwards"),
+    ("gpu-[0-999999999]", f"more than {MAX_HOSTS} hosts"),
+    ("a,,b", "an empty name"),
+])
+def test_bad_host_lists_are_one_line(expression, message) -> None:
+    with pytest.raises(HostListError, match=re.escape(message)):
+        expand(expression)
+
+
+@pytest.mark.parametrize("names, expression", [
+    (["gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006", "gpu-007", "gpu-008", "gpu-017"], "gpu-[002-008,017]"),
+    (["gpu-001"], "gpu-001"),
+    (["node1", "node3", "login", "node2"], "node[1-3],login"),
+    (["gpu-9", "gpu-10"], "gpu-9,gpu-10"),  # different widths are different groups
+])
+def test_compress(names, expression) -> None:
+    assert compress(names) == expression
+    assert sorted(expand(expression)) == sorted(set(names))
+
+
+def test_expand_all_keeps_order_without_repeats() -> None:
+    assert expand_all(["gpu-[1-2]", "gpu-2", "cpu1"]) == ["gpu-1", "gpu-2", "cpu1"]

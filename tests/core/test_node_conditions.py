@@ -1,0 +1,84 @@
+"""A node's conditions and reason from its check runs, held drain and last transition (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from fleetctl.node_conditions import (CheckRow, DrainHeld, UnknownState, conditions, health_word, reason, states_named,
+                                      summarise_checks)
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+def runs(check: str, *statuses: str, kind: str | None = None, every_s: float = 60.0) -> list[CheckRow]:
+    """`statuses` oldest first, one run every `every_s` from T0."""
+    return [CheckRow(check, s, f"{check} {s}", T0 + timedelta(seconds=i * every_s),
+                     kind if s == "error" else None) for i, s in enumerate(statuses)]
+
+
+def test_one_summary_per_check_with_the_streak_of_its_latest_status() -> None:
+    summary = summarise_checks(runs("dcgm-diag-r1", "pass", "error", "error", "error", kind="timeout")
+                               + runs("nvidia-smi-query", "pass", "pass"))
+    by_check = {s.check: s for s in summary}
+    assert len(summary) == 2
+    dcgm = by_check["dcgm-diag-r1"]
+    assert (dcgm.status, dcgm.runs) == ("error", 3)
+    assert dcgm.since == T0 + timedelta(seconds=60) and dcgm.at == T0 + timedelta(seconds=180)
+    assert (by_check["nvidia-smi-query"].runs, by_check["nvidia-smi-query"].since) == (2, T0)
+    assert summary[0].check == "dcgm-diag-r1"  # newest first
+
+
+HELD = DrainHeld("health: XID 48: fleet limit: 1 of 10 already unavailable (max 1, 10%)", T0, T0, 3)
+
+
+@pytest.mark.parametrize("state, checks, held, cause, expected", [
+    ("production", runs("a", "pass") + runs("b", "warn"), None, "", "Ready"),
+    ("production", [], None, "", "Unchecked"),
+    ("new", [], None, "", "-"),
+    ("production", runs("a", "pass", "error", kind="unreachable") + runs("b", "error", kind="timeout"), None, "",
+     "Unreachable"),
+    # an unjudgeable output is not unreachability: the node answered
+    ("production", runs("a", "error", kind="unjudgeable"), None, "", "CheckError(1)"),
+    ("production", runs("a", "fail") + runs("b", "pass"), None, "", "CheckFailed(1)"),
+    ("production", runs("a", "fail") + runs("b", "fail") + runs("c", "fail"), HELD, "", "CheckFailed(3),DrainHeld"),
+    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw", "StragglerSuspected"),
+    ("retired", runs("a", "fail"), None, "", "-"),
+])
+def test_health_word(state, checks, held, cause, expected) -> None:
+    summary = summarise_checks(checks)
+    assert health_word(state, conditions(state, summary, held, cause), summary) == expected
+
+
+def test_unreachable_names_when_it_began() -> None:
+    summary = summarise_checks(runs("a", "pass", "error", "error", kind="timeout"))
+    found = conditions("production", summary, None)
+    assert [(c.type, c.since) for c in found] == [("Unreachable", T0 + timedelta(seconds=60))]
+
+
+@pytest.mark.parametrize("state, cause, held, expected", [
+    ("production", "enter_production", None, ""),
+    ("production", "", HELD, f"drain held: {HELD.reason}"),
+    ("maintenance", "operator: swap optics", None, "operator: swap optics [alice@2026-11-30T12:00]"),
+    ("draining", "", None, ""),
+])
+def test_reason_like_sinfo(state, cause, held, expected) -> None:
+    assert reason(state, cause, "alice", T0, held) == expected
+
+
+@pytest.mark.parametrize("values, expected", [
+    (["production"], ["production"]),
+    (["draining", "maintenance"], ["draining", "maintenance"]),  # repeated: every one counts
+    (["draining,Maintenance", "draining"], ["draining", "maintenance"]),
+    (["drained"], ["maintenance"]),
+    (["drain"], ["draining", "maintenance"]),
+    ([], []),
+])
+def test_state_words(values, expected) -> None:
+    assert states_named(values) == expected
+
+
+def test_unknown_state_word_names_the_choices() -> None:
+    with pytest.raises(UnknownState, match="unknown state 'sideways' .*drained"):
+        states_named(["production,sideways"])
