@@ -17,6 +17,7 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
+from fleetctl.config import guard_policy
 from fleetctl.db import queries
 from fleetctl.db.models import Node
 from fleetctl.fleet_status import fleet_status
@@ -59,7 +60,8 @@ async def sweep(fleet: SimFleet) -> SweepResult:
 
 
 def suspects(fleet: SimFleet) -> set[str]:
-    return {s["node"] for s in fleet_status(fleet.engine, {})["suspect"]}
+    settings = fleet.settings
+    return {s["node"] for s in fleet_status(fleet.engine, {}, guard_policy(settings, settings.fleet), settings.fleet)["suspect"]}
 
 
 async def test_a_node_unreachable_sweep_after_sweep_is_suspect_and_drained_through_the_guard(production_fleet) -> None:
@@ -94,3 +96,4 @@ async def test_many_nodes_unreachable_at_once_open_the_breaker_and_stay_in_produ
     rows = {r["name"]: r for r in json.loads(listed.stdout)}
     assert {n for n, r in rows.items() if r["suspect"]} == set(dark)
     assert "2 check runs in a row" in rows[dark[0]]["suspect"]
+    assert all(rows[n]["health"].startswith("Suspect") for n in dark)
