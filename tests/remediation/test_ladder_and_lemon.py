@@ -64,6 +64,6 @@ def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) ->
     assert _begin(activities, "one").lemon == ""  # two entries, one remediation: not yet
     _entered(engine, "maintenance", 0.01, "m3")  # burn-in failed again; no runbook was started
     lemon = _begin(activities, "two").lemon
-    assert lemon.startswith("lemon: back in maintenance 3 times in 7 days"), lemon
+    assert lemon.startswith("lemon: remediated 3 times in 7 days"), lemon
     _entered(engine, "maintenance", 8, "old")  # outside the window: changes nothing
     assert "3 times" in _begin(activities, "three").lemon
