@@ -58,6 +58,11 @@ def get_run(engine: Engine, run_key: str) -> RemediationRun | None:
         return session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).first()
 
 
+def runs_by_key(engine: Engine, run_keys: list[str]) -> list[RemediationRun]:
+    with Session(engine) as session:
+        return list(session.exec(select(RemediationRun).where(col(RemediationRun.run_key).in_(run_keys))))
+
+
 def runs(engine: Engine, node_name: str | None = None, limit: int = 50) -> list[RemediationRun]:
     with Session(engine) as session:
         query = select(RemediationRun).order_by(col(RemediationRun.id).desc()).limit(limit)
