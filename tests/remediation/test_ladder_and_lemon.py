@@ -4,9 +4,11 @@ only 3 of those counted toward the lemon rule). The activity on a real database.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
+import pytest
 from sqlmodel import Session
 from temporalio.testing import ActivityEnvironment
 
@@ -67,3 +69,41 @@ def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) ->
     assert lemon.startswith("lemon: remediated 3 times in 7 days"), lemon
     _entered(engine, "maintenance", 8, "old")  # outside the window: changes nothing
     assert "3 times" in _begin(activities, "three").lemon
+
+
+# A hand-worked week (days ago): runs begun at 6, 2 and 0.5; entries into maintenance at 6,
+# 1.5, 1 and 0.2 (burn-in failed twice while the run of 2 days ago was going), one older
+# entry at 9 outside the 7-day window, and a dry run at 0.3 that changed nothing.
+# Runs in the window: 3; entries: 4; the figure is 4.
+@pytest.mark.parametrize("runs, entries, times", [
+    ([6, 2, 0.5], [9, 6, 1.5, 1, 0.2], 4),
+    ([6, 2, 0.5], [9, 6], 3),  # the runs alone
+    ([8, 2], [9, 1.5, 1, 0.2], 3),  # the entries alone
+    ([8], [9], 0),  # both outside the window
+])
+def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries, times) -> None:
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.temporal_server import free_port
+
+    settings, engine, activities = _setup(sqlite_url)
+    for i, days_ago in enumerate(runs):
+        _run(engine, f"r{i}", days_ago)
+    _run(engine, "dry", 0.3, mode="dry_run")
+    for i, days_ago in enumerate(entries):
+        _entered(engine, "maintenance", days_ago, f"m{i}")
+
+    def show(*args: str):
+        r = CliRunner(env={"COLUMNS": "200"}).invoke(
+            app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "node", "show", "n1", *args])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    assert json.loads(show("-o", "json"))["remediated"] == {"times": times, "window_days": 7.0, "lemon_threshold": 3}
+    table = show()
+    assert (f"remediated {times} times in 7 days (a lemon at 3)" in table) is (times > 0)
+    # The run that begins now counts itself (a run, whether or not an entry follows it).
+    lemon = _begin(activities, "now").lemon
+    after = max(times, len([d for d in runs if d <= 7]) + 1)
+    assert lemon == (f"lemon: remediated {after} times in 7 days (limit 3)" if after >= 3 else "")

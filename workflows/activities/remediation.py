@@ -64,9 +64,7 @@ class RemediationActivities(DatabaseActivities):
         db.start_run(self.engine, run_key=start.run_key, node_name=start.node, runbook=start.runbook,
                      event=start.event, mode=start.mode, actor=start.actor, started_at=start.started_at)
         policy = runbooks.LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
-        since = start.started_at - policy.window
-        times = policy.times_remediated(db.live_run_starts(self.engine, start.node, since),
-                                        db.maintenance_entries(self.engine, start.node, since), start.started_at)
+        times = db.times_remediated(self.engine, start.node, policy, start.started_at)
         lemon = ""
         if start.mode == "live" and times >= policy.threshold:
             lemon = f"lemon: {policy.describe(times)} (limit {policy.threshold})"
