@@ -9,14 +9,14 @@ import os
 from datetime import timedelta
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 from temporalio.testing import ActivityEnvironment
 
 from fleetctl.config import load_settings
 from fleetctl.db import remediation as db
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import NodeEvent, utcnow
+from fleetctl.db.models import Node, NodeEvent, utcnow
 from fleetctl.inventory import parse_inventory
 from workflows.activities.remediation import RemediationActivities
 from workflows.api import RunStart
@@ -107,3 +107,25 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
     lemon = _begin(activities, "now").lemon
     after = max(times, len([d for d in runs if d <= 7]) + 1)
     assert lemon == (f"lemon: remediated {after} times in 7 days (limit 3)" if after >= 3 else "")
+
+
+def test_the_demo_says_what_the_rma_reason_says(sqlite_url) -> None:
+    """The demo's line for the flaky node counted every run ever ("remediated 5 times")
+    while its RMA said 3 in 7 days: it quotes the RMA's reason now."""
+    from fleetctl.demo import Fault, handled_how
+
+    settings, engine, activities = _setup(sqlite_url)
+    fault = Fault("flaky", "n1", "lemon", 0)
+    for i, days_ago in enumerate((30, 20, 2, 1)):  # two of them long before this week
+        _run(engine, f"r{i}", days_ago)
+    assert handled_how(engine, fault) == "… new, 4 remediation runs so far"
+    lemon = _begin(activities, "now").lemon
+    assert lemon == "lemon: remediated 3 times in 7 days (limit 3)"
+    db.open_rma(engine, node_name="n1", reason=lemon, remediation_run="now", evidence={}, evidence_markdown="",
+                opened_by="t", idempotency_key="k")
+    with Session(engine) as session:  # where the lifecycle would have moved it
+        node = session.exec(select(Node).where(Node.name == "n1")).one()
+        node.state = "rma"
+        session.add(node)
+        session.commit()
+    assert handled_how(engine, fault) == "✓ lemon: remediated 3 times in 7 days (limit 3): sent to RMA"
