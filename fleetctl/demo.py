@@ -219,9 +219,10 @@ def handled_how(engine, fault: Fault) -> str:
             return f"✓ drained, runbook {books}, RMA opened with evidence"
         return f"… {state} ({books or 'no runbook yet'})"
     if fault.kind == "flaky":
-        if state == "rma":
-            return f"✓ remediated {len(remediations)} times, lemon: sent to RMA"
-        return f"… {state}, remediated {len(remediations)} times"
+        # The RMA's own reason: the lemon figure as `rma show`, the report and `node show` give it.
+        if state == "rma" and (records := rma_records(engine, node_name=fault.node)):
+            return f"✓ {records[0].reason}: sent to RMA"
+        return f"… {state}, {len(remediations)} remediation runs so far"
     if fault.kind == "xid79-event":
         from fleetctl.db.jobs import list_jobs, job_restarts
 

@@ -25,8 +25,13 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
   capacity that was lost.
-- Lemon node: one whose entries into maintenance make it a lemon by the remediation lemon
-  policy (`runbooks.LemonPolicy`, default 3 within 7 days) at some entry inside the window.
+- Times remediated (`runbooks.LemonPolicy.times_remediated`, one figure wherever it is shown:
+  the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
+  at a moment, the node's live remediation runs begun, or its entries into maintenance,
+  whichever is more.
+- Lemon node: one remediated at least the lemon threshold (default 3) times within a lemon
+  window ending inside the report window; the report shows the most times remediated in
+  such a window, the figure its RMA reason gave when it was sent away.
 - Job ETTR (Meta's definition, Kokolis et al. 2024, arXiv:2410.21680): productive time /
   wall time over the job's life up to `now`, productive = wall - downtime during restarts
   - work lost since the last checkpoint. Downtime of a restart runs from the fault to the
@@ -102,6 +107,8 @@ class Transition:
 class NodeHistory:
     node: NodeRecord
     transitions: tuple[Transition, ...]  # in recorded order
+    # When each live remediation run of the node began (for the lemon figure).
+    remediation_starts: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -298,14 +305,17 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
 
 def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime, threshold: int = 3,
                 window: timedelta = timedelta(days=7)) -> dict[str, int]:
-    """Lemon nodes and how many times each entered maintenance inside the window."""
+    """Lemon nodes and the most times each was remediated within one lemon window ending
+    inside [since, now] (`LemonPolicy.times_remediated`, the figure of the RMA reason)."""
     policy = LemonPolicy(threshold, window)
     lemons = {}
     for h in histories:
         entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == NodeState.MAINTENANCE.value]
-        in_window = [at for at in entries if since <= at <= now]
-        if any(policy.is_lemon(entries, at) for at in in_window):
-            lemons[h.node.name] = len(in_window)
+        # The figure only grows at a run's start or an entry: its peak is at one of them.
+        moments = [at for at in (*entries, *h.remediation_starts) if since <= at <= now]
+        worst = max((policy.times_remediated(h.remediation_starts, entries, at) for at in moments), default=0)
+        if worst >= policy.threshold:
+            lemons[h.node.name] = worst
     return lemons
 
 

@@ -12,7 +12,7 @@ from sqlmodel import Session, col, or_, select
 
 from checks.profiles import UnknownProfile, load_profile
 from checks.stragglers import STRAGGLER_METRICS
-from fleetctl.db.models import CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent
+from fleetctl.db.models import CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent, RemediationRun
 from fleetctl.lifecycle import NodeState
 from fleetctl.metrics import (CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition,
                               as_utc)
@@ -45,6 +45,11 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         by_node: dict[str, list[Transition]] = defaultdict(list)
         for e in session.exec(select(NodeEvent).order_by(NodeEvent.id)):
             by_node[e.node_name].append(transition_of(e))
+        # Live runs only, as the lemon rule counts them (dry and shadow runs changed nothing).
+        run_starts: dict[str, list[datetime]] = defaultdict(list)
+        for node_name, started_at in session.exec(select(RemediationRun.node_name, RemediationRun.started_at)
+                                                  .where(RemediationRun.mode == "live")):
+            run_starts[node_name].append(as_utc(started_at))
         jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
                                                    or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
         restarts: dict[str, list[RestartRecord]] = defaultdict(list)
@@ -67,7 +72,8 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
     gpus = _profile_gpus({n.profile for n in nodes})
     return FleetHistory(
         nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
-                           tuple(by_node.get(n.name, ()))) for n in nodes],
+                           tuple(by_node.get(n.name, ())), tuple(sorted(run_starts.get(n.name, ()))))
+               for n in nodes],
         jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
                         tuple(restarts.get(j.job_id, ())), j.name, tuple(sorted(checkpoints.get(j.job_id, ()))),
                         j.node_count * j.gpus_per_node, j.restart_count, j.state)

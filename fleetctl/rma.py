@@ -95,19 +95,32 @@ def build_evidence(
             {"code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": _iso(h.at)}
             for h in health_events if h.source == "xid"
         ],
-        "remediation": [
-            {"run": run.run_key, "runbook": run.runbook, "mode": run.mode, "status": run.status, "outcome": run.outcome,
-             "started_at": _iso(run.started_at),
-             "steps": [{"index": s.step_index, "name": s.name, "action": s.action, "status": s.status,
-                        "detail": s.detail, "at": _iso(s.finished_at)} for s in steps]}
-            for run, steps in remediations
-        ],
+        "remediation": [remediation_entry(run, steps) for run, steps in remediations],
         "transitions": [
             {"at": _iso(e.at), "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
              "actor": e.actor} for e in transitions
         ],
     }
     return redact(evidence, secrets)
+
+
+def remediation_entry(run: Any, steps: Iterable[Any]) -> dict[str, Any]:
+    """One remediation run of the bundle, from its remediation_runs row and steps."""
+    return {"run": run.run_key, "runbook": run.runbook, "mode": run.mode, "status": run.status,
+            "outcome": run.outcome, "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
+            "steps": [{"index": s.step_index, "name": s.name, "action": s.action, "status": s.status,
+                       "detail": s.detail, "at": _iso(s.finished_at)} for s in steps]}
+
+
+def with_current_runs(evidence: Mapping[str, Any], current: Mapping[str, dict[str, Any]],
+                      secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The bundle with each remediation run as it stands now (`current`: run key to
+    `remediation_entry`). The bundle is written while the run that opens the RMA is still
+    going, so its own entry says `running` and lacks its last steps; a run no longer
+    recorded keeps what the bundle says."""
+    runs = [redact(current[r.get("run")], secrets) if r.get("run") in current else r
+            for r in evidence.get("remediation", [])]
+    return {**evidence, "remediation": runs}
 
 
 def md_inline(value: Any) -> str:

@@ -769,12 +769,33 @@ def trigger_towards(current: str, target: str) -> str | None:
 
 @dataclass(frozen=True)
 class LemonPolicy:
-    """A node remediated `threshold` times within `window` is a lemon: RMA, not production."""
+    """A node remediated `threshold` times within `window` is a lemon: RMA, not production.
+
+    "Times remediated" is one figure, `times_remediated`, shown as "remediated N times in
+    D days" by the RMA reason, `fleetctl report`'s lemon table and `fleetctl node show`.
+    """
 
     threshold: int = 3
     window: timedelta = timedelta(days=7)
 
-    def is_lemon(self, remediations: Iterable[datetime], now: datetime) -> bool:
-        """`remediations`: when each live remediation of the node began, this one included."""
+    def times_remediated(self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime],
+                         now: datetime) -> int:
+        """How many times the node was remediated in the window that ends at `now`: its live
+        remediation runs begun in it, or its entries into maintenance in it, whichever is more.
+        Both, because neither alone sees every repair: a run begins before the drain it asks
+        for (its entry comes later), and a burn-in that fails again puts the node back in
+        maintenance while the run that sent it there is still going (no new run)."""
         since = now - self.window
-        return sum(1 for at in remediations if since <= at <= now) >= self.threshold
+
+        def within(times: Iterable[datetime]) -> int:
+            return sum(1 for at in times if since <= at <= now)
+
+        return max(within(run_starts), within(maintenance_entries))
+
+    def is_lemon(self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime],
+                 now: datetime) -> bool:
+        return self.times_remediated(run_starts, maintenance_entries, now) >= self.threshold
+
+    def describe(self, times: int) -> str:
+        """The figure in words, the same wherever it is shown."""
+        return f"remediated {times} times in {self.window / timedelta(days=1):g} days"

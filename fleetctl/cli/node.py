@@ -198,6 +198,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data = node_detail(engine, node)
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
+    data["remediated"], remediated_text = _remediated(ctx, name)
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
@@ -211,6 +212,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["jobs"]:
             parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        if d["remediated"]["times"]:
+            parts.append(shown(remediated_text))
         w = d["workflow"]
         if not w["reachable"]:
             parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
@@ -227,6 +230,21 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
+    """The lemon rule's figure now, as the RMA reason and the report give it."""
+    from datetime import timedelta
+
+    from fleetctl.db.models import utcnow
+    from fleetctl.db.remediation import times_remediated
+    from fleetctl.runbooks import LemonPolicy
+
+    s = context.settings(ctx)
+    policy = LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days))
+    times = times_remediated(context.engine(ctx), name, policy, utcnow())
+    return ({"times": times, "window_days": s.lemon_window_days, "lemon_threshold": policy.threshold},
+            f"{policy.describe(times)} (a lemon at {policy.threshold})")
 
 
 def _workflow_now(ctx: typer.Context, name: str) -> dict:

@@ -65,8 +65,8 @@ def render_report(report: dict, wide: bool = False):
             [e["at"][:19].replace("T", " "), e["kind"].replace("_", " "), e["actor"], e["reason"]]
             for e in report["breaker"]]))
     if report["lemons"]:
-        parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "entries into maintenance"], [
-            [lemon["node"], lemon["rack"], lemon["profile"], lemon["maintenance_entries"]] for lemon in report["lemons"]]))
+        parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "times remediated (most in one lemon window)"], [
+            [lemon["node"], lemon["rack"], lemon["profile"], lemon["times_remediated"]] for lemon in report["lemons"]]))
     if report["straggler_nodes"]:
         parts.append(simple_table("stragglers", ["node", "profile", "metric", "value", "profile median", "robust z"], [
             [n["node"], n["profile"], f"{n['check']} {n['metric']}", f"{n['value']:g}", f"{n['median']:g}", n["robust_z"]]

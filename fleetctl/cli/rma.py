@@ -48,19 +48,25 @@ def list_rmas(
 @app.command("show")
 def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)), output: OutputFormat = OUTPUT_OPTION) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
-    from fleetctl.db.remediation import get_rma
+    from fleetctl import rma
+    from fleetctl.db import remediation as db
 
-    record = get_rma(context.engine(ctx), rma_id)
+    engine = context.engine(ctx)
+    record = db.get_rma(engine, rma_id)
     if record is None:
         fail(f"no RMA record {rma_id}")
+    # The remediation runs as they ended, not as they were when the record was opened.
+    keys = [r.get("run") for r in record.evidence.get("remediation", [])]
+    current = {run.run_key: rma.remediation_entry(run, db.steps(engine, run.run_key)) for run in db.runs_by_key(engine, keys)}
+    s = context.settings(ctx)
+    evidence = rma.with_current_runs(record.evidence, current, (s.bmc_password, s.webhook_token))
     if output in (OutputFormat.json, OutputFormat.yaml):
-        emit({**_row(record), "evidence": record.evidence}, output)
+        emit({**_row(record), "evidence": evidence}, output)
         return
     from rich.console import Console
     from rich.markdown import Markdown
 
-    # Records written before the Markdown was escaped may hold raw control characters.
-    Console().print(Markdown(printable(record.evidence_markdown.replace("# RMA:", f"# RMA {record.id}:", 1))))
+    Console().print(Markdown(rma.render_markdown(evidence, record.id)))
     typer.echo(printable(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else "")))
 
 

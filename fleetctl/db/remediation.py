@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
+from fleetctl.runbooks import LemonPolicy
 
 
 def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,
@@ -58,6 +59,11 @@ def get_run(engine: Engine, run_key: str) -> RemediationRun | None:
         return session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).first()
 
 
+def runs_by_key(engine: Engine, run_keys: list[str]) -> list[RemediationRun]:
+    with Session(engine) as session:
+        return list(session.exec(select(RemediationRun).where(col(RemediationRun.run_key).in_(run_keys))))
+
+
 def runs(engine: Engine, node_name: str | None = None, limit: int = 50) -> list[RemediationRun]:
     with Session(engine) as session:
         query = select(RemediationRun).order_by(col(RemediationRun.id).desc()).limit(limit)
@@ -86,6 +92,13 @@ def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list
     with Session(engine) as session:
         return list(session.exec(select(NodeEvent.at).where(
             NodeEvent.node_name == node_name, NodeEvent.to_state == "maintenance", NodeEvent.at >= since)))
+
+
+def times_remediated(engine: Engine, node_name: str, policy: LemonPolicy, now: datetime) -> int:
+    """The lemon rule's figure for the node at `now` (`LemonPolicy.times_remediated`)."""
+    since = now - policy.window
+    return policy.times_remediated(live_run_starts(engine, node_name, since),
+                                   maintenance_entries(engine, node_name, since), now)
 
 
 def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:

@@ -74,7 +74,7 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
         "profiles": grouped(lambda n: n.profile),
         "failures": [{"node": t.node, "rack": where[t.node].rack, "profile": where[t.node].profile, "at": _iso(t.at),
                       "cause": metrics.failure_label(t), "detail": t.cause} for t in failures],
-        "lemons": [{"node": name, "rack": where[name].rack, "profile": where[name].profile, "maintenance_entries": count}
+        "lemons": [{"node": name, "rack": where[name].rack, "profile": where[name].profile, "times_remediated": count}
                    for name, count in metrics.lemon_nodes(nodes, since, now, lemon_threshold, lemon_window).items()],
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},

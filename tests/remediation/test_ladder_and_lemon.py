@@ -4,17 +4,19 @@ only 3 of those counted toward the lemon rule). The activity on a real database.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 
-from sqlmodel import Session
+import pytest
+from sqlmodel import Session, select
 from temporalio.testing import ActivityEnvironment
 
 from fleetctl.config import load_settings
 from fleetctl.db import remediation as db
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import NodeEvent, utcnow
+from fleetctl.db.models import Node, NodeEvent, utcnow
 from fleetctl.inventory import parse_inventory
 from workflows.activities.remediation import RemediationActivities
 from workflows.api import RunStart
@@ -64,6 +66,66 @@ def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) ->
     assert _begin(activities, "one").lemon == ""  # two entries, one remediation: not yet
     _entered(engine, "maintenance", 0.01, "m3")  # burn-in failed again; no runbook was started
     lemon = _begin(activities, "two").lemon
-    assert lemon.startswith("lemon: back in maintenance 3 times in 7 days"), lemon
+    assert lemon.startswith("lemon: remediated 3 times in 7 days"), lemon
     _entered(engine, "maintenance", 8, "old")  # outside the window: changes nothing
     assert "3 times" in _begin(activities, "three").lemon
+
+
+# A hand-worked week (days ago): runs begun at 6, 2 and 0.5; entries into maintenance at 6,
+# 1.5, 1 and 0.2 (burn-in failed twice while the run of 2 days ago was going), one older
+# entry at 9 outside the 7-day window, and a dry run at 0.3 that changed nothing.
+# Runs in the window: 3; entries: 4; the figure is 4.
+@pytest.mark.parametrize("runs, entries, times", [
+    ([6, 2, 0.5], [9, 6, 1.5, 1, 0.2], 4),
+    ([6, 2, 0.5], [9, 6], 3),  # the runs alone
+    ([8, 2], [9, 1.5, 1, 0.2], 3),  # the entries alone
+    ([8], [9], 0),  # both outside the window
+])
+def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries, times) -> None:
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.temporal_server import free_port
+
+    settings, engine, activities = _setup(sqlite_url)
+    for i, days_ago in enumerate(runs):
+        _run(engine, f"r{i}", days_ago)
+    _run(engine, "dry", 0.3, mode="dry_run")
+    for i, days_ago in enumerate(entries):
+        _entered(engine, "maintenance", days_ago, f"m{i}")
+
+    def show(*args: str):
+        r = CliRunner(env={"COLUMNS": "200"}).invoke(
+            app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "node", "show", "n1", *args])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    assert json.loads(show("-o", "json"))["remediated"] == {"times": times, "window_days": 7.0, "lemon_threshold": 3}
+    table = show()
+    assert (f"remediated {times} times in 7 days (a lemon at 3)" in table) is (times > 0)
+    # The run that begins now counts itself (a run, whether or not an entry follows it).
+    lemon = _begin(activities, "now").lemon
+    after = max(times, len([d for d in runs if d <= 7]) + 1)
+    assert lemon == (f"lemon: remediated {after} times in 7 days (limit 3)" if after >= 3 else "")
+
+
+def test_the_demo_says_what_the_rma_reason_says(sqlite_url) -> None:
+    """The demo's line for the flaky node counted every run ever ("remediated 5 times")
+    while its RMA said 3 in 7 days: it quotes the RMA's reason now."""
+    from fleetctl.demo import Fault, handled_how
+
+    settings, engine, activities = _setup(sqlite_url)
+    fault = Fault("flaky", "n1", "lemon", 0)
+    for i, days_ago in enumerate((30, 20, 2, 1)):  # two of them long before this week
+        _run(engine, f"r{i}", days_ago)
+    assert handled_how(engine, fault) == "… new, 4 remediation runs so far"
+    lemon = _begin(activities, "now").lemon
+    assert lemon == "lemon: remediated 3 times in 7 days (limit 3)"
+    db.open_rma(engine, node_name="n1", reason=lemon, remediation_run="now", evidence={}, evidence_markdown="",
+                opened_by="t", idempotency_key="k")
+    with Session(engine) as session:  # where the lifecycle would have moved it
+        node = session.exec(select(Node).where(Node.name == "n1")).one()
+        node.state = "rma"
+        session.add(node)
+        session.commit()
+    assert handled_how(engine, fault) == "✓ lemon: remediated 3 times in 7 days (limit 3): sent to RMA"

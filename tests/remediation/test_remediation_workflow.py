@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from datetime import timedelta
 
 import pytest
@@ -130,7 +131,7 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         assert result.status == "escalated"
         assert _steps(result)["burn-in"] == "passed"  # the node recovered, but it is a lemon
         set_state = next(s for s in result.steps if s.action == "set_state")
-        assert "lemon: remediated 3 times" in set_state.detail
+        assert "lemon: remediated 3 times in 7 days (limit 3)" in set_state.detail
         assert queries.get_node(sim_fleet.engine, node).state == "rma"
 
         (record,) = db.rma_records(sim_fleet.engine, node_name=node)
@@ -145,6 +146,18 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         md = record.evidence_markdown
         for text in (f"# RMA: {node}", e["identity"]["gpus"][0]["uuid"], "## XID history", "| 79 |", "xid-79-fallen-off-bus"):
             assert text in md
+
+        # `rma show` gives this run as it ended, though the bundle was written while it ran.
+        from typer.testing import CliRunner
+
+        from fleetctl.cli.main import app
+
+        assert [r["status"] for r in e["remediation"] if r["run"] == result.run_key] == ["running"]
+        shown = CliRunner().invoke(app, ["--db-url", sim_fleet.settings.db_url, "rma", "show", str(record.id), "-o", "json"])
+        assert shown.exit_code == 0, shown.output
+        runs = {r["run"]: r for r in json.loads(shown.stdout)["evidence"]["remediation"]}
+        assert runs[result.run_key]["status"] == "escalated" == db.get_run(sim_fleet.engine, result.run_key).status
+        assert [s["name"] for s in runs[result.run_key]["steps"]] == [s.name for s in result.steps]
 
 
 async def test_restart_jobs_step_moves_a_running_job_off_the_node_so_the_drain_completes(fleet_settings) -> None:

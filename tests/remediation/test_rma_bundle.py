@@ -88,3 +88,40 @@ def test_configured_secrets_in_a_checks_raw_output_reach_no_bundle_markdown_or_w
     for secret in (password, token):
         leaked = [where for where, text in places.items() if secret in text]
         assert not leaked, f"configured secret found in {leaked}"
+
+
+def test_rma_show_gives_each_remediation_run_as_it_ended_not_as_it_was_when_opened(sqlite_url) -> None:
+    """The run that opens an RMA is still going when the bundle is written: its entry said
+    `running` (and lacked its last steps) in `rma show` long after it ended (issue 21)."""
+    from datetime import timedelta
+
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.db.models import utcnow
+
+    settings = load_settings(flags={"db_url": sqlite_url}, env={}, config_file=os.devnull)
+    engine = get_engine(sqlite_url)
+    queries.upsert_nodes(engine, parse_inventory("nodes:\n  - {name: n1, address: sim://n1, profile: h100-sxm}\n"))
+    began = utcnow() - timedelta(minutes=20)
+    rma_db.start_run(engine, run_key="r1", node_name="n1", runbook="escalation-ladder", event={}, mode="live",
+                     actor="t", started_at=began)
+    rma_db.record_step(engine, run_key="r1", node_name="n1", step_index=0, name="drain", action="drain",
+                       status="passed", params={}, detail="drained", started_at=began, finished_at=began)
+    opened = ActivityEnvironment().run(RemediationActivities(settings, executors=None).open_rma,
+                                       RmaRequest(node="n1", reason="lemon", actor="t", remediation_run="r1"))
+    assert rma_db.get_rma(engine, opened.rma_id).evidence["remediation"][0]["status"] == "running"  # as opened
+    rma_db.record_step(engine, run_key="r1", node_name="n1", step_index=1, name="rma", action="rma",
+                       status="passed", params={}, detail="sent to RMA", started_at=began, finished_at=utcnow())
+    rma_db.finish_run(engine, "r1", "escalated", "sent to RMA", utcnow())
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["--db-url", sqlite_url, "rma", "show", str(opened.rma_id), "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    (run,) = json.loads(shown.stdout)["evidence"]["remediation"]
+    assert (run["status"], run["outcome"], [s["name"] for s in run["steps"]]) == ("escalated", "sent to RMA", ["drain", "rma"])
+    assert run["finished_at"]
+    table = runner.invoke(app, ["--db-url", sqlite_url, "rma", "show", str(opened.rma_id)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "live, escalated," in table.stdout and "running" not in table.stdout
+    assert f"RMA {opened.rma_id}: n1" in table.stdout

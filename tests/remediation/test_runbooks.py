@@ -169,7 +169,8 @@ def test_trigger_towards(current: str, target: str, trigger: str | None) -> None
 def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     history = [now - timedelta(days=d) for d in days_ago]
-    assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, now) is lemon
+    assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, [], now) is lemon
+    assert LemonPolicy(3, timedelta(days=7)).is_lemon([], history, now) is lemon
 
 
 # ---- the ladder climbs; silent data corruption goes straight to RMA (issue 14) ----------------

@@ -8,6 +8,7 @@ import pytest
 
 from fleetctl import metrics
 from fleetctl.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
+from fleetctl.runbooks import LemonPolicy
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 HOUR = 3600.0
@@ -153,13 +154,56 @@ def _cycle(start: float, node: str = "n1") -> list[Transition]:
     ([0.5, 2, 4], 3, 0, {"n1": 3}),  # three within 7 days
     ([0.5, 8, 16], 3, 0, {}),  # three, but never three within 7 days
     ([0.5, 2, 4], 4, 0, {}),  # a stricter policy
-    ([0.5, 2, 4], 3, 3, {"n1": 1}),  # the third entry (inside the window) makes it a lemon
+    ([0.5, 2, 4], 3, 3, {"n1": 3}),  # the third entry (inside the window) makes it a lemon: 3 times, as its RMA said
+    ([0.5, 2, 4, 5, 6], 3, 0, {"n1": 5}),  # the worst window: five times in seven days
+    ([0.5, 2, 9, 10, 11], 3, 0, {"n1": 3}),  # three, then three again (the first two left the window)
     ([0.5, 2, 4], 3, 5, {}),  # no entry inside the window
 ])
 def test_lemon_nodes(cycle_days, threshold, since_days, lemon) -> None:
     node = history(move(0, "new", "production", "enter_production"),
                    *[t for day in cycle_days for t in _cycle(day * 24)])
     assert metrics.lemon_nodes([node], h(since_days * 24), h(20 * 24), threshold, timedelta(days=7)) == lemon
+
+
+# A hand-worked flaky node (hours from T0): drained at 0 (run r1 begun at 0, the drain's entry
+# at 1), the run sends it to burn-in, which fails at 3 and at 5 (entries, no new run: r1 is
+# still going); a second run r2 begins at 6 while it is in maintenance. The lemon window is
+# 7 days, so at each moment the figure counts everything so far:
+#   at 0: runs 1, entries 0 -> 1;   at 1: 1, 1 -> 1;   at 3: 1, 2 -> 2;   at 5: 1, 3 -> 3
+#   at 6: runs 2, entries 3 -> 3 (a run begun in maintenance adds no entry)
+#   at 168.5 (r1 left the window): runs 1, entries 3 -> 3;   at 171.5: runs 1, entries 1 -> 1
+FLAKY = (
+    move(0, "production", "draining", "drain", XID_79),
+    move(1, "draining", "maintenance", "drain_complete"),
+    move(2, "maintenance", "burn_in", "begin_burn_in"),
+    move(3, "burn_in", "maintenance", "phase_failed"),
+    move(4, "maintenance", "burn_in", "begin_burn_in"),
+    move(5, "burn_in", "maintenance", "phase_failed"),
+)
+FLAKY_RUNS = (h(0), h(6))
+
+
+@pytest.mark.parametrize("at, times", [(0, 1), (1, 1), (3, 2), (5, 3), (6, 3), (7 * 24 + 0.5, 3), (7 * 24 + 3.5, 1)])
+def test_times_remediated_is_one_figure_for_the_rma_reason_and_the_report(at, times) -> None:
+    policy = LemonPolicy(3, timedelta(days=7))
+    entries = [t.at for t in FLAKY if t.to_state == "maintenance"]
+    assert policy.times_remediated(FLAKY_RUNS, entries, h(at)) == times
+    # The report's lemon table, over a window ending at that moment, shows the same figure
+    # whenever it is the worst so far (the figure never falls before the window slides).
+    node = NodeHistory(NodeRecord("n1", "r1", "h100-sxm", h(-1)), tuple(t for t in FLAKY if t.at <= h(at)),
+                       tuple(r for r in FLAKY_RUNS if r <= h(at)))  # what was recorded by then
+    report = metrics.lemon_nodes([node], h(-1), h(at), 3, timedelta(days=7))
+    assert report == ({"n1": 3} if at >= 5 else {})
+    if times >= 3:
+        assert policy.describe(times) == "remediated 3 times in 7 days"
+
+
+def test_runs_alone_count_in_the_report_as_they_do_for_the_rma_reason() -> None:
+    """Three runs begun on a node that stayed in maintenance: the RMA reason said 3 times,
+    so the report's lemon table says 3 too (it used to count only the one entry)."""
+    node = NodeHistory(NodeRecord("n1", "r1", "h100-sxm", h(-1)),
+                       (move(0, "production", "maintenance", "drain_complete"),), (h(0), h(10), h(20)))
+    assert metrics.lemon_nodes([node], h(-1), h(30), 3, timedelta(days=7)) == {"n1": 3}
 
 
 def s(seconds: float) -> timedelta:

@@ -45,7 +45,7 @@ def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
 
     assert [(f["node"], f["cause"]) for f in report["failures"]] == [
         ("n07", "xid 48"), ("n03", "xid 79"), ("n07", "xid 48"), ("n05", "check nccl-allreduce"), ("n07", "xid 48")]
-    assert report["lemons"] == [{"node": "n07", "rack": "r2", "profile": "h100-sxm", "maintenance_entries": 3}]
+    assert report["lemons"] == [{"node": "n07", "rack": "r2", "profile": "h100-sxm", "times_remediated": 3}]
 
     jobs = {j["job_id"]: j for j in report["jobs"]["per_job"]}
     assert set(jobs) == {"sim-1", "sim-2"}  # not the one that ended before the window, nor the queued one
@@ -97,3 +97,19 @@ def test_html_escapes_what_came_from_the_database(sqlite_url) -> None:
     page = render_html(report)
     assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;fleet&lt;/b&gt;" in page
     assert page.count("<svg") == 5  # states, causes, restarts and one strip plot per straggler metric
+
+
+def test_lemon_table_counts_live_runs_as_the_rma_reason_does(seeded_engine) -> None:
+    """n05 entered maintenance once (at +49 h) and stayed there while three live runbooks
+    (and a dry run, which changes nothing) were tried on it: the lemon rule's figure,
+    remediated 3 times in 7 days, is the report's too (it used to count the one entry)."""
+    from datetime import timedelta
+
+    from fleetctl.db import remediation as db
+
+    start = NOW - history.WINDOW
+    for key, hours, mode in (("a", 50, "live"), ("b", 60, "live"), ("dry", 65, "dry_run"), ("c", 70, "live")):
+        db.start_run(seeded_engine, run_key=key, node_name="n05", runbook="escalation-ladder", event={}, mode=mode,
+                     actor="t", started_at=start + timedelta(hours=hours))
+    report = build_report(seeded_engine, start, NOW, fleet="prod")
+    assert {lemon["node"]: lemon["times_remediated"] for lemon in report["lemons"]} == {"n07": 3, "n05": 3}

@@ -64,16 +64,10 @@ class RemediationActivities(DatabaseActivities):
         db.start_run(self.engine, run_key=start.run_key, node_name=start.node, runbook=start.runbook,
                      event=start.event, mode=start.mode, actor=start.actor, started_at=start.started_at)
         policy = runbooks.LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
-        since = start.started_at - policy.window
-        # Every return to maintenance counts, not only those a runbook was started for: a node
-        # that fails burn-in again and again is a lemon however few runs it took.
-        starts = db.live_run_starts(self.engine, start.node, since)
-        entries = db.maintenance_entries(self.engine, start.node, since)
+        times = db.times_remediated(self.engine, start.node, policy, start.started_at)
         lemon = ""
-        if start.mode == "live" and policy.is_lemon(max(starts, entries, key=len), start.started_at):
-            what = (f"remediated {len(starts)} times" if len(starts) >= len(entries)
-                    else f"back in maintenance {len(entries)} times")
-            lemon = f"lemon: {what} in {self.settings.lemon_window_days:g} days (limit {policy.threshold})"
+        if start.mode == "live" and times >= policy.threshold:
+            lemon = f"lemon: {policy.describe(times)} (limit {policy.threshold})"
         return RunContext(
             node={"name": node.name, "rack": node.rack, "profile": node.profile, "scheduler": node.scheduler,
                   "labels": dict(node.labels),
