@@ -23,13 +23,10 @@ def render_report(report: dict, wide: bool = False):
     from rich.text import Text
 
     from fleetctl.cli.output import when
-    from fleetctl.report import duration
+    from fleetctl.report import duration, hours
 
     def at(iso: str) -> str:
         return when(datetime.fromisoformat(iso))
-
-    def hours(value: float | None) -> str:
-        return duration(None if value is None else value * 3600)
 
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
     head = Text.assemble(

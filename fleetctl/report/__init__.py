@@ -50,6 +50,11 @@ def duration(seconds: float | None, missing: str = "-") -> str:
     return f"{_figures(seconds / 86400)} d"
 
 
+def hours(value: float | None, missing: str = "-") -> str:
+    """`duration` of a figure the report keeps in hours (its *_hours keys)."""
+    return duration(None if value is None else value * 3600, missing)
+
+
 def _figures(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
@@ -83,8 +88,8 @@ def default_window(now: datetime, first_event: datetime | None,
         return now - default, (f"the default {duration(default.total_seconds())}; the history reaches further "
                                "back (--since widens the window)")
     since = min(first_event, now - MIN_WINDOW)
-    return since, (f"since the first recorded node event, {duration((now - first_event).total_seconds())} ago: "
-                   f"the fleet's history is shorter than the default {duration(default.total_seconds())}")
+    return since, ("since the first recorded node event: the fleet's history is shorter than the default "
+                   f"{duration(default.total_seconds())}")
 
 
 DEFAULT_JOB_GPUS = 1024
@@ -205,7 +210,7 @@ def render_html(report: dict[str, Any]) -> str:
     env.filters["num"] = lambda v, digits=1: "—" if v is None else f"{v:,.{digits}f}"
     env.filters["pct"] = lambda v, digits=2: "—" if v is None else f"{v * 100:.{digits}f}%"
     env.filters["duration"] = lambda seconds: duration(seconds, missing="—")
-    env.filters["hours"] = lambda hours: duration(None if hours is None else hours * 3600, missing="—")
+    env.filters["hours"] = lambda value: hours(value, missing="—")
     env.filters["days"] = lambda days: duration(None if days is None else days * 86400, missing="—")
     env.filters["when"] = lambda iso: when(datetime.fromisoformat(iso))
     states = [s.value for s in NodeState]

@@ -1,5 +1,6 @@
-"""A fleet two hours old, written straight into the tables: the case the report's default
-window used to chart as "no data in this window" (a 7-day window sliced in 60 points of 2.8 h).
+"""A fleet three hours old, written straight into the tables: the case the report's fixed 7-day
+window charted almost empty (60 points 2.8 h apart: one column here, and "no data in this
+window" for a fleet under 1.4 h old).
 
 Three nodes (g01-g03, rack y1, H100) created 3 h before `now`; each enters burn-in at
 -2 h 50 min (the first recorded node event), admission at -2 h 30 min and production at -2 h.
