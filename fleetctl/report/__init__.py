@@ -85,8 +85,8 @@ def default_window(now: datetime, first_event: datetime | None,
         return now - default, f"the default {duration(default.total_seconds())}: no node event is recorded yet"
     first_event = metrics.as_utc(first_event)
     if first_event <= now - default:
-        return now - default, (f"the default {duration(default.total_seconds())}; the history reaches further "
-                               "back (--since widens the window)")
+        return now - default, (f"the default {duration(default.total_seconds())}; older history is left out, "
+                               "--since widens the window")
     since = min(first_event, now - MIN_WINDOW)
     return since, ("since the first recorded node event: the fleet's history is shorter than the default "
                    f"{duration(default.total_seconds())}")
@@ -218,7 +218,7 @@ def render_html(report: dict[str, Any]) -> str:
     plots = {
         "states": svg.stacked_columns(
             [t[5:16].replace("T", " ") for t in timeline["times"]],
-            [(s, state_colour(s), timeline["counts"][s]) for s in states if s in timeline["counts"]],
+            [(s.replace("_", " "), state_colour(s), timeline["counts"][s]) for s in states if s in timeline["counts"]],
             "Nodes per state over the window"),
         "causes": svg.bar_chart(list(report["summary"]["causes"].items()), "Failures by cause"),
         "restarts": svg.histogram(report["restart_latency"]["seconds"], "Job restart latency",

@@ -33,7 +33,7 @@ def test_duration_picks_the_unit_the_size_calls_for(seconds, shown) -> None:
 
 @pytest.mark.parametrize(("first_ago", "since_ago", "why"), [
     (None, DEFAULT_WINDOW, "no node event is recorded yet"),
-    (timedelta(days=30), DEFAULT_WINDOW, "the default 7 d; the history reaches further back"),
+    (timedelta(days=30), DEFAULT_WINDOW, "the default 7 d; older history is left out"),
     (timedelta(days=7), DEFAULT_WINDOW, "the default 7 d"),
     (timedelta(hours=2, minutes=50), timedelta(hours=2, minutes=50), "since the first recorded node event"),
     # Seconds of history still give a window a chart can slice.
