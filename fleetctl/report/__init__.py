@@ -125,7 +125,7 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
         "generated_at": _iso(now),
         "window": {"since": _iso(since), "until": _iso(now), "days": (now - since).total_seconds() / 86400,
                    "basis": window_basis},
-        "lemon_rule": {"maintenance_entries": lemon_threshold, "within_days": lemon_window.total_seconds() / 86400},
+        "lemon_rule": {"threshold": lemon_threshold, "within_days": lemon_window.total_seconds() / 86400},
         "summary": asdict(summary),
         "racks": grouped(lambda n: n.rack),
         "profiles": grouped(lambda n: n.profile),
@@ -265,9 +265,9 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
                          "first entered production, in burn-in or admission checks, and after retirement "
                          "is left out."),
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
-        ("Lemon node", f"a node that went into maintenance {lemon['maintenance_entries']} times or more within "
-                       f"{duration(lemon['within_days'] * 86400)}, at least once during the window; the count is "
-                       "its entries into maintenance during the window."),
+        ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
+                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
+                       "whichever are more), in a span that ends during the window."),
         ("Job ETTR (effective training time ratio)", "the share of a job's time that was useful work: its wall "
                                                      "time minus the time spent restarting after faults and the "
                                                      "work lost since its last checkpoint. The fleet's ETTR weighs "

@@ -100,7 +100,7 @@ def test_definitions_are_in_the_operators_words(sqlite_url) -> None:
     terms = dict(definitions(report))
     assert {"Failure", "MTTF (mean time to failure)", "MTTR (mean time to repair)", "Availability",
             "Lemon node"} <= set(terms)
-    assert "4 times or more within 10 d" in terms["Lemon node"]  # the configured rule, not a constant
+    assert "remediated 4 times or more within 10 d" in terms["Lemon node"]  # the configured rule, not a constant
     html = render_html(report)
     section = html[html.index('id="definitions"'):]
     for term, meaning in definitions(report):
