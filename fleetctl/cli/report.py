@@ -90,7 +90,7 @@ def report(
                                  help="the job size for MTTF and predicted ETTR at a size"),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
-    """MTTF, MTTR, availability, node-days per state, failure causes, lemons, job ETTR,
+    """MTTF, MTTR, availability, time per state, failure causes, lemons, job ETTR,
     restart latency and stragglers, per fleet, rack and profile."""
     from datetime import timedelta
 
