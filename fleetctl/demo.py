@@ -263,7 +263,8 @@ async def run_demo(settings: Settings, plan: DemoPlan, log: Callable[[str], None
 def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[dict, Path]:
     from fleetctl.report import build_report, render_html
 
-    report = build_report(get_engine(settings.db_url), since, datetime.now(timezone.utc), fleet=settings.fleet)
+    report = build_report(get_engine(settings.db_url), since, datetime.now(timezone.utc), fleet=settings.fleet,
+                          window_basis="since the demo began")
     path = directory / "report.html"
     path.write_text(render_html(report))
     return report, path

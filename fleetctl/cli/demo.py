@@ -163,6 +163,7 @@ def summary(d, report: dict, html: Path):
     from rich.text import Text
 
     from fleetctl.db import queries
+    from fleetctl.report import duration, hours
 
     s = report["summary"]
     lat = report["restart_latency"]
@@ -174,11 +175,11 @@ def summary(d, report: dict, html: Path):
     table.add_row("nodes per state", ", ".join(f"{k} {v}" for k, v in sorted(queries.state_counts(d.engine).items())))
     for f in d.plan.faults:
         table.add_row(f"{f.kind} on {f.node or '-'}", f.handled or "not injected")
-    table.add_row("job restart latency", f"p50 {num(lat.get('p50'), '.1f')} s, max {num(lat.get('max'), '.1f')} s "
+    table.add_row("job restart latency", f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} "
                                           f"over {lat.get('count', 0)} restarts")
     table.add_row("job ETTR", num(report["jobs"]["ettr"], ".2%"))
-    table.add_row("MTTF", f"{num(s['mttf_hours'], '.2f')} production node-hours per failure ({s['failures']} failures)")
-    table.add_row("MTTR", f"{num(s['mttr_hours'], '.3f')} h over {s['repairs']} repairs")
+    table.add_row("MTTF", f"{hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)")
+    table.add_row("MTTR", f"{hours(s['mttr_hours'])} over {s['repairs']} repairs")
     table.add_row("availability", num(s["availability"], ".1%"))
     verdict = Text("every fault handled" if d.finished() else "not every fault was handled in time",
                    style="bold green" if d.finished() else "bold red")

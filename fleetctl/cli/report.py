@@ -11,50 +11,55 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 
-def _hours(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
 def render_report(report: dict, wide: bool = False):
     """The report as rich tables: the headline numbers, per rack and profile, and the lists."""
+    from datetime import datetime
+
     from rich.console import Group
     from rich.text import Text
 
-    s, jobs, latency = report["summary"], report["jobs"], report["restart_latency"]
+    from fleetctl.cli.output import when
+    from fleetctl.report import duration, hours
+
+    def at(iso: str) -> str:
+        return when(datetime.fromisoformat(iso))
+
+    s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
     head = Text.assemble(
-        ("fleet ", "bold"), f"{report['fleet']}  {s['nodes']} nodes  {report['window']['since'][:16]} to "
-        f"{report['window']['until'][:16]}\n",
-        f"MTTF {_hours(s['mttf_hours'])} node-h ({s['failures']} failures)   MTTR {_hours(s['mttr_hours'], 2)} h "
-        f"({s['repairs']} returns)   availability {_pct(s['availability'])}   job ETTR {_pct(jobs['ettr'])} "
-        f"({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   restart p50 {_hours(latency['p50'])} s, "
-        f"p90 {_hours(latency['p90'])} s, max {_hours(latency['max'])} s ({latency['count']})\n"
-        f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {_hours(jobs['at_job_size']['mttf_hours'])} h, predicted ETTR "
+        ("fleet ", "bold"), f"{report['fleet']}  {s['nodes']} nodes  {at(window['since'])} to {at(window['until'])} UTC "
+        f"({duration(window['days'] * 86400)}: {window['basis']})\n",
+        f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
+        f"MTTR {hours(s['mttr_hours'])} ({s['repairs']} returns)   availability {_pct(s['availability'])}   "
+        f"job ETTR {_pct(jobs['ettr'])} ({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   "
+        f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "
+        f"({latency['count']})\n"
+        f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {hours(jobs['at_job_size']['mttf_hours'])}, predicted ETTR "
         f"{_pct(jobs['at_job_size']['predicted_ettr'])}   checkpoint interval "
-        f"{_hours(jobs['checkpoint_interval_seconds'], 0)} s")
+        f"{duration(jobs['checkpoint_interval_seconds'])}")
 
     def groups(title: str, column: str, rows: dict) -> object:
         states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
-        return simple_table(title, [column, "nodes", "MTTF h", "MTTR h", "avail", "failures",
-                                    *[f"{state} d" for state in states]], [
-            [name, g["nodes"], _hours(g["mttf_hours"]), _hours(g["mttr_hours"], 2), _pct(g["availability"]),
-             g["failures"], *[f"{g['node_days'].get(state, 0):.2f}" for state in states]]
+        return simple_table(title, [column, "nodes", "MTTF", "MTTR", "avail", "failures",
+                                    *[state.replace("_", " ") for state in states]], [
+            [name, g["nodes"], hours(g["mttf_hours"]), hours(g["mttr_hours"]), _pct(g["availability"]),
+             g["failures"], *[duration(g["node_days"].get(state, 0) * 86400) for state in states]]
             for name, g in rows.items()])
 
     parts = [head, groups("per rack", "rack", report["racks"]),
              groups("per profile", "profile", report["profiles"])]
     if jobs["per_job"]:
         # Wide adds where each job's time went: restart downtime, work lost, each restart.
-        extra = ["down s", "lost s", "restart s"] if wide else []
-        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall h", "restarts", "ckpts", "ETTR", "predicted",
+        extra = ["down", "lost", "restarts took"] if wide else []
+        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall", "restarts", "ckpts", "ETTR", "predicted",
                                            *extra], [
-            [j["job_id"], j["name"], j["gpus"], _hours(j["wall_hours"], 2), j["restarts"], j["checkpoints"],
+            [j["job_id"], j["name"], j["gpus"], hours(j["wall_hours"]), j["restarts"], j["checkpoints"],
              _pct(j["ettr"]), _pct(j["predicted_ettr"]),
-             *([_hours(j["downtime_seconds"]), _hours(j["lost_seconds"]),
-                ", ".join(f"{v:.1f}" for v in j["restart_seconds"])] if wide else [])]
+             *([duration(j["downtime_seconds"]), duration(j["lost_seconds"]),
+                ", ".join(duration(v) for v in j["restart_seconds"])] if wide else [])]
             for j in jobs["per_job"]]))
     if jobs["interruptions"]:
         parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
@@ -62,7 +67,7 @@ def render_report(report: dict, wide: bool = False):
         parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
     if report["breaker"]:
         parts.append(simple_table("automation breaker", ["at", "event", "by", "why"], [
-            [e["at"][:19].replace("T", " "), e["kind"].replace("_", " "), e["actor"], e["reason"]]
+            [at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]]
             for e in report["breaker"]]))
     if report["lemons"]:
         parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "times remediated (most in one lemon window)"], [
@@ -76,14 +81,16 @@ def render_report(report: dict, wide: bool = False):
 
 def report(
     ctx: typer.Context,
-    since: str = typer.Option("7d", "--since", help="how far back the window reaches: 30m, 12h, 7d, 1d12h"),
+    since: Optional[str] = typer.Option(
+        None, "--since", help="how far back the window reaches: 30m, 12h, 7d, 1d12h (default: from the first "
+                              "recorded node event, at most 7d)"),
     output: OutputFormat = OUTPUT_OPTION,
     html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
     job_gpus: int = typer.Option(1024, "--job-gpus", callback=within(1, 1_000_000),
                                  help="the job size for MTTF and predicted ETTR at a size"),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
-    """MTTF, MTTR, availability, node-days per state, failure causes, lemons, job ETTR,
+    """MTTF, MTTR, availability, time per state, failure causes, lemons, job ETTR,
     restart latency and stragglers, per fleet, rack and profile."""
     from datetime import timedelta
 
@@ -91,10 +98,10 @@ def report(
 
     from fleetctl.db.models import utcnow
     from fleetctl.durations import parse_duration
-    from fleetctl.report import build_report, render_html
+    from fleetctl.report import build_report, default_window, first_node_event_at, render_html
 
     try:
-        window = parse_duration(since)
+        window = None if since is None else parse_duration(since)
     except ValueError as exc:
         fail(f"--since: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
@@ -106,10 +113,15 @@ def report(
         for kind, error in result.errors.items():
             typer.echo(f"warning: {kind} jobs not synced, the report has what was recorded before: {error}", err=True)
     now = utcnow()
+    engine = context.engine(ctx)
     with Console(stderr=True).status("reading the fleet's history..."):
-        data = build_report(context.engine(ctx), now - window, now, fleet=settings.fleet,
-                            lemon_threshold=settings.lemon_threshold,
-                            lemon_window=timedelta(days=settings.lemon_window_days), job_gpus=job_gpus)
+        if window is None:
+            start, basis = default_window(now, first_node_event_at(engine))
+        else:
+            start, basis = now - window, f"--since {since.strip()}"
+        data = build_report(engine, start, now, fleet=settings.fleet, lemon_threshold=settings.lemon_threshold,
+                            lemon_window=timedelta(days=settings.lemon_window_days), job_gpus=job_gpus,
+                            window_basis=basis)
         if html is not None:
             html.write_text(render_html(data), encoding="utf-8")
     emit(data, output, render_report)

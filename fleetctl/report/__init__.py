@@ -38,13 +38,68 @@ def _iso(value: datetime) -> str:
     return metrics.as_utc(value).isoformat()
 
 
+def duration(seconds: float | None, missing: str = "-") -> str:
+    """A length of time for a human in the unit its size calls for (0.35 s, 12 s, 4.5 min,
+    3.2 h, 12 d), three significant figures; `missing` for None. The one duration format of
+    the report's table, HTML and CLI messages; -o json keeps raw numbers in the units its keys name."""
+    if seconds is None:
+        return missing
+    for unit, size, below in (("s", 1, 60), ("min", 60, 3600), ("h", 3600, 2 * 86400)):
+        if abs(seconds) < below:
+            return f"{_figures(seconds / size)} {unit}"
+    return f"{_figures(seconds / 86400)} d"
+
+
+def hours(value: float | None, missing: str = "-") -> str:
+    """`duration` of a figure the report keeps in hours (its *_hours keys)."""
+    return duration(None if value is None else value * 3600, missing)
+
+
+def _figures(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+DEFAULT_WINDOW = timedelta(days=7)
+# A fleet whose first event is seconds old still gets a window its chart can slice.
+MIN_WINDOW = timedelta(minutes=1)
+
+
+def first_node_event_at(engine: Engine) -> datetime | None:
+    """When the earliest recorded node event happened (UTC), None before any."""
+    from sqlalchemy import func
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import NodeEvent
+
+    with Session(engine) as session:
+        at = session.exec(select(func.min(NodeEvent.at))).one()
+    return None if at is None else metrics.as_utc(at)
+
+
+def default_window(now: datetime, first_event: datetime | None,
+                   default: timedelta = DEFAULT_WINDOW) -> tuple[datetime, str]:
+    """The window's start when the operator gave no --since, and why: from the first recorded
+    node event, so a fleet younger than `default` is not charted mostly empty, at most `default`."""
+    now = metrics.as_utc(now)
+    if first_event is None:
+        return now - default, f"the default {duration(default.total_seconds())}: no node event is recorded yet"
+    first_event = metrics.as_utc(first_event)
+    if first_event <= now - default:
+        return now - default, (f"the default {duration(default.total_seconds())}; older history is left out, "
+                               "--since widens the window")
+    since = min(first_event, now - MIN_WINDOW)
+    return since, ("since the first recorded node event: the fleet's history is shorter than the default "
+                   f"{duration(default.total_seconds())}")
+
+
 DEFAULT_JOB_GPUS = 1024
 
 
 def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str = "default", lemon_threshold: int = 3,
-                 lemon_window: timedelta = timedelta(days=7), job_gpus: int = DEFAULT_JOB_GPUS) -> dict[str, Any]:
+                 lemon_window: timedelta = timedelta(days=7), job_gpus: int = DEFAULT_JOB_GPUS,
+                 window_basis: str = "as asked") -> dict[str, Any]:
     """The report over [since, now] (both aware or both UTC-naive datetimes); MTTF and
-    predicted ETTR also at a job of `job_gpus` GPUs."""
+    predicted ETTR also at a job of `job_gpus` GPUs; `window_basis` says why that window."""
     since, now = metrics.as_utc(since), metrics.as_utc(now)
     history = load_history(engine, since)
     nodes = history.nodes
@@ -68,7 +123,9 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
     return {
         "fleet": fleet,
         "generated_at": _iso(now),
-        "window": {"since": _iso(since), "until": _iso(now), "days": (now - since).total_seconds() / 86400},
+        "window": {"since": _iso(since), "until": _iso(now), "days": (now - since).total_seconds() / 86400,
+                   "basis": window_basis},
+        "lemon_rule": {"threshold": lemon_threshold, "within_days": lemon_window.total_seconds() / 86400},
         "summary": asdict(summary),
         "racks": grouped(lambda n: n.rack),
         "profiles": grouped(lambda n: n.profile),
@@ -144,6 +201,7 @@ def _state_over_time(nodes: list[metrics.NodeHistory], since: datetime, now: dat
 def render_html(report: dict[str, Any]) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+    from fleetctl.cli.output import when
     from fleetctl.lifecycle import NodeState
     from fleetctl.report import svg
 
@@ -151,12 +209,16 @@ def render_html(report: dict[str, Any]) -> str:
                       autoescape=select_autoescape(["html", "j2"], default=True))
     env.filters["num"] = lambda v, digits=1: "—" if v is None else f"{v:,.{digits}f}"
     env.filters["pct"] = lambda v, digits=2: "—" if v is None else f"{v * 100:.{digits}f}%"
+    env.filters["duration"] = lambda seconds: duration(seconds, missing="—")
+    env.filters["hours"] = lambda value: hours(value, missing="—")
+    env.filters["days"] = lambda days: duration(None if days is None else days * 86400, missing="—")
+    env.filters["when"] = lambda iso: when(datetime.fromisoformat(iso))
     states = [s.value for s in NodeState]
     timeline = report["state_over_time"]
     plots = {
         "states": svg.stacked_columns(
             [t[5:16].replace("T", " ") for t in timeline["times"]],
-            [(s, state_colour(s), timeline["counts"][s]) for s in states if s in timeline["counts"]],
+            [(s.replace("_", " "), state_colour(s), timeline["counts"][s]) for s in states if s in timeline["counts"]],
             "Nodes per state over the window"),
         "causes": svg.bar_chart(list(report["summary"]["causes"].items()), "Failures by cause"),
         "restarts": svg.histogram(report["restart_latency"]["seconds"], "Job restart latency",
@@ -171,7 +233,7 @@ def render_html(report: dict[str, Any]) -> str:
         ],
     }
     return env.get_template("report.html.j2").render(
-        r=report, plots=plots, states=states, colour=state_colour, definitions=_definitions())
+        r=report, plots=plots, states=states, colour=state_colour, definitions=definitions(report))
 
 
 def _percent_of(value: float, median: float | None) -> float:
@@ -185,8 +247,43 @@ def _by_metric(groups: list[dict]) -> dict[str, list[dict]]:
     return dict(by_metric)
 
 
-def _definitions() -> list[str]:
-    """The definition paragraphs of fleetctl.metrics' docstring, one string per bullet."""
-    text = metrics.__doc__ or ""
-    bullets = text.split("Definitions", 1)[-1].split("\n- ")[1:]
-    return [" ".join(b.split()) for b in bullets]
+def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each figure of the report as an operator would explain it, (term, meaning). The precise
+    rules, for whoever changes them, are fleetctl.metrics' docstring; these say the same in
+    the fleet's words."""
+    lemon = report["lemon_rule"]
+    return [
+        ("Failure", "a node taken out of production for a fault it showed (a GPU XID error, a failed check, a "
+                    "health alert), or any drain by the automation. A drain by an operator for planned work "
+                    "(reseating a cable, an upgrade) is not a failure."),
+        ("MTTF (mean time to failure)", "production node time per failure: the hours the nodes spent in "
+                                        "production during the window, added up, divided by the failures in it."),
+        ("MTTR (mean time to repair)", "how long a node that left production stayed out before it returned, on "
+                                       "average over the returns during the window. Nodes still out do not count."),
+        ("Availability", "time in production as a share of the time the nodes were the fleet's capacity: in "
+                         "production, draining, in maintenance or sent to the vendor (RMA). Time before a node "
+                         "first entered production, in burn-in or admission checks, and after retirement "
+                         "is left out."),
+        ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
+        ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
+                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
+                       "whichever are more), in a span that ends during the window."),
+        ("Job ETTR (effective training time ratio)", "the share of a job's time that was useful work: its wall "
+                                                     "time minus the time spent restarting after faults and the "
+                                                     "work lost since its last checkpoint. The fleet's ETTR weighs "
+                                                     "each job by its wall time."),
+        ("Predicted ETTR", "what Meta's model (Kokolis et al. 2024) expects from the fleet's failures per GPU "
+                           "hour, the job's GPUs, its checkpoint interval and the mean restart time: each failure "
+                           "costs a restart plus half a checkpoint interval of work."),
+        ("MTTF at a job size", "how long a job on that many GPUs runs, on average, before one of its nodes fails."),
+        ("Checkpoint interval", "the median time between a job's consecutive checkpoints, over the jobs that "
+                                "reported two or more."),
+        ("Job restart latency", "from the moment a fault was seen to the job running again on healthy nodes."),
+        ("Job interruptions", "each restart fleetctl ran, by the fault behind it (or by hand), each requeue the "
+                              "scheduler made on its own, and each job that ended because its node failed or it "
+                              "was preempted."),
+        ("Straggler", "a node whose latest NCCL all-reduce bandwidth or HPL GFLOPS per GPU is far below the "
+                      "median of the nodes with the same GPU model. Retired nodes are left out."),
+        ("Automation breaker", "the automation pauses itself when too many nodes fail, or too many checks cannot "
+                               "tell, at once; it resumes when an operator says so."),
+    ]

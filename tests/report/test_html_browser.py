@@ -130,3 +130,28 @@ def test_report_renders_in_headless_chromium(browser, sqlite_url, tmp_path) -> N
     assert screenshot[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(screenshot[16:20], "big"), int.from_bytes(screenshot[20:24], "big")
     assert width >= 1000 and height > 2000  # the whole page, plots and tables included
+
+
+def test_young_fleet_report_charts_its_whole_life(browser, sqlite_url, tmp_path) -> None:
+    """A fleet three hours old, its window chosen from the data as `fleetctl report` does
+    without --since: the state chart has columns, and the page says which window and why."""
+    from fleetctl.report import default_window, first_node_event_at
+    from tests.report import young_fleet
+
+    engine = get_engine(sqlite_url)
+    young_fleet.seed(engine, NOW)
+    since, basis = default_window(NOW, first_node_event_at(engine))
+    page = tmp_path / "young.html"
+    page.write_text(render_html(build_report(engine, since, NOW, fleet="young", window_basis=basis)), encoding="utf-8")
+
+    browser.call("Page.enable")
+    browser.call("Page.navigate", url=page.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    facts = json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify({
+      window: document.getElementById('window').innerText,
+      states: document.querySelector('svg.plot[aria-label="Nodes per state over the window"]').innerHTML,
+      columns: document.querySelectorAll('svg.plot[aria-label="Nodes per state over the window"] rect.bar').length,
+    })""")["result"]["value"])
+    assert "no data in this window" not in facts["states"] and facts["columns"] >= 60
+    assert ("Window 2025-03-01 09:10:00 to 2025-03-01 12:00:00 UTC (2.83 h: since the first recorded node event"
+            in facts["window"])
