@@ -1,5 +1,6 @@
-"""The Prometheus exporter served on 127.0.0.1, scraped over HTTP, on the hand-worked history;
-and the Grafana dashboard only asks for what the exporter exports."""
+"""The Prometheus exporter served on 127.0.0.1, scraped over HTTP, on the hand-worked history
+(tests/report/history.py) and a few rows of our own: a node of another fleet out with a hostile
+cause, remediation runs, RMA records."""
 
 from __future__ import annotations
 
@@ -9,19 +10,39 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlmodel import Session
 
 from fleetctl import metrics_exporter
 from fleetctl.db.engine import get_engine
+from fleetctl.db.models import JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.temporal_server import free_port
 from tests.report import history
 
-DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+# A cause as a kernel log can carry it: a terminal title sequence, and far too long for a label.
+HOSTILE_CAUSE = "health: XID 94 \x1b]0;owned\x07" + "x" * 300
+B01_SINCE = NOW - timedelta(hours=2)
+
+
+def seed_more(engine) -> None:
+    """What history.seed lacks: a node of fleet blue in maintenance, remediations, RMAs."""
+    with Session(engine) as session:
+        session.add_all([
+            Node(name="b01", address="sim://b01", rack="b1", profile="h100-sxm", scheduler="sim", state="maintenance",
+                 labels={"fleet": "blue"}, state_since=B01_SINCE, created_at=NOW - timedelta(days=3)),
+            NodeEvent(node_name="b01", from_state="draining", to_state="maintenance", trigger="drain_complete",
+                      cause=HOSTILE_CAUSE, actor="lifecycle", actor_kind="automation", at=B01_SINCE,
+                      idempotency_key="b01-1"),
+            *[RemediationRun(run_key=f"remediate/n{i}", node_name=f"n0{i}", runbook="xid-79", status=status,
+                             actor="lifecycle") for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
+            RmaRecord(node_name="n07", status="open", reason="lemon", opened_by="lifecycle", idempotency_key="rma-1"),
+        ])
+        session.commit()
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -40,6 +61,7 @@ def sample(samples: dict, name: str, **labels: str) -> float:
 def served(db_url):
     engine = get_engine(db_url)
     history.seed(engine, NOW)
+    seed_more(engine)
     server = metrics_exporter.serve(engine, 0, "127.0.0.1")
     yield server.server_port
     server.shutdown()
@@ -50,9 +72,44 @@ def test_exporter_serves_the_fleet(served) -> None:
 
     nodes = {dict(labels)["state"]: value for (name, labels), value in samples.items() if name == "fleetctl_nodes"}
     assert nodes == {"new": 0, "firmware": 0, "burn_in": 0, "admission": 0, "production": 9, "draining": 0,
-                     "maintenance": 1, "rma": 1, "retired": 1}
-    assert sample(samples, "fleetctl_nodes_by_rack", rack="r2", profile="h100-sxm", state="rma") == 1
-    assert sample(samples, "fleetctl_nodes_by_rack", rack="r3", profile="a100-sxm-80gb", state="retired") == 1
+                     "maintenance": 2, "rma": 1, "retired": 1}
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r2", profile="h100-sxm", state="rma") == 1
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r3", profile="a100-sxm-80gb",
+                  state="retired") == 1
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="blue", rack="b1", profile="h100-sxm",
+                  state="maintenance") == 1
+
+    # Who is out and why: one series per node, the cause one line of at most REASON_LIMIT characters.
+    out = {dict(labels)["node"]: dict(labels) | {"value": value} for (name, labels), value in samples.items()
+           if name == "fleetctl_node_out_since_timestamp_seconds"}
+    assert sorted(out) == ["b01", "n05", "n07"]
+    assert out["n05"]["reason"] == "drained: " + history.NCCL_FAIL
+    assert (out["n07"]["state"], out["n07"]["fleet"], out["n07"]["rack"]) == ("rma", "default", "r2")
+    assert out["n07"]["reason"] == "runbook: lemon: 3 remediations in 7 days"
+    b01 = out["b01"]
+    assert (b01["fleet"], b01["state"], b01["value"]) == ("blue", "maintenance", B01_SINCE.timestamp())
+    assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx") and len(b01["reason"]) == metrics_exporter.REASON_LIMIT
+    assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
+
+    # The fleet served (default) and its budget, as `fleet status` shows it; b01 is blue's.
+    # 10 nodes serve (9 production, n05 in maintenance; RMA and retired do not): 10% is 1 node.
+    budget = {(name.removeprefix("fleetctl_capacity_"), dict(labels)["scope"], dict(labels)["rack"]): value
+              for (name, labels), value in samples.items() if name.startswith("fleetctl_capacity_")}
+    assert {k: v for k, v in budget.items() if k[1] == "fleet"} == {
+        ("unavailable", "fleet", ""): 1, ("limit", "fleet", ""): 1, ("headroom", "fleet", ""): 0}
+    # r2: n05 out, n06 and n08 serving, n07 in RMA; r3: three serving, n12 retired.
+    assert (budget["unavailable", "rack", "r2"], budget["limit", "rack", "r2"], budget["headroom", "rack", "r2"]) \
+        == (1, 1, 0)
+    assert budget["headroom", "rack", "r3"] == 1
+    assert {k[2] for k in budget} == {"", "r1", "r2", "r3"}
+
+    # Back to production: n03 after 8 h, n07 twice after 4 h, n08 after 3 h (the operator's drain).
+    assert sample(samples, "fleetctl_node_repair_seconds_count") == 4
+    assert sample(samples, "fleetctl_node_repair_seconds_sum") == (8 + 4 + 4 + 3) * 3600
+    assert sample(samples, "fleetctl_node_repair_seconds_bucket", le="14400.0") == 3
+    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="succeeded") == 2
+    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="running") == 1
+    assert sample(samples, "fleetctl_rma_records", status="open") == 1
 
     assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="pass") == 11
     assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="fail") == 2
@@ -74,8 +131,8 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
     assert sample(samples, "fleetctl_job_restart_latency_seconds_count") == 2
     assert sample(samples, "fleetctl_job_restart_latency_seconds_sum") == 210
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("60.0", "90.0", "120.0")] \
-        == [0, 1, 2]
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("60.0", "120.0", "300.0")] \
+        == [0, 2, 2]
 
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="grant") == 4
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="deny") == 1
