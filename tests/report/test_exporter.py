@@ -1,14 +1,19 @@
 """The Prometheus exporter served on 127.0.0.1, scraped over HTTP, on the hand-worked history
 (tests/report/history.py) and a few rows of our own: a node of another fleet out with a hostile
-cause, remediation runs, RMA records."""
+cause, remediation runs, RMA records. Then the Grafana dashboard: the fields Grafana's
+dashboard schema requires, only series the exporter exports, and every expression checked by the
+real Prometheus (`promtool check rules`, and a `prometheus` scraping the exporter and answering
+each panel's query; the Debian packages, installed by the Makefile)."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -23,7 +28,11 @@ from fleetctl.db.models import JobRestart, Node, NodeEvent, RemediationRun, RmaR
 from fleetctl.temporal_server import free_port
 from tests.report import history
 
+DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+# Grafana's own variables the dashboard may use, with the values Grafana would put in (longest
+# name first: $__range is a prefix of $__range_s).
+GRAFANA_VARIABLES = {"$__range_s": "3600", "$__range": "1h"}
 # A cause as a kernel log can carry it: a terminal title sequence, and far too long for a label.
 HOSTILE_CAUSE = "health: XID 94 \x1b]0;owned\x07" + "x" * 300
 B01_SINCE = NOW - timedelta(hours=2)
@@ -141,16 +150,89 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert sample(samples, "fleetctl_breaker_open", fleet="blue") == 1
 
 
-def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:
+def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
+    """Nothing recorded yet: the served fleet's breaker is closed (0) and its budget is there."""
     engine = get_engine(sqlite_url)
+    with Session(engine) as session:
+        session.add(Node(name="n01", address="sim://n01", rack="r1", profile="h100-sxm", state="production"))
+        session.add(JobRestart(job_id="j", scheduler="sim", bad_nodes=["n01"], cause="xid 79", actor="t",
+                               restart_id="1", fault_seen_at=NOW, running_at=NOW + timedelta(seconds=0.4),
+                               status="succeeded", workflow_id="job-restart/j/1"))
+        session.commit()
+    server = metrics_exporter.serve(engine, 0, "127.0.0.1", fleet="green")
+    try:
+        samples = scrape(server.server_port)
+    finally:
+        server.shutdown()
+    assert {dict(labels)["fleet"]: v for (name, labels), v in samples.items() if name == "fleetctl_breaker_open"} \
+        == {"green": 0}
+    assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="fleet", rack="") == 1
+    assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="rack", rack="r1") == 1
+    # A restart in 0.4 s reads as under half a second, not as "somewhere below 10 s".
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("0.25", "0.5")] == [0, 1]
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def targets(dash: dict) -> list[tuple[dict, dict]]:
+    return [(panel, target) for panel in dash["panels"] for target in panel["targets"]]
+
+
+def concrete(expr: str, dash: dict) -> str:
+    """`expr` as Grafana sends it to Prometheus, with every template variable matching all."""
+    for name, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(name, value)
+    for variable in dash["templating"]["list"]:
+        expr = expr.replace(f"${variable['name']}", ".*")
+    assert "$" not in expr, f"a variable neither Grafana's nor the dashboard's: {expr}"
+    return expr
+
+
+def test_dashboard_has_what_grafana_requires() -> None:
+    """The fields Grafana's dashboard schema (schemaVersion 39) requires of a dashboard, its
+    panels, targets and template variables; panels on the 24-column grid without overlap."""
+    dash = dashboard()
+    assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int) and dash["schemaVersion"] >= 36
+    variables = dash["templating"]["list"]
+    assert all(v["name"] and v["type"] in ("datasource", "query", "custom", "constant") for v in variables)
+    fleet = next(v for v in variables if v["name"] == "fleet")
+    assert re.search(r"label_values\(fleetctl_\w+, fleet\)", fleet["query"]["query"])
+    assert {p["id"] for p in dash["panels"]} == set(range(1, len(dash["panels"]) + 1))
+    cells: set[tuple[int, int]] = set()
+    for panel in dash["panels"]:
+        assert panel["type"] in ("timeseries", "stat", "table", "bargauge", "gauge") and panel["title"], panel
+        grid = panel["gridPos"]
+        assert all(isinstance(grid[k], int) for k in "xywh") and grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        assert panel["targets"] and len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
+        assert all(t["expr"] and t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+    for _, target in targets(dash):
+        concrete(target["expr"], dash)
+    # Every series that carries a fleet label is filtered by the fleet variable.
+    for panel, target in targets(dash):
+        if re.search(r"fleetctl_(breaker_open|capacity_\w+|node_out_since\w*|nodes_by_rack|guard_decisions_total)\b",
+                     target["expr"]):
+            assert 'fleet=~"$fleet"' in target["expr"], panel["title"]
+
+
+def served_with_more(url: str):
+    engine = get_engine(url)
     history.seed(engine, NOW)
-    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
+    seed_more(engine)
+    return metrics_exporter.serve(engine, 0, "127.0.0.1")
+
+
+def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:
+    server = served_with_more(sqlite_url)
     try:
         exported = {name for name, _ in scrape(server.server_port)}
     finally:
         server.shutdown()
-    dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs = [target["expr"] for _, target in targets(dashboard())]
     used = {name for expr in exprs for name in re.findall(r"\bfleetctl_\w+", expr)}
     assert exprs and used <= exported, used - exported
     # Each of the exporter's families appears on the dashboard.
@@ -179,3 +261,64 @@ def test_metrics_serve_command(sqlite_url) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert f"http://127.0.0.1:{port}/metrics" in stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus) is not installed")
+def test_every_expression_parses_in_promtool(tmp_path) -> None:
+    dash = dashboard()
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"fleetctl_dashboard:panel{panel['id']}_{target['refId']}", "expr": concrete(target["expr"], dash)}
+        for panel, target in targets(dash)]}]}
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    checked = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules['groups'][0]['rules'])} rules found" in checked.stdout
+
+
+def query(port: int, expr: str) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus (Debian's) is not installed")
+def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
+    """A real Prometheus scrapes the exporter once; every panel's query is valid, and each
+    panel that shows the present (instant, no rate) has data: no "No data" on a quiet fleet."""
+    exporter = served_with_more(sqlite_url)
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({"scrape_configs": [{
+        "job_name": "fleetctl", "scrape_interval": "1s",
+        "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_port}"]}]}]}))
+    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30  # start-up, then the first 1 s scrape
+        while True:
+            try:
+                if query(port, "fleetctl_breaker_open")["data"]["result"]:
+                    break
+            except OSError:
+                pass
+            assert prometheus.poll() is None, prometheus.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "prometheus did not scrape the exporter"
+            time.sleep(0.2)
+        dash = dashboard()
+        answers = {}
+        for panel, target in targets(dash):
+            answer = query(port, concrete(target["expr"], dash))
+            assert answer["status"] == "success", (panel["title"], answer)
+            answers[panel["title"], target["refId"]] = answer["data"]["result"]
+            if target.get("instant") and not re.search(r"\b(rate|increase)\(", target["expr"]):
+                assert answer["data"]["result"], f"{panel['title']}: No data"
+        out = answers["Nodes out of production, and why", "A"]
+        assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
+        assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
+            == {"default": "0", "blue": "1"}
+    finally:
+        prometheus.terminate()
+        prometheus.communicate(timeout=30)
+        exporter.shutdown()
