@@ -8,6 +8,7 @@ each panel's query; the Debian packages, installed by the Makefile)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -245,7 +246,8 @@ def test_metrics_serve_command(sqlite_url) -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--db-url", sqlite_url, "metrics", "serve",
                              "--port", str(port), "--address", "127.0.0.1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLEETCTL_FLEET": "green"})
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -257,6 +259,9 @@ def test_metrics_serve_command(sqlite_url) -> None:
                 assert time.monotonic() < deadline, "fleetctl metrics serve did not answer"
                 time.sleep(0.1)
         assert sample(samples, "fleetctl_nodes", state="production") == 9
+        # The configured fleet's breaker and budget (no node carries a fleet label: all are green's).
+        assert sample(samples, "fleetctl_breaker_open", fleet="green") == 0
+        assert sample(samples, "fleetctl_capacity_limit", fleet="green", scope="fleet", rack="") == 1
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
