@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from fleetctl.capacity import FLEET_LABEL, GuardPolicy, budgets, snapshot_from_states
+from fleetctl.capacity import FLEET_LABEL, GuardPolicy, budgets, in_fleet, snapshot_from_states
 from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.lifecycle import NodeState
 from fleetctl.metrics import PRODUCTION, Transition, as_utc, failure_label, is_failure
@@ -130,8 +130,9 @@ class FleetCollector:
         self.readers = (
             AppendOnlyReader(CheckRun.id, (CheckRun.check_name, CheckRun.status, CheckRun.started_at,
                                            CheckRun.finished_at), self._fold_check),
-            AppendOnlyReader(NodeEvent.id, (NodeEvent.node_name, NodeEvent.from_state, NodeEvent.to_state, NodeEvent.trigger,
-                                            NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at, NodeEvent.failure),
+            AppendOnlyReader(NodeEvent.id, (NodeEvent.node_name, NodeEvent.from_state, NodeEvent.to_state,
+                                            NodeEvent.trigger, NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at,
+                                            NodeEvent.failure),
                              self._fold_event),
             AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind), self._fold_decision,
                              where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS)),
@@ -213,7 +214,8 @@ class FleetCollector:
                 out.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, state, one_line(why, REASON_LIMIT)],
                                as_utc(since).timestamp())
         yield out
-        yield from self._budgets([(rack, state) for name, state, rack, _, _, _ in node_rows if fleet_of[name] == self.fleet])
+        yield from self._budgets([(rack, state) for _, state, rack, _, labels, _ in node_rows
+                                  if in_fleet(labels, self.fleet)])
 
         runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per check and judged status",
                                    labels=["check", "status"])

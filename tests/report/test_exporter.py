@@ -49,7 +49,8 @@ def seed_more(engine) -> None:
                       cause=HOSTILE_CAUSE, actor="lifecycle", actor_kind="automation", at=B01_SINCE,
                       idempotency_key="b01-1"),
             *[RemediationRun(run_key=f"remediate/n{i}", node_name=f"n0{i}", runbook="xid-79", status=status,
-                             actor="lifecycle") for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
+                             actor="lifecycle")
+              for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
             RmaRecord(node_name="n07", status="open", reason="lemon", opened_by="lifecycle", idempotency_key="rma-1"),
         ])
         session.commit()
@@ -98,7 +99,8 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert out["n07"]["reason"] == "runbook: lemon: 3 remediations in 7 days"
     b01 = out["b01"]
     assert (b01["fleet"], b01["state"], b01["value"]) == ("blue", "maintenance", B01_SINCE.timestamp())
-    assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx") and len(b01["reason"]) == metrics_exporter.REASON_LIMIT
+    assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx")
+    assert len(b01["reason"]) == metrics_exporter.REASON_LIMIT
     assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
 
     # The fleet served (default) and its budget, as `fleet status` shows it; b01 is blue's.
@@ -141,7 +143,8 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
     assert sample(samples, "fleetctl_job_restart_latency_seconds_count") == 2
     assert sample(samples, "fleetctl_job_restart_latency_seconds_sum") == 210
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("60.0", "120.0", "300.0")] \
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le)
+            for le in ("60.0", "120.0", "300.0")] \
         == [0, 2, 2]
 
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="grant") == 4
@@ -206,7 +209,8 @@ def test_dashboard_has_what_grafana_requires() -> None:
         assert panel["type"] in ("timeseries", "stat", "table", "bargauge", "gauge") and panel["title"], panel
         grid = panel["gridPos"]
         assert all(isinstance(grid[k], int) for k in "xywh") and grid["x"] + grid["w"] <= 24, panel["title"]
-        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                for y in range(grid["y"], grid["y"] + grid["h"])}
         assert not mine & cells, f"{panel['title']} overlaps another panel"
         cells |= mine
         assert panel["targets"] and len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
