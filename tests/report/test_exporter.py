@@ -27,7 +27,9 @@ from fleetctl import metrics_exporter
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.temporal_server import free_port
+from tests.intake.test_alertmanager import wait_ready
 from tests.report import history
+from tests.support.services import missing_service
 
 DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -272,7 +274,13 @@ def test_metrics_serve_command(sqlite_url) -> None:
     assert f"http://127.0.0.1:{port}/metrics" in stderr
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian's prometheus) is not installed")
+@pytest.fixture
+def needs_prometheus() -> None:
+    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
+        missing_service("Prometheus", "Debian's prometheus (with promtool) is not installed (Makefile APT_PACKAGES)")
+
+
+@pytest.mark.usefixtures("needs_prometheus")
 def test_every_expression_parses_in_promtool(tmp_path) -> None:
     dash = dashboard()
     rules = {"groups": [{"name": "dashboard", "rules": [
@@ -291,7 +299,7 @@ def query(port: int, expr: str) -> dict:
         return json.loads(response.read())
 
 
-@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus (Debian's) is not installed")
+@pytest.mark.usefixtures("needs_prometheus")
 def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
     """A real Prometheus scrapes the exporter once; every panel's query is valid, and each
     panel that shows the present (instant, no rate) has data: no "No data" on a quiet fleet."""
@@ -303,16 +311,11 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
         "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_port}"]}]}]}))
     prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                                    f"--web.listen-address=127.0.0.1:{port}"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
     try:
-        deadline = time.monotonic() + 30  # start-up, then the first 1 s scrape
-        while True:
-            try:
-                if query(port, "fleetctl_breaker_open")["data"]["result"]:
-                    break
-            except OSError:
-                pass
-            assert prometheus.poll() is None, prometheus.communicate()[1][-2000:]
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", prometheus)
+        deadline = time.monotonic() + 30  # the first scrape comes within a scrape interval or two
+        while not query(port, "fleetctl_breaker_open")["data"]["result"]:
             assert time.monotonic() < deadline, "prometheus did not scrape the exporter"
             time.sleep(0.2)
         dash = dashboard()
@@ -329,5 +332,5 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
             == {"default": "0", "blue": "1"}
     finally:
         prometheus.terminate()
-        prometheus.communicate(timeout=30)
+        prometheus.wait(30)
         exporter.shutdown()
