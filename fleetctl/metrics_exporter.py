@@ -51,6 +51,8 @@ REASON_LIMIT = 120  # a drain cause with its check and figures fits
 # What the capacity guard records per automated removal (automation_events.kind).
 GUARD_DECISIONS = ("grant", "deny", "force")
 BREAKER_KINDS = ("breaker_open", "breaker_closed")
+# The guard's answers that hold a node's drain back (the request that opens the breaker is one).
+GUARD_REFUSALS = ("deny", "breaker_open")
 
 
 def _tally(seconds: float, tally: list[float], bounds: Sequence[float]) -> None:
@@ -127,6 +129,8 @@ class FleetCollector:
         self.left_production: dict[str, datetime] = {}  # per node out of production: since when
         self.repairs = [0.0] * (len(REPAIR_BUCKETS) + 2)
         self.last_move: dict[str, tuple[datetime, str, str]] = {}  # per node: (at, to_state, why)
+        # Per node the guard refused since its last grant: (first refusal, latest, its reason).
+        self.refused: dict[str, tuple[datetime, datetime, str]] = {}
         self.readers = (
             AppendOnlyReader(CheckRun.id, (CheckRun.check_name, CheckRun.status, CheckRun.started_at,
                                            CheckRun.finished_at), self._fold_check),
@@ -134,7 +138,9 @@ class FleetCollector:
                                             NodeEvent.trigger, NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at,
                                             NodeEvent.failure),
                              self._fold_event),
-            AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind), self._fold_decision,
+            AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind,
+                                                  AutomationEvent.node_name, AutomationEvent.at,
+                                                  AutomationEvent.reason), self._fold_decision,
                              where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS)),
         )
 
@@ -163,7 +169,15 @@ class FleetCollector:
             self.last_move[node] = (at, to_state, cause or trigger)
 
     def _fold_decision(self, row) -> None:
-        _, fleet, kind = row
+        _, fleet, kind, node, at, reason = row
+        if node and kind in GUARD_REFUSALS:
+            at = as_utc(at)
+            moved = self.last_move[node][0] if node in self.last_move else at
+            # Refusals from before the node last moved held back another stay: start again.
+            first = self.refused[node][0] if node in self.refused and self.refused[node][0] >= moved else at
+            self.refused[node] = (first, at, reason)
+        elif node and kind in GUARD_DECISIONS:  # granted (or forced): no longer held
+            self.refused.pop(node, None)
         if kind in BREAKER_KINDS:
             self.breaker[fleet] = kind  # rows arrive in id order: the last one stands
         else:
@@ -182,6 +196,7 @@ class FleetCollector:
             latest = dict(self.breaker)
             repairs = list(self.repairs)
             moves = {name: self.last_move.get(name) for name, state, *_ in node_rows if state in OUT_STATES}
+            refused = dict(self.refused)
             remediations = list(session.exec(
                 select(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status, func.count())
                 .group_by(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status)))
@@ -214,6 +229,17 @@ class FleetCollector:
                 out.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, state, one_line(why, REASON_LIMIT)],
                                as_utc(since).timestamp())
         yield out
+        held = GaugeMetricFamily(
+            "fleetctl_node_drain_held_since_timestamp_seconds",
+            "Per production node whose drain the capacity guard refuses (DrainHeld): its first refusal since "
+            "it entered production; reason is the latest refusal's", labels=["fleet", "node", "rack", "reason"])
+        for name, state, rack, _, _, since in sorted(node_rows):
+            refusal = refused.get(name)
+            if NodeState(state).in_service and refusal is not None and refusal[1] >= as_utc(since):
+                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack,
+                                 one_line(refusal[2], REASON_LIMIT)],
+                                max(refusal[0], as_utc(since)).timestamp())
+        yield held
         yield from self._budgets([(rack, state) for _, state, rack, _, labels, _ in node_rows
                                   if in_fleet(labels, self.fleet)])
 
