@@ -347,6 +347,12 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
         assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
         assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
             == {"default": "0", "blue": "1"}
+        # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).
+        series, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", next(
+            v for v in dash["templating"]["list"] if v["name"] == "fleet")["query"]["query"]).groups()
+        url = f"http://127.0.0.1:{port}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": series})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert sorted(json.loads(response.read())["data"]) == ["blue", "default"]
     finally:
         prometheus.terminate()
         prometheus.wait(30)
