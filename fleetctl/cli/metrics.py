@@ -21,10 +21,13 @@ def serve(
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
     fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
-    restarts and their latency, capacity-guard decisions, the breaker."""
+    restarts and their latency, repairs, remediations, RMAs, capacity-guard decisions, and for
+    the configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
     from fleetctl import metrics_exporter
+    from fleetctl.config import guard_policy
 
-    server = metrics_exporter.serve(context.engine(ctx), port, address)
+    s = context.settings(ctx)
+    server = metrics_exporter.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet))
     typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
     try:
         threading.Event().wait()

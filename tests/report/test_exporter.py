@@ -1,27 +1,70 @@
-"""The Prometheus exporter served on 127.0.0.1, scraped over HTTP, on the hand-worked history;
-and the Grafana dashboard only asks for what the exporter exports."""
+"""The Prometheus exporter served on 127.0.0.1, scraped over HTTP, on the hand-worked history
+(tests/report/history.py) and a few rows of our own: a node of another fleet out with a hostile
+cause, remediation runs, RMA records. Then the Grafana dashboard: the fields Grafana's
+dashboard schema requires, only series the exporter exports, and every expression checked by the
+real Prometheus (`promtool check rules`, and a `prometheus` scraping the exporter and answering
+each panel's query; the Debian packages, installed by the Makefile)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlmodel import Session
 
 from fleetctl import metrics_exporter
 from fleetctl.db.engine import get_engine
+from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.temporal_server import free_port
+from tests.intake.test_alertmanager import wait_ready
 from tests.report import history
+from tests.support.services import missing_service
 
 DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+# Grafana's own variables the dashboard may use, with the values Grafana would put in (longest
+# name first: $__range is a prefix of $__range_s).
+GRAFANA_VARIABLES = {"$__range_s": "3600", "$__range": "1h"}
+# A cause as a kernel log can carry it: a terminal title sequence, and far too long for a label.
+HOSTILE_CAUSE = "health: XID 94 \x1b]0;owned\x07" + "x" * 300
+B01_SINCE = NOW - timedelta(hours=2)
+B02_SINCE = NOW - timedelta(hours=5)
+
+
+def seed_more(engine) -> None:
+    """What history.seed lacks: a node of fleet blue in maintenance, remediations, RMAs."""
+    with Session(engine) as session:
+        session.add_all([
+            Node(name="b01", address="sim://b01", rack="b1", profile="h100-sxm", scheduler="sim", state="maintenance",
+                 labels={"fleet": "blue"}, state_since=B01_SINCE, created_at=NOW - timedelta(days=3)),
+            NodeEvent(node_name="b01", from_state="draining", to_state="maintenance", trigger="drain_complete",
+                      cause=HOSTILE_CAUSE, actor="lifecycle", actor_kind="automation", at=B01_SINCE,
+                      idempotency_key="b01-1"),
+            *[RemediationRun(run_key=f"remediate/n{i}", node_name=f"n0{i}", runbook="xid-79", status=status,
+                             actor="lifecycle")
+              for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
+            RmaRecord(node_name="n07", status="open", reason="lemon", opened_by="lifecycle", idempotency_key="rma-1"),
+            # b02's drain is refused twice since it entered production; one refusal from before does not count.
+            Node(name="b02", address="sim://b02", rack="b1", profile="h100-sxm", scheduler="sim", state="production",
+                 labels={"fleet": "blue"}, state_since=B02_SINCE, created_at=NOW - timedelta(days=3)),
+            NodeEvent(node_name="b02", from_state="admission", to_state="production", trigger="enter_production",
+                      actor="lifecycle", actor_kind="automation", at=B02_SINCE, idempotency_key="b02-0"),
+            *[AutomationEvent(fleet="blue", kind="deny", node_name="b02", reason=f"rack b1 at its limit ({k})",
+                              actor="lifecycle", at=B02_SINCE + timedelta(hours=k), idempotency_key=f"b02-{k}")
+              for k in (-1, 1, 2)],
+        ])
+        session.commit()
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset], float]:
@@ -40,6 +83,7 @@ def sample(samples: dict, name: str, **labels: str) -> float:
 def served(db_url):
     engine = get_engine(db_url)
     history.seed(engine, NOW)
+    seed_more(engine)
     server = metrics_exporter.serve(engine, 0, "127.0.0.1")
     yield server.server_port
     server.shutdown()
@@ -49,10 +93,52 @@ def test_exporter_serves_the_fleet(served) -> None:
     samples = scrape(served)
 
     nodes = {dict(labels)["state"]: value for (name, labels), value in samples.items() if name == "fleetctl_nodes"}
-    assert nodes == {"new": 0, "firmware": 0, "burn_in": 0, "admission": 0, "production": 9, "draining": 0,
-                     "maintenance": 1, "rma": 1, "retired": 1}
-    assert sample(samples, "fleetctl_nodes_by_rack", rack="r2", profile="h100-sxm", state="rma") == 1
-    assert sample(samples, "fleetctl_nodes_by_rack", rack="r3", profile="a100-sxm-80gb", state="retired") == 1
+    assert nodes == {"new": 0, "firmware": 0, "burn_in": 0, "admission": 0, "production": 10, "draining": 0,
+                     "maintenance": 2, "rma": 1, "retired": 1}
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r2", profile="h100-sxm", state="rma") == 1
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r3", profile="a100-sxm-80gb",
+                  state="retired") == 1
+    assert sample(samples, "fleetctl_nodes_by_rack", fleet="blue", rack="b1", profile="h100-sxm",
+                  state="maintenance") == 1
+
+    # Who is out and why: one series per node, the cause one line of at most REASON_LIMIT characters.
+    out = {dict(labels)["node"]: dict(labels) | {"value": value} for (name, labels), value in samples.items()
+           if name == "fleetctl_node_out_since_timestamp_seconds"}
+    assert sorted(out) == ["b01", "n05", "n07"]
+    assert out["n05"]["reason"] == "drained: " + history.NCCL_FAIL
+    assert (out["n07"]["state"], out["n07"]["fleet"], out["n07"]["rack"]) == ("rma", "default", "r2")
+    assert out["n07"]["reason"] == "runbook: lemon: 3 remediations in 7 days"
+    b01 = out["b01"]
+    assert (b01["fleet"], b01["state"], b01["value"]) == ("blue", "maintenance", B01_SINCE.timestamp())
+    assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx")
+    assert len(b01["reason"]) == metrics_exporter.REASON_LIMIT
+    assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
+
+    # Drains the guard holds: b02 since its first refusal in production, with the latest reason;
+    # n09's refusal came before it entered production (history.seed's nodes did at seeding).
+    held = {dict(labels)["node"]: (dict(labels)["reason"], value) for (name, labels), value in samples.items()
+            if name == "fleetctl_node_drain_held_since_timestamp_seconds"}
+    assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp())}
+
+    # The fleet served (default) and its budget, as `fleet status` shows it; b01 is blue's.
+    # 10 nodes serve (9 production, n05 in maintenance; RMA and retired do not): 10% is 1 node.
+    budget = {(name.removeprefix("fleetctl_capacity_"), dict(labels)["scope"], dict(labels)["rack"]): value
+              for (name, labels), value in samples.items() if name.startswith("fleetctl_capacity_")}
+    assert {k: v for k, v in budget.items() if k[1] == "fleet"} == {
+        ("unavailable", "fleet", ""): 1, ("limit", "fleet", ""): 1, ("headroom", "fleet", ""): 0}
+    # r2: n05 out, n06 and n08 serving, n07 in RMA; r3: three serving, n12 retired.
+    assert (budget["unavailable", "rack", "r2"], budget["limit", "rack", "r2"], budget["headroom", "rack", "r2"]) \
+        == (1, 1, 0)
+    assert budget["headroom", "rack", "r3"] == 1
+    assert {k[2] for k in budget} == {"", "r1", "r2", "r3"}
+
+    # Back to production: n03 after 8 h, n07 twice after 4 h, n08 after 3 h (the operator's drain).
+    assert sample(samples, "fleetctl_node_repair_seconds_count") == 4
+    assert sample(samples, "fleetctl_node_repair_seconds_sum") == (8 + 4 + 4 + 3) * 3600
+    assert sample(samples, "fleetctl_node_repair_seconds_bucket", le="14400.0") == 3
+    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="succeeded") == 2
+    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="running") == 1
+    assert sample(samples, "fleetctl_rma_records", status="open") == 1
 
     assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="pass") == 11
     assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="fail") == 2
@@ -74,8 +160,9 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
     assert sample(samples, "fleetctl_job_restart_latency_seconds_count") == 2
     assert sample(samples, "fleetctl_job_restart_latency_seconds_sum") == 210
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("60.0", "90.0", "120.0")] \
-        == [0, 1, 2]
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le)
+            for le in ("60.0", "120.0", "300.0")] \
+        == [0, 2, 2]
 
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="grant") == 4
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="deny") == 1
@@ -84,18 +171,94 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert sample(samples, "fleetctl_breaker_open", fleet="blue") == 1
 
 
-def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:
+def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
+    """Nothing recorded yet: the served fleet's breaker is closed (0) and its budget is there."""
     engine = get_engine(sqlite_url)
-    history.seed(engine, NOW)
-    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
+    with Session(engine) as session:
+        session.add(Node(name="n01", address="sim://n01", rack="r1", profile="h100-sxm", state="production"))
+        session.add(JobRestart(job_id="j", scheduler="sim", bad_nodes=["n01"], cause="xid 79", actor="t",
+                               restart_id="1", fault_seen_at=NOW, running_at=NOW + timedelta(seconds=0.4),
+                               status="succeeded", workflow_id="job-restart/j/1"))
+        session.commit()
+    server = metrics_exporter.serve(engine, 0, "127.0.0.1", fleet="green")
     try:
-        exported = {name for name, _ in scrape(server.server_port)}
+        samples = scrape(server.server_port)
     finally:
         server.shutdown()
-    dashboard = json.loads(DASHBOARD.read_text())
-    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert {dict(labels)["fleet"]: v for (name, labels), v in samples.items() if name == "fleetctl_breaker_open"} \
+        == {"green": 0}
+    assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="fleet", rack="") == 1
+    assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="rack", rack="r1") == 1
+    # A restart in 0.4 s reads as under half a second, not as "somewhere below 10 s".
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("0.25", "0.5")] == [0, 1]
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def targets(dash: dict) -> list[tuple[dict, dict]]:
+    return [(panel, target) for panel in dash["panels"] for target in panel["targets"]]
+
+
+def concrete(expr: str, dash: dict) -> str:
+    """`expr` as Grafana sends it to Prometheus, with every template variable matching all."""
+    for name, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(name, value)
+    for variable in dash["templating"]["list"]:
+        expr = expr.replace(f"${variable['name']}", ".*")
+    assert "$" not in expr, f"a variable neither Grafana's nor the dashboard's: {expr}"
+    return expr
+
+
+def test_dashboard_has_what_grafana_requires() -> None:
+    """The fields Grafana's dashboard schema (schemaVersion 39) requires of a dashboard, its
+    panels, targets and template variables; panels on the 24-column grid without overlap."""
+    dash = dashboard()
+    assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int) and dash["schemaVersion"] >= 36
+    variables = dash["templating"]["list"]
+    assert all(v["name"] and v["type"] in ("datasource", "query", "custom", "constant") for v in variables)
+    fleet = next(v for v in variables if v["name"] == "fleet")
+    assert re.search(r"label_values\(fleetctl_\w+, fleet\)", fleet["query"]["query"])
+    assert {p["id"] for p in dash["panels"]} == set(range(1, len(dash["panels"]) + 1))
+    cells: set[tuple[int, int]] = set()
+    for panel in dash["panels"]:
+        assert panel["type"] in ("timeseries", "stat", "table", "bargauge", "gauge") and panel["title"], panel
+        grid = panel["gridPos"]
+        assert all(isinstance(grid[k], int) for k in "xywh") and grid["x"] + grid["w"] <= 24, panel["title"]
+        mine = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"])
+                for y in range(grid["y"], grid["y"] + grid["h"])}
+        assert not mine & cells, f"{panel['title']} overlaps another panel"
+        cells |= mine
+        assert panel["targets"] and len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])
+        assert all(t["expr"] and t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+    for _, target in targets(dash):
+        concrete(target["expr"], dash)
+
+
+def served_with_more(url: str):
+    engine = get_engine(url)
+    history.seed(engine, NOW)
+    seed_more(engine)
+    return metrics_exporter.serve(engine, 0, "127.0.0.1")
+
+
+def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:
+    server = served_with_more(sqlite_url)
+    try:
+        samples = scrape(server.server_port)
+    finally:
+        server.shutdown()
+    exported = {name for name, _ in samples}
+    exprs = [target["expr"] for _, target in targets(dashboard())]
     used = {name for expr in exprs for name in re.findall(r"\bfleetctl_\w+", expr)}
     assert exprs and used <= exported, used - exported
+    # A series with a fleet label is asked for the fleets chosen in the dashboard's variable.
+    by_fleet = {name for name, labels in samples if "fleet" in dict(labels)}
+    assert {"fleetctl_breaker_open", "fleetctl_capacity_headroom", "fleetctl_nodes_by_rack"} <= by_fleet
+    for expr in exprs:
+        for name in set(re.findall(r"\bfleetctl_\w+", expr)) & by_fleet:
+            assert re.search(rf'\b{name}\{{[^}}]*fleet=~"\$fleet"', expr), expr
     # Each of the exporter's families appears on the dashboard.
     families = {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in exported}
     assert families <= {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in used}, families
@@ -106,7 +269,8 @@ def test_metrics_serve_command(sqlite_url) -> None:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--db-url", sqlite_url, "metrics", "serve",
                              "--port", str(port), "--address", "127.0.0.1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "FLEETCTL_FLEET": "green"})
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -118,7 +282,78 @@ def test_metrics_serve_command(sqlite_url) -> None:
                 assert time.monotonic() < deadline, "fleetctl metrics serve did not answer"
                 time.sleep(0.1)
         assert sample(samples, "fleetctl_nodes", state="production") == 9
+        # The configured fleet's breaker and budget (no node carries a fleet label: all are green's).
+        assert sample(samples, "fleetctl_breaker_open", fleet="green") == 0
+        assert sample(samples, "fleetctl_capacity_limit", fleet="green", scope="fleet", rack="") == 1
     finally:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert f"http://127.0.0.1:{port}/metrics" in stderr
+
+
+@pytest.fixture
+def needs_prometheus() -> None:
+    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
+        missing_service("Prometheus", "Debian's prometheus (with promtool) is not installed (Makefile APT_PACKAGES)")
+
+
+@pytest.mark.usefixtures("needs_prometheus")
+def test_every_expression_parses_in_promtool(tmp_path) -> None:
+    dash = dashboard()
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"fleetctl_dashboard:panel{panel['id']}_{target['refId']}", "expr": concrete(target["expr"], dash)}
+        for panel, target in targets(dash)]}]}
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    checked = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules['groups'][0]['rules'])} rules found" in checked.stdout
+
+
+def query(port: int, expr: str) -> dict:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.usefixtures("needs_prometheus")
+def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
+    """A real Prometheus scrapes the exporter once; every panel's query is valid, and each
+    panel that shows the present (instant, no rate) has data: no "No data" on a quiet fleet."""
+    exporter = served_with_more(sqlite_url)
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({"scrape_configs": [{
+        "job_name": "fleetctl", "scrape_interval": "1s",
+        "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_port}"]}]}]}))
+    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
+    try:
+        wait_ready(f"http://127.0.0.1:{port}/-/ready", prometheus)
+        deadline = time.monotonic() + 30  # the first scrape comes within a scrape interval or two
+        while not query(port, "fleetctl_breaker_open")["data"]["result"]:
+            assert time.monotonic() < deadline, "prometheus did not scrape the exporter"
+            time.sleep(0.2)
+        dash = dashboard()
+        answers = {}
+        for panel, target in targets(dash):
+            answer = query(port, concrete(target["expr"], dash))
+            assert answer["status"] == "success", (panel["title"], answer)
+            answers[panel["title"], target["refId"]] = answer["data"]["result"]
+            if target.get("instant") and not re.search(r"\b(rate|increase)\(", target["expr"]):
+                assert answer["data"]["result"], f"{panel['title']}: No data"
+        out = answers["Nodes out of production, and why", "A"]
+        assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
+        assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
+            == {"default": "0", "blue": "1"}
+        # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).
+        series, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", next(
+            v for v in dash["templating"]["list"] if v["name"] == "fleet")["query"]["query"]).groups()
+        url = f"http://127.0.0.1:{port}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": series})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert sorted(json.loads(response.read())["data"]) == ["blue", "default"]
+    finally:
+        prometheus.terminate()
+        prometheus.wait(30)
+        exporter.shutdown()
