@@ -27,6 +27,12 @@ from workflows.client import connect
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
 PROLOG = Path(str(resources.files("fleetctl") / "prolog" / "slurm-prolog.sh"))
+PROLOG_TIMEOUT_S = 60  # the wrapper's FLEETCTL_PROLOG_TIMEOUT_S: the most one prolog may take
+# How long Slurm may hold a requeued job back: its credential lifetime, the shared cluster's
+# default 120 s (tests/schedulers/slurm_cluster.py).
+REQUEUE_HOLD_S = 120
+# node1's prolog, the hold, the prolog on the node it lands on, and Slurm's scheduling passes.
+JOB_RUNS_WITHIN_S = 2 * PROLOG_TIMEOUT_S + REQUEUE_HOLD_S + 30
 
 
 async def _until(predicate, timeout_s: float, what: str):
@@ -42,7 +48,7 @@ def _wrapper(path: Path, settings) -> Path:
     environment), then the shipped script. Every value quoted for the shell."""
     env = {"FLEETCTL": str(Path(sys.executable).with_name("fleetctl")), "FLEETCTL_DB_URL": settings.db_url,
            "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
-           "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": "60"}
+           "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": str(PROLOG_TIMEOUT_S)}
     path.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
                     + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n")
     path.chmod(0o755)
@@ -74,6 +80,8 @@ def _runs(output: Path) -> list[str]:
     return [line for line in output.read_text().splitlines() if line.startswith("run ")] if output.exists() else []
 
 
+# The job's wait, node1's drain (90 s below) and the start of the workers and workflows.
+@pytest.mark.timeout(JOB_RUNS_WITHIN_S + 90 + 120)
 async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drained(
         slurm_cluster, prolog_on) -> None:
     settings = prolog_on
@@ -91,11 +99,18 @@ async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drai
         # The builtin scheduler gives a 1-node job the first idle node: node1.
         job_id = slurm_cluster.submit_sleep_job("-N1", "--requeue")
         output = slurm_cluster.root / "jobs" / f"{job_id}.out"
-        runs = await _until(lambda: _runs(output), 120, "the job to run")
+        def show_job() -> str:
+            return subprocess.run(["scontrol", "show", "job", job_id], env={**os.environ, "SLURM_CONF": str(
+                slurm_cluster.conf_path)}, capture_output=True, text=True, check=True).stdout
+
+        try:
+            runs = await _until(lambda: _runs(output), JOB_RUNS_WITHIN_S, "the job to run")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; node1: {[(e.trigger, e.cause) for e in queries.node_events(engine, 'node1')]}"
+                                 f"\n{show_job()}") from None
         assert "node1" not in runs[0], runs  # its script ran only on a healthy node
         assert len(runs) == 1
-        restarts = subprocess.run(["scontrol", "show", "job", job_id], env={**os.environ, "SLURM_CONF": str(
-            slurm_cluster.conf_path)}, capture_output=True, text=True, check=True).stdout
+        restarts = show_job()
         assert "Restarts=1" in restarts  # requeued once, off node1
 
         # Drained to maintenance; the runbook for the failed check may take it on from there.

@@ -19,8 +19,14 @@ from fleetctl.db.engine import head_revision
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
-# One process of `make test`'s two runs them all, so the wheel is built and installed once.
-pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging")]
+# Bounds of the build, the venv and the install (a loaded 2-core machine takes minutes).
+BUILD_S, VENV_S, INSTALL_S = 600, 300, 900
+# A command of the installed fleetctl.
+RUN_S = 120
+# One process of `make test`'s two runs them all, so the wheel is built and installed once,
+# in the first test's setup: its bound is the fixture's steps' bounds and its own run.
+pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging"),
+              pytest.mark.timeout(BUILD_S + VENV_S + INSTALL_S + 2 * RUN_S)]
 # A worker that reached Temporal polls its task queue within a poll interval; this bounds
 # its start (imports, migration, connect) on a loaded machine.
 WORKER_POLLS_WITHIN_S = 60
@@ -33,14 +39,14 @@ def installed(tmp_path_factory) -> Path:
     # sdist first, then the wheel from the sdist (build's default): the sdist must carry
     # everything the wheel needs, as it will for anyone building from PyPI's sdist.
     subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(REPO)], check=True,
-                   capture_output=True, timeout=600)
+                   capture_output=True, timeout=BUILD_S)
     wheel = next((work / "dist").glob("fleetctl-*.whl"))
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=300)
-    subprocess.run([str(work / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=900)
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=VENV_S)
+    subprocess.run([str(work / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=INSTALL_S)
     return work / "venv/bin"
 
 
-def run(installed: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120):
+def run(installed: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = RUN_S):
     # From an empty directory, with none of the checkout on the path: only the wheel answers.
     base = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(cwd / "home"), "TEMPORAL_CONFIG_FILE": os.devnull}
     return subprocess.run([str(installed / "fleetctl"), *args], cwd=cwd, env={**base, **(env or {})},

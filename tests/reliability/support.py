@@ -44,7 +44,8 @@ class Cli:
         s = self.settings
         base = ["--db-url", s.db_url, "--temporal-address", s.temporal_address, "--task-queue", s.task_queue,
                 "--as", operator or self.operator]
-        return CliRunner().invoke(app, [*base, *args], input=input, env={"FLEETCTL_FLEET": s.fleet})
+        # A wide terminal: the tests read what a table's cells say, not where rich wraps them.
+        return CliRunner().invoke(app, [*base, *args], input=input, env={"FLEETCTL_FLEET": s.fleet, "COLUMNS": "200"})
 
 
 def one_line_error(result) -> str:
