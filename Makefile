@@ -39,7 +39,7 @@ lint: $(VENV)/.installed
 # Two processes (Slurm tests all in one of them): most tests wait on real services, and each process runs
 # its own Temporal dev server, PostgreSQL and Slurm cluster, so the suite takes half the time.
 test: $(VENV)/.installed system-deps lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup
+	$(VENV)/bin/pytest -n 2 --dist loadgroup --durations=30
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetctl demo
