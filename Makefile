@@ -8,7 +8,7 @@ PYTHON ?= python3
 # Prometheus and Alertmanager for the agent's, the exporter's and the intake's tests.
 # Debian's kubernetes-client (kubectl) too, unless the machine has a kubectl of another vendor
 # (that one owns /usr/bin/kubectl and the two packages cannot both be installed).
-APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium nginx systemd prometheus prometheus-alertmanager
+APT_PACKAGES := postgresql openssh-server openssh-client slurm-wlm munge chromium nginx systemd prometheus prometheus-alertmanager tmux
 
 .PHONY: demo test bench system-deps lint clean
 
