@@ -81,6 +81,10 @@ def make_settings(temporal_address):
 
 def pytest_configure(config) -> None:
     services_required()  # a typo in FLEETCTL_TEST_REQUIRE_SERVICES stops the run before any test
+    # pytest-xdist's workers run with COLUMNS=80 and LINES=24, a plain pytest with neither:
+    # the same terminal for both, so a table wraps the same way in `make test` and alone. A
+    # test of redirected output (unbounded lines) removes them for its command.
+    os.environ["COLUMNS"], os.environ["LINES"] = "80", "24"
 
 
 def pytest_collection_modifyitems(config, items) -> None:

@@ -6,6 +6,9 @@
 #   PrologFlags=Alloc                         # run on every node of the job, at allocation
 #   SchedulerParameters=nohold_on_prolog_fail # requeue the job, not hold it, when this fails
 #   JobRequeue=1                              # (or sbatch --requeue) batch jobs may be requeued
+#   BatchStartTimeout=150                     # above FLEETCTL_PROLOG_TIMEOUT_S: Slurm's default 10 s
+#                                             # requeues a job whose prolog takes longer, over and
+#                                             # over, and never drains the node
 #
 # Runs `fleetctl node prolog` (a short suite, default `prejob`). On a failed check fleetctl
 # drains the node through its capacity guard with the check as cause and this exits 1:

@@ -29,7 +29,8 @@ def cli(slurm_cluster, make_settings, sqlite_url):
     runner = CliRunner()
 
     def invoke(*args: str):
-        return runner.invoke(app, [*base, *args], env={"SLURM_CONF": settings.slurm_conf})
+        # as redirected to a file: no terminal width, so no table line is wrapped
+        return runner.invoke(app, [*base, *args], env={"SLURM_CONF": settings.slurm_conf, "COLUMNS": None, "LINES": None})
 
     yield invoke
     worker.stop()
@@ -110,4 +111,4 @@ def test_report_shows_ettr_and_restart_latency_of_a_real_slurm_job_with_checkpoi
     assert report["jobs"]["at_job_size"]["gpus"] == 1024
 
     table = cli("report", "--no-sync").stdout
-    assert "job ETTR" in table and "restart p50" in table and job_id in table
+    assert "job ETTR" in table and "restart median" in table and job_id in table

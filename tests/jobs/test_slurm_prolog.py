@@ -66,7 +66,10 @@ def prolog_on(slurm_cluster, tmp_path, make_settings, sqlite_url):
     assert "SchedulerParameters=sched_interval=1\n" in original
     conf.write_text(original.replace("SchedulerParameters=sched_interval=1\n",
                                      "SchedulerParameters=sched_interval=1,nohold_on_prolog_fail\n")
-                    + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n")
+                    + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n"
+                    # Slurm gives up a batch launch after 10 s by default and requeues the job
+                    # without draining the node: the prolog must be allowed its whole limit.
+                    + f"BatchStartTimeout={PROLOG_TIMEOUT_S + 30}\n")
     slurm_cluster.run("scontrol", "reconfigure")
     try:
         yield settings

@@ -75,7 +75,8 @@ def test_report_window_units_and_times_on_a_young_fleet(db_url, tmp_path) -> Non
     assert not HOURS_BELOW_ONE.search(html) and not MICROSECONDS.search(html)
     assert f"{first_event:%Y-%m-%d %H:%M:%S} to" in html
 
-    r = runner.invoke(app, ["--db-url", db_url, "report", "--no-sync"])
+    # as redirected to a file: no terminal width, nothing wrapped
+    r = runner.invoke(app, ["--db-url", db_url, "report", "--no-sync"], env={"COLUMNS": None, "LINES": None})
     assert r.exit_code == 0, r.output
     table = r.stdout
     assert f"{first_event:%Y-%m-%d %H:%M:%S} to" in table and "since the first recorded node event" in table
