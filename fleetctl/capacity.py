@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from fleetctl.lifecycle import NodeState
 
@@ -260,6 +261,16 @@ def checker_storm(policy: GuardPolicy, errored: int, checked: int) -> str | None
         return None
     return (f"checker storm: {errored} of {checked} nodes returned unjudgeable output "
             f"(more than {policy.storm_fraction:.0%} of the nodes checked); breaker opened")
+
+
+def counted_state(state: str, state_since: datetime, now: datetime, policy: GuardPolicy) -> str:
+    """The state the guard counts a node in. A node sent to RMA within the storm window is
+    still out for repair: a storm whose failures go straight to RMA (row-remap failures, a
+    wrong result) would otherwise free its own budget as each node reached RMA, and drain
+    the fleet two at a time until the breaker caught up."""
+    if NodeState(state) is NodeState.RMA and (now - state_since).total_seconds() < policy.storm_window_s:
+        return NodeState.MAINTENANCE.value
+    return state
 
 
 def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:

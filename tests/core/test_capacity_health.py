@@ -107,3 +107,19 @@ def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, b
     # a refusal is the same refusal, and an operator's forced removal is not automation's
     assert decide(dry, fleet(18, unavailable={1: 2}), req(), {}, 100.0, False).reason.startswith("fleet limit")
     assert decide(dry, fleet(20), req(force=True), {}, 100.0, False).granted
+
+
+@pytest.mark.parametrize("state, age_s, counted", [
+    ("rma", 10, "maintenance"),      # sent to RMA inside the storm window: still out for repair
+    ("rma", 10_000, "rma"),          # an old RMA leaves the count
+    ("maintenance", 10, "maintenance"),
+    ("production", 10, "production"),
+])
+def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from fleetctl.capacity import GuardPolicy, counted_state
+
+    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    policy = GuardPolicy(storm_window_s=600)
+    assert counted_state(state, now - timedelta(seconds=age_s), now, policy) == counted

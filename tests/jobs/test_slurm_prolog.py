@@ -27,7 +27,7 @@ from workflows.client import connect
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
 PROLOG = Path(str(resources.files("fleetctl") / "prolog" / "slurm-prolog.sh"))
-PROLOG_TIMEOUT_S = 60  # the wrapper's FLEETCTL_PROLOG_TIMEOUT_S: the most one prolog may take
+PROLOG_TIMEOUT_S = 120  # the shipped default FLEETCTL_PROLOG_TIMEOUT_S: the most one prolog may take
 # How long Slurm may hold a requeued job back: its credential lifetime, the shared cluster's
 # default 120 s (tests/schedulers/slurm_cluster.py).
 REQUEUE_HOLD_S = 120

@@ -3,6 +3,7 @@ workflows put to it (workflows cannot send Updates to other workflows; these do 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
 from temporalio import activity
@@ -14,10 +15,12 @@ from fleetctl.capacity import (
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
+    counted_state,
     snapshot_from_states,
 )
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
+from fleetctl.metrics import as_utc
 from workflows.activities.database import DatabaseActivities
 from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
 
@@ -32,7 +35,9 @@ class GuardActivities(DatabaseActivities):
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
         """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
-        return snapshot_from_states([(n.rack, n.state) for n in self._fleet_nodes(fleet)])
+        policy, now = guard_policy(self.settings, fleet), datetime.now(timezone.utc)
+        return snapshot_from_states([(n.rack, counted_state(n.state, as_utc(n.state_since), now, policy))
+                                     for n in self._fleet_nodes(fleet)])
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
