@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import contextmanager
+import os
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,13 @@ async def test_hanging_check_is_killed_retried_then_an_error(ssh_fleet, monkeypa
     (name,) = fleet.names
     await fleet.to_production(name)
     marker = f"{fleet.node.root}/hung"
-    with tool_script(fleet, f'echo started >> {marker}\nexec sleep 3601\n'):
+    # A duration of this test's own: another copy of the suite on the machine hangs its own sleep.
+    hang = f"3601.{os.getpid()}"
+    with tool_script(fleet, f'echo started >> {marker}\nexec sleep {hang}\n'):
         await fleet.recheck(name)
     assert Path(marker).read_text().count("started") == CheckRequest.max_attempts
     assert "timeout" in assert_unjudged_not_failed(fleet, name, "timeout")
-    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == b"sleep\x003601\x00"], \
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == f"sleep\x00{hang}\x00".encode()], \
         "the hung tool outlived its check"
 
 
