@@ -234,4 +234,7 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
     assert (row.done, row.failed, row.total) == (2, 0, 2)
     for name in names:
         assert_events(engine, name, [*TO_PRODUCTION, "drain", "drain_complete", *TO_PRODUCTION])
-        assert not SimScheduler(engine).node_state(name).drained  # back in the scheduler with production
+        # back in the scheduler with production: the workflow's next step after the transition,
+        # one scheduler call (its start-to-close) once the recorded state says production
+        await wait_for(lambda: not SimScheduler(engine).node_state(name).drained,
+                       2 * SCHEDULER["start_to_close_timeout"].total_seconds(), f"{name} resumed in its scheduler")
