@@ -44,6 +44,11 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]:
     (bin_dir / "mpirun").write_text(FAKE_MPIRUN)
     for script in bin_dir.iterdir():
         script.chmod(0o755)
+    # bash run by sshd sources ~/.bashrc: the account's own (a pyenv init that takes a lock, a
+    # slow profile) must neither slow the node's commands nor be left broken when a test kills
+    # a session mid-startup. The node's sessions get an empty home of their own.
+    home = root / "home"
+    home.mkdir()
     port = free_port()
     config = root / "sshd_config"
     config.write_text(
@@ -62,7 +67,7 @@ AllowTcpForwarding yes
 MaxSessions 32
 MaxStartups 64
 PrintMotd no
-SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin
+SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin HOME={home}
 LogLevel VERBOSE
 """
     )
