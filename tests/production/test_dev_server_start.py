@@ -1,0 +1,46 @@
+"""The embedded dev server starts although another process took the port it picked.
+
+A free port is found by binding and releasing it: on a busy machine (two suites, a CI runner
+beside a developer) another process can bind it before the server does, and the server exits.
+The start picks its ports again; a port the caller fixed stays fixed and the error says why.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from fleetctl import temporal_server
+from fleetctl.temporal_server import START_ATTEMPTS, ServerExited, start_dev_server
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+def taken_port():
+    """A port bound by another process (not listening: the server's own frontend must answer)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        yield holder.getsockname()[1]
+
+
+def test_a_picked_port_taken_in_between_is_picked_again(tmp_path, taken_port, monkeypatch) -> None:
+    picks = iter([taken_port])
+    real_free_port = temporal_server.free_port
+    monkeypatch.setattr(temporal_server, "free_port", lambda: next(picks, None) or real_free_port())
+    server = start_dev_server(tmp_path / "temporal.db")
+    try:
+        assert server.address != f"127.0.0.1:{taken_port}"
+        with socket.create_connection(server.address.split(":"), timeout=5):
+            pass
+    finally:
+        server.stop()
+
+
+def test_a_fixed_port_that_is_taken_fails_saying_why(tmp_path, taken_port) -> None:
+    with pytest.raises(ServerExited) as failed:
+        start_dev_server(tmp_path / "temporal.db", port=taken_port)
+    message = str(failed.value)
+    assert f"after {START_ATTEMPTS} attempts" in message
+    assert "address already in use" in message, message
