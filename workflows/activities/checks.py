@@ -123,4 +123,4 @@ def _outcome(run: CheckRun) -> CheckOutcome:
 
 def _run_with_heartbeat(executor, target, argv, timeout_s: float):
     """Run the (blocking) command and heartbeat while it runs."""
-    return run_heartbeating(lambda: executor.run(target, argv, timeout_s), f"check-{target.name}")
+    return run_heartbeating(lambda: executor.run(target, argv, timeout_s))
