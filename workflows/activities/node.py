@@ -18,13 +18,15 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
-from fleetctl.reachability import ReachabilityPolicy, judge_reachability
+from fleetctl.metrics import as_utc
+from fleetctl.reachability import ReachabilityPolicy, judge_agent_silence, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
 from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
     TRANSITION_UPDATE,
+    AgentSilence,
     AutomationRecord,
     HealthEventBatch,
     HealthEventBatchResult,
@@ -161,6 +163,29 @@ class NodeActivities(DatabaseActivities):
                 kind="suspect", reason=verdict.reason, actor="reachability", node=name, fleet=self.settings.fleet,
                 key=f"suspect/{name}/{runs[0].id}"))
         return ReachabilityVerdict(name, verdict.suspect, verdict.reason)
+
+    @activity.defn
+    def judge_agent_silence(self, scope: SweepScope) -> AgentSilence:
+        """The fleet's production nodes whose agent has been silent longer than
+        settings.agent_silence_s (nodes never heard from are not judged). Each is recorded as
+        suspect once per silence (keyed by when it was last heard), where `node list` and
+        fleet status show it until it is heard again."""
+        now, silence_s = datetime.now(timezone.utc), self.settings.agent_silence_s
+        judged = AgentSilence()
+        if silence_s <= 0:
+            return judged
+        for node in self._fleet_nodes(scope.fleet, state="production"):
+            if node.agent_seen_at is None:
+                continue
+            judged.with_agent += 1
+            seen = as_utc(node.agent_seen_at)
+            verdict = judge_agent_silence(seen, as_utc(node.state_since), now, silence_s)
+            if verdict.suspect:
+                self.record_automation_event(AutomationRecord(
+                    kind="suspect", reason=verdict.reason, actor=queries.AGENT_SILENCE_ACTOR, node=node.name,
+                    fleet=self.settings.fleet, key=f"suspect/{node.name}/agent/{seen.timestamp():.6f}"))
+                judged.silent.append(ReachabilityVerdict(node.name, True, verdict.reason))
+        return judged
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:

@@ -122,7 +122,7 @@ class CapacityGuard:
         async with self.lock:
             if workflow.patched("guard-reads-policy-and-evidence"):
                 await self._read_policy()
-            reason = checker_storm(self.s.policy, len(report.errored), report.checked)
+            reason = checker_storm(self.s.policy, len(report.errored), report.checked, report.kind)
             if reason is not None and not self.s.breaker_open:
                 now = workflow.now().timestamp()
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, reason, now
