@@ -32,7 +32,7 @@ def agent(
     profile: Optional[str] = typer.Option(None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"),
     metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
-    heartbeat_url: Optional[str] = typer.Option(None, "--heartbeat-url",
+    heartbeat_url: Optional[str] = typer.Option(None, "--heartbeat-url", envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
                                                 help="the intake (`fleetctl events serve`) to send heartbeats to, "
                                                      "e.g. http://intake:9411; fleetctl judges a node whose agent "
                                                      "falls silent (FLEETCTL_AGENT_SILENCE_S)"),
