@@ -11,12 +11,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import yaml
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import inspect
 
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.heartbeat import HeartbeatFailed, HeartbeatSender
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.db import queries
-from fleetctl.db.engine import get_engine
+from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
 from fleetctl.inventory import parse_inventory
@@ -161,3 +164,22 @@ async def test_the_running_agent_beats_every_interval_and_counts_what_failed(int
     stop.set()
     await task
     assert agent.metrics.heartbeat_failures._value.get() >= 1
+
+
+def test_migration_0009_adds_and_removes_the_agent_seen_column(intake) -> None:
+    engine, cfg = intake.engine, Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    queries.record_agent_heartbeats(engine, {intake.names[0]: datetime.now(timezone.utc)})
+
+    def columns() -> set[str]:
+        return {c["name"] for c in inspect(engine).get_columns("nodes")}
+
+    assert "agent_seen_at" in columns()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0008")
+    assert "agent_seen_at" not in columns() and len(intake.names) == 3  # the nodes stay
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    assert "agent_seen_at" in columns() and seen(intake) == {n: None for n in intake.names}  # heard by none yet
