@@ -144,6 +144,7 @@ async def test_a_silent_agent_drains_its_node_through_the_guard_and_a_node_witho
     assert granted, "the drain went through the capacity guard"
     # The node without an agent was silent all along, and is never judged.
     assert fleet.state(agentless) == "production" and agentless not in suspects(fleet)
+    assert queries.get_node(fleet.engine, agentless).agent_seen_at is None
     assert all(fleet.state(n) == "production" for n in fleet.names if n != quiet)
 
 
@@ -172,6 +173,11 @@ async def test_many_silent_at_once_open_the_breaker_stay_in_production_and_a_hea
     assert {n for n, r in rows.items() if r["suspect"]} == set(quiet[1:])
     assert all(rows[n]["suspect"].startswith("agent silent since") and rows[n]["health"].startswith("Suspect")
                for n in quiet[1:])
+    assert all(r["agent_seen_at"] for r in rows.values())
+    shown_one = await asyncio.to_thread(  # `node show` asks Temporal with its own event loop
+        CliRunner().invoke, app, ["--db-url", fleet.settings.db_url, "--temporal-address",
+                                  fleet.settings.temporal_address, "node", "show", quiet[1]])
+    assert shown_one.exit_code == 0 and "agent: last heard" in shown_one.stdout, shown_one.output
     again = await sweep(fleet)
     assert sorted(again.silent) == quiet[1:] and again.drained == []
     assert {fleet.state(n) for n in quiet} == {"production"}
