@@ -100,6 +100,8 @@ class CheckErrorReport:
     # What `errored` are: nodes whose checks could not judge them (CHECK_ERRORS), or, of the
     # `checked` nodes that have an agent, those whose agent fell silent (AGENT_SILENCE).
     kind: str = "check-errors"
+    # How many errored when `errored` names only some of them (0: it names them all).
+    count: int = 0
 
 
 CHECK_ERRORS, AGENT_SILENCE = "check-errors", "agent-silence"

@@ -16,8 +16,8 @@ just come back from repair gets the whole silence before it is judged again."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 UNREACHABLE = "unreachable"  # fleetctl.executors.base.NodeUnreachable.kind, as check runs record it
@@ -58,3 +58,34 @@ def judge_agent_silence(seen_at: datetime | None, in_state_since: datetime, now:
         return Reachability(True, f"agent silent since {seen_at:%Y-%m-%d %H:%M:%S} UTC "
                                   f"(over {silence_s:g} s)")
     return Reachability(False, f"agent heard {max(0.0, (now - seen_at).total_seconds()):.0f} s ago")
+
+
+# A sweep asks the guard about this many silent nodes at most, the longest silent first (the
+# rest the next sweep): an intake outage silences every agent at once, and one guarded
+# drain per node of a 10,000-node fleet would outgrow the sweep's history. The guard is told
+# how many fell silent, all of them, so its breaker sees the whole storm.
+SILENT_ASKED_PER_SWEEP = 100
+
+
+@dataclass
+class FleetSilence:
+    with_agent: int = 0  # nodes whose agent was heard at least once: the ones judged
+    silent_total: int = 0
+    silent: list[tuple[str, datetime, Reachability]] = field(default_factory=list)  # (node, last heard, verdict)
+
+
+def judge_fleet_silence(nodes: Iterable[tuple[str, datetime | None, datetime]], now: datetime, silence_s: float,
+                        limit: int = SILENT_ASKED_PER_SWEEP) -> FleetSilence:
+    """`nodes`: (name, agent last heard or None, in production since) of the production nodes;
+    the silent among them, the longest silent first, at most `limit` named."""
+    judged = FleetSilence()
+    for name, seen, since in nodes:
+        if seen is None:
+            continue
+        judged.with_agent += 1
+        verdict = judge_agent_silence(seen, since, now, silence_s)
+        if verdict.suspect:
+            judged.silent.append((name, seen, verdict))
+    judged.silent_total = len(judged.silent)
+    judged.silent = sorted(judged.silent, key=lambda s: (s[1], s[0]))[:limit]
+    return judged

@@ -322,7 +322,8 @@ class AgentSilence:
     """A sweep's judgement of its fleet's agents (fleetctl.reachability.judge_agent_silence)."""
 
     with_agent: int = 0  # production nodes whose agent was heard at least once: the ones judged
-    silent: list[ReachabilityVerdict] = field(default_factory=list)  # the suspect among them
+    silent: list[ReachabilityVerdict] = field(default_factory=list)  # the suspect among them, the longest silent first
+    silent_total: int = 0  # how many are silent: `silent` names at most SILENT_ASKED_PER_SWEEP
 
 
 @dataclass

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.reachability import ReachabilityPolicy, judge_agent_silence, judge_reachability
+from fleetctl.reachability import ReachabilityPolicy, judge_agent_silence, judge_fleet_silence, judge_reachability
 
 U = "unreachable"
 
@@ -51,3 +51,19 @@ def ago(seconds: float) -> datetime:
 def test_judge_agent_silence(seen, in_state_since, silence_s, suspect, reason) -> None:
     verdict = judge_agent_silence(seen, in_state_since, NOW, silence_s)
     assert verdict.suspect is suspect and reason in verdict.reason
+
+
+def test_judge_fleet_silence_names_the_longest_silent_first_up_to_the_limit_and_counts_them_all() -> None:
+    nodes = [
+        ("gpu-1", ago(400), LONG_AGO),
+        ("gpu-2", None, LONG_AGO),  # no agent: neither judged nor counted
+        ("gpu-3", ago(900), LONG_AGO),
+        ("gpu-4", ago(10), LONG_AGO),  # heard: judged, not silent
+        ("gpu-5", ago(600), LONG_AGO),
+        ("gpu-6", ago(900), ago(30)),  # back in production 30 s ago: not yet
+    ]
+    judged = judge_fleet_silence(nodes, NOW, 300, limit=2)
+    assert (judged.with_agent, judged.silent_total) == (5, 3)
+    assert [name for name, _, _ in judged.silent] == ["gpu-3", "gpu-5"]
+    assert all(v.suspect and v.reason.startswith("agent silent since") for _, _, v in judged.silent)
+    assert judge_fleet_silence(nodes, NOW, 0).silent_total == 0  # 0 disables

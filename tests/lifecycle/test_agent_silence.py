@@ -20,6 +20,7 @@ from sqlalchemy import update
 from sqlmodel import Session
 from typer.testing import CliRunner
 
+from fleetctl import reachability
 from fleetctl.agent.heartbeat import HeartbeatSender
 from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
@@ -180,4 +181,18 @@ async def test_many_silent_at_once_open_the_breaker_stay_in_production_and_a_hea
     assert shown_one.exit_code == 0 and "agent: last heard" in shown_one.stdout, shown_one.output
     again = await sweep(fleet)
     assert sorted(again.silent) == quiet[1:] and again.drained == []
+    assert {fleet.state(n) for n in quiet} == {"production"}
+
+
+async def test_a_sweep_asks_about_a_bounded_number_of_silent_nodes_and_the_guard_still_sees_them_all(
+        silence_fleet, monkeypatch) -> None:
+    monkeypatch.setattr(reachability, "SILENT_ASKED_PER_SWEEP", 2)  # 100 in a fleet: its history stays small
+    fleet, agents = await silence_fleet(10, with_agents=10)
+    quiet = sorted(fleet.names[:4])
+    await silence(fleet, agents, quiet)
+    result = await sweep(fleet)
+    assert len(result.silent) == 2 and set(result.silent) <= set(quiet)
+    assert result.drained == [] and sorted(result.held) == sorted(result.silent)
+    (opened,) = [e for e in queries.automation_events(fleet.engine, limit=50) if e.kind == "breaker_open"]
+    assert opened.reason.startswith("agent silence storm: 4 of 10 nodes")  # the count, not the two named
     assert {fleet.state(n) for n in quiet} == {"production"}

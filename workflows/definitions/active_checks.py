@@ -133,7 +133,8 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
     result.silent.extend(v.node for v in silence.silent)
     await workflow.execute_activity_method(
         GuardActivities.report_check_errors,
-        CheckErrorReport(result.silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE),
+        CheckErrorReport(result.silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE,
+                         count=silence.silent_total),
         **MESSAGE)
     for verdict in silence.silent:
         if verdict.node in result.drained or verdict.node in result.held:
