@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -25,6 +30,7 @@ from fleetctl.intake.server import Intake, serve_http
 from fleetctl.inventory import parse_inventory
 from fleetctl.metrics import as_utc
 from fleetctl.sim.inventory import render_inventory
+from fleetctl.temporal_server import free_port
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
@@ -183,3 +189,37 @@ def test_migration_0009_adds_and_removes_the_agent_seen_column(intake) -> None:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     assert "agent_seen_at" in columns() and seen(intake) == {n: None for n in intake.names}  # heard by none yet
+
+
+def test_a_real_agent_process_is_heard_through_a_real_intake_process(intake, tmp_path) -> None:
+    """`fleetctl agent --heartbeat-url` against `fleetctl events serve`, both as operators run
+    them: the node's agent is recorded as heard in the database, and the intake writes what
+    it heard before it exits."""
+    node = intake.names[1]
+    db_url = str(intake.engine.url)
+    port = free_port()
+    env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_INTAKE_TOKEN": TOKEN, "FLEETCTL_DB_URL": db_url,
+           "TEMPORAL_ADDRESS": "127.0.0.1:1"}  # neither needs Temporal to beat: no events here
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    cli = [sys.executable, "-m", "fleetctl.cli.main"]
+    server = subprocess.Popen([*cli, "events", "serve", "--port", str(port), "--spool", str(tmp_path / "intake")],
+                              env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "intake.log", "wb"))
+    agent = None
+    try:
+        agent = subprocess.Popen([*cli, "agent", node, "--file", str(log), "--spool", str(tmp_path / "agent"),
+                                  "--metrics-port", "0", "--sample-interval", "0",
+                                  "--heartbeat-url", f"http://127.0.0.1:{port}", "--heartbeat-interval", "1"],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
+        deadline = time.monotonic() + 60  # two interpreters starting on a loaded machine; then one beat and one write
+        while seen(intake)[node] is None:
+            assert agent.poll() is None and server.poll() is None, (tmp_path / "agent.log").read_text()[-500:]
+            assert time.monotonic() < deadline, (tmp_path / "agent.log").read_text()[-500:]
+            time.sleep(0.2)
+    finally:
+        for proc in (agent, server):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+        codes = [p.wait(30) for p in (agent, server) if p is not None]
+    assert codes == [0, 0], (tmp_path / "intake.log").read_text()[-500:]
+    assert TOKEN not in (tmp_path / "agent.log").read_text() + (tmp_path / "intake.log").read_text()
