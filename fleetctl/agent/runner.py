@@ -203,6 +203,8 @@ class Agent:
                 except asyncio.TimeoutError:
                     pass
         finally:
+            if self._beating is not None:  # a beat in flight ends within its send timeout
+                await asyncio.gather(self._beating, return_exceptions=True)
             self.save_cursor()
             self.spool.close()
             self.source.close()

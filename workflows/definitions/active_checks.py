@@ -130,15 +130,16 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
     silence: AgentSilence = await workflow.execute_activity_method(NodeActivities.judge_agent_silence, scope, **QUICK)
     if not silence.silent:
         return
-    result.silent.extend(v.node for v in silence.silent)
+    silent = [v.node for v in silence.silent]
+    result.silent.extend(silent)
     await workflow.execute_activity_method(
         GuardActivities.report_check_errors,
-        CheckErrorReport(result.silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE,
+        CheckErrorReport(silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE,
                          count=silence.silent_total),
         **MESSAGE)
     for verdict in silence.silent:
         if verdict.node in result.drained or verdict.node in result.held:
-            continue  # judged unreachable in this sweep: asked once
+            continue  # already asked about in this sweep (unreachable too): asked once
         cause = f"suspect: {verdict.reason}"
         await drain_failed_node(verdict.node, cause, req, f"{sweep_id}/{verdict.node}/agent-silence", result,
                                 {"kind": "manual", "message": cause})
