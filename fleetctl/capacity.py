@@ -97,6 +97,19 @@ class CheckErrorReport:
     checked: int
     actor: str
     key: str  # stable per sweep run, so a retried report is recorded once
+    # What `errored` are: nodes whose checks could not judge them (CHECK_ERRORS), or, of the
+    # `checked` nodes that have an agent, those whose agent fell silent (AGENT_SILENCE).
+    kind: str = "check-errors"
+    # How many errored when `errored` names only some of them (0: it names them all).
+    count: int = 0
+
+
+CHECK_ERRORS, AGENT_SILENCE = "check-errors", "agent-silence"
+# How the breaker's reason names each kind of storm: (the storm, what the nodes did, of what).
+_STORM_WORDS = {
+    CHECK_ERRORS: ("checker storm", "returned unjudgeable output", "of the nodes checked"),
+    AGENT_SILENCE: ("agent silence storm", "have an agent fallen silent", "of the nodes with an agent"),
+}
 
 
 def grant_for(guard: str, node: str, state_version: int) -> str:
@@ -249,18 +262,21 @@ def _decide(
     return RemovalDecision(request.node, True, "within limits")
 
 
-def checker_storm(policy: GuardPolicy, errored: int, checked: int) -> str | None:
+def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = CHECK_ERRORS) -> str | None:
     """Why the breaker opens when a sweep could not judge many of the nodes it checked, or None.
 
     An `error` never drains a node (it says nothing about the hardware), but errors on more
     than the storm fraction of the nodes checked at once point at one shared cause: a tool
     upgrade that changed the output, a broken check, the network to the nodes. Automation
     pauses until an operator has looked, because the same checker also judges failures.
+    Many agents falling silent at once (AGENT_SILENCE) is the same: the intake, or the
+    network between it and the nodes, not many nodes.
     """
     if checked <= 0 or errored < policy.storm_min_failures or errored <= checked * policy.storm_fraction:
         return None
-    return (f"checker storm: {errored} of {checked} nodes returned unjudgeable output "
-            f"(more than {policy.storm_fraction:.0%} of the nodes checked); breaker opened")
+    storm, did, of = _STORM_WORDS.get(kind, _STORM_WORDS[CHECK_ERRORS])
+    return (f"{storm}: {errored} of {checked} nodes {did} "
+            f"(more than {policy.storm_fraction:.0%} {of}); breaker opened")
 
 
 def counted_state(state: str, state_since: datetime, now: datetime, policy: GuardPolicy) -> str:

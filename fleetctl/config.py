@@ -60,6 +60,7 @@ ENV_VARS = {
     "lemon_threshold": "FLEETCTL_LEMON_THRESHOLD",
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
     "suspect_after_unreachable": "FLEETCTL_SUSPECT_AFTER_UNREACHABLE",
+    "agent_silence_s": "FLEETCTL_AGENT_SILENCE_S",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
 }
@@ -168,6 +169,11 @@ class Settings:
     # A production node whose check runs could not reach it this many times in a row is
     # suspect, and drained through the capacity guard (fleetctl.reachability).
     suspect_after_unreachable: int = 3
+    # A production node whose agent (`fleetctl agent`, heard through `fleetctl events serve`)
+    # has been silent this long is suspect too, drained the same way; 0 disables. Nodes
+    # whose agent was never heard are not judged. Several heartbeat intervals (the agent's
+    # default is 30 s), so a lost heartbeat or two is not a silence.
+    agent_silence_s: float = 300.0
     # Where RMA evidence bundles and runbook notifications are POSTed (empty: nowhere), and
     # the bearer token sent with them (never logged, never in a bundle).
     webhook_url: str = ""
@@ -237,6 +243,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "lemon_threshold": (1, 1000, True),
     "lemon_window_days": (0.0, 3650.0, False),
     "suspect_after_unreachable": (1, 1000, True),
+    "agent_silence_s": (0.0, 30 * 86400.0, True),
 }
 
 

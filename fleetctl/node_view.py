@@ -59,7 +59,8 @@ def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, la
            "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
            "drain_held": held_dict(held),
            "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since}
+           "address": n.address, "labels": n.labels, "state_since": n.state_since,
+           "agent_seen_at": n.agent_seen_at}  # None: no agent heard
     if wide:
         row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
     return row

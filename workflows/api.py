@@ -318,6 +318,15 @@ class ReachabilityVerdict:
 
 
 @dataclass
+class AgentSilence:
+    """A sweep's judgement of its fleet's agents (fleetctl.reachability.judge_agent_silence)."""
+
+    with_agent: int = 0  # production nodes whose agent was heard at least once: the ones judged
+    silent: list[ReachabilityVerdict] = field(default_factory=list)  # the suspect among them, the longest silent first
+    silent_total: int = 0  # how many are silent: `silent` names at most SILENT_ASKED_PER_SWEEP
+
+
+@dataclass
 class NodeFacts:
     name: str
     rack: str
@@ -452,11 +461,13 @@ class SweepResult:
     held: list[str] = field(default_factory=list)
     # Of `errors`, the nodes no check could reach (fleetctl.reachability judges them).
     unreachable: list[str] = field(default_factory=list)
+    # Production nodes whose agent fell silent (judged by the sweep, checked or not).
+    silent: list[str] = field(default_factory=list)
 
     def merge(self, other: SweepResult) -> None:
         self.checked += other.checked
         self.passed += other.passed
-        for name in ("failed", "errors", "drained", "held", "unreachable"):
+        for name in ("failed", "errors", "drained", "held", "unreachable", "silent"):
             getattr(self, name).extend(getattr(other, name))
 
 

@@ -46,7 +46,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     restarts = JobRestartActivities(settings, schedulers)
     return [
         node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
-        node.record_health_events, node.record_automation_event, node.judge_reachability,
+        node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
         node.drain_pods_on, node.report_state,
         node.choose_remediation, commands.command_node,

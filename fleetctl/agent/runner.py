@@ -40,6 +40,7 @@ class AgentConfig:
     dcgm_health_argv: Sequence[str] = ()  # `dcgmi health -c`, sampled beside nvidia-smi where DCGM runs
     profile: str | None = None
     boot_id: str = ""
+    heartbeat_interval_s: float = 30.0  # with a heartbeat sender: how often the agent says it is alive
 
 
 def run_command(argv: Sequence[str]) -> str:
@@ -64,6 +65,9 @@ class AgentMetrics:
         self.dropped = Gauge("fleetctl_agent_spool_dropped", "Events dropped (oldest first) past the spool's bound",
                              registry=r)
         self.samples = Counter("fleetctl_agent_samples", "GPU health samples taken", registry=r)
+        self.heartbeats = Counter("fleetctl_agent_heartbeats_sent", "Heartbeats the intake took", registry=r)
+        self.heartbeat_failures = Counter("fleetctl_agent_heartbeat_failures", "Heartbeats that failed (not retried)",
+                                          registry=r)
 
 
 @dataclass
@@ -73,6 +77,7 @@ class Agent:
     transport: object  # .send(node, events) -> None, raises on failure
     run: Callable[[Sequence[str]], str] = run_command
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
+    heartbeat: object | None = None  # .send(node), raises on failure (fleetctl.agent.heartbeat); None: no heartbeats
 
     def __post_init__(self) -> None:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool)
@@ -80,6 +85,7 @@ class Agent:
         if self.config.dcgm_health_argv:
             self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health")))
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
+        self._beat_at, self._beating = 0.0, None
         # Critical events read since the last delivery: sent ahead of the spool's order (and
         # again in order later; the workflow counts an id once), so a flood of minor lines
         # never delays a drain.
@@ -161,6 +167,24 @@ class Agent:
             self._backoff = 0.5
             self._publish()
 
+    def beat_if_due(self) -> None:
+        """A heartbeat every interval, in the background: a slow intake never delays reading
+        the log or delivering events, and at most one is in flight."""
+        if self.heartbeat is None or time.monotonic() < self._beat_at or (self._beating and not self._beating.done()):
+            return
+        self._beat_at = time.monotonic() + self.config.heartbeat_interval_s
+        self._beating = asyncio.create_task(self.beat_once())
+
+    async def beat_once(self) -> bool:
+        try:
+            await asyncio.to_thread(self.heartbeat.send, self.config.node)
+        except Exception as exc:  # noqa: BLE001 - the intake is away: the next beat is the retry
+            self.metrics.heartbeat_failures.inc()
+            log.warning("heartbeat not taken (%s)", exc)
+            return False
+        self.metrics.heartbeats.inc()
+        return True
+
     def _publish(self) -> None:
         self.metrics.depth.set(self.spool.depth)
         self.metrics.dropped.set(self.spool.dropped)
@@ -168,6 +192,7 @@ class Agent:
     async def run_until(self, stop: asyncio.Event) -> None:
         try:
             while not stop.is_set():
+                self.beat_if_due()
                 self.read_once()
                 if self.config.sample_interval_s and time.monotonic() >= self._sample_at:
                     self._sample_at = time.monotonic() + self.config.sample_interval_s
@@ -178,6 +203,8 @@ class Agent:
                 except asyncio.TimeoutError:
                     pass
         finally:
+            if self._beating is not None:  # a beat in flight ends within its send timeout
+                await asyncio.gather(self._beating, return_exceptions=True)
             self.save_cursor()
             self.spool.close()
             self.source.close()

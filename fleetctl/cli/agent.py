@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 from pathlib import Path
@@ -31,6 +32,14 @@ def agent(
     profile: Optional[str] = typer.Option(None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"),
     metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
+    heartbeat_url: Optional[str] = typer.Option(None, "--heartbeat-url", envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
+                                                help="the intake (`fleetctl events serve`) to send heartbeats to, "
+                                                     "e.g. http://intake:9411; fleetctl judges a node whose agent "
+                                                     "falls silent (FLEETCTL_AGENT_SILENCE_S)"),
+    heartbeat_token_file: Optional[Path] = typer.Option(None, "--heartbeat-token-file",
+                                                        help="file holding the intake's bearer token "
+                                                             "(or env FLEETCTL_INTAKE_TOKEN)"),
+    heartbeat_interval: float = typer.Option(30.0, "--heartbeat-interval", help="seconds between heartbeats"),
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
     through an on-disk spool while Temporal is unreachable."""
@@ -50,6 +59,17 @@ def agent(
         fail("--sample-interval must be 0 or between 1 and 86400 seconds", EXIT_USAGE)
     if not 0 <= metrics_port <= 65535:
         fail("--metrics-port must be between 0 and 65535", EXIT_USAGE)
+    if not 1 <= heartbeat_interval <= 3600:
+        fail("--heartbeat-interval must be between 1 and 3600 seconds", EXIT_USAGE)
+    heartbeat = None
+    if heartbeat_url is not None:
+        from fleetctl.agent.heartbeat import HeartbeatSender
+
+        token = _intake_token(heartbeat_token_file)
+        try:
+            heartbeat = HeartbeatSender(heartbeat_url, token)
+        except ValueError as exc:
+            fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
     if profile:
         try:
             load_profile(profile)
@@ -74,8 +94,9 @@ def agent(
     config = AgentConfig(node=node, spool_dir=spool, actor=f"fleetctl-agent@{node}", max_spool=max_spool,
                          sample_interval_s=sample_interval, profile=profile, boot_id=boot_id,
                          sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
-                         dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else ())
-    the_agent = Agent(config, source, TemporalTransport(context.settings(ctx)))
+                         dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
+                         heartbeat_interval_s=heartbeat_interval)
+    the_agent = Agent(config, source, TemporalTransport(context.settings(ctx)), heartbeat=heartbeat)
     if metrics_port:
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
         typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
@@ -89,3 +110,19 @@ def agent(
         await the_agent.run_until(stop)
 
     context.run_async(main())
+
+
+def _intake_token(path: Path | None) -> str:
+    """The intake's bearer token, from the file or the environment; one line and exit 2 when
+    it is missing or would not fit in a header."""
+    if path is not None:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            fail(f"--heartbeat-token-file {path}: {exc.strerror}", EXIT_USAGE)
+    else:
+        token = os.environ.get("FLEETCTL_INTAKE_TOKEN", "").strip()
+    if not token or any(c.isspace() or not c.isprintable() for c in token):
+        fail("--heartbeat-url needs the intake's token (--heartbeat-token-file or FLEETCTL_INTAKE_TOKEN): "
+             "printable, no spaces", EXIT_USAGE)
+    return token

@@ -33,12 +33,16 @@ def serve(
     condition: List[str] = typer.Option([], "--condition", help="a node condition type that is a fault (repeatable; default: NPD's)"),
     poll_interval: float = typer.Option(10.0, "--poll-interval", help="seconds between node condition polls"),
 ) -> None:
-    """POST /alertmanager (webhook_config url) and POST /events ({"events": [...]}); both need
-    `Authorization: Bearer TOKEN`. Events are de-duplicated by id and signalled to each
-    node's workflow."""
+    """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
+    /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
+    de-duplicated by id and signalled to each node's workflow; heartbeats are written to the
+    database once a second (when each node's agent was last heard)."""
     from fleetctl.agent.runner import ensure_dir
     from fleetctl.agent.transport import TemporalTransport
     from fleetctl.intake.parse import NPD_CONDITIONS
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.intake.heartbeats import Heartbeats
     from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
 
     if token_file is not None:
@@ -59,12 +63,16 @@ def serve(
         ensure_dir(spool)
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
-    intake = Intake(spool, TemporalTransport(context.settings(ctx)))
+    settings = context.settings(ctx)
+    intake = Intake(spool, TemporalTransport(settings))
+    heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     try:
-        server = serve_http(intake, token, address, port)
+        server = serve_http(intake, token, address, port, heartbeats)
     except OSError as exc:
         fail(f"cannot listen on {address}:{port} ({exc.strerror})")
     stop = threading.Event()
+    writer = threading.Thread(target=heartbeats.flush_until, args=(stop,), name="fleetctl-intake-heartbeats", daemon=True)
+    writer.start()
     if kubeconfig or in_cluster:
         from kubernetes import client, config
 
@@ -76,7 +84,7 @@ def serve(
         api = client.CoreV1Api(api_client)
         threading.Thread(target=poll_node_conditions, args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval),
                          name="fleetctl-intake-npd", daemon=True).start()
-    typer.echo(f"intake on http://{address}:{server.server_port} (POST /alertmanager, /events)", err=True)
+    typer.echo(f"intake on http://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)", err=True)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -88,4 +96,6 @@ def serve(
         context.run_async(main())
     finally:
         server.shutdown()
+        stop.set()
+        writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
         intake.spool.close()

@@ -124,8 +124,9 @@ def render_status(data: dict, _wide: bool = False):
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
     if data["suspect"]:
-        parts.append(simple_table("suspect (unreachable: drained through the guard)", ["node", "since", "reason"],
-                                  [[x["node"], when(x["since"]), x["reason"]] for x in data["suspect"][:20]]))
+        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
+                                  ["node", "since", "why", "reason"],
+                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
     if data["recent_automation_events"]:
         parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
             [when(e["at"]), e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))

@@ -61,6 +61,7 @@ NODE_COLUMNS = (
     Column("BMC", lambda r: r.get("bmc") or "", wide=True),
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
     Column("SINCE", lambda r: when(r["state_since"]), wide=True),
+    Column("AGENT", lambda r: age(r["agent_seen_at"]) or "-", wide=True),  # how long ago its agent was heard
 )
 EVENT_COLUMNS = (
     Column("at", lambda r: when(r["at"])),
@@ -212,6 +213,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["jobs"]:
             parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        if d["agent_seen_at"]:
+            parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
         w = d["workflow"]

@@ -32,6 +32,9 @@ class Node(SQLModel, table=True):
     state_since: datetime = Field(default_factory=utcnow)
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # When the intake last heard the node's agent (its clock, not the node's); None: the node
+    # has no agent, and agent silence is not judged for it (fleetctl.reachability).
+    agent_seen_at: Optional[datetime] = None
 
 
 class NodeEvent(SQLModel, table=True):

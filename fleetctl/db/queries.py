@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Sequence, TypeVar
 
-from sqlalchemy import func
+from sqlalchemy import func, or_
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
@@ -303,13 +303,37 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     return results
 
 
+AGENT_SILENCE_ACTOR = "agent-silence"  # the actor of a suspect judgement that an agent fell silent
+
+
 def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
     """Nodes judged suspect (fleetctl.reachability) since they entered their current state,
-    with the latest judgement: a node drained, repaired and back is no longer suspect."""
+    with the latest judgement: a node drained, repaired and back is no longer suspect, nor is
+    one whose silent agent has been heard again since it was judged."""
     with Session(engine) as session:
+        not_heard_again = or_(AutomationEvent.actor != AGENT_SILENCE_ACTOR, col(Node.agent_seen_at).is_(None),
+                              Node.agent_seen_at <= AutomationEvent.at)
         rows = session.exec(select(AutomationEvent).join(Node, Node.name == AutomationEvent.node_name).where(
-            AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since).order_by(AutomationEvent.id))
+            AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
+            .order_by(AutomationEvent.id))
         return {e.node_name: e for e in rows}
+
+
+def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
+    """Each node's agent heard at its time (the intake's clock), in one statement for them
+    all; a time older than the one stored (another intake wrote a later one) is ignored.
+    Names the inventory does not hold change nothing. Returns the rows updated."""
+    if not heard:
+        return 0
+    from sqlalchemy import bindparam, update
+
+    nodes = Node.__table__.c  # a Core statement: one executemany, no ORM bulk-by-primary-key
+    stmt = (update(Node.__table__).where(nodes.name == bindparam("n"),
+                                         or_(nodes.agent_seen_at.is_(None), nodes.agent_seen_at < bindparam("t")))
+            .values(agent_seen_at=bindparam("t")))
+    with engine.begin() as conn:
+        result = conn.execute(stmt, [{"n": name, "t": at} for name, at in heard.items()])
+        return result.rowcount
 
 
 def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:

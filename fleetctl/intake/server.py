@@ -1,5 +1,6 @@
 """The intake's I/O: an HTTP server (stdlib), a Kubernetes node-condition poller, and the
-delivery loop that batches accepted events into signals to each node's workflow.
+delivery loop that batches accepted events into signals to each node's workflow. Agents'
+heartbeats take another road, to the database (fleetctl.intake.heartbeats).
 
 Accepted events go to a spool on disk first (the agent's), so a Temporal outage loses
 nothing; a request is answered 202 once its events are there.
@@ -20,7 +21,9 @@ from pathlib import Path
 from fleetctl.agent.detect import detect
 from fleetctl.agent.spool import Spool
 from fleetctl.agent.transport import NodeRefused
+from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions
+from fleetctl.names import NODE_NAME_RE
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -114,8 +117,10 @@ class Intake:
             await asyncio.to_thread(self._wake.wait, delay)
 
 
-def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
+def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeats: Heartbeats | None = None):
+    """`heartbeats`: where agents' heartbeats go (POST /heartbeat); None: this intake takes none."""
     expected = f"Bearer {token}".encode()
+    paths = ("/alertmanager", "/events") + (("/heartbeat",) if heartbeats is not None else ())
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "fleetctl-intake"
@@ -134,7 +139,11 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
 
         def do_GET(self):
             if self.path == "/healthz":
-                self._answer(200, {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent})
+                health = {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent}
+                if heartbeats is not None:
+                    health |= {"heartbeats_heard": heartbeats.heard, "heartbeats_pending": heartbeats.pending,
+                               "heartbeat_write_failures": heartbeats.write_failures}
+                self._answer(200, health)
             else:
                 self._answer(404, "not found")
 
@@ -143,8 +152,8 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
             if not hmac.compare_digest(given, expected):
                 self.close_connection = True
                 return self._answer(401, "a bearer token is required")
-            if self.path not in ("/alertmanager", "/events"):
-                return self._answer(404, "not found: POST to /alertmanager or /events")
+            if self.path not in paths:
+                return self._answer(404, f"not found: POST to {', '.join(paths)}")
             if self.headers.get("Transfer-Encoding"):
                 self.close_connection = True
                 return self._answer(411, "send the body with a Content-Length")
@@ -157,6 +166,8 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
                 self.close_connection = True
                 return self._answer(413 if length > 0 else 400, f"the body must be 1 to {max_body} bytes")
             raw = self.rfile.read(length)
+            if self.path == "/heartbeat":
+                return self._heartbeat(raw)
             try:
                 body = json.loads(raw)
                 events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
@@ -166,11 +177,25 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY):
             new, dup = intake.accept(events)
             self._answer(202, {"accepted": new, "duplicates": dup})
 
+        def _heartbeat(self, raw: bytes) -> None:
+            """{"node": NAME}: the node's agent is alive now (the intake's clock)."""
+            try:
+                body = json.loads(raw)
+            except (ValueError, RecursionError):
+                return self._answer(400, "the body is not JSON")
+            node = body.get("node") if isinstance(body, dict) else None
+            if not isinstance(node, str) or not NODE_NAME_RE.match(node):
+                return self._answer(400, 'the body must be {"node": NAME} with a valid node name')
+            if not heartbeats.note(node):
+                return self._answer(503, "too many heartbeats waiting to be recorded; send again later")
+            self._answer(202, {"heard": node})
+
     return Handler
 
 
-def serve_http(intake: Intake, token: str, address: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((address, port), make_handler(intake, token))
+def serve_http(intake: Intake, token: str, address: str, port: int,
+               heartbeats: Heartbeats | None = None) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((address, port), make_handler(intake, token, heartbeats=heartbeats))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="fleetctl-intake-http", daemon=True).start()
     return server

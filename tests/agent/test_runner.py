@@ -110,11 +110,20 @@ async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -
     (["--kmsg", "/dev/null", "--journal"], "at most one"),
     (["--profile", "no-such-gpu"], "no-such-gpu"),
     (["--kmsg", "/nonexistent/kmsg"], "cannot open the kernel log"),
+    (["--heartbeat-interval", "0"], "--heartbeat-interval"),
+    (["--heartbeat-url", "http://intake:9411"], "intake's token"),  # no token anywhere
+    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", os.devnull], "intake's token"),  # empty
+    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", "/nonexistent/token"], "--heartbeat-token-file"),
+    (["--heartbeat-url", "intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
+     "not an http:// or https:// URL"),
+    (["--heartbeat-url", "ftp://intake:21", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
+     "not an http:// or https:// URL"),
 ])
 def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("FLEETCTL_INTAKE_TOKEN", "FLEETCTL_AGENT_HEARTBEAT_URL")}
     proc = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "agent", "n1", "--spool", str(tmp_path / "s"),
                            "--metrics-port", "0", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "FLEETCTL_CONFIG": os.devnull})
+                          env={**env, "FLEETCTL_CONFIG": os.devnull})
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 

@@ -10,7 +10,7 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   patched branch (a firmware baseline in force during admission, a node entering production
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
-  in batches whose checks end in error, a node's search attributes carried across
+  in batches whose checks end in error and whose fleet has a silent agent, a node's search attributes carried across
   continue-as-new, a critical XID 79 drain, a burst of logged health events with a critical one behind minor
   ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
@@ -30,6 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,7 @@ steps:
     with: {state: draining, cause: recording}
 """
 DRAIN_JOB_POLL_S = 2.0
+AGENT_SILENCE_S = 5.0
 
 
 @dataclass
@@ -193,7 +195,9 @@ async def recording() -> AsyncIterator[Recording]:
     settings = load_settings(flags={"db_url": f"sqlite:///{work / 'fleet.db'}", "temporal_address": server.address,
                                     "task_queue": f"record-{unique}", "fleet": f"record-{unique}",
                                     # two runbooks drain through the guard in a fleet of 8
-                                    "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5}, env={},
+                                    "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5,
+                                    # an agent heard a minute ago is silent (v2's sweep)
+                                    "agent_silence_s": AGENT_SILENCE_S}, env={},
                              config_file="/dev/null")
     get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
@@ -322,12 +326,19 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
                            and queries.get_node(engine, n).state == "production"
                            and not scheduler.jobs_on_node(n))
         add_fault(engine, unreachable, "unreachable")
+        # In the same sweep, a node whose agent was last heard a minute ago is suspect and
+        # reported to the guard, which is asked to drain it (patch agent-silence).
+        quiet = next(n for n in names if n not in (unreachable, critical_node)
+                     and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        queries.record_agent_heartbeats(engine, {quiet: datetime.now(timezone.utc) - timedelta(seconds=60)})
         sweep_id = f"sweep/record-{rec.unique}"
         swept = await client.execute_workflow(
             ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
             id=sweep_id, task_queue=settings.task_queue)
         if unreachable not in swept.errors:
             raise RuntimeError(f"the sweep recorded no error for {unreachable}: {swept}")
+        if swept.silent != [quiet] or quiet not in swept.drained + swept.held:
+            raise RuntimeError(f"the sweep did not judge {quiet}'s silent agent: {swept}")
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
 

@@ -18,13 +18,16 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
-from fleetctl.reachability import ReachabilityPolicy, judge_reachability
+from fleetctl.metrics import as_utc
+from fleetctl import reachability
+from fleetctl.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
 from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.api import (
     TRANSITION_UPDATE,
+    AgentSilence,
     AutomationRecord,
     HealthEventBatch,
     HealthEventBatchResult,
@@ -161,6 +164,26 @@ class NodeActivities(DatabaseActivities):
                 kind="suspect", reason=verdict.reason, actor="reachability", node=name, fleet=self.settings.fleet,
                 key=f"suspect/{name}/{runs[0].id}"))
         return ReachabilityVerdict(name, verdict.suspect, verdict.reason)
+
+    @activity.defn
+    def judge_agent_silence(self, scope: SweepScope) -> AgentSilence:
+        """The fleet's production nodes whose agent has been silent longer than
+        settings.agent_silence_s (nodes never heard from are not judged), the longest silent
+        first and at most SILENT_ASKED_PER_SWEEP of them, and how many there are. Each named
+        is recorded as suspect once per silence (keyed by when it was last heard), where
+        `node list` and fleet status show it until it is heard again."""
+        if self.settings.agent_silence_s <= 0:
+            return AgentSilence()
+        judged = judge_fleet_silence(
+            ((n.name, as_utc(n.agent_seen_at) if n.agent_seen_at else None, as_utc(n.state_since))
+             for n in self._fleet_nodes(scope.fleet, state="production")),
+            datetime.now(timezone.utc), self.settings.agent_silence_s, reachability.SILENT_ASKED_PER_SWEEP)
+        for name, seen, verdict in judged.silent:
+            self.record_automation_event(AutomationRecord(
+                kind="suspect", reason=verdict.reason, actor=queries.AGENT_SILENCE_ACTOR, node=name,
+                fleet=self.settings.fleet, key=f"suspect/{name}/agent/{seen.timestamp():.6f}"))
+        return AgentSilence(judged.with_agent, [ReachabilityVerdict(name, True, verdict.reason)
+                                                for name, _, verdict in judged.silent], judged.silent_total)
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:

@@ -1,9 +1,9 @@
 """ActiveCheckSweep: started by a Temporal Schedule, it checks idle production nodes a few
 at a time and drains (through the capacity guard) the ones that fail. A node whose check
 could not run (`error`) is left alone and checked again on the next sweep, unless no check
-has reached it for several sweeps in a row (fleetctl.reachability): then it is suspect and
-drained through the guard too; the sweep's errors go to the guard, which opens the breaker
-when they are a storm."""
+has reached it for several sweeps in a row, or its agent has fallen silent
+(fleetctl.reachability): then it is suspect and drained through the guard too; the sweep's
+errors and silent agents go to the guard, which opens the breaker when they are a storm."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import CheckErrorReport, RemovalRequest
+    from fleetctl.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
     from fleetctl.lifecycle import Actor
     from fleetctl.reachability import UNREACHABLE
     from fleetctl.runbooks import Event
@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities
     from workflows.api import (
+        AgentSilence,
         CheckRequest,
         NodeFacts,
         ReachabilityVerdict,
@@ -69,6 +70,10 @@ class ActiveCheckSweep:
         if result.unreachable and workflow.patched("unreachable-suspect"):
             for node in sorted(result.unreachable):
                 await drain_if_suspect(node, req, f"{sweep_id}/{node}", result)
+        # A node whose agent fell silent is suspect the same way, busy or idle. (Patched:
+        # sweeps recorded before agents were judged replay unchanged.)
+        if workflow.patched("agent-silence"):
+            await drain_silent_agents(scope, req, sweep_id, result)
         return result
 
 
@@ -116,6 +121,28 @@ async def drain_if_suspect(node: str, req: SweepInput, key: str, result: SweepRe
     if verdict.suspect:
         cause = f"suspect: {verdict.reason}"
         await drain_failed_node(node, cause, req, key, result, {"kind": "manual", "message": cause})
+
+
+async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str, result: SweepResult) -> None:
+    """The path of the unreachable: the silent are reported to the guard first (out of the
+    nodes with an agent, so that many falling silent at once open the breaker: an intake or
+    network outage, not many bad nodes), then each is drained through it."""
+    silence: AgentSilence = await workflow.execute_activity_method(NodeActivities.judge_agent_silence, scope, **QUICK)
+    if not silence.silent:
+        return
+    silent = [v.node for v in silence.silent]
+    result.silent.extend(silent)
+    await workflow.execute_activity_method(
+        GuardActivities.report_check_errors,
+        CheckErrorReport(silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE,
+                         count=silence.silent_total),
+        **MESSAGE)
+    for verdict in silence.silent:
+        if verdict.node in result.drained or verdict.node in result.held:
+            continue  # already asked about in this sweep (unreachable too): asked once
+        cause = f"suspect: {verdict.reason}"
+        await drain_failed_node(verdict.node, cause, req, f"{sweep_id}/{verdict.node}/agent-silence", result,
+                                {"kind": "manual", "message": cause})
 
 
 async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict) -> None:

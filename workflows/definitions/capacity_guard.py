@@ -122,11 +122,11 @@ class CapacityGuard:
         async with self.lock:
             if workflow.patched("guard-reads-policy-and-evidence"):
                 await self._read_policy()
-            reason = checker_storm(self.s.policy, len(report.errored), report.checked)
+            reason = checker_storm(self.s.policy, max(report.count, len(report.errored)), report.checked, report.kind)
             if reason is not None and not self.s.breaker_open:
                 now = workflow.now().timestamp()
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, reason, now
-                sample = ", ".join(sorted(report.errored)[:5]) + (", ..." if len(report.errored) > 5 else "")
+                sample = ", ".join(sorted(report.errored)[:5]) + (", ..." if max(report.count, len(report.errored)) > 5 else "")
                 await workflow.execute_activity_method(
                     NodeActivities.record_automation_event,
                     AutomationRecord(kind="breaker_open", reason=f"{reason} ({sample})", actor=report.actor,

@@ -1,0 +1,53 @@
+"""The agent's liveness: a small POST to the intake (`fleetctl events serve`) every interval.
+
+Not a signal to the node's workflow like the events: a heartbeat carries nothing to act on,
+and a signal per node per interval would fill every node's history (the intake writes all
+the nodes it heard in one statement a second: fleetctl.intake.heartbeats). A heartbeat is
+"now" or nothing, so one that fails is counted, never spooled.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from urllib.parse import urlsplit
+
+SEND_TIMEOUT_S = 5.0
+
+
+class HeartbeatFailed(RuntimeError):
+    pass
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # the token goes to the address given, nowhere else
+        return None
+
+
+def heartbeat_url(base: str) -> str:
+    """The intake's heartbeat address from its base URL; ValueError for anything but http(s)."""
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{base[:80]!r} is not an http:// or https:// URL")
+    return base.rstrip("/") + "/heartbeat"
+
+
+class HeartbeatSender:
+    def __init__(self, base_url: str, token: str, timeout_s: float = SEND_TIMEOUT_S):
+        self.url, self.timeout_s = heartbeat_url(base_url), timeout_s
+        self._token = token
+        # The default context verifies https certificates and host names.
+        self._opener = urllib.request.build_opener(_NoRedirect)
+
+    def send(self, node: str) -> None:
+        request = urllib.request.Request(
+            self.url, data=json.dumps({"node": node}).encode(), method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"})
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as answer:
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            raise HeartbeatFailed(f"the intake answered {exc.code}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise HeartbeatFailed(str(getattr(exc, "reason", exc))[:200]) from None
