@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Iterable
 
 from fleetctl.lifecycle import NodeState
 
@@ -287,6 +288,12 @@ def counted_state(state: str, state_since: datetime, now: datetime, policy: Guar
     if NodeState(state) is NodeState.RMA and (now - state_since).total_seconds() < policy.storm_window_s:
         return NodeState.MAINTENANCE.value
     return state
+
+
+def guard_snapshot(nodes: Iterable[tuple[str, str, datetime]], now: datetime, policy: GuardPolicy) -> FleetSnapshot:
+    """The snapshot the guard decides on, from (rack, state, state_since) triples: every
+    count of capacity (the guard, `fleet status`, the exporter's budget) is this one."""
+    return snapshot_from_states([(rack, counted_state(state, since, now, policy)) for rack, state, since in nodes])
 
 
 def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:

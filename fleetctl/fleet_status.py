@@ -4,12 +4,14 @@ asks (that needs Temporal)."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
-from fleetctl.capacity import GuardPolicy, budgets, in_fleet, operator_drain_overruns, snapshot_from_states
+from fleetctl.capacity import FleetSnapshot, GuardPolicy, budgets, guard_snapshot, in_fleet, operator_drain_overruns
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import queries
 from fleetctl.lifecycle import Actor, NodeState
+from fleetctl.metrics import as_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -38,7 +40,7 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
     status = count_states(nodes)
     status["automation"] = automation
     mine = [n for n in nodes if in_fleet(n.labels, fleet)]
-    status["budget"] = [b.to_dict() for b in budgets(policy, snapshot_from_states([(n.rack, n.state) for n in mine]))]
+    status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy))]
     status["held_drains"] = [
         {"node": node, "since": first, "last": last, "refusals": count, "reason": reason}
         for node, (count, first, last, reason) in sorted(queries.held_drains(engine, [n.name for n in mine]).items(),
@@ -68,5 +70,10 @@ def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Itera
     """What an operator's drain of `names` would take past the automation limits of `fleet`."""
     mine = [n for n in queries.list_nodes(engine) if in_fleet(n.labels, fleet)]
     wanted = set(names)
-    return operator_drain_overruns(policy, snapshot_from_states([(n.rack, n.state) for n in mine]),
+    return operator_drain_overruns(policy, _counted(mine, policy),
                                    [(n.rack, n.state) for n in mine if n.name in wanted])
+
+
+def _counted(nodes: list, policy: GuardPolicy) -> FleetSnapshot:
+    """The fleet's nodes as its guard counts them (a fresh RMA is still out)."""
+    return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(timezone.utc), policy)

@@ -20,7 +20,7 @@ sequence, nor grow the label without bound.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import datetime
+from datetime import datetime, timezone
 from threading import Lock
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from fleetctl.capacity import FLEET_LABEL, GuardPolicy, budgets, in_fleet, snapshot_from_states
+from fleetctl.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
 from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.lifecycle import NodeState
 from fleetctl.metrics import PRODUCTION, Transition, as_utc, failure_label, is_failure
@@ -240,7 +240,7 @@ class FleetCollector:
                                  one_line(refusal[2], REASON_LIMIT)],
                                 max(refusal[0], as_utc(since)).timestamp())
         yield held
-        yield from self._budgets([(rack, state) for _, state, rack, _, labels, _ in node_rows
+        yield from self._budgets([(rack, state, as_utc(since)) for _, state, rack, _, labels, since in node_rows
                                   if in_fleet(labels, self.fleet)])
 
         runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per check and judged status",
@@ -301,13 +301,13 @@ class FleetCollector:
             breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
         yield breaker
 
-    def _budgets(self, racks_and_states: list[tuple[str, str]]):
-        """The served fleet's capacity budget, as `fleet status` shows it (capacity.budgets)."""
+    def _budgets(self, nodes: list[tuple[str, str, datetime]]):
+        """The served fleet's capacity budget, as its guard and `fleet status` count it."""
         families = {field: GaugeMetricFamily(f"fleetctl_capacity_{field}", help, labels=["fleet", "scope", "rack"])
                     for field, help in (("unavailable", "Nodes out of service, of the fleet or one rack"),
                                         ("limit", "The most nodes automation may take out"),
                                         ("headroom", "Nodes automation may still take out (negative: past the limit)"))}
-        for b in budgets(self.policy, snapshot_from_states(racks_and_states)):
+        for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(timezone.utc), self.policy)):
             scope, _, rack = b.scope.partition(" ")
             for field, family in families.items():
                 family.add_metric([self.fleet, scope, rack], getattr(b, field))

@@ -169,6 +169,19 @@ def test_fleet_status_shows_budget_and_held_drains(fleet) -> None:
     assert [c.strip() for c in budget_line.split("│")[1:6]] == ["fleet", "1", "6", "1 (10%)", "0"]
 
 
+def test_a_fresh_rma_stays_in_the_budget_operators_see(fleet) -> None:
+    """fleet status and the drain prompt count as the guard does: a node sent to RMA within the
+    storm window is still out (capacity.counted_state), not gone from the fleet."""
+    engine = get_engine(fleet)
+    _move(engine, "gpu-005", "draining", "drain", "xid 79")
+    _move(engine, "gpu-005", "maintenance", "drain_complete", "drained")
+    _move(engine, "gpu-005", "rma", "send_to_rma", "row-remap failure")
+    fleet_budget, _ = json.loads(_cli(fleet, "fleet", "status", "-o", "json").stdout)["budget"]
+    assert (fleet_budget["unavailable"], fleet_budget["serving"], fleet_budget["headroom"]) == (2, 6, -1)
+    r = _cli(fleet, "node", "drain", "gpu-002", "--reason", "swap optics", input="n\n")
+    assert "warning: fleet: 3 of 6 nodes out after this drain" in r.stderr
+
+
 def test_draining_a_drained_node_is_done(fleet) -> None:
     r = _cli(fleet, "node", "drain", "gpu-004", "--reason", "again")
     assert r.exit_code == 0, r.output

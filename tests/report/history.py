@@ -57,7 +57,7 @@ def seed(engine, now: datetime) -> None:
         return since + timedelta(hours=hours)
 
     rows: list = []
-    states: dict[str, str] = {}
+    states: dict[str, tuple[str, datetime]] = {}  # each node's last state and since when
     counter = iter(range(1_000_000))
 
     def move(node: str, when: datetime, from_state: str, to_state: str, trigger: str, cause: str = "",
@@ -65,7 +65,7 @@ def seed(engine, now: datetime) -> None:
         rows.append(NodeEvent(node_name=node, from_state=from_state, to_state=to_state, trigger=trigger, cause=cause,
                               actor=actor, actor_kind=actor_kind, at=when, idempotency_key=f"ev-{next(counter)}",
                               failure=FAILURE_OF.get(cause, "") if trigger == "drain" else ""))
-        states[node] = to_state
+        states[node] = (to_state, when)
 
     def back_to_production(node: str, start: float, maintenance_h: float, burn_in_h: float, admission_h: float,
                            cause: str) -> None:
@@ -96,7 +96,7 @@ def seed(engine, now: datetime) -> None:
     move("n12", at(120), "production", "retired", "retire", "end of life", "operator", "alice@console")
 
     nodes = [Node(name=n, address=f"sim://{n}", rack=rack_of(n), profile=profile_of(n), scheduler="sim",
-                  state=states[n], created_at=created) for n in NODES]
+                  state=states[n][0], state_since=states[n][1], created_at=created) for n in NODES]
 
     checks = []
     for name, busbw in {**H100_BUSBW, **A100_BUSBW}.items():

@@ -114,11 +114,13 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert len(b01["reason"]) == metrics_exporter.REASON_LIMIT
     assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
 
-    # Drains the guard holds: b02 since its first refusal in production, with the latest reason;
-    # n09's refusal came before it entered production (history.seed's nodes did at seeding).
+    # Drains the guard holds: b02 since its first refusal in production, with the latest reason
+    # (one refusal from before it entered production does not count); n09, in production all
+    # week, refused at +75 h of the history's week.
     held = {dict(labels)["node"]: (dict(labels)["reason"], value) for (name, labels), value in samples.items()
             if name == "fleetctl_node_drain_held_since_timestamp_seconds"}
-    assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp())}
+    assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp()),
+                    "n09": ("rack r3 at its limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
 
     # The fleet served (default) and its budget, as `fleet status` shows it; b01 is blue's.
     # 10 nodes serve (9 production, n05 in maintenance; RMA and retired do not): 10% is 1 node.

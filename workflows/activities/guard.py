@@ -15,8 +15,7 @@ from fleetctl.capacity import (
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
-    counted_state,
-    snapshot_from_states,
+    guard_snapshot,
 )
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
@@ -36,8 +35,7 @@ class GuardActivities(DatabaseActivities):
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
         """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
         policy, now = guard_policy(self.settings, fleet), datetime.now(timezone.utc)
-        return snapshot_from_states([(n.rack, counted_state(n.state, as_utc(n.state_since), now, policy))
-                                     for n in self._fleet_nodes(fleet)])
+        return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in self._fleet_nodes(fleet)], now, policy)
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
