@@ -9,13 +9,15 @@ from dataclasses import asdict
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, shown
 
 
 def _table(data: dict, _wide: bool):
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    from fleetctl.text import printable
 
     head = f"{data['nodes_checked']} nodes checked"
     if not data["differences"]:
@@ -24,18 +26,22 @@ def _table(data: dict, _wide: bool):
     for column in ("NODE", "SCHEDULER", "FLEETCTL", "IN SCHEDULER", "DIFFERENCE", "ACTION"):
         table.add_column(column)
     for d in data["differences"]:
+        # Drain reasons and errors are anyone's text (a scheduler's, a person's): shown, never
+        # read as rich markup, control characters escaped.
         if d["fixed"]:
-            outcome = Text(f"done: {d['action']}", style="green")
+            outcome = Text(printable(f"done: {d['action']}"), style="green")
         elif d["error"]:
-            outcome = Text(f"{d['action']} failed: {d['error']}", style="red")
+            outcome = Text(printable(f"{d['action']} failed: {d['error']}"), style="red")
         elif d["action"]:
-            outcome = Text(f"--fix: {d['action']}", style="yellow")
+            outcome = Text(printable(f"--fix: {d['action']}"), style="yellow")
         elif d["owner"]:
-            outcome = Text(f"left to {d['owner']} (--fix --include-owner {d['owner']} resumes it)", style="yellow")
+            outcome = Text(printable(f"left to {d['owner']} (--fix --include-owner {d['owner']} resumes it)"),
+                           style="yellow")
         else:
             outcome = Text("needs a person", style="yellow")
         difference = d["difference"].replace("_", " ") + (f" ({d['reason']})" if d["reason"] else "")
-        table.add_row(d["node"], d["scheduler"], d["fleetctl_state"], d["scheduler_state"], difference, outcome)
+        table.add_row(*(shown(v) for v in (d["node"], d["scheduler"], d["fleetctl_state"], d["scheduler_state"],
+                                          difference)), outcome)
     return Group(Text(f"{head}, {len(data['differences'])} differ"), table)
 
 

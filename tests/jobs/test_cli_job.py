@@ -113,3 +113,14 @@ def test_reconcile_refuses_a_tool_name_that_no_reason_could_give(cli) -> None:
 ])
 def test_the_owner_of_a_drain_is_the_tool_its_reason_names(reason, owner) -> None:
     assert drain_owner(reason) == owner
+
+
+def test_reconcile_shows_a_drain_reason_as_text(cli) -> None:
+    """A reason is anyone's text: rich markup in it is printed, not obeyed; control characters
+    are escaped, so a reason cannot rewrite the operator's terminal."""
+    jobs.set_sim_drain(cli.engine, "n2", True, "[bold red]fine[/bold red] \x1b[2Jgone")
+    r = cli("reconcile")
+    assert r.exit_code == 1
+    text = "".join(r.stdout.split())  # the table wraps the reason at 80 columns
+    assert "[boldred]fine[/boldred]" in text and "\\x1b[2Jgone" in text
+    assert "\x1b" not in r.stdout
