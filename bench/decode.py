@@ -7,12 +7,18 @@ The payloads are the ones a health-event flood and the drain after it decode: th
 node workflow's state with 200 queued events (continue-as-new, queries), the transition
 request and record, the guard's state, snapshot and decision. Both converters must decode
 each payload to equal values, or the benchmark refuses to report.
+
+The alternative, annotations that are not strings in workflows/api.py, is measured on
+HealthEventInput alone: the same class rebuilt with its evaluated types (make_dataclass),
+decoded by the default converter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+import typing
 from typing import Any
 
 from bench.harness import CannotMeasure, rounded, summary
@@ -54,6 +60,15 @@ def _payloads() -> dict[str, tuple[type, Any]]:
     }
 
 
+def _with_evaluated_annotations(cls: type) -> type:
+    """`cls` as if its module did not use `from __future__ import annotations` (flat classes:
+    a nested dataclass would keep its own string annotations)."""
+    hints = typing.get_type_hints(cls)
+    return dataclasses.make_dataclass(cls.__name__, [
+        (f.name, hints[f.name], dataclasses.field(default=f.default, default_factory=f.default_factory))
+        for f in dataclasses.fields(cls)])
+
+
 def _per_call_us(decode, payloads, hint: type) -> float:
     calls, started = 0, time.perf_counter()
     while True:
@@ -67,6 +82,7 @@ def _per_call_us(decode, payloads, hint: type) -> float:
 def run(full: bool) -> dict:
     from temporalio.converter import DataConverter
 
+    from workflows.api import HealthEventInput
     from workflows.converter import DATA_CONVERTER
 
     default, cached = DataConverter.default.payload_converter, DATA_CONVERTER.payload_converter
@@ -87,6 +103,14 @@ def run(full: bool) -> dict:
         figures[name] = {"bytes": len(payloads[0].data), "default_us": round(d, 1), "cached_us": round(c, 1),
                          "default_over_cached": round(d / c, 2)}
         samples[name] = {k: rounded(v, 2) for k, v in times.items()}
+    evaluated = _with_evaluated_annotations(HealthEventInput)
+    payloads = default.to_payloads([_payloads()["HealthEventInput"][1]])
+    if [dataclasses.asdict(v) for v in default.from_payloads(payloads, [evaluated])] != \
+            [dataclasses.asdict(v) for v in default.from_payloads(payloads, [HealthEventInput])]:
+        raise CannotMeasure("HealthEventInput rebuilt with evaluated annotations decodes differently")
+    times = [_per_call_us(default.from_payloads, payloads, evaluated) for _ in range(rounds)]
+    figures["HealthEventInput"]["default_evaluated_annotations_us"] = round(statistics.median(times), 1)
+    samples["HealthEventInput"]["default_evaluated_annotations"] = rounded(times, 2)
     return {"figures": figures, "samples": samples, "rounds": rounds,
             "summary_default_over_cached": summary([f["default_over_cached"] for f in figures.values()], 2)}
 
