@@ -24,7 +24,7 @@ from datetime import timezone
 from pathlib import Path
 
 from bench.fleet import REPO, cpu_seconds, dev_server, fleet_settings, fleetctl_worker, seed_fleet, settings_env
-from bench.harness import CannotMeasure, load, machine, now_iso, rounded, rss_mib, summary, write_result
+from bench.harness import RESULTS_DIR, CannotMeasure, load, machine, now_iso, rounded, rss_mib, summary, write_result
 
 TRIALS_QUICK, TRIALS_FULL = 5, 20
 FLOOD_TRIALS_QUICK, FLOOD_TRIALS_FULL = 2, 5
@@ -34,6 +34,12 @@ LINES_PER_S = 1000
 POLL_S = 0.01
 TRIAL_TIMEOUT_S = 60.0
 FLEET = 20  # nodes in production, so the capacity guard lets one be drained
+# The activity that records the drain's transition: with the node's facts since the search
+# attributes were added (patch node-search-attributes), plain in older runs.
+TRANSITION_ACTIVITIES = ("record_transition_with_facts", "record_transition")
+# A flood trial slower than this keeps the node's and the guard's histories beside the
+# results (one trial of 18.8 s among ~1 s ones could not be explained after the fact).
+SLOW_FLOOD_S = 3.0
 XID79 = "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=python, GPU has fallen off the bus."
 
 
@@ -78,15 +84,16 @@ async def _drained_after(engine, node: str, started: float) -> float:
 async def _flood_steps(client, node: str, written_at: float) -> dict:
     """Where a flood trial's time went, from the node workflow's history: seconds from the
     lines being written (wall clock) to the XID 79 signal's arrival, to the end of the
-    activity that recorded it, and to the drain's transition being scheduled; and the minor
-    events recorded before the XID 79 was (its place in the queue)."""
+    activity that recorded it, to the capacity guard's answer (the end of ask_capacity_guard),
+    and to the drain's transition being scheduled; and the minor events recorded before the
+    XID 79 was (its place in the queue)."""
     from temporalio.api.enums.v1 import EventType
 
     from workflows.api import node_workflow_id
 
     history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
     converter = client.data_converter.payload_converter
-    signalled = recorded = drained = None
+    signalled = recorded = guard_asked = guarded = drained = None
     scheduled: dict[int, list[dict]] = {}
     minors_before = 0
     for event in history.events:
@@ -102,8 +109,13 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
             if attrs.activity_type.name in ("record_health_events", "record_health_event"):
                 (arg,) = converter.from_payloads(attrs.input.payloads)
                 scheduled[event.event_id] = arg.get("events", [arg])
-            elif attrs.activity_type.name == "record_transition" and recorded is not None and drained is None:
+            elif attrs.activity_type.name == "ask_capacity_guard" and recorded is not None and guard_asked is None:
+                guard_asked = event.event_id
+            elif attrs.activity_type.name in TRANSITION_ACTIVITIES and recorded is not None and drained is None:
                 drained = at
+        elif (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and guarded is None
+              and event.activity_task_completed_event_attributes.scheduled_event_id == guard_asked):
+            guarded = at
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and recorded is None:
             events = scheduled.get(event.activity_task_completed_event_attributes.scheduled_event_id)
             if events is not None:
@@ -111,10 +123,27 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
                     recorded = at
                 else:
                     minors_before += len(events)
-    if None in (signalled, recorded, drained):
-        raise CannotMeasure(f"{node}: the XID 79 is missing from the history (signal, record or drain)")
+    if None in (signalled, recorded, guarded, drained):
+        raise CannotMeasure(f"{node}: the XID 79 is missing from the history (signal, record, guard or drain)")
     return {"signal_s": round(signalled - written_at, 4), "recorded_s": round(recorded - written_at, 4),
-            "drain_scheduled_s": round(drained - written_at, 4), "minor_recorded_before": minors_before}
+            "guard_answered_s": round(guarded - written_at, 4), "drain_scheduled_s": round(drained - written_at, 4), "minor_recorded_before": minors_before}
+
+
+async def _keep_histories(client, settings, node: str, trial: int) -> list[str]:
+    """The node's and its fleet's guard's histories, as `temporal workflow show -o json`
+    writes them, under bench/results/agent_flood_slow/ (a later run's slow trial replaces
+    them); their paths, relative to the repository."""
+    from workflows.api import guard_id, node_workflow_id
+
+    directory = RESULTS_DIR / "agent_flood_slow"
+    directory.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for workflow_id in (node_workflow_id(node), guard_id(settings.fleet)):
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        path = directory / f"trial{trial}-{workflow_id.replace('/', '_')}.json"
+        path.write_text(history.to_json())
+        kept.append(str(path.relative_to(REPO)))
+    return kept
 
 
 async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tuple[dict[str, list], list[str]]:
@@ -155,7 +184,10 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
                     f.write("".join(flood) + _kmsg(FLOOD + 2, XID79))
                 times[way].append(await _drained_after(engine, node, started))
                 if way == "agent_flood":
-                    times["agent_flood_steps"].append(await _flood_steps(client, node, written_at))
+                    steps = await _flood_steps(client, node, written_at)
+                    if times[way][-1] > SLOW_FLOOD_S:
+                        steps["histories"] = await _keep_histories(client, settings, node, trial)
+                    times["agent_flood_steps"].append(steps)
             finally:
                 _stop(agent)
         else:

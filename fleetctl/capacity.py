@@ -193,6 +193,12 @@ def allowed_unavailable(total: int, fraction: float) -> int:
     return max(1, math.floor(total * fraction)) if total else 0
 
 
+def reads_snapshot(request: RemovalRequest) -> bool:
+    """Whether decide() reads the fleet's counts for `request`: a forced or a critical removal
+    is granted (or, in a dry run, would be) whatever they say, so a guard need not take them."""
+    return not (request.force or request.critical)
+
+
 def decide(
     policy: GuardPolicy,
     snapshot: FleetSnapshot,

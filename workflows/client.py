@@ -77,6 +77,7 @@ from workflows.api import (
     rollout_workflow_id,
     sweep_id,
 )
+from workflows.converter import DATA_CONVERTER
 
 if TYPE_CHECKING:
     from fleetctl import firmware
@@ -114,7 +115,9 @@ async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
 
     temporal = resolve(settings)  # flags, TEMPORAL_* env, fleetctl config, Temporal profile
     try:
-        return await asyncio.wait_for(Client.connect(**temporal.connect_kwargs()), timeout_s)
+        # The worker decodes with its client's converter, in the workflow sandbox too.
+        return await asyncio.wait_for(Client.connect(**temporal.connect_kwargs(), data_converter=DATA_CONVERTER),
+                                      timeout_s)
     except (RuntimeError, asyncio.TimeoutError, OSError) as exc:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); {temporal.unreachable_hint()}"

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from sqlmodel import Session, select
+from temporalio.api.enums.v1 import EventType
 
 from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.db import queries
@@ -159,3 +160,28 @@ async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fl
                                        Event("xid", code=79), "tester")
         assert (result.mode, result.status) == ("shadow", "dry_run")
         assert queries.get_node(fleet.engine, node).state == "production"
+
+
+async def _guard_activities(fleet) -> list[str]:
+    history = await fleet.client.get_workflow_handle(guard_id(fleet.settings.fleet)).fetch_history()
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+
+
+async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_settings) -> None:
+    """It does not wait for counts it would not read (patch guard-critical-skips-snapshot)."""
+    async with running_fleet(fleet_settings) as fleet:
+        typed, recorded = await fleet.add(2)
+        # A claim without a recorded event: judged not critical, so the counts decide.
+        result = await run_remediation(fleet.client, fleet.settings, typed, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79, message="operator says"), "tester")
+        assert result.status == "succeeded", result
+        claim = await _guard_activities(fleet)
+        assert claim.count("critical_evidence") == 1 and claim.count("fleet_snapshot") == 1
+
+        fleet.record_xid(recorded, 79, "GPU has fallen off the bus")
+        result = await run_remediation(fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79), "tester")
+        assert result.status == "succeeded", result
+        critical = (await _guard_activities(fleet))[len(claim):]
+        assert critical == ["fleet_policy", "critical_evidence", "state_versions", "record_automation_event"]

@@ -11,7 +11,7 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
   in batches whose checks end in error and whose fleet has a silent agent, a node's search attributes carried across
-  continue-as-new, a critical XID 79 drain, a burst of logged health events with a critical one behind minor
+  continue-as-new, a critical XID 79 drain granted without the fleet's counts, a burst of logged health events with a critical one behind minor
   ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
 
@@ -311,7 +311,8 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         await request_transition(client, deadline_node, "drain", "recorder", "operator: recording")
         await rec.wait(deadline_node, lambda t: "drain_complete" in t, timeout_s=DRAIN_JOB_WAIT_S + 60)
 
-        # A critical fault: the cordon tells the scheduler so (patch critical-cordon). Every
+        # A critical fault: the guard grants it without the fleet's counts (patch
+        # guard-critical-skips-snapshot) and the cordon tells the scheduler so (patch critical-cordon). Every
         # drain above moved the node's pods by the policy (none here: patch drain-moves-pods)
         # and showed the node in maintenance in its scheduler (patch report-scheduler-state).
         critical_node = next(n for n in names if n not in (runbook_node, deadline_node, bad_event)

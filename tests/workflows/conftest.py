@@ -25,6 +25,7 @@ from workflows.api import (
     job_restart_id,
     node_workflow_id,
 )
+from workflows.converter import DATA_CONVERTER
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.shared import QUICK
 
@@ -86,7 +87,7 @@ class Lifecycle:
 async def lifecycle(temporal_address):
     """factory(state="production", world=World(), **state overrides) -> Lifecycle, a node's
     workflow running on fakes; the worker stops at teardown."""
-    client = await Client.connect(temporal_address)
+    client = await Client.connect(temporal_address, data_converter=DATA_CONVERTER)  # the worker's, as in production
     task_queue = f"decisions-{uuid.uuid4().hex[:8]}"
     started: list[WorkflowHandle] = []
     fakes = FakeActivities(World())

@@ -10,7 +10,16 @@ import dataclasses
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import CheckErrorReport, RemovalDecision, RemovalRequest, checker_storm, decide, grant_for
+    from fleetctl.capacity import (
+        CheckErrorReport,
+        FleetSnapshot,
+        RemovalDecision,
+        RemovalRequest,
+        checker_storm,
+        decide,
+        grant_for,
+        reads_snapshot,
+    )
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities
     from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
@@ -56,6 +65,13 @@ class CapacityGuard:
         return dataclasses.replace(req, critical=False,
                                    reason=f"{req.reason} (said to be critical; no critical health event is recorded)")
 
+    async def _snapshot_for(self, req: RemovalRequest) -> FleetSnapshot:
+        """The fleet's counts, when the decision reads them: a critical removal (judged so
+        above) or a forced one does not wait for a query it would not read."""
+        if not reads_snapshot(req) and workflow.patched("guard-critical-skips-snapshot"):
+            return FleetSnapshot()
+        return await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
+
     @workflow.update
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
@@ -65,7 +81,7 @@ class CapacityGuard:
                 await self._read_policy()
                 req = await self._judged_critical(req)
             now = workflow.now().timestamp()
-            snapshot = await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
+            snapshot = await self._snapshot_for(req)
             # A grant counts until its node's own transition shows in the snapshot (the node
             # moved: its version changed); one that never does expires.
             versions = await workflow.execute_activity_method(
