@@ -49,17 +49,23 @@ def job_island(nodes: Sequence[str], where: Mapping[str, Where]) -> str:
     return min(island for island, count in counts.items() if count == most)
 
 
+def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where]) -> str:
+    """The island of a job restarted off bad_nodes: that of its good nodes, or of its bad
+    ones when none is left."""
+    bad = set(bad_nodes)
+    return job_island([n for n in job_nodes if n not in bad], where) or job_island([n for n in job_nodes if n in bad], where)
+
+
 def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
                   free: Sequence[str]) -> Placement:
     """The placement of a job that ran on job_nodes, restarted off bad_nodes.
 
     `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
-    take the job now (in production, idle in the scheduler, run by the job's scheduler). The
-    job's island is that of its good nodes, or of its bad ones when none is left."""
+    take the job now (in production, idle in the scheduler, run by the job's scheduler)."""
     bad = set(bad_nodes)
     kept = [n for n in job_nodes if n not in bad]
     needed = len(job_nodes) - len(kept)
-    island = job_island(kept, where) or job_island([n for n in job_nodes if n in bad], where)
+    island = restart_island(job_nodes, bad_nodes, where)
     if needed == 0:
         return Placement(island, NOT_PLACED, (), "no bad node in the job's allocation: the scheduler places it")
     if not island:

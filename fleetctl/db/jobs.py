@@ -19,12 +19,15 @@ from sqlmodel import Session, col, select
 
 from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, utcnow
 from fleetctl.metrics import as_utc
+from fleetctl.names import scheduler_members
+from fleetctl.placement import Where, landed
 from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
-_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error"})
+_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
+                                  "island", "placement", "placement_detail", "landed"})
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,33 @@ def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
             setattr(row, key, value)
         session.add(row)
         session.commit()
+
+
+def fabric(engine: Engine) -> dict[str, Where]:
+    """Every node's place in the fabric, from the inventory."""
+    with Session(engine) as session:
+        return {name: Where(switch, island)
+                for name, switch, island in session.exec(select(Node.name, Node.switch, Node.island))}
+
+
+def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
+    """The nodes a restarted job of `scheduler` may be placed on: in production in fleetctl
+    and run by that scheduler (alone or with others); the caller leaves out busy ones."""
+    with Session(engine) as session:
+        rows = session.exec(select(Node.name, Node.scheduler).where(Node.state == "production"))
+        return [name for name, kinds in rows if scheduler in scheduler_members(kinds)]
+
+
+def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
+    """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
+        if row is None:
+            raise LookupError(f"no job restart recorded for workflow {workflow_id}")
+        row.landed = landed(row.island, new_nodes, fabric(engine))
+        session.add(row)
+        session.commit()
+        return row.landed
 
 
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:

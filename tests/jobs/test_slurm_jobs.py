@@ -112,3 +112,48 @@ def test_report_shows_ettr_and_restart_latency_of_a_real_slurm_job_with_checkpoi
 
     table = cli("report", "--no-sync").stdout
     assert "job ETTR" in table and "restart median" in table and job_id in table
+
+
+def _islands(sqlite_url: str, islands: dict[str, str]) -> None:
+    """The inventory's islands of the cluster's nodes (each its own leaf switch)."""
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Node
+
+    with Session(get_engine(sqlite_url)) as session:
+        for node in session.exec(select(Node)):
+            node.island, node.switch = islands[node.name], f"leaf-{node.name}"
+            session.add(node)
+        session.commit()
+
+
+def test_a_restart_replaces_the_bad_node_from_the_jobs_island(cli, slurm_cluster, sqlite_url) -> None:
+    # Left to itself Slurm fills the lowest free names (node2, node3): the island is node4.
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "island", "island")
+    assert restart["placement_detail"] == "island ib-a: node4 for node1"
+    assert sorted(restart["new_nodes"]) == ["node2", "node4"]
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node4")
+
+
+def test_a_restart_falls_back_to_the_fleet_when_the_island_has_no_free_node(cli, slurm_cluster, sqlite_url) -> None:
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-b"})
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
+    assert restart["placement_detail"] == "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    assert "node1" not in restart["new_nodes"] and len(restart["new_nodes"]) == 2
+    shown = cli("job", "show", job_id)
+    assert "fleet ib-a -> outside" in shown.stdout

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.db import jobs
+from fleetctl.placement import NOT_PLACED, Placement, place_restart, restart_island
+from fleetctl.schedulers.base import PlacesRestarts
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
@@ -47,12 +50,36 @@ class JobRestartActivities(DatabaseActivities):
     @activity.defn
     @heartbeating
     def restart_job(self, req: RestartJob) -> None:
+        """Requeue the job off the bad nodes, onto healthy free nodes of its island when it
+        has enough and the scheduler can be told (fleetctl.placement), and record the choice
+        on the restart (keyed by this workflow's id, as the restart's row is)."""
         scheduler = self.scheduler(req.scheduler)
+        job = scheduler.job(req.job_id)
         # A retry whose first attempt went through finds the job already off the bad nodes;
         # requeueing it again would cost the job a second restart.
-        if running_off(scheduler.job(req.job_id), req.exclude_nodes):
+        if running_off(job, req.exclude_nodes):
             return
-        scheduler.restart_job(req.job_id, req.exclude_nodes)
+        if not job.nodes:
+            # Pending already: an earlier attempt requeued it and recorded its placement;
+            # the scheduler keeps the node list that attempt set.
+            scheduler.restart_job(req.job_id, req.exclude_nodes)
+            return
+        placement = self._placement(scheduler, req, job.nodes)
+        jobs.record_restart_step(self.engine, activity.info().workflow_id, island=placement.island,
+                                 placement=placement.placement, placement_detail=placement.detail)
+        if placement.nodes:
+            scheduler.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
+        else:
+            scheduler.restart_job(req.job_id, req.exclude_nodes)
+
+    def _placement(self, scheduler, req: RestartJob, job_nodes: Sequence[str]) -> Placement:
+        where = jobs.fabric(self.engine)
+        if not isinstance(scheduler, PlacesRestarts):
+            return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
+                             f"the {req.scheduler} scheduler places the job itself")
+        busy = scheduler.busy_nodes()
+        free = [n for n in jobs.restart_candidates(self.engine, req.scheduler) if n not in busy]
+        return place_restart(job_nodes, req.exclude_nodes, where, free)
 
     @activity.defn
     def wait_until_running(self, req: WaitForJob) -> list[str]:
@@ -83,3 +110,5 @@ class JobRestartActivities(DatabaseActivities):
         if outcome.running_at:
             values["running_at"] = datetime.fromisoformat(outcome.running_at)
         jobs.record_restart_step(self.engine, outcome.workflow_id, **values)
+        if outcome.status == "succeeded":
+            jobs.record_restart_landing(self.engine, outcome.workflow_id, outcome.new_nodes)
