@@ -103,8 +103,12 @@ def switch_tree(nodes: Sequence[Placed], root: str = DEFAULT_ROOT) -> list[Switc
     if clash:
         raise TopologyError(f"{sorted(clash)[0]} names both a switch and an island")
     switches = [Switch(leaf, nodes=tuple(members)) for leaf, members in leaves.items()]
-    switches += [Switch(island, nodes=tuple(members)) for island, members in island_nodes.items()]
-    switches += [Switch(island, switches=tuple(members)) for island, members in island_leaves.items()]
+    # Islands in the inventory's order, whichever kind each is.
+    for island in dict.fromkeys(n.island for n in nodes if n.island):
+        if island in island_nodes:
+            switches.append(Switch(island, nodes=tuple(island_nodes[island])))
+        else:
+            switches.append(Switch(island, switches=tuple(island_leaves[island])))
     under = {s for members in island_leaves.values() for s in members}
     tops = [s.name for s in switches if s.name not in under]
     if len(tops) > 1:

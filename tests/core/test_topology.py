@@ -28,6 +28,10 @@ def _nodes(*rows: tuple[str, str, str]) -> list[NodeSpec]:
         # NVLink domains with no leaf of their own: the nodes hang under the island.
         ([("gb-01", "", "nvl-1"), ("gb-02", "", "nvl-1"), ("gb-03", "", "nvl-2")],
          ["SwitchName=nvl-1 Nodes=gb-[01-02]", "SwitchName=nvl-2 Nodes=gb-03", "SwitchName=spine Switches=nvl-[1-2]"]),
+        # Islands in the inventory's order, whether over leaves or over nodes.
+        ([("g1", "", "nvl-b"), ("n1", "leaf-1", "ib-a")],
+         ["SwitchName=leaf-1 Nodes=n1", "SwitchName=nvl-b Nodes=g1", "SwitchName=ib-a Switches=leaf-1",
+          "SwitchName=spine Switches=nvl-b,ib-a"]),
         # Leaves without islands are tops themselves.
         ([("n1", "leaf-1", ""), ("n2", "leaf-2", "")],
          ["SwitchName=leaf-1 Nodes=n1", "SwitchName=leaf-2 Nodes=n2", "SwitchName=spine Switches=leaf-[1-2]"]),
