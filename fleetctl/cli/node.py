@@ -59,10 +59,10 @@ NODE_COLUMNS = (
     Column("STATE", lambda r: _state_text(r["state"]), whole=True),
     Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"]),
-    Column("ISLAND", lambda r: r["island"]),
     Column("AGE", lambda r: age(r["state_since"])),  # in its current state
     Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
     Column("REASON", lambda r: shown(r["reason"])),
+    Column("ISLAND", lambda r: r["island"], wide=True),
     Column("SWITCH", lambda r: r["switch"], wide=True),
     Column("U", lambda r: "" if r["position"] is None else str(r["position"]), wide=True),
     Column("PROFILE", lambda r: r["profile"], wide=True),
