@@ -90,3 +90,12 @@ def landed(island: str, new_nodes: Sequence[str], where: Mapping[str, Where]) ->
         return ""
     inside = all(n in where and where[n].island == island for n in new_nodes)
     return LANDED_IN_ISLAND if inside else LANDED_OUTSIDE
+
+
+def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """(placement, landed) of each restart -> how many asked for the island, fell back to the
+    fleet or were not placed ("none"), and how many landed in their island or outside."""
+    asked = Counter(placement or "none" for placement, _ in restarts)
+    where = Counter(where for _, where in restarts if where)
+    return {"asked": {k: asked[k] for k in (IN_ISLAND, FLEET_WIDE, "none")},
+            "landed": {k: where[k] for k in (LANDED_IN_ISLAND, LANDED_OUTSIDE)}}

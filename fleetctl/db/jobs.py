@@ -230,6 +230,13 @@ def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence
         return row.landed
 
 
+def restart_placements(engine: Engine, since: datetime, until: datetime) -> list[tuple[str, str]]:
+    """(placement, landed) of every restart whose fault was seen in [since, until]."""
+    with Session(engine) as session:
+        return [(p, l) for p, l in session.exec(select(JobRestart.placement, JobRestart.landed).where(
+            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))]
+
+
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:
     """Every restart of the job, oldest fault first."""
     with Session(engine) as session:
