@@ -218,6 +218,12 @@ def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
         return [name for name, kinds in rows if scheduler in scheduler_members(kinds)]
 
 
+def restart_placement(engine: Engine, workflow_id: str) -> str:
+    """The placement recorded on a restart ("" when none or no such restart)."""
+    with Session(engine) as session:
+        return session.exec(select(JobRestart.placement).where(JobRestart.workflow_id == workflow_id)).first() or ""
+
+
 def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
     """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
     with Session(engine) as session:

@@ -89,6 +89,10 @@ class PlacesRestarts(Protocol):
 
     def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None: ...
 
+    # The job, still pending, may run on any nodes again (its exclusions stay): the named
+    # ones did not take it in time.
+    def release_nodes(self, job_id: str) -> None: ...
+
 
 @runtime_checkable
 class ListsJobHistory(Protocol):

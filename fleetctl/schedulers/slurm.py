@@ -338,6 +338,11 @@ class SlurmScheduler:
             raise SchedulerError(f"restart of job {job_id} onto named nodes names none")
         self._restart(job_id, exclude_nodes, nodes)
 
+    def release_nodes(self, job_id: str) -> None:
+        """Clear the pending job's ReqNodeList (an empty value is Slurm's "none"); its
+        ExcNodeList stays, so it still avoids the bad nodes."""
+        self._command(["scontrol", "update", f"JobId={validate_job_id(job_id)}", "ReqNodeList="])
+
     def _restart(self, job_id: str, exclude_nodes: Sequence[str], place_on: Sequence[str]) -> None:
         validate_job_id(job_id)
         excluded = [validate_node_name(node) for node in exclude_nodes]

@@ -16,12 +16,18 @@ from tests.support.worker import WorkerThread
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
+# How long a restart waits for the island's named nodes before any node will do: short, so
+# the fallback test does not wait Slurm's minute; the scheduler starts a job on free named
+# nodes at once (sched_interval=1), far within it.
+ISLAND_WAIT_S = 3.0
+
 
 @pytest.fixture
 def cli(slurm_cluster, make_settings, sqlite_url):
     """The CLI and a worker on the Slurm cluster; its nodes are in the inventory, in production."""
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
+    settings.restart_island_wait_s = ISLAND_WAIT_S
     sim_fleet(get_engine(sqlite_url), slurm_cluster.node_names, scheduler="slurm")
     worker = WorkerThread(settings).start()
     base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
@@ -157,3 +163,22 @@ def test_a_restart_falls_back_to_the_fleet_when_the_island_has_no_free_node(cli,
     assert "node1" not in restart["new_nodes"] and len(restart["new_nodes"]) == 2
     shown = cli("job", "show", job_id)
     assert "fleet ib-a -> outside" in shown.stdout
+
+
+def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli, slurm_cluster, sqlite_url) -> None:
+    # node4 is in production for fleetctl but drained in Slurm by someone else (NHC): the
+    # island's one free node cannot take the job, and the restart must not wait for it.
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    # Bounded: without the fallback the job would wait for node4 until the restart gives up.
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes", "--timeout", "60")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
+    assert restart["placement_detail"] == (f"the island's named nodes had not taken the job after {ISLAND_WAIT_S:g}s: "
+                                           "any healthy node in the fleet")
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")

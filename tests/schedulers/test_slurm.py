@@ -143,6 +143,12 @@ def test_restart_onto_named_nodes_sets_exactly_them() -> None:
     ]
 
 
+def test_release_nodes_clears_only_the_node_list() -> None:
+    runner = ScriptedRunner({"scontrol": [(0, "", "")]})
+    SlurmScheduler(run=runner).release_nodes("42")
+    assert runner.calls == [["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
 @pytest.mark.parametrize("nodes,message", [([], "names none"), (["node1", "node2"], "node1 is both excluded and asked for"),
                                            (["node2;reboot"], "invalid Slurm node name")])
 def test_restart_onto_named_nodes_refuses_a_bad_list_before_touching_the_job(nodes, message) -> None:

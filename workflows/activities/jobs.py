@@ -12,7 +12,7 @@ from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.db import jobs
-from fleetctl.placement import NOT_PLACED, Placement, place_restart, restart_island
+from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
 from fleetctl.schedulers.base import PlacesRestarts
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
@@ -86,10 +86,18 @@ class JobRestartActivities(DatabaseActivities):
         """Poll until the job runs off the bad nodes; its new nodes. Heartbeats every poll."""
         scheduler = self.scheduler(req.scheduler)
         deadline = time.monotonic() + req.timeout_s
+        workflow_id = activity.info().workflow_id
+        # Named island nodes that have not taken the job by then are released (a retry after
+        # a lost worker waits again, from its own start: the record says whether it still must).
+        release_at = time.monotonic() + self.settings.restart_island_wait_s \
+            if jobs.restart_placement(self.engine, workflow_id) == IN_ISLAND else None
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
                 return list(job.nodes)
+            if release_at is not None and time.monotonic() > release_at and job.state == "pending":
+                self._fall_back(scheduler, req.job_id, workflow_id)
+                release_at = None
             if time.monotonic() > deadline:
                 raise ApplicationError(
                     f"job {req.job_id} not running again after {req.timeout_s:g}s (last seen {job.state})",
@@ -97,6 +105,13 @@ class JobRestartActivities(DatabaseActivities):
                 )
             activity.heartbeat(job.state)
             time.sleep(req.poll_interval_s)
+
+    def _fall_back(self, scheduler, job_id: str, workflow_id: str) -> None:
+        scheduler.release_nodes(job_id)
+        wait = self.settings.restart_island_wait_s
+        jobs.record_restart_step(self.engine, workflow_id, placement=FLEET_WIDE,
+                                 placement_detail=f"the island's named nodes had not taken the job after {wait:g}s: "
+                                                  "any healthy node in the fleet")
 
     @activity.defn
     def record_restart_step(self, step: RestartStep) -> None:
