@@ -46,6 +46,8 @@ class QueuedJob:
     job_id: str
     node_count: int
     exclude: frozenset[str]
+    # Exactly these nodes or wait (a restart placed in its island, fleetctl.placement).
+    nodes: tuple[str, ...] = ()
 
 
 # (queue in FIFO order, every simulated node) -> {job id: the nodes it now runs on}
@@ -133,10 +135,12 @@ def _lock_sim_scheduler(session: Session) -> None:
 
 
 def sim_scheduling_pass(
-    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = ()
+    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = (),
+    place_on: Sequence[str] = (),
 ) -> None:
     """One pass of the simulated scheduler: put `requeue` (if given) back in the queue, kept
-    off `exclude` in this pass, then run every queued job that `place` finds nodes for."""
+    off `exclude` and on exactly `place_on` (when given) in this pass, then run every queued
+    job that `place` finds nodes for."""
     with Session(engine) as session:
         pending = select(Job).where(Job.scheduler == SIM, Job.state == "pending")
         if requeue is None and session.exec(pending.limit(1)).first() is None:
@@ -154,8 +158,8 @@ def sim_scheduling_pass(
         queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
         if queue:
             placements = place(
-                [QueuedJob(j.job_id, j.node_count, frozenset(exclude) if j.job_id == requeue else frozenset())
-                 for j in queue],
+                [QueuedJob(j.job_id, j.node_count, frozenset(exclude), tuple(place_on)) if j.job_id == requeue
+                 else QueuedJob(j.job_id, j.node_count, frozenset()) for j in queue],
                 _sim_nodes(session),
             )
             now = utcnow()
