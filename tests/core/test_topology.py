@@ -66,3 +66,24 @@ def test_inventories_without_a_tree_are_refused_in_one_line(rows, root, message)
     with pytest.raises(TopologyError, match=message) as err:
         slurm_topology_conf(_nodes(*rows), root=root)
     assert "\n" not in str(err.value)
+
+
+def test_cli_writes_the_file_whole_and_refuses_a_bad_inventory_in_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text("nodes:\n  - {name: n1, address: x, profile: h100-sxm, scheduler: slurm, switch: leaf-1}\n"
+                         "  - {name: k1, address: x, profile: h100-sxm, scheduler: kubernetes}\n")
+    out = tmp_path / "topology.conf"
+    r = CliRunner().invoke(app, ["topology", "slurm-conf", str(inventory), "--out", str(out)])
+    assert r.exit_code == 0 and r.stdout == f"{out}: 1 switches\n"
+    assert out.read_text() == f"{HEADER}\nSwitchName=leaf-1 Nodes=n1\n"  # k1 is no Slurm node
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml", "topology.conf"]  # no .partial left
+
+    inventory.write_text("nodes:\n  - {name: n2, address: x, profile: h100-sxm, scheduler: slurm}\n")
+    r = CliRunner().invoke(app, ["topology", "slurm-conf", str(inventory), "--out", str(out)])
+    assert r.exit_code == 2
+    assert r.output == f"error: {inventory}: n2: no switch and no island in the inventory, so no place in the topology\n"
+    assert out.read_text() == f"{HEADER}\nSwitchName=leaf-1 Nodes=n1\n"  # unchanged
