@@ -27,7 +27,7 @@ SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
 _RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
-                                  "island", "placement", "placement_detail", "landed"})
+                                  "island", "placement", "placement_detail", "placed_on", "landed"})
 
 
 @dataclass(frozen=True)
@@ -222,10 +222,12 @@ def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
         return [name for name, kinds in rows if scheduler in scheduler_members(kinds)]
 
 
-def restart_placement(engine: Engine, workflow_id: str) -> str:
-    """The placement recorded on a restart ("" when none or no such restart)."""
+def restart_placement(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
+    """The placement recorded on a restart and the nodes it named (("", []) when none)."""
     with Session(engine) as session:
-        return session.exec(select(JobRestart.placement).where(JobRestart.workflow_id == workflow_id)).first() or ""
+        row = session.exec(select(JobRestart.placement, JobRestart.placed_on)
+                           .where(JobRestart.workflow_id == workflow_id)).first()
+        return (row[0], list(row[1] or [])) if row is not None else ("", [])
 
 
 def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:

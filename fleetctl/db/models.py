@@ -327,5 +327,7 @@ class JobRestart(SQLModel, table=True):
     island: str = ""
     placement: str = ""
     placement_detail: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    # The nodes an `island` placement named (a retried requeue names them again).
+    placed_on: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     landed: str = ""
     workflow_id: str

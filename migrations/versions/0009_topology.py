@@ -2,7 +2,8 @@
 
 `nodes` gains the inventory's leaf switch, island (InfiniBand island / NVLink domain) and
 rack unit; `job_restarts` gains the job's island, where the restart asked the scheduler to
-place it (`island`, `fleet`, or "" when not decided) with why, and where it landed. Every
+place it (`island`, `fleet`, or "" when not decided) with why and the nodes it named, and
+where it landed. Every
 existing row gets "" / NULL: nothing was known of topology before.
 
 Revision ID: 0009
@@ -29,12 +30,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("island", sa.String, nullable=False, server_default=""))
         batch.add_column(sa.Column("placement", sa.String, nullable=False, server_default=""))
         batch.add_column(sa.Column("placement_detail", sa.Text, nullable=False, server_default=""))
+        batch.add_column(sa.Column("placed_on", sa.JSON, nullable=False, server_default="[]"))
         batch.add_column(sa.Column("landed", sa.String, nullable=False, server_default=""))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("job_restarts") as batch:
-        for column in ("landed", "placement_detail", "placement", "island"):
+        for column in ("landed", "placed_on", "placement_detail", "placement", "island"):
             batch.drop_column(column)
     with op.batch_alter_table("nodes") as batch:
         for column in ("position", "island", "switch"):

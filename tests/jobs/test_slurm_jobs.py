@@ -182,3 +182,52 @@ def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli
     assert restart["placement_detail"] == (f"the island's named nodes had not taken the job after {ISLAND_WAIT_S:g}s: "
                                            "any healthy node in the fleet")
     assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
+
+
+@pytest.fixture
+def slurm_reset(slurm_cluster):
+    """The cluster, every job cancelled and node resumed afterwards."""
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settings, sqlite_url) -> None:
+    """The restart's first attempt requeued the job and recorded its placement, then died
+    before its node list reached Slurm: the retry, finding the job pending, names them again."""
+    from datetime import timezone
+
+    from temporalio.testing import ActivityEnvironment
+
+    from fleetctl.db import jobs
+    from workflows.activities.jobs import JobRestartActivities
+    from workflows.activities.schedulers import SchedulerRegistry
+    from workflows.api import RestartJob
+
+    slurm_cluster = slurm_reset
+    settings = make_settings(sqlite_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, slurm_cluster.node_names, scheduler="slurm")
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    # node4 (the island's replacement) is held by NHC and node3 runs another job, so the job
+    # stays pending wherever it is pointed.
+    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    slurm_cluster.submit_sleep_job("-w", "node3")
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+    slurm_cluster.scheduler().drain("node1", "XID 79")
+    env = ActivityEnvironment()  # its workflow id, "test", keys the restart's row
+    jobs.record_restart_started(engine, workflow_id="test", job_id=job_id, scheduler="slurm", bad_nodes=["node1"],
+                                cause="XID 79", actor="tester", restart_id="r", fault_seen_at=datetime.now(timezone.utc))
+    activities = JobRestartActivities(settings, SchedulerRegistry(settings))
+    requested = lambda: slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%T|%n").strip()  # noqa: E731
+
+    env.run(activities.restart_job, RestartJob("slurm", job_id, ["node1"]))
+    assert requested() == "PENDING|node[2,4]"
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "ReqNodeList=")  # the list that never arrived
+    assert requested() == "PENDING|"
+
+    env.run(activities.restart_job, RestartJob("slurm", job_id, ["node1"]))
+
+    assert requested() == "PENDING|node[2,4]"
+    assert jobs.restart_placement(engine, "test") == ("island", ["node2", "node4"])

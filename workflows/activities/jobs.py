@@ -59,14 +59,19 @@ class JobRestartActivities(DatabaseActivities):
         # requeueing it again would cost the job a second restart.
         if running_off(job, req.exclude_nodes):
             return
+        workflow_id = activity.info().workflow_id
         if not job.nodes:
-            # Pending already: an earlier attempt requeued it and recorded its placement;
-            # the scheduler keeps the node list that attempt set.
-            scheduler.restart_job(req.job_id, req.exclude_nodes)
+            # Pending already: an earlier attempt requeued it after recording its placement,
+            # and may have died before naming the nodes; naming them again changes nothing.
+            placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
+            if placement == IN_ISLAND and placed_on and isinstance(scheduler, PlacesRestarts):
+                scheduler.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
+            else:
+                scheduler.restart_job(req.job_id, req.exclude_nodes)
             return
         placement = self._placement(scheduler, req, job.nodes)
-        jobs.record_restart_step(self.engine, activity.info().workflow_id, island=placement.island,
-                                 placement=placement.placement, placement_detail=placement.detail)
+        jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
+                                 placement_detail=placement.detail, placed_on=list(placement.nodes))
         if placement.nodes:
             scheduler.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
         else:
@@ -90,7 +95,7 @@ class JobRestartActivities(DatabaseActivities):
         # Named island nodes that have not taken the job by then are released (a retry after
         # a lost worker waits again, from its own start: the record says whether it still must).
         release_at = time.monotonic() + self.settings.restart_island_wait_s \
-            if jobs.restart_placement(self.engine, workflow_id) == IN_ISLAND else None
+            if jobs.restart_placement(self.engine, workflow_id)[0] == IN_ISLAND else None
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
