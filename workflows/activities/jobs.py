@@ -14,6 +14,7 @@ from fleetctl.config import Settings
 from fleetctl.db import jobs
 from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
 from fleetctl.schedulers.base import PlacesRestarts
+from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
@@ -60,30 +61,40 @@ class JobRestartActivities(DatabaseActivities):
         if running_off(job, req.exclude_nodes):
             return
         workflow_id = activity.info().workflow_id
+        kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
         if not job.nodes:
             # Pending already: an earlier attempt requeued it after recording its placement,
             # and may have died before naming the nodes; naming them again changes nothing.
             placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
-            if placement == IN_ISLAND and placed_on and isinstance(scheduler, PlacesRestarts):
-                scheduler.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
+            if placement == IN_ISLAND and placed_on and placer is not None:
+                placer.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
             else:
                 scheduler.restart_job(req.job_id, req.exclude_nodes)
             return
-        placement = self._placement(scheduler, req, job.nodes)
+        placement = self._placement(kind, placer, req, job.nodes)
         jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
                                  placement_detail=placement.detail, placed_on=list(placement.nodes))
         if placement.nodes:
-            scheduler.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
+            placer.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
         else:
             scheduler.restart_job(req.job_id, req.exclude_nodes)
 
-    def _placement(self, scheduler, req: RestartJob, job_nodes: Sequence[str]) -> Placement:
+    @staticmethod
+    def _placer(scheduler, kind: str, job_id: str) -> tuple[str, PlacesRestarts | None]:
+        """The kind of scheduler that runs the job and, when it can be told nodes, it: on a
+        node several run (SUNK), the member that knows the job."""
+        if isinstance(scheduler, CombinedScheduler):
+            kind, scheduler = scheduler.member_for(job_id)
+        return kind, scheduler if isinstance(scheduler, PlacesRestarts) else None
+
+    def _placement(self, kind: str, placer: PlacesRestarts | None, req: RestartJob,
+                   job_nodes: Sequence[str]) -> Placement:
         where = jobs.fabric(self.engine)
-        if not isinstance(scheduler, PlacesRestarts):
+        if placer is None:
             return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
-                             f"the {req.scheduler} scheduler places the job itself")
-        busy = scheduler.busy_nodes()
-        free = [n for n in jobs.restart_candidates(self.engine, req.scheduler) if n not in busy]
+                             f"the {kind} scheduler places the job itself")
+        busy = placer.busy_nodes()
+        free = [n for n in jobs.restart_candidates(self.engine, kind) if n not in busy]
         return place_restart(job_nodes, req.exclude_nodes, where, free)
 
     @activity.defn
@@ -101,7 +112,7 @@ class JobRestartActivities(DatabaseActivities):
             if running_off(job, req.exclude_nodes):
                 return list(job.nodes)
             if release_at is not None and time.monotonic() > release_at and job.state == "pending":
-                self._fall_back(scheduler, req.job_id, workflow_id)
+                self._fall_back(self._placer(scheduler, req.scheduler, req.job_id)[1], req.job_id, workflow_id)
                 release_at = None
             if time.monotonic() > deadline:
                 raise ApplicationError(
@@ -111,8 +122,9 @@ class JobRestartActivities(DatabaseActivities):
             activity.heartbeat(job.state)
             time.sleep(req.poll_interval_s)
 
-    def _fall_back(self, scheduler, job_id: str, workflow_id: str) -> None:
-        scheduler.release_nodes(job_id)
+    def _fall_back(self, placer: PlacesRestarts | None, job_id: str, workflow_id: str) -> None:
+        if placer is not None:  # an island placement was made through it
+            placer.release_nodes(job_id)
         wait = self.settings.restart_island_wait_s
         jobs.record_restart_step(self.engine, workflow_id, placement=FLEET_WIDE,
                                  placement_detail=f"the island's named nodes had not taken the job after {wait:g}s: "
