@@ -39,10 +39,14 @@ def rack_view(nodes: Iterable) -> list[dict[str, Any]]:
     islands: dict[str, dict[str, list]] = {}
     for n in nodes:
         islands.setdefault(n.island, {}).setdefault(n.rack, []).append(n)
+
+    def top_down(n) -> tuple:
+        return n.position is None, -(n.position or 0), n.name
+
     return [
         {"island": island, "racks": [
             {"rack": rack, "nodes": [{"name": n.name, "state": n.state, "position": n.position}
-                                     for n in sorted(members, key=lambda n: (n.position is None, -(n.position or 0), n.name))]}
+                                     for n in sorted(members, key=top_down)]}
             for rack, members in sorted(racks.items())]}
         for island, racks in sorted(islands.items(), key=lambda kv: (kv[0] == "", kv[0]))
     ]

@@ -53,7 +53,8 @@ def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Ma
     """The island of a job restarted off bad_nodes: that of its good nodes, or of its bad
     ones when none is left."""
     bad = set(bad_nodes)
-    return job_island([n for n in job_nodes if n not in bad], where) or job_island([n for n in job_nodes if n in bad], where)
+    return (job_island([n for n in job_nodes if n not in bad], where)
+            or job_island([n for n in job_nodes if n in bad], where))
 
 
 def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],

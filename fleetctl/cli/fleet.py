@@ -135,7 +135,8 @@ def render_status(data: dict, wide: bool = False):
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
-    parts = [head, render_racks(data["islands"]) if wide else racks, auto, column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
+    parts = [head, render_racks(data["islands"]) if wide else racks, auto,
+             column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))

@@ -217,7 +217,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
                              shown(f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
-        parts = [head, shown(topology_line(d)), shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        parts = [head, shown(topology_line(d)),
+                 shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["jobs"]:

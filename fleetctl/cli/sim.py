@@ -22,7 +22,8 @@ def fleet(
     seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1)),
     prefix: str = typer.Option("gpu", "--prefix", help="node name prefix"),
     islands: int = typer.Option(0, "--islands", callback=within(0, 10_000),
-                                help="split the racks over this many islands, each rack its own leaf switch (0: no topology)"),
+                                help="split the racks over this many islands, each rack its own leaf switch "
+                                     "(0: no topology)"),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
 ) -> None:
     """Print an inventory of simulated nodes (pipe it to a file, then `fleetctl node import`)."""
