@@ -127,6 +127,10 @@ class Settings:
     # Schedulers: the slurm.conf Slurm's commands read (empty: Slurm's own default), and the
     # kubeconfig and context for the Kubernetes API (empty: kubectl's defaults).
     slurm_conf: str = ""
+    # A restart placed on named nodes of the job's island (fleetctl.placement) that has not
+    # started on them after this long falls back to any healthy node: one of them was taken
+    # or is held by the scheduler. Slurm starts a job on free named nodes at the update.
+    restart_island_wait_s: float = 60.0
     # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
     # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
     # slurm_conf is then the path on that host.
@@ -244,6 +248,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "lemon_window_days": (0.0, 3650.0, False),
     "suspect_after_unreachable": (1, 1000, True),
     "agent_silence_s": (0.0, 30 * 86400.0, True),
+    "restart_island_wait_s": (0.0, 3600.0, False),
 }
 
 

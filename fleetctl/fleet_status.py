@@ -1,4 +1,4 @@
-"""The fleet at a glance, from the database: nodes per state and rack, nodes in flight, suspect
+"""The fleet at a glance, from the database: nodes per state and rack, the racks by island, nodes in flight, suspect
 nodes (fleetctl.reachability), firmware roll-outs under way, recent automation; with what the capacity guard said, which the caller
 asks (that needs Temporal)."""
 
@@ -33,11 +33,33 @@ def count_states(nodes: Iterable) -> dict[str, Any]:
     return {"nodes": len(nodes), "per_state": per_state, "per_rack": per_rack, "in_flight": in_flight}
 
 
+def rack_view(nodes: Iterable) -> list[dict[str, Any]]:
+    """The fleet as cabinets, by island: each island ("" for nodes the inventory places in
+    none, last) with its racks by name, each rack's nodes from the top of the rack down (the
+    inventory's position, highest unit first; nodes without one after, by name). A rack whose
+    nodes are in two islands is shown under each. Pure."""
+    islands: dict[str, dict[str, list]] = {}
+    for n in nodes:
+        islands.setdefault(n.island, {}).setdefault(n.rack, []).append(n)
+
+    def top_down(n) -> tuple:
+        return n.position is None, -(n.position or 0), n.name
+
+    return [
+        {"island": island, "racks": [
+            {"rack": rack, "nodes": [{"name": n.name, "state": n.state, "position": n.position}
+                                     for n in sorted(members, key=top_down)]}
+            for rack, members in sorted(racks.items())]}
+        for island, racks in sorted(islands.items(), key=lambda kv: (kv[0] == "", kv[0]))
+    ]
+
+
 def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str) -> dict[str, Any]:
     """`policy`: the guard's own when it answered, else the configured one (the caller says
     which in `automation`). The budget counts the nodes of `fleet`, as its guard does."""
     nodes = queries.list_nodes(engine)
     status = count_states(nodes)
+    status["islands"] = rack_view(nodes)
     status["automation"] = automation
     mine = [n for n in nodes if in_fleet(n.labels, fleet)]
     status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy))]

@@ -5,6 +5,9 @@
         address: 10.0.0.1            # or user@host:port, or sim://gpu-001
         bmc: https://10.1.0.1        # optional
         rack: rack-01
+        position: 12                 # optional: rack unit (1-99), for the rack view's order
+        switch: leaf-01              # optional: the leaf switch its fabric port is on
+        island: ib-a                 # optional: InfiniBand island / NVLink domain (restarts stay in it)
         profile: h100-sxm
         scheduler: slurm             # slurm | kubernetes | sim | none, or a list: [slurm, kubernetes]
         user: ubuntu                 # optional SSH user
@@ -19,6 +22,11 @@ Names are compared case-insensitively (`gpu-001` and `GPU-001` are one machine t
 an operator); a node for the Kubernetes scheduler must have a name Kubernetes accepts; a BMC
 reached over plain http is refused unless the operator allowed it (its credentials would
 cross the network in clear).
+
+Topology (`switch`, `island`, `position`) is optional. Switch and island names are what a
+Slurm topology.conf accepts as a SwitchName (`fleetctl topology slurm-conf`): letters,
+digits, '.', '_' and '-', at most 63 characters. A leaf switch hangs under one island, so
+two nodes on the same switch must name the same island.
 """
 
 from __future__ import annotations
@@ -37,11 +45,15 @@ from fleetctl.names import (
     scheduler_members,
     valid_kubernetes_node_name,
 )
+from fleetctl.topology import switch_island_conflict
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
 _BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)$")
-_KNOWN_KEYS = {"name", "address", "bmc", "rack", "profile", "scheduler", "user", "labels"}
+_KNOWN_KEYS = {"name", "address", "bmc", "rack", "position", "switch", "island", "profile", "scheduler", "user",
+               "labels"}
+# Rack units: the tallest racks in use are 58U; a larger number is a typo.
+MAX_RACK_POSITION = 99
 
 
 class InventoryError(ValueError):
@@ -54,6 +66,9 @@ class NodeSpec:
     address: str
     profile: str
     rack: str = ""
+    switch: str = ""
+    island: str = ""
+    position: int | None = None
     bmc: str | None = None
     scheduler: str = "none"
     user: str | None = None
@@ -73,6 +88,16 @@ def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, require
     value = str(value)
     if pattern is not None and not pattern.match(value):
         raise InventoryError(f"{where}: field '{key}' has an invalid value {excerpt(value)}")
+    return value
+
+
+def _position(where: str, entry: dict) -> int | None:
+    value = entry.get("position")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RACK_POSITION:
+        raise InventoryError(f"{where}: field 'position' must be a rack unit from 1 to {MAX_RACK_POSITION}, "
+                             f"not {excerpt(str(value))}")
     return value
 
 
@@ -145,12 +170,17 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
                 address=_text(where, entry, "address", _ADDRESS_RE, True),
                 profile=profile,
                 rack=_text(where, entry, "rack", LABEL_VALUE_RE, False) or "",
+                switch=_text(where, entry, "switch", LABEL_VALUE_RE, False) or "",
+                island=_text(where, entry, "island", LABEL_VALUE_RE, False) or "",
+                position=_position(where, entry),
                 bmc=bmc,
                 scheduler=scheduler,
                 user=_text(where, entry, "user", NODE_NAME_RE, False),
                 labels=parse_labels(where, entry.get("labels")),
             )
         )
+    if conflict := switch_island_conflict(specs):
+        raise InventoryError(f"{source}: {conflict}")
     return specs
 
 

@@ -58,7 +58,8 @@ def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, la
            "reason": reason(n.state, last.cause if last else "", last.actor if last else "", last.at if last else None, held),
            "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
            "drain_held": held_dict(held),
-           "rack": n.rack, "profile": n.profile, "scheduler": n.scheduler,
+           "rack": n.rack, "switch": n.switch, "island": n.island, "position": n.position,
+           "profile": n.profile, "scheduler": n.scheduler,
            "address": n.address, "labels": n.labels, "state_since": n.state_since,
            "agent_seen_at": n.agent_seen_at}  # None: no agent heard
     if wide:

@@ -85,7 +85,32 @@ OPERATOR_COLUMNS = (
 )
 
 
-def render_status(data: dict, _wide: bool = False):
+# One letter per node in the rack view: capitals for the states an operator looks for.
+STATE_LETTER = {"new": "n", "firmware": "f", "burn_in": "b", "admission": "a", "production": "P", "draining": "D",
+                "maintenance": "M", "rma": "R", "retired": "x"}
+
+
+def render_racks(islands: list[dict]):
+    """`fleet status -o wide`: a line per rack, a letter per node from the top of the rack
+    down, coloured by state; racks grouped by island."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from fleetctl.lifecycle import NodeState
+
+    legend = "  ".join(f"{letter} {state}" for state, letter in STATE_LETTER.items())
+    lines = [Text.assemble(("racks by island", "bold"), f"   (top of rack first; {legend})")]
+    width = max((len(r["rack"] or "-") for i in islands for r in i["racks"]), default=1)
+    for island in islands:
+        lines.append(Text(f"island {island['island'] or '(none)'}", style="bold"))
+        for rack in island["racks"]:
+            cells = [(STATE_LETTER.get(n["state"], "?"), NodeState(n["state"]).colour) for n in rack["nodes"]]
+            lines.append(Text.assemble(shown(f"  {(rack['rack'] or '-').ljust(width)}  "), *cells,
+                                       f"  {len(cells)} node{'s' if len(cells) != 1 else ''}"))
+    return Group(*lines)
+
+
+def render_status(data: dict, wide: bool = False):
     from rich.console import Group
     from rich.text import Text
 
@@ -110,7 +135,8 @@ def render_status(data: dict, _wide: bool = False):
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
-    parts = [head, racks, auto, column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
+    parts = [head, render_racks(data["islands"]) if wide else racks, auto,
+             column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))
@@ -140,7 +166,8 @@ def status(
     interval: float = typer.Option(2.0, "--interval", callback=within(0.1, 3600)),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
-    """Nodes per state and rack, nodes in flight, the capacity guard and its breaker."""
+    """Nodes per state and rack, nodes in flight, the capacity guard and its breaker;
+    `-o wide` shows every rack node by node, grouped by island."""
     if not watch:
         data = fleet_status(ctx)
         emit(data, output, render_status)

@@ -100,6 +100,8 @@ RESTART_COLUMNS = (
     Column("bad", lambda r: ",".join(r["bad_nodes"])),
     Column("new", lambda r: ",".join(r["new_nodes"])),
     Column("seconds", lambda r: "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}"),
+    # Asked for -> landed: "island ib-a -> island", "fleet ib-a -> outside"; "" without an island.
+    Column("placed", lambda r: f"{r['placement'] or '-'} {r['island']} -> {r['landed'] or '?'}" if r["island"] else ""),
     Column("cause", lambda r: r["cause"] or r["error"]),
     Column("actor", lambda r: r["actor"]),
 )
@@ -160,6 +162,7 @@ def _restart_row(r) -> dict:
         "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": iso(r.fault_seen_at),
         "drained_at": iso(r.drained_at), "requeued_at": iso(r.requeued_at), "running_at": iso(r.running_at),
         "restart_seconds": seconds, "error": r.error, "workflow_id": r.workflow_id,
+        "island": r.island, "placement": r.placement, "placement_detail": r.placement_detail, "landed": r.landed,
     }
 
 

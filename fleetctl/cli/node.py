@@ -39,6 +39,13 @@ def _health_text(health: str):
     return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "bold red")
 
 
+def topology_line(d: dict) -> str:
+    """Where the node sits: rack unit, leaf switch and island, `-` for what the inventory
+    does not say."""
+    unit = "-" if d["position"] is None else f"U{d['position']}"
+    return f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+
+
 def _jobs_cell(jobs: list[str] | None) -> str:
     """`?`: the node's scheduler is not mirrored in the database; `node show` says what the
     node's workflow waits for."""
@@ -55,6 +62,9 @@ NODE_COLUMNS = (
     Column("AGE", lambda r: age(r["state_since"])),  # in its current state
     Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
     Column("REASON", lambda r: shown(r["reason"])),
+    Column("ISLAND", lambda r: r["island"], wide=True),
+    Column("SWITCH", lambda r: r["switch"], wide=True),
+    Column("U", lambda r: "" if r["position"] is None else str(r["position"]), wide=True),
     Column("PROFILE", lambda r: r["profile"], wide=True),
     Column("SCHEDULER", lambda r: r["scheduler"], wide=True),
     Column("ADDRESS", lambda r: r["address"], wide=True),
@@ -208,7 +218,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
                              shown(f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
                                    f"  scheduler {d['scheduler']}  address {d['address']}"))
-        parts = [head, shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        parts = [head, shown(topology_line(d)),
+                 shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["jobs"]:

@@ -21,13 +21,16 @@ def fleet(
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
     seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1)),
     prefix: str = typer.Option("gpu", "--prefix", help="node name prefix"),
+    islands: int = typer.Option(0, "--islands", callback=within(0, 10_000),
+                                help="split the racks over this many islands, each rack its own leaf switch "
+                                     "(0: no topology)"),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
 ) -> None:
     """Print an inventory of simulated nodes (pipe it to a file, then `fleetctl node import`)."""
     from fleetctl.sim.inventory import render_inventory
 
     try:
-        entries = render_inventory(nodes, racks, profile, seed, prefix)
+        entries = render_inventory(nodes, racks, profile, seed, prefix, islands)
     except (ValueError, KeyError) as exc:
         fail(str(exc).strip("'\""), EXIT_USAGE)
     emit({"nodes": entries}, output if output in (OutputFormat.json, OutputFormat.yaml) else OutputFormat.yaml)

@@ -19,12 +19,15 @@ from sqlmodel import Session, col, select
 
 from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, utcnow
 from fleetctl.metrics import as_utc
+from fleetctl.names import scheduler_members
+from fleetctl.placement import Where, landed
 from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
-_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error"})
+_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
+                                  "island", "placement", "placement_detail", "placed_on", "landed"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class QueuedJob:
     job_id: str
     node_count: int
     exclude: frozenset[str]
+    # Exactly these nodes or wait (a restart placed in its island, fleetctl.placement).
+    nodes: tuple[str, ...] = ()
 
 
 # (queue in FIFO order, every simulated node) -> {job id: the nodes it now runs on}
@@ -130,10 +135,12 @@ def _lock_sim_scheduler(session: Session) -> None:
 
 
 def sim_scheduling_pass(
-    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = ()
+    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = (),
+    place_on: Sequence[str] = (),
 ) -> None:
     """One pass of the simulated scheduler: put `requeue` (if given) back in the queue, kept
-    off `exclude` in this pass, then run every queued job that `place` finds nodes for."""
+    off `exclude` and on exactly `place_on` (when given) in this pass, then run every queued
+    job that `place` finds nodes for."""
     with Session(engine) as session:
         pending = select(Job).where(Job.scheduler == SIM, Job.state == "pending")
         if requeue is None and session.exec(pending.limit(1)).first() is None:
@@ -151,8 +158,8 @@ def sim_scheduling_pass(
         queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
         if queue:
             placements = place(
-                [QueuedJob(j.job_id, j.node_count, frozenset(exclude) if j.job_id == requeue else frozenset())
-                 for j in queue],
+                [QueuedJob(j.job_id, j.node_count, frozenset(exclude), tuple(place_on)) if j.job_id == requeue
+                 else QueuedJob(j.job_id, j.node_count, frozenset()) for j in queue],
                 _sim_nodes(session),
             )
             now = utcnow()
@@ -198,6 +205,48 @@ def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
             setattr(row, key, value)
         session.add(row)
         session.commit()
+
+
+def fabric(engine: Engine) -> dict[str, Where]:
+    """Every node's place in the fabric, from the inventory."""
+    with Session(engine) as session:
+        return {name: Where(switch, island)
+                for name, switch, island in session.exec(select(Node.name, Node.switch, Node.island))}
+
+
+def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
+    """The nodes a restarted job of `scheduler` may be placed on: in production in fleetctl
+    and run by that scheduler (alone or with others); the caller leaves out busy ones."""
+    with Session(engine) as session:
+        rows = session.exec(select(Node.name, Node.scheduler).where(Node.state == "production"))
+        return [name for name, kinds in rows if scheduler in scheduler_members(kinds)]
+
+
+def restart_placement(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
+    """The placement recorded on a restart and the nodes it named (("", []) when none)."""
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart.placement, JobRestart.placed_on)
+                           .where(JobRestart.workflow_id == workflow_id)).first()
+        return (row[0], list(row[1] or [])) if row is not None else ("", [])
+
+
+def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
+    """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
+        if row is None:
+            raise LookupError(f"no job restart recorded for workflow {workflow_id}")
+        row.landed = landed(row.island, new_nodes, fabric(engine))
+        session.add(row)
+        session.commit()
+        return row.landed
+
+
+def restart_placements(engine: Engine, since: datetime, until: datetime) -> list[tuple[str, str]]:
+    """(placement, landed) of every restart whose fault was seen in [since, until]."""
+    with Session(engine) as session:
+        return [(p, l) for p, l in session.exec(select(JobRestart.placement, JobRestart.landed).where(
+            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))]
 
 
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:

@@ -22,6 +22,11 @@ class Node(SQLModel, table=True):
     bmc_address: Optional[str] = None
     ssh_user: Optional[str] = None
     rack: str = Field(default="", index=True)
+    # Topology from the inventory (migration 0010): the leaf switch, the InfiniBand island or
+    # NVLink domain a restart keeps a job in, the rack unit; "" / None when not given.
+    switch: str = ""
+    island: str = ""
+    position: Optional[int] = None
     profile: str
     scheduler: str = "none"
     labels: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
@@ -317,4 +322,15 @@ class JobRestart(SQLModel, table=True):
     new_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     status: str = Field(default="in_progress", index=True)  # in_progress, succeeded, failed
     error: str = Field(default="", sa_column=Column(Text, nullable=False))
+    # Where the restart asked the scheduler to place the job (fleetctl.placement, migration
+    # 0010): "island" (healthy nodes of the job's island, named), "fleet" (fell back to any
+    # healthy node), "" (not decided: no topology, or a scheduler that cannot be told);
+    # placement_detail says why in words. landed: where the job ran again, "island" (every
+    # node in the job's island) or "outside"; "" until it runs or when the job has no island.
+    island: str = ""
+    placement: str = ""
+    placement_detail: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    # The nodes an `island` placement named (a retried requeue names them again).
+    placed_on: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    landed: str = ""
     workflow_id: str

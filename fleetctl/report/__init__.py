@@ -11,8 +11,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from fleetctl import metrics
-from fleetctl.metrics_load import load_history
+from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
+from fleetctl.fleet_status import rack_view
+from fleetctl.metrics_load import load_history
+from fleetctl.placement import placement_counts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -135,6 +138,9 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                    for name, count in metrics.lemon_nodes(nodes, since, now, lemon_threshold, lemon_window).items()],
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
+        "restart_placement": placement_counts(jobs_db.restart_placements(engine, since, now)),
+        # The racks as they are now (not over the window), each node coloured by its state.
+        "rack_view": rack_view(queries.list_nodes(engine)),
         "stragglers": stragglers,
         "straggler_nodes": [{"node": n["node"], "profile": g["profile"], "check": g["check"], "metric": g["metric"],
                              "value": n["value"], "median": g["median"], "robust_z": n["robust_z"]}

@@ -82,6 +82,19 @@ class Scheduler(Protocol):
 
 
 @runtime_checkable
+class PlacesRestarts(Protocol):
+    """Optional: a scheduler that can restart a job onto nodes fleetctl names (Slurm's
+    ReqNodeList), so a restart keeps the job in its island (fleetctl.placement). `nodes` is
+    every node the job runs on next; none of them is in exclude_nodes."""
+
+    def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None: ...
+
+    # The job, still pending, may run on any nodes again (its exclusions stay): the named
+    # ones did not take it in time.
+    def release_nodes(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
 class ListsJobHistory(Protocol):
     """Optional: a scheduler that can list every job it remembers, ended ones too, in one
     call (Slurm: squeue --states=all; the simulated scheduler: its queue)."""

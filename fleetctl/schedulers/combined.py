@@ -82,6 +82,12 @@ class CombinedScheduler:
             if isinstance(scheduler, ReportsNodeState):
                 scheduler.set_state(node, state, reason)
 
+    def member_for(self, job_id: str) -> tuple[str, Scheduler]:
+        """The kind and adapter of the member that runs the job: what a restart places it
+        through (fleetctl.placement)."""
+        owner = self._owner(job_id)[0]
+        return next((kind, scheduler) for kind, scheduler in self.members if scheduler is owner)
+
     def _owner(self, job_id: str) -> tuple[Scheduler, SchedulerJob]:
         """The member that knows the job (Slurm's numeric ids, Kubernetes' namespace/name)."""
         refusals = []

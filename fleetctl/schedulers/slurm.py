@@ -329,8 +329,27 @@ class SlurmScheduler:
         waits for that moment and sets the begin time to now, so the job starts as soon as
         healthy nodes are free. Safe to repeat: a job already pending is only updated.
         """
+        self._restart(job_id, exclude_nodes, ())
+
+    def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None:
+        """restart_job, onto exactly `nodes` (ReqNodeList): the job's good nodes and the
+        replacements fleetctl chose in its island (fleetctl.placement)."""
+        if not nodes:
+            raise SchedulerError(f"restart of job {job_id} onto named nodes names none")
+        self._restart(job_id, exclude_nodes, nodes)
+
+    def release_nodes(self, job_id: str) -> None:
+        """Clear the pending job's ReqNodeList (an empty value is Slurm's "none"); its
+        ExcNodeList stays, so it still avoids the bad nodes."""
+        self._command(["scontrol", "update", f"JobId={validate_job_id(job_id)}", "ReqNodeList="])
+
+    def _restart(self, job_id: str, exclude_nodes: Sequence[str], place_on: Sequence[str]) -> None:
         validate_job_id(job_id)
         excluded = [validate_node_name(node) for node in exclude_nodes]
+        place_on = [validate_node_name(node) for node in place_on]
+        if set(place_on) & set(excluded):
+            raise SchedulerError(f"restart of job {job_id}: {sorted(set(place_on) & set(excluded))[0]} is both "
+                                 "excluded and asked for")
         state, _, _ = self._job_once_settled(job_id)
         requeued_at = None
         if state != "PENDING":
@@ -341,7 +360,9 @@ class SlurmScheduler:
         all_excluded = dict.fromkeys([*already_excluded, *excluded])
         if all_excluded:
             update.append(f"ExcNodeList={','.join(all_excluded)}")
-        if set(requested) & set(excluded):
+        if place_on:
+            update.append(f"ReqNodeList={','.join(place_on)}")
+        elif set(requested) & set(excluded):
             # A job that asked for a bad node by name could never start again; it keeps the
             # nodes it asked for that are still good, and Slurm picks the rest.
             update.append(f"ReqNodeList={','.join(node for node in requested if node not in excluded)}")

@@ -3,34 +3,43 @@
 from __future__ import annotations
 
 from fleetctl.executors.base import validate_node_name
+from fleetctl.inventory import MAX_RACK_POSITION
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.profiles import sim_profile
 
 
 def render_inventory(
-    nodes: int, racks: int, profile: str, seed: int, name_prefix: str = "gpu"
+    nodes: int, racks: int, profile: str, seed: int, name_prefix: str = "gpu", islands: int = 0
 ) -> list[dict]:
     """Inventory entries (the `nodes:` list of an inventory YAML) for a simulated fleet:
-    gpu-001 ... in contiguous blocks over rack-01 ..., all of one profile."""
+    gpu-001 ... in contiguous blocks over rack-01 ..., all of one profile. With `islands`,
+    each rack also has its leaf switch (leaf-01 ...) and position, and the racks are split
+    in contiguous blocks over islands ib-01 ...."""
     sim_profile(profile)
     if nodes < 1 or racks < 1:
         raise ValueError("a simulated fleet needs at least one node and one rack")
     if racks > nodes:
         raise ValueError(f"{racks} racks for {nodes} nodes would leave racks empty")
+    if islands > racks:
+        raise ValueError(f"{islands} islands for {racks} racks would leave islands empty")
     width = max(3, len(str(nodes)))
     entries = []
     for i in range(nodes):
         name = validate_node_name(f"{name_prefix}-{i + 1:0{width}d}")
         rack = f"rack-{i * racks // nodes + 1:02d}"
-        entries.append(
-            {
-                "name": name,
-                "address": f"{SIM_SCHEME}{name}",
-                "bmc": f"{SIM_SCHEME}{name}-bmc",
-                "rack": rack,
-                "profile": profile,
-                "scheduler": "sim",
-                "labels": {"rack": rack, "sim-seed": str(seed)},
-            }
-        )
+        entry = {
+            "name": name,
+            "address": f"{SIM_SCHEME}{name}",
+            "bmc": f"{SIM_SCHEME}{name}-bmc",
+            "rack": rack,
+            "profile": profile,
+            "scheduler": "sim",
+            "labels": {"rack": rack, "sim-seed": str(seed)},
+        }
+        if islands:
+            rack_index = i * racks // nodes
+            first_in_rack = -(-rack_index * nodes // racks)  # the first i with this rack index
+            entry.update(switch=f"leaf-{rack_index + 1:02d}", island=f"ib-{rack_index * islands // racks + 1:02d}",
+                         position=min(i - first_in_rack + 1, MAX_RACK_POSITION))
+        entries.append(entry)
     return entries

@@ -31,10 +31,16 @@ from fleetctl.schedulers.base import (
 
 
 def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) -> dict[str, list[str]]:
-    """In queue order, each job that fits gets the first `node_count` free nodes it may use."""
+    """In queue order, each job that fits gets the first `node_count` free nodes it may use; a
+    job given its nodes gets exactly those, when all are free."""
     free = [n.name for n in nodes if n.fleetctl_state == NodeState.PRODUCTION.value and not n.drained and not n.jobs]
     placements: dict[str, list[str]] = {}
     for job in queue:
+        if job.nodes:
+            if set(job.nodes) <= set(free) - job.exclude:
+                placements[job.job_id] = list(job.nodes)
+                free = [name for name in free if name not in job.nodes]
+            continue
         usable = [name for name in free if name not in job.exclude]
         if len(usable) >= job.node_count:
             placements[job.job_id] = usable[: job.node_count]
@@ -125,6 +131,19 @@ class SimScheduler:
             store.sim_scheduling_pass(self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes)
         except store.UnknownJob as exc:
             raise SchedulerError(str(exc)) from None
+
+    def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None:
+        """restart_job onto exactly `nodes`, for this pass only: a job they cannot take now
+        is placed anywhere by the next pass (every read runs one), where Slurm keeps the
+        list until release_nodes."""
+        try:
+            store.sim_scheduling_pass(self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes,
+                                      place_on=nodes)
+        except store.UnknownJob as exc:
+            raise SchedulerError(str(exc)) from None
+
+    def release_nodes(self, job_id: str) -> None:
+        self._schedule()
 
     def _schedule(self) -> None:
         store.sim_scheduling_pass(self.engine, place_first_fit)

@@ -177,3 +177,21 @@ def test_drain_dry_run_says_what_each_node_would_do_and_changes_nothing(cli, tmp
     assert {n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)} \
         == before
     assert queries.get_node(engine, ready).state == "production"
+
+
+def test_topology_is_imported_and_shown_and_a_reimport_updates_it(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, position: 7, "
+                    "switch: leaf-1, island: ib-a, scheduler: sim}\n")
+    assert cli("node", "import", str(path)).exit_code == 0
+
+    (row,) = [r for r in json.loads(cli("node", "list", "-o", "json").stdout) if r["name"] == name]
+    assert (row["rack"], row["position"], row["switch"], row["island"]) == ("r1", 7, "leaf-1", "ib-a")
+    assert "topology: rack r1 U7  switch leaf-1  island ib-a" in cli("node", "show", name).stdout
+
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, scheduler: sim, "
+                    "island: ib-b}\n")
+    r = cli("node", "import", str(path))
+    assert r.exit_code == 0 and "1 updated" in r.output
+    assert "topology: rack r1 -  switch -  island ib-b" in cli("node", "show", name).stdout

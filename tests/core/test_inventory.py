@@ -66,3 +66,48 @@ def test_selector() -> None:
 def test_a_sunk_node_lists_both_schedulers_stored_in_drain_order(listed: str) -> None:
     (spec,) = parse_inventory(f"nodes: [{{name: node1, address: x, profile: h100-sxm, scheduler: {listed}}}]")
     assert spec.scheduler == "slurm+kubernetes"  # Slurm's jobs first, then the Kubernetes cordon
+
+
+TOPOLOGY = """
+nodes:
+  - {name: gpu-001, address: x, profile: h100-sxm, rack: r1, position: 3, switch: leaf-1, island: ib-a}
+  - {name: gpu-002, address: y, profile: h100-sxm, rack: r1, switch: leaf-1, island: ib-a}
+  - {name: gpu-003, address: z, profile: h100-sxm}
+"""
+
+
+def test_topology_fields_are_read_and_optional() -> None:
+    first, second, third = parse_inventory(TOPOLOGY, "inv.yaml", {"h100-sxm"})
+    assert (first.switch, first.island, first.position) == ("leaf-1", "ib-a", 3)
+    assert (second.switch, second.island, second.position) == ("leaf-1", "ib-a", None)
+    assert (third.switch, third.island, third.position) == ("", "", None)
+
+
+_ENTRY = "nodes: [{name: a, address: x, profile: h100-sxm, %s}]"
+
+
+@pytest.mark.parametrize(
+    "field,message",
+    [
+        ("switch: 'leaf 1'", r"nodes\[0\] \(a\): field 'switch' has an invalid value"),
+        ("switch: 'leaf[1-2]'", r"field 'switch' has an invalid value"),  # a host list in topology.conf
+        ("island: \"ib\\x1b[31ma\"", r"field 'island' has an invalid value"),  # control characters
+        ("island: " + "i" * 64, r"field 'island' has an invalid value"),  # bounded: 63 at most
+        ("island: [a, b]", r"field 'island' must be a string"),
+        ("position: 0", r"field 'position' must be a rack unit from 1 to 99"),
+        ("position: 100", r"field 'position' must be a rack unit from 1 to 99"),
+        ("position: 4.5", r"field 'position' must be a rack unit"),
+        ("position: 'top'", r"field 'position' must be a rack unit"),
+        ("position: true", r"field 'position' must be a rack unit"),
+    ],
+)
+def test_bad_topology_field(field: str, message: str) -> None:
+    with pytest.raises(InventoryError, match=message) as err:
+        parse_inventory(_ENTRY % field, "inv.yaml", {"h100-sxm"})
+    assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
+
+
+def test_a_switch_hangs_under_one_island() -> None:
+    text = TOPOLOGY.replace("switch: leaf-1, island: ib-a}\n  - {name: gpu-003", "switch: leaf-1, island: ib-b}\n  - {name: gpu-003")
+    with pytest.raises(InventoryError, match=r"inv.yaml: node gpu-002: switch leaf-1 is in island ib-a at node gpu-001, not ib-b"):
+        parse_inventory(text, "inv.yaml", {"h100-sxm"})

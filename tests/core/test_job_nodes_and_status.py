@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleetctl.fleet_status import count_states
+from fleetctl.fleet_status import count_states, rack_view
 from fleetctl.job_nodes import not_in_job, nodes_to_leave
 
 JOB = ["a", "b", "c", "d"]
@@ -37,3 +37,35 @@ def test_count_states() -> None:
     assert counts["per_state"]["production"] == 2 and counts["per_state"]["rma"] == 0
     assert counts["per_rack"] == {"r1": {"production": 1, "burn_in": 1}, "-": {"production": 1}, "r2": {"draining": 1}}
     assert [f["node"] for f in counts["in_flight"]] == ["n2", "n4"]
+
+
+def _node(name, state, rack, island="", position=None):
+    return SimpleNamespace(name=name, state=state, rack=rack, island=island, position=position,
+                           state_since=datetime(2026, 11, 30, tzinfo=timezone.utc))
+
+
+RACKED = [_node("g1", "production", "r1", "ib-a", 2), _node("g2", "draining", "r1", "ib-a", 30),
+          _node("g3", "production", "r1", "ib-a"), _node("g4", "rma", "r2", "ib-b", 5),
+          _node("g5", "production", "r2", "ib-a", 1), _node("g6", "new", "", "")]
+
+
+def test_rack_view_groups_racks_by_island_top_of_rack_first() -> None:
+    view = rack_view(RACKED)
+    assert [(i["island"], [(r["rack"], [n["name"] for n in r["nodes"]]) for r in i["racks"]]) for i in view] == [
+        ("ib-a", [("r1", ["g2", "g1", "g3"]), ("r2", ["g5"])]),  # U30 above U2; no position last
+        ("ib-b", [("r2", ["g4"])]),  # r2 spans two islands: shown under each
+        ("", [("", ["g6"])]),  # placed nowhere: last
+    ]
+    assert view[0]["racks"][0]["nodes"][0] == {"name": "g2", "state": "draining", "position": 30}
+
+
+def test_fleet_status_wide_draws_each_rack_a_letter_per_node() -> None:
+    from rich.console import Console
+
+    from fleetctl.cli.fleet import render_racks
+
+    console = Console(width=200, record=True, color_system=None)
+    console.print(render_racks(rack_view(RACKED)))
+    lines = console.export_text().splitlines()
+    assert lines[1:] == ["island ib-a", "  r1  DPP  3 nodes", "  r2  P  1 node", "island ib-b", "  r2  R  1 node",
+                         "island (none)", "  -   n  1 node"]

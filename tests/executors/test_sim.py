@@ -408,6 +408,23 @@ def test_render_inventory() -> None:
         render_inventory(2, 3, "b200", seed=0)
 
 
+def test_render_inventory_with_islands_is_an_inventory_with_a_tree() -> None:
+    import yaml
+
+    from fleetctl.inventory import parse_inventory
+    from fleetctl.topology import slurm_topology_conf
+
+    specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(7, 3, "h100-sxm", seed=0, islands=2)}))
+    assert [(s.rack, s.position, s.switch, s.island) for s in specs] == [
+        ("rack-01", 1, "leaf-01", "ib-01"), ("rack-01", 2, "leaf-01", "ib-01"), ("rack-01", 3, "leaf-01", "ib-01"),
+        ("rack-02", 1, "leaf-02", "ib-01"), ("rack-02", 2, "leaf-02", "ib-01"),
+        ("rack-03", 1, "leaf-03", "ib-02"), ("rack-03", 2, "leaf-03", "ib-02")]
+    assert slurm_topology_conf(specs).splitlines()[-1] == "SwitchName=spine Switches=ib-[01-02]"
+    assert "switch" not in render_inventory(7, 3, "h100-sxm", seed=0)[0]  # no islands asked: no topology
+    with pytest.raises(ValueError, match="4 islands for 3 racks"):
+        render_inventory(7, 3, "h100-sxm", seed=0, islands=4)
+
+
 # --- profile data ----------------------------------------------------------------------------
 
 

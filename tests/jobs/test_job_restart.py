@@ -106,3 +106,31 @@ async def test_a_job_that_cannot_run_again_fails_the_restart_with_the_reason(mak
     assert row.status == "failed" and "not running again" in row.error
     assert row.requeued_at is not None and row.running_at is None
     assert sim.job(job.job_id).state == "pending"
+
+
+async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) -> None:
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Node
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    with Session(engine) as session:  # first fit would take n3, in the other island
+        for node in session.exec(select(Node)):
+            node.island = {"n3": "ib-b"}.get(node.name, "ib-a")
+            session.add(node)
+        session.commit()
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+
+    async def body(client):
+        return await (await start_job_restart(client, settings, _restart(job.job_id, ["n1"]))).result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert result.new_nodes == ["n2", "n4"]
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert (row.island, row.placement, row.placement_detail, row.landed) == ("ib-a", "island", "island ib-a: n4 for n1",
+                                                                             "island")

@@ -44,9 +44,12 @@ def kube() -> Iterator[KubeEmulator]:
 
 
 def inventory(slurm_nodes: tuple[str, ...]) -> str:
+    # Every Slurm node in island ib-a but node3: left to itself Slurm would restart the job
+    # on the lowest free names (node2, node3).
     entries = [f"  - {{name: {SUNK_NODE}, address: sim://{SUNK_NODE}, profile: h100-sxm, rack: r1, "
-               "scheduler: [kubernetes, slurm]}\n"]
-    entries += [f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n"
+               "scheduler: [kubernetes, slurm], island: ib-a}\n"]
+    entries += [f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm, "
+                f"island: {'ib-b' if n == 'node3' else 'ib-a'}}}\n"
                 for n in slurm_nodes if n != SUNK_NODE]
     entries.append(f"  - {{name: {K8S_NODE}, address: sim://{K8S_NODE}, profile: h100-sxm, rack: r2, "
                    "scheduler: kubernetes}\n")
@@ -87,7 +90,9 @@ async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_sch
         await wait_for(lambda: any(r.status == "succeeded" for r in jobs.job_restarts(engine, job_id)), 90,
                        "the Slurm job's restart")
         rerun = slurm_cluster.wait_for_run(job_id, 1)
-        assert SUNK_NODE not in rerun.nodes and len(rerun.nodes) == 2
+        assert rerun.nodes == ("node2", "node4")  # in the job's island, placed through Slurm
+        (restart,) = jobs.job_restarts(engine, job_id)
+        assert (restart.placement, restart.landed) == ("island", "island")
         # The Kubernetes node's pod is evicted.
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 60, "the training pod's eviction")
         for name in (SUNK_NODE, K8S_NODE):

@@ -98,3 +98,24 @@ def test_concurrent_submissions_never_share_a_node(sim: SimScheduler) -> None:
 
     running = [sim.job(j.job_id) for j in submitted if sim.job(j.job_id).state == "running"]
     assert sorted(n for j in running for n in j.nodes) == ["n1", "n2", "n3", "n4"]
+
+
+def test_restart_onto_named_nodes_runs_exactly_there(sim: SimScheduler) -> None:
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+    sim.drain("n1", "XID 79")
+
+    sim.restart_job_on(job.job_id, exclude_nodes=["n1"], nodes=["n2", "n4"])  # first fit would take n3
+
+    assert sim.job(job.job_id).nodes == ("n2", "n4")
+
+
+def test_named_nodes_hold_for_one_pass_then_the_job_runs_anywhere(sim: SimScheduler) -> None:
+    job = sim.submit("train", node_count=2)
+    sim.drain("n1", "XID 79")
+
+    sim.restart_job_on(job.job_id, exclude_nodes=["n1"], nodes=["n2", "n5"])  # n5 is in burn-in
+
+    # The pass that requeued it could not place it on n2 and n5; the next pass (every read
+    # runs one) places it first fit, still off the drained n1.
+    assert sim.job(job.job_id).nodes == ("n2", "n3")

@@ -16,12 +16,18 @@ from tests.support.worker import WorkerThread
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
+# How long a restart waits for the island's named nodes before any node will do: short, so
+# the fallback test does not wait Slurm's minute; the scheduler starts a job on free named
+# nodes at once (sched_interval=1), far within it.
+ISLAND_WAIT_S = 3.0
+
 
 @pytest.fixture
 def cli(slurm_cluster, make_settings, sqlite_url):
     """The CLI and a worker on the Slurm cluster; its nodes are in the inventory, in production."""
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
+    settings.restart_island_wait_s = ISLAND_WAIT_S
     sim_fleet(get_engine(sqlite_url), slurm_cluster.node_names, scheduler="slurm")
     worker = WorkerThread(settings).start()
     base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
@@ -112,3 +118,116 @@ def test_report_shows_ettr_and_restart_latency_of_a_real_slurm_job_with_checkpoi
 
     table = cli("report", "--no-sync").stdout
     assert "job ETTR" in table and "restart median" in table and job_id in table
+
+
+def _islands(sqlite_url: str, islands: dict[str, str]) -> None:
+    """The inventory's islands of the cluster's nodes (each its own leaf switch)."""
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Node
+
+    with Session(get_engine(sqlite_url)) as session:
+        for node in session.exec(select(Node)):
+            node.island, node.switch = islands[node.name], f"leaf-{node.name}"
+            session.add(node)
+        session.commit()
+
+
+def test_a_restart_replaces_the_bad_node_from_the_jobs_island(cli, slurm_cluster, sqlite_url) -> None:
+    # Left to itself Slurm fills the lowest free names (node2, node3): the island is node4.
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "island", "island")
+    assert restart["placement_detail"] == "island ib-a: node4 for node1"
+    assert sorted(restart["new_nodes"]) == ["node2", "node4"]
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node4")
+
+
+def test_a_restart_falls_back_to_the_fleet_when_the_island_has_no_free_node(cli, slurm_cluster, sqlite_url) -> None:
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-b"})
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
+    assert restart["placement_detail"] == "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    assert "node1" not in restart["new_nodes"] and len(restart["new_nodes"]) == 2
+    shown = cli("job", "show", job_id)
+    assert "fleet ib-a -> outside" in shown.stdout
+
+
+def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli, slurm_cluster, sqlite_url) -> None:
+    # node4 is in production for fleetctl but drained in Slurm by someone else (NHC): the
+    # island's one free node cannot take the job, and the restart must not wait for it.
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    # Bounded: without the fallback the job would wait for node4 until the restart gives up.
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes", "--timeout", "60")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
+    assert restart["placement_detail"] == (f"the island's named nodes had not taken the job after {ISLAND_WAIT_S:g}s: "
+                                           "any healthy node in the fleet")
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
+
+
+@pytest.fixture
+def slurm_reset(slurm_cluster):
+    """The cluster, every job cancelled and node resumed afterwards."""
+    yield slurm_cluster
+    slurm_cluster.reset()
+
+
+def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settings, sqlite_url) -> None:
+    """The restart's first attempt requeued the job and recorded its placement, then died
+    before its node list reached Slurm: the retry, finding the job pending, names them again."""
+    from datetime import timezone
+
+    from temporalio.testing import ActivityEnvironment
+
+    from fleetctl.db import jobs
+    from workflows.activities.jobs import JobRestartActivities
+    from workflows.activities.schedulers import SchedulerRegistry
+    from workflows.api import RestartJob
+
+    slurm_cluster = slurm_reset
+    settings = make_settings(sqlite_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, slurm_cluster.node_names, scheduler="slurm")
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    # node4 (the island's replacement) is held by NHC and node3 runs another job, so the job
+    # stays pending wherever it is pointed.
+    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    slurm_cluster.submit_sleep_job("-w", "node3")
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+    slurm_cluster.scheduler().drain("node1", "XID 79")
+    env = ActivityEnvironment()  # its workflow id, "test", keys the restart's row
+    jobs.record_restart_started(engine, workflow_id="test", job_id=job_id, scheduler="slurm", bad_nodes=["node1"],
+                                cause="XID 79", actor="tester", restart_id="r", fault_seen_at=datetime.now(timezone.utc))
+    activities = JobRestartActivities(settings, SchedulerRegistry(settings))
+    requested = lambda: slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%T|%n").strip()  # noqa: E731
+
+    env.run(activities.restart_job, RestartJob("slurm", job_id, ["node1"]))
+    assert requested() == "PENDING|node[2,4]"
+    slurm_cluster.run("scontrol", "update", f"JobId={job_id}", "ReqNodeList=")  # the list that never arrived
+    assert requested() == "PENDING|"
+
+    env.run(activities.restart_job, RestartJob("slurm", job_id, ["node1"]))
+
+    assert requested() == "PENDING|node[2,4]"
+    assert jobs.restart_placement(engine, "test") == ("island", ["node2", "node4"])

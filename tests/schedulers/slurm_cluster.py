@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,6 +247,27 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"slurmctld not answering {timeout_s:.0f}s after its start\n{self.log_tail()}")
             time.sleep(0.2)
+
+    @contextmanager
+    def topology(self, conf: str) -> Iterator[None]:
+        """Within: slurmctld runs with TopologyPlugin=topology/tree and `conf` as the
+        topology.conf beside slurm.conf (where Slurm looks for it). The controller restarts
+        on the way in and out, so the cluster is as it was afterwards; a topology slurmctld
+        refuses raises RuntimeError with its log."""
+        original = self.conf_path.read_text()
+        topology_path = self.conf_path.with_name("topology.conf")
+        self.stop_controller()
+        try:
+            topology_path.write_text(conf)
+            self.conf_path.write_text(original + "TopologyPlugin=topology/tree\n")
+            self.start_controller()
+            yield
+        finally:
+            if "slurmctld" in self.processes:
+                self.stop_controller()
+            self.conf_path.write_text(original)
+            topology_path.unlink(missing_ok=True)
+            self.start_controller()
 
     def log_tail(self, lines: int = 20) -> str:
         tails = []

@@ -133,6 +133,31 @@ def test_restart_of_a_pending_job_only_updates_it() -> None:
     ]
 
 
+def test_restart_onto_named_nodes_sets_exactly_them() -> None:
+    runner = ScriptedRunner({"squeue": [(0, "PENDING|node[1-2]|\n", "")] * 2, "scontrol": [(0, "", "")]})
+
+    SlurmScheduler(run=runner).restart_job_on("42", exclude_nodes=["node1"], nodes=["node2", "node4"])
+
+    assert [call for call in runner.calls if call[0] == "scontrol"] == [
+        ["scontrol", "update", "JobId=42", "ExcNodeList=node1", "ReqNodeList=node2,node4", "StartTime=now"]
+    ]
+
+
+def test_release_nodes_clears_only_the_node_list() -> None:
+    runner = ScriptedRunner({"scontrol": [(0, "", "")]})
+    SlurmScheduler(run=runner).release_nodes("42")
+    assert runner.calls == [["scontrol", "update", "JobId=42", "ReqNodeList="]]
+
+
+@pytest.mark.parametrize("nodes,message", [([], "names none"), (["node1", "node2"], "node1 is both excluded and asked for"),
+                                           (["node2;reboot"], "invalid Slurm node name")])
+def test_restart_onto_named_nodes_refuses_a_bad_list_before_touching_the_job(nodes, message) -> None:
+    runner = ScriptedRunner({})
+    with pytest.raises(SchedulerError, match=message):
+        SlurmScheduler(run=runner).restart_job_on("42", exclude_nodes=["node1"], nodes=nodes)
+    assert runner.calls == []
+
+
 def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

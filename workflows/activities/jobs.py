@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.db import jobs
+from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
+from fleetctl.schedulers.base import PlacesRestarts
+from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
@@ -47,22 +51,69 @@ class JobRestartActivities(DatabaseActivities):
     @activity.defn
     @heartbeating
     def restart_job(self, req: RestartJob) -> None:
+        """Requeue the job off the bad nodes, onto healthy free nodes of its island when it
+        has enough and the scheduler can be told (fleetctl.placement), and record the choice
+        on the restart (keyed by this workflow's id, as the restart's row is)."""
         scheduler = self.scheduler(req.scheduler)
+        job = scheduler.job(req.job_id)
         # A retry whose first attempt went through finds the job already off the bad nodes;
         # requeueing it again would cost the job a second restart.
-        if running_off(scheduler.job(req.job_id), req.exclude_nodes):
+        if running_off(job, req.exclude_nodes):
             return
-        scheduler.restart_job(req.job_id, req.exclude_nodes)
+        workflow_id = activity.info().workflow_id
+        kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
+        if not job.nodes:
+            # Pending already: an earlier attempt requeued it after recording its placement,
+            # and may have died before naming the nodes; naming them again changes nothing.
+            placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
+            if placement == IN_ISLAND and placed_on and placer is not None:
+                placer.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
+            else:
+                scheduler.restart_job(req.job_id, req.exclude_nodes)
+            return
+        placement = self._placement(kind, placer, req, job.nodes)
+        jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
+                                 placement_detail=placement.detail, placed_on=list(placement.nodes))
+        if placement.nodes:
+            placer.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
+        else:
+            scheduler.restart_job(req.job_id, req.exclude_nodes)
+
+    @staticmethod
+    def _placer(scheduler, kind: str, job_id: str) -> tuple[str, PlacesRestarts | None]:
+        """The kind of scheduler that runs the job and, when it can be told nodes, it: on a
+        node several run (SUNK), the member that knows the job."""
+        if isinstance(scheduler, CombinedScheduler):
+            kind, scheduler = scheduler.member_for(job_id)
+        return kind, scheduler if isinstance(scheduler, PlacesRestarts) else None
+
+    def _placement(self, kind: str, placer: PlacesRestarts | None, req: RestartJob,
+                   job_nodes: Sequence[str]) -> Placement:
+        where = jobs.fabric(self.engine)
+        if placer is None:
+            return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
+                             f"the {kind} scheduler places the job itself")
+        busy = placer.busy_nodes()
+        free = [n for n in jobs.restart_candidates(self.engine, kind) if n not in busy]
+        return place_restart(job_nodes, req.exclude_nodes, where, free)
 
     @activity.defn
     def wait_until_running(self, req: WaitForJob) -> list[str]:
         """Poll until the job runs off the bad nodes; its new nodes. Heartbeats every poll."""
         scheduler = self.scheduler(req.scheduler)
         deadline = time.monotonic() + req.timeout_s
+        workflow_id = activity.info().workflow_id
+        # Named island nodes that have not taken the job by then are released (a retry after
+        # a lost worker waits again, from its own start: the record says whether it still must).
+        release_at = time.monotonic() + self.settings.restart_island_wait_s \
+            if jobs.restart_placement(self.engine, workflow_id)[0] == IN_ISLAND else None
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
                 return list(job.nodes)
+            if release_at is not None and time.monotonic() > release_at and job.state == "pending":
+                self._fall_back(self._placer(scheduler, req.scheduler, req.job_id)[1], req.job_id, workflow_id)
+                release_at = None
             if time.monotonic() > deadline:
                 raise ApplicationError(
                     f"job {req.job_id} not running again after {req.timeout_s:g}s (last seen {job.state})",
@@ -70,6 +121,14 @@ class JobRestartActivities(DatabaseActivities):
                 )
             activity.heartbeat(job.state)
             time.sleep(req.poll_interval_s)
+
+    def _fall_back(self, placer: PlacesRestarts | None, job_id: str, workflow_id: str) -> None:
+        if placer is not None:  # an island placement was made through it
+            placer.release_nodes(job_id)
+        wait = self.settings.restart_island_wait_s
+        jobs.record_restart_step(self.engine, workflow_id, placement=FLEET_WIDE,
+                                 placement_detail=f"the island's named nodes had not taken the job after {wait:g}s: "
+                                                  "any healthy node in the fleet")
 
     @activity.defn
     def record_restart_step(self, step: RestartStep) -> None:
@@ -83,3 +142,5 @@ class JobRestartActivities(DatabaseActivities):
         if outcome.running_at:
             values["running_at"] = datetime.fromisoformat(outcome.running_at)
         jobs.record_restart_step(self.engine, outcome.workflow_id, **values)
+        if outcome.status == "succeeded":
+            jobs.record_restart_landing(self.engine, outcome.workflow_id, outcome.new_nodes)

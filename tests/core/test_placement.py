@@ -1,0 +1,73 @@
+"""Where a restart asks for the job's replacements: its island first, the fleet when the
+island has too few healthy free nodes; and where the job landed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, Where, job_island,
+                                landed, place_restart)
+
+# Two islands: ib-a over leaf-1 (n1, n2) and leaf-2 (n3, n4, n5); ib-b over leaf-3 (n6, n7);
+# n8 has no topology in the inventory.
+FABRIC = {
+    "n1": Where("leaf-1", "ib-a"), "n2": Where("leaf-1", "ib-a"),
+    "n3": Where("leaf-2", "ib-a"), "n4": Where("leaf-2", "ib-a"), "n5": Where("leaf-2", "ib-a"),
+    "n6": Where("leaf-3", "ib-b"), "n7": Where("leaf-3", "ib-b"),
+    "n8": Where(),
+}
+
+
+@pytest.mark.parametrize(
+    "job,bad,free,placement,nodes,island",
+    [
+        # A free node on a leaf the job is on comes before the rest of the island (n1 sorts first).
+        (["n4", "n5"], ["n5"], ["n1", "n3", "n6"], IN_ISLAND, ("n4", "n3"), "ib-a"),
+        (["n1", "n3"], ["n3"], ["n4", "n2", "n6"], IN_ISLAND, ("n1", "n2"), "ib-a"),
+        (["n1", "n2"], ["n2"], ["n6", "n4", "n3"], IN_ISLAND, ("n1", "n3"), "ib-a"),
+        # Two bad nodes, two replacements from the island, none from the other island.
+        (["n1", "n2", "n3"], ["n1", "n2"], ["n4", "n5", "n6", "n7"], IN_ISLAND, ("n3", "n4", "n5"), "ib-a"),
+        # The island has one free node for two bad ones: fall back to the whole fleet.
+        (["n1", "n2", "n3"], ["n1", "n2"], ["n4", "n6", "n7"], FLEET_WIDE, (), "ib-a"),
+        # Free nodes only in the other island: fall back.
+        (["n6", "n7"], ["n7"], ["n1", "n2", "n8"], FLEET_WIDE, (), "ib-b"),
+        # Every node of the job bad: its island is theirs.
+        (["n6"], ["n6"], ["n7", "n1"], IN_ISLAND, ("n7",), "ib-b"),
+        # The job's own nodes and the bad ones are never replacements, even if listed free.
+        (["n6", "n7"], ["n7"], ["n7", "n6"], FLEET_WIDE, (), "ib-b"),
+        # No island known: the scheduler places it, as before topology.
+        (["n8"], ["n8"], ["n1"], NOT_PLACED, (), ""),
+        # A bad node not in the job: nothing to replace.
+        (["n1", "n2"], ["n6"], ["n3"], NOT_PLACED, (), "ib-a"),
+        # A node fleetctl does not know is no candidate.
+        (["n6", "n7"], ["n7"], ["gpu-x"], FLEET_WIDE, (), "ib-b"),
+    ],
+)
+def test_place_restart(job, bad, free, placement, nodes, island) -> None:
+    decided = place_restart(job, bad, FABRIC, free)
+    assert (decided.placement, decided.nodes, decided.island) == (placement, nodes, island)
+    assert decided.detail and "\n" not in decided.detail
+
+
+def test_the_decision_says_why_in_words() -> None:
+    assert place_restart(["n1", "n3"], ["n3"], FABRIC, ["n2"]).detail == "island ib-a: n2 for n3"
+    assert place_restart(["n6", "n7"], ["n7"], FABRIC, []).detail == \
+        "island ib-b has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+
+
+@pytest.mark.parametrize(
+    "nodes,island",
+    [(["n1", "n6", "n7"], "ib-b"), (["n1", "n6"], "ib-a"), (["n8"], ""), (["n8", "n6"], "ib-b"), ([], "")],
+)
+def test_job_island_is_the_majority_ties_by_name(nodes, island) -> None:
+    assert job_island(nodes, FABRIC) == island
+
+
+@pytest.mark.parametrize(
+    "island,new_nodes,where",
+    [("ib-a", ["n1", "n4"], LANDED_IN_ISLAND), ("ib-a", ["n1", "n6"], LANDED_OUTSIDE),
+     ("ib-a", ["n1", "n8"], LANDED_OUTSIDE), ("ib-a", ["unknown"], LANDED_OUTSIDE),
+     ("", ["n1"], ""), ("ib-a", [], "")],
+)
+def test_landed(island, new_nodes, where) -> None:
+    assert landed(island, new_nodes, FABRIC) == where
