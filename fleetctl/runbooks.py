@@ -584,6 +584,8 @@ class Event:
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}\Z")
 _TOP_KEYS = {"name", "description", "priority", "match", "steps"}
 _STEP_KEYS = {"action", "name", "when", "on_failure", "with"}
+# How much of a step's name or action an error quotes.
+STEP_LABEL_LIMIT = 60
 
 
 def parse_runbook(text: str, source: str = "<runbook>") -> Runbook:
@@ -617,10 +619,11 @@ def parse_runbook(text: str, source: str = "<runbook>") -> Runbook:
     steps: list[Step] = []
     for index, raw in enumerate(raw_steps):
         label = f"step {index}"
+        # The step's own words label it: one line, escaped and short, whatever the file holds.
         if isinstance(raw, dict) and isinstance(raw.get("name"), str):
-            label += f" ({raw['name']})"
+            label += f" ({one_line(raw['name'], STEP_LABEL_LIMIT)})"
         elif isinstance(raw, dict) and isinstance(raw.get("action"), str):
-            label += f" ({raw['action']})"
+            label += f" ({one_line(raw['action'], STEP_LABEL_LIMIT)})"
         try:
             steps.append(_parse_step(index, raw, {s.name for s in steps}))
         except TemplateRefused as exc:
