@@ -30,11 +30,18 @@ class BmcError(Exception):
     """The BMC refused or failed a request. The message is one readable line."""
 
 
+class BootNotSeen(BmcError):
+    """The BMC accepted the reset but showed no boot within the timeout: a BMC that reports no
+    boot identity and whose Off was too short for a poll to see, or a reset that did nothing.
+    Only the node itself can say which (its boot id)."""
+
+
 class Bmc(Protocol):
     def reboot(self, reset_type: str, timeout_s: float, poll_s: float) -> None:
         """Reset the node's system (a Redfish ResetType) and return once the BMC reports it
-        booted again; BmcError when it does not within timeout_s. Whether the operating
-        system answers again is the caller's to check."""
+        booted again; BootNotSeen when the reset was accepted but no boot was seen within
+        timeout_s, BmcError when the BMC refused. Whether the operating system answers again
+        is the caller's to check."""
         ...
 
     def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from fleetctl.bmc.base import RESET_TYPES, BmcError
+from fleetctl.bmc.base import RESET_TYPES, BmcError, BootNotSeen
 from fleetctl.firmware_image import validate_image_uri
 from fleetctl.text import one_line
 
@@ -176,7 +176,8 @@ class RedfishClient:
         """Reset the system and wait until it has booted again; returns its new state.
 
         Booted again: power On and either the boot id changed or power was seen Off since
-        the reset. Raises BmcError when that does not happen within timeout_s.
+        the reset. Raises BootNotSeen when that does not happen within timeout_s, BmcError
+        when the BMC refuses.
         """
         before = self.system_info(system_id)
         self.reset(system_id, reset_type)
@@ -189,7 +190,7 @@ class RedfishClient:
             if current.power_state == "On" and (rebooted or seen_off):
                 return current
             if time.monotonic() >= deadline:
-                raise BmcError(
+                raise BootNotSeen(
                     f"BMC {self.base_url}: system {system_id} did not boot again within {timeout_s:g}s "
                     f"after {reset_type} (last power state {current.power_state})"
                 )

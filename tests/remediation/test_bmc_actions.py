@@ -85,6 +85,51 @@ def test_reboot_through_the_bmc_is_verified_by_the_boot_id(make_settings, sqlite
         assert bmc.password not in done.detail
 
 
+@dataclass
+class RebootingNode:
+    """A node that answers one boot id before the reset and another after it."""
+
+    boot_ids: list[str]
+
+    def for_target(self, _target):
+        return self
+
+    def run(self, target, argv, timeout_s):
+        return CommandResult(tuple(argv), 0, (self.boot_ids.pop(0) if len(self.boot_ids) > 1 else self.boot_ids[0]) + "\n",
+                             "", 0.01)
+
+
+def _bmc_that_never_shows_off(stub: ScriptedRedfish) -> None:
+    """A BMC without a boot identity whose Off was shorter than a poll: it only ever says On."""
+    stub.script("GET", "/redfish/v1/Systems", Answer(200, {"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}))
+    reset = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+    stub.script("GET", "/redfish/v1/Systems/1", Answer(200, {
+        "Id": "1", "PowerState": "On", "Actions": {"#ComputerSystem.Reset": {"target": reset}}}))
+    stub.script("POST", reset, Answer(204))
+
+
+@pytest.mark.parametrize("boot_ids, ok", [
+    (["boot-1", "boot-2"], True),  # the node's new boot id proves the reboot the BMC did not show
+    (["boot-1"], False),  # same boot id: not rebooted, whatever the BMC accepted
+])
+def test_a_reboot_the_bmc_did_not_show_is_judged_by_the_node(make_settings, sqlite_url, monkeypatch,
+                                                              boot_ids, ok) -> None:
+    monkeypatch.setattr(remediation_activities, "POLL_S", 0.05)
+    settings = make_settings(sqlite_url)
+    with ScriptedRedfish().serving() as stub:
+        _bmc_that_never_shows_off(stub)
+        settings.bmc_username, settings.bmc_password, settings.bmc_allow_http = "fleetctl", "pw", True
+        node = _node(settings, stub.base_url)
+        done = ActivityEnvironment().run(RemediationActivities(settings, RebootingNode(boot_ids)).reboot,
+                                         HardwareRequest(node, "reboot", {"timeout": 1}))
+    assert done.ok is ok, done.detail
+    assert [r.body for r in stub.requests if r.method == "POST"] == [{"ResetType": "ForceRestart"}]
+    if ok:
+        assert "boot id boot-1 -> boot-2" in done.detail and "the BMC showed no boot" in done.detail
+    else:
+        assert "did not come back" in done.detail and "boot id unchanged" in done.detail
+
+
 def test_firmware_update_through_redfish_simple_update(make_settings, sqlite_url) -> None:
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)

@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from fleetctl import runbooks
 from fleetctl.bmc import bmc_for
-from fleetctl.bmc.base import BmcError
+from fleetctl.bmc.base import BmcError, BootNotSeen
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
@@ -139,13 +139,21 @@ class RemediationActivities(DatabaseActivities):
         timeout_s = float(req.params.get("timeout", 900))
         if not node.bmc_address:
             return ActionOutcome(False, "the node has no BMC address in the inventory")
+        answered_before = True
         try:
             before = _run(executor, target, BOOT_ID_ARGV).stdout.strip()
         except ExecutorError as exc:
             before = f"unreachable ({exc.kind})"  # a hung node is why we reboot; the new id is still checked
+            answered_before = False
+        bmc_saw = ""
         try:
             bmc_for(node.name, node.bmc_address, self.settings).reboot(
                 req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s, poll_s=min(POLL_S, timeout_s / 10))
+        except BootNotSeen as exc:
+            if not answered_before:  # no boot id to compare: the BMC's record was the only evidence
+                return ActionOutcome(False, f"BMC reboot failed: {exc}")
+            # The reset was accepted; the node's boot id, not the BMC's polls, says whether it rebooted.
+            bmc_saw = f" (the BMC showed no boot: {exc})"
         except (BmcError, ValueError) as exc:
             return ActionOutcome(False, f"BMC reboot failed: {exc}")
         deadline = time.monotonic() + timeout_s
@@ -154,7 +162,7 @@ class RemediationActivities(DatabaseActivities):
             try:
                 after = _run(executor, target, BOOT_ID_ARGV).stdout.strip()
                 if after and after != before:
-                    return ActionOutcome(True, f"rebooted through the BMC; boot id {before} -> {after}")
+                    return ActionOutcome(True, f"rebooted through the BMC; boot id {before} -> {after}{bmc_saw}")
                 problem = "boot id unchanged"
             except ExecutorError as exc:
                 problem = f"{exc.kind}: {exc.message}"
