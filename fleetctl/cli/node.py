@@ -549,10 +549,12 @@ def prolog(
     when fleetctl could not ask (the database, Temporal). deploy's prolog fails the job only
     on 3, so an outage of fleetctl never drains a cluster.
     """
+    import dataclasses
     import re
     import uuid
 
     from checks.suites import SuiteError
+    from fleetctl.capacity import FLEET_LABEL
     from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
     from fleetctl.db.queries import get_node
     from fleetctl.lifecycle import NodeState
@@ -580,12 +582,16 @@ def prolog(
         typer.echo(f"{name}: {suite}: {finding.check} could not be judged: {finding.reason}", err=True)
         raise typer.Exit(EXIT_CHECK_ERROR)
 
+    # The node's own fleet's guard counts this drain: a prolog whose settings name another
+    # fleet (or none) must not spend that fleet's budget, nor wait on a guard no worker serves.
+    guarded = dataclasses.replace(s, fleet=str(node.labels.get(FLEET_LABEL, s.fleet)))
+
     async def drain():
         from workflows.client import connect, request_guarded_drain
 
-        client = await connect(s)
-        return await request_guarded_drain(client, s, name, node.rack, finding.cause, f"prolog@{job or 'nojob'}",
-                                           f"prolog/{name}/{run_id}", finding.event)
+        client = await connect(guarded)
+        return await request_guarded_drain(client, guarded, name, node.rack, finding.cause,
+                                           f"prolog@{job or 'nojob'}", f"prolog/{name}/{run_id}", finding.event)
 
     from workflows.client import CommandRejected
 

@@ -22,7 +22,9 @@
 #   FLEETCTL                   the fleetctl program (default: fleetctl on PATH)
 #   FLEETCTL_PROLOG_SUITE      the suite (default: prejob)
 #   FLEETCTL_PROLOG_TIMEOUT_S  the most seconds the checks may take (default: 120)
-#   FLEETCTL_DB_URL, TEMPORAL_ADDRESS, FLEETCTL_TASK_QUEUE, ...: fleetctl's own settings
+#   FLEETCTL_DB_URL, TEMPORAL_ADDRESS, FLEETCTL_TASK_QUEUE, FLEETCTL_FLEET, ...: fleetctl's own
+#                              settings, as its workers have them (a node labelled with a fleet
+#                              is drained through that fleet's capacity guard)
 set -u
 
 fleetctl="${FLEETCTL:-fleetctl}"

@@ -62,3 +62,31 @@ def test_prolog_drains_a_faulty_node_through_the_capacity_guard(make_settings, s
         assert r.exit_code == 1 and r.stderr.startswith("error: unknown node: n404")
         r = cli("node", "prolog", "n3", "--suite", "nosuch")
         assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_prolog_drains_through_the_guard_of_the_nodes_own_fleet(make_settings, sqlite_url) -> None:
+    """A node labelled with its fleet is counted by that fleet's guard, whatever fleet the
+    prolog's settings name (a site's wrapper that forgot FLEETCTL_FLEET, a login node's
+    default): the drain must not spend another fleet's budget."""
+    import dataclasses
+
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import AutomationEvent
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    queries.upsert_nodes(engine, parse_inventory(
+        f"nodes:\n  - {{name: b1, address: sim://b1, profile: h100-sxm, rack: r1, scheduler: sim,"
+        f" labels: {{fleet: {settings.fleet}}}}}\n"))
+    add_fault(engine, "b1", "row-remap-failure", 0, time.time(), None, 1)
+    elsewhere = dataclasses.replace(settings, fleet=f"{settings.fleet}-elsewhere")
+    with console(elsewhere) as cli:
+        async def production():
+            await start_in_production(await connect(settings), settings, "b1")
+        asyncio.run(production())
+        r = cli("node", "prolog", "b1", "--job", "11")
+        assert r.exit_code == 3, r.output
+    with Session(engine) as session:
+        grants = list(session.exec(select(AutomationEvent).where(AutomationEvent.kind == "grant")))
+    assert [(g.node_name, g.fleet) for g in grants] == [("b1", settings.fleet)]

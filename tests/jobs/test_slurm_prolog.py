@@ -48,6 +48,7 @@ def _wrapper(path: Path, settings) -> Path:
     environment), then the shipped script. Every value quoted for the shell."""
     env = {"FLEETCTL": str(Path(sys.executable).with_name("fleetctl")), "FLEETCTL_DB_URL": settings.db_url,
            "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
+           "FLEETCTL_FLEET": settings.fleet,
            "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": str(PROLOG_TIMEOUT_S)}
     path.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
                     + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n")
