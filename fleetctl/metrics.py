@@ -69,7 +69,8 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
     action (`REPAIRING_ACTIONS`: gpu_reset, reboot) that passed between the drain and the
     return, or a firmware update (the node entered the `firmware` state) in that span. The
     return itself is the proof the node then passed its checks (admission, or an operator's
-    undrain).
+    undrain). A repair that was not needed (a ladder that always resets first) cannot be
+    told from one that fixed the node: it counts as confirmed.
   - unchanged: the node returned to production with no repair in between (a recheck or
     burn-in passed on the node as it was, or an operator undrained it): a likely false alarm.
   - open: neither yet (still draining, in maintenance, burn-in or admission).

@@ -95,8 +95,8 @@ def report(
                                  help="the job size for MTTF and predicted ETTR at a size"),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
-    """MTTF, MTTR, availability, time per state, failure causes, lemons, job ETTR,
-    restart latency and stragglers, per fleet, rack and profile."""
+    """MTTF, MTTR, availability, time per state, failure causes, rule precision, lemons,
+    job ETTR, restart latency and stragglers, per fleet, rack and profile."""
     from datetime import timedelta
 
     from rich.console import Console

@@ -278,11 +278,12 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
                            "was for: an XID code, a failed check, a health alert). A removal is confirmed when the "
                            "node then went to the vendor (RMA) or was retired, or came back to production only after "
                            "a repair: a remediation runbook's GPU reset or reboot that succeeded, or a firmware "
-                           "update. It is unchanged when the node came back to production with nothing repaired (a "
-                           "recheck or burn-in passed on it as it was, or an operator put it back): likely a false "
-                           "alarm. It is open while the node is still out. Precision is confirmed / (confirmed + "
-                           f"unchanged); a rule under {metrics.USUALLY_WRONG_BELOW:.0%} over at least "
-                           f"{metrics.USUALLY_WRONG_MIN_RESOLVED} resolved removals is marked usually wrong."),
+                           "update (a reset that was not needed counts as a repair too). It is unchanged when the "
+                           "node came back to production with nothing repaired (a recheck or burn-in passed on it as "
+                           "it was, or an operator put it back): likely a false alarm. It is open while the node is "
+                           "still out. Precision is confirmed / (confirmed + unchanged); a rule under "
+                           f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
+                           "resolved removals is marked usually wrong."),
         ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
                        f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
                        "whichever are more), in a span that ends during the window."),
