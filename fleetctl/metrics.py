@@ -60,6 +60,23 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   is the job's GPUs, the interval its own (the fleet's when it reported fewer than two
   checkpoints) and the restart time the fleet's mean restart latency; for the fleet, the
   wall-time-weighted mean of the jobs' predictions, beside the measured fleet ETTR.
+- Automated removal: a drain by automation (trigger `drain`, actor_kind `automation`) out
+  of production, timed inside the window. Its rule is its failure label (`failure_label`).
+- Outcome of an automated removal, judged at `now` from the node's transitions after the
+  drain up to its next entry into production:
+  - confirmed: the node went to RMA or was retired before it returned to production; or it
+    returned to production after a repair: a live remediation run's step with a repairing
+    action (`REPAIRING_ACTIONS`: gpu_reset, reboot) that passed between the drain and the
+    return, or a firmware update (the node entered the `firmware` state) in that span. The
+    return itself is the proof the node then passed its checks (admission, or an operator's
+    undrain). A repair that was not needed (a ladder that always resets first) cannot be
+    told from one that fixed the node: it counts as confirmed.
+  - unchanged: the node returned to production with no repair in between (a recheck or
+    burn-in passed on the node as it was, or an operator undrained it): a likely false alarm.
+  - open: neither yet (still draining, in maintenance, burn-in or admission).
+- Rule precision: confirmed / (confirmed + unchanged) over the rule's removals in the
+  window; None when none is resolved. A rule is usually wrong when its precision is under
+  `USUALLY_WRONG_BELOW` over at least `USUALLY_WRONG_MIN_RESOLVED` resolved removals.
 - Stragglers: per GPU profile, each node's latest value of a straggler metric (NCCL
   all-reduce busbw_gbps, HPL gflops_per_gpu) judged against the profile's median by
   `checks.stragglers.find_stragglers`. Retired nodes are left out.
@@ -109,6 +126,8 @@ class NodeHistory:
     transitions: tuple[Transition, ...]  # in recorded order
     # When each live remediation run of the node began (for the lemon figure).
     remediation_starts: tuple[datetime, ...] = ()
+    # When each repairing step (REPAIRING_ACTIONS) of a live remediation run passed.
+    repairs: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,6 +336,78 @@ def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime
         if worst >= policy.threshold:
             lemons[h.node.name] = worst
     return lemons
+
+
+# -- rule precision ------------------------------------------------------------------------------
+
+# Runbook actions that change the node: a node back in service after one was repaired.
+REPAIRING_ACTIONS = frozenset({"gpu_reset", "reboot"})
+CONFIRMED, UNCHANGED, OPEN = "confirmed", "unchanged", "open"
+USUALLY_WRONG_BELOW = 0.5
+USUALLY_WRONG_MIN_RESOLVED = 3
+_GONE = frozenset({NodeState.RMA.value, NodeState.RETIRED.value})
+
+
+@dataclass(frozen=True)
+class Removal:
+    node: str
+    rule: str
+    at: datetime
+    outcome: str  # CONFIRMED, UNCHANGED or OPEN
+
+
+@dataclass(frozen=True)
+class RulePrecision:
+    rule: str
+    removals: int
+    confirmed: int
+    unchanged: int
+    open: int
+
+    @property
+    def precision(self) -> float | None:
+        resolved = self.confirmed + self.unchanged
+        return self.confirmed / resolved if resolved else None
+
+    @property
+    def usually_wrong(self) -> bool:
+        precision = self.precision
+        return (precision is not None and precision < USUALLY_WRONG_BELOW
+                and self.confirmed + self.unchanged >= USUALLY_WRONG_MIN_RESOLVED)
+
+
+def is_automated_removal(t: Transition) -> bool:
+    return t.trigger == "drain" and t.actor_kind == "automation" and t.from_state == PRODUCTION
+
+
+def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime]) -> str:
+    """The outcome of a removal at `drained_at` from the node's transitions `after` it."""
+    firmware = False
+    for t in after:
+        if t.to_state in _GONE:
+            return CONFIRMED
+        firmware = firmware or t.to_state == NodeState.FIRMWARE.value
+        if t.to_state == PRODUCTION:
+            repaired = firmware or any(drained_at <= at <= t.at for at in repairs)
+            return CONFIRMED if repaired else UNCHANGED
+    return OPEN
+
+
+def removals(history: NodeHistory, since: datetime, now: datetime) -> list[Removal]:
+    """The node's automated removals inside [since, now], each with its outcome at `now`."""
+    events = timeline(history.node.created_at, history.transitions, now)
+    return [Removal(history.node.name, failure_label(t), t.at, removal_outcome(events[k + 1:], t.at, history.repairs))
+            for k, t in enumerate(events) if is_automated_removal(t) and since <= t.at <= now]
+
+
+def rule_precision(histories: Iterable[NodeHistory], since: datetime, now: datetime) -> list[RulePrecision]:
+    """Each rule's removals in the window by outcome, most removals first."""
+    by_rule: dict[str, Counter[str]] = defaultdict(Counter)
+    for h in histories:
+        for r in removals(h, since, now):
+            by_rule[r.rule][r.outcome] += 1
+    rows = [RulePrecision(rule, sum(c.values()), c[CONFIRMED], c[UNCHANGED], c[OPEN]) for rule, c in by_rule.items()]
+    return sorted(rows, key=lambda r: (-r.removals, r.rule))
 
 
 # -- jobs ----------------------------------------------------------------------------------------

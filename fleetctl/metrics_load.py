@@ -12,10 +12,11 @@ from sqlmodel import Session, col, or_, select
 
 from checks.profiles import UnknownProfile, load_profile
 from checks.stragglers import STRAGGLER_METRICS
-from fleetctl.db.models import CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.db.models import (CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent, RemediationRun,
+                                RemediationStep)
 from fleetctl.lifecycle import NodeState
-from fleetctl.metrics import (CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition,
-                              as_utc)
+from fleetctl.metrics import (REPAIRING_ACTIONS, CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord,
+                              Transition, as_utc)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -50,6 +51,14 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         for node_name, started_at in session.exec(select(RemediationRun.node_name, RemediationRun.started_at)
                                                   .where(RemediationRun.mode == "live")):
             run_starts[node_name].append(as_utc(started_at))
+        # The repairs a live run made (for rule precision): a step that changed the node and passed.
+        repairs: dict[str, list[datetime]] = defaultdict(list)
+        for node_name, finished_at in session.exec(
+                select(RemediationStep.node_name, RemediationStep.finished_at)
+                .join(RemediationRun, col(RemediationRun.run_key) == col(RemediationStep.run_key))
+                .where(RemediationRun.mode == "live", RemediationStep.status == "passed",
+                       col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS)))):
+            repairs[node_name].append(as_utc(finished_at))
         jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
                                                    or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
         restarts: dict[str, list[RestartRecord]] = defaultdict(list)
@@ -72,7 +81,8 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
     gpus = _profile_gpus({n.profile for n in nodes})
     return FleetHistory(
         nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
-                           tuple(by_node.get(n.name, ())), tuple(sorted(run_starts.get(n.name, ()))))
+                           tuple(by_node.get(n.name, ())), tuple(sorted(run_starts.get(n.name, ()))),
+                           tuple(sorted(repairs.get(n.name, ()))))
                for n in nodes],
         jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
                         tuple(restarts.get(j.job_id, ())), j.name, tuple(sorted(checkpoints.get(j.job_id, ()))),

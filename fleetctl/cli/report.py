@@ -65,6 +65,11 @@ def render_report(report: dict, wide: bool = False):
         parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
     if s["causes"]:
         parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
+    if report["rule_precision"]:
+        parts.append(simple_table("rule precision", ["rule", "removals", "confirmed", "unchanged", "open", "precision",
+                                                     ""], [
+            [r["rule"], r["removals"], r["confirmed"], r["unchanged"], r["open"], _pct(r["precision"]),
+             "usually wrong" if r["usually_wrong"] else ""] for r in report["rule_precision"]]))
     if report["breaker"]:
         parts.append(simple_table("automation breaker", ["at", "event", "by", "why"], [
             [at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]]
@@ -90,8 +95,8 @@ def report(
                                  help="the job size for MTTF and predicted ETTR at a size"),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
-    """MTTF, MTTR, availability, time per state, failure causes, lemons, job ETTR,
-    restart latency and stragglers, per fleet, rack and profile."""
+    """MTTF, MTTR, availability, time per state, failure causes, rule precision, lemons,
+    job ETTR, restart latency and stragglers, per fleet, rack and profile."""
     from datetime import timedelta
 
     from rich.console import Console

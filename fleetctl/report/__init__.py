@@ -136,6 +136,9 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                       "cause": metrics.failure_label(t), "detail": t.cause} for t in failures],
         "lemons": [{"node": name, "rack": where[name].rack, "profile": where[name].profile, "times_remediated": count}
                    for name, count in metrics.lemon_nodes(nodes, since, now, lemon_threshold, lemon_window).items()],
+        "rule_precision": [{"rule": r.rule, "removals": r.removals, "confirmed": r.confirmed, "unchanged": r.unchanged,
+                            "open": r.open, "precision": r.precision, "usually_wrong": r.usually_wrong}
+                           for r in metrics.rule_precision(nodes, since, now)],
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
         "restart_placement": placement_counts(jobs_db.restart_placements(engine, since, now)),
@@ -271,6 +274,16 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
                          "first entered production, in burn-in or admission checks, and after retirement "
                          "is left out."),
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
+        ("Rule precision", "how often the automation was right to take a node out, per rule (the fault a drain "
+                           "was for: an XID code, a failed check, a health alert). A removal is confirmed when the "
+                           "node then went to the vendor (RMA) or was retired, or came back to production only after "
+                           "a repair: a remediation runbook's GPU reset or reboot that succeeded, or a firmware "
+                           "update (a reset that was not needed counts as a repair too). It is unchanged when the "
+                           "node came back to production with nothing repaired (a recheck or burn-in passed on it as "
+                           "it was, or an operator put it back): likely a false alarm. It is open while the node is "
+                           "still out. Precision is confirmed / (confirmed + unchanged); a rule under "
+                           f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
+                           "resolved removals is marked usually wrong."),
         ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
                        f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
                        "whichever are more), in a span that ends during the window."),
