@@ -185,3 +185,16 @@ async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_se
         assert result.status == "succeeded", result
         critical = (await _guard_activities(fleet))[len(claim):]
         assert critical == ["fleet_policy", "critical_evidence", "state_versions", "record_automation_event"]
+
+
+async def test_a_grants_versions_are_read_before_the_fleets_counts(fleet_settings) -> None:
+    """A granted node that moves between the guard's two reads must be counted (patch
+    guard-versions-before-snapshot): read the other way round, its grant was dropped for a
+    move the earlier snapshot did not show, and a storm drained 3 nodes under a limit of 2."""
+    async with running_fleet(fleet_settings) as fleet:
+        (node,) = await fleet.add(1)
+        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79, message="operator says"), "tester")
+        assert result.status == "succeeded", result
+        reads = [a for a in await _guard_activities(fleet) if a in ("state_versions", "fleet_snapshot")]
+        assert reads == ["state_versions", "fleet_snapshot"]

@@ -141,6 +141,7 @@ class JobRestartActivities(DatabaseActivities):
         values: dict = {"status": outcome.status, "error": outcome.error, "new_nodes": outcome.new_nodes}
         if outcome.running_at:
             values["running_at"] = datetime.fromisoformat(outcome.running_at)
-        jobs.record_restart_step(self.engine, outcome.workflow_id, **values)
         if outcome.status == "succeeded":
+            # Where it landed first: whoever reads the restart as succeeded reads that too.
             jobs.record_restart_landing(self.engine, outcome.workflow_id, outcome.new_nodes)
+        jobs.record_restart_step(self.engine, outcome.workflow_id, **values)

@@ -81,11 +81,19 @@ class CapacityGuard:
                 await self._read_policy()
                 req = await self._judged_critical(req)
             now = workflow.now().timestamp()
-            snapshot = await self._snapshot_for(req)
             # A grant counts until its node's own transition shows in the snapshot (the node
-            # moved: its version changed); one that never does expires.
-            versions = await workflow.execute_activity_method(
-                GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
+            # moved: its version changed); one that never does expires. The versions are read
+            # first: a node that moves between the two reads is then counted twice (still
+            # pending, and out in the snapshot), never missed (its grant dropped for a move that
+            # a snapshot read before it does not show), which let a storm drain past the limit.
+            if workflow.patched("guard-versions-before-snapshot"):
+                versions = await workflow.execute_activity_method(
+                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
+                snapshot = await self._snapshot_for(req)
+            else:
+                snapshot = await self._snapshot_for(req)
+                versions = await workflow.execute_activity_method(
+                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
             self.s.pending = {n: g for n, g in self.s.pending.items()
                               if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
             self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
