@@ -37,8 +37,9 @@ NOUNS: dict[str, Noun] = {
     "config": Noun("fleetctl.cli.dev", "show_config", "Show the resolved settings and where each came from."),
     "reconcile": Noun("fleetctl.cli.reconcile", "reconcile",
                       "Compare node states with the schedulers' drains; exit 1 while any difference remains."),
-    "report": Noun("fleetctl.cli.report", "report", "MTTF, MTTR, availability, time per state, failure causes, lemons, "
-                                                   "job ETTR, restart latency and stragglers, per fleet, rack and profile."),
+    "report": Noun("fleetctl.cli.report", "report", "MTTF, MTTR, availability, time per state, failure causes, "
+                                                   "rule precision, lemons, job ETTR, restart latency and stragglers, "
+                                                   "per fleet, rack and profile."),
     "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
     "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
