@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import socket
 from pathlib import Path
@@ -115,13 +114,7 @@ def agent(
 def _intake_token(path: Path | None) -> str:
     """The intake's bearer token, from the file or the environment; one line and exit 2 when
     it is missing or would not fit in a header."""
-    if path is not None:
-        try:
-            token = path.read_text().strip()
-        except OSError as exc:
-            fail(f"--heartbeat-token-file {path}: {exc.strerror}", EXIT_USAGE)
-    else:
-        token = os.environ.get("FLEETCTL_INTAKE_TOKEN", "").strip()
+    token = context.intake_token(path, "--heartbeat-token-file")
     if not token or any(c.isspace() or not c.isprintable() for c in token):
         fail("--heartbeat-url needs the intake's token (--heartbeat-token-file or FLEETCTL_INTAKE_TOKEN): "
              "printable, no spaces", EXIT_USAGE)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
 import typer
@@ -69,3 +71,16 @@ def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) ->
         return None, str(exc)
     except RPCError as exc:
         return None, f"{what} did not answer: {exc}"
+
+
+def intake_token(path: Path | None, flag: str) -> str:
+    """The intake's bearer token, stripped: the file's contents (an unreadable file is one line,
+    exit 2, naming `flag`), else FLEETCTL_INTAKE_TOKEN. Whether it will do is the caller's."""
+    from fleetctl.cli.output import EXIT_USAGE, fail
+
+    if path is None:
+        return os.environ.get("FLEETCTL_INTAKE_TOKEN", "").strip()
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        fail(f"{flag} {path}: {exc.strerror}", EXIT_USAGE)

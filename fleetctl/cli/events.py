@@ -4,7 +4,6 @@ and a poller of Node Problem Detector's conditions on Kubernetes nodes."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import threading
 from pathlib import Path
@@ -45,13 +44,7 @@ def serve(
     from fleetctl.intake.heartbeats import Heartbeats
     from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
 
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            fail(f"--token-file {token_file}: {exc.strerror}", EXIT_USAGE)
-    else:
-        token = os.environ.get("FLEETCTL_INTAKE_TOKEN", "").strip()
+    token = context.intake_token(token_file, "--token-file")
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
         fail(f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
              EXIT_USAGE)
