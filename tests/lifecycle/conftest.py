@@ -97,3 +97,20 @@ def sim_fleet(make_settings, sqlite_url):
     yield factory
     for w in workers:
         w.stop()
+
+
+async def fleet_in_production(settings: Settings, count: int) -> SimFleet:
+    """`count` simulated nodes recorded in production, their workflows started there (no
+    burn-in: for tests of what happens to a node already serving)."""
+    from sqlalchemy import update
+    from sqlmodel import Session
+
+    from fleetctl.db.models import Node
+
+    names = make_fleet(settings, count)
+    fleet = SimFleet(settings, await connect(settings), names)
+    with Session(fleet.engine) as session:
+        session.exec(update(Node).values(state="production", state_version=1))
+        session.commit()
+    await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
+    return fleet

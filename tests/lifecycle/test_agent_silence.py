@@ -16,8 +16,6 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import update
-from sqlmodel import Session
 from typer.testing import CliRunner
 
 from fleetctl import reachability
@@ -25,15 +23,13 @@ from fleetctl.agent.heartbeat import HeartbeatSender
 from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
 from fleetctl.db import queries
-from fleetctl.db.models import Node
 from fleetctl.fleet_status import fleet_status
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
 from fleetctl.metrics import as_utc
-from tests.lifecycle.conftest import SimFleet, make_fleet
+from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 from workflows.api import SweepInput, SweepResult
-from workflows.client import connect, ensure_node_workflows
 from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
@@ -73,12 +69,8 @@ async def silence_fleet(make_settings, sqlite_url, tmp_path):
     async def factory(count: int, with_agents: int) -> tuple[SimFleet, Agents]:
         settings = dataclasses.replace(make_settings(sqlite_url), agent_silence_s=SILENCE_S)
         workers.append(WorkerThread(settings).start())
-        names = make_fleet(settings, count)
-        fleet = SimFleet(settings, await connect(settings), names)
-        with Session(fleet.engine) as session:
-            session.exec(update(Node).values(state="production", state_version=1))
-            session.commit()
-        await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
+        fleet = await fleet_in_production(settings, count)
+        names = fleet.names
         beats = Heartbeats(lambda heard: queries.record_agent_heartbeats(fleet.engine, heard))
         server = serve_http(Intake(tmp_path / f"spool-{len(servers)}", None), TOKEN, "127.0.0.1", 0, beats)
         servers.append(server)

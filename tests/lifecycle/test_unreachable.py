@@ -12,19 +12,15 @@ import json
 import uuid
 
 import pytest
-from sqlalchemy import update
-from sqlmodel import Session
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
 from fleetctl.db import queries
-from fleetctl.db.models import Node
 from fleetctl.fleet_status import fleet_status
-from tests.lifecycle.conftest import SimFleet, make_fleet
+from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 from workflows.api import SweepInput, SweepResult
-from workflows.client import connect, ensure_node_workflows
 from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
@@ -40,13 +36,7 @@ async def production_fleet(make_settings, sqlite_url):
     async def factory(count: int) -> SimFleet:
         settings = dataclasses.replace(make_settings(sqlite_url), suspect_after_unreachable=RUNS)
         workers.append(WorkerThread(settings).start())
-        names = make_fleet(settings, count)
-        fleet = SimFleet(settings, await connect(settings), names)
-        with Session(fleet.engine) as session:
-            session.exec(update(Node).values(state="production", state_version=1))
-            session.commit()
-        await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
-        return fleet
+        return await fleet_in_production(settings, count)
 
     yield factory
     for w in workers:
