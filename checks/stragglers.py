@@ -22,6 +22,9 @@ STRAGGLER_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("hpl", "gflops_per_gpu", True),
 )
 
+# The checks with a metric nodes are compared on.
+PEER_JUDGED_CHECKS: frozenset[str] = frozenset(check for check, _, _ in STRAGGLER_METRICS)
+
 # MAD * 1.4826 estimates the standard deviation of normally distributed values.
 MAD_TO_SIGMA = 1.4826
 

@@ -14,8 +14,9 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   one, or in the future, gives an empty interval, never a negative one).
 - Node-days per state: those intervals clipped to the window, summed per state.
 - A failure: a transition out of production that records the fault behind it (its
-  `failure`: `xid <code>`, `check <name>` or `health`, written by the workflow that drained
-  the node from the event it acted on), or any drain by automation, timed inside the window.
+  `failure`: `xid <code>`, `check <name>`, `straggler <check>` or `health`, written by the
+  workflow that drained the node from the event it acted on), or any drain by automation,
+  timed inside the window.
   Its cause label is that failure, or `automation` for a drain that records none. An
   operator's drain records no fault: it is planned work, not a failure.
 - MTTF: production node-hours in the window / failures in the window (none without failures).
@@ -459,15 +460,17 @@ _SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
 # NodeLifecycle (`XID <code>: ...`, `health: ...`), its rechecks and sweeps and the prolog
 # (workflows.activities.prejob): "<kind> <suite>: <check>: <reason>".
 _XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
-_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):")
+# A check the node passed, but well below its peers: "...: <check>: straggler: <finding>".
+_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):( straggler:)?")
 
 
 def restart_failure(cause: str) -> str | None:
-    """`xid <code>`, `check <name>` or `health` when a restart's cause names one, else None."""
+    """`xid <code>`, `check <name>`, `straggler <check>` or `health` when a restart's cause
+    names one, else None."""
     if match := _XID.search(cause):
         return f"xid {match[1]}"
     if match := _CHECK.match(cause):
-        return f"check {match[1]}"
+        return f"{'straggler' if match[2] else 'check'} {match[1]}"
     if cause.startswith("health:"):
         return "health"
     return None

@@ -543,6 +543,9 @@ class Event:
     check: str | None = None
     status: str | None = None
     message: str = ""
+    # A check failed not on the profile's floors but against the node's peers (a straggler):
+    # remediated as the check's failure, counted as a rule of its own.
+    against_peers: bool = False
 
     @property
     def summary(self) -> str:
@@ -563,20 +566,25 @@ class Event:
     @property
     def failure(self) -> str:
         """The failure a drain for this event is counted as (fleetctl.metrics' cause label):
-        `xid <code>`, `check <name>`, or `health` for a health event without a code."""
+        `xid <code>`, `check <name>`, `straggler <check>` for a check passed well below the
+        node's peers (its own label: rule precision tells the two rules apart), or `health`
+        for a health event without a code."""
         if self.kind == "xid":
             return f"xid {self.code}"
         if self.kind == "check":
-            return f"check {self.check}"
+            return f"{'straggler' if self.against_peers else 'check'} {self.check}"
         return "health"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "code": self.code, "check": self.check, "status": self.status,
-                "message": self.message, "summary": self.summary}
+        d = {"kind": self.kind, "code": self.code, "check": self.check, "status": self.status,
+             "message": self.message, "summary": self.summary}
+        # Only when set: events recorded before peers were judged keep their shape.
+        return {**d, "against_peers": True} if self.against_peers else d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:
-        return cls(d.get("kind", "manual"), d.get("code"), d.get("check"), d.get("status"), d.get("message", ""))
+        return cls(d.get("kind", "manual"), d.get("code"), d.get("check"), d.get("status"), d.get("message", ""),
+                   d.get("against_peers") is True)
 
 
 # ---- loading --------------------------------------------------------------------------------

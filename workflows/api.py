@@ -290,6 +290,16 @@ class AdmissionVerdict:
 
 
 @dataclass
+class PeerVerdict:
+    """A passed check of a node in service, against its peers of the same profile."""
+
+    node: str
+    check: str
+    straggler: bool
+    reason: str
+
+
+@dataclass
 class HealthEventVerdict:
     node: str
     severity: str

@@ -50,7 +50,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
         node.drain_pods_on, node.report_state,
         node.choose_remediation, commands.command_node,
-        checks.suite_checks, checks.run_check, checks.judge_admission,
+        checks.suite_checks, checks.run_check, checks.judge_admission, checks.judge_against_peers,
         guard.fleet_snapshot, guard.fleet_policy, guard.critical_evidence, guard.state_versions,
         guard.ask_capacity_guard, guard.report_check_errors,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,

@@ -97,6 +97,27 @@ async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fl
     assert failed.cause.startswith("admission: straggler: nccl-allreduce busbw_gbps")  # ... but not its peers
 
 
+async def test_a_sweep_drains_a_production_node_that_degraded_below_its_peers(sim_fleet) -> None:
+    """Within the profile's floor, so the check passes, but well below the same profile's
+    nodes: the sweep drains it through the guard, as its own rule (issue 19 item 2)."""
+    fleet = await sim_fleet(8, profile="h200-sxm")
+    await fleet.admit(fleet.names, suite="standard")
+    assert set((await fleet.wait_states(fleet.names, {"production", "maintenance"})).values()) == {"production"}
+    suspect = fleet.names[5]
+    fleet.inject(suspect, "nvlink-degraded", seed=_straggler_seed(suspect, "h200-sxm"))
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent=8, fleet=fleet.settings.fleet),
+        id=f"sweep-{suspect}", task_queue=fleet.settings.task_queue)
+    nccl = next(r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50))
+                if r.check_name == "nccl-allreduce")
+    assert nccl.status in ("pass", "warn")  # the absolute floor passes it ...
+    assert result.failed == [suspect] and result.drained == [suspect] and result.passed == 7  # ... its peers do not
+    drain = await fleet.wait_event(suspect, "drain")
+    assert drain.failure == "straggler nccl-allreduce" and drain.actor_kind == "automation"
+    assert re.search(r"nccl-allreduce: straggler: nccl-allreduce busbw_gbps: .* below the fleet median", drain.cause)
+    assert {n for n in fleet.names if fleet.state(n) != "production"} == {suspect}
+
+
 async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
     fleet = await sim_fleet(4)
     await fleet.admit(fleet.names)

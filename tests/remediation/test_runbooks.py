@@ -139,6 +139,9 @@ def test_render_and_evaluate() -> None:
         (Event("check", check="nvidia-smi-query", status="fail", message="GPU unreachable: Unable to determine"), "xid-79-fallen-off-bus"),
         (Event("check", check="ib-ports", status="fail", message="Down / Polling"), "ib-port-down"),
         (Event("check", check="nccl-allreduce", status="warn", message="busbw 310 GB/s is 20% below peers"), "nvlink-straggler"),
+        # A sweep's straggler (the check passed, its peers did not): the check's runbook.
+        (Event("check", check="nccl-allreduce", status="fail", message="straggler: nccl-allreduce busbw_gbps: 380 is "
+               "20.0% below the fleet median 475", against_peers=True), "nvlink-straggler"),
         (Event("check", check="ib-ports", status="pass"), "escalation-ladder"),
         (Event("manual", message="operator"), None),
     ],
@@ -146,6 +149,19 @@ def test_render_and_evaluate() -> None:
 def test_event_matching(event: Event, expected: str | None) -> None:
     book = runbook_for(SHIPPED.values(), event)
     assert (book.name if book else None) == expected
+
+
+@pytest.mark.parametrize("event, failure", [
+    (Event("xid", code=79), "xid 79"),
+    (Event("check", check="nccl-allreduce", status="fail"), "check nccl-allreduce"),
+    (Event("check", check="nccl-allreduce", status="fail", against_peers=True), "straggler nccl-allreduce"),
+    (Event("manual", message="operator"), "health"),
+])
+def test_the_failure_a_drain_is_counted_as_survives_the_payload(event: Event, failure: str) -> None:
+    """What the node's workflow records travels as the event's dict in its transition."""
+    assert event.failure == failure and Event.from_dict(event.to_dict()).failure == failure
+    # Events written before peers were judged have no such key: the same dict as before.
+    assert ("against_peers" in event.to_dict()) is event.against_peers
 
 
 def test_finding_text_is_matched_too() -> None:

@@ -10,7 +10,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   patched branch (a firmware baseline in force during admission, a node entering production
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
   whose `restart_jobs` step finds a running job, a drain whose job outlasts its wait, a sweep
-  in batches whose checks end in error and whose fleet has a silent agent, a node's search attributes carried across
+  in batches whose checks end in error, whose fleet has a silent agent and whose passed
+  all-reduce is judged against its peers, a node's search attributes carried across
   continue-as-new, a critical XID 79 drain granted without the fleet's counts, a burst of logged health events with a critical one behind minor
   ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
@@ -332,9 +333,11 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         quiet = next(n for n in names if n not in (unreachable, critical_node)
                      and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
         queries.record_agent_heartbeats(engine, {quiet: datetime.now(timezone.utc) - timedelta(seconds=60)})
+        # The standard suite: a node's passed all-reduce is judged against its peers (patch
+        # sweep-peer-stragglers).
         sweep_id = f"sweep/record-{rec.unique}"
         swept = await client.execute_workflow(
-            ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
+            ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
             id=sweep_id, task_queue=settings.task_queue)
         if unreachable not in swept.errors:
             raise RuntimeError(f"the sweep recorded no error for {unreachable}: {swept}")
@@ -342,6 +345,8 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             raise RuntimeError(f"the sweep did not judge {quiet}'s silent agent: {swept}")
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
+        peer_judged = [i for i in batches
+                       if "sweep-peer-stragglers" in patch_markers(await client.get_workflow_handle(i).fetch_history())]
 
         # A burst from an agent, with its kernel lines' own times (ten minutes old: spooled
         # while Temporal was away): the critical event is recorded and acted on ahead of the
@@ -375,6 +380,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "job_restart_by_runbook": next(i for i in restarts if runbook_node in i),
             "active_check_sweep_batches": sweep_id,
             "active_check_batch_with_an_error": errored[0],
+            "active_check_batch_peer_judged": peer_judged[0],
             "capacity_guard": guard_id(settings.fleet),
             "node_lifecycle_search_attributes": node_workflow_id(listed),
         }

@@ -69,6 +69,11 @@ INTERRUPTION_CASES = {
     "an end by a node failure is an interruption": (
         JobRecord("j", h(0), h(5), state="node_fail"), ["node_fail"]),
     "a completed job was not interrupted": (JobRecord("j", h(0), h(5), state="completed"), []),
+    "a sweep's straggler is its own rule, not the check's failure": (
+        JobRecord("j", h(0), restarts=(
+            restart(1, 2, "active check standard: nccl-allreduce: straggler: nccl-allreduce busbw_gbps: 380 is 20% below"),
+            restart(3, 4, "active check standard: nccl-allreduce: busbw 120 GB/s below the floor"))),
+        ["straggler nccl-allreduce", "check nccl-allreduce"]),
     "a restart with a cause of another kind": (
         JobRecord("j", h(0), restarts=(restart(1, 2, "straggler"),)), ["other"]),
 }

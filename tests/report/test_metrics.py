@@ -122,6 +122,7 @@ def test_clock_jumps_never_give_negative_durations() -> None:
     ("production", "draining", "drain", "automation", "xid 79", True, "xid 79"),
     ("production", "draining", "drain", "automation", "check nccl-allreduce", True, "check nccl-allreduce"),
     ("production", "draining", "drain", "automation", "health", True, "health"),
+    ("production", "draining", "drain", "automation", "straggler nccl-allreduce", True, "straggler nccl-allreduce"),
     # A drain by automation that records no fault (a runbook's, a storm test's) still counts.
     ("production", "draining", "drain", "automation", "", True, "automation"),
     # An operator's drain is planned work unless it records a fault.

@@ -1,5 +1,6 @@
 """Activities of checks: which checks a suite runs, run one on a node (recorded once per
-run key, heartbeating while it runs), and judge a burn-in for admission."""
+run key, heartbeating while it runs), judge a burn-in for admission, and judge a node in
+service against its peers."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from workflows.activities.check_plans import NoPartner, choose_partners, run_pai
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.activities.heartbeat import run_heartbeating
-from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, SweepScope
+from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, PeerVerdict, SweepScope
 
 
 class CheckActivities(DatabaseActivities):
@@ -93,8 +94,6 @@ class CheckActivities(DatabaseActivities):
     @activity.defn
     def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:
         """Burn-in results against the profile (already in their status) and against the fleet."""
-        from checks.stragglers import STRAGGLER_METRICS, find_stragglers
-
         node = self._node(req.node)
         runs = queries.check_runs(self.engine, req.check_run_ids)
         bad = [r for r in runs if r.status not in ("pass", "warn")]
@@ -102,20 +101,39 @@ class CheckActivities(DatabaseActivities):
             return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}",
                                     failed_check=bad[0].check_name)
         stragglers: list[tuple[str, str]] = []  # (check, finding)
-        for check, metric, higher in STRAGGLER_METRICS:
-            mine = next((r.metrics[metric] for r in reversed(runs) if r.check_name == check
-                         and isinstance(r.metrics.get(metric), (int, float))), None)
-            if mine is None:
-                continue
-            peers = queries.peer_metrics(self.engine, node.profile, check, metric, exclude=req.node)
-            verdict = find_stragglers({**peers, req.node: float(mine)}, higher_is_better=higher)[req.node]
-            if verdict.straggler:
-                stragglers.append((check, f"{check} {metric}: {verdict.reason}"))
+        for check in dict.fromkeys(r.check_name for r in runs):
+            last = next(r for r in reversed(runs) if r.check_name == check)
+            stragglers += [(check, finding) for finding in self._straggler_findings(node, check, last.metrics)]
         if stragglers:
             (check, finding), *_ = stragglers
             return AdmissionVerdict(req.node, False, f"straggler: {finding}", [f for _, f in stragglers], check)
         return AdmissionVerdict(req.node, True, f"burn-in passed ({len(runs)} checks) and within the fleet")
 
+    @activity.defn
+    def judge_against_peers(self, outcome: CheckOutcome) -> PeerVerdict:
+        """A passed check of a node in service against the latest of its peers of the same
+        profile: a sweep's absolute floors do not see a node that degraded to well below a
+        fleet that is well above them."""
+        findings = self._straggler_findings(self._node(outcome.node), outcome.check, outcome.metrics)
+        if findings:
+            return PeerVerdict(outcome.node, outcome.check, True, f"straggler: {'; '.join(findings)}")
+        return PeerVerdict(outcome.node, outcome.check, False, "within its peers")
+
+    def _straggler_findings(self, node, check: str, metrics: dict) -> list[str]:
+        """What is off on `check`'s straggler metrics (checks.stragglers.STRAGGLER_METRICS) of
+        one run, compared with the same profile's nodes; a metric the run lacks says nothing."""
+        from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+
+        findings = []
+        for metric, higher in ((m, h) for c, m, h in STRAGGLER_METRICS if c == check):
+            mine = metrics.get(metric)
+            if not isinstance(mine, (int, float)) or isinstance(mine, bool):
+                continue
+            peers = queries.peer_metrics(self.engine, node.profile, check, metric, exclude=node.name)
+            verdict = find_stragglers({**peers, node.name: float(mine)}, higher_is_better=higher)[node.name]
+            if verdict.straggler:
+                findings.append(f"{check} {metric}: {verdict.reason}")
+        return findings
 
 def _outcome(run: CheckRun) -> CheckOutcome:
     return CheckOutcome(run.node_name, run.check_name, run.status, run.reason, dict(run.metrics), run.error_kind, run.id)

@@ -1,5 +1,6 @@
 """ActiveCheckSweep: started by a Temporal Schedule, it checks idle production nodes a few
-at a time and drains (through the capacity guard) the ones that fail. A node whose check
+at a time and drains (through the capacity guard) the ones that fail, or that pass but fall
+well below their peers of the same profile (stragglers). A node whose check
 could not run (`error`) is left alone and checked again on the next sweep, unless no check
 has reached it for several sweeps in a row, or its agent has fallen silent
 (fleetctl.reachability): then it is suspect and drained through the guard too; the sweep's
@@ -13,6 +14,7 @@ import math
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from checks.stragglers import PEER_JUDGED_CHECKS
     from fleetctl.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
     from fleetctl.lifecycle import Actor
     from fleetctl.reachability import UNREACHABLE
@@ -24,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         AgentSilence,
         CheckRequest,
         NodeFacts,
+        PeerVerdict,
         ReachabilityVerdict,
         SweepBatch,
         SweepInput,
@@ -113,6 +116,18 @@ async def check_node(node: str, checks: list[str], req: SweepInput, key: str, re
             await drain_failed_node(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
                                     Event("check", check=check, status="fail", message=outcome.reason).to_dict())
             return
+        # Within the profile's floors, but well below the same profile's nodes: a straggler
+        # (a link at half rate, a GPU at lower clocks), drained like a failure. (Patched:
+        # sweeps recorded before peers were judged replay unchanged.)
+        if check in PEER_JUDGED_CHECKS and workflow.patched("sweep-peer-stragglers"):
+            peers: PeerVerdict = await workflow.execute_activity_method(CheckActivities.judge_against_peers, outcome,
+                                                                        **QUICK)
+            if peers.straggler:
+                result.failed.append(node)
+                await drain_failed_node(node, f"active check {req.suite}: {check}: {peers.reason}", req, key, result,
+                                        Event("check", check=check, status="fail", message=peers.reason,
+                                              against_peers=True).to_dict())
+                return
     result.passed += 1
 
 
