@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -87,9 +88,25 @@ def pytest_configure(config) -> None:
     os.environ["COLUMNS"], os.environ["LINES"] = "80", "24"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Under `make test`'s two processes, every Slurm test runs in the same one: a second
     cluster of the same node names on one machine would fight the first for its daemons."""
     for item in items:
         if item.get_closest_marker("slurm"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+def pytest_collection_finish(session) -> None:
+    """A worker of `--dist loadgroup` whose groups did not take (xdist marks them in the
+    test's id) stops: the tests would run as if ungrouped, two Slurm clusters at once, and
+    pass or fail by chance."""
+    if not session.config.getoption("loadgroup", False):
+        return
+    ungrouped = [item.nodeid for item in session.items
+                 if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]]
+    if ungrouped:
+        message = (f"pytest-xdist did not apply xdist_group to {len(ungrouped)} tests ({ungrouped[0]}...): "
+                   "see the pytest pin in pyproject.toml")
+        print(message, file=sys.stderr)  # a worker's stderr reaches the run's; its exit reason does not
+        pytest.exit(message, returncode=3)
