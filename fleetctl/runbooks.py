@@ -538,7 +538,7 @@ class Runbook:
 class Event:
     """What a runbook reacts to: an XID from the kernel log, a check result, or an operator."""
 
-    kind: str  # "xid", "check" or "manual"
+    kind: str  # "xid", "check", "straggler" (check: its metric) or "manual"
     code: int | None = None
     check: str | None = None
     status: str | None = None
@@ -550,6 +550,8 @@ class Event:
             return f"XID {self.code}" + (f": {self.message}" if self.message else "")
         if self.kind == "check":
             return f"check {self.check} {self.status}" + (f": {self.message}" if self.message else "")
+        if self.kind == "straggler":
+            return f"straggler on {self.check}" + (f": {self.message}" if self.message else "")
         return self.message or "operator request"
 
     @property
@@ -563,11 +565,14 @@ class Event:
     @property
     def failure(self) -> str:
         """The failure a drain for this event is counted as (fleetctl.metrics' cause label):
-        `xid <code>`, `check <name>`, or `health` for a health event without a code."""
+        `xid <code>`, `check <name>`, `straggler <metric>` (a node behind its job's others in
+        production), or `health` for a health event without a code."""
         if self.kind == "xid":
             return f"xid {self.code}"
         if self.kind == "check":
             return f"check {self.check}"
+        if self.kind == "straggler":
+            return f"straggler {self.check}"
         return "health"
 
     def to_dict(self) -> dict[str, Any]:
