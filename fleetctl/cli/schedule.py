@@ -66,7 +66,8 @@ def create(
             fail(str(exc), EXIT_USAGE)
         schedule = straggler_schedule(s, schedule_id, interval,
                                       StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}"))
-        summary = f"production stragglers every {_every(interval.total_seconds())}, policy {s.straggler_policy}"
+        # The policy, window and threshold are the worker's settings (as the guard's limits are).
+        summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
     else:
         try:
             interval = parse_duration(every or "1h")

@@ -176,3 +176,25 @@ async def test_prometheus_away_is_an_error_never_a_pass(scene: Scene) -> None:
     assert away.cleared == [] and away.flagged == []
     assert scene.finding(victim)["status"] == "open"  # not cleared on an answer nobody gave
     assert findings_db.open_findings(scene.fleet.engine)[0].node_name == victim
+
+
+async def test_the_schedule_starts_the_judge(scene: Scene) -> None:
+    """`fleetctl schedule create stragglers` starts ProductionStragglers on its interval,
+    with the fleet's input; its first run judges the running job."""
+    name = f"stragglers-{uuid.uuid4().hex[:6]}"
+    created = await asyncio.to_thread(scene.invoke, "schedule", "create", "stragglers", "--name", name, "--every", "1s")
+    assert created.exit_code == 0 and "production stragglers every 1s" in created.output, created.output
+    handle = scene.fleet.client.get_schedule_handle(name)
+    try:
+        deadline = asyncio.get_running_loop().time() + 30  # thirty intervals
+        while not (described := await handle.describe()).info.recent_actions:
+            assert asyncio.get_running_loop().time() < deadline, "the schedule started nothing"
+            await asyncio.sleep(0.2)
+        action = described.schedule.action
+        assert action.workflow == "ProductionStragglers" and action.id == f"stragglers/{name}"
+        started = described.info.recent_actions[0].action
+        result = await asyncio.wait_for(scene.fleet.client.get_workflow_handle(
+            started.workflow_id, result_type=StragglerSweepResult).result(), timeout=60)
+        assert result.jobs == 1 and result.errors == [] and result.policy == DRAIN_AT_CHECKPOINT
+    finally:
+        await handle.delete()
