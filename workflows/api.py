@@ -538,6 +538,7 @@ class StragglerSweepResult:
     drained: list[str] = field(default_factory=list)
     held: list[str] = field(default_factory=list)  # the capacity guard refused (tried again next tick)
     errors: list[str] = field(default_factory=list)
+    still_open: int = 0  # findings open after the judging (before this tick's drains)
 
 
 # ---- Remediation -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.db import stragglers as findings_db
 from fleetctl.sim.scheduler import SimScheduler
-from fleetctl.stragglers_live import BY_NAME, DRAIN_AT_CHECKPOINT, TELEMETRY
+from fleetctl.stragglers_live import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
 from tests.lifecycle.conftest import fleet_in_production
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
@@ -133,6 +133,12 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     # Drained once: the next tick has nothing left to do for it.
     after = await scene.judge()
     assert after.drained == [] and after.held == []
+    # The report lists it, and counts the drain under its rule.
+    report = await asyncio.to_thread(scene.invoke, "report", "--no-sync", "-o", "json")
+    assert report.exit_code == 0, report.output
+    data = json.loads(report.output)
+    assert [(f["node"], f["status"]) for f in data["production_stragglers"]] == [(victim, "drained")]
+    assert [r["rule"] for r in data["rule_precision"]] == ["straggler nvlink_tx"]
 
 
 async def test_a_guard_that_refuses_holds_the_straggler_and_a_node_back_in_line_is_cleared(scene: Scene) -> None:
@@ -161,6 +167,19 @@ async def test_a_guard_that_refuses_holds_the_straggler_and_a_node_back_in_line_
     assert finding["status"] == "cleared" and finding["detail"].startswith("back in line: sm_clock 1965 MHz")
     assert scene.fleet.state(victim) == "production"
     assert not [e for e in queries.node_events(scene.fleet.engine, victim) if e.trigger == "drain"]
+
+
+async def test_flag_only_flags_and_never_drains(scene: Scene) -> None:
+    scene.fleet.settings.straggler_policy = FLAG_ONLY  # the worker's own settings object
+    victim = scene.fleet.names[4]
+    scene.degrade(victim, "DCGM_FI_DEV_GPU_TEMP", 1.3)  # one GPU 20 C hotter than its peers
+    scene.wait_until_window_shows("gpu_temp", victim, at_least=75)
+    flagged = await scene.judge()
+    assert [line.split(" ")[0] for line in flagged.flagged] == [victim] and flagged.still_open == 1
+    assert scene.invoke("job", "checkpoint", scene.job_id).exit_code == 0
+    after = await scene.judge()
+    assert after.policy == FLAG_ONLY and after.drained == [] and after.held == [] and after.still_open == 1
+    assert scene.fleet.state(victim) == "production" and scene.finding(victim)["status"] == "open"
 
 
 async def test_prometheus_away_is_an_error_never_a_pass(scene: Scene) -> None:

@@ -34,6 +34,9 @@ class StragglerActivities(DatabaseActivities):
             for job in jobs:
                 verdicts = judge_job(job.job_id, job.nodes, telemetry, s.straggler_threshold, s.straggler_min_nodes)
                 new, cleared = reconcile(job.job_id, findings, verdicts)
+                # Only this fleet's production nodes are flagged: one already out (draining
+                # under the job, say) still counts among the job's peers, but is no finding.
+                new = [v for v in new if v.node in fleet and fleet[v.node].state == "production"]
                 stragglers.record_findings(self.engine, job, new, cleared, now)
                 tick.flagged += [f"{v.node} ({job.job_id}): {v.evidence}" for v in new]
                 tick.cleared += [f"{v.node} ({job.job_id}): {v.evidence}" for _, v in cleared]
