@@ -170,6 +170,28 @@ def judge_job(job_id: str, nodes: Sequence[str], telemetry: Mapping[str, Mapping
     return verdicts
 
 
+def unjudged(job_id: str, verdicts: Iterable[MetricVerdict], named: int = 3) -> list[str]:
+    """What could not be judged in one job, per metric, in words: the nodes without a series
+    (a Hostname that is not the node's name, an exporter down, a field not collected), or
+    too few nodes to compare. An operator reads these to tell "nothing wrong" from "not seen"."""
+    missing: dict[str, list[str]] = {}
+    too_few: dict[str, str] = {}
+    for v in verdicts:
+        if v.verdict == NO_EVIDENCE:
+            missing.setdefault(v.metric, []).append(v.node)
+        elif v.verdict == TOO_FEW:
+            too_few.setdefault(v.metric, v.evidence)
+    lines = []
+    for metric in sorted(set(missing) | set(too_few)):
+        if metric in too_few:
+            lines.append(too_few[metric])
+        elif metric in missing:
+            nodes = missing[metric]
+            more = f" and {len(nodes) - named} more" if len(nodes) > named else ""
+            lines.append(f"job {job_id}: no evidence on {metric} for {', '.join(nodes[:named])}{more}")
+    return lines
+
+
 def _no_series(spec: Telemetry, node: str) -> str:
     return f"no evidence: no {' or '.join(spec.series)} series for {node} in the window"
 

@@ -520,6 +520,8 @@ class StragglerTick:
     # What could not be judged (Prometheus down or answering nonsense, no URL set): never a pass.
     errors: list[str] = field(default_factory=list)
     due: list[StragglerDrain] = field(default_factory=list)
+    # Per job and metric, nodes without a series or too few nodes to compare (bounded).
+    no_evidence: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -539,6 +541,7 @@ class StragglerSweepResult:
     held: list[str] = field(default_factory=list)  # the capacity guard refused (tried again next tick)
     errors: list[str] = field(default_factory=list)
     still_open: int = 0  # findings open after the judging (before this tick's drains)
+    no_evidence: list[str] = field(default_factory=list)
 
 
 # ---- Remediation -----------------------------------------------------------------------------

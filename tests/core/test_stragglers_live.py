@@ -23,6 +23,7 @@ from fleetctl.stragglers_live import (
     judge_job,
     parse_vector,
     reconcile,
+    unjudged,
 )
 from tests.support.dcgm import node_telemetry
 
@@ -88,6 +89,17 @@ def test_evidence_names_the_metric_its_value_the_median_and_the_robust_z() -> No
     assert "only 4 of its 4 nodes report sm_clock, need 5 to compare them; nobody flagged" in too_few[0].evidence
     missing = judge_job("job-8", NODES, node_telemetry(NODES, {}, {"gpu-00": "DCGM_FI_DEV_SM_CLOCK"}), 3.5, 5)
     assert missing[0].evidence == "no evidence: no DCGM_FI_DEV_SM_CLOCK series for gpu-00 in the window"
+
+
+@pytest.mark.parametrize("nodes, missing, expected", [
+    (NODES, {}, []),
+    (NODES, {"gpu-04": "DCGM_FI_DEV_SM_CLOCK"}, ["job j: no evidence on sm_clock for gpu-04"]),
+    (NODES, {n: "DCGM_FI_PROF_PCIE_TX_BYTES" for n in NODES[:4]},
+     ["job j: only 2 of its 6 nodes report pcie_tx, need 5 to compare them; nobody flagged"]),
+    (NODES, {n: "DCGM_FI_DEV_POWER_USAGE" for n in NODES}, ["job j: no evidence on power for gpu-00, gpu-01, gpu-02 and 3 more"]),
+])
+def test_unjudged_says_what_was_not_seen(nodes, missing, expected) -> None:
+    assert unjudged("j", judge_job("j", nodes, node_telemetry(nodes, {}, missing), 3.5, 5)) == expected
 
 
 def test_promql_asks_for_each_nodes_slowest_gpu_by_the_hostname_label() -> None:

@@ -100,6 +100,7 @@ async def scene(make_settings, sqlite_url, tmp_path):
 async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint(scene: Scene) -> None:
     healthy = await scene.judge()
     assert healthy.jobs == 1 and healthy.errors == [] and healthy.flagged == [] and healthy.drained == []
+    assert healthy.no_evidence == []  # every metric answered for every node: judged, not assumed
 
     victim = scene.fleet.names[2]
     scene.degrade(victim, "DCGM_FI_PROF_NVLINK_TX_BYTES", 0.5)  # one GPU's links at half rate
@@ -180,6 +181,15 @@ async def test_flag_only_flags_and_never_drains(scene: Scene) -> None:
     after = await scene.judge()
     assert after.policy == FLAG_ONLY and after.drained == [] and after.held == [] and after.still_open == 1
     assert scene.fleet.state(victim) == "production" and scene.finding(victim)["status"] == "open"
+
+    # An exporter that stops sending a field: no verdict on it for that node, and the result says so.
+    quiet = scene.fleet.names[0]
+    scene.exporters.missing[quiet] = {"DCGM_FI_DEV_POWER_USAGE"}
+    expr = BY_NAME["power"].promql([quiet], "Hostname", WINDOW_S)
+    # Prometheus marks the series stale at the next scrape; the window then empties of it.
+    wait_for_result(scene.prometheus, expr, lambda r: r == [], timeout_s=SETTLE_S)
+    unseen = await scene.judge()
+    assert unseen.no_evidence == [f"job {scene.job_id}: no evidence on power for {quiet}"] and unseen.errors == []
 
 
 async def test_prometheus_away_is_an_error_never_a_pass(scene: Scene) -> None:

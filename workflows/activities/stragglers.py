@@ -13,9 +13,12 @@ from fleetctl.db import queries, stragglers
 from fleetctl.db.models import utcnow
 from fleetctl.metrics import as_utc
 from fleetctl.prometheus import Prometheus, PrometheusError
-from fleetctl.stragglers_live import DRAIN_AT_CHECKPOINT, NO_EVIDENCE, TELEMETRY, drain_due, judge_job, reconcile
+from fleetctl.stragglers_live import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
 from workflows.activities.database import DatabaseActivities
 from workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
+
+
+NO_EVIDENCE_KEPT = 100
 
 
 class StragglerActivities(DatabaseActivities):
@@ -40,9 +43,9 @@ class StragglerActivities(DatabaseActivities):
                 stragglers.record_findings(self.engine, job, new, cleared, now)
                 tick.flagged += [f"{v.node} ({job.job_id}): {v.evidence}" for v in new]
                 tick.cleared += [f"{v.node} ({job.job_id}): {v.evidence}" for _, v in cleared]
-                unseen = sorted({v.metric for v in verdicts if v.verdict == NO_EVIDENCE})
-                if unseen:
-                    activity.logger.info("job %s: no evidence on %s for some nodes", job.job_id, ", ".join(unseen))
+                tick.no_evidence += unjudged(job.job_id, verdicts)
+            if len(tick.no_evidence) > NO_EVIDENCE_KEPT:  # a payload, and a list someone reads
+                tick.no_evidence[NO_EVIDENCE_KEPT:] = [f"... and {len(tick.no_evidence) - NO_EVIDENCE_KEPT} more"]
         tick.due = self._due(fleet, now)
         tick.still_open = len(stragglers.open_findings(self.engine))
         return tick

@@ -43,7 +43,8 @@ class ProductionStragglers:
         tick: StragglerTick = await workflow.execute_activity_method(StragglerActivities.judge_running_jobs, req,
                                                                      **JUDGE)
         result = StragglerSweepResult(policy=tick.policy, jobs=tick.jobs, flagged=tick.flagged, cleared=tick.cleared,
-                                      errors=tick.errors, still_open=tick.still_open)
+                                      errors=tick.errors, still_open=tick.still_open,
+                                      no_evidence=tick.no_evidence)
         key = workflow.info().workflow_id + "/" + workflow.info().run_id
         for due in tick.due:
             await drain_straggler(due, req, f"{key}/{due.node}", result)
