@@ -65,6 +65,7 @@ ENV_VARS = {
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
     "prometheus_url": "FLEETCTL_PROMETHEUS_URL",
     "prometheus_token": "FLEETCTL_PROMETHEUS_TOKEN",
+    "prometheus_ca_path": "FLEETCTL_PROMETHEUS_CA_PATH",
     "prometheus_timeout_s": "FLEETCTL_PROMETHEUS_TIMEOUT_S",
     "prometheus_node_label": "FLEETCTL_PROMETHEUS_NODE_LABEL",
     "straggler_window_s": "FLEETCTL_STRAGGLER_WINDOW_S",
@@ -194,10 +195,12 @@ class Settings:
     # Stragglers in production (fleetctl.stragglers_live, the ProductionStragglers workflow
     # a `fleetctl schedule create stragglers` starts): the Prometheus that scrapes the DCGM
     # exporters (http(s)://host:port[/prefix], no credentials in it; empty: not judged), the
-    # bearer token sent to it (https only; never logged), how long one query may take, and
-    # the label that names a series' node (dcgm-exporter's `Hostname`).
+    # bearer token sent to it (https only; never logged), the CA bundle its certificate is
+    # verified against (empty: the system's), how long one query may take, and the label
+    # that names a series' node (dcgm-exporter's `Hostname`).
     prometheus_url: str = ""
     prometheus_token: str = ""
+    prometheus_ca_path: str = ""
     prometheus_timeout_s: float = 10.0
     prometheus_node_label: str = "Hostname"
     # Each node's slowest GPU averaged over this window, compared with the job's other nodes:

@@ -2,7 +2,7 @@
 straggler judge. The edge only: what is asked and what the answer means is
 fleetctl.stragglers_live.
 
-TLS is verified (the system's CAs); no redirect is followed (one would carry the token to
+TLS is verified (the system's CAs, or the bundle prometheus_ca_path names); no redirect is followed (one would carry the token to
 wherever it points, or turn https into http); the answer is bounded in size and time; the
 token is sent as a bearer header and appears in no message. Anything but a successful
 instant vector is a PrometheusError, never an empty answer.
@@ -35,14 +35,17 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class Prometheus:
-    def __init__(self, url: str, token: str = "", timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, token: str = "", timeout_s: float = 10.0, ca_path: str = "") -> None:
         if not url:
             raise PrometheusError("no prometheus_url is set: production stragglers cannot be judged")
         self.url = url.rstrip("/")
         self._token = token
         self.timeout_s = timeout_s
-        self._opener = urllib.request.build_opener(
-            _NoRedirects(), urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+        try:
+            context = ssl.create_default_context(cafile=ca_path or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise PrometheusError(f"prometheus_ca_path {ca_path!r}: {one_line(exc)}") from None
+        self._opener = urllib.request.build_opener(_NoRedirects(), urllib.request.HTTPSHandler(context=context))
 
     def __repr__(self) -> str:  # the token stays out of every log line
         return f"Prometheus({self.url!r})"

@@ -6,12 +6,14 @@ is in no message. Against a real Prometheus: tests/jobs/test_production_straggle
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from fleetctl.prometheus import MAX_ANSWER_BYTES, Prometheus, PrometheusError
+from tests.production.mtls_proxy import Authority
 from tests.support.webhook import WebhookReceiver
 
 TOKEN = "prom-token-0123456789"
@@ -22,7 +24,8 @@ VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
 class Scripted(ThreadingHTTPServer):
     """Answers every request with (status, headers, body); keeps what it was sent."""
 
-    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.seen: list[tuple[str, str, bytes]] = []
         server = self
 
@@ -41,11 +44,15 @@ class Scripted(ThreadingHTTPServer):
                 pass
 
         super().__init__(("127.0.0.1", 0), Handler)
+        self.scheme = "http"
+        if tls is not None:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
+            self.scheme = "https"
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/prom"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}/prom"
 
 
 def ask(server: Scripted) -> dict[str, float]:
@@ -106,3 +113,24 @@ def test_nobody_listening_is_an_error_and_no_url_is_one_too() -> None:
         Prometheus(url, timeout_s=2).query("up", "Hostname")
     with pytest.raises(PrometheusError, match="no prometheus_url is set"):
         Prometheus("")
+
+
+def test_tls_is_verified_and_the_token_crosses_only_to_a_verified_server(tmp_path) -> None:
+    """An https Prometheus whose certificate the system's CAs do not vouch for is an error,
+    and the token is never sent; with its CA configured (prometheus_ca_path) it answers."""
+    ca = Authority(tmp_path, "prom-ca")
+    cert, key = ca.server("prometheus")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    server = Scripted(200, json.dumps(VECTOR).encode(), tls=tls)
+    try:
+        with pytest.raises(PrometheusError, match="CERTIFICATE_VERIFY_FAILED"):
+            Prometheus(server.url, TOKEN, timeout_s=5).query("up", "Hostname")
+        assert server.seen == []  # the handshake failed: nothing, the token least, was sent
+        assert Prometheus(server.url, TOKEN, timeout_s=5, ca_path=str(ca.cert_path)).query("up", "Hostname") \
+            == {"gpu-01": 1980.0}
+        assert server.seen[0][1] == f"Bearer {TOKEN}"
+        with pytest.raises(PrometheusError, match="prometheus_ca_path"):
+            Prometheus(server.url, ca_path=str(tmp_path / "missing.pem"))
+    finally:
+        server.shutdown()

@@ -54,7 +54,7 @@ class StragglerActivities(DatabaseActivities):
         """{metric: {node: value}} of every metric Prometheus answered; the others are errors."""
         s = self.settings
         try:
-            prometheus = Prometheus(s.prometheus_url, s.prometheus_token, s.prometheus_timeout_s)
+            prometheus = Prometheus(s.prometheus_url, s.prometheus_token, s.prometheus_timeout_s, s.prometheus_ca_path)
         except PrometheusError as exc:
             errors.append(str(exc))
             return {}
