@@ -35,6 +35,7 @@ class StragglerActivities(DatabaseActivities):
             telemetry = self._telemetry(sorted({n for j in jobs for n in j.nodes}), tick.errors)
             findings = stragglers.as_open(stragglers.open_findings(self.engine))
             for job in jobs:
+                activity.heartbeat(job.job_id)
                 verdicts = judge_job(job.job_id, job.nodes, telemetry, s.straggler_threshold, s.straggler_min_nodes)
                 new, cleared = reconcile(job.job_id, findings, verdicts)
                 # Only this fleet's production nodes are flagged: one already out (draining
@@ -47,7 +48,7 @@ class StragglerActivities(DatabaseActivities):
             if len(tick.no_evidence) > NO_EVIDENCE_KEPT:  # a payload, and a list someone reads
                 tick.no_evidence[NO_EVIDENCE_KEPT:] = [f"... and {len(tick.no_evidence) - NO_EVIDENCE_KEPT} more"]
         tick.due = self._due(fleet, now)
-        tick.still_open = len(stragglers.open_findings(self.engine))
+        tick.still_open = sum(r.node_name in fleet for r in stragglers.open_findings(self.engine))
         return tick
 
     def _telemetry(self, nodes: list[str], errors: list[str]) -> dict[str, dict[str, float]]:
