@@ -48,11 +48,16 @@ class Telemetry:
     name: str
     series: tuple[str, ...]  # the exporter's names for it (a field DCGM renamed lists both)
     higher_is_better: bool
-    unit: str
-    # The spread never taken as smaller than this, in `unit`: values this close are equal.
+    unit: str  # as the evidence says it
+    # The spread never taken as smaller than this, in the series' own unit: values this
+    # close are equal.
     min_spread: float
     # A bitmask series judged as the fraction of the window a slowdown bit was set.
     slowdown_bits: bool = False
+    per_unit: float = 1.0  # series units per `unit` (bytes per GB)
+
+    def say(self, value: float) -> str:
+        return f"{value / self.per_unit:.4g}"
 
     def promql(self, nodes: Sequence[str], label: str, window_s: int) -> str:
         """Per node (by `label`), its slowest GPU's value over the last `window_s` seconds."""
@@ -75,10 +80,10 @@ TELEMETRY: tuple[Telemetry, ...] = (
     Telemetry("power", ("DCGM_FI_DEV_POWER_USAGE",), True, "W", 10.0),
     Telemetry("gpu_temp", ("DCGM_FI_DEV_GPU_TEMP",), False, "C", 1.5),
     # A link at half rate halves the node's collective bandwidth.
-    Telemetry("nvlink_tx", ("DCGM_FI_PROF_NVLINK_TX_BYTES",), True, "B/s", 1e6),
-    Telemetry("nvlink_rx", ("DCGM_FI_PROF_NVLINK_RX_BYTES",), True, "B/s", 1e6),
-    Telemetry("pcie_tx", ("DCGM_FI_PROF_PCIE_TX_BYTES",), True, "B/s", 1e6),
-    Telemetry("pcie_rx", ("DCGM_FI_PROF_PCIE_RX_BYTES",), True, "B/s", 1e6),
+    Telemetry("nvlink_tx", ("DCGM_FI_PROF_NVLINK_TX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
+    Telemetry("nvlink_rx", ("DCGM_FI_PROF_NVLINK_RX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
+    Telemetry("pcie_tx", ("DCGM_FI_PROF_PCIE_TX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
+    Telemetry("pcie_rx", ("DCGM_FI_PROF_PCIE_RX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
     Telemetry("throttled", ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"), False,
               "of the window", 0.02, slowdown_bits=True),
 )
@@ -163,8 +168,8 @@ def judge_job(job_id: str, nodes: Sequence[str], telemetry: Mapping[str, Mapping
                 verdicts.append(MetricVerdict(n, name, NO_EVIDENCE, None, None, None, _no_series(spec, n)))
                 continue
             v = judged[n]
-            evidence = (f"{name} {v.value:g} {spec.unit} (slowest GPU) vs job {job_id} median {v.median:g} "
-                        f"over {len(values)} nodes, robust z {v.robust_z:.1f}")
+            evidence = (f"{name} {spec.say(v.value)} {spec.unit} (slowest GPU) vs job {job_id} median "
+                        f"{spec.say(v.median)} over {len(values)} nodes, robust z {v.robust_z:.1f}")
             verdicts.append(MetricVerdict(n, name, STRAGGLER if v.straggler else IN_LINE, v.value, v.median,
                                           v.robust_z, evidence))
     return verdicts
