@@ -140,6 +140,14 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     data = json.loads(report.output)
     assert [(f["node"], f["status"]) for f in data["production_stragglers"]] == [(victim, "drained")]
     assert [r["rule"] for r in data["rule_precision"]] == ["straggler nvlink_tx"]
+    # ...and so do the tables an operator reads.
+    table = scene.invoke("job", "show", scene.job_id)
+    assert table.exit_code == 0 and "stragglers in production" in table.output and victim in table.output
+    html = scene.fleet.settings.db_url.removeprefix("sqlite:///") + ".html"
+    rendered = await asyncio.to_thread(scene.invoke, "report", "--no-sync", "--html", html)
+    assert rendered.exit_code == 0 and "stragglers in production" in rendered.output
+    with open(html, encoding="utf-8") as page:
+        assert "Stragglers in production" in page.read()
 
 
 async def test_a_guard_that_refuses_holds_the_straggler_and_a_node_back_in_line_is_cleared(scene: Scene) -> None:
