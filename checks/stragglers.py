@@ -44,13 +44,16 @@ def find_stragglers(
     threshold: float = 3.5,  # Iglewicz and Hoaglin's cut-off for modified z-scores
     min_peers: int = 5,
     min_relative_spread: float = 0.01,
+    min_spread: float = 0.0,
 ) -> dict[str, StragglerVerdict]:
+    """`min_spread` floors the spread in the values' own unit, for a metric whose median may
+    be 0 (a fraction of time throttled): there a relative floor is no floor."""
     if len(values) < min_peers:
         reason = f"only {len(values)} nodes, need {min_peers} to compare; nobody flagged"
         return {node: StragglerVerdict(False, value, None, None, reason) for node, value in values.items()}
     median = statistics.median(values.values())
     mad = statistics.median(abs(v - median) for v in values.values())
-    spread = max(MAD_TO_SIGMA * mad, abs(median) * min_relative_spread, 1e-12)
+    spread = max(MAD_TO_SIGMA * mad, abs(median) * min_relative_spread, min_spread, 1e-12)
     sign = 1 if higher_is_better else -1
     verdicts = {}
     for node, value in values.items():

@@ -63,10 +63,20 @@ ENV_VARS = {
     "agent_silence_s": "FLEETCTL_AGENT_SILENCE_S",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
+    "prometheus_url": "FLEETCTL_PROMETHEUS_URL",
+    "prometheus_token": "FLEETCTL_PROMETHEUS_TOKEN",
+    "prometheus_ca_path": "FLEETCTL_PROMETHEUS_CA_PATH",
+    "prometheus_timeout_s": "FLEETCTL_PROMETHEUS_TIMEOUT_S",
+    "prometheus_node_label": "FLEETCTL_PROMETHEUS_NODE_LABEL",
+    "straggler_window_s": "FLEETCTL_STRAGGLER_WINDOW_S",
+    "straggler_threshold": "FLEETCTL_STRAGGLER_THRESHOLD",
+    "straggler_min_nodes": "FLEETCTL_STRAGGLER_MIN_NODES",
+    "straggler_interval_s": "FLEETCTL_STRAGGLER_INTERVAL_S",
+    "straggler_policy": "FLEETCTL_STRAGGLER_POLICY",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 # Never printed or logged: `fleetctl config` says only whether each is set.
-SECRET_SETTINGS = ("bmc_password", "webhook_token", "temporal_api_key")
+SECRET_SETTINGS = ("bmc_password", "webhook_token", "temporal_api_key", "prometheus_token")
 
 
 class ConfigError(ValueError):
@@ -182,6 +192,27 @@ class Settings:
     # the bearer token sent with them (never logged, never in a bundle).
     webhook_url: str = ""
     webhook_token: str = ""
+    # Stragglers in production (fleetctl.stragglers_live, the ProductionStragglers workflow
+    # a `fleetctl schedule create stragglers` starts): the Prometheus that scrapes the DCGM
+    # exporters (http(s)://host:port[/prefix], no credentials in it; empty: not judged), the
+    # bearer token sent to it (https only; never logged), the CA bundle its certificate is
+    # verified against (empty: the system's), how long one query may take, and the label
+    # that names a series' node (dcgm-exporter's `Hostname`).
+    prometheus_url: str = ""
+    prometheus_token: str = ""
+    prometheus_ca_path: str = ""
+    prometheus_timeout_s: float = 10.0
+    prometheus_node_label: str = "Hostname"
+    # Each node's slowest GPU averaged over this window, compared with the job's other nodes:
+    # a straggler beyond this robust z (Iglewicz and Hoaglin's 3.5), in jobs of at least
+    # this many nodes (fewer cannot tell a slow node from a spread); judged this often.
+    straggler_window_s: float = 300.0
+    straggler_threshold: float = 3.5
+    straggler_min_nodes: int = 5
+    straggler_interval_s: float = 60.0
+    # flag-only records findings; drain-at-checkpoint also drains a straggler through the
+    # capacity guard once its job has checkpointed (or restarted, or ended) since the finding.
+    straggler_policy: str = "flag-only"
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -249,6 +280,12 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "suspect_after_unreachable": (1, 1000, True),
     "agent_silence_s": (0.0, 30 * 86400.0, True),
     "restart_island_wait_s": (0.0, 3600.0, False),
+    "prometheus_timeout_s": (0.0, 120.0, False),
+    # A window shorter than two scrapes holds one sample or none; a day is a job's lifetime.
+    "straggler_window_s": (2.0, 86400.0, True),
+    "straggler_threshold": (0.0, 100.0, False),
+    "straggler_min_nodes": (3, 100000, True),
+    "straggler_interval_s": (1.0, 86400.0, True),
 }
 
 
@@ -276,7 +313,7 @@ def _coerce(name: str, raw: Any) -> Any:
         raise ConfigError(f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, "
                           f"not {type(raw).__name__}")
     if kind == "str":
-        return check_operator(str(raw)) if name == "operator" else str(raw)
+        return _check_string(name, str(raw), what)
     try:
         value: float = float(raw) if kind == "float" else int(str(raw))
     except (TypeError, ValueError):
@@ -286,6 +323,51 @@ def _coerce(name: str, raw: Any) -> Any:
         interval = f"{'[' if low_allowed else '('}{low:g}, {high:g}]"
         raise ConfigError(f"{what}: {str(raw)[:40]!r} is out of range (must be in {interval})")
     return value
+
+
+def _check_string(name: str, value: str, what: str) -> str:
+    if name == "operator":
+        return check_operator(value)
+    if name == "straggler_policy":
+        from fleetctl.stragglers_live import POLICIES
+
+        if value not in POLICIES:
+            raise ConfigError(f"{what}: {value[:40]!r} is not a policy (one of {', '.join(POLICIES)})")
+    if name == "prometheus_node_label":
+        from fleetctl.stragglers_live import check_label
+
+        try:
+            check_label(value)
+        except ValueError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+    if name == "prometheus_url" and value:
+        _check_prometheus_url(value, what)
+    return value
+
+
+def _check_prometheus_url(value: str, what: str) -> None:
+    """http(s)://host[:port][/prefix]: no credentials in it (a URL is printed and logged;
+    the token is its own setting), no query or fragment."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ConfigError(f"{what}: not a URL ({exc})") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ConfigError(f"{what}: {value[:60]!r} must be http(s)://host[:port][/path]")
+    if url.username is not None or url.password is not None:
+        raise ConfigError(f"{what}: credentials do not belong in the URL (set prometheus_token)")
+    if url.query or url.fragment or any(ord(c) < 33 for c in value):
+        raise ConfigError(f"{what}: {value[:60]!r} must not carry a query, a fragment or spaces")
+
+
+def _check_prometheus_token(settings: Settings) -> None:
+    """A bearer token goes only to an https Prometheus: over http it would cross in clear."""
+    if settings.prometheus_token and not settings.prometheus_url.startswith("https://"):
+        raise ConfigError("setting prometheus_token: sent only to an https prometheus_url "
+                          f"(not {settings.prometheus_url[:60]!r})")
 
 
 def _guard_fleets(raw: Any, what: str) -> dict[str, dict[str, float]]:
@@ -345,6 +427,7 @@ def load_settings(
             setattr(settings, key, _coerce(key, value))
             settings.sources[key] = "flag"
     _check_kubernetes(settings)
+    _check_prometheus_token(settings)
     return settings
 
 

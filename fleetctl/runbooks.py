@@ -538,7 +538,7 @@ class Runbook:
 class Event:
     """What a runbook reacts to: an XID from the kernel log, a check result, or an operator."""
 
-    kind: str  # "xid", "check" or "manual"
+    kind: str  # "xid", "check", "straggler" (check: its metric) or "manual"
     code: int | None = None
     check: str | None = None
     status: str | None = None
@@ -553,6 +553,8 @@ class Event:
             return f"XID {self.code}" + (f": {self.message}" if self.message else "")
         if self.kind == "check":
             return f"check {self.check} {self.status}" + (f": {self.message}" if self.message else "")
+        if self.kind == "straggler":
+            return f"straggler on {self.check}" + (f": {self.message}" if self.message else "")
         return self.message or "operator request"
 
     @property
@@ -566,13 +568,16 @@ class Event:
     @property
     def failure(self) -> str:
         """The failure a drain for this event is counted as (fleetctl.metrics' cause label):
-        `xid <code>`, `check <name>`, `straggler <check>` for a check passed well below the
-        node's peers (its own label: rule precision tells the two rules apart), or `health`
+        `xid <code>`, `check <name>`, `straggler <check>` for a check a sweep passed well
+        below the node's peers, `straggler <metric>` for a node behind its job's other nodes
+        in production (each its own label: rule precision tells the rules apart), or `health`
         for a health event without a code."""
         if self.kind == "xid":
             return f"xid {self.code}"
         if self.kind == "check":
             return f"{'straggler' if self.against_peers else 'check'} {self.check}"
+        if self.kind == "straggler":
+            return f"straggler {self.check}"
         return "health"
 
     def to_dict(self) -> dict[str, Any]:

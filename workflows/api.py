@@ -37,6 +37,7 @@ REPORT_CHECK_ERRORS_UPDATE = "report_check_errors"
 GUARD_STATUS_QUERY = "status"
 
 ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
+PRODUCTION_STRAGGLERS = "ProductionStragglers"
 REMEDIATION = "Remediation"
 JOB_RESTART = "JobRestart"
 
@@ -74,6 +75,11 @@ def rollout_workflow_id(rollout_id: str) -> str:
 def sweep_id(schedule_id: str) -> str:
     """The id of the sweeps a schedule starts (one at a time: an overrunning sweep skips the next)."""
     return f"sweep/{schedule_id}"
+
+
+def straggler_sweep_id(schedule_id: str) -> str:
+    """The id of the production straggler judges a schedule starts (one at a time)."""
+    return f"stragglers/{schedule_id}"
 
 
 def remediation_mode(dry_run: bool, shadow: bool) -> str:
@@ -488,6 +494,64 @@ class SweepBatch:
     req: SweepInput
     sweep_id: str
     width: int
+
+
+# ---- ProductionStragglers ---------------------------------------------------------------------
+
+
+@dataclass
+class StragglerSweepInput:
+    fleet: str = "default"
+    actor: str = "production-stragglers"
+
+
+@dataclass
+class StragglerDrain:
+    """A straggler whose drain is due (its job checkpointed, restarted or ended since)."""
+
+    node: str
+    rack: str
+    job_id: str
+    metric: str  # the first of its open findings: the drain's failure is `straggler <metric>`
+    evidence: str
+    why: str
+    finding_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class StragglerTick:
+    """What one judging of the running jobs found (the judge activity's answer)."""
+
+    policy: str = "flag-only"
+    jobs: int = 0
+    flagged: list[str] = field(default_factory=list)  # "node (job): evidence", new this tick
+    cleared: list[str] = field(default_factory=list)
+    still_open: int = 0
+    # What could not be judged (Prometheus down or answering nonsense, no URL set): never a pass.
+    errors: list[str] = field(default_factory=list)
+    due: list[StragglerDrain] = field(default_factory=list)
+    # Per job and metric, nodes without a series or too few nodes to compare (bounded).
+    no_evidence: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StragglerDrainRecord:
+    finding_ids: list[int]
+    drained: bool
+    detail: str
+
+
+@dataclass
+class StragglerSweepResult:
+    policy: str = "flag-only"
+    jobs: int = 0
+    flagged: list[str] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+    drained: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # the capacity guard refused (tried again next tick)
+    errors: list[str] = field(default_factory=list)
+    still_open: int = 0  # findings open after the judging (before this tick's drains)
+    no_evidence: list[str] = field(default_factory=list)
 
 
 # ---- Remediation -----------------------------------------------------------------------------

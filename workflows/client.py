@@ -38,6 +38,7 @@ from fleetctl.text import one_line
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
     ACTIVE_CHECK_SWEEP,
+    PRODUCTION_STRAGGLERS,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
     FIRMWARE_ROLLOUT,
@@ -66,6 +67,7 @@ from workflows.api import (
     RolloutCommand,
     RolloutInput,
     RolloutStatus,
+    StragglerSweepInput,
     SweepInput,
     TransitionRequest,
     TransitionResult,
@@ -75,6 +77,7 @@ from workflows.api import (
     remediation_id,
     remediation_mode,
     rollout_workflow_id,
+    straggler_sweep_id,
     sweep_id,
 )
 from workflows.converter import DATA_CONVERTER
@@ -531,10 +534,20 @@ async def rollout_progress(client: Client, rollout_id: str) -> RolloutStatus:
 
 def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep: SweepInput) -> Schedule:
     """The Temporal Schedule that starts an ActiveCheckSweep every `every`."""
+    return _every(ScheduleActionStartWorkflow(ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id),
+                                              task_queue=settings.task_queue), every)
+
+
+def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: StragglerSweepInput) -> Schedule:
+    """The Temporal Schedule that starts a ProductionStragglers judge every `every`."""
+    return _every(ScheduleActionStartWorkflow(PRODUCTION_STRAGGLERS, judge, id=straggler_sweep_id(schedule_id),
+                                              task_queue=settings.task_queue), every)
+
+
+def _every(action: ScheduleActionStartWorkflow, every: timedelta) -> Schedule:
     return Schedule(
-        action=ScheduleActionStartWorkflow(ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id),
-                                           task_queue=settings.task_queue),
+        action=action,
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-        # A sweep that overruns its interval is not doubled up: the next one is skipped.
+        # A run that overruns its interval is not doubled up: the next one is skipped.
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )

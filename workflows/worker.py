@@ -20,6 +20,7 @@ from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
 from workflows.activities.schedulers import SchedulerRegistry
+from workflows.activities.stragglers import StragglerActivities
 from workflows.client import connect, ensure_capacity_guard, require_search_attributes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
@@ -27,8 +28,10 @@ from workflows.definitions.firmware_rollout import FirmwareRollout
 from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
+from workflows.definitions.stragglers import ProductionStragglers
 
-WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout]
+WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout,
+                         ProductionStragglers]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -44,6 +47,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     remediation = RemediationActivities(settings, executors, client)
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
+    stragglers = StragglerActivities(settings)
     return [
         node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
         node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
@@ -59,6 +63,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         fw.current_baseline_id, fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress,
         restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
         restarts.record_restart_step, restarts.record_restart_outcome,
+        stragglers.judge_running_jobs, stragglers.record_straggler_drain,
     ]
 
 

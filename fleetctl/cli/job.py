@@ -106,6 +106,16 @@ RESTART_COLUMNS = (
     Column("actor", lambda r: r["actor"]),
 )
 
+# Production straggler findings (fleetctl.db.stragglers.finding_row), in `job show` and `node show`.
+STRAGGLER_COLUMNS = (
+    Column("found", lambda r: r["found_at"]),
+    Column("node", lambda r: r["node"], whole=True),
+    Column("job", lambda r: r["job_id"]),
+    Column("status", lambda r: r["status"], whole=True),
+    Column("evidence", lambda r: r["evidence"]),
+    Column("detail", lambda r: r["detail"]),
+)
+
 
 def _jobs_table(rows: list[dict], _wide: bool):
     return column_table(JOB_COLUMNS, rows)
@@ -178,16 +188,18 @@ def show(
     restart_seconds is the latest successful restart's time from the fault to the job
     running again.
     """
-    from fleetctl.db import jobs
+    from fleetctl.db import jobs, stragglers
 
     kind, job = _find_job(ctx, job_id, scheduler)
     restarts = [_restart_row(r) for r in jobs.job_restarts(context.engine(ctx), job_id) if r.scheduler == kind]
+    found = [stragglers.finding_row(f) for f in stragglers.findings(context.engine(ctx), job_id=job_id)]
     succeeded = [r for r in restarts if r["status"] == "succeeded"]
     data = {
         "job_id": job_id, "name": job.name if job else "", "scheduler": kind,
         "state": job.state if job else "unknown", "nodes": list(job.nodes) if job else [],
         "restart_seconds": succeeded[-1]["restart_seconds"] if succeeded else None,
         "restarts": restarts,
+        "stragglers": found,
     }
 
     def render(d: dict, _wide: bool):
@@ -201,6 +213,8 @@ def show(
             parts.append(Text(f"last restart: running again {d['restart_seconds']:.2f}s after the fault"))
         if d["restarts"]:
             parts.append(column_table(RESTART_COLUMNS, d["restarts"], title="restarts"))
+        if d["stragglers"]:
+            parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
         return Group(*parts)
 
     emit(data, output, render)

@@ -43,7 +43,7 @@ NOUNS: dict[str, Noun] = {
     "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
     "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
-    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes."),
+    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, and the production straggler judge."),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),

@@ -210,6 +210,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
     data["remediated"], remediated_text = _remediated(ctx, name)
+    data["stragglers"] = _straggler_findings(engine, name)
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
@@ -240,10 +241,21 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(column_table(CHECK_COLUMNS, d["checks"], title="checks (latest run of each)"))
         if d["health_events"]:
             parts.append(column_table(HEALTH_EVENT_COLUMNS, d["health_events"], title="health events"))
+        if d["stragglers"]:
+            from fleetctl.cli.job import STRAGGLER_COLUMNS
+
+            parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def _straggler_findings(engine, name: str) -> list[dict]:
+    """The node's production straggler findings, newest first (the latest ten)."""
+    from fleetctl.db import stragglers
+
+    return [stragglers.finding_row(f) for f in stragglers.findings(engine, node=name, limit=10)]
 
 
 def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:

@@ -70,6 +70,10 @@ def render_report(report: dict, wide: bool = False):
                                                      ""], [
             [r["rule"], r["removals"], r["confirmed"], r["unchanged"], r["open"], _pct(r["precision"]),
              "usually wrong" if r["usually_wrong"] else ""] for r in report["rule_precision"]]))
+    if report["production_stragglers"]:
+        parts.append(simple_table("stragglers in production", ["found", "node", "job", "status", "evidence", "detail"], [
+            [at(f["found_at"]), f["node"], f["job_id"], f["status"], f["evidence"], f["detail"]]
+            for f in report["production_stragglers"]]))
     if report["breaker"]:
         parts.append(simple_table("automation breaker", ["at", "event", "by", "why"], [
             [at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]]

@@ -9,8 +9,9 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, when
 
-app = typer.Typer(help="Periodic active checks on idle production nodes.", no_args_is_help=True)
-KINDS = ("active-checks",)
+app = typer.Typer(help="Periodic active checks on idle production nodes, and the production straggler judge.",
+                  no_args_is_help=True)
+KINDS = ("active-checks", "stragglers")
 
 
 def _concurrency(text: str) -> tuple[int, float]:
@@ -36,32 +37,48 @@ def _run(coro):
 @app.command("create")
 def create(
     ctx: typer.Context,
-    kind: str = typer.Argument(..., help="active-checks"),
-    every: str = typer.Option("1h", "--every", help="interval: 30m, 1h, 6h ..."),
+    kind: str = typer.Argument(..., help="active-checks, or stragglers (the running jobs' nodes compared from "
+                                         "Prometheus: straggler_* settings)"),
+    every: Optional[str] = typer.Option(None, "--every", help="interval: 30m, 1h, 6h ... (default: 1h for "
+                                                              "active-checks, straggler_interval_s for stragglers)"),
     suite: str = typer.Option("quick", "--suite"),
     max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
     name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
 ) -> None:
-    """Create (or replace) a schedule. A sweep still running when the next is due is skipped."""
+    """Create (or replace) a schedule. A run still going when the next is due is skipped."""
+    from datetime import timedelta
+
     from temporalio.service import RPCError
 
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.api import SweepInput
-    from workflows.client import sweep_schedule
+    from workflows.api import StragglerSweepInput, SweepInput
+    from workflows.client import straggler_schedule, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
     s = context.settings(ctx)
-    try:
-        interval = parse_duration(every)
-        load_suite(suite, s.suites_dir or None)
-    except (ValueError, SuiteError) as exc:
-        fail(str(exc), EXIT_USAGE)
-    count, fraction = _concurrency(max_concurrent)
     schedule_id = name or kind
-    schedule = sweep_schedule(s, schedule_id, interval, SweepInput(
-        suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet, actor=f"schedule/{schedule_id}"))
+    if kind == "stragglers":
+        try:
+            interval = parse_duration(every) if every else timedelta(seconds=s.straggler_interval_s)
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
+        schedule = straggler_schedule(s, schedule_id, interval,
+                                      StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}"))
+        # The policy, window and threshold are the worker's settings (as the guard's limits are).
+        summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
+    else:
+        try:
+            interval = parse_duration(every or "1h")
+            load_suite(suite, s.suites_dir or None)
+        except (ValueError, SuiteError) as exc:
+            fail(str(exc), EXIT_USAGE)
+        count, fraction = _concurrency(max_concurrent)
+        schedule = sweep_schedule(s, schedule_id, interval, SweepInput(
+            suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet,
+            actor=f"schedule/{schedule_id}"))
+        summary = f"{suite} every {every or '1h'}, at most {max_concurrent} nodes at once"
 
     async def run():
         client = await context.temporal_client(ctx)
@@ -72,7 +89,7 @@ def create(
         await client.create_schedule(schedule_id, schedule)
 
     _run(run())
-    typer.echo(f"schedule {schedule_id}: {suite} every {every}, at most {max_concurrent} nodes at once")
+    typer.echo(f"schedule {schedule_id}: {summary}")
 
 
 def _every(seconds: float | None) -> str:

@@ -140,6 +140,29 @@ class JobCheckpoint(SQLModel, table=True):
     recorded_at: datetime = Field(default_factory=utcnow)
 
 
+class StragglerFinding(SQLModel, table=True):
+    """A node of a running job beyond the job's other nodes on one metric (migration 0011):
+    open, then cleared (back in line), drained (through the capacity guard, at the job's
+    checkpoint) or closed (the node left production otherwise)."""
+
+    __tablename__ = "straggler_findings"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    node_name: str = Field(index=True)
+    metric: str
+    status: str = Field(default="open", index=True)
+    evidence: str = Field(sa_column=Column(Text, nullable=False))
+    value: Optional[float] = None
+    median: Optional[float] = None
+    robust_z: Optional[float] = None
+    # The job's restart count when found: a higher one later means it was restarted since.
+    job_restart_count: int = 0
+    found_at: datetime = Field(default_factory=utcnow)
+    resolved_at: Optional[datetime] = None
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+
+
 class SimBoot(SQLModel, table=True):
     """When a simulated node's BMC last rebooted it (a node without a row boots at its own phase)."""
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from fleetctl import metrics
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
+from fleetctl.db import stragglers as stragglers_db
 from fleetctl.fleet_status import rack_view
 from fleetctl.metrics_load import load_history
 from fleetctl.placement import placement_counts
@@ -136,6 +137,10 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                       "cause": metrics.failure_label(t), "detail": t.cause} for t in failures],
         "lemons": [{"node": name, "rack": where[name].rack, "profile": where[name].profile, "times_remediated": count}
                    for name, count in metrics.lemon_nodes(nodes, since, now, lemon_threshold, lemon_window).items()],
+        # Running jobs' nodes behind their peers (the ProductionStragglers judge): found in
+        # the window, or still open.
+        "production_stragglers": [stragglers_db.finding_row(f)
+                                  for f in stragglers_db.findings(engine, since=since)],
         "rule_precision": [{"rule": r.rule, "removals": r.removals, "confirmed": r.confirmed, "unchanged": r.unchanged,
                             "open": r.open, "precision": r.precision, "usually_wrong": r.usually_wrong}
                            for r in metrics.rule_precision(nodes, since, now)],

@@ -4,11 +4,7 @@ on `fleetctl metrics serve`'s, and a real Prometheus scraping the agent."""
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
 import subprocess
-import time
-import urllib.parse
 import urllib.request
 
 import pytest
@@ -19,19 +15,10 @@ from fleetctl.agent.follow import FileSource
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
 from fleetctl.db.engine import get_engine
-from fleetctl.temporal_server import free_port
-from tests.intake.test_alertmanager import wait_ready
 from tests.report import history
 from tests.report.test_exporter import NOW
-from tests.support.services import missing_service
+from tests.support.prometheus import PROMTOOL, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
 
-PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
-
-
-@pytest.fixture
-def needs_prometheus() -> None:
-    if PROMTOOL is None or PROMETHEUS is None:
-        missing_service("Prometheus", "Debian's prometheus (with promtool) is not installed (Makefile APT_PACKAGES)")
 XID = "May 18 19:02:39 host kernel: NVRM: Xid (PCI:0000:2b:00): {}, pid=1, name=x, seen\n"
 
 
@@ -86,25 +73,6 @@ def test_promtool_accepts_fleetctl_metrics_serve(sqlite_url) -> None:
 
 @pytest.mark.usefixtures("needs_prometheus")
 def test_a_real_prometheus_scrapes_the_agent(agent, tmp_path) -> None:
-    port = free_port()
-    (tmp_path / "prometheus.yml").write_text(f"""
-global: {{scrape_interval: 1s, evaluation_interval: 1s}}
-scrape_configs:
-  - job_name: fleetctl-agent
-    static_configs: [{{targets: ["127.0.0.1:{agent.port}"]}}]
-""")
-    prom = subprocess.Popen([PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
-    try:
-        wait_ready(f"http://127.0.0.1:{port}/-/ready", prom)
-        query = urllib.parse.quote("fleetctl_agent_spool_depth")
-        deadline, result = time.monotonic() + 60, []
-        while not result and time.monotonic() < deadline:  # the first scrape comes within a scrape interval or two
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?query={query}", timeout=10) as r:
-                result = json.load(r)["data"]["result"]
-            time.sleep(0.2)
-    finally:
-        prom.terminate()
-        prom.wait(20)
+    with running_prometheus(tmp_path, [f"127.0.0.1:{agent.port}"], job="fleetctl-agent") as prometheus:
+        result = wait_for_result(prometheus, "fleetctl_agent_spool_depth", bool, timeout_s=60)
     assert result and result[0]["metric"]["job"] == "fleetctl-agent" and float(result[0]["value"][1]) == 1

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from fleetctl.config import ConfigError, load_settings
+from fleetctl.config import SECRET_SETTINGS, ConfigError, load_settings
 
 
 def test_precedence_flags_over_env_over_file_over_defaults(tmp_path) -> None:
@@ -56,3 +58,34 @@ def test_each_fleet_reads_its_own_guard_limits_bounded_like_the_global_ones(tmp_
         cfg.write_text(bad + "\n")
         with pytest.raises(ConfigError, match=message):
             load_settings(env={}, config_file=cfg)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("prometheus_url", "ftp://prom:9090", "must be http(s)://host"),
+    ("prometheus_url", "https://user:secret@prom:9090", "credentials do not belong in the URL"),
+    ("prometheus_url", "https://prom:9090/?x=1", "must not carry a query"),
+    ("prometheus_url", "http://prom:99999", "not a URL"),
+    ("prometheus_url", "prom:9090", "must be http(s)://host"),
+    ("prometheus_node_label", "__name__", "is not a Prometheus label name"),
+    ("prometheus_node_label", 'Hostname"}', "is not a Prometheus label name"),
+    ("prometheus_timeout_s", "0", "out of range"),
+    ("prometheus_timeout_s", "nan", "out of range"),
+    ("straggler_window_s", "1", "out of range"),
+    ("straggler_threshold", "inf", "out of range"),
+    ("straggler_min_nodes", "2", "out of range"),
+    ("straggler_interval_s", "0.5", "out of range"),
+    ("straggler_policy", "drain-now", "is not a policy (one of flag-only, drain-at-checkpoint)"),
+])
+def test_straggler_settings_are_checked(name, value, message) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_settings(flags={name: value}, env={}, config_file="/dev/null")
+
+
+def test_the_prometheus_token_goes_only_to_https() -> None:
+    with pytest.raises(ConfigError, match="sent only to an https prometheus_url"):
+        load_settings(flags={"prometheus_url": "http://prom:9090", "prometheus_token": "t0k3n"}, env={},
+                      config_file="/dev/null")
+    s = load_settings(flags={"prometheus_url": "https://prom.example:9090/prom", "prometheus_token": "t0k3n",
+                             "straggler_policy": "drain-at-checkpoint"}, env={}, config_file="/dev/null")
+    assert (s.prometheus_url, s.straggler_policy) == ("https://prom.example:9090/prom", "drain-at-checkpoint")
+    assert "prometheus_token" in SECRET_SETTINGS

@@ -65,3 +65,27 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
     for event, (*_, label) in zip(events, OLD_ROWS):
         t = transition_of(event)
         assert (failure_label(t) if is_failure(t) else None) == label, event.cause
+
+
+def test_0011_adds_and_removes_the_straggler_findings_and_the_model_writes_them(db_url: str) -> None:
+    from sqlalchemy import inspect
+
+    from fleetctl.db import stragglers
+    from fleetctl.db.models import Job
+    from fleetctl.stragglers_live import STRAGGLER, MetricVerdict
+
+    engine = get_engine(db_url)  # at head
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    job = Job(job_id="7", scheduler="slurm", state="running", nodes=["a"], restart_count=2)
+    verdict = MetricVerdict("a", "sm_clock", STRAGGLER, 1410.0, 1980.0, -19.2, "sm_clock 1410 MHz ...")
+    stragglers.record_findings(engine, job, [verdict], [], datetime(2026, 12, 1, tzinfo=timezone.utc))
+    (row,) = stragglers.open_findings(engine)
+    assert (row.node_name, row.metric, row.value, row.robust_z, row.job_restart_count, row.detail) == \
+        ("a", "sm_clock", 1410.0, -19.2, 2, "")
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0010")
+    assert not inspect(engine).has_table("straggler_findings")
+    _migrate(db_url, "head")
+    assert inspect(engine).has_table("straggler_findings") and stragglers.open_findings(engine) == []

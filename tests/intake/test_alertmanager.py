@@ -21,26 +21,13 @@ from fleetctl.intake.server import Intake, serve_http
 from fleetctl.temporal_server import free_port
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
-from tests.support.services import missing_service
+from tests.support.services import missing_service, wait_ready
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.client import connect
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 TOKEN = "alertmanager-to-intake-token-0123"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} not ready after {timeout_s:.0f}s")
 
 
 async def test_a_real_alertmanager_drains_the_node_through_the_intake(make_settings, sqlite_url, tmp_path, request) -> None:

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from sqlmodel import Session
 from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.db.models import Job, StragglerFinding
 from fleetctl.db.firmware import set_baseline
 from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
@@ -55,10 +57,12 @@ from fleetctl.temporal_server import start_dev_server
 from workflows.api import (
     HealthEventInput,
     NodeLifecycleState,
+    StragglerSweepInput,
     SweepInput,
     guard_id,
     node_workflow_id,
     remediation_id,
+    straggler_sweep_id,
 )
 from workflows.client import (
     connect,
@@ -70,6 +74,7 @@ from workflows.client import (
 )
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -198,7 +203,9 @@ async def recording() -> AsyncIterator[Recording]:
                                     # two runbooks drain through the guard in a fleet of 8
                                     "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5,
                                     # an agent heard a minute ago is silent (v2's sweep)
-                                    "agent_silence_s": AGENT_SILENCE_S}, env={},
+                                    "agent_silence_s": AGENT_SILENCE_S,
+                                    # v2's straggler is drained at its job's end
+                                    "straggler_policy": "drain-at-checkpoint"}, env={},
                              config_file="/dev/null")
     get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
@@ -362,6 +369,11 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
                              at_from_record=True)])
         await rec.wait(burst, lambda t: "drain" in t)
 
+        # A production straggler found while its job ran, drained through the capacity guard
+        # now that the job has ended (ProductionStragglers; no Prometheus here: its questions
+        # are errors in the result, and the finding was recorded by an earlier judging).
+        straggler_id = await straggler_scenario(rec, [n for n in names if n not in (burst, unreachable, bad_event)])
+
         # Search attributes with every transition (patch node-search-attributes), carried
         # across continue-as-new: the run recorded starts with them and moves the node on.
         listed = await search_attributes_scenario(rec)
@@ -383,8 +395,31 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "active_check_batch_peer_judged": peer_judged[0],
             "capacity_guard": guard_id(settings.fleet),
             "node_lifecycle_search_attributes": node_workflow_id(listed),
+            "production_stragglers_drain": straggler_id,
         }
         return await rec.write(directory, wanted, KEPT_V2)
+
+
+async def straggler_scenario(rec: Recording, candidates: list[str]) -> str:
+    """A straggler of a job that has since ended: the judge asks the guard and drains it."""
+    scheduler = SimScheduler(rec.engine)
+    node = next(n for n in candidates
+                if queries.get_node(rec.engine, n).state == "production" and not scheduler.jobs_on_node(n))
+    found = datetime.now(timezone.utc) - timedelta(minutes=5)
+    with Session(rec.engine) as session:
+        session.add(Job(job_id="rec-straggler-job", scheduler="slurm", state="completed", nodes=[node],
+                        started_at=found - timedelta(hours=1), ended_at=found + timedelta(minutes=1)))
+        session.add(StragglerFinding(job_id="rec-straggler-job", node_name=node, metric="sm_clock", found_at=found,
+                                     evidence="sm_clock 1410 MHz (slowest GPU) vs job rec-straggler-job median 1980"))
+        session.commit()
+    workflow_id = straggler_sweep_id(f"record-{rec.unique}")
+    result = await rec.client.execute_workflow(ProductionStragglers.run, StragglerSweepInput(fleet=rec.settings.fleet),
+                                               id=workflow_id, task_queue=rec.settings.task_queue)
+    if result.drained + result.held != [node]:
+        raise RuntimeError(f"the straggler judge did not ask the guard about {node}: {result}")
+    if result.drained:
+        await rec.wait(node, lambda t: "drain_complete" in t)
+    return workflow_id
 
 
 async def search_attributes_scenario(rec: Recording) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -27,9 +26,8 @@ from fleetctl import metrics_exporter
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.temporal_server import free_port
-from tests.intake.test_alertmanager import wait_ready
 from tests.report import history
-from tests.support.services import missing_service
+from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
 
 DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -293,12 +291,6 @@ def test_metrics_serve_command(sqlite_url) -> None:
     assert f"http://127.0.0.1:{port}/metrics" in stderr
 
 
-@pytest.fixture
-def needs_prometheus() -> None:
-    if shutil.which("promtool") is None or shutil.which("prometheus") is None:
-        missing_service("Prometheus", "Debian's prometheus (with promtool) is not installed (Makefile APT_PACKAGES)")
-
-
 @pytest.mark.usefixtures("needs_prometheus")
 def test_every_expression_parses_in_promtool(tmp_path) -> None:
     dash = dashboard()
@@ -312,50 +304,31 @@ def test_every_expression_parses_in_promtool(tmp_path) -> None:
     assert f"SUCCESS: {len(rules['groups'][0]['rules'])} rules found" in checked.stdout
 
 
-def query(port: int, expr: str) -> dict:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())
-
-
 @pytest.mark.usefixtures("needs_prometheus")
 def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
     """A real Prometheus scrapes the exporter once; every panel's query is valid, and each
     panel that shows the present (instant, no rate) has data: no "No data" on a quiet fleet."""
     exporter = served_with_more(sqlite_url)
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({"scrape_configs": [{
-        "job_name": "fleetctl", "scrape_interval": "1s",
-        "static_configs": [{"targets": [f"127.0.0.1:{exporter.server_port}"]}]}]}))
-    prometheus = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                   f"--web.listen-address=127.0.0.1:{port}"],
-                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"))
     try:
-        wait_ready(f"http://127.0.0.1:{port}/-/ready", prometheus)
-        deadline = time.monotonic() + 30  # the first scrape comes within a scrape interval or two
-        while not query(port, "fleetctl_breaker_open")["data"]["result"]:
-            assert time.monotonic() < deadline, "prometheus did not scrape the exporter"
-            time.sleep(0.2)
-        dash = dashboard()
-        answers = {}
-        for panel, target in targets(dash):
-            answer = query(port, concrete(target["expr"], dash))
-            assert answer["status"] == "success", (panel["title"], answer)
-            answers[panel["title"], target["refId"]] = answer["data"]["result"]
-            if target.get("instant") and not re.search(r"\b(rate|increase)\(", target["expr"]):
-                assert answer["data"]["result"], f"{panel['title']}: No data"
-        out = answers["Nodes out of production, and why", "A"]
-        assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
-        assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
-            == {"default": "0", "blue": "1"}
-        # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).
-        series, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", next(
-            v for v in dash["templating"]["list"] if v["name"] == "fleet")["query"]["query"]).groups()
-        url = f"http://127.0.0.1:{port}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": series})
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert sorted(json.loads(response.read())["data"]) == ["blue", "default"]
+        with running_prometheus(tmp_path, [f"127.0.0.1:{exporter.server_port}"]) as prometheus:
+            wait_for_result(prometheus, "fleetctl_breaker_open", bool)
+            dash = dashboard()
+            answers = {}
+            for panel, target in targets(dash):
+                answer = query(prometheus, concrete(target["expr"], dash))
+                assert answer["status"] == "success", (panel["title"], answer)
+                answers[panel["title"], target["refId"]] = answer["data"]["result"]
+                if target.get("instant") and not re.search(r"\b(rate|increase)\(", target["expr"]):
+                    assert answer["data"]["result"], f"{panel['title']}: No data"
+            out = answers["Nodes out of production, and why", "A"]
+            assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
+            assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
+                == {"default": "0", "blue": "1"}
+            # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).
+            series, label = re.fullmatch(r"label_values\((\w+), (\w+)\)", next(
+                v for v in dash["templating"]["list"] if v["name"] == "fleet")["query"]["query"]).groups()
+            url = f"{prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": series})
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert sorted(json.loads(response.read())["data"]) == ["blue", "default"]
     finally:
-        prometheus.terminate()
-        prometheus.wait(30)
         exporter.shutdown()

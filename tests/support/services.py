@@ -16,6 +16,9 @@ skips, and says why.
 from __future__ import annotations
 
 import os
+import subprocess
+import time
+import urllib.request
 from typing import NoReturn
 
 import pytest
@@ -41,3 +44,16 @@ def missing_service(service: str, reason: str) -> NoReturn:
 def not_on_this_kind_of_machine(feature: str, reason: str) -> NoReturn:
     """Skip, in CI too: `feature` cannot exist on this kind of machine (not a missing install)."""
     pytest.skip(f"{feature} cannot run on this machine: {reason}")
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[0]} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} not ready after {timeout_s:.0f}s")
