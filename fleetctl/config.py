@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from fleetctl.spares import MAX_SPARES_PER_ISLAND
+
 ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
     "temporal_address": "TEMPORAL_ADDRESS",
@@ -131,6 +133,10 @@ class Settings:
     # started on them after this long falls back to any healthy node: one of them was taken
     # or is held by the scheduler. Slurm starts a job on free named nodes at the update.
     restart_island_wait_s: float = 60.0
+    # Hot spares (fleetctl.spares): how many idle production nodes each island holds out of
+    # normal scheduling for restarts to take first (Slurm: reservation fleetctl-spares-<island>).
+    # 0 holds none (and gives back any held). Bounded by fleetctl.spares.MAX_SPARES_PER_ISLAND.
+    spares_per_island: int = 0
     # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
     # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
     # slurm_conf is then the path on that host.
@@ -249,6 +255,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "suspect_after_unreachable": (1, 1000, True),
     "agent_silence_s": (0.0, 30 * 86400.0, True),
     "restart_island_wait_s": (0.0, 3600.0, False),
+    "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
 }
 
 

@@ -27,7 +27,8 @@ SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
 _RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
-                                  "island", "placement", "placement_detail", "placed_on", "landed"})
+                                  "island", "placement", "placement_detail", "placed_on", "landed",
+                                  "spares_taken"})
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,14 @@ def restart_placement(engine: Engine, workflow_id: str) -> tuple[str, list[str]]
         return (row[0], list(row[1] or [])) if row is not None else ("", [])
 
 
+def restart_spares(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
+    """The island of a restart and the hot spares its placement took (("", []) when none)."""
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart.island, JobRestart.spares_taken)
+                           .where(JobRestart.workflow_id == workflow_id)).first()
+        return (row[0], list(row[1] or [])) if row is not None else ("", [])
+
+
 def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
     """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
     with Session(engine) as session:
@@ -247,6 +256,14 @@ def restart_placements(engine: Engine, since: datetime, until: datetime) -> list
     with Session(engine) as session:
         return [(p, l) for p, l in session.exec(select(JobRestart.placement, JobRestart.landed).where(
             JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))]
+
+
+def restarts_on_spares(engine: Engine, since: datetime, until: datetime) -> int:
+    """How many restarts whose fault was seen in [since, until] took a hot spare."""
+    with Session(engine) as session:
+        taken = session.exec(select(JobRestart.spares_taken).where(
+            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))
+        return sum(1 for spares in taken if spares)
 
 
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:

@@ -44,6 +44,8 @@ JOB_HISTORY_ARGV = [
     "env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
     "--Format=JobID:|,State:|,SubmitTime:|,StartTime:|,EndTime:|,RestartCnt:|,NumNodes:|,tres-alloc:|,NodeList:|,Name:",
 ]
+# The reservation that holds an island's hot spares (fleetctl.spares) is this plus the island.
+SPARE_RESERVATION_PREFIX = "fleetctl-spares-"
 # States in which a job has not yet run or is running; in every other one it has ended.
 _NOT_ENDED = frozenset({"pending", "running", "configuring", "completing", "suspended", "requeued", "requeue_hold",
                         "requeue_fed", "resizing", "signaling", "stage_out", "stopped", "resv_del_hold"})
@@ -342,6 +344,37 @@ class SlurmScheduler:
         """Clear the pending job's ReqNodeList (an empty value is Slurm's "none"); its
         ExcNodeList stays, so it still avoids the bad nodes."""
         self._command(["scontrol", "update", f"JobId={validate_job_id(job_id)}", "ReqNodeList="])
+
+    def spares(self) -> dict[str, tuple[str, ...]]:
+        """island -> the nodes of its fleetctl-spares-<island> reservation."""
+        pools = {}
+        for line in self._command(["scontrol", "show", "reservation", "--oneliner"]).splitlines():
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            name = fields.get("ReservationName", "")
+            if name.startswith(SPARE_RESERVATION_PREFIX):
+                nodes = fields.get("Nodes", "")
+                pools[name.removeprefix(SPARE_RESERVATION_PREFIX)] = \
+                    expand_hostlist(nodes) if nodes not in ("", "(null)") else ()
+        return pools
+
+    def set_spares(self, island: str, nodes: Sequence[str]) -> None:
+        """The island's reservation holds exactly `nodes`: created, updated, or deleted when
+        none is left (an update to no nodes would make Slurm pick one itself). Only root may
+        run jobs in it, and only by naming it: no job lands on a spare by accident; a restart
+        takes one by taking it out of the reservation and naming it. Slurm refuses to reserve
+        a node that runs a job."""
+        name = SPARE_RESERVATION_PREFIX + validate_node_name(island)
+        wanted = [validate_node_name(node) for node in nodes]
+        current = self.spares().get(island)
+        if set(current or ()) == set(wanted):
+            return
+        if not wanted:
+            self._command(["scontrol", "delete", f"ReservationName={name}"])
+        elif current is None:
+            self._command(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(wanted)}",
+                           "StartTime=now", "Duration=infinite", "Users=root"])
+        else:
+            self._command(["scontrol", "update", f"ReservationName={name}", f"Nodes={','.join(wanted)}"])
 
     def _restart(self, job_id: str, exclude_nodes: Sequence[str], place_on: Sequence[str]) -> None:
         validate_job_id(job_id)

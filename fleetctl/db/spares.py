@@ -1,0 +1,38 @@
+"""The pool of hot spares as the database records it (fleetctl.spares decides it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from sqlmodel import Session, delete, select
+
+from fleetctl.db.models import Node, Spare
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def held(engine: Engine) -> dict[str, str]:
+    """Every spare -> the island it is held for."""
+    with Session(engine) as session:
+        return {name: island for name, island in session.exec(select(Spare.node_name, Spare.island))}
+
+
+def record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
+    """The island's spares are now exactly `nodes`; writing the same pool again changes nothing."""
+    with Session(engine) as session:
+        current = set(session.exec(select(Spare.node_name).where(Spare.island == island)))
+        gone = current - set(nodes)
+        if gone:
+            session.exec(delete(Spare).where(Spare.node_name.in_(gone)))  # type: ignore[attr-defined]
+        for name in sorted(set(nodes) - current):
+            session.merge(Spare(node_name=name, island=island))
+        session.commit()
+
+
+def pool_facts(engine: Engine, scheduler_kinds: Sequence[str] | None = None) -> list[tuple[str, str, str, str]]:
+    """(name, island, state, scheduler) of every node run by one of the kinds (None: any)."""
+    with Session(engine) as session:
+        rows = session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))
+        return [(name, island, state, kind) for name, island, state, kind in rows
+                if scheduler_kinds is None or kind in scheduler_kinds]

@@ -1,0 +1,82 @@
+"""Which nodes each island holds as hot spares: idle production nodes of the island, up to
+the policy; a spare that left production, lost or changed its island leaves its pool; a
+lowered policy gives the last ones back."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.placement import IN_ISLAND, Where, place_restart
+from fleetctl.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
+
+
+def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True) -> SpareCandidate:
+    return SpareCandidate(name, island, state, idle)
+
+
+FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maintenance"), node("n5"),
+         node("m1", "ib-b"), node("m2", "ib-b", idle=False), node("x1", "")]
+
+
+@pytest.mark.parametrize(
+    "per_island,held,nodes,pools,added,removed",
+    [
+        # Empty pools fill with idle production nodes by name; a busy one, one out of
+        # production and one without an island are never taken.
+        (1, {}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",)}, ("m1", "n1"), ()),
+        (2, {}, FLEET, {"ib-a": ("n1", "n3"), "ib-b": ("m1",)}, ("m1", "n1", "n3"), ()),
+        # A full pool is left as it is, even when its spare is no longer idle (a restart is
+        # starting there, or the scheduler says so before the hold is gone).
+        (1, {"n2": "ib-a", "m1": "ib-b"}, FLEET, {}, (), ()),
+        # A spare that left production leaves the pool and another idle node takes its place.
+        (1, {"n4": "ib-a"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",)}, ("m1", "n1"), ("n4",)),
+        # A spare taken by a restart (no longer held) is replaced.
+        (2, {"n3": "ib-a"}, FLEET, {"ib-a": ("n1", "n3"), "ib-b": ("m1",)}, ("m1", "n1"), ()),
+        # The policy lowered: the pool gives back its last spares by name; 0 gives back all.
+        (1, {"n1": "ib-a", "n3": "ib-a", "n5": "ib-a"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",)}, ("m1",),
+         ("n3", "n5")),
+        (0, {"n1": "ib-a", "m1": "ib-b"}, FLEET, {"ib-a": (), "ib-b": ()}, (), ("m1", "n1")),
+        # A spare recorded for another island than the inventory now says, or one the
+        # inventory no longer knows, leaves its pool (and is not taken in the same refill: its
+        # old island's hold is let go first).
+        (1, {"n1": "ib-b"}, FLEET, {"ib-a": ("n3",), "ib-b": ("m1",)}, ("m1", "n3"), ("n1",)),
+        (1, {"gone": "ib-c"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",), "ib-c": ()}, ("m1", "n1"), ("gone",)),
+        # An island with no idle production node holds nothing.
+        (1, {}, [node("n2", idle=False), node("n4", state="draining")], {}, (), ()),
+    ],
+)
+def test_plan_pools(per_island, held, nodes, pools, added, removed) -> None:
+    change = plan_pools(per_island, held, nodes)
+    assert (change.pools, change.added, change.removed) == (pools, added, removed)
+
+
+@pytest.mark.parametrize("per_island", [-1, MAX_SPARES_PER_ISLAND + 1])
+def test_the_policy_is_bounded(per_island) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        plan_pools(per_island, {}, FLEET)
+
+
+def test_spare_counts() -> None:
+    assert spare_counts({"n1": "ib-a", "n3": "ib-a", "m1": "ib-b"}, 2) == {
+        "ib-a": {"spares": 2, "wanted": 2}, "ib-b": {"spares": 1, "wanted": 2}}
+
+
+FABRIC = {"n1": Where("leaf-1", "ib-a"), "n2": Where("leaf-1", "ib-a"), "n3": Where("leaf-2", "ib-a"),
+          "n4": Where("leaf-2", "ib-a"), "m1": Where("leaf-3", "ib-b")}
+
+
+@pytest.mark.parametrize(
+    "free,spares,nodes,taken",
+    [
+        # A spare of the island comes before a free node on the job's own leaf.
+        (["n2", "n4"], ["n4"], ("n1", "n4"), ("n4",)),
+        # No spare in the island (only another island's): the nearest free node, as before.
+        (["n2", "n4", "m1"], ["m1"], ("n1", "n2"), ()),
+        # A spare that is not free (busy, or out of production) is not taken.
+        (["n2"], ["n4"], ("n1", "n2"), ()),
+    ],
+)
+def test_restarts_take_the_islands_spares_first(free, spares, nodes, taken) -> None:
+    placed = place_restart(["n1", "n3"], ["n3"], FABRIC, free, spares)
+    assert (placed.placement, placed.nodes, placed.spares) == (IN_ISLAND, nodes, taken)
+    assert ("spare" in placed.detail) == bool(taken)

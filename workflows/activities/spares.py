@@ -1,0 +1,28 @@
+"""The hot spare pools refilled from activities (fleetctl.spare_pool): when a node returns to
+production, when a spare leaves it, when a restart has taken one. Best effort: a pool that
+cannot be refilled now is refilled at the next of these, or by `fleetctl spares fill`; the
+node's own step (its resume, its drain, the restart) never fails for it."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from fleetctl import spare_pool
+from fleetctl.config import Settings
+from fleetctl.db import spares as store
+from fleetctl.schedulers.base import SchedulerError
+from workflows.activities.schedulers import SchedulerRegistry
+
+
+def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why: str) -> None:
+    if settings.spares_per_island == 0 and not store.held(engine):
+        return
+    try:
+        result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get)
+    except SchedulerError as exc:
+        activity.logger.warning("spares not refilled (%s): %s", why, exc)
+        return
+    for where, error in result.errors.items():
+        activity.logger.warning("spares of %s not refilled (%s): %s", where, why, error)
+    if result.added or result.removed:
+        activity.logger.info("spares (%s): held %s, released %s", why, result.added, result.removed)
