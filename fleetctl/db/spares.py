@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, delete, select
 
 from fleetctl.db.models import Node, Spare
@@ -19,7 +20,16 @@ def held(engine: Engine) -> dict[str, str]:
 
 
 def record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
-    """The island's spares are now exactly `nodes`; writing the same pool again changes nothing."""
+    """The island's spares are now exactly `nodes`; writing the same pool again changes nothing.
+    Two refills may write at once: the one that loses the insert race writes again over the
+    winner's rows (each writes a whole pool)."""
+    try:
+        _record_pool(engine, island, nodes)
+    except IntegrityError:
+        _record_pool(engine, island, nodes)
+
+
+def _record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
     with Session(engine) as session:
         current = set(session.exec(select(Spare.node_name).where(Spare.island == island)))
         gone = current - set(nodes)

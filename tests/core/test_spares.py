@@ -80,3 +80,34 @@ def test_restarts_take_the_islands_spares_first(free, spares, nodes, taken) -> N
     placed = place_restart(["n1", "n3"], ["n3"], FABRIC, free, spares)
     assert (placed.placement, placed.nodes, placed.spares) == (IN_ISLAND, nodes, taken)
     assert ("spare" in placed.detail) == bool(taken)
+
+
+def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
+    """A spare is a production node for the guard's budget, and fleet status says how many
+    each island holds."""
+    from sqlalchemy import update
+    from sqlmodel import Session
+
+    from fleetctl.capacity import GuardPolicy
+    from fleetctl.db import queries
+    from fleetctl.db import spares as store
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import Node
+    from fleetctl.fleet_status import fleet_status
+    from fleetctl.inventory import parse_inventory
+
+    engine = get_engine(sqlite_url)
+    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
+        f"  - {{name: g{i}, address: sim://g{i}, profile: h100-sxm, rack: r1, island: ib-a}}\n" for i in range(4))))
+    with Session(engine) as session:
+        session.exec(update(Node).values(state="production"))
+        session.commit()
+    store.record_pool(engine, "ib-a", ["g1", "g2"])
+    store.record_pool(engine, "ib-a", ["g2", "g3"])  # g1 taken, g3 held: a whole pool each time
+    assert store.held(engine) == {"g2": "ib-a", "g3": "ib-a"}
+    status = fleet_status(engine, {}, GuardPolicy(), "default", spares_per_island=2)
+    assert status["spares"] == {"count": 2, "per_island": {"ib-a": {"spares": 2, "wanted": 2}}}
+    fleet_budget = next(b for b in status["budget"] if b["scope"] == "fleet")
+    assert (fleet_budget["serving"], fleet_budget["unavailable"]) == (4, 0)  # the spares serve
+    store.record_pool(engine, "ib-a", [])
+    assert fleet_status(engine, {}, GuardPolicy(), "default")["spares"] == {"count": 0, "per_island": {}}

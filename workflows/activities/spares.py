@@ -5,6 +5,7 @@ node's own step (its resume, its drain, the restart) never fails for it."""
 
 from __future__ import annotations
 
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 
 from fleetctl import spare_pool
@@ -19,7 +20,7 @@ def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why
         return
     try:
         result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get)
-    except SchedulerError as exc:
+    except (SchedulerError, SQLAlchemyError) as exc:
         activity.logger.warning("spares not refilled (%s): %s", why, exc)
         return
     for where, error in result.errors.items():
