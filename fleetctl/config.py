@@ -63,6 +63,7 @@ ENV_VARS = {
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
     "suspect_after_unreachable": "FLEETCTL_SUSPECT_AFTER_UNREACHABLE",
     "agent_silence_s": "FLEETCTL_AGENT_SILENCE_S",
+    "spares_per_island": "FLEETCTL_SPARES_PER_ISLAND",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
 }
