@@ -95,6 +95,15 @@ class PlacesRestarts(Protocol):
 
 
 @runtime_checkable
+class RequeuesEarly(Protocol):
+    """Optional: a scheduler whose restart must wait after the requeue before the job may
+    start (Slurm: slurmds' credential-revoke second), so the requeue is done first and the
+    placement decided during that wait; restart_job / restart_job_on then release the job."""
+
+    def requeue(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
 class HoldsSpares(Protocol):
     """Optional: a scheduler that can keep an island's hot spares (fleetctl.spares) free of
     jobs until fleetctl hands one to a restart (Slurm: a reservation per island)."""

@@ -42,3 +42,19 @@ def test_the_spare_reservation_keeps_jobs_off_and_is_set_whole(slurm_cluster) ->
         for island in scheduler.spares():
             scheduler.set_spares(island, [])
         slurm_cluster.reset()
+
+
+def test_a_job_restarted_onto_nodes_that_never_ran_it_starts_in_the_revoke_second(slurm_cluster) -> None:
+    """Only the nodes a job ran on are told its credential is revoked, so one named onto others
+    (a 1-node job onto a spare) is released without waiting for the next second, and starts:
+    three restarts in a row, each released in the second of its requeue (most of the time)."""
+    scheduler = slurm_cluster.scheduler()
+    try:
+        job_id = slurm_cluster.submit_sleep_job("-N1", "-w", "node1")
+        on = slurm_cluster.wait_for_run(job_id, 0).nodes
+        for run, target in enumerate(["node2", "node3", "node4"], start=1):
+            scheduler.restart_job_on(job_id, exclude_nodes=list(on), nodes=[target])
+            on = slurm_cluster.wait_for_run(job_id, run).nodes  # raises if the launch failed
+            assert on == (target,)
+    finally:
+        slurm_cluster.reset()

@@ -15,7 +15,7 @@ from fleetctl import spare_pool
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
 from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
-from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts
+from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
@@ -66,6 +66,11 @@ class JobRestartActivities(DatabaseActivities):
             return
         workflow_id = activity.info().workflow_id
         kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
+        if job.nodes and isinstance(placer, RequeuesEarly):
+            # The job must wait a moment after its requeue anyway (Slurm: the credential-revoke
+            # second): requeue it now and decide its placement in that moment. Retried, it
+            # finds the job pending and takes the branch below.
+            placer.requeue(req.job_id)
         if not job.nodes:
             # Pending already: an earlier attempt requeued it after recording its placement,
             # and may have died before naming the nodes; naming them again changes nothing.
