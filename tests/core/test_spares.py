@@ -111,3 +111,36 @@ def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
     assert (fleet_budget["serving"], fleet_budget["unavailable"]) == (4, 0)  # the spares serve
     store.record_pool(engine, "ib-a", [])
     assert fleet_status(engine, {}, GuardPolicy(), "default")["spares"] == {"count": 0, "per_island": {}}
+
+
+@pytest.mark.parametrize("raw,ok", [("0", True), ("2", True), (str(MAX_SPARES_PER_ISLAND), True), ("-1", False),
+                                    (str(MAX_SPARES_PER_ISLAND + 1), False), ("1.5", False), ("many", False)])
+def test_the_setting_is_bounded_at_the_edge(raw, ok) -> None:
+    import os
+
+    from fleetctl.config import ConfigError, load_settings
+
+    def load():
+        return load_settings(flags={}, env={"FLEETCTL_SPARES_PER_ISLAND": raw}, config_file=os.devnull)
+
+    if ok:
+        assert load().spares_per_island == int(raw)
+    else:
+        with pytest.raises(ConfigError, match="spares_per_island"):
+            load()
+
+
+def test_spares_list_shows_each_islands_pool(sqlite_url) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.db import spares as store
+    from fleetctl.db.engine import get_engine
+
+    store.record_pool(get_engine(sqlite_url), "ib-a", ["g2", "g1"])
+    shown = CliRunner().invoke(app, ["--db-url", sqlite_url, "spares", "list", "-o", "json"],
+                               env={"FLEETCTL_SPARES_PER_ISLAND": "3"})
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout) == [{"island": "ib-a", "spares": ["g1", "g2"], "wanted": 3}]
