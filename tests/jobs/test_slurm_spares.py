@@ -1,7 +1,7 @@
 """Hot spares on the real Slurm cluster: nodes admitted to production fill their island's pool
 (a Slurm reservation fleetctl owns, which keeps jobs off the spare); a job in the island loses
 a node to an XID 79 and runs again on the spare; the pool takes an idle node again; the
-restart records the spare it took."""
+restart records the spare it took; a spare drained leaves the pool."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
+from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
@@ -77,6 +77,12 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
         await _until(lambda: spare_store.held(engine) == {refill: "ib-a"}, ADMISSION_S, "the refill")
         assert scheduler.spares() == {"ib-a": (refill,)}
         assert queries.get_node(engine, bad).state == "maintenance"
+
+        # A spare that leaves production leaves the pool; no idle production node is left to
+        # take its place (the others run the job), so the island holds none.
+        await request_transition(client, refill, "drain", "tester", "spare leaves production")
+        await _until(lambda: spare_store.held(engine) == {}, ADMISSION_S, "the drained spare out of the pool")
+        assert scheduler.spares() == {} and scheduler.node_state(refill).drained
     finally:
         await terminate_node_workflows(settings, names)
         worker.stop()
