@@ -368,7 +368,9 @@ class SlurmScheduler:
         run jobs in it, and only by naming it: no job lands on a spare by accident; a restart
         takes one by taking it out of the reservation and naming it. Slurm refuses to reserve
         a node that runs a job."""
-        name = SPARE_RESERVATION_PREFIX + validate_node_name(island)
+        if not _NODE_NAME.fullmatch(island):
+            raise SchedulerError(f"invalid island name {island!r} for a Slurm reservation")
+        name = SPARE_RESERVATION_PREFIX + island
         wanted = [validate_node_name(node) for node in nodes]
         current = self.spares().get(island)
         if set(current or ()) == set(wanted):

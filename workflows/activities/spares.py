@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from fleetctl import spare_pool
 from fleetctl.config import Settings
@@ -20,7 +21,7 @@ def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why
         return
     try:
         result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get)
-    except (SchedulerError, SQLAlchemyError) as exc:
+    except (SchedulerError, SQLAlchemyError, ApplicationError) as exc:  # the last: a scheduler not set up
         activity.logger.warning("spares not refilled (%s): %s", why, exc)
         return
     for where, error in result.errors.items():
