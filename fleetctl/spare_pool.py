@@ -9,12 +9,12 @@ decide from the same facts; the last one's pools stand, and each is a whole, val
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from fleetctl.db import spares as store
 from fleetctl.schedulers.base import HoldsSpares, SchedulerError
-from fleetctl.spares import SpareCandidate, plan_pools
+from fleetctl.spares import PoolChange, SpareCandidate, plan_pools
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -50,7 +50,11 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
             continue
         mine = [SpareCandidate(name, island, state, name not in busy) for name, island, state, k in nodes if k == kind]
         names = {c.name for c in mine}
-        change = plan_pools(per_island, {n: i for n, i in held.items() if n in names}, mine)
+        try:
+            change = _plan_undrained(scheduler, per_island, {n: i for n, i in held.items() if n in names}, mine)
+        except SchedulerError as exc:
+            result.errors[kind] = str(exc)
+            continue
         for island, pool in change.pools.items():
             try:
                 scheduler.set_spares(island, pool)
@@ -62,6 +66,18 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
             result.added += [n for n in change.added if n in pool]
             result.removed += [n for n in change.removed if held.get(n) == island]
     return result
+
+
+def _plan_undrained(scheduler, per_island: int, held: dict[str, str], nodes: list[SpareCandidate]) -> PoolChange:
+    """plan_pools, never adding a node its scheduler has drained: fleetctl may still have it in
+    production (a job restarted off it by an operator, a drain by hand). Only the nodes a
+    plan would add are asked, one at a time, until a plan adds none that is drained."""
+    while True:
+        change = plan_pools(per_island, held, nodes)
+        drained = {n for n in change.added if scheduler.node_state(n).drained}
+        if not drained:
+            return change
+        nodes = [replace(n, idle=False) if n.name in drained else n for n in nodes]
 
 
 def take(engine: Engine, scheduler: HoldsSpares, island: str, taken: Sequence[str]) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, utcnow
+from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
 from fleetctl.metrics import as_utc
 from fleetctl.names import scheduler_members
 from fleetctl.placement import Where, landed
@@ -40,6 +40,7 @@ class SimNodeView:
     drained: bool
     reason: str | None
     jobs: tuple[str, ...]  # running jobs placed on it
+    spare: bool = False  # held as a hot spare: no job is placed on it (fleetctl.spares)
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,14 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
         query = query.where(col(Node.name).in_(list(names)))
     nodes = list(session.exec(query))
     drains = {d.node_name: d for d in session.exec(select(SimSchedulerNode))}
+    spares = set(session.exec(select(Spare.node_name)))
     placed: dict[str, list[str]] = {}
     for job in session.exec(select(Job).where(Job.scheduler == SIM, Job.state == "running").order_by(Job.id)):
         for node in job.nodes:
             placed.setdefault(node, []).append(job.job_id)
     return [
         SimNodeView(name, state, bool(drains.get(name) and drains[name].drained),
-                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())))
+                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())), name in spares)
         for name, state in nodes
     ]
 
