@@ -9,7 +9,9 @@ import asyncio
 import time
 
 import pytest
+from typer.testing import CliRunner
 
+from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.engine import get_engine
@@ -58,6 +60,13 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
         spare = (await _until(lambda: list(spare_store.held(engine)), ADMISSION_S, "a spare"))[0]
         assert spare_store.held(engine) == {spare: "ib-a"}
         await _until(lambda: scheduler.spares() == {"ib-a": (spare,)}, ADMISSION_S, "the reservation")
+        # fleet status: the spare is in service (production) and shown per island.
+        shown = await asyncio.to_thread(CliRunner().invoke, app, ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address,
+                                         "--task-queue", settings.task_queue, "fleet", "status"],
+                                   env={"FLEETCTL_FLEET": settings.fleet, "FLEETCTL_SPARES_PER_ISLAND": "1",
+                                        "COLUMNS": "200"})
+        assert shown.exit_code == 0, shown.output
+        assert "production 4" in shown.stdout and "hot spares 1 (in service, running no job)   ib-a 1/1" in shown.stdout
 
         # A 2-node job never lands on the spare: Slurm keeps it for fleetctl.
         job_id = slurm_cluster.submit_sleep_job("-N2")
