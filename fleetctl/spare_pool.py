@@ -10,7 +10,7 @@ decide from the same facts; the last one's pools stand, and each is a whole, val
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from fleetctl.db import spares as store
 from fleetctl.schedulers.base import HoldsSpares, SchedulerError
@@ -29,9 +29,10 @@ class FillResult:
 
 
 def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object],
-         kinds: Sequence[str] | None = None) -> FillResult:
+         kinds: Sequence[str] | None = None, islands: Collection[str] | None = None) -> FillResult:
     """Refill every island's pool of the schedulers `kinds` (None: every kind a node of the
-    inventory names) to `per_island` spares and drop the spares that left production. A
+    inventory names) to `per_island` spares and drop the spares that left production; only
+    the pools of `islands` when given (a node's own island, as it comes and goes). A
     scheduler that cannot hold spares is skipped; one scheduler's or island's refusal (a
     node that started a job in between) leaves the others' pools as decided."""
     result = FillResult()
@@ -56,6 +57,8 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
             result.errors[kind] = str(exc)
             continue
         for island, pool in change.pools.items():
+            if islands is not None and island not in islands:
+                continue
             try:
                 scheduler.set_spares(island, pool)
             except SchedulerError as exc:

@@ -130,9 +130,10 @@ class JobRestartActivities(DatabaseActivities):
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
-                if jobs.restart_spares(self.engine, workflow_id)[1]:
+                island, taken = jobs.restart_spares(self.engine, workflow_id)
+                if taken:
                     # It runs on the spares it took: the island's pool takes idle nodes again.
-                    refill_spares(self.engine, self.settings, self.schedulers, f"job {req.job_id} took spares")
+                    refill_spares(self.engine, self.settings, self.schedulers, f"job {req.job_id} took spares", island)
                 return list(job.nodes)
             if release_at is not None and time.monotonic() > release_at and job.state == "pending":
                 self._fall_back(self._placer(scheduler, req.scheduler, req.job_id)[1], req.job_id, workflow_id)

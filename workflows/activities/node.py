@@ -252,7 +252,7 @@ class NodeActivities(DatabaseActivities):
         except SchedulerError as exc:
             raise ApplicationError(f"{node.scheduler} refused to resume {name}: {exc}", type="SchedulerError") from None
         # Back in production, idle: its island's pool of hot spares may take it.
-        refill_spares(self.engine, self.settings, self.schedulers, f"{name} back in production")
+        refill_spares(self.engine, self.settings, self.schedulers, f"{name} back in production", node.island)
 
     @activity.defn
     @heartbeating
@@ -266,8 +266,9 @@ class NodeActivities(DatabaseActivities):
                 raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
         # A hot spare that leaves production leaves its pool, and another takes its place. Only
         # then: a node running a job is being drained for a restart that should not wait.
-        if req.node in spare_store.held(self.engine):
-            refill_spares(self.engine, self.settings, self.schedulers, f"spare {req.node} drained")
+        held = spare_store.held(self.engine)
+        if req.node in held:
+            refill_spares(self.engine, self.settings, self.schedulers, f"spare {req.node} drained", held[req.node])
         return node.scheduler
 
     @activity.defn

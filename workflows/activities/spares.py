@@ -16,11 +16,12 @@ from fleetctl.schedulers.base import SchedulerError
 from workflows.activities.schedulers import SchedulerRegistry
 
 
-def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why: str) -> None:
-    if settings.spares_per_island == 0 and not store.held(engine):
+def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why: str, island: str) -> None:
+    """Refill the pool of `island` (nothing for a node in no island)."""
+    if not island or (settings.spares_per_island == 0 and island not in store.held(engine).values()):
         return
     try:
-        result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get)
+        result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get, islands={island})
     except (SchedulerError, SQLAlchemyError, ApplicationError) as exc:  # the last: a scheduler not set up
         activity.logger.warning("spares not refilled (%s): %s", why, exc)
         return
