@@ -29,14 +29,14 @@ class FillResult:
 
 
 def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object],
-         kinds: Sequence[str] | None = None, islands: Collection[str] | None = None) -> FillResult:
-    """Refill every island's pool of the schedulers `kinds` (None: every kind a node of the
-    inventory names) to `per_island` spares and drop the spares that left production; only
-    the pools of `islands` when given (a node's own island, as it comes and goes). A
+         islands: Collection[str] | None = None) -> FillResult:
+    """Refill every island's pool to `per_island` spares and drop the spares that left
+    production; only the pools of `islands` when given (a node's own island, as it comes and
+    goes). A
     scheduler that cannot hold spares is skipped; one scheduler's or island's refusal (a
     node that started a job in between) leaves the others' pools as decided."""
     result = FillResult()
-    nodes = store.pool_facts(engine, kinds)
+    nodes = store.pool_facts(engine)
     held = store.held(engine)
     # A node several schedulers run (SUNK) holds no spares: one scheduler's hold would not
     # keep the other's work off it. "none": no scheduler to keep work off.

@@ -40,9 +40,7 @@ def _record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
         session.commit()
 
 
-def pool_facts(engine: Engine, scheduler_kinds: Sequence[str] | None = None) -> list[tuple[str, str, str, str]]:
-    """(name, island, state, scheduler) of every node run by one of the kinds (None: any)."""
+def pool_facts(engine: Engine) -> list[tuple[str, str, str, str]]:
+    """(name, island, state, scheduler) of every node."""
     with Session(engine) as session:
-        rows = session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))
-        return [(name, island, state, kind) for name, island, state, kind in rows
-                if scheduler_kinds is None or kind in scheduler_kinds]
+        return [tuple(row) for row in session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))]
