@@ -52,7 +52,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
            "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
            "FLEETCTL_FLEET": settings.fleet, "FLEETCTL_OPERATOR": settings.operator,
            "FLEETCTL_SIM_TIME_SCALE": str(settings.sim_time_scale),
-           "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow)}
+           "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow),
+           "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island)}
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf
     return env

@@ -91,11 +91,11 @@ def _event_seen_at(settings, node: str) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def _fleetctl_trial(cluster, settings) -> dict:
+def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
     """Times on the wall clock, from the moment the operator's command starts; polled while
     it runs, since the drain may land before the CLI process has exited."""
     scheduler = cluster.scheduler()
-    job_id = cluster.submit_sleep_job("--nodes=2", "--job-name=bench-reaction")
+    job_id = cluster.submit_sleep_job(f"--nodes={nodes}", "--job-name=bench-reaction")
     bad = cluster.wait_for_run(job_id, run=0, timeout_s=TRIAL_TIMEOUT_S).nodes[0]
     output = cluster.root / "jobs" / f"{job_id}.out"
     started = time.time()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from fleetctl.spares import MAX_SPARES_PER_ISLAND
+
 ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
     "temporal_address": "TEMPORAL_ADDRESS",
@@ -61,6 +63,7 @@ ENV_VARS = {
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
     "suspect_after_unreachable": "FLEETCTL_SUSPECT_AFTER_UNREACHABLE",
     "agent_silence_s": "FLEETCTL_AGENT_SILENCE_S",
+    "spares_per_island": "FLEETCTL_SPARES_PER_ISLAND",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
     "prometheus_url": "FLEETCTL_PROMETHEUS_URL",
@@ -141,6 +144,10 @@ class Settings:
     # started on them after this long falls back to any healthy node: one of them was taken
     # or is held by the scheduler. Slurm starts a job on free named nodes at the update.
     restart_island_wait_s: float = 60.0
+    # Hot spares (fleetctl.spares): how many idle production nodes each island holds out of
+    # normal scheduling for restarts to take first (Slurm: reservation fleetctl-spares-<island>).
+    # 0 holds none (and gives back any held). Bounded by fleetctl.spares.MAX_SPARES_PER_ISLAND.
+    spares_per_island: int = 0
     # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
     # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
     # slurm_conf is then the path on that host.
@@ -286,6 +293,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "straggler_threshold": (0.0, 100.0, False),
     "straggler_min_nodes": (3, 100000, True),
     "straggler_interval_s": (1.0, 86400.0, True),
+    "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
 }
 
 

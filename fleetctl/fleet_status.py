@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 from fleetctl.capacity import FleetSnapshot, GuardPolicy, budgets, guard_snapshot, in_fleet, operator_drain_overruns
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import queries
+from fleetctl.db import spares as spare_store
 from fleetctl.lifecycle import Actor, NodeState
 from fleetctl.metrics import as_utc
+from fleetctl.spares import spare_counts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -54,7 +56,8 @@ def rack_view(nodes: Iterable) -> list[dict[str, Any]]:
     ]
 
 
-def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str) -> dict[str, Any]:
+def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str,
+                 spares_per_island: int = 0) -> dict[str, Any]:
     """`policy`: the guard's own when it answered, else the configured one (the caller says
     which in `automation`). The budget counts the nodes of `fleet`, as its guard does."""
     nodes = queries.list_nodes(engine)
@@ -63,6 +66,11 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
     status["automation"] = automation
     mine = [n for n in nodes if in_fleet(n.labels, fleet)]
     status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy))]
+    # Hot spares are production nodes kept free for restarts: in service for the guard (the
+    # budget above counts them as production), only running no job.
+    names = {n.name for n in mine}
+    held = {name: island for name, island in spare_store.held(engine).items() if name in names}
+    status["spares"] = {"count": len(held), "per_island": spare_counts(held, spares_per_island)}
     status["held_drains"] = [
         {"node": node, "since": first, "last": last, "refusals": count, "reason": reason}
         for node, (count, first, last, reason) in sorted(queries.held_drains(engine, [n.name for n in mine]).items(),

@@ -3,7 +3,8 @@
 A job restarted off a bad node keeps its good nodes; the replacements for the bad ones come
 from the job's island (InfiniBand island / NVLink domain, from the inventory) when it has
 enough healthy free nodes, nearest first (a leaf switch one of the job's nodes is on, then
-the rest of the island, by name). Otherwise the scheduler picks from the whole fleet, as it
+the rest of the island, by name); the island's hot spares (fleetctl.spares) come before any
+of them, since the scheduler keeps them free for exactly this. Otherwise the scheduler picks from the whole fleet, as it
 did before topology was known, and the restart says so. The restart records the decision
 and, once the job runs, where it landed.
 """
@@ -38,6 +39,7 @@ class Placement:
     placement: str  # IN_ISLAND, FLEET_WIDE or NOT_PLACED
     nodes: tuple[str, ...]  # with IN_ISLAND, every node the job runs on next (kept + replacements)
     detail: str  # in words, for the restart's record and the report
+    spares: tuple[str, ...] = ()  # the replacements taken from the island's pool of hot spares
 
 
 def job_island(nodes: Sequence[str], where: Mapping[str, Where]) -> str:
@@ -58,11 +60,12 @@ def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Ma
 
 
 def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
-                  free: Sequence[str]) -> Placement:
+                  free: Sequence[str], spares: Sequence[str] = ()) -> Placement:
     """The placement of a job that ran on job_nodes, restarted off bad_nodes.
 
     `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
-    take the job now (in production, idle in the scheduler, run by the job's scheduler)."""
+    take the job now (in production, idle in the scheduler, run by the job's scheduler);
+    `spares`: the hot spares of every island, taken first (a spare must be free too)."""
     bad = set(bad_nodes)
     kept = [n for n in job_nodes if n not in bad]
     needed = len(job_nodes) - len(kept)
@@ -73,15 +76,19 @@ def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Map
         return Placement("", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it")
     near = {where[n].switch for n in job_nodes if n in where and where[n].switch}
     taken = set(job_nodes) | bad
+    held = set(spares)
     candidates = sorted((n for n in dict.fromkeys(free) if n not in taken and n in where and where[n].island == island),
-                        key=lambda n: (where[n].switch not in near, n))
+                        key=lambda n: (n not in held, where[n].switch not in near, n))
     if len(candidates) < needed:
         return Placement(island, FLEET_WIDE, (),
                          f"island {island} has {len(candidates)} healthy free node{'s' if len(candidates) != 1 else ''} "
                          f"of {needed} needed: any healthy node in the fleet")
     chosen = candidates[:needed]
-    return Placement(island, IN_ISLAND, (*kept, *chosen), f"island {island}: {', '.join(chosen)} for "
-                                                             f"{', '.join(n for n in job_nodes if n in bad)}")
+    on_spares = tuple(n for n in chosen if n in held)
+    return Placement(island, IN_ISLAND, (*kept, *chosen),
+                     f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
+                     + (f" (spare{'s' if len(on_spares) != 1 else ''} {', '.join(on_spares)})" if on_spares else ""),
+                     on_spares)
 
 
 def landed(island: str, new_nodes: Sequence[str], where: Mapping[str, Where]) -> str:

@@ -20,7 +20,8 @@ def fleet_status(ctx: typer.Context) -> dict:
 
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
-    return from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet)
+    return from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
+                         s.spares_per_island)
 
 
 def _automation(ctx: typer.Context):
@@ -135,8 +136,12 @@ def render_status(data: dict, wide: bool = False):
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
+    spares = data["spares"]
     parts = [head, render_racks(data["islands"]) if wide else racks, auto,
              column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
+    if spares["per_island"]:
+        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
+                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))

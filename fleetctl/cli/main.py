@@ -45,6 +45,8 @@ NOUNS: dict[str, Noun] = {
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
     "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, and the production straggler judge."),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
+    "spares": Noun("fleetctl.cli.spares", "app",
+                   "Hot spares: the nodes each island holds out of scheduling for restarts; refill them."),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
     "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),

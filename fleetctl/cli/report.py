@@ -36,7 +36,7 @@ def render_report(report: dict, wide: bool = False):
         f"MTTR {hours(s['mttr_hours'])} ({s['repairs']} returns)   availability {_pct(s['availability'])}   "
         f"job ETTR {_pct(jobs['ettr'])} ({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   "
         f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "
-        f"({latency['count']})\n"
+        f"({latency['count']}; {report['restart_placement']['on_spares']} on hot spares)\n"
         f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {hours(jobs['at_job_size']['mttf_hours'])}, predicted ETTR "
         f"{_pct(jobs['at_job_size']['predicted_ettr'])}   checkpoint interval "
         f"{duration(jobs['checkpoint_interval_seconds'])}")

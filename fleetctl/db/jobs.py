@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, utcnow
+from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
 from fleetctl.metrics import as_utc
 from fleetctl.names import scheduler_members
 from fleetctl.placement import Where, landed
@@ -27,7 +27,8 @@ SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
 _RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
-                                  "island", "placement", "placement_detail", "placed_on", "landed"})
+                                  "island", "placement", "placement_detail", "placed_on", "landed",
+                                  "spares_taken"})
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class SimNodeView:
     drained: bool
     reason: str | None
     jobs: tuple[str, ...]  # running jobs placed on it
+    spare: bool = False  # held as a hot spare: no job is placed on it (fleetctl.spares)
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,14 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
         query = query.where(col(Node.name).in_(list(names)))
     nodes = list(session.exec(query))
     drains = {d.node_name: d for d in session.exec(select(SimSchedulerNode))}
+    spares = set(session.exec(select(Spare.node_name)))
     placed: dict[str, list[str]] = {}
     for job in session.exec(select(Job).where(Job.scheduler == SIM, Job.state == "running").order_by(Job.id)):
         for node in job.nodes:
             placed.setdefault(node, []).append(job.job_id)
     return [
         SimNodeView(name, state, bool(drains.get(name) and drains[name].drained),
-                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())))
+                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())), name in spares)
         for name, state in nodes
     ]
 
@@ -230,6 +233,14 @@ def restart_placement(engine: Engine, workflow_id: str) -> tuple[str, list[str]]
         return (row[0], list(row[1] or [])) if row is not None else ("", [])
 
 
+def restart_spares(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
+    """The island of a restart and the hot spares its placement took (("", []) when none)."""
+    with Session(engine) as session:
+        row = session.exec(select(JobRestart.island, JobRestart.spares_taken)
+                           .where(JobRestart.workflow_id == workflow_id)).first()
+        return (row[0], list(row[1] or [])) if row is not None else ("", [])
+
+
 def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
     """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
     with Session(engine) as session:
@@ -247,6 +258,14 @@ def restart_placements(engine: Engine, since: datetime, until: datetime) -> list
     with Session(engine) as session:
         return [(p, l) for p, l in session.exec(select(JobRestart.placement, JobRestart.landed).where(
             JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))]
+
+
+def restarts_on_spares(engine: Engine, since: datetime, until: datetime) -> int:
+    """How many restarts whose fault was seen in [since, until] took a hot spare."""
+    with Session(engine) as session:
+        taken = session.exec(select(JobRestart.spares_taken).where(
+            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))
+        return sum(1 for spares in taken if spares)
 
 
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:

@@ -321,6 +321,17 @@ class SimSchedulerNode(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+class Spare(SQLModel, table=True):
+    """A node held as a hot spare of its island (fleetctl.spares): the scheduler keeps jobs off
+    it (Slurm: the reservation fleetctl-spares-<island>) until a restart takes it."""
+
+    __tablename__ = "spares"
+
+    node_name: str = Field(primary_key=True)
+    island: str = Field(index=True)
+    held_at: datetime = Field(default_factory=utcnow)
+
+
 class JobRestart(SQLModel, table=True):
     """One restart of a training job off bad nodes, with the time of each step.
 
@@ -356,4 +367,6 @@ class JobRestart(SQLModel, table=True):
     # The nodes an `island` placement named (a retried requeue names them again).
     placed_on: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     landed: str = ""
+    # The hot spares the placement took (fleetctl.spares, migration 0012); [] when none.
+    spares_taken: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     workflow_id: str

@@ -146,7 +146,8 @@ def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str =
                            for r in metrics.rule_precision(nodes, since, now)],
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
-        "restart_placement": placement_counts(jobs_db.restart_placements(engine, since, now)),
+        "restart_placement": {**placement_counts(jobs_db.restart_placements(engine, since, now)),
+                              "on_spares": jobs_db.restarts_on_spares(engine, since, now)},
         # The racks as they are now (not over the window), each node coloured by its state.
         "rack_view": rack_view(queries.list_nodes(engine)),
         "stragglers": stragglers,

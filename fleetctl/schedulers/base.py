@@ -95,6 +95,27 @@ class PlacesRestarts(Protocol):
 
 
 @runtime_checkable
+class RequeuesEarly(Protocol):
+    """Optional: a scheduler whose restart must wait after the requeue before the job may
+    start (Slurm: slurmds' credential-revoke second), so the requeue is done first and the
+    placement decided during that wait; restart_job / restart_job_on then release the job."""
+
+    def requeue(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class HoldsSpares(Protocol):
+    """Optional: a scheduler that can keep an island's hot spares (fleetctl.spares) free of
+    jobs until fleetctl hands one to a restart (Slurm: a reservation per island)."""
+
+    # island -> the nodes it holds now, for every island fleetctl holds spares in.
+    def spares(self) -> dict[str, tuple[str, ...]]: ...
+
+    # The island holds exactly `nodes` from now on (none: it holds nothing); idempotent.
+    def set_spares(self, island: str, nodes: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
 class ListsJobHistory(Protocol):
     """Optional: a scheduler that can list every job it remembers, ended ones too, in one
     call (Slurm: squeue --states=all; the simulated scheduler: its queue)."""

@@ -44,6 +44,8 @@ JOB_HISTORY_ARGV = [
     "env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
     "--Format=JobID:|,State:|,SubmitTime:|,StartTime:|,EndTime:|,RestartCnt:|,NumNodes:|,tres-alloc:|,NodeList:|,Name:",
 ]
+# The reservation that holds an island's hot spares (fleetctl.spares) is this plus the island.
+SPARE_RESERVATION_PREFIX = "fleetctl-spares-"
 # States in which a job has not yet run or is running; in every other one it has ended.
 _NOT_ENDED = frozenset({"pending", "running", "configuring", "completing", "suspended", "requeued", "requeue_hold",
                         "requeue_fed", "resizing", "signaling", "stage_out", "stopped", "resv_del_hold"})
@@ -218,6 +220,8 @@ class SlurmScheduler:
     def __init__(self, run: CommandRunner | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.run = run or LocalCommandRunner()
         self.timeout_s = timeout_s
+        # Jobs requeued by requeue() and not yet released: job id -> (when, the nodes it ran on).
+        self._requeued: dict[str, tuple[float, tuple[str, ...]]] = {}
 
     def _command(self, argv: list[str]) -> str:
         """Run a Slurm command; its stdout, or SchedulerError with one readable line."""
@@ -305,16 +309,19 @@ class SlurmScheduler:
     def job_history(self) -> list[JobHistory]:
         return parse_job_history(self._command(list(JOB_HISTORY_ARGV)))
 
-    def _job_once_settled(self, job_id: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-        """(state, requested nodes, excluded nodes) once the job is no longer COMPLETING."""
+    def _job_once_settled(self, job_id: str) -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """(state, requested nodes, excluded nodes, allocated nodes) once the job is no longer
+        COMPLETING."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            output = self._command(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%T|%n|%x"])
+            output = self._command(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
+                                    "--format=%T|%n|%x|%N"])
             if not output.strip():
                 raise SchedulerError(f"Slurm does not know job {job_id}")
-            state, requested, excluded = output.splitlines()[0].split(FIELD_SEPARATOR, 2)
+            state, requested, excluded, allocated = output.splitlines()[0].split(FIELD_SEPARATOR, 3)
             if state != "COMPLETING":
-                return state, expand_hostlist(requested.strip()), expand_hostlist(excluded.strip())
+                return (state, expand_hostlist(requested.strip()), expand_hostlist(excluded.strip()),
+                        expand_hostlist(allocated.strip()))
             if time.monotonic() > deadline:
                 raise SchedulerError(
                     f"job {job_id} still completing after {self.timeout_s:g}s: its nodes have not confirmed it ended"
@@ -343,6 +350,51 @@ class SlurmScheduler:
         ExcNodeList stays, so it still avoids the bad nodes."""
         self._command(["scontrol", "update", f"JobId={validate_job_id(job_id)}", "ReqNodeList="])
 
+    def spares(self) -> dict[str, tuple[str, ...]]:
+        """island -> the nodes of its fleetctl-spares-<island> reservation."""
+        pools = {}
+        for line in self._command(["scontrol", "show", "reservation", "--oneliner"]).splitlines():
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            name = fields.get("ReservationName", "")
+            if name.startswith(SPARE_RESERVATION_PREFIX):
+                nodes = fields.get("Nodes", "")
+                pools[name.removeprefix(SPARE_RESERVATION_PREFIX)] = \
+                    expand_hostlist(nodes) if nodes not in ("", "(null)") else ()
+        return pools
+
+    def set_spares(self, island: str, nodes: Sequence[str]) -> None:
+        """The island's reservation holds exactly `nodes`: created, updated, or deleted when
+        none is left (an update to no nodes would make Slurm pick one itself). Only root may
+        run jobs in it, and only by naming it: no job lands on a spare by accident; a restart
+        takes one by taking it out of the reservation and naming it. Slurm refuses to reserve
+        a node that runs a job."""
+        if not _NODE_NAME.fullmatch(island):
+            raise SchedulerError(f"invalid island name {island!r} for a Slurm reservation")
+        name = SPARE_RESERVATION_PREFIX + island
+        wanted = [validate_node_name(node) for node in nodes]
+        current = self.spares().get(island)
+        if set(current or ()) == set(wanted):
+            return
+        if not wanted:
+            self._command(["scontrol", "delete", f"ReservationName={name}"])
+        elif current is None:
+            self._command(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(wanted)}",
+                           "StartTime=now", "Duration=infinite", "Users=root"])
+        else:
+            self._command(["scontrol", "update", f"ReservationName={name}", f"Nodes={','.join(wanted)}"])
+
+    def requeue(self, job_id: str) -> None:
+        """Requeue the running job now and leave it held: restart_job or restart_job_on
+        releases it. The caller decides where it goes while slurmds' revoke second (below)
+        passes, instead of before it. A job already pending is left as it is."""
+        self._requeue(validate_job_id(job_id))
+
+    def _requeue(self, job_id: str) -> None:
+        state, _, _, ran_on = self._job_once_settled(job_id)
+        if state != "PENDING":
+            self._command(["scontrol", "requeue", job_id])
+            self._requeued[job_id] = (time.time(), ran_on)
+
     def _restart(self, job_id: str, exclude_nodes: Sequence[str], place_on: Sequence[str]) -> None:
         validate_job_id(job_id)
         excluded = [validate_node_name(node) for node in exclude_nodes]
@@ -350,12 +402,9 @@ class SlurmScheduler:
         if set(place_on) & set(excluded):
             raise SchedulerError(f"restart of job {job_id}: {sorted(set(place_on) & set(excluded))[0]} is both "
                                  "excluded and asked for")
-        state, _, _ = self._job_once_settled(job_id)
-        requeued_at = None
-        if state != "PENDING":
-            self._command(["scontrol", "requeue", job_id])
-            requeued_at = time.time()
-        _, requested, already_excluded = self._job_once_settled(job_id)
+        self._requeue(job_id)
+        requeued_at, ran_on = self._requeued.pop(job_id, (None, ()))
+        _, requested, already_excluded, _ = self._job_once_settled(job_id)
         update = ["scontrol", "update", f"JobId={job_id}"]
         all_excluded = dict.fromkeys([*already_excluded, *excluded])
         if all_excluded:
@@ -367,10 +416,12 @@ class SlurmScheduler:
             # nodes it asked for that are still good, and Slurm picks the rest.
             update.append(f"ReqNodeList={','.join(node for node in requested if node not in excluded)}")
         update.append("StartTime=now")
-        if requeued_at is not None:
-            # slurmds refuse a launch credential issued in the same whole second as the requeue
-            # revoked the old one (issue time <= revoke time) and the job fails at once, so
-            # release it only once slurmctld's clock (NTP-synced with this one) is past it.
-            # Not StartTime=now+1: nothing would wake the scheduler when that second comes.
+        # slurmds refuse a launch credential issued in the same whole second as the requeue
+        # revoked the old one (issue time <= revoke time) and the job fails at once, so
+        # release it only once slurmctld's clock (NTP-synced with this one) is past it.
+        # Not StartTime=now+1: nothing would wake the scheduler when that second comes.
+        # Only the nodes the job ran on were told of the revoke: a job named onto nodes of
+        # which none ran it (a hot spare for a 1-node job) is released at once.
+        if requeued_at is not None and not (place_on and not set(place_on) & set(ran_on)):
             time.sleep(max(0.0, math.floor(requeued_at) + 1 + CLOCK_SKEW_ALLOWANCE_S - time.time()))
         self._command(update)

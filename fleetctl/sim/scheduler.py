@@ -18,6 +18,7 @@ from typing import Sequence
 from sqlalchemy.engine import Engine
 
 from fleetctl.db import jobs as store
+from fleetctl.db import spares as spare_store
 from fleetctl.db.jobs import QueuedJob, SimNodeView
 from fleetctl.lifecycle import NodeState
 from fleetctl.schedulers.base import (
@@ -33,7 +34,8 @@ from fleetctl.schedulers.base import (
 def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) -> dict[str, list[str]]:
     """In queue order, each job that fits gets the first `node_count` free nodes it may use; a
     job given its nodes gets exactly those, when all are free."""
-    free = [n.name for n in nodes if n.fleetctl_state == NodeState.PRODUCTION.value and not n.drained and not n.jobs]
+    free = [n.name for n in nodes
+            if n.fleetctl_state == NodeState.PRODUCTION.value and not n.drained and not n.jobs and not n.spare]
     placements: dict[str, list[str]] = {}
     for job in queue:
         if job.nodes:
@@ -144,6 +146,22 @@ class SimScheduler:
 
     def release_nodes(self, job_id: str) -> None:
         self._schedule()
+
+    def spares(self) -> dict[str, tuple[str, ...]]:
+        """Its hold is fleetctl's own record of the pools (the `spares` table): a held node
+        takes no job, as in Slurm's reservation, until a restart takes it out."""
+        pools: dict[str, list[str]] = {}
+        for name, island in sorted(spare_store.held(self.engine).items()):
+            pools.setdefault(island, []).append(name)
+        return {island: tuple(nodes) for island, nodes in pools.items()}
+
+    def set_spares(self, island: str, nodes: Sequence[str]) -> None:
+        """As Slurm does, a node that runs a job is not held."""
+        self._schedule()
+        busy = sorted(set(nodes) & self.busy_nodes())
+        if busy:
+            raise SchedulerError(f"cannot hold {', '.join(busy)} as spares of {island}: requested nodes are busy")
+        spare_store.record_pool(self.engine, island, nodes)
 
     def _schedule(self) -> None:
         store.sim_scheduling_pass(self.engine, place_first_fit)

@@ -134,3 +134,38 @@ async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) 
     (row,) = jobs.job_restarts(engine, job.job_id)
     assert (row.island, row.placement, row.placement_detail, row.landed) == ("ib-a", "island", "island ib-a: n4 for n1",
                                                                              "island")
+
+
+async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_settings, sqlite_url) -> None:
+    """The simulated scheduler holds spares as Slurm's reservation does: no job lands on one
+    until a restart takes it; then the pool takes the next idle production node."""
+    from sqlmodel import Session, select
+
+    from fleetctl import spare_pool
+    from fleetctl.db import spares as spare_store
+    from fleetctl.db.models import Node
+
+    settings = make_settings(sqlite_url)
+    settings.spares_per_island = 1
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
+    with Session(engine) as session:
+        for node in session.exec(select(Node)):
+            node.island = "ib-a"
+            session.add(node)
+        session.commit()
+    assert spare_pool.fill(engine, 1, lambda kind: sim).pools == {"ib-a": ("n1",)}
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n2", "n3")  # first fit passes over the spare
+
+    async def body(client):
+        return await (await start_job_restart(client, settings, _restart(job.job_id, ["n2"]))).result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert sorted(result.new_nodes) == ["n1", "n3"]
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert (row.spares_taken, row.placement_detail) == (["n1"], "island ib-a: n1 for n2 (spare n1)")
+    assert spare_store.held(engine) == {"n4": "ib-a"}  # refilled once the job ran
+    assert sim.submit("other", node_count=2).state == "pending"  # n5 alone is free: n4 is held

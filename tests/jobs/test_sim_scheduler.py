@@ -119,3 +119,43 @@ def test_named_nodes_hold_for_one_pass_then_the_job_runs_anywhere(sim: SimSchedu
     # The pass that requeued it could not place it on n2 and n5; the next pass (every read
     # runs one) places it first fit, still off the drained n1.
     assert sim.job(job.job_id).nodes == ("n2", "n3")
+
+
+def test_spares_fill_holds_idle_production_nodes_and_gives_back_those_that_left(sqlite_url) -> None:
+    """`fleetctl spares fill` against the simulated scheduler: an island takes its spares from
+    idle production nodes by name (a busy one, one in maintenance are passed over), and a
+    spare that left production is let go the next time."""
+    import json
+
+    from sqlalchemy import update
+    from sqlmodel import Session
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.db import spares as spare_store
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import Node
+    from tests.jobs.support import sim_fleet
+
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, ["s1", "s2", "s3", "s4"])
+    with Session(engine) as session:
+        session.exec(update(Node).values(island="ib-a"))
+        session.exec(update(Node).where(Node.name == "s3").values(state="maintenance"))
+        session.commit()
+    sim = SimScheduler(engine)
+    assert sim.submit("train", node_count=1).nodes == ("s1",)
+
+    def fill() -> dict:
+        result = CliRunner().invoke(app, ["--db-url", sqlite_url, "spares", "fill", "-o", "json"],
+                                    env={"FLEETCTL_SPARES_PER_ISLAND": "2"})
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert fill()["pools"] == {"ib-a": ["s2", "s4"]}
+    assert sim.submit("other", node_count=1).state == "pending"  # every free node is a spare
+    with Session(engine) as session:
+        session.exec(update(Node).where(Node.name == "s4").values(state="draining"))
+        session.commit()
+    assert fill() == {"pools": {"ib-a": ["s2"]}, "added": [], "removed": ["s4"], "errors": {}}
+    assert spare_store.held(engine) == {"s2": "ib-a"}

@@ -32,20 +32,21 @@ def test_report_counts_placements_in_the_window_and_draws_the_racks(sqlite_url) 
                                                     ("g3", "rma", "r2", "", None)]:
             session.add(Node(name=name, address=f"sim://{name}", profile="h100-sxm", rack=rack, island=island,
                              position=position, state=state, created_at=NOW - timedelta(days=3)))
-        for i, (placement, landed, ago) in enumerate([("island", "island", 1), ("fleet", "outside", 2),
-                                                      ("island", "island", 30)]):  # the last: before the window
+        for i, (placement, landed, ago, spares) in enumerate([("island", "island", 1, ["g1"]), ("fleet", "outside", 2, []),
+                                                              ("island", "island", 30, ["g1"])]):  # the last: before the window
             session.add(JobRestart(workflow_id=f"job-restart/j{i}/r", job_id=f"j{i}", scheduler="slurm", actor="t",
                                    restart_id="r", fault_seen_at=NOW - timedelta(days=ago), island="ib-a",
-                                   placement=placement, landed=landed, status="succeeded"))
+                                   placement=placement, landed=landed, status="succeeded", spares_taken=spares))
         session.commit()
 
     report = build_report(engine, NOW - timedelta(days=7), NOW)
     assert report["restart_placement"] == {"asked": {"island": 1, "fleet": 1, "none": 0},
-                                           "landed": {"island": 1, "outside": 1}}
+                                           "landed": {"island": 1, "outside": 1}, "on_spares": 1}
     assert [(i["island"], [(r["rack"], [n["name"] for n in r["nodes"]]) for r in i["racks"]])
             for i in report["rack_view"]] == [("ib-a", [("r1", ["g2", "g1"])]), ("", [("r2", ["g3"])])]
 
     page = render_html(report)
     assert "1 asked for healthy nodes in the job" in page
     assert "1 fell back to the whole fleet" in page and "1 ran again inside their island, 1 outside it" in page
+    assert "1 took a hot spare" in page
     assert 'title="g2 U9: draining"' in page and "<h3>island ib-a</h3>" in page and "<h3>island (none)</h3>" in page

@@ -124,7 +124,7 @@ def test_jobs_keep_a_job_name_with_the_separator_in_it() -> None:
 
 
 def test_restart_of_a_pending_job_only_updates_it() -> None:
-    runner = ScriptedRunner({"squeue": [(0, "PENDING|node[1-2]|node7\n", "")] * 2, "scontrol": [(0, "", "")]})
+    runner = ScriptedRunner({"squeue": [(0, "PENDING|node[1-2]|node7|\n", "")] * 2, "scontrol": [(0, "", "")]})
 
     SlurmScheduler(run=runner).restart_job("42", exclude_nodes=["node1"])
 
@@ -134,7 +134,7 @@ def test_restart_of_a_pending_job_only_updates_it() -> None:
 
 
 def test_restart_onto_named_nodes_sets_exactly_them() -> None:
-    runner = ScriptedRunner({"squeue": [(0, "PENDING|node[1-2]|\n", "")] * 2, "scontrol": [(0, "", "")]})
+    runner = ScriptedRunner({"squeue": [(0, "PENDING|node[1-2]||\n", "")] * 2, "scontrol": [(0, "", "")]})
 
     SlurmScheduler(run=runner).restart_job_on("42", exclude_nodes=["node1"], nodes=["node2", "node4"])
 
@@ -166,7 +166,7 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
     monkeypatch.setattr(slurm_module.time, "sleep", lambda seconds: events.append(round(seconds, 3)))
     runner = ScriptedRunner(
         {
-            "squeue": [(0, "RUNNING||\n", ""), (0, "COMPLETING||\n", ""), (0, "PENDING||\n", "")],
+            "squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "COMPLETING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")],
             "scontrol": [(0, "", ""), (0, "", "")],
         }
     )
@@ -187,6 +187,38 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
         round(101 + CLOCK_SKEW_ALLOWANCE_S - 100.3, 3),
         "scontrol update",
     ]
+
+
+@pytest.mark.parametrize("nodes,waits", [
+    (["node3"], False),  # none of the new nodes ran the job: no slurmd there revoked its credential
+    (["node2", "node3"], True),  # node2 ran it and refuses a credential of the revoke's second
+])
+def test_a_job_named_onto_nodes_that_never_ran_it_is_released_at_once(monkeypatch: pytest.MonkeyPatch, nodes,
+                                                                     waits) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(slurm_module.time, "time", lambda: 100.3)
+    monkeypatch.setattr(slurm_module.time, "sleep", slept.append)
+    runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")],
+                             "scontrol": [(0, "", ""), (0, "", "")]})
+    SlurmScheduler(run=runner).restart_job_on("42", exclude_nodes=["node1"], nodes=nodes)
+    assert bool(slept) == waits
+
+
+def test_requeue_first_then_the_release_still_waits_out_the_revoke_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """requeue() now, the placement decided meanwhile, restart_job_on() later: the release
+    waits for the same second as if both were one call, and the job is requeued once."""
+    slept: list[float] = []
+    clock = iter([100.3, 100.9])
+    monkeypatch.setattr(slurm_module.time, "time", lambda: next(clock))
+    monkeypatch.setattr(slurm_module.time, "sleep", slept.append)
+    runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", ""),
+                                        (0, "PENDING|||\n", "")],
+                             "scontrol": [(0, "", ""), (0, "", "")]})
+    scheduler = SlurmScheduler(run=runner)
+    scheduler.requeue("42")
+    scheduler.restart_job_on("42", exclude_nodes=["node1"], nodes=["node2", "node3"])
+    assert [c[:2] for c in runner.calls if c[0] == "scontrol"] == [["scontrol", "requeue"], ["scontrol", "update"]]
+    assert slept == [pytest.approx(101 + CLOCK_SKEW_ALLOWANCE_S - 100.9)]
 
 
 def test_command_failure_is_one_line_naming_the_command() -> None:

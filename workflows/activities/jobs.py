@@ -11,13 +11,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
+from fleetctl import spare_pool
 from fleetctl.db import jobs
+from fleetctl.db import spares as spare_store
 from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
-from fleetctl.schedulers.base import PlacesRestarts
+from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
+from workflows.activities.spares import refill_spares
 from workflows.api import DrainNodes, RestartJob, RestartOutcome, RestartStarted, RestartStep, WaitForJob
 
 
@@ -29,6 +32,7 @@ def running_off(job, bad_nodes: list[str]) -> bool:
 class JobRestartActivities(DatabaseActivities):
     def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
         super().__init__(settings)
+        self.schedulers = schedulers
         self.scheduler = schedulers.get
 
     @activity.defn
@@ -62,19 +66,27 @@ class JobRestartActivities(DatabaseActivities):
             return
         workflow_id = activity.info().workflow_id
         kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
+        if job.nodes and isinstance(placer, RequeuesEarly):
+            # The job must wait a moment after its requeue anyway (Slurm: the credential-revoke
+            # second): requeue it now and decide its placement in that moment. Retried, it
+            # finds the job pending and takes the branch below.
+            placer.requeue(req.job_id)
         if not job.nodes:
             # Pending already: an earlier attempt requeued it after recording its placement,
             # and may have died before naming the nodes; naming them again changes nothing.
             placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
             if placement == IN_ISLAND and placed_on and placer is not None:
+                self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
                 placer.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
             else:
                 scheduler.restart_job(req.job_id, req.exclude_nodes)
             return
         placement = self._placement(kind, placer, req, job.nodes)
         jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
-                                 placement_detail=placement.detail, placed_on=list(placement.nodes))
+                                 placement_detail=placement.detail, placed_on=list(placement.nodes),
+                                 spares_taken=list(placement.spares))
         if placement.nodes:
+            self._take_spares(placer, placement.island, placement.spares)
             placer.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
         else:
             scheduler.restart_job(req.job_id, req.exclude_nodes)
@@ -95,7 +107,15 @@ class JobRestartActivities(DatabaseActivities):
                              f"the {kind} scheduler places the job itself")
         busy = placer.busy_nodes()
         free = [n for n in jobs.restart_candidates(self.engine, kind) if n not in busy]
-        return place_restart(job_nodes, req.exclude_nodes, where, free)
+        # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
+        spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
+        return place_restart(job_nodes, req.exclude_nodes, where, free, spares)
+
+    def _take_spares(self, placer, island: str, spares: Sequence[str]) -> None:
+        """Hand the spares the placement named from the island's pool to the job (the
+        scheduler kept every job off them until now); again on a retry, which changes nothing."""
+        if spares:
+            spare_pool.take(self.engine, placer, island, spares)
 
     @activity.defn
     def wait_until_running(self, req: WaitForJob) -> list[str]:
@@ -110,6 +130,10 @@ class JobRestartActivities(DatabaseActivities):
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
+                island, taken = jobs.restart_spares(self.engine, workflow_id)
+                if taken:
+                    # It runs on the spares it took: the island's pool takes idle nodes again.
+                    refill_spares(self.engine, self.settings, self.schedulers, f"job {req.job_id} took spares", island)
                 return list(job.nodes)
             if release_at is not None and time.monotonic() > release_at and job.state == "pending":
                 self._fall_back(self._placer(scheduler, req.scheduler, req.job_id)[1], req.job_id, workflow_id)

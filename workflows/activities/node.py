@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 from fleetctl.capacity import FLEET_LABEL
 from fleetctl.config import Settings
 from fleetctl.db import queries
+from fleetctl.db import spares as spare_store
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.metrics import as_utc
@@ -25,6 +26,7 @@ from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, Report
 from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
+from workflows.activities.spares import refill_spares
 from workflows.api import (
     TRANSITION_UPDATE,
     AgentSilence,
@@ -249,6 +251,8 @@ class NodeActivities(DatabaseActivities):
             raise ApplicationError(str(exc), type="DrainedBySomeoneElse", non_retryable=True) from None
         except SchedulerError as exc:
             raise ApplicationError(f"{node.scheduler} refused to resume {name}: {exc}", type="SchedulerError") from None
+        # Back in production, idle: its island's pool of hot spares may take it.
+        refill_spares(self.engine, self.settings, self.schedulers, f"{name} back in production", node.island)
 
     @activity.defn
     @heartbeating
@@ -260,6 +264,11 @@ class NodeActivities(DatabaseActivities):
                 self.schedulers.get(node.scheduler).drain(req.node, req.reason, critical=req.critical)
             except SchedulerError as exc:
                 raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
+        # A hot spare that leaves production leaves its pool, and another takes its place. Only
+        # then: a node running a job is being drained for a restart that should not wait.
+        held = spare_store.held(self.engine)
+        if req.node in held:
+            refill_spares(self.engine, self.settings, self.schedulers, f"spare {req.node} drained", held[req.node])
         return node.scheduler
 
     @activity.defn

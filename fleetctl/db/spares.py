@@ -1,0 +1,46 @@
+"""The pool of hot spares as the database records it (fleetctl.spares decides it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, delete, select
+
+from fleetctl.db.models import Node, Spare
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+
+def held(engine: Engine) -> dict[str, str]:
+    """Every spare -> the island it is held for."""
+    with Session(engine) as session:
+        return {name: island for name, island in session.exec(select(Spare.node_name, Spare.island))}
+
+
+def record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
+    """The island's spares are now exactly `nodes`; writing the same pool again changes nothing.
+    Two refills may write at once: the one that loses the insert race writes again over the
+    winner's rows (each writes a whole pool)."""
+    try:
+        _record_pool(engine, island, nodes)
+    except IntegrityError:
+        _record_pool(engine, island, nodes)
+
+
+def _record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
+    with Session(engine) as session:
+        current = set(session.exec(select(Spare.node_name).where(Spare.island == island)))
+        gone = current - set(nodes)
+        if gone:
+            session.exec(delete(Spare).where(Spare.node_name.in_(gone)))  # type: ignore[attr-defined]
+        for name in sorted(set(nodes) - current):
+            session.merge(Spare(node_name=name, island=island))
+        session.commit()
+
+
+def pool_facts(engine: Engine) -> list[tuple[str, str, str, str]]:
+    """(name, island, state, scheduler) of every node."""
+    with Session(engine) as session:
+        return [tuple(row) for row in session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))]
