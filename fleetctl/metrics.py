@@ -462,15 +462,19 @@ _SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
 _XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
 # A check the node passed, but well below its peers: "...: <check>: straggler: <finding>".
 _CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):( straggler:)?")
+# A node behind its job's other nodes in production (workflows.definitions.stragglers).
+_PRODUCTION_STRAGGLER = re.compile(r"^straggler ([\w.-]+) in job ")
 
 
 def restart_failure(cause: str) -> str | None:
-    """`xid <code>`, `check <name>`, `straggler <check>` or `health` when a restart's cause
-    names one, else None."""
+    """`xid <code>`, `check <name>`, `straggler <check or metric>` or `health` when a
+    restart's cause names one, else None."""
     if match := _XID.search(cause):
         return f"xid {match[1]}"
     if match := _CHECK.match(cause):
         return f"{'straggler' if match[2] else 'check'} {match[1]}"
+    if match := _PRODUCTION_STRAGGLER.match(cause):
+        return f"straggler {match[1]}"
     if cause.startswith("health:"):
         return "health"
     return None

@@ -516,6 +516,10 @@ class StragglerDrain:
     evidence: str
     why: str
     finding_ids: list[int] = field(default_factory=list)
+    # The job still runs on the node: once the node is drained the job is restarted off it
+    # at once, from the checkpoint just written, rather than left to slow on to its end.
+    restart_job: bool = False
+    scheduler: str = ""  # the job's
 
 
 @dataclass

@@ -3,8 +3,9 @@ has a DCGM exporter (tests/support/dcgm.py: a real dcgm-exporter's output, serve
 a real Prometheus scrapes them, and the ProductionStragglers workflow judges the job's
 nodes against each other. One node degrades: it is flagged at once with its evidence, stays
 in production while the job runs without a checkpoint, and is drained through the capacity
-guard once `fleetctl job checkpoint` records one; a guard that refuses holds it there, and a
-node back in line is cleared, never drained."""
+guard once `fleetctl job checkpoint` records one, and the job is restarted off it at once
+onto the fleet's free node; a guard that refuses holds it there, and a node back in line is
+cleared, never drained."""
 
 from __future__ import annotations
 
@@ -13,21 +14,24 @@ import json
 import uuid
 import pytest
 
+from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
+from fleetctl.metrics import restart_label
 from fleetctl.db import stragglers as findings_db
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.stragglers_live import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
 from tests.lifecycle.conftest import fleet_in_production
+from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
 from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
-from workflows.api import StragglerSweepInput, StragglerSweepResult
+from workflows.api import DEFAULT_RUNNING_TIMEOUT_S, StragglerSweepInput, StragglerSweepResult
 from workflows.client import request_transition
 from workflows.definitions.stragglers import ProductionStragglers
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow, pytest.mark.usefixtures("needs_prometheus")]
 
-NODES = 6
+NODES = 6  # the job's; the fleet has one more, free, for the job's restart
 WINDOW_S = 4  # each node's value is its average over the last four scrapes
 # A window's samples all come from after a change within the window and a few scrapes more.
 SETTLE_S = WINDOW_S + 20 * SCRAPE_INTERVAL_S
@@ -81,16 +85,16 @@ class Scene:
 async def scene(make_settings, sqlite_url, tmp_path):
     settings = make_settings(sqlite_url)
     settings.straggler_window_s, settings.straggler_policy = WINDOW_S, DRAIN_AT_CHECKPOINT
-    fleet = await fleet_in_production(settings, NODES)
+    fleet = await fleet_in_production(settings, NODES + 1)
     exporters = DcgmExporters(fleet.names)
     try:
         with running_prometheus(tmp_path, exporters.targets, job="dcgm-exporter") as prometheus:
             settings.prometheus_url = prometheus
             # Every node's exporter scraped over a whole window before the first judging.
             wait_for_result(prometheus, f"count(count_over_time(DCGM_FI_DEV_SM_CLOCK[{WINDOW_S}s]) >= {WINDOW_S - 1})",
-                            lambda r: bool(r) and int(r[0]["value"][1]) == NODES * 8, timeout_s=SETTLE_S)
+                            lambda r: bool(r) and int(r[0]["value"][1]) == len(fleet.names) * 8, timeout_s=SETTLE_S)
             job = SimScheduler(fleet.engine).submit("llm-pretrain", NODES)
-            assert job.state == "running" and sorted(job.nodes) == sorted(fleet.names)
+            assert job.state == "running" and sorted(job.nodes) == sorted(fleet.names[:NODES])
             with console(settings) as invoke:
                 yield Scene(fleet, exporters, prometheus, invoke, job.job_id)
     finally:
@@ -126,7 +130,19 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     assert drained.drained == [victim] and drained.held == []
     event = await scene.fleet.wait_event(victim, "drain", timeout_s=60)
     assert (event.actor_kind, event.failure) == ("automation", "straggler nvlink_tx")
-    assert event.cause.startswith(f"straggler in job {scene.job_id}: nvlink_tx ")
+    assert event.cause.startswith(f"straggler nvlink_tx in job {scene.job_id}: nvlink_tx ")
+    # The job is restarted off it now, from the checkpoint, not left to slow on to its end;
+    # its restart is counted under the same rule. Bounded by the restart's own deadline.
+    spare = scene.fleet.names[NODES]
+    def restarts() -> list:
+        return jobs_db.job_restarts(scene.fleet.engine, scene.job_id)
+    await wait_for(lambda: [r.status for r in restarts()] in (["succeeded"], ["failed"]),
+                   DEFAULT_RUNNING_TIMEOUT_S + 60, "the job's restart off the straggler to end")
+    (restart,) = restarts()
+    await scene.fleet.wait_event(victim, "drain_complete")  # the job left it: on to maintenance
+    assert restart.status == "succeeded" and restart.bad_nodes == [victim], restart
+    assert spare in restart.new_nodes and victim not in restart.new_nodes
+    assert restart_label(restart.cause) == "straggler nvlink_tx"
     finding = scene.finding(victim)
     assert finding["status"] == "drained" and "checkpointed at" in finding["detail"]
     # The guard granted it: its grant is on record as the drain's.

@@ -43,8 +43,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
 from fleetctl.db import queries
+from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import Job, StragglerFinding
+from fleetctl.db.models import StragglerFinding
 from fleetctl.db.firmware import set_baseline
 from fleetctl.firmware import load_baseline
 from fleetctl.inventory import parse_inventory
@@ -200,7 +201,7 @@ async def recording() -> AsyncIterator[Recording]:
     unique = uuid.uuid4().hex[:6]
     settings = load_settings(flags={"db_url": f"sqlite:///{work / 'fleet.db'}", "temporal_address": server.address,
                                     "task_queue": f"record-{unique}", "fleet": f"record-{unique}",
-                                    # two runbooks drain through the guard in a fleet of 8
+                                    # two runbooks drain through the guard in a fleet of 8 (v1) or 10 (v2)
                                     "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5,
                                     # an agent heard a minute ago is silent (v2's sweep)
                                     "agent_silence_s": AGENT_SILENCE_S,
@@ -262,7 +263,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
     async with recording() as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         scheduler = SimScheduler(engine)
-        names = rec.add_nodes(8, "rv2")
+        names = rec.add_nodes(10, "rv2")
         drifted, bad_event = names[0], names[1]
 
         # A firmware baseline in force during admission: every node compares itself with it
@@ -329,6 +330,12 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             HealthEventInput(critical_node, "xid", 79, "fallen off the bus", "recorder", "rv2-79", time.time())])
         await rec.wait(critical_node, lambda t: "drain_complete" in t)
 
+        # A production straggler found while its job ran, drained through the capacity guard
+        # now that the job has checkpointed, and its job restarted off it (ProductionStragglers;
+        # no Prometheus here: its questions are errors in the result, and the finding was
+        # recorded by an earlier judging).
+        straggler_id = await straggler_scenario(rec)
+
         # A sweep in batches (patch sweep-batches) in which one node's checks end in error: the
         # errors are reported to the capacity guard (patch report-check-errors).
         unreachable = next(n for n in reversed(names) if n != critical_node
@@ -369,11 +376,6 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
                              at_from_record=True)])
         await rec.wait(burst, lambda t: "drain" in t)
 
-        # A production straggler found while its job ran, drained through the capacity guard
-        # now that the job has ended (ProductionStragglers; no Prometheus here: its questions
-        # are errors in the result, and the finding was recorded by an earlier judging).
-        straggler_id = await straggler_scenario(rec, [n for n in names if n not in (burst, unreachable, bad_event)])
-
         # Search attributes with every transition (patch node-search-attributes), carried
         # across continue-as-new: the run recorded starts with them and moves the node on.
         listed = await search_attributes_scenario(rec)
@@ -400,25 +402,37 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         return await rec.write(directory, wanted, KEPT_V2)
 
 
-async def straggler_scenario(rec: Recording, candidates: list[str]) -> str:
-    """A straggler of a job that has since ended: the judge asks the guard and drains it."""
+async def straggler_scenario(rec: Recording) -> str:
+    """A straggler found under a running job that has checkpointed since: the judge asks the
+    guard, drains it and restarts the job off it."""
     scheduler = SimScheduler(rec.engine)
-    node = next(n for n in candidates
-                if queries.get_node(rec.engine, n).state == "production" and not scheduler.jobs_on_node(n))
+    job = scheduler.submit("rec-straggler-job", 1)
+    (node,) = job.nodes
     found = datetime.now(timezone.utc) - timedelta(minutes=5)
     with Session(rec.engine) as session:
-        session.add(Job(job_id="rec-straggler-job", scheduler="slurm", state="completed", nodes=[node],
-                        started_at=found - timedelta(hours=1), ended_at=found + timedelta(minutes=1)))
-        session.add(StragglerFinding(job_id="rec-straggler-job", node_name=node, metric="sm_clock", found_at=found,
-                                     evidence="sm_clock 1410 MHz (slowest GPU) vs job rec-straggler-job median 1980"))
+        session.add(StragglerFinding(job_id=job.job_id, node_name=node, metric="sm_clock", found_at=found,
+                                     evidence=f"sm_clock 1410 MHz (slowest GPU) vs job {job.job_id} median 1980"))
         session.commit()
+    record_checkpoint(rec.engine, job.job_id, found + timedelta(minutes=1))
     workflow_id = straggler_sweep_id(f"record-{rec.unique}")
-    result = await rec.client.execute_workflow(ProductionStragglers.run, StragglerSweepInput(fleet=rec.settings.fleet),
-                                               id=workflow_id, task_queue=rec.settings.task_queue)
-    if result.drained + result.held != [node]:
-        raise RuntimeError(f"the straggler judge did not ask the guard about {node}: {result}")
-    if result.drained:
-        await rec.wait(node, lambda t: "drain_complete" in t)
+    # The drains recorded before this one took this small fleet's budget and would make it a
+    # storm; it must be granted to take the restart branch (the worker reads the guard's policy
+    # from these settings before every decision).
+    limits = ("guard_max_unavailable_fleet", "guard_max_unavailable_rack", "guard_storm_fraction")
+    kept = {name: getattr(rec.settings, name) for name in limits}
+    try:
+        for name in limits:
+            setattr(rec.settings, name, 1.0)
+        result = await rec.client.execute_workflow(ProductionStragglers.run, StragglerSweepInput(fleet=rec.settings.fleet),
+                                                   id=workflow_id, task_queue=rec.settings.task_queue)
+    finally:
+        for name, value in kept.items():
+            setattr(rec.settings, name, value)
+    if result.drained != [node]:
+        from fleetctl.db.stragglers import open_findings
+        raise RuntimeError(f"the straggler judge did not drain {node}: {result}; "
+                           f"{[f.detail for f in open_findings(rec.engine)]}")
+    await rec.wait(node, lambda t: "drain_complete" in t)
     return workflow_id
 
 

@@ -74,6 +74,10 @@ INTERRUPTION_CASES = {
             restart(1, 2, "active check standard: nccl-allreduce: straggler: nccl-allreduce busbw_gbps: 380 is 20% below"),
             restart(3, 4, "active check standard: nccl-allreduce: busbw 120 GB/s below the floor"))),
         ["straggler nccl-allreduce", "check nccl-allreduce"]),
+    "a straggler in production, restarted off at its checkpoint": (
+        JobRecord("j", h(0), restarts=(restart(1, 2, "straggler nvlink_tx in job j: nvlink_tx 60.67 GB/s (slowest GPU) "
+                                                     "vs job j median 120.7 over 6 nodes"),)),
+        ["straggler nvlink_tx"]),
     "a restart with a cause of another kind": (
         JobRecord("j", h(0), restarts=(restart(1, 2, "straggler"),)), ["other"]),
 }

@@ -92,11 +92,18 @@ class StragglerActivities(DatabaseActivities):
                 due[row.node_name].append((row, why))
             elif not job or job.state != "running":
                 stragglers.resolve(self.engine, [row.id], stragglers.CLOSED, f"flag-only: {why}", now)
-        return [StragglerDrain(node=name, rack=fleet[name].rack, job_id=found[0][0].job_id, metric=found[0][0].metric,
-                               evidence=found[0][0].evidence, why=found[0][1], finding_ids=[r.id for r, _ in found])
-                for name, found in sorted(due.items())]
+        drains = []
+        for name, found in sorted(due.items()):
+            (first, why), job = found[0], jobs.get(found[0][0].job_id)
+            drains.append(StragglerDrain(
+                node=name, rack=fleet[name].rack, job_id=first.job_id, metric=first.metric, evidence=first.evidence,
+                why=why, finding_ids=[r.id for r, _ in found],
+                restart_job=job is not None and job.state == "running" and name in (job.nodes or []),
+                scheduler=job.scheduler if job else ""))
+        return drains
 
     @activity.defn
     def record_straggler_drain(self, rec: StragglerDrainRecord) -> None:
         stragglers.resolve(self.engine, rec.finding_ids, stragglers.DRAINED if rec.drained else None, rec.detail,
                            utcnow())
+

@@ -3,8 +3,10 @@ stragglers`), it judges the nodes of every running job against each other from P
 (workflows.activities.stragglers) and flags each straggler at once, with its evidence. By
 policy (straggler_policy: drain-at-checkpoint) a flagged node is drained once its job has
 written a checkpoint since the finding (or was restarted, or ended), so the drain costs the
-job no work: through the capacity guard, exactly as the active-check sweep drains. A guard
-that refuses holds the node in production; the next tick asks again."""
+job no work: through the capacity guard, exactly as the active-check sweep drains. A job
+still running on the drained node is restarted off it at once (JobRestart: onto its island's
+spares first), from the checkpoint it just wrote. A guard that refuses holds the node in
+production, and its job where it is; the next tick asks again."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.capacity import RemovalRequest
@@ -19,13 +23,16 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.runbooks import Event
     from workflows.activities.stragglers import StragglerActivities
     from workflows.api import (
+        JobRestartInput,
         StragglerDrain,
         StragglerDrainRecord,
         StragglerSweepInput,
         StragglerSweepResult,
         StragglerTick,
         TransitionRequest,
+        job_restart_id,
     )
+    from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.shared import NON_RETRYABLE, QUICK, guarded_drain
 
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
@@ -52,7 +59,7 @@ class ProductionStragglers:
 
 
 async def drain_straggler(due: StragglerDrain, req: StragglerSweepInput, key: str, result: StragglerSweepResult) -> None:
-    cause = f"straggler in job {due.job_id}: {due.evidence}; drained at its checkpoint ({due.why})"
+    cause = f"straggler {due.metric} in job {due.job_id}: {due.evidence}; drained at its checkpoint ({due.why})"
     event = Event("straggler", check=due.metric, status="fail", message=due.evidence).to_dict()
     decision, outcome = await guarded_drain(
         RemovalRequest(node=due.node, rack=due.rack, reason=cause, actor=req.actor, request_id=key),
@@ -66,5 +73,24 @@ async def drain_straggler(due: StragglerDrain, req: StragglerSweepInput, key: st
     else:
         detail = f"held in production: its workflow refused the drain: {outcome.message}"
     (result.drained if drained else result.held).append(due.node)
+    if drained and due.restart_job:
+        await restart_off(due, cause, req)
     await workflow.execute_activity_method(StragglerActivities.record_straggler_drain,
                                            StragglerDrainRecord(due.finding_ids, drained, detail), **QUICK)
+
+
+async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput) -> None:
+    """Restart the job off the drained straggler now: the node's own drain would wait for the
+    job to end (or its drain deadline), the job slow all the while. One restart per finding."""
+    restart_id = f"straggler-{due.finding_ids[0]}"
+    try:
+        await workflow.start_child_workflow(
+            JobRestart.run,
+            JobRestartInput(job_id=due.job_id, scheduler=due.scheduler, bad_nodes=[due.node], cause=cause,
+                            actor=req.actor, fault_seen_at=workflow.now().isoformat(), restart_id=restart_id),
+            id=job_restart_id(due.job_id, restart_id),
+            # The restart outlives this tick.
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+    except WorkflowAlreadyStartedError:
+        pass  # this finding already restarted its job
