@@ -136,6 +136,36 @@ async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) 
                                                                              "island")
 
 
+async def test_a_restart_never_names_a_node_its_scheduler_has_drained(make_settings, sqlite_url) -> None:
+    """n4 is in production for fleetctl but drained in the scheduler (an earlier restart's bad
+    node, drained there only): the restart names n5, not the node the job could never start on."""
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Node
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
+    with Session(engine) as session:
+        for node in session.exec(select(Node)):
+            node.island = {"n3": "ib-b"}.get(node.name, "ib-a")
+            session.add(node)
+        session.commit()
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+    sim.drain("n4", "fleetctl: job 7 restarted off it")
+
+    async def body(client):
+        return await (await start_job_restart(client, settings, _restart(job.job_id, ["n1"]))).result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert result.new_nodes == ["n2", "n5"]
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert (row.placement, row.placement_detail) == ("island", "island ib-a: n5 for n1")
+
+
 async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_settings, sqlite_url) -> None:
     """The simulated scheduler holds spares as Slurm's reservation does: no job lands on one
     until a restart takes it; then the pool takes the next idle production node."""

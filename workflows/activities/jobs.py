@@ -109,7 +109,16 @@ class JobRestartActivities(DatabaseActivities):
         free = [n for n in jobs.restart_candidates(self.engine, kind) if n not in busy]
         # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
-        return place_restart(job_nodes, req.exclude_nodes, where, free, spares)
+        while True:
+            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares)
+            # fleetctl may still have in production a node its scheduler has drained (a restart
+            # drains its bad nodes in the scheduler only): a job named onto it would wait there
+            # until released. The few nodes chosen are asked, and the choice made again without them.
+            drained = {n for n in placement.nodes if n not in job_nodes and placer.node_state(n).drained}
+            if not drained:
+                return placement
+            free = [n for n in free if n not in drained]
+            spares = {n: island for n, island in spares.items() if n not in drained}
 
     def _take_spares(self, placer, island: str, spares: Sequence[str]) -> None:
         """Hand the spares the placement named from the island's pool to the job (the
