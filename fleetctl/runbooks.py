@@ -10,6 +10,7 @@ A runbook names the events it handles and an ordered list of steps:
       xid: [79]                       # kernel-log XID codes
       checks:                         # check results: name, statuses, a finding regex
         - {name: nvidia-smi-query, status: [fail], finding: "row remapping failed"}
+      stragglers: [nvlink_tx]         # production stragglers, by the metric that found them
       fallback: true                  # handles what no other runbook matches
     steps:
       - action: reboot
@@ -517,6 +518,8 @@ class Match:
     xids: tuple[int, ...] = ()
     checks: tuple[CheckMatch, ...] = ()
     fallback: bool = False
+    # Production stragglers by the metric that found them (fleetctl.stragglers_live.TELEMETRY).
+    stragglers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -648,8 +651,8 @@ def parse_runbook(text: str, source: str = "<runbook>") -> Runbook:
 
 def _parse_match(raw: Any) -> Match:
     if not isinstance(raw, dict) or not raw:
-        raise ValueError("expected a mapping with xid, checks and/or fallback")
-    unknown = set(raw) - {"xid", "checks", "fallback"}
+        raise ValueError("expected a mapping with xid, checks, stragglers and/or fallback")
+    unknown = set(raw) - {"xid", "checks", "stragglers", "fallback"}
     if unknown:
         raise ValueError(f"unknown key {sorted(unknown, key=str)[0]!r}")
     xids = raw.get("xid", [])
@@ -670,7 +673,18 @@ def _parse_match(raw: Any) -> Match:
     fallback = raw.get("fallback", False)
     if not isinstance(fallback, bool):
         raise ValueError("fallback must be true or false")
-    return Match(tuple(xids), tuple(checks), fallback)
+    return Match(tuple(xids), tuple(checks), fallback, _straggler_metrics(raw.get("stragglers", [])))
+
+
+def _straggler_metrics(raw: Any) -> tuple[str, ...]:
+    from fleetctl.stragglers_live import BY_NAME  # when asked: most runbooks name none
+
+    if not isinstance(raw, list) or any(not isinstance(m, str) for m in raw):
+        raise ValueError(f"stragglers must be a list of metric names, not {raw!r}")
+    unknown = [m for m in raw if m not in BY_NAME]
+    if unknown:
+        raise ValueError(f"stragglers: unknown metric {unknown[0]!r} (known: {', '.join(BY_NAME)})")
+    return tuple(raw)
 
 
 def _parse_step(index: int, raw: Any, earlier: set[str]) -> Step:
@@ -755,6 +769,8 @@ def matches(book: Runbook, event: Event, findings_text: str = "") -> bool:
     """Does the runbook handle this event? `findings_text` is the check's reason and findings."""
     if event.kind == "xid":
         return event.code in book.match.xids
+    if event.kind == "straggler":
+        return event.check in book.match.stragglers
     if event.kind == "check":
         for c in book.match.checks:
             if c.name == event.check and event.status in c.statuses:

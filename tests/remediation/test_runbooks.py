@@ -56,6 +56,8 @@ def test_a_good_runbook_loads_with_defaults() -> None:
         ("name: x\nmatch: {xid: [1]}\nsteps: []", "bad.yaml: steps must be a non-empty list"),
         ("name: x\nmatch: {xid: ['79']}\nsteps: [{action: drain}]", "bad.yaml: match: xid must be a list"),
         ("name: x\nmatch: {checks: [{name: a, finding: '('}]}\nsteps: [{action: drain}]", "finding is not a regex"),
+        ("name: x\nmatch: {stragglers: [nvlink]}\nsteps: [{action: drain}]", "stragglers: unknown metric 'nvlink'"),
+        ("name: x\nmatch: {stragglers: nvlink_tx}\nsteps: [{action: drain}]", "stragglers must be a list"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain}, {action: explode}]",
          "bad.yaml: step 1 (explode): unknown action 'explode'"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait}]", "bad.yaml: step 0 (wait): wait needs parameter 'duration'"),
@@ -143,6 +145,11 @@ def test_render_and_evaluate() -> None:
         (Event("check", check="nccl-allreduce", status="fail", message="straggler: nccl-allreduce busbw_gbps: 380 is "
                "20.0% below the fleet median 475", against_peers=True), "nvlink-straggler"),
         (Event("check", check="ib-ports", status="pass"), "escalation-ladder"),
+        # Production stragglers, by the metric that found them.
+        (Event("straggler", check="nvlink_rx", status="fail", message="nvlink_rx 60 GB/s vs median 120"),
+         "nvlink-straggler"),
+        (Event("straggler", check="throttled", status="fail"), "thermal-throttling"),
+        (Event("straggler", check="pcie_tx", status="fail"), "escalation-ladder"),
         (Event("manual", message="operator"), None),
     ],
 )
