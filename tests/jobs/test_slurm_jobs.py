@@ -165,11 +165,22 @@ def test_a_restart_falls_back_to_the_fleet_when_the_island_has_no_free_node(cli,
     assert "fleet ib-a -> outside" in shown.stdout
 
 
-def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli, slurm_cluster, sqlite_url) -> None:
-    # node4 is in production for fleetctl but drained in Slurm by someone else (NHC): the
+@pytest.fixture
+def node4_reserved(slurm_cluster):
+    """node4 idle and undrained, but held by a reservation that is not fleetctl's (an
+    operator's maintenance window): a job not in it cannot start there, and nothing fleetctl
+    asks of the node says so."""
+    slurm_cluster.run("scontrol", "create", "reservation", "ReservationName=maint-node4", "Nodes=node4",
+                      "StartTime=now", "Duration=60", "Users=root")
+    yield
+    slurm_cluster.run("scontrol", "delete", "ReservationName=maint-node4")
+
+
+def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli, slurm_cluster, sqlite_url,
+                                                                            node4_reserved) -> None:
+    # node4 is free for fleetctl and for sinfo, but an operator's reservation holds it: the
     # island's one free node cannot take the job, and the restart must not wait for it.
     _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
-    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
     job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
     assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
 
@@ -184,6 +195,23 @@ def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli
     assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
 
 
+def test_a_restart_never_names_an_island_node_slurm_has_drained(cli, slurm_cluster, sqlite_url) -> None:
+    # node4 is in production for fleetctl but drained in Slurm by someone else (NHC): the
+    # restart does not name it and wait, it goes to the fleet at once.
+    _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
+    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes", "--timeout", "60")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert (restart["placement"], restart["placement_detail"], restart["landed"]) == (
+        "fleet", "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet", "outside")
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
+
+
 @pytest.fixture
 def slurm_reset(slurm_cluster):
     """The cluster, every job cancelled and node resumed afterwards."""
@@ -191,7 +219,7 @@ def slurm_reset(slurm_cluster):
     slurm_cluster.reset()
 
 
-def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settings, sqlite_url) -> None:
+def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settings, sqlite_url, node4_reserved) -> None:
     """The restart's first attempt requeued the job and recorded its placement, then died
     before its node list reached Slurm: the retry, finding the job pending, names them again."""
     from datetime import timezone
@@ -209,9 +237,8 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
     engine = get_engine(sqlite_url)
     sim_fleet(engine, slurm_cluster.node_names, scheduler="slurm")
     _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
-    # node4 (the island's replacement) is held by NHC and node3 runs another job, so the job
-    # stays pending wherever it is pointed.
-    slurm_cluster.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+    # node4 (the island's replacement) is held by an operator's reservation and node3 runs
+    # another job, so the job stays pending wherever it is pointed.
     slurm_cluster.submit_sleep_job("-w", "node3")
     job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
     assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
