@@ -241,7 +241,8 @@ def render_html(report: dict[str, Any]) -> str:
         # Profiles differ several-fold on the same metric: each strip is relative to its own median.
         "stragglers": [
             svg.strip_plot([(g["profile"], 100.0, [(n["node"], _percent_of(n["value"], g["median"]), n["straggler"],
-                                                    f"{n['value']:g} (median {g['median']:g})") for n in g["nodes"]])
+                                                    f"{n['value']:g} ({_median_words(g['median'])})")
+                                                   for n in g["nodes"]])
                             for g in groups],
                            f"{name} per profile", f"{name}, % of the profile's median")
             for name, groups in _by_metric(report["stragglers"]).items()
@@ -249,6 +250,11 @@ def render_html(report: dict[str, Any]) -> str:
     }
     return env.get_template("report.html.j2").render(
         r=report, plots=plots, states=states, colour=state_colour, definitions=definitions(report))
+
+
+def _median_words(median: float | None) -> str:
+    # None: too few nodes of the profile have the metric to compare them (checks.stragglers).
+    return f"median {median:g}" if median is not None else "too few nodes to compare"
 
 
 def _percent_of(value: float, median: float | None) -> float:

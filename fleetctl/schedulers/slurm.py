@@ -13,7 +13,7 @@ import re
 import subprocess
 import time
 from datetime import datetime, timezone
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
@@ -217,9 +217,13 @@ def _node_state(node: str, state_flags: str, reason: str) -> SchedulerNodeState:
 class SlurmScheduler:
     """The Scheduler protocol over Slurm's command-line tools."""
 
-    def __init__(self, run: CommandRunner | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, run: CommandRunner | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self.run = run or LocalCommandRunner()
         self.timeout_s = timeout_s
+        # The wall clock the credential-revoke second is judged by, and the waits: given, so
+        # a test can script them without patching the time module under every thread.
+        self.clock, self.sleep = clock, sleep
         # Jobs requeued by requeue() and not yet released: job id -> (when, the nodes it ran on).
         self._requeued: dict[str, tuple[float, tuple[str, ...]]] = {}
 
@@ -326,7 +330,7 @@ class SlurmScheduler:
                 raise SchedulerError(
                     f"job {job_id} still completing after {self.timeout_s:g}s: its nodes have not confirmed it ended"
                 )
-            time.sleep(SETTLE_POLL_S)
+            self.sleep(SETTLE_POLL_S)
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Requeue a job and release it at once onto nodes other than exclude_nodes.
@@ -393,7 +397,7 @@ class SlurmScheduler:
         state, _, _, ran_on = self._job_once_settled(job_id)
         if state != "PENDING":
             self._command(["scontrol", "requeue", job_id])
-            self._requeued[job_id] = (time.time(), ran_on)
+            self._requeued[job_id] = (self.clock(), ran_on)
 
     def _restart(self, job_id: str, exclude_nodes: Sequence[str], place_on: Sequence[str]) -> None:
         validate_job_id(job_id)
@@ -423,5 +427,5 @@ class SlurmScheduler:
         # Only the nodes the job ran on were told of the revoke: a job named onto nodes of
         # which none ran it (a hot spare for a 1-node job) is released at once.
         if requeued_at is not None and not (place_on and not set(place_on) & set(ran_on)):
-            time.sleep(max(0.0, math.floor(requeued_at) + 1 + CLOCK_SKEW_ALLOWANCE_S - time.time()))
+            self.sleep(max(0.0, math.floor(requeued_at) + 1 + CLOCK_SKEW_ALLOWANCE_S - self.clock()))
         self._command(update)

@@ -161,7 +161,7 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     assert table.exit_code == 0 and "stragglers in production" in table.output and victim in table.output
     html = scene.fleet.settings.db_url.removeprefix("sqlite:///") + ".html"
     rendered = await asyncio.to_thread(scene.invoke, "report", "--no-sync", "--html", html)
-    assert rendered.exit_code == 0 and "stragglers in production" in rendered.output
+    assert rendered.exit_code == 0 and "stragglers in production" in rendered.output, rendered.output
     with open(html, encoding="utf-8") as page:
         assert "Stragglers in production" in page.read()
 

@@ -99,6 +99,19 @@ def test_html_escapes_what_came_from_the_database(sqlite_url) -> None:
     assert page.count("<svg") == 5  # states, causes, restarts and one strip plot per straggler metric
 
 
+def test_html_shows_a_profile_too_small_to_compare_on_a_metric(sqlite_url) -> None:
+    """Fewer nodes of a profile with a straggler metric than comparing needs (a remediation's
+    all-reduce on one node of a small fleet): no median, and the page still renders."""
+    engine = get_engine(sqlite_url)
+    history.seed(engine, NOW)
+    report = build_report(engine, NOW - history.WINDOW, NOW)
+    group = report["stragglers"][0]
+    report["stragglers"][0] = {**group, "median": None,
+                               "nodes": [{**n, "straggler": False} for n in group["nodes"][:2]]}
+    page = render_html(report)
+    assert "too few nodes to compare" in page
+
+
 def test_lemon_table_counts_live_runs_as_the_rma_reason_does(seeded_engine) -> None:
     """n05 entered maintenance once (at +49 h) and stayed there while three live runbooks
     (and a dry run, which changes nothing) were tried on it: the lemon rule's figure,

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
-from fleetctl.schedulers import slurm as slurm_module
 from fleetctl.schedulers.slurm import (
     CLOCK_SKEW_ALLOWANCE_S,
     SETTLE_POLL_S,
@@ -158,12 +157,8 @@ def test_restart_onto_named_nodes_refuses_a_bad_list_before_touching_the_job(nod
     assert runner.calls == []
 
 
-def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pass(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pass() -> None:
     events: list[object] = []
-    monkeypatch.setattr(slurm_module.time, "time", lambda: 100.3)
-    monkeypatch.setattr(slurm_module.time, "sleep", lambda seconds: events.append(round(seconds, 3)))
     runner = ScriptedRunner(
         {
             "squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "COMPLETING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")],
@@ -175,7 +170,8 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
         events.append(" ".join(argv[:2]))
         return runner(argv, timeout_s)
 
-    SlurmScheduler(run=record).restart_job("42", exclude_nodes=["node1"])
+    SlurmScheduler(run=record, clock=lambda: 100.3, sleep=lambda seconds: events.append(round(seconds, 3))).restart_job(
+        "42", exclude_nodes=["node1"])
 
     assert events == [
         "squeue --noheader",
@@ -193,28 +189,24 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
     (["node3"], False),  # none of the new nodes ran the job: no slurmd there revoked its credential
     (["node2", "node3"], True),  # node2 ran it and refuses a credential of the revoke's second
 ])
-def test_a_job_named_onto_nodes_that_never_ran_it_is_released_at_once(monkeypatch: pytest.MonkeyPatch, nodes,
-                                                                     waits) -> None:
+def test_a_job_named_onto_nodes_that_never_ran_it_is_released_at_once(nodes, waits) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(slurm_module.time, "time", lambda: 100.3)
-    monkeypatch.setattr(slurm_module.time, "sleep", slept.append)
     runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")],
                              "scontrol": [(0, "", ""), (0, "", "")]})
-    SlurmScheduler(run=runner).restart_job_on("42", exclude_nodes=["node1"], nodes=nodes)
+    SlurmScheduler(run=runner, clock=lambda: 100.3, sleep=slept.append).restart_job_on(
+        "42", exclude_nodes=["node1"], nodes=nodes)
     assert bool(slept) == waits
 
 
-def test_requeue_first_then_the_release_still_waits_out_the_revoke_second(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requeue_first_then_the_release_still_waits_out_the_revoke_second() -> None:
     """requeue() now, the placement decided meanwhile, restart_job_on() later: the release
     waits for the same second as if both were one call, and the job is requeued once."""
     slept: list[float] = []
     clock = iter([100.3, 100.9])
-    monkeypatch.setattr(slurm_module.time, "time", lambda: next(clock))
-    monkeypatch.setattr(slurm_module.time, "sleep", slept.append)
     runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", ""),
                                         (0, "PENDING|||\n", "")],
                              "scontrol": [(0, "", ""), (0, "", "")]})
-    scheduler = SlurmScheduler(run=runner)
+    scheduler = SlurmScheduler(run=runner, clock=lambda: next(clock), sleep=slept.append)
     scheduler.requeue("42")
     scheduler.restart_job_on("42", exclude_nodes=["node1"], nodes=["node2", "node3"])
     assert [c[:2] for c in runner.calls if c[0] == "scontrol"] == [["scontrol", "requeue"], ["scontrol", "update"]]
