@@ -108,20 +108,25 @@ async def test_a_job_that_cannot_run_again_fails_the_restart_with_the_reason(mak
     assert sim.job(job.job_id).state == "pending"
 
 
-async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) -> None:
+def _n3_in_another_island(engine) -> None:
+    """Every node in island ib-a but n3, in ib-b."""
     from sqlmodel import Session, select
 
     from fleetctl.db.models import Node
 
-    settings = make_settings(sqlite_url)
-    engine = get_engine(sqlite_url)
-    sim = SimScheduler(engine)
-    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
-    with Session(engine) as session:  # first fit would take n3, in the other island
+    with Session(engine) as session:
         for node in session.exec(select(Node)):
             node.island = {"n3": "ib-b"}.get(node.name, "ib-a")
             session.add(node)
         session.commit()
+
+
+async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    _n3_in_another_island(engine)  # first fit would take n3
     job = sim.submit("train", node_count=2)
     assert job.nodes == ("n1", "n2")
 
@@ -139,19 +144,11 @@ async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) 
 async def test_a_restart_never_names_a_node_its_scheduler_has_drained(make_settings, sqlite_url) -> None:
     """n4 is in production for fleetctl but drained in the scheduler (an earlier restart's bad
     node, drained there only): the restart names n5, not the node the job could never start on."""
-    from sqlmodel import Session, select
-
-    from fleetctl.db.models import Node
-
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)
     sim = SimScheduler(engine)
     sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
-    with Session(engine) as session:
-        for node in session.exec(select(Node)):
-            node.island = {"n3": "ib-b"}.get(node.name, "ib-a")
-            session.add(node)
-        session.commit()
+    _n3_in_another_island(engine)
     job = sim.submit("train", node_count=2)
     assert job.nodes == ("n1", "n2")
     sim.drain("n4", "fleetctl: job 7 restarted off it")
