@@ -17,6 +17,7 @@ from fleetctl.db import spares as spare_store
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from tests.support.worker import WorkerThread, terminate_node_workflows
+from tests.jobs.support import until
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
 
@@ -27,13 +28,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 # the spare up).
 ADMISSION_S = 60.0
 
-
-async def _until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
-    return value
 
 
 async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_cluster, make_settings,
@@ -54,12 +48,12 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
         for n in names:
             await request_phase(client, n, "admit", "tester", "quick")
-        await _until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), ADMISSION_S,
+        await until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), ADMISSION_S,
                      "production")
         # Each node back in production refills the pool: one spare, held by Slurm.
-        spare = (await _until(lambda: list(spare_store.held(engine)), ADMISSION_S, "a spare"))[0]
+        spare = (await until(lambda: list(spare_store.held(engine)), ADMISSION_S, "a spare"))[0]
         assert spare_store.held(engine) == {spare: "ib-a"}
-        await _until(lambda: scheduler.spares() == {"ib-a": (spare,)}, ADMISSION_S, "the reservation")
+        await until(lambda: scheduler.spares() == {"ib-a": (spare,)}, ADMISSION_S, "the reservation")
         # fleet status: the spare is in service (production) and shown per island.
         shown = await asyncio.to_thread(CliRunner().invoke, app, ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address,
                                          "--task-queue", settings.task_queue, "fleet", "status"],
@@ -76,21 +70,21 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
         await send_health_events(client, bad, [HealthEventInput(
             bad, "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-spares", time.time())])
 
-        restart = await _until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"),
+        restart = await until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"),
                                             None), settings.restart_island_wait_s, "the job restart")
         rerun = slurm_cluster.wait_for_run(job_id, 1)
         assert set(rerun.nodes) == {kept, spare}  # its good node and the island's spare
         assert restart.spares_taken == [spare] and f"spare {spare}" in restart.placement_detail
         # The pool takes the one idle production node left (the bad one is in maintenance).
         refill = next(n for n in names if n not in (bad, kept, spare))
-        await _until(lambda: spare_store.held(engine) == {refill: "ib-a"}, ADMISSION_S, "the refill")
+        await until(lambda: spare_store.held(engine) == {refill: "ib-a"}, ADMISSION_S, "the refill")
         assert scheduler.spares() == {"ib-a": (refill,)}
         assert queries.get_node(engine, bad).state == "maintenance"
 
         # A spare that leaves production leaves the pool; no idle production node is left to
         # take its place (the others run the job), so the island holds none.
         await request_transition(client, refill, "drain", "tester", "spare leaves production")
-        await _until(lambda: spare_store.held(engine) == {}, ADMISSION_S, "the drained spare out of the pool")
+        await until(lambda: spare_store.held(engine) == {}, ADMISSION_S, "the drained spare out of the pool")
         assert scheduler.spares() == {} and scheduler.node_state(refill).drained
     finally:
         await terminate_node_workflows(settings, names)

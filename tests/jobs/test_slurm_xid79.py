@@ -4,7 +4,6 @@ healthy nodes; the recorded restart latency is the real one."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -17,18 +16,12 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from tests.support.worker import WorkerThread, terminate_node_workflows
+from tests.jobs.support import until
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
-
-async def _until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
-    return value
 
 
 async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(slurm_cluster, make_settings, sqlite_url) -> None:
@@ -47,14 +40,14 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
         for n in names:
             await request_phase(client, n, "admit", "tester", "quick")
-        await _until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60, "production")
+        await until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60, "production")
 
         job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
         assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
         await send_health_events(client, "node1", [HealthEventInput(
             "node1", "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-xid79", time.time())])
 
-        restart = await _until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"), None),
+        restart = await until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"), None),
                                90, "the job restart")
         rerun = slurm_cluster.wait_for_run(job_id, 1)  # the job's script really runs again ...
         assert "node1" not in rerun.nodes and len(rerun.nodes) == 2  # ... on two healthy nodes
