@@ -83,7 +83,7 @@ def _small_fleet_db(directory: Path) -> str:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.inventory import render_inventory
-    from fleetctl.inventory import parse_inventory
+    from fleetctl.inventory.parse import parse_inventory
 
     url = f"sqlite:///{directory / 'fleet.db'}"
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(SMALL_FLEET, 2, "h100-sxm", seed=1)}))
@@ -92,7 +92,7 @@ def _small_fleet_db(directory: Path) -> str:
 
 
 def run(full: bool) -> dict:
-    from fleetctl.temporal_server import TemporalBinaryMissing, temporal_binary
+    from fleetctl.connections.temporal_server import TemporalBinaryMissing, temporal_binary
 
     try:
         temporal = str(temporal_binary())

@@ -8,7 +8,7 @@ node workflow's state with 200 queued events (continue-as-new, queries), the tra
 request and record, the guard's state, snapshot and decision. Both converters must decode
 each payload to equal values, or the benchmark refuses to report.
 
-The alternative, annotations that are not strings in workflows/api.py, is measured on
+The alternative, annotations that are not strings in workflows/api/, is measured on
 HealthEventInput alone: the same class rebuilt with its evaluated types (make_dataclass),
 decoded by the default converter.
 """
@@ -28,7 +28,7 @@ ROUND_SECONDS = 0.05  # each converter decodes each payload for about this long 
 
 
 def _payloads() -> dict[str, tuple[type, Any]]:
-    from fleetctl.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalDecision
+    from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalDecision
     from workflows import api
 
     def event(i: int, code: int = 13) -> api.HealthEventInput:

@@ -25,7 +25,7 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 @contextmanager
 def dev_server(directory: Path) -> Iterator:
     """A fresh dev server on its own SQLite file (directory/temporal.db)."""
-    from fleetctl.temporal_server import TemporalBinaryMissing, start_dev_server
+    from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 
     try:
         server = start_dev_server(directory / "temporal.db")
@@ -67,7 +67,7 @@ def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.inventory import render_inventory
-    from fleetctl.inventory import parse_inventory
+    from fleetctl.inventory.parse import parse_inventory
 
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1, name_prefix=name_prefix)}))
     queries.upsert_nodes(get_engine(settings.db_url), specs)

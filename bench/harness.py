@@ -44,7 +44,7 @@ def _memory_gib() -> float | None:
 
 
 def _temporal_cli_version() -> str:
-    from fleetctl.temporal_server import TemporalBinaryMissing, temporal_binary
+    from fleetctl.connections.temporal_server import TemporalBinaryMissing, temporal_binary
 
     try:
         out = subprocess.run([str(temporal_binary()), "--version"], capture_output=True, text=True, timeout=30)

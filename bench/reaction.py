@@ -49,7 +49,7 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.inventory import parse_inventory
+    from fleetctl.inventory.parse import parse_inventory
 
     entries = [{"name": n, "address": f"sim://{n}", "rack": "rack-01", "profile": "h100-sxm", "scheduler": "slurm"}
                for n in names]

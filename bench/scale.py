@@ -64,7 +64,7 @@ def _put_in_production(settings, inventory: Path) -> None:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from fleetctl.inventory import load_inventory
+    from fleetctl.inventory.parse import load_inventory
     from sqlmodel import Session
 
     engine = get_engine(settings.db_url)

@@ -32,7 +32,7 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.inventory import parse_inventory
+    from fleetctl.inventory.parse import parse_inventory
 
     entries = [{"name": n, "address": f"sim://{n}", "rack": "rack-01", "profile": "h100-sxm", "scheduler": "slurm",
                 "island": ISLAND} for n in names]
@@ -41,7 +41,7 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
 
 def _set_pool(cluster, settings, spares: int) -> tuple[str, ...]:
     """The island holds `spares` idle production nodes (0: none); the pool."""
-    from fleetctl import spare_pool
+    from fleetctl.jobs import spares_sync
     from fleetctl.db import spares as store
     from fleetctl.db.engine import get_engine
 
@@ -51,7 +51,7 @@ def _set_pool(cluster, settings, spares: int) -> tuple[str, ...]:
         scheduler.set_spares(ISLAND, [])
         store.record_pool(engine, ISLAND, [])
         return ()
-    result = spare_pool.fill(engine, spares, lambda kind: scheduler)
+    result = spares_sync.fill(engine, spares, lambda kind: scheduler)
     if result.errors:
         raise CannotMeasure(f"spares not held: {result.errors}")
     return tuple(sorted(store.held(engine)))

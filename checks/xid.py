@@ -157,7 +157,7 @@ _RECOVERY_ACTIONS = {
 UNKNOWN = "unknown"
 # Severity is fleetctl's own (the action stays NVIDIA's): a code NVIDIA leaves to the
 # application still warns when its repeats say something about the node, so that a burst
-# escalates (the repeat rule of fleetctl.health).
+# escalates (the repeat rule of fleetctl.nodes.health).
 _WATCHED = {94: "contained memory error: repeats mean failing memory"}
 
 

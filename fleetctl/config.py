@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from fleetctl.spares import MAX_SPARES_PER_ISLAND
+from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND
 
 ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
     "temporal_address": "TEMPORAL_ADDRESS",
     "temporal_namespace": "TEMPORAL_NAMESPACE",
-    # The `temporal` CLI's own names, so one environment serves both (fleetctl.temporal_connection).
+    # The `temporal` CLI's own names, so one environment serves both (fleetctl.connections.temporal_client).
     "temporal_profile": "TEMPORAL_PROFILE",
     "temporal_config_file": "TEMPORAL_CONFIG_FILE",
     "temporal_tls": "TEMPORAL_TLS",
@@ -105,7 +105,7 @@ class Settings:
     temporal_namespace: str = "default"
     # Temporal's TOML profile (empty: TEMPORAL_PROFILE's or "default") and file (empty: the
     # `temporal` CLI's default path); TLS and mTLS; the API key (never printed). What these
-    # leave unset the profile gives (fleetctl.temporal_connection). temporal_tls is empty
+    # leave unset the profile gives (fleetctl.connections.temporal_client). temporal_tls is empty
     # (decided by the other settings: any of them turns TLS on), true or false.
     temporal_profile: str = ""
     temporal_config_file: str = ""
@@ -140,13 +140,13 @@ class Settings:
     # Schedulers: the slurm.conf Slurm's commands read (empty: Slurm's own default), and the
     # kubeconfig and context for the Kubernetes API (empty: kubectl's defaults).
     slurm_conf: str = ""
-    # A restart placed on named nodes of the job's island (fleetctl.placement) that has not
+    # A restart placed on named nodes of the job's island (fleetctl.jobs.placement) that has not
     # started on them after this long falls back to any healthy node: one of them was taken
     # or is held by the scheduler. Slurm starts a job on free named nodes at the update.
     restart_island_wait_s: float = 60.0
-    # Hot spares (fleetctl.spares): how many idle production nodes each island holds out of
+    # Hot spares (fleetctl.jobs.spares): how many idle production nodes each island holds out of
     # normal scheduling for restarts to take first (Slurm: reservation fleetctl-spares-<island>).
-    # 0 holds none (and gives back any held). Bounded by fleetctl.spares.MAX_SPARES_PER_ISLAND.
+    # 0 holds none (and gives back any held). Bounded by fleetctl.jobs.spares.MAX_SPARES_PER_ISLAND.
     spares_per_island: int = 0
     # [user@]host[:port] of a Slurm login or controller host to run Slurm's commands on over
     # SSH (host keys verified against known_hosts); empty: run them on the worker's host.
@@ -188,7 +188,7 @@ class Settings:
     lemon_threshold: int = 3
     lemon_window_days: float = 7.0
     # A production node whose check runs could not reach it this many times in a row is
-    # suspect, and drained through the capacity guard (fleetctl.reachability).
+    # suspect, and drained through the capacity guard (fleetctl.nodes.reachability).
     suspect_after_unreachable: int = 3
     # A production node whose agent (`fleetctl agent`, heard through `fleetctl events serve`)
     # has been silent this long is suspect too, drained the same way; 0 disables. Nodes
@@ -199,7 +199,7 @@ class Settings:
     # the bearer token sent with them (never logged, never in a bundle).
     webhook_url: str = ""
     webhook_token: str = ""
-    # Stragglers in production (fleetctl.stragglers_live, the ProductionStragglers workflow
+    # Stragglers in production (fleetctl.jobs.stragglers, the ProductionStragglers workflow
     # a `fleetctl schedule create stragglers` starts): the Prometheus that scrapes the DCGM
     # exporters (http(s)://host:port[/prefix], no credentials in it; empty: not judged), the
     # bearer token sent to it (https only; never logged), the CA bundle its certificate is
@@ -238,7 +238,7 @@ GUARD_SETTINGS = ("guard_max_unavailable_fleet", "guard_max_unavailable_rack", "
 def guard_policy(settings: Settings, fleet: str):
     """The capacity guard's policy for `fleet`: the guard_* settings, overridden by the fleet's
     entry in guard_fleets, and the automation dry run."""
-    from fleetctl.capacity import GuardPolicy
+    from fleetctl.nodes.capacity import GuardPolicy
 
     limits = {name: getattr(settings, name) for name in GUARD_SETTINGS} | settings.guard_fleets.get(fleet, {})
     return GuardPolicy(*(limits[name] for name in GUARD_SETTINGS), dry_run=settings.automation_dry_run)
@@ -337,12 +337,12 @@ def _check_string(name: str, value: str, what: str) -> str:
     if name == "operator":
         return check_operator(value)
     if name == "straggler_policy":
-        from fleetctl.stragglers_live import POLICIES
+        from fleetctl.jobs.stragglers import POLICIES
 
         if value not in POLICIES:
             raise ConfigError(f"{what}: {value[:40]!r} is not a policy (one of {', '.join(POLICIES)})")
     if name == "prometheus_node_label":
-        from fleetctl.stragglers_live import check_label
+        from fleetctl.jobs.stragglers import check_label
 
         try:
             check_label(value)
@@ -441,7 +441,7 @@ def load_settings(
 
 def _check_kubernetes(settings: Settings) -> None:
     """The Kubernetes drain settings, checked once here so a bad one stops at startup."""
-    from fleetctl.schedulers.kubernetes import kubernetes_options
+    from fleetctl.schedulers.kubernetes_drain import kubernetes_options
 
     try:
         kubernetes_options(settings)

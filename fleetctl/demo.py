@@ -85,7 +85,7 @@ class Demo:
         import yaml
 
         from fleetctl.sim.inventory import render_inventory
-        from fleetctl.inventory import parse_inventory
+        from fleetctl.inventory.parse import parse_inventory
         from workflows.client import connect, ensure_node_workflows
 
         entries = render_inventory(self.plan.nodes, self.plan.racks, self.plan.profile, self.plan.seed)
@@ -261,7 +261,8 @@ async def run_demo(settings: Settings, plan: DemoPlan, log: Callable[[str], None
 
 
 def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[dict, Path]:
-    from fleetctl.report import build_report, render_html
+    from fleetctl.reliability.report import render_html
+    from fleetctl.reliability.report_store import build_report
 
     report = build_report(get_engine(settings.db_url), since, datetime.now(timezone.utc), fleet=settings.fleet,
                           window_basis="since the demo began")

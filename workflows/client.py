@@ -31,9 +31,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from fleetctl.capacity import RemovalDecision, RemovalRequest
+from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings, guard_policy
-from fleetctl.search_attributes import compare_registered, start_attributes
+from fleetctl.nodes.search_attributes import compare_registered, start_attributes
 from fleetctl.text import one_line
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
@@ -83,8 +83,8 @@ from workflows.api import (
 from workflows.converter import DATA_CONVERTER
 
 if TYPE_CHECKING:
-    from fleetctl import firmware
-    from fleetctl.runbooks import Event, Runbook
+    from fleetctl.remediation import firmware
+    from fleetctl.remediation.runbooks import Event, Runbook
 
 # Node requests in flight at once from one command (the benchmarks drive 1,000 nodes so).
 CLIENT_CONCURRENCY = 50
@@ -114,7 +114,7 @@ class TemporalNotSetUp(RuntimeError):
 
 
 async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
-    from fleetctl.temporal_connection import resolve
+    from fleetctl.connections.temporal_client import resolve
 
     temporal = resolve(settings)  # flags, TEMPORAL_* env, fleetctl config, Temporal profile
     try:
@@ -483,7 +483,7 @@ class RolloutRefused(RuntimeError):
 
 def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]:
     """Nodes whose reported firmware differs from the baseline, by name (the roll-out order)."""
-    from fleetctl import firmware
+    from fleetctl.remediation import firmware
     from fleetctl.db import firmware as db
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
@@ -496,7 +496,7 @@ def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]
 
 async def start_rollout(client: Client, settings: Settings, baseline: firmware.Baseline, source: str, canary: int,
                         batch: str, max_failures: int, dry_run: bool, actor: str) -> tuple[str, RolloutInput]:
-    from fleetctl import firmware
+    from fleetctl.remediation import firmware
     from fleetctl.db import firmware as db
     from fleetctl.db.engine import get_engine
 

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from fleetctl.bmc.base import RESET_TYPES, BmcError, BootNotSeen
-from fleetctl.firmware_image import validate_image_uri
+from fleetctl.remediation.firmware import validate_image_uri
 from fleetctl.text import one_line
 
 log = logging.getLogger(__name__)

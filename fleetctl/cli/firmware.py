@@ -19,8 +19,8 @@ app.add_typer(rollout_app, name="rollout")
 
 def _load(path: Path):
     from fleetctl.cli.node import _known_profiles
-    from fleetctl.firmware import BaselineError, load_baseline
-    from fleetctl.runbooks import TemplateRefused
+    from fleetctl.remediation.firmware import BaselineError, load_baseline
+    from fleetctl.remediation.runbooks import TemplateRefused
 
     try:
         return load_baseline(path, _known_profiles())
@@ -44,7 +44,7 @@ def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Every node's drift from the baseline, from the firmware its checks last reported."""
     from fleetctl.db import firmware as db
     from fleetctl.db.queries import list_nodes
-    from fleetctl.firmware import Baseline, node_drift
+    from fleetctl.remediation.firmware import Baseline, node_drift
 
     engine = context.engine(ctx)
     row = db.current_baseline(engine)
@@ -80,7 +80,7 @@ def rollout(
         return
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
-    from fleetctl.firmware import batch_size
+    from fleetctl.remediation.firmware import batch_size
     from workflows.client import start_rollout
 
     baseline = _load(baseline_file)

@@ -7,16 +7,17 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, when, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, within
+from fleetctl.durations import when
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
 
 def fleet_status(ctx: typer.Context) -> dict:
-    """Counts from the database (fleetctl.fleet_status); automation state from the guard
+    """Counts from the database (fleetctl.nodes.fleet_status_store); automation state from the guard
     workflow, whose policy the budget is measured against (the configured one without it)."""
     from fleetctl.config import guard_policy
-    from fleetctl.fleet_status import fleet_status as from_database
+    from fleetctl.nodes.fleet_status_store import fleet_status as from_database
 
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
@@ -97,7 +98,7 @@ def render_racks(islands: list[dict]):
     from rich.console import Group
     from rich.text import Text
 
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
 
     legend = "  ".join(f"{letter} {state}" for state, letter in STATE_LETTER.items())
     lines = [Text.assemble(("racks by island", "bold"), f"   (top of rack first; {legend})")]
@@ -115,7 +116,7 @@ def render_status(data: dict, wide: bool = False):
     from rich.console import Group
     from rich.text import Text
 
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
 
     states = [s.value for s in NodeState]
     head = Text.assemble(("fleet ", "bold"), f"{data['nodes']} nodes   ",

@@ -24,9 +24,9 @@ SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or 
 
 
 def _scheduler(ctx: typer.Context, kind: str):
-    from fleetctl.names import scheduler_members
+    from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import scheduler_for
-    from fleetctl.slurm_host import slurm_runner
+    from fleetctl.connections.slurm_client import slurm_runner
 
     try:
         return scheduler_for(kind, context.settings(ctx), slurm_runner=slurm_runner(context.settings(ctx))
@@ -38,7 +38,7 @@ def _scheduler(ctx: typer.Context, kind: str):
 def _scheduler_kinds(ctx: typer.Context) -> list[str]:
     """The schedulers the inventory's nodes use, in a stable order."""
     from fleetctl.db.queries import list_nodes
-    from fleetctl.names import scheduler_members
+    from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS
 
     # A SUNK node's jobs are its members' (Slurm's and Kubernetes'), each asked once.
@@ -74,9 +74,9 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
 def sync_schedulers(ctx: typer.Context):
     """Reconcile the jobs of every scheduler the inventory uses into the database."""
     from fleetctl.db.models import utcnow
-    from fleetctl.job_sync import sync_jobs
+    from fleetctl.jobs.history_sync import sync_jobs
     from fleetctl.schedulers import scheduler_for
-    from fleetctl.slurm_host import slurm_runner
+    from fleetctl.connections.slurm_client import slurm_runner
 
     s = context.settings(ctx)
     return sync_jobs(context.engine(ctx), _scheduler_kinds(ctx), lambda kind: scheduler_for(
@@ -161,7 +161,7 @@ def list_jobs(
 
 
 def _restart_row(r) -> dict:
-    from fleetctl.metrics import as_utc
+    from fleetctl.durations import as_utc
 
     def iso(when) -> str | None:
         return as_utc(when).isoformat() if when else None
@@ -237,7 +237,7 @@ def restart(
     from datetime import datetime
 
     from fleetctl.db.queries import list_nodes
-    from fleetctl.job_nodes import not_in_job, nodes_to_leave
+    from fleetctl.jobs.placement import not_in_job, nodes_to_leave
 
     kind, job = _find_job(ctx, job_id, scheduler)
     if job is None or job.state != "running":

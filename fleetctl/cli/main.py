@@ -99,8 +99,8 @@ def _known_errors() -> dict[type[BaseException], int]:
         from fleetctl.config import ConfigError
 
         errors[ConfigError] = EXIT_USAGE
-    if "fleetctl.inventory" in sys.modules:
-        from fleetctl.inventory import InventoryError
+    if "fleetctl.inventory.parse" in sys.modules:
+        from fleetctl.inventory.parse import InventoryError
 
         errors[InventoryError] = EXIT_USAGE
     if "fleetctl.db.engine" in sys.modules:

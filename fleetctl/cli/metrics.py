@@ -23,11 +23,11 @@ def serve(
     fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
     restarts and their latency, repairs, remediations, RMAs, capacity-guard decisions, and for
     the configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
-    from fleetctl import metrics_exporter
+    from fleetctl.reliability import exporter_server
     from fleetctl.config import guard_policy
 
     s = context.settings(ctx)
-    server = metrics_exporter.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet))
+    server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet))
     typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
     try:
         threading.Event().wait()

@@ -9,7 +9,8 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
-                                 column_table, emit, fail, shown, sorted_rows, when)
+                                 column_table, emit, fail, shown, sorted_rows)
+from fleetctl.durations import when
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -25,7 +26,7 @@ def _known_profiles() -> set[str] | None:
 def _state_text(state: str):
     from rich.text import Text
 
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
 
     try:
         return Text(state, style=NodeState(state).colour)
@@ -115,7 +116,7 @@ MAX_XID = 65535
 
 def _hosts(names: list[str]) -> list[str]:
     """Node names as given, each of them possibly a Slurm host list (gpu-[002-008,017])."""
-    from fleetctl.hostlist import HostListError, expand_all
+    from fleetctl.inventory.hostlist import HostListError, expand_all
 
     try:
         return expand_all(names)
@@ -139,7 +140,7 @@ def import_nodes(
 ) -> None:
     """Import (or re-import) an inventory; starts a lifecycle workflow for each new node."""
     from fleetctl.db import queries
-    from fleetctl.inventory import load_inventory
+    from fleetctl.inventory.parse import load_inventory
 
     specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
@@ -181,9 +182,9 @@ def list_nodes(
 ) -> None:
     """List nodes, optionally filtered by labels and state."""
     from fleetctl.db.queries import list_nodes as query
-    from fleetctl.inventory import parse_selector
-    from fleetctl.node_conditions import UnknownState, states_named
-    from fleetctl.node_view import node_rows
+    from fleetctl.inventory.parse import parse_selector
+    from fleetctl.nodes.conditions import UnknownState, states_named
+    from fleetctl.nodes.view_store import node_rows
 
     labels = parse_selector(selector) if selector else None
     try:
@@ -200,7 +201,7 @@ def list_nodes(
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
     """One node: state, health (one row per check), why it is out or held, recent events."""
     from fleetctl.db import queries
-    from fleetctl.node_view import node_detail
+    from fleetctl.nodes.view_store import node_detail
 
     engine = context.engine(ctx)
     node = queries.get_node(engine, name)
@@ -264,7 +265,7 @@ def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
 
     from fleetctl.db.models import utcnow
     from fleetctl.db.remediation import times_remediated
-    from fleetctl.runbooks import LemonPolicy
+    from fleetctl.remediation.runbooks import LemonPolicy
 
     s = context.settings(ctx)
     policy = LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days))
@@ -328,7 +329,7 @@ def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> 
 
 
 def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) -> None:
-    from fleetctl.audit import record_rejection
+    from fleetctl.db.audit import record_rejection
 
     s = context.settings(ctx)
     record_rejection(context.engine(ctx), fleet=s.fleet, node=node, actor=s.identity(), trigger=trigger, reason=reason)
@@ -346,9 +347,9 @@ def drain(
     capacity guard's limits says so and asks first (--yes: do not ask)."""
     from fleetctl.config import guard_policy
     from fleetctl.db.queries import nodes_named
-    from fleetctl.fleet_status import drain_overruns
-    from fleetctl.hostlist import compress
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.fleet_status_store import drain_overruns
+    from fleetctl.inventory.hostlist import compress
+    from fleetctl.nodes.lifecycle import NodeState
 
     names = _hosts(names)
     if dry_run:
@@ -381,7 +382,7 @@ def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
     """What `trigger` would do to each node, judged by the same table its workflow uses, on the
     state the database holds; Temporal is not asked and nothing is written."""
     from fleetctl.db import queries
-    from fleetctl.lifecycle import Actor, IllegalTransition, next_state
+    from fleetctl.nodes.lifecycle import Actor, IllegalTransition, next_state
 
     _require_nodes(ctx, names)
     refused = 0
@@ -566,10 +567,10 @@ def prolog(
     import uuid
 
     from checks.suites import SuiteError
-    from fleetctl.capacity import FLEET_LABEL
+    from fleetctl.nodes.capacity import FLEET_LABEL
     from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
     from fleetctl.db.queries import get_node
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
     from workflows.activities.prejob import run_prejob_suite
 
     if job and not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}", job):

@@ -119,16 +119,6 @@ def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
     return sorted(rows, key=order)
 
 
-def when(at: Any) -> str:
-    """A time for a human, in every table the same way: UTC to the second."""
-    from datetime import timezone
-
-    if at is None:
-        return ""
-    at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
-    return f"{at.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S}"
-
-
 def age(since: Any, now: Any = None) -> str:
     """How long ago, as kubectl's AGE: 45s, 12m, 3h12m, 2d4h."""
     from datetime import datetime, timezone

@@ -1,5 +1,5 @@
 """`fleetctl reconcile [--fix]`: where fleetctl and the schedulers disagree about nodes (the
-comparison and the fixes are fleetctl.reconcile's; to keep a node out, drain it with
+comparison and the fixes are fleetctl.nodes.scheduler_sync's; to keep a node out, drain it with
 `fleetctl node drain`)."""
 
 from __future__ import annotations
@@ -59,18 +59,18 @@ def reconcile(
     from rich.progress import Progress
 
     from fleetctl.db.queries import list_nodes
-    from fleetctl.reconcile import reconcile as compare_and_fix
-    from fleetctl.reconcile import valid_owner
+    from fleetctl.nodes.scheduler_sync import reconcile as compare_and_fix
+    from fleetctl.nodes.scheduler_sync import valid_owner
 
     if bad := [o for o in include_owner if not valid_owner(o)]:
         fail(f"--include-owner {bad[0]!r}: a tool's name is the word before a drain reason's colon "
              "(letters, digits, '_', '.', '-'; at most 32)", EXIT_USAGE)
-    from fleetctl.names import scheduler_members
+    from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS, scheduler_for
 
     nodes = [n for n in list_nodes(context.engine(ctx))
              if set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
-    from fleetctl.slurm_host import slurm_runner
+    from fleetctl.connections.slurm_client import slurm_runner
 
     settings = context.settings(ctx)
     schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if "slurm" in scheduler_members(kind) else None)

@@ -22,8 +22,8 @@ def render_report(report: dict, wide: bool = False):
     from rich.console import Group
     from rich.text import Text
 
-    from fleetctl.cli.output import when
-    from fleetctl.report import duration, hours
+    from fleetctl.durations import when
+    from fleetctl.reliability.report import duration, hours
 
     def at(iso: str) -> str:
         return when(datetime.fromisoformat(iso))
@@ -107,7 +107,8 @@ def report(
 
     from fleetctl.db.models import utcnow
     from fleetctl.durations import parse_duration
-    from fleetctl.report import build_report, default_window, first_node_event_at, render_html
+    from fleetctl.reliability.report import default_window, render_html
+    from fleetctl.reliability.report_store import build_report, first_node_event_at
 
     try:
         window = None if since is None else parse_duration(since)

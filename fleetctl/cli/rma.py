@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, when, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, within
+from fleetctl.durations import when
 from fleetctl.text import printable
 
 app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
@@ -48,7 +49,7 @@ def list_rmas(
 @app.command("show")
 def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)), output: OutputFormat = OUTPUT_OPTION) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
-    from fleetctl import rma
+    from fleetctl.remediation import rma
     from fleetctl.db import remediation as db
 
     engine = context.engine(ctx)

@@ -16,7 +16,7 @@ app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_ar
 
 
 def _books(ctx: typer.Context):
-    from fleetctl.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks
+    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks
 
     try:
         return load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR)
@@ -72,7 +72,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
 @app.command("validate")
 def validate(file: Path = typer.Argument(..., help="runbook YAML file")) -> None:
     """Check a runbook without running it: structure, parameters and template safety."""
-    from fleetctl.runbooks import RunbookError, load_runbook
+    from fleetctl.remediation.runbooks import RunbookError, load_runbook
 
     try:
         book = load_runbook(file)
@@ -94,7 +94,7 @@ def run(
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
-    from fleetctl.runbooks import Event
+    from fleetctl.remediation.runbooks import Event
     from workflows.client import RemediationAlreadyRunning, run_remediation
 
     book = _books(ctx).get(name)

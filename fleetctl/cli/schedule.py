@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, when
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail
+from fleetctl.durations import when
 
 app = typer.Typer(help="Periodic active checks on idle production nodes, and the production straggler judge.",
                   no_args_is_help=True)

@@ -1,4 +1,4 @@
-"""`fleetctl spares ...`: the hot spares each island holds for restarts (fleetctl.spares)."""
+"""`fleetctl spares ...`: the hot spares each island holds for restarts (fleetctl.jobs.spares)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def fill(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     from dataclasses import asdict
 
     from fleetctl.cli.job import _scheduler
-    from fleetctl.spare_pool import fill as fill_pools
+    from fleetctl.jobs.spares_sync import fill as fill_pools
 
     result = fill_pools(context.engine(ctx), context.settings(ctx).spares_per_island, lambda kind: _scheduler(ctx, kind))
     if output in (OutputFormat.table, OutputFormat.wide):

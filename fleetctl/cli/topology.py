@@ -20,9 +20,9 @@ def slurm_conf(
 ) -> None:
     """Print a topology.conf (TopologyPlugin=topology/tree) of the inventory's Slurm nodes:
     a line per leaf switch, per island over its leaves, and a root over the islands."""
-    from fleetctl.inventory import load_inventory
-    from fleetctl.names import scheduler_members
-    from fleetctl.topology import TopologyError, slurm_topology_conf
+    from fleetctl.inventory.parse import load_inventory
+    from fleetctl.inventory.names import scheduler_members
+    from fleetctl.inventory.topology import TopologyError, slurm_topology_conf
 
     specs = load_inventory(file)
     try:

@@ -18,9 +18,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
-from fleetctl.metrics import as_utc
-from fleetctl.names import scheduler_members
-from fleetctl.placement import Where, landed
+from fleetctl.durations import as_utc
+from fleetctl.inventory.names import scheduler_members
+from fleetctl.jobs.placement import Where, landed
 from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
@@ -40,7 +40,7 @@ class SimNodeView:
     drained: bool
     reason: str | None
     jobs: tuple[str, ...]  # running jobs placed on it
-    spare: bool = False  # held as a hot spare: no job is placed on it (fleetctl.spares)
+    spare: bool = False  # held as a hot spare: no job is placed on it (fleetctl.jobs.spares)
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class QueuedJob:
     job_id: str
     node_count: int
     exclude: frozenset[str]
-    # Exactly these nodes or wait (a restart placed in its island, fleetctl.placement).
+    # Exactly these nodes or wait (a restart placed in its island, fleetctl.jobs.placement).
     nodes: tuple[str, ...] = ()
 
 
@@ -242,7 +242,7 @@ def restart_spares(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
 
 
 def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence[str]) -> str:
-    """Where the restarted job ran again (fleetctl.placement.landed), written on its restart."""
+    """Where the restarted job ran again (fleetctl.jobs.placement.landed), written on its restart."""
     with Session(engine) as session:
         row = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
         if row is None:

@@ -38,7 +38,7 @@ class Node(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     # When the intake last heard the node's agent (its clock, not the node's); None: the node
-    # has no agent, and agent silence is not judged for it (fleetctl.reachability).
+    # has no agent, and agent silence is not judged for it (fleetctl.nodes.reachability).
     agent_seen_at: Optional[datetime] = None
 
 
@@ -61,7 +61,7 @@ class NodeEvent(SQLModel, table=True):
     run_id: str = ""
     state_version: int = 0
     idempotency_key: str
-    # fleetctl.runbooks.Event.failure of the fault that caused it, "" for none.
+    # fleetctl.remediation.runbooks.Event.failure of the fault that caused it, "" for none.
     failure: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
@@ -322,7 +322,7 @@ class SimSchedulerNode(SQLModel, table=True):
 
 
 class Spare(SQLModel, table=True):
-    """A node held as a hot spare of its island (fleetctl.spares): the scheduler keeps jobs off
+    """A node held as a hot spare of its island (fleetctl.jobs.spares): the scheduler keeps jobs off
     it (Slurm: the reservation fleetctl-spares-<island>) until a restart takes it."""
 
     __tablename__ = "spares"
@@ -356,7 +356,7 @@ class JobRestart(SQLModel, table=True):
     new_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     status: str = Field(default="in_progress", index=True)  # in_progress, succeeded, failed
     error: str = Field(default="", sa_column=Column(Text, nullable=False))
-    # Where the restart asked the scheduler to place the job (fleetctl.placement, migration
+    # Where the restart asked the scheduler to place the job (fleetctl.jobs.placement, migration
     # 0010): "island" (healthy nodes of the job's island, named), "fleet" (fell back to any
     # healthy node), "" (not decided: no topology, or a scheduler that cannot be told);
     # placement_detail says why in words. landed: where the job ran again, "island" (every
@@ -367,6 +367,6 @@ class JobRestart(SQLModel, table=True):
     # The nodes an `island` placement named (a retried requeue names them again).
     placed_on: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     landed: str = ""
-    # The hot spares the placement took (fleetctl.spares, migration 0012); [] when none.
+    # The hot spares the placement took (fleetctl.jobs.spares, migration 0012); [] when none.
     spares_taken: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     workflow_id: str

@@ -12,8 +12,8 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
-from fleetctl.inventory import NodeSpec
-from fleetctl.lifecycle import NodeState
+from fleetctl.inventory.parse import NodeSpec
+from fleetctl.nodes.lifecycle import NodeState
 
 T = TypeVar("T")
 
@@ -310,7 +310,7 @@ AGENT_SILENCE_ACTOR = "agent-silence"  # the actor of a suspect judgement that a
 
 
 def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
-    """Nodes judged suspect (fleetctl.reachability) since they entered their current state,
+    """Nodes judged suspect (fleetctl.nodes.reachability) since they entered their current state,
     with the latest judgement: a node drained, repaired and back is no longer suspect, nor is
     one whose silent agent has been heard again since it was judged."""
     with Session(engine) as session:
@@ -380,7 +380,7 @@ def held_drains(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
     """Per production node whose drain the capacity guard holds: (refusals, first, last, the
     latest refusal's reason). Held means the guard's latest decision about the node since it
     last changed state is a refusal; the refusals counted are those since its last grant."""
-    from fleetctl.node_conditions import GUARD_DECISIONS, GUARD_DENIALS
+    from fleetctl.nodes.conditions import GUARD_DECISIONS, GUARD_DENIALS
 
     granted = sorted(GUARD_DECISIONS - GUARD_DENIALS)
     with Session(engine) as session:

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
-from fleetctl.runbooks import LemonPolicy
+from fleetctl.remediation.runbooks import LemonPolicy
 
 
 def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,

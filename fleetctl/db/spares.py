@@ -1,4 +1,4 @@
-"""The pool of hot spares as the database records it (fleetctl.spares decides it)."""
+"""The pool of hot spares as the database records it (fleetctl.jobs.spares decides it)."""
 
 from __future__ import annotations
 

@@ -10,14 +10,14 @@ from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import Job, StragglerFinding
-from fleetctl.metrics import as_utc
-from fleetctl.stragglers_live import MetricVerdict, OpenFinding
+from fleetctl.durations import as_utc
+from fleetctl.jobs.stragglers import MetricVerdict, OpenFinding
 
 OPEN, CLEARED, DRAINED, CLOSED = "open", "cleared", "drained", "closed"
 
 
 def running_jobs(engine: Engine) -> list[Job]:
-    """Every job the schedulers (reconciled by fleetctl.job_sync) say is running on nodes."""
+    """Every job the schedulers (reconciled by fleetctl.jobs.history_sync) say is running on nodes."""
     with Session(engine) as session:
         return [j for j in session.exec(select(Job).where(Job.state == "running").order_by(Job.job_id)) if j.nodes]
 

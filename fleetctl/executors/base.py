@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-from fleetctl.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
+from fleetctl.inventory.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 
 DEFAULT_OUTPUT_CAP_BYTES = 8 * 1024 * 1024
 

@@ -23,7 +23,7 @@ from fleetctl.agent.spool import Spool
 from fleetctl.agent.transport import NodeRefused
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions
-from fleetctl.names import NODE_NAME_RE
+from fleetctl.inventory.names import NODE_NAME_RE
 
 log = logging.getLogger("fleetctl.intake")
 

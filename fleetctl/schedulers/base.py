@@ -84,7 +84,7 @@ class Scheduler(Protocol):
 @runtime_checkable
 class PlacesRestarts(Protocol):
     """Optional: a scheduler that can restart a job onto nodes fleetctl names (Slurm's
-    ReqNodeList), so a restart keeps the job in its island (fleetctl.placement). `nodes` is
+    ReqNodeList), so a restart keeps the job in its island (fleetctl.jobs.placement). `nodes` is
     every node the job runs on next; none of them is in exclude_nodes."""
 
     def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None: ...
@@ -105,7 +105,7 @@ class RequeuesEarly(Protocol):
 
 @runtime_checkable
 class HoldsSpares(Protocol):
-    """Optional: a scheduler that can keep an island's hot spares (fleetctl.spares) free of
+    """Optional: a scheduler that can keep an island's hot spares (fleetctl.jobs.spares) free of
     jobs until fleetctl hands one to a restart (Slurm: a reservation per island)."""
 
     # island -> the nodes it holds now, for every island fleetctl holds spares in.

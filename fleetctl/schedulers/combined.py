@@ -48,7 +48,7 @@ class CombinedScheduler:
 
     def node_state(self, node: str) -> SchedulerNodeState:
         """Drained when any member has it drained (fleetctl's only if every such drain is);
-        reconcile compares the members one by one (fleetctl.reconcile)."""
+        reconcile compares the members one by one (fleetctl.nodes.scheduler_sync)."""
         states = [scheduler.node_state(node) for _, scheduler in self.members]
         drained = [s for s in states if s.drained]
         shown = drained[0] if drained else next((s for s in states if s.state != "idle"), states[0])
@@ -84,7 +84,7 @@ class CombinedScheduler:
 
     def member_for(self, job_id: str) -> tuple[str, Scheduler]:
         """The kind and adapter of the member that runs the job: what a restart places it
-        through (fleetctl.placement)."""
+        through (fleetctl.jobs.placement)."""
         owner = self._owner(job_id)[0]
         return next((kind, scheduler) for kind, scheduler in self.members if scheduler is owner)
 

@@ -38,7 +38,6 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, cast
 
@@ -50,11 +49,11 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
-from fleetctl.names import KUBERNETES_NODE_NAME_RE
+from fleetctl.inventory.names import KUBERNETES_NODE_NAME_RE
+from fleetctl.schedulers.kubernetes_drain import LABEL_VALUE_RE, NAMESPACE_RE, DrainOptions
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
-    from fleetctl.config import Settings
     from kubernetes.client import CoreV1Api
     from kubernetes.client.exceptions import ApiException
 
@@ -76,7 +75,6 @@ DEFAULT_EVICTION_BACKOFF_S = 2.0
 MAX_EVICTION_BACKOFF_S = 30.0
 # A Retry-After longer than this is cut to it: one activity must not sleep for minutes.
 MAX_RETRY_AFTER_S = 30.0
-MAX_GRACE_PERIOD_S = 86400
 STATUS_CONFLICT_ATTEMPTS = 3
 # Events about nodes (cluster-scoped) go to the default namespace, as the kubelet's do.
 EVENT_NAMESPACE = "default"
@@ -93,116 +91,12 @@ RBAC_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "events", ("create",)),
 )
 
-DRAIN_ACTIONS = ("evict", "wait", "delete")
-TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-LIFECYCLE_CONDITIONS = ("DrainInProgress", "Drained", "MaintenanceInProgress")
-
-# Node names go into field selectors and job names into label selectors: a comma or an
-# '=' there would widen the selection, so both are checked against what Kubernetes allows.
-_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-# A label or annotation key: an optional DNS-subdomain prefix and a name.
-_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
-_CONDITION_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 # The budget's name in the API server's refusal (pkg/registry/core/pod/storage/eviction.go).
 _BUDGET_IN_MESSAGE = re.compile(r"disruption budget (\S+) needs")
 
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # The kubelet's copy of a static pod: evicting it does nothing, the kubelet owns it.
 _MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
-
-
-@dataclass(frozen=True)
-class DrainRule:
-    """Pods in `namespace`, or labelled `label_key=label_value`, are drained by `action`."""
-
-    action: str
-    namespace: str | None = None
-    label_key: str | None = None
-    label_value: str | None = None
-
-    def matches(self, pod: Json) -> bool:
-        metadata = pod.get("metadata") or {}
-        if self.namespace is not None:
-            return metadata.get("namespace") == self.namespace
-        return (metadata.get("labels") or {}).get(self.label_key or "") == self.label_value
-
-
-@dataclass(frozen=True)
-class DrainOptions:
-    """How a drain treats a node's pods and how it says so (from Settings; see kubernetes_options)."""
-
-    # First matching rule wins; a pod no rule matches is evicted.
-    policy: tuple[DrainRule, ...] = ()
-    do_not_evict_annotation: str = "fleetctl.io/do-not-evict"
-    # Owners whose pods are the node's infrastructure (slurmd under the Slurm operator).
-    infrastructure_owner_kinds: frozenset[str] = field(default_factory=lambda: frozenset({"NodeSet"}))
-    # Passed with each eviction or deletion; None: each pod's own terminationGracePeriodSeconds.
-    grace_period_s: int | None = None
-    critical_taint_effect: str = "NoExecute"
-    health_condition: str = "GpuHealthy"
-
-
-def parse_drain_policy(text: str) -> tuple[DrainRule, ...]:
-    """'namespace:serving=wait, label:app=vllm=delete' -> rules, in order; ValueError if malformed.
-
-    Each rule is `namespace:NAME=ACTION` or `label:KEY=VALUE=ACTION`, ACTION one of evict,
-    wait, delete.
-    """
-    rules = []
-    for term in (part.strip() for part in text.split(",")):
-        if not term:
-            continue
-        selector, equals, action = term.rpartition("=")
-        kind, colon, target = selector.partition(":")
-        if not equals or not colon or action not in DRAIN_ACTIONS:
-            raise ValueError(f"drain policy rule {term!r}: expected namespace:NAME=ACTION or "
-                             f"label:KEY=VALUE=ACTION, ACTION one of {', '.join(DRAIN_ACTIONS)}")
-        if kind == "namespace" and _NAMESPACE.fullmatch(target):
-            rules.append(DrainRule(action, namespace=target))
-            continue
-        key, equals, value = target.partition("=")
-        if kind == "label" and equals and _KEY.fullmatch(key) and (value == "" or _LABEL_VALUE.fullmatch(value)):
-            rules.append(DrainRule(action, label_key=key, label_value=value))
-            continue
-        raise ValueError(f"drain policy rule {term!r}: {kind or 'selector'} {target!r} is not a valid "
-                         "namespace:NAME or label:KEY=VALUE")
-    return tuple(rules)
-
-
-def kubernetes_options(settings: Settings) -> DrainOptions:
-    """The drain options the settings name; ValueError, saying which setting, if one is invalid."""
-    if not _KEY.fullmatch(settings.kube_do_not_evict_annotation):
-        raise ValueError(f"kube_do_not_evict_annotation: {settings.kube_do_not_evict_annotation!r} "
-                         "is not an annotation key")
-    kinds = frozenset(kind.strip() for kind in settings.kube_infrastructure_owner_kinds.split(",") if kind.strip())
-    if bad := sorted(kind for kind in kinds if not _KIND.fullmatch(kind)):
-        raise ValueError(f"kube_infrastructure_owner_kinds: {', '.join(map(repr, bad))} is not a Kubernetes kind")
-    grace = settings.kube_eviction_grace_period_s
-    if not -1 <= grace <= MAX_GRACE_PERIOD_S:
-        raise ValueError(f"kube_eviction_grace_period_s: {grace} is not between -1 (the pod's own) "
-                         f"and {MAX_GRACE_PERIOD_S}")
-    if settings.kube_critical_taint_effect not in TAINT_EFFECTS:
-        raise ValueError(f"kube_critical_taint_effect: {settings.kube_critical_taint_effect!r} is not one of "
-                         f"{', '.join(TAINT_EFFECTS)}")
-    if not _CONDITION_TYPE.fullmatch(settings.kube_health_condition) \
-            or settings.kube_health_condition in ("Ready", *LIFECYCLE_CONDITIONS):
-        raise ValueError(f"kube_health_condition: {settings.kube_health_condition!r} is not a condition type "
-                         "of fleetctl's own (UpperCamelCase, not Ready or a lifecycle condition)")
-    try:
-        policy = parse_drain_policy(settings.kube_drain_policy)
-    except ValueError as exc:
-        raise ValueError(f"kube_drain_policy: {exc}") from None
-    return DrainOptions(
-        policy=policy,
-        do_not_evict_annotation=settings.kube_do_not_evict_annotation,
-        infrastructure_owner_kinds=kinds,
-        grace_period_s=None if grace == -1 else grace,
-        critical_taint_effect=settings.kube_critical_taint_effect,
-        health_condition=settings.kube_health_condition,
-    )
 
 
 class KubernetesScheduler:
@@ -849,8 +743,8 @@ def _split_job_id(job_id: str) -> tuple[str, str]:
     namespace, slash, name = job_id.partition("/")
     if not slash:
         raise SchedulerError(f"kubernetes: job id {job_id!r} is not namespace/name")
-    _check(namespace, _NAMESPACE, "namespace in job id")
-    _check(name, _LABEL_VALUE, "job name in job id")
+    _check(namespace, NAMESPACE_RE, "namespace in job id")
+    _check(name, LABEL_VALUE_RE, "job name in job id")
     return namespace, name
 
 

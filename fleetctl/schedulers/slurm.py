@@ -44,7 +44,7 @@ JOB_HISTORY_ARGV = [
     "env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
     "--Format=JobID:|,State:|,SubmitTime:|,StartTime:|,EndTime:|,RestartCnt:|,NumNodes:|,tres-alloc:|,NodeList:|,Name:",
 ]
-# The reservation that holds an island's hot spares (fleetctl.spares) is this plus the island.
+# The reservation that holds an island's hot spares (fleetctl.jobs.spares) is this plus the island.
 SPARE_RESERVATION_PREFIX = "fleetctl-spares-"
 # States in which a job has not yet run or is running; in every other one it has ended.
 _NOT_ENDED = frozenset({"pending", "running", "configuring", "completing", "suspended", "requeued", "requeue_hold",
@@ -344,7 +344,7 @@ class SlurmScheduler:
 
     def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None:
         """restart_job, onto exactly `nodes` (ReqNodeList): the job's good nodes and the
-        replacements fleetctl chose in its island (fleetctl.placement)."""
+        replacements fleetctl chose in its island (fleetctl.jobs.placement)."""
         if not nodes:
             raise SchedulerError(f"restart of job {job_id} onto named nodes names none")
         self._restart(job_id, exclude_nodes, nodes)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fleetctl.executors.base import validate_node_name
-from fleetctl.inventory import MAX_RACK_POSITION
+from fleetctl.inventory.parse import MAX_RACK_POSITION
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.profiles import sim_profile
 

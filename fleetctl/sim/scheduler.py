@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from fleetctl.db import jobs as store
 from fleetctl.db import spares as spare_store
 from fleetctl.db.jobs import QueuedJob, SimNodeView
-from fleetctl.lifecycle import NodeState
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,

@@ -1,7 +1,7 @@
 """Hot spares: the pool of nodes each island holds out of normal scheduling, and which spares
 a job's restart took.
 
-`spares` has one row per held node (fleetctl.spares); `job_restarts` gains `spares_taken`.
+`spares` has one row per held node (fleetctl.jobs.spares); `job_restarts` gains `spares_taken`.
 Existing restarts took none: nothing was held before.
 
 Revision ID: 0012

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client import start_http_server
 
-from fleetctl import metrics_exporter
+from fleetctl.reliability import exporter_server
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
@@ -62,7 +62,7 @@ def test_promtool_accepts_the_agents_metrics_and_they_say_what_happened(agent) -
 def test_promtool_accepts_fleetctl_metrics_serve(sqlite_url) -> None:
     engine = get_engine(sqlite_url)
     history.seed(engine, NOW)
-    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
+    server = exporter_server.serve(engine, 0, "127.0.0.1")
     try:
         text = exposition(server.server_port)
     finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
-from fleetctl.health import DAY_S, judge_health_event
+from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
+from fleetctl.nodes.health import DAY_S, judge_health_event
 
 POLICY = GuardPolicy()
 
@@ -90,7 +90,7 @@ def test_application_errors_never_escalate() -> None:
     ("", "n1", 4, False),
 ])
 def test_a_grant_covers_one_node_at_one_version(grant, node, version, covers) -> None:
-    from fleetctl.capacity import grant_covers, grant_for
+    from fleetctl.nodes.capacity import grant_covers, grant_for
 
     assert grant_covers(grant, node, version) is covers
     assert grant_covers(grant_for("capacity-guard/f", node, version), node, version)
@@ -118,7 +118,7 @@ def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, b
 def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> None:
     from datetime import datetime, timedelta, timezone
 
-    from fleetctl.capacity import GuardPolicy, counted_state
+    from fleetctl.nodes.capacity import GuardPolicy, counted_state
 
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     policy = GuardPolicy(storm_window_s=600)

@@ -1,4 +1,4 @@
-"""A forced or critical removal is decided without the fleet's counts (fleetctl.capacity.
+"""A forced or critical removal is decided without the fleet's counts (fleetctl.nodes.capacity.
 reads_snapshot), so the capacity guard does not wait for them: table-driven over policies,
 breaker states, failure histories and pending grants, the decision is the same whatever
 the snapshot says; for any other removal the snapshot decides (the table can fail)."""
@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from fleetctl.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide, reads_snapshot
+from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide, reads_snapshot
 
 NOW = 1_000_000.0
 SNAPSHOTS = {

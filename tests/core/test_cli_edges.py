@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 
 
 def run(*args: str, db_url: str | None = None):

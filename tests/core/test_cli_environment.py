@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import ENV_VARS
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 
 UNSET = {var: None for var in [*ENV_VARS.values(), "FLEETCTL_CONFIG", "TEMPORAL_ADDRESS", "TEMPORAL_PROFILE",
                                "TEMPORAL_CONFIG_FILE", "TEMPORAL_NAMESPACE"]}

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 from tests.support.cli import console
 
 pytestmark = pytest.mark.temporal

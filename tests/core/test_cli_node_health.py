@@ -14,8 +14,8 @@ from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun, Job, utcnow
-from fleetctl.inventory import NodeSpec
-from fleetctl.temporal_server import free_port
+from fleetctl.inventory.parse import NodeSpec
+from fleetctl.connections.temporal_server import free_port
 
 PATH = ["new", "burn_in", "admission", "production"]
 TRIGGERS = ["begin_burn_in", "begin_admission", "enter_production"]

@@ -1,15 +1,17 @@
 """fleetctl's data converter (workflows/converter.py) decodes every payload class exactly as
 Temporal's default converter does, values and errors alike, and encodes the same bytes.
 
-Table-driven over the real classes: every dataclass of workflows.api and fleetctl.capacity
+Table-driven over the real classes: every dataclass of workflows.api and fleetctl.nodes.capacity
 (the classes that cross Temporal), each filled by its own field types (Optional, lists,
 dicts, nested dataclasses, datetimes), then bad payloads of the hot ones."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import json
+import pkgutil
 import typing
 from datetime import datetime, timezone
 from types import NoneType, UnionType
@@ -18,14 +20,17 @@ from typing import Any
 import pytest
 from temporalio.converter import DataConverter
 
-from fleetctl import capacity
+from fleetctl.nodes import capacity
 from workflows import api
 from workflows.converter import DATA_CONVERTER, _fields
 
 DEFAULT = DataConverter.default.payload_converter
 CACHED = DATA_CONVERTER.payload_converter
 
-CLASSES = sorted((c for module in (api, capacity) for c in vars(module).values()
+# Every module of workflows.api (one per domain) and the guard's pure dataclasses.
+PAYLOAD_MODULES = (*(importlib.import_module(f"{api.__name__}.{m.name}") for m in pkgutil.iter_modules(api.__path__)),
+                   capacity)
+CLASSES = sorted((c for module in PAYLOAD_MODULES for c in vars(module).values()
                   if inspect.isclass(c) and dataclasses.is_dataclass(c) and c.__module__ == module.__name__),
                  key=lambda c: f"{c.__module__}.{c.__name__}")
 

@@ -7,7 +7,7 @@ from sqlalchemy import inspect
 
 from fleetctl.db import queries
 from fleetctl.db.engine import _alembic_head, current_revision, get_engine, head_revision
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 
 INVENTORY = """
 nodes:

@@ -1,4 +1,4 @@
-"""Which faults pass a full capacity budget (the decision in fleetctl/capacity.py's
+"""Which faults pass a full capacity budget (the decision in fleetctl/nodes/capacity.py's
 docstring): the kernel's critical XIDs do; a check's verdict waits, from real nvidia-smi
 outputs (tests/fixtures/checks/nvidia_smi, each citing its source)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from checks import judge
-from fleetctl.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide
-from fleetctl.health import judge_health_event
+from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide
+from fleetctl.nodes.health import judge_health_event
 
 NVSMI = Path(__file__).resolve().parent.parent / "fixtures" / "checks" / "nvidia_smi"
 SPENT = FleetSnapshot({"r1": RackCounts(serving=10, unavailable=1, production=9)})  # 10 % of 10 is out

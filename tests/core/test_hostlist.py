@@ -1,4 +1,4 @@
-"""Slurm host lists in and out (fleetctl.hostlist), as scontrol show hostnames/hostlist."""
+"""Slurm host lists in and out (fleetctl.inventory.hostlist), as scontrol show hostnames/hostlist."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fleetctl.hostlist import MAX_HOSTS, HostListError, compress, expand, expand_all
+from fleetctl.inventory.hostlist import MAX_HOSTS, HostListError, compress, expand, expand_all
 
 
 @pytest.mark.parametrize("expression, names", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.inventory import InventoryError, parse_inventory, parse_selector
+from fleetctl.inventory.parse import InventoryError, parse_inventory, parse_selector
 
 GOOD = """
 nodes:

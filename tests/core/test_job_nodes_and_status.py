@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fleetctl.fleet_status import count_states, rack_view
-from fleetctl.job_nodes import not_in_job, nodes_to_leave
+from fleetctl.nodes.fleet_status import count_states, rack_view
+from fleetctl.jobs.placement import not_in_job, nodes_to_leave
 
 JOB = ["a", "b", "c", "d"]
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from fleetctl.lifecycle import Actor, IllegalTransition, NodeState as S, Trigger as T, allowed_triggers, next_state
+from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState as S, Trigger as T, allowed_triggers, next_state
 
 # The map of ARCHITECTURE.md, written out independently of lifecycle.RULES so that a change
 # to either shows up here.
@@ -102,8 +102,8 @@ def test_admittable_states_can_begin_burn_in() -> None:
 
 
 def test_rma_is_lost_capacity_but_not_rationed_by_the_guard() -> None:
-    from fleetctl.capacity import snapshot_from_states
-    from fleetctl.metrics import availability
+    from fleetctl.nodes.capacity import snapshot_from_states
+    from fleetctl.reliability.metrics import availability
 
     snap = snapshot_from_states([("r1", "production"), ("r1", "rma"), ("r1", "maintenance")])
     assert (snap.serving, snap.unavailable, snap.production) == (2, 1, 1)

@@ -93,7 +93,7 @@ def test_node_event_imports_neither_the_workflows_nor_the_database(tmp_path) -> 
         import json, sys
         from typer.testing import CliRunner
         from fleetctl.cli.main import app
-        from fleetctl.temporal_server import free_port
+        from fleetctl.connections.temporal_server import free_port
         r = CliRunner().invoke(app, ["--db-url", "sqlite:///{tmp_path}/fleet.db", "--temporal-address",
                                      f"127.0.0.1:{{free_port()}}", "node", "event", "gpu-7", "--xid", "79"])
         heavy = {HEAVY!r}

@@ -12,8 +12,8 @@ from sqlalchemy import create_engine, text
 
 from fleetctl.db import queries
 from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
-from fleetctl.metrics import failure_label, is_failure
-from fleetctl.metrics_load import transition_of
+from fleetctl.reliability.metrics import failure_label, is_failure
+from fleetctl.reliability.metrics_store import transition_of
 
 
 def _migrate(url: str, revision: str) -> None:
@@ -72,7 +72,7 @@ def test_0011_adds_and_removes_the_straggler_findings_and_the_model_writes_them(
 
     from fleetctl.db import stragglers
     from fleetctl.db.models import Job
-    from fleetctl.stragglers_live import STRAGGLER, MetricVerdict
+    from fleetctl.jobs.stragglers import STRAGGLER, MetricVerdict
 
     engine = get_engine(db_url)  # at head
     cfg = Config()

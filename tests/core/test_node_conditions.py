@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.node_conditions import (CheckRow, DrainHeld, UnknownState, conditions, health_word, reason, states_named,
+from fleetctl.nodes.conditions import (CheckRow, DrainHeld, UnknownState, conditions, health_word, reason, states_named,
                                       summarise_checks)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)

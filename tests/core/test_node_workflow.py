@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from workflows.api import node_workflow_id
 from workflows.client import CommandRejected, ensure_node_workflows, request_transition
 from workflows.definitions.node_lifecycle import NodeLifecycle

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, Where, job_island,
+from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, Where, job_island,
                                 landed, place_restart)
 
 # Two islands: ib-a over leaf-1 (n1, n2) and leaf-2 (n3, n4, n5); ib-b over leaf-3 (n6, n7);

@@ -1,4 +1,4 @@
-"""The Prometheus client at the edge (fleetctl.prometheus) against a real HTTP server on
+"""The Prometheus client at the edge (fleetctl.connections.promql_client) against a real HTTP server on
 127.0.0.1 that answers as told: what is not a successful instant vector is an error, a
 redirect is never followed (the token would go with it), answers are bounded, and the token
 is in no message. Against a real Prometheus: tests/jobs/test_production_stragglers.py."""
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fleetctl.prometheus import MAX_ANSWER_BYTES, Prometheus, PrometheusError
+from fleetctl.connections.promql_client import MAX_ANSWER_BYTES, Prometheus, PrometheusError
 from tests.production.mtls_proxy import Authority
 from tests.support.webhook import WebhookReceiver
 

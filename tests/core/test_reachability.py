@@ -1,5 +1,5 @@
 """When a node that checks cannot reach, or whose agent fell silent, becomes suspect
-(fleetctl.reachability)."""
+(fleetctl.nodes.reachability)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.reachability import ReachabilityPolicy, judge_agent_silence, judge_fleet_silence, judge_reachability
+from fleetctl.nodes.reachability import ReachabilityPolicy, judge_agent_silence, judge_fleet_silence, judge_reachability
 
 U = "unreachable"
 

@@ -1,4 +1,4 @@
-"""The search attributes' names, types and values (fleetctl.search_attributes), table-driven.
+"""The search attributes' names, types and values (fleetctl.nodes.search_attributes), table-driven.
 The real server's side is tests/production/test_search_attributes.py."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from temporalio.common import SearchAttributeIndexedValueType as Type
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from fleetctl.search_attributes import (
+from fleetctl.nodes.search_attributes import (
     CAUSE_LIMIT,
     GPU_PROFILE,
     LAST_CAUSE,

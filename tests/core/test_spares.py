@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.placement import IN_ISLAND, Where, place_restart
-from fleetctl.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
+from fleetctl.jobs.placement import IN_ISLAND, Where, place_restart
+from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
 
 
 def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True) -> SpareCandidate:
@@ -88,13 +88,13 @@ def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
     from sqlalchemy import update
     from sqlmodel import Session
 
-    from fleetctl.capacity import GuardPolicy
+    from fleetctl.nodes.capacity import GuardPolicy
     from fleetctl.db import queries
     from fleetctl.db import spares as store
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from fleetctl.fleet_status import fleet_status
-    from fleetctl.inventory import parse_inventory
+    from fleetctl.nodes.fleet_status_store import fleet_status
+    from fleetctl.inventory.parse import parse_inventory
 
     engine = get_engine(sqlite_url)
     queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(

@@ -1,4 +1,4 @@
-"""Stragglers in production, the pure part (fleetctl.stragglers_live): the nodes of one job
+"""Stragglers in production, the pure part (fleetctl.jobs.stragglers): the nodes of one job
 judged against each other from the DCGM exporter's series, over a real exporter's output
 (tests/fixtures/dcgm/h100-node.metrics), served per node as tests/support/dcgm.py does."""
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.stragglers_live import (
+from fleetctl.jobs.stragglers import (
     BY_NAME,
     IN_LINE,
     NO_EVIDENCE,

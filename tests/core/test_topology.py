@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.inventory import NodeSpec
-from fleetctl.topology import HEADER, TopologyError, slurm_topology_conf
+from fleetctl.inventory.parse import NodeSpec
+from fleetctl.inventory.topology import HEADER, TopologyError, slurm_topology_conf
 
 
 def _nodes(*rows: tuple[str, str, str]) -> list[NodeSpec]:

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from fleetctl.schedulers import kubernetes as kube_module
-from fleetctl.schedulers.kubernetes import DrainOptions, KubernetesScheduler, parse_drain_policy
+from fleetctl.schedulers.kubernetes import KubernetesScheduler
+from fleetctl.schedulers.kubernetes_drain import DrainOptions, parse_drain_policy
 from tests.deploy.test_files import is_a_fleetctl_command
 from tests.schedulers.kube_emulator import KubeEmulator
 

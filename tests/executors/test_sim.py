@@ -411,8 +411,8 @@ def test_render_inventory() -> None:
 def test_render_inventory_with_islands_is_an_inventory_with_a_tree() -> None:
     import yaml
 
-    from fleetctl.inventory import parse_inventory
-    from fleetctl.topology import slurm_topology_conf
+    from fleetctl.inventory.parse import parse_inventory
+    from fleetctl.inventory.topology import slurm_topology_conf
 
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(7, 3, "h100-sxm", seed=0, islands=2)}))
     assert [(s.rack, s.position, s.switch, s.island) for s in specs] == [

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.firmware import (
+from fleetctl.remediation.firmware import (
     Baseline,
     BaselineError,
     batch_size,
@@ -18,7 +18,7 @@ from fleetctl.firmware import (
     update_argv,
     updates_for,
 )
-from fleetctl.runbooks import TemplateRefused
+from fleetctl.remediation.runbooks import TemplateRefused
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
 HEALTHY = {**{f"GPU {i} VBIOS": "96.00.99.00.01" for i in range(8)},

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetctl.db import firmware as db
-from fleetctl.firmware import load_baseline
+from fleetctl.remediation.firmware import load_baseline
 from fleetctl.sim.store import add_fault, clear_faults
 from tests.remediation.conftest import running_fleet
 from workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout

@@ -18,7 +18,7 @@ from fleetctl.agent.transport import NodeRefused, TemporalTransport
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.intake.server import Intake, serve_http
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.services import missing_service, wait_ready

@@ -27,10 +27,10 @@ from fleetctl.db import queries
 from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
-from fleetctl.inventory import parse_inventory
-from fleetctl.metrics import as_utc
+from fleetctl.inventory.parse import parse_inventory
+from fleetctl.durations import as_utc
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 

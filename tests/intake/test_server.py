@@ -163,7 +163,7 @@ def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_
     import time
     import urllib.request
 
-    from fleetctl.temporal_server import free_port
+    from fleetctl.connections.temporal_server import free_port
 
     port = free_port()
     proc = _serve(tmp_path, "--port", str(port), env={"FLEETCTL_INTAKE_TOKEN": TOKEN})

@@ -8,7 +8,7 @@ import pytest
 
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
-from fleetctl.reconcile import drain_owner
+from fleetctl.nodes.scheduler_sync import drain_owner
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from tests.support.cli import console

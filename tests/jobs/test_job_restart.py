@@ -168,7 +168,7 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_s
     until a restart takes it; then the pool takes the next idle production node."""
     from sqlmodel import Session, select
 
-    from fleetctl import spare_pool
+    from fleetctl.jobs import spares_sync
     from fleetctl.db import spares as spare_store
     from fleetctl.db.models import Node
 
@@ -182,7 +182,7 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_s
             node.island = "ib-a"
             session.add(node)
         session.commit()
-    assert spare_pool.fill(engine, 1, lambda kind: sim).pools == {"ib-a": ("n1",)}
+    assert spares_sync.fill(engine, 1, lambda kind: sim).pools == {"ib-a": ("n1",)}
     job = sim.submit("train", node_count=2)
     assert job.nodes == ("n2", "n3")  # first fit passes over the spare
 

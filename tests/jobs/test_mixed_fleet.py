@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from fleetctl.schedulers.kubernetes import STATE_KEY
 from tests.reliability.support import wait_for

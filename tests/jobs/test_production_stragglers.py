@@ -16,10 +16,10 @@ import pytest
 
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
-from fleetctl.metrics import restart_label
+from fleetctl.reliability.metrics import restart_label
 from fleetctl.db import stragglers as findings_db
 from fleetctl.sim.scheduler import SimScheduler
-from fleetctl.stragglers_live import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
+from fleetctl.jobs.stragglers import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.cli import console

@@ -11,7 +11,7 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
 from tests.support.cli import console
 from tests.support.worker import start_in_production

@@ -19,7 +19,7 @@ from sqlmodel import Session, select
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.client import connect

@@ -15,7 +15,7 @@ from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from tests.jobs.support import until
 from workflows.api import HealthEventInput

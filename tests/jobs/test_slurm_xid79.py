@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from tests.jobs.support import until

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.store import add_fault
 from tests.support.worker import WorkerThread

@@ -234,7 +234,7 @@ BASELINE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.
 
 def _set_baseline(fleet) -> None:
     from fleetctl.db.firmware import set_baseline
-    from fleetctl.firmware import load_baseline
+    from fleetctl.remediation.firmware import load_baseline
 
     baseline = load_baseline(BASELINE)
     set_baseline(fleet.engine, baseline.name, baseline.to_dict(), BASELINE.read_text(), "tester")

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
 from fleetctl.db import queries
-from fleetctl.fleet_status import fleet_status
+from fleetctl.nodes.fleet_status_store import fleet_status
 from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 from workflows.api import SweepInput, SweepResult

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fleetctl.temporal_server import free_port, wait_for_port
+from fleetctl.connections.temporal_server import free_port, wait_for_port
 
 SERVER_NAME = "temporal.test"
 

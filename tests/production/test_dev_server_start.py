@@ -11,8 +11,8 @@ import socket
 
 import pytest
 
-from fleetctl import temporal_server
-from fleetctl.temporal_server import START_ATTEMPTS, ServerExited, start_dev_server
+from fleetctl.connections import temporal_server
+from fleetctl.connections.temporal_server import START_ATTEMPTS, ServerExited, start_dev_server
 
 pytestmark = pytest.mark.temporal
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from fleetctl.config import ConfigError, load_settings
-from fleetctl.temporal_connection import is_local_address, parse_tls_flag, resolve
+from fleetctl.connections.temporal_client import is_local_address, parse_tls_flag, resolve
 
 PROFILE = """
 [profile.default]

@@ -16,7 +16,7 @@ import pytest
 
 from fleetctl.cli.dev import implicit_database_problem
 from fleetctl.config import load_settings
-from fleetctl.temporal_connection import resolve
+from fleetctl.connections.temporal_client import resolve
 from tests.packaging.test_wheel import pollers_within
 
 FLEETCTL = str(Path(sys.executable).parent / "fleetctl")

@@ -11,7 +11,7 @@ from temporalio.client import Client
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import NodeSpec
+from fleetctl.inventory.parse import NodeSpec
 from tests.executors.conftest import ssh_node, ssh_server  # noqa: F401 - fixtures used by this suite
 from tests.executors.sshd import SshNode
 from tests.lifecycle.conftest import sim_fleet  # noqa: F401 - fixture used by this suite

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from fleetctl.capacity import GuardPolicy, checker_storm
+from fleetctl.nodes.capacity import GuardPolicy, checker_storm
 from fleetctl.db import queries
 from fleetctl.executors.base import CommandResult
 from tests.reliability.support import Cli

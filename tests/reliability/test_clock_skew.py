@@ -14,7 +14,7 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.health import MAX_RECORD_AGE_S, MAX_SENDER_SKEW_S, plausible_time
+from fleetctl.nodes.health import MAX_RECORD_AGE_S, MAX_SENDER_SKEW_S, plausible_time
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread

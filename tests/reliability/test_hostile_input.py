@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import ConfigError, load_settings
-from fleetctl.inventory import InventoryError, parse_inventory
-from fleetctl.rma import md_code_block, md_inline, post_webhook
-from fleetctl.runbooks import RunbookError, TemplateRefused, evaluate, parse_runbook, render
+from fleetctl.inventory.parse import InventoryError, parse_inventory
+from fleetctl.connections.webhook_client import post_webhook
+from fleetctl.remediation.rma import md_code_block, md_inline
+from fleetctl.remediation.runbooks import RunbookError, TemplateRefused, evaluate, parse_runbook, render
 from fleetctl.text import printable
 from checks.safe_yaml import YamlRefused, loads, read_text
 
@@ -342,7 +343,7 @@ def test_metrics_serve_listens_on_this_machine_by_default(tmp_path) -> None:
     import subprocess
     import sys
 
-    from fleetctl.temporal_server import free_port
+    from fleetctl.connections.temporal_server import free_port
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--db-url", f"sqlite:///{tmp_path}/fleet.db",

@@ -32,7 +32,7 @@ from temporalio.service import RPCError
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import NodeSpec
+from fleetctl.inventory.parse import NodeSpec
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.kube_emulator import KubeEmulator

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - a fixture, used by name

@@ -159,7 +159,7 @@ steps:
 
 async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     from fleetctl.db import remediation as runs_store
-    from fleetctl.runbooks import Event, parse_runbook
+    from fleetctl.remediation.runbooks import Event, parse_runbook
     from workflows.client import start_remediation
 
     settings, worker = killable_worker()
@@ -197,7 +197,7 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
 async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) -> None:
     from fleetctl.db import firmware as firmware_store
     from fleetctl.sim.store import add_fault
-    from fleetctl.firmware import load_baseline
+    from fleetctl.remediation.firmware import load_baseline
     from tests.support.checks import record_check
     from workflows.client import start_rollout
 

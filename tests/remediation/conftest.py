@@ -14,7 +14,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun, HealthEvent
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from workflows.client import ensure_node_workflows, request_transition
 from workflows.worker import build_worker
 from tests.support.checks import record_check

@@ -12,10 +12,10 @@ import pytest
 from sqlmodel import Session, select
 from temporalio.api.enums.v1 import EventType
 
-from fleetctl.capacity import GuardPolicy, RemovalDecision, RemovalRequest
+from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent
-from fleetctl.runbooks import Event, parse_runbook
+from fleetctl.remediation.runbooks import Event, parse_runbook
 from tests.remediation.conftest import running_fleet
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,

@@ -17,7 +17,7 @@ from fleetctl.db import remediation as db
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node, NodeEvent, utcnow
-from fleetctl.inventory import parse_inventory
+from fleetctl.inventory.parse import parse_inventory
 from workflows.activities.remediation import RemediationActivities
 from workflows.api import RunStart
 
@@ -85,7 +85,7 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
     from typer.testing import CliRunner
 
     from fleetctl.cli.main import app
-    from fleetctl.temporal_server import free_port
+    from fleetctl.connections.temporal_server import free_port
 
     settings, engine, activities = _setup(sqlite_url)
     for i, days_ago in enumerate(runs):

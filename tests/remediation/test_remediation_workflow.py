@@ -12,7 +12,7 @@ import pytest
 from fleetctl.db import remediation as db
 from fleetctl.db import queries
 from fleetctl.db.models import utcnow
-from fleetctl.runbooks import Event, load_runbooks
+from fleetctl.remediation.runbooks import Event, load_runbooks
 from fleetctl.sim.store import add_fault, faults_for
 from tests.remediation.conftest import running_fleet
 from workflows.client import run_remediation

@@ -14,8 +14,9 @@ from fleetctl.db import queries
 from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from fleetctl.inventory import parse_inventory
-from fleetctl.rma import MASK, post_webhook, redact
+from fleetctl.inventory.parse import parse_inventory
+from fleetctl.connections.webhook_client import post_webhook
+from fleetctl.remediation.rma import MASK, redact
 from tests.support.webhook import WebhookReceiver
 from workflows.activities.remediation import RemediationActivities
 from workflows.api import RmaRequest

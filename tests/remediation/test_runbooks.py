@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.runbooks import (
+from fleetctl.remediation.runbooks import (
     LemonPolicy,
     Event,
     RunbookError,

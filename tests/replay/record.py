@@ -47,14 +47,14 @@ from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import StragglerFinding
 from fleetctl.db.firmware import set_baseline
-from fleetctl.firmware import load_baseline
-from fleetctl.inventory import parse_inventory
-from fleetctl.runbooks import Event, load_runbooks, parse_runbook
-from fleetctl.search_attributes import start_attributes
+from fleetctl.remediation.firmware import load_baseline
+from fleetctl.inventory.parse import parse_inventory
+from fleetctl.remediation.runbooks import Event, load_runbooks, parse_runbook
+from fleetctl.nodes.search_attributes import start_attributes
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
-from fleetctl.temporal_server import start_dev_server
+from fleetctl.connections.temporal_server import start_dev_server
 from workflows.api import (
     HealthEventInput,
     NodeLifecycleState,

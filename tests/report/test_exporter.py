@@ -22,14 +22,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
-from fleetctl import metrics_exporter
+from fleetctl.reliability import exporter_server
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
 
-DASHBOARD = Path(metrics_exporter.__file__).parent / "report" / "grafana-dashboard.json"
+DASHBOARD = Path(exporter_server.__file__).parent / "grafana-dashboard.json"
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 # Grafana's own variables the dashboard may use, with the values Grafana would put in (longest
 # name first: $__range is a prefix of $__range_s).
@@ -82,7 +82,7 @@ def served(db_url):
     engine = get_engine(db_url)
     history.seed(engine, NOW)
     seed_more(engine)
-    server = metrics_exporter.serve(engine, 0, "127.0.0.1")
+    server = exporter_server.serve(engine, 0, "127.0.0.1")
     yield server.server_port
     server.shutdown()
 
@@ -109,7 +109,7 @@ def test_exporter_serves_the_fleet(served) -> None:
     b01 = out["b01"]
     assert (b01["fleet"], b01["state"], b01["value"]) == ("blue", "maintenance", B01_SINCE.timestamp())
     assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx")
-    assert len(b01["reason"]) == metrics_exporter.REASON_LIMIT
+    assert len(b01["reason"]) == exporter_server.REASON_LIMIT
     assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
 
     # Drains the guard holds: b02 since its first refusal in production, with the latest reason
@@ -180,7 +180,7 @@ def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
                                restart_id="1", fault_seen_at=NOW, running_at=NOW + timedelta(seconds=0.4),
                                status="succeeded", workflow_id="job-restart/j/1"))
         session.commit()
-    server = metrics_exporter.serve(engine, 0, "127.0.0.1", fleet="green")
+    server = exporter_server.serve(engine, 0, "127.0.0.1", fleet="green")
     try:
         samples = scrape(server.server_port)
     finally:
@@ -240,7 +240,7 @@ def served_with_more(url: str):
     engine = get_engine(url)
     history.seed(engine, NOW)
     seed_more(engine)
-    return metrics_exporter.serve(engine, 0, "127.0.0.1")
+    return exporter_server.serve(engine, 0, "127.0.0.1")
 
 
 def test_grafana_dashboard_only_uses_exported_metrics(sqlite_url) -> None:

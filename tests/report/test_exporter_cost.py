@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun, NodeEvent
-from fleetctl.metrics_exporter import FleetCollector
+from fleetctl.reliability.exporter_server import FleetCollector
 
 START = datetime(2025, 3, 1, tzinfo=timezone.utc)
 STEPS_PER_TICK = 100

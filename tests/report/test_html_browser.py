@@ -8,7 +8,8 @@ import json
 from datetime import datetime, timezone
 
 from fleetctl.db.engine import get_engine
-from fleetctl.report import build_report, render_html
+from fleetctl.reliability.report import render_html
+from fleetctl.reliability.report_store import build_report
 from tests.report import history
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)
 
@@ -66,7 +67,8 @@ def test_report_renders_in_headless_chromium(browser, sqlite_url, tmp_path) -> N
 def test_young_fleet_report_charts_its_whole_life(browser, sqlite_url, tmp_path) -> None:
     """A fleet three hours old, its window chosen from the data as `fleetctl report` does
     without --since: the state chart has columns, and the page says which window and why."""
-    from fleetctl.report import default_window, first_node_event_at
+    from fleetctl.reliability.report import default_window
+    from fleetctl.reliability.report_store import first_node_event_at
     from tests.report import young_fleet
 
     engine = get_engine(sqlite_url)

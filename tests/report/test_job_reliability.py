@@ -1,4 +1,4 @@
-"""The job reliability formulas of fleetctl.metrics on hand-worked histories: ETTR with work
+"""The job reliability formulas of fleetctl.reliability.metrics on hand-worked histories: ETTR with work
 lost since the last checkpoint, interruptions by cause, the checkpoint interval, MTTF at a
 job size and Meta's predicted ETTR. Every expected number is worked out in the comment."""
 
@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl import metrics
-from fleetctl.metrics import JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
+from fleetctl.reliability import metrics
+from fleetctl.reliability.metrics import JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 HOUR = 3600.0

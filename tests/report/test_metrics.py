@@ -1,4 +1,4 @@
-"""fleetctl.metrics on synthetic time lines; every expected number is worked out by hand."""
+"""fleetctl.reliability.metrics on synthetic time lines; every expected number is worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl import metrics
-from fleetctl.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
-from fleetctl.runbooks import LemonPolicy
+from fleetctl.reliability import metrics
+from fleetctl.reliability.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
+from fleetctl.remediation.runbooks import LemonPolicy
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 HOUR = 3600.0

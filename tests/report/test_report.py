@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.db.engine import get_engine
-from fleetctl.report import build_report, render_html
+from fleetctl.reliability.report import render_html
+from fleetctl.reliability.report_store import build_report
 from tests.report import history
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

@@ -9,8 +9,9 @@ from sqlmodel import Session
 
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import JobRestart, Node
-from fleetctl.placement import placement_counts
-from fleetctl.report import build_report, render_html
+from fleetctl.jobs.placement import placement_counts
+from fleetctl.reliability.report import render_html
+from fleetctl.reliability.report_store import build_report
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 

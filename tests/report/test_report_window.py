@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import utcnow
-from fleetctl.report import DEFAULT_WINDOW, default_window, definitions, duration
+from fleetctl.reliability.report import DEFAULT_WINDOW, default_window, definitions, duration
 from tests.report import young_fleet
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
@@ -93,7 +93,8 @@ def test_report_window_units_and_times_on_a_young_fleet(db_url, tmp_path) -> Non
 def test_definitions_are_in_the_operators_words(sqlite_url) -> None:
     from markupsafe import escape
 
-    from fleetctl.report import build_report, render_html
+    from fleetctl.reliability.report import render_html
+    from fleetctl.reliability.report_store import build_report
 
     engine = get_engine(sqlite_url)
     young_fleet.seed(engine, NOW)
@@ -116,7 +117,7 @@ def test_demo_summary_prints_the_report_durations_in_units_that_fit(sqlite_url, 
     from rich.console import Console
 
     from fleetctl.cli.demo import summary
-    from fleetctl.report import build_report
+    from fleetctl.reliability.report_store import build_report
 
     engine = get_engine(sqlite_url)
     young_fleet.seed(engine, NOW)

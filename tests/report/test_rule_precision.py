@@ -1,4 +1,4 @@
-"""Rule precision: each automated removal's outcome (fleetctl.metrics.removal_outcome) on
+"""Rule precision: each automated removal's outcome (fleetctl.reliability.metrics.removal_outcome) on
 hand-written time lines, the per-rule counts, and the report's views of them on the
 hand-worked history of tests/report/history.py (plus remediation runs this file adds)."""
 
@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from typer.testing import CliRunner
 
-from fleetctl import metrics
-from fleetctl.metrics import NodeHistory, NodeRecord, Transition
+from fleetctl.reliability import metrics
+from fleetctl.reliability.metrics import NodeHistory, NodeRecord, Transition
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 NOW = 100.0  # hours after T0, the window [0 h, NOW]; every node is in production from -50 h
@@ -144,7 +144,7 @@ def _seed_runs(engine, now: datetime) -> None:
 
 def test_report_rule_precision_counts_only_live_repairs_that_passed(db_url) -> None:
     from fleetctl.db.engine import get_engine
-    from fleetctl.report import build_report
+    from fleetctl.reliability.report_store import build_report
     from tests.report import history
 
     now = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from fleetctl.report import svg
+from fleetctl.reliability import svg
 
 
 @pytest.mark.parametrize("top, count, whole, ticks", [

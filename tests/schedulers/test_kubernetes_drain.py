@@ -17,13 +17,8 @@ from pathlib import Path
 import pytest
 
 from fleetctl.schedulers.base import DrainsPods, ReportsNodeState, SchedulerError
-from fleetctl.schedulers.kubernetes import (
-    RBAC_RULES,
-    STATE_KEY,
-    DrainOptions,
-    KubernetesScheduler,
-    parse_drain_policy,
-)
+from fleetctl.schedulers.kubernetes import RBAC_RULES, STATE_KEY, KubernetesScheduler
+from fleetctl.schedulers.kubernetes_drain import DrainOptions, parse_drain_policy
 from tests.schedulers.kube_emulator import NODES, PODS, KubeEmulator
 from tests.support.services import missing_service
 

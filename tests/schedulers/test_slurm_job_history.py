@@ -62,7 +62,7 @@ def test_the_kinds_that_list_their_jobs_are_the_adapters_that_can() -> None:
 def test_one_schedulers_error_leaves_the_others_synced(sqlite_url) -> None:
     from fleetctl.db import jobs
     from fleetctl.db.engine import get_engine
-    from fleetctl.job_sync import sync_jobs
+    from fleetctl.jobs.history_sync import sync_jobs
 
     engine = get_engine(sqlite_url)
     listed = JobHistory("9", "llm", "running", ("n1",), 1, at(1796083141), at(1796083143), None)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetctl.stragglers_live import TELEMETRY
+from fleetctl.jobs.stragglers import TELEMETRY
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm" / "h100-node.metrics"
 _SAMPLE = re.compile(r'^(?P<name>\w+)\{(?P<labels>.*)\} (?P<value>\S+)$')

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 
 
 def postgres_bin_dir() -> Path | None:

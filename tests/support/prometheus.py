@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.temporal_server import free_port
+from fleetctl.connections.temporal_server import free_port
 from tests.support.services import missing_service, wait_ready
 
 PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")

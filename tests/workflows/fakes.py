@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.capacity import RemovalDecision, RemovalRequest
+from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from workflows.activities.database import BAD_DATA
 from workflows.api import (
     AdmissionRequest,

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.runbooks import Event
+from fleetctl.remediation.runbooks import Event
 from tests.workflows.conftest import DECISION_S
 from tests.workflows.fakes import World
 from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
@@ -211,7 +211,7 @@ async def test_admitting_a_node_in_production_is_refused_before_anything_runs(li
 async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_refused(lifecycle) -> None:
     """A runbook's `set_state: draining`, or any workflow that skips the capacity guard, sends
     a drain without a grant: the node's own workflow refuses it (issue 14 item 1)."""
-    from fleetctl.capacity import grant_for
+    from fleetctl.nodes.capacity import grant_for
     from workflows.api import TransitionRequest
 
     node = await lifecycle()

@@ -21,7 +21,7 @@ from checks.nccl import pair_argv, pair_plan, plan_label
 from checks.profiles import GpuProfile
 from checks.transcript import section, with_stderr
 from fleetctl.executors.base import CommandResult
-from fleetctl.lifecycle import NodeState
+from fleetctl.nodes.lifecycle import NodeState
 
 PAIR_PARTNERS = 2  # two partners and their own pair: enough to name a straggler
 PARTNER_STATES = frozenset(s.value for s in (NodeState.NEW, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION))

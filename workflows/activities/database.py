@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.capacity import in_fleet
+from fleetctl.nodes.capacity import in_fleet
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine

@@ -7,7 +7,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl import firmware
+from fleetctl.remediation import firmware
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings

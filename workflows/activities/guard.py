@@ -9,7 +9,7 @@ from typing import Awaitable, Callable
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
-from fleetctl.capacity import (
+from fleetctl.nodes.capacity import (
     CheckErrorReport,
     FleetSnapshot,
     GuardPolicy,
@@ -19,7 +19,7 @@ from fleetctl.capacity import (
 )
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
-from fleetctl.metrics import as_utc
+from fleetctl.durations import as_utc
 from workflows.activities.database import DatabaseActivities
 from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
 

@@ -11,10 +11,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
-from fleetctl import spare_pool
+from fleetctl.jobs import spares_sync
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
-from fleetctl.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
 from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
@@ -56,7 +56,7 @@ class JobRestartActivities(DatabaseActivities):
     @heartbeating
     def restart_job(self, req: RestartJob) -> None:
         """Requeue the job off the bad nodes, onto healthy free nodes of its island when it
-        has enough and the scheduler can be told (fleetctl.placement), and record the choice
+        has enough and the scheduler can be told (fleetctl.jobs.placement), and record the choice
         on the restart (keyed by this workflow's id, as the restart's row is)."""
         scheduler = self.scheduler(req.scheduler)
         job = scheduler.job(req.job_id)
@@ -124,7 +124,7 @@ class JobRestartActivities(DatabaseActivities):
         """Hand the spares the placement named from the island's pool to the job (the
         scheduler kept every job off them until now); again on a retry, which changes nothing."""
         if spares:
-            spare_pool.take(self.engine, placer, island, spares)
+            spares_sync.take(self.engine, placer, island, spares)
 
     @activity.defn
     def wait_until_running(self, req: WaitForJob) -> list[str]:

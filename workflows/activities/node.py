@@ -13,15 +13,15 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from fleetctl.capacity import FLEET_LABEL
+from fleetctl.nodes.capacity import FLEET_LABEL
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.models import AutomationEvent, HealthEvent
-from fleetctl.health import checked_severity, judge_health_event, plausible_time
-from fleetctl.metrics import as_utc
-from fleetctl import reachability
-from fleetctl.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
+from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
+from fleetctl.durations import as_utc
+from fleetctl.nodes import reachability
+from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
 from workflows.activities.database import DatabaseActivities, bad_data
 from workflows.activities.heartbeat import heartbeating
@@ -225,7 +225,7 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
-        from fleetctl.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
+        from fleetctl.remediation.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
 
         event = Event.from_dict(choice.event)
         try:

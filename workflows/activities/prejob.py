@@ -17,7 +17,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, utcnow
 from fleetctl.executors.base import ExecutorError
-from fleetctl.runbooks import Event
+from fleetctl.remediation.runbooks import Event
 from workflows.activities.executors import ExecutorRegistry, target_for
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from fleetctl import runbooks
+from fleetctl.remediation import runbooks
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError, BootNotSeen
 from fleetctl.config import Settings
@@ -187,7 +187,7 @@ class RemediationActivities(DatabaseActivities):
         activity.logger.info("runbook notification for %s (%s): %s", req.node, req.severity, req.message)
         if not self.settings.webhook_url:
             return ActionOutcome(True, f"logged ({req.severity}): {req.message}")
-        from fleetctl.rma import post_webhook
+        from fleetctl.connections.webhook_client import post_webhook
 
         status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
                               {"kind": "notification", "node": req.node, "severity": req.severity,
@@ -196,7 +196,8 @@ class RemediationActivities(DatabaseActivities):
 
     @activity.defn
     def open_rma(self, req: RmaRequest) -> RmaOpened:
-        from fleetctl import rma
+        from fleetctl.connections.webhook_client import post_webhook
+        from fleetctl.remediation import rma
 
         node = self._node(req.node)
         key = req.idempotency_key or f"{activity.info().workflow_id}/{activity.info().activity_id}"
@@ -215,8 +216,8 @@ class RemediationActivities(DatabaseActivities):
             evidence=evidence, evidence_markdown=rma.render_markdown(evidence), opened_by=req.actor,
             idempotency_key=key)
         if created and self.settings.webhook_url:
-            status = rma.post_webhook(self.settings.webhook_url, self.settings.webhook_token,
-                                      {"kind": "rma", "rma_id": record.id, "evidence": evidence})
+            status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
+                                  {"kind": "rma", "rma_id": record.id, "evidence": evidence})
             db.set_webhook_status(self.engine, record.id, status)
             return RmaOpened(record.id, created, status)
         return RmaOpened(record.id, created, record.webhook_status or "")

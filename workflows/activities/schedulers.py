@@ -7,7 +7,7 @@ import threading
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
-from fleetctl.names import scheduler_members
+from fleetctl.inventory.names import scheduler_members
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import Scheduler
 from fleetctl.schedulers.combined import CombinedScheduler
@@ -36,6 +36,6 @@ class SchedulerRegistry:
     def _slurm_runner(self, kind: str):
         if kind != "slurm":
             return None
-        from fleetctl.slurm_host import slurm_runner
+        from fleetctl.connections.slurm_client import slurm_runner
 
         return slurm_runner(self.settings, self.executors)

@@ -1,4 +1,4 @@
-"""The hot spare pools refilled from activities (fleetctl.spare_pool): when a node returns to
+"""The hot spare pools refilled from activities (fleetctl.jobs.spares_sync): when a node returns to
 production, when a spare leaves it, when a restart has taken one. Best effort: a pool that
 cannot be refilled now is refilled at the next of these, or by `fleetctl spares fill`; the
 node's own step (its resume, its drain, the restart) never fails for it."""
@@ -9,7 +9,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl import spare_pool
+from fleetctl.jobs import spares_sync
 from fleetctl.config import Settings
 from fleetctl.db import spares as store
 from fleetctl.schedulers.base import SchedulerError
@@ -21,7 +21,7 @@ def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why
     if not island or (settings.spares_per_island == 0 and island not in store.held(engine).values()):
         return
     try:
-        result = spare_pool.fill(engine, settings.spares_per_island, schedulers.get, islands={island})
+        result = spares_sync.fill(engine, settings.spares_per_island, schedulers.get, islands={island})
     except (SchedulerError, SQLAlchemyError, ApplicationError) as exc:  # the last: a scheduler not set up
         activity.logger.warning("spares not refilled (%s): %s", why, exc)
         return

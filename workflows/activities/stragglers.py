@@ -1,5 +1,5 @@
 """Activities of the production straggler judge: ask Prometheus for the running jobs'
-nodes, judge each job's nodes against each other (fleetctl.stragglers_live), record the
+nodes, judge each job's nodes against each other (fleetctl.jobs.stragglers), record the
 findings, and say which stragglers are due to be drained; record how each drain went."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from collections import defaultdict
 
 from temporalio import activity
 
-from fleetctl.capacity import in_fleet
+from fleetctl.nodes.capacity import in_fleet
 from fleetctl.db import queries, stragglers
 from fleetctl.db.models import utcnow
-from fleetctl.metrics import as_utc
-from fleetctl.prometheus import Prometheus, PrometheusError
-from fleetctl.stragglers_live import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
+from fleetctl.durations import as_utc
+from fleetctl.connections.promql_client import Prometheus, PrometheusError
+from fleetctl.jobs.stragglers import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
 from workflows.activities.database import DatabaseActivities
 from workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
 

@@ -3,7 +3,7 @@ at a time and drains (through the capacity guard) the ones that fail, or that pa
 well below their peers of the same profile (stragglers). A node whose check
 could not run (`error`) is left alone and checked again on the next sweep, unless no check
 has reached it for several sweeps in a row, or its agent has fallen silent
-(fleetctl.reachability): then it is suspect and drained through the guard too; the sweep's
+(fleetctl.nodes.reachability): then it is suspect and drained through the guard too; the sweep's
 errors and silent agents go to the guard, which opens the breaker when they are a storm."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from checks.stragglers import PEER_JUDGED_CHECKS
-    from fleetctl.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
-    from fleetctl.lifecycle import Actor
-    from fleetctl.reachability import UNREACHABLE
-    from fleetctl.runbooks import Event
+    from fleetctl.nodes.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
+    from fleetctl.nodes.lifecycle import Actor
+    from fleetctl.nodes.reachability import UNREACHABLE
+    from fleetctl.remediation.runbooks import Event
     from workflows.activities.checks import CheckActivities
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities

@@ -10,7 +10,7 @@ import dataclasses
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import (
+    from fleetctl.nodes.capacity import (
         CheckErrorReport,
         FleetSnapshot,
         RemovalDecision,

@@ -17,9 +17,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import RemovalRequest
-    from fleetctl.firmware import RolloutTally
-    from fleetctl.lifecycle import Actor, NodeState
+    from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.remediation.firmware import RolloutTally
+    from fleetctl.nodes.lifecycle import Actor, NodeState
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities

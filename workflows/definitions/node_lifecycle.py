@@ -18,10 +18,10 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import RemovalRequest
-    from fleetctl.health import plausible_time
-    from fleetctl.lifecycle import Actor, IllegalTransition, NodeState, next_state
-    from fleetctl.runbooks import Event
+    from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.nodes.health import plausible_time
+    from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
+    from fleetctl.remediation.runbooks import Event
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities

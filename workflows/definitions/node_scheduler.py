@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.lifecycle import NodeState
+    from fleetctl.nodes.lifecycle import NodeState
     from workflows.activities.node import NodeActivities
     from workflows.api import (
         AutomationRecord,

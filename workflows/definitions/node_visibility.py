@@ -1,14 +1,14 @@
 """What a node's workflow shows of itself in Temporal: its search attributes, upserted with
 every transition (operators find nodes with `temporal workflow list --query`), and its
 current details (`temporal workflow metadata`, the Temporal UI). The names, types and
-values are fleetctl.search_attributes'."""
+values are fleetctl.nodes.search_attributes'."""
 
 from __future__ import annotations
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.search_attributes import node_details, transition_updates
+    from fleetctl.nodes.search_attributes import node_details, transition_updates
     from workflows.activities.node import NodeActivities
     from workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
     from workflows.definitions.shared import QUICK

@@ -19,9 +19,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import RemovalRequest
-    from fleetctl.lifecycle import Actor, NodeState
-    from fleetctl.runbooks import DISRUPTIVE, Step, trigger_towards
+    from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.nodes.lifecycle import Actor, NodeState
+    from fleetctl.remediation.runbooks import DISRUPTIVE, Step, trigger_towards
     from workflows.activities.checks import CheckActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities

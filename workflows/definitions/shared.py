@@ -31,8 +31,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.capacity import RemovalDecision, RemovalRequest, grant_covers
-    from fleetctl.lifecycle import Actor, Trigger
+    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers
+    from fleetctl.nodes.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
     from workflows.activities.guard import GuardActivities
@@ -51,7 +51,7 @@ _TRANSIENT = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_i
 QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIENT)
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
 # which waits for its lock and its own QUICK activities; a webhook (notify, open_rma) gives
-# up after 10 s (fleetctl.rma): longer than QUICK, still bounded.
+# up after 10 s (fleetctl.remediation.rma): longer than QUICK, still bounded.
 MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANSIENT)
 # The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts); the
 # scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.

@@ -18,9 +18,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.capacity import RemovalRequest
-    from fleetctl.lifecycle import Actor
-    from fleetctl.runbooks import Event
+    from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.nodes.lifecycle import Actor
+    from fleetctl.remediation.runbooks import Event
     from workflows.activities.stragglers import StragglerActivities
     from workflows.api import (
         JobRestartInput,

@@ -1,0 +1,126 @@
+"""Where a restarted job should run again: in its own island first, anywhere if it must. Pure.
+
+A job restarted off a bad node keeps its good nodes; the replacements for the bad ones come
+from the job's island (InfiniBand island / NVLink domain, from the inventory) when it has
+enough healthy free nodes, nearest first (a leaf switch one of the job's nodes is on, then
+the rest of the island, by name); the island's hot spares (fleetctl.jobs.spares) come before any
+of them, since the scheduler keeps them free for exactly this. Otherwise the scheduler picks from the whole fleet, as it
+did before topology was known, and the restart says so. The restart records the decision
+and, once the job runs, where it landed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from fleetctl.nodes.lifecycle import NodeState
+
+# Placement: what the restart asked of the scheduler.
+IN_ISLAND = "island"  # named nodes, every one in the job's island
+FLEET_WIDE = "fleet"  # the island had too few healthy free nodes: any healthy node
+NOT_PLACED = ""  # no topology to keep to, or a scheduler that cannot be given nodes
+
+# Landed: where the job ran again.
+LANDED_IN_ISLAND = "island"
+LANDED_OUTSIDE = "outside"
+
+
+@dataclass(frozen=True)
+class Where:
+    """A node's place in the fabric ("" when the inventory does not say)."""
+
+    switch: str = ""
+    island: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    island: str  # the job's island, "" when its nodes have none
+    placement: str  # IN_ISLAND, FLEET_WIDE or NOT_PLACED
+    nodes: tuple[str, ...]  # with IN_ISLAND, every node the job runs on next (kept + replacements)
+    detail: str  # in words, for the restart's record and the report
+    spares: tuple[str, ...] = ()  # the replacements taken from the island's pool of hot spares
+
+
+def job_island(nodes: Sequence[str], where: Mapping[str, Where]) -> str:
+    """The island most of the nodes are in (ties: the first by name); "" when none has one."""
+    counts = Counter(where[n].island for n in nodes if n in where and where[n].island)
+    if not counts:
+        return ""
+    most = max(counts.values())
+    return min(island for island, count in counts.items() if count == most)
+
+
+def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where]) -> str:
+    """The island of a job restarted off bad_nodes: that of its good nodes, or of its bad
+    ones when none is left."""
+    bad = set(bad_nodes)
+    return (job_island([n for n in job_nodes if n not in bad], where)
+            or job_island([n for n in job_nodes if n in bad], where))
+
+
+def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
+                  free: Sequence[str], spares: Sequence[str] = ()) -> Placement:
+    """The placement of a job that ran on job_nodes, restarted off bad_nodes.
+
+    `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
+    take the job now (in production, idle in the scheduler, run by the job's scheduler);
+    `spares`: the hot spares of every island, taken first (a spare must be free too)."""
+    bad = set(bad_nodes)
+    kept = [n for n in job_nodes if n not in bad]
+    needed = len(job_nodes) - len(kept)
+    island = restart_island(job_nodes, bad_nodes, where)
+    if needed == 0:
+        return Placement(island, NOT_PLACED, (), "no bad node in the job's allocation: the scheduler places it")
+    if not island:
+        return Placement("", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it")
+    near = {where[n].switch for n in job_nodes if n in where and where[n].switch}
+    taken = set(job_nodes) | bad
+    held = set(spares)
+    candidates = sorted((n for n in dict.fromkeys(free) if n not in taken and n in where and where[n].island == island),
+                        key=lambda n: (n not in held, where[n].switch not in near, n))
+    if len(candidates) < needed:
+        return Placement(island, FLEET_WIDE, (),
+                         f"island {island} has {len(candidates)} healthy free node{'s' if len(candidates) != 1 else ''} "
+                         f"of {needed} needed: any healthy node in the fleet")
+    chosen = candidates[:needed]
+    on_spares = tuple(n for n in chosen if n in held)
+    return Placement(island, IN_ISLAND, (*kept, *chosen),
+                     f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
+                     + (f" (spare{'s' if len(on_spares) != 1 else ''} {', '.join(on_spares)})" if on_spares else ""),
+                     on_spares)
+
+
+def landed(island: str, new_nodes: Sequence[str], where: Mapping[str, Where]) -> str:
+    """Where a restarted job ran again: LANDED_IN_ISLAND when every node is in its island,
+    LANDED_OUTSIDE when one is not; "" when the job had no island or runs nowhere yet."""
+    if not island or not new_nodes:
+        return ""
+    inside = all(n in where and where[n].island == island for n in new_nodes)
+    return LANDED_IN_ISLAND if inside else LANDED_OUTSIDE
+
+
+def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """(placement, landed) of each restart -> how many asked for the island, fell back to the
+    fleet or were not placed ("none"), and how many landed in their island or outside."""
+    asked = Counter(placement or "none" for placement, _ in restarts)
+    where = Counter(where for _, where in restarts if where)
+    return {"asked": {k: asked[k] for k in (IN_ISLAND, FLEET_WIDE, "none")},
+            "landed": {k: where[k] for k in (LANDED_IN_ISLAND, LANDED_OUTSIDE)}}
+
+
+# Which of a job's nodes a restart moves it off.
+
+
+def nodes_to_leave(job_nodes: Iterable[str], node_states: Mapping[str, str]) -> list[str]:
+    """The job's nodes that fleetctl has out of production, in the job's order. A node fleetctl
+    does not manage (absent from `node_states`) is not chosen: nothing says it is bad."""
+    return [n for n in job_nodes if n in node_states and not NodeState(node_states[n]).in_service]
+
+
+def not_in_job(job_nodes: Iterable[str], named: Iterable[str]) -> list[str]:
+    """The nodes an operator named that the job does not run on."""
+    job_nodes = set(job_nodes)
+    return [n for n in named if n not in job_nodes]

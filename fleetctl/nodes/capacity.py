@@ -1,0 +1,314 @@
+"""The capacity guard's decisions, as pure functions over a snapshot of the fleet.
+
+Every automated removal of a node from production asks first. The guard says no when the
+removal would take more of the fleet (or of one rack) out than is safe, and it stops all
+automated removals when failures arrive as a storm: many nodes failing at once usually have
+one shared cause (a switch, a driver roll-out, the checker itself), and draining them all
+would turn a checker bug into an outage. A critical fault (the GPU is already gone) is
+counted but never held back: refusing to drain a node that has lost its GPU protects nothing.
+
+Which faults pass a full budget (issue 21's decision): the critical XIDs the kernel reports
+(checks/catalog/xid.tsv: 48 double-bit ECC, 64 remap failure, 79 fallen off the bus, 95
+uncontained memory error, ...), whatever the budget and the breaker. A check's verdict
+(nvidia-smi's uncorrectable ECC count, a failed row remap) waits for the budget like any
+drain, and shows as DrainHeld: a verdict can be the checker's mistake, a critical request
+passes the storm breaker too, and eight such verdicts at once must not drain eight nodes
+(tests/lifecycle/test_phases.py's checker storm). A GPU that has really lost memory also
+logs its XID, which then drains the node at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Iterable
+
+from fleetctl.nodes.lifecycle import NodeState
+
+
+@dataclass
+class GuardPolicy:
+    max_unavailable_fleet: float = 0.10
+    max_unavailable_rack: float = 0.25
+    # The breaker opens when more than this fraction of production nodes fail within the window.
+    storm_fraction: float = 0.20
+    storm_window_s: float = 600.0
+    # A storm needs at least this many failures, so one bad node in a small fleet is a bad
+    # node, not a storm.
+    storm_min_failures: int = 3
+    # Automation dry run: every decision is made and recorded, none granted.
+    dry_run: bool = False
+
+
+@dataclass
+class RackCounts:
+    serving: int = 0  # nodes of the rack in the serving fleet (NodeState.in_serving_fleet)
+    unavailable: int = 0  # of which out of service (NodeState.out_of_service)
+    production: int = 0
+
+
+@dataclass
+class FleetSnapshot:
+    racks: dict[str, RackCounts] = field(default_factory=dict)
+
+    @property
+    def serving(self) -> int:
+        return sum(r.serving for r in self.racks.values())
+
+    @property
+    def unavailable(self) -> int:
+        return sum(r.unavailable for r in self.racks.values())
+
+    @property
+    def production(self) -> int:
+        return sum(r.production for r in self.racks.values())
+
+
+@dataclass
+class RemovalRequest:
+    node: str
+    rack: str
+    reason: str
+    actor: str
+    critical: bool = False  # the node has already lost its GPU (XID 79, uncorrectable ECC...)
+    force: bool = False  # an operator's override, recorded
+    request_id: str = ""
+
+
+@dataclass
+class RemovalDecision:
+    node: str
+    granted: bool
+    reason: str
+    # Set when this request is the one that opened the breaker.
+    breaker_opened: bool = False
+    # A granted removal's grant (grant_for): the node's workflow drains for automation only
+    # with one that names it at its current state version.
+    grant: str = ""
+    # The decision would have been this one, but automation runs dry (GuardPolicy.dry_run).
+    dry_run: bool = False
+
+
+@dataclass
+class CheckErrorReport:
+    """A sweep's nodes whose checks ended as `error` (nothing judged), out of those it checked."""
+
+    errored: list[str]
+    checked: int
+    actor: str
+    key: str  # stable per sweep run, so a retried report is recorded once
+    # What `errored` are: nodes whose checks could not judge them (CHECK_ERRORS), or, of the
+    # `checked` nodes that have an agent, those whose agent fell silent (AGENT_SILENCE).
+    kind: str = "check-errors"
+    # How many errored when `errored` names only some of them (0: it names them all).
+    count: int = 0
+
+
+CHECK_ERRORS, AGENT_SILENCE = "check-errors", "agent-silence"
+# How the breaker's reason names each kind of storm: (the storm, what the nodes did, of what).
+_STORM_WORDS = {
+    CHECK_ERRORS: ("checker storm", "returned unjudgeable output", "of the nodes checked"),
+    AGENT_SILENCE: ("agent silence storm", "have an agent fallen silent", "of the nodes with an agent"),
+}
+
+
+def grant_for(guard: str, node: str, state_version: int) -> str:
+    """The grant the guard `guard` hands out for taking `node` out at `state_version`."""
+    return f"{guard}:{node}@{state_version}"
+
+
+def grant_covers(grant: str, node: str, state_version: int) -> bool:
+    """Whether `grant` allows `node`, now at `state_version`, to be drained by automation: a
+    grant names one node at one version, so one for another node, or from before the node
+    last moved, drains nothing."""
+    guard, _, rest = grant.rpartition(":")
+    return bool(guard) and rest == f"{node}@{state_version}"
+
+
+# The inventory label that puts a node in one fleet (several fleets can share a database and
+# a Temporal namespace, each with its own guard and sweeps). A node without it is in the
+# fleet of whoever manages the database: every fleet's count.
+FLEET_LABEL = "fleet"
+
+
+def in_fleet(labels: dict, fleet: str) -> bool:
+    return str(labels.get(FLEET_LABEL, fleet)) == fleet
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of the fleet (scope "fleet") or of one rack ("rack <name>") is out of service,
+    against the most the guard lets automation take out."""
+
+    scope: str
+    serving: int
+    unavailable: int
+    limit: int
+    max_fraction: float
+
+    @property
+    def headroom(self) -> int:
+        """Nodes automation may still take out; negative when an operator went past the limit."""
+        return self.limit - self.unavailable
+
+    def to_dict(self) -> dict:
+        return {"scope": self.scope, "serving": self.serving, "unavailable": self.unavailable, "limit": self.limit,
+                "headroom": self.headroom, "max_fraction": self.max_fraction}
+
+
+def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
+    """The fleet's budget, then each rack's by name: what `fleet status` shows."""
+    fleet = Budget("fleet", snapshot.serving, snapshot.unavailable,
+                   allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet), policy.max_unavailable_fleet)
+    return [fleet, *(Budget(f"rack {name or '-'}", r.serving, r.unavailable,
+                            allowed_unavailable(r.serving, policy.max_unavailable_rack), policy.max_unavailable_rack)
+                     for name, r in sorted(snapshot.racks.items()))]
+
+
+def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains: list[tuple[str, str]]) -> list[str]:
+    """What an operator's drain of `drains` ((rack, state) per node) would take past the
+    limits automation keeps to, one line per fleet or rack; empty when within them. Only
+    nodes in production count: a drain of any other is refused, and takes nothing out.
+    Operators may go past the limits (they know of a maintenance window the guard does
+    not); the CLI says so and asks first."""
+    taken: dict[str, int] = {}
+    for rack, state in drains:
+        if NodeState(state).in_service:
+            taken[rack] = taken.get(rack, 0) + 1
+    if not taken:
+        return []
+    over = []
+    for b in budgets(policy, snapshot):
+        adds = sum(taken.values()) if b.scope == "fleet" else taken.get(b.scope.removeprefix("rack "), 0)
+        after = b.unavailable + adds
+        if adds and after > b.limit:
+            over.append(f"{b.scope}: {after} of {b.serving} nodes out after this drain, past the automation limit of "
+                        f"{b.limit} ({b.max_fraction:.0%})")
+    return over
+
+
+def allowed_unavailable(total: int, fraction: float) -> int:
+    """At least one node may always be out, or a small fleet could never be repaired."""
+    return max(1, math.floor(total * fraction)) if total else 0
+
+
+def reads_snapshot(request: RemovalRequest) -> bool:
+    """Whether decide() reads the fleet's counts for `request`: a forced or a critical removal
+    is granted (or, in a dry run, would be) whatever they say, so a guard need not take them."""
+    return not (request.force or request.critical)
+
+
+def decide(
+    policy: GuardPolicy,
+    snapshot: FleetSnapshot,
+    request: RemovalRequest,
+    recent_failures: dict[str, float],
+    now: float,
+    breaker_open: bool,
+    pending_grants: int = 0,
+    pending_in_rack: int = 0,
+) -> RemovalDecision:
+    """Whether `request` may take its node out of production (see _decide). In a dry run
+    (policy.dry_run) automation is told what the answer would have been and granted nothing;
+    an operator's forced removal is the operator's act and is not dry."""
+    decision = _decide(policy, snapshot, request, recent_failures, now, breaker_open, pending_grants, pending_in_rack)
+    if policy.dry_run and decision.granted and not request.force:
+        return RemovalDecision(request.node, False, f"dry run: would grant ({decision.reason})", dry_run=True)
+    return decision
+
+
+def _decide(
+    policy: GuardPolicy,
+    snapshot: FleetSnapshot,
+    request: RemovalRequest,
+    recent_failures: dict[str, float],
+    now: float,
+    breaker_open: bool,
+    pending_grants: int = 0,
+    pending_in_rack: int = 0,
+) -> RemovalDecision:
+    """Whether `request` may take its node out of production.
+
+    `recent_failures` maps each node that reported a failure to its latest report's time: a
+    storm is many nodes failing, not one node failing again and again;
+    `pending_grants` are removals granted but not yet visible in the snapshot.
+    """
+    if request.force:
+        return RemovalDecision(request.node, True, f"forced by {request.actor}")
+    if request.critical:
+        return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity")
+    if breaker_open:
+        return RemovalDecision(request.node, False, "automation paused: the circuit breaker is open")
+    window_start = now - policy.storm_window_s
+    failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
+    failures_in_window = len(failing_nodes)
+    storm_at = max(policy.storm_min_failures, math.floor(snapshot.production * policy.storm_fraction) + 1)
+    if failures_in_window >= storm_at:
+        return RemovalDecision(
+            request.node, False,
+            f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min exceed "
+            f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened",
+            breaker_opened=True,
+        )
+    fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
+    if snapshot.unavailable + pending_grants + 1 > fleet_limit:
+        return RemovalDecision(
+            request.node, False,
+            f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
+            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%})",
+        )
+    rack = snapshot.racks.get(request.rack, RackCounts())
+    rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
+    if rack.unavailable + pending_in_rack + 1 > rack_limit:
+        return RemovalDecision(
+            request.node, False,
+            f"rack limit: {rack.unavailable + pending_in_rack} of {rack.serving} in {request.rack or 'the rack'} "
+            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%})",
+        )
+    return RemovalDecision(request.node, True, "within limits")
+
+
+def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = CHECK_ERRORS) -> str | None:
+    """Why the breaker opens when a sweep could not judge many of the nodes it checked, or None.
+
+    An `error` never drains a node (it says nothing about the hardware), but errors on more
+    than the storm fraction of the nodes checked at once point at one shared cause: a tool
+    upgrade that changed the output, a broken check, the network to the nodes. Automation
+    pauses until an operator has looked, because the same checker also judges failures.
+    Many agents falling silent at once (AGENT_SILENCE) is the same: the intake, or the
+    network between it and the nodes, not many nodes.
+    """
+    if checked <= 0 or errored < policy.storm_min_failures or errored <= checked * policy.storm_fraction:
+        return None
+    storm, did, of = _STORM_WORDS.get(kind, _STORM_WORDS[CHECK_ERRORS])
+    return (f"{storm}: {errored} of {checked} nodes {did} "
+            f"(more than {policy.storm_fraction:.0%} {of}); breaker opened")
+
+
+def counted_state(state: str, state_since: datetime, now: datetime, policy: GuardPolicy) -> str:
+    """The state the guard counts a node in. A node sent to RMA within the storm window is
+    still out for repair: a storm whose failures go straight to RMA (row-remap failures, a
+    wrong result) would otherwise free its own budget as each node reached RMA, and drain
+    the fleet two at a time until the breaker caught up."""
+    if NodeState(state) is NodeState.RMA and (now - state_since).total_seconds() < policy.storm_window_s:
+        return NodeState.MAINTENANCE.value
+    return state
+
+
+def guard_snapshot(nodes: Iterable[tuple[str, str, datetime]], now: datetime, policy: GuardPolicy) -> FleetSnapshot:
+    """The snapshot the guard decides on, from (rack, state, state_since) triples: every
+    count of capacity (the guard, `fleet status`, the exporter's budget) is this one."""
+    return snapshot_from_states([(rack, counted_state(state, since, now, policy)) for rack, state, since in nodes])
+
+
+def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:
+    """Build a snapshot from (rack, state) pairs."""
+    snap = FleetSnapshot()
+    for rack, state in nodes:
+        counts = snap.racks.setdefault(rack, RackCounts())
+        node_state = NodeState(state)
+        counts.serving += node_state.in_serving_fleet
+        counts.unavailable += node_state.out_of_service
+        counts.production += node_state.in_service
+    return snap

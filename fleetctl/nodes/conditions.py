@@ -1,0 +1,183 @@
+"""What is wrong with a node and what it waits for, at a glance: kubectl-style conditions
+(`Unreachable`, `CheckFailed`, `DrainHeld`, ...) and sinfo-style reasons, from rows the
+database already holds. Pure: the caller reads the rows, these functions decide.
+
+A node's state says where it is in its lifecycle; its conditions say what the evidence
+says about it. A production node whose every check has timed out for twenty minutes is
+`production` and `Unreachable`; one the capacity guard will not let go is `production`
+and `DrainHeld`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Sequence
+
+from fleetctl.nodes.lifecycle import NodeState
+
+# The executor's error kinds (fleetctl/executors/base.py) that mean the node could not be
+# reached at all: nothing ran on it, so nothing is known about its hardware.
+UNREACHABLE_KINDS = frozenset({"unreachable", "timeout", "auth_failed", "host_key"})
+# The guard's decisions recorded as automation events (workflows/definitions/capacity_guard.py).
+GUARD_DENIALS = frozenset({"deny", "breaker_open"})
+GUARD_DECISIONS = GUARD_DENIALS | {"grant", "force"}
+# The word shown when no condition holds (kubectl's Ready).
+READY = "Ready"
+# The words Slurm operators filter by (sinfo's states), as fleetctl's states.
+STATE_WORDS = {
+    "drained": ("maintenance",),
+    "drain": ("draining", "maintenance"),  # sinfo's "drain": draining or drained
+    "out": ("draining", "maintenance", "rma"),
+}
+
+
+class UnknownState(ValueError):
+    pass
+
+
+def states_named(values: Iterable[str]) -> list[str]:
+    """`--state` values (each may be a comma-separated list) as fleetctl's states, in the
+    order named, without repeats. A word that names no state raises UnknownState."""
+    found: list[str] = []
+    known = {s.value for s in NodeState}
+    for value in values:
+        for word in (w.strip().lower() for w in value.split(",")):
+            if not word:
+                continue
+            if word in known:
+                found.append(word)
+            elif word in STATE_WORDS:
+                found.extend(STATE_WORDS[word])
+            else:
+                raise UnknownState(f"unknown state {word!r} (one of: {', '.join([*sorted(known), *STATE_WORDS])})")
+    return list(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One recorded run of a check (a CheckRun, reduced to what a summary needs)."""
+
+    check: str
+    status: str
+    reason: str
+    at: datetime
+    error_kind: str | None = None
+    metrics: dict | None = None
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """The latest run of one check, and how long its current status has lasted: one row per
+    check instead of the same error repeated once per sweep."""
+
+    check: str
+    status: str
+    reason: str
+    at: datetime  # the latest run
+    since: datetime  # the first run of the current streak of this status
+    runs: int  # runs in the current streak (at least 1)
+    error_kind: str | None = None
+    metrics: dict | None = None
+
+
+@dataclass(frozen=True)
+class DrainHeld:
+    """An automated drain of a production node that the capacity guard refuses: the guard's
+    latest decision about the node since it last changed state is a refusal. Why, since
+    when (the first refusal after the last grant), how often asked."""
+
+    reason: str
+    since: datetime
+    last: datetime
+    refusals: int
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str  # Suspect, Unreachable, CheckFailed, CheckError, DrainHeld, StragglerSuspected, Unchecked
+    reason: str
+    since: datetime | None = None
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "reason": self.reason, "since": self.since}
+
+
+def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
+    """One summary per check, newest first, from runs in any order. The streak counts back
+    from the latest run while the status stays the same."""
+    by_check: dict[str, list[CheckRow]] = {}
+    for r in sorted(runs, key=lambda r: r.at, reverse=True):
+        by_check.setdefault(r.check, []).append(r)
+    summaries = []
+    for check, newest_first in by_check.items():
+        latest = newest_first[0]
+        streak = 0
+        for r in newest_first:
+            if r.status != latest.status:
+                break
+            streak += 1
+        summaries.append(CheckSummary(check, latest.status, latest.reason, latest.at, newest_first[streak - 1].at,
+                                      streak, latest.error_kind, latest.metrics))
+    return sorted(summaries, key=lambda s: s.at, reverse=True)
+
+
+def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
+               last_cause: str = "", suspect: Condition | None = None) -> list[Condition]:
+    """What is wrong with the node, most serious first; empty when nothing is. `checks` from
+    summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
+    the reachability judgement (fleetctl.nodes.reachability) made since it entered its state."""
+    found: list[Condition] = []
+    if state == NodeState.RETIRED.value:
+        return found
+    if suspect is not None:
+        found.append(suspect)
+    newest = checks[0] if checks else None
+    if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:
+        found.append(Condition("Unreachable", newest.reason, newest.since))
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        found.append(Condition("CheckFailed", "; ".join(f"{c.check}: {c.reason}" for c in failed),
+                               min(c.since for c in failed)))
+    errored = [c for c in checks if c.status == "error" and not (found and found[0].type == "Unreachable"
+                                                                  and c.error_kind in UNREACHABLE_KINDS)]
+    if errored:
+        found.append(Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored),
+                               min(c.since for c in errored)))
+    if held is not None:
+        found.append(Condition("DrainHeld", held.reason, held.since))
+    if "straggler" in last_cause:
+        found.append(Condition("StragglerSuspected", last_cause))
+    if not checks and NodeState(state).in_service:
+        found.append(Condition("Unchecked", "no check has run on the node"))
+    return found
+
+
+def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
+    """The HEALTH cell: the condition types (with how many checks fail or error; `node show`
+    names them), or Ready. A node is never Ready without a check
+    behind it (no `pass` without evidence); a retired node has no health."""
+    if state == NodeState.RETIRED.value:
+        return "-"
+    if found:
+        words = []
+        for c in found:
+            if c.type in ("CheckFailed", "CheckError"):
+                count = sum(1 for s in checks if s.status == ("fail" if c.type == "CheckFailed" else "error"))
+                words.append(f"{c.type}({count})")
+            else:
+                words.append(c.type)
+        return ",".join(words)
+    if not checks:
+        return "-"
+    return READY
+
+
+def reason(state: str, last_cause: str, last_actor: str, last_at: datetime | None, held: DrainHeld | None) -> str:
+    """The REASON cell, as `sinfo -R` and scontrol's `Reason=... [user@time]`: why a node is
+    out of service, or why its drain is held; empty for a node that is simply in service."""
+    if held is not None:
+        return f"drain held: {held.reason}"
+    if NodeState(state).in_service or last_at is None or not last_cause:
+        return ""
+    return f"{last_cause} [{last_actor}@{last_at:%Y-%m-%dT%H:%M}]"

@@ -1,0 +1,76 @@
+"""The fleet at a glance, from the database: nodes per state and rack, the racks by island, nodes
+in flight (counted by fleetctl.nodes.fleet_status), suspect nodes (fleetctl.nodes.reachability),
+firmware roll-outs under way, recent automation; with what the capacity guard said, which the
+caller asks (that needs Temporal)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterable
+
+from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, budgets, guard_snapshot, in_fleet, operator_drain_overruns
+from fleetctl.db import firmware as firmware_db
+from fleetctl.db import queries
+from fleetctl.db import spares as spare_store
+from fleetctl.nodes.lifecycle import Actor
+from fleetctl.durations import as_utc
+from fleetctl.jobs.spares import spare_counts
+from fleetctl.nodes.fleet_status import count_states, rack_view
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+RECENT_AUTOMATION_EVENTS = 10
+
+
+def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str,
+                 spares_per_island: int = 0) -> dict[str, Any]:
+    """`policy`: the guard's own when it answered, else the configured one (the caller says
+    which in `automation`). The budget counts the nodes of `fleet`, as its guard does."""
+    nodes = queries.list_nodes(engine)
+    status = count_states(nodes)
+    status["islands"] = rack_view(nodes)
+    status["automation"] = automation
+    mine = [n for n in nodes if in_fleet(n.labels, fleet)]
+    status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy))]
+    # Hot spares are production nodes kept free for restarts: in service for the guard (the
+    # budget above counts them as production), only running no job.
+    names = {n.name for n in mine}
+    held = {name: island for name, island in spare_store.held(engine).items() if name in names}
+    status["spares"] = {"count": len(held), "per_island": spare_counts(held, spares_per_island)}
+    status["held_drains"] = [
+        {"node": node, "since": first, "last": last, "refusals": count, "reason": reason}
+        for node, (count, first, last, reason) in sorted(queries.held_drains(engine, [n.name for n in mine]).items(),
+                                                         key=lambda kv: kv[1][1])
+    ]
+    status["firmware_rollouts"] = [
+        {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
+         "max_failures": r.max_failures}
+        for state in ("running", "halted") for r in firmware_db.rollouts(engine, status=state)
+    ]
+    status["suspect"] = [{"node": name, "since": e.at, "reason": e.reason,
+                          "why": "agent silent" if e.actor == queries.AGENT_SILENCE_ACTOR else "unreachable"}
+                         for name, e in sorted(queries.suspect_nodes(engine).items())]
+    status["recent_automation_events"] = [
+        {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
+        for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)
+    ]
+    # What operators did, next to what they were refused (recent automation lists refusals).
+    status["recent_operator_commands"] = [
+        {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
+        for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
+    ]
+    return status
+
+
+def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Iterable[str]) -> list[str]:
+    """What an operator's drain of `names` would take past the automation limits of `fleet`."""
+    mine = [n for n in queries.list_nodes(engine) if in_fleet(n.labels, fleet)]
+    wanted = set(names)
+    return operator_drain_overruns(policy, _counted(mine, policy),
+                                   [(n.rack, n.state) for n in mine if n.name in wanted])
+
+
+def _counted(nodes: list, policy: GuardPolicy) -> FleetSnapshot:
+    """The fleet's nodes as its guard counts them (a fresh RMA is still out)."""
+    return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(timezone.utc), policy)

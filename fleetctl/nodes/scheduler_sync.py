@@ -1,0 +1,135 @@
+"""Where fleetctl and the schedulers disagree about nodes, and making the schedulers match.
+
+fleetctl's node workflows own node state: a node in production should be schedulable,
+every other state should be drained in its scheduler. A drain or resume by hand leaves
+the two disagreeing; `reconcile` finds it, and with `fix` makes the scheduler match fleetctl
+(never the reverse: to keep a node out, drain it through fleetctl).
+
+A drain another tool made (Node Health Check's `NHC: ...`, SUNK's `k8s: ...`, a person's)
+is that tool's to lift: reconcile reports it with its owner, the word before the reason's
+first colon, and resumes it only when the operator names that owner (`--include-owner`).
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.schedulers.base import SchedulerError
+
+# Schedulers asked at once: each question is a command or an API call of its own.
+PARALLEL = 8
+
+# What each difference means, and what --fix does about it (None: nothing it can do).
+DIFFERENCES = {
+    "not_drained": ("out of service in fleetctl, schedulable in the scheduler", "drain"),
+    "stale_fleetctl_drain": ("in production, but still drained by fleetctl", "resume"),
+    # The force resume only for an owner the operator named; otherwise nothing.
+    "drained_by_someone_else": ("in production, but drained outside fleetctl", "force resume"),
+    "down": ("in production, but down in the scheduler", None),
+    "unreachable": ("the scheduler could not be asked", None),
+}
+
+
+# A drain reason that names its tool: "NHC: ...", "k8s: ...". A name is one short word.
+_OWNER = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]{0,31})\s*:")
+
+
+def drain_owner(reason: str | None) -> str:
+    """The tool a drain's reason names ("NHC: check_hw_cpuinfo ..." -> "NHC"), or "" when it
+    names none (a person's free text, or no reason at all)."""
+    found = _OWNER.match(reason or "")
+    return found.group(1) if found else ""
+
+
+def valid_owner(name: str) -> bool:
+    return _OWNER.fullmatch(f"{name}:") is not None
+
+
+@dataclass
+class Difference:
+    node: str
+    scheduler: str
+    fleetctl_state: str
+    scheduler_state: str
+    reason: str | None
+    difference: str
+    meaning: str
+    action: str | None
+    fixed: bool = False
+    error: str = ""
+    owner: str = ""  # the tool that drained the node (drained_by_someone_else)
+
+
+def compare(node, scheduler, include_owners: frozenset[str] = frozenset()) -> Difference | None:
+    """How `scheduler` sees `node` (a fleetctl Node row) differently from fleetctl, or None.
+    Another tool's drain gets an action only when its owner is in `include_owners`
+    (compared without case: `nhc` names NHC)."""
+
+    def difference(kind: str, scheduler_state: str = "", reason: str | None = None) -> Difference:
+        meaning, action = DIFFERENCES[kind]
+        return Difference(node.name, node.scheduler, node.state, scheduler_state, reason, kind, meaning, action)
+
+    try:
+        seen = scheduler.node_state(node.name)
+    except SchedulerError as exc:
+        return difference("unreachable", "unknown", str(exc))
+    if not NodeState(node.state).in_service:
+        return None if seen.drained else difference("not_drained", seen.state, seen.reason)
+    if seen.drained and seen.owned_by_fleetctl:
+        return difference("stale_fleetctl_drain", seen.state, seen.reason)
+    if seen.drained:
+        found = difference("drained_by_someone_else", seen.state, seen.reason)
+        found.owner = drain_owner(seen.reason)
+        if not found.owner or found.owner.lower() not in {o.lower() for o in include_owners}:
+            found.action = None  # its owner's to lift
+        return found
+    if seen.state == "down":
+        return difference("down", seen.state, seen.reason)
+    return None
+
+
+def fix(found: Difference, scheduler) -> None:
+    """Make the scheduler match fleetctl for one difference; records the outcome on `found`."""
+    try:
+        if found.difference == "not_drained":
+            scheduler.drain(found.node, f"reconcile: fleetctl has the node in {found.fleetctl_state}")
+        elif found.difference == "stale_fleetctl_drain":
+            scheduler.resume(found.node)
+        elif found.difference == "drained_by_someone_else" and found.action is not None:
+            scheduler.resume(found.node, force=True)
+        else:
+            return
+    except SchedulerError as exc:
+        found.error = str(exc)
+        return
+    found.fixed = True
+
+
+def reconcile(nodes: Iterable, schedulers: Mapping[str, object], fix_them: bool,
+              on_checked: Callable[[], None] = lambda: None,
+              include_owners: frozenset[str] = frozenset()) -> list[Difference]:
+    """Compare every node (fleetctl Node rows) with its scheduler (`schedulers` by kind), fixing
+    what can be fixed when `fix_them` (other tools' drains: only those of `include_owners`);
+    `on_checked` is called once per node, for progress."""
+
+    def check(node) -> list[Difference]:
+        scheduler = schedulers[node.scheduler]
+        differences = []
+        # A node several schedulers run (fleetctl.schedulers.combined) is compared in each.
+        for kind, member in getattr(scheduler, "members", ((node.scheduler, scheduler),)):
+            found = compare(node, member, include_owners)
+            if found is None:
+                continue
+            found.scheduler = kind
+            if fix_them:
+                fix(found, member)
+            differences.append(found)
+        on_checked()
+        return differences
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return [d for found in pool.map(check, nodes) for d in found]

@@ -1,0 +1,100 @@
+"""The rows `node list` and `node show` print: each node's state with its health (conditions
+from its latest checks and the capacity guard), the reason it is out of service or held,
+and the jobs it runs. Reads the database in a few bulk queries; decides in
+fleetctl.nodes.conditions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from fleetctl.db import queries
+from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
+                                      reason, summarise_checks)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from fleetctl.db.models import AutomationEvent, CheckRun, Node, NodeEvent
+
+# How many of a node's latest check runs `node show` summarises (a streak longer than this
+# is shown as this many runs, "at least").
+SHOW_CHECK_RUNS = 500
+# Schedulers whose jobs the database mirrors (the simulated one's); for the others the JOBS
+# cell is unknown (null) rather than an empty list that would read "no jobs".
+MIRRORED_SCHEDULERS = frozenset({"sim"})
+
+
+def _check_row(run: CheckRun) -> CheckRow:
+    return CheckRow(run.check_name, run.status, run.reason, run.finished_at, run.error_kind, dict(run.metrics or {}))
+
+
+def summary_dict(s: CheckSummary) -> dict[str, Any]:
+    return {"check": s.check, "status": s.status, "reason": s.reason, "at": s.at, "since": s.since, "runs": s.runs,
+            "error_kind": s.error_kind, "metrics": s.metrics}
+
+
+def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
+    return None if h is None else {"reason": h.reason, "since": h.since, "last": h.last, "refusals": h.refusals}
+
+
+def _running_jobs(engine: Engine) -> dict[str, list[str]]:
+    from fleetctl.db.jobs import list_jobs
+
+    by_node: dict[str, list[str]] = {}
+    for job in list_jobs(engine):
+        if job.state == "running":
+            for n in job.nodes:
+                by_node.setdefault(n, []).append(job.job_id)
+    return by_node
+
+
+def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
+             jobs: dict[str, list[str]], wide: bool, suspect: AutomationEvent | None = None) -> dict[str, Any]:
+    judged = Condition("Suspect", suspect.reason, suspect.at) if suspect is not None else None
+    found = conditions(n.state, checks, held, last.cause if last else "", judged)
+    row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
+           "suspect": suspect.reason if suspect is not None else None,
+           "conditions": [c.to_dict() for c in found],
+           "reason": reason(n.state, last.cause if last else "", last.actor if last else "", last.at if last else None, held),
+           "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
+           "drain_held": held_dict(held),
+           "rack": n.rack, "switch": n.switch, "island": n.island, "position": n.position,
+           "profile": n.profile, "scheduler": n.scheduler,
+           "address": n.address, "labels": n.labels, "state_since": n.state_since,
+           "agent_seen_at": n.agent_seen_at}  # None: no agent heard
+    if wide:
+        row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
+    return row
+
+
+def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
+    return {node: DrainHeld(why, first, last, count)
+            for node, (count, first, last, why) in queries.held_drains(engine, names).items()}
+
+
+def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[str, Any]]:
+    """`node list`'s rows: every node with its health, reason and jobs, in five queries."""
+    nodes = list(nodes)
+    names = [n.name for n in nodes]
+    latest = queries.latest_check_per_kind(engine, names)
+    held = _held(engine, names)
+    last = queries.latest_transitions(engine, names)
+    jobs = _running_jobs(engine)
+    suspect = queries.suspect_nodes(engine)
+    return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
+                     last.get(n.name), jobs, wide, suspect.get(n.name)) for n in nodes]
+
+
+def node_detail(engine: Engine, n: Node) -> dict[str, Any]:
+    """`node show`: the list row, one summary per check (the current streak of its status),
+    health events and recent transitions."""
+    checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
+    last = queries.latest_transitions(engine, [n.name]).get(n.name)
+    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
+                    suspect=queries.suspect_nodes(engine).get(n.name))
+    data["checks"] = [summary_dict(s) for s in checks]
+    data["health_events"] = [
+        {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}
+        for h in queries.health_events(engine, n.name)
+    ]
+    return data

@@ -1,0 +1,147 @@
+"""RMA evidence bundles: what a vendor needs to accept a part back, as JSON and Markdown.
+Pure: the webhook that carries them to a ticketing system is fleetctl.connections.webhook_client.
+
+The bundle is built from what fleetctl recorded (identity and firmware read by the checks,
+the failing check outputs, the XID history, the remediation steps tried). Secrets never
+enter it: credentials in URLs, `password=`/`token=` pairs and Authorization headers are
+masked in every string, and so is every configured secret value verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from functools import cache
+from typing import Any, Iterable, Mapping
+
+from fleetctl.text import printable
+
+# How much of one check's raw output goes into the bundle: enough for the failing lines.
+RAW_OUTPUT_EXCERPT_CHARS = 4000
+MASK = "***"
+
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)\b(authorization\s*:\s*)(?:basic|bearer|token)?\s*\S+"),
+    re.compile(r"(?i)\b((?:password|passwd|pwd|secret|token|api[_-]?key)\s*[=:]\s*)\S+"),
+    re.compile(r"(://[^/\s:@]+:)[^@/\s]+(@)"),
+)
+
+
+def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """The value with every secret masked, recursively through lists and mappings."""
+    secrets = tuple(s for s in secrets if s)
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, MASK)
+        for pattern in _SECRET_PATTERNS:
+            value = pattern.sub(lambda m: m.group(1) + MASK + (m.group(2) if m.lastindex and m.lastindex > 1 else ""), value)
+        return value
+    if isinstance(value, Mapping):
+        return {k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, secrets) for v in value]
+    return value
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+def build_evidence(
+    *,
+    rma_reason: str,
+    node: Any,
+    checks: Iterable[Any],
+    health_events: Iterable[Any],
+    remediations: Iterable[tuple[Any, Iterable[Any]]],
+    transitions: Iterable[Any],
+    opened_at: datetime,
+    secrets: Iterable[str] = (),
+) -> dict[str, Any]:
+    """The bundle, from rows of nodes, check_runs, health_events, remediation_runs/steps, node_events."""
+    checks = list(checks)
+    gpus: list[dict[str, Any]] = []
+    firmware: dict[str, str] = {}
+    driver = None
+    # Newest first: the latest inventory of each kind wins.
+    for c in sorted(checks, key=lambda c: c.finished_at):
+        if c.kind == "nvidia-smi" and c.metrics.get("gpus"):
+            gpus = [{k: g.get(k) for k in ("index", "name", "uuid", "serial", "bus_id", "vbios")} for g in c.metrics["gpus"]]
+            driver = c.metrics.get("driver_version") or driver
+        if c.kind == "firmware" and isinstance(c.metrics.get("components"), dict):
+            firmware.update(c.metrics["components"])
+    failing = [
+        {"check": c.check_name, "kind": c.kind, "status": c.status, "reason": c.reason, "findings": c.findings,
+         "metrics": c.metrics, "at": _iso(c.finished_at), "output_truncated": c.output_truncated,
+         "raw_output_excerpt": c.raw_output[-RAW_OUTPUT_EXCERPT_CHARS:]}
+        for c in sorted(checks, key=lambda c: c.finished_at, reverse=True) if c.status in ("fail", "error", "warn")
+    ]
+    evidence = {
+        "schema": "fleetctl.rma/1",
+        "reason": rma_reason,
+        "opened_at": _iso(opened_at),
+        "node": {"name": node.name, "rack": node.rack, "profile": node.profile, "address": node.address,
+                 "bmc_address": node.bmc_address, "scheduler": node.scheduler, "labels": dict(node.labels)},
+        "identity": {"gpus": gpus, "driver_version": driver, "firmware": dict(sorted(firmware.items()))},
+        "failing_checks": failing,
+        "xid_history": [
+            {"code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": _iso(h.at)}
+            for h in health_events if h.source == "xid"
+        ],
+        "remediation": [remediation_entry(run, steps) for run, steps in remediations],
+        "transitions": [
+            {"at": _iso(e.at), "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
+             "actor": e.actor} for e in transitions
+        ],
+    }
+    return redact(evidence, secrets)
+
+
+def remediation_entry(run: Any, steps: Iterable[Any]) -> dict[str, Any]:
+    """One remediation run of the bundle, from its remediation_runs row and steps."""
+    return {"run": run.run_key, "runbook": run.runbook, "mode": run.mode, "status": run.status,
+            "outcome": run.outcome, "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
+            "steps": [{"index": s.step_index, "name": s.name, "action": s.action, "status": s.status,
+                       "detail": s.detail, "at": _iso(s.finished_at)} for s in steps]}
+
+
+def with_current_runs(evidence: Mapping[str, Any], current: Mapping[str, dict[str, Any]],
+                      secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The bundle with each remediation run as it stands now (`current`: run key to
+    `remediation_entry`). The bundle is written while the run that opens the RMA is still
+    going, so its own entry says `running` and lacks its last steps; a run no longer
+    recorded keeps what the bundle says."""
+    runs = [redact(current[r.get("run")], secrets) if r.get("run") in current else r
+            for r in evidence.get("remediation", [])]
+    return {**evidence, "remediation": runs}
+
+
+def md_inline(value: Any) -> str:
+    """A value on one Markdown line: control characters escaped, line breaks joined, and the
+    characters that would start markup (a table cell's `|`, emphasis, links, code) escaped."""
+    text = printable(" ".join(str(value).splitlines()), keep_newlines=False)
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", text)
+
+
+def md_code_block(value: Any) -> str:
+    """A fenced code block holding `value` verbatim (control characters escaped): the fence is
+    longer than any run of backticks inside, so the content cannot close it."""
+    text = printable(str(value))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+@cache
+def _templates():
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    # Markdown, not HTML: every value goes through md_inline or md_code_block.
+    env = Environment(loader=PackageLoader("fleetctl.remediation", "templates"), undefined=StrictUndefined,
+                      autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(md=md_inline, code_block=md_code_block)
+    return env
+
+
+def render_markdown(evidence: Mapping[str, Any], rma_id: int | None = None) -> str:
+    return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id)

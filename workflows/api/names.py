@@ -1,0 +1,62 @@
+"""The names clients address workflows by: workflow types, updates, signals and queries, and
+every workflow id (a function each, never spelled elsewhere).
+"""
+
+from __future__ import annotations
+
+NODE_LIFECYCLE = "NodeLifecycle"
+TRANSITION_UPDATE = "transition"
+ADMIT_UPDATE = "admit"
+RECHECK_UPDATE = "recheck"
+HEALTH_EVENT_SIGNAL = "health_event"
+NODE_STATE_QUERY = "current"
+
+CAPACITY_GUARD = "CapacityGuard"
+REQUEST_REMOVAL_UPDATE = "request_removal"
+RESUME_AUTOMATION_UPDATE = "resume_automation"
+REPORT_CHECK_ERRORS_UPDATE = "report_check_errors"
+GUARD_STATUS_QUERY = "status"
+
+ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
+PRODUCTION_STRAGGLERS = "ProductionStragglers"
+REMEDIATION = "Remediation"
+JOB_RESTART = "JobRestart"
+
+FIRMWARE_ROLLOUT = "FirmwareRollout"
+ROLLOUT_RESUME_UPDATE = "resume"
+ROLLOUT_ABORT_UPDATE = "abort"
+ROLLOUT_PROGRESS_QUERY = "progress"
+
+
+
+
+def node_workflow_id(node: str) -> str:
+    """The id of a node's NodeLifecycle workflow."""
+    return f"node/{node}"
+
+
+def guard_id(fleet: str = "default") -> str:
+    return f"capacity-guard/{fleet}"
+
+
+def remediation_id(node: str) -> str:
+    """One live remediation per node at a time; dry runs get their own ids and never block."""
+    return f"remediation/{node}"
+
+
+def job_restart_id(job_id: str, restart_id: str) -> str:
+    return f"job-restart/{job_id}/{restart_id}"
+
+
+def rollout_workflow_id(rollout_id: str) -> str:
+    return f"firmware-rollout/{rollout_id}"
+
+
+def sweep_id(schedule_id: str) -> str:
+    """The id of the sweeps a schedule starts (one at a time: an overrunning sweep skips the next)."""
+    return f"sweep/{schedule_id}"
+
+
+def straggler_sweep_id(schedule_id: str) -> str:
+    """The id of the production straggler judges a schedule starts (one at a time)."""
+    return f"stragglers/{schedule_id}"
