@@ -9,6 +9,11 @@ C1, bidirectional overrides, zero-width characters) are shown as visible escapes
 Every message fleetctl shows or records about a failure from elsewhere (an exception of a
 library, a BMC's or an API server's error body, a template error) goes through `one_line`:
 an operator reads one line per failure, and a log line stays one line.
+
+Every text fleetctl takes in from elsewhere (an event's message, an alert's labels and
+annotations, an operator's reason, a cause it hands a scheduler) goes through `bounded`
+where it enters: one limit, and nothing that cannot be encoded, so no input can make a
+record fail or a payload outgrow what Temporal and the schedulers accept.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from __future__ import annotations
 import unicodedata
 
 LIMIT = 300
+# The one bound on text taken in: a burst of 200 health events stays under Temporal's 512 KiB
+# payload warning (workflows.definitions.health_queue.EVENTS_PER_ACTIVITY), and a drain cause
+# well inside what `scontrol update Reason=` takes on its command line.
+MAX_TEXT = 2048
+_CUT = "…"
 
 
 def _escape(char: str) -> str:
@@ -42,3 +52,15 @@ def one_line(error: BaseException | str, limit: int = LIMIT) -> str:
     if not text and isinstance(error, BaseException):
         return type(error).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def bounded(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` safe to record and send on: every character UTF-8 cannot encode (a lone UTF-16
+    surrogate, as JSON's `\\ud800` decodes to) replaced by U+FFFD, then cut to `limit`
+    characters, the cut marked with "…". Control characters stay: the record keeps the
+    evidence, `printable` escapes them where they are shown."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + _CUT
