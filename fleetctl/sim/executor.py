@@ -29,6 +29,19 @@ def sim_node_name(target: NodeTarget) -> str:
     return validate_node_name(target.address[len(SIM_SCHEME) :])
 
 
+# A simulated command's wall time passes in slices this long: an exception raised into the
+# activity's thread (Temporal's cancellation of a check a critical event cut short) lands
+# between two slices, as a killed remote command ends a real check, instead of after an HPL's
+# whole run.
+SLEEP_SLICE_S = 0.1
+
+
+def sleep_in_slices(seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, SLEEP_SLICE_S))
+
+
 class SimExecutor:
     """The Executor for `sim://` nodes.
 
@@ -36,7 +49,7 @@ class SimExecutor:
     rebooted it (both stored by the caller, shared between processes); `cure(name, kinds)`
     clears the faults a command repaired (a GPU reset, a firmware update). Without them a
     node keeps the faults it is given and boots at its own phase. A command takes its real
-    duration times `time_scale` (0 = instant) of wall time, through `sleep`; `now` is the
+    duration times `time_scale` (0 = instant) of wall time, through `sleep` (`sleep_in_slices`); `now` is the
     clock faults and timestamps are read from.
     """
 
@@ -46,7 +59,7 @@ class SimExecutor:
         seed: int = 0,
         time_scale: float = 0.0,
         now: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         booted_at: Callable[[str], float | None] = lambda name: None,
         cure: Callable[[str, frozenset[str]], object] = lambda name, kinds: None,
     ):
@@ -56,7 +69,7 @@ class SimExecutor:
         self._seed = seed
         self._time_scale = time_scale
         self._now = now
-        self._sleep = sleep
+        self._sleep = sleep or sleep_in_slices
         self._booted_at = booted_at
         self._cure = cure
         # Per node and command: the n-th run gets its own jitter and flaky outcome.

@@ -15,8 +15,13 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   continue-as-new, a critical XID 79 drain granted without the fleet's counts, a burst of logged health events with a critical one behind minor
   ones). Replaying it proves the new branches are
   deterministic; tests/replay/test_replay.py checks every patch id in the code is in one.
+- v3 (tests/histories/v3/*.json), the branches patched after v2, each on its own: critical
+  events pre-empt the node's long work (critical-events-preempt): a drain waiting for its
+  job turned critical by an XID 79, a recheck's HPL and a burn-in's HPL cut short by one, an
+  XID 79 taken ahead of a minor event queued before it, and a firmware flash that may
+  finish first. v1 and v2 stay as they were, so the runs they stand for still replay.
 
-By default only v2 is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -79,7 +84,7 @@ from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2"}
+SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2", "v3": HISTORIES / "v3"}
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
 # JSON are base64, so this is what a reader (or a grep) sees of which branches a set covers.
@@ -194,8 +199,8 @@ class Recording:
 
 
 @asynccontextmanager
-async def recording() -> AsyncIterator[Recording]:
-    """A fresh dev server, database and worker, gone afterwards."""
+async def recording(**flags) -> AsyncIterator[Recording]:
+    """A fresh dev server, database and worker, gone afterwards; `flags` set more settings."""
     work = Path(tempfile.mkdtemp(prefix="fleetctl-histories-"))
     server = start_dev_server(work / "temporal.db")
     unique = uuid.uuid4().hex[:6]
@@ -206,7 +211,7 @@ async def recording() -> AsyncIterator[Recording]:
                                     # an agent heard a minute ago is silent (v2's sweep)
                                     "agent_silence_s": AGENT_SILENCE_S,
                                     # v2's straggler is drained at its job's end
-                                    "straggler_policy": "drain-at-checkpoint"}, env={},
+                                    "straggler_policy": "drain-at-checkpoint", **flags}, env={},
                              config_file="/dev/null")
     get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
@@ -463,7 +468,92 @@ async def search_attributes_scenario(rec: Recording) -> str:
     return node
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2}
+# v3's long check: HPL alone, with commands taking 8 times the real tools' time (minutes).
+LONG_SUITE, TINY_SUITE = "long-hpl", "tiny"
+SUITES = {LONG_SUITE: ["hpl"], TINY_SUITE: ["nvidia-smi-query"]}
+
+
+def _critical_79(node: str, event_id: str) -> HealthEventInput:
+    return HealthEventInput(node, "xid", 79, "fallen off the bus", "recorder", event_id, time.time(), severity="critical")
+
+
+async def _in_production(rec: Recording, node: str) -> None:
+    """The node's workflow started and taken to production by automation, without a burn-in."""
+    await rec.client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=node), id=node_workflow_id(node),
+                                    task_queue=rec.settings.task_queue,
+                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+        await request_transition(rec.client, node, trigger, "recorder", actor_kind="automation")
+
+
+async def _busy_with(rec: Recording, node: str, activity: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (await rec.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)).activity \
+            .startswith(activity):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{node}: never busy with {activity}")
+        await asyncio.sleep(0.1)
+
+
+async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
+    suites = Path(tempfile.mkdtemp(prefix="fleetctl-suites-"))
+    for name, checks in SUITES.items():
+        (suites / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "description": "recording", "checks": checks}))
+    # A firmware flash during admission, never cut short (at the simulator's instant speed).
+    async with recording(suites_dir=str(suites)) as rec:
+        flashed, _ = rec.add_nodes(2, "rv3-fw")
+        baseline = load_baseline(BASELINE)
+        set_baseline(rec.engine, baseline.name, baseline.to_dict(), BASELINE.read_text(), "recorder")
+        add_fault(rec.engine, flashed, "firmware-drift")
+        await ensure_node_workflows(rec.client, rec.settings, [(flashed, "new", 0)])
+        await request_phase(rec.client, flashed, "admit", "recorder", TINY_SUITE)
+        await rec.wait(flashed, lambda t: "enter_production" in t)
+        await rec.idle(flashed)
+        kept = {"node_lifecycle_firmware_flash": node_workflow_id(flashed)}
+        await rec.write(directory, kept)
+    async with recording(suites_dir=str(suites), sim_time_scale=8.0) as rec:
+        client, settings, engine = rec.client, rec.settings, rec.engine
+        scheduler = SimScheduler(engine)
+        drained, rechecked, burnt = rec.add_nodes(3, "rv3")
+        for n in (drained, rechecked):
+            await _in_production(rec, n)
+
+        # An operator's drain waits for the node's job; an XID 79 turns it critical and the
+        # job is restarted at once.
+        scheduler.submit("recorded-drain-train", 1)
+        if not scheduler.jobs_on_node(drained):
+            raise RuntimeError(f"{drained}: no job landed on it")
+        await request_transition(client, drained, "drain", "recorder", "operator: PDU maintenance")
+        await _busy_with(rec, drained, "draining: jobs")
+        await send_health_events(client, drained, [_critical_79(drained, "rv3-drain-79")])
+        await rec.wait(drained, lambda t: "drain_complete" in t)
+
+        # A recheck's HPL cut short: a minor event, then an XID 79, both queued while it runs;
+        # the XID is taken first.
+        await request_phase(client, rechecked, "recheck", "recorder", LONG_SUITE)
+        await _busy_with(rec, rechecked, "recheck: hpl")
+        await send_health_events(client, rechecked, [
+            HealthEventInput(rechecked, "xid", 13, "minor", "recorder", "rv3-recheck-13", time.time(), severity="warning"),
+            _critical_79(rechecked, "rv3-recheck-79")])
+        await rec.wait(rechecked, lambda t: "drain_complete" in t)
+
+        # A burn-in's HPL cut short: the phase fails on the event, not on the check.
+        await ensure_node_workflows(client, settings, [(burnt, "new", 0)])
+        await request_phase(client, burnt, "admit", "recorder", LONG_SUITE)
+        await _busy_with(rec, burnt, "burn_in: hpl")
+        await send_health_events(client, burnt, [_critical_79(burnt, "rv3-burn-in-79")])
+        await rec.wait(burnt, lambda t: "phase_failed" in t)
+
+        for n in (drained, rechecked, burnt):
+            await rec.idle(n, timeout_s=120)
+        return await rec.write(directory, {
+            "node_lifecycle_drain_turns_critical": node_workflow_id(drained),
+            "node_lifecycle_recheck_interrupted": node_workflow_id(rechecked),
+            "node_lifecycle_burn_in_interrupted": node_workflow_id(burnt),
+        }, kept)
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -475,8 +565,8 @@ async def record(sets: list[str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.replay.record", description=__doc__.split("\n")[0])
-    parser.add_argument("--set", choices=[*RECORDERS, "all"], default="v2",
-                        help="which set to (re)record; v1 rewrites histories recorded before any patch")
+    parser.add_argument("--set", choices=[*RECORDERS, "all"], default="v3",
+                        help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)")
     args = parser.parse_args(argv)
     for path in asyncio.run(record(list(RECORDERS) if args.set == "all" else [args.set])):
         print(path)

@@ -2,9 +2,10 @@
 workflows running in a fleet right now fails here (re-record with tests/replay/record.py
 only when the break is intended and nothing old is running).
 
-Two sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
-recorded with the patches and takes every patched branch, which the marker test holds it to
-(new branches are deterministic too)."""
+Three sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
+recorded with the patches of its day and takes every patched branch; v3 takes the branches
+patched since (the marker test holds the sets together to every patch in the code: new
+branches are deterministic too)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from tests.replay.record import PATCH_INDEX, WORKFLOW_IDS, patch_markers
 from workflows.worker import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = {"v1": ROOT / "tests" / "histories", "v2": ROOT / "tests" / "histories" / "v2"}
+SETS = {"v1": ROOT / "tests" / "histories", "v2": ROOT / "tests" / "histories" / "v2",
+        "v3": ROOT / "tests" / "histories" / "v3"}
+# The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
+WHOLE_SETS = ("v1", "v2")
 HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json") if p.name != PATCH_INDEX)
 WORKFLOW_SOURCES = ROOT / "workflows"
 
@@ -59,8 +63,8 @@ def test_histories_are_recorded_for_every_long_running_workflow() -> None:
     assert {"node_lifecycle_drain_undrain", "capacity_guard", "active_check_sweep"} <= names
 
 
-def test_both_sets_are_recorded_for_every_workflow_type() -> None:
-    for name, directory in SETS.items():
+def test_the_whole_sets_are_recorded_for_every_workflow_type() -> None:
+    for name, directory in ((n, SETS[n]) for n in WHOLE_SETS):
         types = {_history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name
                  for p in HISTORIES if p.parent == directory}
         assert {"NodeLifecycle", "CapacityGuard", "ActiveCheckSweep", "Remediation", "JobRestart"} <= types, name
@@ -80,17 +84,18 @@ def test_the_source_scan_finds_the_patches() -> None:
     assert "firmware-phase" in ids and ids["firmware-phase"].startswith("workflows/definitions/node_lifecycle.py:")
 
 
-def test_the_patch_index_says_what_each_history_recorded() -> None:
-    """The index beside the v2 set (readable without decoding payloads) is the markers' truth."""
-    index = json.loads((SETS["v2"] / PATCH_INDEX).read_text())
-    assert index == {p.stem: sorted(patch_markers(_history(p))) for p in HISTORIES if p.parent == SETS["v2"]}
+@pytest.mark.parametrize("name", ["v2", "v3"])
+def test_the_patch_index_says_what_each_history_recorded(name: str) -> None:
+    """The index beside a set (readable without decoding payloads) is the markers' truth."""
+    index = json.loads((SETS[name] / PATCH_INDEX).read_text())
+    assert index == {p.stem: sorted(patch_markers(_history(p))) for p in HISTORIES if p.parent == SETS[name]}
 
 
 def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
     recorded = set().union(*(patch_markers(_history(p)) for p in HISTORIES))
     missing = {pid: where for pid, where in patched_ids_in_source().items() if pid not in recorded}
     assert not missing, (f"patched ids no recorded history takes: {missing}; add a scenario to "
-                         "tests/replay/record.py (record_v2) and run `python -m tests.replay.record`")
+                         "tests/replay/record.py (the newest set's recorder) and run `python -m tests.replay.record`")
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[_label(p) for p in HISTORIES])

@@ -6,12 +6,20 @@ so handlers never interleave their activity calls, an idempotency guard keyed by
 and continue-as-new only after every handler has finished. Handlers stay short: they
 validate and queue work; the main loop does the work (phases, health events, drains) one
 item at a time, so a node is never in two phases at once.
+
+A critical health event never waits behind that work (patch critical-events-preempt): it is
+taken off the queue first, and every long wait of an item is a condition the event ends. A
+drain waiting for its jobs becomes critical and restarts them now; a burn-in or recheck check
+in flight is cancelled (its activity too) and recorded as interrupted, never as a pass or a
+fail; a firmware flash is the one step that finishes first, and the node says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import datetime, timedelta, timezone
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
@@ -55,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
         remediation_id,
     )
-    from workflows.definitions.health_queue import next_health_events, record_health_events
+    from workflows.definitions.health_queue import is_critical, next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
     from workflows.definitions.node_visibility import record_transition, show_details
@@ -77,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
 RECENT_REQUESTS_KEPT = 64
 ADMITTABLE = tuple(s.value for s in NodeState if s.admittable)  # in the enum's order, for the message
 CHECK_ATTEMPTS = 3
+T = TypeVar("T")
 
 
 def check_event(check: str, status: str, message: str) -> dict:
@@ -100,7 +109,7 @@ class NodeLifecycle:
                 lambda: bool(self.s.work) or self._retired() or self._should_continue_as_new()
             )
             if self.s.work and not self._retired():
-                item = self.s.work.pop(0)
+                item = self._next_item()
                 # Busy from the moment the item leaves the queue (each kind names itself more
                 # precisely as it goes): a query never sees an idle node with work in hand.
                 self.s.activity = item.kind.replace("_", " ")
@@ -116,6 +125,48 @@ class NodeLifecycle:
 
     def _retired(self) -> bool:
         return self.s.state == NodeState.RETIRED.value
+
+    def _critical_index(self) -> int | None:
+        """Where the first critical health event waits in the queue, None if none does."""
+        return next((i for i, w in enumerate(self.s.work)
+                     if w.kind == "health_event" and w.event is not None and is_critical(w.event)), None)
+
+    def _critical_waiting(self) -> bool:
+        return self._critical_index() is not None
+
+    def _next_item(self) -> WorkItem:
+        """The oldest item, unless a critical health event waits behind it: that one first."""
+        index = self._critical_index()
+        if index and workflow.patched("critical-events-preempt"):
+            return self.s.work.pop(index)
+        return self.s.work.pop(0)
+
+    async def _unless_critical(self, work: Awaitable[T]) -> tuple[bool, T | None]:
+        """(True, result) when `work` ends, (False, None) when a critical health event is
+        queued first: then `work` is cancelled, and with it the activity it waits on (its
+        heartbeat carries the cancellation to the call on the node)."""
+        task = asyncio.ensure_future(work)
+        await workflow.wait_condition(lambda: task.done() or self._critical_waiting())
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return False, None
+
+    async def _record_interrupted(self, what: str) -> None:
+        """A step cut short by a critical event: recorded as interrupted (it neither passed nor
+        failed), where fleet status and `node show` list automation."""
+        waiting = self.s.work[self._critical_index() or 0].event if self._critical_waiting() else None
+        by = f"{waiting.source} {waiting.code}" if waiting is not None and waiting.code is not None else "a critical event"
+        self.s.last_outcome = f"{what}: interrupted by {by}"
+        await workflow.execute_activity_method(
+            NodeActivities.record_automation_event,
+            AutomationRecord(kind="interrupted", reason=self.s.last_outcome, actor="lifecycle", node=self.s.node,
+                             key=f"{workflow.info().workflow_id}/interrupted/{workflow.now().timestamp()}"),
+            **QUICK)
 
     def _should_continue_as_new(self) -> bool:
         return (
@@ -224,14 +275,23 @@ class NodeLifecycle:
             return
         run_ids: list[int] = []
         base = f"{workflow.info().workflow_id}@{self.s.state_version}"
-        for index, check in enumerate(checks):
+        index, attempt = 0, 0
+        while index < len(checks):
+            check = checks[index]
             self.s.activity = f"burn_in: {check} ({index + 1}/{len(checks)})"
-            outcome = await self._run_check(check, item.suite, f"{base}/{index}")
-            if outcome.check_run_id is not None:
+            # A check cut short is run again (under a new key) when the event that cut it
+            # turns out not to stop the burn-in: the catalog judged it minor.
+            key = f"{base}/{index}" + (f"/again-{attempt}" if attempt else "")
+            outcome = await self._check_unless_critical(check, item.suite, key, f"burn-in: {check}")
+            if outcome is not None and outcome.check_run_id is not None:
                 run_ids.append(outcome.check_run_id)
             if await self._health_events_during_phase():
                 await self._move("phase_failed", "burn-in: a critical health event arrived during burn-in")
                 return
+            if outcome is None:
+                attempt += 1
+                continue
+            index, attempt = index + 1, 0
             if outcome.status not in ("pass", "warn"):
                 if await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}"):
                     if outcome.status == "fail":  # an `error` says nothing about the hardware
@@ -263,8 +323,7 @@ class NodeLifecycle:
             return False
         self.s.activity = "firmware: updating"
         try:
-            applied: UpdateOutcome = await workflow.execute_activity_method(
-                FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE)
+            applied: UpdateOutcome = await self._flash(baseline_id)
         except ActivityError as exc:
             # Never retried blindly (a half-flashed part is the vendor's to judge), and never
             # the end of this workflow: the node goes to maintenance with the reason.
@@ -279,6 +338,19 @@ class NodeLifecycle:
             reason = f"update failed: {applied.detail}"
         await self._move("phase_failed", f"firmware: {reason}")
         return False
+
+    async def _flash(self, baseline_id: int) -> UpdateOutcome:
+        """The firmware update, never cut short: a half-flashed part can brick a GPU or a NIC,
+        so a critical event waits for it, and the node's activity says so."""
+        flash = workflow.execute_activity_method(
+            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE)
+        if not workflow.patched("critical-events-preempt"):
+            return await flash
+        task = asyncio.ensure_future(flash)
+        await workflow.wait_condition(lambda: task.done() or self._critical_waiting())
+        if not task.done():
+            self.s.activity = "firmware: updating; a critical event waits for the flash to finish"
+        return await task
 
     async def _firmware_drift(self, baseline_id: int, key: str) -> DriftReport:
         """Read the node's firmware inventory (recorded as check runs), then compare."""
@@ -296,7 +368,10 @@ class NodeLifecycle:
         failed: CheckOutcome | None = None
         for index, check in enumerate(checks):
             self.s.activity = f"recheck: {check} ({index + 1}/{len(checks)})"
-            outcome = await self._run_check(check, item.suite, f"{base}/{index}")
+            outcome = await self._check_unless_critical(check, item.suite, f"{base}/{index}",
+                                                        f"recheck {item.suite}: {check}")
+            if outcome is None:
+                return  # the critical event is next, and it decides what the node does
             if outcome.status == "fail":
                 failed = outcome
                 break
@@ -417,7 +492,24 @@ class NodeLifecycle:
         waited = 0.0
         while (jobs or pods_holding) and not item.critical and waited < self.s.drain_job_wait_s \
                 and self.s.state == NodeState.DRAINING.value:
-            await workflow.sleep(timedelta(seconds=self.s.drain_job_poll_s))
+            if await self._wait_unless_critical(self.s.drain_job_poll_s):
+                critical = await self._critical_during_drain(item)
+                if critical is not None:
+                    # The node is known bad now: its jobs are lost anyway, move them at once
+                    # (the taint too), and remediate the fault rather than the planned work.
+                    item = critical
+                    self.s.activity = "draining: a critical event: restarting the jobs now"
+                    if await self._cordon(item.cause, True) is None:
+                        return
+                    jobs = await self._running_jobs()
+                    if jobs is None:
+                        return
+                    seen = datetime.fromtimestamp(item.fault_seen_at, timezone.utc)
+                    for job in jobs:
+                        await self._restart_job(job, scheduler, item, seen)
+                    jobs, pods_holding = [], False
+                    break
+                continue
             waited += self.s.drain_job_poll_s
             jobs = await self._running_jobs()
             if jobs is None:
@@ -442,6 +534,36 @@ class NodeLifecycle:
             if await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value):
                 if item.remediation_event:
                     await self._remediate(item.remediation_event, item.actor)
+
+    async def _wait_unless_critical(self, seconds: float) -> bool:
+        """Wait `seconds`; True when a critical health event ended the wait first."""
+        if not workflow.patched("critical-events-preempt"):
+            await workflow.sleep(timedelta(seconds=seconds))
+            return False
+        try:
+            await workflow.wait_condition(self._critical_waiting, timeout=timedelta(seconds=seconds))
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def _critical_during_drain(self, item: WorkItem) -> WorkItem | None:
+        """Record the critical events queued while a drain waits; the drain as a critical one
+        (cause, time and remediation of the first event the catalog judged critical), or None
+        when none was: then the drain waits on."""
+        queued = [w for w in self.s.work if w.kind == "health_event" and w.event is not None and is_critical(w.event)]
+        taken = {id(w) for w in queued}
+        self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
+        recorded = await record_health_events(self.s.node, [w.event for w in queued])
+        for verdict in recorded.acted:
+            ev = queued[verdict.index].event
+            if verdict.critical:
+                return WorkItem("drain_followup", actor=ev.actor or "health-event", critical=True,
+                                cause=f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""),
+                                fault_seen_at=ev.at or workflow.now().timestamp(),
+                                remediation_event=Event("xid" if ev.code is not None else "manual", code=ev.code,
+                                                        message=ev.message).to_dict())
+        self.s.last_outcome = recorded.last_reason or self.s.last_outcome
+        return None
 
     async def _remediate(self, event: dict, actor: str) -> None:
         """Start the runbook that handles `event` on this node (in maintenance now). It runs as
@@ -540,6 +662,16 @@ class NodeLifecycle:
 
     async def _run_check(self, check: str, suite: str, run_key: str) -> CheckOutcome:
         return await run_check(CheckRequest(self.s.node, check, suite, run_key, CHECK_ATTEMPTS))
+
+    async def _check_unless_critical(self, check: str, suite: str, run_key: str, what: str) -> CheckOutcome | None:
+        """The check's outcome, or None when a critical health event cut it short (recorded
+        as interrupted). Histories from before the patch run every check to its end."""
+        if not workflow.patched("critical-events-preempt"):
+            return await self._run_check(check, suite, run_key)
+        finished, outcome = await self._unless_critical(self._run_check(check, suite, run_key))
+        if not finished:
+            await self._record_interrupted(what)
+        return outcome
 
     async def _move(self, trigger: str, cause: str, actor: str = "lifecycle",
                     actor_kind: str = Actor.AUTOMATION.value, event: dict | None = None) -> bool:
