@@ -20,7 +20,7 @@ tests/core/test_messages.py checks every name here against the workflow definiti
 
 from __future__ import annotations
 
-from workflows.api.names import (  # noqa: F401
+from workflows.api.names import (
     ACTIVE_CHECK_SWEEP, ADMIT_UPDATE, CAPACITY_GUARD, FIRMWARE_ROLLOUT, guard_id, GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id,
     PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, remediation_id,
@@ -28,7 +28,7 @@ from workflows.api.names import (  # noqa: F401
     ROLLOUT_PROGRESS_QUERY, ROLLOUT_RESUME_UPDATE, rollout_workflow_id, straggler_sweep_id, sweep_id,
     TRANSITION_UPDATE,
 )
-from workflows.api.nodes import (  # noqa: F401
+from workflows.api.nodes import (
     AdmissionRequest, AdmissionVerdict, AgentSilence, AutomationRecord, CapacityGuardState, CheckOutcome,
     CheckRequest, DRAIN_JOB_POLL_S, DRAIN_JOB_WAIT_S, HealthEventBatch, HealthEventBatchResult,
     HealthEventInput, HealthEventVerdict, NodeCommandOutcome, NodeFacts, NodeLifecycleState, PeerVerdict,
@@ -37,14 +37,37 @@ from workflows.api.nodes import (  # noqa: F401
     SchedulerCordon, SchedulerStateReport, SweepBatch, SweepInput, SweepResult, SweepScope, TransitionRecord,
     TransitionRequest, TransitionResult, WorkItem,
 )
-from workflows.api.jobs import (  # noqa: F401
+from workflows.api.jobs import (
     DEFAULT_RUNNING_TIMEOUT_S, DrainNodes, JobRestartInput, JobRestartResult, RestartJob, RestartOutcome,
     RestartStarted, RestartStep, StragglerDrain, StragglerDrainRecord, StragglerSweepInput,
     StragglerSweepResult, StragglerTick, WaitForJob,
 )
-from workflows.api.remediation import (  # noqa: F401
+from workflows.api.remediation import (
     ActionOutcome, AdmitRequest, remediation_mode, DriftReport, DriftRequest, HardwareRequest, NodeResult, NotifyRequest,
     PreparedStep, RemediationInput, RemediationResult, RmaOpened, RmaRequest, RolloutCommand, RolloutInput,
     RolloutProgress, RolloutStatus, RunContext, RunEnd, RunStart, StepInput, StepRecord, StepResult,
     UpdateOutcome,
 )
+
+__all__ = [
+    "ActionOutcome", "ACTIVE_CHECK_SWEEP", "AdmissionRequest", "AdmissionVerdict", "ADMIT_UPDATE",
+    "AdmitRequest", "AgentSilence", "AutomationRecord", "CAPACITY_GUARD", "CapacityGuardState",
+    "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
+    "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
+    "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
+    "HealthEventInput", "HealthEventVerdict", "JOB_RESTART", "job_restart_id", "JobRestartInput",
+    "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "NodeCommandOutcome",
+    "NodeFacts", "NodeLifecycleState", "NodeResult", "NotifyRequest", "PeerVerdict", "PendingGrant",
+    "PhaseAccepted", "PhaseRequest", "PodDrainOutcome", "PodDrainRequest", "PreparedStep",
+    "PRODUCTION_STRAGGLERS", "ReachabilityVerdict", "RECHECK_UPDATE", "RecordedTransition", "REMEDIATION",
+    "remediation_id", "remediation_mode", "RemediationChoice", "RemediationInput", "RemediationPlan",
+    "RemediationResult", "REPORT_CHECK_ERRORS_UPDATE", "REQUEST_REMOVAL_UPDATE", "RestartJob",
+    "RestartOutcome", "RestartStarted", "RestartStep", "RESUME_AUTOMATION_UPDATE", "ResumeAutomation",
+    "RmaOpened", "RmaRequest", "ROLLOUT_ABORT_UPDATE", "ROLLOUT_PROGRESS_QUERY", "ROLLOUT_RESUME_UPDATE",
+    "rollout_workflow_id", "RolloutCommand", "RolloutInput", "RolloutProgress", "RolloutStatus",
+    "RunContext", "RunEnd", "RunStart", "SCHEDULER_RETRY_S", "SchedulerCordon", "SchedulerStateReport",
+    "StepInput", "StepRecord", "StepResult", "straggler_sweep_id", "StragglerDrain", "StragglerDrainRecord",
+    "StragglerSweepInput", "StragglerSweepResult", "StragglerTick", "sweep_id", "SweepBatch", "SweepInput",
+    "SweepResult", "SweepScope", "TRANSITION_UPDATE", "TransitionRecord", "TransitionRequest",
+    "TransitionResult", "UpdateOutcome", "WaitForJob", "WorkItem",
+]
