@@ -56,6 +56,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
            "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island)}
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf
+    for key, var in (("suites_dir", "FLEETCTL_SUITES_DIR"), ("runbooks_dir", "FLEETCTL_RUNBOOKS_DIR")):
+        if getattr(settings, key):
+            env[var] = getattr(settings, key)
     return env
 
 

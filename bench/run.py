@@ -17,7 +17,8 @@ import traceback
 from bench.harness import CannotMeasure, load, machine, now_iso, write_result
 
 # Cheapest first, so a broken expensive one still leaves the others' results.
-BENCHMARKS = ("decode", "parsers", "cli_startup", "agent", "throughput", "scaleout", "scale", "sweep_db", "worker_recovery", "reaction", "spares")
+BENCHMARKS = ("decode", "parsers", "cli_startup", "agent", "preemption", "throughput", "scaleout", "scale", "sweep_db", "worker_recovery",
+              "reaction", "spares")
 
 
 def run_one(name: str, full: bool, host: dict) -> bool:

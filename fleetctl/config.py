@@ -63,6 +63,8 @@ ENV_VARS = {
     "lemon_window_days": "FLEETCTL_LEMON_WINDOW_DAYS",
     "suspect_after_unreachable": "FLEETCTL_SUSPECT_AFTER_UNREACHABLE",
     "agent_silence_s": "FLEETCTL_AGENT_SILENCE_S",
+    "stall_after_s": "FLEETCTL_STALL_AFTER_S",
+    "stall_watch_s": "FLEETCTL_STALL_WATCH_S",
     "spares_per_island": "FLEETCTL_SPARES_PER_ISLAND",
     "webhook_url": "FLEETCTL_WEBHOOK_URL",
     "webhook_token": "FLEETCTL_WEBHOOK_TOKEN",
@@ -195,6 +197,10 @@ class Settings:
     # whose agent was never heard are not judged. Several heartbeat intervals (the agent's
     # default is 30 s), so a lost heartbeat or two is not a silence.
     agent_silence_s: float = 300.0
+    # A node whose oldest queued work has waited this long, or whose workflow tasks keep
+    # failing, is Stalled (fleetctl.nodes.stalls); each worker looks every stall_watch_s.
+    stall_after_s: float = 300.0
+    stall_watch_s: float = 30.0
     # Where RMA evidence bundles and runbook notifications are POSTed (empty: nowhere), and
     # the bearer token sent with them (never logged, never in a bundle).
     webhook_url: str = ""
@@ -286,6 +292,8 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "lemon_window_days": (0.0, 3650.0, False),
     "suspect_after_unreachable": (1, 1000, True),
     "agent_silence_s": (0.0, 30 * 86400.0, True),
+    "stall_after_s": (1.0, 86400.0, True),
+    "stall_watch_s": (1.0, 3600.0, True),
     "restart_island_wait_s": (0.0, 3600.0, False),
     "prometheus_timeout_s": (0.0, 120.0, False),
     # A window shorter than two scrapes holds one sample or none; a day is a job's lifetime.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from temporalio.client import (
@@ -27,13 +27,14 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings, guard_policy
-from fleetctl.nodes.search_attributes import compare_registered, start_attributes
+from fleetctl.nodes.search_attributes import QUEUED_SINCE, REPORTED_PROBLEMS, compare_registered, start_attributes
+from fleetctl.nodes.stalls import Stall, judge_stall, stalled_query
 from fleetctl.text import one_line
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
@@ -73,6 +74,7 @@ from workflows.api import (
     TransitionResult,
     guard_id,
     job_restart_id,
+    node_of_workflow_id,
     node_workflow_id,
     remediation_id,
     remediation_mode,
@@ -551,3 +553,22 @@ def _every(action: ScheduleActionStartWorkflow, every: timedelta) -> Schedule:
         # A run that overruns its interval is not doubled up: the next one is skipped.
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
     )
+
+
+async def stalled_nodes(client: Client, settings: Settings, now: datetime | None = None) -> list[Stall]:
+    """The node workflows on this task queue that are stalled (fleetctl.nodes.stalls), from
+    one visibility query: failing workflow tasks, or queued work past settings.stall_after_s."""
+    now = now or datetime.now(timezone.utc)
+    query = stalled_query(NODE_LIFECYCLE, settings.task_queue, now - timedelta(seconds=settings.stall_after_s))
+    problems_key = SearchAttributeKey.for_keyword_list(REPORTED_PROBLEMS)
+    stalls = []
+    async for wf in client.list_workflows(query):
+        node = node_of_workflow_id(wf.id)
+        if node is None:
+            continue
+        attributes = wf.typed_search_attributes
+        stall = judge_stall(node, attributes.get(problems_key) or [], attributes.get(QUEUED_SINCE), now,
+                            settings.stall_after_s)
+        if stall is not None:
+            stalls.append(stall)
+    return stalls

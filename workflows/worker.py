@@ -6,12 +6,14 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from fleetctl.config import Settings
+from fleetctl.text import one_line
 from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
@@ -21,7 +23,7 @@ from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.stragglers import StragglerActivities
-from workflows.client import connect, ensure_capacity_guard, require_search_attributes
+from workflows.client import connect, ensure_capacity_guard, require_search_attributes, stalled_nodes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
@@ -78,19 +80,47 @@ def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecuto
     )
 
 
+async def watch_stalls(client: Client, settings: Settings) -> None:
+    """Every settings.stall_watch_s: which of this task queue's node workflows are stalled
+    (failing workflow tasks, queued work past settings.stall_after_s), recorded where `node
+    list`, `fleet status` and the exporter read it. Outside every workflow, so a stalled one
+    cannot hide itself; any worker of the queue may do it (the records are idempotent)."""
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+
+    log = logging.getLogger(__name__)
+    engine = get_engine(settings.db_url)
+    while True:
+        try:
+            now = datetime.now(timezone.utc)
+            stalls = await stalled_nodes(client, settings, now)
+            newly, cleared = await asyncio.to_thread(queries.record_stalls, engine, stalls, now, settings.fleet)
+            for stall in (s for s in stalls if s.node in newly):
+                log.warning("node %s stalled: %s", stall.node, stall.reason)
+            for node in cleared:
+                log.info("node %s works its queue again", node)
+        except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
+            log.warning("stall watch: %s", one_line(exc))
+        await asyncio.sleep(settings.stall_watch_s)
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
     warning = await require_search_attributes(client)
     if warning:
         logging.getLogger(__name__).warning(warning)
-    with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
-        worker = build_worker(client, settings, executor)
-        if stop is None:
-            await worker.run()
-        else:
-            async with worker:
-                await stop.wait()
+    watcher = asyncio.create_task(watch_stalls(client, settings))
+    try:
+        with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
+            worker = build_worker(client, settings, executor)
+            if stop is None:
+                await worker.run()
+            else:
+                async with worker:
+                    await stop.wait()
+    finally:
+        watcher.cancel()
 
 
 class BackgroundWorker:

@@ -143,6 +143,11 @@ def render_status(data: dict, wide: bool = False):
     if spares["per_island"]:
         parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
                                    *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+    if data["stalled"]:
+        # First: a stalled node's workflow acts on nothing, an XID 79 included.
+        parts.append(simple_table(f"stalled: {len(data['stalled'])} nodes whose workflow acts on nothing now",
+                                  ["node", "since", "reason"],
+                                  [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))

@@ -322,6 +322,42 @@ def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
         return {e.node_name: e for e in rows}
 
 
+STALLED, UNSTALLED = "stalled", "unstalled"
+STALL_WATCHER = "stall-watch"
+
+
+def stalled_nodes(engine: Engine) -> dict[str, AutomationEvent]:
+    """Nodes whose workflow the stall watcher (workflows.worker) last found stalled, with that
+    finding: the latest of their `stalled` / `unstalled` events is `stalled`."""
+    with Session(engine) as session:
+        latest: dict[str, AutomationEvent] = {}
+        for e in session.exec(select(AutomationEvent).where(col(AutomationEvent.kind).in_((STALLED, UNSTALLED)))
+                              .order_by(AutomationEvent.id)):
+            latest[e.node_name] = e
+    return {node: e for node, e in latest.items() if e.kind == STALLED}
+
+
+def record_stalls(engine: Engine, stalls: Sequence, now: datetime, fleet: str) -> tuple[list[str], list[str]]:
+    """Record one watch's findings (fleetctl.nodes.stalls.Stall) for the nodes of `fleet`'s
+    task queue: a node newly stalled gets a `stalled` event with the reason, one no longer
+    found gets `unstalled`. (newly, cleared)."""
+    before = {n: e for n, e in stalled_nodes(engine).items() if e.fleet == fleet}
+    found = {s.node: s for s in stalls}
+    newly = sorted(set(found) - set(before))
+    cleared = sorted(set(before) - set(found))
+    for node in newly:
+        key = f"{STALLED}/{node}/{found[node].since.isoformat()}"
+        insert_once(engine, AutomationEvent(fleet=fleet, kind=STALLED, node_name=node,
+                                            reason=found[node].reason, actor=STALL_WATCHER, at=now,
+                                            idempotency_key=key), AutomationEvent.idempotency_key, key)
+    for node in cleared:
+        key = f"{UNSTALLED}/{node}/{now.isoformat()}"
+        insert_once(engine, AutomationEvent(fleet=fleet, kind=UNSTALLED, node_name=node,
+                                            reason="working its queue again", actor=STALL_WATCHER, at=now,
+                                            idempotency_key=key), AutomationEvent.idempotency_key, key)
+    return newly, cleared
+
+
 def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
     """Each node's agent heard at its time (the intake's clock), in one statement for them
     all; a time older than the one stored (another intake wrote a later one) is ignored.

@@ -8,6 +8,7 @@ event means, when a node is suspect, and how its health reads to an operator.
     conditions         kubectl-style conditions and the HEALTH word                   (pure)
     search_attributes  what a node's workflow shows of itself in Temporal             (pure)
     fleet_status       nodes per state and rack, the racks by island                  (pure)
+    stalls             when a node's workflow is stalled: failing tasks, old queued work (pure)
     view_store         the rows `node list` / `node show` print, from the database    (edge)
     fleet_status_store `fleet status`, from the database                              (edge)
     scheduler_sync     where fleetctl and the schedulers disagree, and the fixes      (edge)

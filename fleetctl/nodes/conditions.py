@@ -95,7 +95,7 @@ class DrainHeld:
 
 @dataclass(frozen=True)
 class Condition:
-    type: str  # Suspect, Unreachable, CheckFailed, CheckError, DrainHeld, StragglerSuspected, Unchecked
+    type: str  # Stalled, Suspect, Unreachable, CheckFailed, CheckError, DrainHeld, StragglerSuspected, Unchecked
     reason: str
     since: datetime | None = None
 
@@ -123,13 +123,18 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
 
 
 def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
-               last_cause: str = "", suspect: Condition | None = None) -> list[Condition]:
+               last_cause: str = "", suspect: Condition | None = None,
+               stalled: Condition | None = None) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
-    the reachability judgement (fleetctl.nodes.reachability) made since it entered its state."""
+    the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
+    `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
+    so whatever else the evidence says, an XID would not drain it."""
     found: list[Condition] = []
     if state == NodeState.RETIRED.value:
         return found
+    if stalled is not None:
+        found.append(stalled)
     if suspect is not None:
         found.append(suspect)
     newest = checks[0] if checks else None

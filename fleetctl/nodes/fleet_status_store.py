@@ -51,6 +51,8 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
     status["suspect"] = [{"node": name, "since": e.at, "reason": e.reason,
                           "why": "agent silent" if e.actor == queries.AGENT_SILENCE_ACTOR else "unreachable"}
                          for name, e in sorted(queries.suspect_nodes(engine).items())]
+    status["stalled"] = [{"node": name, "since": e.at, "reason": e.reason}
+                         for name, e in sorted(queries.stalled_nodes(engine).items())]
     status["recent_automation_events"] = [
         {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
         for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)

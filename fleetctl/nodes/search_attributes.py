@@ -13,7 +13,7 @@ another application's in a shared namespace.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Mapping
 
 from temporalio.common import (
@@ -34,7 +34,15 @@ SCHEDULER = SearchAttributeKey.for_keyword("FleetctlScheduler")
 # Text, not Keyword: `FleetctlLastCause = 'xid'` matches a cause that mentions the word.
 LAST_CAUSE = SearchAttributeKey.for_text("FleetctlLastCause")
 STATE_SINCE = SearchAttributeKey.for_datetime("FleetctlStateSince")
-NODE_ATTRIBUTES = (NODE_STATE, FLEET, RACK, GPU_PROFILE, SCHEDULER, LAST_CAUSE, STATE_SINCE)
+# When the oldest work still queued on the node's workflow was queued; unset when nothing
+# waits. A workflow that stops working its queue leaves it standing, so its age is how a
+# stalled node is found (fleetctl.nodes.stalls).
+QUEUED_SINCE = SearchAttributeKey.for_datetime("FleetctlQueuedSince")
+NODE_ATTRIBUTES = (NODE_STATE, FLEET, RACK, GPU_PROFILE, SCHEDULER, LAST_CAUSE, STATE_SINCE, QUEUED_SINCE)
+# Temporal's own (server 1.28 and later): set on a workflow whose workflow tasks failed or
+# timed out this many times in a row, cleared by the next that completes.
+REPORTED_PROBLEMS = "TemporalReportedProblems"
+PROBLEMS_AFTER_FAILED_TASKS = 2
 
 # Temporal refuses a value over 2 KB by default (limit.searchAttributesSizeOfValue); a cause
 # carries a check's reason or a kernel message, which can be longer.
@@ -58,10 +66,13 @@ def type_name(value_type: int) -> str:
 
 
 def dev_server_flags() -> list[str]:
-    """The `temporal server start-dev` arguments that register every attribute at start."""
+    """The `temporal server start-dev` arguments that register every attribute at start, and
+    turn on the server's flag of workflows whose tasks keep failing (off by default)."""
     flags: list[str] = []
     for key in NODE_ATTRIBUTES:
         flags += ["--search-attribute", f"{key.name}={type_name(key.indexed_value_type)}"]
+    flags += ["--dynamic-config-value",
+              f"system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute={PROBLEMS_AFTER_FAILED_TASKS}"]
     return flags
 
 
@@ -99,6 +110,13 @@ def transition_updates(state: str, cause: str, since: datetime, fleet: str, rack
     for key, value in ((FLEET, fleet), (RACK, rack), (GPU_PROFILE, gpu_profile), (SCHEDULER, scheduler)):
         updates.append(key.value_set(value) if value else key.value_unset())
     return updates
+
+
+def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate:
+    """FleetctlQueuedSince as of the queue's oldest item (epoch seconds), unset when none waits."""
+    if not oldest_queued_at:
+        return QUEUED_SINCE.value_unset()
+    return QUEUED_SINCE.value_set(datetime.fromtimestamp(oldest_queued_at, timezone.utc))
 
 
 def node_details(state: str, attributes: TypedSearchAttributes) -> str:

@@ -49,9 +49,11 @@ def _running_jobs(engine: Engine) -> dict[str, list[str]]:
 
 
 def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
-             jobs: dict[str, list[str]], wide: bool, suspect: AutomationEvent | None = None) -> dict[str, Any]:
+             jobs: dict[str, list[str]], wide: bool, suspect: AutomationEvent | None = None,
+             stalled: AutomationEvent | None = None) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.at) if suspect is not None else None
-    found = conditions(n.state, checks, held, last.cause if last else "", judged)
+    stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
+    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall)
     row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
            "suspect": suspect.reason if suspect is not None else None,
            "conditions": [c.to_dict() for c in found],
@@ -73,7 +75,7 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 
 def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[str, Any]]:
-    """`node list`'s rows: every node with its health, reason and jobs, in five queries."""
+    """`node list`'s rows: every node with its health, reason and jobs, in six queries."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
@@ -81,8 +83,9 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[st
     last = queries.latest_transitions(engine, names)
     jobs = _running_jobs(engine)
     suspect = queries.suspect_nodes(engine)
+    stalled = queries.stalled_nodes(engine)
     return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
-                     last.get(n.name), jobs, wide, suspect.get(n.name)) for n in nodes]
+                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name)) for n in nodes]
 
 
 def node_detail(engine: Engine, n: Node) -> dict[str, Any]:
@@ -91,7 +94,7 @@ def node_detail(engine: Engine, n: Node) -> dict[str, Any]:
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
     data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
-                    suspect=queries.suspect_nodes(engine).get(n.name))
+                    suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name))
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [
         {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}

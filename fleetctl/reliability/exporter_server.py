@@ -31,6 +31,7 @@ from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
+from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
@@ -241,6 +242,15 @@ class FleetCollector:
                                  one_line(refusal[2], REASON_LIMIT)],
                                 max(refusal[0], as_utc(since)).timestamp())
         yield held
+        stalled = GaugeMetricFamily(
+            "fleetctl_node_stalled_since_timestamp_seconds",
+            "Per node whose workflow the stall watcher found stalled (failing workflow tasks, or queued work past "
+            "stall_after_s): since when; `node show` says why", labels=["fleet", "node", "rack"])
+        rack_of = {name: rack for name, _, rack, *_ in node_rows}
+        for name, event in sorted(queries.stalled_nodes(self.engine).items()):
+            if name in rack_of:
+                stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], as_utc(event.at).timestamp())
+        yield stalled
         yield from self._budgets([(rack, state, as_utc(since)) for _, state, rack, _, labels, since in node_rows
                                   if in_fleet(labels, self.fleet)])
 

@@ -44,10 +44,13 @@ def test_compare_registered(registered, missing, conflicts):
 
 def test_the_dev_server_registers_every_attribute_with_its_type():
     flags = dev_server_flags()
-    assert flags[::2] == ["--search-attribute"] * len(NODE_ATTRIBUTES)
-    assert flags[1::2] == ["FleetctlNodeState=Keyword", "FleetctlFleet=Keyword", "FleetctlRack=Keyword",
-                           "FleetctlGpuProfile=Keyword", "FleetctlScheduler=Keyword", "FleetctlLastCause=Text",
-                           "FleetctlStateSince=Datetime"]
+    attributes, server = flags[:2 * len(NODE_ATTRIBUTES)], flags[2 * len(NODE_ATTRIBUTES):]
+    assert attributes[::2] == ["--search-attribute"] * len(NODE_ATTRIBUTES)
+    assert attributes[1::2] == ["FleetctlNodeState=Keyword", "FleetctlFleet=Keyword", "FleetctlRack=Keyword",
+                                "FleetctlGpuProfile=Keyword", "FleetctlScheduler=Keyword", "FleetctlLastCause=Text",
+                                "FleetctlStateSince=Datetime", "FleetctlQueuedSince=Datetime"]
+    # The server flags workflows whose tasks keep failing (TemporalReportedProblems): Stalled.
+    assert server == ["--dynamic-config-value", "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=2"]
 
 
 def _applied(updates) -> dict:

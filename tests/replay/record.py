@@ -19,7 +19,9 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   events pre-empt the node's long work (critical-events-preempt): a drain waiting for its
   job turned critical by an XID 79, a recheck's HPL and a burn-in's HPL cut short by one, an
   XID 79 taken ahead of a minor event queued before it, and a firmware flash that may
-  finish first. v1 and v2 stay as they were, so the runs they stand for still replay.
+  finish first; in each, the queue's oldest item shown as FleetctlQueuedSince
+  (queued-since-attribute). v1 and v2 stay as they were, so the runs they stand for still
+  replay.
 
 By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with

@@ -40,6 +40,9 @@ B01_SINCE = NOW - timedelta(hours=2)
 B02_SINCE = NOW - timedelta(hours=5)
 
 
+B02_STALLED = NOW - timedelta(minutes=7)
+
+
 def seed_more(engine) -> None:
     """What history.seed lacks: a node of fleet blue in maintenance, remediations, RMAs."""
     with Session(engine) as session:
@@ -61,6 +64,13 @@ def seed_more(engine) -> None:
             *[AutomationEvent(fleet="blue", kind="deny", node_name="b02", reason=f"rack b1 at its limit ({k})",
                               actor="lifecycle", at=B02_SINCE + timedelta(hours=k), idempotency_key=f"b02-{k}")
               for k in (-1, 1, 2)],
+            # b02's workflow was found stalled; b01's was, and works again.
+            AutomationEvent(fleet="blue", kind="stalled", node_name="b02", reason="workflow tasks failing",
+                            actor="stall-watch", at=B02_STALLED, idempotency_key="b02-stalled"),
+            AutomationEvent(fleet="blue", kind="stalled", node_name="b01", reason="work queued 400 s ago",
+                            actor="stall-watch", at=B01_SINCE, idempotency_key="b01-stalled"),
+            AutomationEvent(fleet="blue", kind="unstalled", node_name="b01", reason="working its queue again",
+                            actor="stall-watch", at=B01_SINCE + timedelta(minutes=1), idempotency_key="b01-unstalled"),
         ])
         session.commit()
 
@@ -119,6 +129,10 @@ def test_exporter_serves_the_fleet(served) -> None:
             if name == "fleetctl_node_drain_held_since_timestamp_seconds"}
     assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp()),
                     "n09": ("rack r3 at its limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
+    # Stalled now: b02 (since the watcher found it); b01 was, and works again.
+    stalled = {labels: value for (name, labels), value in samples.items()
+               if name == "fleetctl_node_stalled_since_timestamp_seconds"}
+    assert stalled == {frozenset({("fleet", "blue"), ("node", "b02"), ("rack", "b1")}): B02_STALLED.timestamp()}
 
     # The fleet served (default) and its budget, as `fleet status` shows it; b01 is blue's.
     # 10 nodes serve (9 production, n05 in maintenance; RMA and retired do not): 10% is 1 node.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from workflows.api.names import (
     ACTIVE_CHECK_SWEEP, ADMIT_UPDATE, CAPACITY_GUARD, FIRMWARE_ROLLOUT, guard_id, GUARD_STATUS_QUERY,
-    HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id,
+    HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
     PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, remediation_id,
     REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, RESUME_AUTOMATION_UPDATE, ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY, ROLLOUT_RESUME_UPDATE, rollout_workflow_id, straggler_sweep_id, sweep_id,
@@ -56,7 +56,7 @@ __all__ = [
     "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
     "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
     "HealthEventInput", "HealthEventVerdict", "JOB_RESTART", "job_restart_id", "JobRestartInput",
-    "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "NodeCommandOutcome",
+    "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "node_of_workflow_id", "NodeCommandOutcome",
     "NodeFacts", "NodeLifecycleState", "NodeResult", "NotifyRequest", "PeerVerdict", "PendingGrant",
     "PhaseAccepted", "PhaseRequest", "PodDrainOutcome", "PodDrainRequest", "PreparedStep",
     "PRODUCTION_STRAGGLERS", "ReachabilityVerdict", "RECHECK_UPDATE", "RecordedTransition", "REMEDIATION",

@@ -35,6 +35,12 @@ def node_workflow_id(node: str) -> str:
     return f"node/{node}"
 
 
+def node_of_workflow_id(workflow_id: str) -> str | None:
+    """The node whose NodeLifecycle workflow has this id; None for any other id."""
+    prefix, _, node = workflow_id.partition("/")
+    return node if prefix == "node" and node else None
+
+
 def guard_id(fleet: str = "default") -> str:
     return f"capacity-guard/{fleet}"
 

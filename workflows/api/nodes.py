@@ -136,6 +136,9 @@ class WorkItem:
     fault_seen_at: float = 0.0
     event: HealthEventInput | None = None
     remediation_event: dict | None = None
+    # When it was queued (workflow time, epoch seconds): the oldest queued item's age is what
+    # `Stalled` and the FleetctlQueuedSince search attribute show. 0: queued before this field.
+    queued_at: float = 0.0
 
 
 @dataclass

@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.definitions.health_queue import is_critical, next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
-    from workflows.definitions.node_visibility import record_transition, show_details
+    from workflows.definitions.node_visibility import record_transition, show_details, show_queue
     from workflows.definitions.remediation import Remediation
     from workflows.definitions.shared import (
         FIRMWARE_CHECKS,
@@ -113,8 +113,10 @@ class NodeLifecycle:
                 # Busy from the moment the item leaves the queue (each kind names itself more
                 # precisely as it goes): a query never sees an idle node with work in hand.
                 self.s.activity = item.kind.replace("_", " ")
+                show_queue(self.s)
                 await self._perform(item)
                 self.s.activity = ""
+                show_queue(self.s)
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._retired():
@@ -125,6 +127,12 @@ class NodeLifecycle:
 
     def _retired(self) -> bool:
         return self.s.state == NodeState.RETIRED.value
+
+    def _enqueue(self, item: WorkItem) -> None:
+        item.queued_at = workflow.now().timestamp()
+        self.s.work.append(item)
+        if len(self.s.work) == 1:  # behind others, it is not the oldest: nothing to show
+            show_queue(self.s)
 
     def _critical_index(self) -> int | None:
         """Where the first critical health event waits in the queue, None if none does."""
@@ -187,10 +195,10 @@ class NodeLifecycle:
             target = self._target_or_reject(req.trigger, req.actor_kind)
             result = await self._apply(req, target)
         if target == NodeState.DRAINING.value:
-            self.s.work.append(WorkItem("drain_followup", actor=req.actor, cause=req.cause, remediation_event=req.event))
+            self._enqueue(WorkItem("drain_followup", actor=req.actor, cause=req.cause, remediation_event=req.event))
         elif target == NodeState.RMA.value and req.actor_kind == Actor.OPERATOR.value:
             # A runbook's RMA step opens its own record (with its run); an operator's needs one.
-            self.s.work.append(WorkItem("open_rma", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem("open_rma", actor=req.actor, cause=req.cause))
         return result
 
     @transition.validator
@@ -202,7 +210,7 @@ class NodeLifecycle:
 
     @workflow.update
     def admit(self, req: PhaseRequest) -> PhaseAccepted:
-        self.s.work.append(WorkItem("admit", actor=req.actor, suite=req.suite or "burn-in"))
+        self._enqueue(WorkItem("admit", actor=req.actor, suite=req.suite or "burn-in"))
         return PhaseAccepted(self.s.node, "admit", req.suite or "burn-in", len(self.s.work) - 1)
 
     @admit.validator
@@ -217,7 +225,7 @@ class NodeLifecycle:
 
     @workflow.update
     def recheck(self, req: PhaseRequest) -> PhaseAccepted:
-        self.s.work.append(WorkItem("recheck", actor=req.actor, suite=req.suite or "quick"))
+        self._enqueue(WorkItem("recheck", actor=req.actor, suite=req.suite or "quick"))
         return PhaseAccepted(self.s.node, "recheck", req.suite or "quick", len(self.s.work) - 1)
 
     @recheck.validator
@@ -232,7 +240,7 @@ class NodeLifecycle:
         ev.received_at = workflow.now().timestamp()
         # A logged record's own time is believed however long it waited in a spool.
         ev.at = plausible_time(ev.at, ev.received_at, ev.at_from_record and workflow.patched("record-times-kept"))
-        self.s.work.append(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
+        self._enqueue(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
 
     @workflow.query
     def current(self) -> NodeLifecycleState:
@@ -721,9 +729,9 @@ class NodeLifecycle:
         # Back in service: the scheduler may place work on the node again. (Histories from
         # before this step replay without it.)
         if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
-            self.s.work.append(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
         elif target not in SAID_BY_PLACEMENT and workflow.patched("report-scheduler-state"):
-            self.s.work.append(WorkItem("report_state", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem("report_state", actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result
             while len(self.s.recent_requests) > RECENT_REQUESTS_KEPT:

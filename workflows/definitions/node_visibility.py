@@ -8,7 +8,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from fleetctl.nodes.search_attributes import node_details, transition_updates
+    from fleetctl.nodes.search_attributes import QUEUED_SINCE, node_details, queued_since_update, transition_updates
     from workflows.activities.node import NodeActivities
     from workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
     from workflows.definitions.shared import QUICK
@@ -33,3 +33,13 @@ def show_details(state: NodeLifecycleState) -> None:
     carry the time and cause of the last transition across continue-as-new). Not part of the
     history: any worker recomputes them on replay, so no patch guards them."""
     workflow.set_current_details(node_details(state.state, workflow.info().typed_search_attributes))
+
+
+def show_queue(state: NodeLifecycleState) -> None:
+    """Upsert FleetctlQueuedSince when the queue's oldest item changed (it was empty, or the
+    oldest was taken): one command per item worked, none for events queued behind it."""
+    oldest = min((w.queued_at for w in state.work if w.queued_at), default=0.0)
+    shown = workflow.info().typed_search_attributes.get(QUEUED_SINCE)
+    if (shown.timestamp() if shown else 0.0) == oldest or not workflow.patched("queued-since-attribute"):
+        return
+    workflow.upsert_search_attributes([queued_since_update(oldest)])
