@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from fleetctl.agent.detect import detect
+from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import BadRecord, event_id, file_record, line_time, parse_journal_json, parse_kmsg
 
 BOOT = 1_700_000_000.0
@@ -80,4 +80,5 @@ def test_detect_reads_xids_through_the_checks_parser() -> None:
 
 
 def test_detect_refuses_a_code_too_large_for_the_database() -> None:
-    assert detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom") == []
+    with pytest.raises(UnreadableRecord, match="out of range"):
+        detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom")
