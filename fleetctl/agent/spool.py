@@ -200,6 +200,8 @@ class Spool:
         """Append the lines durably (rolling to new segments as they fill); their positions.
         On failure the segment being written is cut back to where it was, and this raises."""
         positions: list[tuple[int, int]] = []
+        if self._file is None:  # after a failed append
+            self._file = open(self._segment_path(self._write_segment), "ab")
         segment, line = self._write_segment, self._write_line
         start = 0
         while start < len(lines):
@@ -224,15 +226,20 @@ class Spool:
         return positions
 
     def _undo(self, segment: int, size: int) -> None:
+        """Cut the segment back to `size`; where even that fails, the segment may hold lines
+        past those counted, so writing goes on in a new one (a restart reads those lines as
+        pending: sent again with their ids, never lost, never a position off by one)."""
         try:
             self._file.close()
         except OSError:
             pass  # the buffered lines that would not go out are dropped with the file object
-        path = self._segment_path(segment)
-        with open(path, "r+b") as f:
-            f.truncate(size)
-            os.fsync(f.fileno())
-        self._file = open(path, "ab")
+        self._file = None
+        try:
+            with open(self._segment_path(segment), "r+b") as f:
+                f.truncate(size)
+                os.fsync(f.fileno())
+        except OSError:
+            self._write_segment, self._write_line = segment + 1, 0
 
     def append(self, events: list[dict]) -> int:
         """Write the events durably; returns how many events were dropped to keep the bound.
@@ -302,4 +309,5 @@ class Spool:
                                                        "dropped_by_severity": self.dropped_by_severity}))
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
