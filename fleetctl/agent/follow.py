@@ -6,13 +6,17 @@ goes on from there; ids, not cursors, are what keep an event from counting twice
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetctl.agent.records import BadRecord, KernelRecord, file_record, parse_journal_json, parse_kmsg
+from fleetctl.agent.records import (MAX_SEQ, MAX_TEXT, BadRecord, KernelRecord, clean_text, file_record,
+                                    parse_journal_json, parse_kmsg)
+
+log = logging.getLogger("fleetctl.agent")
 
 READ_CHUNK = 1 << 16
 MAX_LINE = 1 << 16  # a "line" longer than this is cut there: memory stays bounded
@@ -41,7 +45,7 @@ class FileSource:
     one is opened, a truncated one is read again from the start."""
 
     def __init__(self, path: Path, cursor: dict | None = None, from_end: bool = False):
-        self.path, self.lines_read = Path(path), 0
+        self.path, self.lines_read, self.bad_records, self.seq_resets, self.last_bad = Path(path), 0, 0, 0, ""
         self._fd: int | None = None
         self._inode, self._offset = None, 0
         self._lines = _Lines()
@@ -59,8 +63,9 @@ class FileSource:
             return False
         st = os.fstat(fd)
         self._fd, self._inode, self._offset, self._lines = fd, st.st_ino, 0, _Lines()
-        if self._resume.get("inode") == st.st_ino and int(self._resume.get("offset", 0)) <= st.st_size:
-            self._offset = int(self._resume["offset"])
+        offset = self._resume.get("offset")
+        if self._resume.get("inode") == st.st_ino and _an_int(offset) and 0 <= offset <= st.st_size:
+            self._offset = offset
         elif self._from_end:
             self._offset = st.st_size
         self._resume, self._from_end = {}, False
@@ -106,16 +111,38 @@ class FileSource:
             self._fd = None
 
 
+def _an_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class KmsgSource:
     """/dev/kmsg: each read returns one record; records overwritten before they were read
-    give EPIPE once, and reading goes on. A regular file in the same format works too."""
+    give EPIPE once, and reading goes on. A regular file in the same format works too.
+
+    The cursor is the sequence number of the last record read (the kernel's, per boot). Its
+    rules, so that no number can make the agent skip the records after it:
+      - a sequence number past MAX_SEQ (2**63-1) makes the record unreadable: counted in
+        `bad_records`, skipped, the cursor stays;
+      - a record at or below the one read just before it in this process (the kernel never
+        goes back within a boot: the log was rewritten, or the one before was absurd)
+        resets the cursor to it: it and what follows are read;
+      - a saved cursor above every record the log holds when the agent starts (the record
+        it names is gone although nothing newer came: not this log's cursor) is dropped, and
+        the log read again from its first record.
+    Each reset is counted in `seq_resets` and logged. A record read twice keeps its id, so
+    the node's workflow counts it once."""
 
     def __init__(self, path: Path, boot_id: str, boot_time: float, cursor: dict | None = None):
         self.path, self.boot_id, self.boot_time, self.lines_read, self.bad_records = Path(path), boot_id, boot_time, 0, 0
+        self.seq_resets, self.last_bad = 0, ""  # last_bad: why the last unreadable record was
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._lines = _Lines()
         cursor = cursor or {}
-        self._seq = int(cursor["seq"]) if cursor.get("boot") == boot_id else -1
+        saved = cursor.get("seq") if cursor.get("boot") == boot_id else None
+        self._seq = saved if _an_int(saved) and -1 <= saved <= MAX_SEQ else -1
+        self._saved = self._seq
+        self._checking, self._replayed = self._seq >= 0, False  # the saved cursor not yet seen to be this log's
+        self._last: int | None = None  # the sequence number of the last record read in this process
 
     @property
     def cursor(self) -> dict:
@@ -127,28 +154,49 @@ class KmsgSource:
             try:
                 data = os.read(self._fd, READ_CHUNK)
             except BlockingIOError:
-                return out
+                data = b""
             except OSError as exc:
                 if exc.errno == errno.EPIPE:
                     continue
                 raise
             if not data:
+                if self._checking and self._replayed:
+                    self._reset(f"the saved cursor {self._saved} is above every record of this boot's log", None)
+                    os.lseek(self._fd, 0, os.SEEK_SET)  # /dev/kmsg: back to the oldest record it holds
+                    continue
                 return out
+            now = time.time()
             for raw in self._lines.feed(data):
                 try:
-                    record = parse_kmsg(raw.decode("utf-8", "replace"), self.boot_id, self.boot_time)
-                except BadRecord:
-                    self.bad_records += 1
+                    record = parse_kmsg(raw.decode("utf-8", "replace"), self.boot_id, self.boot_time, now)
+                except BadRecord as exc:
+                    self.bad_records, self.last_bad = self.bad_records + 1, str(exc)
                     continue
                 if record is None:
                     continue
                 self.lines_read += 1
                 seq = int(record.record_id.rsplit(":", 1)[1])
+                if self._last is not None and seq <= self._last:
+                    self._reset(f"sequence number {seq} after {self._last}", seq - 1)
+                self._last = seq
+                if self._checking:
+                    self._replayed = True
+                    self._checking = seq < self._saved
                 if seq <= self._seq:
                     continue  # read before the restart
                 self._seq = seq
                 out.append(record)
         return out
+
+    def _reset(self, why: str, seq: int | None) -> None:
+        """The cursor goes back: to `seq`, or (None) to before the log's first record."""
+        self.seq_resets += 1
+        log.warning("/dev/kmsg cursor reset (%s): reading on from %s", why,
+                    f"sequence number {seq + 1}" if seq is not None else "the log's first record")
+        self._seq = -1 if seq is None else seq
+        self._checking = False
+        if seq is None:
+            self._last, self._lines = None, _Lines()
 
     def close(self) -> None:
         os.close(self._fd)
@@ -158,8 +206,10 @@ class JournalSource:
     """`journalctl -k -f -o json`, from after the saved cursor (else all of this boot)."""
 
     def __init__(self, argv: Sequence[str], cursor: dict | None = None):
-        self.lines_read, self.bad_records = 0, 0
-        self._cursor = (cursor or {}).get("cursor")
+        self.lines_read, self.bad_records, self.seq_resets, self.last_bad = 0, 0, 0, ""
+        saved = (cursor or {}).get("cursor")
+        self._cursor = saved if isinstance(saved, str) and saved and clean_text(saved, MAX_TEXT + 1) == saved \
+            and len(saved) <= MAX_TEXT else None
         where = ["--after-cursor", self._cursor] if self._cursor else ["--no-tail"]
         self._proc = subprocess.Popen([*argv, *where], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         os.set_blocking(self._proc.stdout.fileno(), False)
@@ -180,11 +230,12 @@ class JournalSource:
                 if self._proc.poll() is not None:
                     raise RuntimeError(f"journalctl exited with status {self._proc.returncode}")
                 return out
+            now = time.time()
             for raw in self._lines.feed(data):
                 try:
-                    record = parse_journal_json(raw.decode("utf-8", "replace"))
-                except BadRecord:
-                    self.bad_records += 1
+                    record = parse_journal_json(raw.decode("utf-8", "replace"), now)
+                except BadRecord as exc:
+                    self.bad_records, self.last_bad = self.bad_records + 1, str(exc)
                     continue
                 self.lines_read += 1
                 self._cursor = record.record_id.removeprefix("journal:")

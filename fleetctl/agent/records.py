@@ -15,9 +15,28 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-# A message longer than this is cut: the kernel's own limit is 1 KiB a record, and nothing
-# the agent sends may grow without bound.
-MAX_MESSAGE = 2048
+# Every text the agent forwards (a record's message, a fault's, a sample's finding) is cut
+# to this many characters: the kernel's own limit is 1 KiB a record, a journal or file line
+# can be megabytes, and nothing the agent sends may grow without bound.
+MAX_TEXT = 4096
+# /dev/kmsg's sequence number is the kernel's u64; the agent keeps it in a signed 64-bit
+# range (what a JSON reader in any language holds). A record past it is unreadable: counted
+# and skipped, it never moves the cursor.
+MAX_SEQ = 2**63 - 1
+# Microseconds since boot past this (~31 years of uptime) are not a time: the record is read
+# with the time it was read at.
+MAX_USEC = 10**15
+MAX_REALTIME_USEC = 4_102_444_800 * 10**6  # 2100-01-01, as checks/xid.py bounds it
+_UNENCODABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def clean_text(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` cut to `limit` characters, with lone UTF-16 surrogates (which no UTF-8 encoder
+    takes: a journal JSON "\\udc80" decodes to one) and NUL (which PostgreSQL's text refuses)
+    replaced by U+FFFD, as errors="replace" decoding does for undecodable bytes. What the
+    agent spools is always encodable."""
+    text = text[:limit]
+    return _UNENCODABLE.sub("\ufffd", text) if _UNENCODABLE.search(text) else text
 
 
 @dataclass(frozen=True)
@@ -34,29 +53,44 @@ class BadRecord(ValueError):
 _KMSG = re.compile(r"^(?P<prio>\d{1,5}),(?P<seq>\d{1,20}),(?P<usec>\d{1,20}),(?P<flags>[^;]*);(?P<msg>.*)$", re.S)
 
 
-def parse_kmsg(line: str, boot_id: str, boot_time: float) -> KernelRecord | None:
+def parse_kmsg(line: str, boot_id: str, boot_time: float, now: float | None = None) -> KernelRecord | None:
     """One /dev/kmsg record; None for a dictionary continuation line. `boot_time` is the unix
-    time the machine booted (the record's usec counts from it)."""
+    time the machine booted (the record's usec counts from it); `now`, the time it was read,
+    stands in for a usec past MAX_USEC (else the boot's time does). A sequence number past
+    MAX_SEQ is a BadRecord: the record has no id the cursor can hold."""
     if line.startswith(" "):
         return None
     m = _KMSG.match(line.rstrip("\n"))
     if not m:
-        raise BadRecord(f"not a /dev/kmsg record: {line[:80]!r}")
-    return KernelRecord(f"kmsg:{boot_id}:{int(m['seq'])}", boot_time + int(m["usec"]) / 1e6, m["msg"][:MAX_MESSAGE])
+        raise BadRecord(f"not a /dev/kmsg record: {clean_text(line, 80)!r}")
+    seq, usec = int(m["seq"]), int(m["usec"])
+    if seq > MAX_SEQ:
+        raise BadRecord(f"/dev/kmsg sequence number {m['seq']} is past {MAX_SEQ}")
+    at = boot_time + usec / 1e6 if usec <= MAX_USEC else (boot_time if now is None else now)
+    return KernelRecord(f"kmsg:{boot_id}:{seq}", at, clean_text(m["msg"]))
 
 
-def parse_journal_json(line: str) -> KernelRecord:
+def parse_journal_json(line: str, now: float | None = None) -> KernelRecord:
+    """One `journalctl -o json` entry; `now` (the time it was read) stands in for a
+    __REALTIME_TIMESTAMP past MAX_REALTIME_USEC (without it, such an entry is a BadRecord)."""
     try:
         entry = json.loads(line)
         cursor, usec = entry["__CURSOR"], int(entry["__REALTIME_TIMESTAMP"])
         message = entry.get("MESSAGE", "")
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
         raise BadRecord(f"not a journal JSON entry ({exc.__class__.__name__})") from None
     if isinstance(message, list):  # journald writes a message that is not UTF-8 as its bytes
         message = bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", "replace")
     if not isinstance(cursor, str) or not isinstance(message, str):
         raise BadRecord("not a journal JSON entry (cursor or message of the wrong type)")
-    return KernelRecord(f"journal:{cursor}", usec / 1e6, message[:MAX_MESSAGE])
+    if not cursor or len(cursor) > MAX_TEXT or _UNENCODABLE.search(cursor):
+        raise BadRecord("not a journal JSON entry (a cursor journalctl cannot have written)")
+    at = usec / 1e6
+    if not 0 <= usec <= MAX_REALTIME_USEC:
+        if now is None:
+            raise BadRecord("not a journal JSON entry (__REALTIME_TIMESTAMP out of range)")
+        at = now
+    return KernelRecord(f"journal:{cursor}", at, clean_text(message))
 
 
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
@@ -86,7 +120,7 @@ def line_time(line: str, now: float) -> float:
 
 def file_record(line: str, inode: int, offset: int, now: float) -> KernelRecord:
     digest = hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()[:16]
-    return KernelRecord(f"file:{inode}:{offset}:{digest}", line_time(line, now), line.rstrip("\n")[:MAX_MESSAGE])
+    return KernelRecord(f"file:{inode}:{offset}:{digest}", line_time(line, now), clean_text(line.rstrip("\n")))
 
 
 def event_id(node: str, record_id: str, index: int) -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from fleetctl.agent.detect import detect
-from fleetctl.agent.records import KernelRecord, event_id
+from fleetctl.agent.detect import UnreadableRecord, detect
+from fleetctl.agent.records import MAX_SEQ, MAX_TEXT, KernelRecord, clean_text, event_id
 from fleetctl.agent.sampler import SampleTracker
-from fleetctl.agent.spool import Spool, write_atomically
+from fleetctl.agent.spool import SEVERITY_WORDS, Spool, move_aside, write_atomically
 
 log = logging.getLogger("fleetctl.agent")
 
@@ -25,6 +25,15 @@ SAMPLE_TIMEOUT_S = 30.0
 CURSOR_EVERY_S = 1.0  # the cursor is only an optimisation (ids de-duplicate): saved at most this often
 MAX_BACKOFF_S = 30.0
 MAX_URGENT = 1000  # critical events held for sending first (all are in the spool regardless)
+APPEND_RETRY_S = 1.0  # a spool that cannot be written (a full disk) is tried again this often
+CURSOR_FILE = "cursor.json"
+# What an event the agent spools holds (the last two absent from an older agent's spool).
+_EVENT_FIELDS = {"node": str, "source": str, "code": (int, type(None)), "message": str, "actor": str,
+                 "event_id": str, "at": (int, float)}
+_EVENT_OPTIONAL = {"severity": str, "at_from_record": bool}
+# Cursor files Agent.saved_cursor found corrupt (and moved aside), by spool directory: the
+# Agent made next for that directory counts them.
+_CORRUPT_CURSORS: dict[str, int] = {}
 
 
 @dataclass
@@ -62,8 +71,29 @@ class AgentMetrics:
         self.sent = Counter("fleetctl_agent_events_sent", "Events the node's workflow accepted", registry=r)
         self.send_failures = Counter("fleetctl_agent_send_failures", "Deliveries that failed (retried)", registry=r)
         self.depth = Gauge("fleetctl_agent_spool_depth", "Events spooled, not yet delivered", registry=r)
-        self.dropped = Gauge("fleetctl_agent_spool_dropped", "Events dropped (oldest first) past the spool's bound",
+        self.dropped = Gauge("fleetctl_agent_spool_dropped", "Events dropped past the spool's bound (all severities)",
                              registry=r)
+        self.dropped_by_severity = Gauge("fleetctl_agent_spool_dropped_by_severity",
+                                         "Events dropped past the spool's bound: minor ones first, critical ones only "
+                                         "when the spool holds nothing else", ["severity"], registry=r)
+        self.unreadable = Counter("fleetctl_agent_unreadable_records",
+                                  "Kernel log records skipped because they could not be read: not a record of the "
+                                  "source's format (source), refused by the Xid parser (parser), or the parser failed "
+                                  "on it (parser_error)", ["why"], registry=r)
+        self.seq_resets = Counter("fleetctl_agent_cursor_resets",
+                                  "Times the read position went back (a /dev/kmsg sequence number that went backwards, "
+                                  "or a saved cursor beyond the log)", registry=r)
+        self.spool_write_failures = Counter("fleetctl_agent_spool_write_failures",
+                                            "Spool appends that failed (the events are held and tried again)", registry=r)
+        self.corrupt_files = Counter("fleetctl_agent_corrupt_files",
+                                     "Spool or cursor files that could not be read, moved aside as NAME.corrupt-TIME",
+                                     ["file"], registry=r)
+        for why in ("source", "parser", "parser_error"):
+            self.unreadable.labels(why)
+        for severity in (*SEVERITY_WORDS, "none"):
+            self.dropped_by_severity.labels(severity)
+        for file in ("spool", "cursor"):
+            self.corrupt_files.labels(file)
         self.samples = Counter("fleetctl_agent_samples", "GPU health samples taken", registry=r)
         self.heartbeats = Counter("fleetctl_agent_heartbeats_sent", "Heartbeats the intake took", registry=r)
         self.heartbeat_failures = Counter("fleetctl_agent_heartbeat_failures", "Heartbeats that failed (not retried)",
@@ -80,7 +110,9 @@ class Agent:
     heartbeat: object | None = None  # .send(node), raises on failure (fleetctl.agent.heartbeat); None: no heartbeats
 
     def __post_init__(self) -> None:
-        self.spool = Spool(self.config.spool_dir, self.config.max_spool)
+        self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
+        self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
+        self.metrics.corrupt_files.labels("cursor").inc(_CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0))
         self.samplers = [(self.config.sample_argv, SampleTracker(self.config.profile))]
         if self.config.dcgm_health_argv:
             self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health")))
@@ -90,48 +122,137 @@ class Agent:
         # again in order later; the workflow counts an id once), so a flood of minor lines
         # never delays a drain.
         self._urgent: list[dict] = []
+        # Events read but not yet in the spool (it could not be written), and the source's
+        # cursor after their records; the cursor saved is the one after the last records
+        # whose events are in the spool (None: none read yet; what is on disk stands).
+        self._held: tuple[list[dict], dict] | None = None
+        self._spooled_cursor: dict | None = None
+        self._cursor_written: dict | None = None
+        self._append_at, self._append_failing = 0.0, False
+        self._bad_seen, self._resets_seen = 0, 0
         self._publish()
 
     @staticmethod
     def saved_cursor(spool_dir: Path) -> dict | None:
-        path = Path(spool_dir) / "cursor.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        """The read position saved in the spool directory; a file that is not one (truncated
+        JSON, garbage, wrong types) is moved aside and counted, and reading starts afresh
+        (the ids keep the workflow from counting what is read again)."""
+        path = Path(spool_dir) / CURSOR_FILE
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            cursor = json.loads(raw)
+        except (ValueError, RecursionError):
+            cursor = None
+        if valid_cursor(cursor):
+            return cursor
+        move_aside(path, "not a read position")
+        key = str(Path(spool_dir).resolve())
+        _CORRUPT_CURSORS[key] = _CORRUPT_CURSORS.get(key, 0) + 1
+        return None
 
     def _event(self, key: str, at: float, code: int | None, message: str, severity: str) -> dict:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
-        return {"node": self.config.node, "source": "agent", "code": code, "message": message,
+        return {"node": self.config.node, "source": "agent", "code": code, "message": clean_text(message),
                 "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
                 "severity": severity, "at_from_record": True}
 
     def events_of(self, records: list[KernelRecord]) -> list[dict]:
+        """The events of the records' faults. A record the parser cannot read is counted and
+        skipped: it never stops the records after it."""
         out = []
         for r in records:
-            for i, fault in enumerate(detect(r.message)):
+            try:
+                faults = detect(r.message)
+            except UnreadableRecord as exc:
+                self._unreadable("parser", r, str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a parser bug costs this record only
+                self._unreadable("parser_error", r, f"{type(exc).__name__}: {exc}")
+                continue
+            for i, fault in enumerate(faults):
                 out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity))
                 if fault.critical:
                     self._urgent.append(out[-1])
         del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
         return out
 
+    def _unreadable(self, why: str, record: KernelRecord | None, reason: str) -> None:
+        self.metrics.unreadable.labels(why).inc()
+        where = f"record {clean_text(record.record_id, 200)}" if record is not None else "a record"
+        log.warning("unreadable %s skipped (%s): %s", where, why, clean_text(" ".join(reason.split()), 300))
+
     def read_once(self) -> int:
+        """Read what the source has and spool its events; the cursor saved never passes a
+        record whose events are not in the spool. While the spool cannot be written the
+        events wait here (their critical ones are still sent) and nothing more is read."""
+        if self._held is not None and not self._spool_held():
+            self._publish()
+            return 0
         records = self.source.poll()
+        cursor = self.source.cursor  # past these records: saved once their events are spooled
+        self._count_source()
         if records:
             self.metrics.lines.inc(len(records))
             self.metrics.last_line.set(records[-1].at)
             events = self.events_of(records)
-            if events:
-                self.metrics.detected.inc(len(events))
-                if dropped := self.spool.append(events):
-                    log.warning("spool full: dropped the %d oldest undelivered events", dropped)
-        if records and time.monotonic() - self._cursor_saved >= CURSOR_EVERY_S:
+            self.metrics.detected.inc(len(events))
+            self._held = (events, cursor)
+            self._spool_held()
+        elif self._held is None:
+            self._spooled_cursor = cursor
+        if self._spooled_cursor is not None and time.monotonic() - self._cursor_saved >= CURSOR_EVERY_S:
             self.save_cursor()
         self._publish()
         return len(records)
 
+    def _spool_held(self) -> bool:
+        if time.monotonic() < self._append_at:
+            return False
+        events, cursor = self._held
+        try:
+            dropped = self.spool.append(events)
+        except OSError as exc:
+            self.metrics.spool_write_failures.inc()
+            self._append_at = time.monotonic() + APPEND_RETRY_S
+            if not self._append_failing:
+                log.warning("cannot write the spool (%s): %d events held, tried again every %.0fs; the read "
+                            "position stays before their records", clean_text(str(exc), 300), len(events),
+                            APPEND_RETRY_S)
+            self._append_failing = True
+            return False
+        if self._append_failing:
+            log.warning("the spool takes writes again: %d held events spooled", len(events))
+        self._append_failing, self._held, self._spooled_cursor = False, None, cursor
+        if dropped:
+            by = ", ".join(f"{n} {k}" for k, n in self.spool.dropped_by_severity.items() if n)
+            log.warning("spool full: dropped %d undelivered events, minor ones first (so far: %s)", dropped, by)
+        return True
+
+    def _count_source(self) -> None:
+        bad, resets = getattr(self.source, "bad_records", 0), getattr(self.source, "seq_resets", 0)
+        if bad > self._bad_seen:
+            self.metrics.unreadable.labels("source").inc(bad - self._bad_seen)
+            log.warning("%d unreadable kernel log record%s skipped (source): %s", bad - self._bad_seen,
+                        "s" if bad - self._bad_seen > 1 else "", clean_text(getattr(self.source, "last_bad", ""), 300))
+        if resets > self._resets_seen:
+            self.metrics.seq_resets.inc(resets - self._resets_seen)
+        self._bad_seen, self._resets_seen = max(bad, self._bad_seen), max(resets, self._resets_seen)
+
     def save_cursor(self) -> None:
-        write_atomically(self.config.spool_dir / "cursor.json", json.dumps(self.source.cursor))
+        """Save the read position after the last records whose events are spooled."""
         self._cursor_saved = time.monotonic()
+        if self._spooled_cursor is None or self._spooled_cursor == self._cursor_written:
+            return
+        try:
+            write_atomically(self.config.spool_dir / CURSOR_FILE, json.dumps(self._spooled_cursor))
+            self._cursor_written = self._spooled_cursor
+        except OSError as exc:  # the older position stands: records after it are read again
+            self.metrics.spool_write_failures.inc()
+            log.warning("cannot save the read position (%s)", clean_text(str(exc), 300))
 
     async def sample_once(self) -> None:
         for argv, tracker in self.samplers:
@@ -142,13 +263,17 @@ class Agent:
                       for found in tracker.observe(text)]
             if events:
                 self.metrics.detected.inc(len(events))
-                self.spool.append(events)
+                try:
+                    self.spool.append(events)
+                except OSError as exc:  # a sample is taken again; its findings come with the next change
+                    self.metrics.spool_write_failures.inc()
+                    log.warning("cannot spool %d sampled findings (%s)", len(events), clean_text(str(exc), 300))
         self._publish()
 
     async def deliver(self) -> None:
         """Send what is spooled, critical events first, a batch at a time, until it is empty
         or a send fails."""
-        while self.spool.depth and time.monotonic() >= self._retry_at:
+        while (self.spool.depth or self._urgent) and time.monotonic() >= self._retry_at:
             urgent = self._urgent[:self.config.batch_size]
             batch = urgent or self.spool.pending(self.config.batch_size)
             try:
@@ -188,6 +313,8 @@ class Agent:
     def _publish(self) -> None:
         self.metrics.depth.set(self.spool.depth)
         self.metrics.dropped.set(self.spool.dropped)
+        for severity, n in self.spool.dropped_by_severity.items():
+            self.metrics.dropped_by_severity.labels(severity).set(n)
 
     async def run_until(self, stop: asyncio.Event) -> None:
         try:
@@ -208,6 +335,38 @@ class Agent:
             self.save_cursor()
             self.spool.close()
             self.source.close()
+
+
+def valid_event(ev: dict) -> bool:
+    """Whether a spooled object is an event this agent can deliver (else the spool line is
+    corrupt)."""
+    if not set(_EVENT_FIELDS) <= set(ev) <= set(_EVENT_FIELDS) | set(_EVENT_OPTIONAL):
+        return False
+    fields = {**_EVENT_FIELDS, **_EVENT_OPTIONAL}
+    return all(isinstance(v, fields[k]) and not (isinstance(v, bool) and fields[k] is not bool) for k, v in ev.items()) \
+        and all(len(ev[k]) <= MAX_TEXT for k in ("node", "source", "message", "actor", "event_id")) \
+        and (ev["code"] is None or 0 <= ev["code"] <= 2**31 - 1) and ev.get("severity", "") in (*SEVERITY_WORDS, "")
+
+
+def valid_cursor(cursor: object) -> bool:
+    """Whether a saved read position is one a source of this agent wrote: a file's inode and
+    offset, a /dev/kmsg boot id and sequence number, or a journal cursor."""
+    if not isinstance(cursor, dict):
+        return False
+
+    def count(v: object, low: int = 0) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_SEQ
+
+    def text(v: object) -> bool:
+        return isinstance(v, str) and 0 < len(v) <= MAX_TEXT and clean_text(v) == v
+
+    if set(cursor) == {"inode", "offset"}:
+        return (cursor["inode"] is None or count(cursor["inode"])) and count(cursor["offset"])
+    if set(cursor) == {"boot", "seq"}:
+        return isinstance(cursor["boot"], str) and len(cursor["boot"]) <= 200 and count(cursor["seq"], -1)
+    if set(cursor) == {"cursor"}:
+        return cursor["cursor"] is None or text(cursor["cursor"])
+    return False
 
 
 def boot_identity() -> tuple[str, float]:

@@ -24,6 +24,8 @@ from datetime import datetime
 from checks.result import SEVERITIES
 from checks.xid import xid_action
 
+from fleetctl.agent.records import clean_text
+
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
 MAX_TEXT = 2048
@@ -168,21 +170,51 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
 NPD_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "GPUProblem", "XidError", "NVLinkProblem")
 
 
-def from_node_conditions(node: dict, watched: tuple[str, ...], detect) -> list[IntakeEvent]:
-    """A Kubernetes Node's watched conditions that are True. The id is the condition's last
-    transition: the same condition seen on every poll is one event. `detect` reads an Xid
-    from the condition's message (NPD copies the kernel line there)."""
-    name = _node(node.get("metadata", {}).get("name"), "node")
+def from_node_conditions(node: object, watched: tuple[str, ...], detect,
+                         skipped: list[str] | None = None) -> list[IntakeEvent]:
+    """A Kubernetes Node's watched conditions that are True, from the API's own JSON. The id
+    is the condition's last transition: the same condition seen on every poll is one event.
+    `detect` reads an Xid from the condition's message (NPD copies the kernel line there).
+
+    Each condition is read on its own: one that cannot be read (not an object, a field of
+    the wrong type, a time that is not RFC 3339) is skipped, and why goes to `skipped`; the
+    node's other conditions are still read. A node without a readable name raises BadBody.
+    Texts are cut to MAX_TEXT, lone surrogates and NUL replaced."""
+    meta = node.get("metadata") if isinstance(node, dict) else None
+    name = _node(meta.get("name") if isinstance(meta, dict) else None, "node")
+    status = node.get("status") or {}
+    conditions = status.get("conditions") or [] if isinstance(status, dict) else None
+    if not isinstance(conditions, list):
+        raise BadBody(f"node {name}: status.conditions is not a list")
     out = []
-    for cond in node.get("status", {}).get("conditions") or []:
-        if cond.get("type") not in watched or cond.get("status") != "True":
-            continue
-        message = _text(cond.get("message"), "condition.message")
-        faults = detect(message)
-        changed = cond.get("lastTransitionTime") or ""
-        at = _time(changed, "condition.lastTransitionTime") if changed else 0.0
-        out.append(IntakeEvent(name, "npd", faults[0].code if faults else None,
-                               f"{cond['type']}: {cond.get('reason', '')} {message}".strip(),
-                               _id("npd", name, cond["type"], changed), at, faults[0].severity if faults else "",
-                               bool(changed)))
+    for i, cond in enumerate(conditions):
+        try:
+            if (event := _condition(name, cond, watched, detect)) is not None:
+                out.append(event)
+        except BadBody as exc:
+            if skipped is not None:
+                skipped.append(f"node {name}: conditions[{i}]: {exc}")
     return out
+
+
+def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> IntakeEvent | None:
+    if not isinstance(cond, dict):
+        raise BadBody("not an object")
+    kind, status = cond.get("type"), cond.get("status")
+    if not isinstance(kind, str) or not isinstance(status, (str, type(None))):
+        raise BadBody("type or status is not a string")
+    if kind not in watched or status != "True":
+        return None
+    message = clean_text(_text(cond.get("message"), "message"))
+    reason = clean_text(_text(cond.get("reason"), "reason"), 256)
+    try:
+        faults = detect(message)
+    except ValueError:  # an Xid line the parser cannot read: the condition still stands, without a code
+        faults = []
+    changed = cond.get("lastTransitionTime") or ""
+    if not isinstance(changed, str) or len(changed) > 64:
+        raise BadBody("lastTransitionTime is not a time")
+    at = _time(changed, "lastTransitionTime") if changed else 0.0
+    return IntakeEvent(name, "npd", faults[0].code if faults else None,
+                       clean_text(f"{kind}: {reason} {message}".strip()),
+                       _id("npd", name, kind, changed), at, faults[0].severity if faults else "", bool(changed))

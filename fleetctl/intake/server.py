@@ -42,6 +42,7 @@ class Intake:
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self.accepted = self.duplicates = self.sent = self.undeliverable = 0
+        self.npd_skipped = 0  # Node Problem Detector conditions that could not be read (poll_node_conditions)
         self._wake = threading.Event()
 
     def accept(self, events: list[IntakeEvent]) -> tuple[int, int]:
@@ -204,21 +205,35 @@ def serve_http(intake: Intake, token: str, address: str, port: int,
 def poll_node_conditions(intake: Intake, api, watched: tuple[str, ...], stop: threading.Event,
                          interval_s: float) -> None:
     """Node Problem Detector writes conditions on the Node objects: list them every
-    `interval_s` (one request for the whole cluster) and accept the True ones."""
+    `interval_s` (one request for the whole cluster) and accept the True ones.
+
+    The list is read as the API server's JSON, not through the client's models (whose
+    deserializer fails the whole list on one node's unreadable time), and each node and each
+    condition on its own: one that cannot be read is skipped, counted in `intake.npd_skipped`
+    (on every poll that sees it) and logged once, and never holds up another's."""
+    logged: OrderedDict[str, None] = OrderedDict()
     while not stop.is_set():
         try:
-            nodes = api.list_node(_request_timeout=30).to_dict()
-            for node in nodes.get("items") or []:
-                # to_dict() gives snake_case; the parser reads the API's own camelCase.
-                conds = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
-                          "message": c.get("message"),
-                          "lastTransitionTime": c["last_transition_time"].isoformat() if c.get("last_transition_time") else ""}
-                         for c in (node.get("status") or {}).get("conditions") or []]
+            response = api.list_node(_request_timeout=30, _preload_content=False)
+            body = json.loads(response.data)
+            items = body.get("items") if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise ValueError("the answer is not a NodeList")
+            for node in items:
+                skipped: list[str] = []
                 try:
-                    intake.accept(from_node_conditions({"metadata": node["metadata"], "status": {"conditions": conds}},
-                                                       watched, detect))
+                    events = from_node_conditions(node, watched, detect, skipped)
                 except BadBody as exc:
-                    log.warning("node conditions skipped: %s", exc)
+                    events = []
+                    skipped.append(str(exc))
+                intake.accept(events)
+                intake.npd_skipped += len(skipped)
+                for why in skipped:
+                    if why not in logged:
+                        log.warning("node condition skipped: %s", why)
+                        logged[why] = None
+                        while len(logged) > SEEN_IDS:
+                            logged.popitem(last=False)
         except Exception as exc:  # noqa: BLE001 - the API server is down: ask again next time
             log.warning("cannot list nodes (%s)", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         stop.wait(interval_s)

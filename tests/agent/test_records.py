@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from fleetctl.agent.detect import detect
+from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import BadRecord, event_id, file_record, line_time, parse_journal_json, parse_kmsg
 
 BOOT = 1_700_000_000.0
@@ -80,4 +80,26 @@ def test_detect_reads_xids_through_the_checks_parser() -> None:
 
 
 def test_detect_refuses_a_code_too_large_for_the_database() -> None:
-    assert detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom") == []
+    with pytest.raises(UnreadableRecord, match="out of range"):
+        detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom")
+
+
+def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> None:
+    """A megabyte kernel line with NUL and bytes that are not UTF-8, and a journal entry
+    whose MESSAGE holds a lone surrogate: each event the agent spools is at most MAX_TEXT
+    characters and encodes as UTF-8."""
+    from fleetctl.agent.follow import FileSource
+    from fleetctl.agent.records import MAX_TEXT
+    from fleetctl.agent.runner import Agent, AgentConfig
+
+    log = tmp_path / "kern.log"
+    log.write_bytes(f"{XID79} ".encode() + b"\x00\xff\xfe" + b"A" * 1_000_000 + b"\n")
+    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool"), FileSource(log), transport=None)
+    journal = parse_journal_json(json.dumps({"__CURSOR": "c", "__REALTIME_TIMESTAMP": "1", "MESSAGE": XID79 + " \ud800"}))
+    events = agent.events_of(agent.source.poll() + [journal])
+    assert [e["code"] for e in events] == [79, 79]
+    for e in events:
+        assert len(e["message"]) <= MAX_TEXT and "\x00" not in e["message"]
+        e["message"].encode("utf-8")
+    agent.spool.append(events)
+    agent.spool.close()

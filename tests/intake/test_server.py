@@ -15,6 +15,7 @@ import pytest
 
 from fleetctl.agent.transport import NodeRefused, SendFailed
 from fleetctl.intake import server as intake_server
+from fleetctl.intake.parse import MAX_TEXT
 from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
 from tests.conftest import FIXTURES
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
@@ -186,3 +187,59 @@ def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_
     from fleetctl.agent.spool import Spool
 
     assert [e["event_id"] for e in Spool(tmp_path / "spool", 10).pending(10)] != []  # still there for the next start
+
+
+def test_one_nodes_garbled_conditions_never_block_another_nodes(intake, tmp_path) -> None:
+    """Through the real Kubernetes client against the emulator: gpu-node-01's conditions are
+    garbled (an unreadable time, which the client's models fail the whole list on; wrong
+    types; a 1 MB reason; an Xid line the parser cannot read; a lone surrogate), gpu-node-02
+    has an XID 79, gpu-node-03 one garbled condition beside a good one. Each good condition
+    is accepted, each garbled one counted and skipped."""
+    from kubernetes import client, config
+
+    xid79 = "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    with KubeEmulator() as emu:
+        for name in ("gpu-node-01", "gpu-node-02", "gpu-node-03"):
+            emu.add_node(name)
+
+        def conditions(name):
+            return emu.handler.objects[NODES, None, name]["status"]["conditions"]
+
+        conditions("gpu-node-01").extend([
+            {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "yesterday at noon",
+             "message": xid79},
+            {"type": "XidError", "status": "True", "reason": {"not": "a string"}, "message": xid79},
+            {"type": ["XidError"], "status": "True", "message": xid79},
+            {"type": "XidError", "status": "True", "message": 79},
+            "not an object",
+        ])
+        conditions("gpu-node-02").append(
+            {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
+             "message": xid79})
+        conditions("gpu-node-03").extend([
+            {"type": "XidError", "status": "True", "lastTransitionTime": 1_700_000_000, "message": xid79},
+            {"type": "KernelDeadlock", "status": "True", "reason": "R" * 1_000_000 + "\ud800",
+             "lastTransitionTime": "2026-11-30T20:00:01Z", "message": "NVRM: Xid (PCI:0000:2b:00) unreadable \ud800"},
+        ])
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kubeconfig"))))
+        stop = threading.Event()
+        poller = threading.Thread(target=poll_node_conditions,
+                                  args=(intake, api, ("XidError", "KernelDeadlock"), stop, 0.05))
+        poller.start()
+        try:
+            deadline = threading.Event()
+            for _ in range(200):  # polls 50 ms apart: at least two in 10 s under any load we expect
+                if intake.duplicates >= 2:
+                    break
+                deadline.wait(0.05)
+        finally:
+            stop.set()
+            poller.join(10)
+    events = {ev["node"]: ev for ev in intake.spool.pending(10)}
+    assert sorted(events) == ["gpu-node-02", "gpu-node-03"] and intake.accepted == 2
+    assert (events["gpu-node-02"]["code"], events["gpu-node-02"]["severity"]) == (79, "critical")
+    deadlock = events["gpu-node-03"]["message"]
+    assert deadlock.startswith("KernelDeadlock: RRR") and len(deadlock) <= MAX_TEXT
+    deadlock.encode("utf-8")  # the surrogate replaced: nothing unencodable goes on
+    polls = intake.duplicates // 2 + 1  # the first accepted both, each later one saw both again
+    assert intake.npd_skipped == 6 * polls  # five on gpu-node-01, one on gpu-node-03, on every poll
