@@ -18,6 +18,7 @@ record fail or a payload outgrow what Temporal and the schedulers accept.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 LIMIT = 300
@@ -26,6 +27,10 @@ LIMIT = 300
 # well inside what `scontrol update Reason=` takes on its command line.
 MAX_TEXT = 2048
 _CUT = "…"
+# What no record may hold: lone UTF-16 surrogates (no UTF-8 encoder takes one; JSON's
+# "\ud800" and a journal's undecodable bytes decode to them) and NUL (PostgreSQL's text
+# refuses it).
+_UNENCODABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _escape(char: str) -> str:
@@ -55,12 +60,11 @@ def one_line(error: BaseException | str, limit: int = LIMIT) -> str:
 
 
 def bounded(text: str, limit: int = MAX_TEXT) -> str:
-    """`text` safe to record and send on: every character UTF-8 cannot encode (a lone UTF-16
-    surrogate, as JSON's `\\ud800` decodes to) replaced by U+FFFD, then cut to `limit`
-    characters, the cut marked with "…". Control characters stay: the record keeps the
-    evidence, `printable` escapes them where they are shown."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+    """`text` safe to record and send on: every lone UTF-16 surrogate and NUL replaced by
+    U+FFFD (as errors="replace" decoding does for undecodable bytes), then cut to `limit`
+    characters, the cut marked with "…". Other control characters stay: the record keeps the
+    evidence, `printable` escapes them where they are shown. `bounded(x) == x` says x needed
+    neither."""
+    if _UNENCODABLE.search(text):
+        text = _UNENCODABLE.sub("\ufffd", text)
     return text if len(text) <= limit else text[: limit - 1] + _CUT

@@ -12,7 +12,7 @@ from checks._text import UnjudgeableOutput
 from checks.signatures import signatures
 from checks.xid import parse_kernel_log, xid_action
 
-from fleetctl.agent.records import clean_text
+from fleetctl.text import bounded
 
 # The database stores the code as a 32-bit integer; a larger number is not an Xid.
 MAX_CODE = 2**31 - 1
@@ -41,18 +41,18 @@ def detect(message: str) -> list[Fault]:
     """The faults in one kernel message: Xid reports (and failures the catalog reads as an
     Xid, such as a GPU fallen off the bus without its Xid line), then the other signatures.
     A report the parser refuses (an Xid code out of range, a damaged Xid line) raises
-    UnreadableRecord, with the parser's one-line reason. Each fault's message is clean_text:
+    UnreadableRecord, with the parser's one-line reason. Each fault's message is bounded (fleetctl.text):
     bounded and encodable."""
     if message.lstrip().startswith("{"):  # checks/ would read it as a journal JSON document
         message = f"kernel: {message}"
     try:
         log = parse_kernel_log(message)
     except UnjudgeableOutput as exc:
-        raise UnreadableRecord(clean_text(str(exc), 300)) from None
-    faults = [Fault(e.code, clean_text(f"Xid {e.code} on {e.pci}: {e.message}".strip()), xid_action(e.code).severity)
+        raise UnreadableRecord(bounded(str(exc), 300)) from None
+    faults = [Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), xid_action(e.code).severity)
               for e in log.xids if e.code <= MAX_CODE]
     catalog = signatures()
-    faults += [Fault(None, clean_text(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
+    faults += [Fault(None, bounded(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
                      catalog[s.name].severity)
                for s in log.signatures]
     return faults

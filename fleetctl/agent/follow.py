@@ -13,8 +13,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetctl.agent.records import (MAX_SEQ, MAX_TEXT, BadRecord, KernelRecord, clean_text, file_record,
+from fleetctl.agent.records import (MAX_SEQ, BadRecord, KernelRecord, file_record,
                                     parse_journal_json, parse_kmsg)
+from fleetctl.text import bounded
 
 log = logging.getLogger("fleetctl.agent")
 
@@ -208,8 +209,7 @@ class JournalSource:
     def __init__(self, argv: Sequence[str], cursor: dict | None = None):
         self.lines_read, self.bad_records, self.seq_resets, self.last_bad = 0, 0, 0, ""
         saved = (cursor or {}).get("cursor")
-        self._cursor = saved if isinstance(saved, str) and saved and clean_text(saved, MAX_TEXT + 1) == saved \
-            and len(saved) <= MAX_TEXT else None
+        self._cursor = saved if isinstance(saved, str) and saved and bounded(saved) == saved else None
         where = ["--after-cursor", self._cursor] if self._cursor else ["--no-tail"]
         self._proc = subprocess.Popen([*argv, *where], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         os.set_blocking(self._proc.stdout.fileno(), False)

@@ -15,10 +15,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-# Every text the agent forwards (a record's message, a fault's, a sample's finding) is cut
-# to this many characters: the kernel's own limit is 1 KiB a record, a journal or file line
-# can be megabytes, and nothing the agent sends may grow without bound.
-MAX_TEXT = 4096
+from fleetctl.text import bounded
+
 # /dev/kmsg's sequence number is the kernel's u64; the agent keeps it in a signed 64-bit
 # range (what a JSON reader in any language holds). A record past it is unreadable: counted
 # and skipped, it never moves the cursor.
@@ -27,16 +25,6 @@ MAX_SEQ = 2**63 - 1
 # with the time it was read at.
 MAX_USEC = 10**15
 MAX_REALTIME_USEC = 4_102_444_800 * 10**6  # 2100-01-01, as checks/xid.py bounds it
-_UNENCODABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def clean_text(text: str, limit: int = MAX_TEXT) -> str:
-    """`text` cut to `limit` characters, with lone UTF-16 surrogates (which no UTF-8 encoder
-    takes: a journal JSON "\\udc80" decodes to one) and NUL (which PostgreSQL's text refuses)
-    replaced by U+FFFD, as errors="replace" decoding does for undecodable bytes. What the
-    agent spools is always encodable."""
-    text = text[:limit]
-    return _UNENCODABLE.sub("\ufffd", text) if _UNENCODABLE.search(text) else text
 
 
 @dataclass(frozen=True)
@@ -62,12 +50,12 @@ def parse_kmsg(line: str, boot_id: str, boot_time: float, now: float | None = No
         return None
     m = _KMSG.match(line.rstrip("\n"))
     if not m:
-        raise BadRecord(f"not a /dev/kmsg record: {clean_text(line, 80)!r}")
+        raise BadRecord(f"not a /dev/kmsg record: {bounded(line, 80)!r}")
     seq, usec = int(m["seq"]), int(m["usec"])
     if seq > MAX_SEQ:
         raise BadRecord(f"/dev/kmsg sequence number {m['seq']} is past {MAX_SEQ}")
     at = boot_time + usec / 1e6 if usec <= MAX_USEC else (boot_time if now is None else now)
-    return KernelRecord(f"kmsg:{boot_id}:{seq}", at, clean_text(m["msg"]))
+    return KernelRecord(f"kmsg:{boot_id}:{seq}", at, bounded(m["msg"]))
 
 
 def parse_journal_json(line: str, now: float | None = None) -> KernelRecord:
@@ -83,14 +71,14 @@ def parse_journal_json(line: str, now: float | None = None) -> KernelRecord:
         message = bytes(b for b in message if isinstance(b, int) and 0 <= b < 256).decode("utf-8", "replace")
     if not isinstance(cursor, str) or not isinstance(message, str):
         raise BadRecord("not a journal JSON entry (cursor or message of the wrong type)")
-    if not cursor or len(cursor) > MAX_TEXT or _UNENCODABLE.search(cursor):
+    if not cursor or bounded(cursor) != cursor:
         raise BadRecord("not a journal JSON entry (a cursor journalctl cannot have written)")
     at = usec / 1e6
     if not 0 <= usec <= MAX_REALTIME_USEC:
         if now is None:
             raise BadRecord("not a journal JSON entry (__REALTIME_TIMESTAMP out of range)")
         at = now
-    return KernelRecord(f"journal:{cursor}", at, clean_text(message))
+    return KernelRecord(f"journal:{cursor}", at, bounded(message))
 
 
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\s")
@@ -120,7 +108,7 @@ def line_time(line: str, now: float) -> float:
 
 def file_record(line: str, inode: int, offset: int, now: float) -> KernelRecord:
     digest = hashlib.sha256(line.encode("utf-8", "replace")).hexdigest()[:16]
-    return KernelRecord(f"file:{inode}:{offset}:{digest}", line_time(line, now), clean_text(line.rstrip("\n")))
+    return KernelRecord(f"file:{inode}:{offset}:{digest}", line_time(line, now), bounded(line.rstrip("\n")))
 
 
 def event_id(node: str, record_id: str, index: int) -> str:

@@ -15,7 +15,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from fleetctl.agent.detect import UnreadableRecord, detect
-from fleetctl.agent.records import MAX_SEQ, MAX_TEXT, KernelRecord, clean_text, event_id
+from fleetctl.agent.records import MAX_SEQ, KernelRecord, event_id
+from fleetctl.text import MAX_TEXT, bounded
 from fleetctl.agent.sampler import SampleTracker
 from fleetctl.agent.spool import SEVERITY_WORDS, Spool, move_aside, write_atomically
 
@@ -156,7 +157,7 @@ class Agent:
     def _event(self, key: str, at: float, code: int | None, message: str, severity: str) -> dict:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
-        return {"node": self.config.node, "source": "agent", "code": code, "message": clean_text(message),
+        return {"node": self.config.node, "source": "agent", "code": code, "message": bounded(message),
                 "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
                 "severity": severity, "at_from_record": True}
 
@@ -182,8 +183,8 @@ class Agent:
 
     def _unreadable(self, why: str, record: KernelRecord | None, reason: str) -> None:
         self.metrics.unreadable.labels(why).inc()
-        where = f"record {clean_text(record.record_id, 200)}" if record is not None else "a record"
-        log.warning("unreadable %s skipped (%s): %s", where, why, clean_text(" ".join(reason.split()), 300))
+        where = f"record {bounded(record.record_id, 200)}" if record is not None else "a record"
+        log.warning("unreadable %s skipped (%s): %s", where, why, bounded(" ".join(reason.split()), 300))
 
     def read_once(self) -> int:
         """Read what the source has and spool its events; the cursor saved never passes a
@@ -220,7 +221,7 @@ class Agent:
             self._append_at = time.monotonic() + APPEND_RETRY_S
             if not self._append_failing:
                 log.warning("cannot write the spool (%s): %d events held, tried again every %.0fs; the read "
-                            "position stays before their records", clean_text(str(exc), 300), len(events),
+                            "position stays before their records", bounded(str(exc), 300), len(events),
                             APPEND_RETRY_S)
             self._append_failing = True
             return False
@@ -237,7 +238,7 @@ class Agent:
         if bad > self._bad_seen:
             self.metrics.unreadable.labels("source").inc(bad - self._bad_seen)
             log.warning("%d unreadable kernel log record%s skipped (source): %s", bad - self._bad_seen,
-                        "s" if bad - self._bad_seen > 1 else "", clean_text(getattr(self.source, "last_bad", ""), 300))
+                        "s" if bad - self._bad_seen > 1 else "", bounded(getattr(self.source, "last_bad", ""), 300))
         if resets > self._resets_seen:
             self.metrics.seq_resets.inc(resets - self._resets_seen)
         self._bad_seen, self._resets_seen = max(bad, self._bad_seen), max(resets, self._resets_seen)
@@ -252,7 +253,7 @@ class Agent:
             self._cursor_written = self._spooled_cursor
         except OSError as exc:  # the older position stands: records after it are read again
             self.metrics.spool_write_failures.inc()
-            log.warning("cannot save the read position (%s)", clean_text(str(exc), 300))
+            log.warning("cannot save the read position (%s)", bounded(str(exc), 300))
 
     async def sample_once(self) -> None:
         for argv, tracker in self.samplers:
@@ -267,7 +268,7 @@ class Agent:
                     self.spool.append(events)
                 except OSError as exc:  # a sample is taken again; its findings come with the next change
                     self.metrics.spool_write_failures.inc()
-                    log.warning("cannot spool %d sampled findings (%s)", len(events), clean_text(str(exc), 300))
+                    log.warning("cannot spool %d sampled findings (%s)", len(events), bounded(str(exc), 300))
         self._publish()
 
     async def deliver(self) -> None:
@@ -358,7 +359,7 @@ def valid_cursor(cursor: object) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_SEQ
 
     def text(v: object) -> bool:
-        return isinstance(v, str) and 0 < len(v) <= MAX_TEXT and clean_text(v) == v
+        return isinstance(v, str) and 0 < len(v) <= MAX_TEXT and bounded(v) == v
 
     if set(cursor) == {"inode", "offset"}:
         return (cursor["inode"] is None or count(cursor["inode"])) and count(cursor["offset"])

@@ -24,7 +24,7 @@ from datetime import datetime
 from checks.result import SEVERITIES
 from checks.xid import xid_action
 
-from fleetctl.agent.records import clean_text
+from fleetctl.text import bounded
 
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
@@ -205,8 +205,8 @@ def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> Int
         raise BadBody("type or status is not a string")
     if kind not in watched or status != "True":
         return None
-    message = clean_text(_text(cond.get("message"), "message"))
-    reason = clean_text(_text(cond.get("reason"), "reason"), 256)
+    message = bounded(_text(cond.get("message"), "message"))
+    reason = bounded(_text(cond.get("reason"), "reason"), 256)
     try:
         faults = detect(message)
     except ValueError:  # an Xid line the parser cannot read: the condition still stands, without a code
@@ -216,5 +216,5 @@ def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> Int
         raise BadBody("lastTransitionTime is not a time")
     at = _time(changed, "lastTransitionTime") if changed else 0.0
     return IntakeEvent(name, "npd", faults[0].code if faults else None,
-                       clean_text(f"{kind}: {reason} {message}".strip()),
+                       bounded(f"{kind}: {reason} {message}".strip()),
                        _id("npd", name, kind, changed), at, faults[0].severity if faults else "", bool(changed))

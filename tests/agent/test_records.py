@@ -89,7 +89,7 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
     whose MESSAGE holds a lone surrogate: each event the agent spools is at most MAX_TEXT
     characters and encodes as UTF-8."""
     from fleetctl.agent.follow import FileSource
-    from fleetctl.agent.records import MAX_TEXT
+    from fleetctl.text import MAX_TEXT
     from fleetctl.agent.runner import Agent, AgentConfig
 
     log = tmp_path / "kern.log"
