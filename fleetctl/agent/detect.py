@@ -41,8 +41,8 @@ def detect(message: str) -> list[Fault]:
     """The faults in one kernel message: Xid reports (and failures the catalog reads as an
     Xid, such as a GPU fallen off the bus without its Xid line), then the other signatures.
     A report the parser refuses (an Xid code out of range, a damaged Xid line) raises
-    UnreadableRecord, with the parser's one-line reason. Each fault's message is bounded (fleetctl.text):
-    bounded and encodable."""
+    UnreadableRecord, with the parser's one-line reason. Each fault's message is bounded and
+    encodable (fleetctl.text.bounded)."""
     if message.lstrip().startswith("{"):  # checks/ would read it as a journal JSON document
         message = f"kernel: {message}"
     try:
