@@ -71,9 +71,15 @@ class Stack:
         data = json.dumps(body).encode() if isinstance(body, dict) else body
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request("POST", path, body=data, headers={"Authorization": f"Bearer {TOKEN}",
-                                                           "Content-Type": "application/json"})
-            resp = conn.getresponse()
+            try:
+                conn.request("POST", path, body=data, headers={"Authorization": f"Bearer {TOKEN}",
+                                                               "Content-Type": "application/json"})
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a body past the bound is refused before it is read: the answer waits
+            try:
+                resp = conn.getresponse()
+            except (ConnectionResetError, http.client.RemoteDisconnected):
+                return 0, "the connection was closed before an answer was read"
             return resp.status, resp.read().decode()
         finally:
             conn.close()
