@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, within
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, free_text, within
 
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
                   "submit simulated ones.", no_args_is_help=True)
@@ -226,7 +226,8 @@ def restart(
     job_id: str = typer.Argument(..., metavar="JOBID"),
     bad_nodes: Optional[List[str]] = typer.Option(
         None, "--bad-node", help="a node to drain and move the job off (repeatable; default: its nodes not in production)"),
-    reason: str = typer.Option("operator: job restart", "--reason", help="why; recorded, and the drain reason in the scheduler"),
+    reason: str = typer.Option("operator: job restart", "--reason", callback=free_text(required=True),
+                               help="why; recorded, and the drain reason in the scheduler"),
     scheduler: Optional[str] = SCHEDULER_OPTION,
     timeout_s: Optional[float] = typer.Option(None, "--timeout", callback=within(1, 7 * 86_400), help="seconds to wait for the job to run again (default 30 min)"),
     yes: bool = typer.Option(False, "--yes", help="do not ask"),

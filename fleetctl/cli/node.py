@@ -9,7 +9,7 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
-                                 column_table, emit, fail, shown, sorted_rows)
+                                 column_table, emit, fail, free_text, shown, sorted_rows)
 from fleetctl.durations import when
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
@@ -339,7 +339,8 @@ def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) 
 def drain(
     ctx: typer.Context,
     names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
-    reason: str = typer.Option(..., "--reason", help="why; recorded on the event and in the scheduler"),
+    reason: str = typer.Option(..., "--reason", callback=free_text(required=True),
+                               help="why; recorded on the event and in the scheduler"),
     yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="say what each node would do; change and record nothing"),
 ) -> None:
@@ -405,7 +406,8 @@ def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="nod
 
 
 @app.command("rma")
-def rma(ctx: typer.Context, name: str, reason: str = typer.Option(..., "--reason")) -> None:
+def rma(ctx: typer.Context, name: str,
+        reason: str = typer.Option(..., "--reason", callback=free_text(required=True))) -> None:
     """Send a drained node to RMA."""
     _command(ctx, [name], "send_to_rma", f"operator: {reason}")
 
@@ -477,7 +479,7 @@ def event(
     ctx: typer.Context,
     name: str,
     xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
-    message: str = typer.Option("", "--message", help="what was seen"),
+    message: str = typer.Option("", "--message", callback=free_text(), help="what was seen"),
     from_log: Optional[Path] = typer.Option(None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"),
     severity: str = typer.Option("", "--severity",
                                  help="info, warning or critical: an event with --message and no --xid drains the node "
@@ -526,8 +528,9 @@ def event(
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.
         from checks.xid import xid_action
+        from fleetctl.text import bounded
 
-        events = [HealthEventInput(name, "log", e.code, e.message, s.identity(),
+        events = [HealthEventInput(name, "log", e.code, bounded(e.message), s.identity(),
                                    hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now,
                                    severity=severity or xid_action(e.code).severity)
                   for e in parsed]
@@ -550,7 +553,8 @@ def event(
 def prolog(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="the node a job is about to start on (Slurm: $SLURMD_NODENAME)"),
-    job: str = typer.Option("", "--job", help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks"),
+    job: str = typer.Option("", "--job", callback=free_text(),
+                            help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks"),
     suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the job waits for it"),
 ) -> None:
     """Pre-job checks, for a scheduler's prolog: run a short suite on the node now; on a

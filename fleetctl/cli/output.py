@@ -11,7 +11,7 @@ from typing import Any, Callable, NoReturn, Sequence
 
 import typer
 
-from fleetctl.text import printable
+from fleetctl.text import bounded, printable
 
 # Exit codes shared by every command (see ARCHITECTURE.md).
 EXIT_OK = 0
@@ -70,6 +70,26 @@ def within(low: float, high: float) -> Callable[[Any, Any, Any], Any]:
             name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name)
             fail(f"{name} must be between {low} and {high}, not {value}", EXIT_USAGE)
         return value
+    return check
+
+
+def free_text(required: bool = False) -> Callable[[Any, Any, Any], Any]:
+    """A typer callback for text an operator types (a reason, a message): bounded where it
+    enters (fleetctl.text.bounded: MAX_TEXT characters, and argv's undecodable bytes, which
+    Python hands over as lone surrogates, replaced), so no record or scheduler call can fail
+    on it. What no record can hold after that (a NUL), or a `required` text that says
+    nothing, is one line and exit 2, before anything runs."""
+
+    def check(_ctx: Any, param: Any, value: Any) -> Any:
+        if value is None:
+            return value
+        name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name)
+        if "\0" in value:  # bounded would replace it: refused, so the operator knows
+            fail(f"{name}: a NUL character cannot be recorded", EXIT_USAGE)
+        text = bounded(value)
+        if required and not text.strip():
+            fail(f"{name} must say why", EXIT_USAGE)
+        return text
     return check
 
 

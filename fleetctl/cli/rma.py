@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, within
 from fleetctl.durations import when
 from fleetctl.text import printable
 
@@ -75,7 +75,8 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", cal
 def close(
     ctx: typer.Context,
     rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)),
-    replaced: str = typer.Option(..., "--replaced", help='what the vendor replaced, e.g. "GPU3"'),
+    replaced: str = typer.Option(..., "--replaced", callback=free_text(required=True),
+                                 help='what the vendor replaced, e.g. "GPU3"'),
 ) -> None:
     """Close an RMA: the node is back and goes through burn-in before it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, close_rma

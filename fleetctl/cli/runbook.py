@@ -10,7 +10,7 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.node import MAX_XID
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail,
-                                 simple_table, within)
+                                 free_text, simple_table, within)
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
 
@@ -89,7 +89,8 @@ def run(
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
     xid: Optional[int] = typer.Option(None, "--xid", callback=within(0, MAX_XID),
                                        help="the XID that prompted this (templates see it as event)"),
-    reason: str = typer.Option("operator request", "--reason", help="why; templates see it as event.message"),
+    reason: str = typer.Option("operator request", "--reason", callback=free_text(required=True),
+                               help="why; templates see it as event.message"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""

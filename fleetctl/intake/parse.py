@@ -16,6 +16,7 @@ catalog's severity for the code is sent, or none.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -23,12 +24,19 @@ from datetime import datetime
 
 from checks.result import SEVERITIES
 from checks.xid import xid_action
-
-from fleetctl.text import bounded
+from fleetctl.text import MAX_TEXT, bounded
 
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
-MAX_TEXT = 2048
+# Objects and arrays nested deeper than this refuse the body: Alertmanager's webhook is four
+# levels deep (body, alerts, alert, labels), a plain event two or three.
+MAX_DEPTH = 32
+# A number longer than this (digits) is no code, time or count any sender means: it is
+# read as infinite, so the field that holds it is refused by name (a 64-bit integer has 20).
+MAX_DIGITS = 24
+# The latest time a datetime holds (9999-12-31T23:59:59Z): a later one would fail wherever
+# the event's time is read as a date.
+MAX_TIME = 253_402_300_799
 # Labels that name the node, in the order they are asked: DCGM exporter sets Hostname,
 # kube-prometheus sets node, a scrape target has instance (host:port).
 NODE_LABELS = ("node", "Hostname", "hostname", "instance")
@@ -37,6 +45,40 @@ _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 class BadBody(ValueError):
     pass
+
+
+def loads(raw: bytes) -> object:
+    """A request body as JSON, or BadBody: not UTF-8 JSON, or nested deeper than MAX_DEPTH.
+    Integers past MAX_DIGITS digits are read as infinite, so the field that holds one is
+    refused by name, not the body as "not JSON" (nor parsed digit by digit)."""
+    try:
+        body = json.loads(raw, parse_int=_int)
+    except RecursionError:
+        raise BadBody(f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except UnicodeDecodeError:
+        raise BadBody("the body is not UTF-8 JSON") from None
+    except ValueError:
+        raise BadBody("the body is not JSON") from None
+    if _deeper_than(body, MAX_DEPTH):
+        raise BadBody(f"the body is nested deeper than {MAX_DEPTH} levels")
+    return body
+
+
+def _int(digits: str) -> int | float:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        return -math.inf if digits.startswith("-") else math.inf
+    return int(digits)
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 @dataclass(frozen=True)
@@ -73,11 +115,25 @@ def _code(value: object, where: str) -> int | None:
 
 
 def _text(value: object, where: str) -> str:
+    """A text field, bounded (fleetctl.text.bounded: MAX_TEXT, lone surrogates replaced)."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise BadBody(f"{where}: must be a string")
-    return value[:MAX_TEXT]
+    return bounded(value)
+
+
+def _strings(values: object, where: str) -> dict[str, object]:
+    """An alert's labels or annotations, each name and text value bounded. A number stays a
+    number (a sender may give the `xid` or `value` annotation as one); anything else is
+    refused, naming the field."""
+    if not isinstance(values, dict):
+        raise BadBody(f"{where}: must be an object")
+    out: dict[str, object] = {}
+    for key, value in values.items():
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        out[bounded(key)] = value if number else _text(value, f"{where}.{bounded(key, 64)}")
+    return out
 
 
 def _time(value: object, where: str) -> float:
@@ -86,7 +142,7 @@ def _time(value: object, where: str) -> float:
             value = datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         except ValueError:
             raise BadBody(f"{where}: not an RFC 3339 time") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_TIME:
         raise BadBody(f"{where}: not a time")
     return float(value)
 
@@ -117,9 +173,8 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         where = f"alerts[{i}]"
         if not isinstance(alert, dict) or not isinstance(alert.get("labels"), dict):
             raise BadBody(f"{where}: no labels")
-        labels, notes = alert["labels"], alert.get("annotations") or {}
-        if not isinstance(notes, dict):
-            raise BadBody(f"{where}: annotations must be an object")
+        labels = _strings(alert["labels"], f"{where}.labels")
+        notes = _strings(alert.get("annotations") or {}, f"{where}.annotations")
         if alert.get("status") != "firing":
             continue
         name = next((labels[k] for k in node_labels if labels.get(k)), None)
@@ -132,8 +187,9 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         code = _code(raw, f"{where} xid")
         starts = _time(alert.get("startsAt"), f"{where}.startsAt")
         fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or _id(sorted(labels.items()))
-        message = _text(notes.get("summary") or notes.get("description") or labels.get("alertname"), where)
-        out.append(IntakeEvent(node, "alertmanager", code, f"{labels.get('alertname', 'alert')}: {message}",
+        alertname = _text(labels.get("alertname"), f"{where}.labels.alertname") or "alert"
+        message = _text(notes.get("summary") or notes.get("description") or alertname, where)
+        out.append(IntakeEvent(node, "alertmanager", code, bounded(f"{alertname}: {message}"),
                                _id("alertmanager", fingerprint, alert.get("startsAt")), starts,
                                _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False), True))
     return out

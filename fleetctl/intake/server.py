@@ -22,8 +22,9 @@ from fleetctl.agent.detect import detect
 from fleetctl.agent.spool import Spool
 from fleetctl.agent.transport import NodeRefused
 from fleetctl.intake.heartbeats import Heartbeats
-from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions
+from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
+from fleetctl.text import bounded, one_line
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -170,11 +171,12 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
             if self.path == "/heartbeat":
                 return self._heartbeat(raw)
             try:
-                body = json.loads(raw)
+                body = loads(raw)
                 events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
             except (ValueError, RecursionError) as exc:
                 message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
-                return self._answer(400, message.splitlines()[0][:300])
+                # One line, safe to show and to encode: a field name in it is the sender's text.
+                return self._answer(400, one_line(bounded(message), 300))
             new, dup = intake.accept(events)
             self._answer(202, {"accepted": new, "duplicates": dup})
 

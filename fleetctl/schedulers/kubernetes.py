@@ -51,7 +51,7 @@ from fleetctl.schedulers.base import (
 )
 from fleetctl.inventory.names import KUBERNETES_NODE_NAME_RE
 from fleetctl.schedulers.kubernetes_drain import LABEL_VALUE_RE, NAMESPACE_RE, DrainOptions
-from fleetctl.text import one_line
+from fleetctl.text import bounded, one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
@@ -158,7 +158,9 @@ class KubernetesScheduler:
         `draining` nor soften a critical fault's NoExecute.
         """
         current = self._read_node(node)
-        reason = reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
+        # Bounded (MAX_TEXT, nothing unencodable) before it becomes an annotation, a
+        # condition's message and an Event: no cause can make the API server refuse them.
+        reason = bounded(reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}")
         effect = self._options.critical_taint_effect if critical else "NoSchedule"
         held = _own_taint(current) if _cordoned(current) and _owned_by_fleetctl(current) else None
         if held is not None and state is None:
@@ -200,6 +202,7 @@ class KubernetesScheduler:
         """Say fleetctl's lifecycle state on the node: label, the state taint's value where
         fleetctl's cordon holds the node, conditions and an Event. Placement is not changed:
         drain and resume do that."""
+        reason = bounded(reason)
         current = self._read_node(node)
         metadata: Json = {"labels": {STATE_KEY: state}}
         patch: Json = {"metadata": metadata}

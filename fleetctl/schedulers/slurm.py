@@ -23,6 +23,7 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
+from fleetctl.text import MAX_TEXT, bounded, one_line
 
 DEFAULT_TIMEOUT_S = 30.0
 # Fields are joined with a character Slurm never puts in node names, states or job ids;
@@ -252,8 +253,11 @@ class SlurmScheduler:
         current = self.node_state(node)
         if current.drained and not current.owned_by_fleetctl:
             return
-        # One line: sinfo prints the reason on the node's line.
-        reason = " ".join(reason.split())
+        # One line (sinfo prints the reason on the node's line) and one argv word that any
+        # cause fits: whitespace folded, control and format characters escaped (a NUL would
+        # stop the command before it runs), cut to MAX_TEXT, so scontrol never fails on it
+        # ("Argument list too long" from a 400,000-character cause was retried for ever).
+        reason = one_line(bounded(reason), MAX_TEXT)
         if not reason.startswith(REASON_PREFIX):
             reason = f"{REASON_PREFIX} {reason}".rstrip()
         self._command(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])

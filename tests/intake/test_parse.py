@@ -8,7 +8,9 @@ from datetime import datetime, timezone
 import pytest
 
 from fleetctl.agent.detect import detect
-from fleetctl.intake.parse import MAX_CODE, MAX_EVENTS, BadBody, from_alertmanager, from_json, from_node_conditions
+from fleetctl.intake.parse import (MAX_CODE, MAX_DEPTH, MAX_EVENTS, BadBody, from_alertmanager, from_json,
+                                   from_node_conditions, loads)
+from fleetctl.text import MAX_TEXT
 from tests.conftest import FIXTURES
 
 WEBHOOK = json.loads((FIXTURES / "intake" / "alertmanager_dcgm_xid.json").read_text())
@@ -106,3 +108,78 @@ def test_an_alert_severity_label_is_read_only_when_it_is_a_severity(label, sever
         body["alerts"][0]["labels"]["severity"] = label
     (ev,) = from_alertmanager(body)
     assert ev.severity == severity and ev.at_from_record  # startsAt is when it began
+
+
+# ---- every text bounded, every number and nesting checked (issue 27) -------------------------
+
+
+def _alert_with(**labels) -> dict:
+    body = json.loads(json.dumps(WEBHOOK))
+    body["alerts"][0]["labels"].update(labels)
+    return body
+
+
+def test_a_1_mb_alertname_becomes_a_bounded_message() -> None:
+    """Only annotations were bounded: a 1 MB alertname made a 1 MB event, and the node's
+    workflow task failed with PAYLOADS_TOO_LARGE for ever."""
+    body = _alert_with(alertname="G" * 1_000_000)
+    body["alerts"][0]["annotations"] = {"value": "79"}
+    (ev,) = from_alertmanager(body)
+    assert len(ev.message) == MAX_TEXT and ev.message.startswith("GGG") and ev.message.endswith("…")
+
+
+def test_every_label_and_annotation_is_bounded_and_encodable() -> None:
+    body = _alert_with(alertname="Xid\ud800" + "x" * 200_000)
+    body["alerts"][0]["annotations"]["summary"] = "\udcff" * 300_000
+    (ev,) = from_alertmanager(body)
+    assert len(ev.message) <= MAX_TEXT
+    ev.message.encode("utf-8")  # no lone surrogate left
+    assert ev.message.startswith("Xid\ufffdxxx")
+
+
+@pytest.mark.parametrize("where, value", [("labels", ["a", "list"]), ("annotations", {"an": "object"}), ("labels", True)])
+def test_a_label_or_annotation_that_is_not_text_is_refused_by_name(where, value) -> None:
+    body = json.loads(json.dumps(WEBHOOK))
+    body["alerts"][0][where]["odd"] = value
+    with pytest.raises(BadBody, match=rf"alerts\[0\]\.{where}\.odd: must be a string"):
+        from_alertmanager(body)
+
+
+def test_plain_json_text_fields_are_bounded_and_encodable() -> None:
+    (ev,) = from_json({"node": "n1", "message": "a\ud800" * 100_000, "id": "\udfff" * 5000}, 1.0)
+    assert len(ev.message) == MAX_TEXT and ev.message.startswith("a\ufffda")
+    ev.message.encode("utf-8")
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b'{"node": "n1", "code": 1%s}' % (b"0" * 30), r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": 1%s}' % (b"0" * 5000), r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": 18446744073709551616}', r"events\[0\]\.code: the code must be an integer"),  # 2**64
+    (b'{"node": "n1", "code": -9223372036854775809}', r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": 1e400}', r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": NaN}', r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": 79.5}', r"events\[0\]\.code: the code must be an integer"),
+    (b'{"node": "n1", "code": 79, "at": 1%s}' % (b"0" * 40), r"events\[0\]\.at: not a time"),
+    (b'{"node": "n1", "code": 79, "at": 1e300}', r"events\[0\]\.at: not a time"),
+])
+def test_numbers_past_64_bits_or_not_integers_are_refused_by_field(raw, words) -> None:
+    with pytest.raises(BadBody, match=words):
+        from_json(loads(raw), 0.0)
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than"),
+    (b'{"node": "n1", "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than"),
+    (b'{"node": "n1", "message": "\xff\xfe"}', "not UTF-8 JSON"),
+    (b'{"node": "n1", "message": "\xc3"}', "not UTF-8 JSON"),
+    (b"{not json", "not JSON"),
+])
+def test_bodies_too_deep_or_not_utf8_are_refused(raw, words) -> None:
+    with pytest.raises(BadBody, match=words):
+        loads(raw)
+
+
+def test_a_surrogate_encoded_as_utf8_bytes_is_read_and_replaced() -> None:
+    """CESU-style bytes (ED A0 80) decode to a lone surrogate, as the escape does."""
+    (ev,) = from_json(loads(b'{"node": "n1", "message": "x\xed\xa0\x80y"}'), 0.0)
+    assert ev.message == "x\ufffdy"

@@ -15,7 +15,7 @@ import pytest
 
 from fleetctl.agent.transport import NodeRefused, SendFailed
 from fleetctl.intake import server as intake_server
-from fleetctl.intake.parse import MAX_TEXT
+from fleetctl.text import MAX_TEXT
 from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
 from tests.conftest import FIXTURES
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
@@ -243,3 +243,28 @@ def test_one_nodes_garbled_conditions_never_block_another_nodes(intake, tmp_path
     deadlock.encode("utf-8")  # the surrogate replaced: nothing unencodable goes on
     polls = intake.duplicates // 2 + 1  # the first accepted both, each later one saw both again
     assert intake.npd_skipped == 6 * polls  # five on gpu-node-01, one on gpu-node-03, on every poll
+
+
+@pytest.mark.parametrize("body, words", [
+    (b'{"node": "n1", "code": 1' + b"0" * 5000 + b"}", "events[0].code: the code must be an integer"),
+    (b'{"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": 18446744073709551616}]}',
+     "events[1].code: the code must be an integer"),
+    (b'{"node": "n1", "message": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "nested deeper than"),
+    (b'{"node": "n1", "message": "bad \xff byte", "severity": "warning"}', "not UTF-8 JSON"),
+    (b'{"node": "n1", "code": 79, "\xed\xa0\x80": 1}', "unknown field '\\ud800'"),
+])
+def test_numbers_nesting_and_bytes_are_refused_with_one_line_naming_the_field(intake, body, words) -> None:
+    status, text = post(intake.port, "/events", body)
+    assert status == 400 and words in text and text.count("\n") == 1, text
+    assert intake.spool.depth == 0 and intake.accepted == 0
+
+
+def test_text_that_cannot_be_encoded_is_accepted_replaced_and_bounded(intake) -> None:
+    """A lone surrogate (JSON's escape) reaches the node's workflow as U+FFFD: recorded, it
+    failed the record activity for ever and held up every later event of the node."""
+    body = '{"node": "n1", "id": "s1", "message": "GPU \\ud800 %s", "severity": "warning"}' % ("x" * 100_000)
+    assert post(intake.port, "/events", body)[0] == 202
+    asyncio.run(intake.deliver_once())
+    ((node, (event,)),) = intake.recorder.sends
+    assert event["message"].startswith("GPU \ufffd xxx") and len(event["message"]) == 2048
+    event["message"].encode("utf-8")

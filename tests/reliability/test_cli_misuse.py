@@ -52,6 +52,11 @@ def misuses(node: str, log: str) -> list[tuple[list[str], int, str]]:
         (["node", "list", "-l", "$(id)=x"], 2, "bad label selector"),
         (["node", "list", "--state", "sideways"], 2, "unknown state 'sideways'"),
         (["node", "drain", node], 2, "Missing option '--reason'"),
+        # Free text no record can hold, or a reason that says nothing (issue 27).
+        (["node", "drain", node, "--reason", "PSU\x00smoke", "--yes"], 2, "--reason: a NUL character cannot be recorded"),
+        (["node", "drain", node, "--reason", " \t ", "--yes"], 2, "--reason must say why"),
+        (["node", "rma", node, "--reason", ""], 2, "--reason must say why"),
+        (["node", "event", node, "--message", "fan\x00", "--severity", "warning"], 2, "--message: a NUL character"),
         (["node", "transmogrify", node], 2, "No such command"),
         (["schedule", "create", "active-checks", "--every", "soon"], 2, "bad duration"),
         (["schedule", "create", "active-checks", "--suite", "no-such-suite"], 2, "unknown suite"),

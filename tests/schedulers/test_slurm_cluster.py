@@ -135,3 +135,19 @@ def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmClu
     with pytest.raises(SchedulerError, match="Unable to contact slurm controller") as raised:
         slurm.jobs_on_node("node1")
     assert "\n" not in str(raised.value)
+
+
+def test_a_cause_of_any_size_or_bytes_drains_with_a_bounded_one_line_reason(slurm: SlurmScheduler) -> None:
+    """Issue 27: a 200 KB alert label became a 400,000-character drain cause, which the real
+    scontrol cannot be started with ("Argument list too long"), and the cordon was retried
+    for ever. Bounded, with control characters escaped (a NUL would stop the command before
+    it runs, a newline would split sinfo's line), any cause drains."""
+    from fleetctl.text import MAX_TEXT
+
+    slurm.drain("node2", "health: XID 79: " + "X" * 400_000 + "\n\x00\x1b[31m\ud800")
+    state = slurm.node_state("node2")
+    assert state.drained and state.owned_by_fleetctl
+    assert state.reason.startswith(f"{REASON_PREFIX} health: XID 79: XXXX")
+    assert len(state.reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT and "\n" not in state.reason
+    slurm.resume("node2")
+    assert not slurm.node_state("node2").drained

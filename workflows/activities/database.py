@@ -3,6 +3,9 @@ say its data is bad."""
 
 from __future__ import annotations
 
+import hashlib
+
+from sqlalchemy.exc import DataError
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.nodes.capacity import in_fleet
@@ -10,6 +13,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node
+from fleetctl.text import bounded, one_line
 
 # Raised for input no retry can fix (a number too large for its column, a value that fails
 # validation): the presets in workflows.definitions.shared list it as non-retryable, so the
@@ -17,8 +21,32 @@ from fleetctl.db.models import Node
 BAD_DATA = "BadData"
 
 
+# What a row that cannot be stored raises, whatever the retry: text that cannot be encoded,
+# a value the column refuses (too long, out of range, a NUL in PostgreSQL's text), a number
+# that is no date. An activity turns them into bad_data; retried, they failed for ever and
+# held up every event queued behind them.
+BAD_DATA_ERRORS = (UnicodeError, DataError, OverflowError)
+# An idempotency key longer than this (UTF-8 bytes) is stored as its hash: PostgreSQL's
+# unique index refuses entries over about 2,700 bytes.
+MAX_KEY_BYTES = 200
+
+
 def bad_data(message: str) -> ApplicationError:
     return ApplicationError(message, type=BAD_DATA, non_retryable=True)
+
+
+def not_storable(what: str, exc: BaseException) -> ApplicationError:
+    """bad_data for a row the database refused: what it was, and the database's one line."""
+    return bad_data(bounded(f"{what} cannot be stored: {one_line(exc)}"))
+
+
+def storable_key(key: str) -> str:
+    """An idempotency key as its unique index holds it: as it is when short and storable,
+    else its hash (the same on every attempt, so a retry still finds the row)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_KEY_BYTES and bounded(key) == key:
+        return key
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
 class DatabaseActivities:

@@ -23,7 +23,8 @@ from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
-from workflows.activities.database import DatabaseActivities, bad_data
+from fleetctl.text import bounded
+from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.spares import refill_spares
@@ -70,6 +71,19 @@ def health_event_refusal(ev: HealthEventInput) -> str:
     return ""
 
 
+def storable_event(ev: HealthEventInput) -> HealthEventInput:
+    """The event with every text field as a row holds it (bounded, nothing that
+    cannot be encoded or stored) and its id as its unique index holds it."""
+    return dataclasses.replace(ev, source=bounded(ev.source, 64), message=bounded(ev.message),
+                               actor=bounded(ev.actor, 255), event_id=storable_key(ev.event_id) if ev.event_id else "",
+                               severity=bounded(ev.severity, 64))
+
+
+def storable_record(record: TransitionRecord) -> TransitionRecord:
+    return dataclasses.replace(record, cause=bounded(record.cause), actor=bounded(record.actor, 255),
+                               failure=bounded(record.failure, 255))
+
+
 class NodeActivities(DatabaseActivities):
     def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
         super().__init__(settings)
@@ -77,8 +91,11 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def record_transition(self, record: TransitionRecord) -> int:
+        record = storable_record(record)
         try:
             return queries.record_transition(self.engine, **record.__dict__)
+        except BAD_DATA_ERRORS as exc:
+            raise not_storable(f"{record.node_name}: transition {record.trigger}", exc) from None
         except queries.StaleStateVersion as exc:
             raise ApplicationError(str(exc), type="StaleStateVersion", non_retryable=True) from None
         except LookupError as exc:
@@ -97,20 +114,39 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
+        """Bad data (a code no column holds, a row the database refuses) fails once, without
+        retries (BAD_DATA): the workflow records the refusal and its queue moves on."""
+        ev = storable_event(ev)
         refusal = health_event_refusal(ev)
         if refusal:
             raise bad_data(refusal)
-        return self._record_health_events(ev.node, [ev])[0]
+        try:
+            return self._record_health_events(ev.node, [ev])[0]
+        except BAD_DATA_ERRORS as exc:
+            raise not_storable(f"{ev.node}: health event from {ev.source}", exc) from None
 
     @activity.defn
     def record_health_events(self, batch: HealthEventBatch) -> HealthEventBatchResult:
         """A burst of the node's events in one activity and one transaction. An event that
-        cannot be recorded is refused alone (recorded as such) and the others are recorded."""
-        refusals = [health_event_refusal(ev) for ev in batch.events]
-        good = [ev for ev, refusal in zip(batch.events, refusals) if not refusal]
-        verdicts = iter(self._record_health_events(batch.node, good) if good else [])
+        cannot be recorded is refused alone (recorded as such) and the others are recorded:
+        when the database refuses the burst, each event is recorded alone, so the one it
+        refuses is the one refused."""
+        events = [storable_event(ev) for ev in batch.events]
+        refusals = [health_event_refusal(ev) for ev in events]
+        good = [i for i, refusal in enumerate(refusals) if not refusal]
+        try:
+            recorded = self._record_health_events(batch.node, [events[i] for i in good]) if good else []
+        except BAD_DATA_ERRORS:
+            recorded = []
+            for i in list(good):
+                try:
+                    recorded += self._record_health_events(batch.node, [events[i]])
+                except BAD_DATA_ERRORS as exc:
+                    refusals[i] = not_storable(f"{batch.node}: health event from {events[i].source}", exc).message
+                    good.remove(i)
+        verdicts = iter(recorded)
         info = activity.info()
-        for ev, refusal in zip(batch.events, refusals):
+        for ev, refusal in zip(events, refusals):
             if refusal:
                 self.record_automation_event(AutomationRecord(
                     kind="rejected", reason=f"health event from {ev.source}: {refusal}", actor=ev.actor or "health-event",
@@ -189,9 +225,12 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:
-        key = rec.key or f"{activity.info().workflow_id}/{activity.info().activity_id}"
-        queries.insert_once(self.engine, AutomationEvent(fleet=rec.fleet, kind=rec.kind, node_name=rec.node,
-                                                         reason=rec.reason, actor=rec.actor, idempotency_key=key),
+        # Every field storable: this records why something else was refused, and must not
+        # itself be refused (the workflow would fail with it).
+        key = storable_key(rec.key or f"{activity.info().workflow_id}/{activity.info().activity_id}")
+        queries.insert_once(self.engine, AutomationEvent(fleet=bounded(rec.fleet, 255), kind=bounded(rec.kind, 64),
+                                                         node_name=rec.node, reason=bounded(rec.reason),
+                                                         actor=bounded(rec.actor, 255), idempotency_key=key),
                             AutomationEvent.idempotency_key, key)
 
     @activity.defn
@@ -261,7 +300,9 @@ class NodeActivities(DatabaseActivities):
         node = self._node(req.node)
         if node.scheduler != "none":
             try:
-                self.schedulers.get(node.scheduler).drain(req.node, req.reason, critical=req.critical)
+                # Bounded again here (the adapters bound it too): every scheduler, the simulated
+                # one included, takes any cause a workflow hands it.
+                self.schedulers.get(node.scheduler).drain(req.node, bounded(req.reason), critical=req.critical)
             except SchedulerError as exc:
                 raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
         # A hot spare that leaves production leaves its pool, and another takes its place. Only
@@ -298,7 +339,7 @@ class NodeActivities(DatabaseActivities):
         if not isinstance(scheduler, ReportsNodeState):
             return
         try:
-            scheduler.set_state(req.node, req.state, req.reason)
+            scheduler.set_state(req.node, req.state, bounded(req.reason))
         except SchedulerError as exc:
             raise ApplicationError(f"{node.scheduler} could not show {req.node} as {req.state}: {exc}",
                                    type="SchedulerError") from None
