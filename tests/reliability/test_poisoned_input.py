@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,8 +36,8 @@ from fleetctl.text import MAX_TEXT
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import node_workflow_id
-from workflows.client import connect
+from workflows.api import HealthEventInput, node_workflow_id
+from workflows.client import connect, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.shared import QUICK
 
@@ -243,3 +244,21 @@ async def test_a_critical_alert_with_a_200_kb_label_drains_with_a_bounded_cause(
     # What the (simulated) scheduler holds as the node's drain reason.
     reason = scheduler_for("sim", s.settings).node_state(node).reason
     assert reason and reason.startswith(REASON_PREFIX) and len(reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT
+
+
+async def test_a_sender_signalling_temporal_directly_cannot_grow_the_node_workflow(stack) -> None:
+    """Past every edge (a tool of its own calling Temporal): a 1.5 MB message with a lone
+    surrogate and a 100 KB actor. The node's workflow keeps them bounded (its state, history
+    and the record activity's payload), records the event, and a following XID 79 drains it."""
+    s = await stack(1)
+    (node,) = s.nodes
+    await send_health_events(s.client, node, [HealthEventInput(node, "xid", 13, "M" * 1_500_000 + "\ud800", "A" * 100_000,
+                                                               "direct-13", time.time(), severity="warning")])
+    await s.taken(node, "the huge event")
+    await s.xid_79_drains(node)
+    (recorded,) = [h for h in queries.health_events(s.engine, node) if h.code == 13]
+    assert len(recorded.message) <= MAX_TEXT and "\ud800" not in recorded.message
+    # The signal holds what was sent; every activity the workflow scheduled after it, bounded copies.
+    history = await s.client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    scheduled = [e.ByteSize() for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled and max(scheduled) < 16 * MAX_TEXT, max(scheduled)

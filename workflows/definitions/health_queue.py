@@ -15,6 +15,7 @@ import dataclasses
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities
     from workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem
     from workflows.definitions.shared import QUICK
@@ -23,6 +24,15 @@ with workflow.unsafe.imports_passed_through():
 # Temporal's 512 KiB payload warning; and a critical event that arrives during a burst
 # waits for at most this many records.
 EVENTS_PER_ACTIVITY = 200
+
+
+def bounded_event(ev: HealthEventInput) -> HealthEventInput:
+    """The event as the node's workflow keeps it: every text bounded (fleetctl.text.bounded).
+    The intake, the agent and the CLI bound what they send; a sender that signals Temporal
+    directly must not grow the workflow's state, its history or an activity's payload either."""
+    return dataclasses.replace(ev, node=bounded(ev.node, 255), source=bounded(ev.source, 64), message=bounded(ev.message),
+                               actor=bounded(ev.actor, 255), event_id=bounded(ev.event_id, 255),
+                               severity=bounded(ev.severity, 64))
 
 
 def is_critical(ev: HealthEventInput) -> bool:

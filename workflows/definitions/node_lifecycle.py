@@ -17,6 +17,7 @@ fail; a firmware flash is the one step that finishes first, and the node says so
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
@@ -63,7 +64,8 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
         remediation_id,
     )
-    from workflows.definitions.health_queue import is_critical, next_health_events, record_health_events
+    from fleetctl.text import bounded
+    from workflows.definitions.health_queue import bounded_event, is_critical, next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
     from workflows.definitions.node_visibility import record_transition, show_details, show_queue
@@ -186,6 +188,7 @@ class NodeLifecycle:
 
     @workflow.update
     async def transition(self, req: TransitionRequest) -> TransitionResult:
+        req = dataclasses.replace(req, cause=bounded(req.cause), actor=bounded(req.actor, 255))
         async with self.lock:
             if req.request_id and req.request_id in self.s.recent_requests:
                 previous = self.s.recent_requests[req.request_id]
@@ -235,6 +238,7 @@ class NodeLifecycle:
 
     @workflow.signal
     def health_event(self, ev: HealthEventInput) -> None:
+        ev = bounded_event(ev)
         # The sender's clock is believed only when it agrees with ours: windows and restart
         # latencies then run on times that are comparable across senders.
         ev.received_at = workflow.now().timestamp()
@@ -410,7 +414,7 @@ class NodeLifecycle:
         if verdict is None:
             return
         self.s.last_outcome = verdict.reason
-        cause = f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")
+        cause = bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""))
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
             await self._record_refused_drain(cause, ev.actor or "health-event")
         elif verdict.drain_now:
@@ -566,7 +570,7 @@ class NodeLifecycle:
             ev = queued[verdict.index].event
             if verdict.critical:
                 return WorkItem("drain_followup", actor=ev.actor or "health-event", critical=True,
-                                cause=f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""),
+                                cause=bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")),
                                 fault_seen_at=ev.at or workflow.now().timestamp(),
                                 remediation_event=Event("xid" if ev.code is not None else "manual", code=ev.code,
                                                         message=ev.message).to_dict())
