@@ -330,11 +330,11 @@ def stalled_nodes(engine: Engine) -> dict[str, AutomationEvent]:
     """Nodes whose workflow the stall watcher (workflows.worker) last found stalled, with that
     finding: the latest of their `stalled` / `unstalled` events is `stalled`."""
     with Session(engine) as session:
-        latest: dict[str, AutomationEvent] = {}
-        for e in session.exec(select(AutomationEvent).where(col(AutomationEvent.kind).in_((STALLED, UNSTALLED)))
-                              .order_by(AutomationEvent.id)):
-            latest[e.node_name] = e
-    return {node: e for node, e in latest.items() if e.kind == STALLED}
+        latest = (select(func.max(AutomationEvent.id))
+                  .where(col(AutomationEvent.kind).in_((STALLED, UNSTALLED))).group_by(AutomationEvent.node_name))
+        rows = session.exec(select(AutomationEvent).where(col(AutomationEvent.id).in_(latest),
+                                                          AutomationEvent.kind == STALLED))
+        return {e.node_name: e for e in rows}
 
 
 def record_stalls(engine: Engine, stalls: Sequence, now: datetime, fleet: str) -> tuple[list[str], list[str]]:

@@ -55,6 +55,7 @@ GUARD_DECISIONS = ("grant", "deny", "force")
 BREAKER_KINDS = ("breaker_open", "breaker_closed")
 # The guard's answers that hold a node's drain back (the request that opens the breaker is one).
 GUARD_REFUSALS = ("deny", "breaker_open")
+STALL_KINDS = (queries.STALLED, queries.UNSTALLED)
 
 
 def _tally(seconds: float, tally: list[float], bounds: Sequence[float]) -> None:
@@ -133,6 +134,7 @@ class FleetCollector:
         self.last_move: dict[str, tuple[datetime, str, str]] = {}  # per node: (at, to_state, why)
         # Per node the guard refused since its last grant: (first refusal, latest, its reason).
         self.refused: dict[str, tuple[datetime, datetime, str]] = {}
+        self.stalled: dict[str, datetime] = {}  # per node the stall watcher holds stalled: since when
         self.readers = (
             AppendOnlyReader(CheckRun.id, (CheckRun.check_name, CheckRun.status, CheckRun.started_at,
                                            CheckRun.finished_at), self._fold_check),
@@ -143,7 +145,7 @@ class FleetCollector:
             AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind,
                                                   AutomationEvent.node_name, AutomationEvent.at,
                                                   AutomationEvent.reason), self._fold_decision,
-                             where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS)),
+                             where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS)),
         )
 
     def _fold_check(self, row) -> None:
@@ -172,6 +174,12 @@ class FleetCollector:
 
     def _fold_decision(self, row) -> None:
         _, fleet, kind, node, at, reason = row
+        if kind in STALL_KINDS:  # the stall watcher's findings: the latest per node stands
+            if kind == queries.STALLED:
+                self.stalled[node] = as_utc(at)
+            else:
+                self.stalled.pop(node, None)
+            return
         if node and kind in GUARD_REFUSALS:
             at = as_utc(at)
             moved = self.last_move[node][0] if node in self.last_move else at
@@ -199,6 +207,7 @@ class FleetCollector:
             repairs = list(self.repairs)
             moves = {name: self.last_move.get(name) for name, state, *_ in node_rows if state in OUT_STATES}
             refused = dict(self.refused)
+            stalled_since = dict(self.stalled)
             remediations = list(session.exec(
                 select(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status, func.count())
                 .group_by(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status)))
@@ -247,9 +256,9 @@ class FleetCollector:
             "Per node whose workflow the stall watcher found stalled (failing workflow tasks, or queued work past "
             "stall_after_s): since when; `node show` says why", labels=["fleet", "node", "rack"])
         rack_of = {name: rack for name, _, rack, *_ in node_rows}
-        for name, event in sorted(queries.stalled_nodes(self.engine).items()):
+        for name, since in sorted(stalled_since.items()):
             if name in rack_of:
-                stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], as_utc(event.at).timestamp())
+                stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], since.timestamp())
         yield stalled
         yield from self._budgets([(rack, state, as_utc(since)) for _, state, rack, _, labels, since in node_rows
                                   if in_fleet(labels, self.fleet)])

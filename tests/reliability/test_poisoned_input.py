@@ -39,12 +39,14 @@ from tests.support.worker import WorkerThread, start_in_production
 from workflows.api import HealthEventInput, node_workflow_id
 from workflows.client import connect, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK
+from workflows.definitions.shared import QUICK, SCHEDULER_ROUND
 
 pytestmark = [pytest.mark.temporal]
 
 TOKEN = "poisoned-input-intake-token-0123456"
 STEP_S = QUICK["start_to_close_timeout"].total_seconds()
+# The cordon's first round: its activity's start-to-close (SCHEDULER_ROUND).
+CORDON_S = SCHEDULER_ROUND["start_to_close_timeout"].total_seconds()
 # An XID 79 is recorded after at most one burst's activity already under way, then drained
 # by a decision of a handful of activities (node facts, the guard, the transition, the
 # cordon): each bounded by QUICK's start-to-close.
@@ -241,9 +243,12 @@ async def test_a_critical_alert_with_a_200_kb_label_drains_with_a_bounded_cause(
     await s.drained_by_xid_79(node)
     (drain,) = [e for e in queries.node_events(s.engine, node) if e.trigger == "drain"]
     assert len(drain.cause) <= MAX_TEXT and "XXXX" in drain.cause, len(drain.cause)
-    # What the (simulated) scheduler holds as the node's drain reason.
-    reason = scheduler_for("sim", s.settings).node_state(node).reason
-    assert reason and reason.startswith(REASON_PREFIX) and len(reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT
+    # What the (simulated) scheduler holds as the node's drain reason, once the cordon that
+    # follows the drain's transition has reached it.
+    scheduler = scheduler_for("sim", s.settings)
+    await wait_for(lambda: scheduler.node_state(node).reason, CORDON_S, f"{node}'s drain reason in its scheduler")
+    reason = scheduler.node_state(node).reason
+    assert reason.startswith(REASON_PREFIX) and len(reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT
 
 
 async def test_a_sender_signalling_temporal_directly_cannot_grow_the_node_workflow(stack) -> None:

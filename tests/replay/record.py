@@ -19,7 +19,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   events pre-empt the node's long work (critical-events-preempt): a drain waiting for its
   job turned critical by an XID 79, a recheck's HPL and a burn-in's HPL cut short by one, an
   XID 79 taken ahead of a minor event queued before it, and a firmware flash that may
-  finish first; in each, the queue's oldest item shown as FleetctlQueuedSince
+  finish first; a runbook's wait cut short by an XID 79, whose runbook then starts
+  (remediation-interrupt); in each, the queue's oldest item shown as FleetctlQueuedSince
   (queued-since-attribute). v1 and v2 stay as they were, so the runs they stand for still
   replay.
 
@@ -79,6 +80,7 @@ from workflows.client import (
     request_transition,
     run_remediation,
     send_health_events,
+    start_remediation,
 )
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -473,6 +475,27 @@ async def search_attributes_scenario(rec: Recording) -> str:
 # v3's long check: HPL alone, with commands taking 8 times the real tools' time (minutes).
 LONG_SUITE, TINY_SUITE = "long-hpl", "tiny"
 SUITES = {LONG_SUITE: ["hpl"], TINY_SUITE: ["nvidia-smi-query"]}
+# v3's interrupted runbook: a drain, then an hour's wait an XID 79 cuts short; and the
+# runbook the XID 79 then starts.
+SLOW_RUNBOOK = """
+name: slow-recovery
+description: drains, then waits an hour
+match: {xid: [13]}
+steps:
+  - action: drain
+    with: {reason: recording}
+  - action: wait
+    name: settle
+    with: {duration: 3600}
+"""
+XID79_RUNBOOK = """
+name: gone
+description: one notification
+match: {xid: [79]}
+steps:
+  - action: notify
+    with: {message: gone, severity: critical}
+"""
 
 
 def _critical_79(node: str, event_id: str) -> HealthEventInput:
@@ -501,9 +524,12 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
     suites = Path(tempfile.mkdtemp(prefix="fleetctl-suites-"))
     for name, checks in SUITES.items():
         (suites / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "description": "recording", "checks": checks}))
+    runbooks = Path(tempfile.mkdtemp(prefix="fleetctl-runbooks-"))
+    (runbooks / "slow-recovery.yaml").write_text(SLOW_RUNBOOK)
+    (runbooks / "gone.yaml").write_text(XID79_RUNBOOK)
     # A firmware flash during admission, never cut short (at the simulator's instant speed).
-    async with recording(suites_dir=str(suites)) as rec:
-        flashed, _ = rec.add_nodes(2, "rv3-fw")
+    async with recording(suites_dir=str(suites), runbooks_dir=str(runbooks)) as rec:
+        flashed, interrupted = rec.add_nodes(2, "rv3-fw")
         baseline = load_baseline(BASELINE)
         set_baseline(rec.engine, baseline.name, baseline.to_dict(), BASELINE.read_text(), "recorder")
         add_fault(rec.engine, flashed, "firmware-drift")
@@ -511,8 +537,30 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         await request_phase(rec.client, flashed, "admit", "recorder", TINY_SUITE)
         await rec.wait(flashed, lambda t: "enter_production" in t)
         await rec.idle(flashed)
-        kept = {"node_lifecycle_firmware_flash": node_workflow_id(flashed)}
+        # A runbook's wait cut short by an XID 79 (patch remediation-interrupt); the XID's
+        # runbook starts after it.
+        await _in_production(rec, interrupted)
+        slow = await start_remediation(rec.client, rec.settings, interrupted,
+                                       parse_runbook(SLOW_RUNBOOK), Event("xid", code=13), "recorder")
+        await rec.wait(interrupted, lambda t: "drain_complete" in t)
+        await send_health_events(rec.client, interrupted, [_critical_79(interrupted, "rv3-interrupt-79")])
+        cut = await slow.result()
+        if cut.status != "interrupted":
+            raise RuntimeError(f"{interrupted}: the runbook was not interrupted: {cut}")
+        old_run = (await slow.describe()).run_id
+        deadline = time.monotonic() + 60
+        while (await rec.client.get_workflow_handle(remediation_id(interrupted)).describe()).run_id == old_run:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{interrupted}: the XID 79's runbook did not start")
+            await asyncio.sleep(0.2)
+        await rec.client.get_workflow_handle(remediation_id(interrupted)).result()
+        await rec.idle(interrupted)
+        kept = {"node_lifecycle_firmware_flash": node_workflow_id(flashed),
+                "node_lifecycle_remediation_interrupted": node_workflow_id(interrupted)}
         await rec.write(directory, kept)
+        history = await rec.client.get_workflow_handle(remediation_id(interrupted), run_id=old_run).fetch_history()
+        (directory / "remediation_interrupted.json").write_text(history.to_json())
+        kept["remediation_interrupted"] = remediation_id(interrupted)
     async with recording(suites_dir=str(suites), sim_time_scale=8.0) as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         scheduler = SimScheduler(engine)

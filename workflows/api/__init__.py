@@ -23,7 +23,7 @@ from __future__ import annotations
 from workflows.api.names import (
     ACTIVE_CHECK_SWEEP, ADMIT_UPDATE, CAPACITY_GUARD, FIRMWARE_ROLLOUT, guard_id, GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
-    PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, remediation_id,
+    PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, REMEDIATION_INTERRUPT_SIGNAL, remediation_id,
     REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, RESUME_AUTOMATION_UPDATE, ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY, ROLLOUT_RESUME_UPDATE, rollout_workflow_id, straggler_sweep_id, sweep_id,
     TRANSITION_UPDATE,
@@ -44,7 +44,7 @@ from workflows.api.jobs import (
 )
 from workflows.api.remediation import (
     ActionOutcome, AdmitRequest, remediation_mode, DriftReport, DriftRequest, HardwareRequest, NodeResult, NotifyRequest,
-    PreparedStep, RemediationInput, RemediationResult, RmaOpened, RmaRequest, RolloutCommand, RolloutInput,
+    PreparedStep, RemediationInput, RemediationInterrupt, RemediationResult, RmaOpened, RmaRequest, RolloutCommand, RolloutInput,
     RolloutProgress, RolloutStatus, RunContext, RunEnd, RunStart, StepInput, StepRecord, StepResult,
     UpdateOutcome,
 )
@@ -59,8 +59,8 @@ __all__ = [
     "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "node_of_workflow_id", "NodeCommandOutcome",
     "NodeFacts", "NodeLifecycleState", "NodeResult", "NotifyRequest", "PeerVerdict", "PendingGrant",
     "PhaseAccepted", "PhaseRequest", "PodDrainOutcome", "PodDrainRequest", "PreparedStep",
-    "PRODUCTION_STRAGGLERS", "ReachabilityVerdict", "RECHECK_UPDATE", "RecordedTransition", "REMEDIATION",
-    "remediation_id", "remediation_mode", "RemediationChoice", "RemediationInput", "RemediationPlan",
+    "PRODUCTION_STRAGGLERS", "ReachabilityVerdict", "RECHECK_UPDATE", "RecordedTransition", "REMEDIATION", "REMEDIATION_INTERRUPT_SIGNAL",
+    "remediation_id", "remediation_mode", "RemediationChoice", "RemediationInput", "RemediationInterrupt", "RemediationPlan",
     "RemediationResult", "REPORT_CHECK_ERRORS_UPDATE", "REQUEST_REMOVAL_UPDATE", "RestartJob",
     "RestartOutcome", "RestartStarted", "RestartStep", "RESUME_AUTOMATION_UPDATE", "ResumeAutomation",
     "RmaOpened", "RmaRequest", "ROLLOUT_ABORT_UPDATE", "ROLLOUT_PROGRESS_QUERY", "ROLLOUT_RESUME_UPDATE",

@@ -20,6 +20,7 @@ GUARD_STATUS_QUERY = "status"
 ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
 PRODUCTION_STRAGGLERS = "ProductionStragglers"
 REMEDIATION = "Remediation"
+REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
 JOB_RESTART = "JobRestart"
 
 FIRMWARE_ROLLOUT = "FirmwareRollout"

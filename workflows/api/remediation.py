@@ -35,12 +35,20 @@ class StepResult:
 
 
 @dataclass
+class RemediationInterrupt:
+    """Remediation's `interrupt` signal: a critical event the node's workflow took while the
+    run works on the node; the step in flight is cut short (a hardware one finishes first)."""
+
+    reason: str
+
+
+@dataclass
 class RemediationResult:
     run_key: str
     node: str
     runbook: str
     mode: str
-    status: str  # succeeded, failed, escalated, dry_run
+    status: str  # succeeded, failed, escalated, dry_run, interrupted
     outcome: str
     steps: list[StepResult] = field(default_factory=list)
 

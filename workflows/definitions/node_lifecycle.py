@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
+        REMEDIATION_INTERRUPT_SIGNAL,
         AdmissionRequest,
         AdmissionVerdict,
         AutomationRecord,
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PhaseRequest,
         RemediationChoice,
         RemediationInput,
+        RemediationInterrupt,
         RemediationPlan,
         RmaRequest,
         SchedulerCordon,
@@ -87,6 +89,10 @@ with workflow.unsafe.imports_passed_through():
 RECENT_REQUESTS_KEPT = 64
 ADMITTABLE = tuple(s.value for s in NodeState if s.admittable)  # in the enum's order, for the message
 CHECK_ATTEMPTS = 3
+# An interrupted remediation ends within a few activities (the step recorded, the run
+# finished); the runbook for the critical event starts as soon as it has.
+REMEDIATION_HANDOVER_POLL = timedelta(seconds=1)
+REMEDIATION_HANDOVER_TRIES = 60
 T = TypeVar("T")
 
 
@@ -415,6 +421,9 @@ class NodeLifecycle:
             return
         self.s.last_outcome = verdict.reason
         cause = bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""))
+        if verdict.drain_now and verdict.critical and self.s.state == NodeState.MAINTENANCE.value \
+                and workflow.patched("remediation-interrupt") and await self._remediate_instead(ev, cause):
+            return
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
             await self._record_refused_drain(cause, ev.actor or "health-event")
         elif verdict.drain_now:
@@ -577,14 +586,15 @@ class NodeLifecycle:
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         return None
 
-    async def _remediate(self, event: dict, actor: str) -> None:
+    async def _remediate(self, event: dict, actor: str, busy_note: bool = True) -> bool:
         """Start the runbook that handles `event` on this node (in maintenance now). It runs as
-        its own workflow and moves the node through this one's updates, like any other actor."""
+        its own workflow and moves the node through this one's updates, like any other actor.
+        False only when a remediation of the node is still running."""
         plan: RemediationPlan = await workflow.execute_activity_method(
             NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **QUICK)
         if plan.runbook is None:
             self.s.last_outcome += "; no runbook handles it: waiting for an operator"
-            return
+            return True
         try:
             await workflow.start_child_workflow(
                 Remediation.run,
@@ -594,7 +604,28 @@ class NodeLifecycle:
             )
             self.s.last_outcome += f"; remediation: {plan.runbook['name']}"
         except WorkflowAlreadyStartedError:
-            self.s.last_outcome += "; a remediation is already running"
+            if busy_note:
+                self.s.last_outcome += "; a remediation is already running"
+            return False
+        return True
+
+    async def _remediate_instead(self, ev: HealthEventInput, cause: str) -> bool:
+        """A critical event on a node a runbook is working on (in maintenance): the run is told
+        to stop (its step in flight is cut short), then the runbook for this event starts.
+        False when no remediation was running: the node waits for an operator, as before."""
+        try:
+            await workflow.get_external_workflow_handle(remediation_id(self.s.node)).signal(
+                REMEDIATION_INTERRUPT_SIGNAL, RemediationInterrupt(cause))
+        except FailureError:
+            return False  # no run in flight: an operator's maintenance is the operator's
+        event = Event("xid" if ev.code is not None else "manual", code=ev.code, message=ev.message).to_dict()
+        self.s.last_outcome = f"{cause}: the running remediation is interrupted"
+        for _ in range(REMEDIATION_HANDOVER_TRIES):  # until the interrupted run has ended
+            if await self._remediate(event, ev.actor or "health-event", busy_note=False):
+                return True
+            await workflow.sleep(REMEDIATION_HANDOVER_POLL)
+        self.s.last_outcome += "; it did not end: waiting for an operator"
+        return True
 
     async def _resume_in_scheduler(self) -> None:
         """Undo fleetctl's own drain in the scheduler; a drain someone else made stays, and

@@ -7,10 +7,18 @@ admit update), which may refuse them. Hardware steps wait until the node is out 
 Modes: `live` acts; `dry_run` (an operator's --dry-run) and `shadow` (the fleet-wide
 setting) record what each step would do and do nothing. A dry run follows the path on
 which every step succeeds, so it shows the steps a healthy recovery takes.
+
+A critical event on the node while the run works on it (the node's workflow signals
+`interrupt`, patch remediation-interrupt) cuts the step in flight short: a check, a wait, a
+drain waiting for the node is cancelled and recorded as `interrupted`, never as passed or
+failed; a GPU reset, a reboot or an RMA finishes first (a half-done power cycle or ticket
+helps nobody). The run then ends `interrupted`, and the node's workflow starts the runbook
+for the new event.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
+        REMEDIATION_INTERRUPT_SIGNAL,
         ActionOutcome,
         AdmitRequest,
         CheckRequest,
@@ -36,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         NotifyRequest,
         PreparedStep,
         RemediationInput,
+        RemediationInterrupt,
         RemediationResult,
         RmaOpened,
         RmaRequest,
@@ -56,10 +66,18 @@ with workflow.unsafe.imports_passed_through():
 OUT_OF_SERVICE_WAIT = timedelta(hours=3)
 OUT_OF_SERVICE_POLL = timedelta(seconds=2)
 CHECK_ATTEMPTS = 3
+# Steps that finish even when a critical event interrupts the run: what they set going on the
+# node (a reset, a power cycle, a vendor ticket) is not undone by stopping to wait for it.
+FINISH_FIRST = frozenset({"gpu_reset", "reboot", "rma"})
 
 
-def run_key_for(workflow_id: str, run_id: str) -> str:
-    return f"{workflow_id}@{run_id[:8]}"
+def run_key_for(workflow_id: str, run_id: str, whole: bool = True) -> str:
+    """The run's key in the database (and in the ids of the job restarts it starts). The whole
+    run id: Temporal's run ids are UUIDv7, whose first characters are the start time, so two
+    runs of one node begun within a minute of each other shared their first eight and the
+    second wrote over the first's row. Runs begun before the patch keep the eight (`whole`
+    False): their histories name children by it."""
+    return f"{workflow_id}@{run_id if whole else run_id[:8]}"
 
 
 @workflow.defn
@@ -68,16 +86,22 @@ class Remediation:
         self.steps: list[StepResult] = []
         self.state = ""
         self.escalated = ""
+        self.interrupted = ""
 
     @workflow.query
     def progress(self) -> list[StepResult]:
         return self.steps
 
+    @workflow.signal(name=REMEDIATION_INTERRUPT_SIGNAL)
+    def interrupt(self, req: RemediationInterrupt) -> None:
+        self.interrupted = self.interrupted or req.reason
+
     @workflow.run
     async def run(self, inp: RemediationInput) -> RemediationResult:
         self.inp = inp
         info = workflow.info()
-        self.run_key = run_key_for(info.workflow_id, info.first_execution_run_id)
+        self.run_key = run_key_for(info.workflow_id, info.first_execution_run_id,
+                                   whole=workflow.patched("remediation-run-key-whole"))
         self.ctx: RunContext = await workflow.execute_activity_method(
             RemediationActivities.begin_run,
             RunStart(self.run_key, inp.node, inp.runbook["name"], inp.event, inp.mode, inp.actor, workflow.now()),
@@ -98,9 +122,14 @@ class Remediation:
                 result = StepResult(step.index, step.name, step.action, "skipped", f"condition false: {step.when}")
             elif inp.mode != "live":
                 result = StepResult(step.index, step.name, step.action, "would_run", _describe(step, prepared.params))
+            elif self.interrupted and workflow.patched("remediation-interrupt"):
+                result = StepResult(step.index, step.name, step.action, "interrupted", self.interrupted)
             else:
-                ok, detail = await self._act(step, prepared.params)
-                result = StepResult(step.index, step.name, step.action, "passed" if ok else "failed", detail)
+                done = await self._act_unless_interrupted(step, prepared.params)
+                if done is None:
+                    result = StepResult(step.index, step.name, step.action, "interrupted", self.interrupted)
+                else:
+                    result = StepResult(step.index, step.name, step.action, "passed" if done[0] else "failed", done[1])
             # A dry run assumes success, so later conditions follow the recovery path.
             results[step.name] = {"status": "passed" if result.status == "would_run" else result.status,
                                   "detail": result.detail}
@@ -111,6 +140,9 @@ class Remediation:
                            prepared.params, result.detail, started, workflow.now()),
                 **QUICK,
             )
+            if result.status == "interrupted":
+                status, outcome = "interrupted", f"step {step.name} interrupted by {self.interrupted}"
+                break
             if result.status == "failed" and step.on_failure == "stop":
                 status, outcome = "failed", f"step {step.name} failed: {result.detail}"
                 break
@@ -121,6 +153,23 @@ class Remediation:
         return RemediationResult(self.run_key, inp.node, inp.runbook["name"], inp.mode, status, outcome, self.steps)
 
     # -- the actions ---------------------------------------------------------------------
+
+    async def _act_unless_interrupted(self, step: Step, params: dict[str, Any]) -> tuple[bool, str] | None:
+        """The step's (ok, detail), or None when an interrupt cut it short (its activity is
+        cancelled with it). A FINISH_FIRST step runs to its end. Histories from before the
+        patch run every step to its end."""
+        if step.action in FINISH_FIRST or not workflow.patched("remediation-interrupt"):
+            return await self._act(step, params)
+        task = asyncio.ensure_future(self._act(step, params))
+        await workflow.wait_condition(lambda: task.done() or bool(self.interrupted))
+        if task.done():
+            return task.result()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return None
 
     async def _act(self, step: Step, params: dict[str, Any]) -> tuple[bool, str]:
         if step.action in DISRUPTIVE:
