@@ -10,8 +10,9 @@ from fleetctl.jobs.placement import IN_ISLAND, Where, place_restart
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
 
 
-def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True) -> SpareCandidate:
-    return SpareCandidate(name, island, state, idle)
+def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True,
+         healthy: bool = True) -> SpareCandidate:
+    return SpareCandidate(name, island, state, idle, healthy)
 
 
 FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maintenance"), node("n5"),
@@ -41,6 +42,11 @@ FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maint
         # old island's hold is let go first).
         (1, {"n1": "ib-b"}, FLEET, {"ib-a": ("n3",), "ib-b": ("m1",)}, ("m1", "n3"), ("n1",)),
         (1, {"gone": "ib-c"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",), "ib-c": ()}, ("m1", "n1"), ("gone",)),
+        # Issue 28: a node with evidence against it (a held drain after a failed check) is never
+        # taken, and a spare that gains such evidence leaves its pool for a healthy one.
+        (1, {}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ()),
+        (1, {"n1": "ib-a"}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ("n1",)),
+        (1, {}, [node("n1", healthy=False)], {}, (), ()),
         # An island with no idle production node holds nothing.
         (1, {}, [node("n2", idle=False), node("n4", state="draining")], {}, (), ()),
     ],
