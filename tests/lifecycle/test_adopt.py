@@ -78,6 +78,10 @@ async def test_adopt_imports_a_fleet_running_jobs_without_a_single_drain(make_se
             _no_drain_anywhere(engine, names)
             running = SimScheduler(engine).job(job_id)
             assert (running.state, running.nodes) == ("running", tuple(busy))
+            # Imported again with --adopt: nodes fleetctl knows keep their state and history.
+            again = await asyncio.to_thread(cli, "node", "import", "--adopt", _inventory(tmp_path, names))
+            assert again.exit_code == 0 and "4 unchanged; 0 adopted" in again.stdout, again.output
+            assert [len(queries.node_events(engine, n)) for n in names] == [1, 1, 1, 1]
 
             # The next sweep checks the idle adopted nodes only; the one whose check fails
             # is drained through the guard (one of four: within the fleet's limit).
