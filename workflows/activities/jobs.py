@@ -79,7 +79,7 @@ class JobRestartActivities(DatabaseActivities):
             placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
             if placement == IN_ISLAND and placed_on and placer is not None:
                 self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
-                placer.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
+                placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placed_on), placed_on)
             else:
                 scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
             return
@@ -89,7 +89,8 @@ class JobRestartActivities(DatabaseActivities):
                                  spares_taken=list(placement.spares))
         if placement.nodes:
             self._take_spares(placer, placement.island, placement.spares)
-            placer.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
+            placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes),
+                                  placement.nodes)
         else:
             scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
 
@@ -132,13 +133,15 @@ class JobRestartActivities(DatabaseActivities):
         healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
         return [n for n in candidates if n in healthy], [n for n in candidates if n not in healthy]
 
-    def _excluded(self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str]) -> list[str]:
-        """The nodes a restart the scheduler places itself must avoid: the bad ones and, where
-        the scheduler can be told nodes to avoid (Slurm's ExcNodeList), every unfit one.
-        (Kubernetes cannot: it avoids only cordoned nodes.)"""
+    def _excluded(self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str],
+                  named: Sequence[str] = ()) -> list[str]:
+        """The nodes a restarted job must avoid: the bad ones and, where the scheduler can be
+        told nodes to avoid (Slurm's ExcNodeList, kept when named nodes are released for the
+        fleet), every unfit one but those it is named onto (chosen healthy; on a retry, one
+        may have turned unfit since). Kubernetes cannot be told: it avoids only cordoned nodes."""
         if placer is None:
             return list(bad_nodes)
-        return list(dict.fromkeys([*bad_nodes, *self._candidates(kind)[1]]))
+        return list(dict.fromkeys([*bad_nodes, *(n for n in self._candidates(kind)[1] if n not in named)]))
 
     def _take_spares(self, placer, island: str, spares: Sequence[str]) -> None:
         """Hand the spares the placement named from the island's pool to the job (the
