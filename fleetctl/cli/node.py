@@ -137,8 +137,13 @@ def import_nodes(
     ctx: typer.Context,
     file: Path = typer.Argument(..., help="YAML inventory with a top-level 'nodes:' list"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show what would change; write nothing"),
+    adopt: bool = typer.Option(False, "--adopt", help="the new nodes already run jobs: bring them in as production "
+                               "(no burn-in, no drain), unchecked until a sweep finds each idle"),
 ) -> None:
-    """Import (or re-import) an inventory; starts a lifecycle workflow for each new node."""
+    """Import (or re-import) an inventory; starts a lifecycle workflow for each new node.
+
+    With --adopt, each node new to fleetctl is recorded as adopted and its workflow starts in
+    production; nodes fleetctl already knows keep their state."""
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
 
@@ -154,10 +159,19 @@ def import_nodes(
     async def run() -> None:
         from rich.progress import Progress
 
+        from workflows.api import node_workflow_id
         from workflows.client import ensure_node_workflows
 
         client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
+        adopted = []
+        if adopt:
+            actor = context.settings(ctx).identity()
+            for name in created:
+                # the key the node's workflow would give its first transition: it starts past it
+                workflow_id = node_workflow_id(name)
+                if queries.record_adoption(engine, name, actor, workflow_id, f"{workflow_id}@1") is not None:
+                    adopted.append(name)
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
             task = progress.add_task("starting node workflows", total=len(specs))
@@ -166,7 +180,8 @@ def import_nodes(
                 ((s.name, nodes[s.name].state, nodes[s.name].state_version) for s in specs),
                 on_started=lambda _name: progress.advance(task),
             )
-        typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged")
+        typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
+                   + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else ""))
 
     context.run_async(run())
 

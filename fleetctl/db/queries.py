@@ -170,6 +170,31 @@ def record_transition(
         return expected_version + 1
 
 
+ADOPTED_CAUSE = "adopted: in production when imported; unchecked until a sweep checks it idle"
+
+
+def record_adoption(engine: Engine, name: str, actor: str, workflow_id: str, idempotency_key: str) -> int | None:
+    """`node import --adopt`: the node, new and never moved (version 0), is recorded as
+    adopted into production (one node_events row, trigger `adopt`), before its workflow starts
+    there. Its new version; None when the node has moved already (not adopted: it has a
+    life of its own). Again after it was adopted: the same version, nothing written."""
+    from fleetctl.nodes.lifecycle import Trigger, next_state
+
+    node = get_node(engine, name)
+    if node is None:
+        raise LookupError(f"unknown node {name}")
+    with Session(engine) as session:
+        done = session.exec(select(NodeEvent).where(NodeEvent.idempotency_key == idempotency_key)).first()
+    if done is not None:
+        return done.state_version if done.trigger == Trigger.ADOPT.value else None
+    if node.state != NodeState.NEW.value or node.state_version != 0:
+        return None
+    target = next_state(node.state, Trigger.ADOPT, "operator").value
+    return record_transition(engine, node_name=name, from_state=node.state, to_state=target,
+                             trigger=Trigger.ADOPT.value, cause=ADOPTED_CAUSE, actor=actor, actor_kind="operator",
+                             workflow_id=workflow_id, run_id="", expected_version=0, idempotency_key=idempotency_key)
+
+
 def node_events(engine: Engine, name: str, limit: int | None = None) -> list[NodeEvent]:
     with Session(engine) as session:
         query = select(NodeEvent).where(NodeEvent.node_name == name).order_by(col(NodeEvent.id).desc())

@@ -111,6 +111,43 @@ def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str,
             "landed": {k: where[k] for k in (LANDED_IN_ISLAND, LANDED_OUTSIDE)}}
 
 
+# Which nodes may take a restarted job, or be held as a hot spare.
+
+# The conditions (fleetctl.nodes.conditions) that keep a production node from taking a
+# restarted job or a place in a spare pool: evidence against it (a failed or erroring
+# check, a suspect or straggler finding, checks that cannot reach it), a drain the capacity
+# guard holds (the node is bad, only kept in service for capacity), or a workflow that would
+# not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
+# yet and nothing says it is bad (its first sweep checks it).
+UNFIT_CONDITIONS = frozenset({"Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld",
+                              "StragglerSuspected"})
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """A node as a restart or a spare pool sees it: plain rows, read by the caller."""
+
+    name: str
+    state: str  # its lifecycle state
+    conditions: tuple[str, ...] = ()  # the types of its conditions (fleetctl.nodes.conditions.conditions)
+    open_stragglers: int = 0  # straggler findings on it still open
+
+
+def unfit(node: NodeHealth) -> str:
+    """Why the node may not take a restarted job or be a spare, in words; "" when it may."""
+    if node.state != NodeState.PRODUCTION.value:
+        return f"in {node.state}, not production"
+    against = [c for c in node.conditions if c in UNFIT_CONDITIONS]
+    if node.open_stragglers and "StragglerSuspected" not in against:
+        against.append("StragglerSuspected")
+    return ", ".join(against)
+
+
+def healthy_replacements(nodes: Iterable[NodeHealth]) -> list[str]:
+    """The nodes that may take a restarted job or be held as spares, in the order given."""
+    return [n.name for n in nodes if not unfit(n)]
+
+
 # Which of a job's nodes a restart moves it off.
 
 

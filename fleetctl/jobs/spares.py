@@ -29,6 +29,8 @@ class SpareCandidate:
     island: str  # "" when the inventory gives none: never a spare
     state: str  # its lifecycle state
     idle: bool  # running no job in its scheduler
+    healthy: bool = True  # nothing against it (fleetctl.jobs.placement.unfit): no failed or erroring
+    # check, no held drain, no suspect or straggler finding
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,10 @@ class PoolChange:
 def plan_pools(per_island: int, held: Mapping[str, str], nodes: Sequence[SpareCandidate]) -> PoolChange:
     """The pools after a refill: `held` maps each spare to its island now.
 
-    A spare that left production, lost its island or moved island leaves its pool; a pool
+    A spare that left production, lost its island or moved island, or has evidence against it
+    (not `healthy`: a failed check, a held drain, ...) leaves its pool; a pool
     larger than `per_island` (the policy was lowered) gives back its last nodes by name; a
-    pool smaller takes idle production nodes of its island, by name. A held spare is not
+    pool smaller takes idle healthy production nodes of its island, by name. A held spare is not
     asked to be idle (the scheduler keeps jobs off it; a restart may be starting there)."""
     if not 0 <= per_island <= MAX_SPARES_PER_ISLAND:
         raise ValueError(f"spares per island {per_island} is outside 0..{MAX_SPARES_PER_ISLAND}")
@@ -54,7 +57,8 @@ def plan_pools(per_island: int, held: Mapping[str, str], nodes: Sequence[SpareCa
     removed = []
     for name in sorted(held):
         node = by_name.get(name)
-        if node is None or node.state != PRODUCTION or not node.island or node.island != held[name]:
+        if (node is None or node.state != PRODUCTION or not node.healthy or not node.island
+                or node.island != held[name]):
             removed.append(name)
         else:
             keep.setdefault(node.island, []).append(name)
@@ -66,7 +70,7 @@ def plan_pools(per_island: int, held: Mapping[str, str], nodes: Sequence[SpareCa
         removed += pool[per_island:]
         pool = pool[:per_island]
         free = sorted(n.name for n in nodes
-                      if n.island == island and n.state == PRODUCTION and n.idle and n.name not in held)
+                      if n.island == island and n.state == PRODUCTION and n.healthy and n.idle and n.name not in held)
         new = free[:per_island - len(pool)]
         added += new
         after = tuple(sorted([*pool, *new]))

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Callable, Collection, Sequence
 
 from fleetctl.db import spares as store
 from fleetctl.schedulers.base import HoldsSpares, SchedulerError
+from fleetctl.jobs.placement import unfit
 from fleetctl.jobs.spares import PoolChange, SpareCandidate, plan_pools
+from fleetctl.nodes.view_store import node_health
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -38,6 +40,7 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
     result = FillResult()
     nodes = store.pool_facts(engine)
     held = store.held(engine)
+    health = node_health(engine, [n[0] for n in nodes if n[2] == "production"])
     # A node several schedulers run (SUNK) holds no spares: one scheduler's hold would not
     # keep the other's work off it. "none": no scheduler to keep work off.
     for kind in sorted({n[3] for n in nodes if n[3] != "none" and "+" not in n[3]}):
@@ -49,7 +52,8 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
         except SchedulerError as exc:
             result.errors[kind] = str(exc)
             continue
-        mine = [SpareCandidate(name, island, state, name not in busy) for name, island, state, k in nodes if k == kind]
+        mine = [SpareCandidate(name, island, state, name not in busy, not unfit(health[name]) if name in health else False)
+                for name, island, state, k in nodes if k == kind]
         names = {c.name for c in mine}
         try:
             change = _plan_undrained(scheduler, per_island, {n: i for n, i in held.items() if n in names}, mine)

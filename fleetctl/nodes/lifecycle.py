@@ -109,6 +109,7 @@ class Trigger(str, enum.Enum):
     UNDRAIN = "undrain"
     SEND_TO_RMA = "send_to_rma"
     RETIRE = "retire"
+    ADOPT = "adopt"
 
 
 S = NodeState
@@ -149,6 +150,10 @@ RULES: dict[Trigger, TransitionRule] = {
                        summary="hardware goes back to the vendor"),
         TransitionRule(Trigger.RETIRE, _ALL_BUT_RETIRED, S.RETIRED, operator_only=True,
                        summary="remove the node for good"),
+        # `node import --adopt`: a fleet already in production is brought in as it runs, with
+        # no burn-in and no drain; the node is unchecked until a sweep finds it idle.
+        TransitionRule(Trigger.ADOPT, frozenset({S.NEW}), S.PRODUCTION, operator_only=True,
+                       summary="adopt a node already in production: unchecked, no burn-in"),
     )
 }
 

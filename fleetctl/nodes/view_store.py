@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from fleetctl.db.models import AutomationEvent, CheckRun, Node, NodeEvent
+    from fleetctl.jobs.placement import NodeHealth
 
 # How many of a node's latest check runs `node show` summarises (a streak longer than this
 # is shown as this many runs, "at least").
@@ -86,6 +87,34 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[st
     stalled = queries.stalled_nodes(engine)
     return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
                      last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name)) for n in nodes]
+
+
+def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+    """Each node (of `names`, or every node) as a restart's placement and the spare pools
+    judge it (fleetctl.jobs.placement.unfit): its state, its conditions as `node list`
+    shows them, and its open straggler findings. In a few bulk queries."""
+    from fleetctl.db import stragglers
+    from fleetctl.jobs.placement import NodeHealth
+
+    nodes = queries.list_nodes(engine) if names is None else queries.nodes_named(engine, names)
+    names = [n.name for n in nodes]
+    latest = queries.latest_check_per_kind(engine, names)
+    held = _held(engine, names)
+    last = queries.latest_transitions(engine, names)
+    suspect = queries.suspect_nodes(engine)
+    stalled = queries.stalled_nodes(engine)
+    open_findings: dict[str, int] = {}
+    for f in stragglers.open_findings(engine):
+        open_findings[f.node_name] = open_findings.get(f.node_name, 0) + 1
+    found = {}
+    for n in nodes:
+        checks = summarise_checks(_check_row(r) for r in latest.get(n.name, []))
+        judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].at) if n.name in suspect else None
+        stall = Condition("Stalled", stalled[n.name].reason, stalled[n.name].at) if n.name in stalled else None
+        cause = last[n.name].cause if n.name in last else ""
+        types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall))
+        found[n.name] = NodeHealth(n.name, n.state, types, open_findings.get(n.name, 0))
+    return found
 
 
 def node_detail(engine: Engine, n: Node) -> dict[str, Any]:

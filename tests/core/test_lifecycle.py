@@ -28,9 +28,10 @@ EXPECTED: dict[tuple[S, T], S] = {
     (S.MAINTENANCE, T.UNDRAIN): S.PRODUCTION,
     (S.DRAINING, T.SEND_TO_RMA): S.RMA,
     (S.MAINTENANCE, T.SEND_TO_RMA): S.RMA,
+    (S.NEW, T.ADOPT): S.PRODUCTION,
     **{(s, T.RETIRE): S.RETIRED for s in S if s is not S.RETIRED},
 }
-OPERATOR_ONLY = {T.UNDRAIN, T.RETIRE}
+OPERATOR_ONLY = {T.UNDRAIN, T.RETIRE, T.ADOPT}
 
 CASES = list(itertools.product(S, T, Actor))
 

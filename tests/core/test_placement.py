@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, Where, job_island,
-                                landed, place_restart)
+from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, NodeHealth,
+                                     Where, healthy_replacements, job_island, landed, place_restart, unfit)
 
 # Two islands: ib-a over leaf-1 (n1, n2) and leaf-2 (n3, n4, n5); ib-b over leaf-3 (n6, n7);
 # n8 has no topology in the inventory.
@@ -71,3 +71,36 @@ def test_job_island_is_the_majority_ties_by_name(nodes, island) -> None:
 )
 def test_landed(island, new_nodes, where) -> None:
     assert landed(island, new_nodes, FABRIC) == where
+
+
+@pytest.mark.parametrize(
+    "node,why",
+    [
+        (NodeHealth("n1", "production"), ""),
+        # Adopted, no check run yet: nothing says it is bad.
+        (NodeHealth("n1", "production", ("Unchecked",)), ""),
+        # Issue 28: its drain held by the guard after a failed check.
+        (NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")), "CheckFailed, DrainHeld"),
+        (NodeHealth("n1", "production", ("DrainHeld",)), "DrainHeld"),
+        (NodeHealth("n1", "production", ("CheckFailed",)), "CheckFailed"),
+        (NodeHealth("n1", "production", ("CheckError",)), "CheckError"),
+        (NodeHealth("n1", "production", ("Unreachable",)), "Unreachable"),
+        (NodeHealth("n1", "production", ("Suspect",)), "Suspect"),
+        (NodeHealth("n1", "production", ("Stalled",)), "Stalled"),
+        (NodeHealth("n1", "production", ("StragglerSuspected",)), "StragglerSuspected"),
+        # An open straggler finding, before any drain was due.
+        (NodeHealth("n1", "production", (), open_stragglers=1), "StragglerSuspected"),
+        (NodeHealth("n1", "production", ("StragglerSuspected",), open_stragglers=2), "StragglerSuspected"),
+        (NodeHealth("n1", "draining"), "in draining, not production"),
+        (NodeHealth("n1", "admission"), "in admission, not production"),
+    ],
+)
+def test_only_healthy_production_nodes_take_a_restart(node, why) -> None:
+    assert unfit(node) == why
+    assert healthy_replacements([node]) == ([] if why else ["n1"])
+
+
+def test_healthy_replacements_keep_the_order_given() -> None:
+    nodes = [NodeHealth("n3", "production"), NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")),
+             NodeHealth("n2", "production", ("Unchecked",))]
+    assert healthy_replacements(nodes) == ["n3", "n2"]

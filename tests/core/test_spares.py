@@ -10,8 +10,9 @@ from fleetctl.jobs.placement import IN_ISLAND, Where, place_restart
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
 
 
-def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True) -> SpareCandidate:
-    return SpareCandidate(name, island, state, idle)
+def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True,
+         healthy: bool = True) -> SpareCandidate:
+    return SpareCandidate(name, island, state, idle, healthy)
 
 
 FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maintenance"), node("n5"),
@@ -41,6 +42,11 @@ FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maint
         # old island's hold is let go first).
         (1, {"n1": "ib-b"}, FLEET, {"ib-a": ("n3",), "ib-b": ("m1",)}, ("m1", "n3"), ("n1",)),
         (1, {"gone": "ib-c"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",), "ib-c": ()}, ("m1", "n1"), ("gone",)),
+        # Issue 28: a node with evidence against it (a held drain after a failed check) is never
+        # taken, and a spare that gains such evidence leaves its pool for a healthy one.
+        (1, {}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ()),
+        (1, {"n1": "ib-a"}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ("n1",)),
+        (1, {}, [node("n1", healthy=False)], {}, (), ()),
         # An island with no idle production node holds nothing.
         (1, {}, [node("n2", idle=False), node("n4", state="draining")], {}, (), ()),
     ],
@@ -144,3 +150,39 @@ def test_spares_list_shows_each_islands_pool(sqlite_url) -> None:
                                env={"FLEETCTL_SPARES_PER_ISLAND": "3"})
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.stdout) == [{"island": "ib-a", "spares": ["g1", "g2"], "wanted": 3}]
+
+
+def test_a_refill_holds_no_node_with_evidence_against_it(sqlite_url) -> None:
+    """Issue 28, through the database: a node whose check failed is not taken into the pool,
+    and a spare whose check fails afterwards leaves it for a healthy node."""
+    from sqlmodel import Session, select
+
+    from fleetctl.db import queries
+    from fleetctl.db import spares as store
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import CheckRun, Node
+    from fleetctl.jobs import spares_sync
+    from fleetctl.sim.scheduler import SimScheduler
+    from tests.jobs.support import sim_fleet
+
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3"])
+    with Session(engine) as session:
+        for node in session.exec(select(Node)):
+            node.island = "ib-a"
+            session.add(node)
+        session.commit()
+
+    def fail(node: str) -> None:
+        key = f"test/{node}/nvidia-smi-query"
+        queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="nvidia-smi-query",
+                                             status="fail", reason="uncorrectable ECC 2", idempotency_key=key),
+                            CheckRun.idempotency_key, key)
+
+    fail("n1")
+    assert spares_sync.fill(engine, 1, lambda kind: sim).pools == {"ib-a": ("n2",)}
+    fail("n2")
+    result = spares_sync.fill(engine, 1, lambda kind: sim)
+    assert (result.pools, result.removed) == ({"ib-a": ("n3",)}, ["n2"])
+    assert store.held(engine) == {"n3": "ib-a"}

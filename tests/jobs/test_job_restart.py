@@ -196,3 +196,86 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_s
     assert (row.spares_taken, row.placement_detail) == (["n1"], "island ib-a: n1 for n2 (spare n1)")
     assert spare_store.held(engine) == {"n4": "ib-a"}  # refilled once the job ran
     assert sim.submit("other", node_count=2).state == "pending"  # n5 alone is free: n4 is held
+
+
+async def _held_after_a_failed_check(client, settings, engine, node: str) -> None:
+    """`node` as issue 28 found it: a sweep's check failed on it and the capacity guard (the
+    real one, with the fleet at its limit) refused its drain: `CheckFailed(1),DrainHeld`."""
+    from fleetctl.db import queries
+    from fleetctl.db.models import CheckRun
+    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
+    from fleetctl.nodes.view_store import node_rows
+    from workflows.api import REQUEST_REMOVAL_UPDATE
+    from workflows.client import ensure_capacity_guard
+
+    key = f"test/{node}/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
+    queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="nvidia-smi-query",
+                                         status="fail", reason="uncorrectable ECC 2", idempotency_key=key),
+                        CheckRun.idempotency_key, key)
+    guard = await ensure_capacity_guard(client, settings)
+    decision = await guard.execute_update(
+        REQUEST_REMOVAL_UPDATE, RemovalRequest(node=node, rack="", reason="sweep: nvidia-smi-query: uncorrectable ECC 2",
+                                               actor="sweep", request_id=f"held/{node}"),
+        result_type=RemovalDecision)
+    assert not decision.granted and "fleet limit" in decision.reason, decision
+    (row,) = [r for r in node_rows(engine, [queries.get_node(engine, node)], wide=False)]
+    assert row["health"] == "CheckFailed(1),DrainHeld"
+
+
+def _islands(engine, islands: dict[str, str]) -> None:
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Node
+
+    with Session(engine) as session:
+        for node in session.exec(select(Node)):
+            node.island = islands.get(node.name, "")
+            session.add(node)
+        session.commit()
+
+
+async def test_a_held_node_is_never_a_restarts_replacement_in_the_island(make_settings, sqlite_url) -> None:
+    """Issue 28: n3 failed a check and the guard holds its drain. First fit in the island would
+    take it (n3 sorts first); the restart names n4."""
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
+    sim_fleet(engine, ["n9"], state="maintenance")  # the fleet at its limit: the guard holds n3's drain
+    _islands(engine, {n: "ib-a" for n in ("n1", "n2", "n3", "n4", "n5")})
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+
+    async def body(client):
+        await _held_after_a_failed_check(client, settings, engine, "n3")
+        return await (await start_job_restart(client, settings, _restart(job.job_id, ["n1"]))).result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert result.new_nodes == ["n2", "n4"]
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert (row.placement, row.placement_detail) == ("island", "island ib-a: n4 for n1")
+
+
+async def test_a_held_node_is_never_a_restarts_replacement_in_the_fleet(make_settings, sqlite_url) -> None:
+    """The island has no healthy free node but the held n3: the restart falls back to the
+    fleet, and the scheduler is told to avoid n3 as well as the bad node; the job runs on n4
+    of the other island."""
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    sim_fleet(engine, ["n9"], state="maintenance")
+    _islands(engine, {"n1": "ib-a", "n2": "ib-a", "n3": "ib-a", "n4": "ib-b"})
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+
+    async def body(client):
+        await _held_after_a_failed_check(client, settings, engine, "n3")
+        return await (await start_job_restart(client, settings, _restart(job.job_id, ["n1"]))).result()
+
+    result: JobRestartResult = await _with_worker(settings, body)
+
+    assert result.new_nodes == ["n2", "n4"]
+    (row,) = jobs.job_restarts(engine, job.job_id)
+    assert row.placement == "fleet" and row.placement_detail.startswith("island ib-a has 0 healthy free nodes")

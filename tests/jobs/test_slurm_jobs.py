@@ -258,3 +258,27 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
 
     assert requested() == "PENDING|node[2,4]"
     assert jobs.restart_placement(engine, "test") == ("island", ["node2", "node4"])
+
+
+def test_slurm_is_told_to_keep_a_restarted_job_off_a_node_whose_check_failed(cli, slurm_cluster, sqlite_url) -> None:
+    """Issue 28: node3 is in production with a failed check (no island known: Slurm places the
+    job itself). Left to itself Slurm would fill node2, node3; told to avoid node3 as well as
+    the bad node1 (ExcNodeList), it runs the job on node2, node4."""
+    import uuid
+
+    from fleetctl.db import queries
+    from fleetctl.db.models import CheckRun
+
+    key = f"test/node3/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
+    queries.insert_once(get_engine(sqlite_url), CheckRun(
+        node_name="node3", check_name="nvidia-smi-query", kind="nvidia-smi-query", status="fail",
+        reason="uncorrectable ECC 2", idempotency_key=key), CheckRun.idempotency_key, key)
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+
+    r = cli("job", "restart", job_id, "--bad-node", "node1", "--reason", "XID 79", "--yes")
+    assert r.exit_code == 0, r.output
+
+    (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
+    assert restart["placement"] == "" and sorted(restart["new_nodes"]) == ["node2", "node4"]
+    assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node4")

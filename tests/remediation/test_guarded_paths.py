@@ -23,10 +23,11 @@ from workflows.api import (
     HealthEventInput,
     guard_id,
 )
-from workflows.client import run_remediation, send_health_events
+from tests.reliability.support import Cli, wait_for
+from workflows.client import guard_status, request_transition, run_remediation, send_health_events
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK
+from workflows.definitions.shared import QUICK, SCHEDULER
 
 pytestmark = pytest.mark.temporal
 # A decision is a handful of activities, each bounded by QUICK's start-to-close.
@@ -198,3 +199,60 @@ async def test_a_grants_versions_are_read_before_the_fleets_counts(fleet_setting
         assert result.status == "succeeded", result
         reads = [a for a in await _guard_activities(fleet) if a in ("state_versions", "fleet_snapshot")]
         assert reads == ["state_versions", "fleet_snapshot"]
+
+
+# An operator's drain of an idle simulated node: the cordon (one scheduler call), the look at
+# its jobs (another) and the transitions (a quick activity each).
+DRAIN_S = 2 * SCHEDULER["start_to_close_timeout"].total_seconds() + 3 * QUICK["start_to_close_timeout"].total_seconds()
+
+
+async def test_a_critical_claim_reads_no_evidence_from_the_nodes_earlier_time_in_service(fleet_settings) -> None:
+    """Issue 28: an XID 79 recorded before the node was drained, repaired and put back is no
+    evidence for a claim now. The fleet is at its limit, so only a critical claim would pass."""
+    async with running_fleet(fleet_settings) as fleet:
+        names = await fleet.add(9)
+        await fleet.add(1, state="maintenance")  # one of ten out: the fleet's limit
+        node = names[0]
+        fleet.record_xid(node, 79, "GPU has fallen off the bus")
+        # out and back in by an operator (the guard is not asked): a new time in service
+        await request_transition(fleet.client, node, "drain", "alice@console", "operator: swap the GPU")
+        await wait_for(lambda: queries.get_node(fleet.engine, node).state == "maintenance", DRAIN_S, "drain complete")
+        await request_transition(fleet.client, node, "undrain", "alice@console", "operator: GPU swapped")
+        assert queries.get_node(fleet.engine, node).state == "production"
+
+        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
+                                       Event("xid", code=79), "tester")
+
+        assert result.status == "failed" and "capacity guard refused" in result.steps[0].detail, result
+        (denied,) = _decisions(fleet.engine, "deny")
+        assert denied.node_name == node and "said to be critical; no critical health event is recorded" in denied.reason
+        assert queries.get_node(fleet.engine, node).state == "production"
+
+
+async def test_resume_automation_closes_the_breaker_and_automation_drains_again(make_settings, sqlite_url) -> None:
+    """Issue 28: three failures open the breaker; `fleetctl fleet resume-automation` closes it
+    and forgets the storm, so the next automated drain is granted (the limits lifted: only the
+    breaker decides here)."""
+    settings = make_settings(sqlite_url)
+    settings.guard_max_unavailable_fleet = settings.guard_max_unavailable_rack = 1.0
+    async with running_fleet(settings) as fleet:
+        names = await fleet.add(10)
+        for node in names[:4]:
+            await run_remediation(fleet.client, fleet.settings, node, SET_STATE_DRAINING, Event("xid", code=13), "tester")
+        assert [(d.node_name, d.kind) for d in _decisions(fleet.engine)] == [
+            (names[0], "grant"), (names[1], "grant"), (names[2], "breaker_open"), (names[3], "deny")]
+        assert "circuit breaker is open" in _decisions(fleet.engine)[3].reason
+        assert (await guard_status(fleet.client, fleet.settings)).breaker_open
+
+        resumed = await asyncio.to_thread(Cli(fleet.settings), "fleet", "resume-automation")
+        assert resumed.exit_code == 0, resumed.output
+        assert "breaker closed" in resumed.stdout
+        assert not (await guard_status(fleet.client, fleet.settings)).breaker_open
+
+        result = await run_remediation(fleet.client, fleet.settings, names[4], SET_STATE_DRAINING,
+                                       Event("xid", code=13), "tester")
+
+        assert result.steps[0].action == "set_state" and result.status == "succeeded", result
+        assert queries.get_node(fleet.engine, names[4]).state in ("draining", "maintenance")
+        kinds = [(d.node_name, d.kind, d.actor) for d in _decisions(fleet.engine)][4:]
+        assert kinds == [(None, "breaker_closed", "alice@console"), (names[4], "grant", "runbook:drain-by-state")]

@@ -14,7 +14,9 @@ from fleetctl.config import Settings
 from fleetctl.jobs import spares_sync
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
-from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, place_restart, restart_island
+from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, healthy_replacements, place_restart,
+                                     restart_island)
+from fleetctl.nodes.view_store import node_health
 from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
@@ -77,9 +79,9 @@ class JobRestartActivities(DatabaseActivities):
             placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
             if placement == IN_ISLAND and placed_on and placer is not None:
                 self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
-                placer.restart_job_on(req.job_id, req.exclude_nodes, placed_on)
+                placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placed_on), placed_on)
             else:
-                scheduler.restart_job(req.job_id, req.exclude_nodes)
+                scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
             return
         placement = self._placement(kind, placer, req, job.nodes)
         jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
@@ -87,9 +89,10 @@ class JobRestartActivities(DatabaseActivities):
                                  spares_taken=list(placement.spares))
         if placement.nodes:
             self._take_spares(placer, placement.island, placement.spares)
-            placer.restart_job_on(req.job_id, req.exclude_nodes, placement.nodes)
+            placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes),
+                                  placement.nodes)
         else:
-            scheduler.restart_job(req.job_id, req.exclude_nodes)
+            scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
 
     @staticmethod
     def _placer(scheduler, kind: str, job_id: str) -> tuple[str, PlacesRestarts | None]:
@@ -106,7 +109,8 @@ class JobRestartActivities(DatabaseActivities):
             return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
                              f"the {kind} scheduler places the job itself")
         busy = placer.busy_nodes()
-        free = [n for n in jobs.restart_candidates(self.engine, kind) if n not in busy]
+        healthy, _ = self._candidates(kind)
+        free = [n for n in healthy if n not in busy]
         # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
         while True:
@@ -119,6 +123,25 @@ class JobRestartActivities(DatabaseActivities):
                 return placement
             free = [n for n in free if n not in drained]
             spares = {n: island for n, island in spares.items() if n not in drained}
+
+    def _candidates(self, kind: str) -> tuple[list[str], list[str]]:
+        """The nodes in production for fleetctl run by `kind`, as (healthy, unfit): a node with
+        a failed or erroring check, a held drain, a suspect or straggler finding never takes
+        a restarted job (fleetctl.jobs.placement.unfit)."""
+        candidates = jobs.restart_candidates(self.engine, kind)
+        health = node_health(self.engine, candidates)
+        healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
+        return [n for n in candidates if n in healthy], [n for n in candidates if n not in healthy]
+
+    def _excluded(self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str],
+                  named: Sequence[str] = ()) -> list[str]:
+        """The nodes a restarted job must avoid: the bad ones and, where the scheduler can be
+        told nodes to avoid (Slurm's ExcNodeList, kept when named nodes are released for the
+        fleet), every unfit one but those it is named onto (chosen healthy; on a retry, one
+        may have turned unfit since). Kubernetes cannot be told: it avoids only cordoned nodes."""
+        if placer is None:
+            return list(bad_nodes)
+        return list(dict.fromkeys([*bad_nodes, *(n for n in self._candidates(kind)[1] if n not in named)]))
 
     def _take_spares(self, placer, island: str, spares: Sequence[str]) -> None:
         """Hand the spares the placement named from the island's pool to the job (the
