@@ -114,3 +114,16 @@ async def fleet_in_production(settings: Settings, count: int) -> SimFleet:
         session.commit()
     await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
     return fleet
+
+
+def finish_job(engine, job_id: str) -> None:
+    """The simulated job ends (the simulated scheduler has no clock of its own)."""
+    from sqlmodel import Session, select
+
+    from fleetctl.db.models import Job
+
+    with Session(engine) as session:
+        job = session.exec(select(Job).where(Job.job_id == job_id)).one()
+        job.state, job.nodes = "completed", []
+        session.add(job)
+        session.commit()

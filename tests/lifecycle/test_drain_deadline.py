@@ -8,28 +8,17 @@ import asyncio
 import time
 
 import pytest
-from sqlmodel import Session, select
 
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import Job
 from fleetctl.sim.scheduler import SimScheduler
-from tests.lifecycle.conftest import make_fleet
+from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.client import connect, request_transition
 
 pytestmark = pytest.mark.temporal
-
-
-def _finish(engine, job_id: str) -> None:
-    """The simulated job ends (the simulated scheduler has no clock of its own)."""
-    with Session(engine) as session:
-        job = session.exec(select(Job).where(Job.job_id == job_id)).one()
-        job.state, job.nodes = "completed", []
-        session.add(job)
-        session.commit()
 
 
 async def test_jobs_still_running_at_the_drain_deadline_are_restarted_elsewhere(make_settings, sqlite_url, tmp_path) -> None:
@@ -76,7 +65,7 @@ async def test_a_job_that_ends_within_the_deadline_is_not_restarted(make_setting
         await request_transition(client, name, "drain", "alice@desk", cause="swap optics")
         await asyncio.sleep(1.5)
         assert queries.get_node(engine, name).state == "draining"  # waits for the job
-        _finish(engine, job.job_id)
+        finish_job(engine, job.job_id)
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, "the drain to complete")
         assert job_store.job_restarts(engine, job.job_id) == []
     finally:

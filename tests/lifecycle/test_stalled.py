@@ -9,15 +9,13 @@ import asyncio
 import json
 
 import pytest
-from sqlmodel import Session, select
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import Job
 from fleetctl.nodes.search_attributes import PROBLEMS_AFTER_FAILED_TASKS
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.sim.scheduler import SimScheduler
-from tests.lifecycle.conftest import make_fleet
+from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.api import NODE_LIFECYCLE, node_workflow_id
@@ -83,22 +81,13 @@ async def test_work_queued_behind_a_long_drain_past_the_bound_is_stalled_until_i
         assert set(_stalled_series(engine, settings.fleet)) == {node}
 
         # The job ends: the drain completes, the recheck is worked, the queue empties.
-        _end(engine, job.job_id)
+        finish_job(engine, job.job_id)
         await wait_for(lambda: node not in queries.stalled_nodes(engine),
                        bound + QUICK["start_to_close_timeout"].total_seconds() * 3, "the stall cleared")
         assert not (await _health(cli, node)).startswith("Stalled")
         assert _stalled_series(engine, settings.fleet) == {}
     finally:
         worker.stop()
-
-
-def _end(engine, job_id: str) -> None:
-    """The simulated job ends (the simulated scheduler has no clock of its own)."""
-    with Session(engine) as session:
-        job = session.exec(select(Job).where(Job.job_id == job_id)).one()
-        job.state, job.nodes = "completed", []
-        session.add(job)
-        session.commit()
 
 
 async def test_a_workflow_whose_tasks_keep_failing_is_stalled(make_settings, sqlite_url, tmp_path) -> None:
