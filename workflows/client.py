@@ -411,10 +411,12 @@ class Outcome:
     error: str | None
 
 
-async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "") -> list[Outcome]:
+async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "",
+                       event: dict | None = None) -> list[Outcome]:
+    """`trigger` on each node; `event` (runbooks.Event.to_dict()) says what a drain is for."""
     async def one(node: str) -> Outcome:
         try:
-            return Outcome(node, await request_transition(client, node, trigger, actor, cause), None)
+            return Outcome(node, await request_transition(client, node, trigger, actor, cause, event=event), None)
         except CommandRejected as exc:
             return Outcome(node, None, str(exc))
 

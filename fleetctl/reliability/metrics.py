@@ -17,18 +17,21 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   `failure`: `xid <code>`, `check <name>`, `straggler <check>` or `health`, written by the
   workflow that drained the node from the event it acted on), or any drain by automation,
   timed inside the window.
-  Its cause label is that failure, or `automation` for a drain that records none. An
-  operator's drain records no fault: it is planned work, not a failure.
+  Its cause label is that failure, or `automation` for a drain that records none. A drain
+  for planned work (`fleetctl node drain --maintenance`, the default: failure `maintenance`;
+  or an operator's drain that records nothing) is not a failure.
 - MTTF: production node-hours in the window / failures in the window (none without failures).
-- MTTR: mean time from leaving production to returning to production, over the returns
-  inside the window (nodes that have not returned do not count).
+- MTTR: mean time from a failure (leaving production) to returning to production, over the
+  returns inside the window (nodes that have not returned do not count; a return from planned
+  work is no repair and does not count).
 - Availability: production time / time in the states that are capacity
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
   capacity that was lost.
 - Times remediated (`runbooks.LemonPolicy.times_remediated`, one figure wherever it is shown:
   the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
-  at a moment, the node's live remediation runs begun, or its entries into maintenance,
+  at a moment, the node's live remediation runs begun, or its entries into maintenance to be
+  remediated (`runbooks.remediation_entries`: not the entry that ends a planned drain),
   whichever is more.
 - Lemon node: one remediated at least the lemon threshold (default 3) times within a lemon
   window ending inside the report window; the report shows the most times remediated in
@@ -95,7 +98,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, remediation_entries
 
 PRODUCTION = NodeState.PRODUCTION.value
 
@@ -270,7 +273,7 @@ def states_at(spans_by_node: Mapping[str, Sequence[Interval]], times: Sequence[d
 
 
 def is_failure(t: Transition) -> bool:
-    if t.from_state != PRODUCTION or t.to_state == PRODUCTION:
+    if t.from_state != PRODUCTION or t.to_state == PRODUCTION or t.failure == PLANNED:
         return False
     return bool(t.failure) or (t.actor_kind == "automation" and t.trigger == "drain")
 
@@ -284,11 +287,12 @@ def failures(events: Iterable[Transition], since: datetime, until: datetime) -> 
 
 
 def repair_seconds(events: Iterable[Transition], since: datetime, until: datetime) -> list[float]:
-    """For each return to production inside the window: how long the node had been out."""
+    """For each return to production inside the window after a failure: how long the node
+    had been out. A return from planned work (a maintenance drain) is no repair."""
     out, left = [], None
     for t in events:
         if t.from_state == PRODUCTION and t.to_state != PRODUCTION:
-            left = t.at
+            left = t.at if is_failure(t) else None
         elif t.to_state == PRODUCTION and left is not None:
             if since <= t.at <= until:
                 out.append((t.at - left).total_seconds())
@@ -339,7 +343,7 @@ def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime
     policy = LemonPolicy(threshold, window)
     lemons = {}
     for h in histories:
-        entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == NodeState.MAINTENANCE.value]
+        entries = remediation_entries(timeline(h.node.created_at, h.transitions, now))
         # The figure only grows at a run's start or an entry: its peak is at one of them.
         moments = [at for at in (*entries, *h.remediation_starts) if since <= at <= now]
         worst = max((policy.times_remediated(h.remediation_starts, entries, at) for at in moments), default=0)

@@ -260,12 +260,14 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
     lemon = report["lemon_rule"]
     return [
         ("Failure", "a node taken out of production for a fault it showed (a GPU XID error, a failed check, a "
-                    "health alert), or any drain by the automation. A drain by an operator for planned work "
-                    "(reseating a cable, an upgrade) is not a failure."),
+                    "health alert, or an operator's `node drain --failure`), or any drain by the automation. A drain "
+                    "by an operator for planned work (`node drain --maintenance`, the default: reseating a "
+                    "cable, an upgrade, PDU work) is not a failure."),
         ("MTTF (mean time to failure)", "production node time per failure: the hours the nodes spent in "
                                         "production during the window, added up, divided by the failures in it."),
-        ("MTTR (mean time to repair)", "how long a node that left production stayed out before it returned, on "
-                                       "average over the returns during the window. Nodes still out do not count."),
+        ("MTTR (mean time to repair)", "how long a node that left production for a failure stayed out before it "
+                                       "returned, on average over the returns during the window. Nodes still out "
+                                       "do not count, nor returns from planned work."),
         ("Availability", "time in production as a share of the time the nodes were the fleet's capacity: in "
                          "production, draining, in maintenance or sent to the vendor (RMA). Time before a node "
                          "first entered production, in burn-in or admission checks, and after retirement "
@@ -282,8 +284,9 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
                            f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
                            "resolved removals is marked usually wrong."),
         ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
-                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
-                       "whichever are more), in a span that ends during the window."),
+                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance to "
+                       "be repaired, whichever are more; a drain for planned work is none), in a span that ends "
+                       "during the window."),
         ("Job ETTR (effective training time ratio)", "the share of a job's time that was useful work: its wall "
                                                      "time minus the time spent restarting after faults and the "
                                                      "work lost since its last checkpoint. The fleet's ETTR weighs "

@@ -13,7 +13,8 @@ window (168 h from `since`):
 - n12: retired by an operator at +120 h.
 
 So, by hand: production node-hours 12 * 168 - (8 + 120 + 106 + 3 + 48) = 1731; failures 5
-(n03, n05, n07 x3); MTTF 346.2 h; returns n03 8 h, n07 4 h twice, n08 3 h: MTTR 4.75 h;
+(n03, n05, n07 x3); MTTF 346.2 h; returns from failures n03 8 h, n07 4 h twice (n08's from planned
+work is no repair): MTTR 16 / 3 = 5.33 h;
 draining 6 h, maintenance 128 h, burn-in 4 h, admission 3 h, rma 96 h, retired 48 h;
 availability 1731 / (1731 + 6 + 128 + 96).
 """
