@@ -38,7 +38,11 @@ def _state_text(state: str):
 def _health_text(health: str):
     from rich.text import Text
 
-    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "bold red")
+    from fleetctl.nodes.conditions import OUT_OF_SERVICE
+
+    out = health.split(",")[0] in OUT_OF_SERVICE.values() and "," not in health
+    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "yellow" if out
+                else "bold red")
 
 
 def topology_line(d: dict) -> str:

@@ -32,6 +32,16 @@ STATE_WORDS = {
 }
 
 
+# The condition of a node taken out of service: whatever its last checks said, it is not
+# Ready (a `grep -v Ready` must find every one of them).
+OUT_OF_SERVICE = {
+    NodeState.DRAINING.value: "Maintenance",
+    NodeState.MAINTENANCE.value: "Maintenance",
+    NodeState.RMA.value: "InRMA",
+    NodeState.RETIRED.value: "Retired",
+}
+
+
 class UnknownState(ValueError):
     pass
 
@@ -95,7 +105,9 @@ class DrainHeld:
 
 @dataclass(frozen=True)
 class Condition:
-    type: str  # Stalled, Suspect, Unreachable, CheckFailed, CheckError, DrainHeld, StragglerSuspected, Unchecked
+    # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
+    # DrainHeld, StragglerSuspected, Unchecked
+    type: str
     reason: str
     since: datetime | None = None
 
@@ -124,19 +136,23 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
 
 def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
                last_cause: str = "", suspect: Condition | None = None,
-               stalled: Condition | None = None) -> list[Condition]:
+               stalled: Condition | None = None, state_since: datetime | None = None) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
     `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
-    so whatever else the evidence says, an XID would not drain it."""
-    found: list[Condition] = []
+    so whatever else the evidence says, an XID would not drain it. A node out of service
+    (draining, maintenance, RMA, retired) carries that (`OUT_OF_SERVICE`), after those two,
+    since `state_since`, for the cause that took it there; a retired node nothing else."""
     if state == NodeState.RETIRED.value:
-        return found
+        return [Condition(OUT_OF_SERVICE[state], last_cause or state, state_since)]
+    found: list[Condition] = []
     if stalled is not None:
         found.append(stalled)
     if suspect is not None:
         found.append(suspect)
+    if state in OUT_OF_SERVICE:
+        found.append(Condition(OUT_OF_SERVICE[state], last_cause or state, state_since))
     newest = checks[0] if checks else None
     if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:
         found.append(Condition("Unreachable", newest.reason, newest.since))
@@ -144,7 +160,7 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
     if failed:
         found.append(Condition("CheckFailed", "; ".join(f"{c.check}: {c.reason}" for c in failed),
                                min(c.since for c in failed)))
-    errored = [c for c in checks if c.status == "error" and not (found and found[0].type == "Unreachable"
+    errored = [c for c in checks if c.status == "error" and not (any(f.type == "Unreachable" for f in found)
                                                                   and c.error_kind in UNREACHABLE_KINDS)]
     if errored:
         found.append(Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored),
@@ -161,9 +177,7 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
     """The HEALTH cell: the condition types (with how many checks fail or error; `node show`
     names them), or Ready. A node is never Ready without a check
-    behind it (no `pass` without evidence); a retired node has no health."""
-    if state == NodeState.RETIRED.value:
-        return "-"
+    behind it (no `pass` without evidence), nor out of service."""
     if found:
         words = []
         for c in found:

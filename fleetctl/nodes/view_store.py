@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from fleetctl.db.models import AutomationEvent, CheckRun, Node, NodeEvent
+    from fleetctl.db.queries import Suspicion
 
 # How many of a node's latest check runs `node show` summarises (a streak longer than this
 # is shown as this many runs, "at least").
@@ -49,11 +50,11 @@ def _running_jobs(engine: Engine) -> dict[str, list[str]]:
 
 
 def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
-             jobs: dict[str, list[str]], wide: bool, suspect: AutomationEvent | None = None,
+             jobs: dict[str, list[str]], wide: bool, suspect: Suspicion | None = None,
              stalled: AutomationEvent | None = None) -> dict[str, Any]:
-    judged = Condition("Suspect", suspect.reason, suspect.at) if suspect is not None else None
+    judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
-    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall)
+    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall, n.state_since)
     row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
            "suspect": suspect.reason if suspect is not None else None,
            "conditions": [c.to_dict() for c in found],

@@ -43,8 +43,17 @@ HELD = DrainHeld("health: XID 48: fleet limit: 1 of 10 already unavailable (max 
     ("production", runs("a", "error", kind="unjudgeable"), None, "", "CheckError(1)"),
     ("production", runs("a", "fail") + runs("b", "pass"), None, "", "CheckFailed(1)"),
     ("production", runs("a", "fail") + runs("b", "fail") + runs("c", "fail"), HELD, "", "CheckFailed(3),DrainHeld"),
-    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw", "StragglerSuspected"),
-    ("retired", runs("a", "fail"), None, "", "-"),
+    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw",
+     "Maintenance,StragglerSuspected"),
+    # Out of service is never Ready, whatever its last checks said (`grep -v Ready` finds it).
+    ("retired", runs("a", "fail"), None, "", "Retired"),
+    ("rma", runs("a", "pass"), None, "runbook: RMA: XID 79", "InRMA"),
+    ("rma", [], None, "", "InRMA"),
+    ("maintenance", runs("a", "pass"), None, "drained: operator: PDU maintenance", "Maintenance"),
+    ("draining", runs("a", "pass", "fail"), None, "operator: PDU maintenance", "Maintenance,CheckFailed(1)"),
+    # unreachable out of service: the timed-out checks are the unreachability, not errors too
+    ("maintenance", runs("a", "error", kind="timeout") + runs("b", "error", kind="timeout"), None, "x",
+     "Maintenance,Unreachable"),
 ])
 def test_health_word(state, checks, held, cause, expected) -> None:
     summary = summarise_checks(checks)
