@@ -168,7 +168,9 @@ class RmaAlreadyClosed(RuntimeError):
     pass
 
 
-def close_rma(engine: Engine, rma_id: int, replaced: str, closed_by: str) -> RmaRecord:
+def close_rma(engine: Engine, rma_id: int, replaced: str | None, closed_by: str) -> RmaRecord:
+    """Close the RMA: `replaced` names the part the vendor replaced, None for no fault found
+    (fleetctl.remediation.rma.rma_outcome)."""
     with Session(engine) as session:
         record = session.get(RmaRecord, rma_id, with_for_update=True)
         if record is None:

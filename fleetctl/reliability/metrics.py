@@ -68,16 +68,20 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   of production, timed inside the window. Its rule is its failure label (`failure_label`).
 - Outcome of an automated removal, judged at `now` from the node's transitions after the
   drain up to its next entry into production:
-  - confirmed: the node went to RMA or was retired before it returned to production; or it
-    returned to production after a repair: a live remediation run's step with a repairing
+  - confirmed: the node went to RMA and the vendor replaced a part (`rma close --replaced`),
+    or it was retired, before it returned to production; or it returned to production after a
+    repair: a live remediation run's step with a repairing
     action (`REPAIRING_ACTIONS`: gpu_reset, reboot) that passed between the drain and the
     return, or a firmware update (the node entered the `firmware` state) in that span. The
     return itself is the proof the node then passed its checks (admission, or an operator's
     undrain). A repair that was not needed (a ladder that always resets first) cannot be
     told from one that fixed the node: it counts as confirmed.
   - unchanged: the node returned to production with no repair in between (a recheck or
-    burn-in passed on the node as it was, or an operator undrained it): a likely false alarm.
-  - open: neither yet (still draining, in maintenance, burn-in or admission).
+    burn-in passed on the node as it was, or an operator undrained it), or its RMA came back
+    with no fault found (`rma close --no-fault-found`): a likely false alarm.
+  - open: neither yet (still draining, in maintenance, burn-in or admission, or in an RMA
+    not yet closed; an RMA with no record is open too). The RMA judged is the node's first
+    opened at or after the drain.
 - Rule precision: confirmed / (confirmed + unchanged) over the rule's removals in the
   window; None when none is resolved. A rule is usually wrong when its precision is under
   `USUALLY_WRONG_BELOW` over at least `USUALLY_WRONG_MIN_RESOLVED` resolved removals.
@@ -98,6 +102,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.remediation.rma import RMA_NO_FAULT_FOUND, RMA_OPEN, RMA_REPLACED
 from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, remediation_entries
 
 PRODUCTION = NodeState.PRODUCTION.value
@@ -132,6 +137,14 @@ class NodeHistory:
     remediation_starts: tuple[datetime, ...] = ()
     # When each repairing step (REPAIRING_ACTIONS) of a live remediation run passed.
     repairs: tuple[datetime, ...] = ()
+    # The node's RMAs: when each was opened and how it ended (fleetctl.remediation.rma.rma_outcome).
+    rmas: tuple[RmaOutcome, ...] = ()
+
+
+@dataclass(frozen=True)
+class RmaOutcome:
+    opened_at: datetime
+    outcome: str  # rma.RMA_OPEN, RMA_REPLACED or RMA_NO_FAULT_FOUND
 
 
 @dataclass(frozen=True)
@@ -359,7 +372,7 @@ REPAIRING_ACTIONS = frozenset({"gpu_reset", "reboot"})
 CONFIRMED, UNCHANGED, OPEN = "confirmed", "unchanged", "open"
 USUALLY_WRONG_BELOW = 0.5
 USUALLY_WRONG_MIN_RESOLVED = 3
-_GONE = frozenset({NodeState.RMA.value, NodeState.RETIRED.value})
+_BY_RMA = {RMA_REPLACED: CONFIRMED, RMA_NO_FAULT_FOUND: UNCHANGED, RMA_OPEN: OPEN}
 
 
 @dataclass(frozen=True)
@@ -394,11 +407,16 @@ def is_automated_removal(t: Transition) -> bool:
     return t.trigger == "drain" and t.actor_kind == "automation" and t.from_state == PRODUCTION
 
 
-def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime]) -> str:
-    """The outcome of a removal at `drained_at` from the node's transitions `after` it."""
+def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime],
+                    rmas: Sequence[RmaOutcome] = ()) -> str:
+    """The outcome of a removal at `drained_at` from the node's transitions `after` it and
+    its RMAs: one that went to RMA is judged by the first RMA opened since the drain."""
     firmware = False
     for t in after:
-        if t.to_state in _GONE:
+        if t.to_state == NodeState.RMA.value:
+            rma = min((r for r in rmas if r.opened_at >= drained_at), key=lambda r: r.opened_at, default=None)
+            return _BY_RMA[rma.outcome] if rma is not None else OPEN
+        if t.to_state == NodeState.RETIRED.value:
             return CONFIRMED
         firmware = firmware or t.to_state == NodeState.FIRMWARE.value
         if t.to_state == PRODUCTION:
@@ -410,7 +428,8 @@ def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: 
 def removals(history: NodeHistory, since: datetime, now: datetime) -> list[Removal]:
     """The node's automated removals inside [since, now], each with its outcome at `now`."""
     events = timeline(history.node.created_at, history.transitions, now)
-    return [Removal(history.node.name, failure_label(t), t.at, removal_outcome(events[k + 1:], t.at, history.repairs))
+    return [Removal(history.node.name, failure_label(t), t.at,
+                    removal_outcome(events[k + 1:], t.at, history.repairs, history.rmas))
             for k, t in enumerate(events) if is_automated_removal(t) and since <= t.at <= now]
 
 

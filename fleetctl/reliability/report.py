@@ -275,12 +275,14 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
         ("Rule precision", "how often the automation was right to take a node out, per rule (the fault a drain "
                            "was for: an XID code, a failed check, a health alert). A removal is confirmed when the "
-                           "node then went to the vendor (RMA) or was retired, or came back to production only after "
+                           "node then went to the vendor (RMA) and the vendor replaced a part (`rma close --replaced`), "
+                           "or was retired, or came back to production only after "
                            "a repair: a remediation runbook's GPU reset or reboot that succeeded, or a firmware "
                            "update (a reset that was not needed counts as a repair too). It is unchanged when the "
                            "node came back to production with nothing repaired (a recheck or burn-in passed on it as "
-                           "it was, or an operator put it back): likely a false alarm. It is open while the node is "
-                           "still out. Precision is confirmed / (confirmed + unchanged); a rule under "
+                           "it was, or an operator put it back), or its RMA came back with no fault found (`rma close "
+                           "--no-fault-found`): likely a false alarm. It is open while the node is still out or its "
+                           "RMA is not yet closed. Precision is confirmed / (confirmed + unchanged); a rule under "
                            f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
                            "resolved removals is marked usually wrong."),
         ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "

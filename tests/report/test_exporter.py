@@ -24,7 +24,7 @@ from sqlmodel import Session
 
 from fleetctl.reliability import exporter_server
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
+from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
@@ -55,7 +55,7 @@ def seed_more(engine) -> None:
             *[RemediationRun(run_key=f"remediate/n{i}", node_name=f"n0{i}", runbook="xid-79", status=status,
                              actor="lifecycle")
               for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
-            RmaRecord(node_name="n07", status="open", reason="lemon", opened_by="lifecycle", idempotency_key="rma-1"),
+            # n07's open RMA is the history's own (tests/report/history.py).
             # b02's drain is refused twice since it entered production; one refusal from before does not count.
             Node(name="b02", address="sim://b02", rack="b1", profile="h100-sxm", scheduler="sim", state="production",
                  labels={"fleet": "blue"}, state_since=B02_SINCE, created_at=NOW - timedelta(days=3)),
