@@ -260,9 +260,9 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
     lemon = report["lemon_rule"]
     return [
         ("Failure", "a node taken out of production for a fault it showed (a GPU XID error, a failed check, a "
-                    "health alert, or an operator's `node drain --failure`), or any drain by the automation. A drain "
-                    "by an operator for planned work (`node drain --maintenance`, the default: reseating a "
-                    "cable, an upgrade, PDU work) is not a failure."),
+                    "health alert, or an operator's drain for a fault), or any drain by the automation. A drain "
+                    "by an operator for planned work (a drain marked as maintenance, the default: "
+                    "reseating a cable, an upgrade, PDU work) is not a failure."),
         ("MTTF (mean time to failure)", "production node time per failure: the hours the nodes spent in "
                                         "production during the window, added up, divided by the failures in it."),
         ("MTTR (mean time to repair)", "how long a node that left production for a failure stayed out before it "
@@ -275,13 +275,12 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
         ("Rule precision", "how often the automation was right to take a node out, per rule (the fault a drain "
                            "was for: an XID code, a failed check, a health alert). A removal is confirmed when the "
-                           "node then went to the vendor (RMA) and the vendor replaced a part (`rma close --replaced`), "
+                           "node then went to the vendor (RMA) and the vendor replaced a part, "
                            "or was retired, or came back to production only after "
                            "a repair: a remediation runbook's GPU reset or reboot that succeeded, or a firmware "
                            "update (a reset that was not needed counts as a repair too). It is unchanged when the "
                            "node came back to production with nothing repaired (a recheck or burn-in passed on it as "
-                           "it was, or an operator put it back), or its RMA came back with no fault found (`rma close "
-                           "--no-fault-found`): likely a false alarm. It is open while the node is still out or its "
+                           "it was, or an operator put it back), or its RMA came back with no fault found: likely a false alarm. It is open while the node is still out or its "
                            "RMA is not yet closed. Precision is confirmed / (confirmed + unchanged); a rule under "
                            f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
                            "resolved removals is marked usually wrong."),
