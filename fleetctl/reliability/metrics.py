@@ -103,7 +103,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.rma import RMA_NO_FAULT_FOUND, RMA_OPEN, RMA_REPLACED
-from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, remediation_entries
+from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, is_planned_drain, remediation_entries
 
 PRODUCTION = NodeState.PRODUCTION.value
 
@@ -293,6 +293,23 @@ def is_failure(t: Transition) -> bool:
 
 def failure_label(t: Transition) -> str:
     return t.failure or "automation"
+
+
+# The bounded classes of why a node left production (the exporter's `cause` label): no free
+# text, no code, so a new fault makes no new series.
+CAUSE_CLASSES = ("maintenance", "xid", "check", "straggler", "health", "operator", "automation", "other")
+
+
+def cause_class(t: Transition) -> str:
+    """The class of a move out of production: `maintenance` for planned work, the kind of its
+    failure (`xid`, `check`, `straggler`, `health`, `operator`), `automation` for an automated
+    drain that records none, else `other` (an operator's retirement, ...)."""
+    if is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind):
+        return "maintenance"
+    kind = t.failure.split(" ", 1)[0] if is_failure(t) else ""
+    if kind in CAUSE_CLASSES:
+        return kind
+    return "automation" if is_failure(t) else "other"
 
 
 def failures(events: Iterable[Transition], since: datetime, until: datetime) -> list[Transition]:
