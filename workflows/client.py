@@ -542,6 +542,22 @@ def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep
                                               task_queue=settings.task_queue), every)
 
 
+async def sweep_interval_s(client: Client, fleet: str) -> float | None:
+    """How often the fleet's evidence is refreshed: the shortest interval of the unpaused
+    active-check sweep schedules of `fleet`; None when none is scheduled."""
+    found: list[float] = []
+    async for entry in await client.list_schedules():
+        desc = await client.get_schedule_handle(entry.id).describe()
+        action = desc.schedule.action
+        if desc.schedule.state.paused or not isinstance(action, ScheduleActionStartWorkflow) \
+                or action.workflow != ACTIVE_CHECK_SWEEP or not desc.schedule.spec.intervals:
+            continue
+        (sweep,) = await client.data_converter.decode(action.args, [SweepInput]) if action.args else (None,)
+        if sweep is not None and sweep.fleet == fleet:
+            found.append(min(i.every.total_seconds() for i in desc.schedule.spec.intervals))
+    return min(found, default=None)
+
+
 def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: StragglerSweepInput) -> Schedule:
     """The Temporal Schedule that starts a ProductionStragglers judge every `every`."""
     return _every(ScheduleActionStartWorkflow(PRODUCTION_STRAGGLERS, judge, id=straggler_sweep_id(schedule_id),

@@ -199,7 +199,7 @@ def list_nodes(
         fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
-    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
+    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide, _freshness(ctx)), sort_by)
     emit(rows, output, _nodes_table)
 
 
@@ -213,7 +213,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = node_detail(engine, node)
+    data = node_detail(engine, node, _freshness(ctx))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
     # What took the node out, while it is out: planned work or the failure it counts as.
@@ -270,6 +270,19 @@ def _out_for(events: list[dict]) -> str:
         if e["for"]:
             return e["for"]
     return ""
+
+
+def _freshness(ctx: typer.Context):
+    """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, asked
+    of Temporal's schedules (unknown when Temporal does not answer: then not judged)."""
+    from fleetctl.db.models import utcnow
+    from fleetctl.durations import as_utc
+    from fleetctl.nodes.view_store import Freshness
+    from workflows.client import sweep_interval_s
+
+    s = context.settings(ctx)
+    every, _error = context.temporal_read(ctx, lambda client: sweep_interval_s(client, s.fleet), "the sweep schedules")
+    return Freshness(every, s.agent_silence_s, as_utc(utcnow()))
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:

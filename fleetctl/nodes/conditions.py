@@ -136,7 +136,8 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
 
 def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
                last_cause: str = "", suspect: Condition | None = None,
-               stalled: Condition | None = None, state_since: datetime | None = None) -> list[Condition]:
+               stalled: Condition | None = None, state_since: datetime | None = None,
+               unchecked: Condition | None = None) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
@@ -171,7 +172,37 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
         found.append(Condition("StragglerSuspected", last_cause))
     if not checks and NodeState(state).in_service:
         found.append(Condition("Unchecked", "no check has run on the node"))
+    elif unchecked is not None:  # unchecked_since: the evidence is too old to stand on
+        found.append(unchecked)
     return found
+
+
+def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: datetime | None, now: datetime,
+                    sweep_every_s: float | None, agent_silence_s: float) -> Condition | None:
+    """`Unchecked` for a node in service whose newest evidence (its latest check run) is older
+    than its fleet's sweep interval while no agent reports (never heard, or silent past
+    `agent_silence_s`): what it says may no longer be true, so it is not Ready. None when
+    the evidence is fresh, an agent reports, or no sweep interval is known (`sweep_every_s`
+    None: no sweep is scheduled, or Temporal did not say), since then nothing says how old
+    is too old. The reason gives the evidence's age; `since` is when it was taken."""
+    if not NodeState(state).in_service or not checks or sweep_every_s is None:
+        return None
+    if agent_seen_at is not None and (now - agent_seen_at).total_seconds() <= agent_silence_s:
+        return None
+    newest = max(c.at for c in checks)
+    age_s = (now - newest).total_seconds()
+    if age_s <= sweep_every_s:
+        return None
+    return Condition("Unchecked", f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) "
+                                  f"and no agent reports", newest)
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
