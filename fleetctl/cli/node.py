@@ -199,7 +199,7 @@ def list_nodes(
         fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
-    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide, _freshness(ctx)), sort_by)
+    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
     emit(rows, output, _nodes_table)
 
 
@@ -274,7 +274,9 @@ def _out_for(events: list[dict]) -> str:
 
 def _freshness(ctx: typer.Context):
     """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, asked
-    of Temporal's schedules (unknown when Temporal does not answer: then not judged)."""
+    of Temporal's schedules (unknown when Temporal does not answer: then not judged). Only
+    `node show` asks (it reads the node's workflow too); `node list` reads the database alone,
+    which does not hold the interval."""
     from fleetctl.db.models import utcnow
     from fleetctl.durations import as_utc
     from fleetctl.nodes.view_store import Freshness

@@ -1,5 +1,6 @@
 """Stale evidence is not Ready (issue 29): a busy node whose newest check is from burn-in and
-that has no agent read `Ready`. Its fleet's sweep schedule says how old is too old."""
+that has no agent read `Ready`. Its fleet's sweep schedule says how old is too old; `node
+show` asks Temporal for it (`node list` reads the database alone, which does not hold it)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def _checked(engine, node: str, at) -> None:
 
 
 async def _health(cli: Cli, name: str) -> dict:
-    result = await asyncio.to_thread(cli, "node", "list", "-o", "json")
+    result = await asyncio.to_thread(cli, "node", "show", name, "-o", "json")
     assert result.exit_code == 0, result.output
-    return next(r for r in json.loads(result.stdout) if r["name"] == name)
+    return json.loads(result.stdout)
 
 
 async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchecked(make_settings, sqlite_url) -> None:
