@@ -411,10 +411,12 @@ class Outcome:
     error: str | None
 
 
-async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "") -> list[Outcome]:
+async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "",
+                       event: dict | None = None) -> list[Outcome]:
+    """`trigger` on each node; `event` (runbooks.Event.to_dict()) says what a drain is for."""
     async def one(node: str) -> Outcome:
         try:
-            return Outcome(node, await request_transition(client, node, trigger, actor, cause), None)
+            return Outcome(node, await request_transition(client, node, trigger, actor, cause, event=event), None)
         except CommandRejected as exc:
             return Outcome(node, None, str(exc))
 
@@ -538,6 +540,22 @@ def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep
     """The Temporal Schedule that starts an ActiveCheckSweep every `every`."""
     return _every(ScheduleActionStartWorkflow(ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id),
                                               task_queue=settings.task_queue), every)
+
+
+async def sweep_interval_s(client: Client, fleet: str) -> float | None:
+    """How often the fleet's evidence is refreshed: the shortest interval of the unpaused
+    active-check sweep schedules of `fleet`; None when none is scheduled."""
+    found: list[float] = []
+    async for entry in await client.list_schedules():
+        desc = await client.get_schedule_handle(entry.id).describe()
+        action = desc.schedule.action
+        if desc.schedule.state.paused or not isinstance(action, ScheduleActionStartWorkflow) \
+                or action.workflow != ACTIVE_CHECK_SWEEP or not desc.schedule.spec.intervals:
+            continue
+        (sweep,) = await client.data_converter.decode(action.args, [SweepInput]) if action.args else (None,)
+        if sweep is not None and sweep.fleet == fleet:
+            found.append(min(i.every.total_seconds() for i in desc.schedule.spec.intervals))
+    return min(found, default=None)
 
 
 def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: StragglerSweepInput) -> Schedule:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -37,7 +38,11 @@ def _state_text(state: str):
 def _health_text(health: str):
     from rich.text import Text
 
-    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "bold red")
+    from fleetctl.nodes.conditions import OUT_OF_SERVICE
+
+    out = health.split(",")[0] in OUT_OF_SERVICE.values() and "," not in health
+    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "yellow" if out
+                else "bold red")
 
 
 def topology_line(d: dict) -> str:
@@ -80,6 +85,7 @@ EVENT_COLUMNS = (
     Column("to", lambda r: r["to"]),
     Column("trigger", lambda r: r["trigger"]),
     Column("actor", lambda r: r["actor"]),
+    Column("for", lambda r: r["for"] or "-"),
     Column("cause", lambda r: r["cause"]),
 )
 
@@ -222,9 +228,11 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = node_detail(engine, node)
+    data = node_detail(engine, node, _freshness(ctx))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
+    # What took the node out, while it is out: planned work or the failure it counts as.
+    data["out_for"] = _out_for(data["events"])
     data["remediated"], remediated_text = _remediated(ctx, name)
     data["stragglers"] = _straggler_findings(engine, name)
 
@@ -239,6 +247,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
                  shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
+        if d["out_for"]:
+            parts.append(Text.assemble(("out for: ", "bold"), shown(d["out_for"])))
         if d["jobs"]:
             parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
         if d["agent_seen_at"]:
@@ -265,6 +275,31 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def _out_for(events: list[dict]) -> str:
+    """What the latest move out of production was for, unless the node has returned since."""
+    for e in reversed(events):
+        if e["to"] == "production":
+            return ""
+        if e["for"]:
+            return e["for"]
+    return ""
+
+
+def _freshness(ctx: typer.Context):
+    """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, asked
+    of Temporal's schedules (unknown when Temporal does not answer: then not judged). Only
+    `node show` asks (it reads the node's workflow too); `node list` reads the database alone,
+    which does not hold the interval."""
+    from fleetctl.db.models import utcnow
+    from fleetctl.durations import as_utc
+    from fleetctl.nodes.view_store import Freshness
+    from workflows.client import sweep_interval_s
+
+    s = context.settings(ctx)
+    every, _error = context.temporal_read(ctx, lambda client: sweep_interval_s(client, s.fleet), "the sweep schedules")
+    return Freshness(every, s.agent_silence_s, as_utc(utcnow()))
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:
@@ -301,8 +336,11 @@ def _workflow_now(ctx: typer.Context, name: str) -> dict:
 
 
 def _event_row(e) -> dict:
+    from fleetctl.remediation.runbooks import what_a_drain_is
+
     return {"at": e.at, "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
-            "actor": e.actor, "actor_kind": e.actor_kind, "workflow_id": e.workflow_id, "version": e.state_version}
+            "actor": e.actor, "actor_kind": e.actor_kind, "workflow_id": e.workflow_id, "version": e.state_version,
+            "failure": e.failure, "for": what_a_drain_is(e.from_state, e.to_state, e.failure, e.actor_kind, e.trigger)}
 
 
 def _events_table(rows: list[dict], title: str | None = None):
@@ -320,7 +358,7 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
     emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows))
 
 
-def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> None:
+def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict | None = None) -> None:
     from workflows.client import request_many
 
     _require_nodes(ctx, names)
@@ -328,7 +366,7 @@ def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str) -> 
 
     async def run():
         client = await context.temporal_client(ctx)
-        return await request_many(client, names, trigger, s.identity(), cause)
+        return await request_many(client, names, trigger, s.identity(), cause, event)
 
     failed = 0
     for outcome in context.run_async(run()):
@@ -356,17 +394,26 @@ def drain(
     names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
     reason: str = typer.Option(..., "--reason", callback=free_text(required=True),
                                help="why; recorded on the event and in the scheduler"),
+    maintenance: Optional[bool] = typer.Option(
+        None, "--maintenance/--failure",
+        help="planned work, not counted as a failure (the default when --reason names no XID), or a fault "
+             "(counted in MTTF, MTTR and the lemon rule)"),
+    check: Optional[str] = typer.Option(None, "--check", help="the failure is this check's (implies --failure)"),
+    xid: Optional[int] = typer.Option(None, "--xid", help="the failure is this XID (implies --failure)"),
     yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="say what each node would do; change and record nothing"),
 ) -> None:
-    """Take production nodes out of service. A drain that takes the fleet or a rack past the
-    capacity guard's limits says so and asks first (--yes: do not ask)."""
+    """Take production nodes out of service. A drain says what it is: planned work
+    (--maintenance, the default) or a fault (--failure, --check NAME, --xid CODE); only a
+    fault counts in the report's failures, repairs and lemons. A drain that takes the fleet
+    or a rack past the capacity guard's limits says so and asks first (--yes: do not ask)."""
     from fleetctl.config import guard_policy
     from fleetctl.db.queries import nodes_named
     from fleetctl.nodes.fleet_status_store import drain_overruns
     from fleetctl.inventory.hostlist import compress
     from fleetctl.nodes.lifecycle import NodeState
 
+    event = drain_event(reason, maintenance, check, xid)
     names = _hosts(names)
     if dry_run:
         _would(ctx, names, "drain")
@@ -391,7 +438,39 @@ def drain(
     if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
                                               default=False, err=True):
         fail("not drained", EXIT_OPERATIONAL)
-    _command(ctx, names, "drain", f"operator: {reason}")
+    _command(ctx, names, "drain", f"operator: {reason}", event)
+
+
+_XID_IN_REASON = re.compile(r"\bxid\s*(\d+)\b", re.IGNORECASE)
+
+
+def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: int | None) -> dict:
+    """What an operator's drain is, as the event its node_events row records the failure of
+    (runbooks.Event.failure): `maintenance` for planned work; `xid <code>`, `check <name>` or
+    `operator` for a fault. With neither flag, a reason that names an XID is that XID's
+    failure, any other is planned work. Saying --maintenance with a fault is a usage error."""
+    from fleetctl.remediation.runbooks import MAINTENANCE, Event
+
+    if maintenance and (check is not None or xid is not None):
+        fail("--maintenance is planned work: it names no --check or --xid", EXIT_USAGE)
+    if check is not None and xid is not None:
+        fail("a drain is for one fault: --check or --xid, not both", EXIT_USAGE)
+    if maintenance is None and check is None and xid is None and (named := _XID_IN_REASON.search(reason)):
+        xid = int(named[1])
+    if xid is not None and not 0 <= xid <= MAX_XID:
+        fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
+    if check is not None:
+        from checks.catalog import CHECKS
+
+        if check not in CHECKS:
+            fail(f"--check: no such check: {check[:80]!r} (see fleetctl check list)", EXIT_USAGE)
+    if xid is not None:
+        return Event("xid", code=xid, message=reason).to_dict()
+    if check is not None:
+        return Event("check", check=check, status="fail", message=reason).to_dict()
+    if maintenance is False:
+        return Event("operator", message=reason).to_dict()
+    return Event(MAINTENANCE, message=reason).to_dict()
 
 
 def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:

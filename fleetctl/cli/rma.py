@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, within
 from fleetctl.durations import when
 from fleetctl.text import printable
 
@@ -15,7 +15,10 @@ app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_i
 
 
 def _row(r) -> dict:
-    return {"id": r.id, "node": r.node_name, "status": r.status, "reason": r.reason, "opened_at": r.opened_at,
+    from fleetctl.remediation.rma import rma_outcome
+
+    return {"id": r.id, "node": r.node_name, "status": r.status, "outcome": rma_outcome(r.status, r.replaced),
+            "reason": r.reason, "opened_at": r.opened_at,
             "opened_by": r.opened_by, "remediation_run": r.remediation_run, "webhook": r.webhook_status,
             "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by}
 
@@ -24,6 +27,7 @@ RMA_COLUMNS = (
     Column("ID", lambda r: r["id"], whole=True),
     Column("NODE", lambda r: r["node"], whole=True),
     Column("STATUS", lambda r: r["status"]),
+    Column("OUTCOME", lambda r: r["outcome"].replace("_", " ")),
     Column("AGE", lambda r: age(r["opened_at"])),
     Column("REASON", lambda r: r["reason"]),
     Column("REPLACED", lambda r: r["replaced"] or ""),
@@ -68,20 +72,27 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", cal
     from rich.markdown import Markdown
 
     Console().print(Markdown(rma.render_markdown(evidence, record.id)))
-    typer.echo(printable(f"status: {record.status}" + (f", replaced {record.replaced} ({record.closed_by})" if record.replaced else "")))
+    closed = f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
+    typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
 
 
 @app.command("close")
 def close(
     ctx: typer.Context,
     rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)),
-    replaced: str = typer.Option(..., "--replaced", callback=free_text(required=True),
-                                 help='what the vendor replaced, e.g. "GPU3"'),
+    replaced: Optional[str] = typer.Option(None, "--replaced", callback=free_text(required=True),
+                                           help='what the vendor replaced, e.g. "GPU3": the RMA confirmed its fault'),
+    no_fault_found: bool = typer.Option(False, "--no-fault-found",
+                                        help="the vendor found nothing wrong: the removal behind it was a false alarm"),
 ) -> None:
-    """Close an RMA: the node is back and goes through burn-in before it takes work again."""
+    """Close an RMA, saying how it ended (--replaced PART or --no-fault-found: rule precision
+    scores the removal behind it by that): the node is back and goes through burn-in before
+    it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
     from workflows.client import request_phase
 
+    if (replaced is None) == (not no_fault_found):
+        fail("say how the RMA ended: --replaced PART or --no-fault-found (one of them)", EXIT_USAGE)
     s = context.settings(ctx)
     try:
         record = close_rma(context.engine(ctx), rma_id, replaced, s.identity())
@@ -93,7 +104,7 @@ def close(
         return await request_phase(client, record.node_name, "admit", s.identity(), "burn-in")
 
     _node, accepted, message = context.run_async(go())
-    typer.echo(f"RMA {rma_id} closed ({replaced} replaced)")
+    typer.echo(f"RMA {rma_id} closed ({f'{replaced} replaced' if replaced else 'no fault found'})")
     if not accepted:
         fail(f"{record.node_name}: not sent to burn-in: {message}", EXIT_OPERATIONAL)
     typer.echo(f"{record.node_name}: burn-in queued ({message})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Sequence, TypeVar
 
@@ -334,17 +335,35 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
 AGENT_SILENCE_ACTOR = "agent-silence"  # the actor of a suspect judgement that an agent fell silent
 
 
-def suspect_nodes(engine: Engine) -> dict[str, AutomationEvent]:
+@dataclass(frozen=True)
+class Suspicion:
+    """A node judged suspect: the latest judgement's reason and actor, when it was made
+    (`at`), and `since`: the first judgement of this spell (each sweep judges again; the
+    node has been suspect since the first)."""
+
+    node_name: str
+    reason: str
+    actor: str
+    at: datetime
+    since: datetime
+
+
+def suspect_nodes(engine: Engine) -> dict[str, Suspicion]:
     """Nodes judged suspect (fleetctl.nodes.reachability) since they entered their current state,
-    with the latest judgement: a node drained, repaired and back is no longer suspect, nor is
-    one whose silent agent has been heard again since it was judged."""
+    with the latest judgement and the first: a node drained, repaired and back is no longer
+    suspect, nor is one whose silent agent has been heard again since it was judged."""
     with Session(engine) as session:
         not_heard_again = or_(AutomationEvent.actor != AGENT_SILENCE_ACTOR, col(Node.agent_seen_at).is_(None),
                               Node.agent_seen_at <= AutomationEvent.at)
         rows = session.exec(select(AutomationEvent).join(Node, Node.name == AutomationEvent.node_name).where(
             AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
             .order_by(AutomationEvent.id))
-        return {e.node_name: e for e in rows}
+        found: dict[str, Suspicion] = {}
+        for e in rows:
+            first = found.get(e.node_name)
+            since = e.at if first is None else min(first.since, e.at)
+            found[e.node_name] = Suspicion(e.node_name, e.reason, e.actor, e.at, since)
+        return found
 
 
 STALLED, UNSTALLED = "stalled", "unstalled"

@@ -10,7 +10,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.durations import as_utc
+from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
 
 def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,
@@ -88,10 +89,13 @@ def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[dat
 
 
 def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
-    """When the node entered maintenance (drained, or a phase failed), since `since`."""
+    """When the node entered maintenance to be remediated (drained for a fault, or a phase
+    failed), since `since`; the end of a planned drain is none (`runbooks.remediation_entries`,
+    which reads the whole history: the drain behind an entry may be older than `since`)."""
     with Session(engine) as session:
-        return list(session.exec(select(NodeEvent.at).where(
-            NodeEvent.node_name == node_name, NodeEvent.to_state == "maintenance", NodeEvent.at >= since)))
+        events = list(session.exec(select(NodeEvent).where(NodeEvent.node_name == node_name)
+                                   .order_by(col(NodeEvent.id))))
+    return [at for at in remediation_entries(events) if as_utc(at) >= as_utc(since)]
 
 
 def times_remediated(engine: Engine, node_name: str, policy: LemonPolicy, now: datetime) -> int:
@@ -164,7 +168,9 @@ class RmaAlreadyClosed(RuntimeError):
     pass
 
 
-def close_rma(engine: Engine, rma_id: int, replaced: str, closed_by: str) -> RmaRecord:
+def close_rma(engine: Engine, rma_id: int, replaced: str | None, closed_by: str) -> RmaRecord:
+    """Close the RMA: `replaced` names the part the vendor replaced, None for no fault found
+    (fleetctl.remediation.rma.rma_outcome)."""
     with Session(engine) as session:
         record = session.get(RmaRecord, rma_id, with_for_update=True)
         if record is None:

@@ -239,7 +239,7 @@ def _decide(
     if request.critical:
         return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity")
     if breaker_open:
-        return RemovalDecision(request.node, False, "automation paused: the circuit breaker is open")
+        return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s
     failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
     failures_in_window = len(failing_nodes)
@@ -248,7 +248,7 @@ def _decide(
         return RemovalDecision(
             request.node, False,
             f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min exceed "
-            f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened",
+            f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened; {UNTIL_RESUMED}",
             breaker_opened=True,
         )
     fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
@@ -256,7 +256,8 @@ def _decide(
         return RemovalDecision(
             request.node, False,
             f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
-            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%})",
+            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}); "
+            + until_back(snapshot.unavailable + pending_grants + 1 - fleet_limit, "of the fleet"),
         )
     rack = snapshot.racks.get(request.rack, RackCounts())
     rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
@@ -264,9 +265,23 @@ def _decide(
         return RemovalDecision(
             request.node, False,
             f"rack limit: {rack.unavailable + pending_in_rack} of {rack.serving} in {request.rack or 'the rack'} "
-            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%})",
+            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%}); "
+            + until_back(rack.unavailable + pending_in_rack + 1 - rack_limit, f"of {request.rack or 'the rack'}"),
         )
     return RemovalDecision(request.node, True, "within limits")
+
+
+# What a held drain waits for, said with the refusal (the guard holds no timer: a drain is
+# asked again by the next sweep or fault that finds the node, and granted once this is true).
+UNTIL_RESUMED = "held until an operator resumes automation (fleet resume-automation)"
+
+
+def until_back(nodes: int, where: str) -> str:
+    """A limit's refusal: how many nodes must return to service before the drain can go.
+    A limit of 0 (a rack too small for any to be out) never frees: said so."""
+    if nodes <= 0:
+        return "can go at the next ask"
+    return f"can go once {nodes} node{'s' if nodes != 1 else ''} {where} {'is' if nodes == 1 else 'are'} back in service"
 
 
 def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = CHECK_ERRORS) -> str | None:

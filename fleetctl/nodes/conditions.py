@@ -32,6 +32,16 @@ STATE_WORDS = {
 }
 
 
+# The condition of a node taken out of service: whatever its last checks said, it is not
+# Ready (a `grep -v Ready` must find every one of them).
+OUT_OF_SERVICE = {
+    NodeState.DRAINING.value: "Maintenance",
+    NodeState.MAINTENANCE.value: "Maintenance",
+    NodeState.RMA.value: "InRMA",
+    NodeState.RETIRED.value: "Retired",
+}
+
+
 class UnknownState(ValueError):
     pass
 
@@ -95,7 +105,9 @@ class DrainHeld:
 
 @dataclass(frozen=True)
 class Condition:
-    type: str  # Stalled, Suspect, Unreachable, CheckFailed, CheckError, DrainHeld, StragglerSuspected, Unchecked
+    # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
+    # DrainHeld, StragglerSuspected, Unchecked
+    type: str
     reason: str
     since: datetime | None = None
 
@@ -124,19 +136,24 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
 
 def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
                last_cause: str = "", suspect: Condition | None = None,
-               stalled: Condition | None = None) -> list[Condition]:
+               stalled: Condition | None = None, state_since: datetime | None = None,
+               unchecked: Condition | None = None) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
     `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
-    so whatever else the evidence says, an XID would not drain it."""
-    found: list[Condition] = []
+    so whatever else the evidence says, an XID would not drain it. A node out of service
+    (draining, maintenance, RMA, retired) carries that (`OUT_OF_SERVICE`), after those two,
+    since `state_since`, for the cause that took it there; a retired node nothing else."""
     if state == NodeState.RETIRED.value:
-        return found
+        return [Condition(OUT_OF_SERVICE[state], last_cause or state, state_since)]
+    found: list[Condition] = []
     if stalled is not None:
         found.append(stalled)
     if suspect is not None:
         found.append(suspect)
+    if state in OUT_OF_SERVICE:
+        found.append(Condition(OUT_OF_SERVICE[state], last_cause or state, state_since))
     newest = checks[0] if checks else None
     if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:
         found.append(Condition("Unreachable", newest.reason, newest.since))
@@ -144,7 +161,7 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
     if failed:
         found.append(Condition("CheckFailed", "; ".join(f"{c.check}: {c.reason}" for c in failed),
                                min(c.since for c in failed)))
-    errored = [c for c in checks if c.status == "error" and not (found and found[0].type == "Unreachable"
+    errored = [c for c in checks if c.status == "error" and not (any(f.type == "Unreachable" for f in found)
                                                                   and c.error_kind in UNREACHABLE_KINDS)]
     if errored:
         found.append(Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored),
@@ -155,15 +172,43 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
         found.append(Condition("StragglerSuspected", last_cause))
     if not checks and NodeState(state).in_service:
         found.append(Condition("Unchecked", "no check has run on the node"))
+    elif unchecked is not None:  # unchecked_since: the evidence is too old to stand on
+        found.append(unchecked)
     return found
+
+
+def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: datetime | None, now: datetime,
+                    sweep_every_s: float | None, agent_silence_s: float) -> Condition | None:
+    """`Unchecked` for a node in service whose newest evidence (its latest check run) is older
+    than its fleet's sweep interval while no agent reports (never heard, or silent past
+    `agent_silence_s`): what it says may no longer be true, so it is not Ready. None when
+    the evidence is fresh, an agent reports, or no sweep interval is known (`sweep_every_s`
+    None: no sweep is scheduled, or Temporal did not say), since then nothing says how old
+    is too old. The reason gives the evidence's age; `since` is when it was taken."""
+    if not NodeState(state).in_service or not checks or sweep_every_s is None:
+        return None
+    if agent_seen_at is not None and (now - agent_seen_at).total_seconds() <= agent_silence_s:
+        return None
+    newest = max(c.at for c in checks)
+    age_s = (now - newest).total_seconds()
+    if age_s <= sweep_every_s:
+        return None
+    return Condition("Unchecked", f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) "
+                                  f"and no agent reports", newest)
+
+
+def _age(seconds: float) -> str:
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
     """The HEALTH cell: the condition types (with how many checks fail or error; `node show`
     names them), or Ready. A node is never Ready without a check
-    behind it (no `pass` without evidence); a retired node has no health."""
-    if state == NodeState.RETIRED.value:
-        return "-"
+    behind it (no `pass` without evidence), nor out of service."""
     if found:
         words = []
         for c in found:

@@ -48,7 +48,7 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
          "max_failures": r.max_failures}
         for state in ("running", "halted") for r in firmware_db.rollouts(engine, status=state)
     ]
-    status["suspect"] = [{"node": name, "since": e.at, "reason": e.reason,
+    status["suspect"] = [{"node": name, "since": e.since, "reason": e.reason,
                           "why": "agent silent" if e.actor == queries.AGENT_SILENCE_ACTOR else "unreachable"}
                          for name, e in sorted(queries.suspect_nodes(engine).items())]
     status["stalled"] = [{"node": name, "since": e.at, "reason": e.reason}

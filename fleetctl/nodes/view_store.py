@@ -5,16 +5,20 @@ fleetctl.nodes.conditions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fleetctl.db import queries
+from fleetctl.durations import as_utc
 from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
-                                      reason, summarise_checks)
+                                      reason, summarise_checks, unchecked_since)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from fleetctl.db.models import AutomationEvent, CheckRun, Node, NodeEvent
+    from fleetctl.db.queries import Suspicion
     from fleetctl.jobs.placement import NodeHealth
 
 # How many of a node's latest check runs `node show` summarises (a streak longer than this
@@ -50,11 +54,15 @@ def _running_jobs(engine: Engine) -> dict[str, list[str]]:
 
 
 def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
-             jobs: dict[str, list[str]], wide: bool, suspect: AutomationEvent | None = None,
-             stalled: AutomationEvent | None = None) -> dict[str, Any]:
-    judged = Condition("Suspect", suspect.reason, suspect.at) if suspect is not None else None
+             jobs: dict[str, list[str]], wide: bool, suspect: Suspicion | None = None,
+             stalled: AutomationEvent | None = None, freshness: Freshness | None = None) -> dict[str, Any]:
+    judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
-    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall)
+    stale = None
+    if freshness is not None:
+        stale = unchecked_since(n.state, checks, as_utc(n.agent_seen_at) if n.agent_seen_at else None,
+                                freshness.now, freshness.sweep_every_s, freshness.agent_silence_s)
+    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall, n.state_since, stale)
     row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
            "suspect": suspect.reason if suspect is not None else None,
            "conditions": [c.to_dict() for c in found],
@@ -70,12 +78,23 @@ def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, la
     return row
 
 
+@dataclass(frozen=True)
+class Freshness:
+    """What `Unchecked` judges the evidence's age by (conditions.unchecked_since): the fleet's
+    sweep interval (None: not known), the agent silence setting, and now."""
+
+    sweep_every_s: float | None
+    agent_silence_s: float
+    now: datetime
+
+
 def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
     return {node: DrainHeld(why, first, last, count)
             for node, (count, first, last, why) in queries.held_drains(engine, names).items()}
 
 
-def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[str, Any]]:
+def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
+              freshness: Freshness | None = None) -> list[dict[str, Any]]:
     """`node list`'s rows: every node with its health, reason and jobs, in six queries."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
@@ -86,7 +105,8 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool) -> list[dict[st
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
-                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name)) for n in nodes]
+                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name), freshness)
+            for n in nodes]
 
 
 def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
@@ -109,7 +129,7 @@ def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
     found = {}
     for n in nodes:
         checks = summarise_checks(_check_row(r) for r in latest.get(n.name, []))
-        judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].at) if n.name in suspect else None
+        judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].since) if n.name in suspect else None
         stall = Condition("Stalled", stalled[n.name].reason, stalled[n.name].at) if n.name in stalled else None
         cause = last[n.name].cause if n.name in last else ""
         types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall))
@@ -117,13 +137,14 @@ def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
     return found
 
 
-def node_detail(engine: Engine, n: Node) -> dict[str, Any]:
+def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> dict[str, Any]:
     """`node show`: the list row, one summary per check (the current streak of its status),
     health events and recent transitions."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
     data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
-                    suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name))
+                    suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
+                    freshness=freshness)
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [
         {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}

@@ -12,9 +12,13 @@ Every series a fleet's operator filters on carries a `fleet` label: a node's inv
 (capacity.FLEET_LABEL), else the fleet this exporter serves (what `fleet status` counts). The
 served fleet's breaker and capacity budget are exported from the first scrape, so a healthy
 fleet reads 0, not "No data". Which nodes are out and why is one series per node out of
-production, its free-text cause cut to REASON_LIMIT characters with control characters
-escaped (fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape
-sequence, nor grow the label without bound.
+production, labelled with the bounded class of what took it out (metrics.CAUSE_CLASSES:
+`maintenance`, `xid`, `check`, ...), never the free-text cause: a new event makes no new
+series (`node show` says why). What does reach a label from outside (a node name, a fleet,
+a held drain's reason) is cut to REASON_LIMIT characters with control characters escaped
+(fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape sequence.
+Counters count what only grows (check runs, drains, failures, remediation runs ended);
+what is true now is a gauge (runs in flight, RMA records by status).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
-from fleetctl.reliability.metrics import PRODUCTION, Transition, failure_label, is_failure
+from fleetctl.reliability.metrics import PRODUCTION, Transition, cause_class, failure_label, is_failure
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
@@ -55,6 +59,7 @@ GUARD_DECISIONS = ("grant", "deny", "force")
 BREAKER_KINDS = ("breaker_open", "breaker_closed")
 # The guard's answers that hold a node's drain back (the request that opens the breaker is one).
 GUARD_REFUSALS = ("deny", "breaker_open")
+# The stall watcher's findings (queries.stalled_nodes): read once each, as the guard's are.
 STALL_KINDS = (queries.STALLED, queries.UNSTALLED)
 
 
@@ -123,21 +128,26 @@ class FleetCollector:
         """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy)."""
         self.engine, self.fleet, self.policy = engine, fleet, policy or GuardPolicy()
         self.lock = Lock()  # two scrapes at once must not fold the same rows twice
-        self.check_counts: Counter[tuple[str, str]] = Counter()
-        self.check_seconds: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(CHECK_DURATION_BUCKETS) + 2))
-        self.drains: Counter[str] = Counter()
-        self.failures: Counter[str] = Counter()
+        # Per (fleet, check, status) and (fleet, check); the node's fleet when its row was read.
+        self.check_counts: Counter[tuple[str, str, str]] = Counter()
+        self.check_seconds: dict[tuple[str, str], list[float]] = defaultdict(
+            lambda: [0.0] * (len(CHECK_DURATION_BUCKETS) + 2))
+        self.drains: Counter[tuple[str, str]] = Counter()  # (fleet, actor_kind)
+        self.failures: Counter[tuple[str, str]] = Counter()  # (fleet, cause)
+        self.fleet_of: dict[str, str] = {}  # node -> its fleet, as of the scrape reading its rows
         self.decisions: Counter[tuple[str, str]] = Counter()
         self.breaker: dict[str, str] = {}  # each fleet's latest open/close
-        self.left_production: dict[str, datetime] = {}  # per node out of production: since when
-        self.repairs = [0.0] * (len(REPAIR_BUCKETS) + 2)
+        self.left_production: dict[str, datetime] = {}  # per node out of production for a failure: since when
+        self.out_cause: dict[str, str] = {}  # per node: the cause class of its latest move out of production
+        self.repairs: dict[str, list[float]] = defaultdict(lambda: [0.0] * (len(REPAIR_BUCKETS) + 2))
         self.last_move: dict[str, tuple[datetime, str, str]] = {}  # per node: (at, to_state, why)
         # Per node the guard refused since its last grant: (first refusal, latest, its reason).
         self.refused: dict[str, tuple[datetime, datetime, str]] = {}
-        self.stalled: dict[str, datetime] = {}  # per node the stall watcher holds stalled: since when
+        # Per node the stall watcher judged: its latest finding (queries.stalled_nodes, folded).
+        self.stalls: dict[str, tuple[str, datetime]] = {}
         self.readers = (
-            AppendOnlyReader(CheckRun.id, (CheckRun.check_name, CheckRun.status, CheckRun.started_at,
-                                           CheckRun.finished_at), self._fold_check),
+            AppendOnlyReader(CheckRun.id, (CheckRun.node_name, CheckRun.check_name, CheckRun.status,
+                                           CheckRun.started_at, CheckRun.finished_at), self._fold_check),
             AppendOnlyReader(NodeEvent.id, (NodeEvent.node_name, NodeEvent.from_state, NodeEvent.to_state,
                                             NodeEvent.trigger, NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at,
                                             NodeEvent.failure),
@@ -148,37 +158,45 @@ class FleetCollector:
                              where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS)),
         )
 
+    def _fleet(self, node: str) -> str:
+        return self.fleet_of.get(node, self.fleet)
+
     def _fold_check(self, row) -> None:
-        _, check, status, started, finished = row
-        self.check_counts[(check, status)] += 1
+        _, node, check, status, started, finished = row
+        fleet = self._fleet(node)
+        self.check_counts[(fleet, check, status)] += 1
         seconds = max(0.0, (as_utc(finished) - as_utc(started)).total_seconds())
-        _tally(seconds, self.check_seconds[check], CHECK_DURATION_BUCKETS)
+        _tally(seconds, self.check_seconds[(fleet, check)], CHECK_DURATION_BUCKETS)
 
     def _fold_event(self, row) -> None:
         _, node, from_state, to_state, trigger, cause, actor_kind, at, failure = row
         at = as_utc(at)
+        fleet = self._fleet(node)
         if trigger == "drain":
-            self.drains[actor_kind] += 1
-        if from_state == PRODUCTION:
-            t = Transition("", from_state, to_state, at, trigger, cause, actor_kind, failure)
-            if is_failure(t):
-                self.failures[failure_label(t)] += 1
-        # Repairs as metrics.repair_seconds counts them: from leaving production to its return.
+            self.drains[(fleet, actor_kind)] += 1
+        t = Transition("", from_state, to_state, at, trigger, cause, actor_kind, failure)
+        if from_state == PRODUCTION and is_failure(t):
+            self.failures[(fleet, failure_label(t))] += 1
+        # Repairs as metrics.repair_seconds counts them: from a failure to the node's return
+        # (a return from planned work is no repair).
         if from_state == PRODUCTION and to_state != PRODUCTION:
-            self.left_production[node] = at
+            self.out_cause[node] = cause_class(t)
+            if is_failure(t):
+                self.left_production[node] = at
+            else:
+                self.left_production.pop(node, None)
         elif to_state == PRODUCTION and node in self.left_production:
-            _tally(max(0.0, (at - self.left_production.pop(node)).total_seconds()), self.repairs, REPAIR_BUCKETS)
+            _tally(max(0.0, (at - self.left_production.pop(node)).total_seconds()), self.repairs[fleet],
+                   REPAIR_BUCKETS)
         # A row that committed late (AppendOnlyReader's gaps) must not hide a later move.
         if node not in self.last_move or self.last_move[node][0] <= at:
             self.last_move[node] = (at, to_state, cause or trigger)
 
     def _fold_decision(self, row) -> None:
         _, fleet, kind, node, at, reason = row
-        if kind in STALL_KINDS:  # the stall watcher's findings: the latest per node stands
-            if kind == queries.STALLED:
-                self.stalled[node] = as_utc(at)
-            else:
-                self.stalled.pop(node, None)
+        if kind in STALL_KINDS:
+            if node:
+                self.stalls[node] = (kind, as_utc(at))  # rows arrive in id order: the last one stands
             return
         if node and kind in GUARD_REFUSALS:
             at = as_utc(at)
@@ -197,6 +215,8 @@ class FleetCollector:
         with self.lock, Session(self.engine) as session:
             node_rows = list(session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels,
                                              Node.state_since)))
+            self.fleet_of.update({name: one_line(str((labels or {}).get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
+                                  for name, _, _, _, labels, _ in node_rows})
             for reader in self.readers:
                 reader.read(session)
             restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at)))
@@ -204,40 +224,43 @@ class FleetCollector:
             check_seconds = {check: list(tally) for check, tally in self.check_seconds.items()}
             drains, causes, decisions = dict(self.drains), dict(self.failures), sorted(self.decisions.items())
             latest = dict(self.breaker)
-            repairs = list(self.repairs)
-            moves = {name: self.last_move.get(name) for name, state, *_ in node_rows if state in OUT_STATES}
+            repairs = {fleet: list(tally) for fleet, tally in self.repairs.items()}
+            causes_out = {name: self.out_cause.get(name, "other") for name, state, *_ in node_rows if state in OUT_STATES}
             refused = dict(self.refused)
-            stalled_since = dict(self.stalled)
+            stalls = {node: at for node, (kind, at) in self.stalls.items() if kind == queries.STALLED}
             remediations = list(session.exec(
-                select(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status, func.count())
-                .group_by(RemediationRun.runbook, RemediationRun.mode, RemediationRun.status)))
-            rmas = list(session.exec(select(RmaRecord.status, func.count()).group_by(RmaRecord.status)))
+                select(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode, RemediationRun.status,
+                       func.count())
+                .group_by(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode,
+                          RemediationRun.status)))
+            rmas = list(session.exec(select(RmaRecord.node_name, RmaRecord.status, func.count())
+                                     .group_by(RmaRecord.node_name, RmaRecord.status)))
+            fleet_of = dict(self.fleet_of)
         latest.setdefault(self.fleet, "breaker_closed")  # nothing recorded: it never opened
 
-        fleet_of = {name: one_line(str(labels.get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
-                    for name, _, _, _, labels, _ in node_rows}
         node_counts = Counter((fleet_of[name], state, rack, profile) for name, state, rack, profile, _, _ in node_rows)
 
-        per_state: Counter[str] = Counter({s.value: 0 for s in NodeState})
+        # Every state of every fleet with a node (and the served fleet): a state reads 0, not "No data".
+        per_state: Counter[tuple[str, str]] = Counter(
+            {(fleet, s.value): 0 for fleet in {*fleet_of.values(), self.fleet} for s in NodeState})
         by_rack = GaugeMetricFamily("fleetctl_nodes_by_rack", "Nodes per fleet, rack, GPU profile and lifecycle state",
                                     labels=["fleet", "rack", "profile", "state"])
         for (fleet, state, rack, profile), count in sorted(node_counts.items()):
-            per_state[state] += count
+            per_state[(fleet, state)] += count
             by_rack.add_metric([fleet, rack, profile, state], count)
-        nodes = GaugeMetricFamily("fleetctl_nodes", "Nodes per lifecycle state", labels=["state"])
-        for state, count in sorted(per_state.items()):
-            nodes.add_metric([state], count)
+        nodes = GaugeMetricFamily("fleetctl_nodes", "Nodes per fleet and lifecycle state", labels=["fleet", "state"])
+        for (fleet, state), count in sorted(per_state.items()):
+            nodes.add_metric([fleet, state], count)
         yield nodes
         yield by_rack
         out = GaugeMetricFamily(
             "fleetctl_node_out_since_timestamp_seconds",
-            "Per node out of production (draining, maintenance, RMA): when it entered its state; "
-            "why is its last move's cause, cut to a line", labels=["fleet", "node", "rack", "state", "reason"])
+            "Per node out of production (draining, maintenance, RMA): when it entered its state; cause is the "
+            "class of the move that took it out of production (metrics.CAUSE_CLASSES; `node show` says why)",
+            labels=["fleet", "node", "rack", "state", "cause"])
         for name, state, rack, _, _, since in sorted(node_rows):
             if state in OUT_STATES:
-                move = moves[name]
-                why = move[2] if move is not None and move[1] == state else ""
-                out.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, state, one_line(why, REASON_LIMIT)],
+                out.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, state, causes_out[name]],
                                as_utc(since).timestamp())
         yield out
         held = GaugeMetricFamily(
@@ -256,46 +279,66 @@ class FleetCollector:
             "Per node whose workflow the stall watcher found stalled (failing workflow tasks, or queued work past "
             "stall_after_s): since when; `node show` says why", labels=["fleet", "node", "rack"])
         rack_of = {name: rack for name, _, rack, *_ in node_rows}
-        for name, since in sorted(stalled_since.items()):
+        for name, at in sorted(stalls.items()):
             if name in rack_of:
-                stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], since.timestamp())
+                stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], at.timestamp())
         yield stalled
         yield from self._budgets([(rack, state, as_utc(since)) for _, state, rack, _, labels, since in node_rows
                                   if in_fleet(labels, self.fleet)])
 
-        runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per check and judged status",
-                                   labels=["check", "status"])
-        for (check, status), count in check_counts:
-            runs.add_metric([check, status], count)
+        runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per fleet, check and judged status",
+                                   labels=["fleet", "check", "status"])
+        for (fleet, check, status), count in check_counts:
+            runs.add_metric([fleet, check, status], count)
         yield runs
         durations = HistogramMetricFamily("fleetctl_check_duration_seconds", "How long each check ran",
-                                          labels=["check"])
-        for check, tally in sorted(check_seconds.items()):
-            durations.add_metric([check], _buckets(tally, CHECK_DURATION_BUCKETS), tally[-1])
+                                          labels=["fleet", "check"])
+        for (fleet, check), tally in sorted(check_seconds.items()):
+            durations.add_metric([fleet, check], _buckets(tally, CHECK_DURATION_BUCKETS), tally[-1])
         yield durations
 
         drained = CounterMetricFamily("fleetctl_drains", "Nodes drained, by who asked (operator or automation)",
-                                      labels=["actor_kind"])
-        for actor_kind, count in sorted(drains.items()):
-            drained.add_metric([actor_kind], count)
+                                      labels=["fleet", "actor_kind"])
+        for (fleet, actor_kind), count in sorted(drains.items()):
+            drained.add_metric([fleet, actor_kind], count)
         yield drained
         failed = CounterMetricFamily("fleetctl_node_failures", "Failures (see fleetctl.reliability.metrics) by cause",
-                                     labels=["cause"])
-        for cause, count in sorted(causes.items()):
-            failed.add_metric([cause], count)
+                                     labels=["fleet", "cause"])
+        for (fleet, cause), count in sorted(causes.items()):
+            failed.add_metric([fleet, cause], count)
         yield failed
         repaired = HistogramMetricFamily("fleetctl_node_repair_seconds",
-                                         "From a node leaving production to its return (MTTR: _sum / _count)")
-        repaired.add_metric([], _buckets(repairs, REPAIR_BUCKETS), repairs[-1])
+                                         "From a failure taking a node out of production to its return "
+                                         "(MTTR: _sum / _count; planned work is no repair)", labels=["fleet"])
+        for fleet in sorted({*repairs, self.fleet}):
+            tally = repairs.get(fleet, [0.0] * (len(REPAIR_BUCKETS) + 2))
+            repaired.add_metric([fleet], _buckets(tally, REPAIR_BUCKETS), tally[-1])
         yield repaired
-        remediated = GaugeMetricFamily("fleetctl_remediation_runs", "Remediation runs by runbook, mode and status",
-                                       labels=["runbook", "mode", "status"])
-        for runbook, mode, status, count in sorted(remediations):
-            remediated.add_metric([runbook, mode, status], count)
+        # A run's count under its final status only grows (a counter); the running ones are a gauge.
+        ended: Counter[tuple[str, str, str, str]] = Counter()
+        running: Counter[tuple[str, str, str]] = Counter()
+        for node, runbook, mode, status, count in remediations:
+            fleet = fleet_of.get(node, self.fleet)
+            if status == "running":
+                running[(fleet, runbook, mode)] += count
+            else:
+                ended[(fleet, runbook, mode, status)] += count
+        remediated = CounterMetricFamily("fleetctl_remediation_runs", "Remediation runs ended, by runbook, mode "
+                                         "and how they ended", labels=["fleet", "runbook", "mode", "status"])
+        for labels, count in sorted(ended.items()):
+            remediated.add_metric(list(labels), count)
         yield remediated
-        returned = GaugeMetricFamily("fleetctl_rma_records", "RMA records by status", labels=["status"])
-        for status, count in sorted(rmas):
-            returned.add_metric([status], count)
+        in_flight = GaugeMetricFamily("fleetctl_remediation_runs_running", "Remediation runs running now",
+                                      labels=["fleet", "runbook", "mode"])
+        for labels, count in sorted(running.items()):
+            in_flight.add_metric(list(labels), count)
+        yield in_flight
+        per_status: Counter[tuple[str, str]] = Counter()
+        for node, status, count in rmas:
+            per_status[(fleet_of.get(node, self.fleet), status)] += count
+        returned = GaugeMetricFamily("fleetctl_rma_records", "RMA records by status", labels=["fleet", "status"])
+        for (fleet, status), count in sorted(per_status.items()):
+            returned.add_metric([fleet, status], count)
         yield returned
 
         restarted = CounterMetricFamily("fleetctl_job_restarts", "Job restarts off bad nodes, by outcome",

@@ -17,18 +17,21 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   `failure`: `xid <code>`, `check <name>`, `straggler <check>` or `health`, written by the
   workflow that drained the node from the event it acted on), or any drain by automation,
   timed inside the window.
-  Its cause label is that failure, or `automation` for a drain that records none. An
-  operator's drain records no fault: it is planned work, not a failure.
+  Its cause label is that failure, or `automation` for a drain that records none. A drain
+  for planned work (`fleetctl node drain --maintenance`, the default: failure `maintenance`;
+  or an operator's drain that records nothing) is not a failure.
 - MTTF: production node-hours in the window / failures in the window (none without failures).
-- MTTR: mean time from leaving production to returning to production, over the returns
-  inside the window (nodes that have not returned do not count).
+- MTTR: mean time from a failure (leaving production) to returning to production, over the
+  returns inside the window (nodes that have not returned do not count; a return from planned
+  work is no repair and does not count).
 - Availability: production time / time in the states that are capacity
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
   capacity that was lost.
 - Times remediated (`runbooks.LemonPolicy.times_remediated`, one figure wherever it is shown:
   the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
-  at a moment, the node's live remediation runs begun, or its entries into maintenance,
+  at a moment, the node's live remediation runs begun, or its entries into maintenance to be
+  remediated (`runbooks.remediation_entries`: not the entry that ends a planned drain),
   whichever is more.
 - Lemon node: one remediated at least the lemon threshold (default 3) times within a lemon
   window ending inside the report window; the report shows the most times remediated in
@@ -65,16 +68,20 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   of production, timed inside the window. Its rule is its failure label (`failure_label`).
 - Outcome of an automated removal, judged at `now` from the node's transitions after the
   drain up to its next entry into production:
-  - confirmed: the node went to RMA or was retired before it returned to production; or it
-    returned to production after a repair: a live remediation run's step with a repairing
+  - confirmed: the node went to RMA and the vendor replaced a part (`rma close --replaced`),
+    or it was retired, before it returned to production; or it returned to production after a
+    repair: a live remediation run's step with a repairing
     action (`REPAIRING_ACTIONS`: gpu_reset, reboot) that passed between the drain and the
     return, or a firmware update (the node entered the `firmware` state) in that span. The
     return itself is the proof the node then passed its checks (admission, or an operator's
     undrain). A repair that was not needed (a ladder that always resets first) cannot be
     told from one that fixed the node: it counts as confirmed.
   - unchanged: the node returned to production with no repair in between (a recheck or
-    burn-in passed on the node as it was, or an operator undrained it): a likely false alarm.
-  - open: neither yet (still draining, in maintenance, burn-in or admission).
+    burn-in passed on the node as it was, or an operator undrained it), or its RMA came back
+    with no fault found (`rma close --no-fault-found`): a likely false alarm.
+  - open: neither yet (still draining, in maintenance, burn-in or admission, or in an RMA
+    not yet closed; an RMA with no record is open too). The RMA judged is the node's first
+    opened at or after the drain.
 - Rule precision: confirmed / (confirmed + unchanged) over the rule's removals in the
   window; None when none is resolved. A rule is usually wrong when its precision is under
   `USUALLY_WRONG_BELOW` over at least `USUALLY_WRONG_MIN_RESOLVED` resolved removals.
@@ -95,7 +102,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.remediation.rma import RMA_NO_FAULT_FOUND, RMA_OPEN, RMA_REPLACED
+from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, is_planned_drain, remediation_entries
 
 PRODUCTION = NodeState.PRODUCTION.value
 
@@ -129,6 +137,14 @@ class NodeHistory:
     remediation_starts: tuple[datetime, ...] = ()
     # When each repairing step (REPAIRING_ACTIONS) of a live remediation run passed.
     repairs: tuple[datetime, ...] = ()
+    # The node's RMAs: when each was opened and how it ended (fleetctl.remediation.rma.rma_outcome).
+    rmas: tuple[RmaOutcome, ...] = ()
+
+
+@dataclass(frozen=True)
+class RmaOutcome:
+    opened_at: datetime
+    outcome: str  # rma.RMA_OPEN, RMA_REPLACED or RMA_NO_FAULT_FOUND
 
 
 @dataclass(frozen=True)
@@ -270,7 +286,7 @@ def states_at(spans_by_node: Mapping[str, Sequence[Interval]], times: Sequence[d
 
 
 def is_failure(t: Transition) -> bool:
-    if t.from_state != PRODUCTION or t.to_state == PRODUCTION:
+    if t.from_state != PRODUCTION or t.to_state == PRODUCTION or t.failure == PLANNED:
         return False
     return bool(t.failure) or (t.actor_kind == "automation" and t.trigger == "drain")
 
@@ -279,16 +295,34 @@ def failure_label(t: Transition) -> str:
     return t.failure or "automation"
 
 
+# The bounded classes of why a node left production (the exporter's `cause` label): no free
+# text, no code, so a new fault makes no new series.
+CAUSE_CLASSES = ("maintenance", "xid", "check", "straggler", "health", "operator", "automation", "other")
+
+
+def cause_class(t: Transition) -> str:
+    """The class of a move out of production: `maintenance` for planned work, the kind of its
+    failure (`xid`, `check`, `straggler`, `health`, `operator`), `automation` for an automated
+    drain that records none, else `other` (an operator's retirement, ...)."""
+    if is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind):
+        return "maintenance"
+    kind = t.failure.split(" ", 1)[0] if is_failure(t) else ""
+    if kind in CAUSE_CLASSES:
+        return kind
+    return "automation" if is_failure(t) else "other"
+
+
 def failures(events: Iterable[Transition], since: datetime, until: datetime) -> list[Transition]:
     return [t for t in events if is_failure(t) and since <= t.at <= until]
 
 
 def repair_seconds(events: Iterable[Transition], since: datetime, until: datetime) -> list[float]:
-    """For each return to production inside the window: how long the node had been out."""
+    """For each return to production inside the window after a failure: how long the node
+    had been out. A return from planned work (a maintenance drain) is no repair."""
     out, left = [], None
     for t in events:
         if t.from_state == PRODUCTION and t.to_state != PRODUCTION:
-            left = t.at
+            left = t.at if is_failure(t) else None
         elif t.to_state == PRODUCTION and left is not None:
             if since <= t.at <= until:
                 out.append((t.at - left).total_seconds())
@@ -339,7 +373,7 @@ def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime
     policy = LemonPolicy(threshold, window)
     lemons = {}
     for h in histories:
-        entries = [t.at for t in timeline(h.node.created_at, h.transitions, now) if t.to_state == NodeState.MAINTENANCE.value]
+        entries = remediation_entries(timeline(h.node.created_at, h.transitions, now))
         # The figure only grows at a run's start or an entry: its peak is at one of them.
         moments = [at for at in (*entries, *h.remediation_starts) if since <= at <= now]
         worst = max((policy.times_remediated(h.remediation_starts, entries, at) for at in moments), default=0)
@@ -355,7 +389,7 @@ REPAIRING_ACTIONS = frozenset({"gpu_reset", "reboot"})
 CONFIRMED, UNCHANGED, OPEN = "confirmed", "unchanged", "open"
 USUALLY_WRONG_BELOW = 0.5
 USUALLY_WRONG_MIN_RESOLVED = 3
-_GONE = frozenset({NodeState.RMA.value, NodeState.RETIRED.value})
+_BY_RMA = {RMA_REPLACED: CONFIRMED, RMA_NO_FAULT_FOUND: UNCHANGED, RMA_OPEN: OPEN}
 
 
 @dataclass(frozen=True)
@@ -390,11 +424,16 @@ def is_automated_removal(t: Transition) -> bool:
     return t.trigger == "drain" and t.actor_kind == "automation" and t.from_state == PRODUCTION
 
 
-def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime]) -> str:
-    """The outcome of a removal at `drained_at` from the node's transitions `after` it."""
+def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime],
+                    rmas: Sequence[RmaOutcome] = ()) -> str:
+    """The outcome of a removal at `drained_at` from the node's transitions `after` it and
+    its RMAs: one that went to RMA is judged by the first RMA opened since the drain."""
     firmware = False
     for t in after:
-        if t.to_state in _GONE:
+        if t.to_state == NodeState.RMA.value:
+            rma = min((r for r in rmas if r.opened_at >= drained_at), key=lambda r: r.opened_at, default=None)
+            return _BY_RMA[rma.outcome] if rma is not None else OPEN
+        if t.to_state == NodeState.RETIRED.value:
             return CONFIRMED
         firmware = firmware or t.to_state == NodeState.FIRMWARE.value
         if t.to_state == PRODUCTION:
@@ -406,7 +445,8 @@ def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: 
 def removals(history: NodeHistory, since: datetime, now: datetime) -> list[Removal]:
     """The node's automated removals inside [since, now], each with its outcome at `now`."""
     events = timeline(history.node.created_at, history.transitions, now)
-    return [Removal(history.node.name, failure_label(t), t.at, removal_outcome(events[k + 1:], t.at, history.repairs))
+    return [Removal(history.node.name, failure_label(t), t.at,
+                    removal_outcome(events[k + 1:], t.at, history.repairs, history.rmas))
             for k, t in enumerate(events) if is_automated_removal(t) and since <= t.at <= now]
 
 

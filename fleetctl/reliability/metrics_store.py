@@ -12,11 +12,12 @@ from sqlmodel import Session, col, or_, select
 from checks.profiles import UnknownProfile, load_profile
 from checks.stragglers import STRAGGLER_METRICS
 from fleetctl.db.models import (CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent, RemediationRun,
-                                RemediationStep)
+                                RemediationStep, RmaRecord)
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
 from fleetctl.reliability.metrics import (REPAIRING_ACTIONS, CheckSample, FleetHistory, JobRecord, NodeHistory, NodeRecord,
-                                          RestartRecord, Transition)
+                                          RestartRecord, RmaOutcome, Transition)
+from fleetctl.remediation.rma import rma_outcome
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -52,6 +53,11 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
                 .where(RemediationRun.mode == "live", RemediationStep.status == "passed",
                        col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS)))):
             repairs[node_name].append(as_utc(finished_at))
+        # How each RMA ended (for rule precision): open, a part replaced, or no fault found.
+        rmas: dict[str, list[RmaOutcome]] = defaultdict(list)
+        for node_name, opened_at, status, replaced in session.exec(
+                select(RmaRecord.node_name, RmaRecord.opened_at, RmaRecord.status, RmaRecord.replaced)):
+            rmas[node_name].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
         jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
                                                    or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
         restarts: dict[str, list[RestartRecord]] = defaultdict(list)
@@ -75,7 +81,8 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
     return FleetHistory(
         nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
                            tuple(by_node.get(n.name, ())), tuple(sorted(run_starts.get(n.name, ()))),
-                           tuple(sorted(repairs.get(n.name, ()))))
+                           tuple(sorted(repairs.get(n.name, ()))),
+                           tuple(sorted(rmas.get(n.name, ()), key=lambda r: r.opened_at)))
                for n in nodes],
         jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
                         tuple(restarts.get(j.job_id, ())), j.name, tuple(sorted(checkpoints.get(j.job_id, ()))),

@@ -260,12 +260,14 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
     lemon = report["lemon_rule"]
     return [
         ("Failure", "a node taken out of production for a fault it showed (a GPU XID error, a failed check, a "
-                    "health alert), or any drain by the automation. A drain by an operator for planned work "
-                    "(reseating a cable, an upgrade) is not a failure."),
+                    "health alert, or an operator's drain for a fault), or any drain by the automation. A drain "
+                    "by an operator for planned work (a drain marked as maintenance, the default: "
+                    "reseating a cable, an upgrade, PDU work) is not a failure."),
         ("MTTF (mean time to failure)", "production node time per failure: the hours the nodes spent in "
                                         "production during the window, added up, divided by the failures in it."),
-        ("MTTR (mean time to repair)", "how long a node that left production stayed out before it returned, on "
-                                       "average over the returns during the window. Nodes still out do not count."),
+        ("MTTR (mean time to repair)", "how long a node that left production for a failure stayed out before it "
+                                       "returned, on average over the returns during the window. Nodes still out "
+                                       "do not count, nor returns from planned work."),
         ("Availability", "time in production as a share of the time the nodes were the fleet's capacity: in "
                          "production, draining, in maintenance or sent to the vendor (RMA). Time before a node "
                          "first entered production, in burn-in or admission checks, and after retirement "
@@ -273,17 +275,19 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
         ("Rule precision", "how often the automation was right to take a node out, per rule (the fault a drain "
                            "was for: an XID code, a failed check, a health alert). A removal is confirmed when the "
-                           "node then went to the vendor (RMA) or was retired, or came back to production only after "
+                           "node then went to the vendor (RMA) and the vendor replaced a part, "
+                           "or was retired, or came back to production only after "
                            "a repair: a remediation runbook's GPU reset or reboot that succeeded, or a firmware "
                            "update (a reset that was not needed counts as a repair too). It is unchanged when the "
                            "node came back to production with nothing repaired (a recheck or burn-in passed on it as "
-                           "it was, or an operator put it back): likely a false alarm. It is open while the node is "
-                           "still out. Precision is confirmed / (confirmed + unchanged); a rule under "
+                           "it was, or an operator put it back), or its RMA came back with no fault found: likely a false alarm. It is open while the node is still out or its "
+                           "RMA is not yet closed. Precision is confirmed / (confirmed + unchanged); a rule under "
                            f"{metrics.USUALLY_WRONG_BELOW:.0%} over at least {metrics.USUALLY_WRONG_MIN_RESOLVED} "
                            "resolved removals is marked usually wrong."),
         ("Lemon node", f"a node remediated {lemon['threshold']} times or more within "
-                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance, "
-                       "whichever are more), in a span that ends during the window."),
+                       f"{duration(lemon['within_days'] * 86400)} (remediation runs begun or entries into maintenance to "
+                       "be repaired, whichever are more; a drain for planned work is none), in a span that ends "
+                       "during the window."),
         ("Job ETTR (effective training time ratio)", "the share of a job's time that was useful work: its wall "
                                                      "time minus the time spent restarting after faults and the "
                                                      "work lost since its last checkpoint. The fleet's ETTR weighs "

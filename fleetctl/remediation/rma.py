@@ -27,6 +27,19 @@ _SECRET_PATTERNS = (
 )
 
 
+# How an RMA ended, from its record: what rule precision scores a removal that went to RMA by.
+RMA_OPEN, RMA_REPLACED, RMA_NO_FAULT_FOUND = "open", "replaced", "no_fault_found"
+
+
+def rma_outcome(status: str, replaced: str | None) -> str:
+    """`open` until the RMA is closed; then `replaced` (`rma close --replaced PART`: the
+    vendor found the fault and replaced a part) or `no_fault_found` (`rma close
+    --no-fault-found`: the part came back as it went; closed with nothing replaced)."""
+    if status != "closed":
+        return RMA_OPEN
+    return RMA_REPLACED if replaced else RMA_NO_FAULT_FOUND
+
+
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
     """The value with every secret masked, recursively through lists and mappings."""
     secrets = tuple(s for s in secrets if s)

@@ -537,11 +537,60 @@ class Runbook:
                 "steps": [s.to_dict() for s in self.steps]}
 
 
+# What a drain is travels in the failure it records (node_events.failure, Event.failure):
+# a fault's label (`xid 79`, `check nccl-allreduce`, `operator`, ...), or PLANNED for an
+# operator's planned work (a maintenance drain). An operator's drain that records nothing
+# (before drains said what they were) is planned work too.
+MAINTENANCE = "maintenance"
+PLANNED = "maintenance"
+
+
+def is_planned_drain(from_state: str, to_state: str, failure: str, actor_kind: str) -> bool:
+    """A move out of production for planned work, not for a fault."""
+    if from_state != NodeState.PRODUCTION.value or to_state == NodeState.PRODUCTION.value:
+        return False
+    return failure == PLANNED or (not failure and actor_kind == "operator")
+
+
+def what_a_drain_is(from_state: str, to_state: str, failure: str, actor_kind: str, trigger: str = "") -> str:
+    """A move out of production in words for `node show` and the history: `maintenance`,
+    `failure: <label>` (the label the report counts it under), or "" for any other move."""
+    if from_state != NodeState.PRODUCTION.value or to_state == NodeState.PRODUCTION.value:
+        return ""
+    if is_planned_drain(from_state, to_state, failure, actor_kind):
+        return PLANNED
+    if failure:
+        return f"failure: {failure}"
+    return "failure: automation" if actor_kind == "automation" and trigger == "drain" else ""
+
+
+def remediation_entries(transitions: Iterable[Any]) -> list[datetime]:
+    """When the node entered maintenance to be remediated, from its transitions in recorded
+    order (anything with from_state, to_state, failure, actor_kind and at: node_events rows,
+    fleetctl.reliability.metrics.Transition). The entry that ends a planned drain (straight
+    from production or draining, while the node is out for maintenance) is not a remediation;
+    a check that fails while it is out (burn-in back to maintenance) is."""
+    out_for_maintenance = False
+    entries = []
+    for t in transitions:
+        if t.from_state == NodeState.PRODUCTION.value and t.to_state != NodeState.PRODUCTION.value:
+            out_for_maintenance = is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind)
+        elif t.to_state == NodeState.PRODUCTION.value:
+            out_for_maintenance = False
+        if t.to_state == NodeState.MAINTENANCE.value and not (
+                out_for_maintenance and t.from_state in (NodeState.PRODUCTION.value, NodeState.DRAINING.value)):
+            entries.append(t.at)
+    return entries
+
+
 @dataclass(frozen=True)
 class Event:
     """What a runbook reacts to: an XID from the kernel log, a check result, or an operator."""
 
-    kind: str  # "xid", "check", "straggler" (check: its metric) or "manual"
+    # "xid", "check", "straggler" (check: its metric), "manual" (a health event without a
+    # code, a runbook run by hand), "operator" (an operator's drain for a fault it names no
+    # code or check of) or "maintenance" (an operator's drain for planned work: no fault).
+    kind: str
     code: int | None = None
     check: str | None = None
     status: str | None = None
@@ -581,7 +630,17 @@ class Event:
             return f"{'straggler' if self.against_peers else 'check'} {self.check}"
         if self.kind == "straggler":
             return f"straggler {self.check}"
+        if self.kind == MAINTENANCE:
+            return PLANNED
+        if self.kind == "operator":
+            return "operator"
         return "health"
+
+    @property
+    def remediable(self) -> bool:
+        """Whether a runbook may take this event on: planned work and an operator's fault
+        without a code or check are the operator's to handle, not a runbook's fallback."""
+        return self.kind not in ("manual", "operator", MAINTENANCE)
 
     def to_dict(self) -> dict[str, Any]:
         d = {"kind": self.kind, "code": self.code, "check": self.check, "status": self.status,
@@ -785,7 +844,9 @@ def runbook_for(books: Iterable[Runbook], event: Event, findings_text: str = "")
     for book in books:
         if matches(book, event, findings_text):
             return book
-    return next((b for b in books if b.match.fallback and event.kind != "manual"), None)
+    if event.kind == MAINTENANCE:
+        return None
+    return next((b for b in books if b.match.fallback and event.remediable), None)
 
 
 # ---- state changes and escalation ----------------------------------------------------------

@@ -123,3 +123,20 @@ def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> N
     now = datetime(2026, 12, 1, tzinfo=timezone.utc)
     policy = GuardPolicy(storm_window_s=600)
     assert counted_state(state, now - timedelta(seconds=age_s), now, policy) == counted
+
+
+@pytest.mark.parametrize("snapshot, request_, failures, breaker, pending, until", [
+    # 20 serving, 2 out, max 2: one must come back before a third may go.
+    (fleet(18, unavailable={1: 2}), req(), {}, False, (0, 0), "can go once 1 node of the fleet is back in service"),
+    # and with two granted that have not left yet (4 counted, max 2): three must come back.
+    (fleet(18, unavailable={1: 2}), req(), {}, False, (2, 0), "can go once 3 nodes of the fleet are back in service"),
+    # rack r0: 6 serving, 1 out, max 1.
+    (fleet(19, unavailable={0: 1}), req(), {}, False, (0, 0), "can go once 1 node of r0 is back in service"),
+    (fleet(20), req(), {}, True, (0, 0), "held until an operator resumes automation (fleet resume-automation)"),
+    (fleet(20), req(), {f"o{i}": 100.0 for i in range(4)}, False, (0, 0), "held until an operator resumes automation (fleet resume-automation)"),
+])
+def test_a_held_drain_says_what_it_waits_for(snapshot, request_, failures, breaker, pending, until) -> None:
+    """Issue 29: a refusal said which limit held the drain, never what would let it go."""
+    d = decide(POLICY, snapshot, request_, failures, now=100.0, breaker_open=breaker, pending_grants=pending[0],
+               pending_in_rack=pending[1])
+    assert not d.granted and d.reason.endswith(until)

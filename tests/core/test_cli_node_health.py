@@ -212,7 +212,7 @@ def test_sort_by_a_field_and_age(fleet) -> None:
     r = _cli(fleet, "node", "list", "-o", "name", "--sort-by", "state_since")
     assert r.exit_code == 0 and r.stdout.split()[-1] == "gpu-004"  # drained last, so latest
     by_health = _cli(fleet, "node", "list", "-o", "name", "--sort-by", "health").stdout.split()
-    assert by_health[:2] == ["gpu-004", "gpu-003"]  # "-" (no health: draining), then CheckFailed...
+    assert by_health[:2] == ["gpu-003", "gpu-004"]  # CheckFailed..., then Maintenance (draining)
     bad = _cli(fleet, "node", "list", "--sort-by", "colour")
     assert bad.exit_code == 2 and "no such field (one of: name, state, health" in bad.stderr
     table = _cli(fleet, "node", "list", columns=200).stdout.splitlines()
@@ -227,3 +227,39 @@ def test_host_lists_as_input(fleet) -> None:
     assert bad.exit_code == 2 and "runs backwards" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     unknown = _cli(fleet, "node", "drain", "gpu-[007-008]", "--reason", "x")
     assert unknown.exit_code == 1 and "unknown nodes: gpu-007, gpu-008" in unknown.stderr
+
+
+def test_out_of_service_is_never_ready_and_suspect_since_the_first_judgement(db_url) -> None:
+    """Issue 29: a node in RMA whose last checks passed read `Ready`, so `node list | grep -v
+    Ready` hid every RMA; a node judged suspect by each of three sweeps showed the last
+    sweep's time as its `since`."""
+    engine = get_engine(db_url)
+    names = ["rma-1", "maint-1", "gone-1", "ok-1", "sus-1"]
+    queries.upsert_nodes(engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="r1", scheduler="sim") for n in names])
+    start = utcnow() - timedelta(hours=1)
+    for n in names:
+        _to_production(engine, n, start)
+        _check(engine, n, "nvidia-smi-query", "pass", start + timedelta(minutes=5))
+    _move(engine, "rma-1", "draining", "drain", "health: XID 79")
+    _move(engine, "rma-1", "maintenance", "drain_complete", "drained: health: XID 79")
+    _move(engine, "rma-1", "rma", "send_to_rma", "runbook: RMA: XID 79")
+    _move(engine, "maint-1", "draining", "drain", "operator: PDU maintenance", actor="alice@console")
+    _move(engine, "maint-1", "maintenance", "drain_complete", "drained: operator: PDU maintenance")
+    _move(engine, "gone-1", "retired", "retire", "operator: decommissioned", actor="alice@console")
+    first = start + timedelta(minutes=10)
+    for i in range(3):  # three sweeps, each judging it unreachable again
+        _guard(engine, "sus-1", "suspect", f"unreachable in sweep {i}", first + timedelta(minutes=5 * i))
+
+    rows = {row["name"]: row for row in json.loads(_cli(db_url, "node", "list", "-o", "json").stdout)}
+    assert {n: rows[n]["health"] for n in names} == {
+        "rma-1": "InRMA", "maint-1": "Maintenance", "gone-1": "Retired", "ok-1": "Ready", "sus-1": "Suspect"}
+    assert rows["rma-1"]["conditions"][0]["reason"] == "runbook: RMA: XID 79"
+    suspect = next(c for c in rows["sus-1"]["conditions"] if c["type"] == "Suspect")
+    assert (suspect["since"], suspect["reason"]) == (first.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                                                     "unreachable in sweep 2")
+    status = json.loads(_cli(db_url, "fleet", "status", "-o", "json").stdout)
+    assert [(s["node"], s["since"]) for s in status["suspect"]] == [("sus-1", suspect["since"])]
+
+    # As an operator filters the table: every node out of service survives `grep -v Ready`.
+    table = _cli(db_url, "node", "list", columns=200).stdout.splitlines()
+    assert {line.split()[0] for line in table[1:] if "Ready" not in line} == set(names) - {"ok-1"}

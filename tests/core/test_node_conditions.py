@@ -43,8 +43,17 @@ HELD = DrainHeld("health: XID 48: fleet limit: 1 of 10 already unavailable (max 
     ("production", runs("a", "error", kind="unjudgeable"), None, "", "CheckError(1)"),
     ("production", runs("a", "fail") + runs("b", "pass"), None, "", "CheckFailed(1)"),
     ("production", runs("a", "fail") + runs("b", "fail") + runs("c", "fail"), HELD, "", "CheckFailed(3),DrainHeld"),
-    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw", "StragglerSuspected"),
-    ("retired", runs("a", "fail"), None, "", "-"),
+    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw",
+     "Maintenance,StragglerSuspected"),
+    # Out of service is never Ready, whatever its last checks said (`grep -v Ready` finds it).
+    ("retired", runs("a", "fail"), None, "", "Retired"),
+    ("rma", runs("a", "pass"), None, "runbook: RMA: XID 79", "InRMA"),
+    ("rma", [], None, "", "InRMA"),
+    ("maintenance", runs("a", "pass"), None, "drained: operator: PDU maintenance", "Maintenance"),
+    ("draining", runs("a", "pass", "fail"), None, "operator: PDU maintenance", "Maintenance,CheckFailed(1)"),
+    # unreachable out of service: the timed-out checks are the unreachability, not errors too
+    ("maintenance", runs("a", "error", kind="timeout") + runs("b", "error", kind="timeout"), None, "x",
+     "Maintenance,Unreachable"),
 ])
 def test_health_word(state, checks, held, cause, expected) -> None:
     summary = summarise_checks(checks)
@@ -82,3 +91,29 @@ def test_state_words(values, expected) -> None:
 def test_unknown_state_word_names_the_choices() -> None:
     with pytest.raises(UnknownState, match="unknown state 'sideways' .*drained"):
         states_named(["production,sideways"])
+
+
+HOUR_S = 3600.0
+
+
+@pytest.mark.parametrize("state, age_h, agent_age_s, sweep_h, expected", [
+    # Issue 29: a busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
+    ("production", 30, None, 1, "Unchecked"),
+    ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
+    ("production", 30, 60.0, 1, "Ready"),  # its agent reports
+    ("production", 30, 3600.0, 1, "Unchecked"),  # its agent fell silent (past agent_silence_s)
+    ("production", 30, None, None, "Ready"),  # no sweep interval known: nothing says how old is too old
+    ("maintenance", 30, None, 1, "Maintenance"),  # out of service says so already
+])
+def test_old_evidence_without_an_agent_is_unchecked(state, age_h, agent_age_s, sweep_h, expected) -> None:
+    from fleetctl.nodes.conditions import unchecked_since
+
+    now = T0 + timedelta(hours=age_h)
+    summary = summarise_checks(runs("nvidia-smi-query", "pass"))
+    agent = None if agent_age_s is None else now - timedelta(seconds=agent_age_s)
+    stale = unchecked_since(state, summary, agent, now, None if sweep_h is None else sweep_h * HOUR_S, 300.0)
+    found = conditions(state, summary, None, "", unchecked=stale)
+    assert health_word(state, found, summary) == expected
+    if expected == "Unchecked":
+        assert found[-1].reason == "newest evidence 1d old (sweep every 1h) and no agent reports"
+        assert found[-1].since == T0

@@ -8,12 +8,13 @@ window (168 h from `since`):
 - n05: active check nccl-allreduce fails at +48 h; drained 1 h, in maintenance until now.
 - n07: XID 48 escalations at +10, +40 and +70 h; the first two back after 4 h each
   (draining, maintenance, burn-in, admission 1 h each), the third goes draining 1 h,
-  maintenance 1 h, then to RMA at +72 h: a lemon.
+  maintenance 1 h, then to RMA at +72 h: a lemon. Its RMA is still open.
 - n08: an operator drains it at +100 h to reseat a cable (not a failure), back at +103 h.
 - n12: retired by an operator at +120 h.
 
 So, by hand: production node-hours 12 * 168 - (8 + 120 + 106 + 3 + 48) = 1731; failures 5
-(n03, n05, n07 x3); MTTF 346.2 h; returns n03 8 h, n07 4 h twice, n08 3 h: MTTR 4.75 h;
+(n03, n05, n07 x3); MTTF 346.2 h; returns from failures n03 8 h, n07 4 h twice (n08's from planned
+work is no repair): MTTR 16 / 3 = 5.33 h;
 draining 6 h, maintenance 128 h, burn-in 4 h, admission 3 h, rma 96 h, retired 48 h;
 availability 1731 / (1731 + 6 + 128 + 96).
 """
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
-from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RmaRecord
 
 WINDOW = timedelta(days=7)
 PRODUCTION_HOURS = 1731.0
@@ -148,6 +149,9 @@ def seed(engine, now: datetime) -> None:
         AutomationEvent(fleet="blue", kind="breaker_open", reason="storm", actor="guard", at=at(82),
                         idempotency_key="auto-b3"),
     ]
+    # n07's RMA, opened by the runbook that sent it there and not yet closed: its removal is open.
+    rmas = [RmaRecord(node_name="n07", reason="lemon: 3 remediations in 7 days", opened_by="runbook", opened_at=at(72),
+                      idempotency_key="rma-n07")]
     with Session(engine) as session:
-        session.add_all([*nodes, *rows, *checks, *jobs, *restarts, *automation])
+        session.add_all([*nodes, *rows, *checks, *jobs, *restarts, *automation, *rmas])
         session.commit()

@@ -23,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
 from fleetctl.reliability import exporter_server
+from fleetctl.reliability.metrics import CAUSE_CLASSES
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
+from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
@@ -55,7 +56,7 @@ def seed_more(engine) -> None:
             *[RemediationRun(run_key=f"remediate/n{i}", node_name=f"n0{i}", runbook="xid-79", status=status,
                              actor="lifecycle")
               for i, status in enumerate(["succeeded", "succeeded", "escalated", "running"])],
-            RmaRecord(node_name="n07", status="open", reason="lemon", opened_by="lifecycle", idempotency_key="rma-1"),
+            # n07's open RMA is the history's own (tests/report/history.py).
             # b02's drain is refused twice since it entered production; one refusal from before does not count.
             Node(name="b02", address="sim://b02", rack="b1", profile="h100-sxm", scheduler="sim", state="production",
                  labels={"fleet": "blue"}, state_since=B02_SINCE, created_at=NOW - timedelta(days=3)),
@@ -100,27 +101,32 @@ def served(db_url):
 def test_exporter_serves_the_fleet(served) -> None:
     samples = scrape(served)
 
-    nodes = {dict(labels)["state"]: value for (name, labels), value in samples.items() if name == "fleetctl_nodes"}
-    assert nodes == {"new": 0, "firmware": 0, "burn_in": 0, "admission": 0, "production": 10, "draining": 0,
-                     "maintenance": 2, "rma": 1, "retired": 1}
+    # Per fleet: the history's twelve are default's; blue has b01 (maintenance) and b02.
+    nodes = {(dict(labels)["fleet"], dict(labels)["state"]): value for (name, labels), value in samples.items()
+             if name == "fleetctl_nodes"}
+    zero = {state: 0 for state in ("new", "firmware", "burn_in", "admission", "draining")}
+    assert nodes == {**{("default", k): v for k, v in {**zero, "production": 9, "maintenance": 1, "rma": 1,
+                                                        "retired": 1}.items()},
+                     **{("blue", k): v for k, v in {**zero, "production": 1, "maintenance": 1, "rma": 0,
+                                                     "retired": 0}.items()}}
     assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r2", profile="h100-sxm", state="rma") == 1
     assert sample(samples, "fleetctl_nodes_by_rack", fleet="default", rack="r3", profile="a100-sxm-80gb",
                   state="retired") == 1
     assert sample(samples, "fleetctl_nodes_by_rack", fleet="blue", rack="b1", profile="h100-sxm",
                   state="maintenance") == 1
 
-    # Who is out and why: one series per node, the cause one line of at most REASON_LIMIT characters.
+    # Who is out and why: one series per node, its cause a bounded class, never the free text
+    # (b01's hostile kernel message reaches no label; a new event makes no new series).
     out = {dict(labels)["node"]: dict(labels) | {"value": value} for (name, labels), value in samples.items()
            if name == "fleetctl_node_out_since_timestamp_seconds"}
     assert sorted(out) == ["b01", "n05", "n07"]
-    assert out["n05"]["reason"] == "drained: " + history.NCCL_FAIL
+    assert (out["n05"]["cause"], out["n07"]["cause"]) == ("check", "xid")  # nccl-allreduce; XID 48
     assert (out["n07"]["state"], out["n07"]["fleet"], out["n07"]["rack"]) == ("rma", "default", "r2")
-    assert out["n07"]["reason"] == "runbook: lemon: 3 remediations in 7 days"
     b01 = out["b01"]
     assert (b01["fleet"], b01["state"], b01["value"]) == ("blue", "maintenance", B01_SINCE.timestamp())
-    assert b01["reason"].startswith("health: XID 94 \\x1b]0;owned\\x07xx")
-    assert len(b01["reason"]) == exporter_server.REASON_LIMIT
-    assert not any(ord(c) < 0x20 or ord(c) == 0x7f for c in b01["reason"])
+    assert b01["cause"] == "other"  # its move out of production is not in the record
+    assert all(set(labels) == {"fleet", "node", "rack", "state", "cause", "value"} and labels["cause"] in CAUSE_CLASSES
+               for labels in out.values())
 
     # Drains the guard holds: b02 since its first refusal in production, with the latest reason
     # (one refusal from before it entered production does not count); n09, in production all
@@ -146,29 +152,32 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert budget["headroom", "rack", "r3"] == 1
     assert {k[2] for k in budget} == {"", "r1", "r2", "r3"}
 
-    # Back to production: n03 after 8 h, n07 twice after 4 h, n08 after 3 h (the operator's drain).
-    assert sample(samples, "fleetctl_node_repair_seconds_count") == 4
-    assert sample(samples, "fleetctl_node_repair_seconds_sum") == (8 + 4 + 4 + 3) * 3600
-    assert sample(samples, "fleetctl_node_repair_seconds_bucket", le="14400.0") == 3
-    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="succeeded") == 2
-    assert sample(samples, "fleetctl_remediation_runs", runbook="xid-79", mode="live", status="running") == 1
-    assert sample(samples, "fleetctl_rma_records", status="open") == 1
+    # Back to production after a failure: n03 after 8 h, n07 twice after 4 h (MTTR as the report's:
+    # n08's return from the operator's planned drain is no repair).
+    assert sample(samples, "fleetctl_node_repair_seconds_count", fleet="default") == 3
+    assert sample(samples, "fleetctl_node_repair_seconds_sum", fleet="default") == (8 + 4 + 4) * 3600
+    assert sample(samples, "fleetctl_node_repair_seconds_bucket", fleet="default", le="14400.0") == 2
+    # Runs ended are a counter; the one running is a gauge of now.
+    assert sample(samples, "fleetctl_remediation_runs_total", fleet="default", runbook="xid-79", mode="live",
+                  status="succeeded") == 2
+    assert sample(samples, "fleetctl_remediation_runs_running", fleet="default", runbook="xid-79", mode="live") == 1
+    assert sample(samples, "fleetctl_rma_records", fleet="default", status="open") == 1
 
-    assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="pass") == 11
-    assert sample(samples, "fleetctl_check_runs_total", check="nccl-allreduce", status="fail") == 2
+    assert sample(samples, "fleetctl_check_runs_total", fleet="default", check="nccl-allreduce", status="pass") == 11
+    assert sample(samples, "fleetctl_check_runs_total", fleet="default", check="nccl-allreduce", status="fail") == 2
     # Every NCCL run took 90 s, every HPL run 600 s.
-    assert sample(samples, "fleetctl_check_duration_seconds_bucket", check="nccl-allreduce", le="60.0") == 0
-    assert sample(samples, "fleetctl_check_duration_seconds_bucket", check="nccl-allreduce", le="120.0") == 13
-    assert sample(samples, "fleetctl_check_duration_seconds_sum", check="nccl-allreduce") == 13 * 90
-    assert sample(samples, "fleetctl_check_duration_seconds_count", check="hpl") == 12
-    assert sample(samples, "fleetctl_check_duration_seconds_bucket", check="hpl", le="300.0") == 0
-    assert sample(samples, "fleetctl_check_duration_seconds_bucket", check="hpl", le="+Inf") == 12
+    assert sample(samples, "fleetctl_check_duration_seconds_bucket", fleet="default", check="nccl-allreduce", le="60.0") == 0
+    assert sample(samples, "fleetctl_check_duration_seconds_bucket", fleet="default", check="nccl-allreduce", le="120.0") == 13
+    assert sample(samples, "fleetctl_check_duration_seconds_sum", fleet="default", check="nccl-allreduce") == 13 * 90
+    assert sample(samples, "fleetctl_check_duration_seconds_count", fleet="default", check="hpl") == 12
+    assert sample(samples, "fleetctl_check_duration_seconds_bucket", fleet="default", check="hpl", le="300.0") == 0
+    assert sample(samples, "fleetctl_check_duration_seconds_bucket", fleet="default", check="hpl", le="+Inf") == 12
 
-    assert sample(samples, "fleetctl_drains_total", actor_kind="automation") == 5
-    assert sample(samples, "fleetctl_drains_total", actor_kind="operator") == 1
-    failures = {dict(labels)["cause"]: value for (name, labels), value in samples.items()
+    assert sample(samples, "fleetctl_drains_total", fleet="default", actor_kind="automation") == 5
+    assert sample(samples, "fleetctl_drains_total", fleet="default", actor_kind="operator") == 1
+    failures = {(dict(labels)["fleet"], dict(labels)["cause"]): value for (name, labels), value in samples.items()
                 if name == "fleetctl_node_failures_total"}
-    assert failures == {"xid 48": 3, "xid 79": 1, "check nccl-allreduce": 1}
+    assert failures == {("default", "xid 48"): 3, ("default", "xid 79"): 1, ("default", "check nccl-allreduce"): 1}
 
     assert sample(samples, "fleetctl_job_restarts_total", status="succeeded") == 2
     assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
@@ -295,7 +304,7 @@ def test_metrics_serve_command(sqlite_url) -> None:
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "fleetctl metrics serve did not answer"
                 time.sleep(0.1)
-        assert sample(samples, "fleetctl_nodes", state="production") == 9
+        assert sample(samples, "fleetctl_nodes", fleet="green", state="production") == 9
         # The configured fleet's breaker and budget (no node carries a fleet label: all are green's).
         assert sample(samples, "fleetctl_breaker_open", fleet="green") == 0
         assert sample(samples, "fleetctl_capacity_limit", fleet="green", scope="fleet", rack="") == 1
@@ -303,6 +312,20 @@ def test_metrics_serve_command(sqlite_url) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=10)
     assert f"http://127.0.0.1:{port}/metrics" in stderr
+
+
+@pytest.mark.usefixtures("needs_prometheus")
+def test_the_exposition_passes_promtool_check_metrics(sqlite_url) -> None:
+    """Prometheus's own linter on what a scrape serves: names, units, counters' _total, help."""
+    server = served_with_more(sqlite_url)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+    checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0 and not checked.stdout.strip() and not checked.stderr.strip(), \
+        checked.stdout + checked.stderr
 
 
 @pytest.mark.usefixtures("needs_prometheus")

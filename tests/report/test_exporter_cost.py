@@ -78,13 +78,15 @@ def test_a_scrapes_cost_does_not_grow_with_history(sqlite_url) -> None:
 
     # ... and its numbers are still the whole history's.
     total = 200 + 10 + 4000 + 10
-    runs = ("fleetctl_check_runs_total", (("check", "nccl-allreduce"), ("status", "pass")))
+    runs = ("fleetctl_check_runs_total", (("check", "nccl-allreduce"), ("fleet", "default"), ("status", "pass")))
     assert small_samples[runs] == 189 and large_samples[runs] == total - total // 10
-    assert large_samples[("fleetctl_drains_total", (("actor_kind", "automation"),))] == total
-    assert large_samples[("fleetctl_node_failures_total", (("cause", "xid 79"),))] == total
+    assert large_samples[("fleetctl_drains_total", (("actor_kind", "automation"), ("fleet", "default")))] == total
+    assert large_samples[("fleetctl_node_failures_total", (("cause", "xid 79"), ("fleet", "default")))] == total
     assert large_samples[("fleetctl_guard_decisions_total", (("decision", "grant"), ("fleet", "default")))] == total
-    assert large_samples[("fleetctl_check_duration_seconds_count", (("check", "nccl-allreduce"),))] == total
-    assert large_samples[("fleetctl_check_duration_seconds_sum", (("check", "nccl-allreduce"),))] == total * 90
+    assert large_samples[("fleetctl_check_duration_seconds_count", (("check", "nccl-allreduce"), ("fleet", "default")))] \
+        == total
+    assert large_samples[("fleetctl_check_duration_seconds_sum", (("check", "nccl-allreduce"), ("fleet", "default")))] \
+        == total * 90
 
 
 def test_a_row_committed_after_a_later_one_is_still_counted(sqlite_url) -> None:
@@ -104,4 +106,4 @@ def test_a_row_committed_after_a_later_one_is_still_counted(sqlite_url) -> None:
         session.commit()
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in registry.collect() for s in family.samples}
-    assert samples[("fleetctl_check_runs_total", (("check", "hpl"), ("status", "pass")))] == 3
+    assert samples[("fleetctl_check_runs_total", (("check", "hpl"), ("fleet", "default"), ("status", "pass")))] == 3

@@ -8,7 +8,7 @@ import pytest
 
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 HOUR = 3600.0
@@ -128,6 +128,9 @@ def test_clock_jumps_never_give_negative_durations() -> None:
     # An operator's drain is planned work unless it records a fault.
     ("production", "draining", "drain", "operator", "", False, "automation"),
     ("production", "draining", "drain", "operator", "xid 79", True, "xid 79"),
+    # `node drain --maintenance` (the default) records planned work: never a failure.
+    ("production", "draining", "drain", "operator", "maintenance", False, "maintenance"),
+    ("production", "draining", "drain", "operator", "operator", True, "operator"),
     ("production", "retired", "retire", "operator", "", False, "automation"),
     # Not out of production.
     ("draining", "maintenance", "drain_complete", "automation", "xid 79", False, "xid 79"),
@@ -164,6 +167,51 @@ def test_lemon_nodes(cycle_days, threshold, since_days, lemon) -> None:
     node = history(move(0, "new", "production", "enter_production"),
                    *[t for day in cycle_days for t in _cycle(day * 24)])
     assert metrics.lemon_nodes([node], h(since_days * 24), h(20 * 24), threshold, timedelta(days=7)) == lemon
+
+
+def _planned(start: float, failure: str = "maintenance") -> list[Transition]:
+    """An operator's drain for planned work at `start`, in maintenance 1 h later, undrained at +3 h."""
+    return [
+        Transition("n1", "production", "draining", h(start), "drain", "operator: PDU maintenance", "operator", failure),
+        Transition("n1", "draining", "maintenance", h(start + 1), "drain_complete", "drained", "automation"),
+        Transition("n1", "maintenance", "production", h(start + 3), "undrain", "operator: undrain", "operator"),
+    ]
+
+
+# Four maintenance windows of 3 h (at 24, 48, 72 and 96 h), one of them recorded before drains
+# said what they were (an operator's drain with no failure); now is 120 h. No failure, so no
+# MTTF, no repair, and the node was never remediated: not a lemon at a threshold of 3.
+# Production 120 - 4 x 3 = 108 h; availability 108 / 120.
+PLANNED_WINDOWS = history(move(0, "new", "production", "enter_production"),
+                          *_planned(24), *_planned(48), *_planned(72, failure=""), *_planned(96))
+
+
+def test_maintenance_windows_are_no_failure_no_repair_and_no_remediation() -> None:
+    s = metrics.summarise([PLANNED_WINDOWS], h(0), h(120))
+    assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours, s.causes) == (0, None, 0, None, {})
+    assert s.production_hours == 108 and s.availability == pytest.approx(108 / 120)
+    assert metrics.lemon_nodes([PLANNED_WINDOWS], h(0), h(120), 3, timedelta(days=7)) == {}
+    assert remediation_entries(PLANNED_WINDOWS.transitions) == []
+    assert metrics.rule_precision([PLANNED_WINDOWS], h(0), h(120)) == []
+
+
+def test_a_fault_found_during_maintenance_is_a_remediation_and_a_failure_drain_is_one_too() -> None:
+    # Drained for planned work at 0, in maintenance at 1; its burn-in fails at 3 (back to
+    # maintenance: a remediation); undrained at 5. Then an operator's drain for a fault at
+    # 10 (in maintenance at 11), back at 15: a failure, an entry, and a repair of 5 h.
+    node = history(
+        *_planned(0)[:2],
+        move(2, "maintenance", "burn_in", "begin_burn_in"),
+        move(3, "burn_in", "maintenance", "phase_failed"),
+        move(5, "maintenance", "production", "undrain", actor_kind="operator"),
+        Transition("n1", "production", "draining", h(10), "drain", "operator: fans loud", "operator", "operator"),
+        move(11, "draining", "maintenance", "drain_complete"),
+        move(15, "maintenance", "production", "undrain", actor_kind="operator"),
+        created=-1,
+    )
+    assert remediation_entries(node.transitions) == [h(3), h(11)]
+    s = metrics.summarise([node], h(-1), h(20))
+    assert (s.failures, s.repairs, s.mttr_hours, s.causes) == (1, 1, 5.0, {"operator": 1})
 
 
 # A hand-worked flaky node (hours from T0): drained at 0 (run r1 begun at 0, the drain's entry

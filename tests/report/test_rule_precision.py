@@ -26,10 +26,16 @@ def move(at: float, from_state: str, to_state: str, trigger: str = "", actor_kin
     return Transition("n1", from_state, to_state, h(at), trigger, "", actor_kind, failure)
 
 
-def node(*transitions: Transition, repairs: tuple[float, ...] = (), name: str = "n1") -> NodeHistory:
+def node(*transitions: Transition, repairs: tuple[float, ...] = (), name: str = "n1",
+         rmas: tuple[tuple[float, str], ...] = ()) -> NodeHistory:
     admitted = move(-50, "admission", "production", "enter_production")
     return NodeHistory(NodeRecord(name, "r1", "h100-sxm", h(-51)), (admitted, *transitions),
-                       repairs=tuple(h(at) for at in repairs))
+                       repairs=tuple(h(at) for at in repairs),
+                       rmas=tuple(metrics.RmaOutcome(h(at), outcome) for at, outcome in rmas))
+
+
+def to_rma(at: float) -> Transition:
+    return move(at, "maintenance", "rma", "send_to_rma")
 
 
 def drain(at: float, failure: str = "xid 79", actor_kind: str = "automation") -> list[Transition]:
@@ -47,8 +53,15 @@ def back_through_burn_in(at: float) -> list[Transition]:
                  id="a recheck passed on the node as it was"),
     pytest.param(node(*drain(10), move(12, "maintenance", "production", "undrain", "operator")),
                  [("xid 79", 10, "unchanged")], id="an operator put it back"),
-    pytest.param(node(*drain(10), move(13, "maintenance", "rma", "send_to_rma")), [("xid 79", 10, "confirmed")],
-                 id="sent to RMA"),
+    pytest.param(node(*drain(10), to_rma(13), rmas=((13, "replaced"),)), [("xid 79", 10, "confirmed")],
+                 id="sent to RMA, a part replaced"),
+    pytest.param(node(*drain(10), to_rma(13), rmas=((13, "no_fault_found"),)), [("xid 79", 10, "unchanged")],
+                 id="sent to RMA, no fault found: a false alarm"),
+    pytest.param(node(*drain(10), to_rma(13), rmas=((13, "open"),)), [("xid 79", 10, "open")],
+                 id="sent to RMA, not yet closed"),
+    pytest.param(node(*drain(10), to_rma(13)), [("xid 79", 10, "open")], id="sent to RMA, no record of it"),
+    pytest.param(node(*drain(10), to_rma(13), rmas=((5, "replaced"), (13, "no_fault_found"))),
+                 [("xid 79", 10, "unchanged")], id="an RMA before the drain is another outage's"),
     pytest.param(node(*drain(10), move(13, "maintenance", "retired", "retire", "operator")),
                  [("xid 79", 10, "confirmed")], id="retired"),
     pytest.param(node(*drain(10), *back_through_burn_in(14), repairs=(12,)), [("xid 79", 10, "confirmed")],
@@ -65,7 +78,7 @@ def back_through_burn_in(at: float) -> list[Transition]:
                       move(15, "admission", "production", "enter_production")),
                  [("xid 79", 10, "confirmed")], id="a firmware update"),
     pytest.param(node(*drain(10), move(12, "maintenance", "burn_in", "begin_burn_in"),
-                      move(13, "burn_in", "maintenance", "phase_failed"), move(14, "maintenance", "rma", "send_to_rma")),
+                      move(13, "burn_in", "maintenance", "phase_failed"), to_rma(14), rmas=((14, "replaced"),)),
                  [("xid 79", 10, "confirmed")], id="burn-in failed, then RMA"),
     pytest.param(node(*drain(10), move(12, "maintenance", "burn_in", "begin_burn_in")), [("xid 79", 10, "open")],
                  id="still in burn-in"),
@@ -77,7 +90,7 @@ def back_through_burn_in(at: float) -> list[Transition]:
                  id="an operator's drain is no rule's"),
     pytest.param(node(*drain(-10), *back_through_burn_in(-5)), [], id="before the window"),
     pytest.param(node(*drain(10), *back_through_burn_in(14), *drain(20, "xid 48"),
-                      move(22, "maintenance", "rma", "send_to_rma"), repairs=(15,)),
+                      to_rma(22), repairs=(15,), rmas=((22, "replaced"),)),
                  [("xid 79", 10, "confirmed"), ("xid 48", 20, "confirmed")], id="two removals, each its own outcome"),
     pytest.param(node(*drain(10), *back_through_burn_in(14), *drain(20), *back_through_burn_in(24), repairs=(22,)),
                  [("xid 79", 10, "unchanged"), ("xid 79", 20, "confirmed")], id="a repair belongs to its own outage"),
@@ -90,9 +103,8 @@ def test_each_automated_removal_is_classified_by_what_followed(history, expected
 def test_precision_per_rule_and_which_rule_is_usually_wrong() -> None:
     def fleet(outcomes: dict[str, list[str]]) -> list[NodeHistory]:
         """One node per removal, of the rule and outcome named."""
-        how = {"confirmed": lambda: [move(13, "maintenance", "rma", "send_to_rma")],
-               "unchanged": lambda: back_through_burn_in(14), "open": lambda: []}
-        return [node(*drain(10, rule), *how[outcome](), name=f"{rule}-{k}")
+        how = {"confirmed": lambda: [to_rma(13)], "unchanged": lambda: back_through_burn_in(14), "open": lambda: []}
+        return [node(*drain(10, rule), *how[outcome](), name=f"{rule}-{k}", rmas=((13, "replaced"),))
                 for rule, listed in outcomes.items() for k, outcome in enumerate(listed)]
 
     rows = metrics.rule_precision(fleet({
@@ -115,9 +127,10 @@ def test_precision_per_rule_and_which_rule_is_usually_wrong() -> None:
 
 # tests/report/history.py by hand: n07's three XID 48 drains, two back through a recheck (no
 # repair), the third to RMA; n03's XID 79 drain back through a recheck; n05's nccl-allreduce
-# drain still in maintenance; n08's operator drain is no rule's.
+# drain still in maintenance; n08's operator drain is no rule's. n07's RMA is open: its third
+# removal is neither confirmed nor a false alarm yet.
 PLAIN = [
-    {"rule": "xid 48", "removals": 3, "confirmed": 1, "unchanged": 2, "open": 0, "precision": 1 / 3, "usually_wrong": True},
+    {"rule": "xid 48", "removals": 3, "confirmed": 0, "unchanged": 2, "open": 1, "precision": 0.0, "usually_wrong": False},
     {"rule": "check nccl-allreduce", "removals": 1, "confirmed": 0, "unchanged": 0, "open": 1, "precision": None,
      "usually_wrong": False},
     {"rule": "xid 79", "removals": 1, "confirmed": 0, "unchanged": 1, "open": 0, "precision": 0.0, "usually_wrong": False},
@@ -160,31 +173,60 @@ def test_report_rule_precision_counts_only_live_repairs_that_passed(db_url) -> N
     assert [lemon["node"] for lemon in report["lemons"]] == ["n07"]
 
 
+@pytest.mark.parametrize("closed_as, xid_48", [
+    # The vendor replaced a part: the third removal was right, 1 of 3.
+    ("GPU5", {"confirmed": 1, "unchanged": 2, "open": 0, "precision": pytest.approx(1 / 3), "usually_wrong": True}),
+    # No fault found: the third was a false alarm too, 0 of 3 (it scored 100% when an RMA
+    # counted as confirmed whatever came back, issue 29).
+    (None, {"confirmed": 0, "unchanged": 3, "open": 0, "precision": 0.0, "usually_wrong": True}),
+])
+def test_an_rma_confirms_its_removal_only_when_a_part_was_replaced(db_url, closed_as, xid_48) -> None:
+    from fleetctl.db import remediation as db
+    from fleetctl.db.engine import get_engine
+    from fleetctl.reliability.report_store import build_report
+    from tests.report import history
+
+    now = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
+    engine = get_engine(db_url)
+    history.seed(engine, now)
+    (rma,) = db.rma_records(engine, node_name="n07")
+    db.close_rma(engine, rma.id, closed_as, "vendor@desk")
+    rows = build_report(engine, now - history.WINDOW, now)["rule_precision"]
+    assert rows[0] == {"rule": "xid 48", "removals": 3, **xid_48}
+    assert rows[1:] == PLAIN[1:]
+
+
 def test_fleetctl_report_shows_rule_precision_in_json_text_and_html(sqlite_url, tmp_path) -> None:
     from fleetctl.cli.main import app
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import utcnow
     from tests.report import history
 
-    history.seed(get_engine(sqlite_url), utcnow())
+    from fleetctl.db import remediation as db
+
+    engine = get_engine(sqlite_url)
+    history.seed(engine, utcnow())
+    (rma,) = db.rma_records(engine, node_name="n07")
+    db.close_rma(engine, rma.id, None, "vendor@desk")  # no fault found: xid 48 is 0 of 3
     runner = CliRunner()
     page = tmp_path / "fleet.html"
     r = runner.invoke(app, ["--db-url", sqlite_url, "report", "--no-sync", "--since", "7d", "-o", "json",
                             "--html", str(page)])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["rule_precision"] == PLAIN
+    assert json.loads(r.stdout)["rule_precision"] == [
+        {**PLAIN[0], "unchanged": 3, "open": 0, "precision": 0.0, "usually_wrong": True}, *PLAIN[1:]]
 
     html = page.read_text()
     table = html[html.index('id="rule-precision"'):html.index('id="breaker"')]
     assert table.count('<tr class="wrong">') == 1
     wrong_row = table[table.index('<tr class="wrong">'):]
-    assert wrong_row.index("xid 48") < wrong_row.index("33%") < wrong_row.index("usually wrong") < wrong_row.index("</tr>")
+    assert wrong_row.index("xid 48") < wrong_row.index("0%") < wrong_row.index("usually wrong") < wrong_row.index("</tr>")
     assert "Rule precision" in html[html.index("<dl"):]  # the definition is on the page
 
     r = runner.invoke(app, ["--db-url", sqlite_url, "report", "--no-sync", "--since", "7d"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     lines = r.stdout[r.stdout.index("rule precision"):].splitlines()
     xid_48 = next(line for line in lines if "xid 48" in line)
-    assert "33.33%" in xid_48 and "usually wrong" in xid_48
+    assert "0.00%" in xid_48 and "usually wrong" in xid_48
     xid_79 = next(line for line in lines if "xid 79" in line)
     assert "0.00%" in xid_79 and "usually wrong" not in xid_79
