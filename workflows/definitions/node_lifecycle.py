@@ -204,7 +204,10 @@ class NodeLifecycle:
             target = self._target_or_reject(req.trigger, req.actor_kind)
             result = await self._apply(req, target)
         if target == NodeState.DRAINING.value:
-            self._enqueue(WorkItem("drain_followup", actor=req.actor, cause=req.cause, remediation_event=req.event))
+            # The drain's event says what it is (maintenance, a fault) for the record; only
+            # automation's drains start a runbook: an operator's node is the operator's to fix.
+            self._enqueue(WorkItem("drain_followup", actor=req.actor, cause=req.cause,
+                                   remediation_event=req.event if req.actor_kind != Actor.OPERATOR.value else None))
         elif target == NodeState.RMA.value and req.actor_kind == Actor.OPERATOR.value:
             # A runbook's RMA step opens its own record (with its run); an operator's needs one.
             self._enqueue(WorkItem("open_rma", actor=req.actor, cause=req.cause))
