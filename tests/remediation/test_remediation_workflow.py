@@ -46,6 +46,12 @@ CASES = [
      {"reboot": "passed", "burn-in": "passed", "4-set_state": "passed", "5-rma": "skipped"}, {"production"}),
     ("ecc-uncorrectable-rma", "row-remap-failure", Event("xid", code=64), "escalated",
      {"2-rma": "passed", "3-notify": "passed"}, {"rma"}),
+    # One XID 48 whose row remap takes at the reset: reset, rechecked, back in production.
+    ("xid-reset-gpu", "row-remap-pending", Event("xid", code=48, message="Double Bit ECC Error"), "succeeded",
+     {"reset": "passed", "recheck": "passed", "4-set_state": "passed", "5-rma": "skipped"}, {"production"}),
+    # An XID 48 whose remap fails (the simulator's xid48): the recheck fails, then RMA.
+    ("xid-reset-gpu", "xid48", Event("xid", code=48, message="Double Bit ECC Error"), "escalated",
+     {"reset": "passed", "recheck": "failed", "4-set_state": "skipped", "5-rma": "passed"}, {"rma"}),
     ("row-remap-pending", "row-remap-pending",
      Event("check", check="nvidia-smi-query", status="warn", message="row remap pending"), "succeeded",
      {"reset": "passed", "recheck": "passed", "4-rma": "skipped"}, {"production"}),
@@ -63,7 +69,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name, fault, event, status, steps, final", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name, fault, event, status, steps, final", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 async def test_shipped_runbook_end_to_end(fleet_settings, name, fault, event, status, steps, final) -> None:
     async with running_fleet(fleet_settings) as sim_fleet:
         # two more in production: a runbook's burn-in tests the node's fabric with partners

@@ -36,7 +36,7 @@ steps:
 
 
 def test_shipped_runbooks_cover_the_issue() -> None:
-    assert {"xid-79-fallen-off-bus", "ecc-uncorrectable-rma", "row-remap-pending", "nvlink-straggler",
+    assert {"xid-79-fallen-off-bus", "ecc-uncorrectable-rma", "xid-reset-gpu", "row-remap-pending", "nvlink-straggler",
             "thermal-throttling", "ib-port-down", "escalation-ladder"} <= set(SHIPPED)
 
 
@@ -126,6 +126,9 @@ def test_render_and_evaluate() -> None:
     [
         (Event("xid", code=79), "xid-79-fallen-off-bus"),
         (Event("xid", code=64), "ecc-uncorrectable-rma"),
+        # NVIDIA's catalog: XID 48 -> its XID 48 workflow, XID 95 -> RESET_GPU; never RMA first.
+        (Event("xid", code=48), "xid-reset-gpu"),
+        (Event("xid", code=95), "xid-reset-gpu"),
         (Event("xid", code=63), "row-remap-pending"),
         (Event("xid", code=74), "nvlink-straggler"),
         (Event("xid", code=119), "escalation-ladder"),
