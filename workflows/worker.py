@@ -6,7 +6,6 @@ import asyncio
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from typing import Any, Callable
 
 from temporalio.client import Client
@@ -87,12 +86,13 @@ async def watch_stalls(client: Client, settings: Settings) -> None:
     cannot hide itself; any worker of the queue may do it (the records are idempotent)."""
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import utcnow
 
     log = logging.getLogger(__name__)
     engine = get_engine(settings.db_url)
     while True:
         try:
-            now = datetime.now(timezone.utc)
+            now = utcnow()
             stalls = await stalled_nodes(client, settings, now)
             newly, cleared = await asyncio.to_thread(queries.record_stalls, engine, stalls, now, settings.fleet)
             for stall in (s for s in stalls if s.node in newly):

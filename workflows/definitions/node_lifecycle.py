@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
@@ -82,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
         ask_guard,
         refuse_ungranted_drain,
         run_check,
+        unless,
     )
 
 # Bounded memory of answered requests: a CLI that retries an update after a network blip
@@ -93,7 +92,6 @@ CHECK_ATTEMPTS = 3
 # finished); the runbook for the critical event starts as soon as it has.
 REMEDIATION_HANDOVER_POLL = timedelta(seconds=1)
 REMEDIATION_HANDOVER_TRIES = 60
-T = TypeVar("T")
 
 
 def check_event(check: str, status: str, message: str) -> dict:
@@ -157,25 +155,11 @@ class NodeLifecycle:
             return self.s.work.pop(index)
         return self.s.work.pop(0)
 
-    async def _unless_critical(self, work: Awaitable[T]) -> tuple[bool, T | None]:
-        """(True, result) when `work` ends, (False, None) when a critical health event is
-        queued first: then `work` is cancelled, and with it the activity it waits on (its
-        heartbeat carries the cancellation to the call on the node)."""
-        task = asyncio.ensure_future(work)
-        await workflow.wait_condition(lambda: task.done() or self._critical_waiting())
-        if task.done():
-            return True, task.result()
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        return False, None
-
     async def _record_interrupted(self, what: str) -> None:
         """A step cut short by a critical event: recorded as interrupted (it neither passed nor
         failed), where fleet status and `node show` list automation."""
-        waiting = self.s.work[self._critical_index() or 0].event if self._critical_waiting() else None
+        index = self._critical_index()
+        waiting = self.s.work[index].event if index is not None else None
         by = f"{waiting.source} {waiting.code}" if waiting is not None and waiting.code is not None else "a critical event"
         self.s.last_outcome = f"{what}: interrupted by {by}"
         await workflow.execute_activity_method(
@@ -714,7 +698,7 @@ class NodeLifecycle:
         as interrupted). Histories from before the patch run every check to its end."""
         if not workflow.patched("critical-events-preempt"):
             return await self._run_check(check, suite, run_key)
-        finished, outcome = await self._unless_critical(self._run_check(check, suite, run_key))
+        finished, outcome = await unless(self._run_check(check, suite, run_key), self._critical_waiting)
         if not finished:
             await self._record_interrupted(what)
         return outcome

@@ -18,7 +18,6 @@ for the new event.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -60,7 +59,8 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
     )
     from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER, command_node, guarded_drain, hardware_step, run_check
+    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, command_node, guarded_drain, hardware_step,
+                                              run_check, unless)
 
 # How long a hardware step waits for the node's own workflow to finish draining it.
 OUT_OF_SERVICE_WAIT = timedelta(hours=3)
@@ -160,16 +160,8 @@ class Remediation:
         patch run every step to its end."""
         if step.action in FINISH_FIRST or not workflow.patched("remediation-interrupt"):
             return await self._act(step, params)
-        task = asyncio.ensure_future(self._act(step, params))
-        await workflow.wait_condition(lambda: task.done() or bool(self.interrupted))
-        if task.done():
-            return task.result()
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        return None
+        finished, done = await unless(self._act(step, params), lambda: bool(self.interrupted))
+        return done if finished else None
 
     async def _act(self, step: Step, params: dict[str, Any]) -> tuple[bool, str]:
         if step.action in DISRUPTIVE:

@@ -22,8 +22,11 @@ The presets, chosen once for every workflow, and why:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -94,6 +97,25 @@ def check_options(check: str, attempts: int) -> dict:
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=attempts,
                                          non_retryable_error_types=NON_RETRYABLE))
+
+
+T = TypeVar("T")
+
+
+async def unless(work: Awaitable[T], stop: Callable[[], bool]) -> tuple[bool, T | None]:
+    """(True, result) when `work` ends, (False, None) when `stop()` holds first: then `work`
+    is cancelled, and with it the activity it waits on (its heartbeat carries the cancellation
+    to the call on the node). What a critical event cuts short goes through here."""
+    task = asyncio.ensure_future(work)
+    await workflow.wait_condition(lambda: task.done() or stop())
+    if task.done():
+        return True, task.result()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    return False, None
 
 
 async def run_check(req: CheckRequest) -> CheckOutcome:
