@@ -36,8 +36,9 @@ def agent(
                                                      "e.g. http://intake:9411; fleetctl judges a node whose agent "
                                                      "falls silent (FLEETCTL_AGENT_SILENCE_S)"),
     heartbeat_token_file: Optional[Path] = typer.Option(None, "--heartbeat-token-file",
-                                                        help="file holding the intake's bearer token "
-                                                             "(or env FLEETCTL_INTAKE_TOKEN)"),
+                                                        help="file holding this node's credential "
+                                                             "(`fleetctl events credential issue`) or the "
+                                                             "intake's token (or env FLEETCTL_INTAKE_TOKEN)"),
     heartbeat_interval: float = typer.Option(30.0, "--heartbeat-interval", help="seconds between heartbeats"),
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
@@ -114,8 +115,8 @@ def agent(
 def _intake_token(path: Path | None) -> str:
     """The intake's bearer token, from the file or the environment; one line and exit 2 when
     it is missing or would not fit in a header."""
-    token = context.intake_token(path, "--heartbeat-token-file")
-    if not token or any(c.isspace() or not c.isprintable() for c in token):
-        fail("--heartbeat-url needs the intake's token (--heartbeat-token-file or FLEETCTL_INTAKE_TOKEN): "
-             "printable, no spaces", EXIT_USAGE)
+    token = context.intake_token(path, "--heartbeat-token-file")  # read strictly: one line, printable ASCII
+    if not token:
+        fail("--heartbeat-url needs the intake's token or this node's credential (--heartbeat-token-file "
+             "or FLEETCTL_INTAKE_TOKEN)", EXIT_USAGE)
     return token

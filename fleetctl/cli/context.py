@@ -74,13 +74,19 @@ def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) ->
 
 
 def intake_token(path: Path | None, flag: str) -> str:
-    """The intake's bearer token, stripped: the file's contents (an unreadable file is one line,
-    exit 2, naming `flag`), else FLEETCTL_INTAKE_TOKEN. Whether it will do is the caller's."""
+    """The intake's bearer token: the file's contents, else FLEETCTL_INTAKE_TOKEN (empty when
+    neither is given), read strictly (fleetctl.intake.credentials.read_token: one line of
+    printable ASCII, bounded). An unreadable file or a token that would not be sent as written
+    is one line, exit 2, naming `flag` or the variable. Whether it is strong enough is the caller's."""
     from fleetctl.cli.output import EXIT_USAGE, fail
+    from fleetctl.intake.credentials import BadCredentials, read_token
 
-    if path is None:
-        return os.environ.get("FLEETCTL_INTAKE_TOKEN", "").strip()
     try:
-        return path.read_text().strip()
+        if path is None:
+            raw = os.environ.get("FLEETCTL_INTAKE_TOKEN", "").encode("utf-8", "surrogateescape")
+            return read_token(raw, "FLEETCTL_INTAKE_TOKEN") if raw else ""
+        return read_token(path.read_bytes(), f"{flag} {path}")
     except OSError as exc:
         fail(f"{flag} {path}: {exc.strerror}", EXIT_USAGE)
+    except BadCredentials as exc:
+        fail(str(exc), EXIT_USAGE)

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, fail
+from fleetctl.cli.output import EXIT_USAGE, fail, within
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -31,6 +31,19 @@ def serve(
     in_cluster: bool = typer.Option(False, "--in-cluster", help="poll the cluster this runs in"),
     condition: List[str] = typer.Option([], "--condition", help="a node condition type that is a fault (repeatable; default: NPD's)"),
     poll_interval: float = typer.Option(10.0, "--poll-interval", help="seconds between node condition polls"),
+    credentials: Optional[Path] = typer.Option(None, "--credentials",
+                                               help="the agents' credential hashes (`fleetctl events credential "
+                                                    "issue`): each speaks for its own node only; reread when it changes"),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
+    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca",
+                                                 help="require client certificates signed by this CA (PEM)"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", callback=within(0.1, 300),
+                                         help="seconds a connection has for its request headers, in all"),
+    body_timeout: float = typer.Option(30.0, "--body-timeout", callback=within(0.1, 600),
+                                       help="seconds a connection has for its request body, in all"),
+    max_connections: int = typer.Option(256, "--max-connections", callback=within(1, 10_000),
+                                        help="connections held at once (one thread each)"),
 ) -> None:
     """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
     /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
@@ -42,7 +55,8 @@ def serve(
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
+    from fleetctl.intake.credentials import BadCredentials, Credentials
+    from fleetctl.intake.server import Intake, KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
 
     token = context.intake_token(token_file, "--token-file")
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
@@ -52,6 +66,13 @@ def serve(
         fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
     if kubeconfig and in_cluster:
         fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
+    try:
+        who = Credentials(token, credentials)
+        tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
+    except BadCredentials as exc:
+        fail(str(exc), EXIT_USAGE)
     try:
         ensure_dir(spool)
     except OSError as exc:
@@ -59,8 +80,10 @@ def serve(
     settings = context.settings(ctx)
     intake = Intake(spool, TemporalTransport(settings))
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
+    known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
+    limits = Limits(header_timeout_s=header_timeout, body_timeout_s=body_timeout, max_connections=max_connections)
     try:
-        server = serve_http(intake, token, address, port, heartbeats)
+        server = serve_http(intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls)
     except OSError as exc:
         fail(f"cannot listen on {address}:{port} ({exc.strerror})")
     stop = threading.Event()
@@ -77,7 +100,7 @@ def serve(
         api = client.CoreV1Api(api_client)
         threading.Thread(target=poll_node_conditions, args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval),
                          name="fleetctl-intake-npd", daemon=True).start()
-    typer.echo(f"intake on http://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)", err=True)
+    typer.echo(f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)", err=True)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -92,3 +115,66 @@ def serve(
         stop.set()
         writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
         intake.spool.close()
+
+
+credential_app = typer.Typer(help="Agent credentials: each speaks to the intake for its own node only.",
+                             no_args_is_help=True)
+app.add_typer(credential_app, name="credential")
+
+CREDENTIALS_OPTION = typer.Option(..., "--credentials", help="the hash file `events serve --credentials` reads")
+
+
+@credential_app.command("issue")
+def credential_issue(node: str = typer.Argument(..., help="the node whose agent will hold it"),
+                     credentials: Path = CREDENTIALS_OPTION) -> None:
+    """Print a new credential for NODE's agent (once: only its hash is kept) and record the
+    hash, replacing the node's previous credential. Give it to the agent as
+    --heartbeat-token-file."""
+    from fleetctl.intake.credentials import new_credential, token_hash, with_credential
+
+    text = _hash_file(node, credentials)
+    secret = new_credential()
+    _write_hash_file(credentials, with_credential(text, node, token_hash(secret)))
+    typer.echo(secret)
+
+
+@credential_app.command("revoke")
+def credential_revoke(node: str = typer.Argument(..., help="the node whose agent credential to remove"),
+                      credentials: Path = CREDENTIALS_OPTION) -> None:
+    """Remove NODE's credential: a running intake refuses it within a second."""
+    from fleetctl.intake.credentials import with_credential
+
+    text = _hash_file(node, credentials)
+    if not any(line.split(" ", 1)[0] == node for line in text.splitlines()):
+        fail(f"{node} has no credential in {credentials}", EXIT_USAGE)
+    _write_hash_file(credentials, with_credential(text, node, None))
+    typer.echo(f"revoked the credential of {node}", err=True)
+
+
+def _hash_file(node: str, path: Path) -> str:
+    """The hash file's text (empty when it does not exist yet), checked whole, for `node`."""
+    from fleetctl.intake.credentials import BadCredentials, parse_hashes
+    from fleetctl.inventory.names import NODE_NAME_RE
+
+    if not NODE_NAME_RE.match(node):
+        fail(f"{node!r} is not a node name", EXIT_USAGE)
+    try:
+        text = path.read_text(encoding="ascii") if path.exists() else ""
+        parse_hashes(text, str(path))
+    except (OSError, UnicodeDecodeError, BadCredentials) as exc:
+        fail(str(exc) if isinstance(exc, BadCredentials) else f"--credentials {path}: {exc}", EXIT_USAGE)
+    return text
+
+
+def _write_hash_file(path: Path, text: str) -> None:
+    """Whole or not at all (a reader never sees half a file), readable by its owner only."""
+    import os
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        fail(f"--credentials {path}: {exc.strerror}", EXIT_USAGE)

@@ -40,7 +40,7 @@ MAX_TIME = 253_402_300_799
 # Labels that name the node, in the order they are asked: DCGM exporter sets Hostname,
 # kube-prometheus sets node, a scrape target has instance (host:port).
 NODE_LABELS = ("node", "Hostname", "hostname", "instance")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}\Z")  # \Z: `$` lets a trailing newline through
 
 
 class BadBody(ValueError):
@@ -91,6 +91,10 @@ class IntakeEvent:
     at: float
     severity: str = ""
     at_from_record: bool = False  # `at` is the alert's or the record's own time, not the receive time
+    # An event sent with neither id nor time: what it says, so that a replayed POST is
+    # known within a window (fleetctl.intake.server.Intake.accept); its id has the receive
+    # time in it, since the same fault reported later is a new event.
+    content_key: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -181,7 +185,7 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         if name is None:
             raise BadBody(f"{where}: no node label ({', '.join(node_labels)})")
         if isinstance(name, str):
-            name = name.rsplit(":", 1)[0] if re.search(r":\d+$", name) else name  # instance host:port
+            name = name.rsplit(":", 1)[0] if re.search(r":\d+\Z", name) else name  # instance host:port
         node = _node(name, f"{where}.labels")
         raw = labels.get("xid", notes.get("xid", notes.get("value")))
         code = _code(raw, f"{where} xid")
@@ -216,8 +220,10 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         event_id = _text(item.get("id"), f"{where}.id")
         at = _time(item["at"], f"{where}.at") if "at" in item else now
         severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True)
+        anonymous = not event_id and "at" not in item
         out.append(IntakeEvent(node, "intake", code, message, _id("json", node, event_id) if event_id
-                               else _id("json", node, code, message, at), at, severity, "at" in item))
+                               else _id("json", node, code, message, at), at, severity, "at" in item,
+                               _id("json-content", node, code, message, severity) if anonymous else ""))
     return out
 
 

@@ -9,22 +9,28 @@ nothing; a request is answered 202 once its events are there.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
+import math
+import socket
+import ssl
+import sys
 import threading
 import time
 from collections import OrderedDict, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleetctl.agent.detect import detect
 from fleetctl.agent.spool import Spool
 from fleetctl.agent.transport import NodeRefused
+from fleetctl.intake.credentials import OPERATOR, BadCredentials, Caller, Credentials
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
-from fleetctl.text import bounded, one_line
+from fleetctl.text import bounded, one_line, printable
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -32,6 +38,16 @@ MAX_BODY = 1 << 20  # bytes; Alertmanager's largest group of 1,000 alerts fits w
 SEEN_IDS = 100_000  # ids remembered for de-duplication (the workflow de-duplicates again)
 MAX_ATTEMPTS = 20  # deliveries of an event to a node whose workflow refuses it, then dropped
 MAX_BACKOFF_S = 30.0
+# A connection's headers, then its body, each within this in all; then it is closed. An
+# agent's heartbeat or an Alertmanager webhook sends both in milliseconds.
+HEADER_TIMEOUT_S = 10.0
+BODY_TIMEOUT_S = 30.0
+# Connections held at once (a thread each): well under a service's usual 1,024 open files.
+MAX_CONNECTIONS = 256
+KNOWN_TTL_S = 300.0  # a node name found in the inventory is not asked again for this long
+# Events without an id whose content (node, code, message, severity) was accepted this
+# recently are a replayed POST, not a new fault.
+CONTENT_WINDOW_S = 600.0
 
 
 class Intake:
@@ -42,24 +58,35 @@ class Intake:
         self.transport, self.batch_size = transport, batch_size
         self._lock = threading.Lock()
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._recent_content: OrderedDict[str, float] = OrderedDict()  # content key -> when accepted
         self.accepted = self.duplicates = self.sent = self.undeliverable = 0
         self.npd_skipped = 0  # Node Problem Detector conditions that could not be read (poll_node_conditions)
         self._wake = threading.Event()
 
     def accept(self, events: list[IntakeEvent]) -> tuple[int, int]:
-        """(new, duplicate) counts; new events are on disk when this returns."""
+        """(new, duplicate) counts; new events are on disk when this returns. An event is a
+        duplicate of one with its id, or (one sent without an id: IntakeEvent.content_key)
+        of one with its content accepted within CONTENT_WINDOW_S."""
+        now = time.monotonic()
         with self._lock:
-            fresh, batch_ids = [], set()
+            while self._recent_content and now - next(iter(self._recent_content.values())) > CONTENT_WINDOW_S:
+                self._recent_content.popitem(last=False)
+            fresh, batch_keys = [], set()
             for ev in events:
-                if ev.event_id in self._seen or ev.event_id in batch_ids:
+                key = ev.content_key or ev.event_id
+                if ev.event_id in self._seen or key in self._recent_content or key in batch_keys:
                     continue
-                batch_ids.add(ev.event_id)
+                batch_keys.add(key)
                 fresh.append(ev)
             self.spool.append([{**e.as_dict(), "attempts": 0} for e in fresh])
             for ev in fresh:
                 self._seen[ev.event_id] = None
+                if ev.content_key:
+                    self._recent_content[ev.content_key] = now
             while len(self._seen) > SEEN_IDS:
                 self._seen.popitem(last=False)
+            while len(self._recent_content) > SEEN_IDS:
+                self._recent_content.popitem(last=False)
             self.accepted += len(fresh)
             self.duplicates += len(events) - len(fresh)
         self._wake.set()
@@ -119,17 +146,75 @@ class Intake:
             await asyncio.to_thread(self._wake.wait, delay)
 
 
-def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeats: Heartbeats | None = None):
-    """`heartbeats`: where agents' heartbeats go (POST /heartbeat); None: this intake takes none."""
-    expected = f"Bearer {token}".encode()
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may hold. The header and body times are totals, not per read: a
+    client trickling a byte a second is closed at the bound all the same."""
+
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    max_connections: int = MAX_CONNECTIONS
+    max_body: int = MAX_BODY
+
+
+class KnownNodes:
+    """Which node names are in the inventory, asked of `existing` (names -> those that
+    exist). Known names are remembered for KNOWN_TTL_S (a heartbeat a node a half-minute
+    costs no query); an unknown one is asked every time, so a node just imported is heard at
+    once. The database away: every name is taken as known (logged), since refusing a real
+    fault is worse than delivering a ghost, which the node workflows refuse anyway."""
+
+    def __init__(self, existing: Callable[[set[str]], set[str]], ttl_s: float = KNOWN_TTL_S):
+        self.existing, self.ttl_s = existing, ttl_s
+        self._known: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def unknown(self, names: set[str]) -> list[str]:
+        now = time.monotonic()
+        with self._lock:
+            ask = {n for n in names if now - self._known.get(n, -math.inf) > self.ttl_s}
+        if not ask:
+            return []
+        try:
+            found = self.existing(ask)
+        except Exception as exc:  # noqa: BLE001 - the database is away: see the class
+            log.warning("cannot check node names against the inventory (%s)", one_line(exc, 200))
+            return []
+        with self._lock:
+            for name in found:
+                self._known[name] = now
+            if len(self._known) > SEEN_IDS:
+                self._known = {n: t for n, t in self._known.items() if now - t <= self.ttl_s}
+        return sorted(ask - found)
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:5])
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limits(),
+                 heartbeats: Heartbeats | None = None, known: KnownNodes | None = None):
+    """`heartbeats`: where agents' heartbeats go (POST /heartbeat); None: this intake takes none.
+    `known`: refuse events and heartbeats of nodes not in the inventory (None: take any)."""
     paths = ("/alertmanager", "/events") + (("/heartbeat",) if heartbeats is not None else ())
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "fleetctl-intake"
         protocol_version = "HTTP/1.1"
 
+        def handle_one_request(self):
+            # The watcher (IntakeServer) closes a connection whose headers take longer than
+            # the header timeout in all: the socket timeout alone is per read.
+            self.connection.settimeout(limits.header_timeout_s)
+            self.server.phase(self.connection, HEADERS)
+            super().handle_one_request()
+
+        def log_error(self, fmt, *args):  # a timed-out or garbled request: the client's doing
+            log.debug("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
+
         def log_message(self, fmt, *args):  # the request line only: never headers (the token)
-            log.info("%s %s", self.address_string(), fmt % args)
+            log.info("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
 
         def _answer(self, status: int, body: dict | str) -> None:
             data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
@@ -140,6 +225,7 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
             self.wfile.write(data)
 
         def do_GET(self):
+            self.server.phase(self.connection, HANDLING)
             if self.path == "/healthz":
                 health = {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent}
                 if heartbeats is not None:
@@ -150,12 +236,17 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
                 self._answer(404, "not found")
 
         def do_POST(self):
-            given = self.headers.get("Authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
+            self.server.phase(self.connection, BODY)
+            caller = credentials.caller(self.headers.get("Authorization", ""))
+            if caller is None:
                 self.close_connection = True
                 return self._answer(401, "a bearer token is required")
             if self.path not in paths:
                 return self._answer(404, f"not found: POST to {', '.join(paths)}")
+            if self.path == "/alertmanager" and caller is not OPERATOR:
+                self.close_connection = True
+                return self._answer(403, f"the credential of {caller.node} speaks for that node only: "
+                                         "/alertmanager takes the operator token")
             if self.headers.get("Transfer-Encoding"):
                 self.close_connection = True
                 return self._answer(411, "send the body with a Content-Length")
@@ -164,12 +255,17 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
             except ValueError:
                 self.close_connection = True
                 return self._answer(411, "send the body with a Content-Length")
-            if not 0 < length <= max_body:
+            if not 0 < length <= limits.max_body:
                 self.close_connection = True
-                return self._answer(413 if length > 0 else 400, f"the body must be 1 to {max_body} bytes")
+                return self._answer(413 if length > 0 else 400, f"the body must be 1 to {limits.max_body} bytes")
+            self.connection.settimeout(limits.body_timeout_s)
             raw = self.rfile.read(length)
+            if len(raw) < length:  # the client went away, or the watcher closed it past the body timeout
+                self.close_connection = True
+                return None
+            self.server.phase(self.connection, HANDLING)
             if self.path == "/heartbeat":
-                return self._heartbeat(raw)
+                return self._heartbeat(raw, caller)
             try:
                 body = loads(raw)
                 events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
@@ -177,10 +273,24 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
                 message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
                 # One line, safe to show and to encode: a field name in it is the sender's text.
                 return self._answer(400, one_line(bounded(message), 300))
+            if not self._may_speak(caller, {ev.node for ev in events}):
+                return None
             new, dup = intake.accept(events)
             self._answer(202, {"accepted": new, "duplicates": dup})
 
-        def _heartbeat(self, raw: bytes) -> None:
+        def _may_speak(self, caller: Caller, nodes: set[str]) -> bool:
+            """Answers 403 (another node's) or 422 (not in the inventory) and says False."""
+            others = sorted(n for n in nodes if not caller.may_speak_for(n))
+            if others:
+                self._answer(403, f"the credential of {caller.node} speaks for that node only, not {_names(others)}")
+                return False
+            unknown = known.unknown(nodes) if known is not None else []
+            if unknown:
+                self._answer(422, f"not in the inventory: {_names(unknown)}")
+                return False
+            return True
+
+        def _heartbeat(self, raw: bytes, caller: Caller) -> None:
             """{"node": NAME}: the node's agent is alive now (the intake's clock)."""
             try:
                 body = json.loads(raw)
@@ -189,6 +299,8 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
             node = body.get("node") if isinstance(body, dict) else None
             if not isinstance(node, str) or not NODE_NAME_RE.match(node):
                 return self._answer(400, 'the body must be {"node": NAME} with a valid node name')
+            if not self._may_speak(caller, {node}):
+                return None
             if not heartbeats.note(node):
                 return self._answer(503, "too many heartbeats waiting to be recorded; send again later")
             self._answer(202, {"heard": node})
@@ -196,10 +308,140 @@ def make_handler(intake: Intake, token: str, max_body: int = MAX_BODY, heartbeat
     return Handler
 
 
-def serve_http(intake: Intake, token: str, address: str, port: int,
-               heartbeats: Heartbeats | None = None) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((address, port), make_handler(intake, token, heartbeats=heartbeats))
-    server.daemon_threads = True
+HEADERS, BODY, HANDLING = "headers", "body", "handling"
+
+
+class IntakeServer(ThreadingHTTPServer):
+    """A thread per connection, at most `limits.max_connections` of them. At the cap, the
+    connection that has waited longest for its headers is closed to make room (a client
+    that never finishes its headers cannot keep a real heartbeat out); when every connection
+    is past its headers, the new one is answered 503 at once, without a thread. A watcher
+    closes every connection past its header or body time, counted from when it began.
+    A client that goes away mid-answer is one line at debug, not a traceback."""
+
+    daemon_threads = True
+    refused_answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                      b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n")
+
+    def __init__(self, address: tuple[str, int], handler, limits: Limits, tls: ssl.SSLContext | None = None):
+        super().__init__(address, handler)
+        self.limits, self.tls = limits, tls
+        self._open: dict[socket.socket, tuple[str, float]] = {}
+        self._open_lock = threading.Lock()
+        self.refused = self.evicted = self.timed_out = 0
+        self._closing = threading.Event()
+        threading.Thread(target=self._watch, name="fleetctl-intake-timeouts", daemon=True).start()
+
+    def phase(self, conn: socket.socket, phase: str) -> None:
+        with self._open_lock:
+            if conn in self._open:
+                self._open[conn] = (phase, time.monotonic())
+
+    def verify_request(self, request, client_address) -> bool:
+        with self._open_lock:
+            if len(self._open) >= self.limits.max_connections:
+                waiting = [(since, conn) for conn, (phase, since) in self._open.items() if phase == HEADERS]
+                if not waiting:
+                    self.refused += 1
+                    _refuse(request, self.refused_answer)
+                    return False
+                _, oldest = min(waiting, key=lambda item: item[0])
+                del self._open[oldest]
+                self.evicted += 1
+                _cut(oldest)
+            self._open[request] = (HEADERS, time.monotonic())
+        return True
+
+    def finish_request(self, request, client_address) -> None:
+        if self.tls is None:
+            return super().finish_request(request, client_address)
+        request.settimeout(self.limits.header_timeout_s)  # the handshake counts in the header time
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except OSError as exc:  # ssl.SSLError too
+            log.debug("%s: TLS handshake failed (%s)", client_address[0], one_line(exc, 200))
+            return None
+        with self._open_lock:
+            self._open[wrapped] = self._open.pop(request, (HEADERS, time.monotonic()))
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            with self._open_lock:
+                self._open.pop(wrapped, None)
+            wrapped.close()
+
+    def close_request(self, request) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().close_request(request)
+
+    def shutdown_request(self, request) -> None:
+        with self._open_lock:
+            self._open.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):  # a reset, a broken pipe, a timeout, a TLS alert
+            log.debug("%s went away (%s)", client_address[0], one_line(exc, 200))
+        else:
+            log.exception("internal error answering %s", client_address[0])
+
+    def server_close(self) -> None:
+        self._closing.set()
+        super().server_close()
+
+    def _watch(self) -> None:
+        bound = {HEADERS: self.limits.header_timeout_s, BODY: self.limits.body_timeout_s}
+        step = min(min(bound.values()) / 4, 1.0)
+        while not self._closing.wait(step):
+            now = time.monotonic()
+            with self._open_lock:
+                late = [conn for conn, (phase, since) in self._open.items() if now - since > bound.get(phase, math.inf)]
+                for conn in late:
+                    del self._open[conn]
+            for conn in late:
+                self.timed_out += 1
+                _cut(conn)
+
+
+def _cut(conn: socket.socket) -> None:
+    """End a connection another thread is reading: its read returns, and the thread ends."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _refuse(conn: socket.socket, answer: bytes) -> None:
+    try:
+        conn.setblocking(False)
+        conn.send(answer)
+    except OSError:
+        pass
+
+
+def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """A server context from a certificate chain and key; with `client_ca`, clients must
+    present a certificate that CA signed. BadCredentials (one line) when a file will not do."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+        if client_ca is not None:
+            context.load_verify_locations(cafile=client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise BadCredentials(f"TLS certificate {cert}, key {key}"
+                             + (f", client CA {client_ca}" if client_ca else "") + f": {one_line(exc, 200)}") from None
+    return context
+
+
+def serve_http(intake: Intake, token: str | Credentials, address: str, port: int,
+               heartbeats: Heartbeats | None = None, *, limits: Limits = Limits(), known: KnownNodes | None = None,
+               tls: ssl.SSLContext | None = None) -> IntakeServer:
+    """`token`: the operator token alone, or Credentials (the operator's and the agents')."""
+    credentials = token if isinstance(token, Credentials) else Credentials(token)
+    server = IntakeServer((address, port), make_handler(intake, credentials, limits, heartbeats, known), limits, tls)
     threading.Thread(target=server.serve_forever, name="fleetctl-intake-http", daemon=True).start()
     return server
 

@@ -159,15 +159,22 @@ def test_serve_refuses_a_missing_or_weak_token_in_one_line(tmp_path, token) -> N
     assert proc.returncode == 2 and "bearer token" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_path) -> None:
+def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_path, sqlite_url) -> None:
     import signal
     import time
     import urllib.request
 
-    from fleetctl.connections.temporal_server import free_port
+    import yaml
 
+    from fleetctl.connections.temporal_server import free_port
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.inventory.parse import parse_inventory
+
+    queries.upsert_nodes(get_engine(sqlite_url), parse_inventory(yaml.safe_dump(  # the intake takes inventory nodes only
+        {"nodes": [{"name": "n1", "address": "sim://n1", "profile": "h100-sxm"}]})))
     port = free_port()
-    proc = _serve(tmp_path, "--port", str(port), env={"FLEETCTL_INTAKE_TOKEN": TOKEN})
+    proc = _serve(tmp_path, "--port", str(port), env={"FLEETCTL_INTAKE_TOKEN": TOKEN, "FLEETCTL_DB_URL": sqlite_url})
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -1,0 +1,318 @@
+"""The intake on a hostile network, over real sockets on 127.0.0.1: clients that never
+finish their headers or bodies, more connections than the cap, clients that vanish
+mid-request, ghost node names, replayed POSTs without an id, one node's credential speaking
+for another, and TLS (with and without client certificates)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import ssl
+import struct
+import time
+
+import pytest
+
+from fleetctl.intake.credentials import Credentials, new_credential, token_hash
+from fleetctl.intake.server import Intake, KnownNodes, Limits, serve_http, tls_context
+from tests.intake.test_server import TOKEN, Recorder, post
+from tests.production.mtls_proxy import Authority
+
+HEADER_TIMEOUT_S = 0.5
+INVENTORY = {"n1", "n2", "n3"}
+
+
+@pytest.fixture
+def hashes(tmp_path):
+    return tmp_path / "agents.hashes"
+
+
+@pytest.fixture
+def make_intake(tmp_path, hashes):
+    servers = []
+
+    def make(limits: Limits = Limits(header_timeout_s=HEADER_TIMEOUT_S, body_timeout_s=HEADER_TIMEOUT_S),
+             tls=None, heartbeats=None):
+        from fleetctl.intake.heartbeats import Heartbeats
+
+        it = Intake(tmp_path / f"spool-{len(servers)}", Recorder())
+        it.beats = heartbeats or Heartbeats(lambda heard: len(heard))
+        if not hashes.exists():
+            hashes.write_text("")
+        srv = serve_http(it, Credentials(TOKEN, hashes), "127.0.0.1", 0, it.beats, limits=limits,
+                         known=KnownNodes(lambda names: names & INVENTORY), tls=tls)
+        it.port, it.server = srv.server_port, srv
+        servers.append((srv, it))
+        return it
+
+    yield make
+    for srv, it in servers:
+        srv.shutdown()
+        srv.server_close()
+        it.spool.close()
+
+
+def heartbeat(port: int, node: str, token: str = TOKEN) -> tuple[int, str]:
+    return post(port, "/heartbeat", {"node": node}, token)
+
+
+def slow_client(port: int) -> socket.socket:
+    """A connection that sends half a request line and then nothing."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(b"POST /heartbeat HTTP/1.1\r\nHost: x\r\n")
+    return sock
+
+
+def closed_after(sock: socket.socket, trickle: bool = False) -> float:
+    """Seconds until the server closes `sock` (a read gives EOF or a reset); with `trickle`,
+    a header byte is sent every 0.1 s meanwhile (each read is quick, the whole never ends)."""
+    start = time.monotonic()
+    sock.settimeout(0.1)
+    while time.monotonic() - start < 30:
+        try:
+            if trickle:
+                sock.sendall(b"X")
+            if sock.recv(4096) == b"":
+                break
+        except TimeoutError:
+            continue
+        except OSError:  # reset, or a send on a connection the server shut
+            break
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_a_client_that_never_finishes_its_headers_is_closed_within_the_header_timeout(make_intake, trickle) -> None:
+    intake = make_intake()
+    took = closed_after(slow_client(intake.port), trickle)
+    # The watcher looks every quarter of the bound: closed between the bound and 1.25 times
+    # it, plus scheduling on a loaded machine.
+    assert HEADER_TIMEOUT_S <= took < HEADER_TIMEOUT_S * 1.25 + 2, took
+    assert heartbeat(intake.port, "n1")[0] == 202
+
+
+def test_a_body_that_never_ends_is_closed_within_the_body_timeout(make_intake) -> None:
+    intake = make_intake(Limits(header_timeout_s=30, body_timeout_s=HEADER_TIMEOUT_S))
+    sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
+    sock.sendall(f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                 "Content-Length: 100\r\n\r\n{".encode())
+    took = closed_after(sock, trickle=True)
+    assert HEADER_TIMEOUT_S <= took < HEADER_TIMEOUT_S * 1.25 + 2, took
+    assert intake.beats.heard == 0
+
+
+def test_past_the_connection_cap_slow_clients_make_room_and_real_heartbeats_are_served(make_intake) -> None:
+    """200 connections that never finish their headers, against a cap of 20: the intake holds
+    at most 20 (the oldest waiting one closed for each newcomer), and every real heartbeat
+    sent meanwhile is answered at once."""
+    intake = make_intake(Limits(header_timeout_s=60, body_timeout_s=60, max_connections=20))
+    slow = [slow_client(intake.port) for _ in range(200)]
+    try:
+        for node in ("n1", "n2", "n3"):
+            started = time.monotonic()
+            assert heartbeat(intake.port, node) == (202, json.dumps({"heard": node}))
+            assert time.monotonic() - started < 5  # not behind the 60 s header timeout
+        assert intake.server.evicted >= 180 and len(intake.server._open) <= 20
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_past_the_cap_with_every_connection_busy_a_newcomer_is_refused_at_once(make_intake) -> None:
+    intake = make_intake(Limits(header_timeout_s=60, body_timeout_s=60, max_connections=3))
+    busy = []
+    for _ in range(3):  # past their headers, waiting for a body that does not come
+        sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
+        sock.sendall(f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+                     "Content-Length: 100\r\n\r\n".encode())
+        busy.append(sock)
+    deadline = time.monotonic() + 10
+    while sum(phase == "body" for phase, _ in intake.server._open.values()) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    newcomer = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
+    answer = newcomer.makefile("rb").read()  # answered before it says anything, then closed
+    assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"too many connections; try again\n")
+    assert time.monotonic() - started < 5
+    assert intake.server.refused == 1 and intake.beats.heard == 0
+    for sock in busy:
+        sock.close()
+
+
+@pytest.mark.parametrize("sent", ["headers", "part of the body", "the whole request"])
+def test_a_client_that_vanishes_mid_request_is_one_debug_line_not_a_traceback(make_intake, caplog, capfd, sent) -> None:
+    intake = make_intake(Limits(header_timeout_s=30, body_timeout_s=30))
+    caplog.set_level(logging.DEBUG, logger="fleetctl.intake")
+    body = json.dumps({"node": "n1"}).encode()
+    request = f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n" \
+              f"Content-Length: {len(body)}\r\n\r\n".encode()
+    request += {"headers": b"", "part of the body": body[:3], "the whole request": body}[sent]
+    for _ in range(20):  # a reset before, during or after the intake reads: each is a client gone
+        sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
+        sock.sendall(request)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()  # a reset
+    deadline = time.monotonic() + 10
+    while intake.server._open:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert heartbeat(intake.port, "n1")[0] == 202
+    assert "Traceback" not in capfd.readouterr().err
+    assert not [r for r in caplog.records if r.levelno > logging.INFO or r.exc_info]
+
+
+def test_unknown_node_names_are_refused_naming_them_and_never_spooled(make_intake) -> None:
+    intake = make_intake()
+    body = {"events": [{"node": "n1", "code": 79, "id": "a"}] + [{"node": f"ghost-{i}", "code": 79} for i in range(7)]}
+    status, text = post(intake.port, "/events", body)
+    assert status == 422 and text == "not in the inventory: ghost-0, ghost-1, ghost-2, ghost-3, ghost-4 and 2 more\n"
+    assert heartbeat(intake.port, "ghost-0") == (422, "not in the inventory: ghost-0\n")
+    assert intake.spool.depth == 0 and intake.accepted == 0 and intake.beats.heard == 0
+
+
+def test_a_node_name_with_a_trailing_newline_is_no_node_name(make_intake) -> None:
+    intake = make_intake()
+    status, text = post(intake.port, "/events", {"node": "n1\n", "code": 79})
+    assert status == 400 and "events[0].node: not a node name" in text
+    assert intake.spool.depth == 0
+
+
+def test_a_replayed_post_without_an_id_counts_once_within_the_window(make_intake, monkeypatch) -> None:
+    from fleetctl.intake import server
+
+    intake = make_intake()
+    body = {"node": "n1", "code": 48, "message": "DBE"}
+    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
+    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 0, "duplicates": 1}))
+    assert post(intake.port, "/events", {**body, "code": 63})[0] == 202  # another fault is another event
+    monkeypatch.setattr(server, "CONTENT_WINDOW_S", 0.0)  # the window past: the same fault again is new
+    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
+    ids = [e["event_id"] for e in intake.spool.pending(10)]
+    assert len(ids) == 3 and len(set(ids)) == 3  # each its own id: the workflow keeps all three
+
+
+def test_a_nodes_credential_speaks_for_that_node_only(make_intake, hashes) -> None:
+    mine, other = new_credential(), new_credential()
+    hashes.write_text(f"n1 {token_hash(mine)}\nn2 {token_hash(other)}\n")
+    intake = make_intake()
+    assert heartbeat(intake.port, "n1", mine) == (202, json.dumps({"heard": "n1"}))
+    assert heartbeat(intake.port, "n2", mine) == (403, "the credential of n1 speaks for that node only, not n2\n")
+    assert post(intake.port, "/events", {"node": "n1", "code": 79, "id": "x"}, mine)[0] == 202
+    for body in ({"node": "n2", "code": 79}, {"events": [{"node": "n1", "code": 79}, {"node": "n3", "code": 79}]}):
+        status, text = post(intake.port, "/events", body, mine)
+        assert status == 403 and "speaks for that node only" in text
+    webhook = {"version": "4", "status": "firing", "alerts": []}
+    assert post(intake.port, "/alertmanager", webhook, mine)[0] == 403
+    assert post(intake.port, "/events", {"node": "n3", "code": 79, "id": "y"})[0] == 202  # the operator: any node
+    assert heartbeat(intake.port, "n1", token_hash(mine))[0] == 401  # the hash is no credential
+    assert [e["node"] for e in intake.spool.pending(10)] == ["n1", "n3"] and intake.beats.heard == 1
+
+
+def test_a_revoked_credential_is_refused_without_a_restart(make_intake, hashes, tmp_path) -> None:
+    from fleetctl.intake import credentials
+
+    secret = new_credential()
+    hashes.write_text(f"n1 {token_hash(secret)}\n")
+    intake = make_intake()
+    assert heartbeat(intake.port, "n1", secret)[0] == 202
+    hashes.write_text("# n1 revoked\n")
+    deadline = time.monotonic() + credentials.RELOAD_CHECK_S + 10
+    while heartbeat(intake.port, "n1", secret)[0] != 401:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    hashes.write_text("garbage\n")  # a broken file changes nothing: the last good one holds
+    time.sleep(credentials.RELOAD_CHECK_S * 1.5)
+    assert heartbeat(intake.port, "n1", secret)[0] == 401
+
+
+def _tls_client(authority: Authority, client: tuple | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=authority.cert_path)
+    if client:
+        context.load_cert_chain(*client)
+    return context
+
+
+def https_heartbeat(port: int, context: ssl.SSLContext, node: str = "n1") -> tuple[int, str]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
+    conn.request("POST", "/heartbeat", body=json.dumps({"node": node}),
+                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    resp = conn.getresponse()
+    out = resp.status, resp.read().decode()
+    conn.close()
+    return out
+
+
+def test_the_intake_speaks_tls_that_a_verifying_client_accepts(make_intake, tmp_path) -> None:
+    ca = Authority(tmp_path, "intake-ca")
+    intake = make_intake(tls=tls_context(*ca.server("intake")))
+    assert https_heartbeat(intake.port, _tls_client(ca)) == (202, json.dumps({"heard": "n1"}))
+    with pytest.raises(ssl.SSLCertVerificationError):  # a client trusting another CA refuses it
+        https_heartbeat(intake.port, ssl.create_default_context(cafile=Authority(tmp_path / "..", "other").cert_path))
+    with pytest.raises((ConnectionError, http.client.RemoteDisconnected)):  # plain HTTP is no request
+        heartbeat(intake.port, "n1")
+    assert intake.beats.heard == 1
+    took = closed_after(socket.create_connection(("127.0.0.1", intake.port), timeout=30))  # never says hello
+    assert took < HEADER_TIMEOUT_S * 1.25 + 2
+
+
+def test_with_a_client_ca_only_clients_it_signed_are_heard(make_intake, tmp_path) -> None:
+    ca = Authority(tmp_path, "intake-ca")
+    intake = make_intake(tls=tls_context(*ca.server("intake"), client_ca=ca.cert_path))
+    assert https_heartbeat(intake.port, _tls_client(ca, ca.client("agent-n1")))[0] == 202
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        https_heartbeat(intake.port, _tls_client(ca))
+    assert intake.beats.heard == 1
+
+
+def fleetctl(*args: str, env: dict | None = None):
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    return CliRunner().invoke(app, ["--temporal-address", "127.0.0.1:1", *args],
+                              env={"FLEETCTL_CONFIG": "/dev/null", **(env or {})})
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"\x00\x01binary-token-0123456789", "printable ASCII without spaces"),
+    ("t\u00f6ken-0123456789abcdef".encode(), "printable ASCII without spaces"),
+    (b"token-0123456789abcdef\nsecond-line", "one line"),
+    (b"\n", "empty"),
+    (b"x" * 5000, "longer than 4096"),
+])
+def test_a_token_file_that_is_not_one_ascii_line_is_one_clear_error(tmp_path, raw, words) -> None:
+    path = tmp_path / "token"
+    path.write_bytes(raw)
+    for args in (["events", "serve", "--spool", str(tmp_path / "s"), "--token-file", str(path)],
+                 ["agent", "n1", "--file", str(path), "--spool", str(tmp_path / "a"), "--metrics-port", "0",
+                  "--heartbeat-url", "http://127.0.0.1:9", "--heartbeat-token-file", str(path)]):
+        result = fleetctl(*args)
+        assert result.exit_code == 2 and words in result.output and f"{path}" in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_token_file_of_one_line_with_its_newline_is_read() -> None:
+    from fleetctl.intake.credentials import read_token
+
+    assert read_token(b"abc\n", "f") == read_token(b"abc\r\n", "f") == read_token(b"abc", "f") == "abc"
+
+
+def test_credentials_are_issued_stored_hashed_and_revoked_by_the_cli(make_intake, hashes) -> None:
+    issued = fleetctl("events", "credential", "issue", "n1", "--credentials", str(hashes))
+    assert issued.exit_code == 0, issued.output
+    secret = issued.stdout.strip()
+    assert secret not in hashes.read_text() and hashes.read_text() == f"n1 {token_hash(secret)}\n"
+    assert hashes.stat().st_mode & 0o077 == 0
+    again = fleetctl("events", "credential", "issue", "n1", "--credentials", str(hashes)).stdout.strip()
+    assert again != secret and hashes.read_text() == f"n1 {token_hash(again)}\n"  # the old one replaced
+    intake = make_intake()
+    assert heartbeat(intake.port, "n1", secret)[0] == 401 and heartbeat(intake.port, "n1", again)[0] == 202
+    assert fleetctl("events", "credential", "revoke", "n1", "--credentials", str(hashes)).exit_code == 0
+    assert hashes.read_text() == ""
+    for args, words in ((["revoke", "n1"], "n1 has no credential"), (["issue", "n1;reboot"], "not a node name")):
+        result = fleetctl("events", "credential", *args, "--credentials", str(hashes))
+        assert result.exit_code == 2 and words in result.output and len(result.output.strip().splitlines()) == 1
