@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import within
+from fleetctl.cli.output import EXIT_USAGE, fail, within
 
 app = typer.Typer(help="Prometheus metrics of the fleet.", no_args_is_help=True)
 
@@ -18,6 +20,10 @@ def serve(
     port: int = typer.Option(9400, "--port", callback=within(0, 65_535), help="TCP port for /metrics"),
     address: str = typer.Option("127.0.0.1", "--address", "--host",
                                 help="address to listen on (default: this machine only; give one to open it)"),
+    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
+    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
+    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca",
+                                                 help="require scrapers' certificates signed by this CA (PEM)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
     fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
@@ -26,9 +32,19 @@ def serve(
     from fleetctl.reliability import exporter_server
     from fleetctl.config import guard_policy
 
+    import ssl
+
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
     s = context.settings(ctx)
-    server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet))
-    typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
+    try:
+        server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet),
+                                       *(str(p) if p else None for p in (tls_cert, tls_key, tls_client_ca)))
+    except (OSError, ssl.SSLError) as exc:
+        from fleetctl.text import one_line
+
+        fail(f"cannot serve on {address}:{port}: {one_line(exc, 200)}", EXIT_USAGE)
+    typer.echo(f"serving Prometheus metrics on {'https' if tls_cert else 'http'}://{address}:{server.server_port}/metrics", err=True)
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

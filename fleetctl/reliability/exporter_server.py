@@ -378,9 +378,13 @@ class FleetCollector:
 
 
 def serve(engine: Engine, port: int, address: str = "127.0.0.1", fleet: str = "default",
-          policy: GuardPolicy | None = None):
-    """Serve /metrics on a background thread; returns the HTTP server (call .shutdown())."""
+          policy: GuardPolicy | None = None, tls_cert: str | None = None, tls_key: str | None = None,
+          tls_client_ca: str | None = None):
+    """Serve /metrics on a background thread; returns the HTTP server (call .shutdown()).
+    With `tls_cert` and `tls_key`, over https; with `tls_client_ca`, scrapers must present a
+    certificate that CA signed."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(engine, fleet, policy))
-    server, _thread = start_http_server(port, addr=address, registry=registry)
+    server, _thread = start_http_server(port, addr=address, registry=registry, certfile=tls_cert, keyfile=tls_key,
+                                        client_cafile=tls_client_ca, client_auth_required=tls_client_ca is not None)
     return server
