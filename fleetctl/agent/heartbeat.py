@@ -9,9 +9,12 @@ the nodes it heard in one statement a second: fleetctl.intake.heartbeats). A hea
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
+
+from fleetctl.connections.temporal_client import is_local_address
 
 SEND_TIMEOUT_S = 5.0
 
@@ -26,19 +29,28 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def heartbeat_url(base: str) -> str:
-    """The intake's heartbeat address from its base URL; ValueError for anything but http(s)."""
+    """The intake's heartbeat address from its base URL; ValueError (one line) for anything
+    but https, or http to this machine: the credential goes in every request's header, and
+    over plain http to another host anyone on the path could take it and speak for the node."""
     parts = urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{base[:80]!r} is not an http:// or https:// URL")
+    if parts.scheme == "http" and not is_local_address(parts.hostname):
+        raise ValueError(f"{base[:80]!r}: the credential is sent only over https (or to this machine over http)")
     return base.rstrip("/") + "/heartbeat"
 
 
 class HeartbeatSender:
-    def __init__(self, base_url: str, token: str, timeout_s: float = SEND_TIMEOUT_S):
+    def __init__(self, base_url: str, token: str, timeout_s: float = SEND_TIMEOUT_S, ca_path: str | None = None):
+        """`ca_path`: the CA bundle the intake's certificate is verified against (default: the
+        system's); certificates and host names are always verified."""
         self.url, self.timeout_s = heartbeat_url(base_url), timeout_s
         self._token = token
-        # The default context verifies https certificates and host names.
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            context = ssl.create_default_context(cafile=ca_path)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"CA bundle {ca_path}: {getattr(exc, 'strerror', None) or exc}") from None
+        self._opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
 
     def send(self, node: str) -> None:
         request = urllib.request.Request(

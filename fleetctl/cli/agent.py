@@ -33,13 +33,16 @@ def agent(
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
     heartbeat_url: Optional[str] = typer.Option(None, "--heartbeat-url", envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
                                                 help="the intake (`fleetctl events serve`) to send heartbeats to, "
-                                                     "e.g. http://intake:9411; fleetctl judges a node whose agent "
+                                                     "e.g. https://intake:9411 (http only to this machine); fleetctl judges a node whose agent "
                                                      "falls silent (FLEETCTL_AGENT_SILENCE_S)"),
     heartbeat_token_file: Optional[Path] = typer.Option(None, "--heartbeat-token-file",
                                                         help="file holding this node's credential "
                                                              "(`fleetctl events credential issue`) or the "
                                                              "intake's token (or env FLEETCTL_INTAKE_TOKEN)"),
     heartbeat_interval: float = typer.Option(30.0, "--heartbeat-interval", help="seconds between heartbeats"),
+    heartbeat_ca: Optional[Path] = typer.Option(None, "--heartbeat-ca",
+                                                help="CA bundle the intake's https certificate is verified against "
+                                                     "(default: the system's)"),
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
     through an on-disk spool while Temporal is unreachable."""
@@ -67,7 +70,7 @@ def agent(
 
         token = _intake_token(heartbeat_token_file)
         try:
-            heartbeat = HeartbeatSender(heartbeat_url, token)
+            heartbeat = HeartbeatSender(heartbeat_url, token, ca_path=str(heartbeat_ca) if heartbeat_ca else None)
         except ValueError as exc:
             fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
     if profile:

@@ -316,3 +316,33 @@ def test_credentials_are_issued_stored_hashed_and_revoked_by_the_cli(make_intake
     for args, words in ((["revoke", "n1"], "n1 has no credential"), (["issue", "n1;reboot"], "not a node name")):
         result = fleetctl("events", "credential", *args, "--credentials", str(hashes))
         assert result.exit_code == 2 and words in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("url", ["http://10.1.2.3:9411", "http://intake.example:9411", "http://127.0.0.1.example:1"])
+def test_the_agent_sends_its_credential_over_http_to_this_machine_only(url, tmp_path) -> None:
+    from fleetctl.agent.heartbeat import HeartbeatSender
+
+    with pytest.raises(ValueError, match="sent only over https"):
+        HeartbeatSender(url, TOKEN)
+    for local in ("http://127.0.0.1:9411", "http://[::1]:9411", "http://localhost:9411", "https://intake.example"):
+        HeartbeatSender(local, TOKEN)
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    result = fleetctl("agent", "n1", "--file", str(log), "--spool", str(tmp_path / "a"), "--metrics-port", "0",
+                      "--heartbeat-url", url, env={"FLEETCTL_INTAKE_TOKEN": TOKEN})
+    assert result.exit_code == 2 and "sent only over https" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_the_agent_verifies_the_intakes_certificate_and_name(make_intake, tmp_path) -> None:
+    from fleetctl.agent.heartbeat import HeartbeatFailed, HeartbeatSender
+
+    ca = Authority(tmp_path, "intake-ca")
+    intake = make_intake(tls=tls_context(*ca.server("intake")))  # names 127.0.0.1 and temporal.test
+    HeartbeatSender(f"https://127.0.0.1:{intake.port}", TOKEN, ca_path=str(ca.cert_path)).send("n1")
+    assert intake.beats.heard == 1
+    with pytest.raises(HeartbeatFailed, match="CERTIFICATE_VERIFY_FAILED"):  # the system's CAs never signed it
+        HeartbeatSender(f"https://127.0.0.1:{intake.port}", TOKEN).send("n1")
+    with pytest.raises(HeartbeatFailed, match="CERTIFICATE_VERIFY_FAILED"):  # signed, for another name
+        HeartbeatSender(f"https://localhost:{intake.port}", TOKEN, ca_path=str(ca.cert_path)).send("n1")
+    assert intake.beats.heard == 1
