@@ -3,15 +3,20 @@ straggler judge. The edge only: what is asked and what the answer means is
 fleetctl.jobs.stragglers.
 
 TLS is verified (the system's CAs, or the bundle prometheus_ca_path names); no redirect is followed (one would carry the token to
-wherever it points, or turn https into http); the answer is bounded in size and time; the
+wherever it points, or turn https into http); the answer is bounded in size, and in time as a
+whole (connect, headers and body within timeout_s together: a socket timeout alone bounds
+each read, and a server trickling a byte a second never trips it); the
 token is sent as a bearer header and appears in no message. Anything but a successful
 instant vector is a PrometheusError, never an empty answer.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -34,6 +39,72 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
                               "the address it answers at")
 
 
+class _Deadline:
+    """Ends every connection of one query at a moment: a timer shuts their sockets down,
+    which wakes a read blocked in another thread (it returns or raises at once)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.passed = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._end)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.passed:
+                _shut(sock)
+
+    def _end(self) -> None:
+        with self._lock:
+            self.passed = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:  # the plain socket's shutdown: an SSLSocket's would also drop its TLS state under the reader
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _watched(connection: type[http.client.HTTPConnection], deadline: _Deadline):
+    class Watched(connection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    return Watched
+
+
+class _DeadlineHTTP(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self.deadline = deadline
+
+    def http_open(self, req):
+        return self.do_open(_watched(http.client.HTTPConnection, self.deadline), req)
+
+
+class _DeadlineHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, context: ssl.SSLContext, deadline: _Deadline) -> None:
+        super().__init__(context=context)
+        self.deadline = deadline
+
+    def https_open(self, req):
+        return self.do_open(_watched(http.client.HTTPSConnection, self.deadline), req, context=self._context)
+
+
 class Prometheus:
     def __init__(self, url: str, token: str = "", timeout_s: float = 10.0, ca_path: str = "") -> None:
         if not url:
@@ -42,10 +113,9 @@ class Prometheus:
         self._token = token
         self.timeout_s = timeout_s
         try:
-            context = ssl.create_default_context(cafile=ca_path or None)
+            self._context = ssl.create_default_context(cafile=ca_path or None)
         except (OSError, ssl.SSLError) as exc:
             raise PrometheusError(f"prometheus_ca_path {ca_path!r}: {one_line(exc)}") from None
-        self._opener = urllib.request.build_opener(_NoRedirects(), urllib.request.HTTPSHandler(context=context))
 
     def __repr__(self) -> str:  # the token stays out of every log line
         return f"Prometheus({self.url!r})"
@@ -58,9 +128,14 @@ class Prometheus:
                                                   "Accept": "application/json"})
         if self._token:
             request.add_unredirected_header("Authorization", f"Bearer {self._token}")
+        deadline = _Deadline(self.timeout_s)
+        opener = urllib.request.build_opener(_NoRedirects(), _DeadlineHTTP(deadline),
+                                             _DeadlineHTTPS(self._context, deadline))
         try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
+            with deadline, opener.open(request, timeout=self.timeout_s) as response:
                 raw = response.read(MAX_ANSWER_BYTES + 1)
+            if deadline.passed:
+                raise PrometheusError(f"{self.url}: no whole answer within {self.timeout_s:g} s")
         except urllib.error.HTTPError as exc:
             # Prometheus answers a bad query with 400 and a JSON error: say what it said.
             raw = exc.read(4096)
@@ -70,7 +145,9 @@ class Prometheus:
                 detail = ""
             raise PrometheusError(f"{self.url}: HTTP {exc.code}" + (f": {one_line(detail)[:200]}" if detail else "")) \
                 from None
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            if deadline.passed:
+                raise PrometheusError(f"{self.url}: no whole answer within {self.timeout_s:g} s") from None
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise PrometheusError(f"{self.url}: {one_line(str(reason))[:200]}") from None
         if len(raw) > MAX_ANSWER_BYTES:

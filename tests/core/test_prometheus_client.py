@@ -134,3 +134,71 @@ def test_tls_is_verified_and_the_token_crosses_only_to_a_verified_server(tmp_pat
             Prometheus(server.url, ca_path=str(tmp_path / "missing.pem"))
     finally:
         server.shutdown()
+
+
+class Trickler:
+    """A real HTTP server on 127.0.0.1 that answers a valid instant vector one byte a second
+    (each read quick, the whole answer a minute and more); `tls` wraps each connection."""
+
+    def __init__(self, tls: ssl.SSLContext | None = None, interval_s: float = 1.0) -> None:
+        import socket
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.stop = threading.Event()
+        self.tls, self.interval_s = tls, interval_s
+        body = json.dumps(VECTOR).encode()
+        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn) -> None:
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            conn.recv(65536)  # the query
+            for i in range(len(self.answer)):
+                if self.stop.wait(self.interval_s):
+                    break
+                conn.sendall(self.answer[i:i + 1])
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.listener.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_prometheus_trickling_a_byte_a_second_is_cut_at_the_timeout_for_the_whole_query(scheme, tmp_path) -> None:
+    import time
+
+    context = None
+    ca_path = ""
+    if scheme == "https":
+        authority = Authority(tmp_path, "prom-ca")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*authority.server("prometheus"))
+        ca_path = str(authority.cert_path)
+    server = Trickler(context)
+    timeout_s = 2.0
+    try:
+        started = time.monotonic()
+        with pytest.raises(PrometheusError, match="no whole answer within 2 s"):
+            Prometheus(server.url, TOKEN, timeout_s=timeout_s, ca_path=ca_path).query("up", "Hostname")
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert timeout_s <= took < timeout_s + 2, took  # the answer alone would take over 150 s
