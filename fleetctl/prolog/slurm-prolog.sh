@@ -21,7 +21,7 @@
 # file or from the variables below, set in a wrapper that execs this script.
 #   FLEETCTL                   the fleetctl program (default: fleetctl on PATH)
 #   FLEETCTL_PROLOG_SUITE      the suite (default: prejob)
-#   FLEETCTL_PROLOG_TIMEOUT_S  the most seconds the checks may take (default: 120)
+#   FLEETCTL_PROLOG_TIMEOUT_S  the most seconds the checks may take, 1 to 3600 (default: 120)
 #   FLEETCTL_DB_URL, TEMPORAL_ADDRESS, FLEETCTL_TASK_QUEUE, FLEETCTL_FLEET, ...: fleetctl's own
 #                              settings, as its workers have them (a node labelled with a fleet
 #                              is drained through that fleet's capacity guard)
@@ -37,9 +37,16 @@ if [ -z "$node" ]; then
     echo "fleetctl prolog: SLURMD_NODENAME is not set; not checking" >&2
     exit 0
 fi
+# Whole seconds from 1 to 3600: `timeout 0` never times out, and a number too long for the
+# shell's arithmetic would be an error at the comparison.
 case "$limit" in
-    ''|*[!0-9]*) echo "fleetctl prolog: FLEETCTL_PROLOG_TIMEOUT_S must be whole seconds, not '$limit'" >&2; limit=120 ;;
+    ''|*[!0-9]*|??????*) bad=1 ;;
+    *) bad=0; [ "$limit" -ge 1 ] && [ "$limit" -le 3600 ] || bad=1 ;;
 esac
+if [ "$bad" -eq 1 ]; then
+    echo "fleetctl prolog: FLEETCTL_PROLOG_TIMEOUT_S must be whole seconds from 1 to 3600, not '$limit'; using 120" >&2
+    limit=120
+fi
 
 timeout "$limit" "$fleetctl" --as "prolog@$node" node prolog "$node" --job "$job" --suite "$suite"
 status=$?

@@ -5,6 +5,7 @@ one argument, whatever it holds."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
@@ -19,7 +20,13 @@ def run_prolog(tmp_path: Path, exit_status: int, **env: str) -> tuple[int, list[
     fake = tmp_path / "fleetctl"
     fake.write_text(f'#!/bin/sh\nfor a in "$@"; do printf "%s\\0" "$a"; done > "{argv_file}"\nexit {exit_status}\n')
     fake.chmod(0o755)
-    done = subprocess.run(["/bin/sh", str(PROLOG)], env={"PATH": os.environ["PATH"], "FLEETCTL": str(fake), **env},
+    # timeout(1) itself, first on PATH through a wrapper that notes the limit it was given.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "timeout").write_text(f'#!/bin/sh\nprintf "%s" "$1" > "{tmp_path / "limit"}"\n'
+                                     f'exec {shutil.which("timeout")} "$@"\n')
+    (bin_dir / "timeout").chmod(0o755)
+    done = subprocess.run(["/bin/sh", str(PROLOG)], env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FLEETCTL": str(fake), **env},
                           capture_output=True, text=True, timeout=30)
     argv = argv_file.read_text().split("\0")[:-1] if argv_file.exists() else []
     return done.returncode, argv, done.stderr
@@ -55,3 +62,18 @@ def test_without_a_node_name_it_checks_nothing_and_lets_the_job_start(tmp_path) 
 def test_a_bad_timeout_setting_falls_back_to_the_default(tmp_path) -> None:
     status, argv, stderr = run_prolog(tmp_path, 3, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S="1; reboot")
     assert status == 1 and argv[4] == "node1" and "whole seconds" in stderr
+
+
+@pytest.mark.parametrize("limit", ["0", "000", "3601", "99999999999999999999999"])
+def test_a_timeout_of_zero_or_past_the_bound_is_refused_not_unlimited(tmp_path, limit) -> None:
+    """`timeout 0` runs the checks with no limit at all: a hung check would hold the job's
+    start for ever."""
+    status, argv, stderr = run_prolog(tmp_path, 3, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S=limit)
+    assert status == 1 and "from 1 to 3600" in stderr
+    assert (tmp_path / "limit").read_text() == "120"
+
+
+@pytest.mark.parametrize("limit", ["1", "3600", "0090"])
+def test_a_timeout_within_the_bound_is_used(tmp_path, limit) -> None:
+    run_prolog(tmp_path, 0, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S=limit)
+    assert (tmp_path / "limit").read_text() == limit
