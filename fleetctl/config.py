@@ -305,6 +305,10 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
 }
 
 
+# Booleans: a variable set empty is refused, not taken as unset.
+_SAID_OR_UNSET = frozenset({f.name for f in fields(Settings) if f.type == "bool"} | {"temporal_tls"})
+
+
 def parse_bool(raw: Any, what: str = "value") -> bool:
     """The one boolean parser: 1/true/yes/on or 0/false/no/off (any case); anything else is an
     error, never quietly false (that turned TLS verification off for `enabled`)."""
@@ -325,6 +329,8 @@ def _coerce(name: str, raw: Any) -> Any:
         return _guard_fleets(raw, what)
     if kind == "bool":
         return parse_bool(raw, what)
+    if name == "temporal_tls":  # said true or false (a flag's bool, a YAML bool, a word), or not said
+        return ("true" if parse_bool(raw, what) else "false") if raw != "" else ""
     if isinstance(raw, (bool, list, dict)) or raw is None:
         raise ConfigError(f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, "
                           f"not {type(raw).__name__}")
@@ -434,6 +440,10 @@ def load_settings(
         raise ConfigError(f"config file {path} does not exist")
 
     for key, var in ENV_VARS.items():
+        if var in env and env[var] == "" and key in _SAID_OR_UNSET:
+            # Unset means the default; an empty boolean is neither true nor false (the SDK
+            # read an empty TEMPORAL_TLS as "on").
+            raise ConfigError(f"env {var} is empty: set it to true or false, or unset it")
         if env.get(var):
             setattr(settings, key, _coerce(key, env[var]))
             settings.sources[key] = f"env {var}"

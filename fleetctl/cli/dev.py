@@ -101,6 +101,15 @@ def db_upgrade(ctx: typer.Context) -> None:
     typer.echo(f"{describe(s.db_url)}: {before or 'empty'} -> {after}")
 
 
+def _temporal_rows(s) -> list[dict]:
+    """What fleetctl connects to Temporal with, each part where it came from: its own
+    settings, or the profile of Temporal's config file (`temporal.*` rows)."""
+    from fleetctl.connections.temporal_client import resolve
+
+    return [{"setting": f"temporal.{name.removeprefix('temporal_')}", "value": value, "source": source}
+            for name, (value, source) in resolve(s).sources.items()]
+
+
 def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Show the resolved settings and where each came from."""
     from dataclasses import asdict
@@ -117,5 +126,6 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     # URLs may carry user:password or a token in the query (the webhook's often do).
     values = {k: redact(v, [getattr(s, name) for name in SECRET_SETTINGS]) for k, v in values.items()}
     rows = [{"setting": k, "value": v, "source": s.sources.get(k, "")} for k, v in values.items()]
+    rows += _temporal_rows(s)
     emit(rows, output, lambda data, wide: simple_table("fleetctl settings", ["setting", "value", "source"],
                                                        [[r["setting"], r["value"], r["source"]] for r in data]))

@@ -31,6 +31,9 @@ class TemporalConnection:
     rpc_metadata: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Where the certificates came from, for messages (paths, never contents).
     tls_note: str = ""
+    # What each part is and where it came from, for `fleetctl config`: {part: (shown, source)};
+    # a secret is shown as "(set)", inline certificate data as "(inline)".
+    sources: Mapping[str, tuple[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for temporalio.client.Client.connect."""
@@ -76,8 +79,9 @@ def is_local_address(address: str) -> bool:
 
 
 def parse_tls_flag(raw: str) -> bool | None:
-    """The temporal_tls setting: empty is "not said", otherwise strictly true or false."""
-    value = raw.strip().lower()
+    """The temporal_tls setting: empty is "not said", otherwise strictly true or false (as
+    fleetctl.config.parse_bool: no spaces around it)."""
+    value = raw.lower()
     if not value:
         return None
     if value in _TRUE:
@@ -129,11 +133,19 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
 
     from temporalio.service import TLSConfig
 
-    profile = _profile(settings, os.environ if env is None else env)
+    env = os.environ if env is None else env
+    profile = _profile(settings, env)
     ptls = profile.tls
+    where = (f"profile {settings.temporal_profile or env.get('TEMPORAL_PROFILE') or 'default'} of "
+             f"{settings.temporal_config_file or env.get('TEMPORAL_CONFIG_FILE') or 'the temporal CLI config file'}")
+    sources: dict[str, tuple[str, str]] = {}
 
     def pick(name: str, from_profile: Any) -> Any:
-        return getattr(settings, name) if _given(settings, name) else from_profile
+        value, source = ((getattr(settings, name), settings.sources.get(name, "flag")) if _given(settings, name)
+                         else (from_profile, where) if from_profile else (None, "default"))
+        shown = "(set)" if name == "temporal_api_key" and value else "(inline)" if isinstance(value, bytes) else value
+        sources[name] = (str(shown or ""), source)
+        return value
 
     address = pick("temporal_address", profile.address) or settings.temporal_address or DEFAULT_ADDRESS
     namespace = pick("temporal_namespace", profile.namespace) or settings.temporal_namespace or DEFAULT_NAMESPACE
@@ -144,8 +156,9 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     server_name = pick("temporal_tls_server_name", ptls.server_name if ptls else None) or None
 
     said = parse_tls_flag(settings.temporal_tls) if _given(settings, "temporal_tls") else None
+    tls_source = settings.sources.get("temporal_tls", "flag") if said is not None else "default"
     if said is None and ptls is not None:
-        said = False if ptls.disabled else True
+        said, tls_source = (False if ptls.disabled else True), where
     if bool(cert) != bool(key):
         raise ConfigError("Temporal mTLS needs both a client certificate and its key "
                           "(temporal_tls_cert_path / TEMPORAL_TLS_CLIENT_CERT_PATH and "
@@ -154,8 +167,12 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     if said is False and wants_tls:
         # Sending an API key or a client certificate in clear text is never what was meant.
         raise ConfigError("temporal_tls is false but TLS settings (CA, client certificate, server name or API key) are given")
+    sources["temporal_address"] = (address, sources["temporal_address"][1])
+    sources["temporal_namespace"] = (namespace, sources["temporal_namespace"][1])
+    sources["temporal_tls"] = ("on" if said or wants_tls else "off",
+                               tls_source if said is not None else "the other TLS settings" if wants_tls else "default")
     if not (said or wants_tls):
-        return TemporalConnection(address, namespace, False, None, profile.grpc_meta)
+        return TemporalConnection(address, namespace, False, None, profile.grpc_meta, sources=sources)
 
     note = "mTLS" if cert else "TLS"
     if isinstance(ca, (str, Path)) and ca:
@@ -163,4 +180,4 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     tls = TLSConfig(domain=server_name, server_root_ca_cert=_read("temporal_tls_ca_path", ca),
                     client_cert=_read("temporal_tls_cert_path", cert),
                     client_private_key=_read("temporal_tls_key_path", key))
-    return TemporalConnection(address, namespace, tls, api_key, profile.grpc_meta, note)
+    return TemporalConnection(address, namespace, tls, api_key, profile.grpc_meta, note, sources)

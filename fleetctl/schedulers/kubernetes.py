@@ -51,7 +51,7 @@ from fleetctl.schedulers.base import (
 )
 from fleetctl.inventory.names import KUBERNETES_NODE_NAME_RE
 from fleetctl.schedulers.kubernetes_drain import LABEL_VALUE_RE, NAMESPACE_RE, DrainOptions
-from fleetctl.text import bounded, one_line
+from fleetctl.text import MAX_TEXT, bounded, one_line
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api
@@ -160,7 +160,10 @@ class KubernetesScheduler:
         current = self._read_node(node)
         # Bounded (MAX_TEXT, nothing unencodable) before it becomes an annotation, a
         # condition's message and an Event: no cause can make the API server refuse them.
-        reason = bounded(reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}")
+        # One line, control characters escaped, as Slurm's reason: `kubectl describe node`
+        # prints the annotation raw to an operator's terminal.
+        reason = one_line(bounded(reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"),
+                          MAX_TEXT)
         effect = self._options.critical_taint_effect if critical else "NoSchedule"
         held = _own_taint(current) if _cordoned(current) and _owned_by_fleetctl(current) else None
         if held is not None and state is None:

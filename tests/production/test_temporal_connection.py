@@ -98,7 +98,7 @@ def test_the_temporal_cli_environment_names_give_mtls(pem_files):
     ({"TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}"}, "needs both a client certificate and its key"),
     ({"TEMPORAL_TLS_SERVER_CA_CERT_PATH": "/nonexistent/ca.pem"}, "temporal_tls_ca_path: cannot read /nonexistent/ca.pem"),
     ({"TEMPORAL_TLS": "false", "TEMPORAL_API_KEY": "k"}, "temporal_tls is false but TLS settings"),
-    ({"TEMPORAL_TLS": "maybe"}, "'maybe' is not true or false"),
+    ({"TEMPORAL_TLS": "maybe"}, "'maybe' is not a boolean"),
     ({"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}, "Temporal config file /nonexistent/temporal.toml does not exist"),
     ({"TEMPORAL_CONFIG_FILE": "{profile}", "TEMPORAL_PROFILE": "nope"}, "Profile 'nope' not found"),
 ])

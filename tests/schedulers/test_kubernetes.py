@@ -51,6 +51,17 @@ def test_drain_cordons_taints_labels_and_records_the_reason(
     assert state.reason == "fleetctl: XID 79 on GPU 3"
 
 
+def test_the_drain_reason_reaches_the_node_on_one_line_with_control_characters_escaped(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
+    kube.add_node("gpu-1")
+    scheduler.drain("gpu-1", "XID 79\n\x1b[2J\x1b]0;owned\x07 \u202egpu \x00" + "X" * 10_000)
+    reason = kube.node("gpu-1")["metadata"]["annotations"][REASON_ANNOTATION]
+    assert reason.startswith("fleetctl: XID 79 \\x1b[2J\\x1b]0;owned\\x07 \\u202egpu \ufffdXXX")
+    assert reason.isprintable() and len(reason) <= 2048
+    assert scheduler.node_state("gpu-1").owned_by_fleetctl
+
+
 def test_drain_again_moves_the_state_taint_instead_of_adding_one(
     kube: KubeEmulator, scheduler: KubernetesScheduler
 ) -> None:
