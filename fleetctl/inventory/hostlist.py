@@ -2,7 +2,9 @@
 and `show hostlist` do. Pure.
 
 Reading is bounded: a range expands to at most MAX_HOSTS names, so `gpu-[0-999999999]` is
-one line of error, not a process that fills its memory.
+one line of error, not a process that fills its memory; and every number in a range is
+ASCII digits below 2^64 (Slurm's hostlist reads them as unsigned 64-bit integers, so a range
+past that wraps around and names other hosts than the one written).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import re
 from typing import Iterable
 
 MAX_HOSTS = 100_000
+MAX_NUMBER = 2**64 - 1
+_DIGITS = re.compile(r"[0-9]{1,20}\Z")  # ASCII: str.isdigit() takes "²", which int() refuses
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)\Z")
+_TRAILING_NUMBER = re.compile(r"^(.*?)([0-9]+)\Z")
 
 
 class HostListError(ValueError):
@@ -32,8 +36,14 @@ def expand(expression: str) -> list[str]:
 
 
 def expand_all(expressions: Iterable[str]) -> list[str]:
-    """Each argument a host list; the names of all of them, in order, without repeats."""
-    return list(dict.fromkeys(n for e in expressions for n in expand(e)))
+    """Each argument a host list; the names of all of them, in order, without repeats, at
+    most MAX_HOSTS in all."""
+    names: dict[str, None] = {}
+    for expression in expressions:
+        names.update(dict.fromkeys(expand(expression)))
+        if len(names) > MAX_HOSTS:
+            raise HostListError(f"the host lists name more than {MAX_HOSTS} hosts")
+    return list(names)
 
 
 def _split_top_level(expression: str) -> list[str]:
@@ -74,8 +84,10 @@ def _expand_one(item: str) -> list[str]:
 
 def _range(part: str, item: str) -> list[str]:
     low, _, high = part.partition("-")
-    if not low.isdigit() or (high and not high.isdigit()):
-        raise HostListError(f"host list {item[:60]!r}: {part!r} is not a number or a range a-b")
+    if not _DIGITS.match(low) or (high and not _DIGITS.match(high)):
+        raise HostListError(f"host list {item[:60]!r}: {part[:40]!r} is not a number or a range a-b")
+    if int(low) > MAX_NUMBER or (high and int(high) > MAX_NUMBER):
+        raise HostListError(f"host list {item[:60]!r}: {part[:45]} goes past 2^64-1, the largest number Slurm reads")
     if not high:
         return [low]
     start, end = int(low), int(high)
@@ -96,7 +108,8 @@ def compress(names: Iterable[str]) -> str:
     order: list[tuple[str, int] | str] = []
     for name in dict.fromkeys(names):
         m = _TRAILING_NUMBER.match(name)
-        if m is None or "[" in name or "," in name:
+        # A number past 2^64-1 in a range would wrap in Slurm's reading: such a name is written whole.
+        if m is None or "[" in name or "," in name or int(m.group(2)) > MAX_NUMBER:
             plain.append(name)
             order.append(name)
             continue

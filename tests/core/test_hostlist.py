@@ -47,3 +47,34 @@ def test_compress(names, expression) -> None:
 
 def test_expand_all_keeps_order_without_repeats() -> None:
     assert expand_all(["gpu-[1-2]", "gpu-2", "cpu1"]) == ["gpu-1", "gpu-2", "cpu1"]
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("gpu-[18446744073709551615-18446744073709551617]", "goes past 2^64-1"),
+    ("gpu-[18446744073709551616]", "goes past 2^64-1"),
+    ("gpu-[99999999999999999999999999-99999999999999999999999999]", "is not a number"),
+    ("gpu-[\u00b2]", "is not a number"),  # str.isdigit() says yes, int() says no
+    ("gpu-[\u0663-\u0665]", "is not a number"),  # Arabic-Indic digits: Slurm reads ASCII only
+])
+def test_numbers_slurm_would_misread_are_refused_in_one_line(expression, message) -> None:
+    with pytest.raises(HostListError, match=re.escape(message)) as err:
+        expand(expression)
+    assert "\n" not in str(err.value)
+
+
+def test_the_largest_number_slurm_reads_is_read() -> None:
+    assert expand("gpu-[18446744073709551614-18446744073709551615]") == [
+        "gpu-18446744073709551614", "gpu-18446744073709551615"]
+
+
+def test_compress_never_writes_a_range_past_2_64() -> None:
+    names = ["gpu-18446744073709551616", "gpu-18446744073709551617", "gpu-1", "gpu-2"]
+    written = compress(names)
+    assert written == "gpu-18446744073709551616,gpu-18446744073709551617,gpu-[1-2]"
+    assert "\u0663" in compress(["gpu\u0663", "gpu\u0664"])  # not digits Slurm reads: written whole
+
+
+def test_host_lists_together_are_bounded_too() -> None:
+    half = MAX_HOSTS // 2 + 1
+    with pytest.raises(HostListError, match=f"more than {MAX_HOSTS} hosts"):
+        expand_all([f"a[1-{half}]", f"b[1-{half}]"])
