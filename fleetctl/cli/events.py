@@ -81,7 +81,8 @@ def serve(
     intake = Intake(spool, TemporalTransport(settings))
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
-    limits = Limits(header_timeout_s=header_timeout, body_timeout_s=body_timeout, max_connections=max_connections)
+    limits = Limits(header_timeout_s=header_timeout, body_timeout_s=body_timeout,
+                    max_connections=_within_file_limit(max_connections))
     try:
         server = serve_http(intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls)
     except OSError as exc:
@@ -115,6 +116,23 @@ def serve(
         stop.set()
         writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
         intake.spool.close()
+
+
+# Open files the intake needs besides its connections: the database, the spool's segments,
+# Temporal's and the Kubernetes API's connections, the interpreter's own.
+FILES_BESIDES_CONNECTIONS = 64
+
+
+def _within_file_limit(wanted: int) -> int:
+    """`wanted` connections, fewer where the open-file limit would not hold them (each is a
+    file): past the limit every accept fails, real heartbeats and all."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    room = max(1, soft - FILES_BESIDES_CONNECTIONS) if soft != resource.RLIM_INFINITY else wanted
+    if room < wanted:
+        typer.echo(f"--max-connections {wanted} lowered to {room}: the open-file limit is {soft}", err=True)
+    return min(wanted, room)
 
 
 credential_app = typer.Typer(help="Agent credentials: each speaks to the intake for its own node only.",

@@ -320,6 +320,9 @@ class IntakeServer(ThreadingHTTPServer):
     A client that goes away mid-answer is one line at debug, not a traceback."""
 
     daemon_threads = True
+    # socketserver's default backlog of 5 drops the SYNs of a burst (each retried a second
+    # later): a fleet's agents beat at the same moments after an intake restart.
+    request_queue_size = 128
     refused_answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
                       b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n")
 
@@ -356,15 +359,19 @@ class IntakeServer(ThreadingHTTPServer):
         if self.tls is None:
             return super().finish_request(request, client_address)
         request.settimeout(self.limits.header_timeout_s)  # the handshake counts in the header time
-        try:
-            wrapped = self.tls.wrap_socket(request, server_side=True)
-        except OSError as exc:  # ssl.SSLError too
-            log.debug("%s: TLS handshake failed (%s)", client_address[0], one_line(exc, 200))
-            return None
+        # Wrapped without the handshake and under the lock: wrapping takes the file descriptor
+        # from `request`, and the watcher must hold the socket that owns it to cut it.
         with self._open_lock:
-            self._open[wrapped] = self._open.pop(request, (HEADERS, time.monotonic()))
+            wrapped = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            if request in self._open:
+                self._open[wrapped] = self._open.pop(request)
+            else:  # evicted or timed out already
+                _cut(wrapped)
         try:
+            wrapped.do_handshake()
             super().finish_request(wrapped, client_address)
+        except OSError as exc:  # ssl.SSLError too: a handshake that failed, or was cut
+            log.debug("%s: TLS ended (%s)", client_address[0], one_line(exc, 200))
         finally:
             with self._open_lock:
                 self._open.pop(wrapped, None)
@@ -406,9 +413,11 @@ class IntakeServer(ThreadingHTTPServer):
 
 
 def _cut(conn: socket.socket) -> None:
-    """End a connection another thread is reading: its read returns, and the thread ends."""
+    """End a connection another thread is reading: its read returns, and the thread ends.
+    The plain socket's shutdown, also for a TLS socket: an SSLSocket's own would drop its
+    TLS state under the thread reading it."""
     try:
-        conn.shutdown(socket.SHUT_RDWR)
+        socket.socket.shutdown(conn, socket.SHUT_RDWR)
     except OSError:
         pass
 
