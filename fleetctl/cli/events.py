@@ -99,7 +99,8 @@ def serve(
         else:
             api_client = config.new_client_from_config(config_file=str(kubeconfig))
         api = client.CoreV1Api(api_client)
-        threading.Thread(target=poll_node_conditions, args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval),
+        threading.Thread(target=poll_node_conditions,
+                         args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval, known),
                          name="fleetctl-intake-npd", daemon=True).start()
     typer.echo(f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)", err=True)
 

@@ -61,6 +61,7 @@ class Intake:
         self._recent_content: OrderedDict[str, float] = OrderedDict()  # content key -> when accepted
         self.accepted = self.duplicates = self.sent = self.undeliverable = 0
         self.npd_skipped = 0  # Node Problem Detector conditions that could not be read (poll_node_conditions)
+        self.npd_not_in_inventory = 0  # ... that were of a node fleetctl does not manage
         self._wake = threading.Event()
 
     def accept(self, events: list[IntakeEvent]) -> tuple[int, int]:
@@ -456,9 +457,12 @@ def serve_http(intake: Intake, token: str | Credentials, address: str, port: int
 
 
 def poll_node_conditions(intake: Intake, api, watched: tuple[str, ...], stop: threading.Event,
-                         interval_s: float) -> None:
+                         interval_s: float, known: KnownNodes | None = None) -> None:
     """Node Problem Detector writes conditions on the Node objects: list them every
-    `interval_s` (one request for the whole cluster) and accept the True ones.
+    `interval_s` (one request for the whole cluster) and accept the True ones. With
+    `known`, only those of nodes in the inventory: a cluster's other nodes (CPU nodes, the
+    control plane) are not fleetctl's, and their events would be ghosts retried against
+    Temporal; they are counted in `intake.npd_not_in_inventory`, on every poll.
 
     The list is read as the API server's JSON, not through the client's models (whose
     deserializer fails the whole list on one node's unreadable time), and each node and each
@@ -479,6 +483,9 @@ def poll_node_conditions(intake: Intake, api, watched: tuple[str, ...], stop: th
                 except BadBody as exc:
                     events = []
                     skipped.append(str(exc))
+                if events and known is not None and known.unknown({events[0].node}):
+                    intake.npd_not_in_inventory += len(events)
+                    events = []
                 intake.accept(events)
                 intake.npd_skipped += len(skipped)
                 for why in skipped:

@@ -346,3 +346,34 @@ def test_the_agent_verifies_the_intakes_certificate_and_name(make_intake, tmp_pa
     with pytest.raises(HeartbeatFailed, match="CERTIFICATE_VERIFY_FAILED"):  # signed, for another name
         HeartbeatSender(f"https://localhost:{intake.port}", TOKEN, ca_path=str(ca.cert_path)).send("n1")
     assert intake.beats.heard == 1
+
+
+def test_npd_conditions_of_nodes_outside_the_inventory_are_counted_not_spooled(make_intake, tmp_path) -> None:
+    import threading
+
+    from kubernetes import client, config
+
+    from fleetctl.intake.server import poll_node_conditions
+    from tests.schedulers.kube_emulator import NODES, KubeEmulator
+
+    intake = make_intake()
+    xid79 = {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
+             "message": "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."}
+    with KubeEmulator() as emu:
+        for name in ("n1", "cpu-node-1"):  # n1 is in the inventory, cpu-node-1 is not fleetctl's
+            emu.add_node(name)
+            emu.handler.objects[NODES, None, name]["status"]["conditions"].append(dict(xid79))
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc"))))
+        stop = threading.Event()
+        poller = threading.Thread(target=poll_node_conditions,
+                                  args=(intake, api, ("XidError",), stop, 0.05, KnownNodes(lambda n: n & INVENTORY)))
+        poller.start()
+        try:
+            deadline = time.monotonic() + 10  # polls 50 ms apart: at least two in 10 s under any load we expect
+            while intake.npd_not_in_inventory < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            poller.join(10)
+    assert [e["node"] for e in intake.spool.pending(10)] == ["n1"] and intake.accepted == 1
+    assert intake.npd_not_in_inventory >= 2  # on every poll
