@@ -103,6 +103,25 @@ class DrainHeld:
     refusals: int
 
 
+# What holds a drain back, as a bounded class (the exporter's `held_by` label: no free text,
+# so a new refusal makes no new series), from the start of the capacity guard's refusal
+# (fleetctl.nodes.capacity._decide and checker_storm word them). The breaker was already open
+# (`breaker`: an operator must resume automation), this request's storm opened it
+# (`storm_window`), or a limit of the fleet or the node's rack (each frees as nodes return).
+HELD_BY = (("automation paused:", "breaker"), ("checker storm:", "breaker"), ("agent silence storm:", "breaker"),
+           ("storm:", "storm_window"), ("fleet limit:", "fleet_limit"), ("rack limit:", "rack_limit"))
+HELD_BY_CLASSES = tuple(dict.fromkeys(cls for _, cls in HELD_BY)) + ("other",)
+
+
+def held_by(refusal: str) -> str:
+    """The class of the guard's refusal `refusal` (HELD_BY_CLASSES); `other` for a text the
+    guard does not write (an older fleetctl's, or a row written by hand)."""
+    for prefix, cls in HELD_BY:
+        if refusal.startswith(prefix):
+            return cls
+    return "other"
+
+
 @dataclass(frozen=True)
 class Condition:
     # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
-                                      reason, summarise_checks, unchecked_since)
+                                      held_by, reason, summarise_checks, unchecked_since)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -39,7 +39,8 @@ def summary_dict(s: CheckSummary) -> dict[str, Any]:
 
 
 def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
-    return None if h is None else {"reason": h.reason, "since": h.since, "last": h.last, "refusals": h.refusals}
+    return None if h is None else {"reason": h.reason, "held_by": held_by(h.reason), "since": h.since, "last": h.last,
+                                   "refusals": h.refusals}
 
 
 def _running_jobs(engine: Engine) -> dict[str, list[str]]:

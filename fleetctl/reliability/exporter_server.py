@@ -14,8 +14,9 @@ served fleet's breaker and capacity budget are exported from the first scrape, s
 fleet reads 0, not "No data". Which nodes are out and why is one series per node out of
 production, labelled with the bounded class of what took it out (metrics.CAUSE_CLASSES:
 `maintenance`, `xid`, `check`, ...), never the free-text cause: a new event makes no new
-series (`node show` says why). What does reach a label from outside (a node name, a fleet,
-a held drain's reason) is cut to REASON_LIMIT characters with control characters escaped
+series (`node show` says why). A held drain is labelled with the class of what holds it
+(conditions.HELD_BY_CLASSES), never the guard's words. What does reach a label from outside
+(a node name, a fleet) is cut to REASON_LIMIT characters with control characters escaped
 (fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape sequence.
 Counters count what only grows (check runs, drains, failures, remediation runs ended);
 what is true now is a gauge (runs in flight, RMA records by status).
@@ -35,6 +36,7 @@ from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
+from fleetctl.nodes.conditions import held_by
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.nodes.lifecycle import NodeState
@@ -266,12 +268,13 @@ class FleetCollector:
         held = GaugeMetricFamily(
             "fleetctl_node_drain_held_since_timestamp_seconds",
             "Per production node whose drain the capacity guard refuses (DrainHeld): its first refusal since "
-            "it entered production; reason is the latest refusal's", labels=["fleet", "node", "rack", "reason"])
+            "it entered production; held_by is the class of the latest refusal (conditions.HELD_BY_CLASSES: "
+            "breaker, storm_window, fleet_limit, rack_limit, other; `node show` says what frees it)",
+            labels=["fleet", "node", "rack", "held_by"])
         for name, state, rack, _, _, since in sorted(node_rows):
             refusal = refused.get(name)
             if NodeState(state).in_service and refusal is not None and refusal[1] >= as_utc(since):
-                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack,
-                                 one_line(refusal[2], REASON_LIMIT)],
+                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, held_by(refusal[2])],
                                 max(refusal[0], as_utc(since)).timestamp())
         yield held
         stalled = GaugeMetricFamily(

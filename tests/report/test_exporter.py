@@ -22,6 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
+from fleetctl.nodes.capacity import AGENT_SILENCE, FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, checker_storm, decide
+from fleetctl.nodes.conditions import HELD_BY_CLASSES, held_by
 from fleetctl.reliability import exporter_server
 from fleetctl.reliability.metrics import CAUSE_CLASSES
 from fleetctl.db.engine import get_engine
@@ -62,7 +64,9 @@ def seed_more(engine) -> None:
                  labels={"fleet": "blue"}, state_since=B02_SINCE, created_at=NOW - timedelta(days=3)),
             NodeEvent(node_name="b02", from_state="admission", to_state="production", trigger="enter_production",
                       actor="lifecycle", actor_kind="automation", at=B02_SINCE, idempotency_key="b02-0"),
-            *[AutomationEvent(fleet="blue", kind="deny", node_name="b02", reason=f"rack b1 at its limit ({k})",
+            *[AutomationEvent(fleet="blue", kind="deny", node_name="b02",
+                              reason=f"fleet limit: {k + 2} of 14 already unavailable (max 1, 10%); "
+                                     f"can go once {k + 2} nodes of the fleet are back in service",
                               actor="lifecycle", at=B02_SINCE + timedelta(hours=k), idempotency_key=f"b02-{k}")
               for k in (-1, 1, 2)],
             # b02's workflow was found stalled; b01's was, and works again.
@@ -128,13 +132,15 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert all(set(labels) == {"fleet", "node", "rack", "state", "cause", "value"} and labels["cause"] in CAUSE_CLASSES
                for labels in out.values())
 
-    # Drains the guard holds: b02 since its first refusal in production, with the latest reason
-    # (one refusal from before it entered production does not count); n09, in production all
-    # week, refused at +75 h of the history's week.
-    held = {dict(labels)["node"]: (dict(labels)["reason"], value) for (name, labels), value in samples.items()
+    # Drains the guard holds: b02 since its first refusal in production, held by what the latest
+    # refusal names, as a class, not its words (one refusal from before it entered production
+    # does not count); n09, in production all week, refused at +75 h of the history's week.
+    held = {dict(labels)["node"]: (dict(labels)["held_by"], value) for (name, labels), value in samples.items()
             if name == "fleetctl_node_drain_held_since_timestamp_seconds"}
-    assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp()),
-                    "n09": ("rack r3 at its limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
+    assert held == {"b02": ("fleet_limit", (B02_SINCE + timedelta(hours=1)).timestamp()),
+                    "n09": ("rack_limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
+    assert all(set(dict(labels)) == {"fleet", "node", "rack", "held_by"} for (name, labels) in samples
+               if name == "fleetctl_node_drain_held_since_timestamp_seconds")
     # Stalled now: b02 (since the watcher found it); b01 was, and works again.
     stalled = {labels: value for (name, labels), value in samples.items()
                if name == "fleetctl_node_stalled_since_timestamp_seconds"}
@@ -192,6 +198,64 @@ def test_exporter_serves_the_fleet(served) -> None:
     # default: opened, then closed by an operator; blue: open.
     assert sample(samples, "fleetctl_breaker_open", fleet="default") == 0
     assert sample(samples, "fleetctl_breaker_open", fleet="blue") == 1
+
+
+def _refusal(*, breaker_open: bool = False, failing: int = 0, fleet_out: int = 0, rack_out: int = 0) -> str:
+    """The capacity guard's own refusal of a drain of n01, of rack r1 (8 nodes: 2 may be out)
+    in a fleet of 48 (4 may be out; a storm is 10 failing)."""
+    snapshot = FleetSnapshot({"r1": RackCounts(8, rack_out, 8 - rack_out),
+                              "r2": RackCounts(40, fleet_out, 40 - fleet_out)})
+    decision = decide(GuardPolicy(), snapshot, RemovalRequest("n01", "r1", "xid 79", "t"),
+                      {f"f{i}": 0.0 for i in range(failing)}, 0.0, breaker_open)
+    assert not decision.granted
+    return decision.reason
+
+
+@pytest.mark.parametrize("refusal, expected", [
+    pytest.param(_refusal(breaker_open=True), "breaker", id="the breaker is open"),
+    pytest.param(_refusal(failing=12), "storm_window", id="this request's storm opens it"),
+    pytest.param(_refusal(fleet_out=4), "fleet_limit", id="the fleet's limit"),
+    pytest.param(_refusal(rack_out=2), "rack_limit", id="the rack's limit"),
+    pytest.param(checker_storm(GuardPolicy(), 9, 10), "breaker", id="a checker storm opened the breaker"),
+    pytest.param(checker_storm(GuardPolicy(), 9, 10, AGENT_SILENCE), "breaker", id="agents fell silent"),
+    pytest.param("rack r3 at its limit", "other", id="words the guard does not write"),
+    pytest.param("", "other", id="no words"),
+])
+def test_what_holds_a_drain_is_a_bounded_class(refusal: str, expected: str) -> None:
+    """held_by classifies the guard's refusals as the guard words them (capacity.decide,
+    checker_storm), so a change of wording there fails here."""
+    assert held_by(refusal) == expected
+    assert expected in HELD_BY_CLASSES
+
+
+def test_many_distinct_refusals_make_one_series_per_node(sqlite_url) -> None:
+    """The guard words each refusal with its figures (a new text at every ask): the held drains
+    are one series per node, with as many label values as HELD_BY_CLASSES, however many texts."""
+    engine = get_engine(sqlite_url)
+    since = NOW - timedelta(days=1)
+    with Session(engine) as session:
+        for i in range(20):
+            session.add(Node(name=f"h{i:02d}", address=f"sim://h{i:02d}", rack=f"r{i % 2}", profile="h100-sxm",
+                             state="production", state_since=since, created_at=since))
+        for k in range(400):  # 20 asks per node, each refusal worded anew
+            session.add(AutomationEvent(
+                kind="deny", node_name=f"h{k % 20:02d}", actor="lifecycle", at=since + timedelta(seconds=k),
+                reason=(f"rack limit: {k} of {k + 4} in r{k % 2} already unavailable" if k % 3 else
+                        f"fleet limit: {k} of 20 already unavailable (max 2, 10%)") + f"; ask {k}",
+                idempotency_key=f"deny-{k}"))
+        session.commit()
+    server = exporter_server.serve(engine, 0, "127.0.0.1")
+    try:
+        samples = scrape(server.server_port)
+    finally:
+        server.shutdown()
+    held = [dict(labels) for name, labels in samples if name == "fleetctl_node_drain_held_since_timestamp_seconds"]
+    assert len(held) == 20 and {h["node"] for h in held} == {f"h{i:02d}" for i in range(20)}
+    # The last refusal of each node (ask 380 + i) decides its class: k % 3 == 0 is the fleet's limit.
+    assert {h["node"]: h["held_by"] for h in held} == {
+        f"h{i:02d}": "fleet_limit" if (380 + i) % 3 == 0 else "rack_limit" for i in range(20)}
+    # No label of any series carries a refusal's words.
+    assert not [labels for _, labels in samples if any("limit:" in v for _, v in labels)]
 
 
 def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
