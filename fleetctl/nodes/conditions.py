@@ -129,6 +129,9 @@ class Condition:
     type: str
     reason: str
     since: datetime | None = None
+    # What the HEALTH cell says beside the type, in brackets ("" for nothing): Unchecked's
+    # evidence age ("2d": no space, so `awk` reads the cell whole), as CheckFailed's count.
+    health_note: str = ""
 
     def to_dict(self) -> dict:
         return {"type": self.type, "reason": self.reason, "since": self.since}
@@ -213,7 +216,7 @@ def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: d
     if age_s <= sweep_every_s:
         return None
     return Condition("Unchecked", f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) "
-                                  f"and no agent reports", newest)
+                                  f"and no agent reports", newest, _age(age_s))
 
 
 def _age(seconds: float) -> str:
@@ -225,15 +228,17 @@ def _age(seconds: float) -> str:
 
 
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
-    """The HEALTH cell: the condition types (with how many checks fail or error; `node show`
-    names them), or Ready. A node is never Ready without a check
-    behind it (no `pass` without evidence), nor out of service."""
+    """The HEALTH cell: the condition types (with how many checks fail or error, how old
+    evidence too old to stand on is; `node show` says more), or Ready. A node is never Ready
+    without a check behind it (no `pass` without evidence), nor out of service."""
     if found:
         words = []
         for c in found:
             if c.type in ("CheckFailed", "CheckError"):
                 count = sum(1 for s in checks if s.status == ("fail" if c.type == "CheckFailed" else "error"))
                 words.append(f"{c.type}({count})")
+            elif c.health_note:
+                words.append(f"{c.type}({c.health_note})")
             else:
                 words.append(c.type)
         return ",".join(words)
