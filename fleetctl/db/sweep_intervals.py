@@ -70,3 +70,11 @@ def sweep_every_s(engine: Engine, fleet: str) -> float | None:
     with Session(engine) as session:
         return session.exec(select(func.min(SweepInterval.every_s))
                             .where(SweepInterval.fleet == fleet, SweepInterval.paused == False)).one()  # noqa: E712
+
+
+def sweep_every_s_by_fleet(engine: Engine) -> dict[str, float]:
+    """`sweep_every_s` of every fleet with an unpaused sweep schedule, in one query (the exporter's)."""
+    with Session(engine) as session:
+        return dict(session.exec(select(SweepInterval.fleet, func.min(SweepInterval.every_s))
+                                 .where(SweepInterval.paused == False)  # noqa: E712
+                                 .group_by(SweepInterval.fleet)).all())

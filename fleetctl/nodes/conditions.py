@@ -122,6 +122,12 @@ def held_by(refusal: str) -> str:
     return "other"
 
 
+# The conditions a node in production can carry (`conditions`): the exporter's `condition`
+# label of the unhealthy nodes still in production, every one of them a bounded word.
+PRODUCTION_CONDITIONS = ("Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld",
+                         "StragglerSuspected", "Unchecked")
+
+
 @dataclass(frozen=True)
 class Condition:
     # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,

@@ -23,8 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
 from fleetctl.nodes.capacity import AGENT_SILENCE, FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, checker_storm, decide
-from fleetctl.nodes.conditions import HELD_BY_CLASSES, held_by
+from fleetctl.nodes.conditions import HELD_BY_CLASSES, PRODUCTION_CONDITIONS, held_by
 from fleetctl.reliability import exporter_server
+from fleetctl.reliability.exporter_server import FleetCollector
+from fleetctl.remediation.runbooks import LemonPolicy
 from fleetctl.reliability.metrics import CAUSE_CLASSES
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun
@@ -185,13 +187,41 @@ def test_exporter_serves_the_fleet(served) -> None:
                 if name == "fleetctl_node_failures_total"}
     assert failures == {("default", "xid 48"): 3, ("default", "xid 79"): 1, ("default", "check nccl-allreduce"): 1}
 
-    assert sample(samples, "fleetctl_job_restarts_total", status="succeeded") == 2
-    assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
-    assert sample(samples, "fleetctl_job_restart_latency_seconds_count") == 2
-    assert sample(samples, "fleetctl_job_restart_latency_seconds_sum") == 210
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le)
+    # Restarts are their bad node's fleet's: all three off default's nodes.
+    assert sample(samples, "fleetctl_job_restarts_total", fleet="default", status="succeeded") == 2
+    assert sample(samples, "fleetctl_job_restarts_total", fleet="default", status="failed") == 1
+    assert sample(samples, "fleetctl_job_restart_latency_seconds_count", fleet="default") == 2
+    assert sample(samples, "fleetctl_job_restart_latency_seconds_sum", fleet="default") == 210
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", fleet="default", le=le)
             for le in ("60.0", "120.0", "300.0")] \
         == [0, 2, 2]
+    # sim-3 waits in the queue, no restart of fleetctl's under way; the other reasons read 0.
+    assert {dict(labels)["reason"]: v for (name, labels), v in samples.items() if name == "fleetctl_jobs_pending"} \
+        == {"queued": 1, "restart_in_island": 0, "restart_fleet_wide": 0, "restart_unplaced": 0}
+
+    # Unhealthy nodes still in production, as `node list` shows them: n10's nccl-allreduce
+    # failed (140 GB/s), n09's drain is held; blue's b02 is stalled, held, and never checked.
+    conditions = {(dict(labels)["node"], dict(labels)["condition"]) for (name, labels), v in samples.items()
+                  if name == "fleetctl_production_node_condition" and v == 1}
+    assert conditions == {("n10", "CheckFailed"), ("n09", "DrainHeld"), ("b02", "Stalled"), ("b02", "DrainHeld"),
+                          ("b02", "Unchecked")}
+    by_condition = {(dict(labels)["fleet"], dict(labels)["condition"]): v for (name, labels), v in samples.items()
+                    if name == "fleetctl_production_nodes_by_condition" and v}
+    assert by_condition == {("default", "CheckFailed"): 1, ("default", "DrainHeld"): 1, ("blue", "Stalled"): 1,
+                            ("blue", "DrainHeld"): 1, ("blue", "Unchecked"): 1}
+    assert {dict(labels)["condition"] for (name, labels) in samples
+            if name == "fleetctl_production_nodes_by_condition"} == set(PRODUCTION_CONDITIONS)
+
+    # Rule precision: n03's XID 79 removal and n07's first two XID 48 came back as they were
+    # (unchanged); n07's third is in an open RMA and n05's nccl-allreduce still in maintenance.
+    resolved = {(dict(labels)["rule"], dict(labels)["outcome"]): v for (name, labels), v in samples.items()
+                if name == "fleetctl_rule_removals_resolved_total"}
+    assert resolved == {("xid 79", "unchanged"): 1, ("xid 48", "unchanged"): 2}
+    assert {dict(labels)["rule"]: v for (name, labels), v in samples.items() if name == "fleetctl_rule_removals_open"} \
+        == {"xid 48": 1, "check nccl-allreduce": 1}
+    # The history's week ended long before this scrape: no node is a lemon now, in either fleet.
+    assert {dict(labels)["fleet"]: v for (name, labels), v in samples.items() if name == "fleetctl_lemon_nodes"} \
+        == {"default": 0, "blue": 0}
 
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="grant") == 4
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="deny") == 1
@@ -258,6 +288,46 @@ def test_many_distinct_refusals_make_one_series_per_node(sqlite_url) -> None:
     assert not [labels for _, labels in samples if any("limit:" in v for _, v in labels)]
 
 
+def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) -> None:
+    """The lemon gauge is the lemon rule's figure at the scrape (LemonPolicy.times_remediated):
+    `lemon` was drained by automation three times in the last three days, each back through
+    burn-in; `planned` was drained four times for maintenance (no remediation); `old` three
+    times, but more than a lemon window ago."""
+    engine = get_engine(sqlite_url)
+    now = datetime.now(timezone.utc)
+    keys = iter(range(10_000))
+
+    def moves(node: str, start: datetime, failure: str, actor_kind: str) -> list[NodeEvent]:
+        path = [("production", "draining", "drain"), ("draining", "maintenance", "drain_complete"),
+                ("maintenance", "burn_in", "begin_burn_in"), ("burn_in", "admission", "begin_admission"),
+                ("admission", "production", "enter_production")]
+        if failure == "maintenance":  # an operator's planned drain ends with an undrain
+            path = [*path[:2], ("maintenance", "production", "undrain")]
+        return [NodeEvent(node_name=node, from_state=a, to_state=b, trigger=trigger, actor="t",
+                          actor_kind=actor_kind, failure=failure if trigger == "drain" else "",
+                          at=start + timedelta(minutes=10 * k), idempotency_key=f"e{next(keys)}")
+                for k, (a, b, trigger) in enumerate(path)]
+
+    with Session(engine) as session:
+        for name in ("lemon", "planned", "old"):
+            session.add(Node(name=name, address=f"sim://{name}", rack="r1", profile="h100-sxm", state="production",
+                             state_since=now - timedelta(hours=1), created_at=now - timedelta(days=30)))
+        for day in (1, 2, 3):
+            session.add_all(moves("lemon", now - timedelta(days=day), "xid 48", "automation"))
+            session.add_all(moves("old", now - timedelta(days=10 + day), "xid 48", "automation"))
+        for day in (1, 2, 3, 4):
+            session.add_all(moves("planned", now - timedelta(days=day), "maintenance", "operator"))
+        session.commit()
+
+    def lemons(policy: LemonPolicy) -> float:
+        (family,) = [f for f in FleetCollector(engine, lemon=policy).collect() if f.name == "fleetctl_lemon_nodes"]
+        return {s.labels["fleet"]: s.value for s in family.samples}["default"]
+
+    assert lemons(LemonPolicy(3, timedelta(days=7))) == 1  # lemon: 3 entries into maintenance to be remediated
+    assert lemons(LemonPolicy(4, timedelta(days=7))) == 0  # not 4: planned's four drains are no remediation
+    assert lemons(LemonPolicy(3, timedelta(days=14))) == 2  # a wider window takes old in
+
+
 def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
     """Nothing recorded yet: the served fleet's breaker is closed (0) and its budget is there."""
     engine = get_engine(sqlite_url)
@@ -277,7 +347,8 @@ def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
     assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="fleet", rack="") == 1
     assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="rack", rack="r1") == 1
     # A restart in 0.4 s reads as under half a second, not as "somewhere below 10 s".
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("0.25", "0.5")] == [0, 1]
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", fleet="green", le=le)
+            for le in ("0.25", "0.5")] == [0, 1]
 
 
 def dashboard() -> dict:
@@ -423,6 +494,19 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
                     assert answer["data"]["result"], f"{panel['title']}: No data"
             out = answers["Nodes out of production, and why", "A"]
             assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
+            # Issue 29's panels: n09, n10 and b02 are unhealthy in production; a rule whose removals
+            # all came back as they were reads 0 (not missing); sim-3 waits in the queue; no lemon now.
+            assert [r["value"][1] for r in answers["Unhealthy nodes in production", "A"]] == ["3"]
+            assert {(r["metric"]["node"], r["metric"]["condition"])
+                    for r in answers["Unhealthy nodes in production, by condition", "A"]} \
+                == {("n10", "CheckFailed"), ("n09", "DrainHeld"), ("b02", "Stalled"), ("b02", "DrainHeld"),
+                    ("b02", "Unchecked")}
+            assert {r["metric"]["rule"]: r["value"][1] for r in answers["Rule precision", "A"]} \
+                == {"xid 48": "0", "xid 79": "0"}
+            assert {r["metric"]["rule"]: r["value"][1] for r in answers["Rule precision", "B"]} \
+                == {"xid 48": "1", "check nccl-allreduce": "1"}
+            assert {r["metric"]["reason"]: r["value"][1] for r in answers["Pending jobs and why", "A"]}["queued"] == "1"
+            assert [r["value"][1] for r in answers["Lemon nodes", "A"]] == ["0"]
             assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
                 == {"default": "0", "blue": "1"}
             # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).

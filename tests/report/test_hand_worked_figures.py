@@ -49,6 +49,7 @@ class Fleet:
 
     def __init__(self, engine) -> None:
         self.engine, self.rows, self.keys = engine, [], count()
+        self.collector = FleetCollector(engine)  # one exporter, scraped again as the history goes on
         self.state: dict[str, tuple[str, datetime]] = {}
 
     def node(self, name: str) -> Fleet:
@@ -105,13 +106,18 @@ def report(fleet: Fleet) -> dict:
                         lemon_window=LEMON.window)
 
 
-def exported(fleet: Fleet) -> tuple[float, float, float]:
-    """The exporter's failures, repairs and repair seconds, over all its history."""
-    families = {f.name: f for f in FleetCollector(fleet.engine).collect()}
+def exported(fleet: Fleet) -> tuple[float, float, float, dict, dict]:
+    """The exporter's failures, repairs and repair seconds, rule outcomes resolved and removals
+    open, over all its history, as a scrape of the fleet's one exporter reads them now."""
+    families = {f.name: f for f in fleet.collector.collect()}
     failures = sum(s.value for s in families["fleetctl_node_failures"].samples if s.name.endswith("_total"))
     repairs = {s.name: s.value for s in families["fleetctl_node_repair_seconds"].samples
                if s.name.endswith(("_count", "_sum"))}
-    return failures, repairs["fleetctl_node_repair_seconds_count"], repairs["fleetctl_node_repair_seconds_sum"]
+    resolved = {(s.labels["rule"], s.labels["outcome"]): s.value
+                for s in families["fleetctl_rule_removals_resolved"].samples}
+    still_open = {s.labels["rule"]: s.value for s in families["fleetctl_rule_removals_open"].samples}
+    return (failures, repairs["fleetctl_node_repair_seconds_count"], repairs["fleetctl_node_repair_seconds_sum"],
+            resolved, still_open)
 
 
 def test_a_maintenance_window_is_no_failure_no_repair_no_lemon(fleet) -> None:
@@ -134,7 +140,7 @@ def test_a_maintenance_window_is_no_failure_no_repair_no_lemon(fleet) -> None:
     assert r["failures"] == [] and r["lemons"] == [] and r["rule_precision"] == []
     # `node show`'s figure, the lemon rule's: none of the four entries into maintenance was to be remediated.
     assert db.times_remediated(fleet.engine, "n1", LEMON, h(NOW_H)) == 0
-    assert exported(fleet) == (0, 0, 0)
+    assert exported(fleet) == (0, 0, 0, {}, {})
 
 
 def test_a_false_alarm_is_a_failure_whose_removal_is_unchanged(fleet) -> None:
@@ -161,7 +167,7 @@ def test_a_false_alarm_is_a_failure_whose_removal_is_unchanged(fleet) -> None:
                                     "open": 0, "precision": 0.0, "usually_wrong": False}]  # 1 resolved: under 3
     # Remediated once (one live run, one entry into maintenance to be remediated): 1 < 3, no lemon.
     assert db.times_remediated(fleet.engine, "n1", LEMON, h(NOW_H)) == 1 and r["lemons"] == []
-    assert exported(fleet) == (1, 1, 4 * 3600)
+    assert exported(fleet) == (1, 1, 4 * 3600, {("check nccl-allreduce", "unchanged"): 1}, {})
 
 
 def test_a_confirmed_rma_scores_its_rule_right(fleet) -> None:
@@ -179,7 +185,7 @@ def test_a_confirmed_rma_scores_its_rule_right(fleet) -> None:
     assert r["rule_precision"] == [{"rule": "xid 48", "removals": 1, "confirmed": 1, "unchanged": 0, "open": 0,
                                     "precision": 1.0, "usually_wrong": False}]  # 1 / (1 + 0)
     assert r["lemons"] == []
-    assert exported(fleet) == (1, 0, 0)
+    assert exported(fleet) == (1, 0, 0, {("xid 48", "confirmed"): 1}, {})
 
 
 def test_a_no_fault_found_rma_takes_its_rule_below_100_percent(fleet) -> None:
@@ -193,6 +199,7 @@ def test_a_no_fault_found_rma_takes_its_rule_below_100_percent(fleet) -> None:
     fleet.close_rma("n1", "GPU3")
     before = report(fleet)["rule_precision"]
     assert (before[0]["confirmed"], before[0]["unchanged"], before[0]["open"]) == (1, 0, 1)  # n2's RMA still open
+    assert exported(fleet)[3:] == ({("xid 48", "confirmed"): 1}, {"xid 48": 1})
     fleet.close_rma("n2", None)
 
     r = report(fleet)
@@ -205,7 +212,8 @@ def test_a_no_fault_found_rma_takes_its_rule_below_100_percent(fleet) -> None:
     assert r["rule_precision"] == [{"rule": "xid 48", "removals": 2, "confirmed": 1, "unchanged": 1, "open": 0,
                                     "precision": 0.5, "usually_wrong": False}]
     assert r["lemons"] == []
-    assert exported(fleet) == (2, 1, 30 * 3600)
+    # The exporter counts n2's removal once, when its RMA closed: 1 confirmed, 1 unchanged, none open.
+    assert exported(fleet) == (2, 1, 30 * 3600, {("xid 48", "confirmed"): 1, ("xid 48", "unchanged"): 1}, {})
 
 
 def test_the_report_states_each_figures_definition(fleet) -> None:
