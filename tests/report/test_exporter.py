@@ -29,7 +29,7 @@ from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.remediation.runbooks import LemonPolicy
 from fleetctl.reliability.metrics import CAUSE_CLASSES
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
@@ -286,6 +286,67 @@ def test_many_distinct_refusals_make_one_series_per_node(sqlite_url) -> None:
         f"h{i:02d}": "fleet_limit" if (380 + i) % 3 == 0 else "rack_limit" for i in range(20)}
     # No label of any series carries a refusal's words.
     assert not [labels for _, labels in samples if any("limit:" in v for _, v in labels)]
+
+
+def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> None:
+    """Every production node's conditions in the exporter are those `node list` shows (view_store,
+    the same conditions.conditions on the database's rows): on the history, with a reachability
+    judgement that stands (n01), one from before the node's state (n02), an agent silence whose
+    agent was heard since (n04), and default's hourly sweep (its history's checks are days old:
+    Unchecked where no agent reports), then again after new rows (a second scrape)."""
+    from fleetctl.db import queries, sweep_intervals
+    from fleetctl.nodes.view_store import freshness, node_rows
+
+    engine = get_engine(sqlite_url)
+    history.seed(engine, NOW)
+    seed_more(engine)
+    now = datetime.now(timezone.utc)
+    sweep_intervals.record(engine, sweep_intervals.SweepSchedule("hourly", "default", 3600.0))
+    collector = FleetCollector(engine, agent_silence_s=300.0)
+
+    def judge(name: str, reason: str, actor: str, at: datetime) -> AutomationEvent:
+        return AutomationEvent(kind="suspect", node_name=name, reason=reason, actor=actor, at=at,
+                               idempotency_key=f"suspect-{name}-{at.timestamp()}")
+
+    def compare() -> dict[str, set[str]]:
+        (family,) = [f for f in collector.collect() if f.name == "fleetctl_production_node_condition"]
+        exported: dict[str, set[str]] = {}
+        for sample in family.samples:
+            exported.setdefault(sample.labels["node"], set()).add(sample.labels["condition"])
+        listed = {}
+        for fleet in ("default", "blue"):
+            fresh = freshness(engine, fleet, 300.0, datetime.now(timezone.utc))
+            for row in node_rows(engine, [n for n in queries.list_nodes(engine)
+                                          if n.labels.get("fleet", "default") == fleet], False, fresh):
+                if row["state"] == "production" and row["conditions"]:
+                    listed[row["name"]] = {c["type"] for c in row["conditions"]}
+        assert exported == listed
+        return exported
+
+    with Session(engine) as session:
+        session.add_all([judge("n01", "3 check runs in a row could not reach it", "reachability", now),
+                         judge("n02", "unreachable", "reachability", NOW - timedelta(days=20)),
+                         judge("n04", "agent silent for 400 s", queries.AGENT_SILENCE_ACTOR,
+                               now - timedelta(minutes=2))])
+        n04 = session.get(Node, next(n.id for n in queries.list_nodes(engine) if n.name == "n04"))
+        n04.agent_seen_at = now  # heard again since it was judged
+        session.add(n04)
+        session.commit()
+    found = compare()
+    assert {"Suspect", "Unchecked"} <= found["n01"]
+    assert "n04" not in found  # judged, but its agent was heard since, and reports: Ready
+    assert "Suspect" not in found["n02"]  # judged before it entered production
+
+    # New rows, a second scrape: a fresh check on n01, n04's agent now silent past the setting.
+    with Session(engine) as session:
+        session.add(CheckRun(node_name="n01", check_name="nvidia-smi-query", kind="x", status="pass", started_at=now,
+                             finished_at=now, idempotency_key="fresh-n01"))
+        n04 = session.get(Node, next(n.id for n in queries.list_nodes(engine) if n.name == "n04"))
+        n04.agent_seen_at = now - timedelta(hours=1)
+        session.add(n04)
+        session.commit()
+    found = compare()
+    assert "Unchecked" not in found["n01"] and {"Suspect", "Unchecked"} <= found["n04"]
 
 
 def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) -> None:
