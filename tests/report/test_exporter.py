@@ -27,9 +27,10 @@ from fleetctl.nodes.conditions import HELD_BY_CLASSES, PRODUCTION_CONDITIONS, he
 from fleetctl.reliability import exporter_server
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.remediation.runbooks import LemonPolicy
-from fleetctl.reliability.metrics import CAUSE_CLASSES
+from fleetctl.reliability.metrics import CAUSE_CLASSES, PENDING_REASONS, pending_reason
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
@@ -387,6 +388,40 @@ def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) ->
     assert lemons(LemonPolicy(3, timedelta(days=7))) == 1  # lemon: 3 entries into maintenance to be remediated
     assert lemons(LemonPolicy(4, timedelta(days=7))) == 0  # not 4: planned's four drains are no remediation
     assert lemons(LemonPolicy(3, timedelta(days=14))) == 2  # a wider window takes old in
+
+
+@pytest.mark.parametrize("placement, expected", [
+    (None, "queued"),  # no restart of fleetctl's under way: the scheduler's queue
+    (IN_ISLAND, "restart_in_island"),
+    (FLEET_WIDE, "restart_fleet_wide"),
+    (NOT_PLACED, "restart_unplaced"),
+    ("somewhere new", "restart_unplaced"),  # a placement this version does not know
+])
+def test_why_a_job_is_pending_is_a_bounded_class(placement, expected) -> None:
+    assert pending_reason(placement) == expected and expected in PENDING_REASONS
+
+
+def test_pending_jobs_say_why_they_wait(sqlite_url) -> None:
+    """Three pending jobs: one queued, one restarted into its island, one restarted fleet-wide
+    off a blue node (its fleet's); a restart that has finished says nothing of why a job waits."""
+    engine = get_engine(sqlite_url)
+    with Session(engine) as session:
+        session.add(Node(name="g1", address="sim://g1", rack="r1", profile="h100-sxm", state="production",
+                         labels={"fleet": "blue"}))
+        for job in ("queued", "island", "fleet", "done"):
+            session.add(Job(job_id=job, scheduler="sim", state="pending" if job != "done" else "running"))
+        for job, placement, status, bad in (("island", IN_ISLAND, "in_progress", "n1"),
+                                            ("fleet", FLEET_WIDE, "in_progress", "g1"),
+                                            ("queued", IN_ISLAND, "succeeded", "n1"),
+                                            ("done", FLEET_WIDE, "in_progress", "n1")):
+            session.add(JobRestart(job_id=job, scheduler="sim", bad_nodes=[bad], cause="xid 79", actor="t",
+                                   restart_id=f"{job}-{status}", fault_seen_at=NOW, status=status, placement=placement,
+                                   placement_detail=f"words about {job} that change every time",
+                                   workflow_id=f"job-restart/{job}/{status}"))
+        session.commit()
+    (family,) = [f for f in FleetCollector(engine).collect() if f.name == "fleetctl_jobs_pending"]
+    assert {(s.labels["fleet"], s.labels["reason"]): s.value for s in family.samples if s.value} == {
+        ("default", "queued"): 1, ("default", "restart_in_island"): 1, ("blue", "restart_fleet_wide"): 1}
 
 
 def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
