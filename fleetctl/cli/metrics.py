@@ -20,9 +20,10 @@ def serve(
                                 help="address to listen on (default: this machine only; give one to open it)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
-    fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
-    restarts and their latency, repairs, remediations, RMAs, capacity-guard decisions, and for
-    the configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
+    fleetctl_*: nodes per state and rack, the unhealthy nodes still in production, check runs
+    and durations, drains, failures, job restarts and their latency, pending jobs and why,
+    repairs, remediations, lemons, RMAs, rule outcomes, capacity-guard decisions, and for the
+    configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
     from datetime import timedelta
 
     from fleetctl.config import guard_policy

@@ -18,8 +18,12 @@ series (`node show` says why). A held drain is labelled with the class of what h
 (conditions.HELD_BY_CLASSES), never the guard's words. What does reach a label from outside
 (a node name, a fleet) is cut to REASON_LIMIT characters with control characters escaped
 (fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape sequence.
-Counters count what only grows (check runs, drains, failures, remediation runs ended);
-what is true now is a gauge (runs in flight, RMA records by status).
+Counters count what only grows (check runs, drains, failures, remediation runs ended, automated
+removals once resolved: an outcome, once confirmed or unchanged, never changes); what is true
+now is a gauge (runs in flight, RMA records by status, removals still open, the unhealthy
+nodes still in production, lemon nodes, pending jobs). The judgements are the pure functions
+`node list` and the report use (conditions.conditions, LemonPolicy.times_remediated,
+metrics.removal_outcome), on evidence folded row by row, never a query of the whole history.
 """
 
 from __future__ import annotations
