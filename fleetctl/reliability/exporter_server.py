@@ -286,6 +286,12 @@ class FleetCollector:
                 self.open_removals[node] = keep
             else:
                 del self.open_removals[node]
+        # A repair counts for a removal at or before it; the next removal of a node none is open
+        # for is a move still to come: the repairs before the node's latest move count for none.
+        for node in [n for n in self.repairs_done if n not in self.open_removals and n in self.last_move]:
+            self.repairs_done[node] = [at for at in self.repairs_done[node] if at >= self.last_move[node][0]]
+            if not self.repairs_done[node]:
+                del self.repairs_done[node]
         return dict(still_open)
 
     def _suspects(self, node_rows, agent_seen: dict[str, datetime]) -> dict[str, Condition]:

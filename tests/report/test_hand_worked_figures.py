@@ -170,6 +170,29 @@ def test_a_false_alarm_is_a_failure_whose_removal_is_unchanged(fleet) -> None:
     assert exported(fleet) == (1, 1, 4 * 3600, {("check nccl-allreduce", "unchanged"): 1}, {})
 
 
+def test_a_repair_before_the_return_confirms_the_removal(fleet) -> None:
+    """The false alarm's history, but its runbook's GPU reset passed at 11.9 h, before the
+    return at 14 h: the removal is confirmed (a reset that was not needed cannot be told from
+    one that fixed the node), 1 / (1 + 0); a dry run's reset would have repaired nothing."""
+    fleet.node("n1")
+    fleet.automated_drain("n1", 10, "xid 79", "health: XID 79: GPU has fallen off the bus").through_burn_in("n1", 12)
+    fleet.write()
+    for run_key, mode in (("dry", "dry_run"), ("live", "live")):
+        db.start_run(fleet.engine, run_key=run_key, node_name="n1", runbook="xid-79", event={}, mode=mode,
+                     actor="lifecycle", started_at=h(11.5))
+        before = (report(fleet)["rule_precision"][0]["confirmed"], exported(fleet)[3])
+        db.record_step(fleet.engine, run_key=run_key, node_name="n1", step_index=0, name="reset", action="gpu_reset",
+                       status="passed", params={}, detail="", started_at=h(11.5), finished_at=h(11.9))
+    # Before the live run's reset was recorded, the dry run's had confirmed nothing.
+    assert before == (0, {("xid 79", "unchanged"): 1})
+    r = report(fleet)
+    assert r["rule_precision"] == [{"rule": "xid 79", "removals": 1, "confirmed": 1, "unchanged": 0, "open": 0,
+                                    "precision": 1.0, "usually_wrong": False}]
+    # A fresh exporter reads the whole history once: the removal resolves confirmed.
+    fleet.collector = FleetCollector(fleet.engine)
+    assert exported(fleet)[3:] == ({("xid 79", "confirmed"): 1}, {})
+
+
 def test_a_confirmed_rma_scores_its_rule_right(fleet) -> None:
     """An XID 48 on n1 at 10 h, maintenance 11 h, to the vendor at 12 h, who replaces GPU3."""
     fleet.node("n1")
