@@ -26,20 +26,25 @@ def serve(
                                                  help="require scrapers' certificates signed by this CA (PEM)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
-    fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
-    restarts and their latency, repairs, remediations, RMAs, capacity-guard decisions, and for
-    the configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
-    from fleetctl.reliability import exporter_server
-    from fleetctl.config import guard_policy
-
+    fleetctl_*: nodes per state and rack, the unhealthy nodes still in production, check runs
+    and durations, drains, failures, job restarts and their latency, pending jobs and why,
+    repairs, remediations, lemons, RMAs, rule outcomes, capacity-guard decisions, and for the
+    configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
     import ssl
+    from datetime import timedelta
+
+    from fleetctl.config import guard_policy
+    from fleetctl.reliability import exporter_server
+    from fleetctl.remediation.runbooks import LemonPolicy
 
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
     s = context.settings(ctx)
     try:
         server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet),
-                                       *(str(p) if p else None for p in (tls_cert, tls_key, tls_client_ca)))
+                                       LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days)),
+                                       s.agent_silence_s, tls_cert=_path(tls_cert), tls_key=_path(tls_key),
+                                       tls_client_ca=_path(tls_client_ca))
     except (OSError, ssl.SSLError) as exc:
         from fleetctl.text import one_line
 
@@ -51,3 +56,7 @@ def serve(
         pass
     finally:
         server.shutdown()
+
+
+def _path(path: Optional[Path]) -> str | None:
+    return str(path) if path is not None else None
