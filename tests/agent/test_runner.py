@@ -112,12 +112,14 @@ async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -
     (["--kmsg", "/nonexistent/kmsg"], "cannot open the kernel log"),
     (["--heartbeat-interval", "0"], "--heartbeat-interval"),
     (["--heartbeat-url", "http://intake:9411"], "intake's token"),  # no token anywhere
-    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", os.devnull], "intake's token"),  # empty
+    (["--heartbeat-url", "https://intake:9411", "--heartbeat-token-file", os.devnull], "bearer token is empty"),
     (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", "/nonexistent/token"], "--heartbeat-token-file"),
     (["--heartbeat-url", "intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
      "not an http:// or https:// URL"),
     (["--heartbeat-url", "ftp://intake:21", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
      "not an http:// or https:// URL"),
+    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
+     "sent only over https"),  # the credential would cross the network in clear
 ])
 def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("FLEETCTL_INTAKE_TOKEN", "FLEETCTL_AGENT_HEARTBEAT_URL")}
