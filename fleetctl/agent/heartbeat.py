@@ -28,16 +28,30 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def heartbeat_url(base: str) -> str:
-    """The intake's heartbeat address from its base URL; ValueError (one line) for anything
-    but https, or http to this machine: the credential goes in every request's header, and
-    over plain http to another host anyone on the path could take it and speak for the node."""
+def intake_url(base: str, path: str) -> str:
+    """The address of `path` on the intake at `base`; ValueError (one line) for anything but
+    https, or http to this machine: the credential goes in every request's header, and over
+    plain http to another host anyone on the path could take it and speak for the node."""
     parts = urlsplit(base)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{base[:80]!r} is not an http:// or https:// URL")
     if parts.scheme == "http" and not is_local_address(parts.hostname):
         raise ValueError(f"{base[:80]!r}: the credential is sent only over https (or to this machine over http)")
-    return base.rstrip("/") + "/heartbeat"
+    return base.rstrip("/") + path
+
+
+def heartbeat_url(base: str) -> str:
+    return intake_url(base, "/heartbeat")
+
+
+def intake_opener(ca_path: str | None) -> urllib.request.OpenerDirector:
+    """An opener that verifies certificates and host names (against `ca_path`, or the
+    system's CAs) and follows no redirect; ValueError (one line) for a CA bundle it cannot read."""
+    try:
+        context = ssl.create_default_context(cafile=ca_path)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"CA bundle {ca_path}: {getattr(exc, 'strerror', None) or exc}") from None
+    return urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
 
 
 class HeartbeatSender:
@@ -46,11 +60,7 @@ class HeartbeatSender:
         system's); certificates and host names are always verified."""
         self.url, self.timeout_s = heartbeat_url(base_url), timeout_s
         self._token = token
-        try:
-            context = ssl.create_default_context(cafile=ca_path)
-        except (OSError, ssl.SSLError) as exc:
-            raise ValueError(f"CA bundle {ca_path}: {getattr(exc, 'strerror', None) or exc}") from None
-        self._opener = urllib.request.build_opener(_NoRedirect, urllib.request.HTTPSHandler(context=context))
+        self._opener = intake_opener(ca_path)
 
     def send(self, node: str) -> None:
         request = urllib.request.Request(

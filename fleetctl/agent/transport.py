@@ -1,8 +1,13 @@
-"""The agent's one door to Temporal: every workflows import of the agent is here."""
+"""Where the agent's events go: to the node's workflow in Temporal (TemporalTransport:
+every workflows import of the agent is here), or through the intake with the node's own
+credential (IntakeTransport), so that the agent holds nothing that speaks for another node."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.error
+import urllib.request
 
 from fleetctl.config import Settings
 from workflows.api import HealthEventInput
@@ -37,3 +42,37 @@ class TemporalTransport:
             raise SendFailed(str(exc)) from None
         except (TemporalUnavailable, asyncio.TimeoutError, RuntimeError, OSError) as exc:
             raise SendFailed(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
+
+
+class IntakeTransport:
+    """POST /events to the intake (`fleetctl events serve`) with this node's credential: over
+    https, or http to this machine only, the certificate verified, no redirect followed
+    (fleetctl.agent.heartbeat.intake_url). The intake names the node's events `agent` and
+    takes them for this node only; one it does not know is refused (NodeRefused)."""
+
+    def __init__(self, base_url: str, token: str, ca_path: str | None = None, timeout_s: float = SEND_TIMEOUT_S):
+        from fleetctl.agent.heartbeat import intake_opener, intake_url
+
+        self.url, self.timeout_s = intake_url(base_url, "/events"), timeout_s
+        self._token = token
+        self._opener = intake_opener(ca_path)
+
+    async def send(self, node: str, events: list[dict]) -> None:
+        body = json.dumps({"events": [{"node": e["node"], "code": e["code"], "message": e["message"],
+                                       "id": e["event_id"], "at": e["at"], "severity": e["severity"]}
+                                      for e in events]}).encode()
+        await asyncio.to_thread(self._post, body)
+
+    def _post(self, body: bytes) -> None:
+        request = urllib.request.Request(self.url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {self._token}"})
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as answer:
+                answer.read()
+        except urllib.error.HTTPError as exc:
+            said = exc.read(300).decode(errors="replace").strip().splitlines()
+            why = f"the intake answered {exc.code}" + (f": {said[0]}" if said else "")
+            raise (NodeRefused if exc.code == 422 else SendFailed)(why) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise SendFailed(str(getattr(exc, "reason", exc))[:200]) from None

@@ -40,6 +40,10 @@ def agent(
                                                              "(`fleetctl events credential issue`) or the "
                                                              "intake's token (or env FLEETCTL_INTAKE_TOKEN)"),
     heartbeat_interval: float = typer.Option(30.0, "--heartbeat-interval", help="seconds between heartbeats"),
+    events_to_intake: bool = typer.Option(False, "--events-to-intake",
+                                          help="send events through the intake at --heartbeat-url with this "
+                                               "node's credential, not to Temporal: the agent then holds no "
+                                               "Temporal credential, and nothing that speaks for another node"),
     heartbeat_ca: Optional[Path] = typer.Option(None, "--heartbeat-ca",
                                                 help="CA bundle the intake's https certificate is verified against "
                                                      "(default: the system's)"),
@@ -64,13 +68,18 @@ def agent(
         fail("--metrics-port must be between 0 and 65535", EXIT_USAGE)
     if not 1 <= heartbeat_interval <= 3600:
         fail("--heartbeat-interval must be between 1 and 3600 seconds", EXIT_USAGE)
-    heartbeat = None
+    heartbeat = events_via_intake = None
+    if events_to_intake and heartbeat_url is None:
+        fail("--events-to-intake sends through the intake at --heartbeat-url: give it", EXIT_USAGE)
     if heartbeat_url is not None:
         from fleetctl.agent.heartbeat import HeartbeatSender
+        from fleetctl.agent.transport import IntakeTransport
 
         token = _intake_token(heartbeat_token_file)
+        ca_path = str(heartbeat_ca) if heartbeat_ca else None
         try:
-            heartbeat = HeartbeatSender(heartbeat_url, token, ca_path=str(heartbeat_ca) if heartbeat_ca else None)
+            heartbeat = HeartbeatSender(heartbeat_url, token, ca_path=ca_path)
+            events_via_intake = IntakeTransport(heartbeat_url, token, ca_path) if events_to_intake else None
         except ValueError as exc:
             fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
     if profile:
@@ -99,7 +108,7 @@ def agent(
                          sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
                          dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
                          heartbeat_interval_s=heartbeat_interval)
-    the_agent = Agent(config, source, TemporalTransport(context.settings(ctx)), heartbeat=heartbeat)
+    the_agent = Agent(config, source, events_via_intake or TemporalTransport(context.settings(ctx)), heartbeat=heartbeat)
     if metrics_port:
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
         typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -276,6 +276,8 @@ def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limi
                 return self._answer(400, one_line(bounded(message), 300))
             if not self._may_speak(caller, {ev.node for ev in events}):
                 return None
+            if caller is not OPERATOR:  # recorded as what they are: the node agent's own
+                events = [replace(ev, source="agent") for ev in events]
             new, dup = intake.accept(events)
             self._answer(202, {"accepted": new, "duplicates": dup})
 

@@ -120,6 +120,7 @@ async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -
      "not an http:// or https:// URL"),
     (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
      "sent only over https"),  # the credential would cross the network in clear
+    (["--events-to-intake"], "--heartbeat-url"),
 ])
 def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("FLEETCTL_INTAKE_TOKEN", "FLEETCTL_AGENT_HEARTBEAT_URL")}

@@ -377,3 +377,50 @@ def test_npd_conditions_of_nodes_outside_the_inventory_are_counted_not_spooled(m
             poller.join(10)
     assert [e["node"] for e in intake.spool.pending(10)] == ["n1"] and intake.accepted == 1
     assert intake.npd_not_in_inventory >= 2  # on every poll
+
+
+async def test_the_agent_sends_its_events_through_the_intake_with_its_own_credential(make_intake, hashes, tmp_path) -> None:
+    """`fleetctl agent --events-to-intake`: the agent's Xid reaches the intake over https as
+    the node agent's (source `agent`), with the node's credential; with another node's
+    credential nothing is taken, and the event stays in the agent's spool."""
+    import asyncio
+
+    from fleetctl.agent.follow import FileSource
+    from fleetctl.agent.runner import Agent, AgentConfig
+    from fleetctl.agent.transport import IntakeTransport, NodeRefused, SendFailed
+
+    secret = new_credential()
+    hashes.write_text(f"n1 {token_hash(secret)}\n")
+    ca = Authority(tmp_path, "intake-ca")
+    intake = make_intake(tls=tls_context(*ca.server("intake")))
+    url = f"https://127.0.0.1:{intake.port}"
+    log = tmp_path / "kern.log"
+    log.write_text("2026-11-30T20:00:01+00:00 n1 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
+                   "GPU has fallen off the bus.\n")
+    for node, expect_sent in (("n2", False), ("n1", True)):  # n2's agent holding n1's credential first
+        agent = Agent(AgentConfig(node=node, spool_dir=tmp_path / f"agent-{node}"), FileSource(log),
+                      IntakeTransport(url, secret, str(ca.cert_path)))
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run_until(stop))
+        deadline = time.monotonic() + 30  # the agent's first delivery, or its first refusal
+        while not (agent.metrics.sent._value.get() if expect_sent else agent.metrics.send_failures._value.get()):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        if not expect_sent:
+            assert intake.spool.depth == 0 and agent.spool.depth == 1  # kept, for a credential that will do
+    (event,) = intake.spool.pending(10)
+    assert (event["node"], event["code"], event["source"], event["severity"]) == ("n1", 79, "agent", "critical")
+    duplicates = intake.duplicates
+    transport = IntakeTransport(url, secret, str(ca.cert_path))
+    again = [{"node": "n1", "code": 79, "message": "x", "event_id": "e1", "at": 1.7e9, "severity": ""}]
+    await transport.send("n1", again)
+    await transport.send("n1", again)  # a resend after a lost answer: the same event
+    assert intake.spool.depth == 2 and intake.duplicates == duplicates + 1
+    with pytest.raises(NodeRefused, match="422: not in the inventory: ghost"):
+        await IntakeTransport(url, TOKEN, str(ca.cert_path)).send("ghost", [{**again[0], "node": "ghost"}])
+    with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):
+        await IntakeTransport(url, secret).send("n1", again)
+    with pytest.raises(ValueError, match="sent only over https"):
+        IntakeTransport("http://10.0.0.1:9411", secret)
