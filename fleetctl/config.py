@@ -78,6 +78,11 @@ ENV_VARS = {
     "straggler_min_nodes": "FLEETCTL_STRAGGLER_MIN_NODES",
     "straggler_interval_s": "FLEETCTL_STRAGGLER_INTERVAL_S",
     "straggler_policy": "FLEETCTL_STRAGGLER_POLICY",
+    # Retention (fleetctl.db.retention), together.
+    "retention_raw_output_days": "FLEETCTL_RETENTION_RAW_OUTPUT_DAYS",
+    "retention_check_days": "FLEETCTL_RETENTION_CHECK_DAYS",
+    "retention_health_event_days": "FLEETCTL_RETENTION_HEALTH_EVENT_DAYS",
+    "retention_interval_s": "FLEETCTL_RETENTION_INTERVAL_S",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 # Never printed or logged: `fleetctl config` says only whether each is set.
@@ -226,6 +231,14 @@ class Settings:
     # flag-only records findings; drain-at-checkpoint also drains a straggler through the
     # capacity guard once its job has checkpointed (or restarted, or ended) since the finding.
     straggler_policy: str = "flag-only"
+    # Retention (fleetctl.db.retention, `fleetctl db prune`): check runs' raw output is kept
+    # this many days, their verdicts longer, health events longer still (what a figure or a
+    # decision reads is kept whatever its age); each worker prunes every retention_interval_s
+    # (0: never; `db prune` by hand or from cron then).
+    retention_raw_output_days: float = 14.0
+    retention_check_days: float = 180.0
+    retention_health_event_days: float = 400.0
+    retention_interval_s: float = 86400.0
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -302,6 +315,10 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "straggler_min_nodes": (3, 100000, True),
     "straggler_interval_s": (1.0, 86400.0, True),
     "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
+    "retention_raw_output_days": (0.0, 36500.0, False),
+    "retention_check_days": (0.0, 36500.0, False),
+    "retention_health_event_days": (0.0, 36500.0, False),
+    "retention_interval_s": (0.0, 30 * 86400.0, True),
 }
 
 
@@ -444,7 +461,17 @@ def load_settings(
             settings.sources[key] = "flag"
     _check_kubernetes(settings)
     _check_prometheus_token(settings)
+    _check_retention(settings)
     return settings
+
+
+def _check_retention(settings: Settings) -> None:
+    """A verdict outlives its raw output: pruning a check run would otherwise take output the
+    setting says to keep."""
+    if settings.retention_check_days < settings.retention_raw_output_days:
+        raise ConfigError(f"setting retention_check_days: {settings.retention_check_days:g} is shorter than "
+                          f"retention_raw_output_days ({settings.retention_raw_output_days:g}): a check run's "
+                          "verdict is kept at least as long as its raw output")
 
 
 def _check_kubernetes(settings: Settings) -> None:

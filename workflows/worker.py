@@ -104,6 +104,26 @@ async def watch_stalls(client: Client, settings: Settings) -> None:
         await asyncio.sleep(settings.stall_watch_s)
 
 
+async def prune_periodically(settings: Settings) -> None:
+    """Every settings.retention_interval_s (0: never), the retention policy's prune
+    (fleetctl.db.retention). Any worker may: what one removes the next finds gone."""
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import utcnow
+    from fleetctl.db.retention import RetentionPolicy, prune
+
+    if not settings.retention_interval_s:
+        return
+    log = logging.getLogger(__name__)
+    engine = get_engine(settings.db_url)
+    while True:
+        try:
+            removed = await asyncio.to_thread(prune, engine, RetentionPolicy.of(settings), utcnow())
+            log.info("retention: removed %s", ", ".join(f"{n} {what}" for what, n in removed.items()))
+        except Exception as exc:  # noqa: BLE001 - the next round tries again
+            log.warning("retention: %s", one_line(exc))
+        await asyncio.sleep(settings.retention_interval_s)
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
@@ -111,6 +131,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     if warning:
         logging.getLogger(__name__).warning(warning)
     watcher = asyncio.create_task(watch_stalls(client, settings))
+    pruner = asyncio.create_task(prune_periodically(settings))
     try:
         with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
             worker = build_worker(client, settings, executor)
@@ -121,6 +142,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
                     await stop.wait()
     finally:
         watcher.cancel()
+        pruner.cancel()
 
 
 class BackgroundWorker:

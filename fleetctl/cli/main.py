@@ -50,7 +50,7 @@ NOUNS: dict[str, Noun] = {
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
     "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
-    "db": Noun("fleetctl.cli.dev", "db_app", "Database schema."),
+    "db": Noun("fleetctl.cli.db", "app", "The fleet database: schema upgrades, retention (prune)."),
     "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes, record checkpoints, "
                                           "sync from the schedulers; submit simulated ones."),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
