@@ -35,6 +35,7 @@ ENV_VARS = {
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
     "accept_new_host_keys": "FLEETCTL_ACCEPT_NEW_HOST_KEYS",
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
+    "ssh_jump_host": "FLEETCTL_SSH_JUMP_HOST",
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
@@ -129,6 +130,9 @@ class Settings:
     known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_keys: bool = False
     ssh_key_file: str = ""
+    # [user@]host[:port] of the SSH jump host (bastion) every SSH connection goes through (nodes,
+    # slurm_host) unless a node's inventory entry names its own `jump`; empty: direct.
+    ssh_jump_host: str = ""
     # A directory of suite YAML files that add to or replace the shipped ones.
     suites_dir: str = ""
     # Capacity guard: most of the fleet / of a rack that automation may take out, and the
@@ -373,6 +377,11 @@ def _check_string(name: str, value: str, what: str) -> str:
             check_label(value)
         except ValueError as exc:
             raise ConfigError(f"{what}: {exc}") from None
+    if name == "ssh_jump_host" and value:
+        from fleetctl.inventory.parse import JUMP_HOST_RE
+
+        if not JUMP_HOST_RE.match(value):
+            raise ConfigError(f"{what}: {value[:60]!r} must be [user@]host[:port]")
     if name == "prometheus_url" and value:
         _check_prometheus_url(value, what)
     return value

@@ -21,6 +21,9 @@ class Node(SQLModel, table=True):
     address: str
     bmc_address: Optional[str] = None
     ssh_user: Optional[str] = None
+    # The bastion (`[user@]host[:port]`) the node is reached through over SSH, from the
+    # inventory's `jump` (migration 0013); None: directly, or through settings.ssh_jump_host.
+    jump_host: Optional[str] = None
     rack: str = Field(default="", index=True)
     # Topology from the inventory (migration 0010): the leaf switch, the InfiniBand island or
     # NVLink domain a restart keeps a job in, the rack unit; "" / None when not given.

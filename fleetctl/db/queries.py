@@ -22,6 +22,7 @@ _INVENTORY_FIELDS = {
     "address": "address",
     "bmc_address": "bmc",
     "ssh_user": "user",
+    "jump_host": "jump",
     "rack": "rack",
     "switch": "switch",
     "island": "island",
