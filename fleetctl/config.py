@@ -79,6 +79,8 @@ ENV_VARS = {
     "straggler_min_nodes": "FLEETCTL_STRAGGLER_MIN_NODES",
     "straggler_interval_s": "FLEETCTL_STRAGGLER_INTERVAL_S",
     "straggler_policy": "FLEETCTL_STRAGGLER_POLICY",
+    "external_drain_watch_s": "FLEETCTL_EXTERNAL_DRAIN_WATCH_S",
+    "external_drain_policy": "FLEETCTL_EXTERNAL_DRAIN_POLICY",
     # Retention (fleetctl.db.retention), together.
     "retention_raw_output_days": "FLEETCTL_RETENTION_RAW_OUTPUT_DAYS",
     "retention_check_days": "FLEETCTL_RETENTION_CHECK_DAYS",
@@ -235,6 +237,12 @@ class Settings:
     # flag-only records findings; drain-at-checkpoint also drains a straggler through the
     # capacity guard once its job has checkpointed (or restarted, or ended) since the finding.
     straggler_policy: str = "flag-only"
+    # Another tool's drain of a production node in its scheduler (NHC, a person): each worker
+    # looks every external_drain_watch_s (0: never) and records each as a health event of the
+    # node; policy record-only leaves the node in production, maintenance asks the capacity
+    # guard to take it there (fleetctl.nodes.scheduler_sync).
+    external_drain_watch_s: float = 300.0
+    external_drain_policy: str = "record-only"
     # Retention (fleetctl.db.retention, `fleetctl db prune`): check runs' raw output is kept
     # this many days, their verdicts longer, health events longer still (what a figure or a
     # decision reads is kept whatever its age); each worker prunes every retention_interval_s
@@ -319,6 +327,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "straggler_min_nodes": (3, 100000, True),
     "straggler_interval_s": (1.0, 86400.0, True),
     "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
+    "external_drain_watch_s": (0.0, 86400.0, True),
     "retention_raw_output_days": (0.0, 36500.0, False),
     "retention_check_days": (0.0, 36500.0, False),
     "retention_health_event_days": (0.0, 36500.0, False),
@@ -377,6 +386,11 @@ def _check_string(name: str, value: str, what: str) -> str:
             check_label(value)
         except ValueError as exc:
             raise ConfigError(f"{what}: {exc}") from None
+    if name == "external_drain_policy":
+        from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN_POLICIES
+
+        if value not in EXTERNAL_DRAIN_POLICIES:
+            raise ConfigError(f"{what}: {value[:40]!r} is not a policy (one of {', '.join(EXTERNAL_DRAIN_POLICIES)})")
     if name == "ssh_jump_host" and value:
         from fleetctl.inventory.parse import JUMP_HOST_RE
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -30,6 +31,9 @@ from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
 from workflows.definitions.stragglers import ProductionStragglers
+
+# How many external drains' event ids a worker remembers having signalled (watch_external_drains).
+SENT_EXTERNAL_DRAINS = 10_000
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout,
                          ProductionStragglers]
@@ -104,6 +108,80 @@ async def watch_stalls(client: Client, settings: Settings) -> None:
         await asyncio.sleep(settings.stall_watch_s)
 
 
+async def watch_external_drains(client: Client, settings: Settings, schedulers: SchedulerRegistry) -> None:
+    """Every settings.external_drain_watch_s (0: never): the fleet's production nodes another
+    tool drained in their scheduler (fleetctl.nodes.scheduler_sync.external_drains). Each new
+    one is sent to the node's workflow as a health event (recorded once: its id is the drain's),
+    and its lifting as an `info` one; under external_drain_policy `maintenance` each is asked of
+    the capacity guard, as the Slurm prolog asks, and drained to maintenance when granted (a
+    refusal is recorded by the guard; the next watch asks again). Any worker may: what one
+    records the next finds recorded."""
+    from sqlmodel import Session, col, select
+
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import HealthEvent, utcnow
+    from fleetctl.inventory.names import scheduler_members
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, external_drains
+    from fleetctl.remediation.runbooks import Event
+    from fleetctl.schedulers import SCHEDULER_KINDS
+    from fleetctl.text import bounded, printable
+    from workflows.api import HealthEventInput
+    from workflows.client import CommandRejected, request_guarded_drain, send_health_events
+
+    if not settings.external_drain_watch_s:
+        return
+    log = logging.getLogger(__name__)
+    engine = get_engine(settings.db_url)
+    # What this worker signalled: a drain seen again before the workflow has recorded it is not
+    # sent twice (another worker's is recorded once, by its id). Bounded: oldest forgotten first.
+    sent: OrderedDict[str, None] = OrderedDict()
+
+    async def signal(node: str, message: str, event_id: str, severity: str) -> None:
+        if event_id in sent:
+            return
+        await send_health_events(client, node, [HealthEventInput(
+            node=node, source=EXTERNAL_DRAIN, message=bounded(printable(message)), actor=EXTERNAL_DRAIN,
+            event_id=event_id, at=utcnow().timestamp(), severity=severity)])
+        sent[event_id] = None  # once sent: a failed send is tried again next watch
+        while len(sent) > SENT_EXTERNAL_DRAINS:
+            sent.popitem(last=False)
+
+    def look():
+        nodes = [n for n in queries.list_nodes(engine, state="production") if in_fleet(n.labels, settings.fleet)
+                 and n.scheduler != "none" and set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
+        found, unknown = external_drains(nodes, {kind: schedulers.get(kind) for kind in {n.scheduler for n in nodes}})
+        with Session(engine) as session:
+            recorded = set(session.exec(select(HealthEvent.idempotency_key).where(
+                col(HealthEvent.idempotency_key).in_([d.event_id for d in found])))) if found else set()
+        # Lifted: asked, and no longer drained by another tool (a scheduler that did not answer says nothing).
+        answered = {n.name for n in nodes} - unknown - {d.node for d in found}
+        lifted = [e for node, e in queries.open_external_drains(engine, EXTERNAL_DRAIN).items() if node in answered]
+        return found, recorded, lifted, {n.name: n.rack for n in nodes}
+
+    while True:
+        try:
+            found, recorded, lifted, racks = await asyncio.to_thread(look)
+            for drain in found:
+                if drain.event_id not in recorded and drain.event_id not in sent:
+                    log.warning("node %s: %s", drain.node, printable(drain.message))
+                    await signal(drain.node, drain.message, drain.event_id, "warning")
+                if settings.external_drain_policy == "maintenance":
+                    try:
+                        await request_guarded_drain(
+                            client, settings, drain.node, racks[drain.node], bounded(printable(drain.message)),
+                            EXTERNAL_DRAIN, f"{drain.event_id}@{utcnow().isoformat()}",
+                            Event("manual", message=bounded(printable(drain.message))).to_dict())
+                    except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
+                        log.info("node %s: not drained for the external drain: %s", drain.node, exc)
+            for was in lifted:
+                await signal(was.node_name, f"lifted: {was.message}", f"{was.idempotency_key}/lifted", "info")
+        except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
+            log.warning("external drain watch: %s", one_line(exc))
+        await asyncio.sleep(settings.external_drain_watch_s)
+
+
 async def prune_periodically(settings: Settings) -> None:
     """Every settings.retention_interval_s (0: never), the retention policy's prune
     (fleetctl.db.retention). Any worker may: what one removes the next finds gone."""
@@ -132,6 +210,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
         logging.getLogger(__name__).warning(warning)
     watcher = asyncio.create_task(watch_stalls(client, settings))
     pruner = asyncio.create_task(prune_periodically(settings))
+    drains = asyncio.create_task(watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings))))
     try:
         with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
             worker = build_worker(client, settings, executor)
@@ -143,6 +222,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     finally:
         watcher.cancel()
         pruner.cancel()
+        drains.cancel()
 
 
 class BackgroundWorker:

@@ -333,6 +333,19 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     return results
 
 
+def open_external_drains(engine: Engine, source: str = "external-drain") -> dict[str, HealthEvent]:
+    """Per production node, the latest health event of another tool's drain (`source`) since
+    it last changed state, while that drain stands: the watcher records its lifting as an
+    `info` event of the same source."""
+    with Session(engine) as session:
+        latest = (select(func.max(HealthEvent.id)).join(Node, Node.name == HealthEvent.node_name)
+                  .where(HealthEvent.source == source, Node.state == NodeState.PRODUCTION.value,
+                         HealthEvent.at >= Node.state_since)
+                  .group_by(HealthEvent.node_name))
+        rows = session.exec(select(HealthEvent).where(col(HealthEvent.id).in_(latest), HealthEvent.severity != "info"))
+        return {e.node_name: e for e in rows}
+
+
 AGENT_SILENCE_ACTOR = "agent-silence"  # the actor of a suspect judgement that an agent fell silent
 
 
