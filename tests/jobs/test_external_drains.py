@@ -127,3 +127,30 @@ def test_the_maintenance_policy_takes_the_node_out_through_the_guard(settings, t
         assert sorted(set(kinds)) == sorted([(first, "grant"), (second, "deny")]) and (first, "deny") not in kinds
         assert [(e.from_state, e.to_state, e.actor, e.failure) for e in queries.node_events(engine, first)][1:] == [
             ("production", "draining", "external-drain", "health"), ("draining", "maintenance", "external-drain", "")]
+
+
+@pytest.mark.slurm
+def test_a_slurm_drain_by_nhc_becomes_the_nodes_health_event(settings, slurm_cluster, tmp_path, monkeypatch) -> None:
+    engine = get_engine(settings.db_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    monkeypatch.setenv("SLURM_CONF", settings.slurm_conf)  # the CLI's, as the worker's
+    inventory = tmp_path / "slurm.yaml"
+    inventory.write_text("nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: slurm}}\n"
+        for n in slurm_cluster.node_names))
+    try:
+        with console(settings) as cli:
+            r = cli("node", "import", str(inventory), "--adopt")
+            assert r.exit_code == 0, r.output
+            # Node Health Check's drain, in the form its Slurm integration writes; and fleetctl's
+            # own, which is no other tool's.
+            slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+            slurm_cluster.scheduler().drain("node4", "XID 79")
+            _until(lambda: _events(engine, "node3"), BOUND_S, "NHC's drain recorded")
+            assert [e.message for e in _events(engine, "node3")] == [
+                "drained in slurm outside fleetctl by NHC: NHC: check_hw_ib: port down"]
+            assert "NHC: check_hw_ib: port down" in _conditions(cli)["node3"]["DrainedOutside"]
+            assert _events(engine, "node4") == [] and "DrainedOutside" not in _conditions(cli)["node4"]
+            assert queries.get_node(engine, "node3").state == "production"  # record-only
+    finally:
+        slurm_cluster.reset()
