@@ -18,6 +18,7 @@ from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
 from workflows.activities.guard import GuardActivities
+from workflows.activities.job_history import JobHistoryActivities
 from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
@@ -27,6 +28,7 @@ from workflows.client import connect, ensure_capacity_guard, require_search_attr
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
@@ -36,7 +38,7 @@ from workflows.definitions.stragglers import ProductionStragglers
 SENT_EXTERNAL_DRAINS = 10_000
 
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout,
-                         ProductionStragglers]
+                         ProductionStragglers, JobHistorySync]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -53,6 +55,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
+    job_history = JobHistoryActivities(settings, schedulers)
     return [
         node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
         node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
@@ -69,6 +72,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
         restarts.record_restart_step, restarts.record_restart_outcome,
         stragglers.judge_running_jobs, stragglers.record_straggler_drain,
+        job_history.sync_job_history,
     ]
 
 

@@ -43,7 +43,8 @@ NOUNS: dict[str, Noun] = {
     "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
     "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
-    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, and the production straggler judge."),
+    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, the production "
+                                                     "straggler judge, and the job history sync."),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
     "spares": Noun("fleetctl.cli.spares", "app",
                    "Hot spares: the nodes each island holds out of scheduling for restarts; refill them."),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from workflows.api.names import (
     ACTIVE_CHECK_SWEEP, ADMIT_UPDATE, CAPACITY_GUARD, FIRMWARE_ROLLOUT, guard_id, GUARD_STATUS_QUERY,
-    HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
+    HEALTH_EVENT_SIGNAL, JOB_HISTORY_SYNC, JOB_RESTART, job_restart_id, job_sync_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
     PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, REMEDIATION_INTERRUPT_SIGNAL, remediation_id,
     REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, RESUME_AUTOMATION_UPDATE, ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY, ROLLOUT_RESUME_UPDATE, rollout_workflow_id, straggler_sweep_id, sweep_id,
@@ -38,7 +38,8 @@ from workflows.api.nodes import (
     TransitionRequest, TransitionResult, WorkItem,
 )
 from workflows.api.jobs import (
-    DEFAULT_RUNNING_TIMEOUT_S, DrainNodes, JobRestartInput, JobRestartResult, RestartJob, RestartOutcome,
+    DEFAULT_RUNNING_TIMEOUT_S, DrainNodes, JobRestartInput, JobRestartResult, JobSyncInput, JobSyncResult,
+    RestartJob, RestartOutcome,
     RestartStarted, RestartStep, StragglerDrain, StragglerDrainRecord, StragglerSweepInput,
     StragglerSweepResult, StragglerTick, WaitForJob,
 )
@@ -52,7 +53,8 @@ from workflows.api.remediation import (
 __all__ = [
     "ActionOutcome", "ACTIVE_CHECK_SWEEP", "AdmissionRequest", "AdmissionVerdict", "ADMIT_UPDATE",
     "AdmitRequest", "AgentSilence", "AutomationRecord", "CAPACITY_GUARD", "CapacityGuardState",
-    "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
+    "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "JOB_HISTORY_SYNC", "job_sync_id", "JobSyncInput",
+    "JobSyncResult", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
     "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
     "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
     "HealthEventInput", "HealthEventVerdict", "JOB_RESTART", "job_restart_id", "JobRestartInput",
