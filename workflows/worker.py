@@ -165,6 +165,8 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         return found, recorded, lifted, {n.name: n.rack for n in nodes}
 
     while True:
+        # First a whole interval: a worker (re)started asks nothing of the schedulers at once.
+        await asyncio.sleep(settings.external_drain_watch_s)
         try:
             found, recorded, lifted, racks = await asyncio.to_thread(look)
             for drain in found:
@@ -183,7 +185,6 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                 await signal(was.node_name, f"lifted: {was.message}", f"{was.idempotency_key}/lifted", "info")
         except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
             log.warning("external drain watch: %s", one_line(exc))
-        await asyncio.sleep(settings.external_drain_watch_s)
 
 
 async def prune_periodically(settings: Settings) -> None:
