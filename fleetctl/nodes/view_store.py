@@ -154,7 +154,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
     data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
                     suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
-                    freshness=freshness)
+                    freshness=freshness, drained_outside=queries.open_external_drains(engine).get(n.name))
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [
         {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}

@@ -94,6 +94,9 @@ def test_another_tools_drain_is_recorded_shown_and_left_in_production(settings, 
         assert "NHC: check_hw_ib" in shown[nhc]["DrainedOutside"] and "DrainedOutside" in shown[person]
         assert "DrainedOutside" not in shown[untouched]
         assert "DrainedOutside" in cli("node", "list").stdout
+        shown_one = json.loads(cli("node", "show", nhc, "-o", "json").stdout)
+        assert "DrainedOutside" in {c["type"] for c in shown_one["conditions"]}
+        assert [h["source"] for h in shown_one["health_events"]] == ["external-drain"]
         # record-only: the nodes stay in production
         assert {queries.get_node(engine, n).state for n in (nhc, person, untouched)} == {"production"}
 
