@@ -120,14 +120,14 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     the capacity guard, as the Slurm prolog asks, and drained to maintenance when granted (a
     refusal is recorded by the guard; the next watch asks again). Any worker may: what one
     records the next finds recorded."""
-    from sqlmodel import Session, col, select
+    import dataclasses
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.db.models import HealthEvent, utcnow
+    from fleetctl.db.models import utcnow
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.nodes.capacity import in_fleet
-    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, external_drains
+    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, episode_id, external_drains
     from fleetctl.remediation.runbooks import Event
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
@@ -156,9 +156,8 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         nodes = [n for n in queries.list_nodes(engine, state="production") if in_fleet(n.labels, settings.fleet)
                  and n.scheduler != "none" and set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
         found, unknown = external_drains(nodes, {kind: schedulers.get(kind) for kind in {n.scheduler for n in nodes}})
-        with Session(engine) as session:
-            recorded = set(session.exec(select(HealthEvent.idempotency_key).where(
-                col(HealthEvent.idempotency_key).in_([d.event_id for d in found])))) if found else set()
+        recorded = queries.health_event_ids_starting(engine, [d.event_id for d in found])
+        found = [dataclasses.replace(d, event_id=episode_id(d.event_id, recorded)) for d in found]
         # Lifted: asked, and no longer drained by another tool (a scheduler that did not answer says nothing).
         answered = {n.name for n in nodes} - unknown - {d.node for d in found}
         lifted = [e for node, e in queries.open_external_drains(engine, EXTERNAL_DRAIN).items() if node in answered]

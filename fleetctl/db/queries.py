@@ -333,6 +333,15 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     return results
 
 
+def health_event_ids_starting(engine: Engine, prefixes: Sequence[str]) -> set[str]:
+    """The ids (idempotency keys) of the health events recorded under any of `prefixes`."""
+    if not prefixes:
+        return set()
+    with Session(engine) as session:
+        return set(session.exec(select(HealthEvent.idempotency_key).where(
+            or_(*(col(HealthEvent.idempotency_key).startswith(p, autoescape=True) for p in prefixes)))))
+
+
 def open_external_drains(engine: Engine, source: str = "external-drain") -> dict[str, HealthEvent]:
     """Per production node, the latest health event of another tool's drain (`source`) since
     it last changed state, while that drain stands: the watcher records its lifting as an

@@ -126,6 +126,14 @@ def external_drain_id(node: str, state_since, scheduler: str, reason: str) -> st
     return f"{EXTERNAL_DRAIN}/{node}/{state_since.isoformat()}/{digest}"
 
 
+def episode_id(drain_id: str, recorded: Iterable[str]) -> str:
+    """The health event id of the drain's current episode: `drain_id#N`, N the episodes whose
+    lifting is already `recorded` (event ids), so the same drain made again after it was
+    lifted, in the same spell in production, is recorded (and shown) again."""
+    lifted = sum(1 for key in recorded if key.startswith(f"{drain_id}#") and key.endswith("/lifted"))
+    return f"{drain_id}#{lifted}"
+
+
 def external_drains(nodes: Iterable, schedulers: Mapping[str, object]) -> tuple[list[ExternalDrain], set[str]]:
     """The production nodes among `nodes` (Node rows) that another tool drained in their
     scheduler, as reconcile reports them (compared, never fixed), and the names of those

@@ -109,6 +109,11 @@ def test_another_tools_drain_is_recorded_shown_and_left_in_production(settings, 
         # has sent what it sends before it looks at lifts): still one signal, one event.
         assert _signals(settings, person) == 1 and len(_events(engine, person)) == 1
 
+        # NHC drains it again for the same reason, in the same spell in production: a new episode.
+        jobs.set_sim_drain(engine, nhc, True, "NHC: check_hw_ib: No IB port is ACTIVE")
+        _until(lambda: "DrainedOutside" in _conditions(cli)[nhc], BOUND_S, "the drain made again shown again")
+        assert [e.severity for e in _events(engine, nhc)] == ["warning", "info", "warning"]
+
 
 def test_the_maintenance_policy_takes_the_node_out_through_the_guard(settings, tmp_path) -> None:
     engine = get_engine(settings.db_url)
