@@ -64,12 +64,19 @@ class RetentionPolicy:
                 HEALTH_EVENTS: now - timedelta(days=self.health_event_days)}
 
 
-def _kept_check_runs():
-    """The ids of each node's latest run of each check and its latest passing or warning one."""
+def _kept_run_ids():
+    """Each node's latest run of each check and its latest passing or warning one (two queries
+    of their ids)."""
     runs = CheckRun.__table__.c
     latest = select(func.max(runs.id)).group_by(runs.node_name, runs.check_name)
     latest_judged = (select(func.max(runs.id)).where(runs.status.in_(("pass", "warn")))
                      .group_by(runs.node_name, runs.check_name))
+    return latest, latest_judged
+
+
+def _kept_check_runs():
+    runs = CheckRun.__table__.c
+    latest, latest_judged = _kept_run_ids()
     return or_(runs.id.in_(latest), runs.id.in_(latest_judged))
 
 
@@ -83,16 +90,20 @@ def _in_service_events():
     return or_(entered.is_(None), events.at >= entered)
 
 
+def _candidates(what: str, cutoff: datetime):
+    """(table, the condition of the rows `what` may remove, before the kept check runs)."""
+    if what == HEALTH_EVENTS:
+        events = HealthEvent.__table__.c
+        return HealthEvent.__table__, and_(events.at < cutoff, not_(_in_service_events()))
+    runs = CheckRun.__table__.c
+    old = runs.finished_at < cutoff
+    return CheckRun.__table__, and_(old, runs.raw_output != "") if what == RAW_OUTPUT else old
+
+
 def _prunable(what: str, cutoff: datetime):
-    """(table, the condition of the rows `what` removes from it)."""
-    if what == RAW_OUTPUT:
-        runs = CheckRun.__table__.c
-        return CheckRun.__table__, and_(runs.finished_at < cutoff, runs.raw_output != "", not_(_kept_check_runs()))
-    if what == CHECK_RUNS:
-        runs = CheckRun.__table__.c
-        return CheckRun.__table__, and_(runs.finished_at < cutoff, not_(_kept_check_runs()))
-    events = HealthEvent.__table__.c
-    return HealthEvent.__table__, and_(events.at < cutoff, not_(_in_service_events()))
+    """(table, the condition of the rows `what` removes from it), in one statement."""
+    table, condition = _candidates(what, cutoff)
+    return table, condition if what == HEALTH_EVENTS else and_(condition, not_(_kept_check_runs()))
 
 
 def _jsonable(value: Any) -> Any:
@@ -108,17 +119,29 @@ def _archive(archive: IO[str], what: str, rows: list[Any], columns: list[str]) -
 
 
 def _prune_one(conn: Connection, what: str, cutoff: datetime, archive: IO[str] | None) -> int:
-    """Remove `what` older than cutoff, BATCH rows a statement; the number removed."""
-    table, condition = _prunable(what, cutoff)
+    """Remove `what` older than cutoff, BATCH rows a statement, in id order; the number removed.
+    The kept check runs are read once, not per batch (a group-by over the whole table): a run
+    that became latest meanwhile is newer than any cutoff, one that stopped being latest is
+    kept this time."""
+    table, condition = _candidates(what, cutoff)
+    kept: set[int] = set()
+    if what != HEALTH_EVENTS:
+        for query in _kept_run_ids():
+            kept |= set(conn.execute(query).scalars())
+        conn.commit()
     # The raw output alone is archived for RAW_OUTPUT: the rest of the row stays in the database.
     columns = ["id", "node_name", "check_name", "finished_at", "raw_output"] if what == RAW_OUTPUT \
         else [c.name for c in table.columns]
-    removed = 0
+    removed, after = 0, 0
     while True:
-        rows = list(conn.execute(select(*(table.c[c] for c in columns)).where(condition)
+        rows = list(conn.execute(select(*(table.c[c] for c in columns)).where(condition, table.c.id > after)
                                  .order_by(table.c.id).limit(BATCH)))
         if not rows:
             return removed
+        after = rows[-1][0]
+        rows = [row for row in rows if row[0] not in kept]
+        if not rows:
+            continue
         if archive is not None:
             _archive(archive, what, rows, columns)
         ids = [row[0] for row in rows]

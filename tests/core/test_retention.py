@@ -104,6 +104,14 @@ def test_prune_removes_what_the_policy_lets_go_and_keeps_what_a_figure_reads(db_
     assert again.exit_code == 0 and "removed 0 check runs, the raw output of 0 more, 0 health events" in again.output
 
 
+def test_a_prune_in_batches_of_one_row_removes_and_keeps_the_same(sqlite_url: str, tmp_path, monkeypatch) -> None:
+    # Kept runs between removed ones in id order: each batch moves past them, none stops the prune.
+    from fleetctl.db import retention
+
+    monkeypatch.setattr(retention, "BATCH", 1)
+    test_prune_removes_what_the_policy_lets_go_and_keeps_what_a_figure_reads(sqlite_url, tmp_path)
+
+
 def test_the_retention_settings_move_the_cut_offs(sqlite_url: str) -> None:
     engine = get_engine(sqlite_url)
     _fleet(engine)
