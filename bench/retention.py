@@ -12,6 +12,7 @@ would) when it starts. Figures: MiB per 1,000 node-days each way and pruned over
 from __future__ import annotations
 
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -99,12 +100,15 @@ def _simulate(kept_url: str, pruned_url: str, mib, nodes: int, days: int) -> dic
     engines = {"none": get_engine(kept_url), "default": get_engine(pruned_url)}
     names = {way: _fleet(engine, nodes, start) for way, engine in engines.items()}
     removed = {"check_runs": 0, "raw_output": 0, "health_events": 0}
+    prune_s: list[float] = []
     for day in range(days):
         day_start = start + timedelta(days=day)
         for way, engine in engines.items():
             _one_day(engine, names[way], outputs, day_start)
+        started = time.perf_counter()
         for what, n in prune(engines["default"], policy, day_start + timedelta(days=1)).items():
             removed[what] += n
+        prune_s.append(time.perf_counter() - started)
         for engine in engines.values():
             _vacuum(engine)
     sizes = {way: mib(url) for way, url in (("none", kept_url), ("default", pruned_url))}
@@ -112,6 +116,8 @@ def _simulate(kept_url: str, pruned_url: str, mib, nodes: int, days: int) -> dic
     per_1000 = {way: round(size * 1000 / node_days, 1) for way, size in sizes.items()}
     return {"mib": sizes, "mib_per_1000_node_days": per_1000,
             "default_over_none": round(sizes["default"] / sizes["none"], 3), "removed": removed,
+            # One day's prune (the worker's): the last, at the steady state, and the slowest.
+            "prune_s": {"last": round(prune_s[-1], 3), "max": round(max(prune_s), 3)},
             "check_runs_stored": nodes * days * 24 * len(QUICK_SUITE),
             "raw_output_bytes_per_sweep_per_node": sum(len(o["raw_output"]) for o in outputs)}
 

@@ -145,9 +145,13 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     async def signal(node: str, message: str, event_id: str, severity: str) -> None:
         if event_id in sent:
             return
-        await send_health_events(client, node, [HealthEventInput(
-            node=node, source=EXTERNAL_DRAIN, message=bounded(printable(message)), actor=EXTERNAL_DRAIN,
-            event_id=event_id, at=utcnow().timestamp(), severity=severity)])
+        try:
+            await send_health_events(client, node, [HealthEventInput(
+                node=node, source=EXTERNAL_DRAIN, message=bounded(printable(message)), actor=EXTERNAL_DRAIN,
+                event_id=event_id, at=utcnow().timestamp(), severity=severity)])
+        except CommandRejected as exc:  # no workflow for the node (retired meanwhile): the others go on
+            log.warning("external drain of %s not recorded: %s", node, exc)
+            return
         sent[event_id] = None  # once sent: a failed send is tried again next watch
         while len(sent) > SENT_EXTERNAL_DRAINS:
             sent.popitem(last=False)
