@@ -175,4 +175,4 @@ def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
 
     rows = [{"id": r.rollout_id, "status": r.status, "total": r.total, "done": r.done, "failed": r.failed,
              "dry_run": r.dry_run, "detail": r.detail, "created_at": r.created_at} for r in rollouts(context.engine(ctx))]
-    emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide))
+    emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide), empty="No firmware roll-outs.")

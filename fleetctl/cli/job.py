@@ -157,7 +157,7 @@ def list_jobs(
                     rows.update((j.job_id, _job_row(kind, j)) for j in found_jobs)
     except SchedulerError as exc:
         fail(str(exc))
-    emit(list(rows.values()), output, _jobs_table)
+    emit(list(rows.values()), output, _jobs_table, empty="No jobs.")
 
 
 def _restart_row(r) -> dict:

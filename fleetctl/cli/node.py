@@ -215,7 +215,7 @@ def list_nodes(
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
     rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
-    emit(rows, output, _nodes_table)
+    emit(rows, output, _nodes_table, empty="No nodes.")
 
 
 @app.command("show")
@@ -355,7 +355,8 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
     engine = context.engine(ctx)
     if queries.get_node(engine, name) is None:
         fail(f"unknown node: {name}")
-    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows))
+    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows),
+         empty=f"No events of {name}.")
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict | None = None) -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, stdout_console, within
 from fleetctl.durations import when
 from fleetctl.text import printable
 
@@ -47,7 +47,7 @@ def list_rmas(
     from fleetctl.db.remediation import rma_records
 
     rows = [_row(r) for r in rma_records(context.engine(ctx), status, node)]
-    emit(rows, output, lambda rs, wide: column_table(RMA_COLUMNS, rs, wide))
+    emit(rows, output, lambda rs, wide: column_table(RMA_COLUMNS, rs, wide), empty="No RMA records.")
 
 
 @app.command("show")
@@ -68,10 +68,9 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", cal
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit({**_row(record), "evidence": evidence}, output)
         return
-    from rich.console import Console
     from rich.markdown import Markdown
 
-    Console().print(Markdown(rma.render_markdown(evidence, record.id)))
+    stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
     closed = f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
     typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
 

@@ -133,7 +133,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
         return rows
 
     rows = _run(run())
-    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide))
+    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide), empty="No schedules.")
 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:

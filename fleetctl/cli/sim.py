@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 import zlib
+from datetime import datetime, timezone
 from typing import Optional
 
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.durations import when
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
 
@@ -70,8 +72,8 @@ def inject(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     add_fault(context.engine(ctx), node, spec.kind, spec.gpu, spec.not_before, spec.rate_per_hour, spec.seed)
-    when = f"in {after}" if after else "now"
-    typer.echo(f"{node}: {fault} injected ({when}{f', {rate}/h' if rate else ''})")
+    appears = f"in {after}" if after else "now"
+    typer.echo(f"{node}: {fault} injected ({appears}{f', {rate}/h' if rate else ''})")
 
 
 @app.command("clear")
@@ -93,4 +95,5 @@ def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) 
     rows = [{"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}
             for f in faults_for(context.engine(ctx), node)]
     emit(rows, output, lambda data, _w: simple_table(node, ["kind", "gpu", "appears", "rate/h"], [
-        [r["kind"], r["gpu"], time.strftime("%H:%M:%S", time.localtime(r["not_before"])), r["rate_per_hour"]] for r in data]))
+        [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], timezone.utc)), r["rate_per_hour"]] for r in data]),
+        empty=f"No faults injected into {node}.")

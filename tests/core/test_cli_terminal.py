@@ -1,0 +1,130 @@
+"""The CLI as an operator's terminal shows it (issue 32): each command run in tmux at 80x24
+and at 60 columns against a real database, and the screen read back. Names are never cut, an
+empty listing says so, and `| head` ends a command quietly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from fleetctl.db import queries
+from fleetctl.db import remediation as rma_store
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import utcnow
+from fleetctl.inventory.parse import NodeSpec
+from tests.core.test_cli_node_health import _check, _guard, _to_production
+from tests.support.terminal import FLEETCTL, COMMAND_S, Terminal, fleetctl
+
+# Longer than `gpu-001`: names as a large fleet spells them (site, hall, rack, unit).
+NAMES = [f"gpu-h100-east-r07-u{u:02d}" for u in (1, 2, 3)]
+# Enough GPUs for an RMA page longer than any pipe's reader wants.
+GPU_COUNT = 8
+
+
+@pytest.fixture
+def fleet(sqlite_url):
+    """Three production nodes: one healthy, one whose check failed and whose drain the guard
+    holds (the longest HEALTH there is), one unreachable; and an RMA of the second."""
+    engine = get_engine(sqlite_url)
+    queries.upsert_nodes(engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="rack-07", scheduler="sim") for n in NAMES])
+    start = utcnow() - timedelta(hours=1)
+    for n in NAMES:
+        _to_production(engine, n, start)
+    healthy, held, unreachable = NAMES
+    _check(engine, healthy, "nvidia-smi-query", "pass", start + timedelta(minutes=50))
+    _check(engine, held, "nvidia-smi-query", "fail", start + timedelta(minutes=40), reason="uncorrectable ECC 2")
+    for i in range(3):
+        _guard(engine, held, "deny", "sweep: nvidia-smi-query: rack limit: 1 of 3 already unavailable (max 1, 33%)",
+               start + timedelta(minutes=41 + i))
+    for i in range(3):
+        _check(engine, unreachable, "nvidia-smi-query", "error", start + timedelta(minutes=30 + i), "timeout",
+               f"timeout: ssh {unreachable}: Connection timed out")
+    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{uuid.UUID(int=i + 1)}",
+             "serial": f"165492200{i:04d}", "bus_id": f"00000000:{0x18 + i:02X}:00.0", "vbios": "96.00.74.00.0D"}
+            for i in range(GPU_COUNT)]
+    evidence = {"schema": "fleetctl.rma/1", "reason": "uncorrectable ECC on GPU 3", "opened_at": start.isoformat(),
+                "node": {"name": held, "rack": "rack-07", "profile": "h100-sxm", "address": f"sim://{held}",
+                         "bmc_address": None, "scheduler": "sim", "labels": {}},
+                "identity": {"gpus": gpus, "driver_version": "550.54.15", "firmware": {}},
+                "failing_checks": [], "xid_history": [], "remediation": [], "transitions": []}
+    rma_store.open_rma(engine, node_name=held, reason="uncorrectable ECC on GPU 3", remediation_run=None,
+                                   evidence=evidence, evidence_markdown="", opened_by="tester@ci",
+                                   idempotency_key=uuid.uuid4().hex)
+    return sqlite_url
+
+
+@pytest.fixture(params=[80, 60], ids=["80x24", "60x24"])
+def terminal(request):
+    term = Terminal(columns=request.param, lines=24)
+    yield term
+    term.stop()
+
+
+def rows_by_name(screen) -> dict[str, str]:
+    """A listing's lines, by the first word of each."""
+    return {line.split()[0]: line for line in screen.lines if line.strip()}
+
+
+def test_node_list_keeps_every_name_whole(fleet, terminal) -> None:
+    screen = terminal.run(fleetctl(fleet, "node", "list"))
+    assert screen.exit_code == 0, screen.text
+    rows = rows_by_name(screen)
+    assert set(NAMES) <= set(rows), screen.text  # each name whole, at the start of its line
+    assert all(len(line) <= terminal.columns for line in screen.lines), screen.text
+    # The columns after NAME gave the width: one line per node still.
+    assert len([line for line in screen.lines if line.strip()]) == 1 + len(NAMES), screen.text
+
+
+def test_an_empty_listing_says_so_in_one_line(sqlite_url, terminal) -> None:
+    get_engine(sqlite_url)
+    screen = terminal.run(fleetctl(sqlite_url, "node", "list"))
+    assert screen.exit_code == 0 and screen.lines == ["No nodes."], screen.text  # kubectl: "No resources found."
+    screen = terminal.run(fleetctl(sqlite_url, "rma", "list"))
+    assert screen.exit_code == 0 and screen.lines == ["No RMA records."], screen.text
+
+
+@pytest.mark.parametrize("command", [["node", "list"], ["rma", "show", "{rma}"], ["node", "show", NAMES[1]]])
+def test_head_ends_a_command_quietly(fleet, terminal, command) -> None:
+    args = [a.format(rma=fleet_rma_id(fleet)) for a in command]
+    screen = terminal.run(fleetctl(fleet, *args) + " | head -n 1")
+    assert "error" not in screen.text and "Traceback" not in screen.text, screen.text
+    assert screen.exit_code == 0
+
+
+@pytest.mark.parametrize("command", [["node", "list"], ["rma", "show", "{rma}"], ["rma", "list"]])
+def test_a_closed_stdout_ends_a_command_silently_with_0(fleet, command) -> None:
+    """The reader gone before the first write (what `| head` leaves once it has its lines),
+    made certain: stdout is a pipe whose read end is closed before fleetctl starts."""
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    try:
+        done = subprocess.run([FLEETCTL, "--db-url", fleet, "--temporal-address", "127.0.0.1:1",
+                               *[a.format(rma=fleet_rma_id(fleet)) for a in command]],
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=COMMAND_S, env=env)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+def fleet_rma_id(db_url: str) -> int:
+    (record,) = rma_store.rma_records(get_engine(db_url))
+    return record.id
+
+
+@pytest.mark.parametrize("natural, whole, available, widths", [
+    ([10, 5, 20], [True, False, False], 40, [10, 5, 20]),  # fits: as it is
+    ([10, 5, 20], [True, False, False], 30, [10, 5, 15]),  # the widest gives first
+    ([10, 8, 8], [True, False, False], 20, [10, 5, 5]),    # then both, evenly
+    ([10, 8, 8], [True, True, False], 20, [10, 6, 4]),     # a whole column gives after the others
+    ([30, 8, 8], [True, False, False], 20, [30, 4, 4]),    # the first never: the line is longer
+    ([3, 2, 2], [True, False, False], 1, [3, 2, 2]),       # nothing is cut below its floor or its width
+])
+def test_fit_widths(natural, whole, available, widths) -> None:
+    from fleetctl.cli.output import fit_widths
+
+    assert fit_widths(natural, whole, available, least=4) == widths
