@@ -4,13 +4,17 @@ empty listing says so, and `| head` ends a command quietly."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 import uuid
 from datetime import timedelta
 
 import pytest
 
+from fleetctl.db import jobs as jobs_store
 from fleetctl.db import queries
 from fleetctl.db import remediation as rma_store
 from fleetctl.db.engine import get_engine
@@ -128,3 +132,39 @@ def test_fit_widths(natural, whole, available, widths) -> None:
     from fleetctl.cli.output import fit_widths
 
     assert fit_widths(natural, whole, available, least=4) == widths
+
+
+TABLE_TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")  # fleetctl.durations.when
+JSON_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")  # fleetctl.cli.output.machine_value
+PLACEMENT = "island ib-a has 1 healthy free node of 2 needed: any healthy node in the fleet"
+
+
+@pytest.fixture
+def pending_job(fleet):
+    """A simulated job waiting for nodes while a restart of it is under way."""
+    engine = get_engine(fleet)
+    job_id = jobs_store.add_sim_job(engine, "train-7b", node_count=64, gpus_per_node=8)
+    workflow_id = f"job-restart/{job_id}/r1"
+    jobs_store.record_restart_started(engine, workflow_id=workflow_id, job_id=job_id, scheduler="sim",
+                                      bad_nodes=[NAMES[1]], cause="xid 79", actor="automation",
+                                      restart_id=uuid.uuid4().hex, fault_seen_at=utcnow() - timedelta(minutes=5))
+    jobs_store.record_restart_step(engine, workflow_id, placement_detail=PLACEMENT)
+    return job_id
+
+
+def test_job_show_prints_times_as_every_table_and_says_why_it_waits(fleet, pending_job, terminal) -> None:
+    screen = terminal.run(fleetctl(fleet, "job", "show", pending_job))
+    assert screen.exit_code == 0, screen.text
+    assert TABLE_TIME.search(screen.text), screen.text  # the restart's fault, as node list prints times
+    assert "+00:00" not in screen.text and not re.search(r"\d\d:\d\d:\d\d\.\d", screen.text), screen.text
+    # squeue's Reason=Resources: why it is pending, in the placement's words (wrapped, never cut).
+    flat = " ".join(" ".join(screen.lines).split())
+    assert "reason: Resources: restart" in flat and PLACEMENT in flat, screen.text
+
+
+def test_job_json_times_are_the_nodes_format(fleet, pending_job) -> None:
+    shown = json.loads(subprocess.run([*shlex.split(fleetctl(fleet, "job", "show", pending_job, "-o", "json"))],
+                                      capture_output=True, text=True, timeout=COMMAND_S, check=True).stdout)
+    (restart,) = shown["restarts"]
+    assert JSON_TIME.match(restart["fault_seen_at"]), restart
+    assert shown["reason"].startswith("Resources: ")
