@@ -7,7 +7,7 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, age, OutputFormat, column_table, emit, fail, shown, simple_table, within
 from fleetctl.durations import when
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
@@ -84,6 +84,18 @@ OPERATOR_COLUMNS = (
     Column("to", lambda e: e["to"]),
     Column("actor", lambda e: e["actor"]),
     Column("cause", lambda e: shown(e["cause"][:100])),
+)
+
+
+# Collapsed automation events (fleetctl.nodes.event_groups): in `fleet status` and `node show`.
+# First and last seen as ages, as `kubectl get events` gives them (-o json has the times).
+AUTOMATION_COLUMNS = (
+    Column("node", lambda g: g["node"] or "-"),
+    Column("kind", lambda g: g["kind"]),
+    Column("count", lambda g: g["count"]),
+    Column("first seen", lambda g: age(g["first"]), whole=True),
+    Column("last seen", lambda g: age(g["last"]), whole=True),
+    Column("reason", lambda g: shown(g["reason"][:200])),
 )
 
 
@@ -165,8 +177,8 @@ def render_status(data: dict, wide: bool = False):
                                   ["node", "since", "why", "reason"],
                                   [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
     if data["recent_automation_events"]:
-        parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
-            [when(e["at"]), e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
+        parts.append(column_table(AUTOMATION_COLUMNS, data["recent_automation_events"],
+                                  title="recent automation (repeats counted, as kubectl's events)"))
     return Group(*parts)
 
 

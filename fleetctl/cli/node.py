@@ -222,6 +222,7 @@ def list_nodes(
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
     """One node: state, health (one row per check), why it is out or held, recent events."""
     from fleetctl.db import queries
+    from fleetctl.nodes.fleet_status_store import RECENT_AUTOMATION_EVENTS, recent_automation
     from fleetctl.nodes.view_store import node_detail
 
     engine = context.engine(ctx)
@@ -235,6 +236,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["out_for"] = _out_for(data["events"])
     data["remediated"], remediated_text = _remediated(ctx, name)
     data["stragglers"] = _straggler_findings(engine, name)
+    data["automation"] = recent_automation(engine, node=name)[:RECENT_AUTOMATION_EVENTS]
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
@@ -271,6 +273,10 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             from fleetctl.cli.job import STRAGGLER_COLUMNS
 
             parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
+        if d["automation"]:
+            from fleetctl.cli.fleet import AUTOMATION_COLUMNS
+
+            parts.append(column_table(AUTOMATION_COLUMNS[1:], d["automation"], title="automation (repeats counted)"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 

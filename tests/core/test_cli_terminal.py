@@ -168,3 +168,21 @@ def test_job_json_times_are_the_nodes_format(fleet, pending_job) -> None:
     (restart,) = shown["restarts"]
     assert JSON_TIME.match(restart["fault_seen_at"]), restart
     assert shown["reason"].startswith("Resources: ")
+
+
+def test_repeated_refusals_are_one_row_with_count_and_first_and_last_seen(fleet, terminal) -> None:
+    engine = get_engine(fleet)
+    held = NAMES[1]
+    start = utcnow() - timedelta(minutes=10)
+    for i in range(40):  # a sweep every 10 s, the figures in the reason moving
+        _guard(engine, held, "deny", f"sweep: nvidia-smi-query: fleet limit: {i % 3 + 1} of 3 already unavailable",
+               start + timedelta(seconds=10 * i))
+    _guard(engine, NAMES[0], "grant", "sweep: nvidia-smi-query: granted", start + timedelta(seconds=5))
+    for command in (("fleet", "status"), ("node", "show", held)):
+        screen = terminal.run(fleetctl(fleet, *command))
+        refusals = [line for line in screen.lines if "deny" in line]
+        assert len(refusals) == 2, screen.text  # the fixture's three, and these forty
+        assert any(" 40 " in line for line in refusals) and any(" 3 " in line for line in refusals), screen.text
+        # first and last seen of each, as kubectl's events give them: ages
+        assert all(len(re.findall(r"\b\d+[smhd]\b", line)) == 2 for line in refusals), screen.text
+    assert "grant" in terminal.run(fleetctl(fleet, "fleet", "status")).text  # not crowded out

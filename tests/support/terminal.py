@@ -58,10 +58,13 @@ class Terminal:
         """Run `shell_line` (a shell's command line: pipes allowed) to its end, in a fresh
         window; the program measures the terminal itself, as in an operator's shell (LINES and
         COLUMNS from the test's environment would size it instead)."""
+        # A server of its own for each command: the last one's screen is not read again (and a
+        # server being killed cannot be asked for a new session).
+        self.stop()
+        self.socket = f"fleetctl-term-{uuid.uuid4().hex[:8]}"
         channel = f"done-{uuid.uuid4().hex[:8]}"
         script = (f"unset LINES COLUMNS; {shell_line}; echo \"[exited $?]\"; "
                   f"tmux -L {self.socket} wait-for -S {channel}; sleep 600")
-        self.stop()  # one command a window: the last one's screen is not read again
         self.tmux("new-session", "-d", "-x", str(self.columns), "-y", str(self.lines), "sh -c " + shlex.quote(script))
         try:
             # tmux remembers a signal nobody waited for yet: the order of the two does not matter.
