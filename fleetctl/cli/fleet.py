@@ -9,6 +9,7 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import OUTPUT_OPTION, Column, age, OutputFormat, column_table, emit, fail, shown, simple_table, within
 from fleetctl.durations import when
+from fleetctl.text import plural
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -120,7 +121,7 @@ def render_racks(islands: list[dict]):
         for rack in island["racks"]:
             cells = [(STATE_LETTER.get(n["state"], "?"), NodeState(n["state"]).colour) for n in rack["nodes"]]
             lines.append(Text.assemble(shown(f"  {(rack['rack'] or '-').ljust(width)}  "), *cells,
-                                       f"  {len(cells)} node{'s' if len(cells) != 1 else ''}"))
+                                       f"  {plural(len(cells), 'node')}"))
     return Group(*lines)
 
 
@@ -131,7 +132,7 @@ def render_status(data: dict, wide: bool = False):
     from fleetctl.nodes.lifecycle import NodeState
 
     states = [s.value for s in NodeState]
-    head = Text.assemble(("fleet ", "bold"), f"{data['nodes']} nodes   ",
+    head = Text.assemble(("fleet ", "bold"), f"{plural(data['nodes'], 'node')}   ",
                          *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)])
     present = [s for s in states if data["per_state"].get(s)]
     racks = simple_table("per rack", ["rack", *present], [
@@ -157,12 +158,12 @@ def render_status(data: dict, wide: bool = False):
                                    *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
     if data["stalled"]:
         # First: a stalled node's workflow acts on nothing, an XID 79 included.
-        parts.append(simple_table(f"stalled: {len(data['stalled'])} nodes whose workflow acts on nothing now",
+        parts.append(simple_table(f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                                   ["node", "since", "reason"],
                                   [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
-                                  title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))
+                                  title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}"))
     for r in data["firmware_rollouts"]:
         parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
                           f"{r['failed']} failed (halts at {r['max_failures']})",

@@ -12,6 +12,7 @@ from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
                                  column_table, emit, fail, free_text, shown, sorted_rows)
 from fleetctl.durations import when
+from fleetctl.text import plural
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -159,7 +160,7 @@ def import_nodes(
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
-        typer.echo(f"{file}: {len(specs)} nodes valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
+        typer.echo(f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
         return
 
     async def run() -> None:
@@ -414,9 +415,7 @@ def drain(
     (--maintenance, the default) or a fault (--failure, --check NAME, --xid CODE); only a
     fault counts in the report's failures, repairs and lemons. A drain that takes the fleet
     or a rack past the capacity guard's limits says so and asks first (--yes: do not ask)."""
-    from fleetctl.config import guard_policy
     from fleetctl.db.queries import nodes_named
-    from fleetctl.nodes.fleet_status_store import drain_overruns
     from fleetctl.inventory.hostlist import compress
     from fleetctl.nodes.lifecycle import NodeState
 
@@ -424,6 +423,9 @@ def drain(
     names = _hosts(names)
     if dry_run:
         _would(ctx, names, "drain")
+        # What the real command would say before it drains: the same warnings, nothing asked.
+        for line in _drain_warnings(ctx, names):
+            typer.echo(f"warning: {line} (dry run: the drain would ask first)", err=True)
         return
     _require_nodes(ctx, names)
     # Already out of service is done, as kubectl drain and scontrol update State=DRAIN say:
@@ -438,14 +440,31 @@ def drain(
     names = [n for n in names if n not in skipped]
     if not names:
         return
-    s = context.settings(ctx)
-    over = drain_overruns(context.engine(ctx), guard_policy(s, s.fleet), s.fleet, names)
+    over = _drain_warnings(ctx, names)
     for line in over:
         typer.echo(f"warning: {line}", err=True)
     if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
                                               default=False, err=True):
         fail("not drained", EXIT_OPERATIONAL)
     _command(ctx, names, "drain", f"operator: {reason}", event)
+
+
+def _drain_warnings(ctx: typer.Context, names: list[str]) -> list[str]:
+    """What a drain of `names` would take past the capacity guard's limits (the drain asks
+    first); and, said first, the jobs running on each node, as kubectl drain lists the pods it
+    evicts: the drain waits for them to end, or a critical fault restarts them elsewhere."""
+    from fleetctl.config import guard_policy
+    from fleetctl.nodes.fleet_status_store import drain_overruns
+    from fleetctl.nodes.view_store import running_jobs_by_node
+
+    engine = context.engine(ctx)
+    running = running_jobs_by_node(engine)
+    for name in names:
+        if jobs := running.get(name):
+            typer.echo(f"{name}: {plural(len(jobs), 'job')} running: {', '.join(jobs)}: the drain waits for "
+                       f"{'it' if len(jobs) == 1 else 'them'} to end (`fleetctl job restart` moves a job now)")
+    s = context.settings(ctx)
+    return drain_overruns(engine, guard_policy(s, s.fleet), s.fleet, names)
 
 
 _XID_IN_REASON = re.compile(r"\bxid\s*(\d+)\b", re.IGNORECASE)
@@ -555,7 +574,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
         typer.echo(f"error: {o.message}", err=True)
     if failed:
         if len(names) > 1:
-            typer.echo(f"error: {kind}: {len(failed)} of {len(names)} nodes not started", err=True)
+            typer.echo(f"error: {kind}: {len(failed)} of {plural(len(names), 'node')} not started", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
 
@@ -646,7 +665,7 @@ def event(
         _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
         raise
     codes = ", ".join(str(e.code) for e in events if e.code is not None)
-    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent"
+    typer.echo(f"{name}: {plural(len(events), 'health event')} sent"
                + (f" (XID {codes})" if codes else f" ({severity})"))
 
 

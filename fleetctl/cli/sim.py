@@ -12,6 +12,7 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 from fleetctl.durations import when
+from fleetctl.text import plural
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
 
@@ -83,7 +84,7 @@ def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(N
 
     _sim_node(ctx, node)
     count = clear_faults(context.engine(ctx), node, fault)
-    typer.echo(f"{node}: {count} fault{'s' if count != 1 else ''} cleared")
+    typer.echo(f"{node}: {plural(count, 'fault')} cleared")
 
 
 @app.command("faults")

@@ -42,7 +42,8 @@ def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
     return None if h is None else {"reason": h.reason, "since": h.since, "last": h.last, "refusals": h.refusals}
 
 
-def _running_jobs(engine: Engine) -> dict[str, list[str]]:
+def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
+    """Per node, the ids of the jobs the database mirrors as running on it."""
     from fleetctl.db.jobs import list_jobs
 
     by_node: dict[str, list[str]] = {}
@@ -101,7 +102,7 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
     latest = queries.latest_check_per_kind(engine, names)
     held = _held(engine, names)
     last = queries.latest_transitions(engine, names)
-    jobs = _running_jobs(engine)
+    jobs = running_jobs_by_node(engine)
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
@@ -142,7 +143,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
     health events and recent transitions."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
-    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
+    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, running_jobs_by_node(engine), wide=True,
                     suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
                     freshness=freshness)
     data["checks"] = [summary_dict(s) for s in checks]

@@ -13,12 +13,13 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from sqlmodel import Session
 
 from fleetctl.db import jobs as jobs_store
 from fleetctl.db import queries
 from fleetctl.db import remediation as rma_store
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import utcnow
+from fleetctl.db.models import Job, utcnow
 from fleetctl.inventory.parse import NodeSpec
 from tests.core.test_cli_node_health import _check, _guard, _to_production
 from tests.support.terminal import FLEETCTL, COMMAND_S, Terminal, fleetctl
@@ -47,6 +48,9 @@ def fleet(sqlite_url):
     for i in range(3):
         _check(engine, unreachable, "nvidia-smi-query", "error", start + timedelta(minutes=30 + i), "timeout",
                f"timeout: ssh {unreachable}: Connection timed out")
+    with Session(engine) as session:  # a training job on the healthy node
+        session.add(Job(job_id="sim-41", scheduler="sim", state="running", nodes=[healthy]))
+        session.commit()
     gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{uuid.UUID(int=i + 1)}",
              "serial": f"165492200{i:04d}", "bus_id": f"00000000:{0x18 + i:02X}:00.0", "vbios": "96.00.74.00.0D"}
             for i in range(GPU_COUNT)]
@@ -186,3 +190,38 @@ def test_repeated_refusals_are_one_row_with_count_and_first_and_last_seen(fleet,
         # first and last seen of each, as kubectl's events give them: ages
         assert all(len(re.findall(r"\b\d+[smhd]\b", line)) == 2 for line in refusals), screen.text
     assert "grant" in terminal.run(fleetctl(fleet, "fleet", "status")).text  # not crowded out
+
+
+RACK_LIMIT = "rack rack-07: 2 of 3 nodes out after this drain, past the automation limit"
+
+
+def test_drain_names_the_jobs_on_a_busy_node_before_it_asks(fleet, terminal) -> None:
+    busy, idle = NAMES[0], NAMES[2]
+    screen = terminal.run("printf 'n\\n' | " + fleetctl(fleet, "node", "drain", busy, idle, "--reason", "swap optics"))
+    flat = " ".join(screen.text.split())
+    assert f"{busy}: 1 job running: sim-41" in flat, screen.text  # kubectl drain lists the pods it evicts
+    assert RACK_LIMIT in flat and "Drain anyway?" in flat, screen.text
+    assert flat.index("sim-41") < flat.index("Drain anyway?"), screen.text
+    assert screen.exit_code == 1 and "error: not drained" in flat, screen.text
+    engine = get_engine(fleet)
+    assert {queries.get_node(engine, n).state for n in (busy, idle)} == {"production"}
+
+
+def test_drain_dry_run_warns_as_the_drain_does(fleet, terminal) -> None:
+    busy, idle = NAMES[0], NAMES[2]
+    screen = terminal.run(fleetctl(fleet, "node", "drain", busy, idle, "--reason", "swap optics", "--dry-run"))
+    flat = " ".join(screen.text.split())
+    assert screen.exit_code == 0, screen.text
+    assert f"{idle}: would drain: production -> draining (dry run, nothing done)" in flat, screen.text
+    assert f"warning: {RACK_LIMIT}" in flat and "sim-41" in flat, screen.text
+
+
+def test_one_is_singular(sqlite_url, tmp_path, terminal) -> None:
+    inventory = tmp_path / "one.yaml"
+    inventory.write_text("nodes:\n  - {name: gpu-solo-001, address: sim://gpu-solo-001, profile: h100-sxm, rack: r1, scheduler: sim}\n")
+    screen = terminal.run(fleetctl(sqlite_url, "node", "import", str(inventory), "--dry-run"))
+    assert "1 node valid" in screen.text and "1 nodes" not in screen.text, screen.text
+    queries.upsert_nodes(get_engine(sqlite_url), [NodeSpec("gpu-solo-001", "sim://gpu-solo-001", "h100-sxm", rack="r1",
+                                                           scheduler="sim")])
+    screen = terminal.run(fleetctl(sqlite_url, "fleet", "status"))
+    assert "fleet 1 node " in screen.text and "1 nodes" not in screen.text, screen.text

@@ -31,7 +31,7 @@ _EXITED = re.compile(r"\[exited (\d+)\]")
 @dataclass(frozen=True)
 class Screen:
     """What the window showed when the command ended: every line written (the scrollback
-    included), as wide as the window, and the command's exit status."""
+    included; a line the window wrapped is one line here), and the command's exit status."""
 
     text: str
     exit_code: int
@@ -72,7 +72,9 @@ class Terminal:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"`{shell_line}` did not end within {timeout_s:.0f}s; the screen:\n"
                                  f"{self.screen()}") from None
-        text = self.tmux("capture-pane", "-p", "-S", "-")  # from the top of the scrollback
+        # From the top of the scrollback, a line the terminal wrapped joined again (-J): a line
+        # longer than the window is one that did not fit.
+        text = self.tmux("capture-pane", "-p", "-J", "-S", "-")
         text = "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
         found = _EXITED.findall(text)
         assert found, f"no exit status on the screen:\n{text}"
