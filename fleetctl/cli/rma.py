@@ -51,12 +51,14 @@ def list_rmas(
 
 
 @app.command("show")
-def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)), output: OutputFormat = OUTPUT_OPTION) -> None:
+def show(ctx: typer.Context, given: str = typer.Argument(..., metavar="ID", help="the RMA's id (fleetctl rma list)"),
+         output: OutputFormat = OUTPUT_OPTION) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
     from fleetctl.remediation import rma
     from fleetctl.db import remediation as db
 
     engine = context.engine(ctx)
+    rma_id = _rma_id(engine, given)
     record = db.get_rma(engine, rma_id)
     if record is None:
         fail(f"no RMA record {rma_id}")
@@ -73,6 +75,19 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", cal
     stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
     closed = f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
     typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
+
+
+def _rma_id(engine, given: str) -> int:
+    """An RMA's id as typed; anything else (a node's name, most often) is one line naming the
+    ids there are for it, and exit 2."""
+    from fleetctl.db.remediation import rma_records
+
+    if given.isdecimal() and 1 <= int(given) <= 2**63 - 1:
+        return int(given)
+    ids = [str(r.id) for r in rma_records(engine, node_name=given)] if len(given) <= 253 else []
+    named = printable(given[:80], keep_newlines=False)
+    fail(f"{named!r} is not an RMA id; " + (f"{named}'s RMAs: {', '.join(ids)}" if ids else "see `fleetctl rma list`")
+         + (f" (fleetctl rma show {ids[0]})" if ids else ""), EXIT_USAGE)
 
 
 @app.command("close")

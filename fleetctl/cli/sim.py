@@ -12,6 +12,7 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 from fleetctl.durations import when
+from fleetctl.sim.faults import FAULT_KINDS
 from fleetctl.text import plural
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
@@ -51,16 +52,18 @@ def _sim_node(ctx: typer.Context, name: str):
     return node
 
 
-@app.command("inject")
+# The fault kinds, one a line (click's \b keeps the lines as they are: a kind is never broken
+# at its hyphen), as `kubectl explain` lists a field's values.
+@app.command("inject", help="Inject a fault into a simulated node; the worker's checks see it from then on.\n\n\b\n"
+                            "Fault kinds:\n" + "\n".join(f"  {kind}" for kind in FAULT_KINDS))
 def inject(
     ctx: typer.Context,
     node: str,
-    fault: str,
+    fault: str = typer.Argument(..., help="the fault's kind: one of those listed above"),
     after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
     rate: Optional[float] = typer.Option(None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"),
     gpu: Optional[int] = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
-    """Inject a fault into a simulated node; the worker's checks see it from then on."""
     from fleetctl.durations import parse_duration
     from fleetctl.sim.faults import SimFaultSpec
     from fleetctl.sim.store import add_fault

@@ -157,4 +157,23 @@ def _templates():
 
 
 def render_markdown(evidence: Mapping[str, Any], rma_id: int | None = None) -> str:
-    return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id)
+    return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id, failing=failing_gpus(evidence))
+
+
+_GPU_WHERE = re.compile(r"\bGPU\s*(\d+)\b", re.IGNORECASE)
+
+
+def failing_gpus(evidence: Mapping[str, Any]) -> set[int]:
+    """The indexes of the GPUs a failing check's findings name: "GPU 3", or the GPU's PCI
+    address (the bus id's last part, as nvidia-smi and the kernel log print it)."""
+    gpus = evidence.get("identity", {}).get("gpus") or []
+    by_bus = {str(g.get("bus_id") or "").lower()[-7:]: g.get("index") for g in gpus if g.get("bus_id")}
+    found: set[int] = set()
+    for check in evidence.get("failing_checks") or []:
+        for finding in check.get("findings") or []:
+            where = str(finding.get("where") or "")
+            if named := _GPU_WHERE.search(where):
+                found.add(int(named[1]))
+            elif (index := by_bus.get(where.lower()[-7:])) is not None and len(where) >= 7:
+                found.add(index)
+    return found

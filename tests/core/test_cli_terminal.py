@@ -28,6 +28,7 @@ from tests.support.terminal import FLEETCTL, COMMAND_S, Terminal, fleetctl
 NAMES = [f"gpu-h100-east-r07-u{u:02d}" for u in (1, 2, 3)]
 # Enough GPUs for an RMA page longer than any pipe's reader wants.
 GPU_COUNT = 8
+FAILING_GPU = 3
 
 
 @pytest.fixture
@@ -58,7 +59,11 @@ def fleet(sqlite_url):
                 "node": {"name": held, "rack": "rack-07", "profile": "h100-sxm", "address": f"sim://{held}",
                          "bmc_address": None, "scheduler": "sim", "labels": {}},
                 "identity": {"gpus": gpus, "driver_version": "550.54.15", "firmware": {}},
-                "failing_checks": [], "xid_history": [], "remediation": [], "transitions": []}
+                "failing_checks": [{"check": "nvidia-smi-query", "kind": "nvidia-smi", "status": "fail",
+                                    "reason": "uncorrectable ECC", "at": start.isoformat(), "raw_output_excerpt": "",
+                                    "findings": [{"what": "2 uncorrectable ECC errors since driver load",
+                                                  "where": f"GPU {FAILING_GPU}", "severity": "critical"}]}],
+                "xid_history": [], "remediation": [], "transitions": []}
     rma_store.open_rma(engine, node_name=held, reason="uncorrectable ECC on GPU 3", remediation_run=None,
                                    evidence=evidence, evidence_markdown="", opened_by="tester@ci",
                                    idempotency_key=uuid.uuid4().hex)
@@ -225,3 +230,27 @@ def test_one_is_singular(sqlite_url, tmp_path, terminal) -> None:
                                                            scheduler="sim")])
     screen = terminal.run(fleetctl(sqlite_url, "fleet", "status"))
     assert "fleet 1 node " in screen.text and "1 nodes" not in screen.text, screen.text
+
+
+def test_rma_show_keeps_gpu_uuids_and_serials_whole_and_marks_the_failing_gpu(fleet, terminal) -> None:
+    screen = terminal.run(fleetctl(fleet, "rma", "show", str(fleet_rma_id(fleet))))
+    assert screen.exit_code == 0, screen.text
+    words = screen.text.split()
+    for i in range(GPU_COUNT):  # whole: each a word of the page, not cut at the edge
+        assert f"GPU-{uuid.UUID(int=i + 1)}," in words and f"165492200{i:04d}," in words, screen.text
+    (marked,) = [line for line in screen.lines if "FAILING" in line]
+    assert f"GPU {FAILING_GPU} FAILING" in marked, screen.text
+
+
+def test_rma_show_given_a_node_says_so_in_one_line(fleet, terminal) -> None:
+    screen = terminal.run(fleetctl(fleet, "rma", "show", NAMES[1]))
+    assert screen.exit_code == 2, screen.text
+    assert screen.lines == [f"error: '{NAMES[1]}' is not an RMA id; {NAMES[1]}'s RMAs: {fleet_rma_id(fleet)} "
+                            f"(fleetctl rma show {fleet_rma_id(fleet)})"], screen.text
+
+
+def test_sim_inject_help_lists_the_fault_kinds(terminal) -> None:
+    from fleetctl.sim.faults import FAULT_KINDS
+
+    screen = terminal.run(shlex.join([FLEETCTL, "sim", "inject", "--help"]))
+    assert all(kind in screen.text.replace(",", " ").split() for kind in FAULT_KINDS), screen.text
