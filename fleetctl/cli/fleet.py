@@ -219,11 +219,20 @@ def status(
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
     from workflows.client import resume_automation as resume
+    from workflows.client import running_guard_status
 
     s = context.settings(ctx)
 
     async def run():
-        return await resume(await context.temporal_client(ctx), s, s.identity())
+        client = await context.temporal_client(ctx)
+        guard = await running_guard_status(client, s)  # asked first: a look starts no guard
+        if guard is None or not guard.breaker_open:
+            return None
+        return await resume(client, s, s.identity())
 
-    context.run_async(run())
+    if context.run_async(run()) is None:
+        # Nothing to do is said and done, as `kubectl uncordon` of a schedulable node: no
+        # breaker event is recorded for a breaker that was not open.
+        typer.echo(f"fleet {s.fleet}: the breaker is closed; nothing to resume")
+        return
     typer.echo(f"automation resumed by {s.identity()}: breaker closed")

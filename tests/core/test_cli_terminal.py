@@ -4,6 +4,7 @@ empty listing says so, and `| head` ends a command quietly."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -254,3 +255,30 @@ def test_sim_inject_help_lists_the_fault_kinds(terminal) -> None:
 
     screen = terminal.run(shlex.join([FLEETCTL, "sim", "inject", "--help"]))
     assert all(kind in screen.text.replace(",", " ").split() for kind in FAULT_KINDS), screen.text
+
+
+@pytest.mark.temporal
+async def test_resume_automation_with_the_breaker_closed_says_so_and_records_nothing(
+        make_settings, sqlite_url) -> None:
+    from workflows.client import connect, ensure_capacity_guard, running_guard_status
+    from workflows.worker import BackgroundWorker
+
+    settings = make_settings(sqlite_url)
+    term = Terminal(columns=80, lines=24)
+    worker = BackgroundWorker(settings).start()
+    try:
+        client = await connect(settings)
+        # No guard runs yet: asking to resume starts none.
+        screen = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings))
+        assert screen.exit_code == 0 and "the breaker is closed; nothing to resume" in screen.text, screen.text
+        assert await running_guard_status(client, settings) is None
+        # A guard whose breaker is closed: nothing to resume, nothing recorded.
+        await ensure_capacity_guard(client, settings)
+        screen = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings))
+        assert screen.exit_code == 0 and "the breaker is closed; nothing to resume" in screen.text, screen.text
+        assert "automation resumed" not in screen.text
+        assert not (await running_guard_status(client, settings)).breaker_open
+        assert queries.automation_events(get_engine(sqlite_url)) == []
+    finally:
+        worker.stop()
+        term.stop()

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleetctl.config import Settings
 from tests.support.services import missing_service
 
 # Before its first line the CLI imports its modules and opens the database: a second or two
@@ -87,7 +88,11 @@ class Terminal:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=TMUX_S)
 
 
-def fleetctl(db_url: str, *args: str) -> str:
-    """A shell command line running this checkout's fleetctl on `db_url` (no Temporal asked:
-    an address nothing listens on, so a read that would ask it says so)."""
-    return shlex.join([FLEETCTL, "--db-url", db_url, "--temporal-address", "127.0.0.1:1", *args])
+def fleetctl(db_url: str, *args: str, temporal: Settings | None = None) -> str:
+    """A shell command line running this checkout's fleetctl on `db_url`, and on the Temporal
+    server, task queue and fleet of `temporal`; without it on an address nothing listens on,
+    so that a read that would ask Temporal says so."""
+    where = (["--temporal-address", temporal.temporal_address, "--task-queue", temporal.task_queue,
+              "--fleet", temporal.fleet, "--as", temporal.operator or "tester@ci"]
+             if temporal else ["--temporal-address", "127.0.0.1:1"])
+    return shlex.join([FLEETCTL, "--db-url", db_url, *where, *args])
