@@ -167,9 +167,13 @@ def import_nodes(
         from rich.progress import Progress
 
         from workflows.api import node_workflow_id
-        from workflows.client import ensure_node_workflows
+        from workflows.client import ensure_node_workflows, require_search_attributes
 
         client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
+        # A namespace without fleetctl's search attributes refuses the workflows' start (a raw
+        # RPCError): one line saying to run `fleetctl temporal setup` instead, as the worker's.
+        if warning := await require_search_attributes(client):
+            typer.echo(f"warning: {warning}", err=True)
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         adopted = []
         if adopt:

@@ -282,3 +282,29 @@ async def test_resume_automation_with_the_breaker_closed_says_so_and_records_not
     finally:
         worker.stop()
         term.stop()
+
+
+@pytest.mark.temporal
+def test_node_import_into_a_namespace_without_the_search_attributes_says_run_setup(sqlite_url, tmp_path) -> None:
+    from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
+    from tests.support.services import missing_service
+
+    try:
+        bare = start_dev_server(tmp_path / "bare.db", search_attributes=False)  # as a cluster before setup
+    except TemporalBinaryMissing as exc:
+        missing_service("the Temporal dev server", str(exc))
+    term = Terminal(columns=80, lines=24)
+    try:
+        inventory = tmp_path / "inventory.yaml"
+        inventory.write_text("nodes:\n  - {name: gpu-new-001, address: sim://gpu-new-001, profile: h100-sxm, rack: r1, "
+                             "scheduler: sim}\n")
+        line = shlex.join([FLEETCTL, "--db-url", sqlite_url, "--temporal-address", bare.address, "node", "import",
+                           str(inventory)])
+        screen = term.run(line)
+        assert screen.exit_code == 1, screen.text
+        assert len(screen.lines) == 1 and screen.lines[0].startswith("error: namespace default lacks fleetctl's"), screen.text
+        assert "run `fleetctl temporal setup`" in screen.lines[0] and "RPCError" not in screen.text
+        assert queries.list_nodes(get_engine(sqlite_url)) == []  # nothing written
+    finally:
+        term.stop()
+        bare.stop()
