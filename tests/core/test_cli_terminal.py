@@ -308,3 +308,18 @@ def test_node_import_into_a_namespace_without_the_search_attributes_says_run_set
     finally:
         term.stop()
         bare.stop()
+
+
+@pytest.mark.parametrize("on_path, this, cwd, shown", [
+    ("/opt/fleet/.venv/bin/fleetctl", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", "fleetctl"),  # PATH finds it
+    ("", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", ".venv/bin/fleetctl"),  # only in the checkout's venv
+    ("/usr/bin/fleetctl", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", ".venv/bin/fleetctl"),  # PATH finds another
+    ("", "/opt/fleet/.venv/bin/fleetctl", "/home/alice", "/opt/fleet/.venv/bin/fleetctl"),
+    ("", "/opt/my fleet/.venv/bin/fleetctl", "/tmp", "'/opt/my fleet/.venv/bin/fleetctl'"),  # quoted for the shell
+])
+def test_the_demo_hint_names_the_fleetctl_another_shell_can_run(on_path, this, cwd, shown) -> None:
+    from pathlib import Path
+
+    from fleetctl.cli.demo import fleetctl_invocation
+
+    assert fleetctl_invocation(on_path, Path(this), Path(cwd)) == shown
