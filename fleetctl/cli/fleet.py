@@ -20,10 +20,14 @@ def fleet_status(ctx: typer.Context) -> dict:
     from fleetctl.config import guard_policy
     from fleetctl.nodes.fleet_status_store import fleet_status as from_database
 
+    from datetime import datetime, timezone
+
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
-    return from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
-                         s.spares_per_island)
+    status = from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
+                           s.spares_per_island)
+    status["at"] = datetime.now(timezone.utc)  # when this was read: a watched screen says how fresh it is
+    return status
 
 
 def _automation(ctx: typer.Context):
@@ -133,7 +137,8 @@ def render_status(data: dict, wide: bool = False):
 
     states = [s.value for s in NodeState]
     head = Text.assemble(("fleet ", "bold"), f"{plural(data['nodes'], 'node')}   ",
-                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)])
+                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)],
+                         (f" at {when(data['at'])} UTC", "dim") if data.get("at") else "")
     present = [s for s in states if data["per_state"].get(s)]
     racks = simple_table("per rack", ["rack", *present], [
         [rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())])
@@ -150,20 +155,24 @@ def render_status(data: dict, wide: bool = False):
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
-    spares = data["spares"]
-    parts = [head, render_racks(data["islands"]) if wide else racks, auto,
-             column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
-    if spares["per_island"]:
-        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
-                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+    # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
+    # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
+    # then what is under way; the budget and the per-rack counts last.
+    parts = [head, auto]
     if data["stalled"]:
-        # First: a stalled node's workflow acts on nothing, an XID 79 included.
         parts.append(simple_table(f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                                   ["node", "since", "reason"],
                                   [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}"))
+    if data["suspect"]:
+        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
+                                  ["node", "since", "why", "reason"],
+                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
+    if data["recent_automation_events"]:
+        parts.append(column_table(AUTOMATION_COLUMNS, data["recent_automation_events"],
+                                  title="recent automation (repeats counted, as kubectl's events)"))
     for r in data["firmware_rollouts"]:
         parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
                           f"{r['failed']} failed (halts at {r['max_failures']})",
@@ -173,13 +182,12 @@ def render_status(data: dict, wide: bool = False):
                                   [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]]))
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
-    if data["suspect"]:
-        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
-                                  ["node", "since", "why", "reason"],
-                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
-    if data["recent_automation_events"]:
-        parts.append(column_table(AUTOMATION_COLUMNS, data["recent_automation_events"],
-                                  title="recent automation (repeats counted, as kubectl's events)"))
+    parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
+    spares = data["spares"]
+    if spares["per_island"]:
+        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
+                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+    parts.append(render_racks(data["islands"]) if wide else racks)
     return Group(*parts)
 
 

@@ -323,3 +323,30 @@ def test_the_demo_hint_names_the_fleetctl_another_shell_can_run(on_path, this, c
     from fleetctl.cli.demo import fleetctl_invocation
 
     assert fleetctl_invocation(on_path, Path(this), Path(cwd)) == shown
+
+
+
+WATCH_INTERVAL_S = 0.5
+# A frame every interval, each reading the database and trying Temporal (refused at once here):
+# twenty intervals allow for a loaded machine. The first frame comes after the CLI's start.
+WATCH_FRAME_S = COMMAND_S + 20 * WATCH_INTERVAL_S
+
+
+def test_fleet_status_watch_at_80x24_shows_what_needs_an_operator_first_with_the_time(fleet) -> None:
+    engine = get_engine(fleet)
+    _guard(engine, NAMES[2], "suspect", f"unreachable: 3 sweeps: ssh {NAMES[2]}: Connection timed out", utcnow())
+    term = Terminal(columns=80, lines=24)
+    try:
+        term.start(fleetctl(fleet, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S)))
+        screen = term.wait_screen(lambda s: "drains held" in s and "suspect" in s, WATCH_FRAME_S, "a frame")
+        lines = screen.splitlines()
+        assert TABLE_TIME.search(lines[0]) and lines[0].rstrip().endswith("UTC"), screen  # when it was read
+        held = next(i for i, line in enumerate(lines) if "drains held" in line)
+        suspect = next(i for i, line in enumerate(lines) if "suspect (" in line)
+        racks = next((i for i, line in enumerate(lines) if "per rack" in line), len(lines))
+        assert held < racks and suspect < racks, screen
+        assert NAMES[1] in screen and NAMES[2] in screen, screen
+        first = lines[0]
+        term.wait_screen(lambda s: s.splitlines()[0] != first, WATCH_FRAME_S, "the next frame, a later time")
+    finally:
+        term.stop()

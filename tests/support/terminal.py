@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,28 @@ class Terminal:
         assert found, f"no exit status on the screen:\n{text}"
         return Screen(_EXITED.sub("", text).rstrip("\n"), int(found[-1]))
 
+    def start(self, shell_line: str) -> None:
+        """Start `shell_line` and leave it running (`fleet status --watch`): read it with
+        wait_screen, end it with stop."""
+        self.stop()
+        self.socket = f"fleetctl-term-{uuid.uuid4().hex[:8]}"
+        self.tmux("new-session", "-d", "-x", str(self.columns), "-y", str(self.lines),
+                  "sh -c " + shlex.quote(f"unset LINES COLUMNS; {shell_line}; echo \"[exited $?]\"; sleep 600"))
+
+    def wait_screen(self, shows, timeout_s: float, what: str) -> str:
+        """The visible screen once `shows(screen)` holds, polled; an AssertionError with the
+        screen as it was when `timeout_s` ran out."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            screen = self.screen()
+            if shows(screen):
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; the screen:\n{screen}")
+            time.sleep(0.1)
+
     def screen(self) -> str:
+        """What the window shows now: its lines, no scrollback."""
         return self.tmux("capture-pane", "-p")
 
     def stop(self) -> None:
