@@ -237,6 +237,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data = node_detail(engine, node, _freshness(ctx))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
+    if data["workflow"]["reachable"]:
+        data["workflow"]["last_outcome"] = current_outcome(data["workflow"]["last_outcome"], data["state"], data["events"])
     # What took the node out, while it is out: planned work or the failure it counts as.
     data["out_for"] = _out_for(data["events"])
     data["remediated"], remediated_text = _remediated(ctx, name)
@@ -286,6 +288,18 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def current_outcome(last_outcome: str, state: str, events: list[dict]) -> str:
+    """The workflow's last outcome as `node show` gives it: a drain's ("drained: ...") is over
+    once the node is back in production (an undrain is a transition, not a phase, and leaves
+    the workflow's outcome as the drain left it): then the return says what happened last."""
+    if state != "production" or not last_outcome.startswith("drained"):
+        return last_outcome
+    back = next((e for e in reversed(events) if e["to"] == "production"), None)
+    if back is None:
+        return last_outcome
+    return f"back in production ({back['trigger']} by {back['actor']}, {when(back['at'])})"
 
 
 def _out_for(events: list[dict]) -> str:

@@ -23,6 +23,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Job, utcnow
 from fleetctl.inventory.parse import NodeSpec
 from tests.core.test_cli_node_health import _check, _guard, _to_production
+from tests.reliability.support import wait_for
 from tests.support.terminal import FLEETCTL, COMMAND_S, Terminal, fleetctl
 
 # Longer than `gpu-001`: names as a large fleet spells them (site, hall, rack, unit).
@@ -349,4 +350,40 @@ def test_fleet_status_watch_at_80x24_shows_what_needs_an_operator_first_with_the
         first = lines[0]
         term.wait_screen(lambda s: s.splitlines()[0] != first, WATCH_FRAME_S, "the next frame, a later time")
     finally:
+        term.stop()
+
+
+# The node drains with no jobs and no runbook (it waits in maintenance): a handful of activities,
+# as tests/core/test_what_operators_see.py allows them.
+DRAIN_S = 60.0
+
+
+@pytest.mark.temporal
+async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sqlite_url, tmp_path) -> None:
+    from tests.lifecycle.conftest import make_fleet
+    from tests.support.worker import start_in_production
+    from workflows.client import connect
+    from workflows.worker import BackgroundWorker
+
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
+    engine = get_engine(sqlite_url)
+    term = Terminal(columns=80, lines=24)
+    worker = BackgroundWorker(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        await start_in_production(await connect(settings), settings, name)
+        drained = await asyncio.to_thread(
+            term.run, fleetctl(sqlite_url, "node", "drain", name, "--reason", "swap optics", "--yes", temporal=settings))
+        assert drained.exit_code == 0, drained.text
+        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", DRAIN_S, f"{name} drained")
+        shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
+        assert "last: drained: operator: swap optics" in shown.text, shown.text  # while it is drained
+        undrained = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "undrain", name, temporal=settings))
+        assert undrained.exit_code == 0, undrained.text
+        shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
+        assert "last: drained" not in shown.text, shown.text
+        assert f"last: back in production (undrain by {settings.operator}" in shown.text, shown.text
+    finally:
+        worker.stop()
         term.stop()
