@@ -387,3 +387,42 @@ async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sq
     finally:
         worker.stop()
         term.stop()
+
+
+@pytest.mark.temporal
+async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_node_show_does(
+        make_settings, sqlite_url, tmp_path) -> None:
+    """An XID 79 no runbook handles (none here): the node drained, waiting for an operator.
+    The workflow's current details (what the Temporal UI and `temporal workflow metadata` show)
+    say so in node show's words."""
+    from tests.lifecycle.conftest import make_fleet
+    from tests.production.test_search_attributes import temporal_cli
+    from tests.support.worker import start_in_production
+    from workflows.api import node_workflow_id
+    from workflows.client import connect
+    from workflows.worker import BackgroundWorker
+
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)
+    term = Terminal(columns=80, lines=24)
+    worker = BackgroundWorker(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        await start_in_production(await connect(settings), settings, name)
+        sent = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "event", name, "--xid", "79",
+                                                          temporal=settings))
+        assert sent.exit_code == 0, sent.text
+
+        def details() -> str:
+            return temporal_cli(settings.temporal_address, "workflow", "metadata", "-w", node_workflow_id(name))
+
+        await wait_for(lambda: WAITING in details(), DRAIN_S, "the details to say it waits for an operator")
+        shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
+        (last,) = [line.strip() for line in details().splitlines() if line.strip().startswith("last: ")]
+        assert WAITING in last and last in " ".join(shown.text.split()), (last, shown.text)  # node show's words
+    finally:
+        worker.stop()
+        term.stop()
+
+
+WAITING = "waiting for an operator"
