@@ -107,6 +107,7 @@ class Demo:
         self.log(f"burn-in started on every node (suite burn-in); {straggler.node} has a degraded NVLink")
 
     async def start_schedule(self) -> None:
+        from fleetctl.db import sweep_intervals
         from workflows.api import SweepInput
         from workflows.client import sweep_schedule
 
@@ -114,6 +115,8 @@ class Demo:
         await self.client.create_schedule(schedule_id, sweep_schedule(
             self.settings, schedule_id, SWEEP_EVERY,
             SweepInput(suite="standard", max_concurrent_fraction=0.25, fleet=self.settings.fleet, actor="schedule/demo")))
+        sweep_intervals.record(self.engine, sweep_intervals.SweepSchedule(schedule_id, self.settings.fleet,
+                                                                          SWEEP_EVERY.total_seconds()))
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:

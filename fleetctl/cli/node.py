@@ -219,7 +219,7 @@ def list_nodes(
         fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
-    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide), sort_by)
+    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide, _freshness(ctx)), sort_by)
     emit(rows, output, _nodes_table, empty="No nodes.")
 
 
@@ -313,18 +313,15 @@ def _out_for(events: list[dict]) -> str:
 
 
 def _freshness(ctx: typer.Context):
-    """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, asked
-    of Temporal's schedules (unknown when Temporal does not answer: then not judged). Only
-    `node show` asks (it reads the node's workflow too); `node list` reads the database alone,
-    which does not hold the interval."""
+    """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, as
+    `fleetctl schedule` recorded it in the database (not known, so not judged, when no sweep
+    is scheduled). `node list` and `node show` judge alike, without asking Temporal."""
     from fleetctl.db.models import utcnow
     from fleetctl.durations import as_utc
-    from fleetctl.nodes.view_store import Freshness
-    from workflows.client import sweep_interval_s
+    from fleetctl.nodes.view_store import freshness
 
     s = context.settings(ctx)
-    every, _error = context.temporal_read(ctx, lambda client: sweep_interval_s(client, s.fleet), "the sweep schedules")
-    return Freshness(every, s.agent_silence_s, as_utc(utcnow()))
+    return freshness(context.engine(ctx), s.fleet, s.agent_silence_s, as_utc(utcnow()))
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:

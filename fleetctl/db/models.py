@@ -333,6 +333,20 @@ class Spare(SQLModel, table=True):
     held_at: datetime = Field(default_factory=utcnow)
 
 
+class SweepInterval(SQLModel, table=True):
+    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0013): how often
+    it sweeps its fleet, and whether it is paused. Temporal holds the schedule; this copy lets
+    `node list` judge the age of evidence (conditions.unchecked_since) without asking it."""
+
+    __tablename__ = "sweep_intervals"
+
+    schedule_id: str = Field(primary_key=True)
+    fleet: str = Field(index=True)
+    every_s: float
+    paused: bool = False
+    recorded_at: datetime = Field(default_factory=utcnow)
+
+
 class JobRestart(SQLModel, table=True):
     """One restart of a training job off bad nodes, with the time of each step.
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
-                                      reason, summarise_checks, unchecked_since)
+                                      held_by, reason, summarise_checks, unchecked_since)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -39,7 +39,8 @@ def summary_dict(s: CheckSummary) -> dict[str, Any]:
 
 
 def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
-    return None if h is None else {"reason": h.reason, "since": h.since, "last": h.last, "refusals": h.refusals}
+    return None if h is None else {"reason": h.reason, "held_by": held_by(h.reason), "since": h.since, "last": h.last,
+                                   "refusals": h.refusals}
 
 
 def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
@@ -89,6 +90,14 @@ class Freshness:
     now: datetime
 
 
+def freshness(engine: Engine, fleet: str, agent_silence_s: float, now: datetime) -> Freshness:
+    """`fleet`'s Freshness as of `now`, its sweep interval as `fleetctl schedule` recorded it
+    (fleetctl.db.sweep_intervals): one query, whatever the number of nodes."""
+    from fleetctl.db import sweep_intervals
+
+    return Freshness(sweep_intervals.sweep_every_s(engine, fleet), agent_silence_s, now)
+
+
 def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
     return {node: DrainHeld(why, first, last, count)
             for node, (count, first, last, why) in queries.held_drains(engine, names).items()}
@@ -96,7 +105,8 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
               freshness: Freshness | None = None) -> list[dict[str, Any]]:
-    """`node list`'s rows: every node with its health, reason and jobs, in six queries."""
+    """`node list`'s rows: every node with its health, reason and jobs, in six queries (the
+    sweep interval of `freshness` is one more, read by its caller)."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
