@@ -82,8 +82,8 @@ NODE_COLUMNS = (
 )
 EVENT_COLUMNS = (
     Column("at", lambda r: when(r["at"])),
-    Column("from", lambda r: r["from"]),
-    Column("to", lambda r: r["to"]),
+    Column("from", lambda r: r["from"], whole=True),
+    Column("to", lambda r: r["to"], whole=True),
     Column("trigger", lambda r: r["trigger"]),
     Column("actor", lambda r: r["actor"]),
     Column("for", lambda r: r["for"] or "-"),

@@ -444,3 +444,12 @@ async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_nod
 
 
 WAITING = "waiting for an operator"
+
+
+@pytest.mark.parametrize("command", [["node", "list"], ["node", "list", "-o", "wide"], ["rma", "list"],
+                                     ["fleet", "status"], ["node", "show", NAMES[1]]])
+def test_names_are_whole_wherever_they_are_listed(fleet, terminal, command) -> None:
+    """Every mention of a node is its whole name: never `gpu-h100-e…` (kubectl never cuts NAME)."""
+    screen = terminal.run(fleetctl(fleet, *command))
+    mentions = screen.text.count("gpu-h100-east")
+    assert mentions and len(re.findall(r"gpu-h100-east-r07-u\d\d\b", screen.text)) == mentions, screen.text
