@@ -226,13 +226,13 @@ _GAP = 2
 _MIN_ELIDED, _MIN_WRAPPED = 4, 6
 
 
-def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, least: int) -> list[int]:
+def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, floors: Sequence[int]) -> list[int]:
     """Column widths whose sum fits `available`: the widest column that may give gives one
-    cell at a time, the others (`whole`) only when no other can, never below `least` (or
+    cell at a time, the others (`whole`) only when no other can, none below its floor (or
     its natural width, when less). The first column never gives: when the rest cannot make
     room, the sum is more than `available` (a terminal wraps the line; nothing is cut)."""
     widths = list(natural)
-    floors = [min(n, least) for n in natural]
+    floors = [min(n, f) for n, f in zip(natural, floors)]
     excess = sum(widths) - available
     for tier in (False, True):
         while excess > 0:
@@ -245,11 +245,16 @@ def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, le
     return widths
 
 
+# A wrapped cell breaks between words; a word longer than this may be broken too.
+_LONGEST_WORD = 20
+
+
 class _Table:
     """A table fitted to the terminal as kubectl's and sinfo's are (fit_widths). A listing
     keeps one line per row (grep, sort and wc -l work on it): shortened cells end in an
     ellipsis. A titled section wraps them instead, so that nothing an operator reads there
-    (a GPU's UUID, a reason) is lost."""
+    (a GPU's UUID, a reason) is lost: between words while they fit, then within them; and
+    when even that is wider than the terminal, without its borders."""
 
     def __init__(self, columns: Sequence[Column], cells: list[list[Any]], title: str | None):
         self.columns, self.cells, self.title = columns, cells, title
@@ -259,18 +264,35 @@ class _Table:
 
         natural = [max([cell_width(c.header), *(cell_width(row[i]) for row in self.cells)])
                    for i, c in enumerate(self.columns)]
-        boxed = self.title is not None
-        frame = _GAP * len(natural) + (len(natural) + 1 if boxed else -_GAP)
-        widths = fit_widths(natural, [i == 0 or c.whole for i, c in enumerate(self.columns)],
-                            options.max_width - frame, _MIN_WRAPPED if boxed else _MIN_ELIDED)
-        table = Table(title=shown(self.title) if boxed else None, header_style="bold", **({} if boxed else {"box": None, "pad_edge": False}))
+        whole = [i == 0 or c.whole for i, c in enumerate(self.columns)]
+        if self.title is None:
+            layouts = [(False, [_MIN_ELIDED] * len(natural))]
+        else:
+            words = [max([word_width(c.header), *(word_width(row[i]) for row in self.cells)])
+                     for i, c in enumerate(self.columns)]
+            least = [_MIN_WRAPPED] * len(natural)
+            layouts = [(True, words), (True, least), (False, words), (False, least)]
+        for boxed, floors in layouts:
+            frame = _GAP * len(natural) + (len(natural) + 1 if boxed else -_GAP)
+            widths = fit_widths(natural, whole, options.max_width - frame, floors)
+            if sum(widths) + frame <= options.max_width:
+                break
+        table = Table(title=shown(self.title) if self.title is not None else None, header_style="bold",
+                      **({} if boxed else {"box": None, "pad_edge": False}))
         for i, (c, w) in enumerate(zip(self.columns, widths)):
-            wraps = boxed and i > 0
+            wraps = self.title is not None and i > 0
             table.add_column(c.header, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
         for row in self.cells:
             table.add_row(*row)
         needed = sum(widths) + frame
         yield from console.render(table, options.update(width=needed) if needed > options.max_width else options)
+
+
+def word_width(value: Any) -> int:
+    """How wide a value's longest word is (at most _LONGEST_WORD): the narrowest a wrapped
+    column holding it can be without breaking a word."""
+    text = value if isinstance(value, str) else getattr(value, "plain", "")
+    return min(_LONGEST_WORD, max((cell_width(word) for word in text.split()), default=1))
 
 
 def cell_width(value: Any) -> int:

@@ -160,7 +160,7 @@ def fleet_rma_id(db_url: str) -> int:
 def test_fit_widths(natural, whole, available, widths) -> None:
     from fleetctl.cli.output import fit_widths
 
-    assert fit_widths(natural, whole, available, least=4) == widths
+    assert fit_widths(natural, whole, available, floors=[4] * len(natural)) == widths
 
 
 TABLE_TIME = re.compile(r"\b\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\b")  # fleetctl.durations.when
