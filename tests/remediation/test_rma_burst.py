@@ -7,10 +7,23 @@ the node back through burn-in."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+
 import pytest
 
+from fleetctl.db import queries
+from fleetctl.db import remediation as db
 from fleetctl.nodes.capacity import GuardPolicy
 from fleetctl.remediation.rma import BurstVerdict, burst_verdict
+from fleetctl.sim.store import add_fault
+from tests.reliability.support import Cli, one_line_error, wait_for
+from tests.remediation.conftest import running_fleet
+from tests.support.webhook import WebhookReceiver
+from workflows.api import HealthEventInput
+from workflows.client import send_health_events
+from workflows.definitions.shared import MESSAGE, QUICK
 
 POLICY = GuardPolicy(storm_fraction=0.2, storm_window_s=600, storm_min_failures=3)
 T = 1_000_000.0
@@ -59,3 +72,122 @@ def test_the_hold_says_why_in_the_operators_words() -> None:
              "driver, firmware or checker fault, not 7 broken parts: an operator confirms or rejects")
     short = burst_verdict(GuardPolicy(storm_window_s=30), _at(0, 1, 2), FLEET[:5], "n0", T, T + 6)
     assert "within 30 s" in short.hold
+
+
+# ---- end to end, on simulated nodes ------------------------------------------------------------
+
+# The storm window of this test's fleet: a burst's first nodes wait for it to pass.
+BURST_WINDOW_S = 15.0
+# From the XID to a held RMA: the event recorded, the critical drain (the guard's decision, the
+# node's transitions), then the runbook's steps to its RMA step, each a few activities bounded
+# by QUICK or MESSAGE; then the window the first nodes of the burst wait out.
+HELD_WITHIN_S = BURST_WINDOW_S + (30 * QUICK["start_to_close_timeout"] + 4 * MESSAGE["start_to_close_timeout"]).total_seconds()
+ANSWERED_WITHIN_S = (8 * MESSAGE["start_to_close_timeout"]).total_seconds()
+
+
+def _rma_posts(receiver: WebhookReceiver) -> list[int]:
+    """The ids of the RMAs the webhook was sent: what reached the ticketing system."""
+    bodies = [json.loads(body) for _, body in receiver.requests]
+    return [b["rma_id"] for b in bodies if b.get("kind") == "rma"]
+
+
+@pytest.mark.temporal
+async def test_a_burst_of_xid64_on_seven_nodes_drains_them_and_sends_no_rma_until_an_operator_confirms(
+        make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    settings.guard_storm_window_s = BURST_WINDOW_S
+    receiver = WebhookReceiver()
+    settings.webhook_url = receiver.url
+    cli = Cli(settings)
+    try:
+        async with running_fleet(settings) as fleet:
+            names = await fleet.add(10)
+            burst, calm = names[:7], names[7:]
+            sent = time.time()
+            await asyncio.gather(*(send_health_events(fleet.client, n, [HealthEventInput(
+                n, "xid", 64, "Row remapping failure", "agent", f"burst-{n}", sent, severity="critical")])
+                for n in burst))
+
+            def held():
+                return {r.node_name: r for r in db.rma_records(fleet.engine, status="awaiting_confirmation")}
+
+            await wait_for(lambda: set(held()) == set(burst), HELD_WITHIN_S, "the seven RMAs held")
+            records = held()
+            assert {queries.get_node(fleet.engine, n).state for n in burst} == {"maintenance"}  # drained, not in rma
+            assert {queries.get_node(fleet.engine, n).state for n in calm} == {"production"}
+            assert _rma_posts(receiver) == []  # nothing reached the vendor's queue
+            for r in records.values():
+                assert r.held_reason.startswith("correlated burst: ") and "usually a driver, firmware or checker fault" \
+                    in r.held_reason, r.held_reason
+                assert int(r.held_reason.split()[2]) >= 3  # at least the storm limit of ten nodes
+            listed = cli("rma", "list", "-o", "json")
+            assert listed.exit_code == 0, listed.output
+            assert sorted(r["node"] for r in json.loads(listed.stdout) if r["status"] == "awaiting_confirmation") \
+                == sorted(burst)
+            shown = await asyncio.to_thread(cli, "node", "show", burst[2], "-o", "json")
+            assert [h["id"] for h in json.loads(shown.stdout)["rma_held"]] == [records[burst[2]].id], shown.output
+            status = await asyncio.to_thread(cli, "fleet", "status", "-o", "json")
+            assert sorted(h["node"] for h in json.loads(status.stdout)["rma_held"]) == sorted(burst), status.output
+
+            # An operator confirms one: the node goes to rma and the RMA is sent.
+            first, second = records[burst[0]], records[burst[1]]
+            confirmed = await asyncio.to_thread(cli, "rma", "confirm", str(first.id))
+            assert confirmed.exit_code == 0, confirmed.output
+            assert f"RMA {first.id} confirmed by alice@console" in confirmed.stdout
+            await wait_for(lambda: queries.get_node(fleet.engine, burst[0]).state == "rma", ANSWERED_WITHIN_S,
+                           "the confirmed node in rma")
+            assert _rma_posts(receiver) == [first.id]
+            assert db.get_rma(fleet.engine, first.id).status == "open"
+            # ... rejects another: nothing is sent, and the node goes back through burn-in.
+            rejected = await asyncio.to_thread(cli, "rma", "reject", str(second.id))
+            assert rejected.exit_code == 0, rejected.output
+            assert f"RMA {second.id} rejected by alice@console" in rejected.stdout
+            await wait_for(lambda: queries.get_node(fleet.engine, burst[1]).state in ("burn_in", "admission", "production"),
+                           ANSWERED_WITHIN_S, "the rejected node back in burn-in")
+            assert db.get_rma(fleet.engine, second.id).status == "rejected"
+
+            # Bad answers: one line, non-zero, nothing changed.
+            again = await asyncio.to_thread(cli, "rma", "confirm", str(first.id))
+            assert again.exit_code != 0 and "awaits no confirmation: it is open by alice@console" in one_line_error(again)
+            unknown = await asyncio.to_thread(cli, "rma", "reject", "999999")
+            assert unknown.exit_code != 0 and "no RMA record 999999" in one_line_error(unknown)
+            assert _rma_posts(receiver) == [first.id]
+            assert set(held()) == set(burst[2:])
+            assert {queries.get_node(fleet.engine, n).state for n in burst[2:]} == {"maintenance"}
+    finally:
+        receiver.shutdown()
+
+
+# From the XID to production: the event recorded and the critical drain, the runbook's reset
+# and recheck, then burn-in and admission (a few checks on the simulator), each step a
+# handful of activities bounded by QUICK or MESSAGE.
+RECOVERED_WITHIN_S = (60 * QUICK["start_to_close_timeout"]).total_seconds()
+
+
+@pytest.mark.temporal
+async def test_one_xid48_on_an_idle_node_is_reset_rechecked_and_back_in_production(fleet_settings) -> None:
+    """Issue 28's done-when, by the whole path: the XID reaches the node's workflow, which
+    drains the node (critical) and starts xid-reset-gpu; the reset remaps the row (the
+    simulator's pending remap), the recheck passes, burn-in and admission take it back."""
+    async with running_fleet(fleet_settings) as fleet:
+        node, *_partners = await fleet.add(3)  # partners: burn-in tests the fabric with them
+        add_fault(fleet.engine, node, "row-remap-pending")
+        await send_health_events(fleet.client, node, [HealthEventInput(
+            node, "xid", 48, "Double Bit ECC Error", "agent", f"lone-48-{node}", time.time(), severity="critical")])
+
+        def finished():
+            return [r for r in db.runs(fleet.engine, node) if r.runbook == "xid-reset-gpu" and r.finished_at]
+
+        await wait_for(finished, RECOVERED_WITHIN_S, "the xid-reset-gpu run ended")
+        (run,) = finished()
+        assert run.status == "succeeded", run.outcome
+        steps = {s.name: s.status for s in db.steps(fleet.engine, run.run_key)}
+        assert {k: steps[k] for k in ("reset", "recheck", "4-set_state", "5-rma")} == {
+            "reset": "passed", "recheck": "passed", "4-set_state": "passed", "5-rma": "skipped"}, steps
+        await wait_for(lambda: queries.get_node(fleet.engine, node).state == "production", RECOVERED_WITHIN_S,
+                       "the node back in production")
+        moves = [(e.from_state, e.to_state) for e in queries.node_events(fleet.engine, node)]
+        path = [("production", "draining"), ("draining", "maintenance"), ("maintenance", "burn_in"),
+                ("burn_in", "admission"), ("admission", "production")]
+        assert moves[-len(path):] == path, moves
+        assert db.rma_records(fleet.engine, node_name=node) == []

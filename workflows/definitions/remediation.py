@@ -14,6 +14,13 @@ drain waiting for the node is cancelled and recorded as `interrupted`, never as 
 failed; a GPU reset, a reboot or an RMA finishes first (a half-done power cycle or ticket
 helps nobody). The run then ends `interrupted`, and the node's workflow starts the runbook
 for the new event.
+
+An RMA step of a node in a correlated burst (critical events on more nodes than the guard's
+storm limit, fleetctl.remediation.rma.burst_verdict; patch rma-burst-confirmation) opens
+nothing: the RMA is recorded as awaiting confirmation and the run waits for an operator's
+`decide_rma` update (`fleetctl rma confirm` / `rma reject`). The wait is part of the RMA
+step, which finishes first: an interrupt meanwhile finds the node already waiting for an
+operator.
 """
 
 from __future__ import annotations
@@ -74,9 +81,6 @@ CHECK_ATTEMPTS = 3
 # Steps that finish even when a critical event interrupts the run: what they set going on the
 # node (a reset, a power cycle, a vendor ticket) is not undone by stopping to wait for it.
 FINISH_FIRST = frozenset({"gpu_reset", "reboot", "rma"})
-# An RMA step asks first whether the node is one of a correlated burst, and holds the RMA
-# for an operator if it is (RemediationActivities.rma_burst, Remediation._held_for_burst).
-RMA_BURST_PATCH = "rma-burst-confirmation"
 
 
 def run_key_for(workflow_id: str, run_id: str, whole: bool = True) -> str:
@@ -340,7 +344,8 @@ class Remediation:
             ok, why = await self._drain(reason)
             if not ok:
                 return False, why
-        if self.state != NodeState.RMA.value and workflow.patched(RMA_BURST_PATCH):
+        # Patch rma-burst-confirmation: asked first whether the node is one of a correlated burst.
+        if self.state != NodeState.RMA.value and workflow.patched("rma-burst-confirmation"):
             held = await self._held_for_burst(reason, step)
             if held is not None:
                 return held
