@@ -157,7 +157,7 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
     try:
         decided = context.run_async(go())
     except WorkflowUpdateFailedError as exc:
-        fail(f"RMA {rma_id}: {getattr(exc.cause, 'message', None) or exc.cause or exc}")
+        fail(str(getattr(exc.cause, "message", None) or exc.cause or exc))  # the run's refusal names the RMA
     except RPCError as exc:
         fail(f"RMA {rma_id}: the run that holds it ({record.remediation_run}) does not answer: {exc.message}")
     typer.echo(printable(decided.detail))

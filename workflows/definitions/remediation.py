@@ -123,7 +123,7 @@ class Remediation:
     @decide_rma.validator
     def _answerable(self, answer: RmaDecision) -> None:
         if self.held_rma != answer.rma_id:
-            raise ValueError(f"RMA {answer.rma_id} is not held by this run of {self.inp.node}")
+            raise ValueError(f"RMA {answer.rma_id} is not held by this run")
         if self.rma_answer is not None:
             done = "confirmed" if self.rma_answer.confirm else "rejected"
             raise ValueError(f"RMA {answer.rma_id} was already {done} by {self.rma_answer.actor}")
