@@ -15,6 +15,7 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
+from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import GuardPolicy
 from fleetctl.remediation.rma import BurstVerdict, burst_verdict
 from fleetctl.sim.store import add_fault
@@ -157,6 +158,38 @@ async def test_a_burst_of_xid64_on_seven_nodes_drains_them_and_sends_no_rma_unti
             assert _rma_posts(receiver) == [first.id]
             assert set(held()) == set(burst[2:])
             assert {queries.get_node(fleet.engine, n).state for n in burst[2:]} == {"maintenance"}
+    finally:
+        receiver.shutdown()
+
+
+@pytest.mark.temporal
+async def test_two_nodes_critical_at_once_wait_for_the_window_then_go_to_rma(make_settings, sqlite_url) -> None:
+    """Two of ten (under the storm limit of 3) is not a burst, but could have been the start
+    of one: each RMA waits until the storm window after its node's event has passed (a
+    timer), then, no more nodes having failed, is sent."""
+    settings = make_settings(sqlite_url)
+    settings.guard_storm_window_s = BURST_WINDOW_S
+    receiver = WebhookReceiver()
+    settings.webhook_url = receiver.url
+    try:
+        async with running_fleet(settings) as fleet:
+            names = await fleet.add(10)
+            pair = names[:2]
+            await asyncio.gather(*(send_health_events(fleet.client, n, [HealthEventInput(
+                n, "xid", 64, "Row remapping failure", "agent", f"pair-{n}", time.time(), severity="critical")])
+                for n in pair))
+            # The node moves to rma, then its RMA is recorded and sent: wait for the records.
+            await wait_for(lambda: len(db.rma_records(fleet.engine)) == len(pair), HELD_WITHIN_S, "both RMAs")
+            records = db.rma_records(fleet.engine)
+            assert sorted(r.node_name for r in records) == sorted(pair) and {r.status for r in records} == {"open"}
+            assert {queries.get_node(fleet.engine, n).state for n in pair} == {"rma"}
+            await wait_for(lambda: len(_rma_posts(receiver)) == len(pair), MESSAGE["start_to_close_timeout"].total_seconds(),
+                           "both RMAs sent")
+            assert sorted(_rma_posts(receiver)) == sorted(r.id for r in records)
+            for r in records:
+                (event,) = [e for e in queries.health_events(fleet.engine, r.node_name) if e.code == 64]
+                waited = (as_utc(r.opened_at) - as_utc(event.at)).total_seconds()
+                assert waited >= BURST_WINDOW_S, f"{r.node_name}: sent {waited:.1f} s after its XID"
     finally:
         receiver.shutdown()
 
