@@ -62,27 +62,31 @@ class BurstVerdict:
 
 
 def burst_verdict(policy: GuardPolicy, critical: Iterable[tuple[str, float]], production: Collection[str],
-                  node: str, event_at: float, now: float) -> BurstVerdict:
+                  node: str, event_at: float | None, now: float) -> BurstVerdict:
     """Whether `node`'s RMA is held for an operator: critical events on more nodes than the
-    guard's storm limit within its storm window of `event_at` (this node's critical event).
+    guard's storm limit within its storm window of `event_at` (this node's critical event;
+    None when it had none, its RMA being a check's verdict: then the window around `now`).
 
     `critical` are (node, time) of the fleet's critical health events, `production` the fleet's
     nodes in production. The limit is the guard's (storm_threshold) over the nodes in
     production before the burst (those in production now and the burst's own). A correlated
     burst is usually a driver, firmware or checker fault, and an RMA costs weeks: the nodes
-    stay drained (their drains are critical) and an operator decides. While other nodes had
-    critical events near this one but not yet enough, the verdict waits until the window
-    after `event_at` has passed, so that the first nodes of a burst are not sent before the
-    rest of it arrives; a node alone in its window opens at once (a lemon's repeat included).
+    stay drained (their drains are critical) and an operator decides, and so does any RMA due
+    while the burst is on. While other nodes had critical events near this one's but not yet
+    enough, the verdict waits until the window after `event_at` has passed, so that the first
+    nodes of a burst are not sent before the rest of it arrives; a node alone in its window
+    opens at once (a lemon's repeat included), and so does a node with no critical event of
+    its own when the fleet has no burst now (it is none of one).
     """
     window = policy.storm_window_s
-    nearby = {n for n, at in critical if abs(at - event_at) <= window} | {node}
+    at = now if event_at is None else event_at
+    nearby = {n for n, t in critical if abs(t - at) <= window} | (set() if event_at is None else {node})
     limit = storm_threshold(policy, len(set(production) | nearby))
     if len(nearby) >= limit:
         return BurstVerdict(hold=f"correlated burst: {len(nearby)} nodes with critical events within "
                                  f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
                                  f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects")
-    if len(nearby) > 1 and now < event_at + window:
+    if event_at is not None and len(nearby) > 1 and now < event_at + window:
         return BurstVerdict(wait_until=event_at + window)
     return BurstVerdict()
 

@@ -38,6 +38,17 @@ def _at(*offsets: float, first: int = 0) -> list[tuple[str, float]]:
     return [(f"n{first + i}", T + dt) for i, dt in enumerate(offsets)]
 
 
+@pytest.mark.parametrize("critical, now, held", [
+    # No critical event of its own (a check's verdict): held while a burst is on, never waits.
+    (_at(0, 1, 2, 3, 4, first=1), T + 6, True),
+    (_at(0, 1, 2, 3, first=1), T + 6, False),  # four others, the node not one of them: no burst
+    (_at(-700, -650, -620, -610, -601, first=1), T, False),  # a burst over before now
+])
+def test_burst_verdict_for_a_node_without_a_critical_event(critical, now, held) -> None:
+    verdict = burst_verdict(POLICY, critical, FLEET, "n0", None, now)
+    assert (bool(verdict.hold), verdict.wait_until) == (held, None), verdict
+
+
 @pytest.mark.parametrize("critical, production, now, held, wait_until", [
     # Alone in its window: opens at once (a lemon's repeat is one node too).
     (_at(0), FLEET, T + 5, False, None),

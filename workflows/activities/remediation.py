@@ -235,17 +235,18 @@ class RemediationActivities(DatabaseActivities):
         from fleetctl.remediation import rma
 
         policy = guard_policy(self.settings, self.settings.fleet)
+        # The node's own critical event since it entered service; none: its RMA is a check's verdict.
         event_at = q.event_at or next(
             (as_utc(ev.at).timestamp() for ev in queries.health_events_in_service(self.engine, q.node)
-             if xid_action(ev.code).severity == "critical"), q.now)
+             if xid_action(ev.code).severity == "critical"), None)
         fleet = self._fleet_nodes(self.settings.fleet)
         names = {n.name for n in fleet}
-        since = datetime.fromtimestamp(event_at - policy.storm_window_s, timezone.utc)
+        since = datetime.fromtimestamp((event_at or q.now) - policy.storm_window_s, timezone.utc)
         critical = [(ev.node_name, as_utc(ev.at).timestamp()) for ev in db.coded_health_events_since(self.engine, since)
                     if ev.node_name in names and xid_action(ev.code).severity == "critical"]
         verdict = rma.burst_verdict(policy, critical, [n.name for n in fleet if n.state == NodeState.PRODUCTION.value],
                                     q.node, event_at, q.now)
-        return BurstAnswer(verdict.hold, event_at, verdict.wait_until or 0.0)
+        return BurstAnswer(verdict.hold, event_at or 0.0, verdict.wait_until or 0.0)
 
     @activity.defn
     def decide_rma(self, d: RmaDecision) -> RmaDecided:

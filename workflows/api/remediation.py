@@ -170,7 +170,7 @@ class BurstQuery:
 @dataclass
 class BurstAnswer:
     hold: str  # why the RMA waits for an operator; empty: open it
-    event_at: float
+    event_at: float  # the node's critical event (0: it had none; such an answer never waits)
     wait_until: float = 0.0  # ask again then (0: decided now)
 
 
