@@ -174,8 +174,16 @@ async def test_a_burst_of_xid64_on_seven_nodes_drains_them_and_sends_no_rma_unti
             assert again.exit_code != 0 and "awaits no confirmation: it is open by alice@console" in one_line_error(again)
             unknown = await asyncio.to_thread(cli, "rma", "reject", "999999")
             assert unknown.exit_code != 0 and "no RMA record 999999" in one_line_error(unknown)
+            closed = await asyncio.to_thread(cli, "rma", "close", str(records[burst[2]].id), "--no-fault-found")
+            assert closed.exit_code != 0 and "is awaiting_confirmation, not open" in one_line_error(closed)
             assert _rma_posts(receiver) == [first.id]
             assert set(held()) == set(burst[2:])
+            # What an operator reads: the held ones in fleet status and on the node, with why.
+            table = await asyncio.to_thread(cli, "fleet", "status")
+            assert "RMAs awaiting an operator: 5" in table.stdout, table.output
+            node_table = await asyncio.to_thread(cli, "node", "show", burst[2])
+            assert f"RMA {records[burst[2]].id} awaits an operator: correlated burst" in node_table.stdout, \
+                node_table.output
             assert {queries.get_node(fleet.engine, n).state for n in burst[2:]} == {"maintenance"}
     finally:
         receiver.shutdown()
