@@ -282,3 +282,14 @@ async def test_one_xid48_on_an_idle_node_is_reset_rechecked_and_back_in_producti
                 ("burn_in", "admission"), ("admission", "production")]
         assert moves[-len(path):] == path, moves
         assert db.rma_records(fleet.engine, node_name=node) == []
+
+
+def test_the_cli_addresses_the_update_the_run_defines() -> None:
+    """`rma confirm` sends RMA_DECISION_UPDATE with an RmaDecision: the Remediation's own."""
+    import temporalio.workflow
+
+    from workflows.api import RMA_DECISION_UPDATE, RmaDecision
+    from workflows.definitions.remediation import Remediation
+
+    update = temporalio.workflow._Definition.must_from_class(Remediation).updates[RMA_DECISION_UPDATE]
+    assert update.arg_types == [RmaDecision]
