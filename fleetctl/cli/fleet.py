@@ -26,8 +26,22 @@ def fleet_status(ctx: typer.Context) -> dict:
     automation, policy = _automation(ctx)
     status = from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
                            s.spares_per_island)
+    status["rma_held"] = _held_rmas(context.engine(ctx), s.fleet)
     status["at"] = datetime.now(timezone.utc)  # when this was read: a watched screen says how fresh it is
     return status
+
+
+def _held_rmas(engine, fleet: str) -> list[dict]:
+    """The fleet's RMAs held for an operator's confirmation (a correlated burst), oldest first."""
+    from fleetctl.db import queries
+    from fleetctl.db.remediation import rma_records
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    held = rma_records(engine, AWAITING_CONFIRMATION)
+    ours = {n.name for n in queries.nodes_named(engine, sorted({r.node_name for r in held})) if in_fleet(n.labels, fleet)}
+    return [{"id": r.id, "node": r.node_name, "opened_at": r.opened_at, "held_reason": r.held_reason}
+            for r in reversed(held) if r.node_name in ours]
 
 
 def _automation(ctx: typer.Context):
@@ -163,6 +177,11 @@ def render_status(data: dict, wide: bool = False):
         parts.append(simple_table(f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                                   ["node", "since", "reason"],
                                   [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
+    if data["rma_held"]:
+        parts.append(simple_table(f"RMAs awaiting an operator: {len(data['rma_held'])} (fleetctl rma confirm ID | "
+                                  "reject ID)", ["id", "node", "since", "why"],
+                                  [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]]
+                                   for x in data["rma_held"][:20]]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
                                   title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}"))

@@ -54,7 +54,7 @@ NOUNS: dict[str, Noun] = {
     "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes, record checkpoints, "
                                           "sync from the schedulers; submit simulated ones."),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
-    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, close."),
+    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, confirm or reject a held one, close."),
     "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),
     "metrics": Noun("fleetctl.cli.metrics", "app", "Prometheus metrics of the fleet."),
     "agent": Noun("fleetctl.cli.agent", "agent", "Run until SIGTERM: kernel log faults and GPU health changes go to the "

@@ -244,6 +244,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["remediated"], remediated_text = _remediated(ctx, name)
     data["stragglers"] = _straggler_findings(engine, name)
     data["automation"] = recent_automation(engine, node=name)[:RECENT_AUTOMATION_EVENTS]
+    data["rma_held"] = _held_rmas(engine, name)
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
@@ -264,6 +265,10 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
+        for held in d["rma_held"]:
+            parts.append(Text.assemble((f"RMA {held['id']} awaits an operator: ", "bold yellow"),
+                                       shown(f"{held['held_reason']} (fleetctl rma confirm {held['id']} | "
+                                             f"reject {held['id']})")))
         w = d["workflow"]
         if not w["reachable"]:
             parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
@@ -322,6 +327,15 @@ def _freshness(ctx: typer.Context):
 
     s = context.settings(ctx)
     return freshness(context.engine(ctx), s.fleet, s.agent_silence_s, as_utc(utcnow()))
+
+
+def _held_rmas(engine, name: str) -> list[dict]:
+    """The node's RMAs held for an operator's confirmation (a correlated burst)."""
+    from fleetctl.db.remediation import rma_records
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    return [{"id": r.id, "reason": r.reason, "held_reason": r.held_reason, "opened_at": r.opened_at}
+            for r in rma_records(engine, AWAITING_CONFIRMATION, name)]
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:

@@ -260,6 +260,11 @@ class RmaRecord(SQLModel, table=True):
     closed_by: Optional[str] = None
     closed_at: Optional[datetime] = None
     idempotency_key: str
+    # Why automation held it for an operator (status awaiting_confirmation: a correlated burst,
+    # fleetctl.remediation.rma.burst_verdict), and who confirmed or rejected it, when.
+    held_reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    decided_by: Optional[str] = None
+    decided_at: Optional[datetime] = None
 
 
 class FirmwareBaseline(SQLModel, table=True):
@@ -334,7 +339,7 @@ class Spare(SQLModel, table=True):
 
 
 class SweepInterval(SQLModel, table=True):
-    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0013): how often
+    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0014): how often
     it sweeps its fleet, and whether it is paused. Temporal holds the schedule; this copy lets
     `node list` judge the age of evidence (conditions.unchecked_since) without asking it."""
 

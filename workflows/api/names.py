@@ -21,6 +21,7 @@ ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
 PRODUCTION_STRAGGLERS = "ProductionStragglers"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
+RMA_DECISION_UPDATE = "decide_rma"  # an operator's `rma confirm` / `rma reject` of a held RMA
 JOB_RESTART = "JobRestart"
 
 FIRMWARE_ROLLOUT = "FirmwareRollout"
