@@ -25,6 +25,7 @@ from typing import Callable
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.text import plural
 
 # Burn-in's long checks (DCGM r3: 15 min, HPL: 10 min) take about 2 s here.
 DEMO_TIME_SCALE = 0.002
@@ -95,7 +96,8 @@ class Demo:
         self.client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
         self.plan.faults = plan_scenario(self.names, self.plan.seed)
-        self.log(f"imported {len(self.names)} simulated {self.plan.profile} nodes in {self.plan.racks} racks")
+        self.log(f"imported {plural(len(self.names), f'simulated {self.plan.profile} node')} "
+                 f"in {plural(self.plan.racks, 'rack')}")
 
     async def admit_all(self) -> None:
         from workflows.client import request_phase
@@ -107,6 +109,7 @@ class Demo:
         self.log(f"burn-in started on every node (suite burn-in); {straggler.node} has a degraded NVLink")
 
     async def start_schedule(self) -> None:
+        from fleetctl.db import sweep_intervals
         from workflows.api import SweepInput
         from workflows.client import sweep_schedule
 
@@ -114,6 +117,8 @@ class Demo:
         await self.client.create_schedule(schedule_id, sweep_schedule(
             self.settings, schedule_id, SWEEP_EVERY,
             SweepInput(suite="standard", max_concurrent_fraction=0.25, fleet=self.settings.fleet, actor="schedule/demo")))
+        sweep_intervals.record(self.engine, sweep_intervals.SweepSchedule(schedule_id, self.settings.fleet,
+                                                                          SWEEP_EVERY.total_seconds()))
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:

@@ -88,6 +88,7 @@ from workflows.api import (
 from workflows.converter import DATA_CONVERTER
 
 if TYPE_CHECKING:
+    from fleetctl.db.sweep_intervals import SweepSchedule
     from fleetctl.remediation import firmware
     from fleetctl.remediation.runbooks import Event, Runbook
 
@@ -545,20 +546,24 @@ def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep
                                               task_queue=settings.task_queue), every)
 
 
-async def sweep_interval_s(client: Client, fleet: str) -> float | None:
-    """How often the fleet's evidence is refreshed: the shortest interval of the unpaused
-    active-check sweep schedules of `fleet`; None when none is scheduled."""
-    found: list[float] = []
+async def sweep_schedules(client: Client) -> list[SweepSchedule]:
+    """Every active-check sweep schedule of the namespace, of every fleet, paused or not, with
+    its shortest interval: what `fleetctl schedule list` records (fleetctl.db.sweep_intervals)."""
+    from fleetctl.db.sweep_intervals import SweepSchedule
+
+    found: list[SweepSchedule] = []
     async for entry in await client.list_schedules():
         desc = await client.get_schedule_handle(entry.id).describe()
         action = desc.schedule.action
-        if desc.schedule.state.paused or not isinstance(action, ScheduleActionStartWorkflow) \
-                or action.workflow != ACTIVE_CHECK_SWEEP or not desc.schedule.spec.intervals:
+        if not isinstance(action, ScheduleActionStartWorkflow) or action.workflow != ACTIVE_CHECK_SWEEP \
+                or not desc.schedule.spec.intervals:
             continue
         (sweep,) = await client.data_converter.decode(action.args, [SweepInput]) if action.args else (None,)
-        if sweep is not None and sweep.fleet == fleet:
-            found.append(min(i.every.total_seconds() for i in desc.schedule.spec.intervals))
-    return min(found, default=None)
+        if sweep is not None:
+            found.append(SweepSchedule(entry.id, sweep.fleet, min(i.every.total_seconds()
+                                                                   for i in desc.schedule.spec.intervals),
+                                       desc.schedule.state.paused))
+    return found
 
 
 def job_sync_schedule(settings: Settings, schedule_id: str, every: timedelta, sync: JobSyncInput) -> Schedule:

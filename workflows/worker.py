@@ -67,7 +67,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         guard.ask_capacity_guard, guard.report_check_errors,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
-        remediation.notify, remediation.open_rma,
+        remediation.notify, remediation.open_rma, remediation.rma_burst, remediation.decide_rma,
         fw.current_baseline_id, fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress,
         restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
         restarts.record_restart_step, restarts.record_restart_outcome,

@@ -20,14 +20,20 @@ def serve(
                                 help="address to listen on (default: this machine only; give one to open it)"),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
-    fleetctl_*: nodes per state and rack, check runs and durations, drains, failures, job
-    restarts and their latency, repairs, remediations, RMAs, capacity-guard decisions, and for
-    the configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
-    from fleetctl.reliability import exporter_server
+    fleetctl_*: nodes per state and rack, the unhealthy nodes still in production, check runs
+    and durations, drains, failures, job restarts and their latency, pending jobs and why,
+    repairs, remediations, lemons, RMAs, rule outcomes, capacity-guard decisions, and for the
+    configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
+    from datetime import timedelta
+
     from fleetctl.config import guard_policy
+    from fleetctl.reliability import exporter_server
+    from fleetctl.remediation.runbooks import LemonPolicy
 
     s = context.settings(ctx)
-    server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet))
+    server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet),
+                                   LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days)),
+                                   s.agent_silence_s)
     typer.echo(f"serving Prometheus metrics on http://{address}:{server.server_port}/metrics", err=True)
     try:
         threading.Event().wait()

@@ -102,6 +102,15 @@ def create(
         await client.create_schedule(schedule_id, schedule)
 
     _run(run())
+    # What `node list` judges the age of evidence by (conditions.unchecked_since); a
+    # straggler judge refreshes no evidence.
+    from fleetctl.db import sweep_intervals
+
+    if kind == "active-checks":
+        sweep_intervals.record(context.engine(ctx), sweep_intervals.SweepSchedule(schedule_id, s.fleet,
+                                                                                  interval.total_seconds()))
+    else:
+        sweep_intervals.forget(context.engine(ctx), schedule_id)
     typer.echo(f"schedule {schedule_id}: {summary}")
 
 
@@ -144,8 +153,17 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
             })
         return rows
 
+    from fleetctl.db import sweep_intervals
+    from workflows.client import sweep_schedules
+
+    async def sweeps():
+        return await sweep_schedules(await context.temporal_client(ctx))
+
     rows = _run(run())
-    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide))
+    # Temporal holds the schedules: the database's copy (what `node list` judges the age of
+    # evidence by) is rewritten from it, so a schedule made or changed outside fleetctl counts.
+    sweep_intervals.replace_all(context.engine(ctx), _run(sweeps()))
+    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide), empty="No schedules.")
 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
@@ -169,6 +187,12 @@ def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
             fail(f"schedule {schedule_id}: {one_line(exc)}")
 
     _run(run())
+    from fleetctl.db import sweep_intervals
+
+    if action == "delete":
+        sweep_intervals.forget(context.engine(ctx), schedule_id)
+    else:
+        sweep_intervals.set_paused(context.engine(ctx), schedule_id, action == "pause")
     typer.echo(f"schedule {schedule_id}: {action}d" if action != "delete" else f"schedule {schedule_id}: deleted")
 
 

@@ -22,7 +22,7 @@ class Node(SQLModel, table=True):
     bmc_address: Optional[str] = None
     ssh_user: Optional[str] = None
     # The bastion (`[user@]host[:port]`) the node is reached through over SSH, from the
-    # inventory's `jump` (migration 0013); None: directly, or through settings.ssh_jump_host.
+    # inventory's `jump` (migration 0015); None: directly, or through settings.ssh_jump_host.
     jump_host: Optional[str] = None
     rack: str = Field(default="", index=True)
     # Topology from the inventory (migration 0010): the leaf switch, the InfiniBand island or
@@ -263,6 +263,11 @@ class RmaRecord(SQLModel, table=True):
     closed_by: Optional[str] = None
     closed_at: Optional[datetime] = None
     idempotency_key: str
+    # Why automation held it for an operator (status awaiting_confirmation: a correlated burst,
+    # fleetctl.remediation.rma.burst_verdict), and who confirmed or rejected it, when.
+    held_reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    decided_by: Optional[str] = None
+    decided_at: Optional[datetime] = None
 
 
 class FirmwareBaseline(SQLModel, table=True):
@@ -334,6 +339,20 @@ class Spare(SQLModel, table=True):
     node_name: str = Field(primary_key=True)
     island: str = Field(index=True)
     held_at: datetime = Field(default_factory=utcnow)
+
+
+class SweepInterval(SQLModel, table=True):
+    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0014): how often
+    it sweeps its fleet, and whether it is paused. Temporal holds the schedule; this copy lets
+    `node list` judge the age of evidence (conditions.unchecked_since) without asking it."""
+
+    __tablename__ = "sweep_intervals"
+
+    schedule_id: str = Field(primary_key=True)
+    fleet: str = Field(index=True)
+    every_s: float
+    paused: bool = False
+    recorded_at: datetime = Field(default_factory=utcnow)
 
 
 class JobRestart(SQLModel, table=True):

@@ -442,9 +442,13 @@ def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
         return result.rowcount
 
 
-def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
+def automation_events(engine: Engine, limit: int = 20, node: str | None = None) -> list[AutomationEvent]:
+    """The latest `limit` automation events (of `node`, when given), newest first."""
     with Session(engine) as session:
-        return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))
+        query = select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)
+        if node is not None:
+            query = query.where(AutomationEvent.node_name == node)
+        return list(session.exec(query))
 
 
 def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:

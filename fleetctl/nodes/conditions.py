@@ -103,6 +103,31 @@ class DrainHeld:
     refusals: int
 
 
+# What holds a drain back, as a bounded class (the exporter's `held_by` label: no free text,
+# so a new refusal makes no new series), from the start of the capacity guard's refusal
+# (fleetctl.nodes.capacity._decide and checker_storm word them). The breaker was already open
+# (`breaker`: an operator must resume automation), this request's storm opened it
+# (`storm_window`), or a limit of the fleet or the node's rack (each frees as nodes return).
+HELD_BY = (("automation paused:", "breaker"), ("checker storm:", "breaker"), ("agent silence storm:", "breaker"),
+           ("storm:", "storm_window"), ("fleet limit:", "fleet_limit"), ("rack limit:", "rack_limit"))
+HELD_BY_CLASSES = tuple(dict.fromkeys(cls for _, cls in HELD_BY)) + ("other",)
+
+
+def held_by(refusal: str) -> str:
+    """The class of the guard's refusal `refusal` (HELD_BY_CLASSES); `other` for a text the
+    guard does not write (an older fleetctl's, or a row written by hand)."""
+    for prefix, cls in HELD_BY:
+        if refusal.startswith(prefix):
+            return cls
+    return "other"
+
+
+# The conditions a node in production can carry (`conditions`): the exporter's `condition`
+# label of the unhealthy nodes still in production, every one of them a bounded word.
+PRODUCTION_CONDITIONS = ("Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld",
+                         "StragglerSuspected", "Unchecked")
+
+
 @dataclass(frozen=True)
 class Condition:
     # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
@@ -110,6 +135,9 @@ class Condition:
     type: str
     reason: str
     since: datetime | None = None
+    # What the HEALTH cell says beside the type, in brackets ("" for nothing): Unchecked's
+    # evidence age ("2d": no space, so `awk` reads the cell whole), as CheckFailed's count.
+    health_note: str = ""
 
     def to_dict(self) -> dict:
         return {"type": self.type, "reason": self.reason, "since": self.since}
@@ -198,7 +226,7 @@ def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: d
     if age_s <= sweep_every_s:
         return None
     return Condition("Unchecked", f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) "
-                                  f"and no agent reports", newest)
+                                  f"and no agent reports", newest, _age(age_s))
 
 
 def _age(seconds: float) -> str:
@@ -210,15 +238,17 @@ def _age(seconds: float) -> str:
 
 
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
-    """The HEALTH cell: the condition types (with how many checks fail or error; `node show`
-    names them), or Ready. A node is never Ready without a check
-    behind it (no `pass` without evidence), nor out of service."""
+    """The HEALTH cell: the condition types (with how many checks fail or error, how old
+    evidence too old to stand on is; `node show` says more), or Ready. A node is never Ready
+    without a check behind it (no `pass` without evidence), nor out of service."""
     if found:
         words = []
         for c in found:
             if c.type in ("CheckFailed", "CheckError"):
                 count = sum(1 for s in checks if s.status == ("fail" if c.type == "CheckFailed" else "error"))
                 words.append(f"{c.type}({count})")
+            elif c.health_note:
+                words.append(f"{c.type}({c.health_note})")
             else:
                 words.append(c.type)
         return ",".join(words)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
-                                      reason, summarise_checks, unchecked_since)
+                                      held_by, reason, summarise_checks, unchecked_since)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -39,10 +39,12 @@ def summary_dict(s: CheckSummary) -> dict[str, Any]:
 
 
 def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
-    return None if h is None else {"reason": h.reason, "since": h.since, "last": h.last, "refusals": h.refusals}
+    return None if h is None else {"reason": h.reason, "held_by": held_by(h.reason), "since": h.since, "last": h.last,
+                                   "refusals": h.refusals}
 
 
-def _running_jobs(engine: Engine) -> dict[str, list[str]]:
+def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
+    """Per node, the ids of the jobs the database mirrors as running on it."""
     from fleetctl.db.jobs import list_jobs
 
     by_node: dict[str, list[str]] = {}
@@ -94,6 +96,14 @@ def _drained_outside(event: HealthEvent | None) -> Condition | None:
     return None if event is None else Condition("DrainedOutside", event.message, as_utc(event.at))
 
 
+def freshness(engine: Engine, fleet: str, agent_silence_s: float, now: datetime) -> Freshness:
+    """`fleet`'s Freshness as of `now`, its sweep interval as `fleetctl schedule` recorded it
+    (fleetctl.db.sweep_intervals): one query, whatever the number of nodes."""
+    from fleetctl.db import sweep_intervals
+
+    return Freshness(sweep_intervals.sweep_every_s(engine, fleet), agent_silence_s, now)
+
+
 def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
     return {node: DrainHeld(why, first, last, count)
             for node, (count, first, last, why) in queries.held_drains(engine, names).items()}
@@ -101,13 +111,14 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
               freshness: Freshness | None = None) -> list[dict[str, Any]]:
-    """`node list`'s rows: every node with its health, reason and jobs, in six queries."""
+    """`node list`'s rows: every node with its health, reason and jobs, in seven queries (the
+    sweep interval of `freshness` is one more, read by its caller)."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
     held = _held(engine, names)
     last = queries.latest_transitions(engine, names)
-    jobs = _running_jobs(engine)
+    jobs = running_jobs_by_node(engine)
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     outside = queries.open_external_drains(engine)
@@ -152,7 +163,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
     health events and recent transitions."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
-    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
+    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, running_jobs_by_node(engine), wide=True,
                     suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
                     freshness=freshness, drained_outside=queries.open_external_drains(engine).get(n.name))
     data["checks"] = [summary_dict(s) for s in checks]

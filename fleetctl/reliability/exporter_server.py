@@ -14,17 +14,22 @@ served fleet's breaker and capacity budget are exported from the first scrape, s
 fleet reads 0, not "No data". Which nodes are out and why is one series per node out of
 production, labelled with the bounded class of what took it out (metrics.CAUSE_CLASSES:
 `maintenance`, `xid`, `check`, ...), never the free-text cause: a new event makes no new
-series (`node show` says why). What does reach a label from outside (a node name, a fleet,
-a held drain's reason) is cut to REASON_LIMIT characters with control characters escaped
+series (`node show` says why). A held drain is labelled with the class of what holds it
+(conditions.HELD_BY_CLASSES), never the guard's words. What does reach a label from outside
+(a node name, a fleet) is cut to REASON_LIMIT characters with control characters escaped
 (fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape sequence.
-Counters count what only grows (check runs, drains, failures, remediation runs ended);
-what is true now is a gauge (runs in flight, RMA records by status).
+Counters count what only grows (check runs, drains, failures, remediation runs ended, automated
+removals once resolved: an outcome, once confirmed or unchanged, never changes); what is true
+now is a gauge (runs in flight, RMA records by status, removals still open, the unhealthy
+nodes still in production, lemon nodes, pending jobs). The judgements are the pure functions
+`node list` and the report use (conditions.conditions, LemonPolicy.times_remediated,
+metrics.removal_outcome), on evidence folded row by row, never a query of the whole history.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from threading import Lock
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -34,12 +39,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
+from fleetctl.config import Settings
 from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
-from fleetctl.db import queries
-from fleetctl.db.models import AutomationEvent, CheckRun, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
+from fleetctl.nodes.conditions import (PRODUCTION_CONDITIONS, CheckSummary, Condition, DrainHeld, conditions, held_by,
+                                      unchecked_since)
+from fleetctl.db import queries, sweep_intervals
+from fleetctl.db.models import (AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun,
+                                RemediationStep, RmaRecord)
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
-from fleetctl.reliability.metrics import PRODUCTION, Transition, cause_class, failure_label, is_failure
+from fleetctl.reliability.metrics import (OPEN, PENDING_REASONS, PRODUCTION, REPAIRING_ACTIONS, RmaOutcome, Transition,
+                                          cause_class, failure_label, is_automated_removal, is_failure, pending_reason,
+                                          removal_outcome)
+from fleetctl.remediation.rma import rma_outcome
+from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
@@ -61,6 +74,8 @@ BREAKER_KINDS = ("breaker_open", "breaker_closed")
 GUARD_REFUSALS = ("deny", "breaker_open")
 # The stall watcher's findings (queries.stalled_nodes): read once each, as the guard's are.
 STALL_KINDS = (queries.STALLED, queries.UNSTALLED)
+# A reachability judgement (queries.suspect_nodes): read once each, judged at the scrape.
+SUSPECT = "suspect"
 
 
 def _tally(seconds: float, tally: list[float], bounds: Sequence[float]) -> None:
@@ -124,9 +139,13 @@ class FleetCollector:
     """Reads the database on every scrape (the numbers are never staler than the scrape), but
     each append-only row only once (AppendOnlyReader)."""
 
-    def __init__(self, engine: Engine, fleet: str = "default", policy: GuardPolicy | None = None) -> None:
-        """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy)."""
+    def __init__(self, engine: Engine, fleet: str = "default", policy: GuardPolicy | None = None,
+                 lemon: LemonPolicy | None = None, agent_silence_s: float = Settings.agent_silence_s) -> None:
+        """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy),
+        `lemon` the lemon rule (lemon_threshold, lemon_window_days), `agent_silence_s` how long
+        an agent may be silent and still report (Unchecked, as `node list` judges it)."""
         self.engine, self.fleet, self.policy = engine, fleet, policy or GuardPolicy()
+        self.lemon, self.agent_silence_s = lemon or LemonPolicy(), agent_silence_s
         self.lock = Lock()  # two scrapes at once must not fold the same rows twice
         # Per (fleet, check, status) and (fleet, check); the node's fleet when its row was read.
         self.check_counts: Counter[tuple[str, str, str]] = Counter()
@@ -145,26 +164,57 @@ class FleetCollector:
         self.refused: dict[str, tuple[datetime, datetime, str]] = {}
         # Per node the stall watcher judged: its latest finding (queries.stalled_nodes, folded).
         self.stalls: dict[str, tuple[str, datetime]] = {}
+        # Per node its suspect judgements, (at, actor, reason), since it entered its state.
+        self.suspicions: dict[str, list[tuple[datetime, str, str]]] = defaultdict(list)
+        # Per node and check its latest run (queries.latest_check_per_kind, folded): (id, summary).
+        self.latest_checks: dict[str, dict[str, tuple[int, CheckSummary]]] = defaultdict(dict)
+        # The lemon rule's figure (LemonPolicy.times_remediated), folded: per node its entries into
+        # maintenance to be remediated (runbooks.remediation_entries, judged against the move out of
+        # production behind each), and its live remediation runs begun; kept for one lemon window.
+        self.out_move: dict[str, Transition] = {}  # per node out of production: the move that took it out
+        self.remediation_entries: dict[str, list[datetime]] = defaultdict(list)
+        self.run_starts: dict[str, list[datetime]] = defaultdict(list)
+        # Rule precision (metrics.removal_outcome), folded: each automated removal not yet resolved,
+        # per node: (rule, its fleet, when, the node's moves since); the resolved ones are counted
+        # once, when they resolve (an outcome, once confirmed or unchanged, never changes).
+        self.repairs_done: dict[str, list[datetime]] = defaultdict(list)  # passed repairing steps of live runs
+        self.open_removals: dict[str, list[tuple[str, str, datetime, list[Transition]]]] = defaultdict(list)
+        self.resolved: Counter[tuple[str, str, str]] = Counter()  # (fleet, rule, outcome)
         self.readers = (
             AppendOnlyReader(CheckRun.id, (CheckRun.node_name, CheckRun.check_name, CheckRun.status,
-                                           CheckRun.started_at, CheckRun.finished_at), self._fold_check),
+                                           CheckRun.started_at, CheckRun.finished_at, CheckRun.error_kind),
+                             self._fold_check),
             AppendOnlyReader(NodeEvent.id, (NodeEvent.node_name, NodeEvent.from_state, NodeEvent.to_state,
                                             NodeEvent.trigger, NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at,
                                             NodeEvent.failure),
                              self._fold_event),
             AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind,
                                                   AutomationEvent.node_name, AutomationEvent.at,
-                                                  AutomationEvent.reason), self._fold_decision,
-                             where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS)),
+                                                  AutomationEvent.reason, AutomationEvent.actor), self._fold_decision,
+                             where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS
+                                                                 + (SUSPECT,))),
+            # A run's node, mode and start, and a step's outcome, are written once (the status of
+            # a run changes, and is counted by the database, below).
+            AppendOnlyReader(RemediationRun.id, (RemediationRun.node_name, RemediationRun.started_at),
+                             self._fold_run, where=RemediationRun.mode == "live"),
+            AppendOnlyReader(RemediationStep.id, (RemediationStep.node_name, RemediationStep.finished_at),
+                             self._fold_repair,
+                             where=(RemediationStep.status == "passed")
+                             & col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS))
+                             & col(RemediationStep.run_key).in_(select(RemediationRun.run_key)
+                                                                 .where(RemediationRun.mode == "live"))),
         )
 
     def _fleet(self, node: str) -> str:
         return self.fleet_of.get(node, self.fleet)
 
     def _fold_check(self, row) -> None:
-        _, node, check, status, started, finished = row
+        run_id, node, check, status, started, finished, error_kind = row
         fleet = self._fleet(node)
         self.check_counts[(fleet, check, status)] += 1
+        if check not in self.latest_checks[node] or self.latest_checks[node][check][0] < run_id:
+            at = as_utc(finished)
+            self.latest_checks[node][check] = (run_id, CheckSummary(check, status, "", at, at, 1, error_kind))
         seconds = max(0.0, (as_utc(finished) - as_utc(started)).total_seconds())
         _tally(seconds, self.check_seconds[(fleet, check)], CHECK_DURATION_BUCKETS)
 
@@ -191,9 +241,102 @@ class FleetCollector:
         # A row that committed late (AppendOnlyReader's gaps) must not hide a later move.
         if node not in self.last_move or self.last_move[node][0] <= at:
             self.last_move[node] = (at, to_state, cause or trigger)
+        self._fold_lemon_and_removals(node, fleet, t)
+
+    def _fold_lemon_and_removals(self, node: str, fleet: str, t: Transition) -> None:
+        leaves = t.from_state == PRODUCTION and t.to_state != PRODUCTION
+        # An entry into maintenance is a remediation unless it ends a planned drain: judged by
+        # runbooks.remediation_entries on the move out behind it (none for the move out itself).
+        behind = [] if leaves or node not in self.out_move else [self.out_move[node]]
+        if len(remediation_entries([*behind, t])) > len(remediation_entries(behind)):
+            self.remediation_entries[node].append(t.at)
+        if leaves:
+            self.out_move[node] = t
+        elif t.to_state == PRODUCTION:
+            self.out_move.pop(node, None)
+        for _, _, _, since in self.open_removals.get(node, ()):
+            since.append(t)
+        if is_automated_removal(t):
+            self.open_removals[node].append((failure_label(t), fleet, t.at, []))
+
+    def _fold_run(self, row) -> None:
+        _, node, started = row
+        self.run_starts[node].append(as_utc(started))
+
+    def _fold_repair(self, row) -> None:
+        _, node, finished = row
+        if finished is not None:
+            self.repairs_done[node].append(as_utc(finished))
+
+    def _resolve_removals(self, rmas: dict[str, list[RmaOutcome]]) -> dict[tuple[str, str], int]:
+        """Counts each removal that has resolved since the last scrape, once; the open ones per
+        (fleet, rule). After every reader has read: a repair is recorded before the return it
+        made possible, but may be read in the same scrape."""
+        still_open: Counter[tuple[str, str]] = Counter()
+        for node, pending in list(self.open_removals.items()):
+            keep = []
+            for rule, fleet, at, since in pending:
+                outcome = removal_outcome(since, at, self.repairs_done.get(node, ()), rmas.get(node, ()))
+                if outcome == OPEN:
+                    keep.append((rule, fleet, at, since))
+                    still_open[(fleet, rule)] += 1
+                else:
+                    self.resolved[(fleet, rule, outcome)] += 1
+            if keep:
+                self.open_removals[node] = keep
+            else:
+                del self.open_removals[node]
+        # A repair counts for a removal at or before it; the next removal of a node none is open
+        # for is a move still to come: the repairs before the node's latest move count for none.
+        for node in [n for n in self.repairs_done if n not in self.open_removals and n in self.last_move]:
+            self.repairs_done[node] = [at for at in self.repairs_done[node] if at >= self.last_move[node][0]]
+            if not self.repairs_done[node]:
+                del self.repairs_done[node]
+        return dict(still_open)
+
+    def _suspects(self, node_rows, agent_seen: dict[str, datetime]) -> dict[str, Condition]:
+        """queries.suspect_nodes' judgement on the folded events (that query reads every
+        judgement ever made): the node's judgements since it entered its state, but not an
+        agent's silence when the agent has been heard again since; `since` the first of them.
+        Forgets those from before the node's state."""
+        found = {}
+        for name, _, _, _, _, since in node_rows:
+            if name not in self.suspicions:
+                continue
+            since = as_utc(since)
+            kept = self.suspicions[name] = [e for e in self.suspicions[name] if e[0] >= since]
+            heard = agent_seen.get(name)
+            stand = [(at, reason) for at, actor, reason in kept
+                     if actor != queries.AGENT_SILENCE_ACTOR or heard is None or heard <= at]
+            if stand:
+                found[name] = Condition("Suspect", stand[-1][1], min(at for at, _ in stand))
+            if not kept:
+                del self.suspicions[name]
+        return found
+
+    def _lemons(self, now: datetime) -> dict[str, int]:
+        """Each lemon node's times remediated in the lemon window ending now; forgets what is
+        older than the window."""
+        since = now - self.lemon.window
+        for times in (self.remediation_entries, self.run_starts):
+            for node in list(times):
+                times[node] = [at for at in times[node] if at >= since]
+                if not times[node]:
+                    del times[node]
+        found = {}
+        for node in {*self.remediation_entries, *self.run_starts}:
+            times = self.lemon.times_remediated(self.run_starts.get(node, ()), self.remediation_entries.get(node, ()),
+                                                now)
+            if times >= self.lemon.threshold:
+                found[node] = times
+        return found
 
     def _fold_decision(self, row) -> None:
-        _, fleet, kind, node, at, reason = row
+        _, fleet, kind, node, at, reason, actor = row
+        if kind == SUSPECT:
+            if node:
+                self.suspicions[node].append((as_utc(at), actor, reason))
+            return
         if kind in STALL_KINDS:
             if node:
                 self.stalls[node] = (kind, as_utc(at))  # rows arrive in id order: the last one stands
@@ -219,7 +362,11 @@ class FleetCollector:
                                   for name, _, _, _, labels, _ in node_rows})
             for reader in self.readers:
                 reader.read(session)
-            restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at)))
+            restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at,
+                                                JobRestart.job_id, JobRestart.placement, JobRestart.bad_nodes)))
+            pending_jobs = list(session.exec(select(Job.job_id).where(Job.state == "pending")))
+            agent_seen = {name: as_utc(at) for name, at in session.exec(
+                select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None)))}
             check_counts = sorted(self.check_counts.items())
             check_seconds = {check: list(tally) for check, tally in self.check_seconds.items()}
             drains, causes, decisions = dict(self.drains), dict(self.failures), sorted(self.decisions.items())
@@ -233,9 +380,22 @@ class FleetCollector:
                        func.count())
                 .group_by(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode,
                           RemediationRun.status)))
-            rmas = list(session.exec(select(RmaRecord.node_name, RmaRecord.status, func.count())
-                                     .group_by(RmaRecord.node_name, RmaRecord.status)))
+            # Few (one per part sent back): read whole, for their count and how each ended.
+            rmas = list(session.exec(select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at,
+                                            RmaRecord.replaced)))
             fleet_of = dict(self.fleet_of)
+            rma_outcomes: dict[str, list[RmaOutcome]] = defaultdict(list)
+            for node, status, opened_at, replaced in rmas:
+                rma_outcomes[node].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
+            removals_open = self._resolve_removals(rma_outcomes)
+            resolved = sorted(self.resolved.items())
+            now = datetime.now(timezone.utc)
+            lemons = self._lemons(now)
+            latest_checks = {node: sorted((summary for _, summary in by_check.values()), key=lambda c: c.at,
+                                          reverse=True)
+                             for node, by_check in self.latest_checks.items()}
+            suspects = self._suspects(node_rows, agent_seen)
+        sweep_every_s = sweep_intervals.sweep_every_s_by_fleet(self.engine)
         latest.setdefault(self.fleet, "breaker_closed")  # nothing recorded: it never opened
 
         node_counts = Counter((fleet_of[name], state, rack, profile) for name, state, rack, profile, _, _ in node_rows)
@@ -266,12 +426,13 @@ class FleetCollector:
         held = GaugeMetricFamily(
             "fleetctl_node_drain_held_since_timestamp_seconds",
             "Per production node whose drain the capacity guard refuses (DrainHeld): its first refusal since "
-            "it entered production; reason is the latest refusal's", labels=["fleet", "node", "rack", "reason"])
+            "it entered production; held_by is the class of the latest refusal (conditions.HELD_BY_CLASSES: "
+            "breaker, storm_window, fleet_limit, rack_limit, other; `node show` says what frees it)",
+            labels=["fleet", "node", "rack", "held_by"])
         for name, state, rack, _, _, since in sorted(node_rows):
             refusal = refused.get(name)
             if NodeState(state).in_service and refusal is not None and refusal[1] >= as_utc(since):
-                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack,
-                                 one_line(refusal[2], REASON_LIMIT)],
+                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, held_by(refusal[2])],
                                 max(refusal[0], as_utc(since)).timestamp())
         yield held
         stalled = GaugeMetricFamily(
@@ -334,24 +495,29 @@ class FleetCollector:
             in_flight.add_metric(list(labels), count)
         yield in_flight
         per_status: Counter[tuple[str, str]] = Counter()
-        for node, status, count in rmas:
-            per_status[(fleet_of.get(node, self.fleet), status)] += count
+        for node, status, _, _ in rmas:
+            per_status[(fleet_of.get(node, self.fleet), status)] += 1
         returned = GaugeMetricFamily("fleetctl_rma_records", "RMA records by status", labels=["fleet", "status"])
         for (fleet, status), count in sorted(per_status.items()):
             returned.add_metric([fleet, status], count)
         yield returned
 
+        # A restart is its first bad node's fleet's (the job ran there).
+        restart_fleet = [fleet_of.get(bad[0], self.fleet) if bad else self.fleet for *_, bad in restarts]
         restarted = CounterMetricFamily("fleetctl_job_restarts", "Job restarts off bad nodes, by outcome",
-                                        labels=["status"])
-        for status, count in sorted(Counter(status for status, _, _ in restarts).items()):
-            restarted.add_metric([status], count)
+                                        labels=["fleet", "status"])
+        for (fleet, status), count in sorted(Counter(zip(restart_fleet, (r[0] for r in restarts))).items()):
+            restarted.add_metric([fleet, status], count)
         yield restarted
         latency = HistogramMetricFamily("fleetctl_job_restart_latency_seconds",
-                                        "From the fault being seen to the job running again")
-        latency.add_metric([], *_histogram(
-            (max(0.0, (as_utc(running) - as_utc(fault)).total_seconds()) for _, fault, running in restarts
-             if running is not None), RESTART_LATENCY_BUCKETS))
+                                        "From the fault being seen to the job running again", labels=["fleet"])
+        for fleet in sorted({*restart_fleet, self.fleet}):
+            latency.add_metric([fleet], *_histogram(
+                (max(0.0, (as_utc(running) - as_utc(fault)).total_seconds())
+                 for (_, fault, running, *_), of in zip(restarts, restart_fleet) if running is not None and of == fleet),
+                RESTART_LATENCY_BUCKETS))
         yield latency
+        yield self._pending(pending_jobs, restarts, restart_fleet)
 
         guard = CounterMetricFamily("fleetctl_guard_decisions", "Capacity guard answers to automated removals",
                                     labels=["fleet", "decision"])
@@ -363,6 +529,82 @@ class FleetCollector:
         for fleet, kind in sorted(latest.items()):
             breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
         yield breaker
+
+        fleets = sorted({*fleet_of.values(), self.fleet})
+        yield from self._production_conditions(node_rows, fleet_of, latest_checks, refused, stalls, suspects,
+                                               agent_seen, sweep_every_s, now, fleets)
+        lemon = GaugeMetricFamily(
+            "fleetctl_lemon_nodes", f"Nodes remediated at least the lemon threshold ({self.lemon.threshold}) times in "
+            f"the lemon window ({self.lemon.window / timedelta(days=1):g} days) ending now "
+            "(LemonPolicy.times_remediated; planned work is no remediation)", labels=["fleet"])
+        per_fleet = Counter(fleet_of.get(node, self.fleet) for node in lemons)
+        for fleet in sorted({*fleets, *per_fleet}):
+            lemon.add_metric([fleet], per_fleet[fleet])
+        yield lemon
+        outcomes = CounterMetricFamily(
+            "fleetctl_rule_removals_resolved", "Automated removals by rule (their failure label) once resolved: "
+            "confirmed (a part replaced, retired, or a repair before the return) or unchanged (back as it was, or an "
+            "RMA with no fault found); precision = confirmed / (confirmed + unchanged)",
+            labels=["fleet", "rule", "outcome"])
+        for (fleet, rule, outcome), count in resolved:
+            outcomes.add_metric([fleet, rule, outcome], count)
+        yield outcomes
+        still_open = GaugeMetricFamily("fleetctl_rule_removals_open", "Automated removals by rule not yet resolved "
+                                       "(still out, or in an RMA not yet closed)", labels=["fleet", "rule"])
+        for (fleet, rule), count in sorted(removals_open.items()):
+            still_open.add_metric([fleet, rule], count)
+        yield still_open
+
+    def _production_conditions(self, node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen,
+                               sweep_every_s, now, fleets):
+        """The unhealthy nodes still in production: per node each condition `node list` shows it
+        with (conditions.conditions, on the same evidence), and their count per condition."""
+        per_node = GaugeMetricFamily(
+            "fleetctl_production_node_condition", "1 per condition of each node in production that has one "
+            "(conditions.PRODUCTION_CONDITIONS, as `fleetctl node list` shows them)",
+            labels=["fleet", "node", "rack", "condition"])
+        counts: Counter[tuple[str, str]] = Counter({(fleet, c): 0 for fleet in fleets for c in PRODUCTION_CONDITIONS})
+        for name, state, rack, _, _, since in sorted(node_rows):
+            if state != PRODUCTION:
+                continue
+            since = as_utc(since)
+            checks = latest_checks.get(name, [])
+            refusal = refused.get(name)
+            held = DrainHeld(refusal[2], max(refusal[0], since), refusal[1], 1) \
+                if refusal is not None and refusal[1] >= since else None
+            suspect = suspects.get(name)
+            stalled = Condition("Stalled", "", stalls[name]) if name in stalls else None
+            last_cause = self.last_move[name][2] if name in self.last_move else ""
+            fleet = fleet_of[name]
+            stale = unchecked_since(state, checks, agent_seen.get(name), now, sweep_every_s.get(fleet),
+                                    self.agent_silence_s)
+            for c in dict.fromkeys(c.type for c in conditions(state, checks, held, last_cause, suspect, stalled,
+                                                              since, stale)):
+                per_node.add_metric([fleet, one_line(name, REASON_LIMIT), rack, c], 1.0)
+                counts[(fleet, c)] += 1
+        yield per_node
+        by_condition = GaugeMetricFamily("fleetctl_production_nodes_by_condition",
+                                         "Nodes in production with each condition (a node may have several)",
+                                         labels=["fleet", "condition"])
+        for (fleet, c), count in sorted(counts.items()):
+            by_condition.add_metric([fleet, c], count)
+        yield by_condition
+
+    def _pending(self, pending_jobs, restarts, restart_fleet):
+        """Pending jobs per fleet and why (metrics.pending_reason), from the restart in progress
+        of each, if any."""
+        in_progress = {job: (placement, fleet) for (status, _, _, job, placement, _), fleet
+                       in zip(restarts, restart_fleet) if status == "in_progress"}
+        counts: Counter[tuple[str, str]] = Counter({(self.fleet, r): 0 for r in PENDING_REASONS})
+        for job in pending_jobs:
+            placement, fleet = in_progress.get(job, (None, self.fleet))
+            counts[(fleet, pending_reason(placement))] += 1
+        family = GaugeMetricFamily("fleetctl_jobs_pending", "Pending jobs and why they wait (metrics.PENDING_REASONS: "
+                                   "queued, or restarted and waiting where the restart asked)",
+                                   labels=["fleet", "reason"])
+        for (fleet, why), count in sorted(counts.items()):
+            family.add_metric([fleet, why], count)
+        return family
 
     def _budgets(self, nodes: list[tuple[str, str, datetime]]):
         """The served fleet's capacity budget, as its guard and `fleet status` count it."""
@@ -378,9 +620,10 @@ class FleetCollector:
 
 
 def serve(engine: Engine, port: int, address: str = "127.0.0.1", fleet: str = "default",
-          policy: GuardPolicy | None = None):
+          policy: GuardPolicy | None = None, lemon: LemonPolicy | None = None,
+          agent_silence_s: float = Settings.agent_silence_s):
     """Serve /metrics on a background thread; returns the HTTP server (call .shutdown())."""
     registry = CollectorRegistry()
-    registry.register(FleetCollector(engine, fleet, policy))
+    registry.register(FleetCollector(engine, fleet, policy, lemon, agent_silence_s))
     server, _thread = start_http_server(port, addr=address, registry=registry)
     return server

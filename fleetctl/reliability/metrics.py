@@ -101,6 +101,7 @@ from itertools import pairwise
 from typing import Any, Iterable, Mapping, Sequence
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.rma import RMA_NO_FAULT_FOUND, RMA_OPEN, RMA_REPLACED
 from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, is_planned_drain, remediation_entries
@@ -461,6 +462,24 @@ def rule_precision(histories: Iterable[NodeHistory], since: datetime, now: datet
 
 
 # -- jobs ----------------------------------------------------------------------------------------
+
+# Why a job is pending, as a bounded class (the exporter's `reason` label): waiting in its
+# scheduler's queue with no restart of fleetctl's under way (`queued`), or restarted off bad
+# nodes and waiting to run again where the restart asked (fleetctl.jobs.placement:
+# `restart_in_island` on named nodes of its island, `restart_fleet_wide` on any healthy node,
+# `restart_unplaced` wherever the scheduler puts it). The words are the restart's
+# placement_detail (`fleetctl job show`).
+PENDING_REASONS = ("queued", "restart_in_island", "restart_fleet_wide", "restart_unplaced")
+_PENDING_BY_PLACEMENT = {IN_ISLAND: "restart_in_island", FLEET_WIDE: "restart_fleet_wide", NOT_PLACED: "restart_unplaced"}
+
+
+def pending_reason(restart_placement: str | None) -> str:
+    """The class of why a pending job waits, from the placement of its restart in progress
+    (None: none in progress); a placement this version does not know waits as unplaced."""
+    if restart_placement is None:
+        return "queued"
+    return _PENDING_BY_PLACEMENT.get(restart_placement, "restart_unplaced")
+
 
 
 def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:

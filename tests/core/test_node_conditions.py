@@ -98,10 +98,10 @@ HOUR_S = 3600.0
 
 @pytest.mark.parametrize("state, age_h, agent_age_s, sweep_h, expected", [
     # Issue 29: a busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
-    ("production", 30, None, 1, "Unchecked"),
+    ("production", 30, None, 1, "Unchecked(1d)"),
     ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
     ("production", 30, 60.0, 1, "Ready"),  # its agent reports
-    ("production", 30, 3600.0, 1, "Unchecked"),  # its agent fell silent (past agent_silence_s)
+    ("production", 30, 3600.0, 1, "Unchecked(1d)"),  # its agent fell silent (past agent_silence_s)
     ("production", 30, None, None, "Ready"),  # no sweep interval known: nothing says how old is too old
     ("maintenance", 30, None, 1, "Maintenance"),  # out of service says so already
 ])
@@ -114,6 +114,6 @@ def test_old_evidence_without_an_agent_is_unchecked(state, age_h, agent_age_s, s
     stale = unchecked_since(state, summary, agent, now, None if sweep_h is None else sweep_h * HOUR_S, 300.0)
     found = conditions(state, summary, None, "", unchecked=stale)
     assert health_word(state, found, summary) == expected
-    if expected == "Unchecked":
+    if expected.startswith("Unchecked"):
         assert found[-1].reason == "newest evidence 1d old (sweep every 1h) and no agent reports"
         assert found[-1].since == T0

@@ -33,6 +33,9 @@ FAILURES = 5
 EXPECTED_HOURS = {"production": 1731.0, "draining": 6.0, "maintenance": 128.0, "burn_in": 4.0, "admission": 3.0,
                   "rma": 96.0, "retired": 48.0}
 NODES = [f"n{i:02d}" for i in range(1, 13)]
+# The capacity guard's refusal as it words one (fleetctl.nodes.capacity._decide).
+RACK_R3_LIMIT = ("rack limit: 1 of 4 in r3 already unavailable (max 1, 25%); "
+                 "can go once 1 node of r3 is back in service")
 XID_79 = "health: XID 79: reset_gpu (critical): GPU has fallen off the bus"
 XID_48 = "health: XID 48 seen 3 times in 24 h: escalated"
 NCCL_FAIL = "active check quick: nccl-allreduce: busbw 310 GB/s below the floor of 360 GB/s"
@@ -141,7 +144,7 @@ def seed(engine, now: datetime) -> None:
     automation = [
         *[AutomationEvent(kind="grant", node_name=n, reason="granted", actor="lifecycle", at=at(k * 10),
                           idempotency_key=f"auto-{next(counter)}") for k, n in enumerate(["n03", "n05", "n07", "n07"])],
-        AutomationEvent(kind="deny", node_name="n09", reason="rack r3 at its limit", actor="lifecycle", at=at(75),
+        AutomationEvent(kind="deny", node_name="n09", reason=RACK_R3_LIMIT, actor="lifecycle", at=at(75),
                         idempotency_key="auto-deny"),
         AutomationEvent(kind="breaker_open", reason="storm: 4 of 12", actor="guard", at=at(80), idempotency_key="auto-b1"),
         AutomationEvent(kind="breaker_closed", reason="resumed", actor="alice@console", at=at(81),

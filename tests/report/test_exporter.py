@@ -22,10 +22,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
+from fleetctl.nodes.capacity import AGENT_SILENCE, FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, checker_storm, decide
+from fleetctl.nodes.conditions import HELD_BY_CLASSES, PRODUCTION_CONDITIONS, held_by
 from fleetctl.reliability import exporter_server
-from fleetctl.reliability.metrics import CAUSE_CLASSES
+from fleetctl.reliability.exporter_server import FleetCollector
+from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.reliability.metrics import CAUSE_CLASSES, PENDING_REASONS, pending_reason
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
@@ -62,7 +67,9 @@ def seed_more(engine) -> None:
                  labels={"fleet": "blue"}, state_since=B02_SINCE, created_at=NOW - timedelta(days=3)),
             NodeEvent(node_name="b02", from_state="admission", to_state="production", trigger="enter_production",
                       actor="lifecycle", actor_kind="automation", at=B02_SINCE, idempotency_key="b02-0"),
-            *[AutomationEvent(fleet="blue", kind="deny", node_name="b02", reason=f"rack b1 at its limit ({k})",
+            *[AutomationEvent(fleet="blue", kind="deny", node_name="b02",
+                              reason=f"fleet limit: {k + 2} of 14 already unavailable (max 1, 10%); "
+                                     f"can go once {k + 2} nodes of the fleet are back in service",
                               actor="lifecycle", at=B02_SINCE + timedelta(hours=k), idempotency_key=f"b02-{k}")
               for k in (-1, 1, 2)],
             # b02's workflow was found stalled; b01's was, and works again.
@@ -128,13 +135,15 @@ def test_exporter_serves_the_fleet(served) -> None:
     assert all(set(labels) == {"fleet", "node", "rack", "state", "cause", "value"} and labels["cause"] in CAUSE_CLASSES
                for labels in out.values())
 
-    # Drains the guard holds: b02 since its first refusal in production, with the latest reason
-    # (one refusal from before it entered production does not count); n09, in production all
-    # week, refused at +75 h of the history's week.
-    held = {dict(labels)["node"]: (dict(labels)["reason"], value) for (name, labels), value in samples.items()
+    # Drains the guard holds: b02 since its first refusal in production, held by what the latest
+    # refusal names, as a class, not its words (one refusal from before it entered production
+    # does not count); n09, in production all week, refused at +75 h of the history's week.
+    held = {dict(labels)["node"]: (dict(labels)["held_by"], value) for (name, labels), value in samples.items()
             if name == "fleetctl_node_drain_held_since_timestamp_seconds"}
-    assert held == {"b02": ("rack b1 at its limit (2)", (B02_SINCE + timedelta(hours=1)).timestamp()),
-                    "n09": ("rack r3 at its limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
+    assert held == {"b02": ("fleet_limit", (B02_SINCE + timedelta(hours=1)).timestamp()),
+                    "n09": ("rack_limit", (NOW - history.WINDOW + timedelta(hours=75)).timestamp())}
+    assert all(set(dict(labels)) == {"fleet", "node", "rack", "held_by"} for (name, labels) in samples
+               if name == "fleetctl_node_drain_held_since_timestamp_seconds")
     # Stalled now: b02 (since the watcher found it); b01 was, and works again.
     stalled = {labels: value for (name, labels), value in samples.items()
                if name == "fleetctl_node_stalled_since_timestamp_seconds"}
@@ -179,19 +188,240 @@ def test_exporter_serves_the_fleet(served) -> None:
                 if name == "fleetctl_node_failures_total"}
     assert failures == {("default", "xid 48"): 3, ("default", "xid 79"): 1, ("default", "check nccl-allreduce"): 1}
 
-    assert sample(samples, "fleetctl_job_restarts_total", status="succeeded") == 2
-    assert sample(samples, "fleetctl_job_restarts_total", status="failed") == 1
-    assert sample(samples, "fleetctl_job_restart_latency_seconds_count") == 2
-    assert sample(samples, "fleetctl_job_restart_latency_seconds_sum") == 210
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le)
+    # Restarts are their bad node's fleet's: all three off default's nodes.
+    assert sample(samples, "fleetctl_job_restarts_total", fleet="default", status="succeeded") == 2
+    assert sample(samples, "fleetctl_job_restarts_total", fleet="default", status="failed") == 1
+    assert sample(samples, "fleetctl_job_restart_latency_seconds_count", fleet="default") == 2
+    assert sample(samples, "fleetctl_job_restart_latency_seconds_sum", fleet="default") == 210
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", fleet="default", le=le)
             for le in ("60.0", "120.0", "300.0")] \
         == [0, 2, 2]
+    # sim-3 waits in the queue, no restart of fleetctl's under way; the other reasons read 0.
+    assert {dict(labels)["reason"]: v for (name, labels), v in samples.items() if name == "fleetctl_jobs_pending"} \
+        == {"queued": 1, "restart_in_island": 0, "restart_fleet_wide": 0, "restart_unplaced": 0}
+
+    # Unhealthy nodes still in production, as `node list` shows them: n10's nccl-allreduce
+    # failed (140 GB/s), n09's drain is held; blue's b02 is stalled, held, and never checked.
+    conditions = {(dict(labels)["node"], dict(labels)["condition"]) for (name, labels), v in samples.items()
+                  if name == "fleetctl_production_node_condition" and v == 1}
+    assert conditions == {("n10", "CheckFailed"), ("n09", "DrainHeld"), ("b02", "Stalled"), ("b02", "DrainHeld"),
+                          ("b02", "Unchecked")}
+    by_condition = {(dict(labels)["fleet"], dict(labels)["condition"]): v for (name, labels), v in samples.items()
+                    if name == "fleetctl_production_nodes_by_condition" and v}
+    assert by_condition == {("default", "CheckFailed"): 1, ("default", "DrainHeld"): 1, ("blue", "Stalled"): 1,
+                            ("blue", "DrainHeld"): 1, ("blue", "Unchecked"): 1}
+    assert {dict(labels)["condition"] for (name, labels) in samples
+            if name == "fleetctl_production_nodes_by_condition"} == set(PRODUCTION_CONDITIONS)
+
+    # Rule precision: n03's XID 79 removal and n07's first two XID 48 came back as they were
+    # (unchanged); n07's third is in an open RMA and n05's nccl-allreduce still in maintenance.
+    resolved = {(dict(labels)["rule"], dict(labels)["outcome"]): v for (name, labels), v in samples.items()
+                if name == "fleetctl_rule_removals_resolved_total"}
+    assert resolved == {("xid 79", "unchanged"): 1, ("xid 48", "unchanged"): 2}
+    assert {dict(labels)["rule"]: v for (name, labels), v in samples.items() if name == "fleetctl_rule_removals_open"} \
+        == {"xid 48": 1, "check nccl-allreduce": 1}
+    # The history's week ended long before this scrape: no node is a lemon now, in either fleet.
+    assert {dict(labels)["fleet"]: v for (name, labels), v in samples.items() if name == "fleetctl_lemon_nodes"} \
+        == {"default": 0, "blue": 0}
 
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="grant") == 4
     assert sample(samples, "fleetctl_guard_decisions_total", fleet="default", decision="deny") == 1
     # default: opened, then closed by an operator; blue: open.
     assert sample(samples, "fleetctl_breaker_open", fleet="default") == 0
     assert sample(samples, "fleetctl_breaker_open", fleet="blue") == 1
+
+
+def _refusal(*, breaker_open: bool = False, failing: int = 0, fleet_out: int = 0, rack_out: int = 0) -> str:
+    """The capacity guard's own refusal of a drain of n01, of rack r1 (8 nodes: 2 may be out)
+    in a fleet of 48 (4 may be out; a storm is 10 failing)."""
+    snapshot = FleetSnapshot({"r1": RackCounts(8, rack_out, 8 - rack_out),
+                              "r2": RackCounts(40, fleet_out, 40 - fleet_out)})
+    decision = decide(GuardPolicy(), snapshot, RemovalRequest("n01", "r1", "xid 79", "t"),
+                      {f"f{i}": 0.0 for i in range(failing)}, 0.0, breaker_open)
+    assert not decision.granted
+    return decision.reason
+
+
+@pytest.mark.parametrize("refusal, expected", [
+    pytest.param(_refusal(breaker_open=True), "breaker", id="the breaker is open"),
+    pytest.param(_refusal(failing=12), "storm_window", id="this request's storm opens it"),
+    pytest.param(_refusal(fleet_out=4), "fleet_limit", id="the fleet's limit"),
+    pytest.param(_refusal(rack_out=2), "rack_limit", id="the rack's limit"),
+    pytest.param(checker_storm(GuardPolicy(), 9, 10), "breaker", id="a checker storm opened the breaker"),
+    pytest.param(checker_storm(GuardPolicy(), 9, 10, AGENT_SILENCE), "breaker", id="agents fell silent"),
+    pytest.param("rack r3 at its limit", "other", id="words the guard does not write"),
+    pytest.param("", "other", id="no words"),
+])
+def test_what_holds_a_drain_is_a_bounded_class(refusal: str, expected: str) -> None:
+    """held_by classifies the guard's refusals as the guard words them (capacity.decide,
+    checker_storm), so a change of wording there fails here."""
+    assert held_by(refusal) == expected
+    assert expected in HELD_BY_CLASSES
+
+
+def test_many_distinct_refusals_make_one_series_per_node(sqlite_url) -> None:
+    """The guard words each refusal with its figures (a new text at every ask): the held drains
+    are one series per node, with as many label values as HELD_BY_CLASSES, however many texts."""
+    engine = get_engine(sqlite_url)
+    since = NOW - timedelta(days=1)
+    with Session(engine) as session:
+        for i in range(20):
+            session.add(Node(name=f"h{i:02d}", address=f"sim://h{i:02d}", rack=f"r{i % 2}", profile="h100-sxm",
+                             state="production", state_since=since, created_at=since))
+        for k in range(400):  # 20 asks per node, each refusal worded anew
+            session.add(AutomationEvent(
+                kind="deny", node_name=f"h{k % 20:02d}", actor="lifecycle", at=since + timedelta(seconds=k),
+                reason=(f"rack limit: {k} of {k + 4} in r{k % 2} already unavailable" if k % 3 else
+                        f"fleet limit: {k} of 20 already unavailable (max 2, 10%)") + f"; ask {k}",
+                idempotency_key=f"deny-{k}"))
+        session.commit()
+    server = exporter_server.serve(engine, 0, "127.0.0.1")
+    try:
+        samples = scrape(server.server_port)
+    finally:
+        server.shutdown()
+    held = [dict(labels) for name, labels in samples if name == "fleetctl_node_drain_held_since_timestamp_seconds"]
+    assert len(held) == 20 and {h["node"] for h in held} == {f"h{i:02d}" for i in range(20)}
+    # The last refusal of each node (ask 380 + i) decides its class: k % 3 == 0 is the fleet's limit.
+    assert {h["node"]: h["held_by"] for h in held} == {
+        f"h{i:02d}": "fleet_limit" if (380 + i) % 3 == 0 else "rack_limit" for i in range(20)}
+    # No label of any series carries a refusal's words.
+    assert not [labels for _, labels in samples if any("limit:" in v for _, v in labels)]
+
+
+def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> None:
+    """Every production node's conditions in the exporter are those `node list` shows (view_store,
+    the same conditions.conditions on the database's rows): on the history, with a reachability
+    judgement that stands (n01), one from before the node's state (n02), an agent silence whose
+    agent was heard since (n04), and default's hourly sweep (its history's checks are days old:
+    Unchecked where no agent reports), then again after new rows (a second scrape)."""
+    from fleetctl.db import queries, sweep_intervals
+    from fleetctl.nodes.view_store import freshness, node_rows
+
+    engine = get_engine(sqlite_url)
+    history.seed(engine, NOW)
+    seed_more(engine)
+    now = datetime.now(timezone.utc)
+    sweep_intervals.record(engine, sweep_intervals.SweepSchedule("hourly", "default", 3600.0))
+    collector = FleetCollector(engine, agent_silence_s=300.0)
+
+    def judge(name: str, reason: str, actor: str, at: datetime) -> AutomationEvent:
+        return AutomationEvent(kind="suspect", node_name=name, reason=reason, actor=actor, at=at,
+                               idempotency_key=f"suspect-{name}-{at.timestamp()}")
+
+    def compare() -> dict[str, set[str]]:
+        (family,) = [f for f in collector.collect() if f.name == "fleetctl_production_node_condition"]
+        exported: dict[str, set[str]] = {}
+        for sample in family.samples:
+            exported.setdefault(sample.labels["node"], set()).add(sample.labels["condition"])
+        listed = {}
+        for fleet in ("default", "blue"):
+            fresh = freshness(engine, fleet, 300.0, datetime.now(timezone.utc))
+            for row in node_rows(engine, [n for n in queries.list_nodes(engine)
+                                          if n.labels.get("fleet", "default") == fleet], False, fresh):
+                if row["state"] == "production" and row["conditions"]:
+                    listed[row["name"]] = {c["type"] for c in row["conditions"]}
+        assert exported == listed
+        return exported
+
+    with Session(engine) as session:
+        session.add_all([judge("n01", "3 check runs in a row could not reach it", "reachability", now),
+                         judge("n02", "unreachable", "reachability", NOW - timedelta(days=20)),
+                         judge("n04", "agent silent for 400 s", queries.AGENT_SILENCE_ACTOR,
+                               now - timedelta(minutes=2))])
+        n04 = session.get(Node, next(n.id for n in queries.list_nodes(engine) if n.name == "n04"))
+        n04.agent_seen_at = now  # heard again since it was judged
+        session.add(n04)
+        session.commit()
+    found = compare()
+    assert {"Suspect", "Unchecked"} <= found["n01"]
+    assert "n04" not in found  # judged, but its agent was heard since, and reports: Ready
+    assert "Suspect" not in found["n02"]  # judged before it entered production
+
+    # New rows, a second scrape: a fresh check on n01, n04's agent now silent past the setting.
+    with Session(engine) as session:
+        session.add(CheckRun(node_name="n01", check_name="nvidia-smi-query", kind="x", status="pass", started_at=now,
+                             finished_at=now, idempotency_key="fresh-n01"))
+        n04 = session.get(Node, next(n.id for n in queries.list_nodes(engine) if n.name == "n04"))
+        n04.agent_seen_at = now - timedelta(hours=1)
+        session.add(n04)
+        session.commit()
+    found = compare()
+    assert "Unchecked" not in found["n01"] and {"Suspect", "Unchecked"} <= found["n04"]
+
+
+def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) -> None:
+    """The lemon gauge is the lemon rule's figure at the scrape (LemonPolicy.times_remediated):
+    `lemon` was drained by automation three times in the last three days, each back through
+    burn-in; `planned` was drained four times for maintenance (no remediation); `old` three
+    times, but more than a lemon window ago."""
+    engine = get_engine(sqlite_url)
+    now = datetime.now(timezone.utc)
+    keys = iter(range(10_000))
+
+    def moves(node: str, start: datetime, failure: str, actor_kind: str) -> list[NodeEvent]:
+        path = [("production", "draining", "drain"), ("draining", "maintenance", "drain_complete"),
+                ("maintenance", "burn_in", "begin_burn_in"), ("burn_in", "admission", "begin_admission"),
+                ("admission", "production", "enter_production")]
+        if failure == "maintenance":  # an operator's planned drain ends with an undrain
+            path = [*path[:2], ("maintenance", "production", "undrain")]
+        return [NodeEvent(node_name=node, from_state=a, to_state=b, trigger=trigger, actor="t",
+                          actor_kind=actor_kind, failure=failure if trigger == "drain" else "",
+                          at=start + timedelta(minutes=10 * k), idempotency_key=f"e{next(keys)}")
+                for k, (a, b, trigger) in enumerate(path)]
+
+    with Session(engine) as session:
+        for name in ("lemon", "planned", "old"):
+            session.add(Node(name=name, address=f"sim://{name}", rack="r1", profile="h100-sxm", state="production",
+                             state_since=now - timedelta(hours=1), created_at=now - timedelta(days=30)))
+        for day in (1, 2, 3):
+            session.add_all(moves("lemon", now - timedelta(days=day), "xid 48", "automation"))
+            session.add_all(moves("old", now - timedelta(days=10 + day), "xid 48", "automation"))
+        for day in (1, 2, 3, 4):
+            session.add_all(moves("planned", now - timedelta(days=day), "maintenance", "operator"))
+        session.commit()
+
+    def lemons(policy: LemonPolicy) -> float:
+        (family,) = [f for f in FleetCollector(engine, lemon=policy).collect() if f.name == "fleetctl_lemon_nodes"]
+        return {s.labels["fleet"]: s.value for s in family.samples}["default"]
+
+    assert lemons(LemonPolicy(3, timedelta(days=7))) == 1  # lemon: 3 entries into maintenance to be remediated
+    assert lemons(LemonPolicy(4, timedelta(days=7))) == 0  # not 4: planned's four drains are no remediation
+    assert lemons(LemonPolicy(3, timedelta(days=14))) == 2  # a wider window takes old in
+
+
+@pytest.mark.parametrize("placement, expected", [
+    (None, "queued"),  # no restart of fleetctl's under way: the scheduler's queue
+    (IN_ISLAND, "restart_in_island"),
+    (FLEET_WIDE, "restart_fleet_wide"),
+    (NOT_PLACED, "restart_unplaced"),
+    ("somewhere new", "restart_unplaced"),  # a placement this version does not know
+])
+def test_why_a_job_is_pending_is_a_bounded_class(placement, expected) -> None:
+    assert pending_reason(placement) == expected and expected in PENDING_REASONS
+
+
+def test_pending_jobs_say_why_they_wait(sqlite_url) -> None:
+    """Three pending jobs: one queued, one restarted into its island, one restarted fleet-wide
+    off a blue node (its fleet's); a restart that has finished says nothing of why a job waits."""
+    engine = get_engine(sqlite_url)
+    with Session(engine) as session:
+        session.add(Node(name="g1", address="sim://g1", rack="r1", profile="h100-sxm", state="production",
+                         labels={"fleet": "blue"}))
+        for job in ("queued", "island", "fleet", "done"):
+            session.add(Job(job_id=job, scheduler="sim", state="pending" if job != "done" else "running"))
+        for job, placement, status, bad in (("island", IN_ISLAND, "in_progress", "n1"),
+                                            ("fleet", FLEET_WIDE, "in_progress", "g1"),
+                                            ("queued", IN_ISLAND, "succeeded", "n1"),
+                                            ("done", FLEET_WIDE, "in_progress", "n1")):
+            session.add(JobRestart(job_id=job, scheduler="sim", bad_nodes=[bad], cause="xid 79", actor="t",
+                                   restart_id=f"{job}-{status}", fault_seen_at=NOW, status=status, placement=placement,
+                                   placement_detail=f"words about {job} that change every time",
+                                   workflow_id=f"job-restart/{job}/{status}"))
+        session.commit()
+    (family,) = [f for f in FleetCollector(engine).collect() if f.name == "fleetctl_jobs_pending"]
+    assert {(s.labels["fleet"], s.labels["reason"]): s.value for s in family.samples if s.value} == {
+        ("default", "queued"): 1, ("default", "restart_in_island"): 1, ("blue", "restart_fleet_wide"): 1}
 
 
 def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
@@ -213,7 +443,8 @@ def test_a_quiet_fleet_reads_zero_not_no_data(sqlite_url) -> None:
     assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="fleet", rack="") == 1
     assert sample(samples, "fleetctl_capacity_headroom", fleet="green", scope="rack", rack="r1") == 1
     # A restart in 0.4 s reads as under half a second, not as "somewhere below 10 s".
-    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", le=le) for le in ("0.25", "0.5")] == [0, 1]
+    assert [sample(samples, "fleetctl_job_restart_latency_seconds_bucket", fleet="green", le=le)
+            for le in ("0.25", "0.5")] == [0, 1]
 
 
 def dashboard() -> dict:
@@ -359,6 +590,19 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
                     assert answer["data"]["result"], f"{panel['title']}: No data"
             out = answers["Nodes out of production, and why", "A"]
             assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
+            # Issue 29's panels: n09, n10 and b02 are unhealthy in production; a rule whose removals
+            # all came back as they were reads 0 (not missing); sim-3 waits in the queue; no lemon now.
+            assert [r["value"][1] for r in answers["Unhealthy nodes in production", "A"]] == ["3"]
+            assert {(r["metric"]["node"], r["metric"]["condition"])
+                    for r in answers["Unhealthy nodes in production, by condition", "A"]} \
+                == {("n10", "CheckFailed"), ("n09", "DrainHeld"), ("b02", "Stalled"), ("b02", "DrainHeld"),
+                    ("b02", "Unchecked")}
+            assert {r["metric"]["rule"]: r["value"][1] for r in answers["Rule precision", "A"]} \
+                == {"xid 48": "0", "xid 79": "0"}
+            assert {r["metric"]["rule"]: r["value"][1] for r in answers["Rule precision", "B"]} \
+                == {"xid 48": "1", "check nccl-allreduce": "1"}
+            assert {r["metric"]["reason"]: r["value"][1] for r in answers["Pending jobs and why", "A"]}["queued"] == "1"
+            assert [r["value"][1] for r in answers["Lemon nodes", "A"]] == ["0"]
             assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
                 == {"default": "0", "blue": "1"}
             # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).

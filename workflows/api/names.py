@@ -22,6 +22,7 @@ PRODUCTION_STRAGGLERS = "ProductionStragglers"
 JOB_HISTORY_SYNC = "JobHistorySync"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
+RMA_DECISION_UPDATE = "decide_rma"  # an operator's `rma confirm` / `rma reject` of a held RMA
 JOB_RESTART = "JobRestart"
 
 FIRMWARE_ROLLOUT = "FirmwareRollout"

@@ -3,8 +3,8 @@
 `nodes.jump_host`: `[user@]host[:port]` of the bastion; NULL: the node is reached directly,
 or through the fleet-wide `ssh_jump_host` setting when one is set.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-01
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0015"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
