@@ -18,7 +18,7 @@ from bench.harness import CannotMeasure, load, machine, now_iso, write_result
 
 # Cheapest first, so a broken expensive one still leaves the others' results.
 BENCHMARKS = ("decode", "parsers", "cli_startup", "agent", "preemption", "throughput", "scaleout", "scale", "sweep_db", "worker_recovery",
-              "reaction", "spares")
+              "reaction", "spares", "retention")
 
 
 def run_one(name: str, full: bool, host: dict) -> bool:

@@ -35,6 +35,7 @@ ENV_VARS = {
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
     "accept_new_host_keys": "FLEETCTL_ACCEPT_NEW_HOST_KEYS",
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
+    "ssh_jump_host": "FLEETCTL_SSH_JUMP_HOST",
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
@@ -78,6 +79,13 @@ ENV_VARS = {
     "straggler_min_nodes": "FLEETCTL_STRAGGLER_MIN_NODES",
     "straggler_interval_s": "FLEETCTL_STRAGGLER_INTERVAL_S",
     "straggler_policy": "FLEETCTL_STRAGGLER_POLICY",
+    "external_drain_watch_s": "FLEETCTL_EXTERNAL_DRAIN_WATCH_S",
+    "external_drain_policy": "FLEETCTL_EXTERNAL_DRAIN_POLICY",
+    # Retention (fleetctl.db.retention), together.
+    "retention_raw_output_days": "FLEETCTL_RETENTION_RAW_OUTPUT_DAYS",
+    "retention_check_days": "FLEETCTL_RETENTION_CHECK_DAYS",
+    "retention_health_event_days": "FLEETCTL_RETENTION_HEALTH_EVENT_DAYS",
+    "retention_interval_s": "FLEETCTL_RETENTION_INTERVAL_S",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 # Never printed or logged: `fleetctl config` says only whether each is set.
@@ -124,6 +132,9 @@ class Settings:
     known_hosts: str = "~/.ssh/known_hosts"
     accept_new_host_keys: bool = False
     ssh_key_file: str = ""
+    # [user@]host[:port] of the SSH jump host (bastion) every SSH connection goes through (nodes,
+    # slurm_host) unless a node's inventory entry names its own `jump`; empty: direct.
+    ssh_jump_host: str = ""
     # A directory of suite YAML files that add to or replace the shipped ones.
     suites_dir: str = ""
     # Capacity guard: most of the fleet / of a rack that automation may take out, and the
@@ -226,6 +237,20 @@ class Settings:
     # flag-only records findings; drain-at-checkpoint also drains a straggler through the
     # capacity guard once its job has checkpointed (or restarted, or ended) since the finding.
     straggler_policy: str = "flag-only"
+    # Another tool's drain of a production node in its scheduler (NHC, a person): each worker
+    # looks every external_drain_watch_s (0: never) and records each as a health event of the
+    # node; policy record-only leaves the node in production, maintenance asks the capacity
+    # guard to take it there (fleetctl.nodes.scheduler_sync).
+    external_drain_watch_s: float = 300.0
+    external_drain_policy: str = "record-only"
+    # Retention (fleetctl.db.retention, `fleetctl db prune`): check runs' raw output is kept
+    # this many days, their verdicts longer, health events longer still (what a figure or a
+    # decision reads is kept whatever its age); each worker prunes every retention_interval_s
+    # (0: never; `db prune` by hand or from cron then).
+    retention_raw_output_days: float = 14.0
+    retention_check_days: float = 180.0
+    retention_health_event_days: float = 400.0
+    retention_interval_s: float = 86400.0
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
@@ -302,6 +327,11 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "straggler_min_nodes": (3, 100000, True),
     "straggler_interval_s": (1.0, 86400.0, True),
     "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
+    "external_drain_watch_s": (0.0, 86400.0, True),
+    "retention_raw_output_days": (0.0, 36500.0, False),
+    "retention_check_days": (0.0, 36500.0, False),
+    "retention_health_event_days": (0.0, 36500.0, False),
+    "retention_interval_s": (0.0, 30 * 86400.0, True),
 }
 
 
@@ -362,6 +392,16 @@ def _check_string(name: str, value: str, what: str) -> str:
             check_label(value)
         except ValueError as exc:
             raise ConfigError(f"{what}: {exc}") from None
+    if name == "external_drain_policy":
+        from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN_POLICIES
+
+        if value not in EXTERNAL_DRAIN_POLICIES:
+            raise ConfigError(f"{what}: {value[:40]!r} is not a policy (one of {', '.join(EXTERNAL_DRAIN_POLICIES)})")
+    if name == "ssh_jump_host" and value:
+        from fleetctl.inventory.parse import JUMP_HOST_RE
+
+        if not JUMP_HOST_RE.match(value):
+            raise ConfigError(f"{what}: {value[:60]!r} must be [user@]host[:port]")
     if name == "prometheus_url" and value:
         _check_prometheus_url(value, what)
     return value
@@ -454,7 +494,17 @@ def load_settings(
             settings.sources[key] = "flag"
     _check_kubernetes(settings)
     _check_prometheus_token(settings)
+    _check_retention(settings)
     return settings
+
+
+def _check_retention(settings: Settings) -> None:
+    """A verdict outlives its raw output: pruning a check run would otherwise take output the
+    setting says to keep."""
+    if settings.retention_check_days < settings.retention_raw_output_days:
+        raise ConfigError(f"setting retention_check_days: {settings.retention_check_days:g} is shorter than "
+                          f"retention_raw_output_days ({settings.retention_raw_output_days:g}): a check run's "
+                          "verdict is kept at least as long as its raw output")
 
 
 def _check_kubernetes(settings: Settings) -> None:

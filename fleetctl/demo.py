@@ -25,6 +25,7 @@ from typing import Callable
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.text import plural
 
 # Burn-in's long checks (DCGM r3: 15 min, HPL: 10 min) take about 2 s here.
 DEMO_TIME_SCALE = 0.002
@@ -95,7 +96,8 @@ class Demo:
         self.client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
         self.plan.faults = plan_scenario(self.names, self.plan.seed)
-        self.log(f"imported {len(self.names)} simulated {self.plan.profile} nodes in {self.plan.racks} racks")
+        self.log(f"imported {plural(len(self.names), f'simulated {self.plan.profile} node')} "
+                 f"in {plural(self.plan.racks, 'rack')}")
 
     async def admit_all(self) -> None:
         from workflows.client import request_phase

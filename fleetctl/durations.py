@@ -56,7 +56,10 @@ def as_utc(value: datetime) -> datetime:
 
 
 def when(at: Any) -> str:
-    """A time for a human, in every table the same way: UTC to the second."""
-    if at is None:
+    """A time for a human, in every table the same way: UTC to the second. `at` is a datetime,
+    or ISO 8601 text as a record keeps one (an RMA's evidence, a report's rows)."""
+    if at is None or at == "":
         return ""
+    if isinstance(at, str):
+        at = datetime.fromisoformat(at.replace("Z", "+00:00"))
     return f"{as_utc(at):%Y-%m-%d %H:%M:%S}"

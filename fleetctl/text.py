@@ -68,3 +68,14 @@ def bounded(text: str, limit: int = MAX_TEXT) -> str:
     if _UNENCODABLE.search(text):
         text = _UNENCODABLE.sub("\ufffd", text)
     return text if len(text) <= limit else text[: limit - 1] + _CUT
+
+
+def plural(count: float, noun: str, nouns: str | None = None) -> str:
+    """`1 node`, `2 nodes`, `0 nodes`, `1.5 days`: a count and its noun, the one way every
+    message says it (`nouns` for a plural that is not the noun and an s: `2 batches`)."""
+    return f"{count:g} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def times(count: int) -> str:
+    """How often, in words: `once`, `twice`, `3 times`."""
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")

@@ -39,6 +39,7 @@ from fleetctl.text import one_line
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
     ACTIVE_CHECK_SWEEP,
+    JOB_HISTORY_SYNC,
     PRODUCTION_STRAGGLERS,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
@@ -68,6 +69,7 @@ from workflows.api import (
     RolloutCommand,
     RolloutInput,
     RolloutStatus,
+    JobSyncInput,
     StragglerSweepInput,
     SweepInput,
     TransitionRequest,
@@ -79,6 +81,7 @@ from workflows.api import (
     remediation_id,
     remediation_mode,
     rollout_workflow_id,
+    job_sync_id,
     straggler_sweep_id,
     sweep_id,
 )
@@ -561,6 +564,12 @@ async def sweep_schedules(client: Client) -> list[SweepSchedule]:
                                                                    for i in desc.schedule.spec.intervals),
                                        desc.schedule.state.paused))
     return found
+
+
+def job_sync_schedule(settings: Settings, schedule_id: str, every: timedelta, sync: JobSyncInput) -> Schedule:
+    """The Temporal Schedule that starts a JobHistorySync every `every`."""
+    return _every(ScheduleActionStartWorkflow(JOB_HISTORY_SYNC, sync, id=job_sync_id(schedule_id),
+                                              task_queue=settings.task_queue), every)
 
 
 def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: StragglerSweepInput) -> Schedule:

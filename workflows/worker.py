@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
 from workflows.activities.guard import GuardActivities
+from workflows.activities.job_history import JobHistoryActivities
 from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
@@ -26,13 +28,17 @@ from workflows.client import connect, ensure_capacity_guard, require_search_attr
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
 from workflows.definitions.stragglers import ProductionStragglers
 
+# How many external drains' event ids a worker remembers having signalled (watch_external_drains).
+SENT_EXTERNAL_DRAINS = 10_000
+
 WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout,
-                         ProductionStragglers]
+                         ProductionStragglers, JobHistorySync]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -49,6 +55,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
+    job_history = JobHistoryActivities(settings, schedulers)
     return [
         node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
         node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
@@ -60,11 +67,12 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         guard.ask_capacity_guard, guard.report_check_errors,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
-        remediation.notify, remediation.open_rma,
+        remediation.notify, remediation.open_rma, remediation.rma_burst, remediation.decide_rma,
         fw.current_baseline_id, fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress,
         restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
         restarts.record_restart_step, restarts.record_restart_outcome,
         stragglers.judge_running_jobs, stragglers.record_straggler_drain,
+        job_history.sync_job_history,
     ]
 
 
@@ -104,6 +112,104 @@ async def watch_stalls(client: Client, settings: Settings) -> None:
         await asyncio.sleep(settings.stall_watch_s)
 
 
+async def watch_external_drains(client: Client, settings: Settings, schedulers: SchedulerRegistry) -> None:
+    """Every settings.external_drain_watch_s (0: never): the fleet's production nodes another
+    tool drained in their scheduler (fleetctl.nodes.scheduler_sync.external_drains). Each new
+    one is sent to the node's workflow as a health event (recorded once: its id is the drain's),
+    and its lifting as an `info` one; under external_drain_policy `maintenance` each is asked of
+    the capacity guard, as the Slurm prolog asks, and drained to maintenance when granted (a
+    refusal is recorded by the guard; the next watch asks again). Any worker may: what one
+    records the next finds recorded."""
+    import dataclasses
+
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import utcnow
+    from fleetctl.inventory.names import scheduler_members
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, episode_id, external_drains
+    from fleetctl.remediation.runbooks import Event
+    from fleetctl.schedulers import SCHEDULER_KINDS
+    from fleetctl.text import bounded, printable
+    from workflows.api import HealthEventInput
+    from workflows.client import CommandRejected, request_guarded_drain, send_health_events
+
+    if not settings.external_drain_watch_s:
+        return
+    log = logging.getLogger(__name__)
+    engine = get_engine(settings.db_url)
+    # What this worker signalled: a drain seen again before the workflow has recorded it is not
+    # sent twice (another worker's is recorded once, by its id). Bounded: oldest forgotten first.
+    sent: OrderedDict[str, None] = OrderedDict()
+
+    async def signal(node: str, message: str, event_id: str, severity: str) -> None:
+        if event_id in sent:
+            return
+        try:
+            await send_health_events(client, node, [HealthEventInput(
+                node=node, source=EXTERNAL_DRAIN, message=bounded(printable(message)), actor=EXTERNAL_DRAIN,
+                event_id=event_id, at=utcnow().timestamp(), severity=severity)])
+        except CommandRejected as exc:  # no workflow for the node (retired meanwhile): the others go on
+            log.warning("external drain of %s not recorded: %s", node, exc)
+            return
+        sent[event_id] = None  # once sent: a failed send is tried again next watch
+        while len(sent) > SENT_EXTERNAL_DRAINS:
+            sent.popitem(last=False)
+
+    def look():
+        nodes = [n for n in queries.list_nodes(engine, state="production") if in_fleet(n.labels, settings.fleet)
+                 and n.scheduler != "none" and set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
+        found, unknown = external_drains(nodes, {kind: schedulers.get(kind) for kind in {n.scheduler for n in nodes}})
+        recorded = queries.health_event_ids_starting(engine, [d.event_id for d in found])
+        found = [dataclasses.replace(d, event_id=episode_id(d.event_id, recorded)) for d in found]
+        # Lifted: asked, and no longer drained by another tool (a scheduler that did not answer says nothing).
+        answered = {n.name for n in nodes} - unknown - {d.node for d in found}
+        lifted = [e for node, e in queries.open_external_drains(engine, EXTERNAL_DRAIN).items() if node in answered]
+        return found, recorded, lifted, {n.name: n.rack for n in nodes}
+
+    while True:
+        # First a whole interval: a worker (re)started asks nothing of the schedulers at once.
+        await asyncio.sleep(settings.external_drain_watch_s)
+        try:
+            found, recorded, lifted, racks = await asyncio.to_thread(look)
+            for drain in found:
+                if drain.event_id not in recorded and drain.event_id not in sent:
+                    log.warning("node %s: %s", drain.node, printable(drain.message))
+                    await signal(drain.node, drain.message, drain.event_id, "warning")
+                if settings.external_drain_policy == "maintenance":
+                    try:
+                        await request_guarded_drain(
+                            client, settings, drain.node, racks[drain.node], bounded(printable(drain.message)),
+                            EXTERNAL_DRAIN, f"{drain.event_id}@{utcnow().isoformat()}",
+                            Event("manual", message=bounded(printable(drain.message))).to_dict())
+                    except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
+                        log.info("node %s: not drained for the external drain: %s", drain.node, exc)
+            for was in lifted:
+                await signal(was.node_name, f"lifted: {was.message}", f"{was.idempotency_key}/lifted", "info")
+        except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
+            log.warning("external drain watch: %s", one_line(exc))
+
+
+async def prune_periodically(settings: Settings) -> None:
+    """Every settings.retention_interval_s (0: never), the retention policy's prune
+    (fleetctl.db.retention). Any worker may: what one removes the next finds gone."""
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import utcnow
+    from fleetctl.db.retention import RetentionPolicy, prune
+
+    if not settings.retention_interval_s:
+        return
+    log = logging.getLogger(__name__)
+    engine = get_engine(settings.db_url)
+    while True:
+        try:
+            removed = await asyncio.to_thread(prune, engine, RetentionPolicy.of(settings), utcnow())
+            log.info("retention: removed %s", ", ".join(f"{n} {what}" for what, n in removed.items()))
+        except Exception as exc:  # noqa: BLE001 - the next round tries again
+            log.warning("retention: %s", one_line(exc))
+        await asyncio.sleep(settings.retention_interval_s)
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
@@ -111,6 +217,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     if warning:
         logging.getLogger(__name__).warning(warning)
     watcher = asyncio.create_task(watch_stalls(client, settings))
+    pruner = asyncio.create_task(prune_periodically(settings))
+    drains = asyncio.create_task(watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings))))
     try:
         with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
             worker = build_worker(client, settings, executor)
@@ -121,6 +229,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
                     await stop.wait()
     finally:
         watcher.cancel()
+        pruner.cancel()
+        drains.cancel()
 
 
 class BackgroundWorker:

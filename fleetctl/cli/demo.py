@@ -87,7 +87,7 @@ def demo(
             # soft_wrap: the export line stays one line however narrow the terminal or the
             # file it is redirected to, so a paste exports every variable.
             console.print("\nstill running; in another shell:\n" + export_line(settings, address)
-                          + "\n  fleetctl fleet status --watch\nCtrl-C to stop.", soft_wrap=True, markup=False)
+                          + f"\n  {fleetctl_invocation()} fleet status --watch\nCtrl-C to stop.", soft_wrap=True, markup=False)
             while True:
                 time.sleep(1)
     except KeyboardInterrupt:
@@ -102,6 +102,25 @@ def demo(
 
 def _interrupt(_signum, _frame) -> None:
     raise KeyboardInterrupt
+
+
+def fleetctl_invocation(on_path: str | None = None, this: Path | None = None, cwd: Path | None = None) -> str:
+    """How another shell runs this fleetctl: `fleetctl` when its PATH finds this one (`on_path`:
+    what `shutil.which` finds), else this one's path, relative to the current directory when
+    under it (`.venv/bin/fleetctl` in a checkout), quoted for the shell."""
+    import shlex
+    import shutil
+    import sys
+
+    on_path = shutil.which("fleetctl") if on_path is None else on_path
+    this = Path(sys.executable).parent / "fleetctl" if this is None else this
+    cwd = Path.cwd() if cwd is None else cwd
+    if on_path and Path(on_path).resolve() == this.resolve():
+        return "fleetctl"
+    try:
+        return shlex.quote(str(this.absolute().relative_to(cwd.absolute())))
+    except ValueError:
+        return shlex.quote(str(this.absolute()))
 
 
 def export_line(settings, address: str) -> str:

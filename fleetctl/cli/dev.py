@@ -1,4 +1,4 @@
-"""`fleetctl dev server`, `fleetctl worker`, `fleetctl db upgrade`, `fleetctl config`."""
+"""`fleetctl dev server`, `fleetctl worker`, `fleetctl config`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 
 app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=True)
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 
 
 @app.command("server")
@@ -87,18 +86,6 @@ async def _serve_until_signalled(settings, run_worker) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await run_worker(settings, stop)
-
-
-@db_app.command("upgrade")
-def db_upgrade(ctx: typer.Context) -> None:
-    """Apply the Alembic migrations up to head (also done automatically on first use)."""
-    from fleetctl.db.engine import current_revision, describe, get_engine, upgrade
-
-    s = context.settings(ctx)
-    engine = get_engine(s.db_url, migrate=False)
-    before = current_revision(engine)
-    after = upgrade(engine)
-    typer.echo(f"{describe(s.db_url)}: {before or 'empty'} -> {after}")
 
 
 def _temporal_rows(s) -> list[dict]:

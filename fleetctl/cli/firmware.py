@@ -9,6 +9,7 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail,
                                  simple_table, within)
+from fleetctl.text import plural
 
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
@@ -94,7 +95,8 @@ def rollout(
         client = await context.temporal_client(ctx)
         rollout_id, plan = await start_rollout(client, s, baseline, baseline_file.read_text(), canary, batch,
                                                max_failures, dry_run, s.identity())
-        typer.echo(f"roll-out {rollout_id}: {sum(map(len, plan.batches))} nodes in {len(plan.batches)} batches"
+        typer.echo(f"roll-out {rollout_id}: {plural(sum(map(len, plan.batches)), 'node')} in "
+                   f"{plural(len(plan.batches), 'batch', 'batches')}"
                    + (" (dry run)" if dry_run else ""))
         return await _watch(client, rollout_id) if watch else None
 
@@ -175,4 +177,4 @@ def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
 
     rows = [{"id": r.rollout_id, "status": r.status, "total": r.total, "done": r.done, "failed": r.failed,
              "dry_run": r.dry_run, "detail": r.detail, "created_at": r.created_at} for r in rollouts(context.engine(ctx))]
-    emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide))
+    emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide), empty="No firmware roll-outs.")

@@ -7,8 +7,9 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, shown, simple_table, within
+from fleetctl.cli.output import OUTPUT_OPTION, Column, age, OutputFormat, column_table, emit, fail, shown, simple_table, within
 from fleetctl.durations import when
+from fleetctl.text import plural
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -19,10 +20,28 @@ def fleet_status(ctx: typer.Context) -> dict:
     from fleetctl.config import guard_policy
     from fleetctl.nodes.fleet_status_store import fleet_status as from_database
 
+    from datetime import datetime, timezone
+
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
-    return from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
-                         s.spares_per_island)
+    status = from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
+                           s.spares_per_island)
+    status["rma_held"] = _held_rmas(context.engine(ctx), s.fleet)
+    status["at"] = datetime.now(timezone.utc)  # when this was read: a watched screen says how fresh it is
+    return status
+
+
+def _held_rmas(engine, fleet: str) -> list[dict]:
+    """The fleet's RMAs held for an operator's confirmation (a correlated burst), oldest first."""
+    from fleetctl.db import queries
+    from fleetctl.db.remediation import rma_records
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    held = rma_records(engine, AWAITING_CONFIRMATION)
+    ours = {n.name for n in queries.nodes_named(engine, sorted({r.node_name for r in held})) if in_fleet(n.labels, fleet)}
+    return [{"id": r.id, "node": r.node_name, "opened_at": r.opened_at, "held_reason": r.held_reason}
+            for r in reversed(held) if r.node_name in ours]
 
 
 def _automation(ctx: typer.Context):
@@ -87,6 +106,18 @@ OPERATOR_COLUMNS = (
 )
 
 
+# Collapsed automation events (fleetctl.nodes.event_groups): in `fleet status` and `node show`.
+# First and last seen as ages, as `kubectl get events` gives them (-o json has the times).
+AUTOMATION_COLUMNS = (
+    Column("node", lambda g: g["node"] or "-"),
+    Column("kind", lambda g: g["kind"]),
+    Column("count", lambda g: g["count"]),
+    Column("first seen", lambda g: age(g["first"]), whole=True),
+    Column("last seen", lambda g: age(g["last"]), whole=True),
+    Column("reason", lambda g: shown(g["reason"][:200])),
+)
+
+
 # One letter per node in the rack view: capitals for the states an operator looks for.
 STATE_LETTER = {"new": "n", "firmware": "f", "burn_in": "b", "admission": "a", "production": "P", "draining": "D",
                 "maintenance": "M", "rma": "R", "retired": "x"}
@@ -108,7 +139,7 @@ def render_racks(islands: list[dict]):
         for rack in island["racks"]:
             cells = [(STATE_LETTER.get(n["state"], "?"), NodeState(n["state"]).colour) for n in rack["nodes"]]
             lines.append(Text.assemble(shown(f"  {(rack['rack'] or '-').ljust(width)}  "), *cells,
-                                       f"  {len(cells)} node{'s' if len(cells) != 1 else ''}"))
+                                       f"  {plural(len(cells), 'node')}"))
     return Group(*lines)
 
 
@@ -119,8 +150,9 @@ def render_status(data: dict, wide: bool = False):
     from fleetctl.nodes.lifecycle import NodeState
 
     states = [s.value for s in NodeState]
-    head = Text.assemble(("fleet ", "bold"), f"{data['nodes']} nodes   ",
-                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)])
+    head = Text.assemble(("fleet ", "bold"), f"{plural(data['nodes'], 'node')}   ",
+                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)],
+                         (f" at {when(data['at'])} UTC", "dim") if data.get("at") else "")
     present = [s for s in states if data["per_state"].get(s)]
     racks = simple_table("per rack", ["rack", *present], [
         [rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())])
@@ -137,20 +169,29 @@ def render_status(data: dict, wide: bool = False):
                              f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
                              f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
                              f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
-    spares = data["spares"]
-    parts = [head, render_racks(data["islands"]) if wide else racks, auto,
-             column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)")]
-    if spares["per_island"]:
-        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
-                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+    # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
+    # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
+    # then what is under way; the budget and the per-rack counts last.
+    parts = [head, auto]
     if data["stalled"]:
-        # First: a stalled node's workflow acts on nothing, an XID 79 included.
-        parts.append(simple_table(f"stalled: {len(data['stalled'])} nodes whose workflow acts on nothing now",
+        parts.append(simple_table(f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                                   ["node", "since", "reason"],
                                   [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
+    if data["rma_held"]:
+        parts.append(simple_table(f"RMAs awaiting an operator: {len(data['rma_held'])} (fleetctl rma confirm ID | "
+                                  "reject ID)", ["id", "node", "since", "why"],
+                                  [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]]
+                                   for x in data["rma_held"][:20]]))
     if data["held_drains"]:
         parts.append(column_table(HELD_COLUMNS, data["held_drains"],
-                                  title=f"drains held by the capacity guard: {len(data['held_drains'])} nodes"))
+                                  title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}"))
+    if data["suspect"]:
+        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
+                                  ["node", "since", "why", "reason"],
+                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
+    if data["recent_automation_events"]:
+        parts.append(column_table(AUTOMATION_COLUMNS, data["recent_automation_events"],
+                                  title="recent automation (repeats counted, as kubectl's events)"))
     for r in data["firmware_rollouts"]:
         parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
                           f"{r['failed']} failed (halts at {r['max_failures']})",
@@ -160,13 +201,12 @@ def render_status(data: dict, wide: bool = False):
                                   [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]]))
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
-    if data["suspect"]:
-        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
-                                  ["node", "since", "why", "reason"],
-                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
-    if data["recent_automation_events"]:
-        parts.append(simple_table("recent automation", ["at", "kind", "node", "reason"], [
-            [when(e["at"]), e["kind"], e["node"] or "", e["reason"][:100]] for e in data["recent_automation_events"]]))
+    parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
+    spares = data["spares"]
+    if spares["per_island"]:
+        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
+                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+    parts.append(render_racks(data["islands"]) if wide else racks)
     return Group(*parts)
 
 
@@ -206,11 +246,20 @@ def status(
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
     from workflows.client import resume_automation as resume
+    from workflows.client import running_guard_status
 
     s = context.settings(ctx)
 
     async def run():
-        return await resume(await context.temporal_client(ctx), s, s.identity())
+        client = await context.temporal_client(ctx)
+        guard = await running_guard_status(client, s)  # asked first: a look starts no guard
+        if guard is None or not guard.breaker_open:
+            return None
+        return await resume(client, s, s.identity())
 
-    context.run_async(run())
+    if context.run_async(run()) is None:
+        # Nothing to do is said and done, as `kubectl uncordon` of a schedulable node: no
+        # breaker event is recorded for a breaker that was not open.
+        typer.echo(f"fleet {s.fleet}: the breaker is closed; nothing to resume")
+        return
     typer.echo(f"automation resumed by {s.identity()}: breaker closed")

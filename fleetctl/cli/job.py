@@ -8,7 +8,8 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, free_text, within
+from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, free_text, shown, within
+from fleetctl.durations import when
 
 app = typer.Typer(help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
                   "submit simulated ones.", no_args_is_help=True)
@@ -95,7 +96,7 @@ JOB_COLUMNS = (
     Column("NODES", lambda r: ",".join(r["nodes"])),
 )
 RESTART_COLUMNS = (
-    Column("fault seen", lambda r: r["fault_seen_at"]),
+    Column("fault seen", lambda r: when(r["fault_seen_at"])),
     Column("status", lambda r: r["status"]),
     Column("bad", lambda r: ",".join(r["bad_nodes"])),
     Column("new", lambda r: ",".join(r["new_nodes"])),
@@ -108,7 +109,7 @@ RESTART_COLUMNS = (
 
 # Production straggler findings (fleetctl.db.stragglers.finding_row), in `job show` and `node show`.
 STRAGGLER_COLUMNS = (
-    Column("found", lambda r: r["found_at"]),
+    Column("found", lambda r: when(r["found_at"])),
     Column("node", lambda r: r["node"], whole=True),
     Column("job", lambda r: r["job_id"]),
     Column("status", lambda r: r["status"], whole=True),
@@ -157,23 +158,38 @@ def list_jobs(
                     rows.update((j.job_id, _job_row(kind, j)) for j in found_jobs)
     except SchedulerError as exc:
         fail(str(exc))
-    emit(list(rows.values()), output, _jobs_table)
+    emit(list(rows.values()), output, _jobs_table, empty="No jobs.")
 
 
 def _restart_row(r) -> dict:
+    """A restart's row; its times stay datetimes, for -o json's one format (fleetctl.cli.output.machine_value)
+    and the tables' (fleetctl.durations.when)."""
     from fleetctl.durations import as_utc
 
-    def iso(when) -> str | None:
-        return as_utc(when).isoformat() if when else None
+    def utc(at):
+        return as_utc(at) if at else None
 
     seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
         "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
-        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": iso(r.fault_seen_at),
-        "drained_at": iso(r.drained_at), "requeued_at": iso(r.requeued_at), "running_at": iso(r.running_at),
+        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": utc(r.fault_seen_at),
+        "drained_at": utc(r.drained_at), "requeued_at": utc(r.requeued_at), "running_at": utc(r.running_at),
         "restart_seconds": seconds, "error": r.error, "workflow_id": r.workflow_id,
         "island": r.island, "placement": r.placement, "placement_detail": r.placement_detail, "landed": r.landed,
     }
+
+
+def pending_reason(state: str, restarts: list[dict]) -> str:
+    """Why a pending job waits, as squeue's Reason=Resources says it: for the nodes a restart
+    asks for, in the placement's own words (placement_detail), while that restart is under way."""
+    if state != "pending":
+        return ""
+    waiting = [r for r in restarts if r["status"] == "in_progress"]
+    if not waiting:
+        return "Resources: waits for free nodes"
+    latest = waiting[-1]
+    return f"Resources: restart {latest['restart_id'][:8]} waits for " + (
+        latest["placement_detail"] or "the scheduler to place it on healthy nodes")
 
 
 @app.command("show")
@@ -198,6 +214,7 @@ def show(
         "job_id": job_id, "name": job.name if job else "", "scheduler": kind,
         "state": job.state if job else "unknown", "nodes": list(job.nodes) if job else [],
         "restart_seconds": succeeded[-1]["restart_seconds"] if succeeded else None,
+        "reason": pending_reason(job.state if job else "unknown", restarts),
         "restarts": restarts,
         "stragglers": found,
     }
@@ -209,6 +226,8 @@ def show(
         head = Text.assemble((d["job_id"], "bold"), f"  {d['name']}  {d['scheduler']}  {d['state']}",
                              f"  on {','.join(d['nodes']) or '-'}")
         parts = [head]
+        if d["reason"]:
+            parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["restart_seconds"] is not None:
             parts.append(Text(f"last restart: running again {d['restart_seconds']:.2f}s after the fault"))
         if d["restarts"]:
@@ -361,11 +380,11 @@ def checkpoint(
     if not re.fullmatch(_JOB_ID, job_id):
         fail(f"not a job id: {job_id[:80]!r}", EXIT_USAGE)
     try:
-        when = parse_checkpoint_time(at, utcnow())
+        at_time = parse_checkpoint_time(at, utcnow())
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
-    new = jobs.record_checkpoint(context.engine(ctx), job_id, when)
-    typer.echo(f"job {job_id}: checkpoint at {when.isoformat()} " + ("recorded" if new else "already recorded"))
+    new = jobs.record_checkpoint(context.engine(ctx), job_id, at_time)
+    typer.echo(f"job {job_id}: checkpoint at {when(at_time)} " + ("recorded" if new else "already recorded"))
 
 
 @app.command("sync")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, NoReturn, Optional
 
 import typer
 import typer.main
@@ -43,18 +43,19 @@ NOUNS: dict[str, Noun] = {
     "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
     "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
-    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, and the production straggler judge."),
+    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, the production "
+                                                     "straggler judge, and the job history sync."),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
     "spares": Noun("fleetctl.cli.spares", "app",
                    "Hot spares: the nodes each island holds out of scheduling for restarts; refill them."),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
     "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
-    "db": Noun("fleetctl.cli.dev", "db_app", "Database schema."),
+    "db": Noun("fleetctl.cli.db", "app", "The fleet database: schema upgrades, retention (prune)."),
     "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes, record checkpoints, "
                                           "sync from the schedulers; submit simulated ones."),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
-    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, close."),
+    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, confirm or reject a held one, close."),
     "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),
     "metrics": Noun("fleetctl.cli.metrics", "app", "Prometheus metrics of the fleet."),
     "agent": Noun("fleetctl.cli.agent", "agent", "Run until SIGTERM: kernel log faults and GPU health changes go to the "
@@ -147,6 +148,8 @@ class FleetctlGroup(TyperGroup):
             _one_line_usage_error(exc)
         except (typer.Exit, typer.Abort, TyperException):
             raise
+        except BrokenPipeError:
+            stdout_closed()
         except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
             for kind, code in _known_errors().items():
                 if isinstance(exc, kind):
@@ -158,6 +161,17 @@ class FleetctlGroup(TyperGroup):
 
             typer.echo(f"error: internal: {exc.__class__.__name__}: {one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
+
+
+def stdout_closed() -> NoReturn:
+    """The reader of stdout has gone (`fleetctl ... | head`): the command ends quietly with
+    exit 0, as it does under kubectl and coreutils (whose SIGPIPE the shell does not report),
+    not with an error about a pipe. What Python still holds for stdout would fail again
+    when flushed: stdout is pointed at /dev/null first."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    raise typer.Exit(0)
 
 
 def _one_line_usage_error(exc: UsageError):
@@ -229,8 +243,11 @@ def run() -> None:
     # Leave without running interpreter teardown: the Temporal client's native runtime can
     # abort the process while it is torn down (temporalio sdk-python#300), turning a command
     # that did its work into a crash. Everything is written and flushed by now.
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # the last of the output, to a reader that has gone: see stdout_closed
+            pass
     os._exit(code)
 
 

@@ -12,6 +12,7 @@ from fleetctl.cli import context
 from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
                                  column_table, emit, fail, free_text, shown, sorted_rows)
 from fleetctl.durations import when
+from fleetctl.text import plural
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -81,8 +82,8 @@ NODE_COLUMNS = (
 )
 EVENT_COLUMNS = (
     Column("at", lambda r: when(r["at"])),
-    Column("from", lambda r: r["from"]),
-    Column("to", lambda r: r["to"]),
+    Column("from", lambda r: r["from"], whole=True),
+    Column("to", lambda r: r["to"], whole=True),
     Column("trigger", lambda r: r["trigger"]),
     Column("actor", lambda r: r["actor"]),
     Column("for", lambda r: r["for"] or "-"),
@@ -159,16 +160,20 @@ def import_nodes(
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
-        typer.echo(f"{file}: {len(specs)} nodes valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
+        typer.echo(f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
         return
 
     async def run() -> None:
         from rich.progress import Progress
 
         from workflows.api import node_workflow_id
-        from workflows.client import ensure_node_workflows
+        from workflows.client import ensure_node_workflows, require_search_attributes
 
         client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
+        # A namespace without fleetctl's search attributes refuses the workflows' start (a raw
+        # RPCError): one line saying to run `fleetctl temporal setup` instead, as the worker's.
+        if warning := await require_search_attributes(client):
+            typer.echo(f"warning: {warning}", err=True)
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         adopted = []
         if adopt:
@@ -215,13 +220,14 @@ def list_nodes(
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
     rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide, _freshness(ctx)), sort_by)
-    emit(rows, output, _nodes_table)
+    emit(rows, output, _nodes_table, empty="No nodes.")
 
 
 @app.command("show")
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
     """One node: state, health (one row per check), why it is out or held, recent events."""
     from fleetctl.db import queries
+    from fleetctl.nodes.fleet_status_store import RECENT_AUTOMATION_EVENTS, recent_automation
     from fleetctl.nodes.view_store import node_detail
 
     engine = context.engine(ctx)
@@ -231,10 +237,14 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data = node_detail(engine, node, _freshness(ctx))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
+    if data["workflow"]["reachable"]:
+        data["workflow"]["last_outcome"] = current_outcome(data["workflow"]["last_outcome"], data["state"], data["events"])
     # What took the node out, while it is out: planned work or the failure it counts as.
     data["out_for"] = _out_for(data["events"])
     data["remediated"], remediated_text = _remediated(ctx, name)
     data["stragglers"] = _straggler_findings(engine, name)
+    data["automation"] = recent_automation(engine, node=name)[:RECENT_AUTOMATION_EVENTS]
+    data["rma_held"] = _held_rmas(engine, name)
 
     def render(d: dict, _wide: bool):
         from rich.console import Group
@@ -255,6 +265,10 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
+        for held in d["rma_held"]:
+            parts.append(Text.assemble((f"RMA {held['id']} awaits an operator: ", "bold yellow"),
+                                       shown(f"{held['held_reason']} (fleetctl rma confirm {held['id']} | "
+                                             f"reject {held['id']})")))
         w = d["workflow"]
         if not w["reachable"]:
             parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
@@ -271,10 +285,26 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             from fleetctl.cli.job import STRAGGLER_COLUMNS
 
             parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
+        if d["automation"]:
+            from fleetctl.cli.fleet import AUTOMATION_COLUMNS
+
+            parts.append(column_table(AUTOMATION_COLUMNS[1:], d["automation"], title="automation (repeats counted)"))
         parts.append(_events_table(d["events"], "recent events"))
         return Group(*parts)
 
     emit(data, output, render)
+
+
+def current_outcome(last_outcome: str, state: str, events: list[dict]) -> str:
+    """The workflow's last outcome as `node show` gives it: a drain's ("drained: ...") is over
+    once the node is back in production (an undrain is a transition, not a phase, and leaves
+    the workflow's outcome as the drain left it): then the return says what happened last."""
+    if state != "production" or not last_outcome.startswith("drained"):
+        return last_outcome
+    back = next((e for e in reversed(events) if e["to"] == "production"), None)
+    if back is None:
+        return last_outcome
+    return f"back in production ({back['trigger']} by {back['actor']}, {when(back['at'])})"
 
 
 def _out_for(events: list[dict]) -> str:
@@ -297,6 +327,15 @@ def _freshness(ctx: typer.Context):
 
     s = context.settings(ctx)
     return freshness(context.engine(ctx), s.fleet, s.agent_silence_s, as_utc(utcnow()))
+
+
+def _held_rmas(engine, name: str) -> list[dict]:
+    """The node's RMAs held for an operator's confirmation (a correlated burst)."""
+    from fleetctl.db.remediation import rma_records
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    return [{"id": r.id, "reason": r.reason, "held_reason": r.held_reason, "opened_at": r.opened_at}
+            for r in rma_records(engine, AWAITING_CONFIRMATION, name)]
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:
@@ -352,7 +391,8 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
     engine = context.engine(ctx)
     if queries.get_node(engine, name) is None:
         fail(f"unknown node: {name}")
-    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows))
+    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows),
+         empty=f"No events of {name}.")
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict | None = None) -> None:
@@ -404,9 +444,7 @@ def drain(
     (--maintenance, the default) or a fault (--failure, --check NAME, --xid CODE); only a
     fault counts in the report's failures, repairs and lemons. A drain that takes the fleet
     or a rack past the capacity guard's limits says so and asks first (--yes: do not ask)."""
-    from fleetctl.config import guard_policy
     from fleetctl.db.queries import nodes_named
-    from fleetctl.nodes.fleet_status_store import drain_overruns
     from fleetctl.inventory.hostlist import compress
     from fleetctl.nodes.lifecycle import NodeState
 
@@ -414,6 +452,9 @@ def drain(
     names = _hosts(names)
     if dry_run:
         _would(ctx, names, "drain")
+        # What the real command would say before it drains: the same warnings, nothing asked.
+        for line in _drain_warnings(ctx, names):
+            typer.echo(f"warning: {line} (dry run: the drain would ask first)", err=True)
         return
     _require_nodes(ctx, names)
     # Already out of service is done, as kubectl drain and scontrol update State=DRAIN say:
@@ -428,14 +469,31 @@ def drain(
     names = [n for n in names if n not in skipped]
     if not names:
         return
-    s = context.settings(ctx)
-    over = drain_overruns(context.engine(ctx), guard_policy(s, s.fleet), s.fleet, names)
+    over = _drain_warnings(ctx, names)
     for line in over:
         typer.echo(f"warning: {line}", err=True)
     if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
                                               default=False, err=True):
         fail("not drained", EXIT_OPERATIONAL)
     _command(ctx, names, "drain", f"operator: {reason}", event)
+
+
+def _drain_warnings(ctx: typer.Context, names: list[str]) -> list[str]:
+    """What a drain of `names` would take past the capacity guard's limits (the drain asks
+    first); and, said first, the jobs running on each node, as kubectl drain lists the pods it
+    evicts: the drain waits for them to end, or a critical fault restarts them elsewhere."""
+    from fleetctl.config import guard_policy
+    from fleetctl.nodes.fleet_status_store import drain_overruns
+    from fleetctl.nodes.view_store import running_jobs_by_node
+
+    engine = context.engine(ctx)
+    running = running_jobs_by_node(engine)
+    for name in names:
+        if jobs := running.get(name):
+            typer.echo(f"{name}: {plural(len(jobs), 'job')} running: {', '.join(jobs)}: the drain waits for "
+                       f"{'it' if len(jobs) == 1 else 'them'} to end (`fleetctl job restart` moves a job now)")
+    s = context.settings(ctx)
+    return drain_overruns(engine, guard_policy(s, s.fleet), s.fleet, names)
 
 
 _XID_IN_REASON = re.compile(r"\bxid\s*(\d+)\b", re.IGNORECASE)
@@ -545,7 +603,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
         typer.echo(f"error: {o.message}", err=True)
     if failed:
         if len(names) > 1:
-            typer.echo(f"error: {kind}: {len(failed)} of {len(names)} nodes not started", err=True)
+            typer.echo(f"error: {kind}: {len(failed)} of {plural(len(names), 'node')} not started", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
 
 
@@ -636,7 +694,7 @@ def event(
         _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
         raise
     codes = ", ".join(str(e.code) for e in events if e.code is not None)
-    typer.echo(f"{name}: {len(events)} health event{'s' if len(events) > 1 else ''} sent"
+    typer.echo(f"{name}: {plural(len(events), 'health event')} sent"
                + (f" (XID {codes})" if codes else f" ({severity})"))
 
 

@@ -93,8 +93,13 @@ def free_text(required: bool = False) -> Callable[[Any, Any, Any], Any]:
     return check
 
 
-def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None) -> None:
-    """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable."""
+def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None, empty: str | None = None) -> None:
+    """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable. An
+    empty listing in a table is the one line `empty` ("No nodes.") on stderr, as kubectl's
+    "No resources found.": not a row of bare headers, and nothing on stdout for a script."""
+    if empty is not None and output in (OutputFormat.table, OutputFormat.wide) and not data:
+        typer.echo(empty, err=True)
+        return
     if output is OutputFormat.json:
         sys.stdout.write(json.dumps(data, indent=2, default=machine_value) + "\n")
     elif output is OutputFormat.yaml:
@@ -108,14 +113,28 @@ def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | No
                 fail("-o name: these rows have no name; use -o json", EXIT_USAGE)
             sys.stdout.write(printable(str(row[key]), keep_newlines=False) + "\n")
     else:
-        from rich.console import Console
-
         renderable = table(data, output is OutputFormat.wide) if table else json.dumps(data, indent=2, default=machine_value)
-        console = Console()
-        if not console.is_terminal and "COLUMNS" not in os.environ:
-            # Redirected to a file or a pipe: nothing is cut to a terminal's width there.
-            console = Console(width=LINE_WIDTH_UNBOUNDED)
-        console.print(renderable)
+        # Not cropped to the terminal's width: a line that cannot fit (a name longer than the
+        # terminal) wraps there, as kubectl's does, instead of losing its end.
+        stdout_console().print(renderable, crop=False)
+
+
+def stdout_console(unbounded_when_redirected: bool = True):
+    """The rich console every command prints its tables and pages on. Redirected to a file or
+    a pipe, nothing is cut to a terminal's width (unless `unbounded_when_redirected` is False,
+    for prose that wraps: a page read through `less`). A reader of stdout that has gone
+    (`| head`) raises BrokenPipeError, which fleetctl.cli.main ends quietly; rich's own
+    handling would exit 1."""
+    from rich.console import Console
+
+    class PipeAware(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    console = PipeAware()
+    if unbounded_when_redirected and not console.is_terminal and "COLUMNS" not in os.environ:
+        console = PipeAware(width=LINE_WIDTH_UNBOUNDED)
+    return console
 
 
 SORT_BY_OPTION = typer.Option(None, "--sort-by", help="a field of -o json's rows to sort by (e.g. state, rack, state_since)")
@@ -168,15 +187,10 @@ def shown(value: Any):
     return Text(printable("" if value is None else str(value)))
 
 
-def simple_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]):
-    from rich.table import Table
-
-    t = Table(title=None if title is None else shown(title), header_style="bold")
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*(shown(v) for v in r))
-    return t
+def simple_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]):
+    """Rows given as sequences, one cell per header: column_table's table, its columns made
+    from the headers."""
+    return column_table([Column(h, lambda r, i=i: r[i]) for i, h in enumerate(headers)], rows, title=title)
 
 
 @dataclass(frozen=True)
@@ -185,62 +199,111 @@ class Column:
     gives its cell. Each noun defines its columns once, as data, for every view that lists it."""
 
     header: str
-    cell: Callable[[dict], Any]
+    cell: Callable[[Any], Any]
     wide: bool = False  # only with -o wide
-    # Never shortened in a narrow terminal (the cells an operator scans: name, state,
-    # health); the other columns give up their width first.
+    # Shortened in a narrow terminal only after the other columns have given up their width
+    # (the cells an operator scans: state, health). The first column (the name) is never
+    # shortened at all, as kubectl never cuts NAME.
     whole: bool = False
 
 
-def column_table(columns: Sequence[Column], rows: Sequence[dict], wide: bool = False, title: str | None = None):
+def column_table(columns: Sequence[Column], rows: Sequence[Any], wide: bool = False, title: str | None = None):
     """`rows` as a table of `columns`; a cell may be a rich renderable (a coloured state). A
-    listing has no borders and one line per row; a titled section of a detail view has
-    borders, as simple_table's do, and wraps."""
-    from rich.table import Table
-
+    listing (no title) has no borders and one line per row, its cells elided to fit; a titled
+    section of a detail view has borders, and its cells wrap to fit. Either way the first
+    column keeps its full width."""
     chosen = [c for c in columns if wide or not c.wide]
     cells = [[_cell(c.cell(r)) for c in chosen] for r in rows]
-    if title:
-        table = Table(title=title, header_style="bold")
-        for c in chosen:
-            table.add_column(c.header)
-        for row in cells:
-            table.add_row(*row)
-        return table
-    return _Listing(chosen, cells)
+    return _Table(chosen, cells, title)
 
 
-class _Listing:
-    """A borderless listing fitted to the terminal as kubectl's and sinfo's are: one line per
-    row (grep, sort and wc -l work on it); when the terminal is too narrow, the columns not
-    marked `whole` give up width, widest first, their cells ending in an ellipsis."""
+# A listing's columns are two spaces apart, none at the edges (as kubectl's, whose columns
+# are three apart); a bordered section pads each cell with a space on either side and adds a
+# rule between columns and one at each edge.
+_GAP = 2
+# The narrowest a shortened column gets: an elided cell keeps a character and its ellipsis, a
+# wrapped one a few characters a line.
+_MIN_ELIDED, _MIN_WRAPPED = 4, 6
 
-    def __init__(self, columns: Sequence[Column], cells: list[list[Any]]):
-        self.columns, self.cells = columns, cells
+
+def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, floors: Sequence[int]) -> list[int]:
+    """Column widths whose sum fits `available`: the widest column that may give gives one
+    cell at a time, the others (`whole`) only when no other can, none below its floor (or
+    its natural width, when less). The first column never gives: when the rest cannot make
+    room, the sum is more than `available` (a terminal wraps the line; nothing is cut)."""
+    widths = list(natural)
+    floors = [min(n, f) for n, f in zip(natural, floors)]
+    excess = sum(widths) - available
+    for tier in (False, True):
+        while excess > 0:
+            givers = [i for i in range(1, len(widths)) if whole[i] == tier and widths[i] > floors[i]]
+            if not givers:
+                break
+            widest = max(givers, key=lambda k: widths[k])
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+# A wrapped cell breaks between words; a word longer than this may be broken too.
+_LONGEST_WORD = 20
+
+
+class _Table:
+    """A table fitted to the terminal as kubectl's and sinfo's are (fit_widths). A listing
+    keeps one line per row (grep, sort and wc -l work on it): shortened cells end in an
+    ellipsis. A titled section wraps them instead, so that nothing an operator reads there
+    (a GPU's UUID, a reason) is lost: between words while they fit, then within them; and
+    when even that is wider than the terminal, without its borders."""
+
+    def __init__(self, columns: Sequence[Column], cells: list[list[Any]], title: str | None):
+        self.columns, self.cells, self.title = columns, cells, title
 
     def __rich_console__(self, console, options):
-        from rich.cells import cell_len
         from rich.table import Table
 
-        def length(v: Any) -> int:
-            return cell_len(v.plain) if hasattr(v, "plain") else 1
-        widths = [max([len(c.header), *(length(row[i]) for row in self.cells)]) for i, c in enumerate(self.columns)]
-        gap = 2  # a space either side of each column
-        excess = sum(widths) + gap * len(widths) - options.max_width
-        while excess > 0:
-            shrinkable = [i for i, c in enumerate(self.columns) if not c.whole and widths[i] > max(3, len(c.header))]
-            if not shrinkable:
+        natural = [max([cell_width(c.header), *(cell_width(row[i]) for row in self.cells)])
+                   for i, c in enumerate(self.columns)]
+        whole = [i == 0 or c.whole for i, c in enumerate(self.columns)]
+        if self.title is None:
+            layouts = [(False, [_MIN_ELIDED] * len(natural))]
+        else:
+            words = [max([word_width(c.header), *(word_width(row[i]) for row in self.cells)])
+                     for i, c in enumerate(self.columns)]
+            least = [_MIN_WRAPPED] * len(natural)
+            layouts = [(True, words), (True, least), (False, words), (False, least)]
+        for boxed, floors in layouts:
+            frame = _GAP * len(natural) + (len(natural) + 1 if boxed else -_GAP)
+            widths = fit_widths(natural, whole, options.max_width - frame, floors)
+            if sum(widths) + frame <= options.max_width:
                 break
-            i = max(shrinkable, key=lambda k: widths[k])
-            step = min(excess, widths[i] - max(3, len(self.columns[i].header)))
-            widths[i] -= step
-            excess -= step
-        table = Table(header_style="bold", box=None)
-        for c, w in zip(self.columns, widths):
-            table.add_column(c.header, width=w, no_wrap=True, overflow="ellipsis")
+        table = Table(title=shown(self.title) if self.title is not None else None, header_style="bold",
+                      **({} if boxed else {"box": None, "pad_edge": False}))
+        for i, (c, w) in enumerate(zip(self.columns, widths)):
+            wraps = self.title is not None and i > 0
+            table.add_column(c.header, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
         for row in self.cells:
             table.add_row(*row)
-        yield table
+        needed = sum(widths) + frame
+        yield from console.render(table, options.update(width=needed) if needed > options.max_width else options)
+
+
+def word_width(value: Any) -> int:
+    """How wide a value's longest word is (at most _LONGEST_WORD): the narrowest a wrapped
+    column holding it can be without breaking a word."""
+    text = value if isinstance(value, str) else getattr(value, "plain", "")
+    return min(_LONGEST_WORD, max((cell_width(word) for word in text.split()), default=1))
+
+
+def cell_width(value: Any) -> int:
+    """How many terminal cells a value takes on its widest line."""
+    from rich.cells import cell_len
+
+    if isinstance(value, str):
+        return max((cell_len(line) for line in value.splitlines()), default=0)
+    if hasattr(value, "plain"):
+        return cell_width(value.plain)
+    return 1
 
 
 def _cell(value: Any):

@@ -10,6 +10,7 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, shown
+from fleetctl.text import plural
 
 
 def _table(data: dict, _wide: bool):
@@ -19,7 +20,7 @@ def _table(data: dict, _wide: bool):
 
     from fleetctl.text import printable
 
-    head = f"{data['nodes_checked']} nodes checked"
+    head = f"{plural(data['nodes_checked'], 'node')} checked"
     if not data["differences"]:
         return Text(f"{head}: fleetctl and the schedulers agree")
     table = Table(header_style="bold", box=None)

@@ -9,6 +9,7 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.text import plural
 
 
 def _pct(value: float | None) -> str:
@@ -30,10 +31,10 @@ def render_report(report: dict, wide: bool = False):
 
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
     head = Text.assemble(
-        ("fleet ", "bold"), f"{report['fleet']}  {s['nodes']} nodes  {at(window['since'])} to {at(window['until'])} UTC "
+        ("fleet ", "bold"), f"{report['fleet']}  {plural(s['nodes'], 'node')}  {at(window['since'])} to {at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
-        f"MTTR {hours(s['mttr_hours'])} ({s['repairs']} returns)   availability {_pct(s['availability'])}   "
+        f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
         f"job ETTR {_pct(jobs['ettr'])} ({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   "
         f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "
         f"({latency['count']}; {report['restart_placement']['on_spares']} on hot spares)\n"

@@ -7,11 +7,12 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, stdout_console, within
 from fleetctl.durations import when
 from fleetctl.text import printable
 
-app = typer.Typer(help="RMA records: list, show the evidence, close.", no_args_is_help=True)
+app = typer.Typer(help="RMA records: list, show the evidence, confirm or reject a held one, close.",
+                  no_args_is_help=True)
 
 
 def _row(r) -> dict:
@@ -20,7 +21,8 @@ def _row(r) -> dict:
     return {"id": r.id, "node": r.node_name, "status": r.status, "outcome": rma_outcome(r.status, r.replaced),
             "reason": r.reason, "opened_at": r.opened_at,
             "opened_by": r.opened_by, "remediation_run": r.remediation_run, "webhook": r.webhook_status,
-            "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by}
+            "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by,
+            "held_reason": r.held_reason, "decided_by": r.decided_by, "decided_at": r.decided_at}
 
 
 RMA_COLUMNS = (
@@ -33,13 +35,17 @@ RMA_COLUMNS = (
     Column("REPLACED", lambda r: r["replaced"] or ""),
     Column("OPENED", lambda r: when(r["opened_at"]), wide=True),
     Column("BY", lambda r: r["opened_by"], wide=True),
+    # Why automation held it for an operator (awaiting_confirmation), and who answered.
+    Column("HELD", lambda r: r["held_reason"] or "", wide=True),
+    Column("ANSWERED BY", lambda r: r["decided_by"] or "", wide=True),
 )
 
 
 @app.command("list")
 def list_rmas(
     ctx: typer.Context,
-    status: Optional[str] = typer.Option(None, "--status", help="open or closed"),
+    status: Optional[str] = typer.Option(None, "--status",
+                                         help="awaiting_confirmation (held for an operator), open, closed or rejected"),
     node: Optional[str] = typer.Option(None, "--node"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -47,16 +53,18 @@ def list_rmas(
     from fleetctl.db.remediation import rma_records
 
     rows = [_row(r) for r in rma_records(context.engine(ctx), status, node)]
-    emit(rows, output, lambda rs, wide: column_table(RMA_COLUMNS, rs, wide))
+    emit(rows, output, lambda rs, wide: column_table(RMA_COLUMNS, rs, wide), empty="No RMA records.")
 
 
 @app.command("show")
-def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)), output: OutputFormat = OUTPUT_OPTION) -> None:
+def show(ctx: typer.Context, given: str = typer.Argument(..., metavar="ID", help="the RMA's id (fleetctl rma list)"),
+         output: OutputFormat = OUTPUT_OPTION) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
     from fleetctl.remediation import rma
     from fleetctl.db import remediation as db
 
     engine = context.engine(ctx)
+    rma_id = _rma_id(engine, given)
     record = db.get_rma(engine, rma_id)
     if record is None:
         fail(f"no RMA record {rma_id}")
@@ -68,12 +76,24 @@ def show(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", cal
     if output in (OutputFormat.json, OutputFormat.yaml):
         emit({**_row(record), "evidence": evidence}, output)
         return
-    from rich.console import Console
     from rich.markdown import Markdown
 
-    Console().print(Markdown(rma.render_markdown(evidence, record.id)))
+    stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
     closed = f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
     typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
+
+
+def _rma_id(engine, given: str) -> int:
+    """An RMA's id as typed; anything else (a node's name, most often) is one line naming the
+    ids there are for it, and exit 2."""
+    from fleetctl.db.remediation import rma_records
+
+    if given.isdecimal() and 1 <= int(given) <= 2**63 - 1:
+        return int(given)
+    ids = [str(r.id) for r in rma_records(engine, node_name=given)] if len(given) <= 253 else []
+    named = printable(given[:80], keep_newlines=False)
+    fail(f"{named!r} is not an RMA id; " + (f"{named}'s RMAs: {', '.join(ids)}" if ids else "see `fleetctl rma list`")
+         + (f" (fleetctl rma show {ids[0]})" if ids else ""), EXIT_USAGE)
 
 
 @app.command("close")
@@ -88,7 +108,7 @@ def close(
     """Close an RMA, saying how it ended (--replaced PART or --no-fault-found: rule precision
     scores the removal behind it by that): the node is back and goes through burn-in before
     it takes work again."""
-    from fleetctl.db.remediation import RmaAlreadyClosed, close_rma
+    from fleetctl.db.remediation import RmaAlreadyClosed, RmaStatusConflict, close_rma
     from workflows.client import request_phase
 
     if (replaced is None) == (not no_fault_found):
@@ -96,7 +116,7 @@ def close(
     s = context.settings(ctx)
     try:
         record = close_rma(context.engine(ctx), rma_id, replaced, s.identity())
-    except (LookupError, RmaAlreadyClosed) as exc:
+    except (LookupError, RmaAlreadyClosed, RmaStatusConflict) as exc:
         fail(str(exc).strip("'\""))
 
     async def go():
@@ -108,3 +128,50 @@ def close(
     if not accepted:
         fail(f"{record.node_name}: not sent to burn-in: {message}", EXIT_OPERATIONAL)
     typer.echo(f"{record.node_name}: burn-in queued ({message})")
+
+
+@app.command("confirm")
+def confirm(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1))) -> None:
+    """Send an RMA that automation held for an operator (a correlated burst: status
+    awaiting_confirmation): the node goes to rma and the RMA is opened (the webhook)."""
+    _answer(ctx, rma_id, confirm=True)
+
+
+@app.command("reject")
+def reject(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1))) -> None:
+    """Do not send an RMA that automation held for an operator: nothing goes to the vendor
+    and the node goes back through burn-in (a driver, firmware or checker fault behind the
+    burst, once fixed, lets it pass; a real fault fails it again)."""
+    _answer(ctx, rma_id, confirm=False)
+
+
+def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
+    """The held RMA's run takes the answer (its decide_rma update) and acts on it; a record
+    held by none, or answered already, changes nothing."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from fleetctl.db.remediation import RmaStatusConflict, awaiting_rma
+    from workflows.api import RMA_DECISION_UPDATE, RmaDecided, RmaDecision
+
+    s = context.settings(ctx)
+    try:
+        record = awaiting_rma(context.engine(ctx), rma_id)
+    except (LookupError, RmaStatusConflict) as exc:
+        fail(str(exc).strip("'\""))
+    # The run key is the Remediation's workflow id and run id (workflows.definitions.remediation.run_key_for).
+    workflow_id, _, run_id = (record.remediation_run or "").rpartition("@")
+
+    async def go() -> RmaDecided:
+        client = await context.temporal_client(ctx)
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        return await handle.execute_update(RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity()),
+                                           result_type=RmaDecided)
+
+    try:
+        decided = context.run_async(go())
+    except WorkflowUpdateFailedError as exc:
+        fail(str(getattr(exc.cause, "message", None) or exc.cause or exc))  # the run's refusal names the RMA
+    except RPCError as exc:
+        fail(f"RMA {rma_id}: the run that holds it ({record.remediation_run}) does not answer: {exc.message}")
+    typer.echo(printable(decided.detail))

@@ -1,4 +1,5 @@
-"""`fleetctl schedule ...`: Temporal Schedules that start the active-check sweeps."""
+"""`fleetctl schedule ...`: Temporal Schedules that start the active-check sweeps, the
+production straggler judge and the job history sync."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail
 from fleetctl.durations import when
 
-app = typer.Typer(help="Periodic active checks on idle production nodes, and the production straggler judge.",
-                  no_args_is_help=True)
-KINDS = ("active-checks", "stragglers")
+app = typer.Typer(help="Periodic active checks on idle production nodes, the production straggler judge, "
+                       "and the job history sync.", no_args_is_help=True)
+KINDS = ("active-checks", "stragglers", "job-sync")
+# Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
+JOB_SYNC_EVERY = "1m"
 
 
 def _concurrency(text: str) -> tuple[int, float]:
@@ -38,10 +41,12 @@ def _run(coro):
 @app.command("create")
 def create(
     ctx: typer.Context,
-    kind: str = typer.Argument(..., help="active-checks, or stragglers (the running jobs' nodes compared from "
-                                         "Prometheus: straggler_* settings)"),
+    kind: str = typer.Argument(..., help="active-checks, stragglers (the running jobs' nodes compared from "
+                                         "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
+                                         "into the database, as `job sync`)"),
     every: Optional[str] = typer.Option(None, "--every", help="interval: 30m, 1h, 6h ... (default: 1h for "
-                                                              "active-checks, straggler_interval_s for stragglers)"),
+                                                              "active-checks, straggler_interval_s for stragglers, "
+                                                              f"{JOB_SYNC_EVERY} for job-sync)"),
     suite: str = typer.Option("quick", "--suite"),
     max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
     name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
@@ -53,8 +58,8 @@ def create(
 
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.api import StragglerSweepInput, SweepInput
-    from workflows.client import straggler_schedule, sweep_schedule
+    from workflows.api import JobSyncInput, StragglerSweepInput, SweepInput
+    from workflows.client import job_sync_schedule, straggler_schedule, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
@@ -69,6 +74,13 @@ def create(
                                       StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}"))
         # The policy, window and threshold are the worker's settings (as the guard's limits are).
         summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
+    elif kind == "job-sync":
+        try:
+            interval = parse_duration(every or JOB_SYNC_EVERY)
+        except ValueError as exc:
+            fail(str(exc), EXIT_USAGE)
+        schedule = job_sync_schedule(s, schedule_id, interval, JobSyncInput(actor=f"schedule/{schedule_id}"))
+        summary = f"the schedulers' jobs into the database every {_every(interval.total_seconds())}"
     else:
         try:
             interval = parse_duration(every or "1h")
@@ -151,7 +163,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
     # Temporal holds the schedules: the database's copy (what `node list` judges the age of
     # evidence by) is rewritten from it, so a schedule made or changed outside fleetctl counts.
     sweep_intervals.replace_all(context.engine(ctx), _run(sweeps()))
-    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide))
+    emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide), empty="No schedules.")
 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 import zlib
+from datetime import datetime, timezone
 from typing import Optional
 
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
+from fleetctl.durations import when
+from fleetctl.sim.faults import FAULT_KINDS
+from fleetctl.text import plural
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
 
@@ -48,16 +52,18 @@ def _sim_node(ctx: typer.Context, name: str):
     return node
 
 
-@app.command("inject")
+# The fault kinds, one a line (click's \b keeps the lines as they are: a kind is never broken
+# at its hyphen), as `kubectl explain` lists a field's values.
+@app.command("inject", help="Inject a fault into a simulated node; the worker's checks see it from then on.\n\n\b\n"
+                            "Fault kinds:\n" + "\n".join(f"  {kind}" for kind in FAULT_KINDS))
 def inject(
     ctx: typer.Context,
     node: str,
-    fault: str,
+    fault: str = typer.Argument(..., help="the fault's kind: one of those listed above"),
     after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
     rate: Optional[float] = typer.Option(None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"),
     gpu: Optional[int] = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
-    """Inject a fault into a simulated node; the worker's checks see it from then on."""
     from fleetctl.durations import parse_duration
     from fleetctl.sim.faults import SimFaultSpec
     from fleetctl.sim.store import add_fault
@@ -70,8 +76,8 @@ def inject(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     add_fault(context.engine(ctx), node, spec.kind, spec.gpu, spec.not_before, spec.rate_per_hour, spec.seed)
-    when = f"in {after}" if after else "now"
-    typer.echo(f"{node}: {fault} injected ({when}{f', {rate}/h' if rate else ''})")
+    appears = f"in {after}" if after else "now"
+    typer.echo(f"{node}: {fault} injected ({appears}{f', {rate}/h' if rate else ''})")
 
 
 @app.command("clear")
@@ -81,7 +87,7 @@ def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(N
 
     _sim_node(ctx, node)
     count = clear_faults(context.engine(ctx), node, fault)
-    typer.echo(f"{node}: {count} fault{'s' if count != 1 else ''} cleared")
+    typer.echo(f"{node}: {plural(count, 'fault')} cleared")
 
 
 @app.command("faults")
@@ -93,4 +99,5 @@ def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) 
     rows = [{"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}
             for f in faults_for(context.engine(ctx), node)]
     emit(rows, output, lambda data, _w: simple_table(node, ["kind", "gpu", "appears", "rate/h"], [
-        [r["kind"], r["gpu"], time.strftime("%H:%M:%S", time.localtime(r["not_before"])), r["rate_per_hour"]] for r in data]))
+        [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], timezone.utc)), r["rate_per_hour"]] for r in data]),
+        empty=f"No faults injected into {node}.")

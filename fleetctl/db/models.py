@@ -21,6 +21,9 @@ class Node(SQLModel, table=True):
     address: str
     bmc_address: Optional[str] = None
     ssh_user: Optional[str] = None
+    # The bastion (`[user@]host[:port]`) the node is reached through over SSH, from the
+    # inventory's `jump` (migration 0015); None: directly, or through settings.ssh_jump_host.
+    jump_host: Optional[str] = None
     rack: str = Field(default="", index=True)
     # Topology from the inventory (migration 0010): the leaf switch, the InfiniBand island or
     # NVLink domain a restart keeps a job in, the rack unit; "" / None when not given.
@@ -260,6 +263,11 @@ class RmaRecord(SQLModel, table=True):
     closed_by: Optional[str] = None
     closed_at: Optional[datetime] = None
     idempotency_key: str
+    # Why automation held it for an operator (status awaiting_confirmation: a correlated burst,
+    # fleetctl.remediation.rma.burst_verdict), and who confirmed or rejected it, when.
+    held_reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    decided_by: Optional[str] = None
+    decided_at: Optional[datetime] = None
 
 
 class FirmwareBaseline(SQLModel, table=True):
@@ -334,7 +342,7 @@ class Spare(SQLModel, table=True):
 
 
 class SweepInterval(SQLModel, table=True):
-    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0013): how often
+    """An active-check sweep schedule as `fleetctl schedule` made it (migration 0014): how often
     it sweeps its fleet, and whether it is paused. Temporal holds the schedule; this copy lets
     `node list` judge the age of evidence (conditions.unchecked_since) without asking it."""
 

@@ -22,6 +22,7 @@ _INVENTORY_FIELDS = {
     "address": "address",
     "bmc_address": "bmc",
     "ssh_user": "user",
+    "jump_host": "jump",
     "rack": "rack",
     "switch": "switch",
     "island": "island",
@@ -332,6 +333,28 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     return results
 
 
+def health_event_ids_starting(engine: Engine, prefixes: Sequence[str]) -> set[str]:
+    """The ids (idempotency keys) of the health events recorded under any of `prefixes`."""
+    if not prefixes:
+        return set()
+    with Session(engine) as session:
+        return set(session.exec(select(HealthEvent.idempotency_key).where(
+            or_(*(col(HealthEvent.idempotency_key).startswith(p, autoescape=True) for p in prefixes)))))
+
+
+def open_external_drains(engine: Engine, source: str = "external-drain") -> dict[str, HealthEvent]:
+    """Per production node, the latest health event of another tool's drain (`source`) since
+    it last changed state, while that drain stands: the watcher records its lifting as an
+    `info` event of the same source."""
+    with Session(engine) as session:
+        latest = (select(func.max(HealthEvent.id)).join(Node, Node.name == HealthEvent.node_name)
+                  .where(HealthEvent.source == source, Node.state == NodeState.PRODUCTION.value,
+                         HealthEvent.at >= Node.state_since)
+                  .group_by(HealthEvent.node_name))
+        rows = session.exec(select(HealthEvent).where(col(HealthEvent.id).in_(latest), HealthEvent.severity != "info"))
+        return {e.node_name: e for e in rows}
+
+
 AGENT_SILENCE_ACTOR = "agent-silence"  # the actor of a suspect judgement that an agent fell silent
 
 
@@ -419,9 +442,13 @@ def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
         return result.rowcount
 
 
-def automation_events(engine: Engine, limit: int = 20) -> list[AutomationEvent]:
+def automation_events(engine: Engine, limit: int = 20, node: str | None = None) -> list[AutomationEvent]:
+    """The latest `limit` automation events (of `node`, when given), newest first."""
     with Session(engine) as session:
-        return list(session.exec(select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)))
+        query = select(AutomationEvent).order_by(col(AutomationEvent.id).desc()).limit(limit)
+        if node is not None:
+            query = query.where(AutomationEvent.node_name == node)
+        return list(session.exec(query))
 
 
 def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:

@@ -9,8 +9,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
+from fleetctl.db.models import HealthEvent, NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
 from fleetctl.durations import as_utc
+from fleetctl.remediation.rma import AWAITING_CONFIRMATION, CLOSED, OPEN, REJECTED
 from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
 
@@ -122,15 +123,25 @@ def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:
 # ---- RMA ------------------------------------------------------------------------------------
 
 
+def coded_health_events_since(engine: Engine, since: datetime) -> list[HealthEvent]:
+    """Every node's health events with a code recorded since `since`: what a burst is read from."""
+    with Session(engine) as session:
+        return list(session.exec(select(HealthEvent).where(col(HealthEvent.code).is_not(None),
+                                                           HealthEvent.at >= since)))
+
+
 def open_rma(engine: Engine, *, node_name: str, reason: str, remediation_run: str | None, evidence: dict[str, Any],
-             evidence_markdown: str, opened_by: str, idempotency_key: str) -> tuple[RmaRecord, bool]:
-    """The record and whether this call created it (False: a retry found the one it wrote)."""
+             evidence_markdown: str, opened_by: str, idempotency_key: str,
+             held_reason: str = "") -> tuple[RmaRecord, bool]:
+    """The record and whether this call created it (False: a retry found the one it wrote).
+    With `held_reason` it is held for an operator (awaiting_confirmation), not open."""
     with Session(engine) as session:
         found = session.exec(select(RmaRecord).where(RmaRecord.idempotency_key == idempotency_key)).first()
         if found is not None:
             return found, False
         record = RmaRecord(node_name=node_name, reason=reason, remediation_run=remediation_run, evidence=evidence,
-                           evidence_markdown=evidence_markdown, opened_by=opened_by, idempotency_key=idempotency_key)
+                           evidence_markdown=evidence_markdown, opened_by=opened_by, idempotency_key=idempotency_key,
+                           status=AWAITING_CONFIRMATION if held_reason else OPEN, held_reason=held_reason or None)
         session.add(record)
         try:
             session.commit()
@@ -168,6 +179,42 @@ class RmaAlreadyClosed(RuntimeError):
     pass
 
 
+class RmaStatusConflict(RuntimeError):
+    """The record's status does not allow the act: an answer to an RMA held for none (never held,
+    or answered already), a close of one that was never opened."""
+
+
+def awaiting_rma(engine: Engine, rma_id: int) -> RmaRecord:
+    """The record held for an operator's answer; LookupError or RmaStatusConflict (saying how
+    it stands) otherwise."""
+    record = get_rma(engine, rma_id)
+    if record is None:
+        raise LookupError(f"no RMA record {rma_id}")
+    if record.status != AWAITING_CONFIRMATION:
+        answered = f" by {record.decided_by} at {as_utc(record.decided_at):%Y-%m-%d %H:%M}" if record.decided_by else ""
+        raise RmaStatusConflict(f"RMA {rma_id} awaits no confirmation: it is {record.status}{answered}")
+    return record
+
+
+def decide_rma(engine: Engine, rma_id: int, confirm: bool, decided_by: str) -> RmaRecord:
+    """Record an operator's answer to a held RMA: `open` (confirmed) or `rejected`. The same
+    answer again (a retried activity) finds the record as it left it."""
+    status = OPEN if confirm else REJECTED
+    with Session(engine) as session:
+        record = session.get(RmaRecord, rma_id, with_for_update=True)
+        if record is None:
+            raise LookupError(f"no RMA record {rma_id}")
+        if record.status == status and record.decided_by == decided_by:
+            return record
+        if record.status != AWAITING_CONFIRMATION:
+            raise RmaStatusConflict(f"RMA {rma_id} awaits no confirmation: it is {record.status}")
+        record.status, record.decided_by, record.decided_at = status, decided_by, utcnow()
+        session.add(record)
+        session.commit()
+        session.refresh(record)
+        return record
+
+
 def close_rma(engine: Engine, rma_id: int, replaced: str | None, closed_by: str) -> RmaRecord:
     """Close the RMA: `replaced` names the part the vendor replaced, None for no fault found
     (fleetctl.remediation.rma.rma_outcome)."""
@@ -175,9 +222,11 @@ def close_rma(engine: Engine, rma_id: int, replaced: str | None, closed_by: str)
         record = session.get(RmaRecord, rma_id, with_for_update=True)
         if record is None:
             raise LookupError(f"no RMA record {rma_id}")
-        if record.status == "closed":
+        if record.status == CLOSED:
             raise RmaAlreadyClosed(f"RMA {rma_id} was closed by {record.closed_by} at {record.closed_at:%Y-%m-%d %H:%M}")
-        record.status, record.replaced, record.closed_by, record.closed_at = "closed", replaced, closed_by, utcnow()
+        if record.status != OPEN:  # held or rejected: nothing went to the vendor to come back
+            raise RmaStatusConflict(f"RMA {rma_id} is {record.status}, not open: nothing was sent to close")
+        record.status, record.replaced, record.closed_by, record.closed_at = CLOSED, replaced, closed_by, utcnow()
         session.add(record)
         session.commit()
         session.refresh(record)

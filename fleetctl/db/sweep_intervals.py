@@ -1,4 +1,4 @@
-"""The active-check sweep schedules' intervals as the database records them (migration 0013):
+"""The active-check sweep schedules' intervals as the database records them (migration 0014):
 written by `fleetctl schedule` (and the demo) whenever it changes a schedule in Temporal,
 rewritten whole by `fleetctl schedule list` from what Temporal holds (a schedule changed with
 the `temporal` CLI is seen from then), read by `node list` and `node show`."""

@@ -274,12 +274,14 @@ class SshExecutor:
         keepalive_s: float = 30.0,
         kill_grace_s: float = 5.0,
         output_cap_bytes: int = DEFAULT_OUTPUT_CAP_BYTES,
+        jump_host: str | None = None,
     ):
         """
         key_file is used for nodes whose target names none; the agent (SSH_AUTH_SOCK) is
         tried after it. max_in_flight bounds concurrent commands over all nodes;
         max_connections bounds the idle transports kept for reuse. kill_grace_s is how
-        long a timed-out command gets between SIGTERM and SIGKILL.
+        long a timed-out command gets between SIGTERM and SIGKILL. jump_host
+        (`[user@]host[:port]`) is the bastion for targets that name none.
         """
         self.known_hosts = KnownHostsFile(Path(known_hosts).expanduser())
         self.accept_new_host_keys = accept_new_host_keys
@@ -292,6 +294,7 @@ class SshExecutor:
         self.keepalive_s = keepalive_s
         self.kill_grace_s = kill_grace_s
         self.output_cap_bytes = output_cap_bytes
+        self.jump_host = jump_host
         self._in_flight = threading.BoundedSemaphore(max_in_flight)
         self._lock = threading.Lock()  # guards the pool dicts, never held while connecting
         self._pool: dict[Route, _PooledClient] = {}
@@ -349,7 +352,8 @@ class SshExecutor:
     def _route(self, target: NodeTarget) -> Route:
         user = target.user or self.default_user
         node = parse_endpoint(target.address, default_user=user, default_port=target.port)
-        bastion = parse_endpoint(target.jump_host, default_user=user, default_port=22) if target.jump_host else None
+        jump_host = target.jump_host or self.jump_host
+        bastion = parse_endpoint(jump_host, default_user=user, default_port=22) if jump_host else None
         return Route(node=node, bastion=bastion)
 
     def open_connections(self) -> int:

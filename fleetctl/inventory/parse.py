@@ -11,6 +11,7 @@
         profile: h100-sxm
         scheduler: slurm             # slurm | kubernetes | sim | none, or a list: [slurm, kubernetes]
         user: ubuntu                 # optional SSH user
+        jump: ops@bastion-1:22       # optional SSH jump host (default: the ssh_jump_host setting)
         labels: {pool: training}
 
 A node that several schedulers run (Slurm on Kubernetes, SUNK: the Kubernetes node runs a
@@ -49,9 +50,11 @@ from fleetctl.inventory.topology import switch_island_conflict
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
+# [user@]host[:port] of an SSH jump host (bastion); its host key is verified as a node's is.
+JUMP_HOST_RE = re.compile(r"^([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+\Z")
 _BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)$")
 _KNOWN_KEYS = {"name", "address", "bmc", "rack", "position", "switch", "island", "profile", "scheduler", "user",
-               "labels"}
+               "jump", "labels"}
 # Rack units: the tallest racks in use are 58U; a larger number is a typo.
 MAX_RACK_POSITION = 99
 
@@ -73,6 +76,7 @@ class NodeSpec:
     scheduler: str = "none"
     user: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    jump: str | None = None
 
 
 def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, required: bool) -> str | None:
@@ -177,6 +181,7 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
                 scheduler=scheduler,
                 user=_text(where, entry, "user", NODE_NAME_RE, False),
                 labels=parse_labels(where, entry.get("labels")),
+                jump=_text(where, entry, "jump", JUMP_HOST_RE, False),
             )
         )
     if conflict := switch_island_conflict(specs):

@@ -1,7 +1,7 @@
 """Jobs reconciled from their schedulers into the database, for the reliability figures.
 
-Every scheduler the inventory uses that can list its jobs (`ListsJobHistory`: Slurm, the
-simulated scheduler) is asked once; what it says is written by `fleetctl.db.jobs.reconcile_jobs`,
+Every scheduler the inventory uses that can list its jobs (`ListsJobHistory`: Slurm,
+Kubernetes from its jobs' pods, the simulated scheduler) is asked once; what it says is written by `fleetctl.db.jobs.reconcile_jobs`,
 the same path for every scheduler, so the report reads real and simulated jobs alike. The
 restarts fleetctl ran are already in the database (JobRestart writes them).
 """

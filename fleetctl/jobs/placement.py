@@ -119,7 +119,7 @@ def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str,
 # guard holds (the node is bad, only kept in service for capacity), or a workflow that would
 # not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
 # yet and nothing says it is bad (its first sweep checks it).
-UNFIT_CONDITIONS = frozenset({"Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld",
+UNFIT_CONDITIONS = frozenset({"Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld", "DrainedOutside",
                               "StragglerSuspected"})
 
 

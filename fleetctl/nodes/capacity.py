@@ -188,6 +188,12 @@ def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains
     return over
 
 
+def storm_threshold(policy: GuardPolicy, production: int) -> int:
+    """How many nodes failing within the storm window make a storm: more than the storm
+    fraction of the production nodes, and at least storm_min_failures."""
+    return max(policy.storm_min_failures, math.floor(production * policy.storm_fraction) + 1)
+
+
 def allowed_unavailable(total: int, fraction: float) -> int:
     """At least one node may always be out, or a small fleet could never be repaired."""
     return max(1, math.floor(total * fraction)) if total else 0
@@ -243,7 +249,7 @@ def _decide(
     window_start = now - policy.storm_window_s
     failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
     failures_in_window = len(failing_nodes)
-    storm_at = max(policy.storm_min_failures, math.floor(snapshot.production * policy.storm_fraction) + 1)
+    storm_at = storm_threshold(policy, snapshot.production)
     if failures_in_window >= storm_at:
         return RemovalDecision(
             request.node, False,

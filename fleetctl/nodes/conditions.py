@@ -165,10 +165,12 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
 def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
                last_cause: str = "", suspect: Condition | None = None,
                stalled: Condition | None = None, state_since: datetime | None = None,
-               unchecked: Condition | None = None) -> list[Condition]:
+               unchecked: Condition | None = None, drained_outside: Condition | None = None) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
+    `drained_outside` another tool's drain of the node in its scheduler (scheduler_sync:
+    no job lands on it, whatever fleetctl says);
     `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
     so whatever else the evidence says, an XID would not drain it. A node out of service
     (draining, maintenance, RMA, retired) carries that (`OUT_OF_SERVICE`), after those two,
@@ -194,6 +196,8 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
     if errored:
         found.append(Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored),
                                min(c.since for c in errored)))
+    if drained_outside is not None:
+        found.append(drained_outside)
     if held is not None:
         found.append(Condition("DrainHeld", held.reason, held.since))
     if "straggler" in last_cause:

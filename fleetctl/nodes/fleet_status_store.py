@@ -15,12 +15,16 @@ from fleetctl.db import spares as spare_store
 from fleetctl.nodes.lifecycle import Actor
 from fleetctl.durations import as_utc
 from fleetctl.jobs.spares import spare_counts
+from fleetctl.nodes.event_groups import collapse
 from fleetctl.nodes.fleet_status import count_states, rack_view
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 RECENT_AUTOMATION_EVENTS = 10
+# How many of the latest automation events are collapsed into those rows (event_groups): a
+# sweep every 10 s repeats the same refusal for each held node, hundreds an hour.
+AUTOMATION_EVENTS_READ = 1000
 
 
 def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str,
@@ -53,16 +57,21 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
                          for name, e in sorted(queries.suspect_nodes(engine).items())]
     status["stalled"] = [{"node": name, "since": e.at, "reason": e.reason}
                          for name, e in sorted(queries.stalled_nodes(engine).items())]
-    status["recent_automation_events"] = [
-        {"at": e.at, "kind": e.kind, "node": e.node_name, "reason": e.reason, "actor": e.actor}
-        for e in queries.automation_events(engine, limit=RECENT_AUTOMATION_EVENTS)
-    ]
+    status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
     status["recent_operator_commands"] = [
         {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
         for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
     ]
     return status
+
+
+def recent_automation(engine: Engine, node: str | None = None) -> list[dict[str, Any]]:
+    """The latest automation events (of `node`, or all), repeats collapsed: one row per node,
+    kind and reason class with its count and first/last seen, the one seen last first."""
+    events = [{"at": as_utc(e.at), "kind": e.kind, "node": e.node_name, "reason": e.reason}
+              for e in queries.automation_events(engine, limit=AUTOMATION_EVENTS_READ, node=node)]
+    return [g.to_dict() for g in collapse(events)]
 
 
 def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Iterable[str]) -> list[str]:

@@ -8,10 +8,17 @@ the two disagreeing; `reconcile` finds it, and with `fix` makes the scheduler ma
 A drain another tool made (Node Health Check's `NHC: ...`, SUNK's `k8s: ...`, a person's)
 is that tool's to lift: reconcile reports it with its owner, the word before the reason's
 first colon, and resumes it only when the operator names that owner (`--include-owner`).
+
+Each worker also looks for such drains of its fleet's production nodes every
+settings.external_drain_watch_s (`external_drains`, workflows.worker.watch_external_drains):
+each becomes a health event of the node (source `external-drain`, the tool's reason and
+owner; `node list` shows it as the condition DrainedOutside until the drain is lifted), and
+under external_drain_policy `maintenance` a drain asked of the capacity guard.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,6 +97,53 @@ def compare(node, scheduler, include_owners: frozenset[str] = frozenset()) -> Di
     if seen.state == "down":
         return difference("down", seen.state, seen.reason)
     return None
+
+
+EXTERNAL_DRAIN = "external-drain"  # the source of the health events another tool's drain becomes
+EXTERNAL_DRAIN_POLICIES = ("record-only", "maintenance")
+
+
+@dataclass(frozen=True)
+class ExternalDrain:
+    """A production node drained in its scheduler by another tool (or a person)."""
+
+    node: str
+    scheduler: str
+    owner: str  # "" when the reason names no tool
+    reason: str
+    # One per drain reason per spell in production: the health event's id, so a drain seen on
+    # every watch is recorded once, and a new reason (or a new spell) is recorded again.
+    event_id: str
+
+    @property
+    def message(self) -> str:
+        by = self.owner or "someone (the reason names no tool)"
+        return f"drained in {self.scheduler} outside fleetctl by {by}: {self.reason or '(no reason given)'}"
+
+
+def external_drain_id(node: str, state_since, scheduler: str, reason: str) -> str:
+    digest = hashlib.sha256(f"{scheduler}\0{reason}".encode()).hexdigest()[:16]
+    return f"{EXTERNAL_DRAIN}/{node}/{state_since.isoformat()}/{digest}"
+
+
+def episode_id(drain_id: str, recorded: Iterable[str]) -> str:
+    """The health event id of the drain's current episode: `drain_id#N`, N the episodes whose
+    lifting is already `recorded` (event ids), so the same drain made again after it was
+    lifted, in the same spell in production, is recorded (and shown) again."""
+    lifted = sum(1 for key in recorded if key.startswith(f"{drain_id}#") and key.endswith("/lifted"))
+    return f"{drain_id}#{lifted}"
+
+
+def external_drains(nodes: Iterable, schedulers: Mapping[str, object]) -> tuple[list[ExternalDrain], set[str]]:
+    """The production nodes among `nodes` (Node rows) that another tool drained in their
+    scheduler, as reconcile reports them (compared, never fixed), and the names of those
+    whose scheduler could not be asked (nothing is known of their drains)."""
+    production = {n.name: n for n in nodes if n.state == NodeState.PRODUCTION.value}
+    differences = reconcile(production.values(), schedulers, False)
+    return ([ExternalDrain(d.node, d.scheduler, d.owner, d.reason or "",
+                           external_drain_id(d.node, production[d.node].state_since, d.scheduler, d.reason or ""))
+             for d in differences if d.difference == "drained_by_someone_else"],
+            {d.node for d in differences if d.difference == "unreachable"})
 
 
 def fix(found: Difference, scheduler) -> None:

@@ -119,9 +119,15 @@ def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate
     return QUEUED_SINCE.value_set(datetime.fromtimestamp(oldest_queued_at, timezone.utc))
 
 
-def node_details(state: str, attributes: TypedSearchAttributes) -> str:
+# How a node's workflow ends an outcome that nothing more will follow without an operator.
+WAITING_FOR_OPERATOR = "waiting for an operator"
+
+
+def node_details(state: str, attributes: TypedSearchAttributes, outcome: str = "") -> str:
     """The current details of a node's workflow (Markdown, as the Temporal UI renders it): its
-    state, since when and the cause of its last transition, from its search attributes."""
+    state, since when and the cause of its last transition, from its search attributes; and
+    the workflow's last outcome, as `node show` gives it ("last: ..."), when that outcome
+    waits for an operator (a drain no runbook handles)."""
     lines = [f"**{state}**"]
     since = attributes.get(STATE_SINCE)
     if since is not None:
@@ -129,4 +135,6 @@ def node_details(state: str, attributes: TypedSearchAttributes) -> str:
     cause = attributes.get(LAST_CAUSE)
     if cause:
         lines.append(f"last cause: {cause}")
+    if WAITING_FOR_OPERATOR in outcome:
+        lines.append(f"last: {outcome}")
     return "\n\n".join(lines)

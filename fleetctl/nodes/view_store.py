@@ -17,7 +17,7 @@ from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainH
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from fleetctl.db.models import AutomationEvent, CheckRun, Node, NodeEvent
+    from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent
     from fleetctl.db.queries import Suspicion
     from fleetctl.jobs.placement import NodeHealth
 
@@ -43,7 +43,8 @@ def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
                                    "refusals": h.refusals}
 
 
-def _running_jobs(engine: Engine) -> dict[str, list[str]]:
+def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
+    """Per node, the ids of the jobs the database mirrors as running on it."""
     from fleetctl.db.jobs import list_jobs
 
     by_node: dict[str, list[str]] = {}
@@ -56,14 +57,16 @@ def _running_jobs(engine: Engine) -> dict[str, list[str]]:
 
 def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
              jobs: dict[str, list[str]], wide: bool, suspect: Suspicion | None = None,
-             stalled: AutomationEvent | None = None, freshness: Freshness | None = None) -> dict[str, Any]:
+             stalled: AutomationEvent | None = None, freshness: Freshness | None = None,
+             drained_outside: HealthEvent | None = None) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
     stale = None
     if freshness is not None:
         stale = unchecked_since(n.state, checks, as_utc(n.agent_seen_at) if n.agent_seen_at else None,
                                 freshness.now, freshness.sweep_every_s, freshness.agent_silence_s)
-    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall, n.state_since, stale)
+    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall, n.state_since, stale,
+                       _drained_outside(drained_outside))
     row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
            "suspect": suspect.reason if suspect is not None else None,
            "conditions": [c.to_dict() for c in found],
@@ -89,6 +92,10 @@ class Freshness:
     now: datetime
 
 
+def _drained_outside(event: HealthEvent | None) -> Condition | None:
+    return None if event is None else Condition("DrainedOutside", event.message, as_utc(event.at))
+
+
 def freshness(engine: Engine, fleet: str, agent_silence_s: float, now: datetime) -> Freshness:
     """`fleet`'s Freshness as of `now`, its sweep interval as `fleetctl schedule` recorded it
     (fleetctl.db.sweep_intervals): one query, whatever the number of nodes."""
@@ -104,18 +111,20 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
               freshness: Freshness | None = None) -> list[dict[str, Any]]:
-    """`node list`'s rows: every node with its health, reason and jobs, in six queries (the
+    """`node list`'s rows: every node with its health, reason and jobs, in seven queries (the
     sweep interval of `freshness` is one more, read by its caller)."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
     held = _held(engine, names)
     last = queries.latest_transitions(engine, names)
-    jobs = _running_jobs(engine)
+    jobs = running_jobs_by_node(engine)
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
+    outside = queries.open_external_drains(engine)
     return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
-                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name), freshness)
+                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name), freshness,
+                     outside.get(n.name))
             for n in nodes]
 
 
@@ -133,6 +142,7 @@ def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
     last = queries.latest_transitions(engine, names)
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
+    outside = queries.open_external_drains(engine)
     open_findings: dict[str, int] = {}
     for f in stragglers.open_findings(engine):
         open_findings[f.node_name] = open_findings.get(f.node_name, 0) + 1
@@ -142,7 +152,8 @@ def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
         judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].since) if n.name in suspect else None
         stall = Condition("Stalled", stalled[n.name].reason, stalled[n.name].at) if n.name in stalled else None
         cause = last[n.name].cause if n.name in last else ""
-        types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall))
+        types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall,
+                                                 drained_outside=_drained_outside(outside.get(n.name))))
         found[n.name] = NodeHealth(n.name, n.state, types, open_findings.get(n.name, 0))
     return found
 
@@ -152,9 +163,9 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
     health events and recent transitions."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
-    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, _running_jobs(engine), wide=True,
+    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, running_jobs_by_node(engine), wide=True,
                     suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
-                    freshness=freshness)
+                    freshness=freshness, drained_outside=queries.open_external_drains(engine).get(n.name))
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [
         {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}

@@ -10,10 +10,12 @@ masked in every string, and so is every configured secret value verbatim.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
+from fleetctl.nodes.capacity import GuardPolicy, storm_threshold
 from fleetctl.text import printable
 
 # How much of one check's raw output goes into the bundle: enough for the failing lines.
@@ -29,15 +31,68 @@ _SECRET_PATTERNS = (
 
 # How an RMA ended, from its record: what rule precision scores a removal that went to RMA by.
 RMA_OPEN, RMA_REPLACED, RMA_NO_FAULT_FOUND = "open", "replaced", "no_fault_found"
+# A record's status: an RMA held for an operator (a correlated burst, burst_verdict) is
+# `awaiting_confirmation` until `rma confirm` opens it (`open`, then `closed`) or `rma reject`
+# ends it (`rejected`: nothing went to the vendor).
+AWAITING_CONFIRMATION, OPEN, CLOSED, REJECTED = "awaiting_confirmation", "open", "closed", "rejected"
 
 
 def rma_outcome(status: str, replaced: str | None) -> str:
     """`open` until the RMA is closed; then `replaced` (`rma close --replaced PART`: the
     vendor found the fault and replaced a part) or `no_fault_found` (`rma close
-    --no-fault-found`: the part came back as it went; closed with nothing replaced)."""
-    if status != "closed":
+    --no-fault-found`: the part came back as it went; closed with nothing replaced). A
+    rejected RMA is an operator's `no_fault_found` before the part left: the operator judged
+    the fault not the hardware's (a burst's driver or checker), so the removal was a false alarm."""
+    if status == REJECTED:
+        return RMA_NO_FAULT_FOUND
+    if status != CLOSED:
         return RMA_OPEN
     return RMA_REPLACED if replaced else RMA_NO_FAULT_FOUND
+
+
+@dataclass(frozen=True)
+class BurstVerdict:
+    """Whether automation may open a node's RMA now (burst_verdict)."""
+
+    # Why the RMA waits for an operator's confirmation; empty: open it.
+    hold: str = ""
+    # Ask again at this time (seconds since the epoch): other nodes had critical events near
+    # this node's, and the burst they may be the start of can still grow.
+    wait_until: float | None = None
+
+
+def burst_verdict(policy: GuardPolicy, critical: Iterable[tuple[str, float]], production: Collection[str],
+                  node: str, event_at: float | None, now: float) -> BurstVerdict:
+    """Whether `node`'s RMA is held for an operator: critical events on more nodes than the
+    guard's storm limit within its storm window of `event_at` (this node's critical event;
+    None when it had none, its RMA being a check's verdict: then the window around `now`).
+
+    `critical` are (node, time) of the fleet's critical health events, `production` the fleet's
+    nodes in production. The limit is the guard's (storm_threshold) over the nodes in
+    production before the burst (those in production now and the burst's own). A correlated
+    burst is usually a driver, firmware or checker fault, and an RMA costs weeks: the nodes
+    stay drained (their drains are critical) and an operator decides, and so does any RMA due
+    while the burst is on. While other nodes had critical events near this one's but not yet
+    enough, the verdict waits until the window after `event_at` has passed, so that the first
+    nodes of a burst are not sent before the rest of it arrives; a node alone in its window
+    opens at once (a lemon's repeat included), and so does a node with no critical event of
+    its own when the fleet has no burst now (it is none of one).
+    """
+    window = policy.storm_window_s
+    at = now if event_at is None else event_at
+    nearby = {n for n, t in critical if abs(t - at) <= window} | (set() if event_at is None else {node})
+    limit = storm_threshold(policy, len(set(production) | nearby))
+    if len(nearby) >= limit:
+        return BurstVerdict(hold=f"correlated burst: {len(nearby)} nodes with critical events within "
+                                 f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
+                                 f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects")
+    if event_at is not None and len(nearby) > 1 and now < event_at + window:
+        return BurstVerdict(wait_until=event_at + window)
+    return BurstVerdict()
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
@@ -157,4 +212,23 @@ def _templates():
 
 
 def render_markdown(evidence: Mapping[str, Any], rma_id: int | None = None) -> str:
-    return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id)
+    return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id, failing=failing_gpus(evidence))
+
+
+_GPU_WHERE = re.compile(r"\bGPU\s*(\d+)\b", re.IGNORECASE)
+
+
+def failing_gpus(evidence: Mapping[str, Any]) -> set[int]:
+    """The indexes of the GPUs a failing check's findings name: "GPU 3", or the GPU's PCI
+    address (the bus id's last part, as nvidia-smi and the kernel log print it)."""
+    gpus = evidence.get("identity", {}).get("gpus") or []
+    by_bus = {str(g.get("bus_id") or "").lower()[-7:]: g.get("index") for g in gpus if g.get("bus_id")}
+    found: set[int] = set()
+    for check in evidence.get("failing_checks") or []:
+        for finding in check.get("findings") or []:
+            where = str(finding.get("where") or "")
+            if named := _GPU_WHERE.search(where):
+                found.add(int(named[1]))
+            elif (index := by_bus.get(where.lower()[-7:])) is not None and len(where) >= 7:
+                found.add(index)
+    return found

@@ -891,4 +891,6 @@ class LemonPolicy:
 
     def describe(self, times: int) -> str:
         """The figure in words, the same wherever it is shown."""
-        return f"remediated {times} times in {self.window / timedelta(days=1):g} days"
+        from fleetctl.text import plural, times as how_often
+
+        return f"remediated {how_often(times)} in {plural(self.window / timedelta(days=1), 'day')}"

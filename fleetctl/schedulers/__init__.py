@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 SCHEDULER_KINDS = ("slurm", "kubernetes", "sim")
 # Those whose adapters list every job they remember (base.ListsJobHistory), so that asking
 # for the jobs never builds an adapter that cannot (a test holds the two together).
-JOB_HISTORY_KINDS = ("slurm", "sim")
+JOB_HISTORY_KINDS = ("slurm", "kubernetes", "sim")
 
 
 def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | None = None) -> Scheduler:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
+    JobHistory,
     PodDrainProgress,
     SchedulerError,
     SchedulerJob,
@@ -260,6 +261,21 @@ class KubernetesScheduler:
             state=_job_state(pods),
             nodes=tuple(sorted({node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))})),
         )
+
+    def job_history(self) -> list[JobHistory]:
+        """Every job the cluster's pods show (a pod labelled with a job label, not the node's
+        infrastructure), as its pods tell it, one list of the cluster's pods: submitted when its
+        first pod was created, started when its first pod started, ended (completed, failed)
+        when its last container finished. A job whose pods are gone is no longer listed: it
+        ended when fleetctl last saw it (fleetctl.db.jobs.reconcile_jobs), as a job Slurm
+        forgot."""
+        with self._api_errors("list pods"):
+            listed = self._api().list_pod_for_all_namespaces(_request_timeout=self._request_timeout_s)
+        by_job: dict[str, list[Json]] = {}
+        for pod in map(self._json, listed.items):
+            if (job_id := self._job_id(pod)) and _infrastructure(pod, self._options) is None:
+                by_job.setdefault(job_id, []).append(pod)
+        return [_job_history(job_id, pods) for job_id, pods in sorted(by_job.items())]
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Evict every live pod of the job so that its controller recreates them.
@@ -743,6 +759,28 @@ def _job_state(pods: Sequence[Json]) -> str:
     if "Failed" in phases:
         return "failed"
     return "unknown"
+
+
+def _job_history(job_id: str, pods: Sequence[Json]) -> JobHistory:
+    state = _job_state(pods)
+    nodes = tuple(sorted({node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))}))
+    created = [t for pod in pods if (t := _time((pod.get("metadata") or {}).get("creationTimestamp")))]
+    started = [t for pod in pods if (t := _time((pod.get("status") or {}).get("startTime")))]
+    finished = [t for pod in pods for status in (pod.get("status") or {}).get("containerStatuses") or []
+                if (t := _time(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))]
+    gpus = [int(limit) for pod in pods for container in (pod.get("spec") or {}).get("containers") or []
+            if str(limit := ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", "")).isdigit()]
+    return JobHistory(job_id=job_id, name=job_id.partition("/")[2], state=state, nodes=nodes,
+                      node_count=max(len(nodes), 1), submitted_at=min(created, default=None),
+                      started_at=min(started, default=None),
+                      ended_at=max(finished, default=None) if state in ("completed", "failed") else None,
+                      gpus_per_node=max(gpus) if gpus else None)
+
+
+def _time(value: Any) -> datetime | None:
+    """An API time (RFC 3339) as UTC, None when absent or unreadable."""
+    text = _rfc3339(value)
+    return None if text is None else datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
 
 
 def _split_job_id(job_id: str) -> tuple[str, str]:

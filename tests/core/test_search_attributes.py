@@ -91,3 +91,16 @@ def test_a_node_starts_findable_by_its_state():
 ])
 def test_details_say_the_state_since_when_and_the_last_cause(attributes, details):
     assert node_details("new", TypedSearchAttributes(attributes)) == details
+
+
+@pytest.mark.parametrize("outcome, last", [
+    ("drained: xid 79; no runbook handles it: waiting for an operator",
+     "last: drained: xid 79; no runbook handles it: waiting for an operator"),  # as `node show` says it
+    ("drained: xid 79; remediation: xid-79-fallen-off-bus", None),  # automation goes on: the cause says enough
+    ("", None),
+])
+def test_details_say_when_the_node_waits_for_an_operator(outcome, last):
+    details = node_details("maintenance", TypedSearchAttributes([SearchAttributePair(LAST_CAUSE, "drained: xid 79")]),
+                           outcome).split("\n\n")
+    assert details[1] == "last cause: drained: xid 79"
+    assert details[2:] == ([last] if last else [])

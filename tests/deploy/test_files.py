@@ -113,6 +113,33 @@ def test_unit_runs_a_fleetctl_command_as_an_unprivileged_user(unit):
     assert is_a_fleetctl_command(argv), argv
 
 
+def exposure(unit: Path, tmp_path: Path) -> float:
+    """`systemd-analyze security` of the unit file as shipped: its overall exposure, 0-10."""
+    copy = tmp_path / unit.name
+    copy.write_text(unit.read_text())
+    result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(copy)],
+                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
+    assert found, result.stdout + result.stderr
+    return float(found[1])
+
+
+def test_the_agent_unit_is_hardened_at_least_as_the_worker(tmp_path, systemd_analyze):
+    worker = exposure(DEPLOY / "systemd/fleetctl-worker@.service", tmp_path)
+    agent = exposure(DEPLOY / "systemd/fleetctl-agent.service", tmp_path)
+    assert agent <= worker, f"the agent's exposure {agent} is above the worker's {worker}"
+
+
+def test_the_agent_unit_names_its_node_as_the_cli_does():
+    # %H is the full host name (gpu-001.cluster.example), where `fleetctl agent` without a node
+    # takes the name up to the first dot, as inventories name nodes; %l is that short name.
+    fields = dict(line.split("=", 1) for line in (DEPLOY / "systemd/fleetctl-agent.service").read_text().splitlines()
+                  if re.match(r"^[A-Za-z]+=", line))
+    program, noun, *argv = fields["ExecStart"].split()
+    node = argv[0] if argv and not argv[0].startswith("-") else None
+    assert noun == "agent" and node in (None, "%l") and "%H" not in fields["ExecStart"], fields["ExecStart"]
+
+
 def test_units_cover_worker_metrics_and_agent():
     assert {unit.name for unit in UNITS} == {"fleetctl-worker@.service", "fleetctl-metrics.service", "fleetctl-agent.service"}
 

@@ -42,7 +42,8 @@ def find(kind: str, name: str) -> dict:
 def test_every_manifest_is_valid_strictly(version):
     docs = resources()
     assert {doc["kind"] for doc in docs} >= {"Deployment", "Job", "Service", "ServiceAccount", "ClusterRole",
-                                             "ClusterRoleBinding", "ConfigMap", "Namespace"}
+                                             "ClusterRoleBinding", "ConfigMap", "Namespace", "DaemonSet",
+                                             "NetworkPolicy", "PersistentVolumeClaim"}
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -54,22 +55,28 @@ def test_validation_catches_a_misspelled_field():
         kubernetes_validate.validate(worker, VERSIONS[-1], strict=True)
 
 
+def _recording(kube: KubeEmulator, calls: set[tuple[str, str, str]], then=lambda request: None) -> None:
+    """Record (API group, resource[/subresource], verb) of every request the emulator gets."""
+    refuse = kube.handler.refuse
+
+    def record(request):
+        verb = VERBS[str(request.method.value)]
+        if verb == "get" and request.name is None:
+            verb = "watch" if request.params.get("watch") else "list"
+        resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
+        calls.add((request.resource.group, resource, verb))
+        then(request)
+        return refuse(request)
+
+    kube.handler.refuse = record
+
+
 def adapter_calls() -> set[tuple[str, str, str]]:
     """(API group, resource[/subresource], verb) of every request the adapter's public
     methods make, each method driven down the path that calls the API most."""
     calls: set[tuple[str, str, str]] = set()
     with KubeEmulator() as kube:
-        refuse = kube.handler.refuse
-
-        def record(request):
-            verb = VERBS[str(request.method.value)]
-            if verb == "get" and request.name is None:
-                verb = "watch" if request.params.get("watch") else "list"
-            resource = request.resource.plural + (f"/{request.subresource}" if request.subresource else "")
-            calls.add((request.resource.group, resource, verb))
-            return refuse(request)
-
-        kube.handler.refuse = record
+        _recording(kube, calls)
         kube.add_node("gpu-1")
         kube.add_node("gpu-2")
         kube.add_pod("ml", "train-0", "gpu-1", labels={"job-name": "train"}, owner_kind="Job")
@@ -82,6 +89,7 @@ def adapter_calls() -> set[tuple[str, str, str]]:
             "busy_nodes": adapter.busy_nodes,
             "jobs_on_node": lambda: adapter.jobs_on_node("gpu-1"),
             "job": lambda: adapter.job("ml/train"),
+            "job_history": adapter.job_history,
             "drain": lambda: adapter.drain("gpu-1", "rbac"),
             "restart_job": lambda: adapter.restart_job("ml/train", ["gpu-1"]),
             "drain_pods": lambda: adapter.drain_pods("gpu-2", deadline_passed=True),
@@ -107,13 +115,97 @@ def test_the_worker_role_grants_exactly_what_the_adapter_calls():
     assert granted(find("ClusterRole", "fleetctl-worker")) == calls
 
 
-def test_only_the_worker_holds_an_api_token():
-    binding = find("ClusterRoleBinding", "fleetctl-worker")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "fleetctl-worker", "namespace": "fleetctl"}]
-    assert find("Deployment", "fleetctl-worker")["spec"]["template"]["spec"]["serviceAccountName"] == "fleetctl-worker"
-    for kind, name in (("Deployment", "fleetctl-metrics"), ("Job", "fleetctl-bootstrap")):
+def intake_calls(tmp_path) -> set[tuple[str, str, str]]:
+    """What `fleetctl events serve --in-cluster` asks the API: one Node Problem Detector poll,
+    driven through the intake's own poller against the emulator."""
+    import threading
+
+    from kubernetes import client, config
+
+    from fleetctl.intake.server import Intake, poll_node_conditions
+
+    calls: set[tuple[str, str, str]] = set()
+    polled = threading.Event()
+    with KubeEmulator() as kube:
+        kube.add_node("gpu-1")
+        _recording(kube, calls, then=lambda request: polled.set())
+        api = client.CoreV1Api(config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "kubeconfig"))))
+        intake = Intake(tmp_path / "spool", transport=None)
+        # The poller sets nothing it could be waited on by but the request itself: stop it
+        # once the first poll reached the emulator, and let it finish that poll.
+        stop = threading.Event()
+        poller = threading.Thread(target=poll_node_conditions, args=(intake, api, ("XidError",), stop, 3600))
+        poller.start()
+        assert polled.wait(30), "the intake never polled the API"
+        stop.set()
+        poller.join(60)
+        intake.spool.close()
+    return calls
+
+
+def test_the_intake_role_grants_exactly_what_the_intake_calls(tmp_path):
+    calls = intake_calls(tmp_path)
+    assert calls == granted(find("ClusterRole", "fleetctl-intake"))
+
+
+ROLE_HOLDERS = {"fleetctl-worker": ("Deployment", "fleetctl-worker"), "fleetctl-intake": ("Deployment", "fleetctl-intake")}
+
+
+def test_only_the_worker_and_the_intake_hold_an_api_token_each_for_its_own_role():
+    for name, (kind, workload) in ROLE_HOLDERS.items():
+        binding = find("ClusterRoleBinding", name)
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "fleetctl"}]
+        assert find(kind, workload)["spec"]["template"]["spec"]["serviceAccountName"] == name
+    bound = {s["name"] for doc in resources() if doc["kind"] in ("ClusterRoleBinding", "RoleBinding") for s in doc["subjects"]}
+    assert bound == set(ROLE_HOLDERS)
+    for kind, name in (("Deployment", "fleetctl-metrics"), ("Job", "fleetctl-bootstrap"), ("DaemonSet", "fleetctl-agent")):
         pod = find(kind, name)["spec"]["template"]["spec"]
-        assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] != "fleetctl-worker"
+        assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] not in ROLE_HOLDERS
+
+
+def documented_rbac() -> set[tuple[str, str, str, str]]:
+    """(ServiceAccount, API group, resource, verb) of docs/production.md's RBAC table."""
+    text = (REPO / "docs" / "production.md").read_text()
+    rows = set()
+    for line in text[text.index("<!-- rbac -->"):text.index("<!-- /rbac -->")].splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[0].startswith("fleetctl-"):
+            group = "" if cells[1] == "core" else cells[1]
+            rows |= {(cells[0], group, cells[2], verb.strip()) for verb in cells[3].split(",")}
+    return rows
+
+
+def test_the_docs_list_exactly_the_rbac_the_manifests_grant():
+    manifests = {(name, *grant) for name in ROLE_HOLDERS for grant in granted(find("ClusterRole", name))}
+    assert documented_rbac() == manifests
+
+
+def test_the_agent_daemonset_holds_only_what_it_needs():
+    daemonset = find("DaemonSet", "fleetctl-agent")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYSLOG"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    kmsg = next(m for m in container["volumeMounts"] if m["mountPath"] == "/dev/kmsg")
+    assert kmsg["readOnly"] is True
+    assert {"operator": "Exists"} in pod["tolerations"]  # watches a cordoned node too
+    assert container["args"][:2] == ["agent", "$(NODE_NAME)"] and is_a_fleetctl_command(container["args"])
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert container["image"] == f"fleetctl:{version}"
+
+
+def test_the_intake_is_reached_only_by_the_agents_and_alertmanager():
+    policy = find("NetworkPolicy", "fleetctl-intake")
+    intake = find("Deployment", "fleetctl-intake")["spec"]["template"]["metadata"]["labels"]
+    agent = find("DaemonSet", "fleetctl-agent")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == intake and policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9411}]
+    assert {"podSelector": {"matchLabels": agent}} in rule["from"]
+    service = find("Service", "fleetctl-intake")["spec"]
+    assert service["selector"] == intake and service["ports"][0]["port"] == 9411
 
 
 def test_every_container_runs_this_version_of_the_image_as_non_root():

@@ -102,7 +102,8 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
 
     assert json.loads(show("-o", "json"))["remediated"] == {"times": times, "window_days": 7.0, "lemon_threshold": 3}
     table = show()
-    assert (f"remediated {times} times in 7 days (a lemon at 3)" in table) is (times > 0)
+    how_often = {1: "once", 2: "twice"}.get(times, f"{times} times")  # plurals (issue 32): never "1 times"
+    assert (f"remediated {how_often} in 7 days (a lemon at 3)" in table) is (times > 0)
     # The run that begins now counts itself (a run, whether or not an entry follows it).
     lemon = _begin(activities, "now").lemon
     after = max(times, len([d for d in runs if d <= 7]) + 1)

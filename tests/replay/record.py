@@ -20,7 +20,9 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   job turned critical by an XID 79, a recheck's HPL and a burn-in's HPL cut short by one, an
   XID 79 taken ahead of a minor event queued before it, and a firmware flash that may
   finish first; a runbook's wait cut short by an XID 79, whose runbook then starts
-  (remediation-interrupt); in each, the queue's oldest item shown as FleetctlQueuedSince
+  (remediation-interrupt); a burst of XID 64 whose RMAs are held for an operator, one
+  confirmed and one rejected, and two XID 64 whose RMAs wait out the storm window first
+  (rma-burst-confirmation); in each, the queue's oldest item shown as FleetctlQueuedSince
   (queued-since-attribute). v1 and v2 stay as they were, so the runs they stand for still
   replay.
 
@@ -51,6 +53,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
 from fleetctl.db import queries
+from fleetctl.db import remediation as rma_db
 from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import StragglerFinding
@@ -64,8 +67,11 @@ from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
 from fleetctl.connections.temporal_server import start_dev_server
 from workflows.api import (
+    RMA_DECISION_UPDATE,
     HealthEventInput,
     NodeLifecycleState,
+    RmaDecided,
+    RmaDecision,
     StragglerSweepInput,
     SweepInput,
     guard_id,
@@ -561,6 +567,7 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         history = await rec.client.get_workflow_handle(remediation_id(interrupted), run_id=old_run).fetch_history()
         (directory / "remediation_interrupted.json").write_text(history.to_json())
         kept["remediation_interrupted"] = remediation_id(interrupted)
+    kept.update(await rma_burst_scenario(directory))
     async with recording(suites_dir=str(suites), sim_time_scale=8.0) as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         scheduler = SimScheduler(engine)
@@ -601,6 +608,60 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
             "node_lifecycle_recheck_interrupted": node_workflow_id(rechecked),
             "node_lifecycle_burn_in_interrupted": node_workflow_id(burnt),
         }, kept)
+
+
+async def rma_burst_scenario(directory: Path) -> dict[str, str]:
+    """XID 64 on three nodes of three at once: a correlated burst (the storm limit of a
+    small fleet is 3), every RMA held for an operator (patch rma-burst-confirmation); one
+    confirmed (the node to rma, the RMA sent), one rejected (back through burn-in). Then XID
+    64 on two nodes of three: under the limit, each RMA waits for the storm window (a few
+    seconds here) after its event to pass, then opens."""
+    async with recording(guard_storm_window_s=5.0) as rec:
+        nodes = rec.add_nodes(3, "rv3-burst")
+        for n in nodes:
+            await _in_production(rec, n)
+        await asyncio.gather(*(send_health_events(rec.client, n, [HealthEventInput(
+            n, "xid", 64, "Row remapping failure", "recorder", f"rv3-burst-{n}", time.time(), severity="critical")])
+            for n in nodes))
+        deadline = time.monotonic() + 120
+        while len(held := rma_db.rma_records(rec.engine, status="awaiting_confirmation")) < len(nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the burst's RMAs were not held: {[(r.node_name, r.status) for r in held]}")
+            await asyncio.sleep(0.2)
+        by_node = {r.node_name: r for r in held}
+        written = {}
+        for name, node, confirm in (("remediation_rma_held_confirmed", nodes[0], True),
+                                    ("remediation_rma_held_rejected", nodes[1], False)):
+            record = by_node[node]
+            workflow_id, _, run_id = record.remediation_run.rpartition("@")
+            handle = rec.client.get_workflow_handle(workflow_id, run_id=run_id)
+            await handle.execute_update(RMA_DECISION_UPDATE, RmaDecision(record.id, confirm, "recorder"),
+                                        result_type=RmaDecided)
+            await handle.result()
+            (directory / f"{name}.json").write_text((await handle.fetch_history()).to_json())
+            written[name] = workflow_id
+    # Two nodes of three: under the limit, but each RMA waits out the window (a timer) first.
+    async with recording(guard_storm_window_s=5.0) as rec:
+        nodes = rec.add_nodes(3, "rv3-pair")
+        for n in nodes:
+            await _in_production(rec, n)
+        await asyncio.gather(*(send_health_events(rec.client, n, [HealthEventInput(
+            n, "xid", 64, "Row remapping failure", "recorder", f"rv3-pair-{n}", time.time(), severity="critical")])
+            for n in nodes[:2]))
+        deadline = time.monotonic() + 120
+        while not (opened := rma_db.rma_records(rec.engine, status="open", node_name=nodes[0])):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{nodes[0]}: its RMA did not open after the window")
+            await asyncio.sleep(0.2)
+        workflow_id, _, run_id = opened[0].remediation_run.rpartition("@")
+        handle = rec.client.get_workflow_handle(workflow_id, run_id=run_id)
+        await handle.result()
+        history = await handle.fetch_history()
+        if not any(e.HasField("timer_started_event_attributes") for e in history.events):
+            raise RuntimeError(f"{nodes[0]}: its RMA did not wait for the window")
+        (directory / "remediation_rma_waits_for_the_burst.json").write_text(history.to_json())
+        written["remediation_rma_waits_for_the_burst"] = workflow_id
+    return written
 
 
 RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3}

@@ -68,15 +68,18 @@ def test_one_schedulers_error_leaves_the_others_synced(sqlite_url) -> None:
     listed = JobHistory("9", "llm", "running", ("n1",), 1, at(1796083141), at(1796083143), None)
 
     class Listing:
+        def __init__(self, kind):
+            self.kind = kind
+
         def job_history(self):
-            return [listed]
+            return [listed] if self.kind == "sim" else []
 
     def scheduler_for(kind):
         if kind == "slurm":
             raise ValueError("slurm_host is login1: Slurm's commands need its SSH runner")
-        return Listing()
+        return Listing(kind)
 
-    result = sync_jobs(engine, ["slurm", "kubernetes", "sim"], scheduler_for, at(1796083200))
-    assert (result.jobs, result.skipped) == ({"sim": 1}, ["kubernetes"])
+    result = sync_jobs(engine, ["slurm", "kubernetes", "sim", "none"], scheduler_for, at(1796083200))
+    assert (result.jobs, result.skipped) == ({"kubernetes": 0, "sim": 1}, ["none"])
     assert result.errors == {"slurm": "slurm_host is login1: Slurm's commands need its SSH runner"}
     assert jobs.get_job(engine, "9").scheduler == "sim"

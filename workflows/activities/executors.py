@@ -14,7 +14,8 @@ from fleetctl.sim import SIM_SCHEME
 
 def target_for(node) -> NodeTarget:
     """The NodeTarget of a `nodes` row."""
-    return NodeTarget(name=node.name, address=node.address, user=node.ssh_user, profile=node.profile)
+    return NodeTarget(name=node.name, address=node.address, user=node.ssh_user, jump_host=node.jump_host,
+                      profile=node.profile)
 
 
 class ExecutorRegistry:
@@ -35,7 +36,8 @@ class ExecutorRegistry:
 
                 self._ssh = SshExecutor(known_hosts=self.settings.known_hosts,
                                         accept_new_host_keys=self.settings.accept_new_host_keys,
-                                        key_file=self.settings.ssh_key_file or None)
+                                        key_file=self.settings.ssh_key_file or None,
+                                        jump_host=self.settings.ssh_jump_host or None)
             return self._ssh
 
     def _make_sim(self) -> Executor:

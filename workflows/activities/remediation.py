@@ -9,19 +9,22 @@ knows which. The node must answer afterwards, or the step fails.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from fleetctl.remediation import runbooks
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError, BootNotSeen
-from fleetctl.config import Settings
+from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
-from fleetctl.durations import parse_seconds
+from fleetctl.durations import as_utc, parse_seconds
+from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.text import bounded
 from fleetctl.executors.base import CommandResult, ExecutorError
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
@@ -29,11 +32,15 @@ from workflows.api import (
     ADMIT_UPDATE,
     ActionOutcome,
     AdmitRequest,
+    BurstAnswer,
+    BurstQuery,
     HardwareRequest,
     NotifyRequest,
     PhaseAccepted,
     PhaseRequest,
     PreparedStep,
+    RmaDecided,
+    RmaDecision,
     RmaOpened,
     RmaRequest,
     RunContext,
@@ -196,7 +203,8 @@ class RemediationActivities(DatabaseActivities):
 
     @activity.defn
     def open_rma(self, req: RmaRequest) -> RmaOpened:
-        from fleetctl.connections.webhook_client import post_webhook
+        """The node's RMA record with its evidence bundle, sent to the webhook; or, held
+        (req.held_reason), recorded as awaiting an operator's confirmation and sent nowhere."""
         from fleetctl.remediation import rma
 
         node = self._node(req.node)
@@ -214,13 +222,56 @@ class RemediationActivities(DatabaseActivities):
         record, created = db.open_rma(
             self.engine, node_name=node.name, reason=req.reason, remediation_run=req.remediation_run or None,
             evidence=evidence, evidence_markdown=rma.render_markdown(evidence), opened_by=req.actor,
-            idempotency_key=key)
-        if created and self.settings.webhook_url:
-            status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
-                                  {"kind": "rma", "rma_id": record.id, "evidence": evidence})
-            db.set_webhook_status(self.engine, record.id, status)
-            return RmaOpened(record.id, created, status)
+            idempotency_key=key, held_reason=bounded(req.held_reason))
+        if created and not req.held_reason:
+            return RmaOpened(record.id, created, self._send(record))
         return RmaOpened(record.id, created, record.webhook_status or "")
+
+    @activity.defn
+    def rma_burst(self, q: BurstQuery) -> BurstAnswer:
+        """Whether the node's RMA waits for an operator (rma.burst_verdict), from the fleet's
+        critical health events around the node's own and its nodes in production."""
+        from checks.xid import xid_action
+        from fleetctl.remediation import rma
+
+        policy = guard_policy(self.settings, self.settings.fleet)
+        # The node's own critical event since it entered service; none: its RMA is a check's verdict.
+        event_at = q.event_at or next(
+            (as_utc(ev.at).timestamp() for ev in queries.health_events_in_service(self.engine, q.node)
+             if xid_action(ev.code).severity == "critical"), None)
+        fleet = self._fleet_nodes(self.settings.fleet)
+        names = {n.name for n in fleet}
+        since = datetime.fromtimestamp((event_at or q.now) - policy.storm_window_s, timezone.utc)
+        critical = [(ev.node_name, as_utc(ev.at).timestamp()) for ev in db.coded_health_events_since(self.engine, since)
+                    if ev.node_name in names and xid_action(ev.code).severity == "critical"]
+        verdict = rma.burst_verdict(policy, critical, [n.name for n in fleet if n.state == NodeState.PRODUCTION.value],
+                                    q.node, event_at, q.now)
+        return BurstAnswer(verdict.hold, event_at or 0.0, verdict.wait_until or 0.0)
+
+    @activity.defn
+    def decide_rma(self, d: RmaDecision) -> RmaDecided:
+        """An operator's answer to a held RMA, recorded; a confirmed one is sent as an opened
+        RMA is (the webhook)."""
+        try:
+            record = db.decide_rma(self.engine, d.rma_id, d.confirm, d.actor)
+        except (LookupError, db.RmaStatusConflict) as exc:
+            raise ApplicationError(str(exc).strip("'\""), type="RmaStatusConflict", non_retryable=True) from exc
+        if not d.confirm:
+            return RmaDecided(record.id, record.status, f"RMA {record.id} rejected by {d.actor}")
+        status = record.webhook_status or self._send(record)
+        return RmaDecided(record.id, record.status, f"RMA {record.id} confirmed by {d.actor}"
+                                                    + (f" (webhook {status})" if status else ""))
+
+    def _send(self, record) -> str:
+        """Post the opened RMA's bundle to the configured webhook; its status ("" without one)."""
+        from fleetctl.connections.webhook_client import post_webhook
+
+        if not self.settings.webhook_url:
+            return ""
+        status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
+                              {"kind": "rma", "rma_id": record.id, "evidence": record.evidence})
+        db.set_webhook_status(self.engine, record.id, status)
+        return status
 
 
 def _run(executor, target, argv, timeout_s: float = 60.0) -> CommandResult:

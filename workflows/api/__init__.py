@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from workflows.api.names import (
     ACTIVE_CHECK_SWEEP, ADMIT_UPDATE, CAPACITY_GUARD, FIRMWARE_ROLLOUT, guard_id, GUARD_STATUS_QUERY,
-    HEALTH_EVENT_SIGNAL, JOB_RESTART, job_restart_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
+    HEALTH_EVENT_SIGNAL, JOB_HISTORY_SYNC, JOB_RESTART, job_restart_id, job_sync_id, NODE_LIFECYCLE, NODE_STATE_QUERY, node_workflow_id, node_of_workflow_id,
     PRODUCTION_STRAGGLERS, RECHECK_UPDATE, REMEDIATION, REMEDIATION_INTERRUPT_SIGNAL, remediation_id,
-    REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, RESUME_AUTOMATION_UPDATE, ROLLOUT_ABORT_UPDATE,
+    REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, RESUME_AUTOMATION_UPDATE, RMA_DECISION_UPDATE, ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY, ROLLOUT_RESUME_UPDATE, rollout_workflow_id, straggler_sweep_id, sweep_id,
     TRANSITION_UPDATE,
 )
@@ -38,21 +38,23 @@ from workflows.api.nodes import (
     TransitionRequest, TransitionResult, WorkItem,
 )
 from workflows.api.jobs import (
-    DEFAULT_RUNNING_TIMEOUT_S, DrainNodes, JobRestartInput, JobRestartResult, RestartJob, RestartOutcome,
+    DEFAULT_RUNNING_TIMEOUT_S, DrainNodes, JobRestartInput, JobRestartResult, JobSyncInput, JobSyncResult,
+    RestartJob, RestartOutcome,
     RestartStarted, RestartStep, StragglerDrain, StragglerDrainRecord, StragglerSweepInput,
     StragglerSweepResult, StragglerTick, WaitForJob,
 )
 from workflows.api.remediation import (
-    ActionOutcome, AdmitRequest, remediation_mode, DriftReport, DriftRequest, HardwareRequest, NodeResult, NotifyRequest,
-    PreparedStep, RemediationInput, RemediationInterrupt, RemediationResult, RmaOpened, RmaRequest, RolloutCommand, RolloutInput,
+    ActionOutcome, AdmitRequest, BurstAnswer, BurstQuery, remediation_mode, DriftReport, DriftRequest, HardwareRequest, NodeResult, NotifyRequest,
+    PreparedStep, RemediationInput, RemediationInterrupt, RemediationResult, RmaDecided, RmaDecision, RmaOpened, RmaRequest, RolloutCommand, RolloutInput,
     RolloutProgress, RolloutStatus, RunContext, RunEnd, RunStart, StepInput, StepRecord, StepResult,
     UpdateOutcome,
 )
 
 __all__ = [
     "ActionOutcome", "ACTIVE_CHECK_SWEEP", "AdmissionRequest", "AdmissionVerdict", "ADMIT_UPDATE",
-    "AdmitRequest", "AgentSilence", "AutomationRecord", "CAPACITY_GUARD", "CapacityGuardState",
-    "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
+    "AdmitRequest", "AgentSilence", "BurstAnswer", "BurstQuery", "AutomationRecord", "CAPACITY_GUARD", "CapacityGuardState",
+    "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "JOB_HISTORY_SYNC", "job_sync_id", "JobSyncInput",
+    "JobSyncResult", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
     "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
     "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
     "HealthEventInput", "HealthEventVerdict", "JOB_RESTART", "job_restart_id", "JobRestartInput",
@@ -63,7 +65,7 @@ __all__ = [
     "remediation_id", "remediation_mode", "RemediationChoice", "RemediationInput", "RemediationInterrupt", "RemediationPlan",
     "RemediationResult", "REPORT_CHECK_ERRORS_UPDATE", "REQUEST_REMOVAL_UPDATE", "RestartJob",
     "RestartOutcome", "RestartStarted", "RestartStep", "RESUME_AUTOMATION_UPDATE", "ResumeAutomation",
-    "RmaOpened", "RmaRequest", "ROLLOUT_ABORT_UPDATE", "ROLLOUT_PROGRESS_QUERY", "ROLLOUT_RESUME_UPDATE",
+    "RMA_DECISION_UPDATE", "RmaDecided", "RmaDecision", "RmaOpened", "RmaRequest", "ROLLOUT_ABORT_UPDATE", "ROLLOUT_PROGRESS_QUERY", "ROLLOUT_RESUME_UPDATE",
     "rollout_workflow_id", "RolloutCommand", "RolloutInput", "RolloutProgress", "RolloutStatus",
     "RunContext", "RunEnd", "RunStart", "SCHEDULER_RETRY_S", "SchedulerCordon", "SchedulerStateReport",
     "StepInput", "StepRecord", "StepResult", "straggler_sweep_id", "StragglerDrain", "StragglerDrainRecord",

@@ -8,6 +8,23 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class JobSyncInput:
+    """One job history sync (`fleetctl schedule create job-sync`)."""
+
+    actor: str = "job-sync"
+
+
+@dataclass
+class JobSyncResult:
+    """What each scheduler listed (scheduler -> jobs), why one could not be asked, and those
+    that cannot list their jobs (fleetctl.jobs.history_sync.SyncResult)."""
+
+    jobs: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
 class StragglerSweepInput:
     fleet: str = "default"
     actor: str = "production-stragglers"

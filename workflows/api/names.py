@@ -19,8 +19,10 @@ GUARD_STATUS_QUERY = "status"
 
 ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
 PRODUCTION_STRAGGLERS = "ProductionStragglers"
+JOB_HISTORY_SYNC = "JobHistorySync"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
+RMA_DECISION_UPDATE = "decide_rma"  # an operator's `rma confirm` / `rma reject` of a held RMA
 JOB_RESTART = "JobRestart"
 
 FIRMWARE_ROLLOUT = "FirmwareRollout"
@@ -62,6 +64,11 @@ def rollout_workflow_id(rollout_id: str) -> str:
 def sweep_id(schedule_id: str) -> str:
     """The id of the sweeps a schedule starts (one at a time: an overrunning sweep skips the next)."""
     return f"sweep/{schedule_id}"
+
+
+def job_sync_id(schedule_id: str) -> str:
+    """The id of the job history syncs a schedule starts (one at a time)."""
+    return f"job-sync/{schedule_id}"
 
 
 def straggler_sweep_id(schedule_id: str) -> str:

@@ -146,6 +146,8 @@ class RmaRequest:
     remediation_run: str = ""
     # Stable per caller step, so a retried activity opens one record.
     idempotency_key: str = ""
+    # Set: the record is held for an operator (awaiting_confirmation) and nothing is sent.
+    held_reason: str = ""
 
 
 @dataclass
@@ -153,6 +155,40 @@ class RmaOpened:
     rma_id: int
     created: bool
     webhook_status: str = ""
+
+
+@dataclass
+class BurstQuery:
+    """Is the node's RMA held for a correlated burst? (fleetctl.remediation.rma.burst_verdict)"""
+
+    node: str
+    now: float  # the workflow's clock, seconds since the epoch
+    # The node's critical event, as the first answer found it (0: find it).
+    event_at: float = 0.0
+
+
+@dataclass
+class BurstAnswer:
+    hold: str  # why the RMA waits for an operator; empty: open it
+    event_at: float  # the node's critical event (0: it had none; such an answer never waits)
+    wait_until: float = 0.0  # ask again then (0: decided now)
+
+
+@dataclass
+class RmaDecision:
+    """An operator's answer to a held RMA: `rma confirm` (confirm) opens it, `rma reject`
+    ends it and sends the node back through burn-in."""
+
+    rma_id: int
+    confirm: bool
+    actor: str
+
+
+@dataclass
+class RmaDecided:
+    rma_id: int
+    status: str  # the record's status after the answer: open or rejected
+    detail: str
 
 
 

@@ -122,6 +122,7 @@ class NodeLifecycle:
                 show_queue(self.s)
                 await self._perform(item)
                 self.s.activity = ""
+                show_details(self.s)  # the outcome may wait for an operator now (no runbook handled it)
                 show_queue(self.s)
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)

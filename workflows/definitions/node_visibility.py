@@ -31,8 +31,9 @@ async def record_transition(record: TransitionRecord) -> int:
 def show_details(state: NodeLifecycleState) -> None:
     """Set the workflow's current details from its state and its search attributes (which
     carry the time and cause of the last transition across continue-as-new). Not part of the
-    history: any worker recomputes them on replay, so no patch guards them."""
-    workflow.set_current_details(node_details(state.state, workflow.info().typed_search_attributes))
+    history: any worker recomputes them on replay, so no patch guards them (nor the calls
+    that refresh them)."""
+    workflow.set_current_details(node_details(state.state, workflow.info().typed_search_attributes, state.last_outcome))
 
 
 def show_queue(state: NodeLifecycleState) -> None:

@@ -14,6 +14,13 @@ drain waiting for the node is cancelled and recorded as `interrupted`, never as 
 failed; a GPU reset, a reboot or an RMA finishes first (a half-done power cycle or ticket
 helps nobody). The run then ends `interrupted`, and the node's workflow starts the runbook
 for the new event.
+
+An RMA step of a node in a correlated burst (critical events on more nodes than the guard's
+storm limit, fleetctl.remediation.rma.burst_verdict; patch rma-burst-confirmation) opens
+nothing: the RMA is recorded as awaiting confirmation and the run waits for an operator's
+`decide_rma` update (`fleetctl rma confirm` / `rma reject`). The wait is part of the RMA
+step, which finishes first: an interrupt meanwhile finds the node already waiting for an
+operator.
 """
 
 from __future__ import annotations
@@ -34,8 +41,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
         REMEDIATION_INTERRUPT_SIGNAL,
+        RMA_DECISION_UPDATE,
         ActionOutcome,
         AdmitRequest,
+        BurstAnswer,
+        BurstQuery,
         CheckRequest,
         HardwareRequest,
         JobRestartInput,
@@ -46,6 +56,8 @@ with workflow.unsafe.imports_passed_through():
         RemediationInput,
         RemediationInterrupt,
         RemediationResult,
+        RmaDecided,
+        RmaDecision,
         RmaOpened,
         RmaRequest,
         RunContext,
@@ -87,6 +99,10 @@ class Remediation:
         self.state = ""
         self.escalated = ""
         self.interrupted = ""
+        # The RMA held for an operator (its record's id), the answer, and what came of it.
+        self.held_rma: int | None = None
+        self.rma_answer: RmaDecision | None = None
+        self.rma_decided: RmaDecided | None = None
 
     @workflow.query
     def progress(self) -> list[StepResult]:
@@ -95,6 +111,22 @@ class Remediation:
     @workflow.signal(name=REMEDIATION_INTERRUPT_SIGNAL)
     def interrupt(self, req: RemediationInterrupt) -> None:
         self.interrupted = self.interrupted or req.reason
+
+    @workflow.update(name=RMA_DECISION_UPDATE)
+    async def decide_rma(self, answer: RmaDecision) -> RmaDecided:
+        """`fleetctl rma confirm|reject ID`: the answer the held RMA waits for; returns once
+        the run has acted on it."""
+        self.rma_answer = answer
+        await workflow.wait_condition(lambda: self.rma_decided is not None)
+        return self.rma_decided
+
+    @decide_rma.validator
+    def _answerable(self, answer: RmaDecision) -> None:
+        if self.held_rma != answer.rma_id:
+            raise ValueError(f"RMA {answer.rma_id} is not held by this run")
+        if self.rma_answer is not None:
+            done = "confirmed" if self.rma_answer.confirm else "rejected"
+            raise ValueError(f"RMA {answer.rma_id} was already {done} by {self.rma_answer.actor}")
 
     @workflow.run
     async def run(self, inp: RemediationInput) -> RemediationResult:
@@ -312,6 +344,11 @@ class Remediation:
             ok, why = await self._drain(reason)
             if not ok:
                 return False, why
+        # Patch rma-burst-confirmation: asked first whether the node is one of a correlated burst.
+        if self.state != NodeState.RMA.value and workflow.patched("rma-burst-confirmation"):
+            held = await self._held_for_burst(reason, step)
+            if held is not None:
+                return held
         if self.state != NodeState.RMA.value:
             outcome = await self._command("send_to_rma", reason, f"{step.index}/rma")
             if not outcome.accepted:
@@ -324,6 +361,61 @@ class Remediation:
         )
         self.escalated = f"sent to RMA (record {opened.rma_id}): {reason}"
         return True, self.escalated
+
+    async def _held_for_burst(self, reason: str, step: Step) -> tuple[bool, str] | None:
+        """None when the node's RMA may open now. Otherwise the node is one of a correlated
+        burst: its RMA is recorded as awaiting confirmation (the node stays drained, in
+        maintenance) and the run waits, durably, for an operator's answer (the decide_rma
+        update): confirmed, the node goes to RMA and the RMA is sent; rejected, the node goes
+        back through burn-in. While other nodes had critical events near this one's, the
+        question is asked again once the storm window after it has passed (a timer), so the
+        first nodes of a burst are not sent before the rest arrives."""
+        burst: BurstAnswer = await workflow.execute_activity_method(
+            RemediationActivities.rma_burst, BurstQuery(self.inp.node, workflow.now().timestamp()), **QUICK)
+        if burst.wait_until:
+            await workflow.sleep(timedelta(seconds=max(0.0, burst.wait_until - workflow.now().timestamp())))
+            # Asked at or after wait_until: the answer waits no more.
+            burst = await workflow.execute_activity_method(
+                RemediationActivities.rma_burst,
+                BurstQuery(self.inp.node, max(workflow.now().timestamp(), burst.wait_until), burst.event_at), **QUICK)
+        if not burst.hold:
+            return None
+        held: RmaOpened = await workflow.execute_activity_method(
+            RemediationActivities.open_rma,
+            RmaRequest(self.inp.node, reason, f"runbook:{self.inp.runbook['name']}", self.run_key,
+                       f"{self.run_key}/{step.index}/rma", held_reason=burst.hold),
+            **MESSAGE,
+        )
+        self.held_rma = held.rma_id
+        await workflow.execute_activity_method(
+            RemediationActivities.notify,
+            NotifyRequest(self.inp.node, f"RMA {held.rma_id} of {self.inp.node} awaits an operator ({burst.hold}): "
+                                         f"fleetctl rma confirm {held.rma_id} sends it, fleetctl rma reject "
+                                         f"{held.rma_id} sends the node back through burn-in",
+                          "warning", self.run_key),
+            **MESSAGE)
+        await workflow.wait_condition(lambda: self.rma_answer is not None)
+        answer = self.rma_answer
+        decided: RmaDecided = await workflow.execute_activity_method(
+            RemediationActivities.decide_rma, answer, **MESSAGE)
+        if answer.confirm:
+            self.state = await self._current_state()
+            outcome = None
+            if self.state != NodeState.RMA.value:
+                outcome = await self._command("send_to_rma", reason, f"{step.index}/rma")
+            self.rma_decided = decided
+            if outcome is not None and not outcome.accepted:
+                return False, f"{decided.detail}; the node was not moved to rma: {outcome.message}"
+            self.escalated = f"sent to RMA (record {held.rma_id}, {decided.detail}): {reason}"
+            return True, self.escalated
+        admitted: ActionOutcome = await workflow.execute_activity_method(
+            RemediationActivities.admit_node,
+            AdmitRequest(self.inp.node, answer.actor, request_id=f"{self.run_key}/{step.index}/rma-rejected"),
+            **MESSAGE,
+        )
+        self.rma_decided = RmaDecided(decided.rma_id, decided.status, f"{decided.detail}; burn-in: {admitted.detail}")
+        # Failed, not passed: what the runbook does after an RMA (telling that it was sent) is not true.
+        return False, f"{self.rma_decided.detail} (held: {burst.hold})"
 
 
 def _describe(step: Step, params: dict[str, Any]) -> str:

@@ -8,8 +8,8 @@ schedule in Temporal. Empty at upgrade: the schedules made before it are recorde
 next `fleetctl schedule list` (until then, as before, no interval is known and nothing is
 judged by age).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
