@@ -114,6 +114,13 @@ CASES = [
     ("xid/dmesg_nvlink_rx_detect_failure_fail.txt", "xid", None, FAIL),
     ("xid/kmsg_raw_xid79_fail.txt", "xid", None, FAIL),
     ("xid/journal_json_xid79_burst_45_fail.txt", "xid", None, FAIL),
+    # GPUs that never initialised, and Fabric Manager's NVSwitch reports: no Xid line at all
+    ("xid/journal_rminitadapter_repeated_no_xid_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_cannot_attach_gpu_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_gsp_firmware_init_fail.txt", "xid", None, FAIL),
+    ("xid/fabricmanager_log_sxid_fatal_fail.txt", "xid", None, FAIL),
+    ("xid/fabricmanager_log_sxid_nonfatal_warn.txt", "xid", None, WARN),
+    ("xid/fabricmanager_topology_mismatch_fail.txt", "xid", None, FAIL),
     # InfiniBand
     ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
     ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", H100, PASS),  # unused Ethernet ports are not rails
