@@ -137,6 +137,10 @@ CASES = [
     ("ib/ib_write_bw_rdma_cm_rejected_fail.txt", "ib", None, FAIL),
     ("ib/ib_write_bw_create_qp_fail.txt", "ib", None, FAIL),
     ("ib/ib_write_bw_cut_error.txt", "ib", H100, ERROR),
+    # ibv_devinfo -v: the same judgement as ibstat; plain ibv_devinfo prints no physical state or rate
+    ("ib/ibv_devinfo_vv_hdr_active_ok.txt", "ib", None, PASS),
+    ("ib/ibv_devinfo_vv_hdr_one_disabled_fail.txt", "ib", None, FAIL),
+    ("ib/ibv_devinfo_plain_mlx4_no_rate_error.txt", "ib", None, ERROR),
     # firmware inventories
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", None, PASS),
     ("firmware/flint_query_cx7_ok.txt", "firmware", None, PASS),
