@@ -19,9 +19,15 @@ CASES = [
     ("nccl/8xh200_218_header_ok.txt", "nccl", H200, PASS),
     ("nccl/8xh100_srun_prefix_info_noise_ok.txt", "nccl", H100, PASS),
     ("nccl/8xh100_mpirun_tag_output_ok.txt", "nccl", H100, PASS),
-    ("nccl/2x8xh100_validation_off_ok.txt", "nccl", H100, PASS),
-    ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, PASS),
-    ("nccl/2x8xh100_a3mega_verbatim_ok.txt", "nccl", H100, PASS),
+    # Over several hosts: read without a profile ("_ok": every value right), held to the
+    # profile's multi-node floor with one (368 warn, 330 fail on h100-sxm's 8x NDR)
+    ("nccl/2x8xh100_validation_off_ok.txt", "nccl", None, PASS),
+    ("nccl/2x8xh100_validation_off_ok.txt", "nccl", H100, FAIL),  # nccl-tests#290: 90 GB/s, NVIDIA expects 46-48 per NIC
+    ("nccl/2x8xh100_multinode_ok.txt", "nccl", None, PASS),
+    ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, WARN),  # A3 Mega's 8x 200G, not 8x NDR: 341 GB/s
+    ("nccl/2x8xh100_a3mega_verbatim_ok.txt", "nccl", H100, WARN),
+    ("nccl/4x8xh100_multinode_derived_warn.txt", "nccl", H100, WARN),
+    ("nccl/2x8xh100_multinode_half_fail.txt", "nccl", H100, FAIL),
     ("nccl/8xh100_all_gather_ok.txt", "nccl", H100, PASS),
     ("nccl/a100_old_error_column_ok.txt", "nccl", A100, PASS),
     ("nccl/8xh100_slow_warn.txt", "nccl", H100, WARN),
