@@ -40,14 +40,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'checks' has no attribute {name!r}")
 
 
-def judge(kind: str, text: str, profile: str | None = None) -> CheckResult:
+def judge(kind: str, text: str, profile: str | None = None, profiles_dir: str | None = None) -> CheckResult:
     """Judge one tool's output. Bad text gives an ERROR result, never an exception; an
-    unknown kind or profile is the caller's mistake and raises ValueError (UnknownProfile)."""
+    unknown kind or profile is the caller's mistake and raises ValueError (UnknownProfile,
+    ProfileError). `profiles_dir`: the site profiles (default: FLEETCTL_PROFILES_DIR's)."""
     if kind not in _JUDGES:
         raise ValueError(f"unknown check kind {kind!r}; known kinds: {', '.join(KINDS)}")
     from checks.profiles import load_profile
 
-    gpu_profile = load_profile(profile) if profile else None
+    gpu_profile = load_profile(profile, profiles_dir) if profile else None
     if not text.strip():
         return CheckResult(Status.ERROR, {}, [], "the output is empty")
     try:

@@ -147,6 +147,10 @@ CASES = [
     ("ib/ibv_devinfo_vv_hdr_active_ok.txt", "ib", None, PASS),
     ("ib/ibv_devinfo_vv_hdr_one_disabled_fail.txt", "ib", None, FAIL),
     ("ib/ibv_devinfo_plain_mlx4_no_rate_error.txt", "ib", None, ERROR),
+    # a RoCE host: no packaged profile has its rails (tests/checks/test_site_profiles.py judges it with a site one)
+    ("ib/ibstat_roce_400g_ok.txt", "ib", None, PASS),
+    ("ib/ibstat_roce_400g_ok.txt", "ib", H100, ERROR),
+    ("ib/ibstat_roce_400g_rail_down_fail.txt", "ib", None, FAIL),
     # firmware inventories
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", None, PASS),
     ("firmware/flint_query_cx7_ok.txt", "firmware", None, PASS),
