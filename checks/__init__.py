@@ -28,6 +28,14 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "ib-rails": ("checks.ib", "judge_ib_rails"),
     "nccl-pairs": ("checks.nccl", "judge_nccl_pairs"),
     "firmware": ("checks.firmware", "judge_firmware"),
+    "pcie": ("checks.host", "judge_pcie"),
+    "pcie-aer": ("checks.host", "judge_pcie_aer"),
+    "memory": ("checks.host", "judge_memory"),
+    "cpu": ("checks.host", "judge_cpu"),
+    "disk": ("checks.host", "judge_disk"),
+    "services": ("checks.host", "judge_services"),
+    "versions": ("checks.host", "judge_versions"),
+    "clock": ("checks.host", "judge_clock"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")

@@ -86,6 +86,24 @@ class GpuProfile:
     # 0: Ethernet ports are not compute rails (management, storage, unused) and are not judged.
     roce_port_count: int
     roce_rate_gbps: float
+    # The host (checks/host.py). Memory the kernel reports (MemTotal), a little under what is
+    # installed; the CPUs that must be online; the fill of every real filesystem and of its
+    # inodes; the clock's offset from its NTP source; the PCIe correctable errors (AER) and
+    # the memory corrected errors (EDAC) a node may show since boot.
+    host_memory_gib: Floor
+    host_cpu_count: int
+    filesystem_use_percent: Ceiling
+    inode_use_percent: Ceiling
+    clock_offset_ms: Ceiling
+    pcie_correctable_errors: Ceiling
+    memory_corrected_errors: Ceiling
+    # Units that must be active (systemctl), mounts that must be there and writable, and the
+    # fleet's baseline: the driver versions and kernel releases a node may run ([]: any one,
+    # so long as the loaded driver and the userspace tools agree).
+    required_services: tuple[str, ...]
+    required_mounts: tuple[str, ...]
+    driver_versions: tuple[str, ...]
+    kernel_releases: tuple[str, ...]
 
     def matches_gpu_name(self, product_name: str) -> bool:
         return any(p.lower() in product_name.lower() for p in self.gpu_name_patterns)
@@ -110,6 +128,21 @@ _BOUNDS: dict[str, tuple[float, float, str]] = {
     "remap_histogram_low_fail": (0, 4096, "banks"),
     "roce_port_count": (0, 32, "ports"),
     "roce_rate_gbps": (0, 1600, "Gb/s"),
+    "host_memory_gib": (0, 65536, "GiB"),
+    "host_cpu_count": (1, 4096, "CPUs"),
+    "filesystem_use_percent": (0, 100, "%"),
+    "inode_use_percent": (0, 100, "%"),
+    "clock_offset_ms": (0, 600_000, "ms"),
+    "pcie_correctable_errors": (0, 1e12, "errors"),
+    "memory_corrected_errors": (0, 1e12, "errors"),
+}
+# The lists a profile holds, each entry matching what it names (a systemd unit, an absolute
+# path, a version string), 32 entries at most.
+_LISTS: dict[str, re.Pattern] = {
+    "required_services": re.compile(r"[A-Za-z0-9][A-Za-z0-9@._-]{0,99}"),
+    "required_mounts": re.compile(r"/[A-Za-z0-9._/-]{0,199}"),
+    "driver_versions": re.compile(r"[0-9][0-9A-Za-z.+_-]{0,39}"),
+    "kernel_releases": re.compile(r"[0-9][0-9A-Za-z.+_~-]{0,99}"),
 }
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _FIELD_TYPES = {f.name: f.type for f in fields(GpuProfile)}
@@ -154,6 +187,12 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
             isinstance(p, str) and 0 < len(p.strip()) <= 64 for p in patterns):
         raise ProfileError("gpu_name_patterns: expected 1 to 16 non-empty names of 64 characters at most")
     values: dict[str, Any] = {"name": name, "description": raw["description"], "gpu_name_patterns": tuple(patterns)}
+    for field, pattern in _LISTS.items():
+        entries = raw[field]
+        if not isinstance(entries, list) or len(entries) > 32 or not all(
+                isinstance(e, str) and pattern.fullmatch(e) for e in entries):
+            raise ProfileError(f"{field}: expected a list of at most 32 entries, each like {pattern.pattern[:30]!r}")
+        values[field] = tuple(entries)
     for field, kind in _FIELD_TYPES.items():
         if field in values:
             continue

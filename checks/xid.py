@@ -62,6 +62,15 @@ _SIGNATURE_GATES = {
     "gpu_init_failed": ("RmInitAdapter failed", "rm_init_adapter", "Cannot attach gpu"),
     "gsp_boot_failed": ("GSP firmware", "GFW boot", "booting GSP"),
     "fabric_manager_topology_mismatch": ("supported system topology",),
+    # The host's own hardware, read from the same kernel log (passive signals of the host checks).
+    "mce_fatal": ("Fatal machine check", "Processor context corrupt"),
+    "mce_hardware_error": ("[Hardware Error]",),
+    "edac_uncorrected": (" UE ",),
+    "edac_corrected": (" CE ",),
+    "pcie_aer_fatal": ("(Fatal)",),
+    "pcie_aer_nonfatal": ("(Non-Fatal)",),
+    "pcie_aer_corrected": ("severity=Correct",),
+    "cpu_thermal_throttle": ("cpu clock throttled",),
 }
 _INTEREST = ("Xid (", "detected NVSwitch", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
@@ -98,6 +107,18 @@ _SIGNATURE_PATTERNS = {
     "fabric_manager_topology_mismatch": re.compile(
         r"detected number of NVSwitches don't match with any supported system topology"
     ),
+    "mce_fatal": re.compile(r"Kernel panic - not syncing: Fatal machine check|Machine check: Processor context corrupt"),
+    "mce_hardware_error": re.compile(r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)"),
+    # "EDAC MC0: 1 UE memory scrubbing error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0",
+    # "EDAC MC3: 1 CE memory read error on CPU_SrcID#0_Channel#0_DIMM#0 (channel:0 slot:0 ...)"
+    "edac_uncorrected": re.compile(r"EDAC (?:\w+ )?MC\d+: \d+ UE "),
+    "edac_corrected": re.compile(r"EDAC (?:\w+ )?MC\d+: \d+ CE "),
+    # "pcieport 0000:00:1d.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, ..." (kernels
+    # before 6.x say Corrected/Uncorrected, later ones Correctable/Uncorrectable)
+    "pcie_aer_fatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Fatal\)"),
+    "pcie_aer_nonfatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Non-Fatal\)"),
+    "pcie_aer_corrected": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Correct(?:ed|able)\b"),
+    "cpu_thermal_throttle": re.compile(r"CPU\d+: (?:(?:Core|Package) )?[Tt]emperature above threshold, cpu clock throttled"),
 }
 # Fabric Manager's log (/var/log/fabricmanager.log, or syslog with LOG_USE_SYSLOG=1) reports
 # an NVSwitch SXid as "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error

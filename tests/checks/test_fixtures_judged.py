@@ -127,6 +127,36 @@ CASES = [
     ("xid/fabricmanager_log_sxid_fatal_fail.txt", "xid", None, FAIL),
     ("xid/fabricmanager_log_sxid_nonfatal_warn.txt", "xid", None, WARN),
     ("xid/fabricmanager_topology_mismatch_fail.txt", "xid", None, FAIL),
+    # the host's hardware in the kernel log (passive signals of the host checks)
+    ("xid/dmesg_host_mce_edac_aer_throttle_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_edac_ue_aer_fatal_fail.txt", "xid", None, FAIL),
+    # the host (checks/host.py): PCIe, memory, CPUs, filesystems, daemons, versions, clock
+    ("host/lspci_vv_8xh100_cx7_ok.txt", "pcie", H100, PASS),
+    ("host/lspci_vv_idle_gpu_gen1_ok.txt", "pcie", None, PASS),  # an idle GPU's Gen1 speed is power saving
+    ("host/lspci_vv_8xh100_gpu_x8_fail.txt", "pcie", H100, FAIL),
+    ("host/lspci_vv_7xh100_gpu_missing_fail.txt", "pcie", H100, FAIL),
+    ("host/lspci_vv_not_root_error.txt", "pcie", H100, ERROR),
+    ("host/aer_two_gpus_ok.txt", "pcie-aer", H100, PASS),
+    ("host/aer_surprise_down_fatal_fail.txt", "pcie-aer", H100, FAIL),
+    ("host/memory_2tb_edac_clean_ok.txt", "memory", H100, PASS),
+    ("host/memory_no_edac_warn.txt", "memory", H100, WARN),
+    ("host/memory_edac_uncorrected_fail.txt", "memory", H100, FAIL),
+    ("host/memory_dimms_missing_fail.txt", "memory", H100, FAIL),
+    ("host/lscpu_epyc7742_all_online_ok.txt", "cpu", A100, PASS),
+    ("host/lscpu_epyc7742_one_offline_fail.txt", "cpu", A100, FAIL),
+    ("host/disk_dgx_lustre_ok.txt", "disk", H100, PASS),
+    ("host/disk_raid_inodes_warn.txt", "disk", H100, WARN),
+    ("host/disk_root_full_fail.txt", "disk", H100, FAIL),
+    ("host/disk_raid_read_only_fail.txt", "disk", H100, FAIL),
+    ("host/disk_lustre_missing_fail.txt", "disk", H100, PASS),  # h100-sxm requires no mount; a site profile does (test_host_checks)
+    ("host/services_hgx_h100_ok.txt", "services", H100, PASS),
+    ("host/services_fabricmanager_failed_fail.txt", "services", H100, FAIL),
+    ("host/versions_550_ok.txt", "versions", H100, PASS),
+    ("host/versions_library_mismatch_fail.txt", "versions", H100, FAIL),
+    ("host/versions_off_baseline_kernel_warn.txt", "versions", H100, PASS),  # no baseline in h100-sxm; a site profile's (test_host_checks)
+    ("host/chrony_aws_synced_ok.txt", "clock", H100, PASS),
+    ("host/chrony_1557s_slow_fail.txt", "clock", H100, FAIL),
+    ("host/chrony_not_synchronised_fail.txt", "clock", H100, FAIL),
     # InfiniBand
     ("ib/ibstat_h100_ndr_ok.txt", "ib", H100, PASS),
     ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", H100, PASS),  # unused Ethernet ports are not rails

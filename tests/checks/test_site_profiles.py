@@ -15,6 +15,7 @@ from checks import Status, judge
 from checks.profiles import (
     _BOUNDS,
     _FIELD_TYPES,
+    _LISTS,
     ProfileError,
     _packaged_names,
     load_profile,
@@ -85,6 +86,8 @@ BROKEN = [
     (f"name: {ROCE}", "name: other", "names itself"),
     ('gpu_name_patterns: ["H100 80GB HBM3", "H100 SXM"]', "gpu_name_patterns: []", "gpu_name_patterns"),
     ("ib_write_bw_gbps: {warn: 340, fail: 300}", "ib_write_bw_gbps: 340", "expected {warn: N, fail: N}"),
+    ("required_mounts: [/lustre]", "required_mounts: [lustre; rm -rf /]", "required_mounts: expected a list"),
+    ('driver_versions: ["550.90.07"]', "driver_versions: 550.90.07", "driver_versions: expected a list"),
 ]
 
 
@@ -116,7 +119,7 @@ def test_a_missing_site_directory_is_an_error_not_the_packaged_profiles_alone(tm
 
 
 def test_the_packaged_profiles_pass_the_same_validation_and_every_number_is_bounded():
-    numbers = {f for f, kind in _FIELD_TYPES.items() if f not in ("name", "description", "gpu_name_patterns")}
+    numbers = {f for f in _FIELD_TYPES if f not in ("name", "description", "gpu_name_patterns", *_LISTS)}
     assert set(_BOUNDS) == numbers
     for name in _packaged_names():
         assert load_profile(name).name == name and profile_source(name) == "packaged"
