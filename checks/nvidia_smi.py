@@ -84,6 +84,9 @@ class NvidiaSmiReport:
 _LOST = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(?P<pci>[0-9A-Fa-f:.]+):\s*(?P<error>.+)")
 
 
+_DRIVER_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
+
+
 def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
     lost = [(m["pci"], m["error"].strip()) for m in _LOST.finditer(text)]
     if "==============NVSMI LOG==============" in text or re.search(r"^GPU [0-9A-Fa-f]{4,8}:", text, re.M):
@@ -318,6 +321,9 @@ def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool
 
 def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
     table = signatures()
+    if _DRIVER_MISMATCH in text:
+        # NVML refused the loaded driver: no GPU can be read, and that is the fault itself.
+        return verdict([table["nvidia_smi_driver_mismatch"].finding("", None)], {}, "")
     if _is_default_table(text) and (rows := [line.strip() for line in text.splitlines() if "ERR!" in line]):
         # The default table cannot be judged, but an ERR! in it is a GPU nvidia-smi could not read.
         return verdict([table["nvidia_smi_read_error"].finding(f"table row {row!r}", None) for row in rows], {}, "")

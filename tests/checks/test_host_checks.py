@@ -125,3 +125,11 @@ def test_output_a_host_parser_cannot_read_is_an_error_never_a_pass(kind, fixture
     damaged = damage(text)
     assert damaged != text
     assert judge(kind, damaged, H100).status is Status.ERROR
+
+
+def test_nvidia_smi_refused_by_a_mismatched_driver_is_a_failure_not_unreadable():
+    """What nvidia-smi prints when the loaded module is not the installed driver (the host-versions
+    fixture's own lines): the node's GPUs are unusable until it reboots."""
+    text = fixture_text("host/versions_library_mismatch_fail.txt").split("### fleetctl step: driver\n")[1].split("###")[0]
+    result = judge("nvidia-smi", text, H100)
+    assert result.status is Status.FAIL and "reboot" in result.reason

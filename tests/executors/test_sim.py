@@ -70,7 +70,7 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "fabricmanager-down": {"host-services": {FAIL}},
     # NVML and CUDA refuse a driver whose kernel module is not the installed one: every tool
     # that needs the driver fails or cannot be read; host-versions says why.
-    "driver-mismatch": {**{c: {ERROR} for c in ("nvidia-smi-query", "nvidia-smi-q", "firmware-inventory", "hpl")},
+    "driver-mismatch": {**_SMI_BOTH, **{c: {ERROR} for c in ("firmware-inventory", "hpl")},
                         **{c: {ERROR} for c in _DCGM_ALL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
                         "host-versions": {FAIL}},
     "clock-drift": {"host-clock": {FAIL}},
