@@ -104,6 +104,9 @@ class GpuProfile:
     required_mounts: tuple[str, ...]
     driver_versions: tuple[str, ...]
     kernel_releases: tuple[str, ...]
+    # GPUs in one multi-node NVLink domain (a GB200 NVL72 rack: 72), whose fabric state
+    # (nvidia-smi -q's Fabric section) is judged; 0: the node's NVLink is its own (HGX).
+    nvlink_domain_gpus: int
 
     def matches_gpu_name(self, product_name: str) -> bool:
         return any(p.lower() in product_name.lower() for p in self.gpu_name_patterns)
@@ -135,6 +138,7 @@ _BOUNDS: dict[str, tuple[float, float, str]] = {
     "clock_offset_ms": (0, 600_000, "ms"),
     "pcie_correctable_errors": (0, 1e12, "errors"),
     "memory_corrected_errors": (0, 1e12, "errors"),
+    "nvlink_domain_gpus": (0, 576, "GPUs"),  # NVLink 5 domains reach 576 GPUs (NVIDIA's GB200 figures)
 }
 # The lists a profile holds, each entry matching what it names (a systemd unit, an absolute
 # path, a version string), 32 entries at most.

@@ -77,6 +77,11 @@ CASES = [
     ("dcgm/r3_dcgm442_text_all_skipped_error.txt", "dcgm", None, ERROR),
     # nvidia-smi: CSV query and -q
     ("nvidia_smi/csv_8xh100_ok.txt", "nvidia-smi", H100, PASS),
+    # GB200 NVL72 compute trays: each GPU registered with its multi-node NVLink domain
+    ("nvidia_smi/q_gb200_tray_fabric_ok.txt", "nvidia-smi", "gb200", PASS),
+    ("nvidia_smi/q_gb200_fabric_insufficient_resources_fail.txt", "nvidia-smi", "gb200", FAIL),
+    ("nvidia_smi/q_gb200_fabric_unhealthy_fail.txt", "nvidia-smi", "gb200", FAIL),
+    ("nvidia_smi/q_gb200_fabric_in_progress_fail.txt", "nvidia-smi", "gb200", FAIL),
     ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/q_rtx4090_power_cap_ok.txt", "nvidia-smi", None, PASS),
