@@ -105,8 +105,8 @@ def judge_pcie(text: str, profile: GpuProfile | None) -> CheckResult:
     if profile is not None and len(gpus) < profile.gpu_count:
         findings.append(Finding(f"{len(gpus)} GPUs on the PCI bus, {profile.name} has {profile.gpu_count}"))
     metrics = {"devices": len(links), "gpus": len(gpus),
-               "narrow_links": [link.address for link in links if link.width < link.cap_width]}
-    metrics["lost"] = [link.address for link in links if link.lost]
+               "narrow_links": [link.address for link in links if link.width < link.cap_width],
+               "lost": [link.address for link in links if link.lost]}
     return verdict(findings, metrics, f"{len(links)} NVIDIA/Mellanox links at their full width")
 
 
@@ -250,10 +250,11 @@ def judge_cpu(text: str, profile: GpuProfile | None) -> CheckResult:
 
 # ---- filesystems: df -P, df -Pi, /proc/mounts ----------------------------------------------
 
-# Filesystems that hold no data of the node's own (memory, kernel interfaces, read-only images).
+# Filesystems that hold no data of the node's own (memory, kernel interfaces, images that are
+# read-only by design: squashfs snaps, a mounted ISO, EROFS): never judged full or read-only.
 _PSEUDO_FS = frozenset("tmpfs devtmpfs proc sysfs cgroup cgroup2 overlay squashfs devpts securityfs pstore "
                        "bpf tracefs debugfs configfs fusectl mqueue hugetlbfs autofs efivarfs binfmt_misc "
-                       "nsfs ramfs rpc_pipefs selinuxfs nfsd fuse.lxcfs".split())
+                       "nsfs ramfs rpc_pipefs selinuxfs nfsd fuse.lxcfs iso9660 udf erofs".split())
 _DF_ROW = re.compile(r"^(?P<source>\S+)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<pct>\d+%|-)\s+(?P<mount>/\S*)$")
 
 
