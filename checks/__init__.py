@@ -36,6 +36,7 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "services": ("checks.host", "judge_services"),
     "versions": ("checks.host", "judge_versions"),
     "clock": ("checks.host", "judge_clock"),
+    "imex": ("checks.imex", "judge_imex"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")

@@ -106,7 +106,7 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
 def parse(
     ctx: typer.Context,
     kind: str = typer.Argument(..., help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
-                               "pcie, pcie-aer, memory, cpu, disk, services, versions or clock"),
+                               "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex"),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
     profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm "
                                        "(`fleetctl check profiles` lists them)"),

@@ -82,6 +82,8 @@ CASES = [
     ("nvidia_smi/q_gb200_fabric_insufficient_resources_fail.txt", "nvidia-smi", "gb200", FAIL),
     ("nvidia_smi/q_gb200_fabric_unhealthy_fail.txt", "nvidia-smi", "gb200", FAIL),
     ("nvidia_smi/q_gb200_fabric_in_progress_fail.txt", "nvidia-smi", "gb200", FAIL),
+    ("imex/imex_ctl_18_nodes_up_ok.txt", "imex", "gb200", PASS),
+    ("imex/imex_ctl_node7_unavailable_down_fail.txt", "imex", "gb200", FAIL),
     ("nvidia_smi/csv_1xh100_250_fields_ok.txt", "nvidia-smi", None, PASS),
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/q_rtx4090_power_cap_ok.txt", "nvidia-smi", None, PASS),
