@@ -28,6 +28,15 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "ib-rails": ("checks.ib", "judge_ib_rails"),
     "nccl-pairs": ("checks.nccl", "judge_nccl_pairs"),
     "firmware": ("checks.firmware", "judge_firmware"),
+    "pcie": ("checks.host", "judge_pcie"),
+    "pcie-aer": ("checks.host", "judge_pcie_aer"),
+    "memory": ("checks.host", "judge_memory"),
+    "cpu": ("checks.host", "judge_cpu"),
+    "disk": ("checks.host", "judge_disk"),
+    "services": ("checks.host", "judge_services"),
+    "versions": ("checks.host", "judge_versions"),
+    "clock": ("checks.host", "judge_clock"),
+    "imex": ("checks.imex", "judge_imex"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")
@@ -40,14 +49,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'checks' has no attribute {name!r}")
 
 
-def judge(kind: str, text: str, profile: str | None = None) -> CheckResult:
+def judge(kind: str, text: str, profile: str | None = None, profiles_dir: str | None = None) -> CheckResult:
     """Judge one tool's output. Bad text gives an ERROR result, never an exception; an
-    unknown kind or profile is the caller's mistake and raises ValueError (UnknownProfile)."""
+    unknown kind or profile is the caller's mistake and raises ValueError (UnknownProfile,
+    ProfileError). `profiles_dir`: the site profiles (default: FLEETCTL_PROFILES_DIR's)."""
     if kind not in _JUDGES:
         raise ValueError(f"unknown check kind {kind!r}; known kinds: {', '.join(KINDS)}")
     from checks.profiles import load_profile
 
-    gpu_profile = load_profile(profile) if profile else None
+    gpu_profile = load_profile(profile, profiles_dir) if profile else None
     if not text.strip():
         return CheckResult(Status.ERROR, {}, [], "the output is empty")
     try:

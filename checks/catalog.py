@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checks.transcript import marker
+
 # Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
 # header and cells ("700.00 W"); the parser reads both forms.
 NVIDIA_SMI_QUERY_FIELDS: tuple[str, ...] = (
@@ -172,4 +174,65 @@ _SPECS = (
     ),
 )
 
-CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def _steps(*steps: tuple[str, str]) -> tuple[str, ...]:
+    """argv of one shell run of several commands, each output under its step marker
+    (checks.transcript), for the host checks that read more than one file or tool."""
+    return ("sh", "-c", "; ".join(f"echo '{marker(label)}'; {command}" for label, command in steps))
+
+
+# The host around the GPUs (checks/host.py): each judged against the profile's host_* figures
+# and its lists of services, mounts and versions. Reading only: none of them changes the node.
+_HOST_SPECS = (
+    CheckSpec(
+        "pcie-link",
+        "pcie",
+        ("lspci", "-vv"),
+        2.0,
+        "PCIe links of the GPUs, NVSwitches and ConnectX NICs: trained width (and a NIC's speed) against capability, GPUs on the bus",
+    ),
+    CheckSpec(
+        "pcie-aer",
+        "pcie-aer",
+        ("sh", "-c", "grep -H -s . /sys/bus/pci/devices/*/aer_dev_correctable /sys/bus/pci/devices/*/aer_dev_fatal "
+                     "/sys/bus/pci/devices/*/aer_dev_nonfatal"),
+        1.0,
+        "PCIe AER error counters since boot (sysfs aer_dev_*): fatal and non-fatal uncorrectable, correctable against the profile",
+    ),
+    CheckSpec(
+        "host-memory",
+        "memory",
+        _steps(("meminfo", "cat /proc/meminfo"),
+               ("edac", "grep -H -s . /sys/devices/system/edac/mc/mc*/ce_count /sys/devices/system/edac/mc/mc*/ue_count")),
+        1.0,
+        "System memory (MemTotal) against the profile, EDAC corrected and uncorrected memory errors since boot",
+    ),
+    CheckSpec("host-cpu", "cpu", ("lscpu",), 1.0, "CPUs online against the profile, none offline"),
+    CheckSpec(
+        "host-disk",
+        "disk",
+        _steps(("df", "df -P"), ("df -i", "df -Pi"), ("mounts", "cat /proc/mounts")),
+        2.0,
+        "Filesystems: space and inodes used, none read-only, the profile's required mounts present",
+    ),
+    CheckSpec(
+        "host-services",
+        "services",
+        ("systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState", "nvidia-persistenced.service",
+         "nvidia-fabricmanager.service", "nvidia-imex.service"),
+        1.0,
+        "nvidia-persistenced, nvidia-fabricmanager (NVSwitch systems) and nvidia-imex (GB200) running, as the profile requires",
+    ),
+    CheckSpec(
+        "host-versions",
+        "versions",
+        _steps(("module", "cat /proc/driver/nvidia/version"),
+               ("driver", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"), ("kernel", "uname -r")),
+        2.0,
+        "The loaded NVIDIA kernel module against the installed driver, both and the kernel against the fleet baseline",
+    ),
+    CheckSpec("host-clock", "clock", ("chronyc", "tracking"), 1.0, "Clock synchronised (chrony) and its offset against the profile"),
+)
+
+CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS)}

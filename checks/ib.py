@@ -1,4 +1,9 @@
-"""InfiniBand: `ibstat` / `ibstatus` port listings and perftest `ib_write_bw` results."""
+"""InfiniBand: `ibstat` / `ibstatus` / `ibv_devinfo -v` port listings and perftest `ib_write_bw` results.
+
+A port is up only when it is Active and its physical link LinkUp: Armed, Initializing (INIT)
+and Down are logical states of a link that carries no traffic, and Polling, Disabled, Sleep,
+PortConfigurationTraining and LinkErrorRecovery physical states of one that is not trained.
+"""
 
 from __future__ import annotations
 
@@ -81,6 +86,68 @@ def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
     return IbPort(device, int(fields["_port"]), state, physical, rate, fields.get("link layer", fields.get("link_layer")), firmware)
 
 
+# ---- ibv_devinfo -v --------------------------------------------------------------------------
+
+_DEVINFO_HCA = re.compile(r"^hca_id:\s*(?P<device>\S+)\s*$")
+_IS_DEVINFO = re.compile(r"^hca_id:", re.MULTILINE)
+_DEVINFO_PORT = re.compile(r"^\s+port:\s*(?P<port>\d+)\s*$")
+_DEVINFO_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+):\s*(?P<value>.*?)\s*$")
+# libibverbs' names (ibv_port_state_str, ibv_devinfo's port_phy_state_str) -> ibstat's.
+_DEVINFO_STATES = {"PORT_NOP": "Nop", "PORT_DOWN": "Down", "PORT_INIT": "Initializing", "PORT_ARMED": "Armed",
+                   "PORT_ACTIVE": "Active", "PORT_ACTIVE_DEFER": "ActiveDefer"}
+_DEVINFO_PHYS = {"SLEEP": "Sleep", "POLLING": "Polling", "DISABLED": "Disabled",
+                 "PORT_CONFIGURATION_TRAINING": "PortConfigurationTraining", "LINK_UP": "LinkUp",
+                 "LINK_ERROR_RECOVERY": "LinkErrorRecovery", "PHY_TEST": "PhyTest"}
+_WIDTH = re.compile(r"^(?P<lanes>1|2|4|8|12)X\b")
+_SPEED = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gbps\b")
+
+
+def parse_ibv_devinfo(text: str) -> list[IbPort]:
+    """`ibv_devinfo -v`: per port its state, physical state, link layer, and the rate as lanes
+    times the per-lane speed ("4X (2)" x "50.0 Gbps (64)" = 200 Gb/s). Plain ibv_devinfo
+    prints neither physical state nor speed: no evidence that a link is trained, so an error."""
+    ports: list[IbPort] = []
+    device = firmware = None
+    fields: dict[str, str] | None = None
+
+    def close_port():
+        if fields is not None:
+            ports.append(_devinfo_port(device, fields, firmware))
+
+    for line in text.splitlines():
+        if m := _DEVINFO_HCA.match(line):
+            close_port()
+            device, firmware, fields = m["device"], None, None
+        elif device and (m := _DEVINFO_PORT.match(line)):
+            close_port()
+            fields = {"_port": m["port"]}
+        elif device and (m := _DEVINFO_FIELD.match(line)):
+            if fields is not None:
+                fields[m["key"]] = m["value"]
+            elif m["key"] == "fw_ver":
+                firmware = m["value"]
+    close_port()
+    return ports
+
+
+def _devinfo_port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
+    name = f"{device} port {fields['_port']}"
+    if "link_layer" not in fields or "state" not in fields:
+        raise UnjudgeableOutput(f"{name}: state or link_layer missing: cut short")
+    if "phys_state" not in fields or "active_speed" not in fields:
+        raise UnjudgeableOutput(f"{name}: no phys_state or active_speed (plain ibv_devinfo): run ibv_devinfo -v")
+    state = _DEVINFO_STATES.get(fields["state"].split(" (")[0])
+    physical = _DEVINFO_PHYS.get(fields["phys_state"].split(" (")[0])
+    if state is None or physical is None:
+        raise UnjudgeableOutput(f"{name}: unknown state {fields['state'][:30]!r} / {fields['phys_state'][:30]!r}")
+    width, speed = _WIDTH.match(fields.get("active_width", "")), _SPEED.match(fields["active_speed"])
+    # "invalid speed (0)": a port that trained no link has no rate.
+    rate = int(width["lanes"]) * float(speed["gbps"]) if width and speed else None
+    if rate is None and fields["active_speed"].split(" (")[0] not in ("invalid speed",):
+        raise UnjudgeableOutput(f"{name}: unreadable active_width/active_speed {fields['active_speed'][:30]!r}")
+    return IbPort(device, int(fields["_port"]), state, physical, rate, fields["link_layer"], firmware)
+
+
 def _state_name(value: str) -> str:
     """'4: ACTIVE' (ibstatus: code and name; the code must be a number) or 'Active' (ibstat)."""
     if ":" in value:
@@ -136,12 +203,12 @@ def parse_ib_write_bw(text: str) -> IbWriteBwResult:
 
 
 def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
-    is_ibstat = "CA '" in text or "Infiniband device '" in text
+    is_ibstat = "CA '" in text or "Infiniband device '" in text or bool(_IS_DEVINFO.search(text))
     if "BW average" in text or "RDMA_Write BW Test" in text or (_PERFTEST_ERROR.search(text) and not is_ibstat):
         return _judge_write_bw(text, profile)
-    ports = parse_ibstat(text)
+    ports = parse_ibv_devinfo(text) if _IS_DEVINFO.search(text) else parse_ibstat(text)
     if not ports:
-        raise UnjudgeableOutput("not ibstat, ibstatus or ib_write_bw output")
+        raise UnjudgeableOutput("not ibstat, ibstatus, ibv_devinfo -v or ib_write_bw output")
     ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
     eth_ports = [p for p in ports if _layer(p) == ETHERNET]
     rails = _rail_layers(ports, profile)
@@ -151,7 +218,7 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
         if expected <= 0:
             continue
         judged_names.update(p.name for p in candidates)
-        up = [p for p in candidates if p.state == "Active" and p.physical_state == "LinkUp"]
+        up = [p for p in candidates if _is_up(p)]
         fast = [p for p in up if p.rate_gbps is not None and p.rate_gbps >= rate]
         for port in candidates:
             # With the rails the profile needs up, another port of the layer is not one of them.
@@ -165,16 +232,16 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
                                     f"{profile.name if profile else 'this host'} needs {expected}"))
     others = [p for p in ports if p.name not in judged_names]
     findings += [Finding(f"{p.state} / {p.physical_state} ({p.link_layer or 'link layer ?'}): not a compute rail, "
-                         "not judged", p.name, "info") for p in others if p.state != "Active"]
+                         "not judged", p.name, "info") for p in others if not _is_up(p)]
     rail_ports = [p for p in ports if p.name in judged_names]
     metrics = {
         "ports": len(ports),
         "ib_ports": len(ib_ports),
         "ethernet_ports": len(eth_ports),
         "rails": len(rail_ports),
-        "active_rails": sum(p.state == "Active" and p.physical_state == "LinkUp" for p in rail_ports),
+        "active_rails": sum(_is_up(p) for p in rail_ports),
         "active_ports": sum(p.state == "Active" for p in ports),
-        "down_ports": [p.name for p in ports if p.state != "Active"],
+        "down_ports": [p.name for p in ports if not _is_up(p)],
         "min_ib_rate_gbps": min((p.rate_gbps for p in ib_ports if p.state == "Active"), default=None),
         "firmware_versions": sorted({p.firmware for p in ports if p.firmware}),
     }
@@ -186,6 +253,11 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
 
 
 INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+
+
+def _is_up(port: IbPort) -> bool:
+    """Active and LinkUp, exactly: any other logical or physical state carries no traffic."""
+    return port.state == "Active" and port.physical_state == "LinkUp"
 
 
 def _rail_layers(ports: list[IbPort], profile: GpuProfile | None) -> list[tuple[str, list[IbPort], int, float]]:

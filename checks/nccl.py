@@ -166,17 +166,40 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
     largest = run.rows[-1]
     reason = f"busbw {metrics['busbw_gbps']:g} GB/s at {largest.size_bytes} B, no wrong values"
     if profile is not None:
-        if len(run.hosts) > 1:
-            reason += f"; {len(run.hosts)}-node run, single-node floor of {profile.name} not applied"
-        elif run.collective not in (None, "all_reduce_perf"):
+        if run.collective not in (None, "all_reduce_perf"):
             reason += f"; the {profile.name} floor is for all_reduce_perf, not {run.collective}"
         elif largest.size_bytes < MIN_SIZE_FOR_BANDWIDTH_BYTES:
             reason += "; largest size under 1 GiB, bandwidth floor not applied"
+        elif len(run.hosts) > 1:
+            findings += _judge_multinode(run, metrics, profile)
+            reason += f"; {len(run.hosts)}-node run, held to the multi-node floor of {profile.name}"
         elif finding := profile.nccl_allreduce_busbw_gbps.judge(
             metrics["busbw_gbps"], "out-of-place busbw at the largest size", "GB/s"
         ):
             findings.append(finding)
     return verdict(findings, metrics, reason)
+
+
+def _judge_multinode(run: NcclPerfResult, metrics: dict, profile: GpuProfile) -> list[Finding]:
+    """A run over several hosts against the profile's multi-node floor (measured on 2 nodes).
+
+    How the floor scales with the node count: nccl-tests' doc/PERFORMANCE.md defines all-reduce
+    busbw = algbw * 2(n-1)/n over n ranks, the correction that makes busbw "independent of the
+    number of ranks" and comparable with the bottleneck's bandwidth (here every node's rails).
+    So the floor on busbw is the same at 2 nodes or 32; what the node count changes is the
+    algbw that floor means, busbw * n / (2(n-1)), reported beside it.
+
+    The floor is for every GPU of each node (one rank per GPU, so every rail carries traffic):
+    a run with another number of ranks per host cannot be held to it."""
+    hosts = len(run.hosts)
+    if run.ranks != hosts * profile.gpu_count:
+        return [Finding(f"{run.ranks} ranks on {hosts} hosts, not {profile.gpu_count} per host: the multi-node "
+                        f"floor of {profile.name} is for all of each node's GPUs, not applied", None, "info")]
+    floor = profile.nccl_multinode_busbw_gbps
+    metrics["multinode_floor_busbw_gbps"] = floor.fail
+    metrics["multinode_floor_algbw_gbps"] = round(floor.fail * run.ranks / (2 * (run.ranks - 1)), 2)
+    finding = floor.judge(metrics["busbw_gbps"], f"{hosts}-node out-of-place busbw at the largest size", "GB/s")
+    return [finding] if finding else []
 
 
 def _metrics(run: NcclPerfResult) -> dict:
@@ -193,8 +216,6 @@ def _metrics(run: NcclPerfResult) -> dict:
         "ranks": run.ranks,
         "hosts": len(run.hosts),
     }
-
-
 
 
 # ---- multi-node: all-reduce over pairs of nodes -----------------------------------------

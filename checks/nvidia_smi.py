@@ -71,6 +71,9 @@ class GpuHealth:
     pcie_width: int | None = None
     pcie_width_max: int | None = None
     read_errors: list[str] = field(default_factory=list)  # "<field>: <error>"
+    # -q's Fabric section (State, Status, CliqueId, ClusterUUID, Health/Summary): the GPU's
+    # registration with its multi-node NVLink domain, judged on profiles that have one.
+    fabric: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,9 +82,13 @@ class NvidiaSmiReport:
     driver_version: str | None = None
     attached_gpus: int | None = None  # what -q says it is about to print
     lost_gpus: list[tuple[str, str]] = field(default_factory=list)  # (PCI address, error)
+    detailed: bool = False  # nvidia-smi -q (which reports the fabric state), not the CSV query
 
 
 _LOST = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(?P<pci>[0-9A-Fa-f:.]+):\s*(?P<error>.+)")
+
+
+_DRIVER_MISMATCH = "Failed to initialize NVML: Driver/library version mismatch"
 
 
 def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
@@ -240,7 +247,7 @@ def _parse_q(text: str) -> NvidiaSmiReport:
         _check_sections_complete(blocks)
     gpus = [_gpu_from_q(bus, fields, index) for index, (bus, fields) in enumerate(blocks)]
     attached = top.get("Attached GPUs")
-    return NvidiaSmiReport(gpus, top.get("Driver Version"), integer(attached) if attached else None)
+    return NvidiaSmiReport(gpus, top.get("Driver Version"), integer(attached) if attached else None, detailed=True)
 
 
 def _check_sections_complete(blocks: list[tuple[str, dict[str, str]]]) -> None:
@@ -293,7 +300,31 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.pcie_gen_max = read.int("PCI/GPU Link Info/PCIe Generation/Max")
     gpu.pcie_width = read.int("PCI/GPU Link Info/Link Width/Current")
     gpu.pcie_width_max = read.int("PCI/GPU Link Info/Link Width/Max")
+    gpu.fabric = {path[len("Fabric/"):]: value for path, value in f.items() if path.startswith("Fabric/")}
     return gpu
+
+
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+def _judge_fabric(gpu: GpuHealth, where: str) -> list[Finding]:
+    """A GPU of a multi-node NVLink domain (GB200 NVL72): registered with the fabric
+    (State Completed, Status Success), in a clique of a cluster (non-zero CliqueId and
+    ClusterUUID), and healthy. Azure/azhpc-images#506: a node with Status "Insufficient
+    Resources", CliqueId 0 and a zero ClusterUUID had passed a check that looked only for N/A."""
+    fabric = gpu.fabric
+    if not fabric:
+        return [Finding("no Fabric section: the NVLink domain registration was not reported", where, "warn")]
+    found = []
+    if fabric.get("State") != "Completed":
+        found.append(Finding(f"NVLink fabric registration {fabric.get('State', 'not stated')!r}, not Completed", where))
+    elif fabric.get("Status") != "Success":
+        found.append(Finding(f"NVLink fabric registration failed: {fabric.get('Status', 'no status')}", where))
+    elif fabric.get("CliqueId", "0") == "0" or fabric.get("ClusterUUID", _ZERO_UUID) == _ZERO_UUID:
+        found.append(Finding("not in an NVLink clique (CliqueId 0 or a zero ClusterUUID)", where))
+    if fabric.get("Health/Summary") == "Unhealthy":
+        found.append(Finding("NVLink fabric health: Unhealthy", where))
+    return found
 
 
 def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool) -> int | None:
@@ -318,6 +349,9 @@ def _sum_ecc(read: _Reader, fields: dict[str, str], prefix: str, corrected: bool
 
 def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
     table = signatures()
+    if _DRIVER_MISMATCH in text:
+        # NVML refused the loaded driver: no GPU can be read, and that is the fault itself.
+        return verdict([table["nvidia_smi_driver_mismatch"].finding("", None)], {}, "")
     if _is_default_table(text) and (rows := [line.strip() for line in text.splitlines() if "ERR!" in line]):
         # The default table cannot be judged, but an ERR! in it is a GPU nvidia-smi could not read.
         return verdict([table["nvidia_smi_read_error"].finding(f"table row {row!r}", None) for row in rows], {}, "")
@@ -335,7 +369,7 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
     elif not gpus and not report.lost_gpus:
         findings.append(Finding("no GPUs visible to nvidia-smi"))
     for gpu in gpus:
-        findings += _judge_gpu(gpu, profile)
+        findings += _judge_gpu(gpu, profile, report.detailed)
     if gpus and all(g.ecc_uncorrected_volatile is None for g in gpus):
         # The ECC rule needs the counter; an output without it has not shown there are none.
         findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
@@ -345,9 +379,11 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
                    + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""))
 
 
-def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
+def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> list[Finding]:
     where = f"GPU {gpu.index}"
     found = [signatures()["nvidia_smi_read_error"].finding(error, where) for error in gpu.read_errors]
+    if detailed and profile is not None and profile.nvlink_domain_gpus:
+        found += _judge_fabric(gpu, where)
     if gpu.ecc_uncorrected_volatile:
         found.append(Finding(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC errors since driver load", where))
     if gpu.remap_failure:

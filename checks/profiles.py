@@ -1,17 +1,32 @@
-"""GPU profiles: what a healthy node of each kind looks like, read from packaged YAML files."""
+"""GPU profiles: what a healthy node of each kind looks like, read from YAML files: the packaged
+ones (checks/profiles/) and an operator's site profiles, in the directory the `profiles_dir`
+setting names (FLEETCTL_PROFILES_DIR). Both are validated alike when loaded: the same schema,
+every threshold within bounds. A site profile may not take a packaged profile's name.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
-
-import yaml
+from pathlib import Path
+from typing import Any
 
 from checks.result import Finding
+from checks.safe_yaml import YamlRefused, load_file, loads
+
+PROFILES_DIR_ENV = "FLEETCTL_PROFILES_DIR"
 
 
-class UnknownProfile(ValueError):
+class ProfileError(ValueError):
+    """A profile file that cannot be used (bad schema, a threshold out of bounds, a site profile
+    named like a packaged one, a missing site directory), said in one line."""
+
+
+class UnknownProfile(ProfileError):
     pass
 
 
@@ -71,31 +86,194 @@ class GpuProfile:
     # 0: Ethernet ports are not compute rails (management, storage, unused) and are not judged.
     roce_port_count: int
     roce_rate_gbps: float
+    # The host (checks/host.py). Memory the kernel reports (MemTotal), a little under what is
+    # installed; the CPUs that must be online; the fill of every real filesystem and of its
+    # inodes; the clock's offset from its NTP source; the PCIe correctable errors (AER) and
+    # the memory corrected errors (EDAC) a node may show since boot.
+    host_memory_gib: Floor
+    host_cpu_count: int
+    filesystem_use_percent: Ceiling
+    inode_use_percent: Ceiling
+    clock_offset_ms: Ceiling
+    pcie_correctable_errors: Ceiling
+    memory_corrected_errors: Ceiling
+    # Units that must be active (systemctl), mounts that must be there and writable, and the
+    # fleet's baseline: the driver versions and kernel releases a node may run ([]: any one,
+    # so long as the loaded driver and the userspace tools agree).
+    required_services: tuple[str, ...]
+    required_mounts: tuple[str, ...]
+    driver_versions: tuple[str, ...]
+    kernel_releases: tuple[str, ...]
+    # GPUs in one multi-node NVLink domain (a GB200 NVL72 rack: 72), whose fabric state
+    # (nvidia-smi -q's Fabric section) is judged; 0: the node's NVLink is its own (HGX).
+    nvlink_domain_gpus: int
 
     def matches_gpu_name(self, product_name: str) -> bool:
         return any(p.lower() in product_name.lower() for p in self.gpu_name_patterns)
 
 
-_THRESHOLD_TYPES = {
-    f.name: f.type for f in fields(GpuProfile) if f.type in ("Floor", "Ceiling")
+# Every number a profile holds, with the range a real node's figure can be in: a profile
+# with a threshold outside it (a typo, a unit mix-up: 400 Gb/s written as 400000) is refused
+# at load, never used. Ranges: (lowest, highest, unit).
+_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "gpu_count": (1, 16, "GPUs"),  # per node: 8 on HGX, 4 on a GB200 compute tray
+    "nccl_allreduce_busbw_gbps": (0, 5000, "GB/s"),
+    "nccl_multinode_busbw_gbps": (0, 5000, "GB/s"),
+    "hpl_gflops_per_gpu": (0, 1_000_000, "GFLOPS"),
+    "hbm_bandwidth_gbps": (0, 50_000, "GB/s"),
+    "pcie_bandwidth_gbps": (0, 512, "GB/s"),
+    "ib_rate_gbps": (0, 1600, "Gb/s"),
+    "ib_port_count": (0, 32, "ports"),
+    "ib_write_bw_gbps": (0, 1600, "Gb/s"),
+    "gpu_temperature_c": (0, 150, "C"),
+    "memory_temperature_c": (0, 150, "C"),
+    "ecc_corrected_volatile": (0, 1e12, "errors"),
+    "remap_histogram_low_fail": (0, 4096, "banks"),
+    "roce_port_count": (0, 32, "ports"),
+    "roce_rate_gbps": (0, 1600, "Gb/s"),
+    "host_memory_gib": (0, 65536, "GiB"),
+    "host_cpu_count": (1, 4096, "CPUs"),
+    "filesystem_use_percent": (0, 100, "%"),
+    "inode_use_percent": (0, 100, "%"),
+    "clock_offset_ms": (0, 600_000, "ms"),
+    "pcie_correctable_errors": (0, 1e12, "errors"),
+    "memory_corrected_errors": (0, 1e12, "errors"),
+    "nvlink_domain_gpus": (0, 576, "GPUs"),  # NVLink 5 domains reach 576 GPUs (NVIDIA's GB200 figures)
 }
+# The lists a profile holds, each entry matching what it names (a systemd unit, an absolute
+# path, a version string), 32 entries at most.
+_LISTS: dict[str, re.Pattern] = {
+    "required_services": re.compile(r"[A-Za-z0-9][A-Za-z0-9@._-]{0,99}"),
+    "required_mounts": re.compile(r"/[A-Za-z0-9._/-]{0,199}"),
+    "driver_versions": re.compile(r"[0-9][0-9A-Za-z.+_-]{0,39}"),
+    "kernel_releases": re.compile(r"[0-9][0-9A-Za-z.+_~-]{0,99}"),
+}
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_FIELD_TYPES = {f.name: f.type for f in fields(GpuProfile)}
 
 
-def profile_names() -> list[str]:
+def _number(value: Any, field: str, integral: bool) -> float:
+    lo, hi, unit = _BOUNDS[field]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (integral and not isinstance(value, int)):
+        raise ProfileError(f"{field}: expected {'a whole number' if integral else 'a number'}, found {str(value)[:30]!r}")
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise ProfileError(f"{field}: {value:g} is outside {lo:g}..{hi:g} {unit}")
+    return value
+
+
+def _threshold(value: Any, field: str) -> Floor | Ceiling:
+    kind = Floor if _FIELD_TYPES[field] == "Floor" else Ceiling
+    if not isinstance(value, dict) or set(value) != {"warn", "fail"}:
+        raise ProfileError(f"{field}: expected {{warn: N, fail: N}}")
+    warn, fail = (_number(value[k], field, False) for k in ("warn", "fail"))
+    # A floor warns before it fails (warn >= fail); a ceiling too (warn <= fail).
+    if kind is Floor and warn < fail or kind is Ceiling and warn > fail:
+        raise ProfileError(f"{field}: warn {warn:g} must be {'at or above' if kind is Floor else 'at or below'} "
+                           f"fail {fail:g}")
+    return kind(warn, fail)
+
+
+def parse_profile(raw: Any, name: str) -> GpuProfile:
+    """One profile document, validated: exactly the schema's fields, every number in bounds,
+    named as its file. ProfileError says what is wrong in one line."""
+    if not isinstance(raw, dict):
+        raise ProfileError("expected a mapping of the profile's fields")
+    if unknown := sorted(str(k) for k in raw if k not in _FIELD_TYPES):
+        raise ProfileError(f"unknown field {unknown[0][:40]!r}")
+    if missing := [f for f in _FIELD_TYPES if f not in raw]:
+        raise ProfileError(f"missing field {missing[0]!r}")
+    if raw["name"] != name:
+        raise ProfileError(f"the file {name}.yaml names itself {str(raw['name'])[:40]!r}")
+    if not isinstance(raw["description"], str) or len(raw["description"]) > 200:
+        raise ProfileError("description: expected text of 200 characters at most")
+    patterns = raw["gpu_name_patterns"]
+    if not isinstance(patterns, list) or not 1 <= len(patterns) <= 16 or not all(
+            isinstance(p, str) and 0 < len(p.strip()) <= 64 for p in patterns):
+        raise ProfileError("gpu_name_patterns: expected 1 to 16 non-empty names of 64 characters at most")
+    values: dict[str, Any] = {"name": name, "description": raw["description"], "gpu_name_patterns": tuple(patterns)}
+    for field, pattern in _LISTS.items():
+        entries = raw[field]
+        if not isinstance(entries, list) or len(entries) > 32 or not all(
+                isinstance(e, str) and pattern.fullmatch(e) for e in entries):
+            raise ProfileError(f"{field}: expected a list of at most 32 entries, each like {pattern.pattern[:30]!r}")
+        values[field] = tuple(entries)
+    for field, kind in _FIELD_TYPES.items():
+        if field in values:
+            continue
+        if kind in ("Floor", "Ceiling"):
+            values[field] = _threshold(raw[field], field)
+        else:
+            values[field] = _number(raw[field], field, kind == "int")
+    return GpuProfile(**values)
+
+
+def _packaged_names() -> list[str]:
     folder = resources.files("checks") / "profiles"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def site_profiles_dir(site_dir: str | Path | None = None) -> Path | None:
+    """The directory of site profiles: the one given, else FLEETCTL_PROFILES_DIR's, else none."""
+    chosen = site_dir or os.environ.get(PROFILES_DIR_ENV) or None
+    return Path(chosen).expanduser() if chosen else None
+
+
+def _site_files(site_dir: str | Path | None) -> dict[str, Path]:
+    directory = site_profiles_dir(site_dir)
+    if directory is None:
+        return {}
+    if not directory.is_dir():
+        raise ProfileError(f"profiles directory {directory} does not exist")
+    files = {p.name[: -len(".yaml")]: p for p in sorted(directory.glob("*.yaml"))}
+    packaged = set(_packaged_names())
+    for name, path in files.items():
+        if name in packaged:
+            raise ProfileError(f"site profile {path} has the name of a packaged profile: give it a name of its own")
+        if not _NAME.fullmatch(name):
+            raise ProfileError(f"site profile {path}: a profile name is lower-case letters, digits, '.', '_' or '-'")
+    return files
+
+
+def profile_names(site_dir: str | Path | None = None) -> list[str]:
+    """Every profile a node can name: the packaged ones and the site's."""
+    return sorted([*_packaged_names(), *_site_files(site_dir)])
+
+
+def profile_source(name: str, site_dir: str | Path | None = None) -> str:
+    """Where a profile comes from: "packaged", or its site file."""
+    site = _site_files(site_dir)
+    return str(site[name]) if name in site else "packaged"
+
+
+def load_profile(name: str, site_dir: str | Path | None = None) -> GpuProfile:
+    site = _site_files(site_dir)
+    if name in site:
+        path = site[name]
+        try:
+            return _site_profile(str(path), path.stat().st_mtime_ns, name)
+        except OSError as exc:
+            raise ProfileError(f"site profile {path}: cannot read ({exc.strerror})") from None
+    if name not in _packaged_names():
+        raise UnknownProfile(f"unknown GPU profile {name!r}; known profiles: {', '.join(profile_names(site_dir))}")
+    return _packaged_profile(name)
+
+
 @cache
-def load_profile(name: str) -> GpuProfile:
-    names = profile_names()
-    if name not in names:
-        raise UnknownProfile(f"unknown GPU profile {name!r}; known profiles: {', '.join(names)}")
-    raw = yaml.safe_load((resources.files("checks") / "profiles" / f"{name}.yaml").read_text())
-    values = dict(raw)
-    for key, kind in _THRESHOLD_TYPES.items():
-        values[key] = (Floor if kind == "Floor" else Ceiling)(**raw[key])
-    values["gpu_name_patterns"] = tuple(raw["gpu_name_patterns"])
-    if values["name"] != name:
-        raise ValueError(f"profile file {name}.yaml names itself {values['name']!r}")
-    return GpuProfile(**values)
+def _packaged_profile(name: str) -> GpuProfile:
+    text = (resources.files("checks") / "profiles" / f"{name}.yaml").read_text()
+    try:
+        return parse_profile(loads(text, f"{name}.yaml"), name)
+    except (ProfileError, YamlRefused) as exc:
+        raise ProfileError(f"packaged profile {name}.yaml: {exc}") from None
+
+
+@cache
+def _site_profile(path: str, mtime_ns: int, name: str) -> GpuProfile:
+    """A site profile, read again whenever its file changes (the modification time is the key)."""
+    del mtime_ns
+    try:
+        return parse_profile(load_file(path), name)
+    except YamlRefused as exc:
+        raise ProfileError(str(exc)) from None
+    except ProfileError as exc:
+        raise ProfileError(f"site profile {path}: {exc}") from None

@@ -1,5 +1,6 @@
-"""Kernel logs (dmesg, `dmesg -T`, journalctl short and `-o json`, raw /dev/kmsg records):
-NVIDIA Xid reports, judged by NVIDIA's Xid catalog, and GPU failures that carry no Xid line.
+"""Kernel logs (dmesg, `dmesg -T`, journalctl short and `-o json`, raw /dev/kmsg records) and
+Fabric Manager's log: NVIDIA Xid reports, judged by NVIDIA's Xid catalog, and GPU, NVSwitch
+and fabric failures that carry no Xid line (checks/catalog/signatures.tsv).
 
     [Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, ...
     May 18 19:02:39 host kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.
@@ -58,8 +59,20 @@ _SIGNATURE_GATES = {
     "gsp_rpc_timeout": ("waiting for RPC", "GSP Timeout"),
     "gpu_reset_required": ("NV_ERR_RESET_REQUIRED",),
     "nvlink_link_detect_failure": ("RxDet", "Rx Detect", "raining"),
+    "gpu_init_failed": ("RmInitAdapter failed", "rm_init_adapter", "Cannot attach gpu"),
+    "gsp_boot_failed": ("GSP firmware", "GFW boot", "booting GSP"),
+    "fabric_manager_topology_mismatch": ("supported system topology",),
+    # The host's own hardware, read from the same kernel log (passive signals of the host checks).
+    "mce_fatal": ("Fatal machine check", "Processor context corrupt"),
+    "mce_hardware_error": ("[Hardware Error]",),
+    "edac_uncorrected": (" UE ",),
+    "edac_corrected": (" CE ",),
+    "pcie_aer_fatal": ("(Fatal)",),
+    "pcie_aer_nonfatal": ("(Non-Fatal)",),
+    "pcie_aer_corrected": ("severity=Correct",),
+    "cpu_thermal_throttle": ("cpu clock throttled",),
 }
-_INTEREST = ("Xid (", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
+_INTEREST = ("Xid (", "detected NVSwitch", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
     # "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.", "NVRM: GPU at PCI:0000:65:00: ...",
     # and older drivers' "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this
@@ -76,7 +89,44 @@ _SIGNATURE_PATTERNS = {
         r"|NVLink.{0,80}training (?:failed|failure)",
         re.IGNORECASE,
     ),
+    # "NVRM: GPU 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)", its "rm_init_adapter
+    # failed, device minor number 5", older drivers' "NVRM: RmInitAdapter failed! (0x26:0xffff:1375)"
+    # and "rm_init_adapter(0) failed", and "osInitNvMapping: *** Cannot attach gpu".
+    "gpu_init_failed": re.compile(
+        rf"NVRM: (?:GPU {_PCI}: )?(?:RmInitAdapter failed!|rm_init_adapter(?:\(\d+\))? failed)"
+        r"|NVRM: osInitNvMapping: \*+ Cannot attach gpu"
+    ),
+    # "RmInitAdapter: Cannot initialize GSP firmware RM", "kgspWaitForGfwBootOk_TU102: failed to
+    # wait for GFW boot complete", "_kgspBootGspRm: unexpected WPR2 already up, cannot proceed
+    # with booting GSP".
+    "gsp_boot_failed": re.compile(
+        r"NVRM: (?:RmInitAdapter: Cannot initialize GSP firmware RM"
+        r"|kgspWaitForGfwBootOk_\w+: failed to wait for GFW boot complete"
+        r"|_kgspBootGspRm: .*cannot proceed with booting GSP)"
+    ),
+    "fabric_manager_topology_mismatch": re.compile(
+        r"detected number of NVSwitches don't match with any supported system topology"
+    ),
+    "mce_fatal": re.compile(r"Kernel panic - not syncing: Fatal machine check|Machine check: Processor context corrupt"),
+    "mce_hardware_error": re.compile(r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)"),
+    # "EDAC MC0: 1 UE memory scrubbing error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0",
+    # "EDAC MC3: 1 CE memory read error on CPU_SrcID#0_Channel#0_DIMM#0 (channel:0 slot:0 ...)"
+    "edac_uncorrected": re.compile(r"EDAC (?:\w+ )?MC\d+: \d+ UE "),
+    "edac_corrected": re.compile(r"EDAC (?:\w+ )?MC\d+: \d+ CE "),
+    # "pcieport 0000:00:1d.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, ..." (kernels
+    # before 6.x say Corrected/Uncorrected, later ones Correctable/Uncorrectable)
+    "pcie_aer_fatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Fatal\)"),
+    "pcie_aer_nonfatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Non-Fatal\)"),
+    "pcie_aer_corrected": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Correct(?:ed|able)\b"),
+    "cpu_thermal_throttle": re.compile(r"CPU\d+: (?:(?:Core|Package) )?[Tt]emperature above threshold, cpu clock throttled"),
 }
+# Fabric Manager's log (/var/log/fabricmanager.log, or syslog with LOG_USE_SYSLOG=1) reports
+# an NVSwitch SXid as "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error
+# 20034 on fid 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33".
+_FM_SXID = re.compile(
+    r"detected NVSwitch (?P<class>fatal|non-fatal) error (?P<code>\d+)(?P<rest>.*?on NVSwitch pci bus id "
+    rf"{_PCI}.*?)\s*$"
+)
 _SXID = re.compile(rf"nvidia-nvswitch\d*: SXid \(PCI:{_PCI}\): (?P<code>\d+), (?P<rest>.*?)\s*$")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<code>\d+)")
 _RECOVERY_ACTION = re.compile(r"to 0x[0-9A-Fa-f]+ \((?P<action>[^)]+)\)")
@@ -302,6 +352,12 @@ def _pci_key(pci: str) -> str:
     return f"{int(domain, 16):04x}:{bus}:{device}"
 
 
+def _switch_address(pci: str) -> str:
+    """The kernel's 'PCI:0000:86:00.0' and Fabric Manager's '00000000:86:00.0' name one switch."""
+    function = pci.split(".")[1] if "." in pci else "0"
+    return f"{_pci_key(pci)}.{function}"
+
+
 def parse_kernel_log(text: str) -> KernelLog:
     """Every Xid report, plus the failures logged without one. A fault logged both ways
     (an Xid 79 line and its "fallen off the bus" line) is one event."""
@@ -318,7 +374,15 @@ def parse_kernel_log(text: str) -> KernelLog:
             code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
             kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
                 "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
-            found.append(SignatureEvent(kind, m["pci"].lower(), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
+            found.append(SignatureEvent(kind, _switch_address(m["pci"]), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
+            continue
+        if "detected NVSwitch" in message:
+            if not (m := _FM_SXID.search(message)):
+                raise UnjudgeableOutput(f"line {line_no}: unreadable Fabric Manager NVSwitch report: {message.strip()[:80]!r}")
+            code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
+            kind = "nvswitch_sxid_fatal" if m["class"] == "fatal" else "nvswitch_sxid_nonfatal"
+            found.append(SignatureEvent(kind, _switch_address(m["pci"]), f"{m['class']} error{m['rest']} (Fabric Manager)",
+                                        _stamp(message, line_no, in_line, json_stamp), code))
             continue
         if "Xid (" in message:
             # A report the driver wrote that this parser cannot read is a damaged log, not a
@@ -337,7 +401,9 @@ def parse_kernel_log(text: str) -> KernelLog:
                 implied.append(XidEvent(where.lower() if ":" in where else where, signature.as_xid, None, None,
                                         text_after, _stamp(message, line_no, in_line, json_stamp), name))
             else:
-                found.append(SignatureEvent(name, None, text_after, _stamp(message, line_no, in_line, json_stamp)))
+                pci = m.groupdict().get("pci")
+                found.append(SignatureEvent(name, pci.lower() if pci else None, text_after,
+                                            _stamp(message, line_no, in_line, json_stamp)))
             break
     # A GSP timeout names the GPU by index, not by address: any Xid 119 in the log covers it.
     reported = {(_pci_key(e.pci), e.code) for e in xids} | {("any", e.code) for e in xids}
@@ -418,7 +484,7 @@ def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Fi
 
 
 def _is_kernel_log(text: str) -> bool:
-    return "NVRM:" in text or "nvidia-nvswitch" in text or _is_journal_json(text) or any(
+    return "NVRM:" in text or "nvidia-nvswitch" in text or "detected NVSwitch" in text or _is_journal_json(text) or any(
         _TIMESTAMP.match(line) or _KMSG.match(line) for line in _lazy_lines(text)
     )
 
@@ -447,8 +513,11 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
     # the one stated on any of them.
     stated = {(s.where, s.code) for s in log.signatures if s.name != "nvswitch_sxid"}
     shown: set[str] = {e.signature for e in log.xids if e.signature}
+    # A GPU's init failure is logged with its address and without ("Cannot attach gpu"): the
+    # lines without one add nothing to the GPU's finding.
+    addressed = {name for name, where, _ in sig_groups if where is not None}
     for (name, where, code), events in sig_groups.items():
-        if name == "nvswitch_sxid" and (where, code) in stated:
+        if name == "nvswitch_sxid" and (where, code) in stated or where is None and code is None and name in addressed:
             continue
         shown.add(name)
         signature = signatures()[name]

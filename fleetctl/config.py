@@ -37,6 +37,7 @@ ENV_VARS = {
     "ssh_key_file": "FLEETCTL_SSH_KEY_FILE",
     "ssh_jump_host": "FLEETCTL_SSH_JUMP_HOST",
     "suites_dir": "FLEETCTL_SUITES_DIR",
+    "profiles_dir": "FLEETCTL_PROFILES_DIR",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
     "guard_max_unavailable_rack": "FLEETCTL_GUARD_MAX_UNAVAILABLE_RACK",
@@ -137,6 +138,9 @@ class Settings:
     ssh_jump_host: str = ""
     # A directory of suite YAML files that add to or replace the shipped ones.
     suites_dir: str = ""
+    # A directory of site GPU profiles (checks/profiles' schema) added to the packaged ones;
+    # checks.profiles reads FLEETCTL_PROFILES_DIR itself, so every process sees the same.
+    profiles_dir: str = ""
     # Capacity guard: most of the fleet / of a rack that automation may take out, and the
     # storm that opens the circuit breaker (fraction of production nodes failing in the window).
     guard_max_unavailable_fleet: float = 0.10

@@ -55,6 +55,33 @@ def list_suites(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     emit(rows, output, lambda data, wide: column_table(SUITE_COLUMNS, data, wide))
 
 
+PROFILE_COLUMNS = (
+    Column("NAME", lambda r: r["name"], whole=True),
+    Column("GPUS", lambda r: str(r["gpu_count"])),
+    Column("IB", lambda r: f"{r['ib_port_count']}x{r['ib_rate_gbps']:g}" if r["ib_port_count"] else "-"),
+    Column("ROCE", lambda r: f"{r['roce_port_count']}x{r['roce_rate_gbps']:g}" if r["roce_port_count"] else "-"),
+    Column("SOURCE", lambda r: r["source"]),
+    Column("DESCRIPTION", lambda r: r["description"], wide=True),
+)
+
+
+@app.command("profiles")
+def list_profiles(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
+    """List the GPU profiles checks are judged against: the packaged ones and the site's
+    (the profiles_dir setting, FLEETCTL_PROFILES_DIR), each validated as it is loaded."""
+    from checks.profiles import ProfileError, load_profile, profile_names, profile_source
+
+    site_dir = _profiles_dir(ctx)
+    try:
+        profiles = [(load_profile(name, site_dir), profile_source(name, site_dir)) for name in profile_names(site_dir)]
+    except ProfileError as exc:
+        fail(str(exc), EXIT_USAGE)
+    rows = [{"name": p.name, "description": p.description, "gpu_count": p.gpu_count, "ib_port_count": p.ib_port_count,
+             "ib_rate_gbps": p.ib_rate_gbps, "roce_port_count": p.roce_port_count, "roce_rate_gbps": p.roce_rate_gbps,
+             "source": source} for p, source in profiles]
+    emit(rows, output, lambda data, wide: column_table(PROFILE_COLUMNS, data, wide))
+
+
 @app.command("list")
 def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
     """List the checks: name, tool, kind of parser, typical duration."""
@@ -77,20 +104,28 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
 
 @app.command("parse")
 def parse(
-    kind: str = typer.Argument(..., help="nccl, nccl-pairs, hpl, dcgm, nvidia-smi, xid, ib, ib-rails or firmware"),
+    ctx: typer.Context,
+    kind: str = typer.Argument(..., help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
+                               "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex"),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
-    profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm"),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm "
+                                       "(`fleetctl check profiles` lists them)"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Judge a saved tool output. Exit 0 pass/warn, 3 fail, 4 unjudgeable, 2 usage error."""
-    from checks import KINDS, judge, profile_names
+    from checks import KINDS, judge
+    from checks.profiles import ProfileError, load_profile
 
     if kind not in KINDS:
         fail(f"unknown check kind {kind!r}; use one of: {', '.join(KINDS)}", EXIT_USAGE)
-    if profile is not None and profile not in profile_names():
-        fail(f"unknown GPU profile {profile!r}; known: {', '.join(profile_names())}", EXIT_USAGE)
+    site_dir = _profiles_dir(ctx)
+    if profile is not None:
+        try:
+            load_profile(profile, site_dir)
+        except ProfileError as exc:
+            fail(str(exc), EXIT_USAGE)
     text = _read(file)
-    result = judge(kind, text, profile).to_dict()
+    result = judge(kind, text, profile, site_dir).to_dict()
 
     def table(data, wide):
         rows = [["status", data["status"]], ["reason", data["reason"]]]
@@ -100,6 +135,13 @@ def parse(
 
     emit(result, output, table)
     raise typer.Exit(_EXIT_BY_STATUS[result["status"]])
+
+
+def _profiles_dir(ctx: typer.Context) -> str | None:
+    """The profiles_dir setting. This app run alone (its tests) has no root settings: then
+    checks.profiles reads FLEETCTL_PROFILES_DIR itself, as it does in every process."""
+    settings = context.settings(ctx)
+    return (settings.profiles_dir or None) if settings is not None else None
 
 
 def _read(file: Path) -> str:

@@ -23,6 +23,17 @@ FAULT_KINDS: tuple[str, ...] = (
     "ib-link-flap",  # one rail's link goes down and retrains every FLAP_PERIOD_S under load
     "fabric-slow",  # the path beyond the node (leaf uplinks, cabling) carries ~60%: only multi-node runs see it
     "firmware-drift",  # VBIOS and ConnectX firmware older than the profile's
+    # The host around the GPUs (checks/host.py)
+    "pcie-downtrained",  # one GPU's PCIe link trained to x8 of x16 (a riser, a seating)
+    "pcie-aer-fatal",  # a fatal PCIe error (Surprise Down) on one GPU's link, counted and logged
+    "memory-dimm-lost",  # a quarter of the DIMMs gone from MemTotal
+    "memory-uncorrected",  # an uncorrected DIMM error (EDAC ue_count, logged)
+    "cpu-offline",  # CPUs offline
+    "disk-full",  # the root filesystem 98% full
+    "fs-readonly",  # /raid remounted read-only after an I/O error
+    "fabricmanager-down",  # nvidia-fabricmanager failed
+    "driver-mismatch",  # the driver upgraded without a reboot: NVML refuses the loaded module
+    "clock-drift",  # chrony lost its source: unsynchronised, seconds off
     "flaky",  # stress tests fail on about half the runs
     "unreachable",  # the executor raises NodeUnreachable
 )
@@ -34,7 +45,10 @@ FLAP_PERIOD_S = 20.0
 # a firmware update (firmware-drift is one fault: any completed update clears it).
 CURED_BY: dict[str, frozenset[str]] = {
     "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
-    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded"}),
+    # A reboot also loads the installed driver, restarts the daemons and steps the clock; a
+    # lost DIMM, a narrow link, a full or damaged filesystem stay.
+    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded", "driver-mismatch", "fabricmanager-down",
+                         "clock-drift"}),
     "firmware_update": frozenset({"firmware-drift"}),
 }
 

@@ -12,6 +12,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from checks.profiles import load_profile
+
 from fleetctl.sim.faults import SimFaultSpec, fault_onset
 from fleetctl.sim.profiles import SimProfile
 
@@ -81,6 +83,37 @@ class HcaState:
         return (self.guid >> 40) << 24 | self.guid & 0xFFFFFF
 
 
+@dataclass
+class Filesystem:
+    source: str
+    fstype: str
+    target: str
+    size_kb: int
+    used_kb: int
+    inodes: int
+    inodes_used: int
+    options: str = "rw,relatime"
+
+
+@dataclass
+class HostState:
+    """The host around the GPUs as its tools show it (lspci, sysfs, lscpu, df, systemctl,
+    chronyc): healthy by default, as the node's profile (checks/profiles) expects it."""
+
+    memory_kb: int
+    cpus: int
+    cpus_offline: int = 0
+    edac_corrected: int = 0
+    edac_uncorrected: int = 0
+    narrow_pci_buses: set[int] = field(default_factory=set)  # GPUs and HCAs whose link trained to x8
+    aer_fatal_buses: set[int] = field(default_factory=set)
+    filesystems: list[Filesystem] = field(default_factory=list)
+    services: dict[str, str] = field(default_factory=dict)  # unit -> ActiveState ("" : not installed)
+    loaded_driver: str = ""  # the kernel module's version; the profile's driver is the installed one
+    clock_offset_s: float = 0.000012
+    clock_synchronised: bool = True
+
+
 @dataclass(frozen=True)
 class KernelEvent:
     at: float  # unix time
@@ -102,6 +135,7 @@ class NodeState:
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
+    host: HostState | None = None
 
     @property
     def visible_gpus(self) -> list[GpuState]:
@@ -140,7 +174,7 @@ FLAP_SLOWDOWN = 0.6  # all-reduce over a rail that retrains every few tens of se
 FABRIC_SLOW_FACTOR = 0.6  # fabric-slow: half the leaf's uplinks down, or a mis-set adaptive routing
 RAIL_SLOW_FACTOR = 0.55  # ib-rail-slow: a ConnectX-7 whose PCIe Gen5 x16 link trained to x8
 _REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
-_KERNEL = "5.15.0-119-generic"
+KERNEL_RELEASE = "5.15.0-119-generic"
 # Ethernet front-end NIC next to the 8 InfiniBand rails (what ibstat lists on HGX servers).
 _FRONTEND_NIC = ("MT41692", "32.41.1000", 200)
 
@@ -229,16 +263,39 @@ def build_node_state(
         multinode_busbw_gbps=profile.multinode_allreduce_busbw_gbps * identity_rng(seed, node, "fabric").uniform(0.985, 1.01),
     )
     state.kernel_events = _boot_messages(state)
+    state.host = _healthy_host(profile)
     for spec in faults:
         _apply_fault(state, spec, seed)
     return state
 
 
+def _healthy_host(profile: SimProfile) -> HostState:
+    """What a healthy host of the profile shows: the memory (a little above its warning
+    floor, as MemTotal sits ~1.5% under what is installed), CPUs, daemons and filesystems of
+    checks/profiles' figures for it, the driver loaded as installed, the clock synchronised."""
+    expected = load_profile(profile.name)
+    memory_kb = int(expected.host_memory_gib.warn * 1.02 * 2**20)
+    tib = 2**30  # kB
+    return HostState(
+        memory_kb=memory_kb,
+        cpus=expected.host_cpu_count,
+        filesystems=[
+            Filesystem("/dev/md0", "ext4", "/", int(1.72 * tib), int(0.19 * tib), 117_178_368, 512_831),
+            Filesystem("/dev/nvme0n1p1", "vfat", "/boot/efi", 523_248, 6_216, 0, 0,
+                       "rw,relatime,fmask=0077,dmask=0077,errors=remount-ro"),
+            Filesystem("/dev/md1", "ext4", "/raid", int(26.2 * tib), int(1.1 * tib), 1_756_905_472, 91_235,
+                       "rw,relatime,stripe=256"),
+        ],
+        services={**{unit: "active" for unit in expected.required_services}, "nvidia-imex": ""},
+        loaded_driver=profile.driver_version,
+    )
+
+
 def _boot_messages(node: NodeState) -> list[KernelEvent]:
     boot, p = node.boot_time, node.profile
     events = [
-        KernelEvent(boot, f"Linux version {_KERNEL} (buildd@lcy02-amd64-075) #129-Ubuntu SMP Fri Aug  2 19:25:20 UTC 2024"),
-        KernelEvent(boot, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{_KERNEL} root=/dev/md0 ro iommu=pt"),
+        KernelEvent(boot, f"Linux version {KERNEL_RELEASE} (buildd@lcy02-amd64-075) #129-Ubuntu SMP Fri Aug  2 19:25:20 UTC 2024"),
+        KernelEvent(boot, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{KERNEL_RELEASE} root=/dev/md0 ro iommu=pt"),
     ]
     events += [
         KernelEvent(boot + 3.2 + i * 0.05, f"mlx5_core {hca.pci_address}: firmware version: {hca.firmware}")
@@ -303,7 +360,9 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         hca.state, hca.physical_state, hca.rate_gbps = "Down", "Polling", 10
         node.kernel_events.append(KernelEvent(at, f"mlx5_core {hca.pci_address}: Port 1 link down (Polling)"))
     elif spec.kind == "ib-rail-slow":
-        node.hcas[_fault_gpu(spec, p.gpu_count)].write_bw_gbps *= RAIL_SLOW_FACTOR
+        slow = node.hcas[_fault_gpu(spec, p.gpu_count)]
+        slow.write_bw_gbps *= RAIL_SLOW_FACTOR
+        node.host.narrow_pci_buses.add(slow.pci_bus)  # what slows it: lspci shows the link at x8
     elif spec.kind == "ib-link-flap":
         hca = node.hcas[_fault_gpu(spec, p.gpu_count)]
         hca.flapping_since = at
@@ -317,4 +376,48 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         for hca in node.hcas if spec.gpu is None else [node.hcas[spec.gpu % p.gpu_count]]:
             if hca.ca_type == p.hca.ca_type:
                 hca.firmware = p.hca.drifted_firmware
+    elif spec.kind in _HOST_FAULTS:
+        _HOST_FAULTS[spec.kind](node, gpu, at)
     # "flaky" acts per run (transient_failure) and "unreachable" in the executor.
+
+
+def _pcie_aer_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
+    node.host.aer_fatal_buses.add(gpu.bus)
+    node.kernel_events.append(KernelEvent(at, f"pcieport 0000:{gpu.bus - 1:02x}:01.0: AER: PCIe Bus Error: "
+                                              "severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)"))
+
+
+def _memory_uncorrected(node: NodeState, gpu: GpuState, at: float) -> None:
+    node.host.edac_uncorrected += 1
+    node.kernel_events.append(KernelEvent(at, "EDAC MC1: 1 UE memory read error on CPU_SrcID#0_MC#1_Chan#0_DIMM#0"))
+
+
+def _fs_readonly(node: NodeState, gpu: GpuState, at: float) -> None:
+    raid = next(f for f in node.host.filesystems if f.target == "/raid")
+    raid.options = raid.options.replace("rw,", "ro,", 1)
+    node.kernel_events.append(KernelEvent(at, "EXT4-fs (md1): Remounting filesystem read-only"))
+
+
+def _disk_full(node: NodeState, gpu: GpuState, at: float) -> None:
+    root = next(f for f in node.host.filesystems if f.target == "/")
+    root.used_kb = int(root.size_kb * 0.98)
+
+
+def _clock_drift(node: NodeState, gpu: GpuState, at: float) -> None:
+    node.host.clock_synchronised, node.host.clock_offset_s = False, 4.2
+
+
+_HOST_FAULTS = {
+    "pcie-downtrained": lambda node, gpu, at: node.host.narrow_pci_buses.add(gpu.bus),
+    "pcie-aer-fatal": _pcie_aer_fatal,
+    "memory-dimm-lost": lambda node, gpu, at: setattr(node.host, "memory_kb", node.host.memory_kb * 3 // 4),
+    "memory-uncorrected": _memory_uncorrected,
+    "cpu-offline": lambda node, gpu, at: setattr(node.host, "cpus_offline", 4),
+    "disk-full": _disk_full,
+    "fs-readonly": _fs_readonly,
+    "fabricmanager-down": lambda node, gpu, at: node.host.services.update({"nvidia-fabricmanager": "failed"}),
+    "driver-mismatch": lambda node, gpu, at: setattr(node.host, "loaded_driver", _OLDER_DRIVER),
+    "clock-drift": _clock_drift,
+}
+# The module a driver-mismatch node still runs: the release before the installed one.
+_OLDER_DRIVER = "535.183.06"

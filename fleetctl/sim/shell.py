@@ -20,6 +20,18 @@ from fleetctl.sim.render.firmware import (
     render_mlxfwmanager_update,
     render_nvfwupd_show_version,
 )
+from fleetctl.sim.render.host import (
+    render_chronyc_tracking,
+    render_df,
+    render_driver_version_file,
+    render_grep_files,
+    render_lscpu,
+    render_lspci,
+    render_meminfo,
+    render_mounts,
+    render_systemctl_show,
+    render_uname_r,
+)
 from fleetctl.sim.render.hpl import render_hpl
 from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_perfquery
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
@@ -232,7 +244,53 @@ def _mlxfwmanager(call: _Call) -> ToolRun:
 # The files `cat` can read on a simulated node.
 _FILES: dict[str, Callable[[NodeState], str]] = {
     "/proc/sys/kernel/random/boot_id": lambda node: node.boot_id + "\n",
+    "/proc/meminfo": render_meminfo,
+    "/proc/mounts": render_mounts,
+    "/proc/driver/nvidia/version": render_driver_version_file,
 }
+
+
+def _grep(call: _Call) -> ToolRun:
+    """`grep -H -s . FILE...` over the sysfs counters the host checks read (the shell's globs
+    are expanded against the node's own files); exit 2 when no file matched, as grep does."""
+    flags, positional = _options(call.args, set())
+    if positional[:1] != ["."] or not {"-H", "-s"} <= flags.keys():
+        raise _UsageError("simulated grep answers grep -H -s . FILE...")
+    output = render_grep_files(call.node, positional[1:])
+    return ToolRun(ToolOutput(output, "", 0 if output else 2), 0.05)
+
+
+def _df(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, set())
+    if "-P" not in flags and "-Pi" not in flags:
+        raise _UsageError("simulated df answers df -P and df -Pi")
+    return ToolRun(ToolOutput(render_df(call.node, inodes="-Pi" in flags or "-i" in flags)), 0.1)
+
+
+def _systemctl(call: _Call) -> ToolRun:
+    flags, positional = _options(call.args, {"-p", "--property"})
+    if positional[:1] != ["show"]:
+        raise _UsageError("simulated systemctl answers systemctl show -p ... UNIT...")
+    return ToolRun(ToolOutput(render_systemctl_show(call.node, positional[1:])), 0.1)
+
+
+def _uname(call: _Call) -> ToolRun:
+    if call.args != ["-r"]:
+        raise _UsageError("simulated uname answers uname -r")
+    return ToolRun(ToolOutput(render_uname_r(call.node)), 0.0)
+
+
+def _chronyc(call: _Call) -> ToolRun:
+    if call.args != ["tracking"]:
+        raise _UsageError("simulated chronyc answers chronyc tracking")
+    return ToolRun(ToolOutput(render_chronyc_tracking(call.node)), 0.1)
+
+
+def _lspci(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, set())
+    if not {"-vv", "-vvv"} & flags.keys():
+        raise _UsageError("simulated lspci answers lspci -vv")
+    return ToolRun(ToolOutput(render_lspci(call.node)), 0.5)
 
 
 def _cat(call: _Call) -> ToolRun:
@@ -277,10 +335,30 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "nvfwupd.py": _nvfwupd,
     "sleep": _sleep,
     "cat": _cat,
+    "grep": _grep,
+    "df": _df,
+    "systemctl": _systemctl,
+    "uname": _uname,
+    "chronyc": _chronyc,
+    "lspci": _lspci,
+    "lscpu": lambda call: ToolRun(ToolOutput(render_lscpu(call.node)), 0.1),
     "perfquery": _perfquery,
     "echo": lambda call: ToolRun(ToolOutput(" ".join(call.args) + "\n"), 0.0),
     "hostname": lambda call: ToolRun(ToolOutput(call.node.hostname + "\n"), 0.0),
     "true": lambda call: ToolRun(ToolOutput(""), 0.0),
+}
+# What the tools that need the driver print on a node whose loaded kernel module is not the
+# installed driver (driver-mismatch): NVML and CUDA refuse to start.
+_DRIVER_MISMATCH: dict[str, Callable[[NodeState], ToolOutput]] = {
+    "nvidia-smi": lambda node: ToolOutput("Failed to initialize NVML: Driver/library version mismatch\n"
+                                          f"NVML library version: {node.profile.driver_version.rsplit('.', 1)[0]}\n", "", 18),
+    "dcgmi": lambda node: ToolOutput("Error: unable to establish a connection to the specified host: localhost\n"
+                                     "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n", "", 255),
+    "all_reduce_perf": lambda node: ToolOutput(
+        f"{node.hostname}: Test CUDA failure common.cu:1279 'system has unsupported display driver / cuda driver combination'\n"
+        " .. {node.hostname} pid 4242: Test failure common.cu:1161\n".replace("{node.hostname}", node.hostname), "", 3),
+    "xhpl": lambda node: ToolOutput("", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1),
+    "hpl.sh": lambda node: ToolOutput("", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1),
 }
 # The tools whose runs a `flaky` node can spoil: the ones that stress the GPUs.
 STRESS_TOOLS = frozenset({"dcgmi", "all_reduce_perf", "xhpl", "hpl.sh"})
@@ -369,6 +447,8 @@ class NodeShell:
         handler = _TOOLS.get(tool)
         if handler is None:
             return ToolRun(ToolOutput("", f"bash: line 1: {args[0]}: command not found\n", 127), 0.0)
+        if tool in _DRIVER_MISMATCH and self.node.host.loaded_driver != self.node.profile.driver_version:
+            return ToolRun(_DRIVER_MISMATCH[tool](self.node), 0.5)
         try:
             return handler(_Call(self.node, args[1:], self.rng, ranks, tuple(peers), self.node.now + self.elapsed))
         except (_UsageError, ValueError) as exc:

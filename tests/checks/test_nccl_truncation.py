@@ -88,7 +88,8 @@ def _cuts_at_every_line(text: str) -> list[tuple[str, int]]:
                          ids=lambda v: v if isinstance(v, str) else None)
 def test_a_real_run_cut_anywhere_is_an_error(where, at) -> None:
     whole = (FIXTURES / REAL).read_text()
-    assert judge("nccl", whole, H100).status is Status.PASS  # the whole run is healthy
+    # The whole run is judged (a warning: A3 Mega's 8x 200G carry less than h100-sxm's 8x NDR floor)
+    assert judge("nccl", whole, H100).status is Status.WARN
 
     result = judge("nccl", whole[:at], H100)
 
@@ -111,4 +112,4 @@ def test_stderr_judged_with_a_cut_stdout_does_not_complete_its_last_line() -> No
     cut = whole[: whole.index("70.742") + 4]  # "... : 70.7"
     stderr = "ztan-mig-235z:6899:6899 [0] NCCL INFO comm 0x55 rank 0 nranks 16 - Destroy COMPLETE\n"
     assert judge("nccl", with_stderr(cut, stderr), H100).status is Status.ERROR
-    assert judge("nccl", with_stderr(whole, stderr), H100).status is Status.PASS
+    assert judge("nccl", with_stderr(whole, stderr), H100).status is Status.WARN  # judged, as above

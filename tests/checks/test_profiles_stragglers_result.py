@@ -20,7 +20,7 @@ def test_required_profiles_exist_and_load():
         assert profile.gpu_temperature_c.warn < profile.gpu_temperature_c.fail
 
 
-@pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm-80gb", "b200"])
+@pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm-80gb", "b200", "gb200"])
 def test_every_threshold_line_cites_a_source(name):
     text = (resources.files("checks") / "profiles" / f"{name}.yaml").read_text()
     lines = text.splitlines()

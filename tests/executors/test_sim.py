@@ -39,6 +39,8 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
         "nccl-pairs": {FAIL},  # its pairs die; its partners together do not: the straggler
         "hpl": {ERROR},
         "firmware-inventory": {FAIL},  # the lost GPU's VBIOS cannot be read
+        "pcie-link": {FAIL},  # listed, answering all-ones (rev ff)
+        "host-versions": {ERROR},  # nvidia-smi cannot read the lost GPU's driver version
     },
     "xid48": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     "row-remap-failure": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}},
@@ -51,12 +53,27 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "ib-port-down": {"ib-ports": {FAIL}, "ib-bw": {FAIL}, "ib-rails": {FAIL}, "nccl-pairs": {WARN, FAIL}},
     # ibstat sees nothing wrong with these two: only every rail's bandwidth and counters do,
     # and the pairs (the slow or retraining rail paces every ring through it).
-    "ib-rail-slow": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
+    "ib-rail-slow": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}, "pcie-link": {FAIL}},  # its link at x8: lspci sees why
     "ib-link-flap": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
     # Beyond the node's own ports: nothing local sees it, only the pairs.
     "fabric-slow": {"nccl-pairs": {FAIL}},
     # Drift across the whole node is consistent; the roll-out compares with the baseline.
     "firmware-drift": {},
+    # The host around the GPUs: each seen by its own check, and by the kernel log where it logs.
+    "pcie-downtrained": {"pcie-link": {FAIL}},
+    "pcie-aer-fatal": {"pcie-aer": {FAIL}, "xid-scan": {FAIL}},
+    "memory-dimm-lost": {"host-memory": {FAIL}},
+    "memory-uncorrected": {"host-memory": {FAIL}, "xid-scan": {FAIL}},
+    "cpu-offline": {"host-cpu": {FAIL}},
+    "disk-full": {"host-disk": {FAIL}},
+    "fs-readonly": {"host-disk": {FAIL}},
+    "fabricmanager-down": {"host-services": {FAIL}},
+    # NVML and CUDA refuse a driver whose kernel module is not the installed one: every tool
+    # that needs the driver fails or cannot be read; host-versions says why.
+    "driver-mismatch": {**_SMI_BOTH, **{c: {ERROR} for c in ("firmware-inventory", "hpl")},
+                        **{c: {ERROR} for c in _DCGM_ALL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
+                        "host-versions": {FAIL}},
+    "clock-drift": {"host-clock": {FAIL}},
 }
 # The GPU (HCA for ib-port-down) each fault hits in that table: mlx5_0 is the port the
 # ib-bw check loops back through; None drifts every component.

@@ -45,8 +45,10 @@ async def test_healthy_nodes_go_from_new_to_production(sim_fleet) -> None:
 
 
 @pytest.mark.parametrize(("fault", "check", "cause"), [
-    # ibstat sees these rails Active at 400; the node's own rail test does not
-    ("ib-rail-slow", "ib-rails", r"mlx5_5 port 1: ib_write_bw average [\d.]+ Gb/s is below 340"),
+    # ibstat sees these rails Active at 400. The slow one's PCIe link trained to x8: lspci,
+    # among the host checks burn-in runs first, sees that before any stress; a flapping link
+    # only the node's own rail test sees
+    ("ib-rail-slow", "pcie-link", r"device link trained to x8 of x16 \(Mellanox Technologies MT2910 Family"),
     ("ib-link-flap", "ib-rails", r"mlx5_5 port 1: LinkDownedCounter rose by \d+ during the check"),
     # beyond the node's ports: only its pairs see it, and they name it
     ("fabric-slow", "nccl-pairs", r"slow with all 2 partners, each of them fast with another node: the straggler"),
