@@ -49,6 +49,7 @@ class AgentConfig:
     sample_argv: Sequence[str] = ()
     dcgm_health_argv: Sequence[str] = ()  # `dcgmi health -c`, sampled beside nvidia-smi where DCGM runs
     profile: str | None = None
+    profiles_dir: str | None = None  # where the profile may be, beside the packaged ones
     boot_id: str = ""
     heartbeat_interval_s: float = 30.0  # with a heartbeat sender: how often the agent says it is alive
 
@@ -114,9 +115,9 @@ class Agent:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
         self.metrics.corrupt_files.labels("cursor").inc(_CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0))
-        self.samplers = [(self.config.sample_argv, SampleTracker(self.config.profile))]
+        self.samplers = [(self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))]
         if self.config.dcgm_health_argv:
-            self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health")))
+            self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health", profiles_dir=self.config.profiles_dir)))
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
         self._beat_at, self._beating = 0.0, None
         # Critical events read since the last delivery: sent ahead of the spool's order (and

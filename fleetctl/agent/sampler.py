@@ -32,12 +32,13 @@ class SampleTracker:
 
     profile: str | None
     kind: str = "nvidia-smi"  # the checks/ kind that judges the tool's output
+    profiles_dir: str | None = None  # the operator's site profiles (the `profiles_dir` setting)
     current: set[tuple[str, str]] = field(default_factory=set)
     appearances: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def observe(self, text: str) -> list[Sampled]:
         """Each finding new since the last sample."""
-        result = judge(self.kind, text, self.profile)
+        result = judge(self.kind, text, self.profile, self.profiles_dir)
         if result.status is Status.ERROR:
             found = {("error", result.reason): "error"}
         else:

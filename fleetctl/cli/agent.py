@@ -84,7 +84,7 @@ def agent(
             fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
     if profile:
         try:
-            load_profile(profile)
+            load_profile(profile, context.settings(ctx).profiles_dir or None)
         except UnknownProfile as exc:
             fail(str(exc), EXIT_USAGE)
     node = node or socket.gethostname().split(".")[0]
@@ -104,7 +104,8 @@ def agent(
     except OSError as exc:
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
     config = AgentConfig(node=node, spool_dir=spool, actor=f"fleetctl-agent@{node}", max_spool=max_spool,
-                         sample_interval_s=sample_interval, profile=profile, boot_id=boot_id,
+                         sample_interval_s=sample_interval, profile=profile,
+                         profiles_dir=context.settings(ctx).profiles_dir or None, boot_id=boot_id,
                          sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
                          dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
                          heartbeat_interval_s=heartbeat_interval)

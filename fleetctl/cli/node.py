@@ -17,12 +17,13 @@ from fleetctl.text import plural
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
 
-def _known_profiles() -> set[str] | None:
+def _known_profiles(profiles_dir: str) -> set[str] | None:
+    """The packaged profiles and the operator's (the `profiles_dir` setting), as the worker judges by."""
     try:
         from checks.profiles import profile_names
     except ImportError:  # profiles ship with checks/; an older checkout may lack them
         return None
-    return set(profile_names())
+    return set(profile_names(profiles_dir or None))
 
 
 def _state_text(state: str):
@@ -154,7 +155,7 @@ def import_nodes(
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
 
-    specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
+    specs = load_inventory(file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
     if clashes := queries.case_clashes(engine, (s.name for s in specs)):
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)

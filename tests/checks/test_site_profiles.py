@@ -131,3 +131,27 @@ def test_the_profiles_dir_setting_from_the_config_file_reaches_the_check_command
     result = runner.invoke(app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", ROCE,
                                  "-o", "json"], env={"FLEETCTL_CONFIG": str(config)})
     assert result.exit_code == 0 and json.loads(result.stdout)["status"] == "pass", result.output
+
+
+def test_the_profiles_dir_setting_from_the_config_file_reaches_node_import(tmp_path):
+    """`node import` knows the profiles the worker judges by: a node of a site profile named in
+    the config file (not the environment) is accepted, and refused without the setting."""
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(f"nodes: [{{name: roce-1, address: x, profile: {ROCE}}}]\n")
+    config = tmp_path / "fleetctl.yaml"
+    db = f"sqlite:///{tmp_path}/fleet.db"
+    for settings, accepted in ((f"profiles_dir: {SITE}\n", True), ("", False)):
+        config.write_text(settings)
+        result = runner.invoke(app, ["--db-url", db, "node", "import", str(inventory), "--dry-run"],
+                               env={"FLEETCTL_CONFIG": str(config), "FLEETCTL_PROFILES_DIR": ""})
+        assert (result.exit_code == 0) is accepted, result.output
+        assert accepted or ROCE in result.stderr
+
+
+def test_the_agents_sampler_judges_by_the_site_profile_it_is_given():
+    from fleetctl.agent.sampler import SampleTracker
+
+    text = fixture_text("ib/ibstat_roce_400g_ok.txt")
+    with pytest.raises(ValueError):
+        SampleTracker(ROCE, "ib").observe(text)  # the packaged profiles alone do not know it
+    assert SampleTracker(ROCE, "ib", profiles_dir=str(SITE)).observe(text) == []

@@ -53,10 +53,11 @@ class CheckActivities(DatabaseActivities):
         try:
             result = self._execute(spec, node)
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
-            judged = judge(spec.kind, result.stdout, node.profile)
+            judged = judge(spec.kind, result.stdout, node.profile, self.settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():
                 # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
-                judged = judge(spec.kind, with_stderr(result.stdout, result.stderr), node.profile)
+                judged = judge(spec.kind, with_stderr(result.stdout, result.stderr), node.profile,
+                                self.settings.profiles_dir or None)
             if judged.status is Status.ERROR and not last_attempt:
                 raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
         except ExecutorError as exc:
@@ -82,13 +83,14 @@ class CheckActivities(DatabaseActivities):
             return _run_with_heartbeat(self.executors.for_target(target), target, argv, timeout_s)
 
         target = target_for(node)
+        site = self.settings.profiles_dir or None  # the operator's profiles, as the judge reads them
         if spec.plan == "rails":
-            return run_rails(lambda argv: run_on(target, argv), spec, load_profile(node.profile) if node.profile else None)
+            return run_rails(lambda argv: run_on(target, argv), spec, load_profile(node.profile, site) if node.profile else None)
         if spec.plan == "pairs":
             nodes = {n.name: n for n in queries.list_nodes(self.engine)}
             partners = choose_partners(node, list(nodes.values()))
             return run_pairs(lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners,
-                             load_profile(node.profile).gpu_count)
+                             load_profile(node.profile, site).gpu_count)
         return run_on(target, spec.argv)
 
     @activity.defn

@@ -61,9 +61,9 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
         try:
             result = executor.run(target, spec.argv, timeout_s=max(30.0, spec.typical_duration_s * 3))
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
-            judged = judge(spec.kind, result.stdout, node.profile)
+            judged = judge(spec.kind, result.stdout, node.profile, settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():
-                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile)
+                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile, settings.profiles_dir or None)
         except ExecutorError as exc:
             judged, error_kind = CheckResult(Status.ERROR, {}, [], f"{exc.kind}: {exc.message}"), exc.kind
         key = f"prolog/{node_name}/{run_id}/{check}"
