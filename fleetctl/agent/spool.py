@@ -34,7 +34,7 @@ log = logging.getLogger("fleetctl.agent")
 
 SEGMENT_EVENTS = 10_000  # lines (events and tombstones) a segment file holds before the next one starts
 SEVERITY_WORDS = ("critical", "warning", "info")  # drops are counted by these, and "none" for any other
-_SEGMENT = re.compile(r"^segment-(\d{8,})\.jsonl$")
+_SEGMENT = re.compile(r"^segment-(\d{8,})\.jsonl\Z")
 _MAX_INT = 2**63 - 1
 
 

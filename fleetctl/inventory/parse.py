@@ -49,10 +49,10 @@ from fleetctl.inventory.names import (
 from fleetctl.inventory.topology import switch_island_conflict
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
-_ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)$")
+_ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)\Z")
 # [user@]host[:port] of an SSH jump host (bastion); its host key is verified as a node's is.
 JUMP_HOST_RE = re.compile(r"^([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+\Z")
-_BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)$")
+_BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)\Z")
 _KNOWN_KEYS = {"name", "address", "bmc", "rack", "position", "switch", "island", "profile", "scheduler", "user",
                "jump", "labels"}
 # Rack units: the tallest racks in use are 58U; a larger number is a typo.

@@ -48,6 +48,9 @@ def test_good_inventory() -> None:
         ("nodes: [{name: a, address: x, profile: v100}]", r"unknown profile 'v100'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, colour: red}]", r"unknown field 'colour'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, bmc: 'ftp://b'}]", r"field 'bmc' has an invalid value"),
+        # `$` would match before a trailing newline: every pattern ends in \Z
+        ('nodes: [{name: a, address: "x\\n", profile: h100-sxm}]', r"field 'address' has an invalid value"),
+        ('nodes: [{name: a, address: x, profile: h100-sxm, bmc: "https://b\\n"}]', r"field 'bmc' has an invalid value"),
     ],
 )
 def test_bad_inventory(text: str, message: str) -> None:
