@@ -42,6 +42,12 @@ OUT_OF_SERVICE = {
 }
 
 
+# A node on its way in (firmware, burn-in, admission) serves no work yet: however well its
+# first checks went, it is not Ready until admission lets it into production.
+NOT_YET_ADMITTED = frozenset({NodeState.NEW.value, NodeState.FIRMWARE.value, NodeState.BURN_IN.value,
+                              NodeState.ADMISSION.value})
+
+
 class UnknownState(ValueError):
     pass
 
@@ -130,7 +136,7 @@ PRODUCTION_CONDITIONS = ("Stalled", "Suspect", "Unreachable", "CheckFailed", "Ch
 
 @dataclass(frozen=True)
 class Condition:
-    # Retired, InRMA, Maintenance, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
+    # Retired, InRMA, Maintenance, NotAdmitted, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
     # DrainHeld, StragglerSuspected, Unchecked
     type: str
     reason: str
@@ -184,6 +190,8 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
         found.append(suspect)
     if state in OUT_OF_SERVICE:
         found.append(Condition(OUT_OF_SERVICE[state], last_cause or state, state_since))
+    elif state in NOT_YET_ADMITTED:
+        found.append(Condition("NotAdmitted", f"{state}: not yet admitted to production", state_since))
     newest = checks[0] if checks else None
     if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:
         found.append(Condition("Unreachable", newest.reason, newest.since))

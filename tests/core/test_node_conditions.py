@@ -36,7 +36,11 @@ HELD = DrainHeld("health: XID 48: fleet limit: 1 of 10 already unavailable (max 
 @pytest.mark.parametrize("state, checks, held, cause, expected", [
     ("production", runs("a", "pass") + runs("b", "warn"), None, "", "Ready"),
     ("production", [], None, "", "Unchecked"),
-    ("new", [], None, "", "-"),
+    # On its way in, a node is not Ready however its first checks went: it serves no work yet.
+    ("new", [], None, "", "NotAdmitted"),
+    ("burn_in", runs("a", "pass"), None, "", "NotAdmitted"),
+    ("admission", runs("a", "pass") + runs("b", "pass"), None, "", "NotAdmitted"),
+    ("burn_in", runs("a", "fail"), None, "", "NotAdmitted,CheckFailed(1)"),
     ("production", runs("a", "pass", "error", kind="unreachable") + runs("b", "error", kind="timeout"), None, "",
      "Unreachable"),
     # an unjudgeable output is not unreachability: the node answered
