@@ -152,6 +152,7 @@ def import_nodes(
     production; nodes fleetctl already knows keep their state."""
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
+    from fleetctl.text import bounded, printable
 
     specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
@@ -178,6 +179,9 @@ def import_nodes(
                 workflow_id = node_workflow_id(name)
                 if queries.record_adoption(engine, name, actor, workflow_id, f"{workflow_id}@1") is not None:
                     adopted.append(name)
+        # A scheduler places work on any node it has not drained: a node imported for
+        # burn-in is held there until admitted (an adopted one already runs jobs: never).
+        refusals = _hold_for_burn_in(ctx, [s for s in specs if s.name in set(created) - set(adopted)])
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
             task = progress.add_task("starting node workflows", total=len(specs))
@@ -188,8 +192,22 @@ def import_nodes(
             )
         typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
                    + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else ""))
+        for refusal in refusals:
+            typer.echo(printable(bounded(f"{refusal}; admission holds it before any check")), err=True)
+        if refusals:
+            raise typer.Exit(EXIT_OPERATIONAL)
 
     context.run_async(run())
+
+
+def _hold_for_burn_in(ctx: typer.Context, specs: list) -> list[str]:
+    """Hold the nodes in their schedulers until admitted; why each that was not held, was not."""
+    from fleetctl.cli.job import scheduler_adapter
+    from fleetctl.nodes.scheduler_sync import hold_new_nodes
+
+    held = [(s.name, s.scheduler) for s in specs if s.scheduler != "none"]
+    schedulers = {kind: scheduler_adapter(ctx, kind) for kind in {kind for _, kind in held}}
+    return hold_new_nodes(held, schedulers)
 
 
 @app.command("list")

@@ -10,6 +10,21 @@ from typing import Protocol, Sequence, runtime_checkable
 # from an operator's and only resume what it drained (unless forced).
 REASON_PREFIX = "fleetctl:"
 
+# The holds that fence fleetctl's checks (a drain with these reasons): a node new to fleetctl
+# is held from import until admitted; a production node for the length of a sweep check or
+# a recheck. A job that lands before the hold is seen by the idleness read that follows it.
+BURN_IN_HOLD = f"{REASON_PREFIX} burn-in: held until admitted"
+CHECK_HOLD_PREFIX = f"{REASON_PREFIX} active check"
+
+
+def check_hold_reason(suite: str) -> str:
+    """The drain reason of a production node held for a check of `suite` (a sweep's or a recheck's)."""
+    return f"{CHECK_HOLD_PREFIX} {suite}"
+
+
+def is_check_hold(reason: str | None) -> bool:
+    return bool(reason and reason.startswith(CHECK_HOLD_PREFIX))
+
 
 @dataclass(frozen=True)
 class SchedulerNodeState:

@@ -36,6 +36,7 @@ from workflows.api import (
     HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
+    HeldNode,
     NodeCommandOutcome,
     NodeFacts,
     RecordedTransition,
@@ -45,6 +46,7 @@ from workflows.api import (
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
+    SchedulerHold,
     SchedulerStateReport,
     SweepScope,
     TransitionRecord,
@@ -311,6 +313,45 @@ class NodeActivities(DatabaseActivities):
         if req.node in held:
             refill_spares(self.engine, self.settings, self.schedulers, f"spare {req.node} drained", held[req.node])
         return node.scheduler
+
+    @activity.defn
+    @heartbeating
+    def hold_in_scheduler(self, req: SchedulerHold) -> HeldNode:
+        """Hold the node for fleetctl's checks (drain it with the hold's reason), then read
+        its running jobs: read after the hold, they are all the jobs the checks could meet.
+        Idempotent. A drain someone else made stays theirs, and fences the node as well. Not
+        cordon_in_scheduler: a hot spare held for a check stays in its pool."""
+        node = self._node(req.node)
+        if node.scheduler == "none":
+            return HeldNode(req.node)
+        scheduler = self.schedulers.get(node.scheduler)
+        try:
+            scheduler.drain(req.node, bounded(req.reason))
+            jobs = scheduler.jobs_on_node(req.node)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to hold {req.node}: {exc}", type="SchedulerError") from None
+        return HeldNode(req.node, [j.job_id for j in jobs if j.state == "running"])
+
+    @activity.defn
+    @heartbeating
+    def release_hold(self, req: SchedulerHold) -> bool:
+        """Lift the hold the caller took: only while the node is in production and its drain
+        is still that hold. A drain taken since (the node's workflow draining it for a fault,
+        an operator's) stays. True when released."""
+        node = self._node(req.node)
+        if node.scheduler == "none" or node.state != "production":
+            return False
+        scheduler = self.schedulers.get(node.scheduler)
+        try:
+            seen = scheduler.node_state(req.node)
+            if not seen.drained or " ".join((seen.reason or "").split()) != " ".join(bounded(req.reason).split()):
+                return False
+            scheduler.resume(req.node)
+        except FleetctlDoesNotOwnDrain:
+            return False  # someone else drained it between the read and the resume: theirs
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to release {req.node}: {exc}", type="SchedulerError") from None
+        return True
 
     @activity.defn
     @heartbeating
