@@ -1,0 +1,92 @@
+"""The node's hold on the simulated scheduler, which places work as Slurm does (any node it
+has not drained): an import holds every node new to fleetctl, so `reconcile` right after it
+finds no schedulable new node and a job waits; a job that lands between a sweep's idleness
+read and its hold makes that node's check `skipped` (not failed, not an error), and the node
+is back in service at once. The same on the real Slurm cluster: tests/jobs/test_slurm_check_holds.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import BURN_IN_HOLD
+from fleetctl.sim.scheduler import SimScheduler
+from tests.jobs.support import sim_fleet
+from tests.reliability.support import Cli
+from tests.support.worker import terminate_node_workflows
+from workflows.api import SweepInput, SweepScope
+from workflows.definitions.active_checks import ActiveCheckSweep
+from workflows.worker import WORKFLOWS, activities_for
+
+pytestmark = pytest.mark.temporal
+
+
+async def test_an_import_holds_every_new_node_until_it_is_admitted(make_settings, sqlite_url, tmp_path) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    names = [f"imp-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    inventory = tmp_path / "new-fleet.yaml"
+    inventory.write_text("nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: sim}}\n" for n in names))
+    cli = Cli(settings)
+    try:
+        imported = await asyncio.to_thread(cli, "node", "import", str(inventory))
+        assert imported.exit_code == 0 and "3 created" in imported.stdout, imported.output
+        sim = SimScheduler(engine)
+        assert {n: (sim.node_state(n).state, sim.node_state(n).reason) for n in names} == {
+            n: ("drain", BURN_IN_HOLD) for n in names}
+        reconciled = await asyncio.to_thread(cli, "reconcile", "-o", "json")
+        assert reconciled.exit_code == 0, reconciled.output
+        assert json.loads(reconciled.stdout)["differences"] == []
+        assert sim.submit("train", node_count=1).state == "pending"  # no node to take it
+    finally:
+        await terminate_node_workflows(settings, names)
+
+
+async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the_check(make_settings,
+                                                                                      sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    busy, idle = sim_fleet(engine, sorted(f"lnd-{uuid.uuid4().hex[:6]}-{i}" for i in range(2)))
+    sim = SimScheduler(engine)
+    landed: list[str] = []
+    client = await Client.connect(settings.temporal_address)
+    activities = activities_for(settings, client)
+    real_read = next(a for a in activities if getattr(a, "__name__", "") == "idle_production_nodes")
+
+    @activity.defn(name="idle_production_nodes")
+    def idle_then_a_job_lands(scope: SweepScope) -> list[str]:
+        nodes = real_read(scope)
+        # Right after the read, before any hold: the scheduler fills the first free node.
+        landed.append(sim.submit("landed", node_count=1).job_id)
+        return nodes
+
+    activities = [idle_then_a_job_lands if a is real_read else a for a in activities]
+    with ThreadPoolExecutor(16) as pool:
+        async with Worker(client, task_queue=settings.task_queue, workflows=WORKFLOWS, activities=activities,
+                          activity_executor=pool, max_concurrent_activities=16):
+            result = await client.execute_workflow(
+                ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
+                id=f"landed-sweep-{busy}", task_queue=settings.task_queue)
+
+    (job_id,) = landed
+    assert sim.job(job_id).nodes == (busy,)
+    assert result.skipped == [busy] and (result.checked, result.passed) == (1, 1), result
+    assert (result.failed, result.errors, result.drained, result.held) == ([], [], [], []), result
+    assert queries.latest_checks(engine, busy) == []  # no check ran under the job
+    assert queries.latest_checks(engine, idle)  # the idle one was checked...
+    # ...and both are back in service: the skipped one at once, the checked one after its check.
+    assert [sim.node_state(n).drained for n in (busy, idle)] == [False, False]
+    assert [queries.get_node(engine, n).state for n in (busy, idle)] == ["production", "production"]
+    (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == busy]
+    assert (skipped.kind, skipped.reason) == ("check_skipped",
+                                              f"active check quick: skipped: job {job_id} running on the node")
