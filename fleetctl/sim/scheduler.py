@@ -4,9 +4,10 @@ benchmarks. It behaves like a small Slurm seen through the Scheduler protocol.
 Placement: the queue in submission order, each job that fits runs at once on the first
 free nodes by name. A node is free, as in Slurm, when this scheduler has not drained it, no
 other job runs there and it is not held as a spare, whatever fleetctl's state: a node new
-to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it with
-its reason; fleetctl.schedulers.base.BURN_IN_HOLD, check_hold_reason). There is no scheduler loop: every call runs one scheduling
-pass first, as a real scheduler's loop would have by then.
+to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it
+with its reason: fleetctl.schedulers.base.BURN_IN_HOLD, check_hold_reason). There is no
+scheduler loop: every call runs one scheduling pass first, as a real scheduler's loop
+would have by then.
 
 Nodes are the inventory's nodes with `scheduler: sim`. A drain by hand (an operator's, not
 fleetctl's) is a drain whose reason lacks fleetctl's prefix, as with Slurm.

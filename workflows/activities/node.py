@@ -21,6 +21,7 @@ from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
 from fleetctl.text import bounded
@@ -339,7 +340,7 @@ class NodeActivities(DatabaseActivities):
         is still that hold. A drain taken since (the node's workflow draining it for a fault,
         an operator's) stays. True when released."""
         node = self._node(req.node)
-        if node.scheduler == "none" or node.state != "production":
+        if node.scheduler == "none" or node.state != NodeState.PRODUCTION.value:
             return False
         scheduler = self.schedulers.get(node.scheduler)
         try:
