@@ -36,10 +36,10 @@ with workflow.unsafe.imports_passed_through():
         NodeFacts,
         PeerVerdict,
         ReachabilityVerdict,
+        SchedulerHold,
         SweepBatch,
         SweepInput,
         SweepResult,
-        SchedulerHold,
         SweepScope,
         TransitionRequest,
     )

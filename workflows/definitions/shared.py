@@ -132,11 +132,13 @@ async def run_check(req: CheckRequest) -> CheckOutcome:
 
 
 async def hold_for_check(hold: SchedulerHold, actor: str, key: str) -> str:
-    """Fence a check: hold the node in its scheduler, then confirm it idle (patch fence-checks,
-    fence-burn-in). "" when the check may run; otherwise why it is skipped: a job runs there
-    (it landed before the hold) or the scheduler refused the hold. A skipped check is recorded
-    (kind check_skipped, where fleet status lists automation) and the hold lifted: the node
-    goes back to service, neither failed nor in error, for it is not at fault."""
+    """Fence a check of a production node: hold it in its scheduler, then confirm it idle
+    (patch fence-checks: a sweep's check, a recheck). "" when the check may run; otherwise
+    why it is skipped: a job runs there (it landed before the hold) or the scheduler refused
+    the hold. A skipped check is recorded (kind check_skipped, where fleet status lists
+    automation; no check run, so the node's health stays what its last real check said) and
+    the hold lifted: the node goes back to service, neither failed nor in error, for it is
+    not at fault."""
     try:
         held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND)
         why = f"job {', '.join(held.running_jobs)} running on the node" if held.running_jobs else ""
