@@ -51,6 +51,16 @@ def _considered(cluster, job_id: str) -> tuple[str, str]:
     return seen
 
 
+def _started_on(cluster, job_id: str) -> tuple[str, ...]:
+    """The nodes the job's first run started on; if it never starts, what Slurm says of its
+    nodes and reservations, in full."""
+    try:
+        return cluster.wait_for_run(job_id, 0, ADMISSION_S).nodes
+    except RuntimeError as exc:
+        raise AssertionError(f"{exc}\n{cluster.run('sinfo', '-N', '-o', '%N|%T|%E')}"
+                             f"{cluster.run('scontrol', 'show', 'reservation')}\n{cluster.log_tail(30)}") from None
+
+
 def _cli(settings, cluster, *args: str):
     s = settings
     return CliRunner().invoke(app, ["--db-url", s.db_url, "--temporal-address", s.temporal_address, "--task-queue",
@@ -108,7 +118,8 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
                 await request_phase(client, first, "admit", "tester", "quick")
                 await until(lambda: queries.get_node(engine, first).state == "production", ADMISSION_S, "admitted")
                 # Admitted: the hold lifted, the waiting job starts there and nowhere else.
-                assert slurm_cluster.wait_for_run(waiting["job"], 0, ADMISSION_S).nodes == (first,)
+                # (Waited in a thread: the worker runs on this event loop.)
+                assert await asyncio.to_thread(_started_on, slurm_cluster, waiting["job"]) == (first,)
 
                 await request_phase(client, second, "admit", "tester", "quick")
                 await until(lambda: queries.get_node(engine, second).state == "production", ADMISSION_S, "admitted")
@@ -117,7 +128,7 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
                     ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, fleet=settings.fleet),
                     id=f"hold-sweep-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue)
                 # The check over, the hold lifted: the job asked onto the node starts there.
-                assert slurm_cluster.wait_for_run(pinned[second], 0, ADMISSION_S).nodes == (second,)
+                assert await asyncio.to_thread(_started_on, slurm_cluster, pinned[second]) == (second,)
     finally:
         await terminate_node_workflows(settings, names)
         slurm_cluster.reset()
