@@ -119,6 +119,16 @@ class RequeuesEarly(Protocol):
 
 
 @runtime_checkable
+class ListsWorkloads(Protocol):
+    """Optional: a scheduler whose nodes run work that no job names (Kubernetes: an inference
+    pod with no job label), so its running jobs are not all of a node's work. A check's hold
+    reads these after it is taken, as busy_nodes counts them."""
+
+    # The node's live work, each "namespace/name" (a pod), labelled as a job or not.
+    def workloads_on_node(self, node: str) -> list[str]: ...
+
+
+@runtime_checkable
 class HoldsSpares(Protocol):
     """Optional: a scheduler that can keep an island's hot spares (fleetctl.jobs.spares) free of
     jobs until fleetctl hands one to a restart (Slurm: a reservation per island)."""

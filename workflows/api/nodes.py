@@ -326,8 +326,9 @@ class SchedulerHold:
 
 @dataclass
 class HeldNode:
-    """The node once held: the jobs still running on it, read after the hold (a job that
-    landed before it; none can land after). A check runs only when there are none."""
+    """The node once held: the jobs still running on it (on Kubernetes, its workload pods,
+    job or not), read after the hold (what landed before it; nothing can land after). A
+    check runs only when there are none."""
 
     node: str
     running_jobs: list[str] = field(default_factory=list)
