@@ -58,9 +58,10 @@ class ActiveCheckSweep:
         result = SweepResult()
         sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
         if workflow.patched("sweep-batches"):
-            # A node costs ~19 history events; one history for all of them would hit Temporal's
-            # limit near 2,800 nodes. Batches run one after another, so `width` still bounds
-            # the nodes checked at once.
+            # A node costs ~19 history events (its hold and release, fence-checks, add two
+            # activities: up to 12 more); one history for all of them would hit Temporal's
+            # limit near 2,800 nodes (near 1,650 held). Batches run one after another, so
+            # `width` still bounds the nodes checked at once.
             size = max(1, req.batch_nodes)
             for start in range(0, len(nodes), size):
                 part: SweepResult = await workflow.execute_child_workflow(
