@@ -2,7 +2,8 @@
 has not drained): an import holds every node new to fleetctl, so `reconcile` right after it
 finds no schedulable new node and a job waits; a job that lands between a sweep's idleness
 read and its hold makes that node's check `skipped` (not failed, not an error), and the node
-is back in service at once. The same on the real Slurm cluster: tests/jobs/test_slurm_check_holds.py."""
+is back in service at once; on Kubernetes, a pod no job label names is work too. The same on
+the real Slurm cluster: tests/jobs/test_slurm_check_holds.py."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
-from tests.reliability.support import Cli
-from tests.support.worker import terminate_node_workflows
+from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
+from tests.reliability.support import Cli, wait_for
+from tests.reliability.test_kubernetes_outage import (SCHEDULER_STEP_S, _idle, k8s_settings,  # noqa: F401 - fixtures
+                                                      kube, production_node)
+from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import SweepInput, SweepScope
+from workflows.client import request_phase
 from workflows.definitions.active_checks import ActiveCheckSweep
 from workflows.worker import WORKFLOWS, activities_for
 
@@ -90,3 +95,27 @@ async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the
     (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == busy]
     assert (skipped.kind, skipped.reason) == ("check_skipped",
                                               f"active check quick: skipped: job {job_id} running on the node")
+
+
+async def test_a_recheck_on_kubernetes_is_skipped_for_a_pod_that_no_job_label_names(k8s_settings, kube) -> None:
+    """Work on a Kubernetes node need not be a labelled job (an inference pod): the read after
+    the cordon sees it, as the sweep's idleness read does, and the recheck is skipped."""
+    settings, name = k8s_settings, f"k8s-hold-{uuid.uuid4().hex[:6]}"
+    engine = get_engine(settings.db_url)
+    worker = WorkerThread(settings).start()
+    try:
+        client = await production_node(settings, kube, name)
+        kube.add_pod("serve", "vllm-7f9c", name)
+        _, accepted, message = await request_phase(client, name, "recheck", "tester", "quick")
+        assert accepted, message
+        await wait_for(lambda: _idle(client, name), SCHEDULER_STEP_S, "the recheck to end")
+    finally:
+        worker.stop()
+        await terminate_node_workflows(settings, [name])
+    (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == name]
+    assert (skipped.kind, skipped.reason) == ("check_skipped", "active check quick: skipped: job serve/vllm-7f9c "
+                                                               "running on the node")
+    assert queries.latest_checks(engine, name) == []
+    node = kube.node(name)  # back in service: uncordoned, fleetctl's reason gone
+    assert not node["spec"].get("unschedulable") and REASON_ANNOTATION not in node["metadata"].get("annotations", {})
+    assert queries.get_node(engine, name).state == "production"
