@@ -128,6 +128,14 @@ class ListsWorkloads(Protocol):
     def workloads_on_node(self, node: str) -> list[str]: ...
 
 
+def work_on_node(scheduler: Scheduler, node: str) -> list[str]:
+    """All the work running on the node: its workloads where the scheduler lists them
+    (ListsWorkloads), its running jobs otherwise."""
+    if isinstance(scheduler, ListsWorkloads):
+        return scheduler.workloads_on_node(node)
+    return [j.job_id for j in scheduler.jobs_on_node(node) if j.state == "running"]
+
+
 @runtime_checkable
 class HoldsSpares(Protocol):
     """Optional: a scheduler that can keep an island's hot spares (fleetctl.jobs.spares) free of

@@ -15,8 +15,12 @@ from pathlib import Path
 import kmock
 import pytest
 
-from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, ListsWorkloads, SchedulerError, SchedulerJob
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, ListsWorkloads, SchedulerError, SchedulerJob, work_on_node
+from fleetctl.schedulers.combined import CombinedScheduler
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY, KubernetesScheduler
+from fleetctl.sim.scheduler import SimScheduler
+from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
 
 STATE_TAINT = {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"}
@@ -143,6 +147,22 @@ def test_a_nodes_workloads_are_its_live_pods_labelled_or_not(kube: KubeEmulator,
 
     assert scheduler.workloads_on_node("gpu-1") == ["serve/vllm-7f9c", "train/llm-0"]
     assert isinstance(scheduler, ListsWorkloads)
+
+
+def test_a_node_two_schedulers_run_has_the_work_of_both(kube: KubeEmulator, scheduler: KubernetesScheduler,
+                                                        sqlite_url) -> None:
+    """A node several schedulers run (fleetctl.schedulers.combined): a check's hold reads one
+    member's jobs and the other's pods, job or not."""
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, ["gpu-1"])
+    kube.add_node("gpu-1")
+    kube.add_pod("serve", "vllm-7f9c", "gpu-1")
+    sim = SimScheduler(engine)
+    job = sim.submit("train", node_count=1)
+    both = CombinedScheduler([("sim", sim), ("kubernetes", scheduler)])
+
+    assert both.workloads_on_node("gpu-1") == sorted([job.job_id, "serve/vllm-7f9c"])
+    assert work_on_node(sim, "gpu-1") == [job.job_id]  # one that lists no workloads: its running jobs
 
 
 def test_jobs_on_node_lists_only_that_nodes_pods_and_spans_all_job_nodes(

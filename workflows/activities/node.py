@@ -23,7 +23,8 @@ from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
-from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ListsWorkloads, ReportsNodeState, SchedulerError
+from fleetctl.schedulers.base import (DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError,
+                                      work_on_node)
 from fleetctl.text import bounded
 from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
@@ -329,8 +330,7 @@ class NodeActivities(DatabaseActivities):
         try:
             scheduler.drain(req.node, bounded(req.reason))
             # Where work need not be a job (an unlabelled inference pod), all of it.
-            running = (scheduler.workloads_on_node(req.node) if isinstance(scheduler, ListsWorkloads)
-                       else [j.job_id for j in scheduler.jobs_on_node(req.node) if j.state == "running"])
+            running = work_on_node(scheduler, req.node)
         except SchedulerError as exc:
             raise ApplicationError(f"{node.scheduler} refused to hold {req.node}: {exc}", type="SchedulerError") from None
         return HeldNode(req.node, running)
