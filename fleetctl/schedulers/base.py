@@ -14,16 +14,24 @@ REASON_PREFIX = "fleetctl:"
 # is held from import until admitted; a production node for the length of a sweep check or
 # a recheck. A job that lands before the hold is seen by the idleness read that follows it.
 BURN_IN_HOLD = f"{REASON_PREFIX} burn-in: held until admitted"
+# A sweep's hold and a recheck's differ, so that neither lifts the other's.
 CHECK_HOLD_PREFIX = f"{REASON_PREFIX} active check"
+RECHECK_HOLD_PREFIX = f"{REASON_PREFIX} recheck"
 
 
 def check_hold_reason(suite: str) -> str:
-    """The drain reason of a production node held for a check of `suite` (a sweep's or a recheck's)."""
+    """The drain reason of a production node held for a sweep's check of `suite`."""
     return f"{CHECK_HOLD_PREFIX} {suite}"
 
 
+def recheck_hold_reason(suite: str) -> str:
+    """The drain reason of a production node held for a recheck of `suite`."""
+    return f"{RECHECK_HOLD_PREFIX} {suite}"
+
+
 def is_check_hold(reason: str | None) -> bool:
-    return bool(reason and reason.startswith(CHECK_HOLD_PREFIX))
+    """A production node held for a sweep's check or a recheck (not for burn-in)."""
+    return bool(reason and reason.startswith((f"{CHECK_HOLD_PREFIX} ", f"{RECHECK_HOLD_PREFIX} ")))
 
 
 @dataclass(frozen=True)

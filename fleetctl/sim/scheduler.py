@@ -5,7 +5,7 @@ Placement: the queue in submission order, each job that fits runs at once on the
 free nodes by name. A node is free, as in Slurm, when this scheduler has not drained it, no
 other job runs there and it is not held as a spare, whatever fleetctl's state: a node new
 to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it
-with its reason: fleetctl.schedulers.base.BURN_IN_HOLD, check_hold_reason). There is no
+with a hold's reason, fleetctl.schedulers.base). There is no
 scheduler loop: every call runs one scheduling pass first, as a real scheduler's loop
 would have by then.
 

@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.schedulers.base import BURN_IN_HOLD
+from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
@@ -30,7 +30,7 @@ from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import SweepInput, SweepScope
 from workflows.client import request_phase
 from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.worker import WORKFLOWS, activities_for
+from workflows.worker import WORKFLOWS, activities_for, build_worker
 
 pytestmark = pytest.mark.temporal
 
@@ -97,6 +97,28 @@ async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the
                                               f"active check quick: skipped: job {job_id} running on the node")
 
 
+async def test_a_sweep_never_checks_a_node_a_recheck_holds_nor_lifts_its_hold(make_settings, sqlite_url) -> None:
+    """Two checks at once on one node disturb each other (two HPLs), and a sweep that lifted
+    the recheck's hold when it ended would leave the recheck unfenced."""
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    (held,) = sim_fleet(engine, [f"rck-{uuid.uuid4().hex[:6]}"])
+    sim = SimScheduler(engine)
+    sim.drain(held, recheck_hold_reason("quick"))  # as a recheck in flight holds it
+    client = await Client.connect(settings.temporal_address)
+    with ThreadPoolExecutor(16) as pool:
+        async with build_worker(client, settings, pool):
+            result = await client.execute_workflow(
+                ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
+                id=f"held-sweep-{held}", task_queue=settings.task_queue)
+
+    assert result.skipped == [held] and result.checked == 0, result
+    assert queries.latest_checks(engine, held) == []
+    assert (sim.node_state(held).drained, sim.node_state(held).reason) == (True, recheck_hold_reason("quick"))
+    (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == held]
+    assert skipped.reason == f"active check quick: skipped: held for another check ({recheck_hold_reason('quick')})"
+
+
 async def test_a_recheck_on_kubernetes_is_skipped_for_a_pod_that_no_job_label_names(k8s_settings, kube) -> None:
     """Work on a Kubernetes node need not be a labelled job (an inference pod): the read after
     the cordon sees it, as the sweep's idleness read does, and the recheck is skipped."""
@@ -113,7 +135,7 @@ async def test_a_recheck_on_kubernetes_is_skipped_for_a_pod_that_no_job_label_na
         worker.stop()
         await terminate_node_workflows(settings, [name])
     (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == name]
-    assert (skipped.kind, skipped.reason) == ("check_skipped", "active check quick: skipped: job serve/vllm-7f9c "
+    assert (skipped.kind, skipped.reason) == ("check_skipped", "recheck quick: skipped: job serve/vllm-7f9c "
                                                                "running on the node")
     assert queries.latest_checks(engine, name) == []
     node = kube.node(name)  # back in service: uncordoned, fleetctl's reason gone

@@ -19,7 +19,7 @@ from fleetctl.db.models import AutomationEvent, CheckRun
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.executors.base import NodeTarget
-from fleetctl.schedulers.base import check_hold_reason
+from fleetctl.schedulers.base import recheck_hold_reason
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
@@ -141,7 +141,7 @@ async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_a
         _, accepted, message = await request_phase(client, node, "recheck", "tester", LONG_SUITE)
         assert accepted, message
         await wait_for(lambda: _activity_is(client, node, "recheck: hpl"), ACTED_ON_WITHIN_S, "HPL running")
-        assert SimScheduler(engine).node_state(node).reason == check_hold_reason(LONG_SUITE)
+        assert SimScheduler(engine).node_state(node).reason == recheck_hold_reason(LONG_SUITE)
         started = time.monotonic()
         await send_health_events(client, node, [_xid79(node, "preempt-recheck-79")])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.schedulers.base import BURN_IN_HOLD, check_hold_reason
+from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
 from tests.workflows.fakes import World
 from workflows.api import PhaseRequest
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -52,7 +52,7 @@ async def test_a_recheck_holds_the_production_node_then_releases_it(lifecycle) -
     s = await node.settled()
     assert s.state == "production" and s.last_outcome == "recheck quick: passed"
     assert called(node) == ["hold_in_scheduler", "run_check", "run_check", "release_hold"]
-    assert [h.reason for h in node.fakes.asked("release_hold")] == [check_hold_reason("quick")]
+    assert [h.reason for h in node.fakes.asked("release_hold")] == [recheck_hold_reason("quick")]
 
 
 async def test_a_recheck_that_finds_a_job_on_the_held_node_is_skipped_not_failed(lifecycle) -> None:
@@ -63,7 +63,7 @@ async def test_a_recheck_that_finds_a_job_on_the_held_node_is_skipped_not_failed
     assert called(node) == ["hold_in_scheduler", "release_hold"]  # no check ran; back in service
     assert s.last_outcome == "recheck quick: skipped: job job-9 running on the node"
     assert [(a.kind, a.reason) for a in node.fakes.automation] == [
-        ("check_skipped", "active check quick: skipped: job job-9 running on the node")]
+        ("check_skipped", "recheck quick: skipped: job job-9 running on the node")]
     assert node.fakes.asked("ask_capacity_guard") == []  # skipped is no failure: nothing to drain
 
 

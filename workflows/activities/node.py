@@ -24,7 +24,7 @@ from fleetctl.nodes import reachability
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import (DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError,
-                                      work_on_node)
+                                      is_check_hold, work_on_node)
 from fleetctl.text import bounded
 from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
@@ -81,6 +81,12 @@ def storable_event(ev: HealthEventInput) -> HealthEventInput:
     return dataclasses.replace(ev, source=bounded(ev.source, 64), message=bounded(ev.message),
                                actor=bounded(ev.actor, 255), event_id=storable_key(ev.event_id) if ev.event_id else "",
                                severity=bounded(ev.severity, 64))
+
+
+def same_reason(seen: str | None, reason: str) -> bool:
+    """Whether a drain reason the scheduler shows is `reason` as fleetctl wrote it (bounded,
+    its whitespace as the adapters fold it)."""
+    return " ".join((seen or "").split()) == " ".join(bounded(reason).split())
 
 
 def storable_record(record: TransitionRecord) -> TransitionRecord:
@@ -328,6 +334,9 @@ class NodeActivities(DatabaseActivities):
             return HeldNode(req.node)
         scheduler = self.schedulers.get(node.scheduler)
         try:
+            seen = scheduler.node_state(req.node)
+            if seen.drained and is_check_hold(seen.reason) and not same_reason(seen.reason, req.reason):
+                return HeldNode(req.node, held_by=seen.reason or "")  # a recheck's, a sweep's: theirs
             scheduler.drain(req.node, bounded(req.reason))
             # Where work need not be a job (an unlabelled inference pod), all of it.
             running = work_on_node(scheduler, req.node)
@@ -347,7 +356,7 @@ class NodeActivities(DatabaseActivities):
         scheduler = self.schedulers.get(node.scheduler)
         try:
             seen = scheduler.node_state(req.node)
-            if not seen.drained or " ".join((seen.reason or "").split()) != " ".join(bounded(req.reason).split()):
+            if not seen.drained or not same_reason(seen.reason, req.reason):
                 return False
             scheduler.resume(req.node)
         except FleetctlDoesNotOwnDrain:

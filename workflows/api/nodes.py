@@ -318,7 +318,8 @@ class SchedulerCordon:
 @dataclass
 class SchedulerHold:
     """A hold that fences fleetctl's checks: the node drained in its scheduler with `reason`
-    (fleetctl.schedulers.base.BURN_IN_HOLD, check_hold_reason) for as long as they run."""
+    (fleetctl.schedulers.base: BURN_IN_HOLD, check_hold_reason, recheck_hold_reason) for as
+    long as they run."""
 
     node: str
     reason: str
@@ -332,6 +333,8 @@ class HeldNode:
 
     node: str
     running_jobs: list[str] = field(default_factory=list)
+    # Not held: another check holds the node already (its hold's reason); none runs beside it.
+    held_by: str = ""
 
 
 @dataclass

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.health import plausible_time
     from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from fleetctl.remediation.runbooks import Event
-    from fleetctl.schedulers.base import BURN_IN_HOLD, check_hold_reason
+    from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
@@ -271,7 +271,7 @@ class NodeLifecycle:
         elif item.kind == "resume_in_scheduler":
             await self._resume_in_scheduler()
         elif item.kind == "release_hold":
-            await release_hold(SchedulerHold(self.s.node, check_hold_reason(item.suite)), item.actor or "recheck",
+            await release_hold(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)), item.actor or "recheck",
                                f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}")
         elif item.kind == "report_state":
             await report_state(self.s, item.cause)
@@ -422,7 +422,7 @@ class NodeLifecycle:
         base = f"{workflow.info().workflow_id}/recheck@{workflow.now().timestamp()}"
         if self.s.state == NodeState.PRODUCTION.value and workflow.patched("fence-checks"):
             self.s.activity = f"recheck {item.suite}: holding the node in its scheduler"
-            skipped = await hold_for_check(SchedulerHold(self.s.node, check_hold_reason(item.suite)),
+            skipped = await hold_for_check(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
                                            item.actor or "recheck", base)
             if skipped:
                 self.s.last_outcome = f"recheck {item.suite}: skipped: {skipped}"

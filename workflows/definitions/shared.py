@@ -134,18 +134,20 @@ async def run_check(req: CheckRequest) -> CheckOutcome:
 async def hold_for_check(hold: SchedulerHold, actor: str, key: str) -> str:
     """Fence a check of a production node: hold it in its scheduler, then confirm it idle
     (patch fence-checks: a sweep's check, a recheck). "" when the check may run; otherwise
-    why it is skipped: a job runs there (it landed before the hold) or the scheduler refused
-    the hold. A skipped check is recorded (kind check_skipped, where fleet status lists
+    why it is skipped: a job runs there (it landed before the hold), another check holds the
+    node (a recheck during a sweep's check: two at once would disturb each other), or the
+    scheduler refused the hold. A skipped check is recorded (kind check_skipped, where fleet status lists
     automation; no check run, so the node's health stays what its last real check said) and
     the hold lifted: the node goes back to service, neither failed nor in error, for it is
     not at fault."""
     try:
         held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND)
-        why = f"job {', '.join(held.running_jobs)} running on the node" if held.running_jobs else ""
+        why = (f"held for another check ({held.held_by})" if held.held_by
+               else f"job {', '.join(held.running_jobs)} running on the node" if held.running_jobs else "")
     except ActivityError as exc:
         why = f"the scheduler refused the hold: {exc.cause or exc}"
     if why:
-        await release_hold(hold, actor, key)
+        await release_hold(hold, actor, key)  # lifts nothing but this hold: never the other check's
         await record_automation(AutomationRecord(
             kind="check_skipped", reason=bounded(f"{hold.reason.removeprefix(REASON_PREFIX).strip()}: skipped: {why}"),
             actor=actor, node=hold.node, key=f"{key}/skipped"))
