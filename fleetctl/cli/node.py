@@ -152,6 +152,7 @@ def import_nodes(
     production; nodes fleetctl already knows keep their state."""
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
+    from fleetctl.nodes.scheduler_sync import hold_new_nodes
     from fleetctl.text import bounded, printable
 
     specs = load_inventory(file, _known_profiles(), allow_http_bmc=context.settings(ctx).bmc_allow_http)
@@ -170,6 +171,7 @@ def import_nodes(
         from workflows.client import ensure_node_workflows
 
         client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
+        schedulers = _schedulers(ctx, {s.scheduler for s in specs})  # so too the adapters that hold them
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         adopted = []
         if adopt:
@@ -181,7 +183,9 @@ def import_nodes(
                     adopted.append(name)
         # A scheduler places work on any node it has not drained: a node imported for
         # burn-in is held there until admitted (an adopted one already runs jobs: never).
-        refusals = _hold_for_burn_in(ctx, [s for s in specs if s.name in set(created) - set(adopted)])
+        for_burn_in = set(created) - set(adopted)
+        refusals = hold_new_nodes([(s.name, s.scheduler) for s in specs
+                                   if s.name in for_burn_in and s.scheduler != "none"], schedulers)
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
             task = progress.add_task("starting node workflows", total=len(specs))
@@ -200,14 +204,11 @@ def import_nodes(
     context.run_async(run())
 
 
-def _hold_for_burn_in(ctx: typer.Context, specs: list) -> list[str]:
-    """Hold the nodes in their schedulers until admitted; why each that was not held, was not."""
+def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
+    """The adapter of each scheduler kind (none: no scheduler to hold a node in)."""
     from fleetctl.cli.job import scheduler_adapter
-    from fleetctl.nodes.scheduler_sync import hold_new_nodes
 
-    held = [(s.name, s.scheduler) for s in specs if s.scheduler != "none"]
-    schedulers = {kind: scheduler_adapter(ctx, kind) for kind in {kind for _, kind in held}}
-    return hold_new_nodes(held, schedulers)
+    return {kind: scheduler_adapter(ctx, kind) for kind in sorted(kinds - {"none"})}
 
 
 @app.command("list")
