@@ -100,6 +100,8 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
         return real_check(req)
 
     activities = [run_check_as_slurm_sees_it if a is real_check else a for a in activities]
+    # The cluster's node names are every Slurm test's: start their workflows afresh.
+    await terminate_node_workflows(settings, names)
     try:
         imported = await asyncio.to_thread(_cli, settings, slurm_cluster, "node", "import", str(inventory))
         assert imported.exit_code == 0, imported.output
