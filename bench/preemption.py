@@ -50,6 +50,7 @@ async def _trial(client, settings, path: str, index: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.durations import as_utc
+    from fleetctl.nodes.scheduler_sync import hold_new_nodes
     from fleetctl.sim.scheduler import SimScheduler
     from workflows.api import HealthEventInput, NodeLifecycleState, node_workflow_id
     from workflows.client import ensure_node_workflows, request_phase, request_transition, send_health_events
@@ -70,6 +71,9 @@ async def _trial(client, settings, path: str, index: int) -> dict:
     job = None
     if path == "burn_in":
         node = names[0]
+        # Held as `node import` holds new nodes: the simulated scheduler, as Slurm, fills any
+        # node it has not drained, and a later trial's job must not land on these.
+        hold_new_nodes([(n, "sim") for n in names], {"sim": SimScheduler(engine)})
         await ensure_node_workflows(client, settings, [(node, "new", 0)])
         await request_phase(client, node, "admit", "bench", LONG_SUITE)
         await _until(lambda: busy(node, "burn_in: hpl"), "burn-in's HPL")
@@ -83,14 +87,18 @@ async def _trial(client, settings, path: str, index: int) -> dict:
         await _until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), "production")
         for n in names:  # back in its scheduler (the workflow's own step after production)
             await _until(lambda n=n: idle(n), f"{n} idle")
-        job = SimScheduler(engine).submit(f"bench-{path}-{index}", 1)
-        (node,) = job.nodes
+        if path == "recheck":
+            # A recheck runs on an idle node, held in its scheduler (one running a job is
+            # skipped): there is no job to run again.
+            node = names[0]
+            await request_phase(client, node, "recheck", "bench", LONG_SUITE)
+            await _until(lambda: busy(node, "recheck: hpl"), "the recheck's HPL")
+        else:
+            job = SimScheduler(engine).submit(f"bench-{path}-{index}", 1)
+            (node,) = job.nodes
         if path == "drain_wait":
             await request_transition(client, node, "drain", "bench@desk", cause="PDU maintenance")
             await _until(lambda: busy(node, "draining: jobs"), "the drain's wait for the job")
-        elif path == "recheck":
-            await request_phase(client, node, "recheck", "bench", LONG_SUITE)
-            await _until(lambda: busy(node, "recheck: hpl"), "the recheck's HPL")
     out_trigger = {"idle": "drain", "recheck": "drain", "drain_wait": "drain_complete", "burn_in": "phase_failed"}[path]
     sent = time.time()
     await send_health_events(client, node, [HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "bench",

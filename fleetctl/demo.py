@@ -85,14 +85,19 @@ class Demo:
     async def import_fleet(self) -> None:
         import yaml
 
-        from fleetctl.sim.inventory import render_inventory
         from fleetctl.inventory.parse import parse_inventory
+        from fleetctl.nodes.scheduler_sync import hold_new_nodes
+        from fleetctl.sim.inventory import render_inventory
+        from fleetctl.sim.scheduler import SimScheduler
         from workflows.client import connect, ensure_node_workflows
 
         entries = render_inventory(self.plan.nodes, self.plan.racks, self.plan.profile, self.plan.seed)
         specs = parse_inventory(yaml.safe_dump({"nodes": entries}), "demo inventory")
         queries.upsert_nodes(self.engine, specs)
         self.names = [s.name for s in specs]
+        # As `node import` does: the simulated scheduler fills any node it has not drained.
+        for refusal in hold_new_nodes([(n, "sim") for n in self.names], {"sim": SimScheduler(self.engine)}):
+            self.log(refusal)
         self.client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
         self.plan.faults = plan_scenario(self.names, self.plan.seed)

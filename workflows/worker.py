@@ -60,7 +60,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
         node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
         node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
-        node.drain_pods_on, node.report_state,
+        node.hold_in_scheduler, node.release_hold, node.drain_pods_on, node.report_state,
         node.choose_remediation, commands.command_node,
         checks.suite_checks, checks.run_check, checks.judge_admission, checks.judge_against_peers,
         guard.fleet_snapshot, guard.fleet_policy, guard.critical_evidence, guard.state_versions,

@@ -24,7 +24,7 @@ CHECKPOINT_MAX_AGE_DAYS = 366
 SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or sim (default: found from the job id)")
 
 
-def _scheduler(ctx: typer.Context, kind: str):
+def scheduler_adapter(ctx: typer.Context, kind: str):
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import scheduler_for
     from fleetctl.connections.slurm_client import slurm_runner
@@ -64,7 +64,7 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
     errors = []
     for candidate in candidates:
         try:
-            return candidate, _scheduler(ctx, candidate).job(job_id)
+            return candidate, scheduler_adapter(ctx, candidate).job(job_id)
         except SchedulerError as exc:
             errors.append(f"{candidate}: {exc}")
     if recorded and (kind is None or kind in recorded):
@@ -149,9 +149,9 @@ def list_jobs(
         with Console(stderr=True).status("asking the schedulers for their jobs"):
             if node is None and any(n.scheduler == "sim" for n in targets):
                 # The simulated scheduler knows its queue too, not only what runs on nodes.
-                rows.update((j.job_id, _job_row("sim", j)) for j in _scheduler(ctx, "sim").jobs())
+                rows.update((j.job_id, _job_row("sim", j)) for j in scheduler_adapter(ctx, "sim").jobs())
                 targets = [n for n in targets if n.scheduler != "sim"]
-            schedulers = {kind: _scheduler(ctx, kind) for kind in {n.scheduler for n in targets}}
+            schedulers = {kind: scheduler_adapter(ctx, kind) for kind in {n.scheduler for n in targets}}
             with ThreadPoolExecutor(8) as pool:
                 per_node = pool.map(lambda n: (n.scheduler, schedulers[n.scheduler].jobs_on_node(n.name)), targets)
                 for kind, found_jobs in per_node:
@@ -318,7 +318,7 @@ def submit(
     from fleetctl.schedulers.base import SchedulerError
 
     try:
-        job = _scheduler(ctx, "sim").submit(name, nodes, gpus_per_node)
+        job = scheduler_adapter(ctx, "sim").submit(name, nodes, gpus_per_node)
     except SchedulerError as exc:
         fail(str(exc))
     row = _job_row("sim", job)

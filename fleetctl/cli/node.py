@@ -154,6 +154,8 @@ def import_nodes(
     production; nodes fleetctl already knows keep their state."""
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
+    from fleetctl.nodes.scheduler_sync import hold_new_nodes
+    from fleetctl.text import bounded, printable
 
     specs = load_inventory(file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http)
     engine = context.engine(ctx)
@@ -175,6 +177,7 @@ def import_nodes(
         # RPCError): one line saying to run `fleetctl temporal setup` instead, as the worker's.
         if warning := await require_search_attributes(client):
             typer.echo(f"warning: {warning}", err=True)
+        schedulers = _schedulers(ctx, {s.scheduler for s in specs})  # so too the adapters that hold them
         created, updated, unchanged = queries.upsert_nodes(engine, specs)
         adopted = []
         if adopt:
@@ -184,6 +187,11 @@ def import_nodes(
                 workflow_id = node_workflow_id(name)
                 if queries.record_adoption(engine, name, actor, workflow_id, f"{workflow_id}@1") is not None:
                     adopted.append(name)
+        # A scheduler places work on any node it has not drained: a node imported for
+        # burn-in is held there until admitted (an adopted one already runs jobs: never).
+        for_burn_in = set(created) - set(adopted)
+        refusals = hold_new_nodes([(s.name, s.scheduler) for s in specs
+                                   if s.name in for_burn_in and s.scheduler != "none"], schedulers)
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
             task = progress.add_task("starting node workflows", total=len(specs))
@@ -194,8 +202,19 @@ def import_nodes(
             )
         typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
                    + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else ""))
+        for refusal in refusals:
+            typer.echo(printable(bounded(f"{refusal}; admission holds it before any check")), err=True)
+        if refusals:
+            raise typer.Exit(EXIT_OPERATIONAL)
 
     context.run_async(run())
+
+
+def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
+    """The adapter of each scheduler kind (none: no scheduler to hold a node in)."""
+    from fleetctl.cli.job import scheduler_adapter
+
+    return {kind: scheduler_adapter(ctx, kind) for kind in sorted(kinds - {"none"})}
 
 
 @app.command("list")

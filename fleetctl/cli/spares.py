@@ -40,10 +40,10 @@ def fill(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     island refused."""
     from dataclasses import asdict
 
-    from fleetctl.cli.job import _scheduler
+    from fleetctl.cli.job import scheduler_adapter
     from fleetctl.jobs.spares_sync import fill as fill_pools
 
-    result = fill_pools(context.engine(ctx), context.settings(ctx).spares_per_island, lambda kind: _scheduler(ctx, kind))
+    result = fill_pools(context.engine(ctx), context.settings(ctx).spares_per_island, lambda kind: scheduler_adapter(ctx, kind))
     if output in (OutputFormat.table, OutputFormat.wide):
         typer.echo(f"held {', '.join(result.added) or 'none'}; released {', '.join(result.removed) or 'none'}")
         emit(_pools(ctx), output, _table)

@@ -36,7 +36,6 @@ class SimNodeView:
     """A node of the simulated scheduler as it sees it."""
 
     name: str
-    fleetctl_state: str
     drained: bool
     reason: str | None
     jobs: tuple[str, ...]  # running jobs placed on it
@@ -61,7 +60,8 @@ class UnknownJob(LookupError):
 
 
 def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[SimNodeView]:
-    query = select(Node.name, Node.state).where(Node.scheduler == SIM).order_by(Node.name)
+    # Not fleetctl's state: like Slurm, the simulated scheduler knows only its own drains.
+    query = select(Node.name).where(Node.scheduler == SIM).order_by(Node.name)
     if names is not None:
         query = query.where(col(Node.name).in_(list(names)))
     nodes = list(session.exec(query))
@@ -72,9 +72,9 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
         for node in job.nodes:
             placed.setdefault(node, []).append(job.job_id)
     return [
-        SimNodeView(name, state, bool(drains.get(name) and drains[name].drained),
+        SimNodeView(name, bool(drains.get(name) and drains[name].drained),
                     drains[name].reason if name in drains else None, tuple(placed.get(name, ())), name in spares)
-        for name, state in nodes
+        for name in nodes
     ]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.schedulers.base import SchedulerError
+from fleetctl.schedulers.base import BURN_IN_HOLD, SchedulerError, is_check_hold
 
 # Schedulers asked at once: each question is a command or an API call of its own.
 PARALLEL = 8
@@ -34,6 +34,8 @@ PARALLEL = 8
 DIFFERENCES = {
     "not_drained": ("out of service in fleetctl, schedulable in the scheduler", "drain"),
     "stale_fleetctl_drain": ("in production, but still drained by fleetctl", "resume"),
+    # Lifted by the check when it ends; one that stays names a check cut off (a sweep terminated).
+    "check_hold": ("in production, held by fleetctl for a check", None),
     # The force resume only for an owner the operator named; otherwise nothing.
     "drained_by_someone_else": ("in production, but drained outside fleetctl", "force resume"),
     "down": ("in production, but down in the scheduler", None),
@@ -86,6 +88,10 @@ def compare(node, scheduler, include_owners: frozenset[str] = frozenset()) -> Di
         return difference("unreachable", "unknown", str(exc))
     if not NodeState(node.state).in_service:
         return None if seen.drained else difference("not_drained", seen.state, seen.reason)
+    if seen.drained and is_check_hold(seen.reason):
+        # Held for a sweep check or a recheck: the check lifts it; resuming it here would let
+        # a job land in the middle of the check.
+        return difference("check_hold", seen.state, seen.reason)
     if seen.drained and seen.owned_by_fleetctl:
         return difference("stale_fleetctl_drain", seen.state, seen.reason)
     if seen.drained:
@@ -187,3 +193,20 @@ def reconcile(nodes: Iterable, schedulers: Mapping[str, object], fix_them: bool,
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return [d for found in pool.map(check, nodes) for d in found]
+
+
+def hold_new_nodes(nodes: Iterable[tuple[str, str]], schedulers: Mapping[str, object]) -> list[str]:
+    """Hold each (node, scheduler kind) imported for burn-in in its scheduler (BURN_IN_HOLD),
+    which places work on any node it has not drained; admission lifts the hold. Why each
+    refused, one line per node (admission takes the hold again before any check)."""
+
+    def hold(node: tuple[str, str]) -> str:
+        name, kind = node
+        try:
+            schedulers[kind].drain(name, BURN_IN_HOLD)
+        except SchedulerError as exc:
+            return f"{name}: not held in {kind}: {exc}"
+        return ""
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return [refusal for refusal in pool.map(hold, list(nodes)) if refusal]

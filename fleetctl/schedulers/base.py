@@ -10,6 +10,29 @@ from typing import Protocol, Sequence, runtime_checkable
 # from an operator's and only resume what it drained (unless forced).
 REASON_PREFIX = "fleetctl:"
 
+# The holds that fence fleetctl's checks (a drain with these reasons): a node new to fleetctl
+# is held from import until admitted; a production node for the length of a sweep check or
+# a recheck. A job that lands before the hold is seen by the idleness read that follows it.
+BURN_IN_HOLD = f"{REASON_PREFIX} burn-in: held until admitted"
+# A sweep's hold and a recheck's differ, so that neither lifts the other's.
+CHECK_HOLD_PREFIX = f"{REASON_PREFIX} active check"
+RECHECK_HOLD_PREFIX = f"{REASON_PREFIX} recheck"
+
+
+def check_hold_reason(suite: str) -> str:
+    """The drain reason of a production node held for a sweep's check of `suite`."""
+    return f"{CHECK_HOLD_PREFIX} {suite}"
+
+
+def recheck_hold_reason(suite: str) -> str:
+    """The drain reason of a production node held for a recheck of `suite`."""
+    return f"{RECHECK_HOLD_PREFIX} {suite}"
+
+
+def is_check_hold(reason: str | None) -> bool:
+    """A production node held for a sweep's check or a recheck (not for burn-in)."""
+    return bool(reason and reason.startswith((f"{CHECK_HOLD_PREFIX} ", f"{RECHECK_HOLD_PREFIX} ")))
+
 
 @dataclass(frozen=True)
 class SchedulerNodeState:
@@ -101,6 +124,24 @@ class RequeuesEarly(Protocol):
     placement decided during that wait; restart_job / restart_job_on then release the job."""
 
     def requeue(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class ListsWorkloads(Protocol):
+    """Optional: a scheduler whose nodes run work that no job names (Kubernetes: an inference
+    pod with no job label), so its running jobs are not all of a node's work. A check's hold
+    reads these after it is taken, as busy_nodes counts them."""
+
+    # The node's live work, each "namespace/name" (a pod), labelled as a job or not.
+    def workloads_on_node(self, node: str) -> list[str]: ...
+
+
+def work_on_node(scheduler: Scheduler, node: str) -> list[str]:
+    """All the work running on the node: its workloads where the scheduler lists them
+    (ListsWorkloads), its running jobs otherwise."""
+    if isinstance(scheduler, ListsWorkloads):
+        return scheduler.workloads_on_node(node)
+    return [j.job_id for j in scheduler.jobs_on_node(node) if j.state == "running"]
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ from fleetctl.schedulers.base import (
     SchedulerError,
     SchedulerJob,
     SchedulerNodeState,
+    work_on_node,
 )
 
 
@@ -57,6 +58,10 @@ class CombinedScheduler:
 
     def jobs_on_node(self, node: str) -> list[SchedulerJob]:
         return [job for _, scheduler in self.members for job in scheduler.jobs_on_node(node)]
+
+    def workloads_on_node(self, node: str) -> list[str]:
+        """Every member's work on the node (a SUNK node's Slurm jobs and its other pods)."""
+        return sorted({work for _, scheduler in self.members for work in work_on_node(scheduler, node)})
 
     def busy_nodes(self) -> set[str]:
         return set().union(*(scheduler.busy_nodes() for _, scheduler in self.members))

@@ -241,6 +241,11 @@ class KubernetesScheduler:
         job_ids = {job_id for pod in self._pods_on_node(node) if (job_id := self._job_id(pod))}
         return [self.job(job_id) for job_id in sorted(job_ids)]
 
+    def workloads_on_node(self, node: str) -> list[str]:
+        """The node's live workload pods, labelled as a job or not (busy_nodes' notion of work)."""
+        return sorted(f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
+                      for pod in self._pods_on_node(node) if self._is_workload(pod))
+
     def busy_nodes(self) -> set[str]:
         """Nodes with a live workload pod of any kind (not only labelled jobs): a node that
         serves inference is as busy as one that trains. Infrastructure pods (DaemonSet,

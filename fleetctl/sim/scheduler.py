@@ -2,10 +2,12 @@
 benchmarks. It behaves like a small Slurm seen through the Scheduler protocol.
 
 Placement: the queue in submission order, each job that fits runs at once on the first
-free nodes by name. A node is free when fleetctl has it in production (the simulation's
-stand-in for a healthy node the scheduler can reach), this scheduler has not drained it,
-and no other job runs there. There is no scheduler loop: every call runs one scheduling
-pass first, as a real scheduler's loop would have by then.
+free nodes by name. A node is free, as in Slurm, when this scheduler has not drained it, no
+other job runs there and it is not held as a spare, whatever fleetctl's state: a node new
+to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it
+with a hold's reason, fleetctl.schedulers.base). There is no
+scheduler loop: every call runs one scheduling pass first, as a real scheduler's loop
+would have by then.
 
 Nodes are the inventory's nodes with `scheduler: sim`. A drain by hand (an operator's, not
 fleetctl's) is a drain whose reason lacks fleetctl's prefix, as with Slurm.
@@ -20,7 +22,6 @@ from sqlalchemy.engine import Engine
 from fleetctl.db import jobs as store
 from fleetctl.db import spares as spare_store
 from fleetctl.db.jobs import QueuedJob, SimNodeView
-from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
@@ -35,7 +36,7 @@ def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) ->
     """In queue order, each job that fits gets the first `node_count` free nodes it may use; a
     job given its nodes gets exactly those, when all are free."""
     free = [n.name for n in nodes
-            if n.fleetctl_state == NodeState.PRODUCTION.value and not n.drained and not n.jobs and not n.spare]
+            if not n.drained and not n.jobs and not n.spare]
     placements: dict[str, list[str]] = {}
     for job in queue:
         if job.nodes:

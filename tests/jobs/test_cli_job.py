@@ -9,6 +9,7 @@ import pytest
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.nodes.scheduler_sync import drain_owner
+from fleetctl.schedulers.base import check_hold_reason
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from tests.support.cli import console
@@ -92,6 +93,18 @@ def test_reconcile_reports_then_fixes_hand_drains_and_missing_drains(cli) -> Non
     jobs.set_sim_drain(cli.engine, "n4", False, None)
     r = cli("reconcile")
     assert r.exit_code == 0 and "5 nodes checked: fleetctl and the schedulers agree" in r.stdout
+
+
+def test_reconcile_shows_a_check_hold_and_never_resumes_it_mid_check(cli) -> None:
+    """A production node held for a sweep check or a recheck is drained by fleetctl on
+    purpose: resumed by --fix, a job could land in the middle of its check."""
+    sim = SimScheduler(cli.engine)
+    sim.drain("n2", check_hold_reason("quick"))
+    r = cli("reconcile", "--fix", "-o", "json")
+    assert r.exit_code == 1, r.output
+    (found,) = json.loads(r.stdout)["differences"]
+    assert (found["node"], found["difference"], found["action"], found["fixed"]) == ("n2", "check_hold", None, False)
+    assert sim.node_state("n2").drained
 
 
 def test_reconcile_refuses_a_tool_name_that_no_reason_could_give(cli) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
-from fleetctl.schedulers.base import REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError
+from fleetctl.schedulers.base import BURN_IN_HOLD, REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 
@@ -16,7 +16,9 @@ def sim(db_url) -> SimScheduler:
     engine = get_engine(db_url)
     sim_fleet(engine, ["n1", "n2", "n3", "n4"])
     sim_fleet(engine, ["n5"], state="burn_in")
-    return SimScheduler(engine)
+    scheduler = SimScheduler(engine)
+    scheduler.drain("n5", BURN_IN_HOLD)  # as fleetctl holds it from import until admitted
+    return scheduler
 
 
 def test_jobs_run_first_fit_in_queue_order_and_wait_for_nodes(sim: SimScheduler) -> None:
@@ -25,14 +27,23 @@ def test_jobs_run_first_fit_in_queue_order_and_wait_for_nodes(sim: SimScheduler)
     third = sim.submit("eval", node_count=1)
 
     assert (first.state, first.nodes) == ("running", ("n1", "n2", "n3"))
-    # Not enough healthy nodes for b (n5 is still in burn-in); the smaller job behind it fits.
+    # Not enough free nodes for b (n5 is held for its burn-in); the smaller job behind it fits.
     assert (second.state, second.nodes) == ("pending", ())
     assert (third.state, third.nodes) == ("running", ("n4",))
     assert [j.job_id for j in sim.jobs_on_node("n2")] == [first.job_id]
     assert sim.jobs_on_node("n5") == []
     assert sim.busy_nodes() == {"n1", "n2", "n3", "n4"}
     assert sim.node_state("n1").state == "allocated"
-    assert sim.node_state("n5").state == "idle"
+    assert sim.node_state("n5").state == "drain"
+
+
+def test_a_node_fleetctl_does_not_hold_takes_work_whatever_its_state_in_fleetctl(sim: SimScheduler) -> None:
+    """As Slurm places work: on any node it has not drained. A node in burn-in that fleetctl
+    forgot to hold is filled like any other (the simulator is never kinder than Slurm)."""
+    sim_fleet(sim.engine, ["n6"], state="new")
+    sim_fleet(sim.engine, ["n7"], state="maintenance")
+    assert sim.submit("wide", node_count=6).nodes == ("n1", "n2", "n3", "n4", "n6", "n7")
+    assert sim.node_state("n5").state == "drain"  # the one held stays free
 
 
 def test_restart_moves_the_job_off_the_bad_node_and_keeps_its_size(sim: SimScheduler) -> None:
@@ -144,6 +155,7 @@ def test_spares_fill_holds_idle_production_nodes_and_gives_back_those_that_left(
         session.exec(update(Node).where(Node.name == "s3").values(state="maintenance"))
         session.commit()
     sim = SimScheduler(engine)
+    sim.drain("s3", "drained: maintenance")  # as the node's drain left it
     assert sim.submit("train", node_count=1).nodes == ("s1",)
 
     def fill() -> dict:

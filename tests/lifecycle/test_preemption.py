@@ -19,6 +19,7 @@ from fleetctl.db.models import AutomationEvent, CheckRun
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.executors.base import NodeTarget
+from fleetctl.schedulers.base import recheck_hold_reason
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
@@ -45,6 +46,11 @@ def _xid79(node: str, event_id: str) -> HealthEventInput:
 
 async def _activity(client, node: str) -> str:
     return (await client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)).activity
+
+
+async def _idle(client, node: str) -> bool:
+    s = await client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
+    return not s.work and not s.activity
 
 
 def _hpl_seconds(settings, name: str) -> float:
@@ -127,21 +133,26 @@ async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_a
         client = await connect(settings)
         for name in names:
             await start_in_production(client, settings, name)
-        job = SimScheduler(engine).submit("train", 1)
-        (node,) = job.nodes
+        # A recheck runs on an idle node, held in its scheduler (a job there would skip it).
+        node = names[0]
         hpl_s = _hpl_seconds(settings, node)
         assert hpl_s > 4 * ACTED_ON_WITHIN_S, hpl_s  # the check would outlast every bound below
 
         _, accepted, message = await request_phase(client, node, "recheck", "tester", LONG_SUITE)
         assert accepted, message
         await wait_for(lambda: _activity_is(client, node, "recheck: hpl"), ACTED_ON_WITHIN_S, "HPL running")
+        assert SimScheduler(engine).node_state(node).reason == recheck_hold_reason(LONG_SUITE)
         started = time.monotonic()
         await send_health_events(client, node, [_xid79(node, "preempt-recheck-79")])
 
-        await wait_for(lambda: job_store.job_restarts(engine, job.job_id), ACTED_ON_WITHIN_S,
-                       "the job restarted off the node")
-        assert queries.get_node(engine, node).state in ("draining", "maintenance")
+        await wait_for(lambda: queries.get_node(engine, node).state in ("draining", "maintenance"), ACTED_ON_WITHIN_S,
+                       "the node drained")
         assert time.monotonic() - started < hpl_s  # HPL did not run to its end first
+        # The XID's drain keeps the node out: the recheck's release, behind it, lifts nothing.
+        await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", ACTED_ON_WITHIN_S, "drained")
+        await wait_for(lambda: _idle(client, node), ACTED_ON_WITHIN_S, "the node's queue worked")
+        held = SimScheduler(engine).node_state(node)
+        assert held.drained and "79" in held.reason, held
         (reason,) = _interruptions(engine, node)
         assert "recheck long-hpl: hpl: interrupted by xid 79" == reason
         # The cut check is neither a pass nor a fail: it left no result at all.

@@ -17,6 +17,7 @@ from checks.catalog import CHECKS
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import BURN_IN_HOLD
 from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import TIME_SCALE, start_worker
@@ -96,6 +97,7 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
         for trigger in TO_PRODUCTION:
             await request_transition(client, name, trigger, "setup", actor_kind="automation")
     scheduler = SimScheduler(engine)
+    scheduler.drain(spare, BURN_IN_HOLD)  # still new: held, as `node import` holds it, until admitted
     train = scheduler.submit("train", 2)
     other = scheduler.submit("other", 1)
     assert (train.nodes, other.nodes) == ((bad, peer), (busy,))

@@ -23,8 +23,9 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   (remediation-interrupt); a burst of XID 64 whose RMAs are held for an operator, one
   confirmed and one rejected, and two XID 64 whose RMAs wait out the storm window first
   (rma-burst-confirmation); in each, the queue's oldest item shown as FleetctlQueuedSince
-  (queued-since-attribute). v1 and v2 stay as they were, so the runs they stand for still
-  replay.
+  (queued-since-attribute); every admission held in its scheduler first (fence-burn-in), a
+  recheck of a node running a job skipped and a sweep's check held then released
+  (fence-checks). v1 and v2 stay as they were, so the runs they stand for still replay.
 
 By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
@@ -575,16 +576,6 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         for n in (drained, rechecked):
             await _in_production(rec, n)
 
-        # An operator's drain waits for the node's job; an XID 79 turns it critical and the
-        # job is restarted at once.
-        scheduler.submit("recorded-drain-train", 1)
-        if not scheduler.jobs_on_node(drained):
-            raise RuntimeError(f"{drained}: no job landed on it")
-        await request_transition(client, drained, "drain", "recorder", "operator: PDU maintenance")
-        await _busy_with(rec, drained, "draining: jobs")
-        await send_health_events(client, drained, [_critical_79(drained, "rv3-drain-79")])
-        await rec.wait(drained, lambda t: "drain_complete" in t)
-
         # A recheck's HPL cut short: a minor event, then an XID 79, both queued while it runs;
         # the XID is taken first.
         await request_phase(client, rechecked, "recheck", "recorder", LONG_SUITE)
@@ -601,12 +592,51 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         await send_health_events(client, burnt, [_critical_79(burnt, "rv3-burn-in-79")])
         await rec.wait(burnt, lambda t: "phase_failed" in t)
 
+        # An operator's drain waits for the node's job; an XID 79 turns it critical and the
+        # job is restarted at once. Last: the job lands on the first node the scheduler has not
+        # drained, and its restart on the next, which would skip a recheck held after it.
+        scheduler.submit("recorded-drain-train", 1)
+        if not scheduler.jobs_on_node(drained):
+            raise RuntimeError(f"{drained}: no job landed on it")
+        await request_transition(client, drained, "drain", "recorder", "operator: PDU maintenance")
+        await _busy_with(rec, drained, "draining: jobs")
+        await send_health_events(client, drained, [_critical_79(drained, "rv3-drain-79")])
+        await rec.wait(drained, lambda t: "drain_complete" in t)
+
         for n in (drained, rechecked, burnt):
             await rec.idle(n, timeout_s=120)
-        return await rec.write(directory, {
+        interrupted_ids = {
             "node_lifecycle_drain_turns_critical": node_workflow_id(drained),
             "node_lifecycle_recheck_interrupted": node_workflow_id(rechecked),
             "node_lifecycle_burn_in_interrupted": node_workflow_id(burnt),
+        }
+        written = await rec.write(directory, interrupted_ids, kept)
+        kept.update(interrupted_ids)
+    # The node's hold (fence-checks): a recheck of a production node that runs a job is
+    # skipped (held, the job found, released); a sweep check holds the idle node, then
+    # releases it. (fence-burn-in: every admission above takes the hold.)
+    async with recording(suites_dir=str(suites)) as rec:
+        busy, swept = rec.add_nodes(2, "rv3-hold")
+        for n in (busy, swept):
+            await _in_production(rec, n)
+        job = SimScheduler(rec.engine).submit("recorded-held-train", 1)
+        if job.nodes != (busy,):
+            raise RuntimeError(f"{busy}: the job did not land on it: {job}")
+        await request_phase(rec.client, busy, "recheck", "recorder", TINY_SUITE)
+        await rec.idle(busy)
+        outcome = (await rec.client.get_workflow_handle(node_workflow_id(busy)).query(NodeLifecycle.current)).last_outcome
+        if "skipped" not in outcome:
+            raise RuntimeError(f"{busy}: the recheck was not skipped: {outcome}")
+        sweep_id = f"sweep/record-held-{rec.unique}"
+        swept_result = await rec.client.execute_workflow(
+            ActiveCheckSweep.run, SweepInput(suite=TINY_SUITE, max_concurrent=2, fleet=rec.settings.fleet),
+            id=sweep_id, task_queue=rec.settings.task_queue)
+        if swept_result.passed != 1:
+            raise RuntimeError(f"the fenced sweep did not pass {swept}: {swept_result}")
+        (batch,) = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
+        return written + await rec.write(directory, {
+            "node_lifecycle_recheck_skipped": node_workflow_id(busy),
+            "active_check_batch_fenced": batch,
         }, kept)
 
 

@@ -15,8 +15,12 @@ from pathlib import Path
 import kmock
 import pytest
 
-from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
+from fleetctl.db.engine import get_engine
+from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, ListsWorkloads, SchedulerError, SchedulerJob, work_on_node
+from fleetctl.schedulers.combined import CombinedScheduler
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY, KubernetesScheduler
+from fleetctl.sim.scheduler import SimScheduler
+from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
 
 STATE_TAINT = {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"}
@@ -139,6 +143,37 @@ def test_busy_nodes_are_those_with_a_live_workload_pod_labelled_or_not(
     kube.add_pod("train", "bert-0", "gpu-5", labels={"job-name": "bert"}, phase="Pending")  # bound, starting
 
     assert scheduler.busy_nodes() == {"gpu-2", "gpu-3", "gpu-5"}
+
+
+def test_a_nodes_workloads_are_its_live_pods_labelled_or_not(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+    """What a check's hold reads after cordoning (workflows.activities.node.hold_in_scheduler):
+    an inference pod no job label names is work the check must not run under."""
+    for node in ("gpu-1", "gpu-2"):
+        kube.add_node(node)
+    kube.add_pod("kube-system", "dcgm-exporter-a", "gpu-1", owner_kind="DaemonSet")  # not a workload
+    kube.add_pod("serve", "vllm-7f9c", "gpu-1")
+    kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
+    kube.add_pod("train", "done-0", "gpu-1", labels={"job-name": "done"}, phase="Succeeded")
+    kube.add_pod("train", "bert-0", "gpu-2", labels={"job-name": "bert"})
+
+    assert scheduler.workloads_on_node("gpu-1") == ["serve/vllm-7f9c", "train/llm-0"]
+    assert isinstance(scheduler, ListsWorkloads)
+
+
+def test_a_node_two_schedulers_run_has_the_work_of_both(kube: KubeEmulator, scheduler: KubernetesScheduler,
+                                                        sqlite_url) -> None:
+    """A node several schedulers run (fleetctl.schedulers.combined): a check's hold reads one
+    member's jobs and the other's pods, job or not."""
+    engine = get_engine(sqlite_url)
+    sim_fleet(engine, ["gpu-1"])
+    kube.add_node("gpu-1")
+    kube.add_pod("serve", "vllm-7f9c", "gpu-1")
+    sim = SimScheduler(engine)
+    job = sim.submit("train", node_count=1)
+    both = CombinedScheduler([("sim", sim), ("kubernetes", scheduler)])
+
+    assert both.workloads_on_node("gpu-1") == sorted([job.job_id, "serve/vllm-7f9c"])
+    assert work_on_node(sim, "gpu-1") == [job.job_id]  # one that lists no workloads: its running jobs
 
 
 def test_jobs_on_node_lists_only_that_nodes_pods_and_spans_all_job_nodes(

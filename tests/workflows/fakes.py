@@ -27,6 +27,7 @@ from workflows.api import (
     HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
+    HeldNode,
     NodeFacts,
     RecordedTransition,
     PodDrainOutcome,
@@ -36,6 +37,7 @@ from workflows.api import (
     RmaOpened,
     RmaRequest,
     SchedulerCordon,
+    SchedulerHold,
     SchedulerStateReport,
     SweepScope,
     TransitionRecord,
@@ -57,6 +59,7 @@ class World:
     guard_grants: bool = True
     guard_reason: str = "within the fleet's limits"
     jobs: list[str] = field(default_factory=list)  # the node's running jobs, every time it is asked
+    held_jobs: list[str] = field(default_factory=list)  # those read once a check's hold is taken
     verdict: HealthEventVerdict | None = None  # the judgement of every recordable event...
     verdicts: dict[int | None, HealthEventVerdict] = field(default_factory=dict)  # ...or of those of this code
     # Set: the first recording of health events waits for it (a test queues what arrives meanwhile).
@@ -99,6 +102,7 @@ class FakeActivities:
         return [self.record_transition, self.record_transition_with_facts, self.node_facts, self.record_health_event,
                 self.record_health_events, self.record_automation_event,
                 self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.drain_pods_on,
+                self.hold_in_scheduler, self.release_hold,
                 self.report_state, self.choose_remediation,
                 self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
                 self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
@@ -166,6 +170,16 @@ class FakeActivities:
     async def cordon_in_scheduler(self, req: SchedulerCordon) -> str:
         await self._called("cordon_in_scheduler", req)
         return "fake"
+
+    @activity.defn(name="hold_in_scheduler")
+    async def hold_in_scheduler(self, req: SchedulerHold) -> HeldNode:
+        await self._called("hold_in_scheduler", req)
+        return HeldNode(req.node, list(self.world.held_jobs))
+
+    @activity.defn(name="release_hold")
+    async def release_hold(self, req: SchedulerHold) -> bool:
+        await self._called("release_hold", req)
+        return True
 
     @activity.defn(name="drain_pods_on")
     async def drain_pods_on(self, req: PodDrainRequest) -> PodDrainOutcome:

@@ -21,8 +21,10 @@ from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
-from fleetctl.schedulers.base import DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError
+from fleetctl.schedulers.base import (DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError,
+                                      is_check_hold, work_on_node)
 from fleetctl.text import bounded
 from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
@@ -36,6 +38,7 @@ from workflows.api import (
     HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
+    HeldNode,
     NodeCommandOutcome,
     NodeFacts,
     RecordedTransition,
@@ -45,6 +48,7 @@ from workflows.api import (
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
+    SchedulerHold,
     SchedulerStateReport,
     SweepScope,
     TransitionRecord,
@@ -77,6 +81,12 @@ def storable_event(ev: HealthEventInput) -> HealthEventInput:
     return dataclasses.replace(ev, source=bounded(ev.source, 64), message=bounded(ev.message),
                                actor=bounded(ev.actor, 255), event_id=storable_key(ev.event_id) if ev.event_id else "",
                                severity=bounded(ev.severity, 64))
+
+
+def same_reason(seen: str | None, reason: str) -> bool:
+    """Whether a drain reason the scheduler shows is `reason` as fleetctl wrote it (bounded,
+    its whitespace as the adapters fold it)."""
+    return " ".join((seen or "").split()) == " ".join(bounded(reason).split())
 
 
 def storable_record(record: TransitionRecord) -> TransitionRecord:
@@ -311,6 +321,49 @@ class NodeActivities(DatabaseActivities):
         if req.node in held:
             refill_spares(self.engine, self.settings, self.schedulers, f"spare {req.node} drained", held[req.node])
         return node.scheduler
+
+    @activity.defn
+    @heartbeating
+    def hold_in_scheduler(self, req: SchedulerHold) -> HeldNode:
+        """Hold the node for fleetctl's checks (drain it with the hold's reason), then read
+        its running jobs: read after the hold, they are all the jobs the checks could meet.
+        Idempotent. A drain someone else made stays theirs, and fences the node as well. Not
+        cordon_in_scheduler: a hot spare held for a check stays in its pool."""
+        node = self._node(req.node)
+        if node.scheduler == "none":
+            return HeldNode(req.node)
+        scheduler = self.schedulers.get(node.scheduler)
+        try:
+            seen = scheduler.node_state(req.node)
+            if seen.drained and is_check_hold(seen.reason) and not same_reason(seen.reason, req.reason):
+                return HeldNode(req.node, held_by=seen.reason or "")  # a recheck's, a sweep's: theirs
+            scheduler.drain(req.node, bounded(req.reason))
+            # Where work need not be a job (an unlabelled inference pod), all of it.
+            running = work_on_node(scheduler, req.node)
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to hold {req.node}: {exc}", type="SchedulerError") from None
+        return HeldNode(req.node, running)
+
+    @activity.defn
+    @heartbeating
+    def release_hold(self, req: SchedulerHold) -> bool:
+        """Lift the hold the caller took: only while the node is in production and its drain
+        is still that hold. A drain taken since (the node's workflow draining it for a fault,
+        an operator's) stays. True when released."""
+        node = self._node(req.node)
+        if node.scheduler == "none" or node.state != NodeState.PRODUCTION.value:
+            return False
+        scheduler = self.schedulers.get(node.scheduler)
+        try:
+            seen = scheduler.node_state(req.node)
+            if not seen.drained or not same_reason(seen.reason, req.reason):
+                return False
+            scheduler.resume(req.node)
+        except FleetctlDoesNotOwnDrain:
+            return False  # someone else drained it between the read and the resume: theirs
+        except SchedulerError as exc:
+            raise ApplicationError(f"{node.scheduler} refused to release {req.node}: {exc}", type="SchedulerError") from None
+        return True
 
     @activity.defn
     @heartbeating

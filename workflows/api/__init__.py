@@ -31,10 +31,10 @@ from workflows.api.names import (
 from workflows.api.nodes import (
     AdmissionRequest, AdmissionVerdict, AgentSilence, AutomationRecord, CapacityGuardState, CheckOutcome,
     CheckRequest, DRAIN_JOB_POLL_S, DRAIN_JOB_WAIT_S, HealthEventBatch, HealthEventBatchResult,
-    HealthEventInput, HealthEventVerdict, NodeCommandOutcome, NodeFacts, NodeLifecycleState, PeerVerdict,
+    HealthEventInput, HealthEventVerdict, HeldNode, NodeCommandOutcome, NodeFacts, NodeLifecycleState, PeerVerdict,
     PendingGrant, PhaseAccepted, PhaseRequest, PodDrainOutcome, PodDrainRequest, ReachabilityVerdict,
     RecordedTransition, RemediationChoice, RemediationPlan, ResumeAutomation, SCHEDULER_RETRY_S,
-    SchedulerCordon, SchedulerStateReport, SweepBatch, SweepInput, SweepResult, SweepScope, TransitionRecord,
+    SchedulerCordon, SchedulerHold, SchedulerStateReport, SweepBatch, SweepInput, SweepResult, SweepScope, TransitionRecord,
     TransitionRequest, TransitionResult, WorkItem,
 )
 from workflows.api.jobs import (
@@ -57,7 +57,7 @@ __all__ = [
     "JobSyncResult", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
     "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
     "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
-    "HealthEventInput", "HealthEventVerdict", "JOB_RESTART", "job_restart_id", "JobRestartInput",
+    "HealthEventInput", "HealthEventVerdict", "HeldNode", "JOB_RESTART", "job_restart_id", "JobRestartInput",
     "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "node_of_workflow_id", "NodeCommandOutcome",
     "NodeFacts", "NodeLifecycleState", "NodeResult", "NotifyRequest", "PeerVerdict", "PendingGrant",
     "PhaseAccepted", "PhaseRequest", "PodDrainOutcome", "PodDrainRequest", "PreparedStep",
@@ -67,7 +67,7 @@ __all__ = [
     "RestartOutcome", "RestartStarted", "RestartStep", "RESUME_AUTOMATION_UPDATE", "ResumeAutomation",
     "RMA_DECISION_UPDATE", "RmaDecided", "RmaDecision", "RmaOpened", "RmaRequest", "ROLLOUT_ABORT_UPDATE", "ROLLOUT_PROGRESS_QUERY", "ROLLOUT_RESUME_UPDATE",
     "rollout_workflow_id", "RolloutCommand", "RolloutInput", "RolloutProgress", "RolloutStatus",
-    "RunContext", "RunEnd", "RunStart", "SCHEDULER_RETRY_S", "SchedulerCordon", "SchedulerStateReport",
+    "RunContext", "RunEnd", "RunStart", "SCHEDULER_RETRY_S", "SchedulerCordon", "SchedulerHold", "SchedulerStateReport",
     "StepInput", "StepRecord", "StepResult", "straggler_sweep_id", "StragglerDrain", "StragglerDrainRecord",
     "StragglerSweepInput", "StragglerSweepResult", "StragglerTick", "sweep_id", "SweepBatch", "SweepInput",
     "SweepResult", "SweepScope", "TRANSITION_UPDATE", "TransitionRecord", "TransitionRequest",

@@ -128,7 +128,8 @@ class HealthEventBatchResult:
 
 @dataclass
 class WorkItem:
-    kind: str  # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler | report_state
+    # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler | report_state | release_hold
+    kind: str
     actor: str = ""
     suite: str = ""
     cause: str = ""
@@ -315,6 +316,28 @@ class SchedulerCordon:
 
 
 @dataclass
+class SchedulerHold:
+    """A hold that fences fleetctl's checks: the node drained in its scheduler with `reason`
+    (fleetctl.schedulers.base: BURN_IN_HOLD, check_hold_reason, recheck_hold_reason) for as
+    long as they run."""
+
+    node: str
+    reason: str
+
+
+@dataclass
+class HeldNode:
+    """The node once held: the jobs still running on it (on Kubernetes, its workload pods,
+    job or not), read after the hold (what landed before it; nothing can land after). A
+    check runs only when there are none."""
+
+    node: str
+    running_jobs: list[str] = field(default_factory=list)
+    # Not held: another check holds the node already (its hold's reason); none runs beside it.
+    held_by: str = ""
+
+
+@dataclass
 class PodDrainRequest:
     """One round of moving a cordoned node's pods off it (schedulers that place pods)."""
 
@@ -401,11 +424,14 @@ class SweepResult:
     unreachable: list[str] = field(default_factory=list)
     # Production nodes whose agent fell silent (judged by the sweep, checked or not).
     silent: list[str] = field(default_factory=list)
+    # Held for the check, then found running a job (or the hold refused): not checked, back
+    # in service, neither failed nor in error (patch fence-checks).
+    skipped: list[str] = field(default_factory=list)
 
     def merge(self, other: SweepResult) -> None:
         self.checked += other.checked
         self.passed += other.passed
-        for name in ("failed", "errors", "drained", "held", "unreachable", "silent"):
+        for name in ("failed", "errors", "drained", "held", "unreachable", "silent", "skipped"):
             getattr(self, name).extend(getattr(other, name))
 
 

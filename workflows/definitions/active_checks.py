@@ -4,7 +4,14 @@ well below their peers of the same profile (stragglers). A node whose check
 could not run (`error`) is left alone and checked again on the next sweep, unless no check
 has reached it for several sweeps in a row, or its agent has fallen silent
 (fleetctl.nodes.reachability): then it is suspect and drained through the guard too; the sweep's
-errors and silent agents go to the guard, which opens the breaker when they are a storm."""
+errors and silent agents go to the guard, which opens the breaker when they are a storm.
+
+Each node is held in its scheduler for its checks (patch fence-checks): drained with
+fleetctl's reason `fleetctl: active check <suite>`, then read idle once more; a job that
+landed since the idleness read makes its check `skipped` (the hold lifted, the node back in
+service), and a node that passes is released. Holds are not asked of the capacity guard: the
+sweep's width (max_concurrent, max_concurrent_fraction) bounds how many are held at once, and a
+held node is idle, so no work is displaced (ARCHITECTURE.md, "The node's hold")."""
 
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.nodes.reachability import UNREACHABLE
     from fleetctl.remediation.runbooks import Event
+    from fleetctl.schedulers.base import check_hold_reason
     from workflows.activities.checks import CheckActivities
     from workflows.activities.guard import GuardActivities
     from workflows.activities.node import NodeActivities
@@ -28,13 +36,15 @@ with workflow.unsafe.imports_passed_through():
         NodeFacts,
         PeerVerdict,
         ReachabilityVerdict,
+        SchedulerHold,
         SweepBatch,
         SweepInput,
         SweepResult,
         SweepScope,
         TransitionRequest,
     )
-    from workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER, guarded_drain, run_check
+    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, guarded_drain, hold_for_check, release_hold,
+                                              run_check)
 
 
 @workflow.defn
@@ -48,9 +58,10 @@ class ActiveCheckSweep:
         result = SweepResult()
         sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
         if workflow.patched("sweep-batches"):
-            # A node costs ~19 history events; one history for all of them would hit Temporal's
-            # limit near 2,800 nodes. Batches run one after another, so `width` still bounds
-            # the nodes checked at once.
+            # A node costs ~19 history events (its hold and release, fence-checks, add two
+            # activities: up to 12 more); one history for all of them would hit Temporal's
+            # limit near 2,800 nodes (near 1,650 held). Batches run one after another, so
+            # `width` still bounds the nodes checked at once.
             size = max(1, req.batch_nodes)
             for start in range(0, len(nodes), size):
                 part: SweepResult = await workflow.execute_child_workflow(
@@ -103,6 +114,20 @@ class ActiveCheckBatch:
 
 
 async def check_node(node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:
+    if not workflow.patched("fence-checks"):
+        await check_held_node(node, checks, req, key, result)
+        return
+    hold = SchedulerHold(node, check_hold_reason(req.suite))
+    if await hold_for_check(hold, req.actor, key):
+        result.skipped.append(node)
+        return
+    await check_held_node(node, checks, req, key, result)
+    # A node drained for its failure keeps the drain (release_hold lifts only this hold, on a
+    # node still in production); one whose drain the guard held goes back to service.
+    await release_hold(hold, req.actor, key)
+
+
+async def check_held_node(node: str, checks: list[str], req: SweepInput, key: str, result: SweepResult) -> None:
     result.checked += 1
     for index, check in enumerate(checks):
         outcome = await run_check(CheckRequest(node, check, req.suite, f"{key}/{index}"))

@@ -12,6 +12,11 @@ taken off the queue first, and every long wait of an item is a condition the eve
 drain waiting for its jobs becomes critical and restarts them now; a burn-in or recheck check
 in flight is cancelled (its activity too) and recorded as interrupted, never as a pass or a
 fail; a firmware flash is the one step that finishes first, and the node says so.
+
+Every check runs on a node its scheduler holds (ARCHITECTURE.md, "The node's hold"): from
+import until admitted (patch fence-burn-in: the hold taken again when admission starts, then
+the jobs that landed before it waited for, as a drain waits), and for a recheck of a
+production node (patch fence-checks: held, then read idle; a job there skips the recheck).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.health import plausible_time
     from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from fleetctl.remediation.runbooks import Event
+    from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
@@ -44,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         DriftRequest,
         HealthEventInput,
         HealthEventVerdict,
+        HeldNode,
         JobRestartInput,
         NodeFacts,
         NodeLifecycleState,
@@ -55,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         RemediationPlan,
         RmaRequest,
         SchedulerCordon,
+        SchedulerHold,
         SweepScope,
         TransitionRecord,
         TransitionRequest,
@@ -78,7 +86,10 @@ with workflow.unsafe.imports_passed_through():
         SCHEDULER,
         SCHEDULER_ROUND,
         ask_guard,
+        hold_for_check,
+        record_automation,
         refuse_ungranted_drain,
+        release_hold,
         run_check,
         unless,
     )
@@ -260,6 +271,9 @@ class NodeLifecycle:
             await self._after_drain(item)
         elif item.kind == "resume_in_scheduler":
             await self._resume_in_scheduler()
+        elif item.kind == "release_hold":
+            await release_hold(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)), item.actor or "recheck",
+                               f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}")
         elif item.kind == "report_state":
             await report_state(self.s, item.cause)
         elif item.kind == "open_rma":
@@ -270,6 +284,9 @@ class NodeLifecycle:
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"
+        # Histories recorded before the hold run their checks on a node the scheduler may fill.
+        if workflow.patched("fence-burn-in") and not await self._hold_until_admitted():
+            return
         # Histories recorded before the firmware phase existed go straight to burn-in.
         if workflow.patched("firmware-phase") and not await self._firmware_phase(item):
             return
@@ -312,6 +329,39 @@ class NodeLifecycle:
             await self._move("enter_production", f"admission: {verdict.reason}")
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
             await self._remediate(check_event(verdict.failed_check or "admission", "fail", verdict.reason), item.actor)
+
+    async def _hold_until_admitted(self) -> bool:
+        """Hold the node in its scheduler until it is admitted (import took the hold; taken
+        again for a node admitted from maintenance or RMA, or one imported before holds), then
+        wait for the jobs that landed before the hold to end, as a drain waits for them.
+        Entering production lifts it (resume_in_scheduler). False: jobs still run after the
+        drain's wait, the scheduler refused, or a critical event came: no check runs, the node
+        stays where it is, held, and says why."""
+        hold = SchedulerHold(self.s.node, BURN_IN_HOLD)
+        key = f"{workflow.info().workflow_id}@{self.s.state_version}/hold"
+        waited = 0.0
+        while True:
+            self.s.activity = "admit: holding the node in its scheduler"
+            try:
+                held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold,
+                                                                        **SCHEDULER_ROUND)
+            except ActivityError as exc:
+                self.s.last_outcome = f"admit: not started: the scheduler refused the hold: {exc.cause or exc}"
+                await record_automation(AutomationRecord(kind="scheduler_error", reason=bounded(self.s.last_outcome),
+                                                         actor="lifecycle", node=self.s.node, key=key))
+                return False
+            if not held.running_jobs:
+                return True
+            jobs = ", ".join(held.running_jobs)
+            if waited >= self.s.drain_job_wait_s:
+                self.s.last_outcome = (f"admit: not started: job {jobs} still running on the held node after "
+                                       f"{waited:g} s; admit again once it has ended")
+                return False
+            self.s.activity = f"admit: waiting for job {jobs} to end on the held node"
+            if await self._wait_unless_critical(self.s.drain_job_poll_s):
+                self.s.last_outcome = "admit: not started: a critical health event arrived"
+                return False
+            waited += self.s.drain_job_poll_s
 
     async def _firmware_phase(self, item: WorkItem) -> bool:
         """Bring the node to the fleet's firmware baseline, through the same update path as a
@@ -371,6 +421,17 @@ class NodeLifecycle:
         if checks is None:
             return
         base = f"{workflow.info().workflow_id}/recheck@{workflow.now().timestamp()}"
+        if self.s.state == NodeState.PRODUCTION.value and workflow.patched("fence-checks"):
+            self.s.activity = f"recheck {item.suite}: holding the node in its scheduler"
+            skipped = await hold_for_check(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
+                                           item.actor or "recheck", base)
+            if skipped:
+                self.s.last_outcome = f"recheck {item.suite}: skipped: {skipped}"
+                return
+            # Lifted once the recheck is over, behind any critical event it leaves queued: that
+            # event's drain keeps the node out, as a failed check's does (release_hold lifts
+            # only this hold, on a node still in production).
+            self._enqueue(WorkItem("release_hold", actor=item.actor, suite=item.suite))
         failed: CheckOutcome | None = None
         for index, check in enumerate(checks):
             self.s.activity = f"recheck: {check} ({index + 1}/{len(checks)})"

@@ -39,8 +39,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
     from workflows.activities.guard import GuardActivities
-    from workflows.activities.node import NodeCommandActivities
-    from workflows.api import CheckOutcome, CheckRequest, NodeCommandOutcome, TransitionRequest
+    from fleetctl.schedulers.base import REASON_PREFIX
+    from fleetctl.text import bounded
+    from workflows.activities.node import NodeActivities, NodeCommandActivities
+    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, HeldNode, NodeCommandOutcome,
+                               SchedulerHold, TransitionRequest)
 
 # The checks that read a node's firmware inventory (recorded as check runs).
 FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
@@ -126,6 +129,43 @@ async def run_check(req: CheckRequest) -> CheckOutcome:
                                                       **check_options(req.check, req.max_attempts))
     except ActivityError as exc:
         return CheckOutcome(req.node, req.check, "error", f"could not run: {exc.cause or exc}", {}, "activity")
+
+
+async def hold_for_check(hold: SchedulerHold, actor: str, key: str) -> str:
+    """Fence a check of a production node: hold it in its scheduler, then confirm it idle
+    (patch fence-checks: a sweep's check, a recheck). "" when the check may run; otherwise
+    why it is skipped: a job runs there (it landed before the hold), another check holds the
+    node (a recheck during a sweep's check: two at once would disturb each other), or the
+    scheduler refused the hold. A skipped check is recorded (kind check_skipped, where fleet status lists
+    automation; no check run, so the node's health stays what its last real check said) and
+    the hold lifted: the node goes back to service, neither failed nor in error, for it is
+    not at fault."""
+    try:
+        held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND)
+        why = (f"held for another check ({held.held_by})" if held.held_by
+               else f"job {', '.join(held.running_jobs)} running on the node" if held.running_jobs else "")
+    except ActivityError as exc:
+        why = f"the scheduler refused the hold: {exc.cause or exc}"
+    if why:
+        await release_hold(hold, actor, key)  # lifts nothing but this hold: never the other check's
+        await record_automation(AutomationRecord(
+            kind="check_skipped", reason=bounded(f"{hold.reason.removeprefix(REASON_PREFIX).strip()}: skipped: {why}"),
+            actor=actor, node=hold.node, key=f"{key}/skipped"))
+    return why
+
+
+async def release_hold(hold: SchedulerHold, actor: str, key: str) -> None:
+    """Lift a check's hold (only while it is still that hold on a node in production); a
+    scheduler that refuses is recorded, and `fleetctl reconcile` shows the node."""
+    try:
+        await workflow.execute_activity_method(NodeActivities.release_hold, hold, **SCHEDULER)
+    except ActivityError as exc:
+        await record_automation(AutomationRecord(kind="scheduler_error", reason=bounded(f"release: {exc.cause or exc}"),
+                                                 actor=actor, node=hold.node, key=f"{key}/release"))
+
+
+async def record_automation(rec: AutomationRecord) -> None:
+    await workflow.execute_activity_method(NodeActivities.record_automation_event, rec, **QUICK)
 
 
 async def ask_guard(req: RemovalRequest) -> RemovalDecision:
