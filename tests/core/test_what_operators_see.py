@@ -5,14 +5,8 @@ checked for the nodes' states and the cause an operator gave."""
 from __future__ import annotations
 
 import asyncio
-import shlex
-import shutil
-import subprocess
-import sys
 import time
 import urllib.parse
-import uuid
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +17,7 @@ from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)
 from tests.support.services import missing_service
+from tests.support.terminal import Terminal, fleetctl
 from tests.support.worker import WorkerThread, start_in_production
 from workflows.api import node_workflow_id
 from workflows.client import connect
@@ -46,45 +41,9 @@ async def drained(cli: Cli, engine, name: str, reason: str) -> None:
     await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", DRAINED_S, f"{name} in maintenance")
 
 
-class Tmux:
-    """A tmux server of the test's own (its own socket), a 160x50 terminal."""
-
-    def __init__(self) -> None:
-        self.socket = f"fleetctl-test-{uuid.uuid4().hex[:8]}"
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], check=True,
-                              capture_output=True, text=True, timeout=10).stdout
-
-    def start(self, command: list[str]) -> None:
-        # The program measures the terminal itself, as in an operator's: LINES/COLUMNS left in
-        # the test's environment (a CLI runner sets COLUMNS) would size it instead. Kept open after
-        # the command exits, so a crash shows on the screen instead of a lost pane.
-        self("new-session", "-d", "-x", "160", "-y", "50",
-             shlex.join(["env", "-u", "LINES", "-u", "COLUMNS", *command]) + '; echo "[exited $?]"; sleep 600')
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p")
-
-    async def wait_screen(self, shows, timeout_s: float, what: str) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            screen = self.screen()
-            if shows(screen):
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; the screen:\n{screen}")
-            await asyncio.sleep(0.1)
-
-    def stop(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10)
-
-
 @pytest.fixture
 def tmux():
-    if shutil.which("tmux") is None:
-        missing_service("tmux", "no tmux on PATH: install Debian's tmux (make system-deps does)")
-    terminal = Tmux()
+    terminal = Terminal(160, 50)
     yield terminal
     terminal.stop()
 
@@ -117,15 +76,15 @@ async def test_fleet_status_watch_in_a_terminal_shows_each_drain_with_its_cause(
             await start_in_production(client, settings, name)
         await drained(cli, engine, first, "swap optics")
 
-        tmux.start([str(Path(sys.executable).parent / "fleetctl"), "--db-url", settings.db_url,
-                    "--temporal-address", settings.temporal_address, "--task-queue", settings.task_queue,
-                    "--fleet", settings.fleet, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S)])
-        screen = await tmux.wait_screen(lambda s: shows(s, "swap optics", "production 2", "maintenance 1"),
+        tmux.start(fleetctl(settings.db_url, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S),
+                            temporal=settings))
+        # Polled in a thread: the worker and this test's client keep their event loop meanwhile.
+        screen = await asyncio.to_thread(tmux.wait_screen, lambda s: shows(s, "swap optics", "production 2", "maintenance 1"),
                                         FIRST_FRAME_S, "the first frame")
         assert "[exited" not in screen
 
         await drained(cli, engine, second, "reseat cable")
-        screen = await tmux.wait_screen(lambda s: shows(s, "reseat cable", "production 1", "maintenance 2"),
+        screen = await asyncio.to_thread(tmux.wait_screen, lambda s: shows(s, "reseat cable", "production 1", "maintenance 2"),
                                         NEXT_FRAME_S, "the frame after the drain")
         assert "swap optics" in screen  # the first cause stays in view
         assert "[exited" not in screen  # still watching: the same process drew both frames
