@@ -40,23 +40,36 @@ async def test_the_same_request_sent_twice_admits_once(sim_fleet) -> None:
     assert _burn_ins(fleet, name) == 1
 
 
-async def test_a_call_that_times_out_is_retried_as_the_same_update(sim_fleet) -> None:
+async def test_a_call_that_times_out_is_retried_as_the_same_update(sim_fleet, monkeypatch) -> None:
     """No worker at first: every call times out until one starts. The retries carry the same
     update id, so the node is admitted once (a fresh id per call would be refused as
     'admission already in progress' behind the first, still pending update)."""
+    import workflows.client as client_module
+
     fleet = await sim_fleet(1, worker=False)
     (name,) = fleet.names
+    attempts, rpc_timeout = 30, timedelta(seconds=1)
+    # The worker starts once a call has timed out (an event, not a guessed sleep: on a loaded
+    # machine a 1-second call may take longer than any sleep to time out).
+    timed_out = asyncio.Event()
+    judge_timeout = client_module._retryable_timeout
+
+    def noted(exc) -> bool:
+        retried = judge_timeout(exc)
+        if retried:
+            timed_out.set()
+        return retried
+
+    monkeypatch.setattr(client_module, "_retryable_timeout", noted)
     asked = asyncio.create_task(phase_outcome(fleet.client, name, "admit", "tester", "quick",
-                                              attempts=30, rpc_timeout=timedelta(seconds=1)))
-    await asyncio.sleep(3.0)
+                                              attempts=attempts, rpc_timeout=rpc_timeout))
+    await asyncio.wait_for(timed_out.wait(), attempts * rpc_timeout.total_seconds())
     assert not asked.done()
     worker = WorkerThread(fleet.settings).start()
     try:
         outcome = await asyncio.wait_for(asked, 60)
         assert outcome.accepted, outcome.message
-        # At least one 1-second call timed out and was sent again (how many fit in the 3 s
-        # depends on the machine's load: a CI rehearsal saw one).
-        assert outcome.timeouts >= 1
+        assert outcome.timeouts >= 1  # the call that timed out was sent again, as the same update
         await fleet.wait_states([name], {"production"})
         assert _burn_ins(fleet, name) == 1
     finally:
