@@ -139,6 +139,7 @@ def live_view(d, lines):
 
     from fleetctl.db import queries
     from fleetctl.db.jobs import job_restarts, list_jobs
+    from fleetctl.jobs.placement import replacements
     from fleetctl.nodes.lifecycle import NodeState
 
     counts = queries.state_counts(d.engine)
@@ -161,12 +162,13 @@ def live_view(d, lines):
     for f in d.plan.faults:
         faults.add_row(f.kind, f.node or "-", f.handled or ("injected" if f.injected else f"in {f.at_s:.0f} s after jobs start"))
     restarts = Table(title="job restarts", box=None, header_style="bold")
-    for c in ("job", "bad node", "new nodes", "seconds"):
+    for c in ("job", "bad node", "replaced by", "seconds"):
         restarts.add_column(c)
     for job in list_jobs(d.engine, scheduler="sim"):
         for r in job_restarts(d.engine, job.job_id):
             secs = f"{(r.running_at - r.fault_seen_at).total_seconds():.1f}" if r.running_at else "…"
-            restarts.add_row(job.job_id, ",".join(r.bad_nodes or []), ",".join(r.new_nodes or []), secs)
+            restarts.add_row(job.job_id, ",".join(r.bad_nodes or []),
+                             ",".join(replacements(r.nodes_before, r.new_nodes)), secs)
     events = Table(title="recent transitions", box=None, header_style="bold")
     for c in ("at", "node", "from → to", "cause"):
         events.add_column(c)

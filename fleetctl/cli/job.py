@@ -99,7 +99,7 @@ RESTART_COLUMNS = (
     Column("fault seen", lambda r: when(r["fault_seen_at"])),
     Column("status", lambda r: r["status"]),
     Column("bad", lambda r: ",".join(r["bad_nodes"])),
-    Column("new", lambda r: ",".join(r["new_nodes"])),
+    Column("new", lambda r: ",".join(r["replacements"])),  # what took the bad nodes' place
     Column("seconds", lambda r: "" if r["restart_seconds"] is None else f"{r['restart_seconds']:.2f}"),
     # Asked for -> landed: "island ib-a -> island", "fleet ib-a -> outside"; "" without an island.
     Column("placed", lambda r: f"{r['placement'] or '-'} {r['island']} -> {r['landed'] or '?'}" if r["island"] else ""),
@@ -165,6 +165,7 @@ def _restart_row(r) -> dict:
     """A restart's row; its times stay datetimes, for -o json's one format (fleetctl.cli.output.machine_value)
     and the tables' (fleetctl.durations.when)."""
     from fleetctl.durations import as_utc
+    from fleetctl.jobs.placement import replacements
 
     def utc(at):
         return as_utc(at) if at else None
@@ -172,7 +173,8 @@ def _restart_row(r) -> dict:
     seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
         "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
-        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "fault_seen_at": utc(r.fault_seen_at),
+        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "nodes_before": r.nodes_before,
+        "replacements": replacements(r.nodes_before, r.new_nodes), "fault_seen_at": utc(r.fault_seen_at),
         "drained_at": utc(r.drained_at), "requeued_at": utc(r.requeued_at), "running_at": utc(r.running_at),
         "restart_seconds": seconds, "error": r.error, "workflow_id": r.workflow_id,
         "island": r.island, "placement": r.placement, "placement_detail": r.placement_detail, "landed": r.landed,

@@ -26,7 +26,7 @@ from fleetctl.schedulers.base import JobHistory
 SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
-_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "status", "error",
+_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "nodes_before", "status", "error",
                                   "island", "placement", "placement_detail", "placed_on", "landed",
                                   "spares_taken"})
 

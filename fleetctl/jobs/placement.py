@@ -102,6 +102,16 @@ def landed(island: str, new_nodes: Sequence[str], where: Mapping[str, Where]) ->
     return LANDED_IN_ISLAND if inside else LANDED_OUTSIDE
 
 
+def replacements(nodes_before: Sequence[str], new_nodes: Sequence[str]) -> list[str]:
+    """The nodes a restarted job took in place of the bad ones: those it runs on now and did not
+    before the restart. Without the nodes before (a restart recorded before they were, or one
+    whose job was already pending), every node it runs on now: none can be told apart."""
+    if not nodes_before:
+        return list(new_nodes)
+    before = set(nodes_before)
+    return [n for n in new_nodes if n not in before]
+
+
 def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
     """(placement, landed) of each restart -> how many asked for the island, fell back to the
     fleet or were not placed ("none"), and how many landed in their island or outside."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, NodeHealth,
-                                     Where, healthy_replacements, job_island, landed, place_restart, unfit)
+                                     Where, healthy_replacements, job_island, landed, place_restart, replacements, unfit)
 
 # Two islands: ib-a over leaf-1 (n1, n2) and leaf-2 (n3, n4, n5); ib-b over leaf-3 (n6, n7);
 # n8 has no topology in the inventory.
@@ -104,3 +104,14 @@ def test_healthy_replacements_keep_the_order_given() -> None:
     nodes = [NodeHealth("n3", "production"), NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")),
              NodeHealth("n2", "production", ("Unchecked",))]
     assert healthy_replacements(nodes) == ["n3", "n2"]
+
+
+@pytest.mark.parametrize("before, now, expected", [
+    (["n1", "n2"], ["n2", "n3"], ["n3"]),  # n3 took n1's place
+    (["n1", "n2", "n3"], ["n4", "n5", "n3"], ["n4", "n5"]),  # two replaced, in the job's order
+    (["n1", "n2"], ["n1", "n2"], []),  # requeued onto the same nodes: nothing replaced
+    ([], ["n2", "n3"], ["n2", "n3"]),  # not known (an older restart, a job already pending): all
+    (["n1"], [], []),  # not running again yet
+])
+def test_a_restarts_replacements_are_its_nodes_it_did_not_run_on_before(before, now, expected) -> None:
+    assert replacements(before, now) == expected

@@ -50,6 +50,7 @@ def test_submit_list_restart_and_show_a_simulated_job(cli) -> None:
     assert shown["restart_seconds"] == restart["restart_seconds"] > 0
     assert (restart["bad_nodes"], restart["new_nodes"], restart["actor"], restart["cause"]) == (
         ["n1"], ["n2", "n3"], "alice@console", "XID 79")
+    assert restart["replacements"] == ["n3"]  # n3 took n1's place; n2 ran the job before too
     assert restart["fault_seen_at"] < restart["drained_at"] <= restart["requeued_at"] <= restart["running_at"]
     assert "XID 79" in cli("job", "show", job_id).stdout
 

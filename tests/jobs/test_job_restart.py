@@ -11,6 +11,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from fleetctl.db import jobs
+from fleetctl.jobs.placement import replacements
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
@@ -139,6 +140,8 @@ async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) 
     (row,) = jobs.job_restarts(engine, job.job_id)
     assert (row.island, row.placement, row.placement_detail, row.landed) == ("ib-a", "island", "island ib-a: n4 for n1",
                                                                              "island")
+    # What `job show` lists as new: the node that took n1's place, not every node of the job.
+    assert row.nodes_before == ["n1", "n2"] and replacements(row.nodes_before, row.new_nodes) == ["n4"]
 
 
 async def test_a_restart_never_names_a_node_its_scheduler_has_drained(make_settings, sqlite_url) -> None:

@@ -67,6 +67,8 @@ class JobRestartActivities(DatabaseActivities):
         if running_off(job, req.exclude_nodes):
             return
         workflow_id = activity.info().workflow_id
+        if job.nodes:  # where it ran when the fault was seen: its replacements are the rest
+            jobs.record_restart_step(self.engine, workflow_id, nodes_before=list(job.nodes))
         kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
         if job.nodes and isinstance(placer, RequeuesEarly):
             # The job must wait a moment after its requeue anyway (Slurm: the credential-revoke
