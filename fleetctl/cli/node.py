@@ -51,7 +51,8 @@ def topology_line(d: dict) -> str:
     """Where the node sits: rack unit, leaf switch and island, `-` for what the inventory
     does not say."""
     unit = "-" if d["position"] is None else f"U{d['position']}"
-    return f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+    return (f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+            f"  nvlink-domain {d.get('nvlink_domain') or '-'}")
 
 
 def _jobs_cell(jobs: list[str] | None) -> str:
@@ -72,6 +73,7 @@ NODE_COLUMNS = (
     Column("REASON", lambda r: shown(r["reason"])),
     Column("ISLAND", lambda r: r["island"], wide=True),
     Column("SWITCH", lambda r: r["switch"], wide=True),
+    Column("NVL-DOMAIN", lambda r: r.get("nvlink_domain", ""), wide=True),
     Column("U", lambda r: "" if r["position"] is None else str(r["position"]), wide=True),
     Column("PROFILE", lambda r: r["profile"], wide=True),
     Column("SCHEDULER", lambda r: r["scheduler"], wide=True),

@@ -18,7 +18,7 @@ file (slurmctld refuses a node its slurm.conf does not define).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from fleetctl.inventory.hostlist import compress
 from fleetctl.inventory.names import LABEL_VALUE_RE
@@ -63,6 +63,22 @@ def switch_island_conflict(nodes: Sequence[Placed]) -> str | None:
         if seen.island != n.island:
             return (f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
                     f"not {n.island or '(none)'}")
+    return None
+
+
+def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
+    """Why the nodes' NVLink domains are inconsistent, when two nodes of one domain name
+    different profiles (the trays of one NVL72 rack are one kind of machine: a mixed domain is a
+    typo that would judge one tray's fabric against another machine's numbers); None when each
+    domain has one profile. `nodes` have name, profile and nvlink_domain (the inventory's NodeSpec)."""
+    first: dict[str, Any] = {}
+    for n in nodes:
+        if not n.nvlink_domain:
+            continue
+        seen = first.setdefault(n.nvlink_domain, n)
+        if seen.profile != n.profile:
+            return (f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
+                    f"not {n.profile} (a domain's nodes share one profile)")
     return None
 
 

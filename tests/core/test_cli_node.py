@@ -195,3 +195,19 @@ def test_topology_is_imported_and_shown_and_a_reimport_updates_it(cli, tmp_path)
     r = cli("node", "import", str(path))
     assert r.exit_code == 0 and "1 updated" in r.output
     assert "topology: rack r1 -  switch -  island ib-b" in cli("node", "show", name).stdout
+
+
+def test_the_domain_is_imported_shown_and_cleared_by_a_reimport(cli, tmp_path) -> None:
+    name = f"gb-{uuid.uuid4().hex[:6]}"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, "
+                    "nvlink_domain: nvl72-r01, scheduler: sim}\n")
+    assert cli("node", "import", str(path)).exit_code == 0
+    (row,) = [r for r in json.loads(cli("node", "list", "-o", "json").stdout) if r["name"] == name]
+    assert row["nvlink_domain"] == "nvl72-r01"
+    assert "nvlink-domain nvl72-r01" in cli("node", "show", name).stdout
+
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, scheduler: sim}}\n")
+    r = cli("node", "import", str(path))
+    assert r.exit_code == 0 and "1 updated" in r.output
+    assert "nvlink-domain -" in cli("node", "show", name).stdout
