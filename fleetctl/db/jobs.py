@@ -213,8 +213,9 @@ def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
 def fabric(engine: Engine) -> dict[str, Where]:
     """Every node's place in the fabric, from the inventory."""
     with Session(engine) as session:
-        return {name: Where(switch, island)
-                for name, switch, island in session.exec(select(Node.name, Node.switch, Node.island))}
+        return {name: Where(switch, island, domain)
+                for name, switch, island, domain in session.exec(select(Node.name, Node.switch, Node.island,
+                                                                        Node.nvlink_domain))}
 
 
 def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
