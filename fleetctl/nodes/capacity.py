@@ -219,6 +219,30 @@ def allowed_unavailable(total: int, fraction: float) -> int:
     return max(1, math.floor(total * fraction)) if total else 0
 
 
+# What is a fault of an NVLink domain's shared fabric rather than of the node that saw it: a
+# failed `imex` check (nvidia-imex-ctl -N: the domain not UP, a daemon not READY, a pair not
+# connected: multi-node NVLink memory sharing fails for every tray of the domain), and the
+# NVSwitch signatures of checks/catalog/signatures.tsv that stop the switch trays' traffic.
+DOMAIN_FABRIC_CHECKS = frozenset({"imex"})
+DOMAIN_FABRIC_SIGNATURES = frozenset({"nvswitch_sxid_fatal", "fabric_manager_topology_mismatch"})
+
+
+def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
+    """Whether a failed check of kind `check`, or a health event of catalog signature
+    `signature`, is a fault of the node's NVLink domain's fabric (see DOMAIN_FABRIC_CHECKS)."""
+    return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
+
+
+def removal_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
+                      check: str = "", signature: str = "") -> RemovalRequest:
+    """The one request a fault on `request.node` makes: for its whole NVLink domain `domain`
+    (members: (name, state) of its nodes) when the fault is of the domain's fabric, else (an
+    ordinary GPU fault, or a node in no domain) for the node alone, unchanged."""
+    if domain and is_domain_fabric_fault(check, signature):
+        return domain_removal(request, domain, members)
+    return request
+
+
 def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]]) -> RemovalRequest:
     """The one request a domain-fabric fault found on `request.node` makes for its NVLink domain:
     `members` are the domain's nodes as (name, state); those in service other than the node go

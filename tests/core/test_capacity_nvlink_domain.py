@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest, decide, domain_removal, snapshot_from_states
+from fleetctl.nodes.capacity import (GuardPolicy, RemovalRequest, decide, domain_removal, removal_for_fault,
+                                     snapshot_from_states)
 
 POLICY = GuardPolicy()  # fleet 10%, rack 25%, storm 20% (at least 3)
 DOMAIN = [f"gb-{i:02d}" for i in range(18)]  # one NVL72 rack: 18 compute trays
@@ -93,3 +94,25 @@ def test_an_open_breaker_holds_a_domain_fault() -> None:
 def test_a_dry_run_grants_no_domain() -> None:
     d = decide(GuardPolicy(dry_run=True), fleet(BIG), whole_domain(), {}, now=100.0, breaker_open=False)
     assert not d.granted and d.dry_run and d.domain_nodes == [] and "would grant" in d.reason
+
+
+MEMBERS = [(n, "production") for n in DOMAIN[:17]] + [(DOMAIN[17], "maintenance")]
+
+
+@pytest.mark.parametrize(
+    "domain,check,signature,asks_for",
+    [
+        ("nvl72-r01", "imex", "", 17),  # IMEX down: the node and the domain's 16 other in-service nodes
+        ("nvl72-r01", "", "nvswitch_sxid_fatal", 17),  # an NVSwitch tray's fatal SXid
+        ("nvl72-r01", "", "fabric_manager_topology_mismatch", 17),
+        ("nvl72-r01", "nvidia-smi", "", 1),  # an ordinary GPU check: that node
+        ("nvl72-r01", "", "gpu_fallen_off_bus", 1),  # a GPU's own fault
+        ("nvl72-r01", "", "nvswitch_sxid_nonfatal", 1),  # a warning is not a fabric outage
+        ("", "imex", "", 1),  # a node in no domain (HGX) asks for itself
+    ],
+)
+def test_which_faults_ask_for_the_whole_domain(domain, check, signature, asks_for) -> None:
+    request = removal_for_fault(fault(), domain, MEMBERS, check=check, signature=signature)
+    assert 1 + len(request.domain_nodes) == asks_for
+    assert request.node == "gb-00" and "gb-00" not in request.domain_nodes and DOMAIN[17] not in request.domain_nodes
+    assert request.domain == (domain if asks_for > 1 else "")
