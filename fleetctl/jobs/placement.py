@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Collection, Iterable, Mapping, Sequence
 
+from fleetctl.nodes.capacity import DOMAIN_FABRIC_CHECKS
 from fleetctl.nodes.lifecycle import NodeState
 
 # Placement: what the restart asked of the scheduler.
@@ -114,6 +115,15 @@ def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Map
                      f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
                      + _on_spares(on_spares),
                      on_spares)
+
+
+def held_domains(latest_checks: Iterable[tuple[str, str, str]]) -> set[str]:
+    """The NVLink domains whose fabric is held, from (domain, check kind, status) of each
+    node's latest run of each check: a domain is held while any of its nodes' latest
+    domain-fabric check (fleetctl.nodes.capacity.DOMAIN_FABRIC_CHECKS) is not a pass; an
+    `error` holds it too, since nothing then says the fabric is whole."""
+    return {domain for domain, kind, status in latest_checks
+            if domain and kind in DOMAIN_FABRIC_CHECKS and status != "pass"}
 
 
 def _on_spares(spares: Sequence[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Where, landed, place_restart
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED, Where, held_domains, landed, place_restart
 
 # Island ib-a holds NVLink domains d1 (a1-a4) and d2 (b1-b4); island ib-b holds d3 (c1-c4);
 # h1, h2 are HGX nodes of ib-a (no domain).
@@ -62,3 +62,17 @@ def test_the_decision_says_why_in_words() -> None:
 def test_a_job_moved_whole_lands_in_its_new_island() -> None:
     decided = place_restart(JOB, ["a3"], FABRIC, ["c1", "c2", "c3"])
     assert landed(decided.island, list(decided.nodes), FABRIC) == "island"
+
+
+@pytest.mark.parametrize(
+    "latest,held",
+    [
+        ([("d1", "imex", "pass"), ("d2", "imex", "pass")], set()),
+        ([("d1", "imex", "fail"), ("d1", "imex", "pass")], {"d1"}),  # one tray's IMEX down holds the domain
+        ([("d1", "imex", "error")], {"d1"}),  # unreadable: nothing says the fabric is whole
+        ([("d1", "nvidia-smi-query", "fail")], set()),  # a GPU's own fault holds only its node
+        ([("", "imex", "fail")], set()),  # a node in no domain holds none
+    ],
+)
+def test_held_domains(latest, held) -> None:
+    assert held_domains(latest) == held
