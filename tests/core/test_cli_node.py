@@ -107,6 +107,11 @@ def test_unknown_node_is_one_line_and_exit_1(cli) -> None:
         ("  - {name: dup, address: sim://dup, profile: h100-sxm}\n  - {name: dup, address: sim://dup, profile: h100-sxm}\n", "duplicate name"),
         ("  - {address: sim://x, profile: h100-sxm}\n", "missing field 'name'"),
         ("  - {name: x, address: sim://x, profile: h100-sxm\n", "not valid YAML"),
+        # 19 GB200 trays in one NVL72 domain (72 GPUs, 18 trays of 4); an HGX node in a domain.
+        ("".join(f"  - {{name: t{i:02d}, address: sim://t{i:02d}, profile: gb200, nvlink_domain: nvl-x}}\n"
+                 for i in range(19)), "NVLink domain nvl-x: 19 nodes of 4 GPUs (gb200) are 76 GPUs"),
+        ("  - {name: hx, address: sim://hx, profile: h100-sxm, nvlink_domain: nvl-x}\n",
+         "profile h100-sxm has no multi-node NVLink domain"),
     ],
 )
 def test_bad_inventory_writes_nothing(cli, tmp_path, extra, message) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.inventory.parse import InventoryError, parse_inventory
+from fleetctl.inventory.topology import domain_size_conflict
 
 PROFILES = {"gb200", "h100-sxm"}
 DOMAIN = """
@@ -45,3 +46,31 @@ def test_a_domain_of_two_profiles_is_refused() -> None:
                                              r"at node gb-01, not h100-sxm"):
         parse_inventory(text, "inv.yaml", PROFILES)
 
+
+
+# (GPUs per node, GPUs per NVLink domain) as checks/profiles gives them.
+SIZES = {"gb200": (4, 72), "h100-sxm": (8, 0)}
+
+
+def _domain(count: int, profile: str = "gb200") -> list:
+    entries = "".join(f"  - {{name: t{i:02d}, address: sim://t{i:02d}, profile: {profile}, nvlink_domain: nvl72-r01}}\n"
+                      for i in range(count))
+    return parse_inventory("nodes:\n" + entries, "inv.yaml", PROFILES)
+
+
+def test_a_full_nvl72_domain_fits_and_a_nineteenth_tray_does_not() -> None:
+    assert domain_size_conflict(_domain(18), SIZES) is None
+    assert domain_size_conflict(_domain(19), SIZES) == \
+        "NVLink domain nvl72-r01: 19 nodes of 4 GPUs (gb200) are 76 GPUs, more than its domain of 72"
+
+
+def test_an_hgx_node_names_no_domain() -> None:
+    assert domain_size_conflict(_domain(1, "h100-sxm"), SIZES) == \
+        "node t00: profile h100-sxm has no multi-node NVLink domain, so it names no nvlink_domain (not nvl72-r01)"
+
+
+def test_the_shipped_gb200_profile_holds_18_trays() -> None:
+    from checks.profiles import load_profile
+
+    gb200 = load_profile("gb200")
+    assert (gb200.gpu_count, gb200.nvlink_domain_gpus) == (4, 72)  # NVIDIA: 18 compute trays x 4 GPUs = 72
