@@ -26,6 +26,14 @@ def _known_profiles(profiles_dir: str) -> set[str] | None:
     return set(profile_names(profiles_dir or None))
 
 
+def _domain_sizes(profiles_dir: str, names: set[str]) -> dict[str, tuple[int, int]]:
+    """(GPUs per node, GPUs per NVLink domain) of each named profile, for domain_size_conflict."""
+    from checks.profiles import load_profile
+
+    profiles = {name: load_profile(name, profiles_dir or None) for name in names}
+    return {name: (p.gpu_count, p.nvlink_domain_gpus) for name, p in profiles.items()}
+
+
 def _state_text(state: str):
     from rich.text import Text
 
@@ -51,7 +59,8 @@ def topology_line(d: dict) -> str:
     """Where the node sits: rack unit, leaf switch and island, `-` for what the inventory
     does not say."""
     unit = "-" if d["position"] is None else f"U{d['position']}"
-    return f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+    return (f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+            f"  nvlink-domain {d.get('nvlink_domain') or '-'}")
 
 
 def _jobs_cell(jobs: list[str] | None) -> str:
@@ -72,6 +81,7 @@ NODE_COLUMNS = (
     Column("REASON", lambda r: shown(r["reason"])),
     Column("ISLAND", lambda r: r["island"], wide=True),
     Column("SWITCH", lambda r: r["switch"], wide=True),
+    Column("NVL-DOMAIN", lambda r: r.get("nvlink_domain", ""), wide=True),
     Column("U", lambda r: "" if r["position"] is None else str(r["position"]), wide=True),
     Column("PROFILE", lambda r: r["profile"], wide=True),
     Column("SCHEDULER", lambda r: r["scheduler"], wide=True),
@@ -154,10 +164,15 @@ def import_nodes(
     production; nodes fleetctl already knows keep their state."""
     from fleetctl.db import queries
     from fleetctl.inventory.parse import load_inventory
+    from fleetctl.inventory.topology import domain_size_conflict
     from fleetctl.nodes.scheduler_sync import hold_new_nodes
     from fleetctl.text import bounded, printable
 
     specs = load_inventory(file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http)
+    in_domains = {s.profile for s in specs if s.nvlink_domain}
+    if in_domains and (conflict := domain_size_conflict(specs, _domain_sizes(context.settings(ctx).profiles_dir,
+                                                                              in_domains))):
+        fail(f"{file}: {conflict}", EXIT_USAGE)
     engine = context.engine(ctx)
     if clashes := queries.case_clashes(engine, (s.name for s in specs)):
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)

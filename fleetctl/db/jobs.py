@@ -17,10 +17,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from fleetctl.db import queries
 from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
 from fleetctl.durations import as_utc
 from fleetctl.inventory.names import scheduler_members
-from fleetctl.jobs.placement import Where, landed
+from fleetctl.jobs.placement import Where, held_domains, landed
 from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
@@ -213,8 +214,18 @@ def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
 def fabric(engine: Engine) -> dict[str, Where]:
     """Every node's place in the fabric, from the inventory."""
     with Session(engine) as session:
-        return {name: Where(switch, island)
-                for name, switch, island in session.exec(select(Node.name, Node.switch, Node.island))}
+        return {name: Where(switch, island, domain)
+                for name, switch, island, domain in session.exec(select(Node.name, Node.switch, Node.island,
+                                                                        Node.nvlink_domain))}
+
+
+def held_nvlink_domains(engine: Engine) -> set[str]:
+    """The NVLink domains a restart takes no node of (fleetctl.jobs.placement.held_domains):
+    those whose fabric the latest checks of one of their nodes find failed."""
+    with Session(engine) as session:
+        domain_of = dict(session.exec(select(Node.name, Node.nvlink_domain).where(Node.nvlink_domain != "")).all())
+    latest = queries.latest_check_per_kind(engine, list(domain_of)) if domain_of else {}
+    return held_domains((domain_of[node], run.kind, run.status) for node, runs in latest.items() for run in runs)
 
 
 def restart_candidates(engine: Engine, scheduler: str) -> list[str]:

@@ -30,6 +30,9 @@ class Node(SQLModel, table=True):
     switch: str = ""
     island: str = ""
     position: Optional[int] = None
+    # The multi-node NVLink domain (a GB200 NVL72 rack) from the inventory's `nvlink_domain`
+    # (migration 0016); "": none (an HGX node, whose NVLink ends at its chassis).
+    nvlink_domain: str = ""
     profile: str
     scheduler: str = "none"
     labels: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

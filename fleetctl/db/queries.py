@@ -27,6 +27,7 @@ _INVENTORY_FIELDS = {
     "switch": "switch",
     "island": "island",
     "position": "position",
+    "nvlink_domain": "nvlink_domain",
     "profile": "profile",
     "scheduler": "scheduler",
     "labels": "labels",

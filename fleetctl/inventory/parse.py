@@ -8,6 +8,7 @@
         position: 12                 # optional: rack unit (1-99), for the rack view's order
         switch: leaf-01              # optional: the leaf switch its fabric port is on
         island: ib-a                 # optional: InfiniBand island / NVLink domain (restarts stay in it)
+        nvlink_domain: nvl72-r01     # optional: the multi-node NVLink domain (GB200 NVL72 rack) it is in
         profile: h100-sxm
         scheduler: slurm             # slurm | kubernetes | sim | none, or a list: [slurm, kubernetes]
         user: ubuntu                 # optional SSH user
@@ -28,6 +29,12 @@ Topology (`switch`, `island`, `position`) is optional. Switch and island names a
 Slurm topology.conf accepts as a SwitchName (`fleetctl topology slurm-conf`): letters,
 digits, '.', '_' and '-', at most 63 characters. A leaf switch hangs under one island, so
 two nodes on the same switch must name the same island.
+
+`nvlink_domain` names the multi-node NVLink domain a node's GPUs share (a GB200 NVL72 rack:
+18 compute trays over 9 NVLink switch trays); HGX nodes, whose NVLink ends at the chassis,
+name none. It is what the capacity guard and a restart treat as one unit when the domain's
+fabric fails (docs/topology.md). Its name is a switch name's alphabet, and the trays of one
+domain are one kind of machine, so a domain's nodes must name one profile.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from fleetctl.inventory.names import (
     scheduler_members,
     valid_kubernetes_node_name,
 )
-from fleetctl.inventory.topology import switch_island_conflict
+from fleetctl.inventory.topology import domain_profile_conflict, switch_island_conflict
 
 SCHEDULERS = ("slurm", "kubernetes", "sim", "none")
 _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+)\Z")
@@ -54,7 +61,7 @@ _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9
 JUMP_HOST_RE = re.compile(r"^([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+\Z")
 _BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)\Z")
 _KNOWN_KEYS = {"name", "address", "bmc", "rack", "position", "switch", "island", "profile", "scheduler", "user",
-               "jump", "labels"}
+               "jump", "labels", "nvlink_domain"}
 # Rack units: the tallest racks in use are 58U; a larger number is a typo.
 MAX_RACK_POSITION = 99
 
@@ -77,6 +84,7 @@ class NodeSpec:
     user: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     jump: str | None = None
+    nvlink_domain: str = ""  # "" : in no multi-node NVLink domain (an HGX node)
 
 
 def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, required: bool) -> str | None:
@@ -182,9 +190,10 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
                 user=_text(where, entry, "user", NODE_NAME_RE, False),
                 labels=parse_labels(where, entry.get("labels")),
                 jump=_text(where, entry, "jump", JUMP_HOST_RE, False),
+                nvlink_domain=_text(where, entry, "nvlink_domain", LABEL_VALUE_RE, False) or "",
             )
         )
-    if conflict := switch_island_conflict(specs):
+    if conflict := switch_island_conflict(specs) or domain_profile_conflict(specs):
         raise InventoryError(f"{source}: {conflict}")
     return specs
 

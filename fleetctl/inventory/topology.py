@@ -18,7 +18,7 @@ file (slurmctld refuses a node its slurm.conf does not define).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from fleetctl.inventory.hostlist import compress
 from fleetctl.inventory.names import LABEL_VALUE_RE
@@ -63,6 +63,43 @@ def switch_island_conflict(nodes: Sequence[Placed]) -> str | None:
         if seen.island != n.island:
             return (f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
                     f"not {n.island or '(none)'}")
+    return None
+
+
+def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
+    """Why the nodes' NVLink domains are inconsistent, when two nodes of one domain name
+    different profiles (the trays of one NVL72 rack are one kind of machine: a mixed domain is a
+    typo that would judge one tray's fabric against another machine's numbers); None when each
+    domain has one profile. `nodes` have name, profile and nvlink_domain (the inventory's NodeSpec)."""
+    first: dict[str, Any] = {}
+    for n in nodes:
+        if not n.nvlink_domain:
+            continue
+        seen = first.setdefault(n.nvlink_domain, n)
+        if seen.profile != n.profile:
+            return (f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
+                    f"not {n.profile} (a domain's nodes share one profile)")
+    return None
+
+
+def domain_size_conflict(nodes: Sequence[Any], sizes: Mapping[str, tuple[int, int]]) -> str | None:
+    """Why the nodes' NVLink domains do not fit their profile, or None. `sizes`: per profile
+    name, (GPUs per node, GPUs in one NVLink domain; 0: none spans nodes). A node of a profile
+    whose NVLink ends at the chassis (HGX) names no domain, and a domain holds no more nodes
+    than its GPUs allow (a GB200 NVL72: 72 GPUs, 18 trays of 4): more is two racks under one
+    name, whose fault would hold the wrong trays. A profile not in `sizes` is not judged."""
+    members: dict[str, list[Any]] = {}
+    for n in nodes:
+        if n.nvlink_domain and n.profile in sizes:
+            if sizes[n.profile][1] == 0:
+                return (f"node {n.name}: profile {n.profile} has no multi-node NVLink domain, "
+                        f"so it names no nvlink_domain (not {n.nvlink_domain})")
+            members.setdefault(n.nvlink_domain, []).append(n)
+    for domain, trays in members.items():
+        per_node, domain_gpus = sizes[trays[0].profile]
+        if len(trays) * per_node > domain_gpus:
+            return (f"NVLink domain {domain}: {len(trays)} nodes of {per_node} GPUs ({trays[0].profile}) are "
+                    f"{len(trays) * per_node} GPUs, more than its domain of {domain_gpus}")
     return None
 
 

@@ -7,14 +7,23 @@ the rest of the island, by name); the island's hot spares (fleetctl.jobs.spares)
 of them, since the scheduler keeps them free for exactly this. Otherwise the scheduler picks from the whole fleet, as it
 did before topology was known, and the restart says so. The restart records the decision
 and, once the job runs, where it landed.
+
+NVLink domains (a GB200 NVL72 rack, the inventory's `nvlink_domain`) are the unit a job's
+GPUs talk over NVLink in: a job of a domain that loses a node takes its replacements from the
+same domain when that has enough healthy free nodes (its spares first); else it moves whole
+to another healthy domain with room for all of it (the job's island first, then by name),
+since a job split over two domains loses NVLink between its halves; else the fleet, said
+so. A node of a held domain (one whose fabric failed: IMEX down, an NVSwitch tray) is never
+a replacement, whatever the job.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
+from fleetctl.nodes.capacity import DOMAIN_FABRIC_CHECKS
 from fleetctl.nodes.lifecycle import NodeState
 
 # Placement: what the restart asked of the scheduler.
@@ -33,6 +42,7 @@ class Where:
 
     switch: str = ""
     island: str = ""
+    domain: str = ""  # the multi-node NVLink domain (nvlink_domain), "" on HGX
 
 
 @dataclass(frozen=True)
@@ -46,11 +56,20 @@ class Placement:
 
 def job_island(nodes: Sequence[str], where: Mapping[str, Where]) -> str:
     """The island most of the nodes are in (ties: the first by name); "" when none has one."""
-    counts = Counter(where[n].island for n in nodes if n in where and where[n].island)
+    return _most(where[n].island for n in nodes if n in where)
+
+
+def job_domain(nodes: Sequence[str], where: Mapping[str, Where]) -> str:
+    """The NVLink domain most of the nodes are in (ties: the first by name); "" when none has one."""
+    return _most(where[n].domain for n in nodes if n in where)
+
+
+def _most(values: Iterable[str]) -> str:
+    counts = Counter(v for v in values if v)
     if not counts:
         return ""
     most = max(counts.values())
-    return min(island for island, count in counts.items() if count == most)
+    return min(value for value, count in counts.items() if count == most)
 
 
 def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where]) -> str:
@@ -62,24 +81,29 @@ def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Ma
 
 
 def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
-                  free: Sequence[str], spares: Sequence[str] = ()) -> Placement:
+                  free: Sequence[str], spares: Sequence[str] = (), held_domains: Collection[str] = ()) -> Placement:
     """The placement of a job that ran on job_nodes, restarted off bad_nodes.
 
     `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
     take the job now (in production, idle in the scheduler, run by the job's scheduler);
-    `spares`: the hot spares of every island, taken first (a spare must be free too)."""
+    `spares`: the hot spares of every island, taken first (a spare must be free too);
+    `held_domains`: the NVLink domains whose fabric is held, none of whose nodes is taken."""
     bad = set(bad_nodes)
     kept = [n for n in job_nodes if n not in bad]
     needed = len(job_nodes) - len(kept)
     island = restart_island(job_nodes, bad_nodes, where)
     if needed == 0:
         return Placement(island, NOT_PLACED, (), "no bad node in the job's allocation: the scheduler places it")
+    held_out = set(held_domains)
+    free = [n for n in dict.fromkeys(free) if n in where and not (where[n].domain and where[n].domain in held_out)]
+    if domain := job_domain(job_nodes, where):
+        return _place_in_domains(job_nodes, bad, where, free, set(spares), held_out, domain, island)
     if not island:
         return Placement("", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it")
     near = {where[n].switch for n in job_nodes if n in where and where[n].switch}
     taken = set(job_nodes) | bad
     held = set(spares)
-    candidates = sorted((n for n in dict.fromkeys(free) if n not in taken and n in where and where[n].island == island),
+    candidates = sorted((n for n in free if n not in taken and where[n].island == island),
                         key=lambda n: (n not in held, where[n].switch not in near, n))
     if len(candidates) < needed:
         return Placement(island, FLEET_WIDE, (),
@@ -89,7 +113,60 @@ def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Map
     on_spares = tuple(n for n in chosen if n in held)
     return Placement(island, IN_ISLAND, (*kept, *chosen),
                      f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
-                     + (f" (spare{'s' if len(on_spares) != 1 else ''} {', '.join(on_spares)})" if on_spares else ""),
+                     + _on_spares(on_spares),
+                     on_spares)
+
+
+def held_domains(latest_checks: Iterable[tuple[str, str, str]]) -> set[str]:
+    """The NVLink domains whose fabric is held, from (domain, check kind, status) of each
+    node's latest run of each check: a domain is held while any of its nodes' latest
+    domain-fabric check (fleetctl.nodes.capacity.DOMAIN_FABRIC_CHECKS) is not a pass; an
+    `error` holds it too, since nothing then says the fabric is whole."""
+    return {domain for domain, kind, status in latest_checks
+            if domain and kind in DOMAIN_FABRIC_CHECKS and status != "pass"}
+
+
+def _on_spares(spares: Sequence[str]) -> str:
+    """What a placement's detail says of the spares it took."""
+    return f" (spare{'s' if len(spares) != 1 else ''} {', '.join(spares)})" if spares else ""
+
+
+def _place_in_domains(job_nodes: Sequence[str], bad: set[str], where: Mapping[str, Where], free: Sequence[str],
+                      held: set[str], held_out: set[str], domain: str, island: str) -> Placement:
+    """place_restart for a job of an NVLink domain: replacements from its own domain, else a
+    whole healthy domain for all of the job, else the fleet (`free` holds no held domain's node)."""
+    taken = set(job_nodes) | bad
+    kept = [n for n in job_nodes if n not in bad]
+    replaced = [n for n in job_nodes if n in bad]
+
+    def spares_first(n: str) -> tuple[bool, str]:
+        return n not in held, n
+
+    own = sorted((n for n in free if n not in taken and where[n].domain == domain), key=spares_first)
+    if len(own) >= len(replaced):  # a held domain has no node in `free`
+        chosen = own[:len(replaced)]
+        on_spares = tuple(n for n in chosen if n in held)
+        return Placement(island, IN_ISLAND, (*kept, *chosen),
+                         f"NVLink domain {domain}: {', '.join(chosen)} for {', '.join(replaced)}"
+                         + _on_spares(on_spares),
+                         on_spares)
+    why = (f"NVLink domain {domain} is held" if domain in held_out else
+           f"NVLink domain {domain} has {len(own)} healthy free node{'s' if len(own) != 1 else ''} of {len(replaced)} needed")
+    by_domain: dict[str, list[str]] = {}
+    for n in free:
+        if n not in taken and where[n].domain and where[n].domain != domain:
+            by_domain.setdefault(where[n].domain, []).append(n)
+    roomy = sorted((d for d, nodes in by_domain.items() if len(nodes) >= len(job_nodes)),
+                   key=lambda d: (job_island(by_domain[d], where) != island, d))
+    if not roomy:
+        return Placement(island, FLEET_WIDE, (),
+                         f"{why}, and no other healthy domain has {len(job_nodes)} free: any healthy node in the fleet")
+    target = roomy[0]
+    chosen = sorted(by_domain[target], key=spares_first)[:len(job_nodes)]
+    on_spares = tuple(n for n in chosen if n in held)
+    return Placement(job_island(chosen, where), IN_ISLAND, tuple(chosen),
+                     f"{why}: the whole job moves to NVLink domain {target}, {', '.join(chosen)}"
+                     + _on_spares(on_spares),
                      on_spares)
 
 

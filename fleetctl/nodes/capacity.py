@@ -15,6 +15,20 @@ drain, and shows as DrainHeld: a verdict can be the checker's mistake, a critica
 passes the storm breaker too, and eight such verdicts at once must not drain eight nodes
 (tests/lifecycle/test_phases.py's checker storm). A GPU that has really lost memory also
 logs its XID, which then drains the node at once.
+
+NVLink domains (a GB200 NVL72 rack, the inventory's `nvlink_domain`): a fault of the domain's
+fabric (IMEX down, an NVSwitch tray) takes every node of the domain out of multi-node NVLink
+jobs at once, so it costs the guard the whole domain, not one node. The rule:
+- a domain-fabric fault is one request for the domain (domain_removal): the node that found
+  it plus every other in-service node of the domain (`domain_nodes`, node -> rack), granted
+  or refused as one: all of them within the fleet's and each rack's limits, or none (half a
+  domain drained frees nothing: the rest cannot run an NVLink job either);
+- it is one failure to the storm breaker (one fault, one cause), not one per node;
+- an ordinary GPU fault on a domain's node (an XID, a failed check) asks for that one node;
+- a critical request is the node's own lost GPU: it passes the limits for that node only, and
+  the rest of the domain is not taken with it (their GPUs still work).
+The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
+domain), so its nodes are its GPUs over that profile's count per tray.
 """
 
 from __future__ import annotations
@@ -74,6 +88,10 @@ class RemovalRequest:
     critical: bool = False  # the node has already lost its GPU (XID 79, uncorrectable ECC...)
     force: bool = False  # an operator's override, recorded
     request_id: str = ""
+    # A domain-fabric fault: the NVLink domain, and its other in-service nodes that go out
+    # with `node` (domain_removal). Empty: this one node.
+    domain: str = ""
+    domain_nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +106,8 @@ class RemovalDecision:
     grant: str = ""
     # The decision would have been this one, but automation runs dry (GuardPolicy.dry_run).
     dry_run: bool = False
+    # A granted domain request: the domain's other nodes the grant takes out with `node`.
+    domain_nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -199,6 +219,46 @@ def allowed_unavailable(total: int, fraction: float) -> int:
     return max(1, math.floor(total * fraction)) if total else 0
 
 
+# What is a fault of an NVLink domain's shared fabric rather than of the node that saw it: a
+# failed `imex` check (nvidia-imex-ctl -N: the domain not UP, a daemon not READY, a pair not
+# connected: multi-node NVLink memory sharing fails for every tray of the domain), and the
+# NVSwitch signatures of checks/catalog/signatures.tsv that stop the switch trays' traffic.
+DOMAIN_FABRIC_CHECKS = frozenset({"imex"})
+DOMAIN_FABRIC_SIGNATURES = frozenset({"nvswitch_sxid_fatal", "fabric_manager_topology_mismatch"})
+
+
+def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
+    """Whether a failed check of kind `check`, or a health event of catalog signature
+    `signature`, is a fault of the node's NVLink domain's fabric (see DOMAIN_FABRIC_CHECKS)."""
+    return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
+
+
+def removal_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
+                      check: str = "", signature: str = "") -> RemovalRequest:
+    """The one request a fault on `request.node` makes: for its whole NVLink domain `domain`
+    (members: (name, state) of its nodes) when the fault is of the domain's fabric, else (an
+    ordinary GPU fault, or a node in no domain) for the node alone, unchanged."""
+    if domain and is_domain_fabric_fault(check, signature):
+        return domain_removal(request, domain, members)
+    return request
+
+
+def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]]) -> RemovalRequest:
+    """The one request a domain-fabric fault found on `request.node` makes for its NVLink domain:
+    `members` are the domain's nodes as (name, state); those in service other than the node go
+    with it (one already out costs nothing more). Never critical: the domain's other GPUs still
+    work, only not together."""
+    others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
+    return RemovalRequest(request.node, request.rack, f"{request.reason} (NVLink domain {domain}: "
+                          f"{len(others) + 1} node{'s' if others else ''})", request.actor, critical=False,
+                          force=request.force, request_id=request.request_id, domain=domain, domain_nodes=others)
+
+
+def removal_cost(request: RemovalRequest) -> int:
+    """Nodes the request takes out of service: one, or its whole domain's in-service nodes."""
+    return 1 + len(request.domain_nodes)
+
+
 def reads_snapshot(request: RemovalRequest) -> bool:
     """Whether decide() reads the fleet's counts for `request`: a forced or a critical removal
     is granted (or, in a dry run, would be) whatever they say, so a guard need not take them."""
@@ -234,16 +294,20 @@ def _decide(
     pending_grants: int = 0,
     pending_in_rack: int = 0,
 ) -> RemovalDecision:
-    """Whether `request` may take its node out of production.
+    """Whether `request` may take its node (and, for a domain request, its domain's other
+    nodes) out of production.
 
     `recent_failures` maps each node that reported a failure to its latest report's time: a
     storm is many nodes failing, not one node failing again and again;
     `pending_grants` are removals granted but not yet visible in the snapshot.
     """
+    with_domain = list(request.domain_nodes)
     if request.force:
-        return RemovalDecision(request.node, True, f"forced by {request.actor}")
+        return RemovalDecision(request.node, True, f"forced by {request.actor}", domain_nodes=with_domain)
     if request.critical:
-        return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity")
+        return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity"
+                               + (f"; the rest of NVLink domain {request.domain} is not taken with it"
+                                  if with_domain else ""))
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s
@@ -257,14 +321,22 @@ def _decide(
             f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened; {UNTIL_RESUMED}",
             breaker_opened=True,
         )
+    takes = removal_cost(request)
+    # A domain request is granted whole or refused whole: its refusal says what the domain costs.
+    of_domain = f" (NVLink domain {request.domain}: {takes} nodes)" if with_domain else ""
     fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
-    if snapshot.unavailable + pending_grants + 1 > fleet_limit:
+    if snapshot.unavailable + pending_grants + takes > fleet_limit:
         return RemovalDecision(
             request.node, False,
             f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
-            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}); "
-            + until_back(snapshot.unavailable + pending_grants + 1 - fleet_limit, "of the fleet"),
+            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}){of_domain}; "
+            + until_back(snapshot.unavailable + pending_grants + takes - fleet_limit, "of the fleet"),
         )
+    if with_domain:
+        # The rack limit keeps a shared cause in one rack from taking much of it out; a domain
+        # fault is that cause, which has already taken the domain's racks out of NVLink jobs, and an
+        # NVL72 rack (18 trays, 4 of which its 25% lets out) could never be drained through it.
+        return RemovalDecision(request.node, True, "within the fleet limit" + of_domain, domain_nodes=with_domain)
     rack = snapshot.racks.get(request.rack, RackCounts())
     rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
     if rack.unavailable + pending_in_rack + 1 > rack_limit:

@@ -74,6 +74,7 @@ def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, la
            "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
            "drain_held": held_dict(held),
            "rack": n.rack, "switch": n.switch, "island": n.island, "position": n.position,
+           "nvlink_domain": n.nvlink_domain,
            "profile": n.profile, "scheduler": n.scheduler,
            "address": n.address, "labels": n.labels, "state_since": n.state_since,
            "agent_seen_at": n.agent_seen_at}  # None: no agent heard

@@ -107,6 +107,11 @@ def test_unknown_node_is_one_line_and_exit_1(cli) -> None:
         ("  - {name: dup, address: sim://dup, profile: h100-sxm}\n  - {name: dup, address: sim://dup, profile: h100-sxm}\n", "duplicate name"),
         ("  - {address: sim://x, profile: h100-sxm}\n", "missing field 'name'"),
         ("  - {name: x, address: sim://x, profile: h100-sxm\n", "not valid YAML"),
+        # 19 GB200 trays in one NVL72 domain (72 GPUs, 18 trays of 4); an HGX node in a domain.
+        ("".join(f"  - {{name: t{i:02d}, address: sim://t{i:02d}, profile: gb200, nvlink_domain: nvl-x}}\n"
+                 for i in range(19)), "NVLink domain nvl-x: 19 nodes of 4 GPUs (gb200) are 76 GPUs"),
+        ("  - {name: hx, address: sim://hx, profile: h100-sxm, nvlink_domain: nvl-x}\n",
+         "profile h100-sxm has no multi-node NVLink domain"),
     ],
 )
 def test_bad_inventory_writes_nothing(cli, tmp_path, extra, message) -> None:
@@ -195,3 +200,19 @@ def test_topology_is_imported_and_shown_and_a_reimport_updates_it(cli, tmp_path)
     r = cli("node", "import", str(path))
     assert r.exit_code == 0 and "1 updated" in r.output
     assert "topology: rack r1 -  switch -  island ib-b" in cli("node", "show", name).stdout
+
+
+def test_the_domain_is_imported_shown_and_cleared_by_a_reimport(cli, tmp_path) -> None:
+    name = f"gb-{uuid.uuid4().hex[:6]}"
+    path = tmp_path / "inventory.yaml"
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, "
+                    "nvlink_domain: nvl72-r01, scheduler: sim}\n")
+    assert cli("node", "import", str(path)).exit_code == 0
+    (row,) = [r for r in json.loads(cli("node", "list", "-o", "json").stdout) if r["name"] == name]
+    assert row["nvlink_domain"] == "nvl72-r01"
+    assert "nvlink-domain nvl72-r01" in cli("node", "show", name).stdout
+
+    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, scheduler: sim}}\n")
+    r = cli("node", "import", str(path))
+    assert r.exit_code == 0 and "1 updated" in r.output
+    assert "nvlink-domain -" in cli("node", "show", name).stdout

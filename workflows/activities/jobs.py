@@ -115,8 +115,9 @@ class JobRestartActivities(DatabaseActivities):
         free = [n for n in healthy if n not in busy]
         # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
+        held = jobs.held_nvlink_domains(self.engine)
         while True:
-            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares)
+            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares, held)
             # fleetctl may still have in production a node its scheduler has drained (a restart
             # drains its bad nodes in the scheduler only): a job named onto it would wait there
             # until released. The few nodes chosen are asked, and the choice made again without them.

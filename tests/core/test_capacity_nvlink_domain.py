@@ -1,0 +1,118 @@
+"""The capacity guard and NVLink domains: a domain-fabric fault costs the whole domain, granted or
+refused as one; an ordinary fault on a domain's node costs one node (fleetctl.nodes.capacity)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetctl.nodes.capacity import (GuardPolicy, RemovalRequest, decide, domain_removal, removal_for_fault,
+                                     snapshot_from_states)
+
+POLICY = GuardPolicy()  # fleet 10%, rack 25%, storm 20% (at least 3)
+DOMAIN = [f"gb-{i:02d}" for i in range(18)]  # one NVL72 rack: 18 compute trays
+
+
+def fleet(racks: dict[str, int], out: dict[str, int] | None = None):
+    """`racks`: production nodes per rack; `out`: nodes in maintenance per rack."""
+    pairs = [(rack, "production") for rack, count in racks.items() for _ in range(count)]
+    pairs += [(rack, "maintenance") for rack, count in (out or {}).items() for _ in range(count)]
+    return snapshot_from_states(pairs)
+
+
+def fault(node: str = "gb-00", **kw) -> RemovalRequest:
+    return RemovalRequest(node=node, rack="nvl-r01", reason="imex down", actor="sweep", **kw)
+
+
+def whole_domain(states: dict[str, str] | None = None, **kw) -> RemovalRequest:
+    members = [(n, (states or {}).get(n, "production")) for n in DOMAIN]
+    return domain_removal(fault(**kw), "nvl72-r01", members)
+
+
+# 20 NVL72 racks (360 trays): fleet limit 36; 5 racks: 90 trays, limit 9.
+BIG = {f"nvl-r{i:02d}": 18 for i in range(1, 21)}
+SMALL = {f"nvl-r{i:02d}": 18 for i in range(1, 6)}
+# 10 racks, of which nvl-r01 has half its trays out: 180 serving, limit 18.
+MEDIUM = {"nvl-r01": 9, **{f"nvl-r{i:02d}": 18 for i in range(2, 11)}}
+HALF_OUT = {n: "maintenance" for n in DOMAIN[9:]}
+
+
+@pytest.mark.parametrize(
+    "snapshot,request_,pending,granted,reason,with_it",
+    [
+        # The domain is one request for its 18 nodes, within the fleet limit: granted whole,
+        # although 18 of an 18-node rack is past the rack limit (which a domain fault does not ask).
+        (fleet(BIG), whole_domain(), 0, True, "within the fleet limit (NVLink domain nvl72-r01: 18 nodes)", 17),
+        # The fleet can lose 9: the domain's 18 are refused whole (nothing of it drains).
+        (fleet(SMALL), whole_domain(), 0, False, "fleet limit: 0 of 90 already unavailable (max 9, 10%) "
+                                                  "(NVLink domain nvl72-r01: 18 nodes); can go once 9 nodes", 0),
+        # Already-out capacity and pending grants count with the domain's cost.
+        (fleet(BIG, {"nvl-r05": 18}), whole_domain(), 0, True, "within the fleet limit", 17),
+        (fleet(BIG, {"nvl-r05": 18}), whole_domain(), 2, False, "fleet limit: 20 of 378 already unavailable (max 37", 0),
+        # The domain's nodes already out cost nothing more: 9 of 18 out, the 9 in service go
+        # (9 + 9 = the limit of 18); had they counted, 9 + 18 would be past it.
+        (fleet(MEDIUM, {"nvl-r01": 9}), whole_domain(HALF_OUT), 0, True, "(NVLink domain nvl72-r01: 9 nodes)", 8),
+        (fleet(MEDIUM, {"nvl-r01": 9}), whole_domain(HALF_OUT), 1, False, "fleet limit: 10 of 180", 0),
+        # An ordinary GPU fault on a node of the domain asks for that node, under the rack limit too.
+        (fleet(BIG), fault(), 0, True, "within limits", 0),
+        (fleet(BIG, {"nvl-r01": 4}), fault(), 0, True, "within limits", 0),  # 5 of 22: the rack's limit
+        (fleet(BIG, {"nvl-r01": 5}), fault(), 0, False, "rack limit: 5 of 23 in nvl-r01", 0),
+        # A critical fault is that node's lost GPU: past the limits for it alone.
+        (fleet(SMALL, {"nvl-r02": 9}), whole_domain(critical=True), 0, False, "fleet limit", 0),
+        (fleet(SMALL, {"nvl-r02": 9}), fault(critical=True), 0, True, "critical fault", 0),
+        # An operator's forced domain removal takes the domain, recorded.
+        (fleet(SMALL), whole_domain(force=True), 0, True, "forced by sweep", 17),
+    ],
+)
+def test_a_domain_fault_is_granted_or_refused_whole(snapshot, request_, pending, granted, reason, with_it) -> None:
+    d = decide(POLICY, snapshot, request_, {}, now=100.0, breaker_open=False, pending_grants=pending)
+    assert (d.granted, reason in d.reason, len(d.domain_nodes)) == (granted, True, with_it), d.reason
+    if granted and with_it:
+        assert set(d.domain_nodes) <= set(DOMAIN) - {request_.node}
+
+
+def test_a_domain_request_is_never_critical() -> None:
+    """Its other trays' GPUs still work (single-tray jobs): they wait for the budget."""
+    assert whole_domain(critical=True).critical is False
+    critical_with_domain = RemovalRequest("gb-00", "nvl-r01", "xid 79", "agent", critical=True, domain="nvl72-r01",
+                                          domain_nodes=DOMAIN[1:])
+    d = decide(POLICY, fleet(SMALL, {"nvl-r02": 9}), critical_with_domain, {}, now=100.0, breaker_open=False)
+    assert d.granted and d.domain_nodes == [] and "the rest of NVLink domain nvl72-r01 is not taken" in d.reason
+
+
+def test_a_domain_fault_is_one_failure_to_the_storm_breaker() -> None:
+    """18 trays out through one fabric fault are one cause; two other nodes failing beside it
+    are not a storm (3 of 360 is under 20%), and the domain's nodes are not counted as failing."""
+    d = decide(POLICY, fleet(BIG), whole_domain(), {"x-1": 99.0, "x-2": 99.0}, now=100.0, breaker_open=False)
+    assert d.granted and not d.breaker_opened
+
+
+def test_an_open_breaker_holds_a_domain_fault() -> None:
+    d = decide(POLICY, fleet(BIG), whole_domain(), {}, now=100.0, breaker_open=True)
+    assert not d.granted and d.domain_nodes == [] and "circuit breaker is open" in d.reason
+
+
+def test_a_dry_run_grants_no_domain() -> None:
+    d = decide(GuardPolicy(dry_run=True), fleet(BIG), whole_domain(), {}, now=100.0, breaker_open=False)
+    assert not d.granted and d.dry_run and d.domain_nodes == [] and "would grant" in d.reason
+
+
+MEMBERS = [(n, "production") for n in DOMAIN[:17]] + [(DOMAIN[17], "maintenance")]
+
+
+@pytest.mark.parametrize(
+    "domain,check,signature,asks_for",
+    [
+        ("nvl72-r01", "imex", "", 17),  # IMEX down: the node and the domain's 16 other in-service nodes
+        ("nvl72-r01", "", "nvswitch_sxid_fatal", 17),  # an NVSwitch tray's fatal SXid
+        ("nvl72-r01", "", "fabric_manager_topology_mismatch", 17),
+        ("nvl72-r01", "nvidia-smi", "", 1),  # an ordinary GPU check: that node
+        ("nvl72-r01", "", "gpu_fallen_off_bus", 1),  # a GPU's own fault
+        ("nvl72-r01", "", "nvswitch_sxid_nonfatal", 1),  # a warning is not a fabric outage
+        ("", "imex", "", 1),  # a node in no domain (HGX) asks for itself
+    ],
+)
+def test_which_faults_ask_for_the_whole_domain(domain, check, signature, asks_for) -> None:
+    request = removal_for_fault(fault(), domain, MEMBERS, check=check, signature=signature)
+    assert 1 + len(request.domain_nodes) == asks_for
+    assert request.node == "gb-00" and "gb-00" not in request.domain_nodes and DOMAIN[17] not in request.domain_nodes
+    assert request.domain == (domain if asks_for > 1 else "")
