@@ -380,7 +380,7 @@ class JobRestart(SQLModel, table=True):
     requeued_at: Optional[datetime] = None
     running_at: Optional[datetime] = None
     new_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    # The job's nodes when it was requeued (migration 0016), so that its replacements are
+    # The job's nodes when it was requeued (migration 0017), so that its replacements are
     # new_nodes less these (fleetctl.jobs.placement.replacements); [] when not known.
     nodes_before: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     status: str = Field(default="in_progress", index=True)  # in_progress, succeeded, failed

@@ -4,8 +4,8 @@
 replacements are its `new_nodes` less these (fleetctl.jobs.placement.replacements). `[]` for
 the restarts recorded before, which then show every node the job ran on again, as they did.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-01
 """
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
