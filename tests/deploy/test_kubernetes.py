@@ -88,6 +88,7 @@ def adapter_calls() -> set[tuple[str, str, str]]:
             "node_state": lambda: adapter.node_state("gpu-1"),
             "busy_nodes": adapter.busy_nodes,
             "jobs_on_node": lambda: adapter.jobs_on_node("gpu-1"),
+            "workloads_on_node": lambda: adapter.workloads_on_node("gpu-1"),
             "job": lambda: adapter.job("ml/train"),
             "job_history": adapter.job_history,
             "drain": lambda: adapter.drain("gpu-1", "rbac"),

@@ -77,7 +77,7 @@ async def test_work_queued_behind_a_long_drain_past_the_bound_is_stalled_until_i
         shown = await _run(cli, "node", "show", node)
         assert "Stalled" in shown.output and "still waiting" in shown.output, shown.output
         status = await _run(cli, "fleet", "status")
-        assert "stalled: 1 nodes" in status.output and node in status.output, status.output
+        assert "stalled: 1 node " in status.output and node in status.output, status.output
         assert set(_stalled_series(engine, settings.fleet)) == {node}
 
         # The job ends: the drain completes, the recheck is worked, the queue empties.
