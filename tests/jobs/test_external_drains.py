@@ -18,6 +18,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from tests.jobs.support import until
 from tests.support.cli import console
+from tests.support.worker import terminate_node_workflows
 from workflows.definitions.shared import QUICK
 
 pytestmark = pytest.mark.temporal
@@ -161,4 +162,7 @@ def test_a_slurm_drain_by_nhc_becomes_the_nodes_health_event(settings, slurm_clu
             assert _events(engine, "node4") == [] and "DrainedOutside" not in _conditions(cli)["node4"]
             assert queries.get_node(engine, "node3").state == "production"  # record-only
     finally:
+        # The Slurm cluster's node names are every Slurm test's: a node workflow left running on
+        # this test's task queue (no worker after it) would be the one a later test's start finds.
+        asyncio.run(terminate_node_workflows(settings, slurm_cluster.node_names))
         slurm_cluster.reset()
