@@ -5,6 +5,8 @@ node's own step (its resume, its drain, the restart) never fails for it."""
 
 from __future__ import annotations
 
+import threading
+
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -16,12 +18,21 @@ from fleetctl.schedulers.base import SchedulerError
 from workflows.activities.schedulers import SchedulerRegistry
 
 
+# Refills run in activity threads, several at once when nodes enter production together. Each
+# reads the pool, then writes its choice whole: two at once both saw an empty pool and the
+# later one replaced the earlier's spare (and its Slurm reservation) with another node, so a
+# job could start on the node that had just been the spare. One at a time in a worker, each
+# reads what the one before it chose. (Workers in other processes can still interleave.)
+_ONE_REFILL_AT_A_TIME = threading.Lock()
+
+
 def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why: str, island: str) -> None:
     """Refill the pool of `island` (nothing for a node in no island)."""
     if not island or (settings.spares_per_island == 0 and island not in store.held(engine).values()):
         return
     try:
-        result = spares_sync.fill(engine, settings.spares_per_island, schedulers.get, islands={island})
+        with _ONE_REFILL_AT_A_TIME:
+            result = spares_sync.fill(engine, settings.spares_per_island, schedulers.get, islands={island})
     except (SchedulerError, SQLAlchemyError, ApplicationError) as exc:  # the last: a scheduler not set up
         activity.logger.warning("spares not refilled (%s): %s", why, exc)
         return
