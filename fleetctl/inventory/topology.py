@@ -55,15 +55,12 @@ def switch_island_conflict(nodes: Sequence[Placed]) -> str | None:
     """Why the nodes do not form a tree, when two on one leaf switch name different islands
     (the switch would hang under both: Slurm refuses it, and a restart's island would be
     ambiguous); None when every switch is in one island."""
-    first: dict[str, Placed] = {}
-    for n in nodes:
-        if not n.switch:
-            continue
-        seen = first.setdefault(n.switch, n)
-        if seen.island != n.island:
-            return (f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
-                    f"not {n.island or '(none)'}")
-    return None
+    found = _first_disagreement(nodes, "switch", "island")
+    if found is None:
+        return None
+    seen, n = found
+    return (f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
+            f"not {n.island or '(none)'}")
 
 
 def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
@@ -71,14 +68,26 @@ def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
     different profiles (the trays of one NVL72 rack are one kind of machine: a mixed domain is a
     typo that would judge one tray's fabric against another machine's numbers); None when each
     domain has one profile. `nodes` have name, profile and nvlink_domain (the inventory's NodeSpec)."""
+    found = _first_disagreement(nodes, "nvlink_domain", "profile")
+    if found is None:
+        return None
+    seen, n = found
+    return (f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
+            f"not {n.profile} (a domain's nodes share one profile)")
+
+
+def _first_disagreement(nodes: Sequence[Any], group: str, value: str) -> tuple[Any, Any] | None:
+    """The first node whose `value` differs from that of the first node of its `group` (nodes
+    with no group are in none), with that first node: (first, differing); None when each group
+    agrees."""
     first: dict[str, Any] = {}
     for n in nodes:
-        if not n.nvlink_domain:
+        key = getattr(n, group)
+        if not key:
             continue
-        seen = first.setdefault(n.nvlink_domain, n)
-        if seen.profile != n.profile:
-            return (f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
-                    f"not {n.profile} (a domain's nodes share one profile)")
+        seen = first.setdefault(key, n)
+        if getattr(seen, value) != getattr(n, value):
+            return seen, n
     return None
 
 

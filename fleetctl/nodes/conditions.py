@@ -42,12 +42,6 @@ OUT_OF_SERVICE = {
 }
 
 
-# A node on its way in (firmware, burn-in, admission) serves no work yet: however well its
-# first checks went, it is not Ready until admission lets it into production.
-NOT_YET_ADMITTED = frozenset({NodeState.NEW.value, NodeState.FIRMWARE.value, NodeState.BURN_IN.value,
-                              NodeState.ADMISSION.value})
-
-
 class UnknownState(ValueError):
     pass
 
@@ -190,7 +184,7 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
         found.append(suspect)
     if state in OUT_OF_SERVICE:
         found.append(Condition(OUT_OF_SERVICE[state], last_cause or state, state_since))
-    elif state in NOT_YET_ADMITTED:
+    elif NodeState(state).not_yet_admitted:  # not Ready until admission lets it into production
         found.append(Condition("NotAdmitted", f"{state}: not yet admitted to production", state_since))
     newest = checks[0] if checks else None
     if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:

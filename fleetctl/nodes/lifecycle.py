@@ -64,6 +64,12 @@ class NodeState(str, enum.Enum):
         return self in (NodeState.FIRMWARE, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.DRAINING)
 
     @property
+    def not_yet_admitted(self) -> bool:
+        """On its way in (firmware, burn-in, admission): serving no work yet, however well its
+        first checks went."""
+        return self in (NodeState.NEW, NodeState.FIRMWARE, NodeState.BURN_IN, NodeState.ADMISSION)
+
+    @property
     def returns_to_service(self) -> bool:
         """On the way back into production (a remediation that sets it has repaired the node)."""
         return self in (NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION)
