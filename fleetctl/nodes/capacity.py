@@ -106,8 +106,10 @@ class RemovalDecision:
     grant: str = ""
     # The decision would have been this one, but automation runs dry (GuardPolicy.dry_run).
     dry_run: bool = False
-    # A granted domain request: the domain's other nodes the grant takes out with `node`.
+    # A granted domain request: the domain's other nodes the grant takes out with `node`, and
+    # (set by the guard workflow) each one's own grant, for its drain.
     domain_nodes: list[str] = field(default_factory=list)
+    domain_grants: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fleetctl.nodes.capacity import GuardPolicy
+from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
 
 
@@ -370,6 +370,17 @@ class SchedulerStateReport:
     reason: str
 
 
+
+
+@dataclass
+class FaultRemoval:
+    """A removal a fault asks the guard for, with what found the fault: a failed check's name
+    or a health event's catalog signature (GuardActivities.removal_for_fault widens a fault of
+    an NVLink domain's fabric to the whole domain)."""
+
+    request: RemovalRequest
+    check: str = ""
+    signature: str = ""
 
 
 @dataclass

@@ -86,31 +86,42 @@ class CapacityGuard:
             # first: a node that moves between the two reads is then counted twice (still
             # pending, and out in the snapshot), never missed (its grant dropped for a move that
             # a snapshot read before it does not show), which let a storm drain past the limit.
+            # A domain request (removal_for_fault) takes its domain's other nodes too: their
+            # versions are read with the node's.
             if workflow.patched("guard-versions-before-snapshot"):
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
                 snapshot = await self._snapshot_for(req)
             else:
                 snapshot = await self._snapshot_for(req)
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
             self.s.pending = {n: g for n, g in self.s.pending.items()
                               if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
+            # A domain node granted before (for a fault of its own) is in this request's cost
+            # (removal_cost): counted there, not again as pending.
+            counted = [g for n, g in self.s.pending.items() if n not in req.domain_nodes]
             self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
                                       if now - t < self.s.policy.storm_window_s}
             decision = decide(
                 self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
-                pending_grants=len(self.s.pending),
-                pending_in_rack=sum(1 for g in self.s.pending.values() if g.rack == req.rack),
+                pending_grants=len(counted),
+                pending_in_rack=sum(1 for g in counted if g.rack == req.rack),
             )
             if not req.force:
                 self.s.recent_failures[req.node] = now
             if decision.breaker_opened:
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
             if decision.granted:
-                self.s.pending[req.node] = PendingGrant(req.rack, now, versions.get(req.node, -1))
-                self.s.granted_total += 1
-                decision.grant = grant_for(workflow.info().workflow_id, req.node, versions.get(req.node, -1))
+                guard = workflow.info().workflow_id
+                granted = [req.node, *decision.domain_nodes]
+                for node in granted:
+                    # A domain's nodes are counted in the finder's rack: an NVL72 domain is one rack.
+                    self.s.pending[node] = PendingGrant(req.rack, now, versions.get(node, -1))
+                self.s.granted_total += len(granted)
+                decision.grant = grant_for(guard, req.node, versions.get(req.node, -1))
+                decision.domain_grants = {node: grant_for(guard, node, versions.get(node, -1))
+                                          for node in decision.domain_nodes}
             else:
                 self.s.denied_total += 1
             kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else (

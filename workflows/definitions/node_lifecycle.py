@@ -87,9 +87,11 @@ with workflow.unsafe.imports_passed_through():
         SCHEDULER_ROUND,
         ask_guard,
         hold_for_check,
+        hold_nvlink_domain,
         record_automation,
         refuse_ungranted_drain,
         release_hold,
+        removal_for,
         run_check,
         unless,
     )
@@ -449,7 +451,7 @@ class NodeLifecycle:
         self.s.last_outcome = cause
         if self.s.state == NodeState.PRODUCTION.value:
             await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck",
-                                      event=check_event(failed.check, "fail", failed.reason))
+                                      event=check_event(failed.check, "fail", failed.reason), check=failed.check)
 
     async def _health_events(self, items: list[WorkItem]) -> None:
         """A burst recorded in one activity (critical events ahead of minor ones), then each
@@ -516,14 +518,20 @@ class NodeLifecycle:
             return None
 
     async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
-                             request_id: str = "", event: dict | None = None) -> None:
+                             request_id: str = "", event: dict | None = None, check: str = "") -> None:
+        """Drain the node for its fault through the guard; a failed `check` of its NVLink
+        domain's fabric asks for the whole domain and drains the domain's other nodes first
+        (this node's own drain then waits for its jobs)."""
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **QUICK)
-        decision = await ask_guard(
-            RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor, critical=critical,
-                           request_id=request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"))
+        request_id = request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"
+        removal = await removal_for(RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor,
+                                                   critical=critical, request_id=request_id), check=check)
+        decision = await ask_guard(removal)
         if not decision.granted:
             self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
             return
+        if decision.domain_nodes:
+            await hold_nvlink_domain(decision, removal, cause, request_id)
         if await self._move("drain", cause, actor, Actor.AUTOMATION.value, event):
             await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
                                              fault_seen_at=fault_seen_at or workflow.now().timestamp(),

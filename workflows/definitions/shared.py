@@ -34,7 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers
+    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers, is_domain_fabric_fault
     from fleetctl.nodes.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
@@ -42,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.schedulers.base import REASON_PREFIX
     from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities, NodeCommandActivities
-    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, HeldNode, NodeCommandOutcome,
-                               SchedulerHold, TransitionRequest)
+    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, FaultRemoval, HeldNode,
+                               NodeCommandOutcome, SchedulerHold, TransitionRequest)
 
 # The checks that read a node's firmware inventory (recorded as check runs).
 FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
@@ -184,6 +184,30 @@ async def guarded_drain(removal: RemovalRequest, drain: TransitionRequest) -> tu
     if not decision.granted:
         return decision, None
     return decision, await command_node(dataclasses.replace(drain, grant=decision.grant))
+
+
+async def removal_for(req: RemovalRequest, check: str = "", signature: str = "") -> RemovalRequest:
+    """The request a fault asks the guard for (patch nvlink-domain-hold): a fault of an NVLink
+    domain's fabric (a failed `imex` check: fleetctl.nodes.capacity.DOMAIN_FABRIC_CHECKS) found
+    on a node of a domain asks for the whole domain at once; any other fault, or a node in no
+    domain, asks for the node alone, with no activity."""
+    if not is_domain_fabric_fault(check, signature) or not workflow.patched("nvlink-domain-hold"):
+        return req
+    return await workflow.execute_activity_method(GuardActivities.removal_for_fault,
+                                                  FaultRemoval(req, check, signature), **QUICK)
+
+
+async def hold_nvlink_domain(decision: RemovalDecision, removal: RemovalRequest, cause: str,
+                             key: str) -> list[NodeCommandOutcome]:
+    """Drain the other nodes of a granted domain request, each with its own grant, all at once.
+    They are not at fault (no event: no runbook remediates them), but no multi-node NVLink job
+    can run on them until the domain's fabric is repaired; an operator returns them then."""
+    held = bounded(f"NVLink domain {removal.domain} held: its fabric failed on {removal.node}: {cause}")
+    return list(await asyncio.gather(*(
+        command_node(TransitionRequest(node=node, trigger=Trigger.DRAIN.value, actor=removal.actor,
+                                       actor_kind=Actor.AUTOMATION.value, cause=held, request_id=f"{key}/domain/{node}",
+                                       grant=decision.domain_grants.get(node, "")))
+        for node in decision.domain_nodes)))
 
 
 def refuse_ungranted_drain(req: TransitionRequest, node: str, state_version: int) -> None:
