@@ -20,13 +20,14 @@ NVLink domains (a GB200 NVL72 rack, the inventory's `nvlink_domain`): a fault of
 fabric (IMEX down, an NVSwitch tray) takes every node of the domain out of multi-node NVLink
 jobs at once, so it costs the guard the whole domain, not one node. The rule:
 - a domain-fabric fault is one request for the domain (domain_removal): the node that found
-  it plus every other in-service node of the domain (`domain_nodes`, node -> rack), granted
-  or refused as one: all of them within the fleet's and each rack's limits, or none (half a
-  domain drained frees nothing: the rest cannot run an NVLink job either);
+  it plus every other in-service node of the domain (`domain_nodes`), granted or refused as
+  one, within the fleet's limit (half a domain drained frees nothing: the rest cannot run an
+  NVLink job either); the guard workflow hands out a grant per node (`domain_grants`);
 - it is one failure to the storm breaker (one fault, one cause), not one per node;
 - an ordinary GPU fault on a domain's node (an XID, a failed check) asks for that one node;
-- a critical request is the node's own lost GPU: it passes the limits for that node only, and
-  the rest of the domain is not taken with it (their GPUs still work).
+- a critical request is the node's own lost GPU: it passes the limits for that node only;
+  when its fault is of the domain's fabric (a fatal NVSwitch SXid), the rest of the domain
+  follows as a second request, within the limits (removals_for_fault).
 The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
 domain), so its nodes are its GPUs over that profile's count per tray.
 """
@@ -235,14 +236,26 @@ def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
     return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
 
 
-def removal_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
-                      check: str = "", signature: str = "") -> RemovalRequest:
-    """The one request a fault on `request.node` makes: for its whole NVLink domain `domain`
-    (members: (name, state) of its nodes) when the fault is of the domain's fabric, else (an
-    ordinary GPU fault, or a node in no domain) for the node alone, unchanged."""
-    if domain and is_domain_fabric_fault(check, signature):
-        return domain_removal(request, domain, members)
-    return request
+def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
+                       check: str = "", signature: str = "") -> list[RemovalRequest]:
+    """The requests a fault on `request.node` makes, asked in order (members: (name, state) of
+    the nodes of its NVLink domain `domain`):
+    - an ordinary GPU fault, or a node in no domain: the node alone, unchanged;
+    - a fault of the domain's fabric: the whole domain as one request (domain_removal);
+    - the same fault said to be critical (a fatal NVSwitch SXid): the node alone, past the
+      limits (its GPUs are lost), then the rest of the domain as one request within them
+      (their GPUs work, but not together), if any of it is still in service."""
+    if not (domain and is_domain_fabric_fault(check, signature)):
+        return [request]
+    if not request.critical:
+        return [domain_removal(request, domain, members)]
+    members = list(members)
+    others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
+    if not others:
+        return [request]
+    rest = RemovalRequest(others[0], request.rack, f"NVLink domain {domain} held: its fabric failed on "
+                          f"{request.node}: {request.reason}", request.actor, request_id=f"{request.request_id}/domain")
+    return [request, domain_removal(rest, domain, [(name, state) for name, state in members if name != request.node])]
 
 
 def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]]) -> RemovalRequest:

@@ -1,6 +1,6 @@
 """The capacity guard counts an NVLink domain (issue 30 item 6) on the real guard workflow and
 database: a fault of a GB200 NVL72 domain's fabric is one request for every in-service node of
-the domain (GuardActivities.removal_for_fault), granted whole with a grant per node (each
+the domain (GuardActivities.removals_for_fault), granted whole with a grant per node (each
 node's workflow takes its drain with it), or refused whole when the domain does not fit the
 fleet's limit; a granted domain's nodes count as pending until they move."""
 
@@ -50,7 +50,7 @@ async def _domain_fleet(fleet, trays: int = 4, others: int = 6) -> tuple[str, li
 
 async def _ask(fleet, req: RemovalRequest, check: str = "") -> RemovalDecision:
     """What a sweep asks when `check` failed on req.node: the request the fault makes, to the guard."""
-    widened = GuardActivities(fleet.settings, lambda: None).removal_for_fault(FaultRemoval(req, check))
+    (widened,) = GuardActivities(fleet.settings, lambda: None).removals_for_fault(FaultRemoval(req, check)).requests
     guard = await ensure_capacity_guard(fleet.client, fleet.settings)
     return await guard.execute_update(REQUEST_REMOVAL_UPDATE, widened, result_type=RemovalDecision)
 

@@ -16,13 +16,13 @@ from fleetctl.nodes.capacity import (
     RemovalDecision,
     RemovalRequest,
     guard_snapshot,
-    removal_for_fault,
+    removals_for_fault,
 )
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
 from workflows.activities.database import DatabaseActivities
-from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState, FaultRemoval
+from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState, FaultRemoval, FaultRemovals
 
 
 class GuardActivities(DatabaseActivities):
@@ -58,15 +58,15 @@ class GuardActivities(DatabaseActivities):
         return ""
 
     @activity.defn
-    def removal_for_fault(self, fault: FaultRemoval) -> RemovalRequest:
-        """The one request a fault makes (fleetctl.nodes.capacity.removal_for_fault): for the
-        node alone, or, for a fault of its NVLink domain's fabric, for the whole domain, its
-        nodes read as they are now."""
+    def removals_for_fault(self, fault: FaultRemoval) -> FaultRemovals:
+        """The requests a fault makes (fleetctl.nodes.capacity.removals_for_fault): the node
+        alone, or, for a fault of its NVLink domain's fabric, the whole domain, its nodes read
+        as they are now."""
         req = fault.request
         found = queries.nodes_named(self.engine, [req.node])
         domain = found[0].nvlink_domain if found else ""
         members = [(n.name, n.state) for n in queries.nodes_in_nvlink_domain(self.engine, domain)]
-        return removal_for_fault(req, domain, members, fault.check, fault.signature)
+        return FaultRemovals(removals_for_fault(req, domain, members, fault.check, fault.signature))
 
     @activity.defn
     def state_versions(self, names: list[str]) -> dict[str, int]:

@@ -103,6 +103,9 @@ class HealthEventInput:
     # `at` is the logged record's own time (a kernel line, an alert's start), not the moment
     # the sender sent it: believed however long the event waited (fleetctl.nodes.health.plausible_time).
     at_from_record: bool = False
+    # The catalog signature the sender read the fault as (checks/catalog/signatures.tsv), ""
+    # for an Xid or none: a fault of an NVLink domain's fabric holds the domain (removals_for).
+    signature: str = ""
 
 
 @dataclass
@@ -375,12 +378,19 @@ class SchedulerStateReport:
 @dataclass
 class FaultRemoval:
     """A removal a fault asks the guard for, with what found the fault: a failed check's name
-    or a health event's catalog signature (GuardActivities.removal_for_fault widens a fault of
+    or a health event's catalog signature (GuardActivities.removals_for_fault widens a fault of
     an NVLink domain's fabric to the whole domain)."""
 
     request: RemovalRequest
     check: str = ""
     signature: str = ""
+
+
+@dataclass
+class FaultRemovals:
+    """The requests a fault makes, asked of the guard in order (fleetctl.nodes.capacity.removals_for_fault)."""
+
+    requests: list[RemovalRequest] = field(default_factory=list)
 
 
 @dataclass

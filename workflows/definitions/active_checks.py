@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionRequest,
     )
     from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, guarded_drain, hold_for_check,
-                                              hold_nvlink_domain, release_hold, removal_for, run_check)
+                                              hold_nvlink_domain, release_hold, removals_for, run_check)
 
 
 @workflow.defn
@@ -191,13 +191,13 @@ async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, re
     """Drain `node` for its failure through the guard; a failed `check` of an NVLink domain's
     fabric asks for the whole domain at once and drains the domain's other nodes with it."""
     facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
-    removal = await removal_for(RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key),
-                                check=check)
+    removals = await removals_for(RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor,
+                                                 request_id=key), check=check)
     decision, outcome = await guarded_drain(
-        removal,
+        removals[0],
         TransitionRequest(node=node, trigger="drain", actor=req.actor, actor_kind=Actor.AUTOMATION.value, cause=cause,
                           request_id=f"{key}/drain", event=event))
     (result.drained if outcome is not None and outcome.accepted else result.held).append(node)
-    if decision.granted and decision.domain_nodes:
-        for held in await hold_nvlink_domain(decision, removal, cause, key):
+    if decision.granted:
+        for held in await hold_nvlink_domain(removals, decision, cause, key):
             (result.drained if held.accepted else result.held).append(held.node)
