@@ -26,7 +26,7 @@ from datetime import datetime
 
 from checks.result import SEVERITIES
 from checks.xid import xid_action
-from fleetctl.text import MAX_TEXT, bounded
+from fleetctl.text import bounded
 
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
