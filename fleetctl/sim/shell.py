@@ -154,8 +154,19 @@ def _all_reduce_perf(call: _Call) -> ToolRun:
 
 def _xhpl(call: _Call) -> ToolRun:
     ranks = call.ranks or call.node.profile.gpu_count
-    output, seconds = render_hpl(call.node, min(ranks, len(call.node.gpus)), call.rng)
+    if ranks > len(call.node.gpus):
+        return ToolRun(_too_many_ranks(call.node, ranks), 5.0)
+    output, seconds = render_hpl(call.node, ranks, call.rng)
     return ToolRun(output, 40.0 + seconds)  # matrix generation and warm-up
+
+
+def _too_many_ranks(node: NodeState, ranks: int) -> ToolOutput:
+    """HPL-NVIDIA binds each local rank to the GPU of its number: a rank past the node's last
+    GPU gets CUDA's 'invalid device ordinal' and Open MPI aborts the job (its banner as
+    NVIDIA/nccl-tests#165 shows it), before HPL prints a result."""
+    errors = "".join(f"[{node.hostname}:{4242 + rank}] CUDA error: invalid device ordinal (rank {rank}, device {rank})\n"
+                     for rank in range(len(node.gpus), ranks))
+    return ToolOutput("", errors + _MPI_ABORTED, 1)
 
 
 def _dmesg(call: _Call) -> ToolRun:
@@ -415,6 +426,14 @@ This usually is caused by:
 
 * not finding the required libraries and/or binaries on
   one or more nodes.
+--------------------------------------------------------------------------
+"""
+
+
+# What Open MPI's mpirun prints when a rank exits non-zero (NVIDIA/nccl-tests#165).
+_MPI_ABORTED = """--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
 --------------------------------------------------------------------------
 """
 

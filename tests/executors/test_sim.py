@@ -108,7 +108,12 @@ def run_check(ex: SimExecutor, check: str, profile: str = "h100-sxm", name: str 
         return run_rails(lambda argv: run_on(name, argv), spec, load_profile(profile))
     if spec.plan == "pairs":
         return run_pairs(run_on, spec, name, PARTNERS, load_profile(profile).gpu_count)
-    return run_on(name, spec.argv)
+    return run_on(name, spec.argv_for(load_profile(profile)))
+
+
+def checks_for(profile: str) -> dict:
+    """The catalog's checks that judge a node of `profile` (the worker runs no other)."""
+    return {name: spec for name, spec in CHECKS.items() if spec.applies_to(load_profile(profile))}
 
 
 def busbw_at_largest_size(text: str) -> float:
@@ -122,7 +127,7 @@ def busbw_at_largest_size(text: str) -> float:
 @pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_healthy_node_passes_every_check(profile: str) -> None:
     ex = executor()
-    for name, spec in CHECKS.items():
+    for name, spec in checks_for(profile).items():
         result = run_check(ex, name, profile)
         verdict = judge(spec.kind, result.stdout, profile)
         assert verdict.status is PASS, f"{name}: {verdict.reason}"
@@ -134,7 +139,7 @@ def test_healthy_node_passes_every_check(profile: str) -> None:
 def test_fault_affects_its_checks_and_no_others(fault: str, profile: str) -> None:
     ex = executor([SimFaultSpec(fault, gpu=FAULT_GPU.get(fault, 3))])
     unexpected = {}
-    for name, spec in CHECKS.items():
+    for name, spec in checks_for(profile).items():
         status = judged(run_check(ex, name, profile), spec.kind, profile)
         if status not in FAULT_EFFECTS[fault].get(name, {PASS}):
             unexpected[name] = status

@@ -57,6 +57,8 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
     ]
     pid = rng.randint(1000, 4_000_000)
     if ranks > len(node.gpus):
+        # More GPUs than the node has: CUDA refuses the device ordinal past the last, as
+        # NVIDIA/nccl-tests#165 and #263 show it (`-g 8` on fewer GPUs).
         lines.append(f"{node.hostname}: Test CUDA failure common.cu:1002 'invalid device ordinal'")
         lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
         return ToolOutput("\n".join(lines) + "\n", exit_status=2), 2.0
