@@ -33,6 +33,7 @@ from fleetctl.sim.render.host import (
     render_uname_r,
 )
 from fleetctl.sim.render.hpl import render_hpl
+from fleetctl.sim.render.imex import render_imex_ctl_domain
 from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_perfquery
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
 from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
@@ -167,6 +168,16 @@ def _too_many_ranks(node: NodeState, ranks: int) -> ToolOutput:
     errors = "".join(f"[{node.hostname}:{4242 + rank}] CUDA error: invalid device ordinal (rank {rank}, device {rank})\n"
                      for rank in range(len(node.gpus), ranks))
     return ToolOutput("", errors + _MPI_ABORTED, 1)
+
+
+def _nvidia_imex_ctl(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-c", "-i", "-u", "-t"})
+    if "-N" not in flags:
+        raise _UsageError("simulated nvidia-imex-ctl answers -N (the domain's status)")
+    if not call.node.host.services.get("nvidia-imex"):
+        # The tool comes with the IMEX package, installed where IMEX runs (GB200 trays).
+        return ToolRun(ToolOutput("", "bash: line 1: nvidia-imex-ctl: command not found\n", 127), 0.0)
+    return ToolRun(render_imex_ctl_domain(call.node), 0.3)
 
 
 def _dmesg(call: _Call) -> ToolRun:
@@ -335,6 +346,7 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "xhpl": _xhpl,
     "hpl.sh": _xhpl,
     "dmesg": _dmesg,
+    "nvidia-imex-ctl": _nvidia_imex_ctl,
     "journalctl": _journalctl,
     "ibstat": _ibstat,
     "ib_write_bw": _ib_write_bw,
