@@ -34,7 +34,7 @@ from fleetctl.sim.render.host import (
 )
 from fleetctl.sim.render.hpl import render_hpl
 from fleetctl.sim.render.imex import render_imex_ctl_domain
-from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_perfquery
+from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_ibv_devinfo, render_perfquery
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
 from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
 from fleetctl.sim.render.xid import render_kernel_log
@@ -200,6 +200,13 @@ def _ibstat(call: _Call) -> ToolRun:
     return ToolRun(render_ibstat(call.node, positional), 0.1)
 
 
+def _ibv_devinfo(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-d", "--ib-dev", "-i", "--ib-port"})
+    device = _flag(flags, "-d", "--ib-dev")
+    verbose = bool({"-v", "-vv", "--verbose"} & flags.keys())
+    return ToolRun(render_ibv_devinfo(call.node, [device] if device else [], verbose), 0.1)
+
+
 _PERFTEST_VALUE_FLAGS = {
     *(f"-{c}" for c in "dsqDnxmpTiutQlIwSrE"),
     "--ib-dev", "--size", "--qp", "--duration", "--iters", "--port", "--mtu", "--gid-index", "--tos",
@@ -349,6 +356,7 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "nvidia-imex-ctl": _nvidia_imex_ctl,
     "journalctl": _journalctl,
     "ibstat": _ibstat,
+    "ibv_devinfo": _ibv_devinfo,
     "ib_write_bw": _ib_write_bw,
     "flint": _flint,
     "mstflint": _flint,

@@ -518,3 +518,17 @@ def test_a_profile_missing_a_value_is_refused() -> None:
     del raw["gpu_count"]
     with pytest.raises(ValueError, match="missing \\['gpu_count'\\]"):
         _typed_h100(raw)
+
+
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
+def test_ibv_devinfo_is_judged_like_ibstat_and_plain_ibv_devinfo_is_no_evidence(profile: str) -> None:
+    """ibv_devinfo -v answers as ibstat does (a down port fails); plain ibv_devinfo prints no
+    physical state nor speed, as the real one: unreadable, never a pass."""
+    healthy, down = executor(), executor([SimFaultSpec("ib-port-down", gpu=1)])
+    assert judged(healthy.run(target(profile), ("ibv_devinfo", "-v"), 60), "ib", profile) is PASS
+    assert judged(down.run(target(profile), ("ibv_devinfo", "-v"), 60), "ib", profile) is FAIL
+    assert judged(healthy.run(target(profile), ("ibv_devinfo",), 60), "ib", profile) is ERROR
+    # The same ports, states and rates as ibstat's.
+    devinfo = judge("ib", down.run(target(profile), ("ibv_devinfo", "-v"), 60).stdout, profile)
+    ibstat = judge("ib", down.run(target(profile), ("ibstat",), 60).stdout, profile)
+    assert (devinfo.status, devinfo.reason) == (ibstat.status, ibstat.reason)
