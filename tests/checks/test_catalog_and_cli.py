@@ -29,6 +29,7 @@ def test_check_list_json():
     rows = json.loads(result.output)
     assert {r["name"] for r in rows} == set(CHECKS)
     assert {"name", "tool", "kind", "typical_duration_s"} <= set(rows[0])
+    assert {r["name"]: r["judges"] for r in rows if r["judges"] != "all"} == {"imex": "nvlink-domain"}
 
 
 def test_check_list_table():

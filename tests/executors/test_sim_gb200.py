@@ -117,3 +117,17 @@ def test_tools_refuse_more_gpus_than_the_tray_has() -> None:
     assert "invalid device ordinal" in hpl.stderr and hpl.exit_status != 0
     assert judge("hpl", hpl.stdout + hpl.stderr, "gb200").status is Status.ERROR
     assert status(ex, "gpu-001", "hpl", "mpirun", "--bind-to", "none", "-np", "4", "xhpl") is Status.PASS
+
+
+def test_sim_fleet_cli_writes_domains_and_refuses_an_overfull_rack_in_one_line() -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.sim import app
+
+    ok = CliRunner().invoke(app, ["fleet", "--nodes", "18", "--racks", "1", "--profile", "gb200"])
+    assert ok.exit_code == 0, ok.output
+    assert {n["nvlink_domain"] for n in yaml.safe_load(ok.output)["nodes"]} == {"nvl72-rack-01"}
+    bad = CliRunner().invoke(app, ["fleet", "--nodes", "36", "--racks", "1", "--profile", "gb200"])
+    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1, bad.output
+    assert "use at least 2 racks" in bad.output
