@@ -350,9 +350,24 @@ def _boot_messages(node: NodeState) -> list[KernelEvent]:
     return events
 
 
+def fault_inapplicable(kind: str, profile: SimProfile) -> str:
+    """Why a fault of `kind` has nothing to act on in a node of `profile` ("": it acts there):
+    `fleetctl sim inject` refuses it, and a node given one anyway stays as it is."""
+    expected = load_profile(profile.name)
+    if kind in ("imex-down", "fabric-unhealthy") and not expected.nvlink_domain_gpus:
+        return f"{profile.name} nodes are in no multi-node NVLink domain: no IMEX, no domain fabric"
+    if kind == "nvswitch-sxid-fatal" and not profile.nvswitch_count:
+        return f"{profile.name} nodes have no NVSwitch of their own (a GB200 tray's are in the rack's switch trays)"
+    if kind == "fabricmanager-down" and "nvidia-fabricmanager" not in expected.required_services:
+        return f"{profile.name} nodes run no fabric manager"
+    return ""
+
+
 def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
     """Change the healthy state the way the fault would, and log what the kernel would."""
     p = node.profile
+    if fault_inapplicable(spec.kind, p):
+        return
     gpu = node.gpus[_fault_gpu(spec, len(node.gpus))]
     # A fault from before the last boot shows again once the driver loads.
     at = max(fault_onset(spec), node.boot_time + 300.0)
@@ -454,9 +469,7 @@ _HOST_FAULTS = {
     "cpu-offline": lambda node, gpu, at: setattr(node.host, "cpus_offline", 4),
     "disk-full": _disk_full,
     "fs-readonly": _fs_readonly,
-    # Where it is installed (HGX): a GB200 compute tray runs none.
-    "fabricmanager-down": lambda node, gpu, at: node.host.services.get("nvidia-fabricmanager") and
-    node.host.services.update({"nvidia-fabricmanager": "failed"}),
+    "fabricmanager-down": lambda node, gpu, at: node.host.services.update({"nvidia-fabricmanager": "failed"}),
     "driver-mismatch": lambda node, gpu, at: setattr(node.host, "loaded_driver", _OLDER_DRIVER),
     "clock-drift": _clock_drift,
 }
@@ -481,11 +494,8 @@ def _gpu_init_failed(node: NodeState, gpu: GpuState, at: float) -> None:
 def _nvswitch_sxid_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
     """A fatal SXid on one NVSwitch of the baseboard, as the nvswitch driver logs it (NVIDIA's
     Fabric Manager guide, quoted in leptonai/gpud: "SXid (PCI:...): 20034, Fatal, Link 30 LTSSM
-    Fault Up"). A compute tray of GB200 has no NVSwitch: nothing happens there."""
-    count = node.profile.nvswitch_count
-    if not count:
-        return
-    switch = gpu.index % count
+    Fault Up")."""
+    switch = gpu.index % node.profile.nvswitch_count
     where = f"nvidia-nvswitch{switch}: SXid (PCI:0000:{_NVSWITCH_BUS0 + switch:02x}:00.0): 20034"
     node.kernel_events += [KernelEvent(at, f"{where}, Fatal, Link 30 LTSSM Fault Up"),
                            KernelEvent(at, f"{where}, Severity 5 Engine instance 30 Sub-engine instance 00")]
@@ -493,17 +503,14 @@ def _nvswitch_sxid_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
 
 
 def _imex_down(node: NodeState, gpu: GpuState, at: float) -> None:
-    """The tray's nvidia-imex failed (where it is installed: a node without it has nothing to fail)."""
-    if node.host.services.get("nvidia-imex"):
-        node.host.services["nvidia-imex"] = "failed"
+    """The tray's nvidia-imex failed."""
+    node.host.services["nvidia-imex"] = "failed"
 
 
 def _fabric_unhealthy(node: NodeState, gpu: GpuState, at: float) -> None:
     """The tray's GPUs were refused by the NVLink fabric: registration Completed with a failed
     status, no clique, a zero cluster (Azure/azhpc-images#506's node), and no NVLink peer
-    access for NCCL. Only on a node of a multi-node NVLink domain."""
-    if not node.domain:
-        return
+    access for NCCL."""
     for refused in node.gpus:
         refused.fabric_status = "Insufficient Resources"
     node.clique_id, node.cluster_uuid = 0, "00000000-0000-0000-0000-000000000000"

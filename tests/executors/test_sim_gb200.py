@@ -4,14 +4,23 @@ or error, never pass), and tools that refuse more GPUs than the tray has."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from checks import judge
 from checks.result import Status
+from fleetctl.cli.main import app as fleetctl_app
+from fleetctl.cli.sim import app as sim_app
+from fleetctl.db.engine import get_engine
 from fleetctl.executors.base import NodeTarget
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import CURED_BY, SimFaultSpec
 from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.store import faults_for
+from tests.lifecycle.conftest import make_fleet
 
 NOW = 1_750_000_000.0
 TRAYS = [f"gpu-{i:03d}" for i in range(1, 19)]  # one rack: one NVL72 domain of 18 trays
@@ -120,14 +129,28 @@ def test_tools_refuse_more_gpus_than_the_tray_has() -> None:
 
 
 def test_sim_fleet_cli_writes_domains_and_refuses_an_overfull_rack_in_one_line() -> None:
-    import yaml
-    from typer.testing import CliRunner
-
-    from fleetctl.cli.sim import app
-
-    ok = CliRunner().invoke(app, ["fleet", "--nodes", "18", "--racks", "1", "--profile", "gb200"])
+    ok = CliRunner().invoke(sim_app, ["fleet", "--nodes", "18", "--racks", "1", "--profile", "gb200"])
     assert ok.exit_code == 0, ok.output
     assert {n["nvlink_domain"] for n in yaml.safe_load(ok.output)["nodes"]} == {"nvl72-rack-01"}
-    bad = CliRunner().invoke(app, ["fleet", "--nodes", "36", "--racks", "1", "--profile", "gb200"])
+    bad = CliRunner().invoke(sim_app, ["fleet", "--nodes", "36", "--racks", "1", "--profile", "gb200"])
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1, bad.output
     assert "use at least 2 racks" in bad.output
+
+
+@pytest.mark.parametrize("profile,fault,accepted", [
+    ("gb200", "imex-down", True), ("h100-sxm", "imex-down", False), ("h100-sxm", "fabric-unhealthy", False),
+    ("gb200", "nvswitch-sxid-fatal", False), ("h100-sxm", "nvswitch-sxid-fatal", True),
+    ("gb200", "fabricmanager-down", False), ("h100-sxm", "fabricmanager-down", True),
+])
+def test_sim_inject_refuses_a_fault_with_nothing_to_act_on_in_one_line(make_settings, sqlite_url, profile, fault,
+                                                                       accepted) -> None:
+    settings = make_settings(sqlite_url)
+    (node,) = make_fleet(settings, 1, profile, racks=1)
+    result = CliRunner().invoke(fleetctl_app, ["--db-url", settings.db_url, "sim", "inject", node, fault],
+                                env={"FLEETCTL_CONFIG": os.devnull})
+    stored = [f.kind for f in faults_for(get_engine(settings.db_url), node)]
+    if accepted:
+        assert result.exit_code == 0 and stored == [fault], result.output
+    else:
+        assert result.exit_code == 2 and stored == [], result.output
+        assert len(result.output.strip().splitlines()) == 1 and "has nothing to act on" in result.output
