@@ -1,5 +1,6 @@
-"""GB200 NVL72 trays through burn-in on the simulated fleet, beside HGX nodes in the same run:
-the trays' IMEX domain is judged (imex in the suite), an HGX node is not judged by it at all."""
+"""GB200 NVL72 trays through burn-in and a sweep on the simulated fleet, beside HGX nodes in the
+same run: the trays' IMEX domain is judged (imex in the suite), an HGX node is not judged by it
+at all."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from fleetctl.db import queries
 from fleetctl.db.jobs import held_nvlink_domains
 from tests.lifecycle.conftest import make_fleet
 from tests.support.checks import recorded_checks
+from workflows.api import SweepInput
 from workflows.client import ensure_node_workflows
+from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 
@@ -59,4 +62,34 @@ async def test_a_tray_whose_imex_is_down_fails_its_domain_in_burn_in(sim_fleet) 
     failed = await fleet.wait_event(down, "phase_failed", timeout_s=BURN_IN_S)
     assert failed.cause.startswith("burn-in: host-services: fail: nvidia-imex"), failed.cause
     # Its failed imex runs hold the domain: no restart is placed on any of its trays.
+    assert held_nvlink_domains(fleet.engine) == {"nvl72-rack-01"}
+
+
+async def test_a_sweep_fails_imex_on_the_trays_of_a_domain_with_imex_down_and_passes_hgx_over(sim_fleet) -> None:
+    """In production, one tray's IMEX fails: a quick sweep fails `imex` on the trays that still
+    reach their own daemon (domain DOWN), the faulted tray on its daemons (host-services), and
+    passes the HGX nodes in the same sweep without running imex there."""
+    fleet = await sim_fleet(4, "gb200", racks=1)
+    hgx = make_fleet(fleet.settings, 2, "h100-sxm", racks=1)
+    await ensure_node_workflows(fleet.client, fleet.settings, [(n, "new", 0) for n in hgx])
+    everyone = fleet.names + hgx
+    await fleet.admit(everyone)
+    assert set((await fleet.wait_states(everyone, {"production", "maintenance"}, timeout_s=BURN_IN_S)).values()) == {
+        "production"}
+    down = fleet.names[0]
+    fleet.inject(down, "imex-down")
+    result = await fleet.client.execute_workflow(
+        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=len(everyone), fleet=fleet.settings.fleet),
+        id=f"sweep-{down}", task_queue=fleet.settings.task_queue)
+    assert down in result.failed and not set(hgx) & set(result.failed + result.errors)
+    # Newest first: each check's run of the sweep, over its run at admission.
+    latest = {n: {r.check_name: r for r in reversed(queries.latest_checks(fleet.engine, n, limit=50))}
+              for n in everyone}
+    assert latest[down]["host-services"].status == "fail"
+    failed_imex = [n for n in fleet.names[1:] if n in result.failed]
+    assert failed_imex, result
+    for tray in failed_imex:
+        imex = latest[tray]["imex"]
+        assert imex.status == "fail" and imex.metrics["domain_state"] == "DOWN" and imex.metrics["ready"] == 3
+    assert all("imex" not in latest[n] for n in hgx)
     assert held_nvlink_domains(fleet.engine) == {"nvl72-rack-01"}
