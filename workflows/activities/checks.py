@@ -9,6 +9,7 @@ from temporalio.exceptions import ApplicationError
 
 from checks import judge, load_profile
 from checks.catalog import CHECKS, NOT_APPLICABLE, CheckSpec
+from checks.profiles import GpuProfile
 from checks.result import CheckResult, Status
 from checks.transcript import with_stderr
 from fleetctl.config import Settings
@@ -47,6 +48,7 @@ class CheckActivities(DatabaseActivities):
         spec = CHECKS.get(req.check)
         if spec is None:
             raise ApplicationError(f"unknown check {req.check}", type="UnknownCheck", non_retryable=True)
+        # The operator's profiles too, as the judge reads them.
         profile = load_profile(node.profile, self.settings.profiles_dir or None) if node.profile else None
         if not spec.applies_to(profile):
             # Not run and not recorded: no row says `pass`, so admission (which reads the recorded
@@ -82,7 +84,7 @@ class CheckActivities(DatabaseActivities):
         )
         return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
 
-    def _execute(self, spec: CheckSpec, node, profile) -> CommandResult:
+    def _execute(self, spec: CheckSpec, node, profile: GpuProfile | None) -> CommandResult:
         """The check's command on the node (with the profile's GPU count where the tool takes
         one), or its plan's commands (check_plans)."""
         timeout_s = max(30.0, spec.typical_duration_s * 3)
