@@ -154,3 +154,18 @@ def test_sim_inject_refuses_a_fault_with_nothing_to_act_on_in_one_line(make_sett
     else:
         assert result.exit_code == 2 and stored == [], result.output
         assert len(result.output.strip().splitlines()) == 1 and "has nothing to act on" in result.output
+
+
+@pytest.mark.parametrize("profile,imex", [("gb200", True), ("h100-sxm", False)])
+def test_the_prologs_suite_run_judges_imex_on_trays_only_and_gives_the_tools_the_profiles_gpus(
+        make_settings, sqlite_url, profile, imex) -> None:
+    """`fleetctl node prolog --suite standard|quick` runs the suite in its own process: imex
+    only where it applies, all-reduce and HPL on the node's GPU count; all pass on healthy nodes."""
+    from workflows.activities.prejob import run_prejob_suite
+
+    settings = make_settings(sqlite_url)
+    (node,) = make_fleet(settings, 1, profile, racks=1)
+    for suite in ("quick", "standard"):
+        finding = run_prejob_suite(settings, get_engine(settings.db_url), node, suite, f"job-{suite}")
+        assert finding.status == "pass", finding
+        assert ("imex" in finding.checked) is (imex and suite == "quick")
