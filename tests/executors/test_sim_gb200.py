@@ -64,7 +64,7 @@ def test_imex_down_on_a_tray_fails_the_domain_seen_from_the_others_and_is_unread
     ex = executor({"gpu-007": [SimFaultSpec("imex-down")]})
     seen = judge("imex", run(ex, "gpu-002", "nvidia-imex-ctl", "-N").stdout, "gb200")
     assert seen.status is Status.FAIL
-    assert (seen.metrics["domain_state"], seen.metrics["ready"]) == ("DOWN", 17)
+    assert (seen.metrics["domain_state"], seen.metrics["ready"]) == ("DEGRADED", 17)
     assert any(f.where and "node #6" in f.where and "UNAVAILABLE" in f.what for f in seen.findings)
     own = run(ex, "gpu-007", "nvidia-imex-ctl", "-N")
     assert own.exit_status != 0 and judge("imex", own.stdout + own.stderr, "gb200").status is Status.ERROR

@@ -51,14 +51,14 @@ async def test_gb200_trays_pass_burn_in_with_their_domain_and_hgx_nodes_are_not_
 
 async def test_a_tray_whose_imex_is_down_fails_its_domain_in_burn_in(sim_fleet) -> None:
     """The faulted tray's own daemon is down (its host-services check fails first, before imex);
-    the trays that reach their own daemons see it UNAVAILABLE and the domain DOWN: imex fails."""
+    the trays that reach their own daemons see it UNAVAILABLE and the domain DEGRADED: imex fails."""
     fleet = await sim_fleet(3, "gb200", racks=1)
     down, *others = fleet.names
     fleet.inject(down, "imex-down")
     await fleet.admit(fleet.names, suite="quick")
     for tray in others:
         failed = await fleet.wait_event(tray, "phase_failed", timeout_s=BURN_IN_S)
-        assert failed.cause.startswith("burn-in: imex: fail: IMEX domain state DOWN"), failed.cause
+        assert failed.cause.startswith("burn-in: imex: fail: IMEX domain state DEGRADED"), failed.cause
     failed = await fleet.wait_event(down, "phase_failed", timeout_s=BURN_IN_S)
     assert failed.cause.startswith("burn-in: host-services: fail: nvidia-imex"), failed.cause
     # Its failed imex runs hold the domain: no restart is placed on any of its trays.
@@ -67,7 +67,7 @@ async def test_a_tray_whose_imex_is_down_fails_its_domain_in_burn_in(sim_fleet) 
 
 async def test_a_sweep_fails_imex_on_the_trays_of_a_domain_with_imex_down_and_passes_hgx_over(sim_fleet) -> None:
     """In production, one tray's IMEX fails: a quick sweep fails `imex` on the trays that still
-    reach their own daemon (domain DOWN), the faulted tray on its daemons (host-services), and
+    reach their own daemon (domain DEGRADED), the faulted tray on its daemons (host-services), and
     passes the HGX nodes in the same sweep without running imex there."""
     fleet = await sim_fleet(4, "gb200", racks=1)
     hgx = make_fleet(fleet.settings, 2, "h100-sxm", racks=1)
@@ -90,6 +90,6 @@ async def test_a_sweep_fails_imex_on_the_trays_of_a_domain_with_imex_down_and_pa
     assert failed_imex, result
     for tray in failed_imex:
         imex = latest[tray]["imex"]
-        assert imex.status == "fail" and imex.metrics["domain_state"] == "DOWN" and imex.metrics["ready"] == 3
+        assert imex.status == "fail" and imex.metrics["domain_state"] == "DEGRADED" and imex.metrics["ready"] == 3
     assert all("imex" not in latest[n] for n in hgx)
     assert held_nvlink_domains(fleet.engine) == {"nvl72-rack-01"}
