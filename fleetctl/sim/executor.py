@@ -116,7 +116,9 @@ class SimExecutor:
         nodes_config.cfg's), each with whether its IMEX daemon runs now: not on a tray with
         imex-down, nor on one that does not answer. A tray of a domain's profile that the fleet
         names no domain for is a domain of its own (its GPUs still register with their fabric)."""
-        members = sorted(self._domain_members(name)) or ([name] if load_profile(profile).nvlink_domain_gpus else [])
+        if not load_profile(profile).nvlink_domain_gpus:
+            return []  # HGX: its NVLink ends at the chassis (the fleet is not asked)
+        members = sorted(self._domain_members(name)) or [name]
         down = {"imex-down", "unreachable"}
         return [DomainMember(member, domain_address(self._seed, members, member),
                              not any(f.kind in down for f in active_faults(self._faults_for(member), now)))
