@@ -34,6 +34,7 @@ domain), so its nodes are its GPUs over that profile's count per tray.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -244,12 +245,16 @@ def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[t
     - a fault of the domain's fabric: the whole domain as one request (domain_removal);
     - the same fault said to be critical (a fatal NVSwitch SXid): the node alone, past the
       limits (its GPUs are lost), then the rest of the domain as one request within them
-      (their GPUs work, but not together), if any of it is still in service."""
+      (their GPUs work, but not together), if any of it is still in service;
+    - none, when the node is already out of service: another node's request for the same
+      fault held the domain with it (every tray of a domain sees its IMEX fault)."""
     if not (domain and is_domain_fabric_fault(check, signature)):
         return [request]
+    members = list(members)
+    if any(name == request.node and not NodeState(state).in_service for name, state in members):
+        return []
     if not request.critical:
         return [domain_removal(request, domain, members)]
-    members = list(members)
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
     if not others:
         return [request]
@@ -264,9 +269,22 @@ def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple
     with it (one already out costs nothing more). Never critical: the domain's other GPUs still
     work, only not together."""
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
-    return RemovalRequest(request.node, request.rack, f"{request.reason} (NVLink domain {domain}: "
-                          f"{len(others) + 1} node{'s' if others else ''})", request.actor, critical=False,
+    return RemovalRequest(request.node, request.rack, request.reason, request.actor, critical=False,
                           force=request.force, request_id=request.request_id, domain=domain, domain_nodes=others)
+
+
+def in_service_domain(request: RemovalRequest, in_service: Iterable[str]) -> RemovalRequest:
+    """The domain request with only those of its other nodes still in service (the guard reads
+    them again, before the fleet's counts: one that left since the request was made is counted
+    there, and must not cost the domain a second time)."""
+    still = set(in_service)
+    return dataclasses.replace(request, domain_nodes=[n for n in request.domain_nodes if n in still])
+
+
+def failure_key(request: RemovalRequest) -> str:
+    """What the storm breaker counts a request's failure as: its node, or, for a fault of an
+    NVLink domain's fabric, the domain (every tray of a domain reports its one IMEX fault)."""
+    return request.domain or request.node
 
 
 def removal_cost(request: RemovalRequest) -> int:
@@ -312,8 +330,9 @@ def _decide(
     """Whether `request` may take its node (and, for a domain request, its domain's other
     nodes) out of production.
 
-    `recent_failures` maps each node that reported a failure to its latest report's time: a
-    storm is many nodes failing, not one node failing again and again;
+    `recent_failures` maps each node that reported a failure (or NVLink domain: failure_key)
+    to its latest report's time: a storm is many nodes failing, not one node failing again and
+    again;
     `pending_grants` are removals granted but not yet visible in the snapshot.
     """
     with_domain = list(request.domain_nodes)
@@ -326,8 +345,8 @@ def _decide(
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s
-    failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
-    failures_in_window = len(failing_nodes)
+    failing = {key for key, t in recent_failures.items() if t >= window_start} | {failure_key(request)}
+    failures_in_window = len(failing)
     storm_at = storm_threshold(policy, snapshot.production)
     if failures_in_window >= storm_at:
         return RemovalDecision(

@@ -138,3 +138,12 @@ def test_a_critical_fabric_fault_on_a_domain_with_nothing_else_in_service_is_the
     members = [("gb-00", "production"), ("gb-01", "maintenance")]
     assert removals_for_fault(fault(critical=True), "nvl72-r01", members, signature="nvswitch_sxid_fatal") == [
         fault(critical=True)]
+
+
+def test_a_node_already_out_with_its_domain_asks_for_nothing() -> None:
+    """Every tray of a domain sees its IMEX fault: one already held with the domain by another
+    tray's request asks nothing more (no second cost, no second failure to the storm breaker)."""
+    members = [("gb-00", "draining"), ("gb-01", "production")]
+    assert removals_for_fault(fault(), "nvl72-r01", members, check="imex") == []
+    # An ordinary fault is the node's own, whatever its domain: asked as ever.
+    assert removals_for_fault(fault(), "nvl72-r01", members, check="nvidia-smi") == [fault()]

@@ -16,7 +16,8 @@ from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from tests.remediation.conftest import running_fleet
 from workflows.activities.guard import GuardActivities
 from workflows.api import REQUEST_REMOVAL_UPDATE, FaultRemoval
-from workflows.client import CommandRejected, ensure_capacity_guard, ensure_node_workflows, request_transition
+from workflows.client import (CommandRejected, ensure_capacity_guard, ensure_node_workflows, guard_status,
+                              request_transition)
 
 pytestmark = pytest.mark.temporal
 
@@ -101,3 +102,40 @@ async def test_a_domain_that_does_not_fit_the_limit_is_refused_whole(half_out_se
         # An ordinary fault of one tray still fits: the node alone.
         alone = await _ask(fleet, _request(trays[1], "r1", "XID 48"), check="nvidia-smi-q")
         assert alone.granted and alone.domain_nodes == []
+
+
+async def test_another_tray_reporting_the_same_fabric_fault_gets_the_grant_it_already_has(make_settings, sqlite_url) -> None:
+    """Every tray of a domain fails its imex check for one IMEX fault, each asking: the first
+    request takes the domain; the others are answered with the grant each already has, not
+    counted as more failures (three trays of one fault under the default storm limit of 3
+    would open the breaker) nor as more cost."""
+    settings = make_settings(sqlite_url)
+    settings.guard_max_unavailable_fleet = 0.5  # the default storm limit: 3 failures of 10
+    async with running_fleet(settings) as fleet:
+        domain, trays, _ = await _domain_fleet(fleet)
+        first = await _ask(fleet, _request(trays[0], "r1"), check="imex")
+        assert first.granted
+        for tray in trays[1:]:
+            again = await _ask(fleet, _request(tray, "r1"), check="imex")
+            assert again.granted and again.grant == first.domain_grants[tray] and again.domain_nodes == []
+            assert "already granted with NVLink domain" in again.reason
+        state = await guard_status(fleet.client, fleet.settings)
+        assert not state.breaker_open and list(state.recent_failures) == [domain]  # one failure: the domain's
+
+
+async def test_a_domain_node_that_left_since_the_request_was_made_costs_nothing_more(half_out_settings) -> None:
+    """The request names the domain's nodes in service when the fault was found; two leave
+    before the guard decides (an operator's drain, their own faults). The guard reads them
+    again before the fleet's counts: counted out there, they are not the domain's cost too
+    (2 out + 4 would be past the limit of 5; 2 out + the 2 still in service is not)."""
+    async with running_fleet(half_out_settings) as fleet:
+        _, trays, _ = await _domain_fleet(fleet)
+        (stale,) = GuardActivities(fleet.settings, lambda: None).removals_for_fault(
+            FaultRemoval(_request(trays[0], "r1"), "imex")).requests
+        assert stale.domain_nodes == trays[1:]
+        for node in trays[2:]:
+            await request_transition(fleet.client, node, "drain", "operator", "left before the guard decided")
+        guard = await ensure_capacity_guard(fleet.client, fleet.settings)
+        decision = await guard.execute_update(REQUEST_REMOVAL_UPDATE, stale, result_type=RemovalDecision)
+        assert decision.granted, decision.reason
+        assert decision.domain_nodes == [trays[1]] and list(decision.domain_grants) == [trays[1]]

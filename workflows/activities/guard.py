@@ -21,6 +21,7 @@ from fleetctl.nodes.capacity import (
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
+from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities
 from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState, FaultRemoval, FaultRemovals
 
@@ -67,6 +68,11 @@ class GuardActivities(DatabaseActivities):
         domain = found[0].nvlink_domain if found else ""
         members = [(n.name, n.state) for n in queries.nodes_in_nvlink_domain(self.engine, domain)]
         return FaultRemovals(removals_for_fault(req, domain, members, fault.check, fault.signature))
+
+    @activity.defn
+    def in_service_nodes(self, names: list[str]) -> list[str]:
+        """Those of `names` in service now (a domain request's other nodes, read again by the guard)."""
+        return [n.name for n in queries.nodes_named(self.engine, names) if NodeState(n.state).in_service]
 
     @activity.defn
     def state_versions(self, names: list[str]) -> dict[str, int]:

@@ -193,6 +193,8 @@ async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, re
     facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
     removals = await removals_for(RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor,
                                                  request_id=key), check=check)
+    if not removals:
+        return  # already out: held with its domain by another node's request for the same fault
     decision, outcome = await guarded_drain(
         removals[0],
         TransitionRequest(node=node, trigger="drain", actor=req.actor, actor_kind=Actor.AUTOMATION.value, cause=cause,

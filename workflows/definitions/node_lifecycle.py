@@ -528,6 +528,8 @@ class NodeLifecycle:
         request_id = request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"
         removals = await removals_for(RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor,
                                                      critical=critical, request_id=request_id), check, signature)
+        if not removals:
+            return  # already out: held with its domain by another node's request for the same fault
         decision = await ask_guard(removals[0])
         if not decision.granted:
             self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
