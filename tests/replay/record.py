@@ -26,7 +26,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   (queued-since-attribute); every admission held in its scheduler first (fence-burn-in), a
   recheck of a node running a job skipped and a sweep's check held then released
   (fence-checks); a GB200 domain held whole by a sweep's failed imex check and by a fatal
-  NVSwitch SXid, with the guard's grant per tray (nvlink-domain-hold). v1 and v2 stay as they were, so the runs they stand for still replay.
+  NVSwitch SXid, with the guard's grant per tray (nvlink-domain-hold); and the workflow
+  types no set had yet: a firmware roll-out and a job history sync. v1 and v2 stay as they were, so the runs they stand for still replay.
 
 By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
@@ -71,14 +72,17 @@ from fleetctl.connections.temporal_server import start_dev_server
 from workflows.api import (
     RMA_DECISION_UPDATE,
     HealthEventInput,
+    JobSyncInput,
     NodeLifecycleState,
     RmaDecided,
     RmaDecision,
     StragglerSweepInput,
     SweepInput,
     guard_id,
+    job_sync_id,
     node_workflow_id,
     remediation_id,
+    rollout_workflow_id,
     straggler_sweep_id,
 )
 from workflows.client import (
@@ -89,8 +93,12 @@ from workflows.client import (
     run_remediation,
     send_health_events,
     start_remediation,
+    start_rollout,
 )
+from tests.support.checks import record_check
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
@@ -571,6 +579,7 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         kept["remediation_interrupted"] = remediation_id(interrupted)
     kept.update(await rma_burst_scenario(directory))
     kept.update(await nvlink_domain_scenario(directory, suites))
+    kept.update(await rollout_and_job_sync_scenario(directory))
     async with recording(suites_dir=str(suites), sim_time_scale=8.0) as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         scheduler = SimScheduler(engine)
@@ -734,6 +743,38 @@ async def nvlink_domain_scenario(directory: Path, suites: Path) -> dict[str, str
         history = await rec.client.get_workflow_handle(node_workflow_id(trays[0])).fetch_history()
         (directory / "node_lifecycle_nvswitch_fatal_holds_the_domain.json").write_text(history.to_json())
         written["node_lifecycle_nvswitch_fatal_holds_the_domain"] = node_workflow_id(trays[0])
+    return written
+
+
+async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
+    """The two workflow types no earlier set recorded: a firmware roll-out over three drifting
+    nodes in maintenance (a canary of one, then batches of one, each updated and re-read), and
+    one run of the job history sync a `fleetctl schedule create job-sync` schedule starts."""
+    async with recording() as rec:
+        nodes = rec.add_nodes(3, "rv3-roll")
+        for n in nodes:
+            await rec.client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=n), id=node_workflow_id(n),
+                                            task_queue=rec.settings.task_queue)
+            for trigger in ("begin_burn_in", "phase_failed"):
+                await request_transition(rec.client, n, trigger, "recorder", actor_kind="automation")
+            add_fault(rec.engine, n, "firmware-drift")
+            for check in ("firmware-inventory", "nic-firmware"):
+                record_check(rec.settings, n, check)
+        baseline = load_baseline(BASELINE)
+        rollout_id, _ = await start_rollout(rec.client, rec.settings, baseline, BASELINE.read_text(), canary=1,
+                                            batch="1", max_failures=1, dry_run=False, actor="recorder")
+        done = await rec.client.get_workflow_handle_for(FirmwareRollout.run, rollout_workflow_id(rollout_id)).result()
+        if (done.status, done.done) != ("completed", len(nodes)):
+            raise RuntimeError(f"the roll-out did not update every node: {done}")
+        SimScheduler(rec.engine).submit("recorded-synced-train", 1)
+        synced = await rec.client.execute_workflow(JobHistorySync.run, JobSyncInput(actor="recorder"),
+                                                   id=job_sync_id(f"record-{rec.unique}"), task_queue=rec.settings.task_queue)
+        if synced.jobs.get("sim") != 1:
+            raise RuntimeError(f"the job history sync did not list the simulated scheduler's job: {synced}")
+        written = {"firmware_rollout": rollout_workflow_id(rollout_id), "job_history_sync": job_sync_id(f"record-{rec.unique}")}
+        for name, workflow_id in written.items():
+            history = await rec.client.get_workflow_handle(workflow_id).fetch_history()
+            (directory / f"{name}.json").write_text(history.to_json())
     return written
 
 
