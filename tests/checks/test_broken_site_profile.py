@@ -107,7 +107,8 @@ def test_the_worker_does_not_start_on_a_broken_site_profile(broken, tmp_path) ->
     site, path, words = broken
     done = _start_worker(site, tmp_path)
     _refused_in_one_line(done.returncode, done.stderr, path, words)
-    assert "profiles_dir" in done.stderr
+    assert "profiles_dir" in done.stderr and done.stdout == ""
+    assert not (tmp_path / "fleet.db").exists()  # refused before the database is opened
 
 
 def test_the_worker_starts_past_a_sound_site_directory(tmp_path) -> None:
