@@ -239,6 +239,13 @@ def profile_names(site_dir: str | Path | None = None) -> list[str]:
     return sorted([*_packaged_names(), *_site_files(site_dir)])
 
 
+def site_profiles(site_dir: str | Path | None = None) -> dict[str, GpuProfile]:
+    """Every site profile, each loaded and validated: the first that fails is ProfileError
+    naming its file. For what takes the directory whole (the worker's start, `node import`):
+    a broken file is found when it is put there, not at a node's check hours later."""
+    return {name: load_profile(name, site_dir) for name in _site_files(site_dir)}
+
+
 def profile_source(name: str, site_dir: str | Path | None = None) -> str:
     """Where a profile comes from: "packaged", or its site file."""
     site = _site_files(site_dir)
@@ -273,7 +280,7 @@ def _site_profile(path: str, mtime_ns: int, name: str) -> GpuProfile:
     del mtime_ns
     try:
         return parse_profile(load_file(path), name)
-    except YamlRefused as exc:
-        raise ProfileError(str(exc)) from None
+    except YamlRefused as exc:  # says the path itself
+        raise ProfileError(f"site profile {exc}") from None
     except ProfileError as exc:
         raise ProfileError(f"site profile {path}: {exc}") from None

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from fleetctl.config import Settings
+from fleetctl.config import ConfigError, Settings
 from fleetctl.text import one_line
 from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
@@ -210,7 +210,19 @@ async def prune_periodically(settings: Settings) -> None:
         await asyncio.sleep(settings.retention_interval_s)
 
 
+def require_site_profiles(settings: Settings) -> None:
+    """Refuse to start on a broken site profile (ConfigError, one line naming the file): a
+    worker that started would fail every check of that profile's nodes, and only then say why."""
+    from checks.profiles import ProfileError, site_profiles
+
+    try:
+        site_profiles(settings.profiles_dir or None)
+    except ProfileError as exc:
+        raise ConfigError(f"profiles_dir: {exc}") from None
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    require_site_profiles(settings)
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
     warning = await require_search_attributes(client)

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, fail, within
+from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -144,14 +144,19 @@ CREDENTIALS_OPTION = typer.Option(..., "--credentials", help="the hash file `eve
 
 
 @credential_app.command("issue")
-def credential_issue(node: str = typer.Argument(..., help="the node whose agent will hold it"),
+def credential_issue(ctx: typer.Context,
+                     node: str = typer.Argument(..., help="the node whose agent will hold it"),
                      credentials: Path = CREDENTIALS_OPTION) -> None:
     """Print a new credential for NODE's agent (once: only its hash is kept) and record the
     hash, replacing the node's previous credential. Give it to the agent as
-    --heartbeat-token-file."""
+    --heartbeat-token-file. NODE must be in the inventory: the intake refuses a node it does
+    not know, so a credential for one would only wait for a node of that name to appear."""
+    from fleetctl.db import queries
     from fleetctl.intake.credentials import new_credential, token_hash, with_credential
 
     text = _hash_file(node, credentials)
+    if queries.get_node(context.engine(ctx), node) is None:
+        fail(f"unknown node: {node} is not in the inventory; no credential issued", EXIT_OPERATIONAL)
     secret = new_credential()
     _write_hash_file(credentials, with_credential(text, node, token_hash(secret)))
     typer.echo(secret)

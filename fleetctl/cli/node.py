@@ -18,12 +18,18 @@ app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire."
 
 
 def _known_profiles(profiles_dir: str) -> set[str] | None:
-    """The packaged profiles and the operator's (the `profiles_dir` setting), as the worker judges by."""
+    """The packaged profiles and the operator's (the `profiles_dir` setting), as the worker judges by.
+    Every site profile is loaded: a broken one is refused in one line (exit 2) naming its file,
+    never a node imported to fail each check it is judged by."""
     try:
-        from checks.profiles import profile_names
+        from checks.profiles import ProfileError, profile_names, site_profiles
     except ImportError:  # profiles ship with checks/; an older checkout may lack them
         return None
-    return set(profile_names(profiles_dir or None))
+    try:
+        site_profiles(profiles_dir or None)
+        return set(profile_names(profiles_dir or None))
+    except ProfileError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _domain_sizes(profiles_dir: str, names: set[str]) -> dict[str, tuple[int, int]]:

@@ -15,6 +15,13 @@ to another healthy domain with room for all of it (the job's island first, then 
 since a job split over two domains loses NVLink between its halves; else the fleet, said
 so. A node of a held domain (one whose fabric failed: IMEX down, an NVSwitch tray) is never
 a replacement, whatever the job.
+
+An unchecked node (`Unchecked` in `node list`: no check has run on it, or its newest evidence
+is older than its fleet's sweep interval and no agent reports) has nothing against it, but
+nothing recent for it either: it is chosen after every checked node that fits, spares and
+nearness included, and never left out when only it fits (refusing it would send the job to
+the whole fleet, where the scheduler takes any node, unchecked ones too). A domain the job
+fits in on checked nodes alone comes before one that needs unchecked ones.
 """
 
 from __future__ import annotations
@@ -81,13 +88,15 @@ def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Ma
 
 
 def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
-                  free: Sequence[str], spares: Sequence[str] = (), held_domains: Collection[str] = ()) -> Placement:
+                  free: Sequence[str], spares: Sequence[str] = (), held_domains: Collection[str] = (),
+                  unchecked: Collection[str] = ()) -> Placement:
     """The placement of a job that ran on job_nodes, restarted off bad_nodes.
 
     `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
     take the job now (in production, idle in the scheduler, run by the job's scheduler);
     `spares`: the hot spares of every island, taken first (a spare must be free too);
-    `held_domains`: the NVLink domains whose fabric is held, none of whose nodes is taken."""
+    `held_domains`: the NVLink domains whose fabric is held, none of whose nodes is taken;
+    `unchecked`: the free nodes without recent evidence (unchecked_nodes), taken last."""
     bad = set(bad_nodes)
     kept = [n for n in job_nodes if n not in bad]
     needed = len(job_nodes) - len(kept)
@@ -96,15 +105,16 @@ def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Map
         return Placement(island, NOT_PLACED, (), "no bad node in the job's allocation: the scheduler places it")
     held_out = set(held_domains)
     free = [n for n in dict.fromkeys(free) if n in where and not (where[n].domain and where[n].domain in held_out)]
+    stale = set(unchecked)
     if domain := job_domain(job_nodes, where):
-        return _place_in_domains(job_nodes, bad, where, free, set(spares), held_out, domain, island)
+        return _place_in_domains(job_nodes, bad, where, free, set(spares), held_out, domain, island, stale)
     if not island:
         return Placement("", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it")
     near = {where[n].switch for n in job_nodes if n in where and where[n].switch}
     taken = set(job_nodes) | bad
     held = set(spares)
     candidates = sorted((n for n in free if n not in taken and where[n].island == island),
-                        key=lambda n: (n not in held, where[n].switch not in near, n))
+                        key=lambda n: (n in stale, n not in held, where[n].switch not in near, n))
     if len(candidates) < needed:
         return Placement(island, FLEET_WIDE, (),
                          f"island {island} has {len(candidates)} healthy free node{'s' if len(candidates) != 1 else ''} "
@@ -132,17 +142,18 @@ def _on_spares(spares: Sequence[str]) -> str:
 
 
 def _place_in_domains(job_nodes: Sequence[str], bad: set[str], where: Mapping[str, Where], free: Sequence[str],
-                      held: set[str], held_out: set[str], domain: str, island: str) -> Placement:
+                      held: set[str], held_out: set[str], domain: str, island: str,
+                      unchecked: set[str]) -> Placement:
     """place_restart for a job of an NVLink domain: replacements from its own domain, else a
     whole healthy domain for all of the job, else the fleet (`free` holds no held domain's node)."""
     taken = set(job_nodes) | bad
     kept = [n for n in job_nodes if n not in bad]
     replaced = [n for n in job_nodes if n in bad]
 
-    def spares_first(n: str) -> tuple[bool, str]:
-        return n not in held, n
+    def checked_then_spares(n: str) -> tuple[bool, bool, str]:
+        return n in unchecked, n not in held, n
 
-    own = sorted((n for n in free if n not in taken and where[n].domain == domain), key=spares_first)
+    own = sorted((n for n in free if n not in taken and where[n].domain == domain), key=checked_then_spares)
     if len(own) >= len(replaced):  # a held domain has no node in `free`
         chosen = own[:len(replaced)]
         on_spares = tuple(n for n in chosen if n in held)
@@ -156,13 +167,16 @@ def _place_in_domains(job_nodes: Sequence[str], bad: set[str], where: Mapping[st
     for n in free:
         if n not in taken and where[n].domain and where[n].domain != domain:
             by_domain.setdefault(where[n].domain, []).append(n)
+    def needs_unchecked(d: str) -> bool:
+        return sum(n not in unchecked for n in by_domain[d]) < len(job_nodes)
+
     roomy = sorted((d for d, nodes in by_domain.items() if len(nodes) >= len(job_nodes)),
-                   key=lambda d: (job_island(by_domain[d], where) != island, d))
+                   key=lambda d: (needs_unchecked(d), job_island(by_domain[d], where) != island, d))
     if not roomy:
         return Placement(island, FLEET_WIDE, (),
                          f"{why}, and no other healthy domain has {len(job_nodes)} free: any healthy node in the fleet")
     target = roomy[0]
-    chosen = sorted(by_domain[target], key=spares_first)[:len(job_nodes)]
+    chosen = sorted(by_domain[target], key=checked_then_spares)[:len(job_nodes)]
     on_spares = tuple(n for n in chosen if n in held)
     return Placement(job_island(chosen, where), IN_ISLAND, tuple(chosen),
                      f"{why}: the whole job moves to NVLink domain {target}, {', '.join(chosen)}"
@@ -205,7 +219,8 @@ def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str,
 # check, a suspect or straggler finding, checks that cannot reach it), a drain the capacity
 # guard holds (the node is bad, only kept in service for capacity), or a workflow that would
 # not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
-# yet and nothing says it is bad (its first sweep checks it).
+# yet, a node a sweep has not reached lately has only old evidence, and nothing says either
+# is bad (place_restart takes them last, unchecked_nodes).
 UNFIT_CONDITIONS = frozenset({"Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld", "DrainedOutside",
                               "StragglerSuspected"})
 
@@ -233,6 +248,12 @@ def unfit(node: NodeHealth) -> str:
 def healthy_replacements(nodes: Iterable[NodeHealth]) -> list[str]:
     """The nodes that may take a restarted job or be held as spares, in the order given."""
     return [n.name for n in nodes if not unfit(n)]
+
+
+def unchecked_nodes(nodes: Iterable[NodeHealth]) -> set[str]:
+    """The nodes without recent evidence (`Unchecked`: never checked, or their newest check
+    older than the sweep interval with no agent reporting): place_restart takes them last."""
+    return {n.name for n in nodes if "Unchecked" in n.conditions}
 
 
 # Which of a job's nodes a restart moves it off.

@@ -129,10 +129,12 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
             for n in nodes]
 
 
-def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str, NodeHealth]:
+def node_health(engine: Engine, names: Sequence[str] | None = None,
+                freshness: Freshness | None = None) -> dict[str, NodeHealth]:
     """Each node (of `names`, or every node) as a restart's placement and the spare pools
-    judge it (fleetctl.jobs.placement.unfit): its state, its conditions as `node list`
-    shows them, and its open straggler findings. In a few bulk queries."""
+    judge it (fleetctl.jobs.placement.unfit, unchecked_nodes): its state, its conditions as
+    `node list` shows them (with `freshness`, `Unchecked` for evidence older than the sweep
+    interval, as `node list` judges it), and its open straggler findings. In a few bulk queries."""
     from fleetctl.db import stragglers
     from fleetctl.jobs.placement import NodeHealth
 
@@ -153,8 +155,11 @@ def node_health(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
         judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].since) if n.name in suspect else None
         stall = Condition("Stalled", stalled[n.name].reason, stalled[n.name].at) if n.name in stalled else None
         cause = last[n.name].cause if n.name in last else ""
+        stale = None if freshness is None else unchecked_since(
+            n.state, checks, as_utc(n.agent_seen_at) if n.agent_seen_at else None, freshness.now,
+            freshness.sweep_every_s, freshness.agent_silence_s)
         types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall,
-                                                 drained_outside=_drained_outside(outside.get(n.name))))
+                                                 unchecked=stale, drained_outside=_drained_outside(outside.get(n.name))))
         found[n.name] = NodeHealth(n.name, n.state, types, open_findings.get(n.name, 0))
     return found
 

@@ -20,10 +20,11 @@ series (`node show` says why). A held drain is labelled with the class of what h
 (fleetctl.text.one_line): a kernel message must not reach a dashboard as an escape sequence.
 Counters count what only grows (check runs, drains, failures, remediation runs ended, automated
 removals once resolved: an outcome, once confirmed or unchanged, never changes); what is true
-now is a gauge (runs in flight, RMA records by status, removals still open, the unhealthy
-nodes still in production, lemon nodes, pending jobs). The judgements are the pure functions
-`node list` and the report use (conditions.conditions, LemonPolicy.times_remediated,
-metrics.removal_outcome), on evidence folded row by row, never a query of the whole history.
+now is a gauge (runs in flight, RMA records by status and since when each held one waits for an
+operator, removals still open, the unhealthy nodes still in production, lemon nodes, pending
+jobs). The judgements are the pure functions `node list` and the report use
+(conditions.conditions, LemonPolicy.times_remediated, metrics.removal_outcome), on evidence
+folded row by row, never a query of the whole history.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from fleetctl.durations import as_utc
 from fleetctl.reliability.metrics import (OPEN, PENDING_REASONS, PRODUCTION, REPAIRING_ACTIONS, RmaOutcome, Transition,
                                           cause_class, failure_label, is_automated_removal, is_failure, pending_reason,
                                           removal_outcome)
-from fleetctl.remediation.rma import rma_outcome
+from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
 from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 from fleetctl.text import one_line
 
@@ -382,10 +383,10 @@ class FleetCollector:
                           RemediationRun.status)))
             # Few (one per part sent back): read whole, for their count and how each ended.
             rmas = list(session.exec(select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at,
-                                            RmaRecord.replaced)))
+                                            RmaRecord.replaced, RmaRecord.id)))
             fleet_of = dict(self.fleet_of)
             rma_outcomes: dict[str, list[RmaOutcome]] = defaultdict(list)
-            for node, status, opened_at, replaced in rmas:
+            for node, status, opened_at, replaced, _ in rmas:
                 rma_outcomes[node].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
             removals_open = self._resolve_removals(rma_outcomes)
             resolved = sorted(self.resolved.items())
@@ -495,12 +496,13 @@ class FleetCollector:
             in_flight.add_metric(list(labels), count)
         yield in_flight
         per_status: Counter[tuple[str, str]] = Counter()
-        for node, status, _, _ in rmas:
+        for node, status, *_ in rmas:
             per_status[(fleet_of.get(node, self.fleet), status)] += 1
         returned = GaugeMetricFamily("fleetctl_rma_records", "RMA records by status", labels=["fleet", "status"])
         for (fleet, status), count in sorted(per_status.items()):
             returned.add_metric([fleet, status], count)
         yield returned
+        yield self._rmas_held(rmas, fleet_of, {name: rack for name, _, rack, *_ in node_rows})
 
         # A restart is its first bad node's fleet's (the job ran there).
         restart_fleet = [fleet_of.get(bad[0], self.fleet) if bad else self.fleet for *_, bad in restarts]
@@ -589,6 +591,20 @@ class FleetCollector:
         for (fleet, c), count in sorted(counts.items()):
             by_condition.add_metric([fleet, c], count)
         yield by_condition
+
+    def _rmas_held(self, rmas, fleet_of, rack_of):
+        """Per RMA held for an operator (awaiting_confirmation: a correlated burst,
+        rma.burst_verdict): since when, the time its record was written held. One series per
+        held record, gone once `rma confirm` or `rma reject` answers it."""
+        family = GaugeMetricFamily(
+            "fleetctl_rma_awaiting_confirmation_since_timestamp_seconds",
+            "Per RMA held for an operator's `fleetctl rma confirm|reject` (a correlated burst): when it was held; "
+            "rma is the record's id (`fleetctl rma list` shows why)", labels=["fleet", "node", "rack", "rma"])
+        for node, status, opened_at, _, rma_id in sorted(rmas, key=lambda r: r[4]):
+            if status == AWAITING_CONFIRMATION:
+                family.add_metric([fleet_of.get(node, self.fleet), one_line(node, REASON_LIMIT), rack_of.get(node, ""),
+                                   str(rma_id)], as_utc(opened_at).timestamp())
+        return family
 
     def _pending(self, pending_jobs, restarts, restart_fleet):
         """Pending jobs per fleet and why (metrics.pending_reason), from the restart in progress

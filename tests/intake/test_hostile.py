@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -301,21 +302,57 @@ def test_a_token_file_of_one_line_with_its_newline_is_read() -> None:
     assert read_token(b"abc\n", "f") == read_token(b"abc\r\n", "f") == read_token(b"abc", "f") == "abc"
 
 
-def test_credentials_are_issued_stored_hashed_and_revoked_by_the_cli(make_intake, hashes) -> None:
-    issued = fleetctl("events", "credential", "issue", "n1", "--credentials", str(hashes))
+@pytest.fixture
+def inventory_db(sqlite_url) -> dict:
+    """The environment of a CLI whose database holds the nodes INVENTORY names."""
+    import yaml
+
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.inventory.parse import parse_inventory
+
+    queries.upsert_nodes(get_engine(sqlite_url), parse_inventory(yaml.safe_dump({"nodes": [
+        {"name": name, "address": f"sim://{name}", "profile": "h100-sxm"} for name in sorted(INVENTORY)]})))
+    return {"FLEETCTL_DB_URL": sqlite_url}
+
+
+def test_credentials_are_issued_stored_hashed_and_revoked_by_the_cli(make_intake, hashes, inventory_db) -> None:
+    def fleetctl_db(*args: str):
+        return fleetctl(*args, env=inventory_db)
+
+    issued = fleetctl_db("events", "credential", "issue", "n1", "--credentials", str(hashes))
     assert issued.exit_code == 0, issued.output
     secret = issued.stdout.strip()
     assert secret not in hashes.read_text() and hashes.read_text() == f"n1 {token_hash(secret)}\n"
     assert hashes.stat().st_mode & 0o077 == 0
-    again = fleetctl("events", "credential", "issue", "n1", "--credentials", str(hashes)).stdout.strip()
+    again = fleetctl_db("events", "credential", "issue", "n1", "--credentials", str(hashes)).stdout.strip()
     assert again != secret and hashes.read_text() == f"n1 {token_hash(again)}\n"  # the old one replaced
     intake = make_intake()
     assert heartbeat(intake.port, "n1", secret)[0] == 401 and heartbeat(intake.port, "n1", again)[0] == 202
-    assert fleetctl("events", "credential", "revoke", "n1", "--credentials", str(hashes)).exit_code == 0
+    assert fleetctl_db("events", "credential", "revoke", "n1", "--credentials", str(hashes)).exit_code == 0
     assert hashes.read_text() == ""
     for args, words in ((["revoke", "n1"], "n1 has no credential"), (["issue", "n1;reboot"], "not a node name")):
-        result = fleetctl("events", "credential", *args, "--credentials", str(hashes))
+        result = fleetctl_db("events", "credential", *args, "--credentials", str(hashes))
         assert result.exit_code == 2 and words in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_credential_for_a_node_not_in_the_inventory_is_refused_and_nothing_is_written(hashes, inventory_db) -> None:
+    """The intake refuses a node it does not know (422), so a credential issued for one is a
+    secret waiting for a node of that name to appear: refused, naming the node, the hash file
+    untouched (its bytes and its modification time); a node in the inventory still gets one."""
+    before = fleetctl("events", "credential", "issue", "n2", "--credentials", str(hashes), env=inventory_db)
+    assert before.exit_code == 0, before.output
+    text, stamp = hashes.read_bytes(), hashes.stat().st_mtime_ns
+    result = fleetctl("events", "credential", "issue", "ghost-7", "--credentials", str(hashes), env=inventory_db)
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == ["error: unknown node: ghost-7 is not in the inventory; no credential issued"]
+    assert hashes.read_bytes() == text and hashes.stat().st_mtime_ns == stamp
+    assert [name for name in os.listdir(hashes.parent) if name.startswith(f".{hashes.name}.")] == []  # no temporary left
+    missing = hashes.parent / "absent.hashes"
+    assert fleetctl("events", "credential", "issue", "ghost-7", "--credentials", str(missing), env=inventory_db).exit_code == 1
+    assert not missing.exists()
+    known = fleetctl("events", "credential", "issue", "n3", "--credentials", str(hashes), env=inventory_db)
+    assert known.exit_code == 0 and f"n3 {token_hash(known.stdout.strip())}\n" in hashes.read_text()
 
 
 @pytest.mark.parametrize("url", ["http://10.1.2.3:9411", "http://intake.example:9411", "http://127.0.0.1.example:1"])

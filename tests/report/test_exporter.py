@@ -29,7 +29,7 @@ from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.remediation.runbooks import LemonPolicy
 from fleetctl.reliability.metrics import CAUSE_CLASSES, PENDING_REASONS, pending_reason
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
 from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.connections.temporal_server import free_port
 from tests.report import history
@@ -47,6 +47,7 @@ B02_SINCE = NOW - timedelta(hours=5)
 
 
 B02_STALLED = NOW - timedelta(minutes=7)
+B01_RMA_HELD = NOW - timedelta(minutes=90)
 
 
 def seed_more(engine) -> None:
@@ -79,6 +80,10 @@ def seed_more(engine) -> None:
                             actor="stall-watch", at=B01_SINCE, idempotency_key="b01-stalled"),
             AutomationEvent(fleet="blue", kind="unstalled", node_name="b01", reason="working its queue again",
                             actor="stall-watch", at=B01_SINCE + timedelta(minutes=1), idempotency_key="b01-unstalled"),
+            # b01's RMA, held for an operator (a correlated burst) and not answered yet.
+            RmaRecord(node_name="b01", reason="xid 79", opened_by="lifecycle", opened_at=B01_RMA_HELD,
+                      status="awaiting_confirmation", held_reason="correlated burst: 7 nodes with critical events",
+                      idempotency_key="rma-b01"),
         ])
         session.commit()
 
@@ -171,6 +176,12 @@ def test_exporter_serves_the_fleet(served) -> None:
                   status="succeeded") == 2
     assert sample(samples, "fleetctl_remediation_runs_running", fleet="default", runbook="xid-79", mode="live") == 1
     assert sample(samples, "fleetctl_rma_records", fleet="default", status="open") == 1
+    assert sample(samples, "fleetctl_rma_records", fleet="blue", status="awaiting_confirmation") == 1
+    held_rmas = {labels: value for (name, labels), value in samples.items()
+                 if name == "fleetctl_rma_awaiting_confirmation_since_timestamp_seconds"}
+    rma_id = next(dict(labels)["rma"] for labels in held_rmas)
+    assert held_rmas == {frozenset({("fleet", "blue"), ("node", "b01"), ("rack", "b1"), ("rma", rma_id)}):
+                         B01_RMA_HELD.timestamp()}  # n07's open RMA is none: it waits for no operator
 
     assert sample(samples, "fleetctl_check_runs_total", fleet="default", check="nccl-allreduce", status="pass") == 11
     assert sample(samples, "fleetctl_check_runs_total", fleet="default", check="nccl-allreduce", status="fail") == 2
@@ -603,6 +614,7 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
                 == {"xid 48": "1", "check nccl-allreduce": "1"}
             assert {r["metric"]["reason"]: r["value"][1] for r in answers["Pending jobs and why", "A"]}["queued"] == "1"
             assert [r["value"][1] for r in answers["Lemon nodes", "A"]] == ["0"]
+            assert [r["metric"]["node"] for r in answers["RMAs awaiting an operator", "A"]] == ["b01"]
             assert {r["metric"]["fleet"]: r["value"][1] for r in answers["Automation circuit breaker", "A"]} \
                 == {"default": "0", "blue": "1"}
             # The fleet variable's choices, as Grafana asks Prometheus for label_values(SERIES, fleet).

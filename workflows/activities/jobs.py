@@ -14,9 +14,10 @@ from fleetctl.config import Settings
 from fleetctl.jobs import spares_sync
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
+from fleetctl.db.models import utcnow
 from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, healthy_replacements, place_restart,
-                                     restart_island)
-from fleetctl.nodes.view_store import node_health
+                                     restart_island, unchecked_nodes)
+from fleetctl.nodes.view_store import freshness, node_health
 from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities
@@ -111,13 +112,13 @@ class JobRestartActivities(DatabaseActivities):
             return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
                              f"the {kind} scheduler places the job itself")
         busy = placer.busy_nodes()
-        healthy, _ = self._candidates(kind)
+        healthy, _, unchecked = self._candidates(kind)
         free = [n for n in healthy if n not in busy]
         # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
         held = jobs.held_nvlink_domains(self.engine)
         while True:
-            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares, held)
+            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares, held, unchecked)
             # fleetctl may still have in production a node its scheduler has drained (a restart
             # drains its bad nodes in the scheduler only): a job named onto it would wait there
             # until released. The few nodes chosen are asked, and the choice made again without them.
@@ -127,14 +128,17 @@ class JobRestartActivities(DatabaseActivities):
             free = [n for n in free if n not in drained]
             spares = {n: island for n, island in spares.items() if n not in drained}
 
-    def _candidates(self, kind: str) -> tuple[list[str], list[str]]:
-        """The nodes in production for fleetctl run by `kind`, as (healthy, unfit): a node with
-        a failed or erroring check, a held drain, a suspect or straggler finding never takes
-        a restarted job (fleetctl.jobs.placement.unfit)."""
+    def _candidates(self, kind: str) -> tuple[list[str], list[str], set[str]]:
+        """The nodes in production for fleetctl run by `kind`, as (healthy, unfit, unchecked): a
+        node with a failed or erroring check, a held drain, a suspect or straggler finding never
+        takes a restarted job (fleetctl.jobs.placement.unfit); one `node list` shows Unchecked
+        (no check yet, or evidence older than the fleet's sweep interval) is taken last."""
         candidates = jobs.restart_candidates(self.engine, kind)
-        health = node_health(self.engine, candidates)
+        health = node_health(self.engine, candidates,
+                             freshness(self.engine, self.settings.fleet, self.settings.agent_silence_s, utcnow()))
         healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
-        return [n for n in candidates if n in healthy], [n for n in candidates if n not in healthy]
+        return ([n for n in candidates if n in healthy], [n for n in candidates if n not in healthy],
+                unchecked_nodes(health.values()))
 
     def _excluded(self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str],
                   named: Sequence[str] = ()) -> list[str]:
