@@ -52,7 +52,8 @@ def agent(
     through an on-disk spool while Temporal is unreachable."""
     from prometheus_client import start_http_server
 
-    from checks import UnknownProfile, load_profile
+    from checks import load_profile
+    from checks.profiles import ProfileError
     from checks.catalog import CHECKS
     from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
     from fleetctl.agent.runner import Agent, AgentConfig, boot_identity, ensure_dir
@@ -85,7 +86,7 @@ def agent(
     if profile:
         try:
             load_profile(profile, context.settings(ctx).profiles_dir or None)
-        except UnknownProfile as exc:
+        except ProfileError as exc:  # an unknown name, or a site profile that does not validate
             fail(str(exc), EXIT_USAGE)
     node = node or socket.gethostname().split(".")[0]
     try:

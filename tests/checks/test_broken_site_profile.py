@@ -1,6 +1,6 @@
 """A broken site profile (bad YAML, a threshold out of bounds, a name that shadows a packaged
 profile) stops every command that loads the profiles directory with one line naming the file
-and the problem, a non-zero exit and nothing written: `check profiles`, `check parse`,
+and the problem, a non-zero exit and nothing written: `check profiles`, `check parse`, `agent`,
 `node import` and the worker's start. Never a traceback, never "internal error"."""
 
 from __future__ import annotations
@@ -116,3 +116,15 @@ def test_the_worker_starts_past_a_sound_site_directory(tmp_path) -> None:
     the refusal above is the broken file's, not any site directory's."""
     done = _start_worker(SITE, tmp_path)
     assert done.returncode != 0 and "profiles_dir" not in done.stderr and "127.0.0.1:1" in done.stderr, done.stderr
+
+
+def test_the_agent_judging_by_the_broken_profile_does_not_start(broken, tmp_path) -> None:
+    """`fleetctl agent --profile P` loads P to judge its samples: refused before it reads a log
+    or opens its spool."""
+    site, path, words = broken
+    spool = tmp_path / "spool"
+    result = runner.invoke(app, ["agent", "--profile", path.name.removesuffix(".yaml"), "--file", os.devnull,
+                                 "--spool", str(spool), "--metrics-port", "0"],
+                           env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)})
+    _refused_in_one_line(result.exit_code, result.stderr, path, words)
+    assert not spool.exists()
