@@ -15,10 +15,17 @@ def _eui64(mac: int) -> int:
     return ((mac >> 24) << 40 | 0xFFFE << 24 | mac & 0xFFFFFF) ^ (0x02 << 56)
 
 
+def _named(node: NodeState, devices: Sequence[str]):
+    """The node's HCAs a tool was asked about (every one when none is named); None when a named
+    one is not there (each tool says so in its own words)."""
+    hcas = [h for h in node.hcas if not devices or h.name in devices]
+    return None if devices and not hcas else hcas
+
+
 def render_ibstat(node: NodeState, devices: Sequence[str]) -> ToolOutput:
     """`ibstat [CA]`: every HCA, or the one named."""
-    hcas = [h for h in node.hcas if not devices or h.name in devices]
-    if devices and not hcas:
+    hcas = _named(node, devices)
+    if hcas is None:
         return ToolOutput("", f"ibpanic: [{node.hostname}] main: '{devices[0]}' IB device can't be found: No such file or directory\n", 255)
     lines = []
     for hca in hcas:
@@ -63,8 +70,8 @@ def render_ibv_devinfo(node: NodeState, devices: Sequence[str], verbose: bool) -
     """`ibv_devinfo [-v] [-d DEVICE]`, in the layout of openucx/ucx#9908's (ConnectX-6 HDR, -vv).
     Plain ibv_devinfo prints no physical state and no speed, as the real one: no evidence of a
     trained link (checks.ib judges it unreadable). The rate ibstat shows is 4 lanes at its quarter."""
-    hcas = [h for h in node.hcas if not devices or h.name in devices]
-    if devices and not hcas:
+    hcas = _named(node, devices)
+    if hcas is None:
         return ToolOutput("", f"IB device '{devices[0]}' wasn't found\n", 255)
     lines = []
     for hca in hcas:
