@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import uuid
@@ -52,6 +53,18 @@ def _fresh_postgres_url(cluster) -> str:
     return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
 
 
+@pytest.fixture(autouse=True)
+def _dispose_the_tests_engines():
+    """The engines a test opened are closed after it: by the end of `make test` the kept ones
+    made a full garbage collection stop every thread of a process for seconds on a loaded
+    machine, and a workflow activation stopped with them past Temporal's 2 s deadlock bound
+    (TMPRL1101) failed its task."""
+    from tests.support.engines import engines_closed_after
+
+    with engines_closed_after():
+        yield
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path) -> str:
     """Every test that takes this runs on SQLite and on a real PostgreSQL."""
@@ -98,9 +111,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    """A worker of `--dist loadgroup` whose groups did not take (xdist marks them in the
+    """What importing and collecting built lives as long as the process: frozen, so no full
+    garbage collection walks it again (each walked every module and item of the suite).
+
+    A worker of `--dist loadgroup` whose groups did not take (xdist marks them in the
     test's id) stops: the tests would run as if ungrouped, two Slurm clusters at once, and
     pass or fail by chance."""
+    gc.collect()
+    gc.freeze()
     if not session.config.getoption("loadgroup", False):
         return
     ungrouped = [item.nodeid for item in session.items

@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
@@ -187,9 +187,23 @@ def get_engine(url: str, migrate: bool = True) -> Engine:
     return engine
 
 
-def dispose_all() -> None:
+def engine_urls() -> frozenset[str]:
+    """The URLs this process holds an engine for."""
     with _lock:
-        for engine in _engines.values():
-            engine.dispose()
-        _engines.clear()
-        _upgraded.clear()
+        return frozenset(_engines)
+
+
+def dispose(urls: Iterable[str]) -> None:
+    """Closes and forgets the engines of `urls` (a later get_engine opens a new one). The
+    test suite's processes open a database per test: an engine kept for each is thousands of
+    objects every garbage collection walks again."""
+    with _lock:
+        for url in urls:
+            engine = _engines.pop(url, None)
+            if engine is not None:
+                engine.dispose()
+            _upgraded.discard(url)
+
+
+def dispose_all() -> None:
+    dispose(engine_urls())
