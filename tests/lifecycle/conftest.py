@@ -99,9 +99,10 @@ def sim_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def fleet_in_production(settings: Settings, count: int) -> SimFleet:
+async def fleet_in_production(settings: Settings, count: int, **timing: float) -> SimFleet:
     """`count` simulated nodes recorded in production, their workflows started there (no
-    burn-in: for tests of what happens to a node already serving)."""
+    burn-in: for tests of what happens to a node already serving), with `timing`'s
+    NodeLifecycleState fields (ensure_node_workflows)."""
     from sqlalchemy import update
     from sqlmodel import Session
 
@@ -112,7 +113,7 @@ async def fleet_in_production(settings: Settings, count: int) -> SimFleet:
     with Session(fleet.engine) as session:
         session.exec(update(Node).values(state="production", state_version=1))
         session.commit()
-    await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
+    await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names], **timing)
     return fleet
 
 
