@@ -54,14 +54,14 @@ def _fresh_postgres_url(cluster) -> str:
 
 
 @pytest.fixture(autouse=True)
-def _dispose_the_tests_engines():
-    """The engines a test opened are closed after it: by the end of `make test` the kept ones
-    made a full garbage collection stop every thread of a process for seconds on a loaded
-    machine, and a workflow activation stopped with them past Temporal's 2 s deadlock bound
-    (TMPRL1101) failed its task."""
-    from tests.support.engines import engines_closed_after
+def _let_go_of_the_tests_engines():
+    """The engines a test opened are let go after it: kept, by the end of `make test` they
+    made each full garbage collection stop every thread of a test process longer, and a
+    workflow activation stopped with them past Temporal's 2 s deadlock bound (TMPRL1101)
+    failed its task."""
+    from tests.support.engines import engines_let_go_after
 
-    with engines_closed_after():
+    with engines_let_go_after():
         yield
 
 

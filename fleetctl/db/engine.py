@@ -194,15 +194,26 @@ def engine_urls() -> frozenset[str]:
 
 
 def dispose(urls: Iterable[str]) -> None:
-    """Closes and forgets the engines of `urls` (a later get_engine opens a new one). The
-    test suite's processes open a database per test: an engine kept for each is thousands of
-    objects every garbage collection walks again."""
+    """Closes and forgets the engines of `urls` (a later get_engine opens a new one)."""
+    for engine in _forgotten(urls):
+        engine.dispose()
+
+
+def forget(urls: Iterable[str]) -> None:
+    """Forgets the engines of `urls` without closing them: the garbage collector closes them
+    once nothing holds them. Unlike dispose, never waits on a pool's lock, which a thread can
+    leave held as it dies (a sync activity cancelled by the exception Temporal raises into its
+    thread, inside the pool's code)."""
+    _forgotten(urls)
+
+
+def _forgotten(urls: Iterable[str]) -> list[Engine]:
+    """The engines of `urls`, no longer this process's."""
+    urls = list(urls)
     with _lock:
-        for url in urls:
-            engine = _engines.pop(url, None)
-            if engine is not None:
-                engine.dispose()
-            _upgraded.discard(url)
+        _upgraded.difference_update(urls)
+        engines = [_engines.pop(url, None) for url in urls]
+    return [engine for engine in engines if engine is not None]
 
 
 def dispose_all() -> None:
