@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checks.profiles import GpuProfile
 from checks.transcript import marker
 
 # Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
@@ -50,6 +51,33 @@ class CheckSpec:
     # tests each (checks.ib.rails_script). "pairs": argv is the program MPI runs on each pair
     # of nodes (checks.nccl.pair_plan); the worker puts the outputs together.
     plan: str = ""
+    # The argv position that holds the number of GPUs (ranks) the tool runs on: the node's
+    # profile's gpu_count replaces it when the check runs (argv_for); the catalog's figure, 8,
+    # is an HGX node's. None: the argv names no GPU count.
+    gpu_count_at: int | None = None
+    # The check applies only to nodes whose profile has a multi-node NVLink domain
+    # (nvlink_domain_gpus, a GB200 NVL72 rack): on any other node it is not run, not recorded
+    # and not counted (applies_to). A suite may list it for every profile.
+    nvlink_domain_only: bool = False
+
+    def argv_for(self, profile: GpuProfile | None) -> tuple[str, ...]:
+        """The argv to run on a node of `profile`: its GPU count where the tool takes one
+        (a profile unknown keeps the catalog's count: the tool then refuses what the node lacks)."""
+        if self.gpu_count_at is None or profile is None:
+            return self.argv
+        argv = list(self.argv)
+        argv[self.gpu_count_at] = str(profile.gpu_count)
+        return tuple(argv)
+
+    def applies_to(self, profile: GpuProfile | None) -> bool:
+        """Whether the check judges a node of `profile`. A node whose profile is not known is
+        not known to lack a domain: the check runs, and judges what the node answers."""
+        return not self.nvlink_domain_only or profile is None or profile.nvlink_domain_gpus > 0
+
+
+# The reason a check that does not apply to a node reports (CheckActivities.run_check): its
+# outcome has no recorded run (check_run_id None), so nothing counts it as evidence.
+NOT_APPLICABLE = "not applicable"
 
 
 _SPECS = (
@@ -104,7 +132,9 @@ _SPECS = (
         "nccl",
         ("all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"),
         90.0,
-        "Single-node NCCL all-reduce over 8 GPUs, 8 B to 8 GiB; judged on bus bandwidth at 8 GiB",
+        "Single-node NCCL all-reduce over every GPU of the node (-g: the profile's count), 8 B to 8 GiB; "
+        "judged on bus bandwidth at 8 GiB",
+        gpu_count_at=-1,
     ),
     CheckSpec(
         "hpl",
@@ -112,7 +142,9 @@ _SPECS = (
         # xhpl reads HPL.dat from its working directory, which the node image provides.
         ("mpirun", "--bind-to", "none", "-np", "8", "xhpl"),
         600.0,
-        "NVIDIA HPL over all 8 GPUs: sustained TFLOPS per GPU and the residual check",
+        "NVIDIA HPL over every GPU of the node (one rank each: the profile's count): sustained TFLOPS per GPU "
+        "and the residual check",
+        gpu_count_at=4,
     ),
     CheckSpec(
         "ib-ports",
@@ -235,4 +267,18 @@ _HOST_SPECS = (
     CheckSpec("host-clock", "clock", ("chronyc", "tracking"), 1.0, "Clock synchronised (chrony) and its offset against the profile"),
 )
 
-CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS)}
+# The multi-node NVLink domain (GB200 NVL72): only on nodes whose profile has one.
+_DOMAIN_SPECS = (
+    CheckSpec(
+        "imex",
+        "imex",
+        # -N: the whole domain's status as this tray's IMEX daemon sees it (NVIDIA IMEX guide,
+        # "The nvidia-imex-ctl Tool"); the config file's default path names the daemon.
+        ("nvidia-imex-ctl", "-N"),
+        2.0,
+        "IMEX domain (GB200 NVL72): every tray's daemon READY, every pair connected, the domain UP",
+        nvlink_domain_only=True,
+    ),
+)
+
+CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS, *_DOMAIN_SPECS)}

@@ -25,6 +25,8 @@ ACTIONS = (
     "contact_support",
 )
 FINDING_SEVERITY = {"critical": "fail", "warning": "warn", "info": "info"}
+# The longest signature name an event may carry (the catalog's are under 40 characters).
+MAX_SIGNATURE_NAME = 64
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         node.hold_in_scheduler, node.release_hold, node.drain_pods_on, node.report_state,
         node.choose_remediation, commands.command_node,
         checks.suite_checks, checks.run_check, checks.judge_admission, checks.judge_against_peers,
-        guard.fleet_snapshot, guard.fleet_policy, guard.critical_evidence, guard.state_versions,
+        guard.fleet_snapshot, guard.fleet_policy, guard.critical_evidence, guard.state_versions, guard.removals_for_fault, guard.in_service_nodes,
         guard.ask_capacity_guard, guard.report_check_errors,
         remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
         remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,

@@ -31,6 +31,9 @@ class Fault:
     # queued in the node's workflow) before anything else, and a fault without an Xid drains
     # by it.
     severity: str = "warning"
+    # The catalog signature of a fault without an Xid (checks/catalog/signatures.tsv), "" for
+    # an Xid: what the node's workflow reads a fault of an NVLink domain's fabric by.
+    signature: str = ""
 
     @property
     def critical(self) -> bool:
@@ -53,6 +56,6 @@ def detect(message: str) -> list[Fault]:
               for e in log.xids if e.code <= MAX_CODE]
     catalog = signatures()
     faults += [Fault(None, bounded(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
-                     catalog[s.name].severity)
+                     catalog[s.name].severity, s.name)
                for s in log.signatures]
     return faults

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from checks.signatures import MAX_SIGNATURE_NAME
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import MAX_SEQ, KernelRecord, event_id
 from fleetctl.text import MAX_TEXT, bounded
@@ -31,7 +32,7 @@ CURSOR_FILE = "cursor.json"
 # What an event the agent spools holds (the last two absent from an older agent's spool).
 _EVENT_FIELDS = {"node": str, "source": str, "code": (int, type(None)), "message": str, "actor": str,
                  "event_id": str, "at": (int, float)}
-_EVENT_OPTIONAL = {"severity": str, "at_from_record": bool}
+_EVENT_OPTIONAL = {"severity": str, "at_from_record": bool, "signature": str}
 # Cursor files Agent.saved_cursor found corrupt (and moved aside), by spool directory: the
 # Agent made next for that directory counts them.
 _CORRUPT_CURSORS: dict[str, int] = {}
@@ -155,12 +156,12 @@ class Agent:
         _CORRUPT_CURSORS[key] = _CORRUPT_CURSORS.get(key, 0) + 1
         return None
 
-    def _event(self, key: str, at: float, code: int | None, message: str, severity: str) -> dict:
+    def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> dict:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
         return {"node": self.config.node, "source": "agent", "code": code, "message": bounded(message),
                 "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
-                "severity": severity, "at_from_record": True}
+                "severity": severity, "at_from_record": True, "signature": signature}
 
     def events_of(self, records: list[KernelRecord]) -> list[dict]:
         """The events of the records' faults. A record the parser cannot read is counted and
@@ -176,7 +177,8 @@ class Agent:
                 self._unreadable("parser_error", r, f"{type(exc).__name__}: {exc}")
                 continue
             for i, fault in enumerate(faults):
-                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity))
+                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity,
+                                       fault.signature))
                 if fault.critical:
                     self._urgent.append(out[-1])
         del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
@@ -347,6 +349,7 @@ def valid_event(ev: dict) -> bool:
     fields = {**_EVENT_FIELDS, **_EVENT_OPTIONAL}
     return all(isinstance(v, fields[k]) and not (isinstance(v, bool) and fields[k] is not bool) for k, v in ev.items()) \
         and all(len(ev[k]) <= MAX_TEXT for k in ("node", "source", "message", "actor", "event_id")) \
+        and len(ev.get("signature", "")) <= MAX_SIGNATURE_NAME \
         and (ev["code"] is None or 0 <= ev["code"] <= 2**31 - 1) and ev.get("severity", "") in (*SEVERITY_WORDS, "")
 
 

@@ -59,7 +59,9 @@ class IntakeTransport:
 
     async def send(self, node: str, events: list[dict]) -> None:
         body = json.dumps({"events": [{"node": e["node"], "code": e["code"], "message": e["message"],
-                                       "id": e["event_id"], "at": e["at"], "severity": e["severity"]}
+                                       "id": e["event_id"], "at": e["at"], "severity": e["severity"],
+                                       # absent from events spooled by an older agent
+                                       **({"signature": e["signature"]} if e.get("signature") else {})}
                                       for e in events]}).encode()
         await asyncio.to_thread(self._post, body)
 

@@ -30,6 +30,7 @@ CHECK_COLUMNS = (
     Column("TOOL", lambda r: r["tool"]),
     Column("KIND", lambda r: r["kind"]),
     Column("TYPICAL", lambda r: _duration(r["typical_duration_s"])),
+    Column("JUDGES", lambda r: r["judges"]),
     Column("COMMAND", lambda r: " ".join(r["argv"]), wide=True),
 )
 SUITE_COLUMNS = (
@@ -84,7 +85,8 @@ def list_profiles(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
 
 @app.command("list")
 def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
-    """List the checks: name, tool, kind of parser, typical duration."""
+    """List the checks: name, tool, kind of parser, typical duration, and the nodes each judges
+    (nvlink-domain: only those whose profile has a multi-node NVLink domain, GB200)."""
     from checks.catalog import CHECKS
 
     rows = [
@@ -94,6 +96,8 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
             "kind": spec.kind,
             "typical_duration_s": spec.typical_duration_s,
             "argv": list(spec.argv),
+            # Which nodes the check judges: a suite lists it for all, the others pass over it.
+            "judges": "nvlink-domain" if spec.nvlink_domain_only else "all",
             "description": spec.description,
         }
         for spec in CHECKS.values()

@@ -66,15 +66,20 @@ def inject(
 ) -> None:
     from fleetctl.durations import parse_duration
     from fleetctl.sim.faults import SimFaultSpec
+    from fleetctl.sim.node import fault_inapplicable
+    from fleetctl.sim.profiles import sim_profile
     from fleetctl.sim.store import add_fault
 
-    _sim_node(ctx, node)
+    row = _sim_node(ctx, node)
     try:
         delay = parse_duration(after).total_seconds() if after else 0.0
         spec = SimFaultSpec(kind=fault, gpu=gpu, not_before=time.time() + delay, rate_per_hour=rate,
                             seed=zlib.crc32(f"{node}/{fault}".encode()) & 0xFFFF)
+        why = fault_inapplicable(spec.kind, sim_profile(row.profile or ""))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    if why:
+        fail(f"{node}: {fault} has nothing to act on: {why}", EXIT_USAGE)
     add_fault(context.engine(ctx), node, spec.kind, spec.gpu, spec.not_before, spec.rate_per_hour, spec.seed)
     appears = f"in {after}" if after else "now"
     typer.echo(f"{node}: {fault} injected ({appears}{f', {rate}/h' if rate else ''})")

@@ -111,6 +111,14 @@ def nodes_named(engine: Engine, names: Iterable[str]) -> list[Node]:
         return list(session.exec(select(Node).where(col(Node.name).in_(names)))) if names else []
 
 
+def nodes_in_nvlink_domain(engine: Engine, domain: str) -> list[Node]:
+    """The nodes of one NVLink domain (the inventory's `nvlink_domain`); none for ""."""
+    if not domain:
+        return []
+    with Session(engine) as session:
+        return list(session.exec(select(Node).where(Node.nvlink_domain == domain).order_by(Node.name)))
+
+
 def existing_names(engine: Engine, names: Iterable[str]) -> set[str]:
     names = list(names)
     with Session(engine) as session:

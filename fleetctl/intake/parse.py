@@ -4,7 +4,9 @@ Alertmanager's webhook (https://prometheus.io/docs/alerting/latest/configuration
     {"version": "4", "status": "firing", "alerts": [{"status": "firing", "labels": {...},
      "annotations": {...}, "startsAt": "...", "fingerprint": "..."}], ...}
 Plain JSON: {"events": [{"node": "n1", "code": 79, "message": "...", "id": "...", "at": 1.7e9,
-             "severity": "critical"}]}
+             "severity": "critical", "signature": "nvswitch_sxid_fatal"}]}
+`signature`, optional, names the catalog signature (checks/catalog/signatures.tsv) the sender
+read a fault without an Xid as; a name the catalog does not have is refused.
 
 Severity (info, warning, critical) says how soon the node's workflow handles the event, and
 drains the node for an event without a code when critical. Given in a plain JSON event it
@@ -24,7 +26,7 @@ from datetime import datetime
 
 from checks.result import SEVERITIES
 from checks.xid import xid_action
-from fleetctl.text import MAX_TEXT, bounded
+from fleetctl.text import bounded
 
 MAX_CODE = 2**31 - 1  # the database column
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
@@ -95,6 +97,7 @@ class IntakeEvent:
     # known within a window (fleetctl.intake.server.Intake.accept); its id has the receive
     # time in it, since the same fault reported later is a new event.
     content_key: str = ""
+    signature: str = ""  # a checks/catalog/signatures.tsv name, or ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -161,6 +164,17 @@ def _severity(value: object, code: int | None, where: str, strict: bool) -> str:
     return xid_action(code).severity if code is not None else ""
 
 
+def _signature(value: object, where: str) -> str:
+    """A catalog signature's name, or "" when none is given."""
+    from checks.signatures import MAX_SIGNATURE_NAME, signatures
+
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_SIGNATURE_NAME or value not in signatures():
+        raise BadBody(f"{where}: not a signature of the catalog (checks/catalog/signatures.tsv)")
+    return value
+
+
 def _id(*parts: object) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
 
@@ -210,7 +224,7 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         where = f"events[{i}]"
         if not isinstance(item, dict):
             raise BadBody(f"{where}: not an object")
-        unknown = set(item) - {"node", "code", "message", "id", "at", "severity"}
+        unknown = set(item) - {"node", "code", "message", "id", "at", "severity", "signature"}
         if unknown:
             raise BadBody(f"{where}: unknown field {sorted(unknown)[0]!r}")
         node, code = _node(item.get("node"), f"{where}.node"), _code(item.get("code"), f"{where}.code")
@@ -220,10 +234,11 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         event_id = _text(item.get("id"), f"{where}.id")
         at = _time(item["at"], f"{where}.at") if "at" in item else now
         severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True)
+        signature = _signature(item.get("signature"), f"{where}.signature")
         anonymous = not event_id and "at" not in item
         out.append(IntakeEvent(node, "intake", code, message, _id("json", node, event_id) if event_id
                                else _id("json", node, code, message, at), at, severity, "at" in item,
-                               _id("json-content", node, code, message, severity) if anonymous else ""))
+                               _id("json-content", node, code, message, severity) if anonymous else "", signature))
     return out
 
 
@@ -279,4 +294,5 @@ def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> Int
     at = _time(changed, "lastTransitionTime") if changed else 0.0
     return IntakeEvent(name, "npd", faults[0].code if faults else None,
                        bounded(f"{kind}: {reason} {message}".strip()),
-                       _id("npd", name, kind, changed), at, faults[0].severity if faults else "", bool(changed))
+                       _id("npd", name, kind, changed), at, faults[0].severity if faults else "", bool(changed),
+                       signature=faults[0].signature if faults else "")

@@ -116,6 +116,7 @@ class Intake:
                                                   "event_id": e["event_id"], "at": e["at"],
                                                   # absent from events spooled by an older intake
                                                   "severity": e.get("severity", ""),
+                                                  "signature": e.get("signature", ""),
                                                   "at_from_record": e.get("at_from_record", False)}
                                                  for e in events])
                 self.sent += len(events)

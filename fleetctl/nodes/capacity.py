@@ -20,19 +20,21 @@ NVLink domains (a GB200 NVL72 rack, the inventory's `nvlink_domain`): a fault of
 fabric (IMEX down, an NVSwitch tray) takes every node of the domain out of multi-node NVLink
 jobs at once, so it costs the guard the whole domain, not one node. The rule:
 - a domain-fabric fault is one request for the domain (domain_removal): the node that found
-  it plus every other in-service node of the domain (`domain_nodes`, node -> rack), granted
-  or refused as one: all of them within the fleet's and each rack's limits, or none (half a
-  domain drained frees nothing: the rest cannot run an NVLink job either);
+  it plus every other in-service node of the domain (`domain_nodes`), granted or refused as
+  one, within the fleet's limit (half a domain drained frees nothing: the rest cannot run an
+  NVLink job either); the guard workflow hands out a grant per node (`domain_grants`);
 - it is one failure to the storm breaker (one fault, one cause), not one per node;
 - an ordinary GPU fault on a domain's node (an XID, a failed check) asks for that one node;
-- a critical request is the node's own lost GPU: it passes the limits for that node only, and
-  the rest of the domain is not taken with it (their GPUs still work).
+- a critical request is the node's own lost GPU: it passes the limits for that node only;
+  when its fault is of the domain's fabric (a fatal NVSwitch SXid), the rest of the domain
+  follows as a second request, within the limits (removals_for_fault).
 The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
 domain), so its nodes are its GPUs over that profile's count per tray.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -106,8 +108,10 @@ class RemovalDecision:
     grant: str = ""
     # The decision would have been this one, but automation runs dry (GuardPolicy.dry_run).
     dry_run: bool = False
-    # A granted domain request: the domain's other nodes the grant takes out with `node`.
+    # A granted domain request: the domain's other nodes the grant takes out with `node`, and
+    # (set by the guard workflow) each one's own grant, for its drain.
     domain_nodes: list[str] = field(default_factory=list)
+    domain_grants: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -233,14 +237,30 @@ def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
     return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
 
 
-def removal_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
-                      check: str = "", signature: str = "") -> RemovalRequest:
-    """The one request a fault on `request.node` makes: for its whole NVLink domain `domain`
-    (members: (name, state) of its nodes) when the fault is of the domain's fabric, else (an
-    ordinary GPU fault, or a node in no domain) for the node alone, unchanged."""
-    if domain and is_domain_fabric_fault(check, signature):
-        return domain_removal(request, domain, members)
-    return request
+def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
+                       check: str = "", signature: str = "") -> list[RemovalRequest]:
+    """The requests a fault on `request.node` makes, asked in order (members: (name, state) of
+    the nodes of its NVLink domain `domain`):
+    - an ordinary GPU fault, or a node in no domain: the node alone, unchanged;
+    - a fault of the domain's fabric: the whole domain as one request (domain_removal);
+    - the same fault said to be critical (a fatal NVSwitch SXid): the node alone, past the
+      limits (its GPUs are lost), then the rest of the domain as one request within them
+      (their GPUs work, but not together), if any of it is still in service;
+    - none, when the node is already out of service: another node's request for the same
+      fault held the domain with it (every tray of a domain sees its IMEX fault)."""
+    if not (domain and is_domain_fabric_fault(check, signature)):
+        return [request]
+    members = list(members)
+    if any(name == request.node and not NodeState(state).in_service for name, state in members):
+        return []
+    if not request.critical:
+        return [domain_removal(request, domain, members)]
+    others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
+    if not others:
+        return [request]
+    rest = RemovalRequest(others[0], request.rack, f"NVLink domain {domain} held: its fabric failed on "
+                          f"{request.node}: {request.reason}", request.actor, request_id=f"{request.request_id}/domain")
+    return [request, domain_removal(rest, domain, [(name, state) for name, state in members if name != request.node])]
 
 
 def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]]) -> RemovalRequest:
@@ -249,9 +269,22 @@ def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple
     with it (one already out costs nothing more). Never critical: the domain's other GPUs still
     work, only not together."""
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
-    return RemovalRequest(request.node, request.rack, f"{request.reason} (NVLink domain {domain}: "
-                          f"{len(others) + 1} node{'s' if others else ''})", request.actor, critical=False,
+    return RemovalRequest(request.node, request.rack, request.reason, request.actor, critical=False,
                           force=request.force, request_id=request.request_id, domain=domain, domain_nodes=others)
+
+
+def in_service_domain(request: RemovalRequest, in_service: Iterable[str]) -> RemovalRequest:
+    """The domain request with only those of its other nodes still in service (the guard reads
+    them again, before the fleet's counts: one that left since the request was made is counted
+    there, and must not cost the domain a second time)."""
+    still = set(in_service)
+    return dataclasses.replace(request, domain_nodes=[n for n in request.domain_nodes if n in still])
+
+
+def failure_key(request: RemovalRequest) -> str:
+    """What the storm breaker counts a request's failure as: its node, or, for a fault of an
+    NVLink domain's fabric, the domain (every tray of a domain reports its one IMEX fault)."""
+    return request.domain or request.node
 
 
 def removal_cost(request: RemovalRequest) -> int:
@@ -297,8 +330,9 @@ def _decide(
     """Whether `request` may take its node (and, for a domain request, its domain's other
     nodes) out of production.
 
-    `recent_failures` maps each node that reported a failure to its latest report's time: a
-    storm is many nodes failing, not one node failing again and again;
+    `recent_failures` maps each node that reported a failure (or NVLink domain: failure_key)
+    to its latest report's time: a storm is many nodes failing, not one node failing again and
+    again;
     `pending_grants` are removals granted but not yet visible in the snapshot.
     """
     with_domain = list(request.domain_nodes)
@@ -311,8 +345,8 @@ def _decide(
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s
-    failing_nodes = {node for node, t in recent_failures.items() if t >= window_start} | {request.node}
-    failures_in_window = len(failing_nodes)
+    failing = {key for key, t in recent_failures.items() if t >= window_start} | {failure_key(request)}
+    failures_in_window = len(failing)
     storm_at = storm_threshold(policy, snapshot.production)
     if failures_in_window >= storm_at:
         return RemovalDecision(

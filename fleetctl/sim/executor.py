@@ -15,10 +15,12 @@ import time
 from collections import Counter
 from typing import Callable, Sequence
 
+from checks.profiles import load_profile
+
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable, validate_node_name
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.faults import SimFaultSpec, active_faults
-from fleetctl.sim.node import build_node_state, identity_rng
+from fleetctl.sim.node import DomainMember, build_node_state, domain_address, identity_rng
 from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.shell import STRESS_TOOLS, NodeShell
 
@@ -48,7 +50,9 @@ class SimExecutor:
     `faults_for(name)` returns a node's fault specs and `booted_at(name)` when its BMC last
     rebooted it (both stored by the caller, shared between processes); `cure(name, kinds)`
     clears the faults a command repaired (a GPU reset, a firmware update). Without them a
-    node keeps the faults it is given and boots at its own phase. A command takes its real
+    node keeps the faults it is given and boots at its own phase. `domain_members(name)` names
+    the nodes of its multi-node NVLink domain, itself among them (the inventory's
+    nvlink_domain; [] for a node in none): what IMEX on a GB200 tray lists. A command takes its real
     duration times `time_scale` (0 = instant) of wall time, through `sleep` (`sleep_in_slices`); `now` is the
     clock faults and timestamps are read from.
     """
@@ -62,6 +66,7 @@ class SimExecutor:
         sleep: Callable[[float], None] | None = None,
         booted_at: Callable[[str], float | None] = lambda name: None,
         cure: Callable[[str, frozenset[str]], object] = lambda name, kinds: None,
+        domain_members: Callable[[str], list[str]] = lambda name: [],
     ):
         if time_scale < 0:
             raise ValueError(f"time_scale must be 0 or more, not {time_scale}")
@@ -72,6 +77,7 @@ class SimExecutor:
         self._sleep = sleep or sleep_in_slices
         self._booted_at = booted_at
         self._cure = cure
+        self._domain_members = domain_members
         # Per node and command: the n-th run gets its own jitter and flaky outcome.
         self._runs: Counter[tuple[str, tuple[str, ...]]] = Counter()
 
@@ -91,7 +97,8 @@ class SimExecutor:
         transient = bool(flaky) and _touches_stress_tool(argv) and any(
             random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky
         )
-        state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name))
+        state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name),
+                                 self._domain(target.name, target.profile, now))
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
         result = NodeShell(state, jitter, lambda host: self._peer(host, profile, now)).run(argv)
         wall_s = result.seconds * self._time_scale
@@ -103,6 +110,19 @@ class SimExecutor:
             self._cure(target.name, result.cures)
         out = result.output
         return CommandResult(tuple(argv), out.exit_status, out.stdout, out.stderr, wall_s)
+
+    def _domain(self, name: str, profile: str, now: float) -> list[DomainMember]:
+        """The trays of the node's NVLink domain in name order (IMEX's node order is its
+        nodes_config.cfg's), each with whether its IMEX daemon runs now: not on a tray with
+        imex-down, nor on one that does not answer. A tray of a domain's profile that the fleet
+        names no domain for is a domain of its own (its GPUs still register with their fabric)."""
+        if not load_profile(profile).nvlink_domain_gpus:
+            return []  # HGX: its NVLink ends at the chassis (the fleet is not asked)
+        members = sorted(self._domain_members(name)) or [name]
+        down = {"imex-down", "unreachable"}
+        return [DomainMember(member, domain_address(self._seed, members, member),
+                             not any(f.kind in down for f in active_faults(self._faults_for(member), now)))
+                for member in members]
 
     def _peer(self, host: str, profile, now: float):
         """Another node an MPI launcher reaches by its host name (its node name here), as its

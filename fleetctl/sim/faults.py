@@ -34,6 +34,12 @@ FAULT_KINDS: tuple[str, ...] = (
     "fabricmanager-down",  # nvidia-fabricmanager failed
     "driver-mismatch",  # the driver upgraded without a reboot: NVML refuses the loaded module
     "clock-drift",  # chrony lost its source: unsynchronised, seconds off
+    # The GPUs and their fabric
+    "gpu-init-failed",  # one GPU never initialised (RmInitAdapter failed, GSP did not boot): missing from NVML
+    "nvswitch-sxid-fatal",  # an NVSwitch of an HGX baseboard logs a fatal SXid: NVLink through it stalls
+    # The multi-node NVLink domain (GB200 NVL72)
+    "imex-down",  # the tray's nvidia-imex failed: its own nvidia-imex-ctl cannot reach it, the domain lists it down
+    "fabric-unhealthy",  # the tray's GPUs are not registered with the NVLink fabric (Fabric Status not Success)
     "flaky",  # stress tests fail on about half the runs
     "unreachable",  # the executor raises NodeUnreachable
 )
@@ -47,8 +53,13 @@ CURED_BY: dict[str, frozenset[str]] = {
     "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
     # A reboot also loads the installed driver, restarts the daemons and steps the clock; a
     # lost DIMM, a narrow link, a full or damaged filesystem stay.
+    # A fatal SXid needs the system restarted (the signature's action: NVIDIA's Fabric Manager
+    # guide, "Restart the system to reset the GPUs and NVSwitches"); IMEX starts again with it.
+    # A GPU that never initialised is not cured by a restart here (the simulator is never
+    # kinder: one that fails its init again is hardware), nor the fabric registration of a
+    # tray, which the rack's NVSwitch trays refuse.
     "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded", "driver-mismatch", "fabricmanager-down",
-                         "clock-drift"}),
+                         "clock-drift", "nvswitch-sxid-fatal", "imex-down"}),
     "firmware_update": frozenset({"firmware-drift"}),
 }
 

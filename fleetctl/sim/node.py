@@ -47,6 +47,9 @@ class GpuState:
     banks_partial: int = 0  # banks with only some spare rows left
     banks_none: int = 0  # banks with no spare row left
     lost: bool = False  # fallen off the bus: NVML cannot reach it
+    # Its registration with the multi-node NVLink fabric (nvidia-smi -q's Fabric section; GB200).
+    fabric_state: str = "Completed"
+    fabric_status: str = "Success"
 
     @property
     def pci_bus_id(self) -> str:
@@ -115,6 +118,15 @@ class HostState:
 
 
 @dataclass(frozen=True)
+class DomainMember:
+    """A tray of the node's multi-node NVLink domain as its IMEX daemons see it."""
+
+    name: str
+    address: str  # the IP its IMEX daemon listens on (nodes_config.cfg)
+    imex_ready: bool  # its daemon runs (no imex-down, the tray reachable)
+
+
+@dataclass(frozen=True)
 class KernelEvent:
     at: float  # unix time
     text: str
@@ -136,6 +148,13 @@ class NodeState:
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
     host: HostState | None = None
+    # The trays of its multi-node NVLink domain in IMEX's order, itself among them; empty on
+    # a node with no such domain (HGX). The fabric's clique and cluster ids come from it.
+    domain: tuple[DomainMember, ...] = ()
+    clique_id: int = 0
+    cluster_uuid: str = "00000000-0000-0000-0000-000000000000"
+    # GPUs the driver never initialised: on the PCI bus (lspci) but not in NVML or CUDA.
+    uninitialised_gpus: list[GpuState] = field(default_factory=list)
 
     @property
     def visible_gpus(self) -> list[GpuState]:
@@ -175,12 +194,22 @@ FABRIC_SLOW_FACTOR = 0.6  # fabric-slow: half the leaf's uplinks down, or a mis-
 RAIL_SLOW_FACTOR = 0.55  # ib-rail-slow: a ConnectX-7 whose PCIe Gen5 x16 link trained to x8
 _REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
 KERNEL_RELEASE = "5.15.0-119-generic"
+# NVSwitches of an HGX baseboard: the PCI bus of the first (its kernel log names them by it).
+_NVSWITCH_BUS0 = 0x84
+NVSWITCH_SLOW_FACTOR = 0.4  # nvswitch-sxid-fatal: the switch's links down, NVLink traffic rerouted or stalled
+FABRIC_UNREGISTERED_FACTOR = 0.1  # fabric-unhealthy: no NVLink peer access, NCCL through host memory
 # Ethernet front-end NIC next to the 8 InfiniBand rails (what ibstat lists on HGX servers).
 _FRONTEND_NIC = ("MT41692", "32.41.1000", 200)
 
 
 def identity_rng(seed: int, node: str, *parts: object) -> random.Random:
     return random.Random("/".join(map(str, (seed, node, *parts))))
+
+
+def domain_address(seed: int, domain: Sequence[str], name: str) -> str:
+    """The IP a tray's IMEX daemon listens on: one subnet per domain, in the domain's order."""
+    subnet = identity_rng(seed, "imex-subnet", domain[0]).randrange(16, 250)
+    return f"172.31.{subnet}.{10 + list(domain).index(name)}"
 
 
 def _fault_gpu(spec: SimFaultSpec, count: int) -> int:
@@ -195,10 +224,12 @@ def build_node_state(
     now: float,
     transient_failure: bool = False,
     booted_at: float | None = None,
+    domain: Sequence[DomainMember] = (),
 ) -> NodeState:
     """The node as its tools see it at `now`, with `faults` (already active) applied.
     `booted_at` is when its BMC last rebooted it; otherwise (and when the node's own monthly
-    reboot came later) it last booted at its own phase."""
+    reboot came later) it last booted at its own phase. `domain`: the trays of its multi-node
+    NVLink domain, itself among them (the executor reads them from the fleet)."""
     rng = identity_rng(seed, node)
     buses = rng.choice(profile.gpu_bus_layouts)
     gpus = [
@@ -262,6 +293,10 @@ def build_node_state(
         # Its own generator too, for the same reason.
         multinode_busbw_gbps=profile.multinode_allreduce_busbw_gbps * identity_rng(seed, node, "fabric").uniform(0.985, 1.01),
     )
+    if domain:
+        ids = identity_rng(seed, "nvlink-domain", domain[0].name)
+        state.domain = tuple(domain)
+        state.clique_id, state.cluster_uuid = ids.randrange(1, 32766), str(uuid.UUID(int=ids.getrandbits(128), version=4))
     state.kernel_events = _boot_messages(state)
     state.host = _healthy_host(profile)
     for spec in faults:
@@ -286,7 +321,9 @@ def _healthy_host(profile: SimProfile) -> HostState:
             Filesystem("/dev/md1", "ext4", "/raid", int(26.2 * tib), int(1.1 * tib), 1_756_905_472, 91_235,
                        "rw,relatime,stripe=256"),
         ],
-        services={**{unit: "active" for unit in expected.required_services}, "nvidia-imex": ""},
+        # What the profile requires runs; IMEX is installed only where a profile requires it
+        # (GB200), the fabric manager likewise (HGX: its NVSwitches are on the baseboard).
+        services={"nvidia-imex": "", "nvidia-fabricmanager": "", **{unit: "active" for unit in expected.required_services}},
         loaded_driver=profile.driver_version,
     )
 
@@ -306,16 +343,31 @@ def _boot_messages(node: NodeState) -> list[KernelEvent]:
         KernelEvent(boot + 5.9, "nvidia-nvlink: Nvlink Core is being initialized, major device number 511"),
         KernelEvent(
             boot + 6.1,
-            f"NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {p.driver_version}  Release Build  "
+            f"NVRM: loading NVIDIA UNIX {p.cpu_architecture} Kernel Module  {p.driver_version}  Release Build  "
             "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  2 22:04:44 UTC 2024",
         ),
     ]
     return events
 
 
+def fault_inapplicable(kind: str, profile: SimProfile) -> str:
+    """Why a fault of `kind` has nothing to act on in a node of `profile` ("": it acts there):
+    `fleetctl sim inject` refuses it, and a node given one anyway stays as it is."""
+    expected = load_profile(profile.name)
+    if kind in ("imex-down", "fabric-unhealthy") and not expected.nvlink_domain_gpus:
+        return f"{profile.name} nodes are in no multi-node NVLink domain: no IMEX, no domain fabric"
+    if kind == "nvswitch-sxid-fatal" and not profile.nvswitch_count:
+        return f"{profile.name} nodes have no NVSwitch of their own (a GB200 tray's are in the rack's switch trays)"
+    if kind == "fabricmanager-down" and "nvidia-fabricmanager" not in expected.required_services:
+        return f"{profile.name} nodes run no fabric manager"
+    return ""
+
+
 def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
     """Change the healthy state the way the fault would, and log what the kernel would."""
     p = node.profile
+    if fault_inapplicable(spec.kind, p):
+        return
     gpu = node.gpus[_fault_gpu(spec, len(node.gpus))]
     # A fault from before the last boot shows again once the driver loads.
     at = max(fault_onset(spec), node.boot_time + 300.0)
@@ -378,6 +430,8 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
                 hca.firmware = p.hca.drifted_firmware
     elif spec.kind in _HOST_FAULTS:
         _HOST_FAULTS[spec.kind](node, gpu, at)
+    elif spec.kind in _GPU_FABRIC_FAULTS:
+        _GPU_FABRIC_FAULTS[spec.kind](node, gpu, at)
     # "flaky" acts per run (transient_failure) and "unreachable" in the executor.
 
 
@@ -421,3 +475,51 @@ _HOST_FAULTS = {
 }
 # The module a driver-mismatch node still runs: the release before the installed one.
 _OLDER_DRIVER = "535.183.06"
+
+
+def _gpu_init_failed(node: NodeState, gpu: GpuState, at: float) -> None:
+    """The driver's init of one GPU failed (GSP did not boot): NVML and CUDA never see it, lspci
+    still does. The lines as the driver logs them (checks/xid.py's gpu_init_failed and
+    gsp_boot_failed forms: NVIDIA/gpu-operator#1146, NVIDIA/open-gpu-kernel-modules#789)."""
+    node.gpus.remove(gpu)
+    node.uninitialised_gpus.append(gpu)
+    pci = gpu.kernel_pci[4:] + ".0"  # 0000:2b:00.0
+    node.kernel_events += [
+        KernelEvent(at, "NVRM: RmInitAdapter: Cannot initialize GSP firmware RM"),
+        KernelEvent(at, f"NVRM: GPU {pci}: RmInitAdapter failed! (0x62:0x40:2474)"),
+        KernelEvent(at, f"NVRM: GPU {pci}: rm_init_adapter failed, device minor number {gpu.index}"),
+    ]
+
+
+def _nvswitch_sxid_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
+    """A fatal SXid on one NVSwitch of the baseboard, as the nvswitch driver logs it (NVIDIA's
+    Fabric Manager guide, quoted in leptonai/gpud: "SXid (PCI:...): 20034, Fatal, Link 30 LTSSM
+    Fault Up")."""
+    switch = gpu.index % node.profile.nvswitch_count
+    where = f"nvidia-nvswitch{switch}: SXid (PCI:0000:{_NVSWITCH_BUS0 + switch:02x}:00.0): 20034"
+    node.kernel_events += [KernelEvent(at, f"{where}, Fatal, Link 30 LTSSM Fault Up"),
+                           KernelEvent(at, f"{where}, Severity 5 Engine instance 30 Sub-engine instance 00")]
+    node.allreduce_busbw_gbps *= NVSWITCH_SLOW_FACTOR
+
+
+def _imex_down(node: NodeState, gpu: GpuState, at: float) -> None:
+    """The tray's nvidia-imex failed."""
+    node.host.services["nvidia-imex"] = "failed"
+
+
+def _fabric_unhealthy(node: NodeState, gpu: GpuState, at: float) -> None:
+    """The tray's GPUs were refused by the NVLink fabric: registration Completed with a failed
+    status, no clique, a zero cluster (Azure/azhpc-images#506's node), and no NVLink peer
+    access for NCCL."""
+    for refused in node.gpus:
+        refused.fabric_status = "Insufficient Resources"
+    node.clique_id, node.cluster_uuid = 0, "00000000-0000-0000-0000-000000000000"
+    node.allreduce_busbw_gbps *= FABRIC_UNREGISTERED_FACTOR
+
+
+_GPU_FABRIC_FAULTS = {
+    "gpu-init-failed": _gpu_init_failed,
+    "nvswitch-sxid-fatal": _nvswitch_sxid_fatal,
+    "imex-down": _imex_down,
+    "fabric-unhealthy": _fabric_unhealthy,
+}

@@ -41,6 +41,7 @@ class SimProfile:
     gpu_name: str
     gpu_count: int
     architecture: str
+    cpu_architecture: str  # uname -m of the host CPUs: x86_64, or aarch64 (Grace)
     pci_device_id: int  # nvidia-smi prints it as 0x<device><vendor>: 0x233010DE
     pci_subsystem_id: int
     memory_mib: int

@@ -33,7 +33,8 @@ from fleetctl.sim.render.host import (
     render_uname_r,
 )
 from fleetctl.sim.render.hpl import render_hpl
-from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_perfquery
+from fleetctl.sim.render.imex import render_imex_ctl_domain
+from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_ibv_devinfo, render_perfquery
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
 from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
 from fleetctl.sim.render.xid import render_kernel_log
@@ -154,8 +155,29 @@ def _all_reduce_perf(call: _Call) -> ToolRun:
 
 def _xhpl(call: _Call) -> ToolRun:
     ranks = call.ranks or call.node.profile.gpu_count
-    output, seconds = render_hpl(call.node, min(ranks, len(call.node.gpus)), call.rng)
+    if ranks > len(call.node.gpus):
+        return ToolRun(_too_many_ranks(call.node, ranks), 5.0)
+    output, seconds = render_hpl(call.node, ranks, call.rng)
     return ToolRun(output, 40.0 + seconds)  # matrix generation and warm-up
+
+
+def _too_many_ranks(node: NodeState, ranks: int) -> ToolOutput:
+    """HPL-NVIDIA binds each local rank to the GPU of its number: a rank past the node's last
+    GPU gets CUDA's 'invalid device ordinal' and Open MPI aborts the job (its banner as
+    NVIDIA/nccl-tests#165 shows it), before HPL prints a result."""
+    errors = "".join(f"[{node.hostname}:{4242 + rank}] CUDA error: invalid device ordinal (rank {rank}, device {rank})\n"
+                     for rank in range(len(node.gpus), ranks))
+    return ToolOutput("", errors + _MPI_ABORTED, 1)
+
+
+def _nvidia_imex_ctl(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-c", "-i", "-u", "-t"})
+    if "-N" not in flags:
+        raise _UsageError("simulated nvidia-imex-ctl answers -N (the domain's status)")
+    if not call.node.host.services.get("nvidia-imex"):
+        # The tool comes with the IMEX package, installed where IMEX runs (GB200 trays).
+        return ToolRun(ToolOutput("", "bash: line 1: nvidia-imex-ctl: command not found\n", 127), 0.0)
+    return ToolRun(render_imex_ctl_domain(call.node), 0.3)
 
 
 def _dmesg(call: _Call) -> ToolRun:
@@ -176,6 +198,13 @@ def _ibstat(call: _Call) -> ToolRun:
     if "-l" in flags or "--list_of_cas" in flags:
         return ToolRun(ToolOutput("".join(f"{h.name}\n" for h in call.node.hcas)), 0.1)
     return ToolRun(render_ibstat(call.node, positional), 0.1)
+
+
+def _ibv_devinfo(call: _Call) -> ToolRun:
+    flags, _ = _options(call.args, {"-d", "--ib-dev", "-i", "--ib-port"})
+    device = _flag(flags, "-d", "--ib-dev")
+    verbose = bool({"-v", "-vv", "--verbose"} & flags.keys())
+    return ToolRun(render_ibv_devinfo(call.node, [device] if device else [], verbose), 0.1)
 
 
 _PERFTEST_VALUE_FLAGS = {
@@ -324,8 +353,10 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "xhpl": _xhpl,
     "hpl.sh": _xhpl,
     "dmesg": _dmesg,
+    "nvidia-imex-ctl": _nvidia_imex_ctl,
     "journalctl": _journalctl,
     "ibstat": _ibstat,
+    "ibv_devinfo": _ibv_devinfo,
     "ib_write_bw": _ib_write_bw,
     "flint": _flint,
     "mstflint": _flint,
@@ -415,6 +446,14 @@ This usually is caused by:
 
 * not finding the required libraries and/or binaries on
   one or more nodes.
+--------------------------------------------------------------------------
+"""
+
+
+# What Open MPI's mpirun prints when a rank exits non-zero (NVIDIA/nccl-tests#165).
+_MPI_ABORTED = """--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
 --------------------------------------------------------------------------
 """
 

@@ -1,13 +1,14 @@
 """Simulated nodes' state in the database, so every process sees it: injected faults
 (written by `fleetctl sim inject`, read by the worker's simulated executor, cleared by a
-simulated repair) and when each node's BMC last rebooted it."""
+simulated repair), when each node's BMC last rebooted it, and the trays of a node's NVLink
+domain (the fleet's own nodes table: what a GB200 tray's IMEX lists)."""
 
 from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, delete, select
 
-from fleetctl.db.models import SimBoot, SimFault
+from fleetctl.db.models import Node, SimBoot, SimFault
 from fleetctl.sim.faults import SimFaultSpec
 
 
@@ -60,3 +61,13 @@ def booted_at(engine: Engine, node: str) -> float | None:
     with Session(engine) as session:
         boot = session.get(SimBoot, node)
         return boot.booted_at if boot else None
+
+
+def domain_members(engine: Engine, node: str) -> list[str]:
+    """The nodes of `node`'s multi-node NVLink domain (the inventory's nvlink_domain), itself
+    among them, by name; [] for a node in none (or not in the fleet)."""
+    with Session(engine) as session:
+        domain = session.exec(select(Node.nvlink_domain).where(Node.name == node)).first()
+        if not domain:
+            return []
+        return list(session.exec(select(Node.name).where(Node.nvlink_domain == domain).order_by(Node.name)))

@@ -79,6 +79,15 @@ def test_detect_reads_xids_through_the_checks_parser() -> None:
     assert detect("usb 1-1: new high-speed USB device") == []
 
 
+def test_detect_names_the_catalog_signature_of_a_fault_without_an_xid() -> None:
+    """The node's workflow reads a fault of an NVLink domain's fabric by its signature (a fatal
+    SXid holds the domain): the real Fabric Manager guide line, from the cited fixture."""
+    (fatal,) = detect("[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
+    assert (fatal.code, fatal.signature, fatal.severity) == (None, "nvswitch_sxid_fatal", "critical")
+    (xid,) = detect(XID79)
+    assert xid.signature == ""  # an Xid is judged by its code
+
+
 def test_detect_refuses_a_code_too_large_for_the_database() -> None:
     with pytest.raises(UnreadableRecord, match="out of range"):
         detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom")
@@ -97,7 +106,7 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
     agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool"), FileSource(log), transport=None)
     journal = parse_journal_json(json.dumps({"__CURSOR": "c", "__REALTIME_TIMESTAMP": "1", "MESSAGE": XID79 + " \ud800"}))
     events = agent.events_of(agent.source.poll() + [journal])
-    assert [e["code"] for e in events] == [79, 79]
+    assert [e["code"] for e in events] == [79, 79] and [e["signature"] for e in events] == ["", ""]
     for e in events:
         assert len(e["message"]) <= MAX_TEXT and "\x00" not in e["message"]
         e["message"].encode("utf-8")

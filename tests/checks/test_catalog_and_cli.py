@@ -29,6 +29,7 @@ def test_check_list_json():
     rows = json.loads(result.output)
     assert {r["name"] for r in rows} == set(CHECKS)
     assert {"name", "tool", "kind", "typical_duration_s"} <= set(rows[0])
+    assert {r["name"]: r["judges"] for r in rows if r["judges"] != "all"} == {"imex": "nvlink-domain"}
 
 
 def test_check_list_table():
@@ -85,3 +86,37 @@ def test_check_parse_usage_errors(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+# --- checks limited to a profile, GPU counts from the profile --------------------------------
+
+
+@pytest.mark.parametrize("profile,applies", [("gb200", True), ("h100-sxm", False), ("b200", False), (None, True)])
+def test_imex_judges_only_nodes_of_a_multi_node_nvlink_domain(profile, applies) -> None:
+    """An HGX node has no IMEX domain: the check neither runs nor counts there. A node whose
+    profile is unknown is not known to lack one: it runs (and judges what the node answers)."""
+    from checks import load_profile
+
+    spec = CHECKS["imex"]
+    assert (spec.kind, spec.argv) == ("imex", ("nvidia-imex-ctl", "-N"))
+    assert spec.applies_to(load_profile(profile) if profile else None) is applies
+    # Every other check judges every profile.
+    assert all(s.applies_to(load_profile(profile) if profile else None) for s in CHECKS.values() if s is not spec)
+
+
+@pytest.mark.parametrize("suite", ["quick", "burn-in"])
+def test_quick_and_burn_in_list_imex(suite) -> None:
+    from checks.suites import load_suite
+
+    assert "imex" in load_suite(suite).checks
+
+
+@pytest.mark.parametrize("profile,gpus", [("gb200", "4"), ("h100-sxm", "8")])
+def test_gpu_counts_come_from_the_profile(profile, gpus) -> None:
+    from checks import load_profile
+
+    gpu_profile = load_profile(profile)
+    assert CHECKS["nccl-allreduce"].argv_for(gpu_profile)[-2:] == ("-g", gpus)
+    assert CHECKS["hpl"].argv_for(gpu_profile) == ("mpirun", "--bind-to", "none", "-np", gpus, "xhpl")
+    # A check that names no GPU count runs as the catalog has it.
+    assert CHECKS["ib-ports"].argv_for(gpu_profile) == CHECKS["ib-ports"].argv

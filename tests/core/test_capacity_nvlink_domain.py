@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.nodes.capacity import (GuardPolicy, RemovalRequest, decide, domain_removal, removal_for_fault,
+from fleetctl.nodes.capacity import (GuardPolicy, RemovalRequest, decide, domain_removal, removals_for_fault,
                                      snapshot_from_states)
 
 POLICY = GuardPolicy()  # fleet 10%, rack 25%, storm 20% (at least 3)
@@ -112,7 +112,38 @@ MEMBERS = [(n, "production") for n in DOMAIN[:17]] + [(DOMAIN[17], "maintenance"
     ],
 )
 def test_which_faults_ask_for_the_whole_domain(domain, check, signature, asks_for) -> None:
-    request = removal_for_fault(fault(), domain, MEMBERS, check=check, signature=signature)
+    (request,) = removals_for_fault(fault(), domain, MEMBERS, check=check, signature=signature)
     assert 1 + len(request.domain_nodes) == asks_for
     assert request.node == "gb-00" and "gb-00" not in request.domain_nodes and DOMAIN[17] not in request.domain_nodes
     assert request.domain == (domain if asks_for > 1 else "")
+
+
+def test_a_critical_fabric_fault_takes_its_node_past_the_limits_then_asks_for_the_rest_within_them() -> None:
+    """A fatal NVSwitch SXid is critical (the node's GPUs are lost) and of the domain's fabric:
+    the node goes alone, as any critical fault; the domain's 16 other in-service trays follow
+    as one ordinary request, which the fleet's limit may hold."""
+    node, rest = removals_for_fault(fault(critical=True, request_id="ev-1"), "nvl72-r01", MEMBERS,
+                                    signature="nvswitch_sxid_fatal")
+    assert (node.node, node.critical, node.domain_nodes) == ("gb-00", True, [])
+    assert (rest.node, rest.critical, rest.domain, rest.request_id) == ("gb-01", False, "nvl72-r01", "ev-1/domain")
+    assert rest.domain_nodes == DOMAIN[2:17] and "NVLink domain nvl72-r01 held: its fabric failed on gb-00" in rest.reason
+    # In a small fleet the node goes and the rest is held by the limit, refused whole.
+    small = fleet(SMALL)
+    assert decide(POLICY, small, node, {}, now=100.0, breaker_open=False).granted
+    held = decide(POLICY, small, rest, {}, now=100.0, breaker_open=False)
+    assert not held.granted and "(NVLink domain nvl72-r01: 16 nodes)" in held.reason
+
+
+def test_a_critical_fabric_fault_on_a_domain_with_nothing_else_in_service_is_the_node_alone() -> None:
+    members = [("gb-00", "production"), ("gb-01", "maintenance")]
+    assert removals_for_fault(fault(critical=True), "nvl72-r01", members, signature="nvswitch_sxid_fatal") == [
+        fault(critical=True)]
+
+
+def test_a_node_already_out_with_its_domain_asks_for_nothing() -> None:
+    """Every tray of a domain sees its IMEX fault: one already held with the domain by another
+    tray's request asks nothing more (no second cost, no second failure to the storm breaker)."""
+    members = [("gb-00", "draining"), ("gb-01", "production")]
+    assert removals_for_fault(fault(), "nvl72-r01", members, check="imex") == []
+    # An ordinary fault is the node's own, whatever its domain: asked as ever.
+    assert removals_for_fault(fault(), "nvl72-r01", members, check="nvidia-smi") == [fault()]

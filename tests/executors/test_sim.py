@@ -74,7 +74,31 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
                         **{c: {ERROR} for c in _DCGM_ALL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
                         "host-versions": {FAIL}},
     "clock-drift": {"host-clock": {FAIL}},
+    # A GPU that never initialised: missing from NVML (and so from every tool that needs it),
+    # named by the kernel log; HPL's rank past the last GPU dies before a result.
+    "gpu-init-failed": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
+                        "hpl": {ERROR}, "firmware-inventory": {FAIL}},
+    # The baseboard's NVSwitch: the kernel log's fatal SXid, and the all-reduce over NVLink.
+    "nvswitch-sxid-fatal": {"xid-scan": {FAIL}, "nccl-allreduce": {FAIL}},
+    # Faults of a multi-node NVLink domain: an HGX node has no IMEX and no domain fabric.
+    "imex-down": {},
+    "fabric-unhealthy": {},
 }
+# What faults do on a tray of a multi-node NVLink domain (gb200) where it differs: no fabric
+# manager nor NVSwitch in the tray; its IMEX daemon and its fabric registration.
+DOMAIN_FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
+    "fabricmanager-down": {},
+    "nvswitch-sxid-fatal": {},
+    # Its own nvidia-imex-ctl reaches no daemon: unreadable, never a pass.
+    "imex-down": {"imex": {ERROR}, "host-services": {FAIL}},
+    "fabric-unhealthy": {"nvidia-smi-q": {FAIL}, "nccl-allreduce": {FAIL}},
+}
+
+
+def fault_effects(fault: str, profile: str) -> dict[str, set[Status]]:
+    if load_profile(profile).nvlink_domain_gpus and fault in DOMAIN_FAULT_EFFECTS:
+        return DOMAIN_FAULT_EFFECTS[fault]
+    return FAULT_EFFECTS[fault]
 # The GPU (HCA for ib-port-down) each fault hits in that table: mlx5_0 is the port the
 # ib-bw check loops back through; None drifts every component.
 FAULT_GPU = {"ib-port-down": 0, "firmware-drift": None}  # ib-rail-slow and ib-link-flap: HCA 3, not mlx5_0
@@ -108,7 +132,12 @@ def run_check(ex: SimExecutor, check: str, profile: str = "h100-sxm", name: str 
         return run_rails(lambda argv: run_on(name, argv), spec, load_profile(profile))
     if spec.plan == "pairs":
         return run_pairs(run_on, spec, name, PARTNERS, load_profile(profile).gpu_count)
-    return run_on(name, spec.argv)
+    return run_on(name, spec.argv_for(load_profile(profile)))
+
+
+def checks_for(profile: str) -> dict:
+    """The catalog's checks that judge a node of `profile` (the worker runs no other)."""
+    return {name: spec for name, spec in CHECKS.items() if spec.applies_to(load_profile(profile))}
 
 
 def busbw_at_largest_size(text: str) -> float:
@@ -122,7 +151,7 @@ def busbw_at_largest_size(text: str) -> float:
 @pytest.mark.parametrize("profile", sorted(sim_profiles()))
 def test_healthy_node_passes_every_check(profile: str) -> None:
     ex = executor()
-    for name, spec in CHECKS.items():
+    for name, spec in checks_for(profile).items():
         result = run_check(ex, name, profile)
         verdict = judge(spec.kind, result.stdout, profile)
         assert verdict.status is PASS, f"{name}: {verdict.reason}"
@@ -134,9 +163,9 @@ def test_healthy_node_passes_every_check(profile: str) -> None:
 def test_fault_affects_its_checks_and_no_others(fault: str, profile: str) -> None:
     ex = executor([SimFaultSpec(fault, gpu=FAULT_GPU.get(fault, 3))])
     unexpected = {}
-    for name, spec in CHECKS.items():
+    for name, spec in checks_for(profile).items():
         status = judged(run_check(ex, name, profile), spec.kind, profile)
-        if status not in FAULT_EFFECTS[fault].get(name, {PASS}):
+        if status not in fault_effects(fault, profile).get(name, {PASS}):
             unexpected[name] = status
     assert unexpected == {}
 
@@ -447,7 +476,8 @@ def test_render_inventory_with_islands_is_an_inventory_with_a_tree() -> None:
 
 def test_profiles_load_from_the_package_data() -> None:
     profiles = sim_profiles()
-    assert set(profiles) == {"a100-sxm-80gb", "b200", "h100-sxm", "h200-sxm"}
+    assert set(profiles) == {"a100-sxm-80gb", "b200", "gb200", "h100-sxm", "h200-sxm"}
+    assert (profiles["gb200"].gpu_count, profiles["gb200"].cpu_architecture) == (4, "aarch64")
     h100 = profiles["h100-sxm"]
     assert (h100.pci_device_id, h100.power_limit_w, h100.cuda_version) == (0x2330, 700.0, "12.4")
     assert isinstance(h100.power_limit_w, float) and h100.hca.device_type == "ConnectX7"
@@ -488,3 +518,17 @@ def test_a_profile_missing_a_value_is_refused() -> None:
     del raw["gpu_count"]
     with pytest.raises(ValueError, match="missing \\['gpu_count'\\]"):
         _typed_h100(raw)
+
+
+@pytest.mark.parametrize("profile", sorted(sim_profiles()))
+def test_ibv_devinfo_is_judged_like_ibstat_and_plain_ibv_devinfo_is_no_evidence(profile: str) -> None:
+    """ibv_devinfo -v answers as ibstat does (a down port fails); plain ibv_devinfo prints no
+    physical state nor speed, as the real one: unreadable, never a pass."""
+    healthy, down = executor(), executor([SimFaultSpec("ib-port-down", gpu=1)])
+    assert judged(healthy.run(target(profile), ("ibv_devinfo", "-v"), 60), "ib", profile) is PASS
+    assert judged(down.run(target(profile), ("ibv_devinfo", "-v"), 60), "ib", profile) is FAIL
+    assert judged(healthy.run(target(profile), ("ibv_devinfo",), 60), "ib", profile) is ERROR
+    # The same ports, states and rates as ibstat's.
+    devinfo = judge("ib", down.run(target(profile), ("ibv_devinfo", "-v"), 60).stdout, profile)
+    ibstat = judge("ib", down.run(target(profile), ("ibstat",), 60).stdout, profile)
+    assert (devinfo.status, devinfo.reason) == (ibstat.status, ibstat.reason)

@@ -5,7 +5,9 @@ The digests in tests/fixtures/sim/golden.json were first taken from the simulato
 before it became the `fleetctl.sim` package (fleetctl/executors/sim.py and sim_render.py at
 757020c) and matched after the move; the only outputs changed since were made on purpose
 (`cat` of the boot id, `nvidia-smi -r`, `mlxfwmanager -u`, and the usage lines that list
-them). A refactoring that changes one byte of any output fails here. A change to the output
+them), and what was added beside them: the gb200 tray, its faults and the GPU and fabric
+faults, `nvidia-imex-ctl -N` and `ibv_devinfo`, with every earlier profile's output of every
+earlier command byte for byte the same. A refactoring that changes one byte of any output fails here. A change to the output
 made on purpose regenerates them:
 
     .venv/bin/python -m tests.executors.test_sim_golden
@@ -55,6 +57,9 @@ EXTRA_ARGVS: tuple[tuple[str, ...], ...] = (
     ("ibstat", "-l"),
     ("ibstat", "mlx5_1", "mlx5_8"),
     ("ibstat", "mlx5_99"),
+    ("ibv_devinfo",),
+    ("ibv_devinfo", "-v", "-d", "mlx5_2"),
+    ("ibv_devinfo", "-d", "mlx5_99"),
     ("ib_write_bw", "-d", "mlx5_2", "-a", "--report_gbits", "localhost"),
     ("ib_write_bw", "-d", "mlx5_0", "-s", "1M", "-q", "4", "-n", "200", "localhost"),
     ("ib_write_bw", "-d", "mlx5_0", "-D"),

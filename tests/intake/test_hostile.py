@@ -396,7 +396,9 @@ async def test_the_agent_sends_its_events_through_the_intake_with_its_own_creden
     url = f"https://127.0.0.1:{intake.port}"
     log = tmp_path / "kern.log"
     log.write_text("2026-11-30T20:00:01+00:00 n1 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
-                   "GPU has fallen off the bus.\n")
+                   "GPU has fallen off the bus.\n"
+                   "2026-11-30T20:00:02+00:00 n1 kernel: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, "
+                   "Link 30 LTSSM Fault Up\n")
     for node, expect_sent in (("n2", False), ("n1", True)):  # n2's agent holding n1's credential first
         agent = Agent(AgentConfig(node=node, spool_dir=tmp_path / f"agent-{node}"), FileSource(log),
                       IntakeTransport(url, secret, str(ca.cert_path)))
@@ -409,15 +411,17 @@ async def test_the_agent_sends_its_events_through_the_intake_with_its_own_creden
         stop.set()
         await task
         if not expect_sent:
-            assert intake.spool.depth == 0 and agent.spool.depth == 1  # kept, for a credential that will do
-    (event,) = intake.spool.pending(10)
+            assert intake.spool.depth == 0 and agent.spool.depth == 2  # kept, for a credential that will do
+    event, sxid = intake.spool.pending(10)
     assert (event["node"], event["code"], event["source"], event["severity"]) == ("n1", 79, "agent", "critical")
+    # The SXid goes with the signature the agent read it as: what holds an NVLink domain.
+    assert (sxid["code"], sxid["signature"], event["signature"]) == (None, "nvswitch_sxid_fatal", "")
     duplicates = intake.duplicates
     transport = IntakeTransport(url, secret, str(ca.cert_path))
     again = [{"node": "n1", "code": 79, "message": "x", "event_id": "e1", "at": 1.7e9, "severity": ""}]
     await transport.send("n1", again)
     await transport.send("n1", again)  # a resend after a lost answer: the same event
-    assert intake.spool.depth == 2 and intake.duplicates == duplicates + 1
+    assert intake.spool.depth == 3 and intake.duplicates == duplicates + 1
     with pytest.raises(NodeRefused, match="422: not in the inventory: ghost"):
         await IntakeTransport(url, TOKEN, str(ca.cert_path)).send("ghost", [{**again[0], "node": "ghost"}])
     with pytest.raises(SendFailed, match="CERTIFICATE_VERIFY_FAILED"):

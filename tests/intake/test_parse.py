@@ -64,6 +64,8 @@ def test_plain_json_events_with_and_without_ids() -> None:
     ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": "x"}]}, "integer"),
     ({"node": "n1", "message": "SXid", "severity": "urgent"}, "severity must be one of info, warning, critical"),
     ({"node": "n1", "message": "SXid", "severity": 3}, "severity must be one of"),
+    ({"node": "n1", "message": "SXid", "signature": "nvswitch_meltdown"}, "not a signature of the catalog"),
+    ({"node": "n1", "message": "SXid", "signature": ["nvswitch_sxid_fatal"]}, "not a signature of the catalog"),
 ])
 def test_a_bad_json_event_is_refused_whole(body, words) -> None:
     with pytest.raises(BadBody, match=words):
@@ -93,6 +95,14 @@ def test_a_true_npd_condition_is_an_event_identified_by_its_transition() -> None
 def test_a_json_event_carries_its_severity_and_whether_its_time_is_its_own(event, severity, from_record) -> None:
     (ev,) = from_json(event, 100.0)
     assert (ev.severity, ev.at_from_record) == (severity, from_record)
+
+
+def test_a_json_event_carries_the_signature_it_was_read_as() -> None:
+    (ev,) = from_json({"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical",
+                       "signature": "nvswitch_sxid_fatal"}, 100.0)
+    assert ev.signature == "nvswitch_sxid_fatal"
+    (none,) = from_json({"node": "n1", "code": 79}, 100.0)
+    assert none.signature == ""
 
 
 @pytest.mark.parametrize("label, severity", [

@@ -99,16 +99,18 @@ def sim_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def fleet_in_production(settings: Settings, count: int, **timing: float) -> SimFleet:
+async def fleet_in_production(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4,
+                              **timing: float) -> SimFleet:
     """`count` simulated nodes recorded in production, their workflows started there (no
     burn-in: for tests of what happens to a node already serving), with `timing`'s
-    NodeLifecycleState fields (ensure_node_workflows)."""
+    NodeLifecycleState fields (ensure_node_workflows). gb200 with racks=1: one NVL72 domain
+    of `count` trays."""
     from sqlalchemy import update
     from sqlmodel import Session
 
     from fleetctl.db.models import Node
 
-    names = make_fleet(settings, count)
+    names = make_fleet(settings, count, profile, racks)
     fleet = SimFleet(settings, await connect(settings), names)
     with Session(fleet.engine) as session:
         session.exec(update(Node).values(state="production", state_version=1))

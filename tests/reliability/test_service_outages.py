@@ -15,13 +15,13 @@ import threading
 import time
 
 import pytest
-from checks.suites import load_suite
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.connections.temporal_server import free_port, start_dev_server
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
+from tests.support.checks import recorded_checks
 from tests.support.worker import WorkerThread
 from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
 
@@ -78,7 +78,7 @@ async def test_temporal_server_killed_and_restarted_mid_burn_in(make_settings, s
         assert [(e.from_state, e.to_state) for e in events] == BURN_IN_PATH, n
         assert [e.state_version for e in events] == [1, 2, 3]
         runs = queries.latest_checks(engine, n, limit=50)
-        assert len(runs) == len(load_suite("burn-in").checks), n  # each of burn-in's steps recorded once
+        assert len(runs) == len(recorded_checks("burn-in", "h100-sxm")), n  # each of burn-in's steps recorded once
 
 
 @pytest.mark.temporal

@@ -25,7 +25,9 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   (rma-burst-confirmation); in each, the queue's oldest item shown as FleetctlQueuedSince
   (queued-since-attribute); every admission held in its scheduler first (fence-burn-in), a
   recheck of a node running a job skipped and a sweep's check held then released
-  (fence-checks). v1 and v2 stay as they were, so the runs they stand for still replay.
+  (fence-checks); a GB200 domain held whole by a sweep's failed imex check and by a fatal
+  NVSwitch SXid, with the guard's grant per tray (nvlink-domain-hold); and the workflow
+  types no set had yet: a firmware roll-out and a job history sync. v1 and v2 stay as they were, so the runs they stand for still replay.
 
 By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
@@ -70,14 +72,17 @@ from fleetctl.connections.temporal_server import start_dev_server
 from workflows.api import (
     RMA_DECISION_UPDATE,
     HealthEventInput,
+    JobSyncInput,
     NodeLifecycleState,
     RmaDecided,
     RmaDecision,
     StragglerSweepInput,
     SweepInput,
     guard_id,
+    job_sync_id,
     node_workflow_id,
     remediation_id,
+    rollout_workflow_id,
     straggler_sweep_id,
 )
 from workflows.client import (
@@ -88,8 +93,12 @@ from workflows.client import (
     run_remediation,
     send_health_events,
     start_remediation,
+    start_rollout,
 )
+from tests.support.checks import record_check
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
@@ -176,8 +185,8 @@ class Recording:
                 raise TimeoutError(f"{node}: still busy: {s.activity or s.work}")
             await asyncio.sleep(0.2)
 
-    def add_nodes(self, count: int, prefix: str) -> list[str]:
-        entries = render_inventory(count, 2, "h100-sxm", seed=0, name_prefix=prefix)
+    def add_nodes(self, count: int, prefix: str, profile: str = "h100-sxm", racks: int = 2) -> list[str]:
+        entries = render_inventory(count, racks, profile, seed=0, name_prefix=prefix)
         queries.upsert_nodes(self.engine, parse_inventory(yaml.safe_dump({"nodes": entries})))
         return [e["name"] for e in entries]
 
@@ -480,8 +489,8 @@ async def search_attributes_scenario(rec: Recording) -> str:
 
 
 # v3's long check: HPL alone, with commands taking 8 times the real tools' time (minutes).
-LONG_SUITE, TINY_SUITE = "long-hpl", "tiny"
-SUITES = {LONG_SUITE: ["hpl"], TINY_SUITE: ["nvidia-smi-query"]}
+LONG_SUITE, TINY_SUITE, IMEX_SUITE = "long-hpl", "tiny", "imex"
+SUITES = {LONG_SUITE: ["hpl"], TINY_SUITE: ["nvidia-smi-query"], IMEX_SUITE: ["imex"]}
 # v3's interrupted runbook: a drain, then an hour's wait an XID 79 cuts short; and the
 # runbook the XID 79 then starts.
 SLOW_RUNBOOK = """
@@ -569,6 +578,8 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         (directory / "remediation_interrupted.json").write_text(history.to_json())
         kept["remediation_interrupted"] = remediation_id(interrupted)
     kept.update(await rma_burst_scenario(directory))
+    kept.update(await nvlink_domain_scenario(directory, suites))
+    kept.update(await rollout_and_job_sync_scenario(directory))
     async with recording(suites_dir=str(suites), sim_time_scale=8.0) as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         scheduler = SimScheduler(engine)
@@ -691,6 +702,79 @@ async def rma_burst_scenario(directory: Path) -> dict[str, str]:
             raise RuntimeError(f"{nodes[0]}: its RMA did not wait for the window")
         (directory / "remediation_rma_waits_for_the_burst.json").write_text(history.to_json())
         written["remediation_rma_waits_for_the_burst"] = workflow_id
+    return written
+
+
+async def nvlink_domain_scenario(directory: Path, suites: Path) -> dict[str, str]:
+    """A fault of a GB200 NVL72 domain's fabric holds the domain (patch nvlink-domain-hold),
+    each in a fleet of three trays of one domain beside three HGX nodes (its limit: 3 out):
+    a sweep's imex check fails on the trays that see a tray's IMEX daemon down, and the
+    guard grants the domain whole, a grant per tray; a fatal NVSwitch SXid, read by its
+    signature, drains its tray at once and then the rest of the domain within the limit."""
+    async with recording(suites_dir=str(suites)) as rec:
+        trays, hgx = rec.add_nodes(3, "rv3-nvl", "gb200", racks=1), rec.add_nodes(3, "rv3-hgx")
+        for n in trays + hgx:
+            await _in_production(rec, n)
+        add_fault(rec.engine, trays[0], "imex-down")
+        sweep_id = f"sweep/record-nvl-{rec.unique}"
+        swept = await rec.client.execute_workflow(
+            ActiveCheckSweep.run, SweepInput(suite=IMEX_SUITE, max_concurrent=6, fleet=rec.settings.fleet),
+            id=sweep_id, task_queue=rec.settings.task_queue)
+        if sorted(swept.drained) != sorted(trays) or swept.failed == []:
+            raise RuntimeError(f"the sweep did not hold the domain {trays}: {swept}")
+        for n in trays:
+            await rec.wait(n, lambda t: "drain_complete" in t)
+        (batch,) = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
+        written = {"active_check_batch_nvlink_domain": batch, "capacity_guard_nvlink_domain": guard_id(rec.settings.fleet)}
+        for name, workflow_id in written.items():
+            history = await rec.client.get_workflow_handle(workflow_id).fetch_history()
+            (directory / f"{name}.json").write_text(history.to_json())
+    async with recording(suites_dir=str(suites)) as rec:
+        trays, hgx = rec.add_nodes(3, "rv3-sxid", "gb200", racks=1), rec.add_nodes(3, "rv3-sxh")
+        for n in trays + hgx:
+            await _in_production(rec, n)
+        await send_health_events(rec.client, trays[0], [HealthEventInput(
+            trays[0], "agent", None, "NVSwitch fatal SXid on the node: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, "
+            "Fatal, Link 30 LTSSM Fault Up", "recorder", "rv3-sxid-fatal", time.time(), severity="critical",
+            signature="nvswitch_sxid_fatal")])
+        for n in trays:
+            await rec.wait(n, lambda t: "drain_complete" in t)
+        await rec.idle(trays[0], timeout_s=120)
+        history = await rec.client.get_workflow_handle(node_workflow_id(trays[0])).fetch_history()
+        (directory / "node_lifecycle_nvswitch_fatal_holds_the_domain.json").write_text(history.to_json())
+        written["node_lifecycle_nvswitch_fatal_holds_the_domain"] = node_workflow_id(trays[0])
+    return written
+
+
+async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
+    """The two workflow types no earlier set recorded: a firmware roll-out over three drifting
+    nodes in maintenance (a canary of one, then batches of one, each updated and re-read), and
+    one run of the job history sync a `fleetctl schedule create job-sync` schedule starts."""
+    async with recording() as rec:
+        nodes = rec.add_nodes(3, "rv3-roll")
+        for n in nodes:
+            await rec.client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=n), id=node_workflow_id(n),
+                                            task_queue=rec.settings.task_queue)
+            for trigger in ("begin_burn_in", "phase_failed"):
+                await request_transition(rec.client, n, trigger, "recorder", actor_kind="automation")
+            add_fault(rec.engine, n, "firmware-drift")
+            for check in ("firmware-inventory", "nic-firmware"):
+                record_check(rec.settings, n, check)
+        baseline = load_baseline(BASELINE)
+        rollout_id, _ = await start_rollout(rec.client, rec.settings, baseline, BASELINE.read_text(), canary=1,
+                                            batch="1", max_failures=1, dry_run=False, actor="recorder")
+        done = await rec.client.get_workflow_handle_for(FirmwareRollout.run, rollout_workflow_id(rollout_id)).result()
+        if (done.status, done.done) != ("completed", len(nodes)):
+            raise RuntimeError(f"the roll-out did not update every node: {done}")
+        SimScheduler(rec.engine).submit("recorded-synced-train", 1)
+        synced = await rec.client.execute_workflow(JobHistorySync.run, JobSyncInput(actor="recorder"),
+                                                   id=job_sync_id(f"record-{rec.unique}"), task_queue=rec.settings.task_queue)
+        if synced.jobs.get("sim") != 1:
+            raise RuntimeError(f"the job history sync did not list the simulated scheduler's job: {synced}")
+        written = {"firmware_rollout": rollout_workflow_id(rollout_id), "job_history_sync": job_sync_id(f"record-{rec.unique}")}
+        for name, workflow_id in written.items():
+            history = await rec.client.get_workflow_handle(workflow_id).fetch_history()
+            (directory / f"{name}.json").write_text(history.to_json())
     return written
 
 

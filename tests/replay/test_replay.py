@@ -70,6 +70,12 @@ def test_the_whole_sets_are_recorded_for_every_workflow_type() -> None:
         assert {"NodeLifecycle", "CapacityGuard", "ActiveCheckSweep", "Remediation", "JobRestart"} <= types, name
 
 
+def test_every_workflow_the_worker_runs_has_a_recorded_history() -> None:
+    """A workflow type with no history could change under running workflows unseen."""
+    types = {_history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name for p in HISTORIES}
+    assert sorted(w.__name__ for w in WORKFLOWS if w.__name__ not in types) == []
+
+
 def test_the_old_set_predates_every_patch() -> None:
     """v1 proves old runs take the old branches only while it holds no patch marker."""
     for path in SETS["v1"].glob("*.json"):

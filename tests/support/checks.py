@@ -23,3 +23,13 @@ def record_check(settings: Settings, node: str, check: str) -> CheckRun:
         node_name=node, check_name=check, kind=CHECKS[check].kind, status=result["status"],
         metrics=result["metrics"], findings=result["findings"], reason=result["reason"], raw_output=out.stdout,
         idempotency_key=key), CheckRun.idempotency_key, key)
+
+
+def recorded_checks(suite: str, profile: str) -> list[str]:
+    """The suite's checks, in order, that a node of `profile` runs and records: one that does
+    not apply to the profile (imex on an HGX node) is neither."""
+    from checks import load_profile
+    from checks.suites import load_suite
+
+    gpu_profile = load_profile(profile)
+    return [check for check in load_suite(suite).checks if CHECKS[check].applies_to(gpu_profile)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
+from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_for, removals_for_fault
 from workflows.activities.database import BAD_DATA
 from workflows.api import (
     AdmissionRequest,
@@ -22,12 +22,15 @@ from workflows.api import (
     CheckOutcome,
     CheckRequest,
     DriftReport,
+    FaultRemoval,
+    FaultRemovals,
     DriftRequest,
     HealthEventBatch,
     HealthEventBatchResult,
     HealthEventInput,
     HealthEventVerdict,
     HeldNode,
+    NodeCommandOutcome,
     NodeFacts,
     RecordedTransition,
     PodDrainOutcome,
@@ -41,6 +44,7 @@ from workflows.api import (
     SchedulerStateReport,
     SweepScope,
     TransitionRecord,
+    TransitionRequest,
     UpdateOutcome,
 )
 
@@ -72,6 +76,10 @@ class World:
     pods_holding: list[list[str]] = field(default_factory=list)
     # Set: every check waits for it (a test sends what arrives while a check runs).
     checks_held: asyncio.Event | None = None
+    # The node's NVLink domain and its other nodes (all in service): a fault of the domain's
+    # fabric asks the guard for them too. "": the node is in no domain.
+    nvlink_domain: str = ""
+    domain_nodes: list[str] = field(default_factory=list)
 
 
 class FakeActivities:
@@ -105,7 +113,7 @@ class FakeActivities:
                 self.hold_in_scheduler, self.release_hold,
                 self.report_state, self.choose_remediation,
                 self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
-                self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
+                self.removals_for_fault, self.command_node, self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
 
     # -- the node's row and events -----------------------------------------------------------
 
@@ -243,7 +251,25 @@ class FakeActivities:
     async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
         await self._called("ask_capacity_guard", req)
         granted = self.world.guard_grants or req.critical
-        return RemovalDecision(req.node, granted, "critical" if req.critical else self.world.guard_reason)
+        decision = RemovalDecision(req.node, granted, "critical" if req.critical else self.world.guard_reason,
+                                   grant=grant_for("fake-guard", req.node, 1) if granted else "")
+        if granted and req.domain_nodes:
+            decision.domain_nodes = list(req.domain_nodes)
+            decision.domain_grants = {n: grant_for("fake-guard", n, 1) for n in req.domain_nodes}
+        return decision
+
+    @activity.defn(name="removals_for_fault")
+    async def removals_for_fault(self, fault: FaultRemoval) -> FaultRemovals:
+        await self._called("removals_for_fault", fault)
+        members = [(fault.request.node, "production"), *((n, "production") for n in self.world.domain_nodes)]
+        return FaultRemovals(removals_for_fault(fault.request, self.world.nvlink_domain, members, fault.check,
+                                                fault.signature))
+
+    @activity.defn(name="command_node")
+    async def command_node(self, req: TransitionRequest) -> NodeCommandOutcome:
+        """Another node's workflow asked to move (a domain's node held with the finder): accepted."""
+        await self._called("command_node", req)
+        return NodeCommandOutcome(req.node, True, "production", "draining")
 
     @activity.defn(name="choose_remediation")
     async def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:

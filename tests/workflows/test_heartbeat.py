@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from temporalio.exceptions import CancelledError
 from temporalio.testing import ActivityEnvironment
 

@@ -8,7 +8,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from checks import judge, load_profile
-from checks.catalog import CHECKS, CheckSpec
+from checks.catalog import CHECKS, NOT_APPLICABLE, CheckSpec
+from checks.profiles import GpuProfile
 from checks.result import CheckResult, Status
 from checks.transcript import with_stderr
 from fleetctl.config import Settings
@@ -47,11 +48,19 @@ class CheckActivities(DatabaseActivities):
         spec = CHECKS.get(req.check)
         if spec is None:
             raise ApplicationError(f"unknown check {req.check}", type="UnknownCheck", non_retryable=True)
+        # The operator's profiles too, as the judge reads them.
+        profile = load_profile(node.profile, self.settings.profiles_dir or None) if node.profile else None
+        if not spec.applies_to(profile):
+            # Not run and not recorded: no row says `pass`, so admission (which reads the recorded
+            # runs), placement and the fleet's figures never count it. The outcome is one every
+            # caller passes over (a pass with no run behind it), so suites list the check for all.
+            return CheckOutcome(req.node, req.check, Status.PASS.value,
+                                f"{NOT_APPLICABLE}: profile {profile.name} has no multi-node NVLink domain")
         started = utcnow()
         raw, truncated, error_kind = "", False, None
         last_attempt = info.attempt >= req.max_attempts
         try:
-            result = self._execute(spec, node)
+            result = self._execute(spec, node, profile)
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
             judged = judge(spec.kind, result.stdout, node.profile, self.settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():
@@ -75,23 +84,23 @@ class CheckActivities(DatabaseActivities):
         )
         return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
 
-    def _execute(self, spec: CheckSpec, node) -> CommandResult:
-        """The check's command on the node, or its plan's commands (check_plans)."""
+    def _execute(self, spec: CheckSpec, node, profile: GpuProfile | None) -> CommandResult:
+        """The check's command on the node (with the profile's GPU count where the tool takes
+        one), or its plan's commands (check_plans)."""
         timeout_s = max(30.0, spec.typical_duration_s * 3)
 
         def run_on(target, argv) -> CommandResult:
             return _run_with_heartbeat(self.executors.for_target(target), target, argv, timeout_s)
 
         target = target_for(node)
-        site = self.settings.profiles_dir or None  # the operator's profiles, as the judge reads them
         if spec.plan == "rails":
-            return run_rails(lambda argv: run_on(target, argv), spec, load_profile(node.profile, site) if node.profile else None)
+            return run_rails(lambda argv: run_on(target, argv), spec, profile)
         if spec.plan == "pairs":
             nodes = {n.name: n for n in queries.list_nodes(self.engine)}
             partners = choose_partners(node, list(nodes.values()))
             return run_pairs(lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners,
-                             load_profile(node.profile, site).gpu_count)
-        return run_on(target, spec.argv)
+                             profile.gpu_count)
+        return run_on(target, spec.argv_for(profile))
 
     @activity.defn
     def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:

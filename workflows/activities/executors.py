@@ -48,7 +48,7 @@ class ExecutorRegistry:
         engine = get_engine(self.settings.db_url)
         return SimExecutor(faults_for=partial(store.fault_specs, engine), seed=self.settings.sim_seed,
                            time_scale=self.settings.sim_time_scale, booted_at=partial(store.booted_at, engine),
-                           cure=partial(store.cure, engine))
+                           cure=partial(store.cure, engine), domain_members=partial(store.domain_members, engine))
 
     def close(self) -> None:
         for executor in (self._ssh, self._sim):

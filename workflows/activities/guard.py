@@ -16,12 +16,14 @@ from fleetctl.nodes.capacity import (
     RemovalDecision,
     RemovalRequest,
     guard_snapshot,
+    removals_for_fault,
 )
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
+from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities
-from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState
+from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState, FaultRemoval, FaultRemovals
 
 
 class GuardActivities(DatabaseActivities):
@@ -55,6 +57,22 @@ class GuardActivities(DatabaseActivities):
             if xid_action(ev.code).severity == "critical":
                 return f"XID {ev.code} recorded at {ev.at:%Y-%m-%d %H:%M:%S} from {ev.source}"
         return ""
+
+    @activity.defn
+    def removals_for_fault(self, fault: FaultRemoval) -> FaultRemovals:
+        """The requests a fault makes (fleetctl.nodes.capacity.removals_for_fault): the node
+        alone, or, for a fault of its NVLink domain's fabric, the whole domain, its nodes read
+        as they are now."""
+        req = fault.request
+        found = queries.nodes_named(self.engine, [req.node])
+        domain = found[0].nvlink_domain if found else ""
+        members = [(n.name, n.state) for n in queries.nodes_in_nvlink_domain(self.engine, domain)]
+        return FaultRemovals(removals_for_fault(req, domain, members, fault.check, fault.signature))
+
+    @activity.defn
+    def in_service_nodes(self, names: list[str]) -> list[str]:
+        """Those of `names` in service now (a domain request's other nodes, read again by the guard)."""
+        return [n.name for n in queries.nodes_named(self.engine, names) if NodeState(n.state).in_service]
 
     @activity.defn
     def state_versions(self, names: list[str]) -> dict[str, int]:

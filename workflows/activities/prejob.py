@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from checks import judge
+from checks import judge, load_profile
 from checks.catalog import CHECKS
 from checks.result import CheckResult, Status
 from checks.suites import load_suite
@@ -50,16 +50,19 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
     if node is None:
         raise LookupError(f"unknown node: {node_name}")
     checks = load_suite(suite, settings.suites_dir or None).checks
+    profile = load_profile(node.profile, settings.profiles_dir or None) if node.profile else None
     target = target_for(node)
     executor = ExecutorRegistry(settings).for_target(target)
     first_error: tuple[str, str] | None = None
     checked = []
     for check in checks:
         spec = CHECKS[check]
+        if not spec.applies_to(profile):
+            continue  # not the node's to be judged by (imex on HGX): not run, not recorded, not listed
         started = utcnow()
         raw, truncated, error_kind = "", False, None
         try:
-            result = executor.run(target, spec.argv, timeout_s=max(30.0, spec.typical_duration_s * 3))
+            result = executor.run(target, spec.argv_for(profile), timeout_s=max(30.0, spec.typical_duration_s * 3))
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
             judged = judge(spec.kind, result.stdout, node.profile, settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():

@@ -30,7 +30,7 @@ from workflows.api.names import (
 )
 from workflows.api.nodes import (
     AdmissionRequest, AdmissionVerdict, AgentSilence, AutomationRecord, CapacityGuardState, CheckOutcome,
-    CheckRequest, DRAIN_JOB_POLL_S, DRAIN_JOB_WAIT_S, HealthEventBatch, HealthEventBatchResult,
+    CheckRequest, DRAIN_JOB_POLL_S, DRAIN_JOB_WAIT_S, FaultRemoval, FaultRemovals, HealthEventBatch, HealthEventBatchResult,
     HealthEventInput, HealthEventVerdict, HeldNode, NodeCommandOutcome, NodeFacts, NodeLifecycleState, PeerVerdict,
     PendingGrant, PhaseAccepted, PhaseRequest, PodDrainOutcome, PodDrainRequest, ReachabilityVerdict,
     RecordedTransition, RemediationChoice, RemediationPlan, ResumeAutomation, SCHEDULER_RETRY_S,
@@ -55,7 +55,7 @@ __all__ = [
     "AdmitRequest", "AgentSilence", "BurstAnswer", "BurstQuery", "AutomationRecord", "CAPACITY_GUARD", "CapacityGuardState",
     "CheckOutcome", "CheckRequest", "DEFAULT_RUNNING_TIMEOUT_S", "JOB_HISTORY_SYNC", "job_sync_id", "JobSyncInput",
     "JobSyncResult", "DRAIN_JOB_POLL_S", "DRAIN_JOB_WAIT_S",
-    "DrainNodes", "DriftReport", "DriftRequest", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
+    "DrainNodes", "DriftReport", "DriftRequest", "FaultRemoval", "FaultRemovals", "FIRMWARE_ROLLOUT", "guard_id", "GUARD_STATUS_QUERY",
     "HardwareRequest", "HEALTH_EVENT_SIGNAL", "HealthEventBatch", "HealthEventBatchResult",
     "HealthEventInput", "HealthEventVerdict", "HeldNode", "JOB_RESTART", "job_restart_id", "JobRestartInput",
     "JobRestartResult", "NODE_LIFECYCLE", "NODE_STATE_QUERY", "node_workflow_id", "node_of_workflow_id", "NodeCommandOutcome",

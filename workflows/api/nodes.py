@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fleetctl.nodes.capacity import GuardPolicy
+from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
 
 
@@ -103,6 +103,9 @@ class HealthEventInput:
     # `at` is the logged record's own time (a kernel line, an alert's start), not the moment
     # the sender sent it: believed however long the event waited (fleetctl.nodes.health.plausible_time).
     at_from_record: bool = False
+    # The catalog signature the sender read the fault as (checks/catalog/signatures.tsv), ""
+    # for an Xid or none: a fault of an NVLink domain's fabric holds the domain (removals_for).
+    signature: str = ""
 
 
 @dataclass
@@ -370,6 +373,24 @@ class SchedulerStateReport:
     reason: str
 
 
+
+
+@dataclass
+class FaultRemoval:
+    """A removal a fault asks the guard for, with what found the fault: a failed check's name
+    or a health event's catalog signature (GuardActivities.removals_for_fault widens a fault of
+    an NVLink domain's fabric to the whole domain)."""
+
+    request: RemovalRequest
+    check: str = ""
+    signature: str = ""
+
+
+@dataclass
+class FaultRemovals:
+    """The requests a fault makes, asked of the guard in order (fleetctl.nodes.capacity.removals_for_fault)."""
+
+    requests: list[RemovalRequest] = field(default_factory=list)
 
 
 @dataclass

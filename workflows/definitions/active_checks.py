@@ -43,8 +43,8 @@ with workflow.unsafe.imports_passed_through():
         SweepScope,
         TransitionRequest,
     )
-    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, guarded_drain, hold_for_check, release_hold,
-                                              run_check)
+    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, guarded_drain, hold_for_check,
+                                              hold_nvlink_domain, release_hold, removals_for, run_check)
 
 
 @workflow.defn
@@ -139,7 +139,8 @@ async def check_held_node(node: str, checks: list[str], req: SweepInput, key: st
         if outcome.status == "fail":
             result.failed.append(node)
             await drain_failed_node(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
-                                    Event("check", check=check, status="fail", message=outcome.reason).to_dict())
+                                    Event("check", check=check, status="fail", message=outcome.reason).to_dict(),
+                                    check=check)
             return
         # Within the profile's floors, but well below the same profile's nodes: a straggler
         # (a link at half rate, a GPU at lower clocks), drained like a failure. (Patched:
@@ -185,10 +186,20 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
                                 {"kind": "manual", "message": cause})
 
 
-async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict) -> None:
+async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict,
+                            check: str = "") -> None:
+    """Drain `node` for its failure through the guard; a failed `check` of an NVLink domain's
+    fabric asks for the whole domain at once and drains the domain's other nodes with it."""
     facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
-    _, outcome = await guarded_drain(
-        RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key),
+    removals = await removals_for(RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor,
+                                                 request_id=key), check=check)
+    if not removals:
+        return  # already out: held with its domain by another node's request for the same fault
+    decision, outcome = await guarded_drain(
+        removals[0],
         TransitionRequest(node=node, trigger="drain", actor=req.actor, actor_kind=Actor.AUTOMATION.value, cause=cause,
                           request_id=f"{key}/drain", event=event))
     (result.drained if outcome is not None and outcome.accepted else result.held).append(node)
+    if decision.granted:
+        for held in await hold_nvlink_domain(removals, decision, cause, key):
+            (result.drained if held.accepted else result.held).append(held.node)

@@ -17,7 +17,9 @@ with workflow.unsafe.imports_passed_through():
         RemovalRequest,
         checker_storm,
         decide,
+        failure_key,
         grant_for,
+        in_service_domain,
         reads_snapshot,
     )
     from workflows.activities.guard import GuardActivities
@@ -72,6 +74,59 @@ class CapacityGuard:
             return FleetSnapshot()
         return await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
 
+    async def _domain_in_service(self, req: RemovalRequest) -> RemovalRequest:
+        """A domain request's other nodes that are still in service, read just before the
+        fleet's counts: one that left since the request was made (its own fault drained it) is
+        counted out there, so it must not cost the domain a second time; one that leaves after
+        this read is counted twice, never missed (as pending grants are). No activity for any
+        other request."""
+        if not req.domain_nodes:
+            return req
+        in_service = await workflow.execute_activity_method(GuardActivities.in_service_nodes, req.domain_nodes, **QUICK)
+        return in_service_domain(req, in_service)
+
+    def _held_with_domain(self, req: RemovalRequest, version: int | None, now: float) -> str | None:
+        """The grant of a node the guard already took out with its NVLink domain, when a
+        domain-fabric request comes from it (every tray of a domain sees the domain's IMEX
+        fault): the same fault asked again, answered with that grant, neither a new failure
+        for the storm breaker nor a second cost. None for any other request."""
+        pending = self.s.pending.get(req.node)
+        if not req.domain or pending is None or version != pending.state_version or now - pending.at >= PENDING_GRANT_TTL_S:
+            return None
+        return grant_for(workflow.info().workflow_id, req.node, version)
+
+    def _decide(self, req: RemovalRequest, snapshot: FleetSnapshot, versions: dict[str, int], now: float) -> RemovalDecision:
+        """Decide on the fleet's counts and the grants still pending, and count what it grants."""
+        self.s.pending = {n: g for n, g in self.s.pending.items()
+                          if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
+        # A domain node granted before (for a fault of its own) is in this request's cost
+        # (removal_cost): counted there, not again as pending.
+        counted = [g for n, g in self.s.pending.items() if n not in req.domain_nodes]
+        self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
+                                  if now - t < self.s.policy.storm_window_s}
+        decision = decide(
+            self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
+            pending_grants=len(counted),
+            pending_in_rack=sum(1 for g in counted if g.rack == req.rack),
+        )
+        if not req.force:
+            self.s.recent_failures[failure_key(req)] = now
+        if decision.breaker_opened:
+            self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
+        if decision.granted:
+            guard = workflow.info().workflow_id
+            granted = [req.node, *decision.domain_nodes]
+            for node in granted:
+                # A domain's nodes are counted in the finder's rack: an NVL72 domain is one rack.
+                self.s.pending[node] = PendingGrant(req.rack, now, versions.get(node, -1))
+            self.s.granted_total += len(granted)
+            decision.grant = grant_for(guard, req.node, versions.get(req.node, -1))
+            decision.domain_grants = {node: grant_for(guard, node, versions.get(node, -1))
+                                      for node in decision.domain_nodes}
+        else:
+            self.s.denied_total += 1
+        return decision
+
     @workflow.update
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
@@ -86,33 +141,25 @@ class CapacityGuard:
             # first: a node that moves between the two reads is then counted twice (still
             # pending, and out in the snapshot), never missed (its grant dropped for a move that
             # a snapshot read before it does not show), which let a storm drain past the limit.
+            # A domain request (removals_for_fault) takes its domain's other nodes too: their
+            # versions are read with the node's.
             if workflow.patched("guard-versions-before-snapshot"):
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
+                req = await self._domain_in_service(req)
                 snapshot = await self._snapshot_for(req)
             else:
+                req = await self._domain_in_service(req)
                 snapshot = await self._snapshot_for(req)
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node], **QUICK)
-            self.s.pending = {n: g for n, g in self.s.pending.items()
-                              if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
-            self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
-                                      if now - t < self.s.policy.storm_window_s}
-            decision = decide(
-                self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
-                pending_grants=len(self.s.pending),
-                pending_in_rack=sum(1 for g in self.s.pending.values() if g.rack == req.rack),
-            )
-            if not req.force:
-                self.s.recent_failures[req.node] = now
-            if decision.breaker_opened:
-                self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
-            if decision.granted:
-                self.s.pending[req.node] = PendingGrant(req.rack, now, versions.get(req.node, -1))
-                self.s.granted_total += 1
-                decision.grant = grant_for(workflow.info().workflow_id, req.node, versions.get(req.node, -1))
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
+            held = self._held_with_domain(req, versions.get(req.node), now)
+            if held is not None:
+                decision = RemovalDecision(req.node, True, f"already granted with NVLink domain {req.domain}: the same "
+                                                           "fault, found again on this node",
+                                           grant=held)
             else:
-                self.s.denied_total += 1
+                decision = self._decide(req, snapshot, versions, now)
             kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else (
                 "grant" if decision.granted else "dry_run" if decision.dry_run else "deny"))
             await workflow.execute_activity_method(

@@ -87,9 +87,11 @@ with workflow.unsafe.imports_passed_through():
         SCHEDULER_ROUND,
         ask_guard,
         hold_for_check,
+        hold_nvlink_domain,
         record_automation,
         refuse_ungranted_drain,
         release_hold,
+        removals_for,
         run_check,
         unless,
     )
@@ -449,7 +451,7 @@ class NodeLifecycle:
         self.s.last_outcome = cause
         if self.s.state == NodeState.PRODUCTION.value:
             await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck",
-                                      event=check_event(failed.check, "fail", failed.reason))
+                                      event=check_event(failed.check, "fail", failed.reason), check=failed.check)
 
     async def _health_events(self, items: list[WorkItem]) -> None:
         """A burst recorded in one activity (critical events ahead of minor ones), then each
@@ -478,7 +480,7 @@ class NodeLifecycle:
         elif verdict.drain_now:
             await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
                                       Event("xid" if ev.code is not None else "manual", code=ev.code,
-                                            message=ev.message).to_dict())
+                                            message=ev.message).to_dict(), signature=ev.signature)
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
@@ -516,14 +518,23 @@ class NodeLifecycle:
             return None
 
     async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
-                             request_id: str = "", event: dict | None = None) -> None:
+                             request_id: str = "", event: dict | None = None, check: str = "",
+                             signature: str = "") -> None:
+        """Drain the node for its fault through the guard; a fault of its NVLink domain's fabric
+        (a failed `check` or a health event's catalog `signature`: removals_for) asks for the
+        whole domain and drains the domain's other nodes first (this node's own drain then
+        waits for its jobs)."""
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **QUICK)
-        decision = await ask_guard(
-            RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor, critical=critical,
-                           request_id=request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"))
+        request_id = request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"
+        removals = await removals_for(RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor,
+                                                     critical=critical, request_id=request_id), check, signature)
+        if not removals:
+            return  # already out: held with its domain by another node's request for the same fault
+        decision = await ask_guard(removals[0])
         if not decision.granted:
             self.s.last_outcome = f"drain held by the capacity guard: {decision.reason}"
             return
+        await hold_nvlink_domain(removals, decision, cause, request_id)
         if await self._move("drain", cause, actor, Actor.AUTOMATION.value, event):
             await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
                                              fault_seen_at=fault_seen_at or workflow.now().timestamp(),

@@ -34,7 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers
+    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers, is_domain_fabric_fault
     from fleetctl.nodes.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
@@ -42,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.schedulers.base import REASON_PREFIX
     from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities, NodeCommandActivities
-    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, HeldNode, NodeCommandOutcome,
-                               SchedulerHold, TransitionRequest)
+    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, FaultRemoval, FaultRemovals, HeldNode,
+                               NodeCommandOutcome, SchedulerHold, TransitionRequest)
 
 # The checks that read a node's firmware inventory (recorded as check runs).
 FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
@@ -184,6 +184,41 @@ async def guarded_drain(removal: RemovalRequest, drain: TransitionRequest) -> tu
     if not decision.granted:
         return decision, None
     return decision, await command_node(dataclasses.replace(drain, grant=decision.grant))
+
+
+async def removals_for(req: RemovalRequest, check: str = "", signature: str = "") -> list[RemovalRequest]:
+    """The requests a fault asks the guard for, in order (patch nvlink-domain-hold): a fault of
+    an NVLink domain's fabric (a failed `imex` check, a fatal NVSwitch SXid:
+    fleetctl.nodes.capacity.is_domain_fabric_fault) found on a node of a domain asks for the
+    whole domain (removals_for_fault); any other fault asks for the node alone, with no activity."""
+    if not is_domain_fabric_fault(check, signature) or not workflow.patched("nvlink-domain-hold"):
+        return [req]
+    removals: FaultRemovals = await workflow.execute_activity_method(
+        GuardActivities.removals_for_fault, FaultRemoval(req, check, signature), **QUICK)
+    return removals.requests
+
+
+async def hold_nvlink_domain(removals: list[RemovalRequest], first: RemovalDecision, cause: str,
+                             key: str) -> list[NodeCommandOutcome]:
+    """After the guard granted the first of a fault's `removals` (its node's own drain is the
+    caller's): ask for the rest (a critical fault's domain), then drain every other node of the
+    domain the grants cover, each with its own grant, all at once. They are not at fault (no
+    event: no runbook remediates them), but no multi-node NVLink job can run on them until the
+    domain's fabric is repaired; an operator returns them then."""
+    grants = dict(first.domain_grants)  # none, and no other request: an ordinary fault, no activity
+    for rest in removals[1:]:
+        decision = await ask_guard(rest)
+        if decision.granted:
+            grants.update({rest.node: decision.grant, **decision.domain_grants})
+    if not grants:
+        return []
+    domain = next(r.domain for r in removals if r.domain)
+    held = bounded(f"NVLink domain {domain} held: its fabric failed on {removals[0].node}: {cause}")
+    return list(await asyncio.gather(*(
+        command_node(TransitionRequest(node=node, trigger=Trigger.DRAIN.value, actor=removals[0].actor,
+                                       actor_kind=Actor.AUTOMATION.value, cause=held, request_id=f"{key}/domain/{node}",
+                                       grant=grant))
+        for node, grant in grants.items())))
 
 
 def refuse_ungranted_drain(req: TransitionRequest, node: str, state_version: int) -> None:

@@ -31,7 +31,8 @@ def render_lspci(node: NodeState) -> str:
     host, p = node.host, node.profile
     devices: list[tuple[int, list[str]]] = []
     speed = {3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}.get(p.pcie_gen, "32GT/s")
-    for gpu in node.gpus:
+    # A GPU the driver never initialised is still on the bus, bound to nvidia.
+    for gpu in node.gpus + node.uninitialised_gpus:
         if gpu.lost:
             devices.append((gpu.bus, [f"{gpu.bus:02x}:00.0 3D controller: NVIDIA Corporation Device {p.pci_device_id >> 16:04x} (rev ff)",
                                       f"{_T}!!! Unknown header type 7f"]))
@@ -68,7 +69,7 @@ def _aer_file(kind: str, fatal: int) -> list[str]:
 def _sysfs_files(node: NodeState) -> dict[str, list[str]]:
     """The sysfs counter files the host checks read, path -> lines (as sysfs gives them)."""
     files: dict[str, list[str]] = {}
-    buses = sorted({g.bus for g in node.gpus if not g.lost} | {h.pci_bus for h in node.hcas})
+    buses = sorted({g.bus for g in node.gpus + node.uninitialised_gpus if not g.lost} | {h.pci_bus for h in node.hcas})
     for bus in buses:
         for kind in ("correctable", "fatal", "nonfatal"):
             fatal = 1 if bus in node.host.aer_fatal_buses else 0
@@ -98,11 +99,14 @@ def render_meminfo(node: NodeState) -> str:
 
 def render_lscpu(node: NodeState) -> str:
     total, offline = node.host.cpus, node.host.cpus_offline
-    rows = [("Architecture", "x86_64"), ("CPU op-mode(s)", "32-bit, 64-bit"), ("Byte Order", "Little Endian"),
-            ("CPU(s)", str(total)), ("On-line CPU(s) list", f"0-{total - offline - 1}")]
+    grace = node.profile.cpu_architecture == "aarch64"
+    rows = [("Architecture", node.profile.cpu_architecture), ("CPU op-mode(s)", "64-bit" if grace else "32-bit, 64-bit"),
+            ("Byte Order", "Little Endian"), ("CPU(s)", str(total)), ("On-line CPU(s) list", f"0-{total - offline - 1}")]
     if offline:
         rows.append(("Off-line CPU(s) list", f"{total - offline}-{total - 1}"))
-    rows += [("Thread(s) per core", "2"), ("Socket(s)", "2"), ("Vendor ID", "GenuineIntel")]
+    # Grace: Arm Neoverse V2 cores, one thread each (NVIDIA Grace datasheet); lscpu names the vendor ARM.
+    rows += ([("Vendor ID", "ARM"), ("Model name", "Neoverse-V2"), ("Thread(s) per core", "1"), ("Socket(s)", "2")] if grace
+             else [("Thread(s) per core", "2"), ("Socket(s)", "2"), ("Vendor ID", "GenuineIntel")])
     return "".join(f"{key + ':':<33}{value}\n" for key, value in rows)
 
 
@@ -147,7 +151,7 @@ def render_systemctl_show(node: NodeState, units: list[str]) -> str:
 
 
 def render_driver_version_file(node: NodeState) -> str:
-    return (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {node.host.loaded_driver}  Release Build  "
+    return (f"NVRM version: NVIDIA UNIX {node.profile.cpu_architecture} Kernel Module  {node.host.loaded_driver}  Release Build  "
             "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  2 22:04:44 UTC 2024\n"
             "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
 

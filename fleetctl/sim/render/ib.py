@@ -46,6 +46,48 @@ def render_ibstat(node: NodeState, devices: Sequence[str]) -> ToolOutput:
     return ToolOutput("\n".join(lines) + "\n")
 
 
+# libibverbs' per-lane speeds as ibv_devinfo prints them ("50.0 Gbps (64)": HDR; NDR is 100).
+_LANE_SPEEDS = {2.5: 1, 5.0: 2, 10.0: 4, 14.0: 16, 25.0: 32, 50.0: 64, 100.0: 128, 200.0: 256}
+_DEVINFO_STATE = {"Active": "PORT_ACTIVE (4)", "Down": "PORT_DOWN (1)", "Initializing": "PORT_INIT (2)",
+                  "Armed": "PORT_ARMED (3)"}
+_DEVINFO_PHYS = {"LinkUp": "LINK_UP (5)", "Polling": "POLLING (2)", "Disabled": "DISABLED (3)", "Sleep": "SLEEP (1)"}
+
+
+def _guid(value: int) -> str:
+    """ibv_devinfo's GUID form: four groups of four hex digits (88e9:a4ff:ff25:a462)."""
+    text = f"{value:016x}"
+    return ":".join(text[i:i + 4] for i in range(0, 16, 4))
+
+
+def render_ibv_devinfo(node: NodeState, devices: Sequence[str], verbose: bool) -> ToolOutput:
+    """`ibv_devinfo [-v] [-d DEVICE]`, in the layout of openucx/ucx#9908's (ConnectX-6 HDR, -vv).
+    Plain ibv_devinfo prints no physical state and no speed, as the real one: no evidence of a
+    trained link (checks.ib judges it unreadable). The rate ibstat shows is 4 lanes at its quarter."""
+    hcas = [h for h in node.hcas if not devices or h.name in devices]
+    if devices and not hcas:
+        return ToolOutput("", f"IB device '{devices[0]}' wasn't found\n", 255)
+    lines = []
+    for hca in hcas:
+        ethernet = hca.link_layer == "Ethernet"
+        guid = _eui64(hca.mac) if ethernet else hca.guid
+        lines += [f"hca_id:\t{hca.name}", "\ttransport:\t\t\tInfiniBand (0)", f"\tfw_ver:\t\t\t\t{hca.firmware}",
+                  f"\tnode_guid:\t\t\t{_guid(guid)}", f"\tsys_image_guid:\t\t\t{_guid(guid)}",
+                  "\tvendor_id:\t\t\t0x02c9", f"\tvendor_part_id:\t\t\t{hca.ca_type.removeprefix('MT')}",
+                  "\thw_ver:\t\t\t\t0x0", f"\tboard_id:\t\t\t{node.profile.hca.psid if hca.ca_type == node.profile.hca.ca_type else 'MT_0000000884'}",
+                  "\tphys_port_cnt:\t\t\t1", "\t\tport:\t1",
+                  f"\t\t\tstate:\t\t\t{_DEVINFO_STATE.get(hca.state, 'PORT_DOWN (1)')}",
+                  "\t\t\tmax_mtu:\t\t4096 (5)", f"\t\t\tactive_mtu:\t\t{'1024 (3)' if ethernet else '4096 (5)'}",
+                  f"\t\t\tsm_lid:\t\t\t{0 if ethernet else 1}", f"\t\t\tport_lid:\t\t{0 if ethernet else hca.lid}",
+                  "\t\t\tport_lmc:\t\t0x00", f"\t\t\tlink_layer:\t\t{hca.link_layer}"]
+        if verbose:
+            lane = hca.rate_gbps / 4
+            lines += ["\t\t\tactive_width:\t\t4X (2)",
+                      f"\t\t\tactive_speed:\t\t{lane:.1f} Gbps ({_LANE_SPEEDS.get(lane, 0)})",
+                      f"\t\t\tphys_state:\t\t{_DEVINFO_PHYS.get(hca.physical_state, 'POLLING (2)')}"]
+        lines.append("")
+    return ToolOutput("\n".join(lines) + "\n")
+
+
 @dataclass(frozen=True)
 class IbWriteBwRun:
     device: str

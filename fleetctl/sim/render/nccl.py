@@ -57,6 +57,8 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
     ]
     pid = rng.randint(1000, 4_000_000)
     if ranks > len(node.gpus):
+        # More GPUs than the node has: CUDA refuses the device ordinal past the last, as
+        # NVIDIA/nccl-tests#165 and #263 show it (`-g 8` on fewer GPUs).
         lines.append(f"{node.hostname}: Test CUDA failure common.cu:1002 'invalid device ordinal'")
         lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
         return ToolOutput("\n".join(lines) + "\n", exit_status=2), 2.0
@@ -90,6 +92,10 @@ def _render_multinode(node: NodeState, peers: list[NodeState], per_node: int, ru
     for host in hosts:
         pid = rng.randint(1000, 4_000_000)
         for local in range(per_node):
+            if local >= len(host.gpus):  # a rank past the host's GPUs (one never initialised, say)
+                lines.append(f"{host.hostname}: Test CUDA failure common.cu:1002 'invalid device ordinal'")
+                lines.append(f" .. {host.hostname} pid {pid + local}: Test failure common.cu:891")
+                return ToolOutput("\n".join(lines) + "\n", exit_status=2), 2.0
             gpu = host.gpus[local]
             lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid + local:6d} on {host.hostname:>10s} device {local:2d} "
                          f"[0x{gpu.bus:02x}] {host.profile.gpu_name}")

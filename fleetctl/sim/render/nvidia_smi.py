@@ -120,8 +120,8 @@ def _query_fields() -> dict[str, QueryField]:
         "pcie.link.gen.gpumax": (None, lambda n, g: str(n.profile.pcie_gen)),
         "pcie.link.width.current": (None, lambda n, g: "16"),
         "pcie.link.width.max": (None, lambda n, g: "16"),
-        "fabric.state": (None, lambda n, g: "Completed"),
-        "fabric.status": (None, lambda n, g: "Success"),
+        "fabric.state": (None, lambda n, g: g.fabric_state),
+        "fabric.status": (None, lambda n, g: g.fabric_status),
     }
     for position, label in enumerate(_HISTOGRAM_LABELS):
         fields[f"remapped_rows.histogram.{label.lower()}"] = (
@@ -315,9 +315,18 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
             ("SM", f"{p.max_sm_clock_mhz} MHz"),
             ("Memory", f"{p.memory_clock_mhz} MHz"),
         ]),
-        ("Fabric", [("State", "Completed"), ("Status", "Success")]),
+        ("Fabric", _fabric(node, gpu)),
         ("Processes", "None"),
     ]
+
+
+def _fabric(node: NodeState, gpu: GpuState) -> ReportTree:
+    """The Fabric section: on a GPU of a multi-node NVLink domain (GB200) its clique, cluster and
+    health too, in the layout kubernetes-sigs/dra-driver-nvidia-gpu#626 shows (a GB200 node)."""
+    if not node.domain:
+        return [("State", gpu.fabric_state), ("Status", gpu.fabric_status)]
+    return [("State", gpu.fabric_state), ("Status", gpu.fabric_status), ("CliqueId", str(node.clique_id)),
+            ("ClusterUUID", node.cluster_uuid), ("Health", [("Summary", "Healthy"), ("Bandwidth", "Full")])]
 
 
 # `nvidia-smi -q -d X`: the -q sections each display name selects.
