@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import uuid
@@ -52,6 +53,18 @@ def _fresh_postgres_url(cluster) -> str:
     return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
 
 
+@pytest.fixture(autouse=True)
+def _let_go_of_the_tests_engines():
+    """The engines a test opened are let go after it: kept, by the end of `make test` they
+    made each full garbage collection stop every thread of a test process longer, and a
+    workflow activation stopped with them past Temporal's 2 s deadlock bound (TMPRL1101)
+    failed its task."""
+    from tests.support.engines import engines_let_go_after
+
+    with engines_let_go_after():
+        yield
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path) -> str:
     """Every test that takes this runs on SQLite and on a real PostgreSQL."""
@@ -60,9 +73,21 @@ def db_url(request, tmp_path) -> str:
     return _fresh_postgres_url(request.getfixturevalue("postgres_server"))
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory) -> Path:
+    """A fleet database at the schema's head, migrated once for the session (a migration
+    from empty took 0.1-0.2 s, for each of hundreds of tests)."""
+    from tests.support.engines import migrated_database
+
+    return migrated_database(tmp_path_factory.mktemp("schema") / "fleet.db")
+
+
 @pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'fleet.db'}"
+def sqlite_url(tmp_path, migrated_sqlite) -> str:
+    """The test's own SQLite fleet database, at the schema's head (a copy of the session's)."""
+    from tests.support.engines import private_copy
+
+    return f"sqlite:///{private_copy(migrated_sqlite, tmp_path / 'fleet.db')}"
 
 
 @pytest.fixture
@@ -98,9 +123,14 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 
 def pytest_collection_finish(session) -> None:
-    """A worker of `--dist loadgroup` whose groups did not take (xdist marks them in the
+    """What importing and collecting built lives as long as the process: frozen, so no full
+    garbage collection walks it again (each walked every module and item of the suite).
+
+    A worker of `--dist loadgroup` whose groups did not take (xdist marks them in the
     test's id) stops: the tests would run as if ungrouped, two Slurm clusters at once, and
     pass or fail by chance."""
+    gc.collect()
+    gc.freeze()
     if not session.config.getoption("loadgroup", False):
         return
     ungrouped = [item.nodeid for item in session.items

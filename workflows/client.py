@@ -140,16 +140,18 @@ def _one_line(exc: BaseException) -> str:
 
 async def ensure_node_workflows(
     client: Client, settings: Settings, nodes: Iterable[tuple[str, str, int]], concurrency: int = CLIENT_CONCURRENCY,
-    on_started=None,
+    on_started=None, **timing: float,
 ) -> int:
-    """Start NodeLifecycle for each (name, state, version) that has none running. Idempotent."""
+    """Start NodeLifecycle for each (name, state, version) that has none running. Idempotent.
+    `timing`: NodeLifecycleState's timing fields other than the fleet's (the tests' drain that
+    looks for its jobs every half second, not every DRAIN_JOB_POLL_S)."""
     sem = asyncio.Semaphore(concurrency)
 
     async def start(name: str, state: str, version: int) -> None:
         async with sem:
             await client.start_workflow(
                 NODE_LIFECYCLE,
-                NodeLifecycleState(node=name, state=state, state_version=version),
+                NodeLifecycleState(node=name, state=state, state_version=version, **timing),
                 id=node_workflow_id(name),
                 task_queue=settings.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

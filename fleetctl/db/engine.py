@@ -10,7 +10,7 @@ import threading
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
@@ -187,9 +187,34 @@ def get_engine(url: str, migrate: bool = True) -> Engine:
     return engine
 
 
-def dispose_all() -> None:
+def engine_urls() -> frozenset[str]:
+    """The URLs this process holds an engine for."""
     with _lock:
-        for engine in _engines.values():
-            engine.dispose()
-        _engines.clear()
-        _upgraded.clear()
+        return frozenset(_engines)
+
+
+def dispose(urls: Iterable[str]) -> None:
+    """Closes and forgets the engines of `urls` (a later get_engine opens a new one)."""
+    for engine in _forgotten(urls):
+        engine.dispose()
+
+
+def forget(urls: Iterable[str]) -> None:
+    """Forgets the engines of `urls` without closing them: the garbage collector closes them
+    once nothing holds them. Unlike dispose, never waits on a pool's lock, which a thread can
+    leave held as it dies (a sync activity cancelled by the exception Temporal raises into its
+    thread, inside the pool's code)."""
+    _forgotten(urls)
+
+
+def _forgotten(urls: Iterable[str]) -> list[Engine]:
+    """The engines of `urls`, no longer this process's."""
+    urls = list(urls)
+    with _lock:
+        _upgraded.difference_update(urls)
+        engines = [_engines.pop(url, None) for url in urls]
+    return [engine for engine in engines if engine is not None]
+
+
+def dispose_all() -> None:
+    dispose(engine_urls())

@@ -25,6 +25,7 @@ from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
 from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
+from tests.support.worker import DRAIN_LOOKS_OFTEN
 from workflows.api import DEFAULT_RUNNING_TIMEOUT_S, StragglerSweepInput, StragglerSweepResult
 from workflows.client import request_transition
 from workflows.definitions.stragglers import ProductionStragglers
@@ -85,7 +86,7 @@ class Scene:
 async def scene(make_settings, sqlite_url, tmp_path):
     settings = make_settings(sqlite_url)
     settings.straggler_window_s, settings.straggler_policy = WINDOW_S, DRAIN_AT_CHECKPOINT
-    fleet = await fleet_in_production(settings, NODES + 1)
+    fleet = await fleet_in_production(settings, NODES + 1, **DRAIN_LOOKS_OFTEN)  # drained once its job restarts
     exporters = DcgmExporters(fleet.names)
     try:
         with running_prometheus(tmp_path, exporters.targets, job="dcgm-exporter") as prometheus:

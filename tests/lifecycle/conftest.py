@@ -99,10 +99,12 @@ def sim_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def fleet_in_production(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> SimFleet:
+async def fleet_in_production(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4,
+                              **timing: float) -> SimFleet:
     """`count` simulated nodes recorded in production, their workflows started there (no
-    burn-in: for tests of what happens to a node already serving). gb200 with racks=1: one
-    NVL72 domain of `count` trays."""
+    burn-in: for tests of what happens to a node already serving), with `timing`'s
+    NodeLifecycleState fields (ensure_node_workflows). gb200 with racks=1: one NVL72 domain
+    of `count` trays."""
     from sqlalchemy import update
     from sqlmodel import Session
 
@@ -113,7 +115,7 @@ async def fleet_in_production(settings: Settings, count: int, profile: str = "h1
     with Session(fleet.engine) as session:
         session.exec(update(Node).values(state="production", state_version=1))
         session.commit()
-    await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names])
+    await ensure_node_workflows(fleet.client, settings, [(n, "production", 1) for n in names], **timing)
     return fleet
 
 

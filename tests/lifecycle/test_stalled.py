@@ -17,7 +17,7 @@ from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.reliability.support import Cli, wait_for
-from tests.support.worker import WorkerThread, start_in_production
+from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production
 from workflows.api import NODE_LIFECYCLE, node_workflow_id
 from workflows.client import connect, request_phase, request_transition
 from workflows.definitions.shared import QUICK
@@ -60,8 +60,8 @@ async def test_work_queued_behind_a_long_drain_past_the_bound_is_stalled_until_i
     try:
         names = make_fleet(settings, 2)
         client = await connect(settings)
-        for name in names:
-            await start_in_production(client, settings, name)
+        for name in names:  # once the job ends, the drain sees it gone within DRAIN_LOOKS_OFTEN
+            await start_in_production(client, settings, name, **DRAIN_LOOKS_OFTEN)
         scheduler = SimScheduler(engine)
         job = scheduler.submit("train", 1)
         (node,) = job.nodes

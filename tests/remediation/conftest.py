@@ -26,13 +26,14 @@ class SimFleet:
     client: Client
     engine: object
 
-    async def add(self, count: int = 1, state: str = "production") -> list[str]:
+    async def add(self, count: int = 1, state: str = "production", **timing: float) -> list[str]:
+        """`count` new nodes, taken to `state`; `timing`: NodeLifecycleState's (ensure_node_workflows)."""
         names = [f"rb-{uuid.uuid4().hex[:8]}" for _ in range(count)]
         text = "nodes:\n" + "".join(
             f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: sim}}\n"
             for n in names)
         queries.upsert_nodes(self.engine, parse_inventory(text))
-        await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in names])
+        await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in names], **timing)
         path = {"production": ("begin_burn_in", "begin_admission", "enter_production"),
                 "maintenance": ("begin_burn_in", "phase_failed"), "new": ()}[state]
         for n in names:

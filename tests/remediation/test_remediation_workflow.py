@@ -15,6 +15,7 @@ from fleetctl.db.models import utcnow
 from fleetctl.remediation.runbooks import Event, load_runbooks
 from fleetctl.sim.store import add_fault, faults_for
 from tests.remediation.conftest import running_fleet
+from tests.support.worker import DRAIN_LOOKS_OFTEN
 from workflows.client import run_remediation
 
 pytestmark = pytest.mark.temporal
@@ -173,7 +174,7 @@ async def test_restart_jobs_step_moves_a_running_job_off_the_node_so_the_drain_c
     from fleetctl.sim.scheduler import SimScheduler
 
     async with running_fleet(fleet_settings) as sim_fleet:
-        nodes = await sim_fleet.add(3)
+        nodes = await sim_fleet.add(3, **DRAIN_LOOKS_OFTEN)  # the drain completes as soon as the job moves
         scheduler = SimScheduler(sim_fleet.engine)
         job = scheduler.submit("train", 1)
         assert job.state == "running" and len(job.nodes) == 1 and job.nodes[0] in nodes

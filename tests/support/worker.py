@@ -9,6 +9,11 @@ from workflows.client import connect, request_transition
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 
+# NodeLifecycleState timing for a test whose job ends (or moves) while a drain waits for it:
+# the drain sees it gone within half a second, not at its next look DRAIN_JOB_POLL_S (30 s)
+# later, which each such test spent idle.
+DRAIN_LOOKS_OFTEN = {"drain_job_poll_s": 0.5}
+
 
 async def terminate_node_workflows(settings, names) -> None:
     """Another test's import of the same node names must start fresh workflows, not attach to
