@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from checks.result import SEVERITIES
+from checks.signatures import MAX_SIGNATURE_NAME, signatures
 from checks.xid import xid_action
 from fleetctl.text import bounded
 
@@ -166,8 +167,6 @@ def _severity(value: object, code: int | None, where: str, strict: bool) -> str:
 
 def _signature(value: object, where: str) -> str:
     """A catalog signature's name, or "" when none is given."""
-    from checks.signatures import MAX_SIGNATURE_NAME, signatures
-
     if value is None or value == "":
         return ""
     if not isinstance(value, str) or len(value) > MAX_SIGNATURE_NAME or value not in signatures():

@@ -258,9 +258,14 @@ def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[t
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
     if not others:
         return [request]
-    rest = RemovalRequest(others[0], request.rack, f"NVLink domain {domain} held: its fabric failed on "
-                          f"{request.node}: {request.reason}", request.actor, request_id=f"{request.request_id}/domain")
+    rest = RemovalRequest(others[0], request.rack, domain_held_reason(domain, request.node, request.reason),
+                          request.actor, request_id=f"{request.request_id}/domain")
     return [request, domain_removal(rest, domain, [(name, state) for name, state in members if name != request.node])]
+
+
+def domain_held_reason(domain: str, finder: str, cause: str) -> str:
+    """Why a node of `domain` goes out with the node `finder` that found its fabric's fault."""
+    return f"NVLink domain {domain} held: its fabric failed on {finder}: {cause}"
 
 
 def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]]) -> RemovalRequest:

@@ -194,6 +194,13 @@ class Recording:
         query = f"WorkflowType = '{workflow_type}' AND TaskQueue = '{self.settings.task_queue}'"
         return sorted([wf.id async for wf in self.client.list_workflows(query)])
 
+    async def save(self, directory: Path, wanted: dict[str, str]) -> None:
+        """Each wanted workflow's history as `<name>.json`, and nothing else: a scenario of its own
+        server returns `wanted` for the set's last write to index (workflow ids, patches)."""
+        for name, workflow_id in wanted.items():
+            history = await self.client.get_workflow_handle(workflow_id).fetch_history()
+            (directory / f"{name}.json").write_text(history.to_json())
+
     async def write(self, directory: Path, wanted: dict[str, str], kept: dict[str, str] | None = None) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         written, patches = [], {}
@@ -726,9 +733,7 @@ async def nvlink_domain_scenario(directory: Path, suites: Path) -> dict[str, str
             await rec.wait(n, lambda t: "drain_complete" in t)
         (batch,) = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
         written = {"active_check_batch_nvlink_domain": batch, "capacity_guard_nvlink_domain": guard_id(rec.settings.fleet)}
-        for name, workflow_id in written.items():
-            history = await rec.client.get_workflow_handle(workflow_id).fetch_history()
-            (directory / f"{name}.json").write_text(history.to_json())
+        await rec.save(directory, written)
     async with recording(suites_dir=str(suites)) as rec:
         trays, hgx = rec.add_nodes(3, "rv3-sxid", "gb200", racks=1), rec.add_nodes(3, "rv3-sxh")
         for n in trays + hgx:
@@ -740,9 +745,9 @@ async def nvlink_domain_scenario(directory: Path, suites: Path) -> dict[str, str
         for n in trays:
             await rec.wait(n, lambda t: "drain_complete" in t)
         await rec.idle(trays[0], timeout_s=120)
-        history = await rec.client.get_workflow_handle(node_workflow_id(trays[0])).fetch_history()
-        (directory / "node_lifecycle_nvswitch_fatal_holds_the_domain.json").write_text(history.to_json())
-        written["node_lifecycle_nvswitch_fatal_holds_the_domain"] = node_workflow_id(trays[0])
+        sxid = {"node_lifecycle_nvswitch_fatal_holds_the_domain": node_workflow_id(trays[0])}
+        await rec.save(directory, sxid)
+        written.update(sxid)
     return written
 
 
@@ -772,9 +777,7 @@ async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
         if synced.jobs.get("sim") != 1:
             raise RuntimeError(f"the job history sync did not list the simulated scheduler's job: {synced}")
         written = {"firmware_rollout": rollout_workflow_id(rollout_id), "job_history_sync": job_sync_id(f"record-{rec.unique}")}
-        for name, workflow_id in written.items():
-            history = await rec.client.get_workflow_handle(workflow_id).fetch_history()
-            (directory / f"{name}.json").write_text(history.to_json())
+        await rec.save(directory, written)
     return written
 
 

@@ -34,7 +34,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_covers, is_domain_fabric_fault
+    from fleetctl.nodes.capacity import (RemovalDecision, RemovalRequest, domain_held_reason, grant_covers,
+                                         is_domain_fabric_fault)
     from fleetctl.nodes.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
@@ -213,7 +214,7 @@ async def hold_nvlink_domain(removals: list[RemovalRequest], first: RemovalDecis
     if not grants:
         return []
     domain = next(r.domain for r in removals if r.domain)
-    held = bounded(f"NVLink domain {domain} held: its fabric failed on {removals[0].node}: {cause}")
+    held = bounded(domain_held_reason(domain, removals[0].node, cause))
     return list(await asyncio.gather(*(
         command_node(TransitionRequest(node=node, trigger=Trigger.DRAIN.value, actor=removals[0].actor,
                                        actor_kind=Actor.AUTOMATION.value, cause=held, request_id=f"{key}/domain/{node}",
