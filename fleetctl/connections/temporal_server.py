@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import shutil
 import socket
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import BinaryIO
 
@@ -72,6 +74,35 @@ def wait_for_port(host: str, port: int, timeout_s: float = 30.0, process: subpro
     raise RuntimeError(f"temporal dev server did not listen on {host}:{port} within {timeout_s:.0f}s")
 
 
+HEALTH_ASK_S = 1.0  # one connect and health check of a frontend on this machine
+
+
+def wait_until_serving(address: str, timeout_s: float = 30.0, process: subprocess.Popen | None = None) -> None:
+    """Until the frontend at `address` says its workflow service is serving: its port accepts
+    connections a moment before that, and a client that connects in between is refused
+    ("Frontend is not healthy yet"). Asked from a thread of its own, so that a caller already
+    running an event loop (a test, `fleetctl demo`) can wait too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from temporalio.client import Client
+
+    async def serving() -> bool:
+        try:  # each ask bounded: a listener that never answers would hold a connect for the SDK's 30 s
+            client = await asyncio.wait_for(Client.connect(address), HEALTH_ASK_S)
+            return await client.service_client.check_health(timeout=timedelta(seconds=HEALTH_ASK_S))
+        except (RuntimeError, asyncio.TimeoutError):  # not serving yet: refused, or the frontend not healthy
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    with ThreadPoolExecutor(1, thread_name_prefix="temporal-health") as asker:
+        while not asker.submit(asyncio.run, serving()).result():
+            if process is not None and process.poll() is not None:
+                raise ServerExited(f"{Path(process.args[0]).name} exited with status {process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"temporal dev server at {address} did not say it was serving within {timeout_s:.0f}s")
+            time.sleep(0.1)
+
+
 @dataclass
 class DevServer:
     process: subprocess.Popen
@@ -117,6 +148,7 @@ def start_dev_server(db_file: Path, port: int | None = None, ui: bool = False, l
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for_port("127.0.0.1", frontend, process=proc)
+            wait_until_serving(f"127.0.0.1:{frontend}", process=proc)
         except ServerExited as exited:
             said = _tail(output, started_at)
             if attempt == START_ATTEMPTS:

@@ -3,6 +3,7 @@
 A free port is found by binding and releasing it: on a busy machine (two suites, a CI runner
 beside a developer) another process can bind it before the server does, and the server exits.
 The start picks its ports again; a port the caller fixed stays fixed and the error says why.
+And the start is over when the frontend says it serves, not when its port accepts.
 """
 
 from __future__ import annotations
@@ -44,3 +45,16 @@ def test_a_fixed_port_that_is_taken_fails_saying_why(tmp_path, taken_port) -> No
     message = str(failed.value)
     assert f"after {START_ATTEMPTS} attempts" in message
     assert "address already in use" in message, message
+
+
+def test_a_port_that_accepts_is_not_yet_a_serving_frontend() -> None:
+    """The frontend's port accepts connections a moment before it serves ("Frontend is not
+    healthy yet": a client connecting then was refused, mid-suite). The start waits for the
+    health check, not the port: a listener that accepts and says nothing is never serving."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        temporal_server.wait_for_port("127.0.0.1", port, timeout_s=2)  # the port alone says yes
+        with pytest.raises(RuntimeError, match="did not say it was serving within 1s"):
+            temporal_server.wait_until_serving(f"127.0.0.1:{port}", timeout_s=1)
