@@ -57,9 +57,27 @@ def _kmsg(seq: int, message: str) -> str:
 def _agent(settings, node: str, kmsg: Path, spool: Path, log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "fleetctl.cli.main", "agent", node, "--kmsg", str(kmsg), "--spool", str(spool),
-             "--metrics-port", "0", "--sample-interval", "0"],
-            cwd=REPO, env=settings_env(settings), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "fleetctl.cli.main",
+                "agent",
+                node,
+                "--kmsg",
+                str(kmsg),
+                "--spool",
+                str(spool),
+                "--metrics-port",
+                "0",
+                "--sample-interval",
+                "0",
+            ],
+            cwd=REPO,
+            env=settings_env(settings),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -113,8 +131,11 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
                 guard_asked = event.event_id
             elif attrs.activity_type.name in TRANSITION_ACTIVITIES and recorded is not None and drained is None:
                 drained = at
-        elif (event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and guarded is None
-              and event.activity_task_completed_event_attributes.scheduled_event_id == guard_asked):
+        elif (
+            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+            and guarded is None
+            and event.activity_task_completed_event_attributes.scheduled_event_id == guard_asked
+        ):
             guarded = at
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED and recorded is None:
             events = scheduled.get(event.activity_task_completed_event_attributes.scheduled_event_id)
@@ -125,8 +146,13 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
                     minors_before += len(events)
     if None in (signalled, recorded, guarded, drained):
         raise CannotMeasure(f"{node}: the XID 79 is missing from the history (signal, record, guard or drain)")
-    return {"signal_s": round(signalled - written_at, 4), "recorded_s": round(recorded - written_at, 4),
-            "guard_answered_s": round(guarded - written_at, 4), "drain_scheduled_s": round(drained - written_at, 4), "minor_recorded_before": minors_before}
+    return {
+        "signal_s": round(signalled - written_at, 4),
+        "recorded_s": round(recorded - written_at, 4),
+        "guard_answered_s": round(guarded - written_at, 4),
+        "drain_scheduled_s": round(drained - written_at, 4),
+        "minor_recorded_before": minors_before,
+    }
 
 
 async def _keep_histories(client, settings, node: str, trial: int) -> list[str]:
@@ -177,8 +203,11 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
                     if agent.poll() is not None or time.monotonic() > deadline:
                         raise CannotMeasure(f"the agent did not start: {(tmp / 'agent.log').read_text()[-500:]}")
                     await asyncio.sleep(0.05)
-                flood = [_kmsg(2 + i, "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, flood") for i in range(FLOOD)] \
-                    if way == "agent_flood" else []
+                flood = (
+                    [_kmsg(2 + i, "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, flood") for i in range(FLOOD)]
+                    if way == "agent_flood"
+                    else []
+                )
                 started, written_at = time.monotonic(), time.time()
                 with open(kmsg, "a") as f:
                     f.write("".join(flood) + _kmsg(FLOOD + 2, XID79))
@@ -192,8 +221,13 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
                 _stop(agent)
         else:
             started = time.monotonic()
-            proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "node", "event", node, "--xid", "79"],
-                                    cwd=REPO, env=settings_env(settings), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fleetctl.cli.main", "node", "event", node, "--xid", "79"],
+                cwd=REPO,
+                env=settings_env(settings),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             times[way].append(await _drained_after(engine, node, started))
             proc.wait(60)
     return times, names
@@ -202,8 +236,14 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
 def _follow_cost(settings, tmp: Path, seconds: float, command: list[str], log: Path) -> dict:
     """CPU share of one core and peak memory of `command` while the bench writes LINES_PER_S
     lines a second to `log` (one XID 13 line in every 500)."""
-    proc = subprocess.Popen(command, cwd=REPO, env=settings_env(settings), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=settings_env(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         time.sleep(2.0)  # started and caught up (Python's imports)
         cpu0, t0, seq = cpu_seconds(proc.pid), time.monotonic(), 10
@@ -212,7 +252,9 @@ def _follow_cost(settings, tmp: Path, seconds: float, command: list[str], log: P
             lines = []
             for _ in range(batch):
                 seq += 1
-                text = "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, bench" if seq % 500 == 0 else f"eth0: rx {seq} ok"
+                text = (
+                    "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, bench" if seq % 500 == 0 else f"eth0: rx {seq} ok"
+                )
                 lines.append(_kmsg(seq, text))
             with open(log, "a") as f:
                 f.write("".join(lines))
@@ -220,8 +262,12 @@ def _follow_cost(settings, tmp: Path, seconds: float, command: list[str], log: P
         time.sleep(0.5)
         cpu = cpu_seconds(proc.pid) - cpu0
         wall = time.monotonic() - t0
-        return {"cpu_share": round(cpu / wall, 4), "peak_rss_mib": rss_mib(proc.pid, peak=True),
-                "lines": seq - 10, "seconds": round(wall, 1)}
+        return {
+            "cpu_share": round(cpu / wall, 4),
+            "peak_rss_mib": rss_mib(proc.pid, peak=True),
+            "lines": seq - 10,
+            "seconds": round(wall, 1),
+        }
     finally:
         _stop(proc)
 
@@ -237,15 +283,19 @@ def run_flood(full: bool) -> dict:
                 times, _ = asyncio.run(_reaction(settings, tmp, 0, FLOOD_TRIALS_FULL if full else FLOOD_TRIALS_QUICK))
             finally:
                 worker.stop()
-    return {"figures": _flood_figures(times, summary(times["agent"])),
-            "samples": {way: s if way.endswith("steps") else rounded(s) for way, s in times.items()}}
+    return {
+        "figures": _flood_figures(times, summary(times["agent"])),
+        "samples": {way: s if way.endswith("steps") else rounded(s) for way, s in times.items()},
+    }
 
 
 def _flood_figures(times: dict, agent: dict) -> dict:
     flood = summary(times["agent_flood"])
-    return {f"{FLOOD}_minor_then_xid79_to_drained_agent_s": flood,
-            "flood_p50_over_single_line_p50": round(flood["p50"] / agent["p50"], 2),
-            "flood_steps": times["agent_flood_steps"]}
+    return {
+        f"{FLOOD}_minor_then_xid79_to_drained_agent_s": flood,
+        "flood_p50_over_single_line_p50": round(flood["p50"] / agent["p50"], 2),
+        "flood_steps": times["agent_flood_steps"],
+    }
 
 
 def run(full: bool) -> dict:
@@ -257,14 +307,32 @@ def run(full: bool) -> dict:
             settings = fleet_settings(f"sqlite:///{tmp / 'fleet.db'}", server.address)
             worker = fleetctl_worker(settings, tmp / "worker.log")
             try:
-                times, names = asyncio.run(_reaction(settings, tmp, trials, FLOOD_TRIALS_FULL if full else FLOOD_TRIALS_QUICK))
+                times, names = asyncio.run(
+                    _reaction(settings, tmp, trials, FLOOD_TRIALS_FULL if full else FLOOD_TRIALS_QUICK)
+                )
                 node = names[1]  # its Xid 13 lines are recorded, never drain it
                 follow = {}
                 for name, command, log in (
                     ("tail", ["tail", "-F", str(tmp / "tail.log")], tmp / "tail.log"),
-                    ("agent", [sys.executable, "-m", "fleetctl.cli.main", "agent", node, "--kmsg", str(tmp / "agent-follow.log"),
-                               "--spool", str(tmp / "spool-follow"), "--metrics-port", "0", "--sample-interval", "0"],
-                     tmp / "agent-follow.log"),
+                    (
+                        "agent",
+                        [
+                            sys.executable,
+                            "-m",
+                            "fleetctl.cli.main",
+                            "agent",
+                            node,
+                            "--kmsg",
+                            str(tmp / "agent-follow.log"),
+                            "--spool",
+                            str(tmp / "spool-follow"),
+                            "--metrics-port",
+                            "0",
+                            "--sample-interval",
+                            "0",
+                        ],
+                        tmp / "agent-follow.log",
+                    ),
                 ):
                     log.write_text("")
                     follow[name] = _follow_cost(settings, tmp, follow_s, command, log)
@@ -273,7 +341,8 @@ def run(full: bool) -> dict:
     agent, cli = summary(times["agent"]), summary(times["node_event"])
     return {
         "figures": {
-            "line_to_drained_agent_s": agent, "line_to_drained_node_event_s": cli,
+            "line_to_drained_agent_s": agent,
+            "line_to_drained_node_event_s": cli,
             **_flood_figures(times, agent),
             "p50_ratio_node_event_over_agent": round(cli["p50"] / agent["p50"], 2),
             "follow_1000_lines_per_s": follow,
@@ -288,8 +357,16 @@ def main() -> int:
     full, flood_only = "--full" in sys.argv[1:], "--flood-only" in sys.argv[1:]
     started_at, load_before, t0 = now_iso(), load(), time.monotonic()
     measured = run_flood(full) if flood_only else run(full)
-    result = {"benchmark": "agent-flood" if flood_only else "agent", "date": started_at, "full": full, "wall_s": round(time.monotonic() - t0, 1),
-              "load_before": load_before, "load_after": load(), "machine": machine(), **measured}
+    result = {
+        "benchmark": "agent-flood" if flood_only else "agent",
+        "date": started_at,
+        "full": full,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "load_before": load_before,
+        "load_after": load(),
+        "machine": machine(),
+        **measured,
+    }
     path = write_result("agent_flood" if flood_only else "agent", result)
     print(json.dumps(measured["figures"], indent=1))
     print(f"wrote {path}")

@@ -36,8 +36,14 @@ class BareNode:
 async def serve(address: str, task_queue: str) -> None:
     client = await Client.connect(address)
     with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="bare-activity") as executor:
-        worker = Worker(client, task_queue=task_queue, workflows=[BareNode], activities=[noop],
-                        activity_executor=executor, max_concurrent_activities=ACTIVITY_THREADS)
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[BareNode],
+            activities=[noop],
+            activity_executor=executor,
+            max_concurrent_activities=ACTIVITY_THREADS,
+        )
         print("bare worker polling", flush=True)
         await worker.run()
 

@@ -22,8 +22,20 @@ SMALL_FLEET = 20
 RUNS = 15
 RUNS_QUICK = 9
 BARE_TYPER = "python -c 'import typer, rich'"
-HEAVY_MODULES = ("temporalio", "kubernetes", "sqlalchemy", "sqlmodel", "alembic", "paramiko", "psycopg",
-                 "jinja2", "rich", "yaml", "prometheus_client", "pydantic")
+HEAVY_MODULES = (
+    "temporalio",
+    "kubernetes",
+    "sqlalchemy",
+    "sqlmodel",
+    "alembic",
+    "paramiko",
+    "psycopg",
+    "jinja2",
+    "rich",
+    "yaml",
+    "prometheus_client",
+    "pydantic",
+)
 # Runs the real command and reports which heavy modules it had imported. It calls the Typer
 # app, not the entry point: run() leaves with os._exit, past any atexit hook.
 _PROBE = """
@@ -69,8 +81,9 @@ def _timed_runs(argv: list[str], runs: int, env: dict) -> tuple[list[float], lis
 
 
 def _loaded_modules(args: list[str], env: dict) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY_MODULES, args=args)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY_MODULES, args=args)], capture_output=True, text=True, env=env
+    )
     line = next((l for l in done.stderr.splitlines() if l.startswith("LOADED ")), None)
     if done.returncode != 0 or line is None:
         raise CannotMeasure(f"fleetctl {' '.join(args)} under the import probe failed: {done.stderr[-300:]}")
@@ -113,14 +126,21 @@ def run(full: bool) -> dict:
         measured = {}
         for name, (argv, probe_args, run_env) in commands.items():
             samples, cpu = _timed_runs(argv, runs, run_env)
-            measured[name] = {"argv": argv[1:], "seconds": rounded(samples), "seconds_summary": summary(samples),
-                              "cpu_seconds": rounded(cpu), "cpu_seconds_summary": summary(cpu)}
+            measured[name] = {
+                "argv": argv[1:],
+                "seconds": rounded(samples),
+                "seconds_summary": summary(samples),
+                "cpu_seconds": rounded(cpu),
+                "cpu_seconds_summary": summary(cpu),
+            }
             if probe_args is not None:
                 measured[name]["heavy_modules_loaded"] = _loaded_modules(probe_args, run_env)
     median = {name: m["seconds_summary"]["p50"] for name, m in measured.items()}
     median_cpu = {name: m["cpu_seconds_summary"]["p50"] for name, m in measured.items()}
-    figures = {name: {"median_s": round(seconds, 3), "median_cpu_s": round(median_cpu[name], 3)}
-               for name, seconds in median.items()}
+    figures = {
+        name: {"median_s": round(seconds, 3), "median_cpu_s": round(median_cpu[name], 3)}
+        for name, seconds in median.items()
+    }
     for name in ("fleetctl --help", f"fleetctl node list ({SMALL_FLEET} nodes)"):
         figures[name]["vs_temporal_help"] = round(median[name] / median["temporal --help"], 2)
         figures[name]["vs_bare_typer_rich"] = round(median[name] / median[BARE_TYPER], 2)

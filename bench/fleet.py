@@ -40,20 +40,32 @@ def dev_server(directory: Path) -> Iterator:
 def fleet_settings(db_url: str, temporal_address: str) -> Settings:
     unique = uuid.uuid4().hex[:8]
     return load_settings(
-        flags={"db_url": db_url, "temporal_address": temporal_address, "task_queue": f"bench-{unique}",
-               "fleet": f"bench-{unique}", "operator": "bench"},
-        env={}, config_file=os.devnull,
+        flags={
+            "db_url": db_url,
+            "temporal_address": temporal_address,
+            "task_queue": f"bench-{unique}",
+            "fleet": f"bench-{unique}",
+            "operator": "bench",
+        },
+        env={},
+        config_file=os.devnull,
     )
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes `fleetctl` (CLI or worker) use these settings."""
-    env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_DB_URL": settings.db_url,
-           "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
-           "FLEETCTL_FLEET": settings.fleet, "FLEETCTL_OPERATOR": settings.operator,
-           "FLEETCTL_SIM_TIME_SCALE": str(settings.sim_time_scale),
-           "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow),
-           "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island)}
+    env = {
+        **os.environ,
+        "FLEETCTL_CONFIG": os.devnull,
+        "FLEETCTL_DB_URL": settings.db_url,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "FLEETCTL_TASK_QUEUE": settings.task_queue,
+        "FLEETCTL_FLEET": settings.fleet,
+        "FLEETCTL_OPERATOR": settings.operator,
+        "FLEETCTL_SIM_TIME_SCALE": str(settings.sim_time_scale),
+        "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow),
+        "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island),
+    }
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf
     for key, var in (("suites_dir", "FLEETCTL_SUITES_DIR"), ("runbooks_dir", "FLEETCTL_RUNBOOKS_DIR")):
@@ -62,7 +74,9 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-sxm", name_prefix: str = "gpu") -> list[str]:
+def seed_fleet(
+    settings: Settings, count: int, racks: int, profile: str = "h100-sxm", name_prefix: str = "gpu"
+) -> list[str]:
     """`count` simulated nodes in the fleet database, state new; their names. Runs that share
     a Temporal server need prefixes of their own: node workflow ids are the node names."""
     import yaml
@@ -72,7 +86,9 @@ def seed_fleet(settings: Settings, count: int, racks: int, profile: str = "h100-
     from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory.parse import parse_inventory
 
-    specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1, name_prefix=name_prefix)}))
+    specs = parse_inventory(
+        yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1, name_prefix=name_prefix)})
+    )
     queries.upsert_nodes(get_engine(settings.db_url), specs)
     return [s.name for s in specs]
 
@@ -97,8 +113,14 @@ class WorkerProcess:
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str], log: Path, ready_text: str | None = None) -> "WorkerProcess":
         with open(log, "wb") as out:
-            process = subprocess.Popen(argv, cwd=REPO, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         worker = cls(process)
         deadline = time.monotonic() + 60
         while ready_text and ready_text not in log.read_text(errors="replace"):
@@ -129,5 +151,6 @@ class WorkerProcess:
 
 
 def fleetctl_worker(settings: Settings, log: Path) -> WorkerProcess:
-    return WorkerProcess.start([sys.executable, "-m", "fleetctl.cli.main", "worker"], settings_env(settings), log,
-                               ready_text="database ready")
+    return WorkerProcess.start(
+        [sys.executable, "-m", "fleetctl.cli.main", "worker"], settings_env(settings), log, ready_text="database ready"
+    )

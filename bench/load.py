@@ -63,12 +63,22 @@ async def _sweep(client, settings, index: int) -> dict:
 
     started = time.monotonic()
     handle = await client.start_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent_fraction=SWEEP_CONCURRENCY, fleet=settings.fleet),
-        id=f"load-sweep-{index}-{settings.fleet}", task_queue=settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent_fraction=SWEEP_CONCURRENCY, fleet=settings.fleet),
+        id=f"load-sweep-{index}-{settings.fleet}",
+        task_queue=settings.task_queue,
+    )
     result = await handle.result()
-    return {"sweep": index, "seconds": round(time.monotonic() - started, 1), "checked": result.checked,
-            "failed": len(result.failed), "errors": len(result.errors), "drained": len(result.drained),
-            "held": len(result.held), **await sweep_history(client, handle, result.checked)}
+    return {
+        "sweep": index,
+        "seconds": round(time.monotonic() - started, 1),
+        "checked": result.checked,
+        "failed": len(result.failed),
+        "errors": len(result.errors),
+        "drained": len(result.drained),
+        "held": len(result.held),
+        **await sweep_history(client, handle, result.checked),
+    }
 
 
 async def _inject(client, settings, rng: random.Random, index: int, faults: int, xids: int) -> list[str]:
@@ -85,8 +95,15 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
     for k, name in enumerate(hit[:faults]):
         add_fault(engine, name, FAULT_KINDS[(index * faults + k) % len(FAULT_KINDS)], seed=index)
     for name in hit[faults:]:
-        await send_health_events(client, name, [HealthEventInput(name, "xid", 79, "GPU has fallen off the bus",
-                                                                 "load-bench", f"load-{index}-{name}", time.time())])
+        await send_health_events(
+            client,
+            name,
+            [
+                HealthEventInput(
+                    name, "xid", 79, "GPU has fallen off the bus", "load-bench", f"load-{index}-{name}", time.time()
+                )
+            ],
+        )
     return hit
 
 
@@ -112,8 +129,12 @@ async def _settle(client, settings, names: list[str]) -> dict:
     while True:
         nodes, remediations, restarts = await busy_nodes(), await running("Remediation"), await running("JobRestart")
         if not (nodes or remediations or restarts) or time.monotonic() - started > SETTLE_TIMEOUT_S:
-            return {"seconds": round(time.monotonic() - started, 1), "stuck_nodes": nodes,
-                    "stuck_remediations": remediations, "stuck_job_restarts": restarts}
+            return {
+                "seconds": round(time.monotonic() - started, 1),
+                "stuck_nodes": nodes,
+                "stuck_remediations": remediations,
+                "stuck_job_restarts": restarts,
+            }
         await asyncio.sleep(2)
 
 
@@ -124,10 +145,15 @@ async def _histories(client, settings, names: list[str]) -> dict:
     described = await asyncio.gather(*(client.get_workflow_handle(node_workflow_id(n)).describe() for n in names))
     continued = sum(1 for d in described if d.run_id != d.raw_description.workflow_execution_info.first_run_id)
     guard = await client.get_workflow_handle(guard_id(settings.fleet)).describe()
-    return {"node_workflow_events": {"max": max(lengths), "median": statistics.median(lengths),
-                                     "nodes_over_100": sum(1 for n in lengths if n > 100)},
-            "node_workflows_continued_as_new": continued,
-            "capacity_guard_events": guard.history_length}
+    return {
+        "node_workflow_events": {
+            "max": max(lengths),
+            "median": statistics.median(lengths),
+            "nodes_over_100": sum(1 for n in lengths if n > 100),
+        },
+        "node_workflows_continued_as_new": continued,
+        "capacity_guard_events": guard.history_length,
+    }
 
 
 async def measure(nodes: int, sim_minutes: int, sweep_every_min: int, directory: Path, seed: int) -> dict:
@@ -172,17 +198,29 @@ async def measure(nodes: int, sim_minutes: int, sweep_every_min: int, directory:
         per_state[n.state] = per_state.get(n.state, 0) + 1
     values = [v for _, v in rss]
     return {
-        "simulated": {"nodes": nodes, "minutes": sim_minutes, "sweeps": sweeps, "sweep_every_min": sweep_every_min,
-                      "faults_per_sweep": faults, "xid79_per_sweep": xids,
-                      "nodes_hit": len(set(hit))},
+        "simulated": {
+            "nodes": nodes,
+            "minutes": sim_minutes,
+            "sweeps": sweeps,
+            "sweep_every_min": sweep_every_min,
+            "faults_per_sweep": faults,
+            "xid79_per_sweep": xids,
+            "nodes_hit": len(set(hit)),
+        },
         "wall_s": round(time.monotonic() - started, 1),
         "sweeps": runs,
         "settle": settled,
         "history": histories,
         "final_states": per_state,
-        "worker_rss_mib": {"after_import": rss_after_import, "first_sweep": runs[0]["worker_rss_mib"],
-                           "last_sweep": runs[-1]["worker_rss_mib"], "min": min(values), "max": max(values),
-                           "samples": len(values), "series": rss},
+        "worker_rss_mib": {
+            "after_import": rss_after_import,
+            "first_sweep": runs[0]["worker_rss_mib"],
+            "last_sweep": runs[-1]["worker_rss_mib"],
+            "min": min(values),
+            "max": max(values),
+            "samples": len(values),
+            "series": rss,
+        },
     }
 
 

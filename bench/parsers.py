@@ -58,8 +58,14 @@ def small_throughput(kind: str, relative: str) -> dict:
         seconds, status = _judge_timed(kind, text)
         calls += 1
         elapsed += seconds
-    return {"fixture": relative, "bytes": len(text.encode()), "status": status, "calls": calls,
-            "calls_per_s": round(calls / elapsed, 1), "mb_per_s": round(mb * calls / elapsed, 2)}
+    return {
+        "fixture": relative,
+        "bytes": len(text.encode()),
+        "status": status,
+        "calls": calls,
+        "calls_per_s": round(calls / elapsed, 1),
+        "mb_per_s": round(mb * calls / elapsed, 2),
+    }
 
 
 def _until(lines: list[str], target_bytes: int, make_line) -> list[str]:
@@ -81,19 +87,21 @@ def large_nccl(megabytes: float, rng: random.Random) -> str:
     def info() -> str:
         rank, channel = rng.randrange(8), rng.randrange(32)
         pid = 204100 + rank
-        return rng.choice((
-            f"gpu-n017:{pid}:{pid + 17} [{rank}] NCCL INFO Channel {channel:02d}/0 : {rank}[{rank}] -> "
-            f"{(rank + 1) % 8}[{(rank + 1) % 8}] via P2P/CUMEM/read",
-            f"gpu-n017:{pid}:{pid + 17} [{rank}] NCCL INFO Connected all rings, channel {channel:02d}",
-            f"gpu-n017:{pid}:{pid} [{rank}] NCCL INFO comm 0x55d1c3a{rank} rank {rank} nranks 8 cudaDev {rank} "
-            f"nvmlDev {rank} busId {0x18 + 0x20 * rank:x}000 commId 0x9e1b{channel:04x} - Init COMPLETE",
-        ))
+        return rng.choice(
+            (
+                f"gpu-n017:{pid}:{pid + 17} [{rank}] NCCL INFO Channel {channel:02d}/0 : {rank}[{rank}] -> "
+                f"{(rank + 1) % 8}[{(rank + 1) % 8}] via P2P/CUMEM/read",
+                f"gpu-n017:{pid}:{pid + 17} [{rank}] NCCL INFO Connected all rings, channel {channel:02d}",
+                f"gpu-n017:{pid}:{pid} [{rank}] NCCL INFO comm 0x55d1c3a{rank} rank {rank} nranks 8 cudaDev {rank} "
+                f"nvmlDev {rank} busId {0x18 + 0x20 * rank:x}000 commId 0x9e1b{channel:04x} - Init COMPLETE",
+            )
+        )
 
     noise = _until([], int(megabytes * 1e6) - sum(len(line) + 1 for line in lines), info)
     per_line = len(noise) // len(table) + 1
     body = []
     for index, row in enumerate(table):
-        body += noise[index * per_line:(index + 1) * per_line] + [row]
+        body += noise[index * per_line : (index + 1) * per_line] + [row]
     return "\n".join(head + body) + "\n"
 
 
@@ -108,9 +116,11 @@ def large_hpl(megabytes: float, rng: random.Random) -> str:
         state["elapsed"] += 0.86
         done = min(99.99, state["elapsed"] / 50.0)
         gf = 326480.0 + rng.uniform(-900, 900)
-        return (f" Prog= {done:.2f}%\tN_left= {int(300000 * (1 - done / 100))}\tTime= {state['elapsed']:.2f}\t"
-                f"Time_left= {max(0.0, 50 - state['elapsed']):.2f}\tiGF= {gf + 6500:.2f}\tGF= {gf:.2f}\t"
-                f"iGF_per= {(gf + 6500) / 8:.2f}\tGF_per= {gf / 8:.2f}")
+        return (
+            f" Prog= {done:.2f}%\tN_left= {int(300000 * (1 - done / 100))}\tTime= {state['elapsed']:.2f}\t"
+            f"Time_left= {max(0.0, 50 - state['elapsed']):.2f}\tiGF= {gf + 6500:.2f}\tGF= {gf:.2f}\t"
+            f"iGF_per= {(gf + 6500) / 8:.2f}\tGF_per= {gf / 8:.2f}"
+        )
 
     rest = int(megabytes * 1e6) - sum(len(line) + 1 for line in lines)
     return "\n".join(lines[:first_progress] + _until([], rest, progress) + lines[result_at:]) + "\n"
@@ -121,7 +131,9 @@ _XID_TAIL = re.compile(r"NVRM: Xid \(PCI:[^)]*\): (.*)$")
 
 # Lines of the xid fixtures that report a GPU failure without an Xid number: a healthy
 # host's log does not repeat them, so they stay out of the ordinary lines.
-_FAILURE_SIGNATURE = re.compile(r"SXid|NV_ERR_RESET_REQUIRED|GspRmAlloc failed|RxDet|Rx Detect|fallen off the bus|waiting for RPC")
+_FAILURE_SIGNATURE = re.compile(
+    r"SXid|NV_ERR_RESET_REQUIRED|GspRmAlloc failed|RxDet|Rx Detect|fallen off the bus|waiting for RPC"
+)
 
 
 def large_dmesg(megabytes: float, rng: random.Random) -> str:
@@ -142,7 +154,7 @@ def large_dmesg(megabytes: float, rng: random.Random) -> str:
         state["t"] += rng.expovariate(50.0)
         stamp = f"[{state['t']:12.6f}]"
         if rng.random() < 0.02:
-            pci = f"{rng.randrange(8):04x}:{rng.choice((0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb)):02x}:00"
+            pci = f"{rng.randrange(8):04x}:{rng.choice((0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)):02x}:00"
             return f"{stamp} NVRM: Xid (PCI:{pci}): {rng.choice(xids)}"
         return stamp + rng.choice(ordinary)
 
@@ -161,9 +173,15 @@ def large_throughput(kind: str, text: str) -> dict:
     if status == "error":
         raise CannotMeasure(f"{kind}: the generated {size / 1e6:.0f} MB log was judged unreadable, not measured")
     best = min(samples)
-    return {"bytes": size, "lines": text.count("\n"), "status": status, "seconds": rounded(samples),
-            "seconds_summary": summary(samples), "mb_per_s_best": round(size / 1e6 / best, 2),
-            "mb_per_s_median": round(size / 1e6 / summary(samples)["p50"], 2)}
+    return {
+        "bytes": size,
+        "lines": text.count("\n"),
+        "status": status,
+        "seconds": rounded(samples),
+        "seconds_summary": summary(samples),
+        "mb_per_s_best": round(size / 1e6 / best, 2),
+        "mb_per_s_median": round(size / 1e6 / summary(samples)["p50"], 2),
+    }
 
 
 def cli_parse_seconds(kind: str, text: str) -> dict:
@@ -173,8 +191,23 @@ def cli_parse_seconds(kind: str, text: str) -> dict:
         log.write(text)
         log.flush()
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "check", "parse", kind, log.name,
-                               "--profile", PROFILE, "-o", "json"], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fleetctl.cli.main",
+                "check",
+                "parse",
+                kind,
+                log.name,
+                "--profile",
+                PROFILE,
+                "-o",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - started
     if done.returncode not in (0, 3):  # pass/warn or fail: judged
         raise CannotMeasure(f"fleetctl check parse {kind} exited {done.returncode}: {done.stderr.strip()[:200]}")
@@ -189,9 +222,11 @@ def run(full: bool) -> dict:
     for kind, megabytes in sizes.items():
         text = LARGE_BUILDERS[kind](megabytes, random.Random(8))
         large[kind] = large_throughput(kind, text)
-        figures[kind].update(large_mb=round(large[kind]["bytes"] / 1e6, 1),
-                             large_mb_per_s=large[kind]["mb_per_s_median"],
-                             large_seconds=large[kind]["seconds_summary"]["p50"])
+        figures[kind].update(
+            large_mb=round(large[kind]["bytes"] / 1e6, 1),
+            large_mb_per_s=large[kind]["mb_per_s_median"],
+            large_seconds=large[kind]["seconds_summary"]["p50"],
+        )
         if kind == "xid":
             large[kind]["cli"] = cli_parse_seconds(kind, text)
             figures[kind]["large_cli_seconds"] = large[kind]["cli"]["seconds"]

@@ -79,9 +79,13 @@ async def _trial(client, settings, path: str, index: int) -> dict:
         await _until(lambda: busy(node, "burn_in: hpl"), "burn-in's HPL")
     else:
         for n in names:
-            await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=n), id=node_workflow_id(n),
-                                        task_queue=settings.task_queue,
-                                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+            await client.start_workflow(
+                NodeLifecycle.run,
+                NodeLifecycleState(node=n),
+                id=node_workflow_id(n),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
             for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
                 await request_transition(client, n, trigger, "bench", actor_kind="automation")
         await _until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), "production")
@@ -101,19 +105,36 @@ async def _trial(client, settings, path: str, index: int) -> dict:
             await _until(lambda: busy(node, "draining: jobs"), "the drain's wait for the job")
     out_trigger = {"idle": "drain", "recheck": "drain", "drain_wait": "drain_complete", "burn_in": "phase_failed"}[path]
     sent = time.time()
-    await send_health_events(client, node, [HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "bench",
-                                                             f"bench-{path}-{index}", sent, severity="critical")])
+    await send_health_events(
+        client,
+        node,
+        [
+            HealthEventInput(
+                node,
+                "xid",
+                79,
+                "GPU has fallen off the bus",
+                "bench",
+                f"bench-{path}-{index}",
+                sent,
+                severity="critical",
+            )
+        ],
+    )
 
     def taken_out() -> bool:
-        return any(e.trigger == out_trigger and as_utc(e.at).timestamp() >= sent - 1
-                   for e in queries.node_events(engine, node))
+        return any(
+            e.trigger == out_trigger and as_utc(e.at).timestamp() >= sent - 1 for e in queries.node_events(engine, node)
+        )
 
     out_at = await _until(taken_out, f"{out_trigger} of {node}")
     sample = {"path": path, "node": node, "taken_out_s": out_at - sent}
     if job is not None:
         scheduler = SimScheduler(engine)
-        running_at = await _until(lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
-                                  f"job {job.job_id} running off {node}")
+        running_at = await _until(
+            lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
+            f"job {job.job_id} running off {node}",
+        )
         sample["running_again_s"] = running_at - sent
     return sample
 
@@ -127,7 +148,11 @@ async def _trials(directory: Path, trials: int) -> list[dict]:
     (directory / "runbooks").mkdir()  # no runbook: remediation is not this subject
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
-        settings.suites_dir, settings.runbooks_dir, settings.sim_time_scale = str(suites), str(directory / "runbooks"), 8.0
+        settings.suites_dir, settings.runbooks_dir, settings.sim_time_scale = (
+            str(suites),
+            str(directory / "runbooks"),
+            8.0,
+        )
         worker = fleetctl_worker(settings, directory / "worker.log")
         try:
             client = await connect(settings)
@@ -153,8 +178,11 @@ def run(full: bool) -> dict:
             if not values:
                 continue
             stats = summary(values)
-            figures[metric][path] = {**stats, "p50_ratio_to_idle": round(stats["p50"] / idle["p50"], 2),
-                                     "p95_ratio_to_idle": round(stats["p95"] / idle["p95"], 2)}
+            figures[metric][path] = {
+                **stats,
+                "p50_ratio_to_idle": round(stats["p50"] / idle["p50"], 2),
+                "p95_ratio_to_idle": round(stats["p95"] / idle["p95"], 2),
+            }
     return {"figures": figures, "samples": samples}
 
 

@@ -51,8 +51,10 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
     from fleetctl.db.engine import get_engine
     from fleetctl.inventory.parse import parse_inventory
 
-    entries = [{"name": n, "address": f"sim://{n}", "rack": "rack-01", "profile": "h100-sxm", "scheduler": "slurm"}
-               for n in names]
+    entries = [
+        {"name": n, "address": f"sim://{n}", "rack": "rack-01", "profile": "h100-sxm", "scheduler": "slurm"}
+        for n in names
+    ]
     queries.upsert_nodes(get_engine(settings.db_url), parse_inventory(yaml.safe_dump({"nodes": entries})))
 
 
@@ -99,16 +101,33 @@ def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
     bad = cluster.wait_for_run(job_id, run=0, timeout_s=TRIAL_TIMEOUT_S).nodes[0]
     output = cluster.root / "jobs" / f"{job_id}.out"
     started = time.time()
-    event = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "node", "event", bad, "--xid", "79",
-                              "--message", "GPU has fallen off the bus"], env=settings_env(settings),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    event = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "node",
+            "event",
+            bad,
+            "--xid",
+            "79",
+            "--message",
+            "GPU has fallen off the bus",
+        ],
+        env=settings_env(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     exited = drained = running = None
     while exited is None or drained is None or running is None:
         now = time.time()
         if now - started > TRIAL_TIMEOUT_S:
             event.kill()
-            raise CannotMeasure(f"job {job_id}: not drained/running again {TRIAL_TIMEOUT_S:.0f} s after XID 79 "
-                                f"on {bad} (drained {drained}, running {running})\n{cluster.log_tail(5)}")
+            raise CannotMeasure(
+                f"job {job_id}: not drained/running again {TRIAL_TIMEOUT_S:.0f} s after XID 79 "
+                f"on {bad} (drained {drained}, running {running})\n{cluster.log_tail(5)}"
+            )
         if exited is None and event.poll() is not None:
             exited, stderr = now, event.stderr.read()
             # temporalio's client threads can abort the interpreter's exit after the command
@@ -122,9 +141,17 @@ def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
             running = now
         time.sleep(POLL_S)
     seen = _event_seen_at(settings, bad)
-    return {"job": job_id, "bad_node": bad, "command_aborted_at_exit": aborted_at_exit, **dict(zip(
-        ("command_exit_s", "drained_s", "running_again_s", "event_to_drained_s", "event_to_running_again_s"),
-        rounded([exited - started, drained - started, running - started, drained - seen, running - seen], 3)))}
+    return {
+        "job": job_id,
+        "bad_node": bad,
+        "command_aborted_at_exit": aborted_at_exit,
+        **dict(
+            zip(
+                ("command_exit_s", "drained_s", "running_again_s", "event_to_drained_s", "event_to_running_again_s"),
+                rounded([exited - started, drained - started, running - started, drained - seen, running - seen], 3),
+            )
+        ),
+    }
 
 
 async def _fleetctl_trials(cluster, directory: Path, trials: int) -> list[dict]:
@@ -157,8 +184,14 @@ def _scheduler_trials(cluster, trials: int, with_release: bool) -> list[dict]:
     samples = []
     for _ in range(trials):
         m = measure_restart(cluster, with_release=with_release, timeout_s=TRIAL_TIMEOUT_S)
-        samples.append({"job": m.job_id, "bad_node": m.bad_node, "running_again_s": round(m.seconds, 3),
-                        "held_for_begin_time": m.held_for_begin_time})
+        samples.append(
+            {
+                "job": m.job_id,
+                "bad_node": m.bad_node,
+                "running_again_s": round(m.seconds, 3),
+                "held_for_begin_time": m.held_for_begin_time,
+            }
+        )
     return samples
 
 
@@ -179,26 +212,32 @@ def run(full: bool) -> dict:
         finally:
             cluster.stop()
     series = {
-        "fleetctl_xid79": _series(fleetctl, "command_exit_s", "drained_s", "running_again_s", "event_to_drained_s",
-                                  "event_to_running_again_s"),
+        "fleetctl_xid79": _series(
+            fleetctl, "command_exit_s", "drained_s", "running_again_s", "event_to_drained_s", "event_to_running_again_s"
+        ),
         "scheduler_call_only": _series(release_only, "running_again_s"),
         "plain_slurm_requeue": _series(plain, "running_again_s"),
     }
     figures = {
         "fleetctl: XID 79 -> drained in Slurm (p50/p95 s)": _pair(series["fleetctl_xid79"]["drained_s"]),
         "fleetctl: XID 79 -> job running again (p50/p95 s)": _pair(series["fleetctl_xid79"]["running_again_s"]),
-        "same, from the event's timestamp, CLI start excluded (p50/p95 s)":
-            f"{_pair(series['fleetctl_xid79']['event_to_drained_s'])} drained, "
-            f"{_pair(series['fleetctl_xid79']['event_to_running_again_s'])} running",
-        "scheduler call alone: drain -> running again (p50/p95 s)": _pair(series["scheduler_call_only"]["running_again_s"]),
-        "plain Slurm requeue: drain -> running again (p50/p95 s)": _pair(series["plain_slurm_requeue"]["running_again_s"]),
+        "same, from the event's timestamp, CLI start excluded (p50/p95 s)": f"{_pair(series['fleetctl_xid79']['event_to_drained_s'])} drained, "
+        f"{_pair(series['fleetctl_xid79']['event_to_running_again_s'])} running",
+        "scheduler call alone: drain -> running again (p50/p95 s)": _pair(
+            series["scheduler_call_only"]["running_again_s"]
+        ),
+        "plain Slurm requeue: drain -> running again (p50/p95 s)": _pair(
+            series["plain_slurm_requeue"]["running_again_s"]
+        ),
         "trials (fleetctl / call alone / plain)": f"{len(fleetctl)} / {len(release_only)} / {len(plain)}",
-        "`fleetctl node event` aborted at exit (SIGABRT, sdk-python#300)":
-            f"{sum(t['command_aborted_at_exit'] for t in fleetctl)} of {len(fleetctl)}",
+        "`fleetctl node event` aborted at exit (SIGABRT, sdk-python#300)": f"{sum(t['command_aborted_at_exit'] for t in fleetctl)} of {len(fleetctl)}",
     }
-    return {"figures": figures, "cluster": {"nodes": 4, "cred_expire_s": "Slurm default (120)"},
-            "series": series, "trials": {"fleetctl_xid79": fleetctl, "scheduler_call_only": release_only,
-                                         "plain_slurm_requeue": plain}}
+    return {
+        "figures": figures,
+        "cluster": {"nodes": 4, "cred_expire_s": "Slurm default (120)"},
+        "series": series,
+        "trials": {"fleetctl_xid79": fleetctl, "scheduler_call_only": release_only, "plain_slurm_requeue": plain},
+    }
 
 
 def _pair(stats: dict) -> str:

@@ -38,8 +38,17 @@ def _outputs() -> list[dict]:
     for check, kind, fixture in QUICK_SUITE:
         text = (FIXTURES / fixture).read_text()
         judged = judge(kind, text, "h100-sxm").to_dict()  # as workflows.activities.checks stores it
-        rows.append({"check_name": check, "kind": kind, "status": judged["status"], "metrics": judged["metrics"],
-                     "findings": judged["findings"], "reason": judged["reason"], "raw_output": text})
+        rows.append(
+            {
+                "check_name": check,
+                "kind": kind,
+                "status": judged["status"],
+                "metrics": judged["metrics"],
+                "findings": judged["findings"],
+                "reason": judged["reason"],
+                "raw_output": text,
+            }
+        )
     return rows
 
 
@@ -51,12 +60,25 @@ def _fleet(engine, nodes: int, start) -> list[str]:
     from fleetctl.inventory.parse import parse_inventory
 
     names = [f"node-{i:03d}" for i in range(nodes)]
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm}}\n" for n in names)))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n" + "".join(f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm}}\n" for n in names)
+        ),
+    )
     with Session(engine) as session:
         for n in names:
-            session.add(NodeEvent(node_name=n, from_state="admission", to_state="production", trigger="admit",
-                                  actor="lifecycle", at=start, idempotency_key=f"{n}/production"))
+            session.add(
+                NodeEvent(
+                    node_name=n,
+                    from_state="admission",
+                    to_state="production",
+                    trigger="admit",
+                    actor="lifecycle",
+                    at=start,
+                    idempotency_key=f"{n}/production",
+                )
+            )
         session.commit()
     return names
 
@@ -69,12 +91,31 @@ def _one_day(engine, names: list[str], outputs: list[dict], day_start) -> None:
         at = day_start + timedelta(hours=hour)
         for n in names:
             for out in outputs:
-                runs.append({**out, "node_name": n, "suite": "quick", "output_truncated": False, "started_at": at,
-                             "finished_at": at, "workflow_id": f"sweep/{at.isoformat()}",
-                             "idempotency_key": f"{n}/{out['check_name']}/{at.isoformat()}"})
-    events = [{"node_name": n, "source": "xid", "code": 13, "severity": "info", "action": "",
-               "message": "NVRM: Xid (PCI:0000:18:00): 13, Graphics SM Warp Exception", "at": day_start + timedelta(hours=3),
-               "idempotency_key": f"{n}/xid/{day_start.isoformat()}"} for n in names]
+                runs.append(
+                    {
+                        **out,
+                        "node_name": n,
+                        "suite": "quick",
+                        "output_truncated": False,
+                        "started_at": at,
+                        "finished_at": at,
+                        "workflow_id": f"sweep/{at.isoformat()}",
+                        "idempotency_key": f"{n}/{out['check_name']}/{at.isoformat()}",
+                    }
+                )
+    events = [
+        {
+            "node_name": n,
+            "source": "xid",
+            "code": 13,
+            "severity": "info",
+            "action": "",
+            "message": "NVRM: Xid (PCI:0000:18:00): 13, Graphics SM Warp Exception",
+            "at": day_start + timedelta(hours=3),
+            "idempotency_key": f"{n}/xid/{day_start.isoformat()}",
+        }
+        for n in names
+    ]
     with engine.begin() as conn:
         conn.execute(CheckRun.__table__.insert(), runs)
         conn.execute(HealthEvent.__table__.insert(), events)
@@ -114,12 +155,16 @@ def _simulate(kept_url: str, pruned_url: str, mib, nodes: int, days: int) -> dic
     sizes = {way: mib(url) for way, url in (("none", kept_url), ("default", pruned_url))}
     node_days = nodes * days
     per_1000 = {way: round(size * 1000 / node_days, 1) for way, size in sizes.items()}
-    return {"mib": sizes, "mib_per_1000_node_days": per_1000,
-            "default_over_none": round(sizes["default"] / sizes["none"], 3), "removed": removed,
-            # One day's prune (the worker's): the last, at the steady state, and the slowest.
-            "prune_s": {"last": round(prune_s[-1], 3), "max": round(max(prune_s), 3)},
-            "check_runs_stored": nodes * days * 24 * len(QUICK_SUITE),
-            "raw_output_bytes_per_sweep_per_node": sum(len(o["raw_output"]) for o in outputs)}
+    return {
+        "mib": sizes,
+        "mib_per_1000_node_days": per_1000,
+        "default_over_none": round(sizes["default"] / sizes["none"], 3),
+        "removed": removed,
+        # One day's prune (the worker's): the last, at the steady state, and the slowest.
+        "prune_s": {"last": round(prune_s[-1], 3), "max": round(max(prune_s), 3)},
+        "check_runs_stored": nodes * days * 24 * len(QUICK_SUITE),
+        "raw_output_bytes_per_sweep_per_node": sum(len(o["raw_output"]) for o in outputs),
+    }
 
 
 def _sqlite(directory: Path, nodes: int, days: int) -> dict:
@@ -147,8 +192,13 @@ def _postgres(nodes: int, days: int) -> dict | str:
     try:
         from bench.sweep_db import postgres_database
 
-        return _simulate(_fresh_postgres_url(cluster), _fresh_postgres_url(cluster),
-                         lambda url: postgres_database(cluster, url).mib(), nodes, days)
+        return _simulate(
+            _fresh_postgres_url(cluster),
+            _fresh_postgres_url(cluster),
+            lambda url: postgres_database(cluster, url).mib(),
+            nodes,
+            days,
+        )
     finally:
         remove_cluster(cluster)
 

@@ -17,8 +17,21 @@ import traceback
 from bench.harness import CannotMeasure, load, machine, now_iso, write_result
 
 # Cheapest first, so a broken expensive one still leaves the others' results.
-BENCHMARKS = ("decode", "parsers", "cli_startup", "agent", "preemption", "throughput", "scaleout", "scale", "sweep_db", "worker_recovery",
-              "reaction", "spares", "retention")
+BENCHMARKS = (
+    "decode",
+    "parsers",
+    "cli_startup",
+    "agent",
+    "preemption",
+    "throughput",
+    "scaleout",
+    "scale",
+    "sweep_db",
+    "worker_recovery",
+    "reaction",
+    "spares",
+    "retention",
+)
 
 
 def run_one(name: str, full: bool, host: dict) -> bool:
@@ -34,8 +47,16 @@ def run_one(name: str, full: bool, host: dict) -> bool:
         traceback.print_exc()
         print(f"   could not measure: {name} broke (traceback above)", flush=True)
         return False
-    result = {"benchmark": name, "date": started_at, "full": full, "wall_s": round(time.monotonic() - started, 1),
-              "load_before": load_before, "load_after": load(), "machine": host, **measured}
+    result = {
+        "benchmark": name,
+        "date": started_at,
+        "full": full,
+        "wall_s": round(time.monotonic() - started, 1),
+        "load_before": load_before,
+        "load_after": load(),
+        "machine": host,
+        **measured,
+    }
     path = write_result(name, result)
     print(json.dumps(measured["figures"], indent=1, default=str))
     print(f"   {result['wall_s']} s, load {load_before} -> {result['load_after']}; wrote {path}", flush=True)

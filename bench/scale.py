@@ -53,8 +53,9 @@ def _inventory(directory: Path, nodes: int) -> Path:
     from fleetctl.sim.inventory import render_inventory
 
     path = directory / "inventory.yaml"
-    path.write_text(yaml.safe_dump({"nodes": render_inventory(nodes, max(1, nodes // NODES_PER_RACK), "h100-sxm",
-                                                              seed=1)}))
+    path.write_text(
+        yaml.safe_dump({"nodes": render_inventory(nodes, max(1, nodes // NODES_PER_RACK), "h100-sxm", seed=1)})
+    )
     return path
 
 
@@ -76,8 +77,13 @@ def _put_in_production(settings, inventory: Path) -> None:
 
 def _fleetctl(settings, args: list[str], timeout_s: float = 1800) -> tuple[float, subprocess.CompletedProcess]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", *args], env=settings_env(settings),
-                          capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetctl.cli.main", *args],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
     return time.perf_counter() - started, done
 
 
@@ -93,8 +99,11 @@ def _cli_timings(settings) -> dict:
                 break
             samples.append(seconds)
         if samples:
-            timings[name] = {"seconds": rounded(samples), "median_s": round(statistics.median(samples), 3),
-                             "output_bytes": len(done.stdout)}
+            timings[name] = {
+                "seconds": rounded(samples),
+                "median_s": round(statistics.median(samples), 3),
+                "output_bytes": len(done.stdout),
+            }
     return timings
 
 
@@ -122,13 +131,22 @@ async def _sweep(client, settings) -> dict:
     from workflows.api import SweepInput, SweepResult
     from workflows.definitions.active_checks import ActiveCheckSweep
 
-    handle = await client.start_workflow(ActiveCheckSweep.run, SweepInput(suite=SUITE, fleet=settings.fleet),
-                                         id=f"bench-sweep-{settings.fleet}", task_queue=settings.task_queue)
+    handle = await client.start_workflow(
+        ActiveCheckSweep.run,
+        SweepInput(suite=SUITE, fleet=settings.fleet),
+        id=f"bench-sweep-{settings.fleet}",
+        task_queue=settings.task_queue,
+    )
     started = time.monotonic()
     try:
         result: SweepResult = await asyncio.wait_for(handle.result(), SWEEP_TIMEOUT_S)
-        outcome = {"status": "completed", "checked": result.checked, "passed": result.passed,
-                   "failed": len(result.failed), "errors": len(result.errors)}
+        outcome = {
+            "status": "completed",
+            "checked": result.checked,
+            "passed": result.passed,
+            "failed": len(result.failed),
+            "errors": len(result.errors),
+        }
     except WorkflowFailureError as exc:
         # e.g. the sweep's own history outgrowing Temporal's limit: a finding, not a crash.
         outcome = {"status": "failed", "reason": str(exc.cause or exc)[:300]}
@@ -144,8 +162,11 @@ async def sweep_history(client, handle, checked: int) -> dict:
     parent = (await handle.describe()).history_length
     batches = math.ceil(checked / SweepInput().batch_nodes)
     batch_events = await _history_lengths(client, [f"{handle.id}/batch-{i}" for i in range(batches)])
-    return {"history_events": parent + sum(batch_events), "history_events_parent": parent,
-            "history_events_largest_batch": max(batch_events, default=0)}
+    return {
+        "history_events": parent + sum(batch_events),
+        "history_events_parent": parent,
+        "history_events_largest_batch": max(batch_events, default=0),
+    }
 
 
 @dataclass
@@ -229,5 +250,9 @@ def run(full: bool) -> dict:
         "history_events_per_node_per_day": measured["history"]["events_per_node_per_day"],
         **{f"cli {name} median_s": t.get("median_s", t.get("error")) for name, t in measured["cli"].items()},
     }
-    return {"figures": figures, "suite": SUITE, "shortcut": "nodes set to production in the fleet database "
-            "before `fleetctl node import`; no burn-in", **measured}
+    return {
+        "figures": figures,
+        "suite": SUITE,
+        "shortcut": "nodes set to production in the fleet database before `fleetctl node import`; no burn-in",
+        **measured,
+    }

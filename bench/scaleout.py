@@ -51,13 +51,18 @@ async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadi
     workers: list[WorkerProcess] = []
     try:
         # On an empty database: the first to start migrates it (under the migration lock).
-        workers = [fleetctl_worker(settings, directory / f"worker-{workers_count}-{i}.log") for i in range(workers_count)]
+        workers = [
+            fleetctl_worker(settings, directory / f"worker-{workers_count}-{i}.log") for i in range(workers_count)
+        ]
         names = seed_fleet(settings, nodes, racks=max(1, nodes // NODES_PER_RACK), name_prefix=f"w{workers_count}-gpu")
         engine = get_engine(db_url)
         client = await connect(settings)
         wall, driver = time.monotonic(), time.process_time()
-        before = {"workers": sum(w.cpu_seconds() or 0 for w in workers), "server": cpu_seconds(server.process.pid) or 0,
-                  "postgresql": postgres_cpu_seconds(datadir)}
+        before = {
+            "workers": sum(w.cpu_seconds() or 0 for w in workers),
+            "server": cpu_seconds(server.process.pid) or 0,
+            "postgresql": postgres_cpu_seconds(datadir),
+        }
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names], concurrency=CLIENT_CONCURRENCY)
         timeouts = await _admit_all(client, names)
         deadline = time.monotonic() + TIMEOUT_S
@@ -66,15 +71,24 @@ async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadi
                 raise CannotMeasure(f"{workers_count} workers: not through admission after {TIMEOUT_S} s")
             await asyncio.sleep(0.25)
         seconds = time.monotonic() - wall
-        after = {"workers": sum(w.cpu_seconds() or 0 for w in workers), "server": cpu_seconds(server.process.pid) or 0,
-                 "postgresql": postgres_cpu_seconds(datadir)}
+        after = {
+            "workers": sum(w.cpu_seconds() or 0 for w in workers),
+            "server": cpu_seconds(server.process.pid) or 0,
+            "postgresql": postgres_cpu_seconds(datadir),
+        }
         cpu = {k: round((after[k] - before[k]) / nodes, 4) for k in before}
         cpu["driver"] = round((time.process_time() - driver) / nodes, 4)
-        return {"workers": workers_count, "nodes": nodes, "seconds": round(seconds, 2),
-                "nodes_per_min": round(nodes / seconds * 60, 1), "cpu_s_per_node": cpu,
-                "cpu_cores_busy": round(sum(cpu.values()) * nodes / seconds, 2),
-                "admit_update_timeouts": timeouts, "end_states": queries.state_counts(engine),
-                "worker_rss_mib": [w.rss_mib() for w in workers]}
+        return {
+            "workers": workers_count,
+            "nodes": nodes,
+            "seconds": round(seconds, 2),
+            "nodes_per_min": round(nodes / seconds * 60, 1),
+            "cpu_s_per_node": cpu,
+            "cpu_cores_busy": round(sum(cpu.values()) * nodes / seconds, 2),
+            "admit_update_timeouts": timeouts,
+            "end_states": queries.state_counts(engine),
+            "worker_rss_mib": [w.rss_mib() for w in workers],
+        }
     finally:
         for worker in workers:
             worker.stop()
@@ -94,8 +108,10 @@ async def measure(nodes: int) -> dict:
 
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scaleout-") as tmp, dev_server(Path(tmp)) as server:
-            return {str(n): await admit_with(n, nodes, server, _fresh_postgres_url(cluster), cluster.datadir, Path(tmp))
-                    for n in WORKER_COUNTS}
+            return {
+                str(n): await admit_with(n, nodes, server, _fresh_postgres_url(cluster), cluster.datadir, Path(tmp))
+                for n in WORKER_COUNTS
+            }
     finally:
         remove_cluster(cluster)
 
@@ -104,6 +120,12 @@ def run(full: bool) -> dict:
     nodes = NODES_FULL if full else NODES
     runs = asyncio.run(measure(nodes))
     baseline = runs["1"]["nodes_per_min"]
-    figures = {f"{n} worker(s)": {"nodes_per_min": r["nodes_per_min"], "over_1_worker": round(r["nodes_per_min"] / baseline, 2),
-                                  "cpu_cores_busy": r["cpu_cores_busy"]} for n, r in runs.items()}
+    figures = {
+        f"{n} worker(s)": {
+            "nodes_per_min": r["nodes_per_min"],
+            "over_1_worker": round(r["nodes_per_min"] / baseline, 2),
+            "cpu_cores_busy": r["cpu_cores_busy"],
+        }
+        for n, r in runs.items()
+    }
     return {"figures": figures, "nodes": nodes, "cpus": os.cpu_count(), "order": list(runs), "runs": runs}

@@ -34,8 +34,17 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
     from fleetctl.db.engine import get_engine
     from fleetctl.inventory.parse import parse_inventory
 
-    entries = [{"name": n, "address": f"sim://{n}", "rack": "rack-01", "profile": "h100-sxm", "scheduler": "slurm",
-                "island": ISLAND} for n in names]
+    entries = [
+        {
+            "name": n,
+            "address": f"sim://{n}",
+            "rack": "rack-01",
+            "profile": "h100-sxm",
+            "scheduler": "slurm",
+            "island": ISLAND,
+        }
+        for n in names
+    ]
     queries.upsert_nodes(get_engine(settings.db_url), parse_inventory(yaml.safe_dump({"nodes": entries})))
 
 
@@ -95,8 +104,15 @@ async def _trials(cluster, directory: Path, trials: int) -> dict[str, list[dict]
                     raise CannotMeasure(f"job {sample['job']}: took {restart.spares_taken}, not the spare {pool}")
                 if not spares and restart.spares_taken:
                     raise CannotMeasure(f"job {sample['job']}: took spares {restart.spares_taken} with none held")
-                samples[path].append({**sample, "pool": list(pool), "placement": restart.placement,
-                                      "placed_on": restart.placed_on, "new_nodes": restart.new_nodes})
+                samples[path].append(
+                    {
+                        **sample,
+                        "pool": list(pool),
+                        "placement": restart.placement,
+                        "placed_on": restart.placed_on,
+                        "new_nodes": restart.new_nodes,
+                    }
+                )
                 _set_pool(cluster, settings, 0)  # the worker refilled it; reset() waits for every node idle
                 cluster.reset()
                 await _back_in_production(client, settings, sample["bad_node"])
@@ -122,11 +138,17 @@ def run(full: bool) -> dict:
         spare, plain = (series[f"{p}_{size}"]["event_to_running_again_s"] for p in ("spare", "no_spare"))
         job = size.replace("_", "-")
         figures[f"{job} job, XID 79 -> running again on the island's spare, from the event (p50/p95 s)"] = _pair(spare)
-        figures[f"{job} job, same without a spare (a free island node named), from the event (p50/p95 s)"] = _pair(plain)
+        figures[f"{job} job, same without a spare (a free island node named), from the event (p50/p95 s)"] = _pair(
+            plain
+        )
         figures[f"{job} job, spare / no spare (p50)"] = round(spare["p50"] / plain["p50"], 2)
     figures["trials per path (the four alternated)"] = trials
-    return {"figures": figures, "cluster": {"nodes": 4, "island": ISLAND, "spares_per_island": 1},
-            "series": series, "trials": samples}
+    return {
+        "figures": figures,
+        "cluster": {"nodes": 4, "island": ISLAND, "spares_per_island": 1},
+        "series": series,
+        "trials": samples,
+    }
 
 
 def _pair(stats: dict) -> str:

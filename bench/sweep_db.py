@@ -30,7 +30,9 @@ def postgres_database(cluster, url: str) -> FleetDatabase:
         engine = create_engine(url)
         try:
             with engine.connect() as connection:
-                return round(connection.execute(text("SELECT pg_database_size(current_database())")).scalar() / 2**20, 1)
+                return round(
+                    connection.execute(text("SELECT pg_database_size(current_database())")).scalar() / 2**20, 1
+                )
         finally:
             engine.dispose()
 
@@ -45,7 +47,9 @@ def sessions_opened(url: str) -> int:
     engine = create_engine(url)
     try:
         with engine.connect() as connection:
-            return connection.execute(text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")).scalar()
+            return connection.execute(
+                text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+            ).scalar()
     finally:
         engine.dispose()
 
@@ -97,16 +101,27 @@ def run(full: bool) -> dict:
         "server_cpu_s_in_sweep": (postgresql["sweep"]["cpu_s"]["server"], sqlite["sweep"]["cpu_s"]["server"]),
         "worker_rss_mib_peak": (postgresql["worker_rss_mib"]["peak"], sqlite["worker_rss_mib"]["peak"]),
         "fleet_db_mib": (postgresql["fleet_db_mib"], sqlite["fleet_db_mib"]),
-        **{f"cli {name} median_s": (postgresql["cli"][name].get("median_s"), sqlite["cli"][name].get("median_s"))
-           for name in sqlite["cli"]},
+        **{
+            f"cli {name} median_s": (postgresql["cli"][name].get("median_s"), sqlite["cli"][name].get("median_s"))
+            for name in sqlite["cli"]
+        },
     }
-    figures = {"nodes": nodes, **{name: {"postgresql": p, "sqlite": s, "postgresql_over_sqlite": ratio(p, s)}
-                                  for name, (p, s) in pairs.items()},
-               "postgresql_cpu_s_in_sweep": postgresql["sweep"]["cpu_s"].get("database"),
-               "postgresql_sessions_opened": postgresql["sessions_opened"]}
-    return {"figures": figures, "order": list(runs), "runs": runs,
-            "shortcut": "nodes set to production in the fleet database before `fleetctl node import`; no burn-in",
-            "postgresql": "tests/support/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off"}
+    figures = {
+        "nodes": nodes,
+        **{
+            name: {"postgresql": p, "sqlite": s, "postgresql_over_sqlite": ratio(p, s)}
+            for name, (p, s) in pairs.items()
+        },
+        "postgresql_cpu_s_in_sweep": postgresql["sweep"]["cpu_s"].get("database"),
+        "postgresql_sessions_opened": postgresql["sessions_opened"],
+    }
+    return {
+        "figures": figures,
+        "order": list(runs),
+        "runs": runs,
+        "shortcut": "nodes set to production in the fleet database before `fleetctl node import`; no burn-in",
+        "postgresql": "tests/support/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off",
+    }
 
 
 def _node_count(text: str) -> int:

@@ -46,8 +46,11 @@ def _history_shape(events) -> dict:
     from temporalio.api.enums.v1 import EventType
 
     kinds = Counter(event.event_type for event in events)
-    return {"events": len(events), "activities": kinds[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED],
-            "workflow_tasks": kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED]}
+    return {
+        "events": len(events),
+        "activities": kinds[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED],
+        "workflow_tasks": kinds[EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED],
+    }
 
 
 async def _gather_limited(coroutines) -> list:
@@ -71,7 +74,9 @@ class _Meter:
     def read(self, nodes: int) -> dict:
         wall = time.monotonic() - self.wall
         return {
-            "nodes": nodes, "seconds": round(wall, 2), "nodes_per_min": round(nodes / wall * 60, 1),
+            "nodes": nodes,
+            "seconds": round(wall, 2),
+            "nodes_per_min": round(nodes / wall * 60, 1),
             "cpu_s_per_node": {
                 "worker": round((self.worker.cpu_seconds() - self.worker_cpu) / nodes, 4),
                 "server": round((cpu_seconds(self.server_pid) - self.server_cpu) / nodes, 4),
@@ -83,12 +88,17 @@ class _Meter:
 
 async def bare_run(client, server, directory: Path, nodes: int, steps: int) -> dict:
     task_queue = f"bench-bare-{nodes}"
-    worker = WorkerProcess.start([sys.executable, "-m", "bench.bare", server.address, task_queue],
-                                 dict(os.environ), directory / "bare-worker.log", ready_text="bare worker polling")
+    worker = WorkerProcess.start(
+        [sys.executable, "-m", "bench.bare", server.address, task_queue],
+        dict(os.environ),
+        directory / "bare-worker.log",
+        ready_text="bare worker polling",
+    )
     try:
         meter = _Meter(worker, server.process.pid)
         handles = await _gather_limited(
-            client.start_workflow(BareNode.run, steps, id=f"bare/{i}", task_queue=task_queue) for i in range(nodes))
+            client.start_workflow(BareNode.run, steps, id=f"bare/{i}", task_queue=task_queue) for i in range(nodes)
+        )
         started = time.monotonic() - meter.wall
         await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), TIMEOUT_S)
         result = meter.read(nodes)
@@ -105,8 +115,9 @@ async def _admit_all(client, names: list[str]) -> int:
     out on the busy worker retried); the number of update calls that timed out."""
     from workflows.client import request_phases
 
-    outcomes = await request_phases(client, names, "admit", "bench", SUITE, concurrency=CLIENT_CONCURRENCY,
-                                    attempts=ADMIT_ATTEMPTS)
+    outcomes = await request_phases(
+        client, names, "admit", "bench", SUITE, concurrency=CLIENT_CONCURRENCY, attempts=ADMIT_ATTEMPTS
+    )
     refused = [o for o in outcomes if not o.accepted]
     if refused:
         raise CannotMeasure(f"{len(refused)} of {len(names)} admits not accepted, e.g. {refused[0].message}")
@@ -154,17 +165,33 @@ async def measure_size(nodes: int, steps: int) -> dict:
         bare = await bare_run(client, server, Path(tmp), nodes, steps)
         fleetctl = await fleetctl_run(server, Path(tmp), nodes)
     if fleetctl["history"]["activities"] != steps:
-        raise CannotMeasure(f"the baseline ran {steps} activities per node but a fleetctl node ran "
-                            f"{fleetctl['history']['activities']}: update admission_activity_count")
-    return {"bare": bare, "fleetctl": fleetctl,
-            "bare_over_fleetctl": round(bare["nodes_per_min"] / fleetctl["nodes_per_min"], 2)}
+        raise CannotMeasure(
+            f"the baseline ran {steps} activities per node but a fleetctl node ran "
+            f"{fleetctl['history']['activities']}: update admission_activity_count"
+        )
+    return {
+        "bare": bare,
+        "fleetctl": fleetctl,
+        "bare_over_fleetctl": round(bare["nodes_per_min"] / fleetctl["nodes_per_min"], 2),
+    }
 
 
 def run(full: bool) -> dict:
     steps = admission_activity_count(SUITE)
     sizes = {str(n): asyncio.run(measure_size(n, steps)) for n in (SIZES_FULL if full else SIZES)}
-    figures = {f"N={n}": {"fleetctl_nodes_per_min": m["fleetctl"]["nodes_per_min"],
-                          "bare_nodes_per_min": m["bare"]["nodes_per_min"],
-                          "bare_over_fleetctl": m["bare_over_fleetctl"]} for n, m in sizes.items()}
-    return {"figures": figures, "suite": SUITE, "activities_per_node": steps, "order": ["bare", "fleetctl"],
-            "client_concurrency": CLIENT_CONCURRENCY, "sizes": sizes}
+    figures = {
+        f"N={n}": {
+            "fleetctl_nodes_per_min": m["fleetctl"]["nodes_per_min"],
+            "bare_nodes_per_min": m["bare"]["nodes_per_min"],
+            "bare_over_fleetctl": m["bare_over_fleetctl"],
+        }
+        for n, m in sizes.items()
+    }
+    return {
+        "figures": figures,
+        "suite": SUITE,
+        "activities_per_node": steps,
+        "order": ["bare", "fleetctl"],
+        "client_concurrency": CLIENT_CONCURRENCY,
+        "sizes": sizes,
+    }

@@ -65,8 +65,11 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
         job = SimScheduler(engine).submit("train", 2)
         if job.nodes != (bad, peer):
             raise CannotMeasure(f"the job was placed on {job.nodes}, not on {(bad, peer)}")
-        await send_health_events(client, bad, [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus",
-                                                                "bench", f"bench-79-{bad}", 0.0)])
+        await send_health_events(
+            client,
+            bad,
+            [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus", "bench", f"bench-79-{bad}", 0.0)],
+        )
         await _until(lambda: bool(job_store.job_restarts(engine, job.job_id)), "the restart to begin", time.monotonic())
         started = time.monotonic()
         landed_in = None
@@ -76,8 +79,11 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
             worker.process.wait(10)
             requeued_before_kill = job_store.job_restarts(engine, job.job_id)[0].requeued_at is not None
             cost = await kill_cost(client, settings.task_queue)
-            landed_in = {"activities": [str(a) for a in cost.in_flight], "requeued_before_kill": requeued_before_kill,
-                         "derived_bound_s": round(cost.seconds, 1)}
+            landed_in = {
+                "activities": [str(a) for a in cost.in_flight],
+                "requeued_before_kill": requeued_before_kill,
+                "derived_bound_s": round(cost.seconds, 1),
+            }
             worker = fleetctl_worker(settings, directory / "worker.log")
 
         def running_again() -> bool:
@@ -86,8 +92,11 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
 
         seconds = await _until(running_again, "the job to run again", started)
         if kill:
-            landed_in["waited_on"] = [str(w) for w in await waits_after_kill(client, settings.task_queue, killed_at)
-                                      if w.after_kill_s <= seconds]
+            landed_in["waited_on"] = [
+                str(w)
+                for w in await waits_after_kill(client, settings.task_queue, killed_at)
+                if w.after_kill_s <= seconds
+            ]
         return {"seconds": seconds, "kill": landed_in}
     finally:
         # The worker left behind by a failed start is stopped too; a killed one is gone already.
@@ -110,9 +119,17 @@ def run(full: bool) -> dict:
         samples = asyncio.run(_trials(Path(tmp), TRIALS_FULL if full else TRIALS))
     seconds = {kind: [s["seconds"] for s in found] for kind, found in samples.items()}
     stats = {kind: summary(values, 3) for kind, values in seconds.items()}
-    figures = {"without_kill_p50_s": stats["without_kill"]["p50"], "with_kill_p50_s": stats["with_kill"]["p50"],
-               "with_over_without_p50": round(stats["with_kill"]["p50"] / stats["without_kill"]["p50"], 1),
-               "with_kill_max_s": stats["with_kill"]["max"],
-               "derived_bound_max_s": max(s["kill"]["derived_bound_s"] for s in samples["with_kill"])}
-    return {"figures": figures, "stats": stats, "samples": {k: rounded(v, 3) for k, v in seconds.items()},
-            "kills": [s["kill"] for s in samples["with_kill"]], "trials": len(samples["with_kill"])}
+    figures = {
+        "without_kill_p50_s": stats["without_kill"]["p50"],
+        "with_kill_p50_s": stats["with_kill"]["p50"],
+        "with_over_without_p50": round(stats["with_kill"]["p50"] / stats["without_kill"]["p50"], 1),
+        "with_kill_max_s": stats["with_kill"]["max"],
+        "derived_bound_max_s": max(s["kill"]["derived_bound_s"] for s in samples["with_kill"]),
+    }
+    return {
+        "figures": figures,
+        "stats": stats,
+        "samples": {k: rounded(v, 3) for k, v in seconds.items()},
+        "kills": [s["kill"] for s in samples["with_kill"]],
+        "trials": len(samples["with_kill"]),
+    }

@@ -1,6 +1,6 @@
 """Checks: text from a node's tools in, a typed verdict out. Pure; imports nothing of fleetctl.
 
-    judge("nccl", output_text, profile="h100-sxm") -> CheckResult
+judge("nccl", output_text, profile="h100-sxm") -> CheckResult
 """
 
 from __future__ import annotations
@@ -65,7 +65,16 @@ def judge(kind: str, text: str, profile: str | None = None, profiles_dir: str | 
         return getattr(importlib.import_module(module), function)(text, gpu_profile)
     except UnjudgeableOutput as exc:
         return CheckResult(Status.ERROR, {}, [], str(exc))
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, StopIteration, RecursionError, OverflowError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        AttributeError,
+        StopIteration,
+        RecursionError,
+        OverflowError,
+    ) as exc:
         # A shape no parser rule foresaw (or JSON nested past Python's recursion limit);
         # still a verdict, never a crash in a workflow.
         return CheckResult(Status.ERROR, {}, [], f"unreadable {kind} output ({type(exc).__name__}: {exc})")

@@ -207,7 +207,6 @@ _SPECS = (
 )
 
 
-
 def _steps(*steps: tuple[str, str]) -> tuple[str, ...]:
     """argv of one shell run of several commands, each output under its step marker
     (checks.transcript), for the host checks that read more than one file or tool."""
@@ -227,16 +226,22 @@ _HOST_SPECS = (
     CheckSpec(
         "pcie-aer",
         "pcie-aer",
-        ("sh", "-c", "grep -H -s . /sys/bus/pci/devices/*/aer_dev_correctable /sys/bus/pci/devices/*/aer_dev_fatal "
-                     "/sys/bus/pci/devices/*/aer_dev_nonfatal"),
+        (
+            "sh",
+            "-c",
+            "grep -H -s . /sys/bus/pci/devices/*/aer_dev_correctable /sys/bus/pci/devices/*/aer_dev_fatal "
+            "/sys/bus/pci/devices/*/aer_dev_nonfatal",
+        ),
         1.0,
         "PCIe AER error counters since boot (sysfs aer_dev_*): fatal and non-fatal uncorrectable, correctable against the profile",
     ),
     CheckSpec(
         "host-memory",
         "memory",
-        _steps(("meminfo", "cat /proc/meminfo"),
-               ("edac", "grep -H -s . /sys/devices/system/edac/mc/mc*/ce_count /sys/devices/system/edac/mc/mc*/ue_count")),
+        _steps(
+            ("meminfo", "cat /proc/meminfo"),
+            ("edac", "grep -H -s . /sys/devices/system/edac/mc/mc*/ce_count /sys/devices/system/edac/mc/mc*/ue_count"),
+        ),
         1.0,
         "System memory (MemTotal) against the profile, EDAC corrected and uncorrected memory errors since boot",
     ),
@@ -251,20 +256,36 @@ _HOST_SPECS = (
     CheckSpec(
         "host-services",
         "services",
-        ("systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState", "nvidia-persistenced.service",
-         "nvidia-fabricmanager.service", "nvidia-imex.service"),
+        (
+            "systemctl",
+            "show",
+            "-p",
+            "Id,LoadState,ActiveState,SubState",
+            "nvidia-persistenced.service",
+            "nvidia-fabricmanager.service",
+            "nvidia-imex.service",
+        ),
         1.0,
         "nvidia-persistenced, nvidia-fabricmanager (NVSwitch systems) and nvidia-imex (GB200) running, as the profile requires",
     ),
     CheckSpec(
         "host-versions",
         "versions",
-        _steps(("module", "cat /proc/driver/nvidia/version"),
-               ("driver", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"), ("kernel", "uname -r")),
+        _steps(
+            ("module", "cat /proc/driver/nvidia/version"),
+            ("driver", "nvidia-smi --query-gpu=driver_version --format=csv,noheader"),
+            ("kernel", "uname -r"),
+        ),
         2.0,
         "The loaded NVIDIA kernel module against the installed driver, both and the kernel against the fleet baseline",
     ),
-    CheckSpec("host-clock", "clock", ("chronyc", "tracking"), 1.0, "Clock synchronised (chrony) and its offset against the profile"),
+    CheckSpec(
+        "host-clock",
+        "clock",
+        ("chronyc", "tracking"),
+        1.0,
+        "Clock synchronised (chrony) and its offset against the profile",
+    ),
 )
 
 # The multi-node NVLink domain (GB200 NVL72): only on nodes whose profile has one.

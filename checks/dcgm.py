@@ -72,8 +72,11 @@ def _parse_json(text: str) -> DcgmDiagResult:
     # DCGM 4.x moved the version and driver into a "metadata" object and lists the GPUs
     # under "entity_groups"; 3.x keeps "version" in the diagnostic object.
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    result = DcgmDiagResult(version=root.get("version") or metadata.get("version"), complete=True,
-                            driver_version=metadata.get("Driver Version Detected"))
+    result = DcgmDiagResult(
+        version=root.get("version") or metadata.get("version"),
+        complete=True,
+        driver_version=metadata.get("Driver Version Detected"),
+    )
     gpu_ids: set[int] = set()
     for category in root["test_categories"]:
         for test in category.get("tests") or []:
@@ -97,8 +100,12 @@ def _parse_json(text: str) -> DcgmDiagResult:
                     for m in _as_list(entry.get(key))
                 ]
                 result.tests.append(DcgmTest(category.get("category", ""), name, status, gpus, messages))
-    listed = [e for g in doc.get("entity_groups") or [] if isinstance(g, dict) and g.get("entity_group") == "GPU"
-              for e in g.get("entities") or []]
+    listed = [
+        e
+        for g in doc.get("entity_groups") or []
+        if isinstance(g, dict) and g.get("entity_group") == "GPU"
+        for e in g.get("entities") or []
+    ]
     result.gpu_count = len(listed) or len(gpu_ids) or None
     return result
 
@@ -112,7 +119,11 @@ def _json_gpu_ids(value) -> list[int] | None:
 
 
 def _json_message_text(message) -> str:
-    return message.get("warning", message.get("message", json.dumps(message))) if isinstance(message, dict) else str(message)
+    return (
+        message.get("warning", message.get("message", json.dumps(message)))
+        if isinstance(message, dict)
+        else str(message)
+    )
 
 
 def _as_list(value) -> list:
@@ -216,14 +227,20 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
         if test.status in ("fail", "warn") or (test.status == "skip" and explained):
             # One finding per DCGM message, so each failing GPU is named where DCGM names it.
             # A skip DCGM explains with a warning or error is the fault it names.
-            severity, verb = {"fail": ("fail", "failed"), "warn": ("warn", "warned"), "skip": ("fail", "skipped")}[test.status]
-            findings += [Finding(f"{test.name} {verb}: {m.text}", _gpu_of(m.text) or where, severity) for m in explained]
+            severity, verb = {"fail": ("fail", "failed"), "warn": ("warn", "warned"), "skip": ("fail", "skipped")}[
+                test.status
+            ]
+            findings += [
+                Finding(f"{test.name} {verb}: {m.text}", _gpu_of(m.text) or where, severity) for m in explained
+            ]
             findings += [] if explained else [Finding(f"{test.name} {verb}", where, severity)]
         else:
             # A warning under a passing test still needs a look (e.g. thermal violations).
             findings += [Finding(f"{test.name}: {m.text}", _gpu_of(m.text) or where, m.severity) for m in explained]
         findings += [
-            Finding(f"{test.name}: {m.text}", _gpu_of(m.text) or where, "info") for m in test.messages if m.severity == "info"
+            Finding(f"{test.name}: {m.text}", _gpu_of(m.text) or where, "info")
+            for m in test.messages
+            if m.severity == "info"
         ]
     status_of: dict[str, str] = {}
     for test in diag.tests:
@@ -250,8 +267,11 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
         # A test the run level asked for and DCGM did not run proves nothing: the node
         # cannot be judged (a pass needs evidence that the thing was tested).
         findings += [Finding(f"{name} skipped: not tested", None, "info") for name in skipped]
-        reason = f"dcgmi diag skipped {len(skipped)} of {len(status_of)} tests ({', '.join(skipped[:4])}" + (
-            ", ...)" if len(skipped) > 4 else ")") + ": what they test is unproven, cannot judge"
+        reason = (
+            f"dcgmi diag skipped {len(skipped)} of {len(status_of)} tests ({', '.join(skipped[:4])}"
+            + (", ...)" if len(skipped) > 4 else ")")
+            + ": what they test is unproven, cannot judge"
+        )
         return CheckResult(Status.ERROR, metrics, findings, reason)
     if profile is not None and diag.gpu_count is not None and diag.gpu_count < profile.gpu_count:
         findings.append(Finding(f"dcgmi saw {diag.gpu_count} GPUs, {profile.name} has {profile.gpu_count}"))

@@ -89,8 +89,9 @@ def parse_dcgm_health(text: str) -> HealthReport:
 
 def judge_dcgm_health(text: str, profile: GpuProfile | None) -> CheckResult:
     report = parse_dcgm_health(text)
-    findings = [Finding(f"{i.system}: {i.message}" if i.message else i.system, i.entity, i.health)
-                for i in report.incidents]
+    findings = [
+        Finding(f"{i.system}: {i.message}" if i.message else i.system, i.entity, i.health) for i in report.incidents
+    ]
     if report.overall != "pass" and not findings:
         # DCGM's overall health says something is wrong and names nothing: still a finding.
         findings.append(Finding("DCGM health watches report a problem without naming it", None, report.overall))

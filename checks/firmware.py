@@ -61,14 +61,24 @@ def _from_json(documents: list[dict]) -> tuple[dict[str, str], list[Finding]]:
     for doc in documents:
         if "Firmware Devices" in doc:  # nvfwupd -j
             for device in doc["Firmware Devices"]:
-                _nvfwupd_row(device["AP Name"], device["Sys Version"], device["Pkg Version"], device["Up-To-Date"],
-                             components, findings)
+                _nvfwupd_row(
+                    device["AP Name"],
+                    device["Sys Version"],
+                    device["Pkg Version"],
+                    device["Up-To-Date"],
+                    components,
+                    findings,
+                )
         for item in [doc] + [m for m in doc.get("Members", []) if "Version" in m]:
             if "Version" in item and "Id" in item:  # a Redfish SoftwareInventory
                 components[item["Id"]] = item["Version"]
                 health = (item.get("Status") or {}).get("Health")
                 if health in ("Warning", "Critical"):
-                    findings.append(Finding(f"Redfish reports health {health}", item["Id"], "fail" if health == "Critical" else "warn"))
+                    findings.append(
+                        Finding(
+                            f"Redfish reports health {health}", item["Id"], "fail" if health == "Critical" else "warn"
+                        )
+                    )
     if not components and any("Members" in d for d in documents):
         raise UnjudgeableOutput("Redfish collection lists members only; fetch each member (or use $expand)")
     return components, findings

@@ -21,9 +21,13 @@ from checks.result import CheckResult, Finding
 
 # "18:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)", with or
 # without a domain ("0000:18:00.0") and lspci -nn's "[0302]" / "[10de:2330]".
-_LSPCI_DEVICE = re.compile(r"^(?P<address>(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (?P<class>[^:]+?)(?: \[[0-9a-f]{4}\])?: (?P<name>.+)$")
-_LNK = re.compile(r"^\s+Lnk(?P<which>Cap|Sta):\s+(?:Port #\d+, )?Speed (?P<speed>[\d.]+GT/s|unknown)(?: \((?:downgraded|ok)\))?, "
-                  r"Width x(?P<width>\d+)")
+_LSPCI_DEVICE = re.compile(
+    r"^(?P<address>(?:[0-9a-f]{4}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (?P<class>[^:]+?)(?: \[[0-9a-f]{4}\])?: (?P<name>.+)$"
+)
+_LNK = re.compile(
+    r"^\s+Lnk(?P<which>Cap|Sta):\s+(?:Port #\d+, )?Speed (?P<speed>[\d.]+GT/s|unknown)(?: \((?:downgraded|ok)\))?, "
+    r"Width x(?P<width>\d+)"
+)
 _VENDORS = ("NVIDIA Corporation", "Mellanox Technologies")
 # Idle GPUs lower their link speed to save power (and raise it under load), so a GPU's speed
 # below its capability is no fault; a NIC's is. A width below capability is a fault for both:
@@ -67,8 +71,17 @@ def parse_lspci(text: str) -> list[PcieLink]:
         if "Cap" not in fields or "Sta" not in fields:
             raise UnjudgeableOutput(f"{device['address']}: no LnkCap/LnkSta lines: cut short or not lspci -vv")
         cap, sta = fields["Cap"], fields["Sta"]
-        links.append(PcieLink(device["address"], device["class"], device["name"], _speed(cap["speed"]),
-                              integer(cap["width"]), _speed(sta["speed"]), integer(sta["width"])))
+        links.append(
+            PcieLink(
+                device["address"],
+                device["class"],
+                device["name"],
+                _speed(cap["speed"]),
+                integer(cap["width"]),
+                _speed(sta["speed"]),
+                integer(sta["width"]),
+            )
+        )
 
     for line in text.splitlines():
         if m := _LSPCI_DEVICE.match(line):
@@ -92,28 +105,42 @@ def judge_pcie(text: str, profile: GpuProfile | None) -> CheckResult:
     for link in links:
         what = "GPU" if link.is_gpu else "device"
         if link.lost:
-            findings.append(Finding(f"{what} listed but not answering on the bus (rev ff): fallen off the bus", link.address))
+            findings.append(
+                Finding(f"{what} listed but not answering on the bus (rev ff): fallen off the bus", link.address)
+            )
         elif link.width < link.cap_width:
-            findings.append(Finding(f"{what} link trained to x{link.width} of x{link.cap_width} ({link.name})",
-                                    link.address, "fail"))
+            findings.append(
+                Finding(
+                    f"{what} link trained to x{link.width} of x{link.cap_width} ({link.name})", link.address, "fail"
+                )
+            )
         if link.cap_speed is not None and link.speed is not None and link.speed < link.cap_speed:
-            findings.append(Finding(
-                f"{what} link at {link.speed:g} GT/s of {link.cap_speed:g} GT/s ({link.name})"
-                + ("; idle GPUs lower their link speed" if link.is_gpu else ""),
-                link.address, "info" if link.is_gpu else "warn"))
+            findings.append(
+                Finding(
+                    f"{what} link at {link.speed:g} GT/s of {link.cap_speed:g} GT/s ({link.name})"
+                    + ("; idle GPUs lower their link speed" if link.is_gpu else ""),
+                    link.address,
+                    "info" if link.is_gpu else "warn",
+                )
+            )
     gpus = [link for link in links if link.is_gpu]
     if profile is not None and len(gpus) < profile.gpu_count:
         findings.append(Finding(f"{len(gpus)} GPUs on the PCI bus, {profile.name} has {profile.gpu_count}"))
-    metrics = {"devices": len(links), "gpus": len(gpus),
-               "narrow_links": [link.address for link in links if link.width < link.cap_width],
-               "lost": [link.address for link in links if link.lost]}
+    metrics = {
+        "devices": len(links),
+        "gpus": len(gpus),
+        "narrow_links": [link.address for link in links if link.width < link.cap_width],
+        "lost": [link.address for link in links if link.lost],
+    }
     return verdict(findings, metrics, f"{len(links)} NVIDIA/Mellanox links at their full width")
 
 
 # ---- PCIe AER counters: grep -H . /sys/bus/pci/devices/*/aer_dev_* ------------------------------
 
-_AER_LINE = re.compile(r"^/sys/bus/pci/devices/(?P<address>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/"
-                       r"aer_dev_(?P<kind>correctable|fatal|nonfatal):(?P<name>[A-Za-z_][A-Za-z0-9_ /-]*?) (?P<count>\S+)$")
+_AER_LINE = re.compile(
+    r"^/sys/bus/pci/devices/(?P<address>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])/"
+    r"aer_dev_(?P<kind>correctable|fatal|nonfatal):(?P<name>[A-Za-z_][A-Za-z0-9_ /-]*?) (?P<count>\S+)$"
+)
 _AER_TOTALS = {"correctable": "TOTAL_ERR_COR", "fatal": "TOTAL_ERR_FATAL", "nonfatal": "TOTAL_ERR_NONFATAL"}
 COUNTER_MAX = 2**64 - 1
 
@@ -139,7 +166,9 @@ def parse_aer(text: str) -> dict[str, dict[str, int]]:
         if m["name"] == _AER_TOTALS[m["kind"]]:
             totals.setdefault(m["address"], {})[m["kind"]] = count
     if missing := sorted(key for key in seen if key[1] not in totals.get(key[0], {})):
-        raise UnjudgeableOutput(f"{missing[0][0]}: aer_dev_{missing[0][1]} has no {_AER_TOTALS[missing[0][1]]} line: cut short")
+        raise UnjudgeableOutput(
+            f"{missing[0][0]}: aer_dev_{missing[0][1]} has no {_AER_TOTALS[missing[0][1]]} line: cut short"
+        )
     return totals
 
 
@@ -152,9 +181,14 @@ def judge_pcie_aer(text: str, profile: GpuProfile | None) -> CheckResult:
         if counts.get("fatal"):
             findings.append(Finding(f"{counts['fatal']} fatal uncorrectable PCIe errors since boot", address, "fail"))
         if counts.get("nonfatal"):
-            findings.append(Finding(f"{counts['nonfatal']} non-fatal uncorrectable PCIe errors since boot", address, "warn"))
-        if profile is not None and (f := profile.pcie_correctable_errors.judge(
-                counts.get("correctable", 0), "correctable PCIe errors since boot", "errors", address)):
+            findings.append(
+                Finding(f"{counts['nonfatal']} non-fatal uncorrectable PCIe errors since boot", address, "warn")
+            )
+        if profile is not None and (
+            f := profile.pcie_correctable_errors.judge(
+                counts.get("correctable", 0), "correctable PCIe errors since boot", "errors", address
+            )
+        ):
             findings.append(f)
     metrics = {"devices": len(totals), **{kind: sum(c.get(kind, 0) for c in totals.values()) for kind in _AER_TOTALS}}
     return verdict(findings, metrics, f"{len(totals)} devices, no uncorrectable PCIe error")
@@ -169,7 +203,9 @@ def _steps(text: str, *labels: str) -> dict[str, str]:
     steps = {s.label: s for s in read_transcript(text)}
     for label in labels:
         if label not in steps or steps[label].cut:
-            raise UnjudgeableOutput(f"no {'complete ' if label in steps else ''}'{label}' step: cut short or another tool's output")
+            raise UnjudgeableOutput(
+                f"no {'complete ' if label in steps else ''}'{label}' step: cut short or another tool's output"
+            )
     return {label: steps[label].body for label in labels}
 
 
@@ -208,11 +244,18 @@ def judge_memory(text: str, profile: GpuProfile | None) -> CheckResult:
     for mc, counts in sorted(edac.items()):
         if counts.get("ue"):
             findings.append(Finding(f"{counts['ue']} uncorrected memory errors since boot", mc, "fail"))
-    if edac and profile is not None and (f := profile.memory_corrected_errors.judge(
-            corrected, "corrected memory errors since boot", "errors")):
+    if (
+        edac
+        and profile is not None
+        and (f := profile.memory_corrected_errors.judge(corrected, "corrected memory errors since boot", "errors"))
+    ):
         findings.append(f)
-    metrics = {"memory_gib": round(gib, 1), "memory_controllers": len(edac), "corrected_errors": corrected,
-               "uncorrected_errors": uncorrected}
+    metrics = {
+        "memory_gib": round(gib, 1),
+        "memory_controllers": len(edac),
+        "corrected_errors": corrected,
+        "uncorrected_errors": uncorrected,
+    }
     return verdict(findings, metrics, f"{gib:.0f} GiB, {len(edac)} memory controllers without uncorrected errors")
 
 
@@ -252,10 +295,14 @@ def judge_cpu(text: str, profile: GpuProfile | None) -> CheckResult:
 
 # Filesystems that hold no data of the node's own (memory, kernel interfaces, images that are
 # read-only by design: squashfs snaps, a mounted ISO, EROFS): never judged full or read-only.
-_PSEUDO_FS = frozenset("tmpfs devtmpfs proc sysfs cgroup cgroup2 overlay squashfs devpts securityfs pstore "
-                       "bpf tracefs debugfs configfs fusectl mqueue hugetlbfs autofs efivarfs binfmt_misc "
-                       "nsfs ramfs rpc_pipefs selinuxfs nfsd fuse.lxcfs iso9660 udf erofs".split())
-_DF_ROW = re.compile(r"^(?P<source>\S+)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<pct>\d+%|-)\s+(?P<mount>/\S*)$")
+_PSEUDO_FS = frozenset(
+    "tmpfs devtmpfs proc sysfs cgroup cgroup2 overlay squashfs devpts securityfs pstore "
+    "bpf tracefs debugfs configfs fusectl mqueue hugetlbfs autofs efivarfs binfmt_misc "
+    "nsfs ramfs rpc_pipefs selinuxfs nfsd fuse.lxcfs iso9660 udf erofs".split()
+)
+_DF_ROW = re.compile(
+    r"^(?P<source>\S+)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<pct>\d+%|-)\s+(?P<mount>/\S*)$"
+)
 
 
 @dataclass(frozen=True)
@@ -298,26 +345,43 @@ def parse_mounts(text: str) -> dict[str, Mount]:
 
 def judge_disk(text: str, profile: GpuProfile | None) -> CheckResult:
     steps = _steps(text, "df", "df -i", "mounts")
-    space, inodes, mounts = parse_df(steps["df"], "Capacity"), parse_df(steps["df -i"], "IUse%"), parse_mounts(steps["mounts"])
+    space, inodes, mounts = (
+        parse_df(steps["df"], "Capacity"),
+        parse_df(steps["df -i"], "IUse%"),
+        parse_mounts(steps["mounts"]),
+    )
     findings: list[Finding] = []
     real = {target: m for target, m in mounts.items() if m.fstype not in _PSEUDO_FS}
     for target, mount in sorted(real.items()):
         if "ro" in mount.options:
             findings.append(Finding(f"mounted read-only ({mount.fstype} {mount.source})", target, "fail"))
-        if profile is not None and target in space and space[target][1] is not None and (
-                f := profile.filesystem_use_percent.judge(space[target][1], "space used", "%", target)):
+        if (
+            profile is not None
+            and target in space
+            and space[target][1] is not None
+            and (f := profile.filesystem_use_percent.judge(space[target][1], "space used", "%", target))
+        ):
             findings.append(f)
-        if profile is not None and target in inodes and inodes[target][1] is not None and (
-                f := profile.inode_use_percent.judge(inodes[target][1], "inodes used", "%", target)):
+        if (
+            profile is not None
+            and target in inodes
+            and inodes[target][1] is not None
+            and (f := profile.inode_use_percent.judge(inodes[target][1], "inodes used", "%", target))
+        ):
             findings.append(f)
     for required in profile.required_mounts if profile is not None else ():
         if required not in mounts:
             findings.append(Finding("required filesystem not mounted", required, "fail"))
         elif required not in space:
-            findings.append(Finding("required filesystem mounted but df cannot read it (a hung mount?)", required, "fail"))
-    metrics = {"filesystems": len(real), "read_only": sorted(t for t, m in real.items() if "ro" in m.options),
-               "max_use_percent": max((space[t][1] or 0 for t in real if t in space), default=None),
-               "max_inode_use_percent": max((inodes[t][1] or 0 for t in real if t in inodes), default=None)}
+            findings.append(
+                Finding("required filesystem mounted but df cannot read it (a hung mount?)", required, "fail")
+            )
+    metrics = {
+        "filesystems": len(real),
+        "read_only": sorted(t for t, m in real.items() if "ro" in m.options),
+        "max_use_percent": max((space[t][1] or 0 for t in real if t in space), default=None),
+        "max_inode_use_percent": max((inodes[t][1] or 0 for t in real if t in inodes), default=None),
+    }
     if not real or "/" not in space:
         raise UnjudgeableOutput("df lists no root filesystem: nothing to judge")
     return verdict(findings, metrics, f"{len(real)} filesystems writable, none full")
@@ -354,15 +418,24 @@ def judge_services(text: str, profile: GpuProfile | None) -> CheckResult:
         running = props["LoadState"] == "loaded" and props["ActiveState"] == "active"
         if not running:
             state = f"{props['LoadState']}, {props['ActiveState']} ({props['SubState']})"
-            findings.append(Finding(f"not running: {state}" + ("" if name in required else "; not required here"),
-                                    name, "fail" if name in required else "info"))
+            findings.append(
+                Finding(
+                    f"not running: {state}" + ("" if name in required else "; not required here"),
+                    name,
+                    "fail" if name in required else "info",
+                )
+            )
     metrics = {"units": {n: p["ActiveState"] for n, p in units.items()}, "required": sorted(required)}
-    return verdict(findings, metrics, f"{sum(p['ActiveState'] == 'active' for p in units.values())} of {len(units)} units active")
+    return verdict(
+        findings, metrics, f"{sum(p['ActiveState'] == 'active' for p in units.values())} of {len(units)} units active"
+    )
 
 
 # ---- versions: the loaded driver, the userspace driver, the kernel -------------------------
 
-_MODULE_VERSION = re.compile(r"^NVRM version: NVIDIA UNIX (?:Open )?(?:\w+ )?Kernel Module(?: for \w+)?\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s")
+_MODULE_VERSION = re.compile(
+    r"^NVRM version: NVIDIA UNIX (?:Open )?(?:\w+ )?Kernel Module(?: for \w+)?\s+(?P<version>\d+\.\d+(?:\.\d+)?)\s"
+)
 _MISMATCH = "Driver/library version mismatch"
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
 _KERNEL_RELEASE = re.compile(r"[0-9][0-9A-Za-z.+_~-]{0,99}")
@@ -377,24 +450,46 @@ def judge_versions(text: str, profile: GpuProfile | None) -> CheckResult:
     if not _KERNEL_RELEASE.fullmatch(kernel):
         raise UnjudgeableOutput(f"unreadable kernel release {kernel[:40]!r}: not uname -r")
     if _MISMATCH in steps["driver"]:
-        findings.append(Finding(f"nvidia-smi: {_MISMATCH}: the loaded kernel module is not the installed driver "
-                                "(reload the driver or reboot)"))
+        findings.append(
+            Finding(
+                f"nvidia-smi: {_MISMATCH}: the loaded kernel module is not the installed driver "
+                "(reload the driver or reboot)"
+            )
+        )
     elif not module:
-        raise UnjudgeableOutput("no NVRM version line: the NVIDIA kernel module is not loaded, or not /proc/driver/nvidia/version")
+        raise UnjudgeableOutput(
+            "no NVRM version line: the NVIDIA kernel module is not loaded, or not /proc/driver/nvidia/version"
+        )
     elif not userspace or not all(_VERSION.fullmatch(v) for v in userspace):
         raise UnjudgeableOutput(f"unreadable driver versions from nvidia-smi: {steps['driver'].strip()[:60]!r}")
     else:
         if others := sorted(set(userspace) - {module["version"]}):
             findings.append(Finding(f"nvidia-smi reports driver {others[0]}, the loaded module is {module['version']}"))
         if profile is not None and profile.driver_versions and module["version"] not in profile.driver_versions:
-            findings.append(Finding(f"driver {module['version']} is not the fleet's ({', '.join(profile.driver_versions)})", None, "warn"))
+            findings.append(
+                Finding(
+                    f"driver {module['version']} is not the fleet's ({', '.join(profile.driver_versions)})",
+                    None,
+                    "warn",
+                )
+            )
     if profile is not None and profile.kernel_releases and kernel not in profile.kernel_releases:
-        findings.append(Finding(f"kernel {kernel} is not the fleet's ({', '.join(profile.kernel_releases)})", None, "warn"))
+        findings.append(
+            Finding(f"kernel {kernel} is not the fleet's ({', '.join(profile.kernel_releases)})", None, "warn")
+        )
     baseline = profile is not None and bool(profile.driver_versions or profile.kernel_releases)
-    metrics = {"driver_module": module["version"] if module else None, "driver_userspace": sorted(set(userspace)),
-               "kernel": kernel, "baseline": baseline}
-    return verdict(findings, metrics, f"driver {module['version'] if module else '?'} loaded and installed, kernel {kernel}"
-                   + ("" if baseline else "; no fleet baseline in the profile"))
+    metrics = {
+        "driver_module": module["version"] if module else None,
+        "driver_userspace": sorted(set(userspace)),
+        "kernel": kernel,
+        "baseline": baseline,
+    }
+    return verdict(
+        findings,
+        metrics,
+        f"driver {module['version'] if module else '?'} loaded and installed, kernel {kernel}"
+        + ("" if baseline else "; no fleet baseline in the profile"),
+    )
 
 
 # ---- clock: chronyc tracking ----------------------------------------------------------------
@@ -413,9 +508,19 @@ def judge_clock(text: str, profile: GpuProfile | None) -> CheckResult:
     findings: list[Finding] = []
     leap = fields["Leap status"]
     if leap != "Normal":
-        findings.append(Finding(f"chrony: leap status {leap!r}, reference {fields['Reference ID'][:40]}: the clock is not synchronised"))
-    if profile is not None and (f := profile.clock_offset_ms.judge(round(abs(offset_ms), 3), "clock offset from NTP", "ms")):
+        findings.append(
+            Finding(
+                f"chrony: leap status {leap!r}, reference {fields['Reference ID'][:40]}: the clock is not synchronised"
+            )
+        )
+    if profile is not None and (
+        f := profile.clock_offset_ms.judge(round(abs(offset_ms), 3), "clock offset from NTP", "ms")
+    ):
         findings.append(f)
-    metrics = {"offset_ms": round(offset_ms, 3), "leap_status": leap, "reference": fields["Reference ID"],
-               "stratum": fields.get("Stratum")}
+    metrics = {
+        "offset_ms": round(offset_ms, 3),
+        "leap_status": leap,
+        "reference": fields["Reference ID"],
+        "stratum": fields.get("Stratum"),
+    }
     return verdict(findings, metrics, f"synchronised, {abs(offset_ms):.3f} ms {m['side']}")

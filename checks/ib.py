@@ -74,16 +74,29 @@ def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
         if key in fields and not fields[key]:
             raise UnjudgeableOutput(f"{device}: empty {key!r}")
     # Link layer is the last field of a port in both tools: without it the port was cut off.
-    if not {"state", "rate"} <= fields.keys() or not {"physical state", "phys state"} & fields.keys() or not {
-        "link layer",
-        "link_layer",
-    } & fields.keys():
+    if (
+        not {"state", "rate"} <= fields.keys()
+        or not {"physical state", "phys state"} & fields.keys()
+        or not {
+            "link layer",
+            "link_layer",
+        }
+        & fields.keys()
+    ):
         raise UnjudgeableOutput(f"{device} port {fields['_port']}: state, physical state, rate or link layer missing")
     # ibstatus prints "4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)"; ibstat "Active", "LinkUp", "400".
     state = _state_name(fields["state"]).capitalize()
     physical = _state_name(fields.get("physical state", fields.get("phys state", "")))
     rate = number(fields["rate"].split()[0])
-    return IbPort(device, int(fields["_port"]), state, physical, rate, fields.get("link layer", fields.get("link_layer")), firmware)
+    return IbPort(
+        device,
+        int(fields["_port"]),
+        state,
+        physical,
+        rate,
+        fields.get("link layer", fields.get("link_layer")),
+        firmware,
+    )
 
 
 # ---- ibv_devinfo -v --------------------------------------------------------------------------
@@ -93,11 +106,23 @@ _IS_DEVINFO = re.compile(r"^hca_id:", re.MULTILINE)
 _DEVINFO_PORT = re.compile(r"^\s+port:\s*(?P<port>\d+)\s*$")
 _DEVINFO_FIELD = re.compile(r"^\s+(?P<key>[a-z_]+):\s*(?P<value>.*?)\s*$")
 # libibverbs' names (ibv_port_state_str, ibv_devinfo's port_phy_state_str) -> ibstat's.
-_DEVINFO_STATES = {"PORT_NOP": "Nop", "PORT_DOWN": "Down", "PORT_INIT": "Initializing", "PORT_ARMED": "Armed",
-                   "PORT_ACTIVE": "Active", "PORT_ACTIVE_DEFER": "ActiveDefer"}
-_DEVINFO_PHYS = {"SLEEP": "Sleep", "POLLING": "Polling", "DISABLED": "Disabled",
-                 "PORT_CONFIGURATION_TRAINING": "PortConfigurationTraining", "LINK_UP": "LinkUp",
-                 "LINK_ERROR_RECOVERY": "LinkErrorRecovery", "PHY_TEST": "PhyTest"}
+_DEVINFO_STATES = {
+    "PORT_NOP": "Nop",
+    "PORT_DOWN": "Down",
+    "PORT_INIT": "Initializing",
+    "PORT_ARMED": "Armed",
+    "PORT_ACTIVE": "Active",
+    "PORT_ACTIVE_DEFER": "ActiveDefer",
+}
+_DEVINFO_PHYS = {
+    "SLEEP": "Sleep",
+    "POLLING": "Polling",
+    "DISABLED": "Disabled",
+    "PORT_CONFIGURATION_TRAINING": "PortConfigurationTraining",
+    "LINK_UP": "LinkUp",
+    "LINK_ERROR_RECOVERY": "LinkErrorRecovery",
+    "PHY_TEST": "PhyTest",
+}
 _WIDTH = re.compile(r"^(?P<lanes>1|2|4|8|12)X\b")
 _SPEED = re.compile(r"^(?P<gbps>\d+(?:\.\d+)?) Gbps\b")
 
@@ -158,7 +183,9 @@ def _state_name(value: str) -> str:
 
 # ---- ib_write_bw --------------------------------------------------------------------------
 
-_BW_HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(?P<unit>Gb/sec|MB/sec)\]\s+BW average\[(?:Gb/sec|MB/sec)\]")
+_BW_HEADER = re.compile(
+    r"^\s*#bytes\s+#iterations\s+BW peak\[(?P<unit>Gb/sec|MB/sec)\]\s+BW average\[(?:Gb/sec|MB/sec)\]"
+)
 _PERFTEST_ERROR = re.compile(r"^\s*(?:Couldn't|Failed to|Unable to|Error|ERRNO|RDMA CM event error)", re.I | re.M)
 _DASHES = re.compile(r"^\s*-{20,}\s*$")
 
@@ -226,13 +253,26 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
             if port not in up:
                 findings.append(Finding(f"{port.state} / {port.physical_state} ({layer})", port.name, severity))
             elif port not in fast:
-                findings.append(Finding(f"rate {port.rate_gbps:g} Gb/s, expected {rate:g} ({layer})", port.name, severity))
+                findings.append(
+                    Finding(f"rate {port.rate_gbps:g} Gb/s, expected {rate:g} ({layer})", port.name, severity)
+                )
         if len(fast) < expected:
-            findings.append(Finding(f"{len(fast)} {layer} rails Active/LinkUp at {rate:g} Gb/s, "
-                                    f"{profile.name if profile else 'this host'} needs {expected}"))
+            findings.append(
+                Finding(
+                    f"{len(fast)} {layer} rails Active/LinkUp at {rate:g} Gb/s, "
+                    f"{profile.name if profile else 'this host'} needs {expected}"
+                )
+            )
     others = [p for p in ports if p.name not in judged_names]
-    findings += [Finding(f"{p.state} / {p.physical_state} ({p.link_layer or 'link layer ?'}): not a compute rail, "
-                         "not judged", p.name, "info") for p in others if not _is_up(p)]
+    findings += [
+        Finding(
+            f"{p.state} / {p.physical_state} ({p.link_layer or 'link layer ?'}): not a compute rail, not judged",
+            p.name,
+            "info",
+        )
+        for p in others
+        if not _is_up(p)
+    ]
     rail_ports = [p for p in ports if p.name in judged_names]
     metrics = {
         "ports": len(ports),
@@ -248,8 +288,12 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
     if not rail_ports:
         # Nothing the profile calls a rail was listed: no evidence the fabric is up.
         return CheckResult(Status.ERROR, metrics, findings, "no port of the expected link layer: rails not judged")
-    return verdict(findings, metrics, f"{metrics['active_rails']} of {len(rail_ports)} rails Active/LinkUp"
-                   + (f", {len(others)} other ports not judged" if others else ""))
+    return verdict(
+        findings,
+        metrics,
+        f"{metrics['active_rails']} of {len(rail_ports)} rails Active/LinkUp"
+        + (f", {len(others)} other ports not judged" if others else ""),
+    )
 
 
 INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
@@ -267,8 +311,10 @@ def _rail_layers(ports: list[IbPort], profile: GpuProfile | None) -> list[tuple[
     ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
     eth_ports = [p for p in ports if _layer(p) == ETHERNET]
     if profile is not None:
-        return [(INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
-                (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps)]
+        return [
+            (INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
+            (ETHERNET, eth_ports, profile.roce_port_count, profile.roce_rate_gbps),
+        ]
     layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
     return [(layer, judged, len(judged), 0.0)]
 
@@ -294,7 +340,9 @@ def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
     if not run.complete:
         raise UnjudgeableOutput("ib_write_bw table not closed: the run was cut short")
     findings = []
-    if profile and (f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)):
+    if profile and (
+        f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)
+    ):
         findings.append(f)
     return verdict(findings, metrics, f"ib_write_bw average {metrics['bw_avg_gbps']:g} Gb/s on {run.device}")
 
@@ -351,7 +399,11 @@ def parse_perfquery(text: str) -> list[PortCounters]:
     for line in text.splitlines():
         if m := _PERFQUERY_HEADER.match(line):
             blocks.append(PortCounters(int(m["lid"]), int(m["port"]), {}))
-        elif blocks and (m := _PERFQUERY_FIELD.match(line)) and m["key"] not in ("PortSelect", "CounterSelect", "CounterSelect2"):
+        elif (
+            blocks
+            and (m := _PERFQUERY_FIELD.match(line))
+            and m["key"] not in ("PortSelect", "CounterSelect", "CounterSelect2")
+        ):
             value = integer(m["value"])
             if not 0 <= value <= _COUNTER_MAX:
                 raise UnjudgeableOutput(f"{blocks[-1].name}: {m['key']} {m['value'][:24]} is out of the counter range")
@@ -380,15 +432,19 @@ def judge_counter_increase(before: str, after: str) -> CheckResult:
                 continue
             was, now = old.counters[counter], new.counters[counter]
             if now < was:
-                raise UnjudgeableOutput(f"{old.name}: {counter} went from {was} to {now}: the counters were reset "
-                                        "during the check, its increase cannot be known")
+                raise UnjudgeableOutput(
+                    f"{old.name}: {counter} went from {was} to {now}: the counters were reset "
+                    "during the check, its increase cannot be known"
+                )
             if was >= PERFQUERY_SATURATION[counter]:
-                raise UnjudgeableOutput(f"{old.name}: {counter} is saturated at {was}: clear the counters "
-                                        "(perfquery -R) before the check")
+                raise UnjudgeableOutput(
+                    f"{old.name}: {counter} is saturated at {was}: clear the counters (perfquery -R) before the check"
+                )
             if now > was:
                 increases.setdefault(old.name, {})[counter] = now - was
-                findings.append(Finding(f"{counter} rose by {now - was} during the check ({was} -> {now})",
-                                        old.name, severity))
+                findings.append(
+                    Finding(f"{counter} rose by {now - was} during the check ({was} -> {now})", old.name, severity)
+                )
     metrics = {"ports": len(first), "increases": increases}
     return verdict(findings, metrics, f"no link error counter rose on {len(first)} ports during the check")
 
@@ -470,8 +526,10 @@ def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
                 bandwidth[name] = run.metrics["bw_avg_gbps"]
             findings += [Finding(f.what, name, f.severity) for f in run.findings]
             if _layer(port) == INFINIBAND:
-                counters = judge_counter_increase(body(f"perfquery before {port.device} {port.port}"),
-                                                  body(f"perfquery after {port.device} {port.port}"))
+                counters = judge_counter_increase(
+                    body(f"perfquery before {port.device} {port.port}"),
+                    body(f"perfquery after {port.device} {port.port}"),
+                )
                 findings += [Finding(f.what, name, f.severity) for f in counters.findings]
                 for grown in counters.metrics["increases"].values():  # one port per rail
                     increases[name] = grown
@@ -481,11 +539,23 @@ def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
         for layer, candidates, expected, _ in _rail_layers(rails, profile):
             if 0 < expected and len(candidates) < expected:
                 findings.append(Finding(f"{len(candidates)} {layer} rails tested, {profile.name} needs {expected}"))
-    metrics = {"rails": len(rails), "bw_avg_gbps": bandwidth, "min_bw_avg_gbps": min(bandwidth.values(), default=None),
-               "counter_increases": increases, "unjudged": unjudged}
+    metrics = {
+        "rails": len(rails),
+        "bw_avg_gbps": bandwidth,
+        "min_bw_avg_gbps": min(bandwidth.values(), default=None),
+        "counter_increases": increases,
+        "unjudged": unjudged,
+    }
     if unjudged and not any(f.severity == "fail" for f in findings):
-        return CheckResult(Status.ERROR, metrics, findings, unjudged[0] + (f" (and {len(unjudged) - 1} more)"
-                                                                            if len(unjudged) > 1 else ""))
+        return CheckResult(
+            Status.ERROR,
+            metrics,
+            findings,
+            unjudged[0] + (f" (and {len(unjudged) - 1} more)" if len(unjudged) > 1 else ""),
+        )
     findings += [Finding(f"not judged: {u}", None, "info") for u in unjudged]
-    return verdict(findings, metrics, f"{len(rails)} rails: ib_write_bw {metrics['min_bw_avg_gbps']:g} Gb/s or more, "
-                                      "no link error counter rose")
+    return verdict(
+        findings,
+        metrics,
+        f"{len(rails)} rails: ib_write_bw {metrics['min_bw_avg_gbps']:g} Gb/s or more, no link error counter rose",
+    )

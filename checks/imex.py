@@ -16,13 +16,22 @@ from checks._text import UnjudgeableOutput, integer, verdict
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
 
-_NODE = re.compile(r"^Node #(?P<index>\d+)\s+-\s+(?P<address>\S+)\s+-\s+(?P<state>[A-Z_]+)(?:\s+-\s+Version: (?P<version>\S+))?\s*$")
+_NODE = re.compile(
+    r"^Node #(?P<index>\d+)\s+-\s+(?P<address>\S+)\s+-\s+(?P<state>[A-Z_]+)(?:\s+-\s+Version: (?P<version>\S+))?\s*$"
+)
 _ROW = re.compile(r"^\s+(?P<index>\d+)\s{2,}(?P<cells>(?:(?:C|I|N|R|D|A|!V!|!M!)\s*)+)$")
 _DOMAIN = re.compile(r"^Domain State: (?P<state>\S+)\s*$", re.MULTILINE)
 # The legend nvidia-imex-ctl prints above its table.
-CONNECTION_STATES = {"C": "connected", "I": "invalid (node not reachable)", "N": "never connected",
-                     "R": "recovering (connection lost)", "D": "disconnected", "A": "authenticating",
-                     "!V!": "version mismatch, communication disabled", "!M!": "node map mismatch, communication disabled"}
+CONNECTION_STATES = {
+    "C": "connected",
+    "I": "invalid (node not reachable)",
+    "N": "never connected",
+    "R": "recovering (connection lost)",
+    "D": "disconnected",
+    "A": "authenticating",
+    "!V!": "version mismatch, communication disabled",
+    "!M!": "node map mismatch, communication disabled",
+}
 
 
 def judge_imex(text: str, profile: GpuProfile | None) -> CheckResult:
@@ -38,7 +47,9 @@ def judge_imex(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput(f"the connectivity table is not {len(nodes)} x {len(nodes)}: cut short")
     findings: list[Finding] = []
     if domain["state"] != "UP":
-        findings.append(Finding(f"IMEX domain state {domain['state']}: multi-node NVLink memory sharing is unavailable"))
+        findings.append(
+            Finding(f"IMEX domain state {domain['state']}: multi-node NVLink memory sharing is unavailable")
+        )
     for index, node in sorted(nodes.items()):
         if node["state"] != "READY":
             findings.append(Finding(f"IMEX daemon {node['state']}", f"node #{index} ({node['address']})"))
@@ -49,6 +60,10 @@ def judge_imex(text: str, profile: GpuProfile | None) -> CheckResult:
     versions = sorted({n["version"] for n in nodes.values() if n["version"]})
     if len(versions) > 1:
         findings.append(Finding(f"IMEX versions differ across the domain: {', '.join(versions)}", None, "warn"))
-    metrics = {"domain_state": domain["state"], "nodes": len(nodes),
-               "ready": sum(n["state"] == "READY" for n in nodes.values()), "versions": versions}
+    metrics = {
+        "domain_state": domain["state"],
+        "nodes": len(nodes),
+        "ready": sum(n["state"] == "READY" for n in nodes.values()),
+        "versions": versions,
+    }
     return verdict(findings, metrics, f"IMEX domain UP, {len(nodes)} nodes READY and connected")

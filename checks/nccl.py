@@ -193,8 +193,14 @@ def _judge_multinode(run: NcclPerfResult, metrics: dict, profile: GpuProfile) ->
     a run with another number of ranks per host cannot be held to it."""
     hosts = len(run.hosts)
     if run.ranks != hosts * profile.gpu_count:
-        return [Finding(f"{run.ranks} ranks on {hosts} hosts, not {profile.gpu_count} per host: the multi-node "
-                        f"floor of {profile.name} is for all of each node's GPUs, not applied", None, "info")]
+        return [
+            Finding(
+                f"{run.ranks} ranks on {hosts} hosts, not {profile.gpu_count} per host: the multi-node "
+                f"floor of {profile.name} is for all of each node's GPUs, not applied",
+                None,
+                "info",
+            )
+        ]
     floor = profile.nccl_multinode_busbw_gbps
     metrics["multinode_floor_busbw_gbps"] = floor.fail
     metrics["multinode_floor_algbw_gbps"] = round(floor.fail * run.ranks / (2 * (run.ranks - 1)), 2)
@@ -226,8 +232,16 @@ def pair_argv(a: str, b: str, gpus_per_node: int, program: tuple[str, ...]) -> t
     catalog's all_reduce_perf argv, run with -g 1 per rank)."""
     if gpus_per_node < 1:
         raise ValueError(f"gpus per node must be 1 or more, not {gpus_per_node}")
-    return ("mpirun", "--host", f"{a}:{gpus_per_node},{b}:{gpus_per_node}", "-np", str(2 * gpus_per_node),
-            "--npernode", str(gpus_per_node), *program)
+    return (
+        "mpirun",
+        "--host",
+        f"{a}:{gpus_per_node},{b}:{gpus_per_node}",
+        "-np",
+        str(2 * gpus_per_node),
+        "--npernode",
+        str(gpus_per_node),
+        *program,
+    )
 
 
 def pair_plan(node: str, partners: list[str]) -> list[tuple[str, str, str]]:
@@ -275,8 +289,13 @@ def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
         if run.status is Status.FAIL:
             # Died or corrupted data: someone in the pair is broken; which one, the pairs say.
             busbw[(a, b)] = 0.0
-            findings.append(Finding(f"pair with {b if a == node else a}: {run.reason}", f"pair {a}-{b}",
-                                    "fail" if node in (a, b) else "info"))
+            findings.append(
+                Finding(
+                    f"pair with {b if a == node else a}: {run.reason}",
+                    f"pair {a}-{b}",
+                    "fail" if node in (a, b) else "info",
+                )
+            )
             continue
         if run.metrics["hosts"] != 2:
             raise UnjudgeableOutput(f"pair {a}-{b} ran on {run.metrics['hosts']} host(s), not 2: not a multi-node run")
@@ -284,19 +303,33 @@ def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
             raise UnjudgeableOutput(f"pair {a}-{b}: largest size under 1 GiB, no bandwidth to judge")
         busbw[(a, b)] = run.metrics["busbw_gbps"]
     mine = {(b if a == node else a): v for (a, b), v in busbw.items() if node in (a, b)}
-    metrics = {"pairs": {f"{a}-{b}": v for (a, b), v in busbw.items()}, "partners": sorted(mine),
-               "min_busbw_gbps": min(mine.values()), "max_busbw_gbps": max(mine.values()), "straggler": False}
+    metrics = {
+        "pairs": {f"{a}-{b}": v for (a, b), v in busbw.items()},
+        "partners": sorted(mine),
+        "min_busbw_gbps": min(mine.values()),
+        "max_busbw_gbps": max(mine.values()),
+        "straggler": False,
+    }
     if profile is None:
         failed = [f for f in findings if f.severity == "fail"]
-        return verdict(failed, metrics, f"{len(mine)} pair(s), busbw {metrics['min_busbw_gbps']:g} GB/s and up; "
-                                        "no profile, no multi-node floor applied")
+        return verdict(
+            failed,
+            metrics,
+            f"{len(mine)} pair(s), busbw {metrics['min_busbw_gbps']:g} GB/s and up; "
+            "no profile, no multi-node floor applied",
+        )
     floor = profile.nccl_multinode_busbw_gbps
     fast = {p: v for p, v in mine.items() if v >= floor.fail}
     if len(fast) == len(mine):
-        findings = [f for p, v in sorted(mine.items())
-                    if (f := floor.judge(v, f"busbw with {p}", "GB/s", f"pair {node}-{p}"))]
-        return verdict(findings, metrics, f"busbw {metrics['min_busbw_gbps']:g} GB/s or more with each of "
-                                          f"{len(mine)} partner(s), floor {floor.fail:g}")
+        findings = [
+            f for p, v in sorted(mine.items()) if (f := floor.judge(v, f"busbw with {p}", "GB/s", f"pair {node}-{p}"))
+        ]
+        return verdict(
+            findings,
+            metrics,
+            f"busbw {metrics['min_busbw_gbps']:g} GB/s or more with each of "
+            f"{len(mine)} partner(s), floor {floor.fail:g}",
+        )
     verdicts = localise_by_pairs(busbw, floor.fail)
     if verdicts[node].straggler:
         metrics["straggler"] = True
@@ -305,7 +338,15 @@ def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
         # This node is fast with a partner: what is slow is the other node or its link.
         suspects = [p for p in mine if p not in fast]
         findings = [Finding(f"slow with {p} ({mine[p]:g} GB/s): {verdicts[p].reason}", p, "info") for p in suspects]
-        return verdict(findings, metrics, f"busbw {max(fast.values()):g} GB/s with {', '.join(sorted(fast))}; "
-                                          f"slow only with {', '.join(sorted(suspects))}")
-    return CheckResult(Status.ERROR, metrics, findings,
-                       f"slow with every partner, and the pairs cannot say it is this node: {verdicts[node].reason}")
+        return verdict(
+            findings,
+            metrics,
+            f"busbw {max(fast.values()):g} GB/s with {', '.join(sorted(fast))}; "
+            f"slow only with {', '.join(sorted(suspects))}",
+        )
+    return CheckResult(
+        Status.ERROR,
+        metrics,
+        findings,
+        f"slow with every partner, and the pairs cannot say it is this node: {verdicts[node].reason}",
+    )

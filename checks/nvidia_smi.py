@@ -135,7 +135,9 @@ def _parse_csv(lines: list[str]) -> NvidiaSmiReport:
             break
         block.append(line)
     rows = list(csv.reader(block, skipinitialspace=True))
-    header = [re.sub(r"\s*\[.*\]$", "", h.strip()).replace("clocks_throttle_reasons", "clocks_event_reasons") for h in rows[0]]
+    header = [
+        re.sub(r"\s*\[.*\]$", "", h.strip()).replace("clocks_throttle_reasons", "clocks_event_reasons") for h in rows[0]
+    ]
     gpus = []
     for position, row in enumerate(rows[1:]):
         if len(row) != len(header):
@@ -253,6 +255,7 @@ def _parse_q(text: str) -> NvidiaSmiReport:
 def _check_sections_complete(blocks: list[tuple[str, dict[str, str]]]) -> None:
     """`nvidia-smi -q -d SECTION[,...]` prints only those sections, the same ones for
     every GPU: a block missing a section or entry the first block has was cut short."""
+
     def outline(fields: dict[str, str]) -> set[str]:
         return {path for path in fields if path.count("/") <= 2}
 
@@ -291,7 +294,9 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.remapped_uncorrectable = read.int("Remapped Rows/Uncorrectable Error")
     gpu.remap_pending = read.flag("Remapped Rows/Pending")
     # "Pending Page Blacklist" (older drivers) or "Pending Page Retirement".
-    gpu.retirement_pending = next((read.flag(path) for path in f if path.startswith("Retired Pages/Pending Page")), None)
+    gpu.retirement_pending = next(
+        (read.flag(path) for path in f if path.startswith("Retired Pages/Pending Page")), None
+    )
     gpu.remap_failure = read.flag("Remapped Rows/Remapping Failure Occurred")
     for bucket in ("Max", "High", "Partial", "Low", "None"):
         if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
@@ -300,7 +305,7 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     gpu.pcie_gen_max = read.int("PCI/GPU Link Info/PCIe Generation/Max")
     gpu.pcie_width = read.int("PCI/GPU Link Info/Link Width/Current")
     gpu.pcie_width_max = read.int("PCI/GPU Link Info/Link Width/Max")
-    gpu.fabric = {path[len("Fabric/"):]: value for path, value in f.items() if path.startswith("Fabric/")}
+    gpu.fabric = {path[len("Fabric/") :]: value for path, value in f.items() if path.startswith("Fabric/")}
     return gpu
 
 
@@ -362,7 +367,11 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput(f"nvidia-smi -q announced {report.attached_gpus} GPUs but printed {len(gpus)}")
     if profile is not None:
         if len(gpus) < profile.gpu_count:
-            findings.append(table["nvidia_smi_gpu_missing"].finding(f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}", None))
+            findings.append(
+                table["nvidia_smi_gpu_missing"].finding(
+                    f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}", None
+                )
+            )
         for gpu in gpus:
             if gpu.name and not profile.matches_gpu_name(gpu.name):
                 findings.append(Finding(f"model {gpu.name!r} is not a {profile.name} GPU", f"GPU {gpu.index}"))
@@ -375,8 +384,13 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
         findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
     metrics = _metrics(report)
     names = sorted({g.name for g in gpus if g.name})
-    return verdict(findings, metrics, f"{len(gpus)} GPUs healthy" + (f" ({names[0]})" if len(names) == 1 else "")
-                   + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""))
+    return verdict(
+        findings,
+        metrics,
+        f"{len(gpus)} GPUs healthy"
+        + (f" ({names[0]})" if len(names) == 1 else "")
+        + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""),
+    )
 
 
 def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> list[Finding]:
@@ -401,10 +415,14 @@ def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> li
         found.append(Finding(f"{gpu.remap_histogram['partial']} banks with partial remap availability", where, "warn"))
     if not gpu.remap_failure and not gpu.remap_pending and gpu.remapped_uncorrectable:
         found.append(
-            Finding(f"{gpu.remapped_uncorrectable} rows remapped after uncorrectable errors (serviceable)", where, "warn")
+            Finding(
+                f"{gpu.remapped_uncorrectable} rows remapped after uncorrectable errors (serviceable)", where, "warn"
+            )
         )
     elif not gpu.remapped_uncorrectable and gpu.ecc_uncorrected_aggregate and not gpu.ecc_uncorrected_volatile:
-        found.append(Finding(f"{gpu.ecc_uncorrected_aggregate} uncorrectable ECC errors in the GPU's lifetime", where, "warn"))
+        found.append(
+            Finding(f"{gpu.ecc_uncorrected_aggregate} uncorrectable ECC errors in the GPU's lifetime", where, "warn")
+        )
     for reason in gpu.clock_events:
         if severity := THROTTLE_SEVERITY.get(reason):
             found.append(Finding(f"clocks limited by {reason}", where, severity))
@@ -416,7 +434,11 @@ def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> li
             (gpu.memory_temperature_c, profile.memory_temperature_c, "memory temperature", "C"),
             (gpu.ecc_corrected_volatile, profile.ecc_corrected_volatile, "correctable ECC errors", "since driver load"),
         )
-        found += [f for value, limit, what, unit in checks if value is not None and (f := limit.judge(value, what, unit, where))]
+        found += [
+            f
+            for value, limit, what, unit in checks
+            if value is not None and (f := limit.judge(value, what, unit, where))
+        ]
     return found
 
 
@@ -441,10 +463,20 @@ def _metrics(report: NvidiaSmiReport) -> dict:
         "ecc_corrected_volatile": _total(known(g.ecc_corrected_volatile for g in gpus)),
         "remap_pending_gpus": [g.index for g in gpus if g.remap_pending],
         "remap_failure_gpus": [g.index for g in gpus if g.remap_failure],
-        "throttled_gpus": [g.index for g in gpus if any(THROTTLE_SEVERITY.get(r) in ("fail", "warn") for r in g.clock_events)],
+        "throttled_gpus": [
+            g.index for g in gpus if any(THROTTLE_SEVERITY.get(r) in ("fail", "warn") for r in g.clock_events)
+        ],
         "gpus": [
-            {"index": g.index, "name": g.name, "uuid": g.uuid, "serial": g.serial, "bus_id": g.bus_id, "vbios": g.vbios,
-             "temperature_c": g.temperature_c, "power_draw_w": g.power_draw_w}
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "serial": g.serial,
+                "bus_id": g.bus_id,
+                "vbios": g.vbios,
+                "temperature_c": g.temperature_c,
+                "power_draw_w": g.power_draw_w,
+            }
             for g in gpus
         ],
     }

@@ -155,7 +155,9 @@ _FIELD_TYPES = {f.name: f.type for f in fields(GpuProfile)}
 def _number(value: Any, field: str, integral: bool) -> float:
     lo, hi, unit = _BOUNDS[field]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integral and not isinstance(value, int)):
-        raise ProfileError(f"{field}: expected {'a whole number' if integral else 'a number'}, found {str(value)[:30]!r}")
+        raise ProfileError(
+            f"{field}: expected {'a whole number' if integral else 'a number'}, found {str(value)[:30]!r}"
+        )
     if not math.isfinite(value) or not lo <= value <= hi:
         raise ProfileError(f"{field}: {value:g} is outside {lo:g}..{hi:g} {unit}")
     return value
@@ -168,8 +170,9 @@ def _threshold(value: Any, field: str) -> Floor | Ceiling:
     warn, fail = (_number(value[k], field, False) for k in ("warn", "fail"))
     # A floor warns before it fails (warn >= fail); a ceiling too (warn <= fail).
     if kind is Floor and warn < fail or kind is Ceiling and warn > fail:
-        raise ProfileError(f"{field}: warn {warn:g} must be {'at or above' if kind is Floor else 'at or below'} "
-                           f"fail {fail:g}")
+        raise ProfileError(
+            f"{field}: warn {warn:g} must be {'at or above' if kind is Floor else 'at or below'} fail {fail:g}"
+        )
     return kind(warn, fail)
 
 
@@ -187,14 +190,20 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
     if not isinstance(raw["description"], str) or len(raw["description"]) > 200:
         raise ProfileError("description: expected text of 200 characters at most")
     patterns = raw["gpu_name_patterns"]
-    if not isinstance(patterns, list) or not 1 <= len(patterns) <= 16 or not all(
-            isinstance(p, str) and 0 < len(p.strip()) <= 64 for p in patterns):
+    if (
+        not isinstance(patterns, list)
+        or not 1 <= len(patterns) <= 16
+        or not all(isinstance(p, str) and 0 < len(p.strip()) <= 64 for p in patterns)
+    ):
         raise ProfileError("gpu_name_patterns: expected 1 to 16 non-empty names of 64 characters at most")
     values: dict[str, Any] = {"name": name, "description": raw["description"], "gpu_name_patterns": tuple(patterns)}
     for field, pattern in _LISTS.items():
         entries = raw[field]
-        if not isinstance(entries, list) or len(entries) > 32 or not all(
-                isinstance(e, str) and pattern.fullmatch(e) for e in entries):
+        if (
+            not isinstance(entries, list)
+            or len(entries) > 32
+            or not all(isinstance(e, str) and pattern.fullmatch(e) for e in entries)
+        ):
             raise ProfileError(f"{field}: expected a list of at most 32 entries, each like {pattern.pattern[:30]!r}")
         values[field] = tuple(entries)
     for field, kind in _FIELD_TYPES.items():

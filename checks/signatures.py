@@ -50,8 +50,13 @@ def signatures() -> dict[str, Signature]:
     rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t")
     return {
         row["name"]: Signature(
-            row["name"], row["tool"], int(row["as_xid"]) if row["as_xid"] else None, row["action"],
-            row["severity"], row["description"], row["source"],
+            row["name"],
+            row["tool"],
+            int(row["as_xid"]) if row["as_xid"] else None,
+            row["action"],
+            row["severity"],
+            row["description"],
+            row["source"],
         )
         for row in rows
     }

@@ -77,7 +77,9 @@ class PairVerdict:
     reason: str
 
 
-def localise_by_pairs(busbw: Mapping[tuple[str, str], float], floor: float, min_partners: int = 2) -> dict[str, PairVerdict]:
+def localise_by_pairs(
+    busbw: Mapping[tuple[str, str], float], floor: float, min_partners: int = 2
+) -> dict[str, PairVerdict]:
     """Each node's verdict from pairwise (two-node) all-reduce bus bandwidths.
 
     A slow pair says one of its two nodes is slow, not which. A node slow with every
@@ -101,8 +103,7 @@ def localise_by_pairs(busbw: Mapping[tuple[str, str], float], floor: float, min_
     verdicts = {}
     for node, seen in partners.items():
         others_fast = {p for p in slow[node] if len(slow[p]) < len(partners[p])}
-        straggler = (any_fast and len(seen) >= min_partners and slow[node] == set(seen)
-                     and len(others_fast) == len(seen))
+        straggler = any_fast and len(seen) >= min_partners and slow[node] == set(seen) and len(others_fast) == len(seen)
         if straggler:
             reason = f"slow with all {len(seen)} partners, each of them fast with another node: the straggler"
         elif not any_fast and seen:

@@ -49,7 +49,7 @@ def read_transcript(text: str) -> list[Section]:
         if stripped.startswith(MARKER):
             if label is not None:
                 sections.append(Section(label, "".join(body), cut))
-            label, body, cut = stripped[len(MARKER):].strip(), [], False
+            label, body, cut = stripped[len(MARKER) :].strip(), [], False
         elif stripped == _CUT and body:
             body[-1], cut = body[-1].rstrip("\r\n"), True
         elif label is not None:

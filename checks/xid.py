@@ -28,8 +28,18 @@ from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
 from checks.signatures import ACTIONS, FINDING_SEVERITY, SEVERITIES, signatures
 
-__all__ = ["ACTIONS", "SEVERITIES", "XidAction", "XidEvent", "judge_xid", "parse_kernel_log", "parse_xid_lines",
-           "xid_action", "xid_catalog", "xid_catalog_version"]
+__all__ = [
+    "ACTIONS",
+    "SEVERITIES",
+    "XidAction",
+    "XidEvent",
+    "judge_xid",
+    "parse_kernel_log",
+    "parse_xid_lines",
+    "xid_action",
+    "xid_catalog",
+    "xid_catalog_version",
+]
 
 # Bounds on the numbers a log line may carry. NVIDIA's codes are below 200 and SXids five
 # digits; Linux pids stop at PID_MAX_LIMIT (2^22). A larger number is not a report this
@@ -107,8 +117,12 @@ _SIGNATURE_PATTERNS = {
     "fabric_manager_topology_mismatch": re.compile(
         r"detected number of NVSwitches don't match with any supported system topology"
     ),
-    "mce_fatal": re.compile(r"Kernel panic - not syncing: Fatal machine check|Machine check: Processor context corrupt"),
-    "mce_hardware_error": re.compile(r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)"),
+    "mce_fatal": re.compile(
+        r"Kernel panic - not syncing: Fatal machine check|Machine check: Processor context corrupt"
+    ),
+    "mce_hardware_error": re.compile(
+        r"mce: \[Hardware Error\]: (?:Machine check events logged|CPU \d+: Machine Check)"
+    ),
     # "EDAC MC0: 1 UE memory scrubbing error on CPU_SrcID#0_Ha#0_Chan#0_DIMM#0",
     # "EDAC MC3: 1 CE memory read error on CPU_SrcID#0_Channel#0_DIMM#0 (channel:0 slot:0 ...)"
     "edac_uncorrected": re.compile(r"EDAC (?:\w+ )?MC\d+: \d+ UE "),
@@ -118,7 +132,9 @@ _SIGNATURE_PATTERNS = {
     "pcie_aer_fatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Fatal\)"),
     "pcie_aer_nonfatal": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Uncorrect(?:ed|able) \(Non-Fatal\)"),
     "pcie_aer_corrected": re.compile(rf"{_PCI}: (?:AER: )?PCIe Bus Error: severity=Correct(?:ed|able)\b"),
-    "cpu_thermal_throttle": re.compile(r"CPU\d+: (?:(?:Core|Package) )?[Tt]emperature above threshold, cpu clock throttled"),
+    "cpu_thermal_throttle": re.compile(
+        r"CPU\d+: (?:(?:Core|Package) )?[Tt]emperature above threshold, cpu clock throttled"
+    ),
 }
 # Fabric Manager's log (/var/log/fabricmanager.log, or syslog with LOG_USE_SYSLOG=1) reports
 # an NVSwitch SXid as "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error
@@ -255,8 +271,10 @@ def xid_action(code: int) -> XidAction:
 
 def _bounded(digits: str, limit: int, what: str, line_no: int) -> int:
     if len(digits) > _MAX_DIGITS or int(digits) > limit:
-        raise BadKernelLog(f"line {line_no}: {what} {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
-                           f"range (0..{limit}): not a kernel report")
+        raise BadKernelLog(
+            f"line {line_no}: {what} {digits[:24]}{'...' if len(digits) > 24 else ''} is out of "
+            f"range (0..{limit}): not a kernel report"
+        )
     return int(digits)
 
 
@@ -372,17 +390,33 @@ def parse_kernel_log(text: str) -> KernelLog:
             if not (m := _SXID.search(message)):
                 raise UnjudgeableOutput(f"line {line_no}: unreadable NVSwitch SXid report: {message.strip()[:80]!r}")
             code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
-            kind = "nvswitch_sxid_fatal" if m["rest"].startswith("Fatal") else (
-                "nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
-            found.append(SignatureEvent(kind, _switch_address(m["pci"]), m["rest"], _stamp(message, line_no, in_line, json_stamp), code))
+            kind = (
+                "nvswitch_sxid_fatal"
+                if m["rest"].startswith("Fatal")
+                else ("nvswitch_sxid_nonfatal" if m["rest"].lower().startswith("non-fatal") else "nvswitch_sxid")
+            )
+            found.append(
+                SignatureEvent(
+                    kind, _switch_address(m["pci"]), m["rest"], _stamp(message, line_no, in_line, json_stamp), code
+                )
+            )
             continue
         if "detected NVSwitch" in message:
             if not (m := _FM_SXID.search(message)):
-                raise UnjudgeableOutput(f"line {line_no}: unreadable Fabric Manager NVSwitch report: {message.strip()[:80]!r}")
+                raise UnjudgeableOutput(
+                    f"line {line_no}: unreadable Fabric Manager NVSwitch report: {message.strip()[:80]!r}"
+                )
             code = _bounded(m["code"], SXID_CODE_MAX, "SXid", line_no)
             kind = "nvswitch_sxid_fatal" if m["class"] == "fatal" else "nvswitch_sxid_nonfatal"
-            found.append(SignatureEvent(kind, _switch_address(m["pci"]), f"{m['class']} error{m['rest']} (Fabric Manager)",
-                                        _stamp(message, line_no, in_line, json_stamp), code))
+            found.append(
+                SignatureEvent(
+                    kind,
+                    _switch_address(m["pci"]),
+                    f"{m['class']} error{m['rest']} (Fabric Manager)",
+                    _stamp(message, line_no, in_line, json_stamp),
+                    code,
+                )
+            )
             continue
         if "Xid (" in message:
             # A report the driver wrote that this parser cannot read is a damaged log, not a
@@ -395,15 +429,27 @@ def parse_kernel_log(text: str) -> KernelLog:
             if not any(gate in message for gate in gates) or not (m := _SIGNATURE_PATTERNS[name].search(message)):
                 continue
             signature = signatures()[name]
-            text_after = message[message.find("NVRM:"):] if "NVRM:" in message else message.strip()
+            text_after = message[message.find("NVRM:") :] if "NVRM:" in message else message.strip()
             if signature.as_xid is not None:
                 where = m.groupdict().get("pci") or (m.groupdict().get("gpu") or "").strip() or "unknown GPU"
-                implied.append(XidEvent(where.lower() if ":" in where else where, signature.as_xid, None, None,
-                                        text_after, _stamp(message, line_no, in_line, json_stamp), name))
+                implied.append(
+                    XidEvent(
+                        where.lower() if ":" in where else where,
+                        signature.as_xid,
+                        None,
+                        None,
+                        text_after,
+                        _stamp(message, line_no, in_line, json_stamp),
+                        name,
+                    )
+                )
             else:
                 pci = m.groupdict().get("pci")
-                found.append(SignatureEvent(name, pci.lower() if pci else None, text_after,
-                                            _stamp(message, line_no, in_line, json_stamp)))
+                found.append(
+                    SignatureEvent(
+                        name, pci.lower() if pci else None, text_after, _stamp(message, line_no, in_line, json_stamp)
+                    )
+                )
             break
     # A GSP timeout names the GPU by index, not by address: any Xid 119 in the log covers it.
     reported = {(_pci_key(e.pci), e.code) for e in xids} | {("any", e.code) for e in xids}
@@ -453,7 +499,9 @@ def _classify(event: XidEvent, causes: set[int]) -> tuple[XidAction, str]:
         others = sorted(causes - {45})
         if cause or others:
             after = cause["code"] if cause else ", ".join(map(str, others))
-            return _with(entry, "ignore", "info"), f"follows Xid {after}: part of that fault (NVIDIA: not solo, follow the other Xid)"
+            return _with(
+                entry, "ignore", "info"
+            ), f"follows Xid {after}: part of that fault (NVIDIA: not solo, follow the other Xid)"
         return _with(entry, "restart_fabric_manager", "warning"), "solo (NVIDIA: solo Xid 45, restart Fabric Manager)"
     if event.code == 154:
         m = _RECOVERY_ACTION.search(event.message)
@@ -464,8 +512,9 @@ def _classify(event: XidEvent, causes: set[int]) -> tuple[XidAction, str]:
 
 
 def _with(entry: XidAction, action: str, severity: str) -> XidAction:
-    return XidAction(entry.code, entry.mnemonic, entry.description, action, severity, entry.nvidia_action,
-                     entry.nvidia_followup)
+    return XidAction(
+        entry.code, entry.mnemonic, entry.description, action, severity, entry.nvidia_action, entry.nvidia_followup
+    )
 
 
 def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Finding:
@@ -474,7 +523,11 @@ def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Fi
         nvidia += f", then {entry.nvidia_followup}"
     times = f" x{count}" if count > 1 else ""
     what = f"Xid {event.code}{times} {entry.mnemonic} ({entry.description}): {entry.action.replace('_', ' ')}"
-    what += f" [NVIDIA: {nvidia}]" if entry.mnemonic != "UNKNOWN" else f" [not in NVIDIA's Xid catalog of {xid_catalog_version()}]"
+    what += (
+        f" [NVIDIA: {nvidia}]"
+        if entry.mnemonic != "UNKNOWN"
+        else f" [not in NVIDIA's Xid catalog of {xid_catalog_version()}]"
+    )
     what += f"; {note}" if note else ""
     if event.signature:
         what += f"; read from: {event.message}"
@@ -484,8 +537,12 @@ def _xid_finding(entry: XidAction, event: XidEvent, count: int, note: str) -> Fi
 
 
 def _is_kernel_log(text: str) -> bool:
-    return "NVRM:" in text or "nvidia-nvswitch" in text or "detected NVSwitch" in text or _is_journal_json(text) or any(
-        _TIMESTAMP.match(line) or _KMSG.match(line) for line in _lazy_lines(text)
+    return (
+        "NVRM:" in text
+        or "nvidia-nvswitch" in text
+        or "detected NVSwitch" in text
+        or _is_journal_json(text)
+        or any(_TIMESTAMP.match(line) or _KMSG.match(line) for line in _lazy_lines(text))
     )
 
 

@@ -266,8 +266,12 @@ class Settings:
         return f"{authenticated_user()}@{host}"
 
 
-GUARD_SETTINGS = ("guard_max_unavailable_fleet", "guard_max_unavailable_rack", "guard_storm_fraction",
-                  "guard_storm_window_s")
+GUARD_SETTINGS = (
+    "guard_max_unavailable_fleet",
+    "guard_max_unavailable_rack",
+    "guard_storm_fraction",
+    "guard_storm_window_s",
+)
 
 
 def guard_policy(settings: Settings, fleet: str):
@@ -299,8 +303,10 @@ _OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0
 
 def check_operator(value: str) -> str:
     if not _OPERATOR.match(value):
-        raise ConfigError(f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
-                          "':' and '/' are reserved for automation; at most 64+128 characters)")
+        raise ConfigError(
+            f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
+            "':' and '/' are reserved for automation; at most 64+128 characters)"
+        )
     return value
 
 
@@ -366,8 +372,9 @@ def _coerce(name: str, raw: Any) -> Any:
     if name == "temporal_tls":  # said true or false (a flag's bool, a YAML bool, a word), or not said
         return ("true" if parse_bool(raw, what) else "false") if raw != "" else ""
     if isinstance(raw, (bool, list, dict)) or raw is None:
-        raise ConfigError(f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, "
-                          f"not {type(raw).__name__}")
+        raise ConfigError(
+            f"{what}: expected a {'number' if kind in ('int', 'float') else 'string'}, not {type(raw).__name__}"
+        )
     if kind == "str":
         return _check_string(name, str(raw), what)
     try:
@@ -432,8 +439,9 @@ def _check_prometheus_url(value: str, what: str) -> None:
 def _check_prometheus_token(settings: Settings) -> None:
     """A bearer token goes only to an https Prometheus: over http it would cross in clear."""
     if settings.prometheus_token and not settings.prometheus_url.startswith("https://"):
-        raise ConfigError("setting prometheus_token: sent only to an https prometheus_url "
-                          f"(not {settings.prometheus_url[:60]!r})")
+        raise ConfigError(
+            f"setting prometheus_token: sent only to an https prometheus_url (not {settings.prometheus_url[:60]!r})"
+        )
 
 
 def _guard_fleets(raw: Any, what: str) -> dict[str, dict[str, float]]:
@@ -446,8 +454,10 @@ def _guard_fleets(raw: Any, what: str) -> dict[str, dict[str, float]]:
             raise ConfigError(f"{what}: fleet {str(fleet)[:40]!r}: expected a mapping of guard settings")
         unknown = sorted(str(k)[:40] for k in limits if k not in GUARD_SETTINGS)
         if unknown:
-            raise ConfigError(f"{what}: fleet {str(fleet)[:40]!r}: unknown setting {unknown[0]!r} "
-                              f"(one of {', '.join(GUARD_SETTINGS)})")
+            raise ConfigError(
+                f"{what}: fleet {str(fleet)[:40]!r}: unknown setting {unknown[0]!r} "
+                f"(one of {', '.join(GUARD_SETTINGS)})"
+            )
         fleets[str(fleet)] = {key: _coerce(key, value) for key, value in limits.items()}
     return fleets
 
@@ -506,9 +516,11 @@ def _check_retention(settings: Settings) -> None:
     """A verdict outlives its raw output: pruning a check run would otherwise take output the
     setting says to keep."""
     if settings.retention_check_days < settings.retention_raw_output_days:
-        raise ConfigError(f"setting retention_check_days: {settings.retention_check_days:g} is shorter than "
-                          f"retention_raw_output_days ({settings.retention_raw_output_days:g}): a check run's "
-                          "verdict is kept at least as long as its raw output")
+        raise ConfigError(
+            f"setting retention_check_days: {settings.retention_check_days:g} is shorter than "
+            f"retention_raw_output_days ({settings.retention_raw_output_days:g}): a check run's "
+            "verdict is kept at least as long as its raw output"
+        )
 
 
 def _check_kubernetes(settings: Settings) -> None:

@@ -60,8 +60,12 @@ def plan_scenario(names: list[str], seed: int) -> list[Fault]:
     import random
 
     return [
-        Fault("nvlink-degraded", random.Random(seed).choice(names),
-              "caught at burn-in (below the floor) or admission (straggler); NVLink runbook", 0),
+        Fault(
+            "nvlink-degraded",
+            random.Random(seed).choice(names),
+            "caught at burn-in (below the floor) or admission (straggler); NVLink runbook",
+            0,
+        ),
         Fault("xid79-event", "", "drained at once, job restarted on healthy nodes, rebooted, burned in again", 5),
         Fault("row-remap-failure", "", "found by an active check; ECC runbook sends it to RMA", 10),
         Fault("flaky", "", "fails again and again; remediated until it is a lemon, then RMA", 15),
@@ -101,8 +105,10 @@ class Demo:
         self.client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
         self.plan.faults = plan_scenario(self.names, self.plan.seed)
-        self.log(f"imported {plural(len(self.names), f'simulated {self.plan.profile} node')} "
-                 f"in {plural(self.plan.racks, 'rack')}")
+        self.log(
+            f"imported {plural(len(self.names), f'simulated {self.plan.profile} node')} "
+            f"in {plural(self.plan.racks, 'rack')}"
+        )
 
     async def admit_all(self) -> None:
         from workflows.client import request_phase
@@ -119,11 +125,20 @@ class Demo:
         from workflows.client import sweep_schedule
 
         schedule_id = f"active-checks-{self.settings.fleet}"
-        await self.client.create_schedule(schedule_id, sweep_schedule(
-            self.settings, schedule_id, SWEEP_EVERY,
-            SweepInput(suite="standard", max_concurrent_fraction=0.25, fleet=self.settings.fleet, actor="schedule/demo")))
-        sweep_intervals.record(self.engine, sweep_intervals.SweepSchedule(schedule_id, self.settings.fleet,
-                                                                          SWEEP_EVERY.total_seconds()))
+        await self.client.create_schedule(
+            schedule_id,
+            sweep_schedule(
+                self.settings,
+                schedule_id,
+                SWEEP_EVERY,
+                SweepInput(
+                    suite="standard", max_concurrent_fraction=0.25, fleet=self.settings.fleet, actor="schedule/demo"
+                ),
+            ),
+        )
+        sweep_intervals.record(
+            self.engine, sweep_intervals.SweepSchedule(schedule_id, self.settings.fleet, SWEEP_EVERY.total_seconds())
+        )
         self.log(f"active checks scheduled every {SWEEP_EVERY.seconds} s on idle production nodes (standard suite)")
 
     def submit_jobs(self) -> None:
@@ -168,8 +183,11 @@ class Demo:
 
         busy = {n for j in running_sim_jobs(self.engine) for n in j.nodes}
         taken = {f.node for f in self.plan.faults}
-        idle = sorted(n.name for n in queries.list_nodes(self.engine, state="production")
-                      if n.name not in busy and n.name not in taken)
+        idle = sorted(
+            n.name
+            for n in queries.list_nodes(self.engine, state="production")
+            if n.name not in busy and n.name not in taken
+        )
         return random.Random(f"{self.plan.seed}/{len(taken)}").choice(idle) if idle else ""
 
     async def _xid79_under_a_job(self, fault: Fault) -> None:
@@ -182,8 +200,21 @@ class Demo:
         fault.node = sorted(busy[0].nodes)[0]
         fault.injected = True
         self._inject(Fault("xid79", fault.node, "", 0))  # the GPU is really gone: checks see it too
-        await send_health_events(self.client, fault.node, [HealthEventInput(
-            fault.node, "xid", 79, "GPU has fallen off the bus.", "demo", f"demo-xid79-{fault.node}", time.time())])
+        await send_health_events(
+            self.client,
+            fault.node,
+            [
+                HealthEventInput(
+                    fault.node,
+                    "xid",
+                    79,
+                    "GPU has fallen off the bus.",
+                    "demo",
+                    f"demo-xid79-{fault.node}",
+                    time.time(),
+                )
+            ],
+        )
         self.log(f"fault: XID 79 on {fault.node}, which runs job {busy[0].job_id}")
 
     # -- judging what happened -------------------------------------------------------------
@@ -236,8 +267,12 @@ def handled_how(engine, fault: Fault) -> str:
     if fault.kind == "xid79-event":
         from fleetctl.db.jobs import list_jobs, job_restarts
 
-        restarts = [r for j in list_jobs(engine, scheduler="sim") for r in job_restarts(engine, j.job_id)
-                    if fault.node in (r.bad_nodes or []) and r.running_at]
+        restarts = [
+            r
+            for j in list_jobs(engine, scheduler="sim")
+            for r in job_restarts(engine, j.job_id)
+            if fault.node in (r.bad_nodes or []) and r.running_at
+        ]
         if "drain" in triggers and restarts:
             seconds = (restarts[0].running_at - restarts[0].fault_seen_at).total_seconds()
             back = " and back in production" if state == "production" and triggers.count("enter_production") > 1 else ""
@@ -246,8 +281,13 @@ def handled_how(engine, fault: Fault) -> str:
     return state
 
 
-async def run_demo(settings: Settings, plan: DemoPlan, log: Callable[[str], None], render: Callable[[Demo], None],
-                   max_seconds: float = 240.0) -> Demo:
+async def run_demo(
+    settings: Settings,
+    plan: DemoPlan,
+    log: Callable[[str], None],
+    render: Callable[[Demo], None],
+    max_seconds: float = 240.0,
+) -> Demo:
     """Drive the scenario until every fault is handled or max_seconds pass."""
     demo = Demo(settings, plan, log)
     await demo.import_fleet()
@@ -274,8 +314,13 @@ def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[
     from fleetctl.reliability.report import render_html
     from fleetctl.reliability.report_store import build_report
 
-    report = build_report(get_engine(settings.db_url), since, datetime.now(timezone.utc), fleet=settings.fleet,
-                          window_basis="since the demo began")
+    report = build_report(
+        get_engine(settings.db_url),
+        since,
+        datetime.now(timezone.utc),
+        fleet=settings.fleet,
+        window_basis="since the demo began",
+    )
     path = directory / "report.html"
     path.write_text(render_html(report))
     return report, path

@@ -44,10 +44,7 @@ def printable(text: str, keep_newlines: bool = True) -> str:
     kept = "\n\t" if keep_newlines else ""
     if text.isprintable() and not any(c in text for c in "\n\t"):
         return text
-    return "".join(
-        c if c in kept or unicodedata.category(c) not in ("Cc", "Cf") else _escape(c)
-        for c in text
-    )
+    return "".join(c if c in kept or unicodedata.category(c) not in ("Cc", "Cf") else _escape(c) for c in text)
 
 
 def one_line(error: BaseException | str, limit: int = LIMIT) -> str:

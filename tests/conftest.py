@@ -48,8 +48,22 @@ def _fresh_postgres_url(cluster) -> str:
     import subprocess
 
     name = "t_" + uuid.uuid4().hex[:12]
-    subprocess.run([*cluster.as_user, str(cluster.bindir / "psql"), "-h", "127.0.0.1", "-p", str(cluster.port),
-                    "-U", "postgres", "-q", "-c", f"CREATE DATABASE {name} OWNER fleetctl"], check=True)
+    subprocess.run(
+        [
+            *cluster.as_user,
+            str(cluster.bindir / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(cluster.port),
+            "-U",
+            "postgres",
+            "-q",
+            "-c",
+            f"CREATE DATABASE {name} OWNER fleetctl",
+        ],
+        check=True,
+    )
     return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
 
 
@@ -97,9 +111,15 @@ def make_settings(temporal_address):
     def make(db_url: str) -> Settings:
         unique = uuid.uuid4().hex[:8]
         return load_settings(
-            flags={"db_url": db_url, "temporal_address": temporal_address, "task_queue": f"test-{unique}",
-                   "fleet": f"fleet-{unique}", "operator": "tester@ci"},
-            env={}, config_file=os.devnull,
+            flags={
+                "db_url": db_url,
+                "temporal_address": temporal_address,
+                "task_queue": f"test-{unique}",
+                "fleet": f"fleet-{unique}",
+                "operator": "tester@ci",
+            },
+            env={},
+            config_file=os.devnull,
         )
 
     return make
@@ -133,10 +153,15 @@ def pytest_collection_finish(session) -> None:
     gc.freeze()
     if not session.config.getoption("loadgroup", False):
         return
-    ungrouped = [item.nodeid for item in session.items
-                 if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]]
+    ungrouped = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid.rpartition("]")[2]
+    ]
     if ungrouped:
-        message = (f"pytest-xdist did not apply xdist_group to {len(ungrouped)} tests ({ungrouped[0]}...): "
-                   "see the pytest pin in pyproject.toml")
+        message = (
+            f"pytest-xdist did not apply xdist_group to {len(ungrouped)} tests ({ungrouped[0]}...): "
+            "see the pytest pin in pyproject.toml"
+        )
         print(message, file=sys.stderr)  # a worker's stderr reaches the run's; its exit reason does not
         pytest.exit(message, returncode=3)

@@ -17,7 +17,9 @@ SKIPS = {"skip", "skipif", "importorskip"}
 
 def test_a_missing_service_fails_naming_it_where_services_are_required(monkeypatch) -> None:
     monkeypatch.setenv(REQUIRE_ENV, "1")
-    with pytest.raises(pytest.fail.Exception, match=r"^PostgreSQL is missing and FLEETCTL_TEST_REQUIRE_SERVICES=1: no initdb"):
+    with pytest.raises(
+        pytest.fail.Exception, match=r"^PostgreSQL is missing and FLEETCTL_TEST_REQUIRE_SERVICES=1: no initdb"
+    ):
         missing_service("PostgreSQL", "no initdb")
 
 
@@ -50,7 +52,10 @@ def _skips_in(path: Path) -> list[str]:
 def test_no_test_skips_except_through_missing_service() -> None:
     checked = [path for path in sorted(TESTS.rglob("*.py")) if path not in (HELPER, Path(__file__))]
     offenders = [hit for path in checked for hit in _skips_in(path)]
-    assert offenders == [], "skip only through tests.support.services (missing_service, not_on_this_kind_of_machine):\n" + "\n".join(offenders)
+    assert offenders == [], (
+        "skip only through tests.support.services (missing_service, not_on_this_kind_of_machine):\n"
+        + "\n".join(offenders)
+    )
 
 
 def test_what_this_kind_of_machine_cannot_have_skips_even_where_services_are_required(monkeypatch) -> None:

@@ -96,11 +96,13 @@ if TYPE_CHECKING:
 CLIENT_CONCURRENCY = 50
 # What `temporal workflow describe` shows of a node's workflow besides its search attributes
 # (fixed at start: the state now is FleetctlNodeState, and `temporal workflow metadata`).
-NODE_STATIC_DETAILS = ("Lifecycle of one GPU node, started in state {state} (version {version}). Its state, fleet, "
-                       "rack, GPU profile, scheduler and the cause and time of its last transition are search "
-                       "attributes (FleetctlNodeState, FleetctlFleet, FleetctlRack, FleetctlGpuProfile, "
-                       "FleetctlScheduler, FleetctlLastCause, FleetctlStateSince); its current details say the "
-                       "state and last cause now.")
+NODE_STATIC_DETAILS = (
+    "Lifecycle of one GPU node, started in state {state} (version {version}). Its state, fleet, "
+    "rack, GPU profile, scheduler and the cause and time of its last transition are search "
+    "attributes (FleetctlNodeState, FleetctlFleet, FleetctlRack, FleetctlGpuProfile, "
+    "FleetctlScheduler, FleetctlLastCause, FleetctlStateSince); its current details say the "
+    "state and last cause now."
+)
 # Update calls per request before a node is reported as not answering. A call times out
 # when the node's worker is too busy to take the update in time; the retry carries the same
 # update id, so it is the same update, never a second one.
@@ -125,8 +127,9 @@ async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
     temporal = resolve(settings)  # flags, TEMPORAL_* env, fleetctl config, Temporal profile
     try:
         # The worker decodes with its client's converter, in the workflow sandbox too.
-        return await asyncio.wait_for(Client.connect(**temporal.connect_kwargs(), data_converter=DATA_CONVERTER),
-                                      timeout_s)
+        return await asyncio.wait_for(
+            Client.connect(**temporal.connect_kwargs(), data_converter=DATA_CONVERTER), timeout_s
+        )
     except (RuntimeError, asyncio.TimeoutError, OSError) as exc:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); {temporal.unreachable_hint()}"
@@ -139,8 +142,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 async def ensure_node_workflows(
-    client: Client, settings: Settings, nodes: Iterable[tuple[str, str, int]], concurrency: int = CLIENT_CONCURRENCY,
-    on_started=None, **timing: float,
+    client: Client,
+    settings: Settings,
+    nodes: Iterable[tuple[str, str, int]],
+    concurrency: int = CLIENT_CONCURRENCY,
+    on_started=None,
+    **timing: float,
 ) -> int:
     """Start NodeLifecycle for each (name, state, version) that has none running. Idempotent.
     `timing`: NodeLifecycleState's timing fields other than the fleet's (the tests' drain that
@@ -171,7 +178,9 @@ async def ensure_node_workflows(
 async def _registered_search_attributes(client: Client) -> dict[str, int]:
     from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 
-    listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=client.namespace))
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
     return dict(listed.custom_attributes)
 
 
@@ -185,18 +194,23 @@ async def register_search_attributes(client: Client) -> list[str]:
     try:
         missing, conflicts = compare_registered(await _registered_search_attributes(client))
         if conflicts:
-            raise TemporalNotSetUp(f"{where}: {'; '.join(conflicts)}: nothing registered (remove that attribute or "
-                                   "use another namespace)")
+            raise TemporalNotSetUp(
+                f"{where}: {'; '.join(conflicts)}: nothing registered (remove that attribute or use another namespace)"
+            )
         if missing:
-            await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-                namespace=client.namespace, search_attributes={k.name: int(k.indexed_value_type) for k in missing}))
+            await client.operator_service.add_search_attributes(
+                AddSearchAttributesRequest(
+                    namespace=client.namespace, search_attributes={k.name: int(k.indexed_value_type) for k in missing}
+                )
+            )
         # Read back: the namespace holds every one now (another setup may have raced this one).
         missing_after, conflicts = compare_registered(await _registered_search_attributes(client))
     except RPCError as exc:
         raise TemporalNotSetUp(f"{where}: cannot register search attributes: {one_line(exc.message or exc)}") from None
     if missing_after or conflicts:
-        raise TemporalNotSetUp(f"{where}: still not registered after adding them: "
-                               f"{', '.join([k.name for k in missing_after] + conflicts)}")
+        raise TemporalNotSetUp(
+            f"{where}: still not registered after adding them: {', '.join([k.name for k in missing_after] + conflicts)}"
+        )
     return [k.name for k in missing]
 
 
@@ -207,12 +221,16 @@ async def require_search_attributes(client: Client) -> str | None:
     try:
         missing, conflicts = compare_registered(await _registered_search_attributes(client))
     except RPCError as exc:
-        return (f"could not check the search attributes of namespace {client.namespace} ({one_line(exc.message or exc)}); "
-                "node workflows stall if `fleetctl temporal setup` was not run there")
+        return (
+            f"could not check the search attributes of namespace {client.namespace} ({one_line(exc.message or exc)}); "
+            "node workflows stall if `fleetctl temporal setup` was not run there"
+        )
     if missing or conflicts:
-        raise TemporalNotSetUp(f"namespace {client.namespace} lacks fleetctl's search attributes "
-                               f"({', '.join([k.name for k in missing] + conflicts)}): run `fleetctl temporal setup` "
-                               "(or `fleetctl dev server` for a local one)")
+        raise TemporalNotSetUp(
+            f"namespace {client.namespace} lacks fleetctl's search attributes "
+            f"({', '.join([k.name for k in missing] + conflicts)}): run `fleetctl temporal setup` "
+            "(or `fleetctl dev server` for a local one)"
+        )
     return None
 
 
@@ -222,9 +240,11 @@ async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowH
     configuration before each one (so no command's environment sets it for everyone). The
     worker hands this to the guard's activities too, so the guard is started one way only."""
     return await client.start_workflow(
-        CAPACITY_GUARD, CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings, settings.fleet)),
+        CAPACITY_GUARD,
+        CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings, settings.fleet)),
         id=guard_id(settings.fleet),
-        task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
 
@@ -240,8 +260,9 @@ async def running_guard_status(client: Client, settings: Settings) -> CapacityGu
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        return await client.get_workflow_handle(guard_id(settings.fleet)).query(GUARD_STATUS_QUERY,
-                                                                               result_type=CapacityGuardState)
+        return await client.get_workflow_handle(guard_id(settings.fleet)).query(
+            GUARD_STATUS_QUERY, result_type=CapacityGuardState
+        )
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             return None
@@ -254,18 +275,22 @@ async def guarded_fleets(client: Client, limit: int = 20) -> list[str]:
     fleets = []
     async for w in client.list_workflows(f'WorkflowType="{CAPACITY_GUARD}" AND ExecutionStatus="Running"', limit=limit):
         if w.id.startswith(prefix):
-            fleets.append(w.id[len(prefix):])
+            fleets.append(w.id[len(prefix) :])
     return sorted(set(fleets))
 
 
 async def node_now(client: Client, node: str) -> NodeLifecycleState:
     """What the node's workflow is doing now and how its last phase ended (a query: reads only)."""
-    return await client.get_workflow_handle(node_workflow_id(node)).query(NODE_STATE_QUERY, result_type=NodeLifecycleState)
+    return await client.get_workflow_handle(node_workflow_id(node)).query(
+        NODE_STATE_QUERY, result_type=NodeLifecycleState
+    )
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
-    return await handle.execute_update(RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), result_type=CapacityGuardState)
+    return await handle.execute_update(
+        RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), result_type=CapacityGuardState
+    )
 
 
 def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
@@ -275,20 +300,37 @@ def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
 
 
 async def request_transition(
-    client: Client, node: str, trigger: str, actor: str, cause: str = "", actor_kind: str = "operator",
-    request_id: str | None = None, event: dict | None = None, attempts: int = UPDATE_ATTEMPTS,
-    rpc_timeout: timedelta | None = None, grant: str = "",
+    client: Client,
+    node: str,
+    trigger: str,
+    actor: str,
+    cause: str = "",
+    actor_kind: str = "operator",
+    request_id: str | None = None,
+    event: dict | None = None,
+    attempts: int = UPDATE_ATTEMPTS,
+    rpc_timeout: timedelta | None = None,
+    grant: str = "",
 ) -> TransitionResult:
     """A transition, answered by the node's workflow. A call that times out is sent again with
     the same request id, which the workflow's idempotency guard answers without moving twice.
     An automated drain needs the capacity guard's `grant` for the node."""
     handle = client.get_workflow_handle(node_workflow_id(node))
-    req = TransitionRequest(node=node, trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
-                            request_id=request_id or str(uuid.uuid4()), event=event, grant=grant)
+    req = TransitionRequest(
+        node=node,
+        trigger=trigger,
+        actor=actor,
+        actor_kind=actor_kind,
+        cause=cause,
+        request_id=request_id or str(uuid.uuid4()),
+        event=event,
+        grant=grant,
+    )
     for _ in range(attempts):
         try:
-            return await handle.execute_update(TRANSITION_UPDATE, req, result_type=TransitionResult,
-                                               rpc_timeout=rpc_timeout)
+            return await handle.execute_update(
+                TRANSITION_UPDATE, req, result_type=TransitionResult, rpc_timeout=rpc_timeout
+            )
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
             if not _retryable_timeout(exc):
                 raise
@@ -298,13 +340,21 @@ async def request_transition(
             raise CommandRejected(message) from None
         except RPCError as exc:
             if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
-                raise CommandRejected(f"{node}: no lifecycle workflow is running (retired, or never imported)") from None
+                raise CommandRejected(
+                    f"{node}: no lifecycle workflow is running (retired, or never imported)"
+                ) from None
             raise TemporalUnavailable(f"Temporal error for {node}: {_one_line(exc)}") from None
     raise TemporalUnavailable(_no_answer(node, attempts))
 
 
 async def request_guarded_drain(
-    client: Client, settings: Settings, node: str, rack: str, cause: str, actor: str, request_id: str,
+    client: Client,
+    settings: Settings,
+    node: str,
+    rack: str,
+    cause: str,
+    actor: str,
+    request_id: str,
     event: dict | None = None,
 ) -> tuple[RemovalDecision, TransitionResult | None]:
     """An automated drain asked from outside a workflow (the Slurm prolog): the fleet's
@@ -313,19 +363,32 @@ async def request_guarded_drain(
     guard = await ensure_capacity_guard(client, settings)
     try:
         decision = await guard.execute_update(
-            REQUEST_REMOVAL_UPDATE, RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
-            result_type=RemovalDecision)
+            REQUEST_REMOVAL_UPDATE,
+            RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
+            result_type=RemovalDecision,
+        )
     except RPCError as exc:
         raise TemporalUnavailable(f"capacity guard: {_one_line(exc)}") from None
     if not decision.granted:
         return decision, None
-    return decision, await request_transition(client, node, "drain", actor, cause, actor_kind="automation",
-                                              request_id=request_id, event=event, grant=decision.grant)
+    return decision, await request_transition(
+        client,
+        node,
+        "drain",
+        actor,
+        cause,
+        actor_kind="automation",
+        request_id=request_id,
+        event=event,
+        grant=decision.grant,
+    )
 
 
 def _no_answer(node: str, attempts: int) -> str:
-    return (f"{node}: its workflow did not take the request after {attempts} tr{'ies' if attempts > 1 else 'y'} "
-            "(workers busy or none running); run the command again")
+    return (
+        f"{node}: its workflow did not take the request after {attempts} tr{'ies' if attempts > 1 else 'y'} "
+        "(workers busy or none running); run the command again"
+    )
 
 
 @dataclass
@@ -346,8 +409,14 @@ def phase_update_id(kind: str, node: str, request_id: str) -> str:
 
 
 async def phase_outcome(
-    client: Client, node: str, kind: str, actor: str, suite: str, request_id: str | None = None,
-    attempts: int = UPDATE_ATTEMPTS, rpc_timeout: timedelta | None = None,
+    client: Client,
+    node: str,
+    kind: str,
+    actor: str,
+    suite: str,
+    request_id: str | None = None,
+    attempts: int = UPDATE_ATTEMPTS,
+    rpc_timeout: timedelta | None = None,
 ) -> PhaseOutcome:
     """Ask a node's workflow to admit or recheck it. `request_id` names the request (one per
     command); the same request sent again (a retry, a resent command) is one update."""
@@ -357,8 +426,9 @@ async def phase_outcome(
     req = PhaseRequest(actor=actor, suite=suite, request_id=update_id)
     for attempt in range(1, attempts + 1):
         try:
-            accepted = await handle.execute_update(update, req, id=update_id, result_type=PhaseAccepted,
-                                                   rpc_timeout=rpc_timeout)
+            accepted = await handle.execute_update(
+                update, req, id=update_id, result_type=PhaseAccepted, rpc_timeout=rpc_timeout
+            )
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
             if not _retryable_timeout(exc):
                 raise
@@ -372,16 +442,24 @@ async def phase_outcome(
     return PhaseOutcome(node, False, _no_answer(node, attempts), attempts)
 
 
-async def request_phase(client: Client, node: str, kind: str, actor: str, suite: str,
-                        request_id: str | None = None) -> tuple[str, bool, str]:
+async def request_phase(
+    client: Client, node: str, kind: str, actor: str, suite: str, request_id: str | None = None
+) -> tuple[str, bool, str]:
     """Ask a node's workflow to admit or recheck it; (node, accepted, message)."""
     o = await phase_outcome(client, node, kind, actor, suite, request_id=request_id)
     return o.node, o.accepted, o.message
 
 
 async def request_phases(
-    client: Client, nodes: Sequence[str], kind: str, actor: str, suite: str, request_id: str | None = None,
-    concurrency: int = CLIENT_CONCURRENCY, attempts: int = UPDATE_ATTEMPTS, rpc_timeout: timedelta | None = None,
+    client: Client,
+    nodes: Sequence[str],
+    kind: str,
+    actor: str,
+    suite: str,
+    request_id: str | None = None,
+    concurrency: int = CLIENT_CONCURRENCY,
+    attempts: int = UPDATE_ATTEMPTS,
+    rpc_timeout: timedelta | None = None,
     on_done: Callable[[PhaseOutcome], None] | None = None,
 ) -> list[PhaseOutcome]:
     """Admit or recheck many nodes, `concurrency` requests in flight at once; one outcome per
@@ -417,9 +495,11 @@ class Outcome:
     error: str | None
 
 
-async def request_many(client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "",
-                       event: dict | None = None) -> list[Outcome]:
+async def request_many(
+    client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "", event: dict | None = None
+) -> list[Outcome]:
     """`trigger` on each node; `event` (runbooks.Event.to_dict()) says what a drain is for."""
+
     async def one(node: str) -> Outcome:
         try:
             return Outcome(node, await request_transition(client, node, trigger, actor, cause, event=event), None)
@@ -436,15 +516,18 @@ class RemediationAlreadyRunning(RuntimeError):
     pass
 
 
-async def start_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
-                            actor: str, dry_run: bool = False) -> WorkflowHandle:
+async def start_remediation(
+    client: Client, settings: Settings, node: str, runbook: Runbook, event: Event, actor: str, dry_run: bool = False
+) -> WorkflowHandle:
     mode = remediation_mode(dry_run, settings.remediation_shadow or settings.automation_dry_run)
     workflow_id = remediation_id(node) if mode == "live" else f"{remediation_id(node)}/{mode}-{uuid.uuid4().hex[:8]}"
     try:
         return await client.start_workflow(
             REMEDIATION,
             RemediationInput(node, runbook.to_dict(), event.to_dict(), mode, actor, event.critical),
-            id=workflow_id, task_queue=settings.task_queue, result_type=RemediationResult,
+            id=workflow_id,
+            task_queue=settings.task_queue,
+            result_type=RemediationResult,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         )
@@ -452,8 +535,9 @@ async def start_remediation(client: Client, settings: Settings, node: str, runbo
         raise RemediationAlreadyRunning(f"{node}: a remediation is already running ({workflow_id})") from None
 
 
-async def run_remediation(client: Client, settings: Settings, node: str, runbook: Runbook, event: Event,
-                          actor: str, dry_run: bool = False) -> RemediationResult:
+async def run_remediation(
+    client: Client, settings: Settings, node: str, runbook: Runbook, event: Event, actor: str, dry_run: bool = False
+) -> RemediationResult:
     handle = await start_remediation(client, settings, node, runbook, event, actor, dry_run)
     return await handle.result()
 
@@ -500,12 +584,25 @@ def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]
 
     engine = get_engine(settings.db_url)
     reported = db.reported_components(engine)
-    return [n.name for n in queries.list_nodes(engine) if n.state != "retired"
-            and firmware.node_drift(baseline, n.name, n.profile, reported.get(n.name)).status == "drift"]
+    return [
+        n.name
+        for n in queries.list_nodes(engine)
+        if n.state != "retired"
+        and firmware.node_drift(baseline, n.name, n.profile, reported.get(n.name)).status == "drift"
+    ]
 
 
-async def start_rollout(client: Client, settings: Settings, baseline: firmware.Baseline, source: str, canary: int,
-                        batch: str, max_failures: int, dry_run: bool, actor: str) -> tuple[str, RolloutInput]:
+async def start_rollout(
+    client: Client,
+    settings: Settings,
+    baseline: firmware.Baseline,
+    source: str,
+    canary: int,
+    batch: str,
+    max_failures: int,
+    dry_run: bool,
+    actor: str,
+) -> tuple[str, RolloutInput]:
     from fleetctl.remediation import firmware
     from fleetctl.db import firmware as db
     from fleetctl.db.engine import get_engine
@@ -515,11 +612,22 @@ async def start_rollout(client: Client, settings: Settings, baseline: firmware.B
     engine = get_engine(settings.db_url)
     stored = db.set_baseline(engine, baseline.name, baseline.to_dict(), source, actor)
     rollout_id = f"fw-{uuid.uuid4().hex[:8]}"
-    db.create_rollout(engine, rollout_id=rollout_id, baseline_id=stored.id, canary=canary, batch=str(batch),
-                      max_failures=max_failures, dry_run=dry_run, total=len(nodes), created_by=actor,
-                      detail=f"{len(nodes)} nodes in {len(batches)} batches")
+    db.create_rollout(
+        engine,
+        rollout_id=rollout_id,
+        baseline_id=stored.id,
+        canary=canary,
+        batch=str(batch),
+        max_failures=max_failures,
+        dry_run=dry_run,
+        total=len(nodes),
+        created_by=actor,
+        detail=f"{len(nodes)} nodes in {len(batches)} batches",
+    )
     inp = RolloutInput(rollout_id, stored.id, batches, max_failures, dry_run, actor)
-    await client.start_workflow(FIRMWARE_ROLLOUT, inp, id=rollout_workflow_id(rollout_id), task_queue=settings.task_queue)
+    await client.start_workflow(
+        FIRMWARE_ROLLOUT, inp, id=rollout_workflow_id(rollout_id), task_queue=settings.task_queue
+    )
     return rollout_id, inp
 
 
@@ -531,12 +639,15 @@ async def rollout_command(client: Client, rollout_id: str, command: str, actor: 
     except WorkflowUpdateFailedError as exc:
         raise RolloutRefused(getattr(exc.cause, "message", None) or str(exc.cause or exc)) from None
     except RPCError as exc:
-        raise RolloutRefused(f"roll-out {rollout_id}: {str(exc).splitlines()[0] if str(exc) else 'not found'}") from None
+        raise RolloutRefused(
+            f"roll-out {rollout_id}: {str(exc).splitlines()[0] if str(exc) else 'not found'}"
+        ) from None
 
 
 async def rollout_progress(client: Client, rollout_id: str) -> RolloutStatus:
     return await client.get_workflow_handle(rollout_workflow_id(rollout_id)).query(
-        ROLLOUT_PROGRESS_QUERY, result_type=RolloutStatus)
+        ROLLOUT_PROGRESS_QUERY, result_type=RolloutStatus
+    )
 
 
 # ---- schedules -------------------------------------------------------------------------------
@@ -544,8 +655,12 @@ async def rollout_progress(client: Client, rollout_id: str) -> RolloutStatus:
 
 def sweep_schedule(settings: Settings, schedule_id: str, every: timedelta, sweep: SweepInput) -> Schedule:
     """The Temporal Schedule that starts an ActiveCheckSweep every `every`."""
-    return _every(ScheduleActionStartWorkflow(ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id),
-                                              task_queue=settings.task_queue), every)
+    return _every(
+        ScheduleActionStartWorkflow(
+            ACTIVE_CHECK_SWEEP, sweep, id=sweep_id(schedule_id), task_queue=settings.task_queue
+        ),
+        every,
+    )
 
 
 async def sweep_schedules(client: Client) -> list[SweepSchedule]:
@@ -557,27 +672,43 @@ async def sweep_schedules(client: Client) -> list[SweepSchedule]:
     async for entry in await client.list_schedules():
         desc = await client.get_schedule_handle(entry.id).describe()
         action = desc.schedule.action
-        if not isinstance(action, ScheduleActionStartWorkflow) or action.workflow != ACTIVE_CHECK_SWEEP \
-                or not desc.schedule.spec.intervals:
+        if (
+            not isinstance(action, ScheduleActionStartWorkflow)
+            or action.workflow != ACTIVE_CHECK_SWEEP
+            or not desc.schedule.spec.intervals
+        ):
             continue
         (sweep,) = await client.data_converter.decode(action.args, [SweepInput]) if action.args else (None,)
         if sweep is not None:
-            found.append(SweepSchedule(entry.id, sweep.fleet, min(i.every.total_seconds()
-                                                                   for i in desc.schedule.spec.intervals),
-                                       desc.schedule.state.paused))
+            found.append(
+                SweepSchedule(
+                    entry.id,
+                    sweep.fleet,
+                    min(i.every.total_seconds() for i in desc.schedule.spec.intervals),
+                    desc.schedule.state.paused,
+                )
+            )
     return found
 
 
 def job_sync_schedule(settings: Settings, schedule_id: str, every: timedelta, sync: JobSyncInput) -> Schedule:
     """The Temporal Schedule that starts a JobHistorySync every `every`."""
-    return _every(ScheduleActionStartWorkflow(JOB_HISTORY_SYNC, sync, id=job_sync_id(schedule_id),
-                                              task_queue=settings.task_queue), every)
+    return _every(
+        ScheduleActionStartWorkflow(
+            JOB_HISTORY_SYNC, sync, id=job_sync_id(schedule_id), task_queue=settings.task_queue
+        ),
+        every,
+    )
 
 
 def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: StragglerSweepInput) -> Schedule:
     """The Temporal Schedule that starts a ProductionStragglers judge every `every`."""
-    return _every(ScheduleActionStartWorkflow(PRODUCTION_STRAGGLERS, judge, id=straggler_sweep_id(schedule_id),
-                                              task_queue=settings.task_queue), every)
+    return _every(
+        ScheduleActionStartWorkflow(
+            PRODUCTION_STRAGGLERS, judge, id=straggler_sweep_id(schedule_id), task_queue=settings.task_queue
+        ),
+        every,
+    )
 
 
 def _every(action: ScheduleActionStartWorkflow, every: timedelta) -> Schedule:
@@ -601,8 +732,9 @@ async def stalled_nodes(client: Client, settings: Settings, now: datetime | None
         if node is None:
             continue
         attributes = wf.typed_search_attributes
-        stall = judge_stall(node, attributes.get(problems_key) or [], attributes.get(QUEUED_SINCE), now,
-                            settings.stall_after_s)
+        stall = judge_stall(
+            node, attributes.get(problems_key) or [], attributes.get(QUEUED_SINCE), now, settings.stall_after_s
+        )
         if stall is not None:
             stalls.append(stall)
     return stalls

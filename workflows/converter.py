@@ -95,11 +95,14 @@ class FleetctlPayloadConverter(CompositePayloadConverter):
     """Temporal's default payload converters, the JSON one with cached dataclass hints."""
 
     def __init__(self) -> None:
-        super().__init__(*(
-            JSONPlainPayloadConverter(custom_type_converters=[CachedDataclassConverter()])
-            if isinstance(c, JSONPlainPayloadConverter) else c
-            for c in DefaultPayloadConverter.default_encoding_payload_converters
-        ))
+        super().__init__(
+            *(
+                JSONPlainPayloadConverter(custom_type_converters=[CachedDataclassConverter()])
+                if isinstance(c, JSONPlainPayloadConverter)
+                else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=FleetctlPayloadConverter)

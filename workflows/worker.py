@@ -37,8 +37,17 @@ from workflows.definitions.stragglers import ProductionStragglers
 # How many external drains' event ids a worker remembers having signalled (watch_external_drains).
 SENT_EXTERNAL_DRAINS = 10_000
 
-WORKFLOWS: list[type] = [NodeLifecycle, CapacityGuard, ActiveCheckSweep, ActiveCheckBatch, JobRestart, Remediation, FirmwareRollout,
-                         ProductionStragglers, JobHistorySync]
+WORKFLOWS: list[type] = [
+    NodeLifecycle,
+    CapacityGuard,
+    ActiveCheckSweep,
+    ActiveCheckBatch,
+    JobRestart,
+    Remediation,
+    FirmwareRollout,
+    ProductionStragglers,
+    JobHistorySync,
+]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -57,21 +66,61 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     stragglers = StragglerActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
     return [
-        node.record_transition, node.record_transition_with_facts, node.node_facts, node.record_health_event,
-        node.record_health_events, node.record_automation_event, node.judge_reachability, node.judge_agent_silence,
-        node.idle_production_nodes, node.running_jobs_on, node.cordon_in_scheduler, node.resume_in_scheduler,
-        node.hold_in_scheduler, node.release_hold, node.drain_pods_on, node.report_state,
-        node.choose_remediation, commands.command_node,
-        checks.suite_checks, checks.run_check, checks.judge_admission, checks.judge_against_peers,
-        guard.fleet_snapshot, guard.fleet_policy, guard.critical_evidence, guard.state_versions, guard.removals_for_fault, guard.in_service_nodes,
-        guard.ask_capacity_guard, guard.report_check_errors,
-        remediation.begin_run, remediation.node_state, remediation.prepare_step, remediation.record_step,
-        remediation.finish_run, remediation.gpu_reset, remediation.reboot, remediation.admit_node,
-        remediation.notify, remediation.open_rma, remediation.rma_burst, remediation.decide_rma,
-        fw.current_baseline_id, fw.node_drift, fw.apply_updates, fw.record_node, fw.record_progress,
-        restarts.record_restart_started, restarts.drain_nodes, restarts.restart_job, restarts.wait_until_running,
-        restarts.record_restart_step, restarts.record_restart_outcome,
-        stragglers.judge_running_jobs, stragglers.record_straggler_drain,
+        node.record_transition,
+        node.record_transition_with_facts,
+        node.node_facts,
+        node.record_health_event,
+        node.record_health_events,
+        node.record_automation_event,
+        node.judge_reachability,
+        node.judge_agent_silence,
+        node.idle_production_nodes,
+        node.running_jobs_on,
+        node.cordon_in_scheduler,
+        node.resume_in_scheduler,
+        node.hold_in_scheduler,
+        node.release_hold,
+        node.drain_pods_on,
+        node.report_state,
+        node.choose_remediation,
+        commands.command_node,
+        checks.suite_checks,
+        checks.run_check,
+        checks.judge_admission,
+        checks.judge_against_peers,
+        guard.fleet_snapshot,
+        guard.fleet_policy,
+        guard.critical_evidence,
+        guard.state_versions,
+        guard.removals_for_fault,
+        guard.in_service_nodes,
+        guard.ask_capacity_guard,
+        guard.report_check_errors,
+        remediation.begin_run,
+        remediation.node_state,
+        remediation.prepare_step,
+        remediation.record_step,
+        remediation.finish_run,
+        remediation.gpu_reset,
+        remediation.reboot,
+        remediation.admit_node,
+        remediation.notify,
+        remediation.open_rma,
+        remediation.rma_burst,
+        remediation.decide_rma,
+        fw.current_baseline_id,
+        fw.node_drift,
+        fw.apply_updates,
+        fw.record_node,
+        fw.record_progress,
+        restarts.record_restart_started,
+        restarts.drain_nodes,
+        restarts.restart_job,
+        restarts.wait_until_running,
+        restarts.record_restart_step,
+        restarts.record_restart_outcome,
+        stragglers.judge_running_jobs,
+        stragglers.record_straggler_drain,
         job_history.sync_job_history,
     ]
 
@@ -146,9 +195,21 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         if event_id in sent:
             return
         try:
-            await send_health_events(client, node, [HealthEventInput(
-                node=node, source=EXTERNAL_DRAIN, message=bounded(printable(message)), actor=EXTERNAL_DRAIN,
-                event_id=event_id, at=utcnow().timestamp(), severity=severity)])
+            await send_health_events(
+                client,
+                node,
+                [
+                    HealthEventInput(
+                        node=node,
+                        source=EXTERNAL_DRAIN,
+                        message=bounded(printable(message)),
+                        actor=EXTERNAL_DRAIN,
+                        event_id=event_id,
+                        at=utcnow().timestamp(),
+                        severity=severity,
+                    )
+                ],
+            )
         except CommandRejected as exc:  # no workflow for the node (retired meanwhile): the others go on
             log.warning("external drain of %s not recorded: %s", node, exc)
             return
@@ -157,8 +218,13 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
             sent.popitem(last=False)
 
     def look():
-        nodes = [n for n in queries.list_nodes(engine, state="production") if in_fleet(n.labels, settings.fleet)
-                 and n.scheduler != "none" and set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
+        nodes = [
+            n
+            for n in queries.list_nodes(engine, state="production")
+            if in_fleet(n.labels, settings.fleet)
+            and n.scheduler != "none"
+            and set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)
+        ]
         found, unknown = external_drains(nodes, {kind: schedulers.get(kind) for kind in {n.scheduler for n in nodes}})
         recorded = queries.health_event_ids_starting(engine, [d.event_id for d in found])
         found = [dataclasses.replace(d, event_id=episode_id(d.event_id, recorded)) for d in found]
@@ -179,9 +245,15 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                 if settings.external_drain_policy == "maintenance":
                     try:
                         await request_guarded_drain(
-                            client, settings, drain.node, racks[drain.node], bounded(printable(drain.message)),
-                            EXTERNAL_DRAIN, f"{drain.event_id}@{utcnow().isoformat()}",
-                            Event("manual", message=bounded(printable(drain.message))).to_dict())
+                            client,
+                            settings,
+                            drain.node,
+                            racks[drain.node],
+                            bounded(printable(drain.message)),
+                            EXTERNAL_DRAIN,
+                            f"{drain.event_id}@{utcnow().isoformat()}",
+                            Event("manual", message=bounded(printable(drain.message))).to_dict(),
+                        )
                     except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
                         log.info("node %s: not drained for the external drain: %s", drain.node, exc)
             for was in lifted:
@@ -230,7 +302,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
         logging.getLogger(__name__).warning(warning)
     watcher = asyncio.create_task(watch_stalls(client, settings))
     pruner = asyncio.create_task(prune_periodically(settings))
-    drains = asyncio.create_task(watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings))))
+    drains = asyncio.create_task(
+        watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings)))
+    )
     try:
         with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
             worker = build_worker(client, settings, executor)

@@ -52,10 +52,19 @@ def detect(message: str) -> list[Fault]:
         log = parse_kernel_log(message)
     except UnjudgeableOutput as exc:
         raise UnreadableRecord(bounded(str(exc), 300)) from None
-    faults = [Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), xid_action(e.code).severity)
-              for e in log.xids if e.code <= MAX_CODE]
+    faults = [
+        Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), xid_action(e.code).severity)
+        for e in log.xids
+        if e.code <= MAX_CODE
+    ]
     catalog = signatures()
-    faults += [Fault(None, bounded(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
-                     catalog[s.name].severity, s.name)
-               for s in log.signatures]
+    faults += [
+        Fault(
+            None,
+            bounded(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
+            catalog[s.name].severity,
+            s.name,
+        )
+        for s in log.signatures
+    ]
     return faults

@@ -13,8 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetctl.agent.records import (MAX_SEQ, BadRecord, KernelRecord, file_record,
-                                    parse_journal_json, parse_kmsg)
+from fleetctl.agent.records import MAX_SEQ, BadRecord, KernelRecord, file_record, parse_journal_json, parse_kmsg
 from fleetctl.text import bounded
 
 log = logging.getLogger("fleetctl.agent")
@@ -134,7 +133,13 @@ class KmsgSource:
     the node's workflow counts it once."""
 
     def __init__(self, path: Path, boot_id: str, boot_time: float, cursor: dict | None = None):
-        self.path, self.boot_id, self.boot_time, self.lines_read, self.bad_records = Path(path), boot_id, boot_time, 0, 0
+        self.path, self.boot_id, self.boot_time, self.lines_read, self.bad_records = (
+            Path(path),
+            boot_id,
+            boot_time,
+            0,
+            0,
+        )
         self.seq_resets, self.last_bad = 0, ""  # last_bad: why the last unreadable record was
         self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         self._lines = _Lines()
@@ -192,8 +197,11 @@ class KmsgSource:
     def _reset(self, why: str, seq: int | None) -> None:
         """The cursor goes back: to `seq`, or (None) to before the log's first record."""
         self.seq_resets += 1
-        log.warning("/dev/kmsg cursor reset (%s): reading on from %s", why,
-                    f"sequence number {seq + 1}" if seq is not None else "the log's first record")
+        log.warning(
+            "/dev/kmsg cursor reset (%s): reading on from %s",
+            why,
+            f"sequence number {seq + 1}" if seq is not None else "the log's first record",
+        )
         self._seq = -1 if seq is None else seq
         self._checking = False
         if seq is None:

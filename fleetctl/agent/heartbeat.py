@@ -64,8 +64,11 @@ class HeartbeatSender:
 
     def send(self, node: str) -> None:
         request = urllib.request.Request(
-            self.url, data=json.dumps({"node": node}).encode(), method="POST",
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"})
+            self.url,
+            data=json.dumps({"node": node}).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"},
+        )
         try:
             with self._opener.open(request, timeout=self.timeout_s) as answer:
                 answer.read()

@@ -1,10 +1,10 @@
 """Kernel log records, each with the log's own time and an id stable across re-reads.
 
-    /dev/kmsg:        "6,1234,5678901,-;NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."
-                      (priority,seq,usec since boot,flags;message; lines that start with a space
-                      are the record's KEY=value dictionary)
-    journalctl -o json: one object a line with MESSAGE, __CURSOR, __REALTIME_TIMESTAMP (usec)
-    a file:           dmesg/syslog lines; the id is the file's inode and the line's offset
+/dev/kmsg:        "6,1234,5678901,-;NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."
+                  (priority,seq,usec since boot,flags;message; lines that start with a space
+                  are the record's KEY=value dictionary)
+journalctl -o json: one object a line with MESSAGE, __CURSOR, __REALTIME_TIMESTAMP (usec)
+a file:           dmesg/syslog lines; the id is the file's inode and the line's offset
 """
 
 from __future__ import annotations

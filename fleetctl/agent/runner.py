@@ -30,8 +30,15 @@ MAX_URGENT = 1000  # critical events held for sending first (all are in the spoo
 APPEND_RETRY_S = 1.0  # a spool that cannot be written (a full disk) is tried again this often
 CURSOR_FILE = "cursor.json"
 # What an event the agent spools holds (the last two absent from an older agent's spool).
-_EVENT_FIELDS = {"node": str, "source": str, "code": (int, type(None)), "message": str, "actor": str,
-                 "event_id": str, "at": (int, float)}
+_EVENT_FIELDS = {
+    "node": str,
+    "source": str,
+    "code": (int, type(None)),
+    "message": str,
+    "actor": str,
+    "event_id": str,
+    "at": (int, float),
+}
 _EVENT_OPTIONAL = {"severity": str, "at_from_record": bool, "signature": str}
 # Cursor files Agent.saved_cursor found corrupt (and moved aside), by spool directory: the
 # Agent made next for that directory counts them.
@@ -68,29 +75,48 @@ class AgentMetrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
         self.lines = Counter("fleetctl_agent_lines_read", "Kernel log records read", registry=r)
-        self.last_line = Gauge("fleetctl_agent_last_line_timestamp_seconds",
-                               "Log time of the last record read (unix seconds)", registry=r)
+        self.last_line = Gauge(
+            "fleetctl_agent_last_line_timestamp_seconds", "Log time of the last record read (unix seconds)", registry=r
+        )
         self.detected = Counter("fleetctl_agent_events_detected", "Faults found in the log or the samples", registry=r)
         self.sent = Counter("fleetctl_agent_events_sent", "Events the node's workflow accepted", registry=r)
         self.send_failures = Counter("fleetctl_agent_send_failures", "Deliveries that failed (retried)", registry=r)
         self.depth = Gauge("fleetctl_agent_spool_depth", "Events spooled, not yet delivered", registry=r)
-        self.dropped = Gauge("fleetctl_agent_spool_dropped", "Events dropped past the spool's bound (all severities)",
-                             registry=r)
-        self.dropped_by_severity = Gauge("fleetctl_agent_spool_dropped_by_severity",
-                                         "Events dropped past the spool's bound: minor ones first, critical ones only "
-                                         "when the spool holds nothing else", ["severity"], registry=r)
-        self.unreadable = Counter("fleetctl_agent_unreadable_records",
-                                  "Kernel log records skipped because they could not be read: not a record of the "
-                                  "source's format (source), refused by the Xid parser (parser), or the parser failed "
-                                  "on it (parser_error)", ["why"], registry=r)
-        self.seq_resets = Counter("fleetctl_agent_cursor_resets",
-                                  "Times the read position went back (a /dev/kmsg sequence number that went backwards, "
-                                  "or a saved cursor beyond the log)", registry=r)
-        self.spool_write_failures = Counter("fleetctl_agent_spool_write_failures",
-                                            "Spool appends that failed (the events are held and tried again)", registry=r)
-        self.corrupt_files = Counter("fleetctl_agent_corrupt_files",
-                                     "Spool or cursor files that could not be read, moved aside as NAME.corrupt-TIME",
-                                     ["file"], registry=r)
+        self.dropped = Gauge(
+            "fleetctl_agent_spool_dropped", "Events dropped past the spool's bound (all severities)", registry=r
+        )
+        self.dropped_by_severity = Gauge(
+            "fleetctl_agent_spool_dropped_by_severity",
+            "Events dropped past the spool's bound: minor ones first, critical ones only "
+            "when the spool holds nothing else",
+            ["severity"],
+            registry=r,
+        )
+        self.unreadable = Counter(
+            "fleetctl_agent_unreadable_records",
+            "Kernel log records skipped because they could not be read: not a record of the "
+            "source's format (source), refused by the Xid parser (parser), or the parser failed "
+            "on it (parser_error)",
+            ["why"],
+            registry=r,
+        )
+        self.seq_resets = Counter(
+            "fleetctl_agent_cursor_resets",
+            "Times the read position went back (a /dev/kmsg sequence number that went backwards, "
+            "or a saved cursor beyond the log)",
+            registry=r,
+        )
+        self.spool_write_failures = Counter(
+            "fleetctl_agent_spool_write_failures",
+            "Spool appends that failed (the events are held and tried again)",
+            registry=r,
+        )
+        self.corrupt_files = Counter(
+            "fleetctl_agent_corrupt_files",
+            "Spool or cursor files that could not be read, moved aside as NAME.corrupt-TIME",
+            ["file"],
+            registry=r,
+        )
         for why in ("source", "parser", "parser_error"):
             self.unreadable.labels(why)
         for severity in (*SEVERITY_WORDS, "none"):
@@ -99,8 +125,9 @@ class AgentMetrics:
             self.corrupt_files.labels(file)
         self.samples = Counter("fleetctl_agent_samples", "GPU health samples taken", registry=r)
         self.heartbeats = Counter("fleetctl_agent_heartbeats_sent", "Heartbeats the intake took", registry=r)
-        self.heartbeat_failures = Counter("fleetctl_agent_heartbeat_failures", "Heartbeats that failed (not retried)",
-                                          registry=r)
+        self.heartbeat_failures = Counter(
+            "fleetctl_agent_heartbeat_failures", "Heartbeats that failed (not retried)", registry=r
+        )
 
 
 @dataclass
@@ -115,10 +142,19 @@ class Agent:
     def __post_init__(self) -> None:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
-        self.metrics.corrupt_files.labels("cursor").inc(_CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0))
-        self.samplers = [(self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))]
+        self.metrics.corrupt_files.labels("cursor").inc(
+            _CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0)
+        )
+        self.samplers = [
+            (self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))
+        ]
         if self.config.dcgm_health_argv:
-            self.samplers.append((self.config.dcgm_health_argv, SampleTracker(self.config.profile, "dcgm-health", profiles_dir=self.config.profiles_dir)))
+            self.samplers.append(
+                (
+                    self.config.dcgm_health_argv,
+                    SampleTracker(self.config.profile, "dcgm-health", profiles_dir=self.config.profiles_dir),
+                )
+            )
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
         self._beat_at, self._beating = 0.0, None
         # Critical events read since the last delivery: sent ahead of the spool's order (and
@@ -159,9 +195,18 @@ class Agent:
     def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> dict:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
-        return {"node": self.config.node, "source": "agent", "code": code, "message": bounded(message),
-                "actor": self.config.actor, "event_id": event_id(self.config.node, key, 0), "at": at,
-                "severity": severity, "at_from_record": True, "signature": signature}
+        return {
+            "node": self.config.node,
+            "source": "agent",
+            "code": code,
+            "message": bounded(message),
+            "actor": self.config.actor,
+            "event_id": event_id(self.config.node, key, 0),
+            "at": at,
+            "severity": severity,
+            "at_from_record": True,
+            "signature": signature,
+        }
 
     def events_of(self, records: list[KernelRecord]) -> list[dict]:
         """The events of the records' faults. A record the parser cannot read is counted and
@@ -177,8 +222,9 @@ class Agent:
                 self._unreadable("parser_error", r, f"{type(exc).__name__}: {exc}")
                 continue
             for i, fault in enumerate(faults):
-                out.append(self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity,
-                                       fault.signature))
+                out.append(
+                    self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity, fault.signature)
+                )
                 if fault.critical:
                     self._urgent.append(out[-1])
         del self._urgent[:-MAX_URGENT]  # the oldest stay in the spool, sent in order
@@ -223,9 +269,13 @@ class Agent:
             self.metrics.spool_write_failures.inc()
             self._append_at = time.monotonic() + APPEND_RETRY_S
             if not self._append_failing:
-                log.warning("cannot write the spool (%s): %d events held, tried again every %.0fs; the read "
-                            "position stays before their records", bounded(str(exc), 300), len(events),
-                            APPEND_RETRY_S)
+                log.warning(
+                    "cannot write the spool (%s): %d events held, tried again every %.0fs; the read "
+                    "position stays before their records",
+                    bounded(str(exc), 300),
+                    len(events),
+                    APPEND_RETRY_S,
+                )
             self._append_failing = True
             return False
         if self._append_failing:
@@ -240,8 +290,12 @@ class Agent:
         bad, resets = getattr(self.source, "bad_records", 0), getattr(self.source, "seq_resets", 0)
         if bad > self._bad_seen:
             self.metrics.unreadable.labels("source").inc(bad - self._bad_seen)
-            log.warning("%d unreadable kernel log record%s skipped (source): %s", bad - self._bad_seen,
-                        "s" if bad - self._bad_seen > 1 else "", bounded(getattr(self.source, "last_bad", ""), 300))
+            log.warning(
+                "%d unreadable kernel log record%s skipped (source): %s",
+                bad - self._bad_seen,
+                "s" if bad - self._bad_seen > 1 else "",
+                bounded(getattr(self.source, "last_bad", ""), 300),
+            )
         if resets > self._resets_seen:
             self.metrics.seq_resets.inc(resets - self._resets_seen)
         self._bad_seen, self._resets_seen = max(bad, self._bad_seen), max(resets, self._resets_seen)
@@ -263,8 +317,10 @@ class Agent:
             text = await asyncio.to_thread(self.run, argv)
             self.metrics.samples.inc()
             now = time.time()
-            events = [self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
-                      for found in tracker.observe(text)]
+            events = [
+                self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
+                for found in tracker.observe(text)
+            ]
             if events:
                 self.metrics.detected.inc(len(events))
                 try:
@@ -278,7 +334,7 @@ class Agent:
         """Send what is spooled, critical events first, a batch at a time, until it is empty
         or a send fails."""
         while (self.spool.depth or self._urgent) and time.monotonic() >= self._retry_at:
-            urgent = self._urgent[:self.config.batch_size]
+            urgent = self._urgent[: self.config.batch_size]
             batch = urgent or self.spool.pending(self.config.batch_size)
             try:
                 await self.transport.send(self.config.node, batch)
@@ -289,7 +345,7 @@ class Agent:
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
                 return
             if urgent:  # counted as sent when the spool's order reaches them
-                del self._urgent[:len(urgent)]
+                del self._urgent[: len(urgent)]
                 continue
             self.spool.ack(len(batch))
             self.metrics.sent.inc(len(batch))
@@ -347,10 +403,13 @@ def valid_event(ev: dict) -> bool:
     if not set(_EVENT_FIELDS) <= set(ev) <= set(_EVENT_FIELDS) | set(_EVENT_OPTIONAL):
         return False
     fields = {**_EVENT_FIELDS, **_EVENT_OPTIONAL}
-    return all(isinstance(v, fields[k]) and not (isinstance(v, bool) and fields[k] is not bool) for k, v in ev.items()) \
-        and all(len(ev[k]) <= MAX_TEXT for k in ("node", "source", "message", "actor", "event_id")) \
-        and len(ev.get("signature", "")) <= MAX_SIGNATURE_NAME \
-        and (ev["code"] is None or 0 <= ev["code"] <= 2**31 - 1) and ev.get("severity", "") in (*SEVERITY_WORDS, "")
+    return (
+        all(isinstance(v, fields[k]) and not (isinstance(v, bool) and fields[k] is not bool) for k, v in ev.items())
+        and all(len(ev[k]) <= MAX_TEXT for k in ("node", "source", "message", "actor", "event_id"))
+        and len(ev.get("signature", "")) <= MAX_SIGNATURE_NAME
+        and (ev["code"] is None or 0 <= ev["code"] <= 2**31 - 1)
+        and ev.get("severity", "") in (*SEVERITY_WORDS, "")
+    )
 
 
 def valid_cursor(cursor: object) -> bool:

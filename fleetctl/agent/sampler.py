@@ -48,6 +48,11 @@ class SampleTracker:
         out = []
         for where, what in new:
             n = self.appearances[(where, what)] = self.appearances.get((where, what), 0) + 1
-            out.append(Sampled(f"{self.kind}:{where}:{what}:{n}", f"{self.kind} {where}: {what}",
-                               EVENT_SEVERITY[found[(where, what)]]))
+            out.append(
+                Sampled(
+                    f"{self.kind}:{where}:{what}:{n}",
+                    f"{self.kind} {where}: {what}",
+                    EVENT_SEVERITY[found[(where, what)]],
+                )
+            )
         return out

@@ -109,7 +109,9 @@ class Spool:
         # Delivered (or dropped) through line `line` of segment `segment`.
         self._segment, self._line = state.get("segment", 0), state.get("line", 0)
         self.dropped = state.get("dropped", 0)
-        self.dropped_by_severity = {k: state.get("dropped_by_severity", {}).get(k, 0) for k in (*SEVERITY_WORDS, "none")}
+        self.dropped_by_severity = {
+            k: state.get("dropped_by_severity", {}).get(k, 0) for k in (*SEVERITY_WORDS, "none")
+        }
         self._pending: deque[tuple[int, int, dict]] = deque()  # (segment, line, event)
         self._handed: list[tuple[int, int]] = []  # positions pending() returned last
         self._write_segment, self._write_line = self._segment, 0
@@ -182,8 +184,9 @@ class Spool:
             os.fsync(f.fileno())
         _fsync_dir(self.dir)
         for bad, lines in corrupt:
-            self.moved_aside.append(move_aside(bad, f"{lines} unreadable line{'s' if lines > 1 else ''}; "
-                                                    "the readable events kept"))
+            self.moved_aside.append(
+                move_aside(bad, f"{lines} unreadable line{'s' if lines > 1 else ''}; the readable events kept")
+            )
         self._pending = deque((n, i, ev) for i, (_, _, ev) in enumerate(self._pending, 1))
         self._segment, self._line = n, 0
         self._write_state()
@@ -210,7 +213,7 @@ class Spool:
                 self._file.close()
                 self._file, segment, line = new, segment + 1, 0
                 self._write_segment, self._write_line = segment, 0
-            chunk = lines[start:start + SEGMENT_EVENTS - line]
+            chunk = lines[start : start + SEGMENT_EVENTS - line]
             size = self._file.tell()
             try:
                 self._file.write("".join(chunk).encode())
@@ -262,7 +265,7 @@ class Spool:
                     break
         if len(victims) < excess:  # nothing but critical events left: the oldest of them
             chosen = {(s, n) for s, n, _ in victims}
-            victims += [e for e in self._pending if (e[0], e[1]) not in chosen][:excess - len(victims)]
+            victims += [e for e in self._pending if (e[0], e[1]) not in chosen][: excess - len(victims)]
         gone = {(s, n) for s, n, _ in victims}
         try:
             self._write_lines([json.dumps(["dropped", s, n]) + "\n" for s, n in sorted(gone)])
@@ -304,9 +307,17 @@ class Spool:
                 path.unlink()
 
     def _write_state(self) -> None:
-        write_atomically(self._state_path, json.dumps({"segment": self._segment, "line": self._line,
-                                                       "dropped": self.dropped,
-                                                       "dropped_by_severity": self.dropped_by_severity}))
+        write_atomically(
+            self._state_path,
+            json.dumps(
+                {
+                    "segment": self._segment,
+                    "line": self._line,
+                    "dropped": self.dropped,
+                    "dropped_by_severity": self.dropped_by_severity,
+                }
+            ),
+        )
 
     def close(self) -> None:
         if self._file is not None:

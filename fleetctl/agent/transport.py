@@ -34,8 +34,9 @@ class TemporalTransport:
         try:
             if self._client is None:
                 self._client = await connect(self.settings)
-            await asyncio.wait_for(send_health_events(self._client, node, [HealthEventInput(**e) for e in events]),
-                                   SEND_TIMEOUT_S)
+            await asyncio.wait_for(
+                send_health_events(self._client, node, [HealthEventInput(**e) for e in events]), SEND_TIMEOUT_S
+            )
         except CommandRejected as exc:
             if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know
                 raise NodeRefused(str(exc)) from None
@@ -58,17 +59,32 @@ class IntakeTransport:
         self._opener = intake_opener(ca_path)
 
     async def send(self, node: str, events: list[dict]) -> None:
-        body = json.dumps({"events": [{"node": e["node"], "code": e["code"], "message": e["message"],
-                                       "id": e["event_id"], "at": e["at"], "severity": e["severity"],
-                                       # absent from events spooled by an older agent
-                                       **({"signature": e["signature"]} if e.get("signature") else {})}
-                                      for e in events]}).encode()
+        body = json.dumps(
+            {
+                "events": [
+                    {
+                        "node": e["node"],
+                        "code": e["code"],
+                        "message": e["message"],
+                        "id": e["event_id"],
+                        "at": e["at"],
+                        "severity": e["severity"],
+                        # absent from events spooled by an older agent
+                        **({"signature": e["signature"]} if e.get("signature") else {}),
+                    }
+                    for e in events
+                ]
+            }
+        ).encode()
         await asyncio.to_thread(self._post, body)
 
     def _post(self, body: bytes) -> None:
-        request = urllib.request.Request(self.url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json",
-                                                  "Authorization": f"Bearer {self._token}"})
+        request = urllib.request.Request(
+            self.url,
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"},
+        )
         try:
             with self._opener.open(request, timeout=self.timeout_s) as answer:
                 answer.read()

@@ -27,5 +27,12 @@ def bmc_for(node: str, address: str, settings: Settings) -> Bmc:
     from fleetctl.bmc.redfish import RedfishBmc, RedfishClient
 
     url = address if "://" in address else f"https://{address}"
-    return RedfishBmc(RedfishClient(url, settings.bmc_username, settings.bmc_password, verify_tls=settings.bmc_verify_tls,
-                                     allow_http=settings.bmc_allow_http))
+    return RedfishBmc(
+        RedfishClient(
+            url,
+            settings.bmc_username,
+            settings.bmc_password,
+            verify_tls=settings.bmc_verify_tls,
+            allow_http=settings.bmc_allow_http,
+        )
+    )

@@ -258,9 +258,7 @@ class RedfishClient:
                     detail = "; ".join(messages) or "no message"
                     raise BmcError(self._scrub(f"BMC {self.base_url}: task {task_uri} ended {state}: {detail}"))
             if time.monotonic() >= deadline:
-                raise BmcError(
-                    f"BMC {self.base_url}: task {task_uri} still {state or 'running'} after {timeout_s:g}s"
-                )
+                raise BmcError(f"BMC {self.base_url}: task {task_uri} still {state or 'running'} after {timeout_s:g}s")
             log.debug("BMC %s: task %s %s (%s%%)", self.base_url, task_uri, state, task.get("PercentComplete"))
             time.sleep(poll_s)
 

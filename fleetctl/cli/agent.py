@@ -17,36 +17,63 @@ from fleetctl.cli.output import EXIT_USAGE, fail
 def agent(
     ctx: typer.Context,
     node: str = typer.Argument(None, help="this node's name in the inventory (default: the host name)"),
-    kmsg: Optional[Path] = typer.Option(None, "--kmsg", help="read /dev/kmsg records from this path (the default source: /dev/kmsg)"),
+    kmsg: Optional[Path] = typer.Option(
+        None, "--kmsg", help="read /dev/kmsg records from this path (the default source: /dev/kmsg)"
+    ),
     journal: bool = typer.Option(False, "--journal", help="read `journalctl -k -f -o json` instead of /dev/kmsg"),
     journalctl: str = typer.Option("journalctl", "--journalctl", help="the journalctl binary"),
-    log_file: Optional[Path] = typer.Option(None, "--file", help="follow this log file (rotation and truncation survived)"),
-    spool: Path = typer.Option(Path("/var/lib/fleetctl-agent"), "--spool", help="directory for undelivered events and the read position"),
-    max_spool: int = typer.Option(100_000, "--max-spool", help="events kept while Temporal is unreachable (oldest dropped past it)"),
-    sample_interval: float = typer.Option(30.0, "--sample-interval", help="seconds between GPU health samples (0: none)"),
+    log_file: Optional[Path] = typer.Option(
+        None, "--file", help="follow this log file (rotation and truncation survived)"
+    ),
+    spool: Path = typer.Option(
+        Path("/var/lib/fleetctl-agent"), "--spool", help="directory for undelivered events and the read position"
+    ),
+    max_spool: int = typer.Option(
+        100_000, "--max-spool", help="events kept while Temporal is unreachable (oldest dropped past it)"
+    ),
+    sample_interval: float = typer.Option(
+        30.0, "--sample-interval", help="seconds between GPU health samples (0: none)"
+    ),
     nvidia_smi: str = typer.Option("nvidia-smi", "--nvidia-smi", help="the nvidia-smi binary"),
-    dcgmi: Optional[str] = typer.Option(None, "--dcgmi",
-                                        help="the dcgmi binary: also sample `dcgmi health -c` (DCGM's health "
-                                             "watches, set with `dcgmi health -s a`) where DCGM runs"),
-    profile: Optional[str] = typer.Option(None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"),
+    dcgmi: Optional[str] = typer.Option(
+        None,
+        "--dcgmi",
+        help="the dcgmi binary: also sample `dcgmi health -c` (DCGM's health "
+        "watches, set with `dcgmi health -s a`) where DCGM runs",
+    ),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"
+    ),
     metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
-    heartbeat_url: Optional[str] = typer.Option(None, "--heartbeat-url", envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
-                                                help="the intake (`fleetctl events serve`) to send heartbeats to, "
-                                                     "e.g. https://intake:9411 (http only to this machine); fleetctl judges a node whose agent "
-                                                     "falls silent (FLEETCTL_AGENT_SILENCE_S)"),
-    heartbeat_token_file: Optional[Path] = typer.Option(None, "--heartbeat-token-file",
-                                                        help="file holding this node's credential "
-                                                             "(`fleetctl events credential issue`) or the "
-                                                             "intake's token (or env FLEETCTL_INTAKE_TOKEN)"),
+    heartbeat_url: Optional[str] = typer.Option(
+        None,
+        "--heartbeat-url",
+        envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
+        help="the intake (`fleetctl events serve`) to send heartbeats to, "
+        "e.g. https://intake:9411 (http only to this machine); fleetctl judges a node whose agent "
+        "falls silent (FLEETCTL_AGENT_SILENCE_S)",
+    ),
+    heartbeat_token_file: Optional[Path] = typer.Option(
+        None,
+        "--heartbeat-token-file",
+        help="file holding this node's credential "
+        "(`fleetctl events credential issue`) or the "
+        "intake's token (or env FLEETCTL_INTAKE_TOKEN)",
+    ),
     heartbeat_interval: float = typer.Option(30.0, "--heartbeat-interval", help="seconds between heartbeats"),
-    events_to_intake: bool = typer.Option(False, "--events-to-intake",
-                                          help="send events through the intake at --heartbeat-url with this "
-                                               "node's credential, not to Temporal: the agent then holds no "
-                                               "Temporal credential, and nothing that speaks for another node"),
-    heartbeat_ca: Optional[Path] = typer.Option(None, "--heartbeat-ca",
-                                                help="CA bundle the intake's https certificate is verified against "
-                                                     "(default: the system's)"),
+    events_to_intake: bool = typer.Option(
+        False,
+        "--events-to-intake",
+        help="send events through the intake at --heartbeat-url with this "
+        "node's credential, not to Temporal: the agent then holds no "
+        "Temporal credential, and nothing that speaks for another node",
+    ),
+    heartbeat_ca: Optional[Path] = typer.Option(
+        None,
+        "--heartbeat-ca",
+        help="CA bundle the intake's https certificate is verified against (default: the system's)",
+    ),
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
     through an on-disk spool while Temporal is unreachable."""
@@ -104,13 +131,22 @@ def agent(
             source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, cursor)
     except OSError as exc:
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
-    config = AgentConfig(node=node, spool_dir=spool, actor=f"fleetctl-agent@{node}", max_spool=max_spool,
-                         sample_interval_s=sample_interval, profile=profile,
-                         profiles_dir=context.settings(ctx).profiles_dir or None, boot_id=boot_id,
-                         sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
-                         dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
-                         heartbeat_interval_s=heartbeat_interval)
-    the_agent = Agent(config, source, events_via_intake or TemporalTransport(context.settings(ctx)), heartbeat=heartbeat)
+    config = AgentConfig(
+        node=node,
+        spool_dir=spool,
+        actor=f"fleetctl-agent@{node}",
+        max_spool=max_spool,
+        sample_interval_s=sample_interval,
+        profile=profile,
+        profiles_dir=context.settings(ctx).profiles_dir or None,
+        boot_id=boot_id,
+        sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
+        dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
+        heartbeat_interval_s=heartbeat_interval,
+    )
+    the_agent = Agent(
+        config, source, events_via_intake or TemporalTransport(context.settings(ctx)), heartbeat=heartbeat
+    )
     if metrics_port:
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
         typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
@@ -131,6 +167,9 @@ def _intake_token(path: Path | None) -> str:
     it is missing or would not fit in a header."""
     token = context.intake_token(path, "--heartbeat-token-file")  # read strictly: one line, printable ASCII
     if not token:
-        fail("--heartbeat-url needs the intake's token or this node's credential (--heartbeat-token-file "
-             "or FLEETCTL_INTAKE_TOKEN)", EXIT_USAGE)
+        fail(
+            "--heartbeat-url needs the intake's token or this node's credential (--heartbeat-token-file "
+            "or FLEETCTL_INTAKE_TOKEN)",
+            EXIT_USAGE,
+        )
     return token

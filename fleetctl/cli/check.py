@@ -51,8 +51,15 @@ def list_suites(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
         suites = load_suites(context.settings(ctx).suites_dir or None)
     except SuiteError as exc:
         fail(str(exc), EXIT_USAGE)
-    rows = [{"name": s.name, "description": s.description, "checks": list(s.checks),
-             "typical_duration_s": sum(CHECKS[c].typical_duration_s for c in s.checks)} for s in suites.values()]
+    rows = [
+        {
+            "name": s.name,
+            "description": s.description,
+            "checks": list(s.checks),
+            "typical_duration_s": sum(CHECKS[c].typical_duration_s for c in s.checks),
+        }
+        for s in suites.values()
+    ]
     emit(rows, output, lambda data, wide: column_table(SUITE_COLUMNS, data, wide))
 
 
@@ -77,9 +84,19 @@ def list_profiles(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
         profiles = [(load_profile(name, site_dir), profile_source(name, site_dir)) for name in profile_names(site_dir)]
     except ProfileError as exc:
         fail(str(exc), EXIT_USAGE)
-    rows = [{"name": p.name, "description": p.description, "gpu_count": p.gpu_count, "ib_port_count": p.ib_port_count,
-             "ib_rate_gbps": p.ib_rate_gbps, "roce_port_count": p.roce_port_count, "roce_rate_gbps": p.roce_rate_gbps,
-             "source": source} for p, source in profiles]
+    rows = [
+        {
+            "name": p.name,
+            "description": p.description,
+            "gpu_count": p.gpu_count,
+            "ib_port_count": p.ib_port_count,
+            "ib_rate_gbps": p.ib_rate_gbps,
+            "roce_port_count": p.roce_port_count,
+            "roce_rate_gbps": p.roce_rate_gbps,
+            "source": source,
+        }
+        for p, source in profiles
+    ]
     emit(rows, output, lambda data, wide: column_table(PROFILE_COLUMNS, data, wide))
 
 
@@ -109,11 +126,18 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
 @app.command("parse")
 def parse(
     ctx: typer.Context,
-    kind: str = typer.Argument(..., help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
-                               "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex"),
+    kind: str = typer.Argument(
+        ...,
+        help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
+        "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex",
+    ),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
-    profile: str | None = typer.Option(None, "--profile", "-p", help="GPU profile to judge against, e.g. h100-sxm "
-                                       "(`fleetctl check profiles` lists them)"),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        "-p",
+        help="GPU profile to judge against, e.g. h100-sxm (`fleetctl check profiles` lists them)",
+    ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Judge a saved tool output. Exit 0 pass/warn, 3 fail, 4 unjudgeable, 2 usage error."""
@@ -133,8 +157,15 @@ def parse(
 
     def table(data, wide):
         rows = [["status", data["status"]], ["reason", data["reason"]]]
-        rows += [[key, _short(value)] for key, value in data["metrics"].items() if wide or not isinstance(value, (list, dict))]
-        rows += [[f"finding ({f['severity']})", f"{f['where']}: {f['what']}" if f["where"] else f["what"]] for f in data["findings"]]
+        rows += [
+            [key, _short(value)]
+            for key, value in data["metrics"].items()
+            if wide or not isinstance(value, (list, dict))
+        ]
+        rows += [
+            [f"finding ({f['severity']})", f"{f['where']}: {f['what']}" if f["where"] else f["what"]]
+            for f in data["findings"]
+        ]
         return simple_table(f"{kind} check", ["FIELD", "VALUE"], rows)
 
     emit(result, output, table)

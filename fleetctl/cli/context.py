@@ -37,7 +37,9 @@ async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Any:
     s = settings(ctx)
     connection = resolve(s)
     if connection.address == DEFAULT_ADDRESS:  # not from a Temporal profile either
-        _note_default(s, "temporal_address", f"Temporal {connection.describe()}", "TEMPORAL_ADDRESS or --temporal-address")
+        _note_default(
+            s, "temporal_address", f"Temporal {connection.describe()}", "TEMPORAL_ADDRESS or --temporal-address"
+        )
     return await connect(s, timeout_s=timeout_s)
 
 
@@ -50,8 +52,9 @@ def _note_default(s: Settings, name: str, what: str, how: str) -> None:
     if s.sources.get(name, "default") != "default" or (id(s), name) in _noted:
         return
     _noted.add((id(s), name))
-    typer.echo(f"note: using {what}: the default, nothing configured it (set {how}; `fleetctl config` shows all)",
-               err=True)
+    typer.echo(
+        f"note: using {what}: the default, nothing configured it (set {how}; `fleetctl config` shows all)", err=True
+    )
 
 
 def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) -> tuple[Any, str | None]:

@@ -29,8 +29,9 @@ def db_upgrade(ctx: typer.Context) -> None:
 def prune(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="say what would be removed; remove nothing"),
-    archive: Optional[Path] = typer.Option(None, "--archive", help="append what is removed to FILE first, one JSON "
-                                                                    "object a line (created mode 0600)"),
+    archive: Optional[Path] = typer.Option(
+        None, "--archive", help="append what is removed to FILE first, one JSON object a line (created mode 0600)"
+    ),
 ) -> None:
     """Forget what the retention settings let go: raw check output after
     retention_raw_output_days, check verdicts after retention_check_days, health events
@@ -46,8 +47,10 @@ def prune(
     s = context.settings(ctx)
     policy = RetentionPolicy.of(s)
     engine = context.engine(ctx)
-    kept = (f"(raw output kept {policy.raw_output_days:g} days, verdicts {policy.check_days:g}, "
-            f"health events {policy.health_event_days:g})")
+    kept = (
+        f"(raw output kept {policy.raw_output_days:g} days, verdicts {policy.check_days:g}, "
+        f"health events {policy.health_event_days:g})"
+    )
     now = utcnow()
     if dry_run:
         if archive is not None:
@@ -70,5 +73,7 @@ def prune(
 def _summary(counts: dict[str, int]) -> str:
     from fleetctl.db.retention import CHECK_RUNS, HEALTH_EVENTS, RAW_OUTPUT
 
-    return (f"{counts[CHECK_RUNS]} check runs, the raw output of {counts[RAW_OUTPUT]} more, "
-            f"{counts[HEALTH_EVENTS]} health events")
+    return (
+        f"{counts[CHECK_RUNS]} check runs, the raw output of {counts[RAW_OUTPUT]} more, "
+        f"{counts[HEALTH_EVENTS]} health events"
+    )

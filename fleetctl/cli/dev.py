@@ -43,8 +43,10 @@ def implicit_database_problem(settings, temporal) -> str | None:
     where every host would write a fleet database of its own."""
     if settings.sources.get("db_url", "default") != "default" or temporal.is_local():
         return None
-    return (f"no database given and Temporal at {temporal.address} is not on this host: every worker of a fleet "
-            "needs the fleet's one database; set FLEETCTL_DB_URL (or --db-url, or db_url in the config file)")
+    return (
+        f"no database given and Temporal at {temporal.address} is not on this host: every worker of a fleet "
+        "needs the fleet's one database; set FLEETCTL_DB_URL (or --db-url, or db_url in the config file)"
+    )
 
 
 def worker(ctx: typer.Context) -> None:
@@ -94,8 +96,10 @@ def _temporal_rows(s) -> list[dict]:
     settings, or the profile of Temporal's config file (`temporal.*` rows)."""
     from fleetctl.connections.temporal_client import resolve
 
-    return [{"setting": f"temporal.{name.removeprefix('temporal_')}", "value": value, "source": source}
-            for name, (value, source) in resolve(s).sources.items()]
+    return [
+        {"setting": f"temporal.{name.removeprefix('temporal_')}", "value": value, "source": source}
+        for name, (value, source) in resolve(s).sources.items()
+    ]
 
 
 def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
@@ -115,5 +119,10 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
     values = {k: redact(v, [getattr(s, name) for name in SECRET_SETTINGS]) for k, v in values.items()}
     rows = [{"setting": k, "value": v, "source": s.sources.get(k, "")} for k, v in values.items()]
     rows += _temporal_rows(s)
-    emit(rows, output, lambda data, wide: simple_table("fleetctl settings", ["setting", "value", "source"],
-                                                       [[r["setting"], r["value"], r["source"]] for r in data]))
+    emit(
+        rows,
+        output,
+        lambda data, wide: simple_table(
+            "fleetctl settings", ["setting", "value", "source"], [[r["setting"], r["value"], r["source"]] for r in data]
+        ),
+    )

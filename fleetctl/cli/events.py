@@ -24,26 +24,43 @@ def serve(
     ctx: typer.Context,
     port: int = typer.Option(9411, "--port", help="TCP port"),
     address: str = typer.Option("127.0.0.1", "--address", help="address to listen on"),
-    token_file: Optional[Path] = typer.Option(None, "--token-file",
-                                              help="file holding the bearer token senders must give (or env FLEETCTL_INTAKE_TOKEN)"),
-    spool: Path = typer.Option(Path("/var/lib/fleetctl-intake"), "--spool", help="directory for accepted, undelivered events"),
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="poll this cluster's Node Problem Detector conditions"),
+    token_file: Optional[Path] = typer.Option(
+        None, "--token-file", help="file holding the bearer token senders must give (or env FLEETCTL_INTAKE_TOKEN)"
+    ),
+    spool: Path = typer.Option(
+        Path("/var/lib/fleetctl-intake"), "--spool", help="directory for accepted, undelivered events"
+    ),
+    kubeconfig: Optional[Path] = typer.Option(
+        None, "--kubeconfig", help="poll this cluster's Node Problem Detector conditions"
+    ),
     in_cluster: bool = typer.Option(False, "--in-cluster", help="poll the cluster this runs in"),
-    condition: List[str] = typer.Option([], "--condition", help="a node condition type that is a fault (repeatable; default: NPD's)"),
+    condition: List[str] = typer.Option(
+        [], "--condition", help="a node condition type that is a fault (repeatable; default: NPD's)"
+    ),
     poll_interval: float = typer.Option(10.0, "--poll-interval", help="seconds between node condition polls"),
-    credentials: Optional[Path] = typer.Option(None, "--credentials",
-                                               help="the agents' credential hashes (`fleetctl events credential "
-                                                    "issue`): each speaks for its own node only; reread when it changes"),
+    credentials: Optional[Path] = typer.Option(
+        None,
+        "--credentials",
+        help="the agents' credential hashes (`fleetctl events credential "
+        "issue`): each speaks for its own node only; reread when it changes",
+    ),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
-    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca",
-                                                 help="require client certificates signed by this CA (PEM)"),
-    header_timeout: float = typer.Option(10.0, "--header-timeout", callback=within(0.1, 300),
-                                         help="seconds a connection has for its request headers, in all"),
-    body_timeout: float = typer.Option(30.0, "--body-timeout", callback=within(0.1, 600),
-                                       help="seconds a connection has for its request body, in all"),
-    max_connections: int = typer.Option(256, "--max-connections", callback=within(1, 10_000),
-                                        help="connections held at once (one thread each)"),
+    tls_client_ca: Optional[Path] = typer.Option(
+        None, "--tls-client-ca", help="require client certificates signed by this CA (PEM)"
+    ),
+    header_timeout: float = typer.Option(
+        10.0,
+        "--header-timeout",
+        callback=within(0.1, 300),
+        help="seconds a connection has for its request headers, in all",
+    ),
+    body_timeout: float = typer.Option(
+        30.0, "--body-timeout", callback=within(0.1, 600), help="seconds a connection has for its request body, in all"
+    ),
+    max_connections: int = typer.Option(
+        256, "--max-connections", callback=within(1, 10_000), help="connections held at once (one thread each)"
+    ),
 ) -> None:
     """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
     /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
@@ -60,8 +77,10 @@ def serve(
 
     token = context.intake_token(token_file, "--token-file")
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
-        fail(f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
-             EXIT_USAGE)
+        fail(
+            f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
+            EXIT_USAGE,
+        )
     if not 1 <= poll_interval <= 3600:
         fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
     if kubeconfig and in_cluster:
@@ -81,14 +100,19 @@ def serve(
     intake = Intake(spool, TemporalTransport(settings))
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
-    limits = Limits(header_timeout_s=header_timeout, body_timeout_s=body_timeout,
-                    max_connections=_within_file_limit(max_connections))
+    limits = Limits(
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections=_within_file_limit(max_connections),
+    )
     try:
         server = serve_http(intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls)
     except OSError as exc:
         fail(f"cannot listen on {address}:{port} ({exc.strerror})")
     stop = threading.Event()
-    writer = threading.Thread(target=heartbeats.flush_until, args=(stop,), name="fleetctl-intake-heartbeats", daemon=True)
+    writer = threading.Thread(
+        target=heartbeats.flush_until, args=(stop,), name="fleetctl-intake-heartbeats", daemon=True
+    )
     writer.start()
     if kubeconfig or in_cluster:
         from kubernetes import client, config
@@ -99,10 +123,16 @@ def serve(
         else:
             api_client = config.new_client_from_config(config_file=str(kubeconfig))
         api = client.CoreV1Api(api_client)
-        threading.Thread(target=poll_node_conditions,
-                         args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval, known),
-                         name="fleetctl-intake-npd", daemon=True).start()
-    typer.echo(f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)", err=True)
+        threading.Thread(
+            target=poll_node_conditions,
+            args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval, known),
+            name="fleetctl-intake-npd",
+            daemon=True,
+        ).start()
+    typer.echo(
+        f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
+        err=True,
+    )
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -136,17 +166,20 @@ def _within_file_limit(wanted: int) -> int:
     return min(wanted, room)
 
 
-credential_app = typer.Typer(help="Agent credentials: each speaks to the intake for its own node only.",
-                             no_args_is_help=True)
+credential_app = typer.Typer(
+    help="Agent credentials: each speaks to the intake for its own node only.", no_args_is_help=True
+)
 app.add_typer(credential_app, name="credential")
 
 CREDENTIALS_OPTION = typer.Option(..., "--credentials", help="the hash file `events serve --credentials` reads")
 
 
 @credential_app.command("issue")
-def credential_issue(ctx: typer.Context,
-                     node: str = typer.Argument(..., help="the node whose agent will hold it"),
-                     credentials: Path = CREDENTIALS_OPTION) -> None:
+def credential_issue(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="the node whose agent will hold it"),
+    credentials: Path = CREDENTIALS_OPTION,
+) -> None:
     """Print a new credential for NODE's agent (once: only its hash is kept) and record the
     hash, replacing the node's previous credential. Give it to the agent as
     --heartbeat-token-file. NODE must be in the inventory: the intake refuses a node it does
@@ -163,8 +196,10 @@ def credential_issue(ctx: typer.Context,
 
 
 @credential_app.command("revoke")
-def credential_revoke(node: str = typer.Argument(..., help="the node whose agent credential to remove"),
-                      credentials: Path = CREDENTIALS_OPTION) -> None:
+def credential_revoke(
+    node: str = typer.Argument(..., help="the node whose agent credential to remove"),
+    credentials: Path = CREDENTIALS_OPTION,
+) -> None:
     """Remove NODE's credential: a running intake refuses it within a second."""
     from fleetctl.intake.credentials import with_credential
 

@@ -7,8 +7,19 @@ from pathlib import Path
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail,
-                                 simple_table, within)
+from fleetctl.cli.output import (
+    EXIT_OPERATIONAL,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    Column,
+    OutputFormat,
+    age,
+    column_table,
+    emit,
+    fail,
+    simple_table,
+    within,
+)
 from fleetctl.text import plural
 
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
@@ -35,8 +46,9 @@ def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="base
     from fleetctl.db.firmware import set_baseline
 
     baseline = _load(file)
-    row = set_baseline(context.engine(ctx), baseline.name, baseline.to_dict(), file.read_text(),
-                       context.settings(ctx).identity())
+    row = set_baseline(
+        context.engine(ctx), baseline.name, baseline.to_dict(), file.read_text(), context.settings(ctx).identity()
+    )
     typer.echo(f"baseline {baseline.name} set (id {row.id}; profiles {', '.join(baseline.profiles)})")
 
 
@@ -56,14 +68,39 @@ def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     rows = []
     for n in list_nodes(engine):
         d = node_drift(baseline, n.name, n.profile, reported.get(n.name))
-        rows.append({"node": n.name, "profile": n.profile, "state": n.state, "firmware": d.status,
-                     "drift": [{"component": x.component or x.pattern, "actual": x.actual, "expected": x.expected}
-                               for x in d.drifts]})
-    emit({"baseline": baseline.name, "nodes": rows}, output, lambda data, _w: simple_table(
-        f"baseline {data['baseline']}", ["node", "profile", "state", "firmware", "drift"],
-        [[r["node"], r["profile"], r["state"], r["firmware"],
-          "; ".join(f"{x['component']}: {x['actual'] or 'missing'} -> {x['expected']}" for x in r["drift"][:3])
-          + (f" (+{len(r['drift']) - 3})" if len(r["drift"]) > 3 else "")] for r in data["nodes"]]))
+        rows.append(
+            {
+                "node": n.name,
+                "profile": n.profile,
+                "state": n.state,
+                "firmware": d.status,
+                "drift": [
+                    {"component": x.component or x.pattern, "actual": x.actual, "expected": x.expected}
+                    for x in d.drifts
+                ],
+            }
+        )
+    emit(
+        {"baseline": baseline.name, "nodes": rows},
+        output,
+        lambda data, _w: simple_table(
+            f"baseline {data['baseline']}",
+            ["node", "profile", "state", "firmware", "drift"],
+            [
+                [
+                    r["node"],
+                    r["profile"],
+                    r["state"],
+                    r["firmware"],
+                    "; ".join(
+                        f"{x['component']}: {x['actual'] or 'missing'} -> {x['expected']}" for x in r["drift"][:3]
+                    )
+                    + (f" (+{len(r['drift']) - 3})" if len(r["drift"]) > 3 else ""),
+                ]
+                for r in data["nodes"]
+            ],
+        ),
+    )
 
 
 @rollout_app.callback()
@@ -72,7 +109,9 @@ def rollout(
     baseline_file: Path = typer.Option(None, "--baseline", help="baseline YAML to roll out (becomes the baseline)"),
     canary: int = typer.Option(1, "--canary", callback=within(0, 100_000), help="nodes updated alone first"),
     batch: str = typer.Option("5%", "--batch", help="batch size: nodes, or a percentage of the roll-out"),
-    max_failures: int = typer.Option(2, "--max-failures", callback=within(1, 100_000), help="halt after this many failed updates"),
+    max_failures: int = typer.Option(
+        2, "--max-failures", callback=within(1, 100_000), help="halt after this many failed updates"
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would be updated; change nothing"),
     watch: bool = typer.Option(True, "--watch/--no-watch", help="show progress until it halts or completes"),
 ) -> None:
@@ -93,11 +132,13 @@ def rollout(
 
     async def go():
         client = await context.temporal_client(ctx)
-        rollout_id, plan = await start_rollout(client, s, baseline, baseline_file.read_text(), canary, batch,
-                                               max_failures, dry_run, s.identity())
-        typer.echo(f"roll-out {rollout_id}: {plural(sum(map(len, plan.batches)), 'node')} in "
-                   f"{plural(len(plan.batches), 'batch', 'batches')}"
-                   + (" (dry run)" if dry_run else ""))
+        rollout_id, plan = await start_rollout(
+            client, s, baseline, baseline_file.read_text(), canary, batch, max_failures, dry_run, s.identity()
+        )
+        typer.echo(
+            f"roll-out {rollout_id}: {plural(sum(map(len, plan.batches)), 'node')} in "
+            f"{plural(len(plan.batches), 'batch', 'batches')}" + (" (dry run)" if dry_run else "")
+        )
         return await _watch(client, rollout_id) if watch else None
 
     _exit_for(context.run_async(go()))
@@ -111,12 +152,18 @@ async def _watch(client, rollout_id: str):
 
     from workflows.client import rollout_progress
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}")) as bar:
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}")
+    ) as bar:
         task = bar.add_task(rollout_id, total=None, note="")
         while True:
             p = await rollout_progress(client, rollout_id)
-            bar.update(task, total=p.total or 1, completed=p.done + p.failed,
-                       note=f"{p.status}: {p.done} updated, {p.failed} failed, batch {p.next_batch}/{p.batches}")
+            bar.update(
+                task,
+                total=p.total or 1,
+                completed=p.done + p.failed,
+                note=f"{p.status}: {p.done} updated, {p.failed} failed, batch {p.next_batch}/{p.batches}",
+            )
             if p.status != "running":
                 break
             await asyncio.sleep(1)
@@ -147,8 +194,11 @@ def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> 
 
 
 @rollout_app.command("resume")
-def resume(ctx: typer.Context, rollout_id: str = typer.Argument(..., metavar="ID"),
-           watch: bool = typer.Option(True, "--watch/--no-watch")) -> None:
+def resume(
+    ctx: typer.Context,
+    rollout_id: str = typer.Argument(..., metavar="ID"),
+    watch: bool = typer.Option(True, "--watch/--no-watch"),
+) -> None:
     """Continue a halted roll-out with the next batch (the failure count starts again)."""
     _command(ctx, rollout_id, "resume", watch)
 
@@ -175,6 +225,17 @@ def list_rollouts(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
     """Roll-outs, newest first, with their progress."""
     from fleetctl.db.firmware import rollouts
 
-    rows = [{"id": r.rollout_id, "status": r.status, "total": r.total, "done": r.done, "failed": r.failed,
-             "dry_run": r.dry_run, "detail": r.detail, "created_at": r.created_at} for r in rollouts(context.engine(ctx))]
+    rows = [
+        {
+            "id": r.rollout_id,
+            "status": r.status,
+            "total": r.total,
+            "done": r.done,
+            "failed": r.failed,
+            "dry_run": r.dry_run,
+            "detail": r.detail,
+            "created_at": r.created_at,
+        }
+        for r in rollouts(context.engine(ctx))
+    ]
     emit(rows, output, lambda rs, wide: column_table(ROLLOUT_COLUMNS, rs, wide), empty="No firmware roll-outs.")

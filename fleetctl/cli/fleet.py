@@ -7,7 +7,18 @@ import time
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import OUTPUT_OPTION, Column, age, OutputFormat, column_table, emit, fail, shown, simple_table, within
+from fleetctl.cli.output import (
+    OUTPUT_OPTION,
+    Column,
+    age,
+    OutputFormat,
+    column_table,
+    emit,
+    fail,
+    shown,
+    simple_table,
+    within,
+)
 from fleetctl.durations import when
 from fleetctl.text import plural
 
@@ -24,8 +35,9 @@ def fleet_status(ctx: typer.Context) -> dict:
 
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
-    status = from_database(context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet,
-                           s.spares_per_island)
+    status = from_database(
+        context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet, s.spares_per_island
+    )
     status["rma_held"] = _held_rmas(context.engine(ctx), s.fleet)
     status["at"] = datetime.now(timezone.utc)  # when this was read: a watched screen says how fresh it is
     return status
@@ -39,9 +51,14 @@ def _held_rmas(engine, fleet: str) -> list[dict]:
     from fleetctl.remediation.rma import AWAITING_CONFIRMATION
 
     held = rma_records(engine, AWAITING_CONFIRMATION)
-    ours = {n.name for n in queries.nodes_named(engine, sorted({r.node_name for r in held})) if in_fleet(n.labels, fleet)}
-    return [{"id": r.id, "node": r.node_name, "opened_at": r.opened_at, "held_reason": r.held_reason}
-            for r in reversed(held) if r.node_name in ours]
+    ours = {
+        n.name for n in queries.nodes_named(engine, sorted({r.node_name for r in held})) if in_fleet(n.labels, fleet)
+    }
+    return [
+        {"id": r.id, "node": r.node_name, "opened_at": r.opened_at, "held_reason": r.held_reason}
+        for r in reversed(held)
+        if r.node_name in ours
+    ]
 
 
 def _automation(ctx: typer.Context):
@@ -119,8 +136,17 @@ AUTOMATION_COLUMNS = (
 
 
 # One letter per node in the rack view: capitals for the states an operator looks for.
-STATE_LETTER = {"new": "n", "firmware": "f", "burn_in": "b", "admission": "a", "production": "P", "draining": "D",
-                "maintenance": "M", "rma": "R", "retired": "x"}
+STATE_LETTER = {
+    "new": "n",
+    "firmware": "f",
+    "burn_in": "b",
+    "admission": "a",
+    "production": "P",
+    "draining": "D",
+    "maintenance": "M",
+    "rma": "R",
+    "retired": "x",
+}
 
 
 def render_racks(islands: list[dict]):
@@ -138,8 +164,11 @@ def render_racks(islands: list[dict]):
         lines.append(Text(f"island {island['island'] or '(none)'}", style="bold"))
         for rack in island["racks"]:
             cells = [(STATE_LETTER.get(n["state"], "?"), NodeState(n["state"]).colour) for n in rack["nodes"]]
-            lines.append(Text.assemble(shown(f"  {(rack['rack'] or '-').ljust(width)}  "), *cells,
-                                       f"  {plural(len(cells), 'node')}"))
+            lines.append(
+                Text.assemble(
+                    shown(f"  {(rack['rack'] or '-').ljust(width)}  "), *cells, f"  {plural(len(cells), 'node')}"
+                )
+            )
     return Group(*lines)
 
 
@@ -150,62 +179,108 @@ def render_status(data: dict, wide: bool = False):
     from fleetctl.nodes.lifecycle import NodeState
 
     states = [s.value for s in NodeState]
-    head = Text.assemble(("fleet ", "bold"), f"{plural(data['nodes'], 'node')}   ",
-                         *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)],
-                         (f" at {when(data['at'])} UTC", "dim") if data.get("at") else "")
+    head = Text.assemble(
+        ("fleet ", "bold"),
+        f"{plural(data['nodes'], 'node')}   ",
+        *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)],
+        (f" at {when(data['at'])} UTC", "dim") if data.get("at") else "",
+    )
     present = [s for s in states if data["per_state"].get(s)]
-    racks = simple_table("per rack", ["rack", *present], [
-        [rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())])
+    racks = simple_table(
+        "per rack",
+        ["rack", *present],
+        [[rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())],
+    )
     a = data["automation"]
     if not a.get("reachable"):
         auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
     elif not a["guard_running"]:
-        auto = Text(f"automation: no capacity guard runs for fleet {a['fleet']!r}: no automated drain has asked it yet"
-                    + (f"; guards run for: {', '.join(a['other_fleets'])} (--fleet)" if a["other_fleets"] else ""),
-                    style="yellow" if a["other_fleets"] else "")
+        auto = Text(
+            f"automation: no capacity guard runs for fleet {a['fleet']!r}: no automated drain has asked it yet"
+            + (f"; guards run for: {', '.join(a['other_fleets'])} (--fleet)" if a["other_fleets"] else ""),
+            style="yellow" if a["other_fleets"] else "",
+        )
     else:
         style = "bold red" if a["breaker"] == "open" else "green"
-        auto = Text.assemble(("automation: ", "bold"), (f"breaker {a['breaker']}", style),
-                             f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
-                             f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
-                             f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused")
+        auto = Text.assemble(
+            ("automation: ", "bold"),
+            (f"breaker {a['breaker']}", style),
+            f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
+            f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
+            f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused",
+        )
     # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
     # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
     # then what is under way; the budget and the per-rack counts last.
     parts = [head, auto]
     if data["stalled"]:
-        parts.append(simple_table(f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
-                                  ["node", "since", "reason"],
-                                  [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]]))
+        parts.append(
+            simple_table(
+                f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
+                ["node", "since", "reason"],
+                [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]],
+            )
+        )
     if data["rma_held"]:
-        parts.append(simple_table(f"RMAs awaiting an operator: {len(data['rma_held'])} (fleetctl rma confirm ID | "
-                                  "reject ID)", ["id", "node", "since", "why"],
-                                  [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]]
-                                   for x in data["rma_held"][:20]]))
+        parts.append(
+            simple_table(
+                f"RMAs awaiting an operator: {len(data['rma_held'])} (fleetctl rma confirm ID | reject ID)",
+                ["id", "node", "since", "why"],
+                [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]] for x in data["rma_held"][:20]],
+            )
+        )
     if data["held_drains"]:
-        parts.append(column_table(HELD_COLUMNS, data["held_drains"],
-                                  title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}"))
+        parts.append(
+            column_table(
+                HELD_COLUMNS,
+                data["held_drains"],
+                title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}",
+            )
+        )
     if data["suspect"]:
-        parts.append(simple_table("suspect (unreachable or agent silent: drained through the guard)",
-                                  ["node", "since", "why", "reason"],
-                                  [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]]))
+        parts.append(
+            simple_table(
+                "suspect (unreachable or agent silent: drained through the guard)",
+                ["node", "since", "why", "reason"],
+                [[x["node"], when(x["since"]), x["why"], x["reason"]] for x in data["suspect"][:20]],
+            )
+        )
     if data["recent_automation_events"]:
-        parts.append(column_table(AUTOMATION_COLUMNS, data["recent_automation_events"],
-                                  title="recent automation (repeats counted, as kubectl's events)"))
+        parts.append(
+            column_table(
+                AUTOMATION_COLUMNS,
+                data["recent_automation_events"],
+                title="recent automation (repeats counted, as kubectl's events)",
+            )
+        )
     for r in data["firmware_rollouts"]:
-        parts.append(Text(f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
-                          f"{r['failed']} failed (halts at {r['max_failures']})",
-                          style="bold red" if r["status"] == "halted" else "cyan"))
+        parts.append(
+            Text(
+                f"firmware roll-out {r['id']}: {r['status']}, {r['done']}/{r['total']} updated, "
+                f"{r['failed']} failed (halts at {r['max_failures']})",
+                style="bold red" if r["status"] == "halted" else "cyan",
+            )
+        )
     if data["in_flight"]:
-        parts.append(simple_table("in flight", ["node", "state", "since"],
-                                  [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]]))
+        parts.append(
+            simple_table(
+                "in flight",
+                ["node", "state", "since"],
+                [[f["node"], f["state"], when(f["since"])] for f in data["in_flight"][:20]],
+            )
+        )
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
     parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
     spares = data["spares"]
     if spares["per_island"]:
-        parts.append(Text.assemble(("hot spares ", "bold"), f"{spares['count']} (in service, running no job)   ",
-                                   *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()]))
+        parts.append(
+            Text.assemble(
+                ("hot spares ", "bold"),
+                f"{spares['count']} (in service, running no job)   ",
+                *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()],
+            )
+        )
     parts.append(render_racks(data["islands"]) if wide else racks)
     return Group(*parts)
 
@@ -228,8 +303,11 @@ def status(
         if not a["guard_running"] and a["other_fleets"]:
             # A warning, not a failure: a fleet whose guard no automated drain has asked yet
             # is a fleet, and may share its namespace with others.
-            typer.echo(f"warning: no capacity guard runs for fleet {a['fleet']!r}; guards run for: "
-                       f"{', '.join(a['other_fleets'])} (--fleet or FLEETCTL_FLEET)", err=True)
+            typer.echo(
+                f"warning: no capacity guard runs for fleet {a['fleet']!r}; guards run for: "
+                f"{', '.join(a['other_fleets'])} (--fleet or FLEETCTL_FLEET)",
+                err=True,
+            )
         return
     from rich.live import Live
 

@@ -8,11 +8,25 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail, free_text, shown, within
+from fleetctl.cli.output import (
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    Column,
+    OutputFormat,
+    column_table,
+    emit,
+    fail,
+    free_text,
+    shown,
+    within,
+)
 from fleetctl.durations import when
 
-app = typer.Typer(help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
-                  "submit simulated ones.", no_args_is_help=True)
+app = typer.Typer(
+    help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
+    "submit simulated ones.",
+    no_args_is_help=True,
+)
 
 # Job ids of every scheduler: Slurm's 123, 123_4, 123+1; Kubernetes' namespace/name; sim-7.
 _JOB_ID = r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}"
@@ -30,8 +44,11 @@ def scheduler_adapter(ctx: typer.Context, kind: str):
     from fleetctl.connections.slurm_client import slurm_runner
 
     try:
-        return scheduler_for(kind, context.settings(ctx), slurm_runner=slurm_runner(context.settings(ctx))
-                             if "slurm" in scheduler_members(kind) else None)
+        return scheduler_for(
+            kind,
+            context.settings(ctx),
+            slurm_runner=slurm_runner(context.settings(ctx)) if "slurm" in scheduler_members(kind) else None,
+        )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -59,8 +76,11 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
     engine = context.engine(ctx)
     recorded = jobs.restart_schedulers(engine, job_id)
     stored = jobs.get_job(engine, job_id)
-    candidates = [kind] if kind else list(dict.fromkeys(
-        ([stored.scheduler] if stored else []) + recorded + _scheduler_kinds(ctx)))
+    candidates = (
+        [kind]
+        if kind
+        else list(dict.fromkeys(([stored.scheduler] if stored else []) + recorded + _scheduler_kinds(ctx)))
+    )
     errors = []
     for candidate in candidates:
         try:
@@ -80,8 +100,12 @@ def sync_schedulers(ctx: typer.Context):
     from fleetctl.connections.slurm_client import slurm_runner
 
     s = context.settings(ctx)
-    return sync_jobs(context.engine(ctx), _scheduler_kinds(ctx), lambda kind: scheduler_for(
-        kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None), utcnow())
+    return sync_jobs(
+        context.engine(ctx),
+        _scheduler_kinds(ctx),
+        lambda kind: scheduler_for(kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None),
+        utcnow(),
+    )
 
 
 def _job_row(kind: str, job) -> dict:
@@ -172,12 +196,25 @@ def _restart_row(r) -> dict:
 
     seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
     return {
-        "restart_id": r.restart_id, "status": r.status, "cause": r.cause, "actor": r.actor,
-        "bad_nodes": r.bad_nodes, "new_nodes": r.new_nodes, "nodes_before": r.nodes_before,
-        "replacements": replacements(r.nodes_before, r.new_nodes), "fault_seen_at": utc(r.fault_seen_at),
-        "drained_at": utc(r.drained_at), "requeued_at": utc(r.requeued_at), "running_at": utc(r.running_at),
-        "restart_seconds": seconds, "error": r.error, "workflow_id": r.workflow_id,
-        "island": r.island, "placement": r.placement, "placement_detail": r.placement_detail, "landed": r.landed,
+        "restart_id": r.restart_id,
+        "status": r.status,
+        "cause": r.cause,
+        "actor": r.actor,
+        "bad_nodes": r.bad_nodes,
+        "new_nodes": r.new_nodes,
+        "nodes_before": r.nodes_before,
+        "replacements": replacements(r.nodes_before, r.new_nodes),
+        "fault_seen_at": utc(r.fault_seen_at),
+        "drained_at": utc(r.drained_at),
+        "requeued_at": utc(r.requeued_at),
+        "running_at": utc(r.running_at),
+        "restart_seconds": seconds,
+        "error": r.error,
+        "workflow_id": r.workflow_id,
+        "island": r.island,
+        "placement": r.placement,
+        "placement_detail": r.placement_detail,
+        "landed": r.landed,
     }
 
 
@@ -191,7 +228,8 @@ def pending_reason(state: str, restarts: list[dict]) -> str:
         return "Resources: waits for free nodes"
     latest = waiting[-1]
     return f"Resources: restart {latest['restart_id'][:8]} waits for " + (
-        latest["placement_detail"] or "the scheduler to place it on healthy nodes")
+        latest["placement_detail"] or "the scheduler to place it on healthy nodes"
+    )
 
 
 @app.command("show")
@@ -213,8 +251,11 @@ def show(
     found = [stragglers.finding_row(f) for f in stragglers.findings(context.engine(ctx), job_id=job_id)]
     succeeded = [r for r in restarts if r["status"] == "succeeded"]
     data = {
-        "job_id": job_id, "name": job.name if job else "", "scheduler": kind,
-        "state": job.state if job else "unknown", "nodes": list(job.nodes) if job else [],
+        "job_id": job_id,
+        "name": job.name if job else "",
+        "scheduler": kind,
+        "state": job.state if job else "unknown",
+        "nodes": list(job.nodes) if job else [],
         "restart_seconds": succeeded[-1]["restart_seconds"] if succeeded else None,
         "reason": pending_reason(job.state if job else "unknown", restarts),
         "restarts": restarts,
@@ -225,8 +266,11 @@ def show(
         from rich.console import Group
         from rich.text import Text
 
-        head = Text.assemble((d["job_id"], "bold"), f"  {d['name']}  {d['scheduler']}  {d['state']}",
-                             f"  on {','.join(d['nodes']) or '-'}")
+        head = Text.assemble(
+            (d["job_id"], "bold"),
+            f"  {d['name']}  {d['scheduler']}  {d['state']}",
+            f"  on {','.join(d['nodes']) or '-'}",
+        )
         parts = [head]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
@@ -246,11 +290,23 @@ def restart(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID"),
     bad_nodes: Optional[List[str]] = typer.Option(
-        None, "--bad-node", help="a node to drain and move the job off (repeatable; default: its nodes not in production)"),
-    reason: str = typer.Option("operator: job restart", "--reason", callback=free_text(required=True),
-                               help="why; recorded, and the drain reason in the scheduler"),
+        None,
+        "--bad-node",
+        help="a node to drain and move the job off (repeatable; default: its nodes not in production)",
+    ),
+    reason: str = typer.Option(
+        "operator: job restart",
+        "--reason",
+        callback=free_text(required=True),
+        help="why; recorded, and the drain reason in the scheduler",
+    ),
     scheduler: Optional[str] = SCHEDULER_OPTION,
-    timeout_s: Optional[float] = typer.Option(None, "--timeout", callback=within(1, 7 * 86_400), help="seconds to wait for the job to run again (default 30 min)"),
+    timeout_s: Optional[float] = typer.Option(
+        None,
+        "--timeout",
+        callback=within(1, 7 * 86_400),
+        help="seconds to wait for the job to run again (default 30 min)",
+    ),
     yes: bool = typer.Option(False, "--yes", help="do not ask"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -271,10 +327,14 @@ def restart(
     else:
         bad_nodes = nodes_to_leave(job.nodes, {n.name: n.state for n in list_nodes(context.engine(ctx))})
         if not bad_nodes:
-            fail(f"job {job_id} runs on nodes in production only ({', '.join(job.nodes)}); "
-                 "name the node to move it off with --bad-node", EXIT_USAGE)
+            fail(
+                f"job {job_id} runs on nodes in production only ({', '.join(job.nodes)}); "
+                "name the node to move it off with --bad-node",
+                EXIT_USAGE,
+            )
     if not yes and not typer.confirm(
-        f"Restart job {job_id} ({job.name}, {kind}): drain {', '.join(bad_nodes)} and run it on other nodes?", default=False,
+        f"Restart job {job_id} ({job.name}, {kind}): drain {', '.join(bad_nodes)} and run it on other nodes?",
+        default=False,
     ):
         fail("not restarted")
     fault_seen_at = datetime.now(timezone.utc)  # for a restart by hand, the operator's go is the fault seen
@@ -288,9 +348,16 @@ def restart(
         from workflows.client import start_job_restart
 
         client = await context.temporal_client(ctx)
-        inp = JobRestartInput(job_id=job_id, scheduler=kind, bad_nodes=list(bad_nodes), cause=reason,
-                              actor=s.identity(), fault_seen_at=fault_seen_at.isoformat(),
-                              restart_id=uuid.uuid4().hex, **({"running_timeout_s": timeout_s} if timeout_s else {}))
+        inp = JobRestartInput(
+            job_id=job_id,
+            scheduler=kind,
+            bad_nodes=list(bad_nodes),
+            cause=reason,
+            actor=s.identity(),
+            fault_seen_at=fault_seen_at.isoformat(),
+            restart_id=uuid.uuid4().hex,
+            **({"running_timeout_s": timeout_s} if timeout_s else {}),
+        )
         handle = await start_job_restart(client, s, inp)
         try:
             with Console(stderr=True).status(f"restarting job {job_id} off {', '.join(bad_nodes)}"):
@@ -300,8 +367,10 @@ def restart(
 
     result = context.run_async(run())
     if output in (OutputFormat.table, OutputFormat.wide):
-        typer.echo(f"job {job_id} running again on {','.join(result.new_nodes)}, "
-                   f"{result.restart_seconds:.2f}s after the restart was asked for")
+        typer.echo(
+            f"job {job_id} running again on {','.join(result.new_nodes)}, "
+            f"{result.restart_seconds:.2f}s after the restart was asked for"
+        )
     else:
         from dataclasses import asdict
 
@@ -325,7 +394,11 @@ def submit(
         fail(str(exc))
     row = _job_row("sim", job)
     if output in (OutputFormat.table, OutputFormat.wide):
-        where = f"running on {','.join(job.nodes)}" if job.state == "running" else f"{job.state}: waits for {nodes} free nodes"
+        where = (
+            f"running on {','.join(job.nodes)}"
+            if job.state == "running"
+            else f"{job.state}: waits for {nodes} free nodes"
+        )
         typer.echo(f"{job.job_id} ({name}) {where}")
     else:
         emit(row, output)
@@ -367,8 +440,9 @@ def parse_checkpoint_time(text: str | None, now):
 def checkpoint(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", help="the job's id in its scheduler (Slurm: $SLURM_JOB_ID)"),
-    at: Optional[str] = typer.Option(None, "--at", help="when the checkpoint was written: ISO 8601 with an offset "
-                                                        "or Unix seconds (default: now)"),
+    at: Optional[str] = typer.Option(
+        None, "--at", help="when the checkpoint was written: ISO 8601 with an offset or Unix seconds (default: now)"
+    ),
 ) -> None:
     """Record that a job wrote a checkpoint: one database row, no scheduler or Temporal call,
     so a training loop or its launcher can call it after every checkpoint. Work lost at a

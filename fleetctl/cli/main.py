@@ -32,34 +32,63 @@ class Noun(NamedTuple):
 # runs: every noun imports its own layer (the database, the Temporal client, the schedulers),
 # and `--help` or `node event` must not pay for the others.
 NOUNS: dict[str, Noun] = {
-    "demo": Noun("fleetctl.cli.demo", "demo", "Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA."),
-    "worker": Noun("fleetctl.cli.dev", "worker", "Run a worker: hosts the workflows and activities (scale out by starting more)."),
+    "demo": Noun(
+        "fleetctl.cli.demo",
+        "demo",
+        "Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA.",
+    ),
+    "worker": Noun(
+        "fleetctl.cli.dev", "worker", "Run a worker: hosts the workflows and activities (scale out by starting more)."
+    ),
     "config": Noun("fleetctl.cli.dev", "show_config", "Show the resolved settings and where each came from."),
-    "reconcile": Noun("fleetctl.cli.reconcile", "reconcile",
-                      "Compare node states with the schedulers' drains; exit 1 while any difference remains."),
-    "report": Noun("fleetctl.cli.report", "report", "MTTF, MTTR, availability, time per state, failure causes, "
-                                                   "rule precision, lemons, job ETTR, restart latency and stragglers, "
-                                                   "per fleet, rack and profile."),
+    "reconcile": Noun(
+        "fleetctl.cli.reconcile",
+        "reconcile",
+        "Compare node states with the schedulers' drains; exit 1 while any difference remains.",
+    ),
+    "report": Noun(
+        "fleetctl.cli.report",
+        "report",
+        "MTTF, MTTR, availability, time per state, failure causes, "
+        "rule precision, lemons, job ETTR, restart latency and stragglers, "
+        "per fleet, rack and profile.",
+    ),
     "node": Noun("fleetctl.cli.node", "app", "Nodes: import, list, show, drain, undrain, RMA, retire."),
     "check": Noun("fleetctl.cli.check", "app", "Node checks: what runs on a node, and how its output is judged."),
     "fleet": Noun("fleetctl.cli.fleet", "app", "The fleet as a whole: status, automation."),
-    "schedule": Noun("fleetctl.cli.schedule", "app", "Periodic active checks on idle production nodes, the production "
-                                                     "straggler judge, and the job history sync."),
+    "schedule": Noun(
+        "fleetctl.cli.schedule",
+        "app",
+        "Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
+    ),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
-    "spares": Noun("fleetctl.cli.spares", "app",
-                   "Hot spares: the nodes each island holds out of scheduling for restarts; refill them."),
+    "spares": Noun(
+        "fleetctl.cli.spares",
+        "app",
+        "Hot spares: the nodes each island holds out of scheduling for restarts; refill them.",
+    ),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
     "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
     "db": Noun("fleetctl.cli.db", "app", "The fleet database: schema upgrades, retention (prune)."),
-    "job": Noun("fleetctl.cli.job", "app", "Training jobs: list, show, restart off bad nodes, record checkpoints, "
-                                          "sync from the schedulers; submit simulated ones."),
+    "job": Noun(
+        "fleetctl.cli.job",
+        "app",
+        "Training jobs: list, show, restart off bad nodes, record checkpoints, "
+        "sync from the schedulers; submit simulated ones.",
+    ),
     "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
-    "rma": Noun("fleetctl.cli.rma", "app", "RMA records: list, show the evidence, confirm or reject a held one, close."),
+    "rma": Noun(
+        "fleetctl.cli.rma", "app", "RMA records: list, show the evidence, confirm or reject a held one, close."
+    ),
     "firmware": Noun("fleetctl.cli.firmware", "app", "Firmware: baseline, drift status, roll-outs."),
     "metrics": Noun("fleetctl.cli.metrics", "app", "Prometheus metrics of the fleet."),
-    "agent": Noun("fleetctl.cli.agent", "agent", "Run until SIGTERM: kernel log faults and GPU health changes go to the "
-                                                 "node's workflow, through an on-disk spool while Temporal is unreachable."),
+    "agent": Noun(
+        "fleetctl.cli.agent",
+        "agent",
+        "Run until SIGTERM: kernel log faults and GPU health changes go to the "
+        "node's workflow, through an on-disk spool while Temporal is unreachable.",
+    ),
     "events": Noun("fleetctl.cli.events", "app", "Health events from the systems operators already run."),
 }
 
@@ -111,8 +140,13 @@ def _known_errors() -> dict[type[BaseException], int]:
     if "workflows.client" in sys.modules:  # only commands that talked to Temporal raise these
         from workflows.client import CommandRejected, TemporalNotSetUp, TemporalUnavailable
 
-        errors.update({TemporalUnavailable: EXIT_OPERATIONAL, CommandRejected: EXIT_OPERATIONAL,
-                       TemporalNotSetUp: EXIT_OPERATIONAL})
+        errors.update(
+            {
+                TemporalUnavailable: EXIT_OPERATIONAL,
+                CommandRejected: EXIT_OPERATIONAL,
+                TemporalNotSetUp: EXIT_OPERATIONAL,
+            }
+        )
     return errors
 
 
@@ -203,32 +237,63 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(None, "--config", help="config file (default: $FLEETCTL_CONFIG or the user config dir)"),
+    config: Optional[str] = typer.Option(
+        None, "--config", help="config file (default: $FLEETCTL_CONFIG or the user config dir)"
+    ),
     db_url: Optional[str] = typer.Option(None, "--db-url", help="database URL (env FLEETCTL_DB_URL)"),
     temporal_address: Optional[str] = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
     namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
     task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
-    fleet: Optional[str] = typer.Option(None, "--fleet", help="the fleet whose guard and sweeps to use (env FLEETCTL_FLEET)"),
-    operator: Optional[str] = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
+    fleet: Optional[str] = typer.Option(
+        None, "--fleet", help="the fleet whose guard and sweeps to use (env FLEETCTL_FLEET)"
+    ),
+    operator: Optional[str] = typer.Option(
+        None, "--as", help="operator identity recorded on changes (default user@host)"
+    ),
     accept_new_host_keys: Optional[bool] = typer.Option(
-        None, "--accept-new-host-keys", help="trust (and record) SSH host keys never seen before; changed keys are always refused"),
-    temporal_profile: Optional[str] = typer.Option(None, "--temporal-profile", help="profile of Temporal's TOML config (env TEMPORAL_PROFILE)"),
-    tls: Optional[bool] = typer.Option(None, "--tls/--no-tls", help="TLS to Temporal (env TEMPORAL_TLS; on when any TLS setting is given)"),
-    tls_ca_path: Optional[str] = typer.Option(None, "--tls-ca-path", help="Temporal server CA (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)"),
-    tls_cert_path: Optional[str] = typer.Option(None, "--tls-cert-path", help="mTLS client certificate (env TEMPORAL_TLS_CLIENT_CERT_PATH)"),
-    tls_key_path: Optional[str] = typer.Option(None, "--tls-key-path", help="mTLS client key (env TEMPORAL_TLS_CLIENT_KEY_PATH)"),
-    tls_server_name: Optional[str] = typer.Option(None, "--tls-server-name", help="Temporal server name to verify (env TEMPORAL_TLS_SERVER_NAME)"),
+        None,
+        "--accept-new-host-keys",
+        help="trust (and record) SSH host keys never seen before; changed keys are always refused",
+    ),
+    temporal_profile: Optional[str] = typer.Option(
+        None, "--temporal-profile", help="profile of Temporal's TOML config (env TEMPORAL_PROFILE)"
+    ),
+    tls: Optional[bool] = typer.Option(
+        None, "--tls/--no-tls", help="TLS to Temporal (env TEMPORAL_TLS; on when any TLS setting is given)"
+    ),
+    tls_ca_path: Optional[str] = typer.Option(
+        None, "--tls-ca-path", help="Temporal server CA (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
+    ),
+    tls_cert_path: Optional[str] = typer.Option(
+        None, "--tls-cert-path", help="mTLS client certificate (env TEMPORAL_TLS_CLIENT_CERT_PATH)"
+    ),
+    tls_key_path: Optional[str] = typer.Option(
+        None, "--tls-key-path", help="mTLS client key (env TEMPORAL_TLS_CLIENT_KEY_PATH)"
+    ),
+    tls_server_name: Optional[str] = typer.Option(
+        None, "--tls-server-name", help="Temporal server name to verify (env TEMPORAL_TLS_SERVER_NAME)"
+    ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
 ) -> None:
     from fleetctl.config import load_settings
 
     # No --api-key flag: a command line is visible to every user of the host (TEMPORAL_API_KEY).
     ctx.obj = load_settings(
-        flags={"db_url": db_url, "temporal_address": temporal_address, "temporal_namespace": namespace,
-               "task_queue": task_queue, "fleet": fleet, "operator": operator, "accept_new_host_keys": accept_new_host_keys,
-               "temporal_profile": temporal_profile, "temporal_tls": tls, "temporal_tls_ca_path": tls_ca_path,
-               "temporal_tls_cert_path": tls_cert_path, "temporal_tls_key_path": tls_key_path,
-               "temporal_tls_server_name": tls_server_name},
+        flags={
+            "db_url": db_url,
+            "temporal_address": temporal_address,
+            "temporal_namespace": namespace,
+            "task_queue": task_queue,
+            "fleet": fleet,
+            "operator": operator,
+            "accept_new_host_keys": accept_new_host_keys,
+            "temporal_profile": temporal_profile,
+            "temporal_tls": tls,
+            "temporal_tls_ca_path": tls_ca_path,
+            "temporal_tls_cert_path": tls_cert_path,
+            "temporal_tls_key_path": tls_key_path,
+            "temporal_tls_server_name": tls_server_name,
+        },
         config_file=config,
     )
 

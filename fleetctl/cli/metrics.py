@@ -18,12 +18,17 @@ app = typer.Typer(help="Prometheus metrics of the fleet.", no_args_is_help=True)
 def serve(
     ctx: typer.Context,
     port: int = typer.Option(9400, "--port", callback=within(0, 65_535), help="TCP port for /metrics"),
-    address: str = typer.Option("127.0.0.1", "--address", "--host",
-                                help="address to listen on (default: this machine only; give one to open it)"),
+    address: str = typer.Option(
+        "127.0.0.1",
+        "--address",
+        "--host",
+        help="address to listen on (default: this machine only; give one to open it)",
+    ),
     tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
     tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
-    tls_client_ca: Optional[Path] = typer.Option(None, "--tls-client-ca",
-                                                 help="require scrapers' certificates signed by this CA (PEM)"),
+    tls_client_ca: Optional[Path] = typer.Option(
+        None, "--tls-client-ca", help="require scrapers' certificates signed by this CA (PEM)"
+    ),
 ) -> None:
     """Serve /metrics until Ctrl-C; every scrape reads the database. Every metric is named
     fleetctl_*: nodes per state and rack, the unhealthy nodes still in production, check runs
@@ -41,15 +46,26 @@ def serve(
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
     s = context.settings(ctx)
     try:
-        server = exporter_server.serve(context.engine(ctx), port, address, s.fleet, guard_policy(s, s.fleet),
-                                       LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days)),
-                                       s.agent_silence_s, tls_cert=_path(tls_cert), tls_key=_path(tls_key),
-                                       tls_client_ca=_path(tls_client_ca))
+        server = exporter_server.serve(
+            context.engine(ctx),
+            port,
+            address,
+            s.fleet,
+            guard_policy(s, s.fleet),
+            LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days)),
+            s.agent_silence_s,
+            tls_cert=_path(tls_cert),
+            tls_key=_path(tls_key),
+            tls_client_ca=_path(tls_client_ca),
+        )
     except (OSError, ssl.SSLError) as exc:
         from fleetctl.text import one_line
 
         fail(f"cannot serve on {address}:{port}: {one_line(exc, 200)}", EXIT_USAGE)
-    typer.echo(f"serving Prometheus metrics on {'https' if tls_cert else 'http'}://{address}:{server.server_port}/metrics", err=True)
+    typer.echo(
+        f"serving Prometheus metrics on {'https' if tls_cert else 'http'}://{address}:{server.server_port}/metrics",
+        err=True,
+    )
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -9,8 +9,21 @@ from typing import List, Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, SORT_BY_OPTION, Column, OutputFormat, age,
-                                 column_table, emit, fail, free_text, shown, sorted_rows)
+from fleetctl.cli.output import (
+    EXIT_OPERATIONAL,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    SORT_BY_OPTION,
+    Column,
+    OutputFormat,
+    age,
+    column_table,
+    emit,
+    fail,
+    free_text,
+    shown,
+    sorted_rows,
+)
 from fleetctl.durations import when
 from fleetctl.text import plural
 
@@ -57,16 +70,19 @@ def _health_text(health: str):
     from fleetctl.nodes.conditions import OUT_OF_SERVICE
 
     out = health.split(",")[0] in OUT_OF_SERVICE.values() and "," not in health
-    return Text(health, style="green" if health == "Ready" else "dim" if health == "-" else "yellow" if out
-                else "bold red")
+    return Text(
+        health, style="green" if health == "Ready" else "dim" if health == "-" else "yellow" if out else "bold red"
+    )
 
 
 def topology_line(d: dict) -> str:
     """Where the node sits: rack unit, leaf switch and island, `-` for what the inventory
     does not say."""
     unit = "-" if d["position"] is None else f"U{d['position']}"
-    return (f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
-            f"  nvlink-domain {d.get('nvlink_domain') or '-'}")
+    return (
+        f"topology: rack {d['rack'] or '-'} {unit}  switch {d['switch'] or '-'}  island {d['island'] or '-'}"
+        f"  nvlink-domain {d.get('nvlink_domain') or '-'}"
+    )
 
 
 def _jobs_cell(jobs: list[str] | None) -> str:
@@ -161,8 +177,12 @@ def import_nodes(
     ctx: typer.Context,
     file: Path = typer.Argument(..., help="YAML inventory with a top-level 'nodes:' list"),
     dry_run: bool = typer.Option(False, "--dry-run", help="validate and show what would change; write nothing"),
-    adopt: bool = typer.Option(False, "--adopt", help="the new nodes already run jobs: bring them in as production "
-                               "(no burn-in, no drain), unchecked until a sweep finds each idle"),
+    adopt: bool = typer.Option(
+        False,
+        "--adopt",
+        help="the new nodes already run jobs: bring them in as production "
+        "(no burn-in, no drain), unchecked until a sweep finds each idle",
+    ),
 ) -> None:
     """Import (or re-import) an inventory; starts a lifecycle workflow for each new node.
 
@@ -174,17 +194,22 @@ def import_nodes(
     from fleetctl.nodes.scheduler_sync import hold_new_nodes
     from fleetctl.text import bounded, printable
 
-    specs = load_inventory(file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http)
+    specs = load_inventory(
+        file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http
+    )
     in_domains = {s.profile for s in specs if s.nvlink_domain}
-    if in_domains and (conflict := domain_size_conflict(specs, _domain_sizes(context.settings(ctx).profiles_dir,
-                                                                              in_domains))):
+    if in_domains and (
+        conflict := domain_size_conflict(specs, _domain_sizes(context.settings(ctx).profiles_dir, in_domains))
+    ):
         fail(f"{file}: {conflict}", EXIT_USAGE)
     engine = context.engine(ctx)
     if clashes := queries.case_clashes(engine, (s.name for s in specs)):
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
-        typer.echo(f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)")
+        typer.echo(
+            f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)"
+        )
         return
 
     async def run() -> None:
@@ -211,18 +236,22 @@ def import_nodes(
         # A scheduler places work on any node it has not drained: a node imported for
         # burn-in is held there until admitted (an adopted one already runs jobs: never).
         for_burn_in = set(created) - set(adopted)
-        refusals = hold_new_nodes([(s.name, s.scheduler) for s in specs
-                                   if s.name in for_burn_in and s.scheduler != "none"], schedulers)
+        refusals = hold_new_nodes(
+            [(s.name, s.scheduler) for s in specs if s.name in for_burn_in and s.scheduler != "none"], schedulers
+        )
         nodes = {n.name: n for n in queries.list_nodes(engine)}
         with Progress(transient=True) as progress:
             task = progress.add_task("starting node workflows", total=len(specs))
             await ensure_node_workflows(
-                client, context.settings(ctx),
+                client,
+                context.settings(ctx),
                 ((s.name, nodes[s.name].state, nodes[s.name].state_version) for s in specs),
                 on_started=lambda _name: progress.advance(task),
             )
-        typer.echo(f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
-                   + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else ""))
+        typer.echo(
+            f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
+            + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else "")
+        )
         for refusal in refusals:
             typer.echo(printable(bounded(f"{refusal}; admission holds it before any check")), err=True)
         if refusals:
@@ -242,8 +271,12 @@ def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
 def list_nodes(
     ctx: typer.Context,
     selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
-    state: List[str] = typer.Option([], "--state", help="only nodes in these states: repeat it or give a comma list; "
-                                    "also drained (maintenance), drain (draining, maintenance), out (and rma)"),
+    state: List[str] = typer.Option(
+        [],
+        "--state",
+        help="only nodes in these states: repeat it or give a comma list; "
+        "also drained (maintenance), drain (draining, maintenance), out (and rma)",
+    ),
     sort_by: Optional[str] = SORT_BY_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -279,7 +312,9 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
     if data["workflow"]["reachable"]:
-        data["workflow"]["last_outcome"] = current_outcome(data["workflow"]["last_outcome"], data["state"], data["events"])
+        data["workflow"]["last_outcome"] = current_outcome(
+            data["workflow"]["last_outcome"], data["state"], data["events"]
+        )
     # What took the node out, while it is out: planned work or the failure it counts as.
     data["out_for"] = _out_for(data["events"])
     data["remediated"], remediated_text = _remediated(ctx, name)
@@ -291,11 +326,22 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         from rich.console import Group
         from rich.text import Text
 
-        head = Text.assemble((d["name"], "bold"), "  ", _state_text(d["state"]), "  ", _health_text(d["health"]),
-                             shown(f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
-                                   f"  scheduler {d['scheduler']}  address {d['address']}"))
-        parts = [head, shown(topology_line(d)),
-                 shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-"))]
+        head = Text.assemble(
+            (d["name"], "bold"),
+            "  ",
+            _state_text(d["state"]),
+            "  ",
+            _health_text(d["health"]),
+            shown(
+                f"  since {when(d['state_since'])}  rack {d['rack']}  profile {d['profile']}"
+                f"  scheduler {d['scheduler']}  address {d['address']}"
+            ),
+        )
+        parts = [
+            head,
+            shown(topology_line(d)),
+            shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-")),
+        ]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["out_for"]:
@@ -307,15 +353,23 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
         for held in d["rma_held"]:
-            parts.append(Text.assemble((f"RMA {held['id']} awaits an operator: ", "bold yellow"),
-                                       shown(f"{held['held_reason']} (fleetctl rma confirm {held['id']} | "
-                                             f"reject {held['id']})")))
+            parts.append(
+                Text.assemble(
+                    (f"RMA {held['id']} awaits an operator: ", "bold yellow"),
+                    shown(f"{held['held_reason']} (fleetctl rma confirm {held['id']} | reject {held['id']})"),
+                )
+            )
         w = d["workflow"]
         if not w["reachable"]:
             parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
         else:
-            parts.append(Text.assemble(("now: ", "bold"), shown(w["activity"] or "idle"),
-                                       *((("   last: ", "bold"), shown(w["last_outcome"])) if w["last_outcome"] else ())))
+            parts.append(
+                Text.assemble(
+                    ("now: ", "bold"),
+                    shown(w["activity"] or "idle"),
+                    *((("   last: ", "bold"), shown(w["last_outcome"])) if w["last_outcome"] else ()),
+                )
+            )
         if d["conditions"]:
             parts.append(column_table(CONDITION_COLUMNS, d["conditions"], title="conditions"))
         if d["checks"]:
@@ -375,8 +429,10 @@ def _held_rmas(engine, name: str) -> list[dict]:
     from fleetctl.db.remediation import rma_records
     from fleetctl.remediation.rma import AWAITING_CONFIRMATION
 
-    return [{"id": r.id, "reason": r.reason, "held_reason": r.held_reason, "opened_at": r.opened_at}
-            for r in rma_records(engine, AWAITING_CONFIRMATION, name)]
+    return [
+        {"id": r.id, "reason": r.reason, "held_reason": r.held_reason, "opened_at": r.opened_at}
+        for r in rma_records(engine, AWAITING_CONFIRMATION, name)
+    ]
 
 
 def _straggler_findings(engine, name: str) -> list[dict]:
@@ -397,8 +453,10 @@ def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
     s = context.settings(ctx)
     policy = LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days))
     times = times_remediated(context.engine(ctx), name, policy, utcnow())
-    return ({"times": times, "window_days": s.lemon_window_days, "lemon_threshold": policy.threshold},
-            f"{policy.describe(times)} (a lemon at {policy.threshold})")
+    return (
+        {"times": times, "window_days": s.lemon_window_days, "lemon_threshold": policy.threshold},
+        f"{policy.describe(times)} (a lemon at {policy.threshold})",
+    )
 
 
 def _workflow_now(ctx: typer.Context, name: str) -> dict:
@@ -415,9 +473,19 @@ def _workflow_now(ctx: typer.Context, name: str) -> dict:
 def _event_row(e) -> dict:
     from fleetctl.remediation.runbooks import what_a_drain_is
 
-    return {"at": e.at, "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
-            "actor": e.actor, "actor_kind": e.actor_kind, "workflow_id": e.workflow_id, "version": e.state_version,
-            "failure": e.failure, "for": what_a_drain_is(e.from_state, e.to_state, e.failure, e.actor_kind, e.trigger)}
+    return {
+        "at": e.at,
+        "from": e.from_state,
+        "to": e.to_state,
+        "trigger": e.trigger,
+        "cause": e.cause,
+        "actor": e.actor,
+        "actor_kind": e.actor_kind,
+        "workflow_id": e.workflow_id,
+        "version": e.state_version,
+        "failure": e.failure,
+        "for": what_a_drain_is(e.from_state, e.to_state, e.failure, e.actor_kind, e.trigger),
+    }
 
 
 def _events_table(rows: list[dict], title: str | None = None):
@@ -432,8 +500,12 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
     engine = context.engine(ctx)
     if queries.get_node(engine, name) is None:
         fail(f"unknown node: {name}")
-    emit([_event_row(e) for e in queries.node_events(engine, name)], output, lambda rows, _w: _events_table(rows),
-         empty=f"No events of {name}.")
+    emit(
+        [_event_row(e) for e in queries.node_events(engine, name)],
+        output,
+        lambda rows, _w: _events_table(rows),
+        empty=f"No events of {name}.",
+    )
 
 
 def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict | None = None) -> None:
@@ -470,12 +542,15 @@ def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) 
 def drain(
     ctx: typer.Context,
     names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
-    reason: str = typer.Option(..., "--reason", callback=free_text(required=True),
-                               help="why; recorded on the event and in the scheduler"),
+    reason: str = typer.Option(
+        ..., "--reason", callback=free_text(required=True), help="why; recorded on the event and in the scheduler"
+    ),
     maintenance: Optional[bool] = typer.Option(
-        None, "--maintenance/--failure",
+        None,
+        "--maintenance/--failure",
         help="planned work, not counted as a failure (the default when --reason names no XID), or a fault "
-             "(counted in MTTF, MTTR and the lemon rule)"),
+        "(counted in MTTF, MTTR and the lemon rule)",
+    ),
     check: Optional[str] = typer.Option(None, "--check", help="the failure is this check's (implies --failure)"),
     xid: Optional[int] = typer.Option(None, "--xid", help="the failure is this XID (implies --failure)"),
     yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
@@ -513,8 +588,13 @@ def drain(
     over = _drain_warnings(ctx, names)
     for line in over:
         typer.echo(f"warning: {line}", err=True)
-    if over and not yes and not typer.confirm("Drain anyway? Automation cannot drain in these racks until nodes return",
-                                              default=False, err=True):
+    if (
+        over
+        and not yes
+        and not typer.confirm(
+            "Drain anyway? Automation cannot drain in these racks until nodes return", default=False, err=True
+        )
+    ):
         fail("not drained", EXIT_OPERATIONAL)
     _command(ctx, names, "drain", f"operator: {reason}", event)
 
@@ -531,8 +611,10 @@ def _drain_warnings(ctx: typer.Context, names: list[str]) -> list[str]:
     running = running_jobs_by_node(engine)
     for name in names:
         if jobs := running.get(name):
-            typer.echo(f"{name}: {plural(len(jobs), 'job')} running: {', '.join(jobs)}: the drain waits for "
-                       f"{'it' if len(jobs) == 1 else 'them'} to end (`fleetctl job restart` moves a job now)")
+            typer.echo(
+                f"{name}: {plural(len(jobs), 'job')} running: {', '.join(jobs)}: the drain waits for "
+                f"{'it' if len(jobs) == 1 else 'them'} to end (`fleetctl job restart` moves a job now)"
+            )
     s = context.settings(ctx)
     return drain_overruns(engine, guard_policy(s, s.fleet), s.fleet, names)
 
@@ -596,8 +678,9 @@ def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="nod
 
 
 @app.command("rma")
-def rma(ctx: typer.Context, name: str,
-        reason: str = typer.Option(..., "--reason", callback=free_text(required=True))) -> None:
+def rma(
+    ctx: typer.Context, name: str, reason: str = typer.Option(..., "--reason", callback=free_text(required=True))
+) -> None:
     """Send a drained node to RMA."""
     _command(ctx, [name], "send_to_rma", f"operator: {reason}")
 
@@ -632,8 +715,9 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
         # own for this command, so a call retried after a timeout is never a second request.
         with Progress(transient=True, disable=len(names) < 2) as progress:
             task = progress.add_task(f"{kind}: asking {len(names)} nodes' workflows", total=len(names))
-            return await request_phases(client, names, kind, s.identity(), suite,
-                                        on_done=lambda _outcome: progress.advance(task))
+            return await request_phases(
+                client, names, kind, s.identity(), suite, on_done=lambda _outcome: progress.advance(task)
+            )
 
     outcomes = context.run_async(run())
     for o in outcomes:
@@ -651,7 +735,9 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
 @app.command("admit")
 def admit(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (new, maintenance or returned from RMA)"),
+    names: List[str] = typer.Argument(
+        ..., help="node names or Slurm host lists (new, maintenance or returned from RMA)"
+    ),
     suite: str = typer.Option("burn-in", "--suite", help="the suite burn-in runs"),
 ) -> None:
     """Burn in, admit and put into production (new nodes, repaired nodes, RMA returns)."""
@@ -670,10 +756,15 @@ def event(
     name: str,
     xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
     message: str = typer.Option("", "--message", callback=free_text(), help="what was seen"),
-    from_log: Optional[Path] = typer.Option(None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"),
-    severity: str = typer.Option("", "--severity",
-                                 help="info, warning or critical: an event with --message and no --xid drains the node "
-                                      "at once when critical; a critical one is handled ahead of others queued"),
+    from_log: Optional[Path] = typer.Option(
+        None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"
+    ),
+    severity: str = typer.Option(
+        "",
+        "--severity",
+        help="info, warning or critical: an event with --message and no --xid drains the node "
+        "at once when critical; a critical one is handled ahead of others queued",
+    ),
 ) -> None:
     """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
     import hashlib
@@ -701,8 +792,9 @@ def event(
             fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
         events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now, severity=severity)]
     elif from_log is None:  # an operator's report of a fault without an Xid (an SXid, a link down)
-        events = [HealthEventInput(name, "operator", None, message, s.identity(), str(uuid.uuid4()), now,
-                                   severity=severity)]
+        events = [
+            HealthEventInput(name, "operator", None, message, s.identity(), str(uuid.uuid4()), now, severity=severity)
+        ]
     else:
         from checks.xid import parse_xid_lines
 
@@ -720,10 +812,19 @@ def event(
         from checks.xid import xid_action
         from fleetctl.text import bounded
 
-        events = [HealthEventInput(name, "log", e.code, bounded(e.message), s.identity(),
-                                   hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32], now,
-                                   severity=severity or xid_action(e.code).severity)
-                  for e in parsed]
+        events = [
+            HealthEventInput(
+                name,
+                "log",
+                e.code,
+                bounded(e.message),
+                s.identity(),
+                hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32],
+                now,
+                severity=severity or xid_action(e.code).severity,
+            )
+            for e in parsed
+        ]
 
     async def run():
         client = await context.temporal_client(ctx)
@@ -735,16 +836,21 @@ def event(
         _require_nodes(ctx, [name])  # an unknown node says so; a known one without a workflow, why not
         raise
     codes = ", ".join(str(e.code) for e in events if e.code is not None)
-    typer.echo(f"{name}: {plural(len(events), 'health event')} sent"
-               + (f" (XID {codes})" if codes else f" ({severity})"))
+    typer.echo(
+        f"{name}: {plural(len(events), 'health event')} sent" + (f" (XID {codes})" if codes else f" ({severity})")
+    )
 
 
 @app.command("prolog")
 def prolog(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="the node a job is about to start on (Slurm: $SLURMD_NODENAME)"),
-    job: str = typer.Option("", "--job", callback=free_text(),
-                            help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks"),
+    job: str = typer.Option(
+        "",
+        "--job",
+        callback=free_text(),
+        help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks",
+    ),
     suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the job waits for it"),
 ) -> None:
     """Pre-job checks, for a scheduler's prolog: run a short suite on the node now; on a
@@ -797,8 +903,16 @@ def prolog(
         from workflows.client import connect, request_guarded_drain
 
         client = await connect(guarded)
-        return await request_guarded_drain(client, guarded, name, node.rack, finding.cause,
-                                           f"prolog@{job or 'nojob'}", f"prolog/{name}/{run_id}", finding.event)
+        return await request_guarded_drain(
+            client,
+            guarded,
+            name,
+            node.rack,
+            finding.cause,
+            f"prolog@{job or 'nojob'}",
+            f"prolog/{name}/{run_id}",
+            finding.event,
+        )
 
     from workflows.client import CommandRejected
 
@@ -808,8 +922,9 @@ def prolog(
         typer.echo(f"{name}: {finding.cause}; not drained: {exc}", err=True)
         raise typer.Exit(EXIT_CHECK_FAILED)
     if moved is None:
-        typer.echo(f"warning: {name}: {finding.cause}; the capacity guard kept it in service: {decision.reason}",
-                   err=True)
+        typer.echo(
+            f"warning: {name}: {finding.cause}; the capacity guard kept it in service: {decision.reason}", err=True
+        )
         return
     typer.echo(f"{name}: {finding.cause}; drained", err=True)
     raise typer.Exit(EXIT_CHECK_FAILED)

@@ -70,6 +70,7 @@ def within(low: float, high: float) -> Callable[[Any, Any, Any], Any]:
             name = param.opts[0] if param.param_type_name == "option" else (param.metavar or param.name)
             fail(f"{name} must be between {low} and {high}, not {value}", EXIT_USAGE)
         return value
+
     return check
 
 
@@ -90,10 +91,13 @@ def free_text(required: bool = False) -> Callable[[Any, Any, Any], Any]:
         if required and not text.strip():
             fail(f"{name} must say why", EXIT_USAGE)
         return text
+
     return check
 
 
-def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None, empty: str | None = None) -> None:
+def emit(
+    data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None, empty: str | None = None
+) -> None:
     """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable. An
     empty listing in a table is the one line `empty` ("No nodes.") on stderr, as kubectl's
     "No resources found.": not a row of bare headers, and nothing on stdout for a script."""
@@ -113,7 +117,9 @@ def emit(data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | No
                 fail("-o name: these rows have no name; use -o json", EXIT_USAGE)
             sys.stdout.write(printable(str(row[key]), keep_newlines=False) + "\n")
     else:
-        renderable = table(data, output is OutputFormat.wide) if table else json.dumps(data, indent=2, default=machine_value)
+        renderable = (
+            table(data, output is OutputFormat.wide) if table else json.dumps(data, indent=2, default=machine_value)
+        )
         # Not cropped to the terminal's width: a line that cannot fit (a name longer than the
         # terminal) wraps there, as kubectl's does, instead of losing its end.
         stdout_console().print(renderable, crop=False)
@@ -137,7 +143,9 @@ def stdout_console(unbounded_when_redirected: bool = True):
     return console
 
 
-SORT_BY_OPTION = typer.Option(None, "--sort-by", help="a field of -o json's rows to sort by (e.g. state, rack, state_since)")
+SORT_BY_OPTION = typer.Option(
+    None, "--sort-by", help="a field of -o json's rows to sort by (e.g. state, rack, state_since)"
+)
 
 
 def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
@@ -155,6 +163,7 @@ def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return (0, v, "")
         return (1, 0, v if isinstance(v, str) else json.dumps(v, default=machine_value, sort_keys=True))
+
     return sorted(rows, key=order)
 
 
@@ -262,14 +271,17 @@ class _Table:
     def __rich_console__(self, console, options):
         from rich.table import Table
 
-        natural = [max([cell_width(c.header), *(cell_width(row[i]) for row in self.cells)])
-                   for i, c in enumerate(self.columns)]
+        natural = [
+            max([cell_width(c.header), *(cell_width(row[i]) for row in self.cells)]) for i, c in enumerate(self.columns)
+        ]
         whole = [i == 0 or c.whole for i, c in enumerate(self.columns)]
         if self.title is None:
             layouts = [(False, [_MIN_ELIDED] * len(natural))]
         else:
-            words = [max([word_width(c.header), *(word_width(row[i]) for row in self.cells)])
-                     for i, c in enumerate(self.columns)]
+            words = [
+                max([word_width(c.header), *(word_width(row[i]) for row in self.cells)])
+                for i, c in enumerate(self.columns)
+            ]
             least = [_MIN_WRAPPED] * len(natural)
             layouts = [(True, words), (True, least), (False, words), (False, least)]
         for boxed, floors in layouts:
@@ -277,8 +289,11 @@ class _Table:
             widths = fit_widths(natural, whole, options.max_width - frame, floors)
             if sum(widths) + frame <= options.max_width:
                 break
-        table = Table(title=shown(self.title) if self.title is not None else None, header_style="bold",
-                      **({} if boxed else {"box": None, "pad_edge": False}))
+        table = Table(
+            title=shown(self.title) if self.title is not None else None,
+            header_style="bold",
+            **({} if boxed else {"box": None, "pad_edge": False}),
+        )
         for i, (c, w) in enumerate(zip(self.columns, widths)):
             wraps = self.title is not None and i > 0
             table.add_column(c.header, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")

@@ -36,13 +36,16 @@ def _table(data: dict, _wide: bool):
         elif d["action"]:
             outcome = Text(printable(f"--fix: {d['action']}"), style="yellow")
         elif d["owner"]:
-            outcome = Text(printable(f"left to {d['owner']} (--fix --include-owner {d['owner']} resumes it)"),
-                           style="yellow")
+            outcome = Text(
+                printable(f"left to {d['owner']} (--fix --include-owner {d['owner']} resumes it)"), style="yellow"
+            )
         else:
             outcome = Text("needs a person", style="yellow")
         difference = d["difference"].replace("_", " ") + (f" ({d['reason']})" if d["reason"] else "")
-        table.add_row(*(shown(v) for v in (d["node"], d["scheduler"], d["fleetctl_state"], d["scheduler_state"],
-                                          difference)), outcome)
+        table.add_row(
+            *(shown(v) for v in (d["node"], d["scheduler"], d["fleetctl_state"], d["scheduler_state"], difference)),
+            outcome,
+        )
     return Group(Text(f"{head}, {len(data['differences'])} differ"), table)
 
 
@@ -50,8 +53,11 @@ def reconcile(
     ctx: typer.Context,
     fix: bool = typer.Option(False, "--fix", help="make each scheduler match fleetctl (drain, or resume)"),
     include_owner: list[str] = typer.Option(
-        [], "--include-owner", metavar="TOOL",
-        help="also resume drains this tool made (the word before the reason's colon: NHC, k8s); repeatable"),
+        [],
+        "--include-owner",
+        metavar="TOOL",
+        help="also resume drains this tool made (the word before the reason's colon: NHC, k8s); repeatable",
+    ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Compare node states with the schedulers' drains; exit 1 while any difference remains.
@@ -64,23 +70,30 @@ def reconcile(
     from fleetctl.nodes.scheduler_sync import valid_owner
 
     if bad := [o for o in include_owner if not valid_owner(o)]:
-        fail(f"--include-owner {bad[0]!r}: a tool's name is the word before a drain reason's colon "
-             "(letters, digits, '_', '.', '-'; at most 32)", EXIT_USAGE)
+        fail(
+            f"--include-owner {bad[0]!r}: a tool's name is the word before a drain reason's colon "
+            "(letters, digits, '_', '.', '-'; at most 32)",
+            EXIT_USAGE,
+        )
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import SCHEDULER_KINDS, scheduler_for
 
-    nodes = [n for n in list_nodes(context.engine(ctx))
-             if set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
+    nodes = [n for n in list_nodes(context.engine(ctx)) if set(scheduler_members(n.scheduler)) <= set(SCHEDULER_KINDS)]
     from fleetctl.connections.slurm_client import slurm_runner
 
     settings = context.settings(ctx)
-    schedulers = {kind: scheduler_for(kind, settings, slurm_runner=slurm_runner(settings) if "slurm" in scheduler_members(kind) else None)
-                  for kind in {n.scheduler for n in nodes}}
+    schedulers = {
+        kind: scheduler_for(
+            kind, settings, slurm_runner=slurm_runner(settings) if "slurm" in scheduler_members(kind) else None
+        )
+        for kind in {n.scheduler for n in nodes}
+    }
 
     with Progress(transient=True, console=Console(stderr=True)) as progress:
         task = progress.add_task("fixing" if fix else "comparing", total=len(nodes))
-        differences = compare_and_fix(nodes, schedulers, fix, on_checked=lambda: progress.advance(task),
-                                      include_owners=frozenset(include_owner))
+        differences = compare_and_fix(
+            nodes, schedulers, fix, on_checked=lambda: progress.advance(task), include_owners=frozenset(include_owner)
+        )
 
     emit({"nodes_checked": len(nodes), "fix": fix, "differences": [asdict(d) for d in differences]}, output, _table)
     if any(not d.fixed for d in differences):

@@ -31,7 +31,8 @@ def render_report(report: dict, wide: bool = False):
 
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
     head = Text.assemble(
-        ("fleet ", "bold"), f"{report['fleet']}  {plural(s['nodes'], 'node')}  {at(window['since'])} to {at(window['until'])} UTC "
+        ("fleet ", "bold"),
+        f"{report['fleet']}  {plural(s['nodes'], 'node')}  {at(window['since'])} to {at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
         f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
@@ -40,64 +41,147 @@ def render_report(report: dict, wide: bool = False):
         f"({latency['count']}; {report['restart_placement']['on_spares']} on hot spares)\n"
         f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {hours(jobs['at_job_size']['mttf_hours'])}, predicted ETTR "
         f"{_pct(jobs['at_job_size']['predicted_ettr'])}   checkpoint interval "
-        f"{duration(jobs['checkpoint_interval_seconds'])}")
+        f"{duration(jobs['checkpoint_interval_seconds'])}",
+    )
 
     def groups(title: str, column: str, rows: dict) -> object:
         states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
-        return simple_table(title, [column, "nodes", "MTTF", "MTTR", "avail", "failures",
-                                    *[state.replace("_", " ") for state in states]], [
-            [name, g["nodes"], hours(g["mttf_hours"]), hours(g["mttr_hours"]), _pct(g["availability"]),
-             g["failures"], *[duration(g["node_days"].get(state, 0) * 86400) for state in states]]
-            for name, g in rows.items()])
+        return simple_table(
+            title,
+            [column, "nodes", "MTTF", "MTTR", "avail", "failures", *[state.replace("_", " ") for state in states]],
+            [
+                [
+                    name,
+                    g["nodes"],
+                    hours(g["mttf_hours"]),
+                    hours(g["mttr_hours"]),
+                    _pct(g["availability"]),
+                    g["failures"],
+                    *[duration(g["node_days"].get(state, 0) * 86400) for state in states],
+                ]
+                for name, g in rows.items()
+            ],
+        )
 
-    parts = [head, groups("per rack", "rack", report["racks"]),
-             groups("per profile", "profile", report["profiles"])]
+    parts = [head, groups("per rack", "rack", report["racks"]), groups("per profile", "profile", report["profiles"])]
     if jobs["per_job"]:
         # Wide adds where each job's time went: restart downtime, work lost, each restart.
         extra = ["down", "lost", "restarts took"] if wide else []
-        parts.append(simple_table("jobs", ["job", "name", "GPUs", "wall", "restarts", "ckpts", "ETTR", "predicted",
-                                           *extra], [
-            [j["job_id"], j["name"], j["gpus"], hours(j["wall_hours"]), j["restarts"], j["checkpoints"],
-             _pct(j["ettr"]), _pct(j["predicted_ettr"]),
-             *([duration(j["downtime_seconds"]), duration(j["lost_seconds"]),
-                ", ".join(duration(v) for v in j["restart_seconds"])] if wide else [])]
-            for j in jobs["per_job"]]))
+        parts.append(
+            simple_table(
+                "jobs",
+                ["job", "name", "GPUs", "wall", "restarts", "ckpts", "ETTR", "predicted", *extra],
+                [
+                    [
+                        j["job_id"],
+                        j["name"],
+                        j["gpus"],
+                        hours(j["wall_hours"]),
+                        j["restarts"],
+                        j["checkpoints"],
+                        _pct(j["ettr"]),
+                        _pct(j["predicted_ettr"]),
+                        *(
+                            [
+                                duration(j["downtime_seconds"]),
+                                duration(j["lost_seconds"]),
+                                ", ".join(duration(v) for v in j["restart_seconds"]),
+                            ]
+                            if wide
+                            else []
+                        ),
+                    ]
+                    for j in jobs["per_job"]
+                ],
+            )
+        )
     if jobs["interruptions"]:
         parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
     if s["causes"]:
         parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
     if report["rule_precision"]:
-        parts.append(simple_table("rule precision", ["rule", "removals", "confirmed", "unchanged", "open", "precision",
-                                                     ""], [
-            [r["rule"], r["removals"], r["confirmed"], r["unchanged"], r["open"], _pct(r["precision"]),
-             "usually wrong" if r["usually_wrong"] else ""] for r in report["rule_precision"]]))
+        parts.append(
+            simple_table(
+                "rule precision",
+                ["rule", "removals", "confirmed", "unchanged", "open", "precision", ""],
+                [
+                    [
+                        r["rule"],
+                        r["removals"],
+                        r["confirmed"],
+                        r["unchanged"],
+                        r["open"],
+                        _pct(r["precision"]),
+                        "usually wrong" if r["usually_wrong"] else "",
+                    ]
+                    for r in report["rule_precision"]
+                ],
+            )
+        )
     if report["production_stragglers"]:
-        parts.append(simple_table("stragglers in production", ["found", "node", "job", "status", "evidence", "detail"], [
-            [at(f["found_at"]), f["node"], f["job_id"], f["status"], f["evidence"], f["detail"]]
-            for f in report["production_stragglers"]]))
+        parts.append(
+            simple_table(
+                "stragglers in production",
+                ["found", "node", "job", "status", "evidence", "detail"],
+                [
+                    [at(f["found_at"]), f["node"], f["job_id"], f["status"], f["evidence"], f["detail"]]
+                    for f in report["production_stragglers"]
+                ],
+            )
+        )
     if report["breaker"]:
-        parts.append(simple_table("automation breaker", ["at", "event", "by", "why"], [
-            [at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]]
-            for e in report["breaker"]]))
+        parts.append(
+            simple_table(
+                "automation breaker",
+                ["at", "event", "by", "why"],
+                [[at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]] for e in report["breaker"]],
+            )
+        )
     if report["lemons"]:
-        parts.append(simple_table("lemon nodes", ["node", "rack", "profile", "times remediated (most in one lemon window)"], [
-            [lemon["node"], lemon["rack"], lemon["profile"], lemon["times_remediated"]] for lemon in report["lemons"]]))
+        parts.append(
+            simple_table(
+                "lemon nodes",
+                ["node", "rack", "profile", "times remediated (most in one lemon window)"],
+                [
+                    [lemon["node"], lemon["rack"], lemon["profile"], lemon["times_remediated"]]
+                    for lemon in report["lemons"]
+                ],
+            )
+        )
     if report["straggler_nodes"]:
-        parts.append(simple_table("stragglers", ["node", "profile", "metric", "value", "profile median", "robust z"], [
-            [n["node"], n["profile"], f"{n['check']} {n['metric']}", f"{n['value']:g}", f"{n['median']:g}", n["robust_z"]]
-            for n in report["straggler_nodes"]]))
+        parts.append(
+            simple_table(
+                "stragglers",
+                ["node", "profile", "metric", "value", "profile median", "robust z"],
+                [
+                    [
+                        n["node"],
+                        n["profile"],
+                        f"{n['check']} {n['metric']}",
+                        f"{n['value']:g}",
+                        f"{n['median']:g}",
+                        n["robust_z"],
+                    ]
+                    for n in report["straggler_nodes"]
+                ],
+            )
+        )
     return Group(*parts)
 
 
 def report(
     ctx: typer.Context,
     since: Optional[str] = typer.Option(
-        None, "--since", help="how far back the window reaches: 30m, 12h, 7d, 1d12h (default: from the first "
-                              "recorded node event, at most 7d)"),
+        None,
+        "--since",
+        help="how far back the window reaches: 30m, 12h, 7d, 1d12h (default: from the first "
+        "recorded node event, at most 7d)",
+    ),
     output: OutputFormat = OUTPUT_OPTION,
     html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
-    job_gpus: int = typer.Option(1024, "--job-gpus", callback=within(1, 1_000_000),
-                                 help="the job size for MTTF and predicted ETTR at a size"),
+    job_gpus: int = typer.Option(
+        1024, "--job-gpus", callback=within(1, 1_000_000), help="the job size for MTTF and predicted ETTR at a size"
+    ),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
 ) -> None:
     """MTTF, MTTR, availability, time per state, failure causes, rule precision, lemons,
@@ -130,9 +214,16 @@ def report(
             start, basis = default_window(now, first_node_event_at(engine))
         else:
             start, basis = now - window, f"--since {since.strip()}"
-        data = build_report(engine, start, now, fleet=settings.fleet, lemon_threshold=settings.lemon_threshold,
-                            lemon_window=timedelta(days=settings.lemon_window_days), job_gpus=job_gpus,
-                            window_basis=basis)
+        data = build_report(
+            engine,
+            start,
+            now,
+            fleet=settings.fleet,
+            lemon_threshold=settings.lemon_threshold,
+            lemon_window=timedelta(days=settings.lemon_window_days),
+            job_gpus=job_gpus,
+            window_basis=basis,
+        )
         if html is not None:
             html.write_text(render_html(data), encoding="utf-8")
     emit(data, output, render_report)

@@ -7,22 +7,48 @@ from typing import Optional
 import typer
 
 from fleetctl.cli import context
-from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, age, column_table, emit, fail, free_text, stdout_console, within
+from fleetctl.cli.output import (
+    EXIT_OPERATIONAL,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    Column,
+    OutputFormat,
+    age,
+    column_table,
+    emit,
+    fail,
+    free_text,
+    stdout_console,
+    within,
+)
 from fleetctl.durations import when
 from fleetctl.text import printable
 
-app = typer.Typer(help="RMA records: list, show the evidence, confirm or reject a held one, close.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="RMA records: list, show the evidence, confirm or reject a held one, close.", no_args_is_help=True
+)
 
 
 def _row(r) -> dict:
     from fleetctl.remediation.rma import rma_outcome
 
-    return {"id": r.id, "node": r.node_name, "status": r.status, "outcome": rma_outcome(r.status, r.replaced),
-            "reason": r.reason, "opened_at": r.opened_at,
-            "opened_by": r.opened_by, "remediation_run": r.remediation_run, "webhook": r.webhook_status,
-            "replaced": r.replaced, "closed_at": r.closed_at, "closed_by": r.closed_by,
-            "held_reason": r.held_reason, "decided_by": r.decided_by, "decided_at": r.decided_at}
+    return {
+        "id": r.id,
+        "node": r.node_name,
+        "status": r.status,
+        "outcome": rma_outcome(r.status, r.replaced),
+        "reason": r.reason,
+        "opened_at": r.opened_at,
+        "opened_by": r.opened_by,
+        "remediation_run": r.remediation_run,
+        "webhook": r.webhook_status,
+        "replaced": r.replaced,
+        "closed_at": r.closed_at,
+        "closed_by": r.closed_by,
+        "held_reason": r.held_reason,
+        "decided_by": r.decided_by,
+        "decided_at": r.decided_at,
+    }
 
 
 RMA_COLUMNS = (
@@ -44,8 +70,9 @@ RMA_COLUMNS = (
 @app.command("list")
 def list_rmas(
     ctx: typer.Context,
-    status: Optional[str] = typer.Option(None, "--status",
-                                         help="awaiting_confirmation (held for an operator), open, closed or rejected"),
+    status: Optional[str] = typer.Option(
+        None, "--status", help="awaiting_confirmation (held for an operator), open, closed or rejected"
+    ),
     node: Optional[str] = typer.Option(None, "--node"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
@@ -57,8 +84,11 @@ def list_rmas(
 
 
 @app.command("show")
-def show(ctx: typer.Context, given: str = typer.Argument(..., metavar="ID", help="the RMA's id (fleetctl rma list)"),
-         output: OutputFormat = OUTPUT_OPTION) -> None:
+def show(
+    ctx: typer.Context,
+    given: str = typer.Argument(..., metavar="ID", help="the RMA's id (fleetctl rma list)"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
     from fleetctl.remediation import rma
     from fleetctl.db import remediation as db
@@ -70,7 +100,9 @@ def show(ctx: typer.Context, given: str = typer.Argument(..., metavar="ID", help
         fail(f"no RMA record {rma_id}")
     # The remediation runs as they ended, not as they were when the record was opened.
     keys = [r.get("run") for r in record.evidence.get("remediation", [])]
-    current = {run.run_key: rma.remediation_entry(run, db.steps(engine, run.run_key)) for run in db.runs_by_key(engine, keys)}
+    current = {
+        run.run_key: rma.remediation_entry(run, db.steps(engine, run.run_key)) for run in db.runs_by_key(engine, keys)
+    }
     s = context.settings(ctx)
     evidence = rma.with_current_runs(record.evidence, current, (s.bmc_password, s.webhook_token))
     if output in (OutputFormat.json, OutputFormat.yaml):
@@ -79,7 +111,9 @@ def show(ctx: typer.Context, given: str = typer.Argument(..., metavar="ID", help
     from rich.markdown import Markdown
 
     stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
-    closed = f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
+    closed = (
+        f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
+    )
     typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
 
 
@@ -96,18 +130,27 @@ def _rma_id(engine, given: str) -> int:
         return int(given)
     ids = [str(r.id) for r in rma_records(engine, node_name=given)] if len(given) <= 253 else []
     named = printable(given[:80], keep_newlines=False)
-    fail(f"{named!r} is not an RMA id; " + (f"{named}'s RMAs: {', '.join(ids)}" if ids else "see `fleetctl rma list`")
-         + (f" (fleetctl rma show {ids[0]})" if ids else ""), EXIT_USAGE)
+    fail(
+        f"{named!r} is not an RMA id; "
+        + (f"{named}'s RMAs: {', '.join(ids)}" if ids else "see `fleetctl rma list`")
+        + (f" (fleetctl rma show {ids[0]})" if ids else ""),
+        EXIT_USAGE,
+    )
 
 
 @app.command("close")
 def close(
     ctx: typer.Context,
     rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)),
-    replaced: Optional[str] = typer.Option(None, "--replaced", callback=free_text(required=True),
-                                           help='what the vendor replaced, e.g. "GPU3": the RMA confirmed its fault'),
-    no_fault_found: bool = typer.Option(False, "--no-fault-found",
-                                        help="the vendor found nothing wrong: the removal behind it was a false alarm"),
+    replaced: Optional[str] = typer.Option(
+        None,
+        "--replaced",
+        callback=free_text(required=True),
+        help='what the vendor replaced, e.g. "GPU3": the RMA confirmed its fault',
+    ),
+    no_fault_found: bool = typer.Option(
+        False, "--no-fault-found", help="the vendor found nothing wrong: the removal behind it was a false alarm"
+    ),
 ) -> None:
     """Close an RMA, saying how it ended (--replaced PART or --no-fault-found: rule precision
     scores the removal behind it by that): the node is back and goes through burn-in before
@@ -169,8 +212,9 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
     async def go() -> RmaDecided:
         client = await context.temporal_client(ctx)
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        return await handle.execute_update(RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity()),
-                                           result_type=RmaDecided)
+        return await handle.execute_update(
+            RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity()), result_type=RmaDecided
+        )
 
     try:
         decided = context.run_async(go())

@@ -9,8 +9,19 @@ import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.node import MAX_XID
-from fleetctl.cli.output import (EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail,
-                                 free_text, simple_table, within)
+from fleetctl.cli.output import (
+    EXIT_OPERATIONAL,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    Column,
+    OutputFormat,
+    column_table,
+    emit,
+    fail,
+    free_text,
+    simple_table,
+    within,
+)
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
 
@@ -29,8 +40,14 @@ def _summary(book) -> dict:
     matches = [f"xid {','.join(map(str, m.xids))}"] if m.xids else []
     matches += [f"check {c.name} {'/'.join(c.statuses)}" + (f" ~/{c.finding}/" if c.finding else "") for c in m.checks]
     matches += ["fallback"] if m.fallback else []
-    return {"name": book.name, "priority": book.priority, "matches": matches, "steps": len(book.steps),
-            "description": book.description, "source": book.source}
+    return {
+        "name": book.name,
+        "priority": book.priority,
+        "matches": matches,
+        "steps": len(book.steps),
+        "description": book.description,
+        "source": book.source,
+    }
 
 
 RUNBOOK_COLUMNS = (
@@ -61,10 +78,24 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         from rich.console import Group
         from rich.text import Text
 
-        table = simple_table(None, ["#", "name", "action", "when", "on failure", "parameters"],
-                             [[s["index"], s["name"], s["action"], s["when"] or "", s["on_failure"],
-                               ", ".join(f"{k}={v}" for k, v in s["params"].items())] for s in d["steps"]])
-        return Group(Text(d["name"], style="bold"), Text(d["description"]), Text("matches: " + "; ".join(d["matches"])), table)
+        table = simple_table(
+            None,
+            ["#", "name", "action", "when", "on failure", "parameters"],
+            [
+                [
+                    s["index"],
+                    s["name"],
+                    s["action"],
+                    s["when"] or "",
+                    s["on_failure"],
+                    ", ".join(f"{k}={v}" for k, v in s["params"].items()),
+                ]
+                for s in d["steps"]
+            ],
+        )
+        return Group(
+            Text(d["name"], style="bold"), Text(d["description"]), Text("matches: " + "; ".join(d["matches"])), table
+        )
 
     emit(data, output, render)
 
@@ -87,10 +118,12 @@ def run(
     name: str,
     node: str = typer.Option(..., "--node", help="the node to remediate"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
-    xid: Optional[int] = typer.Option(None, "--xid", callback=within(0, MAX_XID),
-                                       help="the XID that prompted this (templates see it as event)"),
-    reason: str = typer.Option("operator request", "--reason", callback=free_text(required=True),
-                               help="why; templates see it as event.message"),
+    xid: Optional[int] = typer.Option(
+        None, "--xid", callback=within(0, MAX_XID), help="the XID that prompted this (templates see it as event)"
+    ),
+    reason: str = typer.Option(
+        "operator request", "--reason", callback=free_text(required=True), help="why; templates see it as event.message"
+    ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""
@@ -114,13 +147,26 @@ def run(
         result = context.run_async(go())
     except RemediationAlreadyRunning as exc:
         fail(str(exc))
-    data = {"run": result.run_key, "node": result.node, "runbook": result.runbook, "mode": result.mode,
-            "status": result.status, "outcome": result.outcome,
-            "steps": [{"index": st.index, "name": st.name, "action": st.action, "status": st.status, "detail": st.detail}
-                      for st in result.steps]}
-    emit(data, output, lambda d, _w: simple_table(
-        f"{d['runbook']} on {d['node']} ({d['mode']}): {d['status']}: {d['outcome']}",
-        ["#", "step", "action", "status", "detail"],
-        [[x["index"], x["name"], x["action"], x["status"], x["detail"]] for x in d["steps"]]))
+    data = {
+        "run": result.run_key,
+        "node": result.node,
+        "runbook": result.runbook,
+        "mode": result.mode,
+        "status": result.status,
+        "outcome": result.outcome,
+        "steps": [
+            {"index": st.index, "name": st.name, "action": st.action, "status": st.status, "detail": st.detail}
+            for st in result.steps
+        ],
+    }
+    emit(
+        data,
+        output,
+        lambda d, _w: simple_table(
+            f"{d['runbook']} on {d['node']} ({d['mode']}): {d['status']}: {d['outcome']}",
+            ["#", "step", "action", "status", "detail"],
+            [[x["index"], x["name"], x["action"], x["status"], x["detail"]] for x in d["steps"]],
+        ),
+    )
     if result.status == "failed":
         raise typer.Exit(EXIT_OPERATIONAL)

@@ -11,8 +11,10 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail
 from fleetctl.durations import when
 
-app = typer.Typer(help="Periodic active checks on idle production nodes, the production straggler judge, "
-                       "and the job history sync.", no_args_is_help=True)
+app = typer.Typer(
+    help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
+    no_args_is_help=True,
+)
 KINDS = ("active-checks", "stragglers", "job-sync")
 # Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
 JOB_SYNC_EVERY = "1m"
@@ -41,12 +43,19 @@ def _run(coro):
 @app.command("create")
 def create(
     ctx: typer.Context,
-    kind: str = typer.Argument(..., help="active-checks, stragglers (the running jobs' nodes compared from "
-                                         "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
-                                         "into the database, as `job sync`)"),
-    every: Optional[str] = typer.Option(None, "--every", help="interval: 30m, 1h, 6h ... (default: 1h for "
-                                                              "active-checks, straggler_interval_s for stragglers, "
-                                                              f"{JOB_SYNC_EVERY} for job-sync)"),
+    kind: str = typer.Argument(
+        ...,
+        help="active-checks, stragglers (the running jobs' nodes compared from "
+        "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
+        "into the database, as `job sync`)",
+    ),
+    every: Optional[str] = typer.Option(
+        None,
+        "--every",
+        help="interval: 30m, 1h, 6h ... (default: 1h for "
+        "active-checks, straggler_interval_s for stragglers, "
+        f"{JOB_SYNC_EVERY} for job-sync)",
+    ),
     suite: str = typer.Option("quick", "--suite"),
     max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
     name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
@@ -70,8 +79,9 @@ def create(
             interval = parse_duration(every) if every else timedelta(seconds=s.straggler_interval_s)
         except ValueError as exc:
             fail(str(exc), EXIT_USAGE)
-        schedule = straggler_schedule(s, schedule_id, interval,
-                                      StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}"))
+        schedule = straggler_schedule(
+            s, schedule_id, interval, StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}")
+        )
         # The policy, window and threshold are the worker's settings (as the guard's limits are).
         summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
     elif kind == "job-sync":
@@ -88,9 +98,18 @@ def create(
         except (ValueError, SuiteError) as exc:
             fail(str(exc), EXIT_USAGE)
         count, fraction = _concurrency(max_concurrent)
-        schedule = sweep_schedule(s, schedule_id, interval, SweepInput(
-            suite=suite, max_concurrent=count, max_concurrent_fraction=fraction, fleet=s.fleet,
-            actor=f"schedule/{schedule_id}"))
+        schedule = sweep_schedule(
+            s,
+            schedule_id,
+            interval,
+            SweepInput(
+                suite=suite,
+                max_concurrent=count,
+                max_concurrent_fraction=fraction,
+                fleet=s.fleet,
+                actor=f"schedule/{schedule_id}",
+            ),
+        )
         summary = f"{suite} every {every or '1h'}, at most {max_concurrent} nodes at once"
 
     async def run():
@@ -107,8 +126,9 @@ def create(
     from fleetctl.db import sweep_intervals
 
     if kind == "active-checks":
-        sweep_intervals.record(context.engine(ctx), sweep_intervals.SweepSchedule(schedule_id, s.fleet,
-                                                                                  interval.total_seconds()))
+        sweep_intervals.record(
+            context.engine(ctx), sweep_intervals.SweepSchedule(schedule_id, s.fleet, interval.total_seconds())
+        )
     else:
         sweep_intervals.forget(context.engine(ctx), schedule_id)
     typer.echo(f"schedule {schedule_id}: {summary}")
@@ -143,14 +163,16 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
         async for entry in await client.list_schedules():
             desc = await client.get_schedule_handle(entry.id).describe()
             spec = desc.schedule.spec
-            rows.append({
-                "id": entry.id,
-                "paused": desc.schedule.state.paused,
-                "every_s": spec.intervals[0].every.total_seconds() if spec.intervals else None,
-                "next_run": desc.info.next_action_times[0] if desc.info.next_action_times else None,
-                "runs": desc.info.num_actions,
-                "skipped_overlaps": desc.info.num_actions_skipped_overlap,
-            })
+            rows.append(
+                {
+                    "id": entry.id,
+                    "paused": desc.schedule.state.paused,
+                    "every_s": spec.intervals[0].every.total_seconds() if spec.intervals else None,
+                    "next_run": desc.info.next_action_times[0] if desc.info.next_action_times else None,
+                    "runs": desc.info.num_actions,
+                    "skipped_overlaps": desc.info.num_actions_skipped_overlap,
+                }
+            )
         return rows
 
     from fleetctl.db import sweep_intervals
@@ -168,7 +190,6 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
 
 def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
     from temporalio.service import RPCError
-
 
     s = context.settings(ctx)
 
@@ -219,8 +240,10 @@ def _the_schedule(ctx: typer.Context, schedule_id: str | None) -> str:
     found = sorted(_run(ids()))
     if len(found) == 1:
         return found[0]
-    fail("name the schedule: " + (f"there are {len(found)} ({', '.join(found)})" if found else "there is none"),
-         EXIT_USAGE)
+    fail(
+        "name the schedule: " + (f"there are {len(found)} ({', '.join(found)})" if found else "there is none"),
+        EXIT_USAGE,
+    )
 
 
 @app.command("pause")
@@ -236,8 +259,11 @@ def unpause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> Non
 
 
 @app.command("delete")
-def delete(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID,
-           yes: bool = typer.Option(False, "--yes", help="do not ask")) -> None:
+def delete(
+    ctx: typer.Context,
+    schedule_id: Optional[str] = SCHEDULE_ID,
+    yes: bool = typer.Option(False, "--yes", help="do not ask"),
+) -> None:
     """Remove a schedule for good (`schedule create` makes it again)."""
     schedule_id = _the_schedule(ctx, schedule_id)
     if not yes and not typer.confirm(f"Delete schedule {schedule_id}?", default=False):

@@ -25,9 +25,12 @@ def fleet(
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
     seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1)),
     prefix: str = typer.Option("gpu", "--prefix", help="node name prefix"),
-    islands: int = typer.Option(0, "--islands", callback=within(0, 10_000),
-                                help="split the racks over this many islands, each rack its own leaf switch "
-                                     "(0: no topology)"),
+    islands: int = typer.Option(
+        0,
+        "--islands",
+        callback=within(0, 10_000),
+        help="split the racks over this many islands, each rack its own leaf switch (0: no topology)",
+    ),
     output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (an inventory) or json"),
 ) -> None:
     """Print an inventory of simulated nodes (pipe it to a file, then `fleetctl node import`)."""
@@ -54,14 +57,19 @@ def _sim_node(ctx: typer.Context, name: str):
 
 # The fault kinds, one a line (click's \b keeps the lines as they are: a kind is never broken
 # at its hyphen), as `kubectl explain` lists a field's values.
-@app.command("inject", help="Inject a fault into a simulated node; the worker's checks see it from then on.\n\n\b\n"
-                            "Fault kinds:\n" + "\n".join(f"  {kind}" for kind in FAULT_KINDS))
+@app.command(
+    "inject",
+    help="Inject a fault into a simulated node; the worker's checks see it from then on.\n\n\b\n"
+    "Fault kinds:\n" + "\n".join(f"  {kind}" for kind in FAULT_KINDS),
+)
 def inject(
     ctx: typer.Context,
     node: str,
     fault: str = typer.Argument(..., help="the fault's kind: one of those listed above"),
     after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
-    rate: Optional[float] = typer.Option(None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"),
+    rate: Optional[float] = typer.Option(
+        None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"
+    ),
     gpu: Optional[int] = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
     from fleetctl.durations import parse_duration
@@ -73,8 +81,13 @@ def inject(
     row = _sim_node(ctx, node)
     try:
         delay = parse_duration(after).total_seconds() if after else 0.0
-        spec = SimFaultSpec(kind=fault, gpu=gpu, not_before=time.time() + delay, rate_per_hour=rate,
-                            seed=zlib.crc32(f"{node}/{fault}".encode()) & 0xFFFF)
+        spec = SimFaultSpec(
+            kind=fault,
+            gpu=gpu,
+            not_before=time.time() + delay,
+            rate_per_hour=rate,
+            seed=zlib.crc32(f"{node}/{fault}".encode()) & 0xFFFF,
+        )
         why = fault_inapplicable(spec.kind, sim_profile(row.profile or ""))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -86,7 +99,9 @@ def inject(
 
 
 @app.command("clear")
-def clear(ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(None, help="one fault kind; default all")) -> None:
+def clear(
+    ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(None, help="one fault kind; default all")
+) -> None:
     """Clear one or all faults of a simulated node (a repaired node)."""
     from fleetctl.sim.store import clear_faults
 
@@ -101,8 +116,20 @@ def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) 
     from fleetctl.sim.store import faults_for
 
     _sim_node(ctx, node)
-    rows = [{"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}
-            for f in faults_for(context.engine(ctx), node)]
-    emit(rows, output, lambda data, _w: simple_table(node, ["kind", "gpu", "appears", "rate/h"], [
-        [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], timezone.utc)), r["rate_per_hour"]] for r in data]),
-        empty=f"No faults injected into {node}.")
+    rows = [
+        {"kind": f.kind, "gpu": f.gpu, "not_before": f.not_before, "rate_per_hour": f.rate_per_hour}
+        for f in faults_for(context.engine(ctx), node)
+    ]
+    emit(
+        rows,
+        output,
+        lambda data, _w: simple_table(
+            node,
+            ["kind", "gpu", "appears", "rate/h"],
+            [
+                [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], timezone.utc)), r["rate_per_hour"]]
+                for r in data
+            ],
+        ),
+        empty=f"No faults injected into {node}.",
+    )

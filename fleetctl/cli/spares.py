@@ -7,8 +7,9 @@ import typer
 from fleetctl.cli import context
 from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
 
-app = typer.Typer(help="Hot spares: the nodes each island holds out of scheduling for restarts; refill them.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Hot spares: the nodes each island holds out of scheduling for restarts; refill them.", no_args_is_help=True
+)
 
 
 def _pools(ctx: typer.Context) -> list[dict]:
@@ -16,13 +17,18 @@ def _pools(ctx: typer.Context) -> list[dict]:
 
     per_island = context.settings(ctx).spares_per_island
     held = store.held(context.engine(ctx))
-    return [{"island": island, "spares": sorted(n for n, i in held.items() if i == island), "wanted": per_island}
-            for island in sorted(set(held.values()))]
+    return [
+        {"island": island, "spares": sorted(n for n, i in held.items() if i == island), "wanted": per_island}
+        for island in sorted(set(held.values()))
+    ]
 
 
 def _table(rows: list[dict], _wide: bool):
-    return simple_table("hot spares", ["island", "spares", "held / wanted"],
-                        [(r["island"], ", ".join(r["spares"]), f"{len(r['spares'])} / {r['wanted']}") for r in rows])
+    return simple_table(
+        "hot spares",
+        ["island", "spares", "held / wanted"],
+        [(r["island"], ", ".join(r["spares"]), f"{len(r['spares'])} / {r['wanted']}") for r in rows],
+    )
 
 
 @app.command("list")
@@ -43,7 +49,9 @@ def fill(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     from fleetctl.cli.job import scheduler_adapter
     from fleetctl.jobs.spares_sync import fill as fill_pools
 
-    result = fill_pools(context.engine(ctx), context.settings(ctx).spares_per_island, lambda kind: scheduler_adapter(ctx, kind))
+    result = fill_pools(
+        context.engine(ctx), context.settings(ctx).spares_per_island, lambda kind: scheduler_adapter(ctx, kind)
+    )
     if output in (OutputFormat.table, OutputFormat.wide):
         typer.echo(f"held {', '.join(result.added) or 'none'}; released {', '.join(result.removed) or 'none'}")
         emit(_pools(ctx), output, _table)

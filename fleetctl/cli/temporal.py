@@ -25,5 +25,7 @@ def setup(ctx: typer.Context) -> None:
     added = context.run_async(run())
     where = resolve(settings).describe()
     for key in NODE_ATTRIBUTES:
-        typer.echo(f"{key.name} ({type_name(key.indexed_value_type)}): {'registered' if key.name in added else 'already there'}")
+        typer.echo(
+            f"{key.name} ({type_name(key.indexed_value_type)}): {'registered' if key.name in added else 'already there'}"
+        )
     typer.echo(f"{where}: {len(added)} search attributes registered, {len(NODE_ATTRIBUTES) - len(added)} already there")

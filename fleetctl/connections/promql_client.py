@@ -35,8 +35,9 @@ class PrometheusError(Exception):
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise PrometheusError(f"Prometheus answered {code} (a redirect): not followed; set prometheus_url to "
-                              "the address it answers at")
+        raise PrometheusError(
+            f"Prometheus answered {code} (a redirect): not followed; set prometheus_url to the address it answers at"
+        )
 
 
 class _Deadline:
@@ -123,14 +124,18 @@ class Prometheus:
     def query(self, expr: str, label: str) -> dict[str, float]:
         """{node (by `label`): value} of an instant query."""
         body = urllib.parse.urlencode({"query": expr}).encode()
-        request = urllib.request.Request(f"{self.url}/api/v1/query", data=body, method="POST",
-                                         headers={"Content-Type": "application/x-www-form-urlencoded",
-                                                  "Accept": "application/json"})
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/query",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+        )
         if self._token:
             request.add_unredirected_header("Authorization", f"Bearer {self._token}")
         deadline = _Deadline(self.timeout_s)
-        opener = urllib.request.build_opener(_NoRedirects(), _DeadlineHTTP(deadline),
-                                             _DeadlineHTTPS(self._context, deadline))
+        opener = urllib.request.build_opener(
+            _NoRedirects(), _DeadlineHTTP(deadline), _DeadlineHTTPS(self._context, deadline)
+        )
         try:
             with deadline, opener.open(request, timeout=self.timeout_s) as response:
                 raw = response.read(MAX_ANSWER_BYTES + 1)
@@ -143,8 +148,9 @@ class Prometheus:
                 detail = json.loads(raw).get("error", "")
             except (ValueError, AttributeError):
                 detail = ""
-            raise PrometheusError(f"{self.url}: HTTP {exc.code}" + (f": {one_line(detail)[:200]}" if detail else "")) \
-                from None
+            raise PrometheusError(
+                f"{self.url}: HTTP {exc.code}" + (f": {one_line(detail)[:200]}" if detail else "")
+            ) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             if deadline.passed:
                 raise PrometheusError(f"{self.url}: no whole answer within {self.timeout_s:g} s") from None

@@ -26,6 +26,10 @@ def slurm_runner(settings: Settings, executors: Any = None) -> CommandRunner | N
     else:
         from fleetctl.executors.ssh import SshExecutor
 
-        executor = SshExecutor(known_hosts=settings.known_hosts, accept_new_host_keys=settings.accept_new_host_keys,
-                               key_file=settings.ssh_key_file or None, jump_host=settings.ssh_jump_host or None)
+        executor = SshExecutor(
+            known_hosts=settings.known_hosts,
+            accept_new_host_keys=settings.accept_new_host_keys,
+            key_file=settings.ssh_key_file or None,
+            jump_host=settings.ssh_jump_host or None,
+        )
     return SshCommandRunner(executor, target, slurm_conf=settings.slurm_conf)

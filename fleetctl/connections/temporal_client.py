@@ -59,8 +59,10 @@ class TemporalConnection:
             return "start one with `fleetctl dev server` or set TEMPORAL_ADDRESS"
         # A proxy refusing a client certificate answers after the handshake, which the
         # client reports as an unrelated protocol error: name the settings to check.
-        return ("check the client certificate and key (TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH), "
-                "the server CA and name (TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME) and the API key")
+        return (
+            "check the client certificate and key (TEMPORAL_TLS_CLIENT_CERT_PATH, TEMPORAL_TLS_CLIENT_KEY_PATH), "
+            "the server CA and name (TEMPORAL_TLS_SERVER_CA_CERT_PATH, TEMPORAL_TLS_SERVER_NAME) and the API key"
+        )
 
     def is_local(self) -> bool:
         return is_local_address(self.address)
@@ -136,13 +138,20 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     env = os.environ if env is None else env
     profile = _profile(settings, env)
     ptls = profile.tls
-    where = (f"profile {settings.temporal_profile or env.get('TEMPORAL_PROFILE') or 'default'} of "
-             f"{settings.temporal_config_file or env.get('TEMPORAL_CONFIG_FILE') or 'the temporal CLI config file'}")
+    where = (
+        f"profile {settings.temporal_profile or env.get('TEMPORAL_PROFILE') or 'default'} of "
+        f"{settings.temporal_config_file or env.get('TEMPORAL_CONFIG_FILE') or 'the temporal CLI config file'}"
+    )
     sources: dict[str, tuple[str, str]] = {}
 
     def pick(name: str, from_profile: Any) -> Any:
-        value, source = ((getattr(settings, name), settings.sources.get(name, "flag")) if _given(settings, name)
-                         else (from_profile, where) if from_profile else (None, "default"))
+        value, source = (
+            (getattr(settings, name), settings.sources.get(name, "flag"))
+            if _given(settings, name)
+            else (from_profile, where)
+            if from_profile
+            else (None, "default")
+        )
         shown = "(set)" if name == "temporal_api_key" and value else "(inline)" if isinstance(value, bytes) else value
         sources[name] = (str(shown or ""), source)
         return value
@@ -160,24 +169,33 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     if said is None and ptls is not None:
         said, tls_source = (False if ptls.disabled else True), where
     if bool(cert) != bool(key):
-        raise ConfigError("Temporal mTLS needs both a client certificate and its key "
-                          "(temporal_tls_cert_path / TEMPORAL_TLS_CLIENT_CERT_PATH and "
-                          "temporal_tls_key_path / TEMPORAL_TLS_CLIENT_KEY_PATH)")
+        raise ConfigError(
+            "Temporal mTLS needs both a client certificate and its key "
+            "(temporal_tls_cert_path / TEMPORAL_TLS_CLIENT_CERT_PATH and "
+            "temporal_tls_key_path / TEMPORAL_TLS_CLIENT_KEY_PATH)"
+        )
     wants_tls = bool(ca or cert or server_name or api_key)
     if said is False and wants_tls:
         # Sending an API key or a client certificate in clear text is never what was meant.
-        raise ConfigError("temporal_tls is false but TLS settings (CA, client certificate, server name or API key) are given")
+        raise ConfigError(
+            "temporal_tls is false but TLS settings (CA, client certificate, server name or API key) are given"
+        )
     sources["temporal_address"] = (address, sources["temporal_address"][1])
     sources["temporal_namespace"] = (namespace, sources["temporal_namespace"][1])
-    sources["temporal_tls"] = ("on" if said or wants_tls else "off",
-                               tls_source if said is not None else "the other TLS settings" if wants_tls else "default")
+    sources["temporal_tls"] = (
+        "on" if said or wants_tls else "off",
+        tls_source if said is not None else "the other TLS settings" if wants_tls else "default",
+    )
     if not (said or wants_tls):
         return TemporalConnection(address, namespace, False, None, profile.grpc_meta, sources=sources)
 
     note = "mTLS" if cert else "TLS"
     if isinstance(ca, (str, Path)) and ca:
         note += f" (CA {ca})"
-    tls = TLSConfig(domain=server_name, server_root_ca_cert=_read("temporal_tls_ca_path", ca),
-                    client_cert=_read("temporal_tls_cert_path", cert),
-                    client_private_key=_read("temporal_tls_key_path", key))
+    tls = TLSConfig(
+        domain=server_name,
+        server_root_ca_cert=_read("temporal_tls_ca_path", ca),
+        client_cert=_read("temporal_tls_cert_path", cert),
+        client_private_key=_read("temporal_tls_key_path", key),
+    )
     return TemporalConnection(address, namespace, tls, api_key, profile.grpc_meta, note, sources)

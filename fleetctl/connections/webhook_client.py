@@ -49,7 +49,9 @@ def post_webhook(url: str, token: str, payload: Mapping[str, Any], timeout_s: fl
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=json.dumps(payload, default=str).encode(), headers=headers, method="POST")
+    request = urllib.request.Request(
+        url, data=json.dumps(payload, default=str).encode(), headers=headers, method="POST"
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects())
     try:
         with opener.open(request, timeout=timeout_s) as response:

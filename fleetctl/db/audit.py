@@ -16,6 +16,16 @@ def record_rejection(engine: Engine, *, fleet: str, node: str, actor: str, trigg
     """A refused command is recorded with its actor, so a race between two operators (or an
     operator and automation) shows both: the winner's transition and the loser's refusal."""
     key = f"rejected/{uuid.uuid4()}"
-    insert_once(engine, AutomationEvent(fleet=fleet, kind="rejected", node_name=node, actor=actor,
-                                        reason=f"{trigger}: {reason}", idempotency_key=key),
-                AutomationEvent.idempotency_key, key)
+    insert_once(
+        engine,
+        AutomationEvent(
+            fleet=fleet,
+            kind="rejected",
+            node_name=node,
+            actor=actor,
+            reason=f"{trigger}: {reason}",
+            idempotency_key=key,
+        ),
+        AutomationEvent.idempotency_key,
+        key,
+    )

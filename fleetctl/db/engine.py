@@ -182,7 +182,9 @@ def get_engine(url: str, migrate: bool = True) -> Engine:
                 if current_revision(engine) != head_revision():
                     upgrade(engine)
             except OperationalError as exc:
-                raise DatabaseUnavailable(f"database {describe(url)} unavailable: {one_line(getattr(exc, 'orig', None) or exc)}") from None
+                raise DatabaseUnavailable(
+                    f"database {describe(url)} unavailable: {one_line(getattr(exc, 'orig', None) or exc)}"
+                ) from None
             _upgraded.add(url)
     return engine
 

@@ -77,15 +77,24 @@ def update_rollout(engine: Engine, rollout_id: str, **fields: Any) -> None:
         session.commit()
 
 
-def record_node(engine: Engine, rollout_id: str, node: str, batch_index: int, status: str, detail: str,
-                components: dict[str, Any]) -> None:
+def record_node(
+    engine: Engine, rollout_id: str, node: str, batch_index: int, status: str, detail: str, components: dict[str, Any]
+) -> None:
     """Upsert one node's result in a roll-out (a retried activity writes the same row)."""
     with Session(engine) as session:
-        row = session.exec(select(FirmwareRolloutNode).where(
-            FirmwareRolloutNode.rollout_id == rollout_id, FirmwareRolloutNode.node_name == node)).first()
+        row = session.exec(
+            select(FirmwareRolloutNode).where(
+                FirmwareRolloutNode.rollout_id == rollout_id, FirmwareRolloutNode.node_name == node
+            )
+        ).first()
         row = row or FirmwareRolloutNode(rollout_id=rollout_id, node_name=node, batch_index=batch_index, status=status)
         row.status, row.detail, row.components, row.batch_index, row.updated_at = (
-            status, detail, components, batch_index, utcnow())
+            status,
+            detail,
+            components,
+            batch_index,
+            utcnow(),
+        )
         session.add(row)
         session.commit()
 

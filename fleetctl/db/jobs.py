@@ -27,9 +27,23 @@ from fleetctl.schedulers.base import JobHistory
 SIM = "sim"
 # pg_advisory_xact_lock key serialising the simulated scheduler's passes ("fsim" in ASCII).
 _SIM_SCHEDULER_LOCK = 0x6673696D
-_RESTART_STEP_FIELDS = frozenset({"drained_at", "requeued_at", "running_at", "new_nodes", "nodes_before", "status", "error",
-                                  "island", "placement", "placement_detail", "placed_on", "landed",
-                                  "spares_taken"})
+_RESTART_STEP_FIELDS = frozenset(
+    {
+        "drained_at",
+        "requeued_at",
+        "running_at",
+        "new_nodes",
+        "nodes_before",
+        "status",
+        "error",
+        "island",
+        "placement",
+        "placement_detail",
+        "placed_on",
+        "landed",
+        "spares_taken",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +87,13 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
         for node in job.nodes:
             placed.setdefault(node, []).append(job.job_id)
     return [
-        SimNodeView(name, bool(drains.get(name) and drains[name].drained),
-                    drains[name].reason if name in drains else None, tuple(placed.get(name, ())), name in spares)
+        SimNodeView(
+            name,
+            bool(drains.get(name) and drains[name].drained),
+            drains[name].reason if name in drains else None,
+            tuple(placed.get(name, ())),
+            name in spares,
+        )
         for name in nodes
     ]
 
@@ -117,8 +136,14 @@ def add_sim_job(engine: Engine, name: str, node_count: int, gpus_per_node: int) 
     """Queue a simulated job; its id is `sim-<row id>`."""
     with Session(engine) as session:
         # The id comes from the row's number, known once inserted; a unique placeholder until then.
-        job = Job(job_id=f"sim-new-{uuid.uuid4().hex}", name=name, scheduler=SIM, state="pending",
-                  node_count=node_count, gpus_per_node=gpus_per_node)
+        job = Job(
+            job_id=f"sim-new-{uuid.uuid4().hex}",
+            name=name,
+            scheduler=SIM,
+            state="pending",
+            node_count=node_count,
+            gpus_per_node=gpus_per_node,
+        )
         session.add(job)
         session.flush()
         job.job_id = f"sim-{job.id}"
@@ -139,7 +164,10 @@ def _lock_sim_scheduler(session: Session) -> None:
 
 
 def sim_scheduling_pass(
-    engine: Engine, place: PlacementPolicy, requeue: str | None = None, exclude: Sequence[str] = (),
+    engine: Engine,
+    place: PlacementPolicy,
+    requeue: str | None = None,
+    exclude: Sequence[str] = (),
     place_on: Sequence[str] = (),
 ) -> None:
     """One pass of the simulated scheduler: put `requeue` (if given) back in the queue, kept
@@ -162,30 +190,54 @@ def sim_scheduling_pass(
         queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
         if queue:
             placements = place(
-                [QueuedJob(j.job_id, j.node_count, frozenset(exclude), tuple(place_on)) if j.job_id == requeue
-                 else QueuedJob(j.job_id, j.node_count, frozenset()) for j in queue],
+                [
+                    QueuedJob(j.job_id, j.node_count, frozenset(exclude), tuple(place_on))
+                    if j.job_id == requeue
+                    else QueuedJob(j.job_id, j.node_count, frozenset())
+                    for j in queue
+                ],
                 _sim_nodes(session),
             )
             now = utcnow()
             for job in queue:
                 if placements.get(job.job_id):
                     # started_at is the job's first start: its wall time runs through its restarts.
-                    job.state, job.nodes, job.started_at = "running", list(placements[job.job_id]), job.started_at or now
+                    job.state, job.nodes, job.started_at = (
+                        "running",
+                        list(placements[job.job_id]),
+                        job.started_at or now,
+                    )
                     session.add(job)
         session.commit()
 
 
 def record_restart_started(
-    engine: Engine, *, workflow_id: str, job_id: str, scheduler: str, bad_nodes: Sequence[str], cause: str,
-    actor: str, restart_id: str, fault_seen_at: datetime,
+    engine: Engine,
+    *,
+    workflow_id: str,
+    job_id: str,
+    scheduler: str,
+    bad_nodes: Sequence[str],
+    cause: str,
+    actor: str,
+    restart_id: str,
+    fault_seen_at: datetime,
 ) -> JobRestart:
     """The restart's row, created once per workflow id (a retry finds the first one)."""
     with Session(engine) as session:
         existing = session.exec(select(JobRestart).where(JobRestart.workflow_id == workflow_id)).first()
         if existing is not None:
             return existing
-        row = JobRestart(workflow_id=workflow_id, job_id=job_id, scheduler=scheduler, bad_nodes=list(bad_nodes),
-                         cause=cause, actor=actor, restart_id=restart_id, fault_seen_at=fault_seen_at)
+        row = JobRestart(
+            workflow_id=workflow_id,
+            job_id=job_id,
+            scheduler=scheduler,
+            bad_nodes=list(bad_nodes),
+            cause=cause,
+            actor=actor,
+            restart_id=restart_id,
+            fault_seen_at=fault_seen_at,
+        )
         session.add(row)
         try:
             session.commit()
@@ -214,9 +266,12 @@ def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
 def fabric(engine: Engine) -> dict[str, Where]:
     """Every node's place in the fabric, from the inventory."""
     with Session(engine) as session:
-        return {name: Where(switch, island, domain)
-                for name, switch, island, domain in session.exec(select(Node.name, Node.switch, Node.island,
-                                                                        Node.nvlink_domain))}
+        return {
+            name: Where(switch, island, domain)
+            for name, switch, island, domain in session.exec(
+                select(Node.name, Node.switch, Node.island, Node.nvlink_domain)
+            )
+        }
 
 
 def held_nvlink_domains(engine: Engine) -> set[str]:
@@ -239,16 +294,18 @@ def restart_candidates(engine: Engine, scheduler: str) -> list[str]:
 def restart_placement(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
     """The placement recorded on a restart and the nodes it named (("", []) when none)."""
     with Session(engine) as session:
-        row = session.exec(select(JobRestart.placement, JobRestart.placed_on)
-                           .where(JobRestart.workflow_id == workflow_id)).first()
+        row = session.exec(
+            select(JobRestart.placement, JobRestart.placed_on).where(JobRestart.workflow_id == workflow_id)
+        ).first()
         return (row[0], list(row[1] or [])) if row is not None else ("", [])
 
 
 def restart_spares(engine: Engine, workflow_id: str) -> tuple[str, list[str]]:
     """The island of a restart and the hot spares its placement took (("", []) when none)."""
     with Session(engine) as session:
-        row = session.exec(select(JobRestart.island, JobRestart.spares_taken)
-                           .where(JobRestart.workflow_id == workflow_id)).first()
+        row = session.exec(
+            select(JobRestart.island, JobRestart.spares_taken).where(JobRestart.workflow_id == workflow_id)
+        ).first()
         return (row[0], list(row[1] or [])) if row is not None else ("", [])
 
 
@@ -267,15 +324,22 @@ def record_restart_landing(engine: Engine, workflow_id: str, new_nodes: Sequence
 def restart_placements(engine: Engine, since: datetime, until: datetime) -> list[tuple[str, str]]:
     """(placement, landed) of every restart whose fault was seen in [since, until]."""
     with Session(engine) as session:
-        return [(p, l) for p, l in session.exec(select(JobRestart.placement, JobRestart.landed).where(
-            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))]
+        return [
+            (p, l)
+            for p, l in session.exec(
+                select(JobRestart.placement, JobRestart.landed).where(
+                    JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until
+                )
+            )
+        ]
 
 
 def restarts_on_spares(engine: Engine, since: datetime, until: datetime) -> int:
     """How many restarts whose fault was seen in [since, until] took a hot spare."""
     with Session(engine) as session:
-        taken = session.exec(select(JobRestart.spares_taken).where(
-            JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until))
+        taken = session.exec(
+            select(JobRestart.spares_taken).where(JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until)
+        )
         return sum(1 for spares in taken if spares)
 
 
@@ -297,8 +361,13 @@ def _earliest(*values: datetime | None) -> datetime | None:
     return min(present) if present else None
 
 
-def reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
-                   gpus_per_node: Callable[[Sequence[str]], int | None] = lambda nodes: None) -> int:
+def reconcile_jobs(
+    engine: Engine,
+    scheduler: str,
+    observed: Sequence[JobHistory],
+    seen_at: datetime,
+    gpus_per_node: Callable[[Sequence[str]], int | None] = lambda nodes: None,
+) -> int:
     """Write what `scheduler` says of its jobs into `jobs`; how many jobs it listed.
 
     Slurm moves a requeued job's submit and start times to the latest run; the row keeps the
@@ -332,12 +401,21 @@ def record_checkpoint(engine: Engine, job_id: str, at: datetime) -> bool:
 
 def job_checkpoints(engine: Engine, job_id: str) -> list[datetime]:
     with Session(engine) as session:
-        return [as_utc(c.at) for c in session.exec(
-            select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.at))]
+        return [
+            as_utc(c.at)
+            for c in session.exec(
+                select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.at)
+            )
+        ]
 
 
-def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistory], seen_at: datetime,
-                    gpus_per_node: Callable[[Sequence[str]], int | None]) -> None:
+def _reconcile_jobs(
+    engine: Engine,
+    scheduler: str,
+    observed: Sequence[JobHistory],
+    seen_at: datetime,
+    gpus_per_node: Callable[[Sequence[str]], int | None],
+) -> None:
     with Session(engine) as session:
         if scheduler == SIM:
             # The simulated scheduler's passes write these rows too: none runs while this
@@ -346,10 +424,14 @@ def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistor
         rows = {j.job_id: j for j in session.exec(select(Job).where(Job.scheduler == scheduler))}
         ids = [seen.job_id for seen in observed]
         ran_by: dict[str, datetime] = {}
-        for job_id, when in [*session.exec(select(JobRestart.job_id, JobRestart.fault_seen_at)
-                                           .where(col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler)),
-                             *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at)
-                                           .where(col(JobCheckpoint.job_id).in_(ids)))]:
+        for job_id, when in [
+            *session.exec(
+                select(JobRestart.job_id, JobRestart.fault_seen_at).where(
+                    col(JobRestart.job_id).in_(ids), JobRestart.scheduler == scheduler
+                )
+            ),
+            *session.exec(select(JobCheckpoint.job_id, JobCheckpoint.at).where(col(JobCheckpoint.job_id).in_(ids))),
+        ]:
             ran_by[job_id] = _earliest(ran_by.get(job_id), when)
         for seen in observed:
             row = rows.get(seen.job_id) or Job(job_id=seen.job_id, scheduler=scheduler)
@@ -362,8 +444,9 @@ def _reconcile_jobs(engine: Engine, scheduler: str, observed: Sequence[JobHistor
             if gpus:
                 row.gpus_per_node = gpus
             row.submitted_at = _earliest(row.submitted_at if row.id else None, seen.submitted_at) or seen_at
-            row.started_at = _earliest(row.started_at, seen.started_at,
-                                       ran_by.get(seen.job_id) if seen.started_at or row.started_at else None)
+            row.started_at = _earliest(
+                row.started_at, seen.started_at, ran_by.get(seen.job_id) if seen.started_at or row.started_at else None
+            )
             row.ended_at = seen.ended_at
             row.restart_count = max(row.restart_count or 0, seen.restart_count)
             row.seen_at = seen_at

@@ -87,8 +87,9 @@ def clash_message(clashes: dict[str, str]) -> str:
     return f"node names ignore case: {shown}{more} already in the fleet; use the known spelling"
 
 
-def list_nodes(engine: Engine, labels: dict[str, str] | None = None,
-               state: str | Sequence[str] | None = None) -> list[Node]:
+def list_nodes(
+    engine: Engine, labels: dict[str, str] | None = None, state: str | Sequence[str] | None = None
+) -> list[Node]:
     """Nodes by name; `state` one state or several (any of them)."""
     with Session(engine) as session:
         query = select(Node).order_by(Node.name)
@@ -166,9 +167,19 @@ def record_transition(
         session.add(node)
         session.add(
             NodeEvent(
-                node_name=node_name, from_state=from_state, to_state=to_state, trigger=trigger, cause=cause,
-                actor=actor, actor_kind=actor_kind, at=now, workflow_id=workflow_id, run_id=run_id,
-                state_version=node.state_version, idempotency_key=idempotency_key, failure=failure,
+                node_name=node_name,
+                from_state=from_state,
+                to_state=to_state,
+                trigger=trigger,
+                cause=cause,
+                actor=actor,
+                actor_kind=actor_kind,
+                at=now,
+                workflow_id=workflow_id,
+                run_id=run_id,
+                state_version=node.state_version,
+                idempotency_key=idempotency_key,
+                failure=failure,
             )
         )
         try:
@@ -201,9 +212,20 @@ def record_adoption(engine: Engine, name: str, actor: str, workflow_id: str, ide
     if node.state != NodeState.NEW.value or node.state_version != 0:
         return None
     target = next_state(node.state, Trigger.ADOPT, "operator").value
-    return record_transition(engine, node_name=name, from_state=node.state, to_state=target,
-                             trigger=Trigger.ADOPT.value, cause=ADOPTED_CAUSE, actor=actor, actor_kind="operator",
-                             workflow_id=workflow_id, run_id="", expected_version=0, idempotency_key=idempotency_key)
+    return record_transition(
+        engine,
+        node_name=name,
+        from_state=node.state,
+        to_state=target,
+        trigger=Trigger.ADOPT.value,
+        cause=ADOPTED_CAUSE,
+        actor=actor,
+        actor_kind="operator",
+        workflow_id=workflow_id,
+        run_id="",
+        expected_version=0,
+        idempotency_key=idempotency_key,
+    )
 
 
 def node_events(engine: Engine, name: str, limit: int | None = None) -> list[NodeEvent]:
@@ -222,7 +244,9 @@ def latest_checks(engine: Engine, name: str, limit: int = 20) -> list[CheckRun]:
 
 def health_events(engine: Engine, name: str, limit: int = 20) -> list[HealthEvent]:
     with Session(engine) as session:
-        query = select(HealthEvent).where(HealthEvent.node_name == name).order_by(col(HealthEvent.id).desc()).limit(limit)
+        query = (
+            select(HealthEvent).where(HealthEvent.node_name == name).order_by(col(HealthEvent.id).desc()).limit(limit)
+        )
         return list(session.exec(query))
 
 
@@ -265,8 +289,9 @@ def check_runs(engine: Engine, ids: Sequence[int]) -> list[CheckRun]:
 PEER_SAMPLE = 200
 
 
-def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude: str,
-                 sample: int = PEER_SAMPLE) -> dict[str, float]:
+def peer_metrics(
+    engine: Engine, profile: str, check: str, metric: str, exclude: str, sample: int = PEER_SAMPLE
+) -> dict[str, float]:
     """The latest judged value of `metric` from `check` on up to `sample` other nodes of the
     profile that are admitted or being admitted (the peers a new node is compared with): the
     most recently judged ones, one run per node."""
@@ -274,15 +299,21 @@ def peer_metrics(engine: Engine, profile: str, check: str, metric: str, exclude:
         latest_run = (
             select(CheckRun.node_name, func.max(CheckRun.id).label("run_id"))
             .join(Node, Node.name == CheckRun.node_name)
-            .where(CheckRun.check_name == check, col(CheckRun.status).in_(["pass", "warn"]),
-                   Node.profile == profile, col(Node.state).in_(["production", "admission", "draining"]),
-                   Node.name != exclude)
+            .where(
+                CheckRun.check_name == check,
+                col(CheckRun.status).in_(["pass", "warn"]),
+                Node.profile == profile,
+                col(Node.state).in_(["production", "admission", "draining"]),
+                Node.name != exclude,
+            )
             .group_by(CheckRun.node_name)
             .order_by(func.max(CheckRun.id).desc())
             .limit(sample)
             .subquery()
         )
-        rows = session.exec(select(CheckRun.node_name, CheckRun.metrics).join(latest_run, CheckRun.id == latest_run.c.run_id))
+        rows = session.exec(
+            select(CheckRun.node_name, CheckRun.metrics).join(latest_run, CheckRun.id == latest_run.c.run_id)
+        )
         peers: dict[str, float] = {}
         for name, metrics in rows:
             value = (metrics or {}).get(metric)
@@ -300,17 +331,23 @@ def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
     """The node's health events with a code, recorded since it last entered production (all
     of them if it never did), newest first."""
     with Session(engine) as session:
-        entered = session.exec(select(NodeEvent.at).where(NodeEvent.node_name == name,
-                                                          NodeEvent.to_state == NodeState.PRODUCTION.value)
-                               .order_by(col(NodeEvent.at).desc())).first()
+        entered = session.exec(
+            select(NodeEvent.at)
+            .where(NodeEvent.node_name == name, NodeEvent.to_state == NodeState.PRODUCTION.value)
+            .order_by(col(NodeEvent.at).desc())
+        ).first()
         query = select(HealthEvent).where(HealthEvent.node_name == name, col(HealthEvent.code).is_not(None))
         if entered is not None:
             query = query.where(HealthEvent.at >= entered)
         return list(session.exec(query.order_by(col(HealthEvent.at).desc())))
 
 
-def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, int | None, float]],
-                         judge: Callable[[int, float, list[float]], tuple[HealthEvent, T]]) -> list[T]:
+def record_health_events(
+    engine: Engine,
+    node: str,
+    items: Sequence[tuple[str, int | None, float]],
+    judge: Callable[[int, float, list[float]], tuple[HealthEvent, T]],
+) -> list[T]:
     """The node's health events, each recorded once, in order, in one transaction: a burst
     costs one commit, not one per event. `items` are (idempotency key, code, time);
     `judge(index, time, earlier)` builds the row and the verdict of items[index], where `earlier` are the times
@@ -320,13 +357,23 @@ def record_health_events(engine: Engine, node: str, items: Sequence[tuple[str, i
     codes = {code for _, code, _ in items if code is not None}
     results: list[T] = []
     with Session(engine, expire_on_commit=False) as session:
-        stored = dict(session.exec(select(HealthEvent.idempotency_key, HealthEvent.at)
-                                   .where(col(HealthEvent.idempotency_key).in_(keys))).all())
+        stored = dict(
+            session.exec(
+                select(HealthEvent.idempotency_key, HealthEvent.at).where(col(HealthEvent.idempotency_key).in_(keys))
+            ).all()
+        )
         # {code: {key: time}}: one query per code, then kept up to date as the batch is
         # recorded, so a burst of one code is not one query per event over a growing table.
         times: dict[int, dict[str, float]] = {code: {} for code in codes}
-        for key, code, at in session.exec(select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at).where(
-                HealthEvent.node_name == node, col(HealthEvent.code).in_(codes))) if codes else ():
+        for key, code, at in (
+            session.exec(
+                select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at).where(
+                    HealthEvent.node_name == node, col(HealthEvent.code).in_(codes)
+                )
+            )
+            if codes
+            else ()
+        ):
             times[code][key] = _epoch(at)
         for index, (key, code, at) in enumerate(items):
             at = _epoch(stored[key]) if key in stored else at
@@ -347,8 +394,13 @@ def health_event_ids_starting(engine: Engine, prefixes: Sequence[str]) -> set[st
     if not prefixes:
         return set()
     with Session(engine) as session:
-        return set(session.exec(select(HealthEvent.idempotency_key).where(
-            or_(*(col(HealthEvent.idempotency_key).startswith(p, autoescape=True) for p in prefixes)))))
+        return set(
+            session.exec(
+                select(HealthEvent.idempotency_key).where(
+                    or_(*(col(HealthEvent.idempotency_key).startswith(p, autoescape=True) for p in prefixes))
+                )
+            )
+        )
 
 
 def open_external_drains(engine: Engine, source: str = "external-drain") -> dict[str, HealthEvent]:
@@ -356,10 +408,16 @@ def open_external_drains(engine: Engine, source: str = "external-drain") -> dict
     it last changed state, while that drain stands: the watcher records its lifting as an
     `info` event of the same source."""
     with Session(engine) as session:
-        latest = (select(func.max(HealthEvent.id)).join(Node, Node.name == HealthEvent.node_name)
-                  .where(HealthEvent.source == source, Node.state == NodeState.PRODUCTION.value,
-                         HealthEvent.at >= Node.state_since)
-                  .group_by(HealthEvent.node_name))
+        latest = (
+            select(func.max(HealthEvent.id))
+            .join(Node, Node.name == HealthEvent.node_name)
+            .where(
+                HealthEvent.source == source,
+                Node.state == NodeState.PRODUCTION.value,
+                HealthEvent.at >= Node.state_since,
+            )
+            .group_by(HealthEvent.node_name)
+        )
         rows = session.exec(select(HealthEvent).where(col(HealthEvent.id).in_(latest), HealthEvent.severity != "info"))
         return {e.node_name: e for e in rows}
 
@@ -385,11 +443,17 @@ def suspect_nodes(engine: Engine) -> dict[str, Suspicion]:
     with the latest judgement and the first: a node drained, repaired and back is no longer
     suspect, nor is one whose silent agent has been heard again since it was judged."""
     with Session(engine) as session:
-        not_heard_again = or_(AutomationEvent.actor != AGENT_SILENCE_ACTOR, col(Node.agent_seen_at).is_(None),
-                              Node.agent_seen_at <= AutomationEvent.at)
-        rows = session.exec(select(AutomationEvent).join(Node, Node.name == AutomationEvent.node_name).where(
-            AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
-            .order_by(AutomationEvent.id))
+        not_heard_again = or_(
+            AutomationEvent.actor != AGENT_SILENCE_ACTOR,
+            col(Node.agent_seen_at).is_(None),
+            Node.agent_seen_at <= AutomationEvent.at,
+        )
+        rows = session.exec(
+            select(AutomationEvent)
+            .join(Node, Node.name == AutomationEvent.node_name)
+            .where(AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
+            .order_by(AutomationEvent.id)
+        )
         found: dict[str, Suspicion] = {}
         for e in rows:
             first = found.get(e.node_name)
@@ -406,10 +470,14 @@ def stalled_nodes(engine: Engine) -> dict[str, AutomationEvent]:
     """Nodes whose workflow the stall watcher (workflows.worker) last found stalled, with that
     finding: the latest of their `stalled` / `unstalled` events is `stalled`."""
     with Session(engine) as session:
-        latest = (select(func.max(AutomationEvent.id))
-                  .where(col(AutomationEvent.kind).in_((STALLED, UNSTALLED))).group_by(AutomationEvent.node_name))
-        rows = session.exec(select(AutomationEvent).where(col(AutomationEvent.id).in_(latest),
-                                                          AutomationEvent.kind == STALLED))
+        latest = (
+            select(func.max(AutomationEvent.id))
+            .where(col(AutomationEvent.kind).in_((STALLED, UNSTALLED)))
+            .group_by(AutomationEvent.node_name)
+        )
+        rows = session.exec(
+            select(AutomationEvent).where(col(AutomationEvent.id).in_(latest), AutomationEvent.kind == STALLED)
+        )
         return {e.node_name: e for e in rows}
 
 
@@ -423,14 +491,36 @@ def record_stalls(engine: Engine, stalls: Sequence, now: datetime, fleet: str) -
     cleared = sorted(set(before) - set(found))
     for node in newly:
         key = f"{STALLED}/{node}/{found[node].since.isoformat()}"
-        insert_once(engine, AutomationEvent(fleet=fleet, kind=STALLED, node_name=node,
-                                            reason=found[node].reason, actor=STALL_WATCHER, at=now,
-                                            idempotency_key=key), AutomationEvent.idempotency_key, key)
+        insert_once(
+            engine,
+            AutomationEvent(
+                fleet=fleet,
+                kind=STALLED,
+                node_name=node,
+                reason=found[node].reason,
+                actor=STALL_WATCHER,
+                at=now,
+                idempotency_key=key,
+            ),
+            AutomationEvent.idempotency_key,
+            key,
+        )
     for node in cleared:
         key = f"{UNSTALLED}/{node}/{now.isoformat()}"
-        insert_once(engine, AutomationEvent(fleet=fleet, kind=UNSTALLED, node_name=node,
-                                            reason="working its queue again", actor=STALL_WATCHER, at=now,
-                                            idempotency_key=key), AutomationEvent.idempotency_key, key)
+        insert_once(
+            engine,
+            AutomationEvent(
+                fleet=fleet,
+                kind=UNSTALLED,
+                node_name=node,
+                reason="working its queue again",
+                actor=STALL_WATCHER,
+                at=now,
+                idempotency_key=key,
+            ),
+            AutomationEvent.idempotency_key,
+            key,
+        )
     return newly, cleared
 
 
@@ -443,9 +533,11 @@ def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
     from sqlalchemy import bindparam, update
 
     nodes = Node.__table__.c  # a Core statement: one executemany, no ORM bulk-by-primary-key
-    stmt = (update(Node.__table__).where(nodes.name == bindparam("n"),
-                                         or_(nodes.agent_seen_at.is_(None), nodes.agent_seen_at < bindparam("t")))
-            .values(agent_seen_at=bindparam("t")))
+    stmt = (
+        update(Node.__table__)
+        .where(nodes.name == bindparam("n"), or_(nodes.agent_seen_at.is_(None), nodes.agent_seen_at < bindparam("t")))
+        .values(agent_seen_at=bindparam("t"))
+    )
     with engine.begin() as conn:
         result = conn.execute(stmt, [{"n": name, "t": at} for name, at in heard.items()])
         return result.rowcount
@@ -463,10 +555,15 @@ def automation_events(engine: Engine, limit: int = 20, node: str | None = None) 
 def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:
     """The fleet's breaker openings and closings, oldest first (rare: a few a month)."""
     with Session(engine) as session:
-        return list(session.exec(
-            select(AutomationEvent).where(AutomationEvent.fleet == fleet,
-                                          col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"]))
-            .order_by(AutomationEvent.at, AutomationEvent.id)))
+        return list(
+            session.exec(
+                select(AutomationEvent)
+                .where(
+                    AutomationEvent.fleet == fleet, col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"])
+                )
+                .order_by(AutomationEvent.at, AutomationEvent.id)
+            )
+        )
 
 
 def recent_events(engine: Engine, limit: int = 10, actor_kind: str | None = None) -> list[NodeEvent]:
@@ -484,8 +581,9 @@ def latest_check_per_kind(engine: Engine, names: Sequence[str] | None = None) ->
         latest = select(func.max(CheckRun.id).label("run_id")).group_by(CheckRun.node_name, CheckRun.check_name)
         if names is not None:
             latest = latest.where(col(CheckRun.node_name).in_(list(names)))
-        rows = session.exec(select(CheckRun).where(col(CheckRun.id).in_(latest.scalar_subquery()))
-                            .order_by(col(CheckRun.id).desc()))
+        rows = session.exec(
+            select(CheckRun).where(col(CheckRun.id).in_(latest.scalar_subquery())).order_by(col(CheckRun.id).desc())
+        )
         found: dict[str, list[CheckRun]] = {}
         for run in rows:
             found.setdefault(run.node_name, []).append(run)
@@ -501,21 +599,43 @@ def held_drains(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
     granted = sorted(GUARD_DECISIONS - GUARD_DENIALS)
     with Session(engine) as session:
         grant = aliased(AutomationEvent)
-        last_grant = (select(func.coalesce(func.max(grant.id), 0))
-                      .where(grant.node_name == AutomationEvent.node_name, col(grant.kind).in_(granted))
-                      .scalar_subquery())
-        query = (select(AutomationEvent.node_name, func.count(), func.min(AutomationEvent.at),
-                        func.max(AutomationEvent.at), func.max(AutomationEvent.id))
-                 .join(Node, Node.name == AutomationEvent.node_name)
-                 .where(Node.state == "production", col(AutomationEvent.kind).in_(sorted(GUARD_DENIALS)),
-                        AutomationEvent.at >= Node.state_since, AutomationEvent.id > last_grant)
-                 .group_by(AutomationEvent.node_name))
+        last_grant = (
+            select(func.coalesce(func.max(grant.id), 0))
+            .where(grant.node_name == AutomationEvent.node_name, col(grant.kind).in_(granted))
+            .scalar_subquery()
+        )
+        query = (
+            select(
+                AutomationEvent.node_name,
+                func.count(),
+                func.min(AutomationEvent.at),
+                func.max(AutomationEvent.at),
+                func.max(AutomationEvent.id),
+            )
+            .join(Node, Node.name == AutomationEvent.node_name)
+            .where(
+                Node.state == "production",
+                col(AutomationEvent.kind).in_(sorted(GUARD_DENIALS)),
+                AutomationEvent.at >= Node.state_since,
+                AutomationEvent.id > last_grant,
+            )
+            .group_by(AutomationEvent.node_name)
+        )
         if names is not None:
             query = query.where(col(AutomationEvent.node_name).in_(list(names)))
         rows = list(session.exec(query))
         # a result has keys(), so dict() would read it as a mapping: take its rows
-        reasons = dict(session.exec(select(AutomationEvent.id, AutomationEvent.reason)
-                                    .where(col(AutomationEvent.id).in_([r[4] for r in rows]))).all()) if rows else {}
+        reasons = (
+            dict(
+                session.exec(
+                    select(AutomationEvent.id, AutomationEvent.reason).where(
+                        col(AutomationEvent.id).in_([r[4] for r in rows])
+                    )
+                ).all()
+            )
+            if rows
+            else {}
+        )
         return {node: (count, first, last, reasons[last_id]) for node, count, first, last, last_id in rows}
 
 
@@ -525,4 +645,7 @@ def latest_transitions(engine: Engine, names: Sequence[str] | None = None) -> di
         latest = select(func.max(NodeEvent.id)).group_by(NodeEvent.node_name)
         if names is not None:
             latest = latest.where(col(NodeEvent.node_name).in_(list(names)))
-        return {e.node_name: e for e in session.exec(select(NodeEvent).where(col(NodeEvent.id).in_(latest.scalar_subquery())))}
+        return {
+            e.node_name: e
+            for e in session.exec(select(NodeEvent).where(col(NodeEvent.id).in_(latest.scalar_subquery())))
+        }

@@ -15,15 +15,31 @@ from fleetctl.remediation.rma import AWAITING_CONFIRMATION, CLOSED, OPEN, REJECT
 from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
 
-def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, event: dict[str, Any], mode: str,
-              actor: str, started_at: datetime) -> RemediationRun:
+def start_run(
+    engine: Engine,
+    *,
+    run_key: str,
+    node_name: str,
+    runbook: str,
+    event: dict[str, Any],
+    mode: str,
+    actor: str,
+    started_at: datetime,
+) -> RemediationRun:
     """Idempotent on run_key: a retried activity finds the run it already wrote."""
     with Session(engine) as session:
         run = session.exec(select(RemediationRun).where(RemediationRun.run_key == run_key)).first()
         if run is not None:
             return run
-        run = RemediationRun(run_key=run_key, node_name=node_name, runbook=runbook, event=event, mode=mode,
-                             actor=actor, started_at=started_at)
+        run = RemediationRun(
+            run_key=run_key,
+            node_name=node_name,
+            runbook=runbook,
+            event=event,
+            mode=mode,
+            actor=actor,
+            started_at=started_at,
+        )
         session.add(run)
         try:
             session.commit()
@@ -34,14 +50,28 @@ def start_run(engine: Engine, *, run_key: str, node_name: str, runbook: str, eve
         return run
 
 
-def record_step(engine: Engine, *, run_key: str, node_name: str, step_index: int, name: str, action: str, status: str,
-                params: dict[str, Any], detail: str, started_at: datetime, finished_at: datetime) -> None:
+def record_step(
+    engine: Engine,
+    *,
+    run_key: str,
+    node_name: str,
+    step_index: int,
+    name: str,
+    action: str,
+    status: str,
+    params: dict[str, Any],
+    detail: str,
+    started_at: datetime,
+    finished_at: datetime,
+) -> None:
     """Write the step's outcome; a repeat for the same (run, index) overwrites with the same facts."""
     with Session(engine) as session:
-        step = session.exec(select(RemediationStep).where(
-            RemediationStep.run_key == run_key, RemediationStep.step_index == step_index)).first()
-        step = step or RemediationStep(run_key=run_key, node_name=node_name, step_index=step_index, name=name,
-                                       action=action, status=status)
+        step = session.exec(
+            select(RemediationStep).where(RemediationStep.run_key == run_key, RemediationStep.step_index == step_index)
+        ).first()
+        step = step or RemediationStep(
+            run_key=run_key, node_name=node_name, step_index=step_index, name=name, action=action, status=status
+        )
         step.status, step.params, step.detail = status, params, detail
         step.started_at, step.finished_at = started_at, finished_at
         session.add(step)
@@ -84,8 +114,8 @@ def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[dat
     """When each live remediation of the node began (dry runs and shadow runs do not count)."""
     with Session(engine) as session:
         query = select(RemediationRun.started_at).where(
-            RemediationRun.node_name == node_name, RemediationRun.mode == "live",
-            RemediationRun.started_at >= since)
+            RemediationRun.node_name == node_name, RemediationRun.mode == "live", RemediationRun.started_at >= since
+        )
         return list(session.exec(query))
 
 
@@ -94,27 +124,32 @@ def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list
     failed), since `since`; the end of a planned drain is none (`runbooks.remediation_entries`,
     which reads the whole history: the drain behind an entry may be older than `since`)."""
     with Session(engine) as session:
-        events = list(session.exec(select(NodeEvent).where(NodeEvent.node_name == node_name)
-                                   .order_by(col(NodeEvent.id))))
+        events = list(
+            session.exec(select(NodeEvent).where(NodeEvent.node_name == node_name).order_by(col(NodeEvent.id)))
+        )
     return [at for at in remediation_entries(events) if as_utc(at) >= as_utc(since)]
 
 
 def times_remediated(engine: Engine, node_name: str, policy: LemonPolicy, now: datetime) -> int:
     """The lemon rule's figure for the node at `now` (`LemonPolicy.times_remediated`)."""
     since = now - policy.window
-    return policy.times_remediated(live_run_starts(engine, node_name, since),
-                                   maintenance_entries(engine, node_name, since), now)
+    return policy.times_remediated(
+        live_run_starts(engine, node_name, since), maintenance_entries(engine, node_name, since), now
+    )
 
 
 def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:
     """Live remediations of the node begun since it was last in production, `run_key` not
     counted: the rungs of the ladder this run stands on (a burn-in failed after each)."""
     with Session(engine) as session:
-        last = session.exec(select(NodeEvent.at).where(NodeEvent.node_name == node_name,
-                                                       NodeEvent.to_state == "production")
-                            .order_by(col(NodeEvent.at).desc())).first()
-        query = select(RemediationRun.run_key).where(RemediationRun.node_name == node_name,
-                                                     RemediationRun.mode == "live", RemediationRun.run_key != run_key)
+        last = session.exec(
+            select(NodeEvent.at)
+            .where(NodeEvent.node_name == node_name, NodeEvent.to_state == "production")
+            .order_by(col(NodeEvent.at).desc())
+        ).first()
+        query = select(RemediationRun.run_key).where(
+            RemediationRun.node_name == node_name, RemediationRun.mode == "live", RemediationRun.run_key != run_key
+        )
         if last is not None:
             query = query.where(RemediationRun.started_at >= last)
         return len(list(session.exec(query)))
@@ -126,22 +161,40 @@ def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:
 def coded_health_events_since(engine: Engine, since: datetime) -> list[HealthEvent]:
     """Every node's health events with a code recorded since `since`: what a burst is read from."""
     with Session(engine) as session:
-        return list(session.exec(select(HealthEvent).where(col(HealthEvent.code).is_not(None),
-                                                           HealthEvent.at >= since)))
+        return list(
+            session.exec(select(HealthEvent).where(col(HealthEvent.code).is_not(None), HealthEvent.at >= since))
+        )
 
 
-def open_rma(engine: Engine, *, node_name: str, reason: str, remediation_run: str | None, evidence: dict[str, Any],
-             evidence_markdown: str, opened_by: str, idempotency_key: str,
-             held_reason: str = "") -> tuple[RmaRecord, bool]:
+def open_rma(
+    engine: Engine,
+    *,
+    node_name: str,
+    reason: str,
+    remediation_run: str | None,
+    evidence: dict[str, Any],
+    evidence_markdown: str,
+    opened_by: str,
+    idempotency_key: str,
+    held_reason: str = "",
+) -> tuple[RmaRecord, bool]:
     """The record and whether this call created it (False: a retry found the one it wrote).
     With `held_reason` it is held for an operator (awaiting_confirmation), not open."""
     with Session(engine) as session:
         found = session.exec(select(RmaRecord).where(RmaRecord.idempotency_key == idempotency_key)).first()
         if found is not None:
             return found, False
-        record = RmaRecord(node_name=node_name, reason=reason, remediation_run=remediation_run, evidence=evidence,
-                           evidence_markdown=evidence_markdown, opened_by=opened_by, idempotency_key=idempotency_key,
-                           status=AWAITING_CONFIRMATION if held_reason else OPEN, held_reason=held_reason or None)
+        record = RmaRecord(
+            node_name=node_name,
+            reason=reason,
+            remediation_run=remediation_run,
+            evidence=evidence,
+            evidence_markdown=evidence_markdown,
+            opened_by=opened_by,
+            idempotency_key=idempotency_key,
+            status=AWAITING_CONFIRMATION if held_reason else OPEN,
+            held_reason=held_reason or None,
+        )
         session.add(record)
         try:
             session.commit()
@@ -223,7 +276,9 @@ def close_rma(engine: Engine, rma_id: int, replaced: str | None, closed_by: str)
         if record is None:
             raise LookupError(f"no RMA record {rma_id}")
         if record.status == CLOSED:
-            raise RmaAlreadyClosed(f"RMA {rma_id} was closed by {record.closed_by} at {record.closed_at:%Y-%m-%d %H:%M}")
+            raise RmaAlreadyClosed(
+                f"RMA {rma_id} was closed by {record.closed_by} at {record.closed_at:%Y-%m-%d %H:%M}"
+            )
         if record.status != OPEN:  # held or rejected: nothing went to the vendor to come back
             raise RmaStatusConflict(f"RMA {rma_id} is {record.status}, not open: nothing was sent to close")
         record.status, record.replaced, record.closed_by, record.closed_at = CLOSED, replaced, closed_by, utcnow()

@@ -54,14 +54,17 @@ class RetentionPolicy:
 
     @classmethod
     def of(cls, settings: Any) -> RetentionPolicy:
-        return cls(settings.retention_raw_output_days, settings.retention_check_days,
-                   settings.retention_health_event_days)
+        return cls(
+            settings.retention_raw_output_days, settings.retention_check_days, settings.retention_health_event_days
+        )
 
     def cutoffs(self, now: datetime) -> dict[str, datetime]:
         """What is older than these is pruned (unless kept by the rules above)."""
-        return {RAW_OUTPUT: now - timedelta(days=self.raw_output_days),
-                CHECK_RUNS: now - timedelta(days=self.check_days),
-                HEALTH_EVENTS: now - timedelta(days=self.health_event_days)}
+        return {
+            RAW_OUTPUT: now - timedelta(days=self.raw_output_days),
+            CHECK_RUNS: now - timedelta(days=self.check_days),
+            HEALTH_EVENTS: now - timedelta(days=self.health_event_days),
+        }
 
 
 def _kept_run_ids():
@@ -69,8 +72,9 @@ def _kept_run_ids():
     of their ids)."""
     runs = CheckRun.__table__.c
     latest = select(func.max(runs.id)).group_by(runs.node_name, runs.check_name)
-    latest_judged = (select(func.max(runs.id)).where(runs.status.in_(("pass", "warn")))
-                     .group_by(runs.node_name, runs.check_name))
+    latest_judged = (
+        select(func.max(runs.id)).where(runs.status.in_(("pass", "warn"))).group_by(runs.node_name, runs.check_name)
+    )
     return latest, latest_judged
 
 
@@ -84,9 +88,11 @@ def _in_service_events():
     """Health events since their node last entered production, and every event of a node
     that never did."""
     events, transitions = HealthEvent.__table__.c, NodeEvent.__table__.c
-    entered = (select(func.max(transitions.at)).where(transitions.node_name == events.node_name,
-                                                      transitions.to_state == "production")
-               .scalar_subquery())
+    entered = (
+        select(func.max(transitions.at))
+        .where(transitions.node_name == events.node_name, transitions.to_state == "production")
+        .scalar_subquery()
+    )
     return or_(entered.is_(None), events.at >= entered)
 
 
@@ -112,8 +118,10 @@ def _jsonable(value: Any) -> Any:
 
 def _archive(archive: IO[str], what: str, rows: list[Any], columns: list[str]) -> None:
     for row in rows:
-        archive.write(json.dumps({"pruned": what, **{c: _jsonable(v) for c, v in zip(columns, row)}},
-                                 sort_keys=True, default=str) + "\n")
+        archive.write(
+            json.dumps({"pruned": what, **{c: _jsonable(v) for c, v in zip(columns, row)}}, sort_keys=True, default=str)
+            + "\n"
+        )
     archive.flush()
     os.fsync(archive.fileno())
 
@@ -130,12 +138,21 @@ def _prune_one(conn: Connection, what: str, cutoff: datetime, archive: IO[str] |
             kept |= set(conn.execute(query).scalars())
         conn.commit()
     # The raw output alone is archived for RAW_OUTPUT: the rest of the row stays in the database.
-    columns = ["id", "node_name", "check_name", "finished_at", "raw_output"] if what == RAW_OUTPUT \
+    columns = (
+        ["id", "node_name", "check_name", "finished_at", "raw_output"]
+        if what == RAW_OUTPUT
         else [c.name for c in table.columns]
+    )
     removed, after = 0, 0
     while True:
-        rows = list(conn.execute(select(*(table.c[c] for c in columns)).where(condition, table.c.id > after)
-                                 .order_by(table.c.id).limit(BATCH)))
+        rows = list(
+            conn.execute(
+                select(*(table.c[c] for c in columns))
+                .where(condition, table.c.id > after)
+                .order_by(table.c.id)
+                .limit(BATCH)
+            )
+        )
         if not rows:
             return removed
         after = rows[-1][0]
@@ -165,8 +182,13 @@ def count_prunable(engine: Engine, policy: RetentionPolicy, now: datetime) -> di
     return counts
 
 
-def prune(engine: Engine, policy: RetentionPolicy, now: datetime, archive: IO[str] | None = None,
-          progress: Callable[[str, int], None] | None = None) -> dict[str, int]:
+def prune(
+    engine: Engine,
+    policy: RetentionPolicy,
+    now: datetime,
+    archive: IO[str] | None = None,
+    progress: Callable[[str, int], None] | None = None,
+) -> dict[str, int]:
     """Remove what the policy lets go at `now`: whole check runs first (so their output is
     archived once, with them), then the raw output of those kept, then health events.
     Returns the number removed of each."""

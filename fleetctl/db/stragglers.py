@@ -29,22 +29,34 @@ def jobs_by_id(engine: Engine, job_ids: Iterable[str]) -> dict[str, Job]:
 
 def open_findings(engine: Engine) -> list[StragglerFinding]:
     with Session(engine) as session:
-        return list(session.exec(select(StragglerFinding).where(StragglerFinding.status == OPEN)
-                                 .order_by(StragglerFinding.id)))
+        return list(
+            session.exec(select(StragglerFinding).where(StragglerFinding.status == OPEN).order_by(StragglerFinding.id))
+        )
 
 
 def as_open(rows: Iterable[StragglerFinding]) -> list[OpenFinding]:
     return [OpenFinding(r.id, r.job_id, r.node_name, r.metric) for r in rows]
 
 
-def record_findings(engine: Engine, job: Job, new: Sequence[MetricVerdict],
-                    cleared: Sequence[tuple[int, MetricVerdict]], now: datetime) -> None:
+def record_findings(
+    engine: Engine, job: Job, new: Sequence[MetricVerdict], cleared: Sequence[tuple[int, MetricVerdict]], now: datetime
+) -> None:
     """New findings of `job`, and the open ones its nodes' new verdicts cleared, at once."""
     with Session(engine) as session:
         for v in new:
-            session.add(StragglerFinding(job_id=job.job_id, node_name=v.node, metric=v.metric, evidence=v.evidence,
-                                         value=v.value, median=v.median, robust_z=v.robust_z,
-                                         job_restart_count=job.restart_count or 0, found_at=now))
+            session.add(
+                StragglerFinding(
+                    job_id=job.job_id,
+                    node_name=v.node,
+                    metric=v.metric,
+                    evidence=v.evidence,
+                    value=v.value,
+                    median=v.median,
+                    robust_z=v.robust_z,
+                    job_restart_count=job.restart_count or 0,
+                    found_at=now,
+                )
+            )
         for finding_id, v in cleared:
             row = session.get(StragglerFinding, finding_id)
             if row is not None and row.status == OPEN:
@@ -67,8 +79,14 @@ def resolve(engine: Engine, finding_ids: Sequence[int], status: str | None, deta
         session.commit()
 
 
-def findings(engine: Engine, *, job_id: str | None = None, node: str | None = None,
-             since: datetime | None = None, limit: int = 200) -> list[StragglerFinding]:
+def findings(
+    engine: Engine,
+    *,
+    job_id: str | None = None,
+    node: str | None = None,
+    since: datetime | None = None,
+    limit: int = 200,
+) -> list[StragglerFinding]:
     """Findings of a job or a node (or found since `since`), newest first; the open ones
     always, whenever found."""
     query = select(StragglerFinding)
@@ -79,13 +97,26 @@ def findings(engine: Engine, *, job_id: str | None = None, node: str | None = No
     if since is not None:
         query = query.where((StragglerFinding.found_at >= since) | (StragglerFinding.status == OPEN))
     with Session(engine) as session:
-        return list(session.exec(query.order_by(col(StragglerFinding.found_at).desc(),
-                                                col(StragglerFinding.id).desc()).limit(limit)))
+        return list(
+            session.exec(
+                query.order_by(col(StragglerFinding.found_at).desc(), col(StragglerFinding.id).desc()).limit(limit)
+            )
+        )
 
 
 def finding_row(f: StragglerFinding) -> dict:
     """A finding as the CLI and the report show it."""
-    return {"id": f.id, "job_id": f.job_id, "node": f.node_name, "metric": f.metric, "status": f.status,
-            "evidence": f.evidence, "value": f.value, "median": f.median, "robust_z": f.robust_z,
-            "found_at": as_utc(f.found_at).isoformat(),
-            "resolved_at": as_utc(f.resolved_at).isoformat() if f.resolved_at else None, "detail": f.detail}
+    return {
+        "id": f.id,
+        "job_id": f.job_id,
+        "node": f.node_name,
+        "metric": f.metric,
+        "status": f.status,
+        "evidence": f.evidence,
+        "value": f.value,
+        "median": f.median,
+        "robust_z": f.robust_z,
+        "found_at": as_utc(f.found_at).isoformat(),
+        "resolved_at": as_utc(f.resolved_at).isoformat() if f.resolved_at else None,
+        "detail": f.detail,
+    }

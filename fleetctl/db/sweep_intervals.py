@@ -30,8 +30,15 @@ class SweepSchedule:
 def record(engine: Engine, sweep: SweepSchedule) -> None:
     """The schedule `sweep.schedule_id` is now `sweep` (created or replaced)."""
     with Session(engine) as session:
-        session.merge(SweepInterval(schedule_id=sweep.schedule_id, fleet=sweep.fleet, every_s=sweep.every_s,
-                                    paused=sweep.paused, recorded_at=utcnow()))
+        session.merge(
+            SweepInterval(
+                schedule_id=sweep.schedule_id,
+                fleet=sweep.fleet,
+                every_s=sweep.every_s,
+                paused=sweep.paused,
+                recorded_at=utcnow(),
+            )
+        )
         session.commit()
 
 
@@ -59,8 +66,11 @@ def replace_all(engine: Engine, sweeps: Iterable[SweepSchedule]) -> None:
         session.exec(delete(SweepInterval))
         now = utcnow()
         for s in sweeps:
-            session.add(SweepInterval(schedule_id=s.schedule_id, fleet=s.fleet, every_s=s.every_s, paused=s.paused,
-                                      recorded_at=now))
+            session.add(
+                SweepInterval(
+                    schedule_id=s.schedule_id, fleet=s.fleet, every_s=s.every_s, paused=s.paused, recorded_at=now
+                )
+            )
         session.commit()
 
 
@@ -68,13 +78,18 @@ def sweep_every_s(engine: Engine, fleet: str) -> float | None:
     """How often `fleet`'s evidence is refreshed: the shortest interval of its unpaused sweep
     schedules; None when none is recorded (then nothing says how old is too old). One query."""
     with Session(engine) as session:
-        return session.exec(select(func.min(SweepInterval.every_s))
-                            .where(SweepInterval.fleet == fleet, SweepInterval.paused == False)).one()  # noqa: E712
+        return session.exec(
+            select(func.min(SweepInterval.every_s)).where(SweepInterval.fleet == fleet, SweepInterval.paused == False)
+        ).one()  # noqa: E712
 
 
 def sweep_every_s_by_fleet(engine: Engine) -> dict[str, float]:
     """`sweep_every_s` of every fleet with an unpaused sweep schedule, in one query (the exporter's)."""
     with Session(engine) as session:
-        return dict(session.exec(select(SweepInterval.fleet, func.min(SweepInterval.every_s))
-                                 .where(SweepInterval.paused == False)  # noqa: E712
-                                 .group_by(SweepInterval.fleet)).all())
+        return dict(
+            session.exec(
+                select(SweepInterval.fleet, func.min(SweepInterval.every_s))
+                .where(SweepInterval.paused == False)  # noqa: E712
+                .group_by(SweepInterval.fleet)
+            ).all()
+        )

@@ -87,9 +87,7 @@ class Executor(Protocol):
 
 def validate_node_name(name: str) -> str:
     if not isinstance(name, str) or not NODE_NAME_RE.match(name):
-        raise ValueError(
-            f"invalid node name {name!r}: use letters, digits, '.', '_' or '-', at most 63 characters"
-        )
+        raise ValueError(f"invalid node name {name!r}: use letters, digits, '.', '_' or '-', at most 63 characters")
     return name
 
 

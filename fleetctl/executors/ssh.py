@@ -152,7 +152,11 @@ class KnownHostsFile:
                 known_hosts.write(line)
         log.warning(
             "%s: trusted new host key on first use: %s %s %s, recorded in %s",
-            node, name, key.get_name(), key.fingerprint, self.path,
+            node,
+            name,
+            key.get_name(),
+            key.fingerprint,
+            self.path,
         )
 
 
@@ -250,7 +254,7 @@ class _RemoteOutput:
                 self._head = self._head[-256:]  # login-shell noise: keep only a possible partial marker
                 return
             self.process_group = int(match.group(1))
-            chunk, self._head = self._head[match.end():], b""
+            chunk, self._head = self._head[match.end() :], b""
         self.stdout.feed(chunk)
         if chunk and self._on_output:
             self._on_output("stdout", chunk)
@@ -451,7 +455,9 @@ class SshExecutor:
             return self._forward(target, route)
         except (paramiko.SSHException, EOFError, OSError) as error:
             self._drop_bastion(route.bastion)
-            raise NodeUnreachable(target.name, f"bastion {route.bastion} dropped the connection: {one_line(error)}") from None
+            raise NodeUnreachable(
+                target.name, f"bastion {route.bastion} dropped the connection: {one_line(error)}"
+            ) from None
 
     def _forward(self, target: NodeTarget, route: Route) -> paramiko.Channel:
         """A direct-tcpip channel from the bastion to the node's SSH port."""
@@ -501,7 +507,11 @@ class SshExecutor:
         raise NodeUnreachable(target.name, f"cannot connect to {endpoint.host}:{endpoint.port}: {reason}")
 
     def _connect(
-        self, target: NodeTarget, endpoint: Endpoint, keys: Sequence[paramiko.PKey], sock: socket.socket | paramiko.Channel
+        self,
+        target: NodeTarget,
+        endpoint: Endpoint,
+        keys: Sequence[paramiko.PKey],
+        sock: socket.socket | paramiko.Channel,
     ) -> paramiko.SSHClient:
         """SSH handshake, host key check and login over an open socket or bastion channel."""
         client = paramiko.SSHClient()
@@ -560,13 +570,17 @@ class SshExecutor:
                 key = paramiko.PKey.from_path(key_file)
             except TypeError:  # cryptography's way of saying the key is encrypted
                 if self._key_passphrase is None:
-                    raise AuthFailed(target.name, f"key file {key_file} is encrypted and no passphrase was given") from None
+                    raise AuthFailed(
+                        target.name, f"key file {key_file} is encrypted and no passphrase was given"
+                    ) from None
                 key = paramiko.PKey.from_path(key_file, password=self._key_passphrase.encode())
         except OSError as error:
             raise AuthFailed(target.name, f"cannot read key file {key_file}: {error.strerror}") from None
         except (paramiko.SSHException, ValueError, TypeError):
             # The library's message may quote key material; say only what is wrong.
-            raise AuthFailed(target.name, f"cannot load key file {key_file}: wrong passphrase or not a private key") from None
+            raise AuthFailed(
+                target.name, f"cannot load key file {key_file}: wrong passphrase or not a private key"
+            ) from None
         with self._lock:
             self._key_cache[key_file] = key
         return key
@@ -589,7 +603,9 @@ class SshExecutor:
             channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as error:
             if not pooled.is_alive():
-                raise NodeUnreachable(target.name, f"connection lost while starting {argv[0]}: {one_line(error)}") from None
+                raise NodeUnreachable(
+                    target.name, f"connection lost while starting {argv[0]}: {one_line(error)}"
+                ) from None
             raise CommandFailed(target.name, f"the node refused to run {argv[0]}: {one_line(error)}") from None
         try:
             finished = self._pump(channel, output, started + timeout_s)

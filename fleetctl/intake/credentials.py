@@ -86,7 +86,9 @@ def parse_hashes(text: str, where: str) -> dict[str, str]:
 
 def with_credential(text: str, node: str, digest: str | None) -> str:
     """The hash file `text` with `node`'s line replaced by `digest` (None: removed)."""
-    lines = [line for line in text.splitlines() if line.split(" ", 1)[0] != node] + ([f"{node} {digest}"] if digest else [])
+    lines = [line for line in text.splitlines() if line.split(" ", 1)[0] != node] + (
+        [f"{node} {digest}"] if digest else []
+    )
     return "".join(f"{line}\n" for line in lines)
 
 
@@ -147,8 +149,7 @@ class Credentials:
                 if force:
                     raise BadCredentials(_reason(self.hash_file, exc)) from None
                 if self._stamp is not None:
-                    log.warning("%s (the credentials read before still hold)",
-                                _reason(self.hash_file, exc))
+                    log.warning("%s (the credentials read before still hold)", _reason(self.hash_file, exc))
                     self._stamp = None  # said once; a good file is read again
                 return
             self._by_hash, self._stamp = by_hash, stamp

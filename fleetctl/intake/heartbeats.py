@@ -57,8 +57,11 @@ class Heartbeats:
             written = self.record(batch)
         except Exception as exc:  # noqa: BLE001 - the database is away: keep the times, write them next time
             self.write_failures += 1
-            log.warning("cannot record %d agent heartbeats (%s)", len(batch),
-                        str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            log.warning(
+                "cannot record %d agent heartbeats (%s)",
+                len(batch),
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
             with self._lock:
                 for node, at in batch.items():
                     self._pending[node] = max(at, self._pending.get(node, at))

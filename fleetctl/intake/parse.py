@@ -206,16 +206,25 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or _id(sorted(labels.items()))
         alertname = _text(labels.get("alertname"), f"{where}.labels.alertname") or "alert"
         message = _text(notes.get("summary") or notes.get("description") or alertname, where)
-        out.append(IntakeEvent(node, "alertmanager", code, bounded(f"{alertname}: {message}"),
-                               _id("alertmanager", fingerprint, alert.get("startsAt")), starts,
-                               _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False), True))
+        out.append(
+            IntakeEvent(
+                node,
+                "alertmanager",
+                code,
+                bounded(f"{alertname}: {message}"),
+                _id("alertmanager", fingerprint, alert.get("startsAt")),
+                starts,
+                _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False),
+                True,
+            )
+        )
     return out
 
 
 def from_json(body: object, now: float) -> list[IntakeEvent]:
     items = body.get("events") if isinstance(body, dict) and "events" in body else [body]
     if not isinstance(items, list) or not items:
-        raise BadBody("expected an event object or {\"events\": [...]}")
+        raise BadBody('expected an event object or {"events": [...]}')
     if len(items) > MAX_EVENTS:
         raise BadBody(f"more than {MAX_EVENTS} events in one body")
     out = []
@@ -235,9 +244,20 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True)
         signature = _signature(item.get("signature"), f"{where}.signature")
         anonymous = not event_id and "at" not in item
-        out.append(IntakeEvent(node, "intake", code, message, _id("json", node, event_id) if event_id
-                               else _id("json", node, code, message, at), at, severity, "at" in item,
-                               _id("json-content", node, code, message, severity) if anonymous else "", signature))
+        out.append(
+            IntakeEvent(
+                node,
+                "intake",
+                code,
+                message,
+                _id("json", node, event_id) if event_id else _id("json", node, code, message, at),
+                at,
+                severity,
+                "at" in item,
+                _id("json-content", node, code, message, severity) if anonymous else "",
+                signature,
+            )
+        )
     return out
 
 
@@ -246,8 +266,9 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
 NPD_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "GPUProblem", "XidError", "NVLinkProblem")
 
 
-def from_node_conditions(node: object, watched: tuple[str, ...], detect,
-                         skipped: list[str] | None = None) -> list[IntakeEvent]:
+def from_node_conditions(
+    node: object, watched: tuple[str, ...], detect, skipped: list[str] | None = None
+) -> list[IntakeEvent]:
     """A Kubernetes Node's watched conditions that are True, from the API's own JSON. The id
     is the condition's last transition: the same condition seen on every poll is one event.
     `detect` reads an Xid from the condition's message (NPD copies the kernel line there).
@@ -291,7 +312,14 @@ def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> Int
     if not isinstance(changed, str) or len(changed) > 64:
         raise BadBody("lastTransitionTime is not a time")
     at = _time(changed, "lastTransitionTime") if changed else 0.0
-    return IntakeEvent(name, "npd", faults[0].code if faults else None,
-                       bounded(f"{kind}: {reason} {message}".strip()),
-                       _id("npd", name, kind, changed), at, faults[0].severity if faults else "", bool(changed),
-                       signature=faults[0].signature if faults else "")
+    return IntakeEvent(
+        name,
+        "npd",
+        faults[0].code if faults else None,
+        bounded(f"{kind}: {reason} {message}".strip()),
+        _id("npd", name, kind, changed),
+        at,
+        faults[0].severity if faults else "",
+        bool(changed),
+        signature=faults[0].signature if faults else "",
+    )

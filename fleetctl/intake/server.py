@@ -111,14 +111,25 @@ class Intake:
                 unsent += events
                 continue
             try:
-                await self.transport.send(node, [{"node": e["node"], "source": e["source"], "code": e["code"],
-                                                  "message": e["message"], "actor": "fleetctl-intake",
-                                                  "event_id": e["event_id"], "at": e["at"],
-                                                  # absent from events spooled by an older intake
-                                                  "severity": e.get("severity", ""),
-                                                  "signature": e.get("signature", ""),
-                                                  "at_from_record": e.get("at_from_record", False)}
-                                                 for e in events])
+                await self.transport.send(
+                    node,
+                    [
+                        {
+                            "node": e["node"],
+                            "source": e["source"],
+                            "code": e["code"],
+                            "message": e["message"],
+                            "actor": "fleetctl-intake",
+                            "event_id": e["event_id"],
+                            "at": e["at"],
+                            # absent from events spooled by an older intake
+                            "severity": e.get("severity", ""),
+                            "signature": e.get("signature", ""),
+                            "at_from_record": e.get("at_from_record", False),
+                        }
+                        for e in events
+                    ],
+                )
                 self.sent += len(events)
             except NodeRefused as exc:
                 log.warning("%s refused %d events (%s)", node, len(events), exc)
@@ -195,8 +206,13 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limits(),
-                 heartbeats: Heartbeats | None = None, known: KnownNodes | None = None):
+def make_handler(
+    intake: Intake,
+    credentials: Credentials,
+    limits: Limits = Limits(),
+    heartbeats: Heartbeats | None = None,
+    known: KnownNodes | None = None,
+):
     """`heartbeats`: where agents' heartbeats go (POST /heartbeat); None: this intake takes none.
     `known`: refuse events and heartbeats of nodes not in the inventory (None: take any)."""
     paths = ("/alertmanager", "/events") + (("/heartbeat",) if heartbeats is not None else ())
@@ -221,7 +237,9 @@ def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limi
         def _answer(self, status: int, body: dict | str) -> None:
             data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8")
+            self.send_header(
+                "Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8"
+            )
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -231,8 +249,11 @@ def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limi
             if self.path == "/healthz":
                 health = {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent}
                 if heartbeats is not None:
-                    health |= {"heartbeats_heard": heartbeats.heard, "heartbeats_pending": heartbeats.pending,
-                               "heartbeat_write_failures": heartbeats.write_failures}
+                    health |= {
+                        "heartbeats_heard": heartbeats.heard,
+                        "heartbeats_pending": heartbeats.pending,
+                        "heartbeat_write_failures": heartbeats.write_failures,
+                    }
                 self._answer(200, health)
             else:
                 self._answer(404, "not found")
@@ -247,8 +268,11 @@ def make_handler(intake: Intake, credentials: Credentials, limits: Limits = Limi
                 return self._answer(404, f"not found: POST to {', '.join(paths)}")
             if self.path == "/alertmanager" and caller is not OPERATOR:
                 self.close_connection = True
-                return self._answer(403, f"the credential of {caller.node} speaks for that node only: "
-                                         "/alertmanager takes the operator token")
+                return self._answer(
+                    403,
+                    f"the credential of {caller.node} speaks for that node only: "
+                    "/alertmanager takes the operator token",
+                )
             if self.headers.get("Transfer-Encoding"):
                 self.close_connection = True
                 return self._answer(411, "send the body with a Content-Length")
@@ -327,8 +351,10 @@ class IntakeServer(ThreadingHTTPServer):
     # socketserver's default backlog of 5 drops the SYNs of a burst (each retried a second
     # later): a fleet's agents beat at the same moments after an intake restart.
     request_queue_size = 128
-    refused_answer = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                      b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n")
+    refused_answer = (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n"
+    )
 
     def __init__(self, address: tuple[str, int], handler, limits: Limits, tls: ssl.SSLContext | None = None):
         super().__init__(address, handler)
@@ -444,14 +470,25 @@ def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSL
             context.load_verify_locations(cafile=client_ca)
             context.verify_mode = ssl.CERT_REQUIRED
     except (OSError, ssl.SSLError) as exc:
-        raise BadCredentials(f"TLS certificate {cert}, key {key}"
-                             + (f", client CA {client_ca}" if client_ca else "") + f": {one_line(exc, 200)}") from None
+        raise BadCredentials(
+            f"TLS certificate {cert}, key {key}"
+            + (f", client CA {client_ca}" if client_ca else "")
+            + f": {one_line(exc, 200)}"
+        ) from None
     return context
 
 
-def serve_http(intake: Intake, token: str | Credentials, address: str, port: int,
-               heartbeats: Heartbeats | None = None, *, limits: Limits = Limits(), known: KnownNodes | None = None,
-               tls: ssl.SSLContext | None = None) -> IntakeServer:
+def serve_http(
+    intake: Intake,
+    token: str | Credentials,
+    address: str,
+    port: int,
+    heartbeats: Heartbeats | None = None,
+    *,
+    limits: Limits = Limits(),
+    known: KnownNodes | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> IntakeServer:
     """`token`: the operator token alone, or Credentials (the operator's and the agents')."""
     credentials = token if isinstance(token, Credentials) else Credentials(token)
     server = IntakeServer((address, port), make_handler(intake, credentials, limits, heartbeats, known), limits, tls)
@@ -459,8 +496,14 @@ def serve_http(intake: Intake, token: str | Credentials, address: str, port: int
     return server
 
 
-def poll_node_conditions(intake: Intake, api, watched: tuple[str, ...], stop: threading.Event,
-                         interval_s: float, known: KnownNodes | None = None) -> None:
+def poll_node_conditions(
+    intake: Intake,
+    api,
+    watched: tuple[str, ...],
+    stop: threading.Event,
+    interval_s: float,
+    known: KnownNodes | None = None,
+) -> None:
     """Node Problem Detector writes conditions on the Node objects: list them every
     `interval_s` (one request for the whole cluster) and accept the True ones. With
     `known`, only those of nodes in the inventory: a cluster's other nodes (CPU nodes, the

@@ -72,7 +72,7 @@ def _expand_one(item: str) -> list[str]:
     match = _BRACKET.search(item)
     if match is None:
         return [item]
-    head, tail = item[:match.start()], item[match.end():]
+    head, tail = item[: match.start()], item[match.end() :]
     out = []
     for part in match.group(1).split(","):
         for number in _range(part, item):
@@ -133,7 +133,9 @@ def compress(names: Iterable[str]) -> str:
             if n is not None and n == prev + 1:
                 prev = n
                 continue
-            runs.append(str(start).zfill(width) if start == prev else f"{str(start).zfill(width)}-{str(prev).zfill(width)}")
+            runs.append(
+                str(start).zfill(width) if start == prev else f"{str(start).zfill(width)}-{str(prev).zfill(width)}"
+            )
             if n is not None:
                 start = prev = n
         parts.append(f"{prefix}[{','.join(runs)}]")

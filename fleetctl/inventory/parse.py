@@ -60,8 +60,21 @@ _ADDRESS_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|([A-Za-z0-9._-]+@)?[A-Za-z0-9
 # [user@]host[:port] of an SSH jump host (bastion); its host key is verified as a node's is.
 JUMP_HOST_RE = re.compile(r"^([A-Za-z0-9._-]+@)?[A-Za-z0-9.:_\[\]-]+\Z")
 _BMC_RE = re.compile(r"^(sim://[A-Za-z0-9._-]+|https?://[A-Za-z0-9.:_\[\]-]+(/[A-Za-z0-9._/-]*)?)\Z")
-_KNOWN_KEYS = {"name", "address", "bmc", "rack", "position", "switch", "island", "profile", "scheduler", "user",
-               "jump", "labels", "nvlink_domain"}
+_KNOWN_KEYS = {
+    "name",
+    "address",
+    "bmc",
+    "rack",
+    "position",
+    "switch",
+    "island",
+    "profile",
+    "scheduler",
+    "user",
+    "jump",
+    "labels",
+    "nvlink_domain",
+}
 # Rack units: the tallest racks in use are 58U; a larger number is a typo.
 MAX_RACK_POSITION = 99
 
@@ -108,8 +121,9 @@ def _position(where: str, entry: dict) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RACK_POSITION:
-        raise InventoryError(f"{where}: field 'position' must be a rack unit from 1 to {MAX_RACK_POSITION}, "
-                             f"not {excerpt(str(value))}")
+        raise InventoryError(
+            f"{where}: field 'position' must be a rack unit from 1 to {MAX_RACK_POSITION}, not {excerpt(str(value))}"
+        )
     return value
 
 
@@ -119,12 +133,13 @@ def _scheduler(where: str, entry: dict) -> str:
     if not isinstance(raw, list):
         scheduler = _text(where, entry, "scheduler", None, False) or "none"
         if scheduler not in SCHEDULERS:
-            raise InventoryError(f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}, or a list of them")
+            raise InventoryError(
+                f"{where}: field 'scheduler' must be one of {', '.join(SCHEDULERS)}, or a list of them"
+            )
         return scheduler
     several = [kind for kind in SCHEDULERS if kind != "none"]
     if len(raw) < 2 or len(set(map(str, raw))) != len(raw) or not all(isinstance(k, str) and k in several for k in raw):
-        raise InventoryError(f"{where}: field 'scheduler': a list names two or more of {', '.join(several)}, "
-                             "each once")
+        raise InventoryError(f"{where}: field 'scheduler': a list names two or more of {', '.join(several)}, each once")
     return SCHEDULER_JOIN.join(kind for kind in several if kind in raw)
 
 
@@ -144,8 +159,9 @@ def parse_labels(where: str, raw: Any) -> dict[str, str]:
     return labels
 
 
-def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[str] | None = None,
-                    allow_http_bmc: bool = False) -> list[NodeSpec]:
+def parse_inventory(
+    text: str, source: str = "<inventory>", known_profiles: set[str] | None = None, allow_http_bmc: bool = False
+) -> list[NodeSpec]:
     try:
         doc = loads(text, source)
     except YamlRefused as exc:
@@ -168,14 +184,18 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
         seen[name.lower()] = index
         profile = _text(where, entry, "profile", NODE_NAME_RE, True)
         if known_profiles is not None and profile not in known_profiles:
-            raise InventoryError(f"{where}: field 'profile': unknown profile {profile!r} (known: {', '.join(sorted(known_profiles))})")
+            raise InventoryError(
+                f"{where}: field 'profile': unknown profile {profile!r} (known: {', '.join(sorted(known_profiles))})"
+            )
         scheduler = _scheduler(where, entry)
         if "kubernetes" in scheduler_members(scheduler) and not valid_kubernetes_node_name(name):
             raise InventoryError(f"{where}: Kubernetes node names are lower-case letters, digits, '-' and '.'")
         bmc = _text(where, entry, "bmc", _BMC_RE, False)
         if bmc is not None and bmc.lower().startswith("http://") and not allow_http_bmc:
-            raise InventoryError(f"{where}: field 'bmc': plain http sends the BMC credentials in clear "
-                                 "(use https, or set bmc_allow_http)")
+            raise InventoryError(
+                f"{where}: field 'bmc': plain http sends the BMC credentials in clear "
+                "(use https, or set bmc_allow_http)"
+            )
         specs.append(
             NodeSpec(
                 name=name,
@@ -198,8 +218,9 @@ def parse_inventory(text: str, source: str = "<inventory>", known_profiles: set[
     return specs
 
 
-def load_inventory(path: str | Path, known_profiles: set[str] | None = None,
-                   allow_http_bmc: bool = False) -> list[NodeSpec]:
+def load_inventory(
+    path: str | Path, known_profiles: set[str] | None = None, allow_http_bmc: bool = False
+) -> list[NodeSpec]:
     try:
         text = read_text(path)
     except YamlRefused as exc:

@@ -59,8 +59,10 @@ def switch_island_conflict(nodes: Sequence[Placed]) -> str | None:
     if found is None:
         return None
     seen, n = found
-    return (f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
-            f"not {n.island or '(none)'}")
+    return (
+        f"node {n.name}: switch {n.switch} is in island {seen.island or '(none)'} at node {seen.name}, "
+        f"not {n.island or '(none)'}"
+    )
 
 
 def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
@@ -72,8 +74,10 @@ def domain_profile_conflict(nodes: Sequence[Any]) -> str | None:
     if found is None:
         return None
     seen, n = found
-    return (f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
-            f"not {n.profile} (a domain's nodes share one profile)")
+    return (
+        f"node {n.name}: NVLink domain {n.nvlink_domain} has profile {seen.profile} at node {seen.name}, "
+        f"not {n.profile} (a domain's nodes share one profile)"
+    )
 
 
 def _first_disagreement(nodes: Sequence[Any], group: str, value: str) -> tuple[Any, Any] | None:
@@ -101,14 +105,18 @@ def domain_size_conflict(nodes: Sequence[Any], sizes: Mapping[str, tuple[int, in
     for n in nodes:
         if n.nvlink_domain and n.profile in sizes:
             if sizes[n.profile][1] == 0:
-                return (f"node {n.name}: profile {n.profile} has no multi-node NVLink domain, "
-                        f"so it names no nvlink_domain (not {n.nvlink_domain})")
+                return (
+                    f"node {n.name}: profile {n.profile} has no multi-node NVLink domain, "
+                    f"so it names no nvlink_domain (not {n.nvlink_domain})"
+                )
             members.setdefault(n.nvlink_domain, []).append(n)
     for domain, trays in members.items():
         per_node, domain_gpus = sizes[trays[0].profile]
         if len(trays) * per_node > domain_gpus:
-            return (f"NVLink domain {domain}: {len(trays)} nodes of {per_node} GPUs ({trays[0].profile}) are "
-                    f"{len(trays) * per_node} GPUs, more than its domain of {domain_gpus}")
+            return (
+                f"NVLink domain {domain}: {len(trays)} nodes of {per_node} GPUs ({trays[0].profile}) are "
+                f"{len(trays) * per_node} GPUs, more than its domain of {domain_gpus}"
+            )
     return None
 
 
@@ -123,8 +131,9 @@ def switch_tree(nodes: Sequence[Placed], root: str = DEFAULT_ROOT) -> list[Switc
     unplaced = [n.name for n in nodes if not n.switch and not n.island]
     if unplaced:
         more = f" and {len(unplaced) - 3} more" if len(unplaced) > 3 else ""
-        raise TopologyError(f"{', '.join(unplaced[:3])}{more}: no switch and no island in the inventory, "
-                            "so no place in the topology")
+        raise TopologyError(
+            f"{', '.join(unplaced[:3])}{more}: no switch and no island in the inventory, so no place in the topology"
+        )
     if conflict := switch_island_conflict(nodes):
         raise TopologyError(conflict)
     leaves: dict[str, list[str]] = {}
@@ -142,8 +151,10 @@ def switch_tree(nodes: Sequence[Placed], root: str = DEFAULT_ROOT) -> list[Switc
             island_leaves.setdefault(island, []).append(leaf)
     for island in island_nodes:
         if island in island_leaves:
-            raise TopologyError(f"island {island}: some nodes name a switch and {island_nodes[island][0]} does not; "
-                                "a Slurm switch holds nodes or switches, not both")
+            raise TopologyError(
+                f"island {island}: some nodes name a switch and {island_nodes[island][0]} does not; "
+                "a Slurm switch holds nodes or switches, not both"
+            )
     names = [*leaves, *dict.fromkeys([*island_leaves, *island_nodes])]
     clash = {name for name in names if names.count(name) > 1}
     if clash:
@@ -159,7 +170,9 @@ def switch_tree(nodes: Sequence[Placed], root: str = DEFAULT_ROOT) -> list[Switc
     tops = [s.name for s in switches if s.name not in under]
     if len(tops) > 1:
         if root in names:
-            raise TopologyError(f"the root switch {root} is also a switch or island of the inventory; choose another root")
+            raise TopologyError(
+                f"the root switch {root} is also a switch or island of the inventory; choose another root"
+            )
         switches.append(Switch(root, switches=tuple(tops)))
     return switches
 

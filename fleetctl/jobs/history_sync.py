@@ -29,8 +29,9 @@ class SyncResult:
     skipped: list[str] = field(default_factory=list)  # schedulers that cannot list their jobs
 
 
-def sync_jobs(engine: Engine, kinds: Sequence[str], scheduler_for: Callable[[str], ListsJobHistory],
-              now: datetime) -> SyncResult:
+def sync_jobs(
+    engine: Engine, kinds: Sequence[str], scheduler_for: Callable[[str], ListsJobHistory], now: datetime
+) -> SyncResult:
     """Ask each scheduler of `kinds` that can list its jobs for them and write them; one
     scheduler's error (a setting, the scheduler unreachable) leaves the others'."""
     result = SyncResult()

@@ -83,13 +83,20 @@ def restart_island(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Ma
     """The island of a job restarted off bad_nodes: that of its good nodes, or of its bad
     ones when none is left."""
     bad = set(bad_nodes)
-    return (job_island([n for n in job_nodes if n not in bad], where)
-            or job_island([n for n in job_nodes if n in bad], where))
+    return job_island([n for n in job_nodes if n not in bad], where) or job_island(
+        [n for n in job_nodes if n in bad], where
+    )
 
 
-def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Mapping[str, Where],
-                  free: Sequence[str], spares: Sequence[str] = (), held_domains: Collection[str] = (),
-                  unchecked: Collection[str] = ()) -> Placement:
+def place_restart(
+    job_nodes: Sequence[str],
+    bad_nodes: Sequence[str],
+    where: Mapping[str, Where],
+    free: Sequence[str],
+    spares: Sequence[str] = (),
+    held_domains: Collection[str] = (),
+    unchecked: Collection[str] = (),
+) -> Placement:
     """The placement of a job that ran on job_nodes, restarted off bad_nodes.
 
     `where`: the fabric position of every node fleetctl knows; `free`: the nodes that could
@@ -109,22 +116,34 @@ def place_restart(job_nodes: Sequence[str], bad_nodes: Sequence[str], where: Map
     if domain := job_domain(job_nodes, where):
         return _place_in_domains(job_nodes, bad, where, free, set(spares), held_out, domain, island, stale)
     if not island:
-        return Placement("", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it")
+        return Placement(
+            "", NOT_PLACED, (), "the job's nodes are in no island in the inventory: the scheduler places it"
+        )
     near = {where[n].switch for n in job_nodes if n in where and where[n].switch}
     taken = set(job_nodes) | bad
     held = set(spares)
-    candidates = sorted((n for n in free if n not in taken and where[n].island == island),
-                        key=lambda n: (n in stale, n not in held, where[n].switch not in near, n))
+    candidates = sorted(
+        (n for n in free if n not in taken and where[n].island == island),
+        key=lambda n: (n in stale, n not in held, where[n].switch not in near, n),
+    )
     if len(candidates) < needed:
-        return Placement(island, FLEET_WIDE, (),
-                         f"island {island} has {len(candidates)} healthy free node{'s' if len(candidates) != 1 else ''} "
-                         f"of {needed} needed: any healthy node in the fleet")
+        return Placement(
+            island,
+            FLEET_WIDE,
+            (),
+            f"island {island} has {len(candidates)} healthy free node{'s' if len(candidates) != 1 else ''} "
+            f"of {needed} needed: any healthy node in the fleet",
+        )
     chosen = candidates[:needed]
     on_spares = tuple(n for n in chosen if n in held)
-    return Placement(island, IN_ISLAND, (*kept, *chosen),
-                     f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
-                     + _on_spares(on_spares),
-                     on_spares)
+    return Placement(
+        island,
+        IN_ISLAND,
+        (*kept, *chosen),
+        f"island {island}: {', '.join(chosen)} for {', '.join(n for n in job_nodes if n in bad)}"
+        + _on_spares(on_spares),
+        on_spares,
+    )
 
 
 def held_domains(latest_checks: Iterable[tuple[str, str, str]]) -> set[str]:
@@ -132,8 +151,9 @@ def held_domains(latest_checks: Iterable[tuple[str, str, str]]) -> set[str]:
     node's latest run of each check: a domain is held while any of its nodes' latest
     domain-fabric check (fleetctl.nodes.capacity.DOMAIN_FABRIC_CHECKS) is not a pass; an
     `error` holds it too, since nothing then says the fabric is whole."""
-    return {domain for domain, kind, status in latest_checks
-            if domain and kind in DOMAIN_FABRIC_CHECKS and status != "pass"}
+    return {
+        domain for domain, kind, status in latest_checks if domain and kind in DOMAIN_FABRIC_CHECKS and status != "pass"
+    }
 
 
 def _on_spares(spares: Sequence[str]) -> str:
@@ -141,9 +161,17 @@ def _on_spares(spares: Sequence[str]) -> str:
     return f" (spare{'s' if len(spares) != 1 else ''} {', '.join(spares)})" if spares else ""
 
 
-def _place_in_domains(job_nodes: Sequence[str], bad: set[str], where: Mapping[str, Where], free: Sequence[str],
-                      held: set[str], held_out: set[str], domain: str, island: str,
-                      unchecked: set[str]) -> Placement:
+def _place_in_domains(
+    job_nodes: Sequence[str],
+    bad: set[str],
+    where: Mapping[str, Where],
+    free: Sequence[str],
+    held: set[str],
+    held_out: set[str],
+    domain: str,
+    island: str,
+    unchecked: set[str],
+) -> Placement:
     """place_restart for a job of an NVLink domain: replacements from its own domain, else a
     whole healthy domain for all of the job, else the fleet (`free` holds no held domain's node)."""
     taken = set(job_nodes) | bad
@@ -155,33 +183,49 @@ def _place_in_domains(job_nodes: Sequence[str], bad: set[str], where: Mapping[st
 
     own = sorted((n for n in free if n not in taken and where[n].domain == domain), key=checked_then_spares)
     if len(own) >= len(replaced):  # a held domain has no node in `free`
-        chosen = own[:len(replaced)]
+        chosen = own[: len(replaced)]
         on_spares = tuple(n for n in chosen if n in held)
-        return Placement(island, IN_ISLAND, (*kept, *chosen),
-                         f"NVLink domain {domain}: {', '.join(chosen)} for {', '.join(replaced)}"
-                         + _on_spares(on_spares),
-                         on_spares)
-    why = (f"NVLink domain {domain} is held" if domain in held_out else
-           f"NVLink domain {domain} has {len(own)} healthy free node{'s' if len(own) != 1 else ''} of {len(replaced)} needed")
+        return Placement(
+            island,
+            IN_ISLAND,
+            (*kept, *chosen),
+            f"NVLink domain {domain}: {', '.join(chosen)} for {', '.join(replaced)}" + _on_spares(on_spares),
+            on_spares,
+        )
+    why = (
+        f"NVLink domain {domain} is held"
+        if domain in held_out
+        else f"NVLink domain {domain} has {len(own)} healthy free node{'s' if len(own) != 1 else ''} of {len(replaced)} needed"
+    )
     by_domain: dict[str, list[str]] = {}
     for n in free:
         if n not in taken and where[n].domain and where[n].domain != domain:
             by_domain.setdefault(where[n].domain, []).append(n)
+
     def needs_unchecked(d: str) -> bool:
         return sum(n not in unchecked for n in by_domain[d]) < len(job_nodes)
 
-    roomy = sorted((d for d, nodes in by_domain.items() if len(nodes) >= len(job_nodes)),
-                   key=lambda d: (needs_unchecked(d), job_island(by_domain[d], where) != island, d))
+    roomy = sorted(
+        (d for d, nodes in by_domain.items() if len(nodes) >= len(job_nodes)),
+        key=lambda d: (needs_unchecked(d), job_island(by_domain[d], where) != island, d),
+    )
     if not roomy:
-        return Placement(island, FLEET_WIDE, (),
-                         f"{why}, and no other healthy domain has {len(job_nodes)} free: any healthy node in the fleet")
+        return Placement(
+            island,
+            FLEET_WIDE,
+            (),
+            f"{why}, and no other healthy domain has {len(job_nodes)} free: any healthy node in the fleet",
+        )
     target = roomy[0]
-    chosen = sorted(by_domain[target], key=checked_then_spares)[:len(job_nodes)]
+    chosen = sorted(by_domain[target], key=checked_then_spares)[: len(job_nodes)]
     on_spares = tuple(n for n in chosen if n in held)
-    return Placement(job_island(chosen, where), IN_ISLAND, tuple(chosen),
-                     f"{why}: the whole job moves to NVLink domain {target}, {', '.join(chosen)}"
-                     + _on_spares(on_spares),
-                     on_spares)
+    return Placement(
+        job_island(chosen, where),
+        IN_ISLAND,
+        tuple(chosen),
+        f"{why}: the whole job moves to NVLink domain {target}, {', '.join(chosen)}" + _on_spares(on_spares),
+        on_spares,
+    )
 
 
 def landed(island: str, new_nodes: Sequence[str], where: Mapping[str, Where]) -> str:
@@ -208,8 +252,10 @@ def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str,
     fleet or were not placed ("none"), and how many landed in their island or outside."""
     asked = Counter(placement or "none" for placement, _ in restarts)
     where = Counter(where for _, where in restarts if where)
-    return {"asked": {k: asked[k] for k in (IN_ISLAND, FLEET_WIDE, "none")},
-            "landed": {k: where[k] for k in (LANDED_IN_ISLAND, LANDED_OUTSIDE)}}
+    return {
+        "asked": {k: asked[k] for k in (IN_ISLAND, FLEET_WIDE, "none")},
+        "landed": {k: where[k] for k in (LANDED_IN_ISLAND, LANDED_OUTSIDE)},
+    }
 
 
 # Which nodes may take a restarted job, or be held as a hot spare.
@@ -221,8 +267,18 @@ def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str,
 # not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
 # yet, a node a sweep has not reached lately has only old evidence, and nothing says either
 # is bad (place_restart takes them last, unchecked_nodes).
-UNFIT_CONDITIONS = frozenset({"Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld", "DrainedOutside",
-                              "StragglerSuspected"})
+UNFIT_CONDITIONS = frozenset(
+    {
+        "Stalled",
+        "Suspect",
+        "Unreachable",
+        "CheckFailed",
+        "CheckError",
+        "DrainHeld",
+        "DrainedOutside",
+        "StragglerSuspected",
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -57,8 +57,7 @@ def plan_pools(per_island: int, held: Mapping[str, str], nodes: Sequence[SpareCa
     removed = []
     for name in sorted(held):
         node = by_name.get(name)
-        if (node is None or node.state != PRODUCTION or not node.healthy or not node.island
-                or node.island != held[name]):
+        if node is None or node.state != PRODUCTION or not node.healthy or not node.island or node.island != held[name]:
             removed.append(name)
         else:
             keep.setdefault(node.island, []).append(name)
@@ -69,9 +68,12 @@ def plan_pools(per_island: int, held: Mapping[str, str], nodes: Sequence[SpareCa
         pool = keep.get(island, [])
         removed += pool[per_island:]
         pool = pool[:per_island]
-        free = sorted(n.name for n in nodes
-                      if n.island == island and n.state == PRODUCTION and n.healthy and n.idle and n.name not in held)
-        new = free[:per_island - len(pool)]
+        free = sorted(
+            n.name
+            for n in nodes
+            if n.island == island and n.state == PRODUCTION and n.healthy and n.idle and n.name not in held
+        )
+        new = free[: per_island - len(pool)]
         added += new
         after = tuple(sorted([*pool, *new]))
         if after != tuple(sorted(n for n, i in held.items() if i == island)):

@@ -30,8 +30,9 @@ class FillResult:
     errors: dict[str, str] = field(default_factory=dict)  # island or scheduler -> why it was not changed
 
 
-def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object],
-         islands: Collection[str] | None = None) -> FillResult:
+def fill(
+    engine: Engine, per_island: int, scheduler_for: Callable[[str], object], islands: Collection[str] | None = None
+) -> FillResult:
     """Refill every island's pool to `per_island` spares and drop the spares that left
     production; only the pools of `islands` when given (a node's own island, as it comes and
     goes). A
@@ -52,8 +53,11 @@ def fill(engine: Engine, per_island: int, scheduler_for: Callable[[str], object]
         except SchedulerError as exc:
             result.errors[kind] = str(exc)
             continue
-        mine = [SpareCandidate(name, island, state, name not in busy, not unfit(health[name]) if name in health else False)
-                for name, island, state, k in nodes if k == kind]
+        mine = [
+            SpareCandidate(name, island, state, name not in busy, not unfit(health[name]) if name in health else False)
+            for name, island, state, k in nodes
+            if k == kind
+        ]
         names = {c.name for c in mine}
         try:
             change = _plan_undrained(scheduler, per_island, {n: i for n, i in held.items() if n in names}, mine)

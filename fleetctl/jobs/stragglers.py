@@ -84,8 +84,14 @@ TELEMETRY: tuple[Telemetry, ...] = (
     Telemetry("nvlink_rx", ("DCGM_FI_PROF_NVLINK_RX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
     Telemetry("pcie_tx", ("DCGM_FI_PROF_PCIE_TX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
     Telemetry("pcie_rx", ("DCGM_FI_PROF_PCIE_RX_BYTES",), True, "GB/s", 1e6, per_unit=1e9),
-    Telemetry("throttled", ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"), False,
-              "of the window", 0.02, slowdown_bits=True),
+    Telemetry(
+        "throttled",
+        ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+        False,
+        "of the window",
+        0.02,
+        slowdown_bits=True,
+    ),
 )
 BY_NAME = {t.name: t for t in TELEMETRY}
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -147,8 +153,9 @@ class MetricVerdict:
     evidence: str
 
 
-def judge_job(job_id: str, nodes: Sequence[str], telemetry: Mapping[str, Mapping[str, float]],
-              threshold: float, min_nodes: int) -> list[MetricVerdict]:
+def judge_job(
+    job_id: str, nodes: Sequence[str], telemetry: Mapping[str, Mapping[str, float]], threshold: float, min_nodes: int
+) -> list[MetricVerdict]:
     """Every node of the job on every metric in `telemetry` ({metric: {node: value}}, the
     nodes with a series): a straggler when its robust z is beyond `threshold` on the bad side."""
     verdicts: list[MetricVerdict] = []
@@ -156,22 +163,38 @@ def judge_job(job_id: str, nodes: Sequence[str], telemetry: Mapping[str, Mapping
         spec = BY_NAME[name]
         values = {n: by_node[n] for n in nodes if n in by_node and math.isfinite(by_node[n])}
         if len(values) < min_nodes:
-            words = (f"job {job_id}: only {len(values)} of its {len(nodes)} nodes report {name}, "
-                     f"need {min_nodes} to compare them; nobody flagged")
-            verdicts += [MetricVerdict(n, name, TOO_FEW if n in values else NO_EVIDENCE, values.get(n), None, None,
-                                       words if n in values else _no_series(spec, n)) for n in nodes]
+            words = (
+                f"job {job_id}: only {len(values)} of its {len(nodes)} nodes report {name}, "
+                f"need {min_nodes} to compare them; nobody flagged"
+            )
+            verdicts += [
+                MetricVerdict(
+                    n,
+                    name,
+                    TOO_FEW if n in values else NO_EVIDENCE,
+                    values.get(n),
+                    None,
+                    None,
+                    words if n in values else _no_series(spec, n),
+                )
+                for n in nodes
+            ]
             continue
-        judged = find_stragglers(values, spec.higher_is_better, threshold, min_peers=min_nodes,
-                                 min_spread=spec.min_spread)
+        judged = find_stragglers(
+            values, spec.higher_is_better, threshold, min_peers=min_nodes, min_spread=spec.min_spread
+        )
         for n in nodes:
             if n not in values:
                 verdicts.append(MetricVerdict(n, name, NO_EVIDENCE, None, None, None, _no_series(spec, n)))
                 continue
             v = judged[n]
-            evidence = (f"{name} {spec.say(v.value)} {spec.unit} (slowest GPU) vs job {job_id} median "
-                        f"{spec.say(v.median)} over {len(values)} nodes, robust z {v.robust_z:.1f}")
-            verdicts.append(MetricVerdict(n, name, STRAGGLER if v.straggler else IN_LINE, v.value, v.median,
-                                          v.robust_z, evidence))
+            evidence = (
+                f"{name} {spec.say(v.value)} {spec.unit} (slowest GPU) vs job {job_id} median "
+                f"{spec.say(v.median)} over {len(values)} nodes, robust z {v.robust_z:.1f}"
+            )
+            verdicts.append(
+                MetricVerdict(n, name, STRAGGLER if v.straggler else IN_LINE, v.value, v.median, v.robust_z, evidence)
+            )
     return verdicts
 
 
@@ -209,8 +232,9 @@ class OpenFinding:
     metric: str
 
 
-def reconcile(job_id: str, open_findings: Iterable[OpenFinding], verdicts: Iterable[MetricVerdict]
-              ) -> tuple[list[MetricVerdict], list[tuple[int, MetricVerdict]]]:
+def reconcile(
+    job_id: str, open_findings: Iterable[OpenFinding], verdicts: Iterable[MetricVerdict]
+) -> tuple[list[MetricVerdict], list[tuple[int, MetricVerdict]]]:
     """(new findings, cleared findings) of one job: a straggler verdict without an open
     finding is new; an open finding cleared only by positive evidence that the node is back
     in line (no series, or too few nodes to compare, leaves it open: nothing was seen)."""
@@ -225,8 +249,13 @@ def reconcile(job_id: str, open_findings: Iterable[OpenFinding], verdicts: Itera
     return new, cleared
 
 
-def drain_due(found_at: datetime, restarts_at_finding: int, job_state: str, last_checkpoint_at: datetime | None,
-              restart_count: int) -> str | None:
+def drain_due(
+    found_at: datetime,
+    restarts_at_finding: int,
+    job_state: str,
+    last_checkpoint_at: datetime | None,
+    restart_count: int,
+) -> str | None:
     """Why an open finding's node may be drained now without costing its job work (None:
     not yet): the job wrote a checkpoint after the finding, or was restarted, or ended."""
     if last_checkpoint_at is not None and last_checkpoint_at > found_at:

@@ -177,17 +177,38 @@ class Budget:
         return self.limit - self.unavailable
 
     def to_dict(self) -> dict:
-        return {"scope": self.scope, "serving": self.serving, "unavailable": self.unavailable, "limit": self.limit,
-                "headroom": self.headroom, "max_fraction": self.max_fraction}
+        return {
+            "scope": self.scope,
+            "serving": self.serving,
+            "unavailable": self.unavailable,
+            "limit": self.limit,
+            "headroom": self.headroom,
+            "max_fraction": self.max_fraction,
+        }
 
 
 def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
     """The fleet's budget, then each rack's by name: what `fleet status` shows."""
-    fleet = Budget("fleet", snapshot.serving, snapshot.unavailable,
-                   allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet), policy.max_unavailable_fleet)
-    return [fleet, *(Budget(f"rack {name or '-'}", r.serving, r.unavailable,
-                            allowed_unavailable(r.serving, policy.max_unavailable_rack), policy.max_unavailable_rack)
-                     for name, r in sorted(snapshot.racks.items()))]
+    fleet = Budget(
+        "fleet",
+        snapshot.serving,
+        snapshot.unavailable,
+        allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet),
+        policy.max_unavailable_fleet,
+    )
+    return [
+        fleet,
+        *(
+            Budget(
+                f"rack {name or '-'}",
+                r.serving,
+                r.unavailable,
+                allowed_unavailable(r.serving, policy.max_unavailable_rack),
+                policy.max_unavailable_rack,
+            )
+            for name, r in sorted(snapshot.racks.items())
+        ),
+    ]
 
 
 def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains: list[tuple[str, str]]) -> list[str]:
@@ -207,8 +228,10 @@ def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains
         adds = sum(taken.values()) if b.scope == "fleet" else taken.get(b.scope.removeprefix("rack "), 0)
         after = b.unavailable + adds
         if adds and after > b.limit:
-            over.append(f"{b.scope}: {after} of {b.serving} nodes out after this drain, past the automation limit of "
-                        f"{b.limit} ({b.max_fraction:.0%})")
+            over.append(
+                f"{b.scope}: {after} of {b.serving} nodes out after this drain, past the automation limit of "
+                f"{b.limit} ({b.max_fraction:.0%})"
+            )
     return over
 
 
@@ -237,8 +260,9 @@ def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
     return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
 
 
-def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]],
-                       check: str = "", signature: str = "") -> list[RemovalRequest]:
+def removals_for_fault(
+    request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]], check: str = "", signature: str = ""
+) -> list[RemovalRequest]:
     """The requests a fault on `request.node` makes, asked in order (members: (name, state) of
     the nodes of its NVLink domain `domain`):
     - an ordinary GPU fault, or a node in no domain: the node alone, unchanged;
@@ -258,8 +282,13 @@ def removals_for_fault(request: RemovalRequest, domain: str, members: Iterable[t
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
     if not others:
         return [request]
-    rest = RemovalRequest(others[0], request.rack, domain_held_reason(domain, request.node, request.reason),
-                          request.actor, request_id=f"{request.request_id}/domain")
+    rest = RemovalRequest(
+        others[0],
+        request.rack,
+        domain_held_reason(domain, request.node, request.reason),
+        request.actor,
+        request_id=f"{request.request_id}/domain",
+    )
     return [request, domain_removal(rest, domain, [(name, state) for name, state in members if name != request.node])]
 
 
@@ -274,8 +303,17 @@ def domain_removal(request: RemovalRequest, domain: str, members: Iterable[tuple
     with it (one already out costs nothing more). Never critical: the domain's other GPUs still
     work, only not together."""
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
-    return RemovalRequest(request.node, request.rack, request.reason, request.actor, critical=False,
-                          force=request.force, request_id=request.request_id, domain=domain, domain_nodes=others)
+    return RemovalRequest(
+        request.node,
+        request.rack,
+        request.reason,
+        request.actor,
+        critical=False,
+        force=request.force,
+        request_id=request.request_id,
+        domain=domain,
+        domain_nodes=others,
+    )
 
 
 def in_service_domain(request: RemovalRequest, in_service: Iterable[str]) -> RemovalRequest:
@@ -344,9 +382,12 @@ def _decide(
     if request.force:
         return RemovalDecision(request.node, True, f"forced by {request.actor}", domain_nodes=with_domain)
     if request.critical:
-        return RemovalDecision(request.node, True, "critical fault: the node has already lost capacity"
-                               + (f"; the rest of NVLink domain {request.domain} is not taken with it"
-                                  if with_domain else ""))
+        return RemovalDecision(
+            request.node,
+            True,
+            "critical fault: the node has already lost capacity"
+            + (f"; the rest of NVLink domain {request.domain} is not taken with it" if with_domain else ""),
+        )
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s
@@ -355,7 +396,8 @@ def _decide(
     storm_at = storm_threshold(policy, snapshot.production)
     if failures_in_window >= storm_at:
         return RemovalDecision(
-            request.node, False,
+            request.node,
+            False,
             f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min exceed "
             f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened; {UNTIL_RESUMED}",
             breaker_opened=True,
@@ -366,7 +408,8 @@ def _decide(
     fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
     if snapshot.unavailable + pending_grants + takes > fleet_limit:
         return RemovalDecision(
-            request.node, False,
+            request.node,
+            False,
             f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
             f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}){of_domain}; "
             + until_back(snapshot.unavailable + pending_grants + takes - fleet_limit, "of the fleet"),
@@ -380,7 +423,8 @@ def _decide(
     rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
     if rack.unavailable + pending_in_rack + 1 > rack_limit:
         return RemovalDecision(
-            request.node, False,
+            request.node,
+            False,
             f"rack limit: {rack.unavailable + pending_in_rack} of {rack.serving} in {request.rack or 'the rack'} "
             f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%}); "
             + until_back(rack.unavailable + pending_in_rack + 1 - rack_limit, f"of {request.rack or 'the rack'}"),
@@ -398,7 +442,9 @@ def until_back(nodes: int, where: str) -> str:
     A limit of 0 (a rack too small for any to be out) never frees: said so."""
     if nodes <= 0:
         return "can go at the next ask"
-    return f"can go once {nodes} node{'s' if nodes != 1 else ''} {where} {'is' if nodes == 1 else 'are'} back in service"
+    return (
+        f"can go once {nodes} node{'s' if nodes != 1 else ''} {where} {'is' if nodes == 1 else 'are'} back in service"
+    )
 
 
 def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = CHECK_ERRORS) -> str | None:
@@ -414,8 +460,7 @@ def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = C
     if checked <= 0 or errored < policy.storm_min_failures or errored <= checked * policy.storm_fraction:
         return None
     storm, did, of = _STORM_WORDS.get(kind, _STORM_WORDS[CHECK_ERRORS])
-    return (f"{storm}: {errored} of {checked} nodes {did} "
-            f"(more than {policy.storm_fraction:.0%} {of}); breaker opened")
+    return f"{storm}: {errored} of {checked} nodes {did} (more than {policy.storm_fraction:.0%} {of}); breaker opened"
 
 
 def counted_state(state: str, state_since: datetime, now: datetime, policy: GuardPolicy) -> str:

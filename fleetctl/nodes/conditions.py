@@ -108,8 +108,14 @@ class DrainHeld:
 # (fleetctl.nodes.capacity._decide and checker_storm word them). The breaker was already open
 # (`breaker`: an operator must resume automation), this request's storm opened it
 # (`storm_window`), or a limit of the fleet or the node's rack (each frees as nodes return).
-HELD_BY = (("automation paused:", "breaker"), ("checker storm:", "breaker"), ("agent silence storm:", "breaker"),
-           ("storm:", "storm_window"), ("fleet limit:", "fleet_limit"), ("rack limit:", "rack_limit"))
+HELD_BY = (
+    ("automation paused:", "breaker"),
+    ("checker storm:", "breaker"),
+    ("agent silence storm:", "breaker"),
+    ("storm:", "storm_window"),
+    ("fleet limit:", "fleet_limit"),
+    ("rack limit:", "rack_limit"),
+)
 HELD_BY_CLASSES = tuple(dict.fromkeys(cls for _, cls in HELD_BY)) + ("other",)
 
 
@@ -124,8 +130,16 @@ def held_by(refusal: str) -> str:
 
 # The conditions a node in production can carry (`conditions`): the exporter's `condition`
 # label of the unhealthy nodes still in production, every one of them a bounded word.
-PRODUCTION_CONDITIONS = ("Stalled", "Suspect", "Unreachable", "CheckFailed", "CheckError", "DrainHeld",
-                         "StragglerSuspected", "Unchecked")
+PRODUCTION_CONDITIONS = (
+    "Stalled",
+    "Suspect",
+    "Unreachable",
+    "CheckFailed",
+    "CheckError",
+    "DrainHeld",
+    "StragglerSuspected",
+    "Unchecked",
+)
 
 
 @dataclass(frozen=True)
@@ -157,15 +171,32 @@ def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
             if r.status != latest.status:
                 break
             streak += 1
-        summaries.append(CheckSummary(check, latest.status, latest.reason, latest.at, newest_first[streak - 1].at,
-                                      streak, latest.error_kind, latest.metrics))
+        summaries.append(
+            CheckSummary(
+                check,
+                latest.status,
+                latest.reason,
+                latest.at,
+                newest_first[streak - 1].at,
+                streak,
+                latest.error_kind,
+                latest.metrics,
+            )
+        )
     return sorted(summaries, key=lambda s: s.at, reverse=True)
 
 
-def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | None,
-               last_cause: str = "", suspect: Condition | None = None,
-               stalled: Condition | None = None, state_since: datetime | None = None,
-               unchecked: Condition | None = None, drained_outside: Condition | None = None) -> list[Condition]:
+def conditions(
+    state: str,
+    checks: Sequence[CheckSummary],
+    held: DrainHeld | None,
+    last_cause: str = "",
+    suspect: Condition | None = None,
+    stalled: Condition | None = None,
+    state_since: datetime | None = None,
+    unchecked: Condition | None = None,
+    drained_outside: Condition | None = None,
+) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
@@ -191,13 +222,19 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
         found.append(Condition("Unreachable", newest.reason, newest.since))
     failed = [c for c in checks if c.status == "fail"]
     if failed:
-        found.append(Condition("CheckFailed", "; ".join(f"{c.check}: {c.reason}" for c in failed),
-                               min(c.since for c in failed)))
-    errored = [c for c in checks if c.status == "error" and not (any(f.type == "Unreachable" for f in found)
-                                                                  and c.error_kind in UNREACHABLE_KINDS)]
+        found.append(
+            Condition("CheckFailed", "; ".join(f"{c.check}: {c.reason}" for c in failed), min(c.since for c in failed))
+        )
+    errored = [
+        c
+        for c in checks
+        if c.status == "error"
+        and not (any(f.type == "Unreachable" for f in found) and c.error_kind in UNREACHABLE_KINDS)
+    ]
     if errored:
-        found.append(Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored),
-                               min(c.since for c in errored)))
+        found.append(
+            Condition("CheckError", "; ".join(f"{c.check}: {c.reason}" for c in errored), min(c.since for c in errored))
+        )
     if drained_outside is not None:
         found.append(drained_outside)
     if held is not None:
@@ -211,8 +248,14 @@ def conditions(state: str, checks: Sequence[CheckSummary], held: DrainHeld | Non
     return found
 
 
-def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: datetime | None, now: datetime,
-                    sweep_every_s: float | None, agent_silence_s: float) -> Condition | None:
+def unchecked_since(
+    state: str,
+    checks: Sequence[CheckSummary],
+    agent_seen_at: datetime | None,
+    now: datetime,
+    sweep_every_s: float | None,
+    agent_silence_s: float,
+) -> Condition | None:
     """`Unchecked` for a node in service whose newest evidence (its latest check run) is older
     than its fleet's sweep interval while no agent reports (never heard, or silent past
     `agent_silence_s`): what it says may no longer be true, so it is not Ready. None when
@@ -227,8 +270,12 @@ def unchecked_since(state: str, checks: Sequence[CheckSummary], agent_seen_at: d
     age_s = (now - newest).total_seconds()
     if age_s <= sweep_every_s:
         return None
-    return Condition("Unchecked", f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) "
-                                  f"and no agent reports", newest, _age(age_s))
+    return Condition(
+        "Unchecked",
+        f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) and no agent reports",
+        newest,
+        _age(age_s),
+    )
 
 
 def _age(seconds: float) -> str:

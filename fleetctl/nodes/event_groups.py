@@ -28,8 +28,14 @@ class EventGroup:
     last: datetime
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "kind": self.kind, "reason": self.reason, "count": self.count,
-                "first": self.first, "last": self.last}
+        return {
+            "node": self.node,
+            "kind": self.kind,
+            "reason": self.reason,
+            "count": self.count,
+            "first": self.first,
+            "last": self.last,
+        }
 
 
 def reason_class(reason: str) -> str:
@@ -47,6 +53,7 @@ def collapse(events: Iterable[Mapping[str, Any]]) -> list[EventGroup]:
     for members in groups.values():
         ordered = sorted(members, key=lambda e: e["at"])
         latest = ordered[-1]
-        collapsed.append(EventGroup(latest["node"], latest["kind"], latest["reason"], len(ordered), ordered[0]["at"],
-                                    latest["at"]))
+        collapsed.append(
+            EventGroup(latest["node"], latest["kind"], latest["reason"], len(ordered), ordered[0]["at"], latest["at"])
+        )
     return sorted(collapsed, key=lambda g: (g.last, g.count), reverse=True)

@@ -18,7 +18,9 @@ def count_states(nodes: Iterable) -> dict[str, Any]:
         per_state[n.state] = per_state.get(n.state, 0) + 1
         rack = per_rack.setdefault(n.rack or "-", {})
         rack[n.state] = rack.get(n.state, 0) + 1
-    in_flight = [{"node": n.name, "state": n.state, "since": n.state_since} for n in nodes if NodeState(n.state).in_flight]
+    in_flight = [
+        {"node": n.name, "state": n.state, "since": n.state_since} for n in nodes if NodeState(n.state).in_flight
+    ]
     return {"nodes": len(nodes), "per_state": per_state, "per_rack": per_rack, "in_flight": in_flight}
 
 
@@ -35,9 +37,18 @@ def rack_view(nodes: Iterable) -> list[dict[str, Any]]:
         return n.position is None, -(n.position or 0), n.name
 
     return [
-        {"island": island, "racks": [
-            {"rack": rack, "nodes": [{"name": n.name, "state": n.state, "position": n.position}
-                                     for n in sorted(members, key=top_down)]}
-            for rack, members in sorted(racks.items())]}
+        {
+            "island": island,
+            "racks": [
+                {
+                    "rack": rack,
+                    "nodes": [
+                        {"name": n.name, "state": n.state, "position": n.position}
+                        for n in sorted(members, key=top_down)
+                    ],
+                }
+                for rack, members in sorted(racks.items())
+            ],
+        }
         for island, racks in sorted(islands.items(), key=lambda kv: (kv[0] == "", kv[0]))
     ]

@@ -8,7 +8,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable
 
-from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, budgets, guard_snapshot, in_fleet, operator_drain_overruns
+from fleetctl.nodes.capacity import (
+    FleetSnapshot,
+    GuardPolicy,
+    budgets,
+    guard_snapshot,
+    in_fleet,
+    operator_drain_overruns,
+)
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
@@ -27,8 +34,9 @@ RECENT_AUTOMATION_EVENTS = 10
 AUTOMATION_EVENTS_READ = 1000
 
 
-def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str,
-                 spares_per_island: int = 0) -> dict[str, Any]:
+def fleet_status(
+    engine: Engine, automation: dict[str, Any], policy: GuardPolicy, fleet: str, spares_per_island: int = 0
+) -> dict[str, Any]:
     """`policy`: the guard's own when it answered, else the configured one (the caller says
     which in `automation`). The budget counts the nodes of `fleet`, as its guard does."""
     nodes = queries.list_nodes(engine)
@@ -44,19 +52,34 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
     status["spares"] = {"count": len(held), "per_island": spare_counts(held, spares_per_island)}
     status["held_drains"] = [
         {"node": node, "since": first, "last": last, "refusals": count, "reason": reason}
-        for node, (count, first, last, reason) in sorted(queries.held_drains(engine, [n.name for n in mine]).items(),
-                                                         key=lambda kv: kv[1][1])
+        for node, (count, first, last, reason) in sorted(
+            queries.held_drains(engine, [n.name for n in mine]).items(), key=lambda kv: kv[1][1]
+        )
     ]
     status["firmware_rollouts"] = [
-        {"id": r.rollout_id, "status": r.status, "done": r.done, "failed": r.failed, "total": r.total,
-         "max_failures": r.max_failures}
-        for state in ("running", "halted") for r in firmware_db.rollouts(engine, status=state)
+        {
+            "id": r.rollout_id,
+            "status": r.status,
+            "done": r.done,
+            "failed": r.failed,
+            "total": r.total,
+            "max_failures": r.max_failures,
+        }
+        for state in ("running", "halted")
+        for r in firmware_db.rollouts(engine, status=state)
     ]
-    status["suspect"] = [{"node": name, "since": e.since, "reason": e.reason,
-                          "why": "agent silent" if e.actor == queries.AGENT_SILENCE_ACTOR else "unreachable"}
-                         for name, e in sorted(queries.suspect_nodes(engine).items())]
-    status["stalled"] = [{"node": name, "since": e.at, "reason": e.reason}
-                         for name, e in sorted(queries.stalled_nodes(engine).items())]
+    status["suspect"] = [
+        {
+            "node": name,
+            "since": e.since,
+            "reason": e.reason,
+            "why": "agent silent" if e.actor == queries.AGENT_SILENCE_ACTOR else "unreachable",
+        }
+        for name, e in sorted(queries.suspect_nodes(engine).items())
+    ]
+    status["stalled"] = [
+        {"node": name, "since": e.at, "reason": e.reason} for name, e in sorted(queries.stalled_nodes(engine).items())
+    ]
     status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
     status["recent_operator_commands"] = [
@@ -69,8 +92,10 @@ def fleet_status(engine: Engine, automation: dict[str, Any], policy: GuardPolicy
 def recent_automation(engine: Engine, node: str | None = None) -> list[dict[str, Any]]:
     """The latest automation events (of `node`, or all), repeats collapsed: one row per node,
     kind and reason class with its count and first/last seen, the one seen last first."""
-    events = [{"at": as_utc(e.at), "kind": e.kind, "node": e.node_name, "reason": e.reason}
-              for e in queries.automation_events(engine, limit=AUTOMATION_EVENTS_READ, node=node)]
+    events = [
+        {"at": as_utc(e.at), "kind": e.kind, "node": e.node_name, "reason": e.reason}
+        for e in queries.automation_events(engine, limit=AUTOMATION_EVENTS_READ, node=node)
+    ]
     return [g.to_dict() for g in collapse(events)]
 
 
@@ -78,8 +103,9 @@ def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Itera
     """What an operator's drain of `names` would take past the automation limits of `fleet`."""
     mine = [n for n in queries.list_nodes(engine) if in_fleet(n.labels, fleet)]
     wanted = set(names)
-    return operator_drain_overruns(policy, _counted(mine, policy),
-                                   [(n.rack, n.state) for n in mine if n.name in wanted])
+    return operator_drain_overruns(
+        policy, _counted(mine, policy), [(n.rack, n.state) for n in mine if n.name in wanted]
+    )
 
 
 def _counted(nodes: list, policy: GuardPolicy) -> FleetSnapshot:

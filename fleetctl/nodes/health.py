@@ -34,8 +34,13 @@ class EventVerdict:
     reason: str
 
 
-def plausible_time(sent_at: float, received_at: float, from_record: bool = False,
-                   max_skew_s: float = MAX_SENDER_SKEW_S, max_record_age_s: float = MAX_RECORD_AGE_S) -> float:
+def plausible_time(
+    sent_at: float,
+    received_at: float,
+    from_record: bool = False,
+    max_skew_s: float = MAX_SENDER_SKEW_S,
+    max_record_age_s: float = MAX_RECORD_AGE_S,
+) -> float:
     """When an event happened, for windows and latencies.
 
     A sender's clock reading (`from_record` False: the CLI stamps an event with the moment it
@@ -60,8 +65,9 @@ def checked_severity(severity: str) -> str:
     return severity
 
 
-def judge_health_event(code: int, earlier_same_code: list[float], now: float,
-              policy: EscalationPolicy = EscalationPolicy()) -> EventVerdict:
+def judge_health_event(
+    code: int, earlier_same_code: list[float], now: float, policy: EscalationPolicy = EscalationPolicy()
+) -> EventVerdict:
     """`earlier_same_code`: times of earlier events with this XID on this node."""
     act = xid_action(code)
     if act.severity == "critical":
@@ -69,6 +75,11 @@ def judge_health_event(code: int, earlier_same_code: list[float], now: float,
     in_window = sum(1 for t in earlier_same_code if now - policy.window_s <= t <= now) + 1
     # Info-level XIDs are the application's own errors: repeats say nothing about the node.
     if act.severity == "warning" and in_window >= policy.repeats:
-        return EventVerdict(act.severity, act.action, True, True,
-                            f"XID {code} seen {in_window} times in {policy.window_s / 3600:.0f} h: escalated")
+        return EventVerdict(
+            act.severity,
+            act.action,
+            True,
+            True,
+            f"XID {code} seen {in_window} times in {policy.window_s / 3600:.0f} h: escalated",
+        )
     return EventVerdict(act.severity, act.action, False, False, f"XID {code}: {act.action} ({in_window} in window)")

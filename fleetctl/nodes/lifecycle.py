@@ -134,32 +134,69 @@ class TransitionRule:
 RULES: dict[Trigger, TransitionRule] = {
     r.trigger: r
     for r in (
-        TransitionRule(Trigger.BEGIN_FIRMWARE, frozenset({S.NEW, S.MAINTENANCE}), S.FIRMWARE,
-                       summary="bring firmware to the fleet baseline"),
-        TransitionRule(Trigger.BEGIN_BURN_IN, frozenset({S.NEW, S.FIRMWARE, S.MAINTENANCE, S.RMA}), S.BURN_IN,
-                       summary="stress and check the node before it takes work"),
-        TransitionRule(Trigger.BEGIN_ADMISSION, frozenset({S.BURN_IN}), S.ADMISSION,
-                       summary="judge burn-in against the profile and the fleet"),
-        TransitionRule(Trigger.ENTER_PRODUCTION, frozenset({S.ADMISSION}), S.PRODUCTION,
-                       summary="admitted: schedulable"),
-        TransitionRule(Trigger.PHASE_FAILED, frozenset({S.FIRMWARE, S.BURN_IN, S.ADMISSION}), S.MAINTENANCE,
-                       summary="a phase failed; remediation takes over"),
-        TransitionRule(Trigger.DRAIN, frozenset({S.PRODUCTION}), S.DRAINING,
-                       summary="cordon in the scheduler; jobs finish or restart elsewhere"),
-        TransitionRule(Trigger.DRAIN_COMPLETE, frozenset({S.DRAINING}), S.MAINTENANCE,
-                       summary="no more jobs on the node"),
+        TransitionRule(
+            Trigger.BEGIN_FIRMWARE,
+            frozenset({S.NEW, S.MAINTENANCE}),
+            S.FIRMWARE,
+            summary="bring firmware to the fleet baseline",
+        ),
+        TransitionRule(
+            Trigger.BEGIN_BURN_IN,
+            frozenset({S.NEW, S.FIRMWARE, S.MAINTENANCE, S.RMA}),
+            S.BURN_IN,
+            summary="stress and check the node before it takes work",
+        ),
+        TransitionRule(
+            Trigger.BEGIN_ADMISSION,
+            frozenset({S.BURN_IN}),
+            S.ADMISSION,
+            summary="judge burn-in against the profile and the fleet",
+        ),
+        TransitionRule(
+            Trigger.ENTER_PRODUCTION, frozenset({S.ADMISSION}), S.PRODUCTION, summary="admitted: schedulable"
+        ),
+        TransitionRule(
+            Trigger.PHASE_FAILED,
+            frozenset({S.FIRMWARE, S.BURN_IN, S.ADMISSION}),
+            S.MAINTENANCE,
+            summary="a phase failed; remediation takes over",
+        ),
+        TransitionRule(
+            Trigger.DRAIN,
+            frozenset({S.PRODUCTION}),
+            S.DRAINING,
+            summary="cordon in the scheduler; jobs finish or restart elsewhere",
+        ),
+        TransitionRule(
+            Trigger.DRAIN_COMPLETE, frozenset({S.DRAINING}), S.MAINTENANCE, summary="no more jobs on the node"
+        ),
         # An operator's drain is often for a reason that needs no repair (a cable, a test):
         # undrain puts the node straight back, and that is recorded with the operator's name.
-        TransitionRule(Trigger.UNDRAIN, frozenset({S.DRAINING, S.MAINTENANCE}), S.PRODUCTION, operator_only=True,
-                       summary="return a drained node to service"),
-        TransitionRule(Trigger.SEND_TO_RMA, frozenset({S.DRAINING, S.MAINTENANCE}), S.RMA,
-                       summary="hardware goes back to the vendor"),
-        TransitionRule(Trigger.RETIRE, _ALL_BUT_RETIRED, S.RETIRED, operator_only=True,
-                       summary="remove the node for good"),
+        TransitionRule(
+            Trigger.UNDRAIN,
+            frozenset({S.DRAINING, S.MAINTENANCE}),
+            S.PRODUCTION,
+            operator_only=True,
+            summary="return a drained node to service",
+        ),
+        TransitionRule(
+            Trigger.SEND_TO_RMA,
+            frozenset({S.DRAINING, S.MAINTENANCE}),
+            S.RMA,
+            summary="hardware goes back to the vendor",
+        ),
+        TransitionRule(
+            Trigger.RETIRE, _ALL_BUT_RETIRED, S.RETIRED, operator_only=True, summary="remove the node for good"
+        ),
         # `node import --adopt`: a fleet already in production is brought in as it runs, with
         # no burn-in and no drain; the node is unchecked until a sweep finds it idle.
-        TransitionRule(Trigger.ADOPT, frozenset({S.NEW}), S.PRODUCTION, operator_only=True,
-                       summary="adopt a node already in production: unchecked, no burn-in"),
+        TransitionRule(
+            Trigger.ADOPT,
+            frozenset({S.NEW}),
+            S.PRODUCTION,
+            operator_only=True,
+            summary="adopt a node already in production: unchecked, no burn-in",
+        ),
     )
 }
 
@@ -181,7 +218,9 @@ def next_state(state: NodeState | str, trigger: Trigger | str, actor: Actor | st
         raise IllegalTransition(f"{trigger.value} is for operators only")
     if state not in rule.sources:
         allowed = ", ".join(sorted(s.value for s in rule.sources))
-        raise IllegalTransition(f"cannot {trigger.value.replace('_', ' ')} a node in {state.value} (allowed from: {allowed})")
+        raise IllegalTransition(
+            f"cannot {trigger.value.replace('_', ' ')} a node in {state.value} (allowed from: {allowed})"
+        )
     return rule.target
 
 

@@ -34,7 +34,9 @@ class Reachability:
     reason: str
 
 
-def judge_reachability(error_kinds: Sequence[str | None], policy: ReachabilityPolicy = ReachabilityPolicy()) -> Reachability:
+def judge_reachability(
+    error_kinds: Sequence[str | None], policy: ReachabilityPolicy = ReachabilityPolicy()
+) -> Reachability:
     """`error_kinds`: the node's latest check runs, newest first, each run's error kind (None
     for a run that reached the node, whatever it judged)."""
     streak = 0
@@ -47,16 +49,16 @@ def judge_reachability(error_kinds: Sequence[str | None], policy: ReachabilityPo
     return Reachability(False, f"{streak} of {policy.unreachable_runs} consecutive unreachable check runs")
 
 
-def judge_agent_silence(seen_at: datetime | None, in_state_since: datetime, now: datetime,
-                        silence_s: float) -> Reachability:
+def judge_agent_silence(
+    seen_at: datetime | None, in_state_since: datetime, now: datetime, silence_s: float
+) -> Reachability:
     """`seen_at`: when the node's agent was last heard (None: it never was, so it has no agent
     to judge); `in_state_since`: when the node entered production; `silence_s`: 0 disables."""
     if seen_at is None or silence_s <= 0:
         return Reachability(False, "no agent judged" if seen_at is None else "agent silence is not judged")
     quiet_s = (now - max(seen_at, in_state_since)).total_seconds()
     if quiet_s > silence_s:
-        return Reachability(True, f"agent silent since {seen_at:%Y-%m-%d %H:%M:%S} UTC "
-                                  f"(over {silence_s:g} s)")
+        return Reachability(True, f"agent silent since {seen_at:%Y-%m-%d %H:%M:%S} UTC (over {silence_s:g} s)")
     return Reachability(False, f"agent heard {max(0.0, (now - seen_at).total_seconds()):.0f} s ago")
 
 
@@ -74,8 +76,12 @@ class FleetSilence:
     silent: list[tuple[str, datetime, Reachability]] = field(default_factory=list)  # (node, last heard, verdict)
 
 
-def judge_fleet_silence(nodes: Iterable[tuple[str, datetime | None, datetime]], now: datetime, silence_s: float,
-                        limit: int = SILENT_ASKED_PER_SWEEP) -> FleetSilence:
+def judge_fleet_silence(
+    nodes: Iterable[tuple[str, datetime | None, datetime]],
+    now: datetime,
+    silence_s: float,
+    limit: int = SILENT_ASKED_PER_SWEEP,
+) -> FleetSilence:
     """`nodes`: (name, agent last heard or None, in production since) of the production nodes;
     the silent among them, the longest silent first, at most `limit` named."""
     judged = FleetSilence()

@@ -146,10 +146,20 @@ def external_drains(nodes: Iterable, schedulers: Mapping[str, object]) -> tuple[
     whose scheduler could not be asked (nothing is known of their drains)."""
     production = {n.name: n for n in nodes if n.state == NodeState.PRODUCTION.value}
     differences = reconcile(production.values(), schedulers, False)
-    return ([ExternalDrain(d.node, d.scheduler, d.owner, d.reason or "",
-                           external_drain_id(d.node, production[d.node].state_since, d.scheduler, d.reason or ""))
-             for d in differences if d.difference == "drained_by_someone_else"],
-            {d.node for d in differences if d.difference == "unreachable"})
+    return (
+        [
+            ExternalDrain(
+                d.node,
+                d.scheduler,
+                d.owner,
+                d.reason or "",
+                external_drain_id(d.node, production[d.node].state_since, d.scheduler, d.reason or ""),
+            )
+            for d in differences
+            if d.difference == "drained_by_someone_else"
+        ],
+        {d.node for d in differences if d.difference == "unreachable"},
+    )
 
 
 def fix(found: Difference, scheduler) -> None:
@@ -169,9 +179,13 @@ def fix(found: Difference, scheduler) -> None:
     found.fixed = True
 
 
-def reconcile(nodes: Iterable, schedulers: Mapping[str, object], fix_them: bool,
-              on_checked: Callable[[], None] = lambda: None,
-              include_owners: frozenset[str] = frozenset()) -> list[Difference]:
+def reconcile(
+    nodes: Iterable,
+    schedulers: Mapping[str, object],
+    fix_them: bool,
+    on_checked: Callable[[], None] = lambda: None,
+    include_owners: frozenset[str] = frozenset(),
+) -> list[Difference]:
     """Compare every node (fleetctl Node rows) with its scheduler (`schedulers` by kind), fixing
     what can be fixed when `fix_them` (other tools' drains: only those of `include_owners`);
     `on_checked` is called once per node, for progress."""

@@ -71,8 +71,10 @@ def dev_server_flags() -> list[str]:
     flags: list[str] = []
     for key in NODE_ATTRIBUTES:
         flags += ["--search-attribute", f"{key.name}={type_name(key.indexed_value_type)}"]
-    flags += ["--dynamic-config-value",
-              f"system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute={PROBLEMS_AFTER_FAILED_TASKS}"]
+    flags += [
+        "--dynamic-config-value",
+        f"system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute={PROBLEMS_AFTER_FAILED_TASKS}",
+    ]
     return flags
 
 
@@ -84,8 +86,10 @@ def compare_registered(registered: Mapping[str, int]) -> tuple[list[SearchAttrib
         if key.name not in registered:
             missing.append(key)
         elif registered[key.name] != key.indexed_value_type:
-            conflicts.append(f"{key.name} is registered as {type_name(registered[key.name])}, "
-                             f"fleetctl needs {type_name(key.indexed_value_type)}")
+            conflicts.append(
+                f"{key.name} is registered as {type_name(registered[key.name])}, "
+                f"fleetctl needs {type_name(key.indexed_value_type)}"
+            )
     return missing, conflicts
 
 
@@ -101,8 +105,9 @@ def start_attributes(state: str) -> TypedSearchAttributes:
     return TypedSearchAttributes([SearchAttributePair(NODE_STATE, state)])
 
 
-def transition_updates(state: str, cause: str, since: datetime, fleet: str, rack: str, gpu_profile: str,
-                       scheduler: str) -> list[SearchAttributeUpdate]:
+def transition_updates(
+    state: str, cause: str, since: datetime, fleet: str, rack: str, gpu_profile: str, scheduler: str
+) -> list[SearchAttributeUpdate]:
     """Every attribute as of a transition into `state`. The inventory's facts come with each
     transition, so a node re-racked by a re-import shows its new rack from its next one; an
     empty fact (a node in no rack) unsets its attribute rather than match `FleetctlRack = ''`."""

@@ -33,12 +33,15 @@ class Stall:
 
 def stalled_query(workflow_type: str, task_queue: str, queued_before: datetime) -> str:
     """The visibility query for the running node workflows of one task queue that are stalled."""
-    return (f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Running' AND TaskQueue = '{task_queue}' AND "
-            f"({REPORTED_PROBLEMS} IS NOT NULL OR {QUEUED_SINCE.name} < '{queued_before.isoformat()}')")
+    return (
+        f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Running' AND TaskQueue = '{task_queue}' AND "
+        f"({REPORTED_PROBLEMS} IS NOT NULL OR {QUEUED_SINCE.name} < '{queued_before.isoformat()}')"
+    )
 
 
-def judge_stall(node: str, problems: Sequence[str], queued_since: datetime | None, now: datetime,
-                stall_after_s: float) -> Stall | None:
+def judge_stall(
+    node: str, problems: Sequence[str], queued_since: datetime | None, now: datetime, stall_after_s: float
+) -> Stall | None:
     """The node's stall, or None: failing workflow tasks first (they stop everything), then
     queued work past `stall_after_s` (the setting: far beyond what an item waits behind
     another on a node that works). `problems` are Temporal's `key=value` words."""
@@ -48,8 +51,11 @@ def judge_stall(node: str, problems: Sequence[str], queued_since: datetime | Non
         cause = _CAMEL.sub(" ", words.get("cause", "").removeprefix("WorkflowTaskFailedCause")).lower().strip()
         what = words.get("category", "WorkflowTaskFailed")
         reason = "workflow tasks failing" if what == "WorkflowTaskFailed" else "workflow tasks timing out"
-        return Stall(node, f"{reason}{f': {cause}' if cause else ''} (Temporal: {', '.join(sorted(problems))})",
-                     queued_since or now)
+        return Stall(
+            node,
+            f"{reason}{f': {cause}' if cause else ''} (Temporal: {', '.join(sorted(problems))})",
+            queued_since or now,
+        )
     if queued_since is not None and now - queued_since >= timedelta(seconds=stall_after_s):
         waited = int((now - queued_since).total_seconds())
         return Stall(node, f"work queued {waited} s ago is still waiting (bound {stall_after_s:g} s)", queued_since)

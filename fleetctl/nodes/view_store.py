@@ -11,8 +11,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fleetctl.db import queries
 from fleetctl.durations import as_utc
-from fleetctl.nodes.conditions import (CheckRow, CheckSummary, Condition, DrainHeld, conditions, health_word,
-                                      held_by, reason, summarise_checks, unchecked_since)
+from fleetctl.nodes.conditions import (
+    CheckRow,
+    CheckSummary,
+    Condition,
+    DrainHeld,
+    conditions,
+    health_word,
+    held_by,
+    reason,
+    summarise_checks,
+    unchecked_since,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -34,13 +44,30 @@ def _check_row(run: CheckRun) -> CheckRow:
 
 
 def summary_dict(s: CheckSummary) -> dict[str, Any]:
-    return {"check": s.check, "status": s.status, "reason": s.reason, "at": s.at, "since": s.since, "runs": s.runs,
-            "error_kind": s.error_kind, "metrics": s.metrics}
+    return {
+        "check": s.check,
+        "status": s.status,
+        "reason": s.reason,
+        "at": s.at,
+        "since": s.since,
+        "runs": s.runs,
+        "error_kind": s.error_kind,
+        "metrics": s.metrics,
+    }
 
 
 def held_dict(h: DrainHeld | None) -> dict[str, Any] | None:
-    return None if h is None else {"reason": h.reason, "held_by": held_by(h.reason), "since": h.since, "last": h.last,
-                                   "refusals": h.refusals}
+    return (
+        None
+        if h is None
+        else {
+            "reason": h.reason,
+            "held_by": held_by(h.reason),
+            "since": h.since,
+            "last": h.last,
+            "refusals": h.refusals,
+        }
+    )
 
 
 def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
@@ -55,29 +82,64 @@ def running_jobs_by_node(engine: Engine) -> dict[str, list[str]]:
     return by_node
 
 
-def node_row(n: Node, checks: Sequence[CheckSummary], held: DrainHeld | None, last: NodeEvent | None,
-             jobs: dict[str, list[str]], wide: bool, suspect: Suspicion | None = None,
-             stalled: AutomationEvent | None = None, freshness: Freshness | None = None,
-             drained_outside: HealthEvent | None = None) -> dict[str, Any]:
+def node_row(
+    n: Node,
+    checks: Sequence[CheckSummary],
+    held: DrainHeld | None,
+    last: NodeEvent | None,
+    jobs: dict[str, list[str]],
+    wide: bool,
+    suspect: Suspicion | None = None,
+    stalled: AutomationEvent | None = None,
+    freshness: Freshness | None = None,
+    drained_outside: HealthEvent | None = None,
+) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
     stale = None
     if freshness is not None:
-        stale = unchecked_since(n.state, checks, as_utc(n.agent_seen_at) if n.agent_seen_at else None,
-                                freshness.now, freshness.sweep_every_s, freshness.agent_silence_s)
-    found = conditions(n.state, checks, held, last.cause if last else "", judged, stall, n.state_since, stale,
-                       _drained_outside(drained_outside))
-    row = {"name": n.name, "state": n.state, "health": health_word(n.state, found, checks),
-           "suspect": suspect.reason if suspect is not None else None,
-           "conditions": [c.to_dict() for c in found],
-           "reason": reason(n.state, last.cause if last else "", last.actor if last else "", last.at if last else None, held),
-           "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
-           "drain_held": held_dict(held),
-           "rack": n.rack, "switch": n.switch, "island": n.island, "position": n.position,
-           "nvlink_domain": n.nvlink_domain,
-           "profile": n.profile, "scheduler": n.scheduler,
-           "address": n.address, "labels": n.labels, "state_since": n.state_since,
-           "agent_seen_at": n.agent_seen_at}  # None: no agent heard
+        stale = unchecked_since(
+            n.state,
+            checks,
+            as_utc(n.agent_seen_at) if n.agent_seen_at else None,
+            freshness.now,
+            freshness.sweep_every_s,
+            freshness.agent_silence_s,
+        )
+    found = conditions(
+        n.state,
+        checks,
+        held,
+        last.cause if last else "",
+        judged,
+        stall,
+        n.state_since,
+        stale,
+        _drained_outside(drained_outside),
+    )
+    row = {
+        "name": n.name,
+        "state": n.state,
+        "health": health_word(n.state, found, checks),
+        "suspect": suspect.reason if suspect is not None else None,
+        "conditions": [c.to_dict() for c in found],
+        "reason": reason(
+            n.state, last.cause if last else "", last.actor if last else "", last.at if last else None, held
+        ),
+        "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
+        "drain_held": held_dict(held),
+        "rack": n.rack,
+        "switch": n.switch,
+        "island": n.island,
+        "position": n.position,
+        "nvlink_domain": n.nvlink_domain,
+        "profile": n.profile,
+        "scheduler": n.scheduler,
+        "address": n.address,
+        "labels": n.labels,
+        "state_since": n.state_since,
+        "agent_seen_at": n.agent_seen_at,
+    }  # None: no agent heard
     if wide:
         row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
     return row
@@ -106,12 +168,15 @@ def freshness(engine: Engine, fleet: str, agent_silence_s: float, now: datetime)
 
 
 def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
-    return {node: DrainHeld(why, first, last, count)
-            for node, (count, first, last, why) in queries.held_drains(engine, names).items()}
+    return {
+        node: DrainHeld(why, first, last, count)
+        for node, (count, first, last, why) in queries.held_drains(engine, names).items()
+    }
 
 
-def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
-              freshness: Freshness | None = None) -> list[dict[str, Any]]:
+def node_rows(
+    engine: Engine, nodes: Iterable[Node], wide: bool, freshness: Freshness | None = None
+) -> list[dict[str, Any]]:
     """`node list`'s rows: every node with its health, reason and jobs, in seven queries (the
     sweep interval of `freshness` is one more, read by its caller)."""
     nodes = list(nodes)
@@ -123,14 +188,26 @@ def node_rows(engine: Engine, nodes: Iterable[Node], wide: bool,
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     outside = queries.open_external_drains(engine)
-    return [node_row(n, summarise_checks(_check_row(r) for r in latest.get(n.name, [])), held.get(n.name),
-                     last.get(n.name), jobs, wide, suspect.get(n.name), stalled.get(n.name), freshness,
-                     outside.get(n.name))
-            for n in nodes]
+    return [
+        node_row(
+            n,
+            summarise_checks(_check_row(r) for r in latest.get(n.name, [])),
+            held.get(n.name),
+            last.get(n.name),
+            jobs,
+            wide,
+            suspect.get(n.name),
+            stalled.get(n.name),
+            freshness,
+            outside.get(n.name),
+        )
+        for n in nodes
+    ]
 
 
-def node_health(engine: Engine, names: Sequence[str] | None = None,
-                freshness: Freshness | None = None) -> dict[str, NodeHealth]:
+def node_health(
+    engine: Engine, names: Sequence[str] | None = None, freshness: Freshness | None = None
+) -> dict[str, NodeHealth]:
     """Each node (of `names`, or every node) as a restart's placement and the spare pools
     judge it (fleetctl.jobs.placement.unfit, unchecked_nodes): its state, its conditions as
     `node list` shows them (with `freshness`, `Unchecked` for evidence older than the sweep
@@ -155,11 +232,31 @@ def node_health(engine: Engine, names: Sequence[str] | None = None,
         judged = Condition("Suspect", suspect[n.name].reason, suspect[n.name].since) if n.name in suspect else None
         stall = Condition("Stalled", stalled[n.name].reason, stalled[n.name].at) if n.name in stalled else None
         cause = last[n.name].cause if n.name in last else ""
-        stale = None if freshness is None else unchecked_since(
-            n.state, checks, as_utc(n.agent_seen_at) if n.agent_seen_at else None, freshness.now,
-            freshness.sweep_every_s, freshness.agent_silence_s)
-        types = tuple(c.type for c in conditions(n.state, checks, held.get(n.name), cause, judged, stall,
-                                                 unchecked=stale, drained_outside=_drained_outside(outside.get(n.name))))
+        stale = (
+            None
+            if freshness is None
+            else unchecked_since(
+                n.state,
+                checks,
+                as_utc(n.agent_seen_at) if n.agent_seen_at else None,
+                freshness.now,
+                freshness.sweep_every_s,
+                freshness.agent_silence_s,
+            )
+        )
+        types = tuple(
+            c.type
+            for c in conditions(
+                n.state,
+                checks,
+                held.get(n.name),
+                cause,
+                judged,
+                stall,
+                unchecked=stale,
+                drained_outside=_drained_outside(outside.get(n.name)),
+            )
+        )
         found[n.name] = NodeHealth(n.name, n.state, types, open_findings.get(n.name, 0))
     return found
 
@@ -169,12 +266,28 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
     health events and recent transitions."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
-    data = node_row(n, checks, _held(engine, [n.name]).get(n.name), last, running_jobs_by_node(engine), wide=True,
-                    suspect=queries.suspect_nodes(engine).get(n.name), stalled=queries.stalled_nodes(engine).get(n.name),
-                    freshness=freshness, drained_outside=queries.open_external_drains(engine).get(n.name))
+    data = node_row(
+        n,
+        checks,
+        _held(engine, [n.name]).get(n.name),
+        last,
+        running_jobs_by_node(engine),
+        wide=True,
+        suspect=queries.suspect_nodes(engine).get(n.name),
+        stalled=queries.stalled_nodes(engine).get(n.name),
+        freshness=freshness,
+        drained_outside=queries.open_external_drains(engine).get(n.name),
+    )
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [
-        {"source": h.source, "code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": h.at}
+        {
+            "source": h.source,
+            "code": h.code,
+            "severity": h.severity,
+            "action": h.action,
+            "message": h.message,
+            "at": h.at,
+        }
         for h in queries.health_events(engine, n.name)
     ]
     return data

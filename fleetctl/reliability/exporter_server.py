@@ -42,16 +42,43 @@ from sqlmodel import Session, col, select
 
 from fleetctl.config import Settings
 from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
-from fleetctl.nodes.conditions import (PRODUCTION_CONDITIONS, CheckSummary, Condition, DrainHeld, conditions, held_by,
-                                      unchecked_since)
+from fleetctl.nodes.conditions import (
+    PRODUCTION_CONDITIONS,
+    CheckSummary,
+    Condition,
+    DrainHeld,
+    conditions,
+    held_by,
+    unchecked_since,
+)
 from fleetctl.db import queries, sweep_intervals
-from fleetctl.db.models import (AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun,
-                                RemediationStep, RmaRecord)
+from fleetctl.db.models import (
+    AutomationEvent,
+    CheckRun,
+    Job,
+    JobRestart,
+    Node,
+    NodeEvent,
+    RemediationRun,
+    RemediationStep,
+    RmaRecord,
+)
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
-from fleetctl.reliability.metrics import (OPEN, PENDING_REASONS, PRODUCTION, REPAIRING_ACTIONS, RmaOutcome, Transition,
-                                          cause_class, failure_label, is_automated_removal, is_failure, pending_reason,
-                                          removal_outcome)
+from fleetctl.reliability.metrics import (
+    OPEN,
+    PENDING_REASONS,
+    PRODUCTION,
+    REPAIRING_ACTIONS,
+    RmaOutcome,
+    Transition,
+    cause_class,
+    failure_label,
+    is_automated_removal,
+    is_failure,
+    pending_reason,
+    removal_outcome,
+)
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
 from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 from fleetctl.text import one_line
@@ -109,8 +136,7 @@ class AppendOnlyReader:
     """Reads each row of an append-only table once, across scrapes: the rows above the highest
     id read so far, and the ids skipped below it (see GAP_TTL_S). `fold` takes each new row."""
 
-    def __init__(self, id_column: Any, columns: Sequence[Any], fold: Callable[[Any], None],
-                 where: Any = None) -> None:
+    def __init__(self, id_column: Any, columns: Sequence[Any], fold: Callable[[Any], None], where: Any = None) -> None:
         self.id_column, self.columns, self.fold, self.where = id_column, list(columns), fold, where
         self.high = 0
         self.gaps: dict[int, float] = {}
@@ -120,7 +146,8 @@ class AppendOnlyReader:
         self.gaps = {i: t for i, t in self.gaps.items() if now - t < GAP_TTL_S}
         fresh = self.id_column > self.high
         query = select(self.id_column, *self.columns).where(
-            or_(fresh, self.id_column.in_(list(self.gaps))) if self.gaps else fresh)
+            or_(fresh, self.id_column.in_(list(self.gaps))) if self.gaps else fresh
+        )
         if self.where is not None:
             query = query.where(self.where)
         seen: set[int] = set()
@@ -140,8 +167,14 @@ class FleetCollector:
     """Reads the database on every scrape (the numbers are never staler than the scrape), but
     each append-only row only once (AppendOnlyReader)."""
 
-    def __init__(self, engine: Engine, fleet: str = "default", policy: GuardPolicy | None = None,
-                 lemon: LemonPolicy | None = None, agent_silence_s: float = Settings.agent_silence_s) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        fleet: str = "default",
+        policy: GuardPolicy | None = None,
+        lemon: LemonPolicy | None = None,
+        agent_silence_s: float = Settings.agent_silence_s,
+    ) -> None:
         """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy),
         `lemon` the lemon rule (lemon_threshold, lemon_window_days), `agent_silence_s` how long
         an agent may be silent and still report (Unchecked, as `node list` judges it)."""
@@ -151,7 +184,8 @@ class FleetCollector:
         # Per (fleet, check, status) and (fleet, check); the node's fleet when its row was read.
         self.check_counts: Counter[tuple[str, str, str]] = Counter()
         self.check_seconds: dict[tuple[str, str], list[float]] = defaultdict(
-            lambda: [0.0] * (len(CHECK_DURATION_BUCKETS) + 2))
+            lambda: [0.0] * (len(CHECK_DURATION_BUCKETS) + 2)
+        )
         self.drains: Counter[tuple[str, str]] = Counter()  # (fleet, actor_kind)
         self.failures: Counter[tuple[str, str]] = Counter()  # (fleet, cause)
         self.fleet_of: dict[str, str] = {}  # node -> its fleet, as of the scrape reading its rows
@@ -182,28 +216,61 @@ class FleetCollector:
         self.open_removals: dict[str, list[tuple[str, str, datetime, list[Transition]]]] = defaultdict(list)
         self.resolved: Counter[tuple[str, str, str]] = Counter()  # (fleet, rule, outcome)
         self.readers = (
-            AppendOnlyReader(CheckRun.id, (CheckRun.node_name, CheckRun.check_name, CheckRun.status,
-                                           CheckRun.started_at, CheckRun.finished_at, CheckRun.error_kind),
-                             self._fold_check),
-            AppendOnlyReader(NodeEvent.id, (NodeEvent.node_name, NodeEvent.from_state, NodeEvent.to_state,
-                                            NodeEvent.trigger, NodeEvent.cause, NodeEvent.actor_kind, NodeEvent.at,
-                                            NodeEvent.failure),
-                             self._fold_event),
-            AppendOnlyReader(AutomationEvent.id, (AutomationEvent.fleet, AutomationEvent.kind,
-                                                  AutomationEvent.node_name, AutomationEvent.at,
-                                                  AutomationEvent.reason, AutomationEvent.actor), self._fold_decision,
-                             where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS
-                                                                 + (SUSPECT,))),
+            AppendOnlyReader(
+                CheckRun.id,
+                (
+                    CheckRun.node_name,
+                    CheckRun.check_name,
+                    CheckRun.status,
+                    CheckRun.started_at,
+                    CheckRun.finished_at,
+                    CheckRun.error_kind,
+                ),
+                self._fold_check,
+            ),
+            AppendOnlyReader(
+                NodeEvent.id,
+                (
+                    NodeEvent.node_name,
+                    NodeEvent.from_state,
+                    NodeEvent.to_state,
+                    NodeEvent.trigger,
+                    NodeEvent.cause,
+                    NodeEvent.actor_kind,
+                    NodeEvent.at,
+                    NodeEvent.failure,
+                ),
+                self._fold_event,
+            ),
+            AppendOnlyReader(
+                AutomationEvent.id,
+                (
+                    AutomationEvent.fleet,
+                    AutomationEvent.kind,
+                    AutomationEvent.node_name,
+                    AutomationEvent.at,
+                    AutomationEvent.reason,
+                    AutomationEvent.actor,
+                ),
+                self._fold_decision,
+                where=col(AutomationEvent.kind).in_(GUARD_DECISIONS + BREAKER_KINDS + STALL_KINDS + (SUSPECT,)),
+            ),
             # A run's node, mode and start, and a step's outcome, are written once (the status of
             # a run changes, and is counted by the database, below).
-            AppendOnlyReader(RemediationRun.id, (RemediationRun.node_name, RemediationRun.started_at),
-                             self._fold_run, where=RemediationRun.mode == "live"),
-            AppendOnlyReader(RemediationStep.id, (RemediationStep.node_name, RemediationStep.finished_at),
-                             self._fold_repair,
-                             where=(RemediationStep.status == "passed")
-                             & col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS))
-                             & col(RemediationStep.run_key).in_(select(RemediationRun.run_key)
-                                                                 .where(RemediationRun.mode == "live"))),
+            AppendOnlyReader(
+                RemediationRun.id,
+                (RemediationRun.node_name, RemediationRun.started_at),
+                self._fold_run,
+                where=RemediationRun.mode == "live",
+            ),
+            AppendOnlyReader(
+                RemediationStep.id,
+                (RemediationStep.node_name, RemediationStep.finished_at),
+                self._fold_repair,
+                where=(RemediationStep.status == "passed")
+                & col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS))
+                & col(RemediationStep.run_key).in_(select(RemediationRun.run_key).where(RemediationRun.mode == "live")),
+            ),
         )
 
     def _fleet(self, node: str) -> str:
@@ -237,8 +304,7 @@ class FleetCollector:
             else:
                 self.left_production.pop(node, None)
         elif to_state == PRODUCTION and node in self.left_production:
-            _tally(max(0.0, (at - self.left_production.pop(node)).total_seconds()), self.repairs[fleet],
-                   REPAIR_BUCKETS)
+            _tally(max(0.0, (at - self.left_production.pop(node)).total_seconds()), self.repairs[fleet], REPAIR_BUCKETS)
         # A row that committed late (AppendOnlyReader's gaps) must not hide a later move.
         if node not in self.last_move or self.last_move[node][0] <= at:
             self.last_move[node] = (at, to_state, cause or trigger)
@@ -307,8 +373,11 @@ class FleetCollector:
             since = as_utc(since)
             kept = self.suspicions[name] = [e for e in self.suspicions[name] if e[0] >= since]
             heard = agent_seen.get(name)
-            stand = [(at, reason) for at, actor, reason in kept
-                     if actor != queries.AGENT_SILENCE_ACTOR or heard is None or heard <= at]
+            stand = [
+                (at, reason)
+                for at, actor, reason in kept
+                if actor != queries.AGENT_SILENCE_ACTOR or heard is None or heard <= at
+            ]
             if stand:
                 found[name] = Condition("Suspect", stand[-1][1], min(at for at, _ in stand))
             if not kept:
@@ -326,8 +395,9 @@ class FleetCollector:
                     del times[node]
         found = {}
         for node in {*self.remediation_entries, *self.run_starts}:
-            times = self.lemon.times_remediated(self.run_starts.get(node, ()), self.remediation_entries.get(node, ()),
-                                                now)
+            times = self.lemon.times_remediated(
+                self.run_starts.get(node, ()), self.remediation_entries.get(node, ()), now
+            )
             if times >= self.lemon.threshold:
                 found[node] = times
         return found
@@ -357,33 +427,65 @@ class FleetCollector:
 
     def collect(self):
         with self.lock, Session(self.engine) as session:
-            node_rows = list(session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels,
-                                             Node.state_since)))
-            self.fleet_of.update({name: one_line(str((labels or {}).get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
-                                  for name, _, _, _, labels, _ in node_rows})
+            node_rows = list(
+                session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels, Node.state_since))
+            )
+            self.fleet_of.update(
+                {
+                    name: one_line(str((labels or {}).get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
+                    for name, _, _, _, labels, _ in node_rows
+                }
+            )
             for reader in self.readers:
                 reader.read(session)
-            restarts = list(session.exec(select(JobRestart.status, JobRestart.fault_seen_at, JobRestart.running_at,
-                                                JobRestart.job_id, JobRestart.placement, JobRestart.bad_nodes)))
+            restarts = list(
+                session.exec(
+                    select(
+                        JobRestart.status,
+                        JobRestart.fault_seen_at,
+                        JobRestart.running_at,
+                        JobRestart.job_id,
+                        JobRestart.placement,
+                        JobRestart.bad_nodes,
+                    )
+                )
+            )
             pending_jobs = list(session.exec(select(Job.job_id).where(Job.state == "pending")))
-            agent_seen = {name: as_utc(at) for name, at in session.exec(
-                select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None)))}
+            agent_seen = {
+                name: as_utc(at)
+                for name, at in session.exec(
+                    select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None))
+                )
+            }
             check_counts = sorted(self.check_counts.items())
             check_seconds = {check: list(tally) for check, tally in self.check_seconds.items()}
             drains, causes, decisions = dict(self.drains), dict(self.failures), sorted(self.decisions.items())
             latest = dict(self.breaker)
             repairs = {fleet: list(tally) for fleet, tally in self.repairs.items()}
-            causes_out = {name: self.out_cause.get(name, "other") for name, state, *_ in node_rows if state in OUT_STATES}
+            causes_out = {
+                name: self.out_cause.get(name, "other") for name, state, *_ in node_rows if state in OUT_STATES
+            }
             refused = dict(self.refused)
             stalls = {node: at for node, (kind, at) in self.stalls.items() if kind == queries.STALLED}
-            remediations = list(session.exec(
-                select(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode, RemediationRun.status,
-                       func.count())
-                .group_by(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode,
-                          RemediationRun.status)))
+            remediations = list(
+                session.exec(
+                    select(
+                        RemediationRun.node_name,
+                        RemediationRun.runbook,
+                        RemediationRun.mode,
+                        RemediationRun.status,
+                        func.count(),
+                    ).group_by(
+                        RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode, RemediationRun.status
+                    )
+                )
+            )
             # Few (one per part sent back): read whole, for their count and how each ended.
-            rmas = list(session.exec(select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at,
-                                            RmaRecord.replaced, RmaRecord.id)))
+            rmas = list(
+                session.exec(
+                    select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at, RmaRecord.replaced, RmaRecord.id)
+                )
+            )
             fleet_of = dict(self.fleet_of)
             rma_outcomes: dict[str, list[RmaOutcome]] = defaultdict(list)
             for node, status, opened_at, replaced, _ in rmas:
@@ -392,9 +494,10 @@ class FleetCollector:
             resolved = sorted(self.resolved.items())
             now = datetime.now(timezone.utc)
             lemons = self._lemons(now)
-            latest_checks = {node: sorted((summary for _, summary in by_check.values()), key=lambda c: c.at,
-                                          reverse=True)
-                             for node, by_check in self.latest_checks.items()}
+            latest_checks = {
+                node: sorted((summary for _, summary in by_check.values()), key=lambda c: c.at, reverse=True)
+                for node, by_check in self.latest_checks.items()
+            }
             suspects = self._suspects(node_rows, agent_seen)
         sweep_every_s = sweep_intervals.sweep_every_s_by_fleet(self.engine)
         latest.setdefault(self.fleet, "breaker_closed")  # nothing recorded: it never opened
@@ -403,9 +506,13 @@ class FleetCollector:
 
         # Every state of every fleet with a node (and the served fleet): a state reads 0, not "No data".
         per_state: Counter[tuple[str, str]] = Counter(
-            {(fleet, s.value): 0 for fleet in {*fleet_of.values(), self.fleet} for s in NodeState})
-        by_rack = GaugeMetricFamily("fleetctl_nodes_by_rack", "Nodes per fleet, rack, GPU profile and lifecycle state",
-                                    labels=["fleet", "rack", "profile", "state"])
+            {(fleet, s.value): 0 for fleet in {*fleet_of.values(), self.fleet} for s in NodeState}
+        )
+        by_rack = GaugeMetricFamily(
+            "fleetctl_nodes_by_rack",
+            "Nodes per fleet, rack, GPU profile and lifecycle state",
+            labels=["fleet", "rack", "profile", "state"],
+        )
         for (fleet, state, rack, profile), count in sorted(node_counts.items()):
             per_state[(fleet, state)] += count
             by_rack.add_metric([fleet, rack, profile, state], count)
@@ -418,60 +525,80 @@ class FleetCollector:
             "fleetctl_node_out_since_timestamp_seconds",
             "Per node out of production (draining, maintenance, RMA): when it entered its state; cause is the "
             "class of the move that took it out of production (metrics.CAUSE_CLASSES; `node show` says why)",
-            labels=["fleet", "node", "rack", "state", "cause"])
+            labels=["fleet", "node", "rack", "state", "cause"],
+        )
         for name, state, rack, _, _, since in sorted(node_rows):
             if state in OUT_STATES:
-                out.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, state, causes_out[name]],
-                               as_utc(since).timestamp())
+                out.add_metric(
+                    [fleet_of[name], one_line(name, REASON_LIMIT), rack, state, causes_out[name]],
+                    as_utc(since).timestamp(),
+                )
         yield out
         held = GaugeMetricFamily(
             "fleetctl_node_drain_held_since_timestamp_seconds",
             "Per production node whose drain the capacity guard refuses (DrainHeld): its first refusal since "
             "it entered production; held_by is the class of the latest refusal (conditions.HELD_BY_CLASSES: "
             "breaker, storm_window, fleet_limit, rack_limit, other; `node show` says what frees it)",
-            labels=["fleet", "node", "rack", "held_by"])
+            labels=["fleet", "node", "rack", "held_by"],
+        )
         for name, state, rack, _, _, since in sorted(node_rows):
             refusal = refused.get(name)
             if NodeState(state).in_service and refusal is not None and refusal[1] >= as_utc(since):
-                held.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack, held_by(refusal[2])],
-                                max(refusal[0], as_utc(since)).timestamp())
+                held.add_metric(
+                    [fleet_of[name], one_line(name, REASON_LIMIT), rack, held_by(refusal[2])],
+                    max(refusal[0], as_utc(since)).timestamp(),
+                )
         yield held
         stalled = GaugeMetricFamily(
             "fleetctl_node_stalled_since_timestamp_seconds",
             "Per node whose workflow the stall watcher found stalled (failing workflow tasks, or queued work past "
-            "stall_after_s): since when; `node show` says why", labels=["fleet", "node", "rack"])
+            "stall_after_s): since when; `node show` says why",
+            labels=["fleet", "node", "rack"],
+        )
         rack_of = {name: rack for name, _, rack, *_ in node_rows}
         for name, at in sorted(stalls.items()):
             if name in rack_of:
                 stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], at.timestamp())
         yield stalled
-        yield from self._budgets([(rack, state, as_utc(since)) for _, state, rack, _, labels, since in node_rows
-                                  if in_fleet(labels, self.fleet)])
+        yield from self._budgets(
+            [
+                (rack, state, as_utc(since))
+                for _, state, rack, _, labels, since in node_rows
+                if in_fleet(labels, self.fleet)
+            ]
+        )
 
-        runs = CounterMetricFamily("fleetctl_check_runs", "Check runs per fleet, check and judged status",
-                                   labels=["fleet", "check", "status"])
+        runs = CounterMetricFamily(
+            "fleetctl_check_runs", "Check runs per fleet, check and judged status", labels=["fleet", "check", "status"]
+        )
         for (fleet, check, status), count in check_counts:
             runs.add_metric([fleet, check, status], count)
         yield runs
-        durations = HistogramMetricFamily("fleetctl_check_duration_seconds", "How long each check ran",
-                                          labels=["fleet", "check"])
+        durations = HistogramMetricFamily(
+            "fleetctl_check_duration_seconds", "How long each check ran", labels=["fleet", "check"]
+        )
         for (fleet, check), tally in sorted(check_seconds.items()):
             durations.add_metric([fleet, check], _buckets(tally, CHECK_DURATION_BUCKETS), tally[-1])
         yield durations
 
-        drained = CounterMetricFamily("fleetctl_drains", "Nodes drained, by who asked (operator or automation)",
-                                      labels=["fleet", "actor_kind"])
+        drained = CounterMetricFamily(
+            "fleetctl_drains", "Nodes drained, by who asked (operator or automation)", labels=["fleet", "actor_kind"]
+        )
         for (fleet, actor_kind), count in sorted(drains.items()):
             drained.add_metric([fleet, actor_kind], count)
         yield drained
-        failed = CounterMetricFamily("fleetctl_node_failures", "Failures (see fleetctl.reliability.metrics) by cause",
-                                     labels=["fleet", "cause"])
+        failed = CounterMetricFamily(
+            "fleetctl_node_failures", "Failures (see fleetctl.reliability.metrics) by cause", labels=["fleet", "cause"]
+        )
         for (fleet, cause), count in sorted(causes.items()):
             failed.add_metric([fleet, cause], count)
         yield failed
-        repaired = HistogramMetricFamily("fleetctl_node_repair_seconds",
-                                         "From a failure taking a node out of production to its return "
-                                         "(MTTR: _sum / _count; planned work is no repair)", labels=["fleet"])
+        repaired = HistogramMetricFamily(
+            "fleetctl_node_repair_seconds",
+            "From a failure taking a node out of production to its return "
+            "(MTTR: _sum / _count; planned work is no repair)",
+            labels=["fleet"],
+        )
         for fleet in sorted({*repairs, self.fleet}):
             tally = repairs.get(fleet, [0.0] * (len(REPAIR_BUCKETS) + 2))
             repaired.add_metric([fleet], _buckets(tally, REPAIR_BUCKETS), tally[-1])
@@ -485,13 +612,17 @@ class FleetCollector:
                 running[(fleet, runbook, mode)] += count
             else:
                 ended[(fleet, runbook, mode, status)] += count
-        remediated = CounterMetricFamily("fleetctl_remediation_runs", "Remediation runs ended, by runbook, mode "
-                                         "and how they ended", labels=["fleet", "runbook", "mode", "status"])
+        remediated = CounterMetricFamily(
+            "fleetctl_remediation_runs",
+            "Remediation runs ended, by runbook, mode and how they ended",
+            labels=["fleet", "runbook", "mode", "status"],
+        )
         for labels, count in sorted(ended.items()):
             remediated.add_metric(list(labels), count)
         yield remediated
-        in_flight = GaugeMetricFamily("fleetctl_remediation_runs_running", "Remediation runs running now",
-                                      labels=["fleet", "runbook", "mode"])
+        in_flight = GaugeMetricFamily(
+            "fleetctl_remediation_runs_running", "Remediation runs running now", labels=["fleet", "runbook", "mode"]
+        )
         for labels, count in sorted(running.items()):
             in_flight.add_metric(list(labels), count)
         yield in_flight
@@ -506,65 +637,90 @@ class FleetCollector:
 
         # A restart is its first bad node's fleet's (the job ran there).
         restart_fleet = [fleet_of.get(bad[0], self.fleet) if bad else self.fleet for *_, bad in restarts]
-        restarted = CounterMetricFamily("fleetctl_job_restarts", "Job restarts off bad nodes, by outcome",
-                                        labels=["fleet", "status"])
+        restarted = CounterMetricFamily(
+            "fleetctl_job_restarts", "Job restarts off bad nodes, by outcome", labels=["fleet", "status"]
+        )
         for (fleet, status), count in sorted(Counter(zip(restart_fleet, (r[0] for r in restarts))).items()):
             restarted.add_metric([fleet, status], count)
         yield restarted
-        latency = HistogramMetricFamily("fleetctl_job_restart_latency_seconds",
-                                        "From the fault being seen to the job running again", labels=["fleet"])
+        latency = HistogramMetricFamily(
+            "fleetctl_job_restart_latency_seconds",
+            "From the fault being seen to the job running again",
+            labels=["fleet"],
+        )
         for fleet in sorted({*restart_fleet, self.fleet}):
-            latency.add_metric([fleet], *_histogram(
-                (max(0.0, (as_utc(running) - as_utc(fault)).total_seconds())
-                 for (_, fault, running, *_), of in zip(restarts, restart_fleet) if running is not None and of == fleet),
-                RESTART_LATENCY_BUCKETS))
+            latency.add_metric(
+                [fleet],
+                *_histogram(
+                    (
+                        max(0.0, (as_utc(running) - as_utc(fault)).total_seconds())
+                        for (_, fault, running, *_), of in zip(restarts, restart_fleet)
+                        if running is not None and of == fleet
+                    ),
+                    RESTART_LATENCY_BUCKETS,
+                ),
+            )
         yield latency
         yield self._pending(pending_jobs, restarts, restart_fleet)
 
-        guard = CounterMetricFamily("fleetctl_guard_decisions", "Capacity guard answers to automated removals",
-                                    labels=["fleet", "decision"])
+        guard = CounterMetricFamily(
+            "fleetctl_guard_decisions", "Capacity guard answers to automated removals", labels=["fleet", "decision"]
+        )
         for (fleet, kind), count in decisions:
             guard.add_metric([fleet, kind], count)
         yield guard
-        breaker = GaugeMetricFamily("fleetctl_breaker_open", "1 while the fleet's automation circuit breaker is open",
-                                    labels=["fleet"])
+        breaker = GaugeMetricFamily(
+            "fleetctl_breaker_open", "1 while the fleet's automation circuit breaker is open", labels=["fleet"]
+        )
         for fleet, kind in sorted(latest.items()):
             breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
         yield breaker
 
         fleets = sorted({*fleet_of.values(), self.fleet})
-        yield from self._production_conditions(node_rows, fleet_of, latest_checks, refused, stalls, suspects,
-                                               agent_seen, sweep_every_s, now, fleets)
+        yield from self._production_conditions(
+            node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen, sweep_every_s, now, fleets
+        )
         lemon = GaugeMetricFamily(
-            "fleetctl_lemon_nodes", f"Nodes remediated at least the lemon threshold ({self.lemon.threshold}) times in "
+            "fleetctl_lemon_nodes",
+            f"Nodes remediated at least the lemon threshold ({self.lemon.threshold}) times in "
             f"the lemon window ({self.lemon.window / timedelta(days=1):g} days) ending now "
-            "(LemonPolicy.times_remediated; planned work is no remediation)", labels=["fleet"])
+            "(LemonPolicy.times_remediated; planned work is no remediation)",
+            labels=["fleet"],
+        )
         per_fleet = Counter(fleet_of.get(node, self.fleet) for node in lemons)
         for fleet in sorted({*fleets, *per_fleet}):
             lemon.add_metric([fleet], per_fleet[fleet])
         yield lemon
         outcomes = CounterMetricFamily(
-            "fleetctl_rule_removals_resolved", "Automated removals by rule (their failure label) once resolved: "
+            "fleetctl_rule_removals_resolved",
+            "Automated removals by rule (their failure label) once resolved: "
             "confirmed (a part replaced, retired, or a repair before the return) or unchanged (back as it was, or an "
             "RMA with no fault found); precision = confirmed / (confirmed + unchanged)",
-            labels=["fleet", "rule", "outcome"])
+            labels=["fleet", "rule", "outcome"],
+        )
         for (fleet, rule, outcome), count in resolved:
             outcomes.add_metric([fleet, rule, outcome], count)
         yield outcomes
-        still_open = GaugeMetricFamily("fleetctl_rule_removals_open", "Automated removals by rule not yet resolved "
-                                       "(still out, or in an RMA not yet closed)", labels=["fleet", "rule"])
+        still_open = GaugeMetricFamily(
+            "fleetctl_rule_removals_open",
+            "Automated removals by rule not yet resolved (still out, or in an RMA not yet closed)",
+            labels=["fleet", "rule"],
+        )
         for (fleet, rule), count in sorted(removals_open.items()):
             still_open.add_metric([fleet, rule], count)
         yield still_open
 
-    def _production_conditions(self, node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen,
-                               sweep_every_s, now, fleets):
+    def _production_conditions(
+        self, node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen, sweep_every_s, now, fleets
+    ):
         """The unhealthy nodes still in production: per node each condition `node list` shows it
         with (conditions.conditions, on the same evidence), and their count per condition."""
         per_node = GaugeMetricFamily(
-            "fleetctl_production_node_condition", "1 per condition of each node in production that has one "
+            "fleetctl_production_node_condition",
+            "1 per condition of each node in production that has one "
             "(conditions.PRODUCTION_CONDITIONS, as `fleetctl node list` shows them)",
-            labels=["fleet", "node", "rack", "condition"])
+            labels=["fleet", "node", "rack", "condition"],
+        )
         counts: Counter[tuple[str, str]] = Counter({(fleet, c): 0 for fleet in fleets for c in PRODUCTION_CONDITIONS})
         for name, state, rack, _, _, since in sorted(node_rows):
             if state != PRODUCTION:
@@ -572,22 +728,29 @@ class FleetCollector:
             since = as_utc(since)
             checks = latest_checks.get(name, [])
             refusal = refused.get(name)
-            held = DrainHeld(refusal[2], max(refusal[0], since), refusal[1], 1) \
-                if refusal is not None and refusal[1] >= since else None
+            held = (
+                DrainHeld(refusal[2], max(refusal[0], since), refusal[1], 1)
+                if refusal is not None and refusal[1] >= since
+                else None
+            )
             suspect = suspects.get(name)
             stalled = Condition("Stalled", "", stalls[name]) if name in stalls else None
             last_cause = self.last_move[name][2] if name in self.last_move else ""
             fleet = fleet_of[name]
-            stale = unchecked_since(state, checks, agent_seen.get(name), now, sweep_every_s.get(fleet),
-                                    self.agent_silence_s)
-            for c in dict.fromkeys(c.type for c in conditions(state, checks, held, last_cause, suspect, stalled,
-                                                              since, stale)):
+            stale = unchecked_since(
+                state, checks, agent_seen.get(name), now, sweep_every_s.get(fleet), self.agent_silence_s
+            )
+            for c in dict.fromkeys(
+                c.type for c in conditions(state, checks, held, last_cause, suspect, stalled, since, stale)
+            ):
                 per_node.add_metric([fleet, one_line(name, REASON_LIMIT), rack, c], 1.0)
                 counts[(fleet, c)] += 1
         yield per_node
-        by_condition = GaugeMetricFamily("fleetctl_production_nodes_by_condition",
-                                         "Nodes in production with each condition (a node may have several)",
-                                         labels=["fleet", "condition"])
+        by_condition = GaugeMetricFamily(
+            "fleetctl_production_nodes_by_condition",
+            "Nodes in production with each condition (a node may have several)",
+            labels=["fleet", "condition"],
+        )
         for (fleet, c), count in sorted(counts.items()):
             by_condition.add_metric([fleet, c], count)
         yield by_condition
@@ -599,35 +762,49 @@ class FleetCollector:
         family = GaugeMetricFamily(
             "fleetctl_rma_awaiting_confirmation_since_timestamp_seconds",
             "Per RMA held for an operator's `fleetctl rma confirm|reject` (a correlated burst): when it was held; "
-            "rma is the record's id (`fleetctl rma list` shows why)", labels=["fleet", "node", "rack", "rma"])
+            "rma is the record's id (`fleetctl rma list` shows why)",
+            labels=["fleet", "node", "rack", "rma"],
+        )
         for node, status, opened_at, _, rma_id in sorted(rmas, key=lambda r: r[4]):
             if status == AWAITING_CONFIRMATION:
-                family.add_metric([fleet_of.get(node, self.fleet), one_line(node, REASON_LIMIT), rack_of.get(node, ""),
-                                   str(rma_id)], as_utc(opened_at).timestamp())
+                family.add_metric(
+                    [fleet_of.get(node, self.fleet), one_line(node, REASON_LIMIT), rack_of.get(node, ""), str(rma_id)],
+                    as_utc(opened_at).timestamp(),
+                )
         return family
 
     def _pending(self, pending_jobs, restarts, restart_fleet):
         """Pending jobs per fleet and why (metrics.pending_reason), from the restart in progress
         of each, if any."""
-        in_progress = {job: (placement, fleet) for (status, _, _, job, placement, _), fleet
-                       in zip(restarts, restart_fleet) if status == "in_progress"}
+        in_progress = {
+            job: (placement, fleet)
+            for (status, _, _, job, placement, _), fleet in zip(restarts, restart_fleet)
+            if status == "in_progress"
+        }
         counts: Counter[tuple[str, str]] = Counter({(self.fleet, r): 0 for r in PENDING_REASONS})
         for job in pending_jobs:
             placement, fleet = in_progress.get(job, (None, self.fleet))
             counts[(fleet, pending_reason(placement))] += 1
-        family = GaugeMetricFamily("fleetctl_jobs_pending", "Pending jobs and why they wait (metrics.PENDING_REASONS: "
-                                   "queued, or restarted and waiting where the restart asked)",
-                                   labels=["fleet", "reason"])
+        family = GaugeMetricFamily(
+            "fleetctl_jobs_pending",
+            "Pending jobs and why they wait (metrics.PENDING_REASONS: "
+            "queued, or restarted and waiting where the restart asked)",
+            labels=["fleet", "reason"],
+        )
         for (fleet, why), count in sorted(counts.items()):
             family.add_metric([fleet, why], count)
         return family
 
     def _budgets(self, nodes: list[tuple[str, str, datetime]]):
         """The served fleet's capacity budget, as its guard and `fleet status` count it."""
-        families = {field: GaugeMetricFamily(f"fleetctl_capacity_{field}", help, labels=["fleet", "scope", "rack"])
-                    for field, help in (("unavailable", "Nodes out of service, of the fleet or one rack"),
-                                        ("limit", "The most nodes automation may take out"),
-                                        ("headroom", "Nodes automation may still take out (negative: past the limit)"))}
+        families = {
+            field: GaugeMetricFamily(f"fleetctl_capacity_{field}", help, labels=["fleet", "scope", "rack"])
+            for field, help in (
+                ("unavailable", "Nodes out of service, of the fleet or one rack"),
+                ("limit", "The most nodes automation may take out"),
+                ("headroom", "Nodes automation may still take out (negative: past the limit)"),
+            )
+        }
         for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(timezone.utc), self.policy)):
             scope, _, rack = b.scope.partition(" ")
             for field, family in families.items():
@@ -635,15 +812,30 @@ class FleetCollector:
         yield from families.values()
 
 
-def serve(engine: Engine, port: int, address: str = "127.0.0.1", fleet: str = "default",
-          policy: GuardPolicy | None = None, lemon: LemonPolicy | None = None,
-          agent_silence_s: float = Settings.agent_silence_s, tls_cert: str | None = None, tls_key: str | None = None,
-          tls_client_ca: str | None = None):
+def serve(
+    engine: Engine,
+    port: int,
+    address: str = "127.0.0.1",
+    fleet: str = "default",
+    policy: GuardPolicy | None = None,
+    lemon: LemonPolicy | None = None,
+    agent_silence_s: float = Settings.agent_silence_s,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_client_ca: str | None = None,
+):
     """Serve /metrics on a background thread; returns the HTTP server (call .shutdown()).
     With `tls_cert` and `tls_key`, over https; with `tls_client_ca`, scrapers must present a
     certificate that CA signed."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(engine, fleet, policy, lemon, agent_silence_s))
-    server, _thread = start_http_server(port, addr=address, registry=registry, certfile=tls_cert, keyfile=tls_key,
-                                        client_cafile=tls_client_ca, client_auth_required=tls_client_ca is not None)
+    server, _thread = start_http_server(
+        port,
+        addr=address,
+        registry=registry,
+        certfile=tls_cert,
+        keyfile=tls_key,
+        client_cafile=tls_client_ca,
+        client_auth_required=tls_client_ca is not None,
+    )
     return server

@@ -367,8 +367,13 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
     )
 
 
-def lemon_nodes(histories: Sequence[NodeHistory], since: datetime, now: datetime, threshold: int = 3,
-                window: timedelta = timedelta(days=7)) -> dict[str, int]:
+def lemon_nodes(
+    histories: Sequence[NodeHistory],
+    since: datetime,
+    now: datetime,
+    threshold: int = 3,
+    window: timedelta = timedelta(days=7),
+) -> dict[str, int]:
     """Lemon nodes and the most times each was remediated within one lemon window ending
     inside [since, now] (`LemonPolicy.times_remediated`, the figure of the RMA reason)."""
     policy = LemonPolicy(threshold, window)
@@ -417,16 +422,20 @@ class RulePrecision:
     @property
     def usually_wrong(self) -> bool:
         precision = self.precision
-        return (precision is not None and precision < USUALLY_WRONG_BELOW
-                and self.confirmed + self.unchanged >= USUALLY_WRONG_MIN_RESOLVED)
+        return (
+            precision is not None
+            and precision < USUALLY_WRONG_BELOW
+            and self.confirmed + self.unchanged >= USUALLY_WRONG_MIN_RESOLVED
+        )
 
 
 def is_automated_removal(t: Transition) -> bool:
     return t.trigger == "drain" and t.actor_kind == "automation" and t.from_state == PRODUCTION
 
 
-def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime],
-                    rmas: Sequence[RmaOutcome] = ()) -> str:
+def removal_outcome(
+    after: Sequence[Transition], drained_at: datetime, repairs: Sequence[datetime], rmas: Sequence[RmaOutcome] = ()
+) -> str:
     """The outcome of a removal at `drained_at` from the node's transitions `after` it and
     its RMAs: one that went to RMA is judged by the first RMA opened since the drain."""
     firmware = False
@@ -446,9 +455,16 @@ def removal_outcome(after: Sequence[Transition], drained_at: datetime, repairs: 
 def removals(history: NodeHistory, since: datetime, now: datetime) -> list[Removal]:
     """The node's automated removals inside [since, now], each with its outcome at `now`."""
     events = timeline(history.node.created_at, history.transitions, now)
-    return [Removal(history.node.name, failure_label(t), t.at,
-                    removal_outcome(events[k + 1:], t.at, history.repairs, history.rmas))
-            for k, t in enumerate(events) if is_automated_removal(t) and since <= t.at <= now]
+    return [
+        Removal(
+            history.node.name,
+            failure_label(t),
+            t.at,
+            removal_outcome(events[k + 1 :], t.at, history.repairs, history.rmas),
+        )
+        for k, t in enumerate(events)
+        if is_automated_removal(t) and since <= t.at <= now
+    ]
 
 
 def rule_precision(histories: Iterable[NodeHistory], since: datetime, now: datetime) -> list[RulePrecision]:
@@ -470,7 +486,11 @@ def rule_precision(histories: Iterable[NodeHistory], since: datetime, now: datet
 # `restart_unplaced` wherever the scheduler puts it). The words are the restart's
 # placement_detail (`fleetctl job show`).
 PENDING_REASONS = ("queued", "restart_in_island", "restart_fleet_wide", "restart_unplaced")
-_PENDING_BY_PLACEMENT = {IN_ISLAND: "restart_in_island", FLEET_WIDE: "restart_fleet_wide", NOT_PLACED: "restart_unplaced"}
+_PENDING_BY_PLACEMENT = {
+    IN_ISLAND: "restart_in_island",
+    FLEET_WIDE: "restart_fleet_wide",
+    NOT_PLACED: "restart_unplaced",
+}
 
 
 def pending_reason(restart_placement: str | None) -> str:
@@ -479,7 +499,6 @@ def pending_reason(restart_placement: str | None) -> str:
     if restart_placement is None:
         return "queued"
     return _PENDING_BY_PLACEMENT.get(restart_placement, "restart_unplaced")
-
 
 
 def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
@@ -573,8 +592,9 @@ def mttf_at_job_size_hours(rate_per_gpu_hour: float | None, job_gpus: int) -> fl
     return 1 / (job_gpus * rate_per_gpu_hour)
 
 
-def predicted_ettr(job_gpus: int, rate_per_gpu_hour: float | None, checkpoint_interval_s: float | None,
-                   restart_s: float | None) -> float | None:
+def predicted_ettr(
+    job_gpus: int, rate_per_gpu_hour: float | None, checkpoint_interval_s: float | None, restart_s: float | None
+) -> float | None:
     """Meta's first-order model; None when an input is unknown."""
     if rate_per_gpu_hour is None or checkpoint_interval_s is None or restart_s is None or job_gpus <= 0:
         return None
@@ -595,7 +615,8 @@ def fleet_ettr(goodputs: Iterable[JobGoodput]) -> float | None:
 def restart_latencies(jobs: Iterable[JobRecord], since: datetime, now: datetime) -> list[float]:
     return [
         max(0.0, (r.running_at - r.fault_seen_at).total_seconds())
-        for job in jobs for r in job.restarts
+        for job in jobs
+        for r in job.restarts
         if r.running_at is not None and since <= r.fault_seen_at <= now
     ]
 
@@ -612,8 +633,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
     if not values:
         return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    return {"count": len(values), "mean": sum(values) / len(values), "p50": percentile(values, 0.5),
-            "p90": percentile(values, 0.9), "p99": percentile(values, 0.99), "max": max(values)}
+    return {
+        "count": len(values),
+        "mean": sum(values) / len(values),
+        "p50": percentile(values, 0.5),
+        "p90": percentile(values, 0.9),
+        "p99": percentile(values, 0.99),
+        "max": max(values),
+    }
 
 
 # -- stragglers ----------------------------------------------------------------------------------

@@ -11,12 +11,30 @@ from sqlmodel import Session, col, or_, select
 
 from checks.profiles import UnknownProfile, load_profile
 from checks.stragglers import STRAGGLER_METRICS
-from fleetctl.db.models import (CheckRun, Job, JobCheckpoint, JobRestart, Node, NodeEvent, RemediationRun,
-                                RemediationStep, RmaRecord)
+from fleetctl.db.models import (
+    CheckRun,
+    Job,
+    JobCheckpoint,
+    JobRestart,
+    Node,
+    NodeEvent,
+    RemediationRun,
+    RemediationStep,
+    RmaRecord,
+)
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
-from fleetctl.reliability.metrics import (REPAIRING_ACTIONS, CheckSample, FleetHistory, JobRecord, NodeHistory, NodeRecord,
-                                          RestartRecord, RmaOutcome, Transition)
+from fleetctl.reliability.metrics import (
+    REPAIRING_ACTIONS,
+    CheckSample,
+    FleetHistory,
+    JobRecord,
+    NodeHistory,
+    NodeRecord,
+    RestartRecord,
+    RmaOutcome,
+    Transition,
+)
 from fleetctl.remediation.rma import rma_outcome
 
 if TYPE_CHECKING:
@@ -42,24 +60,35 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
             by_node[e.node_name].append(transition_of(e))
         # Live runs only, as the lemon rule counts them (dry and shadow runs changed nothing).
         run_starts: dict[str, list[datetime]] = defaultdict(list)
-        for node_name, started_at in session.exec(select(RemediationRun.node_name, RemediationRun.started_at)
-                                                  .where(RemediationRun.mode == "live")):
+        for node_name, started_at in session.exec(
+            select(RemediationRun.node_name, RemediationRun.started_at).where(RemediationRun.mode == "live")
+        ):
             run_starts[node_name].append(as_utc(started_at))
         # The repairs a live run made (for rule precision): a step that changed the node and passed.
         repairs: dict[str, list[datetime]] = defaultdict(list)
         for node_name, finished_at in session.exec(
-                select(RemediationStep.node_name, RemediationStep.finished_at)
-                .join(RemediationRun, col(RemediationRun.run_key) == col(RemediationStep.run_key))
-                .where(RemediationRun.mode == "live", RemediationStep.status == "passed",
-                       col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS)))):
+            select(RemediationStep.node_name, RemediationStep.finished_at)
+            .join(RemediationRun, col(RemediationRun.run_key) == col(RemediationStep.run_key))
+            .where(
+                RemediationRun.mode == "live",
+                RemediationStep.status == "passed",
+                col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS)),
+            )
+        ):
             repairs[node_name].append(as_utc(finished_at))
         # How each RMA ended (for rule precision): open, a part replaced, or no fault found.
         rmas: dict[str, list[RmaOutcome]] = defaultdict(list)
         for node_name, opened_at, status, replaced in session.exec(
-                select(RmaRecord.node_name, RmaRecord.opened_at, RmaRecord.status, RmaRecord.replaced)):
+            select(RmaRecord.node_name, RmaRecord.opened_at, RmaRecord.status, RmaRecord.replaced)
+        ):
             rmas[node_name].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
-        jobs = list(session.exec(select(Job).where(col(Job.started_at).is_not(None),
-                                                   or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since))))
+        jobs = list(
+            session.exec(
+                select(Job).where(
+                    col(Job.started_at).is_not(None), or_(col(Job.ended_at).is_(None), col(Job.ended_at) >= since)
+                )
+            )
+        )
         restarts: dict[str, list[RestartRecord]] = defaultdict(list)
         checkpoints: dict[str, list[datetime]] = defaultdict(list)
         if jobs:
@@ -67,27 +96,48 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
             query = select(JobRestart).where(col(JobRestart.job_id).in_(ids))
             for r in session.exec(query.order_by(JobRestart.id)):
                 restarts[r.job_id].append(
-                    RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause))
+                    RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause)
+                )
             for c in session.exec(select(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(ids))):
                 checkpoints[c.job_id].append(as_utc(c.at))
         profiles = {n.name: n.profile for n in nodes if n.state != NodeState.RETIRED.value}
         checks = sorted({check for check, _, _ in STRAGGLER_METRICS})
-        runs = session.exec(select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
-                            .where(col(CheckRun.check_name).in_(checks))
-                            .order_by(CheckRun.finished_at, CheckRun.id))
-        samples = [CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs
-                   if node in profiles]
+        runs = session.exec(
+            select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
+            .where(col(CheckRun.check_name).in_(checks))
+            .order_by(CheckRun.finished_at, CheckRun.id)
+        )
+        samples = [
+            CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs if node in profiles
+        ]
     gpus = _profile_gpus({n.profile for n in nodes})
     return FleetHistory(
-        nodes=[NodeHistory(NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
-                           tuple(by_node.get(n.name, ())), tuple(sorted(run_starts.get(n.name, ()))),
-                           tuple(sorted(repairs.get(n.name, ()))),
-                           tuple(sorted(rmas.get(n.name, ()), key=lambda r: r.opened_at)))
-               for n in nodes],
-        jobs=[JobRecord(j.job_id, as_utc(j.started_at), _utc_or_none(j.ended_at), _utc_or_none(j.last_checkpoint_at),
-                        tuple(restarts.get(j.job_id, ())), j.name, tuple(sorted(checkpoints.get(j.job_id, ()))),
-                        j.node_count * j.gpus_per_node, j.restart_count, j.state)
-              for j in jobs if j.started_at is not None],
+        nodes=[
+            NodeHistory(
+                NodeRecord(n.name, n.rack, n.profile, as_utc(n.created_at), gpus.get(n.profile, 0)),
+                tuple(by_node.get(n.name, ())),
+                tuple(sorted(run_starts.get(n.name, ()))),
+                tuple(sorted(repairs.get(n.name, ()))),
+                tuple(sorted(rmas.get(n.name, ()), key=lambda r: r.opened_at)),
+            )
+            for n in nodes
+        ],
+        jobs=[
+            JobRecord(
+                j.job_id,
+                as_utc(j.started_at),
+                _utc_or_none(j.ended_at),
+                _utc_or_none(j.last_checkpoint_at),
+                tuple(restarts.get(j.job_id, ())),
+                j.name,
+                tuple(sorted(checkpoints.get(j.job_id, ()))),
+                j.node_count * j.gpus_per_node,
+                j.restart_count,
+                j.state,
+            )
+            for j in jobs
+            if j.started_at is not None
+        ],
         check_samples=samples,
     )
 

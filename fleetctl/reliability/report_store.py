@@ -29,16 +29,31 @@ def first_node_event_at(engine: Engine) -> datetime | None:
     return None if at is None else as_utc(at)
 
 
-def build_report(engine: Engine, since: datetime, now: datetime, *, fleet: str = "default", lemon_threshold: int = 3,
-                 lemon_window: timedelta = timedelta(days=7), job_gpus: int = DEFAULT_JOB_GPUS,
-                 window_basis: str = "as asked") -> dict[str, Any]:
+def build_report(
+    engine: Engine,
+    since: datetime,
+    now: datetime,
+    *,
+    fleet: str = "default",
+    lemon_threshold: int = 3,
+    lemon_window: timedelta = timedelta(days=7),
+    job_gpus: int = DEFAULT_JOB_GPUS,
+    window_basis: str = "as asked",
+) -> dict[str, Any]:
     """The report over [since, now] (both aware or both UTC-naive datetimes): see assemble_report."""
     since, now = as_utc(since), as_utc(now)
     return assemble_report(
-        load_history(engine, since), since, now,
+        load_history(engine, since),
+        since,
+        now,
         production_stragglers=[stragglers_db.finding_row(f) for f in stragglers_db.findings(engine, since=since)],
         restart_placements=jobs_db.restart_placements(engine, since, now),
         restarts_on_spares=jobs_db.restarts_on_spares(engine, since, now),
-        nodes_now=queries.list_nodes(engine), breaker_events=queries.breaker_events(engine, fleet),
-        fleet=fleet, lemon_threshold=lemon_threshold, lemon_window=lemon_window, job_gpus=job_gpus,
-        window_basis=window_basis)
+        nodes_now=queries.list_nodes(engine),
+        breaker_events=queries.breaker_events(engine, fleet),
+        fleet=fleet,
+        lemon_threshold=lemon_threshold,
+        lemon_window=lemon_window,
+        job_gpus=job_gpus,
+        window_basis=window_basis,
+    )

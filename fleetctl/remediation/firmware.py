@@ -80,21 +80,51 @@ class Baseline:
     profiles: dict[str, tuple[ComponentSpec, ...]]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "profiles": {
-            profile: [{"pattern": c.pattern, "version": c.version,
-                       "update": None if c.update is None else {
-                           "method": c.update.method, "image": c.update.image, "targets": list(c.update.targets),
-                           "command": list(c.update.command)}}
-                      for c in specs]
-            for profile, specs in self.profiles.items()}}
+        return {
+            "name": self.name,
+            "profiles": {
+                profile: [
+                    {
+                        "pattern": c.pattern,
+                        "version": c.version,
+                        "update": None
+                        if c.update is None
+                        else {
+                            "method": c.update.method,
+                            "image": c.update.image,
+                            "targets": list(c.update.targets),
+                            "command": list(c.update.command),
+                        },
+                    }
+                    for c in specs
+                ]
+                for profile, specs in self.profiles.items()
+            },
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Baseline:
-        return cls(d["name"], {
-            profile: tuple(ComponentSpec(c["pattern"], c["version"], None if c["update"] is None else UpdatePath(
-                c["update"]["method"], c["update"]["image"], tuple(c["update"]["targets"]),
-                tuple(c["update"]["command"]))) for c in specs)
-            for profile, specs in d["profiles"].items()})
+        return cls(
+            d["name"],
+            {
+                profile: tuple(
+                    ComponentSpec(
+                        c["pattern"],
+                        c["version"],
+                        None
+                        if c["update"] is None
+                        else UpdatePath(
+                            c["update"]["method"],
+                            c["update"]["image"],
+                            tuple(c["update"]["targets"]),
+                            tuple(c["update"]["command"]),
+                        ),
+                    )
+                    for c in specs
+                )
+                for profile, specs in d["profiles"].items()
+            },
+        )
 
 
 def parse_baseline(text: str, source: str = "<baseline>", known_profiles: set[str] | None = None) -> Baseline:
@@ -209,8 +239,11 @@ def drift(specs: Sequence[ComponentSpec], components: Mapping[str, str]) -> list
         matched = sorted(name for name in components if fnmatch.fnmatchcase(name, spec.pattern))
         if not matched:
             found.append(ComponentDrift(spec.pattern, None, spec.version, None))
-        found += [ComponentDrift(spec.pattern, name, spec.version, components[name])
-                  for name in matched if components[name] != spec.version]
+        found += [
+            ComponentDrift(spec.pattern, name, spec.version, components[name])
+            for name in matched
+            if components[name] != spec.version
+        ]
     return found
 
 
@@ -262,7 +295,7 @@ def plan_batches(nodes: Sequence[str], canary: int, batch: str | int) -> list[li
     size = batch_size(batch, len(nodes))
     batches = [nodes[:canary]] if canary and nodes else []
     rest = nodes[canary:]
-    batches += [rest[i:i + size] for i in range(0, len(rest), size)]
+    batches += [rest[i : i + size] for i in range(0, len(rest), size)]
     return batches
 
 

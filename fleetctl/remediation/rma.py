@@ -61,8 +61,14 @@ class BurstVerdict:
     wait_until: float | None = None
 
 
-def burst_verdict(policy: GuardPolicy, critical: Iterable[tuple[str, float]], production: Collection[str],
-                  node: str, event_at: float | None, now: float) -> BurstVerdict:
+def burst_verdict(
+    policy: GuardPolicy,
+    critical: Iterable[tuple[str, float]],
+    production: Collection[str],
+    node: str,
+    event_at: float | None,
+    now: float,
+) -> BurstVerdict:
     """Whether `node`'s RMA is held for an operator: critical events on more nodes than the
     guard's storm limit within its storm window of `event_at` (this node's critical event;
     None when it had none, its RMA being a check's verdict: then the window around `now`).
@@ -83,9 +89,11 @@ def burst_verdict(policy: GuardPolicy, critical: Iterable[tuple[str, float]], pr
     nearby = {n for n, t in critical if abs(t - at) <= window} | (set() if event_at is None else {node})
     limit = storm_threshold(policy, len(set(production) | nearby))
     if len(nearby) >= limit:
-        return BurstVerdict(hold=f"correlated burst: {len(nearby)} nodes with critical events within "
-                                 f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
-                                 f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects")
+        return BurstVerdict(
+            hold=f"correlated burst: {len(nearby)} nodes with critical events within "
+            f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
+            f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects"
+        )
     if event_at is not None and len(nearby) > 1 and now < event_at + window:
         return BurstVerdict(wait_until=event_at + window)
     return BurstVerdict()
@@ -102,7 +110,9 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
         for secret in secrets:
             value = value.replace(secret, MASK)
         for pattern in _SECRET_PATTERNS:
-            value = pattern.sub(lambda m: m.group(1) + MASK + (m.group(2) if m.lastindex and m.lastindex > 1 else ""), value)
+            value = pattern.sub(
+                lambda m: m.group(1) + MASK + (m.group(2) if m.lastindex and m.lastindex > 1 else ""), value
+            )
         return value
     if isinstance(value, Mapping):
         return {k: redact(v, secrets) for k, v in value.items()}
@@ -134,32 +144,58 @@ def build_evidence(
     # Newest first: the latest inventory of each kind wins.
     for c in sorted(checks, key=lambda c: c.finished_at):
         if c.kind == "nvidia-smi" and c.metrics.get("gpus"):
-            gpus = [{k: g.get(k) for k in ("index", "name", "uuid", "serial", "bus_id", "vbios")} for g in c.metrics["gpus"]]
+            gpus = [
+                {k: g.get(k) for k in ("index", "name", "uuid", "serial", "bus_id", "vbios")} for g in c.metrics["gpus"]
+            ]
             driver = c.metrics.get("driver_version") or driver
         if c.kind == "firmware" and isinstance(c.metrics.get("components"), dict):
             firmware.update(c.metrics["components"])
     failing = [
-        {"check": c.check_name, "kind": c.kind, "status": c.status, "reason": c.reason, "findings": c.findings,
-         "metrics": c.metrics, "at": _iso(c.finished_at), "output_truncated": c.output_truncated,
-         "raw_output_excerpt": c.raw_output[-RAW_OUTPUT_EXCERPT_CHARS:]}
-        for c in sorted(checks, key=lambda c: c.finished_at, reverse=True) if c.status in ("fail", "error", "warn")
+        {
+            "check": c.check_name,
+            "kind": c.kind,
+            "status": c.status,
+            "reason": c.reason,
+            "findings": c.findings,
+            "metrics": c.metrics,
+            "at": _iso(c.finished_at),
+            "output_truncated": c.output_truncated,
+            "raw_output_excerpt": c.raw_output[-RAW_OUTPUT_EXCERPT_CHARS:],
+        }
+        for c in sorted(checks, key=lambda c: c.finished_at, reverse=True)
+        if c.status in ("fail", "error", "warn")
     ]
     evidence = {
         "schema": "fleetctl.rma/1",
         "reason": rma_reason,
         "opened_at": _iso(opened_at),
-        "node": {"name": node.name, "rack": node.rack, "profile": node.profile, "address": node.address,
-                 "bmc_address": node.bmc_address, "scheduler": node.scheduler, "labels": dict(node.labels)},
+        "node": {
+            "name": node.name,
+            "rack": node.rack,
+            "profile": node.profile,
+            "address": node.address,
+            "bmc_address": node.bmc_address,
+            "scheduler": node.scheduler,
+            "labels": dict(node.labels),
+        },
         "identity": {"gpus": gpus, "driver_version": driver, "firmware": dict(sorted(firmware.items()))},
         "failing_checks": failing,
         "xid_history": [
             {"code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": _iso(h.at)}
-            for h in health_events if h.source == "xid"
+            for h in health_events
+            if h.source == "xid"
         ],
         "remediation": [remediation_entry(run, steps) for run, steps in remediations],
         "transitions": [
-            {"at": _iso(e.at), "from": e.from_state, "to": e.to_state, "trigger": e.trigger, "cause": e.cause,
-             "actor": e.actor} for e in transitions
+            {
+                "at": _iso(e.at),
+                "from": e.from_state,
+                "to": e.to_state,
+                "trigger": e.trigger,
+                "cause": e.cause,
+                "actor": e.actor,
+            }
+            for e in transitions
         ],
     }
     return redact(evidence, secrets)
@@ -167,20 +203,39 @@ def build_evidence(
 
 def remediation_entry(run: Any, steps: Iterable[Any]) -> dict[str, Any]:
     """One remediation run of the bundle, from its remediation_runs row and steps."""
-    return {"run": run.run_key, "runbook": run.runbook, "mode": run.mode, "status": run.status,
-            "outcome": run.outcome, "started_at": _iso(run.started_at), "finished_at": _iso(run.finished_at),
-            "steps": [{"index": s.step_index, "name": s.name, "action": s.action, "status": s.status,
-                       "detail": s.detail, "at": _iso(s.finished_at)} for s in steps]}
+    return {
+        "run": run.run_key,
+        "runbook": run.runbook,
+        "mode": run.mode,
+        "status": run.status,
+        "outcome": run.outcome,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "steps": [
+            {
+                "index": s.step_index,
+                "name": s.name,
+                "action": s.action,
+                "status": s.status,
+                "detail": s.detail,
+                "at": _iso(s.finished_at),
+            }
+            for s in steps
+        ],
+    }
 
 
-def with_current_runs(evidence: Mapping[str, Any], current: Mapping[str, dict[str, Any]],
-                      secrets: Iterable[str] = ()) -> dict[str, Any]:
+def with_current_runs(
+    evidence: Mapping[str, Any], current: Mapping[str, dict[str, Any]], secrets: Iterable[str] = ()
+) -> dict[str, Any]:
     """The bundle with each remediation run as it stands now (`current`: run key to
     `remediation_entry`). The bundle is written while the run that opens the RMA is still
     going, so its own entry says `running` and lacks its last steps; a run no longer
     recorded keeps what the bundle says."""
-    runs = [redact(current[r.get("run")], secrets) if r.get("run") in current else r
-            for r in evidence.get("remediation", [])]
+    runs = [
+        redact(current[r.get("run")], secrets) if r.get("run") in current else r
+        for r in evidence.get("remediation", [])
+    ]
     return {**evidence, "remediation": runs}
 
 
@@ -205,8 +260,14 @@ def _templates():
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     # Markdown, not HTML: every value goes through md_inline or md_code_block.
-    env = Environment(loader=PackageLoader("fleetctl.remediation", "templates"), undefined=StrictUndefined,
-                      autoescape=False, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = Environment(
+        loader=PackageLoader("fleetctl.remediation", "templates"),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters.update(md=md_inline, code_block=md_code_block)
     return env
 

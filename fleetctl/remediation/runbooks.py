@@ -146,8 +146,14 @@ def _repeat(seq: Any, count: Any) -> None:
 
 
 # Filters whose first argument is a width or a count of things to build, and its keyword name.
-_WIDTH_FILTERS = {"center": "width", "wordwrap": "width", "truncate": "length", "batch": "linecount",
-                  "slice": "slices", "indent": "width"}
+_WIDTH_FILTERS = {
+    "center": "width",
+    "wordwrap": "width",
+    "truncate": "length",
+    "batch": "linecount",
+    "slice": "slices",
+    "indent": "width",
+}
 
 
 def _bounded_filters(filters: Mapping[str, Callable]) -> dict[str, Callable]:
@@ -161,9 +167,10 @@ def _bounded_filters(filters: Mapping[str, Callable]) -> dict[str, Callable]:
         first = 2 if hasattr(f, "jinja_pass_arg") else 1
 
         def checked(*args, **kwargs):
-            for width in (*args[first:first + 1], *([kwargs[keyword]] if keyword in kwargs else [])):
+            for width in (*args[first : first + 1], *([kwargs[keyword]] if keyword in kwargs else [])):
                 _check_width(width, f"{filter_name} {keyword}")
             return f(*args, **kwargs)
+
         if hasattr(f, "jinja_pass_arg"):
             checked.jinja_pass_arg = f.jinja_pass_arg  # type: ignore[attr-defined]
         return checked
@@ -200,6 +207,7 @@ def _bounded_filters(filters: Mapping[str, Callable]) -> dict[str, Callable]:
             result = f(*args, **kwargs)
             _charge(_size(result), "a filter")
             return result
+
         if hasattr(f, "jinja_pass_arg"):
             run.jinja_pass_arg = f.jinja_pass_arg  # type: ignore[attr-defined]
         return run
@@ -261,6 +269,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             result = wrapper(*args, **kwargs)
             _charge(len(result), "str.format")
             return result
+
         return checked
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature
@@ -271,8 +280,10 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
                 _check_width(args[_GROWING_METHODS[name]], f"str.{name} width")
             elif name == "replace" and len(args) >= 2:
                 old, new = str(args[0]), str(args[1])
-                _charge(len(owner) + max(len(new) - len(old), 0) * (owner.count(old) if old else len(owner) + 1),
-                        "str.replace")
+                _charge(
+                    len(owner) + max(len(new) - len(old), 0) * (owner.count(old) if old else len(owner) + 1),
+                    "str.replace",
+                )
             elif name == "join" and args:
                 items = list(args[0])
                 args = (items, *args[1:])
@@ -284,8 +295,9 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
 @cache
 def sandbox() -> ImmutableSandboxedEnvironment:
-    env = _BoundedSandbox(undefined=StrictUndefined, autoescape=False, loader=None, keep_trailing_newline=False,
-                          finalize=_text)
+    env = _BoundedSandbox(
+        undefined=StrictUndefined, autoescape=False, loader=None, keep_trailing_newline=False, finalize=_text
+    )
     # range, dict, lipsum, cycler, joiner, namespace: nothing a runbook needs, and
     # cycler/joiner are the usual handles for reaching Python internals.
     env.globals.clear()
@@ -348,8 +360,11 @@ def _evaluate_constant_parts(node: nodes.Node) -> None:
     as a render, so `'x'|center(300000000)` is refused by `runbook validate`, not mid-run.
     Only the sandbox's refusals count here: other errors may depend on the data."""
     for child in node.iter_child_nodes():
-        if isinstance(child, nodes.Expr) and not isinstance(child, (nodes.Const, nodes.TemplateData)) \
-                and child.find(nodes.Name) is None:
+        if (
+            isinstance(child, nodes.Expr)
+            and not isinstance(child, (nodes.Const, nodes.TemplateData))
+            and child.find(nodes.Name) is None
+        ):
             # Printed as the template would print it (finalize bounds the text before it is
             # built), or, inside a larger expression, only evaluated.
             shown = child if isinstance(node, nodes.Output) else nodes.CondExpr(child, nodes.Const(""), nodes.Const(""))
@@ -498,8 +513,14 @@ class Step:
     on_failure: str = "stop"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "action": self.action, "params": self.params,
-                "when": self.when, "on_failure": self.on_failure}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "action": self.action,
+            "params": self.params,
+            "when": self.when,
+            "on_failure": self.on_failure,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Step:
@@ -533,8 +554,12 @@ class Runbook:
 
     def to_dict(self) -> dict[str, Any]:
         """What a Remediation workflow carries: the runbook as it was when the run began."""
-        return {"name": self.name, "description": self.description, "source": self.source,
-                "steps": [s.to_dict() for s in self.steps]}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
 
 # What a drain is travels in the failure it records (node_events.failure, Event.failure):
@@ -578,7 +603,8 @@ def remediation_entries(transitions: Iterable[Any]) -> list[datetime]:
         elif t.to_state == NodeState.PRODUCTION.value:
             out_for_maintenance = False
         if t.to_state == NodeState.MAINTENANCE.value and not (
-                out_for_maintenance and t.from_state in (NodeState.PRODUCTION.value, NodeState.DRAINING.value)):
+            out_for_maintenance and t.from_state in (NodeState.PRODUCTION.value, NodeState.DRAINING.value)
+        ):
             entries.append(t.at)
     return entries
 
@@ -643,15 +669,27 @@ class Event:
         return self.kind not in ("manual", "operator", MAINTENANCE)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"kind": self.kind, "code": self.code, "check": self.check, "status": self.status,
-             "message": self.message, "summary": self.summary}
+        d = {
+            "kind": self.kind,
+            "code": self.code,
+            "check": self.check,
+            "status": self.status,
+            "message": self.message,
+            "summary": self.summary,
+        }
         # Only when set: events recorded before peers were judged keep their shape.
         return {**d, "against_peers": True} if self.against_peers else d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Event:
-        return cls(d.get("kind", "manual"), d.get("code"), d.get("check"), d.get("status"), d.get("message", ""),
-                   d.get("against_peers") is True)
+        return cls(
+            d.get("kind", "manual"),
+            d.get("code"),
+            d.get("check"),
+            d.get("status"),
+            d.get("message", ""),
+            d.get("against_peers") is True,
+        )
 
 
 # ---- loading --------------------------------------------------------------------------------
@@ -871,8 +909,9 @@ class LemonPolicy:
     threshold: int = 3
     window: timedelta = timedelta(days=7)
 
-    def times_remediated(self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime],
-                         now: datetime) -> int:
+    def times_remediated(
+        self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime], now: datetime
+    ) -> int:
         """How many times the node was remediated in the window that ends at `now`: its live
         remediation runs begun in it, or its entries into maintenance in it, whichever is more.
         Both, because neither alone sees every repair: a run begins before the drain it asks
@@ -885,8 +924,7 @@ class LemonPolicy:
 
         return max(within(run_starts), within(maintenance_entries))
 
-    def is_lemon(self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime],
-                 now: datetime) -> bool:
+    def is_lemon(self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime], now: datetime) -> bool:
         return self.times_remediated(run_starts, maintenance_entries, now) >= self.threshold
 
     def describe(self, times: int) -> str:

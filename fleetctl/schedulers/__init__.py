@@ -40,15 +40,22 @@ def scheduler_for(kind: str, settings: Settings, slurm_runner: CommandRunner | N
     if kind == "slurm":
         if settings.slurm_host and slurm_runner is None:
             # Running them here instead would act on whatever cluster this host belongs to.
-            raise ValueError(f"slurm_host is {settings.slurm_host}: Slurm's commands need its SSH runner (fleetctl.connections.slurm_client)")
+            raise ValueError(
+                f"slurm_host is {settings.slurm_host}: Slurm's commands need its SSH runner (fleetctl.connections.slurm_client)"
+            )
         from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler
 
-        return SlurmScheduler(run=slurm_runner or LocalCommandRunner(
-            env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None))
+        return SlurmScheduler(
+            run=slurm_runner
+            or LocalCommandRunner(env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None)
+        )
     if kind == "kubernetes":
         from fleetctl.schedulers.kubernetes import KubernetesScheduler
         from fleetctl.schedulers.kubernetes_drain import kubernetes_options
 
-        return KubernetesScheduler(kubeconfig=settings.kubeconfig or None, context=settings.kube_context or None,
-                                   options=kubernetes_options(settings))
+        return KubernetesScheduler(
+            kubeconfig=settings.kubeconfig or None,
+            context=settings.kube_context or None,
+            options=kubernetes_options(settings),
+        )
     raise ValueError(f"no scheduler adapter for {kind!r} (one of: {', '.join(SCHEDULER_KINDS)})")

@@ -53,8 +53,13 @@ class CombinedScheduler:
         states = [scheduler.node_state(node) for _, scheduler in self.members]
         drained = [s for s in states if s.drained]
         shown = drained[0] if drained else next((s for s in states if s.state != "idle"), states[0])
-        return SchedulerNodeState(node=node, state=shown.state, drained=bool(drained), reason=shown.reason,
-                                  owned_by_fleetctl=bool(drained) and all(s.owned_by_fleetctl for s in drained))
+        return SchedulerNodeState(
+            node=node,
+            state=shown.state,
+            drained=bool(drained),
+            reason=shown.reason,
+            owned_by_fleetctl=bool(drained) and all(s.owned_by_fleetctl for s in drained),
+        )
 
     def jobs_on_node(self, node: str) -> list[SchedulerJob]:
         return [job for _, scheduler in self.members for job in scheduler.jobs_on_node(node)]

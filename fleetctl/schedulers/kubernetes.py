@@ -163,8 +163,9 @@ class KubernetesScheduler:
         # condition's message and an Event: no cause can make the API server refuse them.
         # One line, control characters escaped, as Slurm's reason: `kubectl describe node`
         # prints the annotation raw to an operator's terminal.
-        reason = one_line(bounded(reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"),
-                          MAX_TEXT)
+        reason = one_line(
+            bounded(reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"), MAX_TEXT
+        )
         effect = self._options.critical_taint_effect if critical else "NoSchedule"
         held = _own_taint(current) if _cordoned(current) and _owned_by_fleetctl(current) else None
         if held is not None and state is None:
@@ -243,8 +244,11 @@ class KubernetesScheduler:
 
     def workloads_on_node(self, node: str) -> list[str]:
         """The node's live workload pods, labelled as a job or not (busy_nodes' notion of work)."""
-        return sorted(f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
-                      for pod in self._pods_on_node(node) if self._is_workload(pod))
+        return sorted(
+            f"{(pod.get('metadata') or {}).get('namespace')}/{(pod.get('metadata') or {}).get('name')}"
+            for pod in self._pods_on_node(node)
+            if self._is_workload(pod)
+        )
 
     def busy_nodes(self) -> set[str]:
         """Nodes with a live workload pod of any kind (not only labelled jobs): a node that
@@ -252,8 +256,11 @@ class KubernetesScheduler:
         static, NodeSet-owned slurmd) are not work."""
         with self._api_errors("list pods"):
             pods = self._api().list_pod_for_all_namespaces(_request_timeout=self._request_timeout_s)
-        return {node for pod in map(self._json, pods.items)
-                if self._is_workload(pod) and (node := (pod.get("spec") or {}).get("nodeName"))}
+        return {
+            node
+            for pod in map(self._json, pods.items)
+            if self._is_workload(pod) and (node := (pod.get("spec") or {}).get("nodeName"))
+        }
 
     def job(self, job_id: str) -> SchedulerJob:
         namespace, name = _split_job_id(job_id)
@@ -351,10 +358,13 @@ class KubernetesScheduler:
                 from kubernetes.config.incluster_config import InClusterConfigLoader
 
                 try:
-                    InClusterConfigLoader(token_filename=f"{SERVICE_ACCOUNT_DIR}/token",
-                                          cert_filename=f"{SERVICE_ACCOUNT_DIR}/ca.crt").load_and_set(configuration)
+                    InClusterConfigLoader(
+                        token_filename=f"{SERVICE_ACCOUNT_DIR}/token", cert_filename=f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+                    ).load_and_set(configuration)
                 except (config.ConfigException, OSError) as exc:
-                    raise SchedulerError(f"kubernetes: cannot load the pod's service account: {one_line(str(exc))}") from exc
+                    raise SchedulerError(
+                        f"kubernetes: cannot load the pod's service account: {one_line(str(exc))}"
+                    ) from exc
             else:
                 try:
                     config.load_kube_config(
@@ -456,8 +466,11 @@ class KubernetesScheduler:
             return "evict", "critical fault"
         action = next((rule.action for rule in self._options.policy if rule.matches(pod)), "evict")
         if action == "delete":
-            return ("delete", "drain deadline passed") if deadline_passed else \
-                ("hold", "policy deletes it after the drain deadline")
+            return (
+                ("delete", "drain deadline passed")
+                if deadline_passed
+                else ("hold", "policy deletes it after the drain deadline")
+            )
         if action == "wait":
             return "hold", "policy waits for it to complete"
         return "evict", "policy evicts it"
@@ -532,7 +545,9 @@ class KubernetesScheduler:
         with self._api_errors(f"delete pod {pod_id}"):
             try:
                 self._api().delete_namespaced_pod(
-                    name, namespace, body=self._delete_options(),
+                    name,
+                    namespace,
+                    body=self._delete_options(),
                     _request_timeout=self._request_timeout_s,
                 )
             except ApiException as exc:
@@ -571,7 +586,9 @@ class KubernetesScheduler:
             with self._api_errors(f"set conditions of node {node}"):
                 try:
                     self._api().patch_node_status(
-                        node, patch, _content_type="application/merge-patch+json",
+                        node,
+                        patch,
+                        _content_type="application/merge-patch+json",
                         _request_timeout=self._request_timeout_s,
                     )
                 except ApiException as exc:
@@ -647,8 +664,11 @@ def _merged_conditions(current: Sequence[Json], ours: Sequence[Json], now: datet
     merged = [c for c in current if c.get("type") not in {o["type"] for o in ours}]
     for condition in ours:
         previous = before.get(condition["type"])
-        kept = None if previous is None or previous.get("status") != condition["status"] \
+        kept = (
+            None
+            if previous is None or previous.get("status") != condition["status"]
             else _rfc3339(previous.get("lastTransitionTime"))
+        )
         merged.append({**condition, "lastHeartbeatTime": stamp, "lastTransitionTime": kept or stamp})
     return merged
 
@@ -745,7 +765,9 @@ def _retry_after_s(headers: Any, default_s: float) -> float:
 
 
 def _budget_text(budget: str) -> str:
-    return f"PodDisruptionBudget {budget} allows no disruption" if budget else "a PodDisruptionBudget allows no disruption"
+    return (
+        f"PodDisruptionBudget {budget} allows no disruption" if budget else "a PodDisruptionBudget allows no disruption"
+    )
 
 
 def _blocked_text(blocked: dict[str, str], attempts: int) -> str:
@@ -771,15 +793,29 @@ def _job_history(job_id: str, pods: Sequence[Json]) -> JobHistory:
     nodes = tuple(sorted({node for pod in pods if (node := (pod.get("spec") or {}).get("nodeName"))}))
     created = [t for pod in pods if (t := _time((pod.get("metadata") or {}).get("creationTimestamp")))]
     started = [t for pod in pods if (t := _time((pod.get("status") or {}).get("startTime")))]
-    finished = [t for pod in pods for status in (pod.get("status") or {}).get("containerStatuses") or []
-                if (t := _time(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))]
-    gpus = [int(limit) for pod in pods for container in (pod.get("spec") or {}).get("containers") or []
-            if str(limit := ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", "")).isdigit()]
-    return JobHistory(job_id=job_id, name=job_id.partition("/")[2], state=state, nodes=nodes,
-                      node_count=max(len(nodes), 1), submitted_at=min(created, default=None),
-                      started_at=min(started, default=None),
-                      ended_at=max(finished, default=None) if state in ("completed", "failed") else None,
-                      gpus_per_node=max(gpus) if gpus else None)
+    finished = [
+        t
+        for pod in pods
+        for status in (pod.get("status") or {}).get("containerStatuses") or []
+        if (t := _time(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+    ]
+    gpus = [
+        int(limit)
+        for pod in pods
+        for container in (pod.get("spec") or {}).get("containers") or []
+        if str(limit := ((container.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", "")).isdigit()
+    ]
+    return JobHistory(
+        job_id=job_id,
+        name=job_id.partition("/")[2],
+        state=state,
+        nodes=nodes,
+        node_count=max(len(nodes), 1),
+        submitted_at=min(created, default=None),
+        started_at=min(started, default=None),
+        ended_at=max(finished, default=None) if state in ("completed", "failed") else None,
+        gpus_per_node=max(gpus) if gpus else None,
+    )
 
 
 def _time(value: Any) -> datetime | None:

@@ -21,8 +21,10 @@ MAX_GRACE_PERIOD_S = 86400
 NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 # A label or annotation key: an optional DNS-subdomain prefix and a name.
-_KEY = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
 _KIND = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 _CONDITION_TYPE = re.compile(r"[A-Z][A-Za-z0-9]{0,62}")
 
@@ -82,8 +84,10 @@ def parse_drain_policy(text: str) -> tuple[DrainRule, ...]:
         selector, equals, action = term.rpartition("=")
         kind, colon, target = selector.partition(":")
         if not equals or not colon or action not in DRAIN_ACTIONS:
-            raise ValueError(f"drain policy rule {term!r}: expected namespace:NAME=ACTION or "
-                             f"label:KEY=VALUE=ACTION, ACTION one of {', '.join(DRAIN_ACTIONS)}")
+            raise ValueError(
+                f"drain policy rule {term!r}: expected namespace:NAME=ACTION or "
+                f"label:KEY=VALUE=ACTION, ACTION one of {', '.join(DRAIN_ACTIONS)}"
+            )
         if kind == "namespace" and NAMESPACE_RE.fullmatch(target):
             rules.append(DrainRule(action, namespace=target))
             continue
@@ -91,30 +95,40 @@ def parse_drain_policy(text: str) -> tuple[DrainRule, ...]:
         if kind == "label" and equals and _KEY.fullmatch(key) and (value == "" or LABEL_VALUE_RE.fullmatch(value)):
             rules.append(DrainRule(action, label_key=key, label_value=value))
             continue
-        raise ValueError(f"drain policy rule {term!r}: {kind or 'selector'} {target!r} is not a valid "
-                         "namespace:NAME or label:KEY=VALUE")
+        raise ValueError(
+            f"drain policy rule {term!r}: {kind or 'selector'} {target!r} is not a valid "
+            "namespace:NAME or label:KEY=VALUE"
+        )
     return tuple(rules)
 
 
 def kubernetes_options(settings: DrainSettings) -> DrainOptions:
     """The drain options the settings name; ValueError, saying which setting, if one is invalid."""
     if not _KEY.fullmatch(settings.kube_do_not_evict_annotation):
-        raise ValueError(f"kube_do_not_evict_annotation: {settings.kube_do_not_evict_annotation!r} "
-                         "is not an annotation key")
+        raise ValueError(
+            f"kube_do_not_evict_annotation: {settings.kube_do_not_evict_annotation!r} is not an annotation key"
+        )
     kinds = frozenset(kind.strip() for kind in settings.kube_infrastructure_owner_kinds.split(",") if kind.strip())
     if bad := sorted(kind for kind in kinds if not _KIND.fullmatch(kind)):
         raise ValueError(f"kube_infrastructure_owner_kinds: {', '.join(map(repr, bad))} is not a Kubernetes kind")
     grace = settings.kube_eviction_grace_period_s
     if not -1 <= grace <= MAX_GRACE_PERIOD_S:
-        raise ValueError(f"kube_eviction_grace_period_s: {grace} is not between -1 (the pod's own) "
-                         f"and {MAX_GRACE_PERIOD_S}")
+        raise ValueError(
+            f"kube_eviction_grace_period_s: {grace} is not between -1 (the pod's own) and {MAX_GRACE_PERIOD_S}"
+        )
     if settings.kube_critical_taint_effect not in TAINT_EFFECTS:
-        raise ValueError(f"kube_critical_taint_effect: {settings.kube_critical_taint_effect!r} is not one of "
-                         f"{', '.join(TAINT_EFFECTS)}")
-    if not _CONDITION_TYPE.fullmatch(settings.kube_health_condition) \
-            or settings.kube_health_condition in ("Ready", *LIFECYCLE_CONDITIONS):
-        raise ValueError(f"kube_health_condition: {settings.kube_health_condition!r} is not a condition type "
-                         "of fleetctl's own (UpperCamelCase, not Ready or a lifecycle condition)")
+        raise ValueError(
+            f"kube_critical_taint_effect: {settings.kube_critical_taint_effect!r} is not one of "
+            f"{', '.join(TAINT_EFFECTS)}"
+        )
+    if not _CONDITION_TYPE.fullmatch(settings.kube_health_condition) or settings.kube_health_condition in (
+        "Ready",
+        *LIFECYCLE_CONDITIONS,
+    ):
+        raise ValueError(
+            f"kube_health_condition: {settings.kube_health_condition!r} is not a condition type "
+            "of fleetctl's own (UpperCamelCase, not Ready or a lifecycle condition)"
+        )
     try:
         policy = parse_drain_policy(settings.kube_drain_policy)
     except ValueError as exc:

@@ -42,14 +42,33 @@ _JOB_ID = re.compile(r"[0-9]{1,12}(?:_[0-9]{1,12}|\+[0-9]{1,4})?")
 # Every job slurmctld remembers (MinJobAge after its end), with times as Unix seconds
 # (SLURM_TIME_FORMAT=%s): no time zone to guess on the host the command runs on.
 JOB_HISTORY_ARGV = [
-    "env", "SLURM_TIME_FORMAT=%s", "squeue", "--noheader", "--states=all",
+    "env",
+    "SLURM_TIME_FORMAT=%s",
+    "squeue",
+    "--noheader",
+    "--states=all",
     "--Format=JobID:|,State:|,SubmitTime:|,StartTime:|,EndTime:|,RestartCnt:|,NumNodes:|,tres-alloc:|,NodeList:|,Name:",
 ]
 # The reservation that holds an island's hot spares (fleetctl.jobs.spares) is this plus the island.
 SPARE_RESERVATION_PREFIX = "fleetctl-spares-"
 # States in which a job has not yet run or is running; in every other one it has ended.
-_NOT_ENDED = frozenset({"pending", "running", "configuring", "completing", "suspended", "requeued", "requeue_hold",
-                        "requeue_fed", "resizing", "signaling", "stage_out", "stopped", "resv_del_hold"})
+_NOT_ENDED = frozenset(
+    {
+        "pending",
+        "running",
+        "configuring",
+        "completing",
+        "suspended",
+        "requeued",
+        "requeue_hold",
+        "requeue_fed",
+        "resizing",
+        "signaling",
+        "stage_out",
+        "stopped",
+        "resv_del_hold",
+    }
+)
 _GPUS = re.compile(r"(?:^|,)gres/gpu=([0-9]{1,6})(?:,|$)")
 _HOSTLIST_PART = re.compile(r"([^\[\],]*)\[([0-9,\-]+)\]([^\[\],]*)|([^\[\],]+)")
 
@@ -179,15 +198,22 @@ def parse_job_history(output: str) -> list[JobHistory]:
             raise SchedulerError(f"cannot read squeue line {line!r}")
         count = max(1, int(node_count))
         gpus = _GPUS.search(tres.strip())
-        jobs.append(JobHistory(
-            job_id=job_id.strip(), name=name, state=state, nodes=expand_hostlist(nodes.strip()), node_count=count,
-            submitted_at=_epoch(submit, "SubmitTime", line),
-            # A pending job's StartTime is when Slurm expects to start it, not a start.
-            started_at=None if state == "pending" else _epoch(start, "StartTime", line),
-            # A running job's EndTime is its time limit, if it has one.
-            ended_at=None if state in _NOT_ENDED else _epoch(end, "EndTime", line),
-            restart_count=int(restarts), gpus_per_node=int(gpus[1]) // count if gpus else None,
-        ))
+        jobs.append(
+            JobHistory(
+                job_id=job_id.strip(),
+                name=name,
+                state=state,
+                nodes=expand_hostlist(nodes.strip()),
+                node_count=count,
+                submitted_at=_epoch(submit, "SubmitTime", line),
+                # A pending job's StartTime is when Slurm expects to start it, not a start.
+                started_at=None if state == "pending" else _epoch(start, "StartTime", line),
+                # A running job's EndTime is its time limit, if it has one.
+                ended_at=None if state in _NOT_ENDED else _epoch(end, "EndTime", line),
+                restart_count=int(restarts),
+                gpus_per_node=int(gpus[1]) // count if gpus else None,
+            )
+        )
     return jobs
 
 
@@ -218,8 +244,13 @@ def _node_state(node: str, state_flags: str, reason: str) -> SchedulerNodeState:
 class SlurmScheduler:
     """The Scheduler protocol over Slurm's command-line tools."""
 
-    def __init__(self, run: CommandRunner | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        run: CommandRunner | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.run = run or LocalCommandRunner()
         self.timeout_s = timeout_s
         # The wall clock the credential-revoke second is judged by, and the waits: given, so
@@ -322,14 +353,17 @@ class SlurmScheduler:
         COMPLETING."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            output = self._command(["squeue", "--noheader", f"--jobs={job_id}", "--states=all",
-                                    "--format=%T|%n|%x|%N"])
+            output = self._command(["squeue", "--noheader", f"--jobs={job_id}", "--states=all", "--format=%T|%n|%x|%N"])
             if not output.strip():
                 raise SchedulerError(f"Slurm does not know job {job_id}")
             state, requested, excluded, allocated = output.splitlines()[0].split(FIELD_SEPARATOR, 3)
             if state != "COMPLETING":
-                return (state, expand_hostlist(requested.strip()), expand_hostlist(excluded.strip()),
-                        expand_hostlist(allocated.strip()))
+                return (
+                    state,
+                    expand_hostlist(requested.strip()),
+                    expand_hostlist(excluded.strip()),
+                    expand_hostlist(allocated.strip()),
+                )
             if time.monotonic() > deadline:
                 raise SchedulerError(
                     f"job {job_id} still completing after {self.timeout_s:g}s: its nodes have not confirmed it ended"
@@ -366,8 +400,9 @@ class SlurmScheduler:
             name = fields.get("ReservationName", "")
             if name.startswith(SPARE_RESERVATION_PREFIX):
                 nodes = fields.get("Nodes", "")
-                pools[name.removeprefix(SPARE_RESERVATION_PREFIX)] = \
+                pools[name.removeprefix(SPARE_RESERVATION_PREFIX)] = (
                     expand_hostlist(nodes) if nodes not in ("", "(null)") else ()
+                )
         return pools
 
     def set_spares(self, island: str, nodes: Sequence[str]) -> None:
@@ -386,8 +421,18 @@ class SlurmScheduler:
         if not wanted:
             self._command(["scontrol", "delete", f"ReservationName={name}"])
         elif current is None:
-            self._command(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={','.join(wanted)}",
-                           "StartTime=now", "Duration=infinite", "Users=root"])
+            self._command(
+                [
+                    "scontrol",
+                    "create",
+                    "reservation",
+                    f"ReservationName={name}",
+                    f"Nodes={','.join(wanted)}",
+                    "StartTime=now",
+                    "Duration=infinite",
+                    "Users=root",
+                ]
+            )
         else:
             self._command(["scontrol", "update", f"ReservationName={name}", f"Nodes={','.join(wanted)}"])
 
@@ -408,8 +453,9 @@ class SlurmScheduler:
         excluded = [validate_node_name(node) for node in exclude_nodes]
         place_on = [validate_node_name(node) for node in place_on]
         if set(place_on) & set(excluded):
-            raise SchedulerError(f"restart of job {job_id}: {sorted(set(place_on) & set(excluded))[0]} is both "
-                                 "excluded and asked for")
+            raise SchedulerError(
+                f"restart of job {job_id}: {sorted(set(place_on) & set(excluded))[0]} is both excluded and asked for"
+            )
         self._requeue(job_id)
         requeued_at, ran_on = self._requeued.pop(job_id, (None, ()))
         _, requested, already_excluded, _ = self._job_once_settled(job_id)

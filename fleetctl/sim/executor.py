@@ -94,11 +94,21 @@ class SimExecutor:
         run_number = self._runs[key]
         self._runs[key] += 1
         flaky = [f for f in faults if f.kind == "flaky"]
-        transient = bool(flaky) and _touches_stress_tool(argv) and any(
-            random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky
+        transient = (
+            bool(flaky)
+            and _touches_stress_tool(argv)
+            and any(random.Random(f"{self._seed}/{name}/flaky/{f.seed}/{run_number}").random() < 0.5 for f in flaky)
         )
-        state = build_node_state(name, profile, self._seed, faults, now, transient, self._booted_at(target.name),
-                                 self._domain(target.name, target.profile, now))
+        state = build_node_state(
+            name,
+            profile,
+            self._seed,
+            faults,
+            now,
+            transient,
+            self._booted_at(target.name),
+            self._domain(target.name, target.profile, now),
+        )
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
         result = NodeShell(state, jitter, lambda host: self._peer(host, profile, now)).run(argv)
         wall_s = result.seconds * self._time_scale
@@ -120,9 +130,14 @@ class SimExecutor:
             return []  # HGX: its NVLink ends at the chassis (the fleet is not asked)
         members = sorted(self._domain_members(name)) or [name]
         down = {"imex-down", "unreachable"}
-        return [DomainMember(member, domain_address(self._seed, members, member),
-                             not any(f.kind in down for f in active_faults(self._faults_for(member), now)))
-                for member in members]
+        return [
+            DomainMember(
+                member,
+                domain_address(self._seed, members, member),
+                not any(f.kind in down for f in active_faults(self._faults_for(member), now)),
+            )
+            for member in members
+        ]
 
     def _peer(self, host: str, profile, now: float):
         """Another node an MPI launcher reaches by its host name (its node name here), as its

@@ -58,8 +58,18 @@ CURED_BY: dict[str, frozenset[str]] = {
     # A GPU that never initialised is not cured by a restart here (the simulator is never
     # kinder: one that fails its init again is hardware), nor the fabric registration of a
     # tray, which the rack's NVSwitch trays refuse.
-    "reboot": frozenset({"xid79", "row-remap-pending", "nvlink-degraded", "driver-mismatch", "fabricmanager-down",
-                         "clock-drift", "nvswitch-sxid-fatal", "imex-down"}),
+    "reboot": frozenset(
+        {
+            "xid79",
+            "row-remap-pending",
+            "nvlink-degraded",
+            "driver-mismatch",
+            "fabricmanager-down",
+            "clock-drift",
+            "nvswitch-sxid-fatal",
+            "imex-down",
+        }
+    ),
     "firmware_update": frozenset({"firmware-drift"}),
 }
 

@@ -29,9 +29,11 @@ def render_inventory(
         raise ValueError(f"{islands} islands for {racks} racks would leave islands empty")
     trays_per_domain = expected.nvlink_domain_gpus // expected.gpu_count
     if trays_per_domain and -(-nodes // racks) > trays_per_domain:
-        raise ValueError(f"{nodes} {profile} nodes in {racks} racks would put more than {trays_per_domain} trays "
-                         f"in a rack's NVLink domain of {expected.nvlink_domain_gpus} GPUs: use at least "
-                         f"{-(-nodes // trays_per_domain)} racks")
+        raise ValueError(
+            f"{nodes} {profile} nodes in {racks} racks would put more than {trays_per_domain} trays "
+            f"in a rack's NVLink domain of {expected.nvlink_domain_gpus} GPUs: use at least "
+            f"{-(-nodes // trays_per_domain)} racks"
+        )
     width = max(3, len(str(nodes)))
     entries = []
     for i in range(nodes):
@@ -51,7 +53,10 @@ def render_inventory(
         if islands:
             rack_index = i * racks // nodes
             first_in_rack = -(-rack_index * nodes // racks)  # the first i with this rack index
-            entry.update(switch=f"leaf-{rack_index + 1:02d}", island=f"ib-{rack_index * islands // racks + 1:02d}",
-                         position=min(i - first_in_rack + 1, MAX_RACK_POSITION))
+            entry.update(
+                switch=f"leaf-{rack_index + 1:02d}",
+                island=f"ib-{rack_index * islands // racks + 1:02d}",
+                position=min(i - first_in_rack + 1, MAX_RACK_POSITION),
+            )
         entries.append(entry)
     return entries

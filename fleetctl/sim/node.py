@@ -291,12 +291,16 @@ def build_node_state(
         # Its own generator: drawing from `rng` would change every value drawn after it.
         boot_id=str(uuid.UUID(int=identity_rng(seed, node, "boot", boot_time).getrandbits(128), version=4)),
         # Its own generator too, for the same reason.
-        multinode_busbw_gbps=profile.multinode_allreduce_busbw_gbps * identity_rng(seed, node, "fabric").uniform(0.985, 1.01),
+        multinode_busbw_gbps=profile.multinode_allreduce_busbw_gbps
+        * identity_rng(seed, node, "fabric").uniform(0.985, 1.01),
     )
     if domain:
         ids = identity_rng(seed, "nvlink-domain", domain[0].name)
         state.domain = tuple(domain)
-        state.clique_id, state.cluster_uuid = ids.randrange(1, 32766), str(uuid.UUID(int=ids.getrandbits(128), version=4))
+        state.clique_id, state.cluster_uuid = (
+            ids.randrange(1, 32766),
+            str(uuid.UUID(int=ids.getrandbits(128), version=4)),
+        )
     state.kernel_events = _boot_messages(state)
     state.host = _healthy_host(profile)
     for spec in faults:
@@ -316,14 +320,34 @@ def _healthy_host(profile: SimProfile) -> HostState:
         cpus=expected.host_cpu_count,
         filesystems=[
             Filesystem("/dev/md0", "ext4", "/", int(1.72 * tib), int(0.19 * tib), 117_178_368, 512_831),
-            Filesystem("/dev/nvme0n1p1", "vfat", "/boot/efi", 523_248, 6_216, 0, 0,
-                       "rw,relatime,fmask=0077,dmask=0077,errors=remount-ro"),
-            Filesystem("/dev/md1", "ext4", "/raid", int(26.2 * tib), int(1.1 * tib), 1_756_905_472, 91_235,
-                       "rw,relatime,stripe=256"),
+            Filesystem(
+                "/dev/nvme0n1p1",
+                "vfat",
+                "/boot/efi",
+                523_248,
+                6_216,
+                0,
+                0,
+                "rw,relatime,fmask=0077,dmask=0077,errors=remount-ro",
+            ),
+            Filesystem(
+                "/dev/md1",
+                "ext4",
+                "/raid",
+                int(26.2 * tib),
+                int(1.1 * tib),
+                1_756_905_472,
+                91_235,
+                "rw,relatime,stripe=256",
+            ),
         ],
         # What the profile requires runs; IMEX is installed only where a profile requires it
         # (GB200), the fabric manager likewise (HGX: its NVSwitches are on the baseboard).
-        services={"nvidia-imex": "", "nvidia-fabricmanager": "", **{unit: "active" for unit in expected.required_services}},
+        services={
+            "nvidia-imex": "",
+            "nvidia-fabricmanager": "",
+            **{unit: "active" for unit in expected.required_services},
+        },
         loaded_driver=profile.driver_version,
     )
 
@@ -331,7 +355,10 @@ def _healthy_host(profile: SimProfile) -> HostState:
 def _boot_messages(node: NodeState) -> list[KernelEvent]:
     boot, p = node.boot_time, node.profile
     events = [
-        KernelEvent(boot, f"Linux version {KERNEL_RELEASE} (buildd@lcy02-amd64-075) #129-Ubuntu SMP Fri Aug  2 19:25:20 UTC 2024"),
+        KernelEvent(
+            boot,
+            f"Linux version {KERNEL_RELEASE} (buildd@lcy02-amd64-075) #129-Ubuntu SMP Fri Aug  2 19:25:20 UTC 2024",
+        ),
         KernelEvent(boot, f"Command line: BOOT_IMAGE=/boot/vmlinuz-{KERNEL_RELEASE} root=/dev/md0 ro iommu=pt"),
     ]
     events += [
@@ -387,10 +414,16 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         gpu.remap_failure = True
         gpu.banks_none += 1
         if spec.kind == "xid48":
-            xid(48, "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
-                "detected on GPU in the framebuffer at partition 6, subpartition 0.")
-        xid(64, "pid='<unknown>', name=<unknown>, Row Remapper Error: failed to remap row "
-            "(bank has no spare rows), reset gpu and contact support.")
+            xid(
+                48,
+                "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
+                "detected on GPU in the framebuffer at partition 6, subpartition 0.",
+            )
+        xid(
+            64,
+            "pid='<unknown>', name=<unknown>, Row Remapper Error: failed to remap row "
+            "(bank has no spare rows), reset gpu and contact support.",
+        )
     elif spec.kind == "row-remap-pending":
         gpu.ecc_corrected_volatile += 3
         gpu.remap_correctable += 1
@@ -437,8 +470,13 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
 
 def _pcie_aer_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
     node.host.aer_fatal_buses.add(gpu.bus)
-    node.kernel_events.append(KernelEvent(at, f"pcieport 0000:{gpu.bus - 1:02x}:01.0: AER: PCIe Bus Error: "
-                                              "severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)"))
+    node.kernel_events.append(
+        KernelEvent(
+            at,
+            f"pcieport 0000:{gpu.bus - 1:02x}:01.0: AER: PCIe Bus Error: "
+            "severity=Uncorrected (Fatal), type=Transaction Layer, (Receiver ID)",
+        )
+    )
 
 
 def _memory_uncorrected(node: NodeState, gpu: GpuState, at: float) -> None:
@@ -497,8 +535,10 @@ def _nvswitch_sxid_fatal(node: NodeState, gpu: GpuState, at: float) -> None:
     Fault Up")."""
     switch = gpu.index % node.profile.nvswitch_count
     where = f"nvidia-nvswitch{switch}: SXid (PCI:0000:{_NVSWITCH_BUS0 + switch:02x}:00.0): 20034"
-    node.kernel_events += [KernelEvent(at, f"{where}, Fatal, Link 30 LTSSM Fault Up"),
-                           KernelEvent(at, f"{where}, Severity 5 Engine instance 30 Sub-engine instance 00")]
+    node.kernel_events += [
+        KernelEvent(at, f"{where}, Fatal, Link 30 LTSSM Fault Up"),
+        KernelEvent(at, f"{where}, Severity 5 Engine instance 30 Sub-engine instance 00"),
+    ]
     node.allreduce_busbw_gbps *= NVSWITCH_SLOW_FACTOR
 
 

@@ -35,8 +35,7 @@ from fleetctl.schedulers.base import (
 def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) -> dict[str, list[str]]:
     """In queue order, each job that fits gets the first `node_count` free nodes it may use; a
     job given its nodes gets exactly those, when all are free."""
-    free = [n.name for n in nodes
-            if not n.drained and not n.jobs and not n.spare]
+    free = [n.name for n in nodes if not n.drained and not n.jobs and not n.spare]
     placements: dict[str, list[str]] = {}
     for job in queue:
         if job.nodes:
@@ -74,7 +73,9 @@ class SimScheduler:
         if current.drained and not _owned_by_fleetctl(current.reason):
             return
         reason = " ".join(reason.split())
-        store.set_sim_drain(self.engine, node, True, reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}")
+        store.set_sim_drain(
+            self.engine, node, True, reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
+        )
 
     def resume(self, node: str, force: bool = False) -> None:
         current = self._node(node)
@@ -94,8 +95,13 @@ class SimScheduler:
             state = "draining" if current.jobs else "drain"
         else:
             state = "allocated" if current.jobs else "idle"
-        return SchedulerNodeState(node=node, state=state, drained=current.drained, reason=current.reason,
-                                  owned_by_fleetctl=_owned_by_fleetctl(current.reason))
+        return SchedulerNodeState(
+            node=node,
+            state=state,
+            drained=current.drained,
+            reason=current.reason,
+            owned_by_fleetctl=_owned_by_fleetctl(current.reason),
+        )
 
     def jobs_on_node(self, node: str) -> list[SchedulerJob]:
         self._schedule()
@@ -121,10 +127,21 @@ class SimScheduler:
         """Every job of its queue, as Slurm's squeue --states=all lists them (the rows it keeps
         are the ones reconciliation writes: the report reads them the same way)."""
         self._schedule()
-        return [JobHistory(job_id=j.job_id, name=j.name, state=j.state, nodes=tuple(j.nodes), node_count=j.node_count,
-                           submitted_at=j.submitted_at, started_at=j.started_at, ended_at=j.ended_at,
-                           restart_count=j.restart_count, gpus_per_node=j.gpus_per_node)
-                for j in store.list_jobs(self.engine, scheduler=store.SIM)]
+        return [
+            JobHistory(
+                job_id=j.job_id,
+                name=j.name,
+                state=j.state,
+                nodes=tuple(j.nodes),
+                node_count=j.node_count,
+                submitted_at=j.submitted_at,
+                started_at=j.started_at,
+                ended_at=j.ended_at,
+                restart_count=j.restart_count,
+                gpus_per_node=j.gpus_per_node,
+            )
+            for j in store.list_jobs(self.engine, scheduler=store.SIM)
+        ]
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Requeue the job and place it at once off exclude_nodes if enough nodes are free;
@@ -140,8 +157,9 @@ class SimScheduler:
         is placed anywhere by the next pass (every read runs one), where Slurm keeps the
         list until release_nodes."""
         try:
-            store.sim_scheduling_pass(self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes,
-                                      place_on=nodes)
+            store.sim_scheduling_pass(
+                self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes, place_on=nodes
+            )
         except store.UnknownJob as exc:
             raise SchedulerError(str(exc)) from None
 
@@ -175,8 +193,9 @@ class SimScheduler:
 
 
 def _scheduler_job(job) -> SchedulerJob:
-    return SchedulerJob(job_id=job.job_id, name=job.name, state=job.state,
-                        nodes=tuple(job.nodes) if job.state == "running" else ())
+    return SchedulerJob(
+        job_id=job.job_id, name=job.name, state=job.state, nodes=tuple(job.nodes) if job.state == "running" else ()
+    )
 
 
 def _owned_by_fleetctl(reason: str | None) -> bool:

@@ -103,7 +103,9 @@ def _nvidia_smi(call: _Call) -> ToolRun:
         if "csv" not in fmt:
             raise _UsageError("--query-gpu needs --format=csv")
         fields = [f.strip() for f in query.split(",") if f.strip()]
-        return ToolRun(render_nvidia_smi_query(call.node, fields, "noheader" not in fmt, "nounits" not in fmt, indices), 0.4)
+        return ToolRun(
+            render_nvidia_smi_query(call.node, fields, "noheader" not in fmt, "nounits" not in fmt, indices), 0.4
+        )
     if "-q" in flags or "--query" in flags:
         display = _flag(flags, "-d", "--display")
         sections = [d.strip().upper() for d in display.split(",")] if display else None
@@ -127,10 +129,19 @@ def _dcgmi(call: _Call) -> ToolRun:
     return ToolRun(render_dcgmi_diag(call.node, level, as_json), _DCGM_SECONDS[level])
 
 
-_NCCL_VALUE_FLAGS = {
-    f"-{short}" for short in "betfignwcdoarmpzGCNRTy"
-} | {"--minbytes", "--maxbytes", "--stepfactor", "--stepbytes", "--ngpus", "--nthreads", "--iters",
-     "--warmup_iters", "--check", "--datatype", "--op"}
+_NCCL_VALUE_FLAGS = {f"-{short}" for short in "betfignwcdoarmpzGCNRTy"} | {
+    "--minbytes",
+    "--maxbytes",
+    "--stepfactor",
+    "--stepbytes",
+    "--ngpus",
+    "--nthreads",
+    "--iters",
+    "--warmup_iters",
+    "--check",
+    "--datatype",
+    "--op",
+}
 
 
 def _all_reduce_perf(call: _Call) -> ToolRun:
@@ -165,8 +176,10 @@ def _too_many_ranks(node: NodeState, ranks: int) -> ToolOutput:
     """HPL-NVIDIA binds each local rank to the GPU of its number: a rank past the node's last
     GPU gets CUDA's 'invalid device ordinal' and Open MPI aborts the job (its banner as
     NVIDIA/nccl-tests#165 shows it), before HPL prints a result."""
-    errors = "".join(f"[{node.hostname}:{4242 + rank}] CUDA error: invalid device ordinal (rank {rank}, device {rank})\n"
-                     for rank in range(len(node.gpus), ranks))
+    errors = "".join(
+        f"[{node.hostname}:{4242 + rank}] CUDA error: invalid device ordinal (rank {rank}, device {rank})\n"
+        for rank in range(len(node.gpus), ranks)
+    )
     return ToolOutput("", errors + _MPI_ABORTED, 1)
 
 
@@ -187,7 +200,9 @@ def _dmesg(call: _Call) -> ToolRun:
 
 
 def _journalctl(call: _Call) -> ToolRun:
-    flags, _ = _options(call.args, {"-o", "--output", "-b", "--boot", "-S", "--since", "-U", "--until", "-n", "--lines"})
+    flags, _ = _options(
+        call.args, {"-o", "--output", "-b", "--boot", "-S", "--since", "-U", "--until", "-n", "--lines"}
+    )
     if not {"-k", "--dmesg"} & flags.keys():
         raise _UsageError("simulated journalctl answers -k (kernel messages)")
     return ToolRun(render_kernel_log(call.node, "journal"), 0.5)
@@ -209,8 +224,19 @@ def _ibv_devinfo(call: _Call) -> ToolRun:
 
 _PERFTEST_VALUE_FLAGS = {
     *(f"-{c}" for c in "dsqDnxmpTiutQlIwSrE"),
-    "--ib-dev", "--size", "--qp", "--duration", "--iters", "--port", "--mtu", "--gid-index", "--tos",
-    "--source_ip", "--ib-port", "--tx-depth", "--rx-depth",
+    "--ib-dev",
+    "--size",
+    "--qp",
+    "--duration",
+    "--iters",
+    "--port",
+    "--mtu",
+    "--gid-index",
+    "--tos",
+    "--source_ip",
+    "--ib-port",
+    "--tx-depth",
+    "--rx-depth",
 }
 
 
@@ -257,7 +283,9 @@ def _flint(call: _Call) -> ToolRun:
         raise _UsageError("simulated flint answers `-d DEVICE query`")
     hca = _hca_named(call.node, device)
     if hca is None:
-        return ToolRun(ToolOutput("", f'-E- Cannot open Device: "{device}". No such file or directory. MFE_CR_ERROR\n', 1), 0.5)
+        return ToolRun(
+            ToolOutput("", f'-E- Cannot open Device: "{device}". No such file or directory. MFE_CR_ERROR\n', 1), 0.5
+        )
     return ToolRun(render_flint_query(call.node, hca), 2.0)
 
 
@@ -381,24 +409,61 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
 # What the tools that need the driver print on a node whose loaded kernel module is not the
 # installed driver (driver-mismatch): NVML and CUDA refuse to start.
 _DRIVER_MISMATCH: dict[str, Callable[[NodeState], ToolOutput]] = {
-    "nvidia-smi": lambda node: ToolOutput("Failed to initialize NVML: Driver/library version mismatch\n"
-                                          f"NVML library version: {node.profile.driver_version.rsplit('.', 1)[0]}\n", "", 18),
-    "dcgmi": lambda node: ToolOutput("Error: unable to establish a connection to the specified host: localhost\n"
-                                     "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n", "", 255),
+    "nvidia-smi": lambda node: ToolOutput(
+        "Failed to initialize NVML: Driver/library version mismatch\n"
+        f"NVML library version: {node.profile.driver_version.rsplit('.', 1)[0]}\n",
+        "",
+        18,
+    ),
+    "dcgmi": lambda node: ToolOutput(
+        "Error: unable to establish a connection to the specified host: localhost\n"
+        "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.\n",
+        "",
+        255,
+    ),
     "all_reduce_perf": lambda node: ToolOutput(
         f"{node.hostname}: Test CUDA failure common.cu:1279 'system has unsupported display driver / cuda driver combination'\n"
-        " .. {node.hostname} pid 4242: Test failure common.cu:1161\n".replace("{node.hostname}", node.hostname), "", 3),
-    "xhpl": lambda node: ToolOutput("", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1),
-    "hpl.sh": lambda node: ToolOutput("", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1),
+        " .. {node.hostname} pid 4242: Test failure common.cu:1161\n".replace("{node.hostname}", node.hostname),
+        "",
+        3,
+    ),
+    "xhpl": lambda node: ToolOutput(
+        "", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1
+    ),
+    "hpl.sh": lambda node: ToolOutput(
+        "", "CUDA error: system has unsupported display driver / cuda driver combination\n", 1
+    ),
 }
 # The tools whose runs a `flaky` node can spoil: the ones that stress the GPUs.
 STRESS_TOOLS = frozenset({"dcgmi", "all_reduce_perf", "xhpl", "hpl.sh"})
 
 # Launcher options that take a value, so the program name can be found after them.
 _LAUNCHER_VALUE_FLAGS = {
-    "-np", "-n", "-c", "-N", "--np", "-H", "--host", "--hostfile", "-hostfile", "--map-by", "--bind-to",
-    "--rank-by", "-x", "--npernode", "--ntasks", "--ntasks-per-node", "--gpus-per-node", "--cpu-bind",
-    "--mpi", "-w", "--nodelist", "-p", "--partition", "-t", "--time",
+    "-np",
+    "-n",
+    "-c",
+    "-N",
+    "--np",
+    "-H",
+    "--host",
+    "--hostfile",
+    "-hostfile",
+    "--map-by",
+    "--bind-to",
+    "--rank-by",
+    "-x",
+    "--npernode",
+    "--ntasks",
+    "--ntasks-per-node",
+    "--gpus-per-node",
+    "--cpu-bind",
+    "--mpi",
+    "-w",
+    "--nodelist",
+    "-p",
+    "--partition",
+    "-t",
+    "--time",
 }
 _LAUNCHER_RANK_FLAGS = {"-np", "-n", "-c", "--np", "--ntasks"}
 
@@ -461,8 +526,9 @@ a non-zero exit code. Per user-direction, the job has been aborted.
 class NodeShell:
     """Runs commands against one node state; `sh -c` scripts get a tiny shell."""
 
-    def __init__(self, node: NodeState, rng: random.Random,
-                 peer: Callable[[str], NodeState | None] = lambda host: None):
+    def __init__(
+        self, node: NodeState, rng: random.Random, peer: Callable[[str], NodeState | None] = lambda host: None
+    ):
         self.node = node
         self.rng = rng
         self.peer = peer  # another node of the fleet by host name (None: it does not answer)
@@ -478,7 +544,9 @@ class NodeShell:
                 continue
             state = self.peer(host)
             if state is None:
-                return ToolRun(ToolOutput("", f"ssh: connect to host {host} port 22: Connection timed out\n" + _ORTE_DIED, 1), 30.0)
+                return ToolRun(
+                    ToolOutput("", f"ssh: connect to host {host} port 22: Connection timed out\n" + _ORTE_DIED, 1), 30.0
+                )
             peers.append(state)
         tool = os.path.basename(args[0])
         if tool in ("sh", "bash") and len(args) >= 3 and args[1] in ("-c", "-lc", "-ec"):

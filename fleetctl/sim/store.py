@@ -12,10 +12,19 @@ from fleetctl.db.models import Node, SimBoot, SimFault
 from fleetctl.sim.faults import SimFaultSpec
 
 
-def add_fault(engine: Engine, node: str, kind: str, gpu: int | None = None, not_before: float = 0.0,
-              rate_per_hour: float | None = None, seed: int = 0) -> SimFault:
+def add_fault(
+    engine: Engine,
+    node: str,
+    kind: str,
+    gpu: int | None = None,
+    not_before: float = 0.0,
+    rate_per_hour: float | None = None,
+    seed: int = 0,
+) -> SimFault:
     with Session(engine) as session:
-        fault = SimFault(node_name=node, kind=kind, gpu=gpu, not_before=not_before, rate_per_hour=rate_per_hour, seed=seed)
+        fault = SimFault(
+            node_name=node, kind=kind, gpu=gpu, not_before=not_before, rate_per_hour=rate_per_hour, seed=seed
+        )
         session.add(fault)
         session.commit()
         session.refresh(fault)
@@ -39,8 +48,10 @@ def faults_for(engine: Engine, node: str) -> list[SimFault]:
 
 def fault_specs(engine: Engine, node: str) -> list[SimFaultSpec]:
     """The node's stored faults as the simulated executor reads them."""
-    return [SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour, seed=f.seed)
-            for f in faults_for(engine, node)]
+    return [
+        SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour, seed=f.seed)
+        for f in faults_for(engine, node)
+    ]
 
 
 def cure(engine: Engine, node: str, kinds: frozenset[str]) -> list[str]:

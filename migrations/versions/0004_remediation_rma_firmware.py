@@ -4,6 +4,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-29
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa
@@ -124,6 +125,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("firmware_rollout_nodes", "firmware_rollouts", "firmware_baselines", "rma_records",
-                  "remediation_steps", "remediation_runs"):
+    for table in (
+        "firmware_rollout_nodes",
+        "firmware_rollouts",
+        "firmware_baselines",
+        "rma_records",
+        "remediation_steps",
+        "remediation_runs",
+    ):
         op.drop_table(table)

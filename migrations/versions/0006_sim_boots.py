@@ -4,6 +4,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-30
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

@@ -9,6 +9,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import re
@@ -36,13 +37,21 @@ def failure_of(cause: str) -> str:
 def upgrade() -> None:
     with op.batch_alter_table("node_events") as batch:
         batch.add_column(sa.Column("failure", sa.Text, nullable=False, server_default=""))
-    events = sa.table("node_events", sa.column("id", sa.Integer), sa.column("cause", sa.Text),
-                      sa.column("from_state", sa.String), sa.column("to_state", sa.String),
-                      sa.column("failure", sa.Text))
+    events = sa.table(
+        "node_events",
+        sa.column("id", sa.Integer),
+        sa.column("cause", sa.Text),
+        sa.column("from_state", sa.String),
+        sa.column("to_state", sa.String),
+        sa.column("failure", sa.Text),
+    )
     bind = op.get_bind()
     # Only exits from production are failures; they are few (one per fault), so row by row.
-    rows = bind.execute(sa.select(events.c.id, events.c.cause).where(
-        events.c.from_state == "production", events.c.to_state != "production")).all()
+    rows = bind.execute(
+        sa.select(events.c.id, events.c.cause).where(
+            events.c.from_state == "production", events.c.to_state != "production"
+        )
+    ).all()
     for row_id, cause in rows:
         if failure := failure_of(cause or ""):
             bind.execute(events.update().where(events.c.id == row_id).values(failure=failure))

@@ -9,6 +9,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

@@ -10,6 +10,7 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

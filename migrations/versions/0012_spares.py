@@ -8,6 +8,7 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

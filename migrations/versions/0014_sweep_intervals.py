@@ -12,6 +12,7 @@ Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

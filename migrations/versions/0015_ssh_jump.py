@@ -7,6 +7,7 @@ Revision ID: 0015
 Revises: 0014
 Create Date: 2026-12-01
 """
+
 from __future__ import annotations
 
 import sqlalchemy as sa

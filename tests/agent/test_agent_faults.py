@@ -63,11 +63,30 @@ class AgentProcess:
         self.port, self.spool, self.log = free_port(), tmp_path / "spool", tmp_path / "agent.log"
         preexec = (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))) if fsize else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fleetctl.cli.main", "--temporal-address", temporal_address, "agent", node,
-             "--kmsg", str(tmp_path / "kmsg"), "--spool", str(self.spool), "--metrics-port", str(self.port),
-             "--sample-interval", "0", *args],
-            env={**os.environ, "FLEETCTL_CONFIG": os.devnull}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=preexec)
+            [
+                sys.executable,
+                "-m",
+                "fleetctl.cli.main",
+                "--temporal-address",
+                temporal_address,
+                "agent",
+                node,
+                "--kmsg",
+                str(tmp_path / "kmsg"),
+                "--spool",
+                str(self.spool),
+                "--metrics-port",
+                str(self.port),
+                "--sample-interval",
+                "0",
+                *args,
+            ],
+            env={**os.environ, "FLEETCTL_CONFIG": os.devnull},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
         self._copy = threading.Thread(target=self._copy_output, daemon=True)
         self._copy.start()
 
@@ -92,8 +111,11 @@ class AgentProcess:
                 text = r.read().decode()
         except OSError:
             return {}
-        return {(s.name, *sorted(s.labels.items())): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
+        return {
+            (s.name, *sorted(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics().get((name, *sorted(labels.items())), 0.0)
@@ -145,15 +167,20 @@ def drained(engine, node, agent: AgentProcess):
     def check() -> bool:
         agent.alive()
         return queries.get_node(engine, node).state != "production"
+
     return check
 
 
-async def test_an_unreadable_xid_line_is_counted_and_skipped_and_the_xid_79_after_it_drains(fleet, agents, tmp_path) -> None:
+async def test_an_unreadable_xid_line_is_counted_and_skipped_and_the_xid_79_after_it_drains(
+    fleet, agents, tmp_path
+) -> None:
     settings, engine, node = fleet
     await start_in_production(await connect(settings), settings, node)
     # The Xid parser refuses the second record (checks.xid raises UnjudgeableOutput): before,
     # the agent died on it with its cursor saved past the 79, which was never spooled.
-    (tmp_path / "kmsg").write_text(xid(1, 13) + kmsg(2, "NVRM: Xid (PCI:0000:2b:00) garbled beyond reading") + xid(3, 79))
+    (tmp_path / "kmsg").write_text(
+        xid(1, 13) + kmsg(2, "NVRM: Xid (PCI:0000:2b:00) garbled beyond reading") + xid(3, 79)
+    )
     agent = AgentProcess(tmp_path, settings.temporal_address, node)
     agents.append(agent)
     await agent.started()
@@ -166,7 +193,9 @@ async def test_an_unreadable_xid_line_is_counted_and_skipped_and_the_xid_79_afte
     assert json.loads((agent.spool / "cursor.json").read_text()) == {"boot": BOOT_ID, "seq": 3}
 
 
-async def test_a_spool_the_disk_will_not_take_holds_the_events_and_the_cursor_stays_before_them(fleet, agents, tmp_path) -> None:
+async def test_a_spool_the_disk_will_not_take_holds_the_events_and_the_cursor_stays_before_them(
+    fleet, agents, tmp_path
+) -> None:
     """RLIMIT_FSIZE on the agent: its cursor and state files fit, an event's spool line does
     not (EFBIG, as a full disk gives ENOSPC). Before, the agent died on the failed append,
     saving its cursor past the records it never spooled."""
@@ -176,12 +205,16 @@ async def test_a_spool_the_disk_will_not_take_holds_the_events_and_the_cursor_st
     agent = AgentProcess(tmp_path, settings.temporal_address, node, fsize=200)
     agents.append(agent)
     await agent.started()
-    await wait_for(lambda: agent.metric("fleetctl_agent_spool_write_failures_total") >= 1, START_S,
-                   "the spool append to fail")
+    await wait_for(
+        lambda: agent.metric("fleetctl_agent_spool_write_failures_total") >= 1, START_S, "the spool append to fail"
+    )
     # Held, not spooled, the critical event is still sent ahead: the node drains.
     await wait_for(drained(engine, node, agent), DELIVERY_S, "the held XID 79 to drain the node")
-    await wait_for(lambda: agent.metric("fleetctl_agent_spool_write_failures_total") >= 2, 2 * APPEND_RETRY_S + START_S,
-                   "the append to be tried again")
+    await wait_for(
+        lambda: agent.metric("fleetctl_agent_spool_write_failures_total") >= 2,
+        2 * APPEND_RETRY_S + START_S,
+        "the append to be tried again",
+    )
     assert agent.metric("fleetctl_agent_spool_depth") == 0 and "cannot write the spool" in agent.output()
     assert await agent.stop() == 0
     cursor = agent.spool / "cursor.json"
@@ -190,8 +223,11 @@ async def test_a_spool_the_disk_will_not_take_holds_the_events_and_the_cursor_st
     again = AgentProcess(tmp_path, settings.temporal_address, node)  # the disk takes writes again
     agents.append(again)
     await again.started()
-    await wait_for(lambda: again.metric("fleetctl_agent_events_sent_total") == 2, DELIVERY_S,
-                   "the re-read records' events spooled and sent in order")
+    await wait_for(
+        lambda: again.metric("fleetctl_agent_events_sent_total") == 2,
+        DELIVERY_S,
+        "the re-read records' events spooled and sent in order",
+    )
     assert await recorded(engine, node, 2) == [13, 79]  # the 79 sent twice, counted once
     assert await again.stop() == 0
     assert json.loads(cursor.read_text()) == {"boot": BOOT_ID, "seq": 2}
@@ -206,25 +242,35 @@ async def test_a_full_spool_drops_minor_events_before_the_xid_79(fleet, agents, 
     away = AgentProcess(tmp_path, f"127.0.0.1:{free_port()}", node, "--max-spool", "3")
     agents.append(away)
     await away.started()
-    await wait_for(lambda: away.metric("fleetctl_agent_spool_dropped") == 3 and away.metric("fleetctl_agent_spool_depth") == 3,
-                   START_S, "three events dropped, three kept")
+    await wait_for(
+        lambda: away.metric("fleetctl_agent_spool_dropped") == 3 and away.metric("fleetctl_agent_spool_depth") == 3,
+        START_S,
+        "three events dropped, three kept",
+    )
     by_severity = {s: away.metric("fleetctl_agent_spool_dropped_by_severity", severity=s) for s in ("info", "critical")}
     assert await away.stop() == 0
 
     back = AgentProcess(tmp_path, settings.temporal_address, node, "--max-spool", "3")  # Temporal reachable again
     agents.append(back)
     await back.started()
-    await wait_for(lambda: back.metric("fleetctl_agent_events_sent_total") == 3, DELIVERY_S, "the spool's three events sent")
+    await wait_for(
+        lambda: back.metric("fleetctl_agent_events_sent_total") == 3, DELIVERY_S, "the spool's three events sent"
+    )
     assert await recorded(engine, node, 3) == [13, 13, 79]  # the newest minor ones and the 79, never the oldest three
     assert by_severity == {"info": 3, "critical": 0}
     await wait_for(drained(engine, node, back), DELIVERY_S, "the XID 79 to drain the node")
 
 
-@pytest.mark.parametrize("seq, skipped, resets", [
-    (10**20 - 1, 1, 0),  # 20 digits, past 64 bits: an unreadable record, the cursor stays at 1
-    (2**63 - 1, 0, 1),   # in range but absurd: the 3 after it goes backwards, and resets the cursor to it
-])
-async def test_a_sequence_number_past_64_bits_or_going_backwards_hides_nothing_after_it(fleet, agents, tmp_path, seq, skipped, resets) -> None:
+@pytest.mark.parametrize(
+    "seq, skipped, resets",
+    [
+        (10**20 - 1, 1, 0),  # 20 digits, past 64 bits: an unreadable record, the cursor stays at 1
+        (2**63 - 1, 0, 1),  # in range but absurd: the 3 after it goes backwards, and resets the cursor to it
+    ],
+)
+async def test_a_sequence_number_past_64_bits_or_going_backwards_hides_nothing_after_it(
+    fleet, agents, tmp_path, seq, skipped, resets
+) -> None:
     settings, engine, node = fleet
     await start_in_production(await connect(settings), settings, node)
     (tmp_path / "kmsg").write_text(xid(1, 13) + kmsg(seq, XID.format(31, seq), usec=2_000_000) + xid(3, 79))
@@ -240,7 +286,9 @@ async def test_a_sequence_number_past_64_bits_or_going_backwards_hides_nothing_a
     assert json.loads((agent.spool / "cursor.json").read_text()) == {"boot": BOOT_ID, "seq": 3}
 
 
-async def test_a_saved_cursor_beyond_the_log_is_dropped_and_the_log_read_from_its_start(fleet, agents, tmp_path) -> None:
+async def test_a_saved_cursor_beyond_the_log_is_dropped_and_the_log_read_from_its_start(
+    fleet, agents, tmp_path
+) -> None:
     """An older agent saved the sequence number of an absurd record: every record of this
     boot is below it, and the record it names is not in the log."""
     settings, engine, node = fleet
@@ -256,21 +304,39 @@ async def test_a_saved_cursor_beyond_the_log_is_dropped_and_the_log_read_from_it
 
 
 def _spooled_79(node: str) -> str:
-    return json.dumps({"node": node, "source": "agent", "code": 79, "message": "Xid 79 on 0000:2b:00: GPU has fallen off the bus.",
-                       "actor": "fleetctl-agent", "event_id": "7" * 32, "at": time.time() - 60, "severity": "critical",
-                       "at_from_record": True}) + "\n"
+    return (
+        json.dumps(
+            {
+                "node": node,
+                "source": "agent",
+                "code": 79,
+                "message": "Xid 79 on 0000:2b:00: GPU has fallen off the bus.",
+                "actor": "fleetctl-agent",
+                "event_id": "7" * 32,
+                "at": time.time() - 60,
+                "severity": "critical",
+                "at_from_record": True,
+            }
+        )
+        + "\n"
+    )
 
 
-@pytest.mark.parametrize("name, content, kind", [
-    ("cursor.json", b'{"boot": "' + BOOT_ID.encode() + b'", "se', "cursor"),  # truncated JSON
-    ("cursor.json", b"\x00\xff\xfe\x81 not json at all", "cursor"),  # binary garbage
-    ("cursor.json", json.dumps({"boot": BOOT_ID, "seq": "twelve"}).encode(), "cursor"),  # wrong type
-    ("state.json", b'{"segment": 0, "line"', "spool"),
-    ("state.json", json.dumps({"segment": "zero", "line": [], "dropped": 0}).encode(), "spool"),
-    # a garbled line after a spooled XID 79 an earlier agent never delivered: the 79 is kept
-    ("segment-00000000.jsonl", "{node}" + '{"node": 7, "garbage\n' + "\x00\xfe\n", "spool"),
-])
-async def test_a_corrupt_spool_or_cursor_file_is_moved_aside_counted_and_the_agent_runs_on(fleet, agents, tmp_path, name, content, kind) -> None:
+@pytest.mark.parametrize(
+    "name, content, kind",
+    [
+        ("cursor.json", b'{"boot": "' + BOOT_ID.encode() + b'", "se', "cursor"),  # truncated JSON
+        ("cursor.json", b"\x00\xff\xfe\x81 not json at all", "cursor"),  # binary garbage
+        ("cursor.json", json.dumps({"boot": BOOT_ID, "seq": "twelve"}).encode(), "cursor"),  # wrong type
+        ("state.json", b'{"segment": 0, "line"', "spool"),
+        ("state.json", json.dumps({"segment": "zero", "line": [], "dropped": 0}).encode(), "spool"),
+        # a garbled line after a spooled XID 79 an earlier agent never delivered: the 79 is kept
+        ("segment-00000000.jsonl", "{node}" + '{"node": 7, "garbage\n' + "\x00\xfe\n", "spool"),
+    ],
+)
+async def test_a_corrupt_spool_or_cursor_file_is_moved_aside_counted_and_the_agent_runs_on(
+    fleet, agents, tmp_path, name, content, kind
+) -> None:
     settings, engine, node = fleet
     await start_in_production(await connect(settings), settings, node)
     spool = tmp_path / "spool"

@@ -48,7 +48,9 @@ async def run_agent(agent: Agent):
     return stop, asyncio.create_task(agent.run_until(stop))
 
 
-async def test_kernel_faults_recorded_once_with_their_log_time_across_a_lost_read_position(make_settings, sqlite_url, tmp_path, request) -> None:
+async def test_kernel_faults_recorded_once_with_their_log_time_across_a_lost_read_position(
+    make_settings, sqlite_url, tmp_path, request
+) -> None:
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1)
     engine = get_engine(settings.db_url)
@@ -60,8 +62,11 @@ async def test_kernel_faults_recorded_once_with_their_log_time_across_a_lost_rea
 
     def agent() -> Agent:
         cursor = Agent.saved_cursor(spool)
-        return Agent(AgentConfig(node=node, spool_dir=spool, boot_id="boot-1"),
-                     KmsgSource(kmsg, "boot-1", BOOT, cursor), TemporalTransport(settings))
+        return Agent(
+            AgentConfig(node=node, spool_dir=spool, boot_id="boot-1"),
+            KmsgSource(kmsg, "boot-1", BOOT, cursor),
+            TemporalTransport(settings),
+        )
 
     first = agent()
     stop, task = await run_agent(first)
@@ -94,12 +99,33 @@ async def test_kernel_faults_recorded_once_with_their_log_time_across_a_lost_rea
 
 def agent_process(settings, node, kmsg, spool, log) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "fleetctl.cli.main", "--temporal-address", settings.temporal_address, "agent", node,
-         "--kmsg", str(kmsg), "--spool", str(spool), "--metrics-port", "0", "--sample-interval", "0"],
-        env={**os.environ, "FLEETCTL_CONFIG": os.devnull}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "--temporal-address",
+            settings.temporal_address,
+            "agent",
+            node,
+            "--kmsg",
+            str(kmsg),
+            "--spool",
+            str(spool),
+            "--metrics-port",
+            "0",
+            "--sample-interval",
+            "0",
+        ],
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
-async def test_temporal_outage_and_agent_kill_lose_nothing_and_count_nothing_twice(make_settings, sqlite_url, tmp_path) -> None:
+async def test_temporal_outage_and_agent_kill_lose_nothing_and_count_nothing_twice(
+    make_settings, sqlite_url, tmp_path
+) -> None:
     db_file, port = tmp_path / "temporal.db", free_port()
     server = start_dev_server(db_file, port)
     settings = make_settings(sqlite_url)
@@ -119,8 +145,14 @@ async def test_temporal_outage_and_agent_kill_lose_nothing_and_count_nothing_twi
         os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait(10)
         write(kmsg, "".join(kmsg_line(seq, 13) for seq in range(2, 6)))
-        await wait_for(lambda: any(p.name.startswith("segment-") and p.stat().st_size > 0 for p in spool.iterdir())
-                       and len(recorded(engine, node)) == 1, WAIT_S, "the agent to spool")
+        await wait_for(
+            lambda: (
+                any(p.name.startswith("segment-") and p.stat().st_size > 0 for p in spool.iterdir())
+                and len(recorded(engine, node)) == 1
+            ),
+            WAIT_S,
+            "the agent to spool",
+        )
         await asyncio.sleep(1.0)  # it tries (and fails) to deliver meanwhile
         os.killpg(agent.pid, signal.SIGKILL)  # the agent dies with the events only on disk
         agent.wait(10)

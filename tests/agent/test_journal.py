@@ -20,8 +20,17 @@ JOURNALD_SOCKET = Path("/run/systemd/journal/socket")
 
 
 def entry(i: int, message: str) -> str:
-    return json.dumps({"__CURSOR": f"s=feed;i={i:x}", "__REALTIME_TIMESTAMP": str(1_700_000_000_000_000 + i),
-                       "_TRANSPORT": "kernel", "MESSAGE": message}) + "\n"
+    return (
+        json.dumps(
+            {
+                "__CURSOR": f"s=feed;i={i:x}",
+                "__REALTIME_TIMESTAMP": str(1_700_000_000_000_000 + i),
+                "_TRANSPORT": "kernel",
+                "MESSAGE": message,
+            }
+        )
+        + "\n"
+    )
 
 
 def poll_until(src: JournalSource, count: int, timeout_s: float = 20.0) -> list:
@@ -38,8 +47,10 @@ def test_journal_records_and_a_restart_after_the_cursor(tmp_path) -> None:
     journal, argv_log = tmp_path / "journal.json", tmp_path / "argv"
     journal.write_text(entry(1, "NVRM: Xid (PCI:0000:2b:00): 13, pid=1, name=x, a") + "not json\n" + entry(2, "b"))
     fake = tmp_path / "journalctl"
-    fake.write_text(f"#!{sys.executable}\nimport sys, time\nopen({str(argv_log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
-                    f"sys.stdout.write(open({str(journal)!r}).read()); sys.stdout.flush(); time.sleep(60)\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport sys, time\nopen({str(argv_log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"sys.stdout.write(open({str(journal)!r}).read()); sys.stdout.flush(); time.sleep(60)\n"
+    )
     fake.chmod(0o755)
     src = JournalSource([str(fake), "-k", "-f", "-o", "json"])
     records = poll_until(src, 2)
@@ -54,8 +65,10 @@ def test_journal_records_and_a_restart_after_the_cursor(tmp_path) -> None:
 
 def test_real_journald_kernel_lines() -> None:
     if not JOURNALD_SOCKET.exists() or shutil.which("journalctl") is None:
-        not_on_this_kind_of_machine("journald", f"no systemd as PID 1 ({JOURNALD_SOCKET} is missing); "
-                                                "the stand-in journalctl test covers the parsing")
+        not_on_this_kind_of_machine(
+            "journald",
+            f"no systemd as PID 1 ({JOURNALD_SOCKET} is missing); the stand-in journalctl test covers the parsing",
+        )
     if not os.access("/dev/kmsg", os.W_OK):
         not_on_this_kind_of_machine("writing a kernel line", "/dev/kmsg is not writable (needs root)")
     marker = f"fleetctl-agent-test {uuid.uuid4().hex}"

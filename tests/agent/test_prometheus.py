@@ -50,7 +50,9 @@ def test_promtool_accepts_the_agents_metrics_and_they_say_what_happened(agent) -
     text = exposition(agent.port)
     check = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), check.stdout + check.stderr
-    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
+    values = {
+        line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")
+    }
     assert values["fleetctl_agent_lines_read_total"] == 3
     assert values["fleetctl_agent_events_detected_total"] == 2
     assert values["fleetctl_agent_spool_depth"] == 1 and values["fleetctl_agent_spool_dropped"] == 1

@@ -51,8 +51,13 @@ def test_a_bad_journal_line_is_refused(line) -> None:
 def test_file_lines_carry_their_timestamps() -> None:
     now = datetime(2024, 8, 30, 12, 0, 0).astimezone().timestamp()
     assert line_time("2024-05-18T19:02:39.500000+00:00 host kernel: x", now) == pytest.approx(1716058959.5)
-    assert line_time("[Fri Aug 30 11:43:14 2024] NVRM: x", now) == datetime(2024, 8, 30, 11, 43, 14).astimezone().timestamp()
-    assert line_time("Aug 30 11:43:14 host kernel: x", now) == datetime(2024, 8, 30, 11, 43, 14).astimezone().timestamp()
+    assert (
+        line_time("[Fri Aug 30 11:43:14 2024] NVRM: x", now)
+        == datetime(2024, 8, 30, 11, 43, 14).astimezone().timestamp()
+    )
+    assert (
+        line_time("Aug 30 11:43:14 host kernel: x", now) == datetime(2024, 8, 30, 11, 43, 14).astimezone().timestamp()
+    )
     assert line_time("no stamp at all", now) == now
 
 
@@ -64,8 +69,17 @@ def test_a_december_syslog_line_read_in_january_is_last_year() -> None:
 def test_file_record_ids_depend_on_inode_offset_and_text() -> None:
     a = file_record("x\n", 7, 100, 0.0)
     assert a.record_id == file_record("x\n", 7, 100, 5.0).record_id
-    assert len({a.record_id, file_record("y\n", 7, 100, 0).record_id, file_record("x\n", 8, 100, 0).record_id,
-                file_record("x\n", 7, 101, 0).record_id}) == 4
+    assert (
+        len(
+            {
+                a.record_id,
+                file_record("y\n", 7, 100, 0).record_id,
+                file_record("x\n", 8, 100, 0).record_id,
+                file_record("x\n", 7, 101, 0).record_id,
+            }
+        )
+        == 4
+    )
 
 
 def test_event_ids_are_stable_and_distinct() -> None:
@@ -104,7 +118,9 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
     log = tmp_path / "kern.log"
     log.write_bytes(f"{XID79} ".encode() + b"\x00\xff\xfe" + b"A" * 1_000_000 + b"\n")
     agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool"), FileSource(log), transport=None)
-    journal = parse_journal_json(json.dumps({"__CURSOR": "c", "__REALTIME_TIMESTAMP": "1", "MESSAGE": XID79 + " \ud800"}))
+    journal = parse_journal_json(
+        json.dumps({"__CURSOR": "c", "__REALTIME_TIMESTAMP": "1", "MESSAGE": XID79 + " \ud800"})
+    )
     events = agent.events_of(agent.source.poll() + [journal])
     assert [e["code"] for e in events] == [79, 79] and [e["signature"] for e in events] == ["", ""]
     for e in events:

@@ -46,8 +46,13 @@ async def test_a_rotated_log_and_a_changing_sample_are_each_sent_once(tmp_path) 
     log.write_text(XID.format(1, 13))
     script, choice = fake_nvidia_smi(tmp_path, "csv_8xh100_ok.txt")
     recorder = Recorder()
-    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(script),), profile="h100-sxm",
-                              boot_id="b"), FileSource(log), recorder)
+    agent = Agent(
+        AgentConfig(
+            node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(script),), profile="h100-sxm", boot_id="b"
+        ),
+        FileSource(log),
+        recorder,
+    )
     agent.read_once()
     await agent.sample_once()
     with open(log, "a") as f:
@@ -62,7 +67,10 @@ async def test_a_rotated_log_and_a_changing_sample_are_each_sent_once(tmp_path) 
     codes = [e["code"] for e in recorder.events]
     # The critical 79 first (and again in order, with the same id), then the spool's order.
     assert codes[:4] == [79, 13, 31, 79] and all(c is None for c in codes[4:]) and len(codes) > 4
-    assert all(e["source"] == "agent" for e in recorder.events) and len({e["event_id"] for e in recorder.events}) == len(codes) - 1
+    assert (
+        all(e["source"] == "agent" for e in recorder.events)
+        and len({e["event_id"] for e in recorder.events}) == len(codes) - 1
+    )
     assert recorder.events[0]["at"] == pytest.approx(1796068803.0)  # 20:00:03 UTC, the line's own time
     assert agent.spool.depth == 0 and agent.metrics.samples._value.get() == 3
 
@@ -77,14 +85,27 @@ async def test_dcgm_health_is_sampled_beside_nvidia_smi_and_its_failure_drains(t
     dcgmi.chmod(0o755)
     (tmp_path / "kern.log").write_text("")
     recorder = Recorder()
-    agent = Agent(AgentConfig(node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(nvsmi),), profile="h100-sxm",
-                              dcgm_health_argv=(str(dcgmi), "health", "-c"), boot_id="b"),
-                  FileSource(tmp_path / "kern.log"), recorder)
+    agent = Agent(
+        AgentConfig(
+            node="n1",
+            spool_dir=tmp_path / "spool",
+            sample_argv=(str(nvsmi),),
+            profile="h100-sxm",
+            dcgm_health_argv=(str(dcgmi), "health", "-c"),
+            boot_id="b",
+        ),
+        FileSource(tmp_path / "kern.log"),
+        recorder,
+    )
     await agent.sample_once()
     await agent.sample_once()  # unchanged: nothing new
     await agent.deliver()
     sent = sorted((e["severity"], e["message"].split(":")[0]) for e in recorder.events)
-    assert sent == [("critical", "dcgm-health GPU 1"), ("warning", "dcgm-health GPU 0"), ("warning", "dcgm-health GPU 1")]
+    assert sent == [
+        ("critical", "dcgm-health GPU 1"),
+        ("warning", "dcgm-health GPU 0"),
+        ("warning", "dcgm-health GPU 1"),
+    ]
     assert all(e["code"] is None for e in recorder.events)
 
 
@@ -104,29 +125,66 @@ async def test_delivery_backs_off_while_temporal_is_down_and_resumes(tmp_path) -
     assert [e["code"] for e in recorder.events] == [13] and agent.spool.depth == 0
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--max-spool", "0"], "--max-spool"),
-    (["--sample-interval", "0.2"], "--sample-interval"),
-    (["--kmsg", "/dev/null", "--journal"], "at most one"),
-    (["--profile", "no-such-gpu"], "no-such-gpu"),
-    (["--kmsg", "/nonexistent/kmsg"], "cannot open the kernel log"),
-    (["--heartbeat-interval", "0"], "--heartbeat-interval"),
-    (["--heartbeat-url", "http://intake:9411"], "intake's token"),  # no token anywhere
-    (["--heartbeat-url", "https://intake:9411", "--heartbeat-token-file", os.devnull], "bearer token is empty"),
-    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", "/nonexistent/token"], "--heartbeat-token-file"),
-    (["--heartbeat-url", "intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
-     "not an http:// or https:// URL"),
-    (["--heartbeat-url", "ftp://intake:21", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
-     "not an http:// or https:// URL"),
-    (["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
-     "sent only over https"),  # the credential would cross the network in clear
-    (["--events-to-intake"], "--heartbeat-url"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--max-spool", "0"], "--max-spool"),
+        (["--sample-interval", "0.2"], "--sample-interval"),
+        (["--kmsg", "/dev/null", "--journal"], "at most one"),
+        (["--profile", "no-such-gpu"], "no-such-gpu"),
+        (["--kmsg", "/nonexistent/kmsg"], "cannot open the kernel log"),
+        (["--heartbeat-interval", "0"], "--heartbeat-interval"),
+        (["--heartbeat-url", "http://intake:9411"], "intake's token"),  # no token anywhere
+        (["--heartbeat-url", "https://intake:9411", "--heartbeat-token-file", os.devnull], "bearer token is empty"),
+        (
+            ["--heartbeat-url", "http://intake:9411", "--heartbeat-token-file", "/nonexistent/token"],
+            "--heartbeat-token-file",
+        ),
+        (
+            ["--heartbeat-url", "intake:9411", "--heartbeat-token-file", str(FIXTURES / "agent" / "heartbeat-token")],
+            "not an http:// or https:// URL",
+        ),
+        (
+            [
+                "--heartbeat-url",
+                "ftp://intake:21",
+                "--heartbeat-token-file",
+                str(FIXTURES / "agent" / "heartbeat-token"),
+            ],
+            "not an http:// or https:// URL",
+        ),
+        (
+            [
+                "--heartbeat-url",
+                "http://intake:9411",
+                "--heartbeat-token-file",
+                str(FIXTURES / "agent" / "heartbeat-token"),
+            ],
+            "sent only over https",
+        ),  # the credential would cross the network in clear
+        (["--events-to-intake"], "--heartbeat-url"),
+    ],
+)
 def test_bad_agent_options_get_one_line_and_exit_2(tmp_path, args, words) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("FLEETCTL_INTAKE_TOKEN", "FLEETCTL_AGENT_HEARTBEAT_URL")}
-    proc = subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "agent", "n1", "--spool", str(tmp_path / "s"),
-                           "--metrics-port", "0", *args], capture_output=True, text=True, timeout=60,
-                          env={**env, "FLEETCTL_CONFIG": os.devnull})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "agent",
+            "n1",
+            "--spool",
+            str(tmp_path / "s"),
+            "--metrics-port",
+            "0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "FLEETCTL_CONFIG": os.devnull},
+    )
     assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 

@@ -80,7 +80,9 @@ def test_past_the_bound_minor_events_go_before_critical_ones_and_again_after_a_r
     assert s.dropped == 4 and s.dropped_by_severity == {"critical": 1, "warning": 1, "info": 2, "none": 0}
     s.close()
     again = Spool(tmp_path, 3)  # the tombstones drop the same events again
-    assert [e["event_id"] for e in again.pending(10)] == ["79b", "79c", "79d"] and again.dropped_by_severity["info"] == 2
+    assert [e["event_id"] for e in again.pending(10)] == ["79b", "79c", "79d"] and again.dropped_by_severity[
+        "info"
+    ] == 2
 
 
 def test_an_ack_counts_the_events_handed_out_even_when_some_were_dropped_since(tmp_path) -> None:
@@ -96,7 +98,9 @@ def test_an_append_the_disk_refuses_leaves_the_spool_as_it_was(tmp_path, monkeyp
     s = Spool(tmp_path, 10)
     s.append(_events("a"))
     real = spool_module.os.fsync
-    monkeypatch.setattr(spool_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    monkeypatch.setattr(
+        spool_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device"))
+    )
     with pytest.raises(OSError):
         s.append(_events("b"))
     monkeypatch.setattr(spool_module.os, "fsync", real)

@@ -94,8 +94,13 @@ def run_sushy_emulator(directory: Path) -> Iterator[RedfishBmc]:
     with ScriptedRedfish().serving() as receiver:
         receiver.script("PUT", NOTIFY_PATH, Answer(204))
         with _emulator(directory, port, htpasswd, f"{receiver.base_url}{NOTIFY_PATH}") as base_url:
-            yield RedfishBmc(base_url=base_url, system_id=SYSTEM_UUID, username=USERNAME, password=password,
-                             notifications=receiver.requests)
+            yield RedfishBmc(
+                base_url=base_url,
+                system_id=SYSTEM_UUID,
+                username=USERNAME,
+                password=password,
+                notifications=receiver.requests,
+            )
 
 
 @contextmanager
@@ -147,6 +152,4 @@ def _wait_until_serving(emulator: subprocess.Popen[bytes], base_url: str, log_pa
                 return
         except OSError:
             time.sleep(0.1)
-    raise RuntimeError(
-        f"sushy-emulator did not serve within {STARTUP_TIMEOUT_S:g}s: {log_path.read_text()[-2000:]}"
-    )
+    raise RuntimeError(f"sushy-emulator did not serve within {STARTUP_TIMEOUT_S:g}s: {log_path.read_text()[-2000:]}")

@@ -16,7 +16,9 @@ from fleetctl.sim.executor import SimExecutor
 BOOT_ID = ["cat", "/proc/sys/kernel/random/boot_id"]
 
 
-@pytest.mark.parametrize("address, url", [("10.1.0.7", "https://10.1.0.7"), ("http://127.0.0.1:8000", "http://127.0.0.1:8000")])
+@pytest.mark.parametrize(
+    "address, url", [("10.1.0.7", "https://10.1.0.7"), ("http://127.0.0.1:8000", "http://127.0.0.1:8000")]
+)
 def test_a_plain_or_http_address_is_redfish(address: str, url: str) -> None:
     bmc = bmc_for("gpu-01", address, Settings(bmc_username="u", bmc_password="secret"))
     assert isinstance(bmc, RedfishBmc) and bmc.client.base_url == url
@@ -34,9 +36,13 @@ def test_a_sim_address_is_the_simulated_bmc(sqlite_url) -> None:
 
 
 def _sim_node(engine, clock):
-    ex = SimExecutor(lambda name: store.fault_specs(engine, name), seed=3, now=lambda: clock[0],
-                     booted_at=lambda name: store.booted_at(engine, name),
-                     cure=lambda name, kinds: store.cure(engine, name, kinds))
+    ex = SimExecutor(
+        lambda name: store.fault_specs(engine, name),
+        seed=3,
+        now=lambda: clock[0],
+        booted_at=lambda name: store.booted_at(engine, name),
+        cure=lambda name, kinds: store.cure(engine, name, kinds),
+    )
     target = NodeTarget("gpu-01", "sim://gpu-01", profile="h100-sxm")
     return lambda argv: ex.run(target, argv, 60)
 

@@ -99,9 +99,7 @@ def test_closed_port_is_unreachable() -> None:
         client.systems()
 
 
-def test_credentials_appear_in_no_log_error_or_repr(
-    redfish_bmc: RedfishBmc, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_credentials_appear_in_no_log_error_or_repr(redfish_bmc: RedfishBmc, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     wrong_password = "Wr0ng-" + redfish_bmc.password
     good = redfish_bmc.client()
@@ -182,9 +180,7 @@ def test_firmware_inventory_lists_name_version_and_updateable(scripted_redfish: 
 
     assert components == [
         FirmwareComponent(uri=f"{inventory}/BMC", id="BMC", name="BMC firmware", version="1.1", updateable=True),
-        FirmwareComponent(
-            uri=f"{inventory}/GPU0", id="GPU0", name="GPU0 VBIOS", version="96.00.89", updateable=None
-        ),
+        FirmwareComponent(uri=f"{inventory}/GPU0", id="GPU0", name="GPU0 VBIOS", version="96.00.89", updateable=None),
     ]
 
 
@@ -228,10 +224,7 @@ def test_simple_update_prefers_the_task_in_its_answer_over_a_task_monitor(
         ),
     )
 
-    assert (
-        RedfishClient(scripted_redfish.base_url, "u", "pw").simple_update(IMAGE)
-        == "/redfish/v1/TaskService/Tasks/3"
-    )
+    assert RedfishClient(scripted_redfish.base_url, "u", "pw").simple_update(IMAGE) == "/redfish/v1/TaskService/Tasks/3"
 
 
 def test_failed_task_raises_with_its_messages(scripted_redfish: ScriptedRedfish) -> None:

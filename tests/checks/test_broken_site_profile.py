@@ -69,7 +69,9 @@ def _inventory(tmp_path: Path, profile: str) -> Path:
 
 def test_check_profiles_names_the_broken_file(broken) -> None:
     site, path, words = broken
-    result = runner.invoke(app, ["check", "profiles"], env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)})
+    result = runner.invoke(
+        app, ["check", "profiles"], env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)}
+    )
     _refused_in_one_line(result.exit_code, result.stderr, path, words)
     assert result.stdout == ""
 
@@ -78,8 +80,11 @@ def test_check_parse_against_the_broken_profile_names_its_file(broken) -> None:
     """Judged by the broken profile: refused before the output is read (stdin never asked)."""
     site, path, words = broken
     profile = path.name.removesuffix(".yaml")
-    result = runner.invoke(app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", profile],
-                           env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)})
+    result = runner.invoke(
+        app,
+        ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", profile],
+        env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)},
+    )
     _refused_in_one_line(result.exit_code, result.stderr, path, words)
 
 
@@ -90,16 +95,32 @@ def test_node_import_names_the_broken_file_and_imports_nothing(broken, tmp_path,
     site, path, words = broken
     database = tmp_path / "fleet.db"
     for extra in (["--dry-run"], []):
-        result = runner.invoke(app, ["--db-url", f"sqlite:///{database}", "--temporal-address", "127.0.0.1:1",
-                                     "node", "import", str(_inventory(tmp_path, profile)), *extra],
-                               env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)})
+        result = runner.invoke(
+            app,
+            [
+                "--db-url",
+                f"sqlite:///{database}",
+                "--temporal-address",
+                "127.0.0.1:1",
+                "node",
+                "import",
+                str(_inventory(tmp_path, profile)),
+                *extra,
+            ],
+            env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)},
+        )
         _refused_in_one_line(result.exit_code, result.stderr, path, words)
         assert not database.exists()
 
 
 def _start_worker(site: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site),
-           "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}", "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    env = {
+        **os.environ,
+        "FLEETCTL_CONFIG": os.devnull,
+        "FLEETCTL_PROFILES_DIR": str(site),
+        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+    }
     return subprocess.run([*CLI, "worker"], env=env, capture_output=True, text=True, timeout=WORKER_START_S)
 
 
@@ -123,8 +144,20 @@ def test_the_agent_judging_by_the_broken_profile_does_not_start(broken, tmp_path
     or opens its spool."""
     site, path, words = broken
     spool = tmp_path / "spool"
-    result = runner.invoke(app, ["agent", "--profile", path.name.removesuffix(".yaml"), "--file", os.devnull,
-                                 "--spool", str(spool), "--metrics-port", "0"],
-                           env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)})
+    result = runner.invoke(
+        app,
+        [
+            "agent",
+            "--profile",
+            path.name.removesuffix(".yaml"),
+            "--file",
+            os.devnull,
+            "--spool",
+            str(spool),
+            "--metrics-port",
+            "0",
+        ],
+        env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_PROFILES_DIR": str(site)},
+    )
     _refused_in_one_line(result.exit_code, result.stderr, path, words)
     assert not spool.exists()

@@ -14,8 +14,19 @@ runner = CliRunner()
 
 
 def test_catalog_has_the_agreed_checks():
-    required = {"nvidia-smi-query", "nvidia-smi-q", "xid-scan", "dcgm-r1", "dcgm-r2", "dcgm-r3", "nccl-allreduce",
-                "hpl", "ib-ports", "ib-bw", "firmware-inventory"}
+    required = {
+        "nvidia-smi-query",
+        "nvidia-smi-q",
+        "xid-scan",
+        "dcgm-r1",
+        "dcgm-r2",
+        "dcgm-r3",
+        "nccl-allreduce",
+        "hpl",
+        "ib-ports",
+        "ib-bw",
+        "firmware-inventory",
+    }
     assert required <= set(CHECKS)
     for name, spec in CHECKS.items():
         assert isinstance(spec, CheckSpec) and spec.name == name and spec.kind in KINDS
@@ -61,11 +72,17 @@ def test_check_parse_exit_codes_and_json(kind, fixture, profile, code, status):
 
 
 def test_check_parse_required_metric_keys():
-    nccl = json.loads(runner.invoke(app, ["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "-o", "json"]).stdout)
+    nccl = json.loads(
+        runner.invoke(app, ["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "-o", "json"]).stdout
+    )
     assert {"busbw_gbps", "avg_busbw_gbps", "wrong"} <= set(nccl["metrics"])
-    hpl = json.loads(runner.invoke(app, ["parse", "hpl", str(FIXTURES / "hpl/nvidia_8xh100_ok.txt"), "-o", "json"]).stdout)
+    hpl = json.loads(
+        runner.invoke(app, ["parse", "hpl", str(FIXTURES / "hpl/nvidia_8xh100_ok.txt"), "-o", "json"]).stdout
+    )
     assert {"gflops", "gflops_per_gpu", "residual_passed"} <= set(hpl["metrics"])
-    xid = json.loads(runner.invoke(app, ["parse", "xid", str(FIXTURES / "xid/dmesg_T_xid119_gsp_fail.txt"), "-o", "json"]).stdout)
+    xid = json.loads(
+        runner.invoke(app, ["parse", "xid", str(FIXTURES / "xid/dmesg_T_xid119_gsp_fail.txt"), "-o", "json"]).stdout
+    )
     assert xid["metrics"]["xids"] == [119] and xid["metrics"]["action"] == "reset_gpu"
 
 
@@ -79,7 +96,10 @@ def test_check_parse_table_output():
     [
         (["parse", "bogus", "x.txt"], "unknown check kind"),
         (["parse", "nccl", "/nonexistent/out.txt"], "no such file"),
-        (["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "--profile", "h900"], "unknown GPU profile"),
+        (
+            ["parse", "nccl", str(FIXTURES / "nccl/8xh100_full_sweep_ok.txt"), "--profile", "h900"],
+            "unknown GPU profile",
+        ),
     ],
 )
 def test_check_parse_usage_errors(args, message):

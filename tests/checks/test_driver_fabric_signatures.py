@@ -49,8 +49,10 @@ def test_the_agent_reads_the_same_signatures_as_xid_scan():
 
 def test_the_kernel_and_fabric_manager_name_one_switch_alike():
     """An SXid the kernel logged and Fabric Manager logged again is one switch, one finding."""
-    text = ("[131453.740743] nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 33 LTSSM Fault Up\n"
-            + fixture_text("xid/fabricmanager_log_sxid_fatal_fail.txt"))
+    text = (
+        "[131453.740743] nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 20034, Fatal, Link 33 LTSSM Fault Up\n"
+        + fixture_text("xid/fabricmanager_log_sxid_fatal_fail.txt")
+    )
     result = judge("xid", text)
     fatal = [f for f in result.findings if "fatal SXid" in f.what and "non-fatal" not in f.what]
     assert [f.where for f in fatal] == ["0000:86:00.0"] and "x2" in fatal[0].what
@@ -81,10 +83,13 @@ def test_held_out_real_reports_never_pass(text):
     assert judge("xid", text).status is Status.FAIL
 
 
-@pytest.mark.parametrize("line", [
-    "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error twenty on fid 0",
-    "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 999999 on fid 0 on NVSwitch pci bus id "
-    "00000000:86:00.0 physical id 3 port 33",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error twenty on fid 0",
+        "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 999999 on fid 0 on NVSwitch pci bus id "
+        "00000000:86:00.0 physical id 3 port 33",
+    ],
+)
 def test_a_fabric_manager_report_it_cannot_read_is_an_error_not_a_pass(line):
     assert judge("xid", line).status is Status.ERROR

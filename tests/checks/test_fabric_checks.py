@@ -41,30 +41,77 @@ def pairs(*runs: tuple[str, str, str]) -> str:
     ("transcript", "profile", "status", "reason"),
     [
         # 338.82 GB/s is over A100's two-node floor, between H100's warn (368) and fail (330)
-        (pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK)), A100, PASS, r"busbw 338\.82 GB/s or more with each of 2"),
-        (pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK)), H100, WARN, r"pair x-p: busbw with p 338\.82 GB/s is below 368"),
+        (
+            pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK)),
+            A100,
+            PASS,
+            r"busbw 338\.82 GB/s or more with each of 2",
+        ),
+        (
+            pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK)),
+            H100,
+            WARN,
+            r"pair x-p: busbw with p 338\.82 GB/s is below 368",
+        ),
         # x is slow (broken) with both partners, who are fine together: x is the straggler
-        (pairs(("x", "p", WRONG), ("x", "q", DIED), ("p", "q", OK)), A100, FAIL, r"slow with all 2 partners.*the straggler"),
+        (
+            pairs(("x", "p", WRONG), ("x", "q", DIED), ("p", "q", OK)),
+            A100,
+            FAIL,
+            r"slow with all 2 partners.*the straggler",
+        ),
         # q is slow with everyone; x is fine with p: x passes, q is named
-        (pairs(("x", "p", OK), ("x", "q", WRONG), ("p", "q", DIED)), A100, PASS, r"busbw 338\.82 GB/s with p; slow only with q"),
+        (
+            pairs(("x", "p", OK), ("x", "q", WRONG), ("p", "q", DIED)),
+            A100,
+            PASS,
+            r"busbw 338\.82 GB/s with p; slow only with q",
+        ),
         # everything broken: the fabric, not x; nothing proves x good or bad
-        (pairs(("x", "p", WRONG), ("x", "q", DIED), ("p", "q", WRONG)), A100, ERROR, r"slow with every partner.*fabric"),
+        (
+            pairs(("x", "p", WRONG), ("x", "q", DIED), ("p", "q", WRONG)),
+            A100,
+            ERROR,
+            r"slow with every partner.*fabric",
+        ),
         # one partner, slow: either node could be the slow one
         (pairs(("x", "p", WRONG)), A100, ERROR, r"slow with every partner.*cannot tell"),
         # without a profile: no floor, but corrupted data with x is a failure
         (pairs(("x", "p", OK), ("x", "q", OK), ("p", "q", OK)), None, PASS, r"no profile, no multi-node floor"),
         (pairs(("x", "p", OK), ("x", "q", WRONG), ("p", "q", OK)), None, FAIL, r"pair with q: .*wrong values"),
         # not evidence of a two-node run
-        (pairs(("x", "p", ONE_NODE), ("x", "q", OK), ("p", "q", OK)), A100, ERROR, r"pair x-p ran on 1 host\(s\), not 2"),
-        (pairs(("x", "p", OK[: OK.index("# Avg bus") + 25]), ("x", "q", OK), ("p", "q", OK)), A100, ERROR,
-         r"pair x-p: the output ends inside its footer"),
+        (
+            pairs(("x", "p", ONE_NODE), ("x", "q", OK), ("p", "q", OK)),
+            A100,
+            ERROR,
+            r"pair x-p ran on 1 host\(s\), not 2",
+        ),
+        (
+            pairs(("x", "p", OK[: OK.index("# Avg bus") + 25]), ("x", "q", OK), ("p", "q", OK)),
+            A100,
+            ERROR,
+            r"pair x-p: the output ends inside its footer",
+        ),
         ("", A100, ERROR, r"the output is empty"),
         (OK, A100, ERROR, r"no pair plan in the output"),
         # the partners' own pair is what names a straggler: without it, cut short
         (pairs(("x", "p", WRONG), ("x", "q", DIED)), A100, ERROR, r"no 'pair p q' step: the run was cut short"),
     ],
-    ids=["a100-pass", "h100-warn", "straggler", "partner-slow", "fabric", "one-partner", "no-profile",
-         "no-profile-wrong", "one-host", "cut-pair", "empty", "not-a-transcript", "lost-pair"],
+    ids=[
+        "a100-pass",
+        "h100-warn",
+        "straggler",
+        "partner-slow",
+        "fabric",
+        "one-partner",
+        "no-profile",
+        "no-profile-wrong",
+        "one-host",
+        "cut-pair",
+        "empty",
+        "not-a-transcript",
+        "lost-pair",
+    ],
 )
 def test_pairs_are_judged_by_who_is_slow_with_whom(transcript, profile, status, reason) -> None:
     result = judge("nccl-pairs", transcript, profile)
@@ -83,7 +130,17 @@ def test_the_pair_plan_runs_the_partners_together_too() -> None:
     assert pair_plan("x", ["p", "q"]) == [("x", "p", "pair x p"), ("x", "q", "pair x q"), ("p", "q", "pair p q")]
     assert [label for *_, label in pair_plan("x", ["p", "q", "r"])][3:] == ["pair p q", "pair q r", "pair r p"]
     assert pair_argv("x", "p", 8, ("all_reduce_perf", "-g", "1")) == (
-        "mpirun", "--host", "x:8,p:8", "-np", "16", "--npernode", "8", "all_reduce_perf", "-g", "1")
+        "mpirun",
+        "--host",
+        "x:8,p:8",
+        "-np",
+        "16",
+        "--npernode",
+        "8",
+        "all_reduce_perf",
+        "-g",
+        "1",
+    )
     with pytest.raises(ValueError, match="other nodes"):
         pair_plan("x", ["x", "p"])
 
@@ -92,8 +149,11 @@ def test_the_pair_plan_runs_the_partners_together_too() -> None:
 
 IBSTAT = fixture_text("ib/ibstat_h100_8rails_3eth_down_ok.txt")  # 8 NDR rails + 4 Ethernet ports
 PERFQUERY = fixture_text("ib/perfquery_x_lid1719_before.out")
-PORT_1 = PERFQUERY[PERFQUERY.index("# Port extended counters: Lid 1719 port 1"):
-                   PERFQUERY.index("# Port extended counters: Lid 1719 port 2")]
+PORT_1 = PERFQUERY[
+    PERFQUERY.index("# Port extended counters: Lid 1719 port 1") : PERFQUERY.index(
+        "# Port extended counters: Lid 1719 port 2"
+    )
+]
 BW_OK = fixture_text("ib/ib_write_bw_ndr_ok.txt")
 BW_SLOW = fixture_text("ib/ib_write_bw_ndr_slow_fail.txt")
 RAILS = ["mlx5_0", "mlx5_10", "mlx5_11", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9"]
@@ -120,21 +180,46 @@ def rails(bw: dict | None = None, after: dict | None = None, drop: str | None = 
         # a rail that is not mlx5_0 is slow: the one-HCA check would never have seen it
         (rails(bw={"mlx5_9": BW_SLOW}), FAIL, r"mlx5_9 port 1: ib_write_bw average [\d.]+ Gb/s is below 340"),
         # the link went down and came back during the run: it flaps
-        (rails(after={"mlx5_4": bump(PORT_1, "LinkDownedCounter", 1)}), FAIL,
-         r"mlx5_4 port 1: LinkDownedCounter rose by 1 during the check"),
-        (rails(after={"mlx5_4": bump(PORT_1, "SymbolErrorCounter", 40)}), WARN, r"mlx5_4 port 1: SymbolErrorCounter rose by 40"),
+        (
+            rails(after={"mlx5_4": bump(PORT_1, "LinkDownedCounter", 1)}),
+            FAIL,
+            r"mlx5_4 port 1: LinkDownedCounter rose by 1 during the check",
+        ),
+        (
+            rails(after={"mlx5_4": bump(PORT_1, "SymbolErrorCounter", 40)}),
+            WARN,
+            r"mlx5_4 port 1: SymbolErrorCounter rose by 40",
+        ),
         # a rail with no result is no evidence for that rail
-        (rails(drop="ib_write_bw mlx5_6 1"), ERROR, r"mlx5_6 port 1: no 'ib_write_bw mlx5_6 1' step: the run was cut short"),
+        (
+            rails(drop="ib_write_bw mlx5_6 1"),
+            ERROR,
+            r"mlx5_6 port 1: no 'ib_write_bw mlx5_6 1' step: the run was cut short",
+        ),
         (rails(drop="perfquery after mlx5_11 1"), ERROR, r"mlx5_11 port 1: no 'perfquery after mlx5_11 1' step"),
         (rails()[:-40], ERROR, r"mlx5_9 port 1: no complete 'perfquery after mlx5_9 1' step"),
         # ib_write_bw of another device under a rail's marker
-        (rails(bw={"mlx5_3": BW_OK.replace("mlx5_0", "mlx5_7")}), ERROR, r"the ib_write_bw step of mlx5_3 tested mlx5_7"),
+        (
+            rails(bw={"mlx5_3": BW_OK.replace("mlx5_0", "mlx5_7")}),
+            ERROR,
+            r"the ib_write_bw step of mlx5_3 tested mlx5_7",
+        ),
         # evidence of a failure wins over a rail that could not be judged
         (rails(bw={"mlx5_9": BW_SLOW}, after={"mlx5_0": PORT_1[:200]}), FAIL, r"mlx5_9 port 1: ib_write_bw average"),
         (IBSTAT, ERROR, r"no 'ibstat' step in the output"),
     ],
-    ids=["healthy", "slow-rail", "link-flapped", "symbol-errors", "missing-bw", "missing-counters", "cut",
-         "wrong-device", "fail-wins", "not-a-transcript"],
+    ids=[
+        "healthy",
+        "slow-rail",
+        "link-flapped",
+        "symbol-errors",
+        "missing-bw",
+        "missing-counters",
+        "cut",
+        "wrong-device",
+        "fail-wins",
+        "not-a-transcript",
+    ],
 )
 def test_every_rail_is_tested_and_judged(transcript, status, reason) -> None:
     result = judge("ib-rails", transcript, H100)
@@ -194,8 +279,9 @@ def test_a_transcript_cut_anywhere_never_passes(kind, profile, text, data) -> No
 @given(data=st.data())
 def test_a_measurement_garbled_never_passes(kind, profile, text, data) -> None:
     lines = text.splitlines(keepends=True)
-    spots = [(i, m.start(), m.end()) for i, line in enumerate(lines) if _MEASURED.match(line)
-             for m in _NUMBER.finditer(line)]
+    spots = [
+        (i, m.start(), m.end()) for i, line in enumerate(lines) if _MEASURED.match(line) for m in _NUMBER.finditer(line)
+    ]
     i, start, end = data.draw(st.sampled_from(spots), label="number")
     # not N/A: nccl-tests prints it in #wrong when validation is off, a legitimate cell
     garbage = data.draw(st.sampled_from(["ERR!", "nan", "1e400", "--", "?", "12abc", "0x"]), label="garbage")

@@ -55,8 +55,12 @@ def uncited(root: Path) -> list[str]:
 
 
 def stale_entries(root: Path) -> list[str]:
-    return [f"{index.relative_to(root)}: {name}" for index in sorted(root.rglob("SOURCES.md"))
-            for name in sources_table(index) if not (index.parent / name).is_file()]
+    return [
+        f"{index.relative_to(root)}: {name}"
+        for index in sorted(root.rglob("SOURCES.md"))
+        for name in sources_table(index)
+        if not (index.parent / name).is_file()
+    ]
 
 
 def test_every_fixture_cites_its_source() -> None:
@@ -74,6 +78,7 @@ def test_an_uncited_fixture_and_a_stale_row_are_caught(tmp_path: Path) -> None:
     (tmp_path / "tool" / "bare.txt").write_text("# Rank 0 on node1\nno source anywhere\n")
     (tmp_path / "tool" / "empty_cell.txt").write_text("out\n")
     (tmp_path / "tool" / "SOURCES.md").write_text(
-        "| file | source |\n|---|---|\n| listed.txt | constructed: to exercise a case |\n| empty_cell.txt |  |\n| gone.txt | x |\n")
+        "| file | source |\n|---|---|\n| listed.txt | constructed: to exercise a case |\n| empty_cell.txt |  |\n| gone.txt | x |\n"
+    )
     assert uncited(tmp_path) == ["tool/bare.txt", "tool/empty_cell.txt"]
     assert stale_entries(tmp_path) == ["tool/SOURCES.md: gone.txt"]

@@ -22,7 +22,12 @@ CASES = [
     # Over several hosts: read without a profile ("_ok": every value right), held to the
     # profile's multi-node floor with one (368 warn, 330 fail on h100-sxm's 8x NDR)
     ("nccl/2x8xh100_validation_off_ok.txt", "nccl", None, PASS),
-    ("nccl/2x8xh100_validation_off_ok.txt", "nccl", H100, FAIL),  # nccl-tests#290: 90 GB/s, NVIDIA expects 46-48 per NIC
+    (
+        "nccl/2x8xh100_validation_off_ok.txt",
+        "nccl",
+        H100,
+        FAIL,
+    ),  # nccl-tests#290: 90 GB/s, NVIDIA expects 46-48 per NIC
     ("nccl/2x8xh100_multinode_ok.txt", "nccl", None, PASS),
     ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, WARN),  # A3 Mega's 8x 200G, not 8x NDR: 341 GB/s
     ("nccl/2x8xh100_a3mega_verbatim_ok.txt", "nccl", H100, WARN),
@@ -155,12 +160,22 @@ CASES = [
     ("host/disk_raid_inodes_warn.txt", "disk", H100, WARN),
     ("host/disk_root_full_fail.txt", "disk", H100, FAIL),
     ("host/disk_raid_read_only_fail.txt", "disk", H100, FAIL),
-    ("host/disk_lustre_missing_fail.txt", "disk", H100, PASS),  # h100-sxm requires no mount; a site profile does (test_host_checks)
+    (
+        "host/disk_lustre_missing_fail.txt",
+        "disk",
+        H100,
+        PASS,
+    ),  # h100-sxm requires no mount; a site profile does (test_host_checks)
     ("host/services_hgx_h100_ok.txt", "services", H100, PASS),
     ("host/services_fabricmanager_failed_fail.txt", "services", H100, FAIL),
     ("host/versions_550_ok.txt", "versions", H100, PASS),
     ("host/versions_library_mismatch_fail.txt", "versions", H100, FAIL),
-    ("host/versions_off_baseline_kernel_warn.txt", "versions", H100, PASS),  # no baseline in h100-sxm; a site profile's (test_host_checks)
+    (
+        "host/versions_off_baseline_kernel_warn.txt",
+        "versions",
+        H100,
+        PASS,
+    ),  # no baseline in h100-sxm; a site profile's (test_host_checks)
     ("host/chrony_aws_synced_ok.txt", "clock", H100, PASS),
     ("host/chrony_1557s_slow_fail.txt", "clock", H100, FAIL),
     ("host/chrony_not_synchronised_fail.txt", "clock", H100, FAIL),
@@ -220,7 +235,9 @@ def test_every_fixture_is_in_the_table():
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("text", ["", "   \n", "hello world\n", "{}", "\x00\x01garbage", "<html><body>502 Bad Gateway</body></html>"])
+@pytest.mark.parametrize(
+    "text", ["", "   \n", "hello world\n", "{}", "\x00\x01garbage", "<html><body>502 Bad Gateway</body></html>"]
+)
 def test_empty_or_foreign_text_is_an_error(kind, text):
     result = judge(kind, text)
     assert result.status is Status.ERROR

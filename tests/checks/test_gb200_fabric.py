@@ -18,11 +18,18 @@ def test_the_gb200_profile_is_a_tray_of_four_in_a_domain_of_seventy_two():
     assert gb200.matches_gpu_name("NVIDIA GB200") and not gb200.matches_gpu_name("NVIDIA B200")
 
 
-@pytest.mark.parametrize(("fixture", "where", "what"), [
-    ("nvidia_smi/q_gb200_fabric_insufficient_resources_fail.txt", "GPU 1", "registration failed: Insufficient Resources"),
-    ("nvidia_smi/q_gb200_fabric_unhealthy_fail.txt", "GPU 2", "fabric health: Unhealthy"),
-    ("nvidia_smi/q_gb200_fabric_in_progress_fail.txt", "GPU 0", "registration 'In Progress', not Completed"),
-])
+@pytest.mark.parametrize(
+    ("fixture", "where", "what"),
+    [
+        (
+            "nvidia_smi/q_gb200_fabric_insufficient_resources_fail.txt",
+            "GPU 1",
+            "registration failed: Insufficient Resources",
+        ),
+        ("nvidia_smi/q_gb200_fabric_unhealthy_fail.txt", "GPU 2", "fabric health: Unhealthy"),
+        ("nvidia_smi/q_gb200_fabric_in_progress_fail.txt", "GPU 0", "registration 'In Progress', not Completed"),
+    ],
+)
 def test_a_gpu_out_of_its_nvlink_domain_fails_the_tray(fixture, where, what):
     result = judge("nvidia-smi", fixture_text(fixture), "gb200")
     assert result.status is Status.FAIL
@@ -39,6 +46,6 @@ def test_an_hgx_nodes_own_fabric_section_is_not_judged_as_a_domain():
 def test_a_tray_reported_without_its_fabric_section_is_not_vouched_for():
     text = fixture_text("nvidia_smi/q_gb200_tray_fabric_ok.txt")
     block = text.index("    Fabric\n")
-    stripped = text[:block] + text[text.index("    Processes", block):]
+    stripped = text[:block] + text[text.index("    Processes", block) :]
     result = judge("nvidia-smi", stripped, "gb200")
     assert result.status is Status.WARN and "NVLink domain registration was not reported" in result.reason

@@ -17,8 +17,16 @@ H100, A100 = "h100-sxm", "a100-sxm-80gb"
 HOST_KINDS = {"pcie", "pcie-aer", "memory", "cpu", "disk", "services", "versions", "clock"}
 # The areas the kinds cover: PCIe (links and their error counters), memory, CPUs, disks,
 # daemons, versions, clock.
-AREAS = {"pcie": "pcie", "pcie-aer": "pcie", "memory": "memory", "cpu": "cpu", "disk": "disk",
-         "services": "services", "versions": "versions", "clock": "clock"}
+AREAS = {
+    "pcie": "pcie",
+    "pcie-aer": "pcie",
+    "memory": "memory",
+    "cpu": "cpu",
+    "disk": "disk",
+    "services": "services",
+    "versions": "versions",
+    "clock": "clock",
+}
 
 
 def test_at_least_six_host_areas_are_in_the_catalog_and_run_in_quick_and_burn_in():
@@ -41,7 +49,8 @@ def test_a_required_mount_missing_fails_against_the_site_profile_that_requires_i
     assert judge("disk", fixture_text("host/disk_dgx_lustre_ok.txt"), site).status is Status.PASS
     result = judge("disk", fixture_text("host/disk_lustre_missing_fail.txt"), site)
     assert result.status is Status.FAIL and [(f.where, f.what) for f in result.findings] == [
-        ("/lustre", "required filesystem not mounted")]
+        ("/lustre", "required filesystem not mounted")
+    ]
 
 
 def test_driver_and_kernel_are_held_to_the_fleet_baseline_of_the_profile(site):
@@ -62,7 +71,10 @@ def test_a_downtrained_gpu_fails_and_an_idle_gpus_lower_speed_does_not():
 def test_required_services_come_from_the_profile():
     text = fixture_text("host/services_fabricmanager_failed_fail.txt")
     result = judge("services", text, H100)
-    assert [(f.where, f.severity) for f in result.findings] == [("nvidia-fabricmanager", "fail"), ("nvidia-imex", "info")]
+    assert [(f.where, f.severity) for f in result.findings] == [
+        ("nvidia-fabricmanager", "fail"),
+        ("nvidia-imex", "info"),
+    ]
 
 
 # Held out: real outputs, each from its cited source, that no fixture or pattern was written from.
@@ -70,27 +82,57 @@ HELD_OUT = [
     # a Jetson Nano's lscpu with two of four CPUs offline (public CUDA notes on GitHub)
     ("cpu", None, "CPU(s):               4\nOn-line CPU(s) list:  0,1\nOff-line CPU(s) list: 2,3\n", Status.FAIL),
     # lscpu of a container host limited to 12 CPUs (RoseLab docs on GitHub): 44 offline
-    ("cpu", None, "CPU(s):                  56\n  On-line CPU(s) list:   4,6,11,13,18,19,23,29,34,38,41,42\n"
-                  "  Off-line CPU(s) list:  0-3,5,7-10,12,14-17,20-22,24-28,30-33,35-37,39,40,43-55\n", Status.FAIL),
+    (
+        "cpu",
+        None,
+        "CPU(s):                  56\n  On-line CPU(s) list:   4,6,11,13,18,19,23,29,34,38,41,42\n"
+        "  Off-line CPU(s) list:  0-3,5,7-10,12,14-17,20-22,24-28,30-33,35-37,39,40,43-55\n",
+        Status.FAIL,
+    ),
     # the cloud-hypervisor docs' `lscpu | grep list:`: no CPU(s) line, so nothing to count against
     ("cpu", None, "On-line CPU(s) list:             0-3\nOff-line CPU(s) list:            4-7\n", Status.ERROR),
     # an nagios-style ntp-offset plugin's documented chronyc output (107.969 us slow)
-    ("clock", H100, "Reference ID    : 54104921 (tick.ntp.infomaniak.ch)\nStratum         : 2\n"
-                    "Ref time (UTC)  : Thu Jul 14 11:58:14 2022\nSystem time     : 0.000107969 seconds slow of NTP time\n"
-                    "Last offset     : +0.000050926 seconds\nLeap status     : Normal\n", Status.PASS),
+    (
+        "clock",
+        H100,
+        "Reference ID    : 54104921 (tick.ntp.infomaniak.ch)\nStratum         : 2\n"
+        "Ref time (UTC)  : Thu Jul 14 11:58:14 2022\nSystem time     : 0.000107969 seconds slow of NTP time\n"
+        "Last offset     : +0.000050926 seconds\nLeap status     : Normal\n",
+        Status.PASS,
+    ),
     # a tutorial's "expected output" with its keys lower-cased: not chronyc's own text
-    ("clock", H100, "reference id : 91F20D03 (ntp.ubuntu.com)\nstratum : 2\n"
-                    "system time : 0.000234567 seconds slow of NTP time\nleap status : Normal\n", Status.ERROR),
+    (
+        "clock",
+        H100,
+        "reference id : 91F20D03 (ntp.ubuntu.com)\nstratum : 2\n"
+        "system time : 0.000234567 seconds slow of NTP time\nleap status : Normal\n",
+        Status.ERROR,
+    ),
     # syslog of a host with thousands of corrected errors per DIMM (public ops notes on GitHub)
-    ("xid", None, "Nov  3 17:40:22 dct-liberty-ctldb-001 kernel: EDAC MC0: 29589 CE memory read error on "
-                  "CPU_SrcID#0_Ha#0_Chan#0_DIMM#1 (channel:0 slot:1 page:0x17374e offset:0x0 grain:32 syndrome:0x0 -  "
-                  "OVERFLOW area:DRAM err_code:0001:0090 socket:0 ha:0 channel_mask:1 rank:4)\n", Status.WARN),
+    (
+        "xid",
+        None,
+        "Nov  3 17:40:22 dct-liberty-ctldb-001 kernel: EDAC MC0: 29589 CE memory read error on "
+        "CPU_SrcID#0_Ha#0_Chan#0_DIMM#1 (channel:0 slot:1 page:0x17374e offset:0x0 grain:32 syndrome:0x0 -  "
+        "OVERFLOW area:DRAM err_code:0001:0090 socket:0 ha:0 channel_mask:1 rank:4)\n",
+        Status.WARN,
+    ),
     # a laptop's thermald bug report: package throttling
-    ("xid", None, "Oct 14 22:30:59 p5520 kernel: [ 9481.033687] CPU3: Package temperature above threshold, cpu clock "
-                  "throttled (total events = 5845)\n", Status.WARN),
+    (
+        "xid",
+        None,
+        "Oct 14 22:30:59 p5520 kernel: [ 9481.033687] CPU3: Package temperature above threshold, cpu clock "
+        "throttled (total events = 5845)\n",
+        Status.WARN,
+    ),
     # github.com/Dasharo/coreboot/pull/815: a newer kernel's "Correctable" wording, dmesg -T
-    ("xid", None, "[Fri Aug 29 20:09:52 2025] pcieport 0000:00:1d.3: PCIe Bus Error: severity=Correctable, "
-                  "type=Data Link Layer, (Transmitter ID)\n", Status.WARN),
+    (
+        "xid",
+        None,
+        "[Fri Aug 29 20:09:52 2025] pcieport 0000:00:1d.3: PCIe Bus Error: severity=Correctable, "
+        "type=Data Link Layer, (Transmitter ID)\n",
+        Status.WARN,
+    ),
 ]
 
 
@@ -114,7 +156,11 @@ DAMAGED = [
     ("services", "host/services_hgx_h100_ok.txt", lambda t: t.replace("ActiveState=active\n", "", 1)),
     ("versions", "host/versions_550_ok.txt", lambda t: t.replace("\nNVRM version", "\nNVRM versio", 1)),
     ("versions", "host/versions_550_ok.txt", lambda t: t.replace("550.90.07\n", "550.90.07x\n", 1)),
-    ("clock", "host/chrony_aws_synced_ok.txt", lambda t: t.replace("0.000000626 seconds slow", "0.000000626 s slow", 1)),
+    (
+        "clock",
+        "host/chrony_aws_synced_ok.txt",
+        lambda t: t.replace("0.000000626 seconds slow", "0.000000626 s slow", 1),
+    ),
 ]
 
 
@@ -130,6 +176,8 @@ def test_output_a_host_parser_cannot_read_is_an_error_never_a_pass(kind, fixture
 def test_nvidia_smi_refused_by_a_mismatched_driver_is_a_failure_not_unreadable():
     """What nvidia-smi prints when the loaded module is not the installed driver (the host-versions
     fixture's own lines): the node's GPUs are unusable until it reboots."""
-    text = fixture_text("host/versions_library_mismatch_fail.txt").split("### fleetctl step: driver\n")[1].split("###")[0]
+    text = (
+        fixture_text("host/versions_library_mismatch_fail.txt").split("### fleetctl step: driver\n")[1].split("###")[0]
+    )
     result = judge("nvidia-smi", text, H100)
     assert result.status is Status.FAIL and "reboot" in result.reason

@@ -10,8 +10,11 @@ from checks import Status, judge
 from checks.ib import parse_ibv_devinfo
 from tests.checks.conftest import fixture_text
 
-IBSTAT, IBSTATUS, DEVINFO = ("ib/ibstat_h100_ndr_ok.txt", "ib/ibstatus_a100_hdr_ok.txt",
-                             "ib/ibv_devinfo_vv_hdr_active_ok.txt")
+IBSTAT, IBSTATUS, DEVINFO = (
+    "ib/ibstat_h100_ndr_ok.txt",
+    "ib/ibstatus_a100_hdr_ok.txt",
+    "ib/ibv_devinfo_vv_hdr_active_ok.txt",
+)
 
 # (fixture, profile, the healthy line of the first port, what replaces it, the state it shows)
 CASES = [
@@ -44,7 +47,13 @@ def test_a_port_not_active_and_linkup_is_down(fixture, profile, healthy, broken,
 def test_ibv_devinfo_rate_is_lanes_times_lane_speed():
     [up] = parse_ibv_devinfo(fixture_text(DEVINFO))
     assert (up.device, up.state, up.physical_state, up.rate_gbps, up.link_layer, up.firmware) == (
-        "mlx5_0", "Active", "LinkUp", 200.0, "InfiniBand", "20.37.1700")
+        "mlx5_0",
+        "Active",
+        "LinkUp",
+        200.0,
+        "InfiniBand",
+        "20.37.1700",
+    )
     _, disabled = parse_ibv_devinfo(fixture_text("ib/ibv_devinfo_vv_hdr_one_disabled_fail.txt"))
     assert (disabled.state, disabled.physical_state, disabled.rate_gbps) == ("Down", "Disabled", None)
 
@@ -60,12 +69,15 @@ def test_plain_ibv_devinfo_is_no_evidence_of_a_trained_link():
     assert result.status is Status.ERROR and "ibv_devinfo -v" in result.reason
 
 
-@pytest.mark.parametrize(("healthy", "broken"), [
-    ("PORT_ACTIVE (4)", "PORT_SOMETHING (9)"),
-    ("LINK_UP (5)", "LINKY (5)"),
-    ("50.0 Gbps (64)", "fifty (64)"),
-    ("\t\t\tlink_layer:\t\tInfiniBand\n", ""),
-])
+@pytest.mark.parametrize(
+    ("healthy", "broken"),
+    [
+        ("PORT_ACTIVE (4)", "PORT_SOMETHING (9)"),
+        ("LINK_UP (5)", "LINKY (5)"),
+        ("50.0 Gbps (64)", "fifty (64)"),
+        ("\t\t\tlink_layer:\t\tInfiniBand\n", ""),
+    ],
+)
 def test_an_ibv_devinfo_port_it_cannot_read_is_an_error(healthy, broken):
     text = fixture_text(DEVINFO).replace(healthy, broken, 1)
     assert judge("ib", text).status is Status.ERROR

@@ -24,9 +24,24 @@ WITH_BOND = "ib/ibstat_h100_8rails_bluefield_bond_ok.txt"
     [
         (EIGHT_RAILS, H100, Status.PASS, "8 of 8 rails"),
         # a RoCE host: its Ethernet rails are judged against their own count and rate
-        (EIGHT_RAILS, replace(H100, ib_port_count=0, roce_port_count=1, roce_rate_gbps=100), Status.PASS, "1 of 4 rails"),
-        (EIGHT_RAILS, replace(H100, ib_port_count=0, roce_port_count=2, roce_rate_gbps=100), Status.FAIL, "Down / Disabled (Ethernet)"),
-        (EIGHT_RAILS, replace(H100, ib_port_count=0, roce_port_count=1, roce_rate_gbps=200), Status.FAIL, "rate 100 Gb/s, expected 200"),
+        (
+            EIGHT_RAILS,
+            replace(H100, ib_port_count=0, roce_port_count=1, roce_rate_gbps=100),
+            Status.PASS,
+            "1 of 4 rails",
+        ),
+        (
+            EIGHT_RAILS,
+            replace(H100, ib_port_count=0, roce_port_count=2, roce_rate_gbps=100),
+            Status.FAIL,
+            "Down / Disabled (Ethernet)",
+        ),
+        (
+            EIGHT_RAILS,
+            replace(H100, ib_port_count=0, roce_port_count=1, roce_rate_gbps=200),
+            Status.FAIL,
+            "rate 100 Gb/s, expected 200",
+        ),
         # both fabrics expected
         (WITH_BOND, replace(H100, roce_port_count=1, roce_rate_gbps=200), Status.PASS, "9 of 9 rails"),
         (WITH_BOND, replace(H100, roce_port_count=1, roce_rate_gbps=400), Status.FAIL, "rate 200 Gb/s, expected 400"),
@@ -54,7 +69,8 @@ def test_a_rail_down_fails_and_names_the_port():
     text = fixture_text(EIGHT_RAILS)
     at = text.index("CA 'mlx5_3'")
     broken = text[:at] + text[at:].replace("State: Active", "State: Down", 1).replace(
-        "Physical state: LinkUp", "Physical state: Polling", 1)
+        "Physical state: LinkUp", "Physical state: Polling", 1
+    )
     result = judge_ib(broken, H100)
     assert result.status is Status.FAIL
     assert any(f.where == "mlx5_3 port 1" and f.severity == "fail" for f in result.findings)

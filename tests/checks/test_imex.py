@@ -20,8 +20,10 @@ def test_an_18_tray_domain_up_passes_and_a_tray_down_fails():
     assert {f.where for f in down.findings} == {None, "node #7 (172.31.51.157)"}
 
 
-@pytest.mark.parametrize(("cell", "meaning"), [("N", "never connected"), ("D", "disconnected"),
-                                               ("!V!", "version mismatch"), ("R", "recovering")])
+@pytest.mark.parametrize(
+    ("cell", "meaning"),
+    [("N", "never connected"), ("D", "disconnected"), ("!V!", "version mismatch"), ("R", "recovering")],
+)
 def test_any_pair_not_connected_fails_with_the_legends_meaning(cell, meaning):
     text = fixture_text(OK)
     row = "       3        " + "   ".join(["C"] * 18)
@@ -54,11 +56,14 @@ def test_a_held_out_real_domain_is_read():
     assert judge("imex", HELD_OUT).status is Status.PASS
 
 
-@pytest.mark.parametrize("damage", [
-    lambda t: t.replace("Domain State: UP", "Domain: UP"),
-    lambda t: t.split("\n Nodes From")[0] + "\nDomain State: UP\n",
-    lambda t: t.replace("      17        C", "      17        C   C"),  # a row of 19 cells
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda t: t.replace("Domain State: UP", "Domain: UP"),
+        lambda t: t.split("\n Nodes From")[0] + "\nDomain State: UP\n",
+        lambda t: t.replace("      17        C", "      17        C   C"),  # a row of 19 cells
+    ],
+)
 def test_output_it_cannot_read_is_an_error(damage):
     damaged = damage(fixture_text(OK))
     assert damaged != fixture_text(OK)

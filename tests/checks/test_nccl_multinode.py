@@ -13,12 +13,15 @@ from tests.checks.conftest import fixture_text
 H100 = "h100-sxm"
 
 
-@pytest.mark.parametrize(("fixture", "hosts", "status"), [
-    ("nccl/2x8xh100_a3mega_verbatim_ok.txt", 2, Status.WARN),  # 338.82: under 368, over 330
-    ("nccl/2x8xh100_multinode_half_fail.txt", 2, Status.FAIL),  # 163.93, half: nccl-tests#347's symptom
-    ("nccl/2x8xh100_validation_off_ok.txt", 2, Status.FAIL),  # 91.35: nccl-tests#290's degraded pair
-    ("nccl/4x8xh100_multinode_derived_warn.txt", 4, Status.WARN),  # the same busbw over 4 nodes, the same verdict
-])
+@pytest.mark.parametrize(
+    ("fixture", "hosts", "status"),
+    [
+        ("nccl/2x8xh100_a3mega_verbatim_ok.txt", 2, Status.WARN),  # 338.82: under 368, over 330
+        ("nccl/2x8xh100_multinode_half_fail.txt", 2, Status.FAIL),  # 163.93, half: nccl-tests#347's symptom
+        ("nccl/2x8xh100_validation_off_ok.txt", 2, Status.FAIL),  # 91.35: nccl-tests#290's degraded pair
+        ("nccl/4x8xh100_multinode_derived_warn.txt", 4, Status.WARN),  # the same busbw over 4 nodes, the same verdict
+    ],
+)
 def test_a_multinode_run_is_held_to_the_multinode_floor(fixture, hosts, status):
     result = judge("nccl", fixture_text(fixture), H100)
     assert (result.metrics["hosts"], result.status) == (hosts, status)

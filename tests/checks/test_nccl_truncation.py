@@ -21,27 +21,68 @@ NO_FOOTER = r"no nccl-tests footer after the (\d+) B row: the run hung or the ou
 
 # (cut fixture, uncut original, profile, the reason it must give)
 CUTS = [
-    ("8xh100_cut_after_header_error.out", "8xh100_full_sweep_ok.txt", H100,
-     "nccl-tests printed its header but no result rows"),
+    (
+        "8xh100_cut_after_header_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        "nccl-tests printed its header but no result rows",
+    ),
     ("8xh100_cut_mid_sweep_error.out", "8xh100_full_sweep_ok.txt", H100, NO_FOOTER.replace(r"(\d+)", "1048576")),
-    ("8xh100_cut_after_last_row_error.out", "8xh100_full_sweep_ok.txt", H100, NO_FOOTER.replace(r"(\d+)", "8589934592")),
-    ("8xh100_cut_inside_last_row_error.out", "8xh100_full_sweep_ok.txt", H100,
-     r"result row has 8 fields, the header 13: '8589934592 .* 478\.12'"),
+    (
+        "8xh100_cut_after_last_row_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        NO_FOOTER.replace(r"(\d+)", "8589934592"),
+    ),
+    (
+        "8xh100_cut_inside_last_row_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        r"result row has 8 fields, the header 13: '8589934592 .* 478\.12'",
+    ),
     # The cut row is too short to read as a row: what is left ends at the 4 GiB row.
-    ("8xh100_cut_inside_last_row_before_type_error.out", "8xh100_full_sweep_ok.txt", H100,
-     NO_FOOTER.replace(r"(\d+)", "4294967296")),
-    ("8xh100_cut_inside_out_of_bounds_line_error.out", "8xh100_full_sweep_ok.txt", H100,
-     r"the output ends inside its footer \('# Out of bounds values : 0'\): cut short"),
-    ("8xh100_cut_between_out_of_bounds_and_avg_error.out", "8xh100_full_sweep_ok.txt", H100,
-     NO_FOOTER.replace(r"(\d+)", "8589934592")),
-    ("8xh100_srun_prefix_info_noise_cut_between_out_of_bounds_and_avg_error.out",
-     "8xh100_srun_prefix_info_noise_ok.txt", H100, NO_FOOTER.replace(r"(\d+)", "8589934592")),
-    ("a100_old_error_column_cut_between_out_of_bounds_and_avg_error.out", "a100_old_error_column_ok.txt", A100,
-     NO_FOOTER.replace(r"(\d+)", "4294967296")),
-    ("8xh200_218_header_cut_between_out_of_bounds_and_avg_error.out", "8xh200_218_header_ok.txt", H200,
-     NO_FOOTER.replace(r"(\d+)", "8589934592")),
-    ("8xh200_218_header_cut_inside_last_row_error.out", "8xh200_218_header_ok.txt", H200,
-     r"result row has 10 fields, the header 13: '8589934592 .*'"),
+    (
+        "8xh100_cut_inside_last_row_before_type_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        NO_FOOTER.replace(r"(\d+)", "4294967296"),
+    ),
+    (
+        "8xh100_cut_inside_out_of_bounds_line_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        r"the output ends inside its footer \('# Out of bounds values : 0'\): cut short",
+    ),
+    (
+        "8xh100_cut_between_out_of_bounds_and_avg_error.out",
+        "8xh100_full_sweep_ok.txt",
+        H100,
+        NO_FOOTER.replace(r"(\d+)", "8589934592"),
+    ),
+    (
+        "8xh100_srun_prefix_info_noise_cut_between_out_of_bounds_and_avg_error.out",
+        "8xh100_srun_prefix_info_noise_ok.txt",
+        H100,
+        NO_FOOTER.replace(r"(\d+)", "8589934592"),
+    ),
+    (
+        "a100_old_error_column_cut_between_out_of_bounds_and_avg_error.out",
+        "a100_old_error_column_ok.txt",
+        A100,
+        NO_FOOTER.replace(r"(\d+)", "4294967296"),
+    ),
+    (
+        "8xh200_218_header_cut_between_out_of_bounds_and_avg_error.out",
+        "8xh200_218_header_ok.txt",
+        H200,
+        NO_FOOTER.replace(r"(\d+)", "8589934592"),
+    ),
+    (
+        "8xh200_218_header_cut_inside_last_row_error.out",
+        "8xh200_218_header_ok.txt",
+        H200,
+        r"result row has 10 fields, the header 13: '8589934592 .*'",
+    ),
 ]
 
 
@@ -77,15 +118,19 @@ def _cuts_at_every_line(text: str) -> list[tuple[str, int]]:
     cuts, offset = [], 0
     for number, line in enumerate(text.splitlines(keepends=True), start=1):
         body = line.rstrip("\r\n")
-        for name, at in (("middle", offset + len(body) // 2), ("before-newline", offset + len(body)),
-                         ("after-newline", offset + len(line))):
+        for name, at in (
+            ("middle", offset + len(body) // 2),
+            ("before-newline", offset + len(body)),
+            ("after-newline", offset + len(line)),
+        ):
             cuts.append((f"line {number} {name}", at))
         offset += len(line)
     return [(name, at) for name, at in cuts if 0 < at < len(text)]
 
 
-@pytest.mark.parametrize(("where", "at"), _cuts_at_every_line((FIXTURES / REAL).read_text()),
-                         ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    ("where", "at"), _cuts_at_every_line((FIXTURES / REAL).read_text()), ids=lambda v: v if isinstance(v, str) else None
+)
 def test_a_real_run_cut_anywhere_is_an_error(where, at) -> None:
     whole = (FIXTURES / REAL).read_text()
     # The whole run is judged (a warning: A3 Mega's 8x 200G carry less than h100-sxm's 8x NDR floor)

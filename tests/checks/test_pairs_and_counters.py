@@ -59,8 +59,11 @@ def test_a_self_pair_and_a_bad_floor_are_refused():
 
 
 @settings(max_examples=60, deadline=None, database=None)
-@given(n=st.integers(min_value=3, max_value=8), victim=st.integers(min_value=0, max_value=7),
-       jitter=st.lists(st.floats(min_value=-5, max_value=5), min_size=28, max_size=28))
+@given(
+    n=st.integers(min_value=3, max_value=8),
+    victim=st.integers(min_value=0, max_value=7),
+    jitter=st.lists(st.floats(min_value=-5, max_value=5), min_size=28, max_size=28),
+)
 def test_the_straggler_is_found_among_any_fast_peers(n, victim, jitter):
     nodes = [f"n{i}" for i in range(n)]
     slow_node = nodes[victim % n]
@@ -119,8 +122,20 @@ def test_counts_from_before_the_check_are_not_held_against_it():
         (_bump(BEFORE, 1, "LinkDownedCounter", 255), _bump(BEFORE, 1, "LinkDownedCounter", 255), "saturated"),
         (BEFORE, BEFORE[: BEFORE.index("# Port extended counters: Lid 1719 port 2")], "not after"),
         (BEFORE, BEFORE[: BEFORE.index("LinkDownedCounter", BEFORE.index("port 2"))], "cut short"),
-        (BEFORE, BEFORE.replace("PortRcvErrors:...................0", "PortRcvErrors:...................1e400", 1), "expected a number"),
-        (BEFORE, BEFORE.replace("PortXmitWait:....................22730501", "PortXmitWait:....................99999999999999999999999", 1), "out of the counter range"),
+        (
+            BEFORE,
+            BEFORE.replace("PortRcvErrors:...................0", "PortRcvErrors:...................1e400", 1),
+            "expected a number",
+        ),
+        (
+            BEFORE,
+            BEFORE.replace(
+                "PortXmitWait:....................22730501",
+                "PortXmitWait:....................99999999999999999999999",
+                1,
+            ),
+            "out of the counter range",
+        ),
     ],
 )
 def test_counters_that_cannot_be_compared_are_an_error(before, after, message):

@@ -43,7 +43,9 @@ def test_nccl_multinode_run_is_held_to_the_multinode_floor_not_the_single_node_o
     result = judge("nccl", fixture_text("nccl/2x8xh100_multinode_ok.txt"), "h100-sxm")
     # 341 GB/s: a failure against the single-node floor (415), a warning against the multi-node one
     assert result.metrics["hosts"] == 2 and result.status is Status.WARN
-    assert [f.what for f in result.findings] == ["2-node out-of-place busbw at the largest size 341.07 GB/s is below 368 GB/s"]
+    assert [f.what for f in result.findings] == [
+        "2-node out-of-place busbw at the largest size 341.07 GB/s is below 368 GB/s"
+    ]
 
 
 def test_hpl_nvidia_metrics():
@@ -121,7 +123,6 @@ def test_firmware_inventory_components():
 
 def test_csv_without_ecc_columns_reports_no_ecc_value():
 
-
     result = judge("nvidia-smi", fixture_text("nvidia_smi/csv_1xa100_no_ecc_columns_ok.txt"))
     assert result.metrics["ecc_uncorrected_volatile"] is None and result.metrics["ecc_corrected_volatile"] is None
     assert any("not checked" in f.what for f in result.findings) and "ECC not reported" in result.reason
@@ -130,7 +131,6 @@ def test_csv_without_ecc_columns_reports_no_ecc_value():
 
 
 def test_section_limited_q_cut_inside_the_last_gpu_is_an_error():
-
 
     text = fixture_text("nvidia_smi/q_d_page_retirement_8xh100_ok.txt")
     last_block = text.rindex("GPU 0000")

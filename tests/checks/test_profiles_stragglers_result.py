@@ -80,7 +80,12 @@ def test_uniform_fleet_flags_nobody():
 
 
 def test_result_round_trips_through_json():
-    result = CheckResult(Status.WARN, {"busbw_gbps": 450.0, "gpus": [1, 2], "nan": float("nan")}, [Finding("slow", "GPU 1", "warn")], "slow")
+    result = CheckResult(
+        Status.WARN,
+        {"busbw_gbps": 450.0, "gpus": [1, 2], "nan": float("nan")},
+        [Finding("slow", "GPU 1", "warn")],
+        "slow",
+    )
     data = json.loads(json.dumps(result.to_dict()))
     assert set(data) == {"status", "metrics", "findings", "reason"} and data["status"] == "warn"
     assert data["metrics"]["nan"] is None

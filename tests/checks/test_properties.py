@@ -37,7 +37,13 @@ HEALTHY = [
     ("nvidia_smi/q_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
     ("nvidia_smi/q_d_page_retirement_8xh100_ok.txt", "nvidia-smi", "h100-sxm", _Q_NUMERIC, True),
     ("ib/ibstat_h100_ndr_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
-    ("ib/ibstat_h100_8rails_3eth_down_ok.txt", "ib", "h100-sxm", r"^\s+(?:State|Physical state|Rate|Link layer):", True),
+    (
+        "ib/ibstat_h100_8rails_3eth_down_ok.txt",
+        "ib",
+        "h100-sxm",
+        r"^\s+(?:State|Physical state|Rate|Link layer):",
+        True,
+    ),
     ("ib/ibstatus_a100_hdr_ok.txt", "ib", "a100-sxm-80gb", r"^\s+(?:state|phys state|rate|link_layer):", True),
     ("ib/ib_write_bw_ndr_ok.txt", "ib", "h100-sxm", r"^\s*\d+\s+\d+\s+[\d.]+\s+[\d.]+", True),
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", "h100-sxm", r"^NVIDIA ", False),
@@ -56,7 +62,9 @@ NOT_NUMBERS = st.one_of(
 _NUMBER = re.compile(r"(?<![\w.+-])[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.])", re.IGNORECASE)
 
 PROFILE_SETTINGS_DCGM = settings(max_examples=25, deadline=None, database=None)
-PROPERTY_SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY_SETTINGS = settings(
+    max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 def _result_line_starts(text: str, pattern: str) -> list[int]:
@@ -135,5 +143,5 @@ def test_a_dcgm_pass_turned_into_skip_or_not_run_never_passes(name, kind, profil
     spots = [m.start() for m in re.finditer(r"\bPass\b|\bPASS\b", text)]
     at = data.draw(st.sampled_from(spots), label="status")
     word = data.draw(st.sampled_from(["Skip", "SKIP", "Not Run"] if '"status"' in pattern else ["Skip"]), label="word")
-    garbled = text[:at] + word + text[at + 4:]
+    garbled = text[:at] + word + text[at + 4 :]
     assert judge(kind, garbled, profile).status is not Status.PASS

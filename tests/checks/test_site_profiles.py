@@ -43,7 +43,9 @@ def test_a_roce_node_is_judged_by_the_site_profile_and_by_no_packaged_one(monkey
     healthy, down = fixture_text("ib/ibstat_roce_400g_ok.txt"), fixture_text("ib/ibstat_roce_400g_rail_down_fail.txt")
     assert judge("ib", healthy, ROCE).status is Status.PASS
     result = judge("ib", down, ROCE)
-    assert result.status is Status.FAIL and any("0 Ethernet rails Active/LinkUp at 400" in f.what for f in result.findings)
+    assert result.status is Status.FAIL and any(
+        "0 Ethernet rails Active/LinkUp at 400" in f.what for f in result.findings
+    )
     for packaged in _packaged_names():  # every shipped profile expects InfiniBand rails: no verdict
         assert judge("ib", healthy, packaged).status is Status.ERROR
 
@@ -55,10 +57,24 @@ def test_the_setting_reaches_check_parse_and_check_profiles_lists_the_site_profi
     rows = {r["name"]: r for r in json.loads(listed.stdout)}
     assert rows[ROCE]["source"] == str(SITE / f"{ROCE}.yaml") and rows["h100-sxm"]["source"] == "packaged"
     assert (rows[ROCE]["roce_port_count"], rows[ROCE]["ib_port_count"]) == (1, 0)
-    parsed = runner.invoke(app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_rail_down_fail.txt"),
-                                 "--profile", ROCE, "-o", "json"], env=env)
+    parsed = runner.invoke(
+        app,
+        [
+            "check",
+            "parse",
+            "ib",
+            str(FIXTURES / "ib/ibstat_roce_400g_rail_down_fail.txt"),
+            "--profile",
+            ROCE,
+            "-o",
+            "json",
+        ],
+        env=env,
+    )
     assert parsed.exit_code == 3 and json.loads(parsed.stdout)["status"] == "fail"
-    without = runner.invoke(app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", ROCE])
+    without = runner.invoke(
+        app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", ROCE]
+    )
     assert without.exit_code == 2 and "unknown GPU profile" in without.stderr
 
 
@@ -74,8 +90,11 @@ def test_a_site_profile_named_like_a_packaged_one_is_refused_in_one_line(site):
 # (what the line becomes, what the refusal says): each a profile no node may be judged by
 BROKEN = [
     ("roce_rate_gbps: 400", "roce_rate_gbps: 400000", "outside 0..1600 Gb/s"),
-    ("nccl_multinode_busbw_gbps: {warn: 46, fail: 41}", "nccl_multinode_busbw_gbps: {warn: 41, fail: 46}",
-     "warn 41 must be at or above fail 46"),
+    (
+        "nccl_multinode_busbw_gbps: {warn: 46, fail: 41}",
+        "nccl_multinode_busbw_gbps: {warn: 41, fail: 46}",
+        "warn 41 must be at or above fail 46",
+    ),
     ("gpu_temperature_c: {warn: 83, fail: 87}", "gpu_temperature_c: {warn: 90, fail: 87}", "must be at or below"),
     ("gpu_temperature_c: {warn: 83, fail: 87}", "gpu_temperature_c: {warn: 83, fail: .nan}", "expected a number"),
     ("gpu_count: 8", "gpu_count: 8.5", "expected a whole number"),
@@ -108,6 +127,7 @@ def test_an_edited_site_profile_is_read_again(site):
     assert load_profile(ROCE, site).roce_rate_gbps == 400
     path.write_text(path.read_text().replace("roce_rate_gbps: 400", "roce_rate_gbps: 200"))
     import os
+
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     assert load_profile(ROCE, site).roce_rate_gbps == 200
@@ -128,8 +148,11 @@ def test_the_packaged_profiles_pass_the_same_validation_and_every_number_is_boun
 def test_the_profiles_dir_setting_from_the_config_file_reaches_the_check_commands(tmp_path):
     config = tmp_path / "fleetctl.yaml"
     config.write_text(f"profiles_dir: {SITE}\n")
-    result = runner.invoke(app, ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", ROCE,
-                                 "-o", "json"], env={"FLEETCTL_CONFIG": str(config)})
+    result = runner.invoke(
+        app,
+        ["check", "parse", "ib", str(FIXTURES / "ib/ibstat_roce_400g_ok.txt"), "--profile", ROCE, "-o", "json"],
+        env={"FLEETCTL_CONFIG": str(config)},
+    )
     assert result.exit_code == 0 and json.loads(result.stdout)["status"] == "pass", result.output
 
 
@@ -142,8 +165,11 @@ def test_the_profiles_dir_setting_from_the_config_file_reaches_node_import(tmp_p
     db = f"sqlite:///{tmp_path}/fleet.db"
     for settings, accepted in ((f"profiles_dir: {SITE}\n", True), ("", False)):
         config.write_text(settings)
-        result = runner.invoke(app, ["--db-url", db, "node", "import", str(inventory), "--dry-run"],
-                               env={"FLEETCTL_CONFIG": str(config), "FLEETCTL_PROFILES_DIR": ""})
+        result = runner.invoke(
+            app,
+            ["--db-url", db, "node", "import", str(inventory), "--dry-run"],
+            env={"FLEETCTL_CONFIG": str(config), "FLEETCTL_PROFILES_DIR": ""},
+        )
         assert (result.exit_code == 0) is accepted, result.output
         assert accepted or ROCE in result.stderr
 

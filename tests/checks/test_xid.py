@@ -28,42 +28,128 @@ from tests.checks.conftest import fixture_text
     [
         (
             "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008",
-            "0000:cb:00", 109, 1797828, "pt_main_thread", "Fri Aug 30 11:43:14 2024", "Ch 00000008",
+            "0000:cb:00",
+            109,
+            1797828,
+            "pt_main_thread",
+            "Fri Aug 30 11:43:14 2024",
+            "Ch 00000008",
         ),
         (
             "[Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:CB:00): 13, pid='<unknown>', name=<unknown>, Graphics SM",
-            "0000:cb:00", 13, None, None, "Fri Aug 30 11:43:09 2024", "Graphics SM",
+            "0000:cb:00",
+            13,
+            None,
+            None,
+            "Fri Aug 30 11:43:09 2024",
+            "Graphics SM",
         ),
-        ("[ 8213.117342] NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: reset gpu", "0000:10:1c", 63, 1896, None, "8213.117342", "Row Remapper: reset gpu"),
-        ("May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.", "0000:2b:00", 79, None, None, "May 18 19:02:39", "GPU has fallen off the bus."),
-        ("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406)", "0019:01:00", 149, None, None, None, "NETIR Fatal XC0 i0 Link -1 (0x000fe406)"),
+        (
+            "[ 8213.117342] NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: reset gpu",
+            "0000:10:1c",
+            63,
+            1896,
+            None,
+            "8213.117342",
+            "Row Remapper: reset gpu",
+        ),
+        (
+            "May 18 19:02:39 kernel: NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.",
+            "0000:2b:00",
+            79,
+            None,
+            None,
+            "May 18 19:02:39",
+            "GPU has fallen off the bus.",
+        ),
+        (
+            "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406)",
+            "0019:01:00",
+            149,
+            None,
+            None,
+            None,
+            "NETIR Fatal XC0 i0 Link -1 (0x000fe406)",
+        ),
         (
             "2025-03-04T02:17:55.301822+00:00 n17 kernel: NVRM: Xid (PCI:00000000:9a:00.0): 48, pid=88121, name=python3, DBE",
-            "00000000:9a:00.0", 48, 88121, "python3", "2025-03-04T02:17:55.301822+00:00", "DBE",
+            "00000000:9a:00.0",
+            48,
+            88121,
+            "python3",
+            "2025-03-04T02:17:55.301822+00:00",
+            "DBE",
         ),
         # /dev/kmsg: microseconds since boot become dmesg's seconds
-        ("6,3963,206764201,-;NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.", "0000:2b:00", 79, None, None, "206.764201", "GPU has fallen off the bus."),
+        (
+            "6,3963,206764201,-;NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus.",
+            "0000:2b:00",
+            79,
+            None,
+            None,
+            "206.764201",
+            "GPU has fallen off the bus.",
+        ),
         # journalctl -o json: the record's own wall clock, in UTC
         (
             '{"__REALTIME_TIMESTAMP":"1747594959301822","MESSAGE":"NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus."}',
-            "0000:2b:00", 79, None, None, "2025-05-18T19:02:39.301822+00:00", "GPU has fallen off the bus.",
+            "0000:2b:00",
+            79,
+            None,
+            None,
+            "2025-05-18T19:02:39.301822+00:00",
+            "GPU has fallen off the bus.",
         ),
         # journalctl -o json writes a non-UTF-8 MESSAGE as a list of bytes
         (
             '{"__REALTIME_TIMESTAMP":"1747594959301822","MESSAGE":[78,86,82,77,58,32,88,105,100,32,40,80,67,73,58,48,48,48,48,58,50,98,58,48,48,41,58,32,52,56,44,32,255]}',
-            "0000:2b:00", 48, None, None, "2025-05-18T19:02:39.301822+00:00", "\ufffd",
+            "0000:2b:00",
+            48,
+            None,
+            None,
+            "2025-05-18T19:02:39.301822+00:00",
+            "\ufffd",
         ),
         # the fallen-off-the-bus report without an Xid line is Xid 79
-        ("May 18 19:02:39 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.", "0000:2b:00.0", 79, None, None, "May 18 19:02:39", "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus."),
-        ("NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus.", "0000:65:00", 79, None, None, None, "NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus."),
+        (
+            "May 18 19:02:39 kernel: NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+            "0000:2b:00.0",
+            79,
+            None,
+            None,
+            "May 18 19:02:39",
+            "NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.",
+        ),
+        (
+            "NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus.",
+            "0000:65:00",
+            79,
+            None,
+            None,
+            None,
+            "NVRM: GPU at PCI:0000:65:00: GPU has fallen off the bus.",
+        ),
         # a GSP RPC timeout without its Xid 119 line is Xid 119 on the GPU it names
-        ("[ 99.1] NVRM: GPU4 Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 10 (FREE)", "GPU4", 119, None, None, "99.1", "NVRM: GPU4 Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 10 (FREE)"),
+        (
+            "[ 99.1] NVRM: GPU4 Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 10 (FREE)",
+            "GPU4",
+            119,
+            None,
+            None,
+            "99.1",
+            "NVRM: GPU4 Timeout after 6s of waiting for RPC response from GPU4 GSP! Expected function 10 (FREE)",
+        ),
     ],
 )
 def test_xid_line_forms(line, pci, code, pid, process, timestamp, message):
     [event] = parse_xid_lines(line)
     assert (event.pci, event.code, event.pid, event.process, event.timestamp, event.message) == (
-        pci, code, pid, process, timestamp, message,
+        pci,
+        code,
+        pid,
+        process,
+        timestamp,
+        message,
     )
 
 
@@ -243,8 +329,13 @@ def test_signatures_in_the_log_without_xids():
     assert log.xids == []
 
 
-_FAILING_LOGS = ["xid/journal_xid79_nvlink_fail.txt", "xid/dmesg_T_xid119_gsp_fail.txt", "xid/kmsg_raw_xid79_fail.txt",
-                 "xid/journal_iso_xid48_dbe_fail.txt", "xid/dmesg_nvswitch_sxid_fatal_fail.txt"]
+_FAILING_LOGS = [
+    "xid/journal_xid79_nvlink_fail.txt",
+    "xid/dmesg_T_xid119_gsp_fail.txt",
+    "xid/kmsg_raw_xid79_fail.txt",
+    "xid/journal_iso_xid48_dbe_fail.txt",
+    "xid/dmesg_nvswitch_sxid_fatal_fail.txt",
+]
 
 
 @pytest.mark.parametrize("name", _FAILING_LOGS)
@@ -258,7 +349,7 @@ def test_a_garbled_report_never_turns_a_failing_log_into_a_pass(name, data):
     spots = [m for m in re.finditer(r"(?<=Xid \()[^)]*\): (\d+)", text)]
     spot = data.draw(st.sampled_from(spots), label="report")
     garbage = data.draw(st.sampled_from(["", "x", "7x9", "-1", "٧٩", "0x4f", "79.5", " "]), label="garbage")
-    garbled = text[: spot.start(1)] + garbage + text[spot.end(1):]
+    garbled = text[: spot.start(1)] + garbage + text[spot.end(1) :]
     assert judge("xid", garbled).status is not Status.PASS
 
 
@@ -266,8 +357,11 @@ def test_a_garbled_report_never_turns_a_failing_log_into_a_pass(name, data):
     ("line", "pci"),
     [
         ("NVRM: GPU at 0000:01:00.0 has fallen off the bus.", "0000:01:00.0"),
-        ("NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this system has fallen off the bus and "
-         "is not responding to commands.", "0000:01:00.0"),
+        (
+            "NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:1b80) installed in this system has fallen off the bus and "
+            "is not responding to commands.",
+            "0000:01:00.0",
+        ),
         ("NVRM: GPU has fallen off the bus.", "unknown GPU"),
     ],
 )

@@ -43,8 +43,10 @@ def test_every_module_of_a_domain_is_a_decision_or_a_named_edge(domain: str) -> 
         module = f"fleetctl.{domain}.{path.stem}"
         pure = module in decisions or f"fleetctl.{domain}" in decisions
         edge = path.stem.endswith(EDGE_SUFFIXES)
-        assert pure != edge, (f"{module}: name an edge *_store/_sync/_client/_server, or list a decision "
-                              "in the purity contract (never both)")
+        assert pure != edge, (
+            f"{module}: name an edge *_store/_sync/_client/_server, or list a decision "
+            "in the purity contract (never both)"
+        )
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
@@ -63,15 +65,18 @@ def test_architecture_md_names_every_package() -> None:
     assert [p for p in packages if f"`fleetctl.{p}`" not in text] == []
 
 
-@pytest.mark.parametrize(("imports", "cycles"), [
-    ({}, []),
-    ({"a": {"b"}, "b": {"c"}}, []),
-    ({"a": {"a"}}, []),  # a module importing itself is no order problem
-    ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
-    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
-    ({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}, "e": {"a", "c"}}, [["a", "b"], ["c", "d"]]),
-    ({"a": {"outside"}, "outside": {"a"}}, []),  # only the named packages' modules count
-])
+@pytest.mark.parametrize(
+    ("imports", "cycles"),
+    [
+        ({}, []),
+        ({"a": {"b"}, "b": {"c"}}, []),
+        ({"a": {"a"}}, []),  # a module importing itself is no order problem
+        ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"c"}, "e": {"a", "c"}}, [["a", "b"], ["c", "d"]]),
+        ({"a": {"outside"}, "outside": {"a"}}, []),  # only the named packages' modules count
+    ],
+)
 def test_cycles_are_the_strongly_connected_modules(imports: dict[str, set[str]], cycles: list[list[str]]) -> None:
     modules = {m for m in (*imports, *(x for deps in imports.values() for x in deps)) if m != "outside"}
     assert strongly_connected(modules, imports) == cycles

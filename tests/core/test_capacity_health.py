@@ -55,8 +55,16 @@ def test_storm_of_forty_percent_drains_no_more_than_the_limit() -> None:
     """8 of 20 nodes report failures at once: 2 granted, then capacity, then the breaker."""
     snapshot, failures, breaker, granted = fleet(20), {}, False, []
     for i in range(8):
-        d = decide(POLICY, snapshot, req(node=f"n{i}", rack=f"r{i % 4}"), failures, 0.0, breaker,
-                   pending_grants=len(granted), pending_in_rack=sum(1 for g in granted if g % 4 == i % 4))
+        d = decide(
+            POLICY,
+            snapshot,
+            req(node=f"n{i}", rack=f"r{i % 4}"),
+            failures,
+            0.0,
+            breaker,
+            pending_grants=len(granted),
+            pending_in_rack=sum(1 for g in granted if g % 4 == i % 4),
+        )
         failures[f"n{i}"] = 0.0
         breaker = breaker or d.breaker_opened
         if d.granted:
@@ -82,13 +90,16 @@ def test_application_errors_never_escalate() -> None:
     assert not judge_health_event(13, [1.0, 2.0, 3.0], 4.0).drain_now
 
 
-@pytest.mark.parametrize("grant, node, version, covers", [
-    ("capacity-guard/f:n1@4", "n1", 4, True),
-    ("capacity-guard/f:n1@3", "n1", 4, False),  # from before the node last moved
-    ("capacity-guard/f:n2@4", "n1", 4, False),  # another node's
-    ("n1@4", "n1", 4, False),  # no guard named
-    ("", "n1", 4, False),
-])
+@pytest.mark.parametrize(
+    "grant, node, version, covers",
+    [
+        ("capacity-guard/f:n1@4", "n1", 4, True),
+        ("capacity-guard/f:n1@3", "n1", 4, False),  # from before the node last moved
+        ("capacity-guard/f:n2@4", "n1", 4, False),  # another node's
+        ("n1@4", "n1", 4, False),  # no guard named
+        ("", "n1", 4, False),
+    ],
+)
 def test_a_grant_covers_one_node_at_one_version(grant, node, version, covers) -> None:
     from fleetctl.nodes.capacity import grant_covers, grant_for
 
@@ -96,10 +107,13 @@ def test_a_grant_covers_one_node_at_one_version(grant, node, version, covers) ->
     assert grant_covers(grant_for("capacity-guard/f", node, version), node, version)
 
 
-@pytest.mark.parametrize("request_, breaker, reason", [
-    (req(), False, "dry run: would grant (within limits)"),
-    (req(critical=True), False, "dry run: would grant (critical fault"),
-])
+@pytest.mark.parametrize(
+    "request_, breaker, reason",
+    [
+        (req(), False, "dry run: would grant (within limits)"),
+        (req(critical=True), False, "dry run: would grant (critical fault"),
+    ],
+)
 def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, breaker, reason) -> None:
     dry = GuardPolicy(dry_run=True)
     d = decide(dry, fleet(20), request_, {}, now=100.0, breaker_open=breaker)
@@ -109,12 +123,15 @@ def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, b
     assert decide(dry, fleet(20), req(force=True), {}, 100.0, False).granted
 
 
-@pytest.mark.parametrize("state, age_s, counted", [
-    ("rma", 10, "maintenance"),      # sent to RMA inside the storm window: still out for repair
-    ("rma", 10_000, "rma"),          # an old RMA leaves the count
-    ("maintenance", 10, "maintenance"),
-    ("production", 10, "production"),
-])
+@pytest.mark.parametrize(
+    "state, age_s, counted",
+    [
+        ("rma", 10, "maintenance"),  # sent to RMA inside the storm window: still out for repair
+        ("rma", 10_000, "rma"),  # an old RMA leaves the count
+        ("maintenance", 10, "maintenance"),
+        ("production", 10, "production"),
+    ],
+)
 def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> None:
     from datetime import datetime, timedelta, timezone
 
@@ -125,18 +142,43 @@ def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> N
     assert counted_state(state, now - timedelta(seconds=age_s), now, policy) == counted
 
 
-@pytest.mark.parametrize("snapshot, request_, failures, breaker, pending, until", [
-    # 20 serving, 2 out, max 2: one must come back before a third may go.
-    (fleet(18, unavailable={1: 2}), req(), {}, False, (0, 0), "can go once 1 node of the fleet is back in service"),
-    # and with two granted that have not left yet (4 counted, max 2): three must come back.
-    (fleet(18, unavailable={1: 2}), req(), {}, False, (2, 0), "can go once 3 nodes of the fleet are back in service"),
-    # rack r0: 6 serving, 1 out, max 1.
-    (fleet(19, unavailable={0: 1}), req(), {}, False, (0, 0), "can go once 1 node of r0 is back in service"),
-    (fleet(20), req(), {}, True, (0, 0), "held until an operator resumes automation (fleet resume-automation)"),
-    (fleet(20), req(), {f"o{i}": 100.0 for i in range(4)}, False, (0, 0), "held until an operator resumes automation (fleet resume-automation)"),
-])
+@pytest.mark.parametrize(
+    "snapshot, request_, failures, breaker, pending, until",
+    [
+        # 20 serving, 2 out, max 2: one must come back before a third may go.
+        (fleet(18, unavailable={1: 2}), req(), {}, False, (0, 0), "can go once 1 node of the fleet is back in service"),
+        # and with two granted that have not left yet (4 counted, max 2): three must come back.
+        (
+            fleet(18, unavailable={1: 2}),
+            req(),
+            {},
+            False,
+            (2, 0),
+            "can go once 3 nodes of the fleet are back in service",
+        ),
+        # rack r0: 6 serving, 1 out, max 1.
+        (fleet(19, unavailable={0: 1}), req(), {}, False, (0, 0), "can go once 1 node of r0 is back in service"),
+        (fleet(20), req(), {}, True, (0, 0), "held until an operator resumes automation (fleet resume-automation)"),
+        (
+            fleet(20),
+            req(),
+            {f"o{i}": 100.0 for i in range(4)},
+            False,
+            (0, 0),
+            "held until an operator resumes automation (fleet resume-automation)",
+        ),
+    ],
+)
 def test_a_held_drain_says_what_it_waits_for(snapshot, request_, failures, breaker, pending, until) -> None:
     """Issue 29: a refusal said which limit held the drain, never what would let it go."""
-    d = decide(POLICY, snapshot, request_, failures, now=100.0, breaker_open=breaker, pending_grants=pending[0],
-               pending_in_rack=pending[1])
+    d = decide(
+        POLICY,
+        snapshot,
+        request_,
+        failures,
+        now=100.0,
+        breaker_open=breaker,
+        pending_grants=pending[0],
+        pending_in_rack=pending[1],
+    )
     assert not d.granted and d.reason.endswith(until)

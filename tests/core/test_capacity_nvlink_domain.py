@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.nodes.capacity import (GuardPolicy, RemovalRequest, decide, domain_removal, removals_for_fault,
-                                     snapshot_from_states)
+from fleetctl.nodes.capacity import (
+    GuardPolicy,
+    RemovalRequest,
+    decide,
+    domain_removal,
+    removals_for_fault,
+    snapshot_from_states,
+)
 
 POLICY = GuardPolicy()  # fleet 10%, rack 25%, storm 20% (at least 3)
 DOMAIN = [f"gb-{i:02d}" for i in range(18)]  # one NVL72 rack: 18 compute trays
@@ -43,11 +49,25 @@ HALF_OUT = {n: "maintenance" for n in DOMAIN[9:]}
         # although 18 of an 18-node rack is past the rack limit (which a domain fault does not ask).
         (fleet(BIG), whole_domain(), 0, True, "within the fleet limit (NVLink domain nvl72-r01: 18 nodes)", 17),
         # The fleet can lose 9: the domain's 18 are refused whole (nothing of it drains).
-        (fleet(SMALL), whole_domain(), 0, False, "fleet limit: 0 of 90 already unavailable (max 9, 10%) "
-                                                  "(NVLink domain nvl72-r01: 18 nodes); can go once 9 nodes", 0),
+        (
+            fleet(SMALL),
+            whole_domain(),
+            0,
+            False,
+            "fleet limit: 0 of 90 already unavailable (max 9, 10%) "
+            "(NVLink domain nvl72-r01: 18 nodes); can go once 9 nodes",
+            0,
+        ),
         # Already-out capacity and pending grants count with the domain's cost.
         (fleet(BIG, {"nvl-r05": 18}), whole_domain(), 0, True, "within the fleet limit", 17),
-        (fleet(BIG, {"nvl-r05": 18}), whole_domain(), 2, False, "fleet limit: 20 of 378 already unavailable (max 37", 0),
+        (
+            fleet(BIG, {"nvl-r05": 18}),
+            whole_domain(),
+            2,
+            False,
+            "fleet limit: 20 of 378 already unavailable (max 37",
+            0,
+        ),
         # The domain's nodes already out cost nothing more: 9 of 18 out, the 9 in service go
         # (9 + 9 = the limit of 18); had they counted, 9 + 18 would be past it.
         (fleet(MEDIUM, {"nvl-r01": 9}), whole_domain(HALF_OUT), 0, True, "(NVLink domain nvl72-r01: 9 nodes)", 8),
@@ -73,8 +93,9 @@ def test_a_domain_fault_is_granted_or_refused_whole(snapshot, request_, pending,
 def test_a_domain_request_is_never_critical() -> None:
     """Its other trays' GPUs still work (single-tray jobs): they wait for the budget."""
     assert whole_domain(critical=True).critical is False
-    critical_with_domain = RemovalRequest("gb-00", "nvl-r01", "xid 79", "agent", critical=True, domain="nvl72-r01",
-                                          domain_nodes=DOMAIN[1:])
+    critical_with_domain = RemovalRequest(
+        "gb-00", "nvl-r01", "xid 79", "agent", critical=True, domain="nvl72-r01", domain_nodes=DOMAIN[1:]
+    )
     d = decide(POLICY, fleet(SMALL, {"nvl-r02": 9}), critical_with_domain, {}, now=100.0, breaker_open=False)
     assert d.granted and d.domain_nodes == [] and "the rest of NVLink domain nvl72-r01 is not taken" in d.reason
 
@@ -122,11 +143,14 @@ def test_a_critical_fabric_fault_takes_its_node_past_the_limits_then_asks_for_th
     """A fatal NVSwitch SXid is critical (the node's GPUs are lost) and of the domain's fabric:
     the node goes alone, as any critical fault; the domain's 16 other in-service trays follow
     as one ordinary request, which the fleet's limit may hold."""
-    node, rest = removals_for_fault(fault(critical=True, request_id="ev-1"), "nvl72-r01", MEMBERS,
-                                    signature="nvswitch_sxid_fatal")
+    node, rest = removals_for_fault(
+        fault(critical=True, request_id="ev-1"), "nvl72-r01", MEMBERS, signature="nvswitch_sxid_fatal"
+    )
     assert (node.node, node.critical, node.domain_nodes) == ("gb-00", True, [])
     assert (rest.node, rest.critical, rest.domain, rest.request_id) == ("gb-01", False, "nvl72-r01", "ev-1/domain")
-    assert rest.domain_nodes == DOMAIN[2:17] and "NVLink domain nvl72-r01 held: its fabric failed on gb-00" in rest.reason
+    assert (
+        rest.domain_nodes == DOMAIN[2:17] and "NVLink domain nvl72-r01 held: its fabric failed on gb-00" in rest.reason
+    )
     # In a small fleet the node goes and the rest is held by the limit, refused whole.
     small = fleet(SMALL)
     assert decide(POLICY, small, node, {}, now=100.0, breaker_open=False).granted
@@ -137,7 +161,8 @@ def test_a_critical_fabric_fault_takes_its_node_past_the_limits_then_asks_for_th
 def test_a_critical_fabric_fault_on_a_domain_with_nothing_else_in_service_is_the_node_alone() -> None:
     members = [("gb-00", "production"), ("gb-01", "maintenance")]
     assert removals_for_fault(fault(critical=True), "nvl72-r01", members, signature="nvswitch_sxid_fatal") == [
-        fault(critical=True)]
+        fault(critical=True)
+    ]
 
 
 def test_a_node_already_out_with_its_domain_asks_for_nothing() -> None:

@@ -24,15 +24,21 @@ CONTEXTS = list(itertools.product(POLICIES, FAILURES, [False, True], [0, 3]))
 
 
 def _decisions(req: RemovalRequest, policy, failures, breaker_open, pending) -> set:
-    return {repr(decide(policy, snap, req, failures, NOW, breaker_open, pending_grants=pending, pending_in_rack=pending))
-            for snap in SNAPSHOTS.values()}
+    return {
+        repr(decide(policy, snap, req, failures, NOW, breaker_open, pending_grants=pending, pending_in_rack=pending))
+        for snap in SNAPSHOTS.values()
+    }
 
 
-@pytest.mark.parametrize("req", [
-    RemovalRequest("n9", "r1", "XID 79", "agent", critical=True),
-    RemovalRequest("n9", "r1", "operator", "alice", force=True),
-    RemovalRequest("n9", "r1", "both", "alice", critical=True, force=True),
-], ids=["critical", "forced", "both"])
+@pytest.mark.parametrize(
+    "req",
+    [
+        RemovalRequest("n9", "r1", "XID 79", "agent", critical=True),
+        RemovalRequest("n9", "r1", "operator", "alice", force=True),
+        RemovalRequest("n9", "r1", "both", "alice", critical=True, force=True),
+    ],
+    ids=["critical", "forced", "both"],
+)
 def test_a_forced_or_critical_decision_does_not_read_the_snapshot(req: RemovalRequest) -> None:
     assert not reads_snapshot(req)
     for policy, failures, breaker_open, pending in CONTEXTS:

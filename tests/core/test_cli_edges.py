@@ -18,11 +18,14 @@ def run(*args: str, db_url: str | None = None):
     return CliRunner().invoke(app, [*base, *args], prog_name="fleetctl")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["node", "drain", "gpu-1"], "error: Missing option '--reason'. (see 'fleetctl node drain --help')"),
-    (["node", "frobnicate"], "error: No such command 'frobnicate'. (see 'fleetctl node --help')"),
-    (["--bogus", "node", "list"], "error: No such option: --bogus (see 'fleetctl --help')"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["node", "drain", "gpu-1"], "error: Missing option '--reason'. (see 'fleetctl node drain --help')"),
+        (["node", "frobnicate"], "error: No such command 'frobnicate'. (see 'fleetctl node --help')"),
+        (["--bogus", "node", "list"], "error: No such option: --bogus (see 'fleetctl --help')"),
+    ],
+)
 def test_usage_errors_are_one_line(args, message) -> None:
     r = run(*args)
     assert r.exit_code == 2

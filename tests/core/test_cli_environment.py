@@ -15,13 +15,26 @@ from fleetctl.cli.main import app
 from fleetctl.config import ENV_VARS
 from fleetctl.connections.temporal_server import free_port
 
-UNSET = {var: None for var in [*ENV_VARS.values(), "FLEETCTL_CONFIG", "TEMPORAL_ADDRESS", "TEMPORAL_PROFILE",
-                               "TEMPORAL_CONFIG_FILE", "TEMPORAL_NAMESPACE"]}
+UNSET = {
+    var: None
+    for var in [
+        *ENV_VARS.values(),
+        "FLEETCTL_CONFIG",
+        "TEMPORAL_ADDRESS",
+        "TEMPORAL_PROFILE",
+        "TEMPORAL_CONFIG_FILE",
+        "TEMPORAL_NAMESPACE",
+    ]
+}
 
 
 def test_an_unconfigured_database_is_named(tmp_path) -> None:
-    env = {**UNSET, "XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-           "HOME": str(tmp_path)}
+    env = {
+        **UNSET,
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "HOME": str(tmp_path),
+    }
     r = CliRunner(env=env).invoke(app, ["node", "list", "-o", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == []
@@ -34,8 +47,9 @@ def test_an_unconfigured_database_is_named(tmp_path) -> None:
 
 
 def test_fleet_status_exits_1_when_temporal_is_unreachable(sqlite_url) -> None:
-    r = CliRunner().invoke(app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}",
-                                 "fleet", "status", "-o", "json"])
+    r = CliRunner().invoke(
+        app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "fleet", "status", "-o", "json"]
+    )
     assert r.exit_code == 1
     assert json.loads(r.stdout)["automation"]["reachable"] is False  # the database's part still printed
     assert len(r.stderr.strip().splitlines()) == 1 and "cannot reach Temporal" in r.stderr
@@ -67,10 +81,15 @@ def test_demo_export_line_is_one_line_in_a_narrow_file(tmp_path) -> None:
     from fleetctl.cli.demo import export_line
     from fleetctl.config import load_settings
 
-    settings = load_settings(flags={"db_url": f"sqlite:///{tmp_path}/a b/fleet.db", "task_queue": "demo-1",
-                                    "fleet": "demo-1"}, env={}, config_file="/dev/null")
+    settings = load_settings(
+        flags={"db_url": f"sqlite:///{tmp_path}/a b/fleet.db", "task_queue": "demo-1", "fleet": "demo-1"},
+        env={},
+        config_file="/dev/null",
+    )
     console = Console(width=40, file=(tmp_path / "out.txt").open("w"))
-    console.print("in another shell:\n" + export_line(settings, "127.0.0.1:7233") + "\nCtrl-C", soft_wrap=True, markup=False)
+    console.print(
+        "in another shell:\n" + export_line(settings, "127.0.0.1:7233") + "\nCtrl-C", soft_wrap=True, markup=False
+    )
     console.file.close()
     line = (tmp_path / "out.txt").read_text().splitlines()[1]
     assert line.startswith("  export FLEETCTL_DB_URL='sqlite:///") and line.endswith("FLEETCTL_FLEET=demo-1")

@@ -13,8 +13,20 @@ import pytest
 from fleetctl.cli.main import NOUNS, FleetctlGroup, load_noun
 
 # Modules only a noun's own layer may bring in: `fleetctl --help` imports none of them.
-LAYERS = ("fleetctl.cli.node", "fleetctl.cli.fleet", "fleetctl.db", "workflows", "temporalio", "sqlalchemy",
-          "fleetctl.schedulers", "fleetctl.executors", "kubernetes", "paramiko", "jinja2", "yaml")
+LAYERS = (
+    "fleetctl.cli.node",
+    "fleetctl.cli.fleet",
+    "fleetctl.db",
+    "workflows",
+    "temporalio",
+    "sqlalchemy",
+    "fleetctl.schedulers",
+    "fleetctl.executors",
+    "kubernetes",
+    "paramiko",
+    "jinja2",
+    "yaml",
+)
 
 
 def _imported_after(args: list[str]) -> list[str]:
@@ -25,8 +37,13 @@ def _imported_after(args: list[str]) -> list[str]:
         result = CliRunner().invoke(app, {args!r})
         print(json.dumps({{"code": result.exit_code, "modules": sorted(sys.modules)}}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={"PATH": "/usr/bin:/bin", "FLEETCTL_CONFIG": "/dev/null"})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "FLEETCTL_CONFIG": "/dev/null"},
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["code"] == 0

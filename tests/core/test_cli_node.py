@@ -26,9 +26,14 @@ def cli(make_settings, db_url):
 
 def _inventory(tmp_path, names, extra: str = "") -> str:
     path = tmp_path / "inventory.yaml"
-    path.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % 2}, scheduler: sim, labels: {{pool: p{i % 2}}}}}\n"
-        for i, n in enumerate(names)) + extra)
+    path.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % 2}, scheduler: sim, labels: {{pool: p{i % 2}}}}}\n"
+            for i, n in enumerate(names)
+        )
+        + extra
+    )
     return str(path)
 
 
@@ -65,8 +70,11 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
     assert r.exit_code == 0, r.output
     assert f"{names[0]}: production -> draining" in r.output
     # With no jobs to wait for, the node's workflow completes the drain to maintenance.
-    out_of_service = [r["name"] for r in json.loads(cli("node", "list", "-o", "json").stdout)
-                      if r["state"] in ("draining", "maintenance")]
+    out_of_service = [
+        r["name"]
+        for r in json.loads(cli("node", "list", "-o", "json").stdout)
+        if r["state"] in ("draining", "maintenance")
+    ]
     assert sorted(out_of_service) == sorted(names[:2])
 
     r = cli("node", "undrain", names[0], names[1])
@@ -104,14 +112,24 @@ def test_unknown_node_is_one_line_and_exit_1(cli) -> None:
 @pytest.mark.parametrize(
     "extra,message",
     [
-        ("  - {name: dup, address: sim://dup, profile: h100-sxm}\n  - {name: dup, address: sim://dup, profile: h100-sxm}\n", "duplicate name"),
+        (
+            "  - {name: dup, address: sim://dup, profile: h100-sxm}\n  - {name: dup, address: sim://dup, profile: h100-sxm}\n",
+            "duplicate name",
+        ),
         ("  - {address: sim://x, profile: h100-sxm}\n", "missing field 'name'"),
         ("  - {name: x, address: sim://x, profile: h100-sxm\n", "not valid YAML"),
         # 19 GB200 trays in one NVL72 domain (72 GPUs, 18 trays of 4); an HGX node in a domain.
-        ("".join(f"  - {{name: t{i:02d}, address: sim://t{i:02d}, profile: gb200, nvlink_domain: nvl-x}}\n"
-                 for i in range(19)), "NVLink domain nvl-x: 19 nodes of 4 GPUs (gb200) are 76 GPUs"),
-        ("  - {name: hx, address: sim://hx, profile: h100-sxm, nvlink_domain: nvl-x}\n",
-         "profile h100-sxm has no multi-node NVLink domain"),
+        (
+            "".join(
+                f"  - {{name: t{i:02d}, address: sim://t{i:02d}, profile: gb200, nvlink_domain: nvl-x}}\n"
+                for i in range(19)
+            ),
+            "NVLink domain nvl-x: 19 nodes of 4 GPUs (gb200) are 76 GPUs",
+        ),
+        (
+            "  - {name: hx, address: sim://hx, profile: h100-sxm, nvlink_domain: nvl-x}\n",
+            "profile h100-sxm has no multi-node NVLink domain",
+        ),
     ],
 )
 def test_bad_inventory_writes_nothing(cli, tmp_path, extra, message) -> None:
@@ -130,8 +148,9 @@ def test_dry_run_writes_nothing(cli, tmp_path) -> None:
 
 def test_no_temporal_says_how_to_start_it(tmp_path, sqlite_url) -> None:
     inv = _inventory(tmp_path, ["lonely"])
-    r = CliRunner().invoke(app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}",
-                                 "node", "import", inv])
+    r = CliRunner().invoke(
+        app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "node", "import", inv]
+    )
     assert r.exit_code == 1
     assert "fleetctl dev server" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert queries.get_node(get_engine(sqlite_url), "lonely") is None
@@ -174,29 +193,36 @@ def test_drain_dry_run_says_what_each_node_would_do_and_changes_nothing(cli, tmp
 
     asyncio.run(promote())
     engine = get_engine(cli.db_url)
-    before = {n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)}
+    before = {
+        n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)
+    }
     r = cli("node", "drain", ready, fresh, "--reason", "swap optics", "--dry-run")
     assert r.exit_code == 1
     assert r.stdout.strip() == f"{ready}: would drain: production -> draining (dry run, nothing done)"
     assert r.stderr.strip() == f"error: {fresh}: cannot drain a node in new (allowed from: production)"
-    assert {n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)} \
-        == before
+    assert {
+        n: (queries.get_node(engine, n).state_version, len(queries.node_events(engine, n))) for n in (ready, fresh)
+    } == before
     assert queries.get_node(engine, ready).state == "production"
 
 
 def test_topology_is_imported_and_shown_and_a_reimport_updates_it(cli, tmp_path) -> None:
     name = f"cli-{uuid.uuid4().hex[:6]}"
     path = tmp_path / "inventory.yaml"
-    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, position: 7, "
-                    "switch: leaf-1, island: ib-a, scheduler: sim}\n")
+    path.write_text(
+        f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, position: 7, "
+        "switch: leaf-1, island: ib-a, scheduler: sim}\n"
+    )
     assert cli("node", "import", str(path)).exit_code == 0
 
     (row,) = [r for r in json.loads(cli("node", "list", "-o", "json").stdout) if r["name"] == name]
     assert (row["rack"], row["position"], row["switch"], row["island"]) == ("r1", 7, "leaf-1", "ib-a")
     assert "topology: rack r1 U7  switch leaf-1  island ib-a" in cli("node", "show", name).stdout
 
-    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, scheduler: sim, "
-                    "island: ib-b}\n")
+    path.write_text(
+        f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: h100-sxm, rack: r1, scheduler: sim, "
+        "island: ib-b}\n"
+    )
     r = cli("node", "import", str(path))
     assert r.exit_code == 0 and "1 updated" in r.output
     assert "topology: rack r1 -  switch -  island ib-b" in cli("node", "show", name).stdout
@@ -205,8 +231,10 @@ def test_topology_is_imported_and_shown_and_a_reimport_updates_it(cli, tmp_path)
 def test_the_domain_is_imported_shown_and_cleared_by_a_reimport(cli, tmp_path) -> None:
     name = f"gb-{uuid.uuid4().hex[:6]}"
     path = tmp_path / "inventory.yaml"
-    path.write_text(f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, "
-                    "nvlink_domain: nvl72-r01, scheduler: sim}\n")
+    path.write_text(
+        f"nodes:\n  - {{name: {name}, address: sim://{name}, profile: gb200, rack: r1, "
+        "nvlink_domain: nvl72-r01, scheduler: sim}\n"
+    )
     assert cli("node", "import", str(path)).exit_code == 0
     (row,) = [r for r in json.loads(cli("node", "list", "-o", "json").stdout) if r["name"] == name]
     assert row["nvlink_domain"] == "nvl72-r01"

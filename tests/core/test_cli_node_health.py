@@ -24,9 +24,21 @@ TRIGGERS = ["begin_burn_in", "begin_admission", "enter_production"]
 
 def _move(engine, name: str, to: str, trigger: str, cause: str, actor: str = "lifecycle", at=None) -> None:
     node = queries.get_node(engine, name)
-    queries.record_transition(engine, node_name=name, from_state=node.state, to_state=to, trigger=trigger, cause=cause,
-                              actor=actor, actor_kind="operator", workflow_id=f"node/{name}", run_id="r",
-                              expected_version=node.state_version, idempotency_key=uuid.uuid4().hex, at=at)
+    queries.record_transition(
+        engine,
+        node_name=name,
+        from_state=node.state,
+        to_state=to,
+        trigger=trigger,
+        cause=cause,
+        actor=actor,
+        actor_kind="operator",
+        workflow_id=f"node/{name}",
+        run_id="r",
+        expected_version=node.state_version,
+        idempotency_key=uuid.uuid4().hex,
+        at=at,
+    )
 
 
 def _to_production(engine, name: str, at) -> None:
@@ -36,15 +48,32 @@ def _to_production(engine, name: str, at) -> None:
 
 def _check(engine, node: str, check: str, status: str, at, error_kind=None, reason="") -> None:
     key = uuid.uuid4().hex
-    queries.insert_once(engine, CheckRun(node_name=node, check_name=check, kind="x", status=status, reason=reason or status,
-                                         error_kind=error_kind, started_at=at, finished_at=at, idempotency_key=key),
-                        CheckRun.idempotency_key, key)
+    queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name=check,
+            kind="x",
+            status=status,
+            reason=reason or status,
+            error_kind=error_kind,
+            started_at=at,
+            finished_at=at,
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
 
 
 def _guard(engine, node: str, kind: str, reason: str, at) -> None:
     key = uuid.uuid4().hex
-    queries.insert_once(engine, AutomationEvent(kind=kind, node_name=node, reason=reason, actor="sweep", at=at,
-                                                idempotency_key=key), AutomationEvent.idempotency_key, key)
+    queries.insert_once(
+        engine,
+        AutomationEvent(kind=kind, node_name=node, reason=reason, actor="sweep", at=at, idempotency_key=key),
+        AutomationEvent.idempotency_key,
+        key,
+    )
 
 
 @pytest.fixture
@@ -60,14 +89,21 @@ def fleet(db_url):
     for i in range(19):
         at = start + timedelta(minutes=30 + i)
         _check(engine, "gpu-001", "dcgm-diag-r1", "error", at, "timeout", "timeout: ssh gpu-001: Connection timed out")
-        _check(engine, "gpu-001", "nvidia-smi-query", "error", at, "timeout", "timeout: ssh gpu-001: Connection timed out")
+        _check(
+            engine, "gpu-001", "nvidia-smi-query", "error", at, "timeout", "timeout: ssh gpu-001: Connection timed out"
+        )
     # gpu-002: healthy
     _check(engine, "gpu-002", "nvidia-smi-query", "pass", start + timedelta(minutes=50))
     # gpu-003: ECC failure, its drain held by the guard three times
     _check(engine, "gpu-003", "nvidia-smi-query", "fail", start + timedelta(minutes=40), reason="uncorrectable ECC 2")
     for i in range(3):
-        _guard(engine, "gpu-003", "deny", "sweep: nvidia-smi-query: fleet limit: 1 of 6 already unavailable (max 1, 10%)",
-               start + timedelta(minutes=41 + i))
+        _guard(
+            engine,
+            "gpu-003",
+            "deny",
+            "sweep: nvidia-smi-query: fleet limit: 1 of 6 already unavailable (max 1, 10%)",
+            start + timedelta(minutes=41 + i),
+        )
     # gpu-004: drained by an operator, waits for job sim-1
     _move(engine, "gpu-004", "draining", "drain", "operator: swap optics", actor="alice@console")
     with __import__("sqlmodel").Session(engine) as s:
@@ -82,7 +118,8 @@ def fleet(db_url):
 def _cli(db_url, *args, columns: int = 80, input: str | None = None):
     """No Temporal here: a port nothing listens on (never whatever runs on this host's default)."""
     return CliRunner(env={"COLUMNS": str(columns)}).invoke(
-        app, ["--db-url", db_url, "--temporal-address", f"127.0.0.1:{free_port()}", *args], input=input)
+        app, ["--db-url", db_url, "--temporal-address", f"127.0.0.1:{free_port()}", *args], input=input
+    )
 
 
 def test_node_list_json_says_what_is_wrong(fleet) -> None:
@@ -118,7 +155,8 @@ def test_node_show_one_row_per_check(fleet) -> None:
     data = json.loads(_cli(fleet, "node", "show", "gpu-001", "-o", "json").stdout)
     assert [(c["check"], c["status"], c["runs"]) for c in data["checks"]] in (
         [("dcgm-diag-r1", "error", 19), ("nvidia-smi-query", "error", 19)],
-        [("nvidia-smi-query", "error", 19), ("dcgm-diag-r1", "error", 19)])
+        [("nvidia-smi-query", "error", 19), ("dcgm-diag-r1", "error", 19)],
+    )
     r = _cli(fleet, "node", "show", "gpu-001", columns=200)
     assert r.exit_code == 0, r.output
     assert r.stdout.count("Connection timed out") == 3  # the condition and one row per check, not 38 rows
@@ -159,8 +197,13 @@ def test_fleet_status_shows_budget_and_held_drains(fleet) -> None:
     r = _cli(fleet, "fleet", "status", "-o", "json")
     data = json.loads(r.stdout)
     fleet_budget, rack = data["budget"]
-    assert (fleet_budget["scope"], fleet_budget["unavailable"], fleet_budget["serving"], fleet_budget["limit"],
-            fleet_budget["headroom"]) == ("fleet", 1, 6, 1, 0)
+    assert (
+        fleet_budget["scope"],
+        fleet_budget["unavailable"],
+        fleet_budget["serving"],
+        fleet_budget["limit"],
+        fleet_budget["headroom"],
+    ) == ("fleet", 1, 6, 1, 0)
     assert (rack["scope"], rack["unavailable"], rack["limit"], rack["headroom"]) == ("rack r1", 1, 1, 0)
     assert [(h["node"], h["refusals"]) for h in data["held_drains"]] == [("gpu-003", 3)]
     assert "fleet limit" in data["held_drains"][0]["reason"]
@@ -254,11 +297,18 @@ def test_out_of_service_is_never_ready_and_suspect_since_the_first_judgement(db_
 
     rows = {row["name"]: row for row in json.loads(_cli(db_url, "node", "list", "-o", "json").stdout)}
     assert {n: rows[n]["health"] for n in names} == {
-        "rma-1": "InRMA", "maint-1": "Maintenance", "gone-1": "Retired", "ok-1": "Ready", "sus-1": "Suspect"}
+        "rma-1": "InRMA",
+        "maint-1": "Maintenance",
+        "gone-1": "Retired",
+        "ok-1": "Ready",
+        "sus-1": "Suspect",
+    }
     assert rows["rma-1"]["conditions"][0]["reason"] == "runbook: RMA: XID 79"
     suspect = next(c for c in rows["sus-1"]["conditions"] if c["type"] == "Suspect")
-    assert (suspect["since"], suspect["reason"]) == (first.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-                                                     "unreachable in sweep 2")
+    assert (suspect["since"], suspect["reason"]) == (
+        first.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "unreachable in sweep 2",
+    )
     status = json.loads(_cli(db_url, "fleet", "status", "-o", "json").stdout)
     assert [(s["node"], s["since"]) for s in status["suspect"]] == [("sus-1", suspect["since"])]
 

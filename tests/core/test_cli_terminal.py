@@ -38,7 +38,9 @@ def fleet(sqlite_url):
     """Three production nodes: one healthy, one whose check failed and whose drain the guard
     holds (the longest HEALTH there is), one unreachable; and an RMA of the second."""
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="rack-07", scheduler="sim") for n in NAMES])
+    queries.upsert_nodes(
+        engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="rack-07", scheduler="sim") for n in NAMES]
+    )
     start = utcnow() - timedelta(hours=1)
     for n in NAMES:
         _to_production(engine, n, start)
@@ -46,29 +48,82 @@ def fleet(sqlite_url):
     _check(engine, healthy, "nvidia-smi-query", "pass", start + timedelta(minutes=50))
     _check(engine, held, "nvidia-smi-query", "fail", start + timedelta(minutes=40), reason="uncorrectable ECC 2")
     for i in range(3):
-        _guard(engine, held, "deny", "sweep: nvidia-smi-query: rack limit: 1 of 3 already unavailable (max 1, 33%)",
-               start + timedelta(minutes=41 + i))
+        _guard(
+            engine,
+            held,
+            "deny",
+            "sweep: nvidia-smi-query: rack limit: 1 of 3 already unavailable (max 1, 33%)",
+            start + timedelta(minutes=41 + i),
+        )
     for i in range(3):
-        _check(engine, unreachable, "nvidia-smi-query", "error", start + timedelta(minutes=30 + i), "timeout",
-               f"timeout: ssh {unreachable}: Connection timed out")
+        _check(
+            engine,
+            unreachable,
+            "nvidia-smi-query",
+            "error",
+            start + timedelta(minutes=30 + i),
+            "timeout",
+            f"timeout: ssh {unreachable}: Connection timed out",
+        )
     with Session(engine) as session:  # a training job on the healthy node
         session.add(Job(job_id="sim-41", scheduler="sim", state="running", nodes=[healthy]))
         session.commit()
-    gpus = [{"index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{uuid.UUID(int=i + 1)}",
-             "serial": f"165492200{i:04d}", "bus_id": f"00000000:{0x18 + i:02X}:00.0", "vbios": "96.00.74.00.0D"}
-            for i in range(GPU_COUNT)]
-    evidence = {"schema": "fleetctl.rma/1", "reason": "uncorrectable ECC on GPU 3", "opened_at": start.isoformat(),
-                "node": {"name": held, "rack": "rack-07", "profile": "h100-sxm", "address": f"sim://{held}",
-                         "bmc_address": None, "scheduler": "sim", "labels": {}},
-                "identity": {"gpus": gpus, "driver_version": "550.54.15", "firmware": {}},
-                "failing_checks": [{"check": "nvidia-smi-query", "kind": "nvidia-smi", "status": "fail",
-                                    "reason": "uncorrectable ECC", "at": start.isoformat(), "raw_output_excerpt": "",
-                                    "findings": [{"what": "2 uncorrectable ECC errors since driver load",
-                                                  "where": f"GPU {FAILING_GPU}", "severity": "critical"}]}],
-                "xid_history": [], "remediation": [], "transitions": []}
-    rma_store.open_rma(engine, node_name=held, reason="uncorrectable ECC on GPU 3", remediation_run=None,
-                                   evidence=evidence, evidence_markdown="", opened_by="tester@ci",
-                                   idempotency_key=uuid.uuid4().hex)
+    gpus = [
+        {
+            "index": i,
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": f"GPU-{uuid.UUID(int=i + 1)}",
+            "serial": f"165492200{i:04d}",
+            "bus_id": f"00000000:{0x18 + i:02X}:00.0",
+            "vbios": "96.00.74.00.0D",
+        }
+        for i in range(GPU_COUNT)
+    ]
+    evidence = {
+        "schema": "fleetctl.rma/1",
+        "reason": "uncorrectable ECC on GPU 3",
+        "opened_at": start.isoformat(),
+        "node": {
+            "name": held,
+            "rack": "rack-07",
+            "profile": "h100-sxm",
+            "address": f"sim://{held}",
+            "bmc_address": None,
+            "scheduler": "sim",
+            "labels": {},
+        },
+        "identity": {"gpus": gpus, "driver_version": "550.54.15", "firmware": {}},
+        "failing_checks": [
+            {
+                "check": "nvidia-smi-query",
+                "kind": "nvidia-smi",
+                "status": "fail",
+                "reason": "uncorrectable ECC",
+                "at": start.isoformat(),
+                "raw_output_excerpt": "",
+                "findings": [
+                    {
+                        "what": "2 uncorrectable ECC errors since driver load",
+                        "where": f"GPU {FAILING_GPU}",
+                        "severity": "critical",
+                    }
+                ],
+            }
+        ],
+        "xid_history": [],
+        "remediation": [],
+        "transitions": [],
+    }
+    rma_store.open_rma(
+        engine,
+        node_name=held,
+        reason="uncorrectable ECC on GPU 3",
+        remediation_run=None,
+        evidence=evidence,
+        evidence_markdown="",
+        opened_by="tester@ci",
+        idempotency_key=uuid.uuid4().hex,
+    )
     return sqlite_url
 
 
@@ -112,9 +167,19 @@ def piped_to_head(line: str) -> str:
 
 
 def test_head_of_a_long_listing_ends_it_quietly(fleet, terminal) -> None:
-    queries.upsert_nodes(get_engine(fleet), [NodeSpec(f"gpu-h100-west-r{i // 40:02d}-u{i % 40:02d}", f"sim://w{i}",
-                                                      "h100-sxm", rack=f"west-{i // 40:02d}", scheduler="sim")
-                                             for i in range(LONG_FLEET)])
+    queries.upsert_nodes(
+        get_engine(fleet),
+        [
+            NodeSpec(
+                f"gpu-h100-west-r{i // 40:02d}-u{i % 40:02d}",
+                f"sim://w{i}",
+                "h100-sxm",
+                rack=f"west-{i // 40:02d}",
+                scheduler="sim",
+            )
+            for i in range(LONG_FLEET)
+        ],
+    )
     screen = terminal.run(piped_to_head(fleetctl(fleet, "node", "list")))
     assert screen.lines[0].split()[0] == "NAME" and len(screen.lines) == 1, screen.text  # quiet: no error line
     assert screen.exit_code == 0, screen.text
@@ -136,9 +201,21 @@ def test_a_closed_stdout_ends_a_command_silently_with_0(fleet, command) -> None:
     os.close(read)
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     try:
-        done = subprocess.run([FLEETCTL, "--db-url", fleet, "--temporal-address", "127.0.0.1:1",
-                               *[a.format(rma=fleet_rma_id(fleet)) for a in command]],
-                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=COMMAND_S, env=env)
+        done = subprocess.run(
+            [
+                FLEETCTL,
+                "--db-url",
+                fleet,
+                "--temporal-address",
+                "127.0.0.1:1",
+                *[a.format(rma=fleet_rma_id(fleet)) for a in command],
+            ],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=COMMAND_S,
+            env=env,
+        )
     finally:
         os.close(write)
     assert (done.returncode, done.stderr) == (0, "")
@@ -149,14 +226,17 @@ def fleet_rma_id(db_url: str) -> int:
     return record.id
 
 
-@pytest.mark.parametrize("natural, whole, available, widths", [
-    ([10, 5, 20], [True, False, False], 40, [10, 5, 20]),  # fits: as it is
-    ([10, 5, 20], [True, False, False], 30, [10, 5, 15]),  # the widest gives first
-    ([10, 8, 8], [True, False, False], 20, [10, 5, 5]),    # then both, evenly
-    ([10, 8, 8], [True, True, False], 20, [10, 6, 4]),     # a whole column gives after the others
-    ([30, 8, 8], [True, False, False], 20, [30, 4, 4]),    # the first never: the line is longer
-    ([3, 2, 2], [True, False, False], 1, [3, 2, 2]),       # nothing is cut below its floor or its width
-])
+@pytest.mark.parametrize(
+    "natural, whole, available, widths",
+    [
+        ([10, 5, 20], [True, False, False], 40, [10, 5, 20]),  # fits: as it is
+        ([10, 5, 20], [True, False, False], 30, [10, 5, 15]),  # the widest gives first
+        ([10, 8, 8], [True, False, False], 20, [10, 5, 5]),  # then both, evenly
+        ([10, 8, 8], [True, True, False], 20, [10, 6, 4]),  # a whole column gives after the others
+        ([30, 8, 8], [True, False, False], 20, [30, 4, 4]),  # the first never: the line is longer
+        ([3, 2, 2], [True, False, False], 1, [3, 2, 2]),  # nothing is cut below its floor or its width
+    ],
+)
 def test_fit_widths(natural, whole, available, widths) -> None:
     from fleetctl.cli.output import fit_widths
 
@@ -174,9 +254,17 @@ def pending_job(fleet):
     engine = get_engine(fleet)
     job_id = jobs_store.add_sim_job(engine, "train-7b", node_count=64, gpus_per_node=8)
     workflow_id = f"job-restart/{job_id}/r1"
-    jobs_store.record_restart_started(engine, workflow_id=workflow_id, job_id=job_id, scheduler="sim",
-                                      bad_nodes=[NAMES[1]], cause="xid 79", actor="automation",
-                                      restart_id=uuid.uuid4().hex, fault_seen_at=utcnow() - timedelta(minutes=5))
+    jobs_store.record_restart_started(
+        engine,
+        workflow_id=workflow_id,
+        job_id=job_id,
+        scheduler="sim",
+        bad_nodes=[NAMES[1]],
+        cause="xid 79",
+        actor="automation",
+        restart_id=uuid.uuid4().hex,
+        fault_seen_at=utcnow() - timedelta(minutes=5),
+    )
     jobs_store.record_restart_step(engine, workflow_id, placement_detail=PLACEMENT)
     return job_id
 
@@ -192,8 +280,15 @@ def test_job_show_prints_times_as_every_table_and_says_why_it_waits(fleet, pendi
 
 
 def test_job_json_times_are_the_nodes_format(fleet, pending_job) -> None:
-    shown = json.loads(subprocess.run([*shlex.split(fleetctl(fleet, "job", "show", pending_job, "-o", "json"))],
-                                      capture_output=True, text=True, timeout=COMMAND_S, check=True).stdout)
+    shown = json.loads(
+        subprocess.run(
+            [*shlex.split(fleetctl(fleet, "job", "show", pending_job, "-o", "json"))],
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_S,
+            check=True,
+        ).stdout
+    )
     (restart,) = shown["restarts"]
     assert JSON_TIME.match(restart["fault_seen_at"]), restart
     assert shown["reason"].startswith("Resources: ")
@@ -204,8 +299,13 @@ def test_repeated_refusals_are_one_row_with_count_and_first_and_last_seen(fleet,
     held = NAMES[1]
     start = utcnow() - timedelta(minutes=10)
     for i in range(40):  # a sweep every 10 s, the figures in the reason moving
-        _guard(engine, held, "deny", f"sweep: nvidia-smi-query: fleet limit: {i % 3 + 1} of 3 already unavailable",
-               start + timedelta(seconds=10 * i))
+        _guard(
+            engine,
+            held,
+            "deny",
+            f"sweep: nvidia-smi-query: fleet limit: {i % 3 + 1} of 3 already unavailable",
+            start + timedelta(seconds=10 * i),
+        )
     _guard(engine, NAMES[0], "grant", "sweep: nvidia-smi-query: granted", start + timedelta(seconds=5))
     for command in (("fleet", "status"), ("node", "show", held)):
         screen = terminal.run(fleetctl(fleet, *command))
@@ -243,11 +343,14 @@ def test_drain_dry_run_warns_as_the_drain_does(fleet, terminal) -> None:
 
 def test_one_is_singular(sqlite_url, tmp_path, terminal) -> None:
     inventory = tmp_path / "one.yaml"
-    inventory.write_text("nodes:\n  - {name: gpu-solo-001, address: sim://gpu-solo-001, profile: h100-sxm, rack: r1, scheduler: sim}\n")
+    inventory.write_text(
+        "nodes:\n  - {name: gpu-solo-001, address: sim://gpu-solo-001, profile: h100-sxm, rack: r1, scheduler: sim}\n"
+    )
     screen = terminal.run(fleetctl(sqlite_url, "node", "import", str(inventory), "--dry-run"))
     assert "1 node valid" in screen.text and "1 nodes" not in screen.text, screen.text
-    queries.upsert_nodes(get_engine(sqlite_url), [NodeSpec("gpu-solo-001", "sim://gpu-solo-001", "h100-sxm", rack="r1",
-                                                           scheduler="sim")])
+    queries.upsert_nodes(
+        get_engine(sqlite_url), [NodeSpec("gpu-solo-001", "sim://gpu-solo-001", "h100-sxm", rack="r1", scheduler="sim")]
+    )
     screen = terminal.run(fleetctl(sqlite_url, "fleet", "status"))
     assert "fleet 1 node " in screen.text and "1 nodes" not in screen.text, screen.text
 
@@ -265,8 +368,10 @@ def test_rma_show_keeps_gpu_uuids_and_serials_whole_and_marks_the_failing_gpu(fl
 def test_rma_show_given_a_node_says_so_in_one_line(fleet, terminal) -> None:
     screen = terminal.run(fleetctl(fleet, "rma", "show", NAMES[1]))
     assert screen.exit_code == 2, screen.text
-    assert screen.lines == [f"error: '{NAMES[1]}' is not an RMA id; {NAMES[1]}'s RMAs: {fleet_rma_id(fleet)} "
-                            f"(fleetctl rma show {fleet_rma_id(fleet)})"], screen.text
+    assert screen.lines == [
+        f"error: '{NAMES[1]}' is not an RMA id; {NAMES[1]}'s RMAs: {fleet_rma_id(fleet)} "
+        f"(fleetctl rma show {fleet_rma_id(fleet)})"
+    ], screen.text
 
 
 def test_sim_inject_help_lists_the_fault_kinds(terminal) -> None:
@@ -277,8 +382,7 @@ def test_sim_inject_help_lists_the_fault_kinds(terminal) -> None:
 
 
 @pytest.mark.temporal
-async def test_resume_automation_with_the_breaker_closed_says_so_and_records_nothing(
-        make_settings, sqlite_url) -> None:
+async def test_resume_automation_with_the_breaker_closed_says_so_and_records_nothing(make_settings, sqlite_url) -> None:
     from workflows.client import connect, ensure_capacity_guard, running_guard_status
     from workflows.worker import BackgroundWorker
 
@@ -288,12 +392,16 @@ async def test_resume_automation_with_the_breaker_closed_says_so_and_records_not
     try:
         client = await connect(settings)
         # No guard runs yet: asking to resume starts none.
-        screen = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings))
+        screen = await asyncio.to_thread(
+            term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings)
+        )
         assert screen.exit_code == 0 and "the breaker is closed; nothing to resume" in screen.text, screen.text
         assert await running_guard_status(client, settings) is None
         # A guard whose breaker is closed: nothing to resume, nothing recorded.
         await ensure_capacity_guard(client, settings)
-        screen = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings))
+        screen = await asyncio.to_thread(
+            term.run, fleetctl(sqlite_url, "fleet", "resume-automation", temporal=settings)
+        )
         assert screen.exit_code == 0 and "the breaker is closed; nothing to resume" in screen.text, screen.text
         assert "automation resumed" not in screen.text
         assert not (await running_guard_status(client, settings)).breaker_open
@@ -315,13 +423,17 @@ def test_node_import_into_a_namespace_without_the_search_attributes_says_run_set
     term = Terminal(columns=80, lines=24)
     try:
         inventory = tmp_path / "inventory.yaml"
-        inventory.write_text("nodes:\n  - {name: gpu-new-001, address: sim://gpu-new-001, profile: h100-sxm, rack: r1, "
-                             "scheduler: sim}\n")
-        line = shlex.join([FLEETCTL, "--db-url", sqlite_url, "--temporal-address", bare.address, "node", "import",
-                           str(inventory)])
+        inventory.write_text(
+            "nodes:\n  - {name: gpu-new-001, address: sim://gpu-new-001, profile: h100-sxm, rack: r1, scheduler: sim}\n"
+        )
+        line = shlex.join(
+            [FLEETCTL, "--db-url", sqlite_url, "--temporal-address", bare.address, "node", "import", str(inventory)]
+        )
         screen = term.run(line)
         assert screen.exit_code == 1, screen.text
-        assert len(screen.lines) == 1 and screen.lines[0].startswith("error: namespace default lacks fleetctl's"), screen.text
+        assert len(screen.lines) == 1 and screen.lines[0].startswith("error: namespace default lacks fleetctl's"), (
+            screen.text
+        )
         assert "run `fleetctl temporal setup`" in screen.lines[0] and "RPCError" not in screen.text
         assert queries.list_nodes(get_engine(sqlite_url)) == []  # nothing written
     finally:
@@ -329,20 +441,27 @@ def test_node_import_into_a_namespace_without_the_search_attributes_says_run_set
         bare.stop()
 
 
-@pytest.mark.parametrize("on_path, this, cwd, shown", [
-    ("/opt/fleet/.venv/bin/fleetctl", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", "fleetctl"),  # PATH finds it
-    ("", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", ".venv/bin/fleetctl"),  # only in the checkout's venv
-    ("/usr/bin/fleetctl", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", ".venv/bin/fleetctl"),  # PATH finds another
-    ("", "/opt/fleet/.venv/bin/fleetctl", "/home/alice", "/opt/fleet/.venv/bin/fleetctl"),
-    ("", "/opt/my fleet/.venv/bin/fleetctl", "/tmp", "'/opt/my fleet/.venv/bin/fleetctl'"),  # quoted for the shell
-])
+@pytest.mark.parametrize(
+    "on_path, this, cwd, shown",
+    [
+        ("/opt/fleet/.venv/bin/fleetctl", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", "fleetctl"),  # PATH finds it
+        ("", "/opt/fleet/.venv/bin/fleetctl", "/opt/fleet", ".venv/bin/fleetctl"),  # only in the checkout's venv
+        (
+            "/usr/bin/fleetctl",
+            "/opt/fleet/.venv/bin/fleetctl",
+            "/opt/fleet",
+            ".venv/bin/fleetctl",
+        ),  # PATH finds another
+        ("", "/opt/fleet/.venv/bin/fleetctl", "/home/alice", "/opt/fleet/.venv/bin/fleetctl"),
+        ("", "/opt/my fleet/.venv/bin/fleetctl", "/tmp", "'/opt/my fleet/.venv/bin/fleetctl'"),  # quoted for the shell
+    ],
+)
 def test_the_demo_hint_names_the_fleetctl_another_shell_can_run(on_path, this, cwd, shown) -> None:
     from pathlib import Path
 
     from fleetctl.cli.demo import fleetctl_invocation
 
     assert fleetctl_invocation(on_path, Path(this), Path(cwd)) == shown
-
 
 
 WATCH_INTERVAL_S = 0.5
@@ -392,7 +511,8 @@ async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sq
         (name,) = make_fleet(settings, 1)
         await start_in_production(await connect(settings), settings, name)
         drained = await asyncio.to_thread(
-            term.run, fleetctl(sqlite_url, "node", "drain", name, "--reason", "swap optics", "--yes", temporal=settings))
+            term.run, fleetctl(sqlite_url, "node", "drain", name, "--reason", "swap optics", "--yes", temporal=settings)
+        )
         assert drained.exit_code == 0, drained.text
         await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", DRAIN_S, f"{name} drained")
         shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
@@ -409,7 +529,8 @@ async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sq
 
 @pytest.mark.temporal
 async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_node_show_does(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     """An XID 79 no runbook handles (none here): the node drained, waiting for an operator.
     The workflow's current details (what the Temporal UI and `temporal workflow metadata` show)
     say so in node show's words."""
@@ -427,8 +548,9 @@ async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_nod
     try:
         (name,) = make_fleet(settings, 1)
         await start_in_production(await connect(settings), settings, name)
-        sent = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "event", name, "--xid", "79",
-                                                          temporal=settings))
+        sent = await asyncio.to_thread(
+            term.run, fleetctl(sqlite_url, "node", "event", name, "--xid", "79", temporal=settings)
+        )
         assert sent.exit_code == 0, sent.text
 
         def details() -> str:
@@ -446,8 +568,16 @@ async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_nod
 WAITING = "waiting for an operator"
 
 
-@pytest.mark.parametrize("command", [["node", "list"], ["node", "list", "-o", "wide"], ["rma", "list"],
-                                     ["fleet", "status"], ["node", "show", NAMES[1]]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["node", "list"],
+        ["node", "list", "-o", "wide"],
+        ["rma", "list"],
+        ["fleet", "status"],
+        ["node", "show", NAMES[1]],
+    ],
+)
 def test_names_are_whole_wherever_they_are_listed(fleet, terminal, command) -> None:
     """Every mention of a node is its whole name: never `gpu-h100-e…` (kubectl never cuts NAME)."""
     screen = terminal.run(fleetctl(fleet, *command))

@@ -28,11 +28,19 @@ DEFAULT = DataConverter.default.payload_converter
 CACHED = DATA_CONVERTER.payload_converter
 
 # Every module of workflows.api (one per domain) and the guard's pure dataclasses.
-PAYLOAD_MODULES = (*(importlib.import_module(f"{api.__name__}.{m.name}") for m in pkgutil.iter_modules(api.__path__)),
-                   capacity)
-CLASSES = sorted((c for module in PAYLOAD_MODULES for c in vars(module).values()
-                  if inspect.isclass(c) and dataclasses.is_dataclass(c) and c.__module__ == module.__name__),
-                 key=lambda c: f"{c.__module__}.{c.__name__}")
+PAYLOAD_MODULES = (
+    *(importlib.import_module(f"{api.__name__}.{m.name}") for m in pkgutil.iter_modules(api.__path__)),
+    capacity,
+)
+CLASSES = sorted(
+    (
+        c
+        for module in PAYLOAD_MODULES
+        for c in vars(module).values()
+        if inspect.isclass(c) and dataclasses.is_dataclass(c) and c.__module__ == module.__name__
+    ),
+    key=lambda c: f"{c.__module__}.{c.__name__}",
+)
 
 
 def _sample(hint: Any, seed: int, none: bool) -> Any:
@@ -67,14 +75,23 @@ def _sample(hint: Any, seed: int, none: bool) -> Any:
 
 def _instance(cls: type, seed: int = 1, none: bool = False):
     hints = typing.get_type_hints(cls)
-    return cls(**{f.name: _sample(hints[f.name], seed + i, none)
-                  for i, f in enumerate(dataclasses.fields(cls)) if f.init})
+    return cls(
+        **{f.name: _sample(hints[f.name], seed + i, none) for i, f in enumerate(dataclasses.fields(cls)) if f.init}
+    )
 
 
 def test_the_table_holds_the_payload_classes() -> None:
     names = {c.__name__ for c in CLASSES}
-    assert {"HealthEventInput", "HealthEventBatch", "NodeLifecycleState", "CapacityGuardState", "RemovalRequest",
-            "FleetSnapshot", "GuardPolicy", "RunStart"} <= names
+    assert {
+        "HealthEventInput",
+        "HealthEventBatch",
+        "NodeLifecycleState",
+        "CapacityGuardState",
+        "RemovalRequest",
+        "FleetSnapshot",
+        "GuardPolicy",
+        "RunStart",
+    } <= names
     assert len(CLASSES) > 60
 
 
@@ -95,8 +112,11 @@ def test_missing_fields_take_defaults_and_unknown_ones_are_ignored(cls: type) ->
     """A recorded payload from before a field was added, and one from after a field was dropped."""
     (payload,) = DEFAULT.to_payloads([_instance(cls)])
     data = json.loads(payload.data)
-    required = {f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    required = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
     old = {k: v for k, v in data.items() if k in required}
     old["a_field_from_the_future"] = {"x": 1}
     payloads = DEFAULT.to_payloads([old])
@@ -123,15 +143,33 @@ BAD = [
     ("bool field an int", api.HealthEventInput, {**EVENT, "at_from_record": 1}),
     ("an event in a burst bad", api.HealthEventBatch, {"node": "gpu-7", "events": [EVENT, {**EVENT, "code": [1]}]}),
     ("burst events not a list", api.HealthEventBatch, {"node": "gpu-7", "events": 5}),
-    ("a queued item's event bad", api.NodeLifecycleState,
-     {"node": "gpu-7", "work": [{"kind": "health_event", "event": {**EVENT, "node": None}}]}),
+    (
+        "a queued item's event bad",
+        api.NodeLifecycleState,
+        {"node": "gpu-7", "work": [{"kind": "health_event", "event": {**EVENT, "node": None}}]},
+    ),
     ("a recent request bad", api.NodeLifecycleState, {"node": "gpu-7", "recent_requests": {"r": {"node": "x"}}}),
     ("a verdict bad", api.HealthEventBatchResult, {"acted": [{"node": "gpu-7", "drain_now": "yes"}]}),
-    ("a pending grant bad", api.CapacityGuardState, {"pending": {"gpu-7": {"rack": "r", "at": None, "state_version": 1}}}),
+    (
+        "a pending grant bad",
+        api.CapacityGuardState,
+        {"pending": {"gpu-7": {"rack": "r", "at": None, "state_version": 1}}},
+    ),
     ("the policy not a dict", api.CapacityGuardState, {"policy": 0.1}),
     ("a nested dataclass missing", api.RecordedTransition, {"version": 1}),
-    ("a datetime not ISO 8601", api.RunStart, {"run_key": "k", "node": "n", "runbook": "r", "event": {}, "mode": "live",
-                                               "actor": "a", "started_at": "yesterday"}),
+    (
+        "a datetime not ISO 8601",
+        api.RunStart,
+        {
+            "run_key": "k",
+            "node": "n",
+            "runbook": "r",
+            "event": {},
+            "mode": "live",
+            "actor": "a",
+            "started_at": "yesterday",
+        },
+    ),
     ("a rack count bad", capacity.FleetSnapshot, {"racks": {"r1": {"serving": "many"}}}),
 ]
 

@@ -18,8 +18,17 @@ nodes:
 
 def _transition(engine, key: str, version: int = 0, frm: str = "new", to: str = "burn_in") -> int:
     return queries.record_transition(
-        engine, node_name="n1", from_state=frm, to_state=to, trigger="begin_burn_in", cause="test",
-        actor="tester", actor_kind="operator", workflow_id="node/n1", run_id="r", expected_version=version,
+        engine,
+        node_name="n1",
+        from_state=frm,
+        to_state=to,
+        trigger="begin_burn_in",
+        cause="test",
+        actor="tester",
+        actor_kind="operator",
+        workflow_id="node/n1",
+        run_id="r",
+        expected_version=version,
         idempotency_key=key,
     )
 
@@ -73,9 +82,9 @@ def test_writer_right_about_the_state_but_behind_on_the_version_is_refused(db_ur
     not, so only the version check can refuse it."""
     engine = get_engine(db_url)
     queries.upsert_nodes(engine, parse_inventory(INVENTORY))
-    _transition(engine, "a")                                                     # new -> burn_in, v1
-    _transition(engine, "b", version=1, frm="burn_in", to="maintenance")         # v2
-    _transition(engine, "c", version=2, frm="maintenance", to="burn_in")         # v3
+    _transition(engine, "a")  # new -> burn_in, v1
+    _transition(engine, "b", version=1, frm="burn_in", to="maintenance")  # v2
+    _transition(engine, "c", version=2, frm="maintenance", to="burn_in")  # v3
     with pytest.raises(queries.StaleStateVersion, match=r"burn_in@3, writer expected burn_in@1"):
         _transition(engine, "late", version=1, frm="burn_in", to="production")
     node = queries.get_node(engine, "n1")

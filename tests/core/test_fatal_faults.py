@@ -17,8 +17,9 @@ SPENT = FleetSnapshot({"r1": RackCounts(serving=10, unavailable=1, production=9)
 
 
 def _decide(critical: bool, breaker_open: bool = False):
-    return decide(GuardPolicy(), SPENT, RemovalRequest("n1", "r1", "fault", "sweep", critical=critical), {}, 0.0,
-                  breaker_open)
+    return decide(
+        GuardPolicy(), SPENT, RemovalRequest("n1", "r1", "fault", "sweep", critical=critical), {}, 0.0, breaker_open
+    )
 
 
 @pytest.mark.parametrize("xid", [48, 64, 79, 95])
@@ -28,8 +29,10 @@ def test_critical_xids_pass_a_spent_budget_and_an_open_breaker(xid) -> None:
     assert _decide(critical=True).granted and _decide(critical=True, breaker_open=True).granted
 
 
-@pytest.mark.parametrize("fixture", ["csv_8xh100_uncorrectable_ecc_fail.txt", "csv_8xh100_remap_failure_fail.txt",
-                                     "q_8xh100_dbe_volatile_fail.txt"])
+@pytest.mark.parametrize(
+    "fixture",
+    ["csv_8xh100_uncorrectable_ecc_fail.txt", "csv_8xh100_remap_failure_fail.txt", "q_8xh100_dbe_volatile_fail.txt"],
+)
 def test_a_checks_ecc_verdict_waits_for_the_budget(fixture) -> None:
     result = judge("nvidia-smi", (NVSMI / fixture).read_text(), "h100-sxm")
     assert result.status.value == "fail", result.reason

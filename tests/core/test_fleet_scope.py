@@ -21,8 +21,17 @@ from workflows.api import SweepScope
 def _nodes(engine, rack: str, state: str, fleet: str | None, names: list[str]) -> None:
     with Session(engine) as session:
         for name in names:
-            session.add(Node(name=name, address=f"sim://{name}", profile="h100-sxm", scheduler="none", rack=rack,
-                             state=state, labels={"fleet": fleet} if fleet else {}))
+            session.add(
+                Node(
+                    name=name,
+                    address=f"sim://{name}",
+                    profile="h100-sxm",
+                    scheduler="none",
+                    rack=rack,
+                    state=state,
+                    labels={"fleet": fleet} if fleet else {},
+                )
+            )
         session.commit()
 
 

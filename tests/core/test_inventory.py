@@ -31,20 +31,27 @@ def test_good_inventory() -> None:
     [
         ("nodes: [{address: a, profile: h100-sxm}]", r"inv.yaml: nodes\[0\]: missing field 'name'"),
         ("nodes: [{name: a, profile: h100-sxm}]", r"nodes\[0\] \(a\): missing field 'address'"),
-        ("nodes: [{name: a, address: x, profile: h100-sxm}, {name: a, address: y, profile: h100-sxm}]",
-         r"nodes\[1\] \(a\): duplicate name \(first at nodes\[0\]\)"),
+        (
+            "nodes: [{name: a, address: x, profile: h100-sxm}, {name: a, address: y, profile: h100-sxm}]",
+            r"nodes\[1\] \(a\): duplicate name \(first at nodes\[0\]\)",
+        ),
         ("nodes: [{name: a, address: x\n", r"inv.yaml: not valid YAML at line"),
         ("hosts: []", r"expected a top-level 'nodes:' list"),
         ("nodes: [{name: 'a;rm -rf /', address: x, profile: h100-sxm}]", r"field 'name' has an invalid value"),
         ("nodes: [{name: a, address: 'x$(reboot)', profile: h100-sxm}]", r"field 'address' has an invalid value"),
-        ("nodes: [{name: a, address: x, profile: h100-sxm, labels: {pool: 'a b'}}]", r"label pool has an invalid value"),
+        (
+            "nodes: [{name: a, address: x, profile: h100-sxm, labels: {pool: 'a b'}}]",
+            r"label pool has an invalid value",
+        ),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: pbs}]", r"field 'scheduler' must be one of"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm]}]", r"a list names two or more"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, slurm]}]", r"each once"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, none]}]", r"a list names two or more"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, scheduler: [slurm, [kubernetes]]}]", r"two or more"),
-        ("nodes: [{name: A_1, address: x, profile: h100-sxm, scheduler: [slurm, kubernetes]}]",
-         r"Kubernetes node names are lower-case"),
+        (
+            "nodes: [{name: A_1, address: x, profile: h100-sxm, scheduler: [slurm, kubernetes]}]",
+            r"Kubernetes node names are lower-case",
+        ),
         ("nodes: [{name: a, address: x, profile: v100}]", r"unknown profile 'v100'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, colour: red}]", r"unknown field 'colour'"),
         ("nodes: [{name: a, address: x, profile: h100-sxm, bmc: 'ftp://b'}]", r"field 'bmc' has an invalid value"),
@@ -94,7 +101,7 @@ _ENTRY = "nodes: [{name: a, address: x, profile: h100-sxm, %s}]"
     [
         ("switch: 'leaf 1'", r"nodes\[0\] \(a\): field 'switch' has an invalid value"),
         ("switch: 'leaf[1-2]'", r"field 'switch' has an invalid value"),  # a host list in topology.conf
-        ("island: \"ib\\x1b[31ma\"", r"field 'island' has an invalid value"),  # control characters
+        ('island: "ib\\x1b[31ma"', r"field 'island' has an invalid value"),  # control characters
         ("island: " + "i" * 64, r"field 'island' has an invalid value"),  # bounded: 63 at most
         ("island: [a, b]", r"field 'island' must be a string"),
         ("position: 0", r"field 'position' must be a rack unit from 1 to 99"),
@@ -111,6 +118,10 @@ def test_bad_topology_field(field: str, message: str) -> None:
 
 
 def test_a_switch_hangs_under_one_island() -> None:
-    text = TOPOLOGY.replace("switch: leaf-1, island: ib-a}\n  - {name: gpu-003", "switch: leaf-1, island: ib-b}\n  - {name: gpu-003")
-    with pytest.raises(InventoryError, match=r"inv.yaml: node gpu-002: switch leaf-1 is in island ib-a at node gpu-001, not ib-b"):
+    text = TOPOLOGY.replace(
+        "switch: leaf-1, island: ib-a}\n  - {name: gpu-003", "switch: leaf-1, island: ib-b}\n  - {name: gpu-003"
+    )
+    with pytest.raises(
+        InventoryError, match=r"inv.yaml: node gpu-002: switch leaf-1 is in island ib-a at node gpu-001, not ib-b"
+    ):
         parse_inventory(text, "inv.yaml", {"h100-sxm"})

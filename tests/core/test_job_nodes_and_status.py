@@ -13,12 +13,15 @@ from fleetctl.jobs.placement import not_in_job, nodes_to_leave
 JOB = ["a", "b", "c", "d"]
 
 
-@pytest.mark.parametrize("states, leave", [
-    ({"a": "production", "b": "production", "c": "production", "d": "production"}, []),
-    ({"a": "production", "b": "draining", "c": "maintenance", "d": "production"}, ["b", "c"]),
-    ({"a": "rma", "b": "production"}, ["a"]),  # c and d: not fleetctl's nodes, nothing says they are bad
-    ({}, []),
-])
+@pytest.mark.parametrize(
+    "states, leave",
+    [
+        ({"a": "production", "b": "production", "c": "production", "d": "production"}, []),
+        ({"a": "production", "b": "draining", "c": "maintenance", "d": "production"}, ["b", "c"]),
+        ({"a": "rma", "b": "production"}, ["a"]),  # c and d: not fleetctl's nodes, nothing says they are bad
+        ({}, []),
+    ],
+)
 def test_nodes_to_leave(states: dict, leave: list) -> None:
     assert nodes_to_leave(JOB, states) == leave
 
@@ -29,9 +32,15 @@ def test_not_in_job() -> None:
 
 def test_count_states() -> None:
     since = datetime(2026, 11, 30, tzinfo=timezone.utc)
-    nodes = [SimpleNamespace(name=name, state=state, rack=rack, state_since=since)
-             for name, state, rack in [("n1", "production", "r1"), ("n2", "burn_in", "r1"), ("n3", "production", ""),
-                                       ("n4", "draining", "r2")]]
+    nodes = [
+        SimpleNamespace(name=name, state=state, rack=rack, state_since=since)
+        for name, state, rack in [
+            ("n1", "production", "r1"),
+            ("n2", "burn_in", "r1"),
+            ("n3", "production", ""),
+            ("n4", "draining", "r2"),
+        ]
+    ]
     counts = count_states(nodes)
     assert counts["nodes"] == 4
     assert counts["per_state"]["production"] == 2 and counts["per_state"]["rma"] == 0
@@ -40,13 +49,24 @@ def test_count_states() -> None:
 
 
 def _node(name, state, rack, island="", position=None):
-    return SimpleNamespace(name=name, state=state, rack=rack, island=island, position=position,
-                           state_since=datetime(2026, 11, 30, tzinfo=timezone.utc))
+    return SimpleNamespace(
+        name=name,
+        state=state,
+        rack=rack,
+        island=island,
+        position=position,
+        state_since=datetime(2026, 11, 30, tzinfo=timezone.utc),
+    )
 
 
-RACKED = [_node("g1", "production", "r1", "ib-a", 2), _node("g2", "draining", "r1", "ib-a", 30),
-          _node("g3", "production", "r1", "ib-a"), _node("g4", "rma", "r2", "ib-b", 5),
-          _node("g5", "production", "r2", "ib-a", 1), _node("g6", "new", "", "")]
+RACKED = [
+    _node("g1", "production", "r1", "ib-a", 2),
+    _node("g2", "draining", "r1", "ib-a", 30),
+    _node("g3", "production", "r1", "ib-a"),
+    _node("g4", "rma", "r2", "ib-b", 5),
+    _node("g5", "production", "r2", "ib-a", 1),
+    _node("g6", "new", "", ""),
+]
 
 
 def test_rack_view_groups_racks_by_island_top_of_rack_first() -> None:
@@ -67,5 +87,12 @@ def test_fleet_status_wide_draws_each_rack_a_letter_per_node() -> None:
     console = Console(width=200, record=True, color_system=None)
     console.print(render_racks(rack_view(RACKED)))
     lines = console.export_text().splitlines()
-    assert lines[1:] == ["island ib-a", "  r1  DPP  3 nodes", "  r2  P  1 node", "island ib-b", "  r2  R  1 node",
-                         "island (none)", "  -   n  1 node"]
+    assert lines[1:] == [
+        "island ib-a",
+        "  r1  DPP  3 nodes",
+        "  r2  P  1 node",
+        "island ib-b",
+        "  r2  R  1 node",
+        "island (none)",
+        "  -   n  1 node",
+    ]

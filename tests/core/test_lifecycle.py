@@ -6,7 +6,14 @@ import itertools
 
 import pytest
 
-from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState as S, Trigger as T, allowed_triggers, next_state
+from fleetctl.nodes.lifecycle import (
+    Actor,
+    IllegalTransition,
+    NodeState as S,
+    Trigger as T,
+    allowed_triggers,
+    next_state,
+)
 
 # The map of ARCHITECTURE.md, written out independently of lifecycle.RULES so that a change
 # to either shows up here.

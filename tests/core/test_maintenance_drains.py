@@ -78,8 +78,9 @@ async def test_four_maintenance_drains_are_no_remediation_no_lemon_and_no_repair
         assert show["out_for"] == "failure: operator" and show["remediated"]["times"] == 1
         await _undrain(cli, engine, faulty)
 
-        report = build_report(engine, since, utcnow(), fleet=settings.fleet, lemon_threshold=3,
-                              lemon_window=timedelta(days=7))
+        report = build_report(
+            engine, since, utcnow(), fleet=settings.fleet, lemon_threshold=3, lemon_window=timedelta(days=7)
+        )
         assert report["lemons"] == []
         s = report["summary"]
         assert (s["failures"], s["repairs"], s["causes"]) == (1, 1, {"operator": 1})
@@ -87,11 +88,14 @@ async def test_four_maintenance_drains_are_no_remediation_no_lemon_and_no_repair
         worker.stop()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (("--maintenance", "--xid", "79"), "--maintenance is planned work"),
-    (("--check", "nccl-allreduce", "--xid", "79"), "--check or --xid, not both"),
-    (("--check", "no-such-check"), "no such check"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--maintenance", "--xid", "79"), "--maintenance is planned work"),
+        (("--check", "nccl-allreduce", "--xid", "79"), "--check or --xid, not both"),
+        (("--check", "no-such-check"), "no such check"),
+    ],
+)
 def test_a_drain_that_says_two_things_is_a_usage_error(make_settings, sqlite_url, flags, message) -> None:
     cli = Cli(make_settings(sqlite_url))
     result = cli("node", "drain", "any-node", "--reason", "x", *flags)

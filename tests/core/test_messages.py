@@ -27,8 +27,14 @@ def _definition(cls: type):
 
 
 def test_names_match_the_workflow_definitions() -> None:
-    assert {api.NODE_LIFECYCLE, api.CAPACITY_GUARD, api.ACTIVE_CHECK_SWEEP, api.REMEDIATION, api.JOB_RESTART,
-            api.FIRMWARE_ROLLOUT} <= {_definition(w).name for w in WORKFLOWS}
+    assert {
+        api.NODE_LIFECYCLE,
+        api.CAPACITY_GUARD,
+        api.ACTIVE_CHECK_SWEEP,
+        api.REMEDIATION,
+        api.JOB_RESTART,
+        api.FIRMWARE_ROLLOUT,
+    } <= {_definition(w).name for w in WORKFLOWS}
     node, guard, rollout = _definition(NodeLifecycle), _definition(CapacityGuard), _definition(FirmwareRollout)
     assert (node.name, guard.name, rollout.name) == (api.NODE_LIFECYCLE, api.CAPACITY_GUARD, api.FIRMWARE_ROLLOUT)
     signal = node.signals[api.HEALTH_EVENT_SIGNAL]
@@ -36,7 +42,9 @@ def test_names_match_the_workflow_definitions() -> None:
     assert node.updates[api.TRANSITION_UPDATE].arg_types == [api.TransitionRequest]
     assert node.updates[api.ADMIT_UPDATE].arg_types == node.updates[api.RECHECK_UPDATE].arg_types == [api.PhaseRequest]
     assert node.queries[api.NODE_STATE_QUERY].ret_type is api.NodeLifecycleState
-    assert {api.REQUEST_REMOVAL_UPDATE, api.RESUME_AUTOMATION_UPDATE, api.REPORT_CHECK_ERRORS_UPDATE} <= set(guard.updates)
+    assert {api.REQUEST_REMOVAL_UPDATE, api.RESUME_AUTOMATION_UPDATE, api.REPORT_CHECK_ERRORS_UPDATE} <= set(
+        guard.updates
+    )
     assert guard.queries[api.GUARD_STATUS_QUERY].ret_type is api.CapacityGuardState
     assert {api.ROLLOUT_RESUME_UPDATE, api.ROLLOUT_ABORT_UPDATE} <= set(rollout.updates)
     assert rollout.queries[api.ROLLOUT_PROGRESS_QUERY].ret_type is api.RolloutStatus
@@ -51,8 +59,16 @@ def _payload(value) -> dict:
 def test_a_moved_class_gives_the_payload_the_histories_hold() -> None:
     ev = api.HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", "alice", "e1", 1.5)
     # Field by field, as the histories in tests/histories hold it: the class's module is not in it.
-    recorded = {"node": "gpu-7", "source": "xid", "code": 79, "message": "fallen off the bus",
-                "actor": "alice", "event_id": "e1", "at": 1.5, "received_at": 0.0}
+    recorded = {
+        "node": "gpu-7",
+        "source": "xid",
+        "code": 79,
+        "message": "fallen off the bus",
+        "actor": "alice",
+        "event_id": "e1",
+        "at": 1.5,
+        "received_at": 0.0,
+    }
     # Fields added since (with defaults) follow the recorded ones; a recorded payload without
     # them decodes to the same event.
     assert _payload(ev) == {**recorded, "severity": "", "at_from_record": False, "signature": ""}
@@ -65,22 +81,50 @@ def test_one_transition_request_reads_both_payloads_it_replaced() -> None:
     update's) are one class now; recorded payloads of either still decode into it."""
     decode = DataConverter.default.payload_converter.from_payloads
     to = DataConverter.default.payload_converter.to_payloads
-    update = {"trigger": "drain", "actor": "alice", "actor_kind": "operator", "cause": "c", "request_id": "r",
-              "event": None}
-    command = {"node": "gpu-7", "trigger": "drain", "actor": "runbook:x", "cause": "c", "actor_kind": "automation",
-               "request_id": "k/drain", "event": {"kind": "xid", "code": 79}}
+    update = {
+        "trigger": "drain",
+        "actor": "alice",
+        "actor_kind": "operator",
+        "cause": "c",
+        "request_id": "r",
+        "event": None,
+    }
+    command = {
+        "node": "gpu-7",
+        "trigger": "drain",
+        "actor": "runbook:x",
+        "cause": "c",
+        "actor_kind": "automation",
+        "request_id": "k/drain",
+        "event": {"kind": "xid", "code": 79},
+    }
     for recorded in (update, command):
         (req,) = decode(to([recorded]), [api.TransitionRequest])
         assert isinstance(req, api.TransitionRequest)
         assert {k: getattr(req, k) for k in recorded} == recorded
     # The one field added since (with its default, so old payloads decode): the guard's grant.
-    assert _payload(api.TransitionRequest(node="gpu-7", trigger="drain", actor="runbook:x", actor_kind="automation",
-                                          cause="c", request_id="k/drain", event={"kind": "xid", "code": 79})) \
-        == {**command, "grant": ""}
+    assert _payload(
+        api.TransitionRequest(
+            node="gpu-7",
+            trigger="drain",
+            actor="runbook:x",
+            actor_kind="automation",
+            cause="c",
+            request_id="k/drain",
+            event={"kind": "xid", "code": 79},
+        )
+    ) == {**command, "grant": ""}
 
 
-HEAVY = ("workflows.definitions", "workflows.activities", "checks", "sqlmodel",
-         "sqlalchemy", "fleetctl.db.queries", "paramiko")
+HEAVY = (
+    "workflows.definitions",
+    "workflows.activities",
+    "checks",
+    "sqlmodel",
+    "sqlalchemy",
+    "fleetctl.db.queries",
+    "paramiko",
+)
 # Of checks, only what reading a config file needs: the package (its result types) and the
 # safe YAML loader; never a parser, the catalog or the profiles.
 LIGHT = ("checks", "checks._text", "checks.result", "checks.safe_yaml")
@@ -106,8 +150,14 @@ def test_node_event_imports_neither_the_workflows_nor_the_database(tmp_path) -> 
         import os
         os._exit(0)
     """)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "FLEETCTL_CONFIG": "/dev/null", "HOME": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "FLEETCTL_CONFIG": "/dev/null", "HOME": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["code"] == 1

@@ -29,12 +29,30 @@ def _migrate(url: str, revision: str) -> None:
 # (from, to, trigger, actor_kind, cause) as the code before 0007 wrote them; the label the
 # report gave each, which it must still give after the upgrade.
 OLD_ROWS = [
-    ("production", "draining", "drain", "automation", "health: XID 79: reset_gpu (critical): GPU has fallen off the bus",
-     "xid 79"),
-    ("production", "draining", "drain", "automation", "recheck quick: nccl-allreduce: busbw 300 below 360",
-     "check nccl-allreduce"),
-    ("production", "draining", "drain", "automation", "active check quick: dcgm-diag-r3: GPU 5 memory",
-     "check dcgm-diag-r3"),
+    (
+        "production",
+        "draining",
+        "drain",
+        "automation",
+        "health: XID 79: reset_gpu (critical): GPU has fallen off the bus",
+        "xid 79",
+    ),
+    (
+        "production",
+        "draining",
+        "drain",
+        "automation",
+        "recheck quick: nccl-allreduce: busbw 300 below 360",
+        "check nccl-allreduce",
+    ),
+    (
+        "production",
+        "draining",
+        "drain",
+        "automation",
+        "active check quick: dcgm-diag-r3: GPU 5 memory",
+        "check dcgm-diag-r3",
+    ),
     ("production", "draining", "drain", "automation", "health: operator report: fans loud", "health"),
     ("production", "draining", "drain", "automation", "runbook thermal: drain", "automation"),
     ("production", "draining", "drain", "operator", "XID 79 seen on the console", "xid 79"),
@@ -47,15 +65,32 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
     _migrate(db_url, "0006")
     engine = create_engine(db_url)
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO nodes (name, address, rack, profile, scheduler, state, state_version, labels, "
-                          "created_at, updated_at, state_since) VALUES ('n1', 'sim://n1', 'r1', 'h100-sxm', 'sim', "
-                          "'maintenance', 8, '{}', :t, :t, :t)"), {"t": datetime(2026, 1, 1, tzinfo=timezone.utc)})
+        conn.execute(
+            text(
+                "INSERT INTO nodes (name, address, rack, profile, scheduler, state, state_version, labels, "
+                "created_at, updated_at, state_since) VALUES ('n1', 'sim://n1', 'r1', 'h100-sxm', 'sim', "
+                "'maintenance', 8, '{}', :t, :t, :t)"
+            ),
+            {"t": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+        )
         for i, (frm, to, trigger, kind, cause, _) in enumerate(OLD_ROWS):
-            conn.execute(text("INSERT INTO node_events (node_name, from_state, to_state, trigger, cause, actor, "
-                              "actor_kind, at, workflow_id, run_id, state_version, idempotency_key) VALUES "
-                              "('n1', :f, :t, :tr, :c, 'x', :k, :at, '', '', :v, :key)"),
-                         {"f": frm, "t": to, "tr": trigger, "c": cause, "k": kind, "v": i + 1, "key": f"k{i}",
-                          "at": datetime(2026, 1, 1, i, tzinfo=timezone.utc)})
+            conn.execute(
+                text(
+                    "INSERT INTO node_events (node_name, from_state, to_state, trigger, cause, actor, "
+                    "actor_kind, at, workflow_id, run_id, state_version, idempotency_key) VALUES "
+                    "('n1', :f, :t, :tr, :c, 'x', :k, :at, '', '', :v, :key)"
+                ),
+                {
+                    "f": frm,
+                    "t": to,
+                    "tr": trigger,
+                    "c": cause,
+                    "k": kind,
+                    "v": i + 1,
+                    "key": f"k{i}",
+                    "at": datetime(2026, 1, 1, i, tzinfo=timezone.utc),
+                },
+            )
     engine.dispose()
 
     _migrate(db_url, "head")
@@ -81,8 +116,14 @@ def test_0011_adds_and_removes_the_straggler_findings_and_the_model_writes_them(
     verdict = MetricVerdict("a", "sm_clock", STRAGGLER, 1410.0, 1980.0, -19.2, "sm_clock 1410 MHz ...")
     stragglers.record_findings(engine, job, [verdict], [], datetime(2026, 12, 1, tzinfo=timezone.utc))
     (row,) = stragglers.open_findings(engine)
-    assert (row.node_name, row.metric, row.value, row.robust_z, row.job_restart_count, row.detail) == \
-        ("a", "sm_clock", 1410.0, -19.2, 2, "")
+    assert (row.node_name, row.metric, row.value, row.robust_z, row.job_restart_count, row.detail) == (
+        "a",
+        "sm_clock",
+        1410.0,
+        -19.2,
+        2,
+        "",
+    )
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0010")

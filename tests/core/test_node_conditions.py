@@ -6,21 +6,33 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from fleetctl.nodes.conditions import (CheckRow, DrainHeld, UnknownState, conditions, health_word, reason, states_named,
-                                      summarise_checks)
+from fleetctl.nodes.conditions import (
+    CheckRow,
+    DrainHeld,
+    UnknownState,
+    conditions,
+    health_word,
+    reason,
+    states_named,
+    summarise_checks,
+)
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
 
 def runs(check: str, *statuses: str, kind: str | None = None, every_s: float = 60.0) -> list[CheckRow]:
     """`statuses` oldest first, one run every `every_s` from T0."""
-    return [CheckRow(check, s, f"{check} {s}", T0 + timedelta(seconds=i * every_s),
-                     kind if s == "error" else None) for i, s in enumerate(statuses)]
+    return [
+        CheckRow(check, s, f"{check} {s}", T0 + timedelta(seconds=i * every_s), kind if s == "error" else None)
+        for i, s in enumerate(statuses)
+    ]
 
 
 def test_one_summary_per_check_with_the_streak_of_its_latest_status() -> None:
-    summary = summarise_checks(runs("dcgm-diag-r1", "pass", "error", "error", "error", kind="timeout")
-                               + runs("nvidia-smi-query", "pass", "pass"))
+    summary = summarise_checks(
+        runs("dcgm-diag-r1", "pass", "error", "error", "error", kind="timeout")
+        + runs("nvidia-smi-query", "pass", "pass")
+    )
     by_check = {s.check: s for s in summary}
     assert len(summary) == 2
     dcgm = by_check["dcgm-diag-r1"]
@@ -33,32 +45,50 @@ def test_one_summary_per_check_with_the_streak_of_its_latest_status() -> None:
 HELD = DrainHeld("health: XID 48: fleet limit: 1 of 10 already unavailable (max 1, 10%)", T0, T0, 3)
 
 
-@pytest.mark.parametrize("state, checks, held, cause, expected", [
-    ("production", runs("a", "pass") + runs("b", "warn"), None, "", "Ready"),
-    ("production", [], None, "", "Unchecked"),
-    # On its way in, a node is not Ready however its first checks went: it serves no work yet.
-    ("new", [], None, "", "NotAdmitted"),
-    ("burn_in", runs("a", "pass"), None, "", "NotAdmitted"),
-    ("admission", runs("a", "pass") + runs("b", "pass"), None, "", "NotAdmitted"),
-    ("burn_in", runs("a", "fail"), None, "", "NotAdmitted,CheckFailed(1)"),
-    ("production", runs("a", "pass", "error", kind="unreachable") + runs("b", "error", kind="timeout"), None, "",
-     "Unreachable"),
-    # an unjudgeable output is not unreachability: the node answered
-    ("production", runs("a", "error", kind="unjudgeable"), None, "", "CheckError(1)"),
-    ("production", runs("a", "fail") + runs("b", "pass"), None, "", "CheckFailed(1)"),
-    ("production", runs("a", "fail") + runs("b", "fail") + runs("c", "fail"), HELD, "", "CheckFailed(3),DrainHeld"),
-    ("maintenance", runs("a", "pass"), None, "admission failed: straggler: nccl busbw",
-     "Maintenance,StragglerSuspected"),
-    # Out of service is never Ready, whatever its last checks said (`grep -v Ready` finds it).
-    ("retired", runs("a", "fail"), None, "", "Retired"),
-    ("rma", runs("a", "pass"), None, "runbook: RMA: XID 79", "InRMA"),
-    ("rma", [], None, "", "InRMA"),
-    ("maintenance", runs("a", "pass"), None, "drained: operator: PDU maintenance", "Maintenance"),
-    ("draining", runs("a", "pass", "fail"), None, "operator: PDU maintenance", "Maintenance,CheckFailed(1)"),
-    # unreachable out of service: the timed-out checks are the unreachability, not errors too
-    ("maintenance", runs("a", "error", kind="timeout") + runs("b", "error", kind="timeout"), None, "x",
-     "Maintenance,Unreachable"),
-])
+@pytest.mark.parametrize(
+    "state, checks, held, cause, expected",
+    [
+        ("production", runs("a", "pass") + runs("b", "warn"), None, "", "Ready"),
+        ("production", [], None, "", "Unchecked"),
+        # On its way in, a node is not Ready however its first checks went: it serves no work yet.
+        ("new", [], None, "", "NotAdmitted"),
+        ("burn_in", runs("a", "pass"), None, "", "NotAdmitted"),
+        ("admission", runs("a", "pass") + runs("b", "pass"), None, "", "NotAdmitted"),
+        ("burn_in", runs("a", "fail"), None, "", "NotAdmitted,CheckFailed(1)"),
+        (
+            "production",
+            runs("a", "pass", "error", kind="unreachable") + runs("b", "error", kind="timeout"),
+            None,
+            "",
+            "Unreachable",
+        ),
+        # an unjudgeable output is not unreachability: the node answered
+        ("production", runs("a", "error", kind="unjudgeable"), None, "", "CheckError(1)"),
+        ("production", runs("a", "fail") + runs("b", "pass"), None, "", "CheckFailed(1)"),
+        ("production", runs("a", "fail") + runs("b", "fail") + runs("c", "fail"), HELD, "", "CheckFailed(3),DrainHeld"),
+        (
+            "maintenance",
+            runs("a", "pass"),
+            None,
+            "admission failed: straggler: nccl busbw",
+            "Maintenance,StragglerSuspected",
+        ),
+        # Out of service is never Ready, whatever its last checks said (`grep -v Ready` finds it).
+        ("retired", runs("a", "fail"), None, "", "Retired"),
+        ("rma", runs("a", "pass"), None, "runbook: RMA: XID 79", "InRMA"),
+        ("rma", [], None, "", "InRMA"),
+        ("maintenance", runs("a", "pass"), None, "drained: operator: PDU maintenance", "Maintenance"),
+        ("draining", runs("a", "pass", "fail"), None, "operator: PDU maintenance", "Maintenance,CheckFailed(1)"),
+        # unreachable out of service: the timed-out checks are the unreachability, not errors too
+        (
+            "maintenance",
+            runs("a", "error", kind="timeout") + runs("b", "error", kind="timeout"),
+            None,
+            "x",
+            "Maintenance,Unreachable",
+        ),
+    ],
+)
 def test_health_word(state, checks, held, cause, expected) -> None:
     summary = summarise_checks(checks)
     assert health_word(state, conditions(state, summary, held, cause), summary) == expected
@@ -70,24 +100,30 @@ def test_unreachable_names_when_it_began() -> None:
     assert [(c.type, c.since) for c in found] == [("Unreachable", T0 + timedelta(seconds=60))]
 
 
-@pytest.mark.parametrize("state, cause, held, expected", [
-    ("production", "enter_production", None, ""),
-    ("production", "", HELD, f"drain held: {HELD.reason}"),
-    ("maintenance", "operator: swap optics", None, "operator: swap optics [alice@2026-11-30T12:00]"),
-    ("draining", "", None, ""),
-])
+@pytest.mark.parametrize(
+    "state, cause, held, expected",
+    [
+        ("production", "enter_production", None, ""),
+        ("production", "", HELD, f"drain held: {HELD.reason}"),
+        ("maintenance", "operator: swap optics", None, "operator: swap optics [alice@2026-11-30T12:00]"),
+        ("draining", "", None, ""),
+    ],
+)
 def test_reason_like_sinfo(state, cause, held, expected) -> None:
     assert reason(state, cause, "alice", T0, held) == expected
 
 
-@pytest.mark.parametrize("values, expected", [
-    (["production"], ["production"]),
-    (["draining", "maintenance"], ["draining", "maintenance"]),  # repeated: every one counts
-    (["draining,Maintenance", "draining"], ["draining", "maintenance"]),
-    (["drained"], ["maintenance"]),
-    (["drain"], ["draining", "maintenance"]),
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (["production"], ["production"]),
+        (["draining", "maintenance"], ["draining", "maintenance"]),  # repeated: every one counts
+        (["draining,Maintenance", "draining"], ["draining", "maintenance"]),
+        (["drained"], ["maintenance"]),
+        (["drain"], ["draining", "maintenance"]),
+        ([], []),
+    ],
+)
 def test_state_words(values, expected) -> None:
     assert states_named(values) == expected
 
@@ -100,15 +136,18 @@ def test_unknown_state_word_names_the_choices() -> None:
 HOUR_S = 3600.0
 
 
-@pytest.mark.parametrize("state, age_h, agent_age_s, sweep_h, expected", [
-    # Issue 29: a busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
-    ("production", 30, None, 1, "Unchecked(1d)"),
-    ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
-    ("production", 30, 60.0, 1, "Ready"),  # its agent reports
-    ("production", 30, 3600.0, 1, "Unchecked(1d)"),  # its agent fell silent (past agent_silence_s)
-    ("production", 30, None, None, "Ready"),  # no sweep interval known: nothing says how old is too old
-    ("maintenance", 30, None, 1, "Maintenance"),  # out of service says so already
-])
+@pytest.mark.parametrize(
+    "state, age_h, agent_age_s, sweep_h, expected",
+    [
+        # Issue 29: a busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
+        ("production", 30, None, 1, "Unchecked(1d)"),
+        ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
+        ("production", 30, 60.0, 1, "Ready"),  # its agent reports
+        ("production", 30, 3600.0, 1, "Unchecked(1d)"),  # its agent fell silent (past agent_silence_s)
+        ("production", 30, None, None, "Ready"),  # no sweep interval known: nothing says how old is too old
+        ("maintenance", 30, None, 1, "Maintenance"),  # out of service says so already
+    ],
+)
 def test_old_evidence_without_an_agent_is_unchecked(state, age_h, agent_age_s, sweep_h, expected) -> None:
     from fleetctl.nodes.conditions import unchecked_since
 

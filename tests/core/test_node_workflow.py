@@ -60,7 +60,11 @@ async def test_transitions_are_recorded_and_illegal_ones_change_nothing(make_set
     assert (node.state, node.state_version) == ("draining", 4)
     events = queries.node_events(engine, name)
     assert [(e.from_state, e.to_state) for e in events] == [
-        ("new", "burn_in"), ("burn_in", "admission"), ("admission", "production"), ("production", "draining")]
+        ("new", "burn_in"),
+        ("burn_in", "admission"),
+        ("admission", "production"),
+        ("production", "draining"),
+    ]
     assert events[-1].actor == "tester" and events[-1].cause == "cable"
     assert events[0].actor_kind == "automation"
 
@@ -94,8 +98,12 @@ async def test_repeated_request_id_is_answered_not_reapplied(make_settings, sqli
 
     async def body(client):
         await ensure_node_workflows(client, settings, [(name, "new", 0)])
-        first = await request_transition(client, name, "begin_burn_in", "auto", actor_kind="automation", request_id="r-1")
-        again = await request_transition(client, name, "begin_burn_in", "auto", actor_kind="automation", request_id="r-1")
+        first = await request_transition(
+            client, name, "begin_burn_in", "auto", actor_kind="automation", request_id="r-1"
+        )
+        again = await request_transition(
+            client, name, "begin_burn_in", "auto", actor_kind="automation", request_id="r-1"
+        )
         return first, again
 
     first, again = await _with_worker(settings, body)
@@ -113,8 +121,10 @@ async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
 
     async def body(client):
         handle = await client.start_workflow(
-            NodeLifecycle.run, NodeLifecycleState(node=name, transitions_per_run=2),
-            id=node_workflow_id(name), task_queue=settings.task_queue,
+            NodeLifecycle.run,
+            NodeLifecycleState(node=name, transitions_per_run=2),
+            id=node_workflow_id(name),
+            task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         first_run = handle.first_execution_run_id

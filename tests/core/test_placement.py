@@ -5,15 +5,32 @@ from __future__ import annotations
 
 import pytest
 
-from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, LANDED_IN_ISLAND, LANDED_OUTSIDE, NOT_PLACED, NodeHealth,
-                                     Where, healthy_replacements, job_island, landed, place_restart, replacements, unfit)
+from fleetctl.jobs.placement import (
+    FLEET_WIDE,
+    IN_ISLAND,
+    LANDED_IN_ISLAND,
+    LANDED_OUTSIDE,
+    NOT_PLACED,
+    NodeHealth,
+    Where,
+    healthy_replacements,
+    job_island,
+    landed,
+    place_restart,
+    replacements,
+    unfit,
+)
 
 # Two islands: ib-a over leaf-1 (n1, n2) and leaf-2 (n3, n4, n5); ib-b over leaf-3 (n6, n7);
 # n8 has no topology in the inventory.
 FABRIC = {
-    "n1": Where("leaf-1", "ib-a"), "n2": Where("leaf-1", "ib-a"),
-    "n3": Where("leaf-2", "ib-a"), "n4": Where("leaf-2", "ib-a"), "n5": Where("leaf-2", "ib-a"),
-    "n6": Where("leaf-3", "ib-b"), "n7": Where("leaf-3", "ib-b"),
+    "n1": Where("leaf-1", "ib-a"),
+    "n2": Where("leaf-1", "ib-a"),
+    "n3": Where("leaf-2", "ib-a"),
+    "n4": Where("leaf-2", "ib-a"),
+    "n5": Where("leaf-2", "ib-a"),
+    "n6": Where("leaf-3", "ib-b"),
+    "n7": Where("leaf-3", "ib-b"),
     "n8": Where(),
 }
 
@@ -51,8 +68,10 @@ def test_place_restart(job, bad, free, placement, nodes, island) -> None:
 
 def test_the_decision_says_why_in_words() -> None:
     assert place_restart(["n1", "n3"], ["n3"], FABRIC, ["n2"]).detail == "island ib-a: n2 for n3"
-    assert place_restart(["n6", "n7"], ["n7"], FABRIC, []).detail == \
-        "island ib-b has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    assert (
+        place_restart(["n6", "n7"], ["n7"], FABRIC, []).detail
+        == "island ib-b has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    )
 
 
 @pytest.mark.parametrize(
@@ -65,9 +84,14 @@ def test_job_island_is_the_majority_ties_by_name(nodes, island) -> None:
 
 @pytest.mark.parametrize(
     "island,new_nodes,where",
-    [("ib-a", ["n1", "n4"], LANDED_IN_ISLAND), ("ib-a", ["n1", "n6"], LANDED_OUTSIDE),
-     ("ib-a", ["n1", "n8"], LANDED_OUTSIDE), ("ib-a", ["unknown"], LANDED_OUTSIDE),
-     ("", ["n1"], ""), ("ib-a", [], "")],
+    [
+        ("ib-a", ["n1", "n4"], LANDED_IN_ISLAND),
+        ("ib-a", ["n1", "n6"], LANDED_OUTSIDE),
+        ("ib-a", ["n1", "n8"], LANDED_OUTSIDE),
+        ("ib-a", ["unknown"], LANDED_OUTSIDE),
+        ("", ["n1"], ""),
+        ("ib-a", [], ""),
+    ],
 )
 def test_landed(island, new_nodes, where) -> None:
     assert landed(island, new_nodes, FABRIC) == where
@@ -101,17 +125,23 @@ def test_only_healthy_production_nodes_take_a_restart(node, why) -> None:
 
 
 def test_healthy_replacements_keep_the_order_given() -> None:
-    nodes = [NodeHealth("n3", "production"), NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")),
-             NodeHealth("n2", "production", ("Unchecked",))]
+    nodes = [
+        NodeHealth("n3", "production"),
+        NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")),
+        NodeHealth("n2", "production", ("Unchecked",)),
+    ]
     assert healthy_replacements(nodes) == ["n3", "n2"]
 
 
-@pytest.mark.parametrize("before, now, expected", [
-    (["n1", "n2"], ["n2", "n3"], ["n3"]),  # n3 took n1's place
-    (["n1", "n2", "n3"], ["n4", "n5", "n3"], ["n4", "n5"]),  # two replaced, in the job's order
-    (["n1", "n2"], ["n1", "n2"], []),  # requeued onto the same nodes: nothing replaced
-    ([], ["n2", "n3"], ["n2", "n3"]),  # not known (an older restart, a job already pending): all
-    (["n1"], [], []),  # not running again yet
-])
+@pytest.mark.parametrize(
+    "before, now, expected",
+    [
+        (["n1", "n2"], ["n2", "n3"], ["n3"]),  # n3 took n1's place
+        (["n1", "n2", "n3"], ["n4", "n5", "n3"], ["n4", "n5"]),  # two replaced, in the job's order
+        (["n1", "n2"], ["n1", "n2"], []),  # requeued onto the same nodes: nothing replaced
+        ([], ["n2", "n3"], ["n2", "n3"]),  # not known (an older restart, a job already pending): all
+        (["n1"], [], []),  # not running again yet
+    ],
+)
 def test_a_restarts_replacements_are_its_nodes_it_did_not_run_on_before(before, now, expected) -> None:
     assert replacements(before, now) == expected

@@ -13,7 +13,8 @@ FABRIC = {
     **{f"a{i}": Where("", "ib-a", "d1") for i in range(1, 5)},
     **{f"b{i}": Where("", "ib-a", "d2") for i in range(1, 5)},
     **{f"c{i}": Where("", "ib-b", "d3") for i in range(1, 5)},
-    "h1": Where("", "ib-a"), "h2": Where("", "ib-a"),
+    "h1": Where("", "ib-a"),
+    "h2": Where("", "ib-a"),
 }
 JOB = ["a1", "a2", "a3"]
 
@@ -52,11 +53,15 @@ def test_place_restart_by_domain(job, bad, free, spares, held, placement, nodes,
 
 def test_the_decision_says_why_in_words() -> None:
     assert place_restart(JOB, ["a3"], FABRIC, ["a4"], ["a4"]).detail == "NVLink domain d1: a4 for a3 (spare a4)"
-    assert place_restart(JOB, ["a3"], FABRIC, ["a4", "b1", "b2", "b3"], held_domains=["d1"]).detail == \
-        "NVLink domain d1 is held: the whole job moves to NVLink domain d2, b1, b2, b3"
-    assert place_restart(JOB, ["a3"], FABRIC, ["b1"]).detail == \
-        "NVLink domain d1 has 0 healthy free nodes of 1 needed, and no other healthy domain has 3 free: " \
+    assert (
+        place_restart(JOB, ["a3"], FABRIC, ["a4", "b1", "b2", "b3"], held_domains=["d1"]).detail
+        == "NVLink domain d1 is held: the whole job moves to NVLink domain d2, b1, b2, b3"
+    )
+    assert (
+        place_restart(JOB, ["a3"], FABRIC, ["b1"]).detail
+        == "NVLink domain d1 has 0 healthy free nodes of 1 needed, and no other healthy domain has 3 free: "
         "any healthy node in the fleet"
+    )
 
 
 def test_a_job_moved_whole_lands_in_its_new_island() -> None:

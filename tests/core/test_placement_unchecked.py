@@ -11,8 +11,11 @@ from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NodeHealth, Where, pl
 # Island ib-a: leaf-1 (n1, n2), leaf-2 (n3, n4, n5). NVLink domains d1 (a1..a4, island ib-a),
 # d2 (b1..b4, island ib-a) and d3 (c1..c4, island ib-b).
 FABRIC = {
-    "n1": Where("leaf-1", "ib-a"), "n2": Where("leaf-1", "ib-a"),
-    "n3": Where("leaf-2", "ib-a"), "n4": Where("leaf-2", "ib-a"), "n5": Where("leaf-2", "ib-a"),
+    "n1": Where("leaf-1", "ib-a"),
+    "n2": Where("leaf-1", "ib-a"),
+    "n3": Where("leaf-2", "ib-a"),
+    "n4": Where("leaf-2", "ib-a"),
+    "n5": Where("leaf-2", "ib-a"),
     **{f"a{i}": Where("leaf-a", "ib-a", "d1") for i in range(1, 5)},
     **{f"b{i}": Where("leaf-b", "ib-a", "d2") for i in range(1, 5)},
     **{f"c{i}": Where("leaf-c", "ib-b", "d3") for i in range(1, 5)},
@@ -44,12 +47,18 @@ DOMAIN_JOB = ["a1", "a2", "a3"]
         # island, fits on checked nodes alone and comes first.
         (DOMAIN_JOB, ["a1", "a2"], ["b1", "b2", "b3", "c1", "c2", "c3"], [], ["b3"], IN_ISLAND, ("c1", "c2", "c3")),
         # Every domain needs an unchecked node: the island's still comes first, its unchecked one last.
-        (DOMAIN_JOB, ["a1", "a2"], ["b1", "b2", "b3", "c1", "c2", "c3"], [], ["b1", "c1"], IN_ISLAND,
-         ("b2", "b3", "b1")),
+        (
+            DOMAIN_JOB,
+            ["a1", "a2"],
+            ["b1", "b2", "b3", "c1", "c2", "c3"],
+            [],
+            ["b1", "c1"],
+            IN_ISLAND,
+            ("b2", "b3", "b1"),
+        ),
     ],
 )
-def test_unchecked_nodes_are_taken_last_and_never_left_out(job, bad, free, spares, unchecked, placement,
-                                                             nodes) -> None:
+def test_unchecked_nodes_are_taken_last_and_never_left_out(job, bad, free, spares, unchecked, placement, nodes) -> None:
     decided = place_restart(job, bad, FABRIC, free, spares, (), unchecked)
     assert (decided.placement, decided.nodes) == (placement, nodes)
 

@@ -17,15 +17,18 @@ from tests.production.mtls_proxy import Authority
 from tests.support.webhook import WebhookReceiver
 
 TOKEN = "prom-token-0123456789"
-VECTOR = {"status": "success", "data": {"resultType": "vector", "result": [
-    {"metric": {"Hostname": "gpu-01"}, "value": [1764590000.0, "1980"]}]}}
+VECTOR = {
+    "status": "success",
+    "data": {"resultType": "vector", "result": [{"metric": {"Hostname": "gpu-01"}, "value": [1764590000.0, "1980"]}]},
+}
 
 
 class Scripted(ThreadingHTTPServer):
     """Answers every request with (status, headers, body); keeps what it was sent."""
 
-    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None,
-                 tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, status: int, body: bytes, headers: dict[str, str] | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.seen: list[tuple[str, str, bytes]] = []
         server = self
 
@@ -70,17 +73,26 @@ def test_an_instant_vector_is_read_by_node_and_the_token_goes_in_its_header() ->
         server.shutdown()
 
 
-@pytest.mark.parametrize("status, body, message", [
-    (400, json.dumps({"status": "error", "errorType": "bad_data", "error": "1:5: parse error"}).encode(),
-     "HTTP 400: 1:5: parse error"),
-    (401, b"Unauthorized", "HTTP 401"),
-    (503, b"<html>maintenance</html>", "HTTP 503"),
-    (200, b"<html>a login page</html>", "not JSON"),
-    (200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
-     "not an instant vector"),
-    (200, json.dumps({"status": "error", "error": "query timed out"}).encode(), "did not answer success"),
-    (200, b" " * (MAX_ANSWER_BYTES + 1), f"answer larger than {MAX_ANSWER_BYTES} bytes"),
-])
+@pytest.mark.parametrize(
+    "status, body, message",
+    [
+        (
+            400,
+            json.dumps({"status": "error", "errorType": "bad_data", "error": "1:5: parse error"}).encode(),
+            "HTTP 400: 1:5: parse error",
+        ),
+        (401, b"Unauthorized", "HTTP 401"),
+        (503, b"<html>maintenance</html>", "HTTP 503"),
+        (200, b"<html>a login page</html>", "not JSON"),
+        (
+            200,
+            json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode(),
+            "not an instant vector",
+        ),
+        (200, json.dumps({"status": "error", "error": "query timed out"}).encode(), "did not answer success"),
+        (200, b" " * (MAX_ANSWER_BYTES + 1), f"answer larger than {MAX_ANSWER_BYTES} bytes"),
+    ],
+)
 def test_anything_but_an_answer_is_an_error(status, body, message) -> None:
     server = Scripted(status, body)
     try:
@@ -127,8 +139,9 @@ def test_tls_is_verified_and_the_token_crosses_only_to_a_verified_server(tmp_pat
         with pytest.raises(PrometheusError, match="CERTIFICATE_VERIFY_FAILED"):
             Prometheus(server.url, TOKEN, timeout_s=5).query("up", "Hostname")
         assert server.seen == []  # the handshake failed: nothing, the token least, was sent
-        assert Prometheus(server.url, TOKEN, timeout_s=5, ca_path=str(ca.cert_path)).query("up", "Hostname") \
-            == {"gpu-01": 1980.0}
+        assert Prometheus(server.url, TOKEN, timeout_s=5, ca_path=str(ca.cert_path)).query("up", "Hostname") == {
+            "gpu-01": 1980.0
+        }
         assert server.seen[0][1] == f"Bearer {TOKEN}"
         with pytest.raises(PrometheusError, match="prometheus_ca_path"):
             Prometheus(server.url, ca_path=str(tmp_path / "missing.pem"))
@@ -147,7 +160,10 @@ class Trickler:
         self.stop = threading.Event()
         self.tls, self.interval_s = tls, interval_s
         body = json.dumps(VECTOR).encode()
-        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+        self.answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+            len(body),
+            body,
+        )
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
@@ -166,7 +182,7 @@ class Trickler:
             for i in range(len(self.answer)):
                 if self.stop.wait(self.interval_s):
                     break
-                conn.sendall(self.answer[i:i + 1])
+                conn.sendall(self.answer[i : i + 1])
         except OSError:
             pass
         finally:

@@ -12,17 +12,20 @@ from fleetctl.nodes.reachability import ReachabilityPolicy, judge_agent_silence,
 U = "unreachable"
 
 
-@pytest.mark.parametrize("kinds, runs, suspect, reason", [
-    ([U, U, U], 3, True, "3 check runs in a row could not reach the node"),
-    ([U, U, U, U, None], 3, True, "4 check runs in a row"),
-    ([U, U], 3, False, "2 of 3 consecutive"),  # not yet: a reboot or a blip
-    ([U, U, None, U, U], 3, False, "2 of 3"),  # a run that reached the node ends the streak
-    ([U, "timeout", U, U], 3, False, "1 of 3"),  # a check that timed out did reach the node
-    ([U, "auth_failed", U], 2, False, "1 of 2"),  # a key problem is ours, not the node's absence
-    ([None, U, U, U], 3, False, "0 of 3"),  # reachable again: the newest run decides
-    ([], 3, False, "0 of 3"),  # never checked
-    ([U], 1, True, "1 check run in a row"),
-])
+@pytest.mark.parametrize(
+    "kinds, runs, suspect, reason",
+    [
+        ([U, U, U], 3, True, "3 check runs in a row could not reach the node"),
+        ([U, U, U, U, None], 3, True, "4 check runs in a row"),
+        ([U, U], 3, False, "2 of 3 consecutive"),  # not yet: a reboot or a blip
+        ([U, U, None, U, U], 3, False, "2 of 3"),  # a run that reached the node ends the streak
+        ([U, "timeout", U, U], 3, False, "1 of 3"),  # a check that timed out did reach the node
+        ([U, "auth_failed", U], 2, False, "1 of 2"),  # a key problem is ours, not the node's absence
+        ([None, U, U, U], 3, False, "0 of 3"),  # reachable again: the newest run decides
+        ([], 3, False, "0 of 3"),  # never checked
+        ([U], 1, True, "1 check run in a row"),
+    ],
+)
 def test_judge_reachability(kinds, runs, suspect, reason) -> None:
     verdict = judge_reachability(kinds, ReachabilityPolicy(unreachable_runs=runs))
     assert verdict.suspect is suspect and reason in verdict.reason
@@ -36,18 +39,21 @@ def ago(seconds: float) -> datetime:
     return NOW - timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("seen, in_state_since, silence_s, suspect, reason", [
-    (ago(301), LONG_AGO, 300, True, "agent silent since 2026-12-01 09:54:59 UTC (over 300 s)"),
-    (ago(300), LONG_AGO, 300, False, "agent heard 300 s ago"),  # at the threshold: not yet
-    (ago(10), LONG_AGO, 300, False, "agent heard 10 s ago"),
-    (None, LONG_AGO, 300, False, "no agent judged"),  # never heard: the node has no agent
-    (ago(86400), LONG_AGO, 0, False, "not judged"),  # 0 disables
-    # Back in production 100 s ago, agent last heard before it left: the silence counts
-    # from its return, so a repaired node gets the whole threshold.
-    (ago(3600), ago(100), 300, False, "agent heard 3600 s ago"),
-    (ago(3600), ago(301), 300, True, "agent silent since 2026-12-01 09:00:00 UTC"),
-    (ago(-5), LONG_AGO, 300, False, "agent heard 0 s ago"),  # another intake's clock a little ahead
-])
+@pytest.mark.parametrize(
+    "seen, in_state_since, silence_s, suspect, reason",
+    [
+        (ago(301), LONG_AGO, 300, True, "agent silent since 2026-12-01 09:54:59 UTC (over 300 s)"),
+        (ago(300), LONG_AGO, 300, False, "agent heard 300 s ago"),  # at the threshold: not yet
+        (ago(10), LONG_AGO, 300, False, "agent heard 10 s ago"),
+        (None, LONG_AGO, 300, False, "no agent judged"),  # never heard: the node has no agent
+        (ago(86400), LONG_AGO, 0, False, "not judged"),  # 0 disables
+        # Back in production 100 s ago, agent last heard before it left: the silence counts
+        # from its return, so a repaired node gets the whole threshold.
+        (ago(3600), ago(100), 300, False, "agent heard 3600 s ago"),
+        (ago(3600), ago(301), 300, True, "agent silent since 2026-12-01 09:00:00 UTC"),
+        (ago(-5), LONG_AGO, 300, False, "agent heard 0 s ago"),  # another intake's clock a little ahead
+    ],
+)
 def test_judge_agent_silence(seen, in_state_since, silence_s, suspect, reason) -> None:
     verdict = judge_agent_silence(seen, in_state_since, NOW, silence_s)
     assert verdict.suspect is suspect and reason in verdict.reason

@@ -33,25 +33,60 @@ def _fleet(engine):
     now = utcnow()
     queries.upsert_nodes(engine, parse_inventory(INVENTORY))
     runs = {  # name: (check, status, age in days)
-        "gpu-old-pass": ("gpu", "pass", 200), "gpu-last-pass": ("gpu", "pass", 190),
-        "gpu-fail-100d": ("gpu", "fail", 100), "gpu-fail-30d": ("gpu", "fail", 30),
-        "gpu-fail-1d": ("gpu", "fail", 1), "dmesg-only-run": ("dmesg", "error", 300),
+        "gpu-old-pass": ("gpu", "pass", 200),
+        "gpu-last-pass": ("gpu", "pass", 190),
+        "gpu-fail-100d": ("gpu", "fail", 100),
+        "gpu-fail-30d": ("gpu", "fail", 30),
+        "gpu-fail-1d": ("gpu", "fail", 1),
+        "dmesg-only-run": ("dmesg", "error", 300),
     }
     events = {  # name: (node, age in days)
-        "n1-in-service-500d": ("n1", 500), "n2-before-service-500d": ("n2", 500),
-        "n2-in-service-5d": ("n2", 5), "n2-before-service-300d": ("n2", 300), "n3-never-in-service-900d": ("n3", 900),
+        "n1-in-service-500d": ("n1", 500),
+        "n2-before-service-500d": ("n2", 500),
+        "n2-in-service-5d": ("n2", 5),
+        "n2-before-service-300d": ("n2", 300),
+        "n3-never-in-service-900d": ("n3", 900),
     }
     with Session(engine) as session:
         for node, days in (("n1", 600), ("n2", 10)):
-            session.add(NodeEvent(node_name=node, from_state="admission", to_state="production", trigger="admit",
-                                  actor="lifecycle", at=now - days * DAY, idempotency_key=f"{node}/production"))
+            session.add(
+                NodeEvent(
+                    node_name=node,
+                    from_state="admission",
+                    to_state="production",
+                    trigger="admit",
+                    actor="lifecycle",
+                    at=now - days * DAY,
+                    idempotency_key=f"{node}/production",
+                )
+            )
         for name, (check, status, days) in sorted(runs.items(), key=lambda item: -item[1][2]):
             at = now - days * DAY
-            session.add(CheckRun(node_name="n1", check_name=check, kind=check, status=status, raw_output=f"output of {name}",
-                                 reason=name, started_at=at, finished_at=at, idempotency_key=name))
+            session.add(
+                CheckRun(
+                    node_name="n1",
+                    check_name=check,
+                    kind=check,
+                    status=status,
+                    raw_output=f"output of {name}",
+                    reason=name,
+                    started_at=at,
+                    finished_at=at,
+                    idempotency_key=name,
+                )
+            )
         for name, (node, days) in events.items():
-            session.add(HealthEvent(node_name=node, source="xid", code=79, severity="critical", message=name,
-                                    at=now - days * DAY, idempotency_key=name))
+            session.add(
+                HealthEvent(
+                    node_name=node,
+                    source="xid",
+                    code=79,
+                    severity="critical",
+                    message=name,
+                    at=now - days * DAY,
+                    idempotency_key=name,
+                )
+            )
         session.commit()
 
 
@@ -85,9 +120,11 @@ def test_prune_removes_what_the_policy_lets_go_and_keeps_what_a_figure_reads(db_
     assert runs == {
         # past the verdicts' 180 days: kept as the latest passing run of its check (the peers'
         # baseline), and as the only run of its check (node list's HEALTH), with their output
-        "gpu-last-pass": "output of gpu-last-pass", "dmesg-only-run": "output of dmesg-only-run",
+        "gpu-last-pass": "output of gpu-last-pass",
+        "dmesg-only-run": "output of dmesg-only-run",
         # past the output's 14 days: the verdict stays, the output goes
-        "gpu-fail-100d": "", "gpu-fail-30d": "",
+        "gpu-fail-100d": "",
+        "gpu-fail-30d": "",
         "gpu-fail-1d": "output of gpu-fail-1d",
     }
     # n1's event is older than 400 days but since n1 entered production (a critical claim's
@@ -96,8 +133,11 @@ def test_prune_removes_what_the_policy_lets_go_and_keeps_what_a_figure_reads(db_
     assert transitions == before[2]
     archived = [json.loads(line) for line in archive.read_text().splitlines()]
     assert sorted((a["pruned"], a.get("reason") or a.get("message") or a["raw_output"]) for a in archived) == [
-        ("check_runs", "gpu-old-pass"), ("health_events", "n2-before-service-500d"),
-        ("raw_output", "output of gpu-fail-100d"), ("raw_output", "output of gpu-fail-30d")]
+        ("check_runs", "gpu-old-pass"),
+        ("health_events", "n2-before-service-500d"),
+        ("raw_output", "output of gpu-fail-100d"),
+        ("raw_output", "output of gpu-fail-30d"),
+    ]
     assert oct(archive.stat().st_mode & 0o777) == "0o600"
 
     again = _prune(db_url)
@@ -115,21 +155,34 @@ def test_a_prune_in_batches_of_one_row_removes_and_keeps_the_same(sqlite_url: st
 def test_the_retention_settings_move_the_cut_offs(sqlite_url: str) -> None:
     engine = get_engine(sqlite_url)
     _fleet(engine)
-    done = _prune(sqlite_url, env={"FLEETCTL_RETENTION_RAW_OUTPUT_DAYS": "0.5", "FLEETCTL_RETENTION_CHECK_DAYS": "50",
-                                   "FLEETCTL_RETENTION_HEALTH_EVENT_DAYS": "200"})
+    done = _prune(
+        sqlite_url,
+        env={
+            "FLEETCTL_RETENTION_RAW_OUTPUT_DAYS": "0.5",
+            "FLEETCTL_RETENTION_CHECK_DAYS": "50",
+            "FLEETCTL_RETENTION_HEALTH_EVENT_DAYS": "200",
+        },
+    )
     assert done.exit_code == 0, done.output
     runs, events, _ = _state(engine)
-    assert runs == {"gpu-last-pass": "output of gpu-last-pass", "dmesg-only-run": "output of dmesg-only-run",
-                    "gpu-fail-30d": "", "gpu-fail-1d": "output of gpu-fail-1d"}
+    assert runs == {
+        "gpu-last-pass": "output of gpu-last-pass",
+        "dmesg-only-run": "output of dmesg-only-run",
+        "gpu-fail-30d": "",
+        "gpu-fail-1d": "output of gpu-fail-1d",
+    }
     assert events == {"n1-in-service-500d", "n2-in-service-5d", "n3-never-in-service-900d"}
 
 
-@pytest.mark.parametrize("args, env, message", [
-    (("--archive", "/nonexistent-dir/pruned.jsonl"), {}, "--archive /nonexistent-dir/pruned.jsonl: No such file"),
-    (("--dry-run", "--archive", "x.jsonl"), {}, "a --dry-run removes nothing"),
-    ((), {"FLEETCTL_RETENTION_CHECK_DAYS": "7"}, "shorter than retention_raw_output_days (14)"),
-    ((), {"FLEETCTL_RETENTION_RAW_OUTPUT_DAYS": "0"}, "out of range"),
-])
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (("--archive", "/nonexistent-dir/pruned.jsonl"), {}, "--archive /nonexistent-dir/pruned.jsonl: No such file"),
+        (("--dry-run", "--archive", "x.jsonl"), {}, "a --dry-run removes nothing"),
+        ((), {"FLEETCTL_RETENTION_CHECK_DAYS": "7"}, "shorter than retention_raw_output_days (14)"),
+        ((), {"FLEETCTL_RETENTION_RAW_OUTPUT_DAYS": "0"}, "out of range"),
+    ],
+)
 def test_bad_input_is_one_line_and_changes_nothing(sqlite_url: str, args, env, message) -> None:
     engine = get_engine(sqlite_url)
     _fleet(engine)
@@ -147,8 +200,9 @@ def test_each_worker_prunes_once_an_interval(sqlite_url: str) -> None:
     from tests.reliability.support import wait_for
     from workflows.worker import prune_periodically
 
-    settings = load_settings(flags={"db_url": sqlite_url}, env={"FLEETCTL_RETENTION_INTERVAL_S": "1"},
-                             config_file=os.devnull)
+    settings = load_settings(
+        flags={"db_url": sqlite_url}, env={"FLEETCTL_RETENTION_INTERVAL_S": "1"}, config_file=os.devnull
+    )
     engine = get_engine(sqlite_url)
     _fleet(engine)
 
@@ -164,8 +218,16 @@ def test_each_worker_prunes_once_an_interval(sqlite_url: str) -> None:
             await wait_for(pruned, 2 * settings.retention_interval_s, "the worker's first prune")
             with Session(engine) as session:
                 at = utcnow() - 500 * DAY
-                session.add(HealthEvent(node_name="n2", source="xid", code=79, message="n2-before-service-500d",
-                                        at=at, idempotency_key="written-later"))
+                session.add(
+                    HealthEvent(
+                        node_name="n2",
+                        source="xid",
+                        code=79,
+                        message="n2-before-service-500d",
+                        at=at,
+                        idempotency_key="written-later",
+                    )
+                )
                 session.commit()
             await wait_for(pruned, 2 * settings.retention_interval_s, "the worker's next prune")
         finally:

@@ -28,15 +28,26 @@ ALL_RIGHT = {k.name: k.indexed_value_type for k in NODE_ATTRIBUTES}
 SINCE = datetime(2026, 11, 30, 22, 5, 7, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize("registered, missing, conflicts", [
-    ({}, [k.name for k in NODE_ATTRIBUTES], []),
-    (ALL_RIGHT, [], []),
-    ({**ALL_RIGHT, "CustomerTeam": Type.KEYWORD}, [], []),  # another application's: not ours to judge
-    ({k: v for k, v in ALL_RIGHT.items() if k != "FleetctlRack"}, ["FleetctlRack"], []),
-    ({**ALL_RIGHT, "FleetctlRack": Type.TEXT}, [], ["FleetctlRack is registered as Text, fleetctl needs Keyword"]),
-    ({**ALL_RIGHT, "FleetctlStateSince": Type.INT}, [], ["FleetctlStateSince is registered as Int, fleetctl needs Datetime"]),
-    ({**ALL_RIGHT, "FleetctlNodeState": 99}, [], ["FleetctlNodeState is registered as type 99, fleetctl needs Keyword"]),
-])
+@pytest.mark.parametrize(
+    "registered, missing, conflicts",
+    [
+        ({}, [k.name for k in NODE_ATTRIBUTES], []),
+        (ALL_RIGHT, [], []),
+        ({**ALL_RIGHT, "CustomerTeam": Type.KEYWORD}, [], []),  # another application's: not ours to judge
+        ({k: v for k, v in ALL_RIGHT.items() if k != "FleetctlRack"}, ["FleetctlRack"], []),
+        ({**ALL_RIGHT, "FleetctlRack": Type.TEXT}, [], ["FleetctlRack is registered as Text, fleetctl needs Keyword"]),
+        (
+            {**ALL_RIGHT, "FleetctlStateSince": Type.INT},
+            [],
+            ["FleetctlStateSince is registered as Int, fleetctl needs Datetime"],
+        ),
+        (
+            {**ALL_RIGHT, "FleetctlNodeState": 99},
+            [],
+            ["FleetctlNodeState is registered as type 99, fleetctl needs Keyword"],
+        ),
+    ],
+)
 def test_compare_registered(registered, missing, conflicts):
     found_missing, found_conflicts = compare_registered(registered)
     assert ([k.name for k in found_missing], found_conflicts) == (missing, conflicts)
@@ -44,11 +55,18 @@ def test_compare_registered(registered, missing, conflicts):
 
 def test_the_dev_server_registers_every_attribute_with_its_type():
     flags = dev_server_flags()
-    attributes, server = flags[:2 * len(NODE_ATTRIBUTES)], flags[2 * len(NODE_ATTRIBUTES):]
+    attributes, server = flags[: 2 * len(NODE_ATTRIBUTES)], flags[2 * len(NODE_ATTRIBUTES) :]
     assert attributes[::2] == ["--search-attribute"] * len(NODE_ATTRIBUTES)
-    assert attributes[1::2] == ["FleetctlNodeState=Keyword", "FleetctlFleet=Keyword", "FleetctlRack=Keyword",
-                                "FleetctlGpuProfile=Keyword", "FleetctlScheduler=Keyword", "FleetctlLastCause=Text",
-                                "FleetctlStateSince=Datetime", "FleetctlQueuedSince=Datetime"]
+    assert attributes[1::2] == [
+        "FleetctlNodeState=Keyword",
+        "FleetctlFleet=Keyword",
+        "FleetctlRack=Keyword",
+        "FleetctlGpuProfile=Keyword",
+        "FleetctlScheduler=Keyword",
+        "FleetctlLastCause=Text",
+        "FleetctlStateSince=Datetime",
+        "FleetctlQueuedSince=Datetime",
+    ]
     # The server flags workflows whose tasks keep failing (TemporalReportedProblems): Stalled.
     assert server == ["--dynamic-config-value", "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=2"]
 
@@ -59,9 +77,15 @@ def _applied(updates) -> dict:
 
 def test_a_transition_sets_every_attribute():
     updates = transition_updates("maintenance", "drained: XID 79", SINCE, "fleet-a", "r12", "h100-sxm", "slurm")
-    assert _applied(updates) == {"FleetctlNodeState": "maintenance", "FleetctlLastCause": "drained: XID 79",
-                                 "FleetctlStateSince": SINCE, "FleetctlFleet": "fleet-a", "FleetctlRack": "r12",
-                                 "FleetctlGpuProfile": "h100-sxm", "FleetctlScheduler": "slurm"}
+    assert _applied(updates) == {
+        "FleetctlNodeState": "maintenance",
+        "FleetctlLastCause": "drained: XID 79",
+        "FleetctlStateSince": SINCE,
+        "FleetctlFleet": "fleet-a",
+        "FleetctlRack": "r12",
+        "FleetctlGpuProfile": "h100-sxm",
+        "FleetctlScheduler": "slurm",
+    }
 
 
 def test_an_empty_fact_unsets_its_attribute_rather_than_match_the_empty_string():
@@ -70,12 +94,18 @@ def test_an_empty_fact_unsets_its_attribute_rather_than_match_the_empty_string()
     assert applied[GPU_PROFILE.name] == "h100-sxm"
 
 
-@pytest.mark.parametrize("cause, shown", [
-    ("burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s", "burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s"),
-    ("health: XID 79\nGPU has fallen off the bus", "health: XID 79 GPU has fallen off the bus"),
-    ("kernel: \x1b]0;owned\x07 title", "kernel: \\x1b]0;owned\\x07 title"),
-    ("x" * 5000, "x" * (CAUSE_LIMIT - 1) + "…"),
-])
+@pytest.mark.parametrize(
+    "cause, shown",
+    [
+        (
+            "burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s",
+            "burn-in: nccl-allreduce: fail: bus bandwidth 310 GB/s",
+        ),
+        ("health: XID 79\nGPU has fallen off the bus", "health: XID 79 GPU has fallen off the bus"),
+        ("kernel: \x1b]0;owned\x07 title", "kernel: \\x1b]0;owned\\x07 title"),
+        ("x" * 5000, "x" * (CAUSE_LIMIT - 1) + "…"),
+    ],
+)
 def test_the_cause_is_one_bounded_line_without_control_characters(cause, shown):
     assert _applied(transition_updates("draining", cause, SINCE, "f", "r", "p", "s"))[LAST_CAUSE.name] == shown
 
@@ -84,23 +114,34 @@ def test_a_node_starts_findable_by_its_state():
     assert start_attributes("production") == TypedSearchAttributes([SearchAttributePair(NODE_STATE, "production")])
 
 
-@pytest.mark.parametrize("attributes, details", [
-    ([], "**new**"),
-    ([SearchAttributePair(STATE_SINCE, SINCE), SearchAttributePair(LAST_CAUSE, "drained: fan")],
-     "**new** since 2026-11-30 22:05:07 UTC\n\nlast cause: drained: fan"),
-])
+@pytest.mark.parametrize(
+    "attributes, details",
+    [
+        ([], "**new**"),
+        (
+            [SearchAttributePair(STATE_SINCE, SINCE), SearchAttributePair(LAST_CAUSE, "drained: fan")],
+            "**new** since 2026-11-30 22:05:07 UTC\n\nlast cause: drained: fan",
+        ),
+    ],
+)
 def test_details_say_the_state_since_when_and_the_last_cause(attributes, details):
     assert node_details("new", TypedSearchAttributes(attributes)) == details
 
 
-@pytest.mark.parametrize("outcome, last", [
-    ("drained: xid 79; no runbook handles it: waiting for an operator",
-     "last: drained: xid 79; no runbook handles it: waiting for an operator"),  # as `node show` says it
-    ("drained: xid 79; remediation: xid-79-fallen-off-bus", None),  # automation goes on: the cause says enough
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "outcome, last",
+    [
+        (
+            "drained: xid 79; no runbook handles it: waiting for an operator",
+            "last: drained: xid 79; no runbook handles it: waiting for an operator",
+        ),  # as `node show` says it
+        ("drained: xid 79; remediation: xid-79-fallen-off-bus", None),  # automation goes on: the cause says enough
+        ("", None),
+    ],
+)
 def test_details_say_when_the_node_waits_for_an_operator(outcome, last):
-    details = node_details("maintenance", TypedSearchAttributes([SearchAttributePair(LAST_CAUSE, "drained: xid 79")]),
-                           outcome).split("\n\n")
+    details = node_details(
+        "maintenance", TypedSearchAttributes([SearchAttributePair(LAST_CAUSE, "drained: xid 79")]), outcome
+    ).split("\n\n")
     assert details[1] == "last cause: drained: xid 79"
     assert details[2:] == ([last] if last else [])

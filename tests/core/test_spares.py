@@ -10,13 +10,22 @@ from fleetctl.jobs.placement import IN_ISLAND, Where, place_restart
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND, SpareCandidate, plan_pools, spare_counts
 
 
-def node(name: str, island: str = "ib-a", state: str = "production", idle: bool = True,
-         healthy: bool = True) -> SpareCandidate:
+def node(
+    name: str, island: str = "ib-a", state: str = "production", idle: bool = True, healthy: bool = True
+) -> SpareCandidate:
     return SpareCandidate(name, island, state, idle, healthy)
 
 
-FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maintenance"), node("n5"),
-         node("m1", "ib-b"), node("m2", "ib-b", idle=False), node("x1", "")]
+FLEET = [
+    node("n1"),
+    node("n2", idle=False),
+    node("n3"),
+    node("n4", state="maintenance"),
+    node("n5"),
+    node("m1", "ib-b"),
+    node("m2", "ib-b", idle=False),
+    node("x1", ""),
+]
 
 
 @pytest.mark.parametrize(
@@ -34,8 +43,14 @@ FLEET = [node("n1"), node("n2", idle=False), node("n3"), node("n4", state="maint
         # A spare taken by a restart (no longer held) is replaced.
         (2, {"n3": "ib-a"}, FLEET, {"ib-a": ("n1", "n3"), "ib-b": ("m1",)}, ("m1", "n1"), ()),
         # The policy lowered: the pool gives back its last spares by name; 0 gives back all.
-        (1, {"n1": "ib-a", "n3": "ib-a", "n5": "ib-a"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",)}, ("m1",),
-         ("n3", "n5")),
+        (
+            1,
+            {"n1": "ib-a", "n3": "ib-a", "n5": "ib-a"},
+            FLEET,
+            {"ib-a": ("n1",), "ib-b": ("m1",)},
+            ("m1",),
+            ("n3", "n5"),
+        ),
         (0, {"n1": "ib-a", "m1": "ib-b"}, FLEET, {"ib-a": (), "ib-b": ()}, (), ("m1", "n1")),
         # A spare recorded for another island than the inventory now says, or one the
         # inventory no longer knows, leaves its pool (and is not taken in the same refill: its
@@ -64,11 +79,18 @@ def test_the_policy_is_bounded(per_island) -> None:
 
 def test_spare_counts() -> None:
     assert spare_counts({"n1": "ib-a", "n3": "ib-a", "m1": "ib-b"}, 2) == {
-        "ib-a": {"spares": 2, "wanted": 2}, "ib-b": {"spares": 1, "wanted": 2}}
+        "ib-a": {"spares": 2, "wanted": 2},
+        "ib-b": {"spares": 1, "wanted": 2},
+    }
 
 
-FABRIC = {"n1": Where("leaf-1", "ib-a"), "n2": Where("leaf-1", "ib-a"), "n3": Where("leaf-2", "ib-a"),
-          "n4": Where("leaf-2", "ib-a"), "m1": Where("leaf-3", "ib-b")}
+FABRIC = {
+    "n1": Where("leaf-1", "ib-a"),
+    "n2": Where("leaf-1", "ib-a"),
+    "n3": Where("leaf-2", "ib-a"),
+    "n4": Where("leaf-2", "ib-a"),
+    "m1": Where("leaf-3", "ib-b"),
+}
 
 
 @pytest.mark.parametrize(
@@ -103,8 +125,16 @@ def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
     from fleetctl.inventory.parse import parse_inventory
 
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: g{i}, address: sim://g{i}, profile: h100-sxm, rack: r1, island: ib-a}}\n" for i in range(4))))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: g{i}, address: sim://g{i}, profile: h100-sxm, rack: r1, island: ib-a}}\n"
+                for i in range(4)
+            )
+        ),
+    )
     with Session(engine) as session:
         session.exec(update(Node).values(state="production"))
         session.commit()
@@ -119,8 +149,18 @@ def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
     assert fleet_status(engine, {}, GuardPolicy(), "default")["spares"] == {"count": 0, "per_island": {}}
 
 
-@pytest.mark.parametrize("raw,ok", [("0", True), ("2", True), (str(MAX_SPARES_PER_ISLAND), True), ("-1", False),
-                                    (str(MAX_SPARES_PER_ISLAND + 1), False), ("1.5", False), ("many", False)])
+@pytest.mark.parametrize(
+    "raw,ok",
+    [
+        ("0", True),
+        ("2", True),
+        (str(MAX_SPARES_PER_ISLAND), True),
+        ("-1", False),
+        (str(MAX_SPARES_PER_ISLAND + 1), False),
+        ("1.5", False),
+        ("many", False),
+    ],
+)
 def test_the_setting_is_bounded_at_the_edge(raw, ok) -> None:
     import os
 
@@ -146,8 +186,9 @@ def test_spares_list_shows_each_islands_pool(sqlite_url) -> None:
     from fleetctl.db.engine import get_engine
 
     store.record_pool(get_engine(sqlite_url), "ib-a", ["g2", "g1"])
-    shown = CliRunner().invoke(app, ["--db-url", sqlite_url, "spares", "list", "-o", "json"],
-                               env={"FLEETCTL_SPARES_PER_ISLAND": "3"})
+    shown = CliRunner().invoke(
+        app, ["--db-url", sqlite_url, "spares", "list", "-o", "json"], env={"FLEETCTL_SPARES_PER_ISLAND": "3"}
+    )
     assert shown.exit_code == 0, shown.output
     assert json.loads(shown.stdout) == [{"island": "ib-a", "spares": ["g1", "g2"], "wanted": 3}]
 
@@ -176,9 +217,19 @@ def test_a_refill_holds_no_node_with_evidence_against_it(sqlite_url) -> None:
 
     def fail(node: str) -> None:
         key = f"test/{node}/nvidia-smi-query"
-        queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="nvidia-smi-query",
-                                             status="fail", reason="uncorrectable ECC 2", idempotency_key=key),
-                            CheckRun.idempotency_key, key)
+        queries.insert_once(
+            engine,
+            CheckRun(
+                node_name=node,
+                check_name="nvidia-smi-query",
+                kind="nvidia-smi-query",
+                status="fail",
+                reason="uncorrectable ECC 2",
+                idempotency_key=key,
+            ),
+            CheckRun.idempotency_key,
+            key,
+        )
 
     fail("n1")
     assert spares_sync.fill(engine, 1, lambda kind: sim).pools == {"ib-a": ("n2",)}

@@ -29,9 +29,21 @@ STALE_REASON = "newest evidence 2d old (sweep every 1h) and no agent reports"
 
 def _checked(engine, node: str, at) -> None:
     key = uuid.uuid4().hex
-    queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="x", status="pass",
-                                         reason="pass", started_at=at, finished_at=at, idempotency_key=key),
-                        CheckRun.idempotency_key, key)
+    queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name="nvidia-smi-query",
+            kind="x",
+            status="pass",
+            reason="pass",
+            started_at=at,
+            finished_at=at,
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
 
 
 def _in_production(engine, names) -> None:
@@ -110,8 +122,10 @@ async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchec
         # next `schedule list`, which records what Temporal holds.
         await _run(cli, "schedule", "delete", schedule, "--yes")
         assert (await _listed(cli))[stale]["health"] == "Ready"
-        await client.create_schedule(schedule, sweep_schedule(settings, schedule, timedelta(hours=1),
-                                                              SweepInput(fleet=settings.fleet, actor="t")))
+        await client.create_schedule(
+            schedule,
+            sweep_schedule(settings, schedule, timedelta(hours=1), SweepInput(fleet=settings.fleet, actor="t")),
+        )
         assert (await _listed(cli))[stale]["health"] == "Ready"  # not recorded yet
         await _run(cli, "schedule", "list")
         assert (await _listed(cli))[stale]["health"] == "Unchecked(2d)"
@@ -133,8 +147,10 @@ def test_node_list_reads_the_sweep_interval_in_one_query(sqlite_url) -> None:
     def listed(count: int) -> tuple[int, list[dict]]:
         from fleetctl.inventory.parse import NodeSpec
 
-        queries.upsert_nodes(engine, [NodeSpec(f"n{i:03d}", f"sim://n{i:03d}", "h100-sxm", rack="r1", scheduler="sim")
-                                      for i in range(count)])
+        queries.upsert_nodes(
+            engine,
+            [NodeSpec(f"n{i:03d}", f"sim://n{i:03d}", "h100-sxm", rack="r1", scheduler="sim") for i in range(count)],
+        )
         _in_production(engine, [f"n{i:03d}" for i in range(count)])
         for i in range(count):
             _checked(engine, f"n{i:03d}", old)

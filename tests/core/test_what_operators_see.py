@@ -63,7 +63,8 @@ def shows(screen: str, cause: str, *counts: str) -> bool:
 
 
 async def test_fleet_status_watch_in_a_terminal_shows_each_drain_with_its_cause(
-        tmux, make_settings, sqlite_url, tmp_path) -> None:
+    tmux, make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)  # no runbook: a drained node waits in maintenance
     engine = get_engine(settings.db_url)
@@ -76,16 +77,27 @@ async def test_fleet_status_watch_in_a_terminal_shows_each_drain_with_its_cause(
             await start_in_production(client, settings, name)
         await drained(cli, engine, first, "swap optics")
 
-        tmux.start(fleetctl(settings.db_url, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S),
-                            temporal=settings))
+        tmux.start(
+            fleetctl(
+                settings.db_url, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S), temporal=settings
+            )
+        )
         # Polled in a thread: the worker and this test's client keep their event loop meanwhile.
-        screen = await asyncio.to_thread(tmux.wait_screen, lambda s: shows(s, "swap optics", "production 2", "maintenance 1"),
-                                        FIRST_FRAME_S, "the first frame")
+        screen = await asyncio.to_thread(
+            tmux.wait_screen,
+            lambda s: shows(s, "swap optics", "production 2", "maintenance 1"),
+            FIRST_FRAME_S,
+            "the first frame",
+        )
         assert "[exited" not in screen
 
         await drained(cli, engine, second, "reseat cable")
-        screen = await asyncio.to_thread(tmux.wait_screen, lambda s: shows(s, "reseat cable", "production 1", "maintenance 2"),
-                                        NEXT_FRAME_S, "the frame after the drain")
+        screen = await asyncio.to_thread(
+            tmux.wait_screen,
+            lambda s: shows(s, "reseat cable", "production 1", "maintenance 2"),
+            NEXT_FRAME_S,
+            "the frame after the drain",
+        )
         assert "swap optics" in screen  # the first cause stays in view
         assert "[exited" not in screen  # still watching: the same process drew both frames
     finally:
@@ -111,7 +123,8 @@ UI_RENDER_S = 30.0
 
 
 async def test_temporal_ui_node_page_shows_state_and_cause(
-        browser, temporal_with_ui, make_settings, sqlite_url, tmp_path) -> None:
+    browser, temporal_with_ui, make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.temporal_address = temporal_with_ui.address
     settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
@@ -126,8 +139,10 @@ async def test_temporal_ui_node_page_shows_state_and_cause(
         run_id = (await client.get_workflow_handle(node_workflow_id(name)).describe()).run_id
 
         # The node page's User Metadata tab: its summary and current details.
-        url = (f"{temporal_with_ui.ui_address}/namespaces/{settings.temporal_namespace}/workflows/"
-               f"{urllib.parse.quote(node_workflow_id(name), safe='')}/{run_id}/user-metadata")
+        url = (
+            f"{temporal_with_ui.ui_address}/namespaces/{settings.temporal_namespace}/workflows/"
+            f"{urllib.parse.quote(node_workflow_id(name), safe='')}/{run_id}/user-metadata"
+        )
         browser.call("Page.enable")
         browser.call("Page.navigate", url=url)
         browser.wait_for("Page.loadEventFired", timeout=UI_RENDER_S)
@@ -137,8 +152,9 @@ async def test_temporal_ui_node_page_shows_state_and_cause(
             if "maintenance" in text and "swap optics" in text:
                 break
             if time.monotonic() > deadline:
-                raise AssertionError(f"the node page at {url} never showed the state and cause; "
-                                     f"its current details read:\n{text}")
+                raise AssertionError(
+                    f"the node page at {url} never showed the state and cause; its current details read:\n{text}"
+                )
             await asyncio.sleep(0.2)
 
         screenshot = browser.screenshot()

@@ -29,26 +29,37 @@ def test_a_stalled_node_fires_after_a_minute_and_resolves_when_it_works_again(tm
     tests = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "15s",
-        "tests": [{
-            "interval": "15s",
-            "input_series": [
-                {"series": 'fleetctl_node_stalled_since_timestamp_seconds{fleet="f1",node="gpu-7",rack="r1"}',
-                 "values": f"{stalled_at}x8 stale"},  # 2 min, then gone from the exporter
-            ],
-            "alert_rule_test": [
-                {"eval_time": "30s", "alertname": "FleetctlNodeStalled", "exp_alerts": []},  # not a minute yet
-                {"eval_time": "90s", "alertname": "FleetctlNodeStalled", "exp_alerts": [{
-                    "exp_labels": {"severity": "critical", "fleet": "f1", "node": "gpu-7", "rack": "r1"},
-                    "exp_annotations": {
-                        "summary": "fleetctl node gpu-7 (rack r1, fleet f1) is stalled",
-                        "description": "Its lifecycle workflow has acted on nothing since 1970-01-01 00:10:00 +0000 "
-                                       "UTC: a health event on it (an XID 79 included) waits. `fleetctl node show "
-                                       "gpu-7` says why; the Temporal UI shows the workflow task's failure.",
-                    }}]},
-                # Gone from the exporter (the watcher found it working again): resolved.
-                {"eval_time": "5m", "alertname": "FleetctlNodeStalled", "exp_alerts": []},
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [
+                    {
+                        "series": 'fleetctl_node_stalled_since_timestamp_seconds{fleet="f1",node="gpu-7",rack="r1"}',
+                        "values": f"{stalled_at}x8 stale",
+                    },  # 2 min, then gone from the exporter
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "30s", "alertname": "FleetctlNodeStalled", "exp_alerts": []},  # not a minute yet
+                    {
+                        "eval_time": "90s",
+                        "alertname": "FleetctlNodeStalled",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", "fleet": "f1", "node": "gpu-7", "rack": "r1"},
+                                "exp_annotations": {
+                                    "summary": "fleetctl node gpu-7 (rack r1, fleet f1) is stalled",
+                                    "description": "Its lifecycle workflow has acted on nothing since 1970-01-01 00:10:00 +0000 "
+                                    "UTC: a health event on it (an XID 79 included) waits. `fleetctl node show "
+                                    "gpu-7` says why; the Temporal UI shows the workflow task's failure.",
+                                },
+                            }
+                        ],
+                    },
+                    # Gone from the exporter (the watcher found it working again): resolved.
+                    {"eval_time": "5m", "alertname": "FleetctlNodeStalled", "exp_alerts": []},
+                ],
+            }
+        ],
     }
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests))

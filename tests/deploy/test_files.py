@@ -33,11 +33,15 @@ def is_a_fleetctl_command(argv: list[str]) -> bool:
 
 # -- the container build file ----------------------------------------------------------
 
+
 def instructions(text: str) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of a Containerfile, continuation lines joined, comments dropped."""
     joined = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip() if " " in line.strip() else "")
-            for line in joined.splitlines() if line.strip()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip() if " " in line.strip() else "")
+        for line in joined.splitlines()
+        if line.strip()
+    ]
 
 
 def stages(text: str) -> list[list[tuple[str, str]]]:
@@ -55,13 +59,16 @@ def test_the_image_is_multi_stage_non_root_and_installs_only_the_wheel():
     build_name = build[0][1].split()[-1]
     assert " AS " in build[0][1].upper() and any("-m build --wheel" in args for kind, args in build if kind == "RUN")
     copies = [args for kind, args in final if kind in ("COPY", "ADD")]
-    assert copies and all(args.startswith(f"--from={build_name} ") and args.split()[1].endswith(".whl") for args in copies), copies
+    assert copies and all(
+        args.startswith(f"--from={build_name} ") and args.split()[1].endswith(".whl") for args in copies
+    ), copies
     assert any("pip install" in args and ".whl" in args for kind, args in final if kind == "RUN")
     users = [args for kind, args in final if kind == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     entrypoint = next(args for kind, args in final if kind == "ENTRYPOINT")
     assert "fleetctl" in entrypoint and INSTALLED_FLEETCTL.rsplit("/", 1)[0] in next(
-        args for kind, args in final if kind == "ENV")
+        args for kind, args in final if kind == "ENV"
+    )
 
 
 def test_the_containerfile_checks_would_catch_a_source_copy_in_the_final_stage():
@@ -80,8 +87,9 @@ def verify(unit: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     verifier insists the program exists; everything else is the unit as shipped)."""
     copy = tmp_path / unit.name
     copy.write_text(unit.read_text().replace(INSTALLED_FLEETCTL, str(Path(sys.executable).parent / "fleetctl")))
-    return subprocess.run(["systemd-analyze", "verify", "--man=no", str(copy)], capture_output=True, text=True,
-                          timeout=60, cwd=tmp_path)
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", str(copy)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
 
 
 @pytest.fixture
@@ -100,7 +108,9 @@ def test_unit_passes_systemd_analyze_verify(unit, tmp_path, systemd_analyze):
 def test_verify_reports_a_misspelled_key(tmp_path, systemd_analyze):
     broken = tmp_path / "src" / "fleetctl-metrics.service"
     broken.parent.mkdir()
-    broken.write_text((DEPLOY / "systemd/fleetctl-metrics.service").read_text().replace("ProtectSystem=", "ProtectSytem="))
+    broken.write_text(
+        (DEPLOY / "systemd/fleetctl-metrics.service").read_text().replace("ProtectSystem=", "ProtectSytem=")
+    )
     assert "Unknown key" in (verify(broken, tmp_path).stderr)
 
 
@@ -117,8 +127,13 @@ def exposure(unit: Path, tmp_path: Path) -> float:
     """`systemd-analyze security` of the unit file as shipped: its overall exposure, 0-10."""
     copy = tmp_path / unit.name
     copy.write_text(unit.read_text())
-    result = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(copy)],
-                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", result.stdout)
     assert found, result.stdout + result.stderr
     return float(found[1])
@@ -133,18 +148,26 @@ def test_the_agent_unit_is_hardened_at_least_as_the_worker(tmp_path, systemd_ana
 def test_the_agent_unit_names_its_node_as_the_cli_does():
     # %H is the full host name (gpu-001.cluster.example), where `fleetctl agent` without a node
     # takes the name up to the first dot, as inventories name nodes; %l is that short name.
-    fields = dict(line.split("=", 1) for line in (DEPLOY / "systemd/fleetctl-agent.service").read_text().splitlines()
-                  if re.match(r"^[A-Za-z]+=", line))
+    fields = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / "systemd/fleetctl-agent.service").read_text().splitlines()
+        if re.match(r"^[A-Za-z]+=", line)
+    )
     program, noun, *argv = fields["ExecStart"].split()
     node = argv[0] if argv and not argv[0].startswith("-") else None
     assert noun == "agent" and node in (None, "%l") and "%H" not in fields["ExecStart"], fields["ExecStart"]
 
 
 def test_units_cover_worker_metrics_and_agent():
-    assert {unit.name for unit in UNITS} == {"fleetctl-worker@.service", "fleetctl-metrics.service", "fleetctl-agent.service"}
+    assert {unit.name for unit in UNITS} == {
+        "fleetctl-worker@.service",
+        "fleetctl-metrics.service",
+        "fleetctl-agent.service",
+    }
 
 
 # -- compose -----------------------------------------------------------------------------
+
 
 def compose() -> dict:
     return yaml.safe_load((DEPLOY / "compose.yaml").read_text())

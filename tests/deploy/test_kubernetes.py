@@ -41,9 +41,19 @@ def find(kind: str, name: str) -> dict:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_manifest_is_valid_strictly(version):
     docs = resources()
-    assert {doc["kind"] for doc in docs} >= {"Deployment", "Job", "Service", "ServiceAccount", "ClusterRole",
-                                             "ClusterRoleBinding", "ConfigMap", "Namespace", "DaemonSet",
-                                             "NetworkPolicy", "PersistentVolumeClaim"}
+    assert {doc["kind"] for doc in docs} >= {
+        "Deployment",
+        "Job",
+        "Service",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Namespace",
+        "DaemonSet",
+        "NetworkPolicy",
+        "PersistentVolumeClaim",
+    }
     for doc in docs:
         kubernetes_validate.validate(doc, version, strict=True)
 
@@ -82,8 +92,9 @@ def adapter_calls() -> set[tuple[str, str, str]]:
         kube.add_pod("ml", "train-0", "gpu-1", labels={"job-name": "train"}, owner_kind="Job")
         kube.add_pod("ml", "serve-0", "gpu-2", labels={"fleetctl.io/job": "serve"}, owner_kind="ReplicaSet")
         # serve-0's namespace is deleted after the drain's deadline: the delete verb is exercised too.
-        adapter = KubernetesScheduler(host=kube.url, eviction_attempts=1,
-                                      options=DrainOptions(policy=parse_drain_policy("namespace:ml=delete")))
+        adapter = KubernetesScheduler(
+            host=kube.url, eviction_attempts=1, options=DrainOptions(policy=parse_drain_policy("namespace:ml=delete"))
+        )
         driven = {
             "node_state": lambda: adapter.node_state("gpu-1"),
             "busy_nodes": adapter.busy_nodes,
@@ -97,7 +108,9 @@ def adapter_calls() -> set[tuple[str, str, str]]:
             "set_state": lambda: adapter.set_state("gpu-1", "maintenance", "rbac"),
             "resume": lambda: adapter.resume("gpu-1"),
         }
-        public = {name for name, _ in inspect.getmembers(KubernetesScheduler, inspect.isfunction) if not name.startswith("_")}
+        public = {
+            name for name, _ in inspect.getmembers(KubernetesScheduler, inspect.isfunction) if not name.startswith("_")
+        }
         # A new method of the adapter must be driven here, or its calls would go unchecked.
         assert set(driven) == public, sorted(public ^ set(driven))
         for call in driven.values():
@@ -106,8 +119,13 @@ def adapter_calls() -> set[tuple[str, str, str]]:
 
 
 def granted(role: dict) -> set[tuple[str, str, str]]:
-    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-            for resource in rule["resources"] for verb in rule["verbs"]}
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_the_worker_role_grants_exactly_what_the_adapter_calls():
@@ -130,7 +148,9 @@ def intake_calls(tmp_path) -> set[tuple[str, str, str]]:
     with KubeEmulator() as kube:
         kube.add_node("gpu-1")
         _recording(kube, calls, then=lambda request: polled.set())
-        api = client.CoreV1Api(config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "kubeconfig"))))
+        api = client.CoreV1Api(
+            config.new_client_from_config(config_file=str(kube.write_kubeconfig(tmp_path / "kubeconfig")))
+        )
         intake = Intake(tmp_path / "spool", transport=None)
         # The poller sets nothing it could be waited on by but the request itself: stop it
         # once the first poll reached the emulator, and let it finish that poll.
@@ -149,7 +169,10 @@ def test_the_intake_role_grants_exactly_what_the_intake_calls(tmp_path):
     assert calls == granted(find("ClusterRole", "fleetctl-intake"))
 
 
-ROLE_HOLDERS = {"fleetctl-worker": ("Deployment", "fleetctl-worker"), "fleetctl-intake": ("Deployment", "fleetctl-intake")}
+ROLE_HOLDERS = {
+    "fleetctl-worker": ("Deployment", "fleetctl-worker"),
+    "fleetctl-intake": ("Deployment", "fleetctl-intake"),
+}
 
 
 def test_only_the_worker_and_the_intake_hold_an_api_token_each_for_its_own_role():
@@ -158,9 +181,18 @@ def test_only_the_worker_and_the_intake_hold_an_api_token_each_for_its_own_role(
         assert binding["roleRef"]["name"] == name
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": "fleetctl"}]
         assert find(kind, workload)["spec"]["template"]["spec"]["serviceAccountName"] == name
-    bound = {s["name"] for doc in resources() if doc["kind"] in ("ClusterRoleBinding", "RoleBinding") for s in doc["subjects"]}
+    bound = {
+        s["name"]
+        for doc in resources()
+        if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        for s in doc["subjects"]
+    }
     assert bound == set(ROLE_HOLDERS)
-    for kind, name in (("Deployment", "fleetctl-metrics"), ("Job", "fleetctl-bootstrap"), ("DaemonSet", "fleetctl-agent")):
+    for kind, name in (
+        ("Deployment", "fleetctl-metrics"),
+        ("Job", "fleetctl-bootstrap"),
+        ("DaemonSet", "fleetctl-agent"),
+    ):
         pod = find(kind, name)["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] not in ROLE_HOLDERS
 
@@ -169,7 +201,7 @@ def documented_rbac() -> set[tuple[str, str, str, str]]:
     """(ServiceAccount, API group, resource, verb) of docs/production.md's RBAC table."""
     text = (REPO / "docs" / "production.md").read_text()
     rows = set()
-    for line in text[text.index("<!-- rbac -->"):text.index("<!-- /rbac -->")].splitlines():
+    for line in text[text.index("<!-- rbac -->") : text.index("<!-- /rbac -->")].splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if len(cells) >= 4 and cells[0].startswith("fleetctl-"):
             group = "" if cells[1] == "core" else cells[1]

@@ -38,16 +38,36 @@ def _bound_s() -> float:
 
 def _fleet(engine, now: datetime) -> None:
     with Session(engine) as session:
-        session.add_all([Node(name=name, address=f"sim://{name}", rack="r4", profile="h100-sxm", scheduler="sim",
-                              state="maintenance", labels={"fleet": "blue"}, state_since=now)
-                         for name in ("gpu-1", "gpu-2", "gpu-3")])
+        session.add_all(
+            [
+                Node(
+                    name=name,
+                    address=f"sim://{name}",
+                    rack="r4",
+                    profile="h100-sxm",
+                    scheduler="sim",
+                    state="maintenance",
+                    labels={"fleet": "blue"},
+                    state_since=now,
+                )
+                for name in ("gpu-1", "gpu-2", "gpu-3")
+            ]
+        )
         session.commit()
 
 
 def _rma(engine, node: str, held: bool, at: datetime) -> int:
-    record, _ = open_rma(engine, node_name=node, reason="xid 79", remediation_run=None, evidence={},
-                         evidence_markdown="", opened_by="lifecycle", idempotency_key=f"rma-{node}",
-                         held_reason="correlated burst: 7 nodes with critical events within 10 min" if held else "")
+    record, _ = open_rma(
+        engine,
+        node_name=node,
+        reason="xid 79",
+        remediation_run=None,
+        evidence={},
+        evidence_markdown="",
+        opened_by="lifecycle",
+        idempotency_key=f"rma-{node}",
+        held_reason="correlated burst: 7 nodes with critical events within 10 min" if held else "",
+    )
     with Session(engine) as session:  # held at `at`: the exporter reads the record's own time
         stored = session.get(type(record), record.id)
         stored.opened_at = at
@@ -68,8 +88,10 @@ def test_each_held_rma_is_a_series_until_an_operator_answers_it(sqlite_url) -> N
     first, second = (_rma(engine, n, True, now - timedelta(hours=h)) for n, h in (("gpu-1", 3), ("gpu-2", 1)))
     _rma(engine, "gpu-3", False, now)  # opened at once: it waits for no operator
     collector = FleetCollector(engine)
-    assert _held(collector) == {("blue", "gpu-1", "r4", str(first)): (now - timedelta(hours=3)).timestamp(),
-                                ("blue", "gpu-2", "r4", str(second)): (now - timedelta(hours=1)).timestamp()}
+    assert _held(collector) == {
+        ("blue", "gpu-1", "r4", str(first)): (now - timedelta(hours=3)).timestamp(),
+        ("blue", "gpu-2", "r4", str(second)): (now - timedelta(hours=1)).timestamp(),
+    }
     decide_rma(engine, first, True, "alice@console")  # confirmed: sent, open
     assert set(_held(collector)) == {("blue", "gpu-2", "r4", str(second))}
     decide_rma(engine, second, False, "alice@console")  # rejected: nothing sent
@@ -82,28 +104,45 @@ def test_the_alert_fires_once_a_held_rma_waited_past_the_bound_and_resolves_when
     tests = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                # Held at t=0 (the series' value: when), answered after bound + 10 min: gone.
-                {"series": f'{SERIES}{{fleet="blue",node="gpu-7",rack="r4",rma="12"}}',
-                 "values": f"0x{bound_min + 10} stale"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": f"{bound_min - 1}m", "alertname": ALERT, "exp_alerts": []},
-                {"eval_time": f"{bound_min + 1}m", "alertname": ALERT, "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "fleet": "blue", "node": "gpu-7", "rack": "r4", "rma": "12"},
-                    "exp_annotations": {
-                        "summary": "fleetctl RMA 12 of node gpu-7 (fleet blue) has waited 1h 1m 0s for an operator",
-                        "description": "It was held as part of a correlated burst (usually a driver, firmware or "
-                                       "checker fault, not broken parts): nothing goes to the vendor and the node "
-                                       "stays drained until an operator answers. `fleetctl rma list --status "
-                                       "awaiting_confirmation` shows why; `fleetctl rma confirm 12` sends it, "
-                                       "`fleetctl rma reject 12` ends it.",
-                    }}]},
-                {"eval_time": f"{bound_min + 20}m", "alertname": ALERT, "exp_alerts": []},  # answered
-            ],
-        }],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    # Held at t=0 (the series' value: when), answered after bound + 10 min: gone.
+                    {
+                        "series": f'{SERIES}{{fleet="blue",node="gpu-7",rack="r4",rma="12"}}',
+                        "values": f"0x{bound_min + 10} stale",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": f"{bound_min - 1}m", "alertname": ALERT, "exp_alerts": []},
+                    {
+                        "eval_time": f"{bound_min + 1}m",
+                        "alertname": ALERT,
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "fleet": "blue",
+                                    "node": "gpu-7",
+                                    "rack": "r4",
+                                    "rma": "12",
+                                },
+                                "exp_annotations": {
+                                    "summary": "fleetctl RMA 12 of node gpu-7 (fleet blue) has waited 1h 1m 0s for an operator",
+                                    "description": "It was held as part of a correlated burst (usually a driver, firmware or "
+                                    "checker fault, not broken parts): nothing goes to the vendor and the node "
+                                    "stays drained until an operator answers. `fleetctl rma list --status "
+                                    "awaiting_confirmation` shows why; `fleetctl rma confirm 12` sends it, "
+                                    "`fleetctl rma reject 12` ends it.",
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": f"{bound_min + 20}m", "alertname": ALERT, "exp_alerts": []},  # answered
+                ],
+            }
+        ],
     }
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(tests))

@@ -28,7 +28,10 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]:
         missing_service("OpenSSH sshd", "not installed (Debian: openssh-server)")
     account = pwd.getpwuid(os.getuid())
     if Path(account.pw_shell).name in ("nologin", "false"):
-        missing_service("OpenSSH sshd", f"user {account.pw_name} has no login shell ({account.pw_shell}): sshd cannot run commands as it")
+        missing_service(
+            "OpenSSH sshd",
+            f"user {account.pw_name} has no login shell ({account.pw_shell}): sshd cannot run commands as it",
+        )
     if os.getuid() == 0:
         # sshd running as root insists on its privilege-separation directory.
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)

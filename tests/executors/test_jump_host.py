@@ -25,21 +25,29 @@ pytestmark = pytest.mark.usefixtures("ssh_node")
 def _known_hosts(tmp_path, ssh_node: SshNode, bastion: str | None, node: str | None):
     """A known_hosts file listing the given host key line for each hop (None: not listed)."""
     path = tmp_path / "known_hosts"
-    lines = [f"[127.0.0.1]:{ssh_node.port} {bastion}" if bastion else "",
-             f"[localhost]:{ssh_node.port} {node}" if node else ""]
+    lines = [
+        f"[127.0.0.1]:{ssh_node.port} {bastion}" if bastion else "",
+        f"[localhost]:{ssh_node.port} {node}" if node else "",
+    ]
     path.write_text("".join(line + "\n" for line in lines if line))
     return path
 
 
 def _fleet(sqlite_url: str, ssh_node: SshNode, known_hosts, jump_line: str = "", env: dict | None = None):
     """The node imported from an inventory, and a worker's executor registry from settings."""
-    settings = load_settings(flags={"db_url": sqlite_url, "known_hosts": str(known_hosts)},
-                             env={"FLEETCTL_SSH_KEY_FILE": str(ssh_node.key_file), **(env or {})},
-                             config_file=os.devnull)
+    settings = load_settings(
+        flags={"db_url": sqlite_url, "known_hosts": str(known_hosts)},
+        env={"FLEETCTL_SSH_KEY_FILE": str(ssh_node.key_file), **(env or {})},
+        config_file=os.devnull,
+    )
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, parse_inventory(
-        f"nodes:\n  - {{name: gpu-behind-01, address: 'localhost:{ssh_node.port}', user: {ssh_node.user}, "
-        f"profile: h100-sxm{jump_line}}}\n"))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            f"nodes:\n  - {{name: gpu-behind-01, address: 'localhost:{ssh_node.port}', user: {ssh_node.user}, "
+            f"profile: h100-sxm{jump_line}}}\n"
+        ),
+    )
     node = queries.get_node(engine, "gpu-behind-01")
     registry = ExecutorRegistry(settings)
     return registry, target_for(node)
@@ -63,20 +71,26 @@ def test_the_inventorys_jump_reaches_the_node_through_the_bastion(ssh_node: SshN
 
 def test_the_setting_is_the_jump_of_nodes_that_name_none(ssh_node: SshNode, sqlite_url, tmp_path) -> None:
     known = _known_hosts(tmp_path, ssh_node, ssh_node.host_key_line, ssh_node.host_key_line)
-    registry, target = _fleet(sqlite_url, ssh_node, known,
-                              env={"FLEETCTL_SSH_JUMP_HOST": f"{ssh_node.user}@127.0.0.1:{ssh_node.port}"})
+    registry, target = _fleet(
+        sqlite_url, ssh_node, known, env={"FLEETCTL_SSH_JUMP_HOST": f"{ssh_node.user}@127.0.0.1:{ssh_node.port}"}
+    )
     assert target.jump_host is None
     logins = ssh_node.accepted_logins()
     assert _run(registry, target).stdout == "reached\n"
     assert ssh_node.accepted_logins() - logins == 2
 
 
-@pytest.mark.parametrize("hop, listed", [
-    ("bastion", "unknown"), ("node", "unknown"), ("bastion", "changed"), ("node", "changed")])
+@pytest.mark.parametrize(
+    "hop, listed", [("bastion", "unknown"), ("node", "unknown"), ("bastion", "changed"), ("node", "changed")]
+)
 def test_each_hops_host_key_is_verified(ssh_node: SshNode, sqlite_url, tmp_path, hop: str, listed: str) -> None:
     other = None if listed == "unknown" else write_ed25519_key(tmp_path / "another_host_key")
-    known = _known_hosts(tmp_path, ssh_node, other if hop == "bastion" else ssh_node.host_key_line,
-                         other if hop == "node" else ssh_node.host_key_line)
+    known = _known_hosts(
+        tmp_path,
+        ssh_node,
+        other if hop == "bastion" else ssh_node.host_key_line,
+        other if hop == "node" else ssh_node.host_key_line,
+    )
     registry, target = _fleet(sqlite_url, ssh_node, known, f", jump: '{ssh_node.user}@127.0.0.1:{ssh_node.port}'")
     with pytest.raises(HostKeyMismatch) as caught:
         _run(registry, target)

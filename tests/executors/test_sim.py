@@ -70,14 +70,26 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "fabricmanager-down": {"host-services": {FAIL}},
     # NVML and CUDA refuse a driver whose kernel module is not the installed one: every tool
     # that needs the driver fails or cannot be read; host-versions says why.
-    "driver-mismatch": {**_SMI_BOTH, **{c: {ERROR} for c in ("firmware-inventory", "hpl")},
-                        **{c: {ERROR} for c in _DCGM_ALL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
-                        "host-versions": {FAIL}},
+    "driver-mismatch": {
+        **_SMI_BOTH,
+        **{c: {ERROR} for c in ("firmware-inventory", "hpl")},
+        **{c: {ERROR} for c in _DCGM_ALL},
+        "nccl-allreduce": {FAIL},
+        "nccl-pairs": {FAIL},
+        "host-versions": {FAIL},
+    },
     "clock-drift": {"host-clock": {FAIL}},
     # A GPU that never initialised: missing from NVML (and so from every tool that needs it),
     # named by the kernel log; HPL's rank past the last GPU dies before a result.
-    "gpu-init-failed": {**_SMI_BOTH, **_DCGM_ALL, "xid-scan": {FAIL}, "nccl-allreduce": {FAIL}, "nccl-pairs": {FAIL},
-                        "hpl": {ERROR}, "firmware-inventory": {FAIL}},
+    "gpu-init-failed": {
+        **_SMI_BOTH,
+        **_DCGM_ALL,
+        "xid-scan": {FAIL},
+        "nccl-allreduce": {FAIL},
+        "nccl-pairs": {FAIL},
+        "hpl": {ERROR},
+        "firmware-inventory": {FAIL},
+    },
     # The baseboard's NVSwitch: the kernel log's fatal SXid, and the all-reduce over NVLink.
     "nvswitch-sxid-fatal": {"xid-scan": {FAIL}, "nccl-allreduce": {FAIL}},
     # Faults of a multi-node NVLink domain: an HGX node has no IMEX and no domain fabric.
@@ -99,6 +111,8 @@ def fault_effects(fault: str, profile: str) -> dict[str, set[Status]]:
     if load_profile(profile).nvlink_domain_gpus and fault in DOMAIN_FAULT_EFFECTS:
         return DOMAIN_FAULT_EFFECTS[fault]
     return FAULT_EFFECTS[fault]
+
+
 # The GPU (HCA for ib-port-down) each fault hits in that table: mlx5_0 is the port the
 # ib-bw check loops back through; None drifts every component.
 FAULT_GPU = {"ib-port-down": 0, "firmware-drift": None}  # ib-rail-slow and ib-link-flap: HCA 3, not mlx5_0
@@ -186,7 +200,9 @@ def test_nvlink_degraded_node_is_a_straggler_at_75_to_85_percent(profile: str) -
 def test_xid79_hides_the_gpu_from_nvidia_smi() -> None:
     result = run_check(executor([SimFaultSpec("xid79", gpu=2)]), "nvidia-smi-query")
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("Unable to determine the device handle for GPU0000:") and lines[0].endswith(": Unknown Error")
+    assert lines[0].startswith("Unable to determine the device handle for GPU0000:") and lines[0].endswith(
+        ": Unknown Error"
+    )
     assert [line.split(",")[0] for line in lines[2:]] == ["0", "1", "3", "4", "5", "6", "7"]
     assert result.exit_status != 0
 
@@ -328,7 +344,9 @@ def test_query_gpu_renders_exactly_the_requested_fields_in_order() -> None:
     lines = ex.run(target(), argv, 10).stdout.splitlines()
     assert lines[0] == "power.draw [W], name, index"
     assert re.fullmatch(r"\d+\.\d\d W, NVIDIA H100 80GB HBM3, 0", lines[1])
-    bare = ex.run(target(), ["nvidia-smi", "--query-gpu=power.draw,index", "--format=csv,noheader,nounits", "-i", "3"], 10)
+    bare = ex.run(
+        target(), ["nvidia-smi", "--query-gpu=power.draw,index", "--format=csv,noheader,nounits", "-i", "3"], 10
+    )
     assert re.fullmatch(r"\d+\.\d\d, 3\n", bare.stdout)
     unknown = ex.run(target(), ["nvidia-smi", "--query-gpu=index,bogus", "--format=csv"], 10)
     assert unknown.exit_status != 0 and '"bogus"' in unknown.stdout
@@ -359,7 +377,9 @@ def test_dcgmi_text_table_matches_the_real_layout() -> None:
     for level in ("1", "3", "4"):
         table = executor().run(target(), ["dcgmi", "diag", "-r", level], 6000).stdout
         assert judge("dcgm", table, "h100-sxm").status is PASS, level
-    failing = executor([SimFaultSpec("thermal-throttle", gpu=0)]).run(target(), ["dcgmi", "diag", "-r", "3"], 6000).stdout
+    failing = (
+        executor([SimFaultSpec("thermal-throttle", gpu=0)]).run(target(), ["dcgmi", "diag", "-r", "3"], 6000).stdout
+    )
     assert "| Targeted Stress           | Pass - GPUs: 1, 2, 3, 4, 5, 6, 7               |" in failing
     assert judge("dcgm", failing, "h100-sxm").status is FAIL
 
@@ -369,7 +389,9 @@ def test_dcgmi_json_lists_each_gpu_of_plugin_tests() -> None:
     document = json.loads(text)["DCGM GPU Diagnostic"]
     stress = next(c for c in document["test_categories"] if c["category"] == "Stress")
     power = next(t for t in stress["tests"] if t["name"] == "Targeted Power")
-    assert [(r["gpu_ids"], r["status"]) for r in power["results"]] == [(i, "FAIL" if i == 6 else "PASS") for i in range(8)]
+    assert [(r["gpu_ids"], r["status"]) for r in power["results"]] == [
+        (i, "FAIL" if i == 6 else "PASS") for i in range(8)
+    ]
 
 
 def test_hpl_result_block_matches_the_real_layout_and_the_rank_count() -> None:
@@ -386,7 +408,9 @@ def test_hpl_result_block_matches_the_real_layout_and_the_rank_count() -> None:
 def test_kernel_log_formats() -> None:
     ex = executor([SimFaultSpec("xid79", gpu=0, not_before=NOW - 3600)])
     journal = ex.run(target(), ["journalctl", "-k", "--no-pager"], 10).stdout
-    assert re.search(rf"^\w{{3}} \d\d \d\d:\d\d:\d\d {NODE} kernel: NVRM: Xid \(PCI:0000:[0-9a-f]{{2}}:00\): 79, ", journal, re.M)
+    assert re.search(
+        rf"^\w{{3}} \d\d \d\d:\d\d:\d\d {NODE} kernel: NVRM: Xid \(PCI:0000:[0-9a-f]{{2}}:00\): 79, ", journal, re.M
+    )
     plain = ex.run(target(), ["dmesg"], 10).stdout
     assert re.search(r"^\[ *\d+\.\d{6}\] NVRM: Xid", plain, re.M)
     for text in (journal, plain):
@@ -462,9 +486,14 @@ def test_render_inventory_with_islands_is_an_inventory_with_a_tree() -> None:
 
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(7, 3, "h100-sxm", seed=0, islands=2)}))
     assert [(s.rack, s.position, s.switch, s.island) for s in specs] == [
-        ("rack-01", 1, "leaf-01", "ib-01"), ("rack-01", 2, "leaf-01", "ib-01"), ("rack-01", 3, "leaf-01", "ib-01"),
-        ("rack-02", 1, "leaf-02", "ib-01"), ("rack-02", 2, "leaf-02", "ib-01"),
-        ("rack-03", 1, "leaf-03", "ib-02"), ("rack-03", 2, "leaf-03", "ib-02")]
+        ("rack-01", 1, "leaf-01", "ib-01"),
+        ("rack-01", 2, "leaf-01", "ib-01"),
+        ("rack-01", 3, "leaf-01", "ib-01"),
+        ("rack-02", 1, "leaf-02", "ib-01"),
+        ("rack-02", 2, "leaf-02", "ib-01"),
+        ("rack-03", 1, "leaf-03", "ib-02"),
+        ("rack-03", 2, "leaf-03", "ib-02"),
+    ]
     assert slurm_topology_conf(specs).splitlines()[-1] == "SwitchName=spine Switches=ib-[01-02]"
     assert "switch" not in render_inventory(7, 3, "h100-sxm", seed=0)[0]  # no islands asked: no topology
     with pytest.raises(ValueError, match="4 islands for 3 racks"):
@@ -499,14 +528,17 @@ def test_an_int_where_a_float_is_due_reads_as_that_float() -> None:
     assert _typed_h100({**_h100_raw(), "power_limit_w": 700}) == sim_profile("h100-sxm")
 
 
-@pytest.mark.parametrize("change, problem", [
-    ({"power_limit_w": "700 W"}, "power_limit_w must be float"),
-    ({"gpu_count": 8.0}, "gpu_count must be int"),
-    ({"cuda_version": 12.4}, "cuda_version must be str"),
-    ({"gpu_count": True}, "gpu_count must be int"),
-    ({"gpu_name": None}, "gpu_name must be str"),
-    ({"watts": 1}, "unknown \\['watts'\\]"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ({"power_limit_w": "700 W"}, "power_limit_w must be float"),
+        ({"gpu_count": 8.0}, "gpu_count must be int"),
+        ({"cuda_version": 12.4}, "cuda_version must be str"),
+        ({"gpu_count": True}, "gpu_count must be int"),
+        ({"gpu_name": None}, "gpu_name must be str"),
+        ({"watts": 1}, "unknown \\['watts'\\]"),
+    ],
+)
 def test_profile_values_are_checked_against_their_types(change: dict, problem: str) -> None:
     """One float read as an int already changes what nvidia-smi prints: nothing is coerced but int -> float."""
     with pytest.raises(ValueError, match=problem):

@@ -28,8 +28,12 @@ TRAYS = [f"gpu-{i:03d}" for i in range(1, 19)]  # one rack: one NVL72 domain of 
 
 def executor(faults: dict[str, list[SimFaultSpec]] | None = None) -> SimExecutor:
     faults = faults or {}
-    return SimExecutor(lambda name: list(faults.get(name, [])), seed=5, now=lambda: NOW,
-                       domain_members=lambda name: TRAYS if name in TRAYS else [])
+    return SimExecutor(
+        lambda name: list(faults.get(name, [])),
+        seed=5,
+        now=lambda: NOW,
+        domain_members=lambda name: TRAYS if name in TRAYS else [],
+    )
 
 
 def run(ex: SimExecutor, node: str, *argv: str, profile: str = "gb200"):
@@ -68,8 +72,21 @@ def test_imex_down_on_a_tray_fails_the_domain_seen_from_the_others_and_is_unread
     assert any(f.where and "node #6" in f.where and "UNAVAILABLE" in f.what for f in seen.findings)
     own = run(ex, "gpu-007", "nvidia-imex-ctl", "-N")
     assert own.exit_status != 0 and judge("imex", own.stdout + own.stderr, "gb200").status is Status.ERROR
-    assert status(ex, "gpu-007", "services", "systemctl", "show", "-p", "Id,LoadState,ActiveState,SubState",
-                  "nvidia-persistenced.service", "nvidia-fabricmanager.service", "nvidia-imex.service") is Status.FAIL
+    assert (
+        status(
+            ex,
+            "gpu-007",
+            "services",
+            "systemctl",
+            "show",
+            "-p",
+            "Id,LoadState,ActiveState,SubState",
+            "nvidia-persistenced.service",
+            "nvidia-fabricmanager.service",
+            "nvidia-imex.service",
+        )
+        is Status.FAIL
+    )
 
 
 def test_an_unreachable_tray_is_down_to_its_domain() -> None:
@@ -106,11 +123,16 @@ def test_nvswitch_fatal_sxid_on_hgx_is_xid_scan_failure_with_its_signature() -> 
     assert log.status is Status.FAIL
     assert "nvswitch_sxid_fatal" in log.metrics["signatures"] and log.metrics["sxids"]
     healthy = SimExecutor(lambda name: [], seed=5, now=lambda: NOW)
-    assert judge("xid", run(healthy, "gpu-001", "dmesg", "-T", profile="h100-sxm").stdout, "h100-sxm").status is Status.PASS
+    assert (
+        judge("xid", run(healthy, "gpu-001", "dmesg", "-T", profile="h100-sxm").stdout, "h100-sxm").status
+        is Status.PASS
+    )
 
 
-@pytest.mark.parametrize("fault,cure", [("imex-down", "reboot"), ("nvswitch-sxid-fatal", "reboot"),
-                                        ("gpu-init-failed", None), ("fabric-unhealthy", None)])
+@pytest.mark.parametrize(
+    "fault,cure",
+    [("imex-down", "reboot"), ("nvswitch-sxid-fatal", "reboot"), ("gpu-init-failed", None), ("fabric-unhealthy", None)],
+)
 def test_what_cures_each_fault(fault, cure) -> None:
     assert [repair for repair, kinds in CURED_BY.items() if fault in kinds] == ([cure] if cure else [])
 
@@ -137,17 +159,26 @@ def test_sim_fleet_cli_writes_domains_and_refuses_an_overfull_rack_in_one_line()
     assert "use at least 2 racks" in bad.output
 
 
-@pytest.mark.parametrize("profile,fault,accepted", [
-    ("gb200", "imex-down", True), ("h100-sxm", "imex-down", False), ("h100-sxm", "fabric-unhealthy", False),
-    ("gb200", "nvswitch-sxid-fatal", False), ("h100-sxm", "nvswitch-sxid-fatal", True),
-    ("gb200", "fabricmanager-down", False), ("h100-sxm", "fabricmanager-down", True),
-])
-def test_sim_inject_refuses_a_fault_with_nothing_to_act_on_in_one_line(make_settings, sqlite_url, profile, fault,
-                                                                       accepted) -> None:
+@pytest.mark.parametrize(
+    "profile,fault,accepted",
+    [
+        ("gb200", "imex-down", True),
+        ("h100-sxm", "imex-down", False),
+        ("h100-sxm", "fabric-unhealthy", False),
+        ("gb200", "nvswitch-sxid-fatal", False),
+        ("h100-sxm", "nvswitch-sxid-fatal", True),
+        ("gb200", "fabricmanager-down", False),
+        ("h100-sxm", "fabricmanager-down", True),
+    ],
+)
+def test_sim_inject_refuses_a_fault_with_nothing_to_act_on_in_one_line(
+    make_settings, sqlite_url, profile, fault, accepted
+) -> None:
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1, profile, racks=1)
-    result = CliRunner().invoke(fleetctl_app, ["--db-url", settings.db_url, "sim", "inject", node, fault],
-                                env={"FLEETCTL_CONFIG": os.devnull})
+    result = CliRunner().invoke(
+        fleetctl_app, ["--db-url", settings.db_url, "sim", "inject", node, fault], env={"FLEETCTL_CONFIG": os.devnull}
+    )
     stored = [f.kind for f in faults_for(get_engine(settings.db_url), node)]
     if accepted:
         assert result.exit_code == 0 and stored == [fault], result.output
@@ -158,7 +189,8 @@ def test_sim_inject_refuses_a_fault_with_nothing_to_act_on_in_one_line(make_sett
 
 @pytest.mark.parametrize("profile,imex", [("gb200", True), ("h100-sxm", False)])
 def test_the_prologs_suite_run_judges_imex_on_trays_only_and_gives_the_tools_the_profiles_gpus(
-        make_settings, sqlite_url, profile, imex) -> None:
+    make_settings, sqlite_url, profile, imex
+) -> None:
     """`fleetctl node prolog --suite standard|quick` runs the suite in its own process: imex
     only where it applies, all-reduce and HPL on the node's GPU count; all pass on healthy nodes."""
     from workflows.activities.prejob import run_prejob_suite

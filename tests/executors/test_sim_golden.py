@@ -35,7 +35,11 @@ SEED = 7
 # Every tool the shell answers and the options that change what it prints, beyond the
 # catalog's own argv (which are all included).
 EXTRA_ARGVS: tuple[tuple[str, ...], ...] = (
-    ("nvidia-smi", "--query-gpu=index,name,power.draw,clocks_throttle_reasons.active,memory.total", "--format=csv,noheader,nounits"),
+    (
+        "nvidia-smi",
+        "--query-gpu=index,name,power.draw,clocks_throttle_reasons.active,memory.total",
+        "--format=csv,noheader,nounits",
+    ),
     ("nvidia-smi", "--query-gpu=index,temperature.gpu", "--format=csv", "-i", "1,3"),
     ("nvidia-smi", "-q", "-d", "ECC,ROW_REMAPPER,PERFORMANCE"),
     ("nvidia-smi", "-q", "-d", "TEMPERATURE", "-i", "2"),
@@ -103,8 +107,12 @@ def _fault_sets() -> dict[str, list[SimFaultSpec]]:
     sets["xid48/before-boot"] = [SimFaultSpec("xid48", gpu=1, not_before=NOW - 40 * 86400)]
     sets["xid79/future"] = [SimFaultSpec("xid79", gpu=1, not_before=NOW + 3600)]
     sets["xid79/rate"] = [SimFaultSpec("xid79", gpu=6, not_before=NOW - 86400, rate_per_hour=0.5, seed=3)]
-    sets["several"] = [SimFaultSpec("thermal-throttle", gpu=0), SimFaultSpec("ib-port-down", gpu=4),
-                       SimFaultSpec("row-remap-pending", gpu=5), SimFaultSpec("firmware-drift", gpu=2)]
+    sets["several"] = [
+        SimFaultSpec("thermal-throttle", gpu=0),
+        SimFaultSpec("ib-port-down", gpu=4),
+        SimFaultSpec("row-remap-pending", gpu=5),
+        SimFaultSpec("firmware-drift", gpu=2),
+    ]
     return sets
 
 
@@ -116,8 +124,13 @@ def digests() -> dict[str, str]:
     by_argv = {argv: hashlib.sha256() for argv in argvs}
     for profile in sorted(sim_profiles()):
         for label, faults in _fault_sets().items():
-            ex = SimExecutor(lambda name, f=faults: list(f) if name == NODE else [], seed=SEED,
-                             time_scale=1.0, now=lambda: NOW, sleep=lambda s: None)
+            ex = SimExecutor(
+                lambda name, f=faults: list(f) if name == NODE else [],
+                seed=SEED,
+                time_scale=1.0,
+                now=lambda: NOW,
+                sleep=lambda s: None,
+            )
             case = by_case[f"{profile} {label}"] = hashlib.sha256()
             runs = [(argv, 0) for argv in argvs]
             if label.startswith("flaky"):

@@ -91,7 +91,7 @@ def test_every_argv_word_reaches_the_node_verbatim(ssh_node: SshNode, tmp_path: 
 def test_remote_command_quotes_every_word(word: str) -> None:
     argv = ["dcgmi", "diag", word]
     words = shlex.split(remote_command(argv))
-    assert words[-len(argv):] == argv
+    assert words[-len(argv) :] == argv
     assert remote_command(argv).endswith(shlex.join(argv))
 
 
@@ -312,9 +312,7 @@ def test_concurrency_limit_and_one_transport_per_node(ssh_node: SshNode, tmp_pat
 
 def test_idle_connections_beyond_the_cap_are_closed(ssh_node: SshNode, tmp_path: Path) -> None:
     known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text(
-        ssh_node.known_hosts.read_text() + f"[localhost]:{ssh_node.port} {ssh_node.host_key_line}\n"
-    )
+    known_hosts.write_text(ssh_node.known_hosts.read_text() + f"[localhost]:{ssh_node.port} {ssh_node.host_key_line}\n")
     with ssh_node.executor(known_hosts=known_hosts, max_connections=1) as executor:
         executor.run(ssh_node.target(name="gpu-a"), ["true"], timeout_s=10)
         executor.run(ssh_node.target(name="gpu-b", address=f"localhost:{ssh_node.port}"), ["true"], timeout_s=10)
@@ -380,7 +378,9 @@ def test_parse_endpoint(address: str, expected: Endpoint) -> None:
     assert parse_endpoint(address, default_user="ops", default_port=22) == expected
 
 
-@pytest.mark.parametrize("address", ["sim://gpu-01", "gpu-01:0", "gpu-01:ssh", "-oProxyCommand=x", "@gpu", "a b", "[::1"])
+@pytest.mark.parametrize(
+    "address", ["sim://gpu-01", "gpu-01:0", "gpu-01:ssh", "-oProxyCommand=x", "@gpu", "a b", "[::1"]
+)
 def test_parse_endpoint_refuses(address: str) -> None:
     with pytest.raises(ValueError):
         parse_endpoint(address, default_user="ops", default_port=22)

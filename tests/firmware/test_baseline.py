@@ -21,8 +21,10 @@ from fleetctl.remediation.firmware import (
 from fleetctl.remediation.runbooks import TemplateRefused
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
-HEALTHY = {**{f"GPU {i} VBIOS": "96.00.99.00.01" for i in range(8)},
-           **{f"ConnectX7 /dev/mst/mt4129_pciconf{i}": "28.41.1000" for i in range(8)}}
+HEALTHY = {
+    **{f"GPU {i} VBIOS": "96.00.99.00.01" for i in range(8)},
+    **{f"ConnectX7 /dev/mst/mt4129_pciconf{i}": "28.41.1000" for i in range(8)},
+}
 
 
 def test_fixture_loads_and_round_trips() -> None:
@@ -51,7 +53,14 @@ def test_drift() -> None:
 def test_ssh_update_quotes_every_value() -> None:
     spec = load_baseline(FIXTURE).profiles["h100-sxm"][1]
     assert update_argv(spec, {"node": "gpu-01"}) == [
-        "mlxfwmanager", "-u", "-y", "-i", "/opt/firmware/fw-ConnectX7-28.41.1000.bin", "--log", "gpu-01.log"]
+        "mlxfwmanager",
+        "-u",
+        "-y",
+        "-i",
+        "/opt/firmware/fw-ConnectX7-28.41.1000.bin",
+        "--log",
+        "gpu-01.log",
+    ]
     hostile = update_argv(spec, {"node": "x; rm -rf / #"})
     assert hostile[-1] == "x; rm -rf / #.log"  # one argument; the executor quotes it
 
@@ -60,9 +69,18 @@ def test_ssh_update_quotes_every_value() -> None:
     "text, message",
     [
         ("name: x", "expected 'name' and a non-empty 'profiles'"),
-        ("name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {redfish: {image: 'ftp://x/y'}}}}}", "http or https"),
-        ("name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {ssh: 'a', redfish: {image: 'http://x'}}}}}", "exactly one"),
-        ("name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {ssh: \"{{ ''.__class__ }}\"}}}}", "not allowed"),
+        (
+            "name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {redfish: {image: 'ftp://x/y'}}}}}",
+            "http or https",
+        ),
+        (
+            "name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {ssh: 'a', redfish: {image: 'http://x'}}}}}",
+            "exactly one",
+        ),
+        (
+            "name: x\nprofiles: {h100-sxm: {'GPU *': {version: 1, update: {ssh: \"{{ ''.__class__ }}\"}}}}",
+            "not allowed",
+        ),
         ("name: x\nprofiles: {nope: {'GPU *': 1}}", "unknown profile 'nope'"),
     ],
 )
@@ -73,8 +91,13 @@ def test_bad_baselines(text: str, message: str) -> None:
 
 @pytest.mark.parametrize(
     "nodes, canary, batch, sizes",
-    [(20, 1, "5%", [1] * 20), (20, 1, "5", [1, 5, 5, 5, 4]), (20, 0, "25%", [5, 5, 5, 5]), (3, 1, "50%", [1, 2]),
-     (0, 1, "5%", [])],
+    [
+        (20, 1, "5%", [1] * 20),
+        (20, 1, "5", [1, 5, 5, 5, 4]),
+        (20, 0, "25%", [5, 5, 5, 5]),
+        (3, 1, "50%", [1, 2]),
+        (0, 1, "5%", []),
+    ],
 )
 def test_plan_batches(nodes: int, canary: int, batch: str, sizes: list[int]) -> None:
     names = [f"n{i:02d}" for i in range(nodes)]

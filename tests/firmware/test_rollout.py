@@ -38,8 +38,17 @@ async def test_rollout_halts_at_the_failure_limit_and_resumes(fleet_settings) ->
             add_fault(fleet.engine, n, "unreachable")
         baseline = load_baseline(FIXTURE)
 
-        rollout_id, plan = await start_rollout(fleet.client, fleet.settings, baseline, FIXTURE.read_text(),
-                                               canary=1, batch="5%", max_failures=2, dry_run=False, actor="tester")
+        rollout_id, plan = await start_rollout(
+            fleet.client,
+            fleet.settings,
+            baseline,
+            FIXTURE.read_text(),
+            canary=1,
+            batch="5%",
+            max_failures=2,
+            dry_run=False,
+            actor="tester",
+        )
         assert [len(b) for b in plan.batches] == [1] * 20 and plan.batches[0] == [nodes[0]]
 
         async def halted():
@@ -48,6 +57,7 @@ async def test_rollout_halts_at_the_failure_limit_and_resumes(fleet_settings) ->
 
         p = await _until(halted)
         assert (p.done, p.failed, p.next_batch) == (1, 2, 3) and p.failed_nodes == failing
+
         async def recorded(status: str):  # the record follows the workflow's own state by one activity
             row = db.get_rollout(fleet.engine, rollout_id)
             return row if row.status == status else None

@@ -30,7 +30,9 @@ TOKEN = "alertmanager-to-intake-token-0123"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
-async def test_a_real_alertmanager_drains_the_node_through_the_intake(make_settings, sqlite_url, tmp_path, request) -> None:
+async def test_a_real_alertmanager_drains_the_node_through_the_intake(
+    make_settings, sqlite_url, tmp_path, request
+) -> None:
     if ALERTMANAGER is None:
         missing_service("Alertmanager", "prometheus-alertmanager is not installed (Makefile APT_PACKAGES)")
     settings = make_settings(sqlite_url)
@@ -58,22 +60,40 @@ receivers:
         send_resolved: false
         http_config:
           authorization:
-            credentials_file: {tmp_path / 'token'}
+            credentials_file: {tmp_path / "token"}
 """)
     port = free_port()
-    am = subprocess.Popen([ALERTMANAGER, f"--config.file={tmp_path / 'alertmanager.yml'}", f"--storage.path={tmp_path / 'am'}",
-                           f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
-                          stdout=subprocess.DEVNULL, stderr=open(tmp_path / "alertmanager.log", "wb"))
+    am = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={tmp_path / 'alertmanager.yml'}",
+            f"--storage.path={tmp_path / 'am'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "alertmanager.log", "wb"),
+    )
     try:
         await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/-/ready", am)
         # What Prometheus sends for DCGM exporter's rule `DCGM_FI_DEV_XID_ERRORS > 0`, the
         # value templated into an annotation.
         now = datetime.now(timezone.utc)
-        alert = [{"labels": {"alertname": "GpuXidError", "Hostname": node, "gpu": "3", "severity": "critical"},
-                  "annotations": {"summary": f"GPU 3 on {node} reported Xid 79", "value": "79"},
-                  "startsAt": now.isoformat(), "endsAt": (now + timedelta(minutes=5)).isoformat()}]
-        post = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=json.dumps(alert).encode(),
-                                      headers={"Content-Type": "application/json"}, method="POST")
+        alert = [
+            {
+                "labels": {"alertname": "GpuXidError", "Hostname": node, "gpu": "3", "severity": "critical"},
+                "annotations": {"summary": f"GPU 3 on {node} reported Xid 79", "value": "79"},
+                "startsAt": now.isoformat(),
+                "endsAt": (now + timedelta(minutes=5)).isoformat(),
+            }
+        ]
+        post = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/v2/alerts",
+            data=json.dumps(alert).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         await asyncio.to_thread(urllib.request.urlopen, post, None, 10)
         await wait_for(lambda: queries.get_node(engine, node).state != "production", 60, "the alert to drain the node")
         await asyncio.to_thread(urllib.request.urlopen, post, None, 10)  # Prometheus re-sends a firing alert
@@ -92,4 +112,6 @@ receivers:
 async def test_an_unknown_node_is_refused_not_unreachable(make_settings, sqlite_url) -> None:
     transport = TemporalTransport(make_settings(sqlite_url))
     with pytest.raises(NodeRefused):
-        await transport.send("no-such-node", [{"node": "no-such-node", "source": "intake", "code": 13, "event_id": "x"}])
+        await transport.send(
+            "no-such-node", [{"node": "no-such-node", "source": "intake", "code": 13, "event_id": "x"}]
+        )

@@ -55,23 +55,35 @@ def intake(tmp_path, sqlite_url):
     beats = Heartbeats(record)
     it = Intake(tmp_path / "spool", NoEvents())
     srv = serve_http(it, TOKEN, "127.0.0.1", 0, beats)
-    it.url, it.beats, it.engine, it.names, it.writes = f"http://127.0.0.1:{srv.server_port}", beats, engine, \
-        [s.name for s in specs], writes
+    it.url, it.beats, it.engine, it.names, it.writes = (
+        f"http://127.0.0.1:{srv.server_port}",
+        beats,
+        engine,
+        [s.name for s in specs],
+        writes,
+    )
     yield it
     srv.shutdown()
     it.spool.close()
 
 
 def seen(intake) -> dict[str, datetime | None]:
-    return {n: (as_utc(x.agent_seen_at) if x.agent_seen_at else None) for n in intake.names
-            for x in [queries.get_node(intake.engine, n)]}
+    return {
+        n: (as_utc(x.agent_seen_at) if x.agent_seen_at else None)
+        for n in intake.names
+        for x in [queries.get_node(intake.engine, n)]
+    }
 
 
 def post(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, str]:
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", "/heartbeat", body=body,
-                 headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+    conn.request(
+        "POST",
+        "/heartbeat",
+        body=body,
+        headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})},
+    )
     resp = conn.getresponse()
     out = resp.status, resp.read().decode()
     conn.close()
@@ -100,15 +112,18 @@ def test_an_older_time_never_replaces_a_later_one(intake) -> None:
     assert seen(intake)[node] == now
 
 
-@pytest.mark.parametrize("body, token, status, words", [
-    (b'{"node": "hb-x"}', None, 401, "a bearer token is required"),
-    (b'{"node": "hb-x"}', "wrong", 401, "a bearer token is required"),
-    (b"{not json", TOKEN, 400, "the body is not JSON"),
-    (b'["hb-x"]', TOKEN, 400, "valid node name"),
-    (b'{"node": "a;reboot"}', TOKEN, 400, "valid node name"),
-    (b'{"node": "hb\\n"}', TOKEN, 400, "valid node name"),
-    (b'{"node": 7}', TOKEN, 400, "valid node name"),
-])
+@pytest.mark.parametrize(
+    "body, token, status, words",
+    [
+        (b'{"node": "hb-x"}', None, 401, "a bearer token is required"),
+        (b'{"node": "hb-x"}', "wrong", 401, "a bearer token is required"),
+        (b"{not json", TOKEN, 400, "the body is not JSON"),
+        (b'["hb-x"]', TOKEN, 400, "valid node name"),
+        (b'{"node": "a;reboot"}', TOKEN, 400, "valid node name"),
+        (b'{"node": "hb\\n"}', TOKEN, 400, "valid node name"),
+        (b'{"node": 7}', TOKEN, 400, "valid node name"),
+    ],
+)
 def test_a_bad_heartbeat_gets_one_line_and_changes_nothing(intake, body, token, status, words) -> None:
     code, text = post(intake.url, body, token)
     assert code == status and words in text and text.count("\n") == 1
@@ -149,8 +164,12 @@ async def test_the_running_agent_beats_every_interval_and_counts_what_failed(int
     log.write_text("")
     node = intake.names[0]
     interval = 0.2
-    agent = Agent(AgentConfig(node=node, spool_dir=tmp_path / "agent", heartbeat_interval_s=interval),
-                  FileSource(log), NoEvents(), heartbeat=HeartbeatSender(intake.url, TOKEN))
+    agent = Agent(
+        AgentConfig(node=node, spool_dir=tmp_path / "agent", heartbeat_interval_s=interval),
+        FileSource(log),
+        NoEvents(),
+        heartbeat=HeartbeatSender(intake.url, TOKEN),
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run_until(stop))
     # Three beats take two intervals; the bound is generous for a loaded machine, the
@@ -198,19 +217,46 @@ def test_a_real_agent_process_is_heard_through_a_real_intake_process(intake, tmp
     node = intake.names[1]
     db_url = str(intake.engine.url)
     port = free_port()
-    env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_INTAKE_TOKEN": TOKEN, "FLEETCTL_DB_URL": db_url,
-           "TEMPORAL_ADDRESS": "127.0.0.1:1"}  # neither needs Temporal to beat: no events here
+    env = {
+        **os.environ,
+        "FLEETCTL_CONFIG": os.devnull,
+        "FLEETCTL_INTAKE_TOKEN": TOKEN,
+        "FLEETCTL_DB_URL": db_url,
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+    }  # neither needs Temporal to beat: no events here
     log = tmp_path / "kern.log"
     log.write_text("")
     cli = [sys.executable, "-m", "fleetctl.cli.main"]
-    server = subprocess.Popen([*cli, "events", "serve", "--port", str(port), "--spool", str(tmp_path / "intake")],
-                              env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "intake.log", "wb"))
+    server = subprocess.Popen(
+        [*cli, "events", "serve", "--port", str(port), "--spool", str(tmp_path / "intake")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "intake.log", "wb"),
+    )
     agent = None
     try:
-        agent = subprocess.Popen([*cli, "agent", node, "--file", str(log), "--spool", str(tmp_path / "agent"),
-                                  "--metrics-port", "0", "--sample-interval", "0",
-                                  "--heartbeat-url", f"http://127.0.0.1:{port}", "--heartbeat-interval", "1"],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
+        agent = subprocess.Popen(
+            [
+                *cli,
+                "agent",
+                node,
+                "--file",
+                str(log),
+                "--spool",
+                str(tmp_path / "agent"),
+                "--metrics-port",
+                "0",
+                "--sample-interval",
+                "0",
+                "--heartbeat-url",
+                f"http://127.0.0.1:{port}",
+                "--heartbeat-interval",
+                "1",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / "agent.log", "wb"),
+        )
         deadline = time.monotonic() + 60  # two interpreters starting on a loaded machine; then one beat and one write
         while seen(intake)[node] is None:
             assert agent.poll() is None and server.poll() is None, (tmp_path / "agent.log").read_text()[-500:]

@@ -34,16 +34,27 @@ def hashes(tmp_path):
 def make_intake(tmp_path, hashes):
     servers = []
 
-    def make(limits: Limits = Limits(header_timeout_s=HEADER_TIMEOUT_S, body_timeout_s=HEADER_TIMEOUT_S),
-             tls=None, heartbeats=None):
+    def make(
+        limits: Limits = Limits(header_timeout_s=HEADER_TIMEOUT_S, body_timeout_s=HEADER_TIMEOUT_S),
+        tls=None,
+        heartbeats=None,
+    ):
         from fleetctl.intake.heartbeats import Heartbeats
 
         it = Intake(tmp_path / f"spool-{len(servers)}", Recorder())
         it.beats = heartbeats or Heartbeats(lambda heard: len(heard))
         if not hashes.exists():
             hashes.write_text("")
-        srv = serve_http(it, Credentials(TOKEN, hashes), "127.0.0.1", 0, it.beats, limits=limits,
-                         known=KnownNodes(lambda names: names & INVENTORY), tls=tls)
+        srv = serve_http(
+            it,
+            Credentials(TOKEN, hashes),
+            "127.0.0.1",
+            0,
+            it.beats,
+            limits=limits,
+            known=KnownNodes(lambda names: names & INVENTORY),
+            tls=tls,
+        )
         it.port, it.server = srv.server_port, srv
         servers.append((srv, it))
         return it
@@ -97,8 +108,10 @@ def test_a_client_that_never_finishes_its_headers_is_closed_within_the_header_ti
 def test_a_body_that_never_ends_is_closed_within_the_body_timeout(make_intake) -> None:
     intake = make_intake(Limits(header_timeout_s=30, body_timeout_s=HEADER_TIMEOUT_S))
     sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
-    sock.sendall(f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                 "Content-Length: 100\r\n\r\n{".encode())
+    sock.sendall(
+        f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        "Content-Length: 100\r\n\r\n{".encode()
+    )
     took = closed_after(sock, trickle=True)
     assert HEADER_TIMEOUT_S <= took < HEADER_TIMEOUT_S * 1.25 + 2, took
     assert intake.beats.heard == 0
@@ -126,8 +139,10 @@ def test_past_the_cap_with_every_connection_busy_a_newcomer_is_refused_at_once(m
     busy = []
     for _ in range(3):  # past their headers, waiting for a body that does not come
         sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
-        sock.sendall(f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-                     "Content-Length: 100\r\n\r\n".encode())
+        sock.sendall(
+            f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Length: 100\r\n\r\n".encode()
+        )
         busy.append(sock)
     deadline = time.monotonic() + 10
     while sum(phase == "body" for phase, _ in intake.server._open.values()) < 3:
@@ -148,8 +163,10 @@ def test_a_client_that_vanishes_mid_request_is_one_debug_line_not_a_traceback(ma
     intake = make_intake(Limits(header_timeout_s=30, body_timeout_s=30))
     caplog.set_level(logging.DEBUG, logger="fleetctl.intake")
     body = json.dumps({"node": "n1"}).encode()
-    request = f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n" \
-              f"Content-Length: {len(body)}\r\n\r\n".encode()
+    request = (
+        f"POST /heartbeat HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode()
+    )
     request += {"headers": b"", "part of the body": body[:3], "the whole request": body}[sent]
     for _ in range(20):  # a reset before, during or after the intake reads: each is a client gone
         sock = socket.create_connection(("127.0.0.1", intake.port), timeout=30)
@@ -238,8 +255,12 @@ def _tls_client(authority: Authority, client: tuple | None = None) -> ssl.SSLCon
 
 def https_heartbeat(port: int, context: ssl.SSLContext, node: str = "n1") -> tuple[int, str]:
     conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
-    conn.request("POST", "/heartbeat", body=json.dumps({"node": node}),
-                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/heartbeat",
+        body=json.dumps({"node": node}),
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+    )
     resp = conn.getresponse()
     out = resp.status, resp.read().decode()
     conn.close()
@@ -273,23 +294,41 @@ def fleetctl(*args: str, env: dict | None = None):
 
     from fleetctl.cli.main import app
 
-    return CliRunner().invoke(app, ["--temporal-address", "127.0.0.1:1", *args],
-                              env={"FLEETCTL_CONFIG": "/dev/null", **(env or {})})
+    return CliRunner().invoke(
+        app, ["--temporal-address", "127.0.0.1:1", *args], env={"FLEETCTL_CONFIG": "/dev/null", **(env or {})}
+    )
 
 
-@pytest.mark.parametrize("raw, words", [
-    (b"\x00\x01binary-token-0123456789", "printable ASCII without spaces"),
-    ("t\u00f6ken-0123456789abcdef".encode(), "printable ASCII without spaces"),
-    (b"token-0123456789abcdef\nsecond-line", "one line"),
-    (b"\n", "empty"),
-    (b"x" * 5000, "longer than 4096"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b"\x00\x01binary-token-0123456789", "printable ASCII without spaces"),
+        ("t\u00f6ken-0123456789abcdef".encode(), "printable ASCII without spaces"),
+        (b"token-0123456789abcdef\nsecond-line", "one line"),
+        (b"\n", "empty"),
+        (b"x" * 5000, "longer than 4096"),
+    ],
+)
 def test_a_token_file_that_is_not_one_ascii_line_is_one_clear_error(tmp_path, raw, words) -> None:
     path = tmp_path / "token"
     path.write_bytes(raw)
-    for args in (["events", "serve", "--spool", str(tmp_path / "s"), "--token-file", str(path)],
-                 ["agent", "n1", "--file", str(path), "--spool", str(tmp_path / "a"), "--metrics-port", "0",
-                  "--heartbeat-url", "http://127.0.0.1:9", "--heartbeat-token-file", str(path)]):
+    for args in (
+        ["events", "serve", "--spool", str(tmp_path / "s"), "--token-file", str(path)],
+        [
+            "agent",
+            "n1",
+            "--file",
+            str(path),
+            "--spool",
+            str(tmp_path / "a"),
+            "--metrics-port",
+            "0",
+            "--heartbeat-url",
+            "http://127.0.0.1:9",
+            "--heartbeat-token-file",
+            str(path),
+        ],
+    ):
         result = fleetctl(*args)
         assert result.exit_code == 2 and words in result.output and f"{path}" in result.output, result.output
         assert len(result.output.strip().splitlines()) == 1, result.output
@@ -311,8 +350,18 @@ def inventory_db(sqlite_url) -> dict:
     from fleetctl.db.engine import get_engine
     from fleetctl.inventory.parse import parse_inventory
 
-    queries.upsert_nodes(get_engine(sqlite_url), parse_inventory(yaml.safe_dump({"nodes": [
-        {"name": name, "address": f"sim://{name}", "profile": "h100-sxm"} for name in sorted(INVENTORY)]})))
+    queries.upsert_nodes(
+        get_engine(sqlite_url),
+        parse_inventory(
+            yaml.safe_dump(
+                {
+                    "nodes": [
+                        {"name": name, "address": f"sim://{name}", "profile": "h100-sxm"} for name in sorted(INVENTORY)
+                    ]
+                }
+            )
+        ),
+    )
     return {"FLEETCTL_DB_URL": sqlite_url}
 
 
@@ -345,11 +394,18 @@ def test_a_credential_for_a_node_not_in_the_inventory_is_refused_and_nothing_is_
     text, stamp = hashes.read_bytes(), hashes.stat().st_mtime_ns
     result = fleetctl("events", "credential", "issue", "ghost-7", "--credentials", str(hashes), env=inventory_db)
     assert result.exit_code == 1, result.output
-    assert result.output.strip().splitlines() == ["error: unknown node: ghost-7 is not in the inventory; no credential issued"]
+    assert result.output.strip().splitlines() == [
+        "error: unknown node: ghost-7 is not in the inventory; no credential issued"
+    ]
     assert hashes.read_bytes() == text and hashes.stat().st_mtime_ns == stamp
-    assert [name for name in os.listdir(hashes.parent) if name.startswith(f".{hashes.name}.")] == []  # no temporary left
+    assert [
+        name for name in os.listdir(hashes.parent) if name.startswith(f".{hashes.name}.")
+    ] == []  # no temporary left
     missing = hashes.parent / "absent.hashes"
-    assert fleetctl("events", "credential", "issue", "ghost-7", "--credentials", str(missing), env=inventory_db).exit_code == 1
+    assert (
+        fleetctl("events", "credential", "issue", "ghost-7", "--credentials", str(missing), env=inventory_db).exit_code
+        == 1
+    )
     assert not missing.exists()
     known = fleetctl("events", "credential", "issue", "n3", "--credentials", str(hashes), env=inventory_db)
     assert known.exit_code == 0 and f"n3 {token_hash(known.stdout.strip())}\n" in hashes.read_text()
@@ -365,8 +421,19 @@ def test_the_agent_sends_its_credential_over_http_to_this_machine_only(url, tmp_
         HeartbeatSender(local, TOKEN)
     log = tmp_path / "kern.log"
     log.write_text("")
-    result = fleetctl("agent", "n1", "--file", str(log), "--spool", str(tmp_path / "a"), "--metrics-port", "0",
-                      "--heartbeat-url", url, env={"FLEETCTL_INTAKE_TOKEN": TOKEN})
+    result = fleetctl(
+        "agent",
+        "n1",
+        "--file",
+        str(log),
+        "--spool",
+        str(tmp_path / "a"),
+        "--metrics-port",
+        "0",
+        "--heartbeat-url",
+        url,
+        env={"FLEETCTL_INTAKE_TOKEN": TOKEN},
+    )
     assert result.exit_code == 2 and "sent only over https" in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -394,16 +461,23 @@ def test_npd_conditions_of_nodes_outside_the_inventory_are_counted_not_spooled(m
     from tests.schedulers.kube_emulator import NODES, KubeEmulator
 
     intake = make_intake()
-    xid79 = {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
-             "message": "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."}
+    xid79 = {
+        "type": "XidError",
+        "status": "True",
+        "reason": "XidCritical",
+        "lastTransitionTime": "2026-11-30T20:00:00Z",
+        "message": "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    }
     with KubeEmulator() as emu:
         for name in ("n1", "cpu-node-1"):  # n1 is in the inventory, cpu-node-1 is not fleetctl's
             emu.add_node(name)
             emu.handler.objects[NODES, None, name]["status"]["conditions"].append(dict(xid79))
         api = client.CoreV1Api(config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kc"))))
         stop = threading.Event()
-        poller = threading.Thread(target=poll_node_conditions,
-                                  args=(intake, api, ("XidError",), stop, 0.05, KnownNodes(lambda n: n & INVENTORY)))
+        poller = threading.Thread(
+            target=poll_node_conditions,
+            args=(intake, api, ("XidError",), stop, 0.05, KnownNodes(lambda n: n & INVENTORY)),
+        )
         poller.start()
         try:
             deadline = time.monotonic() + 10  # polls 50 ms apart: at least two in 10 s under any load we expect
@@ -416,7 +490,9 @@ def test_npd_conditions_of_nodes_outside_the_inventory_are_counted_not_spooled(m
     assert intake.npd_not_in_inventory >= 2  # on every poll
 
 
-async def test_the_agent_sends_its_events_through_the_intake_with_its_own_credential(make_intake, hashes, tmp_path) -> None:
+async def test_the_agent_sends_its_events_through_the_intake_with_its_own_credential(
+    make_intake, hashes, tmp_path
+) -> None:
     """`fleetctl agent --events-to-intake`: the agent's Xid reaches the intake over https as
     the node agent's (source `agent`), with the node's credential; with another node's
     credential nothing is taken, and the event stays in the agent's spool."""
@@ -432,13 +508,18 @@ async def test_the_agent_sends_its_events_through_the_intake_with_its_own_creden
     intake = make_intake(tls=tls_context(*ca.server("intake")))
     url = f"https://127.0.0.1:{intake.port}"
     log = tmp_path / "kern.log"
-    log.write_text("2026-11-30T20:00:01+00:00 n1 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
-                   "GPU has fallen off the bus.\n"
-                   "2026-11-30T20:00:02+00:00 n1 kernel: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, "
-                   "Link 30 LTSSM Fault Up\n")
+    log.write_text(
+        "2026-11-30T20:00:01+00:00 n1 kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
+        "GPU has fallen off the bus.\n"
+        "2026-11-30T20:00:02+00:00 n1 kernel: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, "
+        "Link 30 LTSSM Fault Up\n"
+    )
     for node, expect_sent in (("n2", False), ("n1", True)):  # n2's agent holding n1's credential first
-        agent = Agent(AgentConfig(node=node, spool_dir=tmp_path / f"agent-{node}"), FileSource(log),
-                      IntakeTransport(url, secret, str(ca.cert_path)))
+        agent = Agent(
+            AgentConfig(node=node, spool_dir=tmp_path / f"agent-{node}"),
+            FileSource(log),
+            IntakeTransport(url, secret, str(ca.cert_path)),
+        )
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run_until(stop))
         deadline = time.monotonic() + 30  # the agent's first delivery, or its first refusal

@@ -32,17 +32,37 @@ STARTUP_S = 60  # an interpreter starting on a loaded machine
 @pytest.fixture
 def fleet(tmp_path, sqlite_url):
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, parse_inventory(yaml.safe_dump({"nodes": [
-        {"name": name, "address": f"sim://{name}", "profile": "h100-sxm"} for name in ("gpu-a", "gpu-b")]})))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            yaml.safe_dump(
+                {
+                    "nodes": [
+                        {"name": name, "address": f"sim://{name}", "profile": "h100-sxm"} for name in ("gpu-a", "gpu-b")
+                    ]
+                }
+            )
+        ),
+    )
     ca = Authority(tmp_path, "intake-ca")
-    env = {**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_DB_URL": sqlite_url, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    env = {
+        **os.environ,
+        "FLEETCTL_CONFIG": os.devnull,
+        "FLEETCTL_DB_URL": sqlite_url,
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+    }
     env.pop("FLEETCTL_INTAKE_TOKEN", None)
     return engine, ca, env
 
 
 def issue(env, node: str, hashes, tmp_path):
-    done = subprocess.run([*CLI, "events", "credential", "issue", node, "--credentials", str(hashes)], env=env,
-                          capture_output=True, text=True, timeout=STARTUP_S)
+    done = subprocess.run(
+        [*CLI, "events", "credential", "issue", node, "--credentials", str(hashes)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_S,
+    )
     assert done.returncode == 0, done.stderr
     path = tmp_path / f"{node}.credential"
     path.write_text(done.stdout)
@@ -53,16 +73,35 @@ def start_intake(env, ca, tmp_path, *extra, preexec_fn=None):
     port = free_port()
     cert, key = ca.server("intake")
     (tmp_path / "operator-token").write_text(TOKEN + "\n")
-    proc = subprocess.Popen([*CLI, "events", "serve", "--port", str(port), "--spool", str(tmp_path / "spool"),
-                             "--token-file", str(tmp_path / "operator-token"), "--tls-cert", str(cert),
-                             "--tls-key", str(key), *extra],
-                            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "intake.log", "wb"),
-                            preexec_fn=preexec_fn)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "events",
+            "serve",
+            "--port",
+            str(port),
+            "--spool",
+            str(tmp_path / "spool"),
+            "--token-file",
+            str(tmp_path / "operator-token"),
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "intake.log", "wb"),
+        preexec_fn=preexec_fn,
+    )
     context = ssl.create_default_context(cafile=ca.cert_path)
     deadline = time.monotonic() + STARTUP_S
     while True:
         try:
-            with context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="127.0.0.1"):
+            with context.wrap_socket(
+                socket.create_connection(("127.0.0.1", port), timeout=5), server_hostname="127.0.0.1"
+            ):
                 break
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "intake.log").read_text()[-500:]
@@ -89,17 +128,42 @@ def test_each_agent_is_heard_for_its_own_node_and_refused_for_another(fleet, tmp
     mine = issue(env, "gpu-a", hashes, tmp_path)
     intake, port, _ = start_intake(env, ca, tmp_path, "--credentials", str(hashes))
     log = tmp_path / "kern.log"
-    log.write_text("2026-11-30T20:00:01+00:00 host kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
-                   "GPU has fallen off the bus.\n")
+    log.write_text(
+        "2026-11-30T20:00:01+00:00 host kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, "
+        "GPU has fallen off the bus.\n"
+    )
     agents = []
     try:
         for node in ("gpu-a", "gpu-b"):  # gpu-b's agent holds gpu-a's credential
-            agents.append(subprocess.Popen(
-                [*CLI, "agent", node, "--file", str(log), "--spool", str(tmp_path / f"agent-{node}"),
-                 "--metrics-port", "0", "--sample-interval", "0", "--heartbeat-url", f"https://127.0.0.1:{port}",
-                 "--heartbeat-token-file", str(mine), "--heartbeat-ca", str(ca.cert_path), "--heartbeat-interval", "1",
-                 "--events-to-intake"],
-                env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"agent-{node}.log", "wb")))
+            agents.append(
+                subprocess.Popen(
+                    [
+                        *CLI,
+                        "agent",
+                        node,
+                        "--file",
+                        str(log),
+                        "--spool",
+                        str(tmp_path / f"agent-{node}"),
+                        "--metrics-port",
+                        "0",
+                        "--sample-interval",
+                        "0",
+                        "--heartbeat-url",
+                        f"https://127.0.0.1:{port}",
+                        "--heartbeat-token-file",
+                        str(mine),
+                        "--heartbeat-ca",
+                        str(ca.cert_path),
+                        "--heartbeat-interval",
+                        "1",
+                        "--events-to-intake",
+                    ],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(tmp_path / f"agent-{node}.log", "wb"),
+                )
+            )
         deadline = time.monotonic() + STARTUP_S
         while seen(engine, "gpu-a") is None:
             assert all(a.poll() is None for a in agents) and time.monotonic() < deadline
@@ -145,8 +209,12 @@ def test_slow_clients_under_a_low_file_limit_keep_no_real_heartbeat_out(fleet, t
         for node in ("gpu-a", "gpu-b"):
             started = time.monotonic()
             conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context)
-            conn.request("POST", "/heartbeat", body=json.dumps({"node": node}),
-                         headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/heartbeat",
+                body=json.dumps({"node": node}),
+                headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+            )
             answer = conn.getresponse()
             assert (answer.status, json.loads(answer.read())) == (202, {"heard": node})
             assert time.monotonic() - started < 5

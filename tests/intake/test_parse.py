@@ -8,8 +8,16 @@ from datetime import datetime, timezone
 import pytest
 
 from fleetctl.agent.detect import detect
-from fleetctl.intake.parse import (MAX_CODE, MAX_DEPTH, MAX_EVENTS, BadBody, from_alertmanager, from_json,
-                                   from_node_conditions, loads)
+from fleetctl.intake.parse import (
+    MAX_CODE,
+    MAX_DEPTH,
+    MAX_EVENTS,
+    BadBody,
+    from_alertmanager,
+    from_json,
+    from_node_conditions,
+    loads,
+)
 from fleetctl.text import MAX_TEXT
 from tests.conftest import FIXTURES
 
@@ -19,7 +27,9 @@ WEBHOOK = json.loads((FIXTURES / "intake" / "alertmanager_dcgm_xid.json").read_t
 def test_a_dcgm_xid_alert_becomes_one_event_and_a_resolved_one_none() -> None:
     (ev,) = from_alertmanager(WEBHOOK)
     assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "alertmanager")
-    assert "Xid 79" in ev.message and ev.at == pytest.approx(datetime(2026, 11, 30, 20, 1, 2, 123456, timezone.utc).timestamp(), abs=1e-6)
+    assert "Xid 79" in ev.message and ev.at == pytest.approx(
+        datetime(2026, 11, 30, 20, 1, 2, 123456, timezone.utc).timestamp(), abs=1e-6
+    )
     assert from_alertmanager(WEBHOOK)[0].event_id == ev.event_id  # re-notification: the same id
 
 
@@ -29,15 +39,18 @@ def test_an_instance_label_names_the_host_without_its_port() -> None:
     assert from_alertmanager(body)[0].node == "10.0.0.7"
 
 
-@pytest.mark.parametrize("mutate, words", [
-    (lambda b: b.update(version="3"), "not an Alertmanager webhook"),
-    (lambda b: b["alerts"][0].update(labels={"alertname": "x"}), "no node label"),
-    (lambda b: b["alerts"][0]["labels"].update(Hostname="bad name;rm -rf"), "not a node name"),
-    (lambda b: b["alerts"][0]["annotations"].update(value=str(MAX_CODE + 1)), "integer from 0"),
-    (lambda b: b["alerts"][0]["annotations"].update(value="-3"), "integer from 0"),
-    (lambda b: b["alerts"][0].update(startsAt="yesterday"), "RFC 3339"),
-    (lambda b: b.update(alerts=[b["alerts"][0]] * (MAX_EVENTS + 1)), "more than"),
-])
+@pytest.mark.parametrize(
+    "mutate, words",
+    [
+        (lambda b: b.update(version="3"), "not an Alertmanager webhook"),
+        (lambda b: b["alerts"][0].update(labels={"alertname": "x"}), "no node label"),
+        (lambda b: b["alerts"][0]["labels"].update(Hostname="bad name;rm -rf"), "not a node name"),
+        (lambda b: b["alerts"][0]["annotations"].update(value=str(MAX_CODE + 1)), "integer from 0"),
+        (lambda b: b["alerts"][0]["annotations"].update(value="-3"), "integer from 0"),
+        (lambda b: b["alerts"][0].update(startsAt="yesterday"), "RFC 3339"),
+        (lambda b: b.update(alerts=[b["alerts"][0]] * (MAX_EVENTS + 1)), "more than"),
+    ],
+)
 def test_a_bad_webhook_is_refused_whole(mutate, words) -> None:
     body = json.loads(json.dumps(WEBHOOK))
     mutate(body)
@@ -46,71 +59,97 @@ def test_a_bad_webhook_is_refused_whole(mutate, words) -> None:
 
 
 def test_plain_json_events_with_and_without_ids() -> None:
-    evs = from_json({"events": [{"node": "n1", "code": 79, "id": "a"}, {"node": "n2", "message": "fan", "at": 5}]}, 100.0)
+    evs = from_json(
+        {"events": [{"node": "n1", "code": 79, "id": "a"}, {"node": "n2", "message": "fan", "at": 5}]}, 100.0
+    )
     assert [(e.node, e.code, e.at) for e in evs] == [("n1", 79, 100.0), ("n2", None, 5.0)]
     assert from_json({"node": "n1", "code": 79, "id": "a"}, 7.0)[0].event_id == evs[0].event_id
     assert from_json({"node": "n2", "message": "fan", "at": 5}, 1.0)[0].event_id == evs[1].event_id
 
 
-@pytest.mark.parametrize("body, words", [
-    ([], "not an object"),
-    ({"events": []}, "expected an event"),
-    ({"node": "n1"}, "a code or a message"),
-    ({"node": "n1", "code": True}, "integer"),
-    ({"node": "n1", "code": 1.5}, "integer"),
-    ({"node": "n1", "code": 79, "extra": 1}, "unknown field"),
-    ({"node": "", "code": 79}, "not a node name"),
-    ({"node": "n1", "code": 79, "at": float("nan")}, "not a time"),
-    ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": "x"}]}, "integer"),
-    ({"node": "n1", "message": "SXid", "severity": "urgent"}, "severity must be one of info, warning, critical"),
-    ({"node": "n1", "message": "SXid", "severity": 3}, "severity must be one of"),
-    ({"node": "n1", "message": "SXid", "signature": "nvswitch_meltdown"}, "not a signature of the catalog"),
-    ({"node": "n1", "message": "SXid", "signature": ["nvswitch_sxid_fatal"]}, "not a signature of the catalog"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ([], "not an object"),
+        ({"events": []}, "expected an event"),
+        ({"node": "n1"}, "a code or a message"),
+        ({"node": "n1", "code": True}, "integer"),
+        ({"node": "n1", "code": 1.5}, "integer"),
+        ({"node": "n1", "code": 79, "extra": 1}, "unknown field"),
+        ({"node": "", "code": 79}, "not a node name"),
+        ({"node": "n1", "code": 79, "at": float("nan")}, "not a time"),
+        ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": "x"}]}, "integer"),
+        ({"node": "n1", "message": "SXid", "severity": "urgent"}, "severity must be one of info, warning, critical"),
+        ({"node": "n1", "message": "SXid", "severity": 3}, "severity must be one of"),
+        ({"node": "n1", "message": "SXid", "signature": "nvswitch_meltdown"}, "not a signature of the catalog"),
+        ({"node": "n1", "message": "SXid", "signature": ["nvswitch_sxid_fatal"]}, "not a signature of the catalog"),
+    ],
+)
 def test_a_bad_json_event_is_refused_whole(body, words) -> None:
     with pytest.raises(BadBody, match=words):
         from_json(body, 0.0)
 
 
 def test_a_true_npd_condition_is_an_event_identified_by_its_transition() -> None:
-    node = {"metadata": {"name": "gpu-node-07"}, "status": {"conditions": [
-        {"type": "Ready", "status": "True"},
-        {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"},
-        {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
-         "message": "kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."}]}}
+    node = {
+        "metadata": {"name": "gpu-node-07"},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "KernelDeadlock", "status": "False", "reason": "KernelHasNoDeadlock"},
+                {
+                    "type": "XidError",
+                    "status": "True",
+                    "reason": "XidCritical",
+                    "lastTransitionTime": "2026-11-30T20:00:00Z",
+                    "message": "kernel: NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+                },
+            ]
+        },
+    }
     (ev,) = from_node_conditions(node, ("KernelDeadlock", "XidError"), detect)
-    assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "npd") and ev.message.startswith("XidError: XidCritical")
+    assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "npd") and ev.message.startswith(
+        "XidError: XidCritical"
+    )
     later = json.loads(json.dumps(node))
     later["status"]["conditions"][2]["lastTransitionTime"] = "2026-11-30T21:00:00Z"
     assert from_node_conditions(later, ("XidError",), detect)[0].event_id != ev.event_id
     assert from_node_conditions(node, ("KernelDeadlock",), detect) == []
 
 
-@pytest.mark.parametrize("event, severity, from_record", [
-    ({"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical"}, "critical", False),
-    ({"node": "n1", "code": 79}, "critical", False),  # the catalog's word for a code, when none is given
-    ({"node": "n1", "code": 13, "severity": "warning"}, "warning", False),  # the sender's, when given
-    ({"node": "n1", "message": "fan", "at": 5}, "", True),  # neither: none; a time given is the record's
-])
+@pytest.mark.parametrize(
+    "event, severity, from_record",
+    [
+        ({"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical"}, "critical", False),
+        ({"node": "n1", "code": 79}, "critical", False),  # the catalog's word for a code, when none is given
+        ({"node": "n1", "code": 13, "severity": "warning"}, "warning", False),  # the sender's, when given
+        ({"node": "n1", "message": "fan", "at": 5}, "", True),  # neither: none; a time given is the record's
+    ],
+)
 def test_a_json_event_carries_its_severity_and_whether_its_time_is_its_own(event, severity, from_record) -> None:
     (ev,) = from_json(event, 100.0)
     assert (ev.severity, ev.at_from_record) == (severity, from_record)
 
 
 def test_a_json_event_carries_the_signature_it_was_read_as() -> None:
-    (ev,) = from_json({"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical",
-                       "signature": "nvswitch_sxid_fatal"}, 100.0)
+    (ev,) = from_json(
+        {"node": "n1", "message": "NVSwitch fatal SXid", "severity": "critical", "signature": "nvswitch_sxid_fatal"},
+        100.0,
+    )
     assert ev.signature == "nvswitch_sxid_fatal"
     (none,) = from_json({"node": "n1", "code": 79}, 100.0)
     assert none.signature == ""
 
 
-@pytest.mark.parametrize("label, severity", [
-    ("critical", "critical"),
-    ("warning", "warning"),
-    ("page", "critical"),  # a route's own word: not fleetctl's, the catalog judges Xid 79
-    (None, "critical"),
-])
+@pytest.mark.parametrize(
+    "label, severity",
+    [
+        ("critical", "critical"),
+        ("warning", "warning"),
+        ("page", "critical"),  # a route's own word: not fleetctl's, the catalog judges Xid 79
+        (None, "critical"),
+    ],
+)
 def test_an_alert_severity_label_is_read_only_when_it_is_a_severity(label, severity) -> None:
     body = json.loads(json.dumps(WEBHOOK))
     body["alerts"][0]["labels"].pop("severity", None)
@@ -147,7 +186,9 @@ def test_every_label_and_annotation_is_bounded_and_encodable() -> None:
     assert ev.message.startswith("Xid\ufffdxxx")
 
 
-@pytest.mark.parametrize("where, value", [("labels", ["a", "list"]), ("annotations", {"an": "object"}), ("labels", True)])
+@pytest.mark.parametrize(
+    "where, value", [("labels", ["a", "list"]), ("annotations", {"an": "object"}), ("labels", True)]
+)
 def test_a_label_or_annotation_that_is_not_text_is_refused_by_name(where, value) -> None:
     body = json.loads(json.dumps(WEBHOOK))
     body["alerts"][0][where]["odd"] = value
@@ -161,29 +202,35 @@ def test_plain_json_text_fields_are_bounded_and_encodable() -> None:
     ev.message.encode("utf-8")
 
 
-@pytest.mark.parametrize("raw, words", [
-    (b'{"node": "n1", "code": 1%s}' % (b"0" * 30), r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": 1%s}' % (b"0" * 5000), r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": 18446744073709551616}', r"events\[0\]\.code: the code must be an integer"),  # 2**64
-    (b'{"node": "n1", "code": -9223372036854775809}', r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": 1e400}', r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": NaN}', r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": 79.5}', r"events\[0\]\.code: the code must be an integer"),
-    (b'{"node": "n1", "code": 79, "at": 1%s}' % (b"0" * 40), r"events\[0\]\.at: not a time"),
-    (b'{"node": "n1", "code": 79, "at": 1e300}', r"events\[0\]\.at: not a time"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b'{"node": "n1", "code": 1%s}' % (b"0" * 30), r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": 1%s}' % (b"0" * 5000), r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": 18446744073709551616}', r"events\[0\]\.code: the code must be an integer"),  # 2**64
+        (b'{"node": "n1", "code": -9223372036854775809}', r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": 1e400}', r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": NaN}', r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": 79.5}', r"events\[0\]\.code: the code must be an integer"),
+        (b'{"node": "n1", "code": 79, "at": 1%s}' % (b"0" * 40), r"events\[0\]\.at: not a time"),
+        (b'{"node": "n1", "code": 79, "at": 1e300}', r"events\[0\]\.at: not a time"),
+    ],
+)
 def test_numbers_past_64_bits_or_not_integers_are_refused_by_field(raw, words) -> None:
     with pytest.raises(BadBody, match=words):
         from_json(loads(raw), 0.0)
 
 
-@pytest.mark.parametrize("raw, words", [
-    (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than"),
-    (b'{"node": "n1", "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than"),
-    (b'{"node": "n1", "message": "\xff\xfe"}', "not UTF-8 JSON"),
-    (b'{"node": "n1", "message": "\xc3"}', "not UTF-8 JSON"),
-    (b"{not json", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1), "nested deeper than"),
+        (b'{"node": "n1", "message": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than"),
+        (b'{"node": "n1", "message": "\xff\xfe"}', "not UTF-8 JSON"),
+        (b'{"node": "n1", "message": "\xc3"}', "not UTF-8 JSON"),
+        (b"{not json", "not JSON"),
+    ],
+)
 def test_bodies_too_deep_or_not_utf8_are_refused(raw, words) -> None:
     with pytest.raises(BadBody, match=words):
         loads(raw)

@@ -52,7 +52,11 @@ def intake(tmp_path):
 def post(port: int, path: str, body: bytes | str | dict, token: str | None = TOKEN, headers: dict | None = None):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     data = json.dumps(body).encode() if isinstance(body, dict) else body.encode() if isinstance(body, str) else body
-    h = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+    h = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {token}"} if token else {}),
+        **(headers or {}),
+    }
     conn.request("POST", path, body=data, headers=h)
     resp = conn.getresponse()
     out = resp.status, resp.read().decode()
@@ -67,11 +71,14 @@ def test_without_the_token_nothing_is_accepted(intake, token) -> None:
     assert intake.spool.depth == 0
 
 
-@pytest.mark.parametrize("body, words", [
-    ("{not json", "not JSON"),
-    ({"node": "n1"}, "a code or a message"),
-    ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": 2**40}]}, "integer"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("{not json", "not JSON"),
+        ({"node": "n1"}, "a code or a message"),
+        ({"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": 2**40}]}, "integer"),
+    ],
+)
 def test_a_bad_body_gets_400_and_one_line_and_changes_nothing(intake, body, words) -> None:
     status, text = post(intake.port, "/events", body)
     assert status == 400 and words in text and text.count("\n") == 1
@@ -88,7 +95,9 @@ def test_a_webhook_is_accepted_once_and_sent_in_one_batch_per_node(intake) -> No
     webhook = json.loads((FIXTURES / "intake" / "alertmanager_dcgm_xid.json").read_text())
     assert post(intake.port, "/alertmanager", webhook) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
     assert post(intake.port, "/alertmanager", webhook) == (202, json.dumps({"accepted": 0, "duplicates": 1}))
-    events = {"events": [{"node": "n1", "code": 13, "id": str(i)} for i in range(5)] + [{"node": "n2", "code": 31, "id": "x"}]}
+    events = {
+        "events": [{"node": "n1", "code": 13, "id": str(i)} for i in range(5)] + [{"node": "n2", "code": 31, "id": "x"}]
+    }
     assert post(intake.port, "/events", events)[0] == 202
     asyncio.run(intake.deliver_once())
     assert [(node, len(evs)) for node, evs in intake.recorder.sends] == [("gpu-node-07", 1), ("n1", 5), ("n2", 1)]
@@ -98,7 +107,11 @@ def test_a_webhook_is_accepted_once_and_sent_in_one_batch_per_node(intake) -> No
 def test_an_outage_keeps_the_events_and_one_refusing_node_blocks_no_other(intake, monkeypatch) -> None:
     monkeypatch.setattr(intake_server, "MAX_ATTEMPTS", 2)
     intake.recorder.down = True
-    post(intake.port, "/events", {"events": [{"node": "n1", "code": 13, "id": "a"}, {"node": "n2", "code": 13, "id": "b"}]})
+    post(
+        intake.port,
+        "/events",
+        {"events": [{"node": "n1", "code": 13, "id": "a"}, {"node": "n2", "code": 13, "id": "b"}]},
+    )
     assert asyncio.run(intake.deliver_once()) is False and intake.spool.depth == 2
     intake.recorder.down, intake.recorder.refuse = False, {"n2"}
     assert asyncio.run(intake.deliver_once()) is True
@@ -121,9 +134,17 @@ def test_npd_conditions_are_polled_through_the_api(intake, tmp_path) -> None:
         emu.add_node("gpu-node-07")
         emu.add_node("gpu-node-08")
         emu.handler.objects[NODES, None, "gpu-node-07"]["status"]["conditions"].append(
-            {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
-             "message": "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus."})
-        api = client.CoreV1Api(config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kubeconfig"))))
+            {
+                "type": "XidError",
+                "status": "True",
+                "reason": "XidCritical",
+                "lastTransitionTime": "2026-11-30T20:00:00Z",
+                "message": "NVRM: Xid (PCI:0000:2b:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+            }
+        )
+        api = client.CoreV1Api(
+            config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kubeconfig")))
+        )
         stop = threading.Event()
         poller = threading.Thread(target=poll_node_conditions, args=(intake, api, ("XidError",), stop, 0.05))
         poller.start()
@@ -146,10 +167,24 @@ def _serve(tmp_path, *args, env=None):
     import subprocess
     import sys
 
-    return subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--temporal-address", "127.0.0.1:1", "events", "serve",
-                             "--spool", str(tmp_path / "spool"), *args],
-                            env={**os.environ, "FLEETCTL_CONFIG": os.devnull, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "--temporal-address",
+            "127.0.0.1:1",
+            "events",
+            "serve",
+            "--spool",
+            str(tmp_path / "spool"),
+            *args,
+        ],
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("token", ["", "short", "has a space in it 0123456789"])
@@ -171,8 +206,14 @@ def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_
     from fleetctl.db.engine import get_engine
     from fleetctl.inventory.parse import parse_inventory
 
-    queries.upsert_nodes(get_engine(sqlite_url), parse_inventory(yaml.safe_dump(  # the intake takes inventory nodes only
-        {"nodes": [{"name": "n1", "address": "sim://n1", "profile": "h100-sxm"}]})))
+    queries.upsert_nodes(
+        get_engine(sqlite_url),
+        parse_inventory(
+            yaml.safe_dump(  # the intake takes inventory nodes only
+                {"nodes": [{"name": "n1", "address": "sim://n1", "profile": "h100-sxm"}]}
+            )
+        ),
+    )
     port = free_port()
     proc = _serve(tmp_path, "--port", str(port), env={"FLEETCTL_INTAKE_TOKEN": TOKEN, "FLEETCTL_DB_URL": sqlite_url})
     try:
@@ -182,7 +223,9 @@ def test_serve_as_a_process_accepts_and_keeps_events_while_temporal_is_down(tmp_
                 status, _ = post(port, "/events", {"node": "n1", "code": 79, "id": "one"})
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() is not None else "not up"
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    proc.stderr.read() if proc.poll() is not None else "not up"
+                )
                 time.sleep(0.1)
         assert status == 202
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
@@ -212,26 +255,49 @@ def test_one_nodes_garbled_conditions_never_block_another_nodes(intake, tmp_path
         def conditions(name):
             return emu.handler.objects[NODES, None, name]["status"]["conditions"]
 
-        conditions("gpu-node-01").extend([
-            {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "yesterday at noon",
-             "message": xid79},
-            {"type": "XidError", "status": "True", "reason": {"not": "a string"}, "message": xid79},
-            {"type": ["XidError"], "status": "True", "message": xid79},
-            {"type": "XidError", "status": "True", "message": 79},
-            "not an object",
-        ])
+        conditions("gpu-node-01").extend(
+            [
+                {
+                    "type": "XidError",
+                    "status": "True",
+                    "reason": "XidCritical",
+                    "lastTransitionTime": "yesterday at noon",
+                    "message": xid79,
+                },
+                {"type": "XidError", "status": "True", "reason": {"not": "a string"}, "message": xid79},
+                {"type": ["XidError"], "status": "True", "message": xid79},
+                {"type": "XidError", "status": "True", "message": 79},
+                "not an object",
+            ]
+        )
         conditions("gpu-node-02").append(
-            {"type": "XidError", "status": "True", "reason": "XidCritical", "lastTransitionTime": "2026-11-30T20:00:00Z",
-             "message": xid79})
-        conditions("gpu-node-03").extend([
-            {"type": "XidError", "status": "True", "lastTransitionTime": 1_700_000_000, "message": xid79},
-            {"type": "KernelDeadlock", "status": "True", "reason": "R" * 1_000_000 + "\ud800",
-             "lastTransitionTime": "2026-11-30T20:00:01Z", "message": "NVRM: Xid (PCI:0000:2b:00) unreadable \ud800"},
-        ])
-        api = client.CoreV1Api(config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kubeconfig"))))
+            {
+                "type": "XidError",
+                "status": "True",
+                "reason": "XidCritical",
+                "lastTransitionTime": "2026-11-30T20:00:00Z",
+                "message": xid79,
+            }
+        )
+        conditions("gpu-node-03").extend(
+            [
+                {"type": "XidError", "status": "True", "lastTransitionTime": 1_700_000_000, "message": xid79},
+                {
+                    "type": "KernelDeadlock",
+                    "status": "True",
+                    "reason": "R" * 1_000_000 + "\ud800",
+                    "lastTransitionTime": "2026-11-30T20:00:01Z",
+                    "message": "NVRM: Xid (PCI:0000:2b:00) unreadable \ud800",
+                },
+            ]
+        )
+        api = client.CoreV1Api(
+            config.new_client_from_config(config_file=str(emu.write_kubeconfig(tmp_path / "kubeconfig")))
+        )
         stop = threading.Event()
-        poller = threading.Thread(target=poll_node_conditions,
-                                  args=(intake, api, ("XidError", "KernelDeadlock"), stop, 0.05))
+        poller = threading.Thread(
+            target=poll_node_conditions, args=(intake, api, ("XidError", "KernelDeadlock"), stop, 0.05)
+        )
         poller.start()
         try:
             deadline = threading.Event()
@@ -252,14 +318,19 @@ def test_one_nodes_garbled_conditions_never_block_another_nodes(intake, tmp_path
     assert intake.npd_skipped == 6 * polls  # five on gpu-node-01, one on gpu-node-03, on every poll
 
 
-@pytest.mark.parametrize("body, words", [
-    (b'{"node": "n1", "code": 1' + b"0" * 5000 + b"}", "events[0].code: the code must be an integer"),
-    (b'{"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": 18446744073709551616}]}',
-     "events[1].code: the code must be an integer"),
-    (b'{"node": "n1", "message": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "nested deeper than"),
-    (b'{"node": "n1", "message": "bad \xff byte", "severity": "warning"}', "not UTF-8 JSON"),
-    (b'{"node": "n1", "code": 79, "\xed\xa0\x80": 1}', "unknown field '\\ud800'"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b'{"node": "n1", "code": 1' + b"0" * 5000 + b"}", "events[0].code: the code must be an integer"),
+        (
+            b'{"events": [{"node": "n1", "code": 79}, {"node": "n2", "code": 18446744073709551616}]}',
+            "events[1].code: the code must be an integer",
+        ),
+        (b'{"node": "n1", "message": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", "nested deeper than"),
+        (b'{"node": "n1", "message": "bad \xff byte", "severity": "warning"}', "not UTF-8 JSON"),
+        (b'{"node": "n1", "code": 79, "\xed\xa0\x80": 1}', "unknown field '\\ud800'"),
+    ],
+)
 def test_numbers_nesting_and_bytes_are_refused_with_one_line_naming_the_field(intake, body, words) -> None:
     status, text = post(intake.port, "/events", body)
     assert status == 400 and words in text and text.count("\n") == 1, text

@@ -30,7 +30,8 @@ def test_submit_list_restart_and_show_a_simulated_job(cli) -> None:
     assert r.exit_code == 0, r.output
     job_id = json.loads(r.stdout)["job_id"]
     assert json.loads(cli("job", "list", "--node", "n1", "-o", "json").stdout) == [
-        {"job_id": job_id, "name": "llm-pretrain", "scheduler": "sim", "state": "running", "nodes": ["n1", "n2"]}]
+        {"job_id": job_id, "name": "llm-pretrain", "scheduler": "sim", "state": "running", "nodes": ["n1", "n2"]}
+    ]
     assert json.loads(cli("job", "list", "--node", "n3", "-o", "json").stdout) == []
 
     r = cli("job", "restart", job_id, "--bad-node", "n1", input="n\n")
@@ -49,7 +50,11 @@ def test_submit_list_restart_and_show_a_simulated_job(cli) -> None:
     (restart,) = shown["restarts"]
     assert shown["restart_seconds"] == restart["restart_seconds"] > 0
     assert (restart["bad_nodes"], restart["new_nodes"], restart["actor"], restart["cause"]) == (
-        ["n1"], ["n2", "n3"], "alice@console", "XID 79")
+        ["n1"],
+        ["n2", "n3"],
+        "alice@console",
+        "XID 79",
+    )
     assert restart["replacements"] == ["n3"]  # n3 took n1's place; n2 ran the job before too
     assert restart["fault_seen_at"] < restart["drained_at"] <= restart["requeued_at"] <= restart["running_at"]
     assert "XID 79" in cli("job", "show", job_id).stdout
@@ -73,8 +78,10 @@ def test_reconcile_reports_then_fixes_hand_drains_and_missing_drains(cli) -> Non
     assert report["nodes_checked"] == 5
     assert {d["node"]: (d["difference"], d["owner"], d["action"]) for d in report["differences"]} == {
         "m1": ("not_drained", "", "drain"),
-        "n2": ("drained_by_someone_else", "NHC", None), "n3": ("stale_fleetctl_drain", "", "resume"),
-        "n4": ("drained_by_someone_else", "", None)}
+        "n2": ("drained_by_someone_else", "NHC", None),
+        "n3": ("stale_fleetctl_drain", "", "resume"),
+        "n4": ("drained_by_someone_else", "", None),
+    }
     assert not sim.node_state("m1").drained  # reporting changes nothing
 
     # --fix leaves other tools' drains to them: NHC will lift its own once its check passes.
@@ -111,20 +118,25 @@ def test_reconcile_shows_a_check_hold_and_never_resumes_it_mid_check(cli) -> Non
 def test_reconcile_refuses_a_tool_name_that_no_reason_could_give(cli) -> None:
     jobs.set_sim_drain(cli.engine, "n2", True, "NHC: check_hw_ib")
     r = cli("reconcile", "--fix", "--include-owner", "NHC: x")
-    assert r.exit_code == 2 and r.stderr.startswith("error: --include-owner 'NHC: x'") and len(r.stderr.splitlines()) == 1
+    assert (
+        r.exit_code == 2 and r.stderr.startswith("error: --include-owner 'NHC: x'") and len(r.stderr.splitlines()) == 1
+    )
     assert SimScheduler(cli.engine).node_state("n2").drained  # nothing was done
 
 
-@pytest.mark.parametrize(("reason", "owner"), [
-    ("NHC: check_hw_cpuinfo: Actual CPU core count (32) != expected (64)", "NHC"),  # Node Health Check's form
-    ("k8s: node is cordoned in Kubernetes", "k8s"),
-    ("  slurm.conf-sync:drift", "slurm.conf-sync"),
-    ("reseat the cable", ""),  # free text names no tool
-    ("see ticket 42: optics", ""),  # the words before the colon are not one name
-    (": nothing", ""),
-    ("", ""),
-    (None, ""),
-])
+@pytest.mark.parametrize(
+    ("reason", "owner"),
+    [
+        ("NHC: check_hw_cpuinfo: Actual CPU core count (32) != expected (64)", "NHC"),  # Node Health Check's form
+        ("k8s: node is cordoned in Kubernetes", "k8s"),
+        ("  slurm.conf-sync:drift", "slurm.conf-sync"),
+        ("reseat the cable", ""),  # free text names no tool
+        ("see ticket 42: optics", ""),  # the words before the colon are not one name
+        (": nothing", ""),
+        ("", ""),
+        (None, ""),
+    ],
+)
 def test_the_owner_of_a_drain_is_the_tool_its_reason_names(reason, owner) -> None:
     assert drain_owner(reason) == owner
 

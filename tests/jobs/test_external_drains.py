@@ -32,8 +32,12 @@ BOUND_S = 2 * WATCH_S + 4 * QUICK["start_to_close_timeout"].total_seconds()
 def _fleet(cli, tmp_path, count: int) -> list[str]:
     names = [f"ext-{uuid.uuid4().hex[:6]}-{i}" for i in range(count)]
     inventory = tmp_path / "fleet.yaml"
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: sim}}\n" for n in names))
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: sim}}\n" for n in names
+        )
+    )
     r = cli("node", "import", str(inventory), "--adopt")
     assert r.exit_code == 0, r.output
     return names
@@ -46,9 +50,13 @@ def _conditions(cli) -> dict[str, dict[str, str]]:
 
 def _events(engine, node: str) -> list[HealthEvent]:
     with Session(engine) as session:
-        return list(session.exec(select(HealthEvent).where(HealthEvent.node_name == node,
-                                                           HealthEvent.source == "external-drain")
-                                 .order_by(HealthEvent.id)))
+        return list(
+            session.exec(
+                select(HealthEvent)
+                .where(HealthEvent.node_name == node, HealthEvent.source == "external-drain")
+                .order_by(HealthEvent.id)
+            )
+        )
 
 
 def _signals(settings, node: str) -> int:
@@ -61,8 +69,12 @@ def _signals(settings, node: str) -> int:
     async def count() -> int:
         client = await Client.connect(settings.temporal_address)
         history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
-        return sum(1 for e in history.events if e.HasField("workflow_execution_signaled_event_attributes")
-                   and e.workflow_execution_signaled_event_attributes.signal_name == HEALTH_EVENT_SIGNAL)
+        return sum(
+            1
+            for e in history.events
+            if e.HasField("workflow_execution_signaled_event_attributes")
+            and e.workflow_execution_signaled_event_attributes.signal_name == HEALTH_EVENT_SIGNAL
+        )
 
     return asyncio.run(count())
 
@@ -85,11 +97,15 @@ def test_another_tools_drain_is_recorded_shown_and_left_in_production(settings, 
         jobs.set_sim_drain(engine, nhc, True, "NHC: check_hw_ib: No IB port is ACTIVE")
         jobs.set_sim_drain(engine, person, True, "reseat the cable")
 
-        _until(lambda: all(len(_events(engine, n)) == 1 for n in (nhc, person)), BOUND_S,
-               "both drains recorded as health events")
+        _until(
+            lambda: all(len(_events(engine, n)) == 1 for n in (nhc, person)),
+            BOUND_S,
+            "both drains recorded as health events",
+        )
         (event,) = _events(engine, nhc)
         assert event.severity == "warning" and event.message == (
-            "drained in sim outside fleetctl by NHC: NHC: check_hw_ib: No IB port is ACTIVE")
+            "drained in sim outside fleetctl by NHC: NHC: check_hw_ib: No IB port is ACTIVE"
+        )
         assert _events(engine, person)[0].message.endswith("by someone (the reason names no tool): reseat the cable")
         shown = _conditions(cli)
         assert "NHC: check_hw_ib" in shown[nhc]["DrainedOutside"] and "DrainedOutside" in shown[person]
@@ -123,19 +139,26 @@ def test_the_maintenance_policy_takes_the_node_out_through_the_guard(settings, t
     with console(settings) as cli:
         first, second, *_ = _fleet(cli, tmp_path, 4)
         jobs.set_sim_drain(engine, first, True, "NHC: check_hw_eth: eth0 missing")
-        _until(lambda: queries.get_node(engine, first).state == "maintenance", BOUND_S,
-               "the first drained node in maintenance")
+        _until(
+            lambda: queries.get_node(engine, first).state == "maintenance",
+            BOUND_S,
+            "the first drained node in maintenance",
+        )
         jobs.set_sim_drain(engine, second, True, "NHC: check_fs_mount: /scratch not mounted")
         _until(lambda: queries.held_drains(engine, [second]), BOUND_S, "the guard holding the second")
         assert queries.get_node(engine, second).state == "production"
         assert "DrainedOutside" in _conditions(cli)[second] and "DrainHeld" in _conditions(cli)[second]
         with Session(engine) as session:
-            kinds = [(e.node_name, e.kind) for e in session.exec(select(AutomationEvent)
-                                                                 .where(AutomationEvent.actor == "external-drain"))]
+            kinds = [
+                (e.node_name, e.kind)
+                for e in session.exec(select(AutomationEvent).where(AutomationEvent.actor == "external-drain"))
+            ]
         # the guard's own record: the first granted, the second refused (again each watch)
         assert sorted(set(kinds)) == sorted([(first, "grant"), (second, "deny")]) and (first, "deny") not in kinds
         assert [(e.from_state, e.to_state, e.actor, e.failure) for e in queries.node_events(engine, first)][1:] == [
-            ("production", "draining", "external-drain", "health"), ("draining", "maintenance", "external-drain", "")]
+            ("production", "draining", "external-drain", "health"),
+            ("draining", "maintenance", "external-drain", ""),
+        ]
 
 
 @pytest.mark.slurm
@@ -144,20 +167,27 @@ def test_a_slurm_drain_by_nhc_becomes_the_nodes_health_event(settings, slurm_clu
     settings.slurm_conf = str(slurm_cluster.conf_path)
     monkeypatch.setenv("SLURM_CONF", settings.slurm_conf)  # the CLI's, as the worker's
     inventory = tmp_path / "slurm.yaml"
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: slurm}}\n"
-        for n in slurm_cluster.node_names))
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: slurm}}\n"
+            for n in slurm_cluster.node_names
+        )
+    )
     try:
         with console(settings) as cli:
             r = cli("node", "import", str(inventory), "--adopt")
             assert r.exit_code == 0, r.output
             # Node Health Check's drain, in the form its Slurm integration writes; and fleetctl's
             # own, which is no other tool's.
-            slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_hw_ib: port down")
+            slurm_cluster.run(
+                "scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: check_hw_ib: port down"
+            )
             slurm_cluster.scheduler().drain("node4", "XID 79")
             _until(lambda: _events(engine, "node3"), BOUND_S, "NHC's drain recorded")
             assert [e.message for e in _events(engine, "node3")] == [
-                "drained in slurm outside fleetctl by NHC: NHC: check_hw_ib: port down"]
+                "drained in slurm outside fleetctl by NHC: NHC: check_hw_ib: port down"
+            ]
             assert "NHC: check_hw_ib: port down" in _conditions(cli)["node3"]["DrainedOutside"]
             assert _events(engine, "node4") == [] and "DrainedOutside" not in _conditions(cli)["node4"]
             assert queries.get_node(engine, "node3").state == "production"  # record-only

@@ -28,18 +28,21 @@ def checkpoint_cli(db_url: str, *args: str):
     return CliRunner().invoke(app, ["--db-url", db_url, "job", "checkpoint", *args])
 
 
-@pytest.mark.parametrize("args, message", [
-    (["sim-1", "--at", "yesterday"], "--at: not a time"),
-    (["sim-1", "--at", "2026-12-01T10:00:00"], "has no UTC offset"),
-    (["sim-1", "--at", (NOW + timedelta(hours=1)).isoformat()], "is in the future"),
-    (["sim-1", "--at", (NOW - timedelta(days=400)).isoformat()], "more than 366 days ago"),
-    (["sim-1", "--at", "nan"], "is not a time in Unix seconds"),
-    (["sim-1", "--at", "1e300"], "is not a time in Unix seconds"),
-    (["sim-1", "--at", "9" * 60], "too long"),
-    (["42;reboot"], "not a job id"),
-    (["../etc"], "not a job id"),
-    (["a" * 500], "not a job id"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sim-1", "--at", "yesterday"], "--at: not a time"),
+        (["sim-1", "--at", "2026-12-01T10:00:00"], "has no UTC offset"),
+        (["sim-1", "--at", (NOW + timedelta(hours=1)).isoformat()], "is in the future"),
+        (["sim-1", "--at", (NOW - timedelta(days=400)).isoformat()], "more than 366 days ago"),
+        (["sim-1", "--at", "nan"], "is not a time in Unix seconds"),
+        (["sim-1", "--at", "1e300"], "is not a time in Unix seconds"),
+        (["sim-1", "--at", "9" * 60], "too long"),
+        (["42;reboot"], "not a job id"),
+        (["../etc"], "not a job id"),
+        (["a" * 500], "not a job id"),
+    ],
+)
 def test_a_bad_checkpoint_is_one_line_exit_2_and_records_nothing(sqlite_url, args, message) -> None:
     r = checkpoint_cli(sqlite_url, *args)
     assert r.exit_code == 2, r.output
@@ -49,8 +52,12 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_records_nothing(sqlite_url, arg
 
 def test_a_checkpoint_is_recorded_once_and_moves_the_jobs_last_checkpoint(db_url) -> None:
     engine = get_engine(db_url)
-    jobs.reconcile_jobs(engine, "slurm", [JobHistory("42", "llm", "running", ("n1",), 1, NOW - timedelta(hours=2),
-                                                     NOW - timedelta(hours=2), None)], NOW)
+    jobs.reconcile_jobs(
+        engine,
+        "slurm",
+        [JobHistory("42", "llm", "running", ("n1",), 1, NOW - timedelta(hours=2), NOW - timedelta(hours=2), None)],
+        NOW,
+    )
     hour_ago = NOW - timedelta(hours=1)
     assert checkpoint_cli(db_url, "42", "--at", str(hour_ago.timestamp())).stdout.endswith(" recorded\n")
     # The same instant in another zone is the same checkpoint.
@@ -70,11 +77,17 @@ def test_reconcile_keeps_the_first_start_and_ends_a_job_the_scheduler_forgot(db_
     jobs.reconcile_jobs(engine, "slurm", [first], NOW - timedelta(hours=2), lambda nodes: 8)
     # Requeued: Slurm moved submit and start times to the new run and counts one restart.
     later = t0 + timedelta(hours=2)
-    jobs.reconcile_jobs(engine, "slurm", [JobHistory("7", "llm", "running", ("n2", "n3"), 2, later, later, None, 1)],
-                        NOW - timedelta(hours=1))
+    jobs.reconcile_jobs(
+        engine,
+        "slurm",
+        [JobHistory("7", "llm", "running", ("n2", "n3"), 2, later, later, None, 1)],
+        NOW - timedelta(hours=1),
+    )
     row = jobs.get_job(engine, "7")
     assert (row.started_at.replace(tzinfo=timezone.utc), row.submitted_at.replace(tzinfo=timezone.utc)) == (
-        t0 + timedelta(minutes=1), t0)
+        t0 + timedelta(minutes=1),
+        t0,
+    )
     assert (row.restart_count, row.nodes, row.gpus_per_node) == (1, ["n2", "n3"], 8)
     # Slurm forgot it (MinJobAge after its end): it ended when fleetctl last saw it.
     jobs.reconcile_jobs(engine, "slurm", [], NOW)
@@ -96,7 +109,12 @@ def test_report_shows_a_simulated_jobs_ettr_checkpoints_and_restart(make_setting
         report = json.loads(r.stdout)
     (job,) = report["jobs"]["per_job"]
     assert (job["job_id"], job["gpus"], job["restarts"], job["scheduler_restarts"], job["checkpoints"]) == (
-        job_id, 16, 1, 1, 1)
+        job_id,
+        16,
+        1,
+        1,
+        1,
+    )
     # The simulated scheduler counted the requeue fleetctl asked for: no requeue of its own.
     assert job["interruptions"] == ["xid 79"] and report["jobs"]["interruptions"] == {"xid 79": 1}
     assert job["lost_seconds"] > 0 and job["downtime_seconds"] > 0 and 0 < job["ettr"] < 1

@@ -30,9 +30,16 @@ async def _with_worker(settings, body):
 
 
 def _restart(job_id: str, bad: list[str], restart_id: str | None = None, **extra) -> JobRestartInput:
-    return JobRestartInput(job_id=job_id, scheduler="sim", bad_nodes=bad, cause="XID 79: GPU has fallen off the bus",
-                           actor="tester@ci", fault_seen_at=(datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat(),
-                           restart_id=restart_id or uuid.uuid4().hex, **extra)
+    return JobRestartInput(
+        job_id=job_id,
+        scheduler="sim",
+        bad_nodes=bad,
+        cause="XID 79: GPU has fallen off the bus",
+        actor="tester@ci",
+        fault_seen_at=(datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat(),
+        restart_id=restart_id or uuid.uuid4().hex,
+        **extra,
+    )
 
 
 async def test_restart_drains_moves_the_job_and_records_each_step(make_settings, db_url) -> None:
@@ -52,7 +59,10 @@ async def test_restart_drains_moves_the_job_and_records_each_step(make_settings,
     assert "n1" not in result.new_nodes and len(result.new_nodes) == 2
     assert sim.job(job.job_id).nodes == tuple(result.new_nodes)
     assert sim.node_state("n1").drained and sim.node_state("n1").owned_by_fleetctl
-    times = [datetime.fromisoformat(t) for t in (result.fault_seen_at, result.drained_at, result.requeued_at, result.running_at)]
+    times = [
+        datetime.fromisoformat(t)
+        for t in (result.fault_seen_at, result.drained_at, result.requeued_at, result.running_at)
+    ]
     assert times == sorted(times)
     assert result.restart_seconds == pytest.approx((times[3] - times[0]).total_seconds())
     assert result.restart_seconds >= 1.0
@@ -74,7 +84,9 @@ async def test_the_same_fault_restarts_a_job_once(make_settings, sqlite_url) -> 
 
     async def body(client):
         # Twice at once (the lifecycle and an operator), then once more after it finished.
-        first, second = await asyncio.gather(start_job_restart(client, settings, inp), start_job_restart(client, settings, inp))
+        first, second = await asyncio.gather(
+            start_job_restart(client, settings, inp), start_job_restart(client, settings, inp)
+        )
         done = await first.result()
         third = await start_job_restart(client, settings, inp)
         return first, second, third, done, await third.result()
@@ -138,8 +150,12 @@ async def test_a_restart_keeps_the_job_in_its_island(make_settings, sqlite_url) 
 
     assert result.new_nodes == ["n2", "n4"]
     (row,) = jobs.job_restarts(engine, job.job_id)
-    assert (row.island, row.placement, row.placement_detail, row.landed) == ("ib-a", "island", "island ib-a: n4 for n1",
-                                                                             "island")
+    assert (row.island, row.placement, row.placement_detail, row.landed) == (
+        "ib-a",
+        "island",
+        "island ib-a: n4 for n1",
+        "island",
+    )
     # What `job show` lists as new: the node that took n1's place, not every node of the job.
     assert row.nodes_before == ["n1", "n2"] and replacements(row.nodes_before, row.new_nodes) == ["n4"]
 
@@ -212,14 +228,31 @@ async def _held_after_a_failed_check(client, settings, engine, node: str) -> Non
     from workflows.client import ensure_capacity_guard
 
     key = f"test/{node}/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
-    queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="nvidia-smi-query",
-                                         status="fail", reason="uncorrectable ECC 2", idempotency_key=key),
-                        CheckRun.idempotency_key, key)
+    queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name="nvidia-smi-query",
+            kind="nvidia-smi-query",
+            status="fail",
+            reason="uncorrectable ECC 2",
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
     guard = await ensure_capacity_guard(client, settings)
     decision = await guard.execute_update(
-        REQUEST_REMOVAL_UPDATE, RemovalRequest(node=node, rack="", reason="sweep: nvidia-smi-query: uncorrectable ECC 2",
-                                               actor="sweep", request_id=f"held/{node}"),
-        result_type=RemovalDecision)
+        REQUEST_REMOVAL_UPDATE,
+        RemovalRequest(
+            node=node,
+            rack="",
+            reason="sweep: nvidia-smi-query: uncorrectable ECC 2",
+            actor="sweep",
+            request_id=f"held/{node}",
+        ),
+        result_type=RemovalDecision,
+    )
     assert not decision.granted and "fleet limit" in decision.reason, decision
     (row,) = [r for r in node_rows(engine, [queries.get_node(engine, node)], wide=False)]
     assert row["health"] == "CheckFailed(1),DrainHeld"

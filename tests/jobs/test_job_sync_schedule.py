@@ -23,8 +23,9 @@ EVERY_S = 1
 BOUND_S = 2 * EVERY_S + SYNC["start_to_close_timeout"].total_seconds()
 
 
-def test_the_schedule_mirrors_a_slurm_job_that_report_then_shows(slurm_cluster, make_settings, sqlite_url,
-                                                                monkeypatch) -> None:
+def test_the_schedule_mirrors_a_slurm_job_that_report_then_shows(
+    slurm_cluster, make_settings, sqlite_url, monkeypatch
+) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     monkeypatch.setenv("SLURM_CONF", settings.slurm_conf)
@@ -37,10 +38,19 @@ def test_the_schedule_mirrors_a_slurm_job_that_report_then_shows(slurm_cluster, 
             assert r.exit_code == 0 and "the schedulers' jobs into the database every 1s" in r.stdout, r.output
             job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2", "--job-name=llm-pretrain")
             slurm_cluster.wait_for_run(job_id, 0)
-            stored = asyncio.run(until(lambda: (j := jobs.get_job(engine, job_id)) is not None and j.started_at
-                                       and j, BOUND_S, "the scheduled sync recording the running job"))
+            stored = asyncio.run(
+                until(
+                    lambda: (j := jobs.get_job(engine, job_id)) is not None and j.started_at and j,
+                    BOUND_S,
+                    "the scheduled sync recording the running job",
+                )
+            )
             assert (stored.scheduler, stored.state, stored.nodes, stored.name) == (
-                "slurm", "running", ["node1", "node2"], "llm-pretrain")
+                "slurm",
+                "running",
+                ["node1", "node2"],
+                "llm-pretrain",
+            )
             # The report reads it without syncing itself (--no-sync) and without `job sync`.
             r = cli("report", "-o", "json", "--no-sync")
             assert r.exit_code == 0, r.output

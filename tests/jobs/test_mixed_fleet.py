@@ -46,18 +46,25 @@ def kube() -> Iterator[KubeEmulator]:
 def inventory(slurm_nodes: tuple[str, ...]) -> str:
     # Every Slurm node in island ib-a but node3: left to itself Slurm would restart the job
     # on the lowest free names (node2, node3).
-    entries = [f"  - {{name: {SUNK_NODE}, address: sim://{SUNK_NODE}, profile: h100-sxm, rack: r1, "
-               "scheduler: [kubernetes, slurm], island: ib-a}\n"]
-    entries += [f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm, "
-                f"island: {'ib-b' if n == 'node3' else 'ib-a'}}}\n"
-                for n in slurm_nodes if n != SUNK_NODE]
-    entries.append(f"  - {{name: {K8S_NODE}, address: sim://{K8S_NODE}, profile: h100-sxm, rack: r2, "
-                   "scheduler: kubernetes}\n")
+    entries = [
+        f"  - {{name: {SUNK_NODE}, address: sim://{SUNK_NODE}, profile: h100-sxm, rack: r1, "
+        "scheduler: [kubernetes, slurm], island: ib-a}\n"
+    ]
+    entries += [
+        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm, "
+        f"island: {'ib-b' if n == 'node3' else 'ib-a'}}}\n"
+        for n in slurm_nodes
+        if n != SUNK_NODE
+    ]
+    entries.append(
+        f"  - {{name: {K8S_NODE}, address: sim://{K8S_NODE}, profile: h100-sxm, rack: r2, scheduler: kubernetes}}\n"
+    )
     return "nodes:\n" + "".join(entries)
 
 
 async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_schedulers(
-        slurm_cluster, kube: KubeEmulator, make_settings, sqlite_url, tmp_path: Path) -> None:
+    slurm_cluster, kube: KubeEmulator, make_settings, sqlite_url, tmp_path: Path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     settings.kubeconfig = str(kube.write_kubeconfig(tmp_path / "kubeconfig"))
@@ -68,7 +75,9 @@ async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_sch
     queries.upsert_nodes(engine, specs)
     names = [s.name for s in specs]
     kube.add_node(SUNK_NODE)
-    kube.add_pod("slurm", "slurmd-node1", SUNK_NODE, owner_kind="NodeSet", owner_api_version="slinky.slurm.net/v1alpha1")
+    kube.add_pod(
+        "slurm", "slurmd-node1", SUNK_NODE, owner_kind="NodeSet", owner_api_version="slinky.slurm.net/v1alpha1"
+    )
     kube.add_node(K8S_NODE)
     kube.add_pod("training", "llm-0", K8S_NODE, labels={"job-name": "llm"})
     worker = WorkerThread(settings).start()
@@ -77,18 +86,33 @@ async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_sch
     try:
         for name in names:
             await start_in_production(client, settings, name)
-        await wait_for(lambda: all(kube.node(n)["metadata"]["labels"].get(STATE_KEY) == "production"
-                                   for n in (SUNK_NODE, K8S_NODE)), 30, "both nodes resumed in Kubernetes")
+        await wait_for(
+            lambda: all(
+                kube.node(n)["metadata"]["labels"].get(STATE_KEY) == "production" for n in (SUNK_NODE, K8S_NODE)
+            ),
+            30,
+            "both nodes resumed in Kubernetes",
+        )
 
         job_id = slurm_cluster.submit_sleep_job("-N2", "-w", f"{SUNK_NODE},node2")
         assert slurm_cluster.wait_for_run(job_id, 0).nodes == (SUNK_NODE, "node2")
         for name in (SUNK_NODE, K8S_NODE):
-            await send_health_events(client, name, [HealthEventInput(
-                name, "xid", 79, "GPU has fallen off the bus.", "dmesg", f"mixed-xid79-{name}", time.time())])
+            await send_health_events(
+                client,
+                name,
+                [
+                    HealthEventInput(
+                        name, "xid", 79, "GPU has fallen off the bus.", "dmesg", f"mixed-xid79-{name}", time.time()
+                    )
+                ],
+            )
 
         # The SUNK node's Slurm job runs again off it, requeued through Slurm.
-        await wait_for(lambda: any(r.status == "succeeded" for r in jobs.job_restarts(engine, job_id)), 90,
-                       "the Slurm job's restart")
+        await wait_for(
+            lambda: any(r.status == "succeeded" for r in jobs.job_restarts(engine, job_id)),
+            90,
+            "the Slurm job's restart",
+        )
         rerun = slurm_cluster.wait_for_run(job_id, 1)
         assert rerun.nodes == ("node2", "node4")  # in the job's island, placed through Slurm
         (restart,) = jobs.job_restarts(engine, job_id)
@@ -97,8 +121,11 @@ async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_sch
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 60, "the training pod's eviction")
         for name in (SUNK_NODE, K8S_NODE):
             await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, f"{name} in maintenance")
-            await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "maintenance", STEP_S * 3,
-                           f"{name} shown in maintenance in Kubernetes")
+            await wait_for(
+                lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "maintenance",
+                STEP_S * 3,
+                f"{name} shown in maintenance in Kubernetes",
+            )
         # node1 is drained in Slurm too, with fleetctl's reason.
         in_slurm = slurm_cluster.scheduler().node_state(SUNK_NODE)
         assert in_slurm.drained and in_slurm.reason.startswith(REASON_PREFIX) and "XID 79" in in_slurm.reason

@@ -42,15 +42,26 @@ class Scene:
     """The fleet, its exporters and Prometheus, and one judging at a time."""
 
     def __init__(self, fleet, exporters: DcgmExporters, prometheus: str, invoke, job_id: str):
-        self.fleet, self.exporters, self.prometheus, self.invoke, self.job_id = fleet, exporters, prometheus, invoke, job_id
+        self.fleet, self.exporters, self.prometheus, self.invoke, self.job_id = (
+            fleet,
+            exporters,
+            prometheus,
+            invoke,
+            job_id,
+        )
 
     async def judge(self) -> StragglerSweepResult:
         """One tick of the schedule. Its bound: every query's timeout, and the drains' own."""
         s = self.fleet.settings
-        return await asyncio.wait_for(self.fleet.client.execute_workflow(
-            ProductionStragglers.run, StragglerSweepInput(fleet=s.fleet, actor="schedule/stragglers"),
-            id=f"stragglers/test-{uuid.uuid4().hex[:6]}", task_queue=s.task_queue),
-            timeout=s.prometheus_timeout_s * len(TELEMETRY) + 60)
+        return await asyncio.wait_for(
+            self.fleet.client.execute_workflow(
+                ProductionStragglers.run,
+                StragglerSweepInput(fleet=s.fleet, actor="schedule/stragglers"),
+                id=f"stragglers/test-{uuid.uuid4().hex[:6]}",
+                task_queue=s.task_queue,
+            ),
+            timeout=s.prometheus_timeout_s * len(TELEMETRY) + 60,
+        )
 
     def degrade(self, node: str, series: str, factor: float) -> None:
         self.exporters.degrade[node] = {series: factor}
@@ -58,8 +69,9 @@ class Scene:
     def restore(self, node: str) -> None:
         self.exporters.degrade.pop(node, None)
 
-    def wait_until_window_shows(self, metric: str, node: str, below: float | None = None,
-                                at_least: float | None = None) -> None:
+    def wait_until_window_shows(
+        self, metric: str, node: str, below: float | None = None, at_least: float | None = None
+    ) -> None:
         """Prometheus' window for `node` holds only samples after the change (the event the
         judge needs), bounded by the window and scrapes."""
         # The judge's own query, with the window's worst (or best) sample for its average.
@@ -92,8 +104,12 @@ async def scene(make_settings, sqlite_url, tmp_path):
         with running_prometheus(tmp_path, exporters.targets, job="dcgm-exporter") as prometheus:
             settings.prometheus_url = prometheus
             # Every node's exporter scraped over a whole window before the first judging.
-            wait_for_result(prometheus, f"count(count_over_time(DCGM_FI_DEV_SM_CLOCK[{WINDOW_S}s]) >= {WINDOW_S - 1})",
-                            lambda r: bool(r) and int(r[0]["value"][1]) == len(fleet.names) * 8, timeout_s=SETTLE_S)
+            wait_for_result(
+                prometheus,
+                f"count(count_over_time(DCGM_FI_DEV_SM_CLOCK[{WINDOW_S}s]) >= {WINDOW_S - 1})",
+                lambda r: bool(r) and int(r[0]["value"][1]) == len(fleet.names) * 8,
+                timeout_s=SETTLE_S,
+            )
             job = SimScheduler(fleet.engine).submit("llm-pretrain", NODES)
             assert job.state == "running" and sorted(job.nodes) == sorted(fleet.names[:NODES])
             with console(settings) as invoke:
@@ -115,7 +131,9 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     assert flagged.drained == [] and flagged.held == [] and flagged.errors == []
     finding = scene.finding(victim)
     assert finding["status"] == "open" and finding["metric"] == "nvlink_tx" and finding["robust_z"] < -3.5
-    assert finding["evidence"].startswith(f"nvlink_tx 60.67 GB/s (slowest GPU) vs job {scene.job_id} median 120.7 over 6")
+    assert finding["evidence"].startswith(
+        f"nvlink_tx 60.67 GB/s (slowest GPU) vs job {scene.job_id} median 120.7 over 6"
+    )
     # node show asks the node's workflow too: its own event loop, off the test's.
     shown = await asyncio.to_thread(scene.invoke, "node", "show", victim, "-o", "json")
     assert shown.exit_code == 0 and json.loads(shown.output)["stragglers"][0]["evidence"] == finding["evidence"]
@@ -135,10 +153,15 @@ async def test_a_straggler_is_flagged_at_once_and_drained_at_the_next_checkpoint
     # The job is restarted off it now, from the checkpoint, not left to slow on to its end;
     # its restart is counted under the same rule. Bounded by the restart's own deadline.
     spare = scene.fleet.names[NODES]
+
     def restarts() -> list:
         return jobs_db.job_restarts(scene.fleet.engine, scene.job_id)
-    await wait_for(lambda: [r.status for r in restarts()] in (["succeeded"], ["failed"]),
-                   DEFAULT_RUNNING_TIMEOUT_S + 60, "the job's restart off the straggler to end")
+
+    await wait_for(
+        lambda: [r.status for r in restarts()] in (["succeeded"], ["failed"]),
+        DEFAULT_RUNNING_TIMEOUT_S + 60,
+        "the job's restart off the straggler to end",
+    )
     (restart,) = restarts()
     await scene.fleet.wait_event(victim, "drain_complete")  # the job left it: on to maintenance
     assert restart.status == "succeeded" and restart.bad_nodes == [victim], restart
@@ -183,7 +206,9 @@ async def test_a_guard_that_refuses_holds_the_straggler_and_a_node_back_in_line_
     assert held.held == [victim] and held.drained == []
     assert scene.fleet.state(victim) == "production"
     finding = scene.finding(victim)
-    assert finding["status"] == "open" and finding["detail"].startswith("held in production: the capacity guard refused")
+    assert finding["status"] == "open" and finding["detail"].startswith(
+        "held in production: the capacity guard refused"
+    )
 
     # Back in line before the guard let it go: cleared on the evidence, and never drained.
     scene.restore(victim)
@@ -248,8 +273,10 @@ async def test_the_schedule_starts_the_judge(scene: Scene) -> None:
         action = described.schedule.action
         assert action.workflow == "ProductionStragglers" and action.id == f"stragglers/{name}"
         started = described.info.recent_actions[0].action
-        result = await asyncio.wait_for(scene.fleet.client.get_workflow_handle(
-            started.workflow_id, result_type=StragglerSweepResult).result(), timeout=60)
+        result = await asyncio.wait_for(
+            scene.fleet.client.get_workflow_handle(started.workflow_id, result_type=StragglerSweepResult).result(),
+            timeout=60,
+        )
         assert result.jobs == 1 and result.errors == [] and result.policy == DRAIN_AT_CHECKPOINT
     finally:
         await handle.delete()

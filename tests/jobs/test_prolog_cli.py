@@ -24,15 +24,24 @@ def test_prolog_drains_a_faulty_node_through_the_capacity_guard(make_settings, s
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)
     names = ["n1", "n2", "n3"]
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: sim}}\n" for n in names)))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: sim}}\n" for n in names
+            )
+        ),
+    )
     for node in ("n1", "n2"):
         add_fault(engine, node, "row-remap-failure", 0, time.time(), None, 1)
     with console(settings) as cli:
+
         async def production():
             client = await connect(settings)
             for n in names:
                 await start_in_production(client, settings, n)
+
         asyncio.run(production())
 
         r = cli("node", "prolog", "n3", "--job", "7")
@@ -49,7 +58,10 @@ def test_prolog_drains_a_faulty_node_through_the_capacity_guard(make_settings, s
         # the job may start there; the warning says why.
         r = cli("node", "prolog", "n2", "--job", "8")
         assert r.exit_code == 0, r.output
-        assert r.stderr.startswith("warning: n2: prolog prejob: nvidia-smi-query: ") and "capacity guard kept it" in r.stderr
+        assert (
+            r.stderr.startswith("warning: n2: prolog prejob: nvidia-smi-query: ")
+            and "capacity guard kept it" in r.stderr
+        )
         assert queries.get_node(engine, "n2").state == "production"
 
         # fleetctl has n1 out of production: no job should start there, no check needed.
@@ -76,14 +88,20 @@ def test_prolog_drains_through_the_guard_of_the_nodes_own_fleet(make_settings, s
 
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, parse_inventory(
-        f"nodes:\n  - {{name: b1, address: sim://b1, profile: h100-sxm, rack: r1, scheduler: sim,"
-        f" labels: {{fleet: {settings.fleet}}}}}\n"))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            f"nodes:\n  - {{name: b1, address: sim://b1, profile: h100-sxm, rack: r1, scheduler: sim,"
+            f" labels: {{fleet: {settings.fleet}}}}}\n"
+        ),
+    )
     add_fault(engine, "b1", "row-remap-failure", 0, time.time(), None, 1)
     elsewhere = dataclasses.replace(settings, fleet=f"{settings.fleet}-elsewhere")
     with console(elsewhere) as cli:
+
         async def production():
             await start_in_production(await connect(settings), settings, "b1")
+
         asyncio.run(production())
         r = cli("node", "prolog", "b1", "--job", "11")
         assert r.exit_code == 3, r.output

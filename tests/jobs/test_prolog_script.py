@@ -23,22 +23,31 @@ def run_prolog(tmp_path: Path, exit_status: int, **env: str) -> tuple[int, list[
     # timeout(1) itself, first on PATH through a wrapper that notes the limit it was given.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "timeout").write_text(f'#!/bin/sh\nprintf "%s" "$1" > "{tmp_path / "limit"}"\n'
-                                     f'exec {shutil.which("timeout")} "$@"\n')
+    (bin_dir / "timeout").write_text(
+        f'#!/bin/sh\nprintf "%s" "$1" > "{tmp_path / "limit"}"\nexec {shutil.which("timeout")} "$@"\n'
+    )
     (bin_dir / "timeout").chmod(0o755)
-    done = subprocess.run(["/bin/sh", str(PROLOG)], env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FLEETCTL": str(fake), **env},
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["/bin/sh", str(PROLOG)],
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "FLEETCTL": str(fake), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     argv = argv_file.read_text().split("\0")[:-1] if argv_file.exists() else []
     return done.returncode, argv, done.stderr
 
 
-@pytest.mark.parametrize("fleetctl_exit, prolog_exit", [
-    (0, 0),  # passed, or the capacity guard kept the node
-    (3, 1),  # a check failed and the node was drained: Slurm requeues the job
-    (4, 0),  # a check could not be judged: the job starts
-    (1, 0),  # fleetctl could not ask: its outage must not drain the cluster
-    (2, 0),  # a usage error (a bad setting) is not the node's fault
-])
+@pytest.mark.parametrize(
+    "fleetctl_exit, prolog_exit",
+    [
+        (0, 0),  # passed, or the capacity guard kept the node
+        (3, 1),  # a check failed and the node was drained: Slurm requeues the job
+        (4, 0),  # a check could not be judged: the job starts
+        (1, 0),  # fleetctl could not ask: its outage must not drain the cluster
+        (2, 0),  # a usage error (a bad setting) is not the node's fault
+    ],
+)
 def test_only_a_failed_check_fails_the_job(tmp_path, fleetctl_exit, prolog_exit) -> None:
     status, argv, _ = run_prolog(tmp_path, fleetctl_exit, SLURMD_NODENAME="node1", SLURM_JOB_ID="42")
     assert status == prolog_exit
@@ -47,8 +56,9 @@ def test_only_a_failed_check_fails_the_job(tmp_path, fleetctl_exit, prolog_exit)
 
 def test_every_value_reaches_fleetctl_as_one_argument(tmp_path) -> None:
     hostile = "n1; touch pwned $(id) `id` \"'"
-    status, argv, _ = run_prolog(tmp_path, 0, SLURMD_NODENAME=hostile, SLURM_JOB_ID="1 2",
-                                 FLEETCTL_PROLOG_SUITE="quick --x")
+    status, argv, _ = run_prolog(
+        tmp_path, 0, SLURMD_NODENAME=hostile, SLURM_JOB_ID="1 2", FLEETCTL_PROLOG_SUITE="quick --x"
+    )
     assert status == 0
     assert argv == ["--as", f"prolog@{hostile}", "node", "prolog", hostile, "--job", "1 2", "--suite", "quick --x"]
     assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()

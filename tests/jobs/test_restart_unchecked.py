@@ -29,9 +29,21 @@ AGENT_SILENCE_S = 120.0
 def _checked(engine, node: str, age: timedelta, status: str = "pass") -> None:
     at = utcnow() - age
     key = uuid.uuid4().hex
-    queries.insert_once(engine, CheckRun(node_name=node, check_name="nvidia-smi-query", kind="nvidia-smi", status=status,
-                                         reason=status, started_at=at, finished_at=at, idempotency_key=key),
-                        CheckRun.idempotency_key, key)
+    queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name="nvidia-smi-query",
+            kind="nvidia-smi",
+            status=status,
+            reason=status,
+            started_at=at,
+            finished_at=at,
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
 
 
 def _agent_heard(engine, node: str, age: timedelta) -> None:
@@ -50,10 +62,14 @@ def _sweep(engine, fleet: str) -> None:
 CASES = {
     "stale": (lambda e, n: _checked(e, n, timedelta(days=2)), True),
     "fresh": (lambda e, n: _checked(e, n, timedelta(minutes=5)), False),
-    "stale, its agent reports": (lambda e, n: (_checked(e, n, timedelta(days=2)),
-                                               _agent_heard(e, n, timedelta(seconds=10))), False),
-    "stale, its agent silent": (lambda e, n: (_checked(e, n, timedelta(days=2)),
-                                              _agent_heard(e, n, timedelta(hours=3))), True),
+    "stale, its agent reports": (
+        lambda e, n: (_checked(e, n, timedelta(days=2)), _agent_heard(e, n, timedelta(seconds=10))),
+        False,
+    ),
+    "stale, its agent silent": (
+        lambda e, n: (_checked(e, n, timedelta(days=2)), _agent_heard(e, n, timedelta(hours=3))),
+        True,
+    ),
     "never checked": (lambda e, n: None, True),
 }
 
@@ -65,8 +81,10 @@ def test_the_placements_view_reads_unchecked_as_node_list_does(sqlite_url) -> No
         make(engine, name)
     _sweep(engine, "default")
     fresh = freshness(engine, "default", AGENT_SILENCE_S, utcnow())
-    listed = {row["name"]: any(c["type"] == "Unchecked" for c in row["conditions"])
-              for row in node_rows(engine, queries.list_nodes(engine), False, fresh)}
+    listed = {
+        row["name"]: any(c["type"] == "Unchecked" for c in row["conditions"])
+        for row in node_rows(engine, queries.list_nodes(engine), False, fresh)
+    }
     placed = unchecked_nodes(node_health(engine, names, fresh).values())
     for name, (case, (_, expected)) in zip(names, CASES.items()):
         assert listed[name] is expected and (name in placed) is expected, case
@@ -97,8 +115,12 @@ async def test_a_restart_takes_a_checked_node_before_one_nobody_has_checked_for_
     sim = SimScheduler(engine)
     sim_fleet(engine, ["n1", "n2", "n3", "n4"])
     _islands(engine, {n: "ib-a" for n in ("n1", "n2", "n3", "n4")})
-    for node, age in (("n1", timedelta(minutes=5)), ("n2", timedelta(minutes=5)), ("n3", timedelta(days=2)),
-                      ("n4", timedelta(minutes=5))):
+    for node, age in (
+        ("n1", timedelta(minutes=5)),
+        ("n2", timedelta(minutes=5)),
+        ("n3", timedelta(days=2)),
+        ("n4", timedelta(minutes=5)),
+    ):
         _checked(engine, node, age)
     _sweep(engine, settings.fleet)
 

@@ -159,8 +159,9 @@ def test_spares_fill_holds_idle_production_nodes_and_gives_back_those_that_left(
     assert sim.submit("train", node_count=1).nodes == ("s1",)
 
     def fill() -> dict:
-        result = CliRunner().invoke(app, ["--db-url", sqlite_url, "spares", "fill", "-o", "json"],
-                                    env={"FLEETCTL_SPARES_PER_ISLAND": "2"})
+        result = CliRunner().invoke(
+            app, ["--db-url", sqlite_url, "spares", "fill", "-o", "json"], env={"FLEETCTL_SPARES_PER_ISLAND": "2"}
+        )
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
 

@@ -57,19 +57,34 @@ def _started_on(cluster, job_id: str) -> tuple[str, ...]:
     try:
         return cluster.wait_for_run(job_id, 0, ADMISSION_S).nodes
     except RuntimeError as exc:
-        raise AssertionError(f"{exc}\n{cluster.run('sinfo', '-N', '-o', '%N|%T|%E')}"
-                             f"{cluster.run('scontrol', 'show', 'reservation')}\n{cluster.log_tail(30)}") from None
+        raise AssertionError(
+            f"{exc}\n{cluster.run('sinfo', '-N', '-o', '%N|%T|%E')}"
+            f"{cluster.run('scontrol', 'show', 'reservation')}\n{cluster.log_tail(30)}"
+        ) from None
 
 
 def _cli(settings, cluster, *args: str):
     s = settings
-    return CliRunner().invoke(app, ["--db-url", s.db_url, "--temporal-address", s.temporal_address, "--task-queue",
-                                    s.task_queue, "--as", "alice@console", *args],
-                              env={"FLEETCTL_FLEET": s.fleet, "SLURM_CONF": str(cluster.conf_path), "COLUMNS": "200"})
+    return CliRunner().invoke(
+        app,
+        [
+            "--db-url",
+            s.db_url,
+            "--temporal-address",
+            s.temporal_address,
+            "--task-queue",
+            s.task_queue,
+            "--as",
+            "alice@console",
+            *args,
+        ],
+        env={"FLEETCTL_FLEET": s.fleet, "SLURM_CONF": str(cluster.conf_path), "COLUMNS": "200"},
+    )
 
 
 async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a_sweep_check(
-        slurm_cluster, make_settings, sqlite_url, tmp_path) -> None:
+    slurm_cluster, make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     engine = get_engine(sqlite_url)
@@ -77,8 +92,12 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
     names = list(slurm_cluster.node_names)
     first, second = names[0], names[1]
     inventory = tmp_path / "fleet.yaml"
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names))
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
+        )
+    )
 
     # What Slurm says of the node while each check runs (the checks themselves are the real ones).
     seen: list[tuple[str, str, bool, str | None, tuple[str, str] | None]] = []
@@ -96,7 +115,9 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
             _considered(slurm_cluster, pinned[second])
         state = scheduler.node_state(req.node)
         job = pinned.get(req.node) or waiting["job"]
-        seen.append((req.node, req.run_key, state.drained, state.reason, _job_state(slurm_cluster, job) if job else None))
+        seen.append(
+            (req.node, req.run_key, state.drained, state.reason, _job_state(slurm_cluster, job) if job else None)
+        )
         return real_check(req)
 
     activities = [run_check_as_slurm_sees_it if a is real_check else a for a in activities]
@@ -106,7 +127,8 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
         imported = await asyncio.to_thread(_cli, settings, slurm_cluster, "node", "import", str(inventory))
         assert imported.exit_code == 0, imported.output
         assert {n: (scheduler.node_state(n).drained, scheduler.node_state(n).reason) for n in names} == {
-            n: (True, BURN_IN_HOLD) for n in names}
+            n: (True, BURN_IN_HOLD) for n in names
+        }
         reconciled = await asyncio.to_thread(_cli, settings, slurm_cluster, "reconcile", "-o", "json")
         assert reconciled.exit_code == 0 and json.loads(reconciled.stdout)["differences"] == [], reconciled.output
 
@@ -115,8 +137,14 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
         assert _considered(slurm_cluster, waiting["job"])[0] == "PENDING"
 
         with ThreadPoolExecutor(16) as pool:
-            async with Worker(client, task_queue=settings.task_queue, workflows=WORKFLOWS, activities=activities,
-                              activity_executor=pool, max_concurrent_activities=16):
+            async with Worker(
+                client,
+                task_queue=settings.task_queue,
+                workflows=WORKFLOWS,
+                activities=activities,
+                activity_executor=pool,
+                max_concurrent_activities=16,
+            ):
                 await request_phase(client, first, "admit", "tester", "quick")
                 await until(lambda: queries.get_node(engine, first).state == "production", ADMISSION_S, "admitted")
                 # Admitted: the hold lifted, the waiting job starts there and nowhere else.
@@ -127,8 +155,11 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
                 await until(lambda: queries.get_node(engine, second).state == "production", ADMISSION_S, "admitted")
                 await until(lambda: not scheduler.node_state(second).drained, ADMISSION_S, "resumed")
                 result = await client.execute_workflow(
-                    ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, fleet=settings.fleet),
-                    id=f"hold-sweep-{uuid.uuid4().hex[:8]}", task_queue=settings.task_queue)
+                    ActiveCheckSweep.run,
+                    SweepInput(suite="quick", max_concurrent=4, fleet=settings.fleet),
+                    id=f"hold-sweep-{uuid.uuid4().hex[:8]}",
+                    task_queue=settings.task_queue,
+                )
                 # The check over, the hold lifted: the job asked onto the node starts there.
                 assert await asyncio.to_thread(_started_on, slurm_cluster, pinned[second]) == (second,)
     finally:
@@ -140,5 +171,6 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
     # The sweep found the first node busy (its job) and checked the second, held.
     assert (result.checked, result.passed, result.skipped, result.errors) == (1, 1, [], []), result
     sweep = [s for s in seen if "sweep" in s[1]]
-    assert sweep and all(s[0] == second and s[2:4] == (True, check_hold_reason("quick")) and s[4][0] == "PENDING"
-                         for s in sweep), sweep
+    assert sweep and all(
+        s[0] == second and s[2:4] == (True, check_hold_reason("quick")) and s[4][0] == "PENDING" for s in sweep
+    ), sweep

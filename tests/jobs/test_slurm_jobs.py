@@ -30,13 +30,23 @@ def cli(slurm_cluster, make_settings, sqlite_url):
     settings.restart_island_wait_s = ISLAND_WAIT_S
     sim_fleet(get_engine(sqlite_url), slurm_cluster.node_names, scheduler="slurm")
     worker = WorkerThread(settings).start()
-    base = ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address, "--task-queue",
-            settings.task_queue, "--as", "alice@console"]
+    base = [
+        "--db-url",
+        sqlite_url,
+        "--temporal-address",
+        settings.temporal_address,
+        "--task-queue",
+        settings.task_queue,
+        "--as",
+        "alice@console",
+    ]
     runner = CliRunner()
 
     def invoke(*args: str):
         # as redirected to a file: no terminal width, so no table line is wrapped
-        return runner.invoke(app, [*base, *args], env={"SLURM_CONF": settings.slurm_conf, "COLUMNS": None, "LINES": None})
+        return runner.invoke(
+            app, [*base, *args], env={"SLURM_CONF": settings.slurm_conf, "COLUMNS": None, "LINES": None}
+        )
 
     yield invoke
     worker.stop()
@@ -54,10 +64,14 @@ def test_job_restart_moves_a_slurm_job_off_the_bad_node_and_reports_restart_seco
 
     shown = json.loads(cli("job", "show", job_id, "-o", "json").stdout)
     (restart,) = shown["restarts"]
-    at = {step: datetime.fromisoformat(restart[f"{step}_at"]) for step in ("fault_seen", "drained", "requeued", "running")}
-    print(f"\nSlurm job {job_id}: fault seen -> running again on {','.join(restart['new_nodes'])} in "
-          f"{shown['restart_seconds']:.2f}s (drained +{(at['drained'] - at['fault_seen']).total_seconds():.2f}s, "
-          f"requeued +{(at['requeued'] - at['fault_seen']).total_seconds():.2f}s)")
+    at = {
+        step: datetime.fromisoformat(restart[f"{step}_at"]) for step in ("fault_seen", "drained", "requeued", "running")
+    }
+    print(
+        f"\nSlurm job {job_id}: fault seen -> running again on {','.join(restart['new_nodes'])} in "
+        f"{shown['restart_seconds']:.2f}s (drained +{(at['drained'] - at['fault_seen']).total_seconds():.2f}s, "
+        f"requeued +{(at['requeued'] - at['fault_seen']).total_seconds():.2f}s)"
+    )
     assert shown["scheduler"] == "slurm" and shown["state"] == "running"
     assert shown["restart_seconds"] == restart["restart_seconds"] > 0
     assert "node1" not in shown["nodes"] and len(shown["nodes"]) == 2
@@ -76,7 +90,9 @@ def test_reconcile_reports_and_fixes_slurm_drains_that_disagree(cli, slurm_clust
     r = cli("reconcile", "-o", "json")
     assert r.exit_code == 1
     assert {d["node"]: (d["difference"], d["owner"]) for d in json.loads(r.stdout)["differences"]} == {
-        "node3": ("drained_by_someone_else", "NHC"), "node4": ("stale_fleetctl_drain", "")}
+        "node3": ("drained_by_someone_else", "NHC"),
+        "node4": ("stale_fleetctl_drain", ""),
+    }
 
     assert cli("reconcile", "--fix").exit_code == 1  # NHC's drain is NHC's to lift
     assert slurm_cluster.scheduler().node_state("node3").drained
@@ -101,12 +117,19 @@ def test_report_shows_ettr_and_restart_latency_of_a_real_slurm_job_with_checkpoi
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     (job,) = [j for j in report["jobs"]["per_job"] if j["job_id"] == job_id]
-    print(f"\nSlurm job {job_id}: ETTR {job['ettr']:.4f} over {job['wall_hours'] * 3600:.1f}s "
-          f"(down {job['downtime_seconds']:.2f}s, lost since checkpoint {job['lost_seconds']:.2f}s), "
-          f"restart {job['restart_seconds']}, predicted {job['predicted_ettr']}")
+    print(
+        f"\nSlurm job {job_id}: ETTR {job['ettr']:.4f} over {job['wall_hours'] * 3600:.1f}s "
+        f"(down {job['downtime_seconds']:.2f}s, lost since checkpoint {job['lost_seconds']:.2f}s), "
+        f"restart {job['restart_seconds']}, predicted {job['predicted_ettr']}"
+    )
     # node1, node2 of the inventory's h100-sxm profile: 16 GPUs. Slurm counted fleetctl's requeue.
     assert (job["name"], job["gpus"], job["restarts"], job["scheduler_restarts"], job["checkpoints"]) == (
-        "llm-pretrain", 16, 1, 1, 2)
+        "llm-pretrain",
+        16,
+        1,
+        1,
+        2,
+    )
     assert job["interruptions"] == ["xid 79"]
     # The wall time runs from the first run's start, through the restart, to now.
     assert job["downtime_seconds"] > 0 and job["lost_seconds"] > 0
@@ -159,7 +182,9 @@ def test_a_restart_falls_back_to_the_fleet_when_the_island_has_no_free_node(cli,
 
     (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
     assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
-    assert restart["placement_detail"] == "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    assert (
+        restart["placement_detail"] == "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet"
+    )
     assert "node1" not in restart["new_nodes"] and len(restart["new_nodes"]) == 2
     shown = cli("job", "show", job_id)
     assert "fleet ib-a -> outside" in shown.stdout
@@ -170,14 +195,23 @@ def node4_reserved(slurm_cluster):
     """node4 idle and undrained, but held by a reservation that is not fleetctl's (an
     operator's maintenance window): a job not in it cannot start there, and nothing fleetctl
     asks of the node says so."""
-    slurm_cluster.run("scontrol", "create", "reservation", "ReservationName=maint-node4", "Nodes=node4",
-                      "StartTime=now", "Duration=60", "Users=root")
+    slurm_cluster.run(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint-node4",
+        "Nodes=node4",
+        "StartTime=now",
+        "Duration=60",
+        "Users=root",
+    )
     yield
     slurm_cluster.run("scontrol", "delete", "ReservationName=maint-node4")
 
 
-def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli, slurm_cluster, sqlite_url,
-                                                                            node4_reserved) -> None:
+def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(
+    cli, slurm_cluster, sqlite_url, node4_reserved
+) -> None:
     # node4 is free for fleetctl and for sinfo, but an operator's reservation holds it: the
     # island's one free node cannot take the job, and the restart must not wait for it.
     _islands(sqlite_url, {"node1": "ib-a", "node2": "ib-a", "node3": "ib-b", "node4": "ib-a"})
@@ -190,8 +224,9 @@ def test_a_restart_whose_island_node_cannot_start_it_falls_back_to_the_fleet(cli
 
     (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
     assert (restart["island"], restart["placement"], restart["landed"]) == ("ib-a", "fleet", "outside")
-    assert restart["placement_detail"] == (f"the island's named nodes had not taken the job after {ISLAND_WAIT_S:g}s: "
-                                           "any healthy node in the fleet")
+    assert restart["placement_detail"] == (
+        f"the island's named nodes had not taken the job after {ISLAND_WAIT_S:g}s: any healthy node in the fleet"
+    )
     assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
 
 
@@ -208,7 +243,10 @@ def test_a_restart_never_names_an_island_node_slurm_has_drained(cli, slurm_clust
 
     (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
     assert (restart["placement"], restart["placement_detail"], restart["landed"]) == (
-        "fleet", "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet", "outside")
+        "fleet",
+        "island ib-a has 0 healthy free nodes of 1 needed: any healthy node in the fleet",
+        "outside",
+    )
     assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node3")
 
 
@@ -244,8 +282,17 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
     assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
     slurm_cluster.scheduler().drain("node1", "XID 79")
     env = ActivityEnvironment()  # its workflow id, "test", keys the restart's row
-    jobs.record_restart_started(engine, workflow_id="test", job_id=job_id, scheduler="slurm", bad_nodes=["node1"],
-                                cause="XID 79", actor="tester", restart_id="r", fault_seen_at=datetime.now(timezone.utc))
+    jobs.record_restart_started(
+        engine,
+        workflow_id="test",
+        job_id=job_id,
+        scheduler="slurm",
+        bad_nodes=["node1"],
+        cause="XID 79",
+        actor="tester",
+        restart_id="r",
+        fault_seen_at=datetime.now(timezone.utc),
+    )
     activities = JobRestartActivities(settings, SchedulerRegistry(settings))
     requested = lambda: slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%T|%n").strip()  # noqa: E731
 
@@ -270,9 +317,19 @@ def test_slurm_is_told_to_keep_a_restarted_job_off_a_node_whose_check_failed(cli
     from fleetctl.db.models import CheckRun
 
     key = f"test/node3/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
-    queries.insert_once(get_engine(sqlite_url), CheckRun(
-        node_name="node3", check_name="nvidia-smi-query", kind="nvidia-smi-query", status="fail",
-        reason="uncorrectable ECC 2", idempotency_key=key), CheckRun.idempotency_key, key)
+    queries.insert_once(
+        get_engine(sqlite_url),
+        CheckRun(
+            node_name="node3",
+            check_name="nvidia-smi-query",
+            kind="nvidia-smi-query",
+            status="fail",
+            reason="uncorrectable ECC 2",
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
     job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
     assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
 

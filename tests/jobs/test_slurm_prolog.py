@@ -46,12 +46,20 @@ async def _until(predicate, timeout_s: float, what: str):
 def _wrapper(path: Path, settings) -> Path:
     """What a site writes: fleetctl's settings for the prolog (slurmd passes it almost no
     environment), then the shipped script. Every value quoted for the shell."""
-    env = {"FLEETCTL": str(Path(sys.executable).with_name("fleetctl")), "FLEETCTL_DB_URL": settings.db_url,
-           "TEMPORAL_ADDRESS": settings.temporal_address, "FLEETCTL_TASK_QUEUE": settings.task_queue,
-           "FLEETCTL_FLEET": settings.fleet,
-           "PATH": os.environ["PATH"], "FLEETCTL_PROLOG_TIMEOUT_S": str(PROLOG_TIMEOUT_S)}
-    path.write_text("#!/bin/sh\n" + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-                    + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n")
+    env = {
+        "FLEETCTL": str(Path(sys.executable).with_name("fleetctl")),
+        "FLEETCTL_DB_URL": settings.db_url,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "FLEETCTL_TASK_QUEUE": settings.task_queue,
+        "FLEETCTL_FLEET": settings.fleet,
+        "PATH": os.environ["PATH"],
+        "FLEETCTL_PROLOG_TIMEOUT_S": str(PROLOG_TIMEOUT_S),
+    }
+    path.write_text(
+        "#!/bin/sh\n"
+        + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n"
+    )
     path.chmod(0o755)
     return path
 
@@ -65,12 +73,15 @@ def prolog_on(slurm_cluster, tmp_path, make_settings, sqlite_url):
     conf = slurm_cluster.conf_path
     original = conf.read_text()
     assert "SchedulerParameters=sched_interval=1\n" in original
-    conf.write_text(original.replace("SchedulerParameters=sched_interval=1\n",
-                                     "SchedulerParameters=sched_interval=1,nohold_on_prolog_fail\n")
-                    + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n"
-                    # Slurm gives up a batch launch after 10 s by default and requeues the job
-                    # without draining the node: the prolog must be allowed its whole limit.
-                    + f"BatchStartTimeout={PROLOG_TIMEOUT_S + 30}\n")
+    conf.write_text(
+        original.replace(
+            "SchedulerParameters=sched_interval=1\n", "SchedulerParameters=sched_interval=1,nohold_on_prolog_fail\n"
+        )
+        + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n"
+        # Slurm gives up a batch launch after 10 s by default and requeues the job
+        # without draining the node: the prolog must be allowed its whole limit.
+        + f"BatchStartTimeout={PROLOG_TIMEOUT_S + 30}\n"
+    )
     slurm_cluster.run("scontrol", "reconfigure")
     try:
         yield settings
@@ -86,13 +97,19 @@ def _runs(output: Path) -> list[str]:
 
 # The job's wait, node1's drain (90 s below) and the start of the workers and workflows.
 @pytest.mark.timeout(JOB_RUNS_WITHIN_S + 90 + 120)
-async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drained(
-        slurm_cluster, prolog_on) -> None:
+async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drained(slurm_cluster, prolog_on) -> None:
     settings = prolog_on
     engine = get_engine(settings.db_url)
     names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names)))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
+            )
+        ),
+    )
     add_fault(engine, "node1", "xid79", None, time.time(), None, 1)  # the GPU fell off the bus
     worker = WorkerThread(settings).start()
     try:
@@ -103,30 +120,42 @@ async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drai
         # The builtin scheduler gives a 1-node job the first idle node: node1.
         job_id = slurm_cluster.submit_sleep_job("-N1", "--requeue")
         output = slurm_cluster.root / "jobs" / f"{job_id}.out"
+
         def show_job() -> str:
-            return subprocess.run(["scontrol", "show", "job", job_id], env={**os.environ, "SLURM_CONF": str(
-                slurm_cluster.conf_path)}, capture_output=True, text=True, check=True).stdout
+            return subprocess.run(
+                ["scontrol", "show", "job", job_id],
+                env={**os.environ, "SLURM_CONF": str(slurm_cluster.conf_path)},
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
 
         try:
             runs = await _until(lambda: _runs(output), JOB_RUNS_WITHIN_S, "the job to run")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; node1: {[(e.trigger, e.cause) for e in queries.node_events(engine, 'node1')]}"
-                                 f"\n{show_job()}") from None
+            raise AssertionError(
+                f"{exc}; node1: {[(e.trigger, e.cause) for e in queries.node_events(engine, 'node1')]}\n{show_job()}"
+            ) from None
         assert "node1" not in runs[0], runs  # its script ran only on a healthy node
         assert len(runs) == 1
         restarts = show_job()
         assert "Restarts=1" in restarts  # requeued once, off node1
 
         # Drained to maintenance; the runbook for the failed check may take it on from there.
-        await _until(lambda: any(e.trigger == "drain_complete" for e in queries.node_events(engine, "node1")), 90,
-                     "node1 in maintenance")
+        await _until(
+            lambda: any(e.trigger == "drain_complete" for e in queries.node_events(engine, "node1")),
+            90,
+            "node1 in maintenance",
+        )
         drain = next(e for e in queries.node_events(engine, "node1") if e.trigger == "drain")
         assert drain.actor_kind == "automation" and drain.actor == f"prolog@{job_id}"
         check = drain.cause.removeprefix("prolog prejob: ").split(":")[0]
         assert check in ("xid-scan", "nvidia-smi-query"), drain.cause
         assert drain.failure == f"check {check}"  # counted as the check's failure in MTTF
         with Session(engine) as session:
-            failed = list(session.exec(select(CheckRun).where(CheckRun.node_name == "node1", CheckRun.status == "fail")))
+            failed = list(
+                session.exec(select(CheckRun).where(CheckRun.node_name == "node1", CheckRun.status == "fail"))
+            )
         # one prolog check failed (the remediation's own checks after it are its workflow's)
         assert [r.check_name for r in failed if r.workflow_id.startswith("prolog/")] == [check]
         assert all(r.workflow_id.startswith(f"prolog/{job_id}-") for r in failed if r.workflow_id.startswith("prolog/"))

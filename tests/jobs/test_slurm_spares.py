@@ -29,9 +29,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 ADMISSION_S = 60.0
 
 
-
-async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_cluster, make_settings,
-                                                                         sqlite_url) -> None:
+async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(
+    slurm_cluster, make_settings, sqlite_url
+) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     settings.remediation_shadow = True  # the runbook would bring the bad node back and race the asserts
@@ -39,26 +39,45 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
     engine = get_engine(sqlite_url)
     scheduler = slurm_cluster.scheduler()
     names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm, island: ib-a}}\n"
-        for n in names)))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm, island: ib-a}}\n"
+                for n in names
+            )
+        ),
+    )
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
         for n in names:
             await request_phase(client, n, "admit", "tester", "quick")
-        await until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), ADMISSION_S,
-                     "production")
+        await until(
+            lambda: all(queries.get_node(engine, n).state == "production" for n in names), ADMISSION_S, "production"
+        )
         # Each node back in production refills the pool: one spare, held by Slurm.
         spare = (await until(lambda: list(spare_store.held(engine)), ADMISSION_S, "a spare"))[0]
         assert spare_store.held(engine) == {spare: "ib-a"}
         await until(lambda: scheduler.spares() == {"ib-a": (spare,)}, ADMISSION_S, "the reservation")
         # fleet status: the spare is in service (production) and shown per island.
-        shown = await asyncio.to_thread(CliRunner().invoke, app, ["--db-url", sqlite_url, "--temporal-address", settings.temporal_address,
-                                         "--task-queue", settings.task_queue, "fleet", "status"],
-                                   env={"FLEETCTL_FLEET": settings.fleet, "FLEETCTL_SPARES_PER_ISLAND": "1",
-                                        "COLUMNS": "200"})
+        shown = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            [
+                "--db-url",
+                sqlite_url,
+                "--temporal-address",
+                settings.temporal_address,
+                "--task-queue",
+                settings.task_queue,
+                "fleet",
+                "status",
+            ],
+            env={"FLEETCTL_FLEET": settings.fleet, "FLEETCTL_SPARES_PER_ISLAND": "1", "COLUMNS": "200"},
+        )
         assert shown.exit_code == 0, shown.output
         assert "production 4" in shown.stdout and "hot spares 1 (in service, running no job)   ib-a 1/1" in shown.stdout
 
@@ -67,14 +86,25 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(slurm_
         first = slurm_cluster.wait_for_run(job_id, 0).nodes
         # Said in full if it ever fails (once, under load, in this session's CI: the pool or the
         # reservation must have moved between the check above and the job's start).
-        assert spare not in first, (first, spare, spare_store.held(engine), scheduler.spares(),
-                                    slurm_cluster.log_tail(20))
+        assert spare not in first, (
+            first,
+            spare,
+            spare_store.held(engine),
+            scheduler.spares(),
+            slurm_cluster.log_tail(20),
+        )
         bad, kept = first
-        await send_health_events(client, bad, [HealthEventInput(
-            bad, "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-spares", time.time())])
+        await send_health_events(
+            client,
+            bad,
+            [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-spares", time.time())],
+        )
 
-        restart = await until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"),
-                                            None), settings.restart_island_wait_s, "the job restart")
+        restart = await until(
+            lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"), None),
+            settings.restart_island_wait_s,
+            "the job restart",
+        )
         rerun = slurm_cluster.wait_for_run(job_id, 1)
         assert set(rerun.nodes) == {kept, spare}  # its good node and the island's spare
         assert restart.spares_taken == [spare] and f"spare {spare}" in restart.placement_detail

@@ -23,8 +23,9 @@ from workflows.client import connect, ensure_node_workflows, request_phase, send
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
 
-
-async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(slurm_cluster, make_settings, sqlite_url) -> None:
+async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(
+    slurm_cluster, make_settings, sqlite_url
+) -> None:
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     # The runbook's reboot and burn-in would bring node1 back (and resume it in Slurm) in a few
@@ -32,8 +33,15 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
     settings.remediation_shadow = True
     engine = get_engine(sqlite_url)
     names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(engine, parse_inventory("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names)))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
+            )
+        ),
+    )
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)
@@ -44,11 +52,17 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
 
         job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
         assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
-        await send_health_events(client, "node1", [HealthEventInput(
-            "node1", "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-xid79", time.time())])
+        await send_health_events(
+            client,
+            "node1",
+            [HealthEventInput("node1", "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-xid79", time.time())],
+        )
 
-        restart = await until(lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"), None),
-                               90, "the job restart")
+        restart = await until(
+            lambda: next((r for r in jobs.job_restarts(engine, job_id) if r.status == "succeeded"), None),
+            90,
+            "the job restart",
+        )
         rerun = slurm_cluster.wait_for_run(job_id, 1)  # the job's script really runs again ...
         assert "node1" not in rerun.nodes and len(rerun.nodes) == 2  # ... on two healthy nodes
         node1 = slurm_cluster.scheduler().node_state("node1")
@@ -56,8 +70,15 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(sl
         assert queries.get_node(engine, "node1").state == "maintenance"
         drain = next(e for e in queries.node_events(engine, "node1") if e.trigger == "drain")
         assert drain.actor_kind == "automation" and "XID 79" in drain.cause
-        shown = json.loads(CliRunner().invoke(app, ["--db-url", sqlite_url, "job", "show", job_id, "-o", "json"],
-                                              env={"SLURM_CONF": settings.slurm_conf}).stdout)
+        shown = json.loads(
+            CliRunner()
+            .invoke(
+                app,
+                ["--db-url", sqlite_url, "job", "show", job_id, "-o", "json"],
+                env={"SLURM_CONF": settings.slurm_conf},
+            )
+            .stdout
+        )
         seconds = (restart.running_at - restart.fault_seen_at).total_seconds()
         assert shown["restart_seconds"] == pytest.approx(seconds, abs=0.01) and seconds > 0
         print(f"\nXID 79 on node1 -> job {job_id} running again on {','.join(rerun.nodes)} after {seconds:.2f} s")

@@ -48,8 +48,11 @@ def test_the_sweep_takes_idle_production_nodes_asking_each_scheduler_once(sqlite
     sim_fleet(engine, ["s1", "s2"], scheduler="slurm")
     job = SimScheduler(engine).submit("train", 2)
     asked: list[str] = []
-    monkeypatch.setattr(scheduler_registry, "scheduler_for",
-                        lambda kind, s: CountingScheduler(kind, scheduler_for(kind, s) if kind == "sim" else None, asked))
+    monkeypatch.setattr(
+        scheduler_registry,
+        "scheduler_for",
+        lambda kind, s: CountingScheduler(kind, scheduler_for(kind, s) if kind == "sim" else None, asked),
+    )
     activities = NodeActivities(settings, SchedulerRegistry(settings))
 
     idle = ActivityEnvironment().run(activities.idle_production_nodes, SweepScope())

@@ -57,7 +57,6 @@ class SimFleet:
                 raise AssertionError(f"timed out waiting for {states}: {now}")
             await asyncio.sleep(0.2)
 
-
     async def wait_event(self, name: str, trigger: str, timeout_s: float = 60.0):
         """The node's first transition by `trigger`, once it is recorded."""
         deadline = time.monotonic() + timeout_s
@@ -99,8 +98,9 @@ def sim_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def fleet_in_production(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4,
-                              **timing: float) -> SimFleet:
+async def fleet_in_production(
+    settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4, **timing: float
+) -> SimFleet:
     """`count` simulated nodes recorded in production, their workflows started there (no
     burn-in: for tests of what happens to a node already serving), with `timing`'s
     NodeLifecycleState fields (ensure_node_workflows). gb200 with racks=1: one NVL72 domain

@@ -61,8 +61,9 @@ async def test_a_call_that_times_out_is_retried_as_the_same_update(sim_fleet, mo
         return retried
 
     monkeypatch.setattr(client_module, "_retryable_timeout", noted)
-    asked = asyncio.create_task(phase_outcome(fleet.client, name, "admit", "tester", "quick",
-                                              attempts=attempts, rpc_timeout=rpc_timeout))
+    asked = asyncio.create_task(
+        phase_outcome(fleet.client, name, "admit", "tester", "quick", attempts=attempts, rpc_timeout=rpc_timeout)
+    )
     await asyncio.wait_for(timed_out.wait(), attempts * rpc_timeout.total_seconds())
     assert not asked.done()
     worker = WorkerThread(fleet.settings).start()
@@ -78,7 +79,8 @@ async def test_a_call_that_times_out_is_retried_as_the_same_update(sim_fleet, mo
 
 @pytest.mark.parametrize("concurrency", [6, 4])
 async def test_nodes_nobody_answers_for_each_fail_with_the_reason_and_are_asked_at_once(
-        sim_fleet, monkeypatch, concurrency) -> None:
+    sim_fleet, monkeypatch, concurrency
+) -> None:
     """Counted, not timed: the real calls are wrapped to count how many are in flight at once,
     so the test holds on a loaded machine where the calls' durations stretch."""
     import workflows.client as client_module
@@ -98,11 +100,21 @@ async def test_nodes_nobody_answers_for_each_fail_with_the_reason_and_are_asked_
             in_flight -= 1
 
     monkeypatch.setattr(client_module, "phase_outcome", counted)
-    outcomes = await request_phases(fleet.client, fleet.names, "admit", "tester", "quick", concurrency=concurrency,
-                                    attempts=attempts, rpc_timeout=rpc_timeout)
+    outcomes = await request_phases(
+        fleet.client,
+        fleet.names,
+        "admit",
+        "tester",
+        "quick",
+        concurrency=concurrency,
+        attempts=attempts,
+        rpc_timeout=rpc_timeout,
+    )
     assert [o.node for o in outcomes] == fleet.names
-    assert all(not o.accepted and o.timeouts == attempts and "did not take the request after 2 tries" in o.message
-               for o in outcomes), outcomes
+    assert all(
+        not o.accepted and o.timeouts == attempts and "did not take the request after 2 tries" in o.message
+        for o in outcomes
+    ), outcomes
     assert peak == concurrency  # every node asked at once, up to the bound and never past it
     for name in fleet.names:
         await fleet.client.get_workflow_handle(node_workflow_id(name)).terminate("test finished")
@@ -132,8 +144,10 @@ def test_admit_many_reports_each_nodes_outcome(make_settings, sqlite_url, tmp_pa
             assert f"{name}: admit with suite quick started" in result.stdout
         assert busy not in result.stdout
         errors = result.stderr.strip().splitlines()
-        assert errors == [f"error: {busy}: cannot admit a node in production (allowed from: new, maintenance, rma)",
-                          "error: admit: 1 of 8 nodes not started"], result.stderr
+        assert errors == [
+            f"error: {busy}: cannot admit a node in production (allowed from: new, maintenance, rma)",
+            "error: admit: 1 of 8 nodes not started",
+        ], result.stderr
         engine = get_engine(settings.db_url)
         deadline = time.monotonic() + 120
         while {queries.get_node(engine, n).state for n in names} != {"production"}:

@@ -29,9 +29,13 @@ pytestmark = pytest.mark.temporal
 
 def _inventory(tmp_path, names) -> str:
     path = tmp_path / "running-fleet.yaml"
-    path.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: sim}}\n"
-        for n in names))
+    path.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: sim}}\n"
+            for n in names
+        )
+    )
     return str(path)
 
 
@@ -70,10 +74,17 @@ async def test_adopt_imports_a_fleet_running_jobs_without_a_single_drain(make_se
                 assert (current.state, current.state_version, current.work) == ("production", 1, [])
                 (event,) = queries.node_events(engine, n)  # adopted: no burn-in, no admission
                 assert (event.from_state, event.to_state, event.trigger, event.actor, event.actor_kind) == (
-                    "new", "production", "adopt", "alice@console", "operator")
+                    "new",
+                    "production",
+                    "adopt",
+                    "alice@console",
+                    "operator",
+                )
                 assert event.cause.startswith("adopted")
-            rows = {row["name"]: row for row in json.loads((await asyncio.to_thread(
-                cli, "node", "list", "-o", "json")).stdout)}
+            rows = {
+                row["name"]: row
+                for row in json.loads((await asyncio.to_thread(cli, "node", "list", "-o", "json")).stdout)
+            }
             assert {n: rows[n]["health"] for n in names} == {n: "Unchecked" for n in names}
             _no_drain_anywhere(engine, names)
             running = SimScheduler(engine).job(job_id)
@@ -86,8 +97,11 @@ async def test_adopt_imports_a_fleet_running_jobs_without_a_single_drain(make_se
             # The next sweep checks the idle adopted nodes only; the one whose check fails
             # is drained through the guard (one of four: within the fleet's limit).
             result = await client.execute_workflow(
-                ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, fleet=settings.fleet),
-                id=f"adopt-sweep-{names[0]}", task_queue=settings.task_queue)
+                ActiveCheckSweep.run,
+                SweepInput(suite="quick", max_concurrent=4, fleet=settings.fleet),
+                id=f"adopt-sweep-{names[0]}",
+                task_queue=settings.task_queue,
+            )
 
     assert result.checked == 2 and result.failed == [idle[1]] and result.drained == [idle[1]], result
     for n in busy:

@@ -114,8 +114,11 @@ async def silence(fleet: SimFleet, agents: Agents, names) -> None:
 
 async def sweep(fleet: SimFleet) -> SweepResult:
     return await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, fleet=fleet.settings.fleet),
-        id=f"sweep-{uuid.uuid4().hex[:8]}", task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=4, fleet=fleet.settings.fleet),
+        id=f"sweep-{uuid.uuid4().hex[:8]}",
+        task_queue=fleet.settings.task_queue,
+    )
 
 
 def suspects(fleet: SimFleet) -> dict[str, dict]:
@@ -125,7 +128,8 @@ def suspects(fleet: SimFleet) -> dict[str, dict]:
 
 
 async def test_a_silent_agent_drains_its_node_through_the_guard_and_a_node_without_one_is_never_judged(
-        silence_fleet) -> None:
+    silence_fleet,
+) -> None:
     fleet, agents = await silence_fleet(10, with_agents=9)
     quiet, agentless = fleet.names[3], fleet.names[9]
     await silence(fleet, agents, [quiet])
@@ -133,7 +137,9 @@ async def test_a_silent_agent_drains_its_node_through_the_guard_and_a_node_witho
     assert result.silent == [quiet] and result.drained == [quiet] and result.held == []
     drain = await fleet.wait_event(quiet, "drain")
     assert drain.cause.startswith("suspect: agent silent since ") and f"(over {SILENCE_S:g} s)" in drain.cause
-    granted = [e for e in queries.automation_events(fleet.engine, limit=50) if e.node_name == quiet and e.kind == "grant"]
+    granted = [
+        e for e in queries.automation_events(fleet.engine, limit=50) if e.node_name == quiet and e.kind == "grant"
+    ]
     assert granted, "the drain went through the capacity guard"
     # The node without an agent was silent all along, and is never judged.
     assert fleet.state(agentless) == "production" and agentless not in suspects(fleet)
@@ -142,7 +148,8 @@ async def test_a_silent_agent_drains_its_node_through_the_guard_and_a_node_witho
 
 
 async def test_many_silent_at_once_open_the_breaker_stay_in_production_and_a_heartbeat_clears_one(
-        silence_fleet) -> None:
+    silence_fleet,
+) -> None:
     fleet, agents = await silence_fleet(10, with_agents=10)
     quiet = sorted(fleet.names[:4])  # 40 % of the fleet: the intake or the network, not four nodes
     await silence(fleet, agents, quiet)
@@ -164,12 +171,24 @@ async def test_many_silent_at_once_open_the_breaker_stay_in_production_and_a_hea
     assert listed.exit_code == 0, listed.output
     rows = {r["name"]: r for r in json.loads(listed.stdout)}
     assert {n for n, r in rows.items() if r["suspect"]} == set(quiet[1:])
-    assert all(rows[n]["suspect"].startswith("agent silent since") and rows[n]["health"].startswith("Suspect")
-               for n in quiet[1:])
+    assert all(
+        rows[n]["suspect"].startswith("agent silent since") and rows[n]["health"].startswith("Suspect")
+        for n in quiet[1:]
+    )
     assert all(r["agent_seen_at"] for r in rows.values())
     shown_one = await asyncio.to_thread(  # `node show` asks Temporal with its own event loop
-        CliRunner().invoke, app, ["--db-url", fleet.settings.db_url, "--temporal-address",
-                                  fleet.settings.temporal_address, "node", "show", quiet[1]])
+        CliRunner().invoke,
+        app,
+        [
+            "--db-url",
+            fleet.settings.db_url,
+            "--temporal-address",
+            fleet.settings.temporal_address,
+            "node",
+            "show",
+            quiet[1],
+        ],
+    )
     assert shown_one.exit_code == 0 and "agent: last heard" in shown_one.stdout, shown_one.output
     again = await sweep(fleet)
     assert sorted(again.silent) == quiet[1:] and again.drained == []
@@ -177,7 +196,8 @@ async def test_many_silent_at_once_open_the_breaker_stay_in_production_and_a_hea
 
 
 async def test_a_sweep_asks_about_a_bounded_number_of_silent_nodes_and_the_guard_still_sees_them_all(
-        silence_fleet, monkeypatch) -> None:
+    silence_fleet, monkeypatch
+) -> None:
     monkeypatch.setattr(reachability, "SILENT_ASKED_PER_SWEEP", 2)  # 100 in a fleet: its history stays small
     fleet, agents = await silence_fleet(10, with_agents=10)
     quiet = sorted(fleet.names[:4])

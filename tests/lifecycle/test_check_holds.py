@@ -24,8 +24,13 @@ from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
 from tests.reliability.support import Cli, wait_for
-from tests.reliability.test_kubernetes_outage import (SCHEDULER_STEP_S, _idle, k8s_settings,  # noqa: F401 - fixtures
-                                                      kube, production_node)
+from tests.reliability.test_kubernetes_outage import (
+    SCHEDULER_STEP_S,
+    _idle,
+    k8s_settings,  # noqa: F401 - fixtures
+    kube,
+    production_node,
+)
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import SweepInput, SweepScope
 from workflows.client import request_phase
@@ -40,15 +45,20 @@ async def test_an_import_holds_every_new_node_until_it_is_admitted(make_settings
     engine = get_engine(sqlite_url)
     names = [f"imp-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
     inventory = tmp_path / "new-fleet.yaml"
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: sim}}\n" for n in names))
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: sim}}\n" for n in names
+        )
+    )
     cli = Cli(settings)
     try:
         imported = await asyncio.to_thread(cli, "node", "import", str(inventory))
         assert imported.exit_code == 0 and "3 created" in imported.stdout, imported.output
         sim = SimScheduler(engine)
         assert {n: (sim.node_state(n).state, sim.node_state(n).reason) for n in names} == {
-            n: ("drain", BURN_IN_HOLD) for n in names}
+            n: ("drain", BURN_IN_HOLD) for n in names
+        }
         reconciled = await asyncio.to_thread(cli, "reconcile", "-o", "json")
         assert reconciled.exit_code == 0, reconciled.output
         assert json.loads(reconciled.stdout)["differences"] == []
@@ -57,8 +67,9 @@ async def test_an_import_holds_every_new_node_until_it_is_admitted(make_settings
         await terminate_node_workflows(settings, names)
 
 
-async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the_check(make_settings,
-                                                                                      sqlite_url) -> None:
+async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the_check(
+    make_settings, sqlite_url
+) -> None:
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)
     busy, idle = sim_fleet(engine, sorted(f"lnd-{uuid.uuid4().hex[:6]}-{i}" for i in range(2)))
@@ -77,11 +88,20 @@ async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the
 
     activities = [idle_then_a_job_lands if a is real_read else a for a in activities]
     with ThreadPoolExecutor(16) as pool:
-        async with Worker(client, task_queue=settings.task_queue, workflows=WORKFLOWS, activities=activities,
-                          activity_executor=pool, max_concurrent_activities=16):
+        async with Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=WORKFLOWS,
+            activities=activities,
+            activity_executor=pool,
+            max_concurrent_activities=16,
+        ):
             result = await client.execute_workflow(
-                ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
-                id=f"landed-sweep-{busy}", task_queue=settings.task_queue)
+                ActiveCheckSweep.run,
+                SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
+                id=f"landed-sweep-{busy}",
+                task_queue=settings.task_queue,
+            )
 
     (job_id,) = landed
     assert sim.job(job_id).nodes == (busy,)
@@ -93,8 +113,10 @@ async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the
     assert [sim.node_state(n).drained for n in (busy, idle)] == [False, False]
     assert [queries.get_node(engine, n).state for n in (busy, idle)] == ["production", "production"]
     (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == busy]
-    assert (skipped.kind, skipped.reason) == ("check_skipped",
-                                              f"active check quick: skipped: job {job_id} running on the node")
+    assert (skipped.kind, skipped.reason) == (
+        "check_skipped",
+        f"active check quick: skipped: job {job_id} running on the node",
+    )
 
 
 async def test_a_sweep_never_checks_a_node_a_recheck_holds_nor_lifts_its_hold(make_settings, sqlite_url) -> None:
@@ -109,8 +131,11 @@ async def test_a_sweep_never_checks_a_node_a_recheck_holds_nor_lifts_its_hold(ma
     with ThreadPoolExecutor(16) as pool:
         async with build_worker(client, settings, pool):
             result = await client.execute_workflow(
-                ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
-                id=f"held-sweep-{held}", task_queue=settings.task_queue)
+                ActiveCheckSweep.run,
+                SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),
+                id=f"held-sweep-{held}",
+                task_queue=settings.task_queue,
+            )
 
     assert result.skipped == [held] and result.checked == 0, result
     assert queries.latest_checks(engine, held) == []
@@ -135,8 +160,10 @@ async def test_a_recheck_on_kubernetes_is_skipped_for_a_pod_that_no_job_label_na
         worker.stop()
         await terminate_node_workflows(settings, [name])
     (skipped,) = [e for e in queries.automation_events(engine, limit=50) if e.node_name == name]
-    assert (skipped.kind, skipped.reason) == ("check_skipped", "recheck quick: skipped: job serve/vllm-7f9c "
-                                                               "running on the node")
+    assert (skipped.kind, skipped.reason) == (
+        "check_skipped",
+        "recheck quick: skipped: job serve/vllm-7f9c running on the node",
+    )
     assert queries.latest_checks(engine, name) == []
     node = kube.node(name)  # back in service: uncordoned, fleetctl's reason gone
     assert not node["spec"].get("unschedulable") and REASON_ANNOTATION not in node["metadata"].get("annotations", {})

@@ -21,7 +21,9 @@ from workflows.client import connect, request_transition
 pytestmark = pytest.mark.temporal
 
 
-async def test_jobs_still_running_at_the_drain_deadline_are_restarted_elsewhere(make_settings, sqlite_url, tmp_path) -> None:
+async def test_jobs_still_running_at_the_drain_deadline_are_restarted_elsewhere(
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
     engine = get_engine(settings.db_url)
@@ -39,8 +41,11 @@ async def test_jobs_still_running_at_the_drain_deadline_are_restarted_elsewhere(
 
         await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", 30, "the drain to complete")
         assert time.monotonic() - started >= 3.0  # it did wait for the job first
-        await wait_for(lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes, 30,
-                       "the job running off the node")
+        await wait_for(
+            lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
+            30,
+            "the job running off the node",
+        )
         moved = scheduler.job(job.job_id)
         assert moved.nodes == tuple(n for n in names if n != node)
         (restart,) = job_store.job_restarts(engine, job.job_id)

@@ -75,16 +75,21 @@ async def test_a_sweep_fails_imex_on_the_trays_of_a_domain_with_imex_down_and_pa
     everyone = fleet.names + hgx
     await fleet.admit(everyone)
     assert set((await fleet.wait_states(everyone, {"production", "maintenance"}, timeout_s=BURN_IN_S)).values()) == {
-        "production"}
+        "production"
+    }
     down = fleet.names[0]
     fleet.inject(down, "imex-down")
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=len(everyone), fleet=fleet.settings.fleet),
-        id=f"sweep-{down}", task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=len(everyone), fleet=fleet.settings.fleet),
+        id=f"sweep-{down}",
+        task_queue=fleet.settings.task_queue,
+    )
     assert down in result.failed and not set(hgx) & set(result.failed + result.errors)
     # Newest first: each check's run of the sweep, over its run at admission.
-    latest = {n: {r.check_name: r for r in reversed(queries.latest_checks(fleet.engine, n, limit=50))}
-              for n in everyone}
+    latest = {
+        n: {r.check_name: r for r in reversed(queries.latest_checks(fleet.engine, n, limit=50))} for n in everyone
+    }
     assert latest[down]["host-services"].status == "fail"
     failed_imex = [n for n in fleet.names[1:] if n in result.failed]
     assert failed_imex, result

@@ -45,8 +45,11 @@ async def test_an_imex_fault_found_by_a_sweep_holds_its_whole_domain_and_nothing
     fleet.inject(down, "imex-down")
 
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=6, fleet=worker_settings.fleet),
-        id=f"sweep-{uuid.uuid4().hex[:8]}", task_queue=worker_settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=6, fleet=worker_settings.fleet),
+        id=f"sweep-{uuid.uuid4().hex[:8]}",
+        task_queue=worker_settings.task_queue,
+    )
 
     decisions = [(e.kind, e.node_name, e.reason) for e in queries.automation_events(fleet.engine, limit=100)]
     assert set(result.failed) == set(held) and set(held) <= set(result.drained), (result, decisions)
@@ -58,15 +61,20 @@ async def test_an_imex_fault_found_by_a_sweep_holds_its_whole_domain_and_nothing
     (domain_grant,) = [e for e in grants if f"within the fleet limit (NVLink domain {held_domain}: " in e.reason]
     assert "imex" in domain_grant.reason and domain_grant.node_name in held[1:]
     # A tray that found the fault again got the grant it had (one fault, asked twice), nothing more.
-    assert all("already granted with NVLink domain" in e.reason for e in grants
-               if e is not domain_grant and f"NVLink domain {held_domain}" in e.reason)
+    assert all(
+        "already granted with NVLink domain" in e.reason
+        for e in grants
+        if e is not domain_grant and f"NVLink domain {held_domain}" in e.reason
+    )
     # The trays held with it (neither the finder nor the faulted tray's own drain) say why.
     for tray in held:
         drain = await fleet.wait_event(tray, "drain")
         assert drain.actor_kind == "automation"
         if tray not in (down, domain_grant.node_name):
-            assert drain.cause.startswith(f"NVLink domain {held_domain} held: its fabric failed on "
-                                          f"{domain_grant.node_name}: active check quick: imex: "), drain.cause
+            assert drain.cause.startswith(
+                f"NVLink domain {held_domain} held: its fabric failed on "
+                f"{domain_grant.node_name}: active check quick: imex: "
+            ), drain.cause
     # One fault: the trays that found it again were no storm.
     assert not (await guard_status(fleet.client, worker_settings)).breaker_open
     # No restart is placed on the held domain; the other one takes work.

@@ -29,13 +29,21 @@ async def test_healthy_nodes_go_from_new_to_production(sim_fleet) -> None:
     for name in fleet.names:
         events = queries.node_events(fleet.engine, name)
         assert [(e.from_state, e.to_state) for e in events] == [
-            ("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
+            ("new", "burn_in"),
+            ("burn_in", "admission"),
+            ("admission", "production"),
+        ]
         runs = {r.check_name: r for r in queries.latest_checks(fleet.engine, name, limit=50)}
-        assert set(runs) == set(recorded_checks("burn-in", "h100-sxm")) and {r.status for r in runs.values()} <= {"pass", "warn"}
+        assert set(runs) == set(recorded_checks("burn-in", "h100-sxm")) and {r.status for r in runs.values()} <= {
+            "pass",
+            "warn",
+        }
         assert runs["nccl-allreduce"].metrics["busbw_gbps"] > 400
         # Over the fabric: all-reduce with both other nodes (and theirs together) ...
         pairs = runs["nccl-pairs"]
-        assert sorted(pairs.metrics["partners"]) == sorted(set(fleet.names) - {name}) and len(pairs.metrics["pairs"]) == 3
+        assert (
+            sorted(pairs.metrics["partners"]) == sorted(set(fleet.names) - {name}) and len(pairs.metrics["pairs"]) == 3
+        )
         assert pairs.metrics["min_busbw_gbps"] > 330 and pairs.status == "pass"
         # ... and every rail, not only mlx5_0, with its error counters read around the run
         rails = runs["ib-rails"]
@@ -43,15 +51,18 @@ async def test_healthy_nodes_go_from_new_to_production(sim_fleet) -> None:
         assert rails.metrics["min_bw_avg_gbps"] > 375 and rails.metrics["counter_increases"] == {}
 
 
-@pytest.mark.parametrize(("fault", "check", "cause"), [
-    # ibstat sees these rails Active at 400. The slow one's PCIe link trained to x8: lspci,
-    # among the host checks burn-in runs first, sees that before any stress; a flapping link
-    # only the node's own rail test sees
-    ("ib-rail-slow", "pcie-link", r"device link trained to x8 of x16 \(Mellanox Technologies MT2910 Family"),
-    ("ib-link-flap", "ib-rails", r"mlx5_5 port 1: LinkDownedCounter rose by \d+ during the check"),
-    # beyond the node's ports: only its pairs see it, and they name it
-    ("fabric-slow", "nccl-pairs", r"slow with all 2 partners, each of them fast with another node: the straggler"),
-])
+@pytest.mark.parametrize(
+    ("fault", "check", "cause"),
+    [
+        # ibstat sees these rails Active at 400. The slow one's PCIe link trained to x8: lspci,
+        # among the host checks burn-in runs first, sees that before any stress; a flapping link
+        # only the node's own rail test sees
+        ("ib-rail-slow", "pcie-link", r"device link trained to x8 of x16 \(Mellanox Technologies MT2910 Family"),
+        ("ib-link-flap", "ib-rails", r"mlx5_5 port 1: LinkDownedCounter rose by \d+ during the check"),
+        # beyond the node's ports: only its pairs see it, and they name it
+        ("fabric-slow", "nccl-pairs", r"slow with all 2 partners, each of them fast with another node: the straggler"),
+    ],
+)
 async def test_a_node_bad_over_the_fabric_fails_burn_in(sim_fleet, fault, check, cause) -> None:
     fleet = await sim_fleet(3)
     bad, *good = fleet.names
@@ -91,8 +102,9 @@ async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fl
     fleet.inject(suspect, "nvlink-degraded", seed=_straggler_seed(suspect, "h200-sxm"))
     await fleet.admit([suspect], suite="standard")
     failed = await fleet.wait_event(suspect, "phase_failed")
-    nccl = next(r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50))
-                if r.check_name == "nccl-allreduce")
+    nccl = next(
+        r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50)) if r.check_name == "nccl-allreduce"
+    )
     assert nccl.status in ("pass", "warn")  # it cleared the absolute floor ...
     assert failed.from_state == "admission"
     assert failed.cause.startswith("admission: straggler: nccl-allreduce busbw_gbps")  # ... but not its peers
@@ -107,10 +119,14 @@ async def test_a_sweep_drains_a_production_node_that_degraded_below_its_peers(si
     suspect = fleet.names[5]
     fleet.inject(suspect, "nvlink-degraded", seed=_straggler_seed(suspect, "h200-sxm"))
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent=8, fleet=fleet.settings.fleet),
-        id=f"sweep-{suspect}", task_queue=fleet.settings.task_queue)
-    nccl = next(r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50))
-                if r.check_name == "nccl-allreduce")
+        ActiveCheckSweep.run,
+        SweepInput(suite="standard", max_concurrent=8, fleet=fleet.settings.fleet),
+        id=f"sweep-{suspect}",
+        task_queue=fleet.settings.task_queue,
+    )
+    nccl = next(
+        r for r in reversed(queries.latest_checks(fleet.engine, suspect, limit=50)) if r.check_name == "nccl-allreduce"
+    )
     assert nccl.status in ("pass", "warn")  # the absolute floor passes it ...
     assert result.failed == [suspect] and result.drained == [suspect] and result.passed == 7  # ... its peers do not
     drain = await fleet.wait_event(suspect, "drain")
@@ -124,7 +140,9 @@ async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
     await fleet.admit(fleet.names)
     await fleet.wait_states(fleet.names, {"production"})
     victim = fleet.names[0]
-    await send_health_events(fleet.client, victim, [HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)])
+    await send_health_events(
+        fleet.client, victim, [HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)]
+    )
     drain = await fleet.wait_event(victim, "drain")
     assert "XID 79" in drain.cause and drain.actor_kind == "automation"
     assert (await fleet.wait_event(victim, "drain_complete")).to_state == "maintenance"
@@ -140,14 +158,20 @@ async def test_an_event_with_a_code_too_large_is_refused_once_and_the_next_event
     await fleet.admit(fleet.names)
     await fleet.wait_states(fleet.names, {"production"})
     victim = fleet.names[0]
-    await send_health_events(fleet.client, victim, [
-        HealthEventInput(victim, "xid", 99999999999999999999, "garbled", "dmesg", "bad-1", 0.0),
-        HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0)])
+    await send_health_events(
+        fleet.client,
+        victim,
+        [
+            HealthEventInput(victim, "xid", 99999999999999999999, "garbled", "dmesg", "bad-1", 0.0),
+            HealthEventInput(victim, "xid", 79, "fell off the bus", "dmesg", "e-1", 0.0),
+        ],
+    )
     drain = await fleet.wait_event(victim, "drain")
     assert "XID 79" in drain.cause
     assert [h.code for h in queries.health_events(fleet.engine, victim)] == [79]
-    (refused,) = [e for e in queries.automation_events(fleet.engine, limit=50)
-                  if e.kind == "rejected" and e.node_name == victim]
+    (refused,) = [
+        e for e in queries.automation_events(fleet.engine, limit=50) if e.kind == "rejected" and e.node_name == victim
+    ]
     assert "99999999999999999999 is outside" in refused.reason, refused.reason
 
 
@@ -157,10 +181,14 @@ async def test_repeated_warning_xid_escalates_only_on_the_third(sim_fleet) -> No
     await fleet.wait_states(fleet.names, {"production"})
     node = fleet.names[1]
     for i in range(2):
-        await send_health_events(fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", f"w{i}", 0.0)])
+        await send_health_events(
+            fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", f"w{i}", 0.0)]
+        )
     await asyncio.sleep(1.0)
     assert (await fleet.wait_states([node], {"production"}))[node] == "production"
-    await send_health_events(fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "w2", 0.0)])
+    await send_health_events(
+        fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "w2", 0.0)]
+    )
     assert "seen 3 times" in (await fleet.wait_event(node, "drain")).cause
 
 
@@ -171,8 +199,11 @@ async def test_checker_storm_trips_the_breaker_and_drains_no_more_than_the_limit
     for name in fleet.names[:8]:  # 40% fail at once: a checker gone wrong looks just like this
         fleet.inject(name, "row-remap-failure")
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=20), id=f"sweep-{fleet.names[0]}",
-        task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=20),
+        id=f"sweep-{fleet.names[0]}",
+        task_queue=fleet.settings.task_queue,
+    )
     assert sorted(result.failed) == sorted(fleet.names[:8])
     assert len(result.drained) <= 2 and len(result.drained) + len(result.held) == 8
     # the drained go on to remediation (row-remap failure: RMA); nobody else leaves production
@@ -193,8 +224,11 @@ async def test_a_failed_active_check_is_remediated_to_rma_with_evidence(sim_flee
     bad = fleet.names[3]
     fleet.inject(bad, "row-remap-failure")
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=5), id=f"sweep-{bad}",
-        task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=5),
+        id=f"sweep-{bad}",
+        task_queue=fleet.settings.task_queue,
+    )
     assert result.drained == [bad] and result.passed == 9
     await fleet.wait_event(bad, "send_to_rma")
     (run,) = runs(fleet.engine, node_name=bad)
@@ -281,8 +315,16 @@ async def test_a_sweep_checks_the_fleet_in_batches_each_with_its_own_history(sim
     await fleet.wait_states(fleet.names, {"production"})
     sweep_id = f"sweep-batches-{fleet.names[0]}"
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, batch_nodes=5), id=sweep_id,
-        task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=4, batch_nodes=5),
+        id=sweep_id,
+        task_queue=fleet.settings.task_queue,
+    )
     assert result.checked == 12 and result.passed == 12
-    batches = [wf.id async for wf in fleet.client.list_workflows(f"WorkflowType = 'ActiveCheckBatch' AND TaskQueue = '{fleet.settings.task_queue}'")]
+    batches = [
+        wf.id
+        async for wf in fleet.client.list_workflows(
+            f"WorkflowType = 'ActiveCheckBatch' AND TaskQueue = '{fleet.settings.task_queue}'"
+        )
+    ]
     assert sorted(batches) == [f"{sweep_id}/batch-{i}" for i in range(3)]

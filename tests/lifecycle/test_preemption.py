@@ -34,14 +34,23 @@ pytestmark = pytest.mark.temporal
 # recording the event (QUICK), the guard's answer (MESSAGE), the cordon (SCHEDULER_ROUND's
 # start-to-close). Far below what the node was busy with: a drain's 2 h wait for its jobs, an
 # HPL of minutes.
-ACTED_ON_WITHIN_S = (QUICK["start_to_close_timeout"] + MESSAGE["start_to_close_timeout"]
-                     + SCHEDULER_ROUND["start_to_close_timeout"]).total_seconds()
+ACTED_ON_WITHIN_S = (
+    QUICK["start_to_close_timeout"] + MESSAGE["start_to_close_timeout"] + SCHEDULER_ROUND["start_to_close_timeout"]
+).total_seconds()
 LONG_SUITE = "long-hpl"
 
 
 def _xid79(node: str, event_id: str) -> HealthEventInput:
-    return HealthEventInput(node, "xid", 79, "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus",
-                            "agent", event_id, time.time(), severity="critical")
+    return HealthEventInput(
+        node,
+        "xid",
+        79,
+        "NVRM: Xid (PCI:0000:2b:00): 79, GPU has fallen off the bus",
+        "agent",
+        event_id,
+        time.time(),
+        severity="critical",
+    )
 
 
 async def _activity(client, node: str) -> str:
@@ -75,8 +84,12 @@ def _long_settings(make_settings, sqlite_url, tmp_path):
 
 def _interruptions(engine, node: str) -> list[str]:
     with Session(engine) as session:
-        return [e.reason for e in session.exec(select(AutomationEvent).where(
-            AutomationEvent.node_name == node, AutomationEvent.kind == "interrupted"))]
+        return [
+            e.reason
+            for e in session.exec(
+                select(AutomationEvent).where(AutomationEvent.node_name == node, AutomationEvent.kind == "interrupted")
+            )
+        ]
 
 
 def _hpl_runs(engine, node: str) -> list[CheckRun]:
@@ -85,7 +98,8 @@ def _hpl_runs(engine, node: str) -> list[CheckRun]:
 
 
 async def test_a_drain_waiting_for_its_job_turns_critical_on_an_xid79_and_restarts_the_job_now(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)
     engine = get_engine(settings.db_url)
@@ -105,14 +119,19 @@ async def test_a_drain_waiting_for_its_job_turns_critical_on_an_xid79_and_restar
         await wait_for(lambda: _activity_is(client, node, "draining: jobs"), ACTED_ON_WITHIN_S, "the wait for the job")
 
         await send_health_events(client, node, [_xid79(node, "preempt-drain-79")])
-        await wait_for(lambda: job_store.job_restarts(engine, job.job_id), ACTED_ON_WITHIN_S,
-                       "the job restarted off the node")
-        await wait_for(lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
-                       ACTED_ON_WITHIN_S, "the job running again off the node")
+        await wait_for(
+            lambda: job_store.job_restarts(engine, job.job_id), ACTED_ON_WITHIN_S, "the job restarted off the node"
+        )
+        await wait_for(
+            lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
+            ACTED_ON_WITHIN_S,
+            "the job running again off the node",
+        )
         (restart,) = job_store.job_restarts(engine, job.job_id)
         assert restart.bad_nodes == [node] and "79" in restart.cause, restart.cause
-        await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", ACTED_ON_WITHIN_S,
-                       "the drain completed")
+        await wait_for(
+            lambda: queries.get_node(engine, node).state == "maintenance", ACTED_ON_WITHIN_S, "the drain completed"
+        )
         completed = next(e for e in queries.node_events(engine, node) if e.trigger == "drain_complete")
         assert "79" in completed.cause, completed.cause
     finally:
@@ -124,7 +143,8 @@ async def _activity_is(client, node: str, prefix: str) -> bool:
 
 
 async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_at_once(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = _long_settings(make_settings, sqlite_url, tmp_path)
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
@@ -145,8 +165,11 @@ async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_a
         started = time.monotonic()
         await send_health_events(client, node, [_xid79(node, "preempt-recheck-79")])
 
-        await wait_for(lambda: queries.get_node(engine, node).state in ("draining", "maintenance"), ACTED_ON_WITHIN_S,
-                       "the node drained")
+        await wait_for(
+            lambda: queries.get_node(engine, node).state in ("draining", "maintenance"),
+            ACTED_ON_WITHIN_S,
+            "the node drained",
+        )
         assert time.monotonic() - started < hpl_s  # HPL did not run to its end first
         # The XID's drain keeps the node out: the recheck's release, behind it, lifts nothing.
         await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", ACTED_ON_WITHIN_S, "drained")
@@ -164,7 +187,8 @@ async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_a
 
 
 async def test_an_xid79_during_burn_in_cancels_its_check_and_fails_the_phase_on_the_event(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = _long_settings(make_settings, sqlite_url, tmp_path)
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
@@ -179,8 +203,11 @@ async def test_an_xid79_during_burn_in_cancels_its_check_and_fails_the_phase_on_
         started = time.monotonic()
         await send_health_events(client, node, [_xid79(node, "preempt-burn-in-79")])
 
-        await wait_for(lambda: queries.get_node(engine, node).state == "maintenance", ACTED_ON_WITHIN_S,
-                       "burn-in failed on the event")
+        await wait_for(
+            lambda: queries.get_node(engine, node).state == "maintenance",
+            ACTED_ON_WITHIN_S,
+            "burn-in failed on the event",
+        )
         assert time.monotonic() - started < hpl_s
         failed = next(e for e in queries.node_events(engine, node) if e.trigger == "phase_failed")
         assert "critical health event" in failed.cause, failed.cause

@@ -52,7 +52,8 @@ def _stalled_series(engine, fleet: str) -> dict[str, float]:
 
 
 async def test_work_queued_behind_a_long_drain_past_the_bound_is_stalled_until_it_is_worked(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = _settings(make_settings, sqlite_url, tmp_path)
     engine = get_engine(settings.db_url)
     cli = Cli(settings)
@@ -82,8 +83,11 @@ async def test_work_queued_behind_a_long_drain_past_the_bound_is_stalled_until_i
 
         # The job ends: the drain completes, the recheck is worked, the queue empties.
         finish_job(engine, job.job_id)
-        await wait_for(lambda: node not in queries.stalled_nodes(engine),
-                       bound + QUICK["start_to_close_timeout"].total_seconds() * 3, "the stall cleared")
+        await wait_for(
+            lambda: node not in queries.stalled_nodes(engine),
+            bound + QUICK["start_to_close_timeout"].total_seconds() * 3,
+            "the stall cleared",
+        )
         assert not (await _health(cli, node)).startswith("Stalled")
         assert _stalled_series(engine, settings.fleet) == {}
     finally:
@@ -99,8 +103,12 @@ async def test_a_workflow_whose_tasks_keep_failing_is_stalled(make_settings, sql
         (node,) = make_fleet(settings, 1)
         client = await connect(settings)
         # A state the workflow cannot decode: every workflow task of it fails, and is retried.
-        await client.start_workflow(NODE_LIFECYCLE, {"node": node, "state_version": "not a number"},
-                                    id=node_workflow_id(node), task_queue=settings.task_queue)
+        await client.start_workflow(
+            NODE_LIFECYCLE,
+            {"node": node, "state_version": "not a number"},
+            id=node_workflow_id(node),
+            task_queue=settings.task_queue,
+        )
         # Temporal flags it after that many failed tasks in a row; the workflow task timeout (10 s)
         # spaces the retries of a task that fails at once by about a second each.
         bound = (PROBLEMS_AFTER_FAILED_TASKS + 1) * 10 + 2 * STALL_WATCH_S

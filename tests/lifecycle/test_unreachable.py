@@ -45,13 +45,19 @@ async def production_fleet(make_settings, sqlite_url):
 
 async def sweep(fleet: SimFleet) -> SweepResult:
     return await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4, fleet=fleet.settings.fleet),
-        id=f"sweep-{uuid.uuid4().hex[:8]}", task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=4, fleet=fleet.settings.fleet),
+        id=f"sweep-{uuid.uuid4().hex[:8]}",
+        task_queue=fleet.settings.task_queue,
+    )
 
 
 def suspects(fleet: SimFleet) -> set[str]:
     settings = fleet.settings
-    return {s["node"] for s in fleet_status(fleet.engine, {}, guard_policy(settings, settings.fleet), settings.fleet)["suspect"]}
+    return {
+        s["node"]
+        for s in fleet_status(fleet.engine, {}, guard_policy(settings, settings.fleet), settings.fleet)["suspect"]
+    }
 
 
 async def test_a_node_unreachable_sweep_after_sweep_is_suspect_and_drained_through_the_guard(production_fleet) -> None:
@@ -67,11 +73,15 @@ async def test_a_node_unreachable_sweep_after_sweep_is_suspect_and_drained_throu
     assert drain.cause == f"suspect: {RUNS} check runs in a row could not reach the node"
     (judged,) = [e for e in queries.automation_events(fleet.engine) if e.kind == "suspect"]
     assert judged.node_name == dark
-    granted = [e for e in queries.automation_events(fleet.engine, limit=50) if e.node_name == dark and e.kind == "grant"]
+    granted = [
+        e for e in queries.automation_events(fleet.engine, limit=50) if e.node_name == dark and e.kind == "grant"
+    ]
     assert granted, "the drain went through the capacity guard"
 
 
-async def test_many_nodes_unreachable_at_once_open_the_breaker_and_stay_in_production_as_suspect(production_fleet) -> None:
+async def test_many_nodes_unreachable_at_once_open_the_breaker_and_stay_in_production_as_suspect(
+    production_fleet,
+) -> None:
     fleet = await production_fleet(10)
     dark = sorted(fleet.names[:4])  # 40 % of the fleet: a partition, not four bad nodes
     for name in dark:

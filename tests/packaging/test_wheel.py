@@ -25,8 +25,11 @@ BUILD_S, VENV_S, INSTALL_S = 600, 300, 900
 RUN_S = 120
 # One process of `make test`'s two runs them all, so the wheel is built and installed once,
 # in the first test's setup: its bound is the fixture's steps' bounds and its own run.
-pytestmark = [pytest.mark.packaging, pytest.mark.xdist_group("packaging"),
-              pytest.mark.timeout(BUILD_S + VENV_S + INSTALL_S + 2 * RUN_S)]
+pytestmark = [
+    pytest.mark.packaging,
+    pytest.mark.xdist_group("packaging"),
+    pytest.mark.timeout(BUILD_S + VENV_S + INSTALL_S + 2 * RUN_S),
+]
 # A worker that reached Temporal polls its task queue within a poll interval; this bounds
 # its start (imports, migration, connect) on a loaded machine.
 WORKER_POLLS_WITHIN_S = 60
@@ -38,26 +41,46 @@ def installed(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("wheel")
     # sdist first, then the wheel from the sdist (build's default): the sdist must carry
     # everything the wheel needs, as it will for anyone building from PyPI's sdist.
-    subprocess.run([sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(REPO)], check=True,
-                   capture_output=True, timeout=BUILD_S)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(work / "dist"), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=BUILD_S,
+    )
     wheel = next((work / "dist").glob("fleetctl-*.whl"))
     subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=VENV_S)
-    subprocess.run([str(work / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=INSTALL_S)
+    subprocess.run(
+        [str(work / "venv/bin/pip"), "install", "-q", str(wheel)], check=True, capture_output=True, timeout=INSTALL_S
+    )
     return work / "venv/bin"
 
 
 def run(installed: Path, cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = RUN_S):
     # From an empty directory, with none of the checkout on the path: only the wheel answers.
     base = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(cwd / "home"), "TEMPORAL_CONFIG_FILE": os.devnull}
-    return subprocess.run([str(installed / "fleetctl"), *args], cwd=cwd, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(installed / "fleetctl"), *args],
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_installed_packages_come_from_the_venv_not_the_checkout(installed, tmp_path):
-    out = subprocess.run([str(installed / "python"), "-c",
-                          "import fleetctl, workflows, checks, migrations, runbooks\n"
-                          "print('\\n'.join(m.__file__ for m in (fleetctl, workflows, checks, migrations, runbooks)))"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [
+            str(installed / "python"),
+            "-c",
+            "import fleetctl, workflows, checks, migrations, runbooks\n"
+            "print('\\n'.join(m.__file__ for m in (fleetctl, workflows, checks, migrations, runbooks)))",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert all(path.startswith(str(installed.parent)) for path in out), out
     pip = subprocess.run([str(installed / "pip"), "list", "--format=freeze"], capture_output=True, text=True).stdout
     assert "pytest==" not in pip and "Flask==" not in pip  # the test extras are not there to hide a missing one
@@ -94,12 +117,24 @@ def test_runbook_list_finds_the_shipped_runbooks(installed, tmp_path):
     assert {book["name"] for book in json.loads(result.stdout)} == shipped
 
 
-@pytest.mark.parametrize("sample, code, status", [("8xh100_full_sweep_ok.txt", 0, "pass"), ("8xh100_slow_fail.txt", 3, "fail")])
+@pytest.mark.parametrize(
+    "sample, code, status", [("8xh100_full_sweep_ok.txt", 0, "pass"), ("8xh100_slow_fail.txt", 3, "fail")]
+)
 def test_check_parse_judges_with_the_shipped_profile(installed, tmp_path, sample, code, status):
     import json
 
-    result = run(installed, tmp_path, "check", "parse", "nccl", str(FIXTURES / "checks" / "nccl" / sample),
-                 "--profile", "h100-sxm", "-o", "json")
+    result = run(
+        installed,
+        tmp_path,
+        "check",
+        "parse",
+        "nccl",
+        str(FIXTURES / "checks" / "nccl" / sample),
+        "--profile",
+        "h100-sxm",
+        "-o",
+        "json",
+    )
     assert result.returncode == code, result.stderr
     assert json.loads(result.stdout)["status"] == status
 
@@ -107,14 +142,26 @@ def test_check_parse_judges_with_the_shipped_profile(installed, tmp_path, sample
 @pytest.mark.temporal
 def test_worker_starts_and_polls_the_dev_server(installed, tmp_path, temporal_address):
     queue = f"wheel-{uuid.uuid4().hex[:8]}"
-    worker = subprocess.Popen([str(installed / "fleetctl"), "worker"], cwd=tmp_path,
-                              env={"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
-                                   "TEMPORAL_CONFIG_FILE": os.devnull, "TEMPORAL_ADDRESS": temporal_address,
-                                   "FLEETCTL_TASK_QUEUE": queue, "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}"},
-                              stdout=subprocess.PIPE, stderr=open(tmp_path / "worker.log", "w"), text=True)
+    worker = subprocess.Popen(
+        [str(installed / "fleetctl"), "worker"],
+        cwd=tmp_path,
+        env={
+            "PATH": f"{installed}:/usr/bin:/bin",
+            "HOME": str(tmp_path / "home"),
+            "TEMPORAL_CONFIG_FILE": os.devnull,
+            "TEMPORAL_ADDRESS": temporal_address,
+            "FLEETCTL_TASK_QUEUE": queue,
+            "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+        },
+        stdout=subprocess.PIPE,
+        stderr=open(tmp_path / "worker.log", "w"),
+        text=True,
+    )
     try:
         started = worker.stdout.readline()
-        assert f"Temporal {temporal_address} namespace default" in started, (tmp_path / "worker.log").read_text()[-2000:]
+        assert f"Temporal {temporal_address} namespace default" in started, (tmp_path / "worker.log").read_text()[
+            -2000:
+        ]
         assert asyncio.run(pollers_within(temporal_address, queue, worker)) > 0
     finally:
         worker.terminate()
@@ -129,8 +176,9 @@ async def pollers_within(address: str, queue: str, worker: subprocess.Popen) -> 
     from temporalio.client import Client
 
     client = await Client.connect(address)
-    request = DescribeTaskQueueRequest(namespace="default", task_queue=TaskQueue(name=queue),
-                                       task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+    request = DescribeTaskQueueRequest(
+        namespace="default", task_queue=TaskQueue(name=queue), task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
+    )
     deadline = time.monotonic() + WORKER_POLLS_WITHIN_S
     while time.monotonic() < deadline and worker.poll() is None:
         pollers = (await client.workflow_service.describe_task_queue(request)).pollers
@@ -143,12 +191,35 @@ async def pollers_within(address: str, queue: str, worker: subprocess.Popen) -> 
 def test_the_wheel_carries_the_slurm_prolog_and_it_runs_the_installed_fleetctl(installed, tmp_path):
     """The script docs/jobs.md has sites exec from their wrapper; an unknown node is fleetctl's
     error (exit 1), which lets the job start (exit 0), and fleetctl says why on stderr."""
-    site = run(installed, tmp_path, "--help").returncode == 0 and subprocess.run(
-        [str(installed / "python"), "-c", "import fleetctl, pathlib; "
-         "print(pathlib.Path(fleetctl.__file__).parent / 'prolog' / 'slurm-prolog.sh')"],
-        cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    site = (
+        run(installed, tmp_path, "--help").returncode == 0
+        and subprocess.run(
+            [
+                str(installed / "python"),
+                "-c",
+                "import fleetctl, pathlib; "
+                "print(pathlib.Path(fleetctl.__file__).parent / 'prolog' / 'slurm-prolog.sh')",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     assert site.startswith(str(installed.parent)) and Path(site).is_file()
-    result = subprocess.run(["/bin/sh", site], cwd=tmp_path, capture_output=True, text=True, timeout=120, env={
-        "PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": os.devnull,
-        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}", "SLURMD_NODENAME": "node1", "SLURM_JOB_ID": "7"})
+    result = subprocess.run(
+        ["/bin/sh", site],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": f"{installed}:/usr/bin:/bin",
+            "HOME": str(tmp_path / "home"),
+            "TEMPORAL_CONFIG_FILE": os.devnull,
+            "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+            "SLURMD_NODENAME": "node1",
+            "SLURM_JOB_ID": "7",
+        },
+    )
     assert result.returncode == 0 and "error: unknown node: node1" in result.stderr, result.stderr

@@ -30,27 +30,45 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_key(key, path: Path) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
 
 
 def _issue(subject: str, issuer_name: x509.Name, issuer_key, key, *, ca: bool, usage=None, sans=()) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer_name)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-               .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
     if ca:
-        builder = builder.add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                                      content_commitment=False, key_encipherment=False,
-                                                      data_encipherment=False, key_agreement=False,
-                                                      encipher_only=False, decipher_only=False), critical=True)
+        builder = builder.add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
     else:
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
-                                        critical=False)
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(list(sans)), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
@@ -80,8 +98,11 @@ class Authority:
     def server(self, name: str) -> tuple[Path, Path]:
         import ipaddress
 
-        return self.issue(name, ExtendedKeyUsageOID.SERVER_AUTH,
-                          [x509.DNSName(SERVER_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        return self.issue(
+            name,
+            ExtendedKeyUsageOID.SERVER_AUTH,
+            [x509.DNSName(SERVER_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        )
 
     def client(self, name: str) -> tuple[Path, Path]:
         return self.issue(name, ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -136,10 +157,22 @@ def start_proxy(directory: Path, upstream: str, ca: Authority) -> MtlsProxy:
     server_cert, server_key = ca.server("proxy")
     port = free_port()
     conf = directory / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(user=getpass.getuser(), dir=directory, port=port, server_cert=server_cert,
-                                      server_key=server_key, client_ca=ca.cert_path, upstream=upstream))
+    conf.write_text(
+        NGINX_CONF.format(
+            user=getpass.getuser(),
+            dir=directory,
+            port=port,
+            server_cert=server_cert,
+            server_key=server_key,
+            client_ca=ca.cert_path,
+            upstream=upstream,
+        )
+    )
     log = open(directory / "nginx.log", "w")
-    process = subprocess.Popen([nginx_binary(), "-p", str(directory), "-c", str(conf), "-e", str(directory / "error.log")],
-                               stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [nginx_binary(), "-p", str(directory), "-c", str(conf), "-e", str(directory / "error.log")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     wait_for_port("127.0.0.1", port, 30, process)
     return MtlsProxy(f"127.0.0.1:{port}", ca.cert_path, process)

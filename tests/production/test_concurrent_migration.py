@@ -28,8 +28,17 @@ print("migrated")
 
 
 def migrate_all_at_once(url: str) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen([sys.executable, "-c", MIGRATE, url], cwd=REPO, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE, url],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
     # Python and SQLAlchemy take a moment to import; a process still importing when released
     # reads the line as soon as it is ready, which only makes the race narrower, never absent.
     for proc in procs:

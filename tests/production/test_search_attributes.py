@@ -40,15 +40,18 @@ VISIBILITY_LAG_S = 30.0
 
 
 def temporal_cli(address: str, *args: str) -> str:
-    done = subprocess.run([str(temporal_binary()), *args, "--address", address], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [str(temporal_binary()), *args, "--address", address], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
 
 def listed(address: str, query: str) -> set[str]:
-    return {w["execution"]["workflowId"] for w in json.loads(temporal_cli(address, "workflow", "list", "--query", query,
-                                                                          "-o", "json") or "[]")}
+    return {
+        w["execution"]["workflowId"]
+        for w in json.loads(temporal_cli(address, "workflow", "list", "--query", query, "-o", "json") or "[]")
+    }
 
 
 async def listed_eventually(address: str, query: str, expected: set[str]) -> set[str]:
@@ -93,8 +96,10 @@ async def test_the_temporal_cli_finds_nodes_by_state_fleet_and_rack(make_setting
             await wait_state(engine, name, "maintenance")
 
         ours = f'FleetctlFleet = "{settings.fleet}"'
-        by_state = {state: {node_workflow_id(n) for n in nodes}
-                    for state, nodes in (("maintenance", drained), ("production", serving))}
+        by_state = {
+            state: {node_workflow_id(n) for n in nodes}
+            for state, nodes in (("maintenance", drained), ("production", serving))
+        }
         for state, expected in by_state.items():
             query = f'FleetctlNodeState = "{state}" AND {ours}'
             assert await listed_eventually(temporal_address, query, expected) == expected, query
@@ -113,8 +118,12 @@ async def test_the_temporal_cli_finds_nodes_by_state_fleet_and_rack(make_setting
         attributes, config = described_attributes(temporal_address, node_workflow_id(drained[0]))
         assert attributes["FleetctlNodeState"] == "maintenance"
         assert attributes["FleetctlLastCause"] == "drained: fan failure reported by the DC"
-        assert (attributes["FleetctlFleet"], attributes["FleetctlRack"], attributes["FleetctlGpuProfile"],
-                attributes["FleetctlScheduler"]) == (settings.fleet, rack, "h100-sxm", "sim")
+        assert (
+            attributes["FleetctlFleet"],
+            attributes["FleetctlRack"],
+            attributes["FleetctlGpuProfile"],
+            attributes["FleetctlScheduler"],
+        ) == (settings.fleet, rack, "h100-sxm", "sim")
         assert config["userMetadata"]["summary"] == f"GPU node {drained[0]}"
         details = temporal_cli(temporal_address, "workflow", "metadata", "-w", node_workflow_id(drained[0]))
         assert "**maintenance** since " in details and "last cause: drained: fan failure reported by the DC" in details
@@ -140,16 +149,24 @@ def bare_server(tmp_path):
 
 def fleetctl(address: str, tmp_path: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
     (tmp_path / "temporal.toml").touch()
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
-           "TEMPORAL_ADDRESS": address, "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
-           "FLEETCTL_TASK_QUEUE": f"setup-{uuid.uuid4().hex[:8]}"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
+        "TEMPORAL_ADDRESS": address,
+        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+        "FLEETCTL_TASK_QUEUE": f"setup-{uuid.uuid4().hex[:8]}",
+    }
     return subprocess.run([FLEETCTL, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
 
 
 def registered(address: str) -> dict[str, str]:
     out = temporal_cli(address, "operator", "search-attribute", "list")
-    return {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if line.split()[:1] and
-            line.split()[0].startswith("Fleetctl")}
+    return {
+        line.split()[0]: line.split()[1]
+        for line in out.splitlines()[1:]
+        if line.split()[:1] and line.split()[0].startswith("Fleetctl")
+    }
 
 
 def test_setup_registers_the_attributes_once_and_then_the_worker_starts(bare_server, tmp_path):
@@ -166,13 +183,23 @@ def test_setup_registers_the_attributes_once_and_then_the_worker_starts(bare_ser
     expected = {k.name: type_name(k.indexed_value_type) for k in NODE_ATTRIBUTES}
     assert registered(bare_server) == expected
     again = fleetctl(bare_server, tmp_path, "temporal", "setup")
-    assert again.returncode == 0 and f"0 search attributes registered, {len(NODE_ATTRIBUTES)} already there" in again.stdout
+    assert (
+        again.returncode == 0
+        and f"0 search attributes registered, {len(NODE_ATTRIBUTES)} already there" in again.stdout
+    )
 
     queue = f"setup-{uuid.uuid4().hex[:8]}"
-    worker = subprocess.Popen([FLEETCTL, "worker"], env={**os.environ, "TEMPORAL_ADDRESS": bare_server,
-                                                         "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
-                                                         "FLEETCTL_TASK_QUEUE": queue},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [FLEETCTL, "worker"],
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": bare_server,
+            "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+            "FLEETCTL_TASK_QUEUE": queue,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert asyncio.run(pollers_within(bare_server, queue, worker)) > 0
     finally:

@@ -23,8 +23,9 @@ server_name = "temporal.prod.example"
 
 
 def fleetctl(*args: str, env: dict | None = None):
-    return CliRunner().invoke(app, list(args), env={"FLEETCTL_CONFIG": "/dev/null", "TEMPORAL_CONFIG_FILE": "/dev/null",
-                                                    **(env or {})})
+    return CliRunner().invoke(
+        app, list(args), env={"FLEETCTL_CONFIG": "/dev/null", "TEMPORAL_CONFIG_FILE": "/dev/null", **(env or {})}
+    )
 
 
 def config_rows(*flags: str, env: dict | None = None) -> dict[str, tuple[str, str]]:
@@ -39,8 +40,10 @@ def test_the_tls_flags_work(flag, said, tls) -> None:
     assert rows["temporal_tls"] == (said, "flag") and rows["temporal.tls"] == (tls, "flag")
 
 
-@pytest.mark.parametrize("variable", ["TEMPORAL_TLS", "FLEETCTL_BMC_VERIFY_TLS", "FLEETCTL_REMEDIATION_SHADOW",
-                                      "FLEETCTL_ACCEPT_NEW_HOST_KEYS"])
+@pytest.mark.parametrize(
+    "variable",
+    ["TEMPORAL_TLS", "FLEETCTL_BMC_VERIFY_TLS", "FLEETCTL_REMEDIATION_SHADOW", "FLEETCTL_ACCEPT_NEW_HOST_KEYS"],
+)
 @pytest.mark.parametrize("raw", ["TRUE ", " true", "", "enabled"])
 def test_a_boolean_is_strictly_a_word_of_the_readme_or_one_line(variable, raw) -> None:
     result = fleetctl("config", env={variable: raw})

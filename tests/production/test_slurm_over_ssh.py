@@ -18,8 +18,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.sshd]
 
 
 def over_ssh(ssh_node, slurm_cluster, **executor_options) -> SlurmScheduler:
-    runner = SshCommandRunner(ssh_node.executor(**executor_options), ssh_node.target("slurm-login"),
-                              slurm_conf=str(slurm_cluster.conf_path))
+    runner = SshCommandRunner(
+        ssh_node.executor(**executor_options), ssh_node.target("slurm-login"), slurm_conf=str(slurm_cluster.conf_path)
+    )
     return SlurmScheduler(run=runner)
 
 
@@ -50,11 +51,22 @@ def test_an_unknown_host_key_is_refused_and_nothing_changes(ssh_node, slurm_clus
 
 
 def test_settings_wire_the_ssh_runner_and_never_fall_back_to_local(ssh_node, slurm_cluster):
-    settings = load_settings(flags={"slurm_host": f"{ssh_node.user}@{ssh_node.address}", "known_hosts": str(ssh_node.known_hosts),
-                                    "ssh_key_file": str(ssh_node.key_file), "slurm_conf": str(slurm_cluster.conf_path)},
-                             env={}, config_file="/dev/null")
+    settings = load_settings(
+        flags={
+            "slurm_host": f"{ssh_node.user}@{ssh_node.address}",
+            "known_hosts": str(ssh_node.known_hosts),
+            "ssh_key_file": str(ssh_node.key_file),
+            "slurm_conf": str(slurm_cluster.conf_path),
+        },
+        env={},
+        config_file="/dev/null",
+    )
     runner = slurm_runner(settings)
     node = slurm_cluster.node_names[1]
-    assert scheduler_for("slurm", settings, slurm_runner=runner).node_state(node).state in ("idle", "mixed", "allocated")
+    assert scheduler_for("slurm", settings, slurm_runner=runner).node_state(node).state in (
+        "idle",
+        "mixed",
+        "allocated",
+    )
     with pytest.raises(ValueError, match="slurm_host"):
         scheduler_for("slurm", settings)

@@ -80,28 +80,45 @@ def test_an_mtls_profile_reads_the_certificates(profile_file, pem_files):
 
 
 def test_environment_beats_the_profile_and_flags_beat_the_environment(profile_file):
-    env = {"TEMPORAL_CONFIG_FILE": str(profile_file), "TEMPORAL_PROFILE": "prod", "TEMPORAL_NAMESPACE": "from-env",
-           "TEMPORAL_ADDRESS": "env.example:7233"}
+    env = {
+        "TEMPORAL_CONFIG_FILE": str(profile_file),
+        "TEMPORAL_PROFILE": "prod",
+        "TEMPORAL_NAMESPACE": "from-env",
+        "TEMPORAL_ADDRESS": "env.example:7233",
+    }
     conn = connection(env, {"temporal_address": "flag.example:7233"})
     assert (conn.address, conn.namespace) == ("flag.example:7233", "from-env")
 
 
 def test_the_temporal_cli_environment_names_give_mtls(pem_files):
-    conn = connection({"TEMPORAL_TLS_CLIENT_CERT_PATH": str(pem_files["cert"]),
-                       "TEMPORAL_TLS_CLIENT_KEY_PATH": str(pem_files["key"]),
-                       "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pem_files["ca"])})
+    conn = connection(
+        {
+            "TEMPORAL_TLS_CLIENT_CERT_PATH": str(pem_files["cert"]),
+            "TEMPORAL_TLS_CLIENT_KEY_PATH": str(pem_files["key"]),
+            "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pem_files["ca"]),
+        }
+    )
     assert conn.tls.client_cert == pem_files["cert"].read_bytes() and conn.tls.domain is None
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"TEMPORAL_TLS_CLIENT_CERT_PATH": "{cert}"}, "needs both a client certificate and its key"),
-    ({"TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}"}, "needs both a client certificate and its key"),
-    ({"TEMPORAL_TLS_SERVER_CA_CERT_PATH": "/nonexistent/ca.pem"}, "temporal_tls_ca_path: cannot read /nonexistent/ca.pem"),
-    ({"TEMPORAL_TLS": "false", "TEMPORAL_API_KEY": "k"}, "temporal_tls is false but TLS settings"),
-    ({"TEMPORAL_TLS": "maybe"}, "'maybe' is not a boolean"),
-    ({"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}, "Temporal config file /nonexistent/temporal.toml does not exist"),
-    ({"TEMPORAL_CONFIG_FILE": "{profile}", "TEMPORAL_PROFILE": "nope"}, "Profile 'nope' not found"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"TEMPORAL_TLS_CLIENT_CERT_PATH": "{cert}"}, "needs both a client certificate and its key"),
+        ({"TEMPORAL_TLS_CLIENT_KEY_PATH": "{key}"}, "needs both a client certificate and its key"),
+        (
+            {"TEMPORAL_TLS_SERVER_CA_CERT_PATH": "/nonexistent/ca.pem"},
+            "temporal_tls_ca_path: cannot read /nonexistent/ca.pem",
+        ),
+        ({"TEMPORAL_TLS": "false", "TEMPORAL_API_KEY": "k"}, "temporal_tls is false but TLS settings"),
+        ({"TEMPORAL_TLS": "maybe"}, "'maybe' is not a boolean"),
+        (
+            {"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"},
+            "Temporal config file /nonexistent/temporal.toml does not exist",
+        ),
+        ({"TEMPORAL_CONFIG_FILE": "{profile}", "TEMPORAL_PROFILE": "nope"}, "Profile 'nope' not found"),
+    ],
+)
 def test_bad_settings_are_one_line(env, message, pem_files, profile_file):
     env = {k: v.format(profile=profile_file, **pem_files) for k, v in env.items()}
     with pytest.raises(ConfigError) as err:
@@ -114,9 +131,17 @@ def test_parse_tls_flag(raw, expected):
     assert parse_tls_flag(raw) is expected
 
 
-@pytest.mark.parametrize("address, local", [
-    ("127.0.0.1:7233", True), ("localhost:7233", True), ("[::1]:7233", True), ("127.8.0.1:7233", True),
-    ("10.0.0.5:7233", False), ("temporal.internal:7233", False), ("[2001:db8::1]:7233", False),
-])
+@pytest.mark.parametrize(
+    "address, local",
+    [
+        ("127.0.0.1:7233", True),
+        ("localhost:7233", True),
+        ("[::1]:7233", True),
+        ("127.8.0.1:7233", True),
+        ("10.0.0.5:7233", False),
+        ("temporal.internal:7233", False),
+        ("[2001:db8::1]:7233", False),
+    ],
+)
 def test_is_local_address(address, local):
     assert is_local_address(address) is local

@@ -39,10 +39,18 @@ def proxy(tmp_path_factory, temporal_address):
 def environment(tmp_path: Path, address: str, ca_path: Path, client: tuple[Path, Path] | None) -> dict[str, str]:
     (tmp_path / "temporal.toml").write_text("")  # no profile of this machine's user leaks in
     queue = f"mtls-{uuid.uuid4().hex[:8]}"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
-           "TEMPORAL_ADDRESS": address, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(ca_path),
-           "TEMPORAL_TLS_SERVER_NAME": SERVER_NAME, "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
-           "FLEETCTL_TASK_QUEUE": queue, "FLEETCTL_FLEET": queue, "FLEETCTL_OPERATOR": "tester@ci"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
+        "TEMPORAL_ADDRESS": address,
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(ca_path),
+        "TEMPORAL_TLS_SERVER_NAME": SERVER_NAME,
+        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+        "FLEETCTL_TASK_QUEUE": queue,
+        "FLEETCTL_FLEET": queue,
+        "FLEETCTL_OPERATOR": "tester@ci",
+    }
     if client:
         env["TEMPORAL_TLS_CLIENT_CERT_PATH"], env["TEMPORAL_TLS_CLIENT_KEY_PATH"] = map(str, client)
     return env
@@ -58,10 +66,16 @@ def test_worker_and_cli_work_through_the_mtls_proxy(proxy, tmp_path):
     name = f"mtls-{uuid.uuid4().hex[:6]}"
     inventory = tmp_path / "inventory.yaml"
     # Two more nodes, new and idle: the admitted one's partners in burn-in's all-reduce pairs.
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: sim}}\n"
-        for n in (name, f"{name}-p1", f"{name}-p2")))
-    worker = subprocess.Popen([FLEETCTL, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: sim}}\n"
+            for n in (name, f"{name}-p1", f"{name}-p2")
+        )
+    )
+    worker = subprocess.Popen(
+        [FLEETCTL, "worker"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
         started = worker.stdout.readline()
         assert f"Temporal {proxy.address} namespace default, mTLS (CA {ca.cert_path})" in started, started
@@ -88,7 +102,9 @@ def test_a_wrong_or_missing_client_certificate_fails_in_one_line(proxy, tmp_path
     rogue = Authority(tmp_path, "rogue-ca").client("intruder") if client == "another CA's certificate" else None
     env = environment(tmp_path, proxy.address, ca.cert_path, rogue)
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("nodes:\n  - {name: refused, address: sim://refused, profile: h100-sxm, rack: r1, scheduler: sim}\n")
+    inventory.write_text(
+        "nodes:\n  - {name: refused, address: sim://refused, profile: h100-sxm, rack: r1, scheduler: sim}\n"
+    )
     result = fleetctl(env, "node", "import", str(inventory))
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1, result.stderr

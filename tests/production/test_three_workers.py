@@ -56,8 +56,11 @@ async def running_activity(address: str, names: list[str], workers: list[subproc
             description = await client.get_workflow_handle(f"node/{name}").describe()
             for pending in description.raw_description.pending_activities:
                 pid = pending.last_worker_identity.partition("@")[0]
-                if pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED and pid.isdigit() \
-                        and int(pid) in pids:
+                if (
+                    pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                    and pid.isdigit()
+                    and int(pid) in pids
+                ):
                     return f"node/{name}", pending.activity_id, int(pid)
         assert time.monotonic() < deadline, "no worker ever ran an activity of burn-in"
         assert all(w.poll() is None for w in workers), "a worker died before the kill"
@@ -73,11 +76,17 @@ async def activity_starts(address: str, names: list[str]) -> list[tuple[str, str
     starts = []
     for name in names:
         history = await client.get_workflow_handle(f"node/{name}").fetch_history()
-        activity_ids = {event.event_id: event.activity_task_scheduled_event_attributes.activity_id
-                        for event in history.events if event.HasField("activity_task_scheduled_event_attributes")}
-        starts += [(f"node/{name}", activity_ids[started.scheduled_event_id], started.identity, started.attempt)
-                   for event in history.events if event.HasField("activity_task_started_event_attributes")
-                   for started in [event.activity_task_started_event_attributes]]
+        activity_ids = {
+            event.event_id: event.activity_task_scheduled_event_attributes.activity_id
+            for event in history.events
+            if event.HasField("activity_task_scheduled_event_attributes")
+        }
+        starts += [
+            (f"node/{name}", activity_ids[started.scheduled_event_id], started.identity, started.attempt)
+            for event in history.events
+            if event.HasField("activity_task_started_event_attributes")
+            for started in [event.activity_task_started_event_attributes]
+        ]
     return starts
 
 
@@ -87,14 +96,26 @@ def test_three_workers_share_a_fleet_and_survive_a_kill(postgres_server, tempora
     db_url = _fresh_postgres_url(postgres_server)  # empty: the three workers migrate it together
     queue = f"three-{uuid.uuid4().hex[:8]}"
     (tmp_path / "temporal.toml").write_text("")
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
-           "FLEETCTL_DB_URL": db_url, "TEMPORAL_ADDRESS": temporal_address, "FLEETCTL_TASK_QUEUE": queue,
-           "FLEETCTL_FLEET": queue, "FLEETCTL_SIM_TIME_SCALE": SIM_TIME_SCALE, "FLEETCTL_OPERATOR": "tester@ci"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
+        "FLEETCTL_DB_URL": db_url,
+        "TEMPORAL_ADDRESS": temporal_address,
+        "FLEETCTL_TASK_QUEUE": queue,
+        "FLEETCTL_FLEET": queue,
+        "FLEETCTL_SIM_TIME_SCALE": SIM_TIME_SCALE,
+        "FLEETCTL_OPERATOR": "tester@ci",
+    }
     names = [f"w{uuid.uuid4().hex[:5]}-{i}" for i in range(NODES)]
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % 2}, scheduler: sim}}\n"
-        for i, n in enumerate(names)))
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % 2}, scheduler: sim}}\n"
+            for i, n in enumerate(names)
+        )
+    )
     log = open(tmp_path / "workers.log", "wb")
     workers = [start_worker(env, log) for _ in range(WORKERS)]
     try:
@@ -124,13 +145,18 @@ def test_three_workers_share_a_fleet_and_survive_a_kill(postgres_server, tempora
     for name in names:
         events = queries.node_events(engine, name)
         assert [(e.from_state, e.to_state, e.state_version) for e in events] == [
-            ("new", "burn_in", 1), ("burn_in", "admission", 2), ("admission", "production", 3)], name
+            ("new", "burn_in", 1),
+            ("burn_in", "admission", 2),
+            ("admission", "production", 3),
+        ], name
         runs = queries.latest_checks(engine, name, limit=50)
         assert sorted(r.check_name for r in runs) == sorted(suite), name  # each check once
     dispose_all()
 
     starts = asyncio.run(activity_starts(temporal_address, names))
-    (interrupted,) = [(identity, attempt) for wf, act, identity, attempt in starts if (wf, act) == (workflow_id, activity_id)]
+    (interrupted,) = [
+        (identity, attempt) for wf, act, identity, attempt in starts if (wf, act) == (workflow_id, activity_id)
+    ]
     # The activity the victim was running either finished just before the kill or was run
     # again by a surviving worker once the dead one's timeout passed.
     assert interrupted[0].startswith(f"{victim.pid}@") or interrupted[1] >= 2, interrupted

@@ -66,8 +66,15 @@ async def ssh_fleet(make_settings, sqlite_url, ssh_node, tmp_path):  # noqa: F81
         settings.suites_dir = str(suites)
         workers.append(WorkerThread(settings).start())
         prefix = f"ssh{uuid.uuid4().hex[:5]}"
-        specs = [NodeSpec(name=f"{prefix}-{i}", address=f"{ssh_node.user}@{ssh_node.address}", profile="h100-sxm",
-                          rack=f"rack-{i % 4}") for i in range(count)]
+        specs = [
+            NodeSpec(
+                name=f"{prefix}-{i}",
+                address=f"{ssh_node.user}@{ssh_node.address}",
+                profile="h100-sxm",
+                rack=f"rack-{i % 4}",
+            )
+            for i in range(count)
+        ]
         queries.upsert_nodes(get_engine(settings.db_url), specs)
         client = await connect(settings)
         await ensure_node_workflows(client, settings, [(s.name, "new", 0) for s in specs])

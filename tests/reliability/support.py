@@ -27,9 +27,13 @@ def db_snapshot(db_url: str) -> dict[str, list[tuple]]:
 
 def inventory_file(tmp_path: Path, names: list[str], scheduler: str = "sim", racks: int = 2) -> Path:
     path = tmp_path / "inventory.yaml"
-    path.write_text("nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % racks}, scheduler: {scheduler}}}\n"
-        for i, n in enumerate(names)))
+    path.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: rack-{i % racks}, scheduler: {scheduler}}}\n"
+            for i, n in enumerate(names)
+        )
+    )
     return path
 
 
@@ -42,8 +46,16 @@ class Cli:
 
     def __call__(self, *args: str, input: str | None = None, operator: str | None = None):
         s = self.settings
-        base = ["--db-url", s.db_url, "--temporal-address", s.temporal_address, "--task-queue", s.task_queue,
-                "--as", operator or self.operator]
+        base = [
+            "--db-url",
+            s.db_url,
+            "--temporal-address",
+            s.temporal_address,
+            "--task-queue",
+            s.task_queue,
+            "--as",
+            operator or self.operator,
+        ]
         # A wide terminal: the tests read what a table's cells say, not where rich wraps them.
         return CliRunner().invoke(app, [*base, *args], input=input, env={"FLEETCTL_FLEET": s.fleet, "COLUMNS": "200"})
 
@@ -56,8 +68,9 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
-async def wait_for(predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: str,
-                   interval_s: float = 0.1) -> None:
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.1
+) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()

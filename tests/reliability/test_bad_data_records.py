@@ -31,14 +31,18 @@ class Records:
         self.engine = get_engine(settings.db_url)
         self.activities = NodeActivities(settings, SchedulerRegistry(settings))
 
-    def event(self, event_id: str, code: int | None = 13, message: str = "seen", source: str = "agent") -> HealthEventInput:
+    def event(
+        self, event_id: str, code: int | None = 13, message: str = "seen", source: str = "agent"
+    ) -> HealthEventInput:
         return HealthEventInput(self.node, source, code, message, "agent", event_id, T0, T0, severity="warning")
 
     def one(self, ev: HealthEventInput):
         return ActivityEnvironment().run(self.activities.record_health_event, ev)
 
     def burst(self, *events: HealthEventInput):
-        return ActivityEnvironment().run(self.activities.record_health_events, HealthEventBatch(self.node, list(events)))
+        return ActivityEnvironment().run(
+            self.activities.record_health_events, HealthEventBatch(self.node, list(events))
+        )
 
     def messages(self) -> dict[int | None, list[str]]:
         out: dict[int | None, list[str]] = {}
@@ -52,27 +56,34 @@ def records(make_settings, db_url) -> Records:
     return Records(make_settings(db_url))
 
 
-@pytest.mark.parametrize("message, stored", [
-    ("GPU \ud800 garbled", "GPU \ufffd garbled"),  # JSON's "\ud800"
-    ("fan \udcff stuck", "fan \ufffd stuck"),  # a byte argv could not decode
-    ("nul \x00 byte", "nul \ufffd byte"),  # PostgreSQL's text refuses it
-    ("y" * 1_000_000, "y" * (MAX_TEXT - 1) + "…"),
-], ids=["json-surrogate", "argv-surrogate", "nul", "1-mb"])
+@pytest.mark.parametrize(
+    "message, stored",
+    [
+        ("GPU \ud800 garbled", "GPU \ufffd garbled"),  # JSON's "\ud800"
+        ("fan \udcff stuck", "fan \ufffd stuck"),  # a byte argv could not decode
+        ("nul \x00 byte", "nul \ufffd byte"),  # PostgreSQL's text refuses it
+        ("y" * 1_000_000, "y" * (MAX_TEXT - 1) + "…"),
+    ],
+    ids=["json-surrogate", "argv-surrogate", "nul", "1-mb"],
+)
 def test_a_message_no_row_can_hold_is_stored_bounded_and_replaced(records, message, stored) -> None:
     records.one(records.event("e1", message=message))
     assert records.messages() == {13: [stored]}
 
 
 def test_a_burst_with_unstorable_text_records_every_event_and_acts_on_the_xid_79(records) -> None:
-    result = records.burst(records.event("a", message="\ud800"), records.event("b", message="\x00" * 10),
-                           records.event("c", 79, "GPU has fallen off the bus"))
+    result = records.burst(
+        records.event("a", message="\ud800"),
+        records.event("b", message="\x00" * 10),
+        records.event("c", 79, "GPU has fallen off the bus"),
+    )
     assert result.refusals == ["", "", ""] and [v.index for v in result.acted] == [2]
     assert records.messages() == {13: ["\ufffd", "\ufffd" * 10], 79: ["GPU has fallen off the bus"]}
 
 
 def test_an_event_id_too_long_for_the_unique_index_is_stored_as_its_hash_once(records) -> None:
     """PostgreSQL's btree refuses an index entry over about 2,700 bytes."""
-    ev = records.event("\U0001F600" * 5000, message="long id")
+    ev = records.event("\U0001f600" * 5000, message="long id")
     records.one(ev)
     records.one(ev)  # resent: the same hash, recorded once
     (stored,) = queries.health_events(records.engine, records.node)
@@ -80,8 +91,19 @@ def test_an_event_id_too_long_for_the_unique_index_is_stored_as_its_hash_once(re
 
 
 def test_a_transition_cause_with_a_lone_surrogate_is_recorded_replaced(records) -> None:
-    record = TransitionRecord(records.node, "new", "burn_in", "begin_burn_in", "operator: PSU \udcff smoke" + "z" * 5000,
-                              "alice@console", "operator", "node/x", "run", 0, f"node/{records.node}@0")
+    record = TransitionRecord(
+        records.node,
+        "new",
+        "burn_in",
+        "begin_burn_in",
+        "operator: PSU \udcff smoke" + "z" * 5000,
+        "alice@console",
+        "operator",
+        "node/x",
+        "run",
+        0,
+        f"node/{records.node}@0",
+    )
     ActivityEnvironment().run(records.activities.record_transition, record)
     (event,) = queries.node_events(records.engine, records.node)
     assert event.cause.startswith("operator: PSU \ufffd smoke") and len(event.cause) == MAX_TEXT

@@ -26,8 +26,12 @@ from fleetctl.inventory.parse import InventoryError, parse_inventory, parse_sele
 from fleetctl.remediation.runbooks import RunbookError, parse_runbook
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checks"
-FUZZ = settings(max_examples=150, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 # A parser that takes longer than this on a few kilobytes has a runaway regex or loop.
 PARSE_BUDGET_S = 1.0
 # Kinds whose verdict rests on result lines the tool must print: text without them is never
@@ -35,24 +39,45 @@ PARSE_BUDGET_S = 1.0
 NEEDS_RESULT_LINES = tuple(k for k in KINDS if k != "xid")
 
 # YAML-shaped garbage: the documents a typo, a wrong file or a hostile user produce.
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                    st.text(max_size=30), st.sampled_from(["{{ 1 }}", "{% for %}", "sim://x", "h100-sxm", "quick",
-                                                           "$(id)", "a;b", "--", "\n", "~"]))
-DOCUMENTS = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=5), st.dictionaries(st.one_of(st.text(max_size=12), st.integers()), inner, max_size=5)),
-    max_leaves=25)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=30),
+    st.sampled_from(["{{ 1 }}", "{% for %}", "sim://x", "h100-sxm", "quick", "$(id)", "a;b", "--", "\n", "~"]),
+)
+DOCUMENTS = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.one_of(st.text(max_size=12), st.integers()), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
 
 NODE_ENTRIES = st.fixed_dictionaries(
     {"name": SCALARS, "address": SCALARS, "profile": SCALARS},
-    optional={"rack": SCALARS, "labels": DOCUMENTS, "scheduler": SCALARS, "bmc": SCALARS, "user": SCALARS})
-INVENTORIES = st.one_of(DOCUMENTS, st.fixed_dictionaries({"nodes": st.lists(st.one_of(DOCUMENTS, NODE_ENTRIES), max_size=4)}))
+    optional={"rack": SCALARS, "labels": DOCUMENTS, "scheduler": SCALARS, "bmc": SCALARS, "user": SCALARS},
+)
+INVENTORIES = st.one_of(
+    DOCUMENTS, st.fixed_dictionaries({"nodes": st.lists(st.one_of(DOCUMENTS, NODE_ENTRIES), max_size=4)})
+)
 RUNBOOK_STEPS = st.fixed_dictionaries(
     {"action": st.sampled_from(["gpu_reset", "reboot", "run_check", "notify", "drain", "wait", "set_state", "bogus"])},
-    optional={"with": DOCUMENTS, "when": SCALARS, "on_failure": SCALARS, "name": SCALARS})
-RUNBOOKS = st.one_of(DOCUMENTS, st.fixed_dictionaries(
-    {"name": st.one_of(SCALARS, st.just("rb")), "match": st.one_of(DOCUMENTS, st.just({"xid": [79]})),
-     "steps": st.lists(st.one_of(DOCUMENTS, RUNBOOK_STEPS), max_size=4)},
-    optional={"priority": SCALARS, "description": SCALARS}))
+    optional={"with": DOCUMENTS, "when": SCALARS, "on_failure": SCALARS, "name": SCALARS},
+)
+RUNBOOKS = st.one_of(
+    DOCUMENTS,
+    st.fixed_dictionaries(
+        {
+            "name": st.one_of(SCALARS, st.just("rb")),
+            "match": st.one_of(DOCUMENTS, st.just({"xid": [79]})),
+            "steps": st.lists(st.one_of(DOCUMENTS, RUNBOOK_STEPS), max_size=4),
+        },
+        optional={"priority": SCALARS, "description": SCALARS},
+    ),
+)
+
 
 def _healthy_lines() -> list[str]:
     return [line for path in sorted(FIXTURES.glob("*/*_ok.txt")) for line in path.read_text().splitlines()]
@@ -92,8 +117,12 @@ def test_arbitrary_text_is_a_verdict_and_never_a_pass(kind: str, text: str) -> N
 
 
 @FUZZ
-@given(kind=st.sampled_from(KINDS), seed=st.integers(0, 2**32), count=st.integers(1, 200),
-       noise=st.lists(st.text(max_size=80), max_size=10))
+@given(
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 2**32),
+    count=st.integers(1, 200),
+    noise=st.lists(st.text(max_size=80), max_size=10),
+)
 def test_real_tool_lines_mixed_up_are_a_verdict(kind: str, seed: int, count: int, noise: list[str]) -> None:
     """Lines of real outputs of every tool, shuffled and interleaved with noise: the shape a
     tool upgrade or a garbled terminal produces. Any verdict is fine; an exception is not."""
@@ -104,16 +133,20 @@ def test_real_tool_lines_mixed_up_are_a_verdict(kind: str, seed: int, count: int
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shape", [
-    "9" * 200_000,
-    "| " * 100_000,
-    "Xid " * 50_000,
-    ("1 " * 40 + "\n") * 5_000,
-    "[" * 50_000,
-    "{" * 50_000,
-    '{"a":' * 5_000,
-    "\0\x1b[31m\r" * 20_000,
-], ids=["digits", "pipes", "xids", "wide-rows", "brackets", "braces", "deep-json", "control"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "9" * 200_000,
+        "| " * 100_000,
+        "Xid " * 50_000,
+        ("1 " * 40 + "\n") * 5_000,
+        "[" * 50_000,
+        "{" * 50_000,
+        '{"a":' * 5_000,
+        "\0\x1b[31m\r" * 20_000,
+    ],
+    ids=["digits", "pipes", "xids", "wide-rows", "brackets", "braces", "deep-json", "control"],
+)
 def test_pathological_large_inputs_finish_quickly(kind: str, shape: str) -> None:
     result = _timed(judge, kind, shape, "h100-sxm")
     if kind in NEEDS_RESULT_LINES:
@@ -206,8 +239,14 @@ def test_suite_loader_accepts_or_names_the_problem(doc, tmp_path_factory) -> Non
 
 
 @FUZZ
-@given(doc=st.one_of(DOCUMENTS, st.fixed_dictionaries(
-    {"name": SCALARS, "profiles": st.dictionaries(st.sampled_from(["h100-sxm", "nope"]), DOCUMENTS, max_size=2)})))
+@given(
+    doc=st.one_of(
+        DOCUMENTS,
+        st.fixed_dictionaries(
+            {"name": SCALARS, "profiles": st.dictionaries(st.sampled_from(["h100-sxm", "nope"]), DOCUMENTS, max_size=2)}
+        ),
+    )
+)
 def test_firmware_baseline_loader_accepts_or_names_the_problem(doc) -> None:
     try:
         _timed(firmware.parse_baseline, _yaml_text(doc), "baseline.yaml", {"h100-sxm"})

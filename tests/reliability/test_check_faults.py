@@ -60,20 +60,24 @@ async def test_hanging_check_is_killed_retried_then_an_error(ssh_fleet, monkeypa
     # The executor's timeout is at least 30 s a try; three tries would be most of this
     # suite's time budget, so the test shortens it. The hang, the kill and the retries are real.
     real_run = check_activities._run_with_heartbeat
-    monkeypatch.setattr(check_activities, "_run_with_heartbeat",
-                        lambda executor, target, argv, timeout_s: real_run(executor, target, argv, min(timeout_s, 2.0)))
+    monkeypatch.setattr(
+        check_activities,
+        "_run_with_heartbeat",
+        lambda executor, target, argv, timeout_s: real_run(executor, target, argv, min(timeout_s, 2.0)),
+    )
     fleet = await ssh_fleet(1)
     (name,) = fleet.names
     await fleet.to_production(name)
     marker = f"{fleet.node.root}/hung"
     # A duration of this test's own: another copy of the suite on the machine hangs its own sleep.
     hang = f"3601.{os.getpid()}"
-    with tool_script(fleet, f'echo started >> {marker}\nexec sleep {hang}\n'):
+    with tool_script(fleet, f"echo started >> {marker}\nexec sleep {hang}\n"):
         await fleet.recheck(name)
     assert Path(marker).read_text().count("started") == CheckRequest.max_attempts
     assert "timeout" in assert_unjudged_not_failed(fleet, name, "timeout")
-    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == f"sleep\x00{hang}\x00".encode()], \
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _reads(p) == f"sleep\x00{hang}\x00".encode()], (
         "the hung tool outlived its check"
+    )
 
 
 def _reads(path: Path) -> bytes:
@@ -128,8 +132,11 @@ async def test_checker_storm_of_garbage_drains_nothing(ssh_fleet) -> None:
         await fleet.to_production(name)
     fleet.node.set_tool_output(TOOL, "nvidia-smi: unrecognized option '--query-gpu'\nSee nvidia-smi -h\n", 0)
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="one-check", max_concurrent=6, fleet=fleet.settings.fleet),
-        id=f"storm-{fleet.names[0]}", task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="one-check", max_concurrent=6, fleet=fleet.settings.fleet),
+        id=f"storm-{fleet.names[0]}",
+        task_queue=fleet.settings.task_queue,
+    )
     assert sorted(result.errors) == sorted(fleet.names) and not result.failed and not result.drained
     assert {queries.get_node(fleet.engine, n).state for n in fleet.names} == {"production"}
     for name in fleet.names:

@@ -34,12 +34,16 @@ class UpgradedToolsExecutor:
         pass
 
 
-@pytest.mark.parametrize(("errored", "checked", "storm"), [
-    (20, 20, True), (5, 20, True),  # more than 20% of the nodes checked
-    (4, 20, False),  # exactly 20%: not more
-    (2, 2, False),  # a storm needs at least storm_min_failures nodes
-    (0, 0, False),
-])
+@pytest.mark.parametrize(
+    ("errored", "checked", "storm"),
+    [
+        (20, 20, True),
+        (5, 20, True),  # more than 20% of the nodes checked
+        (4, 20, False),  # exactly 20%: not more
+        (2, 2, False),  # a storm needs at least storm_min_failures nodes
+        (0, 0, False),
+    ],
+)
 def test_checker_storm_threshold(errored: int, checked: int, storm: bool) -> None:
     reason = checker_storm(GuardPolicy(storm_fraction=0.2, storm_min_failures=3), errored, checked)
     assert (reason is not None) == storm
@@ -56,8 +60,11 @@ async def test_sweep_of_unjudgeable_output_opens_the_breaker_and_drains_nobody(s
             await request_transition(fleet.client, name, trigger, "setup", actor_kind="automation")
 
     result = await fleet.client.execute_workflow(
-        ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=20, fleet=fleet.settings.fleet),
-        id=f"storm-{fleet.names[0]}", task_queue=fleet.settings.task_queue)
+        ActiveCheckSweep.run,
+        SweepInput(suite="quick", max_concurrent=20, fleet=fleet.settings.fleet),
+        id=f"storm-{fleet.names[0]}",
+        task_queue=fleet.settings.task_queue,
+    )
 
     assert sorted(result.errors) == sorted(fleet.names) and not result.failed and not result.drained
     reason = "checker storm: 20 of 20 nodes returned unjudgeable output"
@@ -66,7 +73,10 @@ async def test_sweep_of_unjudgeable_output_opens_the_breaker_and_drains_nobody(s
     for name in fleet.names:  # nobody drained, nothing recorded against the nodes
         assert fleet.state(name) == "production"
         assert [e.trigger for e in queries.node_events(fleet.engine, name)] == [
-            "begin_burn_in", "begin_admission", "enter_production"]
+            "begin_burn_in",
+            "begin_admission",
+            "enter_production",
+        ]
         assert [r.error_kind for r in queries.latest_checks(fleet.engine, name)] == ["unjudgeable"]
     (opened,) = [e for e in queries.automation_events(fleet.engine, limit=50) if e.kind == "breaker_open"]
     assert opened.reason.startswith(reason) and opened.node_name is None
@@ -80,5 +90,6 @@ async def test_sweep_of_unjudgeable_output_opens_the_breaker_and_drains_nobody(s
     report = await asyncio.to_thread(cli, "report", "--since", "1h", "-o", "json")
     assert report.exit_code == 0, report.output
     assert [(e["kind"], e["reason"].startswith(reason)) for e in json.loads(report.stdout)["breaker"]] == [
-        ("breaker_open", True)]
+        ("breaker_open", True)
+    ]
     assert "checker storm" in (await asyncio.to_thread(cli, "report", "--since", "1h")).stdout

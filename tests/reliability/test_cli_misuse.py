@@ -44,7 +44,11 @@ def misuses(node: str, log: str) -> list[tuple[list[str], int, str]]:
         (["node", "event", node, "--xid", "79", "--from-log", log], 2, "at most one of --xid or --from-log"),
         (["node", "event", node], 2, "give --xid, --from-log, or --message with --severity"),
         (["node", "event", node, "--message", "SXid 24007"], 2, "--message with --severity"),
-        (["node", "event", node, "--xid", "79", "--severity", "urgent"], 2, "--severity must be one of info, warning, critical"),
+        (
+            ["node", "event", node, "--xid", "79", "--severity", "urgent"],
+            2,
+            "--severity must be one of info, warning, critical",
+        ),
         (["node", "event", node, "--message", "x", "--severity", "CRITICAL"], 2, "--severity must be one of"),
         (["node", "event", node, "--xid", "-3"], 2, "positive XID"),
         (["node", "list", "-l", "pool"], 2, "bad label selector"),
@@ -53,7 +57,11 @@ def misuses(node: str, log: str) -> list[tuple[list[str], int, str]]:
         (["node", "list", "--state", "sideways"], 2, "unknown state 'sideways'"),
         (["node", "drain", node], 2, "Missing option '--reason'"),
         # Free text no record can hold, or a reason that says nothing (issue 27).
-        (["node", "drain", node, "--reason", "PSU\x00smoke", "--yes"], 2, "--reason: a NUL character cannot be recorded"),
+        (
+            ["node", "drain", node, "--reason", "PSU\x00smoke", "--yes"],
+            2,
+            "--reason: a NUL character cannot be recorded",
+        ),
         (["node", "drain", node, "--reason", " \t ", "--yes"], 2, "--reason must say why"),
         (["node", "rma", node, "--reason", ""], 2, "--reason must say why"),
         (["node", "event", node, "--message", "fan\x00", "--severity", "warning"], 2, "--message: a NUL character"),

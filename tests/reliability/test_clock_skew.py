@@ -37,9 +37,19 @@ def health(make_settings, sqlite_url):
     activities = NodeActivities(settings, SchedulerRegistry(settings))
 
     def record(received_at: float, sender_at: float, event_id: str | None = None, from_record: bool = False):
-        return activities.record_health_event(HealthEventInput(
-            node, "xid", WARNING_XID, "contained ECC", "cli", event_id or uuid.uuid4().hex, sender_at, received_at,
-            at_from_record=from_record))
+        return activities.record_health_event(
+            HealthEventInput(
+                node,
+                "xid",
+                WARNING_XID,
+                "contained ECC",
+                "cli",
+                event_id or uuid.uuid4().hex,
+                sender_at,
+                received_at,
+                at_from_record=from_record,
+            )
+        )
 
     record.node, record.engine = node, get_engine(settings.db_url)
     return record
@@ -83,21 +93,29 @@ def _epoch(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-@pytest.mark.parametrize("sent, from_record, expected, why", [
-    (T0 - 10, False, T0 - 10, "a sender's clock within the skew is believed"),
-    (T0 - MAX_SENDER_SKEW_S - 1, False, T0, "a sender's clock minutes behind is a wrong clock: its send time cannot be that old"),
-    (T0 + MAX_SENDER_SKEW_S + 1, False, T0, "nor minutes ahead"),
-    (0.0, False, T0, "a sender that gave no time"),
-    # A logged record's time is when the fault happened, not when it was sent: an agent
-    # spools its events while Temporal is away, so a kernel line an hour old arrives now.
-    # Replaced by the receive time, it would land in the escalation window of events that
-    # came later, and a job restart would look an hour shorter than it was.
-    (T0 - HOUR, True, T0 - HOUR, "a spooled kernel line keeps the time it was logged"),
-    (T0 - 6 * DAY, True, T0 - 6 * DAY, "days old is still a delivery delay (an outage spooled)"),
-    (T0 - MAX_RECORD_AGE_S - 1, True, T0, "older than a week is a wrong node clock or a replayed archive"),
-    (T0 + MAX_SENDER_SKEW_S + 1, True, T0, "a record from the future is a wrong clock however it was read"),
-    (0.0, True, T0, "a record without a time"),
-])
+@pytest.mark.parametrize(
+    "sent, from_record, expected, why",
+    [
+        (T0 - 10, False, T0 - 10, "a sender's clock within the skew is believed"),
+        (
+            T0 - MAX_SENDER_SKEW_S - 1,
+            False,
+            T0,
+            "a sender's clock minutes behind is a wrong clock: its send time cannot be that old",
+        ),
+        (T0 + MAX_SENDER_SKEW_S + 1, False, T0, "nor minutes ahead"),
+        (0.0, False, T0, "a sender that gave no time"),
+        # A logged record's time is when the fault happened, not when it was sent: an agent
+        # spools its events while Temporal is away, so a kernel line an hour old arrives now.
+        # Replaced by the receive time, it would land in the escalation window of events that
+        # came later, and a job restart would look an hour shorter than it was.
+        (T0 - HOUR, True, T0 - HOUR, "a spooled kernel line keeps the time it was logged"),
+        (T0 - 6 * DAY, True, T0 - 6 * DAY, "days old is still a delivery delay (an outage spooled)"),
+        (T0 - MAX_RECORD_AGE_S - 1, True, T0, "older than a week is a wrong node clock or a replayed archive"),
+        (T0 + MAX_SENDER_SKEW_S + 1, True, T0, "a record from the future is a wrong clock however it was read"),
+        (0.0, True, T0, "a record without a time"),
+    ],
+)
 def test_plausible_time(sent: float, from_record: bool, expected: float, why: str) -> None:
     assert plausible_time(sent, T0, from_record) == expected, why
 
@@ -116,14 +134,23 @@ def test_a_spooled_record_keeps_its_logged_time_and_stays_out_of_later_windows(h
 WORKFLOWS_DIR = Path(__file__).parents[2] / "workflows"
 # The host's clock, read or waited on: a replay on another worker, or after a clock jump,
 # would see another value. (module or class, attribute)
-CLOCK = {("time", name) for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
-                                     "perf_counter_ns", "sleep")} \
-    | {("datetime", name) for name in ("now", "utcnow", "today")} | {("date", "today")}
+CLOCK = (
+    {
+        ("time", name)
+        for name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns", "sleep")
+    }
+    | {("datetime", name) for name in ("now", "utcnow", "today")}
+    | {("date", "today")}
+)
 
 
 def _workflow_classes(tree: ast.Module) -> list[ast.ClassDef]:
-    return [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
-            and any(ast.unparse(d).startswith(("workflow.defn", "defn")) for d in node.decorator_list)]
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(ast.unparse(d).startswith(("workflow.defn", "defn")) for d in node.decorator_list)
+    ]
 
 
 def _clock_reads(tree: ast.Module) -> list[str]:
@@ -142,18 +169,30 @@ def _clock_reads(tree: ast.Module) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             owner = node.value
-            owner_name = owner.attr if isinstance(owner, ast.Attribute) else aliases.get(owner.id, owner.id) \
-                if isinstance(owner, ast.Name) else None
+            owner_name = (
+                owner.attr
+                if isinstance(owner, ast.Attribute)
+                else aliases.get(owner.id, owner.id)
+                if isinstance(owner, ast.Name)
+                else None
+            )
             if (owner_name, node.attr) in CLOCK:
                 reads.append(f"line {node.lineno}: {ast.unparse(node)}")
     return reads
 
 
-@pytest.mark.parametrize("source", [
-    "import time\ntime.time()", "import time as t\nt.monotonic()", "from time import monotonic\nmonotonic()",
-    "import datetime\ndatetime.datetime.now()", "from datetime import datetime as dt\ndt.utcnow()",
-    "from datetime import date\ndate.today()", "import time\ntime.sleep(1)",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import time\ntime.time()",
+        "import time as t\nt.monotonic()",
+        "from time import monotonic\nmonotonic()",
+        "import datetime\ndatetime.datetime.now()",
+        "from datetime import datetime as dt\ndt.utcnow()",
+        "from datetime import date\ndate.today()",
+        "import time\ntime.sleep(1)",
+    ],
+)
 def test_the_scan_finds_every_way_to_read_the_clock(source: str) -> None:
     assert _clock_reads(ast.parse(source))
 
@@ -164,8 +203,10 @@ def test_workflow_code_reads_no_wall_clock() -> None:
     module under workflows/ that defines a workflow, wherever it lives, is scanned."""
     from workflows.worker import WORKFLOWS
 
-    trees = {p.relative_to(WORKFLOWS_DIR).as_posix(): ast.parse(p.read_text(), str(p))
-             for p in sorted(WORKFLOWS_DIR.rglob("*.py"))}
+    trees = {
+        p.relative_to(WORKFLOWS_DIR).as_posix(): ast.parse(p.read_text(), str(p))
+        for p in sorted(WORKFLOWS_DIR.rglob("*.py"))
+    }
     defining = {name: tree for name, tree in trees.items() if _workflow_classes(tree)}
     found = {c.name for tree in defining.values() for c in _workflow_classes(tree)}
     assert found == {w.__name__ for w in WORKFLOWS}  # the scan sees every workflow the worker runs
@@ -173,8 +214,11 @@ def test_workflow_code_reads_no_wall_clock() -> None:
     assert offenders == {}
     # The storm window itself: the removal decision compares workflow.now() with it.
     (guard,) = [c for tree in defining.values() for c in _workflow_classes(tree) if c.name == "CapacityGuard"]
-    decision = [f for f in guard.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-                and f.name in ("request_removal", "_decide")]
+    decision = [
+        f
+        for f in guard.body
+        if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name in ("request_removal", "_decide")
+    ]
     assert len(decision) == 2
     uses = {ast.unparse(n) for f in decision for n in ast.walk(f) if isinstance(n, (ast.Call, ast.Attribute))}
     assert "workflow.now()" in uses and "self.s.policy.storm_window_s" in uses
@@ -190,8 +234,9 @@ async def test_a_skewed_cli_clock_is_replaced_by_the_workflow_receive_time(make_
         await ensure_node_workflows(client, settings, [(node, "new", 0)])
         engine = get_engine(settings.db_url)
         sent = datetime.now(timezone.utc).timestamp()
-        await send_health_events(client, node, [HealthEventInput(node, "xid", WARNING_XID, "", "cli", "skewed",
-                                                                 sent - 3 * DAY)])
+        await send_health_events(
+            client, node, [HealthEventInput(node, "xid", WARNING_XID, "", "cli", "skewed", sent - 3 * DAY)]
+        )
         await wait_for(lambda: bool(queries.health_events(engine, node)), 30, "the event to be recorded")
     finally:
         worker.stop()

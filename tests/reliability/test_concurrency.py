@@ -28,10 +28,22 @@ pytestmark = pytest.mark.temporal
 def fleetctl_async(settings, operator: str, *args: str):
     """A CLI process of its own (two operators are two processes), started now."""
     return asyncio.create_subprocess_exec(
-        sys.executable, "-m", "fleetctl.cli.main", "--db-url", settings.db_url, "--temporal-address",
-        settings.temporal_address, "--task-queue", settings.task_queue, "--as", operator, *args,
+        sys.executable,
+        "-m",
+        "fleetctl.cli.main",
+        "--db-url",
+        settings.db_url,
+        "--temporal-address",
+        settings.temporal_address,
+        "--task-queue",
+        settings.task_queue,
+        "--as",
+        operator,
+        *args,
         env={**os.environ, "FLEETCTL_CONFIG": os.devnull, "FLEETCTL_FLEET": settings.fleet},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.fixture
@@ -50,7 +62,9 @@ async def fleet(make_settings, sqlite_url, tmp_path):
 
 
 def refusals(engine, node: str) -> list[str]:
-    return [e.actor for e in queries.automation_events(engine, limit=100) if e.kind == "rejected" and e.node_name == node]
+    return [
+        e.actor for e in queries.automation_events(engine, limit=100) if e.kind == "rejected" and e.node_name == node
+    ]
 
 
 async def test_two_operators_conflicting_on_one_node(fleet) -> None:
@@ -115,7 +129,9 @@ def test_schedule_firing_while_the_previous_sweep_runs_is_skipped(make_settings,
     async def watch() -> tuple[int, ScheduleOverlapPolicy]:
         client = await connect(settings)
         most_at_once = 0
-        query = f"WorkflowType = 'ActiveCheckSweep' AND ExecutionStatus = 'Running' AND TaskQueue = '{settings.task_queue}'"
+        query = (
+            f"WorkflowType = 'ActiveCheckSweep' AND ExecutionStatus = 'Running' AND TaskQueue = '{settings.task_queue}'"
+        )
         for _ in range(40):  # 8 s: several intervals, several sweeps
             running = [w async for w in client.list_workflows(query)]
             most_at_once = max(most_at_once, len(running))

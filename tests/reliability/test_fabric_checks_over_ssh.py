@@ -86,7 +86,9 @@ exit 0
 def test_every_rail_over_ssh(ssh_node: SshNode) -> None:
     spec = CHECKS["ib-rails"]
     with tools(ssh_node), ssh_node.executor() as executor:
-        result = run_rails(lambda argv: executor.run(ssh_node.target(), argv, timeout_s=60), spec, load_profile("h100-sxm"))
+        result = run_rails(
+            lambda argv: executor.run(ssh_node.target(), argv, timeout_s=60), spec, load_profile("h100-sxm")
+        )
     verdict = judge(spec.kind, result.stdout, "h100-sxm")
     assert verdict.status is Status.PASS, verdict.reason
     assert sorted(verdict.metrics["bw_avg_gbps"]) == sorted(f"{d} port 1" for d in RAILS)
@@ -94,13 +96,17 @@ def test_every_rail_over_ssh(ssh_node: SshNode) -> None:
     bw_calls = ssh_node.tool_calls("ib_write_bw")
     assert sorted(c[1] for c in bw_calls) == sorted(RAILS * 2)
     assert all(c[:4] == ["-d", c[1], "-i", "1"] and "--report_gbits" in c for c in bw_calls)
-    assert sorted(c for c in ssh_node.tool_calls("perfquery")) == sorted([["-x", "-C", d, "-P", "1"] for d in RAILS] * 2)
+    assert sorted(c for c in ssh_node.tool_calls("perfquery")) == sorted(
+        [["-x", "-C", d, "-P", "1"] for d in RAILS] * 2
+    )
 
 
 def test_a_rail_that_flapped_during_the_run_fails_over_ssh(ssh_node: SshNode) -> None:
     spec = CHECKS["ib-rails"]
     with tools(ssh_node, flapping="mlx5_6"), ssh_node.executor() as executor:
-        result = run_rails(lambda argv: executor.run(ssh_node.target(), argv, timeout_s=60), spec, load_profile("h100-sxm"))
+        result = run_rails(
+            lambda argv: executor.run(ssh_node.target(), argv, timeout_s=60), spec, load_profile("h100-sxm")
+        )
     verdict = judge(spec.kind, result.stdout, "h100-sxm")
     assert verdict.status is Status.FAIL
     assert verdict.reason == "mlx5_6 port 1: LinkDownedCounter rose by 1 during the check (0 -> 1)"
@@ -109,11 +115,17 @@ def test_a_rail_that_flapped_during_the_run_fails_over_ssh(ssh_node: SshNode) ->
 def test_pairs_over_ssh_launch_mpirun_on_each_pairs_first_node(ssh_node: SshNode) -> None:
     spec = CHECKS["nccl-pairs"]
     with tools(ssh_node), ssh_node.executor() as executor:
-        result = run_pairs(lambda name, argv: executor.run(ssh_node.target(name), argv, timeout_s=60),
-                           spec, "gpu-x", ["gpu-p", "gpu-q"], 8)
+        result = run_pairs(
+            lambda name, argv: executor.run(ssh_node.target(name), argv, timeout_s=60),
+            spec,
+            "gpu-x",
+            ["gpu-p", "gpu-q"],
+            8,
+        )
     calls = ssh_node.tool_calls("mpirun")
-    assert sorted(calls) == sorted(list(pair_argv(a, b, 8, spec.argv)[1:])
-                                   for a, b in [("gpu-x", "gpu-p"), ("gpu-x", "gpu-q"), ("gpu-p", "gpu-q")])
+    assert sorted(calls) == sorted(
+        list(pair_argv(a, b, 8, spec.argv)[1:]) for a, b in [("gpu-x", "gpu-p"), ("gpu-x", "gpu-q"), ("gpu-p", "gpu-q")]
+    )
     verdict = judge(spec.kind, result.stdout, "a100-sxm-80gb")  # 338.82 GB/s: over A100's floor
     assert verdict.status is Status.PASS and verdict.metrics["partners"] == ["gpu-p", "gpu-q"], verdict.reason
     # Under H100's warn floor (368 GB/s), over its fail floor: a warning, named by pair.

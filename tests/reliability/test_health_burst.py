@@ -32,8 +32,11 @@ def burst(make_settings, sqlite_url):
         batch = []
         for code, event_id, message, severity in events:
             sent += 1  # a minute apart, in the order given
-            batch.append(HealthEventInput(node, "agent", code, message, "agent", event_id, T0 + 60 * sent,
-                                          T0 + 60 * sent, severity=severity))
+            batch.append(
+                HealthEventInput(
+                    node, "agent", code, message, "agent", event_id, T0 + 60 * sent, T0 + 60 * sent, severity=severity
+                )
+            )
         return ActivityEnvironment().run(activities.record_health_events, HealthEventBatch(node, batch))
 
     record.node, record.engine = node, get_engine(settings.db_url)
@@ -45,8 +48,9 @@ def ev(code, event_id, message="seen", severity=""):
 
 
 def test_a_burst_escalates_exactly_as_the_same_events_one_by_one(burst) -> None:
-    result = burst(ev(WARNING_XID, "a"), ev(13, "b"), ev(WARNING_XID, "c"), ev(WARNING_XID, "d"),
-                   ev(WARNING_XID, "d"))  # "d" resent within the burst: one event, not a fourth
+    result = burst(
+        ev(WARNING_XID, "a"), ev(13, "b"), ev(WARNING_XID, "c"), ev(WARNING_XID, "d"), ev(WARNING_XID, "d")
+    )  # "d" resent within the burst: one event, not a fourth
     assert [v.index for v in result.acted] == [3, 4]  # only what drains comes back to act on
     assert "seen 3 times" in result.acted[0].reason and result.refusals == [""] * 5
     assert len(queries.health_events(burst.engine, burst.node)) == 4
@@ -65,11 +69,14 @@ def test_a_bad_event_is_refused_alone_and_recorded_as_refused(burst) -> None:
     assert len(refused) == 2 and all(a.node_name == burst.node for a in refused)
 
 
-@pytest.mark.parametrize("severity, drains", [
-    ("critical", True),  # an NVSwitch fatal SXid, a GPU count below the profile: no Xid to judge by
-    ("warning", False),
-    ("", False),  # not said: a warning, as an operator's report always was
-])
+@pytest.mark.parametrize(
+    "severity, drains",
+    [
+        ("critical", True),  # an NVSwitch fatal SXid, a GPU count below the profile: no Xid to judge by
+        ("warning", False),
+        ("", False),  # not said: a warning, as an operator's report always was
+    ],
+)
 def test_an_event_without_a_code_drains_when_sent_as_critical(burst, severity, drains) -> None:
     acted = burst(ev(None, "sxid", "NVSwitch fatal SXid 24007", severity)).acted
     assert [(v.drain_now, v.critical) for v in acted] == ([(True, True)] if drains else [])

@@ -27,7 +27,9 @@ from checks.safe_yaml import YamlRefused, loads, read_text
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8))
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8)
+)
 
 
 def test_alias_bomb_is_refused_quickly_in_one_line() -> None:
@@ -64,8 +66,10 @@ def test_yaml_1_1_renames_are_gone() -> None:
 @pytest.mark.parametrize(
     "nodes, message",
     [
-        ("[{name: gpu-001, address: a, profile: h100-sxm}, {name: GPU-001, address: b, profile: h100-sxm}]",
-         "duplicate name"),
+        (
+            "[{name: gpu-001, address: a, profile: h100-sxm}, {name: GPU-001, address: b, profile: h100-sxm}]",
+            "duplicate name",
+        ),
         ("[{name: GPU_1, address: a, profile: h100-sxm, scheduler: kubernetes}]", "Kubernetes node names"),
         ("[{name: n1, address: a, profile: h100-sxm, bmc: 'http://10.1.0.1'}]", "plain http"),
     ],
@@ -137,12 +141,19 @@ def test_default_operator_is_the_os_account_not_the_environment() -> None:
 
 # ---- runbook templates ----------------------------------------------------------------------
 
-BOMBS = ["{{ ('x'*10000)*10000 }}", "{{ 'x'|center(300000000) }}", "{{ '%300000000s'%'x' }}",
-         "{{ event.message|center(width=300000000) }}", "{{ event.message.ljust(300000000) }}",
-         "{{ '{:300000000}'.format('x') }}", "{{ (['ab'*30000]*100)|join }}", "{{ ['a'*60000]*60000 }}",
-         "{{ 'x'|replace('x', 'y'*1000)|replace('y', 'z'*1000) }}",
-         "{% for a in [1] %}{% for b in [1] %}{% endfor %}{% endfor %}",
-         "{{ (('x'*10000)*10000)|length }}"]  # never printed: only the repeat bound stops it
+BOMBS = [
+    "{{ ('x'*10000)*10000 }}",
+    "{{ 'x'|center(300000000) }}",
+    "{{ '%300000000s'%'x' }}",
+    "{{ event.message|center(width=300000000) }}",
+    "{{ event.message.ljust(300000000) }}",
+    "{{ '{:300000000}'.format('x') }}",
+    "{{ (['ab'*30000]*100)|join }}",
+    "{{ ['a'*60000]*60000 }}",
+    "{{ 'x'|replace('x', 'y'*1000)|replace('y', 'z'*1000) }}",
+    "{% for a in [1] %}{% for b in [1] %}{% endfor %}{% endfor %}",
+    "{{ (('x'*10000)*10000)|length }}",
+]  # never printed: only the repeat bound stops it
 
 
 @pytest.mark.parametrize("template", BOMBS)
@@ -230,7 +241,9 @@ def test_webhook_token_needs_https_off_this_machine() -> None:
 
 # ---- what reaches the operator's terminal ---------------------------------------------------
 
-HOSTILE = "GPU fell \x1b]0;pwned\x07\x1b[2J\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\ [link=http://evil]x[/link] \u202e"
+HOSTILE = (
+    "GPU fell \x1b]0;pwned\x07\x1b[2J\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\ [link=http://evil]x[/link] \u202e"
+)
 
 
 def test_printable_escapes_every_control_sequence() -> None:
@@ -265,8 +278,11 @@ def test_rma_markdown_cannot_break_out() -> None:
 
 
 def test_huge_xid_is_refused_at_the_cli(tmp_path) -> None:
-    result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", "node", "event", "gpu-1",
-                                      "--xid", "99999999999999999999"], env={"FLEETCTL_CONFIG": os.devnull})
+    result = CliRunner().invoke(
+        app,
+        ["--db-url", f"sqlite:///{tmp_path}/fleet.db", "node", "event", "gpu-1", "--xid", "99999999999999999999"],
+        env={"FLEETCTL_CONFIG": os.devnull},
+    )
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().splitlines() == ["error: --xid must be a positive XID code (at most 65535)"]
 
@@ -274,8 +290,11 @@ def test_huge_xid_is_refused_at_the_cli(tmp_path) -> None:
 def test_huge_xid_in_a_kernel_log_is_refused_at_the_cli(tmp_path) -> None:
     log = tmp_path / "dmesg.txt"
     log.write_text("[ 12.3] NVRM: Xid (PCI:0000:18:00): 99999999999999999999, pid=1, Channel 00000001\n")
-    result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", "node", "event", "gpu-1",
-                                      "--from-log", str(log)], env={"FLEETCTL_CONFIG": os.devnull})
+    result = CliRunner().invoke(
+        app,
+        ["--db-url", f"sqlite:///{tmp_path}/fleet.db", "node", "event", "gpu-1", "--from-log", str(log)],
+        env={"FLEETCTL_CONFIG": os.devnull},
+    )
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: {log}: ") and "internal" not in line
@@ -289,8 +308,9 @@ def test_binary_or_directory_input_is_a_usage_error(tmp_path, kind: str) -> None
     else:
         target.mkdir()
     for args in (["node", "import", str(target)], ["runbook", "validate", str(target)]):
-        result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", *args],
-                                    env={"FLEETCTL_CONFIG": os.devnull})
+        result = CliRunner().invoke(
+            app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", *args], env={"FLEETCTL_CONFIG": os.devnull}
+        )
         assert result.exit_code == 2, (args, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "internal" not in lines[0], result.stderr
@@ -307,7 +327,9 @@ def test_sqlite_database_is_private(tmp_path) -> None:
 
 def test_config_masks_credentials_in_urls() -> None:
     url = "https://bot:hunter2@hooks.example/x?token=q-7f3a"
-    result = CliRunner().invoke(app, ["config", "-o", "json"], env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_WEBHOOK_URL": url})
+    result = CliRunner().invoke(
+        app, ["config", "-o", "json"], env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_WEBHOOK_URL": url}
+    )
     assert result.exit_code == 0, result.output
     shown = {row["setting"]: row["value"] for row in json.loads(result.stdout)}
     assert "hunter2" not in result.stdout and "q-7f3a" not in result.stdout
@@ -324,7 +346,9 @@ def test_config_masks_credentials_in_urls() -> None:
     ],
 )
 def test_numeric_options_are_bounded_at_the_edge(tmp_path, args: list[str], message: str) -> None:
-    result = CliRunner().invoke(app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", *args], env={"FLEETCTL_CONFIG": os.devnull})
+    result = CliRunner().invoke(
+        app, ["--db-url", f"sqlite:///{tmp_path}/fleet.db", *args], env={"FLEETCTL_CONFIG": os.devnull}
+    )
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
@@ -346,10 +370,23 @@ def test_metrics_serve_listens_on_this_machine_by_default(tmp_path) -> None:
     from fleetctl.connections.temporal_server import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "fleetctl.cli.main", "--db-url", f"sqlite:///{tmp_path}/fleet.db",
-                             "metrics", "serve", "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "FLEETCTL_CONFIG": os.devnull})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "--db-url",
+            f"sqlite:///{tmp_path}/fleet.db",
+            "metrics",
+            "serve",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull},
+    )
     try:
         line = proc.stderr.readline()  # printed once the socket is bound; '' if the process died
     finally:

@@ -30,22 +30,33 @@ SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 
 def hostile(sentinel: Path) -> str:
     """Every way a shell could be talked into running `touch sentinel`, in one value."""
-    return (f"optics $(touch {sentinel}) `touch {sentinel}` ; touch {sentinel} | touch {sentinel} "
-            f"&& touch {sentinel} > {sentinel} ' \" State=RESUME")
+    return (
+        f"optics $(touch {sentinel}) `touch {sentinel}` ; touch {sentinel} | touch {sentinel} "
+        f"&& touch {sentinel} > {sentinel} ' \" State=RESUME"
+    )
 
 
 @pytest.mark.slurm
 @pytest.mark.temporal
-async def test_drain_reason_reaches_slurm_verbatim(slurm_cluster, slurm, make_settings, sqlite_url,  # noqa: F811
-                                                   tmp_path) -> None:
+async def test_drain_reason_reaches_slurm_verbatim(
+    slurm_cluster,
+    slurm,
+    make_settings,
+    sqlite_url,  # noqa: F811
+    tmp_path,
+) -> None:
     sentinel = tmp_path / "injected"
     settings = make_settings(sqlite_url)
     settings.slurm_conf = str(slurm_cluster.conf_path)
     settings.runbooks_dir = str(tmp_path)  # no runbook: the node waits in maintenance
     node = slurm_cluster.node_names[0]
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(engine, parse_inventory(
-        f"nodes:\n  - {{name: {node}, address: sim://{node}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n"))
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            f"nodes:\n  - {{name: {node}, address: sim://{node}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n"
+        ),
+    )
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)
@@ -81,8 +92,9 @@ steps:
     with: {gpu: "{{ event.message }}", idle_timeout: 5s}
 """)
     message = hostile(sentinel)
-    handle = await start_remediation(fleet.client, fleet.settings, name, book, Event("xid", code=48, message=message),
-                                     "tester")
+    handle = await start_remediation(
+        fleet.client, fleet.settings, name, book, Event("xid", code=48, message=message), "tester"
+    )
     result = await asyncio.wait_for(handle.result(), 60)
     assert [s.status for s in result.steps] == ["passed"], result
     assert ["-r", "-i", message] in fleet.node.tool_calls("nvidia-smi")
@@ -93,9 +105,21 @@ steps:
 def test_firmware_ssh_update_template_value_is_one_argument(ssh_node, tmp_path) -> None:
     sentinel = tmp_path / "injected"
     image = f"/opt/fw/cx7.bin{hostile(sentinel)}"
-    baseline = parse_baseline(yaml.safe_dump({"name": "hostile", "profiles": {"h100-sxm": {"ConnectX-7 *": {
-        "version": "28.39.1002",
-        "update": {"ssh": "nvidia-smi -u -y -i {{ image }} --log {{ node }}.log", "image": image}}}}}))
+    baseline = parse_baseline(
+        yaml.safe_dump(
+            {
+                "name": "hostile",
+                "profiles": {
+                    "h100-sxm": {
+                        "ConnectX-7 *": {
+                            "version": "28.39.1002",
+                            "update": {"ssh": "nvidia-smi -u -y -i {{ image }} --log {{ node }}.log", "image": image},
+                        }
+                    }
+                },
+            }
+        )
+    )
     spec = baseline.profiles["h100-sxm"][0]
     argv = update_argv(spec, {"node": f"gpu-01$(touch {sentinel})"})
     with ssh_node.executor() as executor:
@@ -104,17 +128,32 @@ def test_firmware_ssh_update_template_value_is_one_argument(ssh_node, tmp_path) 
     assert not sentinel.exists()
 
 
-def test_firmware_redfish_image_url_is_sent_verbatim_or_refused(scripted_redfish: ScriptedRedfish,  # noqa: F811
-                                                                tmp_path) -> None:
+def test_firmware_redfish_image_url_is_sent_verbatim_or_refused(
+    scripted_redfish: ScriptedRedfish,  # noqa: F811
+    tmp_path,
+) -> None:
     sentinel = tmp_path / "injected"
     spaced = hostile(sentinel)
     with pytest.raises(ValueError, match="must not contain whitespace"):
-        parse_baseline(yaml.safe_dump({"name": "x", "profiles": {"h100-sxm": {"GPU *": {
-            "version": "1", "update": {"redfish": {"image": f"https://fw.example/{spaced}"}}}}}}))
+        parse_baseline(
+            yaml.safe_dump(
+                {
+                    "name": "x",
+                    "profiles": {
+                        "h100-sxm": {
+                            "GPU *": {"version": "1", "update": {"redfish": {"image": f"https://fw.example/{spaced}"}}}
+                        }
+                    },
+                }
+            )
+        )
     # Without whitespace the URL is legal: it reaches the BMC as one JSON string, unchanged.
     image = f"https://fw.example/vbios$(touch%20{sentinel});`id`|x.fwpkg"
-    scripted_redfish.script("GET", "/redfish/v1/UpdateService", Answer(200, {
-        "Actions": {"#UpdateService.SimpleUpdate": {"target": SIMPLE_UPDATE}}}))
+    scripted_redfish.script(
+        "GET",
+        "/redfish/v1/UpdateService",
+        Answer(200, {"Actions": {"#UpdateService.SimpleUpdate": {"target": SIMPLE_UPDATE}}}),
+    )
     scripted_redfish.script("POST", SIMPLE_UPDATE, Answer(202, None, {"Location": "/redfish/v1/TaskService/Tasks/1"}))
     RedfishClient(scripted_redfish.base_url, "fleetctl", "pw").simple_update(image)
     (post,) = [r for r in scripted_redfish.requests if r.method == "POST"]

@@ -29,13 +29,33 @@ pytestmark = [pytest.mark.temporal]
 
 
 def _examples(count: int) -> settings:
-    return settings(max_examples=count, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=count, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
 
 
 # What a sender or an operator puts in text: each unit repeated to a size.
-UNITS = st.sampled_from(["x", "é", "\U0001F600", "\ud800", "\udcff", "\udfff\ud800", "\x00", "\x1b]0;pwned\x07",
-                         "\u202e", "\u200b", "\ufeff", "\r\n", "\t", "\x7f\x9b", "|", "Reason=", "$(id)"])
+UNITS = st.sampled_from(
+    [
+        "x",
+        "é",
+        "\U0001f600",
+        "\ud800",
+        "\udcff",
+        "\udfff\ud800",
+        "\x00",
+        "\x1b]0;pwned\x07",
+        "\u202e",
+        "\u200b",
+        "\ufeff",
+        "\r\n",
+        "\t",
+        "\x7f\x9b",
+        "|",
+        "Reason=",
+        "$(id)",
+    ]
+)
 SIZES = st.sampled_from([0, 1, 7, MAX_TEXT - 1, MAX_TEXT, MAX_TEXT + 1, 70_000, 300_000, 1_100_000])
 TEXTS = st.one_of(st.text(max_size=40), st.builds(operator.mul, UNITS, SIZES))
 
@@ -50,12 +70,29 @@ def _harmless(number):
     return number
 
 
-NUMBERS = st.one_of(st.none(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-                    st.booleans(), st.sampled_from(["13", "1" * 30, "-1", "0x4f", "79.5"])).map(_harmless)
+NUMBERS = st.one_of(
+    st.none(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.sampled_from(["13", "1" * 30, "-1", "0x4f", "79.5"]),
+).map(_harmless)
 # Raw JSON number literals Python's json cannot, or must not, turn into a code.
-RAW_NUMBERS = st.sampled_from([b"1" + b"0" * 30, b"9" * 5000, b"18446744073709551616", b"-9223372036854775809",
-                               b"1e400", b"NaN", b"-Infinity", b"13.0000000000000000001"])
-BAD_BYTES = st.sampled_from([b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\x00", b"\x80" * 3000])
+RAW_NUMBERS = st.sampled_from(
+    [
+        b"1" + b"0" * 30,
+        b"9" * 5000,
+        b"18446744073709551616",
+        b"-9223372036854775809",
+        b"1e400",
+        b"NaN",
+        b"-Infinity",
+        b"13.0000000000000000001",
+    ]
+)
+BAD_BYTES = st.sampled_from(
+    [b"\xff", b"\xc3(", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\x00", b"\x80" * 3000]
+)
 DEPTHS = st.sampled_from([1, MAX_DEPTH - 3, MAX_DEPTH + 1, 900, 5000, 200_000])
 # A sender's own id for an event: mostly a plain one (so the hostile text is elsewhere), or hostile.
 IDS = st.one_of(st.uuids().map(str), TEXTS)
@@ -89,15 +126,24 @@ def event_bodies(draw, node: str) -> bytes:
 @st.composite
 def alert_bodies(draw, node: str) -> bytes:
     """An Alertmanager webhook whose every label and annotation may be hostile."""
-    labels = {"alertname": draw(TEXTS), "Hostname": node, draw(st.one_of(st.just("gpu"), TEXTS)): draw(TEXTS),
-              "severity": draw(SEVERITIES)}
+    labels = {
+        "alertname": draw(TEXTS),
+        "Hostname": node,
+        draw(st.one_of(st.just("gpu"), TEXTS)): draw(TEXTS),
+        "severity": draw(SEVERITIES),
+    }
     if draw(st.booleans()):
-        labels["xid"] = str(_harmless(draw(st.integers(-2**70, 2**70))))
+        labels["xid"] = str(_harmless(draw(st.integers(-(2**70), 2**70))))
     notes = {"summary": draw(TEXTS), "description": draw(TEXTS)}
     if draw(st.booleans()):
         notes["value"] = draw(NUMBERS)
-    alert = {"status": "firing", "labels": labels, "annotations": notes, "startsAt": "2026-12-01T20:00:00Z",
-             "fingerprint": draw(IDS)}
+    alert = {
+        "status": "firing",
+        "labels": labels,
+        "annotations": notes,
+        "startsAt": "2026-12-01T20:00:00Z",
+        "fingerprint": draw(IDS),
+    }
     return json.dumps({"version": "4", "status": "firing", "alerts": [alert]}).encode()
 
 
@@ -134,8 +180,11 @@ async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_drain
             _answered(status, text)
 
     @_examples(25)
-    @given(message=TEXTS, severity=st.sampled_from(["info", "warning"]),
-           xid=st.one_of(st.none(), st.integers(-2**70, 2**70).map(_harmless)))
+    @given(
+        message=TEXTS,
+        severity=st.sampled_from(["info", "warning"]),
+        xid=st.one_of(st.none(), st.integers(-(2**70), 2**70).map(_harmless)),
+    )
     def through_node_event(message: str, severity: str, xid) -> None:
         args = ["node", "event", target, "--message", message, "--severity", severity]
         _cli_answered(cli(*args, *(["--xid", str(xid)] if xid is not None else [])))
@@ -163,5 +212,8 @@ async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_drain
         status, text = s.post("/events", {"node": node, "code": 79, "id": f"{node}-after"})
         assert status == 202, text
     for node in drained_by_operator:
-        await wait_for(lambda: any(e.code == 79 for e in queries.health_events(s.engine, node)), DRAIN_S,
-                       f"{node}'s workflow to record the XID 79 after its drain")
+        await wait_for(
+            lambda: any(e.code == 79 for e in queries.health_events(s.engine, node)),
+            DRAIN_S,
+            f"{node}'s workflow to record the XID 79 after its drain",
+        )

@@ -70,15 +70,20 @@ def k8s_settings(make_settings, sqlite_url, tmp_path: Path, kube: KubeEmulator):
 async def production_node(settings, kube: KubeEmulator, name: str, retry_s: float = 1.0, **state):
     """A Kubernetes node in the inventory, the API server and production; its workflow retries
     refused cordons every `retry_s` instead of every minute (`state`: more such overrides)."""
-    queries.upsert_nodes(get_engine(settings.db_url), [
-        NodeSpec(name=name, address=f"sim://{name}", profile="h100-sxm", rack="rack-0", scheduler="kubernetes")])
+    queries.upsert_nodes(
+        get_engine(settings.db_url),
+        [NodeSpec(name=name, address=f"sim://{name}", profile="h100-sxm", rack="rack-0", scheduler="kubernetes")],
+    )
     kube.add_node(name)
     client = await connect(settings)
     await start_in_production(client, settings, name, scheduler_retry_s=retry_s, **state)
     # Entering production resumes the node in Kubernetes (a PATCH, one scheduler call): let it
     # land before any fault.
-    await wait_for(lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production", SCHEDULER_STEP_S,
-                   "the node to be resumed in Kubernetes")
+    await wait_for(
+        lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "production",
+        SCHEDULER_STEP_S,
+        "the node to be resumed in Kubernetes",
+    )
     await wait_for(lambda: _idle(client, name), STEP_S, "the workflow to be idle")
     return client
 
@@ -97,12 +102,15 @@ def assert_cordoned_by_fleetctl(kube: KubeEmulator, name: str, reason: str, effe
     assert node["spec"].get("unschedulable") is True, node
     assert {"key": STATE_KEY, "value": "maintenance", "effect": effect} in node["spec"]["taints"], node
     assert node["metadata"]["labels"][STATE_KEY] == "maintenance", node
-    assert node["metadata"]["annotations"][REASON_ANNOTATION].startswith("fleetctl: ") and \
-        reason in node["metadata"]["annotations"][REASON_ANNOTATION], node
+    assert (
+        node["metadata"]["annotations"][REASON_ANNOTATION].startswith("fleetctl: ")
+        and reason in node["metadata"]["annotations"][REASON_ANNOTATION]
+    ), node
 
 
 async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_completes(
-        k8s_settings, kube: KubeEmulator) -> None:
+    k8s_settings, kube: KubeEmulator
+) -> None:
     settings, name = k8s_settings, unique("k8s-outage")
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()
@@ -117,19 +125,24 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
 
         def refused() -> list[float]:
             return patches(500)
-        xid79 = HealthEventInput(name, "xid", 79, "GPU has fallen off the bus", f"dmesg-watcher@{name}",
-                                 f"{name}-xid79", time.time())
+
+        xid79 = HealthEventInput(
+            name, "xid", 79, "GPU has fallen off the bus", f"dmesg-watcher@{name}", f"{name}-xid79", time.time()
+        )
         await send_health_events(client, name, [xid79])
 
         def scheduler_errors() -> list:
-            return [e for e in queries.automation_events(engine, limit=50)
-                    if e.kind == "scheduler_error" and e.node_name == name]
+            return [
+                e
+                for e in queries.automation_events(engine, limit=50)
+                if e.kind == "scheduler_error" and e.node_name == name
+            ]
 
         await wait_for(lambda: bool(scheduler_errors()), 30, "a round of refused cordons")
         # Backoff within a round: the gaps between refused PATCHes grow (1, 2, 4, 8 s).
         times = refused()[:5]
         gaps = [b - a for a, b in zip(times, times[1:])]
-        assert len(gaps) == 4 and all(0.8 * 2 ** i <= gap for i, gap in enumerate(gaps)), gaps
+        assert len(gaps) == 4 and all(0.8 * 2**i <= gap for i, gap in enumerate(gaps)), gaps
         assert queries.get_node(engine, name).state == "draining"  # not moved on as if it had worked
         assert not kube.node(name)["spec"].get("unschedulable")
         error = scheduler_errors()[0].reason
@@ -137,8 +150,10 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
         cli = Cli(settings)
         status = await asyncio.to_thread(cli, "fleet", "status", "-o", "json")
         assert status.exit_code == 0, status.output
-        assert any(e["kind"] == "scheduler_error" and e["node"] == name and ETCD_TIMEOUT in e["reason"]
-                   for e in json.loads(status.stdout)["recent_automation_events"]), status.stdout
+        assert any(
+            e["kind"] == "scheduler_error" and e["node"] == name and ETCD_TIMEOUT in e["reason"]
+            for e in json.loads(status.stdout)["recent_automation_events"]
+        ), status.stdout
         current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
         assert current.activity.startswith("draining") and "scheduler refused the drain" in current.last_outcome
 
@@ -179,17 +194,24 @@ async def test_drain_waits_for_a_pdb_protected_job_instead_of_evicting_it(k8s_se
 
         await wait_for(lambda: kube.node(name)["spec"].get("unschedulable") is True, 30, "the cordon")
         # The workflow has looked at the node's jobs, found llm and chosen to wait a poll for it.
-        await wait_for(lambda: _waits_after_looking(client, name, ["training/llm"]), STEP_S,
-                       "the drain's first look at the node's jobs")
+        await wait_for(
+            lambda: _waits_after_looking(client, name, ["training/llm"]),
+            STEP_S,
+            "the drain's first look at the node's jobs",
+        )
         assert queries.get_node(engine, name).state == "draining"
         assert kube.pod_exists("training", "llm-0") and kube.eviction_requests == []
         # Nor was the job moved elsewhere: no JobRestart (it would evict) was started.
-        assert not [e for e in await _history(client, name)
-                    if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]
+        assert not [
+            e
+            for e in await _history(client, name)
+            if e.event_type == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        ]
 
         kube.finish_pod("training", "llm-0")  # the job completes; the next look finds none
-        await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", POLL_S + STEP_S,
-                       "the drain to complete")
+        await wait_for(
+            lambda: queries.get_node(engine, name).state == "maintenance", POLL_S + STEP_S, "the drain to complete"
+        )
         await wait_for(lambda: shown_in(kube, name, "maintenance"), STEP_S, "the node shown in maintenance")
     finally:
         worker.stop()
@@ -229,8 +251,9 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
         client = await production_node(settings, kube, name)
         kube.add_pod("training", "llm-0", name, labels={"job-name": "llm"})
         kube.block_eviction("training", "llm-0", attempts=2)  # the PDB lets it go on the third try
-        xid79 = HealthEventInput(name, "xid", 79, "GPU has fallen off the bus", f"dmesg-watcher@{name}",
-                                 f"{name}-xid79", time.time())
+        xid79 = HealthEventInput(
+            name, "xid", 79, "GPU has fallen off the bus", f"dmesg-watcher@{name}", f"{name}-xid79", time.time()
+        )
         await send_health_events(client, name, [xid79])
 
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 40, "the pod to be evicted")

@@ -75,8 +75,12 @@ class Stack:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
             try:
-                conn.request("POST", path, body=data, headers={"Authorization": f"Bearer {TOKEN}",
-                                                               "Content-Type": "application/json"})
+                conn.request(
+                    "POST",
+                    path,
+                    body=data,
+                    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+                )
             except (BrokenPipeError, ConnectionResetError):
                 pass  # a body past the bound is refused before it is read: the answer waits
             try:
@@ -92,8 +96,10 @@ class Stack:
 
     async def taken(self, node: str, what: str) -> None:
         """Until the node's workflow has taken everything queued (it may still be working on it)."""
+
         async def empty() -> bool:
             return not (await self.current(node)).work
+
         await wait_for(empty, TAKEN_S, f"{node}'s workflow to take {what}")
 
     async def xid_79_drains(self, node: str, via: str = "intake") -> None:
@@ -105,12 +111,15 @@ class Stack:
     async def drained_by_xid_79(self, node: str) -> None:
         def drained() -> bool:
             return any(e.trigger == "drain" and "XID 79" in e.cause for e in queries.node_events(self.engine, node))
+
         try:
             await wait_for(drained, DRAIN_S, f"the XID 79 to drain {node}")
         except AssertionError:
             s = await self.current(node)
-            raise AssertionError(f"{node} not drained within {DRAIN_S:.0f}s: state {s.state}, doing {s.activity!r}, "
-                                 f"{len(s.work)} queued, last outcome {s.last_outcome[:200]!r}") from None
+            raise AssertionError(
+                f"{node} not drained within {DRAIN_S:.0f}s: state {s.state}, doing {s.activity!r}, "
+                f"{len(s.work)} queued, last outcome {s.last_outcome[:200]!r}"
+            ) from None
 
 
 @pytest.fixture
@@ -138,6 +147,7 @@ async def stack(make_settings, sqlite_url, tmp_path):
             delivery.join(30)
             http_server.shutdown()
             intake.spool.close()
+
         stops.append(stop_intake)
         return Stack(settings, client, nodes, http_server.server_port)
 
@@ -150,11 +160,24 @@ def fleetctl(stack: Stack, *args: str | bytes, timeout_s: float) -> subprocess.C
     """The real `fleetctl` process, as an operator's shell starts it: argv as bytes, so bytes
     that are not UTF-8 reach it as they would (Python hands them over as lone surrogates)."""
     s = stack.settings
-    argv = [sys.executable, "-m", "fleetctl.cli.main", "--db-url", s.db_url, "--temporal-address", s.temporal_address,
-            "--task-queue", s.task_queue, "--as", "alice@console", *args]
+    argv = [
+        sys.executable,
+        "-m",
+        "fleetctl.cli.main",
+        "--db-url",
+        s.db_url,
+        "--temporal-address",
+        s.temporal_address,
+        "--task-queue",
+        s.task_queue,
+        "--as",
+        "alice@console",
+        *args,
+    ]
     env = {**os.environ, "FLEETCTL_FLEET": s.fleet, "FLEETCTL_CONFIG": os.devnull}
-    return subprocess.run([a if isinstance(a, bytes) else a.encode() for a in argv], capture_output=True,
-                          env=env, timeout=timeout_s)
+    return subprocess.run(
+        [a if isinstance(a, bytes) else a.encode() for a in argv], capture_output=True, env=env, timeout=timeout_s
+    )
 
 
 # ---- a lone surrogate ---------------------------------------------------------------------
@@ -169,8 +192,11 @@ async def test_a_lone_surrogate_through_the_intake_is_recorded_replaced_and_the_
     assert status == 202, text
     # The intake delivers from its spool in its own thread: wait for the record itself (an
     # empty queue can be one the event has not reached yet; the XID 79 would then go first).
-    await wait_for(lambda: "GPU 3: \ufffd garbled" in [e.message for e in queries.health_events(s.engine, node)],
-                   DRAIN_S, "the event recorded with the surrogate replaced")
+    await wait_for(
+        lambda: "GPU 3: \ufffd garbled" in [e.message for e in queries.health_events(s.engine, node)],
+        DRAIN_S,
+        "the event recorded with the surrogate replaced",
+    )
     await s.xid_79_drains(node)
 
 
@@ -179,8 +205,9 @@ async def test_a_lone_surrogate_from_the_cli_is_recorded_replaced_and_the_xid_79
     (node,) = s.nodes
     # A byte that is not UTF-8 on an operator's command line (a Latin-1 terminal): Python
     # decodes argv with surrogateescape, so the message holds the lone surrogate U+DCFF.
-    done = await asyncio.to_thread(fleetctl, s, "node", "event", node, "--message", b"fan \xff stuck",
-                                   "--severity", "warning", timeout_s=DRAIN_S)
+    done = await asyncio.to_thread(
+        fleetctl, s, "node", "event", node, "--message", b"fan \xff stuck", "--severity", "warning", timeout_s=DRAIN_S
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     await s.taken(node, "the operator's event")
     await s.xid_79_drains(node)
@@ -190,23 +217,28 @@ async def test_a_lone_surrogate_from_the_cli_is_recorded_replaced_and_the_xid_79
 async def test_a_drain_reason_with_a_lone_surrogate_drains_and_the_node_records_what_follows(stack) -> None:
     s = await stack(1)
     (node,) = s.nodes
-    done = await asyncio.to_thread(fleetctl, s, "node", "drain", node, "--reason", b"PSU \xff smoke", "--yes",
-                                   timeout_s=DRAIN_S)
+    done = await asyncio.to_thread(
+        fleetctl, s, "node", "drain", node, "--reason", b"PSU \xff smoke", "--yes", timeout_s=DRAIN_S
+    )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     (drain,) = [e for e in queries.node_events(s.engine, node) if e.trigger == "drain"]
     assert drain.cause == "operator: PSU \ufffd smoke"
     # The node's workflow goes on: an XID 79 after it is recorded (it is drained already).
     status, text = s.post("/events", {"node": node, "code": 79, "id": "after-the-drain"})
     assert status == 202, text
-    await wait_for(lambda: any(e.code == 79 for e in queries.health_events(s.engine, node)), DRAIN_S,
-                   "the XID 79 after the drain to be recorded")
+    await wait_for(
+        lambda: any(e.code == 79 for e in queries.health_events(s.engine, node)),
+        DRAIN_S,
+        "the XID 79 after the drain to be recorded",
+    )
 
 
 @pytest.mark.parametrize("reason, words", [(b"", "--reason must say why"), (b"   ", "--reason must say why")])
 async def test_a_drain_reason_that_says_nothing_is_a_usage_error(stack, reason, words) -> None:
     s = await stack(1)
-    done = await asyncio.to_thread(fleetctl, s, "node", "drain", s.nodes[0], "--reason", reason, "--yes",
-                                   timeout_s=DRAIN_S)
+    done = await asyncio.to_thread(
+        fleetctl, s, "node", "drain", s.nodes[0], "--reason", reason, "--yes", timeout_s=DRAIN_S
+    )
     lines = done.stderr.decode().strip().splitlines()
     assert done.returncode == 2 and lines == [f"error: {words}"], done.stderr
     assert queries.get_node(s.engine, s.nodes[0]).state == "production"
@@ -217,9 +249,22 @@ async def test_a_drain_reason_that_says_nothing_is_a_usage_error(stack, reason, 
 
 def _alert(node: str, alertname: str, **labels: str) -> dict:
     now = datetime.now(timezone.utc).isoformat()
-    return {"version": "4", "status": "firing", "receiver": "fleetctl", "groupLabels": {}, "commonLabels": {},
-            "alerts": [{"status": "firing", "labels": {"alertname": alertname, "Hostname": node, **labels},
-                        "annotations": {}, "startsAt": now, "fingerprint": os.urandom(8).hex()}]}
+    return {
+        "version": "4",
+        "status": "firing",
+        "receiver": "fleetctl",
+        "groupLabels": {},
+        "commonLabels": {},
+        "alerts": [
+            {
+                "status": "firing",
+                "labels": {"alertname": alertname, "Hostname": node, **labels},
+                "annotations": {},
+                "startsAt": now,
+                "fingerprint": os.urandom(8).hex(),
+            }
+        ],
+    }
 
 
 async def test_an_alert_with_a_1_mb_alertname_is_bounded_and_the_xid_79_after_it_drains(stack) -> None:
@@ -228,8 +273,9 @@ async def test_an_alert_with_a_1_mb_alertname_is_bounded_and_the_xid_79_after_it
     status, text = s.post("/alertmanager", _alert(node, "G" * 1_000_000, severity="warning"))
     assert status == 202, text
     # Delivered from the intake's spool in its own thread: wait for the record itself.
-    await wait_for(lambda: [e for e in queries.health_events(s.engine, node) if e.code is None], DRAIN_S,
-                   "the alert recorded")
+    await wait_for(
+        lambda: [e for e in queries.health_events(s.engine, node) if e.code is None], DRAIN_S, "the alert recorded"
+    )
     await s.xid_79_drains(node)
     (event,) = [e for e in queries.health_events(s.engine, node) if e.code is None]
     assert len(event.message) <= MAX_TEXT and event.message.startswith("GGGG")
@@ -260,8 +306,15 @@ async def test_a_sender_signalling_temporal_directly_cannot_grow_the_node_workfl
     and the record activity's payload), records the event, and a following XID 79 drains it."""
     s = await stack(1)
     (node,) = s.nodes
-    await send_health_events(s.client, node, [HealthEventInput(node, "xid", 13, "M" * 1_500_000 + "\ud800", "A" * 100_000,
-                                                               "direct-13", time.time(), severity="warning")])
+    await send_health_events(
+        s.client,
+        node,
+        [
+            HealthEventInput(
+                node, "xid", 13, "M" * 1_500_000 + "\ud800", "A" * 100_000, "direct-13", time.time(), severity="warning"
+            )
+        ],
+    )
     await s.taken(node, "the huge event")
     await s.xid_79_drains(node)
     (recorded,) = [h for h in queries.health_events(s.engine, node) if h.code == 13]

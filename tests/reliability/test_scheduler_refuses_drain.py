@@ -62,7 +62,8 @@ class RefusingScheduler:
 
 
 async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when_the_scheduler_returns(
-        make_settings, sqlite_url, tmp_path, monkeypatch) -> None:
+    make_settings, sqlite_url, tmp_path, monkeypatch
+) -> None:
     down = tmp_path / "slurmctld-down"
     down.touch()
     refusing: list[RefusingScheduler] = []
@@ -87,21 +88,26 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
         assert drained.exit_code == 0, drained.output
 
         def scheduler_errors() -> list:
-            return [e for e in queries.automation_events(engine, limit=50)
-                    if e.kind == "scheduler_error" and e.node_name == name]
+            return [
+                e
+                for e in queries.automation_events(engine, limit=50)
+                if e.kind == "scheduler_error" and e.node_name == name
+            ]
 
         await wait_for(lambda: bool(scheduler_errors()), 60, "a round of refused cordons")
         (sim,) = refusing
         await wait_for(lambda: len(sim.drain_attempts) > 5, 10, "the next round of attempts")
         # Backoff: each round is five attempts whose gaps grow (1, 2, 4, 8 s).
         gaps = [b - a for a, b in zip(sim.drain_attempts, sim.drain_attempts[1:5])]
-        assert len(gaps) == 4 and all(0.8 * 2 ** i <= gap for i, gap in enumerate(gaps)), gaps
+        assert len(gaps) == 4 and all(0.8 * 2**i <= gap for i, gap in enumerate(gaps)), gaps
         assert queries.get_node(engine, name).state == "draining"  # not moved on as if it had worked
         assert not SimScheduler(engine).node_state(name).drained
         assert SLURM_DOWN in scheduler_errors()[0].reason
         status = await asyncio.to_thread(cli, "fleet", "status", "-o", "json")
-        assert any(e["kind"] == "scheduler_error" and e["node"] == name and SLURM_DOWN in e["reason"]
-                   for e in json.loads(status.stdout)["recent_automation_events"]), status.stdout
+        assert any(
+            e["kind"] == "scheduler_error" and e["node"] == name and SLURM_DOWN in e["reason"]
+            for e in json.loads(status.stdout)["recent_automation_events"]
+        ), status.stdout
         shown = (await asyncio.to_thread(cli, "fleet", "status")).stdout
         assert "scheduler_error" in shown and "Unable to contact slurm" in shown, shown
         current = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
@@ -112,14 +118,21 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
     finally:
         worker.stop()
     events = queries.node_events(engine, name)
-    assert [e.trigger for e in events] == ["begin_burn_in", "begin_admission", "enter_production", "drain", "drain_complete"]
+    assert [e.trigger for e in events] == [
+        "begin_burn_in",
+        "begin_admission",
+        "enter_production",
+        "drain",
+        "drain_complete",
+    ]
     assert [e.state_version for e in events] == [1, 2, 3, 4, 5]
     in_scheduler = SimScheduler(engine).node_state(name)
     assert in_scheduler.drained and in_scheduler.owned_by_fleetctl and "swap optics" in in_scheduler.reason
 
 
 async def test_node_back_in_production_is_resumed_in_its_scheduler_unless_someone_else_drained_it(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)
     worker = WorkerThread(settings).start()
@@ -151,13 +164,17 @@ async def test_node_back_in_production_is_resumed_in_its_scheduler_unless_someon
 
 
 async def test_a_scheduler_that_takes_the_cordon_but_cannot_list_the_jobs_keeps_the_node_draining_and_says_why(
-        make_settings, sqlite_url, tmp_path, monkeypatch) -> None:
+    make_settings, sqlite_url, tmp_path, monkeypatch
+) -> None:
     """slurmctld goes away between the cordon and the job listing: "cannot ask" is never read
     as "no jobs" (the node would go to maintenance under a running job)."""
     jobs_down = tmp_path / "squeue-down"
     jobs_down.touch()
-    monkeypatch.setattr(scheduler_registry, "scheduler_for",
-                        lambda kind, settings: RefusingScheduler(scheduler_for(kind, settings), tmp_path / "up", jobs_down))
+    monkeypatch.setattr(
+        scheduler_registry,
+        "scheduler_for",
+        lambda kind, settings: RefusingScheduler(scheduler_for(kind, settings), tmp_path / "up", jobs_down),
+    )
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)
     worker = WorkerThread(settings).start()
@@ -169,8 +186,11 @@ async def test_a_scheduler_that_takes_the_cordon_but_cannot_list_the_jobs_keeps_
         await request_transition(client, name, "drain", "alice@console", "operator: optics")
 
         def refusals() -> list:
-            return [e for e in queries.automation_events(engine, limit=50)
-                    if e.kind == "scheduler_error" and e.node_name == name]
+            return [
+                e
+                for e in queries.automation_events(engine, limit=50)
+                if e.kind == "scheduler_error" and e.node_name == name
+            ]
 
         await wait_for(refusals, 60, "the refused job listing to be recorded")
         assert "cannot list the node's jobs" in refusals()[0].reason and SLURM_DOWN in refusals()[0].reason

@@ -36,10 +36,11 @@ steps:
 
 def test_config_never_prints_secrets(sqlite_url) -> None:
     password, token = f"bmc-{uuid.uuid4().hex}", f"tok-{uuid.uuid4().hex}"
-    result = CliRunner().invoke(app, ["--db-url", "postgresql://fleetctl:dbpass-7f3a@db.example:5432/fleet",
-                                      "config", "-o", "json"],
-                                env={"FLEETCTL_BMC_PASSWORD": password, "FLEETCTL_WEBHOOK_TOKEN": token,
-                                     "FLEETCTL_CONFIG": "/dev/null"})
+    result = CliRunner().invoke(
+        app,
+        ["--db-url", "postgresql://fleetctl:dbpass-7f3a@db.example:5432/fleet", "config", "-o", "json"],
+        env={"FLEETCTL_BMC_PASSWORD": password, "FLEETCTL_WEBHOOK_TOKEN": token, "FLEETCTL_CONFIG": "/dev/null"},
+    )
     assert result.exit_code == 0, result.output
     shown = {row["setting"]: row["value"] for row in json.loads(result.stdout)}
     for secret in (password, token, "dbpass-7f3a"):
@@ -77,18 +78,28 @@ async def test_secrets_stay_out_of_the_database_histories_and_logs(make_settings
             histories.append(history.to_json())
         assert len(histories) >= 3  # the node, the capacity guard, the remediation at least
         # In a thread: the CLI runs its own event loop (asyncio.run), which cannot nest in this one.
-        results = [await asyncio.to_thread(Cli(settings), *args) for args in (
-            ("fleet", "status", "-o", "json"), ("node", "show", node, "-o", "json"), ("report", "-o", "json"),
-            ("rma", "list", "-o", "json"))]
+        results = [
+            await asyncio.to_thread(Cli(settings), *args)
+            for args in (
+                ("fleet", "status", "-o", "json"),
+                ("node", "show", node, "-o", "json"),
+                ("report", "-o", "json"),
+                ("rma", "list", "-o", "json"),
+            )
+        ]
         assert all(r.exit_code == 0 for r in results), [r.output for r in results]
         assert json.loads(results[0].stdout)["automation"]["reachable"] is True  # the guard itself answered
         outputs = [r.output for r in results]
     finally:
         worker.stop()
         receiver.shutdown()
-    places = {"database": repr(db_snapshot(settings.db_url)), "histories": "\n".join(histories),
-              "logs": caplog.text, "cli": "\n".join(outputs),
-              "webhook bodies": b"".join(body for _, body in receiver.requests).decode()}
+    places = {
+        "database": repr(db_snapshot(settings.db_url)),
+        "histories": "\n".join(histories),
+        "logs": caplog.text,
+        "cli": "\n".join(outputs),
+        "webhook bodies": b"".join(body for _, body in receiver.requests).decode(),
+    }
     for secret in (password, token):
         leaked = [where for where, text in places.items() if secret in text]
         assert not leaked, f"secret found in {leaked}"

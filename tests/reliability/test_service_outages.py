@@ -30,9 +30,22 @@ BURN_IN_PATH = [("new", "burn_in"), ("burn_in", "admission"), ("admission", "pro
 
 def fleetctl_process(settings, *args: str) -> subprocess.CompletedProcess:
     """The CLI in a process of its own, as an operator runs it (no engine shared with the worker)."""
-    return subprocess.run([sys.executable, "-m", "fleetctl.cli.main", "--db-url", settings.db_url,
-                           "--temporal-address", settings.temporal_address, *args],
-                          env={**os.environ, "FLEETCTL_CONFIG": os.devnull}, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "--db-url",
+            settings.db_url,
+            "--temporal-address",
+            settings.temporal_address,
+            *args,
+        ],
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def assert_one_line(stderr: str, *words: str) -> None:
@@ -66,8 +79,11 @@ async def test_temporal_server_killed_and_restarted_mid_burn_in(make_settings, s
         await asyncio.sleep(2.0)  # the worker's polls and activity completions fail meanwhile
 
         server = start_dev_server(db_file, port)
-        await wait_for(lambda: all(queries.get_node(engine, n).state in ("production", "maintenance") for n in names),
-                       150, "burn-in to finish after the restart")
+        await wait_for(
+            lambda: all(queries.get_node(engine, n).state in ("production", "maintenance") for n in names),
+            150,
+            "burn-in to finish after the restart",
+        )
     finally:
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(10)
@@ -112,7 +128,13 @@ async def test_postgres_stopped_and_started_under_a_drain(make_settings, postgre
     assert (result.from_state, result.to_state) == ("production", "draining")
     await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 60, "the drain to complete")
     events = queries.node_events(engine, name)
-    assert [e.trigger for e in events] == ["begin_burn_in", "begin_admission", "enter_production", "drain", "drain_complete"]
+    assert [e.trigger for e in events] == [
+        "begin_burn_in",
+        "begin_admission",
+        "enter_production",
+        "drain",
+        "drain_complete",
+    ]
     assert [e.state_version for e in events] == [1, 2, 3, 4, 5]
 
 

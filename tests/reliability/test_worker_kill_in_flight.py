@@ -105,8 +105,9 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
     def restarts():
         return job_store.job_restarts(engine, train.job_id)
 
-    await send_health_events(client, bad, [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus",
-                                                            "dmesg-watcher", "kill-79", 0.0)])
+    await send_health_events(
+        client, bad, [HealthEventInput(bad, "xid", 79, "GPU has fallen off the bus", "dmesg-watcher", "kill-79", 0.0)]
+    )
     await wait_for(lambda: queries.get_node(engine, bad).state != "production", STEP_S, "the drain", interval_s=0.01)
     worker.kill()  # in the drain: cordon, jobs, the restart child, drain_complete still to come
     first = await kill_cost(client, settings.task_queue)
@@ -114,25 +115,36 @@ async def test_worker_killed_mid_xid79_drain_and_mid_job_restart(killable_worker
 
     worker.restart()
     # The job cannot run again yet: off `bad`, only `peer` is free. The restart waits for nodes.
-    await wait_for(lambda: [r.requeued_at is not None for r in restarts()] == [True],
-                   first.bound_s(SCHEDULER_STEP_S), f"the job to be requeued (killed in {first.landed_in()})")
+    await wait_for(
+        lambda: [r.requeued_at is not None for r in restarts()] == [True],
+        first.bound_s(SCHEDULER_STEP_S),
+        f"the job to be requeued (killed in {first.landed_in()})",
+    )
     (waiting,) = restarts()
-    await wait_for(lambda: activity_started(client, waiting.workflow_id, "wait_until_running"), STEP_S,
-                   "the restart to wait for the job to run")
+    await wait_for(
+        lambda: activity_started(client, waiting.workflow_id, "wait_until_running"),
+        STEP_S,
+        "the restart to wait for the job to run",
+    )
     worker.kill()  # in the job restart, while it waits for the job to run
     second = await kill_cost(client, settings.task_queue)
     # Landed where meant: the restart's only activity in flight is the wait, taken by the dead worker.
     assert [(a.activity, a.lost_after_s > 0) for a in second.in_flight if a.workflow_id == waiting.workflow_id] == [
-        ("wait_until_running", True)], second.landed_in()
+        ("wait_until_running", True)
+    ], second.landed_in()
     assert restarts()[0].status == "in_progress"
 
     worker.restart()
     for trigger in TO_PRODUCTION:  # a node comes back into service: the job can run
         await request_transition(client, spare, trigger, "setup", actor_kind="automation")
-    await wait_for(lambda: [r.status for r in restarts()] == ["succeeded"], second.bound_s(STEP_S),
-                   f"the restart to finish (killed in {second.landed_in()})")
-    await wait_for(lambda: queries.get_node(engine, bad).state == "maintenance", second.bound_s(STEP_S),
-                   "the drain to complete")
+    await wait_for(
+        lambda: [r.status for r in restarts()] == ["succeeded"],
+        second.bound_s(STEP_S),
+        f"the restart to finish (killed in {second.landed_in()})",
+    )
+    await wait_for(
+        lambda: queries.get_node(engine, bad).state == "maintenance", second.bound_s(STEP_S), "the drain to complete"
+    )
 
     assert_events(engine, bad, [*TO_PRODUCTION, "drain", "drain_complete"])
     assert [h.code for h in queries.health_events(engine, bad)] == [79]
@@ -171,8 +183,9 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     await ensure_node_workflows(client, settings, [(name, "new", 0)])
     for trigger in ("begin_burn_in", "phase_failed"):  # in maintenance, where runbooks work
         await request_transition(client, name, trigger, "setup", actor_kind="automation")
-    handle = await start_remediation(client, settings, name, parse_runbook(SLOW_RUNBOOK), Event("xid", code=48),
-                                     "tester")
+    handle = await start_remediation(
+        client, settings, name, parse_runbook(SLOW_RUNBOOK), Event("xid", code=48), "tester"
+    )
     # Before the check: begin_run and prepare_step, one step each.
     await wait_for(lambda: activity_started(client, handle.id, "run_check"), 2 * STEP_S, "the runbook's dcgm-r3 check")
     (run,) = runs_store.runs(engine, node_name=name)
@@ -181,7 +194,8 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     cost = await kill_cost(client, settings.task_queue)
     # Landed where meant: inside the check, taken by the dead worker, nothing of it recorded yet.
     assert [(a.activity, a.lost_after_s > 0) for a in cost.in_flight if a.workflow_id == handle.id] == [
-        ("run_check", True)], cost.landed_in()
+        ("run_check", True)
+    ], cost.landed_in()
     assert runs_store.steps(engine, run_key) == [] and queries.latest_checks(engine, name) == []
 
     worker.restart()
@@ -190,7 +204,9 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     assert result.status in ("succeeded", "escalated"), result
     assert runs_store.get_run(engine, run_key).status == result.status
     assert [(s.step_index, s.action, s.status) for s in runs_store.steps(engine, run_key)] == [
-        (0, "run_check", "passed"), (1, "rma", "passed")]
+        (0, "run_check", "passed"),
+        (1, "rma", "passed"),
+    ]
     assert [r.check_name for r in queries.latest_checks(engine, name, limit=10)] == ["dcgm-r3"]  # recorded once
     assert_events(engine, name, ["begin_burn_in", "phase_failed", "send_to_rma"])
     assert len(runs_store.rma_records(engine, node_name=name)) == 1
@@ -217,26 +233,42 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
         add_fault(engine, name, "firmware-drift")
         record_check(settings, name, "firmware-inventory")
         record_check(settings, name, "nic-firmware")
-    rollout_id, plan = await start_rollout(client, settings, load_baseline(baseline_file), baseline_file.read_text(),
-                                           canary=1, batch="1", max_failures=1, dry_run=False, actor="tester")
+    rollout_id, plan = await start_rollout(
+        client,
+        settings,
+        load_baseline(baseline_file),
+        baseline_file.read_text(),
+        canary=1,
+        batch="1",
+        max_failures=1,
+        dry_run=False,
+        actor="tester",
+    )
     assert plan.batches == [[names[0]], [names[1]]]
     # The canary's batch drains it and waits for it to leave production: kill the worker then.
-    await wait_for(lambda: queries.get_node(engine, names[0]).state != "production", 30, "the canary's drain",
-                   interval_s=0.01)
+    await wait_for(
+        lambda: queries.get_node(engine, names[0]).state != "production", 30, "the canary's drain", interval_s=0.01
+    )
     worker.kill()
     assert firmware_store.rollout_nodes(engine, rollout_id) == []
 
     worker.restart()
     await wait_for(lambda: firmware_store.get_rollout(engine, rollout_id).status == "completed", 90, "the roll-out")
-    await wait_for(lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60,
-                   "the updated nodes' burn-in")
+    await wait_for(
+        lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60, "the updated nodes' burn-in"
+    )
     results = firmware_store.rollout_nodes(engine, rollout_id)
-    assert [(r.node_name, r.status) for r in results] == [(names[0], "updated"), (names[1], "updated")], [r.detail for r in results]
+    assert [(r.node_name, r.status) for r in results] == [(names[0], "updated"), (names[1], "updated")], [
+        r.detail for r in results
+    ]
     row = firmware_store.get_rollout(engine, rollout_id)
     assert (row.done, row.failed, row.total) == (2, 0, 2)
     for name in names:
         assert_events(engine, name, [*TO_PRODUCTION, "drain", "drain_complete", *TO_PRODUCTION])
         # back in the scheduler with production: the workflow's next step after the transition,
         # one scheduler call (its start-to-close) once the recorded state says production
-        await wait_for(lambda: not SimScheduler(engine).node_state(name).drained,
-                       2 * SCHEDULER["start_to_close_timeout"].total_seconds(), f"{name} resumed in its scheduler")
+        await wait_for(
+            lambda: not SimScheduler(engine).node_state(name).drained,
+            2 * SCHEDULER["start_to_close_timeout"].total_seconds(),
+            f"{name} resumed in its scheduler",
+        )

@@ -31,11 +31,15 @@ class SimFleet:
         names = [f"rb-{uuid.uuid4().hex[:8]}" for _ in range(count)]
         text = "nodes:\n" + "".join(
             f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: sim}}\n"
-            for n in names)
+            for n in names
+        )
         queries.upsert_nodes(self.engine, parse_inventory(text))
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in names], **timing)
-        path = {"production": ("begin_burn_in", "begin_admission", "enter_production"),
-                "maintenance": ("begin_burn_in", "phase_failed"), "new": ()}[state]
+        path = {
+            "production": ("begin_burn_in", "begin_admission", "enter_production"),
+            "maintenance": ("begin_burn_in", "phase_failed"),
+            "new": (),
+        }[state]
         for n in names:
             for trigger in path:
                 await request_transition(self.client, n, trigger, "setup", actor_kind="automation")
@@ -46,9 +50,14 @@ class SimFleet:
 
     def record_xid(self, node: str, code: int, message: str = "") -> None:
         key = f"test/{node}/xid/{uuid.uuid4().hex[:6]}"
-        queries.insert_once(self.engine, HealthEvent(node_name=node, source="xid", code=code, severity="critical",
-                                                     message=message, idempotency_key=key),
-                            HealthEvent.idempotency_key, key)
+        queries.insert_once(
+            self.engine,
+            HealthEvent(
+                node_name=node, source="xid", code=code, severity="critical", message=message, idempotency_key=key
+            ),
+            HealthEvent.idempotency_key,
+            key,
+        )
 
 
 @asynccontextmanager

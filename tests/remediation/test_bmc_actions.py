@@ -62,9 +62,13 @@ class NodeBehindBmc:
 
 
 def _node(settings, bmc_url: str) -> str:
-    queries.upsert_nodes(get_engine(settings.db_url), parse_inventory(
-        f"nodes:\n  - {{name: real-01, address: 10.0.0.1, bmc: '{bmc_url}', profile: h100-sxm}}\n",
-        allow_http_bmc=True))  # the emulators speak plain http on 127.0.0.1
+    queries.upsert_nodes(
+        get_engine(settings.db_url),
+        parse_inventory(
+            f"nodes:\n  - {{name: real-01, address: 10.0.0.1, bmc: '{bmc_url}', profile: h100-sxm}}\n",
+            allow_http_bmc=True,
+        ),
+    )  # the emulators speak plain http on 127.0.0.1
     return "real-01"
 
 
@@ -95,33 +99,43 @@ class RebootingNode:
         return self
 
     def run(self, target, argv, timeout_s):
-        return CommandResult(tuple(argv), 0, (self.boot_ids.pop(0) if len(self.boot_ids) > 1 else self.boot_ids[0]) + "\n",
-                             "", 0.01)
+        return CommandResult(
+            tuple(argv), 0, (self.boot_ids.pop(0) if len(self.boot_ids) > 1 else self.boot_ids[0]) + "\n", "", 0.01
+        )
 
 
 def _bmc_that_never_shows_off(stub: ScriptedRedfish) -> None:
     """A BMC without a boot identity whose Off was shorter than a poll: it only ever says On."""
     stub.script("GET", "/redfish/v1/Systems", Answer(200, {"Members": [{"@odata.id": "/redfish/v1/Systems/1"}]}))
     reset = "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
-    stub.script("GET", "/redfish/v1/Systems/1", Answer(200, {
-        "Id": "1", "PowerState": "On", "Actions": {"#ComputerSystem.Reset": {"target": reset}}}))
+    stub.script(
+        "GET",
+        "/redfish/v1/Systems/1",
+        Answer(200, {"Id": "1", "PowerState": "On", "Actions": {"#ComputerSystem.Reset": {"target": reset}}}),
+    )
     stub.script("POST", reset, Answer(204))
 
 
-@pytest.mark.parametrize("boot_ids, ok", [
-    (["boot-1", "boot-2"], True),  # the node's new boot id proves the reboot the BMC did not show
-    (["boot-1"], False),  # same boot id: not rebooted, whatever the BMC accepted
-])
-def test_a_reboot_the_bmc_did_not_show_is_judged_by_the_node(make_settings, sqlite_url, monkeypatch,
-                                                              boot_ids, ok) -> None:
+@pytest.mark.parametrize(
+    "boot_ids, ok",
+    [
+        (["boot-1", "boot-2"], True),  # the node's new boot id proves the reboot the BMC did not show
+        (["boot-1"], False),  # same boot id: not rebooted, whatever the BMC accepted
+    ],
+)
+def test_a_reboot_the_bmc_did_not_show_is_judged_by_the_node(
+    make_settings, sqlite_url, monkeypatch, boot_ids, ok
+) -> None:
     monkeypatch.setattr(remediation_activities, "POLL_S", 0.05)
     settings = make_settings(sqlite_url)
     with ScriptedRedfish().serving() as stub:
         _bmc_that_never_shows_off(stub)
         settings.bmc_username, settings.bmc_password, settings.bmc_allow_http = "fleetctl", "pw", True
         node = _node(settings, stub.base_url)
-        done = ActivityEnvironment().run(RemediationActivities(settings, RebootingNode(boot_ids)).reboot,
-                                         HardwareRequest(node, "reboot", {"timeout": 1}))
+        done = ActivityEnvironment().run(
+            RemediationActivities(settings, RebootingNode(boot_ids)).reboot,
+            HardwareRequest(node, "reboot", {"timeout": 1}),
+        )
     assert done.ok is ok, done.detail
     assert [r.body for r in stub.requests if r.method == "POST"] == [{"ResetType": "ForceRestart"}]
     if ok:
@@ -137,24 +151,52 @@ def test_firmware_update_through_redfish_simple_update(make_settings, sqlite_url
         settings.bmc_username, settings.bmc_password = "fleetctl", "pw"
         node = _node(settings, stub.base_url)
         action = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
-        stub.script("GET", "/redfish/v1/UpdateService",
-                    Answer(200, {"Actions": {"#UpdateService.SimpleUpdate": {"target": action}}}))
+        stub.script(
+            "GET",
+            "/redfish/v1/UpdateService",
+            Answer(200, {"Actions": {"#UpdateService.SimpleUpdate": {"target": action}}}),
+        )
         stub.script("POST", action, Answer(202, None, {"Location": "/redfish/v1/TaskService/Tasks/1"}))
-        stub.script("GET", "/redfish/v1/TaskService/Tasks/1",
-                    Answer(200, {"@odata.id": "/redfish/v1/TaskService/Tasks/1", "TaskState": "Completed", "TaskStatus": "OK"}))
+        stub.script(
+            "GET",
+            "/redfish/v1/TaskService/Tasks/1",
+            Answer(200, {"@odata.id": "/redfish/v1/TaskService/Tasks/1", "TaskState": "Completed", "TaskStatus": "OK"}),
+        )
         baseline = load_baseline(FIXTURE)
         row = fwdb.set_baseline(engine, baseline.name, baseline.to_dict(), "", "tester")
-        queries.insert_once(engine, CheckRun(
-            node_name=node, check_name="firmware-inventory", kind="firmware", status="pass",
-            metrics={"components": {f"GPU {i} VBIOS": "96.00.74.00.01" for i in range(8)}}, idempotency_key="k1"),
-            CheckRun.idempotency_key, "k1")
-        queries.insert_once(engine, CheckRun(
-            node_name=node, check_name="nic-firmware", kind="firmware", status="pass",
-            metrics={"components": {"ConnectX7 /dev/mst/mt4129_pciconf0": "28.41.1000"}}, idempotency_key="k2"),
-            CheckRun.idempotency_key, "k2")
-        done = ActivityEnvironment().run(FirmwareActivities(settings, FakeNode("x")).apply_updates,
-                                         DriftRequest(node, row.id))
+        queries.insert_once(
+            engine,
+            CheckRun(
+                node_name=node,
+                check_name="firmware-inventory",
+                kind="firmware",
+                status="pass",
+                metrics={"components": {f"GPU {i} VBIOS": "96.00.74.00.01" for i in range(8)}},
+                idempotency_key="k1",
+            ),
+            CheckRun.idempotency_key,
+            "k1",
+        )
+        queries.insert_once(
+            engine,
+            CheckRun(
+                node_name=node,
+                check_name="nic-firmware",
+                kind="firmware",
+                status="pass",
+                metrics={"components": {"ConnectX7 /dev/mst/mt4129_pciconf0": "28.41.1000"}},
+                idempotency_key="k2",
+            ),
+            CheckRun.idempotency_key,
+            "k2",
+        )
+        done = ActivityEnvironment().run(
+            FirmwareActivities(settings, FakeNode("x")).apply_updates, DriftRequest(node, row.id)
+        )
     assert done.ok, done.detail
     assert done.detail == "GPU * VBIOS -> 96.00.99.00.01"  # one SimpleUpdate for all eight GPUs; the NICs match
     (post,) = [r for r in stub.requests if r.method == "POST"]
-    assert post.body == {"ImageURI": "https://fw.example.net/h100/vbios-96.00.99.00.01.fwpkg", "TransferProtocol": "HTTPS"}
+    assert post.body == {
+        "ImageURI": "https://fw.example.net/h100/vbios-96.00.99.00.01.fwpkg",
+        "TransferProtocol": "HTTPS",
+    }

@@ -72,15 +72,19 @@ async def test_set_state_draining_in_three_runbooks_takes_no_more_than_the_fleet
     async with running_fleet(fleet_settings) as fleet:
         names = await fleet.add(10)  # one rack, limit max(1, 10%) = 1 node
         for node in names[:3]:
-            result = await run_remediation(fleet.client, fleet.settings, node, SET_STATE_DRAINING,
-                                           Event("xid", code=13), "tester")
+            result = await run_remediation(
+                fleet.client, fleet.settings, node, SET_STATE_DRAINING, Event("xid", code=13), "tester"
+            )
             assert result.steps[0].action == "set_state"
         assert len(_out_of_service(fleet.engine, names)) == 1
         # each run asked the guard (none was refused by the node for want of a grant): one
         # grant, then the limit, then the third failure in the window opens the breaker
         asked = _decisions(fleet.engine)
-        assert [(d.node_name, d.kind) for d in asked] == [(names[0], "grant"), (names[1], "deny"),
-                                                           (names[2], "breaker_open")]
+        assert [(d.node_name, d.kind) for d in asked] == [
+            (names[0], "grant"),
+            (names[1], "deny"),
+            (names[2], "breaker_open"),
+        ]
         assert all(d.actor == "runbook:drain-by-state" for d in asked)
 
 
@@ -91,17 +95,26 @@ async def test_an_operator_typed_xid_is_not_a_critical_fault_a_recorded_one_is(f
         typed, recorded = names[0], names[1]
 
         # `fleetctl runbook run drain-only --node N --xid 79`: the guard sees a claim, no event
-        result = await run_remediation(fleet.client, fleet.settings, typed, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79, message="operator says"), "tester")
+        result = await run_remediation(
+            fleet.client,
+            fleet.settings,
+            typed,
+            DRAIN_THEN_NOTHING,
+            Event("xid", code=79, message="operator says"),
+            "tester",
+        )
         assert result.status == "failed" and "capacity guard refused" in result.steps[0].detail
         (denied,) = _decisions(fleet.engine, "deny")
-        assert denied.node_name == typed and "said to be critical; no critical health event is recorded" in denied.reason
+        assert (
+            denied.node_name == typed and "said to be critical; no critical health event is recorded" in denied.reason
+        )
         assert queries.get_node(fleet.engine, typed).state == "production"
 
         # the same run after the node's XID 79 was recorded: critical, past the limit
         fleet.record_xid(recorded, 79, "GPU has fallen off the bus")
-        result = await run_remediation(fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79), "tester")
+        result = await run_remediation(
+            fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING, Event("xid", code=79), "tester"
+        )
         assert result.status == "succeeded", result
         assert queries.get_node(fleet.engine, recorded).state in ("draining", "maintenance")
         (grant,) = [d for d in _decisions(fleet.engine, "grant") if d.node_name == recorded]
@@ -109,7 +122,8 @@ async def test_an_operator_typed_xid_is_not_a_critical_fault_a_recorded_one_is(f
 
 
 async def test_each_guard_reads_its_fleets_limits_from_the_worker_not_from_who_started_it(
-        make_settings, sqlite_url) -> None:
+    make_settings, sqlite_url
+) -> None:
     settings = make_settings(sqlite_url)
     own, other = settings.fleet, f"{settings.fleet}-other"
     # The worker's configuration: 30% for its own fleet (one rack: the rack limit lifted), the
@@ -122,12 +136,16 @@ async def test_each_guard_reads_its_fleets_limits_from_the_worker_not_from_who_s
 
         async def ask(fleet_name: str, started_with: float) -> RemovalDecision:
             handle = await fleet.client.start_workflow(
-                CapacityGuard.run, CapacityGuardState(fleet=fleet_name, policy=GuardPolicy(started_with, 1.0)),
-                id=guard_id(fleet_name), task_queue=settings.task_queue)
+                CapacityGuard.run,
+                CapacityGuardState(fleet=fleet_name, policy=GuardPolicy(started_with, 1.0)),
+                id=guard_id(fleet_name),
+                task_queue=settings.task_queue,
+            )
             return await handle.execute_update(
-                REQUEST_REMOVAL_UPDATE, RemovalRequest(node=names[0], rack="r1", reason="test", actor="tester",
-                                                       request_id=f"{fleet_name}/1"),
-                result_type=RemovalDecision)
+                REQUEST_REMOVAL_UPDATE,
+                RemovalRequest(node=names[0], rack="r1", reason="test", actor="tester", request_id=f"{fleet_name}/1"),
+                result_type=RemovalDecision,
+            )
 
         # started by a command that said 10%: the worker's 30% for this fleet holds
         assert (await ask(own, 0.1)).granted
@@ -142,8 +160,11 @@ async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fl
     fleet_settings.automation_dry_run = True
     async with running_fleet(fleet_settings) as fleet:
         (node,) = await fleet.add(1)
-        await send_health_events(fleet.client, node, [
-            HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "tester", "dry-79", time.time())])
+        await send_health_events(
+            fleet.client,
+            node,
+            [HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "tester", "dry-79", time.time())],
+        )
         handle = fleet.client.get_workflow_handle(f"node/{node}")
         await _until(lambda: _decisions(fleet.engine, "dry_run"))
         (dry,) = _decisions(fleet.engine, "dry_run")
@@ -152,21 +173,26 @@ async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fl
         # the guard records its decision before the node workflow hears it back
         async def outcome_says_dry_run() -> bool:
             return "dry run: would grant" in (await handle.query(NodeLifecycle.current)).last_outcome
+
         await _until(outcome_says_dry_run)
         assert queries.get_node(fleet.engine, node).state == "production"
         assert not _decisions(fleet.engine, "grant")
 
         # a runbook an operator runs is a shadow run while automation is dry
-        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79), "tester")
+        result = await run_remediation(
+            fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING, Event("xid", code=79), "tester"
+        )
         assert (result.mode, result.status) == ("shadow", "dry_run")
         assert queries.get_node(fleet.engine, node).state == "production"
 
 
 async def _guard_activities(fleet) -> list[str]:
     history = await fleet.client.get_workflow_handle(guard_id(fleet.settings.fleet)).fetch_history()
-    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_settings) -> None:
@@ -174,17 +200,24 @@ async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_se
     async with running_fleet(fleet_settings) as fleet:
         typed, recorded = await fleet.add(2)
         # A claim without a recorded event: judged not critical, so the counts decide.
-        result = await run_remediation(fleet.client, fleet.settings, typed, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79, message="operator says"), "tester")
+        result = await run_remediation(
+            fleet.client,
+            fleet.settings,
+            typed,
+            DRAIN_THEN_NOTHING,
+            Event("xid", code=79, message="operator says"),
+            "tester",
+        )
         assert result.status == "succeeded", result
         claim = await _guard_activities(fleet)
         assert claim.count("critical_evidence") == 1 and claim.count("fleet_snapshot") == 1
 
         fleet.record_xid(recorded, 79, "GPU has fallen off the bus")
-        result = await run_remediation(fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79), "tester")
+        result = await run_remediation(
+            fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING, Event("xid", code=79), "tester"
+        )
         assert result.status == "succeeded", result
-        critical = (await _guard_activities(fleet))[len(claim):]
+        critical = (await _guard_activities(fleet))[len(claim) :]
         assert critical == ["fleet_policy", "critical_evidence", "state_versions", "record_automation_event"]
 
 
@@ -194,8 +227,14 @@ async def test_a_grants_versions_are_read_before_the_fleets_counts(fleet_setting
     move the earlier snapshot did not show, and a storm drained 3 nodes under a limit of 2."""
     async with running_fleet(fleet_settings) as fleet:
         (node,) = await fleet.add(1)
-        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79, message="operator says"), "tester")
+        result = await run_remediation(
+            fleet.client,
+            fleet.settings,
+            node,
+            DRAIN_THEN_NOTHING,
+            Event("xid", code=79, message="operator says"),
+            "tester",
+        )
         assert result.status == "succeeded", result
         reads = [a for a in await _guard_activities(fleet) if a in ("state_versions", "fleet_snapshot")]
         assert reads == ["state_versions", "fleet_snapshot"]
@@ -220,8 +259,9 @@ async def test_a_critical_claim_reads_no_evidence_from_the_nodes_earlier_time_in
         await request_transition(fleet.client, node, "undrain", "alice@console", "operator: GPU swapped")
         assert queries.get_node(fleet.engine, node).state == "production"
 
-        result = await run_remediation(fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING,
-                                       Event("xid", code=79), "tester")
+        result = await run_remediation(
+            fleet.client, fleet.settings, node, DRAIN_THEN_NOTHING, Event("xid", code=79), "tester"
+        )
 
         assert result.status == "failed" and "capacity guard refused" in result.steps[0].detail, result
         (denied,) = _decisions(fleet.engine, "deny")
@@ -238,9 +278,15 @@ async def test_resume_automation_closes_the_breaker_and_automation_drains_again(
     async with running_fleet(settings) as fleet:
         names = await fleet.add(10)
         for node in names[:4]:
-            await run_remediation(fleet.client, fleet.settings, node, SET_STATE_DRAINING, Event("xid", code=13), "tester")
+            await run_remediation(
+                fleet.client, fleet.settings, node, SET_STATE_DRAINING, Event("xid", code=13), "tester"
+            )
         assert [(d.node_name, d.kind) for d in _decisions(fleet.engine)] == [
-            (names[0], "grant"), (names[1], "grant"), (names[2], "breaker_open"), (names[3], "deny")]
+            (names[0], "grant"),
+            (names[1], "grant"),
+            (names[2], "breaker_open"),
+            (names[3], "deny"),
+        ]
         assert "circuit breaker is open" in _decisions(fleet.engine)[3].reason
         assert (await guard_status(fleet.client, fleet.settings)).breaker_open
 
@@ -249,8 +295,9 @@ async def test_resume_automation_closes_the_breaker_and_automation_drains_again(
         assert "breaker closed" in resumed.stdout
         assert not (await guard_status(fleet.client, fleet.settings)).breaker_open
 
-        result = await run_remediation(fleet.client, fleet.settings, names[4], SET_STATE_DRAINING,
-                                       Event("xid", code=13), "tester")
+        result = await run_remediation(
+            fleet.client, fleet.settings, names[4], SET_STATE_DRAINING, Event("xid", code=13), "tester"
+        )
 
         assert result.steps[0].action == "set_state" and result.status == "succeeded", result
         assert queries.get_node(fleet.engine, names[4]).state in ("draining", "maintenance")

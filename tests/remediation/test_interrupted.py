@@ -54,7 +54,8 @@ steps:
 
 
 async def test_an_xid79_during_a_runbook_interrupts_it_and_starts_the_runbook_for_the_xid(
-        make_settings, sqlite_url, tmp_path) -> None:
+    make_settings, sqlite_url, tmp_path
+) -> None:
     for name, text in RUNBOOKS.items():
         (tmp_path / name).write_text(text)
     settings = make_settings(sqlite_url)
@@ -74,16 +75,33 @@ async def test_an_xid79_during_a_runbook_interrupts_it_and_starts_the_runbook_fo
 
         await wait_for(lambda: queries_state(engine, node) == "maintenance", ENDED_WITHIN_S, "the runbook's drain")
         started = time.monotonic()
-        await send_health_events(client, node, [HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "agent",
-                                                                 "interrupt-79", time.time(), severity="critical")])
+        await send_health_events(
+            client,
+            node,
+            [
+                HealthEventInput(
+                    node,
+                    "xid",
+                    79,
+                    "GPU has fallen off the bus",
+                    "agent",
+                    "interrupt-79",
+                    time.time(),
+                    severity="critical",
+                )
+            ],
+        )
         result = await asyncio.wait_for(handle.result(), ENDED_WITHIN_S)
         assert time.monotonic() - started < ENDED_WITHIN_S < LONG_WAIT_S
         assert result.status == "interrupted" and "XID 79" in result.outcome, result
         settle = step("settle")
         assert settle is not None and settle.status == "interrupted", settle
         assert step("set_state") is None  # nothing ran after the cut
-        await wait_for(lambda: any(r.runbook == "gone" for r in runs_db.runs(engine, node)), ENDED_WITHIN_S,
-                       "the XID 79 runbook started")
+        await wait_for(
+            lambda: any(r.runbook == "gone" for r in runs_db.runs(engine, node)),
+            ENDED_WITHIN_S,
+            "the XID 79 runbook started",
+        )
         # Two runs of the node begun within a minute keep rows of their own (run ids are UUIDv7:
         # the first eight characters are the start time).
         (old,) = [r for r in runs_db.runs(engine, node) if r.runbook == "slow-recovery"]

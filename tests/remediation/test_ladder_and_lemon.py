@@ -31,19 +31,37 @@ def _setup(sqlite_url: str):
 
 def _entered(engine, to_state: str, days_ago: float, key: str) -> None:
     with Session(engine) as session:
-        session.add(NodeEvent(node_name="n1", from_state="x", to_state=to_state, trigger="t", actor="t",
-                              at=utcnow() - timedelta(days=days_ago), idempotency_key=key))
+        session.add(
+            NodeEvent(
+                node_name="n1",
+                from_state="x",
+                to_state=to_state,
+                trigger="t",
+                actor="t",
+                at=utcnow() - timedelta(days=days_ago),
+                idempotency_key=key,
+            )
+        )
         session.commit()
 
 
 def _run(engine, key: str, days_ago: float, mode: str = "live") -> None:
-    db.start_run(engine, run_key=key, node_name="n1", runbook="escalation-ladder", event={}, mode=mode, actor="t",
-                 started_at=utcnow() - timedelta(days=days_ago))
+    db.start_run(
+        engine,
+        run_key=key,
+        node_name="n1",
+        runbook="escalation-ladder",
+        event={},
+        mode=mode,
+        actor="t",
+        started_at=utcnow() - timedelta(days=days_ago),
+    )
 
 
 def _begin(activities, key: str = "now"):
-    return ActivityEnvironment().run(activities.begin_run, RunStart(key, "n1", "escalation-ladder", {}, "live", "t",
-                                                                    utcnow()))
+    return ActivityEnvironment().run(
+        activities.begin_run, RunStart(key, "n1", "escalation-ladder", {}, "live", "t", utcnow())
+    )
 
 
 def test_repeats_counts_the_remediations_since_the_node_was_last_in_production(sqlite_url) -> None:
@@ -75,12 +93,15 @@ def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) ->
 # 1.5, 1 and 0.2 (burn-in failed twice while the run of 2 days ago was going), one older
 # entry at 9 outside the 7-day window, and a dry run at 0.3 that changed nothing.
 # Runs in the window: 3; entries: 4; the figure is 4.
-@pytest.mark.parametrize("runs, entries, times", [
-    ([6, 2, 0.5], [9, 6, 1.5, 1, 0.2], 4),
-    ([6, 2, 0.5], [9, 6], 3),  # the runs alone
-    ([8, 2], [9, 1.5, 1, 0.2], 3),  # the entries alone
-    ([8], [9], 0),  # both outside the window
-])
+@pytest.mark.parametrize(
+    "runs, entries, times",
+    [
+        ([6, 2, 0.5], [9, 6, 1.5, 1, 0.2], 4),
+        ([6, 2, 0.5], [9, 6], 3),  # the runs alone
+        ([8, 2], [9, 1.5, 1, 0.2], 3),  # the entries alone
+        ([8], [9], 0),  # both outside the window
+    ],
+)
 def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries, times) -> None:
     from typer.testing import CliRunner
 
@@ -96,7 +117,8 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
 
     def show(*args: str):
         r = CliRunner(env={"COLUMNS": "200"}).invoke(
-            app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "node", "show", "n1", *args])
+            app, ["--db-url", sqlite_url, "--temporal-address", f"127.0.0.1:{free_port()}", "node", "show", "n1", *args]
+        )
         assert r.exit_code == 0, r.output
         return r.stdout
 
@@ -122,8 +144,16 @@ def test_the_demo_says_what_the_rma_reason_says(sqlite_url) -> None:
     assert handled_how(engine, fault) == "… new, 4 remediation runs so far"
     lemon = _begin(activities, "now").lemon
     assert lemon == "lemon: remediated 3 times in 7 days (limit 3)"
-    db.open_rma(engine, node_name="n1", reason=lemon, remediation_run="now", evidence={}, evidence_markdown="",
-                opened_by="t", idempotency_key="k")
+    db.open_rma(
+        engine,
+        node_name="n1",
+        reason=lemon,
+        remediation_run="now",
+        evidence={},
+        evidence_markdown="",
+        opened_by="t",
+        idempotency_key="k",
+    )
     with Session(engine) as session:  # where the lifecycle would have moved it
         node = session.exec(select(Node).where(Node.name == "n1")).one()
         node.state = "rma"

@@ -16,8 +16,13 @@ from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from tests.remediation.conftest import running_fleet
 from workflows.activities.guard import GuardActivities
 from workflows.api import REQUEST_REMOVAL_UPDATE, FaultRemoval
-from workflows.client import (CommandRejected, ensure_capacity_guard, ensure_node_workflows, guard_status,
-                              request_transition)
+from workflows.client import (
+    CommandRejected,
+    ensure_capacity_guard,
+    ensure_node_workflows,
+    guard_status,
+    request_transition,
+)
 
 pytestmark = pytest.mark.temporal
 
@@ -36,10 +41,14 @@ async def _domain_fleet(fleet, trays: int = 4, others: int = 6) -> tuple[str, li
     domain = f"nvl72-{tag}"
     in_domain = [f"gb-{tag}-{i}" for i in range(trays)]
     hgx = [f"hgx-{tag}-{i}" for i in range(others)]
-    text = "nodes:\n" + "".join(
-        f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: gb200, scheduler: sim, nvlink_domain: {domain}}}\n"
-        for n in in_domain) + "".join(
-        f"  - {{name: {n}, address: sim://{n}, rack: r2, profile: h100-sxm, scheduler: sim}}\n" for n in hgx)
+    text = (
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: gb200, scheduler: sim, nvlink_domain: {domain}}}\n"
+            for n in in_domain
+        )
+        + "".join(f"  - {{name: {n}, address: sim://{n}, rack: r2, profile: h100-sxm, scheduler: sim}}\n" for n in hgx)
+    )
     queries.upsert_nodes(fleet.engine, parse_inventory(text))
     names = in_domain + hgx
     await ensure_node_workflows(fleet.client, fleet.settings, [(n, "new", 0) for n in names])
@@ -70,13 +79,27 @@ async def test_a_domain_fabric_fault_is_granted_whole_with_a_grant_for_every_nod
         assert f"NVLink domain {domain}: 4 nodes" in decision.reason
         # Each grant drains its own node, as the sweep's hold of the domain sends it.
         for node in rest:
-            result = await request_transition(fleet.client, node, "drain", "sweep", "domain held",
-                                              actor_kind="automation", grant=decision.domain_grants[node])
+            result = await request_transition(
+                fleet.client,
+                node,
+                "drain",
+                "sweep",
+                "domain held",
+                actor_kind="automation",
+                grant=decision.domain_grants[node],
+            )
             assert result.to_state == "draining", result
         # A grant names one node: another domain node's grant drains nothing.
         with pytest.raises(CommandRejected, match="capacity guard's grant"):
-            await request_transition(fleet.client, finder, "drain", "sweep", "wrong grant",
-                                     actor_kind="automation", grant=decision.domain_grants[rest[0]])
+            await request_transition(
+                fleet.client,
+                finder,
+                "drain",
+                "sweep",
+                "wrong grant",
+                actor_kind="automation",
+                grant=decision.domain_grants[rest[0]],
+            )
         assert queries.get_node(fleet.engine, finder).state == "production"
 
 
@@ -104,7 +127,9 @@ async def test_a_domain_that_does_not_fit_the_limit_is_refused_whole(half_out_se
         assert alone.granted and alone.domain_nodes == []
 
 
-async def test_another_tray_reporting_the_same_fabric_fault_gets_the_grant_it_already_has(make_settings, sqlite_url) -> None:
+async def test_another_tray_reporting_the_same_fabric_fault_gets_the_grant_it_already_has(
+    make_settings, sqlite_url
+) -> None:
     """Every tray of a domain fails its imex check for one IMEX fault, each asking: the first
     request takes the domain; the others are answered with the grant each already has, not
     counted as more failures (three trays of one fault under the default storm limit of 3
@@ -130,8 +155,11 @@ async def test_a_domain_node_that_left_since_the_request_was_made_costs_nothing_
     (2 out + 4 would be past the limit of 5; 2 out + the 2 still in service is not)."""
     async with running_fleet(half_out_settings) as fleet:
         _, trays, _ = await _domain_fleet(fleet)
-        (stale,) = GuardActivities(fleet.settings, lambda: None).removals_for_fault(
-            FaultRemoval(_request(trays[0], "r1"), "imex")).requests
+        (stale,) = (
+            GuardActivities(fleet.settings, lambda: None)
+            .removals_for_fault(FaultRemoval(_request(trays[0], "r1"), "imex"))
+            .requests
+        )
         assert stale.domain_nodes == trays[1:]
         for node in trays[2:]:
             await request_transition(fleet.client, node, "drain", "operator", "left before the guard decided")

@@ -43,30 +43,80 @@ def _quick_wait(book):
 
 CASES = [
     # runbook, fault, event, run status, step statuses that must hold, node state after
-    ("xid-79-fallen-off-bus", "xid79", Event("xid", code=79, message="GPU has fallen off the bus"), "succeeded",
-     {"reboot": "passed", "burn-in": "passed", "4-set_state": "passed", "5-rma": "skipped"}, {"production"}),
-    ("ecc-uncorrectable-rma", "row-remap-failure", Event("xid", code=64), "escalated",
-     {"2-rma": "passed", "3-notify": "passed"}, {"rma"}),
+    (
+        "xid-79-fallen-off-bus",
+        "xid79",
+        Event("xid", code=79, message="GPU has fallen off the bus"),
+        "succeeded",
+        {"reboot": "passed", "burn-in": "passed", "4-set_state": "passed", "5-rma": "skipped"},
+        {"production"},
+    ),
+    (
+        "ecc-uncorrectable-rma",
+        "row-remap-failure",
+        Event("xid", code=64),
+        "escalated",
+        {"2-rma": "passed", "3-notify": "passed"},
+        {"rma"},
+    ),
     # One XID 48 whose row remap takes at the reset: reset, rechecked, back in production.
-    ("xid-reset-gpu", "row-remap-pending", Event("xid", code=48, message="Double Bit ECC Error"), "succeeded",
-     {"reset": "passed", "recheck": "passed", "4-set_state": "passed", "5-rma": "skipped"}, {"production"}),
+    (
+        "xid-reset-gpu",
+        "row-remap-pending",
+        Event("xid", code=48, message="Double Bit ECC Error"),
+        "succeeded",
+        {"reset": "passed", "recheck": "passed", "4-set_state": "passed", "5-rma": "skipped"},
+        {"production"},
+    ),
     # An XID 48 whose remap fails (the simulator's xid48): the recheck fails, then RMA.
-    ("xid-reset-gpu", "xid48", Event("xid", code=48, message="Double Bit ECC Error"), "escalated",
-     {"reset": "passed", "recheck": "failed", "4-set_state": "skipped", "5-rma": "passed"}, {"rma"}),
-    ("row-remap-pending", "row-remap-pending",
-     Event("check", check="nvidia-smi-query", status="warn", message="row remap pending"), "succeeded",
-     {"reset": "passed", "recheck": "passed", "4-rma": "skipped"}, {"production"}),
-    ("nvlink-straggler", "nvlink-degraded", Event("xid", code=74), "succeeded",
-     {"reset": "passed", "nccl": "passed", "reboot": "skipped", "7-rma": "skipped"}, {"production"}),
-    ("thermal-throttling", "thermal-throttle",
-     Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"), "failed",
-     {"3-wait": "passed", "recheck": "failed"}, {"maintenance"}),
-    ("ib-port-down", "ib-port-down", Event("check", check="ib-ports", status="fail", message="Down / Polling"),
-     "succeeded", {"2-reboot": "passed", "recheck": "failed", "4-set_state": "skipped", "5-notify": "passed"},
-     {"maintenance"}),
-    ("escalation-ladder", "row-remap-failure", Event("xid", code=119), "escalated",
-     {"reset": "passed", "after-reset": "failed", "reboot": "passed", "after-reboot": "failed", "8-rma": "passed"},
-     {"rma"}),
+    (
+        "xid-reset-gpu",
+        "xid48",
+        Event("xid", code=48, message="Double Bit ECC Error"),
+        "escalated",
+        {"reset": "passed", "recheck": "failed", "4-set_state": "skipped", "5-rma": "passed"},
+        {"rma"},
+    ),
+    (
+        "row-remap-pending",
+        "row-remap-pending",
+        Event("check", check="nvidia-smi-query", status="warn", message="row remap pending"),
+        "succeeded",
+        {"reset": "passed", "recheck": "passed", "4-rma": "skipped"},
+        {"production"},
+    ),
+    (
+        "nvlink-straggler",
+        "nvlink-degraded",
+        Event("xid", code=74),
+        "succeeded",
+        {"reset": "passed", "nccl": "passed", "reboot": "skipped", "7-rma": "skipped"},
+        {"production"},
+    ),
+    (
+        "thermal-throttling",
+        "thermal-throttle",
+        Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"),
+        "failed",
+        {"3-wait": "passed", "recheck": "failed"},
+        {"maintenance"},
+    ),
+    (
+        "ib-port-down",
+        "ib-port-down",
+        Event("check", check="ib-ports", status="fail", message="Down / Polling"),
+        "succeeded",
+        {"2-reboot": "passed", "recheck": "failed", "4-set_state": "skipped", "5-notify": "passed"},
+        {"maintenance"},
+    ),
+    (
+        "escalation-ladder",
+        "row-remap-failure",
+        Event("xid", code=119),
+        "escalated",
+        {"reset": "passed", "after-reset": "failed", "reboot": "passed", "after-reboot": "failed", "8-rma": "passed"},
+        {"rma"},
+    ),
 ]
 
 
@@ -94,11 +144,24 @@ async def test_dry_run_records_and_changes_nothing(fleet_settings) -> None:
         (node,) = await sim_fleet.add()
         add_fault(sim_fleet.engine, node, "xid79")
         before = len(queries.node_events(sim_fleet.engine, node))
-        result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, BOOKS["xid-79-fallen-off-bus"],
-                                       Event("xid", code=79), "tester", dry_run=True)
+        result = await run_remediation(
+            sim_fleet.client,
+            sim_fleet.settings,
+            node,
+            BOOKS["xid-79-fallen-off-bus"],
+            Event("xid", code=79),
+            "tester",
+            dry_run=True,
+        )
         assert result.status == "dry_run" and result.mode == "dry_run"
-        assert _steps(result) == {"0-drain": "would_run", "1-restart_jobs": "would_run", "reboot": "would_run",
-                                  "burn-in": "would_run", "4-set_state": "would_run", "5-rma": "skipped"}
+        assert _steps(result) == {
+            "0-drain": "would_run",
+            "1-restart_jobs": "would_run",
+            "reboot": "would_run",
+            "burn-in": "would_run",
+            "4-set_state": "would_run",
+            "5-rma": "skipped",
+        }
         assert "would drain" in result.steps[0].detail
         assert len(queries.node_events(sim_fleet.engine, node)) == before
         assert queries.get_node(sim_fleet.engine, node).state == "production"
@@ -110,8 +173,9 @@ async def test_shadow_mode_makes_every_run_a_dry_run(fleet_settings) -> None:
     async with running_fleet(fleet_settings) as sim_fleet:
         (node,) = await sim_fleet.add()
         sim_fleet.settings.remediation_shadow = True
-        result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, BOOKS["row-remap-pending"],
-                                       Event("xid", code=63), "tester")
+        result = await run_remediation(
+            sim_fleet.client, sim_fleet.settings, node, BOOKS["row-remap-pending"], Event("xid", code=63), "tester"
+        )
         assert (result.mode, result.status) == ("shadow", "dry_run")
         assert queries.get_node(sim_fleet.engine, node).state == "production"
 
@@ -127,14 +191,34 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         sim_fleet.record_xid(node, 79, "GPU has fallen off the bus.")
         for days_ago in (5, 2):  # two earlier live remediations this week
             key = f"remediation/{node}@earlier{days_ago}"
-            db.start_run(sim_fleet.engine, run_key=key, node_name=node, runbook="xid-79-fallen-off-bus", event={},
-                         mode="live", actor="tester", started_at=utcnow() - timedelta(days=days_ago))
-            db.record_step(sim_fleet.engine, run_key=key, node_name=node, step_index=0, name="reboot", action="reboot",
-                           status="passed", params={}, detail="rebooted", started_at=utcnow(), finished_at=utcnow())
+            db.start_run(
+                sim_fleet.engine,
+                run_key=key,
+                node_name=node,
+                runbook="xid-79-fallen-off-bus",
+                event={},
+                mode="live",
+                actor="tester",
+                started_at=utcnow() - timedelta(days=days_ago),
+            )
+            db.record_step(
+                sim_fleet.engine,
+                run_key=key,
+                node_name=node,
+                step_index=0,
+                name="reboot",
+                action="reboot",
+                status="passed",
+                params={},
+                detail="rebooted",
+                started_at=utcnow(),
+                finished_at=utcnow(),
+            )
             db.finish_run(sim_fleet.engine, key, "succeeded", "back in service", utcnow())
 
-        result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, BOOKS["xid-79-fallen-off-bus"],
-                                       Event("xid", code=79), "tester")
+        result = await run_remediation(
+            sim_fleet.client, sim_fleet.settings, node, BOOKS["xid-79-fallen-off-bus"], Event("xid", code=79), "tester"
+        )
         assert result.status == "escalated"
         assert _steps(result)["burn-in"] == "passed"  # the node recovered, but it is a lemon
         set_state = next(s for s in result.steps if s.action == "set_state")
@@ -151,7 +235,13 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         assert len(e["remediation"]) == 3 and any(s["action"] == "reboot" for r in e["remediation"] for s in r["steps"])
         assert any(t["to"] == "rma" for t in e["transitions"])
         md = record.evidence_markdown
-        for text in (f"# RMA: {node}", e["identity"]["gpus"][0]["uuid"], "## XID history", "| 79 |", "xid-79-fallen-off-bus"):
+        for text in (
+            f"# RMA: {node}",
+            e["identity"]["gpus"][0]["uuid"],
+            "## XID history",
+            "| 79 |",
+            "xid-79-fallen-off-bus",
+        ):
             assert text in md
 
         # `rma show` gives this run as it ended, though the bundle was written while it ran.
@@ -160,7 +250,9 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         from fleetctl.cli.main import app
 
         assert [r["status"] for r in e["remediation"] if r["run"] == result.run_key] == ["running"]
-        shown = CliRunner().invoke(app, ["--db-url", sim_fleet.settings.db_url, "rma", "show", str(record.id), "-o", "json"])
+        shown = CliRunner().invoke(
+            app, ["--db-url", sim_fleet.settings.db_url, "rma", "show", str(record.id), "-o", "json"]
+        )
         assert shown.exit_code == 0, shown.output
         runs = {r["run"]: r for r in json.loads(shown.stdout)["evidence"]["remediation"]}
         assert runs[result.run_key]["status"] == "escalated" == db.get_run(sim_fleet.engine, result.run_key).status
@@ -180,8 +272,14 @@ async def test_restart_jobs_step_moves_a_running_job_off_the_node_so_the_drain_c
         assert job.state == "running" and len(job.nodes) == 1 and job.nodes[0] in nodes
         (node,) = job.nodes
         add_fault(sim_fleet.engine, node, "thermal-throttle")
-        result = await run_remediation(sim_fleet.client, sim_fleet.settings, node, _quick_wait(BOOKS["thermal-throttling"]),
-                                       Event("check", check="nvidia-smi-query", status="warn", message="thermal"), "tester")
+        result = await run_remediation(
+            sim_fleet.client,
+            sim_fleet.settings,
+            node,
+            _quick_wait(BOOKS["thermal-throttling"]),
+            Event("check", check="nvidia-smi-query", status="warn", message="thermal"),
+            "tester",
+        )
         assert _steps(result)["1-restart_jobs"] == "passed", result
         assert "3-wait" in _steps(result) and _steps(result)["3-wait"] == "passed"  # the node did leave service
         for _ in range(150):

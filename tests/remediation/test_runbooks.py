@@ -36,8 +36,16 @@ steps:
 
 
 def test_shipped_runbooks_cover_the_issue() -> None:
-    assert {"xid-79-fallen-off-bus", "ecc-uncorrectable-rma", "xid-reset-gpu", "row-remap-pending", "nvlink-straggler",
-            "thermal-throttling", "ib-port-down", "escalation-ladder"} <= set(SHIPPED)
+    assert {
+        "xid-79-fallen-off-bus",
+        "ecc-uncorrectable-rma",
+        "xid-reset-gpu",
+        "row-remap-pending",
+        "nvlink-straggler",
+        "thermal-throttling",
+        "ib-port-down",
+        "escalation-ladder",
+    } <= set(SHIPPED)
 
 
 def test_a_good_runbook_loads_with_defaults() -> None:
@@ -58,16 +66,33 @@ def test_a_good_runbook_loads_with_defaults() -> None:
         ("name: x\nmatch: {checks: [{name: a, finding: '('}]}\nsteps: [{action: drain}]", "finding is not a regex"),
         ("name: x\nmatch: {stragglers: [nvlink]}\nsteps: [{action: drain}]", "stragglers: unknown metric 'nvlink'"),
         ("name: x\nmatch: {stragglers: nvlink_tx}\nsteps: [{action: drain}]", "stragglers must be a list"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain}, {action: explode}]",
-         "bad.yaml: step 1 (explode): unknown action 'explode'"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait}]", "bad.yaml: step 0 (wait): wait needs parameter 'duration'"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: wait, with: {duration: soon}}]", "parameter duration: bad duration"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, with: {force: true}}]", "drain takes no parameter 'force'"),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: drain}, {action: explode}]",
+            "bad.yaml: step 1 (explode): unknown action 'explode'",
+        ),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: wait}]",
+            "bad.yaml: step 0 (wait): wait needs parameter 'duration'",
+        ),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: wait, with: {duration: soon}}]",
+            "parameter duration: bad duration",
+        ),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, with: {force: true}}]",
+            "drain takes no parameter 'force'",
+        ),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: set_state, with: {state: retired}}]", "operator-only state"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, name: a}, {action: drain, name: a}]", "step 1 (a): step name 'a' is used twice"),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, name: a}, {action: drain, name: a}]",
+            "step 1 (a): step name 'a' is used twice",
+        ),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, on_failure: retry}]", "on_failure must be one of"),
         ("name: x\nmatch: {xid: [1]}\nsteps: [{action: drain, when: 'steps.a.status =='}]", "template does not parse"),
-        ("name: x\nmatch: {xid: [1]}\nsteps: [{action: notify, with: {message: '{{ x'}}]", "step 0 (notify): template does not parse"),
+        (
+            "name: x\nmatch: {xid: [1]}\nsteps: [{action: notify, with: {message: '{{ x'}}]",
+            "step 0 (notify): template does not parse",
+        ),
     ],
 )
 def test_malformed_runbooks_name_file_step_and_reason(text: str, message: str) -> None:
@@ -133,24 +158,65 @@ def test_render_and_evaluate() -> None:
         (Event("xid", code=74), "nvlink-straggler"),
         (Event("xid", code=119), "escalation-ladder"),
         (Event("xid", code=9999), "escalation-ladder"),  # fallback
-        (Event("check", check="nvidia-smi-query", status="fail", message="row remapping failed: RMA the GPU"), "ecc-uncorrectable-rma"),
-        (Event("check", check="nvidia-smi-query", status="warn", message="row remap pending: reset the GPU"), "row-remap-pending"),
+        (
+            Event("check", check="nvidia-smi-query", status="fail", message="row remapping failed: RMA the GPU"),
+            "ecc-uncorrectable-rma",
+        ),
+        (
+            Event("check", check="nvidia-smi-query", status="warn", message="row remap pending: reset the GPU"),
+            "row-remap-pending",
+        ),
         # DCGM's own words, as fleetctl.sim renders its Page Retirement/Row Remap test.
-        (Event("check", check="dcgm-r1", status="fail", message="GPU 4: Page Retirement/Row Remap failed: GPU 4 had "
-               "uncorrectable memory errors and row remapping failed."), "ecc-uncorrectable-rma"),
-        (Event("check", check="dcgm-r3", status="warn", message="GPU 2: Page Retirement/Row Remap warn: GPU 2 has "
-               "uncorrectable memory errors and row remappings are pending"), "row-remap-pending"),
-        (Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"), "thermal-throttling"),
-        (Event("check", check="nvidia-smi-query", status="fail", message="GPU unreachable: Unable to determine"), "xid-79-fallen-off-bus"),
+        (
+            Event(
+                "check",
+                check="dcgm-r1",
+                status="fail",
+                message="GPU 4: Page Retirement/Row Remap failed: GPU 4 had "
+                "uncorrectable memory errors and row remapping failed.",
+            ),
+            "ecc-uncorrectable-rma",
+        ),
+        (
+            Event(
+                "check",
+                check="dcgm-r3",
+                status="warn",
+                message="GPU 2: Page Retirement/Row Remap warn: GPU 2 has "
+                "uncorrectable memory errors and row remappings are pending",
+            ),
+            "row-remap-pending",
+        ),
+        (
+            Event("check", check="nvidia-smi-query", status="warn", message="clocks limited by HW Thermal Slowdown"),
+            "thermal-throttling",
+        ),
+        (
+            Event("check", check="nvidia-smi-query", status="fail", message="GPU unreachable: Unable to determine"),
+            "xid-79-fallen-off-bus",
+        ),
         (Event("check", check="ib-ports", status="fail", message="Down / Polling"), "ib-port-down"),
-        (Event("check", check="nccl-allreduce", status="warn", message="busbw 310 GB/s is 20% below peers"), "nvlink-straggler"),
+        (
+            Event("check", check="nccl-allreduce", status="warn", message="busbw 310 GB/s is 20% below peers"),
+            "nvlink-straggler",
+        ),
         # A sweep's straggler (the check passed, its peers did not): the check's runbook.
-        (Event("check", check="nccl-allreduce", status="fail", message="straggler: nccl-allreduce busbw_gbps: 380 is "
-               "20.0% below the fleet median 475", against_peers=True), "nvlink-straggler"),
+        (
+            Event(
+                "check",
+                check="nccl-allreduce",
+                status="fail",
+                message="straggler: nccl-allreduce busbw_gbps: 380 is 20.0% below the fleet median 475",
+                against_peers=True,
+            ),
+            "nvlink-straggler",
+        ),
         (Event("check", check="ib-ports", status="pass"), "escalation-ladder"),
         # Production stragglers, by the metric that found them.
-        (Event("straggler", check="nvlink_rx", status="fail", message="nvlink_rx 60 GB/s vs median 120"),
-         "nvlink-straggler"),
+        (
+            Event("straggler", check="nvlink_rx", status="fail", message="nvlink_rx 60 GB/s vs median 120"),
+            "nvlink-straggler",
+        ),
         (Event("straggler", check="throttled", status="fail"), "thermal-throttling"),
         (Event("straggler", check="pcie_tx", status="fail"), "escalation-ladder"),
         (Event("manual", message="operator"), None),
@@ -161,12 +227,15 @@ def test_event_matching(event: Event, expected: str | None) -> None:
     assert (book.name if book else None) == expected
 
 
-@pytest.mark.parametrize("event, failure", [
-    (Event("xid", code=79), "xid 79"),
-    (Event("check", check="nccl-allreduce", status="fail"), "check nccl-allreduce"),
-    (Event("check", check="nccl-allreduce", status="fail", against_peers=True), "straggler nccl-allreduce"),
-    (Event("manual", message="operator"), "health"),
-])
+@pytest.mark.parametrize(
+    "event, failure",
+    [
+        (Event("xid", code=79), "xid 79"),
+        (Event("check", check="nccl-allreduce", status="fail"), "check nccl-allreduce"),
+        (Event("check", check="nccl-allreduce", status="fail", against_peers=True), "straggler nccl-allreduce"),
+        (Event("manual", message="operator"), "health"),
+    ],
+)
 def test_the_failure_a_drain_is_counted_as_survives_the_payload(event: Event, failure: str) -> None:
     """What the node's workflow records travels as the event's dict in its transition."""
     assert event.failure == failure and Event.from_dict(event.to_dict()).failure == failure
@@ -176,13 +245,20 @@ def test_the_failure_a_drain_is_counted_as_survives_the_payload(event: Event, fa
 
 def test_finding_text_is_matched_too() -> None:
     event = Event("check", check="nvidia-smi-q", status="fail", message="1 GPU failed")
-    assert runbook_for(SHIPPED.values(), event, "GPU 3: row remapping failed: RMA the GPU").name == "ecc-uncorrectable-rma"
+    assert (
+        runbook_for(SHIPPED.values(), event, "GPU 3: row remapping failed: RMA the GPU").name == "ecc-uncorrectable-rma"
+    )
 
 
 @pytest.mark.parametrize(
     "current, target, trigger",
-    [("maintenance", "burn_in", "begin_burn_in"), ("maintenance", "rma", "send_to_rma"),
-     ("production", "draining", "drain"), ("maintenance", "production", None), ("rma", "burn_in", "begin_burn_in")],
+    [
+        ("maintenance", "burn_in", "begin_burn_in"),
+        ("maintenance", "rma", "send_to_rma"),
+        ("production", "draining", "drain"),
+        ("maintenance", "production", None),
+        ("rma", "burn_in", "begin_burn_in"),
+    ],
 )
 def test_trigger_towards(current: str, target: str, trigger: str | None) -> None:
     assert trigger_towards(current, target) == trigger
@@ -217,27 +293,33 @@ def _path(book, repeats: int, checks_pass: bool) -> list[str]:
     return taken
 
 
-@pytest.mark.parametrize("repeats, checks_pass, actions", [
-    (0, True, ["drain", "restart_jobs", "gpu_reset", "run_suite", "set_state"]),
-    (0, False, ["drain", "restart_jobs", "gpu_reset", "run_suite", "reboot", "run_suite", "rma"]),
-    # burn-in failed after the reset: the reset failed; this run starts on the reboot
-    (1, True, ["drain", "restart_jobs", "reboot", "run_suite", "set_state"]),
-    (1, False, ["drain", "restart_jobs", "reboot", "run_suite", "rma"]),
-    # and after the reboot too: the last rung
-    (2, True, ["drain", "restart_jobs", "rma"]),
-    (5, False, ["drain", "restart_jobs", "rma"]),
-])
+@pytest.mark.parametrize(
+    "repeats, checks_pass, actions",
+    [
+        (0, True, ["drain", "restart_jobs", "gpu_reset", "run_suite", "set_state"]),
+        (0, False, ["drain", "restart_jobs", "gpu_reset", "run_suite", "reboot", "run_suite", "rma"]),
+        # burn-in failed after the reset: the reset failed; this run starts on the reboot
+        (1, True, ["drain", "restart_jobs", "reboot", "run_suite", "set_state"]),
+        (1, False, ["drain", "restart_jobs", "reboot", "run_suite", "rma"]),
+        # and after the reboot too: the last rung
+        (2, True, ["drain", "restart_jobs", "rma"]),
+        (5, False, ["drain", "restart_jobs", "rma"]),
+    ],
+)
 def test_the_escalation_ladder_starts_a_repeat_on_its_next_rung(repeats, checks_pass, actions) -> None:
     assert _path(SHIPPED["escalation-ladder"], repeats, checks_pass) == actions
 
 
-@pytest.mark.parametrize("kind, check, fixture, runbook", [
-    ("nccl", "nccl-allreduce", "nccl/2node_wrong_gformat_fail.txt", "silent-data-corruption"),
-    ("nccl", "nccl-allreduce", "nccl/a100_old_error_column_oob_fail.txt", "silent-data-corruption"),
-    ("hpl", "hpl", "hpl/nvidia_8xh100_residual_failed_fail.txt", "silent-data-corruption"),
-    ("hpl", "hpl", "hpl/intel_residual_failed_fail.txt", "silent-data-corruption"),
-    ("nccl", "nccl-allreduce", "nccl/8xh100_slow_fail.txt", "nvlink-straggler"),  # slow is not corrupt
-])
+@pytest.mark.parametrize(
+    "kind, check, fixture, runbook",
+    [
+        ("nccl", "nccl-allreduce", "nccl/2node_wrong_gformat_fail.txt", "silent-data-corruption"),
+        ("nccl", "nccl-allreduce", "nccl/a100_old_error_column_oob_fail.txt", "silent-data-corruption"),
+        ("hpl", "hpl", "hpl/nvidia_8xh100_residual_failed_fail.txt", "silent-data-corruption"),
+        ("hpl", "hpl", "hpl/intel_residual_failed_fail.txt", "silent-data-corruption"),
+        ("nccl", "nccl-allreduce", "nccl/8xh100_slow_fail.txt", "nvlink-straggler"),  # slow is not corrupt
+    ],
+)
 def test_wrong_results_are_silent_data_corruption_and_go_straight_to_rma(kind, check, fixture, runbook) -> None:
     from checks import judge
     from tests.checks.conftest import fixture_text

@@ -136,6 +136,8 @@ def patch_markers(history: WorkflowHistory) -> set[str]:
                 assert payload.metadata.get("encoding") == b"json/plain", payload.metadata
                 ids.add(json.loads(payload.data)["id"])
     return ids
+
+
 BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
 # A code too large for the health_events column: its activity fails once, without retries.
 UNFIT_XID = 99999999999999999999
@@ -231,15 +233,24 @@ async def recording(**flags) -> AsyncIterator[Recording]:
     work = Path(tempfile.mkdtemp(prefix="fleetctl-histories-"))
     server = start_dev_server(work / "temporal.db")
     unique = uuid.uuid4().hex[:6]
-    settings = load_settings(flags={"db_url": f"sqlite:///{work / 'fleet.db'}", "temporal_address": server.address,
-                                    "task_queue": f"record-{unique}", "fleet": f"record-{unique}",
-                                    # two runbooks drain through the guard in a fleet of 8 (v1) or 10 (v2)
-                                    "guard_max_unavailable_fleet": 0.5, "guard_max_unavailable_rack": 0.5,
-                                    # an agent heard a minute ago is silent (v2's sweep)
-                                    "agent_silence_s": AGENT_SILENCE_S,
-                                    # v2's straggler is drained at its job's end
-                                    "straggler_policy": "drain-at-checkpoint", **flags}, env={},
-                             config_file="/dev/null")
+    settings = load_settings(
+        flags={
+            "db_url": f"sqlite:///{work / 'fleet.db'}",
+            "temporal_address": server.address,
+            "task_queue": f"record-{unique}",
+            "fleet": f"record-{unique}",
+            # two runbooks drain through the guard in a fleet of 8 (v1) or 10 (v2)
+            "guard_max_unavailable_fleet": 0.5,
+            "guard_max_unavailable_rack": 0.5,
+            # an agent heard a minute ago is silent (v2's sweep)
+            "agent_silence_s": AGENT_SILENCE_S,
+            # v2's straggler is drained at its job's end
+            "straggler_policy": "drain-at-checkpoint",
+            **flags,
+        },
+        env={},
+        config_file="/dev/null",
+    )
     get_engine(settings.db_url)
     worker = BackgroundWorker(settings).start()
     try:
@@ -265,14 +276,20 @@ async def record_v1(directory: Path = SETS["v1"]) -> list[Path]:
         await request_transition(client, drained, "undrain", "recorder", "operator: recording")
 
         add_fault(engine, checked, "row-remap-failure")
-        await client.execute_workflow(ActiveCheckSweep.run, SweepInput(suite="quick", max_concurrent=4),
-                                      id=f"sweep/record-{rec.unique}", task_queue=settings.task_queue)
+        await client.execute_workflow(
+            ActiveCheckSweep.run,
+            SweepInput(suite="quick", max_concurrent=4),
+            id=f"sweep/record-{rec.unique}",
+            task_queue=settings.task_queue,
+        )
         await rec.wait(checked, lambda t: "send_to_rma" in t)
 
         SimScheduler(engine).submit("recorded-job", 2)
         busy = next(n for n in names if any(j.state == "running" for j in SimScheduler(engine).jobs_on_node(n)))
         add_fault(engine, busy, "xid79")
-        await send_health_events(client, busy, [HealthEventInput(busy, "xid", 79, "recorded", "recorder", "rec-79", time.time())])
+        await send_health_events(
+            client, busy, [HealthEventInput(busy, "xid", 79, "recorded", "recorder", "rec-79", time.time())]
+        )
         await rec.wait(busy, lambda t: "drain_complete" in t)
 
         await asyncio.sleep(2.0)  # let the runbook and the job restart finish their last steps
@@ -307,8 +324,10 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             await client.start_workflow(
                 NodeLifecycle.run,
                 NodeLifecycleState(node=n, drain_job_wait_s=DRAIN_JOB_WAIT_S, drain_job_poll_s=DRAIN_JOB_POLL_S),
-                id=node_workflow_id(n), task_queue=settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+                id=node_workflow_id(n),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
         for n in names:
             await request_phase(client, n, "admit", "recorder", "quick")
         # Entering production resumes the node in its scheduler (patch resume-in-scheduler).
@@ -318,8 +337,11 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             raise RuntimeError(f"{drifted}: the firmware phase did not run: {rec.triggers(drifted)}")
 
         # A code that does not fit its column is refused once (patch bad-health-event-skipped).
-        await send_health_events(client, bad_event, [
-            HealthEventInput(bad_event, "xid", UNFIT_XID, "garbled", "recorder", "rv2-unfit", time.time())])
+        await send_health_events(
+            client,
+            bad_event,
+            [HealthEventInput(bad_event, "xid", UNFIT_XID, "garbled", "recorder", "rv2-unfit", time.time())],
+        )
 
         # A runbook whose restart_jobs step finds a running job (patch runbook-restarts-jobs):
         # drain, then move the job, then nothing else (its hardware steps are v1's concern).
@@ -327,9 +349,14 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         (runbook_node,) = job.nodes
         book = load_runbooks()["thermal-throttling"]
         book = dataclasses.replace(book, steps=tuple(s for s in book.steps if s.action in ("drain", "restart_jobs")))
-        result = await run_remediation(client, settings, runbook_node, book,
-                                       Event("check", check="nvidia-smi-query", status="warn", message="thermal"),
-                                       "recorder")
+        result = await run_remediation(
+            client,
+            settings,
+            runbook_node,
+            book,
+            Event("check", check="nvidia-smi-query", status="warn", message="thermal"),
+            "recorder",
+        )
         if result.status != "succeeded" or "restarting 1 job" not in result.steps[-1].detail:
             raise RuntimeError(f"{runbook_node}: the runbook did not restart the job: {result}")
         await rec.wait(runbook_node, lambda t: "drain_complete" in t)
@@ -337,8 +364,13 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         # A runbook that drains by naming the state goes through the capacity guard (patch
         # set-state-drain-asks-the-guard; the guard reads its own policy and evidence first:
         # patch guard-reads-policy-and-evidence).
-        state_drained = next(n for n in names if n not in (drifted, bad_event, runbook_node)
-                             and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        state_drained = next(
+            n
+            for n in names
+            if n not in (drifted, bad_event, runbook_node)
+            and queries.get_node(engine, n).state == "production"
+            and not scheduler.jobs_on_node(n)
+        )
         by_state = parse_runbook(SET_STATE_DRAINING)
         result = await run_remediation(client, settings, state_drained, by_state, Event("xid", code=13), "recorder")
         if result.status != "succeeded":
@@ -356,10 +388,18 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         # guard-critical-skips-snapshot) and the cordon tells the scheduler so (patch critical-cordon). Every
         # drain above moved the node's pods by the policy (none here: patch drain-moves-pods)
         # and showed the node in maintenance in its scheduler (patch report-scheduler-state).
-        critical_node = next(n for n in names if n not in (runbook_node, deadline_node, bad_event)
-                             and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
-        await send_health_events(client, critical_node, [
-            HealthEventInput(critical_node, "xid", 79, "fallen off the bus", "recorder", "rv2-79", time.time())])
+        critical_node = next(
+            n
+            for n in names
+            if n not in (runbook_node, deadline_node, bad_event)
+            and queries.get_node(engine, n).state == "production"
+            and not scheduler.jobs_on_node(n)
+        )
+        await send_health_events(
+            client,
+            critical_node,
+            [HealthEventInput(critical_node, "xid", 79, "fallen off the bus", "recorder", "rv2-79", time.time())],
+        )
         await rec.wait(critical_node, lambda t: "drain_complete" in t)
 
         # A production straggler found while its job ran, drained through the capacity guard
@@ -370,42 +410,83 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
 
         # A sweep in batches (patch sweep-batches) in which one node's checks end in error: the
         # errors are reported to the capacity guard (patch report-check-errors).
-        unreachable = next(n for n in reversed(names) if n != critical_node
-                           and queries.get_node(engine, n).state == "production"
-                           and not scheduler.jobs_on_node(n))
+        unreachable = next(
+            n
+            for n in reversed(names)
+            if n != critical_node
+            and queries.get_node(engine, n).state == "production"
+            and not scheduler.jobs_on_node(n)
+        )
         add_fault(engine, unreachable, "unreachable")
         # In the same sweep, a node whose agent was last heard a minute ago is suspect and
         # reported to the guard, which is asked to drain it (patch agent-silence).
-        quiet = next(n for n in names if n not in (unreachable, critical_node)
-                     and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        quiet = next(
+            n
+            for n in names
+            if n not in (unreachable, critical_node)
+            and queries.get_node(engine, n).state == "production"
+            and not scheduler.jobs_on_node(n)
+        )
         queries.record_agent_heartbeats(engine, {quiet: datetime.now(timezone.utc) - timedelta(seconds=60)})
         # The standard suite: a node's passed all-reduce is judged against its peers (patch
         # sweep-peer-stragglers).
         sweep_id = f"sweep/record-{rec.unique}"
         swept = await client.execute_workflow(
-            ActiveCheckSweep.run, SweepInput(suite="standard", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
-            id=sweep_id, task_queue=settings.task_queue)
+            ActiveCheckSweep.run,
+            SweepInput(suite="standard", max_concurrent=2, batch_nodes=2, fleet=settings.fleet),
+            id=sweep_id,
+            task_queue=settings.task_queue,
+        )
         if unreachable not in swept.errors:
             raise RuntimeError(f"the sweep recorded no error for {unreachable}: {swept}")
         if swept.silent != [quiet] or quiet not in swept.drained + swept.held:
             raise RuntimeError(f"the sweep did not judge {quiet}'s silent agent: {swept}")
         batches = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
-        errored = [i for i in batches if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors]
-        peer_judged = [i for i in batches
-                       if "sweep-peer-stragglers" in patch_markers(await client.get_workflow_handle(i).fetch_history())]
+        errored = [
+            i
+            for i in batches
+            if unreachable in (await client.get_workflow_handle_for(ActiveCheckBatch.run, i).result()).errors
+        ]
+        peer_judged = [
+            i
+            for i in batches
+            if "sweep-peer-stragglers" in patch_markers(await client.get_workflow_handle(i).fetch_history())
+        ]
 
         # A burst from an agent, with its kernel lines' own times (ten minutes old: spooled
         # while Temporal was away): the critical event is recorded and acted on ahead of the
         # minor ones queued before it (patch health-events-critical-first), and the records'
         # times are kept (patch record-times-kept).
-        burst = next(n for n in names if n not in (unreachable, bad_event)
-                     and queries.get_node(engine, n).state == "production" and not scheduler.jobs_on_node(n))
+        burst = next(
+            n
+            for n in names
+            if n not in (unreachable, bad_event)
+            and queries.get_node(engine, n).state == "production"
+            and not scheduler.jobs_on_node(n)
+        )
         logged = time.time() - 600
-        await send_health_events(client, burst, [
-            *(HealthEventInput(burst, "agent", 13, f"minor {i}", "recorder", f"rv2-burst-{i}", logged + i,
-                               at_from_record=True) for i in range(5)),
-            HealthEventInput(burst, "agent", 79, "fallen off the bus", "recorder", "rv2-burst-79", logged + 5,
-                             at_from_record=True)])
+        await send_health_events(
+            client,
+            burst,
+            [
+                *(
+                    HealthEventInput(
+                        burst, "agent", 13, f"minor {i}", "recorder", f"rv2-burst-{i}", logged + i, at_from_record=True
+                    )
+                    for i in range(5)
+                ),
+                HealthEventInput(
+                    burst,
+                    "agent",
+                    79,
+                    "fallen off the bus",
+                    "recorder",
+                    "rv2-burst-79",
+                    logged + 5,
+                    at_from_record=True,
+                ),
+            ],
+        )
         await rec.wait(burst, lambda t: "drain" in t)
 
         # Search attributes with every transition (patch node-search-attributes), carried
@@ -442,8 +523,15 @@ async def straggler_scenario(rec: Recording) -> str:
     (node,) = job.nodes
     found = datetime.now(timezone.utc) - timedelta(minutes=5)
     with Session(rec.engine) as session:
-        session.add(StragglerFinding(job_id=job.job_id, node_name=node, metric="sm_clock", found_at=found,
-                                     evidence=f"sm_clock 1410 MHz (slowest GPU) vs job {job.job_id} median 1980"))
+        session.add(
+            StragglerFinding(
+                job_id=job.job_id,
+                node_name=node,
+                metric="sm_clock",
+                found_at=found,
+                evidence=f"sm_clock 1410 MHz (slowest GPU) vs job {job.job_id} median 1980",
+            )
+        )
         session.commit()
     record_checkpoint(rec.engine, job.job_id, found + timedelta(minutes=1))
     workflow_id = straggler_sweep_id(f"record-{rec.unique}")
@@ -455,15 +543,21 @@ async def straggler_scenario(rec: Recording) -> str:
     try:
         for name in limits:
             setattr(rec.settings, name, 1.0)
-        result = await rec.client.execute_workflow(ProductionStragglers.run, StragglerSweepInput(fleet=rec.settings.fleet),
-                                                   id=workflow_id, task_queue=rec.settings.task_queue)
+        result = await rec.client.execute_workflow(
+            ProductionStragglers.run,
+            StragglerSweepInput(fleet=rec.settings.fleet),
+            id=workflow_id,
+            task_queue=rec.settings.task_queue,
+        )
     finally:
         for name, value in kept.items():
             setattr(rec.settings, name, value)
     if result.drained != [node]:
         from fleetctl.db.stragglers import open_findings
-        raise RuntimeError(f"the straggler judge did not drain {node}: {result}; "
-                           f"{[f.detail for f in open_findings(rec.engine)]}")
+
+        raise RuntimeError(
+            f"the straggler judge did not drain {node}: {result}; {[f.detail for f in open_findings(rec.engine)]}"
+        )
     await rec.wait(node, lambda t: "drain_complete" in t)
     return workflow_id
 
@@ -474,16 +568,22 @@ async def search_attributes_scenario(rec: Recording) -> str:
     run, which is the one recorded; Temporal's visibility must then list it by state."""
     node = rec.add_nodes(2, "rsa")[0]
     await rec.client.start_workflow(
-        NodeLifecycle.run, NodeLifecycleState(node=node, transitions_per_run=3), id=node_workflow_id(node),
-        task_queue=rec.settings.task_queue, search_attributes=start_attributes("new"))
+        NodeLifecycle.run,
+        NodeLifecycleState(node=node, transitions_per_run=3),
+        id=node_workflow_id(node),
+        task_queue=rec.settings.task_queue,
+        search_attributes=start_attributes("new"),
+    )
     await request_phase(rec.client, node, "admit", "recorder", "quick")
     await rec.wait(node, lambda t: "enter_production" in t)
     await rec.idle(node)
     await request_transition(rec.client, node, "drain", "recorder", "operator: recording")
     await rec.wait(node, lambda t: "drain_complete" in t)
     await rec.idle(node)
-    query = (f'WorkflowId = "{node_workflow_id(node)}" AND ExecutionStatus = "Running" AND FleetctlNodeState = "maintenance" '
-             f'AND FleetctlRack = "{queries.get_node(rec.engine, node).rack}"')
+    query = (
+        f'WorkflowId = "{node_workflow_id(node)}" AND ExecutionStatus = "Running" AND FleetctlNodeState = "maintenance" '
+        f'AND FleetctlRack = "{queries.get_node(rec.engine, node).rack}"'
+    )
     deadline = time.monotonic() + 30
     while [wf.id async for wf in rec.client.list_workflows(query)] != [node_workflow_id(node)]:
         if time.monotonic() > deadline:
@@ -522,22 +622,29 @@ steps:
 
 
 def _critical_79(node: str, event_id: str) -> HealthEventInput:
-    return HealthEventInput(node, "xid", 79, "fallen off the bus", "recorder", event_id, time.time(), severity="critical")
+    return HealthEventInput(
+        node, "xid", 79, "fallen off the bus", "recorder", event_id, time.time(), severity="critical"
+    )
 
 
 async def _in_production(rec: Recording, node: str) -> None:
     """The node's workflow started and taken to production by automation, without a burn-in."""
-    await rec.client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=node), id=node_workflow_id(node),
-                                    task_queue=rec.settings.task_queue,
-                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await rec.client.start_workflow(
+        NodeLifecycle.run,
+        NodeLifecycleState(node=node),
+        id=node_workflow_id(node),
+        task_queue=rec.settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
     for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
         await request_transition(rec.client, node, trigger, "recorder", actor_kind="automation")
 
 
 async def _busy_with(rec: Recording, node: str, activity: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while not (await rec.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)).activity \
-            .startswith(activity):
+    while not (
+        await rec.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
+    ).activity.startswith(activity):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{node}: never busy with {activity}")
         await asyncio.sleep(0.1)
@@ -546,7 +653,9 @@ async def _busy_with(rec: Recording, node: str, activity: str, timeout_s: float 
 async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
     suites = Path(tempfile.mkdtemp(prefix="fleetctl-suites-"))
     for name, checks in SUITES.items():
-        (suites / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, "description": "recording", "checks": checks}))
+        (suites / f"{name}.yaml").write_text(
+            yaml.safe_dump({"name": name, "description": "recording", "checks": checks})
+        )
     runbooks = Path(tempfile.mkdtemp(prefix="fleetctl-runbooks-"))
     (runbooks / "slow-recovery.yaml").write_text(SLOW_RUNBOOK)
     (runbooks / "gone.yaml").write_text(XID79_RUNBOOK)
@@ -563,8 +672,9 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         # A runbook's wait cut short by an XID 79 (patch remediation-interrupt); the XID's
         # runbook starts after it.
         await _in_production(rec, interrupted)
-        slow = await start_remediation(rec.client, rec.settings, interrupted,
-                                       parse_runbook(SLOW_RUNBOOK), Event("xid", code=13), "recorder")
+        slow = await start_remediation(
+            rec.client, rec.settings, interrupted, parse_runbook(SLOW_RUNBOOK), Event("xid", code=13), "recorder"
+        )
         await rec.wait(interrupted, lambda t: "drain_complete" in t)
         await send_health_events(rec.client, interrupted, [_critical_79(interrupted, "rv3-interrupt-79")])
         cut = await slow.result()
@@ -578,8 +688,10 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
             await asyncio.sleep(0.2)
         await rec.client.get_workflow_handle(remediation_id(interrupted)).result()
         await rec.idle(interrupted)
-        kept = {"node_lifecycle_firmware_flash": node_workflow_id(flashed),
-                "node_lifecycle_remediation_interrupted": node_workflow_id(interrupted)}
+        kept = {
+            "node_lifecycle_firmware_flash": node_workflow_id(flashed),
+            "node_lifecycle_remediation_interrupted": node_workflow_id(interrupted),
+        }
         await rec.write(directory, kept)
         history = await rec.client.get_workflow_handle(remediation_id(interrupted), run_id=old_run).fetch_history()
         (directory / "remediation_interrupted.json").write_text(history.to_json())
@@ -598,9 +710,16 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
         # the XID is taken first.
         await request_phase(client, rechecked, "recheck", "recorder", LONG_SUITE)
         await _busy_with(rec, rechecked, "recheck: hpl")
-        await send_health_events(client, rechecked, [
-            HealthEventInput(rechecked, "xid", 13, "minor", "recorder", "rv3-recheck-13", time.time(), severity="warning"),
-            _critical_79(rechecked, "rv3-recheck-79")])
+        await send_health_events(
+            client,
+            rechecked,
+            [
+                HealthEventInput(
+                    rechecked, "xid", 13, "minor", "recorder", "rv3-recheck-13", time.time(), severity="warning"
+                ),
+                _critical_79(rechecked, "rv3-recheck-79"),
+            ],
+        )
         await rec.wait(rechecked, lambda t: "drain_complete" in t)
 
         # A burn-in's HPL cut short: the phase fails on the event, not on the check.
@@ -642,20 +761,29 @@ async def record_v3(directory: Path = SETS["v3"]) -> list[Path]:
             raise RuntimeError(f"{busy}: the job did not land on it: {job}")
         await request_phase(rec.client, busy, "recheck", "recorder", TINY_SUITE)
         await rec.idle(busy)
-        outcome = (await rec.client.get_workflow_handle(node_workflow_id(busy)).query(NodeLifecycle.current)).last_outcome
+        outcome = (
+            await rec.client.get_workflow_handle(node_workflow_id(busy)).query(NodeLifecycle.current)
+        ).last_outcome
         if "skipped" not in outcome:
             raise RuntimeError(f"{busy}: the recheck was not skipped: {outcome}")
         sweep_id = f"sweep/record-held-{rec.unique}"
         swept_result = await rec.client.execute_workflow(
-            ActiveCheckSweep.run, SweepInput(suite=TINY_SUITE, max_concurrent=2, fleet=rec.settings.fleet),
-            id=sweep_id, task_queue=rec.settings.task_queue)
+            ActiveCheckSweep.run,
+            SweepInput(suite=TINY_SUITE, max_concurrent=2, fleet=rec.settings.fleet),
+            id=sweep_id,
+            task_queue=rec.settings.task_queue,
+        )
         if swept_result.passed != 1:
             raise RuntimeError(f"the fenced sweep did not pass {swept}: {swept_result}")
         (batch,) = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
-        return written + await rec.write(directory, {
-            "node_lifecycle_recheck_skipped": node_workflow_id(busy),
-            "active_check_batch_fenced": batch,
-        }, kept)
+        return written + await rec.write(
+            directory,
+            {
+                "node_lifecycle_recheck_skipped": node_workflow_id(busy),
+                "active_check_batch_fenced": batch,
+            },
+            kept,
+        )
 
 
 async def rma_burst_scenario(directory: Path) -> dict[str, str]:
@@ -668,9 +796,27 @@ async def rma_burst_scenario(directory: Path) -> dict[str, str]:
         nodes = rec.add_nodes(3, "rv3-burst")
         for n in nodes:
             await _in_production(rec, n)
-        await asyncio.gather(*(send_health_events(rec.client, n, [HealthEventInput(
-            n, "xid", 64, "Row remapping failure", "recorder", f"rv3-burst-{n}", time.time(), severity="critical")])
-            for n in nodes))
+        await asyncio.gather(
+            *(
+                send_health_events(
+                    rec.client,
+                    n,
+                    [
+                        HealthEventInput(
+                            n,
+                            "xid",
+                            64,
+                            "Row remapping failure",
+                            "recorder",
+                            f"rv3-burst-{n}",
+                            time.time(),
+                            severity="critical",
+                        )
+                    ],
+                )
+                for n in nodes
+            )
+        )
         deadline = time.monotonic() + 120
         while len(held := rma_db.rma_records(rec.engine, status="awaiting_confirmation")) < len(nodes):
             if time.monotonic() > deadline:
@@ -678,13 +824,16 @@ async def rma_burst_scenario(directory: Path) -> dict[str, str]:
             await asyncio.sleep(0.2)
         by_node = {r.node_name: r for r in held}
         written = {}
-        for name, node, confirm in (("remediation_rma_held_confirmed", nodes[0], True),
-                                    ("remediation_rma_held_rejected", nodes[1], False)):
+        for name, node, confirm in (
+            ("remediation_rma_held_confirmed", nodes[0], True),
+            ("remediation_rma_held_rejected", nodes[1], False),
+        ):
             record = by_node[node]
             workflow_id, _, run_id = record.remediation_run.rpartition("@")
             handle = rec.client.get_workflow_handle(workflow_id, run_id=run_id)
-            await handle.execute_update(RMA_DECISION_UPDATE, RmaDecision(record.id, confirm, "recorder"),
-                                        result_type=RmaDecided)
+            await handle.execute_update(
+                RMA_DECISION_UPDATE, RmaDecision(record.id, confirm, "recorder"), result_type=RmaDecided
+            )
             await handle.result()
             (directory / f"{name}.json").write_text((await handle.fetch_history()).to_json())
             written[name] = workflow_id
@@ -693,9 +842,27 @@ async def rma_burst_scenario(directory: Path) -> dict[str, str]:
         nodes = rec.add_nodes(3, "rv3-pair")
         for n in nodes:
             await _in_production(rec, n)
-        await asyncio.gather(*(send_health_events(rec.client, n, [HealthEventInput(
-            n, "xid", 64, "Row remapping failure", "recorder", f"rv3-pair-{n}", time.time(), severity="critical")])
-            for n in nodes[:2]))
+        await asyncio.gather(
+            *(
+                send_health_events(
+                    rec.client,
+                    n,
+                    [
+                        HealthEventInput(
+                            n,
+                            "xid",
+                            64,
+                            "Row remapping failure",
+                            "recorder",
+                            f"rv3-pair-{n}",
+                            time.time(),
+                            severity="critical",
+                        )
+                    ],
+                )
+                for n in nodes[:2]
+            )
+        )
         deadline = time.monotonic() + 120
         while not (opened := rma_db.rma_records(rec.engine, status="open", node_name=nodes[0])):
             if time.monotonic() > deadline:
@@ -725,23 +892,43 @@ async def nvlink_domain_scenario(directory: Path, suites: Path) -> dict[str, str
         add_fault(rec.engine, trays[0], "imex-down")
         sweep_id = f"sweep/record-nvl-{rec.unique}"
         swept = await rec.client.execute_workflow(
-            ActiveCheckSweep.run, SweepInput(suite=IMEX_SUITE, max_concurrent=6, fleet=rec.settings.fleet),
-            id=sweep_id, task_queue=rec.settings.task_queue)
+            ActiveCheckSweep.run,
+            SweepInput(suite=IMEX_SUITE, max_concurrent=6, fleet=rec.settings.fleet),
+            id=sweep_id,
+            task_queue=rec.settings.task_queue,
+        )
         if sorted(swept.drained) != sorted(trays) or swept.failed == []:
             raise RuntimeError(f"the sweep did not hold the domain {trays}: {swept}")
         for n in trays:
             await rec.wait(n, lambda t: "drain_complete" in t)
         (batch,) = [i for i in await rec.workflow_ids("ActiveCheckBatch") if i.startswith(sweep_id)]
-        written = {"active_check_batch_nvlink_domain": batch, "capacity_guard_nvlink_domain": guard_id(rec.settings.fleet)}
+        written = {
+            "active_check_batch_nvlink_domain": batch,
+            "capacity_guard_nvlink_domain": guard_id(rec.settings.fleet),
+        }
         await rec.save(directory, written)
     async with recording(suites_dir=str(suites)) as rec:
         trays, hgx = rec.add_nodes(3, "rv3-sxid", "gb200", racks=1), rec.add_nodes(3, "rv3-sxh")
         for n in trays + hgx:
             await _in_production(rec, n)
-        await send_health_events(rec.client, trays[0], [HealthEventInput(
-            trays[0], "agent", None, "NVSwitch fatal SXid on the node: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, "
-            "Fatal, Link 30 LTSSM Fault Up", "recorder", "rv3-sxid-fatal", time.time(), severity="critical",
-            signature="nvswitch_sxid_fatal")])
+        await send_health_events(
+            rec.client,
+            trays[0],
+            [
+                HealthEventInput(
+                    trays[0],
+                    "agent",
+                    None,
+                    "NVSwitch fatal SXid on the node: nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, "
+                    "Fatal, Link 30 LTSSM Fault Up",
+                    "recorder",
+                    "rv3-sxid-fatal",
+                    time.time(),
+                    severity="critical",
+                    signature="nvswitch_sxid_fatal",
+                )
+            ],
+        )
         for n in trays:
             await rec.wait(n, lambda t: "drain_complete" in t)
         await rec.idle(trays[0], timeout_s=120)
@@ -758,25 +945,45 @@ async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
     async with recording() as rec:
         nodes = rec.add_nodes(3, "rv3-roll")
         for n in nodes:
-            await rec.client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=n), id=node_workflow_id(n),
-                                            task_queue=rec.settings.task_queue)
+            await rec.client.start_workflow(
+                NodeLifecycle.run,
+                NodeLifecycleState(node=n),
+                id=node_workflow_id(n),
+                task_queue=rec.settings.task_queue,
+            )
             for trigger in ("begin_burn_in", "phase_failed"):
                 await request_transition(rec.client, n, trigger, "recorder", actor_kind="automation")
             add_fault(rec.engine, n, "firmware-drift")
             for check in ("firmware-inventory", "nic-firmware"):
                 record_check(rec.settings, n, check)
         baseline = load_baseline(BASELINE)
-        rollout_id, _ = await start_rollout(rec.client, rec.settings, baseline, BASELINE.read_text(), canary=1,
-                                            batch="1", max_failures=1, dry_run=False, actor="recorder")
+        rollout_id, _ = await start_rollout(
+            rec.client,
+            rec.settings,
+            baseline,
+            BASELINE.read_text(),
+            canary=1,
+            batch="1",
+            max_failures=1,
+            dry_run=False,
+            actor="recorder",
+        )
         done = await rec.client.get_workflow_handle_for(FirmwareRollout.run, rollout_workflow_id(rollout_id)).result()
         if (done.status, done.done) != ("completed", len(nodes)):
             raise RuntimeError(f"the roll-out did not update every node: {done}")
         SimScheduler(rec.engine).submit("recorded-synced-train", 1)
-        synced = await rec.client.execute_workflow(JobHistorySync.run, JobSyncInput(actor="recorder"),
-                                                   id=job_sync_id(f"record-{rec.unique}"), task_queue=rec.settings.task_queue)
+        synced = await rec.client.execute_workflow(
+            JobHistorySync.run,
+            JobSyncInput(actor="recorder"),
+            id=job_sync_id(f"record-{rec.unique}"),
+            task_queue=rec.settings.task_queue,
+        )
         if synced.jobs.get("sim") != 1:
             raise RuntimeError(f"the job history sync did not list the simulated scheduler's job: {synced}")
-        written = {"firmware_rollout": rollout_workflow_id(rollout_id), "job_history_sync": job_sync_id(f"record-{rec.unique}")}
+        written = {
+            "firmware_rollout": rollout_workflow_id(rollout_id),
+            "job_history_sync": job_sync_id(f"record-{rec.unique}"),
+        }
         await rec.save(directory, written)
     return written
 
@@ -793,8 +1000,12 @@ async def record(sets: list[str]) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.replay.record", description=__doc__.split("\n")[0])
-    parser.add_argument("--set", choices=[*RECORDERS, "all"], default="v3",
-                        help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)")
+    parser.add_argument(
+        "--set",
+        choices=[*RECORDERS, "all"],
+        default="v3",
+        help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
+    )
     args = parser.parse_args(argv)
     for path in asyncio.run(record(list(RECORDERS) if args.set == "all" else [args.set])):
         print(path)

@@ -22,8 +22,11 @@ from tests.replay.record import PATCH_INDEX, WORKFLOW_IDS, patch_markers
 from workflows.worker import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = {"v1": ROOT / "tests" / "histories", "v2": ROOT / "tests" / "histories" / "v2",
-        "v3": ROOT / "tests" / "histories" / "v3"}
+SETS = {
+    "v1": ROOT / "tests" / "histories",
+    "v2": ROOT / "tests" / "histories" / "v2",
+    "v3": ROOT / "tests" / "histories" / "v3",
+}
 # The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
 WHOLE_SETS = ("v1", "v2")
 HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json") if p.name != PATCH_INDEX)
@@ -48,8 +51,11 @@ def patched_ids_in_source(directory: Path = WORKFLOW_SOURCES) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(directory.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("patched", "deprecate_patch")):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("patched", "deprecate_patch")
+            ):
                 continue
             (arg,) = node.args
             if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
@@ -65,8 +71,11 @@ def test_histories_are_recorded_for_every_long_running_workflow() -> None:
 
 def test_the_whole_sets_are_recorded_for_every_workflow_type() -> None:
     for name, directory in ((n, SETS[n]) for n in WHOLE_SETS):
-        types = {_history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name
-                 for p in HISTORIES if p.parent == directory}
+        types = {
+            _history(p).events[0].workflow_execution_started_event_attributes.workflow_type.name
+            for p in HISTORIES
+            if p.parent == directory
+        }
         assert {"NodeLifecycle", "CapacityGuard", "ActiveCheckSweep", "Remediation", "JobRestart"} <= types, name
 
 
@@ -81,7 +90,8 @@ def test_the_old_set_predates_every_patch() -> None:
     for path in SETS["v1"].glob("*.json"):
         assert patch_markers(_history(path)) == set(), (
             f"{path.name} takes patched branches: the old set was re-recorded at a HEAD with patches "
-            "(restore it from git; `python -m tests.replay.record` records the new set)")
+            "(restore it from git; `python -m tests.replay.record` records the new set)"
+        )
 
 
 def test_the_source_scan_finds_the_patches() -> None:
@@ -100,8 +110,10 @@ def test_the_patch_index_says_what_each_history_recorded(name: str) -> None:
 def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
     recorded = set().union(*(patch_markers(_history(p)) for p in HISTORIES))
     missing = {pid: where for pid, where in patched_ids_in_source().items() if pid not in recorded}
-    assert not missing, (f"patched ids no recorded history takes: {missing}; add a scenario to "
-                         "tests/replay/record.py (the newest set's recorder) and run `python -m tests.replay.record`")
+    assert not missing, (
+        f"patched ids no recorded history takes: {missing}; add a scenario to "
+        "tests/replay/record.py (the newest set's recorder) and run `python -m tests.replay.record`"
+    )
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[_label(p) for p in HISTORIES])

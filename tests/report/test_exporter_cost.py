@@ -37,8 +37,9 @@ class Counted:
 
     def cost_of(self, registry: CollectorRegistry) -> tuple[int, dict]:
         before = self.ticks
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for family in registry.collect() for s in family.samples}
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples
+        }
         return self.ticks - before, samples
 
 
@@ -47,14 +48,34 @@ def _history(engine, start: int, count: int) -> None:
     with Session(engine) as session:
         for i in range(start, start + count):
             at = START + timedelta(minutes=i)
-            session.add(CheckRun(node_name=f"n{i % 50}", check_name="nccl-allreduce", kind="nccl",
-                                 status="fail" if i % 10 == 0 else "pass", started_at=at,
-                                 finished_at=at + timedelta(seconds=90), idempotency_key=f"c{i}"))
-            session.add(NodeEvent(node_name=f"n{i % 50}", from_state="production", to_state="draining",
-                                  trigger="drain", cause="XID 79: fallen off the bus", actor="t",
-                                  actor_kind="automation", failure="xid 79", at=at, idempotency_key=f"e{i}"))
-            session.add(AutomationEvent(kind="grant", actor="t", reason="within limits", at=at,
-                                        idempotency_key=f"a{i}"))
+            session.add(
+                CheckRun(
+                    node_name=f"n{i % 50}",
+                    check_name="nccl-allreduce",
+                    kind="nccl",
+                    status="fail" if i % 10 == 0 else "pass",
+                    started_at=at,
+                    finished_at=at + timedelta(seconds=90),
+                    idempotency_key=f"c{i}",
+                )
+            )
+            session.add(
+                NodeEvent(
+                    node_name=f"n{i % 50}",
+                    from_state="production",
+                    to_state="draining",
+                    trigger="drain",
+                    cause="XID 79: fallen off the bus",
+                    actor="t",
+                    actor_kind="automation",
+                    failure="xid 79",
+                    at=at,
+                    idempotency_key=f"e{i}",
+                )
+            )
+            session.add(
+                AutomationEvent(kind="grant", actor="t", reason="within limits", at=at, idempotency_key=f"a{i}")
+            )
         session.commit()
 
 
@@ -83,10 +104,14 @@ def test_a_scrapes_cost_does_not_grow_with_history(sqlite_url) -> None:
     assert large_samples[("fleetctl_drains_total", (("actor_kind", "automation"), ("fleet", "default")))] == total
     assert large_samples[("fleetctl_node_failures_total", (("cause", "xid 79"), ("fleet", "default")))] == total
     assert large_samples[("fleetctl_guard_decisions_total", (("decision", "grant"), ("fleet", "default")))] == total
-    assert large_samples[("fleetctl_check_duration_seconds_count", (("check", "nccl-allreduce"), ("fleet", "default")))] \
+    assert (
+        large_samples[("fleetctl_check_duration_seconds_count", (("check", "nccl-allreduce"), ("fleet", "default")))]
         == total
-    assert large_samples[("fleetctl_check_duration_seconds_sum", (("check", "nccl-allreduce"), ("fleet", "default")))] \
+    )
+    assert (
+        large_samples[("fleetctl_check_duration_seconds_sum", (("check", "nccl-allreduce"), ("fleet", "default")))]
         == total * 90
+    )
 
 
 def test_a_row_committed_after_a_later_one_is_still_counted(sqlite_url) -> None:
@@ -97,13 +122,15 @@ def test_a_row_committed_after_a_later_one_is_still_counted(sqlite_url) -> None:
     registry.register(collector)
     with Session(engine) as session:
         for i in (1, 3):
-            session.add(CheckRun(id=i, node_name="n1", check_name="hpl", kind="hpl", status="pass",
-                                 idempotency_key=f"c{i}"))
+            session.add(
+                CheckRun(id=i, node_name="n1", check_name="hpl", kind="hpl", status="pass", idempotency_key=f"c{i}")
+            )
         session.commit()
     list(registry.collect())
     with Session(engine) as session:
         session.add(CheckRun(id=2, node_name="n1", check_name="hpl", kind="hpl", status="pass", idempotency_key="c2"))
         session.commit()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in registry.collect() for s in family.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value for family in registry.collect() for s in family.samples
+    }
     assert samples[("fleetctl_check_runs_total", (("check", "hpl"), ("fleet", "default"), ("status", "pass")))] == 3

@@ -34,8 +34,9 @@ def test_metrics_are_served_over_tls_to_a_verifying_client(sqlite_url, tmp_path)
 def test_with_a_client_ca_only_scrapers_it_signed_are_answered(sqlite_url, tmp_path) -> None:
     ca = Authority(tmp_path, "metrics-ca")
     cert, key = ca.server("metrics")
-    server = exporter_server.serve(get_engine(sqlite_url), 0, "127.0.0.1", tls_cert=str(cert), tls_key=str(key),
-                                   tls_client_ca=str(ca.cert_path))
+    server = exporter_server.serve(
+        get_engine(sqlite_url), 0, "127.0.0.1", tls_cert=str(cert), tls_key=str(key), tls_client_ca=str(ca.cert_path)
+    )
     try:
         with_cert = ssl.create_default_context(cafile=ca.cert_path)
         with_cert.load_cert_chain(*ca.client("prometheus"))

@@ -57,12 +57,31 @@ class Fleet:
         self.move(name, -50.5, "burn_in", "admission", "begin_admission", actor_kind="automation")
         return self.move(name, -50, "admission", "production", "enter_production", actor_kind="automation")
 
-    def move(self, node: str, at: float, from_state: str, to_state: str, trigger: str, cause: str = "",
-             actor_kind: str = "automation", failure: str = "") -> Fleet:
-        self.rows.append(NodeEvent(node_name=node, from_state=from_state, to_state=to_state, trigger=trigger,
-                                   cause=cause or trigger, actor="alice@console" if actor_kind == "operator"
-                                   else "lifecycle", actor_kind=actor_kind, at=h(at),
-                                   idempotency_key=f"ev-{next(self.keys)}", failure=failure))
+    def move(
+        self,
+        node: str,
+        at: float,
+        from_state: str,
+        to_state: str,
+        trigger: str,
+        cause: str = "",
+        actor_kind: str = "automation",
+        failure: str = "",
+    ) -> Fleet:
+        self.rows.append(
+            NodeEvent(
+                node_name=node,
+                from_state=from_state,
+                to_state=to_state,
+                trigger=trigger,
+                cause=cause or trigger,
+                actor="alice@console" if actor_kind == "operator" else "lifecycle",
+                actor_kind=actor_kind,
+                at=h(at),
+                idempotency_key=f"ev-{next(self.keys)}",
+                failure=failure,
+            )
+        )
         self.state[node] = (to_state, h(at))
         return self
 
@@ -78,15 +97,28 @@ class Fleet:
 
     def rma(self, node: str, at: float) -> Fleet:
         self.move(node, at, "maintenance", "rma", "send_to_rma", "runbook: ecc-uncorrectable-rma")
-        self.rows.append(RmaRecord(node_name=node, reason="XID 48", opened_by="runbook", opened_at=h(at),
-                                   idempotency_key=f"rma-{node}"))
+        self.rows.append(
+            RmaRecord(
+                node_name=node, reason="XID 48", opened_by="runbook", opened_at=h(at), idempotency_key=f"rma-{node}"
+            )
+        )
         return self
 
     def write(self) -> None:
         with Session(self.engine) as session:
             for name, (state, since) in self.state.items():
-                session.add(Node(name=name, address=f"sim://{name}", rack="r1", profile="h100-sxm", scheduler="sim",
-                                 state=state, state_since=since, created_at=h(-51)))
+                session.add(
+                    Node(
+                        name=name,
+                        address=f"sim://{name}",
+                        rack="r1",
+                        profile="h100-sxm",
+                        scheduler="sim",
+                        state=state,
+                        state_since=since,
+                        created_at=h(-51),
+                    )
+                )
             session.add_all(self.rows)
             session.commit()
 
@@ -102,8 +134,7 @@ def fleet(sqlite_url) -> Fleet:
 
 
 def report(fleet: Fleet) -> dict:
-    return build_report(fleet.engine, h(0), h(NOW_H), lemon_threshold=LEMON.threshold,
-                        lemon_window=LEMON.window)
+    return build_report(fleet.engine, h(0), h(NOW_H), lemon_threshold=LEMON.threshold, lemon_window=LEMON.window)
 
 
 def exported(fleet: Fleet) -> tuple[float, float, float, dict, dict]:
@@ -111,13 +142,20 @@ def exported(fleet: Fleet) -> tuple[float, float, float, dict, dict]:
     open, over all its history, as a scrape of the fleet's one exporter reads them now."""
     families = {f.name: f for f in fleet.collector.collect()}
     failures = sum(s.value for s in families["fleetctl_node_failures"].samples if s.name.endswith("_total"))
-    repairs = {s.name: s.value for s in families["fleetctl_node_repair_seconds"].samples
-               if s.name.endswith(("_count", "_sum"))}
-    resolved = {(s.labels["rule"], s.labels["outcome"]): s.value
-                for s in families["fleetctl_rule_removals_resolved"].samples}
+    repairs = {
+        s.name: s.value for s in families["fleetctl_node_repair_seconds"].samples if s.name.endswith(("_count", "_sum"))
+    }
+    resolved = {
+        (s.labels["rule"], s.labels["outcome"]): s.value for s in families["fleetctl_rule_removals_resolved"].samples
+    }
     still_open = {s.labels["rule"]: s.value for s in families["fleetctl_rule_removals_open"].samples}
-    return (failures, repairs["fleetctl_node_repair_seconds_count"], repairs["fleetctl_node_repair_seconds_sum"],
-            resolved, still_open)
+    return (
+        failures,
+        repairs["fleetctl_node_repair_seconds_count"],
+        repairs["fleetctl_node_repair_seconds_sum"],
+        resolved,
+        still_open,
+    )
 
 
 def test_a_maintenance_window_is_no_failure_no_repair_no_lemon(fleet) -> None:
@@ -150,10 +188,29 @@ def test_a_false_alarm_is_a_failure_whose_removal_is_unchanged(fleet) -> None:
     nccl = "active check quick: nccl-allreduce: busbw 310 GB/s below the floor of 360 GB/s"
     fleet.automated_drain("n1", 10, "check nccl-allreduce", nccl).through_burn_in("n1", 12)
     fleet.write()
-    db.start_run(fleet.engine, run_key="r-n1", node_name="n1", runbook="check-failed-recheck", event={}, mode="live",
-                 actor="lifecycle", started_at=h(11.5))
-    db.record_step(fleet.engine, run_key="r-n1", node_name="n1", step_index=0, name="recheck", action="run_checks",
-                   status="passed", params={}, detail="", started_at=h(11.5), finished_at=h(11.9))
+    db.start_run(
+        fleet.engine,
+        run_key="r-n1",
+        node_name="n1",
+        runbook="check-failed-recheck",
+        event={},
+        mode="live",
+        actor="lifecycle",
+        started_at=h(11.5),
+    )
+    db.record_step(
+        fleet.engine,
+        run_key="r-n1",
+        node_name="n1",
+        step_index=0,
+        name="recheck",
+        action="run_checks",
+        status="passed",
+        params={},
+        detail="",
+        started_at=h(11.5),
+        finished_at=h(11.9),
+    )
 
     r = report(fleet)
     s = r["summary"]
@@ -163,8 +220,17 @@ def test_a_false_alarm_is_a_failure_whose_removal_is_unchanged(fleet) -> None:
     assert s["repairs"] == 1 and s["mttr_hours"] == pytest.approx(14 - 10)  # out from 10 h to 14 h
     # Nothing was repaired and the node came back as it was: the removal is unchanged, a likely
     # false alarm; precision = confirmed / (confirmed + unchanged) = 0 / (0 + 1).
-    assert r["rule_precision"] == [{"rule": "check nccl-allreduce", "removals": 1, "confirmed": 0, "unchanged": 1,
-                                    "open": 0, "precision": 0.0, "usually_wrong": False}]  # 1 resolved: under 3
+    assert r["rule_precision"] == [
+        {
+            "rule": "check nccl-allreduce",
+            "removals": 1,
+            "confirmed": 0,
+            "unchanged": 1,
+            "open": 0,
+            "precision": 0.0,
+            "usually_wrong": False,
+        }
+    ]  # 1 resolved: under 3
     # Remediated once (one live run, one entry into maintenance to be remediated): 1 < 3, no lemon.
     assert db.times_remediated(fleet.engine, "n1", LEMON, h(NOW_H)) == 1 and r["lemons"] == []
     assert exported(fleet) == (1, 1, 4 * 3600, {("check nccl-allreduce", "unchanged"): 1}, {})
@@ -178,16 +244,44 @@ def test_a_repair_before_the_return_confirms_the_removal(fleet) -> None:
     fleet.automated_drain("n1", 10, "xid 79", "health: XID 79: GPU has fallen off the bus").through_burn_in("n1", 12)
     fleet.write()
     for run_key, mode in (("dry", "dry_run"), ("live", "live")):
-        db.start_run(fleet.engine, run_key=run_key, node_name="n1", runbook="xid-79", event={}, mode=mode,
-                     actor="lifecycle", started_at=h(11.5))
+        db.start_run(
+            fleet.engine,
+            run_key=run_key,
+            node_name="n1",
+            runbook="xid-79",
+            event={},
+            mode=mode,
+            actor="lifecycle",
+            started_at=h(11.5),
+        )
         before = (report(fleet)["rule_precision"][0]["confirmed"], exported(fleet)[3])
-        db.record_step(fleet.engine, run_key=run_key, node_name="n1", step_index=0, name="reset", action="gpu_reset",
-                       status="passed", params={}, detail="", started_at=h(11.5), finished_at=h(11.9))
+        db.record_step(
+            fleet.engine,
+            run_key=run_key,
+            node_name="n1",
+            step_index=0,
+            name="reset",
+            action="gpu_reset",
+            status="passed",
+            params={},
+            detail="",
+            started_at=h(11.5),
+            finished_at=h(11.9),
+        )
     # Before the live run's reset was recorded, the dry run's had confirmed nothing.
     assert before == (0, {("xid 79", "unchanged"): 1})
     r = report(fleet)
-    assert r["rule_precision"] == [{"rule": "xid 79", "removals": 1, "confirmed": 1, "unchanged": 0, "open": 0,
-                                    "precision": 1.0, "usually_wrong": False}]
+    assert r["rule_precision"] == [
+        {
+            "rule": "xid 79",
+            "removals": 1,
+            "confirmed": 1,
+            "unchanged": 0,
+            "open": 0,
+            "precision": 1.0,
+            "usually_wrong": False,
+        }
+    ]
     # A fresh exporter reads the whole history once: the removal resolves confirmed.
     fleet.collector = FleetCollector(fleet.engine)
     assert exported(fleet)[3:] == ({("xid 79", "confirmed"): 1}, {})
@@ -205,8 +299,17 @@ def test_a_confirmed_rma_scores_its_rule_right(fleet) -> None:
     assert s["production_hours"] == pytest.approx(10)  # in production from 0 h to 10 h
     assert s["failures"] == 1 and s["mttf_hours"] == pytest.approx(10 / 1)
     assert s["repairs"] == 0 and s["mttr_hours"] is None  # still out: no return to time
-    assert r["rule_precision"] == [{"rule": "xid 48", "removals": 1, "confirmed": 1, "unchanged": 0, "open": 0,
-                                    "precision": 1.0, "usually_wrong": False}]  # 1 / (1 + 0)
+    assert r["rule_precision"] == [
+        {
+            "rule": "xid 48",
+            "removals": 1,
+            "confirmed": 1,
+            "unchanged": 0,
+            "open": 0,
+            "precision": 1.0,
+            "usually_wrong": False,
+        }
+    ]  # 1 / (1 + 0)
     assert r["lemons"] == []
     assert exported(fleet) == (1, 0, 0, {("xid 48", "confirmed"): 1}, {})
 
@@ -232,8 +335,17 @@ def test_a_no_fault_found_rma_takes_its_rule_below_100_percent(fleet) -> None:
     assert s["failures"] == 2 and s["mttf_hours"] == pytest.approx(80 / 2)
     assert s["repairs"] == 1 and s["mttr_hours"] == pytest.approx(40 - 10)  # n2 out from 10 h to 40 h
     # n1 confirmed, n2 unchanged (no fault found): 1 / (1 + 1).
-    assert r["rule_precision"] == [{"rule": "xid 48", "removals": 2, "confirmed": 1, "unchanged": 1, "open": 0,
-                                    "precision": 0.5, "usually_wrong": False}]
+    assert r["rule_precision"] == [
+        {
+            "rule": "xid 48",
+            "removals": 2,
+            "confirmed": 1,
+            "unchanged": 1,
+            "open": 0,
+            "precision": 0.5,
+            "usually_wrong": False,
+        }
+    ]
     assert r["lemons"] == []
     # The exporter counts n2's removal once, when its RMA closed: 1 confirmed, 1 unchanged, none open.
     assert exported(fleet) == (2, 1, 30 * 3600, {("xid 48", "confirmed"): 1, ("xid 48", "unchanged"): 1}, {})

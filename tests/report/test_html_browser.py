@@ -42,9 +42,13 @@ def test_report_renders_in_headless_chromium(browser, sqlite_url, tmp_path) -> N
     facts = json.loads(browser.evaluate(PAGE_FACTS))
     screenshot = browser.screenshot()
 
-    errors = [e for e in browser.events if e["method"] in ("Runtime.exceptionThrown",)
-              or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
-              or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    errors = [
+        e
+        for e in browser.events
+        if e["method"] in ("Runtime.exceptionThrown",)
+        or (e["method"] == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+        or (e["method"] == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
     assert errors == []
     requested = {e["params"]["request"]["url"] for e in browser.events if e["method"] == "Network.requestWillBeSent"}
     assert requested == {page.as_uri()}  # self-contained: nothing else fetched
@@ -52,8 +56,13 @@ def test_report_renders_in_headless_chromium(browser, sqlite_url, tmp_path) -> N
     assert facts["title"].startswith("fleetctl report: prod")
     assert facts["scripts"] == 0
     names = [s["name"] for s in facts["svgs"]]
-    assert names == ["Nodes per state over the window", "Failures by cause", "Job restart latency",
-                     "hpl gflops_per_gpu per profile", "nccl-allreduce busbw_gbps per profile"]
+    assert names == [
+        "Nodes per state over the window",
+        "Failures by cause",
+        "Job restart latency",
+        "hpl gflops_per_gpu per profile",
+        "nccl-allreduce busbw_gbps per profile",
+    ]
     for svg in facts["svgs"]:
         assert svg["width"] > 300 and svg["height"] > 50 and svg["marks"] > 0, svg
     assert sorted(facts["stragglers"]) == ["n10: 140 (median 230) (straggler)", "n11: 350 (median 480) (straggler)"]
@@ -80,11 +89,19 @@ def test_young_fleet_report_charts_its_whole_life(browser, sqlite_url, tmp_path)
     browser.call("Page.enable")
     browser.call("Page.navigate", url=page.as_uri())
     browser.wait_for("Page.loadEventFired")
-    facts = json.loads(browser.call("Runtime.evaluate", returnByValue=True, expression="""JSON.stringify({
+    facts = json.loads(
+        browser.call(
+            "Runtime.evaluate",
+            returnByValue=True,
+            expression="""JSON.stringify({
       window: document.getElementById('window').innerText,
       states: document.querySelector('svg.plot[aria-label="Nodes per state over the window"]').innerHTML,
       columns: document.querySelectorAll('svg.plot[aria-label="Nodes per state over the window"] rect.bar').length,
-    })""")["result"]["value"])
+    })""",
+        )["result"]["value"]
+    )
     assert "no data in this window" not in facts["states"] and facts["columns"] >= 60
-    assert ("Window 2025-03-01 09:10:00 to 2025-03-01 12:00:00 UTC (2.83 h: since the first recorded node event"
-            in facts["window"])
+    assert (
+        "Window 2025-03-01 09:10:00 to 2025-03-01 12:00:00 UTC (2.83 h: since the first recorded node event"
+        in facts["window"]
+    )

@@ -31,22 +31,42 @@ GOODPUT_CASES = {
     # Fault at 5 h, running again at 5.5 h: 0.5 h down. Last checkpoint before the fault is
     # 4 h (the 6 h one is after it): 1 h lost. (10 - 0.5 - 1) / 10.
     "lost since the last checkpoint before the fault": (
-        JobRecord("j", h(0), checkpoints=(h(2), h(4), h(6)), restarts=(restart(5, 5.5),)), 10, (10, 0.5, 1), 0.85),
+        JobRecord("j", h(0), checkpoints=(h(2), h(4), h(6)), restarts=(restart(5, 5.5),)),
+        10,
+        (10, 0.5, 1),
+        0.85,
+    ),
     # Checkpoints only after the fault: what was lost is not known, none counted. (10 - 0.5) / 10.
     "no checkpoint before the fault counts no lost work": (
-        JobRecord("j", h(0), checkpoints=(h(6),), restarts=(restart(5, 5.5),)), 10, (10, 0.5, 0), 0.95),
+        JobRecord("j", h(0), checkpoints=(h(6),), restarts=(restart(5, 5.5),)),
+        10,
+        (10, 0.5, 0),
+        0.95,
+    ),
     # Two faults, checkpoint at 2 h only. First at 3 h, back at 4 h: lost 3 - 2 = 1 h. Second at
     # 6 h, back at 6.5 h: the job resumed at 4 h after the 2 h checkpoint, so it lost 6 - 4 = 2 h.
     # Down 1 + 0.5 h. (10 - 1.5 - 3) / 10.
     "lost from the resumption when it is after the checkpoint": (
-        JobRecord("j", h(0), checkpoints=(h(2),), restarts=(restart(3, 4), restart(6, 6.5))), 10, (10, 1.5, 3), 0.55),
+        JobRecord("j", h(0), checkpoints=(h(2),), restarts=(restart(3, 4), restart(6, 6.5))),
+        10,
+        (10, 1.5, 3),
+        0.55,
+    ),
     # The single last_checkpoint_at column counts as a checkpoint too (jobs from before the
     # checkpoints table): fault 5 h, back 6 h, checkpoint 4.5 h: lost 0.5 h. (8 - 1 - 0.5) / 8.
     "last_checkpoint_at is a checkpoint": (
-        JobRecord("j", h(0), h(8), h(4.5), restarts=(restart(5, 6),)), 12, (8, 1, 0.5), 0.8125),
+        JobRecord("j", h(0), h(8), h(4.5), restarts=(restart(5, 6),)),
+        12,
+        (8, 1, 0.5),
+        0.8125,
+    ),
     # Never ran again: down from the fault (9 h) to now (10 h). Lost 9 - 8 = 1 h. (10 - 1 - 1) / 10.
     "a restart that never ran again is down until now": (
-        JobRecord("j", h(0), checkpoints=(h(8),), restarts=(restart(9, None),)), 10, (10, 1, 1), 0.8),
+        JobRecord("j", h(0), checkpoints=(h(8),), restarts=(restart(9, None),)),
+        10,
+        (10, 1, 1),
+        0.8,
+    ),
 }
 
 
@@ -59,27 +79,56 @@ def test_job_ettr_counts_restart_time_and_work_lost_since_the_last_checkpoint(jo
 
 INTERRUPTION_CASES = {
     "fleetctl's restarts by their causes": (
-        JobRecord("j", h(0), restarts=(restart(1, 2), restart(3, 4, "recheck quick: dcgm-r1: DCGM failed"),
-                                       restart(5, 6, "operator: job restart")), scheduler_restarts=3),
-        ["xid 79", "check dcgm-r1", "operator"]),
+        JobRecord(
+            "j",
+            h(0),
+            restarts=(
+                restart(1, 2),
+                restart(3, 4, "recheck quick: dcgm-r1: DCGM failed"),
+                restart(5, 6, "operator: job restart"),
+            ),
+            scheduler_restarts=3,
+        ),
+        ["xid 79", "check dcgm-r1", "operator"],
+    ),
     # Slurm counted 3 requeues, fleetctl ran 1 of them: 2 by the scheduler alone.
     "requeues beyond fleetctl's are the scheduler's": (
         JobRecord("j", h(0), restarts=(restart(1, 2),), scheduler_restarts=3),
-        ["xid 79", "scheduler requeue", "scheduler requeue"]),
-    "an end by a node failure is an interruption": (
-        JobRecord("j", h(0), h(5), state="node_fail"), ["node_fail"]),
+        ["xid 79", "scheduler requeue", "scheduler requeue"],
+    ),
+    "an end by a node failure is an interruption": (JobRecord("j", h(0), h(5), state="node_fail"), ["node_fail"]),
     "a completed job was not interrupted": (JobRecord("j", h(0), h(5), state="completed"), []),
     "a sweep's straggler is its own rule, not the check's failure": (
-        JobRecord("j", h(0), restarts=(
-            restart(1, 2, "active check standard: nccl-allreduce: straggler: nccl-allreduce busbw_gbps: 380 is 20% below"),
-            restart(3, 4, "active check standard: nccl-allreduce: busbw 120 GB/s below the floor"))),
-        ["straggler nccl-allreduce", "check nccl-allreduce"]),
+        JobRecord(
+            "j",
+            h(0),
+            restarts=(
+                restart(
+                    1,
+                    2,
+                    "active check standard: nccl-allreduce: straggler: nccl-allreduce busbw_gbps: 380 is 20% below",
+                ),
+                restart(3, 4, "active check standard: nccl-allreduce: busbw 120 GB/s below the floor"),
+            ),
+        ),
+        ["straggler nccl-allreduce", "check nccl-allreduce"],
+    ),
     "a straggler in production, restarted off at its checkpoint": (
-        JobRecord("j", h(0), restarts=(restart(1, 2, "straggler nvlink_tx in job j: nvlink_tx 60.67 GB/s (slowest GPU) "
-                                                     "vs job j median 120.7 over 6 nodes"),)),
-        ["straggler nvlink_tx"]),
-    "a restart with a cause of another kind": (
-        JobRecord("j", h(0), restarts=(restart(1, 2, "straggler"),)), ["other"]),
+        JobRecord(
+            "j",
+            h(0),
+            restarts=(
+                restart(
+                    1,
+                    2,
+                    "straggler nvlink_tx in job j: nvlink_tx 60.67 GB/s (slowest GPU) "
+                    "vs job j median 120.7 over 6 nodes",
+                ),
+            ),
+        ),
+        ["straggler nvlink_tx"],
+    ),
+    "a restart with a cause of another kind": (JobRecord("j", h(0), restarts=(restart(1, 2, "straggler"),)), ["other"]),
 }
 
 
@@ -106,8 +155,14 @@ def test_mttf_at_a_job_size_from_production_gpu_hours() -> None:
         return NodeHistory(NodeRecord(name, "r1", "p", h(0), gpus), moves)
 
     nodes = [node(n, 8, Transition(n, "new", "production", h(0))) for n in ("a", "b")]
-    nodes.append(node("c", 4, Transition("c", "new", "production", h(0)),
-                      Transition("c", "production", "draining", h(12), "drain", XID_79, "automation")))
+    nodes.append(
+        node(
+            "c",
+            4,
+            Transition("c", "new", "production", h(0)),
+            Transition("c", "production", "draining", h(12), "drain", XID_79, "automation"),
+        )
+    )
     summary = metrics.summarise(nodes, h(0), h(24))
     assert summary.production_gpu_hours == 432 and summary.failures == 1
     rate = metrics.failure_rate_per_gpu_hour(summary.production_gpu_hours, summary.failures)

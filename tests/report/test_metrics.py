@@ -18,14 +18,22 @@ def h(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-def move(at: float, from_state: str, to_state: str, trigger: str = "", cause: str = "", actor_kind: str = "automation",
-         node: str = "n1") -> Transition:
+def move(
+    at: float,
+    from_state: str,
+    to_state: str,
+    trigger: str = "",
+    cause: str = "",
+    actor_kind: str = "automation",
+    node: str = "n1",
+) -> Transition:
     failure = FAILURE_OF.get(cause, "") if trigger == "drain" else ""
     return Transition(node, from_state, to_state, h(at), trigger, cause, actor_kind, failure)
 
 
-def history(*transitions: Transition, name: str = "n1", created: float = 0, rack: str = "r1",
-            profile: str = "h100-sxm") -> NodeHistory:
+def history(
+    *transitions: Transition, name: str = "n1", created: float = 0, rack: str = "r1", profile: str = "h100-sxm"
+) -> NodeHistory:
     return NodeHistory(NodeRecord(name, rack, profile, h(created)), tuple(transitions))
 
 
@@ -47,11 +55,14 @@ ONE_REPAIR = history(
 )
 
 
-@pytest.mark.parametrize("since, expected_hours", [
-    (0, {"new": 1, "burn_in": 3, "admission": 2, "production": 13, "draining": 1, "maintenance": 4}),
-    (12, {"maintenance": 3, "burn_in": 1, "admission": 1, "production": 7}),
-    (20, {"production": 4}),
-])
+@pytest.mark.parametrize(
+    "since, expected_hours",
+    [
+        (0, {"new": 1, "burn_in": 3, "admission": 2, "production": 13, "draining": 1, "maintenance": 4}),
+        (12, {"maintenance": 3, "burn_in": 1, "admission": 1, "production": 7}),
+        (20, {"production": 4}),
+    ],
+)
 def test_time_per_state_is_the_intervals_clipped_to_the_window(since, expected_hours) -> None:
     node = ONE_REPAIR.node
     spans = metrics.intervals(node.created_at, metrics.timeline(node.created_at, ONE_REPAIR.transitions, h(24)), h(24))
@@ -59,13 +70,16 @@ def test_time_per_state_is_the_intervals_clipped_to_the_window(since, expected_h
     assert by_state == {state: hours * HOUR for state, hours in expected_hours.items()}
 
 
-@pytest.mark.parametrize("since, failures, mttf, repairs, mttr, availability", [
-    # 13 production hours, one failure; out of production 10 h -> 17 h; 13 / (13 + 1 + 4).
-    (0, 1, 13.0, 1, 7.0, 13 / 18),
-    # The failure is before the window, the return inside it: 7 / (7 + 3).
-    (12, 0, None, 1, 7.0, 7 / 10),
-    (20, 0, None, 0, None, 1.0),
-])
+@pytest.mark.parametrize(
+    "since, failures, mttf, repairs, mttr, availability",
+    [
+        # 13 production hours, one failure; out of production 10 h -> 17 h; 13 / (13 + 1 + 4).
+        (0, 1, 13.0, 1, 7.0, 13 / 18),
+        # The failure is before the window, the return inside it: 7 / (7 + 3).
+        (12, 0, None, 1, 7.0, 7 / 10),
+        (20, 0, None, 0, None, 1.0),
+    ],
+)
 def test_mttf_mttr_and_availability_of_one_node(since, failures, mttf, repairs, mttr, availability) -> None:
     s = metrics.summarise([ONE_REPAIR], h(since), h(24))
     assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours) == (failures, mttf, repairs, mttr)
@@ -118,24 +132,27 @@ def test_clock_jumps_never_give_negative_durations() -> None:
     assert metrics.summarise([future], h(0), now).node_days == {}
 
 
-@pytest.mark.parametrize("from_state, to_state, trigger, actor_kind, recorded, failure, label", [
-    ("production", "draining", "drain", "automation", "xid 79", True, "xid 79"),
-    ("production", "draining", "drain", "automation", "check nccl-allreduce", True, "check nccl-allreduce"),
-    ("production", "draining", "drain", "automation", "health", True, "health"),
-    ("production", "draining", "drain", "automation", "straggler nccl-allreduce", True, "straggler nccl-allreduce"),
-    # A drain by automation that records no fault (a runbook's, a storm test's) still counts.
-    ("production", "draining", "drain", "automation", "", True, "automation"),
-    # An operator's drain is planned work unless it records a fault.
-    ("production", "draining", "drain", "operator", "", False, "automation"),
-    ("production", "draining", "drain", "operator", "xid 79", True, "xid 79"),
-    # `node drain --maintenance` (the default) records planned work: never a failure.
-    ("production", "draining", "drain", "operator", "maintenance", False, "maintenance"),
-    ("production", "draining", "drain", "operator", "operator", True, "operator"),
-    ("production", "retired", "retire", "operator", "", False, "automation"),
-    # Not out of production.
-    ("draining", "maintenance", "drain_complete", "automation", "xid 79", False, "xid 79"),
-    ("maintenance", "production", "undrain", "operator", "", False, "automation"),
-])
+@pytest.mark.parametrize(
+    "from_state, to_state, trigger, actor_kind, recorded, failure, label",
+    [
+        ("production", "draining", "drain", "automation", "xid 79", True, "xid 79"),
+        ("production", "draining", "drain", "automation", "check nccl-allreduce", True, "check nccl-allreduce"),
+        ("production", "draining", "drain", "automation", "health", True, "health"),
+        ("production", "draining", "drain", "automation", "straggler nccl-allreduce", True, "straggler nccl-allreduce"),
+        # A drain by automation that records no fault (a runbook's, a storm test's) still counts.
+        ("production", "draining", "drain", "automation", "", True, "automation"),
+        # An operator's drain is planned work unless it records a fault.
+        ("production", "draining", "drain", "operator", "", False, "automation"),
+        ("production", "draining", "drain", "operator", "xid 79", True, "xid 79"),
+        # `node drain --maintenance` (the default) records planned work: never a failure.
+        ("production", "draining", "drain", "operator", "maintenance", False, "maintenance"),
+        ("production", "draining", "drain", "operator", "operator", True, "operator"),
+        ("production", "retired", "retire", "operator", "", False, "automation"),
+        # Not out of production.
+        ("draining", "maintenance", "drain_complete", "automation", "xid 79", False, "xid 79"),
+        ("maintenance", "production", "undrain", "operator", "", False, "automation"),
+    ],
+)
 def test_what_counts_as_a_failure(from_state, to_state, trigger, actor_kind, recorded, failure, label) -> None:
     # The cause's words do not matter: the recorded failure does.
     t = Transition("n1", from_state, to_state, T0, trigger, "health: XID 79 in the words only", actor_kind, recorded)
@@ -154,18 +171,27 @@ def _cycle(start: float, node: str = "n1") -> list[Transition]:
     ]
 
 
-@pytest.mark.parametrize("cycle_days, threshold, since_days, lemon", [
-    ([0.5, 2, 4], 3, 0, {"n1": 3}),  # three within 7 days
-    ([0.5, 8, 16], 3, 0, {}),  # three, but never three within 7 days
-    ([0.5, 2, 4], 4, 0, {}),  # a stricter policy
-    ([0.5, 2, 4], 3, 3, {"n1": 3}),  # the third entry (inside the window) makes it a lemon: 3 times, as its RMA said
-    ([0.5, 2, 4, 5, 6], 3, 0, {"n1": 5}),  # the worst window: five times in seven days
-    ([0.5, 2, 9, 10, 11], 3, 0, {"n1": 3}),  # three, then three again (the first two left the window)
-    ([0.5, 2, 4], 3, 5, {}),  # no entry inside the window
-])
+@pytest.mark.parametrize(
+    "cycle_days, threshold, since_days, lemon",
+    [
+        ([0.5, 2, 4], 3, 0, {"n1": 3}),  # three within 7 days
+        ([0.5, 8, 16], 3, 0, {}),  # three, but never three within 7 days
+        ([0.5, 2, 4], 4, 0, {}),  # a stricter policy
+        (
+            [0.5, 2, 4],
+            3,
+            3,
+            {"n1": 3},
+        ),  # the third entry (inside the window) makes it a lemon: 3 times, as its RMA said
+        ([0.5, 2, 4, 5, 6], 3, 0, {"n1": 5}),  # the worst window: five times in seven days
+        ([0.5, 2, 9, 10, 11], 3, 0, {"n1": 3}),  # three, then three again (the first two left the window)
+        ([0.5, 2, 4], 3, 5, {}),  # no entry inside the window
+    ],
+)
 def test_lemon_nodes(cycle_days, threshold, since_days, lemon) -> None:
-    node = history(move(0, "new", "production", "enter_production"),
-                   *[t for day in cycle_days for t in _cycle(day * 24)])
+    node = history(
+        move(0, "new", "production", "enter_production"), *[t for day in cycle_days for t in _cycle(day * 24)]
+    )
     assert metrics.lemon_nodes([node], h(since_days * 24), h(20 * 24), threshold, timedelta(days=7)) == lemon
 
 
@@ -182,8 +208,13 @@ def _planned(start: float, failure: str = "maintenance") -> list[Transition]:
 # said what they were (an operator's drain with no failure); now is 120 h. No failure, so no
 # MTTF, no repair, and the node was never remediated: not a lemon at a threshold of 3.
 # Production 120 - 4 x 3 = 108 h; availability 108 / 120.
-PLANNED_WINDOWS = history(move(0, "new", "production", "enter_production"),
-                          *_planned(24), *_planned(48), *_planned(72, failure=""), *_planned(96))
+PLANNED_WINDOWS = history(
+    move(0, "new", "production", "enter_production"),
+    *_planned(24),
+    *_planned(48),
+    *_planned(72, failure=""),
+    *_planned(96),
+)
 
 
 def test_maintenance_windows_are_no_failure_no_repair_and_no_remediation() -> None:
@@ -239,8 +270,11 @@ def test_times_remediated_is_one_figure_for_the_rma_reason_and_the_report(at, ti
     assert policy.times_remediated(FLAKY_RUNS, entries, h(at)) == times
     # The report's lemon table, over a window ending at that moment, shows the same figure
     # whenever it is the worst so far (the figure never falls before the window slides).
-    node = NodeHistory(NodeRecord("n1", "r1", "h100-sxm", h(-1)), tuple(t for t in FLAKY if t.at <= h(at)),
-                       tuple(r for r in FLAKY_RUNS if r <= h(at)))  # what was recorded by then
+    node = NodeHistory(
+        NodeRecord("n1", "r1", "h100-sxm", h(-1)),
+        tuple(t for t in FLAKY if t.at <= h(at)),
+        tuple(r for r in FLAKY_RUNS if r <= h(at)),
+    )  # what was recorded by then
     report = metrics.lemon_nodes([node], h(-1), h(at), 3, timedelta(days=7))
     assert report == ({"n1": 3} if at >= 5 else {})
     if times >= 3:
@@ -250,8 +284,11 @@ def test_times_remediated_is_one_figure_for_the_rma_reason_and_the_report(at, ti
 def test_runs_alone_count_in_the_report_as_they_do_for_the_rma_reason() -> None:
     """Three runs begun on a node that stayed in maintenance: the RMA reason said 3 times,
     so the report's lemon table says 3 too (it used to count only the one entry)."""
-    node = NodeHistory(NodeRecord("n1", "r1", "h100-sxm", h(-1)),
-                       (move(0, "production", "maintenance", "drain_complete"),), (h(0), h(10), h(20)))
+    node = NodeHistory(
+        NodeRecord("n1", "r1", "h100-sxm", h(-1)),
+        (move(0, "production", "maintenance", "drain_complete"),),
+        (h(0), h(10), h(20)),
+    )
     assert metrics.lemon_nodes([node], h(-1), h(30), 3, timedelta(days=7)) == {"n1": 3}
 
 
@@ -259,23 +296,36 @@ def s(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("job, wall, downtime, lost", [
-    (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0),
-    # Still running at now (10 h); one restart of 90 s, 30 min after the last checkpoint.
-    (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800),
-    # Two restarts after the one checkpoint: the second loses from the first resumption.
-    (JobRecord("twice", h(0), h(8), h(1), (RestartRecord(h(5), h(5) + s(120)), RestartRecord(h(2), h(2) + s(60)))),
-     8 * HOUR, 180, HOUR + (3 * HOUR - 60)),
-    # A restart before the checkpoint we know of: what it lost is unknown, not counted.
-    (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, 0),
-    # Never ran again: down until the job ended.
-    (JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)), 8 * HOUR, 2 * HOUR, 0),
-    # Overlapping restarts count once: down 2 h -> 3 h, then 3 h (not 2.5 h) -> 3.5 h.
-    (JobRecord("overlap", h(0), h(8), None, (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
-     8 * HOUR, 1.5 * HOUR, 0),
-    # Clock jump: running again "before" the fault.
-    (JobRecord("jump", h(0), h(8), None, (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, 0),
-])
+@pytest.mark.parametrize(
+    "job, wall, downtime, lost",
+    [
+        (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0),
+        # Still running at now (10 h); one restart of 90 s, 30 min after the last checkpoint.
+        (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800),
+        # Two restarts after the one checkpoint: the second loses from the first resumption.
+        (
+            JobRecord(
+                "twice", h(0), h(8), h(1), (RestartRecord(h(5), h(5) + s(120)), RestartRecord(h(2), h(2) + s(60)))
+            ),
+            8 * HOUR,
+            180,
+            HOUR + (3 * HOUR - 60),
+        ),
+        # A restart before the checkpoint we know of: what it lost is unknown, not counted.
+        (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, 0),
+        # Never ran again: down until the job ended.
+        (JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)), 8 * HOUR, 2 * HOUR, 0),
+        # Overlapping restarts count once: down 2 h -> 3 h, then 3 h (not 2.5 h) -> 3.5 h.
+        (
+            JobRecord("overlap", h(0), h(8), None, (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
+            8 * HOUR,
+            1.5 * HOUR,
+            0,
+        ),
+        # Clock jump: running again "before" the fault.
+        (JobRecord("jump", h(0), h(8), None, (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, 0),
+    ],
+)
 def test_job_goodput(job, wall, downtime, lost) -> None:
     g = metrics.job_goodput(job, h(10))
     assert (g.wall_seconds, g.downtime_seconds, g.lost_seconds) == (wall, downtime, lost)
@@ -294,19 +344,39 @@ def test_jobs_that_never_ran_have_no_goodput_and_fleet_ettr_weights_by_wall_time
 
 def test_restart_latencies_and_their_distribution() -> None:
     jobs = [
-        JobRecord("a", h(0), None, None, (RestartRecord(h(1), h(1) + s(60)), RestartRecord(h(2), h(2) + s(90)),
-                                          RestartRecord(h(3), None, "failed"))),
-        JobRecord("b", h(0), None, None, (RestartRecord(h(4), h(4) + s(90)), RestartRecord(h(5), h(5) + s(120)),
-                                          RestartRecord(h(6), h(6) + s(600)),
-                                          RestartRecord(h(7), h(7) - s(5)),  # clock jump: 0, not -5
-                                          RestartRecord(h(30), h(30) + s(60)))),  # after now
+        JobRecord(
+            "a",
+            h(0),
+            None,
+            None,
+            (RestartRecord(h(1), h(1) + s(60)), RestartRecord(h(2), h(2) + s(90)), RestartRecord(h(3), None, "failed")),
+        ),
+        JobRecord(
+            "b",
+            h(0),
+            None,
+            None,
+            (
+                RestartRecord(h(4), h(4) + s(90)),
+                RestartRecord(h(5), h(5) + s(120)),
+                RestartRecord(h(6), h(6) + s(600)),
+                RestartRecord(h(7), h(7) - s(5)),  # clock jump: 0, not -5
+                RestartRecord(h(30), h(30) + s(60)),
+            ),
+        ),  # after now
     ]
     latencies = metrics.restart_latencies(jobs, h(0.5), h(24))
     assert sorted(latencies) == [0, 60, 90, 90, 120, 600]
     d = metrics.distribution([60, 90, 90, 120, 600])
     # p90: rank 0.9 * 4 = 3.6, between 120 and 600.
-    assert d == {"count": 5, "mean": 192.0, "p50": 90.0, "p90": pytest.approx(408.0), "p99": pytest.approx(580.8),
-                 "max": 600}
+    assert d == {
+        "count": 5,
+        "mean": 192.0,
+        "p50": 90.0,
+        "p90": pytest.approx(408.0),
+        "p99": pytest.approx(580.8),
+        "max": 600,
+    }
     assert metrics.distribution([]) == {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
     assert metrics.distribution([90])["p99"] == 90
 
@@ -339,4 +409,7 @@ def test_states_at_counts_nodes_per_state_at_each_time() -> None:
         "n2": [metrics.Interval("production", h(0), h(5)), metrics.Interval("maintenance", h(5), h(10))],
     }
     assert metrics.states_at(spans, [h(0.5), h(5), h(10)]) == {
-        "new": [1, 0, 0], "production": [1, 1, 0], "maintenance": [0, 1, 0]}
+        "new": [1, 0, 0],
+        "production": [1, 1, 0],
+        "maintenance": [0, 1, 0],
+    }

@@ -39,25 +39,41 @@ def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
 
     racks = report["racks"]
     assert {r: (g["failures"], g["mttf_hours"]) for r, g in racks.items()} == {
-        "r1": (1, pytest.approx(664.0)), "r2": (4, pytest.approx(443 / 4)), "r3": (0, None)}
+        "r1": (1, pytest.approx(664.0)),
+        "r2": (4, pytest.approx(443 / 4)),
+        "r3": (0, None),
+    }
     profiles = report["profiles"]
     assert {p: (g["failures"], g["production_hours"]) for p, g in profiles.items()} == {
-        "h100-sxm": (5, pytest.approx(774.0)), "a100-sxm-80gb": (0, pytest.approx(957.0))}
+        "h100-sxm": (5, pytest.approx(774.0)),
+        "a100-sxm-80gb": (0, pytest.approx(957.0)),
+    }
 
     assert [(f["node"], f["cause"]) for f in report["failures"]] == [
-        ("n07", "xid 48"), ("n03", "xid 79"), ("n07", "xid 48"), ("n05", "check nccl-allreduce"), ("n07", "xid 48")]
+        ("n07", "xid 48"),
+        ("n03", "xid 79"),
+        ("n07", "xid 48"),
+        ("n05", "check nccl-allreduce"),
+        ("n07", "xid 48"),
+    ]
     assert report["lemons"] == [{"node": "n07", "rack": "r2", "profile": "h100-sxm", "times_remediated": 3}]
 
     jobs = {j["job_id"]: j for j in report["jobs"]["per_job"]}
     assert set(jobs) == {"sim-1", "sim-2"}  # not the one that ended before the window, nor the queued one
-    assert (jobs["sim-1"]["wall_hours"], jobs["sim-1"]["downtime_seconds"], jobs["sim-1"]["lost_seconds"]) == (192, 90, 600)
+    assert (jobs["sim-1"]["wall_hours"], jobs["sim-1"]["downtime_seconds"], jobs["sim-1"]["lost_seconds"]) == (
+        192,
+        90,
+        600,
+    )
     assert (jobs["sim-2"]["downtime_seconds"], jobs["sim-2"]["lost_seconds"]) == (120 + 10 * 3600, 0)
     assert report["jobs"]["ettr"] == pytest.approx((691200 - 690 + 144000 - 36120) / (691200 + 144000))
     assert report["restart_latency"]["seconds"] == [90, 120]
     assert report["restart_latency"]["p50"] == 105
 
     assert [(n["node"], n["profile"], n["check"], n["median"]) for n in report["straggler_nodes"]] == [
-        ("n10", "a100-sxm-80gb", "nccl-allreduce", 230), ("n11", "h100-sxm", "nccl-allreduce", 480)]
+        ("n10", "a100-sxm-80gb", "nccl-allreduce", 230),
+        ("n11", "h100-sxm", "nccl-allreduce", 480),
+    ]
     a100 = next(g for g in report["stragglers"] if (g["check"], g["profile"]) == ("nccl-allreduce", "a100-sxm-80gb"))
     assert "n12" not in {n["node"] for n in a100["nodes"]}  # retired
 
@@ -107,8 +123,11 @@ def test_html_shows_a_profile_too_small_to_compare_on_a_metric(sqlite_url) -> No
     history.seed(engine, NOW)
     report = build_report(engine, NOW - history.WINDOW, NOW)
     group = report["stragglers"][0]
-    report["stragglers"][0] = {**group, "median": None,
-                               "nodes": [{**n, "straggler": False} for n in group["nodes"][:2]]}
+    report["stragglers"][0] = {
+        **group,
+        "median": None,
+        "nodes": [{**n, "straggler": False} for n in group["nodes"][:2]],
+    }
     page = render_html(report)
     assert "too few nodes to compare" in page
 
@@ -123,7 +142,15 @@ def test_lemon_table_counts_live_runs_as_the_rma_reason_does(seeded_engine) -> N
 
     start = NOW - history.WINDOW
     for key, hours, mode in (("a", 50, "live"), ("b", 60, "live"), ("dry", 65, "dry_run"), ("c", 70, "live")):
-        db.start_run(seeded_engine, run_key=key, node_name="n05", runbook="escalation-ladder", event={}, mode=mode,
-                     actor="t", started_at=start + timedelta(hours=hours))
+        db.start_run(
+            seeded_engine,
+            run_key=key,
+            node_name="n05",
+            runbook="escalation-ladder",
+            event={},
+            mode=mode,
+            actor="t",
+            started_at=start + timedelta(hours=hours),
+        )
     report = build_report(seeded_engine, start, NOW, fleet="prod")
     assert {lemon["node"]: lemon["times_remediated"] for lemon in report["lemons"]} == {"n07": 3, "n05": 3}

@@ -22,23 +22,41 @@ MICROSECONDS = re.compile(r"\d\d:\d\d:\d\d\.\d")
 HOURS_BELOW_ONE = re.compile(r"\b0\.\d+ ?(h|hours?)\b")
 
 
-@pytest.mark.parametrize(("seconds", "shown"), [
-    (None, "-"), (0, "0 s"), (0.4, "0.4 s"), (12.25, "12.2 s"), (59, "59 s"), (60, "1 min"), (600, "10 min"),
-    (3599, "60 min"), (3600, "1 h"), (5.8333 * 3600, "5.83 h"), (47 * 3600, "47 h"), (2 * 86400, "2 d"),
-    (7 * 86400, "7 d"), (72.125 * 86400, "72.1 d"), (1234 * 86400, "1,234 d"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (None, "-"),
+        (0, "0 s"),
+        (0.4, "0.4 s"),
+        (12.25, "12.2 s"),
+        (59, "59 s"),
+        (60, "1 min"),
+        (600, "10 min"),
+        (3599, "60 min"),
+        (3600, "1 h"),
+        (5.8333 * 3600, "5.83 h"),
+        (47 * 3600, "47 h"),
+        (2 * 86400, "2 d"),
+        (7 * 86400, "7 d"),
+        (72.125 * 86400, "72.1 d"),
+        (1234 * 86400, "1,234 d"),
+    ],
+)
 def test_duration_picks_the_unit_the_size_calls_for(seconds, shown) -> None:
     assert duration(seconds) == shown
 
 
-@pytest.mark.parametrize(("first_ago", "since_ago", "why"), [
-    (None, DEFAULT_WINDOW, "no node event is recorded yet"),
-    (timedelta(days=30), DEFAULT_WINDOW, "the default 7 d; older history is left out"),
-    (timedelta(days=7), DEFAULT_WINDOW, "the default 7 d"),
-    (timedelta(hours=2, minutes=50), timedelta(hours=2, minutes=50), "since the first recorded node event"),
-    # Seconds of history still give a window a chart can slice.
-    (timedelta(seconds=5), timedelta(minutes=1), "since the first recorded node event"),
-])
+@pytest.mark.parametrize(
+    ("first_ago", "since_ago", "why"),
+    [
+        (None, DEFAULT_WINDOW, "no node event is recorded yet"),
+        (timedelta(days=30), DEFAULT_WINDOW, "the default 7 d; older history is left out"),
+        (timedelta(days=7), DEFAULT_WINDOW, "the default 7 d"),
+        (timedelta(hours=2, minutes=50), timedelta(hours=2, minutes=50), "since the first recorded node event"),
+        # Seconds of history still give a window a chart can slice.
+        (timedelta(seconds=5), timedelta(minutes=1), "since the first recorded node event"),
+    ],
+)
 def test_default_window_follows_the_data_up_to_seven_days(first_ago, since_ago, why) -> None:
     since, basis = default_window(NOW, None if first_ago is None else NOW - first_ago)
     assert (NOW - since, why in basis) == (since_ago, True), basis
@@ -59,9 +77,14 @@ def test_report_window_units_and_times_on_a_young_fleet(db_url, tmp_path) -> Non
     assert data["window"]["basis"].startswith("since the first recorded node event")
     s = data["summary"]
     # JSON keeps raw numbers in the units its keys name.
-    production = 3 * (datetime.fromisoformat(data["window"]["until"]) - seeded_at + timedelta(hours=2)) - timedelta(minutes=10)
-    assert (s["failures"], s["mttr_hours"], s["mttf_hours"]) == (1, pytest.approx(10 / 60),
-                                                                 pytest.approx(production.total_seconds() / 3600))
+    production = 3 * (datetime.fromisoformat(data["window"]["until"]) - seeded_at + timedelta(hours=2)) - timedelta(
+        minutes=10
+    )
+    assert (s["failures"], s["mttr_hours"], s["mttf_hours"]) == (
+        1,
+        pytest.approx(10 / 60),
+        pytest.approx(production.total_seconds() / 3600),
+    )
     assert data["restart_latency"]["seconds"] == [pytest.approx(0.4)]
     # Every one of the chart's points falls inside the fleet's life: no "no data in this window".
     timeline = data["state_over_time"]
@@ -100,11 +123,16 @@ def test_definitions_are_in_the_operators_words(sqlite_url) -> None:
     young_fleet.seed(engine, NOW)
     report = build_report(engine, NOW - timedelta(hours=3), NOW, lemon_threshold=4, lemon_window=timedelta(days=10))
     terms = dict(definitions(report))
-    assert {"Failure", "MTTF (mean time to failure)", "MTTR (mean time to repair)", "Availability",
-            "Lemon node"} <= set(terms)
+    assert {
+        "Failure",
+        "MTTF (mean time to failure)",
+        "MTTR (mean time to repair)",
+        "Availability",
+        "Lemon node",
+    } <= set(terms)
     assert "remediated 4 times or more within 10 d" in terms["Lemon node"]  # the configured rule, not a constant
     html = render_html(report)
-    section = html[html.index('id="definitions"'):]
+    section = html[html.index('id="definitions"') :]
     for term, meaning in definitions(report):
         assert f"<dt>{escape(term)}</dt><dd>{escape(meaning)}</dd>" in section
         # No identifiers: no code spans, snake_case names, dotted module paths or CamelCase classes.

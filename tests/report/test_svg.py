@@ -10,14 +10,17 @@ import pytest
 from fleetctl.reliability import svg
 
 
-@pytest.mark.parametrize("top, count, whole, ticks", [
-    (3, 4, False, [0, 1, 2, 3]),
-    (1, 4, False, [0, 0.5, 1]),
-    (1, 4, True, [0, 1]),
-    (600, 12, False, [0, 50, 100, 150, 200, 250, 300, 350, 400, 450, 500, 550, 600]),
-    (0, 4, False, [0, 1]),
-    (1729, 4, False, [0, 500, 1000, 1500, 2000]),
-])
+@pytest.mark.parametrize(
+    "top, count, whole, ticks",
+    [
+        (3, 4, False, [0, 1, 2, 3]),
+        (1, 4, False, [0, 0.5, 1]),
+        (1, 4, True, [0, 1]),
+        (600, 12, False, [0, 50, 100, 150, 200, 250, 300, 350, 400, 450, 500, 550, 600]),
+        (0, 4, False, [0, 1]),
+        (1729, 4, False, [0, 500, 1000, 1500, 2000]),
+    ],
+)
 def test_nice_ticks(top, count, whole, ticks) -> None:
     assert svg.nice_ticks(top, count, whole) == pytest.approx(ticks)
 
@@ -47,8 +50,12 @@ def test_histogram_puts_every_value_in_a_bin() -> None:
 
 
 def test_empty_data_still_draws_a_sized_plot() -> None:
-    for plot in (svg.bar_chart([], "causes"), svg.histogram([], "latency", "s"),
-                 svg.stacked_columns([], [], "states"), svg.strip_plot([], "stragglers", "busbw")):
+    for plot in (
+        svg.bar_chart([], "causes"),
+        svg.histogram([], "latency", "s"),
+        svg.stacked_columns([], [], "states"),
+        svg.strip_plot([], "stragglers", "busbw"),
+    ):
         root = _parse(plot)
         assert int(root.get("width")) > 0 and int(root.get("height")) > 0
         assert "no data" in str(plot)

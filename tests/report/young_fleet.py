@@ -28,9 +28,20 @@ def seed(engine, now: datetime) -> None:
     counter = iter(range(1_000_000))
 
     def move(node: str, ago: timedelta, from_state: str, to_state: str, trigger: str, failure: str = "") -> None:
-        rows.append(NodeEvent(node_name=node, from_state=from_state, to_state=to_state, trigger=trigger,
-                              cause=XID_79 if failure else "", failure=failure, actor="lifecycle",
-                              actor_kind="automation", at=now - ago, idempotency_key=f"young-{next(counter)}"))
+        rows.append(
+            NodeEvent(
+                node_name=node,
+                from_state=from_state,
+                to_state=to_state,
+                trigger=trigger,
+                cause=XID_79 if failure else "",
+                failure=failure,
+                actor="lifecycle",
+                actor_kind="automation",
+                at=now - ago,
+                idempotency_key=f"young-{next(counter)}",
+            )
+        )
 
     for name in NODES:
         move(name, FIRST_EVENT, "new", "burn_in", "begin_burn_in")
@@ -44,14 +55,43 @@ def seed(engine, now: datetime) -> None:
 
     fault = now - timedelta(minutes=30)
     with Session(engine) as session:
-        session.add_all([
-            *[Node(name=n, address=f"sim://{n}", rack="y1", profile="h100-sxm", scheduler="sim", state="production",
-                   created_at=now - timedelta(hours=3)) for n in NODES],
-            *rows,
-            Job(job_id="young-1", scheduler="sim", name="smoke", state="running", nodes=["g02", "g03"], node_count=2,
-                submitted_at=now - timedelta(minutes=101), started_at=now - timedelta(minutes=100)),
-            JobRestart(job_id="young-1", scheduler="sim", bad_nodes=["g02"], cause=XID_79, actor="lifecycle",
-                       restart_id="1", fault_seen_at=fault, running_at=fault + timedelta(seconds=0.4),
-                       status="succeeded", workflow_id="job-restart/young-1/1"),
-        ])
+        session.add_all(
+            [
+                *[
+                    Node(
+                        name=n,
+                        address=f"sim://{n}",
+                        rack="y1",
+                        profile="h100-sxm",
+                        scheduler="sim",
+                        state="production",
+                        created_at=now - timedelta(hours=3),
+                    )
+                    for n in NODES
+                ],
+                *rows,
+                Job(
+                    job_id="young-1",
+                    scheduler="sim",
+                    name="smoke",
+                    state="running",
+                    nodes=["g02", "g03"],
+                    node_count=2,
+                    submitted_at=now - timedelta(minutes=101),
+                    started_at=now - timedelta(minutes=100),
+                ),
+                JobRestart(
+                    job_id="young-1",
+                    scheduler="sim",
+                    bad_nodes=["g02"],
+                    cause=XID_79,
+                    actor="lifecycle",
+                    restart_id="1",
+                    fault_seen_at=fault,
+                    running_at=fault + timedelta(seconds=0.4),
+                    status="succeeded",
+                    workflow_id="job-restart/young-1/1",
+                ),
+            ]
+        )
         session.commit()

@@ -44,15 +44,32 @@ PDBS = kmock.resource("policy/v1/poddisruptionbudgets")
 
 # What discovery says about them, so that kubectl can name and print them.
 _DISCOVERY = {
-    "v1/nodes": kmock.ResourceInfo(kind="Node", singular="node", namespaced=False, shortnames={"no"},
-                                   verbs={"get", "list", "patch", "update"}, subresources={"status"}),
-    "v1/pods": kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, shortnames={"po"},
-                                  verbs={"get", "list", "create", "delete"}, subresources={"eviction"}),
-    "v1/events": kmock.ResourceInfo(kind="Event", singular="event", namespaced=True, shortnames={"ev"},
-                                    verbs={"get", "list", "create", "patch"}),
+    "v1/nodes": kmock.ResourceInfo(
+        kind="Node",
+        singular="node",
+        namespaced=False,
+        shortnames={"no"},
+        verbs={"get", "list", "patch", "update"},
+        subresources={"status"},
+    ),
+    "v1/pods": kmock.ResourceInfo(
+        kind="Pod",
+        singular="pod",
+        namespaced=True,
+        shortnames={"po"},
+        verbs={"get", "list", "create", "delete"},
+        subresources={"eviction"},
+    ),
+    "v1/events": kmock.ResourceInfo(
+        kind="Event", singular="event", namespaced=True, shortnames={"ev"}, verbs={"get", "list", "create", "patch"}
+    ),
     "policy/v1/poddisruptionbudgets": kmock.ResourceInfo(
-        kind="PodDisruptionBudget", singular="poddisruptionbudget", namespaced=True, shortnames={"pdb"},
-        verbs={"get", "list", "create"}),
+        kind="PodDisruptionBudget",
+        singular="poddisruptionbudget",
+        namespaced=True,
+        shortnames={"pdb"},
+        verbs={"get", "list", "create"},
+    ),
 }
 _RBAC_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 
@@ -197,12 +214,20 @@ current-context: {context}
         annotations: dict[str, str] | None = None,
     ) -> None:
         metadata: dict[str, Any] = {
-            "name": name, "namespace": namespace, "labels": labels or {}, "annotations": annotations or {},
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {},
+            "annotations": annotations or {},
         }
         if owner_kind:
             metadata["ownerReferences"] = [
-                {"apiVersion": owner_api_version, "kind": owner_kind, "name": f"{name}-owner",
-                 "uid": f"uid-{name}", "controller": True}
+                {
+                    "apiVersion": owner_api_version,
+                    "kind": owner_kind,
+                    "name": f"{name}-owner",
+                    "uid": f"uid-{name}",
+                    "controller": True,
+                }
             ]
         self.handler.objects[PODS, namespace, name] = {
             "apiVersion": "v1",
@@ -228,8 +253,10 @@ current-context: {context}
         if max_unavailable is not None:
             spec["maxUnavailable"] = max_unavailable
         self.handler.objects[PDBS, namespace, name] = {
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
         }
 
     def node(self, name: str) -> dict[str, Any]:
@@ -300,10 +327,18 @@ current-context: {context}
         self.eviction_times.append((time.monotonic(), f"{request.namespace}/{request.name}"))
         # The API server's own answer (apiserver/pkg/server/filters/maxinflight.go): no details.
         return aiohttp.web.json_response(
-            {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-             "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
-             "details": {"retryAfterSeconds": math.ceil(retry_after_s)}, "code": 429},
-            status=429, headers={"Retry-After": f"{retry_after_s:g}"},
+            {
+                "apiVersion": "v1",
+                "kind": "Status",
+                "metadata": {},
+                "status": "Failure",
+                "message": "Too many requests, please try again later.",
+                "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": math.ceil(retry_after_s)},
+                "code": 429,
+            },
+            status=429,
+            headers={"Retry-After": f"{retry_after_s:g}"},
         )
 
     # -- PodDisruptionBudgets ------------------------------------------------------------
@@ -334,21 +369,32 @@ current-context: {context}
 
     def _check_budgets(self, pod: dict[str, Any]) -> None:
         namespace = pod["metadata"]["namespace"]
-        budgets = [obj.raw for (resource, ns, _), obj in self.handler.objects.items()
-                   if resource == PDBS and ns == namespace and not obj.deleted
-                   and _selects(obj.raw, pod["metadata"].get("labels") or {})]
+        budgets = [
+            obj.raw
+            for (resource, ns, _), obj in self.handler.objects.items()
+            if resource == PDBS
+            and ns == namespace
+            and not obj.deleted
+            and _selects(obj.raw, pod["metadata"].get("labels") or {})
+        ]
         if not budgets:
             return
         if len(budgets) > 1:
             raise kmock.KubernetesError(
-                status=500, reason="InternalError",
-                message="This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.")
+                status=500,
+                reason="InternalError",
+                message="This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            )
         budget = budgets[0]
         # The disruption controller expects as many pods as their controllers want: evicted
         # ones count (their controller recreates them) but are not healthy until then.
-        covered = [obj for (resource, ns, _), obj in self.handler.objects.items()
-                   if resource == PODS and ns == namespace
-                   and _selects(budget, (obj.last.raw if obj.deleted else obj.raw)["metadata"].get("labels") or {})]
+        covered = [
+            obj
+            for (resource, ns, _), obj in self.handler.objects.items()
+            if resource == PODS
+            and ns == namespace
+            and _selects(budget, (obj.last.raw if obj.deleted else obj.raw)["metadata"].get("labels") or {})
+        ]
         expected = len(covered)
         healthy = sum(1 for obj in covered if not obj.deleted and obj.raw["status"].get("phase") == "Running")
         spec = budget["spec"]
@@ -386,10 +432,14 @@ def _budget_refusal(budget: str, desired: int, healthy: int) -> kmock.Kubernetes
         status=429,
         reason="TooManyRequests",
         message="Cannot evict pod as it would violate the pod's disruption budget.",
-        details={"causes": [{
-            "reason": "DisruptionBudget",
-            "message": f"The disruption budget {budget} needs {desired} healthy pods and has {healthy} currently",
-        }]},
+        details={
+            "causes": [
+                {
+                    "reason": "DisruptionBudget",
+                    "message": f"The disruption budget {budget} needs {desired} healthy pods and has {healthy} currently",
+                }
+            ]
+        },
     )
 
 

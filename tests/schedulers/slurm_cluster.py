@@ -190,7 +190,11 @@ class SlurmCluster:
     def _wait_for_nodes_registered(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         # 'unk': not registered since slurmctld started; '*': not responding.
         self._wait_for_node_states(
-            "%t", lambda states: not any(s.startswith("unk") or s.endswith("*") for s in states), "registered", timeout_s)
+            "%t",
+            lambda states: not any(s.startswith("unk") or s.endswith("*") for s in states),
+            "registered",
+            timeout_s,
+        )
 
     def _wait_for_node_states(self, state_format: str, ready, what: str, timeout_s: float) -> None:
         """Poll sinfo until every node is listed and ready(their states) holds."""

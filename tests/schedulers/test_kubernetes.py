@@ -38,9 +38,7 @@ def scheduler(kube: KubeEmulator) -> KubernetesScheduler:
     return KubernetesScheduler(host=kube.url, eviction_attempts=4, eviction_backoff_s=0.01)
 
 
-def test_drain_cordons_taints_labels_and_records_the_reason(
-    kube: KubeEmulator, scheduler: KubernetesScheduler
-) -> None:
+def test_drain_cordons_taints_labels_and_records_the_reason(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
     kube.add_node("gpu-1", taints=[GPU_TAINT])
 
     scheduler.drain("gpu-1", "XID 79 on GPU 3")
@@ -145,7 +143,9 @@ def test_busy_nodes_are_those_with_a_live_workload_pod_labelled_or_not(
     assert scheduler.busy_nodes() == {"gpu-2", "gpu-3", "gpu-5"}
 
 
-def test_a_nodes_workloads_are_its_live_pods_labelled_or_not(kube: KubeEmulator, scheduler: KubernetesScheduler) -> None:
+def test_a_nodes_workloads_are_its_live_pods_labelled_or_not(
+    kube: KubeEmulator, scheduler: KubernetesScheduler
+) -> None:
     """What a check's hold reads after cordoning (workflows.activities.node.hold_in_scheduler):
     an inference pod no job label names is work the check must not run under."""
     for node in ("gpu-1", "gpu-2"):
@@ -160,8 +160,9 @@ def test_a_nodes_workloads_are_its_live_pods_labelled_or_not(kube: KubeEmulator,
     assert isinstance(scheduler, ListsWorkloads)
 
 
-def test_a_node_two_schedulers_run_has_the_work_of_both(kube: KubeEmulator, scheduler: KubernetesScheduler,
-                                                        sqlite_url) -> None:
+def test_a_node_two_schedulers_run_has_the_work_of_both(
+    kube: KubeEmulator, scheduler: KubernetesScheduler, sqlite_url
+) -> None:
     """A node several schedulers run (fleetctl.schedulers.combined): a check's hold reads one
     member's jobs and the other's pods, job or not."""
     engine = get_engine(sqlite_url)

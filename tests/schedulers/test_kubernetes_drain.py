@@ -34,8 +34,9 @@ def kube() -> Iterator[KubeEmulator]:
 
 
 def scheduler_for(kube: KubeEmulator, **options: object) -> KubernetesScheduler:
-    return KubernetesScheduler(host=kube.url, eviction_attempts=3, eviction_backoff_s=0.01,
-                               options=DrainOptions(**options))  # type: ignore[arg-type]
+    return KubernetesScheduler(
+        host=kube.url, eviction_attempts=3, eviction_backoff_s=0.01, options=DrainOptions(**options)
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -117,8 +118,9 @@ def test_policy_waits_deletes_after_the_deadline_and_evicts_the_rest(kube: KubeE
     kube.add_pod("batch", "etl-0", "gpu-1")
     kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
     kube.add_pdb("serve", "vllm", {"app": "vllm"}, min_available=1)  # would refuse an eviction
-    scheduler = scheduler_for(kube, policy=parse_drain_policy("label:app=vllm=delete, namespace:batch=wait"),
-                              grace_period_s=45)
+    scheduler = scheduler_for(
+        kube, policy=parse_drain_policy("label:app=vllm=delete, namespace:batch=wait"), grace_period_s=45
+    )
 
     before = scheduler.drain_pods("gpu-1")
     assert before.evicted == ("train/llm-0",) and before.deleted == ()
@@ -251,8 +253,15 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
     assert draining["DrainInProgress"]["status"] == "True" and draining["Drained"]["status"] == "False"
 
     long_ago = "2026-01-01T00:00:00Z"
-    kube.handler.objects[NODES, None, "gpu-1"].patch({"status": {"conditions": [
-        {**c, "lastTransitionTime": long_ago} for c in kube.node("gpu-1")["status"]["conditions"]]}})
+    kube.handler.objects[NODES, None, "gpu-1"].patch(
+        {
+            "status": {
+                "conditions": [
+                    {**c, "lastTransitionTime": long_ago} for c in kube.node("gpu-1")["status"]["conditions"]
+                ]
+            }
+        }
+    )
 
     scheduler.set_state("gpu-1", "maintenance", "drained: XID 48 on GPU 2")
     node = kube.node("gpu-1")
@@ -260,8 +269,9 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
     assert node["spec"]["taints"] == [{"key": STATE_KEY, "value": "maintenance", "effect": "NoSchedule"}]
     assert node["spec"]["unschedulable"] is True  # set_state says, it does not move placement
     maintenance = conditions(kube, "gpu-1")
-    assert {t: maintenance[t]["status"] for t in ("GpuHealthy", "DrainInProgress", "Drained", "MaintenanceInProgress")} \
-        == {"GpuHealthy": "False", "DrainInProgress": "False", "Drained": "True", "MaintenanceInProgress": "True"}
+    assert {
+        t: maintenance[t]["status"] for t in ("GpuHealthy", "DrainInProgress", "Drained", "MaintenanceInProgress")
+    } == {"GpuHealthy": "False", "DrainInProgress": "False", "Drained": "True", "MaintenanceInProgress": "True"}
     # GpuHealthy stayed False: its transition time stays, as NPD keeps it; DrainInProgress moved.
     assert maintenance["GpuHealthy"]["lastTransitionTime"] == long_ago
     assert maintenance["DrainInProgress"]["lastTransitionTime"] != long_ago
@@ -271,7 +281,9 @@ def test_every_transition_sets_label_taint_conditions_and_an_event(
 
     events = kube.events()
     assert [(e["reason"], e["type"]) for e in events] == [
-        ("FleetctlDraining", "Warning"), ("FleetctlMaintenance", "Warning"), ("FleetctlProduction", "Normal"),
+        ("FleetctlDraining", "Warning"),
+        ("FleetctlMaintenance", "Warning"),
+        ("FleetctlProduction", "Normal"),
     ]
     assert all(e["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-1"} for e in events)
     assert all(e["source"] == {"component": "fleetctl"} and e["metadata"]["namespace"] == "default" for e in events)
@@ -353,8 +365,9 @@ def test_the_adapter_needs_exactly_the_permissions_rbac_rules_declares(kube: Kub
     assert used == declared
 
 
-def test_kubectl_reads_back_what_fleetctl_wrote(kube: KubeEmulator, scheduler: KubernetesScheduler,
-                                                 tmp_path: Path) -> None:
+def test_kubectl_reads_back_what_fleetctl_wrote(
+    kube: KubeEmulator, scheduler: KubernetesScheduler, tmp_path: Path
+) -> None:
     # Debian's kubernetes-client, or whichever kubectl the machine has (make test installs
     # Debian's where there is none); FLEETCTL_TEST_KUBECTL names another.
     kubectl_path = os.environ.get("FLEETCTL_TEST_KUBECTL") or shutil.which("kubectl")
@@ -365,8 +378,13 @@ def test_kubectl_reads_back_what_fleetctl_wrote(kube: KubeEmulator, scheduler: K
     kubectl = [kubectl_path, "--kubeconfig", str(kubeconfig), "--request-timeout", "20s"]
 
     def run(*args: str) -> str:
-        result = subprocess.run([*kubectl, *args], capture_output=True, text=True, timeout=60,
-                                env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)})
+        result = subprocess.run(
+            [*kubectl, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout
 
@@ -374,8 +392,13 @@ def test_kubectl_reads_back_what_fleetctl_wrote(kube: KubeEmulator, scheduler: K
     assert json.loads(run("get", "node", "gpu-1", "-o", "jsonpath={.spec.taints}")) == [
         {"key": STATE_KEY, "value": "draining", "effect": "NoExecute"}
     ]
-    health = run("get", "node", "gpu-1", "-o",
-                 'jsonpath={range .status.conditions[?(@.type=="GpuHealthy")]}{.status} {.reason} {.message}{end}')
+    health = run(
+        "get",
+        "node",
+        "gpu-1",
+        "-o",
+        'jsonpath={range .status.conditions[?(@.type=="GpuHealthy")]}{.status} {.reason} {.message}{end}',
+    )
     assert health == "False FleetctlDraining fleetctl: XID 79 on GPU 3"
     events = json.loads(run("get", "events", "-n", "default", "-o", "json"))["items"]
     assert [(e["involvedObject"]["name"], e["reason"]) for e in events] == [("gpu-1", "FleetctlDraining")]

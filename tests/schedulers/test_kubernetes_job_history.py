@@ -24,8 +24,18 @@ def kube() -> Iterator[KubeEmulator]:
         yield emulator
 
 
-def _pod(kube: KubeEmulator, namespace: str, name: str, node: str, job: str, created: str, started: str | None = None,
-         finished: str | None = None, gpus: int | None = None, owner_kind: str = "Job") -> None:
+def _pod(
+    kube: KubeEmulator,
+    namespace: str,
+    name: str,
+    node: str,
+    job: str,
+    created: str,
+    started: str | None = None,
+    finished: str | None = None,
+    gpus: int | None = None,
+    owner_kind: str = "Job",
+) -> None:
     """A job's pod as the API server (and the kubelet) write it: its creation, start and, once
     it ran to its end, its container's finish (KubeEmulator.add_pod's pod, with those times)."""
     container: dict = {"name": "main", "image": "trainer"}
@@ -35,14 +45,29 @@ def _pod(kube: KubeEmulator, namespace: str, name: str, node: str, job: str, cre
     if started:
         status["startTime"] = started
     if finished:
-        status["containerStatuses"] = [{"name": "main", "ready": False, "restartCount": 0, "image": "trainer",
-                                        "imageID": "", "state": {"terminated": {"exitCode": 0, "finishedAt": finished}}}]
+        status["containerStatuses"] = [
+            {
+                "name": "main",
+                "ready": False,
+                "restartCount": 0,
+                "image": "trainer",
+                "imageID": "",
+                "state": {"terminated": {"exitCode": 0, "finishedAt": finished}},
+            }
+        ]
     kube.handler.objects[PODS, namespace, name] = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": {"job-name": job}, "annotations": {},
-                     "creationTimestamp": created,
-                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": owner_kind, "name": job, "uid": f"uid-{job}",
-                                          "controller": True}]},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"job-name": job},
+            "annotations": {},
+            "creationTimestamp": created,
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": owner_kind, "name": job, "uid": f"uid-{job}", "controller": True}
+            ],
+        },
         "spec": {"nodeName": node, "containers": [container]},
         "status": status,
     }
@@ -66,7 +91,10 @@ def test_a_jobs_pods_give_its_history_and_the_sync_writes_it(kube: KubeEmulator,
     train, done = history["ml/train"], history["ml/done"]
     assert (train.state, train.nodes, train.node_count, train.gpus_per_node) == ("running", ("gpu-1", "gpu-2"), 2, 8)
     assert (train.submitted_at, train.started_at, train.ended_at) == (
-        _utc("2026-12-01T10:00:00Z"), _utc("2026-12-01T10:01:00Z"), None)
+        _utc("2026-12-01T10:00:00Z"),
+        _utc("2026-12-01T10:01:00Z"),
+        None,
+    )
     assert (done.state, done.ended_at) == ("completed", _utc("2026-12-01T09:30:00Z"))
 
     engine = get_engine(sqlite_url)

@@ -17,26 +17,45 @@ from tests.schedulers.kube_emulator import KubeEmulator
 @pytest.mark.parametrize(
     "variable, value, error",
     [
-        ("FLEETCTL_KUBE_DRAIN_POLICY", "namespace:serve=later",
-         r"^setting kube_drain_policy: drain policy rule 'namespace:serve=later': expected"),
-        ("FLEETCTL_KUBE_DRAIN_POLICY", "label:app=vllm",
-         r"^setting kube_drain_policy: drain policy rule 'label:app=vllm': expected"),
-        ("FLEETCTL_KUBE_DRAIN_POLICY", "label:-app=vllm=wait",
-         r"^setting kube_drain_policy: drain policy rule 'label:-app=vllm=wait': label '-app=vllm' is not"),
-        ("FLEETCTL_KUBE_DO_NOT_EVICT_ANNOTATION", "no spaces/allowed here",
-         r"^setting kube_do_not_evict_annotation: 'no spaces/allowed here' is not an annotation key"),
-        ("FLEETCTL_KUBE_INFRASTRUCTURE_OWNER_KINDS", "NodeSet,daemonset",
-         r"^setting kube_infrastructure_owner_kinds: 'daemonset' is not a Kubernetes kind"),
+        (
+            "FLEETCTL_KUBE_DRAIN_POLICY",
+            "namespace:serve=later",
+            r"^setting kube_drain_policy: drain policy rule 'namespace:serve=later': expected",
+        ),
+        (
+            "FLEETCTL_KUBE_DRAIN_POLICY",
+            "label:app=vllm",
+            r"^setting kube_drain_policy: drain policy rule 'label:app=vllm': expected",
+        ),
+        (
+            "FLEETCTL_KUBE_DRAIN_POLICY",
+            "label:-app=vllm=wait",
+            r"^setting kube_drain_policy: drain policy rule 'label:-app=vllm=wait': label '-app=vllm' is not",
+        ),
+        (
+            "FLEETCTL_KUBE_DO_NOT_EVICT_ANNOTATION",
+            "no spaces/allowed here",
+            r"^setting kube_do_not_evict_annotation: 'no spaces/allowed here' is not an annotation key",
+        ),
+        (
+            "FLEETCTL_KUBE_INFRASTRUCTURE_OWNER_KINDS",
+            "NodeSet,daemonset",
+            r"^setting kube_infrastructure_owner_kinds: 'daemonset' is not a Kubernetes kind",
+        ),
         ("FLEETCTL_KUBE_EVICTION_GRACE_PERIOD_S", "-2", r"^setting kube_eviction_grace_period_s: -2 is not between"),
         ("FLEETCTL_KUBE_EVICTION_GRACE_PERIOD_S", "86401", r"^setting kube_eviction_grace_period_s: 86401"),
-        ("FLEETCTL_KUBE_CRITICAL_TAINT_EFFECT", "PreferNoSchedule",
-         r"^setting kube_critical_taint_effect: 'PreferNoSchedule' is not one of NoSchedule, NoExecute"),
+        (
+            "FLEETCTL_KUBE_CRITICAL_TAINT_EFFECT",
+            "PreferNoSchedule",
+            r"^setting kube_critical_taint_effect: 'PreferNoSchedule' is not one of NoSchedule, NoExecute",
+        ),
         ("FLEETCTL_KUBE_HEALTH_CONDITION", "Ready", r"^setting kube_health_condition: 'Ready' is not"),
         ("FLEETCTL_KUBE_HEALTH_CONDITION", "gpu-healthy", r"^setting kube_health_condition: 'gpu-healthy' is not"),
     ],
 )
-def test_a_bad_kubernetes_setting_stops_loading_with_one_line_naming_it(variable: str, value: str, error: str,
-                                                                         tmp_path: Path) -> None:
+def test_a_bad_kubernetes_setting_stops_loading_with_one_line_naming_it(
+    variable: str, value: str, error: str, tmp_path: Path
+) -> None:
     with pytest.raises(ConfigError, match=error) as raised:
         load_settings(env={variable: value}, config_file=_empty(tmp_path))
     assert "\n" not in str(raised.value) and f"(from env {variable})" in str(raised.value)
@@ -62,12 +81,15 @@ def kube() -> Iterator[KubeEmulator]:
 
 
 def test_scheduler_for_builds_the_adapter_with_the_drain_settings(kube: KubeEmulator, tmp_path: Path) -> None:
-    settings = load_settings(env={
-        "KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
-        "FLEETCTL_KUBE_DRAIN_POLICY": "namespace:serve=wait",
-        "FLEETCTL_KUBE_INFRASTRUCTURE_OWNER_KINDS": "SlurmNodeSet",
-        "FLEETCTL_KUBE_EVICTION_GRACE_PERIOD_S": "30",
-    }, config_file=_empty(tmp_path))
+    settings = load_settings(
+        env={
+            "KUBECONFIG": str(kube.write_kubeconfig(tmp_path / "kubeconfig")),
+            "FLEETCTL_KUBE_DRAIN_POLICY": "namespace:serve=wait",
+            "FLEETCTL_KUBE_INFRASTRUCTURE_OWNER_KINDS": "SlurmNodeSet",
+            "FLEETCTL_KUBE_EVICTION_GRACE_PERIOD_S": "30",
+        },
+        config_file=_empty(tmp_path),
+    )
     kube.add_node("gpu-1")
     kube.add_pod("serve", "vllm-0", "gpu-1")
     kube.add_pod("slurm", "slurmd-gpu-1", "gpu-1", owner_kind="SlurmNodeSet")

@@ -148,8 +148,14 @@ def test_release_nodes_clears_only_the_node_list() -> None:
     assert runner.calls == [["scontrol", "update", "JobId=42", "ReqNodeList="]]
 
 
-@pytest.mark.parametrize("nodes,message", [([], "names none"), (["node1", "node2"], "node1 is both excluded and asked for"),
-                                           (["node2;reboot"], "invalid Slurm node name")])
+@pytest.mark.parametrize(
+    "nodes,message",
+    [
+        ([], "names none"),
+        (["node1", "node2"], "node1 is both excluded and asked for"),
+        (["node2;reboot"], "invalid Slurm node name"),
+    ],
+)
 def test_restart_onto_named_nodes_refuses_a_bad_list_before_touching_the_job(nodes, message) -> None:
     runner = ScriptedRunner({})
     with pytest.raises(SchedulerError, match=message):
@@ -171,7 +177,8 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
         return runner(argv, timeout_s)
 
     SlurmScheduler(run=record, clock=lambda: 100.3, sleep=lambda seconds: events.append(round(seconds, 3))).restart_job(
-        "42", exclude_nodes=["node1"])
+        "42", exclude_nodes=["node1"]
+    )
 
     assert events == [
         "squeue --noheader",
@@ -185,16 +192,21 @@ def test_restart_waits_for_the_old_run_to_complete_and_the_requeue_second_to_pas
     ]
 
 
-@pytest.mark.parametrize("nodes,waits", [
-    (["node3"], False),  # none of the new nodes ran the job: no slurmd there revoked its credential
-    (["node2", "node3"], True),  # node2 ran it and refuses a credential of the revoke's second
-])
+@pytest.mark.parametrize(
+    "nodes,waits",
+    [
+        (["node3"], False),  # none of the new nodes ran the job: no slurmd there revoked its credential
+        (["node2", "node3"], True),  # node2 ran it and refuses a credential of the revoke's second
+    ],
+)
 def test_a_job_named_onto_nodes_that_never_ran_it_is_released_at_once(nodes, waits) -> None:
     slept: list[float] = []
-    runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")],
-                             "scontrol": [(0, "", ""), (0, "", "")]})
+    runner = ScriptedRunner(
+        {"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", "")], "scontrol": [(0, "", ""), (0, "", "")]}
+    )
     SlurmScheduler(run=runner, clock=lambda: 100.3, sleep=slept.append).restart_job_on(
-        "42", exclude_nodes=["node1"], nodes=nodes)
+        "42", exclude_nodes=["node1"], nodes=nodes
+    )
     assert bool(slept) == waits
 
 
@@ -203,9 +215,12 @@ def test_requeue_first_then_the_release_still_waits_out_the_revoke_second() -> N
     waits for the same second as if both were one call, and the job is requeued once."""
     slept: list[float] = []
     clock = iter([100.3, 100.9])
-    runner = ScriptedRunner({"squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", ""),
-                                        (0, "PENDING|||\n", "")],
-                             "scontrol": [(0, "", ""), (0, "", "")]})
+    runner = ScriptedRunner(
+        {
+            "squeue": [(0, "RUNNING|||node[1-2]\n", ""), (0, "PENDING|||\n", ""), (0, "PENDING|||\n", "")],
+            "scontrol": [(0, "", ""), (0, "", "")],
+        }
+    )
     scheduler = SlurmScheduler(run=runner, clock=lambda: next(clock), sleep=slept.append)
     scheduler.requeue("42")
     scheduler.restart_job_on("42", exclude_nodes=["node1"], nodes=["node2", "node3"])

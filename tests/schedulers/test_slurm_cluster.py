@@ -126,9 +126,7 @@ def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmClu
     conf = slurm_cluster.conf_path.read_text()
     dead_port_conf = tmp_path / "slurm.conf"
     dead_port_conf.write_text(
-        "\n".join(
-            "SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line for line in conf.splitlines()
-        )
+        "\n".join("SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line for line in conf.splitlines())
     )
     slurm = SlurmScheduler(run=LocalCommandRunner(env={"SLURM_CONF": str(dead_port_conf)}))
 

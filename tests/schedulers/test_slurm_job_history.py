@@ -21,11 +21,13 @@ def at(seconds: int) -> datetime:
 def test_real_squeue_output_is_read_with_times_only_where_they_are_facts() -> None:
     lines = [line for line in FIXTURE.read_text().splitlines() if not line.startswith("#")]
     done, running, requeued = parse_job_history("\n".join(lines))
-    assert done == JobHistory("2", "short", "completed", ("node3",), 1, at(1796083141), at(1796083143),
-                              at(1796083143), 0, None)
+    assert done == JobHistory(
+        "2", "short", "completed", ("node3",), 1, at(1796083141), at(1796083143), at(1796083143), 0, None
+    )
     # The name keeps the separator; a running job's EndTime (NONE) is no end.
-    assert running == JobHistory("1", "train llama|x", "running", ("node1", "node2"), 2, at(1796083141),
-                                 at(1796083143), None, 0, None)
+    assert running == JobHistory(
+        "1", "train llama|x", "running", ("node1", "node2"), 2, at(1796083141), at(1796083143), None, 0, None
+    )
     # Pending after a requeue: StartTime is Slurm's expectation, not a start.
     assert requeued.started_at is None and requeued.restart_count == 1 and requeued.nodes == ()
 
@@ -35,13 +37,16 @@ def test_gpus_per_node_from_the_allocated_tres() -> None:
     assert job.gpus_per_node == 8 and job.nodes == ("gpu01", "gpu02")
 
 
-@pytest.mark.parametrize("line", [
-    "1|RUNNING|1796083141",  # too few fields
-    "1;rm -rf|RUNNING|1|2|NONE|0|1|cpu=1|node1|x",  # not a job id
-    "1|RUNNING|yesterday|2|NONE|0|1|cpu=1|node1|x",  # not a time
-    "1|RUNNING|1|2|NONE|-1|1|cpu=1|node1|x",  # not a count
-    "1|RUNNING|1|2|NONE|0|1|cpu=1|node[3-1]|x",  # not a host list
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "1|RUNNING|1796083141",  # too few fields
+        "1;rm -rf|RUNNING|1|2|NONE|0|1|cpu=1|node1|x",  # not a job id
+        "1|RUNNING|yesterday|2|NONE|0|1|cpu=1|node1|x",  # not a time
+        "1|RUNNING|1|2|NONE|-1|1|cpu=1|node1|x",  # not a count
+        "1|RUNNING|1|2|NONE|0|1|cpu=1|node[3-1]|x",  # not a host list
+    ],
+)
 def test_a_line_it_cannot_read_is_one_error_not_a_guess(line) -> None:
     with pytest.raises(SchedulerError, match="cannot read"):
         parse_job_history(line)

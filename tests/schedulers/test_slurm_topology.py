@@ -33,7 +33,11 @@ def _switches(shown: str) -> dict[str, tuple[str, str, str]]:
     for line in shown.splitlines():
         fields = dict(re.findall(r"(\w+)=(\S*)", line))
         if "SwitchName" in fields:
-            switches[fields["SwitchName"]] = (fields.get("Level", ""), fields.get("Nodes", ""), fields.get("Switches", ""))
+            switches[fields["SwitchName"]] = (
+                fields.get("Level", ""),
+                fields.get("Nodes", ""),
+                fields.get("Switches", ""),
+            )
     return switches
 
 

@@ -61,10 +61,24 @@ def browser():
 
     profile = tempfile.mkdtemp(prefix="fleetctl-chromium-")
     proc = subprocess.Popen(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1200,900", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "--window-size=1200,900",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         port_file = Path(profile, "DevToolsActivePort")
         deadline = time.monotonic() + 30

@@ -19,10 +19,22 @@ def record_check(settings: Settings, node: str, check: str) -> CheckRun:
     out = ExecutorRegistry(settings).for_target(target_for(row)).run(target_for(row), CHECKS[check].argv, 60)
     result = judge(CHECKS[check].kind, out.stdout, row.profile).to_dict()
     key = f"test/{node}/{check}/{uuid.uuid4().hex[:6]}"
-    return queries.insert_once(engine, CheckRun(
-        node_name=node, check_name=check, kind=CHECKS[check].kind, status=result["status"],
-        metrics=result["metrics"], findings=result["findings"], reason=result["reason"], raw_output=out.stdout,
-        idempotency_key=key), CheckRun.idempotency_key, key)
+    return queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name=check,
+            kind=CHECKS[check].kind,
+            status=result["status"],
+            metrics=result["metrics"],
+            findings=result["findings"],
+            reason=result["reason"],
+            raw_output=out.stdout,
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
 
 
 def recorded_checks(suite: str, profile: str) -> list[str]:

@@ -15,8 +15,16 @@ from workflows.worker import BackgroundWorker
 def console(settings: Settings, operator: str = "alice@console"):
     """invoke(*args, input=None) runs `fleetctl <args>` on the settings' database and Temporal."""
     worker = BackgroundWorker(settings).start()
-    base = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address, "--task-queue",
-            settings.task_queue, "--as", operator]
+    base = [
+        "--db-url",
+        settings.db_url,
+        "--temporal-address",
+        settings.temporal_address,
+        "--task-queue",
+        settings.task_queue,
+        "--as",
+        operator,
+    ]
     runner = CliRunner()
 
     def invoke(*args: str, input: str | None = None):

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetctl.jobs.stragglers import TELEMETRY
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm" / "h100-node.metrics"
-_SAMPLE = re.compile(r'^(?P<name>\w+)\{(?P<labels>.*)\} (?P<value>\S+)$')
+_SAMPLE = re.compile(r"^(?P<name>\w+)\{(?P<labels>.*)\} (?P<value>\S+)$")
 DEGRADED_GPU = "0"  # the GPU a degradation is applied to: one slow GPU slows its whole node
 
 Degrade = Mapping[str, Mapping[str, float]]  # {node: {series: factor}}

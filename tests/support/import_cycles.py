@@ -63,8 +63,11 @@ class AcyclicModulesContract(Contract):
     packages = fields.ListField(subfield=fields.StringField())
 
     def check(self, graph, verbose: bool) -> ContractCheck:
-        modules = {m for package in self.packages  # type: ignore[attr-defined]
-                   for m in graph.find_descendants(package) | {package}}
+        modules = {
+            m
+            for package in self.packages  # type: ignore[attr-defined]
+            for m in graph.find_descendants(package) | {package}
+        }
         imports = {m: graph.find_modules_directly_imported_by(m) for m in modules}
         cycles = strongly_connected(modules, imports)
         return ContractCheck(kept=not cycles, warnings=[], metadata={"cycles": cycles})

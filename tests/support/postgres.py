@@ -38,12 +38,21 @@ class PostgresCluster:
         return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{self.port}/fleetctl"
 
     def pg_ctl(self, *args: str) -> None:
-        subprocess.run([*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60", *args],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [*self.as_user, str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60", *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def start(self) -> None:
-        self.pg_ctl("-o", f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync=off", "-l",
-                    str(self.datadir / "server.log"), "start")
+        self.pg_ctl(
+            "-o",
+            f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-l",
+            str(self.datadir / "server.log"),
+            "start",
+        )
 
     def stop(self) -> None:
         self.pg_ctl("-m", "fast", "stop")
@@ -57,11 +66,27 @@ def start_postgres() -> PostgresCluster:
     datadir = Path(tempfile.mkdtemp(prefix="fleetctl-pg-"))
     if as_user:
         shutil.chown(datadir, "postgres", "postgres")
-    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [*as_user, str(bindir / "initdb"), "-D", str(datadir), "-A", "trust", "-U", "postgres"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     cluster = PostgresCluster(datadir, free_port(), bindir, as_user)
     cluster.start()
-    psql = [*as_user, str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
+    psql = [
+        *as_user,
+        str(bindir / "psql"),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(cluster.port),
+        "-U",
+        "postgres",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-q",
+    ]
     subprocess.run([*psql, "-c", "CREATE ROLE fleetctl LOGIN PASSWORD 'fleetctl'"], check=True)
     subprocess.run([*psql, "-c", "CREATE DATABASE fleetctl OWNER fleetctl"], check=True)
     return cluster

@@ -39,12 +39,25 @@ def running_prometheus(directory: Path, targets: Sequence[str], job: str = "flee
     require_prometheus()
     port = free_port()
     config = directory / "prometheus.yml"
-    config.write_text(json.dumps({  # JSON is YAML
-        "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}]}))
+    config.write_text(
+        json.dumps(
+            {  # JSON is YAML
+                "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s", "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
+                "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}],
+            }
+        )
+    )
     with open(directory / "prometheus.log", "wb") as log:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={directory / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=log)
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={directory / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_ready(f"{url}/-/ready", proc)

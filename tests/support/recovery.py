@@ -85,24 +85,34 @@ async def kill_cost(client: Client, task_queue: str) -> KillCost:
             elif event.event_type in _CLOSED:
                 closed.add(getattr(event, _CLOSED[event.event_type]).scheduled_event_id)
         # Only an attempt a worker took can die with it; one still queued goes to the next worker.
-        taken = {p.activity_id for p in (await handle.describe()).raw_description.pending_activities
-                 if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED}
+        taken = {
+            p.activity_id
+            for p in (await handle.describe()).raw_description.pending_activities
+            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        }
         for event_id, attrs in scheduled.items():
             if event_id in closed:
                 continue
             heartbeat_s = attrs.heartbeat_timeout.ToTimedelta().total_seconds()
             lost_after_s = heartbeat_s or attrs.start_to_close_timeout.ToTimedelta().total_seconds()
-            in_flight.append(InFlight(execution.id, attrs.activity_type.name,
-                                      lost_after_s if attrs.activity_id in taken else 0.0,
-                                      attrs.retry_policy.initial_interval.ToTimedelta().total_seconds()))
+            in_flight.append(
+                InFlight(
+                    execution.id,
+                    attrs.activity_type.name,
+                    lost_after_s if attrs.activity_id in taken else 0.0,
+                    attrs.retry_policy.initial_interval.ToTimedelta().total_seconds(),
+                )
+            )
     return KillCost(tuple(in_flight), task_timeout_s)
 
 
 async def activity_started(client: Client, workflow_id: str, activity: str) -> bool:
     """The workflow has `activity` running on a worker now (where a kill is meant to land)."""
     description = await client.get_workflow_handle(workflow_id).describe()
-    return any(p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-               for p in description.raw_description.pending_activities)
+    return any(
+        p.activity_type.name == activity and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for p in description.raw_description.pending_activities
+    )
 
 
 @dataclass(frozen=True)
@@ -116,12 +126,17 @@ class Wait:
     lasted_s: float
 
     def __str__(self) -> str:
-        return f"{self.what} in {self.workflow_id}: {self.lasted_s:.1f} s, ended {self.after_kill_s:.1f} s after the kill"
+        return (
+            f"{self.what} in {self.workflow_id}: {self.lasted_s:.1f} s, ended {self.after_kill_s:.1f} s after the kill"
+        )
 
 
-_TIMEOUT_NAMES = {TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE: "start-to-close", TimeoutType.TIMEOUT_TYPE_HEARTBEAT: "heartbeat",
-                  TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START: "schedule-to-start",
-                  TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE: "schedule-to-close"}
+_TIMEOUT_NAMES = {
+    TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE: "start-to-close",
+    TimeoutType.TIMEOUT_TYPE_HEARTBEAT: "heartbeat",
+    TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START: "schedule-to-start",
+    TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE: "schedule-to-close",
+}
 
 
 async def waits_after_kill(client: Client, task_queue: str, killed_at: float, longer_than_s: float = 1.0) -> list[Wait]:
@@ -142,7 +157,9 @@ async def waits_after_kill(client: Client, task_queue: str, killed_at: float, lo
                 scheduled = by_id[attrs.scheduled_event_id].activity_task_scheduled_event_attributes
                 kind = _TIMEOUT_NAMES.get(attrs.failure.timeout_failure_info.timeout_type, "unknown")
                 began = by_id[attrs.started_event_id].event_time.ToDatetime().timestamp()
-                waits.append(Wait(execution.id, f"{scheduled.activity_type.name} {kind} timeout", at - killed_at, at - began))
+                waits.append(
+                    Wait(execution.id, f"{scheduled.activity_type.name} {kind} timeout", at - killed_at, at - began)
+                )
             elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
                 attrs = event.workflow_task_timed_out_event_attributes
                 kind = _TIMEOUT_NAMES.get(attrs.timeout_type, "unknown")
@@ -154,5 +171,7 @@ async def waits_after_kill(client: Client, task_queue: str, killed_at: float, lo
                 if waited > longer_than_s:
                     queue = scheduled.workflow_task_scheduled_event_attributes.task_queue
                     where = "sticky" if queue.kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY else "shared"
-                    waits.append(Wait(execution.id, f"workflow task unclaimed on the {where} queue", at - killed_at, waited))
+                    waits.append(
+                        Wait(execution.id, f"workflow task unclaimed on the {where} queue", at - killed_at, waited)
+                    )
     return sorted(waits, key=lambda w: w.after_kill_s)

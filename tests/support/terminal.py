@@ -53,8 +53,13 @@ class Terminal:
         self.socket = f"fleetctl-term-{uuid.uuid4().hex[:8]}"
 
     def tmux(self, *args: str, timeout_s: float = TMUX_S) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], check=True,
-                              capture_output=True, text=True, timeout=timeout_s).stdout
+        return subprocess.run(
+            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        ).stdout
 
     def run(self, shell_line: str, timeout_s: float = COMMAND_S) -> Screen:
         """Run `shell_line` (a shell's command line: pipes allowed) to its end, in a fresh
@@ -65,15 +70,18 @@ class Terminal:
         self.stop()
         self.socket = f"fleetctl-term-{uuid.uuid4().hex[:8]}"
         channel = f"done-{uuid.uuid4().hex[:8]}"
-        script = (f"unset LINES COLUMNS; {shell_line}; echo \"[exited $?]\"; "
-                  f"tmux -L {self.socket} wait-for -S {channel}; sleep 600")
+        script = (
+            f'unset LINES COLUMNS; {shell_line}; echo "[exited $?]"; '
+            f"tmux -L {self.socket} wait-for -S {channel}; sleep 600"
+        )
         self.tmux("new-session", "-d", "-x", str(self.columns), "-y", str(self.lines), "sh -c " + shlex.quote(script))
         try:
             # tmux remembers a signal nobody waited for yet: the order of the two does not matter.
             self.tmux("wait-for", channel, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"`{shell_line}` did not end within {timeout_s:.0f}s; the screen:\n"
-                                 f"{self.screen()}") from None
+            raise AssertionError(
+                f"`{shell_line}` did not end within {timeout_s:.0f}s; the screen:\n{self.screen()}"
+            ) from None
         # From the top of the scrollback, a line the terminal wrapped joined again (-J): a line
         # longer than the window is one that did not fit.
         text = self.tmux("capture-pane", "-p", "-J", "-S", "-")
@@ -87,8 +95,15 @@ class Terminal:
         wait_screen, end it with stop."""
         self.stop()
         self.socket = f"fleetctl-term-{uuid.uuid4().hex[:8]}"
-        self.tmux("new-session", "-d", "-x", str(self.columns), "-y", str(self.lines),
-                  "sh -c " + shlex.quote(f"unset LINES COLUMNS; {shell_line}; echo \"[exited $?]\"; sleep 600"))
+        self.tmux(
+            "new-session",
+            "-d",
+            "-x",
+            str(self.columns),
+            "-y",
+            str(self.lines),
+            "sh -c " + shlex.quote(f'unset LINES COLUMNS; {shell_line}; echo "[exited $?]"; sleep 600'),
+        )
 
     def wait_screen(self, shows, timeout_s: float, what: str) -> str:
         """The visible screen once `shows(screen)` holds, polled; an AssertionError with the
@@ -114,7 +129,18 @@ def fleetctl(db_url: str, *args: str, temporal: Settings | None = None) -> str:
     """A shell command line running this checkout's fleetctl on `db_url`, and on the Temporal
     server, task queue and fleet of `temporal`; without it on an address nothing listens on,
     so that a read that would ask Temporal says so."""
-    where = (["--temporal-address", temporal.temporal_address, "--task-queue", temporal.task_queue,
-              "--fleet", temporal.fleet, "--as", temporal.operator or "tester@ci"]
-             if temporal else ["--temporal-address", "127.0.0.1:1"])
+    where = (
+        [
+            "--temporal-address",
+            temporal.temporal_address,
+            "--task-queue",
+            temporal.task_queue,
+            "--fleet",
+            temporal.fleet,
+            "--as",
+            temporal.operator or "tester@ci",
+        ]
+        if temporal
+        else ["--temporal-address", "127.0.0.1:1"]
+    )
     return shlex.join([FLEETCTL, "--db-url", db_url, *where, *args])

@@ -29,7 +29,12 @@ async def terminate_node_workflows(settings, names) -> None:
 async def start_in_production(client, settings, name: str, **state) -> None:
     """The node's workflow started with `state` overrides (e.g. retry rounds a second apart
     instead of a minute) and taken new -> production by automation, without a burn-in."""
-    await client.start_workflow(NodeLifecycle.run, NodeLifecycleState(node=name, **state), id=node_workflow_id(name),
-                                task_queue=settings.task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    await client.start_workflow(
+        NodeLifecycle.run,
+        NodeLifecycleState(node=name, **state),
+        id=node_workflow_id(name),
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
     for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
         await request_transition(client, name, trigger, "setup", actor_kind="automation")

@@ -48,19 +48,23 @@ class Lifecycle:
     async def transition(self, trigger: str, actor_kind: str = "operator", request_id: str = "") -> TransitionResult:
         return await self.handle.execute_update(
             NodeLifecycle.transition,
-            TransitionRequest(trigger=trigger, actor="tester", actor_kind=actor_kind, cause=f"test: {trigger}",
-                              request_id=request_id))
+            TransitionRequest(
+                trigger=trigger, actor="tester", actor_kind=actor_kind, cause=f"test: {trigger}", request_id=request_id
+            ),
+        )
 
     async def admit(self, suite: str = "quick") -> None:
         await self.handle.execute_update(NodeLifecycle.admit, PhaseRequest(actor="tester", suite=suite))
 
     async def event(self, code: int | None, event_id: str, severity: str = "") -> None:
-        await self.handle.signal(NodeLifecycle.health_event,
-                                 HealthEventInput(self.node, "xid", code, "test", "tester", event_id, 0.0,
-                                                  severity=severity))
+        await self.handle.signal(
+            NodeLifecycle.health_event,
+            HealthEventInput(self.node, "xid", code, "test", "tester", event_id, 0.0, severity=severity),
+        )
 
     async def settled(self) -> NodeLifecycleState:
         """The workflow's state once it has nothing queued and nothing in progress."""
+
         async def idle() -> NodeLifecycleState:
             while True:
                 s = await self.handle.query(NodeLifecycle.current)
@@ -96,13 +100,15 @@ async def lifecycle(temporal_address):
         fakes.world = world or World()
         node = f"n{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(
-            NodeLifecycle.run, NodeLifecycleState(node=node, state=state, state_version=1, **overrides),
-            id=node_workflow_id(node), task_queue=task_queue)
+            NodeLifecycle.run,
+            NodeLifecycleState(node=node, state=state, state_version=1, **overrides),
+            id=node_workflow_id(node),
+            task_queue=task_queue,
+        )
         started.append(handle)
         return Lifecycle(client, handle, node, fakes)
 
-    async with Worker(client, task_queue=task_queue, workflows=[NodeLifecycle, FakeJobRestart],
-                      activities=fakes.all()):
+    async with Worker(client, task_queue=task_queue, workflows=[NodeLifecycle, FakeJobRestart], activities=fakes.all()):
         yield factory
         for handle in started:
             try:

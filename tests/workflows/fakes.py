@@ -107,13 +107,32 @@ class FakeActivities:
             await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
 
     def all(self) -> list[Callable]:
-        return [self.record_transition, self.record_transition_with_facts, self.node_facts, self.record_health_event,
-                self.record_health_events, self.record_automation_event,
-                self.running_jobs_on, self.cordon_in_scheduler, self.resume_in_scheduler, self.drain_pods_on,
-                self.hold_in_scheduler, self.release_hold,
-                self.report_state, self.choose_remediation,
-                self.suite_checks, self.run_check, self.judge_admission, self.ask_capacity_guard,
-                self.removals_for_fault, self.command_node, self.current_baseline_id, self.node_drift, self.apply_updates, self.open_rma]
+        return [
+            self.record_transition,
+            self.record_transition_with_facts,
+            self.node_facts,
+            self.record_health_event,
+            self.record_health_events,
+            self.record_automation_event,
+            self.running_jobs_on,
+            self.cordon_in_scheduler,
+            self.resume_in_scheduler,
+            self.drain_pods_on,
+            self.hold_in_scheduler,
+            self.release_hold,
+            self.report_state,
+            self.choose_remediation,
+            self.suite_checks,
+            self.run_check,
+            self.judge_admission,
+            self.ask_capacity_guard,
+            self.removals_for_fault,
+            self.command_node,
+            self.current_baseline_id,
+            self.node_drift,
+            self.apply_updates,
+            self.open_rma,
+        ]
 
     # -- the node's row and events -----------------------------------------------------------
 
@@ -150,7 +169,11 @@ class FakeActivities:
             await self.world.records_held.wait()
         result = HealthEventBatchResult()
         for index, ev in enumerate(batch.events):
-            refusal = "" if ev.code is None or 0 <= ev.code <= LARGEST_CODE else f"code {ev.code} is outside the column's range"
+            refusal = (
+                ""
+                if ev.code is None or 0 <= ev.code <= LARGEST_CODE
+                else f"code {ev.code} is outside the column's range"
+            )
             result.refusals.append(refusal)
             if refusal:  # as the real activity: recorded as refused, the others go on
                 await self.record_automation_event(AutomationRecord("rejected", refusal, ev.actor, batch.node))
@@ -204,8 +227,9 @@ class FakeActivities:
     async def resume_in_scheduler(self, name: str) -> None:
         await self._called("resume_in_scheduler", name)
         if not self.world.scheduler_resumes:
-            raise ApplicationError(f"{name} was drained by someone else", type="DrainedBySomeoneElse",
-                                   non_retryable=True)
+            raise ApplicationError(
+                f"{name} was drained by someone else", type="DrainedBySomeoneElse", non_retryable=True
+            )
 
     # -- checks, admission, firmware -----------------------------------------------------------
 
@@ -251,8 +275,12 @@ class FakeActivities:
     async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
         await self._called("ask_capacity_guard", req)
         granted = self.world.guard_grants or req.critical
-        decision = RemovalDecision(req.node, granted, "critical" if req.critical else self.world.guard_reason,
-                                   grant=grant_for("fake-guard", req.node, 1) if granted else "")
+        decision = RemovalDecision(
+            req.node,
+            granted,
+            "critical" if req.critical else self.world.guard_reason,
+            grant=grant_for("fake-guard", req.node, 1) if granted else "",
+        )
         if granted and req.domain_nodes:
             decision.domain_nodes = list(req.domain_nodes)
             decision.domain_grants = {n: grant_for("fake-guard", n, 1) for n in req.domain_nodes}
@@ -262,8 +290,9 @@ class FakeActivities:
     async def removals_for_fault(self, fault: FaultRemoval) -> FaultRemovals:
         await self._called("removals_for_fault", fault)
         members = [(fault.request.node, "production"), *((n, "production") for n in self.world.domain_nodes)]
-        return FaultRemovals(removals_for_fault(fault.request, self.world.nvlink_domain, members, fault.check,
-                                                fault.signature))
+        return FaultRemovals(
+            removals_for_fault(fault.request, self.world.nvlink_domain, members, fault.check, fault.signature)
+        )
 
     @activity.defn(name="command_node")
     async def command_node(self, req: TransitionRequest) -> NodeCommandOutcome:

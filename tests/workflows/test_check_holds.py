@@ -63,7 +63,8 @@ async def test_a_recheck_that_finds_a_job_on_the_held_node_is_skipped_not_failed
     assert called(node) == ["hold_in_scheduler", "release_hold"]  # no check ran; back in service
     assert s.last_outcome == "recheck quick: skipped: job job-9 running on the node"
     assert [(a.kind, a.reason) for a in node.fakes.automation] == [
-        ("check_skipped", "recheck quick: skipped: job job-9 running on the node")]
+        ("check_skipped", "recheck quick: skipped: job job-9 running on the node")
+    ]
     assert node.fakes.asked("ask_capacity_guard") == []  # skipped is no failure: nothing to drain
 
 
@@ -82,4 +83,3 @@ async def test_a_recheck_of_a_node_out_of_production_takes_no_hold(lifecycle) ->
     await recheck(node)
     await node.settled()
     assert called(node) == ["run_check", "run_check"]
-

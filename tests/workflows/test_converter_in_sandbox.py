@@ -24,19 +24,24 @@ from workflows.worker import WORKFLOWS
 async def clients(temporal_address):
     """A worker's client with fleetctl's converter, and a plain one that drives it (so the
     only fleetctl-converter decode of a HealthEventInput is the workflow's)."""
-    return (await Client.connect(temporal_address, data_converter=DATA_CONVERTER),
-            await Client.connect(temporal_address))
+    return (
+        await Client.connect(temporal_address, data_converter=DATA_CONVERTER),
+        await Client.connect(temporal_address),
+    )
 
 
 async def test_the_workflow_sandbox_decodes_signals_with_fleetctls_converter(clients) -> None:
     worker_client, driver = clients
     task_queue = f"converter-{uuid.uuid4().hex[:8]}"
     async with Worker(worker_client, task_queue=task_queue, workflows=[ConverterProbe]):
-        handle = await driver.start_workflow(ConverterProbe.run, id=f"probe-{uuid.uuid4().hex[:8]}",
-                                             task_queue=task_queue)
+        handle = await driver.start_workflow(
+            ConverterProbe.run, id=f"probe-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
         before = _fields.cache_info()
-        await handle.signal(ConverterProbe.health_event,
-                            HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", at=1.5, at_from_record=True))
+        await handle.signal(
+            ConverterProbe.health_event,
+            HealthEventInput("gpu-7", "xid", 79, "fallen off the bus", at=1.5, at_from_record=True),
+        )
         answer = await asyncio.wait_for(handle.result(), DECISION_S)
     assert answer == ["HealthEventInput", "gpu-7", 79, True]
     after = _fields.cache_info()

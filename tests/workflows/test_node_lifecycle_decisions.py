@@ -38,7 +38,9 @@ async def test_an_operator_drain_cordons_then_hands_the_idle_node_to_maintenance
 
 
 async def test_a_drain_the_capacity_guard_refuses_leaves_the_node_in_production(lifecycle) -> None:
-    node = await lifecycle(world=World(verdict=NOT_CRITICAL, guard_grants=False, guard_reason="3 of 20 out: at the limit"))
+    node = await lifecycle(
+        world=World(verdict=NOT_CRITICAL, guard_grants=False, guard_reason="3 of 20 out: at the limit")
+    )
     await node.event(48, "e-48")
     s = await node.settled()
     (asked,) = node.fakes.asked("ask_capacity_guard")
@@ -90,7 +92,11 @@ async def test_a_repeated_request_id_gets_the_first_answer_and_moves_the_node_on
     await node.settled()
     again = await node.transition("drain", request_id="cli-1")  # a retry after a network blip
     assert again.repeated and not first.repeated
-    assert (again.from_state, again.to_state, again.state_version) == (first.from_state, first.to_state, first.state_version)
+    assert (again.from_state, again.to_state, again.state_version) == (
+        first.from_state,
+        first.to_state,
+        first.state_version,
+    )
     assert node.fakes.triggers() == ["drain", "drain_complete"]
     with pytest.raises(WorkflowUpdateFailedError):  # a new request is judged on today's state
         await node.transition("drain", request_id="cli-2")
@@ -121,8 +127,9 @@ async def test_a_failed_burn_in_check_sends_the_node_to_maintenance_and_its_runb
     assert s.state == "maintenance" and node.fakes.triggers() == ["begin_burn_in", "phase_failed"]
     assert [r.check for r in node.fakes.asked("run_check")] == ["nvidia-smi-query"]  # stops at the first failure
     (choice,) = node.fakes.asked("choose_remediation")
-    assert Event.from_dict(choice.event) == Event("check", check="nvidia-smi-query", status="fail",
-                                                 message="nvidia-smi-query: fail")
+    assert Event.from_dict(choice.event) == Event(
+        "check", check="nvidia-smi-query", status="fail", message="nvidia-smi-query: fail"
+    )
 
 
 async def test_a_critical_event_during_burn_in_fails_the_phase_without_draining(lifecycle) -> None:
@@ -148,8 +155,9 @@ async def test_a_check_that_could_not_run_fails_burn_in_without_blaming_the_hard
 
 async def test_an_admission_failed_on_bandwidth_is_remediated_as_an_nccl_failure(lifecycle) -> None:
     # The check travels as data: the reason's words do not name it.
-    verdict = AdmissionVerdict("", False, "straggler: busbw 310 GB/s below the fleet's 400",
-                               failed_check="nccl-allreduce")
+    verdict = AdmissionVerdict(
+        "", False, "straggler: busbw 310 GB/s below the fleet's 400", failed_check="nccl-allreduce"
+    )
     node = await lifecycle(state="new", world=World(admission=verdict))
     await node.admit()
     s = await node.settled()
@@ -226,7 +234,9 @@ async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_
     s = await node.settled()
     assert s.state == "production" and node.fakes.transitions == []
 
-    granted = await node.handle.execute_update(NodeLifecycle.transition, drain(grant_for("capacity-guard/f", node.node, 1)))
+    granted = await node.handle.execute_update(
+        NodeLifecycle.transition, drain(grant_for("capacity-guard/f", node.node, 1))
+    )
     assert (granted.from_state, granted.to_state) == ("production", "draining")
 
 

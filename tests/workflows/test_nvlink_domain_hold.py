@@ -19,8 +19,14 @@ pytestmark = pytest.mark.temporal
 
 DOMAIN = "nvl72-r07"
 TRAYS = ["tray-02", "tray-03", "tray-04"]
-SXID_FATAL = HealthEventVerdict("", "critical", "reboot", drain_now=True, critical=True,
-                                reason="NVSwitch fatal SXid: NVLink traffic through the switch stalls")
+SXID_FATAL = HealthEventVerdict(
+    "",
+    "critical",
+    "reboot",
+    drain_now=True,
+    critical=True,
+    reason="NVSwitch fatal SXid: NVLink traffic through the switch stalls",
+)
 
 
 async def recheck(node) -> None:
@@ -28,8 +34,9 @@ async def recheck(node) -> None:
 
 
 async def test_a_failed_imex_recheck_asks_for_the_whole_domain_and_drains_its_other_nodes(lifecycle) -> None:
-    node = await lifecycle(world=World(suite=["imex"], check_status={"imex": "fail"}, nvlink_domain=DOMAIN,
-                                       domain_nodes=TRAYS))
+    node = await lifecycle(
+        world=World(suite=["imex"], check_status={"imex": "fail"}, nvlink_domain=DOMAIN, domain_nodes=TRAYS)
+    )
     await recheck(node)
     s = await node.settled()
     assert s.state == "maintenance" and node.fakes.triggers() == ["drain", "drain_complete"]
@@ -38,17 +45,25 @@ async def test_a_failed_imex_recheck_asks_for_the_whole_domain_and_drains_its_ot
     assert asked.reason.startswith("recheck gb200: imex: ")
     held = node.fakes.asked("command_node")
     assert sorted(r.node for r in held) == TRAYS
-    assert all(r.trigger == "drain" and r.actor_kind == "automation" and r.grant == f"fake-guard:{r.node}@1"
-               and r.event is None and f"NVLink domain {DOMAIN} held: its fabric failed on {node.node}" in r.cause
-               for r in held)
+    assert all(
+        r.trigger == "drain"
+        and r.actor_kind == "automation"
+        and r.grant == f"fake-guard:{r.node}@1"
+        and r.event is None
+        and f"NVLink domain {DOMAIN} held: its fabric failed on {node.node}" in r.cause
+        for r in held
+    )
     # The others are held before this node's drain, which then waits for its own jobs.
     names = [name for name, _ in node.fakes.calls]
     assert names.index("command_node") < names.index("record_transition")
 
 
 async def test_an_ordinary_failed_check_on_a_domain_node_asks_for_that_node_alone(lifecycle) -> None:
-    node = await lifecycle(world=World(suite=["nvidia-smi-q"], check_status={"nvidia-smi-q": "fail"},
-                                       nvlink_domain=DOMAIN, domain_nodes=TRAYS))
+    node = await lifecycle(
+        world=World(
+            suite=["nvidia-smi-q"], check_status={"nvidia-smi-q": "fail"}, nvlink_domain=DOMAIN, domain_nodes=TRAYS
+        )
+    )
     await recheck(node)
     s = await node.settled()
     assert s.state == "maintenance"
@@ -68,8 +83,16 @@ async def test_an_imex_failure_on_a_node_in_no_domain_drains_the_node_alone(life
 
 
 async def test_a_domain_request_the_guard_refuses_drains_no_node(lifecycle) -> None:
-    node = await lifecycle(world=World(suite=["imex"], check_status={"imex": "fail"}, nvlink_domain=DOMAIN,
-                                       domain_nodes=TRAYS, guard_grants=False, guard_reason="fleet limit"))
+    node = await lifecycle(
+        world=World(
+            suite=["imex"],
+            check_status={"imex": "fail"},
+            nvlink_domain=DOMAIN,
+            domain_nodes=TRAYS,
+            guard_grants=False,
+            guard_reason="fleet limit",
+        )
+    )
     await recheck(node)
     s = await node.settled()
     assert s.state == "production" and node.fakes.triggers() == []
@@ -79,9 +102,20 @@ async def test_a_domain_request_the_guard_refuses_drains_no_node(lifecycle) -> N
 
 async def sxid(node, signature: str) -> None:
     """What the agent sends for a kernel line it read as `signature` (fleetctl.agent.detect)."""
-    await node.handle.signal(NodeLifecycle.health_event, HealthEventInput(
-        node.node, "agent", None, "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 sourcetrack timeout",
-        "agent", "sxid-1", 0.0, severity="critical", signature=signature))
+    await node.handle.signal(
+        NodeLifecycle.health_event,
+        HealthEventInput(
+            node.node,
+            "agent",
+            None,
+            "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 24007, Fatal, Link 44 sourcetrack timeout",
+            "agent",
+            "sxid-1",
+            0.0,
+            severity="critical",
+            signature=signature,
+        ),
+    )
 
 
 async def test_a_fatal_nvswitch_sxid_drains_its_node_at_once_and_asks_for_the_rest_of_the_domain(lifecycle) -> None:

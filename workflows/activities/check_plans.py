@@ -24,7 +24,9 @@ from fleetctl.executors.base import CommandResult
 from fleetctl.nodes.lifecycle import NodeState
 
 PAIR_PARTNERS = 2  # two partners and their own pair: enough to name a straggler
-PARTNER_STATES = frozenset(s.value for s in (NodeState.NEW, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION))
+PARTNER_STATES = frozenset(
+    s.value for s in (NodeState.NEW, NodeState.BURN_IN, NodeState.ADMISSION, NodeState.PRODUCTION)
+)
 
 
 class NoPartner(Exception):
@@ -36,8 +38,10 @@ def choose_partners(node, nodes: Sequence, count: int = PAIR_PARTNERS) -> list[s
     the next node after it in its rack and the next one in another rack (next by name, so
     a batch of nodes spreads its pairs instead of all choosing the same partner), then more
     of either."""
-    peers = sorted((n for n in nodes if n.name != node.name and n.profile == node.profile and n.state in PARTNER_STATES),
-                   key=lambda n: n.name)
+    peers = sorted(
+        (n for n in nodes if n.name != node.name and n.profile == node.profile and n.state in PARTNER_STATES),
+        key=lambda n: n.name,
+    )
 
     def after(group: list) -> list[str]:
         names = [n.name for n in group]
@@ -51,24 +55,38 @@ def choose_partners(node, nodes: Sequence, count: int = PAIR_PARTNERS) -> list[s
     return chosen[:count]
 
 
-def run_rails(run: Callable[[Sequence[str]], CommandResult], spec: CheckSpec, profile: GpuProfile | None) -> CommandResult:
+def run_rails(
+    run: Callable[[Sequence[str]], CommandResult], spec: CheckSpec, profile: GpuProfile | None
+) -> CommandResult:
     """ibstat (the catalog's argv), then the script that tests each rail it lists."""
     listing = run(spec.argv)
     try:
         script = rails_script(listing.stdout, profile)
     except UnjudgeableOutput as exc:
-        return CommandResult(listing.argv, listing.exit_status, listing.stdout,
-                             f"{listing.stderr}cannot tell the rails from ibstat: {exc}\n", listing.duration_s,
-                             listing.truncated)
+        return CommandResult(
+            listing.argv,
+            listing.exit_status,
+            listing.stdout,
+            f"{listing.stderr}cannot tell the rails from ibstat: {exc}\n",
+            listing.duration_s,
+            listing.truncated,
+        )
     return run(script)
 
 
-def run_pairs(run_on: Callable[[str, Sequence[str]], CommandResult], spec: CheckSpec, node: str,
-              partners: list[str], gpus_per_node: int) -> CommandResult:
+def run_pairs(
+    run_on: Callable[[str, Sequence[str]], CommandResult],
+    spec: CheckSpec,
+    node: str,
+    partners: list[str],
+    gpus_per_node: int,
+) -> CommandResult:
     """Every pair of the plan, launched on its first node; one transcript of all of them."""
     if not partners:
-        raise NoPartner(f"no other node of {node}'s profile is new, being admitted or in production: "
-                        "nothing to pair with, the fabric is untested")
+        raise NoPartner(
+            f"no other node of {node}'s profile is new, being admitted or in production: "
+            "nothing to pair with, the fabric is untested"
+        )
     parts, seconds, truncated = [section(plan_label(node, partners), "")], 0.0, False
     for launcher, partner, label in pair_plan(node, partners):
         result = run_on(launcher, pair_argv(launcher, partner, gpus_per_node, spec.argv))

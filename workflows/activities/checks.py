@@ -54,8 +54,12 @@ class CheckActivities(DatabaseActivities):
             # Not run and not recorded: no row says `pass`, so admission (which reads the recorded
             # runs), placement and the fleet's figures never count it. The outcome is one every
             # caller passes over (a pass with no run behind it), so suites list the check for all.
-            return CheckOutcome(req.node, req.check, Status.PASS.value,
-                                f"{NOT_APPLICABLE}: profile {profile.name} has no multi-node NVLink domain")
+            return CheckOutcome(
+                req.node,
+                req.check,
+                Status.PASS.value,
+                f"{NOT_APPLICABLE}: profile {profile.name} has no multi-node NVLink domain",
+            )
         started = utcnow()
         raw, truncated, error_kind = "", False, None
         last_attempt = info.attempt >= req.max_attempts
@@ -65,8 +69,12 @@ class CheckActivities(DatabaseActivities):
             judged = judge(spec.kind, result.stdout, node.profile, self.settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():
                 # Some tools say why they failed on stderr only (perftest's "Couldn't ...").
-                judged = judge(spec.kind, with_stderr(result.stdout, result.stderr), node.profile,
-                                self.settings.profiles_dir or None)
+                judged = judge(
+                    spec.kind,
+                    with_stderr(result.stdout, result.stderr),
+                    node.profile,
+                    self.settings.profiles_dir or None,
+                )
             if judged.status is Status.ERROR and not last_attempt:
                 raise ApplicationError(f"{req.node} {req.check}: {judged.reason}", type="UnjudgeableOutput")
         except ExecutorError as exc:
@@ -76,11 +84,21 @@ class CheckActivities(DatabaseActivities):
         except NoPartner as exc:
             judged, error_kind = CheckResult(Status.ERROR, {}, [], str(exc)), "no_partner"
         run = CheckRun(
-            node_name=req.node, check_name=req.check, kind=spec.kind, suite=req.suite, status=judged.status.value,
-            metrics=judged.to_dict()["metrics"], findings=judged.to_dict()["findings"], reason=judged.reason,
-            raw_output=raw, output_truncated=truncated, error_kind=error_kind or (
-                "unjudgeable" if judged.status is Status.ERROR else None),
-            started_at=started, finished_at=utcnow(), workflow_id=info.workflow_id, idempotency_key=key,
+            node_name=req.node,
+            check_name=req.check,
+            kind=spec.kind,
+            suite=req.suite,
+            status=judged.status.value,
+            metrics=judged.to_dict()["metrics"],
+            findings=judged.to_dict()["findings"],
+            reason=judged.reason,
+            raw_output=raw,
+            output_truncated=truncated,
+            error_kind=error_kind or ("unjudgeable" if judged.status is Status.ERROR else None),
+            started_at=started,
+            finished_at=utcnow(),
+            workflow_id=info.workflow_id,
+            idempotency_key=key,
         )
         return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
 
@@ -98,8 +116,9 @@ class CheckActivities(DatabaseActivities):
         if spec.plan == "pairs":
             nodes = {n.name: n for n in queries.list_nodes(self.engine)}
             partners = choose_partners(node, list(nodes.values()))
-            return run_pairs(lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners,
-                             profile.gpu_count)
+            return run_pairs(
+                lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners, profile.gpu_count
+            )
         return run_on(target, spec.argv_for(profile))
 
     @activity.defn
@@ -109,8 +128,12 @@ class CheckActivities(DatabaseActivities):
         runs = queries.check_runs(self.engine, req.check_run_ids)
         bad = [r for r in runs if r.status not in ("pass", "warn")]
         if bad:
-            return AdmissionVerdict(req.node, False, f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}",
-                                    failed_check=bad[0].check_name)
+            return AdmissionVerdict(
+                req.node,
+                False,
+                f"{bad[0].check_name}: {bad[0].status}: {bad[0].reason}",
+                failed_check=bad[0].check_name,
+            )
         stragglers: list[tuple[str, str]] = []  # (check, finding)
         for check in dict.fromkeys(r.check_name for r in runs):
             last = next(r for r in reversed(runs) if r.check_name == check)
@@ -146,8 +169,11 @@ class CheckActivities(DatabaseActivities):
                 findings.append(f"{check} {metric}: {verdict.reason}")
         return findings
 
+
 def _outcome(run: CheckRun) -> CheckOutcome:
-    return CheckOutcome(run.node_name, run.check_name, run.status, run.reason, dict(run.metrics), run.error_kind, run.id)
+    return CheckOutcome(
+        run.node_name, run.check_name, run.status, run.reason, dict(run.metrics), run.error_kind, run.id
+    )
 
 
 def _run_with_heartbeat(executor, target, argv, timeout_s: float):

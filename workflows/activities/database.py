@@ -59,8 +59,7 @@ class DatabaseActivities:
 
     def _fleet_nodes(self, fleet: str, state: str | None = None) -> list[Node]:
         """The fleet's nodes (in `state`, if given): labelled with it, or with no fleet label."""
-        return [n for n in queries.list_nodes(self.engine, state=state)
-                if in_fleet(n.labels, fleet)]
+        return [n for n in queries.list_nodes(self.engine, state=state) if in_fleet(n.labels, fleet)]
 
     def _node(self, name: str) -> Node:
         node = queries.get_node(self.engine, name)

@@ -14,8 +14,9 @@ from fleetctl.sim import SIM_SCHEME
 
 def target_for(node) -> NodeTarget:
     """The NodeTarget of a `nodes` row."""
-    return NodeTarget(name=node.name, address=node.address, user=node.ssh_user, jump_host=node.jump_host,
-                      profile=node.profile)
+    return NodeTarget(
+        name=node.name, address=node.address, user=node.ssh_user, jump_host=node.jump_host, profile=node.profile
+    )
 
 
 class ExecutorRegistry:
@@ -34,10 +35,12 @@ class ExecutorRegistry:
             if self._ssh is None:
                 from fleetctl.executors.ssh import SshExecutor
 
-                self._ssh = SshExecutor(known_hosts=self.settings.known_hosts,
-                                        accept_new_host_keys=self.settings.accept_new_host_keys,
-                                        key_file=self.settings.ssh_key_file or None,
-                                        jump_host=self.settings.ssh_jump_host or None)
+                self._ssh = SshExecutor(
+                    known_hosts=self.settings.known_hosts,
+                    accept_new_host_keys=self.settings.accept_new_host_keys,
+                    key_file=self.settings.ssh_key_file or None,
+                    jump_host=self.settings.ssh_jump_host or None,
+                )
             return self._ssh
 
     def _make_sim(self) -> Executor:
@@ -46,9 +49,14 @@ class ExecutorRegistry:
         from fleetctl.sim import store
 
         engine = get_engine(self.settings.db_url)
-        return SimExecutor(faults_for=partial(store.fault_specs, engine), seed=self.settings.sim_seed,
-                           time_scale=self.settings.sim_time_scale, booted_at=partial(store.booted_at, engine),
-                           cure=partial(store.cure, engine), domain_members=partial(store.domain_members, engine))
+        return SimExecutor(
+            faults_for=partial(store.fault_specs, engine),
+            seed=self.settings.sim_seed,
+            time_scale=self.settings.sim_time_scale,
+            booted_at=partial(store.booted_at, engine),
+            cure=partial(store.cure, engine),
+            domain_members=partial(store.domain_members, engine),
+        )
 
     def close(self) -> None:
         for executor in (self._ssh, self._sim):

@@ -39,9 +39,12 @@ class FirmwareActivities(DatabaseActivities):
             raise ApplicationError(f"unknown node {req.node}", type="UnknownNode", non_retryable=True)
         reported = db.reported_components(self.engine, req.node).get(req.node)
         found = firmware.node_drift(self._baseline(req.baseline_id), node.name, node.profile, reported)
-        return DriftReport(node.name, found.status,
-                           [f"{d.component or d.pattern}: {d.actual or 'not reported'} -> {d.expected}" for d in found.drifts],
-                           {d.component or d.pattern: [d.actual, d.expected] for d in found.drifts})
+        return DriftReport(
+            node.name,
+            found.status,
+            [f"{d.component or d.pattern}: {d.actual or 'not reported'} -> {d.expected}" for d in found.drifts],
+            {d.component or d.pattern: [d.actual, d.expected] for d in found.drifts},
+        )
 
     @activity.defn
     def current_baseline_id(self, _fleet: str) -> int:
@@ -64,8 +67,10 @@ class FirmwareActivities(DatabaseActivities):
             activity.heartbeat(f"updating {spec.pattern}")
             problem = self._update(node, spec)
             if problem:
-                return UpdateOutcome(False, f"{spec.pattern} -> {spec.version}: {problem}"
-                                     + (f" (after {', '.join(done)})" if done else ""))
+                return UpdateOutcome(
+                    False,
+                    f"{spec.pattern} -> {spec.version}: {problem}" + (f" (after {', '.join(done)})" if done else ""),
+                )
             done.append(f"{spec.pattern} -> {spec.version}")
         return UpdateOutcome(True, "; ".join(done))
 
@@ -79,7 +84,8 @@ class FirmwareActivities(DatabaseActivities):
                 return "the node has no BMC address in the inventory"
             try:
                 bmc_for(node.name, node.bmc_address, self.settings).update_firmware(
-                    spec.update.image, spec.update.targets, timeout_s=UPDATE_TIMEOUT_S)
+                    spec.update.image, spec.update.targets, timeout_s=UPDATE_TIMEOUT_S
+                )
             except (BmcError, ValueError) as exc:
                 return str(exc)
             return ""
@@ -98,5 +104,6 @@ class FirmwareActivities(DatabaseActivities):
 
     @activity.defn
     def record_progress(self, p: RolloutProgress) -> None:
-        db.update_rollout(self.engine, p.rollout_id, status=p.status, total=p.total, done=p.done, failed=p.failed,
-                          detail=p.detail)
+        db.update_rollout(
+            self.engine, p.rollout_id, status=p.status, total=p.total, done=p.done, failed=p.failed, detail=p.detail
+        )

@@ -23,7 +23,13 @@ from fleetctl.db import queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities
-from workflows.api import REPORT_CHECK_ERRORS_UPDATE, REQUEST_REMOVAL_UPDATE, CapacityGuardState, FaultRemoval, FaultRemovals
+from workflows.api import (
+    REPORT_CHECK_ERRORS_UPDATE,
+    REQUEST_REMOVAL_UPDATE,
+    CapacityGuardState,
+    FaultRemoval,
+    FaultRemovals,
+)
 
 
 class GuardActivities(DatabaseActivities):

@@ -23,5 +23,7 @@ class JobHistoryActivities(DatabaseActivities):
     @activity.defn
     def sync_job_history(self, req: JobSyncInput) -> JobSyncResult:
         used = {kind for n in list_nodes(self.engine) for kind in scheduler_members(n.scheduler)}
-        result = sync_jobs(self.engine, [kind for kind in SCHEDULER_KINDS if kind in used], self.schedulers.get, utcnow())
+        result = sync_jobs(
+            self.engine, [kind for kind in SCHEDULER_KINDS if kind in used], self.schedulers.get, utcnow()
+        )
         return JobSyncResult(jobs=result.jobs, errors=result.errors, skipped=result.skipped)

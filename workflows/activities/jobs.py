@@ -15,8 +15,16 @@ from fleetctl.jobs import spares_sync
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
 from fleetctl.db.models import utcnow
-from fleetctl.jobs.placement import (FLEET_WIDE, IN_ISLAND, NOT_PLACED, Placement, healthy_replacements, place_restart,
-                                     restart_island, unchecked_nodes)
+from fleetctl.jobs.placement import (
+    FLEET_WIDE,
+    IN_ISLAND,
+    NOT_PLACED,
+    Placement,
+    healthy_replacements,
+    place_restart,
+    restart_island,
+    unchecked_nodes,
+)
 from fleetctl.nodes.view_store import freshness, node_health
 from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
 from fleetctl.schedulers.combined import CombinedScheduler
@@ -41,8 +49,14 @@ class JobRestartActivities(DatabaseActivities):
     @activity.defn
     def record_restart_started(self, started: RestartStarted) -> None:
         jobs.record_restart_started(
-            self.engine, workflow_id=started.workflow_id, job_id=started.job_id, scheduler=started.scheduler,
-            bad_nodes=started.bad_nodes, cause=started.cause, actor=started.actor, restart_id=started.restart_id,
+            self.engine,
+            workflow_id=started.workflow_id,
+            job_id=started.job_id,
+            scheduler=started.scheduler,
+            bad_nodes=started.bad_nodes,
+            cause=started.cause,
+            actor=started.actor,
+            restart_id=started.restart_id,
             fault_seen_at=datetime.fromisoformat(started.fault_seen_at),
         )
 
@@ -87,13 +101,20 @@ class JobRestartActivities(DatabaseActivities):
                 scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
             return
         placement = self._placement(kind, placer, req, job.nodes)
-        jobs.record_restart_step(self.engine, workflow_id, island=placement.island, placement=placement.placement,
-                                 placement_detail=placement.detail, placed_on=list(placement.nodes),
-                                 spares_taken=list(placement.spares))
+        jobs.record_restart_step(
+            self.engine,
+            workflow_id,
+            island=placement.island,
+            placement=placement.placement,
+            placement_detail=placement.detail,
+            placed_on=list(placement.nodes),
+            spares_taken=list(placement.spares),
+        )
         if placement.nodes:
             self._take_spares(placer, placement.island, placement.spares)
-            placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes),
-                                  placement.nodes)
+            placer.restart_job_on(
+                req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes), placement.nodes
+            )
         else:
             scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
 
@@ -105,12 +126,17 @@ class JobRestartActivities(DatabaseActivities):
             kind, scheduler = scheduler.member_for(job_id)
         return kind, scheduler if isinstance(scheduler, PlacesRestarts) else None
 
-    def _placement(self, kind: str, placer: PlacesRestarts | None, req: RestartJob,
-                   job_nodes: Sequence[str]) -> Placement:
+    def _placement(
+        self, kind: str, placer: PlacesRestarts | None, req: RestartJob, job_nodes: Sequence[str]
+    ) -> Placement:
         where = jobs.fabric(self.engine)
         if placer is None:
-            return Placement(restart_island(job_nodes, req.exclude_nodes, where), NOT_PLACED, (),
-                             f"the {kind} scheduler places the job itself")
+            return Placement(
+                restart_island(job_nodes, req.exclude_nodes, where),
+                NOT_PLACED,
+                (),
+                f"the {kind} scheduler places the job itself",
+            )
         busy = placer.busy_nodes()
         healthy, _, unchecked = self._candidates(kind)
         free = [n for n in healthy if n not in busy]
@@ -134,14 +160,21 @@ class JobRestartActivities(DatabaseActivities):
         takes a restarted job (fleetctl.jobs.placement.unfit); one `node list` shows Unchecked
         (no check yet, or evidence older than the fleet's sweep interval) is taken last."""
         candidates = jobs.restart_candidates(self.engine, kind)
-        health = node_health(self.engine, candidates,
-                             freshness(self.engine, self.settings.fleet, self.settings.agent_silence_s, utcnow()))
+        health = node_health(
+            self.engine,
+            candidates,
+            freshness(self.engine, self.settings.fleet, self.settings.agent_silence_s, utcnow()),
+        )
         healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
-        return ([n for n in candidates if n in healthy], [n for n in candidates if n not in healthy],
-                unchecked_nodes(health.values()))
+        return (
+            [n for n in candidates if n in healthy],
+            [n for n in candidates if n not in healthy],
+            unchecked_nodes(health.values()),
+        )
 
-    def _excluded(self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str],
-                  named: Sequence[str] = ()) -> list[str]:
+    def _excluded(
+        self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str], named: Sequence[str] = ()
+    ) -> list[str]:
         """The nodes a restarted job must avoid: the bad ones and, where the scheduler can be
         told nodes to avoid (Slurm's ExcNodeList, kept when named nodes are released for the
         fleet), every unfit one but those it is named onto (chosen healthy; on a retry, one
@@ -164,8 +197,11 @@ class JobRestartActivities(DatabaseActivities):
         workflow_id = activity.info().workflow_id
         # Named island nodes that have not taken the job by then are released (a retry after
         # a lost worker waits again, from its own start: the record says whether it still must).
-        release_at = time.monotonic() + self.settings.restart_island_wait_s \
-            if jobs.restart_placement(self.engine, workflow_id)[0] == IN_ISLAND else None
+        release_at = (
+            time.monotonic() + self.settings.restart_island_wait_s
+            if jobs.restart_placement(self.engine, workflow_id)[0] == IN_ISLAND
+            else None
+        )
         while True:
             job = scheduler.job(req.job_id)
             if running_off(job, req.exclude_nodes):
@@ -180,7 +216,8 @@ class JobRestartActivities(DatabaseActivities):
             if time.monotonic() > deadline:
                 raise ApplicationError(
                     f"job {req.job_id} not running again after {req.timeout_s:g}s (last seen {job.state})",
-                    type="JobNotRunning", non_retryable=True,
+                    type="JobNotRunning",
+                    non_retryable=True,
                 )
             activity.heartbeat(job.state)
             time.sleep(req.poll_interval_s)
@@ -189,9 +226,13 @@ class JobRestartActivities(DatabaseActivities):
         if placer is not None:  # an island placement was made through it
             placer.release_nodes(job_id)
         wait = self.settings.restart_island_wait_s
-        jobs.record_restart_step(self.engine, workflow_id, placement=FLEET_WIDE,
-                                 placement_detail=f"the island's named nodes had not taken the job after {wait:g}s: "
-                                                  "any healthy node in the fleet")
+        jobs.record_restart_step(
+            self.engine,
+            workflow_id,
+            placement=FLEET_WIDE,
+            placement_detail=f"the island's named nodes had not taken the job after {wait:g}s: "
+            "any healthy node in the fleet",
+        )
 
     @activity.defn
     def record_restart_step(self, step: RestartStep) -> None:

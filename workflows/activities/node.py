@@ -23,8 +23,14 @@ from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
-from fleetctl.schedulers.base import (DrainsPods, FleetctlDoesNotOwnDrain, ReportsNodeState, SchedulerError,
-                                      is_check_hold, work_on_node)
+from fleetctl.schedulers.base import (
+    DrainsPods,
+    FleetctlDoesNotOwnDrain,
+    ReportsNodeState,
+    SchedulerError,
+    is_check_hold,
+    work_on_node,
+)
 from fleetctl.text import bounded
 from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
@@ -78,9 +84,14 @@ def health_event_refusal(ev: HealthEventInput) -> str:
 def storable_event(ev: HealthEventInput) -> HealthEventInput:
     """The event with every text field as a row holds it (bounded, nothing that
     cannot be encoded or stored) and its id as its unique index holds it."""
-    return dataclasses.replace(ev, source=bounded(ev.source, 64), message=bounded(ev.message),
-                               actor=bounded(ev.actor, 255), event_id=storable_key(ev.event_id) if ev.event_id else "",
-                               severity=bounded(ev.severity, 64))
+    return dataclasses.replace(
+        ev,
+        source=bounded(ev.source, 64),
+        message=bounded(ev.message),
+        actor=bounded(ev.actor, 255),
+        event_id=storable_key(ev.event_id) if ev.event_id else "",
+        severity=bounded(ev.severity, 64),
+    )
 
 
 def same_reason(seen: str | None, reason: str) -> bool:
@@ -90,8 +101,9 @@ def same_reason(seen: str | None, reason: str) -> bool:
 
 
 def storable_record(record: TransitionRecord) -> TransitionRecord:
-    return dataclasses.replace(record, cause=bounded(record.cause), actor=bounded(record.actor, 255),
-                               failure=bounded(record.failure, 255))
+    return dataclasses.replace(
+        record, cause=bounded(record.cause), actor=bounded(record.actor, 255), failure=bounded(record.failure, 255)
+    )
 
 
 class NodeActivities(DatabaseActivities):
@@ -120,7 +132,9 @@ class NodeActivities(DatabaseActivities):
     @activity.defn
     def node_facts(self, name: str) -> NodeFacts:
         n = self._node(name)
-        return NodeFacts(n.name, n.rack, n.profile, n.scheduler, n.state, str(n.labels.get(FLEET_LABEL, self.settings.fleet)))
+        return NodeFacts(
+            n.name, n.rack, n.profile, n.scheduler, n.state, str(n.labels.get(FLEET_LABEL, self.settings.fleet))
+        )
 
     @activity.defn
     def record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict:
@@ -158,9 +172,15 @@ class NodeActivities(DatabaseActivities):
         info = activity.info()
         for ev, refusal in zip(events, refusals):
             if refusal:
-                self.record_automation_event(AutomationRecord(
-                    kind="rejected", reason=f"health event from {ev.source}: {refusal}", actor=ev.actor or "health-event",
-                    node=batch.node, key=f"{info.workflow_id}/bad-event/{ev.event_id or info.activity_id}"))
+                self.record_automation_event(
+                    AutomationRecord(
+                        kind="rejected",
+                        reason=f"health event from {ev.source}: {refusal}",
+                        actor=ev.actor or "health-event",
+                        node=batch.node,
+                        key=f"{info.workflow_id}/bad-event/{ev.event_id or info.activity_id}",
+                    )
+                )
         result = HealthEventBatchResult(refusals=refusals)
         for index, refusal in enumerate(refusals):
             if not refusal:
@@ -186,18 +206,28 @@ class NodeActivities(DatabaseActivities):
                 # a signature the catalog rates); none given is a warning, as it always was.
                 severity = ev.severity or "warning"
                 critical = severity == "critical"
-                verdict = HealthEventVerdict(node, severity, "reset_gpu", critical, critical,
-                                             ev.message or "operator report")
+                verdict = HealthEventVerdict(
+                    node, severity, "reset_gpu", critical, critical, ev.message or "operator report"
+                )
             else:
                 v = judge_health_event(ev.code, earlier, at)
-                verdict = HealthEventVerdict(node, v.severity, v.action, v.drain_now,
-                                             xid_action(ev.code).severity == "critical", v.reason)
-            return HealthEvent(node_name=node, source=ev.source, code=ev.code, severity=verdict.severity,
-                               action=verdict.action, message=ev.message, at=datetime.fromtimestamp(at, timezone.utc),
-                               idempotency_key=keys[i]), verdict
+                verdict = HealthEventVerdict(
+                    node, v.severity, v.action, v.drain_now, xid_action(ev.code).severity == "critical", v.reason
+                )
+            return HealthEvent(
+                node_name=node,
+                source=ev.source,
+                code=ev.code,
+                severity=verdict.severity,
+                action=verdict.action,
+                message=ev.message,
+                at=datetime.fromtimestamp(at, timezone.utc),
+                idempotency_key=keys[i],
+            ), verdict
 
-        return queries.record_health_events(self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times)],
-                                            judge)
+        return queries.record_health_events(
+            self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times)], judge
+        )
 
     @activity.defn
     def judge_reachability(self, name: str) -> ReachabilityVerdict:
@@ -208,9 +238,16 @@ class NodeActivities(DatabaseActivities):
         runs = queries.latest_checks(self.engine, name, limit=policy.unreachable_runs)
         verdict = judge_reachability([r.error_kind for r in runs], policy)
         if verdict.suspect:
-            self.record_automation_event(AutomationRecord(
-                kind="suspect", reason=verdict.reason, actor="reachability", node=name, fleet=self.settings.fleet,
-                key=f"suspect/{name}/{runs[0].id}"))
+            self.record_automation_event(
+                AutomationRecord(
+                    kind="suspect",
+                    reason=verdict.reason,
+                    actor="reachability",
+                    node=name,
+                    fleet=self.settings.fleet,
+                    key=f"suspect/{name}/{runs[0].id}",
+                )
+            )
         return ReachabilityVerdict(name, verdict.suspect, verdict.reason)
 
     @activity.defn
@@ -223,25 +260,49 @@ class NodeActivities(DatabaseActivities):
         if self.settings.agent_silence_s <= 0:
             return AgentSilence()
         judged = judge_fleet_silence(
-            ((n.name, as_utc(n.agent_seen_at) if n.agent_seen_at else None, as_utc(n.state_since))
-             for n in self._fleet_nodes(scope.fleet, state="production")),
-            datetime.now(timezone.utc), self.settings.agent_silence_s, reachability.SILENT_ASKED_PER_SWEEP)
+            (
+                (n.name, as_utc(n.agent_seen_at) if n.agent_seen_at else None, as_utc(n.state_since))
+                for n in self._fleet_nodes(scope.fleet, state="production")
+            ),
+            datetime.now(timezone.utc),
+            self.settings.agent_silence_s,
+            reachability.SILENT_ASKED_PER_SWEEP,
+        )
         for name, seen, verdict in judged.silent:
-            self.record_automation_event(AutomationRecord(
-                kind="suspect", reason=verdict.reason, actor=queries.AGENT_SILENCE_ACTOR, node=name,
-                fleet=self.settings.fleet, key=f"suspect/{name}/agent/{seen.timestamp():.6f}"))
-        return AgentSilence(judged.with_agent, [ReachabilityVerdict(name, True, verdict.reason)
-                                                for name, _, verdict in judged.silent], judged.silent_total)
+            self.record_automation_event(
+                AutomationRecord(
+                    kind="suspect",
+                    reason=verdict.reason,
+                    actor=queries.AGENT_SILENCE_ACTOR,
+                    node=name,
+                    fleet=self.settings.fleet,
+                    key=f"suspect/{name}/agent/{seen.timestamp():.6f}",
+                )
+            )
+        return AgentSilence(
+            judged.with_agent,
+            [ReachabilityVerdict(name, True, verdict.reason) for name, _, verdict in judged.silent],
+            judged.silent_total,
+        )
 
     @activity.defn
     def record_automation_event(self, rec: AutomationRecord) -> None:
         # Every field storable: this records why something else was refused, and must not
         # itself be refused (the workflow would fail with it).
         key = storable_key(rec.key or f"{activity.info().workflow_id}/{activity.info().activity_id}")
-        queries.insert_once(self.engine, AutomationEvent(fleet=bounded(rec.fleet, 255), kind=bounded(rec.kind, 64),
-                                                         node_name=rec.node, reason=bounded(rec.reason),
-                                                         actor=bounded(rec.actor, 255), idempotency_key=key),
-                            AutomationEvent.idempotency_key, key)
+        queries.insert_once(
+            self.engine,
+            AutomationEvent(
+                fleet=bounded(rec.fleet, 255),
+                kind=bounded(rec.kind, 64),
+                node_name=rec.node,
+                reason=bounded(rec.reason),
+                actor=bounded(rec.actor, 255),
+                idempotency_key=key,
+            ),
+            AutomationEvent.idempotency_key,
+            key,
+        )
 
     @activity.defn
     @heartbeating
@@ -254,10 +315,15 @@ class NodeActivities(DatabaseActivities):
             try:
                 busy[kind] = self.schedulers.get(kind).busy_nodes()
             except SchedulerError as exc:
-                activity.logger.warning("%s cannot say which nodes are busy (%s): none of its nodes is checked", kind, exc)
+                activity.logger.warning(
+                    "%s cannot say which nodes are busy (%s): none of its nodes is checked", kind, exc
+                )
                 busy[kind] = None  # unknown means busy: never check a node that may be training
-        return [n.name for n in nodes
-                if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])]
+        return [
+            n.name
+            for n in nodes
+            if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])
+        ]
 
     @activity.defn
     @heartbeating
@@ -285,8 +351,12 @@ class NodeActivities(DatabaseActivities):
             return RemediationPlan(None, event.to_dict())
         book = runbook_for(books.values(), event, event.message)
         shadow = self.settings.remediation_shadow or self.settings.automation_dry_run
-        return RemediationPlan(book.to_dict() if book else None, event.to_dict(),
-                               remediation_mode(dry_run=False, shadow=shadow), event.critical)
+        return RemediationPlan(
+            book.to_dict() if book else None,
+            event.to_dict(),
+            remediation_mode(dry_run=False, shadow=shadow),
+            event.critical,
+        )
 
     @activity.defn
     @heartbeating
@@ -314,7 +384,9 @@ class NodeActivities(DatabaseActivities):
                 # one included, takes any cause a workflow hands it.
                 self.schedulers.get(node.scheduler).drain(req.node, bounded(req.reason), critical=req.critical)
             except SchedulerError as exc:
-                raise ApplicationError(f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError") from None
+                raise ApplicationError(
+                    f"{node.scheduler} refused to drain {req.node}: {exc}", type="SchedulerError"
+                ) from None
         # A hot spare that leaves production leaves its pool, and another takes its place. Only
         # then: a node running a job is being drained for a restart that should not wait.
         held = spare_store.held(self.engine)
@@ -341,7 +413,9 @@ class NodeActivities(DatabaseActivities):
             # Where work need not be a job (an unlabelled inference pod), all of it.
             running = work_on_node(scheduler, req.node)
         except SchedulerError as exc:
-            raise ApplicationError(f"{node.scheduler} refused to hold {req.node}: {exc}", type="SchedulerError") from None
+            raise ApplicationError(
+                f"{node.scheduler} refused to hold {req.node}: {exc}", type="SchedulerError"
+            ) from None
         return HeldNode(req.node, running)
 
     @activity.defn
@@ -362,7 +436,9 @@ class NodeActivities(DatabaseActivities):
         except FleetctlDoesNotOwnDrain:
             return False  # someone else drained it between the read and the resume: theirs
         except SchedulerError as exc:
-            raise ApplicationError(f"{node.scheduler} refused to release {req.node}: {exc}", type="SchedulerError") from None
+            raise ApplicationError(
+                f"{node.scheduler} refused to release {req.node}: {exc}", type="SchedulerError"
+            ) from None
         return True
 
     @activity.defn
@@ -377,10 +453,12 @@ class NodeActivities(DatabaseActivities):
         try:
             progress = scheduler.drain_pods(req.node, critical=req.critical, deadline_passed=req.deadline_passed)
         except SchedulerError as exc:
-            raise ApplicationError(f"{node.scheduler} could not move the pods off {req.node}: {exc}",
-                                   type="SchedulerError") from None
-        return PodDrainOutcome(req.node, list(progress.evicted), list(progress.deleted), list(progress.holding),
-                               list(progress.left))
+            raise ApplicationError(
+                f"{node.scheduler} could not move the pods off {req.node}: {exc}", type="SchedulerError"
+            ) from None
+        return PodDrainOutcome(
+            req.node, list(progress.evicted), list(progress.deleted), list(progress.holding), list(progress.left)
+        )
 
     @activity.defn
     @heartbeating
@@ -394,9 +472,9 @@ class NodeActivities(DatabaseActivities):
         try:
             scheduler.set_state(req.node, req.state, bounded(req.reason))
         except SchedulerError as exc:
-            raise ApplicationError(f"{node.scheduler} could not show {req.node} as {req.state}: {exc}",
-                                   type="SchedulerError") from None
-
+            raise ApplicationError(
+                f"{node.scheduler} could not show {req.node} as {req.state}: {exc}", type="SchedulerError"
+            ) from None
 
 
 class NodeCommandActivities:
@@ -415,10 +493,15 @@ class NodeCommandActivities:
             r = await handle.execute_update(TRANSITION_UPDATE, cmd, result_type=TransitionResult)
         except WorkflowUpdateFailedError as exc:
             # A refusal is an answer (the node moved on), not a failure to retry.
-            return NodeCommandOutcome(cmd.node, False, message=getattr(exc.cause, "message", None) or str(exc.cause or exc))
+            return NodeCommandOutcome(
+                cmd.node, False, message=getattr(exc.cause, "message", None) or str(exc.cause or exc)
+            )
         except RPCError as exc:
             if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
-                return NodeCommandOutcome(cmd.node, False,
-                                          message=f"{cmd.node}: no lifecycle workflow is running (retired, or never imported)")
+                return NodeCommandOutcome(
+                    cmd.node,
+                    False,
+                    message=f"{cmd.node}: no lifecycle workflow is running (retired, or never imported)",
+                )
             raise
         return NodeCommandOutcome(cmd.node, True, r.from_state, r.to_state)

@@ -66,17 +66,34 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
             raw, truncated = result.stdout + (("\n" + result.stderr) if result.stderr else ""), result.truncated
             judged = judge(spec.kind, result.stdout, node.profile, settings.profiles_dir or None)
             if judged.status is Status.ERROR and result.stderr.strip():
-                judged = judge(spec.kind, f"{result.stdout}\n{result.stderr}", node.profile, settings.profiles_dir or None)
+                judged = judge(
+                    spec.kind, f"{result.stdout}\n{result.stderr}", node.profile, settings.profiles_dir or None
+                )
         except ExecutorError as exc:
             judged, error_kind = CheckResult(Status.ERROR, {}, [], f"{exc.kind}: {exc.message}"), exc.kind
         key = f"prolog/{node_name}/{run_id}/{check}"
-        queries.insert_once(engine, CheckRun(
-            node_name=node_name, check_name=check, kind=spec.kind, suite=suite, status=judged.status.value,
-            metrics=judged.to_dict()["metrics"], findings=judged.to_dict()["findings"], reason=judged.reason,
-            raw_output=raw, output_truncated=truncated,
-            error_kind=error_kind or ("unjudgeable" if judged.status is Status.ERROR else None),
-            started_at=started, finished_at=utcnow(), workflow_id=f"prolog/{run_id}", idempotency_key=key,
-        ), CheckRun.idempotency_key, key)
+        queries.insert_once(
+            engine,
+            CheckRun(
+                node_name=node_name,
+                check_name=check,
+                kind=spec.kind,
+                suite=suite,
+                status=judged.status.value,
+                metrics=judged.to_dict()["metrics"],
+                findings=judged.to_dict()["findings"],
+                reason=judged.reason,
+                raw_output=raw,
+                output_truncated=truncated,
+                error_kind=error_kind or ("unjudgeable" if judged.status is Status.ERROR else None),
+                started_at=started,
+                finished_at=utcnow(),
+                workflow_id=f"prolog/{run_id}",
+                idempotency_key=key,
+            ),
+            CheckRun.idempotency_key,
+            key,
+        )
         checked.append(check)
         if judged.status is Status.FAIL:
             return PrejobFinding(node_name, suite, "fail", check, judged.reason, checked)

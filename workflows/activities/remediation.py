@@ -68,19 +68,32 @@ class RemediationActivities(DatabaseActivities):
     @activity.defn
     def begin_run(self, start: RunStart) -> RunContext:
         node = self._node(start.node)
-        db.start_run(self.engine, run_key=start.run_key, node_name=start.node, runbook=start.runbook,
-                     event=start.event, mode=start.mode, actor=start.actor, started_at=start.started_at)
+        db.start_run(
+            self.engine,
+            run_key=start.run_key,
+            node_name=start.node,
+            runbook=start.runbook,
+            event=start.event,
+            mode=start.mode,
+            actor=start.actor,
+            started_at=start.started_at,
+        )
         policy = runbooks.LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
         times = db.times_remediated(self.engine, start.node, policy, start.started_at)
         lemon = ""
         if start.mode == "live" and times >= policy.threshold:
             lemon = f"lemon: {policy.describe(times)} (limit {policy.threshold})"
         return RunContext(
-            node={"name": node.name, "rack": node.rack, "profile": node.profile, "scheduler": node.scheduler,
-                  "labels": dict(node.labels),
-                  # Runbooks climb their ladder with it: 0 the first remediation since the node
-                  # was last in production, 1 when burn-in failed after one, and so on.
-                  "repeats": db.runs_since_production(self.engine, start.node, start.run_key)},
+            node={
+                "name": node.name,
+                "rack": node.rack,
+                "profile": node.profile,
+                "scheduler": node.scheduler,
+                "labels": dict(node.labels),
+                # Runbooks climb their ladder with it: 0 the first remediation since the node
+                # was last in production, 1 when burn-in failed after one, and so on.
+                "repeats": db.runs_since_production(self.engine, start.node, start.run_key),
+            },
             state=node.state,
             lemon=lemon,
         )
@@ -106,9 +119,19 @@ class RemediationActivities(DatabaseActivities):
 
     @activity.defn
     def record_step(self, rec: StepRecord) -> None:
-        db.record_step(self.engine, run_key=rec.run_key, node_name=rec.node, step_index=rec.index, name=rec.name,
-                       action=rec.action, status=rec.status, params=rec.params, detail=rec.detail,
-                       started_at=rec.started_at, finished_at=rec.finished_at)
+        db.record_step(
+            self.engine,
+            run_key=rec.run_key,
+            node_name=rec.node,
+            step_index=rec.index,
+            name=rec.name,
+            action=rec.action,
+            status=rec.status,
+            params=rec.params,
+            detail=rec.detail,
+            started_at=rec.started_at,
+            finished_at=rec.finished_at,
+        )
 
     @activity.defn
     def finish_run(self, end: RunEnd) -> None:
@@ -124,8 +147,11 @@ class RemediationActivities(DatabaseActivities):
         try:
             while (busy := _run(executor, target, COMPUTE_APPS_ARGV)).exit_status == 0 and busy.stdout.strip():
                 if time.monotonic() >= deadline:
-                    return ActionOutcome(False, f"GPUs still busy after {req.params.get('idle_timeout')} s: "
-                                                f"pids {', '.join(busy.stdout.split())}")
+                    return ActionOutcome(
+                        False,
+                        f"GPUs still busy after {req.params.get('idle_timeout')} s: "
+                        f"pids {', '.join(busy.stdout.split())}",
+                    )
                 activity.heartbeat("waiting for the GPUs to go idle")
                 time.sleep(POLL_S)
             gpu = req.params.get("gpu")
@@ -134,7 +160,9 @@ class RemediationActivities(DatabaseActivities):
         except ExecutorError as exc:
             return ActionOutcome(False, f"{exc.kind}: {exc.message}")
         if result.exit_status != 0:
-            return ActionOutcome(False, f"nvidia-smi -r exited {result.exit_status}: {_tail(result.stdout + result.stderr)}")
+            return ActionOutcome(
+                False, f"nvidia-smi -r exited {result.exit_status}: {_tail(result.stdout + result.stderr)}"
+            )
         return ActionOutcome(True, _tail(result.stdout) or "GPU reset")
 
     @activity.defn
@@ -155,7 +183,8 @@ class RemediationActivities(DatabaseActivities):
         bmc_saw = ""
         try:
             bmc_for(node.name, node.bmc_address, self.settings).reboot(
-                req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s, poll_s=min(POLL_S, timeout_s / 10))
+                req.params.get("reset_type", "ForceRestart"), timeout_s=timeout_s, poll_s=min(POLL_S, timeout_s / 10)
+            )
         except BootNotSeen as exc:
             if not answered_before:  # no boot id to compare: the BMC's record was the only evidence
                 return ActionOutcome(False, f"BMC reboot failed: {exc}")
@@ -174,7 +203,9 @@ class RemediationActivities(DatabaseActivities):
             except ExecutorError as exc:
                 problem = f"{exc.kind}: {exc.message}"
             if time.monotonic() >= deadline:
-                return ActionOutcome(False, f"BMC reset done but the node did not come back within {timeout_s:g} s ({problem})")
+                return ActionOutcome(
+                    False, f"BMC reset done but the node did not come back within {timeout_s:g} s ({problem})"
+                )
             time.sleep(POLL_S)
 
     @activity.defn
@@ -183,8 +214,10 @@ class RemediationActivities(DatabaseActivities):
         handle = self.client.get_workflow_handle(node_workflow_id(req.node))
         try:
             accepted = await handle.execute_update(
-                ADMIT_UPDATE, PhaseRequest(actor=req.actor, suite=req.suite, request_id=req.request_id),
-                result_type=PhaseAccepted)
+                ADMIT_UPDATE,
+                PhaseRequest(actor=req.actor, suite=req.suite, request_id=req.request_id),
+                result_type=PhaseAccepted,
+            )
         except WorkflowUpdateFailedError as exc:
             return ActionOutcome(False, getattr(exc.cause, "message", None) or str(exc.cause or exc))
         return ActionOutcome(True, f"admission queued with suite {accepted.suite}")
@@ -196,9 +229,17 @@ class RemediationActivities(DatabaseActivities):
             return ActionOutcome(True, f"logged ({req.severity}): {req.message}")
         from fleetctl.connections.webhook_client import post_webhook
 
-        status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
-                              {"kind": "notification", "node": req.node, "severity": req.severity,
-                               "message": req.message, "remediation_run": req.run_key})
+        status = post_webhook(
+            self.settings.webhook_url,
+            self.settings.webhook_token,
+            {
+                "kind": "notification",
+                "node": req.node,
+                "severity": req.severity,
+                "message": req.message,
+                "remediation_run": req.run_key,
+            },
+        )
         return ActionOutcome(True, f"{req.message} (webhook {status})")
 
     @activity.defn
@@ -211,18 +252,28 @@ class RemediationActivities(DatabaseActivities):
         key = req.idempotency_key or f"{activity.info().workflow_id}/{activity.info().activity_id}"
         opened_at = utcnow()
         evidence = rma.build_evidence(
-            rma_reason=req.reason, node=node,
+            rma_reason=req.reason,
+            node=node,
             checks=queries.latest_checks(self.engine, node.name, limit=50),
             health_events=queries.health_events(self.engine, node.name, limit=100),
-            remediations=[(run, db.steps(self.engine, run.run_key)) for run in db.runs(self.engine, node.name, limit=20)],
+            remediations=[
+                (run, db.steps(self.engine, run.run_key)) for run in db.runs(self.engine, node.name, limit=20)
+            ],
             transitions=queries.node_events(self.engine, node.name, limit=50),
             opened_at=opened_at,
             secrets=(self.settings.bmc_password, self.settings.webhook_token),
         )
         record, created = db.open_rma(
-            self.engine, node_name=node.name, reason=req.reason, remediation_run=req.remediation_run or None,
-            evidence=evidence, evidence_markdown=rma.render_markdown(evidence), opened_by=req.actor,
-            idempotency_key=key, held_reason=bounded(req.held_reason))
+            self.engine,
+            node_name=node.name,
+            reason=req.reason,
+            remediation_run=req.remediation_run or None,
+            evidence=evidence,
+            evidence_markdown=rma.render_markdown(evidence),
+            opened_by=req.actor,
+            idempotency_key=key,
+            held_reason=bounded(req.held_reason),
+        )
         if created and not req.held_reason:
             return RmaOpened(record.id, created, self._send(record))
         return RmaOpened(record.id, created, record.webhook_status or "")
@@ -237,15 +288,24 @@ class RemediationActivities(DatabaseActivities):
         policy = guard_policy(self.settings, self.settings.fleet)
         # The node's own critical event since it entered service; none: its RMA is a check's verdict.
         event_at = q.event_at or next(
-            (as_utc(ev.at).timestamp() for ev in queries.health_events_in_service(self.engine, q.node)
-             if xid_action(ev.code).severity == "critical"), None)
+            (
+                as_utc(ev.at).timestamp()
+                for ev in queries.health_events_in_service(self.engine, q.node)
+                if xid_action(ev.code).severity == "critical"
+            ),
+            None,
+        )
         fleet = self._fleet_nodes(self.settings.fleet)
         names = {n.name for n in fleet}
         since = datetime.fromtimestamp((event_at or q.now) - policy.storm_window_s, timezone.utc)
-        critical = [(ev.node_name, as_utc(ev.at).timestamp()) for ev in db.coded_health_events_since(self.engine, since)
-                    if ev.node_name in names and xid_action(ev.code).severity == "critical"]
-        verdict = rma.burst_verdict(policy, critical, [n.name for n in fleet if n.state == NodeState.PRODUCTION.value],
-                                    q.node, event_at, q.now)
+        critical = [
+            (ev.node_name, as_utc(ev.at).timestamp())
+            for ev in db.coded_health_events_since(self.engine, since)
+            if ev.node_name in names and xid_action(ev.code).severity == "critical"
+        ]
+        verdict = rma.burst_verdict(
+            policy, critical, [n.name for n in fleet if n.state == NodeState.PRODUCTION.value], q.node, event_at, q.now
+        )
         return BurstAnswer(verdict.hold, event_at or 0.0, verdict.wait_until or 0.0)
 
     @activity.defn
@@ -259,8 +319,11 @@ class RemediationActivities(DatabaseActivities):
         if not d.confirm:
             return RmaDecided(record.id, record.status, f"RMA {record.id} rejected by {d.actor}")
         status = record.webhook_status or self._send(record)
-        return RmaDecided(record.id, record.status, f"RMA {record.id} confirmed by {d.actor}"
-                                                    + (f" (webhook {status})" if status else ""))
+        return RmaDecided(
+            record.id,
+            record.status,
+            f"RMA {record.id} confirmed by {d.actor}" + (f" (webhook {status})" if status else ""),
+        )
 
     def _send(self, record) -> str:
         """Post the opened RMA's bundle to the configured webhook; its status ("" without one)."""
@@ -268,8 +331,11 @@ class RemediationActivities(DatabaseActivities):
 
         if not self.settings.webhook_url:
             return ""
-        status = post_webhook(self.settings.webhook_url, self.settings.webhook_token,
-                              {"kind": "rma", "rma_id": record.id, "evidence": record.evidence})
+        status = post_webhook(
+            self.settings.webhook_url,
+            self.settings.webhook_token,
+            {"kind": "rma", "rma_id": record.id, "evidence": record.evidence},
+        )
         db.set_webhook_status(self.engine, record.id, status)
         return status
 

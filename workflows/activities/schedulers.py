@@ -27,8 +27,11 @@ class SchedulerRegistry:
             if kind not in self._schedulers:
                 try:
                     runner = self._slurm_runner(kind)
-                    self._schedulers[kind] = (scheduler_for(kind, self.settings) if runner is None
-                                              else scheduler_for(kind, self.settings, slurm_runner=runner))
+                    self._schedulers[kind] = (
+                        scheduler_for(kind, self.settings)
+                        if runner is None
+                        else scheduler_for(kind, self.settings, slurm_runner=runner)
+                    )
                 except ValueError as exc:
                     raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
             return self._schedulers[kind]

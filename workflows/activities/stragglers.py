@@ -64,7 +64,8 @@ class StragglerActivities(DatabaseActivities):
             activity.heartbeat(spec.name)
             try:
                 telemetry[spec.name] = prometheus.query(
-                    spec.promql(nodes, s.prometheus_node_label, int(s.straggler_window_s)), s.prometheus_node_label)
+                    spec.promql(nodes, s.prometheus_node_label, int(s.straggler_window_s)), s.prometheus_node_label
+                )
             except PrometheusError as exc:
                 errors.append(f"{spec.name}: {exc}")
         return telemetry
@@ -80,12 +81,17 @@ class StragglerActivities(DatabaseActivities):
         for row in rows:
             node, job = fleet[row.node_name], jobs.get(row.job_id)
             if node.state != "production":
-                stragglers.resolve(self.engine, [row.id], stragglers.CLOSED, f"the node left production ({node.state})",
-                                   now)
+                stragglers.resolve(
+                    self.engine, [row.id], stragglers.CLOSED, f"the node left production ({node.state})", now
+                )
                 continue
-            why = drain_due(as_utc(row.found_at), row.job_restart_count, job.state if job else "gone",
-                            as_utc(job.last_checkpoint_at) if job and job.last_checkpoint_at else None,
-                            job.restart_count if job else 0)
+            why = drain_due(
+                as_utc(row.found_at),
+                row.job_restart_count,
+                job.state if job else "gone",
+                as_utc(job.last_checkpoint_at) if job and job.last_checkpoint_at else None,
+                job.restart_count if job else 0,
+            )
             if why is None:
                 continue
             if drain:
@@ -95,15 +101,23 @@ class StragglerActivities(DatabaseActivities):
         drains = []
         for name, found in sorted(due.items()):
             (first, why), job = found[0], jobs.get(found[0][0].job_id)
-            drains.append(StragglerDrain(
-                node=name, rack=fleet[name].rack, job_id=first.job_id, metric=first.metric, evidence=first.evidence,
-                why=why, finding_ids=[r.id for r, _ in found],
-                restart_job=job is not None and job.state == "running" and name in (job.nodes or []),
-                scheduler=job.scheduler if job else ""))
+            drains.append(
+                StragglerDrain(
+                    node=name,
+                    rack=fleet[name].rack,
+                    job_id=first.job_id,
+                    metric=first.metric,
+                    evidence=first.evidence,
+                    why=why,
+                    finding_ids=[r.id for r, _ in found],
+                    restart_job=job is not None and job.state == "running" and name in (job.nodes or []),
+                    scheduler=job.scheduler if job else "",
+                )
+            )
         return drains
 
     @activity.defn
     def record_straggler_drain(self, rec: StragglerDrainRecord) -> None:
-        stragglers.resolve(self.engine, rec.finding_ids, stragglers.DRAINED if rec.drained else None, rec.detail,
-                           utcnow())
-
+        stragglers.resolve(
+            self.engine, rec.finding_ids, stragglers.DRAINED if rec.drained else None, rec.detail, utcnow()
+        )

@@ -1,10 +1,8 @@
-"""What crosses Temporal for jobs: the JobRestart workflow and the ProductionStragglers judge.
-"""
+"""What crosses Temporal for jobs: the JobRestart workflow and the ProductionStragglers judge."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 
 
 @dataclass
@@ -81,7 +79,6 @@ class StragglerSweepResult:
     errors: list[str] = field(default_factory=list)
     still_open: int = 0  # findings open after the judging (before this tick's drains)
     no_evidence: list[str] = field(default_factory=list)
-
 
 
 DEFAULT_RUNNING_TIMEOUT_S = 1800.0

@@ -31,8 +31,6 @@ ROLLOUT_ABORT_UPDATE = "abort"
 ROLLOUT_PROGRESS_QUERY = "progress"
 
 
-
-
 def node_workflow_id(node: str) -> str:
     """The id of a node's NodeLifecycle workflow."""
     return f"node/{node}"

@@ -182,8 +182,6 @@ class TransitionRecord:
     failure: str = ""
 
 
-
-
 @dataclass
 class CheckRequest:
     node: str
@@ -373,8 +371,6 @@ class SchedulerStateReport:
     reason: str
 
 
-
-
 @dataclass
 class FaultRemoval:
     """A removal a fault asks the guard for, with what found the fault: a failed check's name
@@ -417,8 +413,6 @@ class CapacityGuardState:
 @dataclass
 class ResumeAutomation:
     actor: str
-
-
 
 
 @dataclass

@@ -191,8 +191,6 @@ class RmaDecided:
     detail: str
 
 
-
-
 @dataclass
 class RolloutInput:
     rollout_id: str

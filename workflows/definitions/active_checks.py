@@ -43,8 +43,17 @@ with workflow.unsafe.imports_passed_through():
         SweepScope,
         TransitionRequest,
     )
-    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, guarded_drain, hold_for_check,
-                                              hold_nvlink_domain, release_hold, removals_for, run_check)
+    from workflows.definitions.shared import (
+        MESSAGE,
+        QUICK,
+        SCHEDULER,
+        guarded_drain,
+        hold_for_check,
+        hold_nvlink_domain,
+        release_hold,
+        removals_for,
+        run_check,
+    )
 
 
 @workflow.defn
@@ -65,8 +74,10 @@ class ActiveCheckSweep:
             size = max(1, req.batch_nodes)
             for start in range(0, len(nodes), size):
                 part: SweepResult = await workflow.execute_child_workflow(
-                    ActiveCheckBatch.run, SweepBatch(nodes[start:start + size], checks, req, sweep_id, width),
-                    id=f"{workflow.info().workflow_id}/batch-{start // size}")
+                    ActiveCheckBatch.run,
+                    SweepBatch(nodes[start : start + size], checks, req, sweep_id, width),
+                    id=f"{workflow.info().workflow_id}/batch-{start // size}",
+                )
                 result.merge(part)
         else:
             await check_nodes(nodes, checks, req, sweep_id, width, result)
@@ -76,7 +87,9 @@ class ActiveCheckSweep:
         if result.errors and workflow.patched("report-check-errors"):
             await workflow.execute_activity_method(
                 GuardActivities.report_check_errors,
-                CheckErrorReport(sorted(result.errors), result.checked, req.actor, sweep_id), **MESSAGE)
+                CheckErrorReport(sorted(result.errors), result.checked, req.actor, sweep_id),
+                **MESSAGE,
+            )
         # A node unreachable sweep after sweep is suspect, and drained through the guard:
         # asked after the errors were reported, so a partition or a checker outage that
         # makes many nodes unreachable at once has opened the breaker first. (Patched:
@@ -91,8 +104,9 @@ class ActiveCheckSweep:
         return result
 
 
-async def check_nodes(nodes: list[str], checks: list[str], req: SweepInput, sweep_id: str, width: int,
-                      result: SweepResult) -> None:
+async def check_nodes(
+    nodes: list[str], checks: list[str], req: SweepInput, sweep_id: str, width: int, result: SweepResult
+) -> None:
     gate = asyncio.Semaphore(width)
 
     async def one(node: str) -> None:
@@ -138,27 +152,41 @@ async def check_held_node(node: str, checks: list[str], req: SweepInput, key: st
             return
         if outcome.status == "fail":
             result.failed.append(node)
-            await drain_failed_node(node, f"active check {req.suite}: {check}: {outcome.reason}", req, key, result,
-                                    Event("check", check=check, status="fail", message=outcome.reason).to_dict(),
-                                    check=check)
+            await drain_failed_node(
+                node,
+                f"active check {req.suite}: {check}: {outcome.reason}",
+                req,
+                key,
+                result,
+                Event("check", check=check, status="fail", message=outcome.reason).to_dict(),
+                check=check,
+            )
             return
         # Within the profile's floors, but well below the same profile's nodes: a straggler
         # (a link at half rate, a GPU at lower clocks), drained like a failure. (Patched:
         # sweeps recorded before peers were judged replay unchanged.)
         if check in PEER_JUDGED_CHECKS and workflow.patched("sweep-peer-stragglers"):
-            peers: PeerVerdict = await workflow.execute_activity_method(CheckActivities.judge_against_peers, outcome,
-                                                                        **QUICK)
+            peers: PeerVerdict = await workflow.execute_activity_method(
+                CheckActivities.judge_against_peers, outcome, **QUICK
+            )
             if peers.straggler:
                 result.failed.append(node)
-                await drain_failed_node(node, f"active check {req.suite}: {check}: {peers.reason}", req, key, result,
-                                        Event("check", check=check, status="fail", message=peers.reason,
-                                              against_peers=True).to_dict())
+                await drain_failed_node(
+                    node,
+                    f"active check {req.suite}: {check}: {peers.reason}",
+                    req,
+                    key,
+                    result,
+                    Event("check", check=check, status="fail", message=peers.reason, against_peers=True).to_dict(),
+                )
                 return
     result.passed += 1
 
 
 async def drain_if_suspect(node: str, req: SweepInput, key: str, result: SweepResult) -> None:
-    verdict: ReachabilityVerdict = await workflow.execute_activity_method(NodeActivities.judge_reachability, node, **QUICK)
+    verdict: ReachabilityVerdict = await workflow.execute_activity_method(
+        NodeActivities.judge_reachability, node, **QUICK
+    )
     if verdict.suspect:
         cause = f"suspect: {verdict.reason}"
         await drain_failed_node(node, cause, req, key, result, {"kind": "manual", "message": cause})
@@ -175,30 +203,53 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
     result.silent.extend(silent)
     await workflow.execute_activity_method(
         GuardActivities.report_check_errors,
-        CheckErrorReport(silent, silence.with_agent, req.actor, f"{sweep_id}/agent-silence", AGENT_SILENCE,
-                         count=silence.silent_total),
-        **MESSAGE)
+        CheckErrorReport(
+            silent,
+            silence.with_agent,
+            req.actor,
+            f"{sweep_id}/agent-silence",
+            AGENT_SILENCE,
+            count=silence.silent_total,
+        ),
+        **MESSAGE,
+    )
     for verdict in silence.silent:
         if verdict.node in result.drained or verdict.node in result.held:
             continue  # already asked about in this sweep (unreachable too): asked once
         cause = f"suspect: {verdict.reason}"
-        await drain_failed_node(verdict.node, cause, req, f"{sweep_id}/{verdict.node}/agent-silence", result,
-                                {"kind": "manual", "message": cause})
+        await drain_failed_node(
+            verdict.node,
+            cause,
+            req,
+            f"{sweep_id}/{verdict.node}/agent-silence",
+            result,
+            {"kind": "manual", "message": cause},
+        )
 
 
-async def drain_failed_node(node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict,
-                            check: str = "") -> None:
+async def drain_failed_node(
+    node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict, check: str = ""
+) -> None:
     """Drain `node` for its failure through the guard; a failed `check` of an NVLink domain's
     fabric asks for the whole domain at once and drains the domain's other nodes with it."""
     facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
-    removals = await removals_for(RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor,
-                                                 request_id=key), check=check)
+    removals = await removals_for(
+        RemovalRequest(node=node, rack=facts.rack, reason=cause, actor=req.actor, request_id=key), check=check
+    )
     if not removals:
         return  # already out: held with its domain by another node's request for the same fault
     decision, outcome = await guarded_drain(
         removals[0],
-        TransitionRequest(node=node, trigger="drain", actor=req.actor, actor_kind=Actor.AUTOMATION.value, cause=cause,
-                          request_id=f"{key}/drain", event=event))
+        TransitionRequest(
+            node=node,
+            trigger="drain",
+            actor=req.actor,
+            actor_kind=Actor.AUTOMATION.value,
+            cause=cause,
+            request_id=f"{key}/drain",
+            event=event,
+        ),
+    )
     (result.drained if outcome is not None and outcome.accepted else result.held).append(node)
     if decision.granted:
         for held in await hold_nvlink_domain(removals, decision, cause, key):

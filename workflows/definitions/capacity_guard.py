@@ -64,8 +64,9 @@ class CapacityGuard:
         evidence = await workflow.execute_activity_method(GuardActivities.critical_evidence, req.node, **QUICK)
         if evidence:
             return dataclasses.replace(req, reason=f"{req.reason} ({evidence})")
-        return dataclasses.replace(req, critical=False,
-                                   reason=f"{req.reason} (said to be critical; no critical health event is recorded)")
+        return dataclasses.replace(
+            req, critical=False, reason=f"{req.reason} (said to be critical; no critical health event is recorded)"
+        )
 
     async def _snapshot_for(self, req: RemovalRequest) -> FleetSnapshot:
         """The fleet's counts, when the decision reads them: a critical removal (judged so
@@ -91,21 +92,37 @@ class CapacityGuard:
         fault): the same fault asked again, answered with that grant, neither a new failure
         for the storm breaker nor a second cost. None for any other request."""
         pending = self.s.pending.get(req.node)
-        if not req.domain or pending is None or version != pending.state_version or now - pending.at >= PENDING_GRANT_TTL_S:
+        if (
+            not req.domain
+            or pending is None
+            or version != pending.state_version
+            or now - pending.at >= PENDING_GRANT_TTL_S
+        ):
             return None
         return grant_for(workflow.info().workflow_id, req.node, version)
 
-    def _decide(self, req: RemovalRequest, snapshot: FleetSnapshot, versions: dict[str, int], now: float) -> RemovalDecision:
+    def _decide(
+        self, req: RemovalRequest, snapshot: FleetSnapshot, versions: dict[str, int], now: float
+    ) -> RemovalDecision:
         """Decide on the fleet's counts and the grants still pending, and count what it grants."""
-        self.s.pending = {n: g for n, g in self.s.pending.items()
-                          if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S}
+        self.s.pending = {
+            n: g
+            for n, g in self.s.pending.items()
+            if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S
+        }
         # A domain node granted before (for a fault of its own) is in this request's cost
         # (removal_cost): counted there, not again as pending.
         counted = [g for n, g in self.s.pending.items() if n not in req.domain_nodes]
-        self.s.recent_failures = {n: t for n, t in self.s.recent_failures.items()
-                                  if now - t < self.s.policy.storm_window_s}
+        self.s.recent_failures = {
+            n: t for n, t in self.s.recent_failures.items() if now - t < self.s.policy.storm_window_s
+        }
         decision = decide(
-            self.s.policy, snapshot, req, self.s.recent_failures, now, self.s.breaker_open,
+            self.s.policy,
+            snapshot,
+            req,
+            self.s.recent_failures,
+            now,
+            self.s.breaker_open,
             pending_grants=len(counted),
             pending_in_rack=sum(1 for g in counted if g.rack == req.rack),
         )
@@ -121,8 +138,9 @@ class CapacityGuard:
                 self.s.pending[node] = PendingGrant(req.rack, now, versions.get(node, -1))
             self.s.granted_total += len(granted)
             decision.grant = grant_for(guard, req.node, versions.get(req.node, -1))
-            decision.domain_grants = {node: grant_for(guard, node, versions.get(node, -1))
-                                      for node in decision.domain_nodes}
+            decision.domain_grants = {
+                node: grant_for(guard, node, versions.get(node, -1)) for node in decision.domain_nodes
+            }
         else:
             self.s.denied_total += 1
         return decision
@@ -145,27 +163,45 @@ class CapacityGuard:
             # versions are read with the node's.
             if workflow.patched("guard-versions-before-snapshot"):
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
+                )
                 req = await self._domain_in_service(req)
                 snapshot = await self._snapshot_for(req)
             else:
                 req = await self._domain_in_service(req)
                 snapshot = await self._snapshot_for(req)
                 versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK)
+                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
+                )
             held = self._held_with_domain(req, versions.get(req.node), now)
             if held is not None:
-                decision = RemovalDecision(req.node, True, f"already granted with NVLink domain {req.domain}: the same "
-                                                           "fault, found again on this node",
-                                           grant=held)
+                decision = RemovalDecision(
+                    req.node,
+                    True,
+                    f"already granted with NVLink domain {req.domain}: the same fault, found again on this node",
+                    grant=held,
+                )
             else:
                 decision = self._decide(req, snapshot, versions, now)
-            kind = "breaker_open" if decision.breaker_opened else ("force" if req.force else (
-                "grant" if decision.granted else "dry_run" if decision.dry_run else "deny"))
+            kind = (
+                "breaker_open"
+                if decision.breaker_opened
+                else (
+                    "force"
+                    if req.force
+                    else ("grant" if decision.granted else "dry_run" if decision.dry_run else "deny")
+                )
+            )
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
-                AutomationRecord(kind=kind, reason=f"{req.reason}: {decision.reason}", actor=req.actor, node=req.node,
-                                 fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}"),
+                AutomationRecord(
+                    kind=kind,
+                    reason=f"{req.reason}: {decision.reason}",
+                    actor=req.actor,
+                    node=req.node,
+                    fleet=self.s.fleet,
+                    key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}",
+                ),
                 **QUICK,
             )
             self.decisions_this_run += 1
@@ -179,9 +215,13 @@ class CapacityGuard:
             self.s.recent_failures = {}
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
-                AutomationRecord(kind="breaker_closed", actor=req.actor, fleet=self.s.fleet,
-                                 reason="automation resumed by operator" + ("" if was_open else " (breaker was closed)"),
-                                 key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}"),
+                AutomationRecord(
+                    kind="breaker_closed",
+                    actor=req.actor,
+                    fleet=self.s.fleet,
+                    reason="automation resumed by operator" + ("" if was_open else " (breaker was closed)"),
+                    key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}",
+                ),
                 **QUICK,
             )
             return self.s
@@ -197,11 +237,18 @@ class CapacityGuard:
             if reason is not None and not self.s.breaker_open:
                 now = workflow.now().timestamp()
                 self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, reason, now
-                sample = ", ".join(sorted(report.errored)[:5]) + (", ..." if max(report.count, len(report.errored)) > 5 else "")
+                sample = ", ".join(sorted(report.errored)[:5]) + (
+                    ", ..." if max(report.count, len(report.errored)) > 5 else ""
+                )
                 await workflow.execute_activity_method(
                     NodeActivities.record_automation_event,
-                    AutomationRecord(kind="breaker_open", reason=f"{reason} ({sample})", actor=report.actor,
-                                     fleet=self.s.fleet, key=f"{workflow.info().workflow_id}/check-errors/{report.key}"),
+                    AutomationRecord(
+                        kind="breaker_open",
+                        reason=f"{reason} ({sample})",
+                        actor=report.actor,
+                        fleet=self.s.fleet,
+                        key=f"{workflow.info().workflow_id}/check-errors/{report.key}",
+                    ),
                     **QUICK,
                 )
             self.decisions_this_run += 1

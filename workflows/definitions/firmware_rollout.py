@@ -67,8 +67,10 @@ class FirmwareRollout:
             self.next_batch += 1
             if self.tally.halted and self.next_batch < len(inp.batches):
                 self.status = "halted"
-                self.detail = (f"halted after batch {batch_index}: {self.tally.failures} failures "
-                               f"(limit {inp.max_failures}): {', '.join(self.tally.failed_nodes[-inp.max_failures:])}")
+                self.detail = (
+                    f"halted after batch {batch_index}: {self.tally.failures} failures "
+                    f"(limit {inp.max_failures}): {', '.join(self.tally.failed_nodes[-inp.max_failures :])}"
+                )
                 await self._record()
                 await workflow.wait_condition(lambda: bool(self.decision))
                 if self.decision == "abort":
@@ -85,8 +87,17 @@ class FirmwareRollout:
 
     @workflow.query
     def progress(self) -> RolloutStatus:
-        return RolloutStatus(self.inp.rollout_id, self.status, sum(map(len, self.inp.batches)), self.done, self.failed,
-                             self.next_batch, len(self.inp.batches), list(self.tally.failed_nodes), self.detail)
+        return RolloutStatus(
+            self.inp.rollout_id,
+            self.status,
+            sum(map(len, self.inp.batches)),
+            self.done,
+            self.failed,
+            self.next_batch,
+            len(self.inp.batches),
+            list(self.tally.failed_nodes),
+            self.detail,
+        )
 
     @workflow.update
     def resume(self, cmd: RolloutCommand) -> str:
@@ -108,18 +119,23 @@ class FirmwareRollout:
     @abort.validator
     def _validate_abort(self, cmd: RolloutCommand) -> None:
         if self.status != "halted":
-            raise ApplicationError(f"roll-out {self.inp.rollout_id} is {self.status}; only a halted roll-out can be aborted",
-                                   non_retryable=True)
+            raise ApplicationError(
+                f"roll-out {self.inp.rollout_id} is {self.status}; only a halted roll-out can be aborted",
+                non_retryable=True,
+            )
 
     async def _record(self) -> None:
         p = self.progress()
         await workflow.execute_activity_method(
             FirmwareActivities.record_progress,
-            RolloutProgress(p.rollout_id, p.status, p.total, p.done, p.failed, p.detail), **QUICK)
+            RolloutProgress(p.rollout_id, p.status, p.total, p.done, p.failed, p.detail),
+            **QUICK,
+        )
 
     async def _one_node(self, node: str, batch_index: int) -> None:
         drift: DriftReport = await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK)
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK
+        )
         status, detail = await self._update(node, drift)
         if status in ("updated", "failed"):
             self.tally.record(node, status == "updated")
@@ -127,12 +143,17 @@ class FirmwareRollout:
             self.failed += status == "failed"
         await workflow.execute_activity_method(
             FirmwareActivities.record_node,
-            NodeResult(self.inp.rollout_id, node, batch_index, status, detail, drift.components), **QUICK)
+            NodeResult(self.inp.rollout_id, node, batch_index, status, detail, drift.components),
+            **QUICK,
+        )
 
     async def _update(self, node: str, drift: DriftReport) -> tuple[str, str]:
         if drift.status != "drift":
-            return "skipped", {"ok": "already at the baseline", "unknown": "no firmware inventory recorded",
-                               "no_baseline": "the baseline has no entry for the node's profile"}[drift.status]
+            return "skipped", {
+                "ok": "already at the baseline",
+                "unknown": "no firmware inventory recorded",
+                "no_baseline": "the baseline has no entry for the node's profile",
+            }[drift.status]
         if self.inp.dry_run:
             return "would_update", "; ".join(drift.drifts)
         ready, why = await self._out_of_service(node)
@@ -140,36 +161,60 @@ class FirmwareRollout:
             return "skipped", why
         try:
             applied: UpdateOutcome = await workflow.execute_activity_method(
-                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id), **FIRMWARE_UPDATE)
+                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id), **FIRMWARE_UPDATE
+            )
         except ActivityError as exc:
             # A worker that died mid-update: a failed node of this roll-out, not a failed roll-out.
             return "failed", f"the update did not finish: {exc.cause or exc}"
         if not applied.ok:
             return "failed", applied.detail
         for check in FIRMWARE_CHECKS:
-            outcome = await run_check(CheckRequest(node, check, f"firmware:{self.inp.rollout_id}",
-                                                   f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/{check}"))
+            outcome = await run_check(
+                CheckRequest(
+                    node,
+                    check,
+                    f"firmware:{self.inp.rollout_id}",
+                    f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/{check}",
+                )
+            )
             if outcome.status == "error":
                 return "failed", f"updated, but {check} could not be read: {outcome.reason}"
         after: DriftReport = await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK)
+            FirmwareActivities.node_drift, DriftRequest(node, self.inp.baseline_id), **QUICK
+        )
         if after.status != "ok":
             return "failed", f"still off the baseline after the update: {'; '.join(after.drifts)}"
         admitted: ActionOutcome = await workflow.execute_activity_method(
             RemediationActivities.admit_node,
-            AdmitRequest(node, f"firmware-rollout:{self.inp.rollout_id}",
-                         request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/admit"), **MESSAGE)
+            AdmitRequest(
+                node,
+                f"firmware-rollout:{self.inp.rollout_id}",
+                request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/admit",
+            ),
+            **MESSAGE,
+        )
         return "updated", applied.detail + ("; burn-in queued" if admitted.ok else f"; not admitted: {admitted.detail}")
 
     async def _out_of_service(self, node: str) -> tuple[bool, str]:
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, node, **QUICK)
         if NodeState(facts.state).in_service:
             decision, drained = await guarded_drain(
-                RemovalRequest(node=node, rack=facts.rack, reason=f"firmware roll-out {self.inp.rollout_id}",
-                               actor=self.inp.actor, request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}"),
-                TransitionRequest(node=node, trigger="drain", actor=f"firmware-rollout:{self.inp.rollout_id}",
-                                  actor_kind=Actor.AUTOMATION.value, cause="firmware roll-out",
-                                  request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/drain"))
+                RemovalRequest(
+                    node=node,
+                    rack=facts.rack,
+                    reason=f"firmware roll-out {self.inp.rollout_id}",
+                    actor=self.inp.actor,
+                    request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}",
+                ),
+                TransitionRequest(
+                    node=node,
+                    trigger="drain",
+                    actor=f"firmware-rollout:{self.inp.rollout_id}",
+                    actor_kind=Actor.AUTOMATION.value,
+                    cause="firmware roll-out",
+                    request_id=f"{rollout_workflow_id(self.inp.rollout_id)}/{node}/drain",
+                ),
+            )
             if drained is None:
                 return False, f"not drained: capacity guard: {decision.reason}"
         waited = timedelta()

@@ -30,9 +30,15 @@ def bounded_event(ev: HealthEventInput) -> HealthEventInput:
     """The event as the node's workflow keeps it: every text bounded (fleetctl.text.bounded).
     The intake, the agent and the CLI bound what they send; a sender that signals Temporal
     directly must not grow the workflow's state, its history or an activity's payload either."""
-    return dataclasses.replace(ev, node=bounded(ev.node, 255), source=bounded(ev.source, 64), message=bounded(ev.message),
-                               actor=bounded(ev.actor, 255), event_id=bounded(ev.event_id, 255),
-                               severity=bounded(ev.severity, 64))
+    return dataclasses.replace(
+        ev,
+        node=bounded(ev.node, 255),
+        source=bounded(ev.source, 64),
+        message=bounded(ev.message),
+        actor=bounded(ev.actor, 255),
+        event_id=bounded(ev.event_id, 255),
+        severity=bounded(ev.severity, 64),
+    )
 
 
 def is_critical(ev: HealthEventInput) -> bool:
@@ -63,8 +69,10 @@ async def record_health_events(node: str, events: list[HealthEventInput]) -> Hea
     result = HealthEventBatchResult()
     for start in range(0, len(events), EVENTS_PER_ACTIVITY):
         part: HealthEventBatchResult = await workflow.execute_activity_method(
-            NodeActivities.record_health_events, HealthEventBatch(node, events[start:start + EVENTS_PER_ACTIVITY]),
-            **QUICK)
+            NodeActivities.record_health_events,
+            HealthEventBatch(node, events[start : start + EVENTS_PER_ACTIVITY]),
+            **QUICK,
+        )
         result.acted += [dataclasses.replace(v, index=v.index + start) for v in part.acted]
         result.refusals += part.refusals
         result.last_reason = part.last_reason or result.last_reason

@@ -43,16 +43,26 @@ class JobRestart:
         self.workflow_id = workflow.info().workflow_id
         await workflow.execute_activity_method(
             JobRestartActivities.record_restart_started,
-            RestartStarted(self.workflow_id, inp.job_id, inp.scheduler, inp.bad_nodes, inp.cause, inp.actor,
-                           inp.restart_id, inp.fault_seen_at),
+            RestartStarted(
+                self.workflow_id,
+                inp.job_id,
+                inp.scheduler,
+                inp.bad_nodes,
+                inp.cause,
+                inp.actor,
+                inp.restart_id,
+                inp.fault_seen_at,
+            ),
             **QUICK,
         )
         try:
             await workflow.execute_activity_method(
-                JobRestartActivities.drain_nodes, DrainNodes(inp.scheduler, inp.bad_nodes, inp.cause), **SCHEDULER)
+                JobRestartActivities.drain_nodes, DrainNodes(inp.scheduler, inp.bad_nodes, inp.cause), **SCHEDULER
+            )
             drained_at = await self._record_step("drained_at")
             await workflow.execute_activity_method(
-                JobRestartActivities.restart_job, RestartJob(inp.scheduler, inp.job_id, inp.bad_nodes), **SCHEDULER)
+                JobRestartActivities.restart_job, RestartJob(inp.scheduler, inp.job_id, inp.bad_nodes), **SCHEDULER
+            )
             requeued_at = await self._record_step("requeued_at")
             new_nodes = await workflow.execute_activity_method(
                 JobRestartActivities.wait_until_running,
@@ -62,29 +72,42 @@ class JobRestart:
                 # It heartbeats every poll: a dead worker is noticed in seconds and the wait
                 # goes on elsewhere, for as long as the deadline above allows.
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), non_retryable_error_types=NON_RETRYABLE),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1), non_retryable_error_types=NON_RETRYABLE
+                ),
             )
         except ActivityError as exc:
             error = _reason(exc)
             await workflow.execute_activity_method(
-                JobRestartActivities.record_restart_outcome, RestartOutcome(self.workflow_id, "failed", error=error),
-                **QUICK)
-            raise ApplicationError(f"restart of job {inp.job_id} failed: {error}", type="JobRestartFailed",
-                                   non_retryable=True) from None
+                JobRestartActivities.record_restart_outcome,
+                RestartOutcome(self.workflow_id, "failed", error=error),
+                **QUICK,
+            )
+            raise ApplicationError(
+                f"restart of job {inp.job_id} failed: {error}", type="JobRestartFailed", non_retryable=True
+            ) from None
         running_at = workflow.now()
         await workflow.execute_activity_method(
             JobRestartActivities.record_restart_outcome,
-            RestartOutcome(self.workflow_id, "succeeded", running_at.isoformat(), new_nodes), **QUICK)
+            RestartOutcome(self.workflow_id, "succeeded", running_at.isoformat(), new_nodes),
+            **QUICK,
+        )
         return JobRestartResult(
-            job_id=inp.job_id, restart_id=inp.restart_id, new_nodes=new_nodes, fault_seen_at=inp.fault_seen_at,
-            drained_at=drained_at.isoformat(), requeued_at=requeued_at.isoformat(), running_at=running_at.isoformat(),
+            job_id=inp.job_id,
+            restart_id=inp.restart_id,
+            new_nodes=new_nodes,
+            fault_seen_at=inp.fault_seen_at,
+            drained_at=drained_at.isoformat(),
+            requeued_at=requeued_at.isoformat(),
+            running_at=running_at.isoformat(),
             restart_seconds=(running_at - fault_seen_at.astimezone(timezone.utc)).total_seconds(),
         )
 
     async def _record_step(self, step: str) -> datetime:
         at = workflow.now()
         await workflow.execute_activity_method(
-            JobRestartActivities.record_restart_step, RestartStep(self.workflow_id, step, at.isoformat()), **QUICK)
+            JobRestartActivities.record_restart_step, RestartStep(self.workflow_id, step, at.isoformat()), **QUICK
+        )
         return at
 
 

@@ -156,8 +156,14 @@ class NodeLifecycle:
 
     def _critical_index(self) -> int | None:
         """Where the first critical health event waits in the queue, None if none does."""
-        return next((i for i, w in enumerate(self.s.work)
-                     if w.kind == "health_event" and w.event is not None and is_critical(w.event)), None)
+        return next(
+            (
+                i
+                for i, w in enumerate(self.s.work)
+                if w.kind == "health_event" and w.event is not None and is_critical(w.event)
+            ),
+            None,
+        )
 
     def _critical_waiting(self) -> bool:
         return self._critical_index() is not None
@@ -174,19 +180,26 @@ class NodeLifecycle:
         failed), where fleet status and `node show` list automation."""
         index = self._critical_index()
         waiting = self.s.work[index].event if index is not None else None
-        by = f"{waiting.source} {waiting.code}" if waiting is not None and waiting.code is not None else "a critical event"
+        by = (
+            f"{waiting.source} {waiting.code}"
+            if waiting is not None and waiting.code is not None
+            else "a critical event"
+        )
         self.s.last_outcome = f"{what}: interrupted by {by}"
         await workflow.execute_activity_method(
             NodeActivities.record_automation_event,
-            AutomationRecord(kind="interrupted", reason=self.s.last_outcome, actor="lifecycle", node=self.s.node,
-                             key=f"{workflow.info().workflow_id}/interrupted/{workflow.now().timestamp()}"),
-            **QUICK)
+            AutomationRecord(
+                kind="interrupted",
+                reason=self.s.last_outcome,
+                actor="lifecycle",
+                node=self.s.node,
+                key=f"{workflow.info().workflow_id}/interrupted/{workflow.now().timestamp()}",
+            ),
+            **QUICK,
+        )
 
     def _should_continue_as_new(self) -> bool:
-        return (
-            workflow.info().is_continue_as_new_suggested()
-            or self.transitions_this_run >= self.s.transitions_per_run
-        )
+        return workflow.info().is_continue_as_new_suggested() or self.transitions_this_run >= self.s.transitions_per_run
 
     # -- messages ------------------------------------------------------------------------
 
@@ -204,8 +217,14 @@ class NodeLifecycle:
         if target == NodeState.DRAINING.value:
             # The drain's event says what it is (maintenance, a fault) for the record; only
             # automation's drains start a runbook: an operator's node is the operator's to fix.
-            self._enqueue(WorkItem("drain_followup", actor=req.actor, cause=req.cause,
-                                   remediation_event=req.event if req.actor_kind != Actor.OPERATOR.value else None))
+            self._enqueue(
+                WorkItem(
+                    "drain_followup",
+                    actor=req.actor,
+                    cause=req.cause,
+                    remediation_event=req.event if req.actor_kind != Actor.OPERATOR.value else None,
+                )
+            )
         elif target == NodeState.RMA.value and req.actor_kind == Actor.OPERATOR.value:
             # A runbook's RMA step opens its own record (with its run); an operator's needs one.
             self._enqueue(WorkItem("open_rma", actor=req.actor, cause=req.cause))
@@ -228,10 +247,13 @@ class NodeLifecycle:
         if self.s.state not in ADMITTABLE:
             raise ApplicationError(
                 f"{self.s.node}: cannot admit a node in {self.s.state} (allowed from: {', '.join(ADMITTABLE)})",
-                type="IllegalTransition", non_retryable=True)
+                type="IllegalTransition",
+                non_retryable=True,
+            )
         if any(w.kind == "admit" for w in self.s.work):
-            raise ApplicationError(f"{self.s.node}: admission already in progress", type="IllegalTransition",
-                                   non_retryable=True)
+            raise ApplicationError(
+                f"{self.s.node}: admission already in progress", type="IllegalTransition", non_retryable=True
+            )
 
     @workflow.update
     def recheck(self, req: PhaseRequest) -> PhaseAccepted:
@@ -274,15 +296,24 @@ class NodeLifecycle:
         elif item.kind == "resume_in_scheduler":
             await self._resume_in_scheduler()
         elif item.kind == "release_hold":
-            await release_hold(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)), item.actor or "recheck",
-                               f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}")
+            await release_hold(
+                SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
+                item.actor or "recheck",
+                f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}",
+            )
         elif item.kind == "report_state":
             await report_state(self.s, item.cause)
         elif item.kind == "open_rma":
             await workflow.execute_activity_method(
                 RemediationActivities.open_rma,
-                RmaRequest(self.s.node, item.cause, item.actor, idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma"),
-                **MESSAGE)
+                RmaRequest(
+                    self.s.node,
+                    item.cause,
+                    item.actor,
+                    idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma",
+                ),
+                **MESSAGE,
+            )
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"
@@ -326,7 +357,8 @@ class NodeLifecycle:
             return
         self.s.activity = "admission: judging against the profile and the fleet"
         verdict: AdmissionVerdict = await workflow.execute_activity_method(
-            CheckActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **QUICK)
+            CheckActivities.judge_admission, AdmissionRequest(self.s.node, run_ids), **QUICK
+        )
         if verdict.passed:
             await self._move("enter_production", f"admission: {verdict.reason}")
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
@@ -345,19 +377,29 @@ class NodeLifecycle:
         while True:
             self.s.activity = "admit: holding the node in its scheduler"
             try:
-                held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold,
-                                                                        **SCHEDULER_ROUND)
+                held: HeldNode = await workflow.execute_activity_method(
+                    NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND
+                )
             except ActivityError as exc:
                 self.s.last_outcome = f"admit: not started: the scheduler refused the hold: {exc.cause or exc}"
-                await record_automation(AutomationRecord(kind="scheduler_error", reason=bounded(self.s.last_outcome),
-                                                         actor="lifecycle", node=self.s.node, key=key))
+                await record_automation(
+                    AutomationRecord(
+                        kind="scheduler_error",
+                        reason=bounded(self.s.last_outcome),
+                        actor="lifecycle",
+                        node=self.s.node,
+                        key=key,
+                    )
+                )
                 return False
             if not held.running_jobs:
                 return True
             jobs = ", ".join(held.running_jobs)
             if waited >= self.s.drain_job_wait_s:
-                self.s.last_outcome = (f"admit: not started: job {jobs} still running on the held node after "
-                                       f"{waited:g} s; admit again once it has ended")
+                self.s.last_outcome = (
+                    f"admit: not started: job {jobs} still running on the held node after "
+                    f"{waited:g} s; admit again once it has ended"
+                )
                 return False
             self.s.activity = f"admit: waiting for job {jobs} to end on the held node"
             if await self._wait_unless_critical(self.s.drain_job_poll_s):
@@ -401,7 +443,8 @@ class NodeLifecycle:
         """The firmware update, never cut short: a half-flashed part can brick a GPU or a NIC,
         so a critical event waits for it, and the node's activity says so."""
         flash = workflow.execute_activity_method(
-            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE)
+            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE
+        )
         if not workflow.patched("critical-events-preempt"):
             return await flash
         task = asyncio.ensure_future(flash)
@@ -416,7 +459,8 @@ class NodeLifecycle:
             self.s.activity = f"firmware: {check}"
             await self._run_check(check, "firmware", f"{key}/{index}")
         return await workflow.execute_activity_method(
-            FirmwareActivities.node_drift, DriftRequest(self.s.node, baseline_id), **QUICK)
+            FirmwareActivities.node_drift, DriftRequest(self.s.node, baseline_id), **QUICK
+        )
 
     async def _recheck(self, item: WorkItem) -> None:
         checks = await self._suite_checks(item.suite)
@@ -425,8 +469,9 @@ class NodeLifecycle:
         base = f"{workflow.info().workflow_id}/recheck@{workflow.now().timestamp()}"
         if self.s.state == NodeState.PRODUCTION.value and workflow.patched("fence-checks"):
             self.s.activity = f"recheck {item.suite}: holding the node in its scheduler"
-            skipped = await hold_for_check(SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
-                                           item.actor or "recheck", base)
+            skipped = await hold_for_check(
+                SchedulerHold(self.s.node, recheck_hold_reason(item.suite)), item.actor or "recheck", base
+            )
             if skipped:
                 self.s.last_outcome = f"recheck {item.suite}: skipped: {skipped}"
                 return
@@ -437,8 +482,9 @@ class NodeLifecycle:
         failed: CheckOutcome | None = None
         for index, check in enumerate(checks):
             self.s.activity = f"recheck: {check} ({index + 1}/{len(checks)})"
-            outcome = await self._check_unless_critical(check, item.suite, f"{base}/{index}",
-                                                        f"recheck {item.suite}: {check}")
+            outcome = await self._check_unless_critical(
+                check, item.suite, f"{base}/{index}", f"recheck {item.suite}: {check}"
+            )
             if outcome is None:
                 return  # the critical event is next, and it decides what the node does
             if outcome.status == "fail":
@@ -450,8 +496,13 @@ class NodeLifecycle:
         cause = f"recheck {item.suite}: {failed.check}: {failed.reason}"
         self.s.last_outcome = cause
         if self.s.state == NodeState.PRODUCTION.value:
-            await self._guarded_drain(cause, critical=False, actor=item.actor or "recheck",
-                                      event=check_event(failed.check, "fail", failed.reason), check=failed.check)
+            await self._guarded_drain(
+                cause,
+                critical=False,
+                actor=item.actor or "recheck",
+                event=check_event(failed.check, "fail", failed.reason),
+                check=failed.check,
+            )
 
     async def _health_events(self, items: list[WorkItem]) -> None:
         """A burst recorded in one activity (critical events ahead of minor ones), then each
@@ -472,15 +523,26 @@ class NodeLifecycle:
             return
         self.s.last_outcome = verdict.reason
         cause = bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""))
-        if verdict.drain_now and verdict.critical and self.s.state == NodeState.MAINTENANCE.value \
-                and workflow.patched("remediation-interrupt") and await self._remediate_instead(ev, cause):
+        if (
+            verdict.drain_now
+            and verdict.critical
+            and self.s.state == NodeState.MAINTENANCE.value
+            and workflow.patched("remediation-interrupt")
+            and await self._remediate_instead(ev, cause)
+        ):
             return
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
             await self._record_refused_drain(cause, ev.actor or "health-event")
         elif verdict.drain_now:
-            await self._guarded_drain(cause, verdict.critical, ev.actor or "health-event", ev.at, ev.event_id,
-                                      Event("xid" if ev.code is not None else "manual", code=ev.code,
-                                            message=ev.message).to_dict(), signature=ev.signature)
+            await self._guarded_drain(
+                cause,
+                verdict.critical,
+                ev.actor or "health-event",
+                ev.at,
+                ev.event_id,
+                Event("xid" if ev.code is not None else "manual", code=ev.code, message=ev.message).to_dict(),
+                signature=ev.signature,
+            )
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
@@ -511,23 +573,41 @@ class NodeLifecycle:
             self.s.last_outcome = f"health event not recorded: {message}"
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
-                AutomationRecord(kind="rejected", reason=f"health event from {ev.source}: {message}",
-                                 actor=ev.actor or "health-event", node=self.s.node,
-                                 key=f"{workflow.info().workflow_id}/bad-event/{ev.event_id or workflow.now().timestamp()}"),
-                **QUICK)
+                AutomationRecord(
+                    kind="rejected",
+                    reason=f"health event from {ev.source}: {message}",
+                    actor=ev.actor or "health-event",
+                    node=self.s.node,
+                    key=f"{workflow.info().workflow_id}/bad-event/{ev.event_id or workflow.now().timestamp()}",
+                ),
+                **QUICK,
+            )
             return None
 
-    async def _guarded_drain(self, cause: str, critical: bool, actor: str, fault_seen_at: float = 0.0,
-                             request_id: str = "", event: dict | None = None, check: str = "",
-                             signature: str = "") -> None:
+    async def _guarded_drain(
+        self,
+        cause: str,
+        critical: bool,
+        actor: str,
+        fault_seen_at: float = 0.0,
+        request_id: str = "",
+        event: dict | None = None,
+        check: str = "",
+        signature: str = "",
+    ) -> None:
         """Drain the node for its fault through the guard; a fault of its NVLink domain's fabric
         (a failed `check` or a health event's catalog `signature`: removals_for) asks for the
         whole domain and drains the domain's other nodes first (this node's own drain then
         waits for its jobs)."""
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **QUICK)
         request_id = request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"
-        removals = await removals_for(RemovalRequest(node=self.s.node, rack=facts.rack, reason=cause, actor=actor,
-                                                     critical=critical, request_id=request_id), check, signature)
+        removals = await removals_for(
+            RemovalRequest(
+                node=self.s.node, rack=facts.rack, reason=cause, actor=actor, critical=critical, request_id=request_id
+            ),
+            check,
+            signature,
+        )
         if not removals:
             return  # already out: held with its domain by another node's request for the same fault
         decision = await ask_guard(removals[0])
@@ -536,9 +616,16 @@ class NodeLifecycle:
             return
         await hold_nvlink_domain(removals, decision, cause, request_id)
         if await self._move("drain", cause, actor, Actor.AUTOMATION.value, event):
-            await self._after_drain(WorkItem("drain_followup", actor=actor, cause=cause, critical=critical,
-                                             fault_seen_at=fault_seen_at or workflow.now().timestamp(),
-                                             remediation_event=event))
+            await self._after_drain(
+                WorkItem(
+                    "drain_followup",
+                    actor=actor,
+                    cause=cause,
+                    critical=critical,
+                    fault_seen_at=fault_seen_at or workflow.now().timestamp(),
+                    remediation_event=event,
+                )
+            )
         else:
             await self._record_refused_drain(cause, actor)
 
@@ -547,9 +634,15 @@ class NodeLifecycle:
         with its actor, as the CLI records an operator's refused command."""
         await workflow.execute_activity_method(
             NodeActivities.record_automation_event,
-            AutomationRecord(kind="rejected", reason=f"drain: {cause}: the node is already {self.s.state}", actor=actor,
-                             node=self.s.node, key=f"{workflow.info().workflow_id}/refused/{workflow.now().timestamp()}"),
-            **QUICK)
+            AutomationRecord(
+                kind="rejected",
+                reason=f"drain: {cause}: the node is already {self.s.state}",
+                actor=actor,
+                node=self.s.node,
+                key=f"{workflow.info().workflow_id}/refused/{workflow.now().timestamp()}",
+            ),
+            **QUICK,
+        )
 
     async def _after_drain(self, item: WorkItem) -> None:
         """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
@@ -571,8 +664,12 @@ class NodeLifecycle:
         moves_pods = not item.critical and workflow.patched("drain-moves-pods")
         pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
         waited = 0.0
-        while (jobs or pods_holding) and not item.critical and waited < self.s.drain_job_wait_s \
-                and self.s.state == NodeState.DRAINING.value:
+        while (
+            (jobs or pods_holding)
+            and not item.critical
+            and waited < self.s.drain_job_wait_s
+            and self.s.state == NodeState.DRAINING.value
+        ):
             if await self._wait_unless_critical(self.s.drain_job_poll_s):
                 critical = await self._critical_during_drain(item)
                 if critical is not None:
@@ -603,16 +700,24 @@ class NodeLifecycle:
             jobs = await self._running_jobs()
             if jobs is None:
                 return
-        if jobs and not item.critical and self.s.state == NodeState.DRAINING.value \
-                and workflow.patched("drain-deadline-restarts-jobs"):
+        if (
+            jobs
+            and not item.critical
+            and self.s.state == NodeState.DRAINING.value
+            and workflow.patched("drain-deadline-restarts-jobs")
+        ):
             # The jobs outlived the drain's wait on a node known to be bad: move them now
             # (checkpoint and restart elsewhere) rather than let remediation reboot under them.
-            self.s.last_outcome = f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
+            self.s.last_outcome = (
+                f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
+            )
             seen = workflow.now()
             for job in jobs:
                 await self._restart_job(job, scheduler, item, seen)
         if self.s.state == NodeState.DRAINING.value:
-            if await self._move("drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value):
+            if await self._move(
+                "drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value
+            ):
                 if item.remediation_event:
                     await self._remediate(item.remediation_event, item.actor)
 
@@ -638,11 +743,16 @@ class NodeLifecycle:
         for verdict in recorded.acted:
             ev = queued[verdict.index].event
             if verdict.critical:
-                return WorkItem("drain_followup", actor=ev.actor or "health-event", critical=True,
-                                cause=bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")),
-                                fault_seen_at=ev.at or workflow.now().timestamp(),
-                                remediation_event=Event("xid" if ev.code is not None else "manual", code=ev.code,
-                                                        message=ev.message).to_dict())
+                return WorkItem(
+                    "drain_followup",
+                    actor=ev.actor or "health-event",
+                    critical=True,
+                    cause=bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")),
+                    fault_seen_at=ev.at or workflow.now().timestamp(),
+                    remediation_event=Event(
+                        "xid" if ev.code is not None else "manual", code=ev.code, message=ev.message
+                    ).to_dict(),
+                )
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         return None
 
@@ -651,7 +761,8 @@ class NodeLifecycle:
         its own workflow and moves the node through this one's updates, like any other actor.
         False only when a remediation of the node is still running."""
         plan: RemediationPlan = await workflow.execute_activity_method(
-            NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **QUICK)
+            NodeActivities.choose_remediation, RemediationChoice(self.s.node, event), **QUICK
+        )
         if plan.runbook is None:
             self.s.last_outcome += "; no runbook handles it: waiting for an operator"
             return True
@@ -675,7 +786,8 @@ class NodeLifecycle:
         False when no remediation was running: the node waits for an operator, as before."""
         try:
             await workflow.get_external_workflow_handle(remediation_id(self.s.node)).signal(
-                REMEDIATION_INTERRUPT_SIGNAL, RemediationInterrupt(cause))
+                REMEDIATION_INTERRUPT_SIGNAL, RemediationInterrupt(cause)
+            )
         except FailureError:
             return False  # no run in flight: an operator's maintenance is the operator's
         event = Event("xid" if ev.code is not None else "manual", code=ev.code, message=ev.message).to_dict()
@@ -700,9 +812,15 @@ class NodeLifecycle:
             self.s.last_outcome = f"not resumed in the scheduler: {message}"
             await workflow.execute_activity_method(
                 NodeActivities.record_automation_event,
-                AutomationRecord(kind="scheduler_error", reason=f"resume: {message}", actor="lifecycle", node=self.s.node,
-                                 key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume"),
-                **QUICK)
+                AutomationRecord(
+                    kind="scheduler_error",
+                    reason=f"resume: {message}",
+                    actor="lifecycle",
+                    node=self.s.node,
+                    key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume",
+                ),
+                **QUICK,
+            )
 
     async def _running_jobs(self) -> list[str] | None:
         """The node's running jobs, asked of its scheduler as the cordon is: a scheduler that
@@ -711,7 +829,8 @@ class NodeLifecycle:
         while self.s.state == NodeState.DRAINING.value:
             try:
                 return await workflow.execute_activity_method(
-                    NodeActivities.running_jobs_on, self.s.node, **SCHEDULER_ROUND)
+                    NodeActivities.running_jobs_on, self.s.node, **SCHEDULER_ROUND
+                )
             except ActivityError as exc:
                 await self._scheduler_refused(f"cannot list the node's jobs: {exc.cause or exc}", "jobs")
         return None
@@ -721,9 +840,15 @@ class NodeLifecycle:
         self.s.last_outcome = f"scheduler refused the drain: {message}; retrying"
         await workflow.execute_activity_method(
             NodeActivities.record_automation_event,
-            AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=self.s.node,
-                             key=f"{workflow.info().workflow_id}/{what}/{workflow.now().timestamp()}"),
-            **QUICK)
+            AutomationRecord(
+                kind="scheduler_error",
+                reason=message,
+                actor="lifecycle",
+                node=self.s.node,
+                key=f"{workflow.info().workflow_id}/{what}/{workflow.now().timestamp()}",
+            ),
+            **QUICK,
+        )
         await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
 
     async def _cordon(self, reason: str, critical: bool) -> str | None:
@@ -732,8 +857,10 @@ class NodeLifecycle:
         while self.s.state == NodeState.DRAINING.value:
             try:
                 return await workflow.execute_activity_method(
-                    NodeActivities.cordon_in_scheduler, SchedulerCordon(self.s.node, reason, critical),
-                    **SCHEDULER_ROUND)
+                    NodeActivities.cordon_in_scheduler,
+                    SchedulerCordon(self.s.node, reason, critical),
+                    **SCHEDULER_ROUND,
+                )
             except ActivityError as exc:
                 await self._scheduler_refused(str(exc.cause or exc), "cordon")
         return None
@@ -743,8 +870,15 @@ class NodeLifecycle:
         try:
             await workflow.start_child_workflow(
                 JobRestart.run,
-                JobRestartInput(job_id=job, scheduler=scheduler, bad_nodes=[self.s.node], cause=item.cause,
-                                actor=item.actor or "lifecycle", fault_seen_at=seen.isoformat(), restart_id=restart_id),
+                JobRestartInput(
+                    job_id=job,
+                    scheduler=scheduler,
+                    bad_nodes=[self.s.node],
+                    cause=item.cause,
+                    actor=item.actor or "lifecycle",
+                    fault_seen_at=seen.isoformat(),
+                    restart_id=restart_id,
+                ),
                 id=job_restart_id(job, restart_id),
                 # The restart outlives this node's part in it (and a continue-as-new of ours).
                 parent_close_policy=ParentClosePolicy.ABANDON,
@@ -758,7 +892,9 @@ class NodeLifecycle:
         """The suite's checks, or None (and why, in last_outcome) when the worker does not
         know the suite: a bad request must not end the node's only writer."""
         try:
-            return await workflow.execute_activity_method(CheckActivities.suite_checks, SweepScope(suite=suite), **QUICK)
+            return await workflow.execute_activity_method(
+                CheckActivities.suite_checks, SweepScope(suite=suite), **QUICK
+            )
         except ActivityError as exc:
             self.s.last_outcome = f"cannot run suite {suite}: {getattr(exc.cause, 'message', None) or exc.cause or exc}"
             return None
@@ -776,8 +912,14 @@ class NodeLifecycle:
             await self._record_interrupted(what)
         return outcome
 
-    async def _move(self, trigger: str, cause: str, actor: str = "lifecycle",
-                    actor_kind: str = Actor.AUTOMATION.value, event: dict | None = None) -> bool:
+    async def _move(
+        self,
+        trigger: str,
+        cause: str,
+        actor: str = "lifecycle",
+        actor_kind: str = Actor.AUTOMATION.value,
+        event: dict | None = None,
+    ) -> bool:
         """Apply an automated transition; False (and nothing changes) if the node moved on."""
         async with self.lock:
             try:
@@ -785,8 +927,9 @@ class NodeLifecycle:
             except IllegalTransition as exc:
                 self.s.last_outcome = f"stopped: {exc}"
                 return False
-            await self._apply(TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause,
-                                                event=event), target)
+            await self._apply(
+                TransitionRequest(trigger=trigger, actor=actor, actor_kind=actor_kind, cause=cause, event=event), target
+            )
             self.s.last_outcome = cause
             return True
 
@@ -815,8 +958,12 @@ class NodeLifecycle:
         )
         version = await record_transition(record)
         result = TransitionResult(
-            node=self.s.node, from_state=self.s.state, to_state=target, state_version=version,
-            trigger=req.trigger, actor=req.actor,
+            node=self.s.node,
+            from_state=self.s.state,
+            to_state=target,
+            state_version=version,
+            trigger=req.trigger,
+            actor=req.actor,
         )
         self.s.state, self.s.state_version = target, version
         self.transitions_this_run += 1

@@ -58,7 +58,8 @@ async def move_pods(s: NodeLifecycleState, deadline_passed: bool) -> bool:
     and is recorded where fleet status shows it."""
     try:
         outcome: PodDrainOutcome = await workflow.execute_activity_method(
-            NodeActivities.drain_pods_on, PodDrainRequest(s.node, deadline_passed=deadline_passed), **POD_DRAIN_ROUND)
+            NodeActivities.drain_pods_on, PodDrainRequest(s.node, deadline_passed=deadline_passed), **POD_DRAIN_ROUND
+        )
     except ActivityError as exc:
         message = f"cannot move the node's pods: {exc.cause or exc}"
         s.last_outcome = f"draining pods: {message}"
@@ -77,15 +78,21 @@ async def report_state(s: NodeLifecycleState, cause: str) -> None:
         return
     try:
         await workflow.execute_activity_method(
-            NodeActivities.report_state, SchedulerStateReport(s.node, s.state, cause), **SCHEDULER_ROUND)
+            NodeActivities.report_state, SchedulerStateReport(s.node, s.state, cause), **SCHEDULER_ROUND
+        )
     except ActivityError as exc:
-        await _record_scheduler_error(s, f"show the node as {s.state}: {exc.cause or exc}",
-                                      f"report@{s.state_version}")
+        await _record_scheduler_error(s, f"show the node as {s.state}: {exc.cause or exc}", f"report@{s.state_version}")
 
 
 async def _record_scheduler_error(s: NodeLifecycleState, message: str, what: str) -> None:
     await workflow.execute_activity_method(
         NodeActivities.record_automation_event,
-        AutomationRecord(kind="scheduler_error", reason=message, actor="lifecycle", node=s.node,
-                         key=f"{workflow.info().workflow_id}/{what}"),
-        **QUICK)
+        AutomationRecord(
+            kind="scheduler_error",
+            reason=message,
+            actor="lifecycle",
+            node=s.node,
+            key=f"{workflow.info().workflow_id}/{what}",
+        ),
+        **QUICK,
+    )

@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
     from workflows.definitions.shared import QUICK
 
+
 async def record_transition(record: TransitionRecord) -> int:
     """Write the transition (keyed by node and version, see NodeActivities.record_transition)
     and return the node's new version; with the patch, the same activity returns the node's
@@ -21,10 +22,14 @@ async def record_transition(record: TransitionRecord) -> int:
     if not workflow.patched("node-search-attributes"):
         return await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
     recorded: RecordedTransition = await workflow.execute_activity_method(
-        NodeActivities.record_transition_with_facts, record, **QUICK)
+        NodeActivities.record_transition_with_facts, record, **QUICK
+    )
     facts = recorded.facts
-    workflow.upsert_search_attributes(transition_updates(
-        record.to_state, record.cause, workflow.now(), facts.fleet, facts.rack, facts.profile, facts.scheduler))
+    workflow.upsert_search_attributes(
+        transition_updates(
+            record.to_state, record.cause, workflow.now(), facts.fleet, facts.rack, facts.profile, facts.scheduler
+        )
+    )
     return recorded.version
 
 

@@ -71,8 +71,16 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
     )
     from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.shared import (MESSAGE, QUICK, SCHEDULER, command_node, guarded_drain, hardware_step,
-                                              run_check, unless)
+    from workflows.definitions.shared import (
+        MESSAGE,
+        QUICK,
+        SCHEDULER,
+        command_node,
+        guarded_drain,
+        hardware_step,
+        run_check,
+        unless,
+    )
 
 # How long a hardware step waits for the node's own workflow to finish draining it.
 OUT_OF_SERVICE_WAIT = timedelta(hours=3)
@@ -132,8 +140,9 @@ class Remediation:
     async def run(self, inp: RemediationInput) -> RemediationResult:
         self.inp = inp
         info = workflow.info()
-        self.run_key = run_key_for(info.workflow_id, info.first_execution_run_id,
-                                   whole=workflow.patched("remediation-run-key-whole"))
+        self.run_key = run_key_for(
+            info.workflow_id, info.first_execution_run_id, whole=workflow.patched("remediation-run-key-whole")
+        )
         self.ctx: RunContext = await workflow.execute_activity_method(
             RemediationActivities.begin_run,
             RunStart(self.run_key, inp.node, inp.runbook["name"], inp.event, inp.mode, inp.actor, workflow.now()),
@@ -144,10 +153,16 @@ class Remediation:
         status, outcome = ("succeeded", "every step done") if inp.mode == "live" else ("dry_run", "nothing was done")
         for step in (Step.from_dict(s) for s in inp.runbook["steps"]):
             started = workflow.now()
-            context = {"node": {**self.ctx.node, "state": self.state}, "event": inp.event, "steps": results,
-                       "runbook": inp.runbook["name"], "mode": inp.mode}
+            context = {
+                "node": {**self.ctx.node, "state": self.state},
+                "event": inp.event,
+                "steps": results,
+                "runbook": inp.runbook["name"],
+                "mode": inp.mode,
+            }
             prepared: PreparedStep = await workflow.execute_activity_method(
-                RemediationActivities.prepare_step, StepInput(step.to_dict(), context), **QUICK)
+                RemediationActivities.prepare_step, StepInput(step.to_dict(), context), **QUICK
+            )
             if prepared.error:
                 result = StepResult(step.index, step.name, step.action, "failed", prepared.error)
             elif not prepared.run:
@@ -163,13 +178,25 @@ class Remediation:
                 else:
                     result = StepResult(step.index, step.name, step.action, "passed" if done[0] else "failed", done[1])
             # A dry run assumes success, so later conditions follow the recovery path.
-            results[step.name] = {"status": "passed" if result.status == "would_run" else result.status,
-                                  "detail": result.detail}
+            results[step.name] = {
+                "status": "passed" if result.status == "would_run" else result.status,
+                "detail": result.detail,
+            }
             self.steps.append(result)
             await workflow.execute_activity_method(
                 RemediationActivities.record_step,
-                StepRecord(self.run_key, inp.node, step.index, step.name, step.action, result.status,
-                           prepared.params, result.detail, started, workflow.now()),
+                StepRecord(
+                    self.run_key,
+                    inp.node,
+                    step.index,
+                    step.name,
+                    step.action,
+                    result.status,
+                    prepared.params,
+                    result.detail,
+                    started,
+                    workflow.now(),
+                ),
                 **QUICK,
             )
             if result.status == "interrupted":
@@ -181,7 +208,8 @@ class Remediation:
         if self.escalated and status == "succeeded":
             status, outcome = "escalated", self.escalated
         await workflow.execute_activity_method(
-            RemediationActivities.finish_run, RunEnd(self.run_key, status, outcome, workflow.now()), **QUICK)
+            RemediationActivities.finish_run, RunEnd(self.run_key, status, outcome, workflow.now()), **QUICK
+        )
         return RemediationResult(self.run_key, inp.node, inp.runbook["name"], inp.mode, status, outcome, self.steps)
 
     # -- the actions ---------------------------------------------------------------------
@@ -206,14 +234,17 @@ class Remediation:
             return await self._restart_jobs()
         if step.action in ("gpu_reset", "reboot"):
             done: ActionOutcome = await workflow.execute_activity_method(
-                getattr(RemediationActivities, step.action), HardwareRequest(self.inp.node, step.action, params),
-                **hardware_step(params))
+                getattr(RemediationActivities, step.action),
+                HardwareRequest(self.inp.node, step.action, params),
+                **hardware_step(params),
+            )
             return done.ok, done.detail
         if step.action == "run_check":
             return await self._checks([params["check"]], params["expect"], step)
         if step.action == "run_suite":
             checks = await workflow.execute_activity_method(
-                CheckActivities.suite_checks, SweepScope(suite=params["suite"]), **QUICK)
+                CheckActivities.suite_checks, SweepScope(suite=params["suite"]), **QUICK
+            )
             return await self._checks(checks, params["expect"], step)
         if step.action == "wait":
             await workflow.sleep(timedelta(seconds=params["duration"]))
@@ -224,8 +255,10 @@ class Remediation:
             return await self._rma(params["reason"], step)
         if step.action == "notify":
             done = await workflow.execute_activity_method(
-                RemediationActivities.notify, NotifyRequest(self.inp.node, params["message"], params["severity"],
-                                                            self.run_key), **MESSAGE)
+                RemediationActivities.notify,
+                NotifyRequest(self.inp.node, params["message"], params["severity"], self.run_key),
+                **MESSAGE,
+            )
             return done.ok, done.detail
         return False, f"unknown action {step.action}"
 
@@ -239,9 +272,14 @@ class Remediation:
         self.state = outcome.to_state if outcome.accepted else await self._current_state()
 
     def _transition(self, trigger: str, cause: str, step_key: str) -> TransitionRequest:
-        return TransitionRequest(node=self.inp.node, trigger=trigger, actor=f"runbook:{self.inp.runbook['name']}",
-                                 actor_kind=Actor.AUTOMATION.value, cause=cause,
-                                 request_id=f"{self.run_key}/{step_key}/{trigger}")
+        return TransitionRequest(
+            node=self.inp.node,
+            trigger=trigger,
+            actor=f"runbook:{self.inp.runbook['name']}",
+            actor_kind=Actor.AUTOMATION.value,
+            cause=cause,
+            request_id=f"{self.run_key}/{step_key}/{trigger}",
+        )
 
     async def _current_state(self) -> str:
         return await workflow.execute_activity_method(RemediationActivities.node_state, self.inp.node, **QUICK)
@@ -253,10 +291,16 @@ class Remediation:
         if not NodeState(self.state).in_service:
             return False, f"cannot drain a node in {self.state}"
         decision, outcome = await guarded_drain(
-            RemovalRequest(node=self.inp.node, rack=self.ctx.node.get("rack", ""), reason=reason,
-                           actor=f"runbook:{self.inp.runbook['name']}", critical=self.inp.critical,
-                           request_id=f"{self.run_key}/drain"),
-            self._transition("drain", reason, "drain"))
+            RemovalRequest(
+                node=self.inp.node,
+                rack=self.ctx.node.get("rack", ""),
+                reason=reason,
+                actor=f"runbook:{self.inp.runbook['name']}",
+                critical=self.inp.critical,
+                request_id=f"{self.run_key}/drain",
+            ),
+            self._transition("drain", reason, "drain"),
+        )
         if outcome is None:
             return False, f"capacity guard refused: {decision.reason}"
         await self._heard(outcome)
@@ -279,10 +323,15 @@ class Remediation:
             try:
                 await workflow.start_child_workflow(
                     JobRestart.run,
-                    JobRestartInput(job_id=job, scheduler=facts.scheduler, bad_nodes=[self.inp.node],
-                                    cause=self.inp.event.get("summary") or self.inp.runbook["name"],
-                                    actor=f"runbook:{self.inp.runbook['name']}",
-                                    fault_seen_at=workflow.now().isoformat(), restart_id=restart_id),
+                    JobRestartInput(
+                        job_id=job,
+                        scheduler=facts.scheduler,
+                        bad_nodes=[self.inp.node],
+                        cause=self.inp.event.get("summary") or self.inp.runbook["name"],
+                        actor=f"runbook:{self.inp.runbook['name']}",
+                        fault_seen_at=workflow.now().isoformat(),
+                        restart_id=restart_id,
+                    ),
                     id=job_restart_id(job, restart_id),
                     # The restart outlives this runbook's part in it.
                     parent_close_policy=ParentClosePolicy.ABANDON,
@@ -306,8 +355,15 @@ class Remediation:
     async def _checks(self, checks: list[str], expect: list[str], step: Step) -> tuple[bool, str]:
         bad: list[str] = []
         for i, check in enumerate(checks):
-            outcome = await run_check(CheckRequest(self.inp.node, check, f"runbook:{self.inp.runbook['name']}",
-                                                   f"{self.run_key}/{step.index}/{i}", CHECK_ATTEMPTS))
+            outcome = await run_check(
+                CheckRequest(
+                    self.inp.node,
+                    check,
+                    f"runbook:{self.inp.runbook['name']}",
+                    f"{self.run_key}/{step.index}/{i}",
+                    CHECK_ATTEMPTS,
+                )
+            )
             if outcome.status not in expect:
                 bad.append(f"{check}: {outcome.status}: {outcome.reason}")
         if bad:
@@ -327,8 +383,11 @@ class Remediation:
         if target == NodeState.BURN_IN.value:
             done: ActionOutcome = await workflow.execute_activity_method(
                 RemediationActivities.admit_node,
-                AdmitRequest(self.inp.node, f"runbook:{self.inp.runbook['name']}",
-                             request_id=f"{self.run_key}/{step.index}/admit"),
+                AdmitRequest(
+                    self.inp.node,
+                    f"runbook:{self.inp.runbook['name']}",
+                    request_id=f"{self.run_key}/{step.index}/admit",
+                ),
                 **MESSAGE,
             )
             return done.ok, done.detail
@@ -355,8 +414,13 @@ class Remediation:
                 return False, outcome.message
         opened: RmaOpened = await workflow.execute_activity_method(
             RemediationActivities.open_rma,
-            RmaRequest(self.inp.node, reason, f"runbook:{self.inp.runbook['name']}", self.run_key,
-                       f"{self.run_key}/{step.index}/rma"),
+            RmaRequest(
+                self.inp.node,
+                reason,
+                f"runbook:{self.inp.runbook['name']}",
+                self.run_key,
+                f"{self.run_key}/{step.index}/rma",
+            ),
             **MESSAGE,
         )
         self.escalated = f"sent to RMA (record {opened.rma_id}): {reason}"
@@ -371,33 +435,48 @@ class Remediation:
         question is asked again once the storm window after it has passed (a timer), so the
         first nodes of a burst are not sent before the rest arrives."""
         burst: BurstAnswer = await workflow.execute_activity_method(
-            RemediationActivities.rma_burst, BurstQuery(self.inp.node, workflow.now().timestamp()), **QUICK)
+            RemediationActivities.rma_burst, BurstQuery(self.inp.node, workflow.now().timestamp()), **QUICK
+        )
         if burst.wait_until:
             await workflow.sleep(timedelta(seconds=max(0.0, burst.wait_until - workflow.now().timestamp())))
             # Asked at or after wait_until: the answer waits no more.
             burst = await workflow.execute_activity_method(
                 RemediationActivities.rma_burst,
-                BurstQuery(self.inp.node, max(workflow.now().timestamp(), burst.wait_until), burst.event_at), **QUICK)
+                BurstQuery(self.inp.node, max(workflow.now().timestamp(), burst.wait_until), burst.event_at),
+                **QUICK,
+            )
         if not burst.hold:
             return None
         held: RmaOpened = await workflow.execute_activity_method(
             RemediationActivities.open_rma,
-            RmaRequest(self.inp.node, reason, f"runbook:{self.inp.runbook['name']}", self.run_key,
-                       f"{self.run_key}/{step.index}/rma", held_reason=burst.hold),
+            RmaRequest(
+                self.inp.node,
+                reason,
+                f"runbook:{self.inp.runbook['name']}",
+                self.run_key,
+                f"{self.run_key}/{step.index}/rma",
+                held_reason=burst.hold,
+            ),
             **MESSAGE,
         )
         self.held_rma = held.rma_id
         await workflow.execute_activity_method(
             RemediationActivities.notify,
-            NotifyRequest(self.inp.node, f"RMA {held.rma_id} of {self.inp.node} awaits an operator ({burst.hold}): "
-                                         f"fleetctl rma confirm {held.rma_id} sends it, fleetctl rma reject "
-                                         f"{held.rma_id} sends the node back through burn-in",
-                          "warning", self.run_key),
-            **MESSAGE)
+            NotifyRequest(
+                self.inp.node,
+                f"RMA {held.rma_id} of {self.inp.node} awaits an operator ({burst.hold}): "
+                f"fleetctl rma confirm {held.rma_id} sends it, fleetctl rma reject "
+                f"{held.rma_id} sends the node back through burn-in",
+                "warning",
+                self.run_key,
+            ),
+            **MESSAGE,
+        )
         await workflow.wait_condition(lambda: self.rma_answer is not None)
         answer = self.rma_answer
         decided: RmaDecided = await workflow.execute_activity_method(
-            RemediationActivities.decide_rma, answer, **MESSAGE)
+            RemediationActivities.decide_rma, answer, **MESSAGE
+        )
         if answer.confirm:
             self.state = await self._current_state()
             outcome = None

@@ -34,8 +34,13 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from checks.catalog import CHECKS
-    from fleetctl.nodes.capacity import (RemovalDecision, RemovalRequest, domain_held_reason, grant_covers,
-                                         is_domain_fabric_fault)
+    from fleetctl.nodes.capacity import (
+        RemovalDecision,
+        RemovalRequest,
+        domain_held_reason,
+        grant_covers,
+        is_domain_fabric_fault,
+    )
     from fleetctl.nodes.lifecycle import Actor, Trigger
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
@@ -43,18 +48,39 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.schedulers.base import REASON_PREFIX
     from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities, NodeCommandActivities
-    from workflows.api import (AutomationRecord, CheckOutcome, CheckRequest, FaultRemoval, FaultRemovals, HeldNode,
-                               NodeCommandOutcome, SchedulerHold, TransitionRequest)
+    from workflows.api import (
+        AutomationRecord,
+        CheckOutcome,
+        CheckRequest,
+        FaultRemoval,
+        FaultRemovals,
+        HeldNode,
+        NodeCommandOutcome,
+        SchedulerHold,
+        TransitionRequest,
+    )
 
 # The checks that read a node's firmware inventory (recorded as check runs).
 FIRMWARE_CHECKS = tuple(name for name, spec in CHECKS.items() if spec.kind == "firmware")
 
-NON_RETRYABLE = ["UnknownNode", "UnknownSuite", "UnknownCheck", "UnknownBaseline", "UnknownScheduler",
-                 "StaleStateVersion", "DrainedBySomeoneElse", "JobNotRunning", BAD_DATA]
+NON_RETRYABLE = [
+    "UnknownNode",
+    "UnknownSuite",
+    "UnknownCheck",
+    "UnknownBaseline",
+    "UnknownScheduler",
+    "StaleStateVersion",
+    "DrainedBySomeoneElse",
+    "JobNotRunning",
+    BAD_DATA,
+]
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # five missed heartbeats of run_check (every 2 s)
 
-_TRANSIENT = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
-                         non_retryable_error_types=NON_RETRYABLE)
+_TRANSIENT = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=5),
+    non_retryable_error_types=NON_RETRYABLE,
+)
 QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIENT)
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
 # which waits for its lock and its own QUICK activities; a webhook (notify, open_rma) gives
@@ -64,43 +90,69 @@ MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANS
 # scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.
 _SCHEDULER_CALL = dict(start_to_close_timeout=timedelta(seconds=45), heartbeat_timeout=HEARTBEAT_TIMEOUT)
 # One round: attempts 1, 2, 4, 8 s apart (about 15 s) before the caller records the refusal.
-SCHEDULER_ROUND = dict(**_SCHEDULER_CALL,
-                       retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                                maximum_interval=timedelta(seconds=20), maximum_attempts=5,
-                                                non_retryable_error_types=NON_RETRYABLE))
+SCHEDULER_ROUND = dict(
+    **_SCHEDULER_CALL,
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=5,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+)
 # A scheduler that cannot be reached for a few minutes (about 2.5) fails the step, with the
 # reason recorded, rather than holding it open unseen.
-SCHEDULER = dict(**_SCHEDULER_CALL,
-                 retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-                                          maximum_attempts=8, non_retryable_error_types=NON_RETRYABLE))
+SCHEDULER = dict(
+    **_SCHEDULER_CALL,
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=8,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+)
 # One round of moving a node's pods off it (drain_pods_on): the Kubernetes adapter retries a
 # disruption budget's refusal with backoff (2 s doubling to 30 s, six attempts: about a
 # minute) and waits out the API server's rate limit, pod by pod, so a round may outlast one
 # scheduler call. It heartbeats; a round that fails is recorded and the next poll tries again.
-POD_DRAIN_ROUND = dict(start_to_close_timeout=timedelta(minutes=10), heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                       retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                                maximum_interval=timedelta(seconds=20), maximum_attempts=3,
-                                                non_retryable_error_types=NON_RETRYABLE))
+POD_DRAIN_ROUND = dict(
+    start_to_close_timeout=timedelta(minutes=10),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=3,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+)
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
 # it heartbeats between components, and one component may take minutes on its BMC.
-FIRMWARE_UPDATE = dict(start_to_close_timeout=timedelta(hours=2), heartbeat_timeout=timedelta(minutes=5),
-                       retry_policy=RetryPolicy(maximum_attempts=1))
+FIRMWARE_UPDATE = dict(
+    start_to_close_timeout=timedelta(hours=2),
+    heartbeat_timeout=timedelta(minutes=5),
+    retry_policy=RetryPolicy(maximum_attempts=1),
+)
 
 
 def hardware_step(params: dict) -> dict:
     """A GPU reset or reboot: as long as its own waits (for idle GPUs, for the node to come
     back) plus margin. It heartbeats while it waits; a BMC reset call itself may block for a
     minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly."""
-    return dict(start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
-                heartbeat_timeout=timedelta(seconds=60), retry_policy=RetryPolicy(maximum_attempts=2))
+    return dict(
+        start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
+        heartbeat_timeout=timedelta(seconds=60),
+        retry_policy=RetryPolicy(maximum_attempts=2),
+    )
 
 
 def check_options(check: str, attempts: int) -> dict:
     """A check runs as long as its tool typically takes, three times over, plus a minute."""
-    return dict(start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=attempts,
-                                         non_retryable_error_types=NON_RETRYABLE))
+    return dict(
+        start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1), maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE
+        ),
+    )
 
 
 T = TypeVar("T")
@@ -126,8 +178,9 @@ async def run_check(req: CheckRequest) -> CheckOutcome:
     """Run one check on a node. Retries spent without a recorded result (the worker died on
     the last try, say) give an `error` outcome: the node is not known to be bad, only unchecked."""
     try:
-        return await workflow.execute_activity_method(CheckActivities.run_check, req,
-                                                      **check_options(req.check, req.max_attempts))
+        return await workflow.execute_activity_method(
+            CheckActivities.run_check, req, **check_options(req.check, req.max_attempts)
+        )
     except ActivityError as exc:
         return CheckOutcome(req.node, req.check, "error", f"could not run: {exc.cause or exc}", {}, "activity")
 
@@ -142,16 +195,29 @@ async def hold_for_check(hold: SchedulerHold, actor: str, key: str) -> str:
     the hold lifted: the node goes back to service, neither failed nor in error, for it is
     not at fault."""
     try:
-        held: HeldNode = await workflow.execute_activity_method(NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND)
-        why = (f"held for another check ({held.held_by})" if held.held_by
-               else f"job {', '.join(held.running_jobs)} running on the node" if held.running_jobs else "")
+        held: HeldNode = await workflow.execute_activity_method(
+            NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND
+        )
+        why = (
+            f"held for another check ({held.held_by})"
+            if held.held_by
+            else f"job {', '.join(held.running_jobs)} running on the node"
+            if held.running_jobs
+            else ""
+        )
     except ActivityError as exc:
         why = f"the scheduler refused the hold: {exc.cause or exc}"
     if why:
         await release_hold(hold, actor, key)  # lifts nothing but this hold: never the other check's
-        await record_automation(AutomationRecord(
-            kind="check_skipped", reason=bounded(f"{hold.reason.removeprefix(REASON_PREFIX).strip()}: skipped: {why}"),
-            actor=actor, node=hold.node, key=f"{key}/skipped"))
+        await record_automation(
+            AutomationRecord(
+                kind="check_skipped",
+                reason=bounded(f"{hold.reason.removeprefix(REASON_PREFIX).strip()}: skipped: {why}"),
+                actor=actor,
+                node=hold.node,
+                key=f"{key}/skipped",
+            )
+        )
     return why
 
 
@@ -161,8 +227,15 @@ async def release_hold(hold: SchedulerHold, actor: str, key: str) -> None:
     try:
         await workflow.execute_activity_method(NodeActivities.release_hold, hold, **SCHEDULER)
     except ActivityError as exc:
-        await record_automation(AutomationRecord(kind="scheduler_error", reason=bounded(f"release: {exc.cause or exc}"),
-                                                 actor=actor, node=hold.node, key=f"{key}/release"))
+        await record_automation(
+            AutomationRecord(
+                kind="scheduler_error",
+                reason=bounded(f"release: {exc.cause or exc}"),
+                actor=actor,
+                node=hold.node,
+                key=f"{key}/release",
+            )
+        )
 
 
 async def record_automation(rec: AutomationRecord) -> None:
@@ -178,7 +251,9 @@ async def command_node(req: TransitionRequest) -> NodeCommandOutcome:
     return await workflow.execute_activity_method(NodeCommandActivities.command_node, req, **MESSAGE)
 
 
-async def guarded_drain(removal: RemovalRequest, drain: TransitionRequest) -> tuple[RemovalDecision, NodeCommandOutcome | None]:
+async def guarded_drain(
+    removal: RemovalRequest, drain: TransitionRequest
+) -> tuple[RemovalDecision, NodeCommandOutcome | None]:
     """Drain a node of another workflow's concern: the capacity guard first, then the node's
     own workflow, with the guard's grant (None: the guard refused, nothing was asked of the node)."""
     decision = await ask_guard(removal)
@@ -195,12 +270,14 @@ async def removals_for(req: RemovalRequest, check: str = "", signature: str = ""
     if not is_domain_fabric_fault(check, signature) or not workflow.patched("nvlink-domain-hold"):
         return [req]
     removals: FaultRemovals = await workflow.execute_activity_method(
-        GuardActivities.removals_for_fault, FaultRemoval(req, check, signature), **QUICK)
+        GuardActivities.removals_for_fault, FaultRemoval(req, check, signature), **QUICK
+    )
     return removals.requests
 
 
-async def hold_nvlink_domain(removals: list[RemovalRequest], first: RemovalDecision, cause: str,
-                             key: str) -> list[NodeCommandOutcome]:
+async def hold_nvlink_domain(
+    removals: list[RemovalRequest], first: RemovalDecision, cause: str, key: str
+) -> list[NodeCommandOutcome]:
     """After the guard granted the first of a fault's `removals` (its node's own drain is the
     caller's): ask for the rest (a critical fault's domain), then drain every other node of the
     domain the grants cover, each with its own grant, all at once. They are not at fault (no
@@ -215,11 +292,24 @@ async def hold_nvlink_domain(removals: list[RemovalRequest], first: RemovalDecis
         return []
     domain = next(r.domain for r in removals if r.domain)
     held = bounded(domain_held_reason(domain, removals[0].node, cause))
-    return list(await asyncio.gather(*(
-        command_node(TransitionRequest(node=node, trigger=Trigger.DRAIN.value, actor=removals[0].actor,
-                                       actor_kind=Actor.AUTOMATION.value, cause=held, request_id=f"{key}/domain/{node}",
-                                       grant=grant))
-        for node, grant in grants.items())))
+    return list(
+        await asyncio.gather(
+            *(
+                command_node(
+                    TransitionRequest(
+                        node=node,
+                        trigger=Trigger.DRAIN.value,
+                        actor=removals[0].actor,
+                        actor_kind=Actor.AUTOMATION.value,
+                        cause=held,
+                        request_id=f"{key}/domain/{node}",
+                        grant=grant,
+                    )
+                )
+                for node, grant in grants.items()
+            )
+        )
+    )
 
 
 def refuse_ungranted_drain(req: TransitionRequest, node: str, state_version: int) -> None:
@@ -232,4 +322,7 @@ def refuse_ungranted_drain(req: TransitionRequest, node: str, state_version: int
     if not grant_covers(req.grant, node, state_version):
         raise ApplicationError(
             f"{node}: an automated drain needs the capacity guard's grant for this node at version {state_version}"
-            + (f" (got {req.grant[:80]!r})" if req.grant else ""), type="NoCapacityGrant", non_retryable=True)
+            + (f" (got {req.grant[:80]!r})" if req.grant else ""),
+            type="NoCapacityGrant",
+            non_retryable=True,
+        )

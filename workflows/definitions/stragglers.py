@@ -38,33 +38,57 @@ with workflow.unsafe.imports_passed_through():
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
 # (at most 120 s), and heartbeats between them; a Prometheus that is down is an error in
 # the tick, not a failed activity, so the retries here are for the database only.
-JUDGE = dict(start_to_close_timeout=timedelta(minutes=20), heartbeat_timeout=timedelta(minutes=3),
-             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
-                                      maximum_attempts=3, non_retryable_error_types=NON_RETRYABLE))
+JUDGE = dict(
+    start_to_close_timeout=timedelta(minutes=20),
+    heartbeat_timeout=timedelta(minutes=3),
+    retry_policy=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=3,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+)
 
 
 @workflow.defn
 class ProductionStragglers:
     @workflow.run
     async def run(self, req: StragglerSweepInput) -> StragglerSweepResult:
-        tick: StragglerTick = await workflow.execute_activity_method(StragglerActivities.judge_running_jobs, req,
-                                                                     **JUDGE)
-        result = StragglerSweepResult(policy=tick.policy, jobs=tick.jobs, flagged=tick.flagged, cleared=tick.cleared,
-                                      errors=tick.errors, still_open=tick.still_open,
-                                      no_evidence=tick.no_evidence)
+        tick: StragglerTick = await workflow.execute_activity_method(
+            StragglerActivities.judge_running_jobs, req, **JUDGE
+        )
+        result = StragglerSweepResult(
+            policy=tick.policy,
+            jobs=tick.jobs,
+            flagged=tick.flagged,
+            cleared=tick.cleared,
+            errors=tick.errors,
+            still_open=tick.still_open,
+            no_evidence=tick.no_evidence,
+        )
         key = workflow.info().workflow_id + "/" + workflow.info().run_id
         for due in tick.due:
             await drain_straggler(due, req, f"{key}/{due.node}", result)
         return result
 
 
-async def drain_straggler(due: StragglerDrain, req: StragglerSweepInput, key: str, result: StragglerSweepResult) -> None:
+async def drain_straggler(
+    due: StragglerDrain, req: StragglerSweepInput, key: str, result: StragglerSweepResult
+) -> None:
     cause = f"straggler {due.metric} in job {due.job_id}: {due.evidence}; drained at its checkpoint ({due.why})"
     event = Event("straggler", check=due.metric, status="fail", message=due.evidence).to_dict()
     decision, outcome = await guarded_drain(
         RemovalRequest(node=due.node, rack=due.rack, reason=cause, actor=req.actor, request_id=key),
-        TransitionRequest(node=due.node, trigger="drain", actor=req.actor, actor_kind=Actor.AUTOMATION.value,
-                          cause=cause, request_id=f"{key}/drain", event=event))
+        TransitionRequest(
+            node=due.node,
+            trigger="drain",
+            actor=req.actor,
+            actor_kind=Actor.AUTOMATION.value,
+            cause=cause,
+            request_id=f"{key}/drain",
+            event=event,
+        ),
+    )
     drained = outcome is not None and outcome.accepted
     if drained:
         detail = f"drained: {due.why}"
@@ -75,8 +99,9 @@ async def drain_straggler(due: StragglerDrain, req: StragglerSweepInput, key: st
     (result.drained if drained else result.held).append(due.node)
     if drained and due.restart_job:
         await restart_off(due, cause, req)
-    await workflow.execute_activity_method(StragglerActivities.record_straggler_drain,
-                                           StragglerDrainRecord(due.finding_ids, drained, detail), **QUICK)
+    await workflow.execute_activity_method(
+        StragglerActivities.record_straggler_drain, StragglerDrainRecord(due.finding_ids, drained, detail), **QUICK
+    )
 
 
 async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput) -> None:
@@ -86,8 +111,15 @@ async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput)
     try:
         await workflow.start_child_workflow(
             JobRestart.run,
-            JobRestartInput(job_id=due.job_id, scheduler=due.scheduler, bad_nodes=[due.node], cause=cause,
-                            actor=req.actor, fault_seen_at=workflow.now().isoformat(), restart_id=restart_id),
+            JobRestartInput(
+                job_id=due.job_id,
+                scheduler=due.scheduler,
+                bad_nodes=[due.node],
+                cause=cause,
+                actor=req.actor,
+                fault_seen_at=workflow.now().isoformat(),
+                restart_id=restart_id,
+            ),
             id=job_restart_id(due.job_id, restart_id),
             # The restart outlives this tick.
             parent_close_policy=ParentClosePolicy.ABANDON,

@@ -40,4 +40,3 @@ def box_rows(text: str, width: int) -> list[str]:
 def ctime(t: float) -> str:
     """strftime("%a %b %e %H:%M:%S %Y") in UTC, as nvidia-smi -q and dmesg -T print times."""
     return time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(t))
-

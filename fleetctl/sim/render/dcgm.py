@@ -26,9 +26,11 @@ def _plugin_tests(level: int) -> list[tuple[str, list[str]]]:
     if level < 2:
         return []
     hardware = ["GPU Memory"] + (["Diagnostic"] if level >= 3 else []) + (["Pulse Test"] if level >= 4 else [])
-    stress = (["SM Stress"] if level >= 4 else []) + (
-        ["Targeted Stress", "Targeted Power", "Memory Bandwidth"] if level >= 3 else []
-    ) + (["Memtest"] if level >= 4 else [])
+    stress = (
+        (["SM Stress"] if level >= 4 else [])
+        + (["Targeted Stress", "Targeted Power", "Memory Bandwidth"] if level >= 3 else [])
+        + (["Memtest"] if level >= 4 else [])
+    )
     return [("Integration", ["PCIe"]), ("Hardware", hardware), ("Stress", stress)]
 
 
@@ -122,14 +124,16 @@ def _diag_section(title: str, edge: str) -> str:
 
 
 def _plugin_summary(test: _DiagTest, gpu_ids: list[int]) -> list[str]:
-    """"Pass - All", or "Pass - GPUs: 1, 2" and "Fail - GPU: 0" lines."""
+    """ "Pass - All", or "Pass - GPUs: 1, 2" and "Fail - GPU: 0" lines."""
     if not test.failed_gpus:
         return [f"{test.status} - All"]
     passed = [i for i in gpu_ids if i not in test.failed_gpus]
     lines = []
     if passed:
         lines.append(("Pass - GPU: " if len(passed) == 1 else "Pass - GPUs: ") + ", ".join(map(str, passed)))
-    lines.append(("Fail - GPU: " if len(test.failed_gpus) == 1 else "Fail - GPUs: ") + ", ".join(map(str, test.failed_gpus)))
+    lines.append(
+        ("Fail - GPU: " if len(test.failed_gpus) == 1 else "Fail - GPUs: ") + ", ".join(map(str, test.failed_gpus))
+    )
     return lines
 
 

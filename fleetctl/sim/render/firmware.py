@@ -122,7 +122,10 @@ def render_nvfwupd_show_version(node: NodeState, with_package: bool, as_json: bo
         "",
         "Firmware Devices:",
     ]
-    table = [("AP Name", "Sys Version", "Pkg Version", "Up-To-Date"), ("-------", "-----------", "-----------", "----------")]
+    table = [
+        ("AP Name", "Sys Version", "Pkg Version", "Up-To-Date"),
+        ("-------", "-----------", "-----------", "----------"),
+    ]
     lines += [f"{a:<41}{b:<31}{c:<31}{d:<10}" for a, b, c, d in table + rows]
     lines += ["-" * 120, "Error Code: 0"]
     return ToolOutput("\n".join(lines) + "\n")

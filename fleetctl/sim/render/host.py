@@ -11,17 +11,20 @@ from fleetctl.sim.node import KERNEL_RELEASE, NodeState
 
 _T = "\t"
 # lspci's name of each ConnectX the simulator knows (pci.ids); another CA type gets "Device".
-_HCA_NAMES = {"MT4129": "MT2910 Family [ConnectX-7]", "MT41692": "MT43244 BlueField-3 integrated ConnectX-7 network controller"}
+_HCA_NAMES = {
+    "MT4129": "MT2910 Family [ConnectX-7]",
+    "MT41692": "MT43244 BlueField-3 integrated ConnectX-7 network controller",
+}
 
 
 def _link_block(cap_speed: str, width: int, narrow: bool) -> list[str]:
     status = f"Speed {cap_speed}, Width x8 (downgraded)" if narrow else f"Speed {cap_speed}, Width x{width}"
     return [
         f"{_T}Capabilities: [60] Express (v2) Endpoint, MSI 00",
-        f"{_T*2}LnkCap:{_T}Port #0, Speed {cap_speed}, Width x{width}, ASPM not supported",
-        f"{_T*3}ClockPM- Surprise- LLActRep- BwNot- ASPMOptComp+",
-        f"{_T*2}LnkSta:{_T}{status}",
-        f"{_T*3}TrErr- Train- SlotClk+ DLActive- BWMgmt- ABWMgmt-",
+        f"{_T * 2}LnkCap:{_T}Port #0, Speed {cap_speed}, Width x{width}, ASPM not supported",
+        f"{_T * 3}ClockPM- Surprise- LLActRep- BwNot- ASPMOptComp+",
+        f"{_T * 2}LnkSta:{_T}{status}",
+        f"{_T * 3}TrErr- Train- SlotClk+ DLActive- BWMgmt- ABWMgmt-",
     ]
 
 
@@ -34,36 +37,81 @@ def render_lspci(node: NodeState) -> str:
     # A GPU the driver never initialised is still on the bus, bound to nvidia.
     for gpu in node.gpus + node.uninitialised_gpus:
         if gpu.lost:
-            devices.append((gpu.bus, [f"{gpu.bus:02x}:00.0 3D controller: NVIDIA Corporation Device {p.pci_device_id >> 16:04x} (rev ff)",
-                                      f"{_T}!!! Unknown header type 7f"]))
+            devices.append(
+                (
+                    gpu.bus,
+                    [
+                        f"{gpu.bus:02x}:00.0 3D controller: NVIDIA Corporation Device {p.pci_device_id >> 16:04x} (rev ff)",
+                        f"{_T}!!! Unknown header type 7f",
+                    ],
+                )
+            )
             continue
-        lines = [f"{gpu.bus:02x}:00.0 3D controller: NVIDIA Corporation {p.architecture} [{p.gpu_name}] (rev a1)",
-                 f"{_T}Subsystem: NVIDIA Corporation Device {p.pci_subsystem_id >> 16:04x}"]
-        devices.append((gpu.bus, lines + _link_block(speed, 16, gpu.bus in host.narrow_pci_buses)
-                        + [f"{_T}Kernel driver in use: nvidia"]))
+        lines = [
+            f"{gpu.bus:02x}:00.0 3D controller: NVIDIA Corporation {p.architecture} [{p.gpu_name}] (rev a1)",
+            f"{_T}Subsystem: NVIDIA Corporation Device {p.pci_subsystem_id >> 16:04x}",
+        ]
+        devices.append(
+            (
+                gpu.bus,
+                lines
+                + _link_block(speed, 16, gpu.bus in host.narrow_pci_buses)
+                + [f"{_T}Kernel driver in use: nvidia"],
+            )
+        )
     for hca in node.hcas:
         kind = "Infiniband controller" if hca.link_layer == "InfiniBand" else "Ethernet controller"
         name = _HCA_NAMES.get(hca.ca_type, f"Device {hca.ca_type}")
         lines = [f"{hca.pci_bus:02x}:00.0 {kind}: Mellanox Technologies {name}"]
-        devices.append((hca.pci_bus, lines + _link_block("32GT/s", 16, hca.pci_bus in host.narrow_pci_buses)
-                        + [f"{_T}Kernel driver in use: mlx5_core"]))
+        devices.append(
+            (
+                hca.pci_bus,
+                lines
+                + _link_block("32GT/s", 16, hca.pci_bus in host.narrow_pci_buses)
+                + [f"{_T}Kernel driver in use: mlx5_core"],
+            )
+        )
     return "".join("\n".join(lines) + "\n\n" for _, lines in sorted(devices))
 
 
-_CORRECTABLE = ("Receiver Error", "Bad TLP", "Bad DLLP", "RELAY_NUM Rollover", "Replay Timer Timeout",
-                "Advisory Non-Fatal", "Corrected Internal Error", "Header Log Overflow")
-_UNCORRECTABLE = ("Undefined", "Data Link Protocol", "Surprise Down Error", "Poisoned TLP", "Flow Control Protocol",
-                  "Completion Timeout", "Completer Abort", "Unexpected Completion", "Receiver Overflow", "Malformed TLP",
-                  "ECRC", "Unsupported Request", "ACS Violation", "Uncorrectable Internal Error", "MC Blocked TLP",
-                  "AtomicOp Egress Blocked", "TLP Prefix Blocked Error")
+_CORRECTABLE = (
+    "Receiver Error",
+    "Bad TLP",
+    "Bad DLLP",
+    "RELAY_NUM Rollover",
+    "Replay Timer Timeout",
+    "Advisory Non-Fatal",
+    "Corrected Internal Error",
+    "Header Log Overflow",
+)
+_UNCORRECTABLE = (
+    "Undefined",
+    "Data Link Protocol",
+    "Surprise Down Error",
+    "Poisoned TLP",
+    "Flow Control Protocol",
+    "Completion Timeout",
+    "Completer Abort",
+    "Unexpected Completion",
+    "Receiver Overflow",
+    "Malformed TLP",
+    "ECRC",
+    "Unsupported Request",
+    "ACS Violation",
+    "Uncorrectable Internal Error",
+    "MC Blocked TLP",
+    "AtomicOp Egress Blocked",
+    "TLP Prefix Blocked Error",
+)
 
 
 def _aer_file(kind: str, fatal: int) -> list[str]:
     if kind == "correctable":
         return [f"{name} 0" for name in _CORRECTABLE] + ["TOTAL_ERR_COR 0"]
     count = fatal if kind == "fatal" else 0
-    return ([f"{name} {count if name == 'Surprise Down Error' else 0}" for name in _UNCORRECTABLE]
-            + [f"TOTAL_ERR_{kind.upper()} {count}"])
+    return [f"{name} {count if name == 'Surprise Down Error' else 0}" for name in _UNCORRECTABLE] + [
+        f"TOTAL_ERR_{kind.upper()} {count}"
+    ]
 
 
 def _sysfs_files(node: NodeState) -> dict[str, list[str]]:
@@ -93,20 +141,30 @@ def render_grep_files(node: NodeState, patterns: list[str]) -> str:
 def render_meminfo(node: NodeState) -> str:
     total = node.host.memory_kb
     free = int(total * 0.978)
-    return (f"MemTotal:       {total:10d} kB\nMemFree:        {free:10d} kB\nMemAvailable:   {int(total * 0.985):10d} kB\n"
-            f"Buffers:        {103144:10d} kB\nCached:         {9637720:10d} kB\nSwapCached:     {0:10d} kB\n")
+    return (
+        f"MemTotal:       {total:10d} kB\nMemFree:        {free:10d} kB\nMemAvailable:   {int(total * 0.985):10d} kB\n"
+        f"Buffers:        {103144:10d} kB\nCached:         {9637720:10d} kB\nSwapCached:     {0:10d} kB\n"
+    )
 
 
 def render_lscpu(node: NodeState) -> str:
     total, offline = node.host.cpus, node.host.cpus_offline
     grace = node.profile.cpu_architecture == "aarch64"
-    rows = [("Architecture", node.profile.cpu_architecture), ("CPU op-mode(s)", "64-bit" if grace else "32-bit, 64-bit"),
-            ("Byte Order", "Little Endian"), ("CPU(s)", str(total)), ("On-line CPU(s) list", f"0-{total - offline - 1}")]
+    rows = [
+        ("Architecture", node.profile.cpu_architecture),
+        ("CPU op-mode(s)", "64-bit" if grace else "32-bit, 64-bit"),
+        ("Byte Order", "Little Endian"),
+        ("CPU(s)", str(total)),
+        ("On-line CPU(s) list", f"0-{total - offline - 1}"),
+    ]
     if offline:
         rows.append(("Off-line CPU(s) list", f"{total - offline}-{total - 1}"))
     # Grace: Arm Neoverse V2 cores, one thread each (NVIDIA Grace datasheet); lscpu names the vendor ARM.
-    rows += ([("Vendor ID", "ARM"), ("Model name", "Neoverse-V2"), ("Thread(s) per core", "1"), ("Socket(s)", "2")] if grace
-             else [("Thread(s) per core", "2"), ("Socket(s)", "2"), ("Vendor ID", "GenuineIntel")])
+    rows += (
+        [("Vendor ID", "ARM"), ("Model name", "Neoverse-V2"), ("Thread(s) per core", "1"), ("Socket(s)", "2")]
+        if grace
+        else [("Thread(s) per core", "2"), ("Socket(s)", "2"), ("Vendor ID", "GenuineIntel")]
+    )
     return "".join(f"{key + ':':<33}{value}\n" for key, value in rows)
 
 
@@ -118,21 +176,34 @@ def render_df(node: NodeState, inodes: bool) -> str:
     memory = node.host.memory_kb
     if inodes:
         rows = ["Filesystem          Inodes  IUsed       IFree IUse% Mounted on"]
-        rows += [f"{src:<16}{memory // 8:>10} {1398:>6} {memory // 8 - 1398:>11} {'1%':>5} {target}" for src, _, target in _PSEUDO]
+        rows += [
+            f"{src:<16}{memory // 8:>10} {1398:>6} {memory // 8 - 1398:>11} {'1%':>5} {target}"
+            for src, _, target in _PSEUDO
+        ]
         for fs in node.host.filesystems:
             pct = "-" if not fs.inodes else f"{-(-fs.inodes_used * 100 // fs.inodes)}%"
-            rows.append(f"{fs.source:<16}{fs.inodes:>10} {fs.inodes_used:>6} {fs.inodes - fs.inodes_used:>11} {pct:>5} {fs.target}")
+            rows.append(
+                f"{fs.source:<16}{fs.inodes:>10} {fs.inodes_used:>6} {fs.inodes - fs.inodes_used:>11} {pct:>5} {fs.target}"
+            )
     else:
         rows = ["Filesystem     1024-blocks      Used  Available Capacity Mounted on"]
-        rows += [f"{src:<15}{memory // 2:>12} {5176:>9} {memory // 2 - 5176:>10} {'1%':>8} {target}" for src, _, target in _PSEUDO]
+        rows += [
+            f"{src:<15}{memory // 2:>12} {5176:>9} {memory // 2 - 5176:>10} {'1%':>8} {target}"
+            for src, _, target in _PSEUDO
+        ]
         for fs in node.host.filesystems:
             pct = f"{-(-fs.used_kb * 100 // fs.size_kb)}%"
-            rows.append(f"{fs.source:<15}{fs.size_kb:>12} {fs.used_kb:>9} {fs.size_kb - fs.used_kb:>10} {pct:>8} {fs.target}")
+            rows.append(
+                f"{fs.source:<15}{fs.size_kb:>12} {fs.used_kb:>9} {fs.size_kb - fs.used_kb:>10} {pct:>8} {fs.target}"
+            )
     return "\n".join(rows) + "\n"
 
 
 def render_mounts(node: NodeState) -> str:
-    lines = ["sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0", "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0"]
+    lines = [
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+        "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+    ]
     lines += [f"{src} {target} {fstype} rw,nosuid,relatime 0 0" for src, fstype, target in _PSEUDO]
     lines += [f"{fs.source} {fs.target} {fs.fstype} {fs.options} 0 0" for fs in node.host.filesystems]
     return "\n".join(lines) + "\n"
@@ -144,16 +215,21 @@ def render_systemctl_show(node: NodeState, units: list[str]) -> str:
     for unit in units:
         name = unit.removesuffix(".service")
         state = node.host.services.get(name, "")
-        load, active, sub = ("not-found", "inactive", "dead") if not state else (
-            "loaded", state, "running" if state == "active" else state)
+        load, active, sub = (
+            ("not-found", "inactive", "dead")
+            if not state
+            else ("loaded", state, "running" if state == "active" else state)
+        )
         blocks.append(f"Id={name}.service\nLoadState={load}\nActiveState={active}\nSubState={sub}\n")
     return "\n".join(blocks)
 
 
 def render_driver_version_file(node: NodeState) -> str:
-    return (f"NVRM version: NVIDIA UNIX {node.profile.cpu_architecture} Kernel Module  {node.host.loaded_driver}  Release Build  "
-            "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  2 22:04:44 UTC 2024\n"
-            "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n")
+    return (
+        f"NVRM version: NVIDIA UNIX {node.profile.cpu_architecture} Kernel Module  {node.host.loaded_driver}  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Tue Jul  2 22:04:44 UTC 2024\n"
+        "GCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04)\n"
+    )
 
 
 def render_uname_r(node: NodeState) -> str:
@@ -166,10 +242,12 @@ def render_chronyc_tracking(node: NodeState) -> str:
     side = "slow" if offset >= 0 else "fast"
     reference = "C0A80A01 (ntp1.cluster)" if host.clock_synchronised else "00000000 ()"
     ref_time = time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(node.now - 40 if host.clock_synchronised else 0))
-    return (f"Reference ID    : {reference}\nStratum         : {3 if host.clock_synchronised else 0}\n"
-            f"Ref time (UTC)  : {ref_time}\nSystem time     : {abs(offset):.9f} seconds {side} of NTP time\n"
-            "Last offset     : +0.000004213 seconds\nRMS offset      : 0.000011874 seconds\n"
-            "Frequency       : 12.863 ppm slow\nResidual freq   : -0.000 ppm\nSkew            : 0.057 ppm\n"
-            "Root delay      : 0.000356001 seconds\nRoot dispersion : 0.000135267 seconds\n"
-            "Update interval : 64.2 seconds\n"
-            f"Leap status     : {'Normal' if host.clock_synchronised else 'Not synchronised'}\n")
+    return (
+        f"Reference ID    : {reference}\nStratum         : {3 if host.clock_synchronised else 0}\n"
+        f"Ref time (UTC)  : {ref_time}\nSystem time     : {abs(offset):.9f} seconds {side} of NTP time\n"
+        "Last offset     : +0.000004213 seconds\nRMS offset      : 0.000011874 seconds\n"
+        "Frequency       : 12.863 ppm slow\nResidual freq   : -0.000 ppm\nSkew            : 0.057 ppm\n"
+        "Root delay      : 0.000356001 seconds\nRoot dispersion : 0.000135267 seconds\n"
+        "Update interval : 64.2 seconds\n"
+        f"Leap status     : {'Normal' if host.clock_synchronised else 'Not synchronised'}\n"
+    )

@@ -53,11 +53,22 @@ def render_hpl(node: NodeState, ranks: int, rng: random.Random) -> tuple[ToolOut
     n = hpl_problem_size(node, ranks)
     lines = _HPL_BANNER.splitlines()
     params = [
-        ("N", f"{n:8d} "), ("NB", f"{HPL_NB:8d} "), ("PMAP", "Column-major process mapping"),
-        ("P", f"{p:8d} "), ("Q", f"{q:8d} "), ("PFACT", "    Left "), ("NBMIN", "       2 "),
-        ("NDIV", "       2 "), ("RFACT", "    Left "), ("BCAST", "  2ringM "), ("DEPTH", "       1 "),
-        ("SWAP", "Spread-roll (long)"), ("L1", "no-transposed form"), ("U", "transposed form"),
-        ("EQUIL", "no"), ("ALIGN", "8 double precision words"),
+        ("N", f"{n:8d} "),
+        ("NB", f"{HPL_NB:8d} "),
+        ("PMAP", "Column-major process mapping"),
+        ("P", f"{p:8d} "),
+        ("Q", f"{q:8d} "),
+        ("PFACT", "    Left "),
+        ("NBMIN", "       2 "),
+        ("NDIV", "       2 "),
+        ("RFACT", "    Left "),
+        ("BCAST", "  2ringM "),
+        ("DEPTH", "       1 "),
+        ("SWAP", "Spread-roll (long)"),
+        ("L1", "no-transposed form"),
+        ("U", "transposed form"),
+        ("EQUIL", "no"),
+        ("ALIGN", "8 double precision words"),
     ]
     lines += [f"{key.ljust(7)}: {value}" for key, value in params]
     lines += [

@@ -26,7 +26,11 @@ def render_ibstat(node: NodeState, devices: Sequence[str]) -> ToolOutput:
     """`ibstat [CA]`: every HCA, or the one named."""
     hcas = _named(node, devices)
     if hcas is None:
-        return ToolOutput("", f"ibpanic: [{node.hostname}] main: '{devices[0]}' IB device can't be found: No such file or directory\n", 255)
+        return ToolOutput(
+            "",
+            f"ibpanic: [{node.hostname}] main: '{devices[0]}' IB device can't be found: No such file or directory\n",
+            255,
+        )
     lines = []
     for hca in hcas:
         ethernet = hca.link_layer == "Ethernet"
@@ -55,15 +59,19 @@ def render_ibstat(node: NodeState, devices: Sequence[str]) -> ToolOutput:
 
 # libibverbs' per-lane speeds as ibv_devinfo prints them ("50.0 Gbps (64)": HDR; NDR is 100).
 _LANE_SPEEDS = {2.5: 1, 5.0: 2, 10.0: 4, 14.0: 16, 25.0: 32, 50.0: 64, 100.0: 128, 200.0: 256}
-_DEVINFO_STATE = {"Active": "PORT_ACTIVE (4)", "Down": "PORT_DOWN (1)", "Initializing": "PORT_INIT (2)",
-                  "Armed": "PORT_ARMED (3)"}
+_DEVINFO_STATE = {
+    "Active": "PORT_ACTIVE (4)",
+    "Down": "PORT_DOWN (1)",
+    "Initializing": "PORT_INIT (2)",
+    "Armed": "PORT_ARMED (3)",
+}
 _DEVINFO_PHYS = {"LinkUp": "LINK_UP (5)", "Polling": "POLLING (2)", "Disabled": "DISABLED (3)", "Sleep": "SLEEP (1)"}
 
 
 def _guid(value: int) -> str:
     """ibv_devinfo's GUID form: four groups of four hex digits (88e9:a4ff:ff25:a462)."""
     text = f"{value:016x}"
-    return ":".join(text[i:i + 4] for i in range(0, 16, 4))
+    return ":".join(text[i : i + 4] for i in range(0, 16, 4))
 
 
 def render_ibv_devinfo(node: NodeState, devices: Sequence[str], verbose: bool) -> ToolOutput:
@@ -77,20 +85,33 @@ def render_ibv_devinfo(node: NodeState, devices: Sequence[str], verbose: bool) -
     for hca in hcas:
         ethernet = hca.link_layer == "Ethernet"
         guid = _eui64(hca.mac) if ethernet else hca.guid
-        lines += [f"hca_id:\t{hca.name}", "\ttransport:\t\t\tInfiniBand (0)", f"\tfw_ver:\t\t\t\t{hca.firmware}",
-                  f"\tnode_guid:\t\t\t{_guid(guid)}", f"\tsys_image_guid:\t\t\t{_guid(guid)}",
-                  "\tvendor_id:\t\t\t0x02c9", f"\tvendor_part_id:\t\t\t{hca.ca_type.removeprefix('MT')}",
-                  "\thw_ver:\t\t\t\t0x0", f"\tboard_id:\t\t\t{node.profile.hca.psid if hca.ca_type == node.profile.hca.ca_type else 'MT_0000000884'}",
-                  "\tphys_port_cnt:\t\t\t1", "\t\tport:\t1",
-                  f"\t\t\tstate:\t\t\t{_DEVINFO_STATE.get(hca.state, 'PORT_DOWN (1)')}",
-                  "\t\t\tmax_mtu:\t\t4096 (5)", f"\t\t\tactive_mtu:\t\t{'1024 (3)' if ethernet else '4096 (5)'}",
-                  f"\t\t\tsm_lid:\t\t\t{0 if ethernet else 1}", f"\t\t\tport_lid:\t\t{0 if ethernet else hca.lid}",
-                  "\t\t\tport_lmc:\t\t0x00", f"\t\t\tlink_layer:\t\t{hca.link_layer}"]
+        lines += [
+            f"hca_id:\t{hca.name}",
+            "\ttransport:\t\t\tInfiniBand (0)",
+            f"\tfw_ver:\t\t\t\t{hca.firmware}",
+            f"\tnode_guid:\t\t\t{_guid(guid)}",
+            f"\tsys_image_guid:\t\t\t{_guid(guid)}",
+            "\tvendor_id:\t\t\t0x02c9",
+            f"\tvendor_part_id:\t\t\t{hca.ca_type.removeprefix('MT')}",
+            "\thw_ver:\t\t\t\t0x0",
+            f"\tboard_id:\t\t\t{node.profile.hca.psid if hca.ca_type == node.profile.hca.ca_type else 'MT_0000000884'}",
+            "\tphys_port_cnt:\t\t\t1",
+            "\t\tport:\t1",
+            f"\t\t\tstate:\t\t\t{_DEVINFO_STATE.get(hca.state, 'PORT_DOWN (1)')}",
+            "\t\t\tmax_mtu:\t\t4096 (5)",
+            f"\t\t\tactive_mtu:\t\t{'1024 (3)' if ethernet else '4096 (5)'}",
+            f"\t\t\tsm_lid:\t\t\t{0 if ethernet else 1}",
+            f"\t\t\tport_lid:\t\t{0 if ethernet else hca.lid}",
+            "\t\t\tport_lmc:\t\t0x00",
+            f"\t\t\tlink_layer:\t\t{hca.link_layer}",
+        ]
         if verbose:
             lane = hca.rate_gbps / 4
-            lines += ["\t\t\tactive_width:\t\t4X (2)",
-                      f"\t\t\tactive_speed:\t\t{lane:.1f} Gbps ({_LANE_SPEEDS.get(lane, 0)})",
-                      f"\t\t\tphys_state:\t\t{_DEVINFO_PHYS.get(hca.physical_state, 'POLLING (2)')}"]
+            lines += [
+                "\t\t\tactive_width:\t\t4X (2)",
+                f"\t\t\tactive_speed:\t\t{lane:.1f} Gbps ({_LANE_SPEEDS.get(lane, 0)})",
+                f"\t\t\tphys_state:\t\t{_DEVINFO_PHYS.get(hca.physical_state, 'POLLING (2)')}",
+            ]
         lines.append("")
     return ToolOutput("\n".join(lines) + "\n")
 
@@ -114,7 +135,9 @@ def render_ib_write_bw(node: NodeState, run: IbWriteBwRun, rng: random.Random) -
     """perftest ib_write_bw, one side of the test; and its seconds on the wire."""
     hca = next((h for h in node.hcas if h.name == run.device), None)
     if hca is None:
-        return ToolOutput("", f" Couldn't find device {run.device}\n Unable to find the Infiniband/RoCE device\n", 1), 0.1
+        return ToolOutput(
+            "", f" Couldn't find device {run.device}\n Unable to find the Infiniband/RoCE device\n", 1
+        ), 0.1
     if hca.state != "Active":
         return ToolOutput(
             "",
@@ -157,7 +180,9 @@ def render_ib_write_bw(node: NodeState, run: IbWriteBwRun, rng: random.Random) -
         seconds += run.duration_s if run.duration_s is not None else iterations / (msg_rate * 1e6)
         value = gbps if run.report_gbits else gbps * 1e9 / 8 / 2**20
         peak = 0.0 if run.duration_s is not None else value * 1.002
-        out.append(f" {size:<7d}    {iterations:<10d}       {peak:<7.2f}            {value:<7.2f}\t\t     {msg_rate:<7.6f}")
+        out.append(
+            f" {size:<7d}    {iterations:<10d}       {peak:<7.2f}            {value:<7.2f}\t\t     {msg_rate:<7.6f}"
+        )
     out.append(_PERFTEST_RULE)
     return ToolOutput("\n".join(out) + "\n"), seconds
 
@@ -165,11 +190,29 @@ def render_ib_write_bw(node: NodeState, run: IbWriteBwRun, rng: random.Random) -
 # `perfquery -x` fields in the order infiniband-diags prints them (a real block is in
 # tests/fixtures/checks/ib/perfquery_x_lid1719_before.out).
 _PERFQUERY_FIELDS = (
-    "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts", "PortUnicastRcvPkts",
-    "PortMulticastXmitPkts", "PortMulticastRcvPkts", "CounterSelect2", "SymbolErrorCounter",
-    "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors", "PortRcvRemotePhysicalErrors",
-    "PortRcvSwitchRelayErrors", "PortXmitDiscards", "PortXmitConstraintErrors", "PortRcvConstraintErrors",
-    "LocalLinkIntegrityErrors", "ExcessiveBufferOverrunErrors", "VL15Dropped", "PortXmitWait", "QP1Dropped",
+    "PortXmitData",
+    "PortRcvData",
+    "PortXmitPkts",
+    "PortRcvPkts",
+    "PortUnicastXmitPkts",
+    "PortUnicastRcvPkts",
+    "PortMulticastXmitPkts",
+    "PortMulticastRcvPkts",
+    "CounterSelect2",
+    "SymbolErrorCounter",
+    "LinkErrorRecoveryCounter",
+    "LinkDownedCounter",
+    "PortRcvErrors",
+    "PortRcvRemotePhysicalErrors",
+    "PortRcvSwitchRelayErrors",
+    "PortXmitDiscards",
+    "PortXmitConstraintErrors",
+    "PortRcvConstraintErrors",
+    "LocalLinkIntegrityErrors",
+    "ExcessiveBufferOverrunErrors",
+    "VL15Dropped",
+    "PortXmitWait",
+    "QP1Dropped",
 )
 
 
@@ -179,23 +222,43 @@ def render_perfquery(node: NodeState, device: str, port: int, at: float) -> Tool
     runs (`at` past the node's `now`), so its counters grow over a check and never saturate."""
     hca = next((h for h in node.hcas if h.name == device), None)
     if hca is None or port != 1:
-        return ToolOutput("", f"ibwarn: [{node.hostname}] mad_rpc_open_port: can't open UMAD port ({device}:{port})\n"
-                              f"perfquery: iberror: failed: Failed to open '{device}' port '{port}'\n", 255)
+        return ToolOutput(
+            "",
+            f"ibwarn: [{node.hostname}] mad_rpc_open_port: can't open UMAD port ({device}:{port})\n"
+            f"perfquery: iberror: failed: Failed to open '{device}' port '{port}'\n",
+            255,
+        )
     if hca.state != "Active" or hca.link_layer != "InfiniBand":
-        return ToolOutput("", f"ibwarn: [{node.hostname}] mad_rpc: _do_madrpc failed; dport (Lid {hca.lid})\n"
-                              f"perfquery: iberror: failed: perfquery query failed\n", 255)
+        return ToolOutput(
+            "",
+            f"ibwarn: [{node.hostname}] mad_rpc: _do_madrpc failed; dport (Lid {hca.lid})\n"
+            f"perfquery: iberror: failed: perfquery query failed\n",
+            255,
+        )
     flaps = int(max(at - node.now, 0.0) // FLAP_PERIOD_S) if hca.flapping_since is not None else 0
     up_s = max(at - node.boot_time, 0.0)
     # Traffic grows with uptime at a fraction of the link rate: 4-byte words, as the spec counts data.
     words = int(up_s * hca.rate_gbps * 1e9 / 8 / 4 * 0.05)
     packets = words // 1024
     values = {
-        "PortXmitData": words, "PortRcvData": words * 9 // 10, "PortXmitPkts": packets, "PortRcvPkts": packets * 9 // 10,
-        "PortUnicastXmitPkts": packets, "PortUnicastRcvPkts": packets * 9 // 10, "PortMulticastXmitPkts": 0,
-        "PortMulticastRcvPkts": 0, "CounterSelect2": "0x00000000", "SymbolErrorCounter": min(flaps * 13, 0xFFFF),
-        "LinkErrorRecoveryCounter": min(flaps, 0xFF), "LinkDownedCounter": min(flaps, 0xFF), "PortXmitWait": words // 1600,
+        "PortXmitData": words,
+        "PortRcvData": words * 9 // 10,
+        "PortXmitPkts": packets,
+        "PortRcvPkts": packets * 9 // 10,
+        "PortUnicastXmitPkts": packets,
+        "PortUnicastRcvPkts": packets * 9 // 10,
+        "PortMulticastXmitPkts": 0,
+        "PortMulticastRcvPkts": 0,
+        "CounterSelect2": "0x00000000",
+        "SymbolErrorCounter": min(flaps * 13, 0xFFFF),
+        "LinkErrorRecoveryCounter": min(flaps, 0xFF),
+        "LinkDownedCounter": min(flaps, 0xFF),
+        "PortXmitWait": words // 1600,
     }
-    lines = [f"# Port extended counters: Lid {hca.lid} port {port} (CapMask: 0x5300 CapMask2: 0x0000002)",
-             f"{'PortSelect:':.<33}{port}", f"{'CounterSelect:':.<33}0x0000"]
+    lines = [
+        f"# Port extended counters: Lid {hca.lid} port {port} (CapMask: 0x5300 CapMask2: 0x0000002)",
+        f"{'PortSelect:':.<33}{port}",
+        f"{'CounterSelect:':.<33}0x0000",
+    ]
     lines += [f"{name + ':':.<33}{values.get(name, 0)}" for name in _PERFQUERY_FIELDS]
     return ToolOutput("\n".join(lines) + "\n")

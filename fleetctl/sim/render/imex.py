@@ -36,8 +36,11 @@ def render_imex_ctl_domain(node: NodeState) -> ToolOutput:
     members = node.domain
     version = ".".join(node.profile.driver_version.split(".")[:2])  # IMEX ships with the driver: 570.172
     stamp = time.gmtime(node.now)
-    lines = [_LEGEND, f"{stamp.tm_mon}/{stamp.tm_mday}/{stamp.tm_year} {time.strftime('%H:%M:%S', stamp)}.{int(node.now * 1000) % 1000:03d}",
-             "Nodes:"]
+    lines = [
+        _LEGEND,
+        f"{stamp.tm_mon}/{stamp.tm_mday}/{stamp.tm_year} {time.strftime('%H:%M:%S', stamp)}.{int(node.now * 1000) % 1000:03d}",
+        "Nodes:",
+    ]
     for index, member in enumerate(members):
         state = "READY" if member.imex_ready else "UNAVAILABLE"
         lines.append(f"{f'Node #{index}':<9} - {member.address:<15} - {state:<20} - Version: {version}")

@@ -40,8 +40,13 @@ def _nccl_time(usec: float) -> str:
     return f"{usec:7.2f}"
 
 
-def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Random,
-                           peers: Sequence[NodeState] = (), ranks_per_node: int | None = None) -> tuple[ToolOutput, float]:
+def render_all_reduce_perf(
+    node: NodeState,
+    run: AllReduceRun,
+    rng: random.Random,
+    peers: Sequence[NodeState] = (),
+    ranks_per_node: int | None = None,
+) -> tuple[ToolOutput, float]:
     """all_reduce_perf output, and the seconds the sweep itself took. With `peers` (the other
     hosts an MPI launcher started ranks on, `ranks_per_node` GPUs each) it is a multi-node
     run: rank 0 on `node` prints it, and the slowest node's fabric sets the bandwidth."""
@@ -74,12 +79,14 @@ def render_all_reduce_perf(node: NodeState, run: AllReduceRun, rng: random.Rando
         lines.append(f"{node.hostname}: Test CUDA failure common.cu:1070 'unknown error'")
         lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:891")
         return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
-    return _sweep(lines, node.allreduce_busbw_gbps, ranks, node.profile.allreduce_latency_us,
-                  node.transient_failure, run, rng)
+    return _sweep(
+        lines, node.allreduce_busbw_gbps, ranks, node.profile.allreduce_latency_us, node.transient_failure, run, rng
+    )
 
 
-def _render_multinode(node: NodeState, peers: list[NodeState], per_node: int, run: AllReduceRun,
-                      rng: random.Random) -> tuple[ToolOutput, float]:
+def _render_multinode(
+    node: NodeState, peers: list[NodeState], per_node: int, run: AllReduceRun, rng: random.Random
+) -> tuple[ToolOutput, float]:
     hosts = [node, *peers]
     lines = [
         f"# nThread {run.threads} nGpus {run.gpus} minBytes {run.min_bytes} maxBytes {run.max_bytes} "
@@ -97,8 +104,10 @@ def _render_multinode(node: NodeState, peers: list[NodeState], per_node: int, ru
                 lines.append(f" .. {host.hostname} pid {pid + local}: Test failure common.cu:891")
                 return ToolOutput("\n".join(lines) + "\n", exit_status=2), 2.0
             gpu = host.gpus[local]
-            lines.append(f"#  Rank {rank:2d} Group  0 Pid {pid + local:6d} on {host.hostname:>10s} device {local:2d} "
-                         f"[0x{gpu.bus:02x}] {host.profile.gpu_name}")
+            lines.append(
+                f"#  Rank {rank:2d} Group  0 Pid {pid + local:6d} on {host.hostname:>10s} device {local:2d} "
+                f"[0x{gpu.bus:02x}] {host.profile.gpu_name}"
+            )
             rank += 1
     for host in hosts:
         if any(g.lost for g in host.gpus[:per_node]) or len(host.gpus) < per_node:
@@ -107,16 +116,26 @@ def _render_multinode(node: NodeState, peers: list[NodeState], per_node: int, ru
             return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
     busbw = min(h.fabric_busbw_gbps for h in hosts)
     if busbw <= 0:
-        lines.append(f"{node.hostname}: Test NCCL failure common.cu:1279 'unhandled system error (run with NCCL_DEBUG=INFO for details)'")
+        lines.append(
+            f"{node.hostname}: Test NCCL failure common.cu:1279 'unhandled system error (run with NCCL_DEBUG=INFO for details)'"
+        )
         lines.append(f" .. {node.hostname} pid {pid}: Test failure common.cu:1151")
         return ToolOutput("\n".join(lines) + "\n", exit_status=3), 30.0
     # Inter-node latency: a few microseconds more than NVLink per ring step.
-    return _sweep(lines, busbw, rank, node.profile.allreduce_latency_us * 2,
-                  any(h.transient_failure for h in hosts), run, rng)
+    return _sweep(
+        lines, busbw, rank, node.profile.allreduce_latency_us * 2, any(h.transient_failure for h in hosts), run, rng
+    )
 
 
-def _sweep(lines: list[str], busbw_gbps: float, ranks: int, latency_us: float, transient: bool,
-           run: AllReduceRun, rng: random.Random) -> tuple[ToolOutput, float]:
+def _sweep(
+    lines: list[str],
+    busbw_gbps: float,
+    ranks: int,
+    latency_us: float,
+    transient: bool,
+    run: AllReduceRun,
+    rng: random.Random,
+) -> tuple[ToolOutput, float]:
     lines += [
         "#",
         "#                                                              out-of-place                       in-place",

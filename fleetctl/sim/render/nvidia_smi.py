@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 from typing import Callable, Sequence
 
-from fleetctl.sim.node import REASON_GPU_IDLE, REASON_HW_SLOWDOWN, REASON_HW_THERMAL, REASON_SW_THERMAL, GpuState, NodeState, ToolOutput
+from fleetctl.sim.node import (
+    REASON_GPU_IDLE,
+    REASON_HW_SLOWDOWN,
+    REASON_HW_THERMAL,
+    REASON_SW_THERMAL,
+    GpuState,
+    NodeState,
+    ToolOutput,
+)
 from fleetctl.sim.profiles import SimProfile
 from fleetctl.sim.render._layout import ReportTree, ctime, report_lines
 
@@ -167,14 +175,15 @@ def render_nvidia_smi_query(
     if header:
         lines.append(
             ", ".join(
-                f"{name} [{QUERY_FIELDS[name][0]}]" if units and QUERY_FIELDS[name][0] else name
-                for name in canonical
+                f"{name} [{QUERY_FIELDS[name][0]}]" if units and QUERY_FIELDS[name][0] else name for name in canonical
             )
         )
     for gpu in selected:
         if not gpu.lost:
             lines.append(", ".join(_query_cell(node, gpu, name, units) for name in canonical))
-    return ToolOutput("\n".join(lines) + "\n", exit_status=NVML_ERROR_GPU_IS_LOST if any(g.lost for g in selected) else 0)
+    return ToolOutput(
+        "\n".join(lines) + "\n", exit_status=NVML_ERROR_GPU_IS_LOST if any(g.lost for g in selected) else 0
+    )
 
 
 def _query_cell(node: NodeState, gpu: GpuState, name: str, units: bool) -> str:
@@ -220,101 +229,145 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
         ("GPU Part Number", p.gpu_part_number),
         ("FRU Part Number", "N/A"),
         ("Module Id", str(gpu.index + 1)),
-        ("Inforom Version", [
-            ("Image Version", p.inforom_image),
-            ("OEM Object", "2.1"),
-            ("ECC Object", "7.16"),
-            ("Power Management Object", "N/A"),
-        ]),
-        ("GPU Reset Status", [
-            ("Reset Required", _yes_no(gpu.remap_pending)),
-            ("Drain and Reset Recommended", "No"),
-        ]),
+        (
+            "Inforom Version",
+            [
+                ("Image Version", p.inforom_image),
+                ("OEM Object", "2.1"),
+                ("ECC Object", "7.16"),
+                ("Power Management Object", "N/A"),
+            ],
+        ),
+        (
+            "GPU Reset Status",
+            [
+                ("Reset Required", _yes_no(gpu.remap_pending)),
+                ("Drain and Reset Recommended", "No"),
+            ],
+        ),
         ("GSP Firmware Version", p.driver_version),
-        ("PCI", [
-            ("Bus", f"0x{gpu.bus:02X}"),
-            ("Device", "0x00"),
-            ("Domain", "0x0000"),
-            ("Device Id", f"0x{p.pci_device_id:04X}10DE"),
-            ("Bus Id", gpu.pci_bus_id),
-            ("Sub System Id", f"0x{p.pci_subsystem_id:04X}10DE"),
-            ("GPU Link Info", [
-                ("PCIe Generation", [("Max", str(p.pcie_gen)), ("Current", str(p.pcie_gen))]),
-                ("Link Width", [("Max", "16x"), ("Current", "16x")]),
-            ]),
-            ("Replays Since Reset", "0"),
-            ("Replay Number Rollovers", "0"),
-        ]),
+        (
+            "PCI",
+            [
+                ("Bus", f"0x{gpu.bus:02X}"),
+                ("Device", "0x00"),
+                ("Domain", "0x0000"),
+                ("Device Id", f"0x{p.pci_device_id:04X}10DE"),
+                ("Bus Id", gpu.pci_bus_id),
+                ("Sub System Id", f"0x{p.pci_subsystem_id:04X}10DE"),
+                (
+                    "GPU Link Info",
+                    [
+                        ("PCIe Generation", [("Max", str(p.pcie_gen)), ("Current", str(p.pcie_gen))]),
+                        ("Link Width", [("Max", "16x"), ("Current", "16x")]),
+                    ],
+                ),
+                ("Replays Since Reset", "0"),
+                ("Replay Number Rollovers", "0"),
+            ],
+        ),
         ("Fan Speed", "N/A"),
         ("Performance State", "P0"),
-        ("Clocks Event Reasons", [
-            ("Idle", reason["Idle"]),
-            ("Applications Clocks Setting", reason["Applications Clocks Setting"]),
-            ("SW Power Cap", reason["SW Power Cap"]),
-            ("HW Slowdown", reason["HW Slowdown"], [
-                ("HW Thermal Slowdown", reason["HW Thermal Slowdown"]),
-                ("HW Power Brake Slowdown", reason["HW Power Brake Slowdown"]),
-            ]),
-            ("Sync Boost", reason["Sync Boost"]),
-            ("SW Thermal Slowdown", reason["SW Thermal Slowdown"]),
-            ("Display Clock Setting", reason["Display Clock Setting"]),
-        ]),
-        ("FB Memory Usage", [
-            ("Total", f"{p.memory_mib} MiB"),
-            ("Reserved", f"{p.memory_reserved_mib} MiB"),
-            ("Used", "1 MiB"),
-            ("Free", f"{p.memory_mib - p.memory_reserved_mib - 1} MiB"),
-        ]),
+        (
+            "Clocks Event Reasons",
+            [
+                ("Idle", reason["Idle"]),
+                ("Applications Clocks Setting", reason["Applications Clocks Setting"]),
+                ("SW Power Cap", reason["SW Power Cap"]),
+                (
+                    "HW Slowdown",
+                    reason["HW Slowdown"],
+                    [
+                        ("HW Thermal Slowdown", reason["HW Thermal Slowdown"]),
+                        ("HW Power Brake Slowdown", reason["HW Power Brake Slowdown"]),
+                    ],
+                ),
+                ("Sync Boost", reason["Sync Boost"]),
+                ("SW Thermal Slowdown", reason["SW Thermal Slowdown"]),
+                ("Display Clock Setting", reason["Display Clock Setting"]),
+            ],
+        ),
+        (
+            "FB Memory Usage",
+            [
+                ("Total", f"{p.memory_mib} MiB"),
+                ("Reserved", f"{p.memory_reserved_mib} MiB"),
+                ("Used", "1 MiB"),
+                ("Free", f"{p.memory_mib - p.memory_reserved_mib - 1} MiB"),
+            ],
+        ),
         ("Compute Mode", "Default"),
         ("Utilization", [("Gpu", "0 %"), ("Memory", "0 %"), ("Encoder", "0 %"), ("Decoder", "0 %")]),
         ("ECC Mode", [("Current", "Enabled"), ("Pending", "Enabled")]),
-        ("ECC Errors", [
-            ("Volatile", ecc_counts(gpu.ecc_uncorrected_volatile)),
-            ("Aggregate", [*ecc_counts(gpu.ecc_uncorrected_aggregate), ("SRAM Threshold Exceeded", "No")]),
-        ]),
-        ("Retired Pages", [
-            ("Single Bit ECC", "N/A"),
-            ("Double Bit ECC", "N/A"),
-            ("Pending Page Blacklist", "N/A"),
-        ]),
-        ("Remapped Rows", [
-            ("Correctable Error", str(gpu.remap_correctable)),
-            ("Uncorrectable Error", str(gpu.remap_uncorrectable)),
-            ("Pending", _yes_no(gpu.remap_pending)),
-            ("Remapping Failure Occurred", _yes_no(gpu.remap_failure)),
-            ("Bank Remap Availability Histogram", [
-                (label, f"{count} bank(s)") for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu))
-            ]),
-        ]),
-        ("Temperature", [
-            ("GPU Current Temp", f"{gpu.temperature_c} C"),
-            # Headroom to the slowdown limit, as Hopper reports it.
-            ("GPU T.Limit Temp", f"{87 - gpu.temperature_c} C"),
-            ("GPU Shutdown T.Limit Temp", "-8 C"),
-            ("GPU Slowdown T.Limit Temp", "-2 C"),
-            ("GPU Max Operating T.Limit Temp", "0 C"),
-            ("GPU Target Temperature", "N/A"),
-            ("Memory Current Temp", f"{gpu.memory_temperature_c} C"),
-            ("Memory Max Operating T.Limit Temp", "0 C"),
-        ]),
-        ("GPU Power Readings", [
-            ("Power Draw", watts(gpu.power_draw_w)),
-            ("Current Power Limit", watts(p.power_limit_w)),
-            ("Requested Power Limit", watts(p.power_limit_w)),
-            ("Default Power Limit", watts(p.power_limit_w)),
-            ("Min Power Limit", watts(p.min_power_limit_w)),
-            ("Max Power Limit", watts(p.power_limit_w)),
-        ]),
-        ("Clocks", [
-            ("Graphics", f"{gpu.sm_clock_mhz} MHz"),
-            ("SM", f"{gpu.sm_clock_mhz} MHz"),
-            ("Memory", f"{p.memory_clock_mhz} MHz"),
-        ]),
-        ("Max Clocks", [
-            ("Graphics", f"{p.max_sm_clock_mhz} MHz"),
-            ("SM", f"{p.max_sm_clock_mhz} MHz"),
-            ("Memory", f"{p.memory_clock_mhz} MHz"),
-        ]),
+        (
+            "ECC Errors",
+            [
+                ("Volatile", ecc_counts(gpu.ecc_uncorrected_volatile)),
+                ("Aggregate", [*ecc_counts(gpu.ecc_uncorrected_aggregate), ("SRAM Threshold Exceeded", "No")]),
+            ],
+        ),
+        (
+            "Retired Pages",
+            [
+                ("Single Bit ECC", "N/A"),
+                ("Double Bit ECC", "N/A"),
+                ("Pending Page Blacklist", "N/A"),
+            ],
+        ),
+        (
+            "Remapped Rows",
+            [
+                ("Correctable Error", str(gpu.remap_correctable)),
+                ("Uncorrectable Error", str(gpu.remap_uncorrectable)),
+                ("Pending", _yes_no(gpu.remap_pending)),
+                ("Remapping Failure Occurred", _yes_no(gpu.remap_failure)),
+                (
+                    "Bank Remap Availability Histogram",
+                    [(label, f"{count} bank(s)") for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu))],
+                ),
+            ],
+        ),
+        (
+            "Temperature",
+            [
+                ("GPU Current Temp", f"{gpu.temperature_c} C"),
+                # Headroom to the slowdown limit, as Hopper reports it.
+                ("GPU T.Limit Temp", f"{87 - gpu.temperature_c} C"),
+                ("GPU Shutdown T.Limit Temp", "-8 C"),
+                ("GPU Slowdown T.Limit Temp", "-2 C"),
+                ("GPU Max Operating T.Limit Temp", "0 C"),
+                ("GPU Target Temperature", "N/A"),
+                ("Memory Current Temp", f"{gpu.memory_temperature_c} C"),
+                ("Memory Max Operating T.Limit Temp", "0 C"),
+            ],
+        ),
+        (
+            "GPU Power Readings",
+            [
+                ("Power Draw", watts(gpu.power_draw_w)),
+                ("Current Power Limit", watts(p.power_limit_w)),
+                ("Requested Power Limit", watts(p.power_limit_w)),
+                ("Default Power Limit", watts(p.power_limit_w)),
+                ("Min Power Limit", watts(p.min_power_limit_w)),
+                ("Max Power Limit", watts(p.power_limit_w)),
+            ],
+        ),
+        (
+            "Clocks",
+            [
+                ("Graphics", f"{gpu.sm_clock_mhz} MHz"),
+                ("SM", f"{gpu.sm_clock_mhz} MHz"),
+                ("Memory", f"{p.memory_clock_mhz} MHz"),
+            ],
+        ),
+        (
+            "Max Clocks",
+            [
+                ("Graphics", f"{p.max_sm_clock_mhz} MHz"),
+                ("SM", f"{p.max_sm_clock_mhz} MHz"),
+                ("Memory", f"{p.memory_clock_mhz} MHz"),
+            ],
+        ),
         ("Fabric", _fabric(node, gpu)),
         ("Processes", "None"),
     ]
@@ -325,8 +378,13 @@ def _fabric(node: NodeState, gpu: GpuState) -> ReportTree:
     health too, in the layout kubernetes-sigs/dra-driver-nvidia-gpu#626 shows (a GB200 node)."""
     if not node.domain:
         return [("State", gpu.fabric_state), ("Status", gpu.fabric_status)]
-    return [("State", gpu.fabric_state), ("Status", gpu.fabric_status), ("CliqueId", str(node.clique_id)),
-            ("ClusterUUID", node.cluster_uuid), ("Health", [("Summary", "Healthy"), ("Bandwidth", "Full")])]
+    return [
+        ("State", gpu.fabric_state),
+        ("Status", gpu.fabric_status),
+        ("CliqueId", str(node.clique_id)),
+        ("ClusterUUID", node.cluster_uuid),
+        ("Health", [("Summary", "Healthy"), ("Bandwidth", "Full")]),
+    ]
 
 
 # `nvidia-smi -q -d X`: the -q sections each display name selects.
@@ -351,7 +409,9 @@ def render_nvidia_smi_q(node: NodeState, display: Sequence[str] | None, indices:
     if display is not None:
         unknown = [d for d in display if d not in Q_DISPLAY_SECTIONS]
         if unknown:
-            return ToolOutput(f'Invalid combination of input arguments: "{unknown[0]}" is not a valid -d option.\n', exit_status=2)
+            return ToolOutput(
+                f'Invalid combination of input arguments: "{unknown[0]}" is not a valid -d option.\n', exit_status=2
+            )
         wanted = {section for d in display for section in Q_DISPLAY_SECTIONS[d]}
     selected = _selected(node, indices)
     lines = [_lost_gpu_line(g) for g in selected if g.lost]  # as for --query-gpu
@@ -374,7 +434,9 @@ def render_nvidia_smi_q(node: NodeState, display: Sequence[str] | None, indices:
         lines.append(f"GPU {gpu.pci_bus_id}")
         lines.extend(report_lines(tree, depth=1))
         lines.append("")
-    return ToolOutput("\n".join(lines) + "\n", exit_status=NVML_ERROR_GPU_IS_LOST if any(g.lost for g in selected) else 0)
+    return ToolOutput(
+        "\n".join(lines) + "\n", exit_status=NVML_ERROR_GPU_IS_LOST if any(g.lost for g in selected) else 0
+    )
 
 
 def render_nvidia_smi_reset(node: NodeState, indices: Sequence[int] | None) -> ToolOutput:
