@@ -32,6 +32,8 @@ system-deps:
 	fi
 
 lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check --quiet .
+	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/lint-imports
 
 # tests/packaging builds the wheel (python -m build), installs it into a clean venv without

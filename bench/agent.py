@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 from bench.fleet import REPO, cpu_seconds, dev_server, fleet_settings, fleetctl_worker, seed_fleet, settings_env
@@ -115,7 +115,7 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
     scheduled: dict[int, list[dict]] = {}
     minors_before = 0
     for event in history.events:
-        at = event.event_time.ToDatetime(timezone.utc).timestamp()
+        at = event.event_time.ToDatetime(UTC).timestamp()
         if at < written_at - 1.0:
             continue  # an earlier trial's
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED and signalled is None:

@@ -84,7 +84,7 @@ def _loaded_modules(args: list[str], env: dict) -> list[str]:
     done = subprocess.run(
         [sys.executable, "-c", _PROBE.format(heavy=HEAVY_MODULES, args=args)], capture_output=True, text=True, env=env
     )
-    line = next((l for l in done.stderr.splitlines() if l.startswith("LOADED ")), None)
+    line = next((ln for ln in done.stderr.splitlines() if ln.startswith("LOADED ")), None)
     if done.returncode != 0 or line is None:
         raise CannotMeasure(f"fleetctl {' '.join(args)} under the import probe failed: {done.stderr[-300:]}")
     return json.loads(line.removeprefix("LOADED "))
@@ -95,8 +95,8 @@ def _small_fleet_db(directory: Path) -> str:
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory.parse import parse_inventory
+    from fleetctl.sim.inventory import render_inventory
 
     url = f"sqlite:///{directory / 'fleet.db'}"
     specs = parse_inventory(yaml.safe_dump({"nodes": render_inventory(SMALL_FLEET, 2, "h100-sxm", seed=1)}))

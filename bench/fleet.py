@@ -10,10 +10,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from bench.harness import CannotMeasure, rss_mib
 from fleetctl.config import Settings, load_settings
@@ -83,8 +83,8 @@ def seed_fleet(
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.sim.inventory import render_inventory
     from fleetctl.inventory.parse import parse_inventory
+    from fleetctl.sim.inventory import render_inventory
 
     specs = parse_inventory(
         yaml.safe_dump({"nodes": render_inventory(count, racks, profile, seed=1, name_prefix=name_prefix)})
@@ -111,7 +111,7 @@ class WorkerProcess:
     process: subprocess.Popen
 
     @classmethod
-    def start(cls, argv: list[str], env: dict[str, str], log: Path, ready_text: str | None = None) -> "WorkerProcess":
+    def start(cls, argv: list[str], env: dict[str, str], log: Path, ready_text: str | None = None) -> WorkerProcess:
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 argv,

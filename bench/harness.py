@@ -9,10 +9,10 @@ import platform
 import statistics
 import subprocess
 import sys
-from datetime import datetime, timezone
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Sequence
 
 RESULTS_DIR = Path(__file__).parent / "results"
 
@@ -72,7 +72,7 @@ def load() -> list[float]:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

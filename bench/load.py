@@ -53,7 +53,7 @@ async def _sample_rss(pid: int, samples: list[tuple[float, float]], started: flo
             samples.append((round(time.monotonic() - started, 1), value))
         try:
             await asyncio.wait_for(stop.wait(), RSS_EVERY_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -119,7 +119,7 @@ async def _settle(client, settings, names: list[str]) -> dict:
             return bool(s.work or s.activity)
 
         flags = await asyncio.gather(*(busy(n) for n in names))
-        return [n for n, b in zip(names, flags) if b]
+        return [n for n, b in zip(names, flags, strict=False) if b]
 
     async def running(kind: str) -> list[str]:
         query = f"WorkflowType = '{kind}' AND ExecutionStatus = 'Running' AND TaskQueue = '{settings.task_queue}'"

@@ -101,7 +101,7 @@ def large_nccl(megabytes: float, rng: random.Random) -> str:
     per_line = len(noise) // len(table) + 1
     body = []
     for index, row in enumerate(table):
-        body += noise[index * per_line : (index + 1) * per_line] + [row]
+        body += [*noise[index * per_line : (index + 1) * per_line], row]
     return "\n".join(head + body) + "\n"
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 from bench.fleet import dev_server, fleet_settings, fleetctl_worker, settings_env
@@ -90,7 +90,7 @@ def _event_seen_at(settings, node: str) -> float:
     from fleetctl.db.engine import get_engine
 
     at = queries.health_events(get_engine(settings.db_url), node, limit=1)[0].at
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
@@ -149,6 +149,7 @@ def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
             zip(
                 ("command_exit_s", "drained_s", "running_again_s", "event_to_drained_s", "event_to_running_again_s"),
                 rounded([exited - started, drained - started, running - started, drained - seen, running - seen], 3),
+                strict=False,
             )
         ),
     }

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from bench.fleet import cpu_seconds, dev_server, fleet_settings, fleetctl_worker, settings_env
 from bench.harness import CannotMeasure, load, rounded, rss_mib
@@ -61,12 +61,12 @@ def _inventory(directory: Path, nodes: int) -> Path:
 
 def _put_in_production(settings, inventory: Path) -> None:
     from sqlalchemy import update
+    from sqlmodel import Session
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
     from fleetctl.inventory.parse import load_inventory
-    from sqlmodel import Session
 
     engine = get_engine(settings.db_url)
     queries.upsert_nodes(engine, load_inventory(inventory))
@@ -216,7 +216,7 @@ async def measure(nodes: int, directory: Path, database: FleetDatabase | None = 
         finally:
             worker.stop()
         temporal_db_mib = _sqlite_mib(directory / "temporal.db")
-    node_growth = statistics.fmean(a - b for a, b in zip(node_events_after, node_events_before))
+    node_growth = statistics.fmean(a - b for a, b in zip(node_events_after, node_events_before, strict=False))
     sweep_events_per_node = sweep["history_events"] / nodes
     return {
         "nodes": nodes,

@@ -50,9 +50,9 @@ def _register_nodes(settings, names: tuple[str, ...]) -> None:
 
 def _set_pool(cluster, settings, spares: int) -> tuple[str, ...]:
     """The island holds `spares` idle production nodes (0: none); the pool."""
-    from fleetctl.jobs import spares_sync
     from fleetctl.db import spares as store
     from fleetctl.db.engine import get_engine
+    from fleetctl.jobs import spares_sync
 
     engine = get_engine(settings.db_url)
     scheduler = cluster.scheduler()

@@ -53,7 +53,7 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
 
     directory.mkdir()
     settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
-    names = bad, peer, spare = make_fleet(settings, 3)
+    names = bad, peer, _spare = make_fleet(settings, 3)
     engine = get_engine(settings.db_url)
     worker = fleetctl_worker(settings, directory / "worker.log")
     try:

@@ -214,9 +214,8 @@ _SEVERITY_ORDER = ("pass", "skip", "warn", "fail")  # a test's worst entry is it
 
 
 def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
-    if m := re.search(r"^Error: (.+)$", text, re.MULTILINE):
-        if not _TABLE_ROW.search(text) and "{" not in text:
-            raise UnjudgeableOutput(f"dcgmi failed to run: {m[1].strip()}")
+    if (m := re.search(r"^Error: (.+)$", text, re.MULTILINE)) and not _TABLE_ROW.search(text) and "{" not in text:
+        raise UnjudgeableOutput(f"dcgmi failed to run: {m[1].strip()}")
     diag = parse_dcgm(text)
     if not diag.tests:
         raise UnjudgeableOutput("no dcgmi diag results in the output")

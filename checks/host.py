@@ -296,9 +296,38 @@ def judge_cpu(text: str, profile: GpuProfile | None) -> CheckResult:
 # Filesystems that hold no data of the node's own (memory, kernel interfaces, images that are
 # read-only by design: squashfs snaps, a mounted ISO, EROFS): never judged full or read-only.
 _PSEUDO_FS = frozenset(
-    "tmpfs devtmpfs proc sysfs cgroup cgroup2 overlay squashfs devpts securityfs pstore "
-    "bpf tracefs debugfs configfs fusectl mqueue hugetlbfs autofs efivarfs binfmt_misc "
-    "nsfs ramfs rpc_pipefs selinuxfs nfsd fuse.lxcfs iso9660 udf erofs".split()
+    [
+        "tmpfs",
+        "devtmpfs",
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "overlay",
+        "squashfs",
+        "devpts",
+        "securityfs",
+        "pstore",
+        "bpf",
+        "tracefs",
+        "debugfs",
+        "configfs",
+        "fusectl",
+        "mqueue",
+        "hugetlbfs",
+        "autofs",
+        "efivarfs",
+        "binfmt_misc",
+        "nsfs",
+        "ramfs",
+        "rpc_pipefs",
+        "selinuxfs",
+        "nfsd",
+        "fuse.lxcfs",
+        "iso9660",
+        "udf",
+        "erofs",
+    ]
 )
 _DF_ROW = re.compile(
     r"^(?P<source>\S+)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<pct>\d+%|-)\s+(?P<mount>/\S*)$"

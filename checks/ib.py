@@ -537,7 +537,7 @@ def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
             unjudged.append(f"{name}: {exc}")
     if profile is not None:
         for layer, candidates, expected, _ in _rail_layers(rails, profile):
-            if 0 < expected and len(candidates) < expected:
+            if expected > 0 and len(candidates) < expected:
                 findings.append(Finding(f"{len(candidates)} {layer} rails tested, {profile.name} needs {expected}"))
     metrics = {
         "rails": len(rails),

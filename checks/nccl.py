@@ -8,6 +8,7 @@ and runs that hung (no footer).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 
@@ -29,7 +30,22 @@ _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(?P<name>\S+)")
 _DIED = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure common")
 _NOISE = re.compile(r"\bNCCL (?:INFO|WARN)\b|^NCCL version")
 _DTYPES = frozenset(
-    "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 fp8_e4m3 fp8_e5m2 int uint".split()
+    [
+        "int8",
+        "uint8",
+        "int32",
+        "uint32",
+        "int64",
+        "uint64",
+        "half",
+        "float",
+        "double",
+        "bfloat16",
+        "fp8_e4m3",
+        "fp8_e5m2",
+        "int",
+        "uint",
+    ]
 )
 
 
@@ -129,7 +145,7 @@ def _read_row(line: str, columns: list[str]) -> NcclRow:
         integer(tokens[columns.index("root")])  # -1 for all-reduce; read only to reject garbage
     halves: list[dict[str, float | None]] = [{}, {}]
     half = -1
-    for name, cell in zip(columns[time_at:], tokens[time_at:]):
+    for name, cell in zip(columns[time_at:], tokens[time_at:], strict=False):
         if name == "time":
             half += 1
         key = _HALF_NAMES.get(name)
@@ -251,7 +267,11 @@ def pair_plan(node: str, partners: list[str]) -> list[tuple[str, str, str]]:
     if node in partners or len(set(partners)) != len(partners):
         raise ValueError(f"partners of {node} must be other nodes, each once: {partners}")
     steps = [(node, p, f"pair {node} {p}") for p in partners]
-    ring = list(zip(partners, partners[1:] + partners[:1])) if len(partners) > 2 else list(zip(partners, partners[1:]))
+    ring = (
+        list(zip(partners, partners[1:] + partners[:1], strict=False))
+        if len(partners) > 2
+        else list(itertools.pairwise(partners))
+    )
     return steps + [(a, b, f"pair {a} {b}") for a, b in ring]
 
 
@@ -333,7 +353,7 @@ def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
     verdicts = localise_by_pairs(busbw, floor.fail)
     if verdicts[node].straggler:
         metrics["straggler"] = True
-        return verdict([Finding(f"{verdicts[node].reason} (floor {floor.fail:g} GB/s)")] + findings, metrics, "")
+        return verdict([Finding(f"{verdicts[node].reason} (floor {floor.fail:g} GB/s)"), *findings], metrics, "")
     if fast:
         # This node is fast with a partner: what is slow is the other node or its link.
         suspects = [p for p in mine if p not in fast]

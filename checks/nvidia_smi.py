@@ -97,9 +97,7 @@ def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
         report = _parse_q(text)
     elif (header_at := _csv_header_line(text)) is not None:
         report = _parse_csv(text.splitlines()[header_at:])
-    elif "No devices were found" in text:
-        report = NvidiaSmiReport([])
-    elif lost:
+    elif "No devices were found" in text or lost:
         report = NvidiaSmiReport([])
     elif _is_default_table(text):
         raise UnjudgeableOutput("this is nvidia-smi's default table; run it with --query-gpu ... --format=csv or -q")
@@ -142,9 +140,9 @@ def _parse_csv(lines: list[str]) -> NvidiaSmiReport:
     for position, row in enumerate(rows[1:]):
         if len(row) != len(header):
             raise UnjudgeableOutput(f"CSV row {position + 1} has {len(row)} fields, the header {len(header)}")
-        cells = {name: value.strip() for name, value in zip(header, row)}
+        cells = {name: value.strip() for name, value in zip(header, row, strict=False)}
         gpus.append(_gpu_from_csv(cells, position))
-    drivers = {row_driver for row_driver in (_csv_cell(rows, header, "driver_version"))}
+    drivers = set(_csv_cell(rows, header, "driver_version"))
     return NvidiaSmiReport(gpus, driver_version=next(iter(drivers)) if len(drivers) == 1 else None)
 
 

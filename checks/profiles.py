@@ -169,7 +169,7 @@ def _threshold(value: Any, field: str) -> Floor | Ceiling:
         raise ProfileError(f"{field}: expected {{warn: N, fail: N}}")
     warn, fail = (_number(value[k], field, False) for k in ("warn", "fail"))
     # A floor warns before it fails (warn >= fail); a ceiling too (warn <= fail).
-    if kind is Floor and warn < fail or kind is Ceiling and warn > fail:
+    if (kind is Floor and warn < fail) or (kind is Ceiling and warn > fail):
         raise ProfileError(
             f"{field}: warn {warn:g} must be {'at or above' if kind is Floor else 'at or below'} fail {fail:g}"
         )

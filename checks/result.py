@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-
 # How bad a GPU fault is (the Xid and signature catalogs, health events): critical drains
 # the node now. Here, with the result types, so that what only validates a word (the CLI's
 # `node event --severity`) does not load a parser or a catalog.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -38,7 +38,7 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
 
 
 class _Loader(yaml.SafeLoader):
-    yaml_implicit_resolvers: dict = {}
+    yaml_implicit_resolvers: ClassVar[dict] = {}
 
     def compose_node(self, parent, index):  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
@@ -73,7 +73,7 @@ def loads(text: str, source: str = "<yaml>") -> Any:
     if len(text) > MAX_BYTES:
         raise YamlRefused(f"{source}: larger than {MAX_BYTES} bytes")
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        return yaml.load(text, Loader=_Loader)
     except YamlRefused as exc:
         raise YamlRefused(f"{source}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from checks.result import SEVERITIES, Finding
+from checks.result import Finding
 
 # What to do about a fault, mildest first (the worst one of a log is the node's action).
 # "unknown": NVIDIA gives no remedy (or the code is not in its catalog); a person decides.

@@ -19,7 +19,7 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache, lru_cache
 from importlib import resources
 
@@ -359,7 +359,7 @@ def _journal_json(line: str, line_no: int) -> tuple[str | None, str]:
         if not isinstance(realtime, str) or not realtime.isdigit():
             raise BadKernelLog(f"line {line_no}: __REALTIME_TIMESTAMP {str(realtime)[:24]!r} is not microseconds")
         usec = _bounded(realtime, REALTIME_USEC_MAX, "__REALTIME_TIMESTAMP", line_no)
-        stamp = datetime.fromtimestamp(usec // 10**6, timezone.utc).replace(microsecond=usec % 10**6).isoformat()
+        stamp = datetime.fromtimestamp(usec // 10**6, UTC).replace(microsecond=usec % 10**6).isoformat()
     return stamp, message
 
 
@@ -558,7 +558,7 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
     findings: list[Finding] = []
     actions: list[str] = []
     faults = 0
-    for (_, _), events in groups.items():
+    for events in groups.values():
         entry, note = _classify(events[0], causes)
         actions.append(entry.action)
         faults += entry.action != "ignore" or entry.severity != "info"
@@ -574,7 +574,9 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
     # lines without one add nothing to the GPU's finding.
     addressed = {name for name, where, _ in sig_groups if where is not None}
     for (name, where, code), events in sig_groups.items():
-        if name == "nvswitch_sxid" and (where, code) in stated or where is None and code is None and name in addressed:
+        if (name == "nvswitch_sxid" and (where, code) in stated) or (
+            where is None and code is None and name in addressed
+        ):
             continue
         shown.add(name)
         signature = signatures()[name]

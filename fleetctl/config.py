@@ -10,9 +10,10 @@ import math
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable
 
 from fleetctl.config import Settings
 from fleetctl.db import queries
@@ -265,7 +265,7 @@ def handled_how(engine, fault: Fault) -> str:
             return f"✓ {records[0].reason}: sent to RMA"
         return f"… {state}, {len(remediations)} remediation runs so far"
     if fault.kind == "xid79-event":
-        from fleetctl.db.jobs import list_jobs, job_restarts
+        from fleetctl.db.jobs import job_restarts, list_jobs
 
         restarts = [
             r
@@ -317,7 +317,7 @@ def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[
     report = build_report(
         get_engine(settings.db_url),
         since,
-        datetime.now(timezone.utc),
+        datetime.now(UTC),
         fleet=settings.fleet,
         window_basis="since the demo began",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
@@ -52,7 +52,7 @@ def parse_seconds(value: str | int | float) -> float:
 
 def as_utc(value: datetime) -> datetime:
     """SQLite gives back naive datetimes (stored as UTC), PostgreSQL aware ones."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def when(at: Any) -> str:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
+from sqlmodel import SQLModel
 
 from fleetctl.db import models  # noqa: F401  (registers the tables on SQLModel.metadata)
-from sqlmodel import SQLModel
 
 config = context.config
 target_metadata = SQLModel.metadata

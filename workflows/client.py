@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from temporalio.client import (
     Client,
@@ -31,26 +32,26 @@ from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, Work
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.config import Settings, guard_policy
+from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.nodes.search_attributes import QUEUED_SINCE, REPORTED_PROBLEMS, compare_registered, start_attributes
 from fleetctl.nodes.stalls import Stall, judge_stall, stalled_query
 from fleetctl.text import one_line
 from workflows.api import (
-    REQUEST_REMOVAL_UPDATE,
     ACTIVE_CHECK_SWEEP,
-    JOB_HISTORY_SYNC,
-    PRODUCTION_STRAGGLERS,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
     FIRMWARE_ROLLOUT,
     GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL,
+    JOB_HISTORY_SYNC,
     JOB_RESTART,
     NODE_LIFECYCLE,
     NODE_STATE_QUERY,
+    PRODUCTION_STRAGGLERS,
     RECHECK_UPDATE,
     REMEDIATION,
+    REQUEST_REMOVAL_UPDATE,
     RESUME_AUTOMATION_UPDATE,
     ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY,
@@ -60,6 +61,7 @@ from workflows.api import (
     HealthEventInput,
     JobRestartInput,
     JobRestartResult,
+    JobSyncInput,
     NodeLifecycleState,
     PhaseAccepted,
     PhaseRequest,
@@ -69,19 +71,18 @@ from workflows.api import (
     RolloutCommand,
     RolloutInput,
     RolloutStatus,
-    JobSyncInput,
     StragglerSweepInput,
     SweepInput,
     TransitionRequest,
     TransitionResult,
     guard_id,
     job_restart_id,
+    job_sync_id,
     node_of_workflow_id,
     node_workflow_id,
     remediation_id,
     remediation_mode,
     rollout_workflow_id,
-    job_sync_id,
     straggler_sweep_id,
     sweep_id,
 )
@@ -130,7 +131,7 @@ async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
         return await asyncio.wait_for(
             Client.connect(**temporal.connect_kwargs(), data_converter=DATA_CONVERTER), timeout_s
         )
-    except (RuntimeError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, RuntimeError, OSError) as exc:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {temporal.describe()} ({_one_line(exc)}); {temporal.unreachable_hint()}"
         ) from None
@@ -577,10 +578,10 @@ class RolloutRefused(RuntimeError):
 
 def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]:
     """Nodes whose reported firmware differs from the baseline, by name (the roll-out order)."""
-    from fleetctl.remediation import firmware
     from fleetctl.db import firmware as db
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
+    from fleetctl.remediation import firmware
 
     engine = get_engine(settings.db_url)
     reported = db.reported_components(engine)
@@ -603,9 +604,9 @@ async def start_rollout(
     dry_run: bool,
     actor: str,
 ) -> tuple[str, RolloutInput]:
-    from fleetctl.remediation import firmware
     from fleetctl.db import firmware as db
     from fleetctl.db.engine import get_engine
+    from fleetctl.remediation import firmware
 
     nodes = drifting_nodes(settings, baseline)
     batches = firmware.plan_batches(nodes, canary, batch)
@@ -723,7 +724,7 @@ def _every(action: ScheduleActionStartWorkflow, every: timedelta) -> Schedule:
 async def stalled_nodes(client: Client, settings: Settings, now: datetime | None = None) -> list[Stall]:
     """The node workflows on this task queue that are stalled (fleetctl.nodes.stalls), from
     one visibility query: failing workflow tasks, or queued work past settings.stall_after_s."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     query = stalled_query(NODE_LIFECYCLE, settings.task_queue, now - timedelta(seconds=settings.stall_after_s))
     problems_key = SearchAttributeKey.for_keyword_list(REPORTED_PROBLEMS)
     stalls = []

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from checks._text import UnjudgeableOutput
 from checks.signatures import signatures
 from checks.xid import parse_kernel_log, xid_action
-
 from fleetctl.text import bounded
 
 # The database stores the code as a 32-bit integer; a larger number is not an Xid.

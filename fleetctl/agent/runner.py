@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from checks.signatures import MAX_SIGNATURE_NAME
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import MAX_SEQ, KernelRecord, event_id
-from fleetctl.text import MAX_TEXT, bounded
 from fleetctl.agent.sampler import SampleTracker
 from fleetctl.agent.spool import SEVERITY_WORDS, Spool, move_aside, write_atomically
+from fleetctl.text import MAX_TEXT, bounded
 
 log = logging.getLogger("fleetctl.agent")
 
@@ -387,7 +387,7 @@ class Agent:
                 await self.deliver()
                 try:
                     await asyncio.wait_for(stop.wait(), self.config.poll_interval_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             if self._beating is not None:  # a beat in flight ends within its send timeout

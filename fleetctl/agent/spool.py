@@ -27,7 +27,7 @@ import os
 import re
 from collections import deque
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 log = logging.getLogger("fleetctl.agent")
@@ -58,7 +58,7 @@ def write_atomically(path: Path, text: str) -> None:
 
 def move_aside(path: Path, why: str) -> Path:
     """Rename a file the agent cannot read to `NAME.corrupt-<UTC time>`, with one log line."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     aside = path.with_name(f"{path.name}.corrupt-{stamp}")
     os.replace(path, aside)
     _fsync_dir(path.parent)
@@ -250,7 +250,7 @@ class Spool:
         if not events:
             return 0
         positions = self._write_lines([json.dumps(ev, separators=(",", ":")) + "\n" for ev in events])
-        self._pending.extend((seg, line, ev) for (seg, line), ev in zip(positions, events))
+        self._pending.extend((seg, line, ev) for (seg, line), ev in zip(positions, events, strict=False))
         return self._drop_past_bound()
 
     def _drop_past_bound(self) -> int:

@@ -41,7 +41,7 @@ class TemporalTransport:
             if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know
                 raise NodeRefused(str(exc)) from None
             raise SendFailed(str(exc)) from None
-        except (TemporalUnavailable, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+        except (TimeoutError, TemporalUnavailable, RuntimeError, OSError) as exc:
             raise SendFailed(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__) from None
 
 

@@ -4,7 +4,8 @@ node's BMC is in fleetctl.sim.bmc. `fleetctl.bmc.bmc_for` picks one by the BMC a
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 # Redfish ResetType values (Resource schema); anything else is a caller's mistake.
 RESET_TYPES = frozenset(

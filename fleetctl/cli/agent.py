@@ -6,7 +6,6 @@ import asyncio
 import signal
 import socket
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -17,12 +16,12 @@ from fleetctl.cli.output import EXIT_USAGE, fail
 def agent(
     ctx: typer.Context,
     node: str = typer.Argument(None, help="this node's name in the inventory (default: the host name)"),
-    kmsg: Optional[Path] = typer.Option(
+    kmsg: Path | None = typer.Option(
         None, "--kmsg", help="read /dev/kmsg records from this path (the default source: /dev/kmsg)"
     ),
     journal: bool = typer.Option(False, "--journal", help="read `journalctl -k -f -o json` instead of /dev/kmsg"),
     journalctl: str = typer.Option("journalctl", "--journalctl", help="the journalctl binary"),
-    log_file: Optional[Path] = typer.Option(
+    log_file: Path | None = typer.Option(
         None, "--file", help="follow this log file (rotation and truncation survived)"
     ),
     spool: Path = typer.Option(
@@ -35,18 +34,18 @@ def agent(
         30.0, "--sample-interval", help="seconds between GPU health samples (0: none)"
     ),
     nvidia_smi: str = typer.Option("nvidia-smi", "--nvidia-smi", help="the nvidia-smi binary"),
-    dcgmi: Optional[str] = typer.Option(
+    dcgmi: str | None = typer.Option(
         None,
         "--dcgmi",
         help="the dcgmi binary: also sample `dcgmi health -c` (DCGM's health "
         "watches, set with `dcgmi health -s a`) where DCGM runs",
     ),
-    profile: Optional[str] = typer.Option(
+    profile: str | None = typer.Option(
         None, "--profile", help="GPU profile (GPU count, limits) the samples are judged against"
     ),
     metrics_port: int = typer.Option(9410, "--metrics-port", help="TCP port of the agent's own /metrics (0: none)"),
     metrics_address: str = typer.Option("127.0.0.1", "--metrics-address", help="address /metrics listens on"),
-    heartbeat_url: Optional[str] = typer.Option(
+    heartbeat_url: str | None = typer.Option(
         None,
         "--heartbeat-url",
         envvar="FLEETCTL_AGENT_HEARTBEAT_URL",
@@ -54,7 +53,7 @@ def agent(
         "e.g. https://intake:9411 (http only to this machine); fleetctl judges a node whose agent "
         "falls silent (FLEETCTL_AGENT_SILENCE_S)",
     ),
-    heartbeat_token_file: Optional[Path] = typer.Option(
+    heartbeat_token_file: Path | None = typer.Option(
         None,
         "--heartbeat-token-file",
         help="file holding this node's credential "
@@ -69,7 +68,7 @@ def agent(
         "node's credential, not to Temporal: the agent then holds no "
         "Temporal credential, and nothing that speaks for another node",
     ),
-    heartbeat_ca: Optional[Path] = typer.Option(
+    heartbeat_ca: Path | None = typer.Option(
         None,
         "--heartbeat-ca",
         help="CA bundle the intake's https certificate is verified against (default: the system's)",
@@ -80,8 +79,8 @@ def agent(
     from prometheus_client import start_http_server
 
     from checks import load_profile
-    from checks.profiles import ProfileError
     from checks.catalog import CHECKS
+    from checks.profiles import ProfileError
     from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
     from fleetctl.agent.runner import Agent, AgentConfig, boot_identity, ensure_dir
     from fleetctl.agent.transport import TemporalTransport

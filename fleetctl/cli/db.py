@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -29,7 +28,7 @@ def db_upgrade(ctx: typer.Context) -> None:
 def prune(
     ctx: typer.Context,
     dry_run: bool = typer.Option(False, "--dry-run", help="say what would be removed; remove nothing"),
-    archive: Optional[Path] = typer.Option(
+    archive: Path | None = typer.Option(
         None, "--archive", help="append what is removed to FILE first, one JSON object a line (created mode 0600)"
     ),
 ) -> None:
@@ -42,7 +41,8 @@ def prune(
     import os
 
     from fleetctl.db.models import utcnow
-    from fleetctl.db.retention import RetentionPolicy, count_prunable, prune as prune_db
+    from fleetctl.db.retention import RetentionPolicy, count_prunable
+    from fleetctl.db.retention import prune as prune_db
 
     s = context.settings(ctx)
     policy = RetentionPolicy.of(s)

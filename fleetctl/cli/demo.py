@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
 import os
+import signal
 import time
 from collections import deque
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,7 +20,7 @@ def demo(
     racks: int = typer.Option(4, "--racks", callback=within(1, 1000)),
     profile: str = typer.Option("h100-sxm", "--profile", help="GPU profile of every node"),
     seed: int = typer.Option(0, "--seed", callback=within(0, 2**63 - 1), help="which nodes get which fault"),
-    directory: Optional[Path] = typer.Option(
+    directory: Path | None = typer.Option(
         None, "--dir", help="where the database and report go (default .demo/<time>)"
     ),
     max_seconds: float = typer.Option(
@@ -36,9 +35,9 @@ def demo(
     from rich.live import Live
 
     from fleetctl.config import load_settings
+    from fleetctl.connections.temporal_server import start_dev_server
     from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
     from fleetctl.sim.profiles import sim_profiles
-    from fleetctl.connections.temporal_server import start_dev_server
     from workflows.worker import BackgroundWorker
 
     if profile not in (known := sim_profiles()):
@@ -49,7 +48,7 @@ def demo(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     directory = (directory or Path(".demo") / stamp).resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     # The worker's logs (activity retries of the unreachable node, say) go to a file, not
     # over the live view.
     logging.basicConfig(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,7 +15,7 @@ app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=
 
 @app.command("server")
 def server(
-    db_file: Optional[Path] = typer.Option(None, "--db-filename", help="SQLite file of the server (default: data dir)"),
+    db_file: Path | None = typer.Option(None, "--db-filename", help="SQLite file of the server (default: data dir)"),
     port: int = typer.Option(7233, "--port", callback=within(1, 65_535)),
     ui_port: int = typer.Option(8233, "--ui-port", callback=within(1, 65_535)),
     headless: bool = typer.Option(False, "--headless", help="no web UI"),
@@ -51,11 +50,11 @@ def implicit_database_problem(settings, temporal) -> str | None:
 
 def worker(ctx: typer.Context) -> None:
     """Run a worker: hosts the workflows and activities (scale out by starting more)."""
-    from fleetctl.db.engine import describe
-    from fleetctl.connections.temporal_client import resolve
-    from workflows.worker import require_site_profiles, run_worker
-
     import logging
+
+    from fleetctl.connections.temporal_client import resolve
+    from fleetctl.db.engine import describe
+    from workflows.worker import require_site_profiles, run_worker
 
     s = context.settings(ctx)
     temporal = resolve(s)
@@ -108,7 +107,6 @@ def show_config(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> Non
 
     from fleetctl.config import SECRET_SETTINGS
     from fleetctl.db.engine import describe
-
     from fleetctl.remediation.rma import redact
 
     s = context.settings(ctx)

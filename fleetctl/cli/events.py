@@ -7,7 +7,6 @@ import asyncio
 import signal
 import threading
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -24,29 +23,29 @@ def serve(
     ctx: typer.Context,
     port: int = typer.Option(9411, "--port", help="TCP port"),
     address: str = typer.Option("127.0.0.1", "--address", help="address to listen on"),
-    token_file: Optional[Path] = typer.Option(
+    token_file: Path | None = typer.Option(
         None, "--token-file", help="file holding the bearer token senders must give (or env FLEETCTL_INTAKE_TOKEN)"
     ),
     spool: Path = typer.Option(
         Path("/var/lib/fleetctl-intake"), "--spool", help="directory for accepted, undelivered events"
     ),
-    kubeconfig: Optional[Path] = typer.Option(
+    kubeconfig: Path | None = typer.Option(
         None, "--kubeconfig", help="poll this cluster's Node Problem Detector conditions"
     ),
     in_cluster: bool = typer.Option(False, "--in-cluster", help="poll the cluster this runs in"),
-    condition: List[str] = typer.Option(
+    condition: list[str] = typer.Option(
         [], "--condition", help="a node condition type that is a fault (repeatable; default: NPD's)"
     ),
     poll_interval: float = typer.Option(10.0, "--poll-interval", help="seconds between node condition polls"),
-    credentials: Optional[Path] = typer.Option(
+    credentials: Path | None = typer.Option(
         None,
         "--credentials",
         help="the agents' credential hashes (`fleetctl events credential "
         "issue`): each speaks for its own node only; reread when it changes",
     ),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
-    tls_client_ca: Optional[Path] = typer.Option(
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
+    tls_client_ca: Path | None = typer.Option(
         None, "--tls-client-ca", help="require client certificates signed by this CA (PEM)"
     ),
     header_timeout: float = typer.Option(
@@ -68,11 +67,11 @@ def serve(
     database once a second (when each node's agent was last heard)."""
     from fleetctl.agent.runner import ensure_dir
     from fleetctl.agent.transport import TemporalTransport
-    from fleetctl.intake.parse import NPD_CONDITIONS
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.intake.heartbeats import Heartbeats
     from fleetctl.intake.credentials import BadCredentials, Credentials
+    from fleetctl.intake.heartbeats import Heartbeats
+    from fleetctl.intake.parse import NPD_CONDITIONS
     from fleetctl.intake.server import Intake, KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
 
     token = context.intake_token(token_file, "--token-file")

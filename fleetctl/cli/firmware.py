@@ -129,11 +129,12 @@ def rollout(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     s = context.settings(ctx)
+    baseline_text = baseline_file.read_text()
 
     async def go():
         client = await context.temporal_client(ctx)
         rollout_id, plan = await start_rollout(
-            client, s, baseline, baseline_file.read_text(), canary, batch, max_failures, dry_run, s.identity()
+            client, s, baseline, baseline_text, canary, batch, max_failures, dry_run, s.identity()
         )
         typer.echo(
             f"roll-out {rollout_id}: {plural(sum(map(len, plan.batches)), 'node')} in "

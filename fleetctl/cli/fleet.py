@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC
 
 import typer
 
@@ -10,8 +11,8 @@ from fleetctl.cli import context
 from fleetctl.cli.output import (
     OUTPUT_OPTION,
     Column,
-    age,
     OutputFormat,
+    age,
     column_table,
     emit,
     fail,
@@ -28,10 +29,10 @@ app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_h
 def fleet_status(ctx: typer.Context) -> dict:
     """Counts from the database (fleetctl.nodes.fleet_status_store); automation state from the guard
     workflow, whose policy the budget is measured against (the configured one without it)."""
+    from datetime import datetime
+
     from fleetctl.config import guard_policy
     from fleetctl.nodes.fleet_status_store import fleet_status as from_database
-
-    from datetime import datetime, timezone
 
     s = context.settings(ctx)
     automation, policy = _automation(ctx)
@@ -39,7 +40,7 @@ def fleet_status(ctx: typer.Context) -> dict:
         context.engine(ctx), automation, policy or guard_policy(s, s.fleet), s.fleet, s.spares_per_island
     )
     status["rma_held"] = _held_rmas(context.engine(ctx), s.fleet)
-    status["at"] = datetime.now(timezone.utc)  # when this was read: a watched screen says how fresh it is
+    status["at"] = datetime.now(UTC)  # when this was read: a watched screen says how fresh it is
     return status
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timezone
-from typing import List, Optional
+from datetime import UTC
 
 import typer
 
@@ -39,9 +38,9 @@ SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or 
 
 
 def scheduler_adapter(ctx: typer.Context, kind: str):
+    from fleetctl.connections.slurm_client import slurm_runner
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import scheduler_for
-    from fleetctl.connections.slurm_client import slurm_runner
 
     try:
         return scheduler_for(
@@ -94,10 +93,10 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
 
 def sync_schedulers(ctx: typer.Context):
     """Reconcile the jobs of every scheduler the inventory uses into the database."""
+    from fleetctl.connections.slurm_client import slurm_runner
     from fleetctl.db.models import utcnow
     from fleetctl.jobs.history_sync import sync_jobs
     from fleetctl.schedulers import scheduler_for
-    from fleetctl.connections.slurm_client import slurm_runner
 
     s = context.settings(ctx)
     return sync_jobs(
@@ -149,7 +148,7 @@ def _jobs_table(rows: list[dict], _wide: bool):
 @app.command("list")
 def list_jobs(
     ctx: typer.Context,
-    node: Optional[str] = typer.Option(None, "--node", help="only the jobs on this node"),
+    node: str | None = typer.Option(None, "--node", help="only the jobs on this node"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Jobs of every scheduler the inventory uses (Slurm and Kubernetes: those on its nodes)."""
@@ -236,7 +235,7 @@ def pending_reason(state: str, restarts: list[dict]) -> str:
 def show(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID"),
-    scheduler: Optional[str] = SCHEDULER_OPTION,
+    scheduler: str | None = SCHEDULER_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """One job: where it runs, and every restart with its timings.
@@ -289,7 +288,7 @@ def show(
 def restart(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID"),
-    bad_nodes: Optional[List[str]] = typer.Option(
+    bad_nodes: list[str] | None = typer.Option(
         None,
         "--bad-node",
         help="a node to drain and move the job off (repeatable; default: its nodes not in production)",
@@ -300,8 +299,8 @@ def restart(
         callback=free_text(required=True),
         help="why; recorded, and the drain reason in the scheduler",
     ),
-    scheduler: Optional[str] = SCHEDULER_OPTION,
-    timeout_s: Optional[float] = typer.Option(
+    scheduler: str | None = SCHEDULER_OPTION,
+    timeout_s: float | None = typer.Option(
         None,
         "--timeout",
         callback=within(1, 7 * 86_400),
@@ -315,7 +314,7 @@ def restart(
     from datetime import datetime
 
     from fleetctl.db.queries import list_nodes
-    from fleetctl.jobs.placement import not_in_job, nodes_to_leave
+    from fleetctl.jobs.placement import nodes_to_leave, not_in_job
 
     kind, job = _find_job(ctx, job_id, scheduler)
     if job is None or job.state != "running":
@@ -337,7 +336,7 @@ def restart(
         default=False,
     ):
         fail("not restarted")
-    fault_seen_at = datetime.now(timezone.utc)  # for a restart by hand, the operator's go is the fault seen
+    fault_seen_at = datetime.now(UTC)  # for a restart by hand, the operator's go is the fault seen
     s = context.settings(ctx)
 
     async def run():
@@ -423,12 +422,12 @@ def parse_checkpoint_time(text: str | None, now):
         except ValueError:
             raise ValueError(f"--at: not a time: {text!r} (ISO 8601 with an offset, or Unix seconds)") from None
         if at.tzinfo is None:
-            raise ValueError(f"--at: {text!r} has no UTC offset; add one (2026-12-01T10:00:00Z)")
-        at = at.astimezone(timezone.utc)
+            raise ValueError(f"--at: {text!r} has no UTC offset; add one (2026-12-01T10:00:00Z)") from None
+        at = at.astimezone(UTC)
     else:
         if not math.isfinite(seconds) or not 0 <= seconds < 1e11:
             raise ValueError(f"--at: {text!r} is not a time in Unix seconds")
-        at = datetime.fromtimestamp(seconds, timezone.utc)
+        at = datetime.fromtimestamp(seconds, UTC)
     if at > now + timedelta(seconds=CHECKPOINT_FUTURE_ALLOWANCE_S):
         raise ValueError(f"--at: {at.isoformat()} is in the future")
     if at < now - timedelta(days=CHECKPOINT_MAX_AGE_DAYS):
@@ -440,7 +439,7 @@ def parse_checkpoint_time(text: str | None, now):
 def checkpoint(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", help="the job's id in its scheduler (Slurm: $SLURM_JOB_ID)"),
-    at: Optional[str] = typer.Option(
+    at: str | None = typer.Option(
         None, "--at", help="when the checkpoint was written: ISO 8601 with an offset or Unix seconds (default: now)"
     ),
 ) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, NamedTuple, NoReturn, Optional
+from typing import Any, NamedTuple, NoReturn
 
 import typer
 import typer.main
-from typer.core import TyperCommand, TyperGroup
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import TyperException
 
 from fleetctl import __version__
@@ -184,7 +184,7 @@ class FleetctlGroup(TyperGroup):
             raise
         except BrokenPipeError:
             stdout_closed()
-        except Exception as exc:  # noqa: BLE001 - mapped below, re-raised when unknown and debugging
+        except Exception as exc:
             for kind, code in _known_errors().items():
                 if isinstance(exc, kind):
                     typer.echo(f"error: {printable(str(exc), keep_newlines=False)}", err=True)
@@ -237,40 +237,38 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     ctx: typer.Context,
-    config: Optional[str] = typer.Option(
+    config: str | None = typer.Option(
         None, "--config", help="config file (default: $FLEETCTL_CONFIG or the user config dir)"
     ),
-    db_url: Optional[str] = typer.Option(None, "--db-url", help="database URL (env FLEETCTL_DB_URL)"),
-    temporal_address: Optional[str] = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
-    task_queue: Optional[str] = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
-    fleet: Optional[str] = typer.Option(
+    db_url: str | None = typer.Option(None, "--db-url", help="database URL (env FLEETCTL_DB_URL)"),
+    temporal_address: str | None = typer.Option(None, "--temporal-address", help="host:port (env TEMPORAL_ADDRESS)"),
+    namespace: str | None = typer.Option(None, "--namespace", help="Temporal namespace (env TEMPORAL_NAMESPACE)"),
+    task_queue: str | None = typer.Option(None, "--task-queue", help="env FLEETCTL_TASK_QUEUE"),
+    fleet: str | None = typer.Option(
         None, "--fleet", help="the fleet whose guard and sweeps to use (env FLEETCTL_FLEET)"
     ),
-    operator: Optional[str] = typer.Option(
-        None, "--as", help="operator identity recorded on changes (default user@host)"
-    ),
-    accept_new_host_keys: Optional[bool] = typer.Option(
+    operator: str | None = typer.Option(None, "--as", help="operator identity recorded on changes (default user@host)"),
+    accept_new_host_keys: bool | None = typer.Option(
         None,
         "--accept-new-host-keys",
         help="trust (and record) SSH host keys never seen before; changed keys are always refused",
     ),
-    temporal_profile: Optional[str] = typer.Option(
+    temporal_profile: str | None = typer.Option(
         None, "--temporal-profile", help="profile of Temporal's TOML config (env TEMPORAL_PROFILE)"
     ),
-    tls: Optional[bool] = typer.Option(
+    tls: bool | None = typer.Option(
         None, "--tls/--no-tls", help="TLS to Temporal (env TEMPORAL_TLS; on when any TLS setting is given)"
     ),
-    tls_ca_path: Optional[str] = typer.Option(
+    tls_ca_path: str | None = typer.Option(
         None, "--tls-ca-path", help="Temporal server CA (env TEMPORAL_TLS_SERVER_CA_CERT_PATH)"
     ),
-    tls_cert_path: Optional[str] = typer.Option(
+    tls_cert_path: str | None = typer.Option(
         None, "--tls-cert-path", help="mTLS client certificate (env TEMPORAL_TLS_CLIENT_CERT_PATH)"
     ),
-    tls_key_path: Optional[str] = typer.Option(
+    tls_key_path: str | None = typer.Option(
         None, "--tls-key-path", help="mTLS client key (env TEMPORAL_TLS_CLIENT_KEY_PATH)"
     ),
-    tls_server_name: Optional[str] = typer.Option(
+    tls_server_name: str | None = typer.Option(
         None, "--tls-server-name", help="Temporal server name to verify (env TEMPORAL_TLS_SERVER_NAME)"
     ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,9 +23,9 @@ def serve(
         "--host",
         help="address to listen on (default: this machine only; give one to open it)",
     ),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
-    tls_client_ca: Optional[Path] = typer.Option(
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="serve https with this certificate (PEM chain)"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="the certificate's private key (PEM)"),
+    tls_client_ca: Path | None = typer.Option(
         None, "--tls-client-ca", help="require scrapers' certificates signed by this CA (PEM)"
     ),
 ) -> None:
@@ -74,5 +73,5 @@ def serve(
         server.shutdown()
 
 
-def _path(path: Optional[Path]) -> str | None:
+def _path(path: Path | None) -> str | None:
     return str(path) if path is not None else None

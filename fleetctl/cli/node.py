@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -270,14 +269,14 @@ def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
 @app.command("list")
 def list_nodes(
     ctx: typer.Context,
-    selector: Optional[str] = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
-    state: List[str] = typer.Option(
+    selector: str | None = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
+    state: list[str] = typer.Option(
         [],
         "--state",
         help="only nodes in these states: repeat it or give a comma list; "
         "also drained (maintenance), drain (draining, maintenance), out (and rma)",
     ),
-    sort_by: Optional[str] = SORT_BY_OPTION,
+    sort_by: str | None = SORT_BY_OPTION,
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """List nodes, optionally filtered by labels and state."""
@@ -541,18 +540,18 @@ def _record_rejection(ctx: typer.Context, node: str, trigger: str, reason: str) 
 @app.command("drain")
 def drain(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
+    names: list[str] = typer.Argument(..., help="node names or Slurm host lists (gpu-[002-008,017])"),
     reason: str = typer.Option(
         ..., "--reason", callback=free_text(required=True), help="why; recorded on the event and in the scheduler"
     ),
-    maintenance: Optional[bool] = typer.Option(
+    maintenance: bool | None = typer.Option(
         None,
         "--maintenance/--failure",
         help="planned work, not counted as a failure (the default when --reason names no XID), or a fault "
         "(counted in MTTF, MTTR and the lemon rule)",
     ),
-    check: Optional[str] = typer.Option(None, "--check", help="the failure is this check's (implies --failure)"),
-    xid: Optional[int] = typer.Option(None, "--xid", help="the failure is this XID (implies --failure)"),
+    check: str | None = typer.Option(None, "--check", help="the failure is this check's (implies --failure)"),
+    xid: int | None = typer.Option(None, "--xid", help="the failure is this XID (implies --failure)"),
     yes: bool = typer.Option(False, "--yes", help="go past the automation's capacity limits without asking"),
     dry_run: bool = typer.Option(False, "--dry-run", help="say what each node would do; change and record nothing"),
 ) -> None:
@@ -672,7 +671,7 @@ def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
 
 
 @app.command("undrain")
-def undrain(ctx: typer.Context, names: List[str] = typer.Argument(..., help="node names or Slurm host lists")) -> None:
+def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="node names or Slurm host lists")) -> None:
     """Return drained nodes to production."""
     _command(ctx, _hosts(names), "undrain", "operator: undrain")
 
@@ -735,7 +734,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
 @app.command("admit")
 def admit(
     ctx: typer.Context,
-    names: List[str] = typer.Argument(
+    names: list[str] = typer.Argument(
         ..., help="node names or Slurm host lists (new, maintenance or returned from RMA)"
     ),
     suite: str = typer.Option("burn-in", "--suite", help="the suite burn-in runs"),
@@ -754,9 +753,9 @@ def recheck(ctx: typer.Context, name: str, suite: str = typer.Option("quick", "-
 def event(
     ctx: typer.Context,
     name: str,
-    xid: Optional[int] = typer.Option(None, "--xid", help="an XID code seen on the node"),
+    xid: int | None = typer.Option(None, "--xid", help="an XID code seen on the node"),
     message: str = typer.Option("", "--message", callback=free_text(), help="what was seen"),
-    from_log: Optional[Path] = typer.Option(
+    from_log: Path | None = typer.Option(
         None, "--from-log", help="kernel log lines (dmesg, journal) to parse for XIDs"
     ),
     severity: str = typer.Option(
@@ -771,13 +770,13 @@ def event(
     import time
     import uuid
 
+    from checks.result import SEVERITIES
+
     # Only the Temporal client and the message: this is the first step of the reaction to a
     # critical event, and the workflows, the activity stack and the database cost seconds to
     # import. The database is asked only when the event cannot be delivered.
     from workflows.api import HealthEventInput
     from workflows.client import CommandRejected, send_health_events
-
-    from checks.result import SEVERITIES
 
     if xid is not None and from_log is not None:
         fail("give at most one of --xid or --from-log", EXIT_USAGE)
@@ -867,9 +866,9 @@ def prolog(
     import uuid
 
     from checks.suites import SuiteError
-    from fleetctl.nodes.capacity import FLEET_LABEL
     from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
     from fleetctl.db.queries import get_node
+    from fleetctl.nodes.capacity import FLEET_LABEL
     from fleetctl.nodes.lifecycle import NodeState
     from workflows.activities.prejob import run_prejob_suite
 
@@ -920,7 +919,7 @@ def prolog(
         decision, moved = context.run_async(drain())
     except CommandRejected as exc:  # an operator moved the node first: it is out of production now
         typer.echo(f"{name}: {finding.cause}; not drained: {exc}", err=True)
-        raise typer.Exit(EXIT_CHECK_FAILED)
+        raise typer.Exit(EXIT_CHECK_FAILED) from None
     if moved is None:
         typer.echo(
             f"warning: {name}: {finding.cause}; the capacity guard kept it in service: {decision.reason}", err=True

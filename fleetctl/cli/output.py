@@ -6,8 +6,10 @@ import enum
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn, Sequence
+from datetime import UTC
+from typing import Any, NoReturn
 
 import typer
 
@@ -41,12 +43,12 @@ def machine_value(value: Any) -> Any:
     """A value JSON and YAML output cannot hold as it is: times as ISO 8601 in UTC with a Z
     (the database keeps UTC; SQLite hands it back without a zone), to the millisecond;
     durations in seconds."""
-    from datetime import date, datetime, timedelta, timezone
+    from datetime import date, datetime, timedelta
 
     if isinstance(value, datetime):
-        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
         # One width (milliseconds always), so the strings sort as the times do.
-        return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -169,12 +171,12 @@ def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
 
 def age(since: Any, now: Any = None) -> str:
     """How long ago, as kubectl's AGE: 45s, 12m, 3h12m, 2d4h."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     if since is None:
         return ""
-    since = since if since.tzinfo else since.replace(tzinfo=timezone.utc)
-    seconds = max(0, int(((now or datetime.now(timezone.utc)) - since).total_seconds()))
+    since = since if since.tzinfo else since.replace(tzinfo=UTC)
+    seconds = max(0, int(((now or datetime.now(UTC)) - since).total_seconds()))
     if seconds < 120:
         return f"{seconds}s"
     minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
@@ -241,7 +243,7 @@ def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, fl
     its natural width, when less). The first column never gives: when the rest cannot make
     room, the sum is more than `available` (a terminal wraps the line; nothing is cut)."""
     widths = list(natural)
-    floors = [min(n, f) for n, f in zip(natural, floors)]
+    floors = [min(n, f) for n, f in zip(natural, floors, strict=False)]
     excess = sum(widths) - available
     for tier in (False, True):
         while excess > 0:
@@ -294,7 +296,7 @@ class _Table:
             header_style="bold",
             **({} if boxed else {"box": None, "pad_edge": False}),
         )
-        for i, (c, w) in enumerate(zip(self.columns, widths)):
+        for i, (c, w) in enumerate(zip(self.columns, widths, strict=False)):
             wraps = self.title is not None and i > 0
             table.add_column(c.header, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
         for row in self.cells:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -171,14 +170,14 @@ def render_report(report: dict, wide: bool = False):
 
 def report(
     ctx: typer.Context,
-    since: Optional[str] = typer.Option(
+    since: str | None = typer.Option(
         None,
         "--since",
         help="how far back the window reaches: 30m, 12h, 7d, 1d12h (default: from the first "
         "recorded node event, at most 7d)",
     ),
     output: OutputFormat = OUTPUT_OPTION,
-    html: Optional[Path] = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
+    html: Path | None = typer.Option(None, "--html", help="also write the report as one self-contained HTML file"),
     job_gpus: int = typer.Option(
         1024, "--job-gpus", callback=within(1, 1_000_000), help="the job size for MTTF and predicted ETTR at a size"
     ),

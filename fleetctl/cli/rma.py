@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from fleetctl.cli import context
@@ -70,10 +68,10 @@ RMA_COLUMNS = (
 @app.command("list")
 def list_rmas(
     ctx: typer.Context,
-    status: Optional[str] = typer.Option(
+    status: str | None = typer.Option(
         None, "--status", help="awaiting_confirmation (held for an operator), open, closed or rejected"
     ),
-    node: Optional[str] = typer.Option(None, "--node"),
+    node: str | None = typer.Option(None, "--node"),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """RMA records, newest first."""
@@ -90,8 +88,8 @@ def show(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """The evidence bundle: Markdown in a terminal, the full JSON with -o json."""
-    from fleetctl.remediation import rma
     from fleetctl.db import remediation as db
+    from fleetctl.remediation import rma
 
     engine = context.engine(ctx)
     rma_id = _rma_id(engine, given)
@@ -142,7 +140,7 @@ def _rma_id(engine, given: str) -> int:
 def close(
     ctx: typer.Context,
     rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1)),
-    replaced: Optional[str] = typer.Option(
+    replaced: str | None = typer.Option(
         None,
         "--replaced",
         callback=free_text(required=True),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -118,7 +117,7 @@ def run(
     name: str,
     node: str = typer.Option(..., "--node", help="the node to remediate"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record what would happen; change nothing"),
-    xid: Optional[int] = typer.Option(
+    xid: int | None = typer.Option(
         None, "--xid", callback=within(0, MAX_XID), help="the XID that prompted this (templates see it as event)"
     ),
     reason: str = typer.Option(

@@ -3,8 +3,6 @@ production straggler judge and the job history sync."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from fleetctl.cli import context
@@ -49,7 +47,7 @@ def create(
         "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
         "into the database, as `job sync`)",
     ),
-    every: Optional[str] = typer.Option(
+    every: str | None = typer.Option(
         None,
         "--every",
         help="interval: 30m, 1h, 6h ... (default: 1h for "
@@ -58,7 +56,7 @@ def create(
     ),
     suite: str = typer.Option("quick", "--suite"),
     max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
-    name: Optional[str] = typer.Option(None, "--name", help="schedule id (default: the kind)"),
+    name: str | None = typer.Option(None, "--name", help="schedule id (default: the kind)"),
 ) -> None:
     """Create (or replace) a schedule. A run still going when the next is due is skipped."""
     from datetime import timedelta
@@ -247,13 +245,13 @@ def _the_schedule(ctx: typer.Context, schedule_id: str | None) -> str:
 
 
 @app.command("pause")
-def pause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+def pause(ctx: typer.Context, schedule_id: str | None = SCHEDULE_ID) -> None:
     """Stop a schedule from starting sweeps (a sweep already running finishes)."""
     _handle_action(ctx, _the_schedule(ctx, schedule_id), "pause")
 
 
 @app.command("unpause")
-def unpause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> None:
+def unpause(ctx: typer.Context, schedule_id: str | None = SCHEDULE_ID) -> None:
     """Let a paused schedule start sweeps again."""
     _handle_action(ctx, _the_schedule(ctx, schedule_id), "unpause")
 
@@ -261,7 +259,7 @@ def unpause(ctx: typer.Context, schedule_id: Optional[str] = SCHEDULE_ID) -> Non
 @app.command("delete")
 def delete(
     ctx: typer.Context,
-    schedule_id: Optional[str] = SCHEDULE_ID,
+    schedule_id: str | None = SCHEDULE_ID,
     yes: bool = typer.Option(False, "--yes", help="do not ask"),
 ) -> None:
     """Remove a schedule for good (`schedule create` makes it again)."""

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from datetime import datetime, timezone
-from typing import Optional
+from datetime import UTC, datetime
 
 import typer
 
@@ -66,11 +65,11 @@ def inject(
     ctx: typer.Context,
     node: str,
     fault: str = typer.Argument(..., help="the fault's kind: one of those listed above"),
-    after: Optional[str] = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
-    rate: Optional[float] = typer.Option(
+    after: str | None = typer.Option(None, "--after", help="appear after this delay (30s, 5m, ...)"),
+    rate: float | None = typer.Option(
         None, "--rate", callback=within(0, 1_000_000), help="appear at a random time, this many per hour"
     ),
-    gpu: Optional[int] = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
+    gpu: int | None = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
     from fleetctl.durations import parse_duration
     from fleetctl.sim.faults import SimFaultSpec
@@ -100,7 +99,7 @@ def inject(
 
 @app.command("clear")
 def clear(
-    ctx: typer.Context, node: str, fault: Optional[str] = typer.Argument(None, help="one fault kind; default all")
+    ctx: typer.Context, node: str, fault: str | None = typer.Argument(None, help="one fault kind; default all")
 ) -> None:
     """Clear one or all faults of a simulated node (a repaired node)."""
     from fleetctl.sim.store import clear_faults
@@ -127,7 +126,7 @@ def faults(ctx: typer.Context, node: str, output: OutputFormat = OUTPUT_OPTION) 
             node,
             ["kind", "gpu", "appears", "rate/h"],
             [
-                [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], timezone.utc)), r["rate_per_hour"]]
+                [r["kind"], r["gpu"], when(datetime.fromtimestamp(r["not_before"], UTC)), r["rate_per_hour"]]
                 for r in data
             ],
         ),

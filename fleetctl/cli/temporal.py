@@ -13,8 +13,8 @@ app = typer.Typer(help="Temporal: register fleetctl's search attributes in a nam
 def setup(ctx: typer.Context) -> None:
     """Register fleetctl's search attributes in the namespace through the operator API
     (idempotent); a worker refuses to start on a namespace without them."""
-    from fleetctl.nodes.search_attributes import NODE_ATTRIBUTES, type_name
     from fleetctl.connections.temporal_client import resolve
+    from fleetctl.nodes.search_attributes import NODE_ATTRIBUTES, type_name
     from workflows.client import connect, register_search_attributes
 
     settings = context.settings(ctx)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,12 +15,12 @@ app = typer.Typer(help="Topology: write a Slurm topology.conf from the inventory
 def slurm_conf(
     file: Path = typer.Argument(..., help="YAML inventory with a top-level 'nodes:' list"),
     root: str = typer.Option("spine", "--root", help="the switch that joins the islands when there are several"),
-    out: Optional[Path] = typer.Option(None, "--out", help="write here (replaced whole) instead of stdout"),
+    out: Path | None = typer.Option(None, "--out", help="write here (replaced whole) instead of stdout"),
 ) -> None:
     """Print a topology.conf (TopologyPlugin=topology/tree) of the inventory's Slurm nodes:
     a line per leaf switch, per island over its leaves, and a root over the islands."""
-    from fleetctl.inventory.parse import load_inventory
     from fleetctl.inventory.names import scheduler_members
+    from fleetctl.inventory.parse import load_inventory
     from fleetctl.inventory.topology import TopologyError, slurm_topology_conf
 
     specs = load_inventory(file)

@@ -52,7 +52,7 @@ class _Deadline:
         self._timer = threading.Timer(seconds, self._end)
         self._timer.daemon = True
 
-    def __enter__(self) -> "_Deadline":
+    def __enter__(self) -> _Deadline:
         self._timer.start()
         return self
 

@@ -11,9 +11,10 @@ works. What comes out is the keyword arguments of `Client.connect`.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fleetctl.config import ConfigError, Settings
 
@@ -167,7 +168,7 @@ def resolve(settings: Settings, env: Mapping[str, str] | None = None) -> Tempora
     said = parse_tls_flag(settings.temporal_tls) if _given(settings, "temporal_tls") else None
     tls_source = settings.sources.get("temporal_tls", "flag") if said is not None else "default"
     if said is None and ptls is not None:
-        said, tls_source = (False if ptls.disabled else True), where
+        said, tls_source = (not ptls.disabled), where
     if bool(cert) != bool(key):
         raise ConfigError(
             "Temporal mTLS needs both a client certificate and its key "

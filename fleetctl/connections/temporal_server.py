@@ -104,7 +104,7 @@ def wait_until_serving(address: str, timeout_s: float = 30.0, process: subproces
         try:  # each ask bounded: a listener that never answers would hold a connect for the SDK's 30 s
             client = await asyncio.wait_for(Client.connect(address), HEALTH_ASK_S)
             return await client.service_client.check_health(timeout=timedelta(seconds=HEALTH_ASK_S))
-        except (RuntimeError, asyncio.TimeoutError):  # not serving yet: refused, or the frontend not healthy
+        except (TimeoutError, RuntimeError):  # not serving yet: refused, or the frontend not healthy
             return False
 
     deadline = time.monotonic() + timeout_s

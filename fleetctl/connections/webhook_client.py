@@ -8,7 +8,8 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from fleetctl.remediation.rma import redact
@@ -20,7 +21,7 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect stays an error: urllib would replay the Authorization header to wherever the
     receiver points, another host included."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
         return None
 
 

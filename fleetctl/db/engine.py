@@ -7,10 +7,10 @@ import fcntl
 import os
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
@@ -38,7 +38,7 @@ class DatabaseUnavailable(RuntimeError):
 
 def _normalise(url: str) -> str:
     # psycopg 3 is the driver we ship; accept the plain scheme operators will type.
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
+    if url.startswith(("postgresql://", "postgres://")):
         return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
 
@@ -62,7 +62,7 @@ def _create(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):  # noqa: ANN001
+        def _sqlite_pragmas(dbapi_conn, _record):
             # WAL lets the CLI read while the worker writes; busy_timeout rides out short locks.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")

@@ -8,9 +8,9 @@ queue and the nodes, and writes its placements in the same transaction.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Callable, Sequence
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -325,8 +325,8 @@ def restart_placements(engine: Engine, since: datetime, until: datetime) -> list
     """(placement, landed) of every restart whose fault was seen in [since, until]."""
     with Session(engine) as session:
         return [
-            (p, l)
-            for p, l in session.exec(
+            (placement, landed)
+            for placement, landed in session.exec(
                 select(JobRestart.placement, JobRestart.landed).where(
                     JobRestart.fault_seen_at >= since, JobRestart.fault_seen_at <= until
                 )

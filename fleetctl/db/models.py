@@ -2,34 +2,34 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, Column, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Node(SQLModel, table=True):
     __tablename__ = "nodes"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True)
     address: str
-    bmc_address: Optional[str] = None
-    ssh_user: Optional[str] = None
+    bmc_address: str | None = None
+    ssh_user: str | None = None
     # The bastion (`[user@]host[:port]`) the node is reached through over SSH, from the
     # inventory's `jump` (migration 0015); None: directly, or through settings.ssh_jump_host.
-    jump_host: Optional[str] = None
+    jump_host: str | None = None
     rack: str = Field(default="", index=True)
     # Topology from the inventory (migration 0010): the leaf switch, the InfiniBand island or
     # NVLink domain a restart keeps a job in, the rack unit; "" / None when not given.
     switch: str = ""
     island: str = ""
-    position: Optional[int] = None
+    position: int | None = None
     # The multi-node NVLink domain (a GB200 NVL72 rack) from the inventory's `nvlink_domain`
     # (migration 0016); "": none (an HGX node, whose NVLink ends at its chassis).
     nvlink_domain: str = ""
@@ -45,7 +45,7 @@ class Node(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
     # When the intake last heard the node's agent (its clock, not the node's); None: the node
     # has no agent, and agent silence is not judged for it (fleetctl.nodes.reachability).
-    agent_seen_at: Optional[datetime] = None
+    agent_seen_at: datetime | None = None
 
 
 class NodeEvent(SQLModel, table=True):
@@ -54,7 +54,7 @@ class NodeEvent(SQLModel, table=True):
     __tablename__ = "node_events"
     __table_args__ = (UniqueConstraint("idempotency_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True)
     from_state: str
     to_state: str
@@ -78,7 +78,7 @@ class CheckRun(SQLModel, table=True):
     __tablename__ = "check_runs"
     __table_args__ = (UniqueConstraint("idempotency_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True)
     check_name: str
     kind: str
@@ -89,7 +89,7 @@ class CheckRun(SQLModel, table=True):
     reason: str = Field(default="", sa_column=Column(Text, nullable=False))
     raw_output: str = Field(default="", sa_column=Column(Text, nullable=False))
     output_truncated: bool = False
-    error_kind: Optional[str] = None
+    error_kind: str | None = None
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime = Field(default_factory=utcnow, index=True)
     workflow_id: str = ""
@@ -102,10 +102,10 @@ class HealthEvent(SQLModel, table=True):
     __tablename__ = "health_events"
     __table_args__ = (UniqueConstraint("idempotency_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True)
     source: str  # "xid", "operator", "check"
-    code: Optional[int] = None
+    code: int | None = None
     severity: str = "info"
     action: str = ""
     message: str = Field(default="", sa_column=Column(Text, nullable=False))
@@ -116,7 +116,7 @@ class HealthEvent(SQLModel, table=True):
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(index=True, unique=True)
     name: str = ""
     scheduler: str  # the inventory's scheduler kind that runs it; no default (migration 0005)
@@ -126,13 +126,13 @@ class Job(SQLModel, table=True):
     node_count: int = 1
     gpus_per_node: int = 8
     submitted_at: datetime = Field(default_factory=utcnow)
-    started_at: Optional[datetime] = None
-    ended_at: Optional[datetime] = None
-    last_checkpoint_at: Optional[datetime] = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    last_checkpoint_at: datetime | None = None
     # What the scheduler says: how many times it requeued the job (Slurm's RestartCnt), and
     # when fleetctl last saw the job there (a job the scheduler forgot ended by then).
     restart_count: int = 0
-    seen_at: Optional[datetime] = None
+    seen_at: datetime | None = None
 
 
 class JobCheckpoint(SQLModel, table=True):
@@ -141,7 +141,7 @@ class JobCheckpoint(SQLModel, table=True):
     __tablename__ = "job_checkpoints"
     __table_args__ = (UniqueConstraint("job_id", "at", name="uq_job_checkpoints_job_at"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(index=True)
     at: datetime
     recorded_at: datetime = Field(default_factory=utcnow)
@@ -154,19 +154,19 @@ class StragglerFinding(SQLModel, table=True):
 
     __tablename__ = "straggler_findings"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(index=True)
     node_name: str = Field(index=True)
     metric: str
     status: str = Field(default="open", index=True)
     evidence: str = Field(sa_column=Column(Text, nullable=False))
-    value: Optional[float] = None
-    median: Optional[float] = None
-    robust_z: Optional[float] = None
+    value: float | None = None
+    median: float | None = None
+    robust_z: float | None = None
     # The job's restart count when found: a higher one later means it was restarted since.
     job_restart_count: int = 0
     found_at: datetime = Field(default_factory=utcnow)
-    resolved_at: Optional[datetime] = None
+    resolved_at: datetime | None = None
     detail: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
@@ -184,12 +184,12 @@ class SimFault(SQLModel, table=True):
 
     __tablename__ = "sim_faults"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True)
     kind: str
-    gpu: Optional[int] = None
+    gpu: int | None = None
     not_before: float = 0.0
-    rate_per_hour: Optional[float] = None
+    rate_per_hour: float | None = None
     seed: int = 0
     created_at: datetime = Field(default_factory=utcnow)
 
@@ -200,10 +200,10 @@ class AutomationEvent(SQLModel, table=True):
     __tablename__ = "automation_events"
     __table_args__ = (UniqueConstraint("idempotency_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     fleet: str = "default"
     kind: str
-    node_name: Optional[str] = None
+    node_name: str | None = None
     reason: str = Field(default="", sa_column=Column(Text, nullable=False))
     actor: str
     at: datetime = Field(default_factory=utcnow, index=True)
@@ -216,7 +216,7 @@ class RemediationRun(SQLModel, table=True):
     __tablename__ = "remediation_runs"
     __table_args__ = (UniqueConstraint("run_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_key: str  # the workflow id
     node_name: str = Field(index=True)
     runbook: str
@@ -226,14 +226,14 @@ class RemediationRun(SQLModel, table=True):
     outcome: str = Field(default="", sa_column=Column(Text, nullable=False))
     actor: str
     started_at: datetime = Field(default_factory=utcnow, index=True)
-    finished_at: Optional[datetime] = None
+    finished_at: datetime | None = None
 
 
 class RemediationStep(SQLModel, table=True):
     __tablename__ = "remediation_steps"
     __table_args__ = (UniqueConstraint("run_key", "step_index"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_key: str = Field(index=True)
     node_name: str = Field(index=True)
     step_index: int
@@ -252,25 +252,25 @@ class RmaRecord(SQLModel, table=True):
     __tablename__ = "rma_records"
     __table_args__ = (UniqueConstraint("idempotency_key"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True)
     status: str = Field(default="open", index=True)
     reason: str = Field(default="", sa_column=Column(Text, nullable=False))
-    remediation_run: Optional[str] = None
+    remediation_run: str | None = None
     evidence: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     evidence_markdown: str = Field(default="", sa_column=Column(Text, nullable=False))
-    webhook_status: Optional[str] = None
+    webhook_status: str | None = None
     opened_by: str
     opened_at: datetime = Field(default_factory=utcnow)
-    replaced: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
-    closed_by: Optional[str] = None
-    closed_at: Optional[datetime] = None
+    replaced: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    closed_by: str | None = None
+    closed_at: datetime | None = None
     idempotency_key: str
     # Why automation held it for an operator (status awaiting_confirmation: a correlated burst,
     # fleetctl.remediation.rma.burst_verdict), and who confirmed or rejected it, when.
-    held_reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
-    decided_by: Optional[str] = None
-    decided_at: Optional[datetime] = None
+    held_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    decided_by: str | None = None
+    decided_at: datetime | None = None
 
 
 class FirmwareBaseline(SQLModel, table=True):
@@ -278,7 +278,7 @@ class FirmwareBaseline(SQLModel, table=True):
 
     __tablename__ = "firmware_baselines"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str
     document: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     source: str = Field(default="", sa_column=Column(Text, nullable=False))
@@ -290,7 +290,7 @@ class FirmwareRollout(SQLModel, table=True):
     __tablename__ = "firmware_rollouts"
     __table_args__ = (UniqueConstraint("rollout_id"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     rollout_id: str
     baseline_id: int
     status: str = Field(default="running", index=True)  # running, halted, completed, aborted
@@ -311,7 +311,7 @@ class FirmwareRolloutNode(SQLModel, table=True):
     __tablename__ = "firmware_rollout_nodes"
     __table_args__ = (UniqueConstraint("rollout_id", "node_name"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     rollout_id: str = Field(index=True)
     node_name: str
     batch_index: int
@@ -326,10 +326,10 @@ class SimSchedulerNode(SQLModel, table=True):
 
     __tablename__ = "sim_scheduler_nodes"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     node_name: str = Field(index=True, unique=True)
     drained: bool = False
-    reason: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     updated_at: datetime = Field(default_factory=utcnow)
 
 
@@ -368,7 +368,7 @@ class JobRestart(SQLModel, table=True):
     __tablename__ = "job_restarts"
     __table_args__ = (UniqueConstraint("workflow_id"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     job_id: str = Field(index=True)
     scheduler: str
     bad_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
@@ -376,9 +376,9 @@ class JobRestart(SQLModel, table=True):
     actor: str
     restart_id: str
     fault_seen_at: datetime
-    drained_at: Optional[datetime] = None
-    requeued_at: Optional[datetime] = None
-    running_at: Optional[datetime] = None
+    drained_at: datetime | None = None
+    requeued_at: datetime | None = None
+    running_at: datetime | None = None
     new_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     # The job's nodes when it was requeued (migration 0017), so that its replacements are
     # new_nodes less these (fleetctl.jobs.placement.replacements); [] when not known.

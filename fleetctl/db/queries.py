@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Callable, Iterable, Sequence, TypeVar
+from datetime import UTC, datetime
+from typing import TypeVar
 
 from sqlalchemy import func, or_
 from sqlalchemy.engine import Engine
@@ -253,7 +254,7 @@ def health_events(engine: Engine, name: str, limit: int = 20) -> list[HealthEven
 def state_counts(engine: Engine) -> dict[str, int]:
     with Session(engine) as session:
         rows = session.exec(select(Node.state, func.count()).group_by(Node.state))
-        return {state: count for state, count in rows}
+        return dict(rows)
 
 
 def insert_once(engine: Engine, row, key_column, key: str):
@@ -324,7 +325,7 @@ def peer_metrics(
 
 def _epoch(at: datetime) -> float:
     """SQLite gives back naive datetimes (stored as UTC)."""
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:

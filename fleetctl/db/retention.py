@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from sqlalchemy import and_, delete, func, not_, or_, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -119,7 +120,11 @@ def _jsonable(value: Any) -> Any:
 def _archive(archive: IO[str], what: str, rows: list[Any], columns: list[str]) -> None:
     for row in rows:
         archive.write(
-            json.dumps({"pruned": what, **{c: _jsonable(v) for c, v in zip(columns, row)}}, sort_keys=True, default=str)
+            json.dumps(
+                {"pruned": what, **{c: _jsonable(v) for c, v in zip(columns, row, strict=False)}},
+                sort_keys=True,
+                default=str,
+            )
             + "\n"
         )
     archive.flush()

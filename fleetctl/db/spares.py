@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, delete, select
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 def held(engine: Engine) -> dict[str, str]:
     """Every spare -> the island it is held for."""
     with Session(engine) as session:
-        return {name: island for name, island in session.exec(select(Spare.node_name, Spare.island))}
+        return dict(session.exec(select(Spare.node_name, Spare.island)))
 
 
 def record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:

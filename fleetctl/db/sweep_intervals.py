@@ -5,11 +5,12 @@ the `temporal` CLI is seen from then), read by `node list` and `node show`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, col, delete, select
 
 from fleetctl.db.models import SweepInterval, utcnow
 
@@ -79,8 +80,10 @@ def sweep_every_s(engine: Engine, fleet: str) -> float | None:
     schedules; None when none is recorded (then nothing says how old is too old). One query."""
     with Session(engine) as session:
         return session.exec(
-            select(func.min(SweepInterval.every_s)).where(SweepInterval.fleet == fleet, SweepInterval.paused == False)
-        ).one()  # noqa: E712
+            select(func.min(SweepInterval.every_s)).where(
+                SweepInterval.fleet == fleet, col(SweepInterval.paused).is_(False)
+            )
+        ).one()
 
 
 def sweep_every_s_by_fleet(engine: Engine) -> dict[str, float]:
@@ -89,7 +92,7 @@ def sweep_every_s_by_fleet(engine: Engine) -> dict[str, float]:
         return dict(
             session.exec(
                 select(SweepInterval.fleet, func.min(SweepInterval.every_s))
-                .where(SweepInterval.paused == False)  # noqa: E712
+                .where(col(SweepInterval.paused).is_(False))
                 .group_by(SweepInterval.fleet)
             ).all()
         )

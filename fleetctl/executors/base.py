@@ -7,8 +7,9 @@ failed hardware check: it becomes an `error` result and is retried.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from fleetctl.inventory.names import LABEL_KEY_RE, LABEL_VALUE_RE, NODE_NAME_RE
 

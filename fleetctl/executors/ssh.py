@@ -500,7 +500,7 @@ class SshExecutor:
     def _tcp_connect(self, target: NodeTarget, endpoint: Endpoint) -> socket.socket:
         try:
             return socket.create_connection((endpoint.host, endpoint.port), timeout=self.connect_timeout_s)
-        except socket.timeout:
+        except TimeoutError:
             reason = f"no answer within {self.connect_timeout_s:g} s"
         except OSError as error:
             reason = error.strerror or one_line(error)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -34,7 +34,7 @@ class Heartbeats:
 
     def note(self, node: str, at: datetime | None = None) -> bool:
         """Whether the heartbeat was taken (False: too many nodes wait for the next write)."""
-        at = at or datetime.now(timezone.utc)
+        at = at or datetime.now(UTC)
         with self._lock:
             if node not in self._pending and len(self._pending) >= self.max_pending:
                 return False

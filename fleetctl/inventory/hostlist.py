@@ -10,7 +10,7 @@ past that wraps around and names other hosts than the one written).
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 MAX_HOSTS = 100_000
 MAX_NUMBER = 2**64 - 1
@@ -129,7 +129,7 @@ def compress(names: Iterable[str]) -> str:
             parts.append(f"{prefix}{str(numbers[0]).zfill(width)}")
             continue
         runs, start, prev = [], numbers[0], numbers[0]
-        for n in numbers[1:] + [None]:
+        for n in [*numbers[1:], None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue

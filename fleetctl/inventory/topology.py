@@ -17,8 +17,9 @@ file (slurmctld refuses a node its slurm.conf does not define).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from fleetctl.inventory.hostlist import compress
 from fleetctl.inventory.names import LABEL_VALUE_RE

@@ -8,9 +8,10 @@ restarts fleetctl ran are already in the database (JobRestart writes them).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
 
 from checks.profiles import UnknownProfile, load_profile
 from fleetctl.db import jobs as store

@@ -27,8 +27,8 @@ fits in on checked nodes alone comes before one that needs unchecked ones.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Collection, Iterable, Mapping, Sequence
 
 from fleetctl.nodes.capacity import DOMAIN_FABRIC_CHECKS
 from fleetctl.nodes.lifecycle import NodeState

@@ -11,8 +11,8 @@ free. A spare that leaves production (drained, failed) leaves the pool.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 # Bounds of the `spares_per_island` setting (fleetctl.config): more would hold a whole
 # island of a fleet this size idle by mistake.

@@ -9,14 +9,15 @@ decide from the same facts; the last one's pools stand, and each is a whole, val
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Collection, Sequence
+from typing import TYPE_CHECKING
 
 from fleetctl.db import spares as store
-from fleetctl.schedulers.base import HoldsSpares, SchedulerError
 from fleetctl.jobs.placement import unfit
 from fleetctl.jobs.spares import PoolChange, SpareCandidate, plan_pools
 from fleetctl.nodes.view_store import node_health
+from fleetctl.schedulers.base import HoldsSpares, SchedulerError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

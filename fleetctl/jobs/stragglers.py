@@ -63,7 +63,7 @@ class Telemetry:
         """Per node (by `label`), its slowest GPU's value over the last `window_s` seconds."""
         names = "|".join(re.escape(s) for s in self.series)
         hosts = "|".join(re.escape(n) for n in sorted(set(nodes)))
-        sel = '{__name__=~"%s", %s=~"%s"}' % (_promql_string(names), label, _promql_string(hosts))
+        sel = f'{{__name__=~"{_promql_string(names)}", {label}=~"{_promql_string(hosts)}"}}'
         slowest = "min" if self.higher_is_better else "max"
         if self.slowdown_bits:
             step = max(1, window_s // 30)

@@ -10,9 +10,9 @@ and `DrainHeld`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Sequence
 
 from fleetctl.nodes.lifecycle import NodeState
 
@@ -116,7 +116,7 @@ HELD_BY = (
     ("fleet limit:", "fleet_limit"),
     ("rack limit:", "rack_limit"),
 )
-HELD_BY_CLASSES = tuple(dict.fromkeys(cls for _, cls in HELD_BY)) + ("other",)
+HELD_BY_CLASSES = (*tuple(dict.fromkeys(cls for _, cls in HELD_BY)), "other")
 
 
 def held_by(refusal: str) -> str:

@@ -9,9 +9,10 @@ unavailable" and "fleet limit: 4 of 40 already unavailable" are one repeat, coun
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 

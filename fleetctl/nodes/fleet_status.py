@@ -3,7 +3,8 @@ island. Pure: fleetctl.nodes.fleet_status_store reads the rows."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from fleetctl.nodes.lifecycle import NodeState
 

@@ -5,9 +5,15 @@ caller asks (that needs Temporal)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
+from fleetctl.db import firmware as firmware_db
+from fleetctl.db import queries
+from fleetctl.db import spares as spare_store
+from fleetctl.durations import as_utc
+from fleetctl.jobs.spares import spare_counts
 from fleetctl.nodes.capacity import (
     FleetSnapshot,
     GuardPolicy,
@@ -16,14 +22,9 @@ from fleetctl.nodes.capacity import (
     in_fleet,
     operator_drain_overruns,
 )
-from fleetctl.db import firmware as firmware_db
-from fleetctl.db import queries
-from fleetctl.db import spares as spare_store
-from fleetctl.nodes.lifecycle import Actor
-from fleetctl.durations import as_utc
-from fleetctl.jobs.spares import spare_counts
 from fleetctl.nodes.event_groups import collapse
 from fleetctl.nodes.fleet_status import count_states, rack_view
+from fleetctl.nodes.lifecycle import Actor
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -110,4 +111,4 @@ def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Itera
 
 def _counted(nodes: list, policy: GuardPolicy) -> FleetSnapshot:
     """The fleet's nodes as its guard counts them (a fresh RMA is still out)."""
-    return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(timezone.utc), policy)
+    return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(UTC), policy)

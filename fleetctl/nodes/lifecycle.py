@@ -9,8 +9,8 @@ all be checked against one definition.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 class NodeState(str, enum.Enum):

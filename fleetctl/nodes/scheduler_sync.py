@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import BURN_IN_HOLD, SchedulerError, is_check_hold

@@ -13,8 +13,8 @@ another application's in a shared namespace.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from temporalio.common import (
     SearchAttributeIndexedValueType,
@@ -121,7 +121,7 @@ def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate
     """FleetctlQueuedSince as of the queue's oldest item (epoch seconds), unset when none waits."""
     if not oldest_queued_at:
         return QUEUED_SINCE.value_unset()
-    return QUEUED_SINCE.value_set(datetime.fromtimestamp(oldest_queued_at, timezone.utc))
+    return QUEUED_SINCE.value_set(datetime.fromtimestamp(oldest_queued_at, UTC))
 
 
 # How a node's workflow ends an outcome that nothing more will follow without an operator.

@@ -15,9 +15,9 @@ Two ways a node's workflow stops acting on its events, both seen from outside it
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Sequence
 
 from fleetctl.nodes.search_attributes import QUEUED_SINCE, REPORTED_PROBLEMS
 

@@ -5,9 +5,10 @@ fleetctl.nodes.conditions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.db import queries
 from fleetctl.durations import as_utc

@@ -30,10 +30,11 @@ folded row by row, never a query of the whole history.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from threading import Lock
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -41,16 +42,6 @@ from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 from fleetctl.config import Settings
-from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
-from fleetctl.nodes.conditions import (
-    PRODUCTION_CONDITIONS,
-    CheckSummary,
-    Condition,
-    DrainHeld,
-    conditions,
-    held_by,
-    unchecked_since,
-)
 from fleetctl.db import queries, sweep_intervals
 from fleetctl.db.models import (
     AutomationEvent,
@@ -63,8 +54,18 @@ from fleetctl.db.models import (
     RemediationStep,
     RmaRecord,
 )
-from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
+from fleetctl.nodes.capacity import FLEET_LABEL, GuardPolicy, budgets, guard_snapshot, in_fleet
+from fleetctl.nodes.conditions import (
+    PRODUCTION_CONDITIONS,
+    CheckSummary,
+    Condition,
+    DrainHeld,
+    conditions,
+    held_by,
+    unchecked_since,
+)
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.reliability.metrics import (
     OPEN,
     PENDING_REASONS,
@@ -122,7 +123,7 @@ def _histogram(values: Iterable[float], bounds: Sequence[float]) -> tuple[list[t
     """Cumulative Prometheus buckets (with +Inf) and the sum of `values`."""
     values = list(values)
     buckets = [(repr(b), float(sum(1 for v in values if v <= b))) for b in bounds]
-    return buckets + [("+Inf", float(len(values)))], float(sum(values))
+    return [*buckets, ("+Inf", float(len(values)))], float(sum(values))
 
 
 # An id below the highest read but not seen yet belongs to a transaction that committed after
@@ -492,7 +493,7 @@ class FleetCollector:
                 rma_outcomes[node].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
             removals_open = self._resolve_removals(rma_outcomes)
             resolved = sorted(self.resolved.items())
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             lemons = self._lemons(now)
             latest_checks = {
                 node: sorted((summary for _, summary in by_check.values()), key=lambda c: c.at, reverse=True)
@@ -640,7 +641,9 @@ class FleetCollector:
         restarted = CounterMetricFamily(
             "fleetctl_job_restarts", "Job restarts off bad nodes, by outcome", labels=["fleet", "status"]
         )
-        for (fleet, status), count in sorted(Counter(zip(restart_fleet, (r[0] for r in restarts))).items()):
+        for (fleet, status), count in sorted(
+            Counter(zip(restart_fleet, (r[0] for r in restarts), strict=False)).items()
+        ):
             restarted.add_metric([fleet, status], count)
         yield restarted
         latency = HistogramMetricFamily(
@@ -654,7 +657,7 @@ class FleetCollector:
                 *_histogram(
                     (
                         max(0.0, (as_utc(running) - as_utc(fault)).total_seconds())
-                        for (_, fault, running, *_), of in zip(restarts, restart_fleet)
+                        for (_, fault, running, *_), of in zip(restarts, restart_fleet, strict=False)
                         if running is not None and of == fleet
                     ),
                     RESTART_LATENCY_BUCKETS,
@@ -778,7 +781,7 @@ class FleetCollector:
         of each, if any."""
         in_progress = {
             job: (placement, fleet)
-            for (status, _, _, job, placement, _), fleet in zip(restarts, restart_fleet)
+            for (status, _, _, job, placement, _), fleet in zip(restarts, restart_fleet, strict=False)
             if status == "in_progress"
         }
         counts: Counter[tuple[str, str]] = Counter({(self.fleet, r): 0 for r in PENDING_REASONS})
@@ -805,7 +808,7 @@ class FleetCollector:
                 ("headroom", "Nodes automation may still take out (negative: past the limit)"),
             )
         }
-        for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(timezone.utc), self.policy)):
+        for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(UTC), self.policy)):
             scope, _, rack = b.scope.partition(" ")
             for field, family in families.items():
                 family.add_metric([self.fleet, scope, rack], getattr(b, field))

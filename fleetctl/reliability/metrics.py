@@ -95,10 +95,11 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED

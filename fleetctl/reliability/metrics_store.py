@@ -22,8 +22,8 @@ from fleetctl.db.models import (
     RemediationStep,
     RmaRecord,
 )
-from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.durations import as_utc
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.reliability.metrics import (
     REPAIRING_ACTIONS,
     CheckSample,

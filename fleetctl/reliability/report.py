@@ -7,9 +7,10 @@ and their definitions are fleetctl.reliability.metrics'.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
-from typing import Any, Sequence
+from typing import Any
 
 from fleetctl.durations import as_utc
 from fleetctl.jobs.placement import placement_counts
@@ -247,7 +248,9 @@ def _jobs(
             }
         )
     predicted = [
-        (p["predicted_ettr"], g.wall_seconds) for p, (_, g) in zip(per_job, goodputs) if p["predicted_ettr"] is not None
+        (p["predicted_ettr"], g.wall_seconds)
+        for p, (_, g) in zip(per_job, goodputs, strict=False)
+        if p["predicted_ettr"] is not None
     ]
     wall = sum(w for _, w in predicted)
     return {

@@ -7,7 +7,7 @@ never an empty box.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from markupsafe import Markup, escape
 
@@ -46,7 +46,7 @@ def nice_ticks(top: float, count: int = 4, whole: bool = False) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     step = max(step, 1) if whole else step
-    return [i * step for i in range(int(math.ceil(top / step - 1e-9)) + 1)]
+    return [i * step for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
 def _fmt(value: float) -> str:

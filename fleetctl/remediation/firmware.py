@@ -29,9 +29,10 @@ import math
 import re
 import shlex
 import unicodedata
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from checks.safe_yaml import YamlRefused, loads, read_text

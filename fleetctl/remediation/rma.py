@@ -10,10 +10,11 @@ masked in every string, and so is every configured secret value verbatim.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any
 
 from fleetctl.nodes.capacity import GuardPolicy, storm_threshold
 from fleetctl.text import printable

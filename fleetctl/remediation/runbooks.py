@@ -29,13 +29,14 @@ from __future__ import annotations
 import operator
 import re
 import string
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.compiler import CodeGenerator
@@ -272,7 +273,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
         return checked
 
-    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - Jinja's signature
+    def call(__self, __context, __obj, *args, **kwargs):
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(owner, str):
@@ -870,9 +871,12 @@ def matches(book: Runbook, event: Event, findings_text: str = "") -> bool:
         return event.check in book.match.stragglers
     if event.kind == "check":
         for c in book.match.checks:
-            if c.name == event.check and event.status in c.statuses:
-                if c.finding is None or re.search(c.finding, f"{event.message}\n{findings_text}", re.I):
-                    return True
+            if (
+                c.name == event.check
+                and event.status in c.statuses
+                and (c.finding is None or re.search(c.finding, f"{event.message}\n{findings_text}", re.I))
+            ):
+                return True
     return False
 
 
@@ -929,6 +933,7 @@ class LemonPolicy:
 
     def describe(self, times: int) -> str:
         """The figure in words, the same wherever it is shown."""
-        from fleetctl.text import plural, times as how_often
+        from fleetctl.text import plural
+        from fleetctl.text import times as how_often
 
         return f"remediated {how_often(times)} in {plural(self.window / timedelta(days=1), 'day')}"

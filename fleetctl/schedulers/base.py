@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 # Every drain reason fleetctl writes starts with this, so fleetctl can tell its own drains
 # from an operator's and only resume what it drained (unless forced).

@@ -38,9 +38,10 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
+from fleetctl.inventory.names import KUBERNETES_NODE_NAME_RE
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
@@ -50,7 +51,6 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
-from fleetctl.inventory.names import KUBERNETES_NODE_NAME_RE
 from fleetctl.schedulers.kubernetes_drain import LABEL_VALUE_RE, NAMESPACE_RE, DrainOptions
 from fleetctl.text import MAX_TEXT, bounded, one_line
 
@@ -572,7 +572,7 @@ class KubernetesScheduler:
         """
         from kubernetes.client.exceptions import ApiException
 
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         for attempt in range(1, STATUS_CONFLICT_ATTEMPTS + 1):
             current = self._read_node(node)
             conditions = _merged_conditions(
@@ -683,7 +683,7 @@ def _rfc3339(when: datetime | str | None) -> str | None:
             return None
     if not isinstance(when, datetime) or when.tzinfo is None:
         return None
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def node_event(node: Json, state: str, reason: str, now: datetime) -> Json:
@@ -821,7 +821,7 @@ def _job_history(job_id: str, pods: Sequence[Json]) -> JobHistory:
 def _time(value: Any) -> datetime | None:
     """An API time (RFC 3339) as UTC, None when absent or unreadable."""
     text = _rfc3339(value)
-    return None if text is None else datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return None if text is None else datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _split_job_id(job_id: str) -> tuple[str, str]:

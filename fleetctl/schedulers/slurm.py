@@ -12,8 +12,9 @@ import os
 import re
 import subprocess
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
@@ -125,7 +126,7 @@ class SshCommandRunner:
             argv = ["env", f"SLURM_CONF={self.slurm_conf}", *argv]
         try:
             result = self.executor.run(self.target, argv, timeout_s)
-        except Exception as exc:  # noqa: BLE001 - an ExecutorError, known by its stable `kind`
+        except Exception as exc:
             kind = getattr(exc, "kind", None)
             if kind is None:
                 raise
@@ -180,7 +181,7 @@ def _epoch(value: str, what: str, line: str) -> datetime | None:
         return None
     if not value.isdigit() or len(value) > 12:
         raise SchedulerError(f"cannot read {what} {value!r} in squeue line {line!r}")
-    return datetime.fromtimestamp(int(value), timezone.utc)
+    return datetime.fromtimestamp(int(value), UTC)
 
 
 def parse_job_history(output: str) -> list[JobHistory]:
@@ -221,10 +222,7 @@ def _node_state(node: str, state_flags: str, reason: str) -> SchedulerNodeState:
     """From sinfo's StateComplete ('idle+drain', 'mixed', 'down+drain+not_responding')."""
     base, *flags = state_flags.lower().split("+")
     drained = "drain" in flags
-    if base in ("idle", "allocated", "mixed", "down"):
-        state = base
-    else:
-        state = "unknown"
+    state = base if base in ("idle", "allocated", "mixed", "down") else "unknown"
     if drained and state in ("allocated", "mixed"):
         state = "draining"
     elif drained and state == "idle":

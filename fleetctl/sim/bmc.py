@@ -6,7 +6,7 @@ when the node's operating system is unreachable."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Engine
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 FAULT_KINDS: tuple[str, ...] = (
     "xid79",  # GPU fallen off the bus

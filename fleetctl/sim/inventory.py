@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from checks.profiles import load_profile
-
 from fleetctl.executors.base import validate_node_name
 from fleetctl.inventory.parse import MAX_RACK_POSITION
 from fleetctl.sim import SIM_SCHEME

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from checks.profiles import load_profile
-
 from fleetctl.sim.faults import SimFaultSpec, fault_onset
 from fleetctl.sim.profiles import SimProfile
 
@@ -346,7 +345,7 @@ def _healthy_host(profile: SimProfile) -> HostState:
         services={
             "nvidia-imex": "",
             "nvidia-fabricmanager": "",
-            **{unit: "active" for unit in expected.required_services},
+            **dict.fromkeys(expected.required_services, "active"),
         },
         loaded_driver=profile.driver_version,
     )

@@ -15,7 +15,7 @@ fleetctl's) is a drain whose reason lacks fleetctl's prefix, as with Slurm.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sqlalchemy.engine import Engine
 

@@ -8,8 +8,8 @@ import os
 import random
 import re
 import shlex
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from fleetctl.sim.faults import CURED_BY
 from fleetctl.sim.node import HcaState, NodeState, ToolOutput
@@ -33,8 +33,8 @@ from fleetctl.sim.render.host import (
     render_uname_r,
 )
 from fleetctl.sim.render.hpl import render_hpl
-from fleetctl.sim.render.imex import render_imex_ctl_domain
 from fleetctl.sim.render.ib import IbWriteBwRun, render_ib_write_bw, render_ibstat, render_ibv_devinfo, render_perfquery
+from fleetctl.sim.render.imex import render_imex_ctl_domain
 from fleetctl.sim.render.nccl import AllReduceRun, render_all_reduce_perf
 from fleetctl.sim.render.nvidia_smi import render_nvidia_smi_q, render_nvidia_smi_query, render_nvidia_smi_reset
 from fleetctl.sim.render.xid import render_kernel_log
@@ -94,7 +94,7 @@ class _Call:
 
 
 def _nvidia_smi(call: _Call) -> ToolRun:
-    flags, positional = _options(call.args, {"--query-gpu", "--format", "-d", "--display", "-i", "--id"})
+    flags, _positional = _options(call.args, {"--query-gpu", "--format", "-d", "--display", "-i", "--id"})
     query = _flag(flags, "--query-gpu")
     ids = _flag(flags, "-i", "--id")
     indices = [int(i) for i in ids.split(",")] if ids else None
@@ -325,7 +325,7 @@ def _df(call: _Call) -> ToolRun:
 
 
 def _systemctl(call: _Call) -> ToolRun:
-    flags, positional = _options(call.args, {"-p", "--property"})
+    _flags, positional = _options(call.args, {"-p", "--property"})
     if positional[:1] != ["show"]:
         raise _UsageError("simulated systemctl answers systemctl show -p ... UNIT...")
     return ToolRun(ToolOutput(render_systemctl_show(call.node, positional[1:])), 0.1)
@@ -568,7 +568,7 @@ class NodeShell:
         cures: frozenset[str] = frozenset()
         clock = background_end = 0.0
         status, skip = 0, False
-        for text, operator in zip(pieces[::2], pieces[1::2] + [""]):
+        for text, operator in zip(pieces[::2], [*pieces[1::2], ""], strict=False):
             if operator == "|":
                 return ToolRun(ToolOutput("", "sh: pipelines are not simulated\n", 2), clock)
             text = text.strip()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from fleetctl.agent.follow import FileSource, KmsgSource
 from tests.support.services import not_on_this_kind_of_machine
 

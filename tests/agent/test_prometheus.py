@@ -10,11 +10,11 @@ import urllib.request
 import pytest
 from prometheus_client import start_http_server
 
-from fleetctl.reliability import exporter_server
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
 from fleetctl.db.engine import get_engine
+from fleetctl.reliability import exporter_server
 from tests.report import history
 from tests.report.test_exporter import NOW
 from tests.support.prometheus import PROMTOOL, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401

@@ -112,8 +112,8 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
     whose MESSAGE holds a lone surrogate: each event the agent spools is at most MAX_TEXT
     characters and encodes as UTF-8."""
     from fleetctl.agent.follow import FileSource
-    from fleetctl.text import MAX_TEXT
     from fleetctl.agent.runner import Agent, AgentConfig
+    from fleetctl.text import MAX_TEXT
 
     log = tmp_path / "kern.log"
     log.write_bytes(f"{XID79} ".encode() + b"\x00\xff\xfe" + b"A" * 1_000_000 + b"\n")
@@ -121,7 +121,7 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
     journal = parse_journal_json(
         json.dumps({"__CURSOR": "c", "__REALTIME_TIMESTAMP": "1", "MESSAGE": XID79 + " \ud800"})
     )
-    events = agent.events_of(agent.source.poll() + [journal])
+    events = agent.events_of([*agent.source.poll(), journal])
     assert [e["code"] for e in events] == [79, 79] and [e["signature"] for e in events] == ["", ""]
     for e in events:
         assert len(e["message"]) <= MAX_TEXT and "\x00" not in e["message"]

@@ -4,7 +4,6 @@ bad options in one line."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys

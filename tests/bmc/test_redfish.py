@@ -110,9 +110,9 @@ def test_credentials_appear_in_no_log_error_or_repr(redfish_bmc: RedfishBmc, cap
     good.reset(redfish_bmc.system_id, "ForceRestart")
     errors: list[BaseException] = []
     for failing_call in (
-        lambda: wrong.systems(),
+        wrong.systems,
         lambda: good.simple_update(IMAGE, targets=[f"/redfish/v1/Systems/{redfish_bmc.system_id}"]),
-        lambda: unreachable.systems(),
+        unreachable.systems,
     ):
         with pytest.raises(BmcError) as raised:
             failing_call()

@@ -39,7 +39,7 @@ def test_each_report_is_read_as_its_signature(fixture, name, where, sxid, findin
 
 def test_the_agent_reads_the_same_signatures_as_xid_scan():
     """detect() is the agent's reading of one kernel message: the same table, the same severity."""
-    for fixture, name, _, _, _ in CASES:
+    for fixture, _name, _, _, _ in CASES:
         line = next(line for line in fixture_text(fixture).splitlines() if not line.startswith("#"))
         faults = detect(line)
         assert faults, fixture

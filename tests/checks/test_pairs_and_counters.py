@@ -67,7 +67,7 @@ def test_a_self_pair_and_a_bad_floor_are_refused():
 def test_the_straggler_is_found_among_any_fast_peers(n, victim, jitter):
     nodes = [f"n{i}" for i in range(n)]
     slow_node = nodes[victim % n]
-    busbw = {pair: value + j for (pair, value), j in zip(_pairs(nodes, slow_node).items(), jitter)}
+    busbw = {pair: value + j for (pair, value), j in zip(_pairs(nodes, slow_node).items(), jitter, strict=False)}
     verdicts = localise_by_pairs(busbw, FLOOR)
     assert {node for node, v in verdicts.items() if v.straggler} == {slow_node}
 

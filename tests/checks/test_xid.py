@@ -346,7 +346,7 @@ def test_a_garbled_report_never_turns_a_failing_log_into_a_pass(name, data):
     import re
 
     text = fixture_text(name)
-    spots = [m for m in re.finditer(r"(?<=Xid \()[^)]*\): (\d+)", text)]
+    spots = list(re.finditer(r"(?<=Xid \()[^)]*\): (\d+)", text))
     spot = data.draw(st.sampled_from(spots), label="report")
     garbage = data.draw(st.sampled_from(["", "x", "7x9", "-1", "٧٩", "0x4f", "79.5", " "]), label="garbage")
     garbled = text[: spot.start(1)] + garbage + text[spot.end(1) :]

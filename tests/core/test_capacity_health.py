@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
@@ -133,11 +135,11 @@ def test_a_dry_run_guard_says_what_it_would_grant_and_grants_nothing(request_, b
     ],
 )
 def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from fleetctl.nodes.capacity import GuardPolicy, counted_state
 
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
     policy = GuardPolicy(storm_window_s=600)
     assert counted_state(state, now - timedelta(seconds=age_s), now, policy) == counted
 

@@ -39,7 +39,7 @@ BIG = {f"nvl-r{i:02d}": 18 for i in range(1, 21)}
 SMALL = {f"nvl-r{i:02d}": 18 for i in range(1, 6)}
 # 10 racks, of which nvl-r01 has half its trays out: 180 serving, limit 18.
 MEDIUM = {"nvl-r01": 9, **{f"nvl-r{i:02d}": 18 for i in range(2, 11)}}
-HALF_OUT = {n: "maintenance" for n in DOMAIN[9:]}
+HALF_OUT = dict.fromkeys(DOMAIN[9:], "maintenance")
 
 
 @pytest.mark.parametrize(

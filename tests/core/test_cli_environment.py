@@ -15,9 +15,8 @@ from fleetctl.cli.main import app
 from fleetctl.config import ENV_VARS
 from fleetctl.connections.temporal_server import free_port
 
-UNSET = {
-    var: None
-    for var in [
+UNSET = dict.fromkeys(
+    [
         *ENV_VARS.values(),
         "FLEETCTL_CONFIG",
         "TEMPORAL_ADDRESS",
@@ -25,7 +24,7 @@ UNSET = {
         "TEMPORAL_CONFIG_FILE",
         "TEMPORAL_NAMESPACE",
     ]
-}
+)
 
 
 def test_an_unconfigured_database_is_named(tmp_path) -> None:

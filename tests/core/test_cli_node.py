@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
+from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.connections.temporal_server import free_port
 from tests.support.cli import console
 
 pytestmark = pytest.mark.temporal

@@ -12,11 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
+from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun, Job, utcnow
 from fleetctl.inventory.parse import NodeSpec
-from fleetctl.connections.temporal_server import free_port
 
 PATH = ["new", "burn_in", "admission", "production"]
 TRIGGERS = ["begin_burn_in", "begin_admission", "enter_production"]
@@ -42,7 +42,7 @@ def _move(engine, name: str, to: str, trigger: str, cause: str, actor: str = "li
 
 
 def _to_production(engine, name: str, at) -> None:
-    for to, trigger in zip(PATH[1:], TRIGGERS):
+    for to, trigger in zip(PATH[1:], TRIGGERS, strict=False):
         _move(engine, name, to, trigger, trigger, at=at)
 
 
@@ -139,13 +139,15 @@ def test_node_list_json_says_what_is_wrong(fleet) -> None:
 
 def test_node_list_table_has_health_jobs_reason(fleet) -> None:
     narrow = _cli(fleet, "node", "list").stdout.splitlines()
-    assert len(narrow) == 7 and all(len(l) <= 80 for l in narrow)  # one line per node in 80 columns
-    assert "CheckFailed(1),DrainHeld" in next(l for l in narrow if l.split()[0] == "gpu-003")  # health never cut
+    assert len(narrow) == 7 and all(len(line) <= 80 for line in narrow)  # one line per node in 80 columns
+    assert "CheckFailed(1),DrainHeld" in next(
+        line for line in narrow if line.split()[0] == "gpu-003"
+    )  # health never cut
     r = _cli(fleet, "node", "list", columns=200)
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
     assert lines[0].split() == ["NAME", "STATE", "HEALTH", "RACK", "AGE", "JOBS", "REASON"]
-    line = {l.split()[0]: l for l in lines[1:]}
+    line = {line.split()[0]: line for line in lines[1:]}
     assert line["gpu-001"].split()[1:3] == ["production", "Unreachable"]
     assert "DrainHeld" in line["gpu-003"] and "drain held: sweep" in line["gpu-003"]
     assert line["gpu-004"].split()[1] == "draining" and "sim-1" in line["gpu-004"] and "swap optics" in line["gpu-004"]
@@ -210,7 +212,7 @@ def test_fleet_status_shows_budget_and_held_drains(fleet) -> None:
     table = _cli(fleet, "fleet", "status", columns=160).stdout
     assert "capacity budget" in table
     assert re.search(r"drains held by the capacity guard: 1 node\s*$", table, re.M), table  # not "1 nodes"
-    budget_line = next(l for l in table.splitlines() if "│ fleet" in l)
+    budget_line = next(line for line in table.splitlines() if "│ fleet" in line)
     assert [c.strip() for c in budget_line.split("│")[1:6]] == ["fleet", "1", "6", "1 (10%)", "0"]
 
 

@@ -24,7 +24,7 @@ from fleetctl.db.models import Job, utcnow
 from fleetctl.inventory.parse import NodeSpec
 from tests.core.test_cli_node_health import _check, _guard, _to_production
 from tests.reliability.support import wait_for
-from tests.support.terminal import FLEETCTL, COMMAND_S, Terminal, fleetctl
+from tests.support.terminal import COMMAND_S, FLEETCTL, Terminal, fleetctl
 
 # Longer than `gpu-001`: names as a large fleet spells them (site, hall, rack, unit).
 NAMES = [f"gpu-h100-east-r07-u{u:02d}" for u in (1, 2, 3)]

@@ -13,7 +13,7 @@ import inspect
 import json
 import pkgutil
 import typing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import NoneType, UnionType
 from typing import Any
 
@@ -67,7 +67,7 @@ def _sample(hint: Any, seed: int, none: bool) -> Any:
     if hint is float:
         return seed + 0.25
     if hint is datetime:
-        return datetime(2026, 12, 1, 9, 30, seed % 60, tzinfo=timezone.utc)
+        return datetime(2026, 12, 1, 9, 30, seed % 60, tzinfo=UTC)
     if dataclasses.is_dataclass(hint):
         return _instance(hint, seed, none)
     raise AssertionError(f"no sample for {hint!r}: teach _sample the new field type")
@@ -193,7 +193,7 @@ def test_type_hints_are_resolved_once_per_class() -> None:
 def test_an_unresolvable_annotation_fails_as_in_the_default_converter() -> None:
     @dataclasses.dataclass
     class Broken:
-        x: "NoSuchType"  # noqa: F821 - the point
+        x: NoSuchType  # noqa: F821 - the point
 
     for _ in range(2):  # not cached: the second decode fails the same way
         assert _failure(CACHED, {"x": 1}, Broken) == _failure(DEFAULT, {"x": 1}, Broken)

@@ -3,13 +3,13 @@ kind and reason class, with its count and first/last seen."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleetctl.nodes.event_groups import EventGroup, collapse, reason_class
 
-T0 = datetime(2026, 12, 1, 18, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 1, 18, 0, tzinfo=UTC)
 
 
 def at(seconds: int) -> datetime:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
 
+from fleetctl.jobs.placement import nodes_to_leave, not_in_job
 from fleetctl.nodes.fleet_status import count_states, rack_view
-from fleetctl.jobs.placement import not_in_job, nodes_to_leave
 
 JOB = ["a", "b", "c", "d"]
 
@@ -31,7 +31,7 @@ def test_not_in_job() -> None:
 
 
 def test_count_states() -> None:
-    since = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    since = datetime(2026, 11, 30, tzinfo=UTC)
     nodes = [
         SimpleNamespace(name=name, state=state, rack=rack, state_since=since)
         for name, state, rack in [
@@ -55,7 +55,7 @@ def _node(name, state, rack, island="", position=None):
         rack=rack,
         island=island,
         position=position,
-        state_since=datetime(2026, 11, 30, tzinfo=timezone.utc),
+        state_since=datetime(2026, 11, 30, tzinfo=UTC),
     )
 
 

@@ -9,10 +9,14 @@ import pytest
 from fleetctl.nodes.lifecycle import (
     Actor,
     IllegalTransition,
-    NodeState as S,
-    Trigger as T,
     allowed_triggers,
     next_state,
+)
+from fleetctl.nodes.lifecycle import (
+    NodeState as S,
+)
+from fleetctl.nodes.lifecycle import (
+    Trigger as T,
 )
 
 # The map of ARCHITECTURE.md, written out independently of lifecycle.RULES so that a change

@@ -3,9 +3,8 @@ the revision before, filled as the old code wrote it, then upgraded."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
@@ -71,7 +70,7 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
                 "created_at, updated_at, state_since) VALUES ('n1', 'sim://n1', 'r1', 'h100-sxm', 'sim', "
                 "'maintenance', 8, '{}', :t, :t, :t)"
             ),
-            {"t": datetime(2026, 1, 1, tzinfo=timezone.utc)},
+            {"t": datetime(2026, 1, 1, tzinfo=UTC)},
         )
         for i, (frm, to, trigger, kind, cause, _) in enumerate(OLD_ROWS):
             conn.execute(
@@ -88,7 +87,7 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
                     "k": kind,
                     "v": i + 1,
                     "key": f"k{i}",
-                    "at": datetime(2026, 1, 1, i, tzinfo=timezone.utc),
+                    "at": datetime(2026, 1, 1, i, tzinfo=UTC),
                 },
             )
     engine.dispose()
@@ -97,7 +96,7 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
 
     events = queries.node_events(get_engine(db_url), "n1")
     assert len(events) == len(OLD_ROWS)
-    for event, (*_, label) in zip(events, OLD_ROWS):
+    for event, (*_, label) in zip(events, OLD_ROWS, strict=False):
         t = transition_of(event)
         assert (failure_label(t) if is_failure(t) else None) == label, event.cause
 
@@ -114,7 +113,7 @@ def test_0011_adds_and_removes_the_straggler_findings_and_the_model_writes_them(
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     job = Job(job_id="7", scheduler="slurm", state="running", nodes=["a"], restart_count=2)
     verdict = MetricVerdict("a", "sm_clock", STRAGGLER, 1410.0, 1980.0, -19.2, "sm_clock 1410 MHz ...")
-    stragglers.record_findings(engine, job, [verdict], [], datetime(2026, 12, 1, tzinfo=timezone.utc))
+    stragglers.record_findings(engine, job, [verdict], [], datetime(2026, 12, 1, tzinfo=UTC))
     (row,) = stragglers.open_findings(engine)
     assert (row.node_name, row.metric, row.value, row.robust_z, row.job_restart_count, row.detail) == (
         "a",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,7 +17,7 @@ from fleetctl.nodes.conditions import (
     summarise_checks,
 )
 
-T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def runs(check: str, *statuses: str, kind: str | None = None, every_s: float = 60.0) -> list[CheckRow]:
@@ -129,7 +129,7 @@ def test_state_words(values, expected) -> None:
 
 
 def test_unknown_state_word_names_the_choices() -> None:
-    with pytest.raises(UnknownState, match="unknown state 'sideways' .*drained"):
+    with pytest.raises(UnknownState, match=r"unknown state 'sideways' .*drained"):
         states_named(["production,sideways"])
 
 

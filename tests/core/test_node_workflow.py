@@ -112,8 +112,9 @@ async def test_repeated_request_id_is_answered_not_reapplied(make_settings, sqli
 
 
 async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
-    from workflows.api import NodeLifecycleState
     from temporalio.common import WorkflowIDConflictPolicy
+
+    from workflows.api import NodeLifecycleState
 
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)

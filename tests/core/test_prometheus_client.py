@@ -33,7 +33,7 @@ class Scripted(ThreadingHTTPServer):
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 sent = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 server.seen.append((self.path, self.headers.get("Authorization", ""), sent))
                 self.send_response(status)
@@ -121,7 +121,7 @@ def test_nobody_listening_is_an_error_and_no_url_is_one_too() -> None:
     url = server.url
     server.shutdown()
     server.server_close()
-    with pytest.raises(PrometheusError, match="127.0.0.1"):
+    with pytest.raises(PrometheusError, match=r"127.0.0.1"):
         Prometheus(url, timeout_s=2).query("up", "Hostname")
     with pytest.raises(PrometheusError, match="no prometheus_url is set"):
         Prometheus("")

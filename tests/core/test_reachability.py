@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -31,7 +31,7 @@ def test_judge_reachability(kinds, runs, suspect, reason) -> None:
     assert verdict.suspect is suspect and reason in verdict.reason
 
 
-NOW = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(days=1)
 
 

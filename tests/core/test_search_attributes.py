@@ -3,7 +3,7 @@ The real server's side is tests/production/test_search_attributes.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.common import SearchAttributeIndexedValueType as Type
@@ -25,7 +25,7 @@ from fleetctl.nodes.search_attributes import (
 )
 
 ALL_RIGHT = {k.name: k.indexed_value_type for k in NODE_ATTRIBUTES}
-SINCE = datetime(2026, 11, 30, 22, 5, 7, tzinfo=timezone.utc)
+SINCE = datetime(2026, 11, 30, 22, 5, 7, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

@@ -116,13 +116,13 @@ def test_fleet_status_counts_spares_in_service(sqlite_url) -> None:
     from sqlalchemy import update
     from sqlmodel import Session
 
-    from fleetctl.nodes.capacity import GuardPolicy
     from fleetctl.db import queries
     from fleetctl.db import spares as store
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from fleetctl.nodes.fleet_status_store import fleet_status
     from fleetctl.inventory.parse import parse_inventory
+    from fleetctl.nodes.capacity import GuardPolicy
+    from fleetctl.nodes.fleet_status_store import fleet_status
 
     engine = get_engine(sqlite_url)
     queries.upsert_nodes(

@@ -4,7 +4,7 @@ judged against each other from the DCGM exporter's series, over a real exporter'
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -38,14 +38,14 @@ def verdicts_of(result: list[MetricVerdict], metric: str) -> dict[str, str]:
     "nodes, degrade, missing, metric, expected",
     [
         # Six identical nodes: everyone in line, on every metric.
-        (NODES, {}, {}, "sm_clock", {n: IN_LINE for n in NODES}),
+        (NODES, {}, {}, "sm_clock", dict.fromkeys(NODES, IN_LINE)),
         # One GPU of one node held at 1410 MHz: its node is the straggler (its slowest GPU speaks).
         (
             NODES,
             {"gpu-03": {"DCGM_FI_DEV_SM_CLOCK": 1410 / 1980}},
             {},
             "sm_clock",
-            {**{n: IN_LINE for n in NODES}, "gpu-03": STRAGGLER},
+            {**dict.fromkeys(NODES, IN_LINE), "gpu-03": STRAGGLER},
         ),
         # A link at half rate: half the NVLink throughput.
         (
@@ -53,36 +53,36 @@ def verdicts_of(result: list[MetricVerdict], metric: str) -> dict[str, str]:
             {"gpu-01": {"DCGM_FI_PROF_NVLINK_TX_BYTES": 0.5}},
             {},
             "nvlink_tx",
-            {**{n: IN_LINE for n in NODES}, "gpu-01": STRAGGLER},
+            {**dict.fromkeys(NODES, IN_LINE), "gpu-01": STRAGGLER},
         ),
         # ...which says nothing of its clocks.
-        (NODES, {"gpu-01": {"DCGM_FI_PROF_NVLINK_TX_BYTES": 0.5}}, {}, "sm_clock", {n: IN_LINE for n in NODES}),
+        (NODES, {"gpu-01": {"DCGM_FI_PROF_NVLINK_TX_BYTES": 0.5}}, {}, "sm_clock", dict.fromkeys(NODES, IN_LINE)),
         # Temperature: lower is better, a node 20% hotter is the straggler.
         (
             NODES,
             {"gpu-05": {"DCGM_FI_DEV_GPU_TEMP": 1.2}},
             {},
             "gpu_temp",
-            {**{n: IN_LINE for n in NODES}, "gpu-05": STRAGGLER},
+            {**dict.fromkeys(NODES, IN_LINE), "gpu-05": STRAGGLER},
         ),
         # Better than its peers is not a straggler: the direction is data.
-        (NODES, {"gpu-05": {"DCGM_FI_DEV_GPU_TEMP": 0.7}}, {}, "gpu_temp", {n: IN_LINE for n in NODES}),
+        (NODES, {"gpu-05": {"DCGM_FI_DEV_GPU_TEMP": 0.7}}, {}, "gpu_temp", dict.fromkeys(NODES, IN_LINE)),
         (
             NODES,
             {"gpu-02": {"DCGM_FI_PROF_PCIE_RX_BYTES": 0.4}},
             {},
             "pcie_rx",
-            {**{n: IN_LINE for n in NODES}, "gpu-02": STRAGGLER},
+            {**dict.fromkeys(NODES, IN_LINE), "gpu-02": STRAGGLER},
         ),
         # Four nodes cannot be compared (five needed): nobody flagged, however slow.
-        (NODES[:4], {"gpu-03": {"DCGM_FI_DEV_SM_CLOCK": 0.5}}, {}, "sm_clock", {n: TOO_FEW for n in NODES[:4]}),
+        (NODES[:4], {"gpu-03": {"DCGM_FI_DEV_SM_CLOCK": 0.5}}, {}, "sm_clock", dict.fromkeys(NODES[:4], TOO_FEW)),
         # A node without the series has no verdict on it (never a pass); the others are judged.
         (
             NODES,
             {"gpu-03": {"DCGM_FI_DEV_SM_CLOCK": 0.5}},
             {"gpu-04": "DCGM_FI_DEV_SM_CLOCK"},
             "sm_clock",
-            {**{n: IN_LINE for n in NODES}, "gpu-03": STRAGGLER, "gpu-04": NO_EVIDENCE},
+            {**dict.fromkeys(NODES, IN_LINE), "gpu-03": STRAGGLER, "gpu-04": NO_EVIDENCE},
         ),
         # Two of six without it: four left, too few to compare; the two have no evidence.
         (
@@ -90,7 +90,7 @@ def verdicts_of(result: list[MetricVerdict], metric: str) -> dict[str, str]:
             {},
             {"gpu-04": "DCGM_FI_DEV_SM_CLOCK", "gpu-05": "DCGM_FI_DEV_SM_CLOCK"},
             "sm_clock",
-            {**{n: TOO_FEW for n in NODES[:4]}, "gpu-04": NO_EVIDENCE, "gpu-05": NO_EVIDENCE},
+            {**dict.fromkeys(NODES[:4], TOO_FEW), "gpu-04": NO_EVIDENCE, "gpu-05": NO_EVIDENCE},
         ),
     ],
 )
@@ -104,11 +104,11 @@ def test_throttle_reasons_count_only_slowdown_bits() -> None:
     """The fixture's GPUs report 4 (software power cap) or 0: no slowdown anywhere. A node
     whose GPU spends half the window in HW slowdown (0x8) is the straggler; the fraction
     comes from Prometheus (tests/jobs/test_production_stragglers.py), here from a table."""
-    values = {n: 0.0 for n in NODES} | {"gpu-02": 0.5}
+    values = dict.fromkeys(NODES, 0.0) | {"gpu-02": 0.5}
     result = judge_job("job-7", NODES, {"throttled": values}, threshold=3.5, min_nodes=5)
-    assert verdicts_of(result, "throttled") == {**{n: IN_LINE for n in NODES}, "gpu-02": STRAGGLER}
+    assert verdicts_of(result, "throttled") == {**dict.fromkeys(NODES, IN_LINE), "gpu-02": STRAGGLER}
     # A sample or two of slowdown in the window is within the floor of the spread (2%).
-    values = {n: 0.0 for n in NODES} | {"gpu-02": 0.05}
+    values = dict.fromkeys(NODES, 0.0) | {"gpu-02": 0.05}
     assert STRAGGLER not in verdicts_of(judge_job("j", NODES, {"throttled": values}, 3.5, 5), "throttled").values()
 
 
@@ -133,12 +133,12 @@ def test_evidence_names_the_metric_its_value_the_median_and_the_robust_z() -> No
         (NODES, {"gpu-04": "DCGM_FI_DEV_SM_CLOCK"}, ["job j: no evidence on sm_clock for gpu-04"]),
         (
             NODES,
-            {n: "DCGM_FI_PROF_PCIE_TX_BYTES" for n in NODES[:4]},
+            dict.fromkeys(NODES[:4], "DCGM_FI_PROF_PCIE_TX_BYTES"),
             ["job j: only 2 of its 6 nodes report pcie_tx, need 5 to compare them; nobody flagged"],
         ),
         (
             NODES,
-            {n: "DCGM_FI_DEV_POWER_USAGE" for n in NODES},
+            dict.fromkeys(NODES, "DCGM_FI_DEV_POWER_USAGE"),
             ["job j: no evidence on power for gpu-00, gpu-01, gpu-02 and 3 more"],
         ),
     ],
@@ -243,7 +243,7 @@ def test_reconcile(open_findings, verdicts, new, cleared) -> None:
     assert [i for i, _ in got_cleared] == cleared
 
 
-FOUND = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
+FOUND = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

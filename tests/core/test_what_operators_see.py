@@ -10,9 +10,9 @@ import urllib.parse
 
 import pytest
 
+from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)

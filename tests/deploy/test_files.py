@@ -15,8 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.support.services import missing_service
 from fleetctl.cli.main import app
+from tests.support.services import missing_service
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -153,7 +153,7 @@ def test_the_agent_unit_names_its_node_as_the_cli_does():
         for line in (DEPLOY / "systemd/fleetctl-agent.service").read_text().splitlines()
         if re.match(r"^[A-Za-z]+=", line)
     )
-    program, noun, *argv = fields["ExecStart"].split()
+    _program, noun, *argv = fields["ExecStart"].split()
     node = argv[0] if argv and not argv[0].startswith("-") else None
     assert noun == "agent" and node in (None, "%l") and "%H" not in fields["ExecStart"], fields["ExecStart"]
 

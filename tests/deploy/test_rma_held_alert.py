@@ -7,7 +7,7 @@ record that waited past it and not the one held a minute ago."""
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -83,7 +83,7 @@ def _held(collector: FleetCollector) -> dict[tuple[str, str, str, str], float]:
 
 def test_each_held_rma_is_a_series_until_an_operator_answers_it(sqlite_url) -> None:
     engine = get_engine(sqlite_url)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     _fleet(engine, now)
     first, second = (_rma(engine, n, True, now - timedelta(hours=h)) for n, h in (("gpu-1", 3), ("gpu-2", 1)))
     _rma(engine, "gpu-3", False, now)  # opened at once: it waits for no operator
@@ -153,7 +153,7 @@ def test_the_alert_fires_once_a_held_rma_waited_past_the_bound_and_resolves_when
 @pytest.mark.usefixtures("needs_prometheus")
 def test_a_real_prometheus_finds_with_the_rules_expression_only_the_rma_past_the_bound(sqlite_url, tmp_path) -> None:
     engine = get_engine(sqlite_url)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     _fleet(engine, now)
     waited = _rma(engine, "gpu-1", True, now - timedelta(seconds=_bound_s() * 2))
     _rma(engine, "gpu-2", True, now - timedelta(minutes=1))  # held a minute ago: not yet

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import pwd
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -107,5 +107,5 @@ def test_a_bad_jump_is_refused_with_the_entry_named(jump: str) -> None:
 
 
 def test_a_bad_jump_setting_is_refused() -> None:
-    with pytest.raises(ConfigError, match="ssh_jump_host.*must be"):
+    with pytest.raises(ConfigError, match=r"ssh_jump_host.*must be"):
         load_settings(env={"FLEETCTL_SSH_JUMP_HOST": "ops@bastion one"}, config_file=os.devnull)

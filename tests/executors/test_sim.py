@@ -358,11 +358,14 @@ def test_nccl_layout_matches_the_real_tool_and_sweeps_its_flags() -> None:
     text = executor().run(target(), argv, 600).stdout
     lines = text.splitlines()
     assert lines[0] == real[0]  # the parameter line
-    column_headers = [line for line in real if line.startswith("#   ") or line.startswith("#       ")]
+    column_headers = [line for line in real if line.startswith(("#   ", "#       "))]
     assert column_headers and all(header in lines for header in column_headers)
     rows = [line for line in lines if not line.startswith("#")]
     assert [int(row.split()[0]) for row in rows] == [2**k for k in range(27, 33)]
-    assert all(len(row) == len(real_row) for row, real_row in zip(rows, [r for r in real if not r.startswith("#")]))
+    assert all(
+        len(row) == len(real_row)
+        for row, real_row in zip(rows, [r for r in real if not r.startswith("#")], strict=False)
+    )
     assert lines[-3] == "# Out of bounds values : 0 OK" and lines[-2].startswith("# Avg bus bandwidth    : ")
 
 

@@ -23,7 +23,6 @@ from fleetctl.executors.base import (
     NodeUnreachable,
 )
 from fleetctl.executors.ssh import Endpoint, _RemoteOutput, parse_endpoint, remote_command
-
 from tests.executors.sshd import SshNode, free_port, process_alive, write_ed25519_key
 from tests.support.services import missing_service
 
@@ -205,9 +204,11 @@ def test_new_host_key_is_accepted_and_recorded_when_asked(
     ssh_node: SshNode, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     known_hosts = tmp_path / "ssh" / "known_hosts"
-    with caplog.at_level(logging.WARNING, logger="fleetctl.executors.ssh"):
-        with ssh_node.executor(known_hosts=known_hosts, accept_new_host_keys=True) as executor:
-            assert executor.run(ssh_node.target(), ["true"], timeout_s=10).exit_status == 0
+    with (
+        caplog.at_level(logging.WARNING, logger="fleetctl.executors.ssh"),
+        ssh_node.executor(known_hosts=known_hosts, accept_new_host_keys=True) as executor,
+    ):
+        assert executor.run(ssh_node.target(), ["true"], timeout_s=10).exit_status == 0
     assert known_hosts.read_text() == f"[127.0.0.1]:{ssh_node.port} {ssh_node.host_key_line}\n"
     assert "trusted new host key on first use" in caplog.text and "gpu-ssh-01" in caplog.text
     # Recorded means trusted from now on, also without accept_new_host_keys.
@@ -220,9 +221,11 @@ def test_changed_host_key_is_always_refused(ssh_node: SshNode, tmp_path: Path, a
     impostor = write_ed25519_key(tmp_path / "other_host_key")
     known_hosts = tmp_path / "known_hosts"
     known_hosts.write_text(f"[127.0.0.1]:{ssh_node.port} {impostor}\n")
-    with ssh_node.executor(known_hosts=known_hosts, accept_new_host_keys=accept_new) as executor:
-        with pytest.raises(HostKeyMismatch, match="CHANGED") as caught:
-            executor.run(ssh_node.target(), ["true"], timeout_s=10)
+    with (
+        ssh_node.executor(known_hosts=known_hosts, accept_new_host_keys=accept_new) as executor,
+        pytest.raises(HostKeyMismatch, match="CHANGED") as caught,
+    ):
+        executor.run(ssh_node.target(), ["true"], timeout_s=10)
     assert_one_line_naming(caught.value, "gpu-ssh-01")
     assert known_hosts.read_text() == f"[127.0.0.1]:{ssh_node.port} {impostor}\n"
 
@@ -356,7 +359,7 @@ def test_runs_through_a_jump_host(ssh_node: SshNode) -> None:
 
 def test_node_the_bastion_cannot_reach_is_node_unreachable(ssh_node: SshNode) -> None:
     target = ssh_node.target(address=f"127.0.0.1:{free_port()}", jump_host=f"{ssh_node.user}@{ssh_node.address}")
-    with ssh_node.executor() as executor, pytest.raises(NodeUnreachable, match="bastion .* cannot reach") as caught:
+    with ssh_node.executor() as executor, pytest.raises(NodeUnreachable, match=r"bastion .* cannot reach") as caught:
         executor.run(target, ["true"], timeout_s=10)
     assert_one_line_naming(caught.value, "gpu-ssh-01")
 

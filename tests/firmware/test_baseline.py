@@ -45,7 +45,7 @@ def test_drift() -> None:
     no_nic = {k: v for k, v in HEALTHY.items() if "ConnectX" not in k}
     (missing,) = drift(baseline.profiles["h100-sxm"], no_nic)
     assert missing.component is None and missing.pattern == "ConnectX7 *"
-    all_old = {k: "old" for k in HEALTHY}
+    all_old = dict.fromkeys(HEALTHY, "old")
     specs = updates_for(baseline, "h100-sxm", drift(baseline.profiles["h100-sxm"], all_old))
     assert [s.pattern for s in specs] == ["GPU * VBIOS", "ConnectX7 *"]  # one update per entry, not per GPU
 

@@ -8,17 +8,16 @@ import json
 import shutil
 import subprocess
 import threading
-import time
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleetctl.agent.transport import NodeRefused, TemporalTransport
+from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.intake.server import Intake, serve_http
-from fleetctl.connections.temporal_server import free_port
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.services import missing_service, wait_ready
@@ -79,7 +78,7 @@ receivers:
         await asyncio.to_thread(wait_ready, f"http://127.0.0.1:{port}/-/ready", am)
         # What Prometheus sends for DCGM exporter's rule `DCGM_FI_DEV_XID_ERRORS > 0`, the
         # value templated into an annotation.
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         alert = [
             {
                 "labels": {"alertname": "GpuXidError", "Hostname": node, "gpu": "3", "severity": "critical"},

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
@@ -23,14 +23,14 @@ from sqlalchemy import inspect
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.heartbeat import HeartbeatFailed, HeartbeatSender
 from fleetctl.agent.runner import Agent, AgentConfig
+from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
+from fleetctl.durations import as_utc
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
 from fleetctl.inventory.parse import parse_inventory
-from fleetctl.durations import as_utc
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.connections.temporal_server import free_port
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 
@@ -91,21 +91,21 @@ def post(url: str, body: bytes, token: str | None = TOKEN) -> tuple[int, str]:
 
 
 def test_the_agents_heartbeats_are_written_in_one_statement_with_the_intakes_time(intake) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     for name in intake.names[:2]:
         HeartbeatSender(intake.url, TOKEN).send(name)
         HeartbeatSender(intake.url, TOKEN).send(name)  # twice before a write: one row, the later time
     HeartbeatSender(intake.url, TOKEN).send("not-in-the-inventory")  # changes nothing
-    assert seen(intake) == {n: None for n in intake.names}  # held until the write
+    assert seen(intake) == dict.fromkeys(intake.names)  # held until the write
     assert intake.beats.flush() == 2 and intake.writes == [3]
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
     got = seen(intake)
     assert all(before <= got[n] <= after for n in intake.names[:2]) and got[intake.names[2]] is None
     assert queries.get_node(intake.engine, "not-in-the-inventory") is None
 
 
 def test_an_older_time_never_replaces_a_later_one(intake) -> None:
-    node, now = intake.names[0], datetime.now(timezone.utc)
+    node, now = intake.names[0], datetime.now(UTC)
     assert queries.record_agent_heartbeats(intake.engine, {node: now}) == 1
     # Another intake, behind: its write is ignored.
     assert queries.record_agent_heartbeats(intake.engine, {node: now - timedelta(seconds=30)}) == 0
@@ -194,7 +194,7 @@ async def test_the_running_agent_beats_every_interval_and_counts_what_failed(int
 def test_migration_0009_adds_and_removes_the_agent_seen_column(intake) -> None:
     engine, cfg = intake.engine, Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    queries.record_agent_heartbeats(engine, {intake.names[0]: datetime.now(timezone.utc)})
+    queries.record_agent_heartbeats(engine, {intake.names[0]: datetime.now(UTC)})
 
     def columns() -> set[str]:
         return {c["name"] for c in inspect(engine).get_columns("nodes")}
@@ -207,7 +207,7 @@ def test_migration_0009_adds_and_removes_the_agent_seen_column(intake) -> None:
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
-    assert "agent_seen_at" in columns() and seen(intake) == {n: None for n in intake.names}  # heard by none yet
+    assert "agent_seen_at" in columns() and seen(intake) == dict.fromkeys(intake.names)  # heard by none yet
 
 
 def test_a_real_agent_process_is_heard_through_a_real_intake_process(intake, tmp_path) -> None:

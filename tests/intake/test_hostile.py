@@ -42,7 +42,7 @@ def make_intake(tmp_path, hashes):
         from fleetctl.intake.heartbeats import Heartbeats
 
         it = Intake(tmp_path / f"spool-{len(servers)}", Recorder())
-        it.beats = heartbeats or Heartbeats(lambda heard: len(heard))
+        it.beats = heartbeats or Heartbeats(len)
         if not hashes.exists():
             hashes.write_text("")
         srv = serve_http(

@@ -192,7 +192,7 @@ def test_slow_clients_under_a_low_file_limit_keep_no_real_heartbeat_out(fleet, t
     before the header timeout (30 s) would have closed any of them: past the cap, the
     longest-waiting slow client is closed for each newcomer, and no accept fails for want
     of a file."""
-    engine, ca, env = fleet
+    _engine, ca, env = fleet
 
     def low_file_limit():
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))

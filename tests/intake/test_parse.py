@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -28,7 +28,7 @@ def test_a_dcgm_xid_alert_becomes_one_event_and_a_resolved_one_none() -> None:
     (ev,) = from_alertmanager(WEBHOOK)
     assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "alertmanager")
     assert "Xid 79" in ev.message and ev.at == pytest.approx(
-        datetime(2026, 11, 30, 20, 1, 2, 123456, timezone.utc).timestamp(), abs=1e-6
+        datetime(2026, 11, 30, 20, 1, 2, 123456, UTC).timestamp(), abs=1e-6
     )
     assert from_alertmanager(WEBHOOK)[0].event_id == ev.event_id  # re-notification: the same id
 

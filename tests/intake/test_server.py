@@ -15,8 +15,8 @@ import pytest
 
 from fleetctl.agent.transport import NodeRefused, SendFailed
 from fleetctl.intake import server as intake_server
-from fleetctl.text import MAX_TEXT
 from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
+from fleetctl.text import MAX_TEXT
 from tests.conftest import FIXTURES
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
 
@@ -343,6 +343,6 @@ def test_text_that_cannot_be_encoded_is_accepted_replaced_and_bounded(intake) ->
     body = '{"node": "n1", "id": "s1", "message": "GPU \\ud800 %s", "severity": "warning"}' % ("x" * 100_000)
     assert post(intake.port, "/events", body)[0] == 202
     asyncio.run(intake.deliver_once())
-    ((node, (event,)),) = intake.recorder.sends
+    ((_node, (event,)),) = intake.recorder.sends
     assert event["message"].startswith("GPU \ufffd xxx") and len(event["message"]) == 2048
     event["message"].encode("utf-8")

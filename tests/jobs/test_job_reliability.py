@@ -5,7 +5,7 @@ the report's ETTR, interruptions and restart latency, and migration 0008."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from alembic import command
@@ -21,7 +21,7 @@ from fleetctl.schedulers.base import JobHistory
 from tests.jobs.support import sim_fleet
 from tests.support.cli import console
 
-NOW = datetime.now(timezone.utc).replace(microsecond=0)
+NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def checkpoint_cli(db_url: str, *args: str):
@@ -67,7 +67,7 @@ def test_a_checkpoint_is_recorded_once_and_moves_the_jobs_last_checkpoint(db_url
     assert r.exit_code == 0 and r.stdout.endswith(" recorded\n") and "already" not in r.stdout
     recorded = jobs.job_checkpoints(engine, "42")
     assert len(recorded) == 2 and recorded[0] == hour_ago
-    assert jobs.get_job(engine, "42").last_checkpoint_at.replace(tzinfo=timezone.utc) == recorded[1]
+    assert jobs.get_job(engine, "42").last_checkpoint_at.replace(tzinfo=UTC) == recorded[1]
 
 
 def test_reconcile_keeps_the_first_start_and_ends_a_job_the_scheduler_forgot(db_url) -> None:
@@ -84,7 +84,7 @@ def test_reconcile_keeps_the_first_start_and_ends_a_job_the_scheduler_forgot(db_
         NOW - timedelta(hours=1),
     )
     row = jobs.get_job(engine, "7")
-    assert (row.started_at.replace(tzinfo=timezone.utc), row.submitted_at.replace(tzinfo=timezone.utc)) == (
+    assert (row.started_at.replace(tzinfo=UTC), row.submitted_at.replace(tzinfo=UTC)) == (
         t0 + timedelta(minutes=1),
         t0,
     )
@@ -92,7 +92,7 @@ def test_reconcile_keeps_the_first_start_and_ends_a_job_the_scheduler_forgot(db_
     # Slurm forgot it (MinJobAge after its end): it ended when fleetctl last saw it.
     jobs.reconcile_jobs(engine, "slurm", [], NOW)
     row = jobs.get_job(engine, "7")
-    assert row.state == "gone" and row.ended_at.replace(tzinfo=timezone.utc) == NOW - timedelta(hours=1)
+    assert row.state == "gone" and row.ended_at.replace(tzinfo=UTC) == NOW - timedelta(hours=1)
 
 
 @pytest.mark.temporal

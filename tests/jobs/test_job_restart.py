@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from fleetctl.db import jobs
-from fleetctl.jobs.placement import replacements
 from fleetctl.db.engine import get_engine
+from fleetctl.jobs.placement import replacements
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
 from workflows.api import JobRestartInput, JobRestartResult
@@ -36,7 +36,7 @@ def _restart(job_id: str, bad: list[str], restart_id: str | None = None, **extra
         bad_nodes=bad,
         cause="XID 79: GPU has fallen off the bus",
         actor="tester@ci",
-        fault_seen_at=(datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat(),
+        fault_seen_at=(datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
         restart_id=restart_id or uuid.uuid4().hex,
         **extra,
     )
@@ -70,7 +70,7 @@ async def test_restart_drains_moves_the_job_and_records_each_step(make_settings,
     (row,) = jobs.job_restarts(engine, job.job_id)
     assert (row.status, row.bad_nodes, row.new_nodes, row.actor) == ("succeeded", ["n1"], result.new_nodes, "tester@ci")
     stored = [row.fault_seen_at, row.drained_at, row.requeued_at, row.running_at]
-    assert [t.replace(tzinfo=None) for t in stored] == [t.astimezone(timezone.utc).replace(tzinfo=None) for t in times]
+    assert [t.replace(tzinfo=None) for t in stored] == [t.astimezone(UTC).replace(tzinfo=None) for t in times]
     assert row.workflow_id == f"job-restart/{job.job_id}/{inp.restart_id}"
 
 
@@ -91,7 +91,7 @@ async def test_the_same_fault_restarts_a_job_once(make_settings, sqlite_url) -> 
         third = await start_job_restart(client, settings, inp)
         return first, second, third, done, await third.result()
 
-    first, second, third, done, again = await _with_worker(settings, body)
+    first, second, _third, done, again = await _with_worker(settings, body)
 
     assert first.result_run_id == second.result_run_id
     assert again == done
@@ -187,9 +187,9 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_s
     until a restart takes it; then the pool takes the next idle production node."""
     from sqlmodel import Session, select
 
-    from fleetctl.jobs import spares_sync
     from fleetctl.db import spares as spare_store
     from fleetctl.db.models import Node
+    from fleetctl.jobs import spares_sync
 
     settings = make_settings(sqlite_url)
     settings.spares_per_island = 1
@@ -254,7 +254,7 @@ async def _held_after_a_failed_check(client, settings, engine, node: str) -> Non
         result_type=RemovalDecision,
     )
     assert not decision.granted and "fleet limit" in decision.reason, decision
-    (row,) = [r for r in node_rows(engine, [queries.get_node(engine, node)], wide=False)]
+    (row,) = list(node_rows(engine, [queries.get_node(engine, node)], wide=False))
     assert row["health"] == "CheckFailed(1),DrainHeld"
 
 
@@ -278,7 +278,7 @@ async def test_a_held_node_is_never_a_restarts_replacement_in_the_island(make_se
     sim = SimScheduler(engine)
     sim_fleet(engine, ["n1", "n2", "n3", "n4", "n5"])
     sim_fleet(engine, ["n9"], state="maintenance")  # the fleet at its limit: the guard holds n3's drain
-    _islands(engine, {n: "ib-a" for n in ("n1", "n2", "n3", "n4", "n5")})
+    _islands(engine, dict.fromkeys(("n1", "n2", "n3", "n4", "n5"), "ib-a"))
     job = sim.submit("train", node_count=2)
     assert job.nodes == ("n1", "n2")
 

@@ -120,9 +120,11 @@ async def test_xid79_on_a_sunk_node_and_a_kubernetes_node_drains_each_in_its_sch
         # The Kubernetes node's pod is evicted.
         await wait_for(lambda: not kube.pod_exists("training", "llm-0"), 60, "the training pod's eviction")
         for name in (SUNK_NODE, K8S_NODE):
-            await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, f"{name} in maintenance")
             await wait_for(
-                lambda: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "maintenance",
+                lambda name=name: queries.get_node(engine, name).state == "maintenance", 30, f"{name} in maintenance"
+            )
+            await wait_for(
+                lambda name=name: kube.node(name)["metadata"]["labels"].get(STATE_KEY) == "maintenance",
                 STEP_S * 3,
                 f"{name} shown in maintenance in Kubernetes",
             )

@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+
 import pytest
 
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
-from fleetctl.reliability.metrics import restart_label
 from fleetctl.db import stragglers as findings_db
-from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.jobs.stragglers import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
+from fleetctl.reliability.metrics import restart_label
+from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.cli import console

@@ -78,7 +78,7 @@ def test_a_bad_timeout_setting_falls_back_to_the_default(tmp_path) -> None:
 def test_a_timeout_of_zero_or_past_the_bound_is_refused_not_unlimited(tmp_path, limit) -> None:
     """`timeout 0` runs the checks with no limit at all: a hung check would hold the job's
     start for ever."""
-    status, argv, stderr = run_prolog(tmp_path, 3, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S=limit)
+    status, _argv, stderr = run_prolog(tmp_path, 3, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S=limit)
     assert status == 1 and "from 1 to 3600" in stderr
     assert (tmp_path / "limit").read_text() == "120"
 

@@ -77,7 +77,7 @@ CASES = {
 def test_the_placements_view_reads_unchecked_as_node_list_does(sqlite_url) -> None:
     engine = get_engine(sqlite_url)
     names = sim_fleet(engine, [f"n{i}" for i in range(len(CASES))])
-    for name, (make, _) in zip(names, CASES.values()):
+    for name, (make, _) in zip(names, CASES.values(), strict=False):
         make(engine, name)
     _sweep(engine, "default")
     fresh = freshness(engine, "default", AGENT_SILENCE_S, utcnow())
@@ -86,7 +86,7 @@ def test_the_placements_view_reads_unchecked_as_node_list_does(sqlite_url) -> No
         for row in node_rows(engine, queries.list_nodes(engine), False, fresh)
     }
     placed = unchecked_nodes(node_health(engine, names, fresh).values())
-    for name, (case, (_, expected)) in zip(names, CASES.items()):
+    for name, (case, (_, expected)) in zip(names, CASES.items(), strict=False):
         assert listed[name] is expected and (name in placed) is expected, case
     # No sweep scheduled: nothing says how old is too old, in either (only the never-checked one).
     sweep_intervals.set_paused(engine, "sweep-default", True)
@@ -114,7 +114,7 @@ async def test_a_restart_takes_a_checked_node_before_one_nobody_has_checked_for_
     engine = get_engine(sqlite_url)
     sim = SimScheduler(engine)
     sim_fleet(engine, ["n1", "n2", "n3", "n4"])
-    _islands(engine, {n: "ib-a" for n in ("n1", "n2", "n3", "n4")})
+    _islands(engine, dict.fromkeys(("n1", "n2", "n3", "n4"), "ib-a"))
     for node, age in (
         ("n1", timedelta(minutes=5)),
         ("n2", timedelta(minutes=5)),
@@ -133,7 +133,7 @@ async def test_a_restart_still_takes_the_unchecked_node_when_nothing_checked_fit
     engine = get_engine(sqlite_url)
     sim = SimScheduler(engine)
     sim_fleet(engine, ["n1", "n2", "n3"])
-    _islands(engine, {n: "ib-a" for n in ("n1", "n2", "n3")})
+    _islands(engine, dict.fromkeys(("n1", "n2", "n3"), "ib-a"))
     for node, age in (("n1", timedelta(minutes=5)), ("n2", timedelta(minutes=5)), ("n3", timedelta(days=2))):
         _checked(engine, node, age)
     _sweep(engine, settings.fleet)

@@ -126,9 +126,9 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
     try:
         imported = await asyncio.to_thread(_cli, settings, slurm_cluster, "node", "import", str(inventory))
         assert imported.exit_code == 0, imported.output
-        assert {n: (scheduler.node_state(n).drained, scheduler.node_state(n).reason) for n in names} == {
-            n: (True, BURN_IN_HOLD) for n in names
-        }
+        assert {n: (scheduler.node_state(n).drained, scheduler.node_state(n).reason) for n in names} == dict.fromkeys(
+            names, (True, BURN_IN_HOLD)
+        )
         reconciled = await asyncio.to_thread(_cli, settings, slurm_cluster, "reconcile", "-o", "json")
         assert reconciled.exit_code == 0 and json.loads(reconciled.stdout)["differences"] == [], reconciled.output
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -260,7 +260,6 @@ def slurm_reset(slurm_cluster):
 def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settings, sqlite_url, node4_reserved) -> None:
     """The restart's first attempt requeued the job and recorded its placement, then died
     before its node list reached Slurm: the retry, finding the job pending, names them again."""
-    from datetime import timezone
 
     from temporalio.testing import ActivityEnvironment
 
@@ -291,7 +290,7 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
         cause="XID 79",
         actor="tester",
         restart_id="r",
-        fault_seen_at=datetime.now(timezone.utc),
+        fault_seen_at=datetime.now(UTC),
     )
     activities = JobRestartActivities(settings, SchedulerRegistry(settings))
     requested = lambda: slurm_cluster.run("squeue", "-h", f"--jobs={job_id}", "-o", "%T|%n").strip()  # noqa: E731

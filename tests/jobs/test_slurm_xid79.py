@@ -15,8 +15,8 @@ from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
-from tests.support.worker import WorkerThread, terminate_node_workflows
 from tests.jobs.support import until
+from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
 

@@ -85,7 +85,7 @@ async def test_adopt_imports_a_fleet_running_jobs_without_a_single_drain(make_se
                 row["name"]: row
                 for row in json.loads((await asyncio.to_thread(cli, "node", "list", "-o", "json")).stdout)
             }
-            assert {n: rows[n]["health"] for n in names} == {n: "Unchecked" for n in names}
+            assert {n: rows[n]["health"] for n in names} == dict.fromkeys(names, "Unchecked")
             _no_drain_anywhere(engine, names)
             running = SimScheduler(engine).job(job_id)
             assert (running.state, running.nodes) == ("running", tuple(busy))

@@ -18,15 +18,15 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from fleetctl.nodes import reachability
 from fleetctl.agent.heartbeat import HeartbeatSender
 from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
 from fleetctl.db import queries
-from fleetctl.nodes.fleet_status_store import fleet_status
+from fleetctl.durations import as_utc
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
-from fleetctl.durations import as_utc
+from fleetctl.nodes import reachability
+from fleetctl.nodes.fleet_status_store import fleet_status
 from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 from workflows.api import SweepInput, SweepResult

@@ -20,15 +20,14 @@ from temporalio.worker import Worker
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
+from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import sim_fleet
-from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
 from tests.reliability.support import Cli, wait_for
 from tests.reliability.test_kubernetes_outage import (
     SCHEDULER_STEP_S,
     _idle,
     k8s_settings,  # noqa: F401 - fixtures
-    kube,
     production_node,
 )
 from tests.support.worker import WorkerThread, terminate_node_workflows
@@ -56,9 +55,9 @@ async def test_an_import_holds_every_new_node_until_it_is_admitted(make_settings
         imported = await asyncio.to_thread(cli, "node", "import", str(inventory))
         assert imported.exit_code == 0 and "3 created" in imported.stdout, imported.output
         sim = SimScheduler(engine)
-        assert {n: (sim.node_state(n).state, sim.node_state(n).reason) for n in names} == {
-            n: ("drain", BURN_IN_HOLD) for n in names
-        }
+        assert {n: (sim.node_state(n).state, sim.node_state(n).reason) for n in names} == dict.fromkeys(
+            names, ("drain", BURN_IN_HOLD)
+        )
         reconciled = await asyncio.to_thread(cli, "reconcile", "-o", "json")
         assert reconciled.exit_code == 0, reconciled.output
         assert json.loads(reconciled.stdout)["differences"] == []

@@ -9,6 +9,7 @@ HPL waited for HPL, while the node read Ready and its job ran on a GPU off the b
 from __future__ import annotations
 
 import time
+
 import pytest
 from sqlmodel import Session, select
 
@@ -16,10 +17,10 @@ from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun
-from fleetctl.sim.executor import SimExecutor
-from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.executors.base import NodeTarget
 from fleetctl.schedulers.base import recheck_hold_reason
+from fleetctl.sim.executor import SimExecutor
+from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
@@ -177,7 +178,7 @@ async def test_an_xid79_during_a_recheck_cancels_the_check_and_drains_the_node_a
         held = SimScheduler(engine).node_state(node)
         assert held.drained and "79" in held.reason, held
         (reason,) = _interruptions(engine, node)
-        assert "recheck long-hpl: hpl: interrupted by xid 79" == reason
+        assert reason == "recheck long-hpl: hpl: interrupted by xid 79"
         # The cut check is neither a pass nor a fail: it left no result at all.
         assert _hpl_runs(engine, node) == []
         drain = next(e for e in queries.node_events(engine, node) if e.trigger == "drain")

@@ -37,7 +37,7 @@ def _write_key(key, path: Path) -> None:
 
 
 def _issue(subject: str, issuer_name: x509.Name, issuer_key, key, *, ca: bool, usage=None, sans=()) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(subject))

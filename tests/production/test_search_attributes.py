@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleetctl.connections.temporal_server import free_port, start_dev_server, temporal_binary
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.search_attributes import NODE_ATTRIBUTES, type_name
 from fleetctl.sim.inventory import render_inventory
-from fleetctl.connections.temporal_server import free_port, start_dev_server, temporal_binary
 from tests.packaging.test_wheel import pollers_within
 from workflows.api import node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_transition

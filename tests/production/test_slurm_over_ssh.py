@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.config import load_settings
+from fleetctl.connections.slurm_client import slurm_runner
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
 from fleetctl.schedulers.slurm import SlurmScheduler, SshCommandRunner
-from fleetctl.connections.slurm_client import slurm_runner
 from tests.executors.conftest import ssh_node, ssh_server  # noqa: F401 - fixtures
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - fixture
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.services import missing_service
 from fleetctl.db import queries
 from fleetctl.db.engine import dispose_all, get_engine
 from tests.production.mtls_proxy import SERVER_NAME, Authority, nginx_binary, start_proxy
+from tests.support.services import missing_service
 
 pytestmark = pytest.mark.temporal
 FLEETCTL = str(Path(sys.executable).parent / "fleetctl")

@@ -52,7 +52,7 @@ class SshFleet:
 
 
 @pytest.fixture
-async def ssh_fleet(make_settings, sqlite_url, ssh_node, tmp_path):  # noqa: F811 - pytest fixture injection
+async def ssh_fleet(make_settings, sqlite_url, ssh_node, tmp_path):
     """factory(count) -> SshFleet; the suite `one-check` runs nvidia-smi-query only."""
     suites = tmp_path / "suites"
     suites.mkdir()

@@ -20,9 +20,9 @@ from checks._text import UnjudgeableOutput
 from checks.suites import SuiteError, load_suites
 from checks.xid import parse_xid_lines
 from fleetctl.config import ConfigError, load_settings
-from fleetctl.remediation import firmware
 from fleetctl.durations import parse_duration
 from fleetctl.inventory.parse import InventoryError, parse_inventory, parse_selector
+from fleetctl.remediation import firmware
 from fleetctl.remediation.runbooks import RunbookError, parse_runbook
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checks"

@@ -6,8 +6,8 @@ never `pass`, and never a hardware failure (no drain, no health event, state unc
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from fleetctl.nodes.capacity import GuardPolicy, checker_storm
 from fleetctl.db import queries
 from fleetctl.executors.base import CommandResult
+from fleetctl.nodes.capacity import GuardPolicy, checker_storm
 from tests.reliability.support import Cli
 from workflows.activities.executors import ExecutorRegistry
 from workflows.api import SweepInput

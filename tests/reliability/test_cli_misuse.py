@@ -79,7 +79,7 @@ def test_misuse_is_one_line_an_exit_code_and_no_change(fleet_cli, tmp_path) -> N
     for args, code, text in misuses(node, str(log)):
         result = fleet_cli(*args)
         assert result.exit_code == code, (args, result.exit_code, result.output)
-        if code == 2 and "Missing option" in text or "No such command" in text:
+        if (code == 2 and "Missing option" in text) or "No such command" in text:
             assert text in result.output  # click's own usage error, with its usage line
         else:
             assert text in one_line_error(result), (args, result.stderr)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -90,7 +90,7 @@ def test_an_event_resent_after_a_long_pause_keeps_its_first_time(health) -> None
 
 def _epoch(at: datetime) -> float:
     """SQLite gives back naive datetimes (stored as UTC)."""
-    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ async def test_a_skewed_cli_clock_is_replaced_by_the_workflow_receive_time(make_
         client = await connect(settings)
         await ensure_node_workflows(client, settings, [(node, "new", 0)])
         engine = get_engine(settings.db_url)
-        sent = datetime.now(timezone.utc).timestamp()
+        sent = datetime.now(UTC).timestamp()
         await send_health_events(
             client, node, [HealthEventInput(node, "xid", WARNING_XID, "", "cli", "skewed", sent - 3 * DAY)]
         )

@@ -113,15 +113,14 @@ def test_schedule_firing_while_the_previous_sweep_runs_is_skipped(make_settings,
     schedule_id = f"overlap-{uuid.uuid4().hex[:6]}"
     names = make_fleet(settings, 2)
 
-    async def setup_and_watch() -> tuple[int, int, ScheduleOverlapPolicy]:
+    async def setup_and_watch() -> None:
         client = await connect(settings)
         await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
         for n in names:
             for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
                 await request_transition(client, n, trigger, "setup", actor_kind="automation")
-        return client
 
-    client = asyncio.run(setup_and_watch())
+    asyncio.run(setup_and_watch())
     cli = Cli(settings)
     result = cli("schedule", "create", "active-checks", "--name", schedule_id, "--every", "1s", "--max-concurrent", "1")
     assert result.exit_code == 0, result.output

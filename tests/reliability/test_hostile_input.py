@@ -14,14 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from typer.testing import CliRunner
 
+from checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.cli.main import app
 from fleetctl.config import ConfigError, load_settings
-from fleetctl.inventory.parse import InventoryError, parse_inventory
 from fleetctl.connections.webhook_client import post_webhook
+from fleetctl.inventory.parse import InventoryError, parse_inventory
 from fleetctl.remediation.rma import md_code_block, md_inline
 from fleetctl.remediation.runbooks import RunbookError, TemplateRefused, evaluate, parse_runbook, render
 from fleetctl.text import printable
-from checks.safe_yaml import YamlRefused, loads, read_text
 
 # ---- YAML -----------------------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ class _Hook(ThreadingHTTPServer):
         hook = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 hook.got.append((self.path, self.headers.get("Authorization")))
                 status, headers = answer(self.path)
@@ -210,7 +210,7 @@ class _Hook(ThreadingHTTPServer):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-            do_GET = do_POST  # noqa: N815
+            do_GET = do_POST
 
             def log_message(self, *args) -> None:
                 pass

@@ -15,8 +15,8 @@ import yaml
 from fleetctl.bmc.redfish import RedfishClient
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.remediation.firmware import parse_baseline, update_argv
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.remediation.firmware import parse_baseline, update_argv
 from fleetctl.remediation.runbooks import Event, parse_runbook
 from tests.bmc.conftest import scripted_redfish  # noqa: F401 - fixture used here
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
@@ -42,7 +42,7 @@ async def test_drain_reason_reaches_slurm_verbatim(
     slurm_cluster,
     slurm,
     make_settings,
-    sqlite_url,  # noqa: F811
+    sqlite_url,
     tmp_path,
 ) -> None:
     sentinel = tmp_path / "injected"
@@ -129,7 +129,7 @@ def test_firmware_ssh_update_template_value_is_one_argument(ssh_node, tmp_path) 
 
 
 def test_firmware_redfish_image_url_is_sent_verbatim_or_refused(
-    scripted_redfish: ScriptedRedfish,  # noqa: F811
+    scripted_redfish: ScriptedRedfish,
     tmp_path,
 ) -> None:
     sentinel = tmp_path / "injected"

@@ -159,7 +159,7 @@ def _cli_answered(result, codes=(0, 2)) -> None:
         one_line_error(result)
 
 
-async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_draining(stack) -> None:  # noqa: F811
+async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_draining(stack) -> None:
     s: Stack = await stack(5)
     target, drained_by_operator = s.nodes[0], s.nodes[1:]
     cli = Cli(s.settings)
@@ -213,7 +213,7 @@ async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_drain
         assert status == 202, text
     for node in drained_by_operator:
         await wait_for(
-            lambda: any(e.code == 79 for e in queries.health_events(s.engine, node)),
+            lambda node=node: any(e.code == 79 for e in queries.health_events(s.engine, node)),
             DRAIN_S,
             f"{node}'s workflow to record the XID 79 after its drain",
         )

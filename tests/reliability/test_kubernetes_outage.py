@@ -20,6 +20,7 @@ PodDisruptionBudget forbids.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 import uuid
@@ -141,7 +142,7 @@ async def test_cordon_answered_500_is_retried_with_backoff_surfaced_and_complete
         await wait_for(lambda: bool(scheduler_errors()), 30, "a round of refused cordons")
         # Backoff within a round: the gaps between refused PATCHes grow (1, 2, 4, 8 s).
         times = refused()[:5]
-        gaps = [b - a for a, b in zip(times, times[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
         assert len(gaps) == 4 and all(0.8 * 2**i <= gap for i, gap in enumerate(gaps)), gaps
         assert queries.get_node(engine, name).state == "draining"  # not moved on as if it had worked
         assert not kube.node(name)["spec"].get("unschedulable")
@@ -271,7 +272,7 @@ async def test_critical_drain_evicts_the_job_retrying_while_its_pdb_refuses(k8s_
                 pass
     attempts = [at for at, pod in kube.eviction_times if pod == "training/llm-0"]
     assert len(attempts) == 3, kube.eviction_requests  # refused, refused, allowed
-    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
     assert gaps[0] >= 1.6 and gaps[1] >= 3.2, gaps  # the adapter's backoff: 2 s, then 4 s
     assert_cordoned_by_fleetctl(kube, name, "XID 79", effect="NoExecute")
 

@@ -19,8 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.client import Client
@@ -248,7 +247,7 @@ async def test_a_drain_reason_that_says_nothing_is_a_usage_error(stack, reason, 
 
 
 def _alert(node: str, alertname: str, **labels: str) -> dict:
-    now = datetime.now(timezone.utc).isoformat()
+    now = datetime.now(UTC).isoformat()
     return {
         "version": "4",
         "status": "firing",

@@ -98,7 +98,7 @@ async def test_refused_drain_is_retried_with_backoff_surfaced_and_completes_when
         (sim,) = refusing
         await wait_for(lambda: len(sim.drain_attempts) > 5, 10, "the next round of attempts")
         # Backoff: each round is five attempts whose gaps grow (1, 2, 4, 8 s).
-        gaps = [b - a for a, b in zip(sim.drain_attempts, sim.drain_attempts[1:5])]
+        gaps = [b - a for a, b in zip(sim.drain_attempts, sim.drain_attempts[1:5], strict=False)]
         assert len(gaps) == 4 and all(0.8 * 2**i <= gap for i, gap in enumerate(gaps)), gaps
         assert queries.get_node(engine, name).state == "draining"  # not moved on as if it had worked
         assert not SimScheduler(engine).node_state(name).drained
@@ -145,7 +145,7 @@ async def test_node_back_in_production_is_resumed_in_its_scheduler_unless_someon
             for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
                 await request_transition(client, name, trigger, "setup", actor_kind="automation")
             await request_transition(client, name, "drain", "alice@console", "operator: optics")
-            await wait_for(lambda: queries.get_node(engine, name).state == "maintenance", 30, "the drain")
+            await wait_for(lambda name=name: queries.get_node(engine, name).state == "maintenance", 30, "the drain")
         job_store.set_sim_drain(engine, theirs, True, "hand drain: cabling")  # an operator's, in the scheduler
         for name in names:
             await request_transition(client, name, "undrain", "alice@console", "operator: undrain")

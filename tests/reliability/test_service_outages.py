@@ -15,9 +15,10 @@ import threading
 import time
 
 import pytest
+
+from fleetctl.connections.temporal_server import free_port, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.connections.temporal_server import free_port, start_dev_server
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for

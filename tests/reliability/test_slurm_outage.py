@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.common import WorkflowIDConflictPolicy
@@ -57,7 +57,7 @@ async def _pending(client, workflow_id: str, activity_type: str):
 
 async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_when_it_returns(
     slurm_cluster, make_settings, sqlite_url
-) -> None:  # noqa: F811 - pytest fixture injection
+) -> None:
     settings = _settings(make_settings, sqlite_url, slurm_cluster)
     engine = get_engine(sqlite_url)
     names = list(slurm_cluster.node_names)
@@ -175,7 +175,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
 
 async def test_job_restart_while_slurmctld_is_down_is_retried_and_runs_the_job_again_when_it_returns(
     slurm_cluster, make_settings, sqlite_url
-) -> None:  # noqa: F811 - pytest fixture injection
+) -> None:
     settings = _settings(make_settings, sqlite_url, slurm_cluster)
     engine = get_engine(sqlite_url)
     worker = WorkerThread(settings).start()
@@ -192,7 +192,7 @@ async def test_job_restart_while_slurmctld_is_down_is_retried_and_runs_the_job_a
             bad_nodes=["node1"],
             cause=f"XID 79: {XID79}",
             actor="tester",
-            fault_seen_at=datetime.now(timezone.utc).isoformat(),
+            fault_seen_at=datetime.now(UTC).isoformat(),
             restart_id="slurm-outage",
         )
         handle = await start_job_restart(client, settings, restart)

@@ -214,8 +214,8 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
 
 async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) -> None:
     from fleetctl.db import firmware as firmware_store
-    from fleetctl.sim.store import add_fault
     from fleetctl.remediation.firmware import load_baseline
+    from fleetctl.sim.store import add_fault
     from tests.support.checks import record_check
     from workflows.client import start_rollout
 
@@ -268,7 +268,7 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
         # back in the scheduler with production: the workflow's next step after the transition,
         # one scheduler call (its start-to-close) once the recorded state says production
         await wait_for(
-            lambda: not SimScheduler(engine).node_state(name).drained,
+            lambda name=name: not SimScheduler(engine).node_state(name).drained,
             2 * SCHEDULER["start_to_close_timeout"].total_seconds(),
             f"{name} resumed in its scheduler",
         )

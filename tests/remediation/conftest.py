@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import pytest
@@ -15,9 +15,9 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun, HealthEvent
 from fleetctl.inventory.parse import parse_inventory
+from tests.support.checks import record_check
 from workflows.client import ensure_node_workflows, request_transition
 from workflows.worker import build_worker
-from tests.support.checks import record_check
 
 
 @dataclass

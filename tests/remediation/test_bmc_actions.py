@@ -14,8 +14,8 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.executors.base import CommandResult, NodeUnreachable
-from fleetctl.remediation.firmware import load_baseline
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.remediation.firmware import load_baseline
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import RESET_TAKES_AT_MOST_S, RedfishBmc, run_sushy_emulator
 from tests.firmware.test_baseline import FIXTURE

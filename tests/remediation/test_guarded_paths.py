@@ -12,10 +12,11 @@ import pytest
 from sqlmodel import Session, select
 from temporalio.api.enums.v1 import EventType
 
-from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent
+from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.remediation.runbooks import Event, parse_runbook
+from tests.reliability.support import Cli, wait_for
 from tests.remediation.conftest import running_fleet
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
@@ -23,7 +24,6 @@ from workflows.api import (
     HealthEventInput,
     guard_id,
 )
-from tests.reliability.support import Cli, wait_for
 from workflows.client import guard_status, request_transition, run_remediation, send_health_events
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.node_lifecycle import NodeLifecycle

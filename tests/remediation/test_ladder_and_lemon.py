@@ -13,8 +13,8 @@ from sqlmodel import Session, select
 from temporalio.testing import ActivityEnvironment
 
 from fleetctl.config import load_settings
-from fleetctl.db import remediation as db
 from fleetctl.db import queries
+from fleetctl.db import remediation as db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node, NodeEvent, utcnow
 from fleetctl.inventory.parse import parse_inventory
@@ -78,7 +78,7 @@ def test_repeats_counts_the_remediations_since_the_node_was_last_in_production(s
 
 
 def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) -> None:
-    settings, engine, activities = _setup(sqlite_url)
+    _settings, engine, activities = _setup(sqlite_url)
     for days_ago, key in ((3, "m1"), (1, "m2")):
         _entered(engine, "maintenance", days_ago, key)
     assert _begin(activities, "one").lemon == ""  # two entries, one remediation: not yet
@@ -108,7 +108,7 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
     from fleetctl.cli.main import app
     from fleetctl.connections.temporal_server import free_port
 
-    settings, engine, activities = _setup(sqlite_url)
+    _settings, engine, activities = _setup(sqlite_url)
     for i, days_ago in enumerate(runs):
         _run(engine, f"r{i}", days_ago)
     _run(engine, "dry", 0.3, mode="dry_run")
@@ -137,7 +137,7 @@ def test_the_demo_says_what_the_rma_reason_says(sqlite_url) -> None:
     while its RMA said 3 in 7 days: it quotes the RMA's reason now."""
     from fleetctl.demo import Fault, handled_how
 
-    settings, engine, activities = _setup(sqlite_url)
+    _settings, engine, activities = _setup(sqlite_url)
     fault = Fault("flaky", "n1", "lemon", 0)
     for i, days_ago in enumerate((30, 20, 2, 1)):  # two of them long before this week
         _run(engine, f"r{i}", days_ago)

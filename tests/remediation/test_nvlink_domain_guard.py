@@ -71,7 +71,7 @@ def _request(node: str, rack: str, reason: str = "active check gb200: imex: IMEX
 
 async def test_a_domain_fabric_fault_is_granted_whole_with_a_grant_for_every_node(half_out_settings) -> None:
     async with running_fleet(half_out_settings) as fleet:
-        domain, trays, hgx = await _domain_fleet(fleet)
+        domain, trays, _hgx = await _domain_fleet(fleet)
         finder, rest = trays[0], trays[1:]
         decision = await _ask(fleet, _request(finder, "r1"), check="imex")
         assert decision.granted, decision.reason

@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from fleetctl.db import remediation as db
 from fleetctl.db import queries
+from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
 from fleetctl.remediation.runbooks import Event, load_runbooks
 from fleetctl.sim.store import add_fault, faults_for

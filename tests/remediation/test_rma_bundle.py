@@ -10,12 +10,12 @@ import uuid
 from temporalio.testing import ActivityEnvironment
 
 from fleetctl.config import load_settings
+from fleetctl.connections.webhook_client import post_webhook
 from fleetctl.db import queries
 from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
-from fleetctl.connections.webhook_client import post_webhook
 from fleetctl.remediation.rma import MASK, redact
 from tests.support.webhook import WebhookReceiver
 from workflows.activities.remediation import RemediationActivities

@@ -57,7 +57,7 @@ def test_burst_verdict_for_a_node_without_a_critical_event(critical, now, held) 
     [
         # Alone in its window: opens at once (a lemon's repeat is one node too).
         (_at(0), FLEET, T + 5, False, None),
-        (_at(0) + [("n0", T - 300)], FLEET, T + 5, False, None),  # one node again and again is one node
+        ([*_at(0), ("n0", T - 300)], FLEET, T + 5, False, None),  # one node again and again is one node
         # Seven nodes within 5 s: past the limit of 5, held.
         (_at(0, 1, 2, 3, 4, 5, 5), FLEET, T + 6, True, None),
         # Exactly the limit is a storm (the guard's >=), one short is not yet: wait for the window.

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleetctl.remediation.runbooks import (
-    LemonPolicy,
     Event,
+    LemonPolicy,
     RunbookError,
     TemplateRefused,
     evaluate,
@@ -269,7 +269,7 @@ def test_trigger_towards(current: str, target: str, trigger: str | None) -> None
     [([0], False), ([0, 1], False), ([0, 1, 6.9], True), ([0, 1, 7.5], False), ([0, 3, 5, 20], True)],
 )
 def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
-    now = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
     history = [now - timedelta(days=d) for d in days_ago]
     assert LemonPolicy(3, timedelta(days=7)).is_lemon(history, [], now) is lemon
     assert LemonPolicy(3, timedelta(days=7)).is_lemon([], history, now) is lemon

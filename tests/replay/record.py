@@ -44,9 +44,9 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -55,20 +55,21 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
+from fleetctl.connections.temporal_server import start_dev_server
 from fleetctl.db import queries
 from fleetctl.db import remediation as rma_db
-from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import StragglerFinding
 from fleetctl.db.firmware import set_baseline
-from fleetctl.remediation.firmware import load_baseline
+from fleetctl.db.jobs import record_checkpoint
+from fleetctl.db.models import StragglerFinding
 from fleetctl.inventory.parse import parse_inventory
-from fleetctl.remediation.runbooks import Event, load_runbooks, parse_runbook
 from fleetctl.nodes.search_attributes import start_attributes
+from fleetctl.remediation.firmware import load_baseline
+from fleetctl.remediation.runbooks import Event, load_runbooks, parse_runbook
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
-from fleetctl.connections.temporal_server import start_dev_server
+from tests.support.checks import record_check
 from workflows.api import (
     RMA_DECISION_UPDATE,
     HealthEventInput,
@@ -95,7 +96,6 @@ from workflows.client import (
     start_remediation,
     start_rollout,
 )
-from tests.support.checks import record_check
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.firmware_rollout import FirmwareRollout
 from workflows.definitions.job_history import JobHistorySync
@@ -427,7 +427,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             and queries.get_node(engine, n).state == "production"
             and not scheduler.jobs_on_node(n)
         )
-        queries.record_agent_heartbeats(engine, {quiet: datetime.now(timezone.utc) - timedelta(seconds=60)})
+        queries.record_agent_heartbeats(engine, {quiet: datetime.now(UTC) - timedelta(seconds=60)})
         # The standard suite: a node's passed all-reduce is judged against its peers (patch
         # sweep-peer-stragglers).
         sweep_id = f"sweep/record-{rec.unique}"
@@ -521,7 +521,7 @@ async def straggler_scenario(rec: Recording) -> str:
     scheduler = SimScheduler(rec.engine)
     job = scheduler.submit("rec-straggler-job", 1)
     (node,) = job.nodes
-    found = datetime.now(timezone.utc) - timedelta(minutes=5)
+    found = datetime.now(UTC) - timedelta(minutes=5)
     with Session(rec.engine) as session:
         session.add(
             StragglerFinding(

@@ -15,13 +15,17 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlmodel import Session
 
+from fleetctl.connections.temporal_server import free_port
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
+from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.nodes.capacity import (
     AGENT_SILENCE,
     FleetSnapshot,
@@ -34,17 +38,13 @@ from fleetctl.nodes.capacity import (
 from fleetctl.nodes.conditions import HELD_BY_CLASSES, PRODUCTION_CONDITIONS, held_by
 from fleetctl.reliability import exporter_server
 from fleetctl.reliability.exporter_server import FleetCollector
-from fleetctl.remediation.runbooks import LemonPolicy
 from fleetctl.reliability.metrics import CAUSE_CLASSES, PENDING_REASONS, pending_reason
-from fleetctl.db.engine import get_engine
-from fleetctl.db.models import AutomationEvent, CheckRun, Job, JobRestart, Node, NodeEvent, RemediationRun, RmaRecord
-from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
-from fleetctl.connections.temporal_server import free_port
+from fleetctl.remediation.runbooks import LemonPolicy
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
 
 DASHBOARD = Path(exporter_server.__file__).parent / "grafana-dashboard.json"
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 # Grafana's own variables the dashboard may use, with the values Grafana would put in (longest
 # name first: $__range is a prefix of $__range_s).
 GRAFANA_VARIABLES = {"$__range_s": "3600", "$__range": "1h"}
@@ -208,7 +208,7 @@ def test_exporter_serves_the_fleet(served) -> None:
         for (name, labels), value in samples.items()
         if name == "fleetctl_nodes"
     }
-    zero = {state: 0 for state in ("new", "firmware", "burn_in", "admission", "draining")}
+    zero = dict.fromkeys(("new", "firmware", "burn_in", "admission", "draining"), 0)
     assert nodes == {
         **{("default", k): v for k, v in {**zero, "production": 9, "maintenance": 1, "rma": 1, "retired": 1}.items()},
         **{("blue", k): v for k, v in {**zero, "production": 1, "maintenance": 1, "rma": 0, "retired": 0}.items()},
@@ -512,7 +512,7 @@ def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> N
     engine = get_engine(sqlite_url)
     history.seed(engine, NOW)
     seed_more(engine)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     sweep_intervals.record(engine, sweep_intervals.SweepSchedule("hourly", "default", 3600.0))
     collector = FleetCollector(engine, agent_silence_s=300.0)
 
@@ -533,7 +533,7 @@ def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> N
             exported.setdefault(sample.labels["node"], set()).add(sample.labels["condition"])
         listed = {}
         for fleet in ("default", "blue"):
-            fresh = freshness(engine, fleet, 300.0, datetime.now(timezone.utc))
+            fresh = freshness(engine, fleet, 300.0, datetime.now(UTC))
             for row in node_rows(
                 engine,
                 [n for n in queries.list_nodes(engine) if n.labels.get("fleet", "default") == fleet],
@@ -589,7 +589,7 @@ def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) ->
     burn-in; `planned` was drained four times for maintenance (no remediation); `old` three
     times, but more than a lemon window ago."""
     engine = get_engine(sqlite_url)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     keys = iter(range(10_000))
 
     def moves(node: str, start: datetime, failure: str, actor_kind: str) -> list[NodeEvent]:

@@ -5,7 +5,7 @@ grows with every row a query scans, whichever query it is and whatever Python do
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from prometheus_client.core import CollectorRegistry
 from sqlalchemy import create_engine, event
@@ -16,7 +16,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, CheckRun, NodeEvent
 from fleetctl.reliability.exporter_server import FleetCollector
 
-START = datetime(2025, 3, 1, tzinfo=timezone.utc)
+START = datetime(2025, 3, 1, tzinfo=UTC)
 STEPS_PER_TICK = 100
 
 

@@ -21,7 +21,7 @@ these follow are fleetctl.reliability.metrics' docstring; the report states them
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from itertools import count
 
 import pytest
@@ -35,7 +35,7 @@ from fleetctl.reliability.report import definitions, render_html
 from fleetctl.reliability.report_store import build_report
 from fleetctl.remediation.runbooks import LemonPolicy
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 NOW_H = 100.0
 LEMON = LemonPolicy(3, timedelta(days=7))
 

@@ -5,7 +5,7 @@ and a screenshot comes out."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fleetctl.db.engine import get_engine
 from fleetctl.reliability.report import render_html
@@ -13,7 +13,7 @@ from fleetctl.reliability.report_store import build_report
 from tests.report import history
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 # Per SVG: its accessible name and rendered size; the straggler dots.

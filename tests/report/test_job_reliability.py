@@ -4,14 +4,14 @@ job size and Meta's predicted ETTR. Every expected number is worked out in the c
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 HOUR = 3600.0
 XID_79 = "health: XID 79: reset_gpu (critical): GPU has fallen off the bus"
 

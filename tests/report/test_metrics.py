@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
 from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 HOUR = 3600.0
 
 

@@ -4,7 +4,7 @@ PostgreSQL); the expected numbers are the ones tests/report/history.py works out
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +15,7 @@ from fleetctl.reliability.report import render_html
 from fleetctl.reliability.report_store import build_report
 from tests.report import history
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture

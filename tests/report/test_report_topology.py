@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlmodel import Session
@@ -13,7 +13,7 @@ from fleetctl.jobs.placement import placement_counts
 from fleetctl.reliability.report import render_html
 from fleetctl.reliability.report_store import build_report
 
-NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(

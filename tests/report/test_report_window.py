@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -17,7 +17,7 @@ from fleetctl.db.models import utcnow
 from fleetctl.reliability.report import DEFAULT_WINDOW, default_window, definitions, duration
 from tests.report import young_fleet
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 MICROSECONDS = re.compile(r"\d\d:\d\d:\d\d\.\d")
 HOURS_BELOW_ONE = re.compile(r"\b0\.\d+ ?(h|hours?)\b")
 

@@ -5,7 +5,7 @@ hand-worked history of tests/report/history.py (plus remediation runs this file 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import NodeHistory, NodeRecord, Transition
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 NOW = 100.0  # hours after T0, the window [0 h, NOW]; every node is in production from -50 h
 
 
@@ -190,7 +190,7 @@ def test_each_automated_removal_is_classified_by_what_followed(history, expected
 def test_precision_per_rule_and_which_rule_is_usually_wrong() -> None:
     def fleet(outcomes: dict[str, list[str]]) -> list[NodeHistory]:
         """One node per removal, of the rule and outcome named."""
-        how = {"confirmed": lambda: [to_rma(13)], "unchanged": lambda: back_through_burn_in(14), "open": lambda: []}
+        how = {"confirmed": lambda: [to_rma(13)], "unchanged": lambda: back_through_burn_in(14), "open": list}
         return [
             node(*drain(10, rule), *how[outcome](), name=f"{rule}-{k}", rmas=((13, "replaced"),))
             for rule, listed in outcomes.items()
@@ -300,7 +300,7 @@ def test_report_rule_precision_counts_only_live_repairs_that_passed(db_url) -> N
     from fleetctl.reliability.report_store import build_report
     from tests.report import history
 
-    now = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
+    now = datetime(2025, 3, 1, 12, tzinfo=UTC)
     engine = get_engine(db_url)
     history.seed(engine, now)
     assert build_report(engine, now - history.WINDOW, now)["rule_precision"] == PLAIN
@@ -336,7 +336,7 @@ def test_an_rma_confirms_its_removal_only_when_a_part_was_replaced(db_url, close
     from fleetctl.reliability.report_store import build_report
     from tests.report import history
 
-    now = datetime(2025, 3, 1, 12, tzinfo=timezone.utc)
+    now = datetime(2025, 3, 1, 12, tzinfo=UTC)
     engine = get_engine(db_url)
     history.seed(engine, now)
     (rma,) = db.rma_records(engine, node_name="n07")
@@ -348,11 +348,10 @@ def test_an_rma_confirms_its_removal_only_when_a_part_was_replaced(db_url, close
 
 def test_fleetctl_report_shows_rule_precision_in_json_text_and_html(sqlite_url, tmp_path) -> None:
     from fleetctl.cli.main import app
+    from fleetctl.db import remediation as db
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import utcnow
     from tests.report import history
-
-    from fleetctl.db import remediation as db
 
     engine = get_engine(sqlite_url)
     history.seed(engine, utcnow())

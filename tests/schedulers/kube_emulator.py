@@ -460,4 +460,4 @@ def _equality_selector(selector: str) -> dict[str, str]:
     pairs = [term.split("=", 1) for term in selector.split(",") if term]
     if any(len(pair) != 2 or pair[1].startswith("=") or pair[0].endswith("!") for pair in pairs):
         raise kmock.KubernetesError(status=400, message=f"unsupported selector {selector!r}")
-    return {key: value for key, value in pairs}
+    return dict(pairs)

@@ -55,7 +55,7 @@ def _slurm_conf(
     node_lines = [
         # CPUs=1: every node takes one job at a time, whatever the machine has.
         f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
-        for name, port in zip(node_names, node_ports)
+        for name, port in zip(node_names, node_ports, strict=False)
     ]
     return "\n".join(
         [

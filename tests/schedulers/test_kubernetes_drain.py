@@ -207,7 +207,7 @@ def test_a_pod_two_budgets_cover_is_an_api_server_error(kube: KubeEmulator, sche
     kube.add_pdb("train", "by-job", {"job-name": "llm"}, max_unavailable=1)
     kube.add_pdb("train", "by-team", {"team": "a"}, max_unavailable=1)
 
-    with pytest.raises(SchedulerError, match="HTTP 500.*more than one PodDisruptionBudget"):
+    with pytest.raises(SchedulerError, match=r"HTTP 500.*more than one PodDisruptionBudget"):
         scheduler.drain_pods("gpu-1")
 
 
@@ -232,7 +232,7 @@ def test_a_rate_limit_that_does_not_lift_is_a_scheduler_error_not_a_budget(
     kube.add_pod("train", "llm-0", "gpu-1", labels={"job-name": "llm"})
     kube.throttle_evictions(10, retry_after_s=0.01)
 
-    with pytest.raises(SchedulerError, match="still rate-limits evictions .* after 3 attempts"):
+    with pytest.raises(SchedulerError, match=r"still rate-limits evictions .* after 3 attempts"):
         scheduler.drain_pods("gpu-1")
     assert kube.pod_exists("train", "llm-0")
 
@@ -388,7 +388,7 @@ def test_kubectl_reads_back_what_fleetctl_wrote(
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    assert run("get", "node", "gpu-1", "-o", f"jsonpath={{.metadata.labels.fleetctl\\.io/state}}") == "draining"
+    assert run("get", "node", "gpu-1", "-o", "jsonpath={.metadata.labels.fleetctl\\.io/state}") == "draining"
     assert json.loads(run("get", "node", "gpu-1", "-o", "jsonpath={.spec.taints}")) == [
         {"key": STATE_KEY, "value": "draining", "effect": "NoExecute"}
     ]

@@ -5,7 +5,7 @@ job-sync schedule)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -74,7 +74,7 @@ def _pod(
 
 
 def _utc(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
 def test_a_jobs_pods_give_its_history_and_the_sync_writes_it(kube: KubeEmulator, sqlite_url: str) -> None:

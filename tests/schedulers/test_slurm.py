@@ -241,7 +241,7 @@ def test_command_failure_is_one_line_naming_the_command() -> None:
 
 def test_timeout_and_missing_command_are_scheduler_errors() -> None:
     slurm = SlurmScheduler(run=LocalCommandRunner(env={"PATH": "/nonexistent"}))
-    with pytest.raises(SchedulerError, match="squeue .*: cannot run: No such file or directory"):
+    with pytest.raises(SchedulerError, match=r"squeue .*: cannot run: No such file or directory"):
         slurm.job("42")
 
     def too_slow(argv: list[str], timeout_s: float) -> tuple[int, str, str]:

@@ -3,7 +3,7 @@ on real output (tests/fixtures/slurm/) and on lines it must refuse."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ FIXTURE = Path(__file__).parent.parent / "fixtures" / "slurm" / "squeue_job_hist
 
 
 def at(seconds: int) -> datetime:
-    return datetime.fromtimestamp(seconds, timezone.utc)
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def test_real_squeue_output_is_read_with_times_only_where_they_are_facts() -> None:

@@ -32,7 +32,7 @@ def exposition(node: str, factors: Mapping[str, float] | None = None, missing: C
     factors, left_out = factors or {}, _names(missing)
     lines = []
     for line in FIXTURE.read_text().splitlines():
-        if line.startswith("# HELP") or line.startswith("# TYPE"):
+        if line.startswith(("# HELP", "# TYPE")):
             if line.split()[2] not in left_out:
                 lines.append(line)
             continue
@@ -84,7 +84,7 @@ class DcgmExporters:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 body = exposition(node, owner.degrade.get(node), owner.missing.get(node, ())).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")

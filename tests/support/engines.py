@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from fleetctl.db.engine import dispose, engine_urls, forget, get_engine
 

@@ -15,7 +15,7 @@ class WebhookReceiver(ThreadingHTTPServer):
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 receiver.requests.append((self.headers.get("Authorization", ""), body))
                 self.send_response(status)

@@ -14,8 +14,7 @@ import ast
 import pkgutil
 from pathlib import Path
 
-from workflows import api
-from workflows import definitions
+from workflows import api, definitions
 
 
 def test_every_payload_module_is_imported_by_name_in_the_sandbox() -> None:

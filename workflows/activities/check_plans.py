@@ -12,7 +12,7 @@ host names). Not nodes in maintenance (suspect) nor under a firmware update (reb
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from checks._text import UnjudgeableOutput
 from checks.catalog import CheckSpec

@@ -8,11 +8,11 @@ import hashlib
 from sqlalchemy.exc import DataError
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.nodes.capacity import in_fleet
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node
+from fleetctl.nodes.capacity import in_fleet
 from fleetctl.text import bounded, one_line
 
 # Raised for input no retry can fix (a number too large for its column, a value that fails

@@ -45,8 +45,8 @@ class ExecutorRegistry:
 
     def _make_sim(self) -> Executor:
         from fleetctl.db.engine import get_engine
-        from fleetctl.sim.executor import SimExecutor
         from fleetctl.sim import store
+        from fleetctl.sim.executor import SimExecutor
 
         engine = get_engine(self.settings.db_url)
         return SimExecutor(

@@ -7,13 +7,13 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.remediation import firmware
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
 from fleetctl.executors.base import ExecutorError
+from fleetctl.remediation import firmware
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome

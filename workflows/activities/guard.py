@@ -3,12 +3,15 @@ workflows put to it (workflows cannot send Updates to other workflows; these do 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
+from fleetctl.config import Settings, guard_policy
+from fleetctl.db import queries
+from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import (
     CheckErrorReport,
     FleetSnapshot,
@@ -18,9 +21,6 @@ from fleetctl.nodes.capacity import (
     guard_snapshot,
     removals_for_fault,
 )
-from fleetctl.config import Settings, guard_policy
-from fleetctl.db import queries
-from fleetctl.durations import as_utc
 from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities
 from workflows.api import (
@@ -42,7 +42,7 @@ class GuardActivities(DatabaseActivities):
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
         """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
-        policy, now = guard_policy(self.settings, fleet), datetime.now(timezone.utc)
+        policy, now = guard_policy(self.settings, fleet), datetime.now(UTC)
         return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in self._fleet_nodes(fleet)], now, policy)
 
     @activity.defn

@@ -20,7 +20,8 @@ import itertools
 import logging
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from temporalio import activity
 
@@ -62,7 +63,7 @@ class _Heartbeater:
                 try:
                     # Thread-safe: a sync activity's heartbeat hands the beat to the worker's loop.
                     context.run(activity.heartbeat)
-                except Exception:  # noqa: BLE001 - one activity's failure must not stop the others' beats
+                except Exception:
                     log.exception("heartbeat failed")
 
 

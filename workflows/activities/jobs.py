@@ -4,17 +4,17 @@ run again (a retry after a lost answer must not restart a job twice or move a ti
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
-from fleetctl.jobs import spares_sync
 from fleetctl.db import jobs
 from fleetctl.db import spares as spare_store
 from fleetctl.db.models import utcnow
+from fleetctl.jobs import spares_sync
 from fleetctl.jobs.placement import (
     FLEET_WIDE,
     IN_ISLAND,

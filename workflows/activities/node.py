@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from fleetctl.nodes.capacity import FLEET_LABEL
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.models import AutomationEvent, HealthEvent
-from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
+from fleetctl.nodes.capacity import FLEET_LABEL
+from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import (
@@ -47,10 +47,10 @@ from workflows.api import (
     HeldNode,
     NodeCommandOutcome,
     NodeFacts,
-    RecordedTransition,
-    ReachabilityVerdict,
     PodDrainOutcome,
     PodDrainRequest,
+    ReachabilityVerdict,
+    RecordedTransition,
     RemediationChoice,
     RemediationPlan,
     SchedulerCordon,
@@ -63,7 +63,6 @@ from workflows.api import (
     node_workflow_id,
     remediation_mode,
 )
-
 
 # health_events.code is an INTEGER column: 32 bits in PostgreSQL.
 HEALTH_EVENT_CODE_MAX = 2**31 - 1
@@ -170,7 +169,7 @@ class NodeActivities(DatabaseActivities):
                     good.remove(i)
         verdicts = iter(recorded)
         info = activity.info()
-        for ev, refusal in zip(events, refusals):
+        for ev, refusal in zip(events, refusals, strict=False):
             if refusal:
                 self.record_automation_event(
                     AutomationRecord(
@@ -197,7 +196,7 @@ class NodeActivities(DatabaseActivities):
         # the escalation window of the events other senders reported. An event resent (after
         # a laptop slept, say) keeps the time it was first recorded with.
         times = [plausible_time(ev.at, ev.received_at or time.time(), ev.at_from_record) for ev in events]
-        keys = [ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{at}" for ev, at in zip(events, times)]
+        keys = [ev.event_id or f"{ev.node}/{ev.source}/{ev.code}/{at}" for ev, at in zip(events, times, strict=False)]
 
         def judge(i: int, at: float, earlier: list[float]) -> tuple[HealthEvent, HealthEventVerdict]:
             ev = events[i]
@@ -221,12 +220,12 @@ class NodeActivities(DatabaseActivities):
                 severity=verdict.severity,
                 action=verdict.action,
                 message=ev.message,
-                at=datetime.fromtimestamp(at, timezone.utc),
+                at=datetime.fromtimestamp(at, UTC),
                 idempotency_key=keys[i],
             ), verdict
 
         return queries.record_health_events(
-            self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times)], judge
+            self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times, strict=False)], judge
         )
 
     @activity.defn
@@ -264,7 +263,7 @@ class NodeActivities(DatabaseActivities):
                 (n.name, as_utc(n.agent_seen_at) if n.agent_seen_at else None, as_utc(n.state_since))
                 for n in self._fleet_nodes(scope.fleet, state="production")
             ),
-            datetime.now(timezone.utc),
+            datetime.now(UTC),
             self.settings.agent_silence_s,
             reachability.SILENT_ASKED_PER_SWEEP,
         )

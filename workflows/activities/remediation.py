@@ -9,13 +9,12 @@ knows which. The node must answer afterwards, or the step fails.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.remediation import runbooks
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError, BootNotSeen
 from fleetctl.config import Settings, guard_policy
@@ -23,9 +22,10 @@ from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
 from fleetctl.durations import as_utc, parse_seconds
-from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.text import bounded
 from fleetctl.executors.base import CommandResult, ExecutorError
+from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.remediation import runbooks
+from fleetctl.text import bounded
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import (
@@ -297,7 +297,7 @@ class RemediationActivities(DatabaseActivities):
         )
         fleet = self._fleet_nodes(self.settings.fleet)
         names = {n.name for n in fleet}
-        since = datetime.fromtimestamp((event_at or q.now) - policy.storm_window_s, timezone.utc)
+        since = datetime.fromtimestamp((event_at or q.now) - policy.storm_window_s, UTC)
         critical = [
             (ev.node_name, as_utc(ev.at).timestamp())
             for ev in db.coded_health_events_since(self.engine, since)

@@ -8,15 +8,14 @@ from collections import defaultdict
 
 from temporalio import activity
 
-from fleetctl.nodes.capacity import in_fleet
+from fleetctl.connections.promql_client import Prometheus, PrometheusError
 from fleetctl.db import queries, stragglers
 from fleetctl.db.models import utcnow
 from fleetctl.durations import as_utc
-from fleetctl.connections.promql_client import Prometheus, PrometheusError
 from fleetctl.jobs.stragglers import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
+from fleetctl.nodes.capacity import in_fleet
 from workflows.activities.database import DatabaseActivities
 from workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
-
 
 NO_EVIDENCE_KEPT = 100
 

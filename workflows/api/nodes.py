@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
 
-
 # Defaults of a node workflow's timing (its state carries them, so tests can shorten them).
 # After the cordon activity's own retries are spent (about 15 s), wait this long before the next round.
 SCHEDULER_RETRY_S = 60.0

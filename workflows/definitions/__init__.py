@@ -12,7 +12,7 @@ tests/workflows/test_payload_modules.py holds this list to workflows/api/.
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    import workflows.api.jobs  # noqa: F401
-    import workflows.api.names  # noqa: F401
-    import workflows.api.nodes  # noqa: F401
+    import workflows.api.jobs
+    import workflows.api.names
+    import workflows.api.nodes
     import workflows.api.remediation  # noqa: F401

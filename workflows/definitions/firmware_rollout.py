@@ -18,8 +18,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
-    from fleetctl.remediation.firmware import RolloutTally
     from fleetctl.nodes.lifecycle import Actor, NodeState
+    from fleetctl.remediation.firmware import RolloutTally
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities

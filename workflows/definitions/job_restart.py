@@ -10,7 +10,7 @@ which the caller saw; restart_seconds runs from the fault to the job running aga
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -100,7 +100,7 @@ class JobRestart:
             drained_at=drained_at.isoformat(),
             requeued_at=requeued_at.isoformat(),
             running_at=running_at.isoformat(),
-            restart_seconds=(running_at - fault_seen_at.astimezone(timezone.utc)).total_seconds(),
+            restart_seconds=(running_at - fault_seen_at.astimezone(UTC)).total_seconds(),
         )
 
     async def _record_step(self, step: str) -> datetime:

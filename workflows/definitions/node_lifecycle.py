@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from fleetctl.remediation.runbooks import Event
     from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
+    from fleetctl.text import bounded
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
@@ -72,7 +73,6 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
         remediation_id,
     )
-    from fleetctl.text import bounded
     from workflows.definitions.health_queue import bounded_event, is_critical, next_health_events, record_health_events
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
@@ -349,9 +349,9 @@ class NodeLifecycle:
                 continue
             index, attempt = index + 1, 0
             if outcome.status not in ("pass", "warn"):
-                if await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}"):
-                    if outcome.status == "fail":  # an `error` says nothing about the hardware
-                        await self._remediate(check_event(check, "fail", outcome.reason), item.actor)
+                moved = await self._move("phase_failed", f"burn-in: {check}: {outcome.status}: {outcome.reason}")
+                if moved and outcome.status == "fail":  # an `error` says nothing about the hardware
+                    await self._remediate(check_event(check, "fail", outcome.reason), item.actor)
                 return
         if not await self._move("begin_admission", f"burn-in passed: {len(checks)} checks"):
             return
@@ -656,7 +656,7 @@ class NodeLifecycle:
         if jobs is None:
             return  # the node left draining while the scheduler could not be asked
         if jobs and item.critical:
-            seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), timezone.utc)
+            seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), UTC)
             for job in jobs:
                 await self._restart_job(job, scheduler, item, seen)
         # The node's pods (any, labelled as a job or not) are moved by the drain policy each
@@ -682,7 +682,7 @@ class NodeLifecycle:
                     jobs = await self._running_jobs()
                     if jobs is None:
                         return
-                    seen = datetime.fromtimestamp(item.fault_seen_at, timezone.utc)
+                    seen = datetime.fromtimestamp(item.fault_seen_at, UTC)
                     for job in jobs:
                         await self._restart_job(job, scheduler, item, seen)
                     jobs, pods_holding = [], False
@@ -714,12 +714,14 @@ class NodeLifecycle:
             seen = workflow.now()
             for job in jobs:
                 await self._restart_job(job, scheduler, item, seen)
-        if self.s.state == NodeState.DRAINING.value:
-            if await self._move(
+        if (
+            self.s.state == NodeState.DRAINING.value
+            and await self._move(
                 "drain_complete", f"drained: {item.cause}", item.actor or "drain", Actor.AUTOMATION.value
-            ):
-                if item.remediation_event:
-                    await self._remediate(item.remediation_event, item.actor)
+            )
+            and item.remediation_event
+        ):
+            await self._remediate(item.remediation_event, item.actor)
 
     async def _wait_unless_critical(self, seconds: float) -> bool:
         """Wait `seconds`; True when a critical health event ended the wait first."""
@@ -728,7 +730,7 @@ class NodeLifecycle:
             return False
         try:
             await workflow.wait_condition(self._critical_waiting, timeout=timedelta(seconds=seconds))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 

@@ -42,11 +42,11 @@ with workflow.unsafe.imports_passed_through():
         is_domain_fabric_fault,
     )
     from fleetctl.nodes.lifecycle import Actor, Trigger
+    from fleetctl.schedulers.base import REASON_PREFIX
+    from fleetctl.text import bounded
     from workflows.activities.checks import CheckActivities
     from workflows.activities.database import BAD_DATA
     from workflows.activities.guard import GuardActivities
-    from fleetctl.schedulers.base import REASON_PREFIX
-    from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities, NodeCommandActivities
     from workflows.api import (
         AutomationRecord,
@@ -81,14 +81,14 @@ _TRANSIENT = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     non_retryable_error_types=NON_RETRYABLE,
 )
-QUICK = dict(start_to_close_timeout=timedelta(seconds=10), retry_policy=_TRANSIENT)
+QUICK = {"start_to_close_timeout": timedelta(seconds=10), "retry_policy": _TRANSIENT}
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
 # which waits for its lock and its own QUICK activities; a webhook (notify, open_rma) gives
 # up after 10 s (fleetctl.remediation.rma): longer than QUICK, still bounded.
-MESSAGE = dict(start_to_close_timeout=timedelta(seconds=30), retry_policy=_TRANSIENT)
+MESSAGE = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": _TRANSIENT}
 # The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts); the
 # scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.
-_SCHEDULER_CALL = dict(start_to_close_timeout=timedelta(seconds=45), heartbeat_timeout=HEARTBEAT_TIMEOUT)
+_SCHEDULER_CALL = {"start_to_close_timeout": timedelta(seconds=45), "heartbeat_timeout": HEARTBEAT_TIMEOUT}
 # One round: attempts 1, 2, 4, 8 s apart (about 15 s) before the caller records the refusal.
 SCHEDULER_ROUND = dict(
     **_SCHEDULER_CALL,
@@ -114,45 +114,45 @@ SCHEDULER = dict(
 # disruption budget's refusal with backoff (2 s doubling to 30 s, six attempts: about a
 # minute) and waits out the API server's rate limit, pod by pod, so a round may outlast one
 # scheduler call. It heartbeats; a round that fails is recorded and the next poll tries again.
-POD_DRAIN_ROUND = dict(
-    start_to_close_timeout=timedelta(minutes=10),
-    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-    retry_policy=RetryPolicy(
+POD_DRAIN_ROUND = {
+    "start_to_close_timeout": timedelta(minutes=10),
+    "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+    "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=20),
         maximum_attempts=3,
         non_retryable_error_types=NON_RETRYABLE,
     ),
-)
+}
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
 # it heartbeats between components, and one component may take minutes on its BMC.
-FIRMWARE_UPDATE = dict(
-    start_to_close_timeout=timedelta(hours=2),
-    heartbeat_timeout=timedelta(minutes=5),
-    retry_policy=RetryPolicy(maximum_attempts=1),
-)
+FIRMWARE_UPDATE = {
+    "start_to_close_timeout": timedelta(hours=2),
+    "heartbeat_timeout": timedelta(minutes=5),
+    "retry_policy": RetryPolicy(maximum_attempts=1),
+}
 
 
 def hardware_step(params: dict) -> dict:
     """A GPU reset or reboot: as long as its own waits (for idle GPUs, for the node to come
     back) plus margin. It heartbeats while it waits; a BMC reset call itself may block for a
     minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly."""
-    return dict(
-        start_to_close_timeout=timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
-        heartbeat_timeout=timedelta(seconds=60),
-        retry_policy=RetryPolicy(maximum_attempts=2),
-    )
+    return {
+        "start_to_close_timeout": timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
+        "heartbeat_timeout": timedelta(seconds=60),
+        "retry_policy": RetryPolicy(maximum_attempts=2),
+    }
 
 
 def check_options(check: str, attempts: int) -> dict:
     """A check runs as long as its tool typically takes, three times over, plus a minute."""
-    return dict(
-        start_to_close_timeout=timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=RetryPolicy(
+    return {
+        "start_to_close_timeout": timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+        "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+        "retry_policy": RetryPolicy(
             initial_interval=timedelta(seconds=1), maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE
         ),
-    )
+    }
 
 
 T = TypeVar("T")

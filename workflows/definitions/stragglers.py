@@ -38,16 +38,16 @@ with workflow.unsafe.imports_passed_through():
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
 # (at most 120 s), and heartbeats between them; a Prometheus that is down is an error in
 # the tick, not a failed activity, so the retries here are for the database only.
-JUDGE = dict(
-    start_to_close_timeout=timedelta(minutes=20),
-    heartbeat_timeout=timedelta(minutes=3),
-    retry_policy=RetryPolicy(
+JUDGE = {
+    "start_to_close_timeout": timedelta(minutes=20),
+    "heartbeat_timeout": timedelta(minutes=3),
+    "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=20),
         maximum_attempts=3,
         non_retryable_error_types=NON_RETRYABLE,
     ),
-)
+}
 
 
 @workflow.defn

@@ -4,7 +4,7 @@ report tree, DCGM's wrapped cells and the C library's time stamp."""
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def aligned_pairs(pairs: Sequence[tuple[str, str]], key_width: int, indent: str = "") -> list[str]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fleetctl.sim.faults import FLAP_PERIOD_S
 from fleetctl.sim.node import NodeState, ToolOutput

@@ -4,7 +4,7 @@ and checks.firmware)."""
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from fleetctl.sim.node import (
     REASON_GPU_IDLE,
@@ -166,7 +166,7 @@ def render_nvidia_smi_query(
 ) -> ToolOutput:
     """`nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]`: the fields asked, in order."""
     canonical = [QUERY_ALIASES.get(f, f) for f in fields]
-    for requested, name in zip(fields, canonical):
+    for requested, name in zip(fields, canonical, strict=False):
         if name not in QUERY_FIELDS:
             return ToolOutput(f'Field "{requested}" is not a valid field to query.\n\n', exit_status=2)
     # nvidia-smi opens every device before printing; one it cannot open is reported first.
@@ -323,7 +323,10 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
                 ("Remapping Failure Occurred", _yes_no(gpu.remap_failure)),
                 (
                     "Bank Remap Availability Histogram",
-                    [(label, f"{count} bank(s)") for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu))],
+                    [
+                        (label, f"{count} bank(s)")
+                        for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu), strict=False)
+                    ],
                 ),
             ],
         ),
