@@ -25,8 +25,8 @@ from importlib import resources
 
 from checks._text import UnjudgeableOutput, verdict
 from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
-from checks.signatures import ACTIONS, FINDING_SEVERITY, SEVERITIES, signatures
+from checks.result import SEVERITIES, CheckResult, Finding
+from checks.signatures import ACTIONS, FINDING_SEVERITY, signatures
 
 __all__ = [
     "ACTIONS",

@@ -254,7 +254,7 @@ def health_events(engine: Engine, name: str, limit: int = 20) -> list[HealthEven
 def state_counts(engine: Engine) -> dict[str, int]:
     with Session(engine) as session:
         rows = session.exec(select(Node.state, func.count()).group_by(Node.state))
-        return dict(rows)
+        return dict(rows.all())
 
 
 def insert_once(engine: Engine, row, key_column, key: str):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def held(engine: Engine) -> dict[str, str]:
     """Every spare -> the island it is held for."""
     with Session(engine) as session:
-        return dict(session.exec(select(Spare.node_name, Spare.island)))
+        return dict(session.exec(select(Spare.node_name, Spare.island)).all())
 
 
 def record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
