@@ -35,6 +35,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check --quiet .
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # tests/packaging builds the wheel (python -m build), installs it into a clean venv without
 # the test extras and runs the installed fleetctl from outside the checkout.

@@ -3,7 +3,7 @@ fleet database forgets, and what it never forgets because a figure or a decision
 
 Pruned, oldest first:
 - the raw tool output of check runs older than `raw_output_days` (the verdict stays: status,
-  reason, findings, metrics); the output is what makes a database grow (docs/production.md:
+  reason, findings, metrics); the output is what makes a database grow (docs/deployment.md:
   ~13 KiB per check run);
 - check runs (verdicts) older than `check_days`;
 - health events older than `health_event_days`.

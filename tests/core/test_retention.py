@@ -24,7 +24,7 @@ nodes:
   - {name: n3, address: sim://n3, profile: h100-sxm}
 """
 DAY = timedelta(days=1)
-# The defaults (docs/production.md): raw output 14 days, verdicts 180, health events 400.
+# The defaults (docs/deployment.md): raw output 14 days, verdicts 180, health events 400.
 
 
 def _fleet(engine):

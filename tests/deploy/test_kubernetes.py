@@ -198,8 +198,8 @@ def test_only_the_worker_and_the_intake_hold_an_api_token_each_for_its_own_role(
 
 
 def documented_rbac() -> set[tuple[str, str, str, str]]:
-    """(ServiceAccount, API group, resource, verb) of docs/production.md's RBAC table."""
-    text = (REPO / "docs" / "production.md").read_text()
+    """(ServiceAccount, API group, resource, verb) of docs/deployment.md's RBAC table."""
+    text = (REPO / "docs" / "deployment.md").read_text()
     rows = set()
     for line in text[text.index("<!-- rbac -->") : text.index("<!-- /rbac -->")].splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
