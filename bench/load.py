@@ -1,4 +1,4 @@
-"""Load (issue 9): a simulated fleet under steady automation for a stretch of simulated time.
+"""Load: a simulated fleet under steady automation for a stretch of simulated time.
 
 What is simulated, exactly: N nodes (default 1,000) in production, each with its lifecycle
 workflow, and an active-check sweep (quick suite) every SWEEP_EVERY_MIN simulated minutes

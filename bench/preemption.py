@@ -1,4 +1,4 @@
-"""XID 79 while the node's workflow is busy, against the idle node (issue 27): from the
+"""XID 79 while the node's workflow is busy, against the idle node: from the
 event to the node taken out on it, and to its job running again off the node, on a
 simulated fleet, the paths alternated on one worker and dev server:
 

@@ -5,8 +5,7 @@ temporalio's JSON converter calls `typing.get_type_hints` for each dataclass val
 decodes; with `workflows.api`'s string annotations (`from __future__ import annotations`)
 that evaluates every annotation again each time, most of the cost of decoding a
 HealthEventInput (bench/decode.py measures it). A flood of 2,000 health-event signals
-kept the worker decoding while a drain's activities waited (BENCHMARKS.md, the agent's
-flood).
+kept the worker decoding while a drain's activities waited (bench/results/agent_flood.md).
 
 The extension point is the SDK's own: a `JSONTypeConverter` given to
 `JSONPlainPayloadConverter(custom_type_converters=...)`, tried before the SDK's conversion

@@ -209,7 +209,7 @@ def stdout_closed() -> NoReturn:
 
 
 def _one_line_usage_error(exc: UsageError):
-    """One line and exit 2, as every other error (the README's promise), not click's usage
+    """One line and exit 2, as every other error (docs/operations.md's promise), not click's usage
     box; a noun given alone still prints its help."""
     if isinstance(exc, NoArgsIsHelpError):
         raise exc

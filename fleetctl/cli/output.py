@@ -15,7 +15,7 @@ import typer
 
 from fleetctl.text import bounded, printable
 
-# Exit codes shared by every command (see ARCHITECTURE.md).
+# Exit codes shared by every command (docs/operations.md, "Output conventions").
 EXIT_OK = 0
 EXIT_OPERATIONAL = 1
 EXIT_USAGE = 2

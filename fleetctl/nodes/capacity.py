@@ -7,7 +7,7 @@ one shared cause (a switch, a driver roll-out, the checker itself), and draining
 would turn a checker bug into an outage. A critical fault (the GPU is already gone) is
 counted but never held back: refusing to drain a node that has lost its GPU protects nothing.
 
-Which faults pass a full budget (issue 21's decision): the critical XIDs the kernel reports
+Which faults pass a full budget: the critical XIDs the kernel reports
 (checks/catalog/xid.tsv: 48 double-bit ECC, 64 remap failure, 79 fallen off the bus, 95
 uncontained memory error, ...), whatever the budget and the breaker. A check's verdict
 (nvidia-smi's uncorrectable ECC count, a failed row remap) waits for the budget like any

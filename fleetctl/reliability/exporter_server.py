@@ -3,8 +3,8 @@ Failures are classified by `fleetctl.reliability.metrics`, the same definitions 
 
 A scrape costs what changed since the last one, not the fleet's whole history: the
 append-only tables (check runs, transitions, guard decisions) are read once each, row by row
-as they arrive, into counters this process keeps (issue 14: at 300k check runs each scrape
-took 1.5 s reading every one). Only the nodes (as many as the fleet) and the job restarts
+as they arrive, into counters this process keeps (reading every one took each scrape 1.5 s at
+300k check runs). Only the nodes (as many as the fleet) and the job restarts
 (whose rows change until they finish) are read whole; remediation runs and RMA records, whose
 status changes, are counted by the database (one GROUP BY each).
 

@@ -1,4 +1,4 @@
-"""The agent never loses a critical record (issue 27, item 4), each fault fed to the real
+"""The agent never loses a critical record, each fault fed to the real
 `fleetctl agent` process with a real Temporal server and worker: an unreadable kernel line,
 a spool the disk will not take, a full spool, kmsg sequence numbers past 64 bits or going
 backwards, and corrupted spool and cursor files. In each, the XID 79 the kernel logged

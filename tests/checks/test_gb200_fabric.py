@@ -1,4 +1,4 @@
-"""GB200 NVL72 (issue 30 item 6, in part): the gb200 profile (a compute tray of 4 GPUs in an
+"""GB200 NVL72: the gb200 profile (a compute tray of 4 GPUs in an
 NVLink domain of 72) and each GPU's fabric registration in nvidia-smi -q, judged on profiles
 whose NVLink domain spans nodes. An HGX node's fabric section (CliqueId 0, a zero ClusterUUID:
 its NVLink is its own) is no fault."""

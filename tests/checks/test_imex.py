@@ -1,4 +1,4 @@
-"""nvidia-imex-ctl -N, the IMEX domain of a GB200 NVL72 rack (issue 30 item 6, in part):
+"""nvidia-imex-ctl -N, the IMEX domain of a GB200 NVL72 rack:
 the domain UP, every node READY, every pair Connected; anything else fails, and output that is
 not the tool's, or cut, is an error."""
 

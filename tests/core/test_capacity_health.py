@@ -172,7 +172,7 @@ def test_a_fresh_rma_still_counts_against_the_budget(state, age_s, counted) -> N
     ],
 )
 def test_a_held_drain_says_what_it_waits_for(snapshot, request_, failures, breaker, pending, until) -> None:
-    """Issue 29: a refusal said which limit held the drain, never what would let it go."""
+    """A refusal says what would let the drain go, not only which limit held it."""
     d = decide(
         POLICY,
         snapshot,

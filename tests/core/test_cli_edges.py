@@ -1,4 +1,4 @@
-"""Issue 21's edges, as an operator meets them at the console: one-line usage errors, help on
+"""The CLI's edges, as an operator meets them at the console: one-line usage errors, help on
 every schedule command, the exit code of an unknown name, the suites listed, a drain of a
 drained node done, and a schedule command without an id."""
 

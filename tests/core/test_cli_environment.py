@@ -1,6 +1,6 @@
 """A command says which database and Temporal it uses when nothing configured them, exits
 non-zero when Temporal cannot say what the guard says, and finds the fleet it was pointed
-at (issue 21 item 4)."""
+at."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ def _guard(engine, node: str, kind: str, reason: str, at) -> None:
 
 @pytest.fixture
 def fleet(db_url):
-    """Six nodes, each with one thing to see (the problems of issue 21's try-out)."""
+    """Six nodes, each with one thing to see (the problems an operator's try-out found)."""
     engine = get_engine(db_url)
     names = ["gpu-001", "gpu-002", "gpu-003", "gpu-004", "gpu-005", "gpu-006"]
     queries.upsert_nodes(engine, [NodeSpec(n, f"sim://{n}", "h100-sxm", rack="r1", scheduler="sim") for n in names])
@@ -277,7 +277,7 @@ def test_host_lists_as_input(fleet) -> None:
 
 
 def test_out_of_service_is_never_ready_and_suspect_since_the_first_judgement(db_url) -> None:
-    """Issue 29: a node in RMA whose last checks passed read `Ready`, so `node list | grep -v
+    """A node in RMA whose last checks passed once read `Ready`, so `node list | grep -v
     Ready` hid every RMA; a node judged suspect by each of three sweeps showed the last
     sweep's time as its `since`."""
     engine = get_engine(db_url)

@@ -1,4 +1,4 @@
-"""The CLI as an operator's terminal shows it (issue 32): each command run in tmux at 80x24
+"""The CLI as an operator's terminal shows it: each command run in tmux at 80x24
 and at 60 columns against a real database, and the screen read back. Names are never cut, an
 empty listing says so, and `| head` ends a command quietly."""
 

@@ -1,4 +1,4 @@
-"""Maintenance is not failure (issue 29): an operator's drain says what it is, and only a
+"""Maintenance is not failure: an operator's drain says what it is, and only a
 fault counts in the lemon rule, MTTF and MTTR. End to end: CLI -> Temporal -> worker ->
 database -> `node show` and the report, with the fleet's own runbooks loaded (the escalation
 ladder is a fallback that takes any fault: a maintenance drain must start none)."""

@@ -139,7 +139,7 @@ HOUR_S = 3600.0
 @pytest.mark.parametrize(
     "state, age_h, agent_age_s, sweep_h, expected",
     [
-        # Issue 29: a busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
+        # A busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
         ("production", 30, None, 1, "Unchecked(1d)"),
         ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
         ("production", 30, 60.0, 1, "Ready"),  # its agent reports

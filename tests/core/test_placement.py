@@ -103,7 +103,7 @@ def test_landed(island, new_nodes, where) -> None:
         (NodeHealth("n1", "production"), ""),
         # Adopted, no check run yet: nothing says it is bad.
         (NodeHealth("n1", "production", ("Unchecked",)), ""),
-        # Issue 28: its drain held by the guard after a failed check.
+        # Its drain held by the guard after a failed check.
         (NodeHealth("n1", "production", ("CheckFailed", "DrainHeld")), "CheckFailed, DrainHeld"),
         (NodeHealth("n1", "production", ("DrainHeld",)), "DrainHeld"),
         (NodeHealth("n1", "production", ("CheckFailed",)), "CheckFailed"),

@@ -57,7 +57,7 @@ FLEET = [
         # old island's hold is let go first).
         (1, {"n1": "ib-b"}, FLEET, {"ib-a": ("n3",), "ib-b": ("m1",)}, ("m1", "n3"), ("n1",)),
         (1, {"gone": "ib-c"}, FLEET, {"ib-a": ("n1",), "ib-b": ("m1",), "ib-c": ()}, ("m1", "n1"), ("gone",)),
-        # Issue 28: a node with evidence against it (a held drain after a failed check) is never
+        # A node with evidence against it (a held drain after a failed check) is never
         # taken, and a spare that gains such evidence leaves its pool for a healthy one.
         (1, {}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ()),
         (1, {"n1": "ib-a"}, [node("n1", healthy=False), node("n3")], {"ib-a": ("n3",)}, ("n3",), ("n1",)),
@@ -194,7 +194,7 @@ def test_spares_list_shows_each_islands_pool(sqlite_url) -> None:
 
 
 def test_a_refill_holds_no_node_with_evidence_against_it(sqlite_url) -> None:
-    """Issue 28, through the database: a node whose check failed is not taken into the pool,
+    """Through the database: a node whose check failed is not taken into the pool,
     and a spare whose check fails afterwards leaves it for a healthy node."""
     from sqlmodel import Session, select
 

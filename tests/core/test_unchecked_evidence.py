@@ -1,4 +1,4 @@
-"""Stale evidence is not Ready (issue 29): a busy node whose newest check is from burn-in and
+"""Stale evidence is not Ready: a busy node whose newest check is from burn-in and
 that has no agent read `Ready`. Its fleet's sweep schedule says how old is too old: `fleetctl
 schedule` records each sweep's interval in the database (fleetctl.db.sweep_intervals), so
 `node list` and `node show` judge alike without asking Temporal, in a query or two however

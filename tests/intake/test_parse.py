@@ -159,7 +159,7 @@ def test_an_alert_severity_label_is_read_only_when_it_is_a_severity(label, sever
     assert ev.severity == severity and ev.at_from_record  # startsAt is when it began
 
 
-# ---- every text bounded, every number and nesting checked (issue 27) -------------------------
+# ---- every text bounded, every number and nesting checked ------------------------------------
 
 
 def _alert_with(**labels) -> dict:

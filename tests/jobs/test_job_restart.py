@@ -218,7 +218,7 @@ async def test_a_restart_takes_the_islands_spare_and_the_pool_is_refilled(make_s
 
 
 async def _held_after_a_failed_check(client, settings, engine, node: str) -> None:
-    """`node` as issue 28 found it: a sweep's check failed on it and the capacity guard (the
+    """`node` as a held drain leaves it: a sweep's check failed on it and the capacity guard (the
     real one, with the fleet at its limit) refused its drain: `CheckFailed(1),DrainHeld`."""
     from fleetctl.db import queries
     from fleetctl.db.models import CheckRun
@@ -271,7 +271,7 @@ def _islands(engine, islands: dict[str, str]) -> None:
 
 
 async def test_a_held_node_is_never_a_restarts_replacement_in_the_island(make_settings, sqlite_url) -> None:
-    """Issue 28: n3 failed a check and the guard holds its drain. First fit in the island would
+    """n3 failed a check and the guard holds its drain. First fit in the island would
     take it (n3 sorts first); the restart names n4."""
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)

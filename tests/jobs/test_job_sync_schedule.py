@@ -1,4 +1,4 @@
-"""Jobs without cron (issue 31 item 5): `fleetctl schedule create job-sync` makes a Temporal
+"""Jobs without cron: `fleetctl schedule create job-sync` makes a Temporal
 Schedule whose runs reconcile the schedulers' jobs into the database, so `report` reads a
 real Slurm job that nobody ran `fleetctl job sync` for."""
 

@@ -1,4 +1,4 @@
-"""A fleet with Slurm and Kubernetes nodes together, one of them a SUNK node (issue 20).
+"""A fleet with Slurm and Kubernetes nodes together, one of them a SUNK node.
 
 The real 4-node Slurm cluster and the Kubernetes API emulator over real HTTP, the real
 worker and workflows. node1 is a SUNK node: a Slurm node and a Kubernetes node of the same

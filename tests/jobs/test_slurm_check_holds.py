@@ -1,4 +1,4 @@
-"""The node's hold on the real Slurm cluster (issue 28 item 1): nodes imported for burn-in are
+"""The node's hold on the real Slurm cluster: nodes imported for burn-in are
 drained with fleetctl's reason from the import on (reconcile finds no schedulable new node),
 so a job submitted meanwhile waits; one node's burn-in runs on the held node and the job starts
 there only once it is admitted; a sweep check holds an idle production node, and a job asked

@@ -307,7 +307,7 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
 
 
 def test_slurm_is_told_to_keep_a_restarted_job_off_a_node_whose_check_failed(cli, slurm_cluster, sqlite_url) -> None:
-    """Issue 28: node3 is in production with a failed check (no island known: Slurm places the
+    """node3 is in production with a failed check (no island known: Slurm places the
     job itself). Left to itself Slurm would fill node2, node3; told to avoid node3 as well as
     the bad node1 (ExcNodeList), it runs the job on node2, node4."""
     import uuid

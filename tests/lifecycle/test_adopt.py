@@ -1,4 +1,4 @@
-"""`fleetctl node import --adopt` (issue 28): a fleet already running jobs is brought in as
+"""`fleetctl node import --adopt`: a fleet already running jobs is brought in as
 production as it runs, with no burn-in and no drain; each node is recorded as adopted and
 unchecked, and the next sweep checks the idle ones, through the guard."""
 

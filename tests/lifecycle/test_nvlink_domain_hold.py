@@ -1,5 +1,5 @@
-"""A fault of a GB200 NVL72 domain's fabric holds the whole domain, on the simulated fleet
-(issue 30 item 6): one tray's IMEX daemon fails; the sweep's `quick` suite finds it (that tray
+"""A fault of a GB200 NVL72 domain's fabric holds the whole domain, on the simulated fleet:
+one tray's IMEX daemon fails; the sweep's `quick` suite finds it (that tray
 fails host-services, the domain's other trays fail `imex`: they see it UNAVAILABLE); the guard
 grants the domain as one request, a grant per tray, and every tray of that domain leaves
 production while the other domain keeps serving; no restart is placed on the held domain; and

@@ -112,7 +112,7 @@ async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fl
 
 async def test_a_sweep_drains_a_production_node_that_degraded_below_its_peers(sim_fleet) -> None:
     """Within the profile's floor, so the check passes, but well below the same profile's
-    nodes: the sweep drains it through the guard, as its own rule (issue 19 item 2)."""
+    nodes: the sweep drains it through the guard, as its own rule."""
     fleet = await sim_fleet(8, profile="h200-sxm")
     await fleet.admit(fleet.names, suite="standard")
     assert set((await fleet.wait_states(fleet.names, {"production", "maintenance"})).values()) == {"production"}
@@ -153,7 +153,7 @@ async def test_xid79_on_a_production_node_drains_it_at_once(sim_fleet) -> None:
 
 async def test_an_event_with_a_code_too_large_is_refused_once_and_the_next_event_still_drains(sim_fleet) -> None:
     """Bad data fails its activity once (non-retryable), is recorded as refused, and the
-    node's queue moves on: the XID 79 behind it drains the node (issue 14 item 2)."""
+    node's queue moves on: the XID 79 behind it drains the node."""
     fleet = await sim_fleet(4)
     await fleet.admit(fleet.names)
     await fleet.wait_states(fleet.names, {"production"})

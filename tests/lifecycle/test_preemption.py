@@ -1,4 +1,4 @@
-"""A critical event is acted on at once, whatever the node's workflow is doing (issue 27):
+"""A critical event is acted on at once, whatever the node's workflow is doing:
 a drain waiting for its jobs becomes critical and restarts them now; a burn-in or recheck
 check in flight is cancelled and recorded as interrupted, never as a pass or a fail.
 

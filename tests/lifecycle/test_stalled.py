@@ -1,4 +1,4 @@
-"""A node whose workflow acts on nothing reads `Stalled`, never `Ready` (issue 27): its
+"""A node whose workflow acts on nothing reads `Stalled`, never `Ready`: its
 workflow tasks keep failing (Temporal's TemporalReportedProblems), or its oldest queued work
 has waited past stall_after_s (FleetctlQueuedSince). The worker's stall watcher finds both
 with one visibility query; `node list`, `node show`, `fleet status` and the exporter show it."""

@@ -1,6 +1,6 @@
 """The wheel as an operator gets it: built with `python -m build`, installed into a clean
 venv WITHOUT the test extras, run from outside the checkout. Catches an undeclared runtime
-import (issue 15: click) and data the wheel lacks (migrations, runbooks, suites, profiles,
+import (as click once was) and data the wheel lacks (migrations, runbooks, suites, profiles,
 templates). One build and one venv per session; each test runs the installed `fleetctl`."""
 
 from __future__ import annotations

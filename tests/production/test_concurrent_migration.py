@@ -1,5 +1,5 @@
 """Many processes starting at once on one empty database: every one comes up, the schema is
-applied once (issue 15: two workers on an empty PostgreSQL raced, one died with
+applied once (two workers on an empty PostgreSQL once raced, one died with
 UniqueViolation on pg_type_typname_nsp_index)."""
 
 from __future__ import annotations

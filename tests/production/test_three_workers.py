@@ -1,4 +1,4 @@
-"""Many workers, one fleet (issue 15 item 3): three `fleetctl worker` processes start at once
+"""Many workers, one fleet: three `fleetctl worker` processes start at once
 on one EMPTY PostgreSQL and one Temporal, a fleet is admitted, one worker is SIGKILLed in the
 middle of burn-in. Every node reaches production with exactly one transition per step and
 every check recorded once, and Temporal's histories show the work was shared."""

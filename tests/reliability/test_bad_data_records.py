@@ -1,4 +1,4 @@
-"""The record activities on data no row can hold (issue 27), through the real activities and
+"""The record activities on data no row can hold, through the real activities and
 database (SQLite and PostgreSQL): text is made storable before it is written (lone
 surrogates and NULs replaced, every field bounded, long ids hashed), and what the database
 still refuses is bad data: non-retryable for one event, refused alone in a burst, the

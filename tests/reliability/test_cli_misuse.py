@@ -56,7 +56,7 @@ def misuses(node: str, log: str) -> list[tuple[list[str], int, str]]:
         (["node", "list", "-l", "$(id)=x"], 2, "bad label selector"),
         (["node", "list", "--state", "sideways"], 2, "unknown state 'sideways'"),
         (["node", "drain", node], 2, "Missing option '--reason'"),
-        # Free text no record can hold, or a reason that says nothing (issue 27).
+        # Free text no record can hold, or a reason that says nothing.
         (
             ["node", "drain", node, "--reason", "PSU\x00smoke", "--yes"],
             2,

@@ -1,4 +1,4 @@
-"""Hostile input, round two (issue 14): YAML bombs and renames, unchecked settings, template
+"""Hostile input: YAML bombs and renames, unchecked settings, template
 bombs, a webhook that redirects, escape sequences on the terminal, self-declared identities.
 Each test fails without its protection (each was broken once and watched failing)."""
 

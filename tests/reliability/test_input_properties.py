@@ -1,4 +1,4 @@
-"""Property (issue 27): no input stalls a node's workflow. Every input class (sizes from 0 to
+"""Property: no input stalls a node's workflow. Every input class (sizes from 0 to
 megabytes; lone surrogates, invalid UTF-8 bytes, NULs, control characters, bidi overrides;
 numbers past 64 bits, NaN, floats; nesting past the bound) is fed through the intake's HTTP
 endpoints and the CLI (`node event`, `node drain --reason`) of a live stack; every answer
@@ -166,7 +166,7 @@ async def test_no_input_through_the_intake_or_the_cli_keeps_an_xid_79_from_drain
 
     @_examples(100)
     @given(body=st.one_of(event_bodies(target), alert_bodies(target)))
-    # The cases of issue 27, always among the examples: a lone surrogate in a message whose
+    # The inputs that once stalled a node's workflow, always among the examples: a lone surrogate in a message whose
     # id is plain; a 1 MB alertname; a 200 KB label.
     @example(body=b'{"node": "%s", "id": "p-1", "message": "GPU \\ud800", "severity": "warning"}' % target.encode())
     @example(body=json.dumps(_alert(target, "G" * 1_000_000, severity="warning")).encode())

@@ -1,4 +1,4 @@
-"""Poisoned by one input (issue 27): one event whose text cannot be stored, or is too large
+"""Poisoned by one input: one event whose text cannot be stored, or is too large
 for a payload or a command line, must not stall the node's workflow. Each case sends the
 poison through the edge an operator or a sender uses (the intake over HTTP, the CLI), waits
 until the node's workflow has taken it, then sends an XID 79 and waits for the drain.

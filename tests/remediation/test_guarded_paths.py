@@ -1,6 +1,6 @@
 """Every automated way out of production goes through the capacity guard, which judges on
 facts of its own: its fleet's configuration, and a recorded health event for a critical claim
-(issue 14: three runbook runs took 4 of 10 nodes out under a fleet limit of 1; an operator who
+(each once broken: three runbook runs took 4 of 10 nodes out under a fleet limit of 1; an operator who
 typed `--xid 79` was granted a critical drain; the first caller set everyone's limits)."""
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ DRAIN_S = 2 * SCHEDULER["start_to_close_timeout"].total_seconds() + 3 * QUICK["s
 
 
 async def test_a_critical_claim_reads_no_evidence_from_the_nodes_earlier_time_in_service(fleet_settings) -> None:
-    """Issue 28: an XID 79 recorded before the node was drained, repaired and put back is no
+    """An XID 79 recorded before the node was drained, repaired and put back is no
     evidence for a claim now. The fleet is at its limit, so only a critical claim would pass."""
     async with running_fleet(fleet_settings) as fleet:
         names = await fleet.add(9)
@@ -270,7 +270,7 @@ async def test_a_critical_claim_reads_no_evidence_from_the_nodes_earlier_time_in
 
 
 async def test_resume_automation_closes_the_breaker_and_automation_drains_again(make_settings, sqlite_url) -> None:
-    """Issue 28: three failures open the breaker; `fleetctl fleet resume-automation` closes it
+    """Three failures open the breaker; `fleetctl fleet resume-automation` closes it
     and forgets the storm, so the next automated drain is granted (the limits lifted: only the
     breaker decides here)."""
     settings = make_settings(sqlite_url)

@@ -1,4 +1,4 @@
-"""A critical event while a runbook works on the node cuts the runbook short (issue 27): the
+"""A critical event while a runbook works on the node cuts the runbook short: the
 step in flight (here a long wait) is cancelled and recorded as interrupted, never as passed
 or failed, the run ends `interrupted`, and the runbook for the new event starts. Before, the
 node's workflow recorded the XID 79 as a refused drain ("already in maintenance") and the

@@ -1,5 +1,5 @@
-"""What a remediation learns of the node's past when it begins (issue 14: in the demo a flaky
-node entered maintenance 22 times in two minutes, each time from the ladder's first rung, and
+"""What a remediation learns of the node's past when it begins (the demo once showed a flaky
+node entering maintenance 22 times in two minutes, each time from the ladder's first rung, and
 only 3 of those counted toward the lemon rule). The activity on a real database."""
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def test_node_show_and_the_rma_reason_give_one_figure(sqlite_url, runs, entries,
 
     assert json.loads(show("-o", "json"))["remediated"] == {"times": times, "window_days": 7.0, "lemon_threshold": 3}
     table = show()
-    how_often = {1: "once", 2: "twice"}.get(times, f"{times} times")  # plurals (issue 32): never "1 times"
+    how_often = {1: "once", 2: "twice"}.get(times, f"{times} times")  # plurals: never "1 times"
     assert (f"remediated {how_often} in 7 days (a lemon at 3)" in table) is (times > 0)
     # The run that begins now counts itself (a run, whether or not an entry follows it).
     lemon = _begin(activities, "now").lemon

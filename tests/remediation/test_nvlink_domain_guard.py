@@ -1,4 +1,4 @@
-"""The capacity guard counts an NVLink domain (issue 30 item 6) on the real guard workflow and
+"""The capacity guard counts an NVLink domain on the real guard workflow and
 database: a fault of a GB200 NVL72 domain's fabric is one request for every in-service node of
 the domain (GuardActivities.removals_for_fault), granted whole with a grant per node (each
 node's workflow takes its drain with it), or refused whole when the domain does not fit the

@@ -125,7 +125,7 @@ def test_configured_secrets_in_a_checks_raw_output_reach_no_bundle_markdown_or_w
 
 def test_rma_show_gives_each_remediation_run_as_it_ended_not_as_it_was_when_opened(sqlite_url) -> None:
     """The run that opens an RMA is still going when the bundle is written: its entry said
-    `running` (and lacked its last steps) in `rma show` long after it ended (issue 21)."""
+    `running` (and lacked its last steps) in `rma show` long after it ended."""
     from datetime import timedelta
 
     from typer.testing import CliRunner

@@ -1,5 +1,4 @@
-"""A correlated burst of critical events sends no node to RMA without an operator (issue 28
-item 4): seven nodes sent XID 48 within 5 s were all granted their drains (critical) and all
+"""A correlated burst of critical events sends no node to RMA without an operator: seven nodes sent XID 48 within 5 s were all granted their drains (critical) and all
 went to RMA before the breaker opened. A burst is usually a driver, firmware or checker
 fault, and an RMA costs weeks: the nodes are still drained, their RMAs held as
 `awaiting_confirmation` until `fleetctl rma confirm` sends one or `fleetctl rma reject` sends
@@ -337,7 +336,7 @@ async def test_one_nodes_xid48_repeat_within_the_lemon_window_still_goes_to_rma(
 
 @pytest.mark.temporal
 async def test_one_xid48_on_an_idle_node_is_reset_rechecked_and_back_in_production(fleet_settings) -> None:
-    """Issue 28's done-when, by the whole path: the XID reaches the node's workflow, which
+    """The whole path: the XID reaches the node's workflow, which
     drains the node (critical) and starts xid-reset-gpu; the reset remaps the row (the
     simulator's pending remap), the recheck passes, burn-in and admission take it back."""
     async with running_fleet(fleet_settings) as fleet:

@@ -1,4 +1,4 @@
-"""`fleetctl rma close` says how an RMA ended (issue 29): a part replaced confirms the removal
+"""`fleetctl rma close` says how an RMA ended: a part replaced confirms the removal
 behind it, no fault found makes it a false alarm. End to end: CLI -> Temporal -> worker ->
 database, and the report's rule precision on what was recorded."""
 

@@ -275,7 +275,7 @@ def test_lemon_policy(days_ago: list[float], lemon: bool) -> None:
     assert LemonPolicy(3, timedelta(days=7)).is_lemon([], history, now) is lemon
 
 
-# ---- the ladder climbs; silent data corruption goes straight to RMA (issue 14) ----------------
+# ---- the ladder climbs; silent data corruption goes straight to RMA -------------------------
 
 
 def _path(book, repeats: int, checks_pass: bool) -> list[str]:

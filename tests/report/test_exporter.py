@@ -914,7 +914,7 @@ def test_real_prometheus_answers_every_panel(sqlite_url, tmp_path) -> None:
                     assert answer["data"]["result"], f"{panel['title']}: No data"
             out = answers["Nodes out of production, and why", "A"]
             assert sorted(r["metric"]["node"] for r in out) == ["b01", "n05", "n07"]
-            # Issue 29's panels: n09, n10 and b02 are unhealthy in production; a rule whose removals
+            # The health panels: n09, n10 and b02 are unhealthy in production; a rule whose removals
             # all came back as they were reads 0 (not missing); sim-3 waits in the queue; no lemon now.
             assert [r["value"][1] for r in answers["Unhealthy nodes in production", "A"]] == ["3"]
             assert {

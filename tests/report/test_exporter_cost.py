@@ -1,4 +1,4 @@
-"""A scrape costs what changed since the last one, not the history (issue 14: each scrape read
+"""A scrape costs what changed since the last one, not the history (each scrape once read
 every check run, 1.5 s at 300k rows). Cost is counted, not timed: SQLite's own count of the
 virtual-machine instructions it ran for the scrape's queries (`set_progress_handler`), which
 grows with every row a query scans, whichever query it is and whatever Python does after."""

@@ -1,4 +1,4 @@
-"""Hand-worked histories that pin each figure (issue 29 item 5): one small fleet written into the
+"""Hand-worked histories that pin each figure: one small fleet written into the
 database per case, as the workflows and `fleetctl rma close` write it, and the report's MTTF,
 MTTR, lemon table and rule precision (and the exporter's failure and repair counts, and `node
 show`'s times remediated) checked against arithmetic written out here.
@@ -16,7 +16,7 @@ these follow are fleetctl.reliability.metrics' docstring; the report states them
   --replaced GPU3`): one removal *confirmed*, 1 / (1 + 0) = 100 %; still out, so no repair.
 - A no-fault-found RMA beside it: a second XID 48 node comes back from the vendor with nothing
   found (`rma close --no-fault-found`) and returns through burn-in: *unchanged*, so the rule's
-  precision is 1 / (1 + 1) = 50 %, below 100 % (it read 100 % when every RMA confirmed, issue 29).
+  precision is 1 / (1 + 1) = 50 %, below 100 % (it read 100 % when every RMA confirmed).
 """
 
 from __future__ import annotations

@@ -326,7 +326,7 @@ def test_report_rule_precision_counts_only_live_repairs_that_passed(db_url) -> N
         # The vendor replaced a part: the third removal was right, 1 of 3.
         ("GPU5", {"confirmed": 1, "unchanged": 2, "open": 0, "precision": pytest.approx(1 / 3), "usually_wrong": True}),
         # No fault found: the third was a false alarm too, 0 of 3 (it scored 100% when an RMA
-        # counted as confirmed whatever came back, issue 29).
+        # counted as confirmed whatever came back).
         (None, {"confirmed": 0, "unchanged": 3, "open": 0, "precision": 0.0, "usually_wrong": True}),
     ],
 )

@@ -1,4 +1,4 @@
-"""KubernetesScheduler drains as `kubectl drain` does, with fleetctl's judgement (issue 20).
+"""KubernetesScheduler drains as `kubectl drain` does, with fleetctl's judgement.
 
 Against the in-memory API server over real HTTP (kube_emulator.py): PodDisruptionBudgets
 are objects the emulator's eviction check reads as the API server does, the rate limit is

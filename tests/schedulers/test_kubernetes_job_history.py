@@ -1,4 +1,4 @@
-"""Kubernetes jobs mirrored into the database (issue 31 item 5): the adapter's job history,
+"""Kubernetes jobs mirrored into the database: the adapter's job history,
 from the pods the emulator serves, written by the same reconcile as Slurm's (and so by the
 job-sync schedule)."""
 

@@ -136,7 +136,7 @@ def test_controller_down_raises_one_line_scheduler_error(slurm_cluster: SlurmClu
 
 
 def test_a_cause_of_any_size_or_bytes_drains_with_a_bounded_one_line_reason(slurm: SlurmScheduler) -> None:
-    """Issue 27: a 200 KB alert label became a 400,000-character drain cause, which the real
+    """A 200 KB alert label once became a 400,000-character drain cause, which the real
     scontrol cannot be started with ("Argument list too long"), and the cordon was retried
     for ever. Bounded, with control characters escaped (a NUL would stop the command before
     it runs, a newline would split sinfo's line), any cause drains."""

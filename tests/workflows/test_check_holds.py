@@ -1,4 +1,4 @@
-"""The node's hold (issue 28 item 1), NodeLifecycle's side, each decision alone on fakes: an
+"""The node's hold, NodeLifecycle's side, each decision alone on fakes: an
 admission holds the node in its scheduler before its first check and waits for the jobs that
 landed before the hold; a recheck of a production node holds it, reads it idle, and is skipped
 (never failed) when a job is there; the hold is lifted once the recheck is over. The same

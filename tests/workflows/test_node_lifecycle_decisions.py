@@ -218,7 +218,7 @@ async def test_admitting_a_node_in_production_is_refused_before_anything_runs(li
 
 async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_refused(lifecycle) -> None:
     """A runbook's `set_state: draining`, or any workflow that skips the capacity guard, sends
-    a drain without a grant: the node's own workflow refuses it (issue 14 item 1)."""
+    a drain without a grant: the node's own workflow refuses it."""
     from fleetctl.nodes.capacity import grant_for
     from workflows.api import TransitionRequest
 

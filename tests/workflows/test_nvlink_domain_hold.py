@@ -1,4 +1,4 @@
-"""A fault of an NVLink domain's fabric holds the whole domain (issue 30 item 6), NodeLifecycle's
+"""A fault of an NVLink domain's fabric holds the whole domain, NodeLifecycle's
 side on fakes: a recheck's failed `imex` check on a node of a GB200 NVL72 domain asks the
 guard once for the whole domain (patch nvlink-domain-hold) and, granted, drains the domain's
 other nodes with their own grants before the node's own drain waits for its jobs. A fatal

@@ -11,7 +11,7 @@ fleetctl's reason `fleetctl: active check <suite>`, then read idle once more; a 
 landed since the idleness read makes its check `skipped` (the hold lifted, the node back in
 service), and a node that passes is released. Holds are not asked of the capacity guard: the
 sweep's width (max_concurrent, max_concurrent_fraction) bounds how many are held at once, and a
-held node is idle, so no work is displaced (ARCHITECTURE.md, "The node's hold")."""
+held node is idle, so no work is displaced (docs/concepts.md, "The node's hold")."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ drain waiting for its jobs becomes critical and restarts them now; a burn-in or 
 in flight is cancelled (its activity too) and recorded as interrupted, never as a pass or a
 fail; a firmware flash is the one step that finishes first, and the node says so.
 
-Every check runs on a node its scheduler holds (ARCHITECTURE.md, "The node's hold"): from
+Every check runs on a node its scheduler holds (docs/concepts.md, "The node's hold"): from
 import until admitted (patch fence-burn-in: the hold taken again when admission starts, then
 the jobs that landed before it waited for, as a drain waits), and for a recheck of a
 production node (patch fence-checks: held, then read idle; a job there skips the recheck).

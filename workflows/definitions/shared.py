@@ -6,7 +6,7 @@ The presets, chosen once for every workflow, and why:
 - Short activities (database rows, rendering a step, a node's facts) take milliseconds; a
   worker that dies holding one is noticed when start-to-close runs out, so that bound is a
   few seconds (QUICK, 10 s: the margin covers a loaded database), not the 30-60 s it was,
-  and a dead worker costs seconds of a drain or a job restart (issue 18 item 5).
+  and a dead worker costs seconds of a drain or a job restart.
 - Activities that wait on something slow heartbeat (a check every 2 s, a job's scheduler
   state every poll), so a dead worker is noticed after HEARTBEAT_TIMEOUT whatever their
   start-to-close.
@@ -14,7 +14,7 @@ The presets, chosen once for every workflow, and why:
   away): every preset lists NON_RETRYABLE, the errors that mean the input or the world is
   wrong (an unknown node, suite, check or baseline, a stale writer, bad data such as an XID
   too large for its column). Those fail once, the caller records why, and the node's work
-  queue moves on instead of retrying for ever (issue 14 item 2).
+  queue moves on instead of retrying for ever.
 - A scheduler is another service that can be down for minutes: its calls get a bounded
   number of attempts (SCHEDULER_ROUND for a caller that records the refusal and tries again
   in rounds, SCHEDULER for one that gives up with the reason recorded).
