@@ -41,9 +41,6 @@ _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "at": (int, float),
 }
 _EVENT_OPTIONAL: dict[str, type | tuple[type, ...]] = {"severity": str, "at_from_record": bool, "signature": str}
-# Cursor files Agent.saved_cursor found corrupt (and moved aside), by spool directory: the
-# Agent made next for that directory counts them.
-_CORRUPT_CURSORS: dict[str, int] = {}
 
 
 class Source(Protocol):
@@ -71,6 +68,14 @@ class Heartbeat(Protocol):
     """The agent's liveness to the intake (fleetctl.agent.heartbeat); raises on failure."""
 
     def send(self, node: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SavedCursor:
+    """The read position saved in a spool directory, as read before the source is opened."""
+
+    position: Cursor | None  # None: none saved, or the file was not one
+    moved_aside: int = 0  # cursor files found corrupt and moved aside (the agent counts them)
 
 
 @dataclass
@@ -166,13 +171,12 @@ class Agent:
     run: Callable[[Sequence[str]], str] = run_command
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
     heartbeat: Heartbeat | None = None  # None: no heartbeats
+    cursor_moved_aside: int = 0  # SavedCursor.moved_aside of the position the source starts from
 
     def __post_init__(self) -> None:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
-        self.metrics.corrupt_files.labels("cursor").inc(
-            _CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0)
-        )
+        self.metrics.corrupt_files.labels("cursor").inc(self.cursor_moved_aside)
         self.samplers = [
             (self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))
         ]
@@ -201,26 +205,24 @@ class Agent:
         self._publish()
 
     @staticmethod
-    def saved_cursor(spool_dir: Path) -> Cursor | None:
+    def saved_cursor(spool_dir: Path) -> SavedCursor:
         """The read position saved in the spool directory; a file that is not one (truncated
-        JSON, garbage, wrong types) is moved aside and counted, and reading starts afresh
-        (the ids keep the workflow from counting what is read again)."""
+        JSON, garbage, wrong types) is moved aside, and reading starts afresh (the ids keep
+        the workflow from counting what is read again); the agent started from it counts it
+        (`cursor_moved_aside`)."""
         path = Path(spool_dir) / CURSOR_FILE
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return None
+            return SavedCursor(None)
         try:
             cursor = json.loads(raw)
         except (ValueError, RecursionError):
             cursor = None
         if valid_cursor(cursor):
-            position: Cursor = cursor  # a JSON object, valid_cursor says
-            return position
+            return SavedCursor(cursor)
         move_aside(path, "not a read position")
-        key = str(Path(spool_dir).resolve())
-        _CORRUPT_CURSORS[key] = _CORRUPT_CURSORS.get(key, 0) + 1
-        return None
+        return SavedCursor(None, moved_aside=1)
 
     def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> Event:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
