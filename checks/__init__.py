@@ -6,6 +6,7 @@ judge("nccl", output_text, profile="h100-sxm") -> CheckResult
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from checks._text import UnjudgeableOutput
@@ -62,7 +63,8 @@ def judge(kind: str, text: str, profile: str | None = None, profiles_dir: str | 
         return CheckResult(Status.ERROR, {}, [], "the output is empty")
     try:
         module, function = _JUDGES[kind]
-        return getattr(importlib.import_module(module), function)(text, gpu_profile)
+        judge_kind: Callable[[str, GpuProfile | None], CheckResult] = getattr(importlib.import_module(module), function)
+        return judge_kind(text, gpu_profile)
     except UnjudgeableOutput as exc:
         return CheckResult(Status.ERROR, {}, [], str(exc))
     except (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from typing import Any, Literal, overload
 
 from checks.result import CheckResult, Finding, Status
 
@@ -30,6 +31,12 @@ class NotANumber(UnjudgeableOutput):
         super().__init__(f"expected a number, found {cell.strip()[:40]!r}")
 
 
+# A cell read without allow_missing is a number or raises: the overloads say so, so that
+# callers need no None check for a value that cannot be None.
+@overload
+def number(cell: str, *, allow_missing: Literal[False] = False, strip_unit: bool = False) -> float: ...
+@overload
+def number(cell: str, *, allow_missing: bool, strip_unit: bool = False) -> float | None: ...
 def number(cell: str, *, allow_missing: bool = False, strip_unit: bool = False) -> float | None:
     """Read one numeric cell as printf's %d/%f/%g/%e writes it, or hex (0x...).
 
@@ -55,10 +62,14 @@ def number(cell: str, *, allow_missing: bool = False, strip_unit: bool = False) 
 _DIGITS = re.compile(r"[+-]?\d{1,40}")  # read exactly: a 64-bit counter does not fit a float
 
 
-def integer(cell: str, **kwargs) -> int | None:
+@overload
+def integer(cell: str, *, allow_missing: Literal[False] = False, strip_unit: bool = False) -> int: ...
+@overload
+def integer(cell: str, *, allow_missing: bool, strip_unit: bool = False) -> int | None: ...
+def integer(cell: str, *, allow_missing: bool = False, strip_unit: bool = False) -> int | None:
     if _DIGITS.fullmatch(cell.strip()):
         return int(cell.strip())
-    value = number(cell, **kwargs)
+    value = number(cell, allow_missing=allow_missing, strip_unit=strip_unit)
     if value is None:
         return None
     if value != int(value):
@@ -84,7 +95,7 @@ REASON_MAX_CHARS = 160  # the reason is one line in a table; findings carry the 
 
 def verdict(
     findings: Iterable[Finding],
-    metrics: dict,
+    metrics: dict[str, Any],
     ok_reason: str,
 ) -> CheckResult:
     """PASS unless a finding says otherwise; the worst finding's text becomes the reason."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from checks._text import UnjudgeableOutput, integer, verdict
 from checks.profiles import GpuProfile
@@ -110,7 +111,7 @@ def _parse_json(text: str) -> DcgmDiagResult:
     return result
 
 
-def _json_gpu_ids(value) -> list[int] | None:
+def _json_gpu_ids(value: object) -> list[int] | None:
     if value is None:
         return None
     if isinstance(value, int):
@@ -118,15 +119,15 @@ def _json_gpu_ids(value) -> list[int] | None:
     return [integer(part) for part in str(value).split(",") if part.strip()]
 
 
-def _json_message_text(message) -> str:
+def _json_message_text(message: object) -> str:
     return (
-        message.get("warning", message.get("message", json.dumps(message)))
+        str(message.get("warning", message.get("message", json.dumps(message))))
         if isinstance(message, dict)
         else str(message)
     )
 
 
-def _as_list(value) -> list:
+def _as_list(value: object) -> list[Any]:
     return [] if value is None else value if isinstance(value, list) else [value]
 
 

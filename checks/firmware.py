@@ -15,14 +15,19 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from typing import Any, TypeAlias
 
 from checks._text import UnjudgeableOutput, verdict
 from checks.nvidia_smi import parse_nvidia_smi
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
 
+# Component name -> version; None where the tool lists a component without one (a GPU
+# whose VBIOS nvidia-smi could not read).
+Components: TypeAlias = dict[str, str | None]
 
-def parse_firmware(text: str) -> tuple[dict[str, str], list[Finding]]:
+
+def parse_firmware(text: str) -> tuple[Components, list[Finding]]:
     """Component name -> version, plus the findings the tool itself states."""
     documents = _json_documents(text)
     if documents:
@@ -39,13 +44,14 @@ def parse_firmware(text: str) -> tuple[dict[str, str], list[Finding]]:
     raise UnjudgeableOutput("not a firmware inventory (nvidia-smi VBIOS CSV, flint, mlxup, Redfish or nvfwupd)")
 
 
-def _json_documents(text: str) -> list[dict]:
+def _json_documents(text: str) -> list[dict[str, Any]]:
     """Every JSON object in the text, from the first line that opens one (Redfish dumps are
     often several GETs in a row); a broken one makes the whole output unjudgeable."""
     first = re.search(r"^\s*\{", text, re.M)
     if not first:
         return []
-    decoder, docs, at = json.JSONDecoder(), [], first.start()
+    docs: list[dict[str, Any]] = []
+    decoder, at = json.JSONDecoder(), first.start()
     while (start := text.find("{", at)) != -1:
         try:
             doc, at = decoder.raw_decode(text, start)
@@ -55,8 +61,8 @@ def _json_documents(text: str) -> list[dict]:
     return docs
 
 
-def _from_json(documents: list[dict]) -> tuple[dict[str, str], list[Finding]]:
-    components: dict[str, str] = {}
+def _from_json(documents: list[dict[str, Any]]) -> tuple[Components, list[Finding]]:
+    components: Components = {}
     findings: list[Finding] = []
     for doc in documents:
         if "Firmware Devices" in doc:  # nvfwupd -j
@@ -84,7 +90,9 @@ def _from_json(documents: list[dict]) -> tuple[dict[str, str], list[Finding]]:
     return components, findings
 
 
-def _nvfwupd_row(name: str, system: str, package: str, up_to_date: str, components: dict, findings: list) -> None:
+def _nvfwupd_row(
+    name: str, system: str, package: str, up_to_date: str, components: Components, findings: list[Finding]
+) -> None:
     components[name] = system
     # nvfwupd also says "No" for a component absent from the package, or (seen on DGX
     # BMCs) for one already at the package's version; only a real difference counts.
@@ -92,8 +100,8 @@ def _nvfwupd_row(name: str, system: str, package: str, up_to_date: str, componen
         findings.append(Finding(f"runs {system}, package has {package}", name, "warn"))
 
 
-def _from_nvfwupd_table(text: str) -> tuple[dict[str, str], list[Finding]]:
-    components: dict[str, str] = {}
+def _from_nvfwupd_table(text: str) -> tuple[Components, list[Finding]]:
+    components: Components = {}
     findings: list[Finding] = []
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("AP Name"))
@@ -107,14 +115,15 @@ def _from_nvfwupd_table(text: str) -> tuple[dict[str, str], list[Finding]]:
         cells = re.split(r"\s{2,}", line.strip())  # CPLD versions contain single spaces
         if len(cells) != 4:
             raise UnjudgeableOutput(f"nvfwupd row has {len(cells)} columns: {line.strip()[:80]!r}")
-        _nvfwupd_row(*cells, components, findings)
+        name, system, package, up_to_date = cells
+        _nvfwupd_row(name, system, package, up_to_date, components, findings)
     if not closed:
         raise UnjudgeableOutput("nvfwupd table not closed by its dashed line: the output was cut short")
     return components, findings
 
 
-def _from_mlxup(text: str) -> tuple[dict[str, str], list[Finding]]:
-    components: dict[str, str] = {}
+def _from_mlxup(text: str) -> tuple[Components, list[Finding]]:
+    components: Components = {}
     findings: list[Finding] = []
     for block in re.split(r"^Device #\d+:\s*$", text, flags=re.M)[1:]:
         name = _field(block, "PCI Device Name") or _field(block, "Base MAC") or f"device {len(components)}"
@@ -129,7 +138,7 @@ def _from_mlxup(text: str) -> tuple[dict[str, str], list[Finding]]:
     return components, findings
 
 
-def _from_flint(text: str) -> tuple[dict[str, str], list[Finding]]:
+def _from_flint(text: str) -> tuple[Components, list[Finding]]:
     psid = _field(text, "PSID") or "ConnectX"
     return {f"ConnectX {psid}": _field(text, "FW Version")}, []
 

@@ -11,6 +11,7 @@ Several checks run a few commands in one shell; their outputs come back as a tra
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput, integer, number, verdict
@@ -59,8 +60,8 @@ def parse_lspci(text: str) -> list[PcieLink]:
     if "<access denied>" in text:
         raise UnjudgeableOutput("lspci could not read the PCIe capabilities (<access denied>): run it as root")
     links: list[PcieLink] = []
-    device: re.Match | None = None
-    fields: dict[str, re.Match] = {}
+    device: re.Match[str] | None = None
+    fields: dict[str, re.Match[str]] = {}
 
     def close() -> None:
         if device is None or not device["name"].startswith(_VENDORS):
@@ -145,7 +146,7 @@ _AER_TOTALS = {"correctable": "TOTAL_ERR_COR", "fatal": "TOTAL_ERR_FATAL", "nonf
 COUNTER_MAX = 2**64 - 1
 
 
-def _output_lines(text: str):
+def _output_lines(text: str) -> Iterator[tuple[int, str]]:
     """(line number, line) of a tool's output, less blank lines and a saved file's '#' header
     (no line of sysfs, systemctl or grep output starts with '#')."""
     return ((n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip() and not line.startswith("#"))
@@ -387,15 +388,15 @@ def judge_disk(text: str, profile: GpuProfile | None) -> CheckResult:
         if (
             profile is not None
             and target in space
-            and space[target][1] is not None
-            and (f := profile.filesystem_use_percent.judge(space[target][1], "space used", "%", target))
+            and (used := space[target][1]) is not None
+            and (f := profile.filesystem_use_percent.judge(used, "space used", "%", target))
         ):
             findings.append(f)
         if (
             profile is not None
             and target in inodes
-            and inodes[target][1] is not None
-            and (f := profile.inode_use_percent.judge(inodes[target][1], "inodes used", "%", target))
+            and (used := inodes[target][1]) is not None
+            and (f := profile.inode_use_percent.judge(used, "inodes used", "%", target))
         ):
             findings.append(f)
     for required in profile.required_mounts if profile is not None else ():

@@ -109,7 +109,7 @@ def judge_hpl(text: str, profile: GpuProfile | None) -> CheckResult:
         "gflops": worst.gflops,
         "gflops_per_gpu": min(per_gpu) if per_gpu else None,
         "tflops_per_gpu": round(min(per_gpu) / 1000, 3) if per_gpu else None,
-        "residual": max((r.residual for r in checked), default=None),
+        "residual": max((r.residual for r in checked if r.residual is not None), default=None),
         "residual_passed": all(r.residual_passed for r in checked) if checked else None,
         "n": worst.n,
         "ranks": worst.p * worst.q,

@@ -40,10 +40,11 @@ _IBSTATUS_PORT = re.compile(r"^Infiniband device '(?P<device>[^']+)' port (?P<po
 def parse_ibstat(text: str) -> list[IbPort]:
     """ibstat (CA blocks with indented Port sections) or ibstatus (one block per port)."""
     ports: list[IbPort] = []
-    device = firmware = None
+    device: str | None = None
+    firmware: str | None = None
     fields: dict[str, str] | None = None
 
-    def close_port():
+    def close_port() -> None:
         if fields is not None:
             ports.append(_port(device, fields, firmware))
 
@@ -69,7 +70,9 @@ def parse_ibstat(text: str) -> list[IbPort]:
     return ports
 
 
-def _port(device: str, fields: dict[str, str], firmware: str | None) -> IbPort:
+def _port(device: str | None, fields: dict[str, str], firmware: str | None) -> IbPort:
+    if device is None:
+        raise UnjudgeableOutput(f"port {fields['_port']} before any CA line: not ibstat's output")
     for key in ("state", "physical state", "phys state", "rate"):
         if key in fields and not fields[key]:
             raise UnjudgeableOutput(f"{device}: empty {key!r}")
@@ -132,11 +135,12 @@ def parse_ibv_devinfo(text: str) -> list[IbPort]:
     times the per-lane speed ("4X (2)" x "50.0 Gbps (64)" = 200 Gb/s). Plain ibv_devinfo
     prints neither physical state nor speed: no evidence that a link is trained, so an error."""
     ports: list[IbPort] = []
-    device = firmware = None
+    device: str | None = None
+    firmware: str | None = None
     fields: dict[str, str] | None = None
 
-    def close_port():
-        if fields is not None:
+    def close_port() -> None:
+        if fields is not None and device is not None:
             ports.append(_devinfo_port(device, fields, firmware))
 
     for line in text.splitlines():
@@ -282,7 +286,9 @@ def judge_ib(text: str, profile: GpuProfile | None) -> CheckResult:
         "active_rails": sum(_is_up(p) for p in rail_ports),
         "active_ports": sum(p.state == "Active" for p in ports),
         "down_ports": [p.name for p in ports if not _is_up(p)],
-        "min_ib_rate_gbps": min((p.rate_gbps for p in ib_ports if p.state == "Active"), default=None),
+        "min_ib_rate_gbps": min(
+            (p.rate_gbps for p in ib_ports if p.state == "Active" and p.rate_gbps is not None), default=None
+        ),
         "firmware_versions": sorted({p.firmware for p in ports if p.firmware}),
     }
     if not rail_ports:
@@ -340,11 +346,10 @@ def _judge_write_bw(text: str, profile: GpuProfile | None) -> CheckResult:
     if not run.complete:
         raise UnjudgeableOutput("ib_write_bw table not closed: the run was cut short")
     findings = []
-    if profile and (
-        f := profile.ib_write_bw_gbps.judge(metrics["bw_avg_gbps"], "ib_write_bw average", "Gb/s", run.device)
-    ):
+    bw_avg = run.rows[-1][2]
+    if profile and (f := profile.ib_write_bw_gbps.judge(bw_avg, "ib_write_bw average", "Gb/s", run.device)):
         findings.append(f)
-    return verdict(findings, metrics, f"ib_write_bw average {metrics['bw_avg_gbps']:g} Gb/s on {run.device}")
+    return verdict(findings, metrics, f"ib_write_bw average {bw_avg:g} Gb/s on {run.device}")
 
 
 # ---- perfquery: error counters read before and after a check ------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
 from checks.profiles import GpuProfile
@@ -196,7 +197,7 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
     return verdict(findings, metrics, reason)
 
 
-def _judge_multinode(run: NcclPerfResult, metrics: dict, profile: GpuProfile) -> list[Finding]:
+def _judge_multinode(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuProfile) -> list[Finding]:
     """A run over several hosts against the profile's multi-node floor (measured on 2 nodes).
 
     How the floor scales with the node count: nccl-tests' doc/PERFORMANCE.md defines all-reduce
@@ -224,7 +225,7 @@ def _judge_multinode(run: NcclPerfResult, metrics: dict, profile: GpuProfile) ->
     return [finding] if finding else []
 
 
-def _metrics(run: NcclPerfResult) -> dict:
+def _metrics(run: NcclPerfResult) -> dict[str, Any]:
     largest = max(run.rows, key=lambda r: r.size_bytes) if run.rows else None
     return {
         "collective": run.collective,

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from checks._text import NOT_AVAILABLE, UnjudgeableOutput, integer, number, verdict
 from checks.profiles import GpuProfile
@@ -146,7 +148,7 @@ def _parse_csv(lines: list[str]) -> NvidiaSmiReport:
     return NvidiaSmiReport(gpus, driver_version=next(iter(drivers)) if len(drivers) == 1 else None)
 
 
-def _csv_cell(rows, header, name) -> list[str]:
+def _csv_cell(rows: list[list[str]], header: list[str], name: str) -> list[str]:
     if name not in header:
         return []
     return [row[header.index(name)].strip() for row in rows[1:]]
@@ -231,7 +233,8 @@ def _parse_q(text: str) -> NvidiaSmiReport:
             blocks.append((m["bus"], {}))
             stack = []
             continue
-        m = _Q_LINE.match(line)
+        if not (m := _Q_LINE.match(line)):
+            raise UnjudgeableOutput(f"not a `nvidia-smi -q` line: {line.strip()[:40]!r}")
         depth = len(m["indent"].expandtabs(4))
         while stack and stack[-1][0] >= depth:
             stack.pop()
@@ -297,8 +300,8 @@ def _gpu_from_q(bus: str, f: dict[str, str], index: int) -> GpuHealth:
     )
     gpu.remap_failure = read.flag("Remapped Rows/Remapping Failure Occurred")
     for bucket in ("Max", "High", "Partial", "Low", "None"):
-        if (value := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
-            gpu.remap_histogram[bucket.lower()] = value
+        if (banks := read.int(f"Remapped Rows/Bank Remap Availability Histogram/{bucket}")) is not None:
+            gpu.remap_histogram[bucket.lower()] = banks
     gpu.pcie_gen = read.int("PCI/GPU Link Info/PCIe Generation/Current")
     gpu.pcie_gen_max = read.int("PCI/GPU Link Info/PCIe Generation/Max")
     gpu.pcie_width = read.int("PCI/GPU Link Info/Link Width/Current")
@@ -444,10 +447,16 @@ def _total(values: list[int]) -> int | None:
     return sum(values) if values else None
 
 
-def _metrics(report: NvidiaSmiReport) -> dict:
+_T = TypeVar("_T")
+
+
+def _known(values: Iterable[_T | None]) -> list[_T]:
+    return [v for v in values if v is not None]
+
+
+def _metrics(report: NvidiaSmiReport) -> dict[str, Any]:
     gpus = report.gpus
-    known = lambda values: [v for v in values if v is not None]  # noqa: E731
-    temperatures = known(g.temperature_c for g in gpus)
+    temperatures = _known(g.temperature_c for g in gpus)
     names = sorted({g.name for g in gpus if g.name})
     return {
         "gpu_count": len(gpus),
@@ -455,10 +464,10 @@ def _metrics(report: NvidiaSmiReport) -> dict:
         "driver_version": report.driver_version,
         "vbios_versions": sorted({g.vbios for g in gpus if g.vbios}),
         "max_temperature_c": max(temperatures, default=None),
-        "power_draw_w": sum(known(g.power_draw_w for g in gpus)) or None,
+        "power_draw_w": sum(_known(g.power_draw_w for g in gpus)) or None,
         # None when no GPU's output has the counter: absent is not zero.
-        "ecc_uncorrected_volatile": _total(known(g.ecc_uncorrected_volatile for g in gpus)),
-        "ecc_corrected_volatile": _total(known(g.ecc_corrected_volatile for g in gpus)),
+        "ecc_uncorrected_volatile": _total(_known(g.ecc_uncorrected_volatile for g in gpus)),
+        "ecc_corrected_volatile": _total(_known(g.ecc_corrected_volatile for g in gpus)),
         "remap_pending_gpus": [g.index for g in gpus if g.remap_pending],
         "remap_failure_gpus": [g.index for g in gpus if g.remap_failure],
         "throttled_gpus": [

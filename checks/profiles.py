@@ -142,7 +142,7 @@ _BOUNDS: dict[str, tuple[float, float, str]] = {
 }
 # The lists a profile holds, each entry matching what it names (a systemd unit, an absolute
 # path, a version string), 32 entries at most.
-_LISTS: dict[str, re.Pattern] = {
+_LISTS: dict[str, re.Pattern[str]] = {
     "required_services": re.compile(r"[A-Za-z0-9][A-Za-z0-9@._-]{0,99}"),
     "required_mounts": re.compile(r"/[A-Za-z0-9._/-]{0,199}"),
     "driver_versions": re.compile(r"[0-9][0-9A-Za-z.+_-]{0,39}"),

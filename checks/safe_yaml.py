@@ -38,11 +38,13 @@ def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
 
 
 class _Loader(yaml.SafeLoader):
-    yaml_implicit_resolvers: ClassVar[dict] = {}
+    # PyYAML keeps the resolvers on the class (add_implicit_resolver copies them into the
+    # class's own dict); its stubs declare them an instance attribute.
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {}  # type: ignore[misc]
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]  # PyYAML's stubs leave it unannotated
             raise YamlRefused(f"YAML aliases are not allowed (line {event.start_mark.line + 1})")
         self._depth = getattr(self, "_depth", 0) + 1
         try:

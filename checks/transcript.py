@@ -43,7 +43,9 @@ def section(label: str, output: str) -> str:
 def read_transcript(text: str) -> list[Section]:
     """The steps in order. Text before the first marker (a login banner) is not a step."""
     sections: list[Section] = []
-    label, body, cut = None, [], False
+    label: str | None = None
+    body: list[str] = []
+    cut = False
     for line in text.splitlines(keepends=True):
         stripped = line.rstrip("\r\n")
         if stripped.startswith(MARKER):

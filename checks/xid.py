@@ -461,7 +461,7 @@ def parse_kernel_log(text: str) -> KernelLog:
     return KernelLog(xids, found)
 
 
-def _xid_event(m: re.Match, stamp: str | None, line_no: int) -> XidEvent:
+def _xid_event(m: re.Match[str], stamp: str | None, line_no: int) -> XidEvent:
     code = _bounded(m["code"], XID_CODE_MAX, "Xid code", line_no)
     pid = m["pid"]
     if pid and pid.isdigit():
@@ -573,7 +573,7 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
     # A GPU's init failure is logged with its address and without ("Cannot attach gpu"): the
     # lines without one add nothing to the GPU's finding.
     addressed = {name for name, where, _ in sig_groups if where is not None}
-    for (name, where, code), events in sig_groups.items():
+    for (name, where, code), sig_events in sig_groups.items():
         if (name == "nvswitch_sxid" and (where, code) in stated) or (
             where is None and code is None and name in addressed
         ):
@@ -582,8 +582,10 @@ def judge_xid(text: str, profile: GpuProfile | None) -> CheckResult:
         signature = signatures()[name]
         actions.append(signature.action)
         faults += 1
-        label = f"SXid {code}" + (f" x{len(events)}" if len(events) > 1 else "") + ": " if code is not None else ""
-        findings.append(signature.finding(label + events[0].message, where))
+        label = (
+            f"SXid {code}" + (f" x{len(sig_events)}" if len(sig_events) > 1 else "") + ": " if code is not None else ""
+        )
+        findings.append(signature.finding(label + sig_events[0].message, where))
     worst = max(actions, key=ACTIONS.index, default=None)
     metrics = {
         "xids": sorted({e.code for e in log.xids}),

@@ -12,8 +12,9 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeGuard
 
-from fleetctl.agent.records import MAX_SEQ, BadRecord, KernelRecord, file_record, parse_journal_json, parse_kmsg
+from fleetctl.agent.records import MAX_SEQ, BadRecord, Cursor, KernelRecord, file_record, parse_journal_json, parse_kmsg
 from fleetctl.text import bounded
 
 log = logging.getLogger("fleetctl.agent")
@@ -44,16 +45,17 @@ class FileSource:
     """A log file followed like `tail -F`: a rotated file is read to its end before the new
     one is opened, a truncated one is read again from the start."""
 
-    def __init__(self, path: Path, cursor: dict | None = None, from_end: bool = False):
+    def __init__(self, path: Path, cursor: Cursor | None = None, from_end: bool = False):
         self.path, self.lines_read, self.bad_records, self.seq_resets, self.last_bad = Path(path), 0, 0, 0, ""
         self._fd: int | None = None
-        self._inode, self._offset = None, 0
+        self._inode: int | None = None
+        self._offset = 0
         self._lines = _Lines()
         self._resume = cursor or {}
         self._from_end = from_end and not cursor
 
     @property
-    def cursor(self) -> dict:
+    def cursor(self) -> Cursor:
         return {"inode": self._inode, "offset": self._offset}
 
     def _open(self) -> bool:
@@ -82,8 +84,7 @@ class FileSource:
         except FileNotFoundError:
             return out  # rotated away, the new one not there yet: keep the old one open
         if st.st_ino != self._inode:
-            os.close(self._fd)
-            self._fd = None
+            self.close()
             if self._open():
                 out += self._read_to_end()
         elif st.st_size < self._offset + len(self._lines.partial):  # truncated in place
@@ -92,16 +93,20 @@ class FileSource:
         return out
 
     def _read_to_end(self) -> list[KernelRecord]:
-        out, now = [], time.time()
+        out: list[KernelRecord] = []
+        now = time.time()
+        fd, inode = self._fd, self._inode
+        if fd is None or inode is None:  # not open: nothing to read
+            return out
         while True:
             if len(out) >= MAX_RECORDS:
                 return out
-            data = os.pread(self._fd, READ_CHUNK, self._offset + len(self._lines.partial))
+            data = os.pread(fd, READ_CHUNK, self._offset + len(self._lines.partial))
             if not data:
                 return out
             for raw in self._lines.feed(data):
                 line = raw.decode("utf-8", "replace")
-                out.append(file_record(line, self._inode, self._offset, now))
+                out.append(file_record(line, inode, self._offset, now))
                 self._offset += len(raw) + 1
                 self.lines_read += 1
 
@@ -111,7 +116,7 @@ class FileSource:
             self._fd = None
 
 
-def _an_int(value: object) -> bool:
+def _an_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -132,7 +137,7 @@ class KmsgSource:
     Each reset is counted in `seq_resets` and logged. A record read twice keeps its id, so
     the node's workflow counts it once."""
 
-    def __init__(self, path: Path, boot_id: str, boot_time: float, cursor: dict | None = None):
+    def __init__(self, path: Path, boot_id: str, boot_time: float, cursor: Cursor | None = None):
         self.path, self.boot_id, self.boot_time, self.lines_read, self.bad_records = (
             Path(path),
             boot_id,
@@ -151,11 +156,11 @@ class KmsgSource:
         self._last: int | None = None  # the sequence number of the last record read in this process
 
     @property
-    def cursor(self) -> dict:
+    def cursor(self) -> Cursor:
         return {"boot": self.boot_id, "seq": self._seq}
 
     def poll(self) -> list[KernelRecord]:
-        out = []
+        out: list[KernelRecord] = []
         while len(out) < MAX_RECORDS:
             try:
                 data = os.read(self._fd, READ_CHUNK)
@@ -214,24 +219,26 @@ class KmsgSource:
 class JournalSource:
     """`journalctl -k -f -o json`, from after the saved cursor (else all of this boot)."""
 
-    def __init__(self, argv: Sequence[str], cursor: dict | None = None):
+    def __init__(self, argv: Sequence[str], cursor: Cursor | None = None):
         self.lines_read, self.bad_records, self.seq_resets, self.last_bad = 0, 0, 0, ""
         saved = (cursor or {}).get("cursor")
         self._cursor = saved if isinstance(saved, str) and saved and bounded(saved) == saved else None
         where = ["--after-cursor", self._cursor] if self._cursor else ["--no-tail"]
         self._proc = subprocess.Popen([*argv, *where], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        os.set_blocking(self._proc.stdout.fileno(), False)
+        assert self._proc.stdout is not None  # stdout=PIPE
+        self._stdout = self._proc.stdout
+        os.set_blocking(self._stdout.fileno(), False)
         self._lines = _Lines()
 
     @property
-    def cursor(self) -> dict:
+    def cursor(self) -> Cursor:
         return {"cursor": self._cursor}
 
     def poll(self) -> list[KernelRecord]:
-        out = []
+        out: list[KernelRecord] = []
         while len(out) < MAX_RECORDS:
             try:
-                data = os.read(self._proc.stdout.fileno(), READ_CHUNK)
+                data = os.read(self._stdout.fileno(), READ_CHUNK)
             except BlockingIOError:
                 return out
             if not data:
@@ -253,4 +260,4 @@ class JournalSource:
     def close(self) -> None:
         self._proc.terminate()
         self._proc.wait(10)
-        self._proc.stdout.close()
+        self._stdout.close()

@@ -12,6 +12,8 @@ import json
 import ssl
 import urllib.error
 import urllib.request
+from http.client import HTTPMessage
+from typing import IO
 from urllib.parse import urlsplit
 
 from fleetctl.connections.temporal_client import is_local_address
@@ -24,7 +26,15 @@ class HeartbeatFailed(RuntimeError):
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # the token goes to the address given, nowhere else
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:  # the token goes to the address given, nowhere else
         return None
 
 

@@ -14,6 +14,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from fleetctl.text import bounded
 
@@ -25,6 +26,10 @@ MAX_SEQ = 2**63 - 1
 # with the time it was read at.
 MAX_USEC = 10**15
 MAX_REALTIME_USEC = 4_102_444_800 * 10**6  # 2100-01-01, as checks/xid.py bounds it
+
+
+# A source's read position, saved in the spool directory as JSON (runner.valid_cursor).
+Cursor = dict[str, Any]
 
 
 @dataclass(frozen=True)

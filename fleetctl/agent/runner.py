@@ -11,14 +11,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from checks.signatures import MAX_SIGNATURE_NAME
 from fleetctl.agent.detect import UnreadableRecord, detect
-from fleetctl.agent.records import MAX_SEQ, KernelRecord, event_id
+from fleetctl.agent.records import MAX_SEQ, Cursor, KernelRecord, event_id
 from fleetctl.agent.sampler import SampleTracker
-from fleetctl.agent.spool import SEVERITY_WORDS, Spool, move_aside, write_atomically
+from fleetctl.agent.spool import SEVERITY_WORDS, Event, Spool, move_aside, write_atomically
 from fleetctl.text import MAX_TEXT, bounded
 
 log = logging.getLogger("fleetctl.agent")
@@ -30,7 +31,7 @@ MAX_URGENT = 1000  # critical events held for sending first (all are in the spoo
 APPEND_RETRY_S = 1.0  # a spool that cannot be written (a full disk) is tried again this often
 CURSOR_FILE = "cursor.json"
 # What an event the agent spools holds (the last two absent from an older agent's spool).
-_EVENT_FIELDS = {
+_EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "node": str,
     "source": str,
     "code": (int, type(None)),
@@ -39,10 +40,42 @@ _EVENT_FIELDS = {
     "event_id": str,
     "at": (int, float),
 }
-_EVENT_OPTIONAL = {"severity": str, "at_from_record": bool, "signature": str}
-# Cursor files Agent.saved_cursor found corrupt (and moved aside), by spool directory: the
-# Agent made next for that directory counts them.
-_CORRUPT_CURSORS: dict[str, int] = {}
+_EVENT_OPTIONAL: dict[str, type | tuple[type, ...]] = {"severity": str, "at_from_record": bool, "signature": str}
+
+
+class Source(Protocol):
+    """Where the kernel's records come from (fleetctl.agent.follow: FileSource, KmsgSource,
+    JournalSource), polled without blocking. A source may also count what it skipped
+    (`bad_records`, `last_bad`) and its read position's resets (`seq_resets`)."""
+
+    @property
+    def cursor(self) -> Cursor:
+        """The read position after the records polled so far."""
+        ...
+
+    def poll(self) -> list[KernelRecord]: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Where events go (fleetctl.agent.transport); raises when they were not taken."""
+
+    async def send(self, node: str, events: list[Event]) -> None: ...
+
+
+class Heartbeat(Protocol):
+    """The agent's liveness to the intake (fleetctl.agent.heartbeat); raises on failure."""
+
+    def send(self, node: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SavedCursor:
+    """The read position saved in a spool directory, as read before the source is opened."""
+
+    position: Cursor | None  # None: none saved, or the file was not one
+    moved_aside: int = 0  # cursor files found corrupt and moved aside (the agent counts them)
 
 
 @dataclass
@@ -133,18 +166,17 @@ class AgentMetrics:
 @dataclass
 class Agent:
     config: AgentConfig
-    source: object  # FileSource, KmsgSource or JournalSource
-    transport: object  # .send(node, events) -> None, raises on failure
+    source: Source
+    transport: Transport
     run: Callable[[Sequence[str]], str] = run_command
     metrics: AgentMetrics = field(default_factory=AgentMetrics)
-    heartbeat: object | None = None  # .send(node), raises on failure (fleetctl.agent.heartbeat); None: no heartbeats
+    heartbeat: Heartbeat | None = None  # None: no heartbeats
+    cursor_moved_aside: int = 0  # SavedCursor.moved_aside of the position the source starts from
 
     def __post_init__(self) -> None:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
-        self.metrics.corrupt_files.labels("cursor").inc(
-            _CORRUPT_CURSORS.pop(str(Path(self.config.spool_dir).resolve()), 0)
-        )
+        self.metrics.corrupt_files.labels("cursor").inc(self.cursor_moved_aside)
         self.samplers = [
             (self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))
         ]
@@ -156,43 +188,43 @@ class Agent:
                 )
             )
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
-        self._beat_at, self._beating = 0.0, None
+        self._beat_at = 0.0
+        self._beating: asyncio.Task[bool] | None = None
         # Critical events read since the last delivery: sent ahead of the spool's order (and
         # again in order later; the workflow counts an id once), so a flood of minor lines
         # never delays a drain.
-        self._urgent: list[dict] = []
+        self._urgent: list[Event] = []
         # Events read but not yet in the spool (it could not be written), and the source's
         # cursor after their records; the cursor saved is the one after the last records
         # whose events are in the spool (None: none read yet; what is on disk stands).
-        self._held: tuple[list[dict], dict] | None = None
-        self._spooled_cursor: dict | None = None
-        self._cursor_written: dict | None = None
+        self._held: tuple[list[Event], Cursor] | None = None
+        self._spooled_cursor: Cursor | None = None
+        self._cursor_written: Cursor | None = None
         self._append_at, self._append_failing = 0.0, False
         self._bad_seen, self._resets_seen = 0, 0
         self._publish()
 
     @staticmethod
-    def saved_cursor(spool_dir: Path) -> dict | None:
+    def saved_cursor(spool_dir: Path) -> SavedCursor:
         """The read position saved in the spool directory; a file that is not one (truncated
-        JSON, garbage, wrong types) is moved aside and counted, and reading starts afresh
-        (the ids keep the workflow from counting what is read again)."""
+        JSON, garbage, wrong types) is moved aside, and reading starts afresh (the ids keep
+        the workflow from counting what is read again); the agent started from it counts it
+        (`cursor_moved_aside`)."""
         path = Path(spool_dir) / CURSOR_FILE
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            return None
+            return SavedCursor(None)
         try:
             cursor = json.loads(raw)
         except (ValueError, RecursionError):
             cursor = None
         if valid_cursor(cursor):
-            return cursor
+            return SavedCursor(cursor)
         move_aside(path, "not a read position")
-        key = str(Path(spool_dir).resolve())
-        _CORRUPT_CURSORS[key] = _CORRUPT_CURSORS.get(key, 0) + 1
-        return None
+        return SavedCursor(None, moved_aside=1)
 
-    def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> dict:
+    def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> Event:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
         return {
@@ -208,10 +240,10 @@ class Agent:
             "signature": signature,
         }
 
-    def events_of(self, records: list[KernelRecord]) -> list[dict]:
+    def events_of(self, records: list[KernelRecord]) -> list[Event]:
         """The events of the records' faults. A record the parser cannot read is counted and
         skipped: it never stops the records after it."""
-        out = []
+        out: list[Event] = []
         for r in records:
             try:
                 faults = detect(r.message)
@@ -260,7 +292,7 @@ class Agent:
         return len(records)
 
     def _spool_held(self) -> bool:
-        if time.monotonic() < self._append_at:
+        if time.monotonic() < self._append_at or self._held is None:
             return False
         events, cursor = self._held
         try:
@@ -358,11 +390,11 @@ class Agent:
         if self.heartbeat is None or time.monotonic() < self._beat_at or (self._beating and not self._beating.done()):
             return
         self._beat_at = time.monotonic() + self.config.heartbeat_interval_s
-        self._beating = asyncio.create_task(self.beat_once())
+        self._beating = asyncio.create_task(self.beat_once(self.heartbeat))
 
-    async def beat_once(self) -> bool:
+    async def beat_once(self, heartbeat: Heartbeat) -> bool:
         try:
-            await asyncio.to_thread(self.heartbeat.send, self.config.node)
+            await asyncio.to_thread(heartbeat.send, self.config.node)
         except Exception as exc:  # noqa: BLE001 - the intake is away: the next beat is the retry
             self.metrics.heartbeat_failures.inc()
             log.warning("heartbeat not taken (%s)", exc)
@@ -397,7 +429,7 @@ class Agent:
             self.source.close()
 
 
-def valid_event(ev: dict) -> bool:
+def valid_event(ev: Event) -> bool:
     """Whether a spooled object is an event this agent can deliver (else the spool line is
     corrupt)."""
     if not set(_EVENT_FIELDS) <= set(ev) <= set(_EVENT_FIELDS) | set(_EVENT_OPTIONAL):

@@ -28,9 +28,14 @@ import re
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from io import BufferedWriter
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("fleetctl.agent")
+
+# A spooled event: a JSON object (what fleetctl.agent.runner.valid_event accepts).
+Event = dict[str, Any]
 
 SEGMENT_EVENTS = 10_000  # lines (events and tombstones) a segment file holds before the next one starts
 SEVERITY_WORDS = ("critical", "warning", "info")  # drops are counted by these, and "none" for any other
@@ -66,7 +71,7 @@ def move_aside(path: Path, why: str) -> Path:
     return aside
 
 
-def severity_of(event: dict) -> str:
+def severity_of(event: Event) -> str:
     severity = event.get("severity")
     return severity if severity in SEVERITY_WORDS else "none"
 
@@ -75,7 +80,7 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_INT
 
 
-def _read_state(raw: bytes) -> dict | None:
+def _read_state(raw: bytes) -> dict[str, Any] | None:
     """The state file's content, or None when it is not one."""
     try:
         state = json.loads(raw)
@@ -90,7 +95,7 @@ def _read_state(raw: bytes) -> dict | None:
 
 
 class Spool:
-    def __init__(self, directory: Path, max_events: int, valid: Callable[[dict], bool] | None = None):
+    def __init__(self, directory: Path, max_events: int, valid: Callable[[Event], bool] | None = None):
         """`valid`: whether a spooled object is an event the reader can deliver (a line that
         is not is corrupt); default: any JSON object."""
         if max_events < 1:
@@ -100,23 +105,24 @@ class Spool:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.moved_aside: list[Path] = []  # files found corrupt at open, under their new names
         self._state_path = self.dir / "state.json"
-        state = {}
+        state: dict[str, Any] = {}
         if self._state_path.exists():
-            state = _read_state(self._state_path.read_bytes())
-            if state is None:  # where delivery got is unknown: every spooled event is sent again (same ids)
+            read = _read_state(self._state_path.read_bytes())
+            if read is None:  # where delivery got is unknown: every spooled event is sent again (same ids)
                 self.moved_aside.append(move_aside(self._state_path, "not a spool state"))
-                state = {}
+            else:
+                state = read
         # Delivered (or dropped) through line `line` of segment `segment`.
         self._segment, self._line = state.get("segment", 0), state.get("line", 0)
         self.dropped = state.get("dropped", 0)
         self.dropped_by_severity = {
             k: state.get("dropped_by_severity", {}).get(k, 0) for k in (*SEVERITY_WORDS, "none")
         }
-        self._pending: deque[tuple[int, int, dict]] = deque()  # (segment, line, event)
+        self._pending: deque[tuple[int, int, Event]] = deque()  # (segment, line, event)
         self._handed: list[tuple[int, int]] = []  # positions pending() returned last
         self._write_segment, self._write_line = self._segment, 0
         self._load()
-        self._file = open(self._segment_path(self._write_segment), "ab")
+        self._file: BufferedWriter | None = open(self._segment_path(self._write_segment), "ab")
         if self.moved_aside:
             self._write_state()
         self._drop_past_bound()  # a spool written with a larger bound
@@ -124,7 +130,7 @@ class Spool:
     def _segment_path(self, n: int) -> Path:
         return self.dir / f"segment-{n:08d}.jsonl"
 
-    def _parse(self, raw: bytes) -> dict | tuple[int, int] | None:
+    def _parse(self, raw: bytes) -> Event | tuple[int, int] | None:
         """An event, a tombstone's position, or None for a line that is neither."""
         try:
             item = json.loads(raw)
@@ -138,7 +144,7 @@ class Spool:
 
     def _load(self) -> None:
         segments = sorted((int(m[1]), self.dir / m[0]) for m in map(_SEGMENT.match, os.listdir(self.dir)) if m)
-        entries: list[tuple[int, int, dict]] = []
+        entries: list[tuple[int, int, Event]] = []
         tombstones: set[tuple[int, int]] = set()
         corrupt: list[tuple[Path, int]] = []
         for n, path in segments:
@@ -232,10 +238,11 @@ class Spool:
         """Cut the segment back to `size`; where even that fails, the segment may hold lines
         past those counted, so writing goes on in a new one (a restart reads those lines as
         pending: sent again with their ids, never lost, never a position off by one)."""
-        try:
-            self._file.close()
-        except OSError:
-            pass  # the buffered lines that would not go out are dropped with the file object
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass  # the buffered lines that would not go out are dropped with the file object
         self._file = None
         try:
             with open(self._segment_path(segment), "r+b") as f:
@@ -244,7 +251,7 @@ class Spool:
         except OSError:
             self._write_segment, self._write_line = segment + 1, 0
 
-    def append(self, events: list[dict]) -> int:
+    def append(self, events: list[Event]) -> int:
         """Write the events durably; returns how many events were dropped to keep the bound.
         Raises OSError (the spool unchanged) when they cannot be written."""
         if not events:
@@ -257,7 +264,7 @@ class Spool:
         excess = len(self._pending) - self.max_events
         if excess <= 0:
             return 0
-        victims: list[tuple[int, int, dict]] = []
+        victims: list[tuple[int, int, Event]] = []
         for entry in self._pending:  # the oldest minor events
             if entry[2].get("severity") != "critical":
                 victims.append(entry)
@@ -279,7 +286,7 @@ class Spool:
         self._write_state()
         return len(victims)
 
-    def pending(self, limit: int) -> list[dict]:
+    def pending(self, limit: int) -> list[Event]:
         head = list(itertools.islice(self._pending, limit))
         self._handed = [(s, n) for s, n, _ in head]
         return [ev for _, _, ev in head]

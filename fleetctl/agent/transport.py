@@ -8,10 +8,15 @@ import asyncio
 import json
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
+from fleetctl.agent.spool import Event
 from fleetctl.config import Settings
 from workflows.api import HealthEventInput
 from workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 # A send that takes longer is a Temporal that is not answering: the events stay spooled.
 SEND_TIMEOUT_S = 10.0
@@ -28,9 +33,9 @@ class NodeRefused(SendFailed):
 class TemporalTransport:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self._client = None
+        self._client: Client | None = None
 
-    async def send(self, node: str, events: list[dict]) -> None:
+    async def send(self, node: str, events: list[Event]) -> None:
         try:
             if self._client is None:
                 self._client = await connect(self.settings)
@@ -58,7 +63,7 @@ class IntakeTransport:
         self._token = token
         self._opener = intake_opener(ca_path)
 
-    async def send(self, node: str, events: list[dict]) -> None:
+    async def send(self, node: str, events: list[Event]) -> None:
         body = json.dumps(
             {
                 "events": [

@@ -82,7 +82,7 @@ def agent(
     from checks.catalog import CHECKS
     from checks.profiles import ProfileError
     from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
-    from fleetctl.agent.runner import Agent, AgentConfig, boot_identity, ensure_dir
+    from fleetctl.agent.runner import Agent, AgentConfig, Source, boot_identity, ensure_dir
     from fleetctl.agent.transport import TemporalTransport
 
     if sum((kmsg is not None, journal, log_file is not None)) > 1:
@@ -120,14 +120,15 @@ def agent(
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
     boot_id, boot_time = boot_identity()
-    cursor = Agent.saved_cursor(spool)
+    saved = Agent.saved_cursor(spool)
+    source: Source
     try:
         if log_file is not None:
-            source = FileSource(log_file, cursor)
+            source = FileSource(log_file, saved.position)
         elif journal:
-            source = JournalSource([journalctl, "-k", "-f", "-o", "json"], cursor)
+            source = JournalSource([journalctl, "-k", "-f", "-o", "json"], saved.position)
         else:
-            source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, cursor)
+            source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, saved.position)
     except OSError as exc:
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
     config = AgentConfig(
@@ -144,7 +145,11 @@ def agent(
         heartbeat_interval_s=heartbeat_interval,
     )
     the_agent = Agent(
-        config, source, events_via_intake or TemporalTransport(context.settings(ctx)), heartbeat=heartbeat
+        config,
+        source,
+        events_via_intake or TemporalTransport(context.settings(ctx)),
+        heartbeat=heartbeat,
+        cursor_moved_aside=saved.moved_aside,
     )
     if metrics_port:
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)

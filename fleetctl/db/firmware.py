@@ -36,7 +36,7 @@ def reported_components(engine: Engine, node: str | None = None) -> dict[str, di
         if node:
             query = query.where(CheckRun.node_name == node)
         latest: dict[tuple[str, str], CheckRun] = {}
-        for run in session.exec(query.order_by(CheckRun.id)):
+        for run in session.exec(query.order_by(col(CheckRun.id))):
             latest[(run.node_name, run.check_name)] = run
     components: dict[str, dict[str, str]] = {}
     for (name, _check), run in latest.items():
@@ -102,4 +102,6 @@ def record_node(
 def rollout_nodes(engine: Engine, rollout_id: str) -> list[FirmwareRolloutNode]:
     with Session(engine) as session:
         query = select(FirmwareRolloutNode).where(FirmwareRolloutNode.rollout_id == rollout_id)
-        return list(session.exec(query.order_by(FirmwareRolloutNode.batch_index, FirmwareRolloutNode.node_name)))
+        return list(
+            session.exec(query.order_by(col(FirmwareRolloutNode.batch_index), col(FirmwareRolloutNode.node_name)))
+        )

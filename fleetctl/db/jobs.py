@@ -83,7 +83,7 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
     drains = {d.node_name: d for d in session.exec(select(SimSchedulerNode))}
     spares = set(session.exec(select(Spare.node_name)))
     placed: dict[str, list[str]] = {}
-    for job in session.exec(select(Job).where(Job.scheduler == SIM, Job.state == "running").order_by(Job.id)):
+    for job in session.exec(select(Job).where(Job.scheduler == SIM, Job.state == "running").order_by(col(Job.id))):
         for node in job.nodes:
             placed.setdefault(node, []).append(job.job_id)
     return [
@@ -125,7 +125,7 @@ def get_job(engine: Engine, job_id: str) -> Job | None:
 def list_jobs(engine: Engine, scheduler: str | None = None, node: str | None = None) -> list[Job]:
     """Jobs stored in the database (the simulated scheduler's), optionally only those on `node`."""
     with Session(engine) as session:
-        query = select(Job).order_by(Job.id)
+        query = select(Job).order_by(col(Job.id))
         if scheduler:
             query = query.where(Job.scheduler == scheduler)
         jobs = list(session.exec(query))
@@ -187,7 +187,7 @@ def sim_scheduling_pass(
                 job.restart_count += 1  # as Slurm counts a requeue
                 session.add(job)
                 session.flush()
-        queue = list(session.exec(pending.order_by(Job.submitted_at, Job.id)))
+        queue = list(session.exec(pending.order_by(col(Job.submitted_at), col(Job.id))))
         if queue:
             placements = place(
                 [
@@ -346,7 +346,11 @@ def restarts_on_spares(engine: Engine, since: datetime, until: datetime) -> int:
 def job_restarts(engine: Engine, job_id: str) -> list[JobRestart]:
     """Every restart of the job, oldest fault first."""
     with Session(engine) as session:
-        query = select(JobRestart).where(JobRestart.job_id == job_id).order_by(JobRestart.fault_seen_at, JobRestart.id)
+        query = (
+            select(JobRestart)
+            .where(JobRestart.job_id == job_id)
+            .order_by(col(JobRestart.fault_seen_at), col(JobRestart.id))
+        )
         return list(session.exec(query))
 
 
@@ -404,7 +408,7 @@ def job_checkpoints(engine: Engine, job_id: str) -> list[datetime]:
         return [
             as_utc(c.at)
             for c in session.exec(
-                select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(JobCheckpoint.at)
+                select(JobCheckpoint).where(JobCheckpoint.job_id == job_id).order_by(col(JobCheckpoint.at))
             )
         ]
 

@@ -282,7 +282,7 @@ def check_run_by_key(engine: Engine, key: str) -> CheckRun | None:
 
 def check_runs(engine: Engine, ids: Sequence[int]) -> list[CheckRun]:
     with Session(engine) as session:
-        return list(session.exec(select(CheckRun).where(col(CheckRun.id).in_(list(ids))).order_by(CheckRun.id)))
+        return list(session.exec(select(CheckRun).where(col(CheckRun.id).in_(list(ids))).order_by(col(CheckRun.id))))
 
 
 # Enough peers for a stable median and MAD; more only costs time (admitting N nodes would
@@ -299,7 +299,7 @@ def peer_metrics(
     with Session(engine) as session:
         latest_run = (
             select(CheckRun.node_name, func.max(CheckRun.id).label("run_id"))
-            .join(Node, Node.name == CheckRun.node_name)
+            .join(Node, col(Node.name) == CheckRun.node_name)
             .where(
                 CheckRun.check_name == check,
                 col(CheckRun.status).in_(["pass", "warn"]),
@@ -313,7 +313,7 @@ def peer_metrics(
             .subquery()
         )
         rows = session.exec(
-            select(CheckRun.node_name, CheckRun.metrics).join(latest_run, CheckRun.id == latest_run.c.run_id)
+            select(CheckRun.node_name, CheckRun.metrics).join(latest_run, col(CheckRun.id) == latest_run.c.run_id)
         )
         peers: dict[str, float] = {}
         for name, metrics in rows:
@@ -411,7 +411,7 @@ def open_external_drains(engine: Engine, source: str = "external-drain") -> dict
     with Session(engine) as session:
         latest = (
             select(func.max(HealthEvent.id))
-            .join(Node, Node.name == HealthEvent.node_name)
+            .join(Node, col(Node.name) == HealthEvent.node_name)
             .where(
                 HealthEvent.source == source,
                 Node.state == NodeState.PRODUCTION.value,
@@ -445,15 +445,15 @@ def suspect_nodes(engine: Engine) -> dict[str, Suspicion]:
     suspect, nor is one whose silent agent has been heard again since it was judged."""
     with Session(engine) as session:
         not_heard_again = or_(
-            AutomationEvent.actor != AGENT_SILENCE_ACTOR,
+            col(AutomationEvent.actor) != AGENT_SILENCE_ACTOR,
             col(Node.agent_seen_at).is_(None),
-            Node.agent_seen_at <= AutomationEvent.at,
+            col(Node.agent_seen_at) <= AutomationEvent.at,
         )
         rows = session.exec(
             select(AutomationEvent)
-            .join(Node, Node.name == AutomationEvent.node_name)
+            .join(Node, col(Node.name) == AutomationEvent.node_name)
             .where(AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
-            .order_by(AutomationEvent.id)
+            .order_by(col(AutomationEvent.id))
         )
         found: dict[str, Suspicion] = {}
         for e in rows:
@@ -562,7 +562,7 @@ def breaker_events(engine: Engine, fleet: str) -> list[AutomationEvent]:
                 .where(
                     AutomationEvent.fleet == fleet, col(AutomationEvent.kind).in_(["breaker_open", "breaker_closed"])
                 )
-                .order_by(AutomationEvent.at, AutomationEvent.id)
+                .order_by(col(AutomationEvent.at), col(AutomationEvent.id))
             )
         )
 

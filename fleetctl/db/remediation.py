@@ -106,7 +106,9 @@ def runs(engine: Engine, node_name: str | None = None, limit: int = 50) -> list[
 
 def steps(engine: Engine, run_key: str) -> list[RemediationStep]:
     with Session(engine) as session:
-        query = select(RemediationStep).where(RemediationStep.run_key == run_key).order_by(RemediationStep.step_index)
+        query = (
+            select(RemediationStep).where(RemediationStep.run_key == run_key).order_by(col(RemediationStep.step_index))
+        )
         return list(session.exec(query))
 
 

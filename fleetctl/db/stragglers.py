@@ -30,7 +30,9 @@ def jobs_by_id(engine: Engine, job_ids: Iterable[str]) -> dict[str, Job]:
 def open_findings(engine: Engine) -> list[StragglerFinding]:
     with Session(engine) as session:
         return list(
-            session.exec(select(StragglerFinding).where(StragglerFinding.status == OPEN).order_by(StragglerFinding.id))
+            session.exec(
+                select(StragglerFinding).where(StragglerFinding.status == OPEN).order_by(col(StragglerFinding.id))
+            )
         )
 
 

@@ -56,7 +56,7 @@ def set_paused(engine: Engine, schedule_id: str, paused: bool) -> None:
 def forget(engine: Engine, schedule_id: str) -> None:
     """The schedule was deleted, or replaced by one that is no active-check sweep."""
     with Session(engine) as session:
-        session.exec(delete(SweepInterval).where(SweepInterval.schedule_id == schedule_id))
+        session.exec(delete(SweepInterval).where(col(SweepInterval.schedule_id) == schedule_id))
         session.commit()
 
 

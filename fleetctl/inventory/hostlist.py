@@ -119,12 +119,12 @@ def compress(names: Iterable[str]) -> str:
             order.append(key)
         groups[key].append(int(m.group(2)))
     parts = []
-    for key in order:
-        if isinstance(key, str):
-            parts.append(key)
+    for entry in order:
+        if isinstance(entry, str):
+            parts.append(entry)
             continue
-        prefix, width = key
-        numbers = sorted(set(groups[key]))
+        prefix, width = entry
+        numbers = sorted(set(groups[entry]))
         if len(numbers) == 1:
             parts.append(f"{prefix}{str(numbers[0]).zfill(width)}")
             continue

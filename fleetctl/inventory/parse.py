@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
 from fleetctl.inventory.names import (
@@ -100,7 +100,15 @@ class NodeSpec:
     nvlink_domain: str = ""  # "" : in no multi-node NVLink domain (an HGX node)
 
 
-def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, required: bool) -> str | None:
+@overload
+def _text(
+    where: str, entry: dict[Any, Any], key: str, pattern: re.Pattern[str] | None, required: Literal[True]
+) -> str: ...
+@overload
+def _text(
+    where: str, entry: dict[Any, Any], key: str, pattern: re.Pattern[str] | None, required: Literal[False]
+) -> str | None: ...
+def _text(where: str, entry: dict[Any, Any], key: str, pattern: re.Pattern[str] | None, required: bool) -> str | None:
     value = entry.get(key)
     if value is None:
         if required:
@@ -116,7 +124,7 @@ def _text(where: str, entry: dict, key: str, pattern: re.Pattern | None, require
     return value
 
 
-def _position(where: str, entry: dict) -> int | None:
+def _position(where: str, entry: dict[Any, Any]) -> int | None:
     value = entry.get("position")
     if value is None:
         return None
@@ -127,7 +135,7 @@ def _position(where: str, entry: dict) -> int | None:
     return value
 
 
-def _scheduler(where: str, entry: dict) -> str:
+def _scheduler(where: str, entry: dict[Any, Any]) -> str:
     """The entry's scheduler kind, or its several kinds joined in drain order."""
     raw = entry.get("scheduler")
     if not isinstance(raw, list):

@@ -35,9 +35,12 @@ class TopologyError(ValueError):
 class Placed(Protocol):
     """What the topology needs of a node: the inventory's NodeSpec and the database's Node both are."""
 
-    name: str
-    switch: str
-    island: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def switch(self) -> str: ...
+    @property
+    def island(self) -> str: ...
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ def replacements(nodes_before: Sequence[str], new_nodes: Sequence[str]) -> list[
     return [n for n in new_nodes if n not in before]
 
 
-def placement_counts(restarts: Sequence[tuple[str, str]]) -> dict[str, dict[str, int]]:
+def placement_counts(restarts: Sequence[tuple[str | None, str | None]]) -> dict[str, dict[str, int]]:
     """(placement, landed) of each restart -> how many asked for the island, fell back to the
     fleet or were not placed ("none"), and how many landed in their island or outside."""
     asked = Counter(placement or "none" for placement, _ in restarts)

@@ -188,6 +188,8 @@ def judge_job(
                 verdicts.append(MetricVerdict(n, name, NO_EVIDENCE, None, None, None, _no_series(spec, n)))
                 continue
             v = judged[n]
+            # find_stragglers compares (and so has a median) given min_peers values, as here.
+            assert v.median is not None
             evidence = (
                 f"{name} {spec.say(v.value)} {spec.unit} (slowest GPU) vs job {job_id} median "
                 f"{spec.say(v.median)} over {len(values)} nodes, robust z {v.robust_z:.1f}"

@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from fleetctl.nodes.lifecycle import NodeState
 
@@ -156,7 +157,7 @@ def grant_covers(grant: str, node: str, state_version: int) -> bool:
 FLEET_LABEL = "fleet"
 
 
-def in_fleet(labels: dict, fleet: str) -> bool:
+def in_fleet(labels: Mapping[str, Any], fleet: str) -> bool:
     return str(labels.get(FLEET_LABEL, fleet)) == fleet
 
 
@@ -176,7 +177,7 @@ class Budget:
         """Nodes automation may still take out; negative when an operator went past the limit."""
         return self.limit - self.unavailable
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "scope": self.scope,
             "serving": self.serving,

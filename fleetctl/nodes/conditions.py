@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from fleetctl.nodes.lifecycle import NodeState
 
@@ -73,7 +74,7 @@ class CheckRow:
     reason: str
     at: datetime
     error_kind: str | None = None
-    metrics: dict | None = None
+    metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class CheckSummary:
     since: datetime  # the first run of the current streak of this status
     runs: int  # runs in the current streak (at least 1)
     error_kind: str | None = None
-    metrics: dict | None = None
+    metrics: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,7 @@ class Condition:
     # evidence age ("2d": no space, so `awk` reads the cell whole), as CheckFailed's count.
     health_note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "reason": self.reason, "since": self.since}
 
 

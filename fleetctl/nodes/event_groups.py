@@ -47,7 +47,7 @@ def reason_class(reason: str) -> str:
 def collapse(events: Iterable[Mapping[str, Any]]) -> list[EventGroup]:
     """`events` (each with at, kind, node, reason; any order) as groups, the one seen last
     first; a group's reason is that of its latest event."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
     for e in events:
         groups.setdefault((e["node"], e["kind"], reason_class(e["reason"])), []).append(e)
     collapsed = []

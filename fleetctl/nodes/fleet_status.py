@@ -4,12 +4,30 @@ island. Pure: fleetctl.nodes.fleet_status_store reads the rows."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from fleetctl.nodes.lifecycle import NodeState
 
 
-def count_states(nodes: Iterable) -> dict[str, Any]:
+class CountedNode(Protocol):
+    """What the counts read of a node: the database's Node row is one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def state_since(self) -> datetime: ...
+    @property
+    def rack(self) -> str: ...
+    @property
+    def island(self) -> str: ...
+    @property
+    def position(self) -> int | None: ...
+
+
+def count_states(nodes: Iterable[CountedNode]) -> dict[str, Any]:
     """Per state (every state, zero included), per rack (the states present), and the nodes in
     flight, from Node rows."""
     nodes = list(nodes)
@@ -25,16 +43,16 @@ def count_states(nodes: Iterable) -> dict[str, Any]:
     return {"nodes": len(nodes), "per_state": per_state, "per_rack": per_rack, "in_flight": in_flight}
 
 
-def rack_view(nodes: Iterable) -> list[dict[str, Any]]:
+def rack_view(nodes: Iterable[CountedNode]) -> list[dict[str, Any]]:
     """The fleet as cabinets, by island: each island ("" for nodes the inventory places in
     none, last) with its racks by name, each rack's nodes from the top of the rack down (the
     inventory's position, highest unit first; nodes without one after, by name). A rack whose
     nodes are in two islands is shown under each."""
-    islands: dict[str, dict[str, list]] = {}
+    islands: dict[str, dict[str, list[CountedNode]]] = {}
     for n in nodes:
         islands.setdefault(n.island, {}).setdefault(n.rack, []).append(n)
 
-    def top_down(n) -> tuple:
+    def top_down(n: CountedNode) -> tuple[bool, int, str]:
         return n.position is None, -(n.position or 0), n.name
 
     return [

@@ -29,6 +29,8 @@ from fleetctl.nodes.lifecycle import Actor
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from fleetctl.db.models import Node
+
 RECENT_AUTOMATION_EVENTS = 10
 # How many of the latest automation events are collapsed into those rows (event_groups): a
 # sweep every 10 s repeats the same refusal for each held node, hundreds an hour.
@@ -109,6 +111,6 @@ def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Itera
     )
 
 
-def _counted(nodes: list, policy: GuardPolicy) -> FleetSnapshot:
+def _counted(nodes: list[Node], policy: GuardPolicy) -> FleetSnapshot:
     """The fleet's nodes as its guard counts them (a fresh RMA is still out)."""
     return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(UTC), policy)

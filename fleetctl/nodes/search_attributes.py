@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio.common import (
     SearchAttributeIndexedValueType,
@@ -50,7 +51,7 @@ CAUSE_LIMIT = 500
 
 # The names `temporal operator search-attribute create --type` and the dev server's
 # `--search-attribute NAME=TYPE` take.
-TYPE_NAMES = {
+TYPE_NAMES: dict[int, str] = {
     SearchAttributeIndexedValueType.KEYWORD: "Keyword",
     SearchAttributeIndexedValueType.TEXT: "Text",
     SearchAttributeIndexedValueType.DATETIME: "Datetime",
@@ -78,10 +79,11 @@ def dev_server_flags() -> list[str]:
     return flags
 
 
-def compare_registered(registered: Mapping[str, int]) -> tuple[list[SearchAttributeKey], list[str]]:
+def compare_registered(registered: Mapping[str, int]) -> tuple[list[SearchAttributeKey[Any]], list[str]]:
     """What a namespace's custom attributes ({name: indexed value type}) lack of fleetctl's,
     and why any of fleetctl's names is unusable (registered with another type)."""
-    missing, conflicts = [], []
+    missing: list[SearchAttributeKey[Any]] = []
+    conflicts: list[str] = []
     for key in NODE_ATTRIBUTES:
         if key.name not in registered:
             missing.append(key)
@@ -107,17 +109,21 @@ def start_attributes(state: str) -> TypedSearchAttributes:
 
 def transition_updates(
     state: str, cause: str, since: datetime, fleet: str, rack: str, gpu_profile: str, scheduler: str
-) -> list[SearchAttributeUpdate]:
+) -> list[SearchAttributeUpdate[Any]]:
     """Every attribute as of a transition into `state`. The inventory's facts come with each
     transition, so a node re-racked by a re-import shows its new rack from its next one; an
     empty fact (a node in no rack) unsets its attribute rather than match `FleetctlRack = ''`."""
-    updates = [NODE_STATE.value_set(state), LAST_CAUSE.value_set(short_cause(cause)), STATE_SINCE.value_set(since)]
+    updates: list[SearchAttributeUpdate[Any]] = [
+        NODE_STATE.value_set(state),
+        LAST_CAUSE.value_set(short_cause(cause)),
+        STATE_SINCE.value_set(since),
+    ]
     for key, value in ((FLEET, fleet), (RACK, rack), (GPU_PROFILE, gpu_profile), (SCHEDULER, scheduler)):
         updates.append(key.value_set(value) if value else key.value_unset())
     return updates
 
 
-def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate:
+def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate[datetime]:
     """FleetctlQueuedSince as of the queue's oldest item (epoch seconds), unset when none waits."""
     if not oldest_queued_at:
         return QUEUED_SINCE.value_unset()

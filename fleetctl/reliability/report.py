@@ -7,7 +7,7 @@ and their definitions are fleetctl.reliability.metrics'.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -117,7 +117,7 @@ def assemble_report(
     since, now = as_utc(since), as_utc(now)
     nodes = history.nodes
 
-    def grouped(key) -> dict[str, dict]:
+    def grouped(key: Callable[[metrics.NodeRecord], str | None]) -> dict[str, dict[str, Any]]:
         groups: dict[str, list[metrics.NodeHistory]] = defaultdict(list)
         for h in nodes:
             groups[key(h.node) or "-"].append(h)
@@ -226,7 +226,7 @@ def _jobs(
     rate = metrics.failure_rate_per_gpu_hour(summary.production_gpu_hours, summary.failures)
     interval = metrics.checkpoint_interval_seconds(job for job, _ in goodputs)
     restart_s = sum(latencies) / len(latencies) if latencies else None
-    per_job = []
+    per_job: list[dict[str, Any]] = []
     for job, g in goodputs:
         own_interval = metrics.checkpoint_interval_seconds([job])
         per_job.append(
@@ -363,8 +363,8 @@ def _percent_of(value: float, median: float | None) -> float:
     return value / median * 100 if median else 100.0
 
 
-def _by_metric(groups: list[dict]) -> dict[str, list[dict]]:
-    by_metric: dict[str, list[dict]] = defaultdict(list)
+def _by_metric(groups: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    by_metric: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for g in groups:
         by_metric[f"{g['check']} {g['metric']}"].append(g)
     return dict(by_metric)

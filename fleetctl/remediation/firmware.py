@@ -194,7 +194,7 @@ def split_template(command: str) -> list[str]:
     """Split a command template into words the way a shell would, keeping `{{ ... }}` whole."""
     parts: list[str] = []
 
-    def stash(m: re.Match) -> str:
+    def stash(m: re.Match[str]) -> str:
         parts.append(m.group(0))
         return f"\x00{len(parts) - 1}\x00"
 

@@ -14,10 +14,13 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.nodes.capacity import GuardPolicy, storm_threshold
 from fleetctl.text import printable
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 # How much of one check's raw output goes into the bundle: enough for the failing lines.
 RAW_OUTPUT_EXCERPT_CHARS = 4000
@@ -199,7 +202,8 @@ def build_evidence(
             for e in transitions
         ],
     }
-    return redact(evidence, secrets)
+    redacted: dict[str, Any] = redact(evidence, secrets)  # a mapping comes back a dict
+    return redacted
 
 
 def remediation_entry(run: Any, steps: Iterable[Any]) -> dict[str, Any]:
@@ -257,7 +261,7 @@ def md_code_block(value: Any) -> str:
 
 
 @cache
-def _templates():
+def _templates() -> Environment:
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     # Markdown, not HTML: every value goes through md_inline or md_code_block.

@@ -61,10 +61,10 @@ async def test_kernel_faults_recorded_once_with_their_log_time_across_a_lost_rea
     write(kmsg, "6,1,500,-;Linux version 6.1\n" + kmsg_line(2, 13) + " SUBSYSTEM=pci\n" + kmsg_line(3, 31))
 
     def agent() -> Agent:
-        cursor = Agent.saved_cursor(spool)
+        saved = Agent.saved_cursor(spool)
         return Agent(
             AgentConfig(node=node, spool_dir=spool, boot_id="boot-1"),
-            KmsgSource(kmsg, "boot-1", BOOT, cursor),
+            KmsgSource(kmsg, "boot-1", BOOT, saved.position),
             TemporalTransport(settings),
         )
 

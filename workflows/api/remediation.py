@@ -230,7 +230,7 @@ class DriftReport:
     node: str
     status: str  # ok, drift, unknown, no_baseline
     drifts: list[str] = field(default_factory=list)  # "component: actual -> expected"
-    components: dict[str, list] = field(default_factory=dict)  # component -> [actual, expected]
+    components: dict[str, list[str | None]] = field(default_factory=dict)  # component -> [actual, expected]
 
 
 @dataclass
@@ -246,7 +246,7 @@ class NodeResult:
     batch_index: int
     status: str  # updated, failed, skipped, would_update
     detail: str
-    components: dict[str, list] = field(default_factory=dict)
+    components: dict[str, list[str | None]] = field(default_factory=dict)
 
 
 @dataclass
