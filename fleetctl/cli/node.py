@@ -204,6 +204,8 @@ def import_nodes(
     engine = context.engine(ctx)
     if clashes := queries.case_clashes(engine, (s.name for s in specs)):
         fail(f"{file}: {queries.clash_message(clashes)}", EXIT_USAGE)
+    if clash := queries.machine_clash(engine, specs):
+        fail(f"{file}: {clash}", EXIT_USAGE)
     existing = queries.existing_names(engine, (s.name for s in specs))
     if dry_run:
         typer.echo(

@@ -14,7 +14,8 @@ from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, select
 
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
-from fleetctl.inventory.parse import NodeSpec
+from fleetctl.inventory.machines import MachineIds, machine_conflict
+from fleetctl.inventory.parse import NodeSpec, machines
 from fleetctl.nodes.lifecycle import NodeState
 
 T = TypeVar("T")
@@ -60,6 +61,8 @@ def upsert_nodes(engine: Engine, specs: Sequence[NodeSpec]) -> tuple[list[str], 
     names = [s.name for s in specs]
     if clashes := case_clashes(engine, names):
         raise NameClash(clash_message(clashes))
+    if clash := machine_clash(engine, specs):
+        raise NameClash(clash)
     with Session(engine) as session:
         existing = {n.name: n for n in session.exec(select(Node).where(col(Node.name).in_(names)))} if names else {}
         for spec in specs:
@@ -80,6 +83,13 @@ def upsert_nodes(engine: Engine, specs: Sequence[NodeSpec]) -> tuple[list[str], 
                 unchanged.append(spec.name)
         session.commit()
     return created, updated, unchanged
+
+
+def machine_clash(engine: Engine, specs: Sequence[NodeSpec]) -> str | None:
+    """An address or BMC a new spec shares with another node of the fleet, as one line (None: none)."""
+    with Session(engine) as session:
+        known = session.exec(select(Node.name, Node.address, Node.bmc_address))
+        return machine_conflict(machines(specs), (MachineIds(*row) for row in known))
 
 
 def clash_message(clashes: dict[str, str]) -> str:

@@ -20,6 +20,7 @@ slurmd pod under the same name) lists them; they are stored joined in drain orde
 whose jobs are the training jobs, before the Kubernetes cordon), as `slurm+kubernetes`.
 
 Errors name the file, the entry and the field, and nothing is written if any entry is bad.
+One address or BMC belongs to one node name (fleetctl.inventory.machines).
 Names are compared case-insensitively (`gpu-001` and `GPU-001` are one machine to DNS and to
 an operator); a node for the Kubernetes scheduler must have a name Kubernetes accepts; a BMC
 reached over plain http is refused unless the operator allowed it (its credentials would
@@ -40,11 +41,13 @@ domain are one kind of machine, so a domain's nodes must name one profile.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
 from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
+from fleetctl.inventory.machines import MachineIds, machine_conflict
 from fleetctl.inventory.names import (
     LABEL_KEY_RE,
     LABEL_VALUE_RE,
@@ -221,9 +224,14 @@ def parse_inventory(
                 nvlink_domain=_text(where, entry, "nvlink_domain", LABEL_VALUE_RE, False) or "",
             )
         )
-    if conflict := switch_island_conflict(specs) or domain_profile_conflict(specs):
+    if conflict := switch_island_conflict(specs) or domain_profile_conflict(specs) or machine_conflict(machines(specs)):
         raise InventoryError(f"{source}: {conflict}")
     return specs
+
+
+def machines(specs: Iterable[NodeSpec]) -> list[MachineIds]:
+    """What identifies each spec's hardware (the one-name-per-machine rule's input)."""
+    return [MachineIds(s.name, s.address, s.bmc) for s in specs]
 
 
 def load_inventory(

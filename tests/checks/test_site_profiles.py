@@ -160,7 +160,7 @@ def test_the_profiles_dir_setting_from_the_config_file_reaches_node_import(tmp_p
     """`node import` knows the profiles the worker judges by: a node of a site profile named in
     the config file (not the environment) is accepted, and refused without the setting."""
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(f"nodes: [{{name: roce-1, address: x, profile: {ROCE}}}]\n")
+    inventory.write_text(f"nodes: [{{name: roce-1, address: roce-1, profile: {ROCE}}}]\n")
     config = tmp_path / "fleetctl.yaml"
     db = f"sqlite:///{tmp_path}/fleet.db"
     for settings, accepted in ((f"profiles_dir: {SITE}\n", True), ("", False)):

@@ -244,3 +244,17 @@ def test_the_domain_is_imported_shown_and_cleared_by_a_reimport(cli, tmp_path) -
     r = cli("node", "import", str(path))
     assert r.exit_code == 0 and "1 updated" in r.output
     assert "nvlink-domain -" in cli("node", "show", name).stdout
+
+
+def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_both(cli, tmp_path) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    assert cli("node", "import", _inventory(tmp_path, [name])).exit_code == 0
+    known_address = queries.get_node(get_engine(cli.db_url), name).address
+    second = f"cli-{uuid.uuid4().hex[:6]}"
+    inv = tmp_path / "second-name.yaml"
+    inv.write_text(f"nodes: [{{name: {second}, address: '{known_address}', profile: h100-sxm}}]\n")
+    for extra in ((), ("--dry-run",), ("--adopt",)):
+        r = cli("node", "import", str(inv), *extra)
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+        assert f"{second}: address {known_address} is already {name}'s" in r.stderr
+    assert queries.get_node(get_engine(cli.db_url), second) is None

@@ -36,7 +36,7 @@ def test_a_domain_is_read_and_a_node_without_one_is_in_none() -> None:
 def test_bad_domain_name_is_one_line(value: str, message: str) -> None:
     with pytest.raises(InventoryError, match=message) as err:
         parse_inventory(
-            f"nodes: [{{name: a, address: x, profile: gb200, nvlink_domain: {value}}}]", "inv.yaml", PROFILES
+            f"nodes: [{{name: a, address: a, profile: gb200, nvlink_domain: {value}}}]", "inv.yaml", PROFILES
         )
     assert "\n" not in str(err.value) and "\x1b" not in str(err.value)
 

@@ -110,8 +110,8 @@ def test_cli_writes_the_file_whole_and_refuses_a_bad_inventory_in_one_line(tmp_p
 
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
-        "nodes:\n  - {name: n1, address: x, profile: h100-sxm, scheduler: slurm, switch: leaf-1}\n"
-        "  - {name: k1, address: x, profile: h100-sxm, scheduler: kubernetes}\n"
+        "nodes:\n  - {name: n1, address: n1, profile: h100-sxm, scheduler: slurm, switch: leaf-1}\n"
+        "  - {name: k1, address: k1, profile: h100-sxm, scheduler: kubernetes}\n"
     )
     out = tmp_path / "topology.conf"
     r = CliRunner().invoke(app, ["topology", "slurm-conf", str(inventory), "--out", str(out)])
@@ -119,7 +119,7 @@ def test_cli_writes_the_file_whole_and_refuses_a_bad_inventory_in_one_line(tmp_p
     assert out.read_text() == f"{HEADER}\nSwitchName=leaf-1 Nodes=n1\n"  # k1 is no Slurm node
     assert sorted(p.name for p in tmp_path.iterdir()) == ["inventory.yaml", "topology.conf"]  # no .partial left
 
-    inventory.write_text("nodes:\n  - {name: n2, address: x, profile: h100-sxm, scheduler: slurm}\n")
+    inventory.write_text("nodes:\n  - {name: n2, address: n2, profile: h100-sxm, scheduler: slurm}\n")
     r = CliRunner().invoke(app, ["topology", "slurm-conf", str(inventory), "--out", str(out)])
     assert r.exit_code == 2
     assert (

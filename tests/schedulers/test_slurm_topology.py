@@ -19,11 +19,11 @@ pytestmark = pytest.mark.slurm
 # domain with no leaf switch of its own. A Kubernetes-only node stays out of the file.
 INVENTORY = """
 nodes:
-  - {name: node1, address: x, profile: h100-sxm, scheduler: slurm, rack: r1, switch: leaf-1, island: ib-a}
-  - {name: node2, address: x, profile: h100-sxm, scheduler: slurm, rack: r1, switch: leaf-1, island: ib-a}
-  - {name: node3, address: x, profile: h100-sxm, scheduler: slurm, rack: r2, switch: leaf-2, island: ib-a}
-  - {name: node4, address: x, profile: h100-sxm, scheduler: [slurm, kubernetes], rack: r3, island: nvl-b}
-  - {name: kube1, address: x, profile: h100-sxm, scheduler: kubernetes, rack: r3, switch: leaf-9, island: ib-a}
+  - {name: node1, address: node1, profile: h100-sxm, scheduler: slurm, rack: r1, switch: leaf-1, island: ib-a}
+  - {name: node2, address: node2, profile: h100-sxm, scheduler: slurm, rack: r1, switch: leaf-1, island: ib-a}
+  - {name: node3, address: node3, profile: h100-sxm, scheduler: slurm, rack: r2, switch: leaf-2, island: ib-a}
+  - {name: node4, address: node4, profile: h100-sxm, scheduler: [slurm, kubernetes], rack: r3, island: nvl-b}
+  - {name: kube1, address: kube1, profile: h100-sxm, scheduler: kubernetes, rack: r3, switch: leaf-9, island: ib-a}
 """
 
 
