@@ -96,9 +96,11 @@ class AgentConfig:
 
 
 def run_command(argv: Sequence[str]) -> str:
-    """stdout of a tool, or what it said when it failed (judged as unreadable output)."""
+    """stdout of a tool, or what it said when it failed (judged as unreadable output). Bytes
+    that are not UTF-8 read as U+FFFD: one stray byte in a tool's output must not stop the
+    agent (the kernel log it reads too)."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=SAMPLE_TIMEOUT_S)
+        proc = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=SAMPLE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{argv[0]}: {exc.__class__.__name__}"
     return proc.stdout if proc.returncode == 0 else (proc.stdout + proc.stderr)

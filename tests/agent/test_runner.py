@@ -13,6 +13,7 @@ import pytest
 from fleetctl.agent.follow import FileSource
 from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
+from fleetctl.text import MAX_TEXT, bounded
 from tests.conftest import FIXTURES
 
 XID = "2026-11-30T20:00:0{}+00:00 host kernel: NVRM: Xid (PCI:0000:2b:00): {}, pid=1, name=x, n\n"
@@ -204,3 +205,59 @@ async def test_a_critical_line_after_a_flood_of_minor_ones_is_sent_first(tmp_pat
     assert sends[0] == [79] and [len(s) for s in sends[1:]] == [200, 200, 51]
     assert len({e["event_id"] for e in recorder.events}) == 451  # the 79 went twice, with one id
     assert agent.metrics.sent._value.get() == 451 and agent.spool.depth == 0
+
+
+def _dcgm_report_with_rows(rows: list[bytes]) -> bytes:
+    """The GPU 0 memory warning report, its message continued by `rows` (each a 54-character
+    message cell, as dcgmi prints a long message)."""
+    lines = (FIXTURES / "checks" / "dcgm_health" / "gpu0_memory_warn.txt").read_bytes().splitlines(keepends=True)
+    border = max(i for i, line in enumerate(lines) if line.startswith(b"+-"))  # the closing one
+    cells = [b"|" + b" " * 27 + b"| " + row.ljust(57) + b"|\n" for row in rows]
+    return b"".join(lines[:border] + cells + lines[border:])
+
+
+@pytest.mark.parametrize(
+    ("rows", "kept"),
+    [
+        # 100 more rows: a 5.8 KB message, past the bound every event's text keeps.
+        ([b"w" * 54] * 100, lambda message: message.endswith("…")),
+        # A NUL (what PostgreSQL's text refuses) and a byte that is not UTF-8.
+        (
+            [b"a NUL \x00 and a byte \xff that is not UTF-8"],
+            lambda message: "\x00" not in message and "\ufffd" in message,
+        ),
+    ],
+    ids=["oversized", "unencodable"],
+)
+async def test_a_sampled_finding_is_sent_bounded_and_encodable(tmp_path, rows, kept) -> None:
+    """The sampler's findings carry the tool's own words (a DCGM incident's message); the
+    event they become is bounded like a kernel log fault's, so no tool output can make the
+    spool, the intake or the database refuse it."""
+    report = tmp_path / "report.bin"
+    report.write_bytes(_dcgm_report_with_rows(rows))
+    nvsmi, _ = fake_nvidia_smi(tmp_path, "csv_8xh100_ok.txt")
+    dcgmi = tmp_path / "dcgmi"
+    dcgmi.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.buffer.write(open({str(report)!r}, 'rb').read())\n")
+    dcgmi.chmod(0o755)
+    (tmp_path / "kern.log").write_text("")
+    recorder = Recorder()
+    agent = Agent(
+        AgentConfig(
+            node="n1",
+            spool_dir=tmp_path / "spool",
+            sample_argv=(str(nvsmi),),
+            profile="h100-sxm",
+            dcgm_health_argv=(str(dcgmi), "health", "-c"),
+            boot_id="b",
+        ),
+        FileSource(tmp_path / "kern.log"),
+        recorder,
+    )
+    await agent.sample_once()
+    await agent.deliver()
+    (sent,) = recorder.events
+    message = sent["message"]
+    assert sent["severity"] == "warning" and message.startswith("dcgm-health GPU 0: Memory system: The car is red?")
+    assert len(message) <= MAX_TEXT and bounded(message) == message and kept(message), message[-200:]
+    message.encode()  # a lone surrogate would raise here
+    assert agent.spool.depth == 0 and agent.metrics.detected._value.get() == 1

@@ -12,17 +12,20 @@ import os
 import socket
 import ssl
 import struct
+import subprocess
 import time
 
 import pytest
 
 from fleetctl.intake.credentials import Credentials, new_credential, token_hash
 from fleetctl.intake.server import Intake, KnownNodes, Limits, serve_http, tls_context
-from tests.intake.test_server import TOKEN, Recorder, post
+from tests.intake.test_server import TOKEN, Recorder, _serve, post
 from tests.production.mtls_proxy import Authority
 
 HEADER_TIMEOUT_S = 0.5
 INVENTORY = {"n1", "n2", "n3"}
+# A refusal at start-up comes before the intake binds: the interpreter's start, as for a weak token.
+SERVE_REFUSES_S = 60
 
 
 @pytest.fixture
@@ -246,6 +249,28 @@ def test_a_revoked_credential_is_refused_without_a_restart(make_intake, hashes, 
     assert heartbeat(intake.port, "n1", secret)[0] == 401
 
 
+def test_a_running_intake_keeps_its_credentials_when_the_file_names_a_node_twice(make_intake, hashes, caplog) -> None:
+    """One credential a node: a file naming n1 twice (a second line added instead of the
+    first replaced) is refused whole at the reload, said once, and n1's second credential is
+    never heard, so revoking "n1's credential" cannot leave one behind."""
+    from fleetctl.intake import credentials
+
+    first, second = new_credential(), new_credential()
+    hashes.write_text(f"n1 {token_hash(first)}\n")
+    intake = make_intake()
+    assert heartbeat(intake.port, "n1", first)[0] == 202
+    caplog.set_level(logging.WARNING, "fleetctl.intake")
+    hashes.write_text(f"n1 {token_hash(first)}\nn2 {token_hash(new_credential())}\nn1 {token_hash(second)}\n")
+    deadline = time.monotonic() + credentials.RELOAD_CHECK_S + 10
+    while not [r for r in caplog.records if "has a credential already" in r.getMessage()]:
+        assert time.monotonic() < deadline, "the reload never refused the file"
+        heartbeat(intake.port, "n1", first)  # a request is what rereads a changed file
+        time.sleep(0.1)
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "fleetctl.intake"]
+    assert said == f"{hashes}:3: n1 has a credential already (the credentials read before still hold)"
+    assert heartbeat(intake.port, "n1", second)[0] == 401 and heartbeat(intake.port, "n1", first)[0] == 202
+
+
 def _tls_client(authority: Authority, client: tuple | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=authority.cert_path)
     if client:
@@ -409,6 +434,26 @@ def test_a_credential_for_a_node_not_in_the_inventory_is_refused_and_nothing_is_
     assert not missing.exists()
     known = fleetctl("events", "credential", "issue", "n3", "--credentials", str(hashes), env=inventory_db)
     assert known.exit_code == 0 and f"n3 {token_hash(known.stdout.strip())}\n" in hashes.read_text()
+
+
+def test_a_hash_file_naming_a_node_twice_is_refused_in_one_line_naming_it(hashes, inventory_db, tmp_path) -> None:
+    """`events serve` does not start on it, and `events credential issue` does not rewrite it
+    (which node's line would a revocation remove?)."""
+    text = f"n1 {token_hash(new_credential())}\n# rotated by hand\nn1 {token_hash(new_credential())}\n"
+    hashes.write_text(text)
+    said = f"error: {hashes}:3: n1 has a credential already"
+    issue = fleetctl("events", "credential", "issue", "n3", "--credentials", str(hashes), env=inventory_db)
+    assert issue.exit_code == 2 and issue.output.strip().splitlines() == [said], issue.output
+    assert hashes.read_text() == text
+    serve = _serve(tmp_path, "--port", "0", "--credentials", str(hashes), env={"FLEETCTL_INTAKE_TOKEN": TOKEN})
+    try:
+        _, err = serve.communicate(timeout=SERVE_REFUSES_S)
+    except subprocess.TimeoutExpired:
+        serve.kill()
+        serve.communicate()
+        pytest.fail(f"events serve started on a hash file naming n1 twice ({SERVE_REFUSES_S:g} s)")
+    assert serve.returncode == 2 and err.strip().splitlines() == [said], err
+    assert not (tmp_path / "spool").exists()
 
 
 @pytest.mark.parametrize("url", ["http://10.1.2.3:9411", "http://intake.example:9411", "http://127.0.0.1.example:1"])

@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from fleetctl.cli.output import EXIT_OPERATIONAL
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
@@ -28,6 +29,7 @@ from tests.reliability.test_kubernetes_outage import (
     SCHEDULER_STEP_S,
     _idle,
     k8s_settings,  # noqa: F401 - fixtures
+    kube,  # noqa: F401
     production_node,
 )
 from tests.support.worker import WorkerThread, terminate_node_workflows
@@ -64,6 +66,40 @@ async def test_an_import_holds_every_new_node_until_it_is_admitted(make_settings
         assert sim.submit("train", node_count=1).state == "pending"  # no node to take it
     finally:
         await terminate_node_workflows(settings, names)
+
+
+async def test_an_import_says_which_new_node_its_scheduler_refused_to_hold_and_why(
+    k8s_settings, kube, tmp_path, monkeypatch
+) -> None:
+    """The Kubernetes API server answers the import's hold: a node it knows is cordoned with
+    the burn-in hold; one it does not know yet (imported before it joined the cluster) is
+    refused, and the operator reads one line naming that node and the API server's answer;
+    the import itself is done (both nodes imported, their workflows started) and exits 1."""
+    settings = k8s_settings
+    monkeypatch.setenv("KUBECONFIG", settings.kubeconfig)  # the CLI's, as an operator's shell has it
+    engine = get_engine(settings.db_url)
+    joined, not_yet = (f"imp-{word}-{uuid.uuid4().hex[:6]}" for word in ("joined", "absent"))
+    kube.add_node(joined)
+    inventory = tmp_path / "new-k8s-nodes.yaml"
+    inventory.write_text(
+        "nodes:\n"
+        + "".join(
+            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: kubernetes}}\n"
+            for n in (joined, not_yet)
+        )
+    )
+    try:
+        imported = await asyncio.to_thread(Cli(settings), "node", "import", str(inventory))
+    finally:
+        await terminate_node_workflows(settings, [joined, not_yet])
+    assert imported.exit_code == EXIT_OPERATIONAL and "2 created" in imported.stdout, imported.output
+    (said,) = imported.stderr.strip().splitlines()
+    assert said.startswith(f"{not_yet}: not held in kubernetes: kubernetes: read node {not_yet}: "), said
+    assert "404" in said and said.endswith("; admission holds it before any check"), said
+    assert {queries.get_node(engine, n).state for n in (joined, not_yet)} == {"new"}
+    node = kube.node(joined)
+    assert node["spec"].get("unschedulable") is True
+    assert node["metadata"]["annotations"][REASON_ANNOTATION].endswith(BURN_IN_HOLD), node["metadata"]
 
 
 async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the_check(

@@ -35,7 +35,7 @@ from fleetctl.text import MAX_TEXT
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import HealthEventInput, node_workflow_id
+from workflows.api import HealthEventInput, TransitionRequest, TransitionResult, node_workflow_id
 from workflows.client import connect, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.shared import QUICK, SCHEDULER_ROUND
@@ -53,6 +53,9 @@ DRAIN_S = 6 * STEP_S
 # A signal or request taken off the node's queue: the workflow task that takes it, and the
 # intake's delivery (a poll interval and one send), well inside one activity's bound.
 TAKEN_S = STEP_S
+# An operator's drain answered: the workflow task that takes the update and the transition's
+# record activity.
+ANSWERED_S = 2 * STEP_S
 
 
 @dataclass
@@ -320,5 +323,39 @@ async def test_a_sender_signalling_temporal_directly_cannot_grow_the_node_workfl
     assert len(recorded.message) <= MAX_TEXT and "\ud800" not in recorded.message
     # The signal holds what was sent; every activity the workflow scheduled after it, bounded copies.
     history = await s.client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    scheduled = [e.ByteSize() for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert scheduled and max(scheduled) < 16 * MAX_TEXT, max(scheduled)
+
+
+async def test_a_transition_sent_to_temporal_directly_keeps_a_bounded_cause(stack) -> None:
+    """Past every edge (a tool of its own calling the `transition` update, with no CLI to
+    bound its --reason): a drain whose cause is 1.5 MB with a lone surrogate. The node's
+    workflow bounds the cause before anything keeps it: the transition is answered and
+    recorded, the cordon's reason and every activity scheduled after it are bounded."""
+    s = await stack(1)
+    (node,) = s.nodes
+    request = TransitionRequest(
+        trigger="drain", actor="mallory@own-tool", cause="C" * 1_500_000 + "\ud800", request_id=f"direct-{node}"
+    )
+    handle = s.client.get_workflow_handle(node_workflow_id(node))
+    try:
+        result = await asyncio.wait_for(
+            handle.execute_update(NodeLifecycle.transition, request, result_type=TransitionResult), ANSWERED_S
+        )
+    except TimeoutError:
+        current = await s.current(node)
+        raise AssertionError(
+            f"the drain was not answered within {ANSWERED_S:.0f}s: doing {current.activity!r}, "
+            f"last outcome {current.last_outcome[:200]!r}"
+        ) from None
+    assert (result.from_state, result.to_state) == ("production", "draining")
+    (drain,) = [e for e in queries.node_events(s.engine, node) if e.trigger == "drain"]
+    assert len(drain.cause) <= MAX_TEXT and drain.cause.startswith("CCCC") and "\ud800" not in drain.cause
+    scheduler = scheduler_for("sim", s.settings)
+    await wait_for(lambda: scheduler.node_state(node).reason, CORDON_S, f"{node}'s drain reason in its scheduler")
+    reason = scheduler.node_state(node).reason
+    assert reason.startswith(REASON_PREFIX) and len(reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT
+    # The update holds what was sent; every activity the workflow scheduled after it, bounded copies.
+    history = await handle.fetch_history()
     scheduled = [e.ByteSize() for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
     assert scheduled and max(scheduled) < 16 * MAX_TEXT, max(scheduled)
