@@ -91,7 +91,8 @@ from workflows.converter import DATA_CONVERTER
 if TYPE_CHECKING:
     from fleetctl.db.sweep_intervals import SweepSchedule
     from fleetctl.remediation import firmware
-    from fleetctl.remediation.runbooks import Event, Runbook
+    from fleetctl.remediation.events import Event
+    from fleetctl.remediation.runbooks import Runbook
 
 # Node requests in flight at once from one command (the benchmarks drive 1,000 nodes so).
 CLIENT_CONCURRENCY = 50
@@ -499,7 +500,7 @@ class Outcome:
 async def request_many(
     client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "", event: dict | None = None
 ) -> list[Outcome]:
-    """`trigger` on each node; `event` (runbooks.Event.to_dict()) says what a drain is for."""
+    """`trigger` on each node; `event` (fleetctl.remediation.events.Event.to_dict()) says what a drain is for."""
 
     async def one(node: str) -> Outcome:
         try:

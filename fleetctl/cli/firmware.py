@@ -32,7 +32,7 @@ app.add_typer(rollout_app, name="rollout")
 def _load(path: Path):
     from fleetctl.cli.node import _known_profiles
     from fleetctl.remediation.firmware import BaselineError, load_baseline
-    from fleetctl.remediation.runbooks import TemplateRefused
+    from fleetctl.remediation.sandbox import TemplateRefused
 
     try:
         return load_baseline(path, _known_profiles())

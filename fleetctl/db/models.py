@@ -67,8 +67,8 @@ class NodeEvent(SQLModel, table=True):
     run_id: str = ""
     state_version: int = 0
     idempotency_key: str
-    # fleetctl.remediation.runbooks.Event.failure of the fault that caused it, "maintenance"
-    # (runbooks.PLANNED) for an operator's planned drain, "" for none.
+    # fleetctl.remediation.events.Event.failure of the fault that caused it, "maintenance"
+    # (drains.PLANNED) for an operator's planned drain, "" for none.
     failure: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 

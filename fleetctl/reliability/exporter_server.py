@@ -80,8 +80,8 @@ from fleetctl.reliability.metrics import (
     pending_reason,
     removal_outcome,
 )
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
-from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ class FleetCollector:
         # Per node and check its latest run (queries.latest_check_per_kind, folded): (id, summary).
         self.latest_checks: dict[str, dict[str, tuple[int, CheckSummary]]] = defaultdict(dict)
         # The lemon rule's figure (LemonPolicy.times_remediated), folded: per node its entries into
-        # maintenance to be remediated (runbooks.remediation_entries, judged against the move out of
+        # maintenance to be remediated (lemons.remediation_entries, judged against the move out of
         # production behind each), and its live remediation runs begun; kept for one lemon window.
         self.out_move: dict[str, Transition] = {}  # per node out of production: the move that took it out
         self.remediation_entries: dict[str, list[datetime]] = defaultdict(list)
@@ -314,7 +314,7 @@ class FleetCollector:
     def _fold_lemon_and_removals(self, node: str, fleet: str, t: Transition) -> None:
         leaves = t.from_state == PRODUCTION and t.to_state != PRODUCTION
         # An entry into maintenance is a remediation unless it ends a planned drain: judged by
-        # runbooks.remediation_entries on the move out behind it (none for the move out itself).
+        # lemons.remediation_entries on the move out behind it (none for the move out itself).
         behind = [] if leaves or node not in self.out_move else [self.out_move[node]]
         if len(remediation_entries([*behind, t])) > len(remediation_entries(behind)):
             self.remediation_entries[node].append(t.at)

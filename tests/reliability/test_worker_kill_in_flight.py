@@ -173,7 +173,8 @@ steps:
 
 async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     from fleetctl.db import remediation as runs_store
-    from fleetctl.remediation.runbooks import Event, parse_runbook
+    from fleetctl.remediation.events import Event
+    from fleetctl.remediation.runbooks import parse_runbook
     from workflows.client import start_remediation
 
     settings, worker = killable_worker()

@@ -64,8 +64,9 @@ from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.models import StragglerFinding
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.search_attributes import start_attributes
+from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import load_baseline
-from fleetctl.remediation.runbooks import Event, load_runbooks, parse_runbook
+from fleetctl.remediation.runbooks import load_runbooks, parse_runbook
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault

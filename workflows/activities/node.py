@@ -339,7 +339,10 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
-        from fleetctl.remediation.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
+        from fleetctl.remediation.events import Event
+        from fleetctl.remediation.matching import runbook_for
+        from fleetctl.remediation.runbooks import RUNBOOKS_DIR, load_runbooks
+        from fleetctl.remediation.sandbox import RunbookError
 
         event = Event.from_dict(choice.event)
         try:
