@@ -766,7 +766,6 @@ def event(
     ),
 ) -> None:
     """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
-    import hashlib
     import time
     import uuid
 
@@ -809,6 +808,7 @@ def event(
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.
         from checks.xid import xid_action
+        from fleetctl.nodes.health import health_event_id
         from fleetctl.text import bounded
 
         events = [
@@ -818,7 +818,7 @@ def event(
                 e.code,
                 bounded(e.message),
                 s.identity(),
-                hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32],
+                health_event_id(name, e.timestamp, e.pci, e.code, e.message),
                 now,
                 severity=severity or xid_action(e.code).severity,
             )

@@ -27,7 +27,7 @@ from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.lemons import LemonPolicy
 from fleetctl.remediation.runbooks import Step
 from fleetctl.remediation.sandbox import TemplateRefused, evaluate, render_value
-from fleetctl.text import bounded
+from fleetctl.text import bounded, failure_message
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import (
@@ -221,7 +221,7 @@ class RemediationActivities(DatabaseActivities):
                 result_type=PhaseAccepted,
             )
         except WorkflowUpdateFailedError as exc:
-            return ActionOutcome(False, getattr(exc.cause, "message", None) or str(exc.cause or exc))
+            return ActionOutcome(False, failure_message(exc))
         return ActionOutcome(True, f"admission queued with suite {accepted.suite}")
 
     @activity.defn
