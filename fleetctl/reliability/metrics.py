@@ -92,7 +92,6 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -167,6 +166,7 @@ class RestartRecord:
     running_at: datetime | None
     status: str = "succeeded"
     cause: str = ""
+    failure: str = ""  # the failure it is counted under (job_restarts.failure), "" for none
 
 
 @dataclass(frozen=True)
@@ -545,39 +545,17 @@ def checkpoint_interval_seconds(jobs: Iterable[JobRecord]) -> float | None:
 
 
 _SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
-# A job restart records its cause as the text of the drain behind it, written by
-# NodeLifecycle (`XID <code>: ...`, `health: ...`), its rechecks and sweeps and the prolog
-# (workflows.activities.prejob): "<kind> <suite>: <check>: <reason>".
-_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
-# A check the node passed, but well below its peers: "...: <check>: straggler: <finding>".
-_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):( straggler:)?")
-# A node behind its job's other nodes in production (workflows.definitions.stragglers).
-_PRODUCTION_STRAGGLER = re.compile(r"^straggler ([\w.-]+) in job ")
 
 
-def restart_failure(cause: str) -> str | None:
-    """`xid <code>`, `check <name>`, `straggler <check or metric>` or `health` when a
-    restart's cause names one, else None."""
-    if match := _XID.search(cause):
-        return f"xid {match[1]}"
-    if match := _CHECK.match(cause):
-        return f"{'straggler' if match[2] else 'check'} {match[1]}"
-    if match := _PRODUCTION_STRAGGLER.match(cause):
-        return f"straggler {match[1]}"
-    if cause.startswith("health:"):
-        return "health"
-    return None
-
-
-def restart_label(cause: str) -> str:
-    if label := restart_failure(cause):
-        return label
-    return "operator" if cause.startswith("operator") else "other"
+def restart_label(restart: RestartRecord) -> str:
+    """The cause label of a restart: the failure it records (`xid <code>`, `check <name>`,
+    `straggler <check or metric>`, `health`, `operator`), else `other`."""
+    return restart.failure or "other"
 
 
 def interruptions(job: JobRecord) -> list[str]:
     """The cause label of each interruption of the job (see the definitions above)."""
-    labels = [restart_label(r.cause) for r in job.restarts]
+    labels = [restart_label(r) for r in job.restarts]
     labels += ["scheduler requeue"] * max(0, job.scheduler_restarts - len(job.restarts))
     if job.state in _SCHEDULER_END_CAUSES:
         labels.append(job.state)

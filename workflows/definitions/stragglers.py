@@ -119,6 +119,7 @@ async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput)
                 actor=req.actor,
                 fault_seen_at=workflow.now().isoformat(),
                 restart_id=restart_id,
+                failure=Event(EventKind.STRAGGLER, check=due.metric).failure,
             ),
             id=job_restart_id(due.job_id, restart_id),
             # The restart outlives this tick.
