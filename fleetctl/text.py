@@ -56,6 +56,14 @@ def one_line(error: BaseException | str, limit: int = LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def failure_message(error: BaseException) -> str:
+    """What a failure from Temporal says (an update, a workflow or an activity that failed): the
+    message of the failure it wraps (an ApplicationError's, without its type), else the wrapped
+    error, else the error itself."""
+    cause = getattr(error, "cause", None)
+    return getattr(cause, "message", None) or str(cause or error)
+
+
 def bounded(text: str, limit: int = MAX_TEXT) -> str:
     """`text` safe to record and send on: every lone UTF-16 surrogate and NUL replaced by
     U+FFFD (as errors="replace" decoding does for undecodable bytes), then cut to `limit`

@@ -36,7 +36,7 @@ from fleetctl.config import Settings, guard_policy
 from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.nodes.search_attributes import QUEUED_SINCE, REPORTED_PROBLEMS, compare_registered, start_attributes
 from fleetctl.nodes.stalls import Stall, judge_stall, stalled_query
-from fleetctl.text import one_line
+from fleetctl.text import failure_message, one_line
 from workflows.api import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
@@ -90,8 +90,8 @@ from workflows.converter import DATA_CONVERTER
 
 if TYPE_CHECKING:
     from fleetctl.db.sweep_intervals import SweepSchedule
-    from fleetctl.remediation import firmware
-    from fleetctl.remediation.runbooks import Event, Runbook
+    from fleetctl.remediation.events import Event
+    from fleetctl.remediation.runbooks import Runbook
 
 # Node requests in flight at once from one command (the benchmarks drive 1,000 nodes so).
 CLIENT_CONCURRENCY = 50
@@ -336,9 +336,7 @@ async def request_transition(
             if not _retryable_timeout(exc):
                 raise
         except WorkflowUpdateFailedError as exc:
-            cause_exc = exc.cause
-            message = getattr(cause_exc, "message", None) or str(cause_exc or exc)
-            raise CommandRejected(message) from None
+            raise CommandRejected(failure_message(exc)) from None
         except RPCError as exc:
             if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
                 raise CommandRejected(
@@ -435,7 +433,7 @@ async def phase_outcome(
                 raise
             continue
         except WorkflowUpdateFailedError as exc:
-            return PhaseOutcome(node, False, getattr(exc.cause, "message", None) or str(exc.cause or exc), attempt - 1)
+            return PhaseOutcome(node, False, failure_message(exc), attempt - 1)
         except RPCError as exc:
             return PhaseOutcome(node, False, f"{node}: {_one_line(exc)}", attempt - 1)
         where = f"{accepted.queued_behind} item(s) ahead" if accepted.queued_behind else "now"
@@ -499,7 +497,7 @@ class Outcome:
 async def request_many(
     client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "", event: dict | None = None
 ) -> list[Outcome]:
-    """`trigger` on each node; `event` (runbooks.Event.to_dict()) says what a drain is for."""
+    """`trigger` on each node; `event` (fleetctl.remediation.events.Event.to_dict()) says what a drain is for."""
 
     async def one(node: str) -> Outcome:
         try:
@@ -576,60 +574,12 @@ class RolloutRefused(RuntimeError):
     pass
 
 
-def drifting_nodes(settings: Settings, baseline: firmware.Baseline) -> list[str]:
-    """Nodes whose reported firmware differs from the baseline, by name (the roll-out order)."""
-    from fleetctl.db import firmware as db
-    from fleetctl.db import queries
-    from fleetctl.db.engine import get_engine
-    from fleetctl.remediation import firmware
-
-    engine = get_engine(settings.db_url)
-    reported = db.reported_components(engine)
-    return [
-        n.name
-        for n in queries.list_nodes(engine)
-        if n.state != "retired"
-        and firmware.node_drift(baseline, n.name, n.profile, reported.get(n.name)).status == "drift"
-    ]
-
-
-async def start_rollout(
-    client: Client,
-    settings: Settings,
-    baseline: firmware.Baseline,
-    source: str,
-    canary: int,
-    batch: str,
-    max_failures: int,
-    dry_run: bool,
-    actor: str,
-) -> tuple[str, RolloutInput]:
-    from fleetctl.db import firmware as db
-    from fleetctl.db.engine import get_engine
-    from fleetctl.remediation import firmware
-
-    nodes = drifting_nodes(settings, baseline)
-    batches = firmware.plan_batches(nodes, canary, batch)
-    engine = get_engine(settings.db_url)
-    stored = db.set_baseline(engine, baseline.name, baseline.to_dict(), source, actor)
-    rollout_id = f"fw-{uuid.uuid4().hex[:8]}"
-    db.create_rollout(
-        engine,
-        rollout_id=rollout_id,
-        baseline_id=stored.id,
-        canary=canary,
-        batch=str(batch),
-        max_failures=max_failures,
-        dry_run=dry_run,
-        total=len(nodes),
-        created_by=actor,
-        detail=f"{len(nodes)} nodes in {len(batches)} batches",
-    )
-    inp = RolloutInput(rollout_id, stored.id, batches, max_failures, dry_run, actor)
+async def start_rollout(client: Client, settings: Settings, inp: RolloutInput) -> None:
+    """Start the FirmwareRollout workflow of a roll-out already recorded
+    (fleetctl.db.firmware.record_rollout)."""
     await client.start_workflow(
-        FIRMWARE_ROLLOUT, inp, id=rollout_workflow_id(rollout_id), task_queue=settings.task_queue
+        FIRMWARE_ROLLOUT, inp, id=rollout_workflow_id(inp.rollout_id), task_queue=settings.task_queue
     )
-    return rollout_id, inp
 
 
 async def rollout_command(client: Client, rollout_id: str, command: str, actor: str) -> str:
@@ -638,7 +588,7 @@ async def rollout_command(client: Client, rollout_id: str, command: str, actor: 
     try:
         return await handle.execute_update(update, RolloutCommand(actor), result_type=str)
     except WorkflowUpdateFailedError as exc:
-        raise RolloutRefused(getattr(exc.cause, "message", None) or str(exc.cause or exc)) from None
+        raise RolloutRefused(failure_message(exc)) from None
     except RPCError as exc:
         raise RolloutRefused(
             f"roll-out {rollout_id}: {str(exc).splitlines()[0] if str(exc) else 'not found'}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fleetctl.nodes.health import health_event_id
 from fleetctl.text import bounded
 
 # /dev/kmsg's sequence number is the kernel's u64; the agent keeps it in a signed 64-bit
@@ -118,4 +119,4 @@ def file_record(line: str, inode: int, offset: int, now: float) -> KernelRecord:
 
 def event_id(node: str, record_id: str, index: int) -> str:
     """The id the node's workflow de-duplicates by: one per fault found in one record."""
-    return hashlib.sha256(f"{node}/{record_id}/{index}".encode()).hexdigest()[:32]
+    return health_event_id(node, record_id, index)

@@ -6,11 +6,15 @@ import asyncio
 import signal
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, fail
+
+if TYPE_CHECKING:
+    from fleetctl.agent.runner import SavedCursor, Source
 
 
 def agent(
@@ -78,59 +82,18 @@ def agent(
     through an on-disk spool while Temporal is unreachable."""
     from prometheus_client import start_http_server
 
-    from checks import load_profile
     from checks.catalog import CHECKS
-    from checks.profiles import ProfileError
-    from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
-    from fleetctl.agent.runner import Agent, AgentConfig, Source, boot_identity, ensure_dir
+    from fleetctl.agent.runner import Agent, AgentConfig
     from fleetctl.agent.transport import TemporalTransport
 
     if sum((kmsg is not None, journal, log_file is not None)) > 1:
         fail("give at most one of --kmsg, --journal, --file", EXIT_USAGE)
-    if not 1 <= max_spool <= 10_000_000:
-        fail("--max-spool must be between 1 and 10000000", EXIT_USAGE)
-    if not (sample_interval == 0 or 1 <= sample_interval <= 86400):
-        fail("--sample-interval must be 0 or between 1 and 86400 seconds", EXIT_USAGE)
-    if not 0 <= metrics_port <= 65535:
-        fail("--metrics-port must be between 0 and 65535", EXIT_USAGE)
-    if not 1 <= heartbeat_interval <= 3600:
-        fail("--heartbeat-interval must be between 1 and 3600 seconds", EXIT_USAGE)
-    heartbeat = events_via_intake = None
-    if events_to_intake and heartbeat_url is None:
-        fail("--events-to-intake sends through the intake at --heartbeat-url: give it", EXIT_USAGE)
-    if heartbeat_url is not None:
-        from fleetctl.agent.heartbeat import HeartbeatSender
-        from fleetctl.agent.transport import IntakeTransport
-
-        token = _intake_token(heartbeat_token_file)
-        ca_path = str(heartbeat_ca) if heartbeat_ca else None
-        try:
-            heartbeat = HeartbeatSender(heartbeat_url, token, ca_path=ca_path)
-            events_via_intake = IntakeTransport(heartbeat_url, token, ca_path) if events_to_intake else None
-        except ValueError as exc:
-            fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
+    _check_bounds(max_spool, sample_interval, metrics_port, heartbeat_interval)
+    heartbeat, events_via_intake = _intake_senders(heartbeat_url, heartbeat_token_file, heartbeat_ca, events_to_intake)
     if profile:
-        try:
-            load_profile(profile, context.settings(ctx).profiles_dir or None)
-        except ProfileError as exc:  # an unknown name, or a site profile that does not validate
-            fail(str(exc), EXIT_USAGE)
+        _check_profile(ctx, profile)
     node = node or socket.gethostname().split(".")[0]
-    try:
-        ensure_dir(spool)
-    except OSError as exc:
-        fail(f"--spool {spool}: {exc}", EXIT_USAGE)
-    boot_id, boot_time = boot_identity()
-    saved = Agent.saved_cursor(spool)
-    source: Source
-    try:
-        if log_file is not None:
-            source = FileSource(log_file, saved.position)
-        elif journal:
-            source = JournalSource([journalctl, "-k", "-f", "-o", "json"], saved.position)
-        else:
-            source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, saved.position)
-    except OSError as exc:
-        fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
+    source, boot_id, saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
     config = AgentConfig(
         node=node,
         spool_dir=spool,
@@ -155,15 +118,86 @@ def agent(
         server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
         typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
     typer.echo(f"agent for {node}: following {log_file or ('journal' if journal else kmsg or '/dev/kmsg')}", err=True)
+    context.run_async(_run_until_signalled(the_agent))
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await the_agent.run_until(stop)
 
-    context.run_async(main())
+def _check_bounds(max_spool: int, sample_interval: float, metrics_port: int, heartbeat_interval: float) -> None:
+    if not 1 <= max_spool <= 10_000_000:
+        fail("--max-spool must be between 1 and 10000000", EXIT_USAGE)
+    if not (sample_interval == 0 or 1 <= sample_interval <= 86400):
+        fail("--sample-interval must be 0 or between 1 and 86400 seconds", EXIT_USAGE)
+    if not 0 <= metrics_port <= 65535:
+        fail("--metrics-port must be between 0 and 65535", EXIT_USAGE)
+    if not 1 <= heartbeat_interval <= 3600:
+        fail("--heartbeat-interval must be between 1 and 3600 seconds", EXIT_USAGE)
+
+
+def _intake_senders(
+    heartbeat_url: str | None, token_file: Path | None, heartbeat_ca: Path | None, events_to_intake: bool
+) -> tuple:
+    """The heartbeat sender and, with --events-to-intake, the events' transport through the
+    intake; (None, None) without --heartbeat-url."""
+    if events_to_intake and heartbeat_url is None:
+        fail("--events-to-intake sends through the intake at --heartbeat-url: give it", EXIT_USAGE)
+    if heartbeat_url is None:
+        return None, None
+    from fleetctl.agent.heartbeat import HeartbeatSender
+    from fleetctl.agent.transport import IntakeTransport
+
+    token = _intake_token(token_file)
+    ca_path = str(heartbeat_ca) if heartbeat_ca else None
+    try:
+        heartbeat = HeartbeatSender(heartbeat_url, token, ca_path=ca_path)
+        return heartbeat, IntakeTransport(heartbeat_url, token, ca_path) if events_to_intake else None
+    except ValueError as exc:
+        fail(f"--heartbeat-url: {exc}", EXIT_USAGE)
+
+
+def _check_profile(ctx: typer.Context, profile: str) -> None:
+    from checks import load_profile
+    from checks.profiles import ProfileError
+
+    try:
+        load_profile(profile, context.settings(ctx).profiles_dir or None)
+    except ProfileError as exc:  # an unknown name, or a site profile that does not validate
+        fail(str(exc), EXIT_USAGE)
+
+
+def _kernel_log(
+    spool: Path, log_file: Path | None, journal: bool, journalctl: str, kmsg: Path | None
+) -> tuple[Source, str, SavedCursor]:
+    """The spool made ready, and the kernel log to follow from where it was last read, with
+    this boot's id and the saved cursor (whether it was moved aside)."""
+    from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
+    from fleetctl.agent.runner import Agent, boot_identity, ensure_dir
+
+    try:
+        ensure_dir(spool)
+    except OSError as exc:
+        fail(f"--spool {spool}: {exc}", EXIT_USAGE)
+    boot_id, boot_time = boot_identity()
+    saved = Agent.saved_cursor(spool)
+    source: Source
+    try:
+        if log_file is not None:
+            source = FileSource(log_file, saved.position)
+        elif journal:
+            source = JournalSource([journalctl, "-k", "-f", "-o", "json"], saved.position)
+        else:
+            source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, saved.position)
+    except OSError as exc:
+        fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
+    return source, boot_id, saved
+    except OSError as exc:
+        fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
+
+
+async def _run_until_signalled(the_agent) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await the_agent.run_until(stop)
 
 
 def _intake_token(path: Path | None) -> str:

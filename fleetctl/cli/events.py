@@ -71,21 +71,10 @@ def serve(
     from fleetctl.db.engine import get_engine
     from fleetctl.intake.credentials import BadCredentials, Credentials
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.parse import NPD_CONDITIONS
-    from fleetctl.intake.server import Intake, KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
+    from fleetctl.intake.server import Intake, KnownNodes, Limits, serve_http, tls_context
 
     token = context.intake_token(token_file, "--token-file")
-    if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
-        fail(
-            f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
-            EXIT_USAGE,
-        )
-    if not 1 <= poll_interval <= 3600:
-        fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
-    if kubeconfig and in_cluster:
-        fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
-    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
-        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
+    _check_options(token, poll_interval, kubeconfig, in_cluster, tls_cert, tls_key, tls_client_ca)
     try:
         who = Credentials(token, credentials)
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
@@ -114,38 +103,71 @@ def serve(
     )
     writer.start()
     if kubeconfig or in_cluster:
-        from kubernetes import client, config
-
-        if in_cluster:
-            config.load_incluster_config()  # the pod's service account
-            api_client = None
-        else:
-            api_client = config.new_client_from_config(config_file=str(kubeconfig))
-        api = client.CoreV1Api(api_client)
-        threading.Thread(
-            target=poll_node_conditions,
-            args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval, known),
-            name="fleetctl-intake-npd",
-            daemon=True,
-        ).start()
+        _poll_node_problems(kubeconfig, intake, tuple(condition), stop, poll_interval, known)
     typer.echo(
         f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
         err=True,
     )
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await intake.deliver_until(stop)
-
     try:
-        context.run_async(main())
+        context.run_async(_deliver_until_signalled(intake, stop))
     finally:
         server.shutdown()
         stop.set()
         writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
         intake.spool.close()
+
+
+def _check_options(
+    token: str,
+    poll_interval: float,
+    kubeconfig: Path | None,
+    in_cluster: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> None:
+    if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
+        fail(
+            f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
+            EXIT_USAGE,
+        )
+    if not 1 <= poll_interval <= 3600:
+        fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
+    if kubeconfig and in_cluster:
+        fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
+
+
+def _poll_node_problems(
+    kubeconfig: Path | None, intake, conditions: tuple[str, ...], stop: threading.Event, poll_interval: float, known
+) -> None:
+    """Poll the cluster's Node Problem Detector conditions on a thread of their own: the
+    cluster of `kubeconfig`, else the one this runs in (its pod's service account)."""
+    from kubernetes import client, config
+
+    from fleetctl.intake.parse import NPD_CONDITIONS
+    from fleetctl.intake.server import poll_node_conditions
+
+    if kubeconfig is None:
+        config.load_incluster_config()  # the pod's service account
+        api_client = None
+    else:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    api = client.CoreV1Api(api_client)
+    threading.Thread(
+        target=poll_node_conditions,
+        args=(intake, api, conditions or NPD_CONDITIONS, stop, poll_interval, known),
+        name="fleetctl-intake-npd",
+        daemon=True,
+    ).start()
+
+
+async def _deliver_until_signalled(intake, stop: threading.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await intake.deliver_until(stop)
 
 
 # Open files the intake needs besides its connections: the database, the spool's segments,

@@ -32,7 +32,7 @@ app.add_typer(rollout_app, name="rollout")
 def _load(path: Path):
     from fleetctl.cli.node import _known_profiles
     from fleetctl.remediation.firmware import BaselineError, load_baseline
-    from fleetctl.remediation.runbooks import TemplateRefused
+    from fleetctl.remediation.sandbox import TemplateRefused
 
     try:
         return load_baseline(path, _known_profiles())
@@ -120,7 +120,10 @@ def rollout(
         return
     if baseline_file is None:
         fail("--baseline FILE is required", EXIT_USAGE)
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.firmware import record_rollout
     from fleetctl.remediation.firmware import batch_size
+    from workflows.api import RolloutInput
     from workflows.client import start_rollout
 
     baseline = _load(baseline_file)
@@ -133,9 +136,12 @@ def rollout(
 
     async def go():
         client = await context.temporal_client(ctx)
-        rollout_id, plan = await start_rollout(
-            client, s, baseline, baseline_text, canary, batch, max_failures, dry_run, s.identity()
+        recorded = record_rollout(
+            get_engine(s.db_url), baseline, baseline_text, canary, batch, max_failures, dry_run, s.identity()
         )
+        rollout_id = recorded.rollout_id
+        plan = RolloutInput(rollout_id, recorded.baseline_id, recorded.batches, max_failures, dry_run, s.identity())
+        await start_rollout(client, s, plan)
         typer.echo(
             f"roll-out {rollout_id}: {plural(sum(map(len, plan.batches)), 'node')} in "
             f"{plural(len(plan.batches), 'batch', 'batches')}" + (" (dry run)" if dry_run else "")

@@ -175,45 +175,78 @@ def render_racks(islands: list[dict]):
 
 def render_status(data: dict, wide: bool = False):
     from rich.console import Group
+
+    # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
+    # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
+    # then what is under way; the budget and the per-rack counts last.
+    parts = [_status_head(data), _automation_line(data["automation"]), *_needs_an_operator(data)]
+    parts.extend(_under_way(data))
+    parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
+    spares = data["spares"]
+    if spares["per_island"]:
+        from rich.text import Text
+
+        parts.append(
+            Text.assemble(
+                ("hot spares ", "bold"),
+                f"{spares['count']} (in service, running no job)   ",
+                *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()],
+            )
+        )
+    parts.append(render_racks(data["islands"]) if wide else _per_rack(data))
+    return Group(*parts)
+
+
+def _status_head(data: dict):
+    """The fleet's node count per state."""
     from rich.text import Text
 
     from fleetctl.nodes.lifecycle import NodeState
 
-    states = [s.value for s in NodeState]
-    head = Text.assemble(
+    return Text.assemble(
         ("fleet ", "bold"),
         f"{plural(data['nodes'], 'node')}   ",
-        *[(f"{s} {data['per_state'][s]}  ", NodeState(s).colour) for s in states if data["per_state"].get(s)],
+        *[(f"{s.value} {data['per_state'][s.value]}  ", s.colour) for s in NodeState if data["per_state"].get(s.value)],
         (f" at {when(data['at'])} UTC", "dim") if data.get("at") else "",
     )
-    present = [s for s in states if data["per_state"].get(s)]
-    racks = simple_table(
+
+
+def _per_rack(data: dict):
+    from fleetctl.nodes.lifecycle import NodeState
+
+    present = [s.value for s in NodeState if data["per_state"].get(s.value)]
+    return simple_table(
         "per rack",
         ["rack", *present],
         [[rack, *[counts.get(s, "") for s in present]] for rack, counts in sorted(data["per_rack"].items())],
     )
-    a = data["automation"]
+
+
+def _automation_line(a: dict):
+    """The capacity guard: its breaker, limits and decisions, or why they are not known."""
+    from rich.text import Text
+
     if not a.get("reachable"):
-        auto = Text(f"automation: unknown ({a.get('error')})", style="yellow")
-    elif not a["guard_running"]:
-        auto = Text(
+        return Text(f"automation: unknown ({a.get('error')})", style="yellow")
+    if not a["guard_running"]:
+        return Text(
             f"automation: no capacity guard runs for fleet {a['fleet']!r}: no automated drain has asked it yet"
             + (f"; guards run for: {', '.join(a['other_fleets'])} (--fleet)" if a["other_fleets"] else ""),
             style="yellow" if a["other_fleets"] else "",
         )
-    else:
-        style = "bold red" if a["breaker"] == "open" else "green"
-        auto = Text.assemble(
-            ("automation: ", "bold"),
-            (f"breaker {a['breaker']}", style),
-            f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
-            f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
-            f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused",
-        )
-    # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
-    # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
-    # then what is under way; the budget and the per-rack counts last.
-    parts = [head, auto]
+    style = "bold red" if a["breaker"] == "open" else "green"
+    return Text.assemble(
+        ("automation: ", "bold"),
+        (f"breaker {a['breaker']}", style),
+        f"  {a['breaker_reason']}" if a["breaker_reason"] else "",
+        f"   limits: fleet {a['max_unavailable_fleet']:.0%}, rack {a['max_unavailable_rack']:.0%}, "
+        f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused",
+    )
+
+
+def _needs_an_operator(data: dict) -> list:
+    """Stalled nodes, RMAs held, drains held, suspects, and what automation did lately."""
+    parts = []
     if data["stalled"]:
         parts.append(
             simple_table(
@@ -254,6 +287,14 @@ def render_status(data: dict, wide: bool = False):
                 title="recent automation (repeats counted, as kubectl's events)",
             )
         )
+    return parts
+
+
+def _under_way(data: dict) -> list:
+    """Firmware roll-outs, nodes in flight, and the operators' recent commands."""
+    from rich.text import Text
+
+    parts = []
     for r in data["firmware_rollouts"]:
         parts.append(
             Text(
@@ -272,18 +313,7 @@ def render_status(data: dict, wide: bool = False):
         )
     if data["recent_operator_commands"]:
         parts.append(column_table(OPERATOR_COLUMNS, data["recent_operator_commands"], title="recent operator commands"))
-    parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
-    spares = data["spares"]
-    if spares["per_island"]:
-        parts.append(
-            Text.assemble(
-                ("hot spares ", "bold"),
-                f"{spares['count']} (in service, running no job)   ",
-                *[f"{island} {c['spares']}/{c['wanted']}  " for island, c in spares["per_island"].items()],
-            )
-        )
-    parts.append(render_racks(data["islands"]) if wide else racks)
-    return Group(*parts)
+    return parts
 
 
 @app.command("status")

@@ -20,6 +20,7 @@ from fleetctl.cli.output import (
     within,
 )
 from fleetctl.durations import when
+from fleetctl.text import failure_message
 
 app = typer.Typer(
     help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
@@ -362,7 +363,7 @@ def restart(
             with Console(stderr=True).status(f"restarting job {job_id} off {', '.join(bad_nodes)}"):
                 return await handle.result()
         except WorkflowFailureError as exc:
-            fail(getattr(exc.cause, "message", None) or str(exc.cause or exc))
+            fail(failure_message(exc))
 
     result = context.run_async(run())
     if output in (OutputFormat.table, OutputFormat.wide):

@@ -38,9 +38,11 @@ NOUNS: dict[str, Noun] = {
         "Run a simulated GPU fleet through burn-in, jobs, faults, drains, restarts, remediation and RMA.",
     ),
     "worker": Noun(
-        "fleetctl.cli.dev", "worker", "Run a worker: hosts the workflows and activities (scale out by starting more)."
+        "fleetctl.cli.worker",
+        "worker",
+        "Run a worker: hosts the workflows and activities (scale out by starting more).",
     ),
-    "config": Noun("fleetctl.cli.dev", "show_config", "Show the resolved settings and where each came from."),
+    "config": Noun("fleetctl.cli.config", "show_config", "Show the resolved settings and where each came from."),
     "reconcile": Noun(
         "fleetctl.cli.reconcile",
         "reconcile",

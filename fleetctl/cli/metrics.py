@@ -39,7 +39,7 @@ def serve(
 
     from fleetctl.config import guard_policy
     from fleetctl.reliability import exporter_server
-    from fleetctl.remediation.runbooks import LemonPolicy
+    from fleetctl.remediation.lemons import LemonPolicy
 
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)

@@ -449,7 +449,7 @@ def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
 
     from fleetctl.db.models import utcnow
     from fleetctl.db.remediation import times_remediated
-    from fleetctl.remediation.runbooks import LemonPolicy
+    from fleetctl.remediation.lemons import LemonPolicy
 
     s = context.settings(ctx)
     policy = LemonPolicy(s.lemon_threshold, timedelta(days=s.lemon_window_days))
@@ -472,7 +472,7 @@ def _workflow_now(ctx: typer.Context, name: str) -> dict:
 
 
 def _event_row(e) -> dict:
-    from fleetctl.remediation.runbooks import what_a_drain_is
+    from fleetctl.remediation.drains import what_a_drain_is
 
     return {
         "at": e.at,
@@ -625,10 +625,10 @@ _XID_IN_REASON = re.compile(r"\bxid\s*(\d+)\b", re.IGNORECASE)
 
 def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: int | None) -> dict:
     """What an operator's drain is, as the event its node_events row records the failure of
-    (runbooks.Event.failure): `maintenance` for planned work; `xid <code>`, `check <name>` or
+    (events.Event.failure): `maintenance` for planned work; `xid <code>`, `check <name>` or
     `operator` for a fault. With neither flag, a reason that names an XID is that XID's
     failure, any other is planned work. Saying --maintenance with a fault is a usage error."""
-    from fleetctl.remediation.runbooks import MAINTENANCE, Event
+    from fleetctl.remediation.events import Event, EventKind
 
     if maintenance and (check is not None or xid is not None):
         fail("--maintenance is planned work: it names no --check or --xid", EXIT_USAGE)
@@ -644,12 +644,12 @@ def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: i
         if check not in CHECKS:
             fail(f"--check: no such check: {check[:80]!r} (see fleetctl check list)", EXIT_USAGE)
     if xid is not None:
-        return Event("xid", code=xid, message=reason).to_dict()
+        return Event(EventKind.XID, code=xid, message=reason).to_dict()
     if check is not None:
-        return Event("check", check=check, status="fail", message=reason).to_dict()
+        return Event(EventKind.CHECK, check=check, status="fail", message=reason).to_dict()
     if maintenance is False:
-        return Event("operator", message=reason).to_dict()
-    return Event(MAINTENANCE, message=reason).to_dict()
+        return Event(EventKind.OPERATOR, message=reason).to_dict()
+    return Event(EventKind.MAINTENANCE, message=reason).to_dict()
 
 
 def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
@@ -768,7 +768,6 @@ def event(
     ),
 ) -> None:
     """Report a health event; critical ones (XID 79, 48, 95, ...) drain the node at once."""
-    import hashlib
     import time
     import uuid
 
@@ -811,6 +810,7 @@ def event(
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
         # The same log line sent twice is one event.
         from checks.xid import xid_action
+        from fleetctl.nodes.health import health_event_id
         from fleetctl.text import bounded
 
         events = [
@@ -820,7 +820,7 @@ def event(
                 e.code,
                 bounded(e.message),
                 s.identity(),
-                hashlib.sha256(f"{name}/{e.timestamp}/{e.pci}/{e.code}/{e.message}".encode()).hexdigest()[:32],
+                health_event_id(name, e.timestamp, e.pci, e.code, e.message),
                 now,
                 severity=severity or xid_action(e.code).severity,
             )

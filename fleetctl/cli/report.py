@@ -17,21 +17,42 @@ def _pct(value: float | None) -> str:
 
 def render_report(report: dict, wide: bool = False):
     """The report as rich tables: the headline numbers, per rack and profile, and the lists."""
+    from rich.console import Group
+
+    jobs = report["jobs"]
+    parts = [
+        _headline(report),
+        _groups("per rack", "rack", report["racks"], wide),
+        _groups("per profile", "profile", report["profiles"], wide),
+    ]
+    if jobs["per_job"]:
+        parts.append(_jobs_table(jobs["per_job"], wide))
+    if jobs["interruptions"]:
+        parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
+    if report["summary"]["causes"]:
+        parts.append(simple_table("failure causes", ["cause", "failures"], list(report["summary"]["causes"].items())))
+    parts.extend(_lists(report))
+    return Group(*parts)
+
+
+def _at(iso: str) -> str:
     from datetime import datetime
 
-    from rich.console import Group
+    from fleetctl.durations import when
+
+    return when(datetime.fromisoformat(iso))
+
+
+def _headline(report: dict):
+    """The fleet, the window, and the headline figures."""
     from rich.text import Text
 
-    from fleetctl.durations import when
     from fleetctl.reliability.report import duration, hours
 
-    def at(iso: str) -> str:
-        return when(datetime.fromisoformat(iso))
-
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
-    head = Text.assemble(
+    return Text.assemble(
         ("fleet ", "bold"),
-        f"{report['fleet']}  {plural(s['nodes'], 'node')}  {at(window['since'])} to {at(window['until'])} UTC "
+        f"{report['fleet']}  {plural(s['nodes'], 'node')}  {_at(window['since'])} to {_at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
         f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
@@ -43,61 +64,67 @@ def render_report(report: dict, wide: bool = False):
         f"{duration(jobs['checkpoint_interval_seconds'])}",
     )
 
-    def groups(title: str, column: str, rows: dict) -> object:
-        states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
-        return simple_table(
-            title,
-            [column, "nodes", "MTTF", "MTTR", "avail", "failures", *[state.replace("_", " ") for state in states]],
-            [
-                [
-                    name,
-                    g["nodes"],
-                    hours(g["mttf_hours"]),
-                    hours(g["mttr_hours"]),
-                    _pct(g["availability"]),
-                    g["failures"],
-                    *[duration(g["node_days"].get(state, 0) * 86400) for state in states],
-                ]
-                for name, g in rows.items()
-            ],
-        )
 
-    parts = [head, groups("per rack", "rack", report["racks"]), groups("per profile", "profile", report["profiles"])]
-    if jobs["per_job"]:
-        # Wide adds where each job's time went: restart downtime, work lost, each restart.
-        extra = ["down", "lost", "restarts took"] if wide else []
-        parts.append(
-            simple_table(
-                "jobs",
-                ["job", "name", "GPUs", "wall", "restarts", "ckpts", "ETTR", "predicted", *extra],
-                [
+def _groups(title: str, column: str, rows: dict, wide: bool) -> object:
+    """The figures per rack or per profile; wide adds each state's node time."""
+    from fleetctl.reliability.report import duration, hours
+
+    states = sorted({state for g in rows.values() for state in g["node_days"]}) if wide else ["production"]
+    return simple_table(
+        title,
+        [column, "nodes", "MTTF", "MTTR", "avail", "failures", *[state.replace("_", " ") for state in states]],
+        [
+            [
+                name,
+                g["nodes"],
+                hours(g["mttf_hours"]),
+                hours(g["mttr_hours"]),
+                _pct(g["availability"]),
+                g["failures"],
+                *[duration(g["node_days"].get(state, 0) * 86400) for state in states],
+            ]
+            for name, g in rows.items()
+        ],
+    )
+
+
+def _jobs_table(per_job: list, wide: bool) -> object:
+    """Each job's ETTR; wide adds where its time went: restart downtime, work lost, each restart."""
+    from fleetctl.reliability.report import duration, hours
+
+    extra = ["down", "lost", "restarts took"] if wide else []
+    return simple_table(
+        "jobs",
+        ["job", "name", "GPUs", "wall", "restarts", "ckpts", "ETTR", "predicted", *extra],
+        [
+            [
+                j["job_id"],
+                j["name"],
+                j["gpus"],
+                hours(j["wall_hours"]),
+                j["restarts"],
+                j["checkpoints"],
+                _pct(j["ettr"]),
+                _pct(j["predicted_ettr"]),
+                *(
                     [
-                        j["job_id"],
-                        j["name"],
-                        j["gpus"],
-                        hours(j["wall_hours"]),
-                        j["restarts"],
-                        j["checkpoints"],
-                        _pct(j["ettr"]),
-                        _pct(j["predicted_ettr"]),
-                        *(
-                            [
-                                duration(j["downtime_seconds"]),
-                                duration(j["lost_seconds"]),
-                                ", ".join(duration(v) for v in j["restart_seconds"]),
-                            ]
-                            if wide
-                            else []
-                        ),
+                        duration(j["downtime_seconds"]),
+                        duration(j["lost_seconds"]),
+                        ", ".join(duration(v) for v in j["restart_seconds"]),
                     ]
-                    for j in jobs["per_job"]
-                ],
-            )
-        )
-    if jobs["interruptions"]:
-        parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
-    if s["causes"]:
-        parts.append(simple_table("failure causes", ["cause", "failures"], list(s["causes"].items())))
+                    if wide
+                    else []
+                ),
+            ]
+            for j in per_job
+        ],
+    )
+
+
+def _lists(report: dict) -> list:
+    """The report's lists that have rows: rule precision, production stragglers, the breaker's
+    events, lemon nodes, stragglers."""
+    parts = []
     if report["rule_precision"]:
         parts.append(
             simple_table(
@@ -123,7 +150,7 @@ def render_report(report: dict, wide: bool = False):
                 "stragglers in production",
                 ["found", "node", "job", "status", "evidence", "detail"],
                 [
-                    [at(f["found_at"]), f["node"], f["job_id"], f["status"], f["evidence"], f["detail"]]
+                    [_at(f["found_at"]), f["node"], f["job_id"], f["status"], f["evidence"], f["detail"]]
                     for f in report["production_stragglers"]
                 ],
             )
@@ -133,7 +160,7 @@ def render_report(report: dict, wide: bool = False):
             simple_table(
                 "automation breaker",
                 ["at", "event", "by", "why"],
-                [[at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]] for e in report["breaker"]],
+                [[_at(e["at"]), e["kind"].replace("_", " "), e["actor"], e["reason"]] for e in report["breaker"]],
             )
         )
     if report["lemons"]:
@@ -165,7 +192,7 @@ def render_report(report: dict, wide: bool = False):
                 ],
             )
         )
-    return Group(*parts)
+    return parts
 
 
 def report(

@@ -20,7 +20,7 @@ from fleetctl.cli.output import (
     within,
 )
 from fleetctl.durations import when
-from fleetctl.text import printable
+from fleetctl.text import failure_message, printable
 
 app = typer.Typer(
     help="RMA records: list, show the evidence, confirm or reject a held one, close.", no_args_is_help=True
@@ -217,7 +217,7 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
     try:
         decided = context.run_async(go())
     except WorkflowUpdateFailedError as exc:
-        fail(str(getattr(exc.cause, "message", None) or exc.cause or exc))  # the run's refusal names the RMA
+        fail(failure_message(exc))  # the run's refusal names the RMA
     except RPCError as exc:
         fail(f"RMA {rma_id}: the run that holds it ({record.remediation_run}) does not answer: {exc.message}")
     typer.echo(printable(decided.detail))

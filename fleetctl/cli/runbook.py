@@ -26,7 +26,8 @@ app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_ar
 
 
 def _books(ctx: typer.Context):
-    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks
+    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, load_runbooks
+    from fleetctl.remediation.sandbox import RunbookError
 
     try:
         return load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR)
@@ -102,7 +103,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
 @app.command("validate")
 def validate(file: Path = typer.Argument(..., help="runbook YAML file")) -> None:
     """Check a runbook without running it: structure, parameters and template safety."""
-    from fleetctl.remediation.runbooks import RunbookError, load_runbook
+    from fleetctl.remediation.runbooks import load_runbook
+    from fleetctl.remediation.sandbox import RunbookError
 
     try:
         book = load_runbook(file)
@@ -127,7 +129,7 @@ def run(
 ) -> None:
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.remediation.events import Event, EventKind
     from workflows.client import RemediationAlreadyRunning, run_remediation
 
     book = _books(ctx).get(name)
@@ -136,7 +138,9 @@ def run(
     if get_node(context.engine(ctx), node) is None:
         fail(f"unknown node: {node}")
     s = context.settings(ctx)
-    event = Event("xid", code=xid, message=reason) if xid is not None else Event("manual", message=reason)
+    event = (
+        Event(EventKind.XID, code=xid, message=reason) if xid is not None else Event(EventKind.MANUAL, message=reason)
+    )
 
     async def go():
         client = await context.temporal_client(ctx)

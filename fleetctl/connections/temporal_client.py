@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fleetctl.config import ConfigError, Settings
+from fleetctl.config import ConfigError, Settings, parse_bool
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
-_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -82,16 +81,9 @@ def is_local_address(address: str) -> bool:
 
 
 def parse_tls_flag(raw: str) -> bool | None:
-    """The temporal_tls setting: empty is "not said", otherwise strictly true or false (as
-    fleetctl.config.parse_bool: no spaces around it)."""
-    value = raw.lower()
-    if not value:
-        return None
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"setting temporal_tls: {raw!r} is not true or false")
+    """The temporal_tls setting: empty is "not said", otherwise strictly a boolean
+    (fleetctl.config.parse_bool)."""
+    return parse_bool(raw, "setting temporal_tls") if raw else None
 
 
 def _given(settings: Settings, name: str) -> bool:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, utcnow
+from fleetctl.remediation import firmware
 
 
 def set_baseline(engine: Engine, name: str, document: dict[str, Any], source: str, created_by: str) -> FirmwareBaseline:
@@ -52,6 +56,58 @@ def create_rollout(engine: Engine, **fields: Any) -> FirmwareRollout:
         session.commit()
         session.refresh(row)
         return row
+
+
+def drifting_nodes(engine: Engine, baseline: firmware.Baseline) -> list[str]:
+    """Nodes whose reported firmware differs from the baseline, by name (the roll-out order)."""
+    reported = reported_components(engine)
+    return [
+        n.name
+        for n in queries.list_nodes(engine)
+        if n.state != "retired"
+        and firmware.node_drift(baseline, n.name, n.profile, reported.get(n.name)).status == "drift"
+    ]
+
+
+@dataclass(frozen=True)
+class RecordedRollout:
+    """A roll-out as recorded, before its workflow starts: its id, its baseline's row, and the
+    drifting nodes in batches (canary first)."""
+
+    rollout_id: str
+    baseline_id: int
+    batches: list[list[str]]
+
+
+def record_rollout(
+    engine: Engine,
+    baseline: firmware.Baseline,
+    source: str,
+    canary: int,
+    batch: str,
+    max_failures: int,
+    dry_run: bool,
+    actor: str,
+) -> RecordedRollout:
+    """Record the baseline (it becomes the current one) and a roll-out of it over the nodes that
+    drift from it now."""
+    nodes = drifting_nodes(engine, baseline)
+    batches = firmware.plan_batches(nodes, canary, batch)
+    stored = set_baseline(engine, baseline.name, baseline.to_dict(), source, actor)
+    rollout_id = f"fw-{uuid.uuid4().hex[:8]}"
+    create_rollout(
+        engine,
+        rollout_id=rollout_id,
+        baseline_id=stored.id,
+        canary=canary,
+        batch=str(batch),
+        max_failures=max_failures,
+        dry_run=dry_run,
+        total=len(nodes),
+        created_by=actor,
+        detail=f"{len(nodes)} nodes in {len(batches)} batches",
+    )
+    return RecordedRollout(rollout_id, stored.id, batches)
 
 
 def get_rollout(engine: Engine, rollout_id: str) -> FirmwareRollout | None:

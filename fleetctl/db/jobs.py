@@ -222,6 +222,7 @@ def record_restart_started(
     actor: str,
     restart_id: str,
     fault_seen_at: datetime,
+    failure: str = "",
 ) -> JobRestart:
     """The restart's row, created once per workflow id (a retry finds the first one)."""
     with Session(engine) as session:
@@ -234,6 +235,7 @@ def record_restart_started(
             scheduler=scheduler,
             bad_nodes=list(bad_nodes),
             cause=cause,
+            failure=failure,
             actor=actor,
             restart_id=restart_id,
             fault_seen_at=fault_seen_at,

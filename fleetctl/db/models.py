@@ -67,8 +67,8 @@ class NodeEvent(SQLModel, table=True):
     run_id: str = ""
     state_version: int = 0
     idempotency_key: str
-    # fleetctl.remediation.runbooks.Event.failure of the fault that caused it, "maintenance"
-    # (runbooks.PLANNED) for an operator's planned drain, "" for none.
+    # fleetctl.remediation.events.Event.failure of the fault that caused it, "maintenance"
+    # (drains.PLANNED) for an operator's planned drain, "" for none.
     failure: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
 
 
@@ -373,6 +373,10 @@ class JobRestart(SQLModel, table=True):
     scheduler: str
     bad_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     cause: str = Field(default="", sa_column=Column(Text, nullable=False))
+    # The failure the restart is counted under (migration 0018): the label of the fault behind
+    # it (`xid 79`, `check nccl-allreduce`, `straggler nvlink_tx`, `health`, `operator`), "" for
+    # none; the report reads it, never the cause's words.
+    failure: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     actor: str
     restart_id: str
     fault_seen_at: datetime

@@ -11,8 +11,8 @@ from sqlmodel import Session, col, select
 
 from fleetctl.db.models import HealthEvent, NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
 from fleetctl.durations import as_utc
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, CLOSED, OPEN, REJECTED
-from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 
 
 def start_run(
@@ -123,7 +123,7 @@ def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[dat
 
 def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
     """When the node entered maintenance to be remediated (drained for a fault, or a phase
-    failed), since `since`; the end of a planned drain is none (`runbooks.remediation_entries`,
+    failed), since `since`; the end of a planned drain is none (`lemons.remediation_entries`,
     which reads the whole history: the drain behind an entry may be older than `since`)."""
     with Session(engine) as session:
         events = list(

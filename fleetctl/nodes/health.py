@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from checks.result import SEVERITIES
@@ -15,6 +16,13 @@ MAX_SENDER_SKEW_S = 300.0
 # while Temporal is unreachable, so a kernel line from an hour ago can arrive now and be real.
 # Older than a week is a node clock that is wrong or a replayed archive, not a delivery delay.
 MAX_RECORD_AGE_S = 7 * DAY_S
+
+
+def health_event_id(*parts: object) -> str:
+    """The one id of a health event, derived from what makes it that event (the node and where
+    it was read, or what the sender said): the same parts give the same id, which the node's
+    workflow records once."""
+    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,10 @@ folded row by row, never a query of the whole history.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from threading import Lock
 from time import monotonic
@@ -80,8 +82,8 @@ from fleetctl.reliability.metrics import (
     pending_reason,
     removal_outcome,
 )
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
-from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
@@ -164,24 +166,13 @@ class AppendOnlyReader:
             self.high = max(self.high, top)
 
 
-class FleetCollector:
-    """Reads the database on every scrape (the numbers are never staler than the scrape), but
-    each append-only row only once (AppendOnlyReader)."""
+class FleetFold:
+    """What the append-only tables say, folded row by row across scrapes (AppendOnlyReader):
+    each row is read once, into the counters and per-node evidence below."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        fleet: str = "default",
-        policy: GuardPolicy | None = None,
-        lemon: LemonPolicy | None = None,
-        agent_silence_s: float = Settings.agent_silence_s,
-    ) -> None:
-        """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy),
-        `lemon` the lemon rule (lemon_threshold, lemon_window_days), `agent_silence_s` how long
-        an agent may be silent and still report (Unchecked, as `node list` judges it)."""
-        self.engine, self.fleet, self.policy = engine, fleet, policy or GuardPolicy()
-        self.lemon, self.agent_silence_s = lemon or LemonPolicy(), agent_silence_s
-        self.lock = Lock()  # two scrapes at once must not fold the same rows twice
+    def __init__(self, fleet: str, lemon: LemonPolicy) -> None:
+        """`fleet`: the fleet a node without a fleet label is in; `lemon` the lemon rule."""
+        self.fleet, self.lemon = fleet, lemon
         # Per (fleet, check, status) and (fleet, check); the node's fleet when its row was read.
         self.check_counts: Counter[tuple[str, str, str]] = Counter()
         self.check_seconds: dict[tuple[str, str], list[float]] = defaultdict(
@@ -205,7 +196,7 @@ class FleetCollector:
         # Per node and check its latest run (queries.latest_check_per_kind, folded): (id, summary).
         self.latest_checks: dict[str, dict[str, tuple[int, CheckSummary]]] = defaultdict(dict)
         # The lemon rule's figure (LemonPolicy.times_remediated), folded: per node its entries into
-        # maintenance to be remediated (runbooks.remediation_entries, judged against the move out of
+        # maintenance to be remediated (lemons.remediation_entries, judged against the move out of
         # production behind each), and its live remediation runs begun; kept for one lemon window.
         self.out_move: dict[str, Transition] = {}  # per node out of production: the move that took it out
         self.remediation_entries: dict[str, list[datetime]] = defaultdict(list)
@@ -216,7 +207,11 @@ class FleetCollector:
         self.repairs_done: dict[str, list[datetime]] = defaultdict(list)  # passed repairing steps of live runs
         self.open_removals: dict[str, list[tuple[str, str, datetime, list[Transition]]]] = defaultdict(list)
         self.resolved: Counter[tuple[str, str, str]] = Counter()  # (fleet, rule, outcome)
-        self.readers = (
+        self.readers = self._readers()
+
+    def _readers(self) -> tuple[AppendOnlyReader, ...]:
+        """One reader per append-only table, each feeding its fold."""
+        return (
             AppendOnlyReader(
                 CheckRun.id,
                 (
@@ -314,7 +309,7 @@ class FleetCollector:
     def _fold_lemon_and_removals(self, node: str, fleet: str, t: Transition) -> None:
         leaves = t.from_state == PRODUCTION and t.to_state != PRODUCTION
         # An entry into maintenance is a remediation unless it ends a planned drain: judged by
-        # runbooks.remediation_entries on the move out behind it (none for the move out itself).
+        # lemons.remediation_entries on the move out behind it (none for the move out itself).
         behind = [] if leaves or node not in self.out_move else [self.out_move[node]]
         if len(remediation_entries([*behind, t])) > len(remediation_entries(behind)):
             self.remediation_entries[node].append(t.at)
@@ -426,88 +421,188 @@ class FleetCollector:
         else:
             self.decisions[(fleet, kind)] += 1
 
-    def collect(self):
-        with self.lock, Session(self.engine) as session:
-            node_rows = list(
-                session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels, Node.state_since))
-            )
-            self.fleet_of.update(
-                {
-                    name: one_line(str((labels or {}).get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
-                    for name, _, _, _, labels, _ in node_rows
-                }
-            )
-            for reader in self.readers:
-                reader.read(session)
-            restarts = list(
-                session.exec(
-                    select(
-                        JobRestart.status,
-                        JobRestart.fault_seen_at,
-                        JobRestart.running_at,
-                        JobRestart.job_id,
-                        JobRestart.placement,
-                        JobRestart.bad_nodes,
-                    )
-                )
-            )
-            pending_jobs = list(session.exec(select(Job.job_id).where(Job.state == "pending")))
-            agent_seen = {
-                name: as_utc(at)
-                for name, at in session.exec(
-                    select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None))
-                )
-            }
-            check_counts = sorted(self.check_counts.items())
-            check_seconds = {check: list(tally) for check, tally in self.check_seconds.items()}
-            drains, causes, decisions = dict(self.drains), dict(self.failures), sorted(self.decisions.items())
-            latest = dict(self.breaker)
-            repairs = {fleet: list(tally) for fleet, tally in self.repairs.items()}
-            causes_out = {
-                name: self.out_cause.get(name, "other") for name, state, *_ in node_rows if state in OUT_STATES
-            }
-            refused = dict(self.refused)
-            stalls = {node: at for node, (kind, at) in self.stalls.items() if kind == queries.STALLED}
-            remediations = list(
-                session.exec(
-                    select(
-                        RemediationRun.node_name,
-                        RemediationRun.runbook,
-                        RemediationRun.mode,
-                        RemediationRun.status,
-                        func.count(),
-                    ).group_by(
-                        RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode, RemediationRun.status
-                    )
-                )
-            )
-            # Few (one per part sent back): read whole, for their count and how each ended.
-            rmas = list(
-                session.exec(
-                    select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at, RmaRecord.replaced, RmaRecord.id)
-                )
-            )
-            fleet_of = dict(self.fleet_of)
-            rma_outcomes: dict[str, list[RmaOutcome]] = defaultdict(list)
-            for node, status, opened_at, replaced, _ in rmas:
-                rma_outcomes[node].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
-            removals_open = self._resolve_removals(rma_outcomes)
-            resolved = sorted(self.resolved.items())
-            now = datetime.now(UTC)
-            lemons = self._lemons(now)
-            latest_checks = {
+    def scrape(self, rows: WholeRows) -> Scrape:
+        """A copy of the fold for one scrape's exposition, after every reader has read; resolves
+        the removals and judges the lemons and suspects on what was read."""
+        rma_outcomes: dict[str, list[RmaOutcome]] = defaultdict(list)
+        for node, status, opened_at, replaced, _ in rows.rmas:
+            rma_outcomes[node].append(RmaOutcome(as_utc(opened_at), rma_outcome(status, replaced)))
+        removals_open = self._resolve_removals(rma_outcomes)
+        now = datetime.now(UTC)
+        return Scrape(
+            rows=rows,
+            fleet_of=dict(self.fleet_of),
+            check_counts=sorted(self.check_counts.items()),
+            check_seconds={check: list(tally) for check, tally in self.check_seconds.items()},
+            drains=dict(self.drains),
+            causes=dict(self.failures),
+            decisions=sorted(self.decisions.items()),
+            breaker=dict(self.breaker),
+            repairs={fleet: list(tally) for fleet, tally in self.repairs.items()},
+            causes_out={
+                name: self.out_cause.get(name, "other") for name, state, *_ in rows.nodes if state in OUT_STATES
+            },
+            refused=dict(self.refused),
+            stalls={node: at for node, (kind, at) in self.stalls.items() if kind == queries.STALLED},
+            removals_open=removals_open,
+            resolved=sorted(self.resolved.items()),
+            now=now,
+            lemons=self._lemons(now),
+            latest_checks={
                 node: sorted((summary for _, summary in by_check.values()), key=lambda c: c.at, reverse=True)
                 for node, by_check in self.latest_checks.items()
+            },
+            suspects=self._suspects(rows.nodes, rows.agent_seen),
+        )
+
+
+@dataclass(frozen=True)
+class WholeRows:
+    """What a scrape reads whole, rows that change or are few: the nodes, the job restarts, the
+    pending jobs, the agents' last heartbeats, the remediation runs counted and the RMA records."""
+
+    nodes: list[Any]  # (name, state, rack, profile, labels, state_since)
+    restarts: list[Any]  # (status, fault_seen_at, running_at, job_id, placement, bad_nodes)
+    pending_jobs: list[str]
+    agent_seen: dict[str, datetime]
+    remediations: list[Any]  # (node, runbook, mode, status, count)
+    rmas: list[Any]  # (node, status, opened_at, replaced, id)
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape's evidence, taken under the collector's lock: the rows read whole and a copy
+    of the fold. The exposition reads only this."""
+
+    rows: WholeRows
+    fleet_of: dict[str, str]
+    check_counts: list[tuple[tuple[str, str, str], int]]
+    check_seconds: dict[tuple[str, str], list[float]]
+    drains: dict[tuple[str, str], int]
+    causes: dict[tuple[str, str], int]
+    decisions: list[tuple[tuple[str, str], int]]
+    breaker: dict[str, str]
+    repairs: dict[str, list[float]]
+    causes_out: dict[str, str]
+    refused: dict[str, tuple[datetime, datetime, str]]
+    stalls: dict[str, datetime]
+    removals_open: dict[tuple[str, str], int]
+    resolved: list[tuple[tuple[str, str, str], int]]
+    now: datetime
+    lemons: dict[str, int]
+    latest_checks: dict[str, list[CheckSummary]]
+    suspects: dict[str, Condition]
+    # Each fleet's sweep interval: read by the collector after the fold (its own session).
+    sweep_every_s: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class FleetCollector:
+    """Reads the database on every scrape (the numbers are never staler than the scrape), but
+    each append-only row only once (FleetFold); then exposes what it read, one builder per
+    group of metrics."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        fleet: str = "default",
+        policy: GuardPolicy | None = None,
+        lemon: LemonPolicy | None = None,
+        agent_silence_s: float = Settings.agent_silence_s,
+    ) -> None:
+        """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy),
+        `lemon` the lemon rule (lemon_threshold, lemon_window_days), `agent_silence_s` how long
+        an agent may be silent and still report (Unchecked, as `node list` judges it)."""
+        self.engine, self.fleet, self.policy = engine, fleet, policy or GuardPolicy()
+        self.lemon, self.agent_silence_s = lemon or LemonPolicy(), agent_silence_s
+        self.lock = Lock()  # two scrapes at once must not fold the same rows twice
+        self.fold = FleetFold(fleet, self.lemon)
+
+    def collect(self):
+        scrape = self._scrape()
+        for build in (
+            self._node_families,
+            self._out_families,
+            self._budget_families,
+            self._check_families,
+            self._failure_families,
+            self._remediation_families,
+            self._rma_families,
+            self._restart_families,
+            self._guard_families,
+            self._health_families,
+            self._rule_families,
+        ):
+            yield from build(scrape)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _scrape(self) -> Scrape:
+        with self.lock, Session(self.engine) as session:
+            scrape = self.fold.scrape(self._read(session))
+        return replace(scrape, sweep_every_s=sweep_intervals.sweep_every_s_by_fleet(self.engine))
+
+    def _read(self, session: Session) -> WholeRows:
+        """The nodes first (a row folded is counted under its node's fleet now), then each
+        append-only table's new rows into the fold, then what is read whole."""
+        nodes = list(
+            session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels, Node.state_since))
+        )
+        self.fold.fleet_of.update(
+            {
+                name: one_line(str((labels or {}).get(FLEET_LABEL, self.fleet)), REASON_LIMIT)
+                for name, _, _, _, labels, _ in nodes
             }
-            suspects = self._suspects(node_rows, agent_seen)
-        sweep_every_s = sweep_intervals.sweep_every_s_by_fleet(self.engine)
-        latest.setdefault(self.fleet, "breaker_closed")  # nothing recorded: it never opened
+        )
+        for reader in self.fold.readers:
+            reader.read(session)
+        restarts = list(
+            session.exec(
+                select(
+                    JobRestart.status,
+                    JobRestart.fault_seen_at,
+                    JobRestart.running_at,
+                    JobRestart.job_id,
+                    JobRestart.placement,
+                    JobRestart.bad_nodes,
+                )
+            )
+        )
+        pending_jobs = list(session.exec(select(Job.job_id).where(Job.state == "pending")))
+        agent_seen = {
+            name: as_utc(at)
+            for name, at in session.exec(
+                select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None))
+            )
+        }
+        remediations = list(
+            session.exec(
+                select(
+                    RemediationRun.node_name,
+                    RemediationRun.runbook,
+                    RemediationRun.mode,
+                    RemediationRun.status,
+                    func.count(),
+                ).group_by(RemediationRun.node_name, RemediationRun.runbook, RemediationRun.mode, RemediationRun.status)
+            )
+        )
+        # Few (one per part sent back): read whole, for their count and how each ended.
+        rmas = list(
+            session.exec(
+                select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at, RmaRecord.replaced, RmaRecord.id)
+            )
+        )
+        return WholeRows(nodes, restarts, pending_jobs, agent_seen, remediations, rmas)
 
-        node_counts = Counter((fleet_of[name], state, rack, profile) for name, state, rack, profile, _, _ in node_rows)
+    # -- exposition: one builder per group ----------------------------------------------------------
 
+    def _node_families(self, sc: Scrape):
+        """Nodes per fleet and state, and per rack and profile."""
+        node_counts = Counter(
+            (sc.fleet_of[name], state, rack, profile) for name, state, rack, profile, _, _ in sc.rows.nodes
+        )
         # Every state of every fleet with a node (and the served fleet): a state reads 0, not "No data".
         per_state: Counter[tuple[str, str]] = Counter(
-            {(fleet, s.value): 0 for fleet in {*fleet_of.values(), self.fleet} for s in NodeState}
+            {(fleet, s.value): 0 for fleet in {*sc.fleet_of.values(), self.fleet} for s in NodeState}
         )
         by_rack = GaugeMetricFamily(
             "fleetctl_nodes_by_rack",
@@ -522,16 +617,20 @@ class FleetCollector:
             nodes.add_metric([fleet, state], count)
         yield nodes
         yield by_rack
+
+    def _out_families(self, sc: Scrape):
+        """Per node: out of production, its drain held by the guard, its workflow stalled."""
+        fleet_of = sc.fleet_of
         out = GaugeMetricFamily(
             "fleetctl_node_out_since_timestamp_seconds",
             "Per node out of production (draining, maintenance, RMA): when it entered its state; cause is the "
             "class of the move that took it out of production (metrics.CAUSE_CLASSES; `node show` says why)",
             labels=["fleet", "node", "rack", "state", "cause"],
         )
-        for name, state, rack, _, _, since in sorted(node_rows):
+        for name, state, rack, _, _, since in sorted(sc.rows.nodes):
             if state in OUT_STATES:
                 out.add_metric(
-                    [fleet_of[name], one_line(name, REASON_LIMIT), rack, state, causes_out[name]],
+                    [fleet_of[name], one_line(name, REASON_LIMIT), rack, state, sc.causes_out[name]],
                     as_utc(since).timestamp(),
                 )
         yield out
@@ -542,8 +641,8 @@ class FleetCollector:
             "breaker, storm_window, fleet_limit, rack_limit, other; `node show` says what frees it)",
             labels=["fleet", "node", "rack", "held_by"],
         )
-        for name, state, rack, _, _, since in sorted(node_rows):
-            refusal = refused.get(name)
+        for name, state, rack, _, _, since in sorted(sc.rows.nodes):
+            refusal = sc.refused.get(name)
             if NodeState(state).in_service and refusal is not None and refusal[1] >= as_utc(since):
                 held.add_metric(
                     [fleet_of[name], one_line(name, REASON_LIMIT), rack, held_by(refusal[2])],
@@ -556,42 +655,60 @@ class FleetCollector:
             "stall_after_s): since when; `node show` says why",
             labels=["fleet", "node", "rack"],
         )
-        rack_of = {name: rack for name, _, rack, *_ in node_rows}
-        for name, at in sorted(stalls.items()):
+        rack_of = {name: rack for name, _, rack, *_ in sc.rows.nodes}
+        for name, at in sorted(sc.stalls.items()):
             if name in rack_of:
                 stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], at.timestamp())
         yield stalled
-        yield from self._budgets(
-            [
-                (rack, state, as_utc(since))
-                for _, state, rack, _, labels, since in node_rows
-                if in_fleet(labels, self.fleet)
-            ]
-        )
 
+    def _budget_families(self, sc: Scrape):
+        """The served fleet's capacity budget, as its guard and `fleet status` count it."""
+        nodes = [
+            (rack, state, as_utc(since))
+            for _, state, rack, _, labels, since in sc.rows.nodes
+            if in_fleet(labels, self.fleet)
+        ]
+        families = {
+            field: GaugeMetricFamily(f"fleetctl_capacity_{field}", help, labels=["fleet", "scope", "rack"])
+            for field, help in (
+                ("unavailable", "Nodes out of service, of the fleet or one rack"),
+                ("limit", "The most nodes automation may take out"),
+                ("headroom", "Nodes automation may still take out (negative: past the limit)"),
+            )
+        }
+        for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(UTC), self.policy)):
+            scope, _, rack = b.scope.partition(" ")
+            for field, family in families.items():
+                family.add_metric([self.fleet, scope, rack], getattr(b, field))
+        yield from families.values()
+
+    def _check_families(self, sc: Scrape):
+        """Check runs by judged status, and how long each check ran."""
         runs = CounterMetricFamily(
             "fleetctl_check_runs", "Check runs per fleet, check and judged status", labels=["fleet", "check", "status"]
         )
-        for (fleet, check, status), count in check_counts:
+        for (fleet, check, status), count in sc.check_counts:
             runs.add_metric([fleet, check, status], count)
         yield runs
         durations = HistogramMetricFamily(
             "fleetctl_check_duration_seconds", "How long each check ran", labels=["fleet", "check"]
         )
-        for (fleet, check), tally in sorted(check_seconds.items()):
+        for (fleet, check), tally in sorted(sc.check_seconds.items()):
             durations.add_metric([fleet, check], _buckets(tally, CHECK_DURATION_BUCKETS), tally[-1])
         yield durations
 
+    def _failure_families(self, sc: Scrape):
+        """Drains by who asked, failures by cause, and repairs (MTTR)."""
         drained = CounterMetricFamily(
             "fleetctl_drains", "Nodes drained, by who asked (operator or automation)", labels=["fleet", "actor_kind"]
         )
-        for (fleet, actor_kind), count in sorted(drains.items()):
+        for (fleet, actor_kind), count in sorted(sc.drains.items()):
             drained.add_metric([fleet, actor_kind], count)
         yield drained
         failed = CounterMetricFamily(
             "fleetctl_node_failures", "Failures (see fleetctl.reliability.metrics) by cause", labels=["fleet", "cause"]
         )
-        for (fleet, cause), count in sorted(causes.items()):
+        for (fleet, cause), count in sorted(sc.causes.items()):
             failed.add_metric([fleet, cause], count)
         yield failed
         repaired = HistogramMetricFamily(
@@ -600,15 +717,18 @@ class FleetCollector:
             "(MTTR: _sum / _count; planned work is no repair)",
             labels=["fleet"],
         )
-        for fleet in sorted({*repairs, self.fleet}):
-            tally = repairs.get(fleet, [0.0] * (len(REPAIR_BUCKETS) + 2))
+        for fleet in sorted({*sc.repairs, self.fleet}):
+            tally = sc.repairs.get(fleet, [0.0] * (len(REPAIR_BUCKETS) + 2))
             repaired.add_metric([fleet], _buckets(tally, REPAIR_BUCKETS), tally[-1])
         yield repaired
-        # A run's count under its final status only grows (a counter); the running ones are a gauge.
+
+    def _remediation_families(self, sc: Scrape):
+        """Remediation runs ended (a counter: a run's count under its final status only grows),
+        and those running now (a gauge)."""
         ended: Counter[tuple[str, str, str, str]] = Counter()
         running: Counter[tuple[str, str, str]] = Counter()
-        for node, runbook, mode, status, count in remediations:
-            fleet = fleet_of.get(node, self.fleet)
+        for node, runbook, mode, status, count in sc.rows.remediations:
+            fleet = sc.fleet_of.get(node, self.fleet)
             if status == "running":
                 running[(fleet, runbook, mode)] += count
             else:
@@ -627,17 +747,23 @@ class FleetCollector:
         for labels, count in sorted(running.items()):
             in_flight.add_metric(list(labels), count)
         yield in_flight
+
+    def _rma_families(self, sc: Scrape):
+        """RMA records by status, and each one held for an operator."""
         per_status: Counter[tuple[str, str]] = Counter()
-        for node, status, *_ in rmas:
-            per_status[(fleet_of.get(node, self.fleet), status)] += 1
+        for node, status, *_ in sc.rows.rmas:
+            per_status[(sc.fleet_of.get(node, self.fleet), status)] += 1
         returned = GaugeMetricFamily("fleetctl_rma_records", "RMA records by status", labels=["fleet", "status"])
         for (fleet, status), count in sorted(per_status.items()):
             returned.add_metric([fleet, status], count)
         yield returned
-        yield self._rmas_held(rmas, fleet_of, {name: rack for name, _, rack, *_ in node_rows})
+        yield self._rmas_held(sc.rows.rmas, sc.fleet_of, {name: rack for name, _, rack, *_ in sc.rows.nodes})
 
+    def _restart_families(self, sc: Scrape):
+        """Job restarts by outcome, their latency, and the pending jobs and why they wait."""
+        restarts = sc.rows.restarts
         # A restart is its first bad node's fleet's (the job ran there).
-        restart_fleet = [fleet_of.get(bad[0], self.fleet) if bad else self.fleet for *_, bad in restarts]
+        restart_fleet = [sc.fleet_of.get(bad[0], self.fleet) if bad else self.fleet for *_, bad in restarts]
         restarted = CounterMetricFamily(
             "fleetctl_job_restarts", "Job restarts off bad nodes, by outcome", labels=["fleet", "status"]
         )
@@ -664,25 +790,28 @@ class FleetCollector:
                 ),
             )
         yield latency
-        yield self._pending(pending_jobs, restarts, restart_fleet)
+        yield self._pending(sc.rows.pending_jobs, restarts, restart_fleet)
 
+    def _guard_families(self, sc: Scrape):
+        """The capacity guard's answers, and each fleet's breaker."""
         guard = CounterMetricFamily(
             "fleetctl_guard_decisions", "Capacity guard answers to automated removals", labels=["fleet", "decision"]
         )
-        for (fleet, kind), count in decisions:
+        for (fleet, kind), count in sc.decisions:
             guard.add_metric([fleet, kind], count)
         yield guard
         breaker = GaugeMetricFamily(
             "fleetctl_breaker_open", "1 while the fleet's automation circuit breaker is open", labels=["fleet"]
         )
+        latest = {self.fleet: "breaker_closed", **sc.breaker}  # nothing recorded: it never opened
         for fleet, kind in sorted(latest.items()):
             breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
         yield breaker
 
-        fleets = sorted({*fleet_of.values(), self.fleet})
-        yield from self._production_conditions(
-            node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen, sweep_every_s, now, fleets
-        )
+    def _health_families(self, sc: Scrape):
+        """The unhealthy nodes still in production, and the lemon nodes."""
+        fleets = sorted({*sc.fleet_of.values(), self.fleet})
+        yield from self._production_conditions(sc, fleets)
         lemon = GaugeMetricFamily(
             "fleetctl_lemon_nodes",
             f"Nodes remediated at least the lemon threshold ({self.lemon.threshold}) times in "
@@ -690,10 +819,13 @@ class FleetCollector:
             "(LemonPolicy.times_remediated; planned work is no remediation)",
             labels=["fleet"],
         )
-        per_fleet = Counter(fleet_of.get(node, self.fleet) for node in lemons)
+        per_fleet = Counter(sc.fleet_of.get(node, self.fleet) for node in sc.lemons)
         for fleet in sorted({*fleets, *per_fleet}):
             lemon.add_metric([fleet], per_fleet[fleet])
         yield lemon
+
+    def _rule_families(self, sc: Scrape):
+        """Rule precision: automated removals by rule once resolved, and those still open."""
         outcomes = CounterMetricFamily(
             "fleetctl_rule_removals_resolved",
             "Automated removals by rule (their failure label) once resolved: "
@@ -701,7 +833,7 @@ class FleetCollector:
             "RMA with no fault found); precision = confirmed / (confirmed + unchanged)",
             labels=["fleet", "rule", "outcome"],
         )
-        for (fleet, rule, outcome), count in resolved:
+        for (fleet, rule, outcome), count in sc.resolved:
             outcomes.add_metric([fleet, rule, outcome], count)
         yield outcomes
         still_open = GaugeMetricFamily(
@@ -709,13 +841,11 @@ class FleetCollector:
             "Automated removals by rule not yet resolved (still out, or in an RMA not yet closed)",
             labels=["fleet", "rule"],
         )
-        for (fleet, rule), count in sorted(removals_open.items()):
+        for (fleet, rule), count in sorted(sc.removals_open.items()):
             still_open.add_metric([fleet, rule], count)
         yield still_open
 
-    def _production_conditions(
-        self, node_rows, fleet_of, latest_checks, refused, stalls, suspects, agent_seen, sweep_every_s, now, fleets
-    ):
+    def _production_conditions(self, sc: Scrape, fleets: list[str]):
         """The unhealthy nodes still in production: per node each condition `node list` shows it
         with (conditions.conditions, on the same evidence), and their count per condition."""
         per_node = GaugeMetricFamily(
@@ -725,23 +855,23 @@ class FleetCollector:
             labels=["fleet", "node", "rack", "condition"],
         )
         counts: Counter[tuple[str, str]] = Counter({(fleet, c): 0 for fleet in fleets for c in PRODUCTION_CONDITIONS})
-        for name, state, rack, _, _, since in sorted(node_rows):
+        for name, state, rack, _, _, since in sorted(sc.rows.nodes):
             if state != PRODUCTION:
                 continue
             since = as_utc(since)
-            checks = latest_checks.get(name, [])
-            refusal = refused.get(name)
+            checks = sc.latest_checks.get(name, [])
+            refusal = sc.refused.get(name)
             held = (
                 DrainHeld(refusal[2], max(refusal[0], since), refusal[1], 1)
                 if refusal is not None and refusal[1] >= since
                 else None
             )
-            suspect = suspects.get(name)
-            stalled = Condition("Stalled", "", stalls[name]) if name in stalls else None
-            last_cause = self.last_move[name][2] if name in self.last_move else ""
-            fleet = fleet_of[name]
+            suspect = sc.suspects.get(name)
+            stalled = Condition("Stalled", "", sc.stalls[name]) if name in sc.stalls else None
+            last_cause = self.fold.last_move[name][2] if name in self.fold.last_move else ""
+            fleet = sc.fleet_of[name]
             stale = unchecked_since(
-                state, checks, agent_seen.get(name), now, sweep_every_s.get(fleet), self.agent_silence_s
+                state, checks, sc.rows.agent_seen.get(name), sc.now, sc.sweep_every_s.get(fleet), self.agent_silence_s
             )
             for c in dict.fromkeys(
                 c.type for c in conditions(state, checks, held, last_cause, suspect, stalled, since, stale)
@@ -797,22 +927,6 @@ class FleetCollector:
         for (fleet, why), count in sorted(counts.items()):
             family.add_metric([fleet, why], count)
         return family
-
-    def _budgets(self, nodes: list[tuple[str, str, datetime]]):
-        """The served fleet's capacity budget, as its guard and `fleet status` count it."""
-        families = {
-            field: GaugeMetricFamily(f"fleetctl_capacity_{field}", help, labels=["fleet", "scope", "rack"])
-            for field, help in (
-                ("unavailable", "Nodes out of service, of the fleet or one rack"),
-                ("limit", "The most nodes automation may take out"),
-                ("headroom", "Nodes automation may still take out (negative: past the limit)"),
-            )
-        }
-        for b in budgets(self.policy, guard_snapshot(nodes, datetime.now(UTC), self.policy)):
-            scope, _, rack = b.scope.partition(" ")
-            for field, family in families.items():
-                family.add_metric([self.fleet, scope, rack], getattr(b, field))
-        yield from families.values()
 
 
 def serve(

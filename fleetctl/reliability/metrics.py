@@ -28,10 +28,10 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
   capacity that was lost.
-- Times remediated (`runbooks.LemonPolicy.times_remediated`, one figure wherever it is shown:
+- Times remediated (`lemons.LemonPolicy.times_remediated`, one figure wherever it is shown:
   the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
   at a moment, the node's live remediation runs begun, or its entries into maintenance to be
-  remediated (`runbooks.remediation_entries`: not the entry that ends a planned drain),
+  remediated (`lemons.remediation_entries`: not the entry that ends a planned drain),
   whichever is more.
 - Lemon node: one remediated at least the lemon threshold (default 3) times within a lemon
   window ending inside the report window; the report shows the most times remediated in
@@ -92,7 +92,6 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,8 +103,9 @@ from typing import Any
 from checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.remediation.drains import PLANNED, DrainKind, drain_kind, is_planned_drain
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 from fleetctl.remediation.rma import RMA_NO_FAULT_FOUND, RMA_OPEN, RMA_REPLACED
-from fleetctl.remediation.runbooks import PLANNED, LemonPolicy, is_planned_drain, remediation_entries
 
 PRODUCTION = NodeState.PRODUCTION.value
 
@@ -166,6 +166,7 @@ class RestartRecord:
     running_at: datetime | None
     status: str = "succeeded"
     cause: str = ""
+    failure: str = ""  # the failure it is counted under (job_restarts.failure), "" for none
 
 
 @dataclass(frozen=True)
@@ -299,19 +300,19 @@ def failure_label(t: Transition) -> str:
 
 # The bounded classes of why a node left production (the exporter's `cause` label): no free
 # text, no code, so a new fault makes no new series.
-CAUSE_CLASSES = ("maintenance", "xid", "check", "straggler", "health", "operator", "automation", "other")
+CAUSE_CLASSES = tuple(kind.value for kind in DrainKind)
 
 
 def cause_class(t: Transition) -> str:
     """The class of a move out of production: `maintenance` for planned work, the kind of its
     failure (`xid`, `check`, `straggler`, `health`, `operator`), `automation` for an automated
-    drain that records none, else `other` (an operator's retirement, ...)."""
+    drain that records none, else `other` (an operator's retirement, ...). A failure that names
+    no drain kind is a ValueError."""
     if is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind):
-        return "maintenance"
-    kind = t.failure.split(" ", 1)[0] if is_failure(t) else ""
-    if kind in CAUSE_CLASSES:
-        return kind
-    return "automation" if is_failure(t) else "other"
+        return DrainKind.MAINTENANCE.value
+    if not is_failure(t):
+        return DrainKind.OTHER.value
+    return drain_kind(t.failure).value if t.failure else DrainKind.AUTOMATION.value
 
 
 def failures(events: Iterable[Transition], since: datetime, until: datetime) -> list[Transition]:
@@ -544,39 +545,17 @@ def checkpoint_interval_seconds(jobs: Iterable[JobRecord]) -> float | None:
 
 
 _SCHEDULER_END_CAUSES = frozenset({"node_fail", "preempted", "boot_fail"})
-# A job restart records its cause as the text of the drain behind it, written by
-# NodeLifecycle (`XID <code>: ...`, `health: ...`), its rechecks and sweeps and the prolog
-# (workflows.activities.prejob): "<kind> <suite>: <check>: <reason>".
-_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
-# A check the node passed, but well below its peers: "...: <check>: straggler: <finding>".
-_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):( straggler:)?")
-# A node behind its job's other nodes in production (workflows.definitions.stragglers).
-_PRODUCTION_STRAGGLER = re.compile(r"^straggler ([\w.-]+) in job ")
 
 
-def restart_failure(cause: str) -> str | None:
-    """`xid <code>`, `check <name>`, `straggler <check or metric>` or `health` when a
-    restart's cause names one, else None."""
-    if match := _XID.search(cause):
-        return f"xid {match[1]}"
-    if match := _CHECK.match(cause):
-        return f"{'straggler' if match[2] else 'check'} {match[1]}"
-    if match := _PRODUCTION_STRAGGLER.match(cause):
-        return f"straggler {match[1]}"
-    if cause.startswith("health:"):
-        return "health"
-    return None
-
-
-def restart_label(cause: str) -> str:
-    if label := restart_failure(cause):
-        return label
-    return "operator" if cause.startswith("operator") else "other"
+def restart_label(restart: RestartRecord) -> str:
+    """The cause label of a restart: the failure it records (`xid <code>`, `check <name>`,
+    `straggler <check or metric>`, `health`, `operator`), else `other`."""
+    return restart.failure or "other"
 
 
 def interruptions(job: JobRecord) -> list[str]:
     """The cause label of each interruption of the job (see the definitions above)."""
-    labels = [restart_label(r.cause) for r in job.restarts]
+    labels = [restart_label(r) for r in job.restarts]
     labels += ["scheduler requeue"] * max(0, job.scheduler_restarts - len(job.restarts))
     if job.state in _SCHEDULER_END_CAUSES:
         labels.append(job.state)

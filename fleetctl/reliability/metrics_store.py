@@ -96,7 +96,7 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
             query = select(JobRestart).where(col(JobRestart.job_id).in_(ids))
             for r in session.exec(query.order_by(JobRestart.id)):
                 restarts[r.job_id].append(
-                    RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause)
+                    RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause, r.failure)
                 )
             for c in session.exec(select(JobCheckpoint).where(col(JobCheckpoint.job_id).in_(ids))):
                 checkpoints[c.job_id].append(as_utc(c.at))

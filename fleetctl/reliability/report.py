@@ -171,38 +171,14 @@ def assemble_report(
         # Running jobs' nodes behind their peers (the ProductionStragglers judge): found in
         # the window, or still open.
         "production_stragglers": list(production_stragglers),
-        "rule_precision": [
-            {
-                "rule": r.rule,
-                "removals": r.removals,
-                "confirmed": r.confirmed,
-                "unchanged": r.unchanged,
-                "open": r.open,
-                "precision": r.precision,
-                "usually_wrong": r.usually_wrong,
-            }
-            for r in metrics.rule_precision(nodes, since, now)
-        ],
+        "rule_precision": _rule_precision(nodes, since, now),
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
         "restart_placement": {**placement_counts(restart_placements), "on_spares": restarts_on_spares},
         # The racks as they are now (not over the window), each node coloured by its state.
         "rack_view": rack_view(nodes_now),
         "stragglers": stragglers,
-        "straggler_nodes": [
-            {
-                "node": n["node"],
-                "profile": g["profile"],
-                "check": g["check"],
-                "metric": g["metric"],
-                "value": n["value"],
-                "median": g["median"],
-                "robust_z": n["robust_z"],
-            }
-            for g in stragglers
-            for n in g["nodes"]
-            if n["straggler"]
-        ],
+        "straggler_nodes": _straggler_nodes(stragglers),
         "state_over_time": _state_over_time(nodes, since, now),
         # Why automation paused (a storm of failures, or of unjudgeable checks) and who resumed it.
         "breaker": [
@@ -211,6 +187,40 @@ def assemble_report(
             if since <= as_utc(e.at) <= now
         ],
     }
+
+
+def _rule_precision(nodes: Sequence[metrics.NodeHistory], since: datetime, now: datetime) -> list[dict[str, Any]]:
+    """Each automated rule's removals in the window and how they resolved."""
+    return [
+        {
+            "rule": r.rule,
+            "removals": r.removals,
+            "confirmed": r.confirmed,
+            "unchanged": r.unchanged,
+            "open": r.open,
+            "precision": r.precision,
+            "usually_wrong": r.usually_wrong,
+        }
+        for r in metrics.rule_precision(nodes, since, now)
+    ]
+
+
+def _straggler_nodes(stragglers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes judged stragglers, one row each with their group's check and median."""
+    return [
+        {
+            "node": n["node"],
+            "profile": g["profile"],
+            "check": g["check"],
+            "metric": g["metric"],
+            "value": n["value"],
+            "median": g["median"],
+            "robust_z": n["robust_z"],
+        }
+        for g in stragglers
+        for n in g["nodes"]
+        if n["straggler"]
+    ]
 
 
 def _jobs(

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from checks.safe_yaml import YamlRefused, loads, read_text
-from fleetctl.remediation.runbooks import TemplateRefused, check_template, render
+from fleetctl.remediation.sandbox import TemplateRefused, check_template, render
 
 
 # The firmware image URL a BMC is told to fetch is checked where a baseline is read and again

@@ -3,6 +3,7 @@ record is read again (the node's workflow de-duplicates by it)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import datetime
 
@@ -10,6 +11,7 @@ import pytest
 
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import BadRecord, event_id, file_record, line_time, parse_journal_json, parse_kmsg
+from fleetctl.nodes.health import health_event_id
 
 BOOT = 1_700_000_000.0
 XID79 = "NVRM: Xid (PCI:0000:2b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
@@ -128,3 +130,13 @@ def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> N
         e["message"].encode("utf-8")
     agent.spool.append(events)
     agent.spool.close()
+
+
+def test_every_sender_derives_an_event_id_one_way() -> None:
+    """The agent's ids are the one derivation's (health_event_id): an id an agent sent before is
+    the same id now, so a re-sent record is still one event."""
+    assert (
+        event_id("n1", "kmsg:b:1", 0)
+        == health_event_id("n1", "kmsg:b:1", 0)
+        == (hashlib.sha256(b"n1/kmsg:b:1/0").hexdigest()[:32])
+    )

@@ -129,3 +129,50 @@ def test_0011_adds_and_removes_the_straggler_findings_and_the_model_writes_them(
     assert not inspect(engine).has_table("straggler_findings")
     _migrate(db_url, "head")
     assert inspect(engine).has_table("straggler_findings") and stragglers.open_findings(engine) == []
+
+
+# A restart's cause as the code before 0018 wrote it, and the label the report gave it then:
+# what its failure column must make the report give now.
+OLD_RESTART_CAUSES = [
+    ("health: XID 79: reset_gpu (critical): GPU has fallen off the bus", "xid 79"),
+    ("drained: active check standard: nccl-allreduce: busbw 120 GB/s below the floor", "check nccl-allreduce"),
+    (
+        "active check standard: nccl-allreduce: straggler: nccl-allreduce busbw_gbps: 380 is 20% below",
+        "straggler nccl-allreduce",
+    ),
+    ("prolog quick: dcgm-diag-r1: GPU 2 failed", "check dcgm-diag-r1"),
+    ("straggler nvlink_tx in job j: nvlink_tx 60.67 GB/s vs job j median 120.7", "straggler nvlink_tx"),
+    ("health: operator report: fans loud", "health"),
+    ("operator: moving the job off a bad fan", "operator"),
+    ("straggler", "other"),
+    ("", "other"),
+]
+
+
+def test_0018_records_the_failure_of_old_restarts_as_the_report_read_them(db_url: str) -> None:
+    from fleetctl.reliability.metrics import RestartRecord, restart_label
+
+    _migrate(db_url, "0017")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        for i, (cause, _) in enumerate(OLD_RESTART_CAUSES):
+            conn.execute(
+                text(
+                    "INSERT INTO job_restarts (job_id, scheduler, bad_nodes, cause, actor, restart_id, fault_seen_at, "
+                    "new_nodes, nodes_before, status, error, island, placement, placement_detail, placed_on, landed, "
+                    "spares_taken, workflow_id) VALUES ('j', 'sim', '[\"n1\"]', :c, 'x', :r, :at, '[]', '[]', "
+                    "'succeeded', '', '', '', '', '[]', '', '[]', :w)"
+                ),
+                {"c": cause, "r": f"r{i}", "w": f"job-restart/j/r{i}", "at": at},
+            )
+    engine.dispose()
+
+    _migrate(db_url, "head")
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        failures = [f for (f,) in conn.execute(text("SELECT failure FROM job_restarts ORDER BY id"))]
+    engine.dispose()
+    labels = [restart_label(RestartRecord(at, None, failure=f)) for f in failures]
+    assert labels == [label for _, label in OLD_RESTART_CAUSES]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
-from fleetctl.text import MAX_TEXT, bounded, one_line
+from fleetctl.text import MAX_TEXT, bounded, failure_message, one_line
 
 
 @pytest.mark.parametrize(
@@ -48,3 +50,19 @@ def test_bounded_cuts_at_the_one_limit_and_marks_the_cut() -> None:
     cut = bounded("x" * (MAX_TEXT + 1))
     assert len(cut) == MAX_TEXT and cut.endswith("…")
     assert bounded("abcdef", limit=4) == "abc…"
+
+
+@pytest.mark.parametrize(
+    "error, message",
+    [
+        # An update refused by the workflow: the refusal's own words, not its type.
+        (WorkflowUpdateFailedError(ApplicationError("node is in rma", type="CommandRejected")), "node is in rma"),
+        (WorkflowFailureError(cause=ApplicationError("no healthy nodes")), "no healthy nodes"),
+        # A wrapped error without a message of its own: the wrapped error.
+        (WorkflowUpdateFailedError(TimeoutError("update timed out")), "update timed out"),
+        # Nothing wrapped: the error itself.
+        (RuntimeError("plain"), "plain"),
+    ],
+)
+def test_a_failure_from_temporal_says_what_it_wraps(error: BaseException, message: str) -> None:
+    assert failure_message(error) == message

@@ -18,7 +18,7 @@ from fleetctl.remediation.firmware import (
     update_argv,
     updates_for,
 )
-from fleetctl.remediation.runbooks import TemplateRefused
+from fleetctl.remediation.sandbox import TemplateRefused
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
 HEALTHY = {

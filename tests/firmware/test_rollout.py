@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from fleetctl.db import firmware as db
+from fleetctl.db.firmware import record_rollout
 from fleetctl.remediation.firmware import load_baseline
 from fleetctl.sim.store import add_fault, clear_faults
 from tests.remediation.conftest import running_fleet
+from workflows.api import RolloutInput
 from workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout
 
 pytestmark = pytest.mark.temporal
@@ -38,17 +40,10 @@ async def test_rollout_halts_at_the_failure_limit_and_resumes(fleet_settings) ->
             add_fault(fleet.engine, n, "unreachable")
         baseline = load_baseline(FIXTURE)
 
-        rollout_id, plan = await start_rollout(
-            fleet.client,
-            fleet.settings,
-            baseline,
-            FIXTURE.read_text(),
-            canary=1,
-            batch="5%",
-            max_failures=2,
-            dry_run=False,
-            actor="tester",
-        )
+        recorded = record_rollout(fleet.engine, baseline, FIXTURE.read_text(), 1, "5%", 2, False, "tester")
+        rollout_id = recorded.rollout_id
+        plan = RolloutInput(rollout_id, recorded.baseline_id, recorded.batches, max_failures=2, actor="tester")
+        await start_rollout(fleet.client, fleet.settings, plan)
         assert [len(b) for b in plan.batches] == [1] * 20 and plan.batches[0] == [nodes[0]]
 
         async def halted():

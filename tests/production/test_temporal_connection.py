@@ -131,6 +131,12 @@ def test_parse_tls_flag(raw, expected):
     assert parse_tls_flag(raw) is expected
 
 
+@pytest.mark.parametrize("raw", ["maybe", " true", "enabled"])
+def test_parse_tls_flag_refuses_what_is_no_boolean(raw):
+    with pytest.raises(ConfigError, match=r"setting temporal_tls: .* is not a boolean"):
+        parse_tls_flag(raw)
+
+
 @pytest.mark.parametrize(
     "address, local",
     [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.cli.dev import implicit_database_problem
+from fleetctl.cli.worker import implicit_database_problem
 from fleetctl.config import load_settings
 from fleetctl.connections.temporal_client import resolve
 from tests.packaging.test_wheel import pollers_within

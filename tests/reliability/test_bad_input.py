@@ -23,7 +23,8 @@ from fleetctl.config import ConfigError, load_settings
 from fleetctl.durations import parse_duration
 from fleetctl.inventory.parse import InventoryError, parse_inventory, parse_selector
 from fleetctl.remediation import firmware
-from fleetctl.remediation.runbooks import RunbookError, parse_runbook
+from fleetctl.remediation.runbooks import parse_runbook
+from fleetctl.remediation.sandbox import RunbookError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checks"
 FUZZ = settings(

@@ -20,7 +20,8 @@ from fleetctl.config import ConfigError, load_settings
 from fleetctl.connections.webhook_client import post_webhook
 from fleetctl.inventory.parse import InventoryError, parse_inventory
 from fleetctl.remediation.rma import md_code_block, md_inline
-from fleetctl.remediation.runbooks import RunbookError, TemplateRefused, evaluate, parse_runbook, render
+from fleetctl.remediation.runbooks import parse_runbook
+from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, evaluate, render
 from fleetctl.text import printable
 
 # ---- YAML -----------------------------------------------------------------------------------

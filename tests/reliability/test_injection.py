@@ -16,8 +16,9 @@ from fleetctl.bmc.redfish import RedfishClient
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import parse_baseline, update_argv
-from fleetctl.remediation.runbooks import Event, parse_runbook
+from fleetctl.remediation.runbooks import parse_runbook
 from tests.bmc.conftest import scripted_redfish  # noqa: F401 - fixture used here
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.reliability.support import Cli, wait_for

@@ -173,7 +173,8 @@ steps:
 
 async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     from fleetctl.db import remediation as runs_store
-    from fleetctl.remediation.runbooks import Event, parse_runbook
+    from fleetctl.remediation.events import Event
+    from fleetctl.remediation.runbooks import parse_runbook
     from workflows.client import start_remediation
 
     settings, worker = killable_worker()
@@ -217,6 +218,7 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
     from fleetctl.remediation.firmware import load_baseline
     from fleetctl.sim.store import add_fault
     from tests.support.checks import record_check
+    from workflows.api import RolloutInput
     from workflows.client import start_rollout
 
     baseline_file = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
@@ -233,17 +235,12 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
         add_fault(engine, name, "firmware-drift")
         record_check(settings, name, "firmware-inventory")
         record_check(settings, name, "nic-firmware")
-    rollout_id, plan = await start_rollout(
-        client,
-        settings,
-        load_baseline(baseline_file),
-        baseline_file.read_text(),
-        canary=1,
-        batch="1",
-        max_failures=1,
-        dry_run=False,
-        actor="tester",
+    recorded = firmware_store.record_rollout(
+        engine, load_baseline(baseline_file), baseline_file.read_text(), 1, "1", 1, False, "tester"
     )
+    rollout_id = recorded.rollout_id
+    plan = RolloutInput(rollout_id, recorded.baseline_id, recorded.batches, max_failures=1, actor="tester")
+    await start_rollout(client, settings, plan)
     assert plan.batches == [[names[0]], [names[1]]]
     # The canary's batch drains it and waits for it to leave production: kill the worker then.
     await wait_for(

@@ -15,7 +15,8 @@ from temporalio.api.enums.v1 import EventType
 from fleetctl.db import queries
 from fleetctl.db.models import AutomationEvent
 from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
-from fleetctl.remediation.runbooks import Event, parse_runbook
+from fleetctl.remediation.events import Event
+from fleetctl.remediation.runbooks import parse_runbook
 from tests.reliability.support import Cli, wait_for
 from tests.remediation.conftest import running_fleet
 from workflows.api import (

@@ -14,7 +14,8 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.db import remediation as runs_db
 from fleetctl.db.engine import get_engine
-from fleetctl.remediation.runbooks import Event, load_runbooks
+from fleetctl.remediation.events import Event
+from fleetctl.remediation.runbooks import load_runbooks
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production

@@ -12,7 +12,8 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.models import utcnow
-from fleetctl.remediation.runbooks import Event, load_runbooks
+from fleetctl.remediation.events import Event
+from fleetctl.remediation.runbooks import load_runbooks
 from fleetctl.sim.store import add_fault, faults_for
 from tests.remediation.conftest import running_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN

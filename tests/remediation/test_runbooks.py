@@ -6,18 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetctl.remediation.runbooks import (
-    Event,
-    LemonPolicy,
-    RunbookError,
-    TemplateRefused,
-    evaluate,
-    load_runbooks,
-    parse_runbook,
-    render,
-    runbook_for,
-    trigger_towards,
-)
+from fleetctl.remediation.actions import trigger_towards
+from fleetctl.remediation.drains import PLANNED, DrainKind, drain_kind
+from fleetctl.remediation.events import Event, EventKind
+from fleetctl.remediation.lemons import LemonPolicy
+from fleetctl.remediation.matching import runbook_for
+from fleetctl.remediation.runbooks import load_runbooks, parse_runbook
+from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, evaluate, render
 
 SHIPPED = load_runbooks()
 
@@ -234,6 +229,9 @@ def test_event_matching(event: Event, expected: str | None) -> None:
         (Event("check", check="nccl-allreduce", status="fail"), "check nccl-allreduce"),
         (Event("check", check="nccl-allreduce", status="fail", against_peers=True), "straggler nccl-allreduce"),
         (Event("manual", message="operator"), "health"),
+        (Event("straggler", check="nvlink_rx", status="fail"), "straggler nvlink_rx"),
+        (Event("operator", message="fan noise"), "operator"),
+        (Event("maintenance", message="PDU swap"), "maintenance"),
     ],
 )
 def test_the_failure_a_drain_is_counted_as_survives_the_payload(event: Event, failure: str) -> None:
@@ -241,6 +239,41 @@ def test_the_failure_a_drain_is_counted_as_survives_the_payload(event: Event, fa
     assert event.failure == failure and Event.from_dict(event.to_dict()).failure == failure
     # Events written before peers were judged have no such key: the same dict as before.
     assert ("against_peers" in event.to_dict()) is event.against_peers
+
+
+def test_every_event_kind_has_a_failure_of_a_drain_kind() -> None:
+    """Each kind of event records a failure whose first word is a drain kind the report counts."""
+    for kind in EventKind:
+        assert drain_kind(Event(kind, code=79, check="nccl-allreduce").failure) in DrainKind
+
+
+@pytest.mark.parametrize("kind", ["xid79", "XID", "health", ""])
+def test_an_unknown_event_kind_is_refused_not_dropped(kind: str) -> None:
+    with pytest.raises(ValueError, match="EventKind"):
+        Event(kind)
+    with pytest.raises(ValueError, match="EventKind"):
+        Event.from_dict({"kind": kind, "message": "x"})
+
+
+@pytest.mark.parametrize(
+    "failure, kind",
+    [
+        ("xid 79", DrainKind.XID),
+        ("check nccl-allreduce", DrainKind.CHECK),
+        ("straggler nvlink_rx", DrainKind.STRAGGLER),
+        ("health", DrainKind.HEALTH),
+        ("operator", DrainKind.OPERATOR),
+        (PLANNED, DrainKind.MAINTENANCE),
+    ],
+)
+def test_a_failure_label_names_its_drain_kind(failure: str, kind: DrainKind) -> None:
+    assert drain_kind(failure) is kind
+
+
+@pytest.mark.parametrize("failure", ["xyd 79", "checks nccl", "", "Xid 79"])
+def test_a_failure_label_that_names_no_drain_kind_is_refused(failure: str) -> None:
+    with pytest.raises(ValueError, match="names no drain kind"):
+        drain_kind(failure)
 
 
 def test_finding_text_is_matched_too() -> None:

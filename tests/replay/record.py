@@ -59,13 +59,14 @@ from fleetctl.connections.temporal_server import start_dev_server
 from fleetctl.db import queries
 from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
-from fleetctl.db.firmware import set_baseline
+from fleetctl.db.firmware import record_rollout, set_baseline
 from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.models import StragglerFinding
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.search_attributes import start_attributes
+from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import load_baseline
-from fleetctl.remediation.runbooks import Event, load_runbooks, parse_runbook
+from fleetctl.remediation.runbooks import load_runbooks, parse_runbook
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
@@ -77,6 +78,7 @@ from workflows.api import (
     NodeLifecycleState,
     RmaDecided,
     RmaDecision,
+    RolloutInput,
     StragglerSweepInput,
     SweepInput,
     guard_id,
@@ -957,16 +959,12 @@ async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
             for check in ("firmware-inventory", "nic-firmware"):
                 record_check(rec.settings, n, check)
         baseline = load_baseline(BASELINE)
-        rollout_id, _ = await start_rollout(
+        recorded = record_rollout(rec.engine, baseline, BASELINE.read_text(), 1, "1", 1, False, "recorder")
+        rollout_id = recorded.rollout_id
+        await start_rollout(
             rec.client,
             rec.settings,
-            baseline,
-            BASELINE.read_text(),
-            canary=1,
-            batch="1",
-            max_failures=1,
-            dry_run=False,
-            actor="recorder",
+            RolloutInput(rollout_id, recorded.baseline_id, recorded.batches, max_failures=1, actor="recorder"),
         )
         done = await rec.client.get_workflow_handle_for(FirmwareRollout.run, rollout_workflow_id(rollout_id)).result()
         if (done.status, done.done) != ("completed", len(nodes)):

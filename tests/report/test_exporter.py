@@ -39,7 +39,7 @@ from fleetctl.nodes.conditions import HELD_BY_CLASSES, PRODUCTION_CONDITIONS, he
 from fleetctl.reliability import exporter_server
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.reliability.metrics import CAUSE_CLASSES, PENDING_REASONS, pending_reason
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.remediation.lemons import LemonPolicy
 from tests.report import history
 from tests.support.prometheus import needs_prometheus, query, running_prometheus, wait_for_result  # noqa: F401
 

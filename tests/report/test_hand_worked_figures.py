@@ -33,7 +33,7 @@ from fleetctl.db.models import Node, NodeEvent, RmaRecord
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.reliability.report import definitions, render_html
 from fleetctl.reliability.report_store import build_report
-from fleetctl.remediation.runbooks import LemonPolicy
+from fleetctl.remediation.lemons import LemonPolicy
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 NOW_H = 100.0

@@ -10,6 +10,7 @@ import pytest
 
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
+from workflows.activities.jobs import failure_said_in
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -21,7 +22,9 @@ def h(hours: float) -> datetime:
 
 
 def restart(fault: float, back: float | None, cause: str = XID_79) -> RestartRecord:
-    return RestartRecord(h(fault), h(back) if back is not None else None, "succeeded", cause)
+    """A restart as its row is written for a caller that names no failure: classified from the
+    cause once (workflows.activities.jobs.failure_said_in)."""
+    return RestartRecord(h(fault), h(back) if back is not None else None, "succeeded", cause, failure_said_in(cause))
 
 
 # Each case: the job, `now` (hours), expected (wall, down, lost) in hours and ETTR.

@@ -8,7 +8,7 @@ import pytest
 
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import CheckSample, JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
-from fleetctl.remediation.runbooks import LemonPolicy, remediation_entries
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 HOUR = 3600.0

@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from fleetctl.remediation.runbooks import Event
+from fleetctl.remediation.events import Event
 from tests.workflows.conftest import DECISION_S
 from tests.workflows.fakes import World
 from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome

@@ -3,6 +3,7 @@ run again (a retry after a lost answer must not restart a job twice or move a ti
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
@@ -40,6 +41,32 @@ def running_off(job, bad_nodes: list[str]) -> bool:
     return job.state == "running" and not set(job.nodes) & set(bad_nodes)
 
 
+# A restart whose caller names no failure (the node's workflow's) records its cause as the
+# text of the drain behind it: NodeLifecycle's (`XID <code>: ...`, `health: ...`), its
+# rechecks', sweeps' and the prolog's (workflows.activities.prejob): "<kind> <suite>: <check>:
+# <reason>", or an operator's ("operator: ..."). Its failure is read out of that text once,
+# when its row is written, by the rules migration 0018 classified older rows with.
+_XID = re.compile(r"\bXID (\d+)", re.IGNORECASE)
+# A check the node passed, but well below its peers: "...: <check>: straggler: <finding>".
+_CHECK = re.compile(r"^(?:drained: )?(?:recheck|active check|prolog) [^:]*: ([\w.-]+):( straggler:)?")
+# A node behind its job's other nodes in production (workflows.definitions.stragglers).
+_PRODUCTION_STRAGGLER = re.compile(r"^straggler ([\w.-]+) in job ")
+
+
+def failure_said_in(cause: str) -> str:
+    """`xid <code>`, `check <name>`, `straggler <check or metric>`, `health` or `operator` when
+    a restart's cause names one, else ""."""
+    if match := _XID.search(cause):
+        return f"xid {match[1]}"
+    if match := _CHECK.match(cause):
+        return f"{'straggler' if match[2] else 'check'} {match[1]}"
+    if match := _PRODUCTION_STRAGGLER.match(cause):
+        return f"straggler {match[1]}"
+    if cause.startswith("health:"):
+        return "health"
+    return "operator" if cause.startswith("operator") else ""
+
+
 class JobRestartActivities(DatabaseActivities):
     def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
         super().__init__(settings)
@@ -58,6 +85,7 @@ class JobRestartActivities(DatabaseActivities):
             actor=started.actor,
             restart_id=started.restart_id,
             fault_seen_at=datetime.fromisoformat(started.fault_seen_at),
+            failure=started.failure or failure_said_in(started.cause),
         )
 
     @activity.defn

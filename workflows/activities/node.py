@@ -31,7 +31,7 @@ from fleetctl.schedulers.base import (
     is_check_hold,
     work_on_node,
 )
-from fleetctl.text import bounded
+from fleetctl.text import bounded, failure_message
 from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
@@ -339,7 +339,10 @@ class NodeActivities(DatabaseActivities):
 
     @activity.defn
     def choose_remediation(self, choice: RemediationChoice) -> RemediationPlan:
-        from fleetctl.remediation.runbooks import RUNBOOKS_DIR, Event, RunbookError, load_runbooks, runbook_for
+        from fleetctl.remediation.events import Event
+        from fleetctl.remediation.matching import runbook_for
+        from fleetctl.remediation.runbooks import RUNBOOKS_DIR, load_runbooks
+        from fleetctl.remediation.sandbox import RunbookError
 
         event = Event.from_dict(choice.event)
         try:
@@ -492,9 +495,7 @@ class NodeCommandActivities:
             r = await handle.execute_update(TRANSITION_UPDATE, cmd, result_type=TransitionResult)
         except WorkflowUpdateFailedError as exc:
             # A refusal is an answer (the node moved on), not a failure to retry.
-            return NodeCommandOutcome(
-                cmd.node, False, message=getattr(exc.cause, "message", None) or str(exc.cause or exc)
-            )
+            return NodeCommandOutcome(cmd.node, False, message=failure_message(exc))
         except RPCError as exc:
             if "not found" in str(exc).lower() or "already completed" in str(exc).lower():
                 return NodeCommandOutcome(

@@ -17,7 +17,7 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, utcnow
 from fleetctl.executors.base import ExecutorError
-from fleetctl.remediation.runbooks import Event
+from fleetctl.remediation.events import Event, EventKind
 from workflows.activities.executors import ExecutorRegistry, target_for
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class PrejobFinding:
     @property
     def event(self) -> dict:
         """The failed check as the event the drain acts on (recorded as the failure `check <name>`)."""
-        return Event("check", check=self.check, status="fail", message=self.reason).to_dict()
+        return Event(EventKind.CHECK, check=self.check, status="fail", message=self.reason).to_dict()
 
 
 def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: str, run_id: str) -> PrejobFinding:

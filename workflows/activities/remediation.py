@@ -24,8 +24,10 @@ from fleetctl.db.models import utcnow
 from fleetctl.durations import as_utc, parse_seconds
 from fleetctl.executors.base import CommandResult, ExecutorError
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.remediation import runbooks
-from fleetctl.text import bounded
+from fleetctl.remediation.lemons import LemonPolicy
+from fleetctl.remediation.runbooks import Step
+from fleetctl.remediation.sandbox import TemplateRefused, evaluate, render_value
+from fleetctl.text import bounded, failure_message
 from workflows.activities.database import DatabaseActivities
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import (
@@ -78,7 +80,7 @@ class RemediationActivities(DatabaseActivities):
             actor=start.actor,
             started_at=start.started_at,
         )
-        policy = runbooks.LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
+        policy = LemonPolicy(self.settings.lemon_threshold, timedelta(days=self.settings.lemon_window_days))
         times = db.times_remediated(self.engine, start.node, policy, start.started_at)
         lemon = ""
         if start.mode == "live" and times >= policy.threshold:
@@ -105,15 +107,15 @@ class RemediationActivities(DatabaseActivities):
     @activity.defn
     def prepare_step(self, inp: StepInput) -> PreparedStep:
         """Evaluate `when` and render the parameters; a refused template is the step's failure."""
-        step = runbooks.Step.from_dict(inp.step)
+        step = Step.from_dict(inp.step)
         try:
-            if step.when is not None and not runbooks.evaluate(step.when, inp.context):
+            if step.when is not None and not evaluate(step.when, inp.context):
                 return PreparedStep(run=False)
-            params = {k: runbooks.render_value(v, inp.context) for k, v in step.params.items()}
+            params = {k: render_value(v, inp.context) for k, v in step.params.items()}
             for key in ("timeout", "idle_timeout", "duration"):
                 if key in params:
                     params[key] = parse_seconds(params[key])
-        except (runbooks.TemplateRefused, ValueError) as exc:
+        except (TemplateRefused, ValueError) as exc:
             return PreparedStep(run=False, error=str(exc))
         return PreparedStep(run=True, params=params)
 
@@ -219,7 +221,7 @@ class RemediationActivities(DatabaseActivities):
                 result_type=PhaseAccepted,
             )
         except WorkflowUpdateFailedError as exc:
-            return ActionOutcome(False, getattr(exc.cause, "message", None) or str(exc.cause or exc))
+            return ActionOutcome(False, failure_message(exc))
         return ActionOutcome(True, f"admission queued with suite {accepted.suite}")
 
     @activity.defn

@@ -94,6 +94,9 @@ class JobRestartInput:
     fault_seen_at: str  # ISO 8601 with offset: when the caller saw the fault
     restart_id: str
     running_timeout_s: float = DEFAULT_RUNNING_TIMEOUT_S
+    # The failure the restart is counted under (fleetctl.remediation.events.Event.failure);
+    # "": the caller names none, and the restart's row classifies its cause once.
+    failure: str = ""
 
 
 @dataclass
@@ -118,6 +121,7 @@ class RestartStarted:
     actor: str
     restart_id: str
     fault_seen_at: str  # ISO 8601 with offset
+    failure: str = ""  # JobRestartInput.failure
 
 
 @dataclass

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.nodes.reachability import UNREACHABLE
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers.base import check_hold_reason
     from workflows.activities.checks import CheckActivities
     from workflows.activities.guard import GuardActivities
@@ -158,7 +158,7 @@ async def check_held_node(node: str, checks: list[str], req: SweepInput, key: st
                 req,
                 key,
                 result,
-                Event("check", check=check, status="fail", message=outcome.reason).to_dict(),
+                Event(EventKind.CHECK, check=check, status="fail", message=outcome.reason).to_dict(),
                 check=check,
             )
             return
@@ -177,7 +177,9 @@ async def check_held_node(node: str, checks: list[str], req: SweepInput, key: st
                     req,
                     key,
                     result,
-                    Event("check", check=check, status="fail", message=peers.reason, against_peers=True).to_dict(),
+                    Event(
+                        EventKind.CHECK, check=check, status="fail", message=peers.reason, against_peers=True
+                    ).to_dict(),
                 )
                 return
     result.passed += 1

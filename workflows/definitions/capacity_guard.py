@@ -23,9 +23,8 @@ with workflow.unsafe.imports_passed_through():
         reads_snapshot,
     )
     from workflows.activities.guard import GuardActivities
-    from workflows.activities.node import NodeActivities
     from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
-    from workflows.definitions.shared import QUICK
+    from workflows.definitions.shared import QUICK, record_automation
 
 # A granted removal shows in the database within seconds (the node's own transition); until
 # then it is counted here so that concurrent requests see it.
@@ -192,8 +191,7 @@ class CapacityGuard:
                     else ("grant" if decision.granted else "dry_run" if decision.dry_run else "deny")
                 )
             )
-            await workflow.execute_activity_method(
-                NodeActivities.record_automation_event,
+            await record_automation(
                 AutomationRecord(
                     kind=kind,
                     reason=f"{req.reason}: {decision.reason}",
@@ -201,8 +199,7 @@ class CapacityGuard:
                     node=req.node,
                     fleet=self.s.fleet,
                     key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}",
-                ),
-                **QUICK,
+                )
             )
             self.decisions_this_run += 1
             return decision
@@ -213,16 +210,14 @@ class CapacityGuard:
             was_open = self.s.breaker_open
             self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = False, "", None
             self.s.recent_failures = {}
-            await workflow.execute_activity_method(
-                NodeActivities.record_automation_event,
+            await record_automation(
                 AutomationRecord(
                     kind="breaker_closed",
                     actor=req.actor,
                     fleet=self.s.fleet,
                     reason="automation resumed by operator" + ("" if was_open else " (breaker was closed)"),
                     key=f"{workflow.info().workflow_id}/resume/{workflow.now().timestamp()}",
-                ),
-                **QUICK,
+                )
             )
             return self.s
 
@@ -240,16 +235,14 @@ class CapacityGuard:
                 sample = ", ".join(sorted(report.errored)[:5]) + (
                     ", ..." if max(report.count, len(report.errored)) > 5 else ""
                 )
-                await workflow.execute_activity_method(
-                    NodeActivities.record_automation_event,
+                await record_automation(
                     AutomationRecord(
                         kind="breaker_open",
                         reason=f"{reason} ({sample})",
                         actor=report.actor,
                         fleet=self.s.fleet,
                         key=f"{workflow.info().workflow_id}/check-errors/{report.key}",
-                    ),
-                    **QUICK,
+                    )
                 )
             self.decisions_this_run += 1
             return self.s

@@ -52,6 +52,7 @@ class JobRestart:
                 inp.actor,
                 inp.restart_id,
                 inp.fault_seen_at,
+                inp.failure,
             ),
             **QUICK,
         )

@@ -23,7 +23,7 @@ with workflow.unsafe.imports_passed_through():
         PodDrainRequest,
         SchedulerStateReport,
     )
-    from workflows.definitions.shared import POD_DRAIN_ROUND, QUICK, SCHEDULER_ROUND
+    from workflows.definitions.shared import POD_DRAIN_ROUND, SCHEDULER_ROUND, record_automation
 
 # The drain sets `draining` and the resume `production` on the scheduler's node themselves.
 SAID_BY_PLACEMENT = frozenset({NodeState.DRAINING.value, NodeState.PRODUCTION.value})
@@ -85,14 +85,12 @@ async def report_state(s: NodeLifecycleState, cause: str) -> None:
 
 
 async def _record_scheduler_error(s: NodeLifecycleState, message: str, what: str) -> None:
-    await workflow.execute_activity_method(
-        NodeActivities.record_automation_event,
+    await record_automation(
         AutomationRecord(
             kind="scheduler_error",
             reason=message,
             actor="lifecycle",
             node=s.node,
             key=f"{workflow.info().workflow_id}/{what}",
-        ),
-        **QUICK,
+        )
     )

@@ -35,7 +35,8 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.lifecycle import Actor, NodeState
-    from fleetctl.remediation.runbooks import DISRUPTIVE, Step, trigger_towards
+    from fleetctl.remediation.actions import DISRUPTIVE, trigger_towards
+    from fleetctl.remediation.runbooks import Step
     from workflows.activities.checks import CheckActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities

@@ -20,7 +20,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.lifecycle import Actor
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.remediation.events import Event, EventKind
     from workflows.activities.stragglers import StragglerActivities
     from workflows.api import (
         JobRestartInput,
@@ -76,7 +76,7 @@ async def drain_straggler(
     due: StragglerDrain, req: StragglerSweepInput, key: str, result: StragglerSweepResult
 ) -> None:
     cause = f"straggler {due.metric} in job {due.job_id}: {due.evidence}; drained at its checkpoint ({due.why})"
-    event = Event("straggler", check=due.metric, status="fail", message=due.evidence).to_dict()
+    event = Event(EventKind.STRAGGLER, check=due.metric, status="fail", message=due.evidence).to_dict()
     decision, outcome = await guarded_drain(
         RemovalRequest(node=due.node, rack=due.rack, reason=cause, actor=req.actor, request_id=key),
         TransitionRequest(
@@ -119,6 +119,7 @@ async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput)
                 actor=req.actor,
                 fault_seen_at=workflow.now().isoformat(),
                 restart_id=restart_id,
+                failure=Event(EventKind.STRAGGLER, check=due.metric).failure,
             ),
             id=job_restart_id(due.job_id, restart_id),
             # The restart outlives this tick.
