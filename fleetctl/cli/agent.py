@@ -188,8 +188,6 @@ def _kernel_log(
     except OSError as exc:
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
     return source, boot_id, saved
-    except OSError as exc:
-        fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
 
 
 async def _run_until_signalled(the_agent) -> None:
