@@ -6,6 +6,7 @@ the fabric it describes. Every module is a decision (pure); the database stores 
     names      the alphabet of node names and labels, scheduler kinds                  (pure)
     hostlist   Slurm's host lists, read and written as scontrol does                   (pure)
     topology   switches and islands, Slurm's topology.conf                             (pure)
+    machines   one name per machine: no address or BMC under two node names            (pure)
 
 May import: fleetctl.text and checks only. Entry point: `parse.parse_inventory`.
 """
