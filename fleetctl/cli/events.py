@@ -16,6 +16,8 @@ from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
 MIN_TOKEN = 16
+# How long a stopping intake waits for its last write of heartbeats (the database's answer).
+LAST_HEARTBEATS_S = 5.0
 
 
 @app.command("serve")
@@ -60,19 +62,27 @@ def serve(
     max_connections: int = typer.Option(
         256, "--max-connections", callback=within(1, 10_000), help="connections held at once (one thread each)"
     ),
+    max_queued_per_credential: int = typer.Option(
+        10_000,
+        "--max-queued-per-credential",
+        callback=within(1, 100_000),
+        help="undelivered events one credential (an agent's, the operator token) may hold queued; past it, "
+        "its minor events are dropped and counted, its critical ones still taken",
+    ),
 ) -> None:
     """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
     /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
     de-duplicated by id and signalled to each node's workflow; heartbeats are written to the
     database once a second (when each node's agent was last heard)."""
     from fleetctl.agent.runner import ensure_dir
-    from fleetctl.agent.transport import TemporalTransport
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.intake.credentials import BadCredentials, Credentials
+    from fleetctl.intake.delivery import Intake
     from fleetctl.intake.heartbeats import Heartbeats
     from fleetctl.intake.parse import NPD_CONDITIONS
-    from fleetctl.intake.server import Intake, KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
+    from fleetctl.intake.server import KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
+    from fleetctl.intake.signals import WorkflowSignals
 
     token = context.intake_token(token_file, "--token-file")
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
@@ -96,7 +106,7 @@ def serve(
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
-    intake = Intake(spool, TemporalTransport(settings))
+    intake = Intake(spool, WorkflowSignals(settings), max_per_credential=max_queued_per_credential)
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
     limits = Limits(
@@ -140,12 +150,12 @@ def serve(
         await intake.deliver_until(stop)
 
     try:
-        context.run_async(main())
+        context.run_async(main())  # on a signal: within delivery's POLL_S + 2 x STOP_S
     finally:
-        server.shutdown()
+        server.shutdown()  # within the server's poll interval; requests in progress end with the process
         stop.set()
-        writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
-        intake.spool.close()
+        writer.join(timeout=LAST_HEARTBEATS_S)  # the last heartbeats heard are written before the intake exits
+        intake.close()  # after this an accept answers 503, and what was accepted is on disk
 
 
 # Open files the intake needs besides its connections: the database, the spool's segments,

@@ -17,7 +17,8 @@ from fleetctl.agent.transport import NodeRefused, TemporalTransport
 from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.intake.server import Intake, serve_http
+from fleetctl.intake.delivery import Intake
+from fleetctl.intake.server import serve_http
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.services import missing_service, wait_ready
