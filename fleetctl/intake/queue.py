@@ -189,13 +189,14 @@ class DeliveryQueue:
         if minor:
             for node in self._turns:
                 if self._nodes[node].ready(now):
-                    self._turns.move_to_end(node)  # its turn is taken: the others go first next time
                     return node, self._batch(node, limit)
         return None
 
     def _batch(self, node: str, limit: int) -> list[Entry]:
         q = self._nodes[node]
         batch = list(itertools.islice(itertools.chain(q.critical.values(), q.minor.values()), limit))
+        if node in self._turns:  # its turn is taken: the others' minor events go first next time
+            self._turns.move_to_end(node)
         q.busy = True
         for entry in batch:
             entry.sending = True
