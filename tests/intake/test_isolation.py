@@ -425,3 +425,33 @@ def test_sigterm_ends_a_busy_intake_within_its_bound_and_the_spool_keeps_what_it
     finally:
         kept.close()
     print(f"SIGTERM to exit {took:.2f}s with {taken} events taken, {kept.depth} in the spool")
+
+
+class Hangs:
+    """A Temporal that takes a signal and never answers."""
+
+    def __init__(self) -> None:
+        self.sending = False
+
+    async def send(self, node: str, events: list[dict]) -> None:
+        self.sending = True
+        await asyncio.Event().wait()
+
+
+async def test_stop_ends_delivery_within_its_bound_while_a_send_hangs(tmp_path) -> None:
+    """The signal in flight never answered: stop still ends delivery within POLL_S and twice
+    STOP_S (the signal's grace, then its cancellation), and the event stays spooled."""
+    hangs = Hangs()
+    intake = Intake(tmp_path / "spool", hangs)
+    intake.accept(from_json({"events": [xid79("n1", "hangs")]}, time.time()))
+    stop = threading.Event()
+    delivering = asyncio.create_task(intake.deliver_until(stop))
+    await wait_for(lambda: hangs.sending, 10, "the send to be in flight")
+    stop.set()
+    started = time.monotonic()
+    await asyncio.wait_for(delivering, delivery.POLL_S + 2 * delivery.STOP_S + 1.0)
+    took = time.monotonic() - started
+    intake.close()
+    kept = Intake(tmp_path / "spool", None)
+    assert kept.depth == 1 and took < delivery.POLL_S + 2 * delivery.STOP_S + 1.0
+    kept.close()
