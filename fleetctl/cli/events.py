@@ -80,22 +80,11 @@ def serve(
     from fleetctl.intake.credentials import BadCredentials, Credentials
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.parse import NPD_CONDITIONS
-    from fleetctl.intake.server import KnownNodes, Limits, poll_node_conditions, serve_http, tls_context
+    from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
     from fleetctl.intake.signals import WorkflowSignals
 
     token = context.intake_token(token_file, "--token-file")
-    if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
-        fail(
-            f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
-            EXIT_USAGE,
-        )
-    if not 1 <= poll_interval <= 3600:
-        fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
-    if kubeconfig and in_cluster:
-        fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
-    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
-        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
+    _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
     try:
         who = Credentials(token, credentials)
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
@@ -124,24 +113,52 @@ def serve(
     )
     writer.start()
     if kubeconfig or in_cluster:
-        from kubernetes import client, config
-
-        if in_cluster:
-            config.load_incluster_config()  # the pod's service account
-            api_client = None
-        else:
-            api_client = config.new_client_from_config(config_file=str(kubeconfig))
-        api = client.CoreV1Api(api_client)
-        threading.Thread(
-            target=poll_node_conditions,
-            args=(intake, api, tuple(condition) or NPD_CONDITIONS, stop, poll_interval, known),
-            name="fleetctl-intake-npd",
-            daemon=True,
-        ).start()
+        _poll_node_conditions(intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known)
     typer.echo(
         f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
         err=True,
     )
+    _deliver_until_signalled(intake, server, writer, stop)
+
+
+def _refuse_bad_options(
+    token: str, poll_interval: float, both_clusters: bool, tls_cert, tls_key, tls_client_ca
+) -> None:
+    if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
+        fail(
+            f"a bearer token of at least {MIN_TOKEN} printable characters is required (--token-file or FLEETCTL_INTAKE_TOKEN)",
+            EXIT_USAGE,
+        )
+    if not 1 <= poll_interval <= 3600:
+        fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
+    if both_clusters:
+        fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
+    if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
+        fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
+
+
+def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str, ...], stop, interval_s, known):
+    """Node Problem Detector's conditions polled in the background (kubeconfig None: this cluster)."""
+    from kubernetes import client, config
+
+    from fleetctl.intake.parse import NPD_CONDITIONS
+    from fleetctl.intake.server import poll_node_conditions
+
+    if kubeconfig is None:
+        config.load_incluster_config()  # the pod's service account
+        api_client = None
+    else:
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    threading.Thread(
+        target=poll_node_conditions,
+        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known),
+        name="fleetctl-intake-npd",
+        daemon=True,
+    ).start()
+
+
+def _deliver_until_signalled(intake, server, writer: threading.Thread, stop: threading.Event) -> None:
+    """Deliver until SIGTERM or SIGINT; then stop within a bound, the spool intact."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -167,23 +167,23 @@ class IntakeHandler(BaseHTTPRequestHandler):
         if raw is None:
             return None
         self.server.phase(self.connection, HANDLING)
-        if self.path == "/heartbeat":
-            return self._heartbeat(raw, caller)
+        if self.path == "/heartbeat" and service.heartbeats is not None:
+            return self._heartbeat(raw, caller, service.heartbeats)
         return self._events(raw, caller)
 
     def _body(self) -> bytes | None:
         """The request's body, within the body bound and timeout; None once answered (or gone)."""
         limits = self.server.limits
-        if self.headers.get("Transfer-Encoding"):
-            return self._answer(411, "send the body with a Content-Length", close=True)
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            return self._answer(411, "send the body with a Content-Length", close=True)
+            length = -1
+        if self.headers.get("Transfer-Encoding") or length < 0:
+            self._answer(411, "send the body with a Content-Length", close=True)
+            return None
         if not 0 < length <= limits.max_body:
-            return self._answer(
-                413 if length > 0 else 400, f"the body must be 1 to {limits.max_body} bytes", close=True
-            )
+            self._answer(413 if length > 0 else 400, f"the body must be 1 to {limits.max_body} bytes", close=True)
+            return None
         self.connection.settimeout(limits.body_timeout_s)
         raw = self.rfile.read(length)
         if len(raw) < length:  # the client went away, or the watcher closed it past the body timeout
@@ -229,9 +229,8 @@ class IntakeHandler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _heartbeat(self, raw: bytes, caller: Caller) -> None:
+    def _heartbeat(self, raw: bytes, caller: Caller, heartbeats: Heartbeats) -> None:
         """{"node": NAME}: the node's agent is alive now (the intake's clock)."""
-        service = self.server.service
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -241,9 +240,9 @@ class IntakeHandler(BaseHTTPRequestHandler):
             return self._answer(400, 'the body must be {"node": NAME} with a valid node name')
         if not self._may_speak(caller, {node}):
             return None
-        if service.unknown({node}):
+        if self.server.service.unknown({node}):
             return self._answer(422, f"not in the inventory: {node}")
-        if not service.heartbeats.note(node):
+        if not heartbeats.note(node):
             return self._answer(503, "too many heartbeats waiting to be recorded; send again later")
         self._answer(202, {"heard": node})
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from fleetctl.agent.transport import NodeRefused, SendFailed
@@ -42,16 +43,16 @@ class NodeFailed(SendFailed):
 class WorkflowSignals:
     def __init__(self, settings: Settings, timeout_s: float = SIGNAL_TIMEOUT_S):
         self.settings, self.timeout_s = settings, timeout_s
-        self._client = None
+        self._client: Client | None = None
 
     async def send(self, node: str, events: list[dict]) -> None:
         """Signal each event in order; the first that is not taken raises (those before it went)."""
         try:
-            if self._client is None:
-                self._client = await connect(self.settings)
+            client = self._client or await connect(self.settings)
         except (TemporalUnavailable, OSError, RuntimeError) as exc:
             raise SendFailed(one_line(exc, 200)) from None
-        handle = self._client.get_workflow_handle(node_workflow_id(node))
+        self._client = client
+        handle = client.get_workflow_handle(node_workflow_id(node))
         for event in events:
             try:
                 await asyncio.wait_for(handle.signal(HEALTH_EVENT_SIGNAL, HealthEventInput(**event)), self.timeout_s)
