@@ -54,12 +54,12 @@ SPOOL_UNBOUNDED = 2**62
 
 def _spooled(event: dict) -> bool:
     """Whether a spool line is an event the intake can queue (else it is corrupt)."""
-    at = event.get("at")
+    at, code = event.get("at"), event.get("code")
     return (
-        isinstance(event.get("node"), str)
-        and isinstance(event.get("event_id"), str)
+        all(isinstance(event.get(k), str) for k in ("node", "source", "message", "event_id"))
         and isinstance(at, (int, float))
         and not isinstance(at, bool)
+        and (code is None or (isinstance(code, int) and not isinstance(code, bool)))
     )
 
 

@@ -455,3 +455,21 @@ async def test_stop_ends_delivery_within_its_bound_while_a_send_hangs(tmp_path) 
     kept = Intake(tmp_path / "spool", None)
     assert kept.depth == 1 and took < delivery.POLL_S + 2 * delivery.STOP_S + 1.0
     kept.close()
+
+
+def test_a_spool_line_the_intake_cannot_send_is_moved_aside_and_the_rest_delivered(tmp_path) -> None:
+    """A line that is JSON but no event (no source, a code that is text) would fail every
+    send of its node: it is set aside at start, the events around it kept."""
+    intake = Intake(tmp_path / "spool", Recorder())
+    intake.accept(from_json({"events": [xid79("n1", "before"), xid79("n2", "after")]}, time.time()))
+    intake.close()
+    segment = next((tmp_path / "spool").glob("segment-*.jsonl"))
+    good = segment.read_text().splitlines()
+    bad = json.dumps({**json.loads(good[0]), "event_id": "garbled", "code": "79"})
+    segment.write_text("\n".join([good[0], bad, good[1]]) + "\n")
+    reopened = Intake(tmp_path / "spool", Recorder())
+    try:
+        assert reopened.depth == 2 and len(reopened.spool.moved_aside) == 1
+        assert asyncio.run(reopened.deliver_once()) and reopened.sent == 2
+    finally:
+        reopened.close()
