@@ -16,6 +16,8 @@ from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
 MIN_TOKEN = 16
+# How long a stopping intake waits for its last write of heartbeats (the database's answer).
+LAST_HEARTBEATS_S = 5.0
 
 
 @app.command("serve")
@@ -60,21 +62,29 @@ def serve(
     max_connections: int = typer.Option(
         256, "--max-connections", callback=within(1, 10_000), help="connections held at once (one thread each)"
     ),
+    max_queued_per_credential: int = typer.Option(
+        10_000,
+        "--max-queued-per-credential",
+        callback=within(1, 100_000),
+        help="undelivered events one credential (an agent's, the operator token) may hold queued; past it, "
+        "its minor events are dropped and counted, its critical ones still taken",
+    ),
 ) -> None:
     """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
     /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
     de-duplicated by id and signalled to each node's workflow; heartbeats are written to the
     database once a second (when each node's agent was last heard)."""
     from fleetctl.agent.runner import ensure_dir
-    from fleetctl.agent.transport import TemporalTransport
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.intake.credentials import BadCredentials, Credentials
+    from fleetctl.intake.delivery import Intake
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.server import Intake, KnownNodes, Limits, serve_http, tls_context
+    from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
+    from fleetctl.intake.signals import WorkflowSignals
 
     token = context.intake_token(token_file, "--token-file")
-    _check_options(token, poll_interval, kubeconfig, in_cluster, tls_cert, tls_key, tls_client_ca)
+    _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
     try:
         who = Credentials(token, credentials)
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
@@ -85,7 +95,7 @@ def serve(
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
-    intake = Intake(spool, TemporalTransport(settings))
+    intake = Intake(spool, WorkflowSignals(settings), max_per_credential=max_queued_per_credential)
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
     limits = Limits(
@@ -103,28 +113,16 @@ def serve(
     )
     writer.start()
     if kubeconfig or in_cluster:
-        _poll_node_problems(kubeconfig, intake, tuple(condition), stop, poll_interval, known)
+        _poll_node_conditions(intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known)
     typer.echo(
         f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
         err=True,
     )
-    try:
-        context.run_async(_deliver_until_signalled(intake, stop))
-    finally:
-        server.shutdown()
-        stop.set()
-        writer.join(timeout=10)  # the last heartbeats heard are written before the intake exits
-        intake.spool.close()
+    _deliver_until_signalled(intake, server, writer, stop)
 
 
-def _check_options(
-    token: str,
-    poll_interval: float,
-    kubeconfig: Path | None,
-    in_cluster: bool,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_client_ca: Path | None,
+def _refuse_bad_options(
+    token: str, poll_interval: float, both_clusters: bool, tls_cert, tls_key, tls_client_ca
 ) -> None:
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
         fail(
@@ -133,17 +131,14 @@ def _check_options(
         )
     if not 1 <= poll_interval <= 3600:
         fail("--poll-interval must be between 1 and 3600 seconds", EXIT_USAGE)
-    if kubeconfig and in_cluster:
+    if both_clusters:
         fail("give at most one of --kubeconfig and --in-cluster", EXIT_USAGE)
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
 
 
-def _poll_node_problems(
-    kubeconfig: Path | None, intake, conditions: tuple[str, ...], stop: threading.Event, poll_interval: float, known
-) -> None:
-    """Poll the cluster's Node Problem Detector conditions on a thread of their own: the
-    cluster of `kubeconfig`, else the one this runs in (its pod's service account)."""
+def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str, ...], stop, interval_s, known):
+    """Node Problem Detector's conditions polled in the background (kubeconfig None: this cluster)."""
     from kubernetes import client, config
 
     from fleetctl.intake.parse import NPD_CONDITIONS
@@ -154,20 +149,30 @@ def _poll_node_problems(
         api_client = None
     else:
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    api = client.CoreV1Api(api_client)
     threading.Thread(
         target=poll_node_conditions,
-        args=(intake, api, conditions or NPD_CONDITIONS, stop, poll_interval, known),
+        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known),
         name="fleetctl-intake-npd",
         daemon=True,
     ).start()
 
 
-async def _deliver_until_signalled(intake, stop: threading.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await intake.deliver_until(stop)
+def _deliver_until_signalled(intake, server, writer: threading.Thread, stop: threading.Event) -> None:
+    """Deliver until SIGTERM or SIGINT; then stop within a bound, the spool intact."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await intake.deliver_until(stop)
+
+    try:
+        context.run_async(main())  # on a signal: within delivery's POLL_S + 2 x STOP_S
+    finally:
+        server.shutdown()  # within the server's poll interval; requests in progress end with the process
+        stop.set()
+        writer.join(timeout=LAST_HEARTBEATS_S)  # the last heartbeats heard are written before the intake exits
+        intake.close()  # after this an accept answers 503, and what was accepted is on disk
 
 
 # Open files the intake needs besides its connections: the database, the spool's segments,

@@ -101,6 +101,11 @@ class Caller:
     def may_speak_for(self, node: str) -> bool:
         return self.node is None or self.node == node
 
+    @property
+    def key(self) -> str:
+        """The credential's name where the intake bounds and counts what it queued."""
+        return "operator" if self.node is None else f"agent:{self.node}"
+
 
 OPERATOR = Caller(None)
 

@@ -1,14 +1,16 @@
-"""The intake's I/O: an HTTP server (stdlib), a Kubernetes node-condition poller, and the
-delivery loop that batches accepted events into signals to each node's workflow. Agents'
-heartbeats take another road, to the database (fleetctl.intake.heartbeats).
+"""The intake's HTTP server (stdlib: docs/decisions/0015-intake-http-server.md) and its
+Kubernetes node-condition poller. Accepted events go to the intake's queue and spool
+(fleetctl.intake.delivery), which delivers them to the nodes' workflows; agents' heartbeats
+take another road, to the database (fleetctl.intake.heartbeats).
 
-Accepted events go to a spool on disk first (the agent's), so a Temporal outage loses
-nothing; a request is answered 202 once its events are there.
+A request is answered 202 once its events are on disk, with an account of each node's
+events: accepted, duplicates, dropped (a minor event past its sender's bound), and the
+events of nodes not in the inventory, which are counted and logged, never queued. One
+unknown node never costs the others their events; a request with none known is 422.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -17,27 +19,23 @@ import ssl
 import sys
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from fleetctl.agent.detect import detect
-from fleetctl.agent.spool import Spool
-from fleetctl.agent.transport import NodeRefused
 from fleetctl.intake.credentials import OPERATOR, BadCredentials, Caller, Credentials
+from fleetctl.intake.delivery import SEEN_IDS, Intake
 from fleetctl.intake.heartbeats import Heartbeats
-from fleetctl.intake.parse import BadBody, IntakeEvent, from_alertmanager, from_json, from_node_conditions, loads
+from fleetctl.intake.parse import BadBody, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
 from fleetctl.text import bounded, one_line, printable
 
 log = logging.getLogger("fleetctl.intake")
 
 MAX_BODY = 1 << 20  # bytes; Alertmanager's largest group of 1,000 alerts fits well inside
-SEEN_IDS = 100_000  # ids remembered for de-duplication (the workflow de-duplicates again)
-MAX_ATTEMPTS = 20  # deliveries of an event to a node whose workflow refuses it, then dropped
-MAX_BACKOFF_S = 30.0
 # A connection's headers, then its body, each within this in all; then it is closed. An
 # agent's heartbeat or an Alertmanager webhook sends both in milliseconds.
 HEADER_TIMEOUT_S = 10.0
@@ -45,118 +43,7 @@ BODY_TIMEOUT_S = 30.0
 # Connections held at once (a thread each): well under a service's usual 1,024 open files.
 MAX_CONNECTIONS = 256
 KNOWN_TTL_S = 300.0  # a node name found in the inventory is not asked again for this long
-# Events without an id whose content (node, code, message, severity) was accepted this
-# recently are a replayed POST, not a new fault.
-CONTENT_WINDOW_S = 600.0
-
-
-class Intake:
-    """Thread-safe: the HTTP handlers and the Kubernetes poller accept, one loop delivers."""
-
-    def __init__(self, spool_dir: Path, transport, max_spool: int = 100_000, batch_size: int = 500):
-        self.spool = Spool(spool_dir, max_spool)
-        self.transport, self.batch_size = transport, batch_size
-        self._lock = threading.Lock()
-        self._seen: OrderedDict[str, None] = OrderedDict()
-        self._recent_content: OrderedDict[str, float] = OrderedDict()  # content key -> when accepted
-        self.accepted = self.duplicates = self.sent = self.undeliverable = 0
-        self.npd_skipped = 0  # Node Problem Detector conditions that could not be read (poll_node_conditions)
-        self.npd_not_in_inventory = 0  # ... that were of a node fleetctl does not manage
-        self._wake = threading.Event()
-
-    def accept(self, events: list[IntakeEvent]) -> tuple[int, int]:
-        """(new, duplicate) counts; new events are on disk when this returns. An event is a
-        duplicate of one with its id, or (one sent without an id: IntakeEvent.content_key)
-        of one with its content accepted within CONTENT_WINDOW_S."""
-        now = time.monotonic()
-        with self._lock:
-            while self._recent_content and now - next(iter(self._recent_content.values())) > CONTENT_WINDOW_S:
-                self._recent_content.popitem(last=False)
-            fresh, batch_keys = [], set()
-            for ev in events:
-                key = ev.content_key or ev.event_id
-                if ev.event_id in self._seen or key in self._recent_content or key in batch_keys:
-                    continue
-                batch_keys.add(key)
-                fresh.append(ev)
-            self.spool.append([{**e.as_dict(), "attempts": 0} for e in fresh])
-            for ev in fresh:
-                self._seen[ev.event_id] = None
-                if ev.content_key:
-                    self._recent_content[ev.content_key] = now
-            while len(self._seen) > SEEN_IDS:
-                self._seen.popitem(last=False)
-            while len(self._recent_content) > SEEN_IDS:
-                self._recent_content.popitem(last=False)
-            self.accepted += len(fresh)
-            self.duplicates += len(events) - len(fresh)
-        self._wake.set()
-        return len(fresh), len(events) - len(fresh)
-
-    async def deliver_once(self) -> bool:
-        """One batch. False when Temporal was unreachable (back off); a node that refuses
-        its events (no workflow) has them retried up to MAX_ATTEMPTS times, then counted
-        undeliverable, and never holds up other nodes' events."""
-        with self._lock:
-            batch = self.spool.pending(self.batch_size)
-        if not batch:
-            return True
-        by_node: dict[str, list[dict]] = defaultdict(list)
-        for ev in batch:
-            by_node[ev["node"]].append(ev)
-        refused: list[dict] = []
-        unsent: list[dict] = []
-        for node, events in by_node.items():
-            if unsent:  # Temporal is unreachable: the rest of the batch waits too
-                unsent += events
-                continue
-            try:
-                await self.transport.send(
-                    node,
-                    [
-                        {
-                            "node": e["node"],
-                            "source": e["source"],
-                            "code": e["code"],
-                            "message": e["message"],
-                            "actor": "fleetctl-intake",
-                            "event_id": e["event_id"],
-                            "at": e["at"],
-                            # absent from events spooled by an older intake
-                            "severity": e.get("severity", ""),
-                            "signature": e.get("signature", ""),
-                            "at_from_record": e.get("at_from_record", False),
-                        }
-                        for e in events
-                    ],
-                )
-                self.sent += len(events)
-            except NodeRefused as exc:
-                log.warning("%s refused %d events (%s)", node, len(events), exc)
-                refused += events
-            except Exception as exc:  # noqa: BLE001 - Temporal unreachable: kept, retried after a pause
-                log.warning("cannot deliver %d events to %s (%s)", len(events), node, exc)
-                unsent += events
-        if len(unsent) == len(batch):
-            return False
-        retry = [{**e, "attempts": e["attempts"] + 1} for e in refused if e["attempts"] + 1 < MAX_ATTEMPTS]
-        with self._lock:
-            self.undeliverable += len(refused) - len(retry)
-            self.spool.append(unsent + retry)  # before the ack: a crash between sends them again, never loses them
-            self.spool.ack(len(batch))
-        return not unsent
-
-    async def deliver_until(self, stop: threading.Event, interval_s: float = 0.05) -> None:
-        backoff = 0.5
-        while not stop.is_set():
-            ok = await self.deliver_once()
-            if ok and self.spool.depth:
-                backoff = 0.5
-                continue
-            self._wake.clear()
-            delay = interval_s if ok else backoff
-            backoff = 0.5 if ok else min(backoff * 2, MAX_BACKOFF_S)
-            await asyncio.to_thread(self._wake.wait, delay)
+NPD_CREDENTIAL = "npd"  # what the Kubernetes poller queues is bounded as one credential's
 
 
 @dataclass(frozen=True)
@@ -206,134 +93,200 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
 
-def make_handler(
-    intake: Intake,
-    credentials: Credentials,
-    limits: Limits = Limits(),
-    heartbeats: Heartbeats | None = None,
-    known: KnownNodes | None = None,
-):
-    """`heartbeats`: where agents' heartbeats go (POST /heartbeat); None: this intake takes none.
-    `known`: refuse events and heartbeats of nodes not in the inventory (None: take any)."""
-    paths = ("/alertmanager", "/events") + (("/heartbeat",) if heartbeats is not None else ())
+@dataclass(frozen=True)
+class Service:
+    """What the HTTP handler answers with. `heartbeats`: where agents' heartbeats go (POST
+    /heartbeat; None: this intake takes none). `known`: which node names are in the inventory
+    (None: any is taken)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "fleetctl-intake"
-        protocol_version = "HTTP/1.1"
+    intake: Intake
+    credentials: Credentials
+    limits: Limits = Limits()
+    heartbeats: Heartbeats | None = None
+    known: KnownNodes | None = None
 
-        def handle_one_request(self):
-            # The watcher (IntakeServer) closes a connection whose headers take longer than
-            # the header timeout in all: the socket timeout alone is per read.
-            self.connection.settimeout(limits.header_timeout_s)
-            self.server.phase(self.connection, HEADERS)
-            super().handle_one_request()
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return ("/alertmanager", "/events") + (("/heartbeat",) if self.heartbeats is not None else ())
 
-        def log_error(self, fmt, *args):  # a timed-out or garbled request: the client's doing
-            log.debug("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
+    def unknown(self, nodes: set[str]) -> list[str]:
+        return self.known.unknown(nodes) if self.known is not None else []
 
-        def log_message(self, fmt, *args):  # the request line only: never headers (the token)
-            log.info("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
 
-        def _answer(self, status: int, body: dict | str) -> None:
-            data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
-            self.send_response(status)
-            self.send_header(
-                "Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8"
+class IntakeHandler(BaseHTTPRequestHandler):
+    """One request of a connection; what it answers with is its server's `service`."""
+
+    server: IntakeServer
+    server_version = "fleetctl-intake"
+    protocol_version = "HTTP/1.1"
+
+    def handle_one_request(self):
+        # The watcher (IntakeServer) closes a connection whose headers take longer than
+        # the header timeout in all: the socket timeout alone is per read.
+        self.connection.settimeout(self.server.limits.header_timeout_s)
+        self.server.phase(self.connection, HEADERS)
+        super().handle_one_request()
+
+    def log_error(self, fmt, *args):  # a timed-out or garbled request: the client's doing
+        log.debug("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
+
+    def log_message(self, fmt, *args):  # the request line only: never headers (the token)
+        log.info("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
+
+    def _answer(self, status: int, body: dict | str, close: bool = False) -> None:
+        self.close_connection = self.close_connection or close
+        data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.server.phase(self.connection, HANDLING)
+        if self.path == "/healthz":
+            self._answer(200, health(self.server.service))
+        else:
+            self._answer(404, "not found")
+
+    def do_POST(self):
+        self.server.phase(self.connection, BODY)
+        service = self.server.service
+        caller = service.credentials.caller(self.headers.get("Authorization", ""))
+        if caller is None:
+            return self._answer(401, "a bearer token is required", close=True)
+        if self.path not in service.paths:
+            return self._answer(404, f"not found: POST to {', '.join(service.paths)}")
+        if self.path == "/alertmanager" and caller is not OPERATOR:
+            return self._answer(
+                403,
+                f"the credential of {caller.node} speaks for that node only: /alertmanager takes the operator token",
+                close=True,
             )
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+        raw = self._body()
+        if raw is None:
+            return None
+        self.server.phase(self.connection, HANDLING)
+        if self.path == "/heartbeat" and service.heartbeats is not None:
+            return self._heartbeat(raw, caller, service.heartbeats)
+        return self._events(raw, caller)
 
-        def do_GET(self):
-            self.server.phase(self.connection, HANDLING)
-            if self.path == "/healthz":
-                health = {"spool_depth": intake.spool.depth, "accepted": intake.accepted, "sent": intake.sent}
-                if heartbeats is not None:
-                    health |= {
-                        "heartbeats_heard": heartbeats.heard,
-                        "heartbeats_pending": heartbeats.pending,
-                        "heartbeat_write_failures": heartbeats.write_failures,
-                    }
-                self._answer(200, health)
-            else:
-                self._answer(404, "not found")
+    def _body(self) -> bytes | None:
+        """The request's body, within the body bound and timeout; None once answered (or gone)."""
+        limits = self.server.limits
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            length = -1
+        if self.headers.get("Transfer-Encoding") or length < 0:
+            self._answer(411, "send the body with a Content-Length", close=True)
+            return None
+        if not 0 < length <= limits.max_body:
+            self._answer(413 if length > 0 else 400, f"the body must be 1 to {limits.max_body} bytes", close=True)
+            return None
+        self.connection.settimeout(limits.body_timeout_s)
+        raw = self.rfile.read(length)
+        if len(raw) < length:  # the client went away, or the watcher closed it past the body timeout
+            self.close_connection = True
+            return None
+        return raw
 
-        def do_POST(self):
-            self.server.phase(self.connection, BODY)
-            caller = credentials.caller(self.headers.get("Authorization", ""))
-            if caller is None:
-                self.close_connection = True
-                return self._answer(401, "a bearer token is required")
-            if self.path not in paths:
-                return self._answer(404, f"not found: POST to {', '.join(paths)}")
-            if self.path == "/alertmanager" and caller is not OPERATOR:
-                self.close_connection = True
-                return self._answer(
-                    403,
-                    f"the credential of {caller.node} speaks for that node only: "
-                    "/alertmanager takes the operator token",
-                )
-            if self.headers.get("Transfer-Encoding"):
-                self.close_connection = True
-                return self._answer(411, "send the body with a Content-Length")
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self.close_connection = True
-                return self._answer(411, "send the body with a Content-Length")
-            if not 0 < length <= limits.max_body:
-                self.close_connection = True
-                return self._answer(413 if length > 0 else 400, f"the body must be 1 to {limits.max_body} bytes")
-            self.connection.settimeout(limits.body_timeout_s)
-            raw = self.rfile.read(length)
-            if len(raw) < length:  # the client went away, or the watcher closed it past the body timeout
-                self.close_connection = True
-                return None
-            self.server.phase(self.connection, HANDLING)
-            if self.path == "/heartbeat":
-                return self._heartbeat(raw, caller)
-            try:
-                body = loads(raw)
-                events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
-            except (ValueError, RecursionError) as exc:
-                message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
-                # One line, safe to show and to encode: a field name in it is the sender's text.
-                return self._answer(400, one_line(bounded(message), 300))
-            if not self._may_speak(caller, {ev.node for ev in events}):
-                return None
-            if caller is not OPERATOR:  # recorded as what they are: the node agent's own
-                events = [replace(ev, source="agent") for ev in events]
-            new, dup = intake.accept(events)
-            self._answer(202, {"accepted": new, "duplicates": dup})
+    def _events(self, raw: bytes, caller: Caller) -> None:
+        """An Alertmanager group or an /events batch, split by node: the inventory's nodes'
+        events queued, the others' counted (202, each node's account); 422 when no node is
+        known, 503 when the intake could not keep them (the sender sends them again)."""
+        service = self.server.service
+        try:
+            body = loads(raw)
+            events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
+        except (ValueError, RecursionError) as exc:
+            message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
+            # One line, safe to show and to encode: a field name in it is the sender's text.
+            return self._answer(400, one_line(bounded(message), 300))
+        nodes = {ev.node for ev in events}
+        if not self._may_speak(caller, nodes):
+            return None
+        unknown = set(service.unknown(nodes))
+        outside = Counter(ev.node for ev in events if ev.node in unknown)
+        service.intake.not_managed(outside)
+        if unknown and unknown == nodes:
+            return self._answer(422, f"not in the inventory: {_names(sorted(unknown))}")
+        if caller is not OPERATOR:  # recorded as what they are: the node agent's own
+            events = [replace(ev, source="agent") for ev in events]
+        try:
+            account = service.intake.accept([ev for ev in events if ev.node not in unknown], caller.key)
+        except OSError as exc:
+            log.warning("cannot keep %d events (%s)", len(events), one_line(exc, 200))
+            return self._answer(503, "the intake cannot keep events now; send them again later")
+        refused = any(n["refused"] for n in account.values())
+        self._answer(503 if refused else 202, answer_of(account, outside))
 
-        def _may_speak(self, caller: Caller, nodes: set[str]) -> bool:
-            """Answers 403 (another node's) or 422 (not in the inventory) and says False."""
-            others = sorted(n for n in nodes if not caller.may_speak_for(n))
-            if others:
-                self._answer(403, f"the credential of {caller.node} speaks for that node only, not {_names(others)}")
-                return False
-            unknown = known.unknown(nodes) if known is not None else []
-            if unknown:
-                self._answer(422, f"not in the inventory: {_names(unknown)}")
-                return False
-            return True
+    def _may_speak(self, caller: Caller, nodes: set[str]) -> bool:
+        """Answers 403 (another node's) and says False."""
+        others = sorted(n for n in nodes if not caller.may_speak_for(n))
+        if others:
+            self._answer(403, f"the credential of {caller.node} speaks for that node only, not {_names(others)}")
+            return False
+        return True
 
-        def _heartbeat(self, raw: bytes, caller: Caller) -> None:
-            """{"node": NAME}: the node's agent is alive now (the intake's clock)."""
-            try:
-                body = json.loads(raw)
-            except (ValueError, RecursionError):
-                return self._answer(400, "the body is not JSON")
-            node = body.get("node") if isinstance(body, dict) else None
-            if not isinstance(node, str) or not NODE_NAME_RE.match(node):
-                return self._answer(400, 'the body must be {"node": NAME} with a valid node name')
-            if not self._may_speak(caller, {node}):
-                return None
-            if not heartbeats.note(node):
-                return self._answer(503, "too many heartbeats waiting to be recorded; send again later")
-            self._answer(202, {"heard": node})
+    def _heartbeat(self, raw: bytes, caller: Caller, heartbeats: Heartbeats) -> None:
+        """{"node": NAME}: the node's agent is alive now (the intake's clock)."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
+            return self._answer(400, "the body is not JSON")
+        node = body.get("node") if isinstance(body, dict) else None
+        if not isinstance(node, str) or not NODE_NAME_RE.match(node):
+            return self._answer(400, 'the body must be {"node": NAME} with a valid node name')
+        if not self._may_speak(caller, {node}):
+            return None
+        if self.server.service.unknown({node}):
+            return self._answer(422, f"not in the inventory: {node}")
+        if not heartbeats.note(node):
+            return self._answer(503, "too many heartbeats waiting to be recorded; send again later")
+        self._answer(202, {"heard": node})
 
-    return Handler
+
+def answer_of(account: dict[str, Counter], outside: Counter) -> dict:
+    """A 202's body: the totals, and each node's account (a node not in the inventory: how
+    many of its events were not taken)."""
+    kinds = ("accepted", "duplicates", "dropped")
+    total = sum(account.values(), Counter())
+    return {
+        **{kind: total[kind] for kind in kinds},
+        **({"refused": total["refused"]} if total["refused"] else {}),
+        "not_in_inventory": sum(outside.values()),
+        "nodes": {
+            **{
+                node: {kind: n[kind] for kind in (*kinds, "refused") if kind in kinds or n[kind]}
+                for node, n in account.items()
+            },
+            **{node: {"not_in_inventory": n} for node, n in outside.items()},
+        },
+    }
+
+
+def health(service: Service) -> dict:
+    intake, heartbeats = service.intake, service.heartbeats
+    now = time.monotonic()
+    out = {
+        "spool_depth": intake.depth,
+        "accepted": intake.accepted,
+        "sent": intake.sent,
+        "signals": intake.signals,
+        "merged": intake.queue.merged,
+        "dropped": sum(intake.dropped.values()) + intake.displaced,
+        "undeliverable": intake.undeliverable,
+        "not_in_inventory": intake.not_in_inventory,
+        "held_nodes": intake.queue.held_nodes(now),
+    }
+    if heartbeats is not None:
+        out |= {
+            "heartbeats_heard": heartbeats.heard,
+            "heartbeats_pending": heartbeats.pending,
+            "heartbeat_write_failures": heartbeats.write_failures,
+        }
+    return out
 
 
 HEADERS, BODY, HANDLING = "headers", "body", "handling"
@@ -356,9 +309,9 @@ class IntakeServer(ThreadingHTTPServer):
         b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n"
     )
 
-    def __init__(self, address: tuple[str, int], handler, limits: Limits, tls: ssl.SSLContext | None = None):
-        super().__init__(address, handler)
-        self.limits, self.tls = limits, tls
+    def __init__(self, address: tuple[str, int], service: Service, tls: ssl.SSLContext | None = None):
+        super().__init__(address, IntakeHandler)
+        self.service, self.limits, self.tls = service, service.limits, tls
         self._open: dict[socket.socket, tuple[str, float]] = {}
         self._open_lock = threading.Lock()
         self.refused = self.evicted = self.timed_out = 0
@@ -491,7 +444,7 @@ def serve_http(
 ) -> IntakeServer:
     """`token`: the operator token alone, or Credentials (the operator's and the agents')."""
     credentials = token if isinstance(token, Credentials) else Credentials(token)
-    server = IntakeServer((address, port), make_handler(intake, credentials, limits, heartbeats, known), limits, tls)
+    server = IntakeServer((address, port), Service(intake, credentials, limits, heartbeats, known), tls)
     threading.Thread(target=server.serve_forever, name="fleetctl-intake-http", daemon=True).start()
     return server
 
@@ -532,7 +485,7 @@ def poll_node_conditions(
                 if events and known is not None and known.unknown({events[0].node}):
                     intake.npd_not_in_inventory += len(events)
                     events = []
-                intake.accept(events)
+                intake.accept(events, NPD_CREDENTIAL)
                 intake.npd_skipped += len(skipped)
                 for why in skipped:
                     if why not in logged:

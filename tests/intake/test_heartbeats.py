@@ -27,8 +27,9 @@ from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
 from fleetctl.durations import as_utc
+from fleetctl.intake.delivery import Intake
 from fleetctl.intake.heartbeats import Heartbeats
-from fleetctl.intake.server import Intake, serve_http
+from fleetctl.intake.server import serve_http
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.inventory import render_inventory
 
@@ -64,7 +65,7 @@ def intake(tmp_path, sqlite_url):
     )
     yield it
     srv.shutdown()
-    it.spool.close()
+    it.close()
 
 
 def seen(intake) -> dict[str, datetime | None]:

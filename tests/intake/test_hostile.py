@@ -18,7 +18,8 @@ import time
 import pytest
 
 from fleetctl.intake.credentials import Credentials, new_credential, token_hash
-from fleetctl.intake.server import Intake, KnownNodes, Limits, serve_http, tls_context
+from fleetctl.intake.delivery import Intake
+from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
 from tests.intake.test_server import TOKEN, Recorder, _serve, post
 from tests.production.mtls_proxy import Authority
 
@@ -66,7 +67,7 @@ def make_intake(tmp_path, hashes):
     for srv, it in servers:
         srv.shutdown()
         srv.server_close()
-        it.spool.close()
+        it.close()
 
 
 def heartbeat(port: int, node: str, token: str = TOKEN) -> tuple[int, str]:
@@ -185,13 +186,23 @@ def test_a_client_that_vanishes_mid_request_is_one_debug_line_not_a_traceback(ma
     assert not [r for r in caplog.records if r.levelno > logging.INFO or r.exc_info]
 
 
-def test_unknown_node_names_are_refused_naming_them_and_never_spooled(make_intake) -> None:
+def test_unknown_nodes_events_are_counted_and_never_spooled_and_cost_the_known_node_nothing(make_intake) -> None:
+    """A batch with a known node's XID 79 and seven ghosts' events: the XID 79 is taken, the
+    ghosts' counted (each named in the answer); a batch of ghosts alone is refused, naming them."""
     intake = make_intake()
     body = {"events": [{"node": "n1", "code": 79, "id": "a"}] + [{"node": f"ghost-{i}", "code": 79} for i in range(7)]}
     status, text = post(intake.port, "/events", body)
-    assert status == 422 and text == "not in the inventory: ghost-0, ghost-1, ghost-2, ghost-3, ghost-4 and 2 more\n"
+    answer = json.loads(text)
+    assert (status, answer["accepted"], answer["not_in_inventory"]) == (202, 1, 7), text
+    assert answer["nodes"]["n1"]["accepted"] == 1 and answer["nodes"]["ghost-3"] == {"not_in_inventory": 1}
+    assert [e["node"] for e in intake.spool.pending(10)] == ["n1"] and intake.not_in_inventory == 7
+    ghosts = {"events": [{"node": f"ghost-{i}", "code": 79} for i in range(7)]}
+    assert post(intake.port, "/events", ghosts) == (
+        422,
+        "not in the inventory: ghost-0, ghost-1, ghost-2, ghost-3, ghost-4 and 2 more\n",
+    )
     assert heartbeat(intake.port, "ghost-0") == (422, "not in the inventory: ghost-0\n")
-    assert intake.spool.depth == 0 and intake.accepted == 0 and intake.beats.heard == 0
+    assert intake.spool.depth == 1 and intake.not_in_inventory == 14 and intake.beats.heard == 0
 
 
 def test_a_node_name_with_a_trailing_newline_is_no_node_name(make_intake) -> None:
@@ -202,15 +213,20 @@ def test_a_node_name_with_a_trailing_newline_is_no_node_name(make_intake) -> Non
 
 
 def test_a_replayed_post_without_an_id_counts_once_within_the_window(make_intake, monkeypatch) -> None:
-    from fleetctl.intake import server
+    from fleetctl.intake import delivery
+
+    def taken(body) -> tuple[int, int, int]:
+        status, text = post(intake.port, "/events", body)
+        answer = json.loads(text)
+        return status, answer["accepted"], answer["duplicates"]
 
     intake = make_intake()
     body = {"node": "n1", "code": 48, "message": "DBE"}
-    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
-    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 0, "duplicates": 1}))
-    assert post(intake.port, "/events", {**body, "code": 63})[0] == 202  # another fault is another event
-    monkeypatch.setattr(server, "CONTENT_WINDOW_S", 0.0)  # the window past: the same fault again is new
-    assert post(intake.port, "/events", body) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
+    assert taken(body) == (202, 1, 0)
+    assert taken(body) == (202, 0, 1)
+    assert taken({**body, "code": 63}) == (202, 1, 0)  # another fault is another event
+    monkeypatch.setattr(delivery, "CONTENT_WINDOW_S", 0.0)  # the window past: the same fault again is new
+    assert taken(body) == (202, 1, 0)
     ids = [e["event_id"] for e in intake.spool.pending(10)]
     assert len(ids) == 3 and len(set(ids)) == 3  # each its own id: the workflow keeps all three
 

@@ -14,8 +14,10 @@ import threading
 import pytest
 
 from fleetctl.agent.transport import NodeRefused, SendFailed
+from fleetctl.intake import queue as intake_queue
 from fleetctl.intake import server as intake_server
-from fleetctl.intake.server import Intake, poll_node_conditions, serve_http
+from fleetctl.intake.delivery import Intake
+from fleetctl.intake.server import poll_node_conditions, serve_http
 from fleetctl.text import MAX_TEXT
 from tests.conftest import FIXTURES
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
@@ -46,7 +48,7 @@ def intake(tmp_path):
     it.port, it.recorder = srv.server_port, recorder
     yield it
     srv.shutdown()
-    it.spool.close()
+    it.close()
 
 
 def post(port: int, path: str, body: bytes | str | dict, token: str | None = TOKEN, headers: dict | None = None):
@@ -91,21 +93,31 @@ def test_a_body_past_the_bound_is_refused_before_it_is_read(intake) -> None:
     assert intake.spool.depth == 0
 
 
-def test_a_webhook_is_accepted_once_and_sent_in_one_batch_per_node(intake) -> None:
+def test_a_webhook_is_accepted_once_and_each_nodes_events_are_sent_in_order(intake) -> None:
     webhook = json.loads((FIXTURES / "intake" / "alertmanager_dcgm_xid.json").read_text())
-    assert post(intake.port, "/alertmanager", webhook) == (202, json.dumps({"accepted": 1, "duplicates": 0}))
-    assert post(intake.port, "/alertmanager", webhook) == (202, json.dumps({"accepted": 0, "duplicates": 1}))
+    first = json.loads(post(intake.port, "/alertmanager", webhook)[1])
+    assert (first["accepted"], first["duplicates"], first["nodes"]) == (
+        1,
+        0,
+        {"gpu-node-07": {"accepted": 1, "duplicates": 0, "dropped": 0}},
+    )
+    assert json.loads(post(intake.port, "/alertmanager", webhook)[1])["duplicates"] == 1
     events = {
-        "events": [{"node": "n1", "code": 13, "id": str(i)} for i in range(5)] + [{"node": "n2", "code": 31, "id": "x"}]
+        "events": [{"node": "n1", "message": f"m{i}", "id": str(i)} for i in range(5)]
+        + [{"node": "n2", "code": 31, "id": "x"}]
     }
     assert post(intake.port, "/events", events)[0] == 202
     asyncio.run(intake.deliver_once())
-    assert [(node, len(evs)) for node, evs in intake.recorder.sends] == [("gpu-node-07", 1), ("n1", 5), ("n2", 1)]
+    sent: dict[str, list[str]] = {}
+    for node, (event,) in intake.recorder.sends:  # one signal an event
+        sent.setdefault(node, []).append(event["message"])
+    assert sorted(sent) == ["gpu-node-07", "n1", "n2"] and sent["n1"] == [f"m{i}" for i in range(5)]
     assert intake.spool.depth == 0 and intake.sent == 7
 
 
 def test_an_outage_keeps_the_events_and_one_refusing_node_blocks_no_other(intake, monkeypatch) -> None:
-    monkeypatch.setattr(intake_server, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(intake_queue, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(intake_queue, "FIRST_BACKOFF_S", 0.0)  # a refusing node is tried again at once
     intake.recorder.down = True
     post(
         intake.port,
@@ -115,9 +127,9 @@ def test_an_outage_keeps_the_events_and_one_refusing_node_blocks_no_other(intake
     assert asyncio.run(intake.deliver_once()) is False and intake.spool.depth == 2
     intake.recorder.down, intake.recorder.refuse = False, {"n2"}
     assert asyncio.run(intake.deliver_once()) is True
-    assert [n for n, _ in intake.recorder.sends] == ["n1"] and intake.spool.depth == 1
+    assert [n for n, _ in intake.recorder.sends] == ["n1"] and intake.depth == 1
     asyncio.run(intake.deliver_once())  # n2's second refusal: given up, counted
-    assert intake.spool.depth == 0 and intake.undeliverable == 1
+    assert intake.depth == 0 and intake.spool.depth == 0 and intake.undeliverable == 1
 
 
 def test_the_token_is_never_logged(intake, caplog) -> None:

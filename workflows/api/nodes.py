@@ -105,6 +105,12 @@ class HealthEventInput:
     # The catalog signature the sender read the fault as (checks/catalog/signatures.tsv), ""
     # for an Xid or none: a fault of an NVLink domain's fabric holds the domain (removals_for).
     signature: str = ""
+    # How many events of the node this one stands for: a sender merged repeats of a minor
+    # event (same code or signature) queued unsent, and says when the first and the last were
+    # seen (ISO 8601, UTC); None when it stands for itself alone.
+    repeat_count: int = 1
+    first_seen: str | None = None
+    last_seen: str | None = None
 
 
 @dataclass
