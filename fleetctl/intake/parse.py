@@ -17,7 +17,6 @@ catalog's severity for the code is sent, or none.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -27,6 +26,7 @@ from datetime import datetime
 from checks.result import SEVERITIES
 from checks.signatures import MAX_SIGNATURE_NAME, signatures
 from checks.xid import xid_action
+from fleetctl.nodes.health import health_event_id
 from fleetctl.text import bounded
 
 MAX_CODE = 2**31 - 1  # the database column
@@ -174,10 +174,6 @@ def _signature(value: object, where: str) -> str:
     return value
 
 
-def _id(*parts: object) -> str:
-    return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:32]
-
-
 def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) -> list[IntakeEvent]:
     """The firing alerts of one webhook; resolved ones say nothing new about the node.
     The code is the alert's `xid` label or annotation (or `value`, as DCGM rules template it)."""
@@ -203,7 +199,7 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
         raw = labels.get("xid", notes.get("xid", notes.get("value")))
         code = _code(raw, f"{where} xid")
         starts = _time(alert.get("startsAt"), f"{where}.startsAt")
-        fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or _id(sorted(labels.items()))
+        fingerprint = _text(alert.get("fingerprint"), f"{where}.fingerprint") or health_event_id(sorted(labels.items()))
         alertname = _text(labels.get("alertname"), f"{where}.labels.alertname") or "alert"
         message = _text(notes.get("summary") or notes.get("description") or alertname, where)
         out.append(
@@ -212,7 +208,7 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
                 "alertmanager",
                 code,
                 bounded(f"{alertname}: {message}"),
-                _id("alertmanager", fingerprint, alert.get("startsAt")),
+                health_event_id("alertmanager", fingerprint, alert.get("startsAt")),
                 starts,
                 _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False),
                 True,
@@ -250,11 +246,13 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
                 "intake",
                 code,
                 message,
-                _id("json", node, event_id) if event_id else _id("json", node, code, message, at),
+                health_event_id("json", node, event_id)
+                if event_id
+                else health_event_id("json", node, code, message, at),
                 at,
                 severity,
                 "at" in item,
-                _id("json-content", node, code, message, severity) if anonymous else "",
+                health_event_id("json-content", node, code, message, severity) if anonymous else "",
                 signature,
             )
         )
@@ -317,7 +315,7 @@ def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> Int
         "npd",
         faults[0].code if faults else None,
         bounded(f"{kind}: {reason} {message}".strip()),
-        _id("npd", name, kind, changed),
+        health_event_id("npd", name, kind, changed),
         at,
         faults[0].severity if faults else "",
         bool(changed),
