@@ -10,8 +10,8 @@ import urllib.error
 import urllib.request
 
 from fleetctl.config import Settings
-from workflows.api import HealthEventInput
 from workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
+from workflows.health_events import health_event
 
 # A send that takes longer is a Temporal that is not answering: the events stay spooled.
 SEND_TIMEOUT_S = 10.0
@@ -26,6 +26,10 @@ class NodeRefused(SendFailed):
 
 
 class TemporalTransport:
+    """Signals each event to its node's workflow, built by the one constructor of a health
+    event (its severity the catalog's, or the sender's when graver): the agent's events and
+    the intake's alike."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
         self._client = None
@@ -35,7 +39,7 @@ class TemporalTransport:
             if self._client is None:
                 self._client = await connect(self.settings)
             await asyncio.wait_for(
-                send_health_events(self._client, node, [HealthEventInput(**e) for e in events]), SEND_TIMEOUT_S
+                send_health_events(self._client, node, [health_event(**e) for e in events]), SEND_TIMEOUT_S
             )
         except CommandRejected as exc:
             if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know
