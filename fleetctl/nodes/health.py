@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from checks.result import SEVERITIES
 from checks.signatures import signatures
-from checks.xid import xid_action
+from checks.xid_catalog import xid_action
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
