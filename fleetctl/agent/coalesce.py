@@ -29,6 +29,9 @@ def coalesce_minor(events: list[dict]) -> list[dict]:
         first = out[kept[key]]
         out[kept[key]] = {
             **first,
+            # The last one's id: a batch read again (a read position lost) brings the records
+            # after the ones recorded under a new id, and sent again whole, the same id.
+            "event_id": ev["event_id"],
             "repeat_count": first.get("repeat_count", 1) + ev.get("repeat_count", 1),
             "first_seen": min(first.get("first_seen") or first["at"], ev.get("first_seen") or ev["at"]),
             "last_seen": max(first.get("last_seen") or first["at"], ev.get("last_seen") or ev["at"]),

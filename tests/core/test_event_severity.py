@@ -61,7 +61,7 @@ def _ev(i: int, code: int | None, severity: str, signature: str = "", source: st
 def test_the_agent_sends_a_batchs_repeated_minor_events_once_with_their_count() -> None:
     batch = [_ev(0, 13, "info"), _ev(1, 79, "critical"), _ev(2, 13, "info"), _ev(3, 79, "critical"), _ev(4, 13, "info")]
     sent = coalesce_minor(batch)
-    assert [e["event_id"] for e in sent] == ["e0", "e1", "e3"]
+    assert [e["event_id"] for e in sent] == ["e4", "e1", "e3"]  # a fold goes under its last event's id
     assert (sent[0]["repeat_count"], sent[0]["first_seen"], sent[0]["last_seen"]) == (3, 100.0, 104.0)
 
 
