@@ -52,7 +52,12 @@ async def test_repeats_of_a_minor_event_are_queued_once_with_their_count_and_cri
 async def test_a_drain_waiting_for_its_job_is_carried_into_the_next_run_and_an_xid79_there_restarts_the_job(
     lifecycle,
 ) -> None:
-    node = await lifecycle(world=World(verdicts={13: MINOR, 79: XID79}, jobs=["job-1"]), signals_per_run=10)
+    # A poll far longer than a decision: the run must continue as new within its wait, not at its end.
+    node = await lifecycle(
+        world=World(verdicts={13: MINOR, 79: XID79}, jobs=["job-1"]),
+        signals_per_run=10,
+        drain_job_poll_s=10 * DECISION_S,
+    )
     await node.transition("drain")
     await node.until(lambda: node.fakes.asked("running_jobs_on"))
     first_run = (await node.handle.describe()).run_id
