@@ -14,22 +14,30 @@ journal JSON record's __REALTIME_TIMESTAMP as ISO 8601 UTC.
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache, lru_cache
-from importlib import resources
+from functools import lru_cache
 
 from checks._text import UnjudgeableOutput, verdict
 from checks.profiles import GpuProfile
 from checks.result import SEVERITIES, CheckResult, Finding
 from checks.signatures import ACTIONS, FINDING_SEVERITY, signatures
+from checks.xid_catalog import (
+    BUCKET_ACTIONS,
+    NODE_ACTIONS,
+    UNKNOWN,
+    XidAction,
+    xid_action,
+    xid_catalog,
+    xid_catalog_version,
+)
 
 __all__ = [
     "ACTIONS",
+    "BUCKET_ACTIONS",
     "SEVERITIES",
     "XidAction",
     "XidEvent",
@@ -180,38 +188,6 @@ class KernelLog:
     signatures: list[SignatureEvent]
 
 
-@dataclass(frozen=True)
-class XidAction:
-    code: int
-    mnemonic: str
-    description: str
-    action: str  # one of ACTIONS
-    severity: str  # one of SEVERITIES
-    nvidia_action: str  # NVIDIA's immediate resolution bucket, verbatim ("" when it gives none)
-    nvidia_followup: str  # NVIDIA's investigatory resolution bucket, verbatim
-
-
-# NVIDIA's immediate resolution bucket -> fleetctl's action. WORKFLOW_XID_48 and the NVLink
-# workflows begin with a GPU reset in NVIDIA's workflow descriptions; WORKFLOW_XID_45 and
-# XID_154 depend on the rest of the log and are decided in _classify. A bucket missing
-# here is a new one: the code reads "unknown" until someone maps it.
-BUCKET_ACTIONS = {
-    "IGNORE": "ignore",
-    "RESTART_APP": "restart_app",
-    "CHECK_UVM": "investigate_software",
-    "UPDATE_SWFW": "update_software",
-    "RESET_GPU": "reset_gpu",
-    "WORKFLOW_XID_48": "reset_gpu",
-    "WORKFLOW_NVLINK_ERR": "reset_gpu",
-    "WORKFLOW_NVLINK5_ERR": "reset_gpu",
-    "RESTART_VM": "reboot",
-    "RESTART_BM": "reboot",
-    "CHECK_MECHANICALS": "check_hardware",
-    "CONTACT_SUPPORT": "contact_support",
-}
-# Actions a node must stop for; an action an application takes (or none) only needs a
-# look when NVIDIA's follow-up is to contact support (it may be the hardware).
-_NODE_ACTIONS = {"reset_gpu", "reboot", "check_hardware", "contact_support"}
 # Xid 154's message names the recovery the driver now needs.
 _RECOVERY_ACTIONS = {
     "None": "ignore",
@@ -220,52 +196,6 @@ _RECOVERY_ACTIONS = {
     "Node Reboot Required": "reboot",
     "OS Reboot": "reboot",
 }
-UNKNOWN = "unknown"
-# Severity is fleetctl's own (the action stays NVIDIA's): a code NVIDIA leaves to the
-# application still warns when its repeats say something about the node, so that a burst
-# escalates (the repeat rule of fleetctl.nodes.health).
-_WATCHED = {94: "contained memory error: repeats mean failing memory"}
-
-
-def _derived(code: int, mnemonic: str, description: str, nvidia_action: str, followup: str) -> XidAction:
-    action = BUCKET_ACTIONS.get(nvidia_action, UNKNOWN)
-    if action in _NODE_ACTIONS:
-        severity = "critical"
-    elif action == UNKNOWN or "CONTACT_SUPPORT" in followup or code in _WATCHED:
-        severity = "warning"
-    else:
-        severity = "info"
-    return XidAction(code, mnemonic, description, action, severity, nvidia_action, followup)
-
-
-@cache
-def xid_catalog_version() -> str:
-    """The date NVIDIA's catalog was read on, from the header of checks/catalog/xid.tsv."""
-    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
-    m = re.search(r"Generated at (\d{4}-\d\d-\d\d)", text)
-    return m[1] if m else "unknown"
-
-
-@cache
-def xid_catalog() -> dict[int, XidAction]:
-    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
-    rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t")
-    return {
-        int(row["code"]): _derived(
-            int(row["code"]), row["mnemonic"], row["description"], row["nvidia_action"], row["nvidia_followup"]
-        )
-        for row in rows
-    }
-
-
-def xid_action(code: int) -> XidAction:
-    """The catalog entry, judged without the rest of the log. A code not in NVIDIA's
-    catalog is "unknown" with a warning: a person looks, nobody acts on a guess."""
-    return xid_catalog().get(
-        code, XidAction(code, "UNKNOWN", "not in NVIDIA's Xid catalog", UNKNOWN, "warning", "", "")
-    )
-
-
 # ---- reading the log ---------------------------------------------------------------------
 
 
@@ -506,7 +436,7 @@ def _classify(event: XidEvent, causes: set[int]) -> tuple[XidAction, str]:
     if event.code == 154:
         m = _RECOVERY_ACTION.search(event.message)
         action = _RECOVERY_ACTIONS.get(m["action"].strip(), UNKNOWN) if m else UNKNOWN
-        severity = "critical" if action in _NODE_ACTIONS else "info" if action == "ignore" else "warning"
+        severity = "critical" if action in NODE_ACTIONS else "info" if action == "ignore" else "warning"
         return _with(entry, action, severity), f"driver recovery action: {m['action'] if m else 'not stated'}"
     return entry, ""
 

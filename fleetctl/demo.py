@@ -191,8 +191,8 @@ class Demo:
         return random.Random(f"{self.plan.seed}/{len(taken)}").choice(idle) if idle else ""
 
     async def _xid79_under_a_job(self, fault: Fault) -> None:
-        from workflows.api import HealthEventInput
         from workflows.client import send_health_events
+        from workflows.health_events import health_event
 
         busy = [j for j in running_sim_jobs(self.engine) if j.nodes]
         if not busy:
@@ -204,14 +204,14 @@ class Demo:
             self.client,
             fault.node,
             [
-                HealthEventInput(
+                health_event(
                     fault.node,
                     "xid",
-                    79,
-                    "GPU has fallen off the bus.",
-                    "demo",
-                    f"demo-xid79-{fault.node}",
-                    time.time(),
+                    code=79,
+                    message="GPU has fallen off the bus.",
+                    actor="demo",
+                    event_id=f"demo-xid79-{fault.node}",
+                    at=time.time(),
                 )
             ],
         )

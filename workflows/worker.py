@@ -181,8 +181,8 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     from fleetctl.remediation.runbooks import Event
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
-    from workflows.api import HealthEventInput
     from workflows.client import CommandRejected, request_guarded_drain, send_health_events
+    from workflows.health_events import health_event
 
     if not settings.external_drain_watch_s:
         return
@@ -200,9 +200,9 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                 client,
                 node,
                 [
-                    HealthEventInput(
-                        node=node,
-                        source=EXTERNAL_DRAIN,
+                    health_event(
+                        node,
+                        EXTERNAL_DRAIN,
                         message=bounded(printable(message)),
                         actor=EXTERNAL_DRAIN,
                         event_id=event_id,

@@ -16,6 +16,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from checks.signatures import MAX_SIGNATURE_NAME
+from fleetctl.agent.coalesce import coalesce_minor
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import MAX_SEQ, Cursor, KernelRecord, event_id
 from fleetctl.agent.sampler import SampleTracker
@@ -366,12 +367,13 @@ class Agent:
 
     async def deliver(self) -> None:
         """Send what is spooled, critical events first, a batch at a time, until it is empty
-        or a send fails."""
+        or a send fails. A batch's repeated minor events go as one event with their count
+        (coalesce_minor); critical ones, each on its own."""
         while (self.spool.depth or self._urgent) and time.monotonic() >= self._retry_at:
             urgent = self._urgent[: self.config.batch_size]
             batch = urgent or self.spool.pending(self.config.batch_size)
             try:
-                await self.transport.send(self.config.node, batch)
+                await self.transport.send(self.config.node, batch if urgent else coalesce_minor(batch))
             except Exception as exc:  # noqa: BLE001 - any failure: keep the events, retry later
                 self.metrics.send_failures.inc()
                 log.warning("cannot deliver %d events (%s); retrying in %.1fs", len(batch), exc, self._backoff)

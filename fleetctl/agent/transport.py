@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from fleetctl.agent.spool import Event
 from fleetctl.config import Settings
-from workflows.api import HealthEventInput
 from workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
+from workflows.health_events import health_event
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -31,6 +31,10 @@ class NodeRefused(SendFailed):
 
 
 class TemporalTransport:
+    """Signals each event to its node's workflow, built by the one constructor of a health
+    event (its severity the catalog's, or the sender's when graver): the agent's events and
+    the intake's alike."""
+
     def __init__(self, settings: Settings):
         self.settings = settings
         self._client: Client | None = None
@@ -40,7 +44,7 @@ class TemporalTransport:
             if self._client is None:
                 self._client = await connect(self.settings)
             await asyncio.wait_for(
-                send_health_events(self._client, node, [HealthEventInput(**e) for e in events]), SEND_TIMEOUT_S
+                send_health_events(self._client, node, [health_event(**e) for e in events]), SEND_TIMEOUT_S
             )
         except CommandRejected as exc:
             if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know
@@ -76,6 +80,15 @@ class IntakeTransport:
                         "severity": e["severity"],
                         # absent from events spooled by an older agent
                         **({"signature": e["signature"]} if e.get("signature") else {}),
+                        **(
+                            {
+                                "repeat_count": e["repeat_count"],
+                                "first_seen": e["first_seen"],
+                                "last_seen": e["last_seen"],
+                            }
+                            if e.get("repeat_count", 1) > 1
+                            else {}
+                        ),
                     }
                     for e in events
                 ]

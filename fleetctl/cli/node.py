@@ -771,13 +771,12 @@ def event(
     import time
     import uuid
 
+    # Only the Temporal client, the message and the catalog: this is the first step of the
+    # reaction to a critical event, and the workflows, the activity stack and the database
+    # cost seconds to import. The database is asked only when the event cannot be delivered.
     from checks.result import SEVERITIES
-
-    # Only the Temporal client and the message: this is the first step of the reaction to a
-    # critical event, and the workflows, the activity stack and the database cost seconds to
-    # import. The database is asked only when the event cannot be delivered.
-    from workflows.api import HealthEventInput
     from workflows.client import CommandRejected, send_health_events
+    from workflows.health_events import health_event
 
     if xid is not None and from_log is not None:
         fail("give at most one of --xid or --from-log", EXIT_USAGE)
@@ -790,10 +789,29 @@ def event(
     if xid is not None:
         if not 0 <= xid <= MAX_XID:
             fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
-        events = [HealthEventInput(name, "xid", xid, message, s.identity(), str(uuid.uuid4()), now, severity=severity)]
+        events = [
+            health_event(
+                name,
+                "xid",
+                code=xid,
+                message=message,
+                actor=s.identity(),
+                event_id=str(uuid.uuid4()),
+                at=now,
+                severity=severity,
+            )
+        ]
     elif from_log is None:  # an operator's report of a fault without an Xid (an SXid, a link down)
         events = [
-            HealthEventInput(name, "operator", None, message, s.identity(), str(uuid.uuid4()), now, severity=severity)
+            health_event(
+                name,
+                "operator",
+                message=message,
+                actor=s.identity(),
+                event_id=str(uuid.uuid4()),
+                at=now,
+                severity=severity,
+            )
         ]
     else:
         from checks.xid import parse_xid_lines
@@ -808,24 +826,26 @@ def event(
             fail(f"{from_log}: {exc}", EXIT_USAGE)
         if not parsed:
             fail(f"{from_log}: no XID lines found", EXIT_USAGE)
-        # The same log line sent twice is one event.
-        from checks.xid import xid_action
         from fleetctl.nodes.health import health_event_id
         from fleetctl.text import bounded
 
         events = [
-            HealthEventInput(
+            health_event(
                 name,
                 "log",
-                e.code,
-                bounded(e.message),
-                s.identity(),
-                health_event_id(name, e.timestamp, e.pci, e.code, e.message),
-                now,
-                severity=severity or xid_action(e.code).severity,
+                code=e.code,
+                message=bounded(e.message),
+                actor=s.identity(),
+                # The same log line sent twice is one event.
+                event_id=health_event_id(name, e.timestamp, e.pci, e.code, e.message),
+                at=now,
+                severity=severity,
             )
             for e in parsed
         ]
+    # An operator may say more than the catalog, never less: a graver catalog word stands.
+    for code, graver in sorted({(e.code, e.severity) for e in events if severity and e.severity != severity}):
+        typer.echo(f"note: XID {code} is {graver} in the catalog: sent as {graver}, not {severity}", err=True)
 
     async def run():
         client = await context.temporal_client(ctx)

@@ -25,7 +25,6 @@ import logging
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from datetime import UTC, datetime
 from pathlib import Path
 
 from fleetctl.agent.spool import Spool
@@ -63,10 +62,6 @@ def _spooled(event: dict) -> bool:
     )
 
 
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat()
-
-
 def signal_of(event: dict) -> dict:
     """What the node's workflow is sent for a queued event (workflows.api.HealthEventInput)."""
     out = {
@@ -85,8 +80,8 @@ def signal_of(event: dict) -> dict:
     if event.get("repeat_count", 1) > 1:
         out |= {
             "repeat_count": event["repeat_count"],
-            "first_seen": _iso(event["at"]),
-            "last_seen": _iso(event.get("last_at", event["at"])),
+            "first_seen": event["at"],
+            "last_seen": event.get("last_at") or event["at"],
         }
     return out
 

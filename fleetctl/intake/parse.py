@@ -25,11 +25,11 @@ from datetime import datetime
 
 from checks.result import SEVERITIES
 from checks.signatures import MAX_SIGNATURE_NAME, signatures
-from checks.xid import xid_action
-from fleetctl.nodes.health import health_event_id
+from fleetctl.nodes.health import event_severity, health_event_id
 from fleetctl.text import bounded
 
 MAX_CODE = 2**31 - 1  # the database column
+MAX_REPEATS = 10**9  # a merged event stands for at most this many (a count, not a payload)
 MAX_EVENTS = 1000  # a body with more is refused: a batch this large is not one incident
 # Objects and arrays nested deeper than this refuse the body: Alertmanager's webhook is four
 # levels deep (body, alerts, alert, labels), a plain event two or three.
@@ -99,9 +99,16 @@ class IntakeEvent:
     # time in it, since the same fault reported later is a new event.
     content_key: str = ""
     signature: str = ""  # a checks/catalog/signatures.tsv name, or ""
+    # A sender that merged repeats of a minor event: how many it stands for, and when the
+    # last was seen (the first is `at`); the delivery queue merges on from there.
+    repeat_count: int = 1
+    last_at: float = 0.0
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.repeat_count == 1:  # the spooled form of an event that stands for itself alone
+            del out["repeat_count"], out["last_at"]
+        return out
 
 
 def _node(value: object, where: str) -> str:
@@ -155,14 +162,26 @@ def _time(value: object, where: str) -> float:
     return float(value)
 
 
-def _severity(value: object, code: int | None, where: str, strict: bool) -> str:
-    """The sender's severity word, else the catalog's for the code, else ""."""
+def _severity(value: object, code: int | None, where: str, strict: bool, signature: str = "") -> str:
+    """The catalog's severity for the code or signature, or the sender's word when graver
+    (fleetctl.nodes.health.event_severity: a sender may say more, never less); "" when
+    neither says. The queue orders and bounds by it, so it is decided here, on arrival."""
+    said = ""
     if value is not None and value != "":
         if value in SEVERITIES:
-            return value
-        if strict:
+            said = str(value)
+        elif strict:
             raise BadBody(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
-    return xid_action(code).severity if code is not None else ""
+    return event_severity(said, code, signature)
+
+
+def _repeats(item: dict, at: float, where: str) -> tuple[int, float]:
+    """How many events a merged one stands for (1 to MAX_REPEATS), and when the last was seen."""
+    count = item.get("repeat_count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPEATS:
+        raise BadBody(f"{where}.repeat_count: an integer from 1 to {MAX_REPEATS}")
+    last = _time(item["last_seen"], f"{where}.last_seen") if "last_seen" in item else at
+    return count, max(last, at) if count > 1 else 0.0
 
 
 def _signature(value: object, where: str) -> str:
@@ -228,7 +247,18 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         where = f"events[{i}]"
         if not isinstance(item, dict):
             raise BadBody(f"{where}: not an object")
-        unknown = set(item) - {"node", "code", "message", "id", "at", "severity", "signature"}
+        unknown = set(item) - {
+            "node",
+            "code",
+            "message",
+            "id",
+            "at",
+            "severity",
+            "signature",
+            "repeat_count",
+            "first_seen",
+            "last_seen",
+        }
         if unknown:
             raise BadBody(f"{where}: unknown field {sorted(unknown)[0]!r}")
         node, code = _node(item.get("node"), f"{where}.node"), _code(item.get("code"), f"{where}.code")
@@ -237,8 +267,11 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
             raise BadBody(f"{where}: give a code or a message")
         event_id = _text(item.get("id"), f"{where}.id")
         at = _time(item["at"], f"{where}.at") if "at" in item else now
-        severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True)
+        if "first_seen" in item:
+            at = min(at, _time(item["first_seen"], f"{where}.first_seen"))
         signature = _signature(item.get("signature"), f"{where}.signature")
+        severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True, signature=signature)
+        repeat_count, last_at = _repeats(item, at, where)
         anonymous = not event_id and "at" not in item
         out.append(
             IntakeEvent(
@@ -254,6 +287,8 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
                 "at" in item,
                 health_event_id("json-content", node, code, message, severity) if anonymous else "",
                 signature,
+                repeat_count,
+                last_at,
             )
         )
     return out

@@ -6,7 +6,8 @@ import hashlib
 from dataclasses import dataclass
 
 from checks.result import SEVERITIES
-from checks.xid import xid_action
+from checks.signatures import signatures
+from checks.xid_catalog import xid_action
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
@@ -71,6 +72,26 @@ def checked_severity(severity: str) -> str:
         shown = severity if len(severity) <= 24 else severity[:20] + "..."
         raise ValueError(f"severity {shown!r} is not one of {', '.join(SEVERITIES)}")
     return severity
+
+
+def catalog_severity(code: int | None, signature: str = "") -> str:
+    """What the catalog says a fault is: the Xid catalog's severity for the code, the signature
+    table's for the signature (checks/catalog), the graver of the two; "" when it knows neither
+    (an operator's report without a code, a sampled finding, another tool's drain)."""
+    known = [xid_action(code).severity] if code is not None else []
+    if signature in signatures():
+        known.append(signatures()[signature].severity)
+    return max(known, key=SEVERITIES.index, default="")
+
+
+def event_severity(said: str, code: int | None = None, signature: str = "") -> str:
+    """The severity a health event travels with: what the sender said when that is graver than
+    the catalog's word for its code or signature, else the catalog's. A sender may say more
+    than the catalog (an operator who knows the node is bad), never less: an XID 79 sent as a
+    warning would wait in the node's queue behind a drain it should cut short. ValueError for
+    a word that is none of SEVERITIES."""
+    checked_severity(said)
+    return max((said, catalog_severity(code, signature)), key=lambda s: SEVERITIES.index(s) if s else -1)
 
 
 def judge_health_event(

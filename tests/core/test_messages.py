@@ -71,7 +71,15 @@ def test_a_moved_class_gives_the_payload_the_histories_hold() -> None:
     }
     # Fields added since (with defaults) follow the recorded ones; a recorded payload without
     # them decodes to the same event.
-    assert _payload(ev) == {**recorded, "severity": "", "at_from_record": False, "signature": ""}
+    assert _payload(ev) == {
+        **recorded,
+        "severity": "",
+        "at_from_record": False,
+        "signature": "",
+        "repeat_count": 1,
+        "first_seen": 0.0,
+        "last_seen": 0.0,
+    }
     decode = DataConverter.default.payload_converter.from_payloads
     assert decode(DataConverter.default.payload_converter.to_payloads([recorded]), [api.HealthEventInput]) == [ev]
 
@@ -125,9 +133,10 @@ HEAVY = (
     "fleetctl.db.queries",
     "paramiko",
 )
-# Of checks, only what reading a config file needs: the package (its result types) and the
-# safe YAML loader; never a parser, the catalog or the profiles.
-LIGHT = ("checks", "checks._text", "checks.result", "checks.safe_yaml")
+# Of checks, only what reading a config file needs (the package, its result types, the safe
+# YAML loader) and the catalog's tables the event's severity comes from; never a parser or
+# the profiles.
+LIGHT = ("checks", "checks._text", "checks.result", "checks.safe_yaml", "checks.signatures", "checks.xid_catalog")
 
 
 def test_node_event_imports_neither_the_workflows_nor_the_database(tmp_path) -> None:

@@ -28,8 +28,12 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   (fence-checks); a GB200 domain held whole by a sweep's failed imex check and by a fatal
   NVSwitch SXid, with the guard's grant per tray (nvlink-domain-hold); and the workflow
   types no set had yet: a firmware roll-out and a job history sync. v1 and v2 stay as they were, so the runs they stand for still replay.
+- v4 (tests/histories/v4/*.json), the bounded run (bounded-run): an operator's drain waits for
+  its job while a storm of one minor Xid arrives, folded into one queued event; the run
+  continues as new before its signal budget is spent, carrying the drain's wait, and in the
+  next run an XID 79 turns the carried drain critical and restarts the job.
 
-By default only the newest set (v3) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+By default only the newest set (v4) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -106,7 +110,7 @@ from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2", "v3": HISTORIES / "v3"}
+SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2", "v3": HISTORIES / "v3", "v4": HISTORIES / "v4"}
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
 # JSON are base64, so this is what a reader (or a grep) sees of which branches a set covers.
@@ -986,7 +990,55 @@ async def rollout_and_job_sync_scenario(directory: Path) -> dict[str, str]:
     return written
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3}
+# v4's node continues as new after this many signals (a fleet's: SIGNALS_PER_RUN), and its
+# storm is a few more than that.
+V4_SIGNALS_PER_RUN = 20
+
+
+async def record_v4(directory: Path = SETS["v4"]) -> list[Path]:
+    async with recording() as rec:
+        client = rec.client
+        (drained,) = rec.add_nodes(1, "rv4", racks=1)
+        await client.start_workflow(
+            NodeLifecycle.run,
+            NodeLifecycleState(node=drained, signals_per_run=V4_SIGNALS_PER_RUN, drain_job_poll_s=DRAIN_JOB_POLL_S),
+            id=node_workflow_id(drained),
+            task_queue=rec.settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        for trigger in ("begin_burn_in", "begin_admission", "enter_production"):
+            await request_transition(client, drained, trigger, "recorder", actor_kind="automation")
+        await rec.idle(drained)
+        SimScheduler(rec.engine).submit("recorded-storm-train", 1)
+        await request_transition(client, drained, "drain", "recorder", "operator: PDU maintenance")
+        await _busy_with(rec, drained, "draining: jobs")
+        handle = client.get_workflow_handle(node_workflow_id(drained))
+        first_run = (await handle.describe()).run_id
+        storm = [
+            HealthEventInput(drained, "xid", 13, "storm", "recorder", f"rv4-13-{i}", time.time(), severity="info")
+            for i in range(V4_SIGNALS_PER_RUN + 5)
+        ]
+        await send_health_events(client, drained, storm)
+        deadline = time.monotonic() + 60
+        while (await handle.describe()).run_id == first_run:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{drained}: the run did not continue as new")
+            await asyncio.sleep(0.2)
+        await _busy_with(rec, drained, "draining: jobs")
+        await send_health_events(client, drained, [_critical_79(drained, "rv4-drain-79")])
+        await rec.wait(drained, lambda t: "drain_complete" in t)
+        await rec.idle(drained)
+        history = await client.get_workflow_handle(node_workflow_id(drained), run_id=first_run).fetch_history()
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "node_lifecycle_drain_carried.json").write_text(history.to_json())
+        return await rec.write(
+            directory,
+            {"node_lifecycle_carried_drain_turns_critical": node_workflow_id(drained)},
+            {"node_lifecycle_drain_carried": node_workflow_id(drained)},
+        )
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -1001,7 +1053,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v3",
+        default="v4",
         help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
     )
     args = parser.parse_args(argv)

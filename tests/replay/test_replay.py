@@ -2,8 +2,8 @@
 workflows running in a fleet right now fails here (re-record with tests/replay/record.py
 only when the break is intended and nothing old is running).
 
-Three sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
-recorded with the patches of its day and takes every patched branch; v3 takes the branches
+Four sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
+recorded with the patches of its day and takes every patched branch; v3 and v4 take the branches
 patched since (the marker test holds the sets together to every patch in the code: new
 branches are deterministic too)."""
 
@@ -26,6 +26,7 @@ SETS = {
     "v1": ROOT / "tests" / "histories",
     "v2": ROOT / "tests" / "histories" / "v2",
     "v3": ROOT / "tests" / "histories" / "v3",
+    "v4": ROOT / "tests" / "histories" / "v4",
 }
 # The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
 WHOLE_SETS = ("v1", "v2")

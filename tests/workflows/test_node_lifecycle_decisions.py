@@ -242,11 +242,11 @@ async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_
 
 async def test_a_critical_event_is_acted_on_ahead_of_the_minor_burst_queued_before_it(lifecycle) -> None:
     held = asyncio.Event()
-    node = await lifecycle(world=World(verdicts={13: MINOR, 79: XID79}, records_held=held))
+    node = await lifecycle(world=World(verdict=MINOR, verdicts={79: XID79}, records_held=held))
     await node.event(13, "first")
     await node.until(lambda: node.fakes.asked("record_health_events"))  # being recorded, held
-    for i in range(40):
-        await node.event(13, f"minor-{i}")
+    for i in range(40):  # forty different codes: repeats of one would be queued once (test_bounded_run)
+        await node.event(100 + i, f"minor-{i}")
     await node.event(79, "e-79", severity="critical")  # queued behind forty minor events
     held.set()
     s = await node.settled()

@@ -209,7 +209,8 @@ class NodeActivities(DatabaseActivities):
                     node, severity, "reset_gpu", critical, critical, ev.message or "operator report"
                 )
             else:
-                v = judge_health_event(ev.code, earlier, at)
+                # A folded repeat (HealthEventInput.repeat_count) counts toward escalation as often as it was seen.
+                v = judge_health_event(ev.code, earlier + [at] * (ev.repeat_count - 1), at)
                 verdict = HealthEventVerdict(
                     node, v.severity, v.action, v.drain_now, xid_action(ev.code).severity == "critical", v.reason
                 )

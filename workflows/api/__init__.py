@@ -75,6 +75,7 @@ from workflows.api.nodes import (
     DRAIN_JOB_POLL_S,
     DRAIN_JOB_WAIT_S,
     SCHEDULER_RETRY_S,
+    SIGNALS_PER_RUN,
     AdmissionRequest,
     AdmissionVerdict,
     AgentSilence,
@@ -114,6 +115,7 @@ from workflows.api.nodes import (
     TransitionRequest,
     TransitionResult,
     WorkItem,
+    WorkKind,
 )
 from workflows.api.remediation import (
     ActionOutcome,
@@ -173,6 +175,7 @@ __all__ = [
     "ROLLOUT_PROGRESS_QUERY",
     "ROLLOUT_RESUME_UPDATE",
     "SCHEDULER_RETRY_S",
+    "SIGNALS_PER_RUN",
     "TRANSITION_UPDATE",
     "ActionOutcome",
     "AdmissionRequest",
@@ -256,6 +259,7 @@ __all__ = [
     "UpdateOutcome",
     "WaitForJob",
     "WorkItem",
+    "WorkKind",
     "guard_id",
     "job_restart_id",
     "job_sync_id",

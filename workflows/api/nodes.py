@@ -6,6 +6,7 @@ ActiveCheckSweep.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
@@ -17,6 +18,10 @@ SCHEDULER_RETRY_S = 60.0
 # and lets remediation start anyway (the scheduler has cordoned the node: no new work lands).
 DRAIN_JOB_WAIT_S = 2 * 3600.0
 DRAIN_JOB_POLL_S = 30.0
+# Temporal refuses a run's signals past 10,000 (the server's maximumSignalsPerExecution): a
+# node's workflow continues as new after this many, so the next event, an XID 79 among them,
+# lands in a run that takes it.
+SIGNALS_PER_RUN = 5_000
 
 
 @dataclass(kw_only=True)
@@ -105,12 +110,11 @@ class HealthEventInput:
     # The catalog signature the sender read the fault as (checks/catalog/signatures.tsv), ""
     # for an Xid or none: a fault of an NVLink domain's fabric holds the domain (removals_for).
     signature: str = ""
-    # How many events of the node this one stands for: a sender merged repeats of a minor
-    # event (same code or signature) queued unsent, and says when the first and the last were
-    # seen (ISO 8601, UTC); None when it stands for itself alone.
+    # How many times this fault was seen (a minor one repeated, sent or queued once), and when
+    # the first and the last of them were (unix seconds; 0: `at`).
     repeat_count: int = 1
-    first_seen: str | None = None
-    last_seen: str | None = None
+    first_seen: float = 0.0
+    last_seen: float = 0.0
 
 
 @dataclass
@@ -134,10 +138,22 @@ class HealthEventBatchResult:
     last_reason: str = ""  # the last recorded event's verdict, for the node's last outcome
 
 
+class WorkKind(str, Enum):
+    """What a node's workflow has queued: each kind is one branch of NodeLifecycle._perform."""
+
+    ADMIT = "admit"
+    RECHECK = "recheck"
+    HEALTH_EVENT = "health_event"
+    DRAIN_FOLLOWUP = "drain_followup"
+    OPEN_RMA = "open_rma"
+    RESUME_IN_SCHEDULER = "resume_in_scheduler"
+    REPORT_STATE = "report_state"
+    RELEASE_HOLD = "release_hold"
+
+
 @dataclass
 class WorkItem:
-    # admit | recheck | health_event | drain_followup | open_rma | resume_in_scheduler | report_state | release_hold
-    kind: str
+    kind: WorkKind
     actor: str = ""
     suite: str = ""
     cause: str = ""
@@ -148,6 +164,13 @@ class WorkItem:
     # When it was queued (workflow time, epoch seconds): the oldest queued item's age is what
     # `Stalled` and the FleetctlQueuedSince search attribute show. 0: queued before this field.
     queued_at: float = 0.0
+    # A drain's wait for the node's jobs carried across continue-as-new: how long it has waited.
+    drain_waited_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # A kind no branch handles is refused where the item is made (or decoded), never
+        # queued to vanish unworked.
+        self.kind = WorkKind(self.kind)
 
 
 @dataclass
@@ -167,6 +190,14 @@ class NodeLifecycleState:
     # How long a non-critical drain waits for the node's jobs, polling this often.
     drain_job_wait_s: float = DRAIN_JOB_WAIT_S
     drain_job_poll_s: float = DRAIN_JOB_POLL_S
+    # Continue-as-new after this many signals in one run, well before Temporal refuses them
+    # (10,000 per run by default), whatever the node is doing.
+    signals_per_run: int = SIGNALS_PER_RUN
+    # Minor health events dropped on arrival: repeating none queued, with the queue's bound of
+    # distinct ones reached (workflows.definitions.health_queue.QUEUED_MINOR_EVENTS).
+    minor_events_dropped: int = 0
+    # In a `current` answer only: how many items are queued (`work` holds the first few of them).
+    work_total: int = 0
 
 
 @dataclass

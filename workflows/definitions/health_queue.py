@@ -6,7 +6,13 @@ critical event behind them for over a minute. Now every critical event queued is
 first, and minor ones are taken up to a burst at a time, so a critical event waits for at
 most one burst's activity. Within each kind the order of arrival is kept: escalation counts
 (the same warning Xid N times in a window) depend on which events of a code came first, and
-a code is always of one kind."""
+a code is always of one kind.
+
+Repeats of a minor event are queued once (`queue_health_event`): the same source, code or
+signature and severity as one queued and not yet taken is folded into it, its count and last
+time raised. A storm of one Xid during a drain's wait is one item, not ten thousand, so the
+queue (and with it the node's state, its continue-as-new input, and the `current` query's
+answer) stays small whatever a sender sends."""
 
 from __future__ import annotations
 
@@ -17,13 +23,18 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from fleetctl.text import bounded
     from workflows.activities.node import NodeActivities
-    from workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem
+    from workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem, WorkKind
     from workflows.definitions.shared import QUICK
 
 # Events recorded per activity: a message is at most 2 KiB, so a burst stays under
 # Temporal's 512 KiB payload warning; and a critical event that arrives during a burst
 # waits for at most this many records.
 EVENTS_PER_ACTIVITY = 200
+# Distinct minor events queued at most (each folds its repeats): a message is at most 2 KiB
+# of text, so the queue stays well under Temporal's 2 MB payload limit as continue-as-new's
+# input. Past it a minor event that folds into none is counted and dropped; a critical one
+# is always queued.
+QUEUED_MINOR_EVENTS = 128
 
 
 def bounded_event(ev: HealthEventInput) -> HealthEventInput:
@@ -50,11 +61,46 @@ def is_critical(ev: HealthEventInput) -> bool:
     return ev.severity == "critical"
 
 
+def repeat_key(ev: HealthEventInput) -> tuple[str, int | None, str, str] | None:
+    """What makes two events the same repeated fault (folded into one queued item), or None
+    for an event that is never folded: a critical one (each is acted on) and one with
+    neither code nor signature (nothing says two of them are the same fault)."""
+    if is_critical(ev) or (ev.code is None and not ev.signature):
+        return None
+    return (ev.source, ev.code, ev.signature, ev.severity)
+
+
+def queue_health_event(work: list[WorkItem], item: WorkItem) -> bool:
+    """Queue the health event `item` in `work`, folded into the queued item it repeats (its
+    count added, its last time kept); False when it was dropped instead: a minor event that
+    repeats none, with QUEUED_MINOR_EVENTS distinct ones queued already."""
+    key = repeat_key(item.event) if item.event is not None else None
+    if key is None:
+        work.append(item)
+        return True
+    minor = [w for w in work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None and not is_critical(w.event)]
+    same = next((w for w in minor if repeat_key(w.event) == key), None)
+    if same is None:
+        if len(minor) >= QUEUED_MINOR_EVENTS:
+            return False
+        work.append(item)
+        return True
+    first, ev = same.event, item.event
+    assert first is not None and ev is not None  # both keyed above
+    same.event = dataclasses.replace(
+        first,
+        repeat_count=first.repeat_count + ev.repeat_count,
+        first_seen=min(first.first_seen or first.at, ev.first_seen or ev.at),
+        last_seen=max(first.last_seen or first.at, ev.last_seen or ev.at),
+    )
+    return True
+
+
 def next_health_events(work: list[WorkItem], first: WorkItem, limit: int = EVENTS_PER_ACTIVITY) -> list[WorkItem]:
     """The health events to record now, taken out of `work`: every queued critical one (up to
     `limit`), else the oldest `limit`. `first` (just taken off the queue) goes back to the
     front of it when it has to wait."""
-    queued = [first] + [w for w in work if w.kind == "health_event" and w.event is not None]
+    queued = [first] + [w for w in work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None]
     critical = [w for w in queued if is_critical(w.event)]
     chosen = (critical or queued)[:limit]
     taken = {id(w) for w in chosen}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
@@ -70,10 +71,17 @@ with workflow.unsafe.imports_passed_through():
         TransitionResult,
         UpdateOutcome,
         WorkItem,
+        WorkKind,
         job_restart_id,
         remediation_id,
     )
-    from workflows.definitions.health_queue import bounded_event, is_critical, next_health_events, record_health_events
+    from workflows.definitions.health_queue import (
+        bounded_event,
+        is_critical,
+        next_health_events,
+        queue_health_event,
+        record_health_events,
+    )
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
     from workflows.definitions.node_visibility import record_transition, show_details, show_queue
@@ -105,6 +113,14 @@ CHECK_ATTEMPTS = 3
 # finished); the runbook for the critical event starts as soon as it has.
 REMEDIATION_HANDOVER_POLL = timedelta(seconds=1)
 REMEDIATION_HANDOVER_TRIES = 60
+# What `current` answers of the queue: its first items and their count, never the whole
+# queue (a query's answer is bounded by Temporal's blob limit).
+WORK_SHOWN = 20
+
+
+class CarriedToNextRun(Exception):
+    """A long wait of an item handed to the next run: the item is back at the queue's front,
+    with how long it has waited, and the run continues as new."""
 
 
 def check_event(check: str, status: str, message: str) -> dict:
@@ -119,21 +135,35 @@ class NodeLifecycle:
         self.s = state
         self.lock = asyncio.Lock()
         self.transitions_this_run = 0
+        self.signals_this_run = 0
+        # Runs from before the patch keep their unbounded queue and continue as new only idle.
+        self.bounded: bool | None = None
+
+    def _bounded(self) -> bool:
+        """Repeated minor events folded, and the run continued as new before Temporal's caps
+        whatever it is doing (patch bounded-run; asked once per run)."""
+        if self.bounded is None:
+            self.bounded = workflow.patched("bounded-run")
+        return self.bounded
 
     @workflow.run
     async def run(self, state: NodeLifecycleState) -> NodeLifecycleState:
         show_details(self.s)
+        self._bounded()
         while True:
             await workflow.wait_condition(
                 lambda: bool(self.s.work) or self._retired() or self._should_continue_as_new()
             )
-            if self.s.work and not self._retired():
+            if self.s.work and not self._retired() and not (self.bounded and self._should_continue_as_new()):
                 item = self._next_item()
                 # Busy from the moment the item leaves the queue (each kind names itself more
                 # precisely as it goes): a query never sees an idle node with work in hand.
-                self.s.activity = item.kind.replace("_", " ")
+                self.s.activity = item.kind.value.replace("_", " ")
                 show_queue(self.s)
-                await self._perform(item)
+                try:
+                    await self._perform(item)
+                except CarriedToNextRun:
+                    pass  # the item waits at the queue's front; the run continues as new below
                 self.s.activity = ""
                 show_details(self.s)  # the outcome may wait for an operator now (no runbook handled it)
                 show_queue(self.s)
@@ -143,6 +173,9 @@ class NodeLifecycle:
                 if workflow.patched("report-scheduler-state"):  # the queue is not worked once retired
                     await report_state(self.s, self.s.last_outcome)
                 return self.s
+            # The queue goes with it (a drain's wait in progress at its front): the next run
+            # works it on, and takes signals again.
+            self.s.activity = ""
             workflow.continue_as_new(self.s)
 
     def _retired(self) -> bool:
@@ -160,7 +193,7 @@ class NodeLifecycle:
             (
                 i
                 for i, w in enumerate(self.s.work)
-                if w.kind == "health_event" and w.event is not None and is_critical(w.event)
+                if w.kind is WorkKind.HEALTH_EVENT and w.event is not None and is_critical(w.event)
             ),
             None,
         )
@@ -169,11 +202,24 @@ class NodeLifecycle:
         return self._critical_index() is not None
 
     def _next_item(self) -> WorkItem:
-        """The oldest item, unless a critical health event waits behind it: that one first."""
+        """The oldest item, unless a critical health event waits behind it: that one first;
+        but a drain at the front (one carried from the last run) goes on first, since its wait
+        ends on that event and turns critical (the event alone would find the node draining
+        and restart none of its jobs)."""
         index = self._critical_index()
-        if index and workflow.patched("critical-events-preempt"):
+        carried_drain = self.bounded and self.s.work[0].kind is WorkKind.DRAIN_FOLLOWUP
+        if index and not carried_drain and workflow.patched("critical-events-preempt"):
             return self.s.work.pop(index)
         return self.s.work.pop(0)
+
+    def _carry(self, item: WorkItem, waited_s: float) -> NoReturn:
+        """Hand `item`'s wait to the next run (CarriedToNextRun): back at the queue's front,
+        with how long it has waited."""
+        self.s.work.insert(0, dataclasses.replace(item, drain_waited_s=waited_s))
+        raise CarriedToNextRun
+
+    def _carry_due(self) -> bool:
+        return bool(self.bounded) and self._should_continue_as_new()
 
     async def _record_interrupted(self, what: str) -> None:
         """A step cut short by a critical event: recorded as interrupted (it neither passed nor
@@ -199,7 +245,11 @@ class NodeLifecycle:
         )
 
     def _should_continue_as_new(self) -> bool:
-        return workflow.info().is_continue_as_new_suggested() or self.transitions_this_run >= self.s.transitions_per_run
+        return (
+            workflow.info().is_continue_as_new_suggested()
+            or self.transitions_this_run >= self.s.transitions_per_run
+            or (bool(self.bounded) and self.signals_this_run >= self.s.signals_per_run)
+        )
 
     # -- messages ------------------------------------------------------------------------
 
@@ -219,7 +269,7 @@ class NodeLifecycle:
             # automation's drains start a runbook: an operator's node is the operator's to fix.
             self._enqueue(
                 WorkItem(
-                    "drain_followup",
+                    WorkKind.DRAIN_FOLLOWUP,
                     actor=req.actor,
                     cause=req.cause,
                     remediation_event=req.event if req.actor_kind != Actor.OPERATOR.value else None,
@@ -227,7 +277,7 @@ class NodeLifecycle:
             )
         elif target == NodeState.RMA.value and req.actor_kind == Actor.OPERATOR.value:
             # A runbook's RMA step opens its own record (with its run); an operator's needs one.
-            self._enqueue(WorkItem("open_rma", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem(WorkKind.OPEN_RMA, actor=req.actor, cause=req.cause))
         return result
 
     @transition.validator
@@ -239,7 +289,7 @@ class NodeLifecycle:
 
     @workflow.update
     def admit(self, req: PhaseRequest) -> PhaseAccepted:
-        self._enqueue(WorkItem("admit", actor=req.actor, suite=req.suite or "burn-in"))
+        self._enqueue(WorkItem(WorkKind.ADMIT, actor=req.actor, suite=req.suite or "burn-in"))
         return PhaseAccepted(self.s.node, "admit", req.suite or "burn-in", len(self.s.work) - 1)
 
     @admit.validator
@@ -250,14 +300,14 @@ class NodeLifecycle:
                 type="IllegalTransition",
                 non_retryable=True,
             )
-        if any(w.kind == "admit" for w in self.s.work):
+        if any(w.kind is WorkKind.ADMIT for w in self.s.work):
             raise ApplicationError(
                 f"{self.s.node}: admission already in progress", type="IllegalTransition", non_retryable=True
             )
 
     @workflow.update
     def recheck(self, req: PhaseRequest) -> PhaseAccepted:
-        self._enqueue(WorkItem("recheck", actor=req.actor, suite=req.suite or "quick"))
+        self._enqueue(WorkItem(WorkKind.RECHECK, actor=req.actor, suite=req.suite or "quick"))
         return PhaseAccepted(self.s.node, "recheck", req.suite or "quick", len(self.s.work) - 1)
 
     @recheck.validator
@@ -273,52 +323,73 @@ class NodeLifecycle:
         ev.received_at = workflow.now().timestamp()
         # A logged record's own time is believed however long it waited in a spool.
         ev.at = plausible_time(ev.at, ev.received_at, ev.at_from_record and workflow.patched("record-times-kept"))
-        self._enqueue(WorkItem("health_event", actor=ev.actor, event=ev, fault_seen_at=ev.at))
+        item = WorkItem(WorkKind.HEALTH_EVENT, actor=ev.actor, event=ev, fault_seen_at=ev.at)
+        if not self._bounded():
+            self._enqueue(item)
+            return
+        # Counted toward the run's signals (continue-as-new before Temporal refuses any), and
+        # folded into the queued event it repeats, if any.
+        self.signals_this_run += 1
+        item.queued_at = workflow.now().timestamp()
+        was_empty = not self.s.work
+        if not queue_health_event(self.s.work, item):
+            self.s.minor_events_dropped += 1
+        elif was_empty:
+            show_queue(self.s)
 
     @workflow.query
     def current(self) -> NodeLifecycleState:
-        return self.s
+        """The node's state with the first WORK_SHOWN items of its queue and their count
+        (`work_total`): bounded, however much is queued."""
+        return dataclasses.replace(self.s, work=self.s.work[:WORK_SHOWN], work_total=len(self.s.work))
 
     # -- work ----------------------------------------------------------------------------
 
     async def _perform(self, item: WorkItem) -> None:
-        if item.kind == "admit":
-            await self._admit(item)
-        elif item.kind == "recheck":
-            await self._recheck(item)
-        elif item.kind == "health_event" and item.event is not None:
-            if workflow.patched("health-events-critical-first"):
-                await self._health_events(next_health_events(self.s.work, item))
-            else:
-                await self._health_event(item.event)
-        elif item.kind == "drain_followup":
-            await self._after_drain(item)
-        elif item.kind == "resume_in_scheduler":
-            await self._resume_in_scheduler()
-        elif item.kind == "release_hold":
-            await release_hold(
-                SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
-                item.actor or "recheck",
-                f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}",
-            )
-        elif item.kind == "report_state":
-            await report_state(self.s, item.cause)
-        elif item.kind == "open_rma":
-            await workflow.execute_activity_method(
-                RemediationActivities.open_rma,
-                RmaRequest(
-                    self.s.node,
-                    item.cause,
-                    item.actor,
-                    idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma",
-                ),
-                **MESSAGE,
-            )
+        match item.kind:
+            case WorkKind.ADMIT:
+                await self._admit(item)
+            case WorkKind.RECHECK:
+                await self._recheck(item)
+            case WorkKind.HEALTH_EVENT:
+                if item.event is None:
+                    return
+                if workflow.patched("health-events-critical-first"):
+                    await self._health_events(next_health_events(self.s.work, item))
+                else:
+                    await self._health_event(item.event)
+            case WorkKind.DRAIN_FOLLOWUP:
+                await self._after_drain(item)
+            case WorkKind.RESUME_IN_SCHEDULER:
+                await self._resume_in_scheduler()
+            case WorkKind.RELEASE_HOLD:
+                await release_hold(
+                    SchedulerHold(self.s.node, recheck_hold_reason(item.suite)),
+                    item.actor or "recheck",
+                    f"{workflow.info().workflow_id}/release@{workflow.now().timestamp()}",
+                )
+            case WorkKind.REPORT_STATE:
+                await report_state(self.s, item.cause)
+            case WorkKind.OPEN_RMA:
+                await workflow.execute_activity_method(
+                    RemediationActivities.open_rma,
+                    RmaRequest(
+                        self.s.node,
+                        item.cause,
+                        item.actor,
+                        idempotency_key=f"{workflow.info().workflow_id}@{self.s.state_version}/rma",
+                    ),
+                    **MESSAGE,
+                )
+            case _:
+                # Fails the workflow task (retried, and shown as Stalled), never the node's
+                # workflow: a worker that knows the kind works it on.
+                raise ValueError(f"{self.s.node}: no branch works a {item.kind!r} item")
 
     async def _admit(self, item: WorkItem) -> None:
         self.s.activity = f"admit: {item.suite}"
         # Histories recorded before the hold run their checks on a node the scheduler may fill.
-        if workflow.patched("fence-burn-in") and not await self._hold_until_admitted():
+        if workflow.patched("fence-burn-in") and not await self._hold_until_admitted(item):
             return
         # Histories recorded before the firmware phase existed go straight to burn-in.
         if workflow.patched("firmware-phase") and not await self._firmware_phase(item):
@@ -364,7 +435,7 @@ class NodeLifecycle:
         elif await self._move("phase_failed", f"admission: {verdict.reason}"):
             await self._remediate(check_event(verdict.failed_check or "admission", "fail", verdict.reason), item.actor)
 
-    async def _hold_until_admitted(self) -> bool:
+    async def _hold_until_admitted(self, item: WorkItem) -> bool:
         """Hold the node in its scheduler until it is admitted (import took the hold; taken
         again for a node admitted from maintenance or RMA, or one imported before holds), then
         wait for the jobs that landed before the hold to end, as a drain waits for them.
@@ -373,7 +444,7 @@ class NodeLifecycle:
         stays where it is, held, and says why."""
         hold = SchedulerHold(self.s.node, BURN_IN_HOLD)
         key = f"{workflow.info().workflow_id}@{self.s.state_version}/hold"
-        waited = 0.0
+        waited = item.drain_waited_s
         while True:
             self.s.activity = "admit: holding the node in its scheduler"
             try:
@@ -402,7 +473,7 @@ class NodeLifecycle:
                 )
                 return False
             self.s.activity = f"admit: waiting for job {jobs} to end on the held node"
-            if await self._wait_unless_critical(self.s.drain_job_poll_s):
+            if await self._wait_unless_critical(self.s.drain_job_poll_s, item, waited):
                 self.s.last_outcome = "admit: not started: a critical health event arrived"
                 return False
             waited += self.s.drain_job_poll_s
@@ -478,7 +549,7 @@ class NodeLifecycle:
             # Lifted once the recheck is over, behind any critical event it leaves queued: that
             # event's drain keeps the node out, as a failed check's does (release_hold lifts
             # only this hold, on a node still in production).
-            self._enqueue(WorkItem("release_hold", actor=item.actor, suite=item.suite))
+            self._enqueue(WorkItem(WorkKind.RELEASE_HOLD, actor=item.actor, suite=item.suite))
         failed: CheckOutcome | None = None
         for index, check in enumerate(checks):
             self.s.activity = f"recheck: {check} ({index + 1}/{len(checks)})"
@@ -546,7 +617,7 @@ class NodeLifecycle:
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
-        queued = [w for w in self.s.work if w.kind == "health_event" and w.event is not None]
+        queued = [w for w in self.s.work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None]
         if queued and workflow.patched("health-events-critical-first"):
             taken = {id(w) for w in queued}
             self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
@@ -618,7 +689,7 @@ class NodeLifecycle:
         if await self._move("drain", cause, actor, Actor.AUTOMATION.value, event):
             await self._after_drain(
                 WorkItem(
-                    "drain_followup",
+                    WorkKind.DRAIN_FOLLOWUP,
                     actor=actor,
                     cause=cause,
                     critical=critical,
@@ -663,14 +734,14 @@ class NodeLifecycle:
         # poll and hold the drain while they stay; a critical drain leaves them to its taint.
         moves_pods = not item.critical and workflow.patched("drain-moves-pods")
         pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
-        waited = 0.0
+        waited = item.drain_waited_s
         while (
             (jobs or pods_holding)
             and not item.critical
             and waited < self.s.drain_job_wait_s
             and self.s.state == NodeState.DRAINING.value
         ):
-            if await self._wait_unless_critical(self.s.drain_job_poll_s):
+            if await self._wait_unless_critical(self.s.drain_job_poll_s, item, waited):
                 critical = await self._critical_during_drain(item)
                 if critical is not None:
                     # The node is known bad now: its jobs are lost anyway, move them at once
@@ -723,22 +794,32 @@ class NodeLifecycle:
         ):
             await self._remediate(item.remediation_event, item.actor)
 
-    async def _wait_unless_critical(self, seconds: float) -> bool:
-        """Wait `seconds`; True when a critical health event ended the wait first."""
+    async def _wait_unless_critical(self, seconds: float, item: WorkItem, waited_s: float) -> bool:
+        """Wait `seconds`; True when a critical health event ended the wait first. When the run
+        must continue as new (before Temporal refuses its signals), the wait is carried to the
+        next run instead (`item`, having waited `waited_s`: CarriedToNextRun)."""
         if not workflow.patched("critical-events-preempt"):
             await workflow.sleep(timedelta(seconds=seconds))
             return False
+        if self._carry_due():
+            self._carry(item, waited_s)
         try:
-            await workflow.wait_condition(self._critical_waiting, timeout=timedelta(seconds=seconds))
+            await workflow.wait_condition(
+                lambda: self._critical_waiting() or self._carry_due(), timeout=timedelta(seconds=seconds)
+            )
         except TimeoutError:
             return False
+        if not self._critical_waiting():
+            self._carry(item, waited_s)
         return True
 
     async def _critical_during_drain(self, item: WorkItem) -> WorkItem | None:
         """Record the critical events queued while a drain waits; the drain as a critical one
         (cause, time and remediation of the first event the catalog judged critical), or None
         when none was: then the drain waits on."""
-        queued = [w for w in self.s.work if w.kind == "health_event" and w.event is not None and is_critical(w.event)]
+        queued = [
+            w for w in self.s.work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None and is_critical(w.event)
+        ]
         taken = {id(w) for w in queued}
         self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
         recorded = await record_health_events(self.s.node, [w.event for w in queued])
@@ -746,7 +827,7 @@ class NodeLifecycle:
             ev = queued[verdict.index].event
             if verdict.critical:
                 return WorkItem(
-                    "drain_followup",
+                    WorkKind.DRAIN_FOLLOWUP,
                     actor=ev.actor or "health-event",
                     critical=True,
                     cause=bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")),
@@ -973,9 +1054,9 @@ class NodeLifecycle:
         # Back in service: the scheduler may place work on the node again. (Histories from
         # before this step replay without it.)
         if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
-            self._enqueue(WorkItem("resume_in_scheduler", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem(WorkKind.RESUME_IN_SCHEDULER, actor=req.actor, cause=req.cause))
         elif target not in SAID_BY_PLACEMENT and workflow.patched("report-scheduler-state"):
-            self._enqueue(WorkItem("report_state", actor=req.actor, cause=req.cause))
+            self._enqueue(WorkItem(WorkKind.REPORT_STATE, actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result
             while len(self.s.recent_requests) > RECENT_REQUESTS_KEPT:
