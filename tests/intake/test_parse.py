@@ -145,7 +145,7 @@ def test_a_json_event_carries_the_signature_it_was_read_as() -> None:
     "label, severity",
     [
         ("critical", "critical"),
-        ("warning", "warning"),
+        ("warning", "critical"),  # a sender may say more than the catalog, never less: Xid 79 is critical
         ("page", "critical"),  # a route's own word: not fleetctl's, the catalog judges Xid 79
         (None, "critical"),
     ],
@@ -240,3 +240,27 @@ def test_a_surrogate_encoded_as_utf8_bytes_is_read_and_replaced() -> None:
     """CESU-style bytes (ED A0 80) decode to a lone surrogate, as the escape does."""
     (ev,) = from_json(loads(b'{"node": "n1", "message": "x\xed\xa0\x80y"}'), 0.0)
     assert ev.message == "x\ufffdy"
+
+
+@pytest.mark.parametrize(
+    "said, code, severity",
+    [
+        ("warning", 79, "critical"),  # never less than the catalog
+        ("critical", 43, "critical"),  # more is the sender's to say
+        ("", 43, "warning"),
+    ],
+)
+def test_an_events_severity_is_the_catalogs_or_the_senders_when_graver(said, code, severity) -> None:
+    (ev,) = from_json({"node": "n1", "code": code, "severity": said}, 100.0)
+    assert ev.severity == severity
+
+
+def test_a_merged_event_carries_its_count_and_last_time_and_a_bad_count_is_refused() -> None:
+    (ev,) = from_json({"node": "n1", "code": 13, "at": 100.0, "repeat_count": 7, "last_seen": 160.0}, 200.0)
+    assert (ev.repeat_count, ev.at, ev.last_at) == (7, 100.0, 160.0)
+    assert ev.as_dict()["repeat_count"] == 7
+    (alone,) = from_json({"node": "n1", "code": 13, "at": 100.0}, 200.0)
+    assert "repeat_count" not in alone.as_dict()
+    for bad in (0, -1, True, "7", 10**10):
+        with pytest.raises(BadBody, match="repeat_count"):
+            from_json({"node": "n1", "code": 13, "repeat_count": bad}, 200.0)
