@@ -23,7 +23,7 @@ def render_report(report: dict, wide: bool = False):
     from rich.text import Text
 
     from fleetctl.durations import when
-    from fleetctl.reliability.report import duration, hours
+    from fleetctl.reliability.report import duration, ettr_text, hours
 
     def at(iso: str) -> str:
         return when(datetime.fromisoformat(iso))
@@ -35,7 +35,9 @@ def render_report(report: dict, wide: bool = False):
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
         f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
-        f"job ETTR {_pct(jobs['ettr'])} ({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   "
+        f"job ETTR {ettr_text(jobs['ettr'], jobs['ettr_at_least'])} ({len(jobs['per_job'])} jobs; "
+        f"{'a lower bound: ' + jobs['ettr_unknown'] + '; ' if jobs['ettr_unknown'] else ''}"
+        f"predicted {_pct(jobs['predicted_ettr'])})   "
         f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "
         f"({latency['count']}; {report['restart_placement']['on_spares']} on hot spares)\n"
         f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {hours(jobs['at_job_size']['mttf_hours'])}, predicted ETTR "
@@ -78,12 +80,12 @@ def render_report(report: dict, wide: bool = False):
                         hours(j["wall_hours"]),
                         j["restarts"],
                         j["checkpoints"],
-                        _pct(j["ettr"]),
+                        ettr_text(j["ettr"], j["ettr_at_least"]),
                         _pct(j["predicted_ettr"]),
                         *(
                             [
                                 duration(j["downtime_seconds"]),
-                                duration(j["lost_seconds"]),
+                                duration(j["lost_seconds"], f"≤{duration(j['lost_seconds_at_most'])}"),
                                 ", ".join(duration(v) for v in j["restart_seconds"]),
                             ]
                             if wide

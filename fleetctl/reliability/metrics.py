@@ -43,9 +43,13 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   restarts count once. Work lost is known only for a restart after a recorded checkpoint
   (`fleetctl job checkpoint`): the job went back to the last checkpoint at or before the
   fault, losing the time from it, or from its previous resumption if later, to the fault.
+  A job with a restart whose fault came before any checkpoint it reported has no measured
+  ETTR (None, with why): what that restart lost is not known. Its lower bound takes each
+  such restart to have lost everything since the job's start or its previous resumption.
   A requeue by the scheduler alone (counted, not timed) adds no downtime. Fleet ETTR is
   the wall-time-weighted mean: sum of productive time / sum of wall time over the jobs
-  that ran inside the window.
+  that ran inside the window; None when one of them has none, beside the fleet's lower
+  bound (the same mean of the jobs' lower bounds).
 - Restart latency: fault seen to job running again, for restarts whose fault is inside the
   window and that ran again.
 - Interruptions by cause: each restart fleetctl ran, labelled from its cause as failures
@@ -187,15 +191,45 @@ class JobGoodput:
     job_id: str
     wall_seconds: float
     downtime_seconds: float
-    lost_seconds: float
+    lost_seconds: float  # the work lost that is known: since a checkpoint the job reported
+    # Restarts with no checkpoint reported at or before their fault: what each lost is not
+    # known, so the job's ETTR is not measured. At most it lost everything since the job's
+    # start or its previous resumption (the job checkpoints nothing).
+    unmeasured_restarts: int = 0
+    unknown_lost_at_most: float = 0.0
+
+    @property
+    def measured(self) -> bool:
+        return self.unmeasured_restarts == 0
 
     @property
     def productive_seconds(self) -> float:
+        """Productive time with the unknown losses taken as none (exact when measured)."""
         return max(0.0, self.wall_seconds - self.downtime_seconds - self.lost_seconds)
 
     @property
-    def ettr(self) -> float:
-        return self.productive_seconds / self.wall_seconds
+    def productive_at_least(self) -> float:
+        return max(0.0, self.productive_seconds - self.unknown_lost_at_most)
+
+    @property
+    def ettr(self) -> float | None:
+        """The measured ETTR; None when a restart's lost work is not known (`ettr_at_least`)."""
+        return self.productive_seconds / self.wall_seconds if self.measured else None
+
+    @property
+    def ettr_at_least(self) -> float:
+        """A lower bound of the ETTR: every unknown loss at its most (the ETTR when measured)."""
+        return self.productive_at_least / self.wall_seconds
+
+    @property
+    def ettr_unknown(self) -> str:
+        """Why the ETTR is not measured, in words; "" when it is."""
+        if self.measured:
+            return ""
+        return (
+            f"{self.unmeasured_restarts} of its restarts came with no checkpoint reported before the fault: "
+            "the work lost is not known"
+        )
 
 
 @dataclass(frozen=True)
@@ -511,7 +545,8 @@ def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
     wall = (end - start).total_seconds()
     if wall <= 0:
         return None
-    downtime = lost = 0.0
+    downtime = lost = unknown_at_most = 0.0
+    unmeasured = 0
     resumed: datetime | None = None  # when the job last came back from a restart
     checkpoints = job_checkpoints(job)
     for r in sorted(job.restarts, key=lambda r: r.fault_seen_at):
@@ -521,8 +556,11 @@ def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
         checkpoint = last_checkpoint(checkpoints, fault)
         if checkpoint is not None:
             lost += (fault - max(checkpoint, resumed or checkpoint)).total_seconds()
+        else:  # nothing says where the job went back to: at worst, its start
+            unmeasured += 1
+            unknown_at_most += (fault - (resumed or start)).total_seconds()
         resumed = back
-    return JobGoodput(job.job_id, wall, downtime, lost)
+    return JobGoodput(job.job_id, wall, downtime, lost, unmeasured, unknown_at_most)
 
 
 def job_checkpoints(job: JobRecord) -> list[datetime]:
@@ -608,9 +646,19 @@ def ran_in_window(job: JobRecord, since: datetime, now: datetime) -> bool:
 
 
 def fleet_ettr(goodputs: Iterable[JobGoodput]) -> float | None:
+    """The measured fleet ETTR; None when a job's is not measured (fleet_ettr_at_least)."""
     goodputs = list(goodputs)
     wall = sum(g.wall_seconds for g in goodputs)
-    return sum(g.productive_seconds for g in goodputs) / wall if wall > 0 else None
+    if wall <= 0 or not all(g.measured for g in goodputs):
+        return None
+    return sum(g.productive_seconds for g in goodputs) / wall
+
+
+def fleet_ettr_at_least(goodputs: Iterable[JobGoodput]) -> float | None:
+    """A lower bound of the fleet ETTR, each job's unknown losses at their most."""
+    goodputs = list(goodputs)
+    wall = sum(g.wall_seconds for g in goodputs)
+    return sum(g.productive_at_least for g in goodputs) / wall if wall > 0 else None
 
 
 def restart_latencies(jobs: Iterable[JobRecord], since: datetime, now: datetime) -> list[float]:

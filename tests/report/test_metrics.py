@@ -297,11 +297,11 @@ def s(seconds: float) -> timedelta:
 
 
 @pytest.mark.parametrize(
-    "job, wall, downtime, lost",
+    "job, wall, downtime, lost, lost_at_most",
     [
-        (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0),
+        (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0, 0),
         # Still running at now (10 h); one restart of 90 s, 30 min after the last checkpoint.
-        (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800),
+        (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800, 1800),
         # Two restarts after the one checkpoint: the second loses from the first resumption.
         (
             JobRecord(
@@ -310,27 +310,50 @@ def s(seconds: float) -> timedelta:
             8 * HOUR,
             180,
             HOUR + (3 * HOUR - 60),
+            HOUR + (3 * HOUR - 60),
         ),
-        # A restart before the checkpoint we know of: what it lost is unknown, not counted.
-        (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, 0),
-        # Never ran again: down until the job ended.
-        (JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)), 8 * HOUR, 2 * HOUR, 0),
+        # A restart before the checkpoint we know of: what it lost is not known (not 0), at
+        # most everything since the start (2 h).
+        (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, None, 2 * HOUR),
+        # Restarted 4 times, never a checkpoint: each restart lost at most its run since the last.
+        (
+            JobRecord("never", h(0), h(8), None, tuple(RestartRecord(h(k), h(k) + s(60)) for k in (1, 2, 3, 4))),
+            8 * HOUR,
+            240,
+            None,
+            HOUR + 3 * (HOUR - 60),
+        ),
+        # Never ran again: down until the job ended; what it lost before is not known.
+        (
+            JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)),
+            8 * HOUR,
+            2 * HOUR,
+            None,
+            6 * HOUR,
+        ),
         # Overlapping restarts count once: down 2 h -> 3 h, then 3 h (not 2.5 h) -> 3.5 h.
         (
-            JobRecord("overlap", h(0), h(8), None, (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
+            JobRecord("overlap", h(0), h(8), h(1), (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
             8 * HOUR,
             1.5 * HOUR,
-            0,
+            HOUR,
+            HOUR,
         ),
         # Clock jump: running again "before" the fault.
-        (JobRecord("jump", h(0), h(8), None, (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, 0),
+        (JobRecord("jump", h(0), h(8), h(1), (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, HOUR, HOUR),
     ],
 )
-def test_job_goodput(job, wall, downtime, lost) -> None:
+def test_job_goodput(job, wall, downtime, lost, lost_at_most) -> None:
     g = metrics.job_goodput(job, h(10))
-    assert (g.wall_seconds, g.downtime_seconds, g.lost_seconds) == (wall, downtime, lost)
-    assert g.ettr == pytest.approx((wall - downtime - lost) / wall)
-    assert 0 <= g.ettr <= 1
+    assert (g.wall_seconds, g.downtime_seconds) == (wall, downtime)
+    assert g.lost_seconds + g.unknown_lost_at_most == lost_at_most
+    assert g.ettr_at_least == pytest.approx((wall - downtime - lost_at_most) / wall)
+    if lost is None:  # not measured: no ETTR, and why
+        assert g.ettr is None and not g.measured and "no checkpoint" in g.ettr_unknown
+    else:
+        assert g.lost_seconds == lost and g.ettr_unknown == ""
+        assert g.ettr == pytest.approx((wall - downtime - lost) / wall) == g.ettr_at_least
+        assert 0 <= g.ettr <= 1
 
 
 def test_jobs_that_never_ran_have_no_goodput_and_fleet_ettr_weights_by_wall_time() -> None:
@@ -339,7 +362,17 @@ def test_jobs_that_never_ran_have_no_goodput_and_fleet_ettr_weights_by_wall_time
     a = metrics.job_goodput(JobRecord("a", h(0), h(10)), h(10))
     b = metrics.job_goodput(JobRecord("b", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), h(10))
     assert metrics.fleet_ettr([a, b]) == pytest.approx((36000 + 36000 - 1890) / 72000)
+    assert metrics.fleet_ettr_at_least([a, b]) == metrics.fleet_ettr([a, b])
     assert metrics.fleet_ettr([]) is None
+
+
+def test_one_unmeasured_job_leaves_the_fleet_a_lower_bound_not_a_measured_ettr() -> None:
+    """A job restarted with no checkpoint: the fleet's ETTR is not measured (None), and its
+    lower bound counts that job's run before the fault (4 h) as lost."""
+    a = metrics.job_goodput(JobRecord("a", h(0), h(10)), h(10))
+    b = metrics.job_goodput(JobRecord("b", h(0), h(10), None, (RestartRecord(h(4), h(4) + s(90)),)), h(10))
+    assert metrics.fleet_ettr([a, b]) is None
+    assert metrics.fleet_ettr_at_least([a, b]) == pytest.approx((72000 - 90 - 4 * HOUR) / 72000)
 
 
 def test_restart_latencies_and_their_distribution() -> None:
