@@ -17,7 +17,7 @@ from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from fleetctl.nodes.capacity import GuardPolicy, storm_threshold
+from fleetctl.nodes.capacity import GuardPolicy, storm_limit
 from fleetctl.text import printable
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def burst_verdict(
     None when it had none, its RMA being a check's verdict: then the window around `now`).
 
     `critical` are (node, time) of the fleet's critical health events, `production` the fleet's
-    nodes in production. The limit is the guard's (storm_threshold) over the nodes in
+    nodes in production. The limit is the guard's (storm_limit) over the nodes in
     production before the burst (those in production now and the burst's own). A correlated
     burst is usually a driver, firmware or checker fault, and an RMA costs weeks: the nodes
     stay drained (their drains are critical) and an operator decides, and so does any RMA due
@@ -95,12 +95,12 @@ def burst_verdict(
     window = policy.storm_window_s
     at = now if event_at is None else event_at
     nearby = {n for n, t in critical if abs(t - at) <= window} | (set() if event_at is None else {node})
-    limit = storm_threshold(policy, len(set(production) | nearby))
-    if len(nearby) >= limit:
+    limit = storm_limit(policy, len(set(production) | nearby))
+    if limit.reached(len(nearby)):
         return BurstVerdict(
             hold=f"correlated burst: {len(nearby)} nodes with critical events within "
-            f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
-            f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects"
+            f"{_span(window)} ({limit.words('production nodes before the burst')}); usually a driver, "
+            f"firmware or checker fault, not {len(nearby)} broken parts: an operator confirms or rejects"
         )
     if event_at is not None and len(nearby) > 1 and now < event_at + window:
         return BurstVerdict(wait_until=event_at + window)
