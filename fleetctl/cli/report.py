@@ -23,18 +23,20 @@ def render_report(report: dict, wide: bool = False):
     from rich.text import Text
 
     from fleetctl.durations import when
-    from fleetctl.reliability.report import duration, ettr_text, hours
+    from fleetctl.reliability.report import duration, ettr_text, hours, lost_shares
 
     def at(iso: str) -> str:
         return when(datetime.fromisoformat(iso))
 
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
+    planned, unplanned = lost_shares(s)
     head = Text.assemble(
         ("fleet ", "bold"),
         f"{report['fleet']}  {plural(s['nodes'], 'node')}  {at(window['since'])} to {at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
-        f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
+        f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])} "
+        f"(lost {_pct(unplanned)} to faults, {_pct(planned)} to planned work)   "
         f"job ETTR {ettr_text(jobs['ettr'], jobs['ettr_at_least'])} ({len(jobs['per_job'])} jobs; "
         f"{'a lower bound: ' + jobs['ettr_unknown'] + '; ' if jobs['ettr_unknown'] else ''}"
         f"predicted {_pct(jobs['predicted_ettr'])})   "

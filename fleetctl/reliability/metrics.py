@@ -27,7 +27,10 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 - Availability: production time / time in the states that are capacity
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
-  capacity that was lost.
+  capacity that was lost. What was lost is split: planned (capacity time out of production
+  since a planned drain, until the node is back or a check fails it on its way back) and
+  unplanned (the rest: faults); availability excluding planned work is production /
+  (production + unplanned).
 - Times remediated (`runbooks.LemonPolicy.times_remediated`, one figure wherever it is shown:
   the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
   at a moment, the node's live remediation runs begun, or its entries into maintenance to be
@@ -158,6 +161,9 @@ class Interval:
     state: str
     start: datetime
     end: datetime
+    # Out of production for planned work: since a planned drain (is_planned_drain), until the
+    # node is back in production or a check fails it (then the time is the fault's).
+    planned: bool = False
 
     @property
     def seconds(self) -> float:
@@ -263,6 +269,12 @@ class Summary:
     node_days: dict[str, float]
     causes: dict[str, int]
     production_gpu_hours: float = 0.0
+    # Availability's loss split: capacity hours out of production for planned work, and for
+    # faults; availability + the two as shares of capacity time = 1.
+    planned_out_hours: float = 0.0
+    unplanned_out_hours: float = 0.0
+    # Availability with planned work left out: production / (production + unplanned out).
+    availability_unplanned: float | None = None
 
 
 # -- time lines ------------------------------------------------------------------------------
@@ -281,12 +293,16 @@ def timeline(created_at: datetime, transitions: Iterable[Transition], now: datet
 
 def intervals(created_at: datetime, events: Sequence[Transition], now: datetime) -> list[Interval]:
     """The states a node was in, from created_at to `now`; `events` from `timeline`."""
-    start, state = min(created_at, now), NodeState.NEW.value
+    start, state, planned = min(created_at, now), NodeState.NEW.value, False
     out = []
     for t in events:
-        out.append(Interval(t.from_state, start, t.at))
+        out.append(Interval(t.from_state, start, t.at, planned))
         start, state = t.at, t.to_state
-    out.append(Interval(state, start, now))
+        if t.from_state == PRODUCTION:
+            planned = is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind)
+        elif t.to_state == NodeState.MAINTENANCE.value and t.from_state != NodeState.DRAINING.value:
+            planned = False  # a check failed it on its way back (burn-in, admission): a fault now
+    out.append(Interval(state, start, now, planned))
     return [i for i in out if i.end > i.start]
 
 
@@ -295,8 +311,21 @@ def clip(spans: Iterable[Interval], since: datetime, until: datetime) -> list[In
     for i in spans:
         start, end = max(i.start, since), min(i.end, until)
         if end > start:
-            out.append(Interval(i.state, start, end))
+            out.append(Interval(i.state, start, end, i.planned))
     return out
+
+
+def out_of_production_seconds(spans: Iterable[Interval]) -> tuple[float, float]:
+    """Capacity time out of production, (planned, unplanned): what planned work cost, and
+    what faults did (NodeState.is_capacity, as availability counts it)."""
+    planned = unplanned = 0.0
+    for i in spans:
+        if i.state != PRODUCTION and NodeState(i.state).is_capacity:
+            if i.planned:
+                planned += i.seconds
+            else:
+                unplanned += i.seconds
+    return planned, unplanned
 
 
 def seconds_by_state(spans: Iterable[Interval]) -> dict[str, float]:
@@ -379,15 +408,19 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
     by_state: dict[str, float] = defaultdict(float)
     failed: list[Transition] = []
     repairs: list[float] = []
-    gpu_seconds = 0.0
+    gpu_seconds = planned = unplanned = 0.0
     for h in histories:
         events = timeline(h.node.created_at, h.transitions, now)
-        for state, seconds in seconds_by_state(clip(intervals(h.node.created_at, events, now), since, now)).items():
+        spans = clip(intervals(h.node.created_at, events, now), since, now)
+        for state, seconds in seconds_by_state(spans).items():
             by_state[state] += seconds
             if state == PRODUCTION:
                 gpu_seconds += seconds * h.node.gpus
+        out = out_of_production_seconds(spans)
+        planned, unplanned = planned + out[0], unplanned + out[1]
         failed += failures(events, since, now)
         repairs += repair_seconds(events, since, now)
+    production = by_state.get(PRODUCTION, 0.0)
     return Summary(
         nodes=len(histories),
         production_hours=by_state.get(PRODUCTION, 0.0) / 3600,
@@ -399,6 +432,9 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
         node_days={state: seconds / 86400 for state, seconds in sorted(by_state.items())},
         causes=dict(Counter(failure_label(t) for t in failed).most_common()),
         production_gpu_hours=gpu_seconds / 3600,
+        planned_out_hours=planned / 3600,
+        unplanned_out_hours=unplanned / 3600,
+        availability_unplanned=production / (production + unplanned) if production + unplanned > 0 else None,
     )
 
 

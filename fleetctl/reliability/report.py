@@ -62,6 +62,14 @@ def hours(value: float | None, missing: str = "-") -> str:
     return duration(None if value is None else value * 3600, missing)
 
 
+def lost_shares(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    """What availability lost, as shares of capacity time: (planned work, faults)."""
+    capacity = summary["production_hours"] + summary["planned_out_hours"] + summary["unplanned_out_hours"]
+    if capacity <= 0:
+        return None, None
+    return summary["planned_out_hours"] / capacity, summary["unplanned_out_hours"] / capacity
+
+
 def ettr_text(measured: float | None, at_least: float | None, missing: str = "-") -> str:
     """An ETTR for a person: the measured one, else its lower bound marked as one (≥), so a
     figure nobody measured never reads as measured; `missing` when there is neither."""
@@ -371,7 +379,12 @@ def render_html(report: dict[str, Any]) -> str:
         ],
     }
     return env.get_template("report.html.j2").render(
-        r=report, plots=plots, states=states, colour=state_colour, definitions=definitions(report)
+        r=report,
+        plots=plots,
+        states=states,
+        colour=state_colour,
+        definitions=definitions(report),
+        lost=lost_shares(report["summary"]),
     )
 
 
@@ -420,7 +433,8 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
             "time in production as a share of the time the nodes were the fleet's capacity: in "
             "production, draining, in maintenance or sent to the vendor (RMA). Time before a node "
             "first entered production, in burn-in or admission checks, and after retirement "
-            "is left out.",
+            "is left out. What it lost is split: planned work (from a drain marked as maintenance "
+            "until the node is back, or a check fails it on its way back) and faults (the rest).",
         ),
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
         (

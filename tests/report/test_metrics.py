@@ -84,6 +84,9 @@ def test_mttf_mttr_and_availability_of_one_node(since, failures, mttf, repairs, 
     s = metrics.summarise([ONE_REPAIR], h(since), h(24))
     assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours) == (failures, mttf, repairs, mttr)
     assert s.availability == pytest.approx(availability)
+    # Out for the XID 79 (10 h -> 15 h in draining and maintenance; burn-in and admission are
+    # not capacity): unplanned, none of it planned.
+    assert s.planned_out_hours == 0 and s.unplanned_out_hours == pytest.approx(max(0, 15 - max(since, 10)))
     assert s.causes == ({"xid 79": 1} if failures else {})
     assert sum(s.node_days.values()) == pytest.approx((24 - since) / 24)
 
@@ -221,6 +224,8 @@ def test_maintenance_windows_are_no_failure_no_repair_and_no_remediation() -> No
     s = metrics.summarise([PLANNED_WINDOWS], h(0), h(120))
     assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours, s.causes) == (0, None, 0, None, {})
     assert s.production_hours == 108 and s.availability == pytest.approx(108 / 120)
+    # What availability lost was planned work, all of it: none to faults.
+    assert (s.planned_out_hours, s.unplanned_out_hours, s.availability_unplanned) == (12, 0, 1.0)
     assert metrics.lemon_nodes([PLANNED_WINDOWS], h(0), h(120), 3, timedelta(days=7)) == {}
     assert remediation_entries(PLANNED_WINDOWS.transitions) == []
     assert metrics.rule_precision([PLANNED_WINDOWS], h(0), h(120)) == []
@@ -243,6 +248,10 @@ def test_a_fault_found_during_maintenance_is_a_remediation_and_a_failure_drain_i
     assert remediation_entries(node.transitions) == [h(3), h(11)]
     s = metrics.summarise([node], h(-1), h(20))
     assert (s.failures, s.repairs, s.mttr_hours, s.causes) == (1, 1, 5.0, {"operator": 1})
+    # Planned 0 -> 2 (draining, maintenance); burn-in 2 -> 3 is no capacity; once it failed,
+    # 3 -> 5 is the fault's, as is the fault drain's 10 -> 15: unplanned 7 h. Production 1 + 5 + 5.
+    assert (s.planned_out_hours, s.unplanned_out_hours) == (2, 7)
+    assert s.availability_unplanned == pytest.approx(11 / 18)
 
 
 # A hand-worked flaky node (hours from T0): drained at 0 (run r1 begun at 0, the drain's entry

@@ -34,6 +34,10 @@ def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
     assert s["mttf_hours"] == pytest.approx(1731 / 5)
     assert (s["repairs"], s["mttr_hours"]) == (3, pytest.approx(16 / 3))
     assert s["availability"] == pytest.approx(1731 / (1731 + 6 + 128 + 96))
+    # What availability lost, split: every hour out of production is planned or unplanned.
+    assert s["planned_out_hours"] + s["unplanned_out_hours"] == pytest.approx(6 + 128 + 96)
+    assert s["unplanned_out_hours"] > 0
+    assert s["availability_unplanned"] == pytest.approx(1731 / (1731 + s["unplanned_out_hours"]))
     assert {k: pytest.approx(v * 24) for k, v in s["node_days"].items()} == history.EXPECTED_HOURS
     assert s["causes"] == {"xid 48": 3, "xid 79": 1, "check nccl-allreduce": 1}
 
@@ -117,6 +121,11 @@ def test_report_cli_json_table_and_html(db_url, tmp_path) -> None:
     r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "7d"], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
     assert f"job ETTR ≥{data['jobs']['ettr_at_least']:.2%}" in r.stdout and "a lower bound" in r.stdout
+    capacity = sum(data["summary"][k] for k in ("production_hours", "planned_out_hours", "unplanned_out_hours"))
+    assert (
+        f"(lost {data['summary']['unplanned_out_hours'] / capacity:.2%} to faults, "
+        f"{data['summary']['planned_out_hours'] / capacity:.2%} to planned work)" in r.stdout
+    )
 
     r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "seven days"])
     assert r.exit_code == 2 and "--since" in r.output
