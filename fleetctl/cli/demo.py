@@ -228,7 +228,7 @@ def summary(d, report: dict, html: Path):
     from rich.text import Text
 
     from fleetctl.db import queries
-    from fleetctl.reliability.report import duration, hours
+    from fleetctl.reliability.report import duration, ettr_text, hours
 
     s = report["summary"]
     lat = report["restart_latency"]
@@ -244,7 +244,11 @@ def summary(d, report: dict, html: Path):
         "job restart latency",
         f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} over {lat.get('count', 0)} restarts",
     )
-    table.add_row("job ETTR", num(report["jobs"]["ettr"], ".2%"))
+    jobs = report["jobs"]
+    table.add_row(
+        "job ETTR",
+        ettr_text(jobs["ettr"], jobs["ettr_at_least"]) + (" (a lower bound)" if jobs["ettr_unknown"] else ""),
+    )
     table.add_row("MTTF", f"{hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)")
     table.add_row("MTTR", f"{hours(s['mttr_hours'])} over {s['repairs']} repairs")
     table.add_row("availability", num(s["availability"], ".1%"))

@@ -414,7 +414,7 @@ def _out_for(events: list[dict]) -> str:
 
 
 def _freshness(ctx: typer.Context):
-    """How old evidence may be before a node reads Unchecked: its fleet's sweep interval, as
+    """How old evidence may be before a node reads Stale: its fleet's sweep interval, as
     `fleetctl schedule` recorded it in the database (not known, so not judged, when no sweep
     is scheduled). `node list` and `node show` judge alike, without asking Temporal."""
     from fleetctl.db.models import utcnow

@@ -47,16 +47,20 @@ def _headline(report: dict):
     """The fleet, the window, and the headline figures."""
     from rich.text import Text
 
-    from fleetctl.reliability.report import duration, hours
+    from fleetctl.reliability.report import duration, ettr_text, hours, lost_shares
 
     s, jobs, latency, window = report["summary"], report["jobs"], report["restart_latency"], report["window"]
+    planned, unplanned = lost_shares(s)
     return Text.assemble(
         ("fleet ", "bold"),
         f"{report['fleet']}  {plural(s['nodes'], 'node')}  {_at(window['since'])} to {_at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
         f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
-        f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])}   "
-        f"job ETTR {_pct(jobs['ettr'])} ({len(jobs['per_job'])} jobs; predicted {_pct(jobs['predicted_ettr'])})   "
+        f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])} "
+        f"(lost {_pct(unplanned)} to faults, {_pct(planned)} to planned work)   "
+        f"job ETTR {ettr_text(jobs['ettr'], jobs['ettr_at_least'])} ({len(jobs['per_job'])} jobs; "
+        f"{'a lower bound: ' + jobs['ettr_unknown'] + '; ' if jobs['ettr_unknown'] else ''}"
+        f"predicted {_pct(jobs['predicted_ettr'])})   "
         f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "
         f"({latency['count']}; {report['restart_placement']['on_spares']} on hot spares)\n"
         f"at {jobs['at_job_size']['gpus']:,} GPUs: MTTF {hours(jobs['at_job_size']['mttf_hours'])}, predicted ETTR "
@@ -90,7 +94,7 @@ def _groups(title: str, column: str, rows: dict, wide: bool) -> object:
 
 def _jobs_table(per_job: list, wide: bool) -> object:
     """Each job's ETTR; wide adds where its time went: restart downtime, work lost, each restart."""
-    from fleetctl.reliability.report import duration, hours
+    from fleetctl.reliability.report import duration, ettr_text, hours
 
     extra = ["down", "lost", "restarts took"] if wide else []
     return simple_table(
@@ -104,12 +108,12 @@ def _jobs_table(per_job: list, wide: bool) -> object:
                 hours(j["wall_hours"]),
                 j["restarts"],
                 j["checkpoints"],
-                _pct(j["ettr"]),
+                ettr_text(j["ettr"], j["ettr_at_least"]),
                 _pct(j["predicted_ettr"]),
                 *(
                     [
                         duration(j["downtime_seconds"]),
-                        duration(j["lost_seconds"]),
+                        duration(j["lost_seconds"], f"≤{duration(j['lost_seconds_at_most'])}"),
                         ", ".join(duration(v) for v in j["restart_seconds"]),
                     ]
                     if wide

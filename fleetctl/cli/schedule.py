@@ -119,7 +119,7 @@ def create(
         await client.create_schedule(schedule_id, schedule)
 
     _run(run())
-    # What `node list` judges the age of evidence by (conditions.unchecked_since); a
+    # What `node list` judges the age of evidence by (conditions.stale_evidence); a
     # straggler judge refreshes no evidence.
     from fleetctl.db import sweep_intervals
 

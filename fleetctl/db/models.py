@@ -347,7 +347,7 @@ class Spare(SQLModel, table=True):
 class SweepInterval(SQLModel, table=True):
     """An active-check sweep schedule as `fleetctl schedule` made it (migration 0014): how often
     it sweeps its fleet, and whether it is paused. Temporal holds the schedule; this copy lets
-    `node list` judge the age of evidence (conditions.unchecked_since) without asking it."""
+    `node list` judge the age of evidence (conditions.stale_evidence) without asking it."""
 
     __tablename__ = "sweep_intervals"
 

@@ -338,16 +338,18 @@ def _epoch(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
 
 
-def health_events_in_service(engine: Engine, name: str) -> list[HealthEvent]:
-    """The node's health events with a code, recorded since it last entered production (all
-    of them if it never did), newest first."""
+def health_events_in_service(engine: Engine, name: str, coded_only: bool = True) -> list[HealthEvent]:
+    """The node's health events with a code (every one, `coded_only` False), recorded since it
+    last entered production (all of them if it never did), newest first."""
     with Session(engine) as session:
         entered = session.exec(
             select(NodeEvent.at)
             .where(NodeEvent.node_name == name, NodeEvent.to_state == NodeState.PRODUCTION.value)
             .order_by(col(NodeEvent.at).desc())
         ).first()
-        query = select(HealthEvent).where(HealthEvent.node_name == name, col(HealthEvent.code).is_not(None))
+        query = select(HealthEvent).where(HealthEvent.node_name == name)
+        if coded_only:
+            query = query.where(col(HealthEvent.code).is_not(None))
         if entered is not None:
             query = query.where(HealthEvent.at >= entered)
         return list(session.exec(query.order_by(col(HealthEvent.at).desc())))

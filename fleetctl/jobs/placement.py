@@ -16,8 +16,8 @@ since a job split over two domains loses NVLink between its halves; else the fle
 so. A node of a held domain (one whose fabric failed: IMEX down, an NVSwitch tray) is never
 a replacement, whatever the job.
 
-An unchecked node (`Unchecked` in `node list`: no check has run on it, or its newest evidence
-is older than its fleet's sweep interval and no agent reports) has nothing against it, but
+An unchecked node (`Unchecked` in `node list`: no check has run on it; or `Stale`: its newest
+evidence is older than its fleet's sweep interval and no agent reports) has nothing against it, but
 nothing recent for it either: it is chosen after every checked node that fits, spares and
 nearness included, and never left out when only it fits (refusing it would send the job to
 the whole fleet, where the scheduler takes any node, unchecked ones too). A domain the job
@@ -307,9 +307,9 @@ def healthy_replacements(nodes: Iterable[NodeHealth]) -> list[str]:
 
 
 def unchecked_nodes(nodes: Iterable[NodeHealth]) -> set[str]:
-    """The nodes without recent evidence (`Unchecked`: never checked, or their newest check
-    older than the sweep interval with no agent reporting): place_restart takes them last."""
-    return {n.name for n in nodes if "Unchecked" in n.conditions}
+    """The nodes without recent evidence (`Unchecked`: never checked; `Stale`: their newest
+    check older than the sweep interval with no agent reporting): place_restart takes them last."""
+    return {n.name for n in nodes if {"Unchecked", "Stale"} & set(n.conditions)}
 
 
 # Which of a job's nodes a restart moves it off.

@@ -236,10 +236,36 @@ def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains
     return over
 
 
-def storm_threshold(policy: GuardPolicy, production: int) -> int:
-    """How many nodes failing within the storm window make a storm: more than the storm
-    fraction of the production nodes, and at least storm_min_failures."""
-    return max(policy.storm_min_failures, math.floor(production * policy.storm_fraction) + 1)
+@dataclass(frozen=True)
+class StormLimit:
+    """How many nodes failing within the storm window make a storm (`limit`): more than the
+    storm fraction of `of` nodes, and at least the policy's minimum. The one figure the
+    breaker, the RMA hold and every message that names a storm use (storm_limit)."""
+
+    limit: int
+    of: int
+    fraction: float
+    least: int
+
+    def reached(self, failing: int) -> bool:
+        return failing >= self.limit
+
+    def words(self, of_what: str = "production nodes") -> str:
+        """`the storm limit is 10 (more than 20% of 47 production nodes, at least 3)`."""
+        return (
+            f"the storm limit is {self.limit} (more than {self.fraction:.0%} of {self.of} {of_what}, "
+            f"at least {self.least})"
+        )
+
+
+def storm_limit(policy: GuardPolicy, of: int) -> StormLimit:
+    """The storm limit over `of` nodes: the least whole count above the fraction, at least the minimum."""
+    return StormLimit(
+        max(policy.storm_min_failures, math.floor(of * policy.storm_fraction) + 1),
+        of,
+        policy.storm_fraction,
+        policy.storm_min_failures,
+    )
 
 
 def allowed_unavailable(total: int, fraction: float) -> int:
@@ -394,13 +420,13 @@ def _decide(
     window_start = now - policy.storm_window_s
     failing = {key for key, t in recent_failures.items() if t >= window_start} | {failure_key(request)}
     failures_in_window = len(failing)
-    storm_at = storm_threshold(policy, snapshot.production)
-    if failures_in_window >= storm_at:
+    storm = storm_limit(policy, snapshot.production)
+    if storm.reached(failures_in_window):
         return RemovalDecision(
             request.node,
             False,
-            f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min exceed "
-            f"{policy.storm_fraction:.0%} of {snapshot.production} production nodes; breaker opened; {UNTIL_RESUMED}",
+            f"storm: {failures_in_window} nodes failing in {policy.storm_window_s / 60:.0f} min; {storm.words()}; "
+            f"breaker opened; {UNTIL_RESUMED}",
             breaker_opened=True,
         )
     takes = removal_cost(request)
@@ -458,10 +484,11 @@ def checker_storm(policy: GuardPolicy, errored: int, checked: int, kind: str = C
     Many agents falling silent at once (AGENT_SILENCE) is the same: the intake, or the
     network between it and the nodes, not many nodes.
     """
-    if checked <= 0 or errored < policy.storm_min_failures or errored <= checked * policy.storm_fraction:
+    limit = storm_limit(policy, checked)
+    if checked <= 0 or not limit.reached(errored):
         return None
     storm, did, of = _STORM_WORDS.get(kind, _STORM_WORDS[CHECK_ERRORS])
-    return f"{storm}: {errored} of {checked} nodes {did} (more than {policy.storm_fraction:.0%} {of}); breaker opened"
+    return f"{storm}: {errored} of {checked} nodes {did}; {limit.words(of.removeprefix('of the '))}; breaker opened"
 
 
 def counted_state(state: str, state_since: datetime, now: datetime, policy: GuardPolicy) -> str:

@@ -139,6 +139,7 @@ PRODUCTION_CONDITIONS = (
     "CheckError",
     "DrainHeld",
     "StragglerSuspected",
+    "Stale",
     "Unchecked",
 )
 
@@ -146,11 +147,11 @@ PRODUCTION_CONDITIONS = (
 @dataclass(frozen=True)
 class Condition:
     # Retired, InRMA, Maintenance, NotAdmitted, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
-    # DrainHeld, StragglerSuspected, Unchecked
+    # DrainHeld, StragglerSuspected, Stale, Unchecked
     type: str
     reason: str
     since: datetime | None = None
-    # What the HEALTH cell says beside the type, in brackets ("" for nothing): Unchecked's
+    # What the HEALTH cell says beside the type, in brackets ("" for nothing): Stale's
     # evidence age ("2d": no space, so `awk` reads the cell whole), as CheckFailed's count.
     health_note: str = ""
 
@@ -195,7 +196,7 @@ def conditions(
     suspect: Condition | None = None,
     stalled: Condition | None = None,
     state_since: datetime | None = None,
-    unchecked: Condition | None = None,
+    stale: Condition | None = None,
     drained_outside: Condition | None = None,
 ) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
@@ -203,6 +204,7 @@ def conditions(
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
     `drained_outside` another tool's drain of the node in its scheduler (scheduler_sync:
     no job lands on it, whatever fleetctl says);
+    `stale` the age judgement of its newest check (stale_evidence);
     `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
     so whatever else the evidence says, an XID would not drain it. A node out of service
     (draining, maintenance, RMA, retired) carries that (`OUT_OF_SERVICE`), after those two,
@@ -242,27 +244,32 @@ def conditions(
         found.append(Condition("DrainHeld", held.reason, held.since))
     if "straggler" in last_cause:
         found.append(Condition("StragglerSuspected", last_cause))
+    # `Unchecked` is said of a node no check has ever judged, `Stale` of one whose newest
+    # check is old: two facts, two words.
     if not checks and NodeState(state).in_service:
-        found.append(Condition("Unchecked", "no check has run on the node"))
-    elif unchecked is not None:  # unchecked_since: the evidence is too old to stand on
-        found.append(unchecked)
+        found.append(Condition("Unchecked", "no check has run on the node since it entered service"))
+    elif stale is not None:
+        found.append(stale)
     return found
 
 
-def unchecked_since(
+def stale_evidence(
     state: str,
     checks: Sequence[CheckSummary],
     agent_seen_at: datetime | None,
     now: datetime,
     sweep_every_s: float | None,
     agent_silence_s: float,
+    jobs: Sequence[str] | None = None,
 ) -> Condition | None:
-    """`Unchecked` for a node in service whose newest evidence (its latest check run) is older
+    """`Stale` for a node in service whose newest evidence (its latest check run) is older
     than its fleet's sweep interval while no agent reports (never heard, or silent past
     `agent_silence_s`): what it says may no longer be true, so it is not Ready. None when
-    the evidence is fresh, an agent reports, or no sweep interval is known (`sweep_every_s`
-    None: no sweep is scheduled, or Temporal did not say), since then nothing says how old
-    is too old. The reason gives the evidence's age; `since` is when it was taken."""
+    the evidence is fresh, an agent reports, the node was never checked (`Unchecked`), or no
+    sweep interval is known (`sweep_every_s` None: no sweep is scheduled, or Temporal did not
+    say), since then nothing says how old is too old. The reason says when it was last
+    checked and, where `jobs` (the jobs running on it; None: not known) name one, why not
+    since: a sweep checks only a node its scheduler holds idle. `since` is that last check."""
     if not NodeState(state).in_service or not checks or sweep_every_s is None:
         return None
     if agent_seen_at is not None and (now - agent_seen_at).total_seconds() <= agent_silence_s:
@@ -271,12 +278,19 @@ def unchecked_since(
     age_s = (now - newest).total_seconds()
     if age_s <= sweep_every_s:
         return None
+    why_not = f"; not since: busy with {_jobs_words(jobs)}" if jobs else ""
     return Condition(
-        "Unchecked",
-        f"newest evidence {_age(age_s)} old (sweep every {_age(sweep_every_s)}) and no agent reports",
+        "Stale",
+        f"last checked {_age(age_s)} ago, at {newest:%Y-%m-%dT%H:%M}Z (sweep every {_age(sweep_every_s)}, "
+        f"no agent reports){why_not}",
         newest,
         _age(age_s),
     )
+
+
+def _jobs_words(jobs: Sequence[str]) -> str:
+    shown = ", ".join(jobs[:3])
+    return f"job{'s' if len(jobs) > 1 else ''} {shown}" + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
 
 def _age(seconds: float) -> str:
@@ -289,7 +303,7 @@ def _age(seconds: float) -> str:
 
 def health_word(state: str, found: Sequence[Condition], checks: Sequence[CheckSummary]) -> str:
     """The HEALTH cell: the condition types (with how many checks fail or error, how old
-    evidence too old to stand on is; `node show` says more), or Ready. A node is never Ready
+    stale evidence is; `node show` says more), or Ready. A node is never Ready
     without a check behind it (no `pass` without evidence), nor out of service."""
     if found:
         words = []

@@ -21,8 +21,8 @@ from fleetctl.nodes.conditions import (
     health_word,
     held_by,
     reason,
+    stale_evidence,
     summarise_checks,
-    unchecked_since,
 )
 
 if TYPE_CHECKING:
@@ -97,15 +97,17 @@ def node_row(
 ) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
+    running = jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
     stale = None
     if freshness is not None:
-        stale = unchecked_since(
+        stale = stale_evidence(
             n.state,
             checks,
             as_utc(n.agent_seen_at) if n.agent_seen_at else None,
             freshness.now,
             freshness.sweep_every_s,
             freshness.agent_silence_s,
+            running,
         )
     found = conditions(
         n.state,
@@ -127,7 +129,7 @@ def node_row(
         "reason": reason(
             n.state, last.cause if last else "", last.actor if last else "", last.at if last else None, held
         ),
-        "jobs": jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None,
+        "jobs": running,
         "drain_held": held_dict(held),
         "rack": n.rack,
         "switch": n.switch,
@@ -148,7 +150,7 @@ def node_row(
 
 @dataclass(frozen=True)
 class Freshness:
-    """What `Unchecked` judges the evidence's age by (conditions.unchecked_since): the fleet's
+    """What `Stale` judges the evidence's age by (conditions.stale_evidence): the fleet's
     sweep interval (None: not known), the agent silence setting, and now."""
 
     sweep_every_s: float | None
@@ -211,7 +213,7 @@ def node_health(
 ) -> dict[str, NodeHealth]:
     """Each node (of `names`, or every node) as a restart's placement and the spare pools
     judge it (fleetctl.jobs.placement.unfit, unchecked_nodes): its state, its conditions as
-    `node list` shows them (with `freshness`, `Unchecked` for evidence older than the sweep
+    `node list` shows them (with `freshness`, `Stale` for evidence older than the sweep
     interval, as `node list` judges it), and its open straggler findings. In a few bulk queries."""
     from fleetctl.db import stragglers
     from fleetctl.jobs.placement import NodeHealth
@@ -236,7 +238,7 @@ def node_health(
         stale = (
             None
             if freshness is None
-            else unchecked_since(
+            else stale_evidence(
                 n.state,
                 checks,
                 as_utc(n.agent_seen_at) if n.agent_seen_at else None,
@@ -254,7 +256,7 @@ def node_health(
                 cause,
                 judged,
                 stall,
-                unchecked=stale,
+                stale=stale,
                 drained_outside=_drained_outside(outside.get(n.name)),
             )
         )

@@ -65,7 +65,7 @@ from fleetctl.nodes.conditions import (
     DrainHeld,
     conditions,
     held_by,
-    unchecked_since,
+    stale_evidence,
 )
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.reliability.metrics import (
@@ -511,7 +511,7 @@ class FleetCollector:
     ) -> None:
         """`fleet`: the fleet this exporter serves, `policy` its guard's (config.guard_policy),
         `lemon` the lemon rule (lemon_threshold, lemon_window_days), `agent_silence_s` how long
-        an agent may be silent and still report (Unchecked, as `node list` judges it)."""
+        an agent may be silent and still report (Stale, as `node list` judges it)."""
         self.engine, self.fleet, self.policy = engine, fleet, policy or GuardPolicy()
         self.lemon, self.agent_silence_s = lemon or LemonPolicy(), agent_silence_s
         self.lock = Lock()  # two scrapes at once must not fold the same rows twice
@@ -870,7 +870,7 @@ class FleetCollector:
             stalled = Condition("Stalled", "", sc.stalls[name]) if name in sc.stalls else None
             last_cause = self.fold.last_move[name][2] if name in self.fold.last_move else ""
             fleet = sc.fleet_of[name]
-            stale = unchecked_since(
+            stale = stale_evidence(
                 state, checks, sc.rows.agent_seen.get(name), sc.now, sc.sweep_every_s.get(fleet), self.agent_silence_s
             )
             for c in dict.fromkeys(

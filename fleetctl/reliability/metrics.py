@@ -27,7 +27,10 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
 - Availability: production time / time in the states that are capacity
   (`NodeState.is_capacity`: production, draining, maintenance, rma) in the window. Time
   before admission (new, firmware, burn-in, admission) and after retirement is not
-  capacity that was lost.
+  capacity that was lost. What was lost is split: planned (capacity time out of production
+  since a planned drain, until the node is back or a check fails it on its way back) and
+  unplanned (the rest: faults); availability excluding planned work is production /
+  (production + unplanned).
 - Times remediated (`lemons.LemonPolicy.times_remediated`, one figure wherever it is shown:
   the RMA reason, the report, `node show`): within the lemon window (default 7 days) ending
   at a moment, the node's live remediation runs begun, or its entries into maintenance to be
@@ -43,9 +46,13 @@ Definitions (what `fleetctl report` prints and the tests compute by hand):
   restarts count once. Work lost is known only for a restart after a recorded checkpoint
   (`fleetctl job checkpoint`): the job went back to the last checkpoint at or before the
   fault, losing the time from it, or from its previous resumption if later, to the fault.
+  A job with a restart whose fault came before any checkpoint it reported has no measured
+  ETTR (None, with why): what that restart lost is not known. Its lower bound takes each
+  such restart to have lost everything since the job's start or its previous resumption.
   A requeue by the scheduler alone (counted, not timed) adds no downtime. Fleet ETTR is
   the wall-time-weighted mean: sum of productive time / sum of wall time over the jobs
-  that ran inside the window.
+  that ran inside the window; None when one of them has none, beside the fleet's lower
+  bound (the same mean of the jobs' lower bounds).
 - Restart latency: fault seen to job running again, for restarts whose fault is inside the
   window and that ran again.
 - Interruptions by cause: each restart fleetctl ran, labelled from its cause as failures
@@ -154,6 +161,9 @@ class Interval:
     state: str
     start: datetime
     end: datetime
+    # Out of production for planned work: since a planned drain (is_planned_drain), until the
+    # node is back in production or a check fails it (then the time is the fault's).
+    planned: bool = False
 
     @property
     def seconds(self) -> float:
@@ -188,15 +198,45 @@ class JobGoodput:
     job_id: str
     wall_seconds: float
     downtime_seconds: float
-    lost_seconds: float
+    lost_seconds: float  # the work lost that is known: since a checkpoint the job reported
+    # Restarts with no checkpoint reported at or before their fault: what each lost is not
+    # known, so the job's ETTR is not measured. At most it lost everything since the job's
+    # start or its previous resumption (the job checkpoints nothing).
+    unmeasured_restarts: int = 0
+    unknown_lost_at_most: float = 0.0
+
+    @property
+    def measured(self) -> bool:
+        return self.unmeasured_restarts == 0
 
     @property
     def productive_seconds(self) -> float:
+        """Productive time with the unknown losses taken as none (exact when measured)."""
         return max(0.0, self.wall_seconds - self.downtime_seconds - self.lost_seconds)
 
     @property
-    def ettr(self) -> float:
-        return self.productive_seconds / self.wall_seconds
+    def productive_at_least(self) -> float:
+        return max(0.0, self.productive_seconds - self.unknown_lost_at_most)
+
+    @property
+    def ettr(self) -> float | None:
+        """The measured ETTR; None when a restart's lost work is not known (`ettr_at_least`)."""
+        return self.productive_seconds / self.wall_seconds if self.measured else None
+
+    @property
+    def ettr_at_least(self) -> float:
+        """A lower bound of the ETTR: every unknown loss at its most (the ETTR when measured)."""
+        return self.productive_at_least / self.wall_seconds
+
+    @property
+    def ettr_unknown(self) -> str:
+        """Why the ETTR is not measured, in words; "" when it is."""
+        if self.measured:
+            return ""
+        return (
+            f"{self.unmeasured_restarts} of its restarts came with no checkpoint reported before the fault: "
+            "the work lost is not known"
+        )
 
 
 @dataclass(frozen=True)
@@ -230,6 +270,12 @@ class Summary:
     node_days: dict[str, float]
     causes: dict[str, int]
     production_gpu_hours: float = 0.0
+    # Availability's loss split: capacity hours out of production for planned work, and for
+    # faults; availability + the two as shares of capacity time = 1.
+    planned_out_hours: float = 0.0
+    unplanned_out_hours: float = 0.0
+    # Availability with planned work left out: production / (production + unplanned out).
+    availability_unplanned: float | None = None
 
 
 # -- time lines ------------------------------------------------------------------------------
@@ -248,12 +294,16 @@ def timeline(created_at: datetime, transitions: Iterable[Transition], now: datet
 
 def intervals(created_at: datetime, events: Sequence[Transition], now: datetime) -> list[Interval]:
     """The states a node was in, from created_at to `now`; `events` from `timeline`."""
-    start, state = min(created_at, now), NodeState.NEW.value
+    start, state, planned = min(created_at, now), NodeState.NEW.value, False
     out = []
     for t in events:
-        out.append(Interval(t.from_state, start, t.at))
+        out.append(Interval(t.from_state, start, t.at, planned))
         start, state = t.at, t.to_state
-    out.append(Interval(state, start, now))
+        if t.from_state == PRODUCTION:
+            planned = is_planned_drain(t.from_state, t.to_state, t.failure, t.actor_kind)
+        elif t.to_state == NodeState.MAINTENANCE.value and t.from_state != NodeState.DRAINING.value:
+            planned = False  # a check failed it on its way back (burn-in, admission): a fault now
+    out.append(Interval(state, start, now, planned))
     return [i for i in out if i.end > i.start]
 
 
@@ -262,8 +312,21 @@ def clip(spans: Iterable[Interval], since: datetime, until: datetime) -> list[In
     for i in spans:
         start, end = max(i.start, since), min(i.end, until)
         if end > start:
-            out.append(Interval(i.state, start, end))
+            out.append(Interval(i.state, start, end, i.planned))
     return out
+
+
+def out_of_production_seconds(spans: Iterable[Interval]) -> tuple[float, float]:
+    """Capacity time out of production, (planned, unplanned): what planned work cost, and
+    what faults did (NodeState.is_capacity, as availability counts it)."""
+    planned = unplanned = 0.0
+    for i in spans:
+        if i.state != PRODUCTION and NodeState(i.state).is_capacity:
+            if i.planned:
+                planned += i.seconds
+            else:
+                unplanned += i.seconds
+    return planned, unplanned
 
 
 def seconds_by_state(spans: Iterable[Interval]) -> dict[str, float]:
@@ -346,15 +409,19 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
     by_state: dict[str, float] = defaultdict(float)
     failed: list[Transition] = []
     repairs: list[float] = []
-    gpu_seconds = 0.0
+    gpu_seconds = planned = unplanned = 0.0
     for h in histories:
         events = timeline(h.node.created_at, h.transitions, now)
-        for state, seconds in seconds_by_state(clip(intervals(h.node.created_at, events, now), since, now)).items():
+        spans = clip(intervals(h.node.created_at, events, now), since, now)
+        for state, seconds in seconds_by_state(spans).items():
             by_state[state] += seconds
             if state == PRODUCTION:
                 gpu_seconds += seconds * h.node.gpus
+        out = out_of_production_seconds(spans)
+        planned, unplanned = planned + out[0], unplanned + out[1]
         failed += failures(events, since, now)
         repairs += repair_seconds(events, since, now)
+    production = by_state.get(PRODUCTION, 0.0)
     return Summary(
         nodes=len(histories),
         production_hours=by_state.get(PRODUCTION, 0.0) / 3600,
@@ -366,6 +433,9 @@ def summarise(histories: Sequence[NodeHistory], since: datetime, now: datetime) 
         node_days={state: seconds / 86400 for state, seconds in sorted(by_state.items())},
         causes=dict(Counter(failure_label(t) for t in failed).most_common()),
         production_gpu_hours=gpu_seconds / 3600,
+        planned_out_hours=planned / 3600,
+        unplanned_out_hours=unplanned / 3600,
+        availability_unplanned=production / (production + unplanned) if production + unplanned > 0 else None,
     )
 
 
@@ -512,7 +582,8 @@ def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
     wall = (end - start).total_seconds()
     if wall <= 0:
         return None
-    downtime = lost = 0.0
+    downtime = lost = unknown_at_most = 0.0
+    unmeasured = 0
     resumed: datetime | None = None  # when the job last came back from a restart
     checkpoints = job_checkpoints(job)
     for r in sorted(job.restarts, key=lambda r: r.fault_seen_at):
@@ -522,8 +593,11 @@ def job_goodput(job: JobRecord, now: datetime) -> JobGoodput | None:
         checkpoint = last_checkpoint(checkpoints, fault)
         if checkpoint is not None:
             lost += (fault - max(checkpoint, resumed or checkpoint)).total_seconds()
+        else:  # nothing says where the job went back to: at worst, its start
+            unmeasured += 1
+            unknown_at_most += (fault - (resumed or start)).total_seconds()
         resumed = back
-    return JobGoodput(job.job_id, wall, downtime, lost)
+    return JobGoodput(job.job_id, wall, downtime, lost, unmeasured, unknown_at_most)
 
 
 def job_checkpoints(job: JobRecord) -> list[datetime]:
@@ -587,9 +661,19 @@ def ran_in_window(job: JobRecord, since: datetime, now: datetime) -> bool:
 
 
 def fleet_ettr(goodputs: Iterable[JobGoodput]) -> float | None:
+    """The measured fleet ETTR; None when a job's is not measured (fleet_ettr_at_least)."""
     goodputs = list(goodputs)
     wall = sum(g.wall_seconds for g in goodputs)
-    return sum(g.productive_seconds for g in goodputs) / wall if wall > 0 else None
+    if wall <= 0 or not all(g.measured for g in goodputs):
+        return None
+    return sum(g.productive_seconds for g in goodputs) / wall
+
+
+def fleet_ettr_at_least(goodputs: Iterable[JobGoodput]) -> float | None:
+    """A lower bound of the fleet ETTR, each job's unknown losses at their most."""
+    goodputs = list(goodputs)
+    wall = sum(g.wall_seconds for g in goodputs)
+    return sum(g.productive_at_least for g in goodputs) / wall if wall > 0 else None
 
 
 def restart_latencies(jobs: Iterable[JobRecord], since: datetime, now: datetime) -> list[float]:

@@ -62,6 +62,22 @@ def hours(value: float | None, missing: str = "-") -> str:
     return duration(None if value is None else value * 3600, missing)
 
 
+def lost_shares(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    """What availability lost, as shares of capacity time: (planned work, faults)."""
+    capacity = summary["production_hours"] + summary["planned_out_hours"] + summary["unplanned_out_hours"]
+    if capacity <= 0:
+        return None, None
+    return summary["planned_out_hours"] / capacity, summary["unplanned_out_hours"] / capacity
+
+
+def ettr_text(measured: float | None, at_least: float | None, missing: str = "-") -> str:
+    """An ETTR for a person: the measured one, else its lower bound marked as one (≥), so a
+    figure nobody measured never reads as measured; `missing` when there is neither."""
+    if measured is not None:
+        return f"{measured:.2%}"
+    return missing if at_least is None else f"≥{at_least:.2%}"
+
+
 def _figures(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
@@ -246,8 +262,12 @@ def _jobs(
                 "gpus": job.gpus,
                 "wall_hours": g.wall_seconds / 3600,
                 "downtime_seconds": g.downtime_seconds,
-                "lost_seconds": g.lost_seconds,
+                # None when not known (ettr_unknown says why), beside the most it can be.
+                "lost_seconds": g.lost_seconds if g.measured else None,
+                "lost_seconds_at_most": g.lost_seconds + g.unknown_lost_at_most,
                 "ettr": g.ettr,
+                "ettr_at_least": g.ettr_at_least,
+                "ettr_unknown": g.ettr_unknown or None,
                 "predicted_ettr": metrics.predicted_ettr(job.gpus, rate, own_interval or interval, restart_s),
                 "restarts": len(job.restarts),
                 "scheduler_restarts": job.scheduler_restarts,
@@ -263,8 +283,16 @@ def _jobs(
         if p["predicted_ettr"] is not None
     ]
     wall = sum(w for _, w in predicted)
+    unmeasured = sum(1 for _, g in goodputs if not g.measured)
     return {
         "ettr": metrics.fleet_ettr(g for _, g in goodputs),
+        "ettr_at_least": metrics.fleet_ettr_at_least(g for _, g in goodputs),
+        "ettr_unknown": (
+            f"{unmeasured} of {len(goodputs)} jobs restarted with no checkpoint reported before the fault: "
+            "the work they lost is not known, so the fleet's ETTR is a lower bound"
+            if unmeasured
+            else None
+        ),
         "predicted_ettr": sum(p * w for p, w in predicted) / wall if wall > 0 else None,
         "checkpoint_interval_seconds": interval,
         "failure_rate_per_gpu_hour": rate,
@@ -318,6 +346,7 @@ def render_html(report: dict[str, Any]) -> str:
     env.filters["pct"] = lambda v, digits=2: "—" if v is None else f"{v * 100:.{digits}f}%"
     env.filters["duration"] = lambda seconds: duration(seconds, missing="—")
     env.filters["hours"] = lambda value: hours(value, missing="—")
+    env.filters["ettr"] = lambda figures: ettr_text(figures["ettr"], figures["ettr_at_least"], missing="—")
     env.filters["days"] = lambda days: duration(None if days is None else days * 86400, missing="—")
     env.filters["when"] = lambda iso: when(datetime.fromisoformat(iso))
     states = [s.value for s in NodeState]
@@ -360,7 +389,12 @@ def render_html(report: dict[str, Any]) -> str:
         ],
     }
     return env.get_template("report.html.j2").render(
-        r=report, plots=plots, states=states, colour=state_colour, definitions=definitions(report)
+        r=report,
+        plots=plots,
+        states=states,
+        colour=state_colour,
+        definitions=definitions(report),
+        lost=lost_shares(report["summary"]),
     )
 
 
@@ -409,7 +443,8 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
             "time in production as a share of the time the nodes were the fleet's capacity: in "
             "production, draining, in maintenance or sent to the vendor (RMA). Time before a node "
             "first entered production, in burn-in or admission checks, and after retirement "
-            "is left out.",
+            "is left out. What it lost is split: planned work (from a drain marked as maintenance "
+            "until the node is back, or a check fails it on its way back) and faults (the rest).",
         ),
         ("Node time per state", "how long the nodes spent in each state during the window, added up over nodes."),
         (
@@ -438,7 +473,10 @@ def definitions(report: dict[str, Any]) -> list[tuple[str, str]]:
             "the share of a job's time that was useful work: its wall "
             "time minus the time spent restarting after faults and the "
             "work lost since its last checkpoint. The fleet's ETTR weighs "
-            "each job by its wall time.",
+            "each job by its wall time. A job restarted after a fault that came before any "
+            "checkpoint it reported lost work nobody measured: its ETTR is shown as a lower "
+            "bound (≥), as if it had lost everything since it started or last came back, and "
+            "so is the fleet's.",
         ),
         (
             "Predicted ETTR",

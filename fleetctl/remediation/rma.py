@@ -2,9 +2,10 @@
 Pure: the webhook that carries them to a ticketing system is fleetctl.connections.webhook_client.
 
 The bundle is built from what fleetctl recorded (identity and firmware read by the checks,
-the failing check outputs, the XID history, the remediation steps tried). Secrets never
-enter it: credentials in URLs, `password=`/`token=` pairs and Authorization headers are
-masked in every string, and so is every configured secret value verbatim.
+the failing check outputs, the node's health events since it last entered production, the
+remediation steps tried). Secrets never enter it: credentials in URLs, `password=`/`token=`
+pairs and Authorization headers are masked in every string, and so is every configured
+secret value verbatim.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from datetime import datetime
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from fleetctl.nodes.capacity import GuardPolicy, storm_threshold
+from fleetctl.nodes.capacity import GuardPolicy, storm_limit
 from fleetctl.text import printable
 
 if TYPE_CHECKING:
     from jinja2 import Environment
 
+# The bundle's format: version 2 holds every health event of the node since it last entered
+# production (`health_history`), where version 1 held the CLI's `--xid` events (`xid_history`).
+EVIDENCE_SCHEMA = "fleetctl.rma/2"
 # How much of one check's raw output goes into the bundle: enough for the failing lines.
 RAW_OUTPUT_EXCERPT_CHARS = 4000
 MASK = "***"
@@ -78,7 +82,7 @@ def burst_verdict(
     None when it had none, its RMA being a check's verdict: then the window around `now`).
 
     `critical` are (node, time) of the fleet's critical health events, `production` the fleet's
-    nodes in production. The limit is the guard's (storm_threshold) over the nodes in
+    nodes in production. The limit is the guard's (storm_limit) over the nodes in
     production before the burst (those in production now and the burst's own). A correlated
     burst is usually a driver, firmware or checker fault, and an RMA costs weeks: the nodes
     stay drained (their drains are critical) and an operator decides, and so does any RMA due
@@ -91,12 +95,12 @@ def burst_verdict(
     window = policy.storm_window_s
     at = now if event_at is None else event_at
     nearby = {n for n, t in critical if abs(t - at) <= window} | (set() if event_at is None else {node})
-    limit = storm_threshold(policy, len(set(production) | nearby))
-    if len(nearby) >= limit:
+    limit = storm_limit(policy, len(set(production) | nearby))
+    if limit.reached(len(nearby)):
         return BurstVerdict(
             hold=f"correlated burst: {len(nearby)} nodes with critical events within "
-            f"{_span(window)} (the storm limit is {limit}); usually a driver, firmware or "
-            f"checker fault, not {len(nearby)} broken parts: an operator confirms or rejects"
+            f"{_span(window)} ({limit.words('production nodes before the burst')}); usually a driver, "
+            f"firmware or checker fault, not {len(nearby)} broken parts: an operator confirms or rejects"
         )
     if event_at is not None and len(nearby) > 1 and now < event_at + window:
         return BurstVerdict(wait_until=event_at + window)
@@ -170,7 +174,7 @@ def build_evidence(
         if c.status in ("fail", "error", "warn")
     ]
     evidence = {
-        "schema": "fleetctl.rma/1",
+        "schema": EVIDENCE_SCHEMA,
         "reason": rma_reason,
         "opened_at": _iso(opened_at),
         "node": {
@@ -184,11 +188,7 @@ def build_evidence(
         },
         "identity": {"gpus": gpus, "driver_version": driver, "firmware": dict(sorted(firmware.items()))},
         "failing_checks": failing,
-        "xid_history": [
-            {"code": h.code, "severity": h.severity, "action": h.action, "message": h.message, "at": _iso(h.at)}
-            for h in health_events
-            if h.source == "xid"
-        ],
+        "health_history": health_history(health_events),
         "remediation": [remediation_entry(run, steps) for run, steps in remediations],
         "transitions": [
             {
@@ -204,6 +204,46 @@ def build_evidence(
     }
     redacted: dict[str, Any] = redact(evidence, secrets)  # a mapping comes back a dict
     return redacted
+
+
+def is_fault_evidence(code: int | None, severity: str) -> bool:
+    """Whether a health event tells of a fault: one with a code (an Xid), or without one but
+    rated by its sender (a catalog signature, a sampled finding, an operator's report of a
+    fault). An `info` note without a code tells of none."""
+    return code is not None or severity in ("warning", "critical")
+
+
+def health_history(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """The bundle's health history from the node's health_events rows since it last entered
+    production (queries.health_events_in_service, every source: agent, intake, log, CLI),
+    oldest first. Each critical event is kept on its own: the cause is never pushed out by
+    what followed it. The repeats of a minor one (same source, code, severity and action, and
+    the same words when it has no code) are one entry: when first and last seen, how often."""
+    entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for k, h in enumerate(sorted(events, key=lambda h: (h.at, h.id or 0))):
+        if not is_fault_evidence(h.code, h.severity):
+            continue
+        key: tuple[Any, ...] = (
+            (k,)
+            if h.severity == "critical"
+            else (h.source, h.code, h.severity, h.action, h.message if h.code is None else "")
+        )
+        entry = entries.get(key)
+        if entry is None:
+            entries[key] = {
+                "at": _iso(h.at),
+                "last_at": _iso(h.at),
+                "count": 1,
+                "source": h.source,
+                "code": h.code,
+                "severity": h.severity,
+                "action": h.action,
+                "message": h.message,
+            }
+        else:
+            entry["last_at"] = _iso(h.at)
+            entry["count"] += 1
+    return list(entries.values())
 
 
 def remediation_entry(run: Any, steps: Iterable[Any]) -> dict[str, Any]:

@@ -137,26 +137,55 @@ HOUR_S = 3600.0
 
 
 @pytest.mark.parametrize(
-    "state, age_h, agent_age_s, sweep_h, expected",
+    "state, age_h, agent_age_s, sweep_h, jobs, expected, why",
     [
-        # A busy node whose newest check is from burn-in, no agent, swept hourly: not Ready.
-        ("production", 30, None, 1, "Unchecked(1d)"),
-        ("production", 0.5, None, 1, "Ready"),  # fresher than the sweep interval
-        ("production", 30, 60.0, 1, "Ready"),  # its agent reports
-        ("production", 30, 3600.0, 1, "Unchecked(1d)"),  # its agent fell silent (past agent_silence_s)
-        ("production", 30, None, None, "Ready"),  # no sweep interval known: nothing says how old is too old
-        ("maintenance", 30, None, 1, "Maintenance"),  # out of service says so already
+        # A busy node whose newest check is from burn-in, no agent, swept hourly: not Ready,
+        # and not `Unchecked` either (it was checked): its evidence is stale, and why not since.
+        ("production", 30, None, 1, ["sim-4"], "Stale(1d)", "; not since: busy with job sim-4"),
+        (
+            "production",
+            30,
+            None,
+            1,
+            ["1", "2", "3", "4"],
+            "Stale(1d)",
+            "; not since: busy with jobs 1, 2, 3 and 1 more",
+        ),
+        ("production", 30, None, 1, [], "Stale(1d)", ""),  # idle, and still not checked since
+        ("production", 30, None, 1, None, "Stale(1d)", ""),  # its jobs are not known
+        # Checked two minutes ago, swept every minute: stale, never `Unchecked`.
+        ("production", 2 / 60, None, 1 / 60, None, "Stale(2m)", ""),
+        ("production", 0.5, None, 1, None, "Ready", ""),  # fresher than the sweep interval
+        ("production", 30, 60.0, 1, None, "Ready", ""),  # its agent reports
+        ("production", 30, 3600.0, 1, None, "Stale(1d)", ""),  # its agent fell silent (past agent_silence_s)
+        ("production", 30, None, None, None, "Ready", ""),  # no sweep interval known: nothing says how old is too old
+        ("maintenance", 30, None, 1, None, "Maintenance", ""),  # out of service says so already
     ],
 )
-def test_old_evidence_without_an_agent_is_unchecked(state, age_h, agent_age_s, sweep_h, expected) -> None:
-    from fleetctl.nodes.conditions import unchecked_since
+def test_old_evidence_without_an_agent_is_stale(state, age_h, agent_age_s, sweep_h, jobs, expected, why) -> None:
+    from fleetctl.nodes.conditions import stale_evidence
 
     now = T0 + timedelta(hours=age_h)
     summary = summarise_checks(runs("nvidia-smi-query", "pass"))
     agent = None if agent_age_s is None else now - timedelta(seconds=agent_age_s)
-    stale = unchecked_since(state, summary, agent, now, None if sweep_h is None else sweep_h * HOUR_S, 300.0)
-    found = conditions(state, summary, None, "", unchecked=stale)
+    stale = stale_evidence(state, summary, agent, now, None if sweep_h is None else sweep_h * HOUR_S, 300.0, jobs)
+    found = conditions(state, summary, None, "", stale=stale)
     assert health_word(state, found, summary) == expected
-    if expected.startswith("Unchecked"):
-        assert found[-1].reason == "newest evidence 1d old (sweep every 1h) and no agent reports"
+    if expected.startswith("Stale"):
+        age, sweep = expected[6:-1], "1h" if sweep_h == 1 else "1m"
+        assert found[-1].reason == (
+            f"last checked {age} ago, at {T0:%Y-%m-%dT%H:%M}Z (sweep every {sweep}, no agent reports){why}"
+        )
         assert found[-1].since == T0
+
+
+def test_unchecked_is_only_a_node_never_checked() -> None:
+    """`Unchecked` is the node no check has judged; a checked node never reads it, however old its check."""
+    from fleetctl.nodes.conditions import stale_evidence
+
+    now = T0 + timedelta(days=400)
+    checked = summarise_checks(runs("nvidia-smi-query", "pass"))
+    stale = stale_evidence("production", checked, None, now, 60.0, 300.0)
+    assert health_word("production", conditions("production", checked, None, "", stale=stale), checked) == "Stale(400d)"
+    assert health_word("production", conditions("production", [], None, ""), []) == "Unchecked"
+    assert stale_evidence("production", [], None, now, 60.0, 300.0) is None  # never checked: unchecked, not stale

@@ -1,5 +1,6 @@
 """Stale evidence is not Ready: a busy node whose newest check is from burn-in and
-that has no agent read `Ready`. Its fleet's sweep schedule says how old is too old: `fleetctl
+that has no agent read `Ready`; it reads `Stale(age)`, never `Unchecked` (a node no check
+has judged), with when it was last checked and, where its jobs are known, why not since. Its fleet's sweep schedule says how old is too old: `fleetctl
 schedule` records each sweep's interval in the database (fleetctl.db.sweep_intervals), so
 `node list` and `node show` judge alike without asking Temporal, in a query or two however
 many nodes there are."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from datetime import timedelta
 
@@ -17,14 +19,14 @@ from sqlmodel import Session, select
 
 from fleetctl.db import queries, sweep_intervals
 from fleetctl.db.engine import get_engine
-from fleetctl.db.models import CheckRun, Node, utcnow
+from fleetctl.db.models import CheckRun, Job, Node, utcnow
 from fleetctl.nodes.view_store import freshness, node_rows
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli
 from workflows.api import SweepInput
 from workflows.client import connect, sweep_schedule
 
-STALE_REASON = "newest evidence 2d old (sweep every 1h) and no agent reports"
+STALE_REASON = re.compile(r"last checked 2d ago, at \d{4}-\d\d-\d\dT\d\d:\d\dZ \(sweep every 1h, no agent reports\)")
 
 
 def _checked(engine, node: str, at) -> None:
@@ -73,13 +75,13 @@ async def _table(cli: Cli) -> dict[str, str]:
     return {line.split()[0]: line for line in lines[1:]}
 
 
-def _unchecked(row: dict) -> dict:
-    (found,) = [c for c in row["conditions"] if c["type"] == "Unchecked"]
+def _stale(row: dict) -> dict:
+    (found,) = [c for c in row["conditions"] if c["type"] == "Stale"]
     return found
 
 
 @pytest.mark.temporal
-async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchecked(make_settings, sqlite_url) -> None:
+async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_stale(make_settings, sqlite_url) -> None:
     settings = make_settings(sqlite_url)
     engine = get_engine(settings.db_url)
     cli = Cli(settings)
@@ -105,9 +107,10 @@ async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchec
     try:
         shown, listed, table = await _shown(cli, stale), await _listed(cli), await _table(cli)
         # node list and node show: the same judgement, the evidence's age in the HEALTH cell.
-        assert shown["health"] == listed[stale]["health"] == "Unchecked(2d)"
-        assert _unchecked(shown)["reason"] == _unchecked(listed[stale])["reason"] == STALE_REASON
-        assert table[stale].split()[2] == "Unchecked(2d)"
+        assert shown["health"] == listed[stale]["health"] == "Stale(2d)"
+        assert _stale(shown)["reason"] == _stale(listed[stale])["reason"]
+        assert STALE_REASON.fullmatch(_stale(shown)["reason"])
+        assert table[stale].split()[2] == "Stale(2d)"
         for name in (fresh, heard):  # a fresh check, or an agent that reports
             assert listed[name]["health"] == "Ready" and table[name].split()[2] == "Ready"
             assert (await _shown(cli, name))["health"] == "Ready"
@@ -116,7 +119,7 @@ async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchec
         await _run(cli, "schedule", "pause", schedule)
         assert (await _listed(cli))[stale]["health"] == "Ready"
         await _run(cli, "schedule", "unpause", schedule)
-        assert (await _listed(cli))[stale]["health"] == "Unchecked(2d)"
+        assert (await _listed(cli))[stale]["health"] == "Stale(2d)"
 
         # A schedule made outside fleetctl (the temporal CLI, an older fleetctl) counts from the
         # next `schedule list`, which records what Temporal holds.
@@ -128,7 +131,7 @@ async def test_evidence_older_than_the_sweep_interval_without_an_agent_is_unchec
         )
         assert (await _listed(cli))[stale]["health"] == "Ready"  # not recorded yet
         await _run(cli, "schedule", "list")
-        assert (await _listed(cli))[stale]["health"] == "Unchecked(2d)"
+        assert (await _listed(cli))[stale]["health"] == "Stale(2d)"
     finally:
         await client.get_schedule_handle(schedule).delete()
 
@@ -159,10 +162,17 @@ def test_node_list_reads_the_sweep_interval_in_one_query(sqlite_url) -> None:
         return len(statements), rows
 
     few, rows = listed(10)
+    queries.insert_once(
+        engine, Job(job_id="sim-busy", scheduler="sim", state="running", nodes=["n000"]), Job.job_id, "sim-busy"
+    )
     many, rows = listed(200)
     assert few == many, (few, many)
-    assert {r["health"] for r in rows} == {"Unchecked(2d)"}
-    assert {_unchecked(r)["reason"] for r in rows} == {STALE_REASON}
+    assert {r["health"] for r in rows} == {"Stale(2d)"}
+    why = {r["name"]: _stale(r)["reason"] for r in rows}
+    assert all(STALE_REASON.fullmatch(reason) for name, reason in why.items() if name != "n000")
+    # Why it was not checked since: the sweep checks only idle nodes, and this one runs a job.
+    assert STALE_REASON.fullmatch(why["n000"].removesuffix("; not since: busy with job sim-busy"))
+    assert why["n000"].endswith("; not since: busy with job sim-busy")
     statements.clear()
     assert freshness(engine, "default", 300.0, utcnow()).sweep_every_s == 3600.0 and len(statements) == 1
     assert freshness(engine, "green", 300.0, utcnow()).sweep_every_s is None

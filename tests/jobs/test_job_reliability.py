@@ -122,6 +122,28 @@ def test_report_shows_a_simulated_jobs_ettr_checkpoints_and_restart(make_setting
     assert report["jobs"]["at_job_size"]["gpus"] == 16
 
 
+@pytest.mark.temporal
+def test_a_restarted_job_that_never_reported_a_checkpoint_has_no_measured_ettr(make_settings, sqlite_url) -> None:
+    """Nothing says where it went back to: `report -o json` gives null and why, a lower bound
+    beside it, and the fleet's ETTR is not measured either (it read 98.81 % with 0 s lost)."""
+    with console(make_settings(sqlite_url)) as cli:
+        engine = get_engine(sqlite_url)
+        sim_fleet(engine, ["n1", "n2", "n3"])
+        job_id = json.loads(cli("job", "submit", "--nodes", "2", "--name", "llm", "-o", "json").stdout)["job_id"]
+        r = cli("job", "restart", job_id, "--bad-node", "n1", "--reason", "XID 79: GPU has fallen off the bus", "--yes")
+        assert r.exit_code == 0, r.output
+        r = cli("report", "-o", "json")
+        assert r.exit_code == 0, r.output
+        report = json.loads(r.stdout)
+    (job,) = report["jobs"]["per_job"]
+    assert (job["restarts"], job["checkpoints"]) == (1, 0)
+    assert job["ettr"] is None and job["lost_seconds"] is None
+    assert "no checkpoint reported before the fault" in job["ettr_unknown"]
+    assert 0 <= job["ettr_at_least"] < 1 and job["lost_seconds_at_most"] > 0
+    assert report["jobs"]["ettr"] is None and report["jobs"]["ettr_at_least"] == job["ettr_at_least"]
+    assert "lower bound" in report["jobs"]["ettr_unknown"]
+
+
 def test_migration_0008_adds_and_removes_the_job_columns(db_url) -> None:
     engine = get_engine(db_url)
     cfg = Config()

@@ -1,6 +1,6 @@
-"""What a restart's placement reads agrees with `node list` about Unchecked-by-age: a production
+"""What a restart's placement reads agrees with `node list` about stale evidence: a production
 node whose newest check is older than its fleet's sweep interval, with no agent reporting, is
-Unchecked in both (fleetctl.nodes.view_store node_health and node_rows); and a JobRestart on the
+Stale in both (fleetctl.nodes.view_store node_health and node_rows); and a JobRestart on the
 real Temporal dev server and the simulated scheduler takes a checked node before it, and it
 only when nothing checked fits."""
 
@@ -58,7 +58,7 @@ def _sweep(engine, fleet: str) -> None:
     sweep_intervals.record(engine, sweep_intervals.SweepSchedule(f"sweep-{fleet}", fleet, SWEEP_EVERY_S))
 
 
-# (what the node has, Unchecked to node list and to the placement alike)
+# (what the node has, Unchecked or Stale to node list, taken last by the placement alike)
 CASES = {
     "stale": (lambda e, n: _checked(e, n, timedelta(days=2)), True),
     "fresh": (lambda e, n: _checked(e, n, timedelta(minutes=5)), False),
@@ -82,7 +82,7 @@ def test_the_placements_view_reads_unchecked_as_node_list_does(sqlite_url) -> No
     _sweep(engine, "default")
     fresh = freshness(engine, "default", AGENT_SILENCE_S, utcnow())
     listed = {
-        row["name"]: any(c["type"] == "Unchecked" for c in row["conditions"])
+        row["name"]: any(c["type"] in ("Unchecked", "Stale") for c in row["conditions"])
         for row in node_rows(engine, queries.list_nodes(engine), False, fresh)
     }
     placed = unchecked_nodes(node_health(engine, names, fresh).values())

@@ -232,14 +232,14 @@ async def test_lemon_node_goes_to_rma_with_a_complete_evidence_bundle(fleet_sett
         assert len(e["identity"]["gpus"]) == 8 and all(g["uuid"] and g["serial"] for g in e["identity"]["gpus"])
         assert any("VBIOS" in c for c in e["identity"]["firmware"])
         assert any(c["check"] == "nvidia-smi-query" and c["status"] == "fail" for c in e["failing_checks"])
-        assert [x["code"] for x in e["xid_history"]] == [79]
+        assert [x["code"] for x in e["health_history"]] == [79]
         assert len(e["remediation"]) == 3 and any(s["action"] == "reboot" for r in e["remediation"] for s in r["steps"])
         assert any(t["to"] == "rma" for t in e["transitions"])
         md = record.evidence_markdown
         for text in (
             f"# RMA: {node}",
             e["identity"]["gpus"][0]["uuid"],
-            "## XID history",
+            "## Health events since it last entered production",
             "| 79 |",
             "xid-79-fallen-off-bus",
         ):

@@ -87,8 +87,9 @@ def test_burst_verdict(critical, production, now, held, wait_until) -> None:
 def test_the_hold_says_why_in_the_operators_words() -> None:
     verdict = burst_verdict(POLICY, _at(0, 1, 2, 3, 4, 5, 5), FLEET, "n0", T, T + 6)
     assert verdict == BurstVerdict(
-        hold="correlated burst: 7 nodes with critical events within 10 min (the storm limit is 5); usually a "
-        "driver, firmware or checker fault, not 7 broken parts: an operator confirms or rejects"
+        hold="correlated burst: 7 nodes with critical events within 10 min (the storm limit is 5 (more than 20% "
+        "of 20 production nodes before the burst, at least 3)); usually a driver, firmware or checker fault, not "
+        "7 broken parts: an operator confirms or rejects"
     )
     short = burst_verdict(GuardPolicy(storm_window_s=30), _at(0, 1, 2), FLEET[:5], "n0", T, T + 6)
     assert "within 30 s" in short.hold

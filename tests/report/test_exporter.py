@@ -505,7 +505,7 @@ def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> N
     the same conditions.conditions on the database's rows): on the history, with a reachability
     judgement that stands (n01), one from before the node's state (n02), an agent silence whose
     agent was heard since (n04), and default's hourly sweep (its history's checks are days old:
-    Unchecked where no agent reports), then again after new rows (a second scrape)."""
+    Stale where no agent reports), then again after new rows (a second scrape)."""
     from fleetctl.db import queries, sweep_intervals
     from fleetctl.nodes.view_store import freshness, node_rows
 
@@ -558,7 +558,7 @@ def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> N
         session.add(n04)
         session.commit()
     found = compare()
-    assert {"Suspect", "Unchecked"} <= found["n01"]
+    assert {"Suspect", "Stale"} <= found["n01"]
     assert "n04" not in found  # judged, but its agent was heard since, and reports: Ready
     assert "Suspect" not in found["n02"]  # judged before it entered production
 
@@ -580,7 +580,7 @@ def test_the_exporter_judges_production_nodes_as_node_list_does(sqlite_url) -> N
         session.add(n04)
         session.commit()
     found = compare()
-    assert "Unchecked" not in found["n01"] and {"Suspect", "Unchecked"} <= found["n04"]
+    assert "Stale" not in found["n01"] and {"Suspect", "Stale"} <= found["n04"]
 
 
 def test_lemon_nodes_are_counted_over_the_lemon_window_ending_now(sqlite_url) -> None:

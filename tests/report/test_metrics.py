@@ -84,6 +84,9 @@ def test_mttf_mttr_and_availability_of_one_node(since, failures, mttf, repairs, 
     s = metrics.summarise([ONE_REPAIR], h(since), h(24))
     assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours) == (failures, mttf, repairs, mttr)
     assert s.availability == pytest.approx(availability)
+    # Out for the XID 79 (10 h -> 15 h in draining and maintenance; burn-in and admission are
+    # not capacity): unplanned, none of it planned.
+    assert s.planned_out_hours == 0 and s.unplanned_out_hours == pytest.approx(max(0, 15 - max(since, 10)))
     assert s.causes == ({"xid 79": 1} if failures else {})
     assert sum(s.node_days.values()) == pytest.approx((24 - since) / 24)
 
@@ -221,6 +224,8 @@ def test_maintenance_windows_are_no_failure_no_repair_and_no_remediation() -> No
     s = metrics.summarise([PLANNED_WINDOWS], h(0), h(120))
     assert (s.failures, s.mttf_hours, s.repairs, s.mttr_hours, s.causes) == (0, None, 0, None, {})
     assert s.production_hours == 108 and s.availability == pytest.approx(108 / 120)
+    # What availability lost was planned work, all of it: none to faults.
+    assert (s.planned_out_hours, s.unplanned_out_hours, s.availability_unplanned) == (12, 0, 1.0)
     assert metrics.lemon_nodes([PLANNED_WINDOWS], h(0), h(120), 3, timedelta(days=7)) == {}
     assert remediation_entries(PLANNED_WINDOWS.transitions) == []
     assert metrics.rule_precision([PLANNED_WINDOWS], h(0), h(120)) == []
@@ -243,6 +248,10 @@ def test_a_fault_found_during_maintenance_is_a_remediation_and_a_failure_drain_i
     assert remediation_entries(node.transitions) == [h(3), h(11)]
     s = metrics.summarise([node], h(-1), h(20))
     assert (s.failures, s.repairs, s.mttr_hours, s.causes) == (1, 1, 5.0, {"operator": 1})
+    # Planned 0 -> 2 (draining, maintenance); burn-in 2 -> 3 is no capacity; once it failed,
+    # 3 -> 5 is the fault's, as is the fault drain's 10 -> 15: unplanned 7 h. Production 1 + 5 + 5.
+    assert (s.planned_out_hours, s.unplanned_out_hours) == (2, 7)
+    assert s.availability_unplanned == pytest.approx(11 / 18)
 
 
 # A hand-worked flaky node (hours from T0): drained at 0 (run r1 begun at 0, the drain's entry
@@ -297,11 +306,11 @@ def s(seconds: float) -> timedelta:
 
 
 @pytest.mark.parametrize(
-    "job, wall, downtime, lost",
+    "job, wall, downtime, lost, lost_at_most",
     [
-        (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0),
+        (JobRecord("plain", h(0), h(10)), 10 * HOUR, 0, 0, 0),
         # Still running at now (10 h); one restart of 90 s, 30 min after the last checkpoint.
-        (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800),
+        (JobRecord("ckpt", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), 10 * HOUR, 90, 1800, 1800),
         # Two restarts after the one checkpoint: the second loses from the first resumption.
         (
             JobRecord(
@@ -310,27 +319,50 @@ def s(seconds: float) -> timedelta:
             8 * HOUR,
             180,
             HOUR + (3 * HOUR - 60),
+            HOUR + (3 * HOUR - 60),
         ),
-        # A restart before the checkpoint we know of: what it lost is unknown, not counted.
-        (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, 0),
-        # Never ran again: down until the job ended.
-        (JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)), 8 * HOUR, 2 * HOUR, 0),
+        # A restart before the checkpoint we know of: what it lost is not known (not 0), at
+        # most everything since the start (2 h).
+        (JobRecord("early", h(0), h(8), h(6), (RestartRecord(h(2), h(2) + s(100)),)), 8 * HOUR, 100, None, 2 * HOUR),
+        # Restarted 4 times, never a checkpoint: each restart lost at most its run since the last.
+        (
+            JobRecord("never", h(0), h(8), None, tuple(RestartRecord(h(k), h(k) + s(60)) for k in (1, 2, 3, 4))),
+            8 * HOUR,
+            240,
+            None,
+            HOUR + 3 * (HOUR - 60),
+        ),
+        # Never ran again: down until the job ended; what it lost before is not known.
+        (
+            JobRecord("dead", h(0), h(8), None, (RestartRecord(h(6), None, "failed"),)),
+            8 * HOUR,
+            2 * HOUR,
+            None,
+            6 * HOUR,
+        ),
         # Overlapping restarts count once: down 2 h -> 3 h, then 3 h (not 2.5 h) -> 3.5 h.
         (
-            JobRecord("overlap", h(0), h(8), None, (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
+            JobRecord("overlap", h(0), h(8), h(1), (RestartRecord(h(2), h(3)), RestartRecord(h(2.5), h(3.5)))),
             8 * HOUR,
             1.5 * HOUR,
-            0,
+            HOUR,
+            HOUR,
         ),
         # Clock jump: running again "before" the fault.
-        (JobRecord("jump", h(0), h(8), None, (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, 0),
+        (JobRecord("jump", h(0), h(8), h(1), (RestartRecord(h(2), h(1)),)), 8 * HOUR, 0, HOUR, HOUR),
     ],
 )
-def test_job_goodput(job, wall, downtime, lost) -> None:
+def test_job_goodput(job, wall, downtime, lost, lost_at_most) -> None:
     g = metrics.job_goodput(job, h(10))
-    assert (g.wall_seconds, g.downtime_seconds, g.lost_seconds) == (wall, downtime, lost)
-    assert g.ettr == pytest.approx((wall - downtime - lost) / wall)
-    assert 0 <= g.ettr <= 1
+    assert (g.wall_seconds, g.downtime_seconds) == (wall, downtime)
+    assert g.lost_seconds + g.unknown_lost_at_most == lost_at_most
+    assert g.ettr_at_least == pytest.approx((wall - downtime - lost_at_most) / wall)
+    if lost is None:  # not measured: no ETTR, and why
+        assert g.ettr is None and not g.measured and "no checkpoint" in g.ettr_unknown
+    else:
+        assert g.lost_seconds == lost and g.ettr_unknown == ""
+        assert g.ettr == pytest.approx((wall - downtime - lost) / wall) == g.ettr_at_least
+        assert 0 <= g.ettr <= 1
 
 
 def test_jobs_that_never_ran_have_no_goodput_and_fleet_ettr_weights_by_wall_time() -> None:
@@ -339,7 +371,17 @@ def test_jobs_that_never_ran_have_no_goodput_and_fleet_ettr_weights_by_wall_time
     a = metrics.job_goodput(JobRecord("a", h(0), h(10)), h(10))
     b = metrics.job_goodput(JobRecord("b", h(0), None, h(3.5), (RestartRecord(h(4), h(4) + s(90)),)), h(10))
     assert metrics.fleet_ettr([a, b]) == pytest.approx((36000 + 36000 - 1890) / 72000)
+    assert metrics.fleet_ettr_at_least([a, b]) == metrics.fleet_ettr([a, b])
     assert metrics.fleet_ettr([]) is None
+
+
+def test_one_unmeasured_job_leaves_the_fleet_a_lower_bound_not_a_measured_ettr() -> None:
+    """A job restarted with no checkpoint: the fleet's ETTR is not measured (None), and its
+    lower bound counts that job's run before the fault (4 h) as lost."""
+    a = metrics.job_goodput(JobRecord("a", h(0), h(10)), h(10))
+    b = metrics.job_goodput(JobRecord("b", h(0), h(10), None, (RestartRecord(h(4), h(4) + s(90)),)), h(10))
+    assert metrics.fleet_ettr([a, b]) is None
+    assert metrics.fleet_ettr_at_least([a, b]) == pytest.approx((72000 - 90 - 4 * HOUR) / 72000)
 
 
 def test_restart_latencies_and_their_distribution() -> None:

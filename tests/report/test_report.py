@@ -34,6 +34,10 @@ def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
     assert s["mttf_hours"] == pytest.approx(1731 / 5)
     assert (s["repairs"], s["mttr_hours"]) == (3, pytest.approx(16 / 3))
     assert s["availability"] == pytest.approx(1731 / (1731 + 6 + 128 + 96))
+    # What availability lost, split: every hour out of production is planned or unplanned.
+    assert s["planned_out_hours"] + s["unplanned_out_hours"] == pytest.approx(6 + 128 + 96)
+    assert s["unplanned_out_hours"] > 0
+    assert s["availability_unplanned"] == pytest.approx(1731 / (1731 + s["unplanned_out_hours"]))
     assert {k: pytest.approx(v * 24) for k, v in s["node_days"].items()} == history.EXPECTED_HOURS
     assert s["causes"] == {"xid 48": 3, "xid 79": 1, "check nccl-allreduce": 1}
 
@@ -65,8 +69,18 @@ def test_report_numbers_match_the_hand_worked_history(seeded_engine) -> None:
         90,
         600,
     )
-    assert (jobs["sim-2"]["downtime_seconds"], jobs["sim-2"]["lost_seconds"]) == (120 + 10 * 3600, 0)
-    assert report["jobs"]["ettr"] == pytest.approx((691200 - 690 + 144000 - 36120) / (691200 + 144000))
+    assert jobs["sim-1"]["ettr"] == pytest.approx((691200 - 690) / 691200) == jobs["sim-1"]["ettr_at_least"]
+    # sim-2 never reported a checkpoint: what its restarts lost is not known (null, and why),
+    # at most its run before each: 60 h -> 70 h, then 70 h + 120 s -> 90 h.
+    assert (jobs["sim-2"]["downtime_seconds"], jobs["sim-2"]["lost_seconds"]) == (120 + 10 * 3600, None)
+    assert jobs["sim-2"]["lost_seconds_at_most"] == 30 * 3600 - 120
+    assert jobs["sim-2"]["ettr"] is None and "no checkpoint" in jobs["sim-2"]["ettr_unknown"]
+    assert jobs["sim-2"]["ettr_at_least"] == pytest.approx((144000 - 36120 - 107880) / 144000)
+    # So the fleet's ETTR is not measured either: a lower bound, said to be one.
+    assert report["jobs"]["ettr"] is None and report["jobs"]["ettr_unknown"].startswith("1 of 2 jobs")
+    assert report["jobs"]["ettr_at_least"] == pytest.approx(
+        (691200 - 690 + 144000 - 36120 - 107880) / (691200 + 144000)
+    )
     assert report["restart_latency"]["seconds"] == [90, 120]
     assert report["restart_latency"]["p50"] == 105
 
@@ -97,9 +111,21 @@ def test_report_cli_json_table_and_html(db_url, tmp_path) -> None:
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and "n07" in page
 
+    assert data["jobs"]["ettr"] is None  # sim-2 restarted with no checkpoint
+    assert f"≥{data['jobs']['ettr_at_least']:.2%}" in page
+
     r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "2d", "-o", "wide"])
     assert r.exit_code == 0, r.output
     assert "per rack" in r.stdout and "stragglers" in r.stdout and "n11" in r.stdout
+
+    r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "7d"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    assert f"job ETTR ≥{data['jobs']['ettr_at_least']:.2%}" in r.stdout and "a lower bound" in r.stdout
+    capacity = sum(data["summary"][k] for k in ("production_hours", "planned_out_hours", "unplanned_out_hours"))
+    assert (
+        f"(lost {data['summary']['unplanned_out_hours'] / capacity:.2%} to faults, "
+        f"{data['summary']['planned_out_hours'] / capacity:.2%} to planned work)" in r.stdout
+    )
 
     r = runner.invoke(app, ["--db-url", db_url, "report", "--since", "seven days"])
     assert r.exit_code == 2 and "--since" in r.output

@@ -257,7 +257,7 @@ class RemediationActivities(DatabaseActivities):
             rma_reason=req.reason,
             node=node,
             checks=queries.latest_checks(self.engine, node.name, limit=50),
-            health_events=queries.health_events(self.engine, node.name, limit=100),
+            health_events=queries.health_events_in_service(self.engine, node.name, coded_only=False),
             remediations=[
                 (run, db.steps(self.engine, run.run_key)) for run in db.runs(self.engine, node.name, limit=20)
             ],
