@@ -13,6 +13,7 @@ host names). Not nodes in maintenance (suspect) nor under a firmware update (reb
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from checks._text import UnjudgeableOutput
 from checks.catalog import CheckSpec
@@ -29,11 +30,24 @@ PARTNER_STATES = frozenset(
 )
 
 
+class PartnerRow(Protocol):
+    """What choosing partners reads of a node (a `nodes` row)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rack(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+
+
 class NoPartner(Exception):
     """The fleet has no node to pair this one with: its fabric cannot be tested (error)."""
 
 
-def choose_partners(node, nodes: Sequence, count: int = PAIR_PARTNERS) -> list[str]:
+def choose_partners(node: PartnerRow, nodes: Sequence[PartnerRow], count: int = PAIR_PARTNERS) -> list[str]:
     """Up to `count` partners for `node` among `nodes` (rows with name, rack, profile, state):
     the next node after it in its rack and the next one in another rack (next by name, so
     a batch of nodes spreads its pairs instead of all choosing the same partner), then more
@@ -43,7 +57,7 @@ def choose_partners(node, nodes: Sequence, count: int = PAIR_PARTNERS) -> list[s
         key=lambda n: n.name,
     )
 
-    def after(group: list) -> list[str]:
+    def after(group: list[PartnerRow]) -> list[str]:
         names = [n.name for n in group]
         later = [n for n in names if n > node.name]
         return later + [n for n in names if n <= node.name]

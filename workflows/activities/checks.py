@@ -4,6 +4,9 @@ service against its peers."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -14,10 +17,10 @@ from checks.result import CheckResult, Status
 from checks.transcript import with_stderr
 from fleetctl.config import Settings
 from fleetctl.db import queries
-from fleetctl.db.models import CheckRun, utcnow
-from fleetctl.executors.base import CommandResult, ExecutorError
+from fleetctl.db.models import CheckRun, Node, utcnow
+from fleetctl.executors.base import CommandResult, Executor, ExecutorError, NodeTarget
 from workflows.activities.check_plans import NoPartner, choose_partners, run_pairs, run_rails
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, calling_workflow_id
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.activities.heartbeat import run_heartbeating
 from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, PeerVerdict, SweepScope
@@ -50,7 +53,7 @@ class CheckActivities(DatabaseActivities):
             raise ApplicationError(f"unknown check {req.check}", type="UnknownCheck", non_retryable=True)
         # The operator's profiles too, as the judge reads them.
         profile = load_profile(node.profile, self.settings.profiles_dir or None) if node.profile else None
-        if not spec.applies_to(profile):
+        if profile is not None and not spec.applies_to(profile):  # a profile unknown: it applies
             # Not run and not recorded: no row says `pass`, so admission (which reads the recorded
             # runs), placement and the fleet's figures never count it. The outcome is one every
             # caller passes over (a pass with no run behind it), so suites list the check for all.
@@ -97,23 +100,29 @@ class CheckActivities(DatabaseActivities):
             error_kind=error_kind or ("unjudgeable" if judged.status is Status.ERROR else None),
             started_at=started,
             finished_at=utcnow(),
-            workflow_id=info.workflow_id,
+            workflow_id=calling_workflow_id(),
             idempotency_key=key,
         )
         return _outcome(queries.insert_once(self.engine, run, CheckRun.idempotency_key, key))
 
-    def _execute(self, spec: CheckSpec, node, profile: GpuProfile | None) -> CommandResult:
+    def _execute(self, spec: CheckSpec, node: Node, profile: GpuProfile | None) -> CommandResult:
         """The check's command on the node (with the profile's GPU count where the tool takes
         one), or its plan's commands (check_plans)."""
         timeout_s = max(30.0, spec.typical_duration_s * 3)
 
-        def run_on(target, argv) -> CommandResult:
+        def run_on(target: NodeTarget, argv: Sequence[str]) -> CommandResult:
             return _run_with_heartbeat(self.executors.for_target(target), target, argv, timeout_s)
 
         target = target_for(node)
         if spec.plan == "rails":
             return run_rails(lambda argv: run_on(target, argv), spec, profile)
         if spec.plan == "pairs":
+            if profile is None:
+                raise ApplicationError(
+                    f"{node.name} has no GPU profile: its pairs cannot be sized",
+                    type="UnknownProfile",
+                    non_retryable=True,
+                )
             nodes = {n.name: n for n in queries.list_nodes(self.engine)}
             partners = choose_partners(node, list(nodes.values()))
             return run_pairs(
@@ -153,7 +162,7 @@ class CheckActivities(DatabaseActivities):
             return PeerVerdict(outcome.node, outcome.check, True, f"straggler: {'; '.join(findings)}")
         return PeerVerdict(outcome.node, outcome.check, False, "within its peers")
 
-    def _straggler_findings(self, node, check: str, metrics: dict) -> list[str]:
+    def _straggler_findings(self, node: Node, check: str, metrics: dict[str, Any]) -> list[str]:
         """What is off on `check`'s straggler metrics (checks.stragglers.STRAGGLER_METRICS) of
         one run, compared with the same profile's nodes; a metric the run lacks says nothing."""
         from checks.stragglers import STRAGGLER_METRICS, find_stragglers
@@ -176,6 +185,6 @@ def _outcome(run: CheckRun) -> CheckOutcome:
     )
 
 
-def _run_with_heartbeat(executor, target, argv, timeout_s: float):
+def _run_with_heartbeat(executor: Executor, target: NodeTarget, argv: Sequence[str], timeout_s: float) -> CommandResult:
     """Run the (blocking) command and heartbeat while it runs."""
     return run_heartbeating(lambda: executor.run(target, argv, timeout_s))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DataError
+from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
@@ -49,12 +51,29 @@ def storable_key(key: str) -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
+def stored_id(row_id: int | None) -> int:
+    """The id of a row read from the database, or written to it (an id is None only before
+    the row is stored)."""
+    if row_id is None:
+        raise ValueError("a row not yet stored has no id")
+    return row_id
+
+
+def calling_workflow_id() -> str:
+    """The id of the workflow this activity runs for: every activity here is one of a
+    workflow's (an activity started without one, by a client, has none to record)."""
+    workflow_id = activity.info().workflow_id
+    if workflow_id is None:
+        raise ApplicationError("this activity runs only for a workflow", non_retryable=True)
+    return workflow_id
+
+
 class DatabaseActivities:
     def __init__(self, settings: Settings):
         self.settings = settings
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         return get_engine(self.settings.db_url)
 
     def _fleet_nodes(self, fleet: str, state: str | None = None) -> list[Node]:

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import threading
 from functools import partial
+from typing import TYPE_CHECKING
 
 from fleetctl.config import Settings
 from fleetctl.executors.base import Executor, NodeTarget
 from fleetctl.sim import SIM_SCHEME
 
+if TYPE_CHECKING:
+    from fleetctl.db.models import Node
 
-def target_for(node) -> NodeTarget:
+
+def target_for(node: Node) -> NodeTarget:
     """The NodeTarget of a `nodes` row."""
     return NodeTarget(
         name=node.name, address=node.address, user=node.ssh_user, jump_host=node.jump_host, profile=node.profile

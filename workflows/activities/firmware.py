@@ -12,9 +12,10 @@ from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
+from fleetctl.db.models import Node
 from fleetctl.executors.base import ExecutorError
 from fleetctl.remediation import firmware
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, stored_id
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
 
@@ -50,12 +51,12 @@ class FirmwareActivities(DatabaseActivities):
     def current_baseline_id(self, _fleet: str) -> int:
         """The baseline set last (`firmware baseline set`); 0 when none is set."""
         baseline = db.current_baseline(self.engine)
-        return baseline.id if baseline else 0
+        return stored_id(baseline.id) if baseline else 0
 
     @activity.defn
     def apply_updates(self, req: DriftRequest) -> UpdateOutcome:
         """Apply every baseline entry the node drifts from; the caller re-checks afterwards."""
-        node = queries.get_node(self.engine, req.node)
+        node = self._node(req.node)
         baseline = self._baseline(req.baseline_id)
         reported = db.reported_components(self.engine, req.node).get(req.node) or {}
         drifts = firmware.drift(baseline.profiles.get(node.profile, ()), reported)
@@ -74,7 +75,7 @@ class FirmwareActivities(DatabaseActivities):
             done.append(f"{spec.pattern} -> {spec.version}")
         return UpdateOutcome(True, "; ".join(done))
 
-    def _update(self, node, spec: firmware.ComponentSpec) -> str:
+    def _update(self, node: Node, spec: firmware.ComponentSpec) -> str:
         target = target_for(node)
         executor = self.executors.for_target(target)
         if spec.update is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowHandle
@@ -33,7 +34,7 @@ from workflows.api import (
 
 
 class GuardActivities(DatabaseActivities):
-    def __init__(self, settings: Settings, guard: Callable[[], Awaitable[WorkflowHandle]]):
+    def __init__(self, settings: Settings, guard: Callable[[], Awaitable[WorkflowHandle[Any, Any]]]):
         """`guard` finds (or starts) this fleet's guard: the worker passes the client's own,
         so the guard is started one way, with one policy, whoever asks first."""
         super().__init__(settings)
@@ -49,7 +50,8 @@ class GuardActivities(DatabaseActivities):
     def fleet_policy(self, fleet: str) -> GuardPolicy:
         """The fleet's limits as this worker is configured, read before every decision: the
         guard never keeps what the command that happened to start it was given."""
-        return guard_policy(self.settings, fleet)
+        policy: GuardPolicy = guard_policy(self.settings, fleet)
+        return policy
 
     @activity.defn
     def critical_evidence(self, node: str) -> str:
@@ -60,7 +62,7 @@ class GuardActivities(DatabaseActivities):
         from checks.xid import xid_action
 
         for ev in queries.health_events_in_service(self.engine, node):
-            if xid_action(ev.code).severity == "critical":
+            if ev.code is not None and xid_action(ev.code).severity == "critical":
                 return f"XID {ev.code} recorded at {ev.at:%Y-%m-%d %H:%M:%S} from {ev.source}"
         return ""
 
@@ -88,7 +90,11 @@ class GuardActivities(DatabaseActivities):
     @activity.defn
     async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
         handle = await self.guard()
-        return await handle.execute_update(REQUEST_REMOVAL_UPDATE, req, result_type=RemovalDecision)
+        # An Update sent by name: its result is the result_type's, decoded by the converter.
+        decision: RemovalDecision = await handle.execute_update(
+            REQUEST_REMOVAL_UPDATE, req, result_type=RemovalDecision
+        )
+        return decision
 
     @activity.defn
     async def report_check_errors(self, report: CheckErrorReport) -> None:

@@ -21,11 +21,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from temporalio import activity
 
 T = TypeVar("T")
+P = ParamSpec("P")
 # Callers' heartbeat timeout (workflows.definitions.shared.HEARTBEAT_TIMEOUT) is five of these.
 HEARTBEAT_EVERY_S = 2.0
 
@@ -80,11 +81,11 @@ def run_heartbeating(call: Callable[[], T]) -> T:
         _HEARTBEATER.unregister(token)
 
 
-def heartbeating(fn: Callable[..., T]) -> Callable[..., T]:
+def heartbeating(fn: Callable[P, T]) -> Callable[P, T]:
     """A sync activity that heartbeats while its body runs (put it under @activity.defn)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs) -> T:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         return run_heartbeating(lambda: fn(*args, **kwargs))
 
     return wrapper

@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -27,16 +28,20 @@ from fleetctl.jobs.placement import (
     unchecked_nodes,
 )
 from fleetctl.nodes.view_store import freshness, node_health
-from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly
+from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly, Scheduler, SchedulerJob
 from fleetctl.schedulers.combined import CombinedScheduler
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, calling_workflow_id
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.spares import refill_spares
 from workflows.api import DrainNodes, RestartJob, RestartOutcome, RestartStarted, RestartStep, WaitForJob
 
 
-def running_off(job, bad_nodes: list[str]) -> bool:
+class RestartPlacer(Scheduler, PlacesRestarts, Protocol):
+    """A scheduler that can restart a job onto the nodes fleetctl names."""
+
+
+def running_off(job: SchedulerJob, bad_nodes: list[str]) -> bool:
     """The job runs, and on none of the bad nodes: restarted (or never on them)."""
     return job.state == "running" and not set(job.nodes) & set(bad_nodes)
 
@@ -109,7 +114,7 @@ class JobRestartActivities(DatabaseActivities):
         # requeueing it again would cost the job a second restart.
         if running_off(job, req.exclude_nodes):
             return
-        workflow_id = activity.info().workflow_id
+        workflow_id = calling_workflow_id()
         if job.nodes:  # where it ran when the fault was seen: its replacements are the rest
             jobs.record_restart_step(self.engine, workflow_id, nodes_before=list(job.nodes))
         kind, placer = self._placer(scheduler, req.scheduler, req.job_id)
@@ -121,8 +126,8 @@ class JobRestartActivities(DatabaseActivities):
         if not job.nodes:
             # Pending already: an earlier attempt requeued it after recording its placement,
             # and may have died before naming the nodes; naming them again changes nothing.
-            placement, placed_on = jobs.restart_placement(self.engine, workflow_id)
-            if placement == IN_ISLAND and placed_on and placer is not None:
+            recorded, placed_on = jobs.restart_placement(self.engine, workflow_id)
+            if recorded == IN_ISLAND and placed_on and placer is not None:
                 self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
                 placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placed_on), placed_on)
             else:
@@ -138,7 +143,7 @@ class JobRestartActivities(DatabaseActivities):
             placed_on=list(placement.nodes),
             spares_taken=list(placement.spares),
         )
-        if placement.nodes:
+        if placement.nodes and placer is not None:  # nodes are named only through a placer
             self._take_spares(placer, placement.island, placement.spares)
             placer.restart_job_on(
                 req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes), placement.nodes
@@ -147,7 +152,7 @@ class JobRestartActivities(DatabaseActivities):
             scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
 
     @staticmethod
-    def _placer(scheduler, kind: str, job_id: str) -> tuple[str, PlacesRestarts | None]:
+    def _placer(scheduler: Scheduler, kind: str, job_id: str) -> tuple[str, RestartPlacer | None]:
         """The kind of scheduler that runs the job and, when it can be told nodes, it: on a
         node several run (SUNK), the member that knows the job."""
         if isinstance(scheduler, CombinedScheduler):
@@ -155,7 +160,7 @@ class JobRestartActivities(DatabaseActivities):
         return kind, scheduler if isinstance(scheduler, PlacesRestarts) else None
 
     def _placement(
-        self, kind: str, placer: PlacesRestarts | None, req: RestartJob, job_nodes: Sequence[str]
+        self, kind: str, placer: RestartPlacer | None, req: RestartJob, job_nodes: Sequence[str]
     ) -> Placement:
         where = jobs.fabric(self.engine)
         if placer is None:
@@ -172,7 +177,7 @@ class JobRestartActivities(DatabaseActivities):
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
         held = jobs.held_nvlink_domains(self.engine)
         while True:
-            placement = place_restart(job_nodes, req.exclude_nodes, where, free, spares, held, unchecked)
+            placement = place_restart(job_nodes, req.exclude_nodes, where, free, list(spares), held, unchecked)
             # fleetctl may still have in production a node its scheduler has drained (a restart
             # drains its bad nodes in the scheduler only): a job named onto it would wait there
             # until released. The few nodes chosen are asked, and the choice made again without them.
@@ -201,7 +206,7 @@ class JobRestartActivities(DatabaseActivities):
         )
 
     def _excluded(
-        self, kind: str, placer: PlacesRestarts | None, bad_nodes: Sequence[str], named: Sequence[str] = ()
+        self, kind: str, placer: RestartPlacer | None, bad_nodes: Sequence[str], named: Sequence[str] = ()
     ) -> list[str]:
         """The nodes a restarted job must avoid: the bad ones and, where the scheduler can be
         told nodes to avoid (Slurm's ExcNodeList, kept when named nodes are released for the
@@ -211,10 +216,10 @@ class JobRestartActivities(DatabaseActivities):
             return list(bad_nodes)
         return list(dict.fromkeys([*bad_nodes, *(n for n in self._candidates(kind)[1] if n not in named)]))
 
-    def _take_spares(self, placer, island: str, spares: Sequence[str]) -> None:
+    def _take_spares(self, placer: RestartPlacer, island: str, spares: Sequence[str]) -> None:
         """Hand the spares the placement named from the island's pool to the job (the
         scheduler kept every job off them until now); again on a retry, which changes nothing."""
-        if spares:
+        if spares and isinstance(placer, HoldsSpares):  # a placement names spares only where it holds them
             spares_sync.take(self.engine, placer, island, spares)
 
     @activity.defn
@@ -222,7 +227,7 @@ class JobRestartActivities(DatabaseActivities):
         """Poll until the job runs off the bad nodes; its new nodes. Heartbeats every poll."""
         scheduler = self.scheduler(req.scheduler)
         deadline = time.monotonic() + req.timeout_s
-        workflow_id = activity.info().workflow_id
+        workflow_id = calling_workflow_id()
         # Named island nodes that have not taken the job by then are released (a retry after
         # a lost worker waits again, from its own start: the record says whether it still must).
         release_at = (
@@ -250,7 +255,7 @@ class JobRestartActivities(DatabaseActivities):
             activity.heartbeat(job.state)
             time.sleep(req.poll_interval_s)
 
-    def _fall_back(self, placer: PlacesRestarts | None, job_id: str, workflow_id: str) -> None:
+    def _fall_back(self, placer: RestartPlacer | None, job_id: str, workflow_id: str) -> None:
         if placer is not None:  # an island placement was made through it
             placer.release_nodes(job_id)
         wait = self.settings.restart_island_wait_s
@@ -270,7 +275,7 @@ class JobRestartActivities(DatabaseActivities):
 
     @activity.defn
     def record_restart_outcome(self, outcome: RestartOutcome) -> None:
-        values: dict = {"status": outcome.status, "error": outcome.error, "new_nodes": outcome.new_nodes}
+        values: dict[str, object] = {"status": outcome.status, "error": outcome.error, "new_nodes": outcome.new_nodes}
         if outcome.running_at:
             values["running_at"] = datetime.fromisoformat(outcome.running_at)
         if outcome.status == "succeeded":

@@ -322,7 +322,7 @@ class NodeActivities(DatabaseActivities):
         return [
             n.name
             for n in nodes
-            if n.scheduler == "none" or (busy[n.scheduler] is not None and n.name not in busy[n.scheduler])
+            if n.scheduler == "none" or ((running := busy[n.scheduler]) is not None and n.name not in running)
         ]
 
     @activity.defn

@@ -7,7 +7,7 @@ guard (workflows.client)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from checks import judge, load_profile
 from checks.catalog import CHECKS
@@ -38,7 +38,7 @@ class PrejobFinding:
         return f"prolog {self.suite}: {self.check}: {self.reason}"
 
     @property
-    def event(self) -> dict:
+    def event(self) -> dict[str, Any]:
         """The failed check as the event the drain acts on (recorded as the failure `check <name>`)."""
         return Event(EventKind.CHECK, check=self.check, status="fail", message=self.reason).to_dict()
 

@@ -9,6 +9,7 @@ knows which. The node must answer afterwards, or the step fails.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
@@ -20,15 +21,15 @@ from fleetctl.bmc.base import BmcError, BootNotSeen
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import queries
 from fleetctl.db import remediation as db
-from fleetctl.db.models import utcnow
+from fleetctl.db.models import RmaRecord, utcnow
 from fleetctl.durations import as_utc, parse_seconds
-from fleetctl.executors.base import CommandResult, ExecutorError
+from fleetctl.executors.base import CommandResult, Executor, ExecutorError, NodeTarget
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.lemons import LemonPolicy
 from fleetctl.remediation.runbooks import Step
 from fleetctl.remediation.sandbox import TemplateRefused, evaluate, render_value
 from fleetctl.text import bounded, failure_message
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, stored_id
 from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import (
     ADMIT_UPDATE,
@@ -213,6 +214,7 @@ class RemediationActivities(DatabaseActivities):
     @activity.defn
     async def admit_node(self, req: AdmitRequest) -> ActionOutcome:
         """Send the node back through burn-in and admission (its own workflow runs them)."""
+        assert self.client is not None, "the worker hosts this activity with its client"
         handle = self.client.get_workflow_handle(node_workflow_id(req.node))
         try:
             accepted = await handle.execute_update(
@@ -277,8 +279,8 @@ class RemediationActivities(DatabaseActivities):
             held_reason=bounded(req.held_reason),
         )
         if created and not req.held_reason:
-            return RmaOpened(record.id, created, self._send(record))
-        return RmaOpened(record.id, created, record.webhook_status or "")
+            return RmaOpened(stored_id(record.id), created, self._send(record))
+        return RmaOpened(stored_id(record.id), created, record.webhook_status or "")
 
     @activity.defn
     def rma_burst(self, q: BurstQuery) -> BurstAnswer:
@@ -293,7 +295,7 @@ class RemediationActivities(DatabaseActivities):
             (
                 as_utc(ev.at).timestamp()
                 for ev in queries.health_events_in_service(self.engine, q.node)
-                if xid_action(ev.code).severity == "critical"
+                if ev.code is not None and xid_action(ev.code).severity == "critical"
             ),
             None,
         )
@@ -303,7 +305,7 @@ class RemediationActivities(DatabaseActivities):
         critical = [
             (ev.node_name, as_utc(ev.at).timestamp())
             for ev in db.coded_health_events_since(self.engine, since)
-            if ev.node_name in names and xid_action(ev.code).severity == "critical"
+            if ev.node_name in names and ev.code is not None and xid_action(ev.code).severity == "critical"
         ]
         verdict = rma.burst_verdict(
             policy, critical, [n.name for n in fleet if n.state == NodeState.PRODUCTION.value], q.node, event_at, q.now
@@ -319,15 +321,15 @@ class RemediationActivities(DatabaseActivities):
         except (LookupError, db.RmaStatusConflict) as exc:
             raise ApplicationError(str(exc).strip("'\""), type="RmaStatusConflict", non_retryable=True) from exc
         if not d.confirm:
-            return RmaDecided(record.id, record.status, f"RMA {record.id} rejected by {d.actor}")
+            return RmaDecided(stored_id(record.id), record.status, f"RMA {record.id} rejected by {d.actor}")
         status = record.webhook_status or self._send(record)
         return RmaDecided(
-            record.id,
+            stored_id(record.id),
             record.status,
             f"RMA {record.id} confirmed by {d.actor}" + (f" (webhook {status})" if status else ""),
         )
 
-    def _send(self, record) -> str:
+    def _send(self, record: RmaRecord) -> str:
         """Post the opened RMA's bundle to the configured webhook; its status ("" without one)."""
         from fleetctl.connections.webhook_client import post_webhook
 
@@ -338,11 +340,11 @@ class RemediationActivities(DatabaseActivities):
             self.settings.webhook_token,
             {"kind": "rma", "rma_id": record.id, "evidence": record.evidence},
         )
-        db.set_webhook_status(self.engine, record.id, status)
+        db.set_webhook_status(self.engine, stored_id(record.id), status)
         return status
 
 
-def _run(executor, target, argv, timeout_s: float = 60.0) -> CommandResult:
+def _run(executor: Executor, target: NodeTarget, argv: Sequence[str], timeout_s: float = 60.0) -> CommandResult:
     return executor.run(target, list(argv), timeout_s)
 
 

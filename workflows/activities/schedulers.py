@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
 from fleetctl.inventory.names import scheduler_members
 from fleetctl.schedulers import scheduler_for
-from fleetctl.schedulers.base import Scheduler
+from fleetctl.schedulers.base import ListsJobHistory, Scheduler
 from fleetctl.schedulers.combined import CombinedScheduler
+from workflows.activities.executors import ExecutorRegistry
+
+if TYPE_CHECKING:
+    from fleetctl.schedulers.slurm import CommandRunner
 
 
 class SchedulerRegistry:
-    def __init__(self, settings: Settings, executors=None):
+    def __init__(self, settings: Settings, executors: ExecutorRegistry | None = None):
         self.settings = settings
         self.executors = executors  # the worker's ExecutorRegistry: Slurm over SSH shares its pool
         self._schedulers: dict[str, Scheduler] = {}
@@ -36,7 +41,14 @@ class SchedulerRegistry:
                     raise ApplicationError(str(exc), type="UnknownScheduler", non_retryable=True) from None
             return self._schedulers[kind]
 
-    def _slurm_runner(self, kind: str):
+    def job_lister(self, kind: str) -> ListsJobHistory:
+        """The adapter of `kind` as one that lists its jobs (ValueError: it cannot)."""
+        scheduler = self.get(kind)
+        if not isinstance(scheduler, ListsJobHistory):
+            raise ValueError(f"the {kind} scheduler cannot list its jobs")
+        return scheduler
+
+    def _slurm_runner(self, kind: str) -> CommandRunner | None:
         if kind != "slurm":
             return None
         from fleetctl.connections.slurm_client import slurm_runner

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -25,7 +26,7 @@ from workflows.activities.schedulers import SchedulerRegistry
 _ONE_REFILL_AT_A_TIME = threading.Lock()
 
 
-def refill_spares(engine, settings: Settings, schedulers: SchedulerRegistry, why: str, island: str) -> None:
+def refill_spares(engine: Engine, settings: Settings, schedulers: SchedulerRegistry, why: str, island: str) -> None:
     """Refill the pool of `island` (nothing for a node in no island)."""
     if not island or (settings.spares_per_island == 0 and island not in store.held(engine).values()):
         return

@@ -5,16 +5,17 @@ findings, and say which stragglers are due to be drained; record how each drain 
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import datetime
 
 from temporalio import activity
 
 from fleetctl.connections.promql_client import Prometheus, PrometheusError
 from fleetctl.db import queries, stragglers
-from fleetctl.db.models import utcnow
+from fleetctl.db.models import Node, StragglerFinding, utcnow
 from fleetctl.durations import as_utc
 from fleetctl.jobs.stragglers import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
 from fleetctl.nodes.capacity import in_fleet
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, stored_id
 from workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
 
 NO_EVIDENCE_KEPT = 100
@@ -69,19 +70,19 @@ class StragglerActivities(DatabaseActivities):
                 errors.append(f"{spec.name}: {exc}")
         return telemetry
 
-    def _due(self, fleet: dict, now) -> list[StragglerDrain]:
+    def _due(self, fleet: dict[str, Node], now: datetime) -> list[StragglerDrain]:
         """The open findings whose node may be drained now, one drain per node. A finding
         whose node left production otherwise is closed; under flag-only, one whose job
         ended too (nothing is drained, so nothing is left to wait for)."""
         rows = [r for r in stragglers.open_findings(self.engine) if r.node_name in fleet]
         jobs = stragglers.jobs_by_id(self.engine, [r.job_id for r in rows])
         drain = self.settings.straggler_policy == DRAIN_AT_CHECKPOINT
-        due: dict[str, list] = defaultdict(list)
+        due: dict[str, list[tuple[StragglerFinding, str]]] = defaultdict(list)
         for row in rows:
             node, job = fleet[row.node_name], jobs.get(row.job_id)
             if node.state != "production":
                 stragglers.resolve(
-                    self.engine, [row.id], stragglers.CLOSED, f"the node left production ({node.state})", now
+                    self.engine, [stored_id(row.id)], stragglers.CLOSED, f"the node left production ({node.state})", now
                 )
                 continue
             why = drain_due(
@@ -96,7 +97,7 @@ class StragglerActivities(DatabaseActivities):
             if drain:
                 due[row.node_name].append((row, why))
             elif not job or job.state != "running":
-                stragglers.resolve(self.engine, [row.id], stragglers.CLOSED, f"flag-only: {why}", now)
+                stragglers.resolve(self.engine, [stored_id(row.id)], stragglers.CLOSED, f"flag-only: {why}", now)
         drains = []
         for name, found in sorted(due.items()):
             (first, why), job = found[0], jobs.get(found[0][0].job_id)
@@ -108,7 +109,7 @@ class StragglerActivities(DatabaseActivities):
                     metric=first.metric,
                     evidence=first.evidence,
                     why=why,
-                    finding_ids=[r.id for r, _ in found],
+                    finding_ids=[stored_id(r.id) for r, _ in found],
                     restart_job=job is not None and job.state == "running" and name in (job.nodes or []),
                     scheduler=job.scheduler if job else "",
                 )

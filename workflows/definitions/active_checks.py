@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 from temporalio import workflow
 
@@ -230,7 +231,7 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
 
 
 async def drain_failed_node(
-    node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict, check: str = ""
+    node: str, cause: str, req: SweepInput, key: str, result: SweepResult, event: dict[str, Any], check: str = ""
 ) -> None:
     """Drain `node` for its failure through the guard; a failed `check` of an NVLink domain's
     fabric asks for the whole domain at once and drains the domain's other nodes with it."""

@@ -12,12 +12,12 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.activities.job_history import JobHistoryActivities
     from workflows.api import JobSyncInput, JobSyncResult
-    from workflows.definitions.shared import MESSAGE
+    from workflows.definitions.shared import MESSAGE, ActivityOptions
 
 # One squeue per scheduler, each given up after the adapter's own timeout (30 s); a
 # scheduler that cannot be asked is an error in the result, not a failed activity, so the
 # retries are for the database only (a run that outlasts its interval skips the next).
-SYNC = {**MESSAGE, "start_to_close_timeout": timedelta(minutes=2)}
+SYNC: ActivityOptions = {**MESSAGE, "start_to_close_timeout": timedelta(minutes=2)}
 
 
 @workflow.defn

@@ -127,6 +127,7 @@ class Remediation:
         the run has acted on it."""
         self.rma_answer = answer
         await workflow.wait_condition(lambda: self.rma_decided is not None)
+        assert self.rma_decided is not None  # what the wait was for
         return self.rma_decided
 
     @decide_rma.validator
@@ -475,6 +476,7 @@ class Remediation:
         )
         await workflow.wait_condition(lambda: self.rma_answer is not None)
         answer = self.rma_answer
+        assert answer is not None  # what the wait was for
         decided: RmaDecided = await workflow.execute_activity_method(
             RemediationActivities.decide_rma, answer, **MESSAGE
         )

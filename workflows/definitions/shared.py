@@ -26,7 +26,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -76,45 +76,57 @@ NON_RETRYABLE = [
 ]
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)  # five missed heartbeats of run_check (every 2 s)
 
+
+class ActivityOptions(TypedDict, total=False):
+    """The options of workflow.execute_activity_method a preset sets (passed as **options)."""
+
+    start_to_close_timeout: timedelta
+    heartbeat_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
 _TRANSIENT = RetryPolicy(
     initial_interval=timedelta(milliseconds=200),
     maximum_interval=timedelta(seconds=5),
     non_retryable_error_types=NON_RETRYABLE,
 )
-QUICK = {"start_to_close_timeout": timedelta(seconds=10), "retry_policy": _TRANSIENT}
+QUICK: ActivityOptions = {"start_to_close_timeout": timedelta(seconds=10), "retry_policy": _TRANSIENT}
 # An Update to another workflow (a node's, the guard's) waits for that workflow's answer,
 # which waits for its lock and its own QUICK activities; a webhook (notify, open_rma) gives
 # up after 10 s (fleetctl.remediation.rma): longer than QUICK, still bounded.
-MESSAGE = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": _TRANSIENT}
+MESSAGE: ActivityOptions = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": _TRANSIENT}
 # The adapters give up on one scheduler call after 30 s (fleetctl.schedulers' timeouts); the
 # scheduler activities heartbeat while they wait, so a dead worker costs HEARTBEAT_TIMEOUT.
-_SCHEDULER_CALL = {"start_to_close_timeout": timedelta(seconds=45), "heartbeat_timeout": HEARTBEAT_TIMEOUT}
+_SCHEDULER_CALL: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=45),
+    "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+}
 # One round: attempts 1, 2, 4, 8 s apart (about 15 s) before the caller records the refusal.
-SCHEDULER_ROUND = dict(
+SCHEDULER_ROUND: ActivityOptions = {
     **_SCHEDULER_CALL,
-    retry_policy=RetryPolicy(
+    "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=20),
         maximum_attempts=5,
         non_retryable_error_types=NON_RETRYABLE,
     ),
-)
+}
 # A scheduler that cannot be reached for a few minutes (about 2.5) fails the step, with the
 # reason recorded, rather than holding it open unseen.
-SCHEDULER = dict(
+SCHEDULER: ActivityOptions = {
     **_SCHEDULER_CALL,
-    retry_policy=RetryPolicy(
+    "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=8,
         non_retryable_error_types=NON_RETRYABLE,
     ),
-)
+}
 # One round of moving a node's pods off it (drain_pods_on): the Kubernetes adapter retries a
 # disruption budget's refusal with backoff (2 s doubling to 30 s, six attempts: about a
 # minute) and waits out the API server's rate limit, pod by pod, so a round may outlast one
 # scheduler call. It heartbeats; a round that fails is recorded and the next poll tries again.
-POD_DRAIN_ROUND = {
+POD_DRAIN_ROUND: ActivityOptions = {
     "start_to_close_timeout": timedelta(minutes=10),
     "heartbeat_timeout": HEARTBEAT_TIMEOUT,
     "retry_policy": RetryPolicy(
@@ -126,14 +138,14 @@ POD_DRAIN_ROUND = {
 }
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
 # it heartbeats between components, and one component may take minutes on its BMC.
-FIRMWARE_UPDATE = {
+FIRMWARE_UPDATE: ActivityOptions = {
     "start_to_close_timeout": timedelta(hours=2),
     "heartbeat_timeout": timedelta(minutes=5),
     "retry_policy": RetryPolicy(maximum_attempts=1),
 }
 
 
-def hardware_step(params: dict) -> dict:
+def hardware_step(params: dict[str, Any]) -> ActivityOptions:
     """A GPU reset or reboot: as long as its own waits (for idle GPUs, for the node to come
     back) plus margin. It heartbeats while it waits; a BMC reset call itself may block for a
     minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly."""
@@ -144,7 +156,7 @@ def hardware_step(params: dict) -> dict:
     }
 
 
-def check_options(check: str, attempts: int) -> dict:
+def check_options(check: str, attempts: int) -> ActivityOptions:
     """A check runs as long as its tool typically takes, three times over, plus a minute."""
     return {
         "start_to_close_timeout": timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
