@@ -13,9 +13,12 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND
+
+if TYPE_CHECKING:
+    from fleetctl.nodes.capacity import GuardPolicy
 
 ENV_VARS = {
     "db_url": "FLEETCTL_DB_URL",
@@ -275,13 +278,19 @@ GUARD_SETTINGS = (
 )
 
 
-def guard_policy(settings: Settings, fleet: str):
+def guard_policy(settings: Settings, fleet: str) -> GuardPolicy:
     """The capacity guard's policy for `fleet`: the guard_* settings, overridden by the fleet's
     entry in guard_fleets, and the automation dry run."""
     from fleetctl.nodes.capacity import GuardPolicy
 
     limits = {name: getattr(settings, name) for name in GUARD_SETTINGS} | settings.guard_fleets.get(fleet, {})
-    return GuardPolicy(*(limits[name] for name in GUARD_SETTINGS), dry_run=settings.automation_dry_run)
+    return GuardPolicy(
+        max_unavailable_fleet=limits["guard_max_unavailable_fleet"],
+        max_unavailable_rack=limits["guard_max_unavailable_rack"],
+        storm_fraction=limits["guard_storm_fraction"],
+        storm_window_s=limits["guard_storm_window_s"],
+        dry_run=settings.automation_dry_run,
+    )
 
 
 def authenticated_user() -> str:

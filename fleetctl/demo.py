@@ -21,11 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.text import plural
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from temporalio.client import Client
+
+    from fleetctl.db.models import Job
 
 # Burn-in's long checks (DCGM r3: 15 min, HPL: 10 min) take about 2 s here.
 DEMO_TIME_SCALE = 0.002
@@ -80,9 +87,15 @@ class Demo:
         self.log = log
         self.engine = get_engine(settings.db_url)
         self.names: list[str] = []
-        self.client = None
+        self._client: Client | None = None
         self.started = time.monotonic()
         self.jobs_started_at: float | None = None
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("the demo is not connected to Temporal: import_fleet connects it")
+        return self._client
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -102,7 +115,7 @@ class Demo:
         # As `node import` does: the simulated scheduler fills any node it has not drained.
         for refusal in hold_new_nodes([(n, "sim") for n in self.names], {"sim": SimScheduler(self.engine)}):
             self.log(refusal)
-        self.client = await connect(self.settings)
+        self._client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
         self.plan.faults = plan_scenario(self.names, self.plan.seed)
         self.log(
@@ -228,19 +241,22 @@ class Demo:
         return all(f.injected and f.handled.startswith("✓") for f in self.plan.faults)
 
 
-def running_sim_jobs(engine):
+def running_sim_jobs(engine: Engine) -> list[Job]:
     from fleetctl.db.jobs import list_jobs
 
     return [j for j in list_jobs(engine, scheduler="sim") if j.state == "running"]
 
 
-def handled_how(engine, fault: Fault) -> str:
+def handled_how(engine: Engine, fault: Fault) -> str:
     """One line: what fleetctl did about the fault, from the recorded events (✓ when done)."""
     from fleetctl.db.remediation import rma_records, runs
 
     events = queries.node_events(engine, fault.node)
     triggers = [e.trigger for e in events]
-    state = queries.get_node(engine, fault.node).state
+    node = queries.get_node(engine, fault.node)
+    if node is None:
+        raise LookupError(f"the demo's fault is on {fault.node}, which is not in the fleet")
+    state = node.state
     remediations = runs(engine, node_name=fault.node)
     books = ", ".join(sorted({r.runbook for r in remediations}))
     if fault.kind == "unreachable":
@@ -268,15 +284,15 @@ def handled_how(engine, fault: Fault) -> str:
         from fleetctl.db.jobs import job_restarts, list_jobs
 
         restarts = [
-            r
+            (r.job_id, r.running_at - r.fault_seen_at)
             for j in list_jobs(engine, scheduler="sim")
             for r in job_restarts(engine, j.job_id)
-            if fault.node in (r.bad_nodes or []) and r.running_at
+            if fault.node in (r.bad_nodes or []) and r.running_at is not None
         ]
         if "drain" in triggers and restarts:
-            seconds = (restarts[0].running_at - restarts[0].fault_seen_at).total_seconds()
+            job_id, took = restarts[0]
             back = " and back in production" if state == "production" and triggers.count("enter_production") > 1 else ""
-            return f"✓ drained at once; job {restarts[0].job_id} running again after {seconds:.1f} s; rebooted{back} (now {state})"
+            return f"✓ drained at once; job {job_id} running again after {took.total_seconds():.1f} s; rebooted{back} (now {state})"
         return f"… {state}"
     return state
 
@@ -310,7 +326,7 @@ async def run_demo(
     return demo
 
 
-def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[dict, Path]:
+def write_report(settings: Settings, directory: Path, since: datetime) -> tuple[dict[str, Any], Path]:
     from fleetctl.reliability.report import render_html
     from fleetctl.reliability.report_store import build_report
 

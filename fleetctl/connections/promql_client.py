@@ -12,6 +12,7 @@ instant vector is a PrometheusError, never an empty answer.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import socket
@@ -20,6 +21,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import IO, Any, NoReturn
 
 from fleetctl.jobs.stragglers import BadAnswer, parse_vector
 from fleetctl.text import one_line
@@ -34,7 +36,15 @@ class PrometheusError(Exception):
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
+    ) -> NoReturn:
         raise PrometheusError(
             f"Prometheus answered {code} (a redirect): not followed; set prometheus_url to the address it answers at"
         )
@@ -56,7 +66,7 @@ class _Deadline:
         self._timer.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
 
     def watch(self, sock: socket.socket) -> None:
@@ -79,13 +89,20 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
-def _watched(connection: type[http.client.HTTPConnection], deadline: _Deadline):
-    class Watched(connection):
-        def connect(self) -> None:
-            super().connect()
-            deadline.watch(self.sock)
+class _WatchedHTTP(http.client.HTTPConnection):
+    """A connection whose socket, once connected, its query's deadline can shut down."""
 
-    return Watched
+    def __init__(self, host: str, *, deadline: _Deadline, **kwargs: Any) -> None:
+        super().__init__(host, **kwargs)
+        self._deadline = deadline
+
+    def connect(self) -> None:
+        super().connect()
+        self._deadline.watch(self.sock)
+
+
+class _WatchedHTTPS(_WatchedHTTP, http.client.HTTPSConnection):
+    """The same over TLS: HTTPSConnection's connect wraps the socket, then the deadline watches it."""
 
 
 class _DeadlineHTTP(urllib.request.HTTPHandler):
@@ -93,17 +110,18 @@ class _DeadlineHTTP(urllib.request.HTTPHandler):
         super().__init__()
         self.deadline = deadline
 
-    def http_open(self, req):
-        return self.do_open(_watched(http.client.HTTPConnection, self.deadline), req)
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_WatchedHTTP, deadline=self.deadline), req)
 
 
 class _DeadlineHTTPS(urllib.request.HTTPSHandler):
     def __init__(self, context: ssl.SSLContext, deadline: _Deadline) -> None:
         super().__init__(context=context)
+        self.context = context
         self.deadline = deadline
 
-    def https_open(self, req):
-        return self.do_open(_watched(http.client.HTTPSConnection, self.deadline), req, context=self._context)
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(_WatchedHTTPS, deadline=self.deadline), req, context=self.context)
 
 
 class Prometheus:

@@ -14,9 +14,12 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.config import ConfigError, Settings, parse_bool
+
+if TYPE_CHECKING:
+    from temporalio.envconfig import ClientConfigProfile
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
@@ -91,7 +94,7 @@ def _given(settings: Settings, name: str) -> bool:
     return settings.sources.get(name, "default") != "default" and bool(getattr(settings, name))
 
 
-def _profile(settings: Settings, env: Mapping[str, str]):
+def _profile(settings: Settings, env: Mapping[str, str]) -> ClientConfigProfile:
     from temporalio.envconfig import ClientConfigProfile
 
     config_file = settings.temporal_config_file

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import shutil
 import socket
 import subprocess
@@ -68,18 +69,26 @@ def server_command(
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]  # (host, port) for an AF_INET socket
+        return port
 
 
 class ServerExited(RuntimeError):
-    pass
+    @classmethod
+    def of(cls, process: subprocess.Popen[bytes]) -> ServerExited:
+        """The process exited: named by its program, as it was started (a command line or one path)."""
+        args = process.args
+        program = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+        return cls(f"{Path(os.fsdecode(program)).name} exited with status {process.returncode}")
 
 
-def wait_for_port(host: str, port: int, timeout_s: float = 30.0, process: subprocess.Popen | None = None) -> None:
+def wait_for_port(
+    host: str, port: int, timeout_s: float = 30.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise ServerExited(f"{Path(process.args[0]).name} exited with status {process.returncode}")
+            raise ServerExited.of(process)
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return
@@ -91,7 +100,7 @@ def wait_for_port(host: str, port: int, timeout_s: float = 30.0, process: subpro
 HEALTH_ASK_S = 1.0  # one connect and health check of a frontend on this machine
 
 
-def wait_until_serving(address: str, timeout_s: float = 30.0, process: subprocess.Popen | None = None) -> None:
+def wait_until_serving(address: str, timeout_s: float = 30.0, process: subprocess.Popen[bytes] | None = None) -> None:
     """Until the frontend at `address` says its workflow service is serving: its port accepts
     connections a moment before that, and a client that connects in between is refused
     ("Frontend is not healthy yet"). Asked from a thread of its own, so that a caller already
@@ -111,7 +120,7 @@ def wait_until_serving(address: str, timeout_s: float = 30.0, process: subproces
     with ThreadPoolExecutor(1, thread_name_prefix="temporal-health") as asker:
         while not asker.submit(asyncio.run, serving()).result():
             if process is not None and process.poll() is not None:
-                raise ServerExited(f"{Path(process.args[0]).name} exited with status {process.returncode}")
+                raise ServerExited.of(process)
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"temporal dev server at {address} did not say it was serving within {timeout_s:.0f}s"
@@ -121,7 +130,7 @@ def wait_until_serving(address: str, timeout_s: float = 30.0, process: subproces
 
 @dataclass
 class DevServer:
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     address: str
     ui_address: str | None
 

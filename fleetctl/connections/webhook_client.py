@@ -9,7 +9,8 @@ import logging
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from fleetctl.remediation.rma import redact
@@ -21,7 +22,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """A redirect stays an error: urllib would replay the Authorization header to wherever the
     receiver points, another host included."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> None:
         return None
 
 

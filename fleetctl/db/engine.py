@@ -14,7 +14,9 @@ from pathlib import Path
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from fleetctl.text import one_line
 
@@ -62,7 +64,7 @@ def _create(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn, _record):
+        def _sqlite_pragmas(dbapi_conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
             # WAL lets the CLI read while the worker writes; busy_timeout rides out short locks.
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -102,7 +104,10 @@ def _linear_head() -> str | None:
 def _alembic_head() -> str:
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    head = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+    if head is None:
+        raise RuntimeError(f"no migration in {MIGRATIONS_DIR}")
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:

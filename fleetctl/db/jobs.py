@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import overload
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
@@ -250,7 +251,7 @@ def record_restart_started(
         return row
 
 
-def record_restart_step(engine: Engine, workflow_id: str, **values) -> None:
+def record_restart_step(engine: Engine, workflow_id: str, **values: object) -> None:
     """Set step times / outcome on a restart. Setting the same values again changes nothing."""
     unknown = set(values) - _RESTART_STEP_FIELDS
     if unknown:
@@ -362,6 +363,10 @@ def restart_schedulers(engine: Engine, job_id: str) -> list[str]:
         return sorted(set(session.exec(select(JobRestart.scheduler).where(JobRestart.job_id == job_id))))
 
 
+@overload
+def _earliest(first: datetime | None, second: datetime, /, *rest: datetime | None) -> datetime: ...
+@overload
+def _earliest(*values: datetime | None) -> datetime | None: ...
 def _earliest(*values: datetime | None) -> datetime | None:
     present = [as_utc(v) for v in values if v is not None]
     return min(present) if present else None

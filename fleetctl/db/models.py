@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, Table, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -403,3 +403,14 @@ class JobRestart(SQLModel, table=True):
     # The hot spares the placement took (fleetctl.jobs.spares, migration 0012); [] when none.
     spares_taken: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
     workflow_id: str
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core table a table model maps to, for Core statements (bulk updates, retention's
+    batched deletes). SQLModel sets `__table__` on a table model at class creation but does
+    not declare it, so it is looked up by name in the metadata every table model joins."""
+    name = model.__tablename__
+    table = SQLModel.metadata.tables.get(name) if isinstance(name, str) else None
+    if table is None:
+        raise TypeError(f"{model.__name__} is not a table model")
+    return table

@@ -5,20 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import func, or_
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
-from sqlmodel import Session, col, select
+from sqlmodel import Session, SQLModel, col, select
+from sqlmodel.sql.expression import Select
 
-from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, utcnow
+from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, table_of, utcnow
 from fleetctl.inventory.machines import MachineIds, machine_conflict
 from fleetctl.inventory.parse import NodeSpec, machines
 from fleetctl.nodes.lifecycle import NodeState
+from fleetctl.nodes.stalls import Stall
 
 T = TypeVar("T")
+RowT = TypeVar("RowT", bound=SQLModel)
 
 _INVENTORY_FIELDS = {
     "address": "address",
@@ -267,13 +270,15 @@ def state_counts(engine: Engine) -> dict[str, int]:
         return dict(rows.all())
 
 
-def insert_once(engine: Engine, row, key_column, key: str):
-    """Insert `row` unless a row with this idempotency key exists; return the stored row."""
+def insert_once(engine: Engine, row: RowT, key_column: str, key: str) -> RowT:
+    """Insert `row` unless a row with this idempotency key exists; return the stored row.
+    `key_column` is the model's key attribute (Model.idempotency_key: sqlmodel types it as its
+    value, a str; col() checks it is a column)."""
     model = type(row)
     # The row as written is the row stored (no server-side defaults), so it is not read back
     # after the commit: that re-read was ~5 % of the worker's CPU in the throughput profile.
     with Session(engine, expire_on_commit=False) as session:
-        existing = session.exec(select(model).where(key_column == key)).first()
+        existing = session.exec(select(model).where(col(key_column) == key)).first()
         if existing is not None:
             return existing
         session.add(row)
@@ -281,7 +286,7 @@ def insert_once(engine: Engine, row, key_column, key: str):
             session.commit()
         except IntegrityError:  # a concurrent retry stored it first
             session.rollback()
-            return session.exec(select(model).where(key_column == key)).one()
+            return session.exec(select(model).where(col(key_column) == key)).one()
         return row
 
 
@@ -377,8 +382,9 @@ def record_health_events(
         )
         # {code: {key: time}}: one query per code, then kept up to date as the batch is
         # recorded, so a burst of one code is not one query per event over a growing table.
-        times: dict[int, dict[str, float]] = {code: {} for code in codes}
-        for key, code, at in (
+        # Keyed as the column is typed (int | None); the query reads only the codes in `codes`.
+        times: dict[int | None, dict[str, float]] = {code: {} for code in codes}
+        for event_key, event_code, event_at in (
             session.exec(
                 select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at).where(
                     HealthEvent.node_name == node, col(HealthEvent.code).in_(codes)
@@ -387,7 +393,7 @@ def record_health_events(
             if codes
             else ()
         ):
-            times[code][key] = _epoch(at)
+            times[event_code][event_key] = _epoch(event_at)
         for index, (key, code, at) in enumerate(items):
             at = _epoch(stored[key]) if key in stored else at
             earlier = [] if code is None else [t for k, t in times[code].items() if k != key]
@@ -461,17 +467,18 @@ def suspect_nodes(engine: Engine) -> dict[str, Suspicion]:
             col(Node.agent_seen_at).is_(None),
             col(Node.agent_seen_at) <= AutomationEvent.at,
         )
+        # The node's name from the join, typed str: the event's node_name column is optional.
         rows = session.exec(
-            select(AutomationEvent)
+            select(AutomationEvent, Node.name)
             .join(Node, col(Node.name) == AutomationEvent.node_name)
             .where(AutomationEvent.kind == "suspect", AutomationEvent.at >= Node.state_since, not_heard_again)
             .order_by(col(AutomationEvent.id))
         )
         found: dict[str, Suspicion] = {}
-        for e in rows:
-            first = found.get(e.node_name)
+        for e, name in rows:
+            first = found.get(name)
             since = e.at if first is None else min(first.since, e.at)
-            found[e.node_name] = Suspicion(e.node_name, e.reason, e.actor, e.at, since)
+            found[name] = Suspicion(name, e.reason, e.actor, e.at, since)
         return found
 
 
@@ -491,10 +498,11 @@ def stalled_nodes(engine: Engine) -> dict[str, AutomationEvent]:
         rows = session.exec(
             select(AutomationEvent).where(col(AutomationEvent.id).in_(latest), AutomationEvent.kind == STALLED)
         )
-        return {e.node_name: e for e in rows}
+        # Every stall event names its node (record_stalls writes them); the check narrows the column's type.
+        return {e.node_name: e for e in rows if e.node_name is not None}
 
 
-def record_stalls(engine: Engine, stalls: Sequence, now: datetime, fleet: str) -> tuple[list[str], list[str]]:
+def record_stalls(engine: Engine, stalls: Sequence[Stall], now: datetime, fleet: str) -> tuple[list[str], list[str]]:
     """Record one watch's findings (fleetctl.nodes.stalls.Stall) for the nodes of `fleet`'s
     task queue: a node newly stalled gets a `stalled` event with the reason, one no longer
     found gets `unstalled`. (newly, cleared)."""
@@ -545,9 +553,10 @@ def record_agent_heartbeats(engine: Engine, heard: dict[str, datetime]) -> int:
         return 0
     from sqlalchemy import bindparam, update
 
-    nodes = Node.__table__.c  # a Core statement: one executemany, no ORM bulk-by-primary-key
+    table = table_of(Node)  # a Core statement: one executemany, no ORM bulk-by-primary-key
+    nodes = table.c
     stmt = (
-        update(Node.__table__)
+        update(table)
         .where(nodes.name == bindparam("n"), or_(nodes.agent_seen_at.is_(None), nodes.agent_seen_at < bindparam("t")))
         .values(agent_seen_at=bindparam("t"))
     )
@@ -617,15 +626,17 @@ def held_drains(engine: Engine, names: Sequence[str] | None = None) -> dict[str,
             .where(grant.node_name == AutomationEvent.node_name, col(grant.kind).in_(granted))
             .scalar_subquery()
         )
-        query = (
-            select(
-                AutomationEvent.node_name,
+        # Select() itself, as sqlmodel's select() builds one: select() is typed for up to 4 columns,
+        # and the class cannot infer its column types, so the rows are Any.
+        query: Select[*tuple[Any, ...]] = (
+            Select(
+                col(AutomationEvent.node_name),
                 func.count(),
                 func.min(AutomationEvent.at),
                 func.max(AutomationEvent.at),
                 func.max(AutomationEvent.id),
             )
-            .join(Node, Node.name == AutomationEvent.node_name)
+            .join(Node, col(Node.name) == AutomationEvent.node_name)
             .where(
                 Node.state == "production",
                 col(AutomationEvent.kind).in_(sorted(GUARD_DENIALS)),

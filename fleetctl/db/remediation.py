@@ -210,6 +210,8 @@ def open_rma(
 def set_webhook_status(engine: Engine, rma_id: int, status: str) -> None:
     with Session(engine) as session:
         record = session.get(RmaRecord, rma_id)
+        if record is None:
+            raise LookupError(f"no RMA record {rma_id}")
         record.webhook_status = status
         session.add(record)
         session.commit()
@@ -246,7 +248,11 @@ def awaiting_rma(engine: Engine, rma_id: int) -> RmaRecord:
     if record is None:
         raise LookupError(f"no RMA record {rma_id}")
     if record.status != AWAITING_CONFIRMATION:
-        answered = f" by {record.decided_by} at {as_utc(record.decided_at):%Y-%m-%d %H:%M}" if record.decided_by else ""
+        answered = (
+            f" by {record.decided_by} at {as_utc(record.decided_at):%Y-%m-%d %H:%M}"
+            if record.decided_by and record.decided_at is not None
+            else ""
+        )
         raise RmaStatusConflict(f"RMA {rma_id} awaits no confirmation: it is {record.status}{answered}")
     return record
 

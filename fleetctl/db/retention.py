@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import IO, Any
 
-from sqlalchemy import and_, delete, func, not_, or_, select, update
+from sqlalchemy import ColumnElement, Select, Table, and_, delete, func, not_, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from fleetctl.db.models import CheckRun, HealthEvent, NodeEvent
+from fleetctl.db.models import CheckRun, HealthEvent, NodeEvent, table_of
 
 # Rows read, archived and removed per statement: bounds memory and the time a lock is held.
 BATCH = 2000
@@ -68,10 +68,10 @@ class RetentionPolicy:
         }
 
 
-def _kept_run_ids():
+def _kept_run_ids() -> tuple[Select[Any], Select[Any]]:
     """Each node's latest run of each check and its latest passing or warning one (two queries
     of their ids)."""
-    runs = CheckRun.__table__.c
+    runs = table_of(CheckRun).c
     latest = select(func.max(runs.id)).group_by(runs.node_name, runs.check_name)
     latest_judged = (
         select(func.max(runs.id)).where(runs.status.in_(("pass", "warn"))).group_by(runs.node_name, runs.check_name)
@@ -79,16 +79,16 @@ def _kept_run_ids():
     return latest, latest_judged
 
 
-def _kept_check_runs():
-    runs = CheckRun.__table__.c
+def _kept_check_runs() -> ColumnElement[bool]:
+    runs = table_of(CheckRun).c
     latest, latest_judged = _kept_run_ids()
     return or_(runs.id.in_(latest), runs.id.in_(latest_judged))
 
 
-def _in_service_events():
+def _in_service_events() -> ColumnElement[bool]:
     """Health events since their node last entered production, and every event of a node
     that never did."""
-    events, transitions = HealthEvent.__table__.c, NodeEvent.__table__.c
+    events, transitions = table_of(HealthEvent).c, table_of(NodeEvent).c
     entered = (
         select(func.max(transitions.at))
         .where(transitions.node_name == events.node_name, transitions.to_state == "production")
@@ -97,17 +97,17 @@ def _in_service_events():
     return or_(entered.is_(None), events.at >= entered)
 
 
-def _candidates(what: str, cutoff: datetime):
+def _candidates(what: str, cutoff: datetime) -> tuple[Table, ColumnElement[bool]]:
     """(table, the condition of the rows `what` may remove, before the kept check runs)."""
     if what == HEALTH_EVENTS:
-        events = HealthEvent.__table__.c
-        return HealthEvent.__table__, and_(events.at < cutoff, not_(_in_service_events()))
-    runs = CheckRun.__table__.c
-    old = runs.finished_at < cutoff
-    return CheckRun.__table__, and_(old, runs.raw_output != "") if what == RAW_OUTPUT else old
+        events_table = table_of(HealthEvent)
+        return events_table, and_(events_table.c.at < cutoff, not_(_in_service_events()))
+    runs_table = table_of(CheckRun)
+    old = runs_table.c.finished_at < cutoff
+    return runs_table, and_(old, runs_table.c.raw_output != "") if what == RAW_OUTPUT else old
 
 
-def _prunable(what: str, cutoff: datetime):
+def _prunable(what: str, cutoff: datetime) -> tuple[Table, ColumnElement[bool]]:
     """(table, the condition of the rows `what` removes from it), in one statement."""
     table, condition = _candidates(what, cutoff)
     return table, condition if what == HEALTH_EVENTS else and_(condition, not_(_kept_check_runs()))

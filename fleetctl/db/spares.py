@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, col, delete, select
 
 from fleetctl.db.models import Node, Spare
 
@@ -35,7 +35,7 @@ def _record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
         current = set(session.exec(select(Spare.node_name).where(Spare.island == island)))
         gone = current - set(nodes)
         if gone:
-            session.exec(delete(Spare).where(Spare.node_name.in_(gone)))  # type: ignore[attr-defined]
+            session.exec(delete(Spare).where(col(Spare.node_name).in_(gone)))
         for name in sorted(set(nodes) - current):
             session.merge(Spare(node_name=name, island=island))
         session.commit()
@@ -44,4 +44,5 @@ def _record_pool(engine: Engine, island: str, nodes: Sequence[str]) -> None:
 def pool_facts(engine: Engine) -> list[tuple[str, str, str, str]]:
     """(name, island, state, scheduler) of every node."""
     with Session(engine) as session:
-        return [tuple(row) for row in session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))]
+        rows = session.exec(select(Node.name, Node.island, Node.state, Node.scheduler))
+        return [(name, island, state, scheduler) for name, island, state, scheduler in rows]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
@@ -37,7 +38,13 @@ def open_findings(engine: Engine) -> list[StragglerFinding]:
 
 
 def as_open(rows: Iterable[StragglerFinding]) -> list[OpenFinding]:
-    return [OpenFinding(r.id, r.job_id, r.node_name, r.metric) for r in rows]
+    """Stored findings (open_findings) as the straggler decisions read them: by their id."""
+    found = []
+    for r in rows:
+        if r.id is None:
+            raise ValueError(f"the finding of {r.node_name} in job {r.job_id} was never stored: it has no id")
+        found.append(OpenFinding(r.id, r.job_id, r.node_name, r.metric))
+    return found
 
 
 def record_findings(
@@ -106,7 +113,7 @@ def findings(
         )
 
 
-def finding_row(f: StragglerFinding) -> dict:
+def finding_row(f: StragglerFinding) -> dict[str, Any]:
     """A finding as the CLI and the report show it."""
     return {
         "id": f.id,

@@ -143,6 +143,8 @@ class KnownHostsFile:
 
     def record(self, node: str, name: str, key: paramiko.PKey) -> None:
         line = paramiko.hostkeys.HostKeyEntry([name], key).to_line()
+        if line is None:  # paramiko's answer for an entry without a name or a key
+            raise ValueError(f"{node}: no known_hosts line for host key of {name!r}")
         with self._lock:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -548,7 +550,11 @@ class SshExecutor:
         except (paramiko.SSHException, EOFError, OSError) as error:
             client.close()
             raise NodeUnreachable(target.name, f"SSH handshake with {endpoint} failed: {one_line(error)}") from None
-        client.get_transport().set_keepalive(int(self.keepalive_s))  # type: ignore[union-attr]
+        transport = client.get_transport()
+        if transport is None:  # None only once the client is closed
+            client.close()
+            raise NodeUnreachable(target.name, f"SSH connection to {endpoint} closed as it was set up")
+        transport.set_keepalive(int(self.keepalive_s))
         return client
 
     def _keys(self, target: NodeTarget) -> list[paramiko.PKey]:
@@ -573,7 +579,9 @@ class SshExecutor:
                     raise AuthFailed(
                         target.name, f"key file {key_file} is encrypted and no passphrase was given"
                     ) from None
-                key = paramiko.PKey.from_path(key_file, password=self._key_passphrase.encode())
+                # bytes, whatever paramiko's annotation says: the cryptography loaders it calls first
+                # accept no str password (TypeError).
+                key = paramiko.PKey.from_path(key_file, password=self._key_passphrase.encode())  # type: ignore[arg-type]
         except OSError as error:
             raise AuthFailed(target.name, f"cannot read key file {key_file}: {error.strerror}") from None
         except (paramiko.SSHException, ValueError, TypeError):

@@ -50,7 +50,7 @@ def sync_jobs(
     return result
 
 
-def _gpus_per_node(engine: Engine):
+def _gpus_per_node(engine: Engine) -> Callable[[Sequence[str]], int | None]:
     """A job's GPUs per node from the profile of its first node the inventory knows."""
     profiles = {n.name: n.profile for n in list_nodes(engine)}
     counts: dict[str, int | None] = {}

@@ -17,7 +17,7 @@ from fleetctl.db import spares as store
 from fleetctl.jobs.placement import unfit
 from fleetctl.jobs.spares import PoolChange, SpareCandidate, plan_pools
 from fleetctl.nodes.view_store import node_health
-from fleetctl.schedulers.base import HoldsSpares, SchedulerError
+from fleetctl.schedulers.base import HoldsSpares, Scheduler, SchedulerError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -32,7 +32,7 @@ class FillResult:
 
 
 def fill(
-    engine: Engine, per_island: int, scheduler_for: Callable[[str], object], islands: Collection[str] | None = None
+    engine: Engine, per_island: int, scheduler_for: Callable[[str], Scheduler], islands: Collection[str] | None = None
 ) -> FillResult:
     """Refill every island's pool to `per_island` spares and drop the spares that left
     production; only the pools of `islands` when given (a node's own island, as it comes and
@@ -50,7 +50,7 @@ def fill(
         if not isinstance(scheduler, HoldsSpares):
             continue
         try:
-            busy = scheduler.busy_nodes()  # type: ignore[attr-defined]
+            busy = scheduler.busy_nodes()
         except SchedulerError as exc:
             result.errors[kind] = str(exc)
             continue
@@ -80,7 +80,9 @@ def fill(
     return result
 
 
-def _plan_undrained(scheduler, per_island: int, held: dict[str, str], nodes: list[SpareCandidate]) -> PoolChange:
+def _plan_undrained(
+    scheduler: Scheduler, per_island: int, held: dict[str, str], nodes: list[SpareCandidate]
+) -> PoolChange:
     """plan_pools, never adding a node its scheduler has drained: fleetctl may still have it in
     production (a job restarted off it by an operator, a drain by hand). Only the nodes a
     plan would add are asked, one at a time, until a plan adds none that is drained."""

@@ -23,9 +23,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.schedulers.base import BURN_IN_HOLD, SchedulerError, is_check_hold
+from fleetctl.schedulers.base import BURN_IN_HOLD, Scheduler, SchedulerError, is_check_hold
 
 # Schedulers asked at once: each question is a command or an API call of its own.
 PARALLEL = 8
@@ -58,6 +60,19 @@ def valid_owner(name: str) -> bool:
     return _OWNER.fullmatch(f"{name}:") is not None
 
 
+class NodeRecord(Protocol):
+    """What these comparisons read of a node: a fleetctl Node row (fleetctl.db.models.Node)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def scheduler(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def state_since(self) -> datetime: ...
+
+
 @dataclass
 class Difference:
     node: str
@@ -73,7 +88,7 @@ class Difference:
     owner: str = ""  # the tool that drained the node (drained_by_someone_else)
 
 
-def compare(node, scheduler, include_owners: frozenset[str] = frozenset()) -> Difference | None:
+def compare(node: NodeRecord, scheduler: Scheduler, include_owners: frozenset[str] = frozenset()) -> Difference | None:
     """How `scheduler` sees `node` (a fleetctl Node row) differently from fleetctl, or None.
     Another tool's drain gets an action only when its owner is in `include_owners`
     (compared without case: `nhc` names NHC)."""
@@ -127,7 +142,7 @@ class ExternalDrain:
         return f"drained in {self.scheduler} outside fleetctl by {by}: {self.reason or '(no reason given)'}"
 
 
-def external_drain_id(node: str, state_since, scheduler: str, reason: str) -> str:
+def external_drain_id(node: str, state_since: datetime, scheduler: str, reason: str) -> str:
     digest = hashlib.sha256(f"{scheduler}\0{reason}".encode()).hexdigest()[:16]
     return f"{EXTERNAL_DRAIN}/{node}/{state_since.isoformat()}/{digest}"
 
@@ -140,7 +155,9 @@ def episode_id(drain_id: str, recorded: Iterable[str]) -> str:
     return f"{drain_id}#{lifted}"
 
 
-def external_drains(nodes: Iterable, schedulers: Mapping[str, object]) -> tuple[list[ExternalDrain], set[str]]:
+def external_drains(
+    nodes: Iterable[NodeRecord], schedulers: Mapping[str, Scheduler]
+) -> tuple[list[ExternalDrain], set[str]]:
     """The production nodes among `nodes` (Node rows) that another tool drained in their
     scheduler, as reconcile reports them (compared, never fixed), and the names of those
     whose scheduler could not be asked (nothing is known of their drains)."""
@@ -162,7 +179,7 @@ def external_drains(nodes: Iterable, schedulers: Mapping[str, object]) -> tuple[
     )
 
 
-def fix(found: Difference, scheduler) -> None:
+def fix(found: Difference, scheduler: Scheduler) -> None:
     """Make the scheduler match fleetctl for one difference; records the outcome on `found`."""
     try:
         if found.difference == "not_drained":
@@ -180,8 +197,8 @@ def fix(found: Difference, scheduler) -> None:
 
 
 def reconcile(
-    nodes: Iterable,
-    schedulers: Mapping[str, object],
+    nodes: Iterable[NodeRecord],
+    schedulers: Mapping[str, Scheduler],
     fix_them: bool,
     on_checked: Callable[[], None] = lambda: None,
     include_owners: frozenset[str] = frozenset(),
@@ -190,7 +207,7 @@ def reconcile(
     what can be fixed when `fix_them` (other tools' drains: only those of `include_owners`);
     `on_checked` is called once per node, for progress."""
 
-    def check(node) -> list[Difference]:
+    def check(node: NodeRecord) -> list[Difference]:
         scheduler = schedulers[node.scheduler]
         differences = []
         # A node several schedulers run (fleetctl.schedulers.combined) is compared in each.
@@ -209,7 +226,7 @@ def reconcile(
         return [d for found in pool.map(check, nodes) for d in found]
 
 
-def hold_new_nodes(nodes: Iterable[tuple[str, str]], schedulers: Mapping[str, object]) -> list[str]:
+def hold_new_nodes(nodes: Iterable[tuple[str, str]], schedulers: Mapping[str, Scheduler]) -> list[str]:
     """Hold each (node, scheduler kind) imported for burn-in in its scheduler (BURN_IN_HOLD),
     which places work on any node it has not drained; admission lifts the hold. Why each
     refused, one line per node (admission takes the hold again before any check)."""

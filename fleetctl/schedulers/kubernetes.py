@@ -144,7 +144,7 @@ class KubernetesScheduler:
 
     # -- the Scheduler protocol ------------------------------------------------------
 
-    def drain(self, node: str, reason: str, state: str | None = None, critical: bool = False) -> None:
+    def drain(self, node: str, reason: str, critical: bool = False, *, state: str | None = None) -> None:
         """Cordon, taint and label the node, record why, and say so in its conditions and events.
 
         The taint is NoSchedule, or the configured critical effect (NoExecute: pods that do
@@ -358,7 +358,8 @@ class KubernetesScheduler:
                 from kubernetes.config.incluster_config import InClusterConfigLoader
 
                 try:
-                    InClusterConfigLoader(
+                    # kubernetes.config is unannotated although the package ships py.typed.
+                    InClusterConfigLoader(  # type: ignore[no-untyped-call]
                         token_filename=f"{SERVICE_ACCOUNT_DIR}/token", cert_filename=f"{SERVICE_ACCOUNT_DIR}/ca.crt"
                     ).load_and_set(configuration)
                 except (config.ConfigException, OSError) as exc:
@@ -367,7 +368,8 @@ class KubernetesScheduler:
                     ) from exc
             else:
                 try:
-                    config.load_kube_config(
+                    # kubernetes.config is unannotated although the package ships py.typed.
+                    config.load_kube_config(  # type: ignore[no-untyped-call]
                         config_file=self._kubeconfig,
                         context=self._context,
                         client_configuration=configuration,
@@ -598,7 +600,13 @@ class KubernetesScheduler:
             break
         event = node_event(current, state, reason, now)
         with self._api_errors(f"record event on node {node}"):
-            self._api().create_namespaced_event(EVENT_NAMESPACE, event, _request_timeout=self._request_timeout_s)
+            # The client serialises a dict body as it is (sanitize_for_serialization), as for
+            # every other call here; its signature names only the generated model class.
+            self._api().create_namespaced_event(
+                EVENT_NAMESPACE,
+                event,  # type: ignore[arg-type]
+                _request_timeout=self._request_timeout_s,
+            )
 
 
 def _annotations(obj: Json) -> dict[str, str]:
@@ -757,6 +765,8 @@ def _retry_after_s(headers: Any, default_s: float) -> float:
     """The Retry-After header's delay in seconds (the API server sends whole seconds), at
     most MAX_RETRY_AFTER_S; `default_s` when absent or not a number."""
     raw = (headers or {}).get("Retry-After")
+    if raw is None:
+        return default_s
     try:
         seconds = float(raw)
     except (TypeError, ValueError):

@@ -19,8 +19,8 @@ from checks.profiles import load_profile
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable, validate_node_name
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.faults import SimFaultSpec, active_faults
-from fleetctl.sim.node import DomainMember, build_node_state, domain_address, identity_rng
-from fleetctl.sim.profiles import sim_profile
+from fleetctl.sim.node import DomainMember, NodeState, build_node_state, domain_address, identity_rng
+from fleetctl.sim.profiles import SimProfile, sim_profile
 from fleetctl.sim.shell import STRESS_TOOLS, NodeShell
 
 
@@ -138,7 +138,7 @@ class SimExecutor:
             for member in members
         ]
 
-    def _peer(self, host: str, profile, now: float):
+    def _peer(self, host: str, profile: SimProfile, now: float) -> NodeState | None:
         """Another node an MPI launcher reaches by its host name (its node name here), as its
         tools see it now; None when it does not answer. Pairs run within one profile."""
         try:

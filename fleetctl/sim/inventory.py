@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NotRequired, TypedDict
+
 from checks.profiles import load_profile
 from fleetctl.executors.base import validate_node_name
 from fleetctl.inventory.parse import MAX_RACK_POSITION
@@ -9,9 +11,25 @@ from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.profiles import sim_profile
 
 
+class InventoryEntry(TypedDict):
+    """One node of an inventory's `nodes:` list, as fleetctl.inventory.parse reads it."""
+
+    name: str
+    address: str
+    bmc: str
+    rack: str
+    profile: str
+    scheduler: str
+    labels: dict[str, str]
+    nvlink_domain: NotRequired[str]
+    switch: NotRequired[str]
+    island: NotRequired[str]
+    position: NotRequired[int]
+
+
 def render_inventory(
     nodes: int, racks: int, profile: str, seed: int, name_prefix: str = "gpu", islands: int = 0
-) -> list[dict]:
+) -> list[InventoryEntry]:
     """Inventory entries (the `nodes:` list of an inventory YAML) for a simulated fleet:
     gpu-001 ... in contiguous blocks over rack-01 ..., all of one profile. With `islands`,
     each rack also has its leaf switch (leaf-01 ...) and position, and the racks are split
@@ -38,7 +56,7 @@ def render_inventory(
     for i in range(nodes):
         name = validate_node_name(f"{name_prefix}-{i + 1:0{width}d}")
         rack = f"rack-{i * racks // nodes + 1:02d}"
-        entry = {
+        entry: InventoryEntry = {
             "name": name,
             "address": f"{SIM_SCHEME}{name}",
             "bmc": f"{SIM_SCHEME}{name}-bmc",
@@ -52,10 +70,8 @@ def render_inventory(
         if islands:
             rack_index = i * racks // nodes
             first_in_rack = -(-rack_index * nodes // racks)  # the first i with this rack index
-            entry.update(
-                switch=f"leaf-{rack_index + 1:02d}",
-                island=f"ib-{rack_index * islands // racks + 1:02d}",
-                position=min(i - first_in_rack + 1, MAX_RACK_POSITION),
-            )
+            entry["switch"] = f"leaf-{rack_index + 1:02d}"
+            entry["island"] = f"ib-{rack_index * islands // racks + 1:02d}"
+            entry["position"] = min(i - first_in_rack + 1, MAX_RACK_POSITION)
         entries.append(entry)
     return entries

@@ -140,13 +140,13 @@ class NodeState:
     boot_time: float
     now: float
     allreduce_busbw_gbps: float
+    host: HostState
     kernel_events: list[KernelEvent] = field(default_factory=list)
     multinode_busbw_gbps: float = 0.0  # two-node all-reduce over healthy rails (see fabric_busbw_gbps)
     fabric_path_factor: float = 1.0  # what the network beyond the node's ports lets through
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
-    host: HostState | None = None
     # The trays of its multi-node NVLink domain in IMEX's order, itself among them; empty on
     # a node with no such domain (HGX). The fabric's clique and cluster ids come from it.
     domain: tuple[DomainMember, ...] = ()
@@ -286,6 +286,7 @@ def build_node_state(
         boot_time=boot_time,
         now=now,
         allreduce_busbw_gbps=profile.allreduce_busbw_gbps * rng.uniform(0.985, 1.01),
+        host=_healthy_host(profile),
         transient_failure=transient_failure,
         # Its own generator: drawing from `rng` would change every value drawn after it.
         boot_id=str(uuid.UUID(int=identity_rng(seed, node, "boot", boot_time).getrandbits(128), version=4)),
@@ -301,7 +302,6 @@ def build_node_state(
             str(uuid.UUID(int=ids.getrandbits(128), version=4)),
         )
     state.kernel_events = _boot_messages(state)
-    state.host = _healthy_host(profile)
     for spec in faults:
         _apply_fault(state, spec, seed)
     return state

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 from fleetctl.db import jobs as store
 from fleetctl.db import spares as spare_store
 from fleetctl.db.jobs import QueuedJob, SimNodeView
+from fleetctl.db.models import Job
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
@@ -192,7 +193,7 @@ class SimScheduler:
         return found[0]
 
 
-def _scheduler_job(job) -> SchedulerJob:
+def _scheduler_job(job: Job) -> SchedulerJob:
     return SchedulerJob(
         job_id=job.job_id, name=job.name, state=job.state, nodes=tuple(job.nodes) if job.state == "running" else ()
     )

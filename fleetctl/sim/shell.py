@@ -10,6 +10,7 @@ import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from fleetctl.sim.faults import CURED_BY
 from fleetctl.sim.node import HcaState, NodeState, ToolOutput
@@ -52,12 +53,15 @@ class _UsageError(Exception):
     pass
 
 
+_SIZE_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+
+
 def _bytes(text: str) -> int:
     """nccl-tests and perftest sizes: 8, 256M, 8G, 1KB."""
     match = re.fullmatch(r"(\d+)([KMGkmg]?)[Bb]?", text)
     if not match:
         raise _UsageError(f"invalid size {text!r}")
-    return int(match[1]) * 1024 ** " KMG".index(match[2].upper() or " ")
+    return int(match[1]) * _SIZE_UNITS[match[2].upper()]
 
 
 def _options(args: Sequence[str], with_value: set[str]) -> tuple[dict[str, str], list[str]]:
@@ -70,16 +74,22 @@ def _options(args: Sequence[str], with_value: set[str]) -> tuple[dict[str, str],
         if arg.startswith("-") and len(arg) > 1:
             name, eq, value = arg.partition("=")
             if not eq and name in with_value:
-                value = next(items, None)
-                if value is None:
+                following = next(items, None)
+                if following is None:
                     raise _UsageError(f"option {name} needs a value")
+                value = following
             flags[name] = value
         else:
             positional.append(arg)
     return flags, positional
 
 
+@overload
+def _flag(flags: dict[str, str], *names: str, default: str) -> str: ...
+@overload
+def _flag(flags: dict[str, str], *names: str, default: None = None) -> str | None: ...
 def _flag(flags: dict[str, str], *names: str, default: str | None = None) -> str | None:
+    """The value of the first of `names` given, else `default` (a str when one is given)."""
     return next((flags[n] for n in names if n in flags), default)
 
 

@@ -6,7 +6,7 @@ domain (the fleet's own nodes table: what a GB200 tray's IMEX lists)."""
 from __future__ import annotations
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, col, delete, select
 
 from fleetctl.db.models import Node, SimBoot, SimFault
 from fleetctl.sim.faults import SimFaultSpec
@@ -33,17 +33,17 @@ def add_fault(
 
 def clear_faults(engine: Engine, node: str, kind: str | None = None) -> int:
     with Session(engine) as session:
-        query = delete(SimFault).where(SimFault.node_name == node)
+        query = delete(SimFault).where(col(SimFault.node_name) == node)
         if kind:
-            query = query.where(SimFault.kind == kind)
-        count = session.exec(query).rowcount  # type: ignore[call-overload]
+            query = query.where(col(SimFault.kind) == kind)
+        count = session.exec(query).rowcount
         session.commit()
         return count
 
 
 def faults_for(engine: Engine, node: str) -> list[SimFault]:
     with Session(engine) as session:
-        return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(SimFault.id)))
+        return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(col(SimFault.id))))
 
 
 def fault_specs(engine: Engine, node: str) -> list[SimFaultSpec]:

@@ -15,20 +15,22 @@ def aligned_pairs(pairs: Sequence[tuple[str, str]], key_width: int, indent: str 
 
 # nvidia-smi -q's tree: (label, value) leaves, (label, children) sections, and
 # (label, value, children) for a leaf with sub-items (HW Slowdown and its two causes).
-ReportTree = list[tuple]
+ReportTree = Sequence["tuple[str, str] | tuple[str, ReportTree] | tuple[str, str, ReportTree]"]
 
 
 def report_lines(tree: ReportTree, depth: int = 0) -> list[str]:
     """nvidia-smi -q layout: 4 spaces per level, every ':' in column 42."""
     lines: list[str] = []
     indent = "    " * depth
-    for label, *rest in tree:
-        if len(rest) == 2 or isinstance(rest[0], str):
-            lines.append(f"{(indent + label).ljust(42)}: {rest[0]}")
+    for item in tree:
+        value: str | None
+        if len(item) == 3:
+            label, value, children = item
         else:
-            lines.append(indent + label)
-        if len(rest) == 2 or isinstance(rest[0], list):
-            lines.extend(report_lines(rest[-1], depth + 1))
+            label, leaf_or_children = item
+            value, children = (leaf_or_children, []) if isinstance(leaf_or_children, str) else (None, leaf_or_children)
+        lines.append(indent + label if value is None else f"{(indent + label).ljust(42)}: {value}")
+        lines.extend(report_lines(children, depth + 1))
     return lines
 
 

@@ -182,13 +182,13 @@ def _diag_json(
     gpu_ids: list[int],
     device_ids: list[str],
 ) -> str:
-    def warnings(test: _DiagTest, gpu: int | None) -> list[dict]:
+    def warnings(test: _DiagTest, gpu: int | None) -> list[dict[str, object]]:
         texts = test.warnings if gpu is None else [w for w in test.warnings if w.startswith(f"GPU {gpu} ")]
         return [
             {"error_category": 1, "error_id": test.error_id, "error_severity": 2, "warning": text} for text in texts
         ]
 
-    categories = [
+    categories: list[dict[str, object]] = [
         {
             "category": "Deployment",
             "tests": [
@@ -213,7 +213,7 @@ def _diag_json(
             for gpu in gpu_ids:
                 # A test that failed on some GPUs passed on the others.
                 status = "FAIL" if gpu in test.failed_gpus else "PASS" if test.status == "Fail" else test.status.upper()
-                result: dict = {"gpu_ids": gpu, "status": status}
+                result: dict[str, object] = {"gpu_ids": gpu, "status": status}
                 if gpu in test.failed_gpus:
                     result["warnings"] = warnings(test, gpu)
                 results.append(result)

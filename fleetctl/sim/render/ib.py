@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetctl.sim.faults import FLAP_PERIOD_S
-from fleetctl.sim.node import NodeState, ToolOutput
+from fleetctl.sim.node import HcaState, NodeState, ToolOutput
 
 
 def _eui64(mac: int) -> int:
@@ -15,7 +15,7 @@ def _eui64(mac: int) -> int:
     return ((mac >> 24) << 40 | 0xFFFE << 24 | mac & 0xFFFFFF) ^ (0x02 << 56)
 
 
-def _named(node: NodeState, devices: Sequence[str]):
+def _named(node: NodeState, devices: Sequence[str]) -> list[HcaState] | None:
     """The node's HCAs a tool was asked about (every one when none is named); None when a named
     one is not there (each tool says so in its own words)."""
     hcas = [h for h in node.hcas if not devices or h.name in devices]

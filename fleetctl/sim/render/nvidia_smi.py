@@ -132,13 +132,18 @@ def _query_fields() -> dict[str, QueryField]:
         "fabric.status": (None, lambda n, g: g.fabric_status),
     }
     for position, label in enumerate(_HISTOGRAM_LABELS):
-        fields[f"remapped_rows.histogram.{label.lower()}"] = (
-            None,
-            lambda n, g, i=position: str(_bank_histogram(n.profile, g)[i]),
-        )
+        fields[f"remapped_rows.histogram.{label.lower()}"] = (None, _histogram_bucket(position))
     for _, suffix, bit in _REASON_NAMES:
-        fields[f"clocks_event_reasons.{suffix}"] = (None, lambda n, g, b=bit: _active(bool(g.event_reasons & b)))
+        fields[f"clocks_event_reasons.{suffix}"] = (None, _event_reason(bit))
     return fields
+
+
+def _histogram_bucket(position: int) -> Callable[[NodeState, GpuState], str]:
+    return lambda n, g: str(_bank_histogram(n.profile, g)[position])
+
+
+def _event_reason(bit: int) -> Callable[[NodeState, GpuState], str]:
+    return lambda n, g: _active(bool(g.event_reasons & bit))
 
 
 QUERY_FIELDS = _query_fields()
@@ -208,7 +213,57 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
             ("DRAM Uncorrectable", str(dram_uncorrectable)),
         ]
 
-    watts = lambda value: f"{value:.2f} W"  # noqa: E731
+    def watts(value: float) -> str:
+        return f"{value:.2f} W"
+
+    # Sections that mix leaves and sub-sections are named: a list literal nested in a tuple
+    # gets no type context from the ReportTree union, so mypy would widen its items.
+    pci: ReportTree = [
+        ("Bus", f"0x{gpu.bus:02X}"),
+        ("Device", "0x00"),
+        ("Domain", "0x0000"),
+        ("Device Id", f"0x{p.pci_device_id:04X}10DE"),
+        ("Bus Id", gpu.pci_bus_id),
+        ("Sub System Id", f"0x{p.pci_subsystem_id:04X}10DE"),
+        (
+            "GPU Link Info",
+            [
+                ("PCIe Generation", [("Max", str(p.pcie_gen)), ("Current", str(p.pcie_gen))]),
+                ("Link Width", [("Max", "16x"), ("Current", "16x")]),
+            ],
+        ),
+        ("Replays Since Reset", "0"),
+        ("Replay Number Rollovers", "0"),
+    ]
+    clocks_event_reasons: ReportTree = [
+        ("Idle", reason["Idle"]),
+        ("Applications Clocks Setting", reason["Applications Clocks Setting"]),
+        ("SW Power Cap", reason["SW Power Cap"]),
+        (
+            "HW Slowdown",
+            reason["HW Slowdown"],
+            [
+                ("HW Thermal Slowdown", reason["HW Thermal Slowdown"]),
+                ("HW Power Brake Slowdown", reason["HW Power Brake Slowdown"]),
+            ],
+        ),
+        ("Sync Boost", reason["Sync Boost"]),
+        ("SW Thermal Slowdown", reason["SW Thermal Slowdown"]),
+        ("Display Clock Setting", reason["Display Clock Setting"]),
+    ]
+    remapped_rows: ReportTree = [
+        ("Correctable Error", str(gpu.remap_correctable)),
+        ("Uncorrectable Error", str(gpu.remap_uncorrectable)),
+        ("Pending", _yes_no(gpu.remap_pending)),
+        ("Remapping Failure Occurred", _yes_no(gpu.remap_failure)),
+        (
+            "Bank Remap Availability Histogram",
+            [
+                (label, f"{count} bank(s)")
+                for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu), strict=False)
+            ],
+        ),
+    ]
     return [
         ("Product Name", p.gpu_name),
         ("Product Brand", "NVIDIA"),
@@ -246,47 +301,10 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
             ],
         ),
         ("GSP Firmware Version", p.driver_version),
-        (
-            "PCI",
-            [
-                ("Bus", f"0x{gpu.bus:02X}"),
-                ("Device", "0x00"),
-                ("Domain", "0x0000"),
-                ("Device Id", f"0x{p.pci_device_id:04X}10DE"),
-                ("Bus Id", gpu.pci_bus_id),
-                ("Sub System Id", f"0x{p.pci_subsystem_id:04X}10DE"),
-                (
-                    "GPU Link Info",
-                    [
-                        ("PCIe Generation", [("Max", str(p.pcie_gen)), ("Current", str(p.pcie_gen))]),
-                        ("Link Width", [("Max", "16x"), ("Current", "16x")]),
-                    ],
-                ),
-                ("Replays Since Reset", "0"),
-                ("Replay Number Rollovers", "0"),
-            ],
-        ),
+        ("PCI", pci),
         ("Fan Speed", "N/A"),
         ("Performance State", "P0"),
-        (
-            "Clocks Event Reasons",
-            [
-                ("Idle", reason["Idle"]),
-                ("Applications Clocks Setting", reason["Applications Clocks Setting"]),
-                ("SW Power Cap", reason["SW Power Cap"]),
-                (
-                    "HW Slowdown",
-                    reason["HW Slowdown"],
-                    [
-                        ("HW Thermal Slowdown", reason["HW Thermal Slowdown"]),
-                        ("HW Power Brake Slowdown", reason["HW Power Brake Slowdown"]),
-                    ],
-                ),
-                ("Sync Boost", reason["Sync Boost"]),
-                ("SW Thermal Slowdown", reason["SW Thermal Slowdown"]),
-                ("Display Clock Setting", reason["Display Clock Setting"]),
-            ],
-        ),
+        ("Clocks Event Reasons", clocks_event_reasons),
         (
             "FB Memory Usage",
             [
@@ -314,22 +332,7 @@ def _gpu_report(node: NodeState, gpu: GpuState) -> ReportTree:
                 ("Pending Page Blacklist", "N/A"),
             ],
         ),
-        (
-            "Remapped Rows",
-            [
-                ("Correctable Error", str(gpu.remap_correctable)),
-                ("Uncorrectable Error", str(gpu.remap_uncorrectable)),
-                ("Pending", _yes_no(gpu.remap_pending)),
-                ("Remapping Failure Occurred", _yes_no(gpu.remap_failure)),
-                (
-                    "Bank Remap Availability Histogram",
-                    [
-                        (label, f"{count} bank(s)")
-                        for label, count in zip(_HISTOGRAM_LABELS, _bank_histogram(p, gpu), strict=False)
-                    ],
-                ),
-            ],
-        ),
+        ("Remapped Rows", remapped_rows),
         (
             "Temperature",
             [
