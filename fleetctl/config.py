@@ -34,6 +34,7 @@ ENV_VARS = {
     "temporal_tls_key_path": "TEMPORAL_TLS_CLIENT_KEY_PATH",
     "temporal_api_key": "TEMPORAL_API_KEY",
     "task_queue": "FLEETCTL_TASK_QUEUE",
+    "bulk_slot_share": "FLEETCTL_BULK_SLOT_SHARE",
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
@@ -131,6 +132,12 @@ class Settings:
     temporal_tls_key_path: str = ""
     temporal_api_key: str = ""
     task_queue: str = "fleetctl"
+    # Each worker serves two lanes (workflows.worker): the task queue above for the workflows
+    # and every activity that is not bulk, `<task_queue>-bulk` for the bulk (checks, sweep
+    # batches, scans, firmware flashes, hardware steps), each with activity slots of its own.
+    # Bulk work takes at most this share of the worker's slots; the rest are never bulk's, so
+    # an XID 79's drain, job restart and guard grant never wait behind a sweep's checks.
+    bulk_slot_share: float = 0.5
     # One capacity guard per fleet: several fleets can share a Temporal namespace.
     fleet: str = "default"
     operator: str = ""
@@ -332,6 +339,8 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "guard_storm_fraction": (0.0, 1.0, False),
     "guard_storm_window_s": (0.0, 7 * 86400.0, False),
     "sim_time_scale": (0.0, 1000.0, True),
+    # Neither lane may be left without a slot (workflows.worker.slots_of).
+    "bulk_slot_share": (0.0, 0.9, False),
     "sim_seed": (0, 2**63 - 1, True),
     "lemon_threshold": (1, 1000, True),
     "lemon_window_days": (0.0, 3650.0, False),

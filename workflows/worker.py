@@ -1,9 +1,22 @@
-"""The worker: hosts every fleetctl workflow and activity on one task queue."""
+"""The worker: hosts every fleetctl workflow and activity, in two lanes.
+
+The task queue (settings.task_queue) carries the workflows and the critical work: an XID 79's
+node workflow tasks, its drain, the job restart, the capacity guard's grant. Its bulk lane
+(`<task_queue>-bulk`, workflows.api.bulk_queue) carries what may wait: checks (a sweep's,
+burn-in's, a recheck's, a runbook's), sweep batches, scans (job history, stragglers, the
+sweep's idle-node read), firmware flashes and hardware steps. Each lane is a Temporal Worker
+of its own in this process, with activity slots of its own out of one thread pool: bulk work
+takes at most settings.bulk_slot_share of them and never one of the critical lane's, so a
+sweep's checks cannot hold the slot an XID 79's drain needs, and its batches' workflow tasks
+queue apart from the node workflows'. Which lane an activity runs in is said where the
+workflow calls it (workflows.definitions.shared.bulk)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -25,6 +38,7 @@ from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.stragglers import StragglerActivities
+from workflows.api import bulk_queue
 from workflows.client import connect, ensure_capacity_guard, require_search_attributes, stalled_nodes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
@@ -35,6 +49,8 @@ from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
 from workflows.definitions.stragglers import ProductionStragglers
 
+# One worker process's activity threads: its two lanes' slots together.
+ACTIVITY_THREADS = 64
 # How many external drains' event ids a worker remembers having signalled (watch_external_drains).
 SENT_EXTERNAL_DRAINS = 10_000
 
@@ -49,6 +65,9 @@ WORKFLOWS: list[type] = [
     ProductionStragglers,
     JobHistorySync,
 ]
+# Also on the bulk lane: a sweep starts its batches there (one started on the task queue before
+# the lanes finishes there: WORKFLOWS hosts it too).
+BULK_WORKFLOWS: list[type] = [ActiveCheckBatch]
 
 
 def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any]]:
@@ -126,14 +145,59 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     ]
 
 
-def build_worker(client: Client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
-    return Worker(
-        client,
-        task_queue=settings.task_queue,
-        workflows=WORKFLOWS,
-        activities=activities_for(settings, client),
-        activity_executor=executor,
-        max_concurrent_activities=executor._max_workers,
+def slots_of(threads: int, bulk_share: float) -> tuple[int, int]:
+    """(critical, bulk): the activity slots of each lane out of `threads`. Bulk takes at most
+    its share (rounded down), at least one; the critical lane keeps the rest, at least one.
+    Together they are the threads, so neither lane's tasks ever queue for a thread."""
+    bulk = min(threads - 1, max(1, math.floor(threads * bulk_share)))
+    return threads - bulk, bulk
+
+
+class Lanes:
+    """A worker's two lanes (the critical task queue, its bulk lane), each a Temporal Worker:
+    started and stopped together (`async with`)."""
+
+    def __init__(self, critical: Worker, bulk: Worker):
+        self.critical, self.bulk = critical, bulk
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Lanes:
+        await self._stack.enter_async_context(self.critical)
+        await self._stack.enter_async_context(self.bulk)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stack.aclose()
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    executor: ThreadPoolExecutor,
+    activities: list[Callable[..., Any]] | None = None,
+) -> Lanes:
+    """Both lanes on `executor`'s threads, split by settings.bulk_slot_share. Every activity is
+    hosted in both (`activities`: a test's own, else activities_for): where one runs is the
+    workflow's word, and an activity scheduled before the lanes is still served."""
+    hosted = activities_for(settings, client) if activities is None else activities
+    critical, bulk = slots_of(executor._max_workers, settings.bulk_slot_share)
+    return Lanes(
+        Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=WORKFLOWS,
+            activities=hosted,
+            activity_executor=executor,
+            max_concurrent_activities=critical,
+        ),
+        Worker(
+            client,
+            task_queue=bulk_queue(settings.task_queue),
+            workflows=BULK_WORKFLOWS,
+            activities=hosted,
+            activity_executor=executor,
+            max_concurrent_activities=bulk,
+        ),
     )
 
 
@@ -294,7 +358,7 @@ def require_site_profiles(settings: Settings) -> None:
         raise ConfigError(f"profiles_dir: {exc}") from None
 
 
-async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     require_site_profiles(settings)
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
@@ -307,13 +371,18 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
         watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings)))
     )
     try:
-        with ThreadPoolExecutor(max_workers=64, thread_name_prefix="fleetctl-activity") as executor:
-            worker = build_worker(client, settings, executor)
-            if stop is None:
-                await worker.run()
-            else:
-                async with worker:
-                    await stop.wait()
+        with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="fleetctl-activity") as executor:
+            lanes = build_worker(client, settings, executor)
+            critical, bulk = slots_of(ACTIVITY_THREADS, settings.bulk_slot_share)
+            logging.getLogger(__name__).info(
+                "lanes: %s (%d activity slots), %s (%d)",
+                settings.task_queue,
+                critical,
+                bulk_queue(settings.task_queue),
+                bulk,
+            )
+            async with lanes:
+                await stop.wait()
     finally:
         watcher.cancel()
         pruner.cancel()

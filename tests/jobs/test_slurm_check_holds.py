@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from temporalio import activity
-from temporalio.worker import Worker
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
@@ -26,7 +25,7 @@ from tests.support.worker import terminate_node_workflows
 from workflows.api import CheckOutcome, CheckRequest, SweepInput
 from workflows.client import connect, request_phase
 from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.worker import WORKFLOWS, activities_for
+from workflows.worker import activities_for, build_worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
@@ -137,14 +136,7 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
         assert _considered(slurm_cluster, waiting["job"])[0] == "PENDING"
 
         with ThreadPoolExecutor(16) as pool:
-            async with Worker(
-                client,
-                task_queue=settings.task_queue,
-                workflows=WORKFLOWS,
-                activities=activities,
-                activity_executor=pool,
-                max_concurrent_activities=16,
-            ):
+            async with build_worker(client, settings, pool, activities=activities):
                 await request_phase(client, first, "admit", "tester", "quick")
                 await until(lambda: queries.get_node(engine, first).state == "production", ADMISSION_S, "admitted")
                 # Admitted: the hold lifted, the waiting job starts there and nowhere else.

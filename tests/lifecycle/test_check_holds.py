@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from fleetctl.cli.output import EXIT_OPERATIONAL
 from fleetctl.db import queries
@@ -36,7 +35,7 @@ from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import SweepInput, SweepScope
 from workflows.client import request_phase
 from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.worker import WORKFLOWS, activities_for, build_worker
+from workflows.worker import activities_for, build_worker
 
 pytestmark = pytest.mark.temporal
 
@@ -123,14 +122,7 @@ async def test_a_job_that_lands_between_the_idleness_read_and_the_hold_skips_the
 
     activities = [idle_then_a_job_lands if a is real_read else a for a in activities]
     with ThreadPoolExecutor(16) as pool:
-        async with Worker(
-            client,
-            task_queue=settings.task_queue,
-            workflows=WORKFLOWS,
-            activities=activities,
-            activity_executor=pool,
-            max_concurrent_activities=16,
-        ):
+        async with build_worker(client, settings, pool, activities=activities):
             result = await client.execute_workflow(
                 ActiveCheckSweep.run,
                 SweepInput(suite="quick", max_concurrent=2, fleet=settings.fleet),

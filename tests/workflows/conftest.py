@@ -22,6 +22,7 @@ from workflows.api import (
     PhaseRequest,
     TransitionRequest,
     TransitionResult,
+    bulk_queue,
     job_restart_id,
     node_workflow_id,
 )
@@ -108,7 +109,11 @@ async def lifecycle(temporal_address):
         started.append(handle)
         return Lifecycle(client, handle, node, fakes)
 
-    async with Worker(client, task_queue=task_queue, workflows=[NodeLifecycle, FakeJobRestart], activities=fakes.all()):
+    # Both of a worker's lanes (workflows.worker): the checks run in the bulk one.
+    async with (
+        Worker(client, task_queue=task_queue, workflows=[NodeLifecycle, FakeJobRestart], activities=fakes.all()),
+        Worker(client, task_queue=bulk_queue(task_queue), activities=fakes.all()),
+    ):
         yield factory
         for handle in started:
             try:

@@ -41,6 +41,7 @@ from workflows.api.jobs import (
 from workflows.api.names import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
+    BULK_SUFFIX,
     CAPACITY_GUARD,
     FIRMWARE_ROLLOUT,
     GUARD_STATUS_QUERY,
@@ -61,6 +62,7 @@ from workflows.api.names import (
     ROLLOUT_PROGRESS_QUERY,
     ROLLOUT_RESUME_UPDATE,
     TRANSITION_UPDATE,
+    bulk_queue,
     guard_id,
     job_restart_id,
     job_sync_id,
@@ -152,6 +154,7 @@ from workflows.api.remediation import (
 __all__ = [
     "ACTIVE_CHECK_SWEEP",
     "ADMIT_UPDATE",
+    "BULK_SUFFIX",
     "CAPACITY_GUARD",
     "DEFAULT_RUNNING_TIMEOUT_S",
     "DRAIN_JOB_POLL_S",
@@ -260,6 +263,7 @@ __all__ = [
     "WaitForJob",
     "WorkItem",
     "WorkKind",
+    "bulk_queue",
     "guard_id",
     "job_restart_id",
     "job_sync_id",

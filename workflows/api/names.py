@@ -30,6 +30,8 @@ ROLLOUT_RESUME_UPDATE = "resume"
 ROLLOUT_ABORT_UPDATE = "abort"
 ROLLOUT_PROGRESS_QUERY = "progress"
 
+BULK_SUFFIX = "-bulk"
+
 
 def node_workflow_id(node: str) -> str:
     """The id of a node's NodeLifecycle workflow."""
@@ -72,3 +74,11 @@ def job_sync_id(schedule_id: str) -> str:
 def straggler_sweep_id(schedule_id: str) -> str:
     """The id of the production straggler judges a schedule starts (one at a time)."""
     return f"stragglers/{schedule_id}"
+
+
+def bulk_queue(task_queue: str) -> str:
+    """The bulk lane of a worker's task queue: checks, sweep batches and scans run there, on
+    activity slots of their own (workflows.worker), never on the slots of the critical work
+    (an XID 79's drain, job restart, guard grant) that keeps the task queue itself. The bulk
+    lane of a bulk lane is itself: a sweep batch runs there, and its checks with it."""
+    return task_queue if task_queue.endswith(BULK_SUFFIX) else task_queue + BULK_SUFFIX

@@ -43,11 +43,13 @@ with workflow.unsafe.imports_passed_through():
         SweepResult,
         SweepScope,
         TransitionRequest,
+        bulk_queue,
     )
     from workflows.definitions.shared import (
         MESSAGE,
         QUICK,
         SCHEDULER,
+        bulk,
         guarded_drain,
         hold_for_check,
         hold_nvlink_domain,
@@ -63,7 +65,7 @@ class ActiveCheckSweep:
     async def run(self, req: SweepInput) -> SweepResult:
         scope = SweepScope(fleet=req.fleet, suite=req.suite)
         checks = await workflow.execute_activity_method(CheckActivities.suite_checks, scope, **QUICK)
-        nodes = await workflow.execute_activity_method(NodeActivities.idle_production_nodes, scope, **SCHEDULER)
+        nodes = await workflow.execute_activity_method(NodeActivities.idle_production_nodes, scope, **bulk(SCHEDULER))
         width = req.max_concurrent or max(1, math.ceil(len(nodes) * req.max_concurrent_fraction))
         result = SweepResult()
         sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
@@ -71,13 +73,15 @@ class ActiveCheckSweep:
             # A node costs ~19 history events (its hold and release, fence-checks, add two
             # activities: up to 12 more); one history for all of them would hit Temporal's
             # limit near 2,800 nodes (near 1,650 held). Batches run one after another, so
-            # `width` still bounds the nodes checked at once.
+            # `width` still bounds the nodes checked at once. Each batch runs in the bulk lane
+            # (workflows.worker), its workflow tasks and activities on slots of their own.
             size = max(1, req.batch_nodes)
             for start in range(0, len(nodes), size):
                 part: SweepResult = await workflow.execute_child_workflow(
                     ActiveCheckBatch.run,
                     SweepBatch(nodes[start : start + size], checks, req, sweep_id, width),
                     id=f"{workflow.info().workflow_id}/batch-{start // size}",
+                    task_queue=bulk_queue(workflow.info().task_queue),
                 )
                 result.merge(part)
         else:
@@ -199,7 +203,9 @@ async def drain_silent_agents(scope: SweepScope, req: SweepInput, sweep_id: str,
     """The path of the unreachable: the silent are reported to the guard first (out of the
     nodes with an agent, so that many falling silent at once open the breaker: an intake or
     network outage, not many bad nodes), then each is drained through it."""
-    silence: AgentSilence = await workflow.execute_activity_method(NodeActivities.judge_agent_silence, scope, **QUICK)
+    silence: AgentSilence = await workflow.execute_activity_method(
+        NodeActivities.judge_agent_silence, scope, **bulk(QUICK)
+    )
     if not silence.silent:
         return
     silent = [v.node for v in silence.silent]

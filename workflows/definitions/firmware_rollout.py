@@ -39,7 +39,15 @@ with workflow.unsafe.imports_passed_through():
         UpdateOutcome,
         rollout_workflow_id,
     )
-    from workflows.definitions.shared import FIRMWARE_CHECKS, FIRMWARE_UPDATE, MESSAGE, QUICK, guarded_drain, run_check
+    from workflows.definitions.shared import (
+        FIRMWARE_CHECKS,
+        FIRMWARE_UPDATE,
+        MESSAGE,
+        QUICK,
+        bulk,
+        guarded_drain,
+        run_check,
+    )
 
 DRAIN_WAIT = timedelta(hours=3)
 DRAIN_POLL = timedelta(seconds=2)
@@ -161,7 +169,7 @@ class FirmwareRollout:
             return "skipped", why
         try:
             applied: UpdateOutcome = await workflow.execute_activity_method(
-                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id), **FIRMWARE_UPDATE
+                FirmwareActivities.apply_updates, DriftRequest(node, self.inp.baseline_id), **bulk(FIRMWARE_UPDATE)
             )
         except ActivityError as exc:
             # A worker that died mid-update: a failed node of this roll-out, not a failed roll-out.

@@ -12,11 +12,12 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.activities.job_history import JobHistoryActivities
     from workflows.api import JobSyncInput, JobSyncResult
-    from workflows.definitions.shared import MESSAGE, ActivityOptions
+    from workflows.definitions.shared import MESSAGE, ActivityOptions, bulk
 
 # One squeue per scheduler, each given up after the adapter's own timeout (30 s); a
 # scheduler that cannot be asked is an error in the result, not a failed activity, so the
-# retries are for the database only (a run that outlasts its interval skips the next).
+# retries are for the database only (a run that outlasts its interval skips the next). A scan
+# of every scheduler's jobs: in the bulk lane.
 SYNC: ActivityOptions = {**MESSAGE, "start_to_close_timeout": timedelta(minutes=2)}
 
 
@@ -24,4 +25,4 @@ SYNC: ActivityOptions = {**MESSAGE, "start_to_close_timeout": timedelta(minutes=
 class JobHistorySync:
     @workflow.run
     async def run(self, req: JobSyncInput) -> JobSyncResult:
-        return await workflow.execute_activity_method(JobHistoryActivities.sync_job_history, req, **SYNC)
+        return await workflow.execute_activity_method(JobHistoryActivities.sync_job_history, req, **bulk(SYNC))

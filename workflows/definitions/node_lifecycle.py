@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         SCHEDULER,
         SCHEDULER_ROUND,
         ask_guard,
+        bulk,
         hold_for_check,
         hold_nvlink_domain,
         record_automation,
@@ -514,7 +515,7 @@ class NodeLifecycle:
         """The firmware update, never cut short: a half-flashed part can brick a GPU or a NIC,
         so a critical event waits for it, and the node's activity says so."""
         flash = workflow.execute_activity_method(
-            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **FIRMWARE_UPDATE
+            FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **bulk(FIRMWARE_UPDATE)
         )
         if not workflow.patched("critical-events-preempt"):
             return await flash

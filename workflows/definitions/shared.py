@@ -18,6 +18,11 @@ The presets, chosen once for every workflow, and why:
 - A scheduler is another service that can be down for minutes: its calls get a bounded
   number of attempts (SCHEDULER_ROUND for a caller that records the refusal and tries again
   in rounds, SCHEDULER for one that gives up with the reason recorded).
+- Work that may wait (checks, firmware flashes, hardware steps, scans of the fleet) runs in
+  the worker's bulk lane (`bulk`, workflows.worker), on slots of its own: a sweep's checks
+  never hold the slot an XID 79's drain, its job's restart or the guard's grant needs. The
+  rest runs on the workflow's own task queue (a sweep batch's, the bulk lane's: its holds,
+  drains and records wait with its checks).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         NodeCommandOutcome,
         SchedulerHold,
         TransitionRequest,
+        bulk_queue,
     )
 
 # The checks that read a node's firmware inventory (recorded as check runs).
@@ -83,6 +89,7 @@ class ActivityOptions(TypedDict, total=False):
     start_to_close_timeout: timedelta
     heartbeat_timeout: timedelta
     retry_policy: RetryPolicy
+    task_queue: str  # the bulk lane's (`bulk`); absent: the workflow's own queue
 
 
 _TRANSIENT = RetryPolicy(
@@ -137,7 +144,8 @@ POD_DRAIN_ROUND: ActivityOptions = {
     ),
 }
 # A firmware update is never retried blindly (a half-flashed part is the vendor's to judge);
-# it heartbeats between components, and one component may take minutes on its BMC.
+# it heartbeats between components, and one component may take minutes on its BMC. Called
+# through `bulk`: it holds its slot for as long.
 FIRMWARE_UPDATE: ActivityOptions = {
     "start_to_close_timeout": timedelta(hours=2),
     "heartbeat_timeout": timedelta(minutes=5),
@@ -145,26 +153,42 @@ FIRMWARE_UPDATE: ActivityOptions = {
 }
 
 
+def bulk(options: ActivityOptions) -> ActivityOptions:
+    """`options` for an activity of the bulk lane: work that may wait, on the bulk slots of the
+    workflow's task queue (a bulk lane's own workflow stays in it)."""
+    return {**options, "task_queue": bulk_queue(workflow.info().task_queue)}
+
+
 def hardware_step(params: dict[str, Any]) -> ActivityOptions:
     """A GPU reset or reboot: as long as its own waits (for idle GPUs, for the node to come
     back) plus margin. It heartbeats while it waits; a BMC reset call itself may block for a
-    minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly."""
-    return {
-        "start_to_close_timeout": timedelta(seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120),
-        "heartbeat_timeout": timedelta(seconds=60),
-        "retry_policy": RetryPolicy(maximum_attempts=2),
-    }
+    minute, hence the heartbeat bound. Tried twice: a reset is not repeated blindly. In the
+    bulk lane: it holds its slot for minutes."""
+    return bulk(
+        {
+            "start_to_close_timeout": timedelta(
+                seconds=params.get("idle_timeout", 0) + params.get("timeout", 900) + 120
+            ),
+            "heartbeat_timeout": timedelta(seconds=60),
+            "retry_policy": RetryPolicy(maximum_attempts=2),
+        }
+    )
 
 
 def check_options(check: str, attempts: int) -> ActivityOptions:
-    """A check runs as long as its tool typically takes, three times over, plus a minute."""
-    return {
-        "start_to_close_timeout": timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
-        "heartbeat_timeout": HEARTBEAT_TIMEOUT,
-        "retry_policy": RetryPolicy(
-            initial_interval=timedelta(seconds=1), maximum_attempts=attempts, non_retryable_error_types=NON_RETRYABLE
-        ),
-    }
+    """A check runs as long as its tool typically takes, three times over, plus a minute, in
+    the bulk lane."""
+    return bulk(
+        {
+            "start_to_close_timeout": timedelta(seconds=CHECKS[check].typical_duration_s * 3 + 60),
+            "heartbeat_timeout": HEARTBEAT_TIMEOUT,
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                maximum_attempts=attempts,
+                non_retryable_error_types=NON_RETRYABLE,
+            ),
+        }
+    )
 
 
 T = TypeVar("T")

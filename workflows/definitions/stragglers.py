@@ -33,11 +33,12 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
     )
     from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, guarded_drain
+    from workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, bulk, guarded_drain
 
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
 # (at most 120 s), and heartbeats between them; a Prometheus that is down is an error in
-# the tick, not a failed activity, so the retries here are for the database only.
+# the tick, not a failed activity, so the retries here are for the database only. A scan of
+# every running job: in the bulk lane.
 JUDGE: ActivityOptions = {
     "start_to_close_timeout": timedelta(minutes=20),
     "heartbeat_timeout": timedelta(minutes=3),
@@ -55,7 +56,7 @@ class ProductionStragglers:
     @workflow.run
     async def run(self, req: StragglerSweepInput) -> StragglerSweepResult:
         tick: StragglerTick = await workflow.execute_activity_method(
-            StragglerActivities.judge_running_jobs, req, **JUDGE
+            StragglerActivities.judge_running_jobs, req, **bulk(JUDGE)
         )
         result = StragglerSweepResult(
             policy=tick.policy,

@@ -1,0 +1,257 @@
+"""XID 79 while an active-check sweep runs, against the idle fleet: from the event to the node
+out of production, and to its job running again off the node, on N simulated nodes in
+production (default 1,000) with checks at zero duration (FLEETCTL_SIM_TIME_SCALE=0), one
+worker process and one dev server, in one run:
+
+- idle: nothing else runs (trials before the sweep and after it, half each; one more first,
+  not counted: the worker's first XID imports what the drain and the restart need);
+- sweep: a quick-suite sweep at 10 % concurrency runs over the fleet's idle nodes (a new
+  one starts when it ends, until the trials are done); a trial counts only if the sweep
+  was running from the event to the node out of production.
+
+The XID 79 is sent as the agent sends it: a `health_event` signal with severity critical.
+Each trial's node runs a one-node job (the simulated scheduler's), so the sweep never checks
+it and its drain restarts a job. Target: the sweep's p50 and p95 within 1.2x of idle.
+
+Run: `python -m bench.run --only critical_lane` (`--full`: 20 trials a path; default 10),
+or `python -m bench.critical_lane [--nodes N] [--trials T]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench.fleet import cpu_seconds, dev_server, fleet_settings, fleetctl_worker
+from bench.harness import CannotMeasure, load, machine, now_iso, summary, write_result
+from bench.scale import _fleetctl, _inventory, _put_in_production, _settled_history_lengths
+
+NODES = 1000
+TRIALS_QUICK = 10  # per path
+TRIALS_FULL = 20
+SWEEP_CONCURRENCY = 0.10
+SUITE = "quick"
+POLL_S = 0.02
+TRIAL_TIMEOUT_S = 120.0
+SWEEP_START_TIMEOUT_S = 300.0
+TARGET_RATIO = 1.2
+
+
+async def _until(predicate, what: str) -> float:
+    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+    while True:
+        if predicate():
+            return time.time()
+        if time.monotonic() > deadline:
+            raise CannotMeasure(f"no {what} within {TRIAL_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(POLL_S)
+
+
+class Sweeps:
+    """Sweeps one after another while the sweep path's trials run."""
+
+    def __init__(self, client, settings):
+        self.client, self.settings = client, settings
+        self.handle = None
+        self.runs: list[dict] = []
+
+    def running(self) -> bool:
+        return self.handle is not None and not self._task.done()
+
+    async def ensure_running(self) -> None:
+        """A sweep in full swing: its first batch has started checking nodes."""
+        if self.running():
+            return
+        from workflows.api import SweepInput
+        from workflows.definitions.active_checks import ActiveCheckSweep
+
+        index = len(self.runs)
+        self.handle = await self.client.start_workflow(
+            ActiveCheckSweep.run,
+            SweepInput(suite=SUITE, max_concurrent_fraction=SWEEP_CONCURRENCY, fleet=self.settings.fleet),
+            id=f"bench-sweep-{index}-{self.settings.fleet}",
+            task_queue=self.settings.task_queue,
+        )
+        started = time.monotonic()
+        run = {"sweep": index}
+        self.runs.append(run)
+
+        async def finish() -> None:
+            result = await self.handle.result()
+            run.update(seconds=round(time.monotonic() - started, 1), checked=result.checked, passed=result.passed)
+
+        self._task = asyncio.ensure_future(finish())
+        batch = self.client.get_workflow_handle(f"{self.handle.id}/batch-0")
+        deadline = time.monotonic() + SWEEP_START_TIMEOUT_S
+        while True:
+            try:
+                if (await batch.describe()).history_length > 20:  # its first holds and checks under way
+                    return
+            except Exception:  # noqa: BLE001 - not started yet
+                pass
+            if time.monotonic() > deadline:
+                raise CannotMeasure(f"sweep {self.handle.id}: no batch under way after {SWEEP_START_TIMEOUT_S:.0f} s")
+            await asyncio.sleep(0.2)
+
+    async def wait(self) -> None:
+        if self.handle is not None:
+            await self._task
+
+
+async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None) -> dict:
+    from fleetctl.db import queries
+    from fleetctl.db.engine import get_engine
+    from fleetctl.durations import as_utc
+    from fleetctl.sim.scheduler import SimScheduler
+    from workflows.api import HealthEventInput
+    from workflows.client import send_health_events
+
+    engine = get_engine(settings.db_url)
+    scheduler = SimScheduler(engine)
+    job = scheduler.submit(f"bench-{path}-{index}", 1)
+    (node,) = job.nodes
+    if sweeps is not None:
+        await sweeps.ensure_running()
+    sent = time.time()
+    await send_health_events(
+        client,
+        node,
+        [
+            HealthEventInput(
+                node,
+                "xid",
+                79,
+                "GPU has fallen off the bus",
+                "bench",
+                f"bench-{path}-{index}",
+                sent,
+                severity="critical",
+            )
+        ],
+    )
+
+    def out_of_production() -> bool:
+        return any(
+            e.trigger == "drain" and as_utc(e.at).timestamp() >= sent - 1 for e in queries.node_events(engine, node)
+        )
+
+    out_at = await _until(out_of_production, f"drain of {node}")
+    during_sweep = sweeps is not None and sweeps.running()
+    running_at = await _until(
+        lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
+        f"job {job.job_id} running off {node}",
+    )
+    return {
+        "path": path,
+        "node": node,
+        "out_of_production_s": round(out_at - sent, 4),
+        "running_again_s": round(running_at - sent, 4),
+        **({"sweep": len(sweeps.runs) - 1, "sweep_running_throughout": during_sweep} if sweeps else {}),
+    }
+
+
+async def measure(nodes: int, trials: int, directory: Path) -> dict:
+    from workflows.api import node_workflow_id
+    from workflows.client import connect
+
+    (directory / "runbooks").mkdir()  # no runbook: remediation is not this subject
+    with dev_server(directory) as server:
+        settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
+        settings.sim_time_scale = 0.0
+        settings.runbooks_dir = str(directory / "runbooks")
+        inventory = _inventory(directory, nodes)
+        _put_in_production(settings, inventory)
+        worker = fleetctl_worker(settings, directory / "worker.log")
+        try:
+            _, done = _fleetctl(settings, ["node", "import", str(inventory)])
+            if done.returncode != 0:
+                raise CannotMeasure(f"fleetctl node import exited {done.returncode}: {done.stderr.strip()[-300:]}")
+            client = await connect(settings)
+            names = [f"gpu-{i:0{max(3, len(str(nodes)))}d}" for i in range(1, nodes + 1)]
+            await _settled_history_lengths(client, [node_workflow_id(n) for n in names[:: max(1, nodes // 20)]])
+            processes = {"worker": worker.cpu_seconds, "server": lambda: cpu_seconds(server.process.pid) or 0.0}
+            cpu: dict[str, dict[str, float]] = {}
+            samples: list[dict] = []
+
+            async def phase(name: str, count: int, sweeps: Sweeps | None) -> None:
+                before, started = {k: f() or 0.0 for k, f in processes.items()}, time.monotonic()
+                done = 0
+                while done < count:
+                    sample = await _trial(client, settings, name, len(samples), sweeps)
+                    samples.append(sample)
+                    done += sweeps is None or sample["sweep_running_throughout"]
+                wall = time.monotonic() - started
+                spent = cpu.setdefault(name, {"wall_s": 0.0, **dict.fromkeys(processes, 0.0)})
+                spent["wall_s"] = round(spent["wall_s"] + wall, 1)
+                for k, f in processes.items():
+                    spent[k] = round(spent[k] + (f() or 0.0) - before[k], 1)
+
+            samples.append(await _trial(client, settings, "warm-up", 0, None))
+            await phase("idle", trials - trials // 2, None)
+            sweeps = Sweeps(client, settings)
+            await phase("sweep", trials, sweeps)
+            await sweeps.wait()
+            await phase("idle", trials // 2, None)
+        finally:
+            worker.stop()
+    return {"samples": samples, "sweeps": sweeps.runs, "cpu_s": cpu}
+
+
+def figures_of(samples: list[dict]) -> dict:
+    figures: dict = {}
+    for metric in ("out_of_production_s", "running_again_s"):
+        idle = summary([s[metric] for s in samples if s["path"] == "idle"])
+        sweep = summary([s[metric] for s in samples if s["path"] == "sweep" and s["sweep_running_throughout"]])
+        figures[metric] = {
+            "idle": idle,
+            "sweep": sweep,
+            "p50_ratio": round(sweep["p50"] / idle["p50"], 2),
+            "p95_ratio": round(sweep["p95"] / idle["p95"], 2),
+        }
+    return figures
+
+
+def run(full: bool, nodes: int = NODES, trials: int | None = None) -> dict:
+    trials = trials or (TRIALS_FULL if full else TRIALS_QUICK)
+    with tempfile.TemporaryDirectory(prefix="bench-critical-lane-") as tmp:
+        measured = asyncio.run(measure(nodes, trials, Path(tmp)))
+    return {
+        "figures": {
+            "nodes": nodes,
+            "trials_per_path": trials,
+            "sweep_concurrency": SWEEP_CONCURRENCY,
+            "target_ratio": TARGET_RATIO,
+            **figures_of(measured["samples"]),
+        },
+        **measured,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.critical_lane", description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=NODES)
+    parser.add_argument("--trials", type=int, default=TRIALS_QUICK, help="per path")
+    parser.add_argument("--name", default="critical_lane", help="result file bench/results/NAME.json")
+    args = parser.parse_args(argv)
+    started_at, load_before, started = now_iso(), load(), time.monotonic()
+    measured = run(False, args.nodes, args.trials)
+    result = {
+        "benchmark": "critical_lane",
+        "date": started_at,
+        "wall_s": round(time.monotonic() - started, 1),
+        "load_before": load_before,
+        "load_after": load(),
+        "machine": machine(),
+        **measured,
+    }
+    path = write_result(args.name, result)
+    print(json.dumps(measured["figures"], indent=1))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The critical lane (workflows.worker): an XID 79's drain, its job's restart and the guard's
+grant never wait behind bulk work. A worker's checks run in the bulk lane, on activity slots
+of their own; here more rechecks than there are slots in either lane block in their first
+check until the test releases them, and an XID 79 on another node, running a job, still
+drains the node and moves its job while every one of them is still blocked.
+
+With the checks back on the task queue (the lanes undone), the blocked checks hold every
+slot the node's workflow needs to record the event, ask the guard and cordon the node, and
+the XID waits until the checks end: the test fails at its bound."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from temporalio import activity
+
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.sim.scheduler import SimScheduler
+from tests.lifecycle.conftest import make_fleet
+from tests.lifecycle.test_preemption import ACTED_ON_WITHIN_S, _xid79
+from tests.reliability.support import wait_for
+from tests.support.worker import DRAIN_LOOKS_OFTEN, start_in_production, terminate_node_workflows
+from workflows.api import CheckOutcome, CheckRequest, node_workflow_id
+from workflows.client import connect, request_phase, send_health_events
+from workflows.definitions.node_lifecycle import NodeLifecycle
+from workflows.definitions.shared import HEARTBEAT_TIMEOUT
+from workflows.worker import activities_for, build_worker, slots_of
+
+# The test's worker: 4 critical slots and 4 bulk ones at the default share.
+THREADS = 8
+
+
+@pytest.mark.parametrize(
+    ("threads", "share", "slots"),
+    [
+        (64, 0.5, (32, 32)),
+        (64, 0.25, (48, 16)),
+        (64, 0.9, (7, 57)),  # rounded down: bulk never takes more than its share
+        (10, 0.33, (7, 3)),
+        (4, 0.1, (3, 1)),  # bulk keeps one slot however small its share
+        (2, 0.9, (1, 1)),  # and the critical lane one however large bulk's
+    ],
+)
+def test_bulk_takes_at_most_its_share_of_the_slots_and_neither_lane_is_left_without_one(threads, share, slots):
+    assert slots_of(threads, share) == slots
+    assert sum(slots) == threads  # together the threads: no task of either lane queues for one
+
+
+@pytest.mark.temporal
+async def test_an_xid79_drains_its_node_and_moves_its_job_while_blocked_checks_fill_the_bulk_lane(
+    make_settings, sqlite_url, tmp_path
+) -> None:
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
+    engine = get_engine(sqlite_url)
+    critical_slots, bulk_slots = slots_of(THREADS, settings.bulk_slot_share)
+    assert critical_slots == bulk_slots  # so the blocked checks fill whichever lane they run in
+    checking = critical_slots + bulk_slots  # more rechecks than either lane has slots: some queue
+    names = make_fleet(settings, checking + 2)  # and a node with a job, and one free for the job to move to
+    client = await connect(settings)
+
+    release = threading.Event()
+    started: list[str] = []
+    activities = activities_for(settings, client)
+    real_check = next(a for a in activities if getattr(a, "__name__", "") == "run_check")
+
+    @activity.defn(name="run_check")
+    def blocked_check(req: CheckRequest) -> CheckOutcome:
+        started.append(req.node)
+        # Alive to Temporal while it blocks (a beat well inside the heartbeat timeout), so it
+        # is neither timed out nor retried: it holds its slot until released.
+        while not release.wait(HEARTBEAT_TIMEOUT.total_seconds() / 5):
+            activity.heartbeat()
+        return real_check(req)
+
+    activities = [blocked_check if a is real_check else a for a in activities]
+    rechecked: list[str] = []
+
+    async def rechecks_over() -> bool:
+        for name in rechecked:
+            s = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
+            if s.work or s.activity:
+                return False
+        return True
+
+    try:
+        with ThreadPoolExecutor(THREADS) as pool:
+            async with build_worker(client, settings, pool, activities=activities):
+                try:
+                    for name in names:
+                        await start_in_production(client, settings, name, **DRAIN_LOOKS_OFTEN)
+                    scheduler = SimScheduler(engine)
+                    job = scheduler.submit("train", 1)
+                    (node,) = job.nodes
+                    rechecked.extend([n for n in names if n != node][:checking])
+                    for name in rechecked:
+                        _, accepted, message = await request_phase(client, name, "recheck", "tester", "quick")
+                        assert accepted, message
+
+                    # As many checks blocked as the bulk lane has slots (the critical lane as many).
+                    await wait_for(lambda: len(started) == bulk_slots, ACTED_ON_WITHIN_S, "the bulk lane full")
+
+                    await send_health_events(client, node, [_xid79(node, "critical-lane-79")])
+                    await wait_for(
+                        lambda: queries.get_node(engine, node).state != "production",
+                        ACTED_ON_WITHIN_S,
+                        "the node out of production",
+                    )
+                    await wait_for(
+                        lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
+                        ACTED_ON_WITHIN_S,
+                        "the job running again off the node",
+                    )
+                    drained = next(e for e in queries.node_events(engine, node) if e.trigger == "drain")
+                    assert "79" in drained.cause, drained.cause
+
+                    async def every_recheck_at_its_check() -> bool:
+                        for name in rechecked:
+                            s = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
+                            if not s.activity.startswith("recheck: "):
+                                return False
+                        return True
+
+                    # All the while the lane stayed full, the other rechecks' checks queued behind
+                    # the blocked ones: none ended, none other started.
+                    await wait_for(every_recheck_at_its_check, ACTED_ON_WITHIN_S, "every recheck at its check")
+                    assert len(started) == bulk_slots and set(started) <= set(rechecked), started
+                    assert [queries.get_node(engine, n).state for n in rechecked] == ["production"] * checking
+                finally:
+                    release.set()
+                    # The rechecks end before the worker stops: a sync activity the stopping
+                    # worker cancels gets an exception raised into its thread, which can leave
+                    # a lock it held (an import's) taken for good.
+                    with contextlib.suppress(AssertionError):
+                        await wait_for(rechecks_over, ACTED_ON_WITHIN_S, "the rechecks over")
+    finally:
+        release.set()
+        await terminate_node_workflows(settings, names)
