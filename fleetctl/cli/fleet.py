@@ -211,7 +211,8 @@ def render_status(data: dict, wide: bool = False):
             f"storm {a['storm_fraction']:.0%}   decisions: {a['granted']} granted, {a['denied']} refused",
         )
     # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
-    # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
+    # workflow acts on nothing, an XID 79 included), failed or stuck runbooks, held RMAs and
+    # drains, suspects, what automation did;
     # then what is under way; the budget and the per-rack counts last.
     parts = [head, auto]
     if data["stalled"]:
@@ -220,6 +221,18 @@ def render_status(data: dict, wide: bool = False):
                 f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                 ["node", "since", "reason"],
                 [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]],
+            )
+        )
+    if data["needs_operator"]:
+        parts.append(
+            simple_table(
+                f"needs an operator: {plural(len(data['needs_operator']), 'node')} whose runbook failed or is stuck "
+                "(fleetctl runbook runs --node NODE)",
+                ["node", "since", "condition", "reason"],
+                [
+                    [x["node"], when(x["since"]) if x["since"] else "-", x["condition"], x["reason"]]
+                    for x in data["needs_operator"][:20]
+                ],
             )
         )
     if data["rma_held"]:

@@ -196,6 +196,8 @@ def import_nodes(
     specs = load_inventory(
         file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http
     )
+    for warning in _lacking_bmc(ctx, specs):
+        typer.echo(printable(warning), err=True)
     in_domains = {s.profile for s in specs if s.nvlink_domain}
     if in_domains and (
         conflict := domain_size_conflict(specs, _domain_sizes(context.settings(ctx).profiles_dir, in_domains))
@@ -259,6 +261,28 @@ def import_nodes(
             raise typer.Exit(EXIT_OPERATIONAL)
 
     context.run_async(run())
+
+
+def _lacking_bmc(ctx: typer.Context, specs) -> list[str]:
+    """A warning per node with no BMC while a runbook acts through one (a reboot): there that
+    step fails, and the node waits for an operator. An import goes ahead either way."""
+    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks, needing_bmc
+
+    lacking = [s.name for s in specs if not s.bmc]
+    if not lacking:
+        return []
+    try:
+        books = needing_bmc(load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR).values())
+    except RunbookError as exc:
+        return [f"warning: the runbooks were not read, so which need a BMC is not known: {exc}"]
+    if not books:
+        return []
+    named = ", ".join(books)
+    return [
+        f"warning: {name} has no BMC (inventory field 'bmc'): the reboot step of {named} fails on it, "
+        "leaving it for an operator"
+        for name in lacking
+    ]
 
 
 def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
@@ -353,6 +377,13 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
+        if d["needs_operator"]:
+            parts.append(
+                Text.assemble(
+                    ("needs an operator: ", "bold yellow"),
+                    shown(f"{d['needs_operator']['type']}: {d['needs_operator']['reason']}"),
+                )
+            )
         for held in d["rma_held"]:
             parts.append(
                 Text.assemble(

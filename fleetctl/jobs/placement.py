@@ -263,8 +263,8 @@ def placement_counts(restarts: Sequence[tuple[str | None, str | None]]) -> dict[
 # The conditions (fleetctl.nodes.conditions) that keep a production node from taking a
 # restarted job or a place in a spare pool: evidence against it (a failed or erroring
 # check, a suspect or straggler finding, checks that cannot reach it), a drain the capacity
-# guard holds (the node is bad, only kept in service for capacity), or a workflow that would
-# not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
+# guard holds (the node is bad, only kept in service for capacity), a workflow that would
+# not act on its next fault, or a runbook run that failed or stuck on it (an operator's turn). `Unchecked` is not among them: an adopted node has run no check
 # yet, a node a sweep has not reached lately has only old evidence, and nothing says either
 # is bad (place_restart takes them last, unchecked_nodes).
 UNFIT_CONDITIONS = frozenset(
@@ -277,6 +277,8 @@ UNFIT_CONDITIONS = frozenset(
         "DrainHeld",
         "DrainedOutside",
         "StragglerSuspected",
+        "RemediationFailed",
+        "RemediationStuck",
     }
 )
 

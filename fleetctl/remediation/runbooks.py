@@ -502,6 +502,8 @@ ACTIONS: dict[str, dict[str, Param]] = {
 
 # Actions that touch the hardware: the node must be out of service (maintenance) first.
 DISRUPTIVE = frozenset({"gpu_reset", "reboot", "run_check", "run_suite"})
+# Actions done through the node's BMC (fleetctl.bmc): on a node without one they fail.
+BMC_ACTIONS = frozenset({"reboot"})
 
 
 @dataclass(frozen=True)
@@ -847,6 +849,11 @@ def load_runbook(path: str | Path) -> Runbook:
     except YamlRefused as exc:
         raise RunbookError(str(exc)) from None
     return parse_runbook(text, str(path))
+
+
+def needing_bmc(books: Iterable[Runbook]) -> list[str]:
+    """The runbooks with a step done through the node's BMC (BMC_ACTIONS), by name."""
+    return sorted(b.name for b in books if any(s.action in BMC_ACTIONS for s in b.steps))
 
 
 def load_runbooks(directory: str | Path = RUNBOOKS_DIR) -> dict[str, Runbook]:
