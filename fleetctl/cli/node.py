@@ -196,8 +196,6 @@ def import_nodes(
     specs = load_inventory(
         file, _known_profiles(context.settings(ctx).profiles_dir), allow_http_bmc=context.settings(ctx).bmc_allow_http
     )
-    for warning in _lacking_bmc(ctx, specs):
-        typer.echo(printable(warning), err=True)
     in_domains = {s.profile for s in specs if s.nvlink_domain}
     if in_domains and (
         conflict := domain_size_conflict(specs, _domain_sizes(context.settings(ctx).profiles_dir, in_domains))
@@ -213,6 +211,7 @@ def import_nodes(
         typer.echo(
             f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)"
         )
+        _warn_lacking_bmc(ctx, specs)
         return
 
     async def run() -> None:
@@ -255,6 +254,7 @@ def import_nodes(
             f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
             + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else "")
         )
+        _warn_lacking_bmc(ctx, specs)
         for refusal in refusals:
             typer.echo(printable(bounded(f"{refusal}; admission holds it before any check")), err=True)
         if refusals:
@@ -263,26 +263,28 @@ def import_nodes(
     context.run_async(run())
 
 
-def _lacking_bmc(ctx: typer.Context, specs) -> list[str]:
-    """A warning per node with no BMC while a runbook acts through one (a reboot): there that
-    step fails, and the node waits for an operator. An import goes ahead either way."""
+def _warn_lacking_bmc(ctx: typer.Context, specs) -> None:
+    """On stderr, a line per node with no BMC while a runbook acts through one (a reboot):
+    there that step fails, and the node waits for an operator. The import stands either way."""
     from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks, needing_bmc
+    from fleetctl.text import printable
 
     lacking = [s.name for s in specs if not s.bmc]
     if not lacking:
-        return []
+        return
     try:
         books = needing_bmc(load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR).values())
     except RunbookError as exc:
-        return [f"warning: the runbooks were not read, so which need a BMC is not known: {exc}"]
-    if not books:
-        return []
-    named = ", ".join(books)
-    return [
-        f"warning: {name} has no BMC (inventory field 'bmc'): the reboot step of {named} fails on it, "
-        "leaving it for an operator"
-        for name in lacking
-    ]
+        typer.echo(printable(f"warning: which runbooks need a BMC is not known: {exc}"), err=True)
+        return
+    for name in lacking if books else ():
+        typer.echo(
+            printable(
+                f"warning: {name} has no BMC (inventory field 'bmc'): the reboot step of {', '.join(books)} "
+                "fails on it, leaving it for an operator"
+            ),
+            err=True,
+        )
 
 
 def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
