@@ -114,6 +114,9 @@ def test_landed(island, new_nodes, where) -> None:
         (NodeHealth("n1", "production", ("Suspect",)), "Suspect"),
         (NodeHealth("n1", "production", ("Stalled",)), "Stalled"),
         (NodeHealth("n1", "production", ("StragglerSuspected",)), "StragglerSuspected"),
+        # Its runbook failed (a drain the guard refused) or is stuck: an operator's turn.
+        (NodeHealth("n1", "production", ("RemediationFailed",)), "RemediationFailed"),
+        (NodeHealth("n1", "production", ("RemediationStuck",)), "RemediationStuck"),
         # An open straggler finding, before any drain was due.
         (NodeHealth("n1", "production", (), open_stragglers=1), "StragglerSuspected"),
         (NodeHealth("n1", "production", ("StragglerSuspected",), open_stragglers=2), "StragglerSuspected"),
