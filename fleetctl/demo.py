@@ -247,9 +247,29 @@ def running_sim_jobs(engine: Engine) -> list[Job]:
     return [j for j in list_jobs(engine, scheduler="sim") if j.state == "running"]
 
 
+def unresolved(engine: Engine, node: str) -> str:
+    """Why the fault on `node` is not handled, whatever was done about it: the capacity guard
+    holds its drain (the node stays in service and its scheduler still gives it work), or a
+    runbook run on it failed or is stuck, waiting for an operator; "" when neither."""
+    from fleetctl.nodes.view_store import remediation_conditions
+
+    held = queries.held_drains(engine, [node]).get(node)
+    if held is not None:
+        return f"drain held ({held[3]}): the node still takes work"
+    waiting = remediation_conditions(engine, [queries.get_node(engine, node)], datetime.now(UTC)).get(node)
+    return f"needs an operator: {waiting.reason}" if waiting is not None else ""
+
+
 def handled_how(engine: Engine, fault: Fault) -> str:
-    """One line: what fleetctl did about the fault, from the recorded events (✓ when done)."""
-    from fleetctl.db.remediation import rma_records, runs
+    """One line: what fleetctl did about the fault, from the recorded events (✓ when done).
+    Never ✓ while the fault is unresolved (`unresolved`): it says what it waits for."""
+    if why := unresolved(engine, fault.node):
+        return f"… {why}"
+    return _done_how(engine, fault)
+
+
+def _done_how(engine: Engine, fault: Fault) -> str:
+    from fleetctl.db.remediation import rma_records, runs, steps
 
     events = queries.node_events(engine, fault.node)
     triggers = [e.trigger for e in events]
@@ -291,8 +311,14 @@ def handled_how(engine: Engine, fault: Fault) -> str:
         ]
         if "drain" in triggers and restarts:
             job_id, took = restarts[0]
+            moved = f"drained at once; job {job_id} running again after {took.total_seconds():.1f} s"
+            rebooted = any(
+                st.action == "reboot" and st.status == "passed" for r in remediations for st in steps(engine, r.run_key)
+            )
+            if not rebooted:
+                return f"… {moved}; not rebooted yet (now {state})"
             back = " and back in production" if state == "production" and triggers.count("enter_production") > 1 else ""
-            return f"✓ drained at once; job {job_id} running again after {took.total_seconds():.1f} s; rebooted{back} (now {state})"
+            return f"✓ {moved}; rebooted{back} (now {state})"
         return f"… {state}"
     return state
 

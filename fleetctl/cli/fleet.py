@@ -245,7 +245,8 @@ def _automation_line(a: dict):
 
 
 def _needs_an_operator(data: dict) -> list:
-    """Stalled nodes, RMAs held, drains held, suspects, and what automation did lately."""
+    """Stalled nodes, failed or stuck runbooks, RMAs held, drains held, suspects, and what
+    automation did lately."""
     parts = []
     if data["stalled"]:
         parts.append(
@@ -253,6 +254,18 @@ def _needs_an_operator(data: dict) -> list:
                 f"stalled: {plural(len(data['stalled']), 'node')} whose workflow acts on nothing now",
                 ["node", "since", "reason"],
                 [[x["node"], when(x["since"]), x["reason"]] for x in data["stalled"][:20]],
+            )
+        )
+    if data["needs_operator"]:
+        parts.append(
+            simple_table(
+                f"needs an operator: {plural(len(data['needs_operator']), 'node')} whose runbook failed or is stuck "
+                "(fleetctl runbook runs --node NODE)",
+                ["node", "since", "condition", "reason"],
+                [
+                    [x["node"], when(x["since"]) if x["since"] else "-", x["condition"], x["reason"]]
+                    for x in data["needs_operator"][:20]
+                ],
             )
         )
     if data["rma_held"]:

@@ -211,6 +211,7 @@ def import_nodes(
         typer.echo(
             f"{file}: {plural(len(specs), 'node')} valid; {len(specs) - len(existing)} new, {len(existing)} already known (dry run, nothing written)"
         )
+        _warn_lacking_bmc(ctx, specs)
         return
 
     async def run() -> None:
@@ -253,12 +254,37 @@ def import_nodes(
             f"{file}: {len(created)} created, {len(updated)} updated, {len(unchanged)} unchanged"
             + (f"; {len(adopted)} adopted in production, unchecked until a sweep finds each idle" if adopt else "")
         )
+        _warn_lacking_bmc(ctx, specs)
         for refusal in refusals:
             typer.echo(printable(bounded(f"{refusal}; admission holds it before any check")), err=True)
         if refusals:
             raise typer.Exit(EXIT_OPERATIONAL)
 
     context.run_async(run())
+
+
+def _warn_lacking_bmc(ctx: typer.Context, specs) -> None:
+    """On stderr, a line per node with no BMC while a runbook acts through one (a reboot):
+    there that step fails, and the node waits for an operator. The import stands either way."""
+    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks, needing_bmc
+    from fleetctl.text import printable
+
+    lacking = [s.name for s in specs if not s.bmc]
+    if not lacking:
+        return
+    try:
+        books = needing_bmc(load_runbooks(context.settings(ctx).runbooks_dir or RUNBOOKS_DIR).values())
+    except RunbookError as exc:
+        typer.echo(printable(f"warning: which runbooks need a BMC is not known: {exc}"), err=True)
+        return
+    for name in lacking if books else ():
+        typer.echo(
+            printable(
+                f"warning: {name} has no BMC (inventory field 'bmc'): the reboot step of {', '.join(books)} "
+                "fails on it, leaving it for an operator"
+            ),
+            err=True,
+        )
 
 
 def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
@@ -353,6 +379,13 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
             parts.append(shown(remediated_text))
+        if d["needs_operator"]:
+            parts.append(
+                Text.assemble(
+                    ("needs an operator: ", "bold yellow"),
+                    shown(f"{d['needs_operator']['type']}: {d['needs_operator']['reason']}"),
+                )
+            )
         for held in d["rma_held"]:
             parts.append(
                 Text.assemble(

@@ -1,4 +1,4 @@
-"""`fleetctl runbook ...`: list, show and validate runbooks; run one for a node."""
+"""`fleetctl runbook ...`: list, show and validate runbooks; run one for a node; the runs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from fleetctl.cli.output import (
     OUTPUT_OPTION,
     Column,
     OutputFormat,
+    age,
     column_table,
     emit,
     fail,
@@ -21,8 +22,9 @@ from fleetctl.cli.output import (
     simple_table,
     within,
 )
+from fleetctl.durations import when
 
-app = typer.Typer(help="Remediation runbooks: list, show, validate, run.", no_args_is_help=True)
+app = typer.Typer(help="Remediation runbooks: list, show, validate, run; the runs.", no_args_is_help=True)
 
 
 def _books(ctx: typer.Context):
@@ -173,3 +175,81 @@ def run(
     )
     if result.status == "failed":
         raise typer.Exit(EXIT_OPERATIONAL)
+
+
+# The step statuses a run stops at (the Remediation workflow's): what `runs` shows of it.
+_STOPPING = ("failed", "interrupted")
+
+
+def _step_text(step: dict | None) -> str:
+    return "" if step is None else f"#{step['index']} {step['name']} {step['status']}: {step['detail']}"
+
+
+RUN_COLUMNS = (
+    Column("NODE", lambda r: r["node"], whole=True),
+    Column("RUNBOOK", lambda r: r["runbook"]),
+    Column("STATUS", lambda r: r["status"] + ("" if r["mode"] == "live" else f" ({r['mode'].replace('_', ' ')})")),
+    Column("AGE", lambda r: age(r["started_at"])),
+    # Where a failed, interrupted or running run stands: the step an operator looks at.
+    Column("STEP", lambda r: _step_text(r["stopped_at"])),
+    Column("STEPS", lambda r: ", ".join(f"{s['index']} {s['name']} {s['status']}" for s in r["steps"]), wide=True),
+    Column("STARTED", lambda r: when(r["started_at"]), wide=True),
+    Column("RUN", lambda r: r["run"], wide=True),
+)
+
+
+def _run_row(run, steps) -> dict:
+    shown = [
+        {
+            "index": st.step_index,
+            "name": st.name,
+            "action": st.action,
+            "status": st.status,
+            "detail": st.detail,
+            "started_at": st.started_at,
+            "finished_at": st.finished_at,
+        }
+        for st in steps
+    ]
+    if run.status == "running":
+        stopped = shown[-1] if shown else None
+    else:
+        stopped = next((st for st in reversed(shown) if st["status"] in _STOPPING), None)
+    return {
+        "run": run.run_key,
+        "node": run.node_name,
+        "runbook": run.runbook,
+        "mode": run.mode,
+        "status": run.status,
+        "outcome": run.outcome,
+        "actor": run.actor,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "stopped_at": stopped,
+        "steps": shown,
+    }
+
+
+@app.command("runs")
+def runs(
+    ctx: typer.Context,
+    node: str | None = typer.Option(None, "--node", help="only this node's runs"),
+    status: str | None = typer.Option(
+        None, "--status", help="running, succeeded, failed, escalated (sent to RMA), interrupted or dry_run"
+    ),
+    limit: int = typer.Option(50, "--limit", callback=within(1, 10_000), help="the newest this many"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """Runbook runs, newest first, each with the step it stopped at (-o wide, -o json: every step)."""
+    from fleetctl.db.queries import get_node
+    from fleetctl.db.remediation import runs_with_steps
+    from fleetctl.nodes.conditions import RunStatus
+
+    known = [s.value for s in RunStatus]
+    if status is not None and status not in known:
+        fail(f"unknown run status {status!r} (one of: {', '.join(known)})", EXIT_USAGE)
+    engine = context.engine(ctx)
+    if node is not None and get_node(engine, node) is None:
+        fail(f"unknown node: {node}")
+    rows = [_run_row(run, steps) for run, steps in runs_with_steps(engine, node, status, limit)]
+    emit(rows, output, lambda rs, wide: column_table(RUN_COLUMNS, rs, wide), empty="No runbook runs.")

@@ -62,8 +62,10 @@ class SimNodeView:
 class QueuedJob:
     job_id: str
     node_count: int
+    # Never these nodes (Slurm's ExcNodeList: every restart's bad and unfit nodes, kept).
     exclude: frozenset[str]
-    # Exactly these nodes or wait (a restart placed in its island, fleetctl.jobs.placement).
+    # Exactly these nodes or wait, until released (a restart placed in its island,
+    # fleetctl.jobs.placement; Slurm's ReqNodeList).
     nodes: tuple[str, ...] = ()
 
 
@@ -169,14 +171,16 @@ def sim_scheduling_pass(
     place: PlacementPolicy,
     requeue: str | None = None,
     exclude: Sequence[str] = (),
-    place_on: Sequence[str] = (),
+    place_on: Sequence[str] | None = None,
+    release: str | None = None,
 ) -> None:
-    """One pass of the simulated scheduler: put `requeue` (if given) back in the queue, kept
-    off `exclude` and on exactly `place_on` (when given) in this pass, then run every queued
-    job that `place` finds nodes for."""
+    """One pass of the simulated scheduler: put `requeue` (if given) back in the queue with
+    `exclude` added to the nodes it never runs on and `place_on` as the nodes it runs on
+    (None: those it asked for that are not excluded), forget the nodes `release` asked for,
+    then run every queued job that `place` finds nodes for, each off its excluded nodes."""
     with Session(engine) as session:
         pending = select(Job).where(Job.scheduler == SIM, Job.state == "pending")
-        if requeue is None and session.exec(pending.limit(1)).first() is None:
+        if requeue is None and release is None and session.exec(pending.limit(1)).first() is None:
             return  # nothing to place: no need to take the lock
         _lock_sim_scheduler(session)
         if requeue is not None:
@@ -186,15 +190,25 @@ def sim_scheduling_pass(
             if job.state == "running":
                 job.state, job.nodes = "pending", []
                 job.restart_count += 1  # as Slurm counts a requeue
-                session.add(job)
-                session.flush()
+            excluded = list(dict.fromkeys([*job.excluded_nodes, *exclude]))
+            job.excluded_nodes = excluded
+            job.required_nodes = (
+                list(place_on) if place_on is not None else [n for n in job.required_nodes if n not in excluded]
+            )
+            session.add(job)
+            session.flush()
+        if release is not None:
+            job = session.exec(select(Job).where(Job.scheduler == SIM, Job.job_id == release)).first()
+            if job is None:
+                raise UnknownJob(f"the simulated scheduler does not know job {release}")
+            job.required_nodes = []
+            session.add(job)
+            session.flush()
         queue = list(session.exec(pending.order_by(col(Job.submitted_at), col(Job.id))))
         if queue:
             placements = place(
                 [
-                    QueuedJob(j.job_id, j.node_count, frozenset(exclude), tuple(place_on))
-                    if j.job_id == requeue
-                    else QueuedJob(j.job_id, j.node_count, frozenset())
+                    QueuedJob(j.job_id, j.node_count, frozenset(j.excluded_nodes), tuple(j.required_nodes))
                     for j in queue
                 ],
                 _sim_nodes(session),

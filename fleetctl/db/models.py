@@ -133,6 +133,11 @@ class Job(SQLModel, table=True):
     # when fleetctl last saw the job there (a job the scheduler forgot ended by then).
     restart_count: int = 0
     seen_at: datetime | None = None
+    # The simulated scheduler's lists (migration 0018), as Slurm keeps them on a job: the
+    # nodes it never runs on (ExcNodeList, kept through every pass) and the nodes it runs on
+    # or waits for (ReqNodeList, until released). Empty for the jobs of other schedulers.
+    excluded_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+    required_nodes: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
 
 
 class JobCheckpoint(SQLModel, table=True):

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from fleetctl.db.models import HealthEvent, NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
 from fleetctl.durations import as_utc
@@ -102,6 +102,51 @@ def runs(engine: Engine, node_name: str | None = None, limit: int = 50) -> list[
         if node_name:
             query = query.where(RemediationRun.node_name == node_name)
         return list(session.exec(query))
+
+
+def newest_live_runs(
+    engine: Engine, names: list[str] | None = None
+) -> dict[str, tuple[RemediationRun, list[RemediationStep]]]:
+    """Per node (of `names`, or every node), its newest live run (dry and shadow runs change
+    nothing) with its steps in order: two queries, whatever the number of nodes."""
+    with Session(engine) as session:
+        newest = select(func.max(RemediationRun.id)).where(RemediationRun.mode == "live")
+        if names is not None:
+            newest = newest.where(col(RemediationRun.node_name).in_(names))
+        newest = newest.group_by(RemediationRun.node_name)
+        found = list(session.exec(select(RemediationRun).where(col(RemediationRun.id).in_(newest))))
+        steps_of = _steps_of(session, [r.run_key for r in found])
+        return {r.node_name: (r, steps_of.get(r.run_key, [])) for r in found}
+
+
+def runs_with_steps(
+    engine: Engine, node_name: str | None = None, status: str | None = None, limit: int = 50
+) -> list[tuple[RemediationRun, list[RemediationStep]]]:
+    """The newest `limit` runs (of one node, of one status), newest first, each with its steps
+    in order: `fleetctl runbook runs`."""
+    with Session(engine) as session:
+        query = select(RemediationRun).order_by(col(RemediationRun.id).desc()).limit(limit)
+        if node_name:
+            query = query.where(RemediationRun.node_name == node_name)
+        if status:
+            query = query.where(RemediationRun.status == status)
+        found = list(session.exec(query))
+        steps_of = _steps_of(session, [r.run_key for r in found])
+        return [(r, steps_of.get(r.run_key, [])) for r in found]
+
+
+def _steps_of(session: Session, run_keys: list[str]) -> dict[str, list[RemediationStep]]:
+    """The steps of each run, in order."""
+    steps_of: dict[str, list[RemediationStep]] = {}
+    if run_keys:
+        query = (
+            select(RemediationStep)
+            .where(col(RemediationStep.run_key).in_(run_keys))
+            .order_by(col(RemediationStep.step_index))
+        )
+        for step in session.exec(query):
+            steps_of.setdefault(step.run_key, []).append(step)
+    return steps_of
 
 
 def steps(engine: Engine, run_key: str) -> list[RemediationStep]:

@@ -263,8 +263,8 @@ def placement_counts(restarts: Sequence[tuple[str | None, str | None]]) -> dict[
 # The conditions (fleetctl.nodes.conditions) that keep a production node from taking a
 # restarted job or a place in a spare pool: evidence against it (a failed or erroring
 # check, a suspect or straggler finding, checks that cannot reach it), a drain the capacity
-# guard holds (the node is bad, only kept in service for capacity), or a workflow that would
-# not act on its next fault. `Unchecked` is not among them: an adopted node has run no check
+# guard holds (the node is bad, only kept in service for capacity), a workflow that would
+# not act on its next fault, or a runbook run that failed or stuck on it (an operator's turn). `Unchecked` is not among them: an adopted node has run no check
 # yet, a node a sweep has not reached lately has only old evidence, and nothing says either
 # is bad (place_restart takes them last, unchecked_nodes).
 UNFIT_CONDITIONS = frozenset(
@@ -277,6 +277,8 @@ UNFIT_CONDITIONS = frozenset(
         "DrainHeld",
         "DrainedOutside",
         "StragglerSuspected",
+        "RemediationFailed",
+        "RemediationStuck",
     }
 )
 
@@ -299,6 +301,51 @@ def unfit(node: NodeHealth) -> str:
     if node.open_stragglers and "StragglerSuspected" not in against:
         against.append("StragglerSuspected")
     return ", ".join(against)
+
+
+# How many unfit nodes a refused restart names; the rest are counted.
+NAMED_IN_REFUSAL = 5
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """What a restart tells its scheduler to keep the job off, or why it may not restart it."""
+
+    nodes: tuple[str, ...]  # the bad nodes, then the unfit ones
+    refused: str = ""  # non-empty: the restart must wait, for this reason
+
+
+def restart_exclusions(
+    scheduler: str,
+    bad_nodes: Sequence[str],
+    unfit_nodes: Mapping[str, str],
+    named: Collection[str] = (),
+    told: bool = True,
+    kept_off: Collection[str] = (),
+) -> Exclusions:
+    """The nodes a restarted job must avoid: the bad ones and every unfit one
+    (`unfit_nodes`: name -> why, from unfit), but those it is named onto (chosen healthy; on
+    a retry one may have turned unfit since). `told`: the scheduler keeps a job off the nodes
+    it is told to (Slurm's ExcNodeList, the simulated scheduler's). One that cannot be told
+    (Kubernetes: a job's controller recreates its pods, placed on any schedulable node) keeps
+    the job off only what it keeps every job off (`kept_off`: cordoned); an unfit node it
+    would still place work on refuses the restart, naming the nodes and why, until each is
+    cordoned or fit: a restart never risks landing on one."""
+    if told:
+        return Exclusions(tuple(dict.fromkeys([*bad_nodes, *(n for n in unfit_nodes if n not in named)])))
+    kept = set(kept_off)
+    open_to_it = [n for n in unfit_nodes if n not in kept and n not in bad_nodes]
+    if not open_to_it:
+        return Exclusions(tuple(bad_nodes))
+    shown = "; ".join(f"{n} ({unfit_nodes[n]})" for n in open_to_it[:NAMED_IN_REFUSAL])
+    more = len(open_to_it) - NAMED_IN_REFUSAL
+    return Exclusions(
+        tuple(bad_nodes),
+        f"the {scheduler} scheduler cannot be told to keep a job off a node, and would place it on "
+        f"unfit node{'s' if len(open_to_it) != 1 else ''} {shown}"
+        + (f" and {more} more" if more > 0 else "")
+        + ": the restart waits until each is cordoned or fit",
+    )
 
 
 def healthy_replacements(nodes: Iterable[NodeHealth]) -> list[str]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from fleetctl.nodes.lifecycle import NodeState
@@ -130,7 +131,9 @@ def held_by(refusal: str) -> str:
 
 
 # The conditions a node in production can carry (`conditions`): the exporter's `condition`
-# label of the unhealthy nodes still in production, every one of them a bounded word.
+# label of the unhealthy nodes still in production, every one of them a bounded word. A failed
+# or stuck runbook run (RemediationFailed, RemediationStuck) has its own series, whatever the
+# node's state (exporter_server.needs_operator_family).
 PRODUCTION_CONDITIONS = (
     "Stalled",
     "Suspect",
@@ -147,7 +150,7 @@ PRODUCTION_CONDITIONS = (
 @dataclass(frozen=True)
 class Condition:
     # Retired, InRMA, Maintenance, NotAdmitted, Stalled, Suspect, Unreachable, CheckFailed, CheckError,
-    # DrainHeld, StragglerSuspected, Stale, Unchecked
+    # DrainHeld, StragglerSuspected, RemediationFailed, RemediationStuck, Stale, Unchecked
     type: str
     reason: str
     since: datetime | None = None
@@ -157,6 +160,80 @@ class Condition:
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "reason": self.reason, "since": self.since}
+
+
+class RunStatus(str, Enum):
+    """A remediation run's status as the Remediation workflow records it."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ESCALATED = "escalated"  # sent to RMA
+    INTERRUPTED = "interrupted"  # a critical event cut it short; the node's workflow starts the next
+    DRY_RUN = "dry_run"
+
+
+# A live run that has finished no step for this long is stuck: past the longest a step waits
+# by design (a hardware step waits up to 3 hours for the node's drain,
+# workflows/definitions/remediation.py OUT_OF_SERVICE_WAIT), with an hour to spare.
+REMEDIATION_STUCK_AFTER = timedelta(hours=4)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A node's newest live remediation run, reduced to what its condition needs: the step it
+    stopped at (the failed one; for a run still going, the last one it finished, "" if none)."""
+
+    run_key: str
+    runbook: str
+    status: str  # RunStatus
+    started_at: datetime
+    finished_at: datetime | None = None
+    step: str = ""
+    step_detail: str = ""
+    last_progress: datetime | None = None  # when its latest step finished (None: no step yet)
+
+
+def remediation_condition(
+    node: str,
+    state: str,
+    run: RunRow | None,
+    state_since: datetime | None,
+    now: datetime | None,
+    rma_held: bool = False,
+) -> Condition | None:
+    """`RemediationFailed` when the node's newest live run failed and the node has not moved
+    since (a run that failed before the node last changed state is over: an operator or the
+    lifecycle has acted); `RemediationStuck` when it is still running and has finished no step
+    for REMEDIATION_STUCK_AFTER (not judged without `now`, nor while its RMA is held for an
+    operator, which says so itself). The reason names the run, the step, why, and what the
+    operator can do."""
+    if run is None or state == "retired":
+        return None
+    if run.status == RunStatus.FAILED.value:
+        if state_since is not None and run.finished_at is not None and state_since > run.finished_at:
+            return None
+        at = f" at step {run.step}" if run.step else ""
+        return Condition(
+            "RemediationFailed",
+            f"runbook {run.runbook} (run {run.run_key}) failed{at}: {run.step_detail or 'no step detail'}; "
+            f"see `fleetctl runbook runs --node {node}`, fix the cause, then `fleetctl runbook run {run.runbook} "
+            f"--node {node}` again, or `fleetctl node rma {node} --reason ...`",
+            run.finished_at,
+        )
+    if run.status == RunStatus.RUNNING.value and now is not None and not rma_held:
+        progress = run.last_progress or run.started_at
+        if now - progress < REMEDIATION_STUCK_AFTER:
+            return None
+        after = f"after step {run.step}" if run.step else "before its first step"
+        hours = (now - progress).total_seconds() / 3600
+        return Condition(
+            "RemediationStuck",
+            f"runbook {run.runbook} (run {run.run_key}) has finished no step for {hours:.0f}h, {after}; "
+            f"see `fleetctl runbook runs --node {node}` and the run's workflow in Temporal",
+            progress,
+        )
+    return None
 
 
 def summarise_checks(runs: Iterable[CheckRow]) -> list[CheckSummary]:
@@ -198,12 +275,14 @@ def conditions(
     state_since: datetime | None = None,
     stale: Condition | None = None,
     drained_outside: Condition | None = None,
+    remediation: Condition | None = None,
 ) -> list[Condition]:
     """What is wrong with the node, most serious first; empty when nothing is. `checks` from
     summarise_checks; `last_cause` is the cause of the node's latest transition; `suspect`
     the reachability judgement (fleetctl.nodes.reachability) made since it entered its state;
     `drained_outside` another tool's drain of the node in its scheduler (scheduler_sync:
-    no job lands on it, whatever fleetctl says);
+    no job lands on it, whatever fleetctl says); `remediation` its failed or stuck runbook
+    run (remediation_condition: it waits for an operator), right after its state's;
     `stale` the age judgement of its newest check (stale_evidence);
     `stalled` the stall watcher's (fleetctl.nodes.stalls): its workflow acts on nothing now,
     so whatever else the evidence says, an XID would not drain it. A node out of service
@@ -220,6 +299,8 @@ def conditions(
         found.append(Condition(OUT_OF_SERVICE[state], last_cause or state, state_since))
     elif NodeState(state).not_yet_admitted:  # not Ready until admission lets it into production
         found.append(Condition("NotAdmitted", f"{state}: not yet admitted to production", state_since))
+    if remediation is not None:
+        found.append(remediation)
     newest = checks[0] if checks else None
     if newest is not None and newest.status == "error" and newest.error_kind in UNREACHABLE_KINDS:
         found.append(Condition("Unreachable", newest.reason, newest.since))

@@ -83,6 +83,7 @@ def fleet_status(
     status["stalled"] = [
         {"node": name, "since": e.at, "reason": e.reason} for name, e in sorted(queries.stalled_nodes(engine).items())
     ]
+    status["needs_operator"] = needs_operator(engine, mine)
     status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
     status["recent_operator_commands"] = [
@@ -90,6 +91,18 @@ def fleet_status(
         for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
     ]
     return status
+
+
+def needs_operator(engine: Engine, nodes: Iterable[Node]) -> list[dict[str, Any]]:
+    """The nodes whose runbook run failed or is stuck (RemediationFailed, RemediationStuck, as
+    `node show` judges them), the longest waiting first."""
+    from fleetctl.nodes.view_store import remediation_conditions
+
+    found = remediation_conditions(engine, list(nodes), datetime.now(UTC))
+    return sorted(
+        ({"node": name, "condition": c.type, "since": c.since, "reason": c.reason} for name, c in found.items()),
+        key=lambda r: (r["since"] is None, r["since"] or datetime.min.replace(tzinfo=UTC), r["node"]),
+    )
 
 
 def recent_automation(engine: Engine, node: str | None = None) -> list[dict[str, Any]]:

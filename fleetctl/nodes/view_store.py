@@ -17,10 +17,13 @@ from fleetctl.nodes.conditions import (
     CheckSummary,
     Condition,
     DrainHeld,
+    RunRow,
+    RunStatus,
     conditions,
     health_word,
     held_by,
     reason,
+    remediation_condition,
     stale_evidence,
     summarise_checks,
 )
@@ -28,7 +31,15 @@ from fleetctl.nodes.conditions import (
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent
+    from fleetctl.db.models import (
+        AutomationEvent,
+        CheckRun,
+        HealthEvent,
+        Node,
+        NodeEvent,
+        RemediationRun,
+        RemediationStep,
+    )
     from fleetctl.db.queries import Suspicion
     from fleetctl.jobs.placement import NodeHealth
 
@@ -94,8 +105,10 @@ def node_row(
     stalled: AutomationEvent | None = None,
     freshness: Freshness | None = None,
     drained_outside: HealthEvent | None = None,
+    remediation: Remediation | None = None,
 ) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
+    needs_operator = _remediation_condition(n, remediation, freshness.now if freshness is not None else None)
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
     running = jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
     stale = None
@@ -119,6 +132,7 @@ def node_row(
         n.state_since,
         stale,
         _drained_outside(drained_outside),
+        needs_operator,
     )
     row = {
         "name": n.name,
@@ -131,6 +145,8 @@ def node_row(
         ),
         "jobs": running,
         "drain_held": held_dict(held),
+        # A failed or stuck runbook run waiting for an operator (RemediationFailed, RemediationStuck).
+        "needs_operator": None if needs_operator is None else needs_operator.to_dict(),
         "rack": n.rack,
         "switch": n.switch,
         "island": n.island,
@@ -158,6 +174,63 @@ class Freshness:
     now: datetime
 
 
+@dataclass(frozen=True)
+class Remediation:
+    """A node's newest live runbook run, as its condition judges it, and whether an RMA of the
+    node is held for an operator's confirmation (which says so itself)."""
+
+    run: RunRow
+    rma_held: bool = False
+
+
+def _run_row(run: RemediationRun, steps: Sequence[RemediationStep]) -> RunRow:
+    """The run with the step it stopped at: its failed step, or the last it finished."""
+    stopped = next((st for st in reversed(steps) if st.status == "failed"), None) or (steps[-1] if steps else None)
+    return RunRow(
+        run.run_key,
+        run.runbook,
+        run.status,
+        as_utc(run.started_at),
+        as_utc(run.finished_at) if run.finished_at else None,
+        stopped.name if stopped is not None else "",
+        stopped.detail if stopped is not None else "",
+        max(as_utc(st.finished_at) for st in steps) if steps else None,
+    )
+
+
+def remediations(engine: Engine, names: Sequence[str] | None = None) -> dict[str, Remediation]:
+    """Each node's (of `names`, or every node's) newest live run, in three queries."""
+    from fleetctl.db.remediation import newest_live_runs, rma_records
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    held = {r.node_name for r in rma_records(engine, AWAITING_CONFIRMATION)}
+    return {
+        node: Remediation(_run_row(run, steps), node in held)
+        for node, (run, steps) in newest_live_runs(engine, None if names is None else list(names)).items()
+        if run.status in (RunStatus.FAILED.value, RunStatus.RUNNING.value)
+    }
+
+
+def remediation_conditions(engine: Engine, nodes: Sequence[Node], now: datetime) -> dict[str, Condition]:
+    """The nodes whose runbook run waits for an operator at `now`, with that condition."""
+    runs = remediations(engine, [n.name for n in nodes])
+    found = {n.name: _remediation_condition(n, runs.get(n.name), now) for n in nodes}
+    return {name: c for name, c in found.items() if c is not None}
+
+
+def _remediation_condition(n: Node, remediation: Remediation | None, now: datetime | None) -> Condition | None:
+    if remediation is None:
+        return None
+    return remediation_condition(
+        n.name,
+        n.state,
+        remediation.run,
+        as_utc(n.state_since) if n.state_since else None,
+        now,
+        remediation.rma_held,
+    )
+
+
 def _drained_outside(event: HealthEvent | None) -> Condition | None:
     return None if event is None else Condition("DrainedOutside", event.message, as_utc(event.at))
 
@@ -180,7 +253,7 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 def node_rows(
     engine: Engine, nodes: Iterable[Node], wide: bool, freshness: Freshness | None = None
 ) -> list[dict[str, Any]]:
-    """`node list`'s rows: every node with its health, reason and jobs, in seven queries (the
+    """`node list`'s rows: every node with its health, reason and jobs, in ten queries (the
     sweep interval of `freshness` is one more, read by its caller)."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
@@ -191,6 +264,7 @@ def node_rows(
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     outside = queries.open_external_drains(engine)
+    runs = remediations(engine, names)
     return [
         node_row(
             n,
@@ -203,6 +277,7 @@ def node_rows(
             stalled.get(n.name),
             freshness,
             outside.get(n.name),
+            runs.get(n.name),
         )
         for n in nodes
     ]
@@ -226,6 +301,7 @@ def node_health(
     suspect = queries.suspect_nodes(engine)
     stalled = queries.stalled_nodes(engine)
     outside = queries.open_external_drains(engine)
+    runs = remediations(engine, names)
     open_findings: dict[str, int] = {}
     for f in stragglers.open_findings(engine):
         open_findings[f.node_name] = open_findings.get(f.node_name, 0) + 1
@@ -258,6 +334,9 @@ def node_health(
                 stall,
                 stale=stale,
                 drained_outside=_drained_outside(outside.get(n.name)),
+                remediation=_remediation_condition(
+                    n, runs.get(n.name), freshness.now if freshness is not None else None
+                ),
             )
         )
         found[n.name] = NodeHealth(n.name, n.state, types, open_findings.get(n.name, 0))
@@ -280,6 +359,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
         stalled=queries.stalled_nodes(engine).get(n.name),
         freshness=freshness,
         drained_outside=queries.open_external_drains(engine).get(n.name),
+        remediation=remediations(engine, [n.name]).get(n.name),
     )
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [

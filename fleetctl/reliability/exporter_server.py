@@ -758,6 +758,7 @@ class FleetCollector:
             returned.add_metric([fleet, status], count)
         yield returned
         yield self._rmas_held(sc.rows.rmas, sc.fleet_of, {name: rack for name, _, rack, *_ in sc.rows.nodes})
+        yield needs_operator_family(self.engine, sc.fleet_of, self.fleet)
 
     def _restart_families(self, sc: Scrape):
         """Job restarts by outcome, their latency, and the pending jobs and why they wait."""
@@ -927,6 +928,28 @@ class FleetCollector:
         for (fleet, why), count in sorted(counts.items()):
             family.add_metric([fleet, why], count)
         return family
+
+
+def needs_operator_family(engine: Engine, fleet_of: dict[str, str], default_fleet: str) -> GaugeMetricFamily:
+    """Per node whose runbook run failed or is stuck (RemediationFailed, RemediationStuck, as
+    `node show` and `fleet status` judge it): since when it has waited for an operator. One
+    series per node, gone once it moves on (a run again, an RMA, back in production)."""
+    from fleetctl.nodes.view_store import remediation_conditions
+
+    nodes = queries.list_nodes(engine)
+    rack_of = {n.name: n.rack for n in nodes}
+    family = GaugeMetricFamily(
+        "fleetctl_node_needs_operator_since_timestamp_seconds",
+        "Per node whose runbook run failed or is stuck, waiting for an operator: since when "
+        "(condition RemediationFailed or RemediationStuck; `fleetctl runbook runs --node NODE` shows the step)",
+        labels=["fleet", "node", "rack", "condition"],
+    )
+    for name, c in sorted(remediation_conditions(engine, nodes, datetime.now(UTC)).items()):
+        family.add_metric(
+            [fleet_of.get(name, default_fleet), one_line(name, REASON_LIMIT), rack_of.get(name, ""), c.type],
+            as_utc(c.since).timestamp() if c.since is not None else 0.0,
+        )
+    return family
 
 
 def serve(

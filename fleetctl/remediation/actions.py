@@ -72,6 +72,8 @@ ACTIONS: dict[str, dict[str, Param]] = {
 
 # Actions that touch the hardware: the node must be out of service (maintenance) first.
 DISRUPTIVE = frozenset({"gpu_reset", "reboot", "run_check", "run_suite"})
+# Actions done through the node's BMC (fleetctl.bmc): on a node without one they fail.
+BMC_ACTIONS = frozenset({"reboot"})
 
 
 def trigger_towards(current: str, target: str) -> str | None:

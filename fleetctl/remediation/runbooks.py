@@ -26,14 +26,14 @@ A template the sandbox refuses (fleetctl.remediation.sandbox) rejects the runboo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from checks.safe_yaml import YamlRefused, loads, read_text
-from fleetctl.remediation.actions import ACTIONS, check_statuses
+from fleetctl.remediation.actions import ACTIONS, BMC_ACTIONS, check_statuses
 from fleetctl.remediation.events import Event as Event  # the node workflow and the worker read it from here
 from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, check_expression, check_template
 from fleetctl.text import one_line
@@ -256,6 +256,16 @@ def load_runbook(path: str | Path) -> Runbook:
     except YamlRefused as exc:
         raise RunbookError(str(exc)) from None
     return parse_runbook(text, str(path))
+
+
+def needing_bmc(books: Iterable[Runbook]) -> list[str]:
+    """The runbooks with a step done through the node's BMC (BMC_ACTIONS), by name."""
+    return sorted(b.name for b in books if any(s.action in BMC_ACTIONS for s in b.steps))
+
+
+def needing_bmc(books: Iterable[Runbook]) -> list[str]:
+    """The runbooks with a step done through the node's BMC (BMC_ACTIONS), by name."""
+    return sorted(b.name for b in books if any(s.action in BMC_ACTIONS for s in b.steps))
 
 
 def load_runbooks(directory: str | Path = RUNBOOKS_DIR) -> dict[str, Runbook]:

@@ -2,7 +2,9 @@
 benchmarks. It behaves like a small Slurm seen through the Scheduler protocol.
 
 Placement: the queue in submission order, each job that fits runs at once on the first
-free nodes by name. A node is free, as in Slurm, when this scheduler has not drained it, no
+free nodes by name, never on a node a restart told it to avoid (kept, as Slurm keeps a
+job's ExcNodeList) and only on the nodes it was named onto until they are released
+(ReqNodeList). A node is free, as in Slurm, when this scheduler has not drained it, no
 other job runs there and it is not held as a spare, whatever fleetctl's state: a node new
 to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it
 with a hold's reason, fleetctl.schedulers.base). There is no
@@ -146,17 +148,20 @@ class SimScheduler:
 
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Requeue the job and place it at once off exclude_nodes if enough nodes are free;
-        otherwise it stays pending. Like Kubernetes, the exclusion holds for this placement
-        only: nodes that must stay out are drained (JobRestart drains them first)."""
+        otherwise it stays pending. As Slurm's ExcNodeList, the exclusions are added to the
+        job's and kept: no later pass places it on any of them, however long it waits."""
         try:
             store.sim_scheduling_pass(self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes)
         except store.UnknownJob as exc:
             raise SchedulerError(str(exc)) from None
 
     def restart_job_on(self, job_id: str, exclude_nodes: Sequence[str], nodes: Sequence[str]) -> None:
-        """restart_job onto exactly `nodes`, for this pass only: a job they cannot take now
-        is placed anywhere by the next pass (every read runs one), where Slurm keeps the
-        list until release_nodes."""
+        """restart_job onto exactly `nodes`: the job waits for them until release_nodes, as
+        Slurm's ReqNodeList."""
+        if not nodes:
+            raise SchedulerError(f"restart of job {job_id} onto named nodes names none")
+        if both := sorted(set(nodes) & set(exclude_nodes)):
+            raise SchedulerError(f"restart of job {job_id}: {both[0]} is both excluded and asked for")
         try:
             store.sim_scheduling_pass(
                 self.engine, place_first_fit, requeue=job_id, exclude=exclude_nodes, place_on=nodes
@@ -165,7 +170,11 @@ class SimScheduler:
             raise SchedulerError(str(exc)) from None
 
     def release_nodes(self, job_id: str) -> None:
-        self._schedule()
+        """The pending job may run on any nodes again; its exclusions stay."""
+        try:
+            store.sim_scheduling_pass(self.engine, place_first_fit, release=job_id)
+        except store.UnknownJob as exc:
+            raise SchedulerError(str(exc)) from None
 
     def spares(self) -> dict[str, tuple[str, ...]]:
         """Its hold is fleetctl's own record of the pools (the `spares` table): a held node

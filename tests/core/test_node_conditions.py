@@ -7,12 +7,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from fleetctl.nodes.conditions import (
+    REMEDIATION_STUCK_AFTER,
     CheckRow,
+    Condition,
     DrainHeld,
+    RunRow,
     UnknownState,
     conditions,
     health_word,
     reason,
+    remediation_condition,
     states_named,
     summarise_checks,
 )
@@ -189,3 +193,72 @@ def test_unchecked_is_only_a_node_never_checked() -> None:
     assert health_word("production", conditions("production", checked, None, "", stale=stale), checked) == "Stale(400d)"
     assert health_word("production", conditions("production", [], None, ""), []) == "Unchecked"
     assert stale_evidence("production", [], None, now, 60.0, 300.0) is None  # never checked: unchecked, not stale
+
+
+FAILED = RunRow("remediation/n1@r1", "xid-79", "failed", T0, T0 + timedelta(minutes=2), "reboot", "no BMC address")
+GOING = RunRow("remediation/n1@r2", "xid-79", "running", T0, None, "drain", "drained", T0 + timedelta(minutes=1))
+FRESH = RunRow("remediation/n1@r3", "xid-79", "running", T0)
+STUCK_AT = T0 + timedelta(minutes=1) + REMEDIATION_STUCK_AFTER
+
+
+@pytest.mark.parametrize(
+    "state,run,state_since,now,rma_held,expected",
+    [
+        (
+            "maintenance",
+            FAILED,
+            T0,
+            None,
+            False,
+            Condition(
+                "RemediationFailed",
+                "runbook xid-79 (run remediation/n1@r1) failed at step reboot: no BMC address; see `fleetctl runbook "
+                "runs --node n1`, fix the cause, then `fleetctl runbook run xid-79 --node n1` again, or "
+                "`fleetctl node rma n1 --reason ...`",
+                T0 + timedelta(minutes=2),
+            ),
+        ),
+        # A drain the guard refused: still production, the run failed after the node got there.
+        ("production", FAILED, T0 - timedelta(days=1), None, False, "RemediationFailed"),
+        # The node moved after the run failed (an operator undrained it, sent it to RMA): over.
+        ("production", FAILED, T0 + timedelta(minutes=3), None, False, None),
+        ("rma", FAILED, T0 + timedelta(minutes=3), None, False, None),
+        ("retired", FAILED, T0, None, False, None),
+        (
+            "maintenance",
+            GOING,
+            T0,
+            STUCK_AT,
+            False,
+            Condition(
+                "RemediationStuck",
+                "runbook xid-79 (run remediation/n1@r2) has finished no step for 4h, after step drain; see "
+                "`fleetctl runbook runs --node n1` and the run's workflow in Temporal",
+                T0 + timedelta(minutes=1),
+            ),
+        ),
+        # Its last step finished a second short of the bound: still going.
+        ("maintenance", GOING, T0, STUCK_AT - timedelta(seconds=1), False, None),
+        # No step yet: measured from its start.
+        ("maintenance", FRESH, T0, T0 + REMEDIATION_STUCK_AFTER, False, "RemediationStuck"),
+        # Its RMA waits for an operator's confirmation, which says so itself.
+        ("maintenance", GOING, T0, STUCK_AT, True, None),
+        # Not judged without a clock.
+        ("maintenance", GOING, T0, None, False, None),
+        ("maintenance", None, T0, STUCK_AT, False, None),
+    ]
+    + [
+        ("maintenance", RunRow("k", "xid-79", status, T0, T0), T0, STUCK_AT, False, None)
+        for status in ("succeeded", "escalated", "interrupted", "dry_run")
+    ],
+)
+def test_a_failed_or_stuck_runbook_run_waits_for_an_operator(state, run, state_since, now, rma_held, expected) -> None:
+    found = remediation_condition("n1", state, run, state_since, now, rma_held)
+    assert (found.type if isinstance(expected, str) and found else found) == expected
+
+
+def test_a_node_waiting_for_an_operator_is_never_ready() -> None:
+    waiting = Condition("RemediationFailed", "runbook xid-79 failed", T0)
+    found = conditions("production", summarise_checks(runs("nvidia-smi-query", "pass")), None, remediation=waiting)
+    assert [c.type for c in found] == ["RemediationFailed"]
+    assert health_word("production", found, summarise_checks(runs("nvidia-smi-query", "pass"))) == "RemediationFailed"

@@ -11,6 +11,7 @@ from fleetctl.jobs.placement import (
     LANDED_IN_ISLAND,
     LANDED_OUTSIDE,
     NOT_PLACED,
+    Exclusions,
     NodeHealth,
     Where,
     healthy_replacements,
@@ -18,6 +19,7 @@ from fleetctl.jobs.placement import (
     landed,
     place_restart,
     replacements,
+    restart_exclusions,
     unfit,
 )
 
@@ -112,6 +114,9 @@ def test_landed(island, new_nodes, where) -> None:
         (NodeHealth("n1", "production", ("Suspect",)), "Suspect"),
         (NodeHealth("n1", "production", ("Stalled",)), "Stalled"),
         (NodeHealth("n1", "production", ("StragglerSuspected",)), "StragglerSuspected"),
+        # Its runbook failed (a drain the guard refused) or is stuck: an operator's turn.
+        (NodeHealth("n1", "production", ("RemediationFailed",)), "RemediationFailed"),
+        (NodeHealth("n1", "production", ("RemediationStuck",)), "RemediationStuck"),
         # An open straggler finding, before any drain was due.
         (NodeHealth("n1", "production", (), open_stragglers=1), "StragglerSuspected"),
         (NodeHealth("n1", "production", ("StragglerSuspected",), open_stragglers=2), "StragglerSuspected"),
@@ -145,3 +150,66 @@ def test_healthy_replacements_keep_the_order_given() -> None:
 )
 def test_a_restarts_replacements_are_its_nodes_it_did_not_run_on_before(before, now, expected) -> None:
     assert replacements(before, now) == expected
+
+
+UNFIT = {"n3": "Suspect, Unreachable", "n4": "CheckFailed, DrainHeld"}
+SEVEN_UNFIT = {f"u{i}": "Suspect" for i in range(7)}
+
+
+@pytest.mark.parametrize(
+    "bad,unfit_nodes,named,told,kept_off,expected",
+    [
+        # A scheduler that can be told (Slurm's ExcNodeList, the simulated one's): bad, then unfit.
+        (["n1"], UNFIT, (), True, (), Exclusions(("n1", "n3", "n4"))),
+        (["n1"], {}, (), True, (), Exclusions(("n1",))),
+        # Named onto a node (chosen healthy, unfit on a retry since): not excluded from itself.
+        (["n1"], UNFIT, ("n2", "n3"), True, (), Exclusions(("n1", "n4"))),
+        # An unfit node that is also a bad one is named once.
+        (["n3"], UNFIT, (), True, (), Exclusions(("n3", "n4"))),
+        # One that cannot be told: every unfit node cordoned, it keeps off them itself.
+        (["n1"], UNFIT, (), False, ("n3", "n4"), Exclusions(("n1",))),
+        (["n1"], {}, (), False, (), Exclusions(("n1",))),
+        (["n3"], UNFIT, (), False, ("n4",), Exclusions(("n3",))),
+        # One it would place work on: refused, naming it and why.
+        (
+            ["n1"],
+            UNFIT,
+            (),
+            False,
+            ("n3",),
+            Exclusions(
+                ("n1",),
+                "the kubernetes scheduler cannot be told to keep a job off a node, and would place it on "
+                "unfit node n4 (CheckFailed, DrainHeld): the restart waits until each is cordoned or fit",
+            ),
+        ),
+        (
+            ["n1"],
+            UNFIT,
+            (),
+            False,
+            (),
+            Exclusions(
+                ("n1",),
+                "the kubernetes scheduler cannot be told to keep a job off a node, and would place it on "
+                "unfit nodes n3 (Suspect, Unreachable); n4 (CheckFailed, DrainHeld): the restart waits until "
+                "each is cordoned or fit",
+            ),
+        ),
+        (
+            ["n1"],
+            SEVEN_UNFIT,
+            (),
+            False,
+            (),
+            Exclusions(
+                ("n1",),
+                "the kubernetes scheduler cannot be told to keep a job off a node, and would place it on "
+                "unfit nodes u0 (Suspect); u1 (Suspect); u2 (Suspect); u3 (Suspect); u4 (Suspect) and 2 more: "
+                "the restart waits until each is cordoned or fit",
+            ),
+        ),
+    ],
+)
+def test_a_restart_keeps_off_every_unfit_node_or_waits(bad, unfit_nodes, named, told, kept_off, expected) -> None:
+    assert restart_exclusions("kubernetes", bad, unfit_nodes, named, told, kept_off) == expected

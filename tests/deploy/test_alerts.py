@@ -65,3 +65,48 @@ def test_a_stalled_node_fires_after_a_minute_and_resolves_when_it_works_again(tm
     path.write_text(yaml.safe_dump(tests))
     done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_node_needing_an_operator_fires_at_once_and_resolves_when_it_moves_on(tmp_path) -> None:
+    stopped_at = 600  # the series' value: when the run stopped (seconds since the epoch, here 10 min)
+    series = 'fleetctl_node_needs_operator_since_timestamp_seconds{fleet="f1",node="gpu-3",rack="r2",condition="RemediationFailed"}'
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                # 2 min, then gone from the exporter (run again, sent to RMA, back in production).
+                "input_series": [{"series": series, "values": f"{stopped_at}x8 stale"}],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "15s",
+                        "alertname": "FleetctlRunbookNeedsOperator",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "warning",
+                                    "fleet": "f1",
+                                    "node": "gpu-3",
+                                    "rack": "r2",
+                                    "condition": "RemediationFailed",
+                                },
+                                "exp_annotations": {
+                                    "summary": "fleetctl node gpu-3 (rack r2, fleet f1) needs an operator: "
+                                    "RemediationFailed",
+                                    "description": "Its runbook run stopped on 1970-01-01 00:10:00 +0000 UTC and "
+                                    "nothing will take the node further. `fleetctl runbook runs --node gpu-3` shows "
+                                    "the step and why; `fleetctl node show gpu-3` what the operator can do.",
+                                },
+                            }
+                        ],
+                    },
+                    {"eval_time": "5m", "alertname": "FleetctlRunbookNeedsOperator", "exp_alerts": []},
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -315,3 +315,67 @@ async def test_a_held_node_is_never_a_restarts_replacement_in_the_fleet(make_set
     assert result.new_nodes == ["n2", "n4"]
     (row,) = jobs.job_restarts(engine, job.job_id)
     assert row.placement == "fleet" and row.placement_detail.startswith("island ib-a has 0 healthy free nodes")
+
+
+def _suspect_and_unreachable(engine, node: str) -> None:
+    """`node` as the reachability judge leaves one whose checks time out: `Suspect,Unreachable`."""
+    from fleetctl.db import queries
+    from fleetctl.db.models import AutomationEvent, CheckRun
+
+    key = f"test/{node}/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
+    queries.insert_once(
+        engine,
+        CheckRun(
+            node_name=node,
+            check_name="nvidia-smi-query",
+            kind="nvidia-smi-query",
+            status="error",
+            error_kind="timeout",
+            reason="ssh: timed out after 30s",
+            idempotency_key=key,
+        ),
+        CheckRun.idempotency_key,
+        key,
+    )
+    key = f"test/{node}/suspect/{uuid.uuid4().hex[:6]}"
+    queries.insert_once(
+        engine,
+        AutomationEvent(
+            kind="suspect", node_name=node, actor="active-checks", reason="3 checks timed out", idempotency_key=key
+        ),
+        AutomationEvent.idempotency_key,
+        key,
+    )
+
+
+async def test_with_every_free_node_unfit_a_restart_lands_on_none_of_them(make_settings, sqlite_url) -> None:
+    """n3 is Suspect and Unreachable, n4 failed a check and the guard holds its drain: the only
+    free nodes once the job leaves n1. The scheduler is told to keep the job off both, and keeps
+    it off them pass after pass: the job waits, and the restart fails saying so."""
+    from fleetctl.db import queries
+    from fleetctl.nodes.view_store import node_rows
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    sim = SimScheduler(engine)
+    sim_fleet(engine, ["n1", "n2", "n3", "n4"])
+    sim_fleet(engine, ["n9"], state="maintenance")  # the fleet at its limit: the guard holds n4's drain
+    sim.drain("n9", "maintenance")  # as its own drain left it
+    job = sim.submit("train", node_count=2)
+    assert job.nodes == ("n1", "n2")
+    _suspect_and_unreachable(engine, "n3")
+
+    async def body(client):
+        await _held_after_a_failed_check(client, settings, engine, "n4")
+        handle = await start_job_restart(client, settings, _restart(job.job_id, ["n1"], running_timeout_s=2.0))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        return failed.value
+
+    (row,) = node_rows(engine, [queries.get_node(engine, "n3")], wide=False)
+    assert row["health"] == "Suspect,Unreachable"
+    failure = await _with_worker(settings, body)
+
+    assert "not running again after 2s (last seen pending)" in str(failure.cause)
+    assert sim.job(job.job_id).state == "pending"  # a pass of its own, after the restart gave up
+    assert not {"n3", "n4"} & sim.busy_nodes()

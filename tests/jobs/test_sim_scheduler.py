@@ -62,18 +62,22 @@ def test_restart_moves_the_job_off_the_bad_node_and_keeps_its_size(sim: SimSched
     assert state.reason == f"{REASON_PREFIX} XID 79: GPU has fallen off the bus"
 
 
-def test_restart_without_room_stays_pending_until_a_node_is_resumed(sim: SimScheduler) -> None:
-    job = sim.submit("big", node_count=4)
-    for node in ("n1", "n2"):
-        sim.drain(node, "XID 79")
+def test_a_restart_without_room_waits_and_never_takes_a_node_it_was_told_to_avoid(sim: SimScheduler) -> None:
+    """As Slurm keeps a job's ExcNodeList: the exclusions outlast the pass that requeued the
+    job, and a node resumed later still does not take it."""
+    job = sim.submit("big", node_count=3)
+    assert job.nodes == ("n1", "n2", "n3")
+    sim.drain("n1", "XID 79")
 
-    sim.restart_job(job.job_id, exclude_nodes=["n1", "n2"])
-    sim.restart_job(job.job_id, exclude_nodes=["n1", "n2"])  # a retry changes nothing
+    sim.restart_job(job.job_id, exclude_nodes=["n1", "n4"])  # n4: unfit in fleetctl, free here
+    sim.restart_job(job.job_id, exclude_nodes=["n1", "n4"])  # a retry changes nothing
 
     assert sim.job(job.job_id) == job.__class__(job.job_id, "big", "pending", ())
     sim.resume("n1")
-    sim.resume("n2")
-    assert sim.job(job.job_id).nodes == ("n1", "n2", "n3", "n4")
+    assert sim.job(job.job_id).state == "pending"  # n1, n2, n3, n4 free; n1 and n4 excluded
+    assert sim.busy_nodes() == set()
+    sim.resume("n5")  # its burn-in hold lifted
+    assert sim.job(job.job_id).nodes == ("n2", "n3", "n5")
 
 
 def test_a_drain_by_hand_stays_the_operators(sim: SimScheduler) -> None:
@@ -121,15 +125,25 @@ def test_restart_onto_named_nodes_runs_exactly_there(sim: SimScheduler) -> None:
     assert sim.job(job.job_id).nodes == ("n2", "n4")
 
 
-def test_named_nodes_hold_for_one_pass_then_the_job_runs_anywhere(sim: SimScheduler) -> None:
+def test_named_nodes_hold_until_released_then_the_job_runs_anywhere_but_where_excluded(sim: SimScheduler) -> None:
     job = sim.submit("train", node_count=2)
     sim.drain("n1", "XID 79")
 
     sim.restart_job_on(job.job_id, exclude_nodes=["n1"], nodes=["n2", "n5"])  # n5 is in burn-in
 
-    # The pass that requeued it could not place it on n2 and n5; the next pass (every read
-    # runs one) places it first fit, still off the drained n1.
+    # As Slurm's ReqNodeList: it waits for n2 and n5, pass after pass, until released.
+    assert sim.job(job.job_id).state == "pending"
+    sim.resume("n1")
+    sim.release_nodes(job.job_id)
+    # First fit, still off n1 (resumed, but excluded).
     assert sim.job(job.job_id).nodes == ("n2", "n3")
+
+
+def test_a_node_both_named_and_excluded_is_refused(sim: SimScheduler) -> None:
+    job = sim.submit("train", node_count=2)
+    with pytest.raises(SchedulerError, match="n2 is both excluded and asked for"):
+        sim.restart_job_on(job.job_id, exclude_nodes=["n1", "n2"], nodes=["n2", "n3"])
+    assert sim.job(job.job_id).nodes == ("n1", "n2")
 
 
 def test_spares_fill_holds_idle_production_nodes_and_gives_back_those_that_left(sqlite_url) -> None:

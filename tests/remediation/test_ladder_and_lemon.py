@@ -141,6 +141,8 @@ def test_the_demo_says_what_the_rma_reason_says(sqlite_url) -> None:
     fault = Fault("flaky", "n1", "lemon", 0)
     for i, days_ago in enumerate((30, 20, 2, 1)):  # two of them long before this week
         _run(engine, f"r{i}", days_ago)
+        # Each ended (a run still going after a day would be stuck, waiting for an operator).
+        db.finish_run(engine, f"r{i}", "failed", "a check still failing", utcnow() - timedelta(days=days_ago))
     assert handled_how(engine, fault) == "… new, 4 remediation runs so far"
     lemon = _begin(activities, "now").lemon
     assert lemon == "lemon: remediated 3 times in 7 days (limit 3)"

@@ -24,11 +24,20 @@ from fleetctl.jobs.placement import (
     Placement,
     healthy_replacements,
     place_restart,
+    restart_exclusions,
     restart_island,
     unchecked_nodes,
+    unfit,
 )
 from fleetctl.nodes.view_store import freshness, node_health
-from fleetctl.schedulers.base import HoldsSpares, PlacesRestarts, RequeuesEarly, Scheduler, SchedulerJob
+from fleetctl.schedulers.base import (
+    HoldsSpares,
+    PlacesRestarts,
+    RequeuesEarly,
+    Scheduler,
+    SchedulerError,
+    SchedulerJob,
+)
 from fleetctl.schedulers.combined import CombinedScheduler
 from workflows.activities.database import DatabaseActivities, calling_workflow_id
 from workflows.activities.heartbeat import heartbeating
@@ -129,9 +138,15 @@ class JobRestartActivities(DatabaseActivities):
             recorded, placed_on = jobs.restart_placement(self.engine, workflow_id)
             if recorded == IN_ISLAND and placed_on and placer is not None:
                 self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
-                placer.restart_job_on(req.job_id, self._excluded(kind, placer, req.exclude_nodes, placed_on), placed_on)
+                placer.restart_job_on(
+                    req.job_id,
+                    self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, placed_on),
+                    placed_on,
+                )
             else:
-                scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
+                scheduler.restart_job(
+                    req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes)
+                )
             return
         placement = self._placement(kind, placer, req, job.nodes)
         jobs.record_restart_step(
@@ -146,18 +161,26 @@ class JobRestartActivities(DatabaseActivities):
         if placement.nodes and placer is not None:  # nodes are named only through a placer
             self._take_spares(placer, placement.island, placement.spares)
             placer.restart_job_on(
-                req.job_id, self._excluded(kind, placer, req.exclude_nodes, placement.nodes), placement.nodes
+                req.job_id,
+                self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, placement.nodes),
+                placement.nodes,
             )
         else:
-            scheduler.restart_job(req.job_id, self._excluded(kind, placer, req.exclude_nodes))
+            scheduler.restart_job(req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes))
 
     @staticmethod
-    def _placer(scheduler: Scheduler, kind: str, job_id: str) -> tuple[str, RestartPlacer | None]:
-        """The kind of scheduler that runs the job and, when it can be told nodes, it: on a
-        node several run (SUNK), the member that knows the job."""
+    def _member(scheduler: Scheduler, kind: str, job_id: str) -> tuple[str, Scheduler]:
+        """The kind of scheduler that runs the job, and it: on a node several run (SUNK), the
+        member that knows the job."""
         if isinstance(scheduler, CombinedScheduler):
-            kind, scheduler = scheduler.member_for(job_id)
-        return kind, scheduler if isinstance(scheduler, PlacesRestarts) else None
+            return scheduler.member_for(job_id)
+        return kind, scheduler
+
+    @classmethod
+    def _placer(cls, scheduler: Scheduler, kind: str, job_id: str) -> tuple[str, RestartPlacer | None]:
+        """The kind of scheduler that runs the job and, when it can be told nodes, it."""
+        kind, member = cls._member(scheduler, kind, job_id)
+        return kind, member if isinstance(member, PlacesRestarts) else None
 
     def _placement(
         self, kind: str, placer: RestartPlacer | None, req: RestartJob, job_nodes: Sequence[str]
@@ -187,11 +210,12 @@ class JobRestartActivities(DatabaseActivities):
             free = [n for n in free if n not in drained]
             spares = {n: island for n, island in spares.items() if n not in drained}
 
-    def _candidates(self, kind: str) -> tuple[list[str], list[str], set[str]]:
-        """The nodes in production for fleetctl run by `kind`, as (healthy, unfit, unchecked): a
-        node with a failed or erroring check, a held drain, a suspect or straggler finding never
-        takes a restarted job (fleetctl.jobs.placement.unfit); one `node list` shows Unchecked
-        (no check yet, or evidence older than the fleet's sweep interval) is taken last."""
+    def _candidates(self, kind: str) -> tuple[list[str], dict[str, str], set[str]]:
+        """The nodes in production for fleetctl run by `kind`, as (healthy, unfit with why,
+        unchecked): a node with a failed or erroring check, a held drain, a suspect or
+        straggler finding never takes a restarted job (fleetctl.jobs.placement.unfit); one
+        `node list` shows Unchecked (no check yet, or evidence older than the fleet's sweep
+        interval) is taken last."""
         candidates = jobs.restart_candidates(self.engine, kind)
         health = node_health(
             self.engine,
@@ -201,20 +225,32 @@ class JobRestartActivities(DatabaseActivities):
         healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
         return (
             [n for n in candidates if n in healthy],
-            [n for n in candidates if n not in healthy],
+            {n: unfit(health[n]) if n in health else "unknown to fleetctl" for n in candidates if n not in healthy},
             unchecked_nodes(health.values()),
         )
 
     def _excluded(
-        self, kind: str, placer: RestartPlacer | None, bad_nodes: Sequence[str], named: Sequence[str] = ()
+        self,
+        scheduler: Scheduler,
+        kind: str,
+        placer: RestartPlacer | None,
+        job_id: str,
+        bad_nodes: Sequence[str],
+        named: Sequence[str] = (),
     ) -> list[str]:
-        """The nodes a restarted job must avoid: the bad ones and, where the scheduler can be
-        told nodes to avoid (Slurm's ExcNodeList, kept when named nodes are released for the
-        fleet), every unfit one but those it is named onto (chosen healthy; on a retry, one
-        may have turned unfit since). Kubernetes cannot be told: it avoids only cordoned nodes."""
-        if placer is None:
-            return list(bad_nodes)
-        return list(dict.fromkeys([*bad_nodes, *(n for n in self._candidates(kind)[1] if n not in named)]))
+        """The nodes a restarted job must avoid (fleetctl.jobs.placement.restart_exclusions): the
+        bad ones and every unfit one, told to a scheduler that can be told (Slurm's ExcNodeList,
+        kept when named nodes are released for the fleet; the simulated scheduler's). One that
+        cannot (Kubernetes) avoids only cordoned nodes: while an unfit node is open to it the
+        restart is refused, a SchedulerError the activity's retries wait out."""
+        kind, member = self._member(scheduler, kind, job_id)
+        unfit_nodes = self._candidates(kind)[1]
+        told = placer is not None
+        kept_off = () if told else [n for n in unfit_nodes if member.node_state(n).drained]
+        exclusions = restart_exclusions(kind, bad_nodes, unfit_nodes, named, told, kept_off)
+        if exclusions.refused:
+            raise SchedulerError(f"restart of job {job_id}: {exclusions.refused}")
+        return list(exclusions.nodes)
 
     def _take_spares(self, placer: RestartPlacer, island: str, spares: Sequence[str]) -> None:
         """Hand the spares the placement named from the island's pool to the job (the
