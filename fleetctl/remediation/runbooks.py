@@ -263,11 +263,6 @@ def needing_bmc(books: Iterable[Runbook]) -> list[str]:
     return sorted(b.name for b in books if any(s.action in BMC_ACTIONS for s in b.steps))
 
 
-def needing_bmc(books: Iterable[Runbook]) -> list[str]:
-    """The runbooks with a step done through the node's BMC (BMC_ACTIONS), by name."""
-    return sorted(b.name for b in books if any(s.action in BMC_ACTIONS for s in b.steps))
-
-
 def load_runbooks(directory: str | Path = RUNBOOKS_DIR) -> dict[str, Runbook]:
     """Every runbook in the directory by name; one malformed file rejects the set."""
     books: dict[str, Runbook] = {}

@@ -6,7 +6,7 @@ or waits for (ReqNodeList), until released. Only the simulated scheduler reads t
 for every existing row, as before.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-05
 """
 
