@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -22,6 +23,12 @@ from fleetctl.cli.output import (
 )
 from fleetctl.text import plural
 
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from fleetctl.remediation.firmware import Baseline
+    from workflows.api import RolloutStatus
+
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
 rollout_app = typer.Typer(help="Roll a baseline out: canary, batches, halt on failures.", invoke_without_command=True)
@@ -29,7 +36,7 @@ app.add_typer(baseline_app, name="baseline")
 app.add_typer(rollout_app, name="rollout")
 
 
-def _load(path: Path):
+def _load(path: Path) -> Baseline:
     from fleetctl.cli.node import _known_profiles
     from fleetctl.remediation.firmware import BaselineError, load_baseline
     from fleetctl.remediation.sandbox import TemplateRefused
@@ -134,7 +141,7 @@ def rollout(
     s = context.settings(ctx)
     baseline_text = baseline_file.read_text()
 
-    async def go():
+    async def go() -> RolloutStatus | None:
         client = await context.temporal_client(ctx)
         recorded = record_rollout(
             get_engine(s.db_url), baseline, baseline_text, canary, batch, max_failures, dry_run, s.identity()
@@ -151,7 +158,7 @@ def rollout(
     _exit_for(context.run_async(go()))
 
 
-async def _watch(client, rollout_id: str):
+async def _watch(client: Client, rollout_id: str) -> RolloutStatus:
     """A progress bar until the roll-out halts, completes or is aborted."""
     import asyncio
 
@@ -178,7 +185,7 @@ async def _watch(client, rollout_id: str):
     return p
 
 
-def _exit_for(progress) -> None:
+def _exit_for(progress: RolloutStatus | None) -> None:
     if progress is not None and progress.status == "halted":
         typer.echo(f"resume with `fleetctl firmware rollout resume {progress.rollout_id}` or abort it", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
@@ -189,7 +196,7 @@ def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> 
 
     s = context.settings(ctx)
 
-    async def go():
+    async def go() -> RolloutStatus | None:
         client = await context.temporal_client(ctx)
         typer.echo(f"{rollout_id}: {await rollout_command(client, rollout_id, command, s.identity())}")
         return await _watch(client, rollout_id) if watch else None
