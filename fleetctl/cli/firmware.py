@@ -36,13 +36,14 @@ app.add_typer(baseline_app, name="baseline")
 app.add_typer(rollout_app, name="rollout")
 
 
-def _load(path: Path) -> Baseline:
+def _load(ctx: typer.Context, path: Path) -> Baseline:
+    """The baseline in `path`, its profiles judged against the packaged and the site's (profiles_dir)."""
     from fleetctl.cli.node import _known_profiles
     from fleetctl.remediation.firmware import BaselineError, load_baseline
     from fleetctl.remediation.sandbox import TemplateRefused
 
     try:
-        return load_baseline(path, _known_profiles())
+        return load_baseline(path, _known_profiles(context.settings(ctx).profiles_dir))
     except (BaselineError, TemplateRefused) as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -52,7 +53,7 @@ def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="base
     """Make FILE the fleet's firmware baseline (earlier ones stay on record)."""
     from fleetctl.db.firmware import set_baseline
 
-    baseline = _load(file)
+    baseline = _load(ctx, file)
     row = set_baseline(
         context.engine(ctx), baseline.name, baseline.to_dict(), file.read_text(), context.settings(ctx).identity()
     )
@@ -133,7 +134,7 @@ def rollout(
     from workflows.api import RolloutInput
     from workflows.client import start_rollout
 
-    baseline = _load(baseline_file)
+    baseline = _load(ctx, baseline_file)
     try:
         batch_size(batch, 1)
     except ValueError as exc:
