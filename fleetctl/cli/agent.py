@@ -14,7 +14,9 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, fail
 
 if TYPE_CHECKING:
-    from fleetctl.agent.runner import SavedCursor, Source
+    from fleetctl.agent.heartbeat import HeartbeatSender
+    from fleetctl.agent.runner import Agent, SavedCursor, Source
+    from fleetctl.agent.transport import IntakeTransport
 
 
 def agent(
@@ -134,7 +136,7 @@ def _check_bounds(max_spool: int, sample_interval: float, metrics_port: int, hea
 
 def _intake_senders(
     heartbeat_url: str | None, token_file: Path | None, heartbeat_ca: Path | None, events_to_intake: bool
-) -> tuple:
+) -> tuple[HeartbeatSender | None, IntakeTransport | None]:
     """The heartbeat sender and, with --events-to-intake, the events' transport through the
     intake; (None, None) without --heartbeat-url."""
     if events_to_intake and heartbeat_url is None:
@@ -190,7 +192,7 @@ def _kernel_log(
     return source, boot_id, saved
 
 
-async def _run_until_signalled(the_agent) -> None:
+async def _run_until_signalled(the_agent: Agent) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,6 +20,9 @@ from fleetctl.cli.output import (
     fail,
     simple_table,
 )
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 app = typer.Typer(help="Node checks: what runs on a node, and how its output is judged.", no_args_is_help=True)
 
@@ -155,7 +159,7 @@ def parse(
     text = _read(file)
     result = judge(kind, text, profile, site_dir).to_dict()
 
-    def table(data, wide):
+    def table(data: dict[str, Any], wide: bool) -> RenderableType:
         rows = [["status", data["status"]], ["reason", data["reason"]]]
         rows += [
             [key, _short(value)]
@@ -175,7 +179,7 @@ def parse(
 def _profiles_dir(ctx: typer.Context) -> str | None:
     """The profiles_dir setting. This app run alone (its tests) has no root settings: then
     checks.profiles reads FLEETCTL_PROFILES_DIR itself, as it does in every process."""
-    settings = context.settings(ctx)
+    settings = context.root_settings(ctx)
     return (settings.profiles_dir or None) if settings is not None else None
 
 
@@ -196,6 +200,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s" if seconds < 120 else f"{seconds / 60:g}m"
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = str(value)
     return text if len(text) <= 100 else text[:97] + "..."

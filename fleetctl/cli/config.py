@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
 
+if TYPE_CHECKING:
+    from fleetctl.config import Settings
 
-def _temporal_rows(s) -> list[dict]:
+
+def _temporal_rows(s: Settings) -> list[dict[str, Any]]:
     """What fleetctl connects to Temporal with, each part where it came from: its own
     settings, or the profile of Temporal's config file (`temporal.*` rows)."""
     from fleetctl.connections.temporal_client import resolve

@@ -4,22 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from fleetctl.config import Settings
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+    from temporalio.client import Client
+
 T = TypeVar("T")
 
 
 def settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
+    """The settings fleetctl's root callback resolved (fleetctl.cli.main.main) for this command."""
+    resolved = root_settings(ctx)
+    if resolved is None:
+        raise RuntimeError("no settings: this command ran without fleetctl's root callback")
+    return resolved
 
 
-def engine(ctx: typer.Context):
+def root_settings(ctx: typer.Context) -> Settings | None:
+    """The resolved settings, or None when a noun's app runs alone (its tests), without
+    fleetctl's root callback to resolve them."""
+    resolved = ctx.find_root().obj
+    return resolved if isinstance(resolved, Settings) else None
+
+
+def engine(ctx: typer.Context) -> Engine:
     from fleetctl.db.engine import describe, get_engine
 
     s = settings(ctx)
@@ -27,11 +42,11 @@ def engine(ctx: typer.Context):
     return get_engine(s.db_url)
 
 
-def run_async(coro: Awaitable[T]) -> T:
-    return asyncio.run(coro)  # type: ignore[arg-type]
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
 
 
-async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Any:
+async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Client:
     from fleetctl.connections.temporal_client import DEFAULT_ADDRESS, resolve
     from workflows.client import connect
 
@@ -58,7 +73,9 @@ def _note_default(s: Settings, name: str, what: str, how: str) -> None:
     )
 
 
-def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) -> tuple[Any, str | None]:
+def temporal_read(
+    ctx: typer.Context, ask: Callable[[Client], Awaitable[T]], what: str, timeout_s: float = 3.0
+) -> tuple[T | None, str | None]:
     """(answer, None) from `ask(client)`, a read a view adds to what the database says; or
     (None, why) when Temporal is unreachable or `what` did not answer in time (a busy worker
     at 1,000 nodes, bench/scale.py), so that the rest of the view still stands."""
@@ -66,7 +83,7 @@ def temporal_read(ctx: typer.Context, ask, what: str, timeout_s: float = 3.0) ->
 
     from workflows.client import TemporalUnavailable
 
-    async def run():
+    async def run() -> T:
         return await ask(await temporal_client(ctx, timeout_s))
 
     try:

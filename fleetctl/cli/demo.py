@@ -9,10 +9,21 @@ import time
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from types import FrameType
+
+    from rich.console import Console, Group
+
+    from fleetctl.config import Settings
+    from fleetctl.connections.temporal_server import DevServer
+    from fleetctl.demo import Demo
 
 
 def demo(
@@ -104,7 +115,7 @@ def demo(
         raise typer.Exit(EXIT_OPERATIONAL)
 
 
-def _temporal_server(console, directory: Path) -> tuple:
+def _temporal_server(console: Console, directory: Path) -> tuple[DevServer | None, str]:
     """The Temporal dev server the demo starts, and its address; no server when
     TEMPORAL_ADDRESS names one already running."""
     from fleetctl.connections.temporal_server import start_dev_server
@@ -117,7 +128,7 @@ def _temporal_server(console, directory: Path) -> tuple:
     return server, server.address
 
 
-def _demo_settings(directory: Path, address: str, stamp: str):
+def _demo_settings(directory: Path, address: str, stamp: str) -> Settings:
     """The demo's own settings: its database and fleet, nothing of the operator's config."""
     from fleetctl.config import load_settings
     from fleetctl.demo import DEMO_TIME_SCALE
@@ -136,7 +147,7 @@ def _demo_settings(directory: Path, address: str, stamp: str):
     )
 
 
-def _interrupt(_signum, _frame) -> None:
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
@@ -159,7 +170,7 @@ def fleetctl_invocation(on_path: str | None = None, this: Path | None = None, cw
         return shlex.quote(str(this.absolute()))
 
 
-def export_line(settings, address: str) -> str:
+def export_line(settings: Settings, address: str) -> str:
     """The shell line that points another shell's fleetctl at this demo, values quoted."""
     import shlex
 
@@ -172,7 +183,7 @@ def export_line(settings, address: str) -> str:
     return "  export " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in values.items())
 
 
-def live_view(d, lines):
+def live_view(d: Demo, lines: Iterable[str]) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -199,15 +210,15 @@ def live_view(d, lines):
     for rack, c in sorted(per_rack.items()):
         racks.add_row(rack, *[str(c.get(s.value, "")) for s in shown])
     faults = Table(title="faults", box=None, header_style="bold")
-    for c in ("fault", "node", "handled"):
-        faults.add_column(c)
+    for header in ("fault", "node", "handled"):
+        faults.add_column(header)
     for f in d.plan.faults:
         faults.add_row(
             f.kind, f.node or "-", f.handled or ("injected" if f.injected else f"in {f.at_s:.0f} s after jobs start")
         )
     restarts = Table(title="job restarts", box=None, header_style="bold")
-    for c in ("job", "bad node", "replaced by", "seconds"):
-        restarts.add_column(c)
+    for header in ("job", "bad node", "replaced by", "seconds"):
+        restarts.add_column(header)
     for job in list_jobs(d.engine, scheduler="sim"):
         for r in job_restarts(d.engine, job.job_id):
             secs = f"{(r.running_at - r.fault_seen_at).total_seconds():.1f}" if r.running_at else "…"
@@ -215,14 +226,14 @@ def live_view(d, lines):
                 job.job_id, ",".join(r.bad_nodes or []), ",".join(replacements(r.nodes_before, r.new_nodes)), secs
             )
     events = Table(title="recent transitions", box=None, header_style="bold")
-    for c in ("at", "node", "from → to", "cause"):
-        events.add_column(c)
+    for header in ("at", "node", "from → to", "cause"):
+        events.add_column(header)
     for e in queries.recent_events(d.engine, 8):
         events.add_row(f"{e.at:%H:%M:%S}", e.node_name, f"{e.from_state} → {e.to_state}", e.cause[:80])
     return Group(head, racks, faults, restarts, events, Text("\n".join(lines), style="dim"))
 
 
-def summary(d, report: dict, html: Path):
+def summary(d: Demo, report: dict[str, Any], html: Path) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -233,7 +244,7 @@ def summary(d, report: dict, html: Path):
     s = report["summary"]
     lat = report["restart_latency"]
 
-    def num(value, fmt: str) -> str:
+    def num(value: float | None, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
     table = Table(title="summary", show_header=False, box=None)

@@ -7,11 +7,16 @@ import asyncio
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
+
+if TYPE_CHECKING:
+    from fleetctl.intake.delivery import Intake
+    from fleetctl.intake.server import IntakeServer, KnownNodes
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -87,7 +92,8 @@ def serve(
     _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
     try:
         who = Credentials(token, credentials)
-        tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
+        # _refuse_bad_options: a certificate comes with its key
+        tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
     except BadCredentials as exc:
         fail(str(exc), EXIT_USAGE)
     try:
@@ -122,7 +128,12 @@ def serve(
 
 
 def _refuse_bad_options(
-    token: str, poll_interval: float, both_clusters: bool, tls_cert, tls_key, tls_client_ca
+    token: str,
+    poll_interval: float,
+    both_clusters: bool,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
 ) -> None:
     if len(token) < MIN_TOKEN or any(c.isspace() or not c.isprintable() for c in token):
         fail(
@@ -137,7 +148,14 @@ def _refuse_bad_options(
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
 
 
-def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str, ...], stop, interval_s, known):
+def _poll_node_conditions(
+    intake: Intake,
+    kubeconfig: Path | None,
+    conditions: tuple[str, ...],
+    stop: threading.Event,
+    interval_s: float,
+    known: KnownNodes,
+) -> None:
     """Node Problem Detector's conditions polled in the background (kubeconfig None: this cluster)."""
     from kubernetes import client, config
 
@@ -145,10 +163,11 @@ def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str
     from fleetctl.intake.server import poll_node_conditions
 
     if kubeconfig is None:
-        config.load_incluster_config()  # the pod's service account
+        # kubernetes' config functions carry no annotations (its py.typed notwithstanding).
+        config.load_incluster_config()  # type: ignore[no-untyped-call]  # the pod's service account
         api_client = None
     else:
-        api_client = config.new_client_from_config(config_file=str(kubeconfig))
+        api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     threading.Thread(
         target=poll_node_conditions,
         args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known),
@@ -157,7 +176,9 @@ def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str
     ).start()
 
 
-def _deliver_until_signalled(intake, server, writer: threading.Thread, stop: threading.Event) -> None:
+def _deliver_until_signalled(
+    intake: Intake, server: IntakeServer, writer: threading.Thread, stop: threading.Event
+) -> None:
     """Deliver until SIGTERM or SIGINT; then stop within a bound, the spool intact."""
 
     async def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -22,6 +23,12 @@ from fleetctl.cli.output import (
 )
 from fleetctl.text import plural
 
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from fleetctl.remediation.firmware import Baseline
+    from workflows.api import RolloutStatus
+
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
 rollout_app = typer.Typer(help="Roll a baseline out: canary, batches, halt on failures.", invoke_without_command=True)
@@ -29,13 +36,14 @@ app.add_typer(baseline_app, name="baseline")
 app.add_typer(rollout_app, name="rollout")
 
 
-def _load(path: Path):
+def _load(ctx: typer.Context, path: Path) -> Baseline:
+    """The baseline in `path`, its profiles judged against the packaged and the site's (profiles_dir)."""
     from fleetctl.cli.node import _known_profiles
     from fleetctl.remediation.firmware import BaselineError, load_baseline
     from fleetctl.remediation.sandbox import TemplateRefused
 
     try:
-        return load_baseline(path, _known_profiles())
+        return load_baseline(path, _known_profiles(context.settings(ctx).profiles_dir))
     except (BaselineError, TemplateRefused) as exc:
         fail(str(exc), EXIT_USAGE)
 
@@ -45,7 +53,7 @@ def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="base
     """Make FILE the fleet's firmware baseline (earlier ones stay on record)."""
     from fleetctl.db.firmware import set_baseline
 
-    baseline = _load(file)
+    baseline = _load(ctx, file)
     row = set_baseline(
         context.engine(ctx), baseline.name, baseline.to_dict(), file.read_text(), context.settings(ctx).identity()
     )
@@ -126,7 +134,7 @@ def rollout(
     from workflows.api import RolloutInput
     from workflows.client import start_rollout
 
-    baseline = _load(baseline_file)
+    baseline = _load(ctx, baseline_file)
     try:
         batch_size(batch, 1)
     except ValueError as exc:
@@ -134,7 +142,7 @@ def rollout(
     s = context.settings(ctx)
     baseline_text = baseline_file.read_text()
 
-    async def go():
+    async def go() -> RolloutStatus | None:
         client = await context.temporal_client(ctx)
         recorded = record_rollout(
             get_engine(s.db_url), baseline, baseline_text, canary, batch, max_failures, dry_run, s.identity()
@@ -151,7 +159,7 @@ def rollout(
     _exit_for(context.run_async(go()))
 
 
-async def _watch(client, rollout_id: str):
+async def _watch(client: Client, rollout_id: str) -> RolloutStatus:
     """A progress bar until the roll-out halts, completes or is aborted."""
     import asyncio
 
@@ -178,7 +186,7 @@ async def _watch(client, rollout_id: str):
     return p
 
 
-def _exit_for(progress) -> None:
+def _exit_for(progress: RolloutStatus | None) -> None:
     if progress is not None and progress.status == "halted":
         typer.echo(f"resume with `fleetctl firmware rollout resume {progress.rollout_id}` or abort it", err=True)
         raise typer.Exit(EXIT_OPERATIONAL)
@@ -189,7 +197,7 @@ def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> 
 
     s = context.settings(ctx)
 
-    async def go():
+    async def go() -> RolloutStatus | None:
         client = await context.temporal_client(ctx)
         typer.echo(f"{rollout_id}: {await rollout_command(client, rollout_id, command, s.identity())}")
         return await _watch(client, rollout_id) if watch else None

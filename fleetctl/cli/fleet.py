@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -23,10 +24,19 @@ from fleetctl.cli.output import (
 from fleetctl.durations import when
 from fleetctl.text import plural
 
+if TYPE_CHECKING:
+    from rich.console import Group, RenderableType
+    from rich.text import Text
+    from sqlalchemy.engine import Engine
+    from temporalio.client import Client
+
+    from fleetctl.nodes.capacity import GuardPolicy
+    from workflows.api.nodes import CapacityGuardState
+
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
 
-def fleet_status(ctx: typer.Context) -> dict:
+def fleet_status(ctx: typer.Context) -> dict[str, Any]:
     """Counts from the database (fleetctl.nodes.fleet_status_store); automation state from the guard
     workflow, whose policy the budget is measured against (the configured one without it)."""
     from datetime import datetime
@@ -44,7 +54,7 @@ def fleet_status(ctx: typer.Context) -> dict:
     return status
 
 
-def _held_rmas(engine, fleet: str) -> list[dict]:
+def _held_rmas(engine: Engine, fleet: str) -> list[dict[str, Any]]:
     """The fleet's RMAs held for an operator's confirmation (a correlated burst), oldest first."""
     from fleetctl.db import queries
     from fleetctl.db.remediation import rma_records
@@ -62,17 +72,17 @@ def _held_rmas(engine, fleet: str) -> list[dict]:
     ]
 
 
-def _automation(ctx: typer.Context):
+def _automation(ctx: typer.Context) -> tuple[dict[str, Any], GuardPolicy | None]:
     from workflows.client import guarded_fleets, running_guard_status
 
     s = context.settings(ctx)
 
-    async def ask(client):
+    async def ask(client: Client) -> tuple[CapacityGuardState | None, list[str]]:
         g = await running_guard_status(client, s)
         return g, ([] if g is not None else await guarded_fleets(client))
 
     answer, error = context.temporal_read(ctx, ask, "the capacity guard")
-    if error is not None:
+    if answer is None:  # ask always answers: None is Temporal's error
         return {"reachable": False, "error": error}, None
     g, others = answer
     if g is None:
@@ -93,7 +103,7 @@ def _automation(ctx: typer.Context):
     }, g.policy
 
 
-def _headroom(n: int):
+def _headroom(n: int) -> Text:
     from rich.text import Text
 
     return Text(str(n), style="bold red" if n <= 0 else "green")
@@ -150,7 +160,7 @@ STATE_LETTER = {
 }
 
 
-def render_racks(islands: list[dict]):
+def render_racks(islands: list[dict[str, Any]]) -> Group:
     """`fleet status -o wide`: a line per rack, a letter per node from the top of the rack
     down, coloured by state; racks grouped by island."""
     from rich.console import Group
@@ -173,13 +183,13 @@ def render_racks(islands: list[dict]):
     return Group(*lines)
 
 
-def render_status(data: dict, wide: bool = False):
+def render_status(data: dict[str, Any], wide: bool = False) -> Group:
     from rich.console import Group
 
     # What needs an operator first (a watched 80x24 screen shows its top): stalled nodes (their
     # workflow acts on nothing, an XID 79 included), held drains, suspects, what automation did;
     # then what is under way; the budget and the per-rack counts last.
-    parts = [_status_head(data), _automation_line(data["automation"]), *_needs_an_operator(data)]
+    parts: list[RenderableType] = [_status_head(data), _automation_line(data["automation"]), *_needs_an_operator(data)]
     parts.extend(_under_way(data))
     parts.append(column_table(BUDGET_COLUMNS, data["budget"], title="capacity budget (automation)"))
     spares = data["spares"]
@@ -197,7 +207,7 @@ def render_status(data: dict, wide: bool = False):
     return Group(*parts)
 
 
-def _status_head(data: dict):
+def _status_head(data: dict[str, Any]) -> Text:
     """The fleet's node count per state."""
     from rich.text import Text
 
@@ -211,7 +221,7 @@ def _status_head(data: dict):
     )
 
 
-def _per_rack(data: dict):
+def _per_rack(data: dict[str, Any]) -> RenderableType:
     from fleetctl.nodes.lifecycle import NodeState
 
     present = [s.value for s in NodeState if data["per_state"].get(s.value)]
@@ -222,7 +232,7 @@ def _per_rack(data: dict):
     )
 
 
-def _automation_line(a: dict):
+def _automation_line(a: dict[str, Any]) -> Text:
     """The capacity guard: its breaker, limits and decisions, or why they are not known."""
     from rich.text import Text
 
@@ -244,10 +254,10 @@ def _automation_line(a: dict):
     )
 
 
-def _needs_an_operator(data: dict) -> list:
+def _needs_an_operator(data: dict[str, Any]) -> list[RenderableType]:
     """Stalled nodes, failed or stuck runbooks, RMAs held, drains held, suspects, and what
     automation did lately."""
-    parts = []
+    parts: list[RenderableType] = []
     if data["stalled"]:
         parts.append(
             simple_table(
@@ -303,11 +313,11 @@ def _needs_an_operator(data: dict) -> list:
     return parts
 
 
-def _under_way(data: dict) -> list:
+def _under_way(data: dict[str, Any]) -> list[RenderableType]:
     """Firmware roll-outs, nodes in flight, and the operators' recent commands."""
     from rich.text import Text
 
-    parts = []
+    parts: list[RenderableType] = []
     for r in data["firmware_rollouts"]:
         parts.append(
             Text(
@@ -372,7 +382,7 @@ def resume_automation(ctx: typer.Context) -> None:
 
     s = context.settings(ctx)
 
-    async def run():
+    async def run() -> CapacityGuardState | None:
         client = await context.temporal_client(ctx)
         guard = await running_guard_status(client, s)  # asked first: a look starts no guard
         if guard is None or not guard.breaker_open:

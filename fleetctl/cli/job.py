@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -22,6 +23,17 @@ from fleetctl.cli.output import (
 from fleetctl.durations import when
 from fleetctl.text import failure_message
 
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from rich.console import Group, RenderableType
+
+    from fleetctl.db.models import JobRestart
+    from fleetctl.jobs.history_sync import SyncResult
+    from fleetctl.schedulers.base import ListsJobHistory, Scheduler, SchedulerJob
+    from fleetctl.sim.scheduler import SimScheduler
+    from workflows.api import JobRestartResult
+
 app = typer.Typer(
     help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
     "submit simulated ones.",
@@ -38,7 +50,7 @@ CHECKPOINT_MAX_AGE_DAYS = 366
 SCHEDULER_OPTION = typer.Option(None, "--scheduler", help="slurm, kubernetes or sim (default: found from the job id)")
 
 
-def scheduler_adapter(ctx: typer.Context, kind: str):
+def scheduler_adapter(ctx: typer.Context, kind: str) -> Scheduler:
     from fleetctl.connections.slurm_client import slurm_runner
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.schedulers import scheduler_for
@@ -53,6 +65,16 @@ def scheduler_adapter(ctx: typer.Context, kind: str):
         fail(str(exc), EXIT_USAGE)
 
 
+def _sim_scheduler(ctx: typer.Context) -> SimScheduler:
+    """The simulated scheduler, whose queue can be listed and submitted to."""
+    from fleetctl.sim.scheduler import SimScheduler
+
+    scheduler = scheduler_adapter(ctx, "sim")
+    if not isinstance(scheduler, SimScheduler):
+        raise TypeError(f"the sim scheduler is a {type(scheduler).__name__}")
+    return scheduler
+
+
 def _scheduler_kinds(ctx: typer.Context) -> list[str]:
     """The schedulers the inventory's nodes use, in a stable order."""
     from fleetctl.db.queries import list_nodes
@@ -64,7 +86,7 @@ def _scheduler_kinds(ctx: typer.Context) -> list[str]:
     return [kind for kind in SCHEDULER_KINDS if kind in used]
 
 
-def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
+def _find_job(ctx: typer.Context, job_id: str, kind: str | None) -> tuple[str, SchedulerJob | None]:
     """(scheduler kind, SchedulerJob or None): the job as the scheduler that knows it sees it.
 
     None when no scheduler knows the job now but fleetctl recorded restarts of it (Slurm
@@ -92,23 +114,28 @@ def _find_job(ctx: typer.Context, job_id: str, kind: str | None):
     fail(f"no scheduler knows job {job_id}" + (f" ({'; '.join(errors)})" if errors else " (no node uses a scheduler)"))
 
 
-def sync_schedulers(ctx: typer.Context):
+def sync_schedulers(ctx: typer.Context) -> SyncResult:
     """Reconcile the jobs of every scheduler the inventory uses into the database."""
     from fleetctl.connections.slurm_client import slurm_runner
     from fleetctl.db.models import utcnow
     from fleetctl.jobs.history_sync import sync_jobs
     from fleetctl.schedulers import scheduler_for
+    from fleetctl.schedulers.base import ListsJobHistory
 
     s = context.settings(ctx)
-    return sync_jobs(
-        context.engine(ctx),
-        _scheduler_kinds(ctx),
-        lambda kind: scheduler_for(kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None),
-        utcnow(),
-    )
+
+    def job_lister(kind: str) -> ListsJobHistory:
+        """The adapter of `kind` as one that lists its jobs (ValueError, which sync_jobs
+        records as that scheduler's error: it cannot)."""
+        scheduler = scheduler_for(kind, s, slurm_runner=slurm_runner(s) if kind == "slurm" else None)
+        if not isinstance(scheduler, ListsJobHistory):
+            raise ValueError(f"the {kind} scheduler cannot list its jobs")
+        return scheduler
+
+    return sync_jobs(context.engine(ctx), _scheduler_kinds(ctx), job_lister, utcnow())
 
 
-def _job_row(kind: str, job) -> dict:
+def _job_row(kind: str, job: SchedulerJob) -> dict[str, Any]:
     return {"job_id": job.job_id, "name": job.name, "scheduler": kind, "state": job.state, "nodes": list(job.nodes)}
 
 
@@ -142,7 +169,7 @@ STRAGGLER_COLUMNS = (
 )
 
 
-def _jobs_table(rows: list[dict], _wide: bool):
+def _jobs_table(rows: list[dict[str, Any]], _wide: bool) -> RenderableType:
     return column_table(JOB_COLUMNS, rows)
 
 
@@ -168,12 +195,12 @@ def list_jobs(
         targets = [found] if found.scheduler != "none" else []
     else:
         targets = [n for n in list_nodes(engine) if n.scheduler != "none"]
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     try:
         with Console(stderr=True).status("asking the schedulers for their jobs"):
             if node is None and any(n.scheduler == "sim" for n in targets):
                 # The simulated scheduler knows its queue too, not only what runs on nodes.
-                rows.update((j.job_id, _job_row("sim", j)) for j in scheduler_adapter(ctx, "sim").jobs())
+                rows.update((j.job_id, _job_row("sim", j)) for j in _sim_scheduler(ctx).jobs())
                 targets = [n for n in targets if n.scheduler != "sim"]
             schedulers = {kind: scheduler_adapter(ctx, kind) for kind in {n.scheduler for n in targets}}
             with ThreadPoolExecutor(8) as pool:
@@ -185,13 +212,13 @@ def list_jobs(
     emit(list(rows.values()), output, _jobs_table, empty="No jobs.")
 
 
-def _restart_row(r) -> dict:
+def _restart_row(r: JobRestart) -> dict[str, Any]:
     """A restart's row; its times stay datetimes, for -o json's one format (fleetctl.cli.output.machine_value)
     and the tables' (fleetctl.durations.when)."""
     from fleetctl.durations import as_utc
     from fleetctl.jobs.placement import replacements
 
-    def utc(at):
+    def utc(at: datetime | None) -> datetime | None:
         return as_utc(at) if at else None
 
     seconds = round((as_utc(r.running_at) - as_utc(r.fault_seen_at)).total_seconds(), 3) if r.running_at else None
@@ -218,7 +245,7 @@ def _restart_row(r) -> dict:
     }
 
 
-def pending_reason(state: str, restarts: list[dict]) -> str:
+def pending_reason(state: str, restarts: list[dict[str, Any]]) -> str:
     """Why a pending job waits, as squeue's Reason=Resources says it: for the nodes a restart
     asks for, in the placement's own words (placement_detail), while that restart is under way."""
     if state != "pending":
@@ -262,7 +289,7 @@ def show(
         "stragglers": found,
     }
 
-    def render(d: dict, _wide: bool):
+    def render(d: dict[str, Any], _wide: bool) -> Group:
         from rich.console import Group
         from rich.text import Text
 
@@ -271,7 +298,7 @@ def show(
             f"  {d['name']}  {d['scheduler']}  {d['state']}",
             f"  on {','.join(d['nodes']) or '-'}",
         )
-        parts = [head]
+        parts: list[RenderableType] = [head]
         if d["reason"]:
             parts.append(Text.assemble(("reason: ", "bold"), shown(d["reason"])))
         if d["restart_seconds"] is not None:
@@ -340,7 +367,9 @@ def restart(
     fault_seen_at = datetime.now(UTC)  # for a restart by hand, the operator's go is the fault seen
     s = context.settings(ctx)
 
-    async def run():
+    async def run() -> JobRestartResult:
+        from dataclasses import replace
+
         from rich.console import Console
         from temporalio.client import WorkflowFailureError
 
@@ -356,12 +385,15 @@ def restart(
             actor=s.identity(),
             fault_seen_at=fault_seen_at.isoformat(),
             restart_id=uuid.uuid4().hex,
-            **({"running_timeout_s": timeout_s} if timeout_s else {}),
         )
+        if timeout_s:
+            inp = replace(inp, running_timeout_s=timeout_s)
         handle = await start_job_restart(client, s, inp)
         try:
             with Console(stderr=True).status(f"restarting job {job_id} off {', '.join(bad_nodes)}"):
-                return await handle.result()
+                # The JobRestart workflow's result (start_job_restart's handle is not typed with it).
+                result: JobRestartResult = await handle.result()
+                return result
         except WorkflowFailureError as exc:
             fail(failure_message(exc))
 
@@ -389,7 +421,7 @@ def submit(
     from fleetctl.schedulers.base import SchedulerError
 
     try:
-        job = scheduler_adapter(ctx, "sim").submit(name, nodes, gpus_per_node)
+        job = _sim_scheduler(ctx).submit(name, nodes, gpus_per_node)
     except SchedulerError as exc:
         fail(str(exc))
     row = _job_row("sim", job)
@@ -404,7 +436,7 @@ def submit(
         emit(row, output)
 
 
-def parse_checkpoint_time(text: str | None, now):
+def parse_checkpoint_time(text: str | None, now: datetime) -> datetime:
     """--at: ISO 8601 with a UTC offset, or Unix seconds; `now` when not given. ValueError
     with one line when it cannot be read or lies outside the bounds."""
     import math

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import typer
 import typer.main
@@ -16,6 +16,9 @@ from typer.exceptions import TyperException
 from fleetctl import __version__
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE
 from fleetctl.text import printable
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context
 
 
 class Noun(NamedTuple):
@@ -99,10 +102,11 @@ class _Unloaded(TyperCommand):
     """Stands in for a noun in the listing until the noun runs."""
 
 
-def load_noun(name: str) -> Any:
+def load_noun(name: str) -> Command:
     """The noun's command, built from its module (imported now)."""
     noun = NOUNS[name]
     target = getattr(importlib.import_module(noun.module), noun.attribute)
+    command: Command
     if isinstance(target, typer.Typer):
         command = typer.main.get_group(target)  # a group even with one subcommand: `dev server`
     else:
@@ -161,21 +165,21 @@ class FleetctlGroup(TyperGroup):
         for name, noun in NOUNS.items():
             self.commands.setdefault(name, _Unloaded(name=name, help=noun.help))
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]):
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
         # Listing (help, suggestions for a typo) asks get_command and sees the stand-ins;
         # only the command that runs is resolved, and only it is loaded.
         name, command, rest = super().resolve_command(ctx, args)
-        if isinstance(command, _Unloaded):
+        if name is not None and isinstance(command, _Unloaded):
             command = self.commands[name] = load_noun(name)
         return name, command, rest
 
-    def make_context(self, *args: Any, **kwargs: Any):
+    def make_context(self, *args: Any, **kwargs: Any) -> Context:
         try:
             return super().make_context(*args, **kwargs)
         except UsageError as exc:  # a bad option of fleetctl itself (--bogus)
             _one_line_usage_error(exc)
 
-    def invoke(self, ctx: typer.Context):
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         # typer (>= 0.26 vendors click) raises its usage errors as TyperException, which its
@@ -210,7 +214,7 @@ def stdout_closed() -> NoReturn:
     raise typer.Exit(0)
 
 
-def _one_line_usage_error(exc: UsageError):
+def _one_line_usage_error(exc: UsageError) -> NoReturn:
     """One line and exit 2, as every other error (docs/operations.md's promise), not click's usage
     box; a noun given alone still prints its help."""
     if isinstance(exc, NoArgsIsHelpError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,6 +26,19 @@ from fleetctl.cli.output import (
 )
 from fleetctl.durations import when
 from fleetctl.text import plural
+
+if TYPE_CHECKING:
+    from rich.console import Group, RenderableType
+    from rich.text import Text
+    from sqlalchemy.engine import Engine
+
+    from fleetctl.db.models import NodeEvent
+    from fleetctl.inventory.parse import NodeSpec
+    from fleetctl.nodes.capacity import RemovalDecision
+    from fleetctl.nodes.view_store import Freshness
+    from fleetctl.schedulers.base import Scheduler
+    from workflows.api import TransitionResult
+    from workflows.client import Outcome, PhaseOutcome
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -52,7 +66,7 @@ def _domain_sizes(profiles_dir: str, names: set[str]) -> dict[str, tuple[int, in
     return {name: (p.gpu_count, p.nvlink_domain_gpus) for name, p in profiles.items()}
 
 
-def _state_text(state: str):
+def _state_text(state: str) -> Text:
     from rich.text import Text
 
     from fleetctl.nodes.lifecycle import NodeState
@@ -63,7 +77,7 @@ def _state_text(state: str):
         return Text(state)
 
 
-def _health_text(health: str):
+def _health_text(health: str) -> Text:
     from rich.text import Text
 
     from fleetctl.nodes.conditions import OUT_OF_SERVICE
@@ -74,7 +88,7 @@ def _health_text(health: str):
     )
 
 
-def topology_line(d: dict) -> str:
+def topology_line(d: dict[str, Any]) -> str:
     """Where the node sits: rack unit, leaf switch and island, `-` for what the inventory
     does not say."""
     unit = "-" if d["position"] is None else f"U{d['position']}"
@@ -144,7 +158,7 @@ HEALTH_EVENT_COLUMNS = (
 )
 
 
-def _nodes_table(rows: list[dict], wide: bool):
+def _nodes_table(rows: list[dict[str, Any]], wide: bool) -> RenderableType:
     return column_table(NODE_COLUMNS, rows, wide)
 
 
@@ -263,7 +277,7 @@ def import_nodes(
     context.run_async(run())
 
 
-def _warn_lacking_bmc(ctx: typer.Context, specs) -> None:
+def _warn_lacking_bmc(ctx: typer.Context, specs: list[NodeSpec]) -> None:
     """On stderr, a line per node with no BMC while a runbook acts through one (a reboot):
     there that step fails, and the node waits for an operator. The import stands either way."""
     from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks, needing_bmc
@@ -287,7 +301,7 @@ def _warn_lacking_bmc(ctx: typer.Context, specs) -> None:
         )
 
 
-def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict:
+def _schedulers(ctx: typer.Context, kinds: set[str]) -> dict[str, Scheduler]:
     """The adapter of each scheduler kind (none: no scheduler to hold a node in)."""
     from fleetctl.cli.job import scheduler_adapter
 
@@ -349,7 +363,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["automation"] = recent_automation(engine, node=name)[:RECENT_AUTOMATION_EVENTS]
     data["rma_held"] = _held_rmas(engine, name)
 
-    def render(d: dict, _wide: bool):
+    def render(d: dict[str, Any], _wide: bool) -> Group:
         from rich.console import Group
         from rich.text import Text
 
@@ -364,7 +378,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
                 f"  scheduler {d['scheduler']}  address {d['address']}"
             ),
         )
-        parts = [
+        parts: list[RenderableType] = [
             head,
             shown(topology_line(d)),
             shown("labels: " + (", ".join(f"{k}={v}" for k, v in d["labels"].items()) or "-")),
@@ -424,7 +438,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     emit(data, output, render)
 
 
-def current_outcome(last_outcome: str, state: str, events: list[dict]) -> str:
+def current_outcome(last_outcome: str, state: str, events: list[dict[str, Any]]) -> str:
     """The workflow's last outcome as `node show` gives it: a drain's ("drained: ...") is over
     once the node is back in production (an undrain is a transition, not a phase, and leaves
     the workflow's outcome as the drain left it): then the return says what happened last."""
@@ -436,17 +450,18 @@ def current_outcome(last_outcome: str, state: str, events: list[dict]) -> str:
     return f"back in production ({back['trigger']} by {back['actor']}, {when(back['at'])})"
 
 
-def _out_for(events: list[dict]) -> str:
+def _out_for(events: list[dict[str, Any]]) -> str:
     """What the latest move out of production was for, unless the node has returned since."""
     for e in reversed(events):
         if e["to"] == "production":
             return ""
-        if e["for"]:
-            return e["for"]
+        purpose: str = e["for"]  # _event_row's what_a_drain_is
+        if purpose:
+            return purpose
     return ""
 
 
-def _freshness(ctx: typer.Context):
+def _freshness(ctx: typer.Context) -> Freshness:
     """How old evidence may be before a node reads Stale: its fleet's sweep interval, as
     `fleetctl schedule` recorded it in the database (not known, so not judged, when no sweep
     is scheduled). `node list` and `node show` judge alike, without asking Temporal."""
@@ -458,7 +473,7 @@ def _freshness(ctx: typer.Context):
     return freshness(context.engine(ctx), s.fleet, s.agent_silence_s, as_utc(utcnow()))
 
 
-def _held_rmas(engine, name: str) -> list[dict]:
+def _held_rmas(engine: Engine, name: str) -> list[dict[str, Any]]:
     """The node's RMAs held for an operator's confirmation (a correlated burst)."""
     from fleetctl.db.remediation import rma_records
     from fleetctl.remediation.rma import AWAITING_CONFIRMATION
@@ -469,14 +484,14 @@ def _held_rmas(engine, name: str) -> list[dict]:
     ]
 
 
-def _straggler_findings(engine, name: str) -> list[dict]:
+def _straggler_findings(engine: Engine, name: str) -> list[dict[str, Any]]:
     """The node's production straggler findings, newest first (the latest ten)."""
     from fleetctl.db import stragglers
 
     return [stragglers.finding_row(f) for f in stragglers.findings(engine, node=name, limit=10)]
 
 
-def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
+def _remediated(ctx: typer.Context, name: str) -> tuple[dict[str, Any], str]:
     """The lemon rule's figure now, as the RMA reason and the report give it."""
     from datetime import timedelta
 
@@ -493,18 +508,18 @@ def _remediated(ctx: typer.Context, name: str) -> tuple[dict, str]:
     )
 
 
-def _workflow_now(ctx: typer.Context, name: str) -> dict:
+def _workflow_now(ctx: typer.Context, name: str) -> dict[str, Any]:
     """What the node's own workflow is doing (waiting for jobs, cordoning, a check) and how
     its last phase ended; the rest of `node show` comes from the database and stands without it."""
     from workflows.client import node_now
 
     now, error = context.temporal_read(ctx, lambda client: node_now(client, name), "the node's workflow")
-    if error is not None:
+    if now is None:  # a query of the workflow always answers: None is Temporal's error
         return {"reachable": False, "error": error}
     return {"reachable": True, "activity": now.activity, "last_outcome": now.last_outcome, "queued": len(now.work)}
 
 
-def _event_row(e) -> dict:
+def _event_row(e: NodeEvent) -> dict[str, Any]:
     from fleetctl.remediation.drains import what_a_drain_is
 
     return {
@@ -522,7 +537,7 @@ def _event_row(e) -> dict:
     }
 
 
-def _events_table(rows: list[dict], title: str | None = None):
+def _events_table(rows: list[dict[str, Any]], title: str | None = None) -> RenderableType:
     return column_table(EVENT_COLUMNS, rows, title=title)
 
 
@@ -542,24 +557,27 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
     )
 
 
-def _command(ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict | None = None) -> None:
+def _command(
+    ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict[str, Any] | None = None
+) -> None:
     from workflows.client import request_many
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
 
-    async def run():
+    async def run() -> list[Outcome]:
         client = await context.temporal_client(ctx)
         return await request_many(client, names, trigger, s.identity(), cause, event)
 
     failed = 0
     for outcome in context.run_async(run()):
-        if outcome.error:
+        r = outcome.result
+        if r is None:  # refused: request_many says why in `error`
             failed += 1
-            _record_rejection(ctx, outcome.node, trigger, outcome.error)
-            typer.echo(f"error: {outcome.error}", err=True)
+            error = outcome.error or f"{outcome.node}: {trigger} refused"
+            _record_rejection(ctx, outcome.node, trigger, error)
+            typer.echo(f"error: {error}", err=True)
         else:
-            r = outcome.result
             typer.echo(f"{r.node}: {r.from_state} -> {r.to_state}")
     if failed:
         raise typer.Exit(EXIT_OPERATIONAL)
@@ -656,7 +674,7 @@ def _drain_warnings(ctx: typer.Context, names: list[str]) -> list[str]:
 _XID_IN_REASON = re.compile(r"\bxid\s*(\d+)\b", re.IGNORECASE)
 
 
-def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: int | None) -> dict:
+def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: int | None) -> dict[str, Any]:
     """What an operator's drain is, as the event its node_events row records the failure of
     (events.Event.failure): `maintenance` for planned work; `xid <code>`, `check <name>` or
     `operator` for a fault. With neither flag, a reason that names an XID is that XID's
@@ -741,7 +759,7 @@ def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
     except SuiteError as exc:
         fail(str(exc), EXIT_USAGE)
 
-    async def run():
+    async def run() -> list[PhaseOutcome]:
         from rich.progress import Progress
 
         client = await context.temporal_client(ctx)
@@ -880,7 +898,7 @@ def event(
     for code, graver in sorted({(e.code, e.severity) for e in events if severity and e.severity != severity}):
         typer.echo(f"note: XID {code} is {graver} in the catalog: sent as {graver}, not {severity}", err=True)
 
-    async def run():
+    async def run() -> None:
         client = await context.temporal_client(ctx)
         await send_health_events(client, name, events)
 
@@ -953,7 +971,7 @@ def prolog(
     # fleet (or none) must not spend that fleet's budget, nor wait on a guard no worker serves.
     guarded = dataclasses.replace(s, fleet=str(node.labels.get(FLEET_LABEL, s.fleet)))
 
-    async def drain():
+    async def drain() -> tuple[RemovalDecision, TransitionResult | None]:
         from workflows.client import connect, request_guarded_drain
 
         client = await connect(guarded)

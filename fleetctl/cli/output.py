@@ -9,11 +9,16 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any, NoReturn
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
 from fleetctl.text import bounded, printable
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+    from rich.text import Text
 
 # Exit codes shared by every command (docs/operations.md, "Output conventions").
 EXIT_OK = 0
@@ -98,7 +103,10 @@ def free_text(required: bool = False) -> Callable[[Any, Any, Any], Any]:
 
 
 def emit(
-    data: Any, output: OutputFormat, table: Callable[[Any, bool], Any] | None = None, empty: str | None = None
+    data: Any,
+    output: OutputFormat,
+    table: Callable[[Any, bool], RenderableType] | None = None,
+    empty: str | None = None,
 ) -> None:
     """Print `data` as JSON/YAML, or hand it to `table(data, wide)` for a rich renderable. An
     empty listing in a table is the one line `empty` ("No nodes.") on stderr, as kubectl's
@@ -127,7 +135,7 @@ def emit(
         stdout_console().print(renderable, crop=False)
 
 
-def stdout_console(unbounded_when_redirected: bool = True):
+def stdout_console(unbounded_when_redirected: bool = True) -> Console:
     """The rich console every command prints its tables and pages on. Redirected to a file or
     a pipe, nothing is cut to a terminal's width (unless `unbounded_when_redirected` is False,
     for prose that wraps: a page read through `less`). A reader of stdout that has gone
@@ -150,7 +158,7 @@ SORT_BY_OPTION = typer.Option(
 )
 
 
-def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
+def sorted_rows(rows: list[dict[str, Any]], key: str | None) -> list[dict[str, Any]]:
     """`rows` by the field `key` (as -o json names it), rows without it last; a field no row
     has is a usage error that names the fields there are."""
     if key is None or not rows:
@@ -158,7 +166,7 @@ def sorted_rows(rows: list[dict], key: str | None) -> list[dict]:
     if not any(key in r for r in rows):
         fail(f"--sort-by {key!r}: no such field (one of: {', '.join(rows[0])})", EXIT_USAGE)
 
-    def order(row: dict) -> tuple:
+    def order(row: dict[str, Any]) -> tuple[int, float, str]:
         v = row.get(key)
         if v is None:
             return (2, 0, "")
@@ -187,7 +195,7 @@ def age(since: Any, now: Any = None) -> str:
     return f"{days}d{hours % 24}h" if days < 10 else f"{days}d"
 
 
-def shown(value: Any):
+def shown(value: Any) -> Text:
     """A value for a human: a rich Text (never parsed as rich markup, so `[link=...]` in a kernel
     message stays text) with control characters escaped (the database keeps them raw). Every
     table and detail view prints recorded text through this."""
@@ -198,10 +206,10 @@ def shown(value: Any):
     return Text(printable("" if value is None else str(value)))
 
 
-def simple_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]):
+def simple_table(title: str | None, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> _Table:
     """Rows given as sequences, one cell per header: column_table's table, its columns made
     from the headers."""
-    return column_table([Column(h, lambda r, i=i: r[i]) for i, h in enumerate(headers)], rows, title=title)
+    return column_table([Column(h, itemgetter(i)) for i, h in enumerate(headers)], rows, title=title)
 
 
 @dataclass(frozen=True)
@@ -218,7 +226,9 @@ class Column:
     whole: bool = False
 
 
-def column_table(columns: Sequence[Column], rows: Sequence[Any], wide: bool = False, title: str | None = None):
+def column_table(
+    columns: Sequence[Column], rows: Sequence[Any], wide: bool = False, title: str | None = None
+) -> _Table:
     """`rows` as a table of `columns`; a cell may be a rich renderable (a coloured state). A
     listing (no title) has no borders and one line per row, its cells elided to fit; a titled
     section of a detail view has borders, and its cells wrap to fit. Either way the first
@@ -267,10 +277,11 @@ class _Table:
     (a GPU's UUID, a reason) is lost: between words while they fit, then within them; and
     when even that is wider than the terminal, without its borders."""
 
-    def __init__(self, columns: Sequence[Column], cells: list[list[Any]], title: str | None):
+    def __init__(self, columns: Sequence[Column], cells: list[list[RenderableType]], title: str | None) -> None:
         self.columns, self.cells, self.title = columns, cells, title
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.box import HEAVY_HEAD
         from rich.table import Table
 
         natural = [
@@ -294,7 +305,8 @@ class _Table:
         table = Table(
             title=shown(self.title) if self.title is not None else None,
             header_style="bold",
-            **({} if boxed else {"box": None, "pad_edge": False}),
+            box=HEAVY_HEAD if boxed else None,  # rich's default box, or a listing's none
+            pad_edge=boxed,
         )
         for i, (c, w) in enumerate(zip(self.columns, widths, strict=False)):
             wraps = self.title is not None and i > 0
@@ -323,6 +335,6 @@ def cell_width(value: Any) -> int:
     return 1
 
 
-def _cell(value: Any):
+def _cell(value: Any) -> RenderableType:
     """A rich renderable as it is (a coloured state); anything else as shown() prints it."""
     return value if hasattr(value, "__rich_console__") else shown(value)

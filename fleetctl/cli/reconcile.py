@@ -5,6 +5,7 @@ comparison and the fixes are fleetctl.nodes.scheduler_sync's; to keep a node out
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -12,8 +13,11 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, shown
 from fleetctl.text import plural
 
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
-def _table(data: dict, _wide: bool):
+
+def _table(data: dict[str, Any], _wide: bool) -> RenderableType:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text

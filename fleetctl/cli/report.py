@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -10,17 +11,21 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, fail, simple_table, within
 from fleetctl.text import plural
 
+if TYPE_CHECKING:
+    from rich.console import Group, RenderableType
+    from rich.text import Text
+
 
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-def render_report(report: dict, wide: bool = False):
+def render_report(report: dict[str, Any], wide: bool = False) -> Group:
     """The report as rich tables: the headline numbers, per rack and profile, and the lists."""
     from rich.console import Group
 
     jobs = report["jobs"]
-    parts = [
+    parts: list[RenderableType] = [
         _headline(report),
         _groups("per rack", "rack", report["racks"], wide),
         _groups("per profile", "profile", report["profiles"], wide),
@@ -43,7 +48,7 @@ def _at(iso: str) -> str:
     return when(datetime.fromisoformat(iso))
 
 
-def _headline(report: dict):
+def _headline(report: dict[str, Any]) -> Text:
     """The fleet, the window, and the headline figures."""
     from rich.text import Text
 
@@ -69,7 +74,7 @@ def _headline(report: dict):
     )
 
 
-def _groups(title: str, column: str, rows: dict, wide: bool) -> object:
+def _groups(title: str, column: str, rows: dict[str, Any], wide: bool) -> RenderableType:
     """The figures per rack or per profile; wide adds each state's node time."""
     from fleetctl.reliability.report import duration, hours
 
@@ -92,7 +97,7 @@ def _groups(title: str, column: str, rows: dict, wide: bool) -> object:
     )
 
 
-def _jobs_table(per_job: list, wide: bool) -> object:
+def _jobs_table(per_job: list[dict[str, Any]], wide: bool) -> RenderableType:
     """Each job's ETTR; wide adds where its time went: restart downtime, work lost, each restart."""
     from fleetctl.reliability.report import duration, ettr_text, hours
 
@@ -125,10 +130,10 @@ def _jobs_table(per_job: list, wide: bool) -> object:
     )
 
 
-def _lists(report: dict) -> list:
+def _lists(report: dict[str, Any]) -> list[RenderableType]:
     """The report's lists that have rows: rule precision, production stragglers, the breaker's
     events, lemon nodes, stragglers."""
-    parts = []
+    parts: list[RenderableType] = []
     if report["rule_precision"]:
         parts.append(
             simple_table(
@@ -240,7 +245,7 @@ def report(
     now = utcnow()
     engine = context.engine(ctx)
     with Console(stderr=True).status("reading the fleet's history..."):
-        if window is None:
+        if since is None or window is None:  # both or neither: the window is --since parsed
             start, basis = default_window(now, first_node_event_at(engine))
         else:
             start, basis = now - window, f"--since {since.strip()}"

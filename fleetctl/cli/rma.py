@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from fleetctl.cli import context
@@ -22,12 +24,17 @@ from fleetctl.cli.output import (
 from fleetctl.durations import when
 from fleetctl.text import failure_message, printable
 
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from fleetctl.db.models import RmaRecord
+
 app = typer.Typer(
     help="RMA records: list, show the evidence, confirm or reject a held one, close.", no_args_is_help=True
 )
 
 
-def _row(r) -> dict:
+def _row(r: RmaRecord) -> dict[str, Any]:
     from fleetctl.remediation.rma import rma_outcome
 
     return {
@@ -115,7 +122,7 @@ def show(
     typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
 
 
-def _rma_id(engine, given: str) -> int:
+def _rma_id(engine: Engine, given: str) -> int:
     """An RMA's id as typed; anything else (a node's name, most often) is one line naming the
     ids there are for it, and exit 2."""
     from fleetctl.db.remediation import rma_records
@@ -164,7 +171,7 @@ def close(
     except (LookupError, RmaAlreadyClosed, RmaStatusConflict) as exc:
         fail(str(exc).strip("'\""))
 
-    async def go():
+    async def go() -> tuple[str, bool, str]:
         client = await context.temporal_client(ctx)
         return await request_phase(client, record.node_name, "admit", s.identity(), "burn-in")
 
@@ -210,9 +217,11 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
     async def go() -> RmaDecided:
         client = await context.temporal_client(ctx)
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
-        return await handle.execute_update(
+        # temporalio types an update called by name as Any, whatever its result_type.
+        decided: RmaDecided = await handle.execute_update(
             RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity()), result_type=RmaDecided
         )
+        return decided
 
     try:
         decided = context.run_async(go())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -24,10 +25,16 @@ from fleetctl.cli.output import (
 )
 from fleetctl.durations import when
 
+if TYPE_CHECKING:
+    from rich.console import Group
+
+    from fleetctl.remediation.runbooks import Runbook
+    from workflows.api import RemediationResult
+
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run; the runs.", no_args_is_help=True)
 
 
-def _books(ctx: typer.Context):
+def _books(ctx: typer.Context) -> dict[str, Runbook]:
     from fleetctl.remediation.runbooks import RUNBOOKS_DIR, load_runbooks
     from fleetctl.remediation.sandbox import RunbookError
 
@@ -37,7 +44,7 @@ def _books(ctx: typer.Context):
         fail(str(exc), EXIT_USAGE)
 
 
-def _summary(book) -> dict:
+def _summary(book: Runbook) -> dict[str, Any]:
     m = book.match
     matches = [f"xid {','.join(map(str, m.xids))}"] if m.xids else []
     matches += [f"check {c.name} {'/'.join(c.statuses)}" + (f" ~/{c.finding}/" if c.finding else "") for c in m.checks]
@@ -76,7 +83,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         fail(f"unknown runbook {name!r}", EXIT_OPERATIONAL)
     data = {**_summary(book), "steps": [s.to_dict() for s in book.steps]}
 
-    def render(d: dict, _wide: bool):
+    def render(d: dict[str, Any], _wide: bool) -> Group:
         from rich.console import Group
         from rich.text import Text
 
@@ -144,7 +151,7 @@ def run(
         Event(EventKind.XID, code=xid, message=reason) if xid is not None else Event(EventKind.MANUAL, message=reason)
     )
 
-    async def go():
+    async def go() -> RemediationResult:
         client = await context.temporal_client(ctx)
         return await run_remediation(client, s, node, book, event, s.identity(), dry_run)
 

@@ -3,11 +3,19 @@ production straggler judge and the job history sync."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat, column_table, emit, fail
 from fleetctl.durations import when
+
+if TYPE_CHECKING:
+    from fleetctl.db.sweep_intervals import SweepSchedule
+
+T = TypeVar("T")
 
 app = typer.Typer(
     help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
@@ -34,7 +42,7 @@ def _concurrency(text: str) -> tuple[int, float]:
         fail(f"bad --max-concurrent {text!r}: a count (10) or a percentage (5%)", EXIT_USAGE)
 
 
-def _run(coro):
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     return context.run_async(coro)
 
 
@@ -110,7 +118,7 @@ def create(
         )
         summary = f"{suite} every {every or '1h'}, at most {max_concurrent} nodes at once"
 
-    async def run():
+    async def run() -> None:
         client = await context.temporal_client(ctx)
         try:
             await client.get_schedule_handle(schedule_id).delete()
@@ -155,7 +163,7 @@ SCHEDULE_COLUMNS = (
 def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """Schedules with their state and next run."""
 
-    async def run():
+    async def run() -> list[dict[str, Any]]:
         client = await context.temporal_client(ctx)
         rows = []
         async for entry in await client.list_schedules():
@@ -176,7 +184,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
     from fleetctl.db import sweep_intervals
     from workflows.client import sweep_schedules
 
-    async def sweeps():
+    async def sweeps() -> list[SweepSchedule]:
         return await sweep_schedules(await context.temporal_client(ctx))
 
     rows = _run(run())
@@ -191,7 +199,7 @@ def _handle_action(ctx: typer.Context, schedule_id: str, action: str) -> None:
 
     s = context.settings(ctx)
 
-    async def run():
+    async def run() -> None:
         handle = (await context.temporal_client(ctx)).get_schedule_handle(schedule_id)
         try:
             if action == "pause":
@@ -224,11 +232,11 @@ def _the_schedule(ctx: typer.Context, schedule_id: str | None) -> str:
     if schedule_id:
         return schedule_id
 
-    async def ids():
+    async def ids() -> list[str]:
         # This fleet's: those that start their sweeps on its task queue (a namespace may
         # hold other fleets' schedules).
         client = await context.temporal_client(ctx)
-        mine = []
+        mine: list[str] = []
         async for entry in await client.list_schedules():
             action = (await client.get_schedule_handle(entry.id).describe()).schedule.action
             if getattr(action, "task_queue", None) == context.settings(ctx).task_queue:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import zlib
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +14,9 @@ from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, f
 from fleetctl.durations import when
 from fleetctl.sim.faults import FAULT_KINDS
 from fleetctl.text import plural
+
+if TYPE_CHECKING:
+    from fleetctl.db.models import Node
 
 app = typer.Typer(help="Simulated nodes: write a fleet inventory, inject and clear faults.", no_args_is_help=True)
 
@@ -42,7 +46,7 @@ def fleet(
     emit({"nodes": entries}, output if output in (OutputFormat.json, OutputFormat.yaml) else OutputFormat.yaml)
 
 
-def _sim_node(ctx: typer.Context, name: str):
+def _sim_node(ctx: typer.Context, name: str) -> Node:
     from fleetctl.db.queries import get_node
     from fleetctl.sim import SIM_SCHEME
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import OUTPUT_OPTION, OutputFormat, emit, simple_table
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 app = typer.Typer(
     help="Hot spares: the nodes each island holds out of scheduling for restarts; refill them.", no_args_is_help=True
 )
 
 
-def _pools(ctx: typer.Context) -> list[dict]:
+def _pools(ctx: typer.Context) -> list[dict[str, Any]]:
     from fleetctl.db import spares as store
 
     per_island = context.settings(ctx).spares_per_island
@@ -23,7 +28,7 @@ def _pools(ctx: typer.Context) -> list[dict]:
     ]
 
 
-def _table(rows: list[dict], _wide: bool):
+def _table(rows: list[dict[str, Any]], _wide: bool) -> RenderableType:
     return simple_table(
         "hot spares",
         ["island", "spares", "held / wanted"],

@@ -1,10 +1,11 @@
 """The CLI's edges, as an operator meets them at the console: one-line usage errors, help on
 every schedule command, the exit code of an unknown name, the suites listed, a drain of a
-drained node done, and a schedule command without an id."""
+drained node done, a schedule command without an id, and a firmware baseline set."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -68,6 +69,16 @@ def test_check_suites_lists_what_each_suite_runs() -> None:
     table = run("check", "suites").stdout
     assert table.splitlines()[0].split() == ["NAME", "CHECKS", "TYPICAL"]
     assert any(line.split()[0] == "quick" for line in table.splitlines()[1:])
+
+
+def test_a_firmware_baseline_is_set_from_its_file(sqlite_url) -> None:
+    baseline = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
+    r = run("firmware", "baseline", "set", str(baseline), db_url=sqlite_url)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "baseline fleet-2026-12 set (id 1; profiles h100-sxm)"
+    status = run("firmware", "status", "-o", "json", db_url=sqlite_url)
+    assert status.exit_code == 0, status.output
+    assert json.loads(status.stdout)["baseline"] == "fleet-2026-12"
 
 
 @pytest.mark.temporal
