@@ -256,7 +256,10 @@ def unresolved(engine: Engine, node: str) -> str:
     held = queries.held_drains(engine, [node]).get(node)
     if held is not None:
         return f"drain held ({held[3]}): the node still takes work"
-    waiting = remediation_conditions(engine, [queries.get_node(engine, node)], datetime.now(UTC)).get(node)
+    row = queries.get_node(engine, node)
+    if row is None:
+        raise LookupError(f"the demo's fault is on {node}, which is not in the fleet")
+    waiting = remediation_conditions(engine, [row], datetime.now(UTC)).get(node)
     return f"needs an operator: {waiting.reason}" if waiting is not None else ""
 
 

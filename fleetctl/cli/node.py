@@ -280,7 +280,8 @@ def import_nodes(
 def _warn_lacking_bmc(ctx: typer.Context, specs: list[NodeSpec]) -> None:
     """On stderr, a line per node with no BMC while a runbook acts through one (a reboot):
     there that step fails, and the node waits for an operator. The import stands either way."""
-    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, RunbookError, load_runbooks, needing_bmc
+    from fleetctl.remediation.runbooks import RUNBOOKS_DIR, load_runbooks, needing_bmc
+    from fleetctl.remediation.sandbox import RunbookError
     from fleetctl.text import printable
 
     lacking = [s.name for s in specs if not s.bmc]

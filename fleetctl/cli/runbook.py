@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from fleetctl.durations import when
 if TYPE_CHECKING:
     from rich.console import Group
 
+    from fleetctl.db.models import RemediationRun, RemediationStep
     from fleetctl.remediation.runbooks import Runbook
     from workflows.api import RemediationResult
 
@@ -188,7 +190,7 @@ def run(
 _STOPPING = ("failed", "interrupted")
 
 
-def _step_text(step: dict | None) -> str:
+def _step_text(step: dict[str, Any] | None) -> str:
     return "" if step is None else f"#{step['index']} {step['name']} {step['status']}: {step['detail']}"
 
 
@@ -205,7 +207,7 @@ RUN_COLUMNS = (
 )
 
 
-def _run_row(run, steps) -> dict:
+def _run_row(run: RemediationRun, steps: Sequence[RemediationStep]) -> dict[str, Any]:
     shown = [
         {
             "index": st.step_index,

@@ -94,6 +94,8 @@ def record_rollout(
     nodes = drifting_nodes(engine, baseline)
     batches = firmware.plan_batches(nodes, canary, batch)
     stored = set_baseline(engine, baseline.name, baseline.to_dict(), source, actor)
+    if stored.id is None:
+        raise RuntimeError(f"baseline {baseline.name}: stored without an id")
     rollout_id = f"fw-{uuid.uuid4().hex[:8]}"
     create_rollout(
         engine,
