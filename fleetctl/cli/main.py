@@ -82,7 +82,7 @@ NOUNS: dict[str, Noun] = {
         "Training jobs: list, show, restart off bad nodes, record checkpoints, "
         "sync from the schedulers; submit simulated ones.",
     ),
-    "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run."),
+    "runbook": Noun("fleetctl.cli.runbook", "app", "Remediation runbooks: list, show, validate, run; the runs."),
     "rma": Noun(
         "fleetctl.cli.rma", "app", "RMA records: list, show the evidence, confirm or reject a held one, close."
     ),
