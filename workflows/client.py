@@ -14,8 +14,9 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.client import (
     Client,
     Schedule,
@@ -110,6 +111,15 @@ NODE_STATIC_DETAILS = (
 UPDATE_ATTEMPTS = 5
 
 
+class NodeTiming(TypedDict, total=False):
+    """NodeLifecycleState's timing fields other than the fleet's, as a caller may set them
+    (the tests' drain that looks for its jobs every half second, not every DRAIN_JOB_POLL_S)."""
+
+    scheduler_retry_s: float
+    drain_job_wait_s: float
+    drain_job_poll_s: float
+
+
 class TemporalUnavailable(RuntimeError):
     pass
 
@@ -147,12 +157,11 @@ async def ensure_node_workflows(
     settings: Settings,
     nodes: Iterable[tuple[str, str, int]],
     concurrency: int = CLIENT_CONCURRENCY,
-    on_started=None,
-    **timing: float,
+    on_started: Callable[[str], object] | None = None,
+    **timing: Unpack[NodeTiming],
 ) -> int:
     """Start NodeLifecycle for each (name, state, version) that has none running. Idempotent.
-    `timing`: NodeLifecycleState's timing fields other than the fleet's (the tests' drain that
-    looks for its jobs every half second, not every DRAIN_JOB_POLL_S)."""
+    `timing`: NodeTiming's fields, given to each node's NodeLifecycleState."""
     sem = asyncio.Semaphore(concurrency)
 
     async def start(name: str, state: str, version: int) -> None:
@@ -201,7 +210,8 @@ async def register_search_attributes(client: Client) -> list[str]:
         if missing:
             await client.operator_service.add_search_attributes(
                 AddSearchAttributesRequest(
-                    namespace=client.namespace, search_attributes={k.name: int(k.indexed_value_type) for k in missing}
+                    namespace=client.namespace,
+                    search_attributes={k.name: IndexedValueType.ValueType(k.indexed_value_type) for k in missing},
                 )
             )
         # Read back: the namespace holds every one now (another setup may have raced this one).
@@ -235,7 +245,7 @@ async def require_search_attributes(client: Client) -> str | None:
     return None
 
 
-async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle:
+async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle[Any, None]:
     """This fleet's guard, started if none is running. The policy it starts with is only what
     it shows until its first decision: the guard reads its fleet's own from the worker's
     configuration before each one (so no command's environment sets it for everyone). The
@@ -252,7 +262,9 @@ async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowH
 
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
-    return await handle.query(GUARD_STATUS_QUERY, result_type=CapacityGuardState)
+    # Queried by name, the SDK types the answer Any: result_type decodes it to what is declared.
+    status: CapacityGuardState = await handle.query(GUARD_STATUS_QUERY, result_type=CapacityGuardState)
+    return status
 
 
 async def running_guard_status(client: Client, settings: Settings) -> CapacityGuardState | None:
@@ -261,13 +273,14 @@ async def running_guard_status(client: Client, settings: Settings) -> CapacityGu
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        return await client.get_workflow_handle(guard_id(settings.fleet)).query(
+        status: CapacityGuardState = await client.get_workflow_handle(guard_id(settings.fleet)).query(
             GUARD_STATUS_QUERY, result_type=CapacityGuardState
         )
     except RPCError as exc:
         if exc.status is RPCStatusCode.NOT_FOUND:
             return None
         raise
+    return status
 
 
 async def guarded_fleets(client: Client, limit: int = 20) -> list[str]:
@@ -282,16 +295,18 @@ async def guarded_fleets(client: Client, limit: int = 20) -> list[str]:
 
 async def node_now(client: Client, node: str) -> NodeLifecycleState:
     """What the node's workflow is doing now and how its last phase ended (a query: reads only)."""
-    return await client.get_workflow_handle(node_workflow_id(node)).query(
+    state: NodeLifecycleState = await client.get_workflow_handle(node_workflow_id(node)).query(
         NODE_STATE_QUERY, result_type=NodeLifecycleState
     )
+    return state
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:
     handle = await ensure_capacity_guard(client, settings)
-    return await handle.execute_update(
+    status: CapacityGuardState = await handle.execute_update(
         RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), result_type=CapacityGuardState
     )
+    return status
 
 
 def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
@@ -308,7 +323,7 @@ async def request_transition(
     cause: str = "",
     actor_kind: str = "operator",
     request_id: str | None = None,
-    event: dict | None = None,
+    event: dict[str, Any] | None = None,
     attempts: int = UPDATE_ATTEMPTS,
     rpc_timeout: timedelta | None = None,
     grant: str = "",
@@ -329,9 +344,10 @@ async def request_transition(
     )
     for _ in range(attempts):
         try:
-            return await handle.execute_update(
+            result: TransitionResult = await handle.execute_update(
                 TRANSITION_UPDATE, req, result_type=TransitionResult, rpc_timeout=rpc_timeout
             )
+            return result
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
             if not _retryable_timeout(exc):
                 raise
@@ -354,14 +370,14 @@ async def request_guarded_drain(
     cause: str,
     actor: str,
     request_id: str,
-    event: dict | None = None,
+    event: dict[str, Any] | None = None,
 ) -> tuple[RemovalDecision, TransitionResult | None]:
     """An automated drain asked from outside a workflow (the Slurm prolog): the fleet's
     capacity guard first, then the node's workflow, as workflows.definitions.shared.guarded_drain
     does inside one. None: the guard refused, nothing was asked of the node."""
     guard = await ensure_capacity_guard(client, settings)
     try:
-        decision = await guard.execute_update(
+        decision: RemovalDecision = await guard.execute_update(
             REQUEST_REMOVAL_UPDATE,
             RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
             result_type=RemovalDecision,
@@ -425,7 +441,7 @@ async def phase_outcome(
     req = PhaseRequest(actor=actor, suite=suite, request_id=update_id)
     for attempt in range(1, attempts + 1):
         try:
-            accepted = await handle.execute_update(
+            accepted: PhaseAccepted = await handle.execute_update(
                 update, req, id=update_id, result_type=PhaseAccepted, rpc_timeout=rpc_timeout
             )
         except WorkflowUpdateRPCTimeoutOrCancelledError as exc:
@@ -495,7 +511,12 @@ class Outcome:
 
 
 async def request_many(
-    client: Client, nodes: Sequence[str], trigger: str, actor: str, cause: str = "", event: dict | None = None
+    client: Client,
+    nodes: Sequence[str],
+    trigger: str,
+    actor: str,
+    cause: str = "",
+    event: dict[str, Any] | None = None,
 ) -> list[Outcome]:
     """`trigger` on each node; `event` (fleetctl.remediation.events.Event.to_dict()) says what a drain is for."""
 
@@ -517,7 +538,7 @@ class RemediationAlreadyRunning(RuntimeError):
 
 async def start_remediation(
     client: Client, settings: Settings, node: str, runbook: Runbook, event: Event, actor: str, dry_run: bool = False
-) -> WorkflowHandle:
+) -> WorkflowHandle[Any, RemediationResult]:
     mode = remediation_mode(dry_run, settings.remediation_shadow or settings.automation_dry_run)
     workflow_id = remediation_id(node) if mode == "live" else f"{remediation_id(node)}/{mode}-{uuid.uuid4().hex[:8]}"
     try:
@@ -544,7 +565,9 @@ async def run_remediation(
 # ---- job restarts ----------------------------------------------------------------------------
 
 
-async def start_job_restart(client: Client, settings: Settings, inp: JobRestartInput) -> WorkflowHandle:
+async def start_job_restart(
+    client: Client, settings: Settings, inp: JobRestartInput
+) -> WorkflowHandle[Any, JobRestartResult]:
     """Start the restart of `inp.job_id` for the fault `inp.restart_id`; its handle.
 
     Idempotent: for a restart id already started, running or finished, this answers with
@@ -586,19 +609,21 @@ async def rollout_command(client: Client, rollout_id: str, command: str, actor: 
     handle = client.get_workflow_handle(rollout_workflow_id(rollout_id))
     update = ROLLOUT_RESUME_UPDATE if command == "resume" else ROLLOUT_ABORT_UPDATE
     try:
-        return await handle.execute_update(update, RolloutCommand(actor), result_type=str)
+        answer: str = await handle.execute_update(update, RolloutCommand(actor), result_type=str)
     except WorkflowUpdateFailedError as exc:
         raise RolloutRefused(failure_message(exc)) from None
     except RPCError as exc:
         raise RolloutRefused(
             f"roll-out {rollout_id}: {str(exc).splitlines()[0] if str(exc) else 'not found'}"
         ) from None
+    return answer
 
 
 async def rollout_progress(client: Client, rollout_id: str) -> RolloutStatus:
-    return await client.get_workflow_handle(rollout_workflow_id(rollout_id)).query(
+    status: RolloutStatus = await client.get_workflow_handle(rollout_workflow_id(rollout_id)).query(
         ROLLOUT_PROGRESS_QUERY, result_type=RolloutStatus
     )
+    return status
 
 
 # ---- schedules -------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class Credentials:
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
         if hash_file is not None:
-            self._reload(force=True)
+            self._reload(hash_file, force=True)
 
     def caller(self, authorization: str) -> Caller | None:
         """The caller an Authorization header names, or None: no credential we know."""
@@ -131,30 +131,31 @@ class Credentials:
         scheme, _, token = authorization.partition(" ")
         if self.hash_file is None or scheme != "Bearer" or not token or len(token) > MAX_TOKEN:
             return None
-        self._reload()
+        self._reload(self.hash_file)
         node = self._by_hash.get(token_hash(token))
         return Caller(node) if node else None
 
-    def _reload(self, force: bool = False) -> None:
-        """Reread the hash file when it changed. A file that became unreadable or malformed
-        keeps the credentials last read (and says so once): a typo while revoking must not
-        lock every agent out; only a valid file changes who may speak."""
+    def _reload(self, hash_file: Path, force: bool = False) -> None:
+        """Reread the hash file (`hash_file`: self.hash_file, known to be set) when it changed.
+        A file that became unreadable or malformed keeps the credentials last read (and says so
+        once): a typo while revoking must not lock every agent out; only a valid file changes
+        who may speak."""
         now = time.monotonic()
         with self._lock:
             if not force and now - self._checked < RELOAD_CHECK_S:
                 return
             self._checked = now
             try:
-                stat = os.stat(self.hash_file)
+                stat = os.stat(hash_file)
                 stamp = (stat.st_mtime_ns, stat.st_size)
                 if stamp == self._stamp:
                     return
-                by_hash = parse_hashes(Path(self.hash_file).read_text(encoding="ascii"), str(self.hash_file))
+                by_hash = parse_hashes(hash_file.read_text(encoding="ascii"), str(hash_file))
             except (OSError, UnicodeDecodeError, BadCredentials) as exc:
                 if force:
-                    raise BadCredentials(_reason(self.hash_file, exc)) from None
+                    raise BadCredentials(_reason(hash_file, exc)) from None
                 if self._stamp is not None:
-                    log.warning("%s (the credentials read before still hold)", _reason(self.hash_file, exc))
+                    log.warning("%s (the credentials read before still hold)", _reason(hash_file, exc))
                     self._stamp = None  # said once; a good file is read again
                 return
             self._by_hash, self._stamp = by_hash, stamp

@@ -26,13 +26,17 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fleetctl.agent.spool import Spool
+from fleetctl.agent.spool import Event, Spool
 from fleetctl.agent.transport import NodeRefused
 from fleetctl.intake.parse import IntakeEvent
 from fleetctl.intake.queue import FIRST_BACKOFF_S, MAX_BACKOFF_S, Admission, DeliveryQueue, Entry
 from fleetctl.intake.signals import NodeFailed
 from fleetctl.text import one_line
+
+if TYPE_CHECKING:
+    from fleetctl.agent.runner import Transport
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -51,7 +55,7 @@ CONTENT_WINDOW_S = 600.0
 SPOOL_UNBOUNDED = 2**62
 
 
-def _spooled(event: dict) -> bool:
+def _spooled(event: Event) -> bool:
     """Whether a spool line is an event the intake can queue (else it is corrupt)."""
     at, code = event.get("at"), event.get("code")
     return (
@@ -62,7 +66,7 @@ def _spooled(event: dict) -> bool:
     )
 
 
-def signal_of(event: dict) -> dict:
+def signal_of(event: Event) -> Event:
     """What the node's workflow is sent for a queued event (workflows.api.HealthEventInput)."""
     out = {
         "node": event["node"],
@@ -92,7 +96,7 @@ class Intake:
     def __init__(
         self,
         spool_dir: Path,
-        transport,
+        transport: Transport,
         max_spool: int = MAX_QUEUED,
         batch_size: int = BATCH,
         max_per_credential: int = MAX_QUEUED_PER_CREDENTIAL,
@@ -139,7 +143,7 @@ class Intake:
         self._journal.extend(lines)
         return lines
 
-    def _append(self, events: list[dict]) -> list[int]:
+    def _append(self, events: list[Event]) -> list[int]:
         """Write the events durably; their lines. OSError: nothing written."""
         self.spool.append(events)
         return self._lines_appended(len(events))
@@ -184,12 +188,12 @@ class Intake:
 
     # ---- accepting -----------------------------------------------------------------------
 
-    def accept(self, events: list[IntakeEvent], credential: str = "operator") -> dict[str, Counter]:
+    def accept(self, events: list[IntakeEvent], credential: str = "operator") -> dict[str, Counter[str]]:
         """Queue the events; how it went for each node ("accepted", "duplicates", "dropped",
         "refused"). The queued ones are on disk when this returns. An event is a duplicate
         of one with its id, or (one sent without an id: IntakeEvent.content_key) of one with
         its content accepted within CONTENT_WINDOW_S. OSError: nothing was taken."""
-        account: dict[str, Counter] = {ev.node: Counter() for ev in events}
+        account: dict[str, Counter[str]] = {ev.node: Counter() for ev in events}
         now = time.monotonic()
         with self._lock:
             if self._closed:
@@ -236,7 +240,7 @@ class Intake:
         for node in new:
             log.warning("events of %s not taken: the node is not in the inventory", node)
 
-    def _count(self, account: dict[str, Counter], credential: str) -> None:
+    def _count(self, account: dict[str, Counter[str]], credential: str) -> None:
         total = sum(account.values(), Counter())
         self.accepted += total["accepted"]
         self.duplicates += total["duplicates"]
@@ -256,7 +260,7 @@ class Intake:
         """One batch to each node that is ready, critical events first, all at once, whether
         or not an earlier failure paused delivery. False when Temporal did not answer."""
         started = time.monotonic()
-        lanes: dict[asyncio.Task, str] = {}
+        lanes: dict[asyncio.Task[None], str] = {}
         self._start(lanes, paused=False)
         if lanes:
             await asyncio.wait(lanes)
@@ -267,7 +271,7 @@ class Intake:
     async def deliver_until(self, stop: threading.Event) -> None:
         """Deliver until `stop` is set (from any thread); then the signals in flight get
         STOP_S to end, and what did not go stays spooled."""
-        lanes: dict[asyncio.Task, str] = {}
+        lanes: dict[asyncio.Task[None], str] = {}
         self._stopping = False
         try:
             while not stop.is_set():
@@ -291,7 +295,7 @@ class Intake:
             with self._lock:
                 self._acknowledge()
 
-    def _start(self, lanes: dict[asyncio.Task, str], paused: bool = True) -> None:
+    def _start(self, lanes: dict[asyncio.Task[None], str], paused: bool = True) -> None:
         """A send for each node that may go now: critical ones always, others while lanes are
         free. `paused`: none while delivery is paused."""
         now = time.monotonic()

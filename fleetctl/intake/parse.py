@@ -20,11 +20,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from checks.result import SEVERITIES
 from checks.signatures import MAX_SIGNATURE_NAME, signatures
+from fleetctl.agent.detect import Fault
 from fleetctl.nodes.health import event_severity, health_event_id
 from fleetctl.text import bounded
 
@@ -104,7 +107,7 @@ class IntakeEvent:
     repeat_count: int = 1
     last_at: float = 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if self.repeat_count == 1:  # the spooled form of an event that stands for itself alone
             del out["repeat_count"], out["last_at"]
@@ -175,7 +178,7 @@ def _severity(value: object, code: int | None, where: str, strict: bool, signatu
     return event_severity(said, code, signature)
 
 
-def _repeats(item: dict, at: float, where: str) -> tuple[int, float]:
+def _repeats(item: dict[str, object], at: float, where: str) -> tuple[int, float]:
     """How many events a merged one stands for (1 to MAX_REPEATS), and when the last was seen."""
     count = item.get("repeat_count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPEATS:
@@ -298,9 +301,12 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
 # their own condition types with --condition.
 NPD_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "GPUProblem", "XidError", "NVLinkProblem")
 
+# Reads the faults in a kernel message (fleetctl.agent.detect.detect).
+Detector = Callable[[str], list[Fault]]
+
 
 def from_node_conditions(
-    node: object, watched: tuple[str, ...], detect, skipped: list[str] | None = None
+    node: object, watched: tuple[str, ...], detect: Detector, skipped: list[str] | None = None
 ) -> list[IntakeEvent]:
     """A Kubernetes Node's watched conditions that are True, from the API's own JSON. The id
     is the condition's last transition: the same condition seen on every poll is one event.
@@ -310,9 +316,10 @@ def from_node_conditions(
     the wrong type, a time that is not RFC 3339) is skipped, and why goes to `skipped`; the
     node's other conditions are still read. A node without a readable name raises BadBody.
     Texts are cut to MAX_TEXT, lone surrogates and NUL replaced."""
-    meta = node.get("metadata") if isinstance(node, dict) else None
+    fields = node if isinstance(node, dict) else {}
+    meta = fields.get("metadata")
     name = _node(meta.get("name") if isinstance(meta, dict) else None, "node")
-    status = node.get("status") or {}
+    status = fields.get("status") or {}
     conditions = status.get("conditions") or [] if isinstance(status, dict) else None
     if not isinstance(conditions, list):
         raise BadBody(f"node {name}: status.conditions is not a list")
@@ -327,7 +334,7 @@ def from_node_conditions(
     return out
 
 
-def _condition(name: str, cond: object, watched: tuple[str, ...], detect) -> IntakeEvent | None:
+def _condition(name: str, cond: object, watched: tuple[str, ...], detect: Detector) -> IntakeEvent | None:
     if not isinstance(cond, dict):
         raise BadBody("not an object")
     kind, status = cond.get("type"), cond.get("status")

@@ -28,7 +28,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from enum import Enum
 
-from fleetctl.agent.spool import severity_of
+from fleetctl.agent.spool import Event, severity_of
 from fleetctl.nodes.health import EscalationPolicy
 
 REPEATS_KEPT = EscalationPolicy().repeats
@@ -44,15 +44,25 @@ class Admission(Enum):
     REFUSED = "refused"  # critical, past the total with nothing minor left to make room
 
 
-def critical(event: dict) -> bool:
+# What makes two events of a node repeats of one another: node, code, signature, severity.
+RepeatKey = tuple[str, int | None, str, str]
+
+
+def critical(event: Event) -> bool:
     return severity_of(event) == "critical"
 
 
-def repeat_key(event: dict) -> tuple | None:
+def repeat_key(event: Event) -> RepeatKey | None:
     """What makes two events of a node repeats of one another; None: never merged."""
     if critical(event) or (event.get("code") is None and not event.get("signature")):
         return None
     return (event["node"], event.get("code"), event.get("signature", ""), event.get("severity", ""))
+
+
+def _last_at(event: Event) -> float:
+    """When the last repeat `event` stands for was seen: `last_at`, else its own time."""
+    last: float = event["last_at"] if "last_at" in event else event["at"]
+    return last
 
 
 @dataclass(eq=False)
@@ -61,14 +71,15 @@ class Entry:
     the IntakeEvent's fields, `attempts`, `credential`, `repeat_count` and `last_at` (the
     last repeat's time; `at` is the first's). `lines`: the spool lines it covers."""
 
-    event: dict
+    event: Event
     lines: list[int]
     seq: int
     sending: bool = False
 
     @property
     def node(self) -> str:
-        return self.event["node"]
+        node: str = self.event["node"]
+        return node
 
     @property
     def critical(self) -> bool:
@@ -76,12 +87,13 @@ class Entry:
 
     @property
     def repeat_count(self) -> int:
-        return self.event.get("repeat_count", 1)
+        count: int = self.event.get("repeat_count", 1)
+        return count
 
-    def merge(self, event: dict, line: int) -> None:
+    def merge(self, event: Event, line: int) -> None:
         self.event["repeat_count"] = self.repeat_count + event.get("repeat_count", 1)
         self.event["at"] = min(self.event["at"], event["at"])
-        self.event["last_at"] = max(self.event.get("last_at", self.event["at"]), event.get("last_at", event["at"]))
+        self.event["last_at"] = max(_last_at(self.event), _last_at(event))
         self.lines.append(line)
 
 
@@ -89,7 +101,7 @@ class Entry:
 class NodeQueue:
     critical: dict[int, Entry] = field(default_factory=dict)  # by seq: arrival order
     minor: dict[int, Entry] = field(default_factory=dict)
-    repeats: dict[tuple, list[Entry]] = field(default_factory=dict)  # repeat_key -> queued, oldest first
+    repeats: dict[RepeatKey, list[Entry]] = field(default_factory=dict)  # repeat_key -> queued, oldest first
     busy: bool = False  # a batch of it is being sent
     held_until: float = 0.0
     backoff_s: float = 0.0
@@ -115,7 +127,7 @@ class DeliveryQueue:
         self.size = 0
         self.merged = 0
 
-    def add(self, event: dict, line: int, force: bool = False) -> tuple[Admission, list[int]]:
+    def add(self, event: Event, line: int, force: bool = False) -> tuple[Admission, list[int]]:
         """Queue `event`, spooled at `line`; what became of it, and the lines of an event it
         displaced (done with: dropped to make room for a critical event). `force`: a critical
         event is queued past every bound (one read back from the spool: taken already)."""
@@ -141,7 +153,7 @@ class DeliveryQueue:
         self._queue(Entry(event, [line], next(self._seq)), key)
         return Admission.QUEUED, displaced
 
-    def _queue(self, entry: Entry, key: tuple | None) -> None:
+    def _queue(self, entry: Entry, key: RepeatKey | None) -> None:
         q = self._nodes.setdefault(entry.node, NodeQueue())
         if entry.critical:
             q.critical[entry.seq] = entry

@@ -20,10 +20,11 @@ import sys
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from fleetctl.agent.detect import detect
 from fleetctl.intake.credentials import OPERATOR, BadCredentials, Caller, Credentials
@@ -32,6 +33,10 @@ from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
 from fleetctl.text import bounded, one_line, printable
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api
+    from urllib3 import HTTPResponse
 
 log = logging.getLogger("fleetctl.intake")
 
@@ -120,36 +125,36 @@ class IntakeHandler(BaseHTTPRequestHandler):
     server_version = "fleetctl-intake"
     protocol_version = "HTTP/1.1"
 
-    def handle_one_request(self):
+    def handle_one_request(self) -> None:
         # The watcher (IntakeServer) closes a connection whose headers take longer than
         # the header timeout in all: the socket timeout alone is per read.
         self.connection.settimeout(self.server.limits.header_timeout_s)
         self.server.phase(self.connection, HEADERS)
         super().handle_one_request()
 
-    def log_error(self, fmt, *args):  # a timed-out or garbled request: the client's doing
+    def log_error(self, fmt: str, *args: Any) -> None:  # a timed-out or garbled request: the client's doing
         log.debug("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
 
-    def log_message(self, fmt, *args):  # the request line only: never headers (the token)
+    def log_message(self, fmt: str, *args: Any) -> None:  # the request line only: never headers (the token)
         log.info("%s %s", self.address_string(), printable(fmt % args, keep_newlines=False))
 
-    def _answer(self, status: int, body: dict | str, close: bool = False) -> None:
+    def _answer(self, status: int, body: Mapping[str, object] | str, close: bool = False) -> None:
         self.close_connection = self.close_connection or close
-        data = (json.dumps(body) if isinstance(body, dict) else body + "\n").encode()
+        data = (body + "\n" if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json" if isinstance(body, dict) else "text/plain; charset=utf-8")
+        self.send_header("Content-Type", "text/plain; charset=utf-8" if isinstance(body, str) else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         self.server.phase(self.connection, HANDLING)
         if self.path == "/healthz":
             self._answer(200, health(self.server.service))
         else:
             self._answer(404, "not found")
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         self.server.phase(self.connection, BODY)
         service = self.server.service
         caller = service.credentials.caller(self.headers.get("Authorization", ""))
@@ -247,11 +252,11 @@ class IntakeHandler(BaseHTTPRequestHandler):
         self._answer(202, {"heard": node})
 
 
-def answer_of(account: dict[str, Counter], outside: Counter) -> dict:
+def answer_of(account: dict[str, Counter[str]], outside: Counter[str]) -> dict[str, object]:
     """A 202's body: the totals, and each node's account (a node not in the inventory: how
     many of its events were not taken)."""
     kinds = ("accepted", "duplicates", "dropped")
-    total = sum(account.values(), Counter())
+    total = sum(account.values(), Counter[str]())
     return {
         **{kind: total[kind] for kind in kinds},
         **({"refused": total["refused"]} if total["refused"] else {}),
@@ -266,7 +271,7 @@ def answer_of(account: dict[str, Counter], outside: Counter) -> dict:
     }
 
 
-def health(service: Service) -> dict:
+def health(service: Service) -> dict[str, int]:
     intake, heartbeats = service.intake, service.heartbeats
     now = time.monotonic()
     out = {
@@ -290,6 +295,16 @@ def health(service: Service) -> dict:
 
 
 HEADERS, BODY, HANDLING = "headers", "body", "handling"
+
+# A request as socketserver types it, for every kind of server (a datagram server's is its
+# data and socket).
+Request = socket.socket | tuple[bytes, socket.socket]
+
+
+def _connection(request: Request) -> socket.socket:
+    """A TCP server's request, as the intake's is: the connection's socket."""
+    assert isinstance(request, socket.socket), "the intake serves TCP connections"
+    return request
 
 
 class IntakeServer(ThreadingHTTPServer):
@@ -323,31 +338,33 @@ class IntakeServer(ThreadingHTTPServer):
             if conn in self._open:
                 self._open[conn] = (phase, time.monotonic())
 
-    def verify_request(self, request, client_address) -> bool:
+    def verify_request(self, request: Request, client_address: Any) -> bool:
+        conn = _connection(request)
         with self._open_lock:
             if len(self._open) >= self.limits.max_connections:
                 waiting = [(since, conn) for conn, (phase, since) in self._open.items() if phase == HEADERS]
                 if not waiting:
                     self.refused += 1
-                    _refuse(request, self.refused_answer)
+                    _refuse(conn, self.refused_answer)
                     return False
                 _, oldest = min(waiting, key=lambda item: item[0])
                 del self._open[oldest]
                 self.evicted += 1
                 _cut(oldest)
-            self._open[request] = (HEADERS, time.monotonic())
+            self._open[conn] = (HEADERS, time.monotonic())
         return True
 
-    def finish_request(self, request, client_address) -> None:
+    def finish_request(self, request: Request, client_address: Any) -> None:
         if self.tls is None:
             return super().finish_request(request, client_address)
-        request.settimeout(self.limits.header_timeout_s)  # the handshake counts in the header time
+        conn = _connection(request)
+        conn.settimeout(self.limits.header_timeout_s)  # the handshake counts in the header time
         # Wrapped without the handshake and under the lock: wrapping takes the file descriptor
         # from `request`, and the watcher must hold the socket that owns it to cut it.
         with self._open_lock:
-            wrapped = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
-            if request in self._open:
-                self._open[wrapped] = self._open.pop(request)
+            wrapped = self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+            if conn in self._open:
+                self._open[wrapped] = self._open.pop(conn)
             else:  # evicted or timed out already
                 _cut(wrapped)
         try:
@@ -360,17 +377,17 @@ class IntakeServer(ThreadingHTTPServer):
                 self._open.pop(wrapped, None)
             wrapped.close()
 
-    def close_request(self, request) -> None:
+    def close_request(self, request: Request) -> None:
         with self._open_lock:
-            self._open.pop(request, None)
+            self._open.pop(_connection(request), None)
         super().close_request(request)
 
-    def shutdown_request(self, request) -> None:
+    def shutdown_request(self, request: Request) -> None:
         with self._open_lock:
-            self._open.pop(request, None)
+            self._open.pop(_connection(request), None)
         super().shutdown_request(request)
 
-    def handle_error(self, request, client_address) -> None:
+    def handle_error(self, request: Request, client_address: Any) -> None:
         exc = sys.exc_info()[1]
         if isinstance(exc, OSError):  # a reset, a broken pipe, a timeout, a TLS alert
             log.debug("%s went away (%s)", client_address[0], one_line(exc, 200))
@@ -451,7 +468,7 @@ def serve_http(
 
 def poll_node_conditions(
     intake: Intake,
-    api,
+    api: CoreV1Api,
     watched: tuple[str, ...],
     stop: threading.Event,
     interval_s: float,
@@ -470,7 +487,9 @@ def poll_node_conditions(
     logged: OrderedDict[str, None] = OrderedDict()
     while not stop.is_set():
         try:
-            response = api.list_node(_request_timeout=30, _preload_content=False)
+            # The client types list_node's answer as its V1NodeList model; with _preload_content
+            # False it is the raw urllib3 response.
+            response: HTTPResponse = api.list_node(_request_timeout=30, _preload_content=False)  # type: ignore[assignment]
             body = json.loads(response.data)
             items = body.get("items") if isinstance(body, dict) else None
             if not isinstance(items, list):

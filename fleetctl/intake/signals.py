@@ -15,6 +15,7 @@ import asyncio
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from fleetctl.agent.spool import Event
 from fleetctl.agent.transport import NodeRefused, SendFailed
 from fleetctl.config import Settings
 from fleetctl.text import one_line
@@ -45,7 +46,7 @@ class WorkflowSignals:
         self.settings, self.timeout_s = settings, timeout_s
         self._client: Client | None = None
 
-    async def send(self, node: str, events: list[dict]) -> None:
+    async def send(self, node: str, events: list[Event]) -> None:
         """Signal each event in order; the first that is not taken raises (those before it went)."""
         try:
             client = self._client or await connect(self.settings)

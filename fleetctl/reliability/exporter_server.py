@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from threading import Lock
@@ -39,7 +39,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
@@ -87,6 +87,8 @@ from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from sqlalchemy.engine import Engine
 
 CHECK_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
@@ -107,6 +109,26 @@ GUARD_REFUSALS = ("deny", "breaker_open")
 STALL_KINDS = (queries.STALLED, queries.UNSTALLED)
 # A reachability judgement (queries.suspect_nodes): read once each, judged at the scrape.
 SUSPECT = "suspect"
+
+# The rows of the append-only tables as FleetFold's readers select them (the id first):
+# (id, node, check, status, started_at, finished_at, error_kind)
+CheckRow = tuple[int, str, str, str, datetime, datetime, str | None]
+# (id, node, from_state, to_state, trigger, cause, actor_kind, at, failure)
+EventRow = tuple[int, str, str, str, str, str, str, datetime, str]
+# (id, fleet, kind, node, at, reason, actor)
+DecisionRow = tuple[int, str, str, str | None, datetime, str, str]
+# (id, node, started_at) and (id, node, finished_at)
+RunRow = tuple[int, str, datetime]
+RepairRow = tuple[int, str, datetime | None]
+# The rows a scrape reads whole (WholeRows), as FleetCollector._read selects them:
+# (name, state, rack, profile, labels, state_since)
+NodeRow = tuple[str, str, str, str, dict[str, Any], datetime]
+# (status, fault_seen_at, running_at, job_id, placement, bad_nodes)
+RestartRow = tuple[str, datetime, datetime | None, str, str, list[str]]
+# (node, runbook, mode, status, count)
+RemediationCount = tuple[str, str, str, str, int]
+# (node, status, opened_at, replaced, id)
+RmaRow = tuple[str, str, datetime, str | None, int]
 
 
 def _tally(seconds: float, tally: list[float], bounds: Sequence[float]) -> None:
@@ -263,7 +285,7 @@ class FleetFold:
                 RemediationStep.id,
                 (RemediationStep.node_name, RemediationStep.finished_at),
                 self._fold_repair,
-                where=(RemediationStep.status == "passed")
+                where=(col(RemediationStep.status) == "passed")
                 & col(RemediationStep.action).in_(sorted(REPAIRING_ACTIONS))
                 & col(RemediationStep.run_key).in_(select(RemediationRun.run_key).where(RemediationRun.mode == "live")),
             ),
@@ -272,7 +294,7 @@ class FleetFold:
     def _fleet(self, node: str) -> str:
         return self.fleet_of.get(node, self.fleet)
 
-    def _fold_check(self, row) -> None:
+    def _fold_check(self, row: CheckRow) -> None:
         run_id, node, check, status, started, finished, error_kind = row
         fleet = self._fleet(node)
         self.check_counts[(fleet, check, status)] += 1
@@ -282,7 +304,7 @@ class FleetFold:
         seconds = max(0.0, (as_utc(finished) - as_utc(started)).total_seconds())
         _tally(seconds, self.check_seconds[(fleet, check)], CHECK_DURATION_BUCKETS)
 
-    def _fold_event(self, row) -> None:
+    def _fold_event(self, row: EventRow) -> None:
         _, node, from_state, to_state, trigger, cause, actor_kind, at, failure = row
         at = as_utc(at)
         fleet = self._fleet(node)
@@ -322,11 +344,11 @@ class FleetFold:
         if is_automated_removal(t):
             self.open_removals[node].append((failure_label(t), fleet, t.at, []))
 
-    def _fold_run(self, row) -> None:
+    def _fold_run(self, row: RunRow) -> None:
         _, node, started = row
         self.run_starts[node].append(as_utc(started))
 
-    def _fold_repair(self, row) -> None:
+    def _fold_repair(self, row: RepairRow) -> None:
         _, node, finished = row
         if finished is not None:
             self.repairs_done[node].append(as_utc(finished))
@@ -357,7 +379,7 @@ class FleetFold:
                 del self.repairs_done[node]
         return dict(still_open)
 
-    def _suspects(self, node_rows, agent_seen: dict[str, datetime]) -> dict[str, Condition]:
+    def _suspects(self, node_rows: list[NodeRow], agent_seen: dict[str, datetime]) -> dict[str, Condition]:
         """queries.suspect_nodes' judgement on the folded events (that query reads every
         judgement ever made): the node's judgements since it entered its state, but not an
         agent's silence when the agent has been heard again since; `since` the first of them.
@@ -391,14 +413,14 @@ class FleetFold:
                     del times[node]
         found = {}
         for node in {*self.remediation_entries, *self.run_starts}:
-            times = self.lemon.times_remediated(
+            remediated = self.lemon.times_remediated(
                 self.run_starts.get(node, ()), self.remediation_entries.get(node, ()), now
             )
-            if times >= self.lemon.threshold:
-                found[node] = times
+            if remediated >= self.lemon.threshold:
+                found[node] = remediated
         return found
 
-    def _fold_decision(self, row) -> None:
+    def _fold_decision(self, row: DecisionRow) -> None:
         _, fleet, kind, node, at, reason, actor = row
         if kind == SUSPECT:
             if node:
@@ -461,12 +483,12 @@ class WholeRows:
     """What a scrape reads whole, rows that change or are few: the nodes, the job restarts, the
     pending jobs, the agents' last heartbeats, the remediation runs counted and the RMA records."""
 
-    nodes: list[Any]  # (name, state, rack, profile, labels, state_since)
-    restarts: list[Any]  # (status, fault_seen_at, running_at, job_id, placement, bad_nodes)
+    nodes: list[NodeRow]
+    restarts: list[RestartRow]
     pending_jobs: list[str]
     agent_seen: dict[str, datetime]
-    remediations: list[Any]  # (node, runbook, mode, status, count)
-    rmas: list[Any]  # (node, status, opened_at, replaced, id)
+    remediations: list[RemediationCount]
+    rmas: list[RmaRow]
 
 
 @dataclass(frozen=True)
@@ -517,7 +539,7 @@ class FleetCollector:
         self.lock = Lock()  # two scrapes at once must not fold the same rows twice
         self.fold = FleetFold(fleet, self.lemon)
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         scrape = self._scrape()
         for build in (
             self._node_families,
@@ -543,9 +565,16 @@ class FleetCollector:
 
     def _read(self, session: Session) -> WholeRows:
         """The nodes first (a row folded is counted under its node's fleet now), then each
-        append-only table's new rows into the fold, then what is read whole."""
+        append-only table's new rows into the fold, then what is read whole.
+
+        sqlmodel types select() for at most four columns (its generated overloads; any number
+        runs): the wider selects below are ignored for that alone, their rows typed by WholeRows."""
         nodes = list(
-            session.exec(select(Node.name, Node.state, Node.rack, Node.profile, Node.labels, Node.state_since))
+            session.exec(
+                select(  # type: ignore[call-overload]
+                    Node.name, Node.state, Node.rack, Node.profile, Node.labels, Node.state_since
+                )
+            )
         )
         self.fold.fleet_of.update(
             {
@@ -557,7 +586,7 @@ class FleetCollector:
             reader.read(session)
         restarts = list(
             session.exec(
-                select(
+                select(  # type: ignore[call-overload]
                     JobRestart.status,
                     JobRestart.fault_seen_at,
                     JobRestart.running_at,
@@ -573,10 +602,11 @@ class FleetCollector:
             for name, at in session.exec(
                 select(Node.name, Node.agent_seen_at).where(col(Node.agent_seen_at).is_not(None))
             )
+            if at is not None  # always, as the query selects; said again for the type checker
         }
         remediations = list(
             session.exec(
-                select(
+                select(  # type: ignore[call-overload]
                     RemediationRun.node_name,
                     RemediationRun.runbook,
                     RemediationRun.mode,
@@ -588,14 +618,16 @@ class FleetCollector:
         # Few (one per part sent back): read whole, for their count and how each ended.
         rmas = list(
             session.exec(
-                select(RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at, RmaRecord.replaced, RmaRecord.id)
+                select(  # type: ignore[call-overload]
+                    RmaRecord.node_name, RmaRecord.status, RmaRecord.opened_at, RmaRecord.replaced, RmaRecord.id
+                )
             )
         )
         return WholeRows(nodes, restarts, pending_jobs, agent_seen, remediations, rmas)
 
     # -- exposition: one builder per group ----------------------------------------------------------
 
-    def _node_families(self, sc: Scrape):
+    def _node_families(self, sc: Scrape) -> Iterator[Metric]:
         """Nodes per fleet and state, and per rack and profile."""
         node_counts = Counter(
             (sc.fleet_of[name], state, rack, profile) for name, state, rack, profile, _, _ in sc.rows.nodes
@@ -618,7 +650,7 @@ class FleetCollector:
         yield nodes
         yield by_rack
 
-    def _out_families(self, sc: Scrape):
+    def _out_families(self, sc: Scrape) -> Iterator[Metric]:
         """Per node: out of production, its drain held by the guard, its workflow stalled."""
         fleet_of = sc.fleet_of
         out = GaugeMetricFamily(
@@ -661,7 +693,7 @@ class FleetCollector:
                 stalled.add_metric([fleet_of[name], one_line(name, REASON_LIMIT), rack_of[name]], at.timestamp())
         yield stalled
 
-    def _budget_families(self, sc: Scrape):
+    def _budget_families(self, sc: Scrape) -> Iterator[Metric]:
         """The served fleet's capacity budget, as its guard and `fleet status` count it."""
         nodes = [
             (rack, state, as_utc(since))
@@ -682,7 +714,7 @@ class FleetCollector:
                 family.add_metric([self.fleet, scope, rack], getattr(b, field))
         yield from families.values()
 
-    def _check_families(self, sc: Scrape):
+    def _check_families(self, sc: Scrape) -> Iterator[Metric]:
         """Check runs by judged status, and how long each check ran."""
         runs = CounterMetricFamily(
             "fleetctl_check_runs", "Check runs per fleet, check and judged status", labels=["fleet", "check", "status"]
@@ -697,7 +729,7 @@ class FleetCollector:
             durations.add_metric([fleet, check], _buckets(tally, CHECK_DURATION_BUCKETS), tally[-1])
         yield durations
 
-    def _failure_families(self, sc: Scrape):
+    def _failure_families(self, sc: Scrape) -> Iterator[Metric]:
         """Drains by who asked, failures by cause, and repairs (MTTR)."""
         drained = CounterMetricFamily(
             "fleetctl_drains", "Nodes drained, by who asked (operator or automation)", labels=["fleet", "actor_kind"]
@@ -722,7 +754,7 @@ class FleetCollector:
             repaired.add_metric([fleet], _buckets(tally, REPAIR_BUCKETS), tally[-1])
         yield repaired
 
-    def _remediation_families(self, sc: Scrape):
+    def _remediation_families(self, sc: Scrape) -> Iterator[Metric]:
         """Remediation runs ended (a counter: a run's count under its final status only grows),
         and those running now (a gauge)."""
         ended: Counter[tuple[str, str, str, str]] = Counter()
@@ -744,11 +776,11 @@ class FleetCollector:
         in_flight = GaugeMetricFamily(
             "fleetctl_remediation_runs_running", "Remediation runs running now", labels=["fleet", "runbook", "mode"]
         )
-        for labels, count in sorted(running.items()):
-            in_flight.add_metric(list(labels), count)
+        for running_labels, count in sorted(running.items()):
+            in_flight.add_metric(list(running_labels), count)
         yield in_flight
 
-    def _rma_families(self, sc: Scrape):
+    def _rma_families(self, sc: Scrape) -> Iterator[Metric]:
         """RMA records by status, and each one held for an operator."""
         per_status: Counter[tuple[str, str]] = Counter()
         for node, status, *_ in sc.rows.rmas:
@@ -760,7 +792,7 @@ class FleetCollector:
         yield self._rmas_held(sc.rows.rmas, sc.fleet_of, {name: rack for name, _, rack, *_ in sc.rows.nodes})
         yield needs_operator_family(self.engine, sc.fleet_of, self.fleet)
 
-    def _restart_families(self, sc: Scrape):
+    def _restart_families(self, sc: Scrape) -> Iterator[Metric]:
         """Job restarts by outcome, their latency, and the pending jobs and why they wait."""
         restarts = sc.rows.restarts
         # A restart is its first bad node's fleet's (the job ran there).
@@ -793,7 +825,7 @@ class FleetCollector:
         yield latency
         yield self._pending(sc.rows.pending_jobs, restarts, restart_fleet)
 
-    def _guard_families(self, sc: Scrape):
+    def _guard_families(self, sc: Scrape) -> Iterator[Metric]:
         """The capacity guard's answers, and each fleet's breaker."""
         guard = CounterMetricFamily(
             "fleetctl_guard_decisions", "Capacity guard answers to automated removals", labels=["fleet", "decision"]
@@ -809,7 +841,7 @@ class FleetCollector:
             breaker.add_metric([fleet], 1.0 if kind == "breaker_open" else 0.0)
         yield breaker
 
-    def _health_families(self, sc: Scrape):
+    def _health_families(self, sc: Scrape) -> Iterator[Metric]:
         """The unhealthy nodes still in production, and the lemon nodes."""
         fleets = sorted({*sc.fleet_of.values(), self.fleet})
         yield from self._production_conditions(sc, fleets)
@@ -825,7 +857,7 @@ class FleetCollector:
             lemon.add_metric([fleet], per_fleet[fleet])
         yield lemon
 
-    def _rule_families(self, sc: Scrape):
+    def _rule_families(self, sc: Scrape) -> Iterator[Metric]:
         """Rule precision: automated removals by rule once resolved, and those still open."""
         outcomes = CounterMetricFamily(
             "fleetctl_rule_removals_resolved",
@@ -846,7 +878,7 @@ class FleetCollector:
             still_open.add_metric([fleet, rule], count)
         yield still_open
 
-    def _production_conditions(self, sc: Scrape, fleets: list[str]):
+    def _production_conditions(self, sc: Scrape, fleets: list[str]) -> Iterator[Metric]:
         """The unhealthy nodes still in production: per node each condition `node list` shows it
         with (conditions.conditions, on the same evidence), and their count per condition."""
         per_node = GaugeMetricFamily(
@@ -889,7 +921,7 @@ class FleetCollector:
             by_condition.add_metric([fleet, c], count)
         yield by_condition
 
-    def _rmas_held(self, rmas, fleet_of, rack_of):
+    def _rmas_held(self, rmas: list[RmaRow], fleet_of: dict[str, str], rack_of: dict[str, str]) -> GaugeMetricFamily:
         """Per RMA held for an operator (awaiting_confirmation: a correlated burst,
         rma.burst_verdict): since when, the time its record was written held. One series per
         held record, gone once `rma confirm` or `rma reject` answers it."""
@@ -907,7 +939,9 @@ class FleetCollector:
                 )
         return family
 
-    def _pending(self, pending_jobs, restarts, restart_fleet):
+    def _pending(
+        self, pending_jobs: list[str], restarts: list[RestartRow], restart_fleet: list[str]
+    ) -> GaugeMetricFamily:
         """Pending jobs per fleet and why (metrics.pending_reason), from the restart in progress
         of each, if any."""
         in_progress = {
@@ -963,7 +997,7 @@ def serve(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
-):
+) -> WSGIServer:
     """Serve /metrics on a background thread; returns the HTTP server (call .shutdown()).
     With `tls_cert` and `tls_key`, over https; with `tls_client_ca`, scrapers must present a
     certificate that CA signed."""

@@ -45,7 +45,7 @@ def _utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else as_utc(value)
 
 
-def transition_of(e) -> Transition:
+def transition_of(e: NodeEvent) -> Transition:
     """A node_events row as a Transition."""
     return Transition(e.node_name, e.from_state, e.to_state, as_utc(e.at), e.trigger, e.cause, e.actor_kind, e.failure)
 
@@ -54,9 +54,9 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
     """Every node's full transition history (the state at `since` depends on all of it), the
     jobs that may have run since `since` with their restarts, and the straggler checks' runs."""
     with Session(engine) as session:
-        nodes = list(session.exec(select(Node).order_by(Node.name)))
+        nodes = list(session.exec(select(Node).order_by(col(Node.name))))
         by_node: dict[str, list[Transition]] = defaultdict(list)
-        for e in session.exec(select(NodeEvent).order_by(NodeEvent.id)):
+        for e in session.exec(select(NodeEvent).order_by(col(NodeEvent.id))):
             by_node[e.node_name].append(transition_of(e))
         # Live runs only, as the lemon rule counts them (dry and shadow runs changed nothing).
         run_starts: dict[str, list[datetime]] = defaultdict(list)
@@ -94,7 +94,7 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         if jobs:
             ids = [j.job_id for j in jobs]
             query = select(JobRestart).where(col(JobRestart.job_id).in_(ids))
-            for r in session.exec(query.order_by(JobRestart.id)):
+            for r in session.exec(query.order_by(col(JobRestart.id))):
                 restarts[r.job_id].append(
                     RestartRecord(as_utc(r.fault_seen_at), _utc_or_none(r.running_at), r.status, r.cause, r.failure)
                 )
@@ -105,7 +105,7 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         runs = session.exec(
             select(CheckRun.node_name, CheckRun.check_name, CheckRun.metrics)
             .where(col(CheckRun.check_name).in_(checks))
-            .order_by(CheckRun.finished_at, CheckRun.id)
+            .order_by(col(CheckRun.finished_at), col(CheckRun.id))
         )
         samples = [
             CheckSample(node, profiles[node], check, metrics or {}) for node, check, metrics in runs if node in profiles

@@ -39,7 +39,7 @@ def check_statuses(v: Any) -> list[str]:
 
 
 def _state(v: Any) -> str:
-    if v not in {s.value for s in NodeState} or v == NodeState.RETIRED.value:
+    if not isinstance(v, str) or v not in {s.value for s in NodeState} or v == NodeState.RETIRED.value:
         raise ValueError(f"unknown or operator-only state {v!r}")
     return v
 

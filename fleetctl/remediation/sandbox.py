@@ -12,14 +12,17 @@ from __future__ import annotations
 import operator
 import re
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, nodes
-from jinja2.compiler import CodeGenerator
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2 import StrictUndefined, TemplateError, nodes, pass_eval_context
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError
+from jinja2.nodes import EvalContext
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from fleetctl.text import one_line
 
@@ -124,17 +127,21 @@ _WIDTH_FILTERS = {
 }
 
 
-def _bounded_filters(filters: Mapping[str, Callable]) -> dict[str, Callable]:
+# A Jinja filter: called with the value (after the environment or context, for some) and its arguments.
+Filter = Callable[..., Any]
+
+
+def _bounded_filters(filters: Mapping[str, Filter]) -> dict[str, Filter]:
     """Jinja's filters, with the ones that can grow their input checked first and every result
     charged to the render."""
 
-    def widths(filter_name: str) -> Callable:
+    def widths(filter_name: str) -> Filter:
         """The filter with its first argument (a width or count; also by keyword) bounded."""
         f, keyword = filters[filter_name], _WIDTH_FILTERS[filter_name]
         # Filters that take the environment or context first take the value second.
         first = 2 if hasattr(f, "jinja_pass_arg") else 1
 
-        def checked(*args, **kwargs):
+        def checked(*args: Any, **kwargs: Any) -> Any:
             for width in (*args[first : first + 1], *([kwargs[keyword]] if keyword in kwargs else [])):
                 _check_width(width, f"{filter_name} {keyword}")
             return f(*args, **kwargs)
@@ -143,35 +150,36 @@ def _bounded_filters(filters: Mapping[str, Callable]) -> dict[str, Callable]:
             checked.jinja_pass_arg = f.jinja_pass_arg  # type: ignore[attr-defined]
         return checked
 
-    def fmt(value, *args, **kwargs):
+    def fmt(value: Any, *args: Any, **kwargs: Any) -> Any:
         _check_percent_format(_text(value))
         return filters["format"](value, *args, **kwargs)
 
-    def replace(eval_ctx, value, old, new, count=None):
+    @pass_eval_context
+    def replace(eval_ctx: EvalContext, value: Any, old: Any, new: Any, count: int | None = None) -> Any:
         text, old, new = _text(value), _text(old), _text(new)
         grows = max(len(new) - len(old), 0) * (text.count(old) if old else len(text) + 1)
         _charge(len(text) + grows, "replace")
         return filters["replace"](eval_ctx, value, old, new, count)
 
-    def join(eval_ctx, value, d="", attribute=None):
+    @pass_eval_context
+    def join(eval_ctx: EvalContext, value: Iterable[Any], d: Any = "", attribute: str | int | None = None) -> Any:
         items = list(value)
         _charge(len(_text(items)) + len(_text(d)) * len(items), "join")
         return filters["join"](eval_ctx, items, d, attribute)
 
-    def indent(value, width=4, first=False, blank=False):
+    def indent(value: Any, width: Any = 4, first: bool = False, blank: bool = False) -> Any:
         # A width may also be the text to indent with.
         per_line = width if isinstance(width, int) else len(str(width))
         _check_width(per_line, "indent width")
         _charge(len(_text(value)) * (1 + per_line), "indent")
         return filters["indent"](value, width, first, blank)
 
-    replace.jinja_pass_arg = join.jinja_pass_arg = filters["join"].jinja_pass_arg  # type: ignore[attr-defined]
     bounded = dict(filters)
     bounded.update({name: widths(name) for name in _WIDTH_FILTERS if name != "indent"})
     bounded.update({"format": fmt, "replace": replace, "join": join, "indent": indent})
 
-    def charged(f: Callable) -> Callable:
-        def run(*args, **kwargs):
+    def charged(f: Filter) -> Filter:
+        def run(*args: Any, **kwargs: Any) -> Any:
             result = f(*args, **kwargs)
             _charge(_size(result), "a filter")
             return result
@@ -188,7 +196,7 @@ _GROWING_METHODS = {"center": 0, "ljust": 0, "rjust": 0, "zfill": 0, "expandtabs
 
 
 class _BoundedCodeGenerator(CodeGenerator):
-    def visit_Concat(self, node: nodes.Concat, frame) -> None:
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         # `a ~ b ~ c`: Jinja joins the parts directly; route it through the size check.
         self.write("environment.concat((")
         for arg in node.nodes:
@@ -201,12 +209,12 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
     code_generator_class = _BoundedCodeGenerator
 
-    def concat(self, parts: tuple) -> str:
+    def concat(self, parts: Iterable[object]) -> str:
         texts = [_text(p) for p in parts]
         _charge(sum(map(len, texts)), "concatenating")
         return "".join(texts)
 
-    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, op: str, left: Any, right: Any) -> Any:
         if op == "**" and isinstance(right, (int, float)) and abs(right) > MAX_EXPONENT:
             raise SecurityError(f"exponent {right} is larger than {MAX_EXPONENT}")
         if op in ("*", "**") and isinstance(left, int) and isinstance(right, int):
@@ -233,14 +241,14 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
             return None
         _check_brace_format(value.__self__)
 
-        def checked(*args, **kwargs):
+        def checked(*args: Any, **kwargs: Any) -> str:
             result = wrapper(*args, **kwargs)
             _charge(len(result), "str.format")
             return result
 
         return checked
 
-    def call(__self, __context, __obj, *args, **kwargs):
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "")
         if isinstance(owner, str):
@@ -290,7 +298,12 @@ def _refuse_unsafe(ast: nodes.Node) -> None:
         if ast.find(kind) is not None:
             raise TemplateRefused(f"'{what}' is not allowed in runbook templates")
     for node in ast.find_all((nodes.Getattr, nodes.Getitem)):
-        name = node.attr if isinstance(node, nodes.Getattr) else getattr(node.arg, "value", None)
+        # find_all types what it finds as the kinds' common base (Expr): one of the two here.
+        if isinstance(node, nodes.Getattr):
+            name: object = node.attr
+        else:
+            assert isinstance(node, nodes.Getitem)
+            name = getattr(node.arg, "value", None)
         if isinstance(name, str) and name.startswith("_"):
             raise TemplateRefused(f"access to {name!r} is not allowed (no Python internals)")
     for node in ast.find_all(nodes.Filter):
@@ -336,7 +349,8 @@ def _evaluate_constant_parts(node: nodes.Node) -> None:
             # Printed as the template would print it (finalize bounds the text before it is
             # built), or, inside a larger expression, only evaluated.
             shown = child if isinstance(node, nodes.Output) else nodes.CondExpr(child, nodes.Const(""), nodes.Const(""))
-            probe = nodes.Template([nodes.Output([shown])], lineno=1).set_environment(sandbox())
+            probe = nodes.Template([nodes.Output([shown])], lineno=1)
+            probe.set_environment(sandbox())
             token = _work.set([0])
             try:
                 sandbox().from_string(probe).render()

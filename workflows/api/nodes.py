@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
@@ -38,7 +39,7 @@ class TransitionRequest:
     request_id: str = ""
     # What the node did wrong (fleetctl.remediation.runbooks.Event.to_dict()); with a drain, it picks
     # the runbook that remediates the node once drained. None: an operator's own reason.
-    event: dict | None = None
+    event: dict[str, Any] | None = None
     # The node whose workflow is asked; its own workflow knows who it is and ignores this.
     node: str = ""
     # An automated drain's capacity-guard grant (fleetctl.nodes.capacity.grant_for): without one
@@ -160,7 +161,7 @@ class WorkItem:
     critical: bool = False
     fault_seen_at: float = 0.0
     event: HealthEventInput | None = None
-    remediation_event: dict | None = None
+    remediation_event: dict[str, Any] | None = None
     # When it was queued (workflow time, epoch seconds): the oldest queued item's age is what
     # `Stalled` and the FleetctlQueuedSince search attribute show. 0: queued before this field.
     queued_at: float = 0.0
@@ -236,7 +237,7 @@ class CheckOutcome:
     check: str
     status: str
     reason: str
-    metrics: dict = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
     error_kind: str | None = None
     check_run_id: int | None = None
 
@@ -332,13 +333,13 @@ class SweepScope:
 @dataclass
 class RemediationChoice:
     node: str
-    event: dict  # fleetctl.remediation.runbooks.Event.to_dict()
+    event: dict[str, Any]  # fleetctl.remediation.runbooks.Event.to_dict()
 
 
 @dataclass
 class RemediationPlan:
-    runbook: dict | None  # Runbook.to_dict(), None when no runbook handles the event
-    event: dict = field(default_factory=dict)  # the event in the runbooks' own form
+    runbook: dict[str, Any] | None  # Runbook.to_dict(), None when no runbook handles the event
+    event: dict[str, Any] = field(default_factory=dict)  # the event in the runbooks' own form
     mode: str = "live"
     critical: bool = False
 
