@@ -4,10 +4,11 @@ budget of its run. Pure."""
 
 from __future__ import annotations
 
+from checks.xid_policy import XidPolicy
 from fleetctl.nodes.health import event_severity
 
 
-def coalesce_minor(events: list[dict]) -> list[dict]:
+def coalesce_minor(events: list[dict], policy: XidPolicy) -> list[dict]:
     """`events` (spooled, in order) with every minor event that repeats an earlier one of the
     list (the same source, code, signature and severity) folded into that one: one event with
     `repeat_count` and the times of the first and the last it stands for (`first_seen`,
@@ -18,7 +19,9 @@ def coalesce_minor(events: list[dict]) -> list[dict]:
     kept: dict[tuple, int] = {}
     for ev in events:
         code, signature = ev["code"], ev.get("signature", "")
-        if (code is None and not signature) or event_severity(ev.get("severity", ""), code, signature) == "critical":
+        if (code is None and not signature) or event_severity(
+            ev.get("severity", ""), code, signature, policy=policy
+        ) == "critical":
             out.append(ev)
             continue
         key = (ev["source"], code, signature, ev.get("severity", ""))

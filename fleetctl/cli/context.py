@@ -6,17 +6,33 @@ import asyncio
 import os
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from fleetctl.config import Settings
+
+if TYPE_CHECKING:
+    from checks.xid_policy import XidPolicy
 
 T = TypeVar("T")
 
 
 def settings(ctx: typer.Context) -> Settings:
     return ctx.find_root().obj
+
+
+def xid_policy(s: Settings) -> XidPolicy:
+    """The site's Xid policy (the xid_policy setting). A file missing or broken: one line,
+    exit 2, nothing done; so the processes that send or judge events refuse to start on it."""
+    from checks.xid_policy import XidPolicyError
+    from fleetctl.cli.output import EXIT_USAGE, fail
+    from fleetctl.config import xid_policy as load
+
+    try:
+        return load(s)
+    except XidPolicyError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def engine(ctx: typer.Context):

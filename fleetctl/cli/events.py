@@ -7,11 +7,15 @@ import asyncio
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
+
+if TYPE_CHECKING:
+    from checks.xid_policy import XidPolicy
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -95,6 +99,7 @@ def serve(
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
+    policy = context.xid_policy(settings)
     intake = Intake(spool, WorkflowSignals(settings), max_per_credential=max_queued_per_credential)
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
@@ -104,7 +109,9 @@ def serve(
         max_connections=_within_file_limit(max_connections),
     )
     try:
-        server = serve_http(intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls)
+        server = serve_http(
+            intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls, xid_policy=policy
+        )
     except OSError as exc:
         fail(f"cannot listen on {address}:{port} ({exc.strerror})")
     stop = threading.Event()
@@ -113,7 +120,9 @@ def serve(
     )
     writer.start()
     if kubeconfig or in_cluster:
-        _poll_node_conditions(intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known)
+        _poll_node_conditions(
+            intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known, policy
+        )
     typer.echo(
         f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
         err=True,
@@ -137,7 +146,9 @@ def _refuse_bad_options(
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
 
 
-def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str, ...], stop, interval_s, known):
+def _poll_node_conditions(
+    intake, kubeconfig: Path | None, conditions: tuple[str, ...], stop, interval_s, known, policy: XidPolicy
+):
     """Node Problem Detector's conditions polled in the background (kubeconfig None: this cluster)."""
     from kubernetes import client, config
 
@@ -151,7 +162,7 @@ def _poll_node_conditions(intake, kubeconfig: Path | None, conditions: tuple[str
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
     threading.Thread(
         target=poll_node_conditions,
-        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known),
+        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known, policy),
         name="fleetctl-intake-npd",
         daemon=True,
     ).start()
