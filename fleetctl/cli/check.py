@@ -174,7 +174,7 @@ def parse(
     ctx: typer.Context,
     kind: str = typer.Argument(
         ...,
-        help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
+        help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, nvidia-smi-memory, xid, ib, ib-rails, firmware, "
         "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex",
     ),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),
