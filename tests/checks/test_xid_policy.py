@@ -219,3 +219,14 @@ def test_an_operators_event_is_not_sent_with_a_broken_policy(broken) -> None:
         env={"FLEETCTL_CONFIG": os.devnull, "FLEETCTL_XID_POLICY": str(broken)},
     )
     _refused_in_one_line(result.exit_code, result.stderr, broken)
+
+
+def test_the_intakes_parsers_read_the_policy(site) -> None:
+    """The intake decides an event's severity on arrival (its queue orders by it) and signals it
+    as decided: a demoted code arrives demoted, a sender's graver word still stands."""
+    from fleetctl.intake.parse import from_json
+
+    (event,) = from_json({"node": "n1", "code": 79}, 0.0, policy=site)
+    assert event.severity == "warning"
+    (event,) = from_json({"node": "n1", "code": 79, "severity": "critical"}, 0.0, policy=site)
+    assert event.severity == "critical"
