@@ -24,6 +24,7 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "dcgm": ("checks.dcgm", "judge_dcgm"),
     "dcgm-health": ("checks.dcgm_health", "judge_dcgm_health"),
     "nvidia-smi": ("checks.nvidia_smi", "judge_nvidia_smi"),
+    "nvidia-smi-memory": ("checks.nvidia_smi", "judge_nvidia_smi_memory"),
     "xid": ("checks.xid", "judge_xid"),
     "ib": ("checks.ib", "judge_ib"),
     "ib-rails": ("checks.ib", "judge_ib_rails"),

@@ -88,6 +88,15 @@ _SPECS = (
         2.0,
         "GPU count and model, driver, VBIOS, ECC, remapped rows, throttle reasons, temperature, power, PCIe link",
     ),
+    # The same query judged for the GPUs' memory alone: what a runbook asks after a GPU reset
+    # to tell a memory that must go back to the vendor from anything burn-in judges again.
+    CheckSpec(
+        "nvidia-smi-memory",
+        "nvidia-smi-memory",
+        ("nvidia-smi", f"--query-gpu={','.join(NVIDIA_SMI_QUERY_FIELDS)}", "--format=csv"),
+        2.0,
+        "GPU memory alone: uncorrectable ECC since the driver's load, row remap failed or pending, spare rows",
+    ),
     CheckSpec(
         "nvidia-smi-q",
         "nvidia-smi",

@@ -321,7 +321,7 @@ def _judge_fabric(gpu: GpuHealth, where: str) -> list[Finding]:
     fabric = gpu.fabric
     if not fabric:
         return [Finding("no Fabric section: the NVLink domain registration was not reported", where, "warn")]
-    found = []
+    found: list[Finding] = []
     if fabric.get("State") != "Completed":
         found.append(Finding(f"NVLink fabric registration {fabric.get('State', 'not stated')!r}, not Completed", where))
     elif fabric.get("Status") != "Success":
@@ -394,11 +394,51 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
     )
 
 
+def judge_nvidia_smi_memory(text: str, profile: GpuProfile | None) -> CheckResult:
+    """The GPUs' memory alone (the nvidia-smi query's output, judged as judge_nvidia_smi
+    judges it): uncorrectable ECC errors since the driver's load, a failed or pending row
+    remap, a pending page retirement, spare rows running out. Whether the memory must go back
+    to the vendor after a GPU reset, whatever else the output shows (a thermal slowdown, a
+    degraded link, a GPU missing are burn-in's to judge). An output with no GPU cannot be
+    judged: it says nothing about the memory."""
+    report = parse_nvidia_smi(text)
+    if not report.gpus:
+        raise UnjudgeableOutput("no GPUs in the output: their memory cannot be judged")
+    findings = [f for gpu in report.gpus for f in _judge_memory(gpu, profile)]
+    if all(g.ecc_uncorrected_volatile is None for g in report.gpus):
+        findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
+    return verdict(findings, _metrics(report), f"memory of {len(report.gpus)} GPUs healthy")
+
+
 def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> list[Finding]:
     where = f"GPU {gpu.index}"
     found = [signatures()["nvidia_smi_read_error"].finding(error, where) for error in gpu.read_errors]
     if detailed and profile is not None and profile.nvlink_domain_gpus:
         found += _judge_fabric(gpu, where)
+    found += _judge_memory(gpu, profile)
+    for reason in gpu.clock_events:
+        if severity := THROTTLE_SEVERITY.get(reason):
+            found.append(Finding(f"clocks limited by {reason}", where, severity))
+    if gpu.pcie_width and gpu.pcie_width_max and gpu.pcie_width < gpu.pcie_width_max:
+        found.append(Finding(f"PCIe link x{gpu.pcie_width} of x{gpu.pcie_width_max}: degraded link", where, "warn"))
+    if profile is not None:
+        checks = (
+            (gpu.temperature_c, profile.gpu_temperature_c, "GPU temperature", "C"),
+            (gpu.memory_temperature_c, profile.memory_temperature_c, "memory temperature", "C"),
+            (gpu.ecc_corrected_volatile, profile.ecc_corrected_volatile, "correctable ECC errors", "since driver load"),
+        )
+        found += [
+            f
+            for value, limit, what, unit in checks
+            if value is not None and (f := limit.judge(value, what, unit, where))
+        ]
+    return found
+
+
+def _judge_memory(gpu: GpuHealth, profile: GpuProfile | None) -> list[Finding]:
+    """A GPU's memory findings: NVIDIA's rules for uncorrectable errors and row remapping."""
+    where = f"GPU {gpu.index}"
+    found: list[Finding] = []
     if gpu.ecc_uncorrected_volatile:
         found.append(Finding(f"{gpu.ecc_uncorrected_volatile} uncorrectable ECC errors since driver load", where))
     if gpu.remap_failure:
@@ -424,22 +464,6 @@ def _judge_gpu(gpu: GpuHealth, profile: GpuProfile | None, detailed: bool) -> li
         found.append(
             Finding(f"{gpu.ecc_uncorrected_aggregate} uncorrectable ECC errors in the GPU's lifetime", where, "warn")
         )
-    for reason in gpu.clock_events:
-        if severity := THROTTLE_SEVERITY.get(reason):
-            found.append(Finding(f"clocks limited by {reason}", where, severity))
-    if gpu.pcie_width and gpu.pcie_width_max and gpu.pcie_width < gpu.pcie_width_max:
-        found.append(Finding(f"PCIe link x{gpu.pcie_width} of x{gpu.pcie_width_max}: degraded link", where, "warn"))
-    if profile is not None:
-        checks = (
-            (gpu.temperature_c, profile.gpu_temperature_c, "GPU temperature", "C"),
-            (gpu.memory_temperature_c, profile.memory_temperature_c, "memory temperature", "C"),
-            (gpu.ecc_corrected_volatile, profile.ecc_corrected_volatile, "correctable ECC errors", "since driver load"),
-        )
-        found += [
-            f
-            for value, limit, what, unit in checks
-            if value is not None and (f := limit.judge(value, what, unit, where))
-        ]
     return found
 
 

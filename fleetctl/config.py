@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND
 
 if TYPE_CHECKING:
+    from checks.xid_policy import XidPolicy
     from fleetctl.nodes.capacity import GuardPolicy
 
 ENV_VARS = {
@@ -43,6 +44,9 @@ ENV_VARS = {
     "ssh_jump_host": "FLEETCTL_SSH_JUMP_HOST",
     "suites_dir": "FLEETCTL_SUITES_DIR",
     "profiles_dir": "FLEETCTL_PROFILES_DIR",
+    "xid_policy": "FLEETCTL_XID_POLICY",
+    "agent_sample_confirmations": "FLEETCTL_AGENT_SAMPLE_CONFIRMATIONS",
+    "agent_sample_grace_s": "FLEETCTL_AGENT_SAMPLE_GRACE_S",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
     "guard_max_unavailable_rack": "FLEETCTL_GUARD_MAX_UNAVAILABLE_RACK",
@@ -152,6 +156,20 @@ class Settings:
     # A directory of site GPU profiles (checks/profiles' schema) added to the packaged ones;
     # checks.profiles reads FLEETCTL_PROFILES_DIR itself, so every process sees the same.
     profiles_dir: str = ""
+    # The site's Xid and signature policy (checks.xid_policy): a YAML file that demotes or
+    # promotes codes and signatures and sets count-in-window drains; empty: NVIDIA's catalog
+    # alone. Every sender and the judge read it; a worker or agent refuses to start on a broken one.
+    xid_policy: str = ""
+    # A critical finding the agent samples (nvidia-smi, `dcgmi health`), unlike a kernel log
+    # line, is a reading that can race a GPU reset or a driver reload: it becomes an event
+    # only once this many consecutive samples show it (the samples after the first are taken
+    # at once, not at the next interval) and not within agent_sample_grace_s of the boot or
+    # of the driver's load. 2 is the finding and one re-sample: a one-off miss never drains,
+    # and a GPU truly lost is also reported by the kernel (XID 79), which acts at once. The
+    # grace is SageMaker HyperPod's: its health-monitoring agent gives NVML 2 minutes after
+    # a boot before judging it.
+    agent_sample_confirmations: int = 2
+    agent_sample_grace_s: float = 120.0
     # Capacity guard: most of the fleet / of a rack that automation may take out, and the
     # storm that opens the circuit breaker (fraction of production nodes failing in the window).
     guard_max_unavailable_fleet: float = 0.10
@@ -300,6 +318,14 @@ def guard_policy(settings: Settings, fleet: str) -> GuardPolicy:
     )
 
 
+def xid_policy(settings: Settings) -> XidPolicy:
+    """The site's Xid policy the xid_policy setting names (the catalog alone when unset);
+    XidPolicyError, one line, for a file that is missing or does not validate."""
+    from checks.xid_policy import load_xid_policy
+
+    return load_xid_policy(settings.xid_policy or None)
+
+
 def authenticated_user() -> str:
     """The identity the system vouches for: the OS account this process runs as (looked up by
     uid; $USER and $LOGNAME are self-declared). Where fleetctl is reached through an mTLS
@@ -346,6 +372,8 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "lemon_window_days": (0.0, 3650.0, False),
     "suspect_after_unreachable": (1, 1000, True),
     "agent_silence_s": (0.0, 30 * 86400.0, True),
+    "agent_sample_confirmations": (1, 10, True),
+    "agent_sample_grace_s": (0.0, 3600.0, True),
     "stall_after_s": (1.0, 86400.0, True),
     "stall_watch_s": (1.0, 3600.0, True),
     "restart_island_wait_s": (0.0, 3600.0, False),

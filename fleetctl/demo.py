@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetctl.config import Settings
+from fleetctl.config import Settings, xid_policy
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.text import plural
@@ -225,6 +225,7 @@ class Demo:
                     actor="demo",
                     event_id=f"demo-xid79-{fault.node}",
                     at=time.time(),
+                    policy=xid_policy(self.settings),
                 )
             ],
         )

@@ -1,7 +1,9 @@
 """The one constructor of a health event (`health_event`): every sender builds its events
 here (`fleetctl node event`, the agent and the intake through TemporalTransport, the worker's
 watch of external drains, the demo), so each travels with the severity the catalog gives its
-code or signature (fleetctl.nodes.health.event_severity), or a graver one its sender said.
+code or signature as the site's Xid policy amends it (fleetctl.nodes.health.event_severity,
+checks.xid_policy: every sender passes the policy its settings name), or a graver one its
+sender said.
 
 The node's workflow orders its queue by that word (a critical event first, ending any wait)
 and must not read the catalog itself (a replay decides only from its history): so the
@@ -10,6 +12,7 @@ catalog is data packaged with checks/."""
 
 from __future__ import annotations
 
+from checks.xid_policy import XidPolicy
 from fleetctl.nodes.health import event_severity
 from workflows.api import HealthEventInput
 
@@ -18,6 +21,7 @@ def health_event(
     node: str,
     source: str,
     *,
+    policy: XidPolicy,
     code: int | None = None,
     message: str = "",
     actor: str = "",
@@ -30,8 +34,8 @@ def health_event(
     first_seen: float = 0.0,
     last_seen: float = 0.0,
 ) -> HealthEventInput:
-    """The event, its severity the catalog's or the sender's `severity` when graver (ValueError
-    for a word that is no severity)."""
+    """The event, its severity the policy's (the catalog's, as the site's file amends it) or the
+    sender's `severity` when graver (ValueError for a word that is no severity)."""
     return HealthEventInput(
         node=node,
         source=source,
@@ -40,7 +44,7 @@ def health_event(
         actor=actor,
         event_id=event_id,
         at=at,
-        severity=event_severity(severity, code, signature),
+        severity=event_severity(severity, code, signature, policy=policy),
         at_from_record=at_from_record,
         signature=signature,
         repeat_count=repeat_count,

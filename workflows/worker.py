@@ -236,6 +236,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     records the next finds recorded."""
     import dataclasses
 
+    from fleetctl.config import xid_policy
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import utcnow
@@ -252,6 +253,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         return
     log = logging.getLogger(__name__)
     engine = get_engine(settings.db_url)
+    policy = xid_policy(settings)
     # What this worker signalled: a drain seen again before the workflow has recorded it is not
     # sent twice (another worker's is recorded once, by its id). Bounded: oldest forgotten first.
     sent: OrderedDict[str, None] = OrderedDict()
@@ -272,6 +274,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                         event_id=event_id,
                         at=utcnow().timestamp(),
                         severity=severity,
+                        policy=policy,
                     )
                 ],
             )
@@ -347,19 +350,26 @@ async def prune_periodically(settings: Settings) -> None:
         await asyncio.sleep(settings.retention_interval_s)
 
 
-def require_site_profiles(settings: Settings) -> None:
-    """Refuse to start on a broken site profile (ConfigError, one line naming the file): a
-    worker that started would fail every check of that profile's nodes, and only then say why."""
+def require_site_files(settings: Settings) -> None:
+    """Refuse to start on a broken site profile or Xid policy (ConfigError, one line naming the
+    file): a worker that started would fail every check of that profile's nodes, or judge every
+    event by a policy the site did not write, and only then say why."""
     from checks.profiles import ProfileError, site_profiles
+    from checks.xid_policy import XidPolicyError
+    from fleetctl.config import xid_policy
 
     try:
         site_profiles(settings.profiles_dir or None)
     except ProfileError as exc:
         raise ConfigError(f"profiles_dir: {exc}") from None
+    try:
+        xid_policy(settings)
+    except XidPolicyError as exc:
+        raise ConfigError(f"xid_policy: {exc}") from None
 
 
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
-    require_site_profiles(settings)
+    require_site_files(settings)
     client = await connect(settings)
     # Before polling: a namespace without the search attributes would stall every node's workflow.
     warning = await require_search_attributes(client)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from checks.xid_policy import XidPolicy
 from fleetctl.nodes.health import event_severity
 
 
-def coalesce_minor(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def coalesce_minor(events: list[dict[str, Any]], policy: XidPolicy) -> list[dict[str, Any]]:
     """`events` (spooled, in order) with every minor event that repeats an earlier one of the
     list (the same source, code, signature and severity) folded into that one: one event with
     `repeat_count` and the times of the first and the last it stands for (`first_seen`,
@@ -20,7 +21,9 @@ def coalesce_minor(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kept: dict[tuple[str, int | None, str, str], int] = {}
     for ev in events:
         code, signature = ev["code"], ev.get("signature", "")
-        if (code is None and not signature) or event_severity(ev.get("severity", ""), code, signature) == "critical":
+        if (code is None and not signature) or event_severity(
+            ev.get("severity", ""), code, signature, policy=policy
+        ) == "critical":
             out.append(ev)
             continue
         key = (ev["source"], code, signature, ev.get("severity", ""))

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput
 from checks.signatures import signatures
-from checks.xid import parse_kernel_log, xid_action
+from checks.xid import parse_kernel_log
+from checks.xid_policy import XidPolicy
+from fleetctl.nodes.health import catalog_severity
 from fleetctl.text import bounded
 
 # The database stores the code as a 32-bit integer; a larger number is not an Xid.
@@ -26,7 +28,7 @@ class UnreadableRecord(ValueError):
 class Fault:
     code: int | None  # the Xid (or the Xid the catalog gives a fault without one)
     message: str
-    # The catalog's: info | warning | critical. Critical drains the node at once: sent (and
+    # The catalog's as the site's policy has it: info | warning | critical. Critical drains the node at once: sent (and
     # queued in the node's workflow) before anything else, and a fault without an Xid drains
     # by it.
     severity: str = "warning"
@@ -39,9 +41,10 @@ class Fault:
         return self.severity == "critical"
 
 
-def detect(message: str) -> list[Fault]:
+def detect(message: str, policy: XidPolicy) -> list[Fault]:
     """The faults in one kernel message: Xid reports (and failures the catalog reads as an
-    Xid, such as a GPU fallen off the bus without its Xid line), then the other signatures.
+    Xid, such as a GPU fallen off the bus without its Xid line), then the other signatures,
+    each as severe as the site's `policy` says.
     A report the parser refuses (an Xid code out of range, a damaged Xid line) raises
     UnreadableRecord, with the parser's one-line reason. Each fault's message is bounded and
     encodable (fleetctl.text.bounded)."""
@@ -52,7 +55,7 @@ def detect(message: str) -> list[Fault]:
     except UnjudgeableOutput as exc:
         raise UnreadableRecord(bounded(str(exc), 300)) from None
     faults = [
-        Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), xid_action(e.code).severity)
+        Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), catalog_severity(e.code, policy=policy))
         for e in log.xids
         if e.code <= MAX_CODE
     ]
@@ -61,7 +64,7 @@ def detect(message: str) -> list[Fault]:
         Fault(
             None,
             bounded(f"{catalog[s.name].description} on {s.where or 'the node'}: {s.message}".strip()),
-            catalog[s.name].severity,
+            catalog_severity(None, s.name, policy=policy),
             s.name,
         )
         for s in log.signatures

@@ -16,10 +16,11 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from checks.signatures import MAX_SIGNATURE_NAME
+from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.coalesce import coalesce_minor
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import MAX_SEQ, Cursor, KernelRecord, event_id
-from fleetctl.agent.sampler import SampleTracker
+from fleetctl.agent.sampler import DRIVER_LOADED, Confirmation, SampleTracker
 from fleetctl.agent.spool import SEVERITY_WORDS, Event, Spool, move_aside, write_atomically
 from fleetctl.text import MAX_TEXT, bounded
 
@@ -30,6 +31,9 @@ CURSOR_EVERY_S = 1.0  # the cursor is only an optimisation (ids de-duplicate): s
 MAX_BACKOFF_S = 30.0
 MAX_URGENT = 1000  # critical events held for sending first (all are in the spool regardless)
 APPEND_RETRY_S = 1.0  # a spool that cannot be written (a full disk) is tried again this often
+# A sampled critical finding not yet confirmed is sampled again this soon (or at the sample
+# interval, if shorter): at once, yet not inside the same GPU reset (a few seconds) it may race.
+RESAMPLE_AFTER_S = 5.0
 CURSOR_FILE = "cursor.json"
 # What an event the agent spools holds (the last two absent from an older agent's spool).
 _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
@@ -93,6 +97,9 @@ class AgentConfig:
     profile: str | None = None
     profiles_dir: str | None = None  # where the profile may be, beside the packaged ones
     boot_id: str = ""
+    boot_time: float = 0.0  # when this boot began (unix seconds): sampled findings wait out its grace
+    confirmation: Confirmation = field(default_factory=Confirmation)  # when a sampled critical finding is believed
+    xid_policy: XidPolicy = CATALOG  # the site's (the xid_policy setting): how severe each fault is
     heartbeat_interval_s: float = 30.0  # with a heartbeat sender: how often the agent says it is alive
 
 
@@ -180,16 +187,22 @@ class Agent:
         self.spool = Spool(self.config.spool_dir, self.config.max_spool, valid_event)
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
         self.metrics.corrupt_files.labels("cursor").inc(self.cursor_moved_aside)
+        config = self.config
         self.samplers = [
-            (self.config.sample_argv, SampleTracker(self.config.profile, profiles_dir=self.config.profiles_dir))
+            (
+                config.sample_argv,
+                SampleTracker(config.profile, profiles_dir=config.profiles_dir, confirmation=config.confirmation),
+            )
         ]
-        if self.config.dcgm_health_argv:
+        if config.dcgm_health_argv:
             self.samplers.append(
                 (
-                    self.config.dcgm_health_argv,
-                    SampleTracker(self.config.profile, "dcgm-health", profiles_dir=self.config.profiles_dir),
+                    config.dcgm_health_argv,
+                    SampleTracker(config.profile, "dcgm-health", config.profiles_dir, config.confirmation),
                 )
             )
+        # When the GPUs last came up: the boot, or a later load of the driver read in the log.
+        self.settled_at = config.boot_time
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
         self._beat_at = 0.0
         self._beating: asyncio.Task[bool] | None = None
@@ -248,8 +261,10 @@ class Agent:
         skipped: it never stops the records after it."""
         out: list[Event] = []
         for r in records:
+            if DRIVER_LOADED.search(r.message):
+                self.settled_at = max(self.settled_at, r.at)
             try:
-                faults = detect(r.message)
+                faults = detect(r.message, self.config.xid_policy)
             except UnreadableRecord as exc:
                 self._unreadable("parser", r, str(exc))
                 continue
@@ -354,7 +369,7 @@ class Agent:
             now = time.time()
             events = [
                 self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
-                for found in tracker.observe(text)
+                for found in tracker.observe(text, now=now, settled_at=self.settled_at)
             ]
             if events:
                 self.metrics.detected.inc(len(events))
@@ -363,6 +378,9 @@ class Agent:
                 except OSError as exc:  # a sample is taken again; its findings come with the next change
                     self.metrics.spool_write_failures.inc()
                     log.warning("cannot spool %d sampled findings (%s)", len(events), bounded(str(exc), 300))
+        if any(tracker.unconfirmed for _, tracker in self.samplers):
+            grace_left = self.settled_at + self.config.confirmation.grace_s - time.time()
+            self._sample_at = min(self._sample_at, time.monotonic() + max(RESAMPLE_AFTER_S, grace_left))
         self._publish()
 
     async def deliver(self) -> None:
@@ -373,7 +391,9 @@ class Agent:
             urgent = self._urgent[: self.config.batch_size]
             batch = urgent or self.spool.pending(self.config.batch_size)
             try:
-                await self.transport.send(self.config.node, batch if urgent else coalesce_minor(batch))
+                await self.transport.send(
+                    self.config.node, batch if urgent else coalesce_minor(batch, self.config.xid_policy)
+                )
             except Exception as exc:  # noqa: BLE001 - any failure: keep the events, retry later
                 self.metrics.send_failures.inc()
                 log.warning("cannot deliver %d events (%s); retrying in %.1fs", len(batch), exc, self._backoff)

@@ -11,7 +11,7 @@ import urllib.request
 from typing import TYPE_CHECKING
 
 from fleetctl.agent.spool import Event
-from fleetctl.config import Settings
+from fleetctl.config import Settings, xid_policy
 from workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
 from workflows.health_events import health_event
 
@@ -32,11 +32,12 @@ class NodeRefused(SendFailed):
 
 class TemporalTransport:
     """Signals each event to its node's workflow, built by the one constructor of a health
-    event (its severity the catalog's, or the sender's when graver): the agent's events and
-    the intake's alike."""
+    event (its severity the site's Xid policy's, or the sender's when graver): the agent's
+    events and the intake's alike."""
 
     def __init__(self, settings: Settings):
         self.settings = settings
+        self.policy = xid_policy(settings)  # read once: a broken file refuses the process's start
         self._client: Client | None = None
 
     async def send(self, node: str, events: list[Event]) -> None:
@@ -44,7 +45,8 @@ class TemporalTransport:
             if self._client is None:
                 self._client = await connect(self.settings)
             await asyncio.wait_for(
-                send_health_events(self._client, node, [health_event(**e) for e in events]), SEND_TIMEOUT_S
+                send_health_events(self._client, node, [health_event(**e, policy=self.policy) for e in events]),
+                SEND_TIMEOUT_S,
             )
         except CommandRejected as exc:
             if "not found" in str(exc).lower():  # the server's answer for a workflow id it does not know

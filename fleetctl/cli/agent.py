@@ -86,6 +86,7 @@ def agent(
 
     from checks.catalog import CHECKS
     from fleetctl.agent.runner import Agent, AgentConfig
+    from fleetctl.agent.sampler import Confirmation
     from fleetctl.agent.transport import TemporalTransport
 
     if sum((kmsg is not None, journal, log_file is not None)) > 1:
@@ -94,8 +95,10 @@ def agent(
     heartbeat, events_via_intake = _intake_senders(heartbeat_url, heartbeat_token_file, heartbeat_ca, events_to_intake)
     if profile:
         _check_profile(ctx, profile)
+    settings = context.settings(ctx)
+    policy = context.xid_policy(settings)  # a broken site policy: one line, and no agent
     node = node or socket.gethostname().split(".")[0]
-    source, boot_id, saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
+    source, (boot_id, boot_time), saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
     config = AgentConfig(
         node=node,
         spool_dir=spool,
@@ -105,6 +108,9 @@ def agent(
         profile=profile,
         profiles_dir=context.settings(ctx).profiles_dir or None,
         boot_id=boot_id,
+        boot_time=boot_time,
+        confirmation=Confirmation(settings.agent_sample_confirmations, settings.agent_sample_grace_s),
+        xid_policy=policy,
         sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
         dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
         heartbeat_interval_s=heartbeat_interval,
@@ -112,7 +118,7 @@ def agent(
     the_agent = Agent(
         config,
         source,
-        events_via_intake or TemporalTransport(context.settings(ctx)),
+        events_via_intake or TemporalTransport(settings),
         heartbeat=heartbeat,
         cursor_moved_aside=saved.moved_aside,
     )
@@ -167,9 +173,9 @@ def _check_profile(ctx: typer.Context, profile: str) -> None:
 
 def _kernel_log(
     spool: Path, log_file: Path | None, journal: bool, journalctl: str, kmsg: Path | None
-) -> tuple[Source, str, SavedCursor]:
+) -> tuple[Source, tuple[str, float], SavedCursor]:
     """The spool made ready, and the kernel log to follow from where it was last read, with
-    this boot's id and the saved cursor (whether it was moved aside)."""
+    this boot's id and start time and the saved cursor (whether it was moved aside)."""
     from fleetctl.agent.follow import FileSource, JournalSource, KmsgSource
     from fleetctl.agent.runner import Agent, boot_identity, ensure_dir
 
@@ -189,7 +195,7 @@ def _kernel_log(
             source = KmsgSource(kmsg or Path("/dev/kmsg"), boot_id, boot_time, saved.position)
     except OSError as exc:
         fail(f"cannot open the kernel log ({exc})", EXIT_USAGE)
-    return source, boot_id, saved
+    return source, (boot_id, boot_time), saved
 
 
 async def _run_until_signalled(the_agent: Agent) -> None:

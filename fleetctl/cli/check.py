@@ -104,6 +104,52 @@ def list_profiles(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> N
     emit(rows, output, lambda data, wide: column_table(PROFILE_COLUMNS, data, wide))
 
 
+XID_POLICY_COLUMNS = (
+    Column("KIND", lambda r: r["kind"]),
+    Column("CODE", lambda r: r["key"], whole=True),
+    Column("SEVERITY", lambda r: r["severity"]),
+    Column("CATALOG", lambda r: r["catalog"]),
+    Column("DRAINS", lambda r: r["drains"]),
+    Column("SOURCE", lambda r: r["source"]),
+    Column("NAME", lambda r: r["name"], wide=True),
+)
+
+
+@app.command("xid-policy")
+def xid_policy(
+    ctx: typer.Context,
+    policy_file: Path | None = typer.Option(
+        None, "--file", help="judge this policy file instead of the xid_policy setting's (to try one before use)"
+    ),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """The effective Xid and signature table: each code's severity and when it drains the node,
+    as NVIDIA's catalog says or the site's policy file (the xid_policy setting) changes it, and
+    where each row came from. A broken file: one line, exit 2."""
+    from checks.xid_policy import XidPolicyError, load_xid_policy
+    from fleetctl.nodes.health import effective_table
+
+    settings = context.settings(ctx)
+    path = str(policy_file) if policy_file is not None else (settings.xid_policy if settings is not None else "")
+    try:
+        policy = load_xid_policy(path or None)
+    except XidPolicyError as exc:
+        fail(str(exc), EXIT_USAGE)
+    rows = [
+        {
+            "kind": row.kind,
+            "key": row.key,
+            "name": row.name,
+            "catalog": row.catalog,
+            "severity": row.severity,
+            "drains": row.drains,
+            "source": row.source,
+        }
+        for row in effective_table(policy)
+    ]
+    emit(rows, output, lambda data, wide: column_table(XID_POLICY_COLUMNS, data, wide))
+
+
 @app.command("list")
 def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
     """List the checks: name, tool, kind of parser, typical duration, and the nodes each judges
@@ -132,7 +178,7 @@ def parse(
     ctx: typer.Context,
     kind: str = typer.Argument(
         ...,
-        help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, xid, ib, ib-rails, firmware, "
+        help="nccl, nccl-pairs, hpl, dcgm, dcgm-health, nvidia-smi, nvidia-smi-memory, xid, ib, ib-rails, firmware, "
         "pcie, pcie-aer, memory, cpu, disk, services, versions, clock or imex",
     ),
     file: Path = typer.Argument(..., help="a saved output of the tool ('-' for stdin)"),

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from temporalio.client import Client
 
+    from checks.xid_policy import XidPolicy
+
 T = TypeVar("T")
 
 
@@ -32,6 +34,19 @@ def root_settings(ctx: typer.Context) -> Settings | None:
     fleetctl's root callback to resolve them."""
     resolved = ctx.find_root().obj
     return resolved if isinstance(resolved, Settings) else None
+
+
+def xid_policy(s: Settings) -> XidPolicy:
+    """The site's Xid policy (the xid_policy setting). A file missing or broken: one line,
+    exit 2, nothing done; so the processes that send or judge events refuse to start on it."""
+    from checks.xid_policy import XidPolicyError
+    from fleetctl.cli.output import EXIT_USAGE, fail
+    from fleetctl.config import xid_policy as load
+
+    try:
+        return load(s)
+    except XidPolicyError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def engine(ctx: typer.Context) -> Engine:

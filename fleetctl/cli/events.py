@@ -15,6 +15,7 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 
 if TYPE_CHECKING:
+    from checks.xid_policy import XidPolicy
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.server import IntakeServer, KnownNodes
 
@@ -101,6 +102,7 @@ def serve(
     except OSError as exc:
         fail(f"--spool {spool}: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
+    policy = context.xid_policy(settings)
     intake = Intake(spool, WorkflowSignals(settings), max_per_credential=max_queued_per_credential)
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
@@ -110,7 +112,9 @@ def serve(
         max_connections=_within_file_limit(max_connections),
     )
     try:
-        server = serve_http(intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls)
+        server = serve_http(
+            intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls, xid_policy=policy
+        )
     except OSError as exc:
         fail(f"cannot listen on {address}:{port} ({exc.strerror})")
     stop = threading.Event()
@@ -119,7 +123,9 @@ def serve(
     )
     writer.start()
     if kubeconfig or in_cluster:
-        _poll_node_conditions(intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known)
+        _poll_node_conditions(
+            intake, None if in_cluster else kubeconfig, tuple(condition), stop, poll_interval, known, policy
+        )
     typer.echo(
         f"intake on {'https' if tls else 'http'}://{address}:{server.server_port} (POST /alertmanager, /events, /heartbeat)",
         err=True,
@@ -155,6 +161,7 @@ def _poll_node_conditions(
     stop: threading.Event,
     interval_s: float,
     known: KnownNodes,
+    policy: XidPolicy,
 ) -> None:
     """Node Problem Detector's conditions polled in the background (kubeconfig None: this cluster)."""
     from kubernetes import client, config
@@ -170,7 +177,7 @@ def _poll_node_conditions(
         api_client = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
     threading.Thread(
         target=poll_node_conditions,
-        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known),
+        args=(intake, client.CoreV1Api(api_client), conditions or NPD_CONDITIONS, stop, interval_s, known, policy),
         name="fleetctl-intake-npd",
         daemon=True,
     ).start()

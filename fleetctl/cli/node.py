@@ -837,6 +837,7 @@ def event(
     if severity not in ("", *SEVERITIES):
         fail(f"--severity must be one of {', '.join(SEVERITIES)}", EXIT_USAGE)
     s = context.settings(ctx)
+    policy = context.xid_policy(s)
     now = time.time()
     if xid is not None:
         if not 0 <= xid <= MAX_XID:
@@ -851,6 +852,7 @@ def event(
                 event_id=str(uuid.uuid4()),
                 at=now,
                 severity=severity,
+                policy=policy,
             )
         ]
     elif from_log is None:  # an operator's report of a fault without an Xid (an SXid, a link down)
@@ -863,6 +865,7 @@ def event(
                 event_id=str(uuid.uuid4()),
                 at=now,
                 severity=severity,
+                policy=policy,
             )
         ]
     else:
@@ -892,12 +895,16 @@ def event(
                 event_id=health_event_id(name, e.timestamp, e.pci, e.code, e.message),
                 at=now,
                 severity=severity,
+                policy=policy,
             )
             for e in parsed
         ]
     # An operator may say more than the catalog, never less: a graver catalog word stands.
     for code, graver in sorted({(e.code, e.severity) for e in events if severity and e.severity != severity}):
-        typer.echo(f"note: XID {code} is {graver} in the catalog: sent as {graver}, not {severity}", err=True)
+        typer.echo(
+            f"note: XID {code} is {graver} in {policy.source or 'the catalog'}: sent as {graver}, not {severity}",
+            err=True,
+        )
 
     async def run() -> None:
         client = await context.temporal_client(ctx)

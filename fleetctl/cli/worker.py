@@ -36,14 +36,14 @@ def worker(ctx: typer.Context) -> None:
 
     from fleetctl.connections.temporal_client import resolve
     from fleetctl.db.engine import describe
-    from workflows.worker import require_site_profiles, run_worker
+    from workflows.worker import require_site_files, run_worker
 
     s = context.settings(ctx)
     temporal = resolve(s)
     problem = implicit_database_problem(s, temporal)
     if problem:
         fail(problem, EXIT_USAGE)
-    require_site_profiles(s)  # run_worker asks too; here, before the database's log lines, it is the only line
+    require_site_files(s)  # run_worker asks too; here, before the database's log lines, it is the only line
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     typer.echo(f"worker on task queue {s.task_queue!r}: database {describe(s.db_url)}, Temporal {temporal.describe()}")
     context.engine(ctx)  # fail fast, in one line, if the database is not there

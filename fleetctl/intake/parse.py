@@ -27,6 +27,7 @@ from typing import Any
 
 from checks.result import SEVERITIES
 from checks.signatures import MAX_SIGNATURE_NAME, signatures
+from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import Fault
 from fleetctl.nodes.health import event_severity, health_event_id
 from fleetctl.text import bounded
@@ -165,8 +166,8 @@ def _time(value: object, where: str) -> float:
     return float(value)
 
 
-def _severity(value: object, code: int | None, where: str, strict: bool, signature: str = "") -> str:
-    """The catalog's severity for the code or signature, or the sender's word when graver
+def _severity(value: object, code: int | None, where: str, strict: bool, policy: XidPolicy, signature: str = "") -> str:
+    """The site policy's severity for the code or signature, or the sender's word when graver
     (fleetctl.nodes.health.event_severity: a sender may say more, never less); "" when
     neither says. The queue orders and bounds by it, so it is decided here, on arrival."""
     said = ""
@@ -175,7 +176,7 @@ def _severity(value: object, code: int | None, where: str, strict: bool, signatu
             said = str(value)
         elif strict:
             raise BadBody(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
-    return event_severity(said, code, signature)
+    return event_severity(said, code, signature, policy=policy)
 
 
 def _repeats(item: dict[str, object], at: float, where: str) -> tuple[int, float]:
@@ -196,8 +197,11 @@ def _signature(value: object, where: str) -> str:
     return value
 
 
-def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) -> list[IntakeEvent]:
-    """The firing alerts of one webhook; resolved ones say nothing new about the node.
+def from_alertmanager(
+    body: object, node_labels: tuple[str, ...] = NODE_LABELS, *, policy: XidPolicy = CATALOG
+) -> list[IntakeEvent]:
+    """The firing alerts of one webhook; resolved ones say nothing new about the node; each as
+    severe as the site's Xid `policy` says (the catalog's where none is given).
     The code is the alert's `xid` label or annotation (or `value`, as DCGM rules template it)."""
     if not isinstance(body, dict) or body.get("version") != "4" or not isinstance(body.get("alerts"), list):
         raise BadBody("not an Alertmanager webhook (version 4 with alerts)")
@@ -232,14 +236,15 @@ def from_alertmanager(body: object, node_labels: tuple[str, ...] = NODE_LABELS) 
                 bounded(f"{alertname}: {message}"),
                 health_event_id("alertmanager", fingerprint, alert.get("startsAt")),
                 starts,
-                _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False),
+                _severity(labels.get("severity"), code, f"{where}.labels.severity", strict=False, policy=policy),
                 True,
             )
         )
     return out
 
 
-def from_json(body: object, now: float) -> list[IntakeEvent]:
+def from_json(body: object, now: float, *, policy: XidPolicy = CATALOG) -> list[IntakeEvent]:
+    """The events of one /events body, each as severe as the site's Xid `policy` says."""
     items = body.get("events") if isinstance(body, dict) and "events" in body else [body]
     if not isinstance(items, list) or not items:
         raise BadBody('expected an event object or {"events": [...]}')
@@ -273,7 +278,9 @@ def from_json(body: object, now: float) -> list[IntakeEvent]:
         if "first_seen" in item:
             at = min(at, _time(item["first_seen"], f"{where}.first_seen"))
         signature = _signature(item.get("signature"), f"{where}.signature")
-        severity = _severity(item.get("severity"), code, f"{where}.severity", strict=True, signature=signature)
+        severity = _severity(
+            item.get("severity"), code, f"{where}.severity", strict=True, policy=policy, signature=signature
+        )
         repeat_count, last_at = _repeats(item, at, where)
         anonymous = not event_id and "at" not in item
         out.append(

@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import detect
 from fleetctl.intake.credentials import OPERATOR, BadCredentials, Caller, Credentials
 from fleetctl.intake.delivery import SEEN_IDS, Intake
@@ -109,6 +110,7 @@ class Service:
     limits: Limits = Limits()
     heartbeats: Heartbeats | None = None
     known: KnownNodes | None = None
+    xid_policy: XidPolicy = CATALOG  # the site's (the xid_policy setting): how severe each event is
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -203,7 +205,12 @@ class IntakeHandler(BaseHTTPRequestHandler):
         service = self.server.service
         try:
             body = loads(raw)
-            events = from_alertmanager(body) if self.path == "/alertmanager" else from_json(body, time.time())
+            policy = service.xid_policy
+            events = (
+                from_alertmanager(body, policy=policy)
+                if self.path == "/alertmanager"
+                else from_json(body, time.time(), policy=policy)
+            )
         except (ValueError, RecursionError) as exc:
             message = str(exc) if isinstance(exc, BadBody) else "the body is not JSON"
             # One line, safe to show and to encode: a field name in it is the sender's text.
@@ -458,10 +465,11 @@ def serve_http(
     limits: Limits = Limits(),
     known: KnownNodes | None = None,
     tls: ssl.SSLContext | None = None,
+    xid_policy: XidPolicy = CATALOG,
 ) -> IntakeServer:
     """`token`: the operator token alone, or Credentials (the operator's and the agents')."""
     credentials = token if isinstance(token, Credentials) else Credentials(token)
-    server = IntakeServer((address, port), Service(intake, credentials, limits, heartbeats, known), tls)
+    server = IntakeServer((address, port), Service(intake, credentials, limits, heartbeats, known, xid_policy), tls)
     threading.Thread(target=server.serve_forever, name="fleetctl-intake-http", daemon=True).start()
     return server
 
@@ -473,6 +481,7 @@ def poll_node_conditions(
     stop: threading.Event,
     interval_s: float,
     known: KnownNodes | None = None,
+    policy: XidPolicy = CATALOG,
 ) -> None:
     """Node Problem Detector writes conditions on the Node objects: list them every
     `interval_s` (one request for the whole cluster) and accept the True ones. With
@@ -497,7 +506,7 @@ def poll_node_conditions(
             for node in items:
                 skipped: list[str] = []
                 try:
-                    events = from_node_conditions(node, watched, detect, skipped)
+                    events = from_node_conditions(node, watched, lambda text: detect(text, policy), skipped)
                 except BadBody as exc:
                     events = []
                     skipped.append(str(exc))

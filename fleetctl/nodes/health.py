@@ -1,4 +1,5 @@
-"""Health events: what an XID means for the node, and when repeats escalate. Pure."""
+"""Health events: what an XID means for the node, and when repeats escalate: NVIDIA's catalog as
+the site's policy (checks.xid_policy) amends it. Pure."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass
 from checks.result import SEVERITIES
 from checks.signatures import signatures
 from checks.xid_catalog import xid_action
+from checks.xid_policy import XidPolicy
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
@@ -74,41 +76,107 @@ def checked_severity(severity: str) -> str:
     return severity
 
 
-def catalog_severity(code: int | None, signature: str = "") -> str:
-    """What the catalog says a fault is: the Xid catalog's severity for the code, the signature
-    table's for the signature (checks/catalog), the graver of the two; "" when it knows neither
-    (an operator's report without a code, a sampled finding, another tool's drain)."""
-    known = [xid_action(code).severity] if code is not None else []
+def xid_severity(code: int, policy: XidPolicy) -> str:
+    """A code's severity: the site policy's where it sets one, else the catalog's."""
+    rule = policy.xids.get(code)
+    return rule.severity if rule is not None and rule.severity else xid_action(code).severity
+
+
+def catalog_severity(code: int | None, signature: str = "", *, policy: XidPolicy) -> str:
+    """What the catalog, as the site's policy amends it, says a fault is: the code's severity,
+    the signature's (checks/catalog), the graver of the two; "" when it knows neither (an
+    operator's report without a code, a sampled finding, another tool's drain)."""
+    known = [xid_severity(code, policy)] if code is not None else []
     if signature in signatures():
-        known.append(signatures()[signature].severity)
+        rule = policy.signatures.get(signature)
+        known.append(rule.severity if rule is not None and rule.severity else signatures()[signature].severity)
     return max(known, key=SEVERITIES.index, default="")
 
 
-def event_severity(said: str, code: int | None = None, signature: str = "") -> str:
+def event_severity(said: str, code: int | None = None, signature: str = "", *, policy: XidPolicy) -> str:
     """The severity a health event travels with: what the sender said when that is graver than
-    the catalog's word for its code or signature, else the catalog's. A sender may say more
-    than the catalog (an operator who knows the node is bad), never less: an XID 79 sent as a
-    warning would wait in the node's queue behind a drain it should cut short. ValueError for
-    a word that is none of SEVERITIES."""
+    the policy's word for its code or signature, else the policy's. A sender may say more
+    than the policy (an operator who knows the node is bad), never less: an XID 79 sent as a
+    warning would wait in the node's queue behind a drain it should cut short. Only the site's
+    policy file may demote a code. ValueError for a word that is none of SEVERITIES."""
     checked_severity(said)
-    return max((said, catalog_severity(code, signature)), key=lambda s: SEVERITIES.index(s) if s else -1)
+    return max((said, catalog_severity(code, signature, policy=policy)), key=lambda s: SEVERITIES.index(s) if s else -1)
 
 
 def judge_health_event(
-    code: int, earlier_same_code: list[float], now: float, policy: EscalationPolicy = EscalationPolicy()
+    code: int,
+    earlier_same_code: list[float],
+    now: float,
+    *,
+    policy: XidPolicy,
+    escalation: EscalationPolicy = EscalationPolicy(),
 ) -> EventVerdict:
-    """`earlier_same_code`: times of earlier events with this XID on this node."""
+    """`earlier_same_code`: times of earlier events with this XID on this node. The code's
+    severity and its count-in-window rule are the site policy's where it sets them; else a
+    warning drains after `escalation`'s repeats and an info never does."""
     act = xid_action(code)
-    if act.severity == "critical":
-        return EventVerdict(act.severity, act.action, True, False, f"XID {code}: {act.action} (critical)")
-    in_window = sum(1 for t in earlier_same_code if now - policy.window_s <= t <= now) + 1
-    # Info-level XIDs are the application's own errors: repeats say nothing about the node.
-    if act.severity == "warning" and in_window >= policy.repeats:
+    severity = xid_severity(code, policy)
+    rule = policy.xids.get(code)
+    if severity == "critical":
+        return EventVerdict(severity, act.action, True, False, f"XID {code}: {act.action} (critical)")
+    threshold = rule.drain_after if rule is not None else None
+    repeats, window_s = (
+        (threshold.count, threshold.window_s) if threshold else (escalation.repeats, escalation.window_s)
+    )
+    in_window = sum(1 for t in earlier_same_code if now - window_s <= t <= now) + 1
+    # Info-level XIDs are the application's own errors: repeats say nothing about the node,
+    # unless the site's policy counts them.
+    if (severity == "warning" or threshold is not None) and in_window >= repeats:
         return EventVerdict(
-            act.severity,
+            severity,
             act.action,
             True,
             True,
-            f"XID {code} seen {in_window} times in {policy.window_s / 3600:.0f} h: escalated",
+            f"XID {code} seen {in_window} times in {_window_words(window_s)}: escalated",
         )
-    return EventVerdict(act.severity, act.action, False, False, f"XID {code}: {act.action} ({in_window} in window)")
+    return EventVerdict(severity, act.action, False, False, f"XID {code}: {act.action} ({in_window} in window)")
+
+
+def _window_words(window_s: float) -> str:
+    return f"{window_s / 3600:g} h" if window_s >= 3600 else f"{window_s / 60:g} min"
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One row of the effective Xid/signature table (`fleetctl check xid-policy`)."""
+
+    kind: str  # xid | signature
+    key: str  # the code, or the signature's name
+    name: str  # NVIDIA's mnemonic, or the signature's description
+    catalog: str  # the catalog's severity
+    severity: str  # the effective one
+    drains: str  # when it drains the node: at once, after N in a window, never
+    source: str  # "catalog", or the site file that set a field of the row
+
+
+def effective_table(policy: XidPolicy, escalation: EscalationPolicy = EscalationPolicy()) -> list[PolicyRow]:
+    """Every catalog code and signature, and any code only the site names, as the policy makes them."""
+    from checks.xid_catalog import xid_catalog
+
+    rows = []
+    for code in sorted(set(xid_catalog()) | set(policy.xids)):
+        act, rule = xid_action(code), policy.xids.get(code)
+        severity = xid_severity(code, policy)
+        threshold = rule.drain_after if rule is not None else None
+        if severity == "critical":
+            drains = "at once"
+        elif threshold is not None:
+            drains = f"after {threshold.count} in {_window_words(threshold.window_s)}"
+        elif severity == "warning":
+            drains = f"after {escalation.repeats} in {_window_words(escalation.window_s)}"
+        else:
+            drains = "never"
+        source = policy.source if rule is not None else "catalog"
+        rows.append(PolicyRow("xid", str(code), act.mnemonic, act.severity, severity, drains, source))
+    for name, sig in sorted(signatures().items()):
+        severity = catalog_severity(None, name, policy=policy)
+        # A signature without an Xid is judged by its severity alone (events keep no signature to count).
+        drains = "at once" if severity == "critical" else "never"
+        source = policy.source if name in policy.signatures else "catalog"
+        rows.append(PolicyRow("signature", name, sig.description, sig.severity, severity, drains, source))
+    return rows

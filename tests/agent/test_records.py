@@ -9,6 +9,7 @@ from datetime import datetime
 
 import pytest
 
+from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import BadRecord, event_id, file_record, line_time, parse_journal_json, parse_kmsg
 from fleetctl.nodes.health import health_event_id
@@ -90,23 +91,25 @@ def test_event_ids_are_stable_and_distinct() -> None:
 
 
 def test_detect_reads_xids_through_the_checks_parser() -> None:
-    (fault,) = detect(XID79)
+    (fault,) = detect(XID79, CATALOG)
     assert fault.code == 79 and "fallen off the bus" in fault.message and "0000:2b:00" in fault.message
-    assert detect("usb 1-1: new high-speed USB device") == []
+    assert detect("usb 1-1: new high-speed USB device", CATALOG) == []
 
 
 def test_detect_names_the_catalog_signature_of_a_fault_without_an_xid() -> None:
     """The node's workflow reads a fault of an NVLink domain's fabric by its signature (a fatal
     SXid holds the domain): the real Fabric Manager guide line, from the cited fixture."""
-    (fatal,) = detect("[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up")
+    (fatal,) = detect(
+        "[131453.740743] nvidia-nvswitch0: SXid (PCI:0000:00:00.0): 20034, Fatal, Link 30 LTSSM Fault Up", CATALOG
+    )
     assert (fatal.code, fatal.signature, fatal.severity) == (None, "nvswitch_sxid_fatal", "critical")
-    (xid,) = detect(XID79)
+    (xid,) = detect(XID79, CATALOG)
     assert xid.signature == ""  # an Xid is judged by its code
 
 
 def test_detect_refuses_a_code_too_large_for_the_database() -> None:
     with pytest.raises(UnreadableRecord, match="out of range"):
-        detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom")
+        detect("NVRM: Xid (PCI:0000:2b:00): 99999999999, boom", CATALOG)
 
 
 def test_every_text_is_bounded_and_encodable_before_it_is_spooled(tmp_path) -> None:

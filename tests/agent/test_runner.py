@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -263,3 +264,30 @@ async def test_a_sampled_finding_is_sent_bounded_and_encodable(tmp_path, rows, k
     assert len(message) <= MAX_TEXT and bounded(message) == message and kept(message), message[-200:]
     message.encode()  # a lone surrogate would raise here
     assert agent.spool.depth == 0 and agent.metrics.detected._value.get() == 1
+
+
+@pytest.mark.parametrize(("loaded_ago_s", "reported"), [(10.0, 0), (3600.0, 1)])
+async def test_a_driver_load_in_the_log_starts_the_grace_of_sampled_findings(tmp_path, loaded_ago_s, reported) -> None:
+    """The kernel's line for the driver's load restarts the GPUs' grace: a GPU missing from
+    every sample within 2 minutes of it is no event yet (the driver is still bringing the
+    GPUs up), and the agent samples again when the grace ends; one loaded an hour ago is."""
+    from datetime import UTC, datetime
+
+    from fleetctl.agent.sampler import Confirmation
+
+    loaded = datetime.fromtimestamp(time.time() - loaded_ago_s, UTC).isoformat(timespec="seconds")
+    log = tmp_path / "kern.log"
+    log.write_text(f"{loaded} host kernel: NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  550.90.07\n")
+    script, _ = fake_nvidia_smi(tmp_path, "csv_7xh100_missing_gpu_fail.txt")
+    grace = Confirmation(samples=2, grace_s=120.0)
+    config = AgentConfig(
+        node="n1", spool_dir=tmp_path / "spool", sample_argv=(str(script),), profile="h100-sxm", confirmation=grace
+    )
+    agent = Agent(config, FileSource(log), Recorder())
+    agent.read_once()
+    for _ in range(3):
+        agent._sample_at = time.monotonic() + 3600  # as the loop sets it before a sample
+        await agent.sample_once()
+    assert agent.metrics.detected._value.get() == reported
+    if not reported:  # sampled again at the grace's end, not an hour later
+        assert agent._sample_at - time.monotonic() <= grace.grace_s - loaded_ago_s + 1

@@ -9,6 +9,7 @@ import pytest
 from checks import Status, judge
 from checks.signatures import signatures
 from checks.xid import parse_kernel_log
+from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import detect
 from tests.checks.conftest import fixture_text
 
@@ -41,7 +42,7 @@ def test_the_agent_reads_the_same_signatures_as_xid_scan():
     """detect() is the agent's reading of one kernel message: the same table, the same severity."""
     for fixture, _name, _, _, _ in CASES:
         line = next(line for line in fixture_text(fixture).splitlines() if not line.startswith("#"))
-        faults = detect(line)
+        faults = detect(line, CATALOG)
         assert faults, fixture
         assert faults[0].code is None
         assert faults[0].severity == signatures()[parse_kernel_log(line).signatures[0].name].severity

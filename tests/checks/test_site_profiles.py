@@ -179,5 +179,5 @@ def test_the_agents_sampler_judges_by_the_site_profile_it_is_given():
 
     text = fixture_text("ib/ibstat_roce_400g_ok.txt")
     with pytest.raises(ValueError):
-        SampleTracker(ROCE, "ib").observe(text)  # the packaged profiles alone do not know it
-    assert SampleTracker(ROCE, "ib", profiles_dir=str(SITE)).observe(text) == []
+        SampleTracker(ROCE, "ib").observe(text, now=0.0, settled_at=0.0)  # the packaged profiles alone do not know it
+    assert SampleTracker(ROCE, "ib", profiles_dir=str(SITE)).observe(text, now=0.0, settled_at=0.0) == []

@@ -6,6 +6,7 @@ from datetime import UTC
 
 import pytest
 
+from checks.xid_policy import CATALOG
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
 from fleetctl.nodes.health import DAY_S, judge_health_event
 
@@ -75,21 +76,21 @@ def test_storm_of_forty_percent_drains_no_more_than_the_limit() -> None:
 
 
 def test_critical_xid_drains_now() -> None:
-    v = judge_health_event(79, [], 0.0)
+    v = judge_health_event(79, [], 0.0, policy=CATALOG)
     assert v.drain_now and v.severity == "critical" and not v.escalated
 
 
 def test_repeated_warning_xid_escalates_within_the_window_only() -> None:
     now = 10 * DAY_S
-    assert not judge_health_event(94, [now - 100], now).drain_now
-    v = judge_health_event(94, [now - 100, now - 200], now)
+    assert not judge_health_event(94, [now - 100], now, policy=CATALOG).drain_now
+    v = judge_health_event(94, [now - 100, now - 200], now, policy=CATALOG)
     assert v.drain_now and v.escalated
     # the same repeats spread over more than a day do not
-    assert not judge_health_event(94, [now - 1.5 * DAY_S, now - 3 * DAY_S], now).drain_now
+    assert not judge_health_event(94, [now - 1.5 * DAY_S, now - 3 * DAY_S], now, policy=CATALOG).drain_now
 
 
 def test_application_errors_never_escalate() -> None:
-    assert not judge_health_event(13, [1.0, 2.0, 3.0], 4.0).drain_now
+    assert not judge_health_event(13, [1.0, 2.0, 3.0], 4.0, policy=CATALOG).drain_now
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from checks.xid_policy import CATALOG
 from fleetctl.agent.coalesce import coalesce_minor
 from fleetctl.nodes.health import catalog_severity, event_severity
 from workflows.health_events import health_event
@@ -30,17 +31,19 @@ from workflows.health_events import health_event
     ],
 )
 def test_the_severity_is_the_catalogs_or_the_senders_when_graver(said, code, signature, expected) -> None:
-    assert event_severity(said, code, signature) == expected
-    assert health_event("gpu-7", "xid", code=code, severity=said, signature=signature).severity == expected
+    assert event_severity(said, code, signature, policy=CATALOG) == expected
+    assert (
+        health_event("gpu-7", "xid", code=code, severity=said, signature=signature, policy=CATALOG).severity == expected
+    )
 
 
 def test_a_word_that_is_no_severity_is_refused() -> None:
     with pytest.raises(ValueError, match="not one of info, warning, critical"):
-        health_event("gpu-7", "xid", code=79, severity="minor")
+        health_event("gpu-7", "xid", code=79, severity="minor", policy=CATALOG)
 
 
 def test_the_catalog_knows_xid79_as_critical() -> None:
-    assert catalog_severity(79) == "critical" and catalog_severity(None) == ""
+    assert catalog_severity(79, policy=CATALOG) == "critical" and catalog_severity(None, policy=CATALOG) == ""
 
 
 def _ev(i: int, code: int | None, severity: str, signature: str = "", source: str = "agent") -> dict:
@@ -60,7 +63,7 @@ def _ev(i: int, code: int | None, severity: str, signature: str = "", source: st
 
 def test_the_agent_sends_a_batchs_repeated_minor_events_once_with_their_count() -> None:
     batch = [_ev(0, 13, "info"), _ev(1, 79, "critical"), _ev(2, 13, "info"), _ev(3, 79, "critical"), _ev(4, 13, "info")]
-    sent = coalesce_minor(batch)
+    sent = coalesce_minor(batch, CATALOG)
     assert [e["event_id"] for e in sent] == ["e4", "e1", "e3"]  # a fold goes under its last event's id
     assert (sent[0]["repeat_count"], sent[0]["first_seen"], sent[0]["last_seen"]) == (3, 100.0, 104.0)
 
@@ -76,4 +79,4 @@ def test_the_agent_sends_a_batchs_repeated_minor_events_once_with_their_count() 
     ],
 )
 def test_the_agent_never_folds_critical_or_different_events(batch) -> None:
-    assert coalesce_minor(batch) == batch
+    assert coalesce_minor(batch, CATALOG) == batch

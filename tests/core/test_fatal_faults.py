@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from checks import judge
+from checks.xid_policy import CATALOG
 from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide
 from fleetctl.nodes.health import judge_health_event
 
@@ -24,7 +25,7 @@ def _decide(critical: bool, breaker_open: bool = False):
 
 @pytest.mark.parametrize("xid", [48, 64, 79, 95])
 def test_critical_xids_pass_a_spent_budget_and_an_open_breaker(xid) -> None:
-    verdict = judge_health_event(xid, [], 0.0)
+    verdict = judge_health_event(xid, [], 0.0, policy=CATALOG)
     assert verdict.drain_now and verdict.severity == "critical"
     assert _decide(critical=True).granted and _decide(critical=True, breaker_open=True).granted
 

@@ -134,9 +134,17 @@ HEAVY = (
     "paramiko",
 )
 # Of checks, only what reading a config file needs (the package, its result types, the safe
-# YAML loader) and the catalog's tables the event's severity comes from; never a parser or
-# the profiles.
-LIGHT = ("checks", "checks._text", "checks.result", "checks.safe_yaml", "checks.signatures", "checks.xid_catalog")
+# YAML loader), the catalog's tables and the site's Xid policy the event's severity comes
+# from; never a parser or the profiles.
+LIGHT = (
+    "checks",
+    "checks._text",
+    "checks.result",
+    "checks.safe_yaml",
+    "checks.signatures",
+    "checks.xid_catalog",
+    "checks.xid_policy",
+)
 
 
 def test_node_event_imports_neither_the_workflows_nor_the_database(tmp_path) -> None:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import detect
 from fleetctl.intake.parse import (
     MAX_CODE,
@@ -107,14 +108,14 @@ def test_a_true_npd_condition_is_an_event_identified_by_its_transition() -> None
             ]
         },
     }
-    (ev,) = from_node_conditions(node, ("KernelDeadlock", "XidError"), detect)
+    (ev,) = from_node_conditions(node, ("KernelDeadlock", "XidError"), _detect)
     assert (ev.node, ev.code, ev.source) == ("gpu-node-07", 79, "npd") and ev.message.startswith(
         "XidError: XidCritical"
     )
     later = json.loads(json.dumps(node))
     later["status"]["conditions"][2]["lastTransitionTime"] = "2026-11-30T21:00:00Z"
-    assert from_node_conditions(later, ("XidError",), detect)[0].event_id != ev.event_id
-    assert from_node_conditions(node, ("KernelDeadlock",), detect) == []
+    assert from_node_conditions(later, ("XidError",), _detect)[0].event_id != ev.event_id
+    assert from_node_conditions(node, ("KernelDeadlock",), _detect) == []
 
 
 @pytest.mark.parametrize(
@@ -264,3 +265,7 @@ def test_a_merged_event_carries_its_count_and_last_time_and_a_bad_count_is_refus
     for bad in (0, -1, True, "7", 10**10):
         with pytest.raises(BadBody, match="repeat_count"):
             from_json({"node": "n1", "code": 13, "repeat_count": bad}, 200.0)
+
+
+def _detect(message: str) -> list:
+    return detect(message, CATALOG)

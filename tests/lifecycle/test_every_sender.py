@@ -13,6 +13,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from checks.xid_policy import CATALOG
 from fleetctl.agent.transport import TemporalTransport
 from fleetctl.cli.main import app
 from fleetctl.db import jobs as job_store
@@ -131,7 +132,13 @@ async def test_after_a_storm_of_minor_events_past_the_signal_cap_an_xid79_still_
             for i in range(part, STORM, STORM_SENDERS):
                 # As the agent sends a Graphics Exception (Xid 13, info in the catalog), one by one.
                 ev = health_event(
-                    node, "agent", code=13, message="Graphics Exception", event_id=f"storm-{i}", at=time.time()
+                    node,
+                    "agent",
+                    code=13,
+                    message="Graphics Exception",
+                    event_id=f"storm-{i}",
+                    at=time.time(),
+                    policy=CATALOG,
                 )
                 await send_health_events(client, node, [ev])
 

@@ -78,6 +78,17 @@ CASES = [
         {"reset": "passed", "recheck": "failed", "4-set_state": "skipped", "5-rma": "passed"},
         {"rma"},
     ),
+    # An XID 48 on a node whose GPU is also throttled hot (HW Thermal Slowdown, a fail of the
+    # nvidia-smi query): its memory is clean after the reset, so no RMA; burn-in judges the
+    # rest and finds the heat (maintenance).
+    (
+        "xid-reset-gpu",
+        "thermal-throttle",
+        Event("xid", code=48, message="Double Bit ECC Error"),
+        "succeeded",
+        {"reset": "passed", "recheck": "passed", "4-set_state": "passed", "5-rma": "skipped"},
+        {"maintenance"},
+    ),
     (
         "row-remap-pending",
         "row-remap-pending",

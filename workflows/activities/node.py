@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from fleetctl.config import Settings
+from fleetctl.config import Settings, xid_policy
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.models import AutomationEvent, HealthEvent
@@ -190,8 +190,7 @@ class NodeActivities(DatabaseActivities):
         return result
 
     def _record_health_events(self, node: str, events: list[HealthEventInput]) -> list[HealthEventVerdict]:
-        from checks.xid import xid_action
-
+        policy = xid_policy(self.settings)
         # Not the sender's clock alone: one days off would move the event out of (or into)
         # the escalation window of the events other senders reported. An event resent (after
         # a laptop slept, say) keeps the time it was first recorded with.
@@ -210,9 +209,9 @@ class NodeActivities(DatabaseActivities):
                 )
             else:
                 # A folded repeat (HealthEventInput.repeat_count) counts toward escalation as often as it was seen.
-                v = judge_health_event(ev.code, earlier + [at] * (ev.repeat_count - 1), at)
+                v = judge_health_event(ev.code, earlier + [at] * (ev.repeat_count - 1), at, policy=policy)
                 verdict = HealthEventVerdict(
-                    node, v.severity, v.action, v.drain_now, xid_action(ev.code).severity == "critical", v.reason
+                    node, v.severity, v.action, v.drain_now, v.severity == "critical", v.reason
                 )
             return HealthEvent(
                 node_name=node,
