@@ -5,7 +5,7 @@ fleetctl.nodes.conditions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -94,10 +94,11 @@ def node_row(
     stalled: AutomationEvent | None = None,
     freshness: Freshness | None = None,
     drained_outside: HealthEvent | None = None,
+    asked: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
-    running = jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
+    running = _running(n, jobs, asked)
     stale = None
     if freshness is not None:
         stale = stale_evidence(
@@ -148,6 +149,15 @@ def node_row(
     return row
 
 
+def _running(n: Node, mirrored: dict[str, list[str]], asked: Mapping[str, Sequence[str]] | None) -> list[str] | None:
+    """The node's jobs: as its scheduler named them when asked (`asked`, by the caller: a
+    scheduler the database does not mirror, as `job list --node` asks it), or as the database
+    mirrors them; None when neither knows."""
+    if asked is not None and n.name in asked:
+        return list(asked[n.name])
+    return mirrored.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
+
+
 @dataclass(frozen=True)
 class Freshness:
     """What `Stale` judges the evidence's age by (conditions.stale_evidence): the fleet's
@@ -178,10 +188,15 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 
 def node_rows(
-    engine: Engine, nodes: Iterable[Node], wide: bool, freshness: Freshness | None = None
+    engine: Engine,
+    nodes: Iterable[Node],
+    wide: bool,
+    freshness: Freshness | None = None,
+    asked: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """`node list`'s rows: every node with its health, reason and jobs, in seven queries (the
-    sweep interval of `freshness` is one more, read by its caller)."""
+    sweep interval of `freshness` is one more, read by its caller); `asked`: the jobs the
+    schedulers the database does not mirror named per node."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
@@ -203,6 +218,7 @@ def node_rows(
             stalled.get(n.name),
             freshness,
             outside.get(n.name),
+            asked,
         )
         for n in nodes
     ]
@@ -264,9 +280,12 @@ def node_health(
     return found
 
 
-def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> dict[str, Any]:
+def node_detail(
+    engine: Engine, n: Node, freshness: Freshness | None = None, asked: Sequence[str] | None = None
+) -> dict[str, Any]:
     """`node show`: the list row, one summary per check (the current streak of its status),
-    health events and recent transitions."""
+    health events and recent transitions; `asked`: the jobs the node's scheduler named, when
+    the database does not mirror it."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
     data = node_row(
@@ -280,6 +299,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
         stalled=queries.stalled_nodes(engine).get(n.name),
         freshness=freshness,
         drained_outside=queries.open_external_drains(engine).get(n.name),
+        asked=None if asked is None else {n.name: asked},
     )
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [

@@ -9,8 +9,10 @@ import pytest
 from fleetctl.nodes.conditions import (
     CheckRow,
     DrainHeld,
+    RunInFlight,
     UnknownState,
     conditions,
+    doing,
     health_word,
     reason,
     states_named,
@@ -189,3 +191,29 @@ def test_unchecked_is_only_a_node_never_checked() -> None:
     assert health_word("production", conditions("production", checked, None, "", stale=stale), checked) == "Stale(400d)"
     assert health_word("production", conditions("production", [], None, ""), []) == "Unchecked"
     assert stale_evidence("production", [], None, now, 60.0, 300.0) is None  # never checked: unchecked, not stale
+
+
+@pytest.mark.parametrize(
+    "activity, jobs, run, held, sent, said",
+    [
+        ("", [], None, [], [], "idle"),
+        ("", None, None, [], [], "idle"),  # jobs not known: nothing to say of them
+        ("", ["1234"], None, [], [], "running job 1234"),
+        ("", ["1", "2"], None, [], [], "running jobs 1, 2"),
+        ("", [], None, [7], [], "waiting for an operator on RMA 7"),
+        ("", [], RunInFlight("remediation/n1", "xid79", 0), [], [], "runbook xid79: step 1 of run remediation/n1"),
+        (
+            "",
+            [],
+            RunInFlight("remediation/n1", "xid79", 2, "reboot"),
+            [7],
+            [],
+            "waiting for an operator on RMA 7; runbook xid79: step 3 of run remediation/n1, after reboot",
+        ),
+        ("", [], None, [], [9], "in RMA 9 with the vendor"),
+        ("checking dcgm_diag", [], None, [], [], "checking dcgm_diag"),
+        ("draining: waiting for jobs", ["42"], None, [], [], "draining: waiting for jobs; running job 42"),
+    ],
+)
+def test_now_says_what_the_node_is_doing_not_what_its_workflow_is(activity, jobs, run, held, sent, said) -> None:
+    assert doing(activity, jobs, run, held, sent) == said
