@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from rich.text import Text
     from sqlalchemy.engine import Engine
 
-    from fleetctl.db.models import NodeEvent
+    from fleetctl.db.models import Node, NodeEvent
     from fleetctl.inventory.parse import NodeSpec
     from fleetctl.nodes.capacity import RemovalDecision
     from fleetctl.nodes.view_store import Freshness
@@ -335,7 +336,8 @@ def list_nodes(
         fail(str(exc), EXIT_USAGE)
     wide = output is not OutputFormat.table
     engine = context.engine(ctx)
-    rows = sorted_rows(node_rows(engine, query(engine, labels, states or None), wide, _freshness(ctx)), sort_by)
+    nodes = query(engine, labels, states or None)
+    rows = sorted_rows(node_rows(engine, nodes, wide, _freshness(ctx), _asked_jobs(ctx, nodes)), sort_by)
     emit(rows, output, _nodes_table, empty="No nodes.")
 
 
@@ -350,7 +352,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     node = queries.get_node(engine, name)
     if node is None:
         fail(f"unknown node: {name}")
-    data = node_detail(engine, node, _freshness(ctx))
+    data = node_detail(engine, node, _freshness(ctx), _asked_jobs(ctx, [node]).get(name))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
     if data["workflow"]["reachable"]:
@@ -363,6 +365,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     data["stragglers"] = _straggler_findings(engine, name)
     data["automation"] = recent_automation(engine, node=name)[:RECENT_AUTOMATION_EVENTS]
     data["rma_held"] = _held_rmas(engine, name)
+    data["now"] = _doing(engine, name, data)
 
     def render(d: dict[str, Any], _wide: bool) -> Group:
         from rich.console import Group
@@ -411,14 +414,10 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
         w = d["workflow"]
         if not w["reachable"]:
             parts.append(Text(f"workflow: unknown ({w['error']})", style="yellow"))
-        else:
-            parts.append(
-                Text.assemble(
-                    ("now: ", "bold"),
-                    shown(w["activity"] or "idle"),
-                    *((("   last: ", "bold"), shown(w["last_outcome"])) if w["last_outcome"] else ()),
-                )
-            )
+        last = w.get("last_outcome")
+        parts.append(
+            Text.assemble(("now: ", "bold"), shown(d["now"]), *((("   last: ", "bold"), shown(last)) if last else ()))
+        )
         if d["conditions"]:
             parts.append(column_table(CONDITION_COLUMNS, d["conditions"], title="conditions"))
         if d["checks"]:
@@ -472,6 +471,56 @@ def _freshness(ctx: typer.Context) -> Freshness:
 
     s = context.settings(ctx)
     return freshness(context.engine(ctx), s.fleet, s.agent_silence_s, as_utc(utcnow()))
+
+
+def _asked_jobs(ctx: typer.Context, nodes: Sequence[Node]) -> dict[str, list[str]]:
+    """The jobs on each node whose scheduler the database does not mirror (Slurm, Kubernetes),
+    as `job list --node` asks them of the scheduler. A scheduler that does not answer leaves its
+    nodes' jobs unknown (`?`), said once on stderr: the rest of the view stands without it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fleetctl.cli.job import scheduler_adapter
+    from fleetctl.nodes.view_store import MIRRORED_SCHEDULERS
+    from fleetctl.schedulers.base import SchedulerError
+    from fleetctl.text import bounded, printable
+
+    per_kind: dict[str, list[str]] = {}
+    for n in nodes:
+        if n.scheduler != "none" and n.scheduler not in MIRRORED_SCHEDULERS:
+            per_kind.setdefault(n.scheduler, []).append(n.name)
+    asked: dict[str, list[str]] = {}
+    for kind, names in sorted(per_kind.items()):
+        try:
+            jobs_on_node = scheduler_adapter(ctx, kind).jobs_on_node
+            with ThreadPoolExecutor(8) as pool:
+                found = list(zip(names, pool.map(jobs_on_node, names), strict=True))
+        except SchedulerError as exc:
+            typer.echo(printable(bounded(f"warning: jobs of the {kind} nodes not known: {exc}")), err=True)
+            continue
+        asked.update((name, [j.job_id for j in jobs]) for name, jobs in found)
+    return asked
+
+
+def _doing(engine: Engine, name: str, data: dict[str, Any]) -> str:
+    """What the node is doing (conditions.doing): its workflow's activity, its RMAs, its live
+    runbook run still going, its jobs, from what the database records."""
+    from fleetctl.db.remediation import rma_records, runs, steps
+    from fleetctl.nodes.conditions import RunInFlight, doing
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION, OPEN
+
+    newest = next((r for r in runs(engine, name, limit=20) if r.mode == "live"), None)
+    run = None
+    if newest is not None and newest.status == "running":
+        done = steps(engine, newest.run_key)
+        run = RunInFlight(newest.run_key, newest.runbook, len(done), done[-1].name if done else "")
+    records = rma_records(engine, node_name=name)
+    return doing(
+        data["workflow"].get("activity") or "",
+        data["jobs"],
+        run,
+        [r.id for r in reversed(records) if r.status == AWAITING_CONFIRMATION and r.id is not None],
+        [r.id for r in reversed(records) if r.status == OPEN and r.id is not None],
+    )
 
 
 def _held_rmas(engine: Engine, name: str) -> list[dict[str, Any]]:

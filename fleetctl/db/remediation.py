@@ -11,7 +11,7 @@ from sqlmodel import Session, col, func, select
 
 from fleetctl.db.models import HealthEvent, NodeEvent, RemediationRun, RemediationStep, RmaRecord, utcnow
 from fleetctl.durations import as_utc
-from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
+from fleetctl.remediation.lemons import LemonPolicy, remediation_entries, remediations
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, CLOSED, OPEN, REJECTED
 
 
@@ -158,12 +158,14 @@ def steps(engine: Engine, run_key: str) -> list[RemediationStep]:
 
 
 def live_run_starts(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
-    """When each live remediation of the node began (dry runs and shadow runs do not count)."""
+    """When each remediation of the node began since `since`: its live runs (dry runs and shadow
+    runs change nothing), less those a repeat of their own fault interrupted
+    (`lemons.remediations`)."""
     with Session(engine) as session:
-        query = select(RemediationRun.started_at).where(
+        query = select(RemediationRun).where(
             RemediationRun.node_name == node_name, RemediationRun.mode == "live", RemediationRun.started_at >= since
         )
-        return list(session.exec(query))
+        return [run.started_at for run in remediations(session.exec(query))]
 
 
 def maintenance_entries(engine: Engine, node_name: str, since: datetime) -> list[datetime]:
@@ -186,20 +188,19 @@ def times_remediated(engine: Engine, node_name: str, policy: LemonPolicy, now: d
 
 
 def runs_since_production(engine: Engine, node_name: str, run_key: str) -> int:
-    """Live remediations of the node begun since it was last in production, `run_key` not
-    counted: the rungs of the ladder this run stands on (a burn-in failed after each)."""
+    """Remediations of the node begun since it was last in production (`lemons.remediations`:
+    a run a repeat of its own fault interrupted is none), `run_key` not counted: the rungs of
+    the ladder this run stands on (a burn-in failed after each)."""
     with Session(engine) as session:
         last = session.exec(
             select(NodeEvent.at)
             .where(NodeEvent.node_name == node_name, NodeEvent.to_state == "production")
             .order_by(col(NodeEvent.at).desc())
         ).first()
-        query = select(RemediationRun.run_key).where(
-            RemediationRun.node_name == node_name, RemediationRun.mode == "live", RemediationRun.run_key != run_key
-        )
+        query = select(RemediationRun).where(RemediationRun.node_name == node_name, RemediationRun.mode == "live")
         if last is not None:
             query = query.where(RemediationRun.started_at >= last)
-        return len(list(session.exec(query)))
+        return sum(1 for run in remediations(session.exec(query)) if run.run_key != run_key)
 
 
 # ---- RMA ------------------------------------------------------------------------------------

@@ -410,3 +410,36 @@ def reason(state: str, last_cause: str, last_actor: str, last_at: datetime | Non
     if NodeState(state).in_service or last_at is None or not last_cause:
         return ""
     return f"{last_cause} [{last_actor}@{last_at:%Y-%m-%dT%H:%M}]"
+
+
+@dataclass(frozen=True)
+class RunInFlight:
+    """A node's live runbook run still going: which, and how many of its steps have finished."""
+
+    run_key: str
+    runbook: str
+    steps_done: int
+    last_step: str = ""  # the name of the last step it finished ("" before the first)
+
+
+def doing(
+    activity: str,
+    jobs: Sequence[str] | None,
+    run: RunInFlight | None,
+    rmas_held: Sequence[int] = (),
+    rmas_open: Sequence[int] = (),
+) -> str:
+    """What the node is doing now, as `node show` says it after `now:`: what its workflow is
+    doing (`activity`: a check, a drain; "" when the workflow is between phases or not
+    reached), the RMA it waits on an operator for, its runbook's step in flight, the RMA it is
+    out for, the jobs it runs; "idle" only when none of these is so. The workflow alone said
+    "idle" of a node running a job or waiting for an operator: its words describe the workflow."""
+    parts = [activity] if activity else []
+    parts += [f"waiting for an operator on RMA {i}" for i in rmas_held]
+    if run is not None:
+        after = f", after {run.last_step}" if run.last_step else ""
+        parts.append(f"runbook {run.runbook}: step {run.steps_done + 1} of run {run.run_key}{after}")
+    parts += [f"in RMA {i} with the vendor" for i in rmas_open]
+    if jobs:
+        parts.append(f"running {_jobs_words(jobs)}")
+    return "; ".join(parts) or "idle"

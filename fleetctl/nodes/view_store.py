@@ -5,7 +5,7 @@ fleetctl.nodes.conditions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -106,11 +106,12 @@ def node_row(
     freshness: Freshness | None = None,
     drained_outside: HealthEvent | None = None,
     remediation: Remediation | None = None,
+    asked: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     judged = Condition("Suspect", suspect.reason, suspect.since) if suspect is not None else None
     needs_operator = _remediation_condition(n, remediation, freshness.now if freshness is not None else None)
     stall = Condition("Stalled", stalled.reason, stalled.at) if stalled is not None else None
-    running = jobs.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
+    running = _running(n, jobs, asked)
     stale = None
     if freshness is not None:
         stale = stale_evidence(
@@ -162,6 +163,15 @@ def node_row(
     if wide:
         row.update({"bmc": n.bmc_address, "user": n.ssh_user, "state_version": n.state_version})
     return row
+
+
+def _running(n: Node, mirrored: dict[str, list[str]], asked: Mapping[str, Sequence[str]] | None) -> list[str] | None:
+    """The node's jobs: as its scheduler named them when asked (`asked`, by the caller: a
+    scheduler the database does not mirror, as `job list --node` asks it), or as the database
+    mirrors them; None when neither knows."""
+    if asked is not None and n.name in asked:
+        return list(asked[n.name])
+    return mirrored.get(n.name, []) if n.scheduler in MIRRORED_SCHEDULERS else None
 
 
 @dataclass(frozen=True)
@@ -251,10 +261,15 @@ def _held(engine: Engine, names: Sequence[str] | None) -> dict[str, DrainHeld]:
 
 
 def node_rows(
-    engine: Engine, nodes: Iterable[Node], wide: bool, freshness: Freshness | None = None
+    engine: Engine,
+    nodes: Iterable[Node],
+    wide: bool,
+    freshness: Freshness | None = None,
+    asked: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
     """`node list`'s rows: every node with its health, reason and jobs, in ten queries (the
-    sweep interval of `freshness` is one more, read by its caller)."""
+    sweep interval of `freshness` is one more, read by its caller); `asked`: the jobs the
+    schedulers the database does not mirror named per node."""
     nodes = list(nodes)
     names = [n.name for n in nodes]
     latest = queries.latest_check_per_kind(engine, names)
@@ -278,6 +293,7 @@ def node_rows(
             freshness,
             outside.get(n.name),
             runs.get(n.name),
+            asked,
         )
         for n in nodes
     ]
@@ -343,9 +359,12 @@ def node_health(
     return found
 
 
-def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> dict[str, Any]:
+def node_detail(
+    engine: Engine, n: Node, freshness: Freshness | None = None, asked: Sequence[str] | None = None
+) -> dict[str, Any]:
     """`node show`: the list row, one summary per check (the current streak of its status),
-    health events and recent transitions."""
+    health events and recent transitions; `asked`: the jobs the node's scheduler named, when
+    the database does not mirror it."""
     checks = summarise_checks(_check_row(r) for r in queries.latest_checks(engine, n.name, limit=SHOW_CHECK_RUNS))
     last = queries.latest_transitions(engine, [n.name]).get(n.name)
     data = node_row(
@@ -360,6 +379,7 @@ def node_detail(engine: Engine, n: Node, freshness: Freshness | None = None) -> 
         freshness=freshness,
         drained_outside=queries.open_external_drains(engine).get(n.name),
         remediation=remediations(engine, [n.name]).get(n.name),
+        asked=None if asked is None else {n.name: asked},
     )
     data["checks"] = [summary_dict(s) for s in checks]
     data["health_events"] = [

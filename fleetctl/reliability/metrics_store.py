@@ -35,6 +35,7 @@ from fleetctl.reliability.metrics import (
     RmaOutcome,
     Transition,
 )
+from fleetctl.remediation.lemons import remediations
 from fleetctl.remediation.rma import rma_outcome
 
 if TYPE_CHECKING:
@@ -58,12 +59,12 @@ def load_history(engine: Engine, since: datetime) -> FleetHistory:
         by_node: dict[str, list[Transition]] = defaultdict(list)
         for e in session.exec(select(NodeEvent).order_by(col(NodeEvent.id))):
             by_node[e.node_name].append(transition_of(e))
-        # Live runs only, as the lemon rule counts them (dry and shadow runs changed nothing).
-        run_starts: dict[str, list[datetime]] = defaultdict(list)
-        for node_name, started_at in session.exec(
-            select(RemediationRun.node_name, RemediationRun.started_at).where(RemediationRun.mode == "live")
-        ):
-            run_starts[node_name].append(as_utc(started_at))
+        # Remediations as the lemon rule counts them: live runs (dry and shadow runs changed
+        # nothing), less those a repeat of their own fault interrupted.
+        live_runs: dict[str, list[RemediationRun]] = defaultdict(list)
+        for run in session.exec(select(RemediationRun).where(RemediationRun.mode == "live")):
+            live_runs[run.node_name].append(run)
+        run_starts = {node: [as_utc(r.started_at) for r in remediations(runs)] for node, runs in live_runs.items()}
         # The repairs a live run made (for rule precision): a step that changed the node and passed.
         repairs: dict[str, list[datetime]] = defaultdict(list)
         for node_name, finished_at in session.exec(

@@ -4,13 +4,56 @@ production, and the one figure it counts ("times remediated"), wherever it is sh
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from itertools import zip_longest
+from typing import Any, Protocol, TypeVar
 
+from fleetctl.nodes.conditions import RunStatus
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.drains import is_planned_drain
+from fleetctl.remediation.events import Event
+
+
+class RunRecord(Protocol):
+    """What the lemon rule reads of a live remediation run (a remediation_runs row)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def event(self) -> Mapping[str, Any]: ...
+    @property
+    def started_at(self) -> datetime: ...
+
+
+def fault_of(event: Mapping[str, Any]) -> tuple[str, str]:
+    """Which fault a run's event is: its failure label (`xid 79`, `check dcgm`, ...) and, for
+    an event with neither code nor check (a signature or an operator's report), its message."""
+    e = Event.from_dict(event)
+    return e.failure, e.message if e.code is None and e.check is None else ""
+
+
+Run = TypeVar("Run", bound=RunRecord)
+
+
+def remediations(runs: Iterable[Run]) -> list[Run]:
+    """The node's live runs that are remediations of their own, in start order. A run interrupted by an event
+    for the fault it was remediating is that remediation going on, not another: the node's
+    workflow hands an interrupted run over to the runbook for the interrupting event, so the
+    node's next run is that event's, and when it is for the same fault the interrupted run is
+    not counted (a repeat of the fault's XID a second into the run made two). An interrupted run
+    whose next is for another fault counts. Should the interrupting event have had no runbook, the
+    next run is a later fault's; were it the same fault again, that fault's entry into
+    maintenance still counts it (`times_remediated` takes the greater figure)."""
+    ordered = sorted(runs, key=lambda r: r.started_at)
+    return [
+        run
+        for run, after in zip_longest(ordered, ordered[1:])
+        if not (
+            run.status == RunStatus.INTERRUPTED and after is not None and fault_of(after.event) == fault_of(run.event)
+        )
+    ]
 
 
 def remediation_entries(transitions: Iterable[Any]) -> list[datetime]:
@@ -47,8 +90,8 @@ class LemonPolicy:
     def times_remediated(
         self, run_starts: Iterable[datetime], maintenance_entries: Iterable[datetime], now: datetime
     ) -> int:
-        """How many times the node was remediated in the window that ends at `now`: its live
-        remediation runs begun in it, or its entries into maintenance in it, whichever is more.
+        """How many times the node was remediated in the window that ends at `now`: its
+        remediations begun in it (`remediations`), or its entries into maintenance in it, whichever is more.
         Both, because neither alone sees every repair: a run begins before the drain it asks
         for (its entry comes later), and a burn-in that fails again puts the node back in
         maintenance while the run that sent it there is still going (no new run)."""

@@ -11,9 +11,11 @@ from fleetctl.nodes.conditions import (
     CheckRow,
     Condition,
     DrainHeld,
+    RunInFlight,
     RunRow,
     UnknownState,
     conditions,
+    doing,
     health_word,
     reason,
     remediation_condition,
@@ -262,3 +264,29 @@ def test_a_node_waiting_for_an_operator_is_never_ready() -> None:
     found = conditions("production", summarise_checks(runs("nvidia-smi-query", "pass")), None, remediation=waiting)
     assert [c.type for c in found] == ["RemediationFailed"]
     assert health_word("production", found, summarise_checks(runs("nvidia-smi-query", "pass"))) == "RemediationFailed"
+
+
+@pytest.mark.parametrize(
+    "activity, jobs, run, held, sent, said",
+    [
+        ("", [], None, [], [], "idle"),
+        ("", None, None, [], [], "idle"),  # jobs not known: nothing to say of them
+        ("", ["1234"], None, [], [], "running job 1234"),
+        ("", ["1", "2"], None, [], [], "running jobs 1, 2"),
+        ("", [], None, [7], [], "waiting for an operator on RMA 7"),
+        ("", [], RunInFlight("remediation/n1", "xid79", 0), [], [], "runbook xid79: step 1 of run remediation/n1"),
+        (
+            "",
+            [],
+            RunInFlight("remediation/n1", "xid79", 2, "reboot"),
+            [7],
+            [],
+            "waiting for an operator on RMA 7; runbook xid79: step 3 of run remediation/n1, after reboot",
+        ),
+        ("", [], None, [], [9], "in RMA 9 with the vendor"),
+        ("checking dcgm_diag", [], None, [], [], "checking dcgm_diag"),
+        ("draining: waiting for jobs", ["42"], None, [], [], "draining: waiting for jobs; running job 42"),
+    ],
+)
+def test_now_says_what_the_node_is_doing_not_what_its_workflow_is(activity, jobs, run, held, sent, said) -> None:
+    assert doing(activity, jobs, run, held, sent) == said

@@ -338,3 +338,21 @@ def test_slurm_is_told_to_keep_a_restarted_job_off_a_node_whose_check_failed(cli
     (restart,) = json.loads(cli("job", "show", job_id, "-o", "json").stdout)["restarts"]
     assert restart["placement"] == "" and sorted(restart["new_nodes"]) == ["node2", "node4"]
     assert slurm_cluster.wait_for_run(job_id, 1).nodes == ("node2", "node4")
+
+
+def test_slurm_nodes_show_their_jobs_as_job_list_knows_them(cli, slurm_cluster) -> None:
+    """`node list`'s JOBS and `node show` ask Slurm as `job list --node` does: no `?`."""
+    job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+    assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+    r = cli("node", "list", "-o", "json")
+    assert r.exit_code == 0, r.output
+    jobs = {row["name"]: row["jobs"] for row in json.loads(r.stdout)}
+    assert jobs == {"node1": [job_id], "node2": [job_id], "node3": [], "node4": []}
+    for node in ("node1", "node3"):
+        listed = [j["job_id"] for j in json.loads(cli("job", "list", "--node", node, "-o", "json").stdout)]
+        assert listed == jobs[node]
+    table = cli("node", "list").stdout
+    assert " ? " not in table and job_id in table
+    shown = cli("node", "show", "node1")
+    assert shown.exit_code == 0, shown.output
+    assert f"jobs: {job_id}" in shown.stdout and f"running job {job_id}" in shown.stdout

@@ -18,6 +18,9 @@ from fleetctl.db import remediation as db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node, NodeEvent, utcnow
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.reliability.report_store import build_report
+from fleetctl.remediation.events import Event, EventKind
+from fleetctl.remediation.lemons import LemonPolicy
 from workflows.activities.remediation import RemediationActivities
 from workflows.api import RunStart
 
@@ -45,13 +48,13 @@ def _entered(engine, to_state: str, days_ago: float, key: str) -> None:
         session.commit()
 
 
-def _run(engine, key: str, days_ago: float, mode: str = "live") -> None:
+def _run(engine, key: str, days_ago: float, mode: str = "live", event: dict | None = None) -> None:
     db.start_run(
         engine,
         run_key=key,
         node_name="n1",
         runbook="escalation-ladder",
-        event={},
+        event=event or {},
         mode=mode,
         actor="t",
         started_at=utcnow() - timedelta(days=days_ago),
@@ -87,6 +90,28 @@ def test_every_return_to_maintenance_counts_toward_the_lemon_rule(sqlite_url) ->
     assert lemon.startswith("lemon: remediated 3 times in 7 days"), lemon
     _entered(engine, "maintenance", 8, "old")  # outside the window: changes nothing
     assert "3 times" in _begin(activities, "three").lemon
+
+
+def test_a_run_its_own_fault_interrupted_counts_neither_as_a_remediation_nor_a_rung(sqlite_url) -> None:
+    """Two XID 79s, each repeated a second into its run (the repeat interrupts the run and the
+    runbook starts again for it): two remediations, not four, and no rung climbed."""
+    settings, engine, activities = _setup(sqlite_url)
+    xid79 = Event(EventKind.XID, code=79).to_dict()
+    second = 1 / 86400
+    for i, days_ago in enumerate((2, 1)):
+        _run(engine, f"fault{i}", days_ago, event=xid79)
+        db.finish_run(engine, f"fault{i}", "interrupted", "step settle interrupted by health: XID 79", utcnow())
+        _run(engine, f"fault{i}-again", days_ago - second, event=xid79)
+        db.finish_run(engine, f"fault{i}-again", "succeeded", "", utcnow())
+    assert db.times_remediated(engine, "n1", LemonPolicy(3, timedelta(days=7)), utcnow()) == 2
+    assert build_report(engine, utcnow() - timedelta(days=7), utcnow())["lemons"] == []  # the report's figure too
+    _run(engine, "xid48", 0.5, event=Event(EventKind.XID, code=48).to_dict())
+    db.finish_run(engine, "xid48", "interrupted", "step settle interrupted by health: XID 79", utcnow())
+    ended = _begin(activities, "now")  # another fault than the XID 48 its run was for: one of its own
+    assert ended.lemon == "lemon: remediated 4 times in 7 days (limit 3)"
+    settings.lemon_threshold = 100
+    _entered(engine, "production", 3, "p")
+    assert _begin(activities, "now").node["repeats"] == 3  # fault0-again, fault1-again, xid48
 
 
 # A hand-worked week (days ago): runs begun at 6, 2 and 0.5; entries into maintenance at 6,

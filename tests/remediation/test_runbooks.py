@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from fleetctl.remediation.actions import trigger_towards
 from fleetctl.remediation.drains import PLANNED, DrainKind, drain_kind
 from fleetctl.remediation.events import Event, EventKind
-from fleetctl.remediation.lemons import LemonPolicy
+from fleetctl.remediation.lemons import LemonPolicy, remediations
 from fleetctl.remediation.matching import runbook_for
 from fleetctl.remediation.runbooks import load_runbooks, parse_runbook
 from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, evaluate, render
@@ -365,3 +366,58 @@ def test_wrong_results_are_silent_data_corruption_and_go_straight_to_rma(kind, c
     if runbook == "silent-data-corruption":
         actions = [s.action for s in book.steps]
         assert "rma" in actions and not {"gpu_reset", "reboot", "run_check", "run_suite", "set_state"} & set(actions)
+
+
+@dataclass(frozen=True)
+class _Run:
+    status: str
+    event: dict
+    started_at: datetime
+
+
+XID79 = Event(EventKind.XID, code=79).to_dict()
+XID48 = Event(EventKind.XID, code=48).to_dict()
+DCGM = Event(EventKind.CHECK, check="dcgm_diag", status="failed").to_dict()
+NCCL = Event(EventKind.CHECK, check="nccl_allreduce", status="failed").to_dict()
+SIGNATURE_A = Event(EventKind.MANUAL, message="GPU memory page retirement").to_dict()
+SIGNATURE_B = Event(EventKind.MANUAL, message="PCIe link degraded").to_dict()
+
+
+@pytest.mark.parametrize(
+    "runs, counted",
+    [
+        # A repeat of the XID 79 a second into the run interrupts it: one remediation, not two.
+        ([("interrupted", XID79, 0), ("succeeded", XID79, 1)], [1]),
+        ([("interrupted", XID79, 0), ("interrupted", XID79, 1), ("running", XID79, 2)], [2]),
+        # Another fault interrupting it is a remediation of its own.
+        ([("interrupted", XID48, 0), ("succeeded", XID79, 1)], [0, 1]),
+        # The same fault again after a run that ended on its own is a remediation again.
+        ([("failed", XID79, 0), ("succeeded", XID79, 1)], [0, 1]),
+        ([("succeeded", XID79, 0), ("succeeded", XID79, 1)], [0, 1]),
+        # An interrupted run with no run after it (the new event had no runbook) counts.
+        ([("interrupted", XID79, 0)], [0]),
+        ([("interrupted", DCGM, 0), ("succeeded", DCGM, 1)], [1]),
+        ([("interrupted", DCGM, 0), ("succeeded", NCCL, 1)], [0, 1]),
+        ([("interrupted", SIGNATURE_A, 0), ("succeeded", SIGNATURE_A, 1)], [1]),
+        ([("interrupted", SIGNATURE_A, 0), ("succeeded", SIGNATURE_B, 1)], [0, 1]),
+        # Judged in start order whatever the order given.
+        ([("succeeded", XID79, 1), ("interrupted", XID79, 0)], [1]),
+    ],
+)
+def test_a_run_interrupted_by_its_own_fault_is_no_remediation(runs, counted) -> None:
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    given = [_Run(status, event, at + timedelta(seconds=s)) for status, event, s in runs]
+    assert [r.started_at for r in remediations(given)] == [at + timedelta(seconds=s) for s in counted]
+
+
+def test_two_faults_each_repeated_within_their_run_are_two_remediations_not_a_lemon() -> None:
+    """The node that became a lemon after 2 real faults: each XID 79 came twice, a second apart."""
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    runs = [
+        _Run("interrupted", XID79, now - timedelta(days=2)),
+        _Run("succeeded", XID79, now - timedelta(days=2) + timedelta(seconds=1)),
+        _Run("interrupted", XID79, now - timedelta(days=1)),
+        _Run("succeeded", XID79, now - timedelta(days=1) + timedelta(seconds=1)),
+    ]
+    starts = [r.started_at for r in remediations(runs)]
+    assert LemonPolicy(3, timedelta(days=7)).times_remediated(starts, [], now) == 2
