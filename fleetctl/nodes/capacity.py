@@ -27,7 +27,12 @@ jobs at once, so it costs the guard the whole domain, not one node. The rule:
 - an ordinary GPU fault on a domain's node (an XID, a failed check) asks for that one node;
 - a critical request is the node's own lost GPU: it passes the limits for that node only;
   when its fault is of the domain's fabric (a fatal NVSwitch SXid), the rest of the domain
-  follows as a second request, within the limits (removals_for_fault).
+  follows as a second request, within the limits (removals_for_fault);
+- a node's own word acts on that node only: a health event that came with the node agent's
+  credential (recorded under AGENT_SOURCE) holds the domain only when something else says the
+  fabric failed too (domain_witnessed): another tray's report within DOMAIN_WITNESS_WINDOW_S,
+  or a failed check of the domain's own IMEX state. Any root user on a tray can write the
+  kernel line; one tray must not take its 17 neighbours out.
 The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
 domain), so its nodes are its GPUs over that profile's count per tray.
 """
@@ -287,12 +292,37 @@ def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
     return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
 
 
+# The source the intake records an event under when it came with a node agent's credential
+# (fleetctl.intake.server; the operator token's events are recorded as what sent them, never
+# under this name), and the agent's own when it signals the node's workflow itself: the
+# node's word about itself.
+AGENT_SOURCE = "agent"
+# How long after one tray's report of its domain's fabric another's still says the same: every
+# tray of a domain logs the fabric's fault within seconds of the others.
+DOMAIN_WITNESS_WINDOW_S = 600.0
+
+
+def domain_witnessed(source: str, finder: str, reporters: Iterable[str], domain_check_failed: bool) -> bool:
+    """Whether a health event recorded from `source` on `finder`, of a fault of its NVLink
+    domain's fabric, may hold the domain: the operator's word (any source but AGENT_SOURCE),
+    or the node's own corroborated by another of the domain's nodes (`reporters`: those that
+    reported such a fault within DOMAIN_WITNESS_WINDOW_S) or by the domain's own IMEX state (a
+    failed imex check of one of its trays in that window)."""
+    return source != AGENT_SOURCE or domain_check_failed or any(node != finder for node in reporters)
+
+
 def removals_for_fault(
-    request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]], check: str = "", signature: str = ""
+    request: RemovalRequest,
+    domain: str,
+    members: Iterable[tuple[str, str]],
+    check: str = "",
+    signature: str = "",
+    witnessed: bool = True,
 ) -> list[RemovalRequest]:
     """The requests a fault on `request.node` makes, asked in order (members: (name, state) of
-    the nodes of its NVLink domain `domain`):
+    the nodes of its NVLink domain `domain`; `witnessed`: domain_witnessed, for a health event):
     - an ordinary GPU fault, or a node in no domain: the node alone, unchanged;
+    - a fault of the domain's fabric only the node's own agent says it saw: the node alone;
     - a fault of the domain's fabric: the whole domain as one request (domain_removal);
     - the same fault said to be critical (a fatal NVSwitch SXid): the node alone, past the
       limits (its GPUs are lost), then the rest of the domain as one request within them
@@ -304,6 +334,8 @@ def removals_for_fault(
     members = list(members)
     if any(name == request.node and not NodeState(state).in_service for name, state in members):
         return []
+    if not witnessed:
+        return [request]
     if not request.critical:
         return [domain_removal(request, domain, members)]
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
