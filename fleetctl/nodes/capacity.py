@@ -73,6 +73,9 @@ class RackCounts:
 @dataclass
 class FleetSnapshot:
     racks: dict[str, RackCounts] = field(default_factory=dict)
+    # Production nodes another tool (a person in Slurm, NHC) drained in their scheduler, each
+    # with its drain's health event id: counted out of service in `racks` (counted_outside).
+    drained_outside: dict[str, str] = field(default_factory=dict)
 
     @property
     def serving(self) -> int:
@@ -383,6 +386,37 @@ def in_service_domain(request: RemovalRequest, in_service: Iterable[str]) -> Rem
     return dataclasses.replace(request, domain_nodes=[n for n in request.domain_nodes if n in still])
 
 
+# The source of the health events another tool's drain becomes (fleetctl.nodes.scheduler_sync),
+# and the actor of the drain the external-drain watch asks for it.
+EXTERNAL_DRAIN = "external-drain"
+# Why the guard grants a drain of a node another tool already drained: whatever asks (the
+# external-drain watch under its `maintenance` policy, a check that failed on it), the node
+# serves nothing now and is counted out already, so the drain takes nothing more; a drain
+# outside fleetctl is no failure fleetctl found, and never counts toward the storm breaker
+# (a misfiring NHC must not pause fleetctl's automation), nor waits for it.
+ALREADY_OUT = "already out of service: drained outside fleetctl, counted unavailable; this drain takes nothing more"
+
+
+def already_out(request: RemovalRequest, snapshot: FleetSnapshot) -> bool:
+    """Whether `request` is for a node drained outside fleetctl (snapshot.drained_outside)."""
+    return not request.domain_nodes and request.node in snapshot.drained_outside
+
+
+def counts_as_failure(request: RemovalRequest, snapshot: FleetSnapshot) -> bool:
+    """Whether the storm breaker counts `request` (under failure_key): an operator's forced
+    drain is the operator's, and a node drained outside fleetctl (already_out) is no failure."""
+    return not (request.force or already_out(request, snapshot))
+
+
+def counted_outside(state: str, drained_outside: bool) -> str:
+    """The state the guard counts a node in when another tool may have drained it: a node in
+    production that its scheduler has drained outside fleetctl serves nothing, and is counted
+    out of service (as in maintenance) until that drain is lifted."""
+    if drained_outside and NodeState(state).in_service:
+        return NodeState.MAINTENANCE.value
+    return state
+
+
 def failure_key(request: RemovalRequest) -> str:
     """What the storm breaker counts a request's failure as: its node, or, for a fault of an
     NVLink domain's fabric, the domain (every tray of a domain reports its one IMEX fault)."""
@@ -447,6 +481,8 @@ def _decide(
             "critical fault: the node has already lost capacity"
             + (f"; the rest of NVLink domain {request.domain} is not taken with it" if with_domain else ""),
         )
+    if already_out(request, snapshot):
+        return RemovalDecision(request.node, True, ALREADY_OUT)
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s

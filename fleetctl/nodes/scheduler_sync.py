@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from fleetctl.nodes.capacity import EXTERNAL_DRAIN
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import BURN_IN_HOLD, SchedulerError, is_check_hold
 
@@ -105,7 +106,6 @@ def compare(node, scheduler, include_owners: frozenset[str] = frozenset()) -> Di
     return None
 
 
-EXTERNAL_DRAIN = "external-drain"  # the source of the health events another tool's drain becomes
 EXTERNAL_DRAIN_POLICIES = ("record-only", "maintenance")
 
 

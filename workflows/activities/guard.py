@@ -16,11 +16,13 @@ from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import (
     AGENT_SOURCE,
     DOMAIN_WITNESS_WINDOW_S,
+    EXTERNAL_DRAIN,
     CheckErrorReport,
     FleetSnapshot,
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
+    counted_outside,
     domain_witnessed,
     guard_snapshot,
     is_domain_fabric_fault,
@@ -46,9 +48,17 @@ class GuardActivities(DatabaseActivities):
 
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
-        """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
+        """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet; a
+        production node another tool drained (its open external-drain event) as out of service."""
         policy, now = guard_policy(self.settings, fleet), datetime.now(UTC)
-        return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in self._fleet_nodes(fleet)], now, policy)
+        nodes = self._fleet_nodes(fleet)
+        drains = queries.open_external_drains(self.engine, EXTERNAL_DRAIN)
+        outside = {n.name: drains[n.name].idempotency_key for n in nodes if n.name in drains}
+        snapshot = guard_snapshot(
+            [(n.rack, counted_outside(n.state, n.name in outside), as_utc(n.state_since)) for n in nodes], now, policy
+        )
+        snapshot.drained_outside = outside
+        return snapshot
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
