@@ -1,4 +1,5 @@
-"""`fleetctl report [--since 7d] [-o json] [--html FILE]`: the fleet's reliability over a window."""
+"""`fleetctl report [--since 7d] [-o json] [--html FILE]`: the fleet's reliability over a window;
+`--automation`: the shadow run of automation in dry run beside what happened."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, OutputFormat, emit, f
 from fleetctl.text import plural
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from rich.console import Group, RenderableType
     from rich.text import Text
 
@@ -218,6 +221,12 @@ def report(
         1024, "--job-gpus", callback=within(1, 1_000_000), help="the job size for MTTF and predicted ETTR at a size"
     ),
     sync: bool = typer.Option(True, "--sync/--no-sync", help="first reconcile the schedulers' jobs into the database"),
+    automation: bool = typer.Option(
+        False,
+        "--automation",
+        help="the shadow run instead: per node, what automation would have done in its dry run "
+        "(drain, runbook, RMA) beside what operators and other tools did, and how often they agreed",
+    ),
 ) -> None:
     """MTTF, MTTR, availability, time per state, failure causes, rule precision, lemons,
     job ETTR, restart latency and stragglers, per fleet, rack and profile."""
@@ -235,6 +244,9 @@ def report(
     except ValueError as exc:
         fail(f"--since: {exc}", EXIT_USAGE)
     settings = context.settings(ctx)
+    if automation:
+        _shadow(ctx, window, output)
+        return
     if sync:
         from fleetctl.cli.job import sync_schedulers
 
@@ -264,3 +276,52 @@ def report(
     emit(data, output, render_report)
     if html is not None:
         typer.echo(f"wrote {html}", err=True)
+
+
+def _shadow(ctx: typer.Context, window: timedelta | None, output: OutputFormat) -> None:
+    """`report --automation`: fleetctl.reliability.automation_shadow over the window (default 7d)."""
+    from datetime import timedelta
+
+    from fleetctl.db.models import utcnow
+    from fleetctl.reliability.automation_shadow_store import build_shadow
+
+    settings, now = context.settings(ctx), utcnow()
+    start = now - (window or timedelta(days=7))
+    emit(
+        build_shadow(context.engine(ctx), start, now, settings.fleet, settings.automation_dry_run),
+        output,
+        render_shadow,
+    )
+
+
+def render_shadow(shadow: dict[str, Any], wide: bool = False) -> Group:
+    """Each node's acts, automation's beside what happened, and the fleet's agreement."""
+    from rich.console import Group
+    from rich.text import Text
+
+    def acts(rows: list[dict[str, Any]], who: str) -> str:
+        return "\n".join(f"{_at(r['at'])} {r['act']}{' by ' + r[who] if who else ''}" for r in rows) or "-"
+
+    agreed = shadow["agreement"]
+    return Group(
+        Text(
+            f"automation {'in dry run' if shadow['dry_run'] else 'acting'}; {_at(shadow['window']['since'])} to "
+            f"{_at(shadow['window']['until'])} UTC: agreed on {shadow['agreed']}, automation alone "
+            f"{shadow['automation_only']}, operators and other tools alone {shadow['happened_only']} "
+            f"(agreement {_pct(agreed)})"
+        ),
+        simple_table(
+            "what automation would have done, and what happened",
+            ["node", "automation would have", "evidence", "happened", "agreed"],
+            [
+                [
+                    n["node"],
+                    acts(n["would"], ""),
+                    "\n".join(w["evidence"] for w in n["would"]) or "-",
+                    acts(n["happened"], "by"),
+                    f"{n['agreed']} of {n['agreed'] + n['automation_only'] + n['happened_only']}",
+                ]
+                for n in shadow["nodes"]
+            ],
+        ),
+    )

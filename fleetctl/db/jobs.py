@@ -19,10 +19,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from fleetctl.db import queries
-from fleetctl.db.models import Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
+from fleetctl.db.models import HealthEvent, Job, JobCheckpoint, JobRestart, Node, SimSchedulerNode, Spare, utcnow
 from fleetctl.durations import as_utc
 from fleetctl.inventory.names import scheduler_members
 from fleetctl.jobs.placement import Where, held_domains, landed
+from fleetctl.nodes.capacity import DOMAIN_FABRIC_CHECKS
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import JobHistory
 
 SIM = "sim"
@@ -291,13 +293,71 @@ def fabric(engine: Engine) -> dict[str, Where]:
         }
 
 
+# A tray in these states is no longer part of its domain's fabric (with the vendor, or gone):
+# its last imex check says nothing of the domain now, and would hold it out of restarts for ever.
+_LEFT_THE_DOMAIN = (NodeState.RMA.value, NodeState.RETIRED.value)
+
+
+def _domain_trays(engine: Engine, domains: Sequence[str] | None = None) -> dict[str, str]:
+    """{node: its NVLink domain} of the trays still in their domain (neither RMA'd nor retired)."""
+    query = select(Node.name, Node.nvlink_domain).where(
+        Node.nvlink_domain != "", col(Node.state).not_in(_LEFT_THE_DOMAIN)
+    )
+    if domains is not None:
+        query = query.where(col(Node.nvlink_domain).in_(list(domains)))
+    with Session(engine) as session:
+        return dict(session.exec(query).all())
+
+
 def held_nvlink_domains(engine: Engine) -> set[str]:
     """The NVLink domains a restart takes no node of (fleetctl.jobs.placement.held_domains):
-    those whose fabric the latest checks of one of their nodes find failed."""
-    with Session(engine) as session:
-        domain_of = dict(session.exec(select(Node.name, Node.nvlink_domain).where(Node.nvlink_domain != "")).all())
+    those whose fabric the latest checks of one of their trays still in the domain find failed."""
+    domain_of = _domain_trays(engine)
     latest = queries.latest_check_per_kind(engine, list(domain_of)) if domain_of else {}
     return held_domains((domain_of[node], run.kind, run.status) for node, runs in latest.items() for run in runs)
+
+
+@dataclass(frozen=True)
+class DomainWitnesses:
+    """What else says an NVLink domain's fabric failed since a moment (nvlink_domain_witnesses)."""
+
+    reporters: list[str]  # trays with a critical health event without an Xid (a fabric signature's kind)
+    check_failed: bool  # a tray's imex check (the domain's own IMEX state) failed
+
+
+def nvlink_domain_witnesses(engine: Engine, domain: str, since: datetime) -> DomainWitnesses:
+    """The trays of `domain` still in it that reported a critical fault without an Xid code
+    since `since` (the rows keep no signature: a fatal SXid and a Fabric Manager abort are
+    such faults), and whether one's imex check failed since then."""
+    trays = list(_domain_trays(engine, [domain]))
+    if not trays:
+        return DomainWitnesses([], False)
+    with Session(engine) as session:
+        reporters = session.exec(
+            select(HealthEvent.node_name)
+            .where(
+                col(HealthEvent.node_name).in_(trays),
+                col(HealthEvent.code).is_(None),
+                HealthEvent.severity == "critical",
+                HealthEvent.at >= since,
+            )
+            .distinct()
+        ).all()
+    latest = queries.latest_check_per_kind(engine, trays)
+    failed = any(
+        run.kind in DOMAIN_FABRIC_CHECKS and run.status == "fail" and as_utc(run.finished_at) >= as_utc(since)
+        for runs in latest.values()
+        for run in runs
+    )
+    return DomainWitnesses(sorted(reporters), failed)
+
+
+def health_event_source(engine: Engine, node: str, key: str) -> str | None:
+    """The source `node`'s health event recorded under idempotency key `key` came from, or None."""
+    with Session(engine) as session:
+        return session.exec(
+            select(HealthEvent.source).where(HealthEvent.node_name == node, HealthEvent.idempotency_key == key)
+        ).first()
 
 
 def restart_candidates(engine: Engine, scheduler: str) -> list[str]:

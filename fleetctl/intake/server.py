@@ -33,6 +33,7 @@ from fleetctl.intake.delivery import SEEN_IDS, Intake
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
+from fleetctl.nodes.capacity import AGENT_SOURCE
 from fleetctl.text import bounded, one_line, printable
 
 if TYPE_CHECKING:
@@ -223,8 +224,8 @@ class IntakeHandler(BaseHTTPRequestHandler):
         service.intake.not_managed(outside)
         if unknown and unknown == nodes:
             return self._answer(422, f"not in the inventory: {_names(sorted(unknown))}")
-        if caller is not OPERATOR:  # recorded as what they are: the node agent's own
-            events = [replace(ev, source="agent") for ev in events]
+        if caller is not OPERATOR:  # recorded as what they are: the node agent's own, which acts on that node only
+            events = [replace(ev, source=AGENT_SOURCE) for ev in events]
         try:
             account = service.intake.accept([ev for ev in events if ev.node not in unknown], caller.key)
         except OSError as exc:

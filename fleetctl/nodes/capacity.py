@@ -27,7 +27,12 @@ jobs at once, so it costs the guard the whole domain, not one node. The rule:
 - an ordinary GPU fault on a domain's node (an XID, a failed check) asks for that one node;
 - a critical request is the node's own lost GPU: it passes the limits for that node only;
   when its fault is of the domain's fabric (a fatal NVSwitch SXid), the rest of the domain
-  follows as a second request, within the limits (removals_for_fault).
+  follows as a second request, within the limits (removals_for_fault);
+- a node's own word acts on that node only: a health event that came with the node agent's
+  credential (recorded under AGENT_SOURCE) holds the domain only when something else says the
+  fabric failed too (domain_witnessed): another tray's report within DOMAIN_WITNESS_WINDOW_S,
+  or a failed check of the domain's own IMEX state. Any root user on a tray can write the
+  kernel line; one tray must not take its 17 neighbours out.
 The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
 domain), so its nodes are its GPUs over that profile's count per tray.
 """
@@ -68,6 +73,9 @@ class RackCounts:
 @dataclass
 class FleetSnapshot:
     racks: dict[str, RackCounts] = field(default_factory=dict)
+    # Production nodes another tool (a person in Slurm, NHC) drained in their scheduler, each
+    # with its drain's health event id: counted out of service in `racks` (counted_outside).
+    drained_outside: dict[str, str] = field(default_factory=dict)
 
     @property
     def serving(self) -> int:
@@ -287,12 +295,37 @@ def is_domain_fabric_fault(check: str = "", signature: str = "") -> bool:
     return check in DOMAIN_FABRIC_CHECKS or signature in DOMAIN_FABRIC_SIGNATURES
 
 
+# The source the intake records an event under when it came with a node agent's credential
+# (fleetctl.intake.server; the operator token's events are recorded as what sent them, never
+# under this name), and the agent's own when it signals the node's workflow itself: the
+# node's word about itself.
+AGENT_SOURCE = "agent"
+# How long after one tray's report of its domain's fabric another's still says the same: every
+# tray of a domain logs the fabric's fault within seconds of the others.
+DOMAIN_WITNESS_WINDOW_S = 600.0
+
+
+def domain_witnessed(source: str, finder: str, reporters: Iterable[str], domain_check_failed: bool) -> bool:
+    """Whether a health event recorded from `source` on `finder`, of a fault of its NVLink
+    domain's fabric, may hold the domain: the operator's word (any source but AGENT_SOURCE),
+    or the node's own corroborated by another of the domain's nodes (`reporters`: those that
+    reported such a fault within DOMAIN_WITNESS_WINDOW_S) or by the domain's own IMEX state (a
+    failed imex check of one of its trays in that window)."""
+    return source != AGENT_SOURCE or domain_check_failed or any(node != finder for node in reporters)
+
+
 def removals_for_fault(
-    request: RemovalRequest, domain: str, members: Iterable[tuple[str, str]], check: str = "", signature: str = ""
+    request: RemovalRequest,
+    domain: str,
+    members: Iterable[tuple[str, str]],
+    check: str = "",
+    signature: str = "",
+    witnessed: bool = True,
 ) -> list[RemovalRequest]:
     """The requests a fault on `request.node` makes, asked in order (members: (name, state) of
-    the nodes of its NVLink domain `domain`):
+    the nodes of its NVLink domain `domain`; `witnessed`: domain_witnessed, for a health event):
     - an ordinary GPU fault, or a node in no domain: the node alone, unchanged;
+    - a fault of the domain's fabric only the node's own agent says it saw: the node alone;
     - a fault of the domain's fabric: the whole domain as one request (domain_removal);
     - the same fault said to be critical (a fatal NVSwitch SXid): the node alone, past the
       limits (its GPUs are lost), then the rest of the domain as one request within them
@@ -304,6 +337,8 @@ def removals_for_fault(
     members = list(members)
     if any(name == request.node and not NodeState(state).in_service for name, state in members):
         return []
+    if not witnessed:
+        return [request]
     if not request.critical:
         return [domain_removal(request, domain, members)]
     others = sorted(name for name, state in members if name != request.node and NodeState(state).in_service)
@@ -349,6 +384,37 @@ def in_service_domain(request: RemovalRequest, in_service: Iterable[str]) -> Rem
     there, and must not cost the domain a second time)."""
     still = set(in_service)
     return dataclasses.replace(request, domain_nodes=[n for n in request.domain_nodes if n in still])
+
+
+# The source of the health events another tool's drain becomes (fleetctl.nodes.scheduler_sync),
+# and the actor of the drain the external-drain watch asks for it.
+EXTERNAL_DRAIN = "external-drain"
+# Why the guard grants a drain of a node another tool already drained: whatever asks (the
+# external-drain watch under its `maintenance` policy, a check that failed on it), the node
+# serves nothing now and is counted out already, so the drain takes nothing more; a drain
+# outside fleetctl is no failure fleetctl found, and never counts toward the storm breaker
+# (a misfiring NHC must not pause fleetctl's automation), nor waits for it.
+ALREADY_OUT = "already out of service: drained outside fleetctl, counted unavailable; this drain takes nothing more"
+
+
+def already_out(request: RemovalRequest, snapshot: FleetSnapshot) -> bool:
+    """Whether `request` is for a node drained outside fleetctl (snapshot.drained_outside)."""
+    return not request.domain_nodes and request.node in snapshot.drained_outside
+
+
+def counts_as_failure(request: RemovalRequest, snapshot: FleetSnapshot) -> bool:
+    """Whether the storm breaker counts `request` (under failure_key): an operator's forced
+    drain is the operator's, and a node drained outside fleetctl (already_out) is no failure."""
+    return not (request.force or already_out(request, snapshot))
+
+
+def counted_outside(state: str, drained_outside: bool) -> str:
+    """The state the guard counts a node in when another tool may have drained it: a node in
+    production that its scheduler has drained outside fleetctl serves nothing, and is counted
+    out of service (as in maintenance) until that drain is lifted."""
+    if drained_outside and NodeState(state).in_service:
+        return NodeState.MAINTENANCE.value
+    return state
 
 
 def failure_key(request: RemovalRequest) -> str:
@@ -415,6 +481,8 @@ def _decide(
             "critical fault: the node has already lost capacity"
             + (f"; the rest of NVLink domain {request.domain} is not taken with it" if with_domain else ""),
         )
+    if already_out(request, snapshot):
+        return RemovalDecision(request.node, True, ALREADY_OUT)
     if breaker_open:
         return RemovalDecision(request.node, False, f"automation paused: the circuit breaker is open; {UNTIL_RESUMED}")
     window_start = now - policy.storm_window_s

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from fleetctl.nodes.capacity import EXTERNAL_DRAIN
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.schedulers.base import BURN_IN_HOLD, Scheduler, SchedulerError, is_check_hold
 
@@ -120,7 +121,6 @@ def compare(node: NodeRecord, scheduler: Scheduler, include_owners: frozenset[st
     return None
 
 
-EXTERNAL_DRAIN = "external-drain"  # the source of the health events another tool's drain becomes
 EXTERNAL_DRAIN_POLICIES = ("record-only", "maintenance")
 
 

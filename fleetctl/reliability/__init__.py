@@ -6,6 +6,8 @@ the report and the Prometheus exporter.
     svg              the report's charts                                              (pure)
     metrics_store    node events, jobs, restarts, check runs as metrics' records     (edge)
     report_store     the report over a window, from the database                     (edge)
+    automation_shadow  what automation would have done in a dry run, beside what did  (pure)
+    automation_shadow_store  the shadow run's records, from the database              (edge)
     exporter_server  the Prometheus exporter, read from the database on each scrape  (edge)
     templates/       the report's HTML; grafana-dashboard.json, the dashboard on the exporter
 

@@ -10,6 +10,7 @@ from fleetctl.nodes.capacity import (
     RemovalRequest,
     decide,
     domain_removal,
+    domain_witnessed,
     removals_for_fault,
     snapshot_from_states,
 )
@@ -172,3 +173,30 @@ def test_a_node_already_out_with_its_domain_asks_for_nothing() -> None:
     assert removals_for_fault(fault(), "nvl72-r01", members, check="imex") == []
     # An ordinary fault is the node's own, whatever its domain: asked as ever.
     assert removals_for_fault(fault(), "nvl72-r01", members, check="nvidia-smi") == [fault()]
+
+
+@pytest.mark.parametrize(
+    "source,reporters,check_failed,witnessed",
+    [
+        ("intake", [], False, True),  # the operator token's event: the operator's word holds the domain
+        ("alertmanager", [], False, True),
+        ("agent", [], False, False),  # a tray's own credential, alone: its own tray only
+        ("agent", ["gb-00"], False, False),  # its own report again is no second tray
+        ("agent", ["gb-00", "gb-05"], False, True),  # a second tray saw it within the window
+        ("agent", [], True, True),  # the domain's own IMEX state (a failed imex check)
+    ],
+)
+def test_a_nodes_own_word_holds_its_domain_only_when_something_else_says_so(
+    source, reporters, check_failed, witnessed
+) -> None:
+    assert domain_witnessed(source, "gb-00", reporters, check_failed) is witnessed
+
+
+@pytest.mark.parametrize("critical", [False, True])
+def test_an_unwitnessed_fabric_fault_takes_its_node_alone(critical: bool) -> None:
+    """A fatal SXid only the tray's own agent reports: that tray (past the limits when critical,
+    as any lost GPU), never its 16 in-service neighbours."""
+    alone = removals_for_fault(
+        fault(critical=critical), "nvl72-r01", MEMBERS, signature="nvswitch_sxid_fatal", witnessed=False
+    )
+    assert alone == [fault(critical=critical)] and alone[0].domain == "" and alone[0].domain_nodes == []

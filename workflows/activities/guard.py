@@ -4,26 +4,32 @@ workflows put to it (workflows cannot send Updates to other workflows; these do 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
 from fleetctl.config import Settings, guard_policy
-from fleetctl.db import queries
+from fleetctl.db import jobs, queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import (
+    AGENT_SOURCE,
+    DOMAIN_WITNESS_WINDOW_S,
+    EXTERNAL_DRAIN,
     CheckErrorReport,
     FleetSnapshot,
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
+    counted_outside,
+    domain_witnessed,
     guard_snapshot,
+    is_domain_fabric_fault,
     removals_for_fault,
 )
 from fleetctl.nodes.lifecycle import NodeState
-from workflows.activities.database import DatabaseActivities
+from workflows.activities.database import DatabaseActivities, storable_key
 from workflows.api import (
     REPORT_CHECK_ERRORS_UPDATE,
     REQUEST_REMOVAL_UPDATE,
@@ -42,9 +48,17 @@ class GuardActivities(DatabaseActivities):
 
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
-        """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet."""
+        """The fleet's nodes by rack and state: a guard counts its own fleet, not every fleet; a
+        production node another tool drained (its open external-drain event) as out of service."""
         policy, now = guard_policy(self.settings, fleet), datetime.now(UTC)
-        return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in self._fleet_nodes(fleet)], now, policy)
+        nodes = self._fleet_nodes(fleet)
+        drains = queries.open_external_drains(self.engine, EXTERNAL_DRAIN)
+        outside = {n.name: drains[n.name].idempotency_key for n in nodes if n.name in drains}
+        snapshot = guard_snapshot(
+            [(n.rack, counted_outside(n.state, n.name in outside), as_utc(n.state_since)) for n in nodes], now, policy
+        )
+        snapshot.drained_outside = outside
+        return snapshot
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
@@ -75,7 +89,22 @@ class GuardActivities(DatabaseActivities):
         found = queries.nodes_named(self.engine, [req.node])
         domain = found[0].nvlink_domain if found else ""
         members = [(n.name, n.state) for n in queries.nodes_in_nvlink_domain(self.engine, domain)]
-        return FaultRemovals(removals_for_fault(req, domain, members, fault.check, fault.signature))
+        return FaultRemovals(
+            removals_for_fault(req, domain, members, fault.check, fault.signature, self._witnessed(fault, domain))
+        )
+
+    def _witnessed(self, fault: FaultRemoval, domain: str) -> bool:
+        """Whether a health event's fault of the domain's fabric may hold `domain`
+        (fleetctl.nodes.capacity.domain_witnessed): its recorded event (the request's id is the
+        event's) says who sent it; one not found is no one's word but the node's. A failed
+        check is fleetctl's own finding of the domain's state: it holds the domain."""
+        if not (domain and fault.signature and is_domain_fabric_fault(signature=fault.signature)):
+            return True
+        req = fault.request
+        source = jobs.health_event_source(self.engine, req.node, storable_key(req.request_id)) or AGENT_SOURCE
+        since = datetime.now(UTC) - timedelta(seconds=DOMAIN_WITNESS_WINDOW_S)
+        seen = jobs.nvlink_domain_witnesses(self.engine, domain, since)
+        return domain_witnessed(source, req.node, seen.reporters, seen.check_failed)
 
     @activity.defn
     def in_service_nodes(self, names: list[str]) -> list[str]:

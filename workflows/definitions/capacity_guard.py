@@ -15,7 +15,9 @@ with workflow.unsafe.imports_passed_through():
         FleetSnapshot,
         RemovalDecision,
         RemovalRequest,
+        already_out,
         checker_storm,
+        counts_as_failure,
         decide,
         failure_key,
         grant_for,
@@ -125,14 +127,15 @@ class CapacityGuard:
             pending_grants=len(counted),
             pending_in_rack=sum(1 for g in counted if g.rack == req.rack),
         )
-        if not req.force:
+        if counts_as_failure(req, snapshot):
             self.s.recent_failures[failure_key(req)] = now
         if decision.breaker_opened:
             self.s.breaker_open, self.s.breaker_reason, self.s.breaker_since = True, decision.reason, now
         if decision.granted:
             guard = workflow.info().workflow_id
             granted = [req.node, *decision.domain_nodes]
-            for node in granted:
+            # A node drained outside fleetctl is counted out in the snapshot already.
+            for node in [] if already_out(req, snapshot) else granted:
                 # A domain's nodes are counted in the finder's rack: an NVL72 domain is one rack.
                 self.s.pending[node] = PendingGrant(req.rack, now, versions.get(node, -1))
             self.s.granted_total += len(granted)
@@ -198,7 +201,9 @@ class CapacityGuard:
                     actor=req.actor,
                     node=req.node,
                     fleet=self.s.fleet,
-                    key=f"{workflow.info().workflow_id}/{req.request_id or now}/{req.node}",
+                    # One record per drain outside fleetctl, however often its watch asks.
+                    key=f"{workflow.info().workflow_id}/{snapshot.drained_outside.get(req.node) or req.request_id or now}"
+                    f"/{req.node}",
                 )
             )
             self.decisions_this_run += 1
