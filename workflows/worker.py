@@ -133,6 +133,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         fw.apply_updates,
         fw.record_node,
         fw.record_progress,
+        restarts.restart_id_of_fault,
         restarts.record_restart_started,
         restarts.drain_nodes,
         restarts.restart_job,
@@ -242,7 +243,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.nodes.capacity import in_fleet
     from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, episode_id, external_drains
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
     from workflows.client import CommandRejected, request_guarded_drain, send_health_events
@@ -317,7 +318,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                             bounded(printable(drain.message)),
                             EXTERNAL_DRAIN,
                             f"{drain.event_id}@{utcnow().isoformat()}",
-                            Event("manual", message=bounded(printable(drain.message))).to_dict(),
+                            Event(EventKind.MANUAL, message=bounded(printable(drain.message))).to_dict(),
                         )
                     except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
                         log.info("node %s: not drained for the external drain: %s", drain.node, exc)

@@ -36,7 +36,7 @@ class TransitionRequest:
     cause: str = ""
     # Stable per request (e.g. "<workflow id>/<step>"): a resent request is answered once.
     request_id: str = ""
-    # What the node did wrong (fleetctl.remediation.runbooks.Event.to_dict()); with a drain, it picks
+    # What the node did wrong (fleetctl.remediation.events.Event.to_dict()); with a drain, it picks
     # the runbook that remediates the node once drained. None: an operator's own reason.
     event: dict | None = None
     # The node whose workflow is asked; its own workflow knows who it is and ignores this.
@@ -332,7 +332,7 @@ class SweepScope:
 @dataclass
 class RemediationChoice:
     node: str
-    event: dict  # fleetctl.remediation.runbooks.Event.to_dict()
+    event: dict  # fleetctl.remediation.events.Event.to_dict()
 
 
 @dataclass
