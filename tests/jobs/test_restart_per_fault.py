@@ -8,18 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 from temporalio.service import RPCError
 
-from fleetctl.db import jobs
+from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
 from tests.jobs.support import until
 from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import DEFAULT_RUNNING_TIMEOUT_S, HealthEventInput, RemediationResult, remediation_id
+from workflows.api import (
+    DEFAULT_RUNNING_TIMEOUT_S,
+    HealthEventInput,
+    JobRestartInput,
+    RemediationResult,
+    fault_restart_id,
+    job_restart_id,
+    remediation_id,
+)
 from workflows.client import connect, send_health_events
+from workflows.definitions.job_restart import JobRestart
 
 pytestmark = pytest.mark.temporal
 
@@ -92,3 +102,47 @@ async def _started(handle) -> bool:
     except RPCError:
         return False
     return True
+
+
+async def test_a_runbook_joins_the_restart_of_its_fault_still_in_flight(make_settings, sqlite_url, tmp_path) -> None:
+    """The race made certain: the fault's restart is started but parked before its requeue (on a
+    task queue no worker polls), so the job is still on the node when the runbook's restart_jobs
+    step looks; the step joins that restart and starts none of its own."""
+    (tmp_path / "xid-79.yaml").write_text(RUNBOOK)
+    settings = make_settings(sqlite_url)
+    settings.runbooks_dir = str(tmp_path)
+    engine = get_engine(settings.db_url)
+    sim = SimScheduler(engine)
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        for name in make_fleet(settings, 4, racks=1):
+            await start_in_production(client, settings, name)
+        job = sim.submit("train", 2)
+        victim = job.nodes[0]
+        drain_version = queries.get_node(engine, victim).state_version + 1
+        fault = fault_restart_id(victim, drain_version)
+        parked = await client.start_workflow(
+            JobRestart.run,
+            JobRestartInput(job.job_id, "sim", [victim], "XID 79", "tester", datetime.now(UTC).isoformat(), fault),
+            id=job_restart_id(job.job_id, fault),
+            task_queue=f"{settings.task_queue}-parked",
+        )
+        await send_health_events(
+            client,
+            victim,
+            [HealthEventInput(victim, "xid", 79, "GPU has fallen off the bus", "dmesg", "p", time.time())],
+        )
+        runbook = client.get_workflow_handle(remediation_id(victim), result_type=RemediationResult)
+        deadline = time.monotonic() + SETTLED_S
+        while not await _started(runbook):
+            assert time.monotonic() < deadline, f"no runbook started on {victim}"
+            await asyncio.sleep(0.1)
+        result = await asyncio.wait_for(runbook.result(), SETTLED_S)
+        assert queries.node_events(engine, victim)[-2].state_version == drain_version  # the drain, then drain_complete
+        assert f"already restarted for this fault: {fault}" in result.steps[-1].detail, result.steps
+        assert jobs.job_restarts(engine, job.job_id) == []  # nothing else requeued the job
+        assert victim in sim.job(job.job_id).nodes
+        await parked.terminate("test over")
+    finally:
+        worker.stop()
