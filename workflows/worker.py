@@ -239,10 +239,10 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
 
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.db.models import utcnow
+    from fleetctl.db.models import HealthEvent, utcnow
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.nodes.capacity import in_fleet
-    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, episode_id, external_drains
+    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, ExternalDrain, episode_id, external_drains
     from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
@@ -283,7 +283,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         while len(sent) > SENT_EXTERNAL_DRAINS:
             sent.popitem(last=False)
 
-    def look():
+    def look() -> tuple[list[ExternalDrain], set[str], list[HealthEvent], dict[str, str]]:
         nodes = [
             n
             for n in queries.list_nodes(engine, state="production")

@@ -3,13 +3,21 @@ starting more)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
 import typer
 
 from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, fail
 
+if TYPE_CHECKING:
+    from fleetctl.config import Settings
+    from fleetctl.connections.temporal_client import TemporalConnection
 
-def implicit_database_problem(settings, temporal) -> str | None:
+
+def implicit_database_problem(settings: Settings, temporal: TemporalConnection) -> str | None:
     """Why a worker must not start on this database, or None. A worker given no database uses
     a per-user SQLite file: right beside a local dev server, wrong for a shared Temporal,
     where every host would write a fleet database of its own."""
@@ -50,10 +58,11 @@ def worker(ctx: typer.Context) -> None:
     typer.echo("worker stopped")
 
 
-async def _serve_until_signalled(settings, run_worker) -> None:
+async def _serve_until_signalled(
+    settings: Settings, run_worker: Callable[[Settings, asyncio.Event], Awaitable[None]]
+) -> None:
     # SIGTERM (systemd, Kubernetes, compose) and Ctrl-C stop the worker the same way: it stops
     # polling and shuts down, so its workflow tasks go to other workers at once.
-    import asyncio
     import signal
 
     stop = asyncio.Event()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
@@ -79,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.definitions.health_queue import (
         bounded_event,
+        event_of,
         is_critical,
         next_health_events,
         queue_health_event,
@@ -126,12 +127,12 @@ class CarriedToNextRun(Exception):
     with how long it has waited, and the run continues as new."""
 
 
-def check_event(check: str, status: str, message: str) -> dict:
+def check_event(check: str, status: str, message: str) -> dict[str, Any]:
     """A check result as the event a runbook matches."""
     return Event(EventKind.CHECK, check=check, status=status, message=message).to_dict()
 
 
-def fault_event(ev: HealthEventInput) -> dict:
+def fault_event(ev: HealthEventInput) -> dict[str, Any]:
     """A health event as the event a runbook matches: an XID when it has a code."""
     kind = EventKind.XID if ev.code is not None else EventKind.MANUAL
     return Event(kind, code=ev.code, message=ev.message).to_dict()
@@ -586,12 +587,12 @@ class NodeLifecycle:
         """A burst recorded in one activity (critical events ahead of minor ones), then each
         verdict acted on in order."""
         self.s.activity = f"health events: {len(items)}"
-        recorded = await record_health_events(self.s.node, [w.event for w in items])
+        recorded = await record_health_events(self.s.node, [event_of(w) for w in items])
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         for refusal in filter(None, recorded.refusals):
             self.s.last_outcome = f"health event not recorded: {refusal}"
         for verdict in recorded.acted:
-            await self._health_event(items[verdict.index].event, verdict)
+            await self._health_event(event_of(items[verdict.index]), verdict)
 
     async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict | None = None) -> None:
         if verdict is None:
@@ -628,12 +629,12 @@ class NodeLifecycle:
         if queued and workflow.patched("health-events-critical-first"):
             taken = {id(w) for w in queued}
             self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
-            recorded = await record_health_events(self.s.node, [w.event for w in queued])
+            recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
             return bool(recorded.acted)
         bad = False
         for item in queued:
             self.s.work.remove(item)
-            verdict = await self._record_health_event(item.event)
+            verdict = await self._record_health_event(event_of(item))
             bad = bad or (verdict is not None and verdict.drain_now)
         return bad
 
@@ -667,7 +668,7 @@ class NodeLifecycle:
         actor: str,
         fault_seen_at: float = 0.0,
         request_id: str = "",
-        event: dict | None = None,
+        event: dict[str, Any] | None = None,
         check: str = "",
         signature: str = "",
     ) -> None:
@@ -814,9 +815,9 @@ class NodeLifecycle:
         ]
         taken = {id(w) for w in queued}
         self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
-        recorded = await record_health_events(self.s.node, [w.event for w in queued])
+        recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
         for verdict in recorded.acted:
-            ev = queued[verdict.index].event
+            ev = event_of(queued[verdict.index])
             if verdict.critical:
                 return WorkItem(
                     WorkKind.DRAIN_FOLLOWUP,
@@ -829,7 +830,7 @@ class NodeLifecycle:
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         return None
 
-    async def _remediate(self, event: dict, actor: str, busy_note: bool = True) -> bool:
+    async def _remediate(self, event: dict[str, Any], actor: str, busy_note: bool = True) -> bool:
         """Start the runbook that handles `event` on this node (in maintenance now). It runs as
         its own workflow and moves the node through this one's updates, like any other actor.
         False only when a remediation of the node is still running."""
@@ -999,7 +1000,7 @@ class NodeLifecycle:
         cause: str,
         actor: str = "lifecycle",
         actor_kind: str = Actor.AUTOMATION.value,
-        event: dict | None = None,
+        event: dict[str, Any] | None = None,
     ) -> bool:
         """Apply an automated transition; False (and nothing changes) if the node moved on."""
         async with self.lock:
