@@ -133,6 +133,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         fw.apply_updates,
         fw.record_node,
         fw.record_progress,
+        restarts.restart_id_of_fault,
         restarts.record_restart_started,
         restarts.drain_nodes,
         restarts.restart_job,
@@ -239,11 +240,11 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     from fleetctl.config import xid_policy
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.db.models import utcnow
+    from fleetctl.db.models import HealthEvent, utcnow
     from fleetctl.inventory.names import scheduler_members
-    from fleetctl.nodes.capacity import in_fleet
-    from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN, episode_id, external_drains
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.nodes.capacity import EXTERNAL_DRAIN, in_fleet
+    from fleetctl.nodes.scheduler_sync import ExternalDrain, episode_id, external_drains
+    from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
     from workflows.client import CommandRejected, request_guarded_drain, send_health_events
@@ -285,7 +286,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
         while len(sent) > SENT_EXTERNAL_DRAINS:
             sent.popitem(last=False)
 
-    def look():
+    def look() -> tuple[list[ExternalDrain], set[str], list[HealthEvent], dict[str, str]]:
         nodes = [
             n
             for n in queries.list_nodes(engine, state="production")
@@ -320,7 +321,7 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                             bounded(printable(drain.message)),
                             EXTERNAL_DRAIN,
                             f"{drain.event_id}@{utcnow().isoformat()}",
-                            Event("manual", message=bounded(printable(drain.message))).to_dict(),
+                            Event(EventKind.MANUAL, message=bounded(printable(drain.message))).to_dict(),
                         )
                     except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
                         log.info("node %s: not drained for the external drain: %s", drain.node, exc)

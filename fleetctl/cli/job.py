@@ -373,6 +373,7 @@ def restart(
         from rich.console import Console
         from temporalio.client import WorkflowFailureError
 
+        from workflows.activities.jobs import restart_id_of_fault
         from workflows.api import JobRestartInput
         from workflows.client import start_job_restart
 
@@ -384,7 +385,9 @@ def restart(
             cause=reason,
             actor=s.identity(),
             fault_seen_at=fault_seen_at.isoformat(),
-            restart_id=uuid.uuid4().hex,
+            # The bad nodes' fault, when a drain took them out for one: the restart their own
+            # workflows or a runbook started for it, if any, is this one. Else a restart of its own.
+            restart_id=restart_id_of_fault(context.engine(ctx), bad_nodes) or uuid.uuid4().hex,
         )
         if timeout_s:
             inp = replace(inp, running_timeout_s=timeout_s)

@@ -34,7 +34,6 @@ from typing import Any
 
 from checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.remediation.actions import ACTIONS, BMC_ACTIONS, check_statuses
-from fleetctl.remediation.events import Event as Event  # the node workflow and the worker read it from here
 from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, check_expression, check_template
 from fleetctl.text import one_line
 

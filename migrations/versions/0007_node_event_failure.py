@@ -1,4 +1,4 @@
-"""The failure a transition records, as data (fleetctl.remediation.runbooks.Event.failure), instead of
+"""The failure a transition records, as data (fleetctl.remediation.events.Event.failure), instead of
 being read back out of the cause's words by the report.
 
 Rows written before it are classified once, here, by the rules the report used until now:

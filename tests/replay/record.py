@@ -33,7 +33,11 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   continues as new before its signal budget is spent, carrying the drain's wait, and in the
   next run an XID 79 turns the carried drain critical and restarts the job.
 
-By default only the newest set (v4) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+- v5 (tests/histories/v5/*.json), job restarts keyed by their fault (restart-keyed-by-fault):
+  an XID 79 under a job, whose node's workflow restarts it, and a runbook that drains its node
+  and moves the job under the drain's key.
+
+By default only the newest set (v5) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -110,7 +114,13 @@ from workflows.definitions.stragglers import ProductionStragglers
 from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-SETS = {"v1": HISTORIES, "v2": HISTORIES / "v2", "v3": HISTORIES / "v3", "v4": HISTORIES / "v4"}
+SETS = {
+    "v1": HISTORIES,
+    "v2": HISTORIES / "v2",
+    "v3": HISTORIES / "v3",
+    "v4": HISTORIES / "v4",
+    "v5": HISTORIES / "v5",
+}
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
 # JSON are base64, so this is what a reader (or a grep) sees of which branches a set covers.
@@ -1038,7 +1048,46 @@ async def record_v4(directory: Path = SETS["v4"]) -> list[Path]:
         )
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4}
+async def record_v5(directory: Path = SETS["v5"]) -> list[Path]:
+    """Job restarts keyed by the fault (restart-keyed-by-fault): an XID 79 under a job, whose
+    node's workflow restarts the job; and a runbook that drains its node and moves the node's
+    job under the drain's key."""
+    async with recording() as rec:
+        client, settings = rec.client, rec.settings
+        names = rec.add_nodes(6, "rv5", racks=1)
+        for name in names:
+            await _in_production(rec, name)
+        scheduler = SimScheduler(rec.engine)
+        (critical,) = scheduler.submit("recorded-xid79-train", 1).nodes
+        await send_health_events(client, critical, [_critical_79(critical, "rv5-79")])
+        await rec.wait(critical, lambda t: "drain_complete" in t)
+        await rec.idle(critical)
+
+        (runbook_node,) = scheduler.submit("recorded-runbook-train", 1).nodes
+        book = load_runbooks()["thermal-throttling"]
+        book = dataclasses.replace(book, steps=tuple(s for s in book.steps if s.action in ("drain", "restart_jobs")))
+        result = await run_remediation(
+            client,
+            settings,
+            runbook_node,
+            book,
+            Event("check", check="nvidia-smi-query", status="warn", message="thermal"),
+            "recorder",
+        )
+        if result.status != "succeeded" or "restarting 1 job" not in result.steps[-1].detail:
+            raise RuntimeError(f"{runbook_node}: the runbook did not restart the job: {result}")
+        await rec.wait(runbook_node, lambda t: "drain_complete" in t)
+        await rec.idle(runbook_node)
+        return await rec.write(
+            directory,
+            {
+                "node_lifecycle_xid79_restart_keyed": node_workflow_id(critical),
+                "remediation_restart_keyed": remediation_id(runbook_node),
+            },
+        )
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -1053,7 +1102,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v4",
+        default="v5",
         help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
     )
     args = parser.parse_args(argv)

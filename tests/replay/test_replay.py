@@ -27,6 +27,7 @@ SETS = {
     "v2": ROOT / "tests" / "histories" / "v2",
     "v3": ROOT / "tests" / "histories" / "v3",
     "v4": ROOT / "tests" / "histories" / "v4",
+    "v5": ROOT / "tests" / "histories" / "v5",
 }
 # The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
 WHOLE_SETS = ("v1", "v2")

@@ -45,7 +45,7 @@ RACK_R3_LIMIT = "rack limit: 1 of 4 in r3 already unavailable (max 1, 25%); can 
 XID_79 = "health: XID 79: reset_gpu (critical): GPU has fallen off the bus"
 XID_48 = "health: XID 48 seen 3 times in 24 h: escalated"
 NCCL_FAIL = "active check quick: nccl-allreduce: busbw 310 GB/s below the floor of 360 GB/s"
-# The failure the workflow records with each of these causes' drains (runbooks.Event.failure).
+# The failure the workflow records with each of these causes' drains (fleetctl.remediation.events.Event.failure).
 FAILURE_OF = {XID_79: "xid 79", XID_48: "xid 48", NCCL_FAIL: "check nccl-allreduce"}
 H100_BUSBW = {"n01": 480.0, "n03": 481.0, "n05": 479.0, "n07": 482.0, "n09": 480.0, "n11": 350.0}
 A100_BUSBW = {"n02": 230.0, "n04": 231.0, "n06": 229.0, "n08": 230.0, "n10": 140.0, "n12": 100.0}

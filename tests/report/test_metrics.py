@@ -39,7 +39,7 @@ def history(
 
 XID_79 = "health: XID 79: reset_gpu (critical): GPU has fallen off the bus"
 NCCL_DRAIN = "active check quick: nccl-allreduce: busbw 310 GB/s"
-# The failure the workflow records with each of these causes' drains (runbooks.Event.failure).
+# The failure the workflow records with each of these causes' drains (fleetctl.remediation.events.Event.failure).
 FAILURE_OF = {XID_79: "xid 79", NCCL_DRAIN: "check nccl-allreduce"}
 
 # Admitted at 4 h, an XID 79 drain at 10 h, back in production at 17 h; now is 24 h.

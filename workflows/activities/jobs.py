@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from sqlalchemy.engine import Engine
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.config import Settings
-from fleetctl.db import jobs
+from fleetctl.db import jobs, queries
 from fleetctl.db import spares as spare_store
-from fleetctl.db.models import utcnow
+from fleetctl.db.models import NodeEvent, utcnow
 from fleetctl.jobs import spares_sync
 from fleetctl.jobs.placement import (
     FLEET_WIDE,
@@ -29,6 +30,7 @@ from fleetctl.jobs.placement import (
     unchecked_nodes,
     unfit,
 )
+from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.view_store import freshness, node_health
 from fleetctl.schedulers.base import (
     HoldsSpares,
@@ -43,7 +45,15 @@ from workflows.activities.database import DatabaseActivities, calling_workflow_i
 from workflows.activities.heartbeat import heartbeating
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.spares import refill_spares
-from workflows.api import DrainNodes, RestartJob, RestartOutcome, RestartStarted, RestartStep, WaitForJob
+from workflows.api import (
+    DrainNodes,
+    RestartJob,
+    RestartOutcome,
+    RestartStarted,
+    RestartStep,
+    WaitForJob,
+    fault_restart_id,
+)
 
 
 class RestartPlacer(Scheduler, PlacesRestarts, Protocol):
@@ -81,11 +91,40 @@ def failure_said_in(cause: str) -> str:
     return "operator" if cause.startswith("operator") else ""
 
 
+def fault_drain(events: Sequence[NodeEvent]) -> int | None:
+    """The state version of the drain that took the node out of service, while it still is
+    (its transitions oldest first); None when it is in service, or left service otherwise
+    (a failed burn-in has no fault to restart a job for)."""
+    for event in reversed(events):
+        if event.to_state == NodeState.DRAINING.value:
+            return event.state_version
+        if not NodeState(event.to_state).out_of_service:
+            return None
+    return None
+
+
+def restart_id_of_fault(engine: Engine, nodes: Sequence[str]) -> str:
+    """The restart id of the fault that took `nodes` out of service (fault_restart_id, joined
+    for several), or "" when one of them is not out of service for a fault."""
+    ids = []
+    for node in sorted(set(nodes)):
+        version = fault_drain(queries.node_events(engine, node))
+        if version is None:
+            return ""
+        ids.append(fault_restart_id(node, version))
+    return "+".join(ids)
+
+
 class JobRestartActivities(DatabaseActivities):
     def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
         super().__init__(settings)
         self.schedulers = schedulers
         self.scheduler = schedulers.get
+
+    @activity.defn
+    def restart_id_of_fault(self, nodes: list[str]) -> str:
+        """restart_id_of_fault, for a workflow: a runbook restarting the jobs of its node."""
+        return restart_id_of_fault(self.engine, nodes)
 
     @activity.defn
     def record_restart_started(self, started: RestartStarted) -> None:

@@ -57,6 +57,13 @@ def job_restart_id(job_id: str, restart_id: str) -> str:
     return f"job-restart/{job_id}/{restart_id}"
 
 
+def fault_restart_id(node: str, drain_version: int) -> str:
+    """The restart id of a node's fault: the node and the state version of the drain that took
+    it out of service for it. The node's own workflow, a runbook's restart_jobs step and an
+    operator's `job restart` name the fault alike, so for one fault a job restarts once."""
+    return f"{node}-v{drain_version}"
+
+
 def rollout_workflow_id(rollout_id: str) -> str:
     return f"firmware-rollout/{rollout_id}"
 

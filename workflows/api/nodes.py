@@ -37,7 +37,7 @@ class TransitionRequest:
     cause: str = ""
     # Stable per request (e.g. "<workflow id>/<step>"): a resent request is answered once.
     request_id: str = ""
-    # What the node did wrong (fleetctl.remediation.runbooks.Event.to_dict()); with a drain, it picks
+    # What the node did wrong (fleetctl.remediation.events.Event.to_dict()); with a drain, it picks
     # the runbook that remediates the node once drained. None: an operator's own reason.
     event: dict[str, Any] | None = None
     # The node whose workflow is asked; its own workflow knows who it is and ignores this.
@@ -333,7 +333,7 @@ class SweepScope:
 @dataclass
 class RemediationChoice:
     node: str
-    event: dict[str, Any]  # fleetctl.remediation.runbooks.Event.to_dict()
+    event: dict[str, Any]  # fleetctl.remediation.events.Event.to_dict()
 
 
 @dataclass

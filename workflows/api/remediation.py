@@ -18,7 +18,7 @@ def remediation_mode(dry_run: bool, shadow: bool) -> str:
 class RemediationInput:
     node: str
     runbook: dict[str, Any]  # runbooks.Runbook.to_dict(): the runbook as it was when the run began
-    event: dict[str, Any]  # runbooks.Event.to_dict()
+    event: dict[str, Any]  # fleetctl.remediation.events.Event.to_dict()
     mode: str = "live"  # live, dry_run, shadow
     actor: str = "fleetctl"
     # A critical fault (the GPU is already gone) is drained without the capacity guard's limits.

@@ -79,7 +79,7 @@ def queue_health_event(work: list[WorkItem], item: WorkItem) -> bool:
         work.append(item)
         return True
     minor = [w for w in work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None and not is_critical(w.event)]
-    same = next((w for w in minor if repeat_key(w.event) == key), None)
+    same = next((w for w in minor if repeat_key(event_of(w)) == key), None)
     if same is None:
         if len(minor) >= QUEUED_MINOR_EVENTS:
             return False
@@ -96,12 +96,19 @@ def queue_health_event(work: list[WorkItem], item: WorkItem) -> bool:
     return True
 
 
+def event_of(item: WorkItem) -> HealthEventInput:
+    """The event of a queued health-event item (every such item carries one)."""
+    if item.event is None:
+        raise ValueError(f"a {item.kind.value} item carries no health event")
+    return item.event
+
+
 def next_health_events(work: list[WorkItem], first: WorkItem, limit: int = EVENTS_PER_ACTIVITY) -> list[WorkItem]:
     """The health events to record now, taken out of `work`: every queued critical one (up to
     `limit`), else the oldest `limit`. `first` (just taken off the queue) goes back to the
     front of it when it has to wait."""
     queued = [first] + [w for w in work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None]
-    critical = [w for w in queued if is_critical(w.event)]
+    critical = [w for w in queued if is_critical(event_of(w))]
     chosen = (critical or queued)[:limit]
     taken = {id(w) for w in chosen}
     work[:] = [w for w in work if id(w) not in taken]

@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
@@ -34,9 +35,9 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.health import plausible_time
     from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
-    from fleetctl.remediation.runbooks import Event
+    from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
-    from fleetctl.text import bounded
+    from fleetctl.text import bounded, failure_message
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
     from workflows.activities.node import NodeActivities
@@ -72,11 +73,13 @@ with workflow.unsafe.imports_passed_through():
         UpdateOutcome,
         WorkItem,
         WorkKind,
+        fault_restart_id,
         job_restart_id,
         remediation_id,
     )
     from workflows.definitions.health_queue import (
         bounded_event,
+        event_of,
         is_critical,
         next_health_events,
         queue_health_event,
@@ -124,9 +127,15 @@ class CarriedToNextRun(Exception):
     with how long it has waited, and the run continues as new."""
 
 
-def check_event(check: str, status: str, message: str) -> dict:
+def check_event(check: str, status: str, message: str) -> dict[str, Any]:
     """A check result as the event a runbook matches."""
-    return Event("check", check=check, status=status, message=message).to_dict()
+    return Event(EventKind.CHECK, check=check, status=status, message=message).to_dict()
+
+
+def fault_event(ev: HealthEventInput) -> dict[str, Any]:
+    """A health event as the event a runbook matches: an XID when it has a code."""
+    kind = EventKind.XID if ev.code is not None else EventKind.MANUAL
+    return Event(kind, code=ev.code, message=ev.message).to_dict()
 
 
 @workflow.defn
@@ -233,16 +242,14 @@ class NodeLifecycle:
             else "a critical event"
         )
         self.s.last_outcome = f"{what}: interrupted by {by}"
-        await workflow.execute_activity_method(
-            NodeActivities.record_automation_event,
+        await record_automation(
             AutomationRecord(
                 kind="interrupted",
                 reason=self.s.last_outcome,
                 actor="lifecycle",
                 node=self.s.node,
                 key=f"{workflow.info().workflow_id}/interrupted/{workflow.now().timestamp()}",
-            ),
-            **QUICK,
+            )
         )
 
     def _should_continue_as_new(self) -> bool:
@@ -453,7 +460,7 @@ class NodeLifecycle:
                     NodeActivities.hold_in_scheduler, hold, **SCHEDULER_ROUND
                 )
             except ActivityError as exc:
-                self.s.last_outcome = f"admit: not started: the scheduler refused the hold: {exc.cause or exc}"
+                self.s.last_outcome = f"admit: not started: the scheduler refused the hold: {failure_message(exc)}"
                 await record_automation(
                     AutomationRecord(
                         kind="scheduler_error",
@@ -499,7 +506,7 @@ class NodeLifecycle:
         except ActivityError as exc:
             # Never retried blindly (a half-flashed part is the vendor's to judge), and never
             # the end of this workflow: the node goes to maintenance with the reason.
-            applied = UpdateOutcome(False, f"the update did not finish: {exc.cause or exc}")
+            applied = UpdateOutcome(False, f"the update did not finish: {failure_message(exc)}")
         if applied.ok:
             after = await self._firmware_drift(baseline_id, f"{base}/after")
             if after.status == "ok":
@@ -580,12 +587,12 @@ class NodeLifecycle:
         """A burst recorded in one activity (critical events ahead of minor ones), then each
         verdict acted on in order."""
         self.s.activity = f"health events: {len(items)}"
-        recorded = await record_health_events(self.s.node, [w.event for w in items])
+        recorded = await record_health_events(self.s.node, [event_of(w) for w in items])
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         for refusal in filter(None, recorded.refusals):
             self.s.last_outcome = f"health event not recorded: {refusal}"
         for verdict in recorded.acted:
-            await self._health_event(items[verdict.index].event, verdict)
+            await self._health_event(event_of(items[verdict.index]), verdict)
 
     async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict | None = None) -> None:
         if verdict is None:
@@ -612,7 +619,7 @@ class NodeLifecycle:
                 ev.actor or "health-event",
                 ev.at,
                 ev.event_id,
-                Event("xid" if ev.code is not None else "manual", code=ev.code, message=ev.message).to_dict(),
+                fault_event(ev),
                 signature=ev.signature,
             )
 
@@ -622,12 +629,12 @@ class NodeLifecycle:
         if queued and workflow.patched("health-events-critical-first"):
             taken = {id(w) for w in queued}
             self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
-            recorded = await record_health_events(self.s.node, [w.event for w in queued])
+            recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
             return bool(recorded.acted)
         bad = False
         for item in queued:
             self.s.work.remove(item)
-            verdict = await self._record_health_event(item.event)
+            verdict = await self._record_health_event(event_of(item))
             bad = bad or (verdict is not None and verdict.drain_now)
         return bad
 
@@ -641,18 +648,16 @@ class NodeLifecycle:
         except ActivityError as exc:
             if not workflow.patched("bad-health-event-skipped"):
                 raise
-            message = getattr(exc.cause, "message", None) or str(exc.cause or exc)
+            message = failure_message(exc)
             self.s.last_outcome = f"health event not recorded: {message}"
-            await workflow.execute_activity_method(
-                NodeActivities.record_automation_event,
+            await record_automation(
                 AutomationRecord(
                     kind="rejected",
                     reason=f"health event from {ev.source}: {message}",
                     actor=ev.actor or "health-event",
                     node=self.s.node,
                     key=f"{workflow.info().workflow_id}/bad-event/{ev.event_id or workflow.now().timestamp()}",
-                ),
-                **QUICK,
+                )
             )
             return None
 
@@ -663,7 +668,7 @@ class NodeLifecycle:
         actor: str,
         fault_seen_at: float = 0.0,
         request_id: str = "",
-        event: dict | None = None,
+        event: dict[str, Any] | None = None,
         check: str = "",
         signature: str = "",
     ) -> None:
@@ -704,16 +709,14 @@ class NodeLifecycle:
     async def _record_refused_drain(self, cause: str, actor: str) -> None:
         """An automated drain that lost a race (an operator moved the node first) is recorded
         with its actor, as the CLI records an operator's refused command."""
-        await workflow.execute_activity_method(
-            NodeActivities.record_automation_event,
+        await record_automation(
             AutomationRecord(
                 kind="rejected",
                 reason=f"drain: {cause}: the node is already {self.s.state}",
                 actor=actor,
                 node=self.s.node,
                 key=f"{workflow.info().workflow_id}/refused/{workflow.now().timestamp()}",
-            ),
-            **QUICK,
+            )
         )
 
     async def _after_drain(self, item: WorkItem) -> None:
@@ -727,10 +730,6 @@ class NodeLifecycle:
         jobs = await self._running_jobs()
         if jobs is None:
             return  # the node left draining while the scheduler could not be asked
-        if jobs and item.critical:
-            seen = datetime.fromtimestamp(item.fault_seen_at or workflow.now().timestamp(), UTC)
-            for job in jobs:
-                await self._restart_job(job, scheduler, item, seen)
         # The node's pods (any, labelled as a job or not) are moved by the drain policy each
         # poll and hold the drain while they stay; a critical drain leaves them to its taint.
         moves_pods = not item.critical and workflow.patched("drain-moves-pods")
@@ -754,10 +753,7 @@ class NodeLifecycle:
                     jobs = await self._running_jobs()
                     if jobs is None:
                         return
-                    seen = datetime.fromtimestamp(item.fault_seen_at, UTC)
-                    for job in jobs:
-                        await self._restart_job(job, scheduler, item, seen)
-                    jobs, pods_holding = [], False
+                    pods_holding = False
                     break
                 continue
             waited += self.s.drain_job_poll_s
@@ -772,20 +768,16 @@ class NodeLifecycle:
             jobs = await self._running_jobs()
             if jobs is None:
                 return
-        if (
-            jobs
-            and not item.critical
-            and self.s.state == NodeState.DRAINING.value
-            and workflow.patched("drain-deadline-restarts-jobs")
-        ):
+        if jobs and item.critical:
+            # Critical from the start or since: the jobs are lost anyway, move them at once.
+            await self._restart_jobs(jobs, scheduler, item, item.fault_seen_at or workflow.now().timestamp())
+        elif jobs and self.s.state == NodeState.DRAINING.value and workflow.patched("drain-deadline-restarts-jobs"):
             # The jobs outlived the drain's wait on a node known to be bad: move them now
             # (checkpoint and restart elsewhere) rather than let remediation reboot under them.
             self.s.last_outcome = (
                 f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
             )
-            seen = workflow.now()
-            for job in jobs:
-                await self._restart_job(job, scheduler, item, seen)
+            await self._restart_jobs(jobs, scheduler, item, workflow.now().timestamp())
         if (
             self.s.state == NodeState.DRAINING.value
             and await self._move(
@@ -823,9 +815,9 @@ class NodeLifecycle:
         ]
         taken = {id(w) for w in queued}
         self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
-        recorded = await record_health_events(self.s.node, [w.event for w in queued])
+        recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
         for verdict in recorded.acted:
-            ev = queued[verdict.index].event
+            ev = event_of(queued[verdict.index])
             if verdict.critical:
                 return WorkItem(
                     WorkKind.DRAIN_FOLLOWUP,
@@ -833,14 +825,12 @@ class NodeLifecycle:
                     critical=True,
                     cause=bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else "")),
                     fault_seen_at=ev.at or workflow.now().timestamp(),
-                    remediation_event=Event(
-                        "xid" if ev.code is not None else "manual", code=ev.code, message=ev.message
-                    ).to_dict(),
+                    remediation_event=fault_event(ev),
                 )
         self.s.last_outcome = recorded.last_reason or self.s.last_outcome
         return None
 
-    async def _remediate(self, event: dict, actor: str, busy_note: bool = True) -> bool:
+    async def _remediate(self, event: dict[str, Any], actor: str, busy_note: bool = True) -> bool:
         """Start the runbook that handles `event` on this node (in maintenance now). It runs as
         its own workflow and moves the node through this one's updates, like any other actor.
         False only when a remediation of the node is still running."""
@@ -874,7 +864,7 @@ class NodeLifecycle:
             )
         except FailureError:
             return False  # no run in flight: an operator's maintenance is the operator's
-        event = Event("xid" if ev.code is not None else "manual", code=ev.code, message=ev.message).to_dict()
+        event = fault_event(ev)
         self.s.last_outcome = f"{cause}: the running remediation is interrupted"
         for _ in range(REMEDIATION_HANDOVER_TRIES):  # until the interrupted run has ended
             if await self._remediate(event, ev.actor or "health-event", busy_note=False):
@@ -892,18 +882,16 @@ class NodeLifecycle:
         try:
             await workflow.execute_activity_method(NodeActivities.resume_in_scheduler, self.s.node, **SCHEDULER)
         except ActivityError as exc:
-            message = str(exc.cause or exc)
+            message = failure_message(exc)
             self.s.last_outcome = f"not resumed in the scheduler: {message}"
-            await workflow.execute_activity_method(
-                NodeActivities.record_automation_event,
+            await record_automation(
                 AutomationRecord(
                     kind="scheduler_error",
                     reason=f"resume: {message}",
                     actor="lifecycle",
                     node=self.s.node,
                     key=f"{workflow.info().workflow_id}@{self.s.state_version}/resume",
-                ),
-                **QUICK,
+                )
             )
 
     async def _running_jobs(self) -> list[str] | None:
@@ -916,22 +904,20 @@ class NodeLifecycle:
                     NodeActivities.running_jobs_on, self.s.node, **SCHEDULER_ROUND
                 )
             except ActivityError as exc:
-                await self._scheduler_refused(f"cannot list the node's jobs: {exc.cause or exc}", "jobs")
+                await self._scheduler_refused(f"cannot list the node's jobs: {failure_message(exc)}", "jobs")
         return None
 
     async def _scheduler_refused(self, message: str, what: str) -> None:
         """Record the scheduler's refusal where fleet status shows it, then wait a round."""
         self.s.last_outcome = f"scheduler refused the drain: {message}; retrying"
-        await workflow.execute_activity_method(
-            NodeActivities.record_automation_event,
+        await record_automation(
             AutomationRecord(
                 kind="scheduler_error",
                 reason=message,
                 actor="lifecycle",
                 node=self.s.node,
                 key=f"{workflow.info().workflow_id}/{what}/{workflow.now().timestamp()}",
-            ),
-            **QUICK,
+            )
         )
         await workflow.sleep(timedelta(seconds=self.s.scheduler_retry_s))
 
@@ -946,29 +932,41 @@ class NodeLifecycle:
                     **SCHEDULER_ROUND,
                 )
             except ActivityError as exc:
-                await self._scheduler_refused(str(exc.cause or exc), "cordon")
+                await self._scheduler_refused(failure_message(exc), "cordon")
         return None
 
-    async def _restart_job(self, job: str, scheduler: str, item: WorkItem, seen: datetime) -> None:
-        restart_id = f"{self.s.node}-v{self.s.state_version}"
-        try:
-            await workflow.start_child_workflow(
-                JobRestart.run,
-                JobRestartInput(
-                    job_id=job,
-                    scheduler=scheduler,
-                    bad_nodes=[self.s.node],
-                    cause=item.cause,
-                    actor=item.actor or "lifecycle",
-                    fault_seen_at=seen.isoformat(),
-                    restart_id=restart_id,
-                ),
-                id=job_restart_id(job, restart_id),
-                # The restart outlives this node's part in it (and a continue-as-new of ours).
-                parent_close_policy=ParentClosePolicy.ABANDON,
-            )
-        except WorkflowAlreadyStartedError:
-            pass  # this fault already restarted this job
+    async def _restart_jobs(self, jobs: list[str], scheduler: str, item: WorkItem, fault_seen_at: float) -> None:
+        """Restart the node's jobs elsewhere, each as the restart of this drain's fault
+        (fault_restart_id): a runbook's restart_jobs step or an operator's `job restart` for the
+        same fault finds it started, running or ended, and never restarts the job again."""
+        restart_id = fault_restart_id(self.s.node, self.s.state_version)
+        # Histories from before the key let a restart that had ended be started again.
+        keyed = workflow.patched("restart-keyed-by-fault")
+        failure = Event.from_dict(item.remediation_event).failure if item.remediation_event else ""
+        seen = datetime.fromtimestamp(fault_seen_at, UTC).isoformat()
+        for job in jobs:
+            try:
+                await workflow.start_child_workflow(
+                    JobRestart.run,
+                    JobRestartInput(
+                        job_id=job,
+                        scheduler=scheduler,
+                        bad_nodes=[self.s.node],
+                        cause=item.cause,
+                        actor=item.actor or "lifecycle",
+                        fault_seen_at=seen,
+                        restart_id=restart_id,
+                        failure=failure,
+                    ),
+                    id=job_restart_id(job, restart_id),
+                    # The restart outlives this node's part in it (and a continue-as-new of ours).
+                    parent_close_policy=ParentClosePolicy.ABANDON,
+                    id_reuse_policy=(
+                        WorkflowIDReusePolicy.REJECT_DUPLICATE if keyed else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                    ),
+                )
+            except WorkflowAlreadyStartedError:
+                pass  # this fault already restarted this job
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -980,7 +978,7 @@ class NodeLifecycle:
                 CheckActivities.suite_checks, SweepScope(suite=suite), **QUICK
             )
         except ActivityError as exc:
-            self.s.last_outcome = f"cannot run suite {suite}: {getattr(exc.cause, 'message', None) or exc.cause or exc}"
+            self.s.last_outcome = f"cannot run suite {suite}: {failure_message(exc)}"
             return None
 
     async def _run_check(self, check: str, suite: str, run_key: str) -> CheckOutcome:
@@ -1002,7 +1000,7 @@ class NodeLifecycle:
         cause: str,
         actor: str = "lifecycle",
         actor_kind: str = Actor.AUTOMATION.value,
-        event: dict | None = None,
+        event: dict[str, Any] | None = None,
     ) -> bool:
         """Apply an automated transition; False (and nothing changes) if the node moved on."""
         async with self.lock:

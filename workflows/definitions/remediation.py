@@ -29,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.remediation.actions import DISRUPTIVE, trigger_towards
     from fleetctl.remediation.runbooks import Step
     from workflows.activities.checks import CheckActivities
+    from workflows.activities.jobs import JobRestartActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
@@ -321,6 +323,19 @@ class Remediation:
             # A job restart cordons the node in its scheduler: capacity only the guard may take.
             return False, f"{len(jobs)} jobs running on a node in production: drain it first"
         restart_id = f"{self.inp.node}-{self.run_key}"
+        # Keyed by the fault (the drain that took the node out of service), as the node's own
+        # workflow keys its restarts: a job it is still moving off the node is the same restart,
+        # never a second requeue of a job that has just started again. Histories from before
+        # the key name the restart by this run.
+        keyed = workflow.patched("restart-keyed-by-fault")
+        if keyed:
+            restart_id = (
+                await workflow.execute_activity_method(
+                    JobRestartActivities.restart_id_of_fault, [self.inp.node], **QUICK
+                )
+                or restart_id
+            )
+        already: list[str] = []
         for job in jobs:
             try:
                 await workflow.start_child_workflow(
@@ -337,9 +352,18 @@ class Remediation:
                     id=job_restart_id(job, restart_id),
                     # The restart outlives this runbook's part in it.
                     parent_close_policy=ParentClosePolicy.ABANDON,
+                    # A restart of this fault that has already ended is its answer, not a cue to requeue again.
+                    id_reuse_policy=(
+                        WorkflowIDReusePolicy.REJECT_DUPLICATE if keyed else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                    ),
                 )
             except WorkflowAlreadyStartedError:
-                pass  # a retried step: this run already restarted the job
+                already.append(job)  # this fault's restart of the job was started already
+        if already:
+            return True, (
+                f"restarting {len(jobs)} job(s) off the node: {', '.join(jobs)} "
+                f"({', '.join(already)} already restarted for this fault: {restart_id})"
+            )
         return True, f"restarting {len(jobs)} job(s) off the node: {', '.join(jobs)}"
 
     async def _out_of_service(self) -> tuple[bool, str]:

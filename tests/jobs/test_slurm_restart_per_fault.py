@@ -1,0 +1,78 @@
+"""One requeue per fault on the real Slurm cluster: an XID 79 on a node of a 2-node batch job,
+remediated live by the XID 79 runbook up to its restart_jobs step, requeues the job once (Slurm's
+own restart count), under one restart record: the node's workflow and the runbook's step are one
+restart, keyed by the fault."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from fleetctl.db import jobs, queries
+from fleetctl.db.engine import get_engine
+from fleetctl.inventory.parse import parse_inventory
+from tests.jobs.support import until
+from tests.jobs.test_restart_per_fault import RUNBOOK, _settled, _started
+from tests.support.worker import WorkerThread, terminate_node_workflows
+from workflows.api import HealthEventInput, RemediationResult, remediation_id
+from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
+
+pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
+
+# The runbook's two steps and a Slurm requeue (its credential-revoke second included).
+SETTLED_S = 90.0
+
+
+async def test_one_xid79_on_a_slurm_job_requeues_it_once(slurm_cluster, make_settings, sqlite_url, tmp_path) -> None:
+    (tmp_path / "xid-79.yaml").write_text(RUNBOOK)
+    settings = make_settings(sqlite_url)
+    settings.slurm_conf = str(slurm_cluster.conf_path)
+    settings.runbooks_dir = str(tmp_path)
+    engine = get_engine(sqlite_url)
+    names = list(slurm_cluster.node_names)
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n"
+            + "".join(
+                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
+            )
+        ),
+    )
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        await ensure_node_workflows(client, settings, [(n, "new", 0) for n in names])
+        for n in names:
+            await request_phase(client, n, "admit", "tester", "quick")
+        await until(lambda: all(queries.get_node(engine, n).state == "production" for n in names), 60, "production")
+
+        job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
+        assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+        await send_health_events(
+            client,
+            "node1",
+            [HealthEventInput("node1", "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-once", time.time())],
+        )
+        runbook = client.get_workflow_handle(remediation_id("node1"), result_type=RemediationResult)
+        deadline = time.monotonic() + SETTLED_S
+        while not await _started(runbook):
+            assert time.monotonic() < deadline, "no runbook started on node1"
+            await asyncio.sleep(0.1)
+        result = await asyncio.wait_for(runbook.result(), SETTLED_S)
+        assert result.status == "succeeded", result
+        restarts = await until(lambda: _settled(jobs.job_restarts(engine, job_id)), SETTLED_S, "the restarts")
+        assert [(r.status, r.bad_nodes) for r in restarts] == [("succeeded", ["node1"])], [
+            (r.workflow_id, r.actor, r.status) for r in restarts
+        ]
+        rerun = slurm_cluster.wait_for_run(job_id, 1)
+        assert "node1" not in rerun.nodes and len(rerun.nodes) == 2
+        # Each run of the job logs its number (SLURM_RESTART_COUNT): one requeue, so runs 0 and 1 only.
+        log = (slurm_cluster.root / "jobs" / f"{job_id}.out").read_text().splitlines()
+        assert [line.split(" on ")[0] for line in log if line.startswith("run ")] == ["run 0", "run 1"], log
+    finally:
+        await terminate_node_workflows(settings, names)
+        worker.stop()
+        slurm_cluster.reset()
