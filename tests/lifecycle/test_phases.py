@@ -15,7 +15,7 @@ from fleetctl.executors.base import NodeTarget
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import SimFaultSpec
 from tests.support.checks import record_check, recorded_checks
-from workflows.api import HealthEventInput, SweepInput
+from workflows.api import HealthEventInput, SweepInput, bulk_queue
 from workflows.client import guard_status, send_health_events
 from workflows.definitions.active_checks import ActiveCheckSweep
 
@@ -321,10 +321,11 @@ async def test_a_sweep_checks_the_fleet_in_batches_each_with_its_own_history(sim
         task_queue=fleet.settings.task_queue,
     )
     assert result.checked == 12 and result.passed == 12
+    # The batches run in the bulk lane: a sweep's work never takes the critical lane's slots.
     batches = [
         wf.id
         async for wf in fleet.client.list_workflows(
-            f"WorkflowType = 'ActiveCheckBatch' AND TaskQueue = '{fleet.settings.task_queue}'"
+            f"WorkflowType = 'ActiveCheckBatch' AND TaskQueue = '{bulk_queue(fleet.settings.task_queue)}'"
         )
     ]
     assert sorted(batches) == [f"{sweep_id}/batch-{i}" for i in range(3)]
