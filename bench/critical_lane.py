@@ -23,9 +23,10 @@ import asyncio
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from bench.fleet import cpu_seconds, dev_server, fleet_settings, fleetctl_worker
+from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
 from bench.harness import CannotMeasure, load, machine, now_iso, summary, write_result
 from bench.scale import _fleetctl, _inventory, _put_in_production, _settled_history_lengths
 
@@ -153,7 +154,20 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
     }
 
 
-async def measure(nodes: int, trials: int, directory: Path) -> dict:
+def _workers(settings, directory: Path, split_lanes: bool) -> dict[str, WorkerProcess]:
+    """One worker serving both lanes; or, split, a critical-lane process and a bulk-lane one
+    (the bulk one at its lower CPU priority, worker_bulk_nice)."""
+    if not split_lanes:
+        return {"worker": fleetctl_worker(settings, directory / "worker.log")}
+    started = {}
+    for lanes in ("critical", "bulk"):
+        settings.worker_lanes = lanes
+        started[f"worker_{lanes}"] = fleetctl_worker(settings, directory / f"worker-{lanes}.log")
+    settings.worker_lanes = "both"
+    return started
+
+
+async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = False) -> dict:
     from workflows.api import node_workflow_id
     from workflows.client import connect
 
@@ -164,7 +178,7 @@ async def measure(nodes: int, trials: int, directory: Path) -> dict:
         settings.runbooks_dir = str(directory / "runbooks")
         inventory = _inventory(directory, nodes)
         _put_in_production(settings, inventory)
-        worker = fleetctl_worker(settings, directory / "worker.log")
+        workers = _workers(settings, directory, split_lanes)
         try:
             _, done = _fleetctl(settings, ["node", "import", str(inventory)])
             if done.returncode != 0:
@@ -172,7 +186,8 @@ async def measure(nodes: int, trials: int, directory: Path) -> dict:
             client = await connect(settings)
             names = [f"gpu-{i:0{max(3, len(str(nodes)))}d}" for i in range(1, nodes + 1)]
             await _settled_history_lengths(client, [node_workflow_id(n) for n in names[:: max(1, nodes // 20)]])
-            processes = {"worker": worker.cpu_seconds, "server": lambda: cpu_seconds(server.process.pid) or 0.0}
+            processes: dict[str, Callable[[], float | None]] = {name: w.cpu_seconds for name, w in workers.items()}
+            processes["server"] = lambda: cpu_seconds(server.process.pid) or 0.0
             cpu: dict[str, dict[str, float]] = {}
             samples: list[dict] = []
 
@@ -196,7 +211,8 @@ async def measure(nodes: int, trials: int, directory: Path) -> dict:
             await sweeps.wait()
             await phase("idle", trials // 2, None)
         finally:
-            worker.stop()
+            for worker in workers.values():
+                worker.stop()
     return {"samples": samples, "sweeps": sweeps.runs, "cpu_s": cpu}
 
 
@@ -214,16 +230,17 @@ def figures_of(samples: list[dict]) -> dict:
     return figures
 
 
-def run(full: bool, nodes: int = NODES, trials: int | None = None) -> dict:
+def run(full: bool, nodes: int = NODES, trials: int | None = None, split_lanes: bool = False) -> dict:
     trials = trials or (TRIALS_FULL if full else TRIALS_QUICK)
     with tempfile.TemporaryDirectory(prefix="bench-critical-lane-") as tmp:
-        measured = asyncio.run(measure(nodes, trials, Path(tmp)))
+        measured = asyncio.run(measure(nodes, trials, Path(tmp), split_lanes))
     return {
         "figures": {
             "nodes": nodes,
             "trials_per_path": trials,
             "sweep_concurrency": SWEEP_CONCURRENCY,
             "target_ratio": TARGET_RATIO,
+            "workers": "a critical-lane and a bulk-lane process" if split_lanes else "one process, both lanes",
             **figures_of(measured["samples"]),
         },
         **measured,
@@ -235,9 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=NODES)
     parser.add_argument("--trials", type=int, default=TRIALS_QUICK, help="per path")
     parser.add_argument("--name", default="critical_lane", help="result file bench/results/NAME.json")
+    parser.add_argument(
+        "--split-lanes", action="store_true", help="a worker process per lane (FLEETCTL_WORKER_LANES), bulk niced"
+    )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    measured = run(False, args.nodes, args.trials)
+    measured = run(False, args.nodes, args.trials, args.split_lanes)
     result = {
         "benchmark": "critical_lane",
         "date": started_at,

@@ -65,6 +65,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "FLEETCTL_SIM_TIME_SCALE": str(settings.sim_time_scale),
         "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow),
         "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island),
+        "FLEETCTL_WORKER_LANES": settings.worker_lanes,
     }
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf

@@ -12,6 +12,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ ENV_VARS = {
     "temporal_api_key": "TEMPORAL_API_KEY",
     "task_queue": "FLEETCTL_TASK_QUEUE",
     "bulk_slot_share": "FLEETCTL_BULK_SLOT_SHARE",
+    "worker_lanes": "FLEETCTL_WORKER_LANES",
+    "worker_bulk_nice": "FLEETCTL_WORKER_BULK_NICE",
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
@@ -98,7 +101,19 @@ ENV_VARS = {
     "retention_interval_s": "FLEETCTL_RETENTION_INTERVAL_S",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
+
+
 # Never printed or logged: `fleetctl config` says only whether each is set.
+class WorkerLanes(str, Enum):
+    """Which lanes a worker process serves (the worker_lanes setting)."""
+
+    BOTH = "both"
+    CRITICAL = "critical"
+    BULK = "bulk"
+
+
+WORKER_LANES = tuple(lanes.value for lanes in WorkerLanes)
+
 SECRET_SETTINGS = ("bmc_password", "webhook_token", "temporal_api_key", "prometheus_token")
 
 
@@ -142,6 +157,13 @@ class Settings:
     # Bulk work takes at most this share of the worker's slots; the rest are never bulk's, so
     # an XID 79's drain, job restart and guard grant never wait behind a sweep's checks.
     bulk_slot_share: float = 0.5
+    # Which lanes this worker process serves: both (one process, slots split as above), or one
+    # (`critical` and `bulk` processes side by side, each with every slot of its own). A bulk-only
+    # process lowers its own CPU priority by worker_bulk_nice, so on a shared host a sweep's
+    # checks never take the CPU an XID 79's drain needs (the slots alone do not: one Python
+    # process's lanes share its interpreter).
+    worker_lanes: str = "both"
+    worker_bulk_nice: int = 10
     # One capacity guard per fleet: several fleets can share a Temporal namespace.
     fleet: str = "default"
     operator: str = ""
@@ -367,6 +389,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "sim_time_scale": (0.0, 1000.0, True),
     # Neither lane may be left without a slot (workflows.worker.slots_of).
     "bulk_slot_share": (0.0, 0.9, False),
+    "worker_bulk_nice": (0, 19, True),
     "sim_seed": (0, 2**63 - 1, True),
     "lemon_threshold": (1, 1000, True),
     "lemon_window_days": (0.0, 3650.0, False),
@@ -450,6 +473,8 @@ def _check_string(name: str, value: str, what: str) -> str:
             check_label(value)
         except ValueError as exc:
             raise ConfigError(f"{what}: {exc}") from None
+    if name == "worker_lanes" and value not in WORKER_LANES:
+        raise ConfigError(f"{what}: {value[:40]!r} is not a lane choice (one of {', '.join(WORKER_LANES)})")
     if name == "external_drain_policy":
         from fleetctl.nodes.scheduler_sync import EXTERNAL_DRAIN_POLICIES
 

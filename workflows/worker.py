@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from fleetctl.config import ConfigError, Settings
+from fleetctl.config import ConfigError, Settings, WorkerLanes
 from fleetctl.text import one_line
 from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
@@ -155,20 +156,31 @@ def slots_of(threads: int, bulk_share: float) -> tuple[int, int]:
 
 
 class Lanes:
-    """A worker's two lanes (the critical task queue, its bulk lane), each a Temporal Worker:
-    started and stopped together (`async with`)."""
+    """A worker's lanes (the critical task queue, its bulk lane, or one of them), each a
+    Temporal Worker: started and stopped together (`async with`)."""
 
-    def __init__(self, critical: Worker, bulk: Worker):
+    def __init__(self, critical: Worker | None, bulk: Worker | None):
         self.critical, self.bulk = critical, bulk
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Lanes:
-        await self._stack.enter_async_context(self.critical)
-        await self._stack.enter_async_context(self.bulk)
+        for lane in (self.critical, self.bulk):
+            if lane is not None:
+                await self._stack.enter_async_context(lane)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self._stack.aclose()
+
+
+def lane_slots(threads: int, settings: Settings) -> tuple[int, int]:
+    """(critical, bulk) activity slots of this process: split by settings.bulk_slot_share when
+    it serves both lanes, every thread to the one lane it serves (settings.worker_lanes)."""
+    if settings.worker_lanes == WorkerLanes.CRITICAL:
+        return threads, 0
+    if settings.worker_lanes == WorkerLanes.BULK:
+        return 0, threads
+    return slots_of(threads, settings.bulk_slot_share)
 
 
 def build_worker(
@@ -177,11 +189,12 @@ def build_worker(
     executor: ThreadPoolExecutor,
     activities: list[Callable[..., Any]] | None = None,
 ) -> Lanes:
-    """Both lanes on `executor`'s threads, split by settings.bulk_slot_share. Every activity is
-    hosted in both (`activities`: a test's own, else activities_for): where one runs is the
-    workflow's word, and an activity scheduled before the lanes is still served."""
+    """The lanes this process serves (settings.worker_lanes) on `executor`'s threads
+    (`lane_slots`). Every activity is hosted in both (`activities`: a test's own, else
+    activities_for): where one runs is the workflow's word, and an activity scheduled before
+    the lanes is still served."""
     hosted = activities_for(settings, client) if activities is None else activities
-    critical, bulk = slots_of(executor._max_workers, settings.bulk_slot_share)
+    critical, bulk = lane_slots(executor._max_workers, settings)
     return Lanes(
         Worker(
             client,
@@ -190,7 +203,9 @@ def build_worker(
             activities=hosted,
             activity_executor=executor,
             max_concurrent_activities=critical,
-        ),
+        )
+        if critical
+        else None,
         Worker(
             client,
             task_queue=bulk_queue(settings.task_queue),
@@ -198,7 +213,9 @@ def build_worker(
             activities=hosted,
             activity_executor=executor,
             max_concurrent_activities=bulk,
-        ),
+        )
+        if bulk
+        else None,
     )
 
 
@@ -376,15 +393,26 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     warning = await require_search_attributes(client)
     if warning:
         logging.getLogger(__name__).warning(warning)
-    watcher = asyncio.create_task(watch_stalls(client, settings))
-    pruner = asyncio.create_task(prune_periodically(settings))
-    drains = asyncio.create_task(
-        watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings)))
+    bulk_only = settings.worker_lanes == WorkerLanes.BULK
+    if bulk_only:
+        os.nice(settings.worker_bulk_nice)  # bulk work takes the CPU only when nothing critical wants it
+    # The watchers act for the fleet (a stall, an outside drain, retention): they run where the
+    # critical lane does, never only in a process the bulk lane may starve.
+    watchers = (
+        []
+        if bulk_only
+        else [
+            asyncio.create_task(watch_stalls(client, settings)),
+            asyncio.create_task(prune_periodically(settings)),
+            asyncio.create_task(
+                watch_external_drains(client, settings, SchedulerRegistry(settings, ExecutorRegistry(settings)))
+            ),
+        ]
     )
     try:
         with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="fleetctl-activity") as executor:
             lanes = build_worker(client, settings, executor)
-            critical, bulk = slots_of(ACTIVITY_THREADS, settings.bulk_slot_share)
+            critical, bulk = lane_slots(ACTIVITY_THREADS, settings)
             logging.getLogger(__name__).info(
                 "lanes: %s (%d activity slots), %s (%d)",
                 settings.task_queue,
@@ -395,9 +423,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
             async with lanes:
                 await stop.wait()
     finally:
-        watcher.cancel()
-        pruner.cancel()
-        drains.cancel()
+        for task in watchers:
+            task.cancel()
 
 
 class BackgroundWorker:

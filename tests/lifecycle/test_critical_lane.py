@@ -28,7 +28,7 @@ from workflows.api import CheckOutcome, CheckRequest, node_workflow_id
 from workflows.client import connect, request_phase, send_health_events
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.shared import HEARTBEAT_TIMEOUT
-from workflows.worker import activities_for, build_worker, slots_of
+from workflows.worker import activities_for, build_worker, lane_slots, slots_of
 
 # The test's worker: 4 critical slots and 4 bulk ones at the default share.
 THREADS = 8
@@ -48,6 +48,26 @@ THREADS = 8
 def test_bulk_takes_at_most_its_share_of_the_slots_and_neither_lane_is_left_without_one(threads, share, slots):
     assert slots_of(threads, share) == slots
     assert sum(slots) == threads  # together the threads: no task of either lane queues for one
+
+
+@pytest.mark.parametrize(
+    ("lanes", "slots"),
+    [("both", (32, 32)), ("critical", (64, 0)), ("bulk", (0, 64))],
+)
+def test_a_process_of_one_lane_gives_it_every_slot_and_the_other_none(lanes, slots, make_settings) -> None:
+    settings = make_settings("sqlite://")
+    settings.worker_lanes = lanes
+    assert lane_slots(64, settings) == slots
+
+
+def test_a_lane_choice_that_is_no_lane_is_refused_in_one_line() -> None:
+    import os
+
+    from fleetctl.config import ConfigError, load_settings
+
+    with pytest.raises(ConfigError, match="worker_lanes: 'fast' is not a lane choice") as caught:
+        load_settings(env={"FLEETCTL_WORKER_LANES": "fast"}, config_file=os.devnull)
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.temporal
