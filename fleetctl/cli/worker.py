@@ -64,6 +64,7 @@ async def _serve_until_signalled(
 ) -> None:
     # SIGTERM (systemd, Kubernetes, compose) and Ctrl-C stop the worker the same way: it stops
     # polling and shuts down, so its workflow tasks go to other workers at once.
+    import asyncio
     import signal
 
     stop = asyncio.Event()
