@@ -8,6 +8,7 @@ dicts, nested dataclasses, datetimes), then bad payloads of the hot ones."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib
 import inspect
 import json
@@ -70,6 +71,9 @@ def _sample(hint: Any, seed: int, none: bool) -> Any:
         return datetime(2026, 12, 1, 9, 30, seed % 60, tzinfo=UTC)
     if dataclasses.is_dataclass(hint):
         return _instance(hint, seed, none)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        members = list(hint)
+        return members[seed % len(members)]
     raise AssertionError(f"no sample for {hint!r}: teach _sample the new field type")
 
 
