@@ -83,7 +83,7 @@ async def test_an_import_says_which_new_node_its_scheduler_refused_to_hold_and_w
     inventory.write_text(
         "nodes:\n"
         + "".join(
-            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: kubernetes}}\n"
+            f"  - {{name: {n}, address: sim://{n}, bmc: sim://{n}-bmc, rack: r1, profile: h100-sxm, scheduler: kubernetes}}\n"
             for n in (joined, not_yet)
         )
     )
