@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.executors.sshd import FAKE_MPIRUN, FAKE_TOOLS, SSHD, SshNode, fake_tool_script, free_port, write_ed25519_key
+from tests.executors.sshd import (
+    FAKE_MPIRUN,
+    FAKE_TOOLS,
+    LOOPBACK_HOSTS,
+    SSHD,
+    SshNode,
+    fake_tool_script,
+    free_port,
+    write_ed25519_key,
+)
 from tests.support.services import missing_service
 
 
@@ -54,9 +63,10 @@ def ssh_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshNode]:
     home.mkdir()
     port = free_port()
     config = root / "sshd_config"
+    listen = "\n".join(f"ListenAddress {host}" for host in LOOPBACK_HOSTS)
     config.write_text(
         f"""Port {port}
-ListenAddress 127.0.0.1
+{listen}
 HostKey {host_key}
 PidFile {root / "sshd.pid"}
 AuthorizedKeysFile {root / "authorized_keys"}
@@ -75,7 +85,7 @@ LogLevel VERBOSE
 """
     )
     known_hosts = root / "known_hosts"
-    known_hosts.write_text(f"[127.0.0.1]:{port} {host_key_line}\n")
+    known_hosts.write_text("".join(f"[{host}]:{port} {host_key_line}\n" for host in LOOPBACK_HOSTS))
     node = SshNode(
         host="127.0.0.1",
         port=port,

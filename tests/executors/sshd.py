@@ -85,6 +85,10 @@ exec "$program"
 """
 
 
+# The loopback addresses the test sshd listens on (all of 127.0.0.0/8 is this machine's).
+LOOPBACK_HOSTS = tuple(f"127.0.0.{i}" for i in range(1, 9))
+
+
 @dataclass
 class SshNode:
     host: str
@@ -102,6 +106,11 @@ class SshNode:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def address_of(self, index: int) -> str:
+        """The sshd on another loopback address: one sshd stands for several machines, each with
+        an address of its own, as an inventory must give them (one name per machine)."""
+        return f"{LOOPBACK_HOSTS[index % len(LOOPBACK_HOSTS)]}:{self.port}"
 
     def target(self, name: str = "gpu-ssh-01", **fields: object) -> NodeTarget:
         options: dict = {"address": self.address, "user": self.user, "key_file": str(self.key_file)} | fields

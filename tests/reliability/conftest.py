@@ -69,7 +69,7 @@ async def ssh_fleet(make_settings, sqlite_url, ssh_node, tmp_path):
         specs = [
             NodeSpec(
                 name=f"{prefix}-{i}",
-                address=f"{ssh_node.user}@{ssh_node.address}",
+                address=f"{ssh_node.user}@{ssh_node.address_of(i)}",
                 profile="h100-sxm",
                 rack=f"rack-{i % 4}",
             )
