@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,7 +15,7 @@ from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from tests.jobs.support import until
-from tests.jobs.test_restart_per_fault import RUNBOOK, _settled, _started
+from tests.jobs.test_restart_per_fault import RUNBOOK, _settled
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import HealthEventInput, RemediationResult, remediation_id
 from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
@@ -23,6 +24,22 @@ pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
 # The runbook's two steps and a Slurm requeue (its credential-revoke second included).
 SETTLED_S = 90.0
+
+
+async def _run_started_since(client, workflow_id: str, since: datetime, within_s: float) -> str:
+    """The run id of `workflow_id`'s first run started at or after `since`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        runs = [
+            wf
+            async for wf in client.list_workflows(
+                f"WorkflowId = '{workflow_id}' AND StartTime >= '{since.isoformat()}'"
+            )
+        ]
+        if runs:
+            return min(runs, key=lambda wf: wf.start_time).run_id
+        assert time.monotonic() < deadline, f"no run of {workflow_id} started since {since}"
+        await asyncio.sleep(0.2)
 
 
 async def test_one_xid79_on_a_slurm_job_requeues_it_once(slurm_cluster, make_settings, sqlite_url, tmp_path) -> None:
@@ -51,19 +68,16 @@ async def test_one_xid79_on_a_slurm_job_requeues_it_once(slurm_cluster, make_set
 
         job_id = slurm_cluster.submit_sleep_job("-N2", "-w", "node1,node2")
         assert slurm_cluster.wait_for_run(job_id, 0).nodes == ("node1", "node2")
+        sent_at = datetime.now(UTC)
         await send_health_events(
             client,
             "node1",
             [HealthEventInput("node1", "xid", 79, "GPU has fallen off the bus.", "dmesg", "slurm-once", time.time())],
         )
-        runbook = client.get_workflow_handle(remediation_id("node1"), result_type=RemediationResult)
-        deadline = time.monotonic() + SETTLED_S
-        while not await _started(runbook):
-            assert time.monotonic() < deadline, "no runbook started on node1"
-            await asyncio.sleep(0.1)
-        # The XID 79 runbook's own run: a later run under the same id (the node's next fault
-        # seen by a check, say) is another remediation with its own result.
-        first_run = (await runbook.describe()).run_id
+        # The run this event started: the Slurm tests share the session's Temporal server and
+        # node names, so an earlier test's run of `remediation/node1` may be there already, and a
+        # later run under the same id (the node's next fault) is another remediation.
+        first_run = await _run_started_since(client, remediation_id("node1"), sent_at, SETTLED_S)
         pinned = client.get_workflow_handle(remediation_id("node1"), run_id=first_run, result_type=RemediationResult)
         result = await asyncio.wait_for(pinned.result(), SETTLED_S)
         assert (result.runbook, result.status) == ("xid-79-fallen-off-bus", "succeeded"), result
