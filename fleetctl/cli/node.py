@@ -33,12 +33,13 @@ if TYPE_CHECKING:
     from rich.text import Text
     from sqlalchemy.engine import Engine
 
+    from checks.xid_policy import XidPolicy
     from fleetctl.db.models import Node, NodeEvent
     from fleetctl.inventory.parse import NodeSpec
     from fleetctl.nodes.capacity import RemovalDecision
     from fleetctl.nodes.view_store import Freshness
     from fleetctl.schedulers.base import Scheduler
-    from workflows.api import TransitionResult
+    from workflows.api import HealthEventInput, TransitionResult
     from workflows.client import Outcome, PhaseOutcome
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
@@ -918,36 +919,7 @@ def event(
             )
         ]
     else:
-        from checks.xid import parse_xid_lines
-
-        try:
-            text = from_log.read_text(errors="replace")
-        except OSError as exc:
-            fail(f"{from_log}: cannot read ({exc.strerror})", EXIT_USAGE)
-        try:
-            parsed = parse_xid_lines(text)
-        except ValueError as exc:  # checks' UnjudgeableOutput: a report it cannot read, a code out of range
-            fail(f"{from_log}: {exc}", EXIT_USAGE)
-        if not parsed:
-            fail(f"{from_log}: no XID lines found", EXIT_USAGE)
-        from fleetctl.nodes.health import health_event_id
-        from fleetctl.text import bounded
-
-        events = [
-            health_event(
-                name,
-                "log",
-                code=e.code,
-                message=bounded(e.message),
-                actor=s.identity(),
-                # The same log line sent twice is one event.
-                event_id=health_event_id(name, e.timestamp, e.pci, e.code, e.message),
-                at=now,
-                severity=severity,
-                policy=policy,
-            )
-            for e in parsed
-        ]
+        events = _events_from_log(name, from_log, s.identity(), now, severity, policy)
     # An operator may say more than the catalog, never less: a graver catalog word stands.
     for code, graver in sorted({(e.code, e.severity) for e in events if severity and e.severity != severity}):
         typer.echo(
@@ -968,6 +940,42 @@ def event(
     typer.echo(
         f"{name}: {plural(len(events), 'health event')} sent" + (f" (XID {codes})" if codes else f" ({severity})")
     )
+
+
+def _events_from_log(
+    name: str, from_log: Path, actor: str, now: float, severity: str, policy: XidPolicy
+) -> list[HealthEventInput]:
+    """The XID lines of a kernel log as health events, each line's id its own (the same line
+    sent twice is one event); a log that cannot be read or holds no XID line: one line, exit 2."""
+    from checks.xid import parse_xid_lines
+    from fleetctl.nodes.health import health_event_id
+    from fleetctl.text import bounded
+    from workflows.health_events import health_event
+
+    try:
+        text = from_log.read_text(errors="replace")
+    except OSError as exc:
+        fail(f"{from_log}: cannot read ({exc.strerror})", EXIT_USAGE)
+    try:
+        parsed = parse_xid_lines(text)
+    except ValueError as exc:  # checks' UnjudgeableOutput: a report it cannot read, a code out of range
+        fail(f"{from_log}: {exc}", EXIT_USAGE)
+    if not parsed:
+        fail(f"{from_log}: no XID lines found", EXIT_USAGE)
+    return [
+        health_event(
+            name,
+            "log",
+            code=e.code,
+            message=bounded(e.message),
+            actor=actor,
+            event_id=health_event_id(name, e.timestamp, e.pci, e.code, e.message),
+            at=now,
+            severity=severity,
+            policy=policy,
+        )
+        for e in parsed
+    ]
 
 
 @app.command("prolog")
