@@ -111,6 +111,8 @@ class HealthEvent(SQLModel, table=True):
     message: str = Field(default="", sa_column=Column(Text, nullable=False))
     at: datetime = Field(default_factory=utcnow, index=True)
     idempotency_key: str
+    # Occurrences this row stands for: a folded storm of one Xid is one row (migration 0020).
+    repeat_count: int = 1
 
 
 class Job(SQLModel, table=True):

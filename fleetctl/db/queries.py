@@ -17,6 +17,7 @@ from sqlmodel.sql.expression import Select
 from fleetctl.db.models import AutomationEvent, CheckRun, HealthEvent, Node, NodeEvent, table_of, utcnow
 from fleetctl.inventory.machines import MachineIds, machine_conflict
 from fleetctl.inventory.parse import NodeSpec, machines
+from fleetctl.nodes.health import occurrences
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.stalls import Stall
 
@@ -363,16 +364,17 @@ def health_events_in_service(engine: Engine, name: str, coded_only: bool = True)
 def record_health_events(
     engine: Engine,
     node: str,
-    items: Sequence[tuple[str, int | None, float]],
+    items: Sequence[tuple[str, int | None, float, int]],
     judge: Callable[[int, float, list[float]], tuple[HealthEvent, T]],
 ) -> list[T]:
     """The node's health events, each recorded once, in order, in one transaction: a burst
-    costs one commit, not one per event. `items` are (idempotency key, code, time);
-    `judge(index, time, earlier)` builds the row and the verdict of items[index], where `earlier` are the times
-    of the node's other events with this code (those before it in `items` included). An event
-    already stored keeps the time it was first recorded with, and is not written again."""
-    keys = [key for key, _, _ in items]
-    codes = {code for _, code, _ in items if code is not None}
+    costs one commit, not one per event. `items` are (idempotency key, code, time, repeat
+    count); `judge(index, time, earlier)` builds the row and the verdict of items[index], where
+    `earlier` are the times of the node's other occurrences of this code (those before it in
+    `items` included), a row that stands for N folded repeats counted N times at its time. An
+    event already stored keeps the time it was first recorded with, and is not written again."""
+    keys = [key for key, _, _, _ in items]
+    codes = {code for _, code, _, _ in items if code is not None}
     results: list[T] = []
     with Session(engine, expire_on_commit=False) as session:
         stored = dict(
@@ -380,29 +382,33 @@ def record_health_events(
                 select(HealthEvent.idempotency_key, HealthEvent.at).where(col(HealthEvent.idempotency_key).in_(keys))
             ).all()
         )
-        # {code: {key: time}}: one query per code, then kept up to date as the batch is
-        # recorded, so a burst of one code is not one query per event over a growing table.
+        # {code: {key: (time, repeats)}}: one query per code, then kept up to date as the batch
+        # is recorded, so a burst of one code is not one query per event over a growing table.
         # Keyed as the column is typed (int | None); the query reads only the codes in `codes`.
-        times: dict[int | None, dict[str, float]] = {code: {} for code in codes}
-        for event_key, event_code, event_at in (
+        times: dict[int | None, dict[str, tuple[float, int]]] = {code: {} for code in codes}
+        for event_key, event_code, event_at, event_repeats in (
             session.exec(
-                select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at).where(
+                select(HealthEvent.idempotency_key, HealthEvent.code, HealthEvent.at, HealthEvent.repeat_count).where(
                     HealthEvent.node_name == node, col(HealthEvent.code).in_(codes)
                 )
             )
             if codes
             else ()
         ):
-            times[event_code][event_key] = _epoch(event_at)
-        for index, (key, code, at) in enumerate(items):
+            times[event_code][event_key] = (_epoch(event_at), event_repeats)
+        for index, (key, code, at, repeats) in enumerate(items):
             at = _epoch(stored[key]) if key in stored else at
-            earlier = [] if code is None else [t for k, t in times[code].items() if k != key]
+            earlier = (
+                []
+                if code is None
+                else [t for k, (seen, n) in times[code].items() if k != key for t in occurrences(seen, n)]
+            )
             row, verdict = judge(index, at, earlier)
             if key not in stored:
                 session.add(row)
                 stored[key] = row.at
                 if code is not None:
-                    times[code][key] = at
+                    times[code][key] = (at, repeats)
             results.append(verdict)
         session.commit()  # a concurrent writer of the same key: IntegrityError, and the retry reads it
     return results

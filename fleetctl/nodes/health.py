@@ -103,6 +103,18 @@ def event_severity(said: str, code: int | None = None, signature: str = "", *, p
     return max((said, catalog_severity(code, signature, policy=policy)), key=lambda s: SEVERITIES.index(s) if s else -1)
 
 
+# Occurrences one recorded event (a folded storm) counts toward an escalation rule at most:
+# every rule's count is far below it, and a storm folded to a million repeats must not build a
+# million-entry list of times.
+REPEATS_COUNTED = 1000
+
+
+def occurrences(at: float, repeat_count: int) -> list[float]:
+    """The times an event that stands for `repeat_count` folded repeats counts as: its time,
+    once per repeat (at least once, at most REPEATS_COUNTED)."""
+    return [at] * min(max(1, repeat_count), REPEATS_COUNTED)
+
+
 def judge_health_event(
     code: int,
     earlier_same_code: list[float],

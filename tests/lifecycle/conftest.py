@@ -69,6 +69,17 @@ class SimFleet:
             await asyncio.sleep(0.2)
 
 
+    async def wait_health_event(self, name: str, event_id: str, timeout_s: float = 60.0):
+        """The node's health event sent with `event_id`, once it is recorded."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [e for e in queries.health_events(self.engine, name) if e.idempotency_key == event_id]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{name}: health event {event_id} not recorded within {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)
+
 def make_fleet(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> list[str]:
     prefix = f"s{uuid.uuid4().hex[:6]}"
     entries = render_inventory(count, min(racks, count), profile, seed=1, name_prefix=prefix)

@@ -192,6 +192,24 @@ async def test_repeated_warning_xid_escalates_only_on_the_third(sim_fleet) -> No
     assert "seen 3 times" in (await fleet.wait_event(node, "drain")).cause
 
 
+async def test_a_folded_repeat_counts_toward_escalation_as_often_as_it_was_seen(sim_fleet) -> None:
+    """Two warnings folded into one event (as the agent, the intake or a busy node's queue
+    folds them) and then a third: the node drains on the third, as it would had each come
+    alone. Recorded as one row, the pair once counted once and the third found one before it."""
+    fleet = await sim_fleet(2)
+    await fleet.admit(fleet.names)
+    await fleet.wait_states(fleet.names, {"production"})
+    node = fleet.names[1]
+    folded = HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "f0", 0.0, repeat_count=2)
+    await send_health_events(fleet.client, node, [folded])
+    assert (await fleet.wait_health_event(node, "f0")).repeat_count == 2
+    assert fleet.state(node) == "production"
+    await send_health_events(
+        fleet.client, node, [HealthEventInput(node, "xid", 94, "contained ECC", "dmesg", "f1", 0.0)]
+    )
+    assert "seen 3 times" in (await fleet.wait_event(node, "drain")).cause
+
+
 async def test_checker_storm_trips_the_breaker_and_drains_no_more_than_the_limit(sim_fleet) -> None:
     fleet = await sim_fleet(20)
     await fleet.admit(fleet.names)

@@ -20,7 +20,7 @@ from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
 from fleetctl.nodes.capacity import FLEET_LABEL
-from fleetctl.nodes.health import checked_severity, judge_health_event, plausible_time
+from fleetctl.nodes.health import checked_severity, judge_health_event, occurrences, plausible_time
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
 from fleetctl.schedulers.base import (
@@ -209,7 +209,7 @@ class NodeActivities(DatabaseActivities):
                 )
             else:
                 # A folded repeat (HealthEventInput.repeat_count) counts toward escalation as often as it was seen.
-                v = judge_health_event(ev.code, earlier + [at] * (ev.repeat_count - 1), at, policy=policy)
+                v = judge_health_event(ev.code, earlier + occurrences(at, ev.repeat_count)[1:], at, policy=policy)
                 verdict = HealthEventVerdict(
                     node, v.severity, v.action, v.drain_now, v.severity == "critical", v.reason
                 )
@@ -222,10 +222,14 @@ class NodeActivities(DatabaseActivities):
                 message=ev.message,
                 at=datetime.fromtimestamp(at, UTC),
                 idempotency_key=keys[i],
+                repeat_count=ev.repeat_count,
             ), verdict
 
         return queries.record_health_events(
-            self.engine, node, [(k, ev.code, at) for k, ev, at in zip(keys, events, times, strict=False)], judge
+            self.engine,
+            node,
+            [(k, ev.code, at, ev.repeat_count) for k, ev, at in zip(keys, events, times, strict=False)],
+            judge,
         )
 
     @activity.defn
