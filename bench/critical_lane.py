@@ -154,20 +154,32 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
     }
 
 
-def _workers(settings, directory: Path, split_lanes: bool) -> dict[str, WorkerProcess]:
+def _workers(
+    settings, directory: Path, split_lanes: bool, lanes: tuple[str, ...] = ("critical", "bulk")
+) -> dict[str, WorkerProcess]:
     """One worker serving both lanes; or, split, a critical-lane process and a bulk-lane one
-    (the bulk one at its lower CPU priority, worker_bulk_nice)."""
+    (the bulk one at its lower CPU priority, worker_bulk_nice); `lanes`: those to start."""
     if not split_lanes:
         return {"worker": fleetctl_worker(settings, directory / "worker.log")}
     started = {}
-    for lanes in ("critical", "bulk"):
-        settings.worker_lanes = lanes
-        started[f"worker_{lanes}"] = fleetctl_worker(settings, directory / f"worker-{lanes}.log")
+    for lane in lanes:
+        settings.worker_lanes = lane
+        started[f"worker_{lane}"] = fleetctl_worker(settings, directory / f"worker-{lane}.log")
     settings.worker_lanes = "both"
     return started
 
 
-async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = False) -> dict:
+def _limit_bulk(workers: dict[str, WorkerProcess], settings, directory: Path, split_lanes: bool, rate: float) -> None:
+    """The workers that serve the bulk lane started again with its rate limit
+    (settings.bulk_activities_per_s, held by the server): the fleet was put in production
+    without it, as a site adopting a fleet would before the limit matters."""
+    settings.bulk_activities_per_s = rate
+    serving_bulk = "worker_bulk" if split_lanes else "worker"
+    workers.pop(serving_bulk).stop()
+    workers.update(_workers(settings, directory, split_lanes, ("bulk",)))
+
+
+async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = False, bulk_rate: float = 0.0) -> dict:
     from workflows.api import node_workflow_id
     from workflows.client import connect
 
@@ -186,6 +198,8 @@ async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = 
             client = await connect(settings)
             names = [f"gpu-{i:0{max(3, len(str(nodes)))}d}" for i in range(1, nodes + 1)]
             await _settled_history_lengths(client, [node_workflow_id(n) for n in names[:: max(1, nodes // 20)]])
+            if bulk_rate:
+                _limit_bulk(workers, settings, directory, split_lanes, bulk_rate)
             processes: dict[str, Callable[[], float | None]] = {name: w.cpu_seconds for name, w in workers.items()}
             processes["server"] = lambda: cpu_seconds(server.process.pid) or 0.0
             cpu: dict[str, dict[str, float]] = {}
@@ -230,10 +244,12 @@ def figures_of(samples: list[dict]) -> dict:
     return figures
 
 
-def run(full: bool, nodes: int = NODES, trials: int | None = None, split_lanes: bool = False) -> dict:
+def run(
+    full: bool, nodes: int = NODES, trials: int | None = None, split_lanes: bool = False, bulk_rate: float = 0.0
+) -> dict:
     trials = trials or (TRIALS_FULL if full else TRIALS_QUICK)
     with tempfile.TemporaryDirectory(prefix="bench-critical-lane-") as tmp:
-        measured = asyncio.run(measure(nodes, trials, Path(tmp), split_lanes))
+        measured = asyncio.run(measure(nodes, trials, Path(tmp), split_lanes, bulk_rate))
     return {
         "figures": {
             "nodes": nodes,
@@ -241,6 +257,7 @@ def run(full: bool, nodes: int = NODES, trials: int | None = None, split_lanes: 
             "sweep_concurrency": SWEEP_CONCURRENCY,
             "target_ratio": TARGET_RATIO,
             "workers": "a critical-lane and a bulk-lane process" if split_lanes else "one process, both lanes",
+            "bulk_activities_per_s": bulk_rate or "unlimited",
             **figures_of(measured["samples"]),
         },
         **measured,
@@ -255,9 +272,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split-lanes", action="store_true", help="a worker process per lane (FLEETCTL_WORKER_LANES), bulk niced"
     )
+    parser.add_argument(
+        "--bulk-rate",
+        type=float,
+        default=0.0,
+        help="bulk activities a second for the trials (FLEETCTL_BULK_ACTIVITIES_PER_S); 0: unlimited",
+    )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    measured = run(False, args.nodes, args.trials, args.split_lanes)
+    measured = run(False, args.nodes, args.trials, args.split_lanes, args.bulk_rate)
     result = {
         "benchmark": "critical_lane",
         "date": started_at,

@@ -66,6 +66,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "FLEETCTL_REMEDIATION_SHADOW": str(settings.remediation_shadow),
         "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island),
         "FLEETCTL_WORKER_LANES": settings.worker_lanes,
+        "FLEETCTL_BULK_ACTIVITIES_PER_S": str(settings.bulk_activities_per_s),
     }
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf

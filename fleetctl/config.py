@@ -39,6 +39,7 @@ ENV_VARS = {
     "bulk_slot_share": "FLEETCTL_BULK_SLOT_SHARE",
     "worker_lanes": "FLEETCTL_WORKER_LANES",
     "worker_bulk_nice": "FLEETCTL_WORKER_BULK_NICE",
+    "bulk_activities_per_s": "FLEETCTL_BULK_ACTIVITIES_PER_S",
     "fleet": "FLEETCTL_FLEET",
     "operator": "FLEETCTL_OPERATOR",
     "known_hosts": "FLEETCTL_KNOWN_HOSTS",
@@ -164,6 +165,12 @@ class Settings:
     # process's lanes share its interpreter).
     worker_lanes: str = "both"
     worker_bulk_nice: int = 10
+    # Bulk activities started per second across every worker of the bulk lane, held by the
+    # Temporal server (the task queue's rate limit); 0: no limit. Real checks take seconds to
+    # minutes, so a sweep needs a few a second; checks that end at once (a simulated fleet,
+    # a fleet of unreachable nodes) would otherwise keep the server and the database busy
+    # for as long as the sweep runs, and every critical task with them.
+    bulk_activities_per_s: float = 0.0
     # One capacity guard per fleet: several fleets can share a Temporal namespace.
     fleet: str = "default"
     operator: str = ""
@@ -390,6 +397,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     # Neither lane may be left without a slot (workflows.worker.slots_of).
     "bulk_slot_share": (0.0, 0.9, False),
     "worker_bulk_nice": (0, 19, True),
+    "bulk_activities_per_s": (0.0, 100_000.0, True),
     "sim_seed": (0, 2**63 - 1, True),
     "lemon_threshold": (1, 1000, True),
     "lemon_window_days": (0.0, 3650.0, False),

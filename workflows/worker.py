@@ -213,6 +213,8 @@ def build_worker(
             activities=hosted,
             activity_executor=executor,
             max_concurrent_activities=bulk,
+            # Held by the server across every worker of the lane (settings.bulk_activities_per_s).
+            max_task_queue_activities_per_second=settings.bulk_activities_per_s or None,
         )
         if bulk
         else None,

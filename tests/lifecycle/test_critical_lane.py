@@ -160,3 +160,48 @@ async def test_an_xid79_drains_its_node_and_moves_its_job_while_blocked_checks_f
     finally:
         release.set()
         await terminate_node_workflows(settings, names)
+
+
+async def test_the_server_paces_the_bulk_lane_at_its_rate(make_settings, sqlite_url, tmp_path) -> None:
+    """settings.bulk_activities_per_s is the bulk lane's rate, held by the Temporal server: a
+    recheck's checks start no faster than it allows (at most a rate's worth at once, then one
+    per 1/rate s). Without the limit the simulated checks run back to back in a fraction of it."""
+    import time
+
+    from checks.suites import load_suite
+
+    settings = make_settings(sqlite_url)
+    settings.bulk_activities_per_s = 2.0
+    (name,) = make_fleet(settings, 1)
+    client = await connect(settings)
+    starts: list[float] = []
+    activities = activities_for(settings, client)
+    real_check = next(a for a in activities if getattr(a, "__name__", "") == "run_check")
+
+    @activity.defn(name="run_check")
+    def timed_check(req: CheckRequest) -> CheckOutcome:
+        starts.append(time.monotonic())
+        return real_check(req)
+
+    activities = [timed_check if a is real_check else a for a in activities]
+    with ThreadPoolExecutor(THREADS) as pool:
+        async with build_worker(client, settings, pool, activities=activities):
+            try:
+                await start_in_production(client, settings, name)
+                _, accepted, message = await request_phase(client, name, "recheck", "tester", "quick")
+                assert accepted, message
+
+                async def recheck_over() -> bool:
+                    s = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
+                    return bool(starts) and not s.work and not s.activity
+
+                checks = len(load_suite("quick").checks)
+                await wait_for(
+                    recheck_over, checks / settings.bulk_activities_per_s + ACTED_ON_WITHIN_S, "the recheck over"
+                )
+            finally:
+                await terminate_node_workflows(settings, [name])
+    rate = settings.bulk_activities_per_s
+    paced = (len(starts) - 1 - rate) / rate  # a rate's worth at once, the rest one per 1/rate s
+    assert len(starts) > 2 * rate, starts
+    assert starts[-1] - starts[0] >= paced * 0.8, (len(starts), starts[-1] - starts[0])
