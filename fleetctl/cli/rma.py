@@ -53,6 +53,7 @@ def _row(r: RmaRecord) -> dict[str, Any]:
         "held_reason": r.held_reason,
         "decided_by": r.decided_by,
         "decided_at": r.decided_at,
+        "decided_reason": r.decided_reason,
     }
 
 
@@ -69,6 +70,7 @@ RMA_COLUMNS = (
     # Why automation held it for an operator (awaiting_confirmation), and who answered.
     Column("HELD", lambda r: r["held_reason"] or "", wide=True),
     Column("ANSWERED BY", lambda r: r["decided_by"] or "", wide=True),
+    Column("WHY", lambda r: r["decided_reason"] or "", wide=True),
 )
 
 
@@ -115,11 +117,33 @@ def show(
         return
     from rich.markdown import Markdown
 
+    # What an operator needs first (how it stands, why, what answers it), then the evidence.
+    for line in status_lines(record):
+        typer.echo(printable(line))
     stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
+
+
+def status_lines(record: RmaRecord) -> list[str]:
+    """The lines `rma show` leads with: the status, why it stands so, and the commands that
+    answer it."""
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION, CLOSED, OPEN
+
     closed = (
-        f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == "closed" else ""
+        f", replaced {record.replaced}" if record.replaced else ", no fault found" if record.status == CLOSED else ""
     )
-    typer.echo(printable(f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")))
+    lines = [f"status: {record.status}{closed}" + (f" ({record.closed_by})" if record.closed_by else "")]
+    lines.append(f"reason: {record.reason}")
+    if record.status == AWAITING_CONFIRMATION:
+        lines.append(f"held: {record.held_reason or 'for an operator'}")
+        lines.append(
+            f"answer: fleetctl rma confirm {record.id} --reason TEXT | fleetctl rma reject {record.id} --reason TEXT"
+        )
+    elif record.decided_by:
+        said = f": {record.decided_reason}" if record.decided_reason else ""
+        lines.append(f"answered by {record.decided_by}{said}")
+    if record.status == OPEN:
+        lines.append(f"when the part is back: fleetctl rma close {record.id} --replaced PART | --no-fault-found")
+    return lines
 
 
 def _rma_id(engine: Engine, given: str) -> int:
@@ -182,35 +206,111 @@ def close(
     typer.echo(f"{record.node_name}: burn-in queued ({message})")
 
 
+RMA_IDS = typer.Argument(None, metavar="ID...", help="the held RMAs' ids (fleetctl rma list)", show_default=False)
+ALL_HELD = typer.Option(False, "--all-held", help="every RMA of the fleet held for an operator")
+
+
 @app.command("confirm")
-def confirm(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1))) -> None:
-    """Send an RMA that automation held for an operator (a correlated burst: status
-    awaiting_confirmation): the node goes to rma and the RMA is opened (the webhook)."""
-    _answer(ctx, rma_id, confirm=True)
+def confirm(
+    ctx: typer.Context,
+    rma_ids: list[int] | None = RMA_IDS,
+    all_held: bool = ALL_HELD,
+    reason: str | None = typer.Option(
+        None, "--reason", callback=free_text(), help="why it is sent, recorded with the answer"
+    ),
+) -> None:
+    """Send RMAs that automation held for an operator (a correlated burst: status
+    awaiting_confirmation): each node goes to rma and its RMA is opened (the webhook)."""
+    _answer_each(ctx, _held_ids(ctx, rma_ids, all_held), confirm=True, reason=reason or "")
 
 
 @app.command("reject")
-def reject(ctx: typer.Context, rma_id: int = typer.Argument(..., metavar="ID", callback=within(1, 2**63 - 1))) -> None:
-    """Do not send an RMA that automation held for an operator: nothing goes to the vendor
-    and the node goes back through burn-in (a driver, firmware or checker fault behind the
+def reject(
+    ctx: typer.Context,
+    rma_ids: list[int] | None = RMA_IDS,
+    all_held: bool = ALL_HELD,
+    reason: str | None = typer.Option(
+        None,
+        "--reason",
+        callback=free_text(required=True),
+        help='why nothing goes to the vendor, recorded with the answer (e.g. "driver 550.90 bug")',
+    ),
+) -> None:
+    """Do not send RMAs that automation held for an operator: nothing goes to the vendor and
+    each node goes back through burn-in (a driver, firmware or checker fault behind the
     burst, once fixed, lets it pass; a real fault fails it again)."""
-    _answer(ctx, rma_id, confirm=False)
+    if reason is None:
+        fail("--reason must say why the RMAs are not sent (it is recorded with the answer)", EXIT_USAGE)
+    _answer_each(ctx, _held_ids(ctx, rma_ids, all_held), confirm=False, reason=reason)
 
 
-def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
-    """The held RMA's run takes the answer (its decide_rma update) and acts on it; a record
-    held by none, or answered already, changes nothing."""
+# More ids than any burst holds: a typo'd shell glob, not an answer.
+MAX_ANSWERED = 1000
+
+
+def _held_ids(ctx: typer.Context, rma_ids: list[int] | None, all_held: bool) -> list[int]:
+    """The ids answered: those given (each in range, each once, in the order given), or with
+    --all-held every one the fleet holds for an operator; one of the two."""
+    from fleetctl.db.remediation import rma_records
+    from fleetctl.remediation.rma import AWAITING_CONFIRMATION
+
+    if all_held == bool(rma_ids):
+        fail("name the RMAs (ID...) or say --all-held, one of the two", EXIT_USAGE)
+    if all_held:
+        held = [r.id for r in rma_records(context.engine(ctx), status=AWAITING_CONFIRMATION) if r.id is not None]
+        if not held:
+            fail("no RMA awaits an operator (fleetctl rma list)", EXIT_USAGE)
+        return held
+    given = list(dict.fromkeys(rma_ids or []))
+    if len(given) > MAX_ANSWERED:
+        fail(f"at most {MAX_ANSWERED} RMAs in one answer, not {len(given)}", EXIT_USAGE)
+    for rma_id in given:
+        if not 1 <= rma_id <= 2**63 - 1:
+            fail(f"ID must be between 1 and {2**63 - 1}, not {rma_id}", EXIT_USAGE)
+    return given
+
+
+def _answer_each(ctx: typer.Context, rma_ids: list[int], confirm: bool, reason: str) -> None:
+    """Answer every RMA in `rma_ids`; each one's outcome on a line of its own. One that
+    cannot be answered does not stop the others; the command exits non-zero if any could not.
+    An RMA already answered the same way is "already so": said, and not a failure."""
+    failed = 0
+    for rma_id in rma_ids:
+        try:
+            typer.echo(printable(_answer(ctx, rma_id, confirm, reason)))
+        except AnswerRefused as exc:
+            if len(rma_ids) == 1:
+                fail(str(exc))
+            failed += 1
+            typer.echo(f"error: {printable(str(exc), keep_newlines=False)}", err=True)
+    if failed:
+        fail(f"{failed} of {len(rma_ids)} RMAs not answered", EXIT_OPERATIONAL if failed < len(rma_ids) else 1)
+
+
+class AnswerRefused(RuntimeError):
+    """One RMA that could not be answered, and why (one line)."""
+
+
+def _answer(ctx: typer.Context, rma_id: int, confirm: bool, reason: str) -> str:
+    """The held RMA's run takes the answer (its decide_rma update) and acts on it; what it
+    did, in a line. A record held by none, or answered otherwise already, changes nothing
+    (AnswerRefused)."""
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
-    from fleetctl.db.remediation import RmaStatusConflict, awaiting_rma
+    from fleetctl.db.remediation import RmaStatusConflict, awaiting_rma, get_rma
+    from fleetctl.remediation.rma import OPEN, REJECTED
     from workflows.api import RMA_DECISION_UPDATE, RmaDecided, RmaDecision
 
     s = context.settings(ctx)
+    engine = context.engine(ctx)
+    answered = get_rma(engine, rma_id)
+    if answered is not None and answered.status == (OPEN if confirm else REJECTED) and answered.decided_by:
+        return f"RMA {rma_id} is already {'confirmed' if confirm else 'rejected'} (by {answered.decided_by})"
     try:
-        record = awaiting_rma(context.engine(ctx), rma_id)
+        record = awaiting_rma(engine, rma_id)
     except (LookupError, RmaStatusConflict) as exc:
-        fail(str(exc).strip("'\""))
+        raise AnswerRefused(str(exc).strip("'\"")) from None
     # The run key is the Remediation's workflow id and run id (workflows.definitions.remediation.run_key_for).
     workflow_id, _, run_id = (record.remediation_run or "").rpartition("@")
 
@@ -219,14 +319,15 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool) -> None:
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
         # temporalio types an update called by name as Any, whatever its result_type.
         decided: RmaDecided = await handle.execute_update(
-            RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity()), result_type=RmaDecided
+            RMA_DECISION_UPDATE, RmaDecision(rma_id, confirm, s.identity(), reason), result_type=RmaDecided
         )
         return decided
 
     try:
-        decided = context.run_async(go())
+        return context.run_async(go()).detail
     except WorkflowUpdateFailedError as exc:
-        fail(failure_message(exc))  # the run's refusal names the RMA
+        raise AnswerRefused(failure_message(exc)) from None  # the run's refusal names the RMA
     except RPCError as exc:
-        fail(f"RMA {rma_id}: the run that holds it ({record.remediation_run}) does not answer: {exc.message}")
-    typer.echo(printable(decided.detail))
+        raise AnswerRefused(
+            f"RMA {rma_id}: the run that holds it ({record.remediation_run}) does not answer: {exc.message}"
+        ) from None

@@ -278,6 +278,8 @@ class RmaRecord(SQLModel, table=True):
     held_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     decided_by: str | None = None
     decided_at: datetime | None = None
+    # What the operator said with the answer (`rma reject --reason "driver 550.90 bug"`).
+    decided_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class FirmwareBaseline(SQLModel, table=True):

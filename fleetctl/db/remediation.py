@@ -303,9 +303,9 @@ def awaiting_rma(engine: Engine, rma_id: int) -> RmaRecord:
     return record
 
 
-def decide_rma(engine: Engine, rma_id: int, confirm: bool, decided_by: str) -> RmaRecord:
-    """Record an operator's answer to a held RMA: `open` (confirmed) or `rejected`. The same
-    answer again (a retried activity) finds the record as it left it."""
+def decide_rma(engine: Engine, rma_id: int, confirm: bool, decided_by: str, reason: str = "") -> RmaRecord:
+    """Record an operator's answer to a held RMA: `open` (confirmed) or `rejected`, with what
+    they said of it. The same answer again (a retried activity) finds the record as it left it."""
     status = OPEN if confirm else REJECTED
     with Session(engine) as session:
         record = session.get(RmaRecord, rma_id, with_for_update=True)
@@ -316,6 +316,7 @@ def decide_rma(engine: Engine, rma_id: int, confirm: bool, decided_by: str) -> R
         if record.status != AWAITING_CONFIRMATION:
             raise RmaStatusConflict(f"RMA {rma_id} awaits no confirmation: it is {record.status}")
         record.status, record.decided_by, record.decided_at = status, decided_by, utcnow()
+        record.decided_reason = reason or None
         session.add(record)
         session.commit()
         session.refresh(record)

@@ -192,22 +192,34 @@ async def test_a_burst_of_xid64_on_seven_nodes_drains_them_and_sends_no_rma_unti
             assert _rma_posts(receiver) == [first.id]
             assert db.get_rma(fleet.engine, first.id).status == "open"
             # ... rejects another: nothing is sent, and the node goes back through burn-in.
-            rejected = await asyncio.to_thread(cli, "rma", "reject", str(second.id))
+            unsaid = await asyncio.to_thread(cli, "rma", "reject", str(second.id))
+            assert unsaid.exit_code == 2 and "--reason must say why" in one_line_error(unsaid)
+            rejected = await asyncio.to_thread(cli, "rma", "reject", str(second.id), "--reason", "driver 550.90 bug")
             assert rejected.exit_code == 0, rejected.output
-            assert f"RMA {second.id} rejected by alice@console" in rejected.stdout
+            assert f"RMA {second.id} rejected by alice@console: driver 550.90 bug" in rejected.stdout
             await wait_for(
                 lambda: queries.get_node(fleet.engine, burst[1]).state in ("burn_in", "admission", "production"),
                 ANSWERED_WITHIN_S,
                 "the rejected node back in burn-in",
             )
             assert db.get_rma(fleet.engine, second.id).status == "rejected"
+            assert db.get_rma(fleet.engine, second.id).decided_reason == "driver 550.90 bug"
+            shown = await asyncio.to_thread(cli, "rma", "show", str(second.id))
+            assert shown.stdout.splitlines()[:3] == [
+                "status: rejected",
+                f"reason: {second.reason}",
+                "answered by alice@console: driver 550.90 bug",
+            ], shown.output
 
-            # Bad answers: one line, non-zero, nothing changed.
+            # The same answer again is already so: said, exit 0, nothing sent twice.
             again = await asyncio.to_thread(cli, "rma", "confirm", str(first.id))
-            assert again.exit_code != 0 and "awaits no confirmation: it is open by alice@console" in one_line_error(
-                again
+            assert again.exit_code == 0 and f"RMA {first.id} is already confirmed" in again.stdout, again.output
+            # Bad answers: one line each, non-zero, nothing changed.
+            otherwise = await asyncio.to_thread(cli, "rma", "confirm", str(second.id))
+            assert otherwise.exit_code != 0 and "awaits no confirmation: it is rejected by alice@console" in (
+                one_line_error(otherwise)
             )
-            unknown = await asyncio.to_thread(cli, "rma", "reject", "999999")
+            unknown = await asyncio.to_thread(cli, "rma", "reject", "999999", "--reason", "typo")
             assert unknown.exit_code != 0 and "no RMA record 999999" in one_line_error(unknown)
             closed = await asyncio.to_thread(cli, "rma", "close", str(records[burst[2]].id), "--no-fault-found")
             assert closed.exit_code != 0 and "is awaiting_confirmation, not open" in one_line_error(closed)
@@ -221,6 +233,20 @@ async def test_a_burst_of_xid64_on_seven_nodes_drains_them_and_sends_no_rma_unti
                 node_table.output
             )
             assert {queries.get_node(fleet.engine, n).state for n in burst[2:]} == {"maintenance"}
+
+            # Several at once, one unknown among them: the others answered, the command non-zero.
+            third, fourth = records[burst[2]].id, records[burst[3]].id
+            several = await asyncio.to_thread(
+                cli, "rma", "reject", str(third), "999999", str(fourth), "--reason", "checker fault"
+            )
+            assert several.exit_code != 0 and "1 of 3 RMAs not answered" in several.output, several.output
+            assert {db.get_rma(fleet.engine, i).decided_reason for i in (third, fourth)} == {"checker fault"}
+            # --all-held answers what is left.
+            rest = await asyncio.to_thread(cli, "rma", "reject", "--all-held", "--reason", "checker fault")
+            assert rest.exit_code == 0, rest.output
+            assert held() == {}
+            nothing = await asyncio.to_thread(cli, "rma", "confirm", "--all-held")
+            assert nothing.exit_code == 2 and "no RMA awaits an operator" in one_line_error(nothing)
     finally:
         receiver.shutdown()
 

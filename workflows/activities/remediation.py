@@ -317,11 +317,12 @@ class RemediationActivities(DatabaseActivities):
         """An operator's answer to a held RMA, recorded; a confirmed one is sent as an opened
         RMA is (the webhook)."""
         try:
-            record = db.decide_rma(self.engine, d.rma_id, d.confirm, d.actor)
+            record = db.decide_rma(self.engine, d.rma_id, d.confirm, d.actor, d.reason)
         except (LookupError, db.RmaStatusConflict) as exc:
             raise ApplicationError(str(exc).strip("'\""), type="RmaStatusConflict", non_retryable=True) from exc
         if not d.confirm:
-            return RmaDecided(stored_id(record.id), record.status, f"RMA {record.id} rejected by {d.actor}")
+            why = f": {d.reason}" if d.reason else ""
+            return RmaDecided(stored_id(record.id), record.status, f"RMA {record.id} rejected by {d.actor}{why}")
         status = record.webhook_status or self._send(record)
         return RmaDecided(
             stored_id(record.id),

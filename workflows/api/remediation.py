@@ -182,6 +182,7 @@ class RmaDecision:
     rma_id: int
     confirm: bool
     actor: str
+    reason: str = ""  # the operator's why (--reason), recorded with the answer
 
 
 @dataclass
