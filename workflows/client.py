@@ -147,6 +147,26 @@ async def connect(settings: Settings, timeout_s: float = 5.0) -> Client:
         ) from None
 
 
+async def task_queue_unpolled(client: Client, task_queue: str, timeout_s: float = 2.0) -> bool:
+    """Whether no worker has polled `task_queue`'s workflow tasks lately (the server keeps a
+    poller for some minutes after its last poll). Unknown (an error, no answer in time) is
+    False: a warning is only said when the server said so."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    try:
+        described = await client.workflow_service.describe_task_queue(request, timeout=timedelta(seconds=timeout_s))
+    except (RPCError, TimeoutError):
+        return False
+    return not described.pollers
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:160] if text else exc.__class__.__name__

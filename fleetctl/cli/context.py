@@ -61,9 +61,11 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Client:
+async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0, acting: bool = True) -> Client:
+    """A client of the configured Temporal. `acting` (the command starts or signals workflows):
+    warn, once, when no worker polls the task queue, where what it starts would wait unseen."""
     from fleetctl.connections.temporal_client import DEFAULT_ADDRESS, resolve
-    from workflows.client import connect
+    from workflows.client import connect, task_queue_unpolled
 
     s = settings(ctx)
     connection = resolve(s)
@@ -71,7 +73,15 @@ async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0) -> Client:
         _note_default(
             s, "temporal_address", f"Temporal {connection.describe()}", "TEMPORAL_ADDRESS or --temporal-address"
         )
-    return await connect(s, timeout_s=timeout_s)
+    client = await connect(s, timeout_s=timeout_s)
+    if acting and (id(s), "unpolled") not in _noted and await task_queue_unpolled(client, s.task_queue):
+        _noted.add((id(s), "unpolled"))
+        typer.echo(
+            f"warning: no worker polls task queue {s.task_queue!r}: what this command starts waits until one does"
+            f" (`fleetctl worker` with FLEETCTL_TASK_QUEUE={s.task_queue})",
+            err=True,
+        )
+    return client
 
 
 _noted: set[tuple[int, str]] = set()
@@ -99,7 +109,7 @@ def temporal_read(
     from workflows.client import TemporalUnavailable
 
     async def run() -> T:
-        return await ask(await temporal_client(ctx, timeout_s))
+        return await ask(await temporal_client(ctx, timeout_s, acting=False))
 
     try:
         return run_async(run()), None

@@ -258,3 +258,22 @@ def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_
         assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
         assert f"{second}: address {known_address} is already {name}'s" in r.stderr
     assert queries.get_node(get_engine(cli.db_url), second) is None
+
+
+def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_path, make_settings, db_url) -> None:
+    """Workflows started on a queue nobody polls wait unseen (a stale FLEETCTL_TASK_QUEUE): the
+    import says so. Where a worker polls (the console's), it says nothing of it."""
+    names = [f"cli-{uuid.uuid4().hex[:6]}"]
+    polled = cli("node", "import", _inventory(tmp_path, names))
+    assert polled.exit_code == 0 and "no worker polls" not in polled.output, polled.output
+
+    stale = make_settings(db_url)  # a task queue of its own: no worker anywhere polls it
+    other = [f"cli-{uuid.uuid4().hex[:6]}"]
+    args = ["--db-url", db_url, "--temporal-address", stale.temporal_address, "--task-queue", stale.task_queue]
+    result = CliRunner().invoke(app, [*args, "node", "import", _inventory(tmp_path, other)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if "no worker polls" in line]
+    assert warnings == [
+        f"warning: no worker polls task queue {stale.task_queue!r}: what this command starts waits until one"
+        f" does (`fleetctl worker` with FLEETCTL_TASK_QUEUE={stale.task_queue})"
+    ], result.stderr
