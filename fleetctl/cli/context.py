@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import os
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -76,12 +77,20 @@ async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0, acting: bo
     client = await connect(s, timeout_s=timeout_s)
     if acting and (id(s), "unpolled") not in _noted and await task_queue_unpolled(client, s.task_queue):
         _noted.add((id(s), "unpolled"))
+        ctx.call_on_close(lambda: _warn_unpolled(s.task_queue))
+    return client
+
+
+def _warn_unpolled(task_queue: str) -> None:
+    """Said as the command ends, and only when it did its work: a command that failed says
+    its one line and nothing else."""
+    failure = sys.exc_info()[1]
+    if failure is None or (isinstance(failure, typer.Exit) and failure.exit_code == 0):
         typer.echo(
-            f"warning: no worker polls task queue {s.task_queue!r}: what this command starts waits until one does"
-            f" (`fleetctl worker` with FLEETCTL_TASK_QUEUE={s.task_queue})",
+            f"warning: no worker polls task queue {task_queue!r}: what this command started waits until one does"
+            f" (`fleetctl worker` with FLEETCTL_TASK_QUEUE={task_queue})",
             err=True,
         )
-    return client
 
 
 _noted: set[tuple[int, str]] = set()

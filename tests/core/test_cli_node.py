@@ -274,6 +274,6 @@ def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if "no worker polls" in line]
     assert warnings == [
-        f"warning: no worker polls task queue {stale.task_queue!r}: what this command starts waits until one"
+        f"warning: no worker polls task queue {stale.task_queue!r}: what this command started waits until one"
         f" does (`fleetctl worker` with FLEETCTL_TASK_QUEUE={stale.task_queue})"
     ], result.stderr
