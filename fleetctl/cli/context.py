@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import os
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
