@@ -147,6 +147,8 @@ def test_node_list_keeps_every_name_whole(fleet, terminal) -> None:
     assert all(len(line) <= terminal.columns for line in screen.lines), screen.text
     # The columns after NAME gave the width: one line per node still.
     assert len([line for line in screen.lines if line.strip()]) == 1 + len(NAMES), screen.text
+    if terminal.columns >= 80:  # the rack whole: where an operator walks to
+        assert all(" rack-07 " in rows[n] for n in NAMES), screen.text
 
 
 def test_an_empty_listing_says_so_in_one_line(sqlite_url, terminal) -> None:
