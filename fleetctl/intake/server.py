@@ -332,7 +332,7 @@ class IntakeServer(ThreadingHTTPServer):
         b"Content-Length: 32\r\nConnection: close\r\n\r\ntoo many connections; try again\n"
     )
 
-    def __init__(self, address: tuple[str, int], service: Service, tls: ssl.SSLContext | None = None):
+    def __init__(self, address: tuple[str, int], service: Service, tls: ReloadingTLS | None = None):
         super().__init__(address, IntakeHandler)
         self.service, self.limits, self.tls = service, service.limits, tls
         self._open: dict[socket.socket, tuple[str, float]] = {}
@@ -438,9 +438,12 @@ def _refuse(conn: socket.socket, answer: bytes) -> None:
         pass
 
 
-def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
-    """A server context from a certificate chain and key; with `client_ca`, clients must
-    present a certificate that CA signed. BadCredentials (one line) when a file will not do."""
+# How often the intake looks at its certificate files: a renewed certificate (cert-manager's,
+# a Kubernetes Secret rotated under the mount) is served within this, without a restart.
+TLS_RELOAD_CHECK_S = 10.0
+
+
+def _server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(cert, key)
@@ -456,6 +459,61 @@ def tls_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSL
     return context
 
 
+class ReloadingTLS:
+    """The intake's server TLS, built from its files and built again when they change (their
+    inode, size or time: a Secret's mount swaps a symlink), looked at most every `check_s` as
+    connections arrive. A renewal that does not load (a key that does not match, a file half
+    written) keeps the certificate served until then, and is logged once."""
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None, check_s: float = TLS_RELOAD_CHECK_S):
+        self.files = (cert, key, client_ca)
+        self.check_s = check_s
+        self._lock = threading.Lock()
+        self._stamp = self._stamp_now()
+        self._context = _server_context(cert, key, client_ca)  # BadCredentials: refused at start
+        self._checked = time.monotonic()
+        self.reloads = 0
+
+    def _stamp_now(self) -> tuple[tuple[int, int, int], ...]:
+        stamps = []
+        for path in self.files:
+            try:
+                st = Path(path).stat() if path is not None else None
+            except OSError:
+                st = None
+            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else (0, 0, 0))
+        return tuple(stamps)
+
+    def current(self) -> ssl.SSLContext:
+        """The context to serve a new connection with: the files' latest that loads."""
+        if time.monotonic() - self._checked < self.check_s:
+            return self._context
+        with self._lock:
+            self._checked = time.monotonic()
+            stamp = self._stamp_now()
+            if stamp != self._stamp:
+                self._stamp = stamp
+                try:
+                    self._context = _server_context(*self.files)
+                    self.reloads += 1
+                    log.info("TLS certificate %s loaded again: its files changed", self.files[0])
+                except BadCredentials as exc:
+                    log.warning("TLS files changed but do not load; the certificate served is unchanged: %s", exc)
+            return self._context
+
+    def wrap_socket(self, sock: socket.socket, **kwargs: Any) -> ssl.SSLSocket:
+        return self.current().wrap_socket(sock, **kwargs)
+
+
+def tls_context(
+    cert: Path, key: Path, client_ca: Path | None = None, check_s: float = TLS_RELOAD_CHECK_S
+) -> ReloadingTLS:
+    """A server TLS from a certificate chain and key, loaded again when they change; with
+    `client_ca`, clients must present a certificate that CA signed. BadCredentials (one line)
+    when a file will not do at start."""
+    return ReloadingTLS(cert, key, client_ca, check_s)
+
+
 def serve_http(
     intake: Intake,
     token: str | Credentials,
@@ -465,7 +523,7 @@ def serve_http(
     *,
     limits: Limits = Limits(),
     known: KnownNodes | None = None,
-    tls: ssl.SSLContext | None = None,
+    tls: ReloadingTLS | None = None,
     xid_policy: XidPolicy = CATALOG,
 ) -> IntakeServer:
     """`token`: the operator token alone, or Credentials (the operator's and the agents')."""
