@@ -366,12 +366,35 @@ def status(
     from rich.live import Live
 
     try:
-        with Live(render_status(fleet_status(ctx)), refresh_per_second=4, screen=False) as live:
+        with Live(_watch_screen(ctx), refresh_per_second=4, screen=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(render_status(fleet_status(ctx)))
+                live.update(_watch_screen(ctx))
     except KeyboardInterrupt:
         pass
+
+
+def _watch_screen(ctx: typer.Context) -> Text:
+    """One frame of `--watch`, fitted to the terminal (fleetctl.nodes.incident_screen)."""
+    import shutil
+    from datetime import datetime
+
+    from rich.text import Text
+
+    from fleetctl.nodes.incident_screen import watch_lines
+
+    data = fleet_status(ctx)
+    size = shutil.get_terminal_size((120, 40))
+    lines = watch_lines(
+        _status_head(data).plain,
+        _automation_line(data["automation"]).plain,
+        data,
+        data["recent_transitions"],
+        size.columns,
+        size.lines - 1,  # the cursor's line: a full screen would scroll each frame away
+        datetime.now(UTC),
+    )
+    return Text("\n".join(lines))
 
 
 @app.command("resume-automation")

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from fleetctl.db.models import Node
 
 RECENT_AUTOMATION_EVENTS = 10
+# The transitions `fleet status` reads for the watched screen's strip (more than it shows).
+RECENT_TRANSITIONS = 40
 # How many of the latest automation events are collapsed into those rows (event_groups): a
 # sweep every 10 s repeats the same refusal for each held node, hundreds an hour.
 AUTOMATION_EVENTS_READ = 1000
@@ -89,6 +91,19 @@ def fleet_status(
     status["recent_operator_commands"] = [
         {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
         for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
+    ]
+    # Every node's latest transitions, whoever made them: an XID 79's drain, reboot and return
+    # take seconds, and the watched screen keeps them in sight for minutes after.
+    status["recent_transitions"] = [
+        {
+            "at": e.at,
+            "node": e.node_name,
+            "from": e.from_state,
+            "to": e.to_state,
+            "trigger": e.trigger,
+            "actor": e.actor,
+        }
+        for e in queries.recent_events(engine, limit=RECENT_TRANSITIONS)
     ]
     return status
 

@@ -473,21 +473,40 @@ WATCH_FRAME_S = COMMAND_S + 20 * WATCH_INTERVAL_S
 
 
 def test_fleet_status_watch_at_80x24_shows_what_needs_an_operator_first_with_the_time(fleet) -> None:
+    """One line per node that needs an operator (the held drain and the suspect), and a new
+    XID 79's drain within the next frames, on an 80x24 screen."""
     engine = get_engine(fleet)
     _guard(engine, NAMES[2], "suspect", f"unreachable: 3 sweeps: ssh {NAMES[2]}: Connection timed out", utcnow())
     term = Terminal(columns=80, lines=24)
     try:
         term.start(fleetctl(fleet, "fleet", "status", "--watch", "--interval", str(WATCH_INTERVAL_S)))
-        screen = term.wait_screen(lambda s: "drains held" in s and "suspect" in s, WATCH_FRAME_S, "a frame")
+        screen = term.wait_screen(lambda s: "needs an operator: 2 nodes" in s, WATCH_FRAME_S, "a frame")
         lines = screen.splitlines()
         assert TABLE_TIME.search(lines[0]) and lines[0].rstrip().endswith("UTC"), screen  # when it was read
-        held = next(i for i, line in enumerate(lines) if "drains held" in line)
-        suspect = next(i for i, line in enumerate(lines) if "suspect (" in line)
-        racks = next((i for i, line in enumerate(lines) if "per rack" in line), len(lines))
-        assert held < racks and suspect < racks, screen
-        assert NAMES[1] in screen and NAMES[2] in screen, screen
+        assert len(lines) <= 23 and all(len(line) <= 80 for line in lines), screen
+        rows = {line.split()[0]: line for line in lines if line.startswith("  ")}
+        assert "drain held x3" in rows[NAMES[1]] and "suspect" in rows[NAMES[2]], screen
         first = lines[0]
         term.wait_screen(lambda s: s.splitlines()[0] != first, WATCH_FRAME_S, "the next frame, a later time")
+
+        # An XID 79 drains the healthy node: the next frame shows it.
+        node = queries.get_node(engine, NAMES[0])
+        queries.record_transition(
+            engine,
+            node_name=NAMES[0],
+            from_state="production",
+            to_state="draining",
+            trigger="drain",
+            cause="XID 79: GPU has fallen off the bus",
+            actor="agent",
+            actor_kind="automation",
+            workflow_id="w",
+            run_id="r",
+            expected_version=node.state_version,
+            idempotency_key=f"watch-{uuid.uuid4().hex}",
+        )
+        shown = term.wait_screen(lambda s: "production>draining" in s, WATCH_FRAME_S, "the XID 79's drain")
+        assert any(NAMES[0] in line and "production>draining" in line for line in shown.splitlines()), shown
     finally:
         term.stop()
 
