@@ -102,6 +102,7 @@ def fleet_status(
             "to": e.to_state,
             "trigger": e.trigger,
             "actor": e.actor,
+            "cause": e.cause,
         }
         for e in queries.recent_events(engine, limit=RECENT_TRANSITIONS)
     ]

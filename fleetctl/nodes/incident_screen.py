@@ -131,7 +131,8 @@ def watch_lines(
         for a in needing
     ]
     moved_rows = [
-        f"  {_clock(t['at'])} {t['node'].ljust(name_width)}  {t['from']}>{t['to']}  {t['trigger']}  {t['actor']}"
+        f"  {_clock(t['at'])} {t['node'].ljust(name_width)}  {t['from']}>{t['to']}"
+        f"  {t.get('cause') or t['trigger']} ({t['actor']})"
         for t in moved
     ]
     attention_room, moved_room = _shares(len(node_rows), len(moved_rows), max(0, height - FIXED_LINES))
