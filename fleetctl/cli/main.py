@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
@@ -190,6 +191,9 @@ class FleetctlGroup(TyperGroup):
             raise
         except BrokenPipeError:
             stdout_closed()
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            typer.echo(f"error: {printable(_file_error(exc), keep_newlines=False)}", err=True)
+            raise typer.Exit(EXIT_OPERATIONAL) from None
         except Exception as exc:
             for kind, code in _known_errors().items():
                 if isinstance(exc, kind):
@@ -220,8 +224,32 @@ def _one_line_usage_error(exc: UsageError) -> NoReturn:
     if isinstance(exc, NoArgsIsHelpError):
         raise exc
     where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-    typer.echo(f"error: {printable(exc.format_message(), keep_newlines=False)}{where}", err=True)
+    message = operator_words(exc.format_message())
+    typer.echo(f"error: {printable(message, keep_newlines=False)}{where}", err=True)
     raise typer.Exit(exc.exit_code) from None
+
+
+# Typer converts typed values with pydantic, whose wording reaches the operator as is.
+_PYDANTIC_WORDS = (
+    (re.compile(r"Input should be a valid integer(, [^']*)?"), "a whole number is needed"),
+    (re.compile(r"Input should be a valid number(, [^']*)?"), "a number is needed"),
+    (re.compile(r"Input should be a valid boolean(, [^']*)?"), "true or false is needed"),
+    (re.compile(r"Input should be a finite number"), "a finite number is needed"),
+)
+
+
+def operator_words(message: str) -> str:
+    """A usage error's message with pydantic's phrases in an operator's words."""
+    for pattern, words in _PYDANTIC_WORDS:
+        message = pattern.sub(words, message)
+    return message
+
+
+def _file_error(exc: OSError) -> str:
+    """An error reading or writing a file the operator named: the file and what the system said."""
+    if exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc.__class__.__name__}"
+    return str(exc) or exc.__class__.__name__
 
 
 app = typer.Typer(

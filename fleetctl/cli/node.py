@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
@@ -26,7 +26,7 @@ from fleetctl.cli.output import (
     sorted_rows,
 )
 from fleetctl.durations import when
-from fleetctl.text import plural
+from fleetctl.text import plural, printable
 
 if TYPE_CHECKING:
     from rich.console import Group, RenderableType
@@ -342,6 +342,21 @@ def list_nodes(
     emit(rows, output, _nodes_table, empty="No nodes.")
 
 
+def unknown_node(name: str, code: int = 1) -> NoReturn:
+    """One line for a name no node has: what is wrong with it when it is a host list (a
+    malformed one, or one naming several nodes where the command takes one), else unknown."""
+    from fleetctl.inventory.hostlist import HostListError, expand
+
+    if "[" in name or "]" in name:
+        try:
+            names = expand(name)
+        except HostListError as exc:
+            fail(f"malformed host list: {exc}", EXIT_USAGE)
+        if len(names) > 1:
+            fail(f"{printable(name[:80])} names {len(names)} nodes; this command takes one", EXIT_USAGE)
+    fail(f"unknown node: {printable(name[:255])}", code)
+
+
 @app.command("show")
 def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) -> None:
     """One node: state, health (one row per check), why it is out or held, recent events."""
@@ -352,7 +367,7 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
     engine = context.engine(ctx)
     node = queries.get_node(engine, name)
     if node is None:
-        fail(f"unknown node: {name}")
+        unknown_node(name)
     data = node_detail(engine, node, _freshness(ctx), _asked_jobs(ctx, [node]).get(name))
     data["workflow"] = _workflow_now(ctx, name)
     data["events"] = [_event_row(e) for e in queries.node_events(engine, name, limit=10)]
@@ -599,7 +614,7 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
 
     engine = context.engine(ctx)
     if queries.get_node(engine, name) is None:
-        fail(f"unknown node: {name}")
+        unknown_node(name)
     emit(
         [_event_row(e) for e in queries.node_events(engine, name)],
         output,
@@ -1016,7 +1031,7 @@ def prolog(
     engine = context.engine(ctx)
     node = get_node(engine, name)
     if node is None:
-        fail(f"unknown node: {name}", EXIT_OPERATIONAL)
+        unknown_node(name, EXIT_OPERATIONAL)
     if node.state != NodeState.PRODUCTION.value:
         typer.echo(f"{name}: {node.state} in fleetctl, not production: no job should start here", err=True)
         raise typer.Exit(EXIT_CHECK_FAILED)

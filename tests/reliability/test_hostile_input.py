@@ -355,6 +355,29 @@ def test_numeric_options_are_bounded_at_the_edge(tmp_path, args: list[str], mess
     assert len(lines) == 1 and message in lines[0], result.stderr
 
 
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["node", "event", "gpu-1", "--xid", "abc"], 2, "Invalid value for '--xid': a whole number is needed"),
+        (["node", "show", "gpu-[1-"], 2, "malformed host list: host list 'gpu-[1-': '[' without ']'"),
+        (["node", "show", "gpu-[1-3]"], 2, "gpu-[1-3] names 3 nodes; this command takes one"),
+        (["node", "history", "gpu-[1-"], 2, "malformed host list"),
+        (["report", "--html", "/missing/dir/r.html"], 1, "/missing/dir/r.html: No such file or directory"),
+    ],
+)
+def test_errors_are_said_in_an_operators_words(tmp_path, args: list[str], code: int, message: str) -> None:
+    """No pydantic phrasing, no exception class: what is wrong with what was typed."""
+    url = f"sqlite:///{tmp_path}/fleet.db"
+    assert (
+        CliRunner().invoke(app, ["--db-url", url, "db", "upgrade"], env={"FLEETCTL_CONFIG": os.devnull}).exit_code == 0
+    )
+    result = CliRunner().invoke(app, ["--db-url", url, *args], env={"FLEETCTL_CONFIG": os.devnull})
+    assert result.exit_code == code, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert "Input should be" not in lines[0] and "Error:" not in lines[0], lines[0]
+
+
 def test_redfish_client_refuses_plain_http_off_this_machine() -> None:
     from fleetctl.bmc.redfish import RedfishClient
 
