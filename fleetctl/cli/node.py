@@ -791,8 +791,20 @@ def _would(ctx: typer.Context, names: list[str], trigger: str) -> None:
 
 @app.command("undrain")
 def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="node names or Slurm host lists")) -> None:
-    """Return drained nodes to production."""
-    _command(ctx, _hosts(names), "undrain", "operator: undrain")
+    """Return drained nodes to production. A node in production already is said so, and is
+    no failure (as `kubectl uncordon` of a schedulable node)."""
+    from fleetctl.db import queries
+    from fleetctl.nodes.lifecycle import NodeState
+
+    hosts = _hosts(names)
+    _require_nodes(ctx, hosts)
+    serving = {n.name for n in queries.nodes_named(context.engine(ctx), hosts) if n.state == NodeState.PRODUCTION.value}
+    for name in hosts:
+        if name in serving:
+            typer.echo(f"{name}: already in production")
+    rest = [name for name in hosts if name not in serving]
+    if rest:
+        _command(ctx, rest, "undrain", "operator: undrain")
 
 
 @app.command("rma")

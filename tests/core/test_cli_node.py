@@ -89,6 +89,12 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
     hist = json.loads(cli("node", "history", names[0], "-o", "json").stdout)
     assert [e["to"] for e in hist][:4] == ["burn_in", "admission", "production", "draining"]
 
+    # Undrained again: already so, exit 0, nothing recorded.
+    events = len(hist)
+    again = cli("node", "undrain", names[0])
+    assert again.exit_code == 0 and f"{names[0]}: already in production" in again.stdout, again.output
+    assert len(json.loads(cli("node", "history", names[0], "-o", "json").stdout)) == events
+
 
 def test_illegal_transition_refused_and_database_unchanged(cli, tmp_path) -> None:
     name = f"cli-{uuid.uuid4().hex[:6]}"
