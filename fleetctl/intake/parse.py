@@ -59,7 +59,9 @@ def loads(raw: bytes) -> object:
     Integers past MAX_DIGITS digits are read as infinite, so the field that holds one is
     refused by name, not the body as "not JSON" (nor parsed digit by digit)."""
     try:
-        body = json.loads(raw, parse_int=_int)
+        body = json.loads(raw, parse_int=_int, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        raise BadBody(f"the body names {str(exc)[:64]!r} twice: which one a sender meant is not known") from None
     except RecursionError:
         raise BadBody(f"the body is nested deeper than {MAX_DEPTH} levels") from None
     except UnicodeDecodeError:
@@ -69,6 +71,21 @@ def loads(raw: bytes) -> object:
     if _deeper_than(body, MAX_DEPTH):
         raise BadBody(f"the body is nested deeper than {MAX_DEPTH} levels")
     return body
+
+
+class DuplicateKey(ValueError):
+    """An object of a body names a key twice (the key is the message)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of a body, refused when it names a key twice: json keeps the last silently,
+    and two readers of one body (a proxy, the intake) could each act on another value."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
 
 
 def _int(digits: str) -> int | float:

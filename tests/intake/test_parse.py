@@ -230,6 +230,9 @@ def test_numbers_past_64_bits_or_not_integers_are_refused_by_field(raw, words) -
         (b'{"node": "n1", "message": "\xff\xfe"}', "not UTF-8 JSON"),
         (b'{"node": "n1", "message": "\xc3"}', "not UTF-8 JSON"),
         (b"{not json", "not JSON"),
+        # Two readers of one body could each act on another value: refused, never the last kept.
+        (b'{"node": "n1", "node": "n2", "code": 79}', "names 'node' twice"),
+        (b'[{"node": "n1", "labels": {"a": 1, "a": 2}}]', "names 'a' twice"),
     ],
 )
 def test_bodies_too_deep_or_not_utf8_are_refused(raw, words) -> None:
