@@ -119,7 +119,7 @@ class Credentials:
         self.hash_file = hash_file
         self._lock = threading.Lock()
         self._by_hash: dict[str, str] = {}
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._checked = 0.0
         if hash_file is not None:
             self._reload(hash_file, force=True)
@@ -139,7 +139,8 @@ class Credentials:
         """Reread the hash file (`hash_file`: self.hash_file, known to be set) when it changed.
         A file that became unreadable or malformed keeps the credentials last read (and says so
         once): a typo while revoking must not lock every agent out; only a valid file changes
-        who may speak."""
+        who may speak. A file removed revokes every agent credential: deleting it is how a
+        site takes them all back, and what is gone cannot still grant."""
         now = time.monotonic()
         with self._lock:
             if not force and now - self._checked < RELOAD_CHECK_S:
@@ -147,10 +148,17 @@ class Credentials:
             self._checked = now
             try:
                 stat = os.stat(hash_file)
-                stamp = (stat.st_mtime_ns, stat.st_size)
+                stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
                 if stamp == self._stamp:
                     return
                 by_hash = parse_hashes(hash_file.read_text(encoding="ascii"), str(hash_file))
+            except FileNotFoundError:
+                if force:
+                    raise BadCredentials(f"{hash_file}: no such file") from None
+                if self._by_hash:
+                    log.warning("%s was removed: every agent credential is revoked", hash_file)
+                self._by_hash, self._stamp = {}, None
+                return
             except (OSError, UnicodeDecodeError, BadCredentials) as exc:
                 if force:
                     raise BadCredentials(_reason(hash_file, exc)) from None

@@ -265,6 +265,27 @@ def test_a_revoked_credential_is_refused_without_a_restart(make_intake, hashes, 
     assert heartbeat(intake.port, "n1", secret)[0] == 401
 
 
+def test_removing_the_credentials_file_revokes_every_agent_credential(make_intake, hashes) -> None:
+    """Deleting the file is how a site takes every credential back: what is gone cannot still
+    grant (a malformed file, by contrast, keeps the last good one). Written again, it grants."""
+    from fleetctl.intake import credentials
+
+    secret = new_credential()
+    hashes.write_text(f"n1 {token_hash(secret)}\n")
+    intake = make_intake()
+    assert heartbeat(intake.port, "n1", secret)[0] == 202
+    hashes.unlink()
+    deadline = time.monotonic() + credentials.RELOAD_CHECK_S + 10
+    while heartbeat(intake.port, "n1", secret)[0] != 401:
+        assert time.monotonic() < deadline, "the removed file's credential still heard"
+        time.sleep(0.1)
+    hashes.write_text(f"n1 {token_hash(secret)}\n")
+    deadline = time.monotonic() + credentials.RELOAD_CHECK_S + 10
+    while heartbeat(intake.port, "n1", secret)[0] != 202:
+        assert time.monotonic() < deadline, "the file written again was not read"
+        time.sleep(0.1)
+
+
 def test_a_running_intake_keeps_its_credentials_when_the_file_names_a_node_twice(make_intake, hashes, caplog) -> None:
     """One credential a node: a file naming n1 twice (a second line added instead of the
     first replaced) is refused whole at the reload, said once, and n1's second credential is
