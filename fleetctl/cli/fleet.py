@@ -127,6 +127,7 @@ HELD_COLUMNS = (
 OPERATOR_COLUMNS = (
     Column("at", lambda e: when(e["at"])),
     Column("node", lambda e: e["node"]),
+    Column("nodes", lambda e: len(e["nodes"])),
     Column("command", lambda e: e["trigger"]),
     Column("to", lambda e: e["to"]),
     Column("actor", lambda e: e["actor"]),
@@ -279,13 +280,25 @@ def _needs_an_operator(data: dict[str, Any]) -> list[RenderableType]:
             )
         )
     if data["rma_held"]:
-        parts.append(
-            simple_table(
-                f"RMAs awaiting an operator: {len(data['rma_held'])} (fleetctl rma confirm ID | reject ID)",
-                ["id", "node", "since", "why"],
-                [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]] for x in data["rma_held"][:20]],
+        held = data["rma_held"]
+        title = f"RMAs awaiting an operator: {len(held)} (fleetctl rma confirm|reject ID... --reason TEXT)"
+        reasons = {x["held_reason"] for x in held}
+        if len(held) > 1 and len(reasons) == 1:  # a burst's one reason, said once
+            parts.append(
+                simple_table(
+                    f"{title}; all held for: {reasons.pop()}",
+                    ["id", "node", "since"],
+                    [[str(x["id"]), x["node"], when(x["opened_at"])] for x in held[:20]],
+                )
             )
-        )
+        else:
+            parts.append(
+                simple_table(
+                    title,
+                    ["id", "node", "since", "why"],
+                    [[str(x["id"]), x["node"], when(x["opened_at"]), x["held_reason"]] for x in held[:20]],
+                )
+            )
     if data["held_drains"]:
         parts.append(
             column_table(

@@ -58,3 +58,21 @@ def collapse(events: Iterable[Mapping[str, Any]]) -> list[EventGroup]:
             EventGroup(latest["node"], latest["kind"], latest["reason"], len(ordered), ordered[0]["at"], latest["at"])
         )
     return sorted(collapsed, key=lambda g: (g.last, g.count), reverse=True)
+
+
+def collapse_commands(commands: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Operator commands (each with at, node, trigger, to, actor, cause), one row per command
+    given to many nodes: the same actor, trigger, target state and cause class. The row names
+    its nodes as a host list and counts them; the latest first. An adoption of sixteen nodes
+    is one row, not sixteen."""
+    from fleetctl.inventory.hostlist import compress
+
+    groups: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = {}
+    for c in commands:
+        groups.setdefault((c["actor"], c["trigger"], c["to"], reason_class(c["cause"] or "")), []).append(c)
+    rows = []
+    for members in groups.values():
+        latest = max(members, key=lambda c: c["at"])
+        nodes = sorted({c["node"] for c in members})
+        rows.append({**latest, "node": compress(nodes), "nodes": nodes, "count": len(members)})
+    return sorted(rows, key=lambda r: r["at"], reverse=True)

@@ -22,7 +22,7 @@ from fleetctl.nodes.capacity import (
     in_fleet,
     operator_drain_overruns,
 )
-from fleetctl.nodes.event_groups import collapse
+from fleetctl.nodes.event_groups import collapse, collapse_commands
 from fleetctl.nodes.fleet_status import count_states, rack_view
 from fleetctl.nodes.lifecycle import Actor
 
@@ -37,6 +37,8 @@ RECENT_TRANSITIONS = 40
 # How many of the latest automation events are collapsed into those rows (event_groups): a
 # sweep every 10 s repeats the same refusal for each held node, hundreds an hour.
 AUTOMATION_EVENTS_READ = 1000
+# The operator transitions read for the rows of commands (an adoption of a rack is many).
+OPERATOR_EVENTS_READ = 500
 
 
 def fleet_status(
@@ -88,10 +90,11 @@ def fleet_status(
     status["needs_operator"] = needs_operator(engine, mine)
     status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
-    status["recent_operator_commands"] = [
+    # One row per command however many nodes it named (event_groups.collapse_commands).
+    status["recent_operator_commands"] = collapse_commands(
         {"at": e.at, "node": e.node_name, "trigger": e.trigger, "to": e.to_state, "actor": e.actor, "cause": e.cause}
-        for e in queries.recent_events(engine, limit=RECENT_AUTOMATION_EVENTS, actor_kind=Actor.OPERATOR.value)
-    ]
+        for e in queries.recent_events(engine, limit=OPERATOR_EVENTS_READ, actor_kind=Actor.OPERATOR.value)
+    )[:RECENT_AUTOMATION_EVENTS]
     # Every node's latest transitions, whoever made them: an XID 79's drain, reboot and return
     # take seconds, and the watched screen keeps them in sight for minutes after.
     status["recent_transitions"] = [

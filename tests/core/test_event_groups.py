@@ -77,3 +77,35 @@ def test_collapse(events, groups) -> None:
 )
 def test_reason_class(reason, cls) -> None:
     assert reason_class(reason) == cls
+
+
+def _command(node: str, minute: int, trigger: str = "adopt", actor: str = "alice", cause: str = "adopted") -> dict:
+    return {
+        "at": datetime(2026, 12, 5, 12, minute, tzinfo=UTC),
+        "node": node,
+        "trigger": trigger,
+        "to": "production",
+        "actor": actor,
+        "cause": cause,
+    }
+
+
+def test_one_command_given_to_sixteen_nodes_is_one_row_naming_them_as_a_host_list() -> None:
+    from fleetctl.nodes.event_groups import collapse_commands
+
+    rows = collapse_commands(
+        [_command(f"gpu-{i:03d}", 1) for i in range(1, 17)] + [_command("gpu-020", 3, "undrain", cause="cable done")]
+    )
+    assert [(r["trigger"], r["node"], len(r["nodes"])) for r in rows] == [
+        ("undrain", "gpu-020", 1),
+        ("adopt", "gpu-[001-016]", 16),
+    ]
+
+
+def test_other_actors_or_causes_are_other_rows() -> None:
+    from fleetctl.nodes.event_groups import collapse_commands
+
+    rows = collapse_commands(
+        [_command("gpu-001", 1), _command("gpu-002", 2, actor="bob"), _command("gpu-003", 3, cause="swap optics")]
+    )
+    assert len(rows) == 3 and [r["node"] for r in rows] == ["gpu-003", "gpu-002", "gpu-001"]
