@@ -124,8 +124,41 @@ def _plain_help(command: Any) -> None:
     Typer's boxed rendering imports rich's Markdown stack (half of `fleetctl --help`'s
     start-up, bench/cli_startup.py) and spreads a usage error over a box of lines."""
     command.rich_markup_mode = None
+    for param in getattr(command, "params", []):
+        _readable_metavar(param)
     for sub in getattr(command, "commands", {}).values():
         _plain_help(sub)
+
+
+# What a value is, in help, for the types fleetctl's options take (Typer would print
+# `<list[str]>` and `{names}`): the words kubectl's and click's own help use.
+_METAVARS = {"str": "TEXT", "int": "N", "float": "NUMBER", "Path": "PATH"}
+
+
+def _readable_metavar(param: Any) -> None:
+    """A parameter's placeholder in help and usage: an argument by its name in capitals, an
+    option by what it takes; a flag, or one given a metavar of its own, as it is."""
+    if param.param_type_name == "argument":
+        param.metavar = param.metavar or param.name.upper()
+        # Typer braces a required argument ({NAMES}) and prints its Python type beside it
+        # (<list[str]>); click's and kubectl's usage say NAMES... and [NAMES]...
+        many = "..." if param.nargs != 1 else ""
+        usage = f"{param.metavar}{many}" if param.required else f"[{param.metavar}]{many}"
+        param._usage_display_name = lambda: usage
+        param.display_type_rich = lambda ctx: None
+        return
+    if param.metavar is not None or getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return
+    descriptor = getattr(param, "type_descriptor", None)
+    choices = getattr(descriptor, "choices", None)
+    if choices:
+        param.metavar = "|".join(str(getattr(c, "value", c)) for c in choices)
+        return
+    annotation: Any = getattr(descriptor, "annotation", None)
+    while getattr(annotation, "__origin__", None) is list and getattr(annotation, "__args__", None):
+        annotation = annotation.__args__[0]
+    name = getattr(annotation, "__name__", "")
+    param.metavar = _METAVARS.get(name, "VALUE")
 
 
 def _known_errors() -> dict[type[BaseException], int]:

@@ -206,7 +206,7 @@ def close(
     typer.echo(f"{record.node_name}: burn-in queued ({message})")
 
 
-RMA_IDS = typer.Argument(None, metavar="ID...", help="the held RMAs' ids (fleetctl rma list)", show_default=False)
+RMA_IDS = typer.Argument(None, metavar="ID", help="the held RMAs' ids (fleetctl rma list)", show_default=False)
 ALL_HELD = typer.Option(False, "--all-held", help="every RMA of the fleet held for an operator")
 
 

@@ -104,3 +104,26 @@ def test_schedule_pause_without_an_id_takes_the_fleets_only_schedule(make_settin
     row = next(line.split() for line in table.splitlines() if line.split()[:1] == ["sweeps-a"])
     assert row[1:3] == ["1h", "yes"]  # not "1:00:00" and "True"
     assert two.exit_code == 2 and two.stderr.strip() == "error: name the schedule: there are 2 (sweeps-a, sweeps-b)"
+
+
+def test_no_help_shows_python_types_or_braced_arguments() -> None:
+    """Every command's help says NAMES... and --reason TEXT, as kubectl's and click's do, never
+    Typer's `<list[str]>` or `{names}`."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import NOUNS, app, load_noun
+
+    leaked = re.compile(r"<(list\[|str>|int>|float>|bool>|Path>)|\{[A-Za-z_]+\}")
+    runner = CliRunner()
+    seen = 0
+    for noun in NOUNS:
+        group = load_noun(noun)
+        for name in getattr(group, "commands", {}) or [None]:
+            args = [noun, *([name] if name else []), "--help"]
+            result = runner.invoke(app, args, env={"COLUMNS": "200"})
+            assert result.exit_code == 0, (args, result.output)
+            assert not leaked.search(result.stdout), (args, leaked.findall(result.stdout))
+            seen += 1
+    assert seen > 50  # every command of every noun was asked
