@@ -384,15 +384,19 @@ def authenticated_user() -> str:
 
 # An operator is `name` or `name@where`. Automation acts as `runbook:NAME`, `firmware:...`,
 # `schedule/ID`, `sweep/ID`, `lifecycle`...: a name holds no ':' or '/', and a bare name
-# becomes name@host, so no operator can be recorded as automation.
-_OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?\Z")
+# becomes name@host, so no operator can be recorded as automation. Either may end in `/WHY`
+# (a ticket, a change): through the front door `--as` may only narrow the authenticated
+# subject that way (fleetctl.authz.decide); run here, `name/WHY` still becomes name/WHY@host.
+_OPERATOR = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?(/[A-Za-z0-9][A-Za-z0-9._-]{0,63})?\Z"
+)
 
 
 def check_operator(value: str) -> str:
     if not _OPERATOR.match(value):
         raise ConfigError(
-            f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
-            "':' and '/' are reserved for automation; at most 64+128 characters)"
+            f"operator {value[:40]!r} must be name or name@host, optionally /WHY (letters, digits, '.', '_', '-'; "
+            "':' is reserved for automation; at most 64+128+64 characters)"
         )
     return value
 
