@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from fleetctl.authz.decide import Decision, authorize
 from fleetctl.authz.identity_client import Identity, NotAuthenticated, OidcVerifier, from_certificate
-from fleetctl.authz.roles import RolesError, RolesFile, load_roles
+from fleetctl.authz.roles import RolesError, RolesFile, RolesWatch
 from fleetctl.db.audit import record_exit, record_request
 
 if TYPE_CHECKING:
@@ -83,9 +83,9 @@ class FrontDoor:
     oidc: OidcVerifier | None = None
     command_timeout_s: float = 600.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    _roles: tuple[float, RolesFile] | None = None
 
     def __post_init__(self) -> None:
+        self._roles = RolesWatch(self.roles_path)
         self.requests = Counter(
             "fleetctl_audit_requests",
             "Writes asked of the front door, by decision and the role the command needs.",
@@ -95,10 +95,7 @@ class FrontDoor:
 
     def roles(self) -> RolesFile:
         """The roles file, read again when it changes: granting or revoking needs no restart."""
-        mtime = self.roles_path.stat().st_mtime
-        if self._roles is None or self._roles[0] != mtime:
-            self._roles = (mtime, load_roles(self.roles_path))
-        return self._roles[1]
+        return self._roles.current()
 
     def identify(self, request: Request) -> Identity:
         authorization = request.headers.get("authorization", "")

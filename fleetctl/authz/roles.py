@@ -82,6 +82,35 @@ def _in_fleet(entry: Mapping[str, Role], fleet: str) -> Role | None:
     return entry.get(fleet, entry.get(ANY_FLEET))
 
 
+class RolesWatch:
+    """The roles file at `path`, read again when it changes, so that granting or revoking needs
+    no restart. A file that became unreadable or invalid raises RolesError: whoever asks
+    refuses what it would have allowed, never falls back to an older grant."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._read: tuple[tuple[int, int], RolesFile] | None = None
+        self.current()
+
+    def current(self) -> RolesFile:
+        try:
+            stat = self.path.stat()
+        except OSError as exc:
+            raise RolesError(f"{self.path}: cannot read ({exc.strerror})") from None
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if self._read is None or self._read[0] != stamp:
+            self._read = (stamp, load_roles(self.path))
+        return self._read[1]
+
+    def grants(self, subject: str, fleet: str, needed: Role) -> bool:
+        """Whether `subject` holds `needed` (or above) in `fleet` now; False when the file is refused."""
+        try:
+            held = self.current().role_of(subject, fleet)
+        except RolesError:
+            return False
+        return held is not None and held.covers(needed)
+
+
 def load_roles(path: str | Path) -> RolesFile:
     """The roles file at `path`; RolesError (one line) if it cannot be read or is refused."""
     try:
