@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import urllib.error
 import urllib.request
 
 import pytest
@@ -223,3 +224,22 @@ def test_the_decisions_are_counted(door) -> None:
         text = response.read().decode()
     counted = [line for line in text.splitlines() if line.startswith("fleetctl_audit_requests_total{")]
     assert any('decision="denied"' in line and 'role="admin"' in line for line in counted), counted
+
+
+def test_a_caller_cannot_send_the_headers_nginx_sets(door) -> None:
+    """X-Client-Verify and X-Client-Cert are nginx's to set: sent by a caller without a
+    certificate (here claiming adam's, a real one of the fleet CA), they never arrive."""
+    from urllib.parse import quote
+
+    cert_pem = door.certs["adam"][0].read_text()
+    request = urllib.request.Request(
+        f"{door.url}/v1/whoami",
+        headers={"X-Client-Verify": "SUCCESS", "X-Client-Cert": quote(cert_pem)},
+    )
+    context = ssl.create_default_context(cafile=str(door.ca.cert_path))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, context=context, timeout=30)
+    assert refused.value.code == 401
+    assert json.loads(refused.value.read()) == {
+        "error": "not authenticated: no verified client certificate and no bearer token"
+    }
