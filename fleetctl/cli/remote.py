@@ -77,16 +77,19 @@ def nodes_named(command: Command, name: str, args: Sequence[str]) -> list[str]:
     return named
 
 
-def files_of(command: Command, args: Sequence[str]) -> dict[str, str]:
-    """{argument as written: file content} of the arguments of a command with file parameters
-    that name a file here, for the front door to write where it runs."""
-    if not path_parameters(command):
-        return {}
+def files_of(command: Command, name: str, args: Sequence[str]) -> dict[str, str]:
+    """{argument as written: file content} of the arguments that give `command`'s file
+    parameters a file here, for the front door to write where it runs."""
+    values = parameters(command, name, args)
+    named: set[Path] = set()
+    for parameter in path_parameters(command):
+        value = values.get(parameter)
+        named |= {Path(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v is not None}
     shipped: dict[str, str] = {}
     for arg in args:
         value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
         path = Path(value)
-        if value in shipped or not path.is_file():
+        if value in shipped or path not in named or not path.is_file():
             continue
         try:
             shipped[value] = path.read_text()
@@ -114,7 +117,7 @@ def forward_if_write(settings: Settings, argv: Sequence[str], load: NounLoader) 
         "argv": list(argv),
         "fleet": None if settings.sources.get("fleet") == "default" else settings.fleet,
         "as": settings.operator or None,
-        "files": files_of(command, rest),
+        "files": files_of(command, path, rest),
     }
     try:
         answer = run_remote(settings, request)
