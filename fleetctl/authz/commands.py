@@ -4,8 +4,10 @@ classified here (tests/authz walks the app and fails on one that is not).
     read      run where it is typed, with the reader's own (read-only) credentials
     write     sent to the front door, which runs it for a subject holding the role
     process   a long-running process or a host tool (a worker, the agent, the intake, the
-              front door itself): run where it is deployed, with that host's credentials;
-              the front door never runs one
+              front door itself; the schema, retention, the intake's credential file): run
+              where it is deployed, with that host's credentials, which only admins hold;
+              the front door never runs one (what they write is that host's, an archive or
+              a hash file, not something to send back)
 
 A command that writes only with a flag (`reconcile --fix`) is a read without it.
 """
@@ -45,8 +47,8 @@ PROCESS = Rule(Kind.PROCESS, Role.ADMIN)
 
 # The command path (`node drain`) -> what it needs. The roles of the authorization design:
 # operator drains, undrains, admits, rechecks, sends events, restarts jobs, decides RMAs;
-# admin rolls firmware out, sets automation and schedules, retires, issues credentials,
-# prunes and upgrades the database, imports nodes.
+# admin rolls firmware out, sets automation and schedules, retires, imports nodes; the
+# admin's host tools (credentials, retention, the schema) are processes.
 COMMANDS: dict[str, Rule] = {
     "demo": PROCESS,
     "worker": PROCESS,
@@ -85,9 +87,9 @@ COMMANDS: dict[str, Rule] = {
     "sim clear": OPERATE,
     "sim faults": READ,
     "dev server": PROCESS,
-    "temporal setup": ADMINISTER,
-    "db upgrade": ADMINISTER,
-    "db prune": ADMINISTER,
+    "temporal setup": PROCESS,
+    "db upgrade": PROCESS,
+    "db prune": PROCESS,
     "job list": READ,
     "job show": READ,
     "job restart": OPERATE,
@@ -113,8 +115,8 @@ COMMANDS: dict[str, Rule] = {
     "metrics serve": PROCESS,
     "agent": PROCESS,
     "events serve": PROCESS,
-    "events credential issue": ADMINISTER,
-    "events credential revoke": ADMINISTER,
+    "events credential issue": PROCESS,  # edits the intake host's hash file
+    "events credential revoke": PROCESS,
     "api serve": PROCESS,
     "auth whoami": READ,
     "audit": READ,

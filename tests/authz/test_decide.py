@@ -43,7 +43,7 @@ def test_the_roles_the_design_names() -> None:
     operator = ["node drain", "node undrain", "node admit", "node recheck", "node event", "job restart"]
     operator += ["rma confirm", "rma reject", "rma close"]
     admin = ["firmware rollout", "firmware rollout resume", "fleet resume-automation", "node retire"]
-    admin += ["events credential issue", "db prune", "schedule create"]
+    admin += ["firmware baseline set", "schedule create", "schedule pause", "node import"]
     assert {p: COMMANDS[p].needs([]) for p in operator} == dict.fromkeys(operator, (Kind.WRITE, Role.OPERATOR))
     assert {p: COMMANDS[p].needs([]) for p in admin} == dict.fromkeys(admin, (Kind.WRITE, Role.ADMIN))
     assert COMMANDS["reconcile"].needs([]) == (Kind.READ, Role.VIEWER)
@@ -95,7 +95,8 @@ def test_as_only_narrows(subject: str, requested: str | None, actor: str | None)
             "firmware rollout needs the admin role in fleet default (olga holds operator)",
         ),
         ("olga", (), "firmware rollout", [], "lab", True, "olga holds admin in fleet lab"),
-        ("adam", (), "db prune", [], "default", True, "adam holds admin in fleet default"),
+        ("adam", (), "fleet resume-automation", [], "default", True, "adam holds admin in fleet default"),
+        ("adam", (), "db prune", [], "default", False, "db prune is not run by the front door (process command)"),
         (
             "eve",
             (),

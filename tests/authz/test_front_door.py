@@ -218,7 +218,7 @@ def test_a_file_argument_must_be_one_the_cli_sent(door) -> None:
 
 def test_the_decisions_are_counted(door) -> None:
     with pytest.raises(ApiError):
-        run_remote(_settings(door, "vera"), {"argv": ["db", "prune"], "fleet": None, "as": None, "files": {}})
+        run_remote(_settings(door, "vera"), {"argv": ["node", "retire", "n1"], "fleet": None, "as": None, "files": {}})
     context = ssl.create_default_context(cafile=str(door.ca.cert_path))
     with urllib.request.urlopen(f"{door.url}/metrics", context=context, timeout=30) as response:
         text = response.read().decode()
