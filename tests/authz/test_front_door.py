@@ -243,3 +243,21 @@ def test_a_caller_cannot_send_the_headers_nginx_sets(door) -> None:
     assert json.loads(refused.value.read()) == {
         "error": "not authenticated: no verified client certificate and no bearer token"
     }
+
+
+def test_a_grant_or_a_revocation_takes_effect_without_a_restart(door, tmp_path) -> None:
+    roles = door.directory / "roles.yaml"
+    env = _env(door, tmp_path, "vera")
+    before = roles.read_text()
+    try:
+        roles.write_text(before.replace("vera: viewer", "vera: {'*': viewer, " + door.fleet + ": operator}"))
+        assert json.loads(fleetctl(env, "auth", "whoami", "-o", "json").stdout)["roles"] == {
+            "*": "viewer",
+            door.fleet: "operator",
+        }
+        roles.write_text(before.replace("vera: viewer", "vera: [broken"))
+        done = fleetctl(env, "node", "undrain", "node-1")
+        assert done.returncode == 1 and done.stderr.startswith("error: the front door cannot read its roles file: ")
+    finally:
+        roles.write_text(before)
+    assert json.loads(fleetctl(env, "auth", "whoami", "-o", "json").stdout)["roles"] == {"*": "viewer"}
