@@ -203,6 +203,10 @@ def start_front_door(
         stderr=subprocess.STDOUT,
     )
     door.processes.append(nginx)
-    wait_for_port("127.0.0.1", port, 30, nginx)
+    try:
+        wait_for_port("127.0.0.1", port, 30, nginx)
+    except BaseException:
+        door.stop()  # the front door started above is this module's to end
+        raise
     door.url = f"https://127.0.0.1:{port}"
     return door
