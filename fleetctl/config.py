@@ -100,6 +100,14 @@ ENV_VARS = {
     "retention_check_days": "FLEETCTL_RETENTION_CHECK_DAYS",
     "retention_health_event_days": "FLEETCTL_RETENTION_HEALTH_EVENT_DAYS",
     "retention_interval_s": "FLEETCTL_RETENTION_INTERVAL_S",
+    "retention_audit_days": "FLEETCTL_RETENTION_AUDIT_DAYS",
+    # The front door (fleetctl.authz): where the CLI sends its writes, and what proves who it is.
+    "api_url": "FLEETCTL_API_URL",
+    "api_ca_path": "FLEETCTL_API_CA_PATH",
+    "api_cert_path": "FLEETCTL_API_CERT_PATH",
+    "api_key_path": "FLEETCTL_API_KEY_PATH",
+    "api_token_file": "FLEETCTL_API_TOKEN_FILE",
+    "api_actor": "FLEETCTL_API_ACTOR",
 }
 CONFIG_FILE_ENV = "FLEETCTL_CONFIG"
 
@@ -313,11 +321,25 @@ class Settings:
     retention_check_days: float = 180.0
     retention_health_event_days: float = 400.0
     retention_interval_s: float = 86400.0
+    # The front door's audit trail is kept as long as health events by default.
+    retention_audit_days: float = 400.0
+    # Set, every write command goes to the front door at this https URL (fleetctl.authz), proven
+    # by the client certificate and key or by the OIDC token in api_token_file; reads stay local.
+    api_url: str = ""
+    api_ca_path: str = ""
+    api_cert_path: str = ""
+    api_key_path: str = ""
+    api_token_file: str = ""
+    # Set only by the front door for the command it runs: the authenticated subject (or its
+    # `--as` narrowing, subject/WHY), recorded verbatim as the actor of every change.
+    api_actor: str = ""
     sources: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def identity(self) -> str:
         """Who is acting and from where, recorded on every state change: the configured
         operator (`name@where`; a bare name gets this host) or the authenticated user@host."""
+        if self.api_actor:
+            return self.api_actor
         host = socket.gethostname()
         if self.operator:
             return self.operator if "@" in self.operator else f"{self.operator}@{host}"
@@ -369,15 +391,19 @@ def authenticated_user() -> str:
 
 # An operator is `name` or `name@where`. Automation acts as `runbook:NAME`, `firmware:...`,
 # `schedule/ID`, `sweep/ID`, `lifecycle`...: a name holds no ':' or '/', and a bare name
-# becomes name@host, so no operator can be recorded as automation.
-_OPERATOR = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?\Z")
+# becomes name@host, so no operator can be recorded as automation. Either may end in `/WHY`
+# (a ticket, a change): through the front door `--as` may only narrow the authenticated
+# subject that way (fleetctl.authz.decide); run here, `name/WHY` still becomes name/WHY@host.
+_OPERATOR = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9\[][A-Za-z0-9._:\[\]-]{0,127})?(/[A-Za-z0-9][A-Za-z0-9._-]{0,63})?\Z"
+)
 
 
 def check_operator(value: str) -> str:
     if not _OPERATOR.match(value):
         raise ConfigError(
-            f"operator {value[:40]!r} must be name or name@host (letters, digits, '.', '_', '-'; "
-            "':' and '/' are reserved for automation; at most 64+128 characters)"
+            f"operator {value[:40]!r} must be name or name@host, optionally /WHY (letters, digits, '.', '_', '-'; "
+            "':' is reserved for automation; at most 64+128+64 characters)"
         )
     return value
 
@@ -420,6 +446,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "retention_check_days": (0.0, 36500.0, False),
     "retention_health_event_days": (0.0, 36500.0, False),
     "retention_interval_s": (0.0, 30 * 86400.0, True),
+    "retention_audit_days": (0.0, 36500.0, False),
 }
 
 
@@ -469,6 +496,11 @@ def _coerce(name: str, raw: Any) -> Any:
 def _check_string(name: str, value: str, what: str) -> str:
     if name == "operator":
         return check_operator(value)
+    if name == "api_actor" and value:
+        from fleetctl.authz.decide import valid_actor
+
+        if not valid_actor(value):
+            raise ConfigError(f"{what}: {value[:40]!r} is not a subject or subject/WHY")
     if name == "straggler_policy":
         from fleetctl.jobs.stragglers import POLICIES
 

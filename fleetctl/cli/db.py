@@ -71,9 +71,9 @@ def prune(
 
 
 def _summary(counts: dict[str, int]) -> str:
-    from fleetctl.db.retention import CHECK_RUNS, HEALTH_EVENTS, RAW_OUTPUT
+    from fleetctl.db.retention import AUDIT, CHECK_RUNS, HEALTH_EVENTS, RAW_OUTPUT
 
     return (
         f"{counts[CHECK_RUNS]} check runs, the raw output of {counts[RAW_OUTPUT]} more, "
-        f"{counts[HEALTH_EVENTS]} health events"
+        f"{counts[HEALTH_EVENTS]} health events, {counts[AUDIT]} audit requests"
     )

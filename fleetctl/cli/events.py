@@ -15,6 +15,8 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from checks.xid_policy import XidPolicy
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.server import IntakeServer, KnownNodes
@@ -75,6 +77,10 @@ def serve(
         help="undelivered events one credential (an agent's, the operator token) may hold queued; past it, "
         "its minor events are dropped and counted, its critical ones still taken",
     ),
+    roles: Path | None = typer.Option(
+        None, "--roles", help="the roles file: the operator token is taken only while --token-subject is an operator"
+    ),
+    token_subject: str = typer.Option("intake", "--token-subject", help="the operator token's subject in --roles"),
 ) -> None:
     """POST /alertmanager (webhook_config url), POST /events ({"events": [...]}) and POST
     /heartbeat (agents, {"node": NAME}); all need `Authorization: Bearer TOKEN`. Events are
@@ -92,7 +98,7 @@ def serve(
     token = context.intake_token(token_file, "--token-file")
     _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
     try:
-        who = Credentials(token, credentials)
+        who = Credentials(token, credentials, _token_granted(roles, token_subject, ctx) if roles else None)
         # _refuse_bad_options: a certificate comes with its key
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
     except BadCredentials as exc:
@@ -131,6 +137,21 @@ def serve(
         err=True,
     )
     _deliver_until_signalled(intake, server, writer, stop)
+
+
+def _token_granted(roles: Path, subject: str, ctx: typer.Context) -> Callable[[], bool]:
+    """Whether the operator token's subject is an operator in the fleet (asked per request);
+    one line and exit 2 when the roles file is refused or does not make it one now."""
+    from fleetctl.authz.roles import Role, RolesError, RolesWatch
+
+    fleet = context.settings(ctx).fleet
+    try:
+        watch = RolesWatch(roles)
+    except RolesError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if not watch.grants(subject, fleet, Role.OPERATOR):
+        fail(f"--token-subject {subject} is not an operator of fleet {fleet} in {roles}: events need one", EXIT_USAGE)
+    return lambda: watch.grants(subject, fleet, Role.OPERATOR)
 
 
 def _refuse_bad_options(

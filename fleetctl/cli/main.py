@@ -96,7 +96,18 @@ NOUNS: dict[str, Noun] = {
         "node's workflow, through an on-disk spool while Temporal is unreachable.",
     ),
     "events": Noun("fleetctl.cli.events", "app", "Health events from the systems operators already run."),
+    "api": Noun("fleetctl.cli.api", "app", "The front door: write commands for authenticated subjects, audited."),
+    "auth": Noun("fleetctl.cli.auth", "app", "Who the front door says you are, and what you may do."),
+    "audit": Noun(
+        "fleetctl.cli.audit",
+        "audit",
+        "Every write asked of the front door (`fleetctl api serve`): who (the authenticated "
+        "subject), what, on which nodes, allowed or denied and why, oldest first.",
+    ),
 }
+# Where the root command keeps the words after fleetctl's own options, for the front door's
+# path (fleetctl.cli.remote): the root callback resolves the settings that say whether to use it.
+ARGV_KEY = "fleetctl.argv"
 
 
 class _Unloaded(TyperCommand):
@@ -117,6 +128,10 @@ def load_noun(name: str) -> Command:
     command.name = name
     _plain_help(command)
     return command
+
+
+def noun_or_none(name: str) -> Command | None:
+    return load_noun(name) if name in NOUNS else None
 
 
 def _plain_help(command: Any) -> None:
@@ -214,6 +229,7 @@ class FleetctlGroup(TyperGroup):
             _one_line_usage_error(exc)
 
     def invoke(self, ctx: Context) -> Any:
+        ctx.meta[ARGV_KEY] = [*ctx._protected_args, *ctx.args]
         try:
             return super().invoke(ctx)
         # typer (>= 0.26 vendors click) raises its usage errors as TyperException, which its
@@ -361,6 +377,10 @@ def main(
         },
         config_file=config,
     )
+    if ctx.obj.api_url and ctx.meta.get(ARGV_KEY):
+        from fleetctl.cli.remote import forward_if_write
+
+        forward_if_write(ctx.obj, ctx.meta[ARGV_KEY], noun_or_none)
 
 
 def run() -> None:

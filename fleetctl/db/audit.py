@@ -1,12 +1,18 @@
-"""Audit records of what operators asked for and were refused."""
+"""Audit records: what operators asked for and were refused (a race lost), and every write
+asked of the front door (the audit_requests table, `fleetctl audit`)."""
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from fleetctl.db.models import AutomationEvent
+from sqlmodel import Session, col, select
+
+from fleetctl.db.models import AuditRequest, AutomationEvent
 from fleetctl.db.queries import insert_once
+from fleetctl.durations import as_utc
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -29,3 +35,89 @@ def record_rejection(engine: Engine, *, fleet: str, node: str, actor: str, trigg
         AutomationEvent.idempotency_key,
         key,
     )
+
+
+def record_request(
+    engine: Engine,
+    *,
+    subject: str,
+    actor: str,
+    fleet: str,
+    command: str,
+    args: Sequence[str],
+    nodes: Sequence[str],
+    allowed: bool,
+    role_needed: str,
+    role_held: str,
+    reason: str,
+) -> int:
+    """One write asked of the front door, written before the command runs (so a command that
+    never ends is still on record); its id, for record_exit."""
+    row = AuditRequest(
+        subject=subject,
+        actor=actor,
+        fleet=fleet,
+        command=command,
+        args=list(args),
+        nodes=f" {' '.join(nodes)} ",
+        decision="allowed" if allowed else "denied",
+        role_needed=role_needed,
+        role_held=role_held,
+        reason=reason,
+    )
+    with Session(engine, expire_on_commit=False) as session:
+        session.add(row)
+        session.commit()
+        assert row.id is not None
+        return row.id
+
+
+def record_exit(engine: Engine, request_id: int, exit_code: int) -> None:
+    with Session(engine) as session:
+        row = session.get(AuditRequest, request_id)
+        if row is not None:
+            row.exit_code = exit_code
+            session.add(row)
+            session.commit()
+
+
+def audit_requests(
+    engine: Engine,
+    *,
+    node: str | None = None,
+    subject: str | None = None,
+    denied_only: bool = False,
+    since: datetime | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """The most recent `limit` requests matching every filter given, oldest first."""
+    query = select(AuditRequest)
+    if node is not None:
+        query = query.where(col(AuditRequest.nodes).like(f"% {node} %"))
+    if subject is not None:
+        query = query.where(AuditRequest.subject == subject)
+    if denied_only:
+        query = query.where(AuditRequest.decision == "denied")
+    if since is not None:
+        query = query.where(AuditRequest.at >= since)
+    query = query.order_by(col(AuditRequest.id).desc()).limit(limit)
+    with Session(engine) as session:
+        rows = session.exec(query).all()
+    return [_as_dict(row) for row in reversed(rows)]
+
+
+def _as_dict(row: AuditRequest) -> dict[str, Any]:
+    return {
+        "at": as_utc(row.at).isoformat(),
+        "subject": row.subject,
+        "actor": row.actor,
+        "fleet": row.fleet,
+        "command": row.command,
+        "args": row.args,
+        "nodes": row.nodes.split(),
+        "decision": row.decision,
+        "role_needed": row.role_needed,
+        "role_held": row.role_held,
+        "reason": row.reason,
+        "exit_code": row.exit_code,
+    }

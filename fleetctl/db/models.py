@@ -414,6 +414,29 @@ class JobRestart(SQLModel, table=True):
     workflow_id: str
 
 
+class AuditRequest(SQLModel, table=True):
+    """One write asked of the front door (migration 0021): who asked (the authenticated
+    subject), what, on which nodes, in which fleet, allowed or denied and why, and how the
+    command ended. `nodes` is the node names space-separated with a space at each end, so one
+    node is found with LIKE '% name %' on SQLite and PostgreSQL alike."""
+
+    __tablename__ = "audit_requests"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, index=True)
+    subject: str = Field(index=True)
+    actor: str = ""
+    fleet: str
+    command: str
+    args: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    nodes: str = Field(default=" ", sa_column=Column(Text, nullable=False))
+    decision: str  # allowed, denied
+    role_needed: str = ""
+    role_held: str = ""
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    exit_code: int | None = None  # None: denied, or still running
+
+
 def table_of(model: type[SQLModel]) -> Table:
     """The Core table a table model maps to, for Core statements (bulk updates, retention's
     batched deletes). SQLModel sets `__table__` on a table model at class creation but does

@@ -6,7 +6,8 @@ Pruned, oldest first:
   reason, findings, metrics); the output is what makes a database grow (docs/deployment.md:
   ~13 KiB per check run);
 - check runs (verdicts) older than `check_days`;
-- health events older than `health_event_days`.
+- health events older than `health_event_days`;
+- the front door's audit trail (audit_requests) older than `audit_days`.
 
 Never pruned, whatever their age:
 - each node's latest run of each check, and its latest passing (or warning) run of each
@@ -38,13 +39,15 @@ from typing import IO, Any
 from sqlalchemy import ColumnElement, Select, Table, and_, delete, func, not_, or_, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from fleetctl.db.models import CheckRun, HealthEvent, NodeEvent, table_of
+from fleetctl.db.models import AuditRequest, CheckRun, HealthEvent, NodeEvent, table_of
 
 # Rows read, archived and removed per statement: bounds memory and the time a lock is held.
 BATCH = 2000
 
-RAW_OUTPUT, CHECK_RUNS, HEALTH_EVENTS = "raw_output", "check_runs", "health_events"
-WHAT = (RAW_OUTPUT, CHECK_RUNS, HEALTH_EVENTS)
+RAW_OUTPUT, CHECK_RUNS, HEALTH_EVENTS, AUDIT = "raw_output", "check_runs", "health_events", "audit_requests"
+WHAT = (RAW_OUTPUT, CHECK_RUNS, HEALTH_EVENTS, AUDIT)
+# Pruned by age alone: nothing in them is kept for a figure or a decision.
+_BY_AGE_ALONE = (HEALTH_EVENTS, AUDIT)
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,15 @@ class RetentionPolicy:
     raw_output_days: float
     check_days: float
     health_event_days: float
+    audit_days: float = 400.0
 
     @classmethod
     def of(cls, settings: Any) -> RetentionPolicy:
         return cls(
-            settings.retention_raw_output_days, settings.retention_check_days, settings.retention_health_event_days
+            settings.retention_raw_output_days,
+            settings.retention_check_days,
+            settings.retention_health_event_days,
+            settings.retention_audit_days,
         )
 
     def cutoffs(self, now: datetime) -> dict[str, datetime]:
@@ -65,6 +72,7 @@ class RetentionPolicy:
             RAW_OUTPUT: now - timedelta(days=self.raw_output_days),
             CHECK_RUNS: now - timedelta(days=self.check_days),
             HEALTH_EVENTS: now - timedelta(days=self.health_event_days),
+            AUDIT: now - timedelta(days=self.audit_days),
         }
 
 
@@ -99,6 +107,9 @@ def _in_service_events() -> ColumnElement[bool]:
 
 def _candidates(what: str, cutoff: datetime) -> tuple[Table, ColumnElement[bool]]:
     """(table, the condition of the rows `what` may remove, before the kept check runs)."""
+    if what == AUDIT:
+        audit_table = table_of(AuditRequest)
+        return audit_table, audit_table.c.at < cutoff
     if what == HEALTH_EVENTS:
         events_table = table_of(HealthEvent)
         return events_table, and_(events_table.c.at < cutoff, not_(_in_service_events()))
@@ -110,7 +121,7 @@ def _candidates(what: str, cutoff: datetime) -> tuple[Table, ColumnElement[bool]
 def _prunable(what: str, cutoff: datetime) -> tuple[Table, ColumnElement[bool]]:
     """(table, the condition of the rows `what` removes from it), in one statement."""
     table, condition = _candidates(what, cutoff)
-    return table, condition if what == HEALTH_EVENTS else and_(condition, not_(_kept_check_runs()))
+    return table, condition if what in _BY_AGE_ALONE else and_(condition, not_(_kept_check_runs()))
 
 
 def _jsonable(value: Any) -> Any:
@@ -138,7 +149,7 @@ def _prune_one(conn: Connection, what: str, cutoff: datetime, archive: IO[str] |
     kept this time."""
     table, condition = _candidates(what, cutoff)
     kept: set[int] = set()
-    if what != HEALTH_EVENTS:
+    if what not in _BY_AGE_ALONE:
         for query in _kept_run_ids():
             kept |= set(conn.execute(query).scalars())
         conn.commit()
@@ -195,12 +206,13 @@ def prune(
     progress: Callable[[str, int], None] | None = None,
 ) -> dict[str, int]:
     """Remove what the policy lets go at `now`: whole check runs first (so their output is
-    archived once, with them), then the raw output of those kept, then health events.
+    archived once, with them), then the raw output of those kept, then health events, then
+    the audit trail.
     Returns the number removed of each."""
     cutoffs = policy.cutoffs(now)
     removed = {}
     with engine.connect() as conn:
-        for what in (CHECK_RUNS, RAW_OUTPUT, HEALTH_EVENTS):
+        for what in (CHECK_RUNS, RAW_OUTPUT, HEALTH_EVENTS, AUDIT):
             removed[what] = _prune_one(conn, what, cutoffs[what], archive)
             if progress is not None:
                 progress(what, removed[what])

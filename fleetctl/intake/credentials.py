@@ -24,6 +24,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,8 +115,13 @@ class Credentials:
     """Thread-safe. The operator token in memory, the agents' hashes from `hash_file` (None:
     no agent credentials), reread when its modification time changes."""
 
-    def __init__(self, operator_token: str, hash_file: Path | None = None):
+    def __init__(
+        self, operator_token: str, hash_file: Path | None = None, operator_granted: Callable[[], bool] | None = None
+    ):
         self._operator = f"Bearer {operator_token}".encode()
+        # The operator token is a subject of the roles file like any other (`events serve
+        # --roles`): asked at each request, so revoking its role shuts it out without a restart.
+        self._operator_granted = operator_granted
         self.hash_file = hash_file
         self._lock = threading.Lock()
         self._by_hash: dict[str, str] = {}
@@ -127,7 +133,7 @@ class Credentials:
     def caller(self, authorization: str) -> Caller | None:
         """The caller an Authorization header names, or None: no credential we know."""
         if hmac.compare_digest(authorization.encode(errors="replace"), self._operator):
-            return OPERATOR
+            return OPERATOR if self._operator_granted is None or self._operator_granted() else None
         scheme, _, token = authorization.partition(" ")
         if self.hash_file is None or scheme != "Bearer" or not token or len(token) > MAX_TOKEN:
             return None

@@ -163,6 +163,7 @@ def test_units_cover_worker_metrics_and_agent():
         "fleetctl-worker@.service",
         "fleetctl-metrics.service",
         "fleetctl-agent.service",
+        "fleetctl-api.service",
     }
 
 

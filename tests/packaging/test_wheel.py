@@ -223,3 +223,27 @@ def test_the_wheel_carries_the_slurm_prolog_and_it_runs_the_installed_fleetctl(i
         },
     )
     assert result.returncode == 0 and "error: unknown node: node1" in result.stderr, result.stderr
+
+
+def test_the_front_door_starts_from_the_wheel(installed, tmp_path):
+    """Its server, certificate and token libraries are the wheel's dependencies, not the test
+    extras': `api serve` imports them all before it binds its socket."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    (tmp_path / "roles.yaml").write_text("subjects: {alice: operator}\n")
+    argv = ["--db-url", f"sqlite:///{tmp_path / 'fleet.db'}", "api", "serve", "--socket", str(run_dir / "api.sock")]
+    argv += ["--roles", str(tmp_path / "roles.yaml"), "--oidc-issuer", "https://idp.test"]
+    argv += ["--oidc-jwks-url", "http://127.0.0.1:1/jwks.json", "--oidc-audience", "fleetctl"]
+    base = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": os.devnull}
+    server = subprocess.Popen(
+        [str(installed / "fleetctl"), *argv], cwd=tmp_path, env=base, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + RUN_S
+        while not (run_dir / "api.sock").is_socket():
+            assert server.poll() is None, server.stderr.read() if server.stderr else ""
+            assert time.monotonic() < deadline, "api serve did not bind its socket"
+            time.sleep(0.1)
+    finally:
+        server.terminate()
+        server.wait(RUN_S)
