@@ -110,8 +110,15 @@ CASES = [
     ("nvidia_smi/q_8xh100_hw_slowdown_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_dbe_volatile_fail.txt", "nvidia-smi", H100, FAIL),
     ("nvidia_smi/q_8xh100_announced_8_printed_7_error.txt", "nvidia-smi", H100, ERROR),
-    ("nvidia_smi/table_format_error.txt", "nvidia-smi", H100, ERROR),
+    # the default table, the form operators paste most: GPU count, ERR!, the ECC column
+    ("nvidia_smi/table_8xh100_ok.txt", "nvidia-smi", H100, PASS),
     ("nvidia_smi/table_err_field_fail.txt", "nvidia-smi", None, FAIL),  # ERR!: a GPU NVML cannot read
+    ("nvidia_smi/table_7xh100_gpu_missing_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/table_4xa100_sxm4_on_8gpu_profile_fail.txt", "nvidia-smi", A100, FAIL),
+    ("nvidia_smi/table_4xa100_sxm4_on_8gpu_profile_fail.txt", "nvidia-smi", None, PASS),
+    ("nvidia_smi/table_8xh100_cut_after_gpu3_error.txt", "nvidia-smi", H100, ERROR),  # cut: not 4 GPUs missing
+    ("nvidia_smi/no_devices_found_fail.txt", "nvidia-smi", H100, FAIL),
+    ("nvidia_smi/no_devices_found_fail.txt", "nvidia-smi", None, FAIL),
     # kernel log XIDs
     ("xid/dmesg_no_xid_ok.txt", "xid", None, PASS),
     ("xid/dmesg_T_xid13_app_only_ok.txt", "xid", None, PASS),
