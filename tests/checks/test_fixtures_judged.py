@@ -32,6 +32,8 @@ CASES = [
     ("nccl/2x8xh100_multinode_ok.txt", "nccl", H100, WARN),  # A3 Mega's 8x 200G, not 8x NDR: 341 GB/s
     ("nccl/2x8xh100_a3mega_verbatim_ok.txt", "nccl", H100, WARN),
     ("nccl/4x8xh100_multinode_derived_warn.txt", "nccl", H100, WARN),
+    # no host list: its NCCL nranks (32) over h100-sxm's 8 GPUs says 4 nodes, not one
+    ("nccl/4x8xh100_nranks_only_no_host_list_warn.txt", "nccl", H100, WARN),
     ("nccl/2x8xh100_multinode_half_fail.txt", "nccl", H100, FAIL),
     ("nccl/8xh100_all_gather_ok.txt", "nccl", H100, PASS),
     ("nccl/a100_old_error_column_ok.txt", "nccl", A100, PASS),

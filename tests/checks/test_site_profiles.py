@@ -16,6 +16,7 @@ from checks.profiles import (
     _BOUNDS,
     _FIELD_TYPES,
     _LISTS,
+    _OPTIONAL,
     ProfileError,
     _packaged_names,
     load_profile,
@@ -139,7 +140,7 @@ def test_a_missing_site_directory_is_an_error_not_the_packaged_profiles_alone(tm
 
 
 def test_the_packaged_profiles_pass_the_same_validation_and_every_number_is_bounded():
-    numbers = {f for f in _FIELD_TYPES if f not in ("name", "description", "gpu_name_patterns", *_LISTS)}
+    numbers = {f for f in _FIELD_TYPES if f not in ("name", "description", "gpu_name_patterns", *_LISTS, *_OPTIONAL)}
     assert set(_BOUNDS) == numbers
     for name in _packaged_names():
         assert load_profile(name).name == name and profile_source(name) == "packaged"
