@@ -283,13 +283,22 @@ def judge_cpu(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput("no CPU(s) / On-line CPU(s) list lines: not lscpu output")
     total, online = integer(fields["CPU(s)"]), cpu_list_count(fields["On-line CPU(s) list"])
     offline = cpu_list_count(fields["Off-line CPU(s) list"]) if fields.get("Off-line CPU(s) list") else 0
-    findings: list[Finding] = []
-    if offline:
-        findings.append(Finding(f"{offline} of {total} CPUs offline ({fields['Off-line CPU(s) list'][:60]})"))
+    findings = _cpus_offline(fields, total, online, offline)
     if profile is not None and online < profile.host_cpu_count:
+        # A site profile's count (packaged profiles require none: HGX hosts of one GPU model
+        # ship with different CPUs, and what the check exists for is CPUs gone offline).
         findings.append(Finding(f"{online} CPUs online, {profile.name} has {profile.host_cpu_count}"))
     metrics = {"cpus": total, "online": online, "offline": offline, "model": fields.get("Model name")}
     return verdict(findings, metrics, f"{online} of {total} CPUs online")
+
+
+def _cpus_offline(fields: dict[str, str], total: int, online: int, offline: int) -> list[Finding]:
+    """None offline: every CPU the kernel counts (CPU(s)) is in the On-line list."""
+    if offline:
+        return [Finding(f"{offline} of {total} CPUs offline ({fields['Off-line CPU(s) list'][:60]})")]
+    if online != total:
+        return [Finding(f"{online} of {total} CPUs online ({fields['On-line CPU(s) list'][:60]})")]
+    return []
 
 
 # ---- filesystems: df -P, df -Pi, /proc/mounts ----------------------------------------------

@@ -165,6 +165,7 @@ CASES = [
     ("host/memory_dimms_missing_fail.txt", "memory", H100, FAIL),
     ("host/lscpu_epyc7742_all_online_ok.txt", "cpu", A100, PASS),
     ("host/lscpu_epyc7742_one_offline_fail.txt", "cpu", A100, FAIL),
+    ("host/lscpu_epyc8434p_96_online_ok.txt", "cpu", H100, PASS),  # none offline; a DGX's 224 is no requirement
     ("host/disk_dgx_lustre_ok.txt", "disk", H100, PASS),
     ("host/disk_raid_inodes_warn.txt", "disk", H100, WARN),
     ("host/disk_root_full_fail.txt", "disk", H100, FAIL),

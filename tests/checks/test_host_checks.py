@@ -61,6 +61,17 @@ def test_driver_and_kernel_are_held_to_the_fleet_baseline_of_the_profile(site):
     assert "no fleet baseline" in judge("versions", fixture_text("host/versions_550_ok.txt"), H100).reason
 
 
+def test_the_cpu_count_is_a_site_override_and_none_offline_the_rule(site):
+    text = fixture_text("host/lscpu_epyc8434p_96_online_ok.txt")
+    assert judge("cpu", text, "h100-sxm").status is Status.PASS  # the packaged profile counts none
+    result = judge("cpu", text, site)  # the site's profile requires its 224
+    assert result.status is Status.FAIL and "96 CPUs online, h100-roce-1x400 has 224" in result.reason
+    # Fewer online than the kernel counts, with no Off-line line to say which: still offline.
+    short = text.replace("On-line CPU(s) list: 0-95", "On-line CPU(s) list: 0-93")
+    result = judge("cpu", short, "h100-sxm")
+    assert result.status is Status.FAIL and "94 of 96 CPUs online" in result.reason
+
+
 def test_a_downtrained_gpu_fails_and_an_idle_gpus_lower_speed_does_not():
     narrow = judge("pcie", fixture_text("host/lspci_vv_8xh100_gpu_x8_fail.txt"), H100)
     assert narrow.metrics["narrow_links"] == ["3a:00.0"]
