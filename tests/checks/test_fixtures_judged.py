@@ -211,8 +211,12 @@ CASES = [
     ("ib/ibv_devinfo_plain_mlx4_no_rate_error.txt", "ib", None, ERROR),
     # a RoCE host: no packaged profile has its rails (tests/checks/test_site_profiles.py judges it with a site one)
     ("ib/ibstat_roce_400g_ok.txt", "ib", None, PASS),
-    ("ib/ibstat_roce_400g_ok.txt", "ib", H100, ERROR),
+    # under an InfiniBand profile, a host with no InfiniBand port is judged on its RoCE rails
+    ("ib/ibstat_roce_400g_ok.txt", "ib", H100, FAIL),  # one 400 GbE rail (and one at 100), h100-sxm needs 8
     ("ib/ibstat_roce_400g_rail_down_fail.txt", "ib", None, FAIL),
+    ("ib/ibstat_roce_400g_rail_down_fail.txt", "ib", H100, FAIL),
+    ("ib/ibstat_roce_2x100g_connectx6dx_on_ndr_profile_fail.txt", "ib", H100, FAIL),
+    ("ib/ibstat_roce_2x100g_connectx6dx_on_ndr_profile_fail.txt", "ib", None, PASS),
     # firmware inventories
     ("firmware/nvidia_smi_vbios_ok.txt", "firmware", None, PASS),
     ("firmware/flint_query_cx7_ok.txt", "firmware", None, PASS),

@@ -39,7 +39,7 @@ def site(tmp_path) -> Path:
     return directory
 
 
-def test_a_roce_node_is_judged_by_the_site_profile_and_by_no_packaged_one(monkeypatch):
+def test_a_roce_node_is_judged_by_the_site_profile_and_on_its_roce_rails_by_a_packaged_one(monkeypatch):
     monkeypatch.setenv("FLEETCTL_PROFILES_DIR", str(SITE))
     healthy, down = fixture_text("ib/ibstat_roce_400g_ok.txt"), fixture_text("ib/ibstat_roce_400g_rail_down_fail.txt")
     assert judge("ib", healthy, ROCE).status is Status.PASS
@@ -47,8 +47,12 @@ def test_a_roce_node_is_judged_by_the_site_profile_and_by_no_packaged_one(monkey
     assert result.status is Status.FAIL and any(
         "0 Ethernet rails Active/LinkUp at 400" in f.what for f in result.findings
     )
-    for packaged in _packaged_names():  # every shipped profile expects InfiniBand rails: no verdict
-        assert judge("ib", healthy, packaged).status is Status.ERROR
+    for packaged in _packaged_names():
+        # Every shipped profile expects InfiniBand rails: the host's Ethernet ports stand for
+        # them, held to the profile's count and rate (one 400 GbE rail is not 4 or 8).
+        result = judge("ib", healthy, packaged)
+        assert result.status is Status.FAIL
+        assert any("Ethernet (RoCE) rails Active/LinkUp" in f.what for f in result.findings)
 
 
 def test_the_setting_reaches_check_parse_and_check_profiles_lists_the_site_profile():
