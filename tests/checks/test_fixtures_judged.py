@@ -186,6 +186,19 @@ CASES = [
         H100,
         PASS,
     ),  # no baseline in h100-sxm; a site profile's (test_host_checks)
+    # the host tools' other common forms: judged where they show the fault, else refused naming the form needed
+    ("host/df_h_dgx1_root_full_fail.txt", "disk", H100, FAIL),
+    ("host/df_h_azure_hpc_no_fault_error.txt", "disk", H100, ERROR),
+    ("host/lspci_nn_8xa100_no_link_status_error.txt", "pcie", A100, ERROR),
+    ("host/lspci_nn_8xa100_gpu_rev_ff_fail.txt", "pcie", A100, FAIL),
+    ("host/services_status_fabricmanager_failed_fail.txt", "services", H100, FAIL),
+    (
+        "host/services_status_fabricmanager_failed_fail.txt",
+        "services",
+        None,
+        ERROR,
+    ),  # nothing required without a profile
+    ("host/services_status_all_active_error.txt", "services", H100, ERROR),
     ("host/chrony_aws_synced_ok.txt", "clock", H100, PASS),
     ("host/chrony_1557s_slow_fail.txt", "clock", H100, FAIL),
     ("host/chrony_not_synchronised_fail.txt", "clock", H100, FAIL),
