@@ -246,8 +246,7 @@ def _judge_bandwidth(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuP
     """The run's busbw at its largest size against the profile's floor for its collective and
     its span: one node, or several (told by its hosts, or by a rank count past one node's GPUs
     where the output lists no hosts)."""
-    collective = collective_of(run)
-    metrics["collective"] = collective
+    collective = metrics["collective"]
     if collective is None:
         what = "the collective is not named and its rows do not say which: bandwidth floor not applied"
         return [Finding(what, None, "info")], what
@@ -312,7 +311,8 @@ def _judge_multinode(
 def _metrics(run: NcclPerfResult) -> dict[str, Any]:
     largest = max(run.rows, key=lambda r: r.size_bytes) if run.rows else None
     return {
-        "collective": run.collective,
+        # all_reduce, all_gather...: named by the header or read from the rows; None if neither says
+        "collective": collective_of(run) if run.rows or run.collective else None,
         "busbw_gbps": largest.out_of_place["busbw_gbps"] if largest else None,
         "algbw_gbps": largest.out_of_place["algbw_gbps"] if largest else None,
         "in_place_busbw_gbps": largest.in_place["busbw_gbps"] if largest else None,
