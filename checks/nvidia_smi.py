@@ -134,6 +134,8 @@ _TABLE_STATE_ROW = re.compile(
     r"\s*\S+\s*/\s*\S+\s*\|.*\|$"
 )
 _TABLE_BORDER = re.compile(r"^\+-[-+]*\+$")
+_TABLE_INDEX_ROW = re.compile(r"^\|\s*\d+\s{2,}\S")  # "|   3  NVIDIA H100 ...": a GPU's first row
+_TABLE_AFTER_GPUS = re.compile(r"^\|\s*(?:MIG devices|Processes):")
 _ECC_OFF = "Off"  # ECC disabled on the GPU: no counter to read
 
 
@@ -142,9 +144,15 @@ def _parse_table(text: str) -> NvidiaSmiReport:
     cut before its Processes section, is recorded (`complete`) so that a GPU count can be
     told from a cut table: the count is judged only on a complete table."""
     lines = [line.strip() for line in text.splitlines()]
+    # The GPU blocks end where the MIG devices' or the processes' table begins.
+    end = next((at for at, line in enumerate(lines) if _TABLE_AFTER_GPUS.match(line)), len(lines))
+    lines = lines[:end]
     gpus: list[GpuHealth] = []
     open_block: GpuHealth | None = None
     for at, line in enumerate(lines):
+        if _TABLE_INDEX_ROW.match(line) and not _TABLE_NAME_ROW.match(line):
+            # A GPU's first row that cannot be read (ERR! where its bus id would be): never skipped.
+            raise UnjudgeableOutput(f"unreadable GPU row in the table: {line[:80]!r}")
         if m := _TABLE_NAME_ROW.match(line):
             state = _TABLE_STATE_ROW.match(lines[at + 1]) if at + 1 < len(lines) else None
             if state is None:

@@ -89,3 +89,19 @@ def test_a_lost_gpu_line_above_the_table_is_reported_with_the_gpus_it_lists():
     assert result.status is Status.FAIL
     assert result.metrics["gpu_count"] == 7
     assert any(f.where == "0000:DB:00.0" for f in result.findings)
+
+
+def test_a_gpu_row_the_table_garbles_is_an_error_never_a_gpu_less():
+    garbled = with_row(
+        GPU2_ROW, "|   2  ERR!                           ERR!|              ERR!  ERR! |                 ERR! |"
+    )
+    result = judge("nvidia-smi", garbled, None)
+    assert result.status is Status.ERROR and "unreadable GPU row" in result.reason
+
+
+def test_the_processes_table_below_is_not_read_as_gpus():
+    busy = TABLE.replace(
+        "|  No running processes found                                                             |",
+        "|    0   N/A  N/A      4117      C   python                                      80000MiB |",
+    )
+    assert judge("nvidia-smi", busy, "h100-sxm").status is Status.PASS
