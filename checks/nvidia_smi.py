@@ -519,6 +519,10 @@ def judge_nvidia_smi_memory(text: str, profile: GpuProfile | None) -> CheckResul
     if not report.gpus:
         raise UnjudgeableOutput("no GPUs in the output: their memory cannot be judged")
     findings = [f for gpu in report.gpus for f in _judge_memory(gpu, profile)]
+    if report.table and not any(f.severity == "fail" for f in findings):
+        # The table shows the ECC count alone: what the memory is judged on (remapped rows,
+        # pending remaps, spare banks) is not in it, so it can fail the memory, never clear it.
+        raise UnjudgeableOutput("the default table shows no remapped rows: run nvidia-smi --query-gpu ... or -q")
     if all(g.ecc_uncorrected_volatile is None for g in report.gpus):
         findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
     return verdict(findings, _metrics(report), f"memory of {len(report.gpus)} GPUs healthy")

@@ -105,3 +105,9 @@ def test_the_processes_table_below_is_not_read_as_gpus():
         "|    0   N/A  N/A      4117      C   python                                      80000MiB |",
     )
     assert judge("nvidia-smi", busy, "h100-sxm").status is Status.PASS
+
+
+def test_the_memory_judgement_fails_on_the_tables_ecc_but_never_clears_the_memory_on_it():
+    assert judge("nvidia-smi-memory", TABLE, "h100-sxm").status is Status.ERROR
+    uncorrectable = with_row(GPU2_ROW, GPU2_ROW.replace("                    0 |", "                    2 |"))
+    assert judge("nvidia-smi-memory", uncorrectable, "h100-sxm").status is Status.FAIL
