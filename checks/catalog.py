@@ -136,6 +136,26 @@ _SPECS = (
         900.0,
         "DCGM long diagnostic: adds targeted stress, targeted power, memory bandwidth and diagnostic burn",
     ),
+    # DCGM's level 4 (DCGM 3.x/4.x): level 3 plus Pulse Test, SM Stress, Memtest, and the
+    # Extended Utility Diagnostics where the node has NVIDIA's EUD package (DCGM's "eud" plugin;
+    # without it the EUD entry is absent or skipped). Hours long: no shipped suite runs it, a
+    # site's burn-in suite lists it (docs/checks.md).
+    CheckSpec(
+        "dcgm-r4",
+        "dcgm",
+        ("dcgmi", "diag", "-r", "4", "-j"),
+        2700.0,
+        "DCGM extended diagnostic: level 3 plus pulse test, SM stress, memtest and EUD where installed",
+    ),
+    # What DCGM's background watches found since they were set (dcgmi health -s a, set by
+    # nv-hostengine's deployment): the sweep reads it in a second, no load on the GPUs.
+    CheckSpec(
+        "dcgm-health",
+        "dcgm-health",
+        ("dcgmi", "health", "-c"),
+        1.0,
+        "DCGM health watches: memory, PCIe, NVLink, thermal, power and driver incidents since the watches were set",
+    ),
     CheckSpec(
         "nccl-allreduce",
         "nccl",

@@ -212,6 +212,7 @@ def _add_status(result: DcgmDiagResult, test: DcgmTest, cell: str) -> None:
 
 
 _SEVERITY_ORDER = ("pass", "skip", "warn", "fail")  # a test's worst entry is its status
+_EUD = re.compile(r"(?:cpu_)?eud|extended utility diagnostics?", re.IGNORECASE)
 
 
 def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
@@ -246,13 +247,18 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
     for test in diag.tests:
         if _SEVERITY_ORDER.index(test.status) >= _SEVERITY_ORDER.index(status_of.get(test.name, "pass")):
             status_of[test.name] = test.status
-    skipped = [name for name, status in status_of.items() if status == "skip"]
+    # Level 4's Extended Utility Diagnostics run only where NVIDIA's EUD package is installed
+    # (DCGM's eud plugin): skipped without a reason, it is absent, said and not counted.
+    absent_eud = [name for name, status in status_of.items() if status == "skip" and _EUD.fullmatch(name)]
+    skipped = [name for name, status in status_of.items() if status == "skip" and name not in absent_eud]
+    findings += [Finding(f"{name} not run: the EUD package is not on this node", None, "info") for name in absent_eud]
     metrics = {
         "tests": len(status_of),
         "passed": sum(s == "pass" for s in status_of.values()),
         "failed": sum(s == "fail" for s in status_of.values()),
         "warned": sum(s == "warn" for s in status_of.values()),
         "skipped": len(skipped),
+        "eud_not_run": bool(absent_eud),
         "failed_tests": sorted(n for n, s in status_of.items() if s == "fail"),
         "skipped_tests": skipped,
         "gpu_count": diag.gpu_count,
@@ -275,7 +281,11 @@ def judge_dcgm(text: str, profile: GpuProfile | None) -> CheckResult:
         return CheckResult(Status.ERROR, metrics, findings, reason)
     if profile is not None and diag.gpu_count is not None and diag.gpu_count < profile.gpu_count:
         findings.append(Finding(f"dcgmi saw {diag.gpu_count} GPUs, {profile.name} has {profile.gpu_count}"))
-    return verdict(findings, metrics, f"{metrics['passed']} of {metrics['tests']} dcgmi diag tests passed")
+    return verdict(
+        findings,
+        metrics,
+        f"{metrics['passed']} of {metrics['tests']} dcgmi diag tests passed" + ("; EUD not run" if absent_eud else ""),
+    )
 
 
 def _where(gpus: list[int] | None) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from checks._text import UnjudgeableOutput, integer, number, verdict
+from checks.host_forms import is_df_h, is_systemctl_status, judge_df_h, judged_or_refused, parse_systemctl_status
 from checks.profiles import GpuProfile
 from checks.result import CheckResult, Finding
 
@@ -48,6 +49,8 @@ class PcieLink:
     # Config space reads all-ones ("(rev ff)", "!!! Unknown header type 7f"): the device is
     # listed but no longer answers, as a GPU that has fallen off the bus.
     lost: bool = False
+    # The output shows the link (lspci -vv as root); lspci and lspci -v list the device alone.
+    linked: bool = True
 
     @property
     def is_gpu(self) -> bool:
@@ -70,7 +73,9 @@ def parse_lspci(text: str) -> list[PcieLink]:
             links.append(PcieLink(device["address"], device["class"], device["name"], None, 0, None, 0, lost=True))
             return
         if "Cap" not in fields or "Sta" not in fields:
-            raise UnjudgeableOutput(f"{device['address']}: no LnkCap/LnkSta lines: cut short or not lspci -vv")
+            # lspci or lspci -v (no link status at all), or a -vv output cut short: told below.
+            links.append(PcieLink(device["address"], device["class"], device["name"], None, 0, None, 0, linked=False))
+            return
         cap, sta = fields["Cap"], fields["Sta"]
         links.append(
             PcieLink(
@@ -91,6 +96,9 @@ def parse_lspci(text: str) -> list[PcieLink]:
         elif device is not None and (m := _LNK.match(line)):
             fields.setdefault(m["which"], m)  # the Express capability's, before any other
     close()
+    unlinked = [link for link in links if not link.linked and not link.lost]
+    if unlinked and len(unlinked) < len([link for link in links if not link.lost]):
+        raise UnjudgeableOutput(f"{unlinked[0].address}: no LnkCap/LnkSta lines: cut short or not lspci -vv")
     return links
 
 
@@ -133,6 +141,9 @@ def judge_pcie(text: str, profile: GpuProfile | None) -> CheckResult:
         "narrow_links": [link.address for link in links if link.width < link.cap_width],
         "lost": [link.address for link in links if link.lost],
     }
+    if not any(link.linked for link in links if not link.lost):
+        # lspci or lspci -v: the devices, their rev ff and the GPU count, without their links.
+        return judged_or_refused(findings, metrics, "lspci without -vv", "lspci -vv as root (LnkCap/LnkSta)")
     return verdict(findings, metrics, f"{len(links)} NVIDIA/Mellanox links at their full width")
 
 
@@ -283,13 +294,22 @@ def judge_cpu(text: str, profile: GpuProfile | None) -> CheckResult:
         raise UnjudgeableOutput("no CPU(s) / On-line CPU(s) list lines: not lscpu output")
     total, online = integer(fields["CPU(s)"]), cpu_list_count(fields["On-line CPU(s) list"])
     offline = cpu_list_count(fields["Off-line CPU(s) list"]) if fields.get("Off-line CPU(s) list") else 0
-    findings: list[Finding] = []
-    if offline:
-        findings.append(Finding(f"{offline} of {total} CPUs offline ({fields['Off-line CPU(s) list'][:60]})"))
+    findings = _cpus_offline(fields, total, online, offline)
     if profile is not None and online < profile.host_cpu_count:
+        # A site profile's count (packaged profiles require none: HGX hosts of one GPU model
+        # ship with different CPUs, and what the check exists for is CPUs gone offline).
         findings.append(Finding(f"{online} CPUs online, {profile.name} has {profile.host_cpu_count}"))
     metrics = {"cpus": total, "online": online, "offline": offline, "model": fields.get("Model name")}
     return verdict(findings, metrics, f"{online} of {total} CPUs online")
+
+
+def _cpus_offline(fields: dict[str, str], total: int, online: int, offline: int) -> list[Finding]:
+    """None offline: every CPU the kernel counts (CPU(s)) is in the On-line list."""
+    if offline:
+        return [Finding(f"{offline} of {total} CPUs offline ({fields['Off-line CPU(s) list'][:60]})")]
+    if online != total:
+        return [Finding(f"{online} of {total} CPUs online ({fields['On-line CPU(s) list'][:60]})")]
+    return []
 
 
 # ---- filesystems: df -P, df -Pi, /proc/mounts ----------------------------------------------
@@ -374,6 +394,8 @@ def parse_mounts(text: str) -> dict[str, Mount]:
 
 
 def judge_disk(text: str, profile: GpuProfile | None) -> CheckResult:
+    if is_df_h(text):
+        return judge_df_h(text, profile)
     steps = _steps(text, "df", "df -i", "mounts")
     space, inodes, mounts = (
         parse_df(steps["df"], "Capacity"),
@@ -439,7 +461,32 @@ def parse_systemctl_show(text: str) -> dict[str, dict[str, str]]:
 
 
 def judge_services(text: str, profile: GpuProfile | None) -> CheckResult:
+    if is_systemctl_status(text):
+        return _judge_systemctl_status(text, profile)
     units = parse_systemctl_show(text)
+    findings = service_findings(units, profile)
+    required = set(profile.required_services) if profile is not None else set()
+    metrics = {"units": {n: p["ActiveState"] for n, p in units.items()}, "required": sorted(required)}
+    return verdict(
+        findings, metrics, f"{sum(p['ActiveState'] == 'active' for p in units.values())} of {len(units)} units active"
+    )
+
+
+def _judge_systemctl_status(text: str, profile: GpuProfile | None) -> CheckResult:
+    units = parse_systemctl_status(text)
+    if not units:
+        raise UnjudgeableOutput("no unit in the systemctl status output")
+    # A unit the status does not show was not asked about: no evidence either way.
+    findings = [f for f in service_findings(units, profile) if f.what != "required unit not queried"]
+    metrics = {"units": {n: p["ActiveState"] for n, p in units.items()}, "form": "systemctl status"}
+    return judged_or_refused(
+        findings, metrics, "systemctl status", "systemctl show -p Id,LoadState,ActiveState,SubState UNIT..."
+    )
+
+
+def service_findings(units: dict[str, dict[str, str]], profile: GpuProfile | None) -> list[Finding]:
+    """The profile's required units each queried and running; a unit not required that is
+    not running is said, not judged."""
     findings: list[Finding] = []
     required = set(profile.required_services) if profile is not None else set()
     for name in sorted(required - set(units)):
@@ -455,10 +502,7 @@ def judge_services(text: str, profile: GpuProfile | None) -> CheckResult:
                     "fail" if name in required else "info",
                 )
             )
-    metrics = {"units": {n: p["ActiveState"] for n, p in units.items()}, "required": sorted(required)}
-    return verdict(
-        findings, metrics, f"{sum(p['ActiveState'] == 'active' for p in units.values())} of {len(units)} units active"
-    )
+    return findings
 
 
 # ---- versions: the loaded driver, the userspace driver, the kernel -------------------------

@@ -316,6 +316,8 @@ def _rail_layers(ports: list[IbPort], profile: GpuProfile | None) -> list[tuple[
     Ethernet ones on a host that has no InfiniBand at all."""
     ib_ports = [p for p in ports if _layer(p) == INFINIBAND]
     eth_ports = [p for p in ports if _layer(p) == ETHERNET]
+    if profile is not None and (roce := _roce_only_rails(ib_ports, eth_ports, profile)):
+        return [roce]
     if profile is not None:
         return [
             (INFINIBAND, ib_ports, profile.ib_port_count, profile.ib_rate_gbps),
@@ -323,6 +325,18 @@ def _rail_layers(ports: list[IbPort], profile: GpuProfile | None) -> list[tuple[
         ]
     layer, judged = (INFINIBAND, ib_ports) if ib_ports else (ETHERNET, eth_ports)
     return [(layer, judged, len(judged), 0.0)]
+
+
+def _roce_only_rails(
+    ib_ports: list[IbPort], eth_ports: list[IbPort], profile: GpuProfile
+) -> tuple[str, list[IbPort], int, float] | None:
+    """A host with no InfiniBand port at all, judged under a profile whose compute fabric is
+    InfiniBand (no RoCE rails of its own): its Ethernet (RoCE) ports are its rails, held to the
+    profile's rail count and rate. Otherwise no rail of the expected layer would be listed and
+    the check could say nothing, even where the ports are plainly down."""
+    if ib_ports or not eth_ports or profile.roce_port_count or not profile.ib_port_count:
+        return None
+    return (f"{ETHERNET} (RoCE)", eth_ports, profile.ib_port_count, profile.ib_rate_gbps)
 
 
 def _layer(port: IbPort) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
-from checks.profiles import GpuProfile
+from checks.profiles import GpuProfile, NcclCollective
 from checks.result import CheckResult, Finding, Status
 
 # Bus bandwidth only approaches the link limit at large messages; below this the absolute
@@ -30,6 +30,26 @@ _FOOTER = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth)\b")
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(?P<name>\S+)")
 _DIED = re.compile(r"Test (?:NCCL|CUDA) failure|Test failure common")
 _NOISE = re.compile(r"\bNCCL (?:INFO|WARN)\b|^NCCL version")
+# NCCL_DEBUG=INFO's communicator line, the rank count of a run whose device list is not there:
+# "NCCL INFO comm 0x7f57... rank 15 nranks 32 cudaDev 7 nvmlDev 7 - Init COMPLETE".
+_NRANKS = re.compile(r"\bNCCL INFO (?:\w+ )?comm \S+ rank \d+ nranks (?P<nranks>\d+)\b")
+# Bytes per element of each data type nccl-tests prints, to read a row's rank multiple.
+_TYPE_BYTES = {
+    "int8": 1,
+    "uint8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "half": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int": 4,
+    "uint": 4,
+    "float": 4,
+    "int64": 8,
+    "uint64": 8,
+    "double": 8,
+}
 _DTYPES = frozenset(
     [
         "int8",
@@ -55,6 +75,7 @@ class NcclRow:
     size_bytes: int
     count: int
     dtype: str
+    redop: str | None  # "sum", "none" (a collective that reduces nothing)...; None in a layout without it
     out_of_place: dict[str, float | None]  # time_us, algbw_gbps, busbw_gbps, wrong
     in_place: dict[str, float | None]
 
@@ -65,7 +86,8 @@ class NcclPerfResult:
     columns: list[str] = field(default_factory=list)
     rows: list[NcclRow] = field(default_factory=list)
     hosts: set[str] = field(default_factory=set)
-    ranks: int = 0
+    ranks: int = 0  # "# Rank" lines: one per rank, each naming its host
+    nranks: int = 0  # the communicator's size NCCL_DEBUG=INFO states, where the output has it
     out_of_bounds: int | None = None
     out_of_bounds_failed: bool | None = None
     avg_busbw_gbps: float | None = None
@@ -105,6 +127,8 @@ def parse_nccl(text: str) -> NcclPerfResult:
             continue
         if _DIED.search(line):
             result.died.append(stripped)
+        elif m := _NRANKS.search(stripped):
+            result.nranks = max(result.nranks, int(m["nranks"]))
         elif _NOISE.search(stripped) or not stripped:
             continue
         elif stripped.startswith("#") and not (result.columns and _looks_like_row(stripped[1:], 0)):
@@ -156,7 +180,8 @@ def _read_row(line: str, columns: list[str]) -> NcclRow:
         halves[half][key] = number(cell, allow_missing=key == "wrong")
     if half != 1:
         raise UnjudgeableOutput("nccl-tests header lacks the in-place columns")
-    return NcclRow(integer(tokens[0]), integer(tokens[1]), tokens[2], halves[0], halves[1])
+    redop = tokens[columns.index("redop")] if "redop" in columns else None
+    return NcclRow(integer(tokens[0]), integer(tokens[1]), tokens[2], redop, halves[0], halves[1])
 
 
 def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
@@ -183,22 +208,81 @@ def judge_nccl(text: str, profile: GpuProfile | None) -> CheckResult:
     largest = run.rows[-1]
     reason = f"busbw {metrics['busbw_gbps']:g} GB/s at {largest.size_bytes} B, no wrong values"
     if profile is not None:
-        if run.collective not in (None, "all_reduce_perf"):
-            reason += f"; the {profile.name} floor is for all_reduce_perf, not {run.collective}"
-        elif largest.size_bytes < MIN_SIZE_FOR_BANDWIDTH_BYTES:
+        if largest.size_bytes < MIN_SIZE_FOR_BANDWIDTH_BYTES:
             reason += "; largest size under 1 GiB, bandwidth floor not applied"
-        elif len(run.hosts) > 1:
-            findings += _judge_multinode(run, metrics, profile)
-            reason += f"; {len(run.hosts)}-node run, held to the multi-node floor of {profile.name}"
-        elif finding := profile.nccl_allreduce_busbw_gbps.judge(
-            metrics["busbw_gbps"], "out-of-place busbw at the largest size", "GB/s"
-        ):
-            findings.append(finding)
+        else:
+            found, note = _judge_bandwidth(run, metrics, profile)
+            findings += found
+            reason += f"; {note}"
     return verdict(findings, metrics, reason)
 
 
-def _judge_multinode(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuProfile) -> list[Finding]:
-    """A run over several hosts against the profile's multi-node floor (measured on 2 nodes).
+def collective_of(run: NcclPerfResult) -> str | None:
+    """Which collective ran: named by the header (nccl-tests 2.18+), else read from the largest
+    row (nccl-tests' getCollByteCount and getBw per collective). A row's size over its count's
+    bytes is 1, or the rank count where the count is per rank (all_gather, reduce_scatter,
+    alltoall); busbw over algbw is 2(n-1)/n for all_reduce, (n-1)/n for those three, 1 for
+    sendrecv, broadcast and reduce. all_gather and alltoall print alike, as do the last three
+    (and all_reduce on 2 ranks): None, never a guess."""
+    if run.collective:
+        return run.collective.removesuffix("_perf")
+    row = run.rows[-1]
+    width = _TYPE_BYTES.get(row.dtype)
+    algbw, busbw = row.out_of_place["algbw_gbps"], row.out_of_place["busbw_gbps"]
+    if not width or not row.count or not algbw or not busbw or algbw < 1:  # too few digits to read a ratio
+        return None
+    multiple, factor = round(row.size_bytes / (row.count * width)), busbw / algbw
+    if multiple > 1:
+        fits = _near(factor, (multiple - 1) / multiple)
+        return "reduce_scatter" if fits and row.redop not in (None, "none") else None
+    return "all_reduce" if factor > 1.05 else None  # of these only all_reduce's 2(n-1)/n exceeds 1 (n > 2)
+
+
+def _near(value: float, expected: float) -> bool:
+    return abs(value - expected) <= 0.03 * expected + 0.005  # busbw and algbw print with 2 decimals
+
+
+def _judge_bandwidth(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuProfile) -> tuple[list[Finding], str]:
+    """The run's busbw at its largest size against the profile's floor for its collective and
+    its span: one node, or several (told by its hosts, or by a rank count past one node's GPUs
+    where the output lists no hosts)."""
+    collective = metrics["collective"]
+    if collective is None:
+        what = "the collective is not named and its rows do not say which: bandwidth floor not applied"
+        return [Finding(what, None, "info")], what
+    ranks = max(run.ranks, run.nranks)
+    if not ranks:
+        raise UnjudgeableOutput(
+            "the output lists no ranks (no '# Rank' lines, no NCCL nranks): one node cannot be told from "
+            "several, so no bandwidth floor applies"
+        )
+    nodes = len(run.hosts) if len(run.hosts) > 1 else -(-ranks // profile.gpu_count)
+    metrics["nodes"] = nodes
+    if nodes > 1:
+        if collective != "all_reduce":
+            what = f"{nodes}-node {collective}: the multi-node floor of {profile.name} is all-reduce's, not applied"
+            return [Finding(what, None, "info")], what
+        return _judge_multinode(run, ranks, nodes, metrics, profile), (
+            f"{nodes}-node run, held to the multi-node floor of {profile.name}"
+        )
+    floor = (
+        profile.nccl_allreduce_busbw_gbps
+        if collective == "all_reduce"
+        else profile.nccl_collective_busbw_gbps.get(NcclCollective(collective))
+        if collective in {c.value for c in NcclCollective}
+        else None
+    )
+    if floor is None:
+        what = f"{profile.name} has no {collective} floor: bandwidth not judged"
+        return [Finding(what, None, "info")], what
+    finding = floor.judge(metrics["busbw_gbps"], f"{collective} out-of-place busbw at the largest size", "GB/s")
+    return ([finding] if finding else []), f"{collective} floor of {profile.name}: {floor.fail:g} GB/s"
+
+
+def _judge_multinode(
+    run: NcclPerfResult, ranks: int, nodes: int, metrics: dict[str, Any], profile: GpuProfile
+) -> list[Finding]:
+    """An all-reduce over several nodes against the profile's multi-node floor (measured on 2).
 
     How the floor scales with the node count: nccl-tests' doc/PERFORMANCE.md defines all-reduce
     busbw = algbw * 2(n-1)/n over n ranks, the correction that makes busbw "independent of the
@@ -207,12 +291,11 @@ def _judge_multinode(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuP
     algbw that floor means, busbw * n / (2(n-1)), reported beside it.
 
     The floor is for every GPU of each node (one rank per GPU, so every rail carries traffic):
-    a run with another number of ranks per host cannot be held to it."""
-    hosts = len(run.hosts)
-    if run.ranks != hosts * profile.gpu_count:
+    a run with another number of ranks per node cannot be held to it."""
+    if ranks != nodes * profile.gpu_count:
         return [
             Finding(
-                f"{run.ranks} ranks on {hosts} hosts, not {profile.gpu_count} per host: the multi-node "
+                f"{ranks} ranks on {nodes} nodes, not {profile.gpu_count} per node: the multi-node "
                 f"floor of {profile.name} is for all of each node's GPUs, not applied",
                 None,
                 "info",
@@ -220,15 +303,16 @@ def _judge_multinode(run: NcclPerfResult, metrics: dict[str, Any], profile: GpuP
         ]
     floor = profile.nccl_multinode_busbw_gbps
     metrics["multinode_floor_busbw_gbps"] = floor.fail
-    metrics["multinode_floor_algbw_gbps"] = round(floor.fail * run.ranks / (2 * (run.ranks - 1)), 2)
-    finding = floor.judge(metrics["busbw_gbps"], f"{hosts}-node out-of-place busbw at the largest size", "GB/s")
+    metrics["multinode_floor_algbw_gbps"] = round(floor.fail * ranks / (2 * (ranks - 1)), 2)
+    finding = floor.judge(metrics["busbw_gbps"], f"{nodes}-node out-of-place busbw at the largest size", "GB/s")
     return [finding] if finding else []
 
 
 def _metrics(run: NcclPerfResult) -> dict[str, Any]:
     largest = max(run.rows, key=lambda r: r.size_bytes) if run.rows else None
     return {
-        "collective": run.collective,
+        # all_reduce, all_gather...: named by the header or read from the rows; None if neither says
+        "collective": collective_of(run) if run.rows or run.collective else None,
         "busbw_gbps": largest.out_of_place["busbw_gbps"] if largest else None,
         "algbw_gbps": largest.out_of_place["algbw_gbps"] if largest else None,
         "in_place_busbw_gbps": largest.in_place["busbw_gbps"] if largest else None,

@@ -85,6 +85,8 @@ class NvidiaSmiReport:
     attached_gpus: int | None = None  # what -q says it is about to print
     lost_gpus: list[tuple[str, str]] = field(default_factory=list)  # (PCI address, error)
     detailed: bool = False  # nvidia-smi -q (which reports the fabric state), not the CSV query
+    table: bool = False  # the default table: no remapped rows, clock event reasons or PCIe link
+    table_complete: bool = False  # the table reached its Processes section: not cut between GPUs
 
 
 _LOST = re.compile(r"Unable to determine the device handle for (?:GPU\s*)?(?P<pci>[0-9A-Fa-f:.]+):\s*(?P<error>.+)")
@@ -99,18 +101,100 @@ def parse_nvidia_smi(text: str) -> NvidiaSmiReport:
         report = _parse_q(text)
     elif (header_at := _csv_header_line(text)) is not None:
         report = _parse_csv(text.splitlines()[header_at:])
+    elif _TABLE_BANNER.search(text):
+        report = _parse_table(text)
     elif "No devices were found" in text or lost:
         report = NvidiaSmiReport([])
-    elif _is_default_table(text):
-        raise UnjudgeableOutput("this is nvidia-smi's default table; run it with --query-gpu ... --format=csv or -q")
     else:
-        raise UnjudgeableOutput("not nvidia-smi --query-gpu CSV or nvidia-smi -q output")
+        raise UnjudgeableOutput("not nvidia-smi's table, --query-gpu CSV or -q output")
     report.lost_gpus = lost
     return report
 
 
-def _is_default_table(text: str) -> bool:
-    return "NVIDIA-SMI" in text and "Driver Version" in text and "==============NVSMI LOG" not in text
+# ---- the default table ------------------------------------------------------------------
+#
+# `nvidia-smi` with no arguments, the form operators paste most. Each GPU is a block of two
+# rows (three with the MIG M. column, 450+ drivers) closed by a border:
+#
+#   |   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |
+#   | N/A   30C    P0            100W /  700W |       1MiB /  81559MiB |      0%      Default |
+#
+# It shows the GPUs NVML can see, their temperature and power, ERR! for a field NVML cannot
+# read and the volatile uncorrectable ECC count; not the remapped rows, the clock event
+# reasons or the PCIe link, which the -q and CSV forms carry.
+
+_TABLE_BANNER = re.compile(r"^\|\s*NVIDIA-SMI \S+\s+Driver Version:\s*(?P<driver>\S+)", re.M)
+_TABLE_NAME_ROW = re.compile(
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off|ERR!)\s*\|"
+    r"\s*(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<display>\S+)\s*\|"
+    r"\s*(?P<ecc>\S+)\s*\|$"
+)
+_TABLE_STATE_ROW = re.compile(
+    r"^\|\s*(?P<fan>\S+)\s+(?P<temp>\S+)\s+(?P<perf>\S+)\s+(?P<draw>\S+)\s*/\s*(?P<cap>\S+)\s*\|"
+    r"\s*\S+\s*/\s*\S+\s*\|.*\|$"
+)
+_TABLE_BORDER = re.compile(r"^\+-[-+]*\+$")
+_TABLE_INDEX_ROW = re.compile(r"^\|\s*\d+\s{2,}\S")  # "|   3  NVIDIA H100 ...": a GPU's first row
+_TABLE_AFTER_GPUS = re.compile(r"^\|\s*(?:MIG devices|Processes):")
+_ECC_OFF = "Off"  # ECC disabled on the GPU: no counter to read
+
+
+def _parse_table(text: str) -> NvidiaSmiReport:
+    """The GPUs of nvidia-smi's default table. A GPU block cut before its border, or a table
+    cut before its Processes section, is recorded (`complete`) so that a GPU count can be
+    told from a cut table: the count is judged only on a complete table."""
+    lines = [line.strip() for line in text.splitlines()]
+    # The GPU blocks end where the MIG devices' or the processes' table begins.
+    end = next((at for at, line in enumerate(lines) if _TABLE_AFTER_GPUS.match(line)), len(lines))
+    lines = lines[:end]
+    gpus: list[GpuHealth] = []
+    open_block: GpuHealth | None = None
+    for at, line in enumerate(lines):
+        if _TABLE_INDEX_ROW.match(line) and not _TABLE_NAME_ROW.match(line):
+            # A GPU's first row that cannot be read (ERR! where its bus id would be): never skipped.
+            raise UnjudgeableOutput(f"unreadable GPU row in the table: {line[:80]!r}")
+        if m := _TABLE_NAME_ROW.match(line):
+            state = _TABLE_STATE_ROW.match(lines[at + 1]) if at + 1 < len(lines) else None
+            if state is None:
+                raise UnjudgeableOutput(f"GPU {m['index']}'s table row has no state row under it: cut short")
+            open_block = _gpu_from_table(m, state)
+            gpus.append(open_block)
+        elif open_block is not None and _TABLE_BORDER.match(line):
+            open_block = None
+    if open_block is not None:
+        raise UnjudgeableOutput(f"the table ends inside GPU {open_block.index}'s block: cut short")
+    banner = _TABLE_BANNER.search(text)
+    return NvidiaSmiReport(
+        gpus,
+        driver_version=banner["driver"] if banner else None,
+        table=True,
+        table_complete=bool(re.search(r"^\|\s*Processes:", text, re.M)),
+    )
+
+
+def _gpu_from_table(name_row: re.Match[str], state_row: re.Match[str]) -> GpuHealth:
+    gpu = GpuHealth(index=int(name_row["index"]), bus_id=name_row["bus"])
+    # A name the table cut to its column ends in "..."; it is kept as printed.
+    gpu.name = name_row["name"].strip()
+    cells = {
+        "persistence_mode": name_row["persistence"],
+        "fan.speed": state_row["fan"],
+        "temperature.gpu": state_row["temp"],
+        "pstate": state_row["perf"],
+        "power.draw": state_row["draw"],
+        "power.limit": state_row["cap"],
+        "ecc.errors.uncorrected.volatile.total": name_row["ecc"],
+    }
+    read = _Reader(gpu, cells)
+    read.text("persistence_mode")
+    read.text("pstate")
+    read.num("fan.speed")
+    gpu.temperature_c = read.num("temperature.gpu")
+    gpu.power_draw_w = read.num("power.draw")
+    gpu.power_limit_w = read.num("power.limit")
+    if cells["ecc.errors.uncorrected.volatile.total"] != _ECC_OFF:
+        gpu.ecc_uncorrected_volatile = read.int("ecc.errors.uncorrected.volatile.total")
+    return gpu
 
 
 # ---- CSV --------------------------------------------------------------------------------
@@ -198,6 +282,10 @@ class _Reader:
             self.gpu.read_errors.append(f"{key}: {value}")
             return None
         return value
+
+    def text(self, key: str) -> str | None:
+        """A cell read only for a read error in it (the table's ERR! in any column)."""
+        return self._cell(key)
 
     def num(self, key: str) -> float | None:
         value = self._cell(key)
@@ -358,28 +446,30 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
     if _DRIVER_MISMATCH in text:
         # NVML refused the loaded driver: no GPU can be read, and that is the fault itself.
         return verdict([table["nvidia_smi_driver_mismatch"].finding("", None)], {}, "")
-    if _is_default_table(text) and (rows := [line.strip() for line in text.splitlines() if "ERR!" in line]):
-        # The default table cannot be judged, but an ERR! in it is a GPU nvidia-smi could not read.
-        return verdict([table["nvidia_smi_read_error"].finding(f"table row {row!r}", None) for row in rows], {}, "")
     report = parse_nvidia_smi(text)
     gpus = report.gpus
     findings = [table["nvidia_smi_device_handle"].finding(error, pci) for pci, error in report.lost_gpus]
     if report.attached_gpus is not None and report.attached_gpus > len(gpus):
         raise UnjudgeableOutput(f"nvidia-smi -q announced {report.attached_gpus} GPUs but printed {len(gpus)}")
+    # A table cut between two GPU blocks looks like a node short of GPUs: its count is no evidence.
+    countable = not report.table or report.table_complete
     if profile is not None:
-        if len(gpus) < profile.gpu_count:
-            findings.append(
-                table["nvidia_smi_gpu_missing"].finding(
-                    f"{len(gpus)} GPUs visible, {profile.name} has {profile.gpu_count}", None
-                )
-            )
-        for gpu in gpus:
-            if gpu.name and not profile.matches_gpu_name(gpu.name):
-                findings.append(Finding(f"model {gpu.name!r} is not a {profile.name} GPU", f"GPU {gpu.index}"))
+        findings += _judge_inventory(report, profile, countable)
     elif not gpus and not report.lost_gpus:
         findings.append(Finding("no GPUs visible to nvidia-smi"))
     for gpu in gpus:
         findings += _judge_gpu(gpu, profile, report.detailed)
+    if report.table and gpus:
+        findings.append(
+            Finding(
+                "the default table shows no remapped rows, clock event reasons or PCIe links: not checked", None, "info"
+            )
+        )
+    if profile is not None and not countable and not any(f.severity == "fail" for f in findings):
+        raise UnjudgeableOutput(
+            f"the table lists {len(gpus)} GPUs and ends before its Processes section: cut short, "
+            "the GPUs cannot be counted"
+        )
     if gpus and all(g.ecc_uncorrected_volatile is None for g in gpus):
         # The ECC rule needs the counter; an output without it has not shown there are none.
         findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
@@ -390,7 +480,31 @@ def judge_nvidia_smi(text: str, profile: GpuProfile | None) -> CheckResult:
         metrics,
         f"{len(gpus)} GPUs healthy"
         + (f" ({names[0]})" if len(names) == 1 else "")
-        + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else ""),
+        + ("; ECC not reported, not checked" if metrics["ecc_uncorrected_volatile"] is None and gpus else "")
+        + ("; default table: remapped rows, throttling and PCIe links not shown" if report.table and gpus else ""),
+    )
+
+
+def _judge_inventory(report: NvidiaSmiReport, profile: GpuProfile, countable: bool) -> list[Finding]:
+    """The GPU count (where the output is whole) and model against the profile. A model name
+    the table cut ("NVIDIA A100-SXM...") is held to what it shows: a profile's name pattern
+    must begin with it."""
+    findings: list[Finding] = []
+    if countable and len(report.gpus) < profile.gpu_count:
+        detail = f"{len(report.gpus)} GPUs visible, {profile.name} has {profile.gpu_count}"
+        findings.append(signatures()["nvidia_smi_gpu_missing"].finding(detail, None))
+    for gpu in report.gpus:
+        if gpu.name and not _name_fits(gpu.name, profile):
+            findings.append(Finding(f"model {gpu.name!r} is not a {profile.name} GPU", f"GPU {gpu.index}"))
+    return findings
+
+
+def _name_fits(name: str, profile: GpuProfile) -> bool:
+    if not name.endswith("..."):
+        return profile.matches_gpu_name(name)
+    shown = name[:-3].strip().lower().removeprefix("nvidia ")
+    return any(
+        pattern.lower().startswith(shown) or shown.startswith(pattern.lower()) for pattern in profile.gpu_name_patterns
     )
 
 
@@ -405,6 +519,10 @@ def judge_nvidia_smi_memory(text: str, profile: GpuProfile | None) -> CheckResul
     if not report.gpus:
         raise UnjudgeableOutput("no GPUs in the output: their memory cannot be judged")
     findings = [f for gpu in report.gpus for f in _judge_memory(gpu, profile)]
+    if report.table and not any(f.severity == "fail" for f in findings):
+        # The table shows the ECC count alone: what the memory is judged on (remapped rows,
+        # pending remaps, spare banks) is not in it, so it can fail the memory, never clear it.
+        raise UnjudgeableOutput("the default table shows no remapped rows: run nvidia-smi --query-gpu ... or -q")
     if all(g.ecc_uncorrected_volatile is None for g in report.gpus):
         findings.append(Finding("uncorrectable ECC errors not in the output: not checked", None, "info"))
     return verdict(findings, _metrics(report), f"memory of {len(report.gpus)} GPUs healthy")

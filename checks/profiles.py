@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from dataclasses import field as dataclass_field
+from enum import Enum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -60,6 +63,16 @@ class Ceiling:
         return Finding(f"{what} {value:g} {unit} is above {limit:g} {unit}", where, severity)
 
 
+class NcclCollective(str, Enum):
+    """The nccl-tests collectives a profile may hold a single-node busbw floor for, beside
+    all-reduce's own (nccl_allreduce_busbw_gbps)."""
+
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALLTOALL = "alltoall"
+    SENDRECV = "sendrecv"
+
+
 @dataclass(frozen=True)
 class GpuProfile:
     name: str
@@ -107,6 +120,11 @@ class GpuProfile:
     # GPUs in one multi-node NVLink domain (a GB200 NVL72 rack: 72), whose fabric state
     # (nvidia-smi -q's Fabric section) is judged; 0: the node's NVLink is its own (HGX).
     nvlink_domain_gpus: int
+    # Optional. Single-node out-of-place busbw floors of the other collectives, at the largest
+    # size (>= 1 GiB); a collective without one is run and checked for wrong values, its
+    # bandwidth not judged. No packaged profile has a public figure to set them from: a site
+    # profile holds the floors it measured.
+    nccl_collective_busbw_gbps: Mapping[NcclCollective, Floor] = dataclass_field(default_factory=dict)
 
     def matches_gpu_name(self, product_name: str) -> bool:
         return any(p.lower() in product_name.lower() for p in self.gpu_name_patterns)
@@ -132,7 +150,7 @@ _BOUNDS: dict[str, tuple[float, float, str]] = {
     "roce_port_count": (0, 32, "ports"),
     "roce_rate_gbps": (0, 1600, "Gb/s"),
     "host_memory_gib": (0, 65536, "GiB"),
-    "host_cpu_count": (1, 4096, "CPUs"),
+    "host_cpu_count": (0, 4096, "CPUs"),  # 0: no count required, only none offline
     "filesystem_use_percent": (0, 100, "%"),
     "inode_use_percent": (0, 100, "%"),
     "clock_offset_ms": (0, 600_000, "ms"),
@@ -150,6 +168,7 @@ _LISTS: dict[str, re.Pattern[str]] = {
 }
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _FIELD_TYPES = {f.name: f.type for f in fields(GpuProfile)}
+_OPTIONAL = ("nccl_collective_busbw_gbps",)
 
 
 def _number(value: Any, field: str, integral: bool) -> float:
@@ -176,6 +195,23 @@ def _threshold(value: Any, field: str) -> Floor | Ceiling:
     return kind(warn, fail)
 
 
+def _collective_floors(raw: Any) -> dict[NcclCollective, Floor]:
+    field_name = "nccl_collective_busbw_gbps"
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{field_name}: expected a mapping of collective to {{warn: N, fail: N}}")
+    known = [c.value for c in NcclCollective]
+    if unknown := sorted(str(k) for k in raw if k not in known):
+        raise ProfileError(f"{field_name}: unknown collective {unknown[0][:40]!r} (known: {', '.join(known)})")
+    floors: dict[NcclCollective, Floor] = {}
+    for collective, value in raw.items():
+        try:
+            floor = _threshold(value, "nccl_allreduce_busbw_gbps")  # the same kind and bounds as all-reduce's
+        except ProfileError as exc:
+            raise ProfileError(f"{field_name}.{collective}: {str(exc).partition(': ')[2]}") from None
+        floors[NcclCollective(collective)] = Floor(floor.warn, floor.fail)
+    return floors
+
+
 def parse_profile(raw: Any, name: str) -> GpuProfile:
     """One profile document, validated: exactly the schema's fields, every number in bounds,
     named as its file. ProfileError says what is wrong in one line."""
@@ -183,7 +219,7 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
         raise ProfileError("expected a mapping of the profile's fields")
     if unknown := sorted(str(k) for k in raw if k not in _FIELD_TYPES):
         raise ProfileError(f"unknown field {unknown[0][:40]!r}")
-    if missing := [f for f in _FIELD_TYPES if f not in raw]:
+    if missing := [f for f in _FIELD_TYPES if f not in raw and f not in _OPTIONAL]:
         raise ProfileError(f"missing field {missing[0]!r}")
     if raw["name"] != name:
         raise ProfileError(f"the file {name}.yaml names itself {str(raw['name'])[:40]!r}")
@@ -196,7 +232,12 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
         or not all(isinstance(p, str) and 0 < len(p.strip()) <= 64 for p in patterns)
     ):
         raise ProfileError("gpu_name_patterns: expected 1 to 16 non-empty names of 64 characters at most")
-    values: dict[str, Any] = {"name": name, "description": raw["description"], "gpu_name_patterns": tuple(patterns)}
+    values: dict[str, Any] = {
+        "name": name,
+        "description": raw["description"],
+        "gpu_name_patterns": tuple(patterns),
+        "nccl_collective_busbw_gbps": _collective_floors(raw.get("nccl_collective_busbw_gbps", {})),
+    }
     for field, pattern in _LISTS.items():
         entries = raw[field]
         if (

@@ -316,7 +316,7 @@ def _healthy_host(profile: SimProfile) -> HostState:
     tib = 2**30  # kB
     return HostState(
         memory_kb=memory_kb,
-        cpus=expected.host_cpu_count,
+        cpus=profile.host_cpus,
         filesystems=[
             Filesystem("/dev/md0", "ext4", "/", int(1.72 * tib), int(0.19 * tib), 117_178_368, 512_831),
             Filesystem(

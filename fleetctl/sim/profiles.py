@@ -42,6 +42,7 @@ class SimProfile:
     gpu_count: int
     architecture: str
     cpu_architecture: str  # uname -m of the host CPUs: x86_64, or aarch64 (Grace)
+    host_cpus: int  # CPUs the host's lscpu lists, every one online
     pci_device_id: int  # nvidia-smi prints it as 0x<device><vendor>: 0x233010DE
     pci_subsystem_id: int
     memory_mib: int

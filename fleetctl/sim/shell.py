@@ -14,7 +14,7 @@ from typing import overload
 
 from fleetctl.sim.faults import CURED_BY
 from fleetctl.sim.node import HcaState, NodeState, ToolOutput
-from fleetctl.sim.render.dcgm import render_dcgmi_diag
+from fleetctl.sim.render.dcgm import render_dcgmi_diag, render_dcgmi_health
 from fleetctl.sim.render.firmware import (
     render_flint_query,
     render_mlxfwmanager,
@@ -132,9 +132,11 @@ _DCGM_SECONDS = {1: 15.0, 2: 120.0, 3: 900.0, 4: 2700.0}
 
 def _dcgmi(call: _Call) -> ToolRun:
     flags, positional = _options(call.args, {"-r", "--run", "-g", "--group", "-p", "--parameters", "-i"})
+    if positional[:1] == ["health"] and ("-c" in flags or "--check" in flags):
+        return ToolRun(render_dcgmi_health(call.node), 0.5)
     level = _DCGM_LEVELS.get(_flag(flags, "-r", "--run") or "")
     if positional[:1] != ["diag"] or level is None:
-        raise _UsageError("simulated dcgmi answers `diag -r 1|2|3|4 [-j]`")
+        raise _UsageError("simulated dcgmi answers `diag -r 1|2|3|4 [-j]` and `health -c`")
     as_json = "-j" in flags or "--json" in flags
     return ToolRun(render_dcgmi_diag(call.node, level, as_json), _DCGM_SECONDS[level])
 

@@ -61,6 +61,43 @@ def test_driver_and_kernel_are_held_to_the_fleet_baseline_of_the_profile(site):
     assert "no fleet baseline" in judge("versions", fixture_text("host/versions_550_ok.txt"), H100).reason
 
 
+def test_the_cpu_count_is_a_site_override_and_none_offline_the_rule(site):
+    text = fixture_text("host/lscpu_epyc8434p_96_online_ok.txt")
+    assert judge("cpu", text, "h100-sxm").status is Status.PASS  # the packaged profile counts none
+    result = judge("cpu", text, site)  # the site's profile requires its 224
+    assert result.status is Status.FAIL and "96 CPUs online, h100-roce-1x400 has 224" in result.reason
+    # Fewer online than the kernel counts, with no Off-line line to say which: still offline.
+    short = text.replace("On-line CPU(s) list: 0-95", "On-line CPU(s) list: 0-93")
+    result = judge("cpu", short, "h100-sxm")
+    assert result.status is Status.FAIL and "94 of 96 CPUs online" in result.reason
+
+
+def test_the_other_forms_name_the_form_the_check_needs_and_never_pass():
+    lspci = fixture_text("host/lspci_nn_8xa100_no_link_status_error.txt")
+    assert "lspci -vv" in judge("pcie", lspci, "a100-sxm-80gb").reason
+    # lspci (no -vv) still counts the GPUs on the bus: a board short of one fails.
+    seven = "\n".join(line for line in lspci.splitlines() if not line.startswith("000e:00:00.0")) + "\n"
+    result = judge("pcie", seven, "a100-sxm-80gb")
+    assert result.status is Status.FAIL and "7 GPUs on the PCI bus" in result.reason
+    df_h = fixture_text("host/df_h_azure_hpc_no_fault_error.txt")
+    assert "df -P, df -Pi" in judge("disk", df_h, "h100-sxm").reason
+    # A warning is a fault it shows too: / at 88% (warn 85, fail 95).
+    assert judge("disk", df_h.replace("66% /", "88% /"), "h100-sxm").status is Status.WARN
+    # Snap images (loop devices) are full by design: never judged.
+    loop = df_h + "/dev/loop0                92M   92M     0 100% /snap/core/8689\n"
+    assert judge("disk", loop, "h100-sxm").status is Status.ERROR
+
+
+def test_a_unit_the_status_does_not_show_is_not_a_fault():
+    text = fixture_text("host/services_status_fabricmanager_failed_fail.txt")
+    only_persistenced = text[: text.index("\u00d7 nvidia-fabricmanager")]
+    # nvidia-fabricmanager is required on h100-sxm but was not asked about: no evidence, refused.
+    assert judge("services", only_persistenced, "h100-sxm").status is Status.ERROR
+    missing = "Unit nvidia-fabricmanager.service could not be found.\n"
+    result = judge("services", only_persistenced + missing, "h100-sxm")
+    assert result.status is Status.FAIL and "not-found" in result.reason
+
+
 def test_a_downtrained_gpu_fails_and_an_idle_gpus_lower_speed_does_not():
     narrow = judge("pcie", fixture_text("host/lspci_vv_8xh100_gpu_x8_fail.txt"), H100)
     assert narrow.metrics["narrow_links"] == ["3a:00.0"]

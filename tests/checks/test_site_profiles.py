@@ -16,6 +16,7 @@ from checks.profiles import (
     _BOUNDS,
     _FIELD_TYPES,
     _LISTS,
+    _OPTIONAL,
     ProfileError,
     _packaged_names,
     load_profile,
@@ -38,7 +39,7 @@ def site(tmp_path) -> Path:
     return directory
 
 
-def test_a_roce_node_is_judged_by_the_site_profile_and_by_no_packaged_one(monkeypatch):
+def test_a_roce_node_is_judged_by_the_site_profile_and_on_its_roce_rails_by_a_packaged_one(monkeypatch):
     monkeypatch.setenv("FLEETCTL_PROFILES_DIR", str(SITE))
     healthy, down = fixture_text("ib/ibstat_roce_400g_ok.txt"), fixture_text("ib/ibstat_roce_400g_rail_down_fail.txt")
     assert judge("ib", healthy, ROCE).status is Status.PASS
@@ -46,8 +47,12 @@ def test_a_roce_node_is_judged_by_the_site_profile_and_by_no_packaged_one(monkey
     assert result.status is Status.FAIL and any(
         "0 Ethernet rails Active/LinkUp at 400" in f.what for f in result.findings
     )
-    for packaged in _packaged_names():  # every shipped profile expects InfiniBand rails: no verdict
-        assert judge("ib", healthy, packaged).status is Status.ERROR
+    for packaged in _packaged_names():
+        # Every shipped profile expects InfiniBand rails: the host's Ethernet ports stand for
+        # them, held to the profile's count and rate (one 400 GbE rail is not 4 or 8).
+        result = judge("ib", healthy, packaged)
+        assert result.status is Status.FAIL
+        assert any("Ethernet (RoCE) rails Active/LinkUp" in f.what for f in result.findings)
 
 
 def test_the_setting_reaches_check_parse_and_check_profiles_lists_the_site_profile():
@@ -139,7 +144,7 @@ def test_a_missing_site_directory_is_an_error_not_the_packaged_profiles_alone(tm
 
 
 def test_the_packaged_profiles_pass_the_same_validation_and_every_number_is_bounded():
-    numbers = {f for f in _FIELD_TYPES if f not in ("name", "description", "gpu_name_patterns", *_LISTS)}
+    numbers = {f for f in _FIELD_TYPES if f not in ("name", "description", "gpu_name_patterns", *_LISTS, *_OPTIONAL)}
     assert set(_BOUNDS) == numbers
     for name in _packaged_names():
         assert load_profile(name).name == name and profile_source(name) == "packaged"

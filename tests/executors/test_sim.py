@@ -25,11 +25,13 @@ NOW = 1_750_000_000.0
 NODE = "gpu-007"
 
 PASS, WARN, FAIL, ERROR = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR
-_DCGM_ALL = {"dcgm-r1": {FAIL}, "dcgm-r2": {FAIL}, "dcgm-r3": {FAIL}}
+_DCGM_ALL = {"dcgm-r1": {FAIL}, "dcgm-r2": {FAIL}, "dcgm-r3": {FAIL}, "dcgm-r4": {FAIL}}
 _SMI_BOTH = {"nvidia-smi-query": {FAIL}, "nvidia-smi-q": {FAIL}}
 # The GPU memory faults fail the memory-only judgement of the same query too; a hot GPU or a
 # lost one does not (the reset runbook's RMA rests on exactly that difference).
 _MEMORY = {"nvidia-smi-memory": {FAIL}}
+# DCGM's memory watch (dcgmi health -c) reports the same GPU memory faults.
+_HEALTH = {"dcgm-health": {FAIL}}
 # What each fault does to the catalog's checks (the statuses the judge may give); every
 # check not named must still pass.
 FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
@@ -45,13 +47,13 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
         "pcie-link": {FAIL},  # listed, answering all-ones (rev ff)
         "host-versions": {ERROR},  # nvidia-smi cannot read the lost GPU's driver version
     },
-    "xid48": {**_SMI_BOTH, **_MEMORY, **_DCGM_ALL, "xid-scan": {FAIL}},
-    "row-remap-failure": {**_SMI_BOTH, **_MEMORY, **_DCGM_ALL, "xid-scan": {FAIL}},
+    "xid48": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL, "xid-scan": {FAIL}},
+    "row-remap-failure": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     # Xid 63 is NVIDIA's "ignore" bucket; the pending remap itself fails nvidia-smi and DCGM.
-    "row-remap-pending": {**_SMI_BOTH, **_MEMORY, **_DCGM_ALL},
+    "row-remap-pending": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL},
     # A straggler: 75-85% of healthy lands between the profile's warn and fail floors.
     "nvlink-degraded": {"nccl-allreduce": {WARN, FAIL}},
-    "thermal-throttle": {**_SMI_BOTH, "dcgm-r3": {FAIL}, "hpl": {FAIL}},
+    "thermal-throttle": {**_SMI_BOTH, "dcgm-r3": {FAIL}, "dcgm-r4": {FAIL}, "hpl": {FAIL}},
     # Its share of the all-reduce moves to 7 rails: 7/8 of healthy, near the fail floor.
     "ib-port-down": {"ib-ports": {FAIL}, "ib-bw": {FAIL}, "ib-rails": {FAIL}, "nccl-pairs": {WARN, FAIL}},
     # ibstat sees nothing wrong with these two: only every rail's bandwidth and counters do,
@@ -76,7 +78,7 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "driver-mismatch": {
         **_SMI_BOTH,
         **{c: {ERROR} for c in ("firmware-inventory", "hpl", "nvidia-smi-memory")},
-        **{c: {ERROR} for c in _DCGM_ALL},
+        **{c: {ERROR} for c in (*_DCGM_ALL, "dcgm-health")},
         "nccl-allreduce": {FAIL},
         "nccl-pairs": {FAIL},
         "host-versions": {FAIL},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from fleetctl.sim.node import REASON_HW_THERMAL, NodeState, ToolOutput
+from fleetctl.sim.node import REASON_HW_THERMAL, GpuState, NodeState, ToolOutput
 from fleetctl.sim.render._layout import box_rows
 
 _DEPLOYMENT_TESTS = (
@@ -228,3 +228,61 @@ def _diag_json(
         }
     }
     return json.dumps(document, indent="\t", separators=(",", " : ")) + "\n"
+
+
+# `dcgmi health -c`: dcgmi/Health.cpp's DcgmiOutputTree(28, 60), read by checks.dcgm_health.
+_HEALTH_KEY_WIDTH = 26
+_HEALTH_VALUE_WIDTH = 56
+_HEALTH_MESSAGE_WIDTH = 54
+
+
+def _health_row(key: str, value: str) -> str:
+    return f"| {key.ljust(_HEALTH_KEY_WIDTH)}| {value.ljust(_HEALTH_VALUE_WIDTH)} |"
+
+
+def _memory_incident(gpu: GpuState) -> tuple[str, str] | None:
+    """What DCGM's memory watch reports for a GPU (dcgm_errors.h's DCGM_FR_* messages)."""
+    if gpu.remap_failure:
+        return "Failure", f"GPU {gpu.index} had uncorrectable memory errors and row remapping failed."
+    if gpu.remap_pending:
+        return "Failure", f"GPU {gpu.index} has uncorrectable memory errors and row remappings are pending"
+    if gpu.ecc_uncorrected_volatile:
+        return (
+            "Failure",
+            f"Detected {gpu.ecc_uncorrected_volatile} volatile double-bit ECC error(s) in GPU {gpu.index}.",
+        )
+    return None
+
+
+def render_dcgmi_health(node: NodeState) -> ToolOutput:
+    """`dcgmi health -c` with every watch set: the memory system's incidents per GPU."""
+    incidents = [(gpu, found) for gpu in node.visible_gpus if (found := _memory_incident(gpu))]
+    border = f"+{'-' * (_HEALTH_KEY_WIDTH + 1)}+{'-' * (_HEALTH_VALUE_WIDTH + 2)}+"
+    lines = [
+        border,
+        f"| {'Health Monitor Report'.ljust(_HEALTH_KEY_WIDTH + _HEALTH_VALUE_WIDTH + 2)} |",
+        border.replace("-", "="),
+        _health_row("Overall Health", "Failure" if incidents else "Healthy"),
+    ]
+    if incidents:
+        lines.append(_health_row("GPU", ""))
+    for gpu, (health, message) in incidents:
+        lines += [
+            _health_row(f"-> {gpu.index}", health),
+            _health_row("   -> Errors", ""),
+            _health_row("      -> Memory system", health),
+            *(_health_row("", piece) for piece in _wrap(message, _HEALTH_MESSAGE_WIDTH)),
+        ]
+    lines.append(border)
+    return ToolOutput("\n".join(lines) + "\n", exit_status=0)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """Words over rows of `width`, as dcgmi's output tree wraps a message."""
+    rows: list[str] = []
+    for word in text.split():
+        if rows and len(rows[-1]) + 1 + len(word) <= width:
+            rows[-1] += " " + word
+        else:
+            rows.append(word)
+    return rows
