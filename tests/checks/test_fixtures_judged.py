@@ -141,6 +141,8 @@ CASES = [
     ("xid/fabricmanager_topology_mismatch_fail.txt", "xid", None, FAIL),
     # the host's hardware in the kernel log (passive signals of the host checks)
     ("xid/dmesg_host_mce_edac_aer_throttle_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_T_mlx5_fabric_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nfs_hang_readonly_fail.txt", "xid", None, FAIL),
     ("xid/dmesg_edac_ue_aer_fatal_fail.txt", "xid", None, FAIL),
     # the host (checks/host.py): PCIe, memory, CPUs, filesystems, daemons, versions, clock
     ("host/lspci_vv_8xh100_cx7_ok.txt", "pcie", H100, PASS),
