@@ -103,10 +103,9 @@ class AgentConfig:
     confirmation: Confirmation = field(default_factory=Confirmation)  # when a sampled critical finding is believed
     xid_policy: XidPolicy = CATALOG  # the site's (the xid_policy setting): how severe each fault is
     heartbeat_interval_s: float = 30.0  # with a heartbeat sender: how often the agent says it is alive
-    # The node watch (fleetctl.agent.node_watch), with every sample: the fabric under this
-    # sysfs root, the mounts and stuck processes under this procfs root (None: not watched).
-    watch_sys_root: Path | None = None
-    watch_proc_root: Path | None = None
+    # The node watch (fleetctl.agent.node_watch), with every sample: the fabric under
+    # <watch_root>/sys, the mounts and stuck processes under <watch_root>/proc (None: not watched).
+    watch_root: Path | None = None
     watch_limits: WatchLimits = field(default_factory=WatchLimits)
 
 
@@ -212,13 +211,13 @@ class Agent:
             )
         self.watch = (
             NodeWatch(
-                config.watch_sys_root,
-                config.watch_proc_root,
+                config.watch_root / "sys",
+                config.watch_root / "proc",
                 load_profile(config.profile, config.profiles_dir).ib_port_count if config.profile else 0,
                 config.watch_limits,
                 Debounce(config.confirmation),
             )
-            if config.watch_sys_root is not None or config.watch_proc_root is not None
+            if config.watch_root is not None
             else None
         )
         # When the GPUs last came up: the boot, or a later load of the driver read in the log.
