@@ -39,6 +39,7 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "versions": ("checks.host", "judge_versions"),
     "clock": ("checks.host", "judge_clock"),
     "imex": ("checks.imex", "judge_imex"),
+    "nvme": ("checks.storage", "judge_nvme"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.profiles import GpuProfile
+from checks.storage import MAX_NVME
 from checks.transcript import marker
 
 # Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
@@ -287,6 +288,13 @@ _HOST_SPECS = (
         ),
         2.0,
         "The loaded NVIDIA kernel module against the installed driver, both and the kernel against the fleet baseline",
+    ),
+    CheckSpec(
+        "host-nvme",
+        "nvme",
+        _steps(*((f"nvme{i}", f"nvme smart-log /dev/nvme{i} -o json 2>&1 || true") for i in range(MAX_NVME))),
+        2.0,
+        "NVMe drives' SMART/health log: critical-warning bits, media errors, spare and wear (nvme-cli)",
     ),
     CheckSpec(
         "host-clock",

@@ -69,7 +69,9 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "memory-uncorrected": {"host-memory": {FAIL}, "xid-scan": {FAIL}},
     "cpu-offline": {"host-cpu": {FAIL}},
     "disk-full": {"host-disk": {FAIL}},
-    "fs-readonly": {"host-disk": {FAIL}},
+    # The kernel's own line for the remount ("EXT4-fs (md1): Remounting filesystem read-only") is a
+    # critical signature of the log too.
+    "fs-readonly": {"host-disk": {FAIL}, "xid-scan": {FAIL}},
     "fabricmanager-down": {"host-services": {FAIL}},
     # NVML and CUDA refuse a driver whose kernel module is not the installed one: every tool
     # that needs the driver fails or cannot be read; host-versions says why.
