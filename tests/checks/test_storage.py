@@ -56,6 +56,5 @@ TWO = fixture_text("storage/nvme_transcript_two_drives_ok.txt")
 )
 def test_nvme_smart_log_judged(text: str, status: Status, reason: str) -> None:
     result = judge("nvme", text)
-    assert result.status is status and __import__("re").search(
-        reason, result.reason + " ".join(f.what for f in result.findings)
-    ), result
+    said = result.reason + " " + " ".join(f"{f.where}: {f.what}" for f in result.findings)
+    assert result.status is status and re.search(reason, said), result
