@@ -50,7 +50,9 @@ class CheckSpec:
     description: str
     # "" runs argv on the node. "rails": argv lists the rails, a script built from its output
     # tests each (checks.ib.rails_script). "pairs": argv is the program MPI runs on each pair
-    # of nodes (checks.nccl.pair_plan); the worker puts the outputs together.
+    # of nodes (checks.nccl.pair_plan); the worker puts the outputs together. "bmc": not run
+    # on the node; argv ("redfish", REPORT) names what the node's BMC is read for
+    # (fleetctl.bmc: Bmc.health_report), as the chassis checks do.
     plan: str = ""
     # The argv position that holds the number of GPUs (ranks) the tool runs on: the node's
     # profile's gpu_count replaces it when the check runs (argv_for); the catalog's figure, 8,
@@ -305,6 +307,27 @@ _HOST_SPECS = (
     ),
 )
 
+# The chassis, read from the node's BMC over Redfish (checks/chassis.py), not from the node:
+# they see a fan, a power supply or the BMC's event log even when the node is down.
+_CHASSIS_SPECS = (
+    CheckSpec(
+        "bmc-log",
+        "bmc-log",
+        ("redfish", "log"),
+        5.0,
+        "BMC event logs (SEL and Redfish events of every system and manager): critical and warning entries",
+        plan="bmc",
+    ),
+    CheckSpec(
+        "bmc-sensors",
+        "bmc-sensors",
+        ("redfish", "sensors"),
+        5.0,
+        "BMC sensors (Redfish Thermal and Power): temperatures, fans, power supplies and voltages against their thresholds",
+        plan="bmc",
+    ),
+)
+
 # The multi-node NVLink domain (GB200 NVL72): only on nodes whose profile has one.
 _DOMAIN_SPECS = (
     CheckSpec(
@@ -319,4 +342,4 @@ _DOMAIN_SPECS = (
     ),
 )
 
-CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS, *_DOMAIN_SPECS)}
+CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS, *_DOMAIN_SPECS, *_CHASSIS_SPECS)}
