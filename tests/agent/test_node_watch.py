@@ -11,6 +11,9 @@ and the start time in field 22 (proc(5)).
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -253,3 +256,32 @@ async def test_a_flapping_port_and_an_nfs_hang_reach_the_intake_as_the_agents(ma
     assert "mlx5_0 port 1: down 3 times in 600 s" in got["ib_port_flapping"]["message"]
     assert "nfs: server hermine.idb.hist.no not responding" in got["nfs_server_not_responding"]["message"]
     assert got["ib_port_flapping"]["code"] is None
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "words"),
+    [
+        ("FLEETCTL_AGENT_WATCH_FLAPS", "1", "agent_watch_flaps: '1' is out of range"),
+        ("FLEETCTL_AGENT_WATCH_FLAP_WINDOW_S", "5", "agent_watch_flap_window_s: '5' is out of range"),
+        ("FLEETCTL_AGENT_WATCH_STUCK_S", "soon", "agent_watch_stuck_s"),
+    ],
+)
+def test_a_bad_watch_setting_is_one_line_and_exit_2(tmp_path: Path, setting: str, value: str, words: str) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fleetctl.cli.main",
+            "agent",
+            "n1",
+            "--spool",
+            str(tmp_path / "s"),
+            "--metrics-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull, setting: value},
+    )
+    assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
