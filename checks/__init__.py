@@ -39,6 +39,9 @@ _JUDGES: dict[str, tuple[str, str]] = {
     "versions": ("checks.host", "judge_versions"),
     "clock": ("checks.host", "judge_clock"),
     "imex": ("checks.imex", "judge_imex"),
+    "nvme": ("checks.storage", "judge_nvme"),
+    "bmc-log": ("checks.chassis", "judge_bmc_log"),
+    "bmc-sensors": ("checks.chassis", "judge_bmc_sensors"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")

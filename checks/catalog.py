@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checks.profiles import GpuProfile
+from checks.storage import MAX_NVME
 from checks.transcript import marker
 
 # Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
@@ -49,7 +50,9 @@ class CheckSpec:
     description: str
     # "" runs argv on the node. "rails": argv lists the rails, a script built from its output
     # tests each (checks.ib.rails_script). "pairs": argv is the program MPI runs on each pair
-    # of nodes (checks.nccl.pair_plan); the worker puts the outputs together.
+    # of nodes (checks.nccl.pair_plan); the worker puts the outputs together. "bmc": not run
+    # on the node; argv ("redfish", REPORT) names what the node's BMC is read for
+    # (fleetctl.bmc: Bmc.health_report), as the chassis checks do.
     plan: str = ""
     # The argv position that holds the number of GPUs (ranks) the tool runs on: the node's
     # profile's gpu_count replaces it when the check runs (argv_for); the catalog's figure, 8,
@@ -309,11 +312,39 @@ _HOST_SPECS = (
         "The loaded NVIDIA kernel module against the installed driver, both and the kernel against the fleet baseline",
     ),
     CheckSpec(
+        "host-nvme",
+        "nvme",
+        _steps(*((f"nvme{i}", f"nvme smart-log /dev/nvme{i} -o json 2>&1 || true") for i in range(MAX_NVME))),
+        2.0,
+        "NVMe drives' SMART/health log: critical-warning bits, media errors, spare and wear (nvme-cli)",
+    ),
+    CheckSpec(
         "host-clock",
         "clock",
         ("chronyc", "tracking"),
         1.0,
         "Clock synchronised (chrony) and its offset against the profile",
+    ),
+)
+
+# The chassis, read from the node's BMC over Redfish (checks/chassis.py), not from the node:
+# they see a fan, a power supply or the BMC's event log even when the node is down.
+_CHASSIS_SPECS = (
+    CheckSpec(
+        "bmc-log",
+        "bmc-log",
+        ("redfish", "log"),
+        5.0,
+        "BMC event logs (SEL and Redfish events of every system and manager): critical and warning entries",
+        plan="bmc",
+    ),
+    CheckSpec(
+        "bmc-sensors",
+        "bmc-sensors",
+        ("redfish", "sensors"),
+        5.0,
+        "BMC sensors (Redfish Thermal and Power): temperatures, fans, power supplies and voltages against their thresholds",
+        plan="bmc",
     ),
 )
 
@@ -331,4 +362,4 @@ _DOMAIN_SPECS = (
     ),
 )
 
-CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS, *_DOMAIN_SPECS)}
+CHECKS: dict[str, CheckSpec] = {spec.name: spec for spec in (*_SPECS, *_HOST_SPECS, *_DOMAIN_SPECS, *_CHASSIS_SPECS)}

@@ -393,6 +393,11 @@ def parse_mounts(text: str) -> dict[str, Mount]:
     return mounts
 
 
+def data_mounts(mounts: dict[str, Mount]) -> dict[str, Mount]:
+    """The mounts that hold the node's data: neither kernel interfaces nor read-only by design."""
+    return {target: m for target, m in mounts.items() if m.fstype not in _PSEUDO_FS}
+
+
 def judge_disk(text: str, profile: GpuProfile | None) -> CheckResult:
     if is_df_h(text):
         return judge_df_h(text, profile)
@@ -403,7 +408,7 @@ def judge_disk(text: str, profile: GpuProfile | None) -> CheckResult:
         parse_mounts(steps["mounts"]),
     )
     findings: list[Finding] = []
-    real = {target: m for target, m in mounts.items() if m.fstype not in _PSEUDO_FS}
+    real = data_mounts(mounts)
     for target, mount in sorted(real.items()):
         if "ro" in mount.options:
             findings.append(Finding(f"mounted read-only ({mount.fstype} {mount.source})", target, "fail"))

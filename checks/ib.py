@@ -578,3 +578,35 @@ def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
         metrics,
         f"{len(rails)} rails: ib_write_bw {metrics['min_bw_avg_gbps']:g} Gb/s or more, no link error counter rose",
     )
+
+
+# ---- sysfs: /sys/class/infiniband/<device>/ports/<n>/ -------------------------------------
+
+# The error counters of ports/<n>/counters/ (Linux Documentation/ABI/stable/sysfs-class-infiniband),
+# each as the perfquery counter it is (PERFQUERY_COUNTERS says what its growth means).
+SYSFS_COUNTERS = {
+    "link_downed": "LinkDownedCounter",
+    "link_error_recovery": "LinkErrorRecoveryCounter",
+    "symbol_error": "SymbolErrorCounter",
+    "port_rcv_errors": "PortRcvErrors",
+    "port_rcv_remote_physical_errors": "PortRcvRemotePhysicalErrors",
+    "local_link_integrity_errors": "LocalLinkIntegrityErrors",
+    "excessive_buffer_overrun_errors": "ExcessiveBufferOverrunErrors",
+    "port_xmit_discards": "PortXmitDiscards",
+}
+_SYSFS_STATE = re.compile(r"^\s*(?P<code>\d{1,2}): (?P<word>[A-Za-z_]+)\s*$")
+
+
+def parse_sysfs_state(text: str) -> str:
+    """The word of a port's sysfs `state` ("4: ACTIVE") or `phys_state` ("5: LinkUp") file."""
+    if not (m := _SYSFS_STATE.match(text)):
+        raise UnjudgeableOutput(f"not a sysfs port state: {text.strip()[:40]!r}")
+    return m["word"]
+
+
+def parse_sysfs_counter(text: str) -> int:
+    """A sysfs port counter: one decimal number in the 64-bit range."""
+    value = integer(text.strip())
+    if not 0 <= value <= _COUNTER_MAX:
+        raise UnjudgeableOutput(f"sysfs counter {text.strip()[:24]!r} is out of the counter range")
+    return value

@@ -32,7 +32,7 @@ MAX_SIGNATURE_NAME = 64
 @dataclass(frozen=True)
 class Signature:
     name: str
-    tool: str  # "kernel" or "nvidia-smi"
+    tool: str  # "kernel", "nvidia-smi", or "sysfs"/"procfs" (the agent's node watch)
     as_xid: int | None
     action: str  # one of ACTIONS
     severity: str  # one of SEVERITIES

@@ -89,6 +89,13 @@ _SIGNATURE_GATES = {
     "pcie_aer_nonfatal": ("(Non-Fatal)",),
     "pcie_aer_corrected": ("severity=Correct",),
     "cpu_thermal_throttle": ("cpu clock throttled",),
+    # The fabric's NICs and the storage, read from the same log (the agent's node watch).
+    "mlx5_health_compromised": ("health compromised",),
+    "mlx5_port_module_error": ("Port module event[error]",),
+    "mlx5_pcie_power_insufficient": ("insufficient power on the PCIe slot",),
+    "nfs_server_not_responding": ("not responding",),
+    "fs_remounted_read_only": ("Remounting filesystem read-only",),
+    "hung_task": ("blocked for more than",),
 }
 _INTEREST = ("Xid (", "detected NVSwitch", *(g for gates in _SIGNATURE_GATES.values() for g in gates))
 _SIGNATURE_PATTERNS = {
@@ -143,6 +150,20 @@ _SIGNATURE_PATTERNS = {
     "cpu_thermal_throttle": re.compile(
         r"CPU\d+: (?:(?:Core|Package) )?[Tt]emperature above threshold, cpu clock throttled"
     ),
+    # "mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss count"
+    "mlx5_health_compromised": re.compile(rf"mlx5_core {_PCI}: .*device's health compromised"),
+    # "mlx5_core 0000:5c:00.0: mlx5_port_module_event:1131:(pid 0): Port module event[error]: module 0,
+    # Cable error, High Temperature"
+    "mlx5_port_module_error": re.compile(rf"mlx5_core {_PCI}: .*Port module event\[error\]: module \d+"),
+    # "mlx5_core 0000:5c:00.0: mlx5_pcie_event:299:(pid 268269): Detected insufficient power on the PCIe slot (27W)."
+    "mlx5_pcie_power_insufficient": re.compile(rf"mlx5_core {_PCI}: .*Detected insufficient power on the PCIe slot"),
+    # "nfs: server hermine.idb.hist.no not responding, still trying" (or ", timed out"); its
+    # "nfs: server X OK" says it came back.
+    "nfs_server_not_responding": re.compile(r"\bnfs: server \S+ not responding, (?:still trying|timed out)"),
+    # "EXT4-fs (sdb7): Remounting filesystem read-only"
+    "fs_remounted_read_only": re.compile(r"\b[A-Za-z0-9]+-fs \([^)]+\): Remounting filesystem read-only"),
+    # "INFO: task kworker/u16:9:7088 blocked for more than 120 seconds."
+    "hung_task": re.compile(r"INFO: task .+:\d+ blocked for more than \d+ seconds"),
 }
 # Fabric Manager's log (/var/log/fabricmanager.log, or syslog with LOG_USE_SYSLOG=1) reports
 # an NVSwitch SXid as "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error

@@ -51,6 +51,10 @@ ENV_VARS = {
     "xid_policy": "FLEETCTL_XID_POLICY",
     "agent_sample_confirmations": "FLEETCTL_AGENT_SAMPLE_CONFIRMATIONS",
     "agent_sample_grace_s": "FLEETCTL_AGENT_SAMPLE_GRACE_S",
+    "agent_watch_flap_window_s": "FLEETCTL_AGENT_WATCH_FLAP_WINDOW_S",
+    "agent_watch_flaps": "FLEETCTL_AGENT_WATCH_FLAPS",
+    "agent_watch_errors_per_hour": "FLEETCTL_AGENT_WATCH_ERRORS_PER_HOUR",
+    "agent_watch_stuck_s": "FLEETCTL_AGENT_WATCH_STUCK_S",
     "sim_time_scale": "FLEETCTL_SIM_TIME_SCALE",
     "guard_max_unavailable_fleet": "FLEETCTL_GUARD_MAX_UNAVAILABLE_FLEET",
     "guard_max_unavailable_rack": "FLEETCTL_GUARD_MAX_UNAVAILABLE_RACK",
@@ -207,6 +211,14 @@ class Settings:
     # a boot before judging it.
     agent_sample_confirmations: int = 2
     agent_sample_grace_s: float = 120.0
+    # The agent's node watch (fleetctl.agent.node_watch, docs/agent.md): a port down this many
+    # times within the window is flapping (gpud's rule: 3); a port's corrected link errors
+    # (symbol, receive, integrity, overrun, recovery) above this rate are reported; processes
+    # in D state this long are stuck (the kernel's default hung-task timeout).
+    agent_watch_flap_window_s: float = 600.0
+    agent_watch_flaps: int = 3
+    agent_watch_errors_per_hour: float = 600.0
+    agent_watch_stuck_s: float = 120.0
     # Capacity guard: most of the fleet / of a rack that automation may take out, and the
     # storm that opens the circuit breaker (fraction of production nodes failing in the window).
     guard_max_unavailable_fleet: float = 0.10
@@ -431,6 +443,10 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "agent_silence_s": (0.0, 30 * 86400.0, True),
     "agent_sample_confirmations": (1, 10, True),
     "agent_sample_grace_s": (0.0, 3600.0, True),
+    "agent_watch_flap_window_s": (10.0, 86400.0, True),
+    "agent_watch_flaps": (2, 1000, True),
+    "agent_watch_errors_per_hour": (1.0, 1e9, True),
+    "agent_watch_stuck_s": (10.0, 86400.0, True),
     "stall_after_s": (1.0, 86400.0, True),
     "stall_watch_s": (1.0, 3600.0, True),
     "restart_island_wait_s": (0.0, 3600.0, False),

@@ -15,12 +15,14 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from checks.profiles import load_profile
 from checks.signatures import MAX_SIGNATURE_NAME
 from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.coalesce import coalesce_minor
 from fleetctl.agent.detect import UnreadableRecord, detect
+from fleetctl.agent.node_watch import NodeWatch, WatchLimits
 from fleetctl.agent.records import MAX_SEQ, Cursor, KernelRecord, event_id
-from fleetctl.agent.sampler import DRIVER_LOADED, Confirmation, SampleTracker
+from fleetctl.agent.sampler import DRIVER_LOADED, Confirmation, Debounce, Sampled, SampleTracker
 from fleetctl.agent.spool import SEVERITY_WORDS, Event, Spool, move_aside, write_atomically
 from fleetctl.text import MAX_TEXT, bounded
 
@@ -101,6 +103,10 @@ class AgentConfig:
     confirmation: Confirmation = field(default_factory=Confirmation)  # when a sampled critical finding is believed
     xid_policy: XidPolicy = CATALOG  # the site's (the xid_policy setting): how severe each fault is
     heartbeat_interval_s: float = 30.0  # with a heartbeat sender: how often the agent says it is alive
+    # The node watch (fleetctl.agent.node_watch), with every sample: the fabric under
+    # <watch_root>/sys, the mounts and stuck processes under <watch_root>/proc (None: not watched).
+    watch_root: Path | None = None
+    watch_limits: WatchLimits = field(default_factory=WatchLimits)
 
 
 def run_command(argv: Sequence[str]) -> str:
@@ -188,12 +194,14 @@ class Agent:
         self.metrics.corrupt_files.labels("spool").inc(len(self.spool.moved_aside))
         self.metrics.corrupt_files.labels("cursor").inc(self.cursor_moved_aside)
         config = self.config
-        self.samplers = [
-            (
-                config.sample_argv,
-                SampleTracker(config.profile, profiles_dir=config.profiles_dir, confirmation=config.confirmation),
+        self.samplers: list[tuple[Sequence[str], SampleTracker]] = []
+        if config.sample_argv:  # none: the GPUs are not sampled (a node watch alone)
+            self.samplers.append(
+                (
+                    config.sample_argv,
+                    SampleTracker(config.profile, profiles_dir=config.profiles_dir, confirmation=config.confirmation),
+                )
             )
-        ]
         if config.dcgm_health_argv:
             self.samplers.append(
                 (
@@ -201,6 +209,17 @@ class Agent:
                     SampleTracker(config.profile, "dcgm-health", config.profiles_dir, config.confirmation),
                 )
             )
+        self.watch = (
+            NodeWatch(
+                config.watch_root / "sys",
+                config.watch_root / "proc",
+                load_profile(config.profile, config.profiles_dir).ib_port_count if config.profile else 0,
+                config.watch_limits,
+                Debounce(config.confirmation),
+            )
+            if config.watch_root is not None
+            else None
+        )
         # When the GPUs last came up: the boot, or a later load of the driver read in the log.
         self.settled_at = config.boot_time
         self._cursor_saved, self._retry_at, self._backoff, self._sample_at = 0.0, 0.0, 0.5, 0.0
@@ -367,21 +386,27 @@ class Agent:
             text = await asyncio.to_thread(self.run, argv)
             self.metrics.samples.inc()
             now = time.time()
-            events = [
-                self._event(f"{self.config.boot_id}/{found.key}", now, None, found.message, found.severity)
-                for found in tracker.observe(text, now=now, settled_at=self.settled_at)
-            ]
-            if events:
-                self.metrics.detected.inc(len(events))
-                try:
-                    self.spool.append(events)
-                except OSError as exc:  # a sample is taken again; its findings come with the next change
-                    self.metrics.spool_write_failures.inc()
-                    log.warning("cannot spool %d sampled findings (%s)", len(events), bounded(str(exc), 300))
-        if any(tracker.unconfirmed for _, tracker in self.samplers):
+            self._spool_sampled(tracker.observe(text, now=now, settled_at=self.settled_at), now)
+        if self.watch is not None:
+            now = time.time()
+            self._spool_sampled(await asyncio.to_thread(self.watch.observe, now=now, settled_at=self.settled_at), now)
+        trackers: list[SampleTracker | NodeWatch] = [tracker for _, tracker in self.samplers]
+        if any(tracker.unconfirmed for tracker in [*trackers, *([self.watch] if self.watch else [])]):
             grace_left = self.settled_at + self.config.confirmation.grace_s - time.time()
             self._sample_at = min(self._sample_at, time.monotonic() + max(RESAMPLE_AFTER_S, grace_left))
         self._publish()
+
+    def _spool_sampled(self, found: list[Sampled], now: float) -> None:
+        events = [
+            self._event(f"{self.config.boot_id}/{f.key}", now, None, f.message, f.severity, f.signature) for f in found
+        ]
+        if events:
+            self.metrics.detected.inc(len(events))
+            try:
+                self.spool.append(events)
+            except OSError as exc:  # a sample is taken again; its findings come with the next change
+                self.metrics.spool_write_failures.inc()
+                log.warning("cannot spool %d sampled findings (%s)", len(events), bounded(str(exc), 300))
 
     async def deliver(self) -> None:
         """Send what is spooled, critical events first, a batch at a time, until it is empty

@@ -33,6 +33,7 @@ class Sampled(NamedTuple):
     key: str  # stable: the same finding seen again in the same appearance has the same key
     message: str
     severity: str  # info | warning | critical
+    signature: str = ""  # the checks/catalog/signatures.tsv row of a watched finding, "" for a tool's
 
 
 @dataclass(frozen=True)
@@ -44,45 +45,71 @@ class Confirmation:
 
 
 @dataclass
-class SampleTracker:
-    """Remembers the findings of the last sample. A finding that goes and comes back is a
-    new event (the id includes how many times it was reported this boot)."""
+class Debounce:
+    """Which of a sample's findings become events: each new one, a critical (`fail`) one only
+    once confirmed (`Confirmation`). A finding that goes and comes back is a new event (its
+    appearance number, in the event's id, counts how many times it was reported)."""
 
-    profile: str | None
-    kind: str = "nvidia-smi"  # the checks/ kind that judges the tool's output
-    profiles_dir: str | None = None  # the operator's site profiles (the `profiles_dir` setting)
     confirmation: Confirmation = Confirmation()
     streaks: dict[tuple[str, str], int] = field(default_factory=dict)  # consecutive samples each finding is in
     severities: dict[tuple[str, str], str] = field(default_factory=dict)  # the last sample's findings
     reported: set[tuple[str, str]] = field(default_factory=set)  # sent in their current appearance
     appearances: dict[tuple[str, str], int] = field(default_factory=dict)
 
-    def observe(self, text: str, *, now: float, settled_at: float) -> list[Sampled]:
-        """Each finding to report now: new since the last sample, or a critical one confirmed
-        by this sample. `settled_at`: when the GPUs last came up (the boot, the driver's load);
-        no critical finding is believed before its grace after it has passed."""
-        result = judge(self.kind, text, self.profile, self.profiles_dir)
-        if result.status is Status.ERROR:
-            found = {("error", result.reason): "error"}
-        else:
-            found = {(f.where or "node", f.what): f.severity for f in result.findings if f.severity in ("fail", "warn")}
+    def settle(
+        self, found: dict[tuple[str, str], str], *, now: float, settled_at: float
+    ) -> list[tuple[tuple[str, str], int]]:
+        """Each (where, what) of `found` (its finding severity: fail, warn, error) to report
+        now, with its appearance number. `settled_at`: when the hardware last came up (the
+        boot, the driver's load); no critical finding is believed before its grace after it."""
         # A finding missing from one sample starts again: confirmation is consecutive samples.
         self.streaks = {k: self.streaks.get(k, 0) + 1 for k in found}
         self.severities = found
         self.reported &= set(found)
         settled = now >= settled_at + self.confirmation.grace_s
         out = []
-        for where, what in sorted(set(found) - self.reported):
-            key = (where, what)
+        for key in sorted(set(found) - self.reported):
             if found[key] == "fail" and not (settled and self.streaks[key] >= self.confirmation.samples):
                 continue
             self.reported.add(key)
-            n = self.appearances[key] = self.appearances.get(key, 0) + 1
-            severity = EVENT_SEVERITY[found[key]]
-            out.append(Sampled(f"{self.kind}:{where}:{what}:{n}", f"{self.kind} {where}: {what}", severity))
+            self.appearances[key] = self.appearances.get(key, 0) + 1
+            out.append((key, self.appearances[key]))
         return out
 
     @property
     def unconfirmed(self) -> bool:
         """Whether the last sample held a critical finding not yet believed (sample again soon)."""
         return any(s == "fail" and k not in self.reported for k, s in self.severities.items())
+
+
+@dataclass
+class SampleTracker:
+    """Remembers the findings of the last sample of one tool, judged by its checks/ kind."""
+
+    profile: str | None
+    kind: str = "nvidia-smi"  # the checks/ kind that judges the tool's output
+    profiles_dir: str | None = None  # the operator's site profiles (the `profiles_dir` setting)
+    confirmation: Confirmation = Confirmation()
+    debounce: Debounce = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.debounce = Debounce(self.confirmation)
+
+    def observe(self, text: str, *, now: float, settled_at: float) -> list[Sampled]:
+        """Each finding to report now: new since the last sample, or a critical one confirmed
+        by this sample (Debounce.settle)."""
+        result = judge(self.kind, text, self.profile, self.profiles_dir)
+        if result.status is Status.ERROR:
+            found = {("error", result.reason): "error"}
+        else:
+            found = {(f.where or "node", f.what): f.severity for f in result.findings if f.severity in ("fail", "warn")}
+        return [
+            Sampled(
+                f"{self.kind}:{where}:{what}:{n}", f"{self.kind} {where}: {what}", EVENT_SEVERITY[found[(where, what)]]
+            )
+            for (where, what), n in self.debounce.settle(found, now=now, settled_at=settled_at)
+        ]
+
+    @property
+    def unconfirmed(self) -> bool:
+        return self.debounce.unconfirmed

@@ -49,3 +49,9 @@ class Bmc(Protocol):
         """Apply a firmware image (to `targets`, or where the BMC decides when empty) and
         return once the update has completed; BmcError when it fails or runs past timeout_s."""
         ...
+
+    def health_report(self, kind: str) -> str:
+        """The chassis' health documents for a check (checks/chassis.py), each under its
+        transcript step: `sensors` (Thermal, Power) or `log` (every log service's entries);
+        BmcError when the BMC cannot be read."""
+        ...

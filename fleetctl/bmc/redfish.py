@@ -22,6 +22,7 @@ import base64
 import http.client
 import json
 import logging
+import re
 import ssl
 import time
 import urllib.error
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from checks.transcript import section
 from fleetctl.bmc.base import RESET_TYPES, BmcError, BootNotSeen
 from fleetctl.remediation.firmware import validate_image_uri
 from fleetctl.text import one_line
@@ -41,6 +43,9 @@ DEFAULT_TIMEOUT_S = 30.0
 SYSTEMS = "/redfish/v1/Systems"
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
 FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
+# The chassis checks' reports (checks/chassis.py): the sensors and the logs.
+HEALTH_REPORTS = ("sensors", "log")
+MAX_LOG_PAGES = 50  # a log's pages read beyond its first (a full SEL is a few thousand entries)
 
 TASK_FAILED_STATES = frozenset({"Exception", "Killed", "Cancelled"})
 
@@ -215,6 +220,66 @@ class RedfishClient:
             )
         return components
 
+    # -- the chassis' health (checks/chassis.py judges it) ------------------------------
+
+    def health_report(self, kind: str) -> str:
+        """The documents a chassis check judges, each under its transcript step
+        (checks.transcript): `sensors`, every chassis' Thermal and Power; `log`, the entries of
+        every log service of every system and manager. A resource the BMC does not serve
+        (404, or no link to it) is left out; any other failure raises BmcError."""
+        if kind not in HEALTH_REPORTS:
+            raise ValueError(f"unknown BMC health report {kind!r}: one of {', '.join(HEALTH_REPORTS)}")
+        if kind == "sensors":
+            return "".join(
+                section(_label(link.lower(), chassis), json.dumps(doc) + "\n")
+                for chassis in self._members("/redfish/v1/Chassis")
+                for link in ("Thermal", "Power")
+                if (doc := self._linked(chassis, link)) is not None
+            )
+        out = []
+        for owner in (*self._members(SYSTEMS), *self._members("/redfish/v1/Managers")):
+            services = self._linked(owner, "LogServices")
+            for service in self._members_of(services):
+                entries = self._linked(service, "Entries")
+                if entries is not None:
+                    entries["Members"] = [*entries.get("Members", []), *self._next_pages(entries)]
+                    out.append(section(_label("log", owner, service), json.dumps(entries) + "\n"))
+        return "".join(out)
+
+    def _members(self, path: str) -> list[dict[str, Any]]:
+        return self._members_of(self._get(path))
+
+    def _members_of(self, collection: dict[str, Any] | None) -> list[dict[str, Any]]:
+        if collection is None:
+            return []
+        return [
+            self._get(m["@odata.id"]) for m in collection.get("Members", []) if isinstance(m, dict) and "@odata.id" in m
+        ]
+
+    def _linked(self, resource: dict[str, Any], link: str) -> dict[str, Any] | None:
+        """The resource `link` names, or None when it names none or the BMC answers 404."""
+        target = resource.get(link)
+        if not isinstance(target, dict) or not isinstance(target.get("@odata.id"), str):
+            return None
+        try:
+            return self._get(target["@odata.id"])
+        except BmcError as exc:
+            if ": HTTP 404" in str(exc):
+                return None
+            raise
+
+    def _next_pages(self, collection: dict[str, Any]) -> list[Any]:
+        """The members of a collection's further pages (Members@odata.nextLink), at most MAX_LOG_PAGES."""
+        more: list[Any] = []
+        link = collection.get("Members@odata.nextLink")
+        for _ in range(MAX_LOG_PAGES):
+            if not isinstance(link, str):
+                break
+            page = self._get(link)
+            more += page.get("Members", [])
+            link = page.get("Members@odata.nextLink")
+        return more
+
     def simple_update(self, image_uri: str, targets: Sequence[str] = ()) -> str | None:
         """Start UpdateService.SimpleUpdate; returns the task to poll, or None if the BMC gave none.
 
@@ -328,6 +393,12 @@ class RedfishClient:
         return text
 
 
+def _label(kind: str, *resources: dict[str, Any]) -> str:
+    """A transcript step's label: the kind and the resources' ids, in the characters a label holds."""
+    ids = [str(r.get("Id") or r.get("@odata.id", "").rstrip("/").rsplit("/", 1)[-1]) for r in resources]
+    return " ".join([kind, *(re.sub(r"[^A-Za-z0-9_.:@-]", "_", i)[:60] or "_" for i in ids)])
+
+
 class RedfishBmc:
     """The Bmc interface over Redfish: the BMC's first system, SimpleUpdate with its task."""
 
@@ -342,6 +413,9 @@ class RedfishBmc:
         if not systems:
             raise BmcError(f"BMC {self.client.base_url}: no system on the BMC")
         self.client.reboot(systems[0], reset_type=reset_type, timeout_s=timeout_s, poll_s=poll_s)
+
+    def health_report(self, kind: str) -> str:
+        return self.client.health_report(kind)
 
     def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
         task = self.client.simple_update(image_uri, targets)

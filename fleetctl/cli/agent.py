@@ -15,7 +15,7 @@ from fleetctl.cli.output import EXIT_USAGE, fail
 
 if TYPE_CHECKING:
     from fleetctl.agent.heartbeat import HeartbeatSender
-    from fleetctl.agent.runner import Agent, SavedCursor, Source
+    from fleetctl.agent.runner import Agent, AgentConfig, SavedCursor, Source
     from fleetctl.agent.transport import IntakeTransport
 
 
@@ -79,14 +79,14 @@ def agent(
         "--heartbeat-ca",
         help="CA bundle the intake's https certificate is verified against (default: the system's)",
     ),
+    watch: bool = typer.Option(True, "--watch/--no-watch", help="also watch the fabric, mounts, stuck processes"),
+    watch_root: Path = typer.Option(Path("/"), "--watch-root", help="where sys/ and proc/ are read under"),
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
     through an on-disk spool while Temporal is unreachable."""
     from prometheus_client import start_http_server
 
-    from checks.catalog import CHECKS
-    from fleetctl.agent.runner import Agent, AgentConfig
-    from fleetctl.agent.sampler import Confirmation
+    from fleetctl.agent.runner import Agent
     from fleetctl.agent.transport import TemporalTransport
 
     if sum((kmsg is not None, journal, log_file is not None)) > 1:
@@ -96,25 +96,11 @@ def agent(
     if profile:
         _check_profile(ctx, profile)
     settings = context.settings(ctx)
-    policy = context.xid_policy(settings)  # a broken site policy: one line, and no agent
+    context.xid_policy(settings)  # a broken site policy: one line, and no agent
     node = node or socket.gethostname().split(".")[0]
     source, (boot_id, boot_time), saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
-    config = AgentConfig(
-        node=node,
-        spool_dir=spool,
-        actor=f"fleetctl-agent@{node}",
-        max_spool=max_spool,
-        sample_interval_s=sample_interval,
-        profile=profile,
-        profiles_dir=context.settings(ctx).profiles_dir or None,
-        boot_id=boot_id,
-        boot_time=boot_time,
-        confirmation=Confirmation(settings.agent_sample_confirmations, settings.agent_sample_grace_s),
-        xid_policy=policy,
-        sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
-        dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
-        heartbeat_interval_s=heartbeat_interval,
-    )
+    config = _config(ctx, node, spool, max_spool, sample_interval, profile, (boot_id, boot_time), (nvidia_smi, dcgmi))
+    config.heartbeat_interval_s, config.watch_root = heartbeat_interval, watch_root if watch else None
     the_agent = Agent(
         config,
         source,
@@ -127,6 +113,47 @@ def agent(
         typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
     typer.echo(f"agent for {node}: following {log_file or ('journal' if journal else kmsg or '/dev/kmsg')}", err=True)
     context.run_async(_run_until_signalled(the_agent))
+
+
+def _config(
+    ctx: typer.Context,
+    node: str,
+    spool: Path,
+    max_spool: int,
+    sample_interval: float,
+    profile: str | None,
+    boot: tuple[str, float],
+    tools: tuple[str, str | None],
+) -> AgentConfig:
+    """The agent's configuration from its options and the settings (the xid policy already checked)."""
+    from checks.catalog import CHECKS
+    from fleetctl.agent.node_watch import WatchLimits
+    from fleetctl.agent.runner import AgentConfig
+    from fleetctl.agent.sampler import Confirmation
+
+    settings = context.settings(ctx)
+    nvidia_smi, dcgmi = tools
+    return AgentConfig(
+        node=node,
+        spool_dir=spool,
+        actor=f"fleetctl-agent@{node}",
+        max_spool=max_spool,
+        sample_interval_s=sample_interval,
+        profile=profile,
+        profiles_dir=settings.profiles_dir or None,
+        boot_id=boot[0],
+        boot_time=boot[1],
+        confirmation=Confirmation(settings.agent_sample_confirmations, settings.agent_sample_grace_s),
+        xid_policy=context.xid_policy(settings),
+        sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
+        dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
+        watch_limits=WatchLimits(
+            settings.agent_watch_flap_window_s,
+            settings.agent_watch_flaps,
+            settings.agent_watch_errors_per_hour,
+            settings.agent_watch_stuck_s,
+        ),
+    )
 
 
 def _check_bounds(max_spool: int, sample_interval: float, metrics_port: int, heartbeat_interval: float) -> None:

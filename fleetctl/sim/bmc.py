@@ -5,11 +5,13 @@ when the node's operating system is unreachable."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Engine
 
+from checks.transcript import section
 from fleetctl.bmc.base import RESET_TYPES
 from fleetctl.sim import store
 from fleetctl.sim.faults import CURED_BY
@@ -32,3 +34,46 @@ class SimBmc:
 
     def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
         store.cure(self.engine, self.node, CURED_BY["firmware_update"])
+
+    def health_report(self, kind: str) -> str:
+        """A healthy chassis in Redfish's form (the Thermal of sushy-tools' emulator, a Power
+        of two supplies, an empty system event log): the simulated faults are all inside
+        the node."""
+        if kind == "sensors":
+            return section("thermal 1", json.dumps(_THERMAL) + "\n") + section("power 1", json.dumps(_POWER) + "\n")
+        return section("log 1 SEL", json.dumps({"Members@odata.count": 0, "Members": []}) + "\n")
+
+
+_OK = {"State": "Enabled", "Health": "OK"}
+_THERMAL = {
+    "@odata.type": "#Thermal.v1_3_0.Thermal",
+    "Id": "Thermal",
+    "Temperatures": [
+        {
+            "MemberId": "0",
+            "Name": "CPU Temp",
+            "Status": _OK,
+            "ReadingCelsius": 41,
+            "UpperThresholdNonCritical": 42,
+            "UpperThresholdCritical": 45,
+            "UpperThresholdFatal": 48,
+        },
+        {
+            "MemberId": "1",
+            "Name": "Chassis Intake Temp",
+            "Status": _OK,
+            "ReadingCelsius": 25,
+            "UpperThresholdNonCritical": 30,
+            "UpperThresholdCritical": 40,
+            "LowerThresholdCritical": 5,
+        },
+    ],
+    "Fans": [
+        {"MemberId": "0", "Name": "BaseBoard System Fan", "Status": _OK, "Reading": 2100, "LowerThresholdFatal": 0}
+    ],
+}
+_POWER = {
+    "@odata.type": "#Power.v1_5_1.Power",
+    "Id": "Power",
+    "PowerSupplies": [{"MemberId": str(i), "Name": f"PSU{i}", "Status": _OK, "LineInputVoltage": 227} for i in (1, 2)],
+}

@@ -114,6 +114,7 @@ class HostState:
     loaded_driver: str = ""  # the kernel module's version; the profile's driver is the installed one
     clock_offset_s: float = 0.000012
     clock_synchronised: bool = True
+    nvme_drives: int = 2  # NVMe controllers nvme0.. (the boot drive and a local scratch drive), all healthy
 
 
 @dataclass(frozen=True)

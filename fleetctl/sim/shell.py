@@ -30,6 +30,7 @@ from fleetctl.sim.render.host import (
     render_lspci,
     render_meminfo,
     render_mounts,
+    render_nvme_smart_log,
     render_systemctl_show,
     render_uname_r,
 )
@@ -382,6 +383,12 @@ def _nvfwupd(call: _Call) -> ToolRun:
     return ToolRun(render_nvfwupd_show_version(call.node, with_package, as_json), 10.0)
 
 
+def _nvme(call: _Call) -> ToolRun:
+    if call.args[:1] != ["smart-log"] or len(call.args) < 2:
+        raise _UsageError("simulated nvme answers nvme smart-log DEVICE -o json")
+    return ToolRun(render_nvme_smart_log(call.node, call.args[1]), 0.1)
+
+
 def _sleep(call: _Call) -> ToolRun:
     return ToolRun(ToolOutput(""), sum(float(a.rstrip("s")) for a in call.args))
 
@@ -412,6 +419,7 @@ _TOOLS: dict[str, Callable[[_Call], ToolRun]] = {
     "uname": _uname,
     "chronyc": _chronyc,
     "lspci": _lspci,
+    "nvme": _nvme,
     "lscpu": lambda call: ToolRun(ToolOutput(render_lscpu(call.node)), 0.1),
     "perfquery": _perfquery,
     "echo": lambda call: ToolRun(ToolOutput(" ".join(call.args) + "\n"), 0.0),

@@ -79,6 +79,9 @@ class AgentProcess:
                 str(self.port),
                 "--sample-interval",
                 "0",
+                # This machine's own /sys and /proc are no node under test (tests/agent/test_node_watch.py
+                # gives the watch trees of its own).
+                "--no-watch",
                 *args,
             ],
             env={**os.environ, "FLEETCTL_CONFIG": os.devnull},

@@ -150,6 +150,16 @@ CASES = [
     ("xid/fabricmanager_topology_mismatch_fail.txt", "xid", None, FAIL),
     # the host's hardware in the kernel log (passive signals of the host checks)
     ("xid/dmesg_host_mce_edac_aer_throttle_warn.txt", "xid", None, WARN),
+    ("xid/dmesg_T_mlx5_fabric_fail.txt", "xid", None, FAIL),
+    ("xid/dmesg_nfs_hang_readonly_fail.txt", "xid", None, FAIL),
+    # storage (checks/storage.py): nvme smart-log, text and JSON
+    ("storage/nvme_smart_log_text_ok.txt", "nvme", None, PASS),
+    ("storage/nvme_smart_log_json_ok.txt", "nvme", None, PASS),
+    ("storage/nvme_smart_log_json_degraded_fail.txt", "nvme", None, FAIL),
+    ("storage/nvme_transcript_two_drives_ok.txt", "nvme", None, PASS),
+    # the chassis from its BMC (checks/chassis.py): Redfish logs and sensors
+    ("chassis/redfish_ocp_sel_temperature_fail.txt", "bmc-log", None, FAIL),
+    ("chassis/redfish_cisco_ucs_power_thermal_ok.txt", "bmc-sensors", None, PASS),
     ("xid/dmesg_edac_ue_aer_fatal_fail.txt", "xid", None, FAIL),
     # the host (checks/host.py): PCIe, memory, CPUs, filesystems, daemons, versions, clock
     ("host/lspci_vv_8xh100_cx7_ok.txt", "pcie", H100, PASS),

@@ -27,7 +27,7 @@ from fleetctl.executors.base import NodeTarget
 from fleetctl.executors.ssh import SshExecutor
 
 SSHD = shutil.which("sshd", path=f"/usr/sbin:/usr/local/sbin:{os.environ.get('PATH', '')}")
-FAKE_TOOLS = ("nvidia-smi", "dcgmi", "all_reduce_perf", "xhpl")
+FAKE_TOOLS = ("nvidia-smi", "dcgmi", "all_reduce_perf", "xhpl", "nvme")
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ssh"
 
 

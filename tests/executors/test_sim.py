@@ -14,6 +14,7 @@ from checks import judge, load_profile
 from checks.catalog import CHECKS
 from checks.result import Status
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
+from fleetctl.sim.bmc import SimBmc
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
 from fleetctl.sim.inventory import render_inventory
@@ -71,7 +72,9 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "memory-uncorrected": {"host-memory": {FAIL}, "xid-scan": {FAIL}},
     "cpu-offline": {"host-cpu": {FAIL}},
     "disk-full": {"host-disk": {FAIL}},
-    "fs-readonly": {"host-disk": {FAIL}},
+    # The kernel's own line for the remount ("EXT4-fs (md1): Remounting filesystem read-only") is a
+    # critical signature of the log too.
+    "fs-readonly": {"host-disk": {FAIL}, "xid-scan": {FAIL}},
     "fabricmanager-down": {"host-services": {FAIL}},
     # NVML and CUDA refuse a driver whose kernel module is not the installed one: every tool
     # that needs the driver fails or cannot be read; host-versions says why.
@@ -147,6 +150,8 @@ def run_check(ex: SimExecutor, check: str, profile: str = "h100-sxm", name: str 
     def run_on(node: str, argv) -> CommandResult:
         return ex.run(target(profile, node), argv, timeout_s=3600)
 
+    if spec.plan == "bmc":  # read from the node's BMC, not run on the node (the worker's _read_bmc)
+        return CommandResult(spec.argv, 0, SimBmc(None, name).health_report(spec.argv[1]), "", 0.0)
     if spec.plan == "rails":
         return run_rails(lambda argv: run_on(name, argv), spec, load_profile(profile))
     if spec.plan == "pairs":

@@ -4,6 +4,7 @@ service against its peers."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,6 +114,8 @@ class CheckActivities(DatabaseActivities):
         def run_on(target: NodeTarget, argv: Sequence[str]) -> CommandResult:
             return _run_with_heartbeat(self.executors.for_target(target), target, argv, timeout_s)
 
+        if spec.plan == "bmc":
+            return self._read_bmc(spec, node)
         target = target_for(node)
         if spec.plan == "rails":
             return run_rails(lambda argv: run_on(target, argv), spec, profile)
@@ -129,6 +132,21 @@ class CheckActivities(DatabaseActivities):
                 lambda name, argv: run_on(target_for(nodes[name]), argv), spec, node.name, partners, profile.gpu_count
             )
         return run_on(target, spec.argv_for(profile))
+
+    def _read_bmc(self, spec: CheckSpec, node: Node) -> CommandResult:
+        """A chassis check: the node's BMC read for its report, as a command's output (a BMC
+        that cannot be read is a failed command: its words are the check's error)."""
+        from fleetctl.bmc import bmc_for
+        from fleetctl.bmc.base import BmcError
+
+        if not node.bmc_address:
+            raise ApplicationError(f"{node.name} has no BMC address in the inventory", type="NoBmc", non_retryable=True)
+        started = time.monotonic()
+        try:
+            text, status, error = bmc_for(node.name, node.bmc_address, self.settings).health_report(spec.argv[1]), 0, ""
+        except BmcError as exc:
+            text, status, error = "", 1, str(exc)
+        return CommandResult(spec.argv, status, text, error, time.monotonic() - started)
 
     @activity.defn
     def judge_admission(self, req: AdmissionRequest) -> AdmissionVerdict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import time
 
-from fleetctl.sim.node import KERNEL_RELEASE, NodeState
+from fleetctl.sim.node import KERNEL_RELEASE, NodeState, ToolOutput
 
 _T = "\t"
 # lspci's name of each ConnectX the simulator knows (pci.ids); another CA type gets "Device".
@@ -250,4 +250,16 @@ def render_chronyc_tracking(node: NodeState) -> str:
         "Root delay      : 0.000356001 seconds\nRoot dispersion : 0.000135267 seconds\n"
         "Update interval : 64.2 seconds\n"
         f"Leap status     : {'Normal' if host.clock_synchronised else 'Not synchronised'}\n"
+    )
+
+
+def render_nvme_smart_log(node: NodeState, device: str) -> ToolOutput:
+    """`nvme smart-log /dev/nvmeN -o json` in nvme-cli 1.x's JSON (tests/fixtures/checks/storage):
+    a healthy drive; a controller the node lacks is the tool's open error."""
+    index = device.removeprefix("/dev/nvme")
+    if not index.isdigit() or int(index) >= node.host.nvme_drives:
+        return ToolOutput("", f"{device}: No such file or directory\n", 1)
+    return ToolOutput(
+        '{\n  "critical_warning" : 0,\n  "temperature" : 306,\n  "avail_spare" : 100,\n  "spare_thresh" : 10,\n'
+        '  "percent_used" : 2,\n  "media_errors" : 0,\n  "num_err_log_entries" : 0\n}\n'
     )
