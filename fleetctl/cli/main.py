@@ -67,6 +67,11 @@ NOUNS: dict[str, Noun] = {
         "Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     ),
     "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
+    "validate": Noun(
+        "fleetctl.cli.validate",
+        "validate",
+        "All-reduce across production nodes; when it falls short of the multi-node floor, bisection names the slow node or link.",
+    ),
     "spares": Noun(
         "fleetctl.cli.spares",
         "app",

@@ -91,6 +91,14 @@ def as_nodes(names: Sequence[str]) -> Nodes:
     return tuple(sorted(set(names)))
 
 
+def launcher(run: Nodes, results: Sequence[RunResult]) -> str:
+    """The node MPI launches `run` on, where its check run is recorded: the first not yet
+    cleared. A probe (a suspect beside a cleared node) is then recorded on the suspect, so each
+    node's latest run says what bisection found of it, not of the set it was launched for."""
+    cleared = {n for r in results if r.verdict is RunVerdict.PASS for n in r.nodes}
+    return next((n for n in run if n not in cleared), run[0])
+
+
 def next_step(nodes: Sequence[str], results: Sequence[RunResult], max_runs: int | None = None) -> Step:
     """The next runs of a bisection over `nodes` after `results`, or its verdict.
 

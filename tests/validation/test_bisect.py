@@ -9,7 +9,15 @@ import math
 
 import pytest
 
-from fleetctl.validation.bisect import RunResult, RunVerdict, Step, Verdict, default_max_runs, next_step
+from fleetctl.validation.bisect import (
+    RunResult,
+    RunVerdict,
+    Step,
+    Verdict,
+    default_max_runs,
+    launcher,
+    next_step,
+)
 
 P, S, E = RunVerdict.PASS, RunVerdict.SLOW, RunVerdict.ERROR
 
@@ -147,3 +155,17 @@ def test_next_step(results: list[RunResult], expected: Step | None) -> None:
 def test_bad_input_is_refused(nodes: list[str], results: list[RunResult], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         next_step(nodes, results)
+
+
+@pytest.mark.parametrize(
+    ("run", "results", "expected"),
+    [
+        (N8[:4], [RunResult(N8, S)], "n00"),
+        (("n00", "n04"), [RunResult(N8[:4], P)], "n04"),  # the suspect, not the cleared node
+        (("n00", "n01"), [RunResult(N8[:2], P)], "n00"),
+    ],
+)
+def test_a_run_is_launched_and_recorded_on_its_first_node_not_cleared(
+    run: tuple[str, ...], results: list[RunResult], expected: str
+) -> None:
+    assert launcher(run, results) == expected
