@@ -66,7 +66,11 @@ NOUNS: dict[str, Noun] = {
         "app",
         "Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     ),
-    "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
+    "topology": Noun(
+        "fleetctl.cli.topology",
+        "app",
+        "Topology: Slurm's topology.conf and node labels from the inventory or the fabric (ibnetdiscover, nvidia-smi).",
+    ),
     "validate": Noun(
         "fleetctl.cli.validate",
         "validate",
