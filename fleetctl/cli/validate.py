@@ -51,6 +51,7 @@ def validate(
     except InventoryError as exc:
         fail(str(exc), EXIT_USAGE)
     s = context.settings(ctx)
+    _refuse_a_bad_scope(ctx, list(nodes or []), island, rack, domain, labels)
     inp = ValidationInput(
         names=list(nodes or []),
         island=island,
@@ -74,6 +75,24 @@ def validate(
         raise typer.Exit(EXIT_CHECK_ERROR)
     if not result.passed:
         raise typer.Exit(EXIT_CHECK_ERROR if result.error else EXIT_CHECK_FAILED)
+
+
+def _refuse_a_bad_scope(
+    ctx: typer.Context, names: list[str], island: str, rack: str, domain: str, labels: dict[str, str]
+) -> None:
+    """A scope that names no usable set of nodes, refused here in one line (exit 2) before a
+    node is held; the workflow chooses again from the database it reads (and, for --idle,
+    from the schedulers)."""
+    from fleetctl.db.queries import list_nodes
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.validation.scope import Scope, ScopeError, select_nodes
+
+    fleet = context.settings(ctx).fleet
+    rows = [n for n in list_nodes(context.engine(ctx)) if in_fleet(n.labels, fleet)]
+    try:
+        select_nodes(rows, Scope(tuple(names), island, rack, domain, labels))
+    except ScopeError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def _data(result: dict[str, Any]) -> dict[str, Any]:

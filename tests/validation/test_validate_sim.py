@@ -83,9 +83,32 @@ async def test_a_healthy_set_passes_in_one_run_and_a_busy_node_is_skipped(produc
     assert validate_runs(fleet)[0].metrics["hosts"] == 5
 
 
-async def test_a_scope_with_one_node_is_refused_in_one_line(production_fleet) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("{0}",), "1 production node; an all-reduce across nodes needs 2 or more"),
+        (("{0}", "gpu-none"), "unknown node: gpu-none"),
+        (("--island", "nowhere"), "island nowhere: 0 production nodes"),
+        (("-l", "pool"), "bad label selector"),
+    ],
+)
+async def test_a_scope_with_no_usable_set_is_refused_in_one_line_holding_nothing(
+    production_fleet, args: tuple[str, ...], message: str
+) -> None:
     fleet = await production_fleet(2)
-    out = await validate(fleet.settings, fleet.names[0])
-    assert out.exit_code == 4
-    assert json.loads(out.stdout)["error"].endswith("an all-reduce across nodes needs 2 or more")
+    out = await validate(fleet.settings, *(a.format(fleet.names[0]) for a in args))
+    assert out.exit_code == 2 and out.stdout == ""
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert validate_runs(fleet) == []
+    assert [n for n in fleet.names if SimScheduler(fleet.engine).node_state(n).drained] == []
+
+
+async def test_a_set_left_with_one_idle_node_after_the_holds_is_an_error_and_released(production_fleet) -> None:
+    fleet = await production_fleet(2)
+    job = SimScheduler(fleet.engine).submit("train", 1)
+    out = await validate(fleet.settings)
+    assert out.exit_code == 4, out.output
+    data = json.loads(out.stdout)
+    assert data["error"].startswith("1 of 2 nodes held (the rest busy)") and data["runs"] == []
+    assert list(data["skipped"]) == list(job.nodes)
+    assert [n for n in fleet.names if SimScheduler(fleet.engine).node_state(n).drained] == []
