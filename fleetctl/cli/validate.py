@@ -135,9 +135,9 @@ def _verdict(data: dict[str, Any]) -> RenderableType:
         return _styled(shown(f"error: {data['error']}"), "red")
     if data["passed"]:
         return Text(f"passed: {len(data['nodes'])} nodes at or above the multi-node floor", style="green")
-    said = [f"slow node{'s' if len(data['bad_nodes']) > 1 else ''}: {compress(data['bad_nodes'])}"] * bool(
-        data["bad_nodes"]
-    )
+    said = []
+    if data["bad_nodes"]:
+        said.append(f"slow node{'s' if len(data['bad_nodes']) > 1 else ''}: {compress(data['bad_nodes'])}")
     said += [
         "slow only together (the fabric between): " + " | ".join(compress(group) for group in groups)
         for groups in data["slow_together"]

@@ -35,10 +35,10 @@ async def production_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def validate(settings: Settings, *args: str):
+async def validate(settings: Settings, *args: str, output: str = "json"):
     """The CLI in a thread of its own: it runs its own event loop, as at a console."""
     flags = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
-    argv = [*flags, "--task-queue", settings.task_queue, "validate", *args, "-o", "json"]
+    argv = [*flags, "--task-queue", settings.task_queue, "validate", *args, "-o", output]
     return await asyncio.to_thread(CliRunner().invoke, app, argv)
 
 
@@ -81,6 +81,11 @@ async def test_a_healthy_set_passes_in_one_run_and_a_busy_node_is_skipped(produc
     assert data["passed"] and len(data["runs"]) == 1 and data["bad_nodes"] == []
     assert busy not in data["nodes"] and data["skipped"][busy].startswith(f"job {job.job_id} running")
     assert validate_runs(fleet)[0].metrics["hosts"] == 5
+    # What an operator reads: the nodes held, the one skipped and why, the run, the verdict.
+    table = await validate(fleet.settings, *fleet.names, output="table")
+    assert table.exit_code == 0, table.output
+    assert f"skipped {busy}: job {job.job_id} running on the node" in table.stdout
+    assert "passed: 5 nodes at or above the multi-node floor" in table.stdout
 
 
 @pytest.mark.parametrize(
