@@ -130,6 +130,7 @@ def _verdict(data: dict[str, Any]) -> RenderableType:
     from rich.text import Text
 
     from fleetctl.inventory.hostlist import compress
+    from fleetctl.text import plural
 
     if data["error"]:
         return _styled(shown(f"error: {data['error']}"), "red")
@@ -143,7 +144,7 @@ def _verdict(data: dict[str, Any]) -> RenderableType:
         for groups in data["slow_together"]
     ]
     said += [f"slow, no node to compare with: {compress(nodes)}" for nodes in data["unresolved"]]
-    return Text(f"{len(data['runs'])} runs; " + "; ".join(said), style="red")
+    return Text(f"{plural(len(data['runs']), 'run')}; " + "; ".join(said), style="red")
 
 
 def _styled(text: Text, style: str) -> Text:

@@ -22,7 +22,7 @@ def shown(**verdict) -> str:
 @pytest.mark.parametrize(
     ("verdict", "line"),
     [
-        ({"bad_nodes": ["gpu-005"]}, "1 runs; slow node: gpu-005"),
+        ({"bad_nodes": ["gpu-005"]}, "1 run; slow node: gpu-005"),
         ({"bad_nodes": ["gpu-002", "gpu-005"]}, "slow nodes: gpu-[002,005]"),
         (
             {"slow_together": [[NODES[:4], NODES[4:]]]},
