@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail
-from fleetctl.text import printable
+from fleetctl.text import plural, printable
 
 if TYPE_CHECKING:
     from fleetctl.inventory.fabric import FabricView
@@ -140,7 +140,8 @@ def _report(view: FabricView, domains: dict[str, str], problems: list[str]) -> N
     from fleetctl.inventory.hostlist import compress
 
     typer.echo(
-        f"{len(view.placed)} inventory nodes in the fabric, {len(set(domains.values()))} NVLink domains"
+        f"{plural(len(view.placed), 'inventory node')} in the fabric, "
+        f"{plural(len(set(domains.values())), 'NVLink domain')}"
         + (f"; {view.unnamed_hcas} HCAs name no host" if view.unnamed_hcas else "")
     )
     if view.not_in_fabric:
