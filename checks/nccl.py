@@ -331,14 +331,19 @@ def _metrics(run: NcclPerfResult) -> dict[str, Any]:
 def pair_argv(a: str, b: str, gpus_per_node: int, program: tuple[str, ...]) -> tuple[str, ...]:
     """Two nodes' all-reduce, launched on `a` by MPI: one rank per GPU (`program` is the
     catalog's all_reduce_perf argv, run with -g 1 per rank)."""
+    return hosts_argv((a, b), gpus_per_node, program)
+
+
+def hosts_argv(hosts: tuple[str, ...], gpus_per_node: int, program: tuple[str, ...]) -> tuple[str, ...]:
+    """An all-reduce across `hosts`, launched on the first by MPI, one rank per GPU of each."""
     if gpus_per_node < 1:
         raise ValueError(f"gpus per node must be 1 or more, not {gpus_per_node}")
     return (
         "mpirun",
         "--host",
-        f"{a}:{gpus_per_node},{b}:{gpus_per_node}",
+        ",".join(f"{h}:{gpus_per_node}" for h in hosts),
         "-np",
-        str(2 * gpus_per_node),
+        str(len(hosts) * gpus_per_node),
         "--npernode",
         str(gpus_per_node),
         *program,

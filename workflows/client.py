@@ -42,6 +42,7 @@ from workflows.api import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
+    CLUSTER_VALIDATION,
     FIRMWARE_ROLLOUT,
     GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL,
@@ -76,6 +77,8 @@ from workflows.api import (
     SweepInput,
     TransitionRequest,
     TransitionResult,
+    ValidationInput,
+    ValidationResult,
     guard_id,
     job_restart_id,
     job_sync_id,
@@ -86,6 +89,7 @@ from workflows.api import (
     rollout_workflow_id,
     straggler_sweep_id,
     sweep_id,
+    validation_id,
 )
 from workflows.converter import DATA_CONVERTER
 
@@ -734,3 +738,29 @@ async def stalled_nodes(client: Client, settings: Settings, now: datetime | None
         if stall is not None:
             stalls.append(stall)
     return stalls
+
+
+# ---- validation at cluster scale -------------------------------------------------------------
+
+
+async def run_validation(client: Client, settings: Settings, inp: ValidationInput, request_id: str) -> ValidationResult:
+    """Start a ClusterValidation and wait for its verdict."""
+    handle = await client.start_workflow(
+        CLUSTER_VALIDATION,
+        inp,
+        id=validation_id(request_id),
+        task_queue=settings.task_queue,
+        result_type=ValidationResult,
+    )
+    result: ValidationResult = await handle.result()
+    return result
+
+
+def validation_schedule(settings: Settings, schedule_id: str, every: timedelta, inp: ValidationInput) -> Schedule:
+    """The Temporal Schedule that starts a ClusterValidation every `every` (one at a time)."""
+    return _every(
+        ScheduleActionStartWorkflow(
+            CLUSTER_VALIDATION, inp, id=validation_id(f"schedule/{schedule_id}"), task_queue=settings.task_queue
+        ),
+        every,
+    )

@@ -39,6 +39,7 @@ from workflows.activities.node import NodeActivities, NodeCommandActivities
 from workflows.activities.remediation import RemediationActivities
 from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.stragglers import StragglerActivities
+from workflows.activities.validation import ValidationActivities
 from workflows.api import bulk_queue
 from workflows.client import connect, ensure_capacity_guard, require_search_attributes, stalled_nodes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
@@ -49,6 +50,7 @@ from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.remediation import Remediation
 from workflows.definitions.stragglers import ProductionStragglers
+from workflows.definitions.validation import ClusterValidation
 
 # One worker process's activity threads: its two lanes' slots together.
 ACTIVITY_THREADS = 64
@@ -65,6 +67,7 @@ WORKFLOWS: list[type] = [
     FirmwareRollout,
     ProductionStragglers,
     JobHistorySync,
+    ClusterValidation,
 ]
 # Also on the bulk lane: a sweep starts its batches there (one started on the task queue before
 # the lanes finishes there: WORKFLOWS hosts it too).
@@ -86,6 +89,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
+    validation = ValidationActivities(settings, executors)
     return [
         node.record_transition,
         node.record_transition_with_facts,
@@ -144,6 +148,8 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         stragglers.judge_running_jobs,
         stragglers.record_straggler_drain,
         job_history.sync_job_history,
+        validation.validation_nodes,
+        validation.run_allreduce,
     ]
 
 

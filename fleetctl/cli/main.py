@@ -67,7 +67,16 @@ NOUNS: dict[str, Noun] = {
         "app",
         "Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     ),
-    "topology": Noun("fleetctl.cli.topology", "app", "Topology: write a Slurm topology.conf from the inventory."),
+    "topology": Noun(
+        "fleetctl.cli.topology",
+        "app",
+        "Topology: Slurm's topology.conf and node labels from the inventory or the fabric (ibnetdiscover, nvidia-smi).",
+    ),
+    "validate": Noun(
+        "fleetctl.cli.validate",
+        "validate",
+        "All-reduce across production nodes; when it falls short of the multi-node floor, bisection names the slow node or link.",
+    ),
     "spares": Noun(
         "fleetctl.cli.spares",
         "app",

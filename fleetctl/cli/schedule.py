@@ -13,6 +13,11 @@ from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat,
 from fleetctl.durations import when
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from temporalio.client import Schedule
+
+    from fleetctl.config import Settings
     from fleetctl.db.sweep_intervals import SweepSchedule
 
 T = TypeVar("T")
@@ -21,7 +26,9 @@ app = typer.Typer(
     help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     no_args_is_help=True,
 )
-KINDS = ("active-checks", "stragglers", "job-sync")
+KINDS = ("active-checks", "stragglers", "job-sync", "validate")
+# A validation holds the idle part of the fleet for minutes: a daily run, not an hourly one.
+VALIDATE_EVERY = "1d"
 # Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
 JOB_SYNC_EVERY = "1m"
 
@@ -52,8 +59,8 @@ def create(
     kind: str = typer.Argument(
         ...,
         help="active-checks, stragglers (the running jobs' nodes compared from "
-        "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
-        "into the database, as `job sync`)",
+        "Prometheus: straggler_* settings), job-sync (the schedulers' jobs "
+        "into the database, as `job sync`), or validate (`fleetctl validate --idle`)",
     ),
     every: str | None = typer.Option(
         None,
@@ -97,6 +104,8 @@ def create(
             fail(str(exc), EXIT_USAGE)
         schedule = job_sync_schedule(s, schedule_id, interval, JobSyncInput(actor=f"schedule/{schedule_id}"))
         summary = f"the schedulers' jobs into the database every {_every(interval.total_seconds())}"
+    elif kind == "validate":
+        schedule, interval, summary = _validate_schedule(s, schedule_id, every)
     else:
         try:
             interval = parse_duration(every or "1h")
@@ -138,6 +147,23 @@ def create(
     else:
         sweep_intervals.forget(context.engine(ctx), schedule_id)
     typer.echo(f"schedule {schedule_id}: {summary}")
+
+
+def _validate_schedule(s: Settings, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:
+    """A ClusterValidation of the fleet's idle production nodes every `every` (default a day)."""
+    from fleetctl.durations import parse_duration
+    from workflows.api import ValidationInput
+    from workflows.client import validation_schedule
+
+    try:
+        interval = parse_duration(every or VALIDATE_EVERY)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    inp = ValidationInput(idle=True, fleet=s.fleet, actor=f"schedule/{schedule_id}")
+    summary = (
+        f"an all-reduce across the idle production nodes every {_every(interval.total_seconds())}, bisected when slow"
+    )
+    return validation_schedule(s, schedule_id, interval, inp), interval, summary
 
 
 def _every(seconds: float | None) -> str:

@@ -15,7 +15,7 @@ from tests.support.import_cycles import AcyclicModulesContract, strongly_connect
 
 REPO = Path(__file__).resolve().parents[2]
 FLEETCTL = REPO / "fleetctl"
-DOMAINS = ("inventory", "nodes", "jobs", "remediation", "reliability", "connections")
+DOMAINS = ("inventory", "nodes", "jobs", "remediation", "reliability", "connections", "validation")
 EDGE_SUFFIXES = ("_store", "_sync", "_client", "_server")
 MAX_TOP_LEVEL_MODULES = 12
 

@@ -37,7 +37,10 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   an XID 79 under a job, whose node's workflow restarts it, and a runbook that drains its node
   and moves the job under the drain's key.
 
-By default only the newest set (v5) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+- v6 (tests/histories/v6/*.json), the cluster validation (ClusterValidation): eight nodes held,
+  one of them with a slow fabric, the all-reduce bisected to it.
+
+By default only the newest set (v6) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -89,12 +92,14 @@ from workflows.api import (
     RolloutInput,
     StragglerSweepInput,
     SweepInput,
+    ValidationInput,
     guard_id,
     job_sync_id,
     node_workflow_id,
     remediation_id,
     rollout_workflow_id,
     straggler_sweep_id,
+    validation_id,
 )
 from workflows.client import (
     connect,
@@ -102,6 +107,7 @@ from workflows.client import (
     request_phase,
     request_transition,
     run_remediation,
+    run_validation,
     send_health_events,
     start_remediation,
     start_rollout,
@@ -120,6 +126,7 @@ SETS = {
     "v3": HISTORIES / "v3",
     "v4": HISTORIES / "v4",
     "v5": HISTORIES / "v5",
+    "v6": HISTORIES / "v6",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1087,7 +1094,20 @@ async def record_v5(directory: Path = SETS["v5"]) -> list[Path]:
         )
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5}
+async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
+    """ClusterValidation: eight production nodes held, one with a slow fabric, bisected to it."""
+    async with recording() as rec:
+        names = rec.add_nodes(8, "rv6", racks=2)
+        for name in names:
+            await _in_production(rec, name)
+        add_fault(rec.engine, names[5], "fabric-slow", not_before=0.0)
+        result = await run_validation(rec.client, rec.settings, ValidationInput(fleet=rec.settings.fleet), "recorded")
+        if result.bad_nodes != [names[5]]:
+            raise RuntimeError(f"the validation did not name {names[5]}: {result}")
+        return await rec.write(directory, {"cluster_validation_bisected": validation_id("recorded")})
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5, "v6": record_v6}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -1102,7 +1122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v5",
+        default="v6",
         help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
     )
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@ or returns, every workflow id, and the names clients address workflows by.
 One import surface (`from workflows.api import X`) over one module per domain, as fleetctl's
 packages are cut: `names` (workflow types, messages, ids), `nodes` (NodeLifecycle and its
 activities, CapacityGuard, ActiveCheckSweep), `jobs` (JobRestart, ProductionStragglers),
-`remediation` (Remediation, FirmwareRollout). A new payload goes in its domain's module and
+`remediation` (Remediation, FirmwareRollout), `validation` (ClusterValidation). A new payload goes in its domain's module and
 is named here.
 
 Light on purpose: the standard library and the pure dataclasses of fleetctl.nodes.capacity and
@@ -43,6 +43,7 @@ from workflows.api.names import (
     ADMIT_UPDATE,
     BULK_SUFFIX,
     CAPACITY_GUARD,
+    CLUSTER_VALIDATION,
     FIRMWARE_ROLLOUT,
     GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL,
@@ -73,6 +74,7 @@ from workflows.api.names import (
     rollout_workflow_id,
     straggler_sweep_id,
     sweep_id,
+    validation_id,
 )
 from workflows.api.nodes import (
     DRAIN_JOB_POLL_S,
@@ -151,12 +153,20 @@ from workflows.api.remediation import (
     UpdateOutcome,
     remediation_mode,
 )
+from workflows.api.validation import (
+    ValidationInput,
+    ValidationNodes,
+    ValidationResult,
+    ValidationRun,
+    ValidationRunOutcome,
+)
 
 __all__ = [
     "ACTIVE_CHECK_SWEEP",
     "ADMIT_UPDATE",
     "BULK_SUFFIX",
     "CAPACITY_GUARD",
+    "CLUSTER_VALIDATION",
     "DEFAULT_RUNNING_TIMEOUT_S",
     "DRAIN_JOB_POLL_S",
     "DRAIN_JOB_WAIT_S",
@@ -261,6 +271,11 @@ __all__ = [
     "TransitionRequest",
     "TransitionResult",
     "UpdateOutcome",
+    "ValidationInput",
+    "ValidationNodes",
+    "ValidationResult",
+    "ValidationRun",
+    "ValidationRunOutcome",
     "WaitForJob",
     "WorkItem",
     "WorkKind",
@@ -276,4 +291,5 @@ __all__ = [
     "rollout_workflow_id",
     "straggler_sweep_id",
     "sweep_id",
+    "validation_id",
 ]

@@ -24,6 +24,7 @@ REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
 RMA_DECISION_UPDATE = "decide_rma"  # an operator's `rma confirm` / `rma reject` of a held RMA
 JOB_RESTART = "JobRestart"
+CLUSTER_VALIDATION = "ClusterValidation"
 
 FIRMWARE_ROLLOUT = "FirmwareRollout"
 ROLLOUT_RESUME_UPDATE = "resume"
@@ -81,6 +82,11 @@ def job_sync_id(schedule_id: str) -> str:
 def straggler_sweep_id(schedule_id: str) -> str:
     """The id of the production straggler judges a schedule starts (one at a time)."""
     return f"stragglers/{schedule_id}"
+
+
+def validation_id(request_id: str) -> str:
+    """The id of one validation (`fleetctl validate`, or a schedule's: one at a time)."""
+    return f"validate/{request_id}"
 
 
 def bulk_queue(task_queue: str) -> str:

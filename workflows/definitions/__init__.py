@@ -15,4 +15,5 @@ with workflow.unsafe.imports_passed_through():
     import workflows.api.jobs
     import workflows.api.names
     import workflows.api.nodes
-    import workflows.api.remediation  # noqa: F401
+    import workflows.api.remediation
+    import workflows.api.validation  # noqa: F401

@@ -1,0 +1,152 @@
+"""`fleetctl validate`: an all-reduce across a set of production nodes, judged against the
+profile's multi-node floor; when it falls short, bisection names the node or link (the
+ClusterValidation workflow: workflows/definitions/validation.py)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from fleetctl.cli import context
+from fleetctl.cli.output import (
+    EXIT_CHECK_ERROR,
+    EXIT_CHECK_FAILED,
+    EXIT_USAGE,
+    OUTPUT_OPTION,
+    OutputFormat,
+    emit,
+    fail,
+    shown,
+)
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
+
+
+def validate(
+    ctx: typer.Context,
+    nodes: list[str] = typer.Argument(None, help="node names or host lists (gpu-[001-032]); none: every node"),
+    island: str = typer.Option("", "--island", help="only the nodes of this island"),
+    rack: str = typer.Option("", "--rack", help="only the nodes of this rack"),
+    domain: str = typer.Option("", "--domain", help="only the nodes of this NVLink domain"),
+    selector: str | None = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
+    idle: bool = typer.Option(False, "--idle", help="only the production nodes no job runs on"),
+    max_runs: int = typer.Option(0, "--max-runs", min=0, help="give up after this many runs (0: 4 log2 N + 3)"),
+    output: OutputFormat = OUTPUT_OPTION,
+) -> None:
+    """All-reduce across production nodes; when it falls short of the multi-node floor, bisection names the slow node or link.
+
+    The nodes are held in their scheduler as a check holds a node; halves, quarters and pairs
+    follow a slow run. Exit 3 when something is slow, 4 when the validation could not run."""
+    from fleetctl.inventory.parse import InventoryError, parse_selector
+    from workflows.api import ValidationInput
+    from workflows.client import run_validation
+
+    try:
+        labels = parse_selector(selector) if selector else {}
+    except InventoryError as exc:
+        fail(str(exc), EXIT_USAGE)
+    s = context.settings(ctx)
+    _refuse_a_bad_scope(ctx, list(nodes or []), island, rack, domain, labels)
+    inp = ValidationInput(
+        names=list(nodes or []),
+        island=island,
+        rack=rack,
+        domain=domain,
+        labels=labels,
+        idle=idle,
+        fleet=s.fleet,
+        actor=s.identity(),
+        max_runs=max_runs,
+    )
+
+    async def go() -> Any:
+        client = await context.temporal_client(ctx)
+        return await run_validation(client, s, inp, uuid.uuid4().hex[:12])
+
+    result = context.run_async(go())
+    data = _data(asdict(result))
+    emit(data, output, _table)
+    if result.error and not result.runs:
+        raise typer.Exit(EXIT_CHECK_ERROR)
+    if not result.passed:
+        raise typer.Exit(EXIT_CHECK_ERROR if result.error else EXIT_CHECK_FAILED)
+
+
+def _refuse_a_bad_scope(
+    ctx: typer.Context, names: list[str], island: str, rack: str, domain: str, labels: dict[str, str]
+) -> None:
+    """A scope that names no usable set of nodes, refused here in one line (exit 2) before a
+    node is held; the workflow chooses again from the database it reads (and, for --idle,
+    from the schedulers)."""
+    from fleetctl.db.queries import list_nodes
+    from fleetctl.nodes.capacity import in_fleet
+    from fleetctl.validation.scope import Scope, ScopeError, select_nodes
+
+    fleet = context.settings(ctx).fleet
+    rows = [n for n in list_nodes(context.engine(ctx)) if in_fleet(n.labels, fleet)]
+    try:
+        select_nodes(rows, Scope(tuple(names), island, rack, domain, labels))
+    except ScopeError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _data(result: dict[str, Any]) -> dict[str, Any]:
+    from fleetctl.inventory.hostlist import compress
+
+    runs = [{**run, "nodes": compress(sorted(run["nodes"]))} for run in result["runs"]]
+    return {**result, "runs": runs, "run_count": len(runs)}
+
+
+def _table(data: dict[str, Any], _wide: bool) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from fleetctl.inventory.hostlist import compress
+
+    lines: list[RenderableType] = []
+    if data["nodes"]:
+        lines.append(Text(f"{len(data['nodes'])} nodes held: {compress(data['nodes'])}"))
+    for node, why in sorted(data["skipped"].items()):
+        lines.append(_styled(shown(f"skipped {node}: {why}"), "yellow"))
+    if data["runs"]:
+        table = Table(header_style="bold", box=None)
+        for column in ("RUN", "NODES", "VERDICT", "BUSBW GB/s", "CHECK RUN"):
+            table.add_column(column)
+        for i, run in enumerate(data["runs"]):
+            busbw = "" if run["busbw_gbps"] is None else f"{run['busbw_gbps']:g}"
+            table.add_row(str(i), shown(run["nodes"]), run["verdict"], busbw, str(run["check_run_id"] or ""))
+        lines.append(table)
+    lines.append(_verdict(data))
+    return Group(*lines)
+
+
+def _verdict(data: dict[str, Any]) -> RenderableType:
+    from rich.text import Text
+
+    from fleetctl.inventory.hostlist import compress
+    from fleetctl.text import plural
+
+    if data["error"]:
+        return _styled(shown(f"error: {data['error']}"), "red")
+    if data["passed"]:
+        return Text(f"passed: {len(data['nodes'])} nodes at or above the multi-node floor", style="green")
+    said = []
+    if data["bad_nodes"]:
+        said.append(f"slow node{'s' if len(data['bad_nodes']) > 1 else ''}: {compress(data['bad_nodes'])}")
+    said += [
+        "slow only together (the fabric between): " + " | ".join(compress(group) for group in groups)
+        for groups in data["slow_together"]
+    ]
+    said += [f"slow, no node to compare with: {compress(nodes)}" for nodes in data["unresolved"]]
+    return Text(f"{plural(len(data['runs']), 'run')}; " + "; ".join(said), style="red")
+
+
+def _styled(text: Text, style: str) -> Text:
+    text.stylize(style)
+    return text

@@ -1,0 +1,119 @@
+"""`fleetctl validate` end to end: the CLI, the ClusterValidation workflow on the real Temporal
+dev server, the simulated fleet (a node with `fabric-slow` slows every all-reduce it is in,
+as nccl-tests prints it) and the simulated scheduler that holds the nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from sqlmodel import Session, select
+from typer.testing import CliRunner
+
+from fleetctl.cli.main import app
+from fleetctl.config import Settings
+from fleetctl.db.models import CheckRun
+from fleetctl.sim.scheduler import SimScheduler
+from tests.lifecycle.conftest import SimFleet, fleet_in_production
+from tests.support.worker import WorkerThread
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+async def production_fleet(make_settings, sqlite_url):
+    workers: list[WorkerThread] = []
+
+    async def factory(count: int) -> SimFleet:
+        settings = make_settings(sqlite_url)
+        workers.append(WorkerThread(settings).start())
+        return await fleet_in_production(settings, count)
+
+    yield factory
+    for w in workers:
+        w.stop()
+
+
+async def validate(settings: Settings, *args: str, output: str = "json"):
+    """The CLI in a thread of its own: it runs its own event loop, as at a console."""
+    flags = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
+    argv = [*flags, "--task-queue", settings.task_queue, "validate", *args, "-o", output]
+    return await asyncio.to_thread(CliRunner().invoke, app, argv)
+
+
+def validate_runs(fleet: SimFleet) -> list[CheckRun]:
+    with Session(fleet.engine) as session:
+        query = select(CheckRun).where(CheckRun.check_name == "nccl-validate").order_by(CheckRun.id)
+        return list(session.exec(query))
+
+
+async def test_a_node_with_a_slow_fabric_is_named_among_32_in_at_most_11_runs(production_fleet) -> None:
+    fleet = await production_fleet(32)
+    bad = fleet.names[21]
+    fleet.inject(bad, "fabric-slow")
+    out = await validate(fleet.settings)
+    assert out.exit_code == 3, out.output
+    data = json.loads(out.stdout)
+    assert data["bad_nodes"] == [bad] and data["slow_together"] == [] and data["error"] == ""
+    assert len(data["runs"]) <= 11 and data["runs"][0]["verdict"] == "slow"
+    assert len(data["nodes"]) == 32 and data["skipped"] == {}
+    # Each run is a check run of its own, judged against the multi-node floor for its size.
+    rows = validate_runs(fleet)
+    assert sorted(r.id for r in rows) == sorted(run["check_run_id"] for run in data["runs"])
+    assert rows[0].metrics["hosts"] == 32 and rows[0].metrics["ranks"] == 256
+    assert "32-node out-of-place busbw at the largest size" in rows[0].reason and rows[0].status == "fail"
+    # Each node's latest run says what bisection found of it: only the slow node's is a failure.
+    latest = {r.node_name: r.status for r in rows}
+    assert latest[bad] == "fail" and {s for n, s in latest.items() if n != bad} == {"pass"}
+    # Held for it, and released after: no node is left drained in its scheduler.
+    scheduler = SimScheduler(fleet.engine)
+    assert [n for n in fleet.names if scheduler.node_state(n).drained] == []
+
+
+async def test_a_healthy_set_passes_in_one_run_and_a_busy_node_is_skipped(production_fleet) -> None:
+    fleet = await production_fleet(6)
+    job = SimScheduler(fleet.engine).submit("train", 1)
+    busy = job.nodes[0]
+    out = await validate(fleet.settings, *fleet.names)
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["passed"] and len(data["runs"]) == 1 and data["bad_nodes"] == []
+    assert busy not in data["nodes"] and data["skipped"][busy].startswith(f"job {job.job_id} running")
+    assert validate_runs(fleet)[0].metrics["hosts"] == 5
+    # What an operator reads: the nodes held, the one skipped and why, the run, the verdict.
+    table = await validate(fleet.settings, *fleet.names, output="table")
+    assert table.exit_code == 0, table.output
+    assert f"skipped {busy}: job {job.job_id} running on the node" in table.stdout
+    assert "passed: 5 nodes at or above the multi-node floor" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("{0}",), "1 production node; an all-reduce across nodes needs 2 or more"),
+        (("{0}", "gpu-none"), "unknown node: gpu-none"),
+        (("--island", "nowhere"), "island nowhere: 0 production nodes"),
+        (("-l", "pool"), "bad label selector"),
+    ],
+)
+async def test_a_scope_with_no_usable_set_is_refused_in_one_line_holding_nothing(
+    production_fleet, args: tuple[str, ...], message: str
+) -> None:
+    fleet = await production_fleet(2)
+    out = await validate(fleet.settings, *(a.format(fleet.names[0]) for a in args))
+    assert out.exit_code == 2 and out.stdout == ""
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert validate_runs(fleet) == []
+    assert [n for n in fleet.names if SimScheduler(fleet.engine).node_state(n).drained] == []
+
+
+async def test_a_set_left_with_one_idle_node_after_the_holds_is_an_error_and_released(production_fleet) -> None:
+    fleet = await production_fleet(2)
+    job = SimScheduler(fleet.engine).submit("train", 1)
+    out = await validate(fleet.settings)
+    assert out.exit_code == 4, out.output
+    data = json.loads(out.stdout)
+    assert data["error"].startswith("1 of 2 nodes held (the rest busy)") and data["runs"] == []
+    assert list(data["skipped"]) == list(job.nodes)
+    assert [n for n in fleet.names if SimScheduler(fleet.engine).node_state(n).drained] == []
