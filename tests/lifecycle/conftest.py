@@ -68,7 +68,6 @@ class SimFleet:
                 raise AssertionError(f"{name}: no {trigger} within {timeout_s:.0f} s")
             await asyncio.sleep(0.2)
 
-
     async def wait_health_event(self, name: str, event_id: str, timeout_s: float = 60.0):
         """The node's health event sent with `event_id`, once it is recorded."""
         deadline = time.monotonic() + timeout_s
@@ -79,6 +78,7 @@ class SimFleet:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name}: health event {event_id} not recorded within {timeout_s:.0f} s")
             await asyncio.sleep(0.2)
+
 
 def make_fleet(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> list[str]:
     prefix = f"s{uuid.uuid4().hex[:6]}"
