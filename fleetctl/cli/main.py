@@ -95,6 +95,11 @@ NOUNS: dict[str, Noun] = {
         "node's workflow, through an on-disk spool while Temporal is unreachable.",
     ),
     "events": Noun("fleetctl.cli.events", "app", "Health events from the systems operators already run."),
+    "engines": Noun(
+        "fleetctl.cli.engine_auth",
+        "app",
+        "The engines' own access controls: PostgreSQL roles, the Temporal gateway's nginx maps.",
+    ),
 }
 
 

@@ -1,0 +1,1 @@
+"""Who may do what: roles, and the controls that enforce them."""
