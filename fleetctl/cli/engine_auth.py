@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, fail
 
 if TYPE_CHECKING:
@@ -55,3 +56,43 @@ def gateway_config(
         typer.echo(render_maps(subjects, service, subject_dn), nl=False)
     except EngineRolesError as exc:
         fail(str(exc), EXIT_USAGE)
+
+
+@app.command("grant-roles")
+def grant_roles(
+    ctx: typer.Context,
+    roles: Path = ROLES_OPTION,
+    print_sql: bool = typer.Option(False, "--sql", help="print the statements; run nothing"),
+) -> None:
+    """Create PostgreSQL's group roles fleetctl_viewer, fleetctl_operator and fleetctl_admin
+    with their grants on every table, and a login role per subject in its group. Run it
+    against the fleet database as a user that may create roles, after `fleetctl db upgrade`,
+    and again whenever the roles change."""
+    from sqlalchemy import text
+
+    from fleetctl.authz.pg_roles import group_statements, login_statements
+    from fleetctl.db.engine import get_engine
+
+    subjects = _subject_roles(roles)
+    # Never migrate here: tables this (privileged) user created would be owned by it.
+    engine = get_engine(context.settings(ctx).db_url, migrate=False)
+    if engine.dialect.name != "postgresql":
+        fail(f"grant-roles: the database is {engine.dialect.name}, not PostgreSQL", EXIT_USAGE)
+    with engine.begin() as conn:
+        database = conn.execute(text("SELECT current_database()")).scalar_one()
+        owner = conn.execute(
+            text("SELECT tableowner FROM pg_tables WHERE schemaname = 'public' AND tablename = 'alembic_version'")
+        ).scalar()
+        if owner is None:
+            fail(f"grant-roles: {database} has no fleetctl schema: run `fleetctl db upgrade` as its owner first")
+        statements = group_statements(database, owner) + login_statements(subjects)
+        if print_sql:
+            typer.echo("".join(f"{s};\n" for s in statements), nl=False)
+            return
+        # The driver's own cursor, with no parameters: a '%' in a statement (format's %I) stays as written.
+        cursor = conn.connection.cursor()
+        for statement in statements:
+            cursor.execute(statement)
+    counts = {role: sum(1 for r in subjects.values() if r is role) for role in set(subjects.values())}
+    granted = ", ".join(f"{n} {role.value}" for role, n in sorted(counts.items(), key=lambda i: i[0].value))
+    typer.echo(f"{database}: group roles granted on every table (owner {owner}); logins: {granted or 'none'}")
