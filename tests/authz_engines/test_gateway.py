@@ -6,6 +6,8 @@ certificate the gateway does not know, or another CA's, gets nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -21,6 +23,9 @@ from temporalio.service import ConnectConfig, RPCError, RPCStatusCode, ServiceCl
 from temporalio.worker import Worker
 
 from fleetctl.authz.gateway import ALLOWED, OPERATOR_SERVICE, WORKFLOW_SERVICE, Caller, method_class, method_path
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.inventory.parse import parse_inventory
 from tests.authz_engines.counter_workflow import GatewayCounter
 from tests.authz_engines.descriptors import all_methods
 from tests.authz_engines.gateway import start_gateway
@@ -28,6 +33,7 @@ from tests.production.mtls_proxy import SERVER_NAME, Authority, nginx_binary
 from tests.production.test_search_attributes import VISIBILITY_LAG_S
 from tests.reliability.support import wait_for
 from tests.support.services import missing_service
+from workflows.api import node_workflow_id
 
 pytestmark = pytest.mark.temporal
 FLEETCTL = str(Path(sys.executable).parent / "fleetctl")
@@ -178,6 +184,53 @@ async def test_a_viewer_lists_and_queries_an_operator_signals_a_viewer_cannot(ga
             assert len(signals) == 1
         finally:
             await started.terminate("test over")
+
+
+async def test_a_viewers_cli_reads_through_the_gateway_and_is_refused_a_write_in_one_line(gateway, tmp_path) -> None:
+    gw, ca = gateway
+    node = f"gw-{uuid.uuid4().hex[:6]}"
+    # The node's workflow, started by a service (no worker runs it): what `node event` signals.
+    service = await connect(gateway, SERVICE)
+    started = await service.start_workflow("NodeLifecycle", id=node_workflow_id(node), task_queue=f"idle-{node}")
+    cert, key = ca.client("alice")
+    (tmp_path / "temporal.toml").write_text("")
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "FLEETCTL_CONFIG": os.devnull,
+        "TEMPORAL_CONFIG_FILE": str(tmp_path / "temporal.toml"),
+        "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
+        "TEMPORAL_ADDRESS": gw.address,
+        "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(ca.cert_path),
+        "TEMPORAL_TLS_SERVER_NAME": SERVER_NAME,
+        "TEMPORAL_TLS_CLIENT_CERT_PATH": str(cert),
+        "TEMPORAL_TLS_CLIENT_KEY_PATH": str(key),
+    }
+    queries.upsert_nodes(
+        get_engine(env["FLEETCTL_DB_URL"]),
+        parse_inventory(f"nodes:\n  - {{name: {node}, address: sim://{node}, profile: h100-sxm}}\n"),
+    )
+
+    def fleetctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([FLEETCTL, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    listed = await asyncio.to_thread(fleetctl, "schedule", "list")
+    assert listed.returncode == 0, listed.stderr
+    event = await asyncio.to_thread(fleetctl, "node", "event", node, "--xid", "79")
+    history = [e async for e in started.fetch_history_events()]
+    await started.terminate("test over")
+    for refused, method, needed in (
+        (event, "SignalWorkflowExecution", "operator"),
+        (
+            await asyncio.to_thread(fleetctl, "schedule", "create", "job-sync", "--name", node),
+            "CreateSchedule",
+            "admin",
+        ),
+    ):
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 1 and len(lines) == 1, refused.stderr
+        assert f"the Temporal gateway: /{WORKFLOW_SERVICE}/{method} needs {needed}" in lines[0], lines[0]
+    assert not [e for e in history if e.HasField("workflow_execution_signaled_event_attributes")]
 
 
 async def _listed(client: Client, query: str) -> bool:
