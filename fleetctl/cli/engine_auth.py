@@ -70,14 +70,20 @@ def grant_roles(
     and again whenever the roles change."""
     from sqlalchemy import text
 
+    from fleetctl.authz.engine_roles import EngineRolesError
     from fleetctl.authz.pg_roles import group_statements, login_statements
-    from fleetctl.db.engine import get_engine
+    from fleetctl.db.engine import describe, get_engine
 
     subjects = _subject_roles(roles)
+    try:
+        logins = login_statements(subjects)
+    except EngineRolesError as exc:
+        fail(str(exc), EXIT_USAGE)
+    url = context.settings(ctx).db_url
+    if not url.startswith(("postgresql", "postgres:")):
+        fail(f"grant-roles: {describe(url)} is not a PostgreSQL database", EXIT_USAGE)
     # Never migrate here: tables this (privileged) user created would be owned by it.
-    engine = get_engine(context.settings(ctx).db_url, migrate=False)
-    if engine.dialect.name != "postgresql":
-        fail(f"grant-roles: the database is {engine.dialect.name}, not PostgreSQL", EXIT_USAGE)
+    engine = get_engine(url, migrate=False)
     with engine.begin() as conn:
         database = conn.execute(text("SELECT current_database()")).scalar_one()
         owner = conn.execute(
@@ -85,7 +91,7 @@ def grant_roles(
         ).scalar()
         if owner is None:
             fail(f"grant-roles: {database} has no fleetctl schema: run `fleetctl db upgrade` as its owner first")
-        statements = group_statements(database, owner) + login_statements(subjects)
+        statements = group_statements(database, owner) + logins
         if print_sql:
             typer.echo("".join(f"{s};\n" for s in statements), nl=False)
             return

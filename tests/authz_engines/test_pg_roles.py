@@ -209,6 +209,16 @@ def test_a_schema_behind_head_is_left_to_its_owner(fleet) -> None:
     assert "run `fleetctl db upgrade` as the schema's owner" in lines[0]
 
 
+def test_sql_prints_the_statements_and_grants_nothing(fleet) -> None:
+    path = fleet.directory / "other-roles.yaml"
+    path.write_text("zoe: admin\n")
+    done = fleet.fleetctl("postgres", "engines", "grant-roles", "--roles", str(path), "--sql")
+    assert done.returncode == 0, done.stderr
+    assert 'GRANT "fleetctl_admin" TO "zoe";' in done.stdout.splitlines()
+    assert f'GRANT CONNECT ON DATABASE "{fleet.database}"' in done.stdout
+    assert fleet.members() == {("alice", "fleetctl_viewer"), ("olga", "fleetctl_operator"), ("adam", "fleetctl_admin")}
+
+
 def test_regranting_follows_the_mapping(fleet) -> None:
     try:
         regranted = fleet.grant("alice: operator\nadam: admin\n")
