@@ -120,6 +120,13 @@ COMMANDS: dict[str, Rule] = {
     "api serve": PROCESS,
     "auth whoami": READ,
     "audit": READ,
+    # The engines' own controls: run by an admin on a host that holds the engines' owner
+    # credentials (PostgreSQL's role creation; a file nginx includes).
+    "engines grant-roles": PROCESS,
+    "engines gateway-config": READ,
+    # Cluster validation holds nodes as a sweep does: an operator's act, like a recheck.
+    "validate": OPERATE,
+    "topology fabric": READ,
 }
 
 

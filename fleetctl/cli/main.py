@@ -113,6 +113,11 @@ NOUNS: dict[str, Noun] = {
         "Every write asked of the front door (`fleetctl api serve`): who (the authenticated "
         "subject), what, on which nodes, allowed or denied and why, oldest first.",
     ),
+    "engines": Noun(
+        "fleetctl.cli.engine_auth",
+        "app",
+        "The engines' own access controls: PostgreSQL roles, the Temporal gateway's nginx maps.",
+    ),
 }
 # Where the root command keeps the words after fleetctl's own options, for the front door's
 # path (fleetctl.cli.remote): the root callback resolves the settings that say whether to use it.
@@ -214,6 +219,20 @@ def _known_errors() -> dict[type[BaseException], int]:
     return errors
 
 
+def _refused_by_database(exc: BaseException) -> str | None:
+    """One line for a statement the database's grants refused (a viewer's login writing):
+    which group role the command needs (fleetctl.authz.pg_roles)."""
+    if "sqlalchemy" not in sys.modules:
+        return None
+    from sqlalchemy.exc import DBAPIError
+
+    if not isinstance(exc, DBAPIError):
+        return None
+    from fleetctl.authz.pg_roles import refusal
+
+    return refusal(getattr(exc.orig, "sqlstate", None), exc.statement or "", str(exc.orig))
+
+
 class FleetctlGroup(TyperGroup):
     """Loads each noun when it runs; turns the errors an operator can act on into one line and
     an exit code."""
@@ -253,6 +272,9 @@ class FleetctlGroup(TyperGroup):
             typer.echo(f"error: {printable(_file_error(exc), keep_newlines=False)}", err=True)
             raise typer.Exit(EXIT_OPERATIONAL) from None
         except Exception as exc:
+            if refused := _refused_by_database(exc):
+                typer.echo(f"error: {printable(refused, keep_newlines=False)}", err=True)
+                raise typer.Exit(EXIT_OPERATIONAL) from None
             for kind, code in _known_errors().items():
                 if isinstance(exc, kind):
                     typer.echo(f"error: {printable(str(exc), keep_newlines=False)}", err=True)

@@ -207,6 +207,12 @@ def _lists(report: dict[str, Any]) -> list[RenderableType]:
     return parts
 
 
+def _may_record_jobs(ctx: typer.Context) -> bool:
+    from fleetctl.db.engine import may_write
+
+    return may_write(context.engine(ctx), "jobs")
+
+
 def report(
     ctx: typer.Context,
     since: str | None = typer.Option(
@@ -247,7 +253,11 @@ def report(
     if automation:
         _shadow(ctx, window, output)
         return
-    if sync:
+    if sync and not _may_record_jobs(ctx):
+        typer.echo(
+            "note: jobs not synced: this database login may only read; the report has what was recorded", err=True
+        )
+    elif sync:
         from fleetctl.cli.job import sync_schedulers
 
         with Console(stderr=True).status("reconciling the schedulers' jobs..."):

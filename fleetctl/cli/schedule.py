@@ -208,6 +208,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
         return rows
 
     from fleetctl.db import sweep_intervals
+    from fleetctl.db.engine import may_write
     from workflows.client import sweep_schedules
 
     async def sweeps() -> list[SweepSchedule]:
@@ -215,8 +216,11 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
 
     rows = _run(run())
     # Temporal holds the schedules: the database's copy (what `node list` judges the age of
-    # evidence by) is rewritten from it, so a schedule made or changed outside fleetctl counts.
-    sweep_intervals.replace_all(context.engine(ctx), _run(sweeps()))
+    # evidence by) is rewritten from it, so a schedule made or changed outside fleetctl counts;
+    # by a login that may write (a viewer's listing stays a read).
+    engine = context.engine(ctx)
+    if may_write(engine, "sweep_intervals"):
+        sweep_intervals.replace_all(engine, _run(sweeps()))
     emit(rows, output, lambda data, wide: column_table(SCHEDULE_COLUMNS, data, wide), empty="No schedules.")
 
 

@@ -117,6 +117,16 @@ def current_revision(engine: Engine) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
+def may_write(engine: Engine, table: str) -> bool:
+    """Whether this login may add rows to `table`: False under a read-only PostgreSQL role
+    (fleetctl_viewer), so a read command skips what it would otherwise record on the way.
+    A SQLite file is writable by whoever can open it."""
+    if engine.dialect.name != "postgresql":
+        return True
+    with engine.connect() as conn:
+        return bool(conn.execute(text("SELECT has_table_privilege(:t, 'INSERT')"), {"t": table}).scalar())
+
+
 def upgrade(engine: Engine) -> str:
     """Apply every migration up to head; returns the revision the database is now at.
 

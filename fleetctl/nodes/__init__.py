@@ -10,6 +10,7 @@ event means, when a node is suspect, and how its health reads to an operator.
     fleet_status       nodes per state and rack, the racks by island                  (pure)
     stalls             when a node's workflow is stalled: failing tasks, old queued work (pure)
     event_groups       the automation's repeats collapsed, with count and first/last seen (pure)
+    incident_screen    `fleet status --watch` fitted to the terminal: who needs an operator (pure)
     view_store         the rows `node list` / `node show` print, from the database    (edge)
     fleet_status_store `fleet status`, from the database                              (edge)
     scheduler_sync     where fleetctl and the schedulers disagree, and the fixes      (edge)
