@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from fleetctl.nodes.capacity import RemovalDecision
     from fleetctl.nodes.view_store import Freshness
     from fleetctl.schedulers.base import Scheduler
+    from workflows.activities.prejob import JobGate
     from workflows.api import HealthEventInput, TransitionResult
     from workflows.client import Outcome, PhaseOutcome
 
@@ -978,16 +979,14 @@ def _events_from_log(
     ]
 
 
+_JOB_OPTION_HELP = "the job (Slurm: $SLURM_JOB_ID); recorded with the checks"
+
+
 @app.command("prolog")
 def prolog(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="the node a job is about to start on (Slurm: $SLURMD_NODENAME)"),
-    job: str = typer.Option(
-        "",
-        "--job",
-        callback=free_text(),
-        help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks",
-    ),
+    job: str = typer.Option("", "--job", callback=free_text(), help=_JOB_OPTION_HELP),
     suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the job waits for it"),
 ) -> None:
     """Pre-job checks, for a scheduler's prolog: run a short suite on the node now; on a
@@ -999,6 +998,30 @@ def prolog(
     when fleetctl could not ask (the database, Temporal). deploy's prolog fails the job only
     on 3, so an outage of fleetctl never drains a cluster.
     """
+    from workflows.activities.prejob import JobGate
+
+    _job_gate(ctx, name, job, suite, JobGate.PROLOG)
+
+
+@app.command("epilog")
+def epilog(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the node a job just ended on (Slurm: $SLURMD_NODENAME)"),
+    job: str = typer.Option("", "--job", callback=free_text(), help=_JOB_OPTION_HELP),
+    suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the node waits for it"),
+) -> None:
+    """Post-job checks, for a scheduler's epilog: run a short suite on the node a job just
+    left; on a failure drain it (capacity guard permitting) with the check as cause, so a node
+    that broke during the job takes no other. Exit codes as `node prolog`'s: 3 when the node
+    must take no further job (drained, or out of production in fleetctl)."""
+    from workflows.activities.prejob import JobGate
+
+    _job_gate(ctx, name, job, suite, JobGate.EPILOG)
+
+
+def _job_gate(ctx: typer.Context, name: str, job: str, suite: str, gate: JobGate) -> None:
+    """Run `suite` on the node around a job (`gate`) and drain it on a failure; exits as
+    `node prolog` says."""
     import dataclasses
     import re
     import uuid
@@ -1022,7 +1045,7 @@ def prolog(
         raise typer.Exit(EXIT_CHECK_FAILED)
     run_id = f"{job or 'nojob'}-{uuid.uuid4().hex[:12]}"
     try:
-        finding = run_prejob_suite(s, engine, name, suite, run_id)
+        finding = run_prejob_suite(s, engine, name, suite, run_id, gate)
     except SuiteError as exc:
         fail(str(exc), EXIT_USAGE)
     if finding.status == "pass":
@@ -1046,8 +1069,8 @@ def prolog(
             name,
             node.rack,
             finding.cause,
-            f"prolog@{job or 'nojob'}",
-            f"prolog/{name}/{run_id}",
+            f"{gate.value}@{job or 'nojob'}",
+            f"{gate.value}/{name}/{run_id}",
             finding.event,
         )
 
