@@ -33,6 +33,7 @@ from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
 from workflows.activities.guard import GuardActivities
+from workflows.activities.hang import HangActivities
 from workflows.activities.job_history import JobHistoryActivities
 from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
@@ -44,6 +45,7 @@ from workflows.client import connect, ensure_capacity_guard, require_search_attr
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.hung_jobs import HungJobs
 from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -65,6 +67,7 @@ WORKFLOWS: list[type] = [
     FirmwareRollout,
     ProductionStragglers,
     JobHistorySync,
+    HungJobs,
 ]
 # Also on the bulk lane: a sweep starts its batches there (one started on the task queue before
 # the lanes finishes there: WORKFLOWS hosts it too).
@@ -85,6 +88,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
+    hangs = HangActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
     return [
         node.record_transition,
@@ -144,6 +148,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         stragglers.judge_running_jobs,
         stragglers.record_straggler_drain,
         job_history.sync_job_history,
+        hangs.judge_hung_jobs,
     ]
 
 

@@ -13,6 +13,11 @@ from fleetctl.cli.output import EXIT_USAGE, OUTPUT_OPTION, Column, OutputFormat,
 from fleetctl.durations import when
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from temporalio.client import Schedule
+
+    from fleetctl.config import Settings
     from fleetctl.db.sweep_intervals import SweepSchedule
 
 T = TypeVar("T")
@@ -21,7 +26,7 @@ app = typer.Typer(
     help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     no_args_is_help=True,
 )
-KINDS = ("active-checks", "stragglers", "job-sync")
+KINDS = ("active-checks", "stragglers", "job-sync", "hung-jobs")
 # Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
 JOB_SYNC_EVERY = "1m"
 
@@ -52,14 +57,14 @@ def create(
     kind: str = typer.Argument(
         ...,
         help="active-checks, stragglers (the running jobs' nodes compared from "
-        "Prometheus: straggler_* settings), or job-sync (the schedulers' jobs "
-        "into the database, as `job sync`)",
+        "Prometheus: straggler_* settings), job-sync (the schedulers' jobs "
+        "into the database, as `job sync`), or hung-jobs (running jobs judged for a hang: hang_* settings)",
     ),
     every: str | None = typer.Option(
         None,
         "--every",
         help="interval: 30m, 1h, 6h ... (default: 1h for "
-        "active-checks, straggler_interval_s for stragglers, "
+        "active-checks, straggler_interval_s for stragglers, hang_interval_s for hung-jobs, "
         f"{JOB_SYNC_EVERY} for job-sync)",
     ),
     suite: str = typer.Option("quick", "--suite"),
@@ -67,29 +72,20 @@ def create(
     name: str | None = typer.Option(None, "--name", help="schedule id (default: the kind)"),
 ) -> None:
     """Create (or replace) a schedule. A run still going when the next is due is skipped."""
-    from datetime import timedelta
 
     from temporalio.service import RPCError
 
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.api import JobSyncInput, StragglerSweepInput, SweepInput
-    from workflows.client import job_sync_schedule, straggler_schedule, sweep_schedule
+    from workflows.api import JobSyncInput, SweepInput
+    from workflows.client import job_sync_schedule, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
     s = context.settings(ctx)
     schedule_id = name or kind
-    if kind == "stragglers":
-        try:
-            interval = parse_duration(every) if every else timedelta(seconds=s.straggler_interval_s)
-        except ValueError as exc:
-            fail(str(exc), EXIT_USAGE)
-        schedule = straggler_schedule(
-            s, schedule_id, interval, StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}")
-        )
-        # The policy, window and threshold are the worker's settings (as the guard's limits are).
-        summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
+    if kind in ("stragglers", "hung-jobs"):
+        schedule, interval, summary = _judge_schedule(s, kind, schedule_id, every)
     elif kind == "job-sync":
         try:
             interval = parse_duration(every or JOB_SYNC_EVERY)
@@ -138,6 +134,32 @@ def create(
     else:
         sweep_intervals.forget(context.engine(ctx), schedule_id)
     typer.echo(f"schedule {schedule_id}: {summary}")
+
+
+def _judge_schedule(s: Settings, kind: str, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:
+    """A judge of the running jobs' schedule: by default as often as the workers' settings say.
+    The policy, window and thresholds are the worker's settings (as the guard's limits are)."""
+    from datetime import timedelta
+
+    from fleetctl.durations import parse_duration
+    from workflows.api import HungJobsInput, StragglerSweepInput
+    from workflows.client import hung_jobs_schedule, straggler_schedule
+
+    default_s = s.straggler_interval_s if kind == "stragglers" else s.hang_interval_s
+    try:
+        interval = parse_duration(every) if every else timedelta(seconds=default_s)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    actor = f"schedule/{schedule_id}"
+    if kind == "stragglers":
+        schedule = straggler_schedule(s, schedule_id, interval, StragglerSweepInput(fleet=s.fleet, actor=actor))
+        return (
+            schedule,
+            interval,
+            f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)",
+        )
+    schedule = hung_jobs_schedule(s, schedule_id, interval, HungJobsInput(fleet=s.fleet, actor=actor))
+    return schedule, interval, f"hung jobs every {_every(interval.total_seconds())} (the worker's hang_* settings)"
 
 
 def _every(seconds: float | None) -> str:

@@ -52,6 +52,10 @@ class Localised(str, Enum):
     NONE = "none"
 
 
+# The name a hang's drain is recorded and remediated under (`check job-hang`): the report's
+# rule precision then says how often the judge was right.
+HANG_CHECK = "job-hang"
+
 # Each node's busiest GPU (max across its GPUs of each one's average over the window): a
 # node is idle only when every GPU of it is.
 GPU_UTIL = Telemetry("gpu_util", ("DCGM_FI_DEV_GPU_UTIL",), False, "%", 1.0)
@@ -112,6 +116,12 @@ def cadence_s(checkpoints: Sequence[datetime]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
+def last_progress(job: JobProgress) -> datetime:
+    """When the job last showed progress: its latest checkpoint, or its (re)start if later.
+    A job with neither has none (judge_hang asks only of a job with a cadence)."""
+    return max([*job.checkpoints, *([job.started_at] if job.started_at else [])])
+
+
 def judge_hang(job: JobProgress, now: datetime, evidence: NodeEvidence, factor: float, idle_pct: float) -> HangVerdict:
     """Is the running `job` hung, and on which node: late by more than `factor` of its own
     cadences, and its GPUs stopped (every node that reports idle, at most `idle_pct`) or an
@@ -119,7 +129,7 @@ def judge_hang(job: JobProgress, now: datetime, evidence: NodeEvidence, factor: 
     cadence = cadence_s(job.checkpoints)
     if cadence is None:
         return _verdict(job, HangState.NO_CADENCE, f"job {job.job_id}: fewer than two checkpoints, no cadence")
-    last = max([*job.checkpoints, *([job.started_at] if job.started_at else [])])
+    last = last_progress(job)
     quiet = (now - last).total_seconds()
     said = f"job {job.job_id}: no checkpoint for {quiet:.0f} s, its cadence {cadence:.0f} s"
     if quiet <= factor * cadence:
