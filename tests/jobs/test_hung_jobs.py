@@ -17,11 +17,13 @@ import pytest
 
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
-from fleetctl.jobs.hang import HANG_CHECK, HangPolicy
+from fleetctl.jobs.hang import GPU_UTIL, HANG_CHECK, HangPolicy
 from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.cli import console
+from tests.support.dcgm import DcgmExporters
+from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
 from tests.support.worker import DRAIN_LOOKS_OFTEN
 from workflows.api import DEFAULT_RUNNING_TIMEOUT_S, HungJobsInput, HungJobsResult, fault_restart_id
 from workflows.definitions.hung_jobs import HungJobs
@@ -164,3 +166,63 @@ def _backdate_start(engine, job_id: str, at: datetime) -> None:
         row.started_at = at
         session.add(row)
         session.commit()
+
+
+WINDOW_S = 4  # each node's busiest GPU averaged over the last four scrapes
+SETTLE_S = WINDOW_S + 20 * SCRAPE_INTERVAL_S  # a window all after a change, and a few scrapes more
+
+
+@pytest.mark.usefixtures("needs_prometheus")
+async def test_a_job_whose_gpus_stopped_is_restarted_off_the_node_whose_gpus_did_not(
+    make_settings, sqlite_url, tmp_path
+) -> None:
+    """From a real Prometheus scraping each node's exporter (a real dcgm-exporter's output):
+    three nodes' GPUs idle, the fourth's still at 100% (a kernel that never returns while the
+    others wait): hung, and blamed on the fourth."""
+    settings = make_settings(sqlite_url)
+    settings.hang_policy, settings.hang_window_s = HangPolicy.RESTART.value, WINDOW_S
+    fleet = await fleet_in_production(settings, NODES + 1, **DRAIN_LOOKS_OFTEN)
+    job = SimScheduler(fleet.engine).submit("llm-pretrain", NODES)
+    spinning = job.nodes[3]
+    last = datetime.now(UTC) - timedelta(seconds=3 * CADENCE_S)
+    for back in (2, 1, 0):
+        jobs_db.record_checkpoint(fleet.engine, job.job_id, last - timedelta(seconds=back * CADENCE_S))
+    _backdate_start(fleet.engine, job.job_id, last - timedelta(hours=1))
+    exporters = DcgmExporters(fleet.names)
+    try:
+        for node in job.nodes:
+            if node != spinning:
+                exporters.every_gpu[node] = {"DCGM_FI_DEV_GPU_UTIL": 0.0}
+        with running_prometheus(tmp_path, exporters.targets, job="dcgm-exporter") as prometheus:
+            settings.prometheus_url = prometheus
+            # The judge's own query, with the window's busiest sample: every idle node's window
+            # holds only idle samples, and the spinning node's is scraped.
+            expr = GPU_UTIL.promql(job.nodes, settings.prometheus_node_label, WINDOW_S).replace(
+                "avg_over_time", "max_over_time"
+            )
+            wait_for_result(
+                prometheus,
+                expr,
+                lambda r: (
+                    sorted((s["metric"]["Hostname"], float(s["value"][1])) for s in r)
+                    == sorted((n, 100.0 if n == spinning else 0.0) for n in job.nodes)
+                ),
+                timeout_s=SETTLE_S,
+            )
+            with console(settings):
+                hung = await _tick(fleet)
+                assert hung.errors == [] and len(hung.flagged) == 1, hung
+                assert f"3 of {NODES} nodes' GPUs idle" in hung.flagged[0]
+                assert f"{spinning}: GPUs unlike the job's other nodes" in hung.flagged[0]
+                assert hung.restarted == [f"{job.job_id} off {spinning}"], hung
+                drain = await fleet.wait_event(spinning, "drain")
+                assert drain.failure == f"check {HANG_CHECK}"
+                await wait_for(
+                    lambda: [r.status for r in jobs_db.job_restarts(fleet.engine, job.job_id)] == ["succeeded"],
+                    DEFAULT_RUNNING_TIMEOUT_S + 60,
+                    "the job's restart off the spinning node",
+                )
+                (restart,) = jobs_db.job_restarts(fleet.engine, job.job_id)
+                assert restart.bad_nodes == [spinning] and fleet.names[NODES] in restart.new_nodes
+    finally:
+        exporters.close()
