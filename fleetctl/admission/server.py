@@ -125,6 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
             # Not a node or job any scheduler names: nothing to judge, and no refusal.
             return self._answer(200, {"node": node[:80], "verdict": "unjudged", "message": "not a node or job name"})
         s = self.server
+        if queries.get_node(s.engine, node) is None:  # before its lock: one lock per node fleetctl knows
+            return self._answer(200, {"node": node, "verdict": "unjudged", "message": f"unknown node: {node}"})
         with s.node_lock(node):
             try:
                 outcome = asyncio.run(gate_node(s.settings, s.engine, node, job, s.suite, JobGate.PROLOG))

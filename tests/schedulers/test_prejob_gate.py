@@ -185,8 +185,11 @@ async def test_a_failing_node_is_cordoned_and_its_pod_evicted_a_healthy_nodes_po
         worker.stop()
 
 
-def test_an_unreachable_gate_lets_the_pod_start(gate) -> None:
+def test_an_unreachable_gate_or_a_node_fleetctl_does_not_manage_lets_the_pod_start(gate) -> None:
+    _, _, _, _, server = gate
     pod = json.loads(FIXTURE.read_text())["request"]["object"]
+    unmanaged = _run_init_container(pod, "cpu-7", server.gate)
+    assert unmanaged.returncode == 0 and json.loads(unmanaged.stdout)["message"] == "unknown node: cpu-7"
     # A port nothing listens on: fleetctl's outage must not stop pods.
     done = _run_init_container(pod, "gpu-1", GateSettings("http://127.0.0.1:9", "curl", timeout_s=5))
     assert done.returncode == 0 and "unreachable" in done.stderr
