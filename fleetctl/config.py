@@ -97,6 +97,11 @@ ENV_VARS = {
     "straggler_min_nodes": "FLEETCTL_STRAGGLER_MIN_NODES",
     "straggler_interval_s": "FLEETCTL_STRAGGLER_INTERVAL_S",
     "straggler_policy": "FLEETCTL_STRAGGLER_POLICY",
+    "hang_policy": "FLEETCTL_HANG_POLICY",
+    "hang_cadence_factor": "FLEETCTL_HANG_CADENCE_FACTOR",
+    "hang_idle_pct": "FLEETCTL_HANG_IDLE_PCT",
+    "hang_window_s": "FLEETCTL_HANG_WINDOW_S",
+    "hang_interval_s": "FLEETCTL_HANG_INTERVAL_S",
     "external_drain_watch_s": "FLEETCTL_EXTERNAL_DRAIN_WATCH_S",
     "external_drain_policy": "FLEETCTL_EXTERNAL_DRAIN_POLICY",
     # Retention (fleetctl.db.retention), together.
@@ -319,6 +324,17 @@ class Settings:
     # flag-only records findings; drain-at-checkpoint also drains a straggler through the
     # capacity guard once its job has checkpointed (or restarted, or ended) since the finding.
     straggler_policy: str = "flag-only"
+    # Hung jobs (fleetctl.jobs.hang, the HungJobs workflow a `fleetctl schedule create
+    # hung-jobs` starts): a running job late on its checkpoint by more than this many of its
+    # own cadences, with every GPU idle (a node's busiest GPU at most hang_idle_pct %,
+    # averaged over hang_window_s) or an NCCL watchdog timeout on a node; judged this often
+    # (at most half a cadence, to flag a hang within two). flag-only records; restart-off-node
+    # also drains the node it hung on through the capacity guard and restarts the job off it.
+    hang_policy: str = "flag-only"
+    hang_cadence_factor: float = 1.5
+    hang_idle_pct: float = 5.0
+    hang_window_s: float = 120.0
+    hang_interval_s: float = 60.0
     # Another tool's drain of a production node in its scheduler (NHC, a person): each worker
     # looks every external_drain_watch_s (0: never) and records each as a health event of the
     # node; policy record-only leaves the node in production, maintenance asks the capacity
@@ -456,6 +472,11 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "straggler_threshold": (0.0, 100.0, False),
     "straggler_min_nodes": (3, 100000, True),
     "straggler_interval_s": (1.0, 86400.0, True),
+    # Under one cadence late is on time; over two is no longer "within twice its cadence".
+    "hang_cadence_factor": (1.0, 2.0, True),
+    "hang_idle_pct": (0.0, 100.0, True),
+    "hang_window_s": (2.0, 86400.0, True),
+    "hang_interval_s": (1.0, 86400.0, True),
     "spares_per_island": (0, MAX_SPARES_PER_ISLAND, True),
     "external_drain_watch_s": (0.0, 86400.0, True),
     "retention_raw_output_days": (0.0, 36500.0, False),
@@ -522,6 +543,13 @@ def _check_string(name: str, value: str, what: str) -> str:
 
         if value not in POLICIES:
             raise ConfigError(f"{what}: {value[:40]!r} is not a policy (one of {', '.join(POLICIES)})")
+    if name == "hang_policy":
+        from fleetctl.jobs.hang import HangPolicy
+
+        if value not in {p.value for p in HangPolicy}:
+            raise ConfigError(
+                f"{what}: {value[:40]!r} is not a policy (one of {', '.join(p.value for p in HangPolicy)})"
+            )
     if name == "prometheus_node_label":
         from fleetctl.jobs.stragglers import check_label
 

@@ -46,6 +46,7 @@ from workflows.api import (
     FIRMWARE_ROLLOUT,
     GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL,
+    HUNG_JOBS,
     JOB_HISTORY_SYNC,
     JOB_RESTART,
     NODE_LIFECYCLE,
@@ -61,6 +62,7 @@ from workflows.api import (
     TRANSITION_UPDATE,
     CapacityGuardState,
     HealthEventInput,
+    HungJobsInput,
     JobRestartInput,
     JobRestartResult,
     JobSyncInput,
@@ -80,6 +82,7 @@ from workflows.api import (
     ValidationInput,
     ValidationResult,
     guard_id,
+    hung_jobs_id,
     job_restart_id,
     job_sync_id,
     node_of_workflow_id,
@@ -707,6 +710,14 @@ def straggler_schedule(settings: Settings, schedule_id: str, every: timedelta, j
         ScheduleActionStartWorkflow(
             PRODUCTION_STRAGGLERS, judge, id=straggler_sweep_id(schedule_id), task_queue=settings.task_queue
         ),
+        every,
+    )
+
+
+def hung_jobs_schedule(settings: Settings, schedule_id: str, every: timedelta, judge: HungJobsInput) -> Schedule:
+    """The Temporal Schedule that starts a HungJobs judge every `every`."""
+    return _every(
+        ScheduleActionStartWorkflow(HUNG_JOBS, judge, id=hung_jobs_id(schedule_id), task_queue=settings.task_queue),
         every,
     )
 

@@ -33,6 +33,7 @@ from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
 from workflows.activities.guard import GuardActivities
+from workflows.activities.hang import HangActivities
 from workflows.activities.job_history import JobHistoryActivities
 from workflows.activities.jobs import JobRestartActivities
 from workflows.activities.node import NodeActivities, NodeCommandActivities
@@ -45,6 +46,7 @@ from workflows.client import connect, ensure_capacity_guard, require_search_attr
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.hung_jobs import HungJobs
 from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.job_restart import JobRestart
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -68,6 +70,7 @@ WORKFLOWS: list[type] = [
     ProductionStragglers,
     JobHistorySync,
     ClusterValidation,
+    HungJobs,
 ]
 # Also on the bulk lane: a sweep starts its batches there (one started on the task queue before
 # the lanes finishes there: WORKFLOWS hosts it too).
@@ -88,6 +91,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
+    hangs = HangActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
     validation = ValidationActivities(settings, executors)
     return [
@@ -150,6 +154,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         job_history.sync_job_history,
         validation.validation_nodes,
         validation.run_allreduce,
+        hangs.judge_hung_jobs,
     ]
 
 

@@ -516,3 +516,51 @@ def sync(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
         typer.echo(f"error: {kind}: {error}", err=True)
     if result.errors:
         raise typer.Exit(1)
+
+
+@app.command("gate-serve")
+def gate_serve(
+    ctx: typer.Context,
+    gate_url: str = typer.Option(
+        ..., "--gate-url", help="how GPU pods reach this server: https://fleetctl-prejob-gate.fleetctl.svc:9443"
+    ),
+    image: str = typer.Option(..., "--image", help="the init container's image: curl and a POSIX shell"),
+    address: str = typer.Option("127.0.0.1", "--address"),
+    port: int = typer.Option(9443, "--port", min=0, max=65535),
+    tls_cert: str = typer.Option("", "--tls-cert", help="the server's certificate (the API server calls https only)"),
+    tls_key: str = typer.Option("", "--tls-key"),
+    ca_path: str = typer.Option("", "--ca-path", help="the gate's CA inside the init container ('' none)"),
+    suite: str = typer.Option("prejob", "--suite", help="the suite a pod's node runs before it starts"),
+) -> None:
+    """The Kubernetes pre-job gate: the mutating webhook that gives GPU pods an init container,
+    the endpoint those containers ask (the suite on their node; a failing node drained through
+    the capacity guard, and the pod refused there), and GET /nodes/NAME/health for in-job
+    restart frameworks. deploy/kubernetes/prejob-gate.yaml runs it."""
+    from pathlib import Path
+
+    from checks.suites import SuiteError, load_suite
+    from fleetctl.admission.server import GateServer
+    from fleetctl.admission.webhook import GateSettings
+    from fleetctl.intake.credentials import BadCredentials
+    from fleetctl.intake.server import tls_context
+
+    if bool(tls_cert) != bool(tls_key):
+        fail("give --tls-cert and --tls-key together", EXIT_USAGE)
+    if not gate_url.startswith(("https://", "http://")):
+        fail(f"--gate-url: not an http(s) URL: {gate_url[:80]!r}", EXIT_USAGE)
+    s = context.settings(ctx)
+    try:
+        load_suite(suite, s.suites_dir or None)
+        tls = tls_context(Path(tls_cert), Path(tls_key)) if tls_cert else None
+    except (SuiteError, BadCredentials) as exc:
+        fail(str(exc), EXIT_USAGE)
+    server = GateServer(
+        (address, port), s, context.engine(ctx), GateSettings(gate_url, image, ca_path=ca_path), suite, tls
+    )
+    typer.echo(f"pre-job gate on {'https' if tls else 'http'}://{address}:{server.server_address[1]}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from checks.xid_policy import XidPolicy
     from fleetctl.db.models import Node, NodeEvent
     from fleetctl.inventory.parse import NodeSpec
-    from fleetctl.nodes.capacity import RemovalDecision
     from fleetctl.nodes.view_store import Freshness
     from fleetctl.schedulers.base import Scheduler
-    from workflows.api import HealthEventInput, TransitionResult
+    from workflows.activities.prejob import JobGate
+    from workflows.api import HealthEventInput
     from workflows.client import Outcome, PhaseOutcome
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
@@ -1005,16 +1005,14 @@ def _events_from_log(
     ]
 
 
+_JOB_OPTION_HELP = "the job (Slurm: $SLURM_JOB_ID); recorded with the checks"
+
+
 @app.command("prolog")
 def prolog(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="the node a job is about to start on (Slurm: $SLURMD_NODENAME)"),
-    job: str = typer.Option(
-        "",
-        "--job",
-        callback=free_text(),
-        help="the job about to start (Slurm: $SLURM_JOB_ID); recorded with the checks",
-    ),
+    job: str = typer.Option("", "--job", callback=free_text(), help=_JOB_OPTION_HELP),
     suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the job waits for it"),
 ) -> None:
     """Pre-job checks, for a scheduler's prolog: run a short suite on the node now; on a
@@ -1026,69 +1024,46 @@ def prolog(
     when fleetctl could not ask (the database, Temporal). deploy's prolog fails the job only
     on 3, so an outage of fleetctl never drains a cluster.
     """
-    import dataclasses
+    from workflows.activities.prejob import JobGate
+
+    _job_gate(ctx, name, job, suite, JobGate.PROLOG)
+
+
+@app.command("epilog")
+def epilog(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="the node a job just ended on (Slurm: $SLURMD_NODENAME)"),
+    job: str = typer.Option("", "--job", callback=free_text(), help=_JOB_OPTION_HELP),
+    suite: str = typer.Option("prejob", "--suite", help="the suite to run: short, the node waits for it"),
+) -> None:
+    """Post-job checks, for a scheduler's epilog: run a short suite on the node a job just
+    left; on a failure drain it (capacity guard permitting) with the check as cause, so a node
+    that broke during the job takes no other. Exit codes as `node prolog`'s: 3 when the node
+    must take no further job (drained, or out of production in fleetctl)."""
+    from workflows.activities.prejob import JobGate
+
+    _job_gate(ctx, name, job, suite, JobGate.EPILOG)
+
+
+def _job_gate(ctx: typer.Context, name: str, job: str, suite: str, gate: JobGate) -> None:
+    """Run `suite` on the node around a job (`gate`) and drain it on a failure; exits as
+    `node prolog` says."""
     import re
-    import uuid
 
     from checks.suites import SuiteError
+    from fleetctl.admission.job_gate import GateVerdict, gate_node
     from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
-    from fleetctl.db.queries import get_node
-    from fleetctl.nodes.capacity import FLEET_LABEL
-    from fleetctl.nodes.lifecycle import NodeState
-    from workflows.activities.prejob import run_prejob_suite
 
     if job and not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}", job):
         fail(f"--job: not a job id: {job[:80]!r}", EXIT_USAGE)
-    s = context.settings(ctx)
-    engine = context.engine(ctx)
-    node = get_node(engine, name)
-    if node is None:
-        unknown_node(name, EXIT_OPERATIONAL)
-    if node.state != NodeState.PRODUCTION.value:
-        typer.echo(f"{name}: {node.state} in fleetctl, not production: no job should start here", err=True)
-        raise typer.Exit(EXIT_CHECK_FAILED)
-    run_id = f"{job or 'nojob'}-{uuid.uuid4().hex[:12]}"
     try:
-        finding = run_prejob_suite(s, engine, name, suite, run_id)
+        outcome = context.run_async(gate_node(context.settings(ctx), context.engine(ctx), name, job, suite, gate))
+    except LookupError as exc:
+        fail(str(exc), EXIT_OPERATIONAL)
     except SuiteError as exc:
         fail(str(exc), EXIT_USAGE)
-    if finding.status == "pass":
-        typer.echo(f"{name}: {suite} passed ({', '.join(finding.checked)})")
-        return
-    if finding.status == "error":
-        typer.echo(f"{name}: {suite}: {finding.check} could not be judged: {finding.reason}", err=True)
+    typer.echo(outcome.message, err=outcome.verdict is not GateVerdict.PASSED)
+    if outcome.verdict.blocks:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+    if outcome.verdict is GateVerdict.UNJUDGED:
         raise typer.Exit(EXIT_CHECK_ERROR)
-
-    # The node's own fleet's guard counts this drain: a prolog whose settings name another
-    # fleet (or none) must not spend that fleet's budget, nor wait on a guard no worker serves.
-    guarded = dataclasses.replace(s, fleet=str(node.labels.get(FLEET_LABEL, s.fleet)))
-
-    async def drain() -> tuple[RemovalDecision, TransitionResult | None]:
-        from workflows.client import connect, request_guarded_drain
-
-        client = await connect(guarded)
-        return await request_guarded_drain(
-            client,
-            guarded,
-            name,
-            node.rack,
-            finding.cause,
-            f"prolog@{job or 'nojob'}",
-            f"prolog/{name}/{run_id}",
-            finding.event,
-        )
-
-    from workflows.client import CommandRejected
-
-    try:
-        decision, moved = context.run_async(drain())
-    except CommandRejected as exc:  # an operator moved the node first: it is out of production now
-        typer.echo(f"{name}: {finding.cause}; not drained: {exc}", err=True)
-        raise typer.Exit(EXIT_CHECK_FAILED) from None
-    if moved is None:
-        typer.echo(
-            f"warning: {name}: {finding.cause}; the capacity guard kept it in service: {decision.reason}", err=True
-        )
-        return
-    typer.echo(f"{name}: {finding.cause}; drained", err=True)
-    raise typer.Exit(EXIT_CHECK_FAILED)

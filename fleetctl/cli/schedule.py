@@ -26,7 +26,7 @@ app = typer.Typer(
     help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     no_args_is_help=True,
 )
-KINDS = ("active-checks", "stragglers", "job-sync", "validate")
+KINDS = ("active-checks", "stragglers", "job-sync", "validate", "hung-jobs")
 # A validation holds the idle part of the fleet for minutes: a daily run, not an hourly one.
 VALIDATE_EVERY = "1d"
 # Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
@@ -60,13 +60,14 @@ def create(
         ...,
         help="active-checks, stragglers (the running jobs' nodes compared from "
         "Prometheus: straggler_* settings), job-sync (the schedulers' jobs "
-        "into the database, as `job sync`), or validate (`fleetctl validate --idle`)",
+        "into the database, as `job sync`), validate (`fleetctl validate --idle`), or hung-jobs (running jobs "
+        "judged for a hang: hang_* settings)",
     ),
     every: str | None = typer.Option(
         None,
         "--every",
         help="interval: 30m, 1h, 6h ... (default: 1h for "
-        "active-checks, straggler_interval_s for stragglers, "
+        "active-checks, straggler_interval_s for stragglers, hang_interval_s for hung-jobs, "
         f"{JOB_SYNC_EVERY} for job-sync)",
     ),
     suite: str = typer.Option("quick", "--suite"),
@@ -74,29 +75,20 @@ def create(
     name: str | None = typer.Option(None, "--name", help="schedule id (default: the kind)"),
 ) -> None:
     """Create (or replace) a schedule. A run still going when the next is due is skipped."""
-    from datetime import timedelta
 
     from temporalio.service import RPCError
 
     from checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.api import JobSyncInput, StragglerSweepInput, SweepInput
-    from workflows.client import job_sync_schedule, straggler_schedule, sweep_schedule
+    from workflows.api import JobSyncInput, SweepInput
+    from workflows.client import job_sync_schedule, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
     s = context.settings(ctx)
     schedule_id = name or kind
-    if kind == "stragglers":
-        try:
-            interval = parse_duration(every) if every else timedelta(seconds=s.straggler_interval_s)
-        except ValueError as exc:
-            fail(str(exc), EXIT_USAGE)
-        schedule = straggler_schedule(
-            s, schedule_id, interval, StragglerSweepInput(fleet=s.fleet, actor=f"schedule/{schedule_id}")
-        )
-        # The policy, window and threshold are the worker's settings (as the guard's limits are).
-        summary = f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)"
+    if kind in ("stragglers", "hung-jobs"):
+        schedule, interval, summary = _judge_schedule(s, kind, schedule_id, every)
     elif kind == "job-sync":
         try:
             interval = parse_duration(every or JOB_SYNC_EVERY)
@@ -164,6 +156,32 @@ def _validate_schedule(s: Settings, schedule_id: str, every: str | None) -> tupl
         f"an all-reduce across the idle production nodes every {_every(interval.total_seconds())}, bisected when slow"
     )
     return validation_schedule(s, schedule_id, interval, inp), interval, summary
+
+
+def _judge_schedule(s: Settings, kind: str, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:
+    """A judge of the running jobs' schedule: by default as often as the workers' settings say.
+    The policy, window and thresholds are the worker's settings (as the guard's limits are)."""
+    from datetime import timedelta
+
+    from fleetctl.durations import parse_duration
+    from workflows.api import HungJobsInput, StragglerSweepInput
+    from workflows.client import hung_jobs_schedule, straggler_schedule
+
+    default_s = s.straggler_interval_s if kind == "stragglers" else s.hang_interval_s
+    try:
+        interval = parse_duration(every) if every else timedelta(seconds=default_s)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    actor = f"schedule/{schedule_id}"
+    if kind == "stragglers":
+        schedule = straggler_schedule(s, schedule_id, interval, StragglerSweepInput(fleet=s.fleet, actor=actor))
+        return (
+            schedule,
+            interval,
+            f"production stragglers every {_every(interval.total_seconds())} (the worker's straggler_* settings)",
+        )
+    schedule = hung_jobs_schedule(s, schedule_id, interval, HungJobsInput(fleet=s.fleet, actor=actor))
+    return schedule, interval, f"hung jobs every {_every(interval.total_seconds())} (the worker's hang_* settings)"
 
 
 def _every(seconds: float | None) -> str:

@@ -127,7 +127,7 @@ class _DeadlineHTTPS(urllib.request.HTTPSHandler):
 class Prometheus:
     def __init__(self, url: str, token: str = "", timeout_s: float = 10.0, ca_path: str = "") -> None:
         if not url:
-            raise PrometheusError("no prometheus_url is set: production stragglers cannot be judged")
+            raise PrometheusError("no prometheus_url is set: the DCGM exporters' series cannot be read")
         self.url = url.rstrip("/")
         self._token = token
         self.timeout_s = timeout_s

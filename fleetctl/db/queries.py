@@ -679,3 +679,10 @@ def latest_transitions(engine: Engine, names: Sequence[str] | None = None) -> di
             e.node_name: e
             for e in session.exec(select(NodeEvent).where(col(NodeEvent.id).in_(latest.scalar_subquery())))
         }
+
+
+def health_events_since(engine: Engine, names: Sequence[str], since: datetime) -> list[HealthEvent]:
+    """The health events of the nodes `names` recorded at or after `since`, oldest first."""
+    with Session(engine) as session:
+        query = select(HealthEvent).where(col(HealthEvent.node_name).in_(sorted(set(names))), HealthEvent.at >= since)
+        return list(session.exec(query.order_by(col(HealthEvent.at))))

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import sys
 import time
+from importlib import resources
+from pathlib import Path
 
 from sqlmodel import Session
 
@@ -26,3 +31,28 @@ async def until(predicate, timeout_s: float, what: str):
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.1)
     return value
+
+
+# fleetctl's Slurm Prolog and Epilog, one script (slurmd's SLURM_SCRIPT_CONTEXT picks which).
+GATE_SCRIPT = Path(str(resources.files("fleetctl") / "prolog" / "slurm-prolog.sh"))
+
+
+def slurm_gate_wrapper(path: Path, settings, timeout_s: int) -> Path:
+    """What a site writes for Prolog= and Epilog=: fleetctl's settings (slurmd passes the
+    script almost no environment), then the shipped script. Every value quoted for the shell."""
+    env = {
+        "FLEETCTL": str(Path(sys.executable).with_name("fleetctl")),
+        "FLEETCTL_DB_URL": settings.db_url,
+        "TEMPORAL_ADDRESS": settings.temporal_address,
+        "FLEETCTL_TASK_QUEUE": settings.task_queue,
+        "FLEETCTL_FLEET": settings.fleet,
+        "PATH": os.environ["PATH"],
+        "FLEETCTL_PROLOG_TIMEOUT_S": str(timeout_s),
+    }
+    path.write_text(
+        "#!/bin/sh\n"
+        + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+        + f"exec /bin/sh {shlex.quote(str(GATE_SCRIPT))}\n"
+    )
+    path.chmod(0o755)
+    return path

@@ -87,3 +87,26 @@ def test_a_timeout_of_zero_or_past_the_bound_is_refused_not_unlimited(tmp_path, 
 def test_a_timeout_within_the_bound_is_used(tmp_path, limit) -> None:
     run_prolog(tmp_path, 0, SLURMD_NODENAME="node1", FLEETCTL_PROLOG_TIMEOUT_S=limit)
     assert (tmp_path / "limit").read_text() == limit
+
+
+@pytest.mark.parametrize(
+    "context, gate, suite",
+    [
+        ("prolog_slurmd", "prolog", "prejob"),
+        ("epilog_slurmd", "epilog", "after-suite"),
+        ("", "prolog", "prejob"),  # a Slurm before SLURM_SCRIPT_CONTEXT: the prolog it always was
+    ],
+)
+def test_slurmds_script_context_picks_prolog_or_epilog(tmp_path, context, gate, suite) -> None:
+    """One script for both: slurmd says which it runs as; an epilog's failed check exits 1 too
+    (Slurm drains a node whose epilog fails)."""
+    status, argv, _ = run_prolog(
+        tmp_path,
+        3,
+        SLURMD_NODENAME="node1",
+        SLURM_JOB_ID="42",
+        SLURM_SCRIPT_CONTEXT=context,
+        FLEETCTL_EPILOG_SUITE="after-suite",
+    )
+    assert status == 1
+    assert argv == ["--as", f"{gate}@node1", "node", gate, "node1", "--job", "42", "--suite", suite]

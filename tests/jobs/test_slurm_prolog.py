@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import subprocess
-import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -21,12 +18,12 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
+from tests.jobs.support import slurm_gate_wrapper
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.client import connect
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
-PROLOG = Path(str(resources.files("fleetctl") / "prolog" / "slurm-prolog.sh"))
 PROLOG_TIMEOUT_S = 120  # the shipped default FLEETCTL_PROLOG_TIMEOUT_S: the most one prolog may take
 # How long Slurm may hold a requeued job back: its credential lifetime, the shared cluster's
 # default 120 s (tests/schedulers/slurm_cluster.py).
@@ -43,27 +40,6 @@ async def _until(predicate, timeout_s: float, what: str):
     return value
 
 
-def _wrapper(path: Path, settings) -> Path:
-    """What a site writes: fleetctl's settings for the prolog (slurmd passes it almost no
-    environment), then the shipped script. Every value quoted for the shell."""
-    env = {
-        "FLEETCTL": str(Path(sys.executable).with_name("fleetctl")),
-        "FLEETCTL_DB_URL": settings.db_url,
-        "TEMPORAL_ADDRESS": settings.temporal_address,
-        "FLEETCTL_TASK_QUEUE": settings.task_queue,
-        "FLEETCTL_FLEET": settings.fleet,
-        "PATH": os.environ["PATH"],
-        "FLEETCTL_PROLOG_TIMEOUT_S": str(PROLOG_TIMEOUT_S),
-    }
-    path.write_text(
-        "#!/bin/sh\n"
-        + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
-        + f"exec /bin/sh {shlex.quote(str(PROLOG))}\n"
-    )
-    path.chmod(0o755)
-    return path
-
-
 @pytest.fixture
 def prolog_on(slurm_cluster, tmp_path, make_settings, sqlite_url):
     """The shared cluster with fleetctl's Prolog configured as the script's header says, for
@@ -77,7 +53,7 @@ def prolog_on(slurm_cluster, tmp_path, make_settings, sqlite_url):
         original.replace(
             "SchedulerParameters=sched_interval=1\n", "SchedulerParameters=sched_interval=1,nohold_on_prolog_fail\n"
         )
-        + f"Prolog={_wrapper(tmp_path / 'prolog', settings)}\nPrologFlags=Alloc\n"
+        + f"Prolog={slurm_gate_wrapper(tmp_path / 'prolog', settings, PROLOG_TIMEOUT_S)}\nPrologFlags=Alloc\n"
         # Slurm gives up a batch launch after 10 s by default and requeues the job
         # without draining the node: the prolog must be allowed its whole limit.
         + f"BatchStartTimeout={PROLOG_TIMEOUT_S + 30}\n"

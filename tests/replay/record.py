@@ -39,8 +39,10 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
 
 - v6 (tests/histories/v6/*.json), the cluster validation (ClusterValidation): eight nodes held,
   one of them with a slow fabric, the all-reduce bisected to it.
+- v7 (tests/histories/v7/*.json), the workflow type no set had yet: a hung-job judge that
+  drains the node a job hung on and restarts the job off it as that drain's fault.
 
-By default only the newest set (v6) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+By default only the newest set (v7) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -61,6 +63,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
+from sqlalchemy import update
 from sqlmodel import Session
 from temporalio.client import Client, WorkflowHistory
 from temporalio.common import WorkflowIDConflictPolicy
@@ -72,7 +75,7 @@ from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.firmware import record_rollout, set_baseline
 from fleetctl.db.jobs import record_checkpoint
-from fleetctl.db.models import StragglerFinding
+from fleetctl.db.models import Job, StragglerFinding
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.search_attributes import start_attributes
 from fleetctl.remediation.events import Event
@@ -85,6 +88,7 @@ from tests.support.checks import record_check
 from workflows.api import (
     RMA_DECISION_UPDATE,
     HealthEventInput,
+    HungJobsInput,
     JobSyncInput,
     NodeLifecycleState,
     RmaDecided,
@@ -94,6 +98,7 @@ from workflows.api import (
     SweepInput,
     ValidationInput,
     guard_id,
+    hung_jobs_id,
     job_sync_id,
     node_workflow_id,
     remediation_id,
@@ -114,6 +119,7 @@ from workflows.client import (
 )
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.hung_jobs import HungJobs
 from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.definitions.stragglers import ProductionStragglers
@@ -127,6 +133,7 @@ SETS = {
     "v4": HISTORIES / "v4",
     "v5": HISTORIES / "v5",
     "v6": HISTORIES / "v6",
+    "v7": HISTORIES / "v7",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1107,7 +1114,47 @@ async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
         return await rec.write(directory, {"cluster_validation_bisected": validation_id("recorded")})
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5, "v6": record_v6}
+async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
+    """A job late by three cadences on its checkpoints, three of its four nodes reporting
+    PyTorch's NCCL watchdog timeout: the HungJobs judge drains the fourth and restarts the job
+    off it."""
+    async with recording(hang_policy="restart-off-node") as rec:
+        names = rec.add_nodes(5, "rv6", racks=1)
+        for name in names:
+            await _in_production(rec, name)
+        job = SimScheduler(rec.engine).submit("recorded-hung-train", 4)
+        last = datetime.now(UTC) - timedelta(minutes=30)
+        for back in (20, 10, 0):
+            record_checkpoint(rec.engine, job.job_id, last - timedelta(minutes=back))
+        with Session(rec.engine) as session:
+            session.exec(update(Job).where(Job.job_id == job.job_id).values(started_at=last - timedelta(hours=1)))
+            session.commit()
+        watchdog = (
+            "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, "
+            "NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."
+        )
+        for node in job.nodes[:3]:
+            event = HealthEventInput(
+                node, "log", None, watchdog, "recorder", f"rv6-wd-{node}", time.time(), severity="warning"
+            )
+            await send_health_events(rec.client, node, [event])
+        deadline = time.monotonic() + 60
+        while len(queries.health_events_since(rec.engine, job.nodes, last)) < 3:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the watchdog events were not recorded")
+            await asyncio.sleep(0.2)
+        judged = await rec.client.execute_workflow(
+            HungJobs.run,
+            HungJobsInput(fleet=rec.settings.fleet, actor="recorder"),
+            id=hung_jobs_id(f"record-{rec.unique}"),
+            task_queue=rec.settings.task_queue,
+        )
+        if judged.restarted != [f"{job.job_id} off {job.nodes[3]}"]:
+            raise RuntimeError(f"the judge did not restart the hung job: {judged}")
+        return await rec.write(directory, {"hung_jobs_restart": hung_jobs_id(f"record-{rec.unique}")})
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5, "v6": record_v6, "v7": record_v7}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -1122,7 +1169,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v6",
+        default="v7",
         help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
     )
     args = parser.parse_args(argv)

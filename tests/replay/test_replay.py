@@ -2,9 +2,9 @@
 workflows running in a fleet right now fails here (re-record with tests/replay/record.py
 only when the break is intended and nothing old is running).
 
-Four sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
-recorded with the patches of its day and takes every patched branch; v3 and v4 take the branches
-patched since (the marker test holds the sets together to every patch in the code: new
+Seven sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
+recorded with the patches of its day and takes every patched branch; v3 to v5 take the branches
+patched since, v6 the cluster validation and v7 the hung-job judge (the marker test holds the sets together to every patch in the code: new
 branches are deterministic too)."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ SETS = {
     "v4": ROOT / "tests" / "histories" / "v4",
     "v5": ROOT / "tests" / "histories" / "v5",
     "v6": ROOT / "tests" / "histories" / "v6",
+    "v7": ROOT / "tests" / "histories" / "v7",
 }
 # The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
 WHOLE_SETS = ("v1", "v2")

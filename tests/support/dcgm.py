@@ -27,9 +27,15 @@ def _names(missing: Collection[str] | str) -> set[str]:
     return {missing} if isinstance(missing, str) else set(missing)
 
 
-def exposition(node: str, factors: Mapping[str, float] | None = None, missing: Collection[str] | str = ()) -> str:
-    """The fixture as `node`'s exporter would serve it."""
-    factors, left_out = factors or {}, _names(missing)
+def exposition(
+    node: str,
+    factors: Mapping[str, float] | None = None,
+    missing: Collection[str] | str = (),
+    every_gpu: Mapping[str, float] | None = None,
+) -> str:
+    """The fixture as `node`'s exporter would serve it: `factors` scale one GPU's series,
+    `every_gpu` every GPU's (a node whose GPUs all went idle)."""
+    factors, left_out, every_gpu = factors or {}, _names(missing), every_gpu or {}
     lines = []
     for line in FIXTURE.read_text().splitlines():
         if line.startswith(("# HELP", "# TYPE")):
@@ -45,6 +51,8 @@ def exposition(node: str, factors: Mapping[str, float] | None = None, missing: C
         labels = re.sub(r'Hostname="[^"]*"', f'Hostname="{node}"', labels)
         if name in factors and f'gpu="{DEGRADED_GPU}"' in labels:
             value = round(value * factors[name], 3)
+        if name in every_gpu:
+            value = round(value * every_gpu[name], 3)
         lines.append(f"{name}{{{labels}}} {value:g}" if value < 1e15 else f"{name}{{{labels}}} {value}")
     return "\n".join(lines) + "\n"
 
@@ -65,11 +73,12 @@ def node_telemetry(nodes, degrade: Degrade, missing: Missing) -> dict[str, dict[
 
 
 class DcgmExporters:
-    """One exporter per node on 127.0.0.1, each serving its node's /metrics; `degrade` and
-    `missing` may be changed while they run (the next scrape sees it)."""
+    """One exporter per node on 127.0.0.1, each serving its node's /metrics; `degrade`,
+    `every_gpu` and `missing` may be changed while they run (the next scrape sees it)."""
 
     def __init__(self, nodes) -> None:
         self.degrade: dict[str, dict[str, float]] = {}
+        self.every_gpu: dict[str, dict[str, float]] = {}
         self.missing: dict[str, set[str]] = {}
         self.servers: dict[str, ThreadingHTTPServer] = {}
         for node in nodes:
@@ -85,7 +94,9 @@ class DcgmExporters:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = exposition(node, owner.degrade.get(node), owner.missing.get(node, ())).encode()
+                body = exposition(
+                    node, owner.degrade.get(node), owner.missing.get(node, ()), owner.every_gpu.get(node)
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

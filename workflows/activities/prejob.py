@@ -1,5 +1,6 @@
-"""Pre-job checks: a short suite run on a node just before a job starts there (the Slurm
-Prolog, through `fleetctl node prolog`). Not an activity, but the same I/O: the job waits
+"""Pre- and post-job checks: a short suite run on a node just before a job starts there (the
+Slurm Prolog, through `fleetctl node prolog`) or just after one ended (the Epilog, `fleetctl
+node epilog`: a node that broke during a long job is caught before the next). Not an activity, but the same I/O: the job waits
 for the answer, so the checks run in the calling process, one after another, each recorded
 as a check run; only a failure goes to the node's workflow, as a drain through the capacity
 guard (workflows.client)."""
@@ -7,6 +8,7 @@ guard (workflows.client)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from checks import judge, load_profile
@@ -24,6 +26,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 
+class JobGate(str, Enum):
+    """When around a job the suite runs: the runs' ids, the drain's cause and actor say it."""
+
+    PROLOG = "prolog"  # before the job starts on the node
+    EPILOG = "epilog"  # after it ended there
+
+
 @dataclass(frozen=True)
 class PrejobFinding:
     node: str
@@ -32,10 +41,11 @@ class PrejobFinding:
     check: str = ""  # the check that failed, or the first that could not be judged
     reason: str = ""
     checked: list[str] = field(default_factory=list)
+    gate: JobGate = JobGate.PROLOG
 
     @property
     def cause(self) -> str:
-        return f"prolog {self.suite}: {self.check}: {self.reason}"
+        return f"{self.gate.value} {self.suite}: {self.check}: {self.reason}"
 
     @property
     def event(self) -> dict[str, Any]:
@@ -43,7 +53,9 @@ class PrejobFinding:
         return Event(EventKind.CHECK, check=self.check, status="fail", message=self.reason).to_dict()
 
 
-def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: str, run_id: str) -> PrejobFinding:
+def run_prejob_suite(
+    settings: Settings, engine: Engine, node_name: str, suite: str, run_id: str, gate: JobGate = JobGate.PROLOG
+) -> PrejobFinding:
     """Run `suite` on the node, stopping at the first failure. LookupError for an unknown
     node; checks.suites.SuiteError for an unknown suite."""
     node = queries.get_node(engine, node_name)
@@ -71,7 +83,7 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
                 )
         except ExecutorError as exc:
             judged, error_kind = CheckResult(Status.ERROR, {}, [], f"{exc.kind}: {exc.message}"), exc.kind
-        key = f"prolog/{node_name}/{run_id}/{check}"
+        key = f"{gate.value}/{node_name}/{run_id}/{check}"
         queries.insert_once(
             engine,
             CheckRun(
@@ -88,7 +100,7 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
                 error_kind=error_kind or ("unjudgeable" if judged.status is Status.ERROR else None),
                 started_at=started,
                 finished_at=utcnow(),
-                workflow_id=f"prolog/{run_id}",
+                workflow_id=f"{gate.value}/{run_id}",
                 idempotency_key=key,
             ),
             CheckRun.idempotency_key,
@@ -96,9 +108,9 @@ def run_prejob_suite(settings: Settings, engine: Engine, node_name: str, suite: 
         )
         checked.append(check)
         if judged.status is Status.FAIL:
-            return PrejobFinding(node_name, suite, "fail", check, judged.reason, checked)
+            return PrejobFinding(node_name, suite, "fail", check, judged.reason, checked, gate)
         if judged.status is Status.ERROR and first_error is None:
             first_error = (check, judged.reason)
     if first_error is not None:
-        return PrejobFinding(node_name, suite, "error", *first_error, checked)
-    return PrejobFinding(node_name, suite, "pass", checked=checked)
+        return PrejobFinding(node_name, suite, "error", *first_error, checked, gate)
+    return PrejobFinding(node_name, suite, "pass", checked=checked, gate=gate)

@@ -161,3 +161,46 @@ class RestartOutcome:
     running_at: str | None = None
     new_nodes: list[str] = field(default_factory=list)
     error: str = ""
+
+
+@dataclass
+class HungJobsInput:
+    """One judging of the running jobs for hangs (`fleetctl schedule create hung-jobs`)."""
+
+    fleet: str = "default"
+    actor: str = "hung-jobs"
+
+
+@dataclass
+class HungJobDrain:
+    """A hung job's node to drain and restart the job off (policy restart-off-node)."""
+
+    node: str
+    rack: str
+    job_id: str
+    scheduler: str
+    evidence: str
+
+
+@dataclass
+class HungJobsTick:
+    """What one judging found (the judge activity's answer)."""
+
+    policy: str = "flag-only"
+    jobs: int = 0
+    flagged: list[str] = field(default_factory=list)  # "job <id>: evidence", every tick it stays hung
+    # What could not be judged: Prometheus down or answering nonsense, no URL set. Never a pass.
+    errors: list[str] = field(default_factory=list)
+    no_evidence: list[str] = field(default_factory=list)  # late jobs nothing was reported for
+    due: list[HungJobDrain] = field(default_factory=list)
+
+
+@dataclass
+class HungJobsResult:
+    policy: str = "flag-only"
+    jobs: int = 0
+    flagged: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    no_evidence: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)  # "<job> off <node>"
+    held: list[str] = field(default_factory=list)  # the guard or the node's workflow refused

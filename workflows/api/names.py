@@ -19,6 +19,7 @@ GUARD_STATUS_QUERY = "status"
 
 ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
 PRODUCTION_STRAGGLERS = "ProductionStragglers"
+HUNG_JOBS = "HungJobs"
 JOB_HISTORY_SYNC = "JobHistorySync"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
@@ -95,3 +96,8 @@ def bulk_queue(task_queue: str) -> str:
     (an XID 79's drain, job restart, guard grant) that keeps the task queue itself. The bulk
     lane of a bulk lane is itself: a sweep batch runs there, and its checks with it."""
     return task_queue if task_queue.endswith(BULK_SUFFIX) else task_queue + BULK_SUFFIX
+
+
+def hung_jobs_id(schedule_id: str) -> str:
+    """The id of the hung-job judges a schedule starts (one at a time)."""
+    return f"hung-jobs/{schedule_id}"

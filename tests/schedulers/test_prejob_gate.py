@@ -1,0 +1,195 @@
+"""The Kubernetes pre-job gate (fleetctl.admission), against the API server emulator: the
+mutating webhook gives a GPU pod its init container (the patched pod valid against the
+Kubernetes schemas) and leaves other pods alone; the init container's own script, run as the
+kubelet would run it on the node the pod was bound to, asks the gate; a node that fails the
+pre-job suite is drained through the capacity guard (cordoned and tainted in the emulator)
+and its pod evicted, so that its controller places it elsewhere, while a healthy node's pod
+starts. The health answer for in-job restart frameworks says which is which."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import jsonpatch
+import kubernetes_validate
+import pytest
+
+from fleetctl.admission.server import GateServer
+from fleetctl.admission.webhook import INIT_CONTAINER, GateSettings, gate_container
+from fleetctl.db import queries
+from fleetctl.db.engine import get_engine
+from fleetctl.inventory.parse import parse_inventory
+from fleetctl.sim.store import add_fault
+from tests.reliability.support import wait_for
+from tests.schedulers.kube_emulator import KubeEmulator
+from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production, terminate_node_workflows
+from workflows.client import connect
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes" / "admission_review_gpu_pod.json"
+GATE_TIMEOUT_S = 150  # GateSettings' default: the init container's wait on the gate
+NODES = ["gpu-1", "gpu-2", "gpu-3"]
+
+
+@pytest.fixture
+def gate(tmp_path, make_settings, sqlite_url):
+    """The emulator, a fleet of three Kubernetes nodes, and the gate's server on 127.0.0.1."""
+    with KubeEmulator() as kube:
+        settings = make_settings(sqlite_url)
+        settings.kubeconfig = str(kube.write_kubeconfig(tmp_path / "kubeconfig"))
+        engine = get_engine(sqlite_url)
+        queries.upsert_nodes(
+            engine,
+            parse_inventory(
+                "nodes:\n"
+                + "".join(
+                    f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: kubernetes}}\n"
+                    for n in NODES
+                )
+            ),
+        )
+        for node in NODES:
+            kube.add_node(node)
+        server = GateServer(("127.0.0.1", 0), settings, engine, GateSettings("http://placeholder", "curl"))
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        server.gate = GateSettings(url, "curlimages/curl:8.11.1")
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield kube, settings, engine, url, server
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _post(url: str, body: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.mark.parametrize("version", ["1.31.0", kubernetes_validate.latest_version()])
+def test_the_webhook_gives_a_gpu_pod_its_gate_and_the_pod_stays_valid(gate, version) -> None:
+    _, _, _, url, _ = gate
+    review = json.loads(FIXTURE.read_text())
+    status, answer = _post(f"{url}/mutate", json.dumps(review).encode())
+    assert status == 200 and answer["kind"] == "AdmissionReview", answer
+    response = answer["response"]
+    assert response["uid"] == review["request"]["uid"] and response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    pod = jsonpatch.apply_patch(review["request"]["object"], json.loads(base64.b64decode(response["patch"])))
+    (init,) = pod["spec"]["initContainers"]
+    assert init["name"] == INIT_CONTAINER
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in init["env"]
+    assert {"name": "JOB", "value": "cuda-vectoradd"} in init["env"]  # its job label
+    assert pod["spec"]["containers"] == review["request"]["object"]["spec"]["containers"]  # untouched
+    kubernetes_validate.validate(pod, version, strict=True)
+
+
+def test_the_webhook_leaves_other_pods_and_refuses_what_is_no_review(gate) -> None:
+    _, _, _, url, _ = gate
+    review = json.loads(FIXTURE.read_text())
+    cpu = copy.deepcopy(review)
+    cpu["request"]["object"]["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1"}}
+    skipped = copy.deepcopy(review)
+    skipped["request"]["object"]["metadata"]["annotations"] = {"fleetctl.io/prejob-gate": "skip"}
+    update = copy.deepcopy(review)
+    update["request"]["operation"] = "UPDATE"
+    for left_alone in (cpu, skipped, update):
+        status, answer = _post(f"{url}/mutate", json.dumps(left_alone).encode())
+        assert status == 200 and answer["response"] == {"uid": review["request"]["uid"], "allowed": True}
+    # A pod that has its own init containers: the gate goes first.
+    own = copy.deepcopy(review)
+    own["request"]["object"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    _, answer = _post(f"{url}/mutate", json.dumps(own).encode())
+    pod = jsonpatch.apply_patch(own["request"]["object"], json.loads(base64.b64decode(answer["response"]["patch"])))
+    assert [c["name"] for c in pod["spec"]["initContainers"]] == [INIT_CONTAINER, "fetch"]
+    for bad in (b"{", b'{"kind": "Pod"}', json.dumps({"kind": "AdmissionReview", "request": {}}).encode()):
+        status, answer = _post(f"{url}/mutate", bad)
+        assert status == 400 and answer["error"], answer
+
+
+def _run_init_container(pod: dict, node: str, gate_settings: GateSettings) -> subprocess.CompletedProcess:
+    """The init container's command with its environment, as the kubelet runs it once the pod
+    is bound to `node` (the downward API's spec.nodeName)."""
+    container = gate_container(pod, gate_settings)
+    env = {e["name"]: e.get("value", node) for e in container["env"]}
+    return subprocess.run(
+        container["command"],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=GATE_TIMEOUT_S + 30,
+    )
+
+
+async def test_a_failing_node_is_cordoned_and_its_pod_evicted_a_healthy_nodes_pod_starts(gate) -> None:
+    kube, settings, engine, url, server = gate
+    add_fault(engine, "gpu-1", "row-remap-failure", 0, time.time(), None, 1)
+    pod = json.loads(FIXTURE.read_text())["request"]["object"]
+    kube.add_pod("my-namespace", "cuda-vectoradd-a", "gpu-1", labels={"job-name": "cuda-vectoradd"}, phase="Pending")
+    kube.add_pod("my-namespace", "cuda-vectoradd-b", "gpu-2", labels={"job-name": "cuda-vectoradd"}, phase="Pending")
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        for node in NODES:
+            await start_in_production(client, settings, node, **DRAIN_LOOKS_OFTEN)
+
+        healthy = await asyncio.to_thread(_run_init_container, pod, "gpu-2", server.gate)
+        assert healthy.returncode == 0, (healthy.stdout, healthy.stderr)
+        assert json.loads(healthy.stdout)["verdict"] == "passed"
+
+        refused = await asyncio.to_thread(_run_init_container, pod, "gpu-1", server.gate)
+        assert refused.returncode == 1, (refused.stdout, refused.stderr)
+        drain = next(e for e in queries.node_events(engine, "gpu-1") if e.trigger == "drain")
+        assert drain.actor == "prolog@cuda-vectoradd" and drain.cause.startswith("prolog prejob: nvidia-smi-query: ")
+        # Cordoned and tainted in the API server, and the pod moved off it by the drain.
+        await wait_for(lambda: kube.node("gpu-1")["spec"].get("unschedulable") is True, 60, "gpu-1 cordoned")
+        assert kube.node("gpu-1")["spec"]["taints"][0]["key"].startswith("fleetctl")
+        await wait_for(
+            lambda: "my-namespace/cuda-vectoradd-a" in kube.eviction_requests, 60, "the pod on gpu-1 evicted"
+        )
+        assert not kube.pod_exists("my-namespace", "cuda-vectoradd-a")
+        assert kube.pod_exists("my-namespace", "cuda-vectoradd-b")  # the healthy node's pod runs on
+        assert not kube.node("gpu-2")["spec"].get("unschedulable")
+
+        # What an in-job restart framework asks.
+        assert _get(f"{url}/nodes/gpu-2/health") == (
+            200,
+            {"node": "gpu-2", "healthy": True, "state": "production", "reason": ""},
+        )
+        status, sick = _get(f"{url}/nodes/gpu-1/health")
+        assert status == 200 and sick["healthy"] is False and "not production" in sick["reason"]
+        assert _get(f"{url}/nodes/gpu-404/health")[0] == 404
+    finally:
+        await terminate_node_workflows(settings, NODES)
+        worker.stop()
+
+
+def test_an_unreachable_gate_or_a_node_fleetctl_does_not_manage_lets_the_pod_start(gate) -> None:
+    _, _, _, _, server = gate
+    pod = json.loads(FIXTURE.read_text())["request"]["object"]
+    unmanaged = _run_init_container(pod, "cpu-7", server.gate)
+    assert unmanaged.returncode == 0 and json.loads(unmanaged.stdout)["message"] == "unknown node: cpu-7"
+    # A port nothing listens on: fleetctl's outage must not stop pods.
+    done = _run_init_container(pod, "gpu-1", GateSettings("http://127.0.0.1:9", "curl", timeout_s=5))
+    assert done.returncode == 0 and "unreachable" in done.stderr

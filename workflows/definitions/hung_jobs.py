@@ -1,0 +1,101 @@
+"""HungJobs: started by a Temporal Schedule (`fleetctl schedule create hung-jobs`), it judges
+every running job for a hang (workflows.activities.hang: late by more than hang_cadence_factor
+of its own checkpoint cadences, its GPUs idle or an NCCL collective timed out) and flags each
+with its evidence. By policy (hang_policy: restart-off-node) a hung job localised to one node
+is restarted off it: the node drained through the capacity guard, as the straggler judge
+drains, then the job restarted as that drain's fault (fault_restart_id): the node's own drain,
+a runbook's restart_jobs step or an operator's `job restart` for the same fault find the
+restart started and never restart the job twice. A guard that refuses holds the node, and
+the job; the next tick asks again."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from fleetctl.jobs.hang import HANG_CHECK
+    from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.nodes.lifecycle import Actor
+    from fleetctl.remediation.events import Event, EventKind
+    from workflows.activities.hang import HangActivities
+    from workflows.activities.jobs import JobRestartActivities
+    from workflows.api import (
+        HungJobDrain,
+        HungJobsInput,
+        HungJobsResult,
+        HungJobsTick,
+        JobRestartInput,
+        TransitionRequest,
+        job_restart_id,
+    )
+    from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.shared import QUICK, bulk, guarded_drain
+    from workflows.definitions.stragglers import JUDGE
+
+
+@workflow.defn
+class HungJobs:
+    @workflow.run
+    async def run(self, req: HungJobsInput) -> HungJobsResult:
+        # As the straggler judge's: one Prometheus query, the database, heartbeats per job.
+        tick: HungJobsTick = await workflow.execute_activity_method(HangActivities.judge_hung_jobs, req, **bulk(JUDGE))
+        result = HungJobsResult(
+            policy=tick.policy, jobs=tick.jobs, flagged=tick.flagged, errors=tick.errors, no_evidence=tick.no_evidence
+        )
+        key = workflow.info().workflow_id + "/" + workflow.info().run_id
+        for due in tick.due:
+            await restart_off_hung_node(due, req, f"{key}/{due.job_id}", result)
+        return result
+
+
+async def restart_off_hung_node(due: HungJobDrain, req: HungJobsInput, key: str, result: HungJobsResult) -> None:
+    cause = f"hung job {due.job_id} on {due.node}: {due.evidence}"
+    event = Event(EventKind.CHECK, check=HANG_CHECK, status="fail", message=due.evidence)
+    decision, outcome = await guarded_drain(
+        RemovalRequest(node=due.node, rack=due.rack, reason=cause, actor=req.actor, request_id=key),
+        TransitionRequest(
+            node=due.node,
+            trigger="drain",
+            actor=req.actor,
+            actor_kind=Actor.AUTOMATION.value,
+            cause=cause,
+            request_id=f"{key}/drain",
+            event=event.to_dict(),
+        ),
+    )
+    if outcome is None or not outcome.accepted:
+        why = decision.reason if outcome is None else outcome.message
+        result.held.append(f"{due.job_id} on {due.node}: {why}")
+        return
+    # The drain just recorded is the fault's: the restart is keyed by it, as every other
+    # restart for a node's fault is.
+    restart_id: str = await workflow.execute_activity_method(
+        JobRestartActivities.restart_id_of_fault, [due.node], **QUICK
+    )
+    if not restart_id:
+        result.held.append(f"{due.job_id} on {due.node}: the node left its drain before the restart")
+        return
+    try:
+        await workflow.start_child_workflow(
+            JobRestart.run,
+            JobRestartInput(
+                job_id=due.job_id,
+                scheduler=due.scheduler,
+                bad_nodes=[due.node],
+                cause=cause,
+                actor=req.actor,
+                fault_seen_at=workflow.now().isoformat(),
+                restart_id=restart_id,
+                failure=event.failure,
+            ),
+            id=job_restart_id(due.job_id, restart_id),
+            # The restart outlives this tick.
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+    except WorkflowAlreadyStartedError:
+        pass  # this fault already restarted the job
+    result.restarted.append(f"{due.job_id} off {due.node}")
