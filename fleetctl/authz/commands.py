@@ -67,6 +67,7 @@ COMMANDS: dict[str, Rule] = {
     "node recheck": OPERATE,
     "node event": OPERATE,
     "node prolog": PROCESS,  # Slurm runs it on the node, before a job
+    "node epilog": PROCESS,  # and this one after it
     "check suites": READ,
     "check profiles": READ,
     "check xid-policy": READ,
@@ -96,6 +97,7 @@ COMMANDS: dict[str, Rule] = {
     "job submit": OPERATE,
     "job checkpoint": OPERATE,
     "job sync": OPERATE,
+    "job gate-serve": PROCESS,  # the Kubernetes pre-job gate: a long-running process
     "runbook list": READ,
     "runbook show": READ,
     "runbook validate": READ,

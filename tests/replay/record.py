@@ -1154,7 +1154,15 @@ async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
         return await rec.write(directory, {"hung_jobs_restart": hung_jobs_id(f"record-{rec.unique}")})
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5, "v6": record_v6, "v7": record_v7}
+RECORDERS = {
+    "v1": record_v1,
+    "v2": record_v2,
+    "v3": record_v3,
+    "v4": record_v4,
+    "v5": record_v5,
+    "v6": record_v6,
+    "v7": record_v7,
+}
 
 
 async def record(sets: list[str]) -> list[Path]:
