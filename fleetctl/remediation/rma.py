@@ -318,6 +318,10 @@ def _templates() -> Environment:
 
 
 def render_markdown(evidence: Mapping[str, Any], rma_id: int | None = None) -> str:
+    """The bundle as Markdown; a record opened without one (by hand, or before bundles were
+    kept) says so rather than failing on the parts it lacks."""
+    if not isinstance(evidence.get("node"), Mapping):
+        return f"# RMA{f' {rma_id}' if rma_id else ''}\n\nNo evidence bundle was recorded with this RMA.\n"
     return _templates().get_template("rma.md.j2").render(e=evidence, rma_id=rma_id, failing=failing_gpus(evidence))
 
 

@@ -194,3 +194,25 @@ def test_rma_show_gives_each_remediation_run_as_it_ended_not_as_it_was_when_open
     assert table.exit_code == 0, table.output
     assert "live, escalated," in table.stdout and "running" not in table.stdout
     assert f"RMA {opened.rma_id}: n1" in table.stdout
+
+
+def test_an_rma_recorded_without_a_bundle_is_shown_saying_so(sqlite_url) -> None:
+    """A record opened by hand (or before bundles were kept) has no evidence: `rma show` says
+    so, with its status first, not an internal error on the bundle's missing parts."""
+    from sqlmodel import Session
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+    from fleetctl.db.engine import get_engine
+    from fleetctl.db.models import RmaRecord
+
+    with Session(get_engine(sqlite_url)) as session:
+        record = RmaRecord(
+            node_name="n1", reason="sent by hand", evidence={}, opened_by="me", idempotency_key="k", status="open"
+        )
+        session.add(record)
+        session.commit()
+        session.refresh(record)
+    shown = CliRunner().invoke(app, ["--db-url", sqlite_url, "rma", "show", str(record.id)], env={"COLUMNS": "120"})
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines()[0] == "status: open" and "No evidence bundle was recorded" in shown.stdout
