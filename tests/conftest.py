@@ -33,7 +33,7 @@ def temporal_address(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    from tests.support.postgres import remove_cluster, start_postgres
+    from bench.postgres import remove_cluster, start_postgres
 
     try:
         cluster = start_postgres()
@@ -41,30 +41,6 @@ def postgres_server():
         missing_service("PostgreSQL", str(exc))
     yield cluster
     remove_cluster(cluster)
-
-
-def _fresh_postgres_url(cluster) -> str:
-    """A new, empty database in the session's cluster, so tests never see each other's rows."""
-    import subprocess
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    subprocess.run(
-        [
-            *cluster.as_user,
-            str(cluster.bindir / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(cluster.port),
-            "-U",
-            "postgres",
-            "-q",
-            "-c",
-            f"CREATE DATABASE {name} OWNER fleetctl",
-        ],
-        check=True,
-    )
-    return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
 
 
 @pytest.fixture(autouse=True)
@@ -84,7 +60,9 @@ def db_url(request, tmp_path) -> str:
     """Every test that takes this runs on SQLite and on a real PostgreSQL."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'fleet.db'}"
-    return _fresh_postgres_url(request.getfixturevalue("postgres_server"))
+    from bench.postgres import fresh_database_url
+
+    return fresh_database_url(request.getfixturevalue("postgres_server"))
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +97,25 @@ def remove_cluster(cluster: PostgresCluster) -> None:
         cluster.stop()
     finally:
         shutil.rmtree(cluster.datadir, ignore_errors=True)
+
+
+def fresh_database_url(cluster: PostgresCluster) -> str:
+    """A new, empty database in `cluster`, owned by fleetctl, so its users never see each other's rows."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    subprocess.run(
+        [
+            *cluster.as_user,
+            str(cluster.bindir / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(cluster.port),
+            "-U",
+            "postgres",
+            "-q",
+            "-c",
+            f"CREATE DATABASE {name} OWNER fleetctl",
+        ],
+        check=True,
+    )
+    return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
