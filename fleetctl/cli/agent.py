@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,9 +15,11 @@ from fleetctl.cli import context
 from fleetctl.cli.output import EXIT_USAGE, fail
 
 if TYPE_CHECKING:
+    from checks.xid_policy import XidPolicy
     from fleetctl.agent.heartbeat import HeartbeatSender
-    from fleetctl.agent.runner import Agent, SavedCursor, Source
+    from fleetctl.agent.runner import Agent, AgentConfig, SavedCursor, Source
     from fleetctl.agent.transport import IntakeTransport
+    from fleetctl.config import Settings
 
 
 def agent(
@@ -82,11 +85,7 @@ def agent(
 ) -> None:
     """Run until SIGTERM: kernel log faults and GPU health changes go to the node's workflow,
     through an on-disk spool while Temporal is unreachable."""
-    from prometheus_client import start_http_server
-
-    from checks.catalog import CHECKS
-    from fleetctl.agent.runner import Agent, AgentConfig
-    from fleetctl.agent.sampler import Confirmation
+    from fleetctl.agent.runner import Agent
     from fleetctl.agent.transport import TemporalTransport
 
     if sum((kmsg is not None, journal, log_file is not None)) > 1:
@@ -98,35 +97,67 @@ def agent(
     settings = context.settings(ctx)
     policy = context.xid_policy(settings)  # a broken site policy: one line, and no agent
     node = node or socket.gethostname().split(".")[0]
-    source, (boot_id, boot_time), saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
-    config = AgentConfig(
+    source, boot, saved = _kernel_log(spool, log_file, journal, journalctl, kmsg)
+    samples = SampleOptions(sample_interval, profile, nvidia_smi, dcgmi)
+    config = _agent_config(settings, policy, node, spool, boot, max_spool, samples, heartbeat_interval)
+    transport = events_via_intake or TemporalTransport(settings)
+    the_agent = Agent(config, source, transport, heartbeat=heartbeat, cursor_moved_aside=saved.moved_aside)
+    _serve_metrics(the_agent, metrics_port, metrics_address)
+    typer.echo(f"agent for {node}: following {log_file or ('journal' if journal else kmsg or '/dev/kmsg')}", err=True)
+    context.run_async(_run_until_signalled(the_agent))
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """How the agent samples the GPUs, as the command was given it."""
+
+    interval_s: float
+    profile: str | None
+    nvidia_smi: str
+    dcgmi: str | None
+
+
+def _agent_config(
+    settings: Settings,
+    policy: XidPolicy,
+    node: str,
+    spool: Path,
+    boot: tuple[str, float],
+    max_spool: int,
+    samples: SampleOptions,
+    heartbeat_interval: float,
+) -> AgentConfig:
+    from checks.catalog import CHECKS
+    from fleetctl.agent.runner import AgentConfig
+    from fleetctl.agent.sampler import Confirmation
+
+    boot_id, boot_time = boot
+    return AgentConfig(
         node=node,
         spool_dir=spool,
         actor=f"fleetctl-agent@{node}",
         max_spool=max_spool,
-        sample_interval_s=sample_interval,
-        profile=profile,
-        profiles_dir=context.settings(ctx).profiles_dir or None,
+        sample_interval_s=samples.interval_s,
+        profile=samples.profile,
+        profiles_dir=settings.profiles_dir or None,
         boot_id=boot_id,
         boot_time=boot_time,
         confirmation=Confirmation(settings.agent_sample_confirmations, settings.agent_sample_grace_s),
         xid_policy=policy,
-        sample_argv=(nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
-        dcgm_health_argv=(dcgmi, "health", "-c") if dcgmi else (),
+        sample_argv=(samples.nvidia_smi, *CHECKS["nvidia-smi-query"].argv[1:]),
+        dcgm_health_argv=(samples.dcgmi, "health", "-c") if samples.dcgmi else (),
         heartbeat_interval_s=heartbeat_interval,
     )
-    the_agent = Agent(
-        config,
-        source,
-        events_via_intake or TemporalTransport(settings),
-        heartbeat=heartbeat,
-        cursor_moved_aside=saved.moved_aside,
-    )
-    if metrics_port:
-        server, _ = start_http_server(metrics_port, metrics_address, registry=the_agent.metrics.registry)
-        typer.echo(f"agent metrics on http://{metrics_address}:{server.server_port}/metrics", err=True)
-    typer.echo(f"agent for {node}: following {log_file or ('journal' if journal else kmsg or '/dev/kmsg')}", err=True)
-    context.run_async(_run_until_signalled(the_agent))
+
+
+def _serve_metrics(the_agent: Agent, port: int, address: str) -> None:
+    """The agent's own /metrics, in a thread of its own (port 0: none)."""
+    if not port:
+        return
+    from prometheus_client import start_http_server
+
+    server, _ = start_http_server(port, address, registry=the_agent.metrics.registry)
+    typer.echo(f"agent metrics on http://{address}:{server.server_port}/metrics", err=True)
 
 
 def _check_bounds(max_spool: int, sample_interval: float, metrics_port: int, heartbeat_interval: float) -> None:
