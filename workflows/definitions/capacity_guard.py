@@ -25,7 +25,13 @@ with workflow.unsafe.imports_passed_through():
         reads_snapshot,
     )
     from workflows.activities.guard import GuardActivities
-    from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
+    from workflows.api import (
+        ROLL_FORWARD_SIGNAL,
+        AutomationRecord,
+        CapacityGuardState,
+        PendingGrant,
+        ResumeAutomation,
+    )
     from workflows.definitions.shared import QUICK, record_automation
 
 # A granted removal shows in the database within seconds (the node's own transition); until
@@ -41,14 +47,24 @@ class CapacityGuard:
         self.s = state
         self.lock = asyncio.Lock()
         self.decisions_this_run = 0
+        self.rolling_forward = False
 
     @workflow.run
     async def run(self, state: CapacityGuardState) -> None:
         await workflow.wait_condition(
-            lambda: self.decisions_this_run >= DECISIONS_PER_RUN or workflow.info().is_continue_as_new_suggested()
+            lambda: (
+                self.rolling_forward
+                or self.decisions_this_run >= DECISIONS_PER_RUN
+                or workflow.info().is_continue_as_new_suggested()
+            )
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self.s)
+
+    @workflow.signal(name=ROLL_FORWARD_SIGNAL)
+    def roll_forward(self) -> None:
+        """Continue as new once the decisions in hand are made: the next run is on the workers' code."""
+        self.rolling_forward = True
 
     @workflow.query
     def status(self) -> CapacityGuardState:

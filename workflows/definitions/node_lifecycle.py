@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
         REMEDIATION_INTERRUPT_SIGNAL,
+        ROLL_FORWARD_SIGNAL,
         AdmissionRequest,
         AdmissionVerdict,
         AutomationRecord,
@@ -148,6 +149,7 @@ class NodeLifecycle:
         self.signals_this_run = 0
         # Runs from before the patch keep their unbounded queue and continue as new only idle.
         self.bounded: bool | None = None
+        self.rolling_forward = False
 
     def _bounded(self) -> bool:
         """Repeated minor events folded, and the run continued as new before Temporal's caps
@@ -255,7 +257,8 @@ class NodeLifecycle:
 
     def _should_continue_as_new(self) -> bool:
         return (
-            workflow.info().is_continue_as_new_suggested()
+            self.rolling_forward
+            or workflow.info().is_continue_as_new_suggested()
             or self.transitions_this_run >= self.s.transitions_per_run
             or (bool(self.bounded) and self.signals_this_run >= self.s.signals_per_run)
         )
@@ -347,6 +350,13 @@ class NodeLifecycle:
             self.s.minor_events_dropped += 1
         elif was_empty:
             show_queue(self.s)
+
+    @workflow.signal(name=ROLL_FORWARD_SIGNAL)
+    def roll_forward(self) -> None:
+        """Continue as new as soon as the work in hand allows (a drain's wait is carried): an
+        idle node reaches none of the run's caps, and only a new run leaves the branches that
+        retired patches removed (docs/decisions/0024-retiring-patches.md)."""
+        self.rolling_forward = True
 
     @workflow.query
     def current(self) -> NodeLifecycleState:
