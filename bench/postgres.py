@@ -99,8 +99,9 @@ def remove_cluster(cluster: PostgresCluster) -> None:
         shutil.rmtree(cluster.datadir, ignore_errors=True)
 
 
-def fresh_database_url(cluster: PostgresCluster) -> str:
-    """A new, empty database in `cluster`, owned by fleetctl, so its users never see each other's rows."""
+def fresh_database_url(cluster: PostgresCluster, template: str = "template1") -> str:
+    """A new database in `cluster`, owned by fleetctl, so its users never see each other's rows:
+    empty, or a copy of the database named `template` (which nothing may be connected to)."""
     name = "t_" + uuid.uuid4().hex[:12]
     subprocess.run(
         [
@@ -114,7 +115,7 @@ def fresh_database_url(cluster: PostgresCluster) -> str:
             "postgres",
             "-q",
             "-c",
-            f"CREATE DATABASE {name} OWNER fleetctl",
+            f"CREATE DATABASE {name} TEMPLATE {template} OWNER fleetctl",
         ],
         check=True,
     )
