@@ -10,6 +10,7 @@ branches are deterministic too); v6 was recorded after the patches of v2's day w
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from pathlib import Path
 
@@ -32,8 +33,10 @@ HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.j
 WORKFLOW_SOURCES = ROOT / "workflows"
 
 
+@functools.cache
 def _history(path: Path) -> WorkflowHistory:
-    """The history under the workflow id it ran with (recorded beside it)."""
+    """The history under the workflow id it ran with (recorded beside it); read and parsed
+    once per session, though several tests read every history."""
     ids = path.parent / WORKFLOW_IDS
     workflow_id = (yaml.safe_load(ids.read_text()) if ids.exists() else {}).get(path.stem, path.stem)
     return WorkflowHistory.from_json(workflow_id, path.read_text())
