@@ -35,9 +35,9 @@ TRIAL_TIMEOUT_S = 300.0
 def _slurm():
     """The test cluster module (it lives with the tests), or CannotMeasure with why not."""
     try:
-        from tests.schedulers import slurm_cluster
+        from bench import slurm_cluster
     except ImportError as exc:
-        raise CannotMeasure(f"tests/schedulers/slurm_cluster.py not importable: {exc}") from None
+        raise CannotMeasure(f"bench/slurm_cluster.py not importable: {exc}") from None
     reason = slurm_cluster.slurm_unavailable_reason()
     if reason:
         raise CannotMeasure(f"no Slurm test cluster here: {reason}")
@@ -180,7 +180,7 @@ async def _fleetctl_trials(cluster, directory: Path, trials: int) -> list[dict]:
 
 
 def _scheduler_trials(cluster, trials: int, with_release: bool) -> list[dict]:
-    from tests.schedulers.slurm_cluster import measure_restart
+    from bench.slurm_cluster import measure_restart
 
     samples = []
     for _ in range(trials):

@@ -181,10 +181,9 @@ def _sqlite(directory: Path, nodes: int, days: int) -> dict:
 
 def _postgres(nodes: int, days: int) -> dict | str:
     try:
-        from tests.conftest import _fresh_postgres_url
-        from tests.support.postgres import remove_cluster, start_postgres
+        from bench.postgres import fresh_database_url, remove_cluster, start_postgres
     except ImportError as exc:
-        return f"not measured: tests/support/postgres.py not importable: {exc}"
+        return f"not measured: bench/postgres.py not importable: {exc}"
     try:
         cluster = start_postgres()
     except Exception as exc:  # noqa: BLE001 - PostgreSQL is optional here: SQLite's figures stand
@@ -193,8 +192,8 @@ def _postgres(nodes: int, days: int) -> dict | str:
         from bench.sweep_db import postgres_database
 
         return _simulate(
-            _fresh_postgres_url(cluster),
-            _fresh_postgres_url(cluster),
+            fresh_database_url(cluster),
+            fresh_database_url(cluster),
             lambda url: postgres_database(cluster, url).mib(),
             nodes,
             days,

@@ -97,19 +97,19 @@ async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadi
 
 async def measure(nodes: int) -> dict:
     try:
-        from tests.support.postgres import remove_cluster, start_postgres
+        from bench.postgres import remove_cluster, start_postgres
     except ImportError as exc:
-        raise CannotMeasure(f"tests/support/postgres.py not importable: {exc}") from None
+        raise CannotMeasure(f"bench/postgres.py not importable: {exc}") from None
     try:
         cluster = start_postgres()
     except FileNotFoundError as exc:
         raise CannotMeasure(f"no PostgreSQL: {exc}") from None
-    from tests.conftest import _fresh_postgres_url
+    from bench.postgres import fresh_database_url
 
     try:
         with tempfile.TemporaryDirectory(prefix="bench-scaleout-") as tmp, dev_server(Path(tmp)) as server:
             return {
-                str(n): await admit_with(n, nodes, server, _fresh_postgres_url(cluster), cluster.datadir, Path(tmp))
+                str(n): await admit_with(n, nodes, server, fresh_database_url(cluster), cluster.datadir, Path(tmp))
                 for n in WORKER_COUNTS
             }
     finally:

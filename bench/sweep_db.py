@@ -3,7 +3,7 @@ active-check sweep over all of them, the CLI at that size; default 300, --full 1
 the fleet database on SQLite and then on PostgreSQL, in one run, each on a fresh dev server;
 every figure is reported as PostgreSQL over SQLite, the baseline of the same run.
 
-The PostgreSQL cluster is the tests' throwaway one (tests/support/postgres.py): local, over
+The PostgreSQL cluster is the tests' throwaway one (bench/postgres.py): local, over
 TCP on 127.0.0.1, fsync off. A production database on its own host with fsync on pays a
 network round trip and a flush per commit that this one does not; the ratio here is the
 engine's and the driver's cost, not the network's."""
@@ -56,10 +56,9 @@ def sessions_opened(url: str) -> int:
 
 async def measure_both(nodes: int) -> dict:
     try:
-        from tests.conftest import _fresh_postgres_url
-        from tests.support.postgres import remove_cluster, start_postgres
+        from bench.postgres import fresh_database_url, remove_cluster, start_postgres
     except ImportError as exc:
-        raise CannotMeasure(f"tests/support/postgres.py not importable: {exc}") from None
+        raise CannotMeasure(f"bench/postgres.py not importable: {exc}") from None
     try:
         cluster = start_postgres()
     except FileNotFoundError as exc:
@@ -72,7 +71,7 @@ async def measure_both(nodes: int) -> dict:
             runs["sqlite"] = await measure(nodes, Path(tmp), sqlite_database(Path(tmp)))
         dispose_all()
         with tempfile.TemporaryDirectory(prefix="bench-sweep-postgres-") as tmp:
-            url = _fresh_postgres_url(cluster)
+            url = fresh_database_url(cluster)
             runs["postgresql"] = await measure(nodes, Path(tmp), postgres_database(cluster, url))
             runs["postgresql"]["sessions_opened"] = sessions_opened(url)
         dispose_all()
@@ -120,7 +119,7 @@ def run(full: bool) -> dict:
         "order": list(runs),
         "runs": runs,
         "shortcut": "nodes set to production in the fleet database before `fleetctl node import`; no burn-in",
-        "postgresql": "tests/support/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off",
+        "postgresql": "bench/postgres.py: local cluster, TCP on 127.0.0.1, fsync=off",
     }
 
 

@@ -8,7 +8,7 @@ onto the other two. The clock starts when the restart has begun (its row is reco
 requeue not yet). With a kill the worker process is SIGKILLed at that moment and started
 again at once, as a supervisor would; without one nothing happens. Timed: until the job runs
 off the bad node in the scheduler's tables. Each kill records where it landed (the
-activities in flight and the timeouts they were given, tests/support/recovery.py) and, read
+activities in flight and the timeouts they were given, bench/recovery.py) and, read
 back from the histories once the job runs again, what the workflows waited on before it did
 (the timeouts that fired, the workflow tasks left on the dead worker's sticky queue): what a
 dead worker costs is those timeouts, which is what the ratio shows.
@@ -21,9 +21,10 @@ import os
 import signal
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
-from bench.fleet import dev_server, fleet_settings, fleetctl_worker
+from bench.fleet import dev_server, fleet_settings, fleetctl_worker, seed_fleet
 from bench.harness import CannotMeasure, rounded, summary
 
 TRIALS = 3
@@ -43,17 +44,17 @@ async def _until(predicate, what: str, since: float) -> float:
 
 
 async def _trial(server, directory: Path, kill: bool) -> dict:
+    from bench.recovery import kill_cost, waits_after_kill
     from fleetctl.db import jobs as job_store
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.scheduler import SimScheduler
-    from tests.lifecycle.conftest import make_fleet
-    from tests.support.recovery import kill_cost, waits_after_kill
     from workflows.api import HealthEventInput
     from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
     directory.mkdir()
     settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
-    names = bad, peer, _spare = make_fleet(settings, 3)
+    prefix = f"s{uuid.uuid4().hex[:6]}"  # the trials share one server, and node workflow ids are node names
+    names = bad, peer, _spare = seed_fleet(settings, 3, racks=3, name_prefix=prefix)
     engine = get_engine(settings.db_url)
     worker = fleetctl_worker(settings, directory / "worker.log")
     try:

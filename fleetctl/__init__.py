@@ -1,3 +1,3 @@
 """fleetctl: the lifecycle manager for GPU training fleets."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -31,7 +31,7 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributeKey, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from fleetctl.config import Settings, guard_policy
 from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
@@ -56,6 +56,7 @@ from workflows.api import (
     REMEDIATION,
     REQUEST_REMOVAL_UPDATE,
     RESUME_AUTOMATION_UPDATE,
+    ROLL_FORWARD_SIGNAL,
     ROLLOUT_ABORT_UPDATE,
     ROLLOUT_PROGRESS_QUERY,
     ROLLOUT_RESUME_UPDATE,
@@ -775,3 +776,23 @@ def validation_schedule(settings: Settings, schedule_id: str, every: timedelta, 
         ),
         every,
     )
+
+
+async def roll_forward(client: Client, settings: Settings) -> list[str]:
+    """Ask every running node workflow and capacity guard on this task queue to continue as
+    new, so that each next run is on the workers' code: after an upgrade (every worker on the
+    new release), before the next release retires a patch. The workflow ids asked."""
+    query = (
+        f"(WorkflowType = '{NODE_LIFECYCLE}' OR WorkflowType = '{CAPACITY_GUARD}') "
+        f"AND ExecutionStatus = 'Running' AND TaskQueue = '{settings.task_queue}'"
+    )
+    asked = []
+    async for found in client.list_workflows(query):
+        try:
+            await client.get_workflow_handle(found.id).signal(ROLL_FORWARD_SIGNAL)
+        except RPCError as exc:
+            if exc.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            continue  # it ended since the query: its next run, if any, starts on today's code
+        asked.append(found.id)
+    return asked

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from checks.xid_policy import XidPolicy
+    from fleetctl.intake.credentials import Credentials
     from fleetctl.intake.delivery import Intake
-    from fleetctl.intake.server import IntakeServer, KnownNodes
+    from fleetctl.intake.server import IntakeServer, KnownNodes, ReloadingTLS
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -89,20 +90,15 @@ def serve(
     from fleetctl.agent.runner import ensure_dir
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from fleetctl.intake.credentials import BadCredentials, Credentials
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
+    from fleetctl.intake.server import KnownNodes, Limits, serve_http
     from fleetctl.intake.signals import WorkflowSignals
 
     token = context.intake_token(token_file, "--token-file")
     _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
-    try:
-        who = Credentials(token, credentials, _token_granted(roles, token_subject, ctx) if roles else None)
-        # _refuse_bad_options: a certificate comes with its key
-        tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
-    except BadCredentials as exc:
-        fail(str(exc), EXIT_USAGE)
+    granted = _token_granted(roles, token_subject, ctx) if roles else None
+    who, tls = _credentials_and_tls(token, credentials, granted, tls_cert, tls_key, tls_client_ca)
     try:
         ensure_dir(spool)
     except OSError as exc:
@@ -112,11 +108,7 @@ def serve(
     intake = Intake(spool, WorkflowSignals(settings), max_per_credential=max_queued_per_credential)
     heartbeats = Heartbeats(lambda heard: queries.record_agent_heartbeats(get_engine(settings.db_url), heard))
     known = KnownNodes(lambda names: queries.existing_names(get_engine(settings.db_url), names))
-    limits = Limits(
-        header_timeout_s=header_timeout,
-        body_timeout_s=body_timeout,
-        max_connections=_within_file_limit(max_connections),
-    )
+    limits = Limits(header_timeout, body_timeout, _within_file_limit(max_connections))
     try:
         server = serve_http(
             intake, who, address, port, heartbeats, limits=limits, known=known, tls=tls, xid_policy=policy
@@ -152,6 +144,27 @@ def _token_granted(roles: Path, subject: str, ctx: typer.Context) -> Callable[[]
     if not watch.grants(subject, fleet, Role.OPERATOR):
         fail(f"--token-subject {subject} is not an operator of fleet {fleet} in {roles}: events need one", EXIT_USAGE)
     return lambda: watch.grants(subject, fleet, Role.OPERATOR)
+
+
+def _credentials_and_tls(
+    token: str,
+    credentials: Path | None,
+    granted: Callable[[], bool] | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+) -> tuple[Credentials, ReloadingTLS | None]:
+    """Who may send (the operator token, the agents' credentials) and the https context, if any."""
+    from fleetctl.intake.credentials import BadCredentials, Credentials
+    from fleetctl.intake.server import tls_context
+
+    try:
+        who = Credentials(token, credentials, granted)
+        # _refuse_bad_options: a certificate comes with its key
+        tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
+    except BadCredentials as exc:
+        fail(str(exc), EXIT_USAGE)
+    return who, tls
 
 
 def _refuse_bad_options(

@@ -84,7 +84,11 @@ NOUNS: dict[str, Noun] = {
     ),
     "sim": Noun("fleetctl.cli.sim", "app", "Simulated nodes: write a fleet inventory, inject and clear faults."),
     "dev": Noun("fleetctl.cli.dev", "app", "Run the embedded Temporal dev server."),
-    "temporal": Noun("fleetctl.cli.temporal", "app", "Temporal: register fleetctl's search attributes in a namespace."),
+    "temporal": Noun(
+        "fleetctl.cli.temporal",
+        "app",
+        "Temporal: register fleetctl's search attributes; move running workflows to the workers' code.",
+    ),
     "db": Noun("fleetctl.cli.db", "app", "The fleet database: schema upgrades, retention (prune)."),
     "job": Noun(
         "fleetctl.cli.job",

@@ -1,4 +1,5 @@
-"""`fleetctl temporal setup`: make a Temporal namespace ready for fleetctl's workflows."""
+"""`fleetctl temporal setup` and `roll-forward`: a namespace made ready for fleetctl's workflows, and
+its running workflows moved onto the workers' code."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import typer
 
 from fleetctl.cli import context
 
-app = typer.Typer(help="Temporal: register fleetctl's search attributes in a namespace.", no_args_is_help=True)
+app = typer.Typer(
+    help="Temporal: register fleetctl's search attributes; move running workflows to the workers' code.",
+    no_args_is_help=True,
+)
 
 
 @app.command("setup")
@@ -29,3 +33,20 @@ def setup(ctx: typer.Context) -> None:
             f"{key.name} ({type_name(key.indexed_value_type)}): {'registered' if key.name in added else 'already there'}"
         )
     typer.echo(f"{where}: {len(added)} search attributes registered, {len(NODE_ATTRIBUTES) - len(added)} already there")
+
+
+@app.command("roll-forward")
+def roll_forward(ctx: typer.Context) -> None:
+    """Continue every running node workflow and the capacity guard as new, on the workers'
+    code: run it once every worker runs a new release, so that no open run keeps an old
+    branch the next release retires (docs/decisions/0024-retiring-patches.md)."""
+    from workflows.client import connect
+    from workflows.client import roll_forward as ask_all
+
+    settings = context.settings(ctx)
+
+    async def run() -> list[str]:
+        return await ask_all(await connect(settings), settings)
+
+    asked = context.run_async(run())
+    typer.echo(f"{len(asked)} workflows asked to continue as new on the workers' code")

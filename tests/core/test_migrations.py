@@ -60,9 +60,9 @@ OLD_ROWS = [
 ]
 
 
-def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: str) -> None:
-    _migrate(db_url, "0006")
-    engine = create_engine(db_url)
+def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(empty_db_url: str) -> None:
+    _migrate(empty_db_url, "0006")
+    engine = create_engine(empty_db_url)
     with engine.begin() as conn:
         conn.execute(
             text(
@@ -92,9 +92,9 @@ def test_0007_records_the_failure_of_old_rows_as_the_report_read_them(db_url: st
             )
     engine.dispose()
 
-    _migrate(db_url, "head")
+    _migrate(empty_db_url, "head")
 
-    events = queries.node_events(get_engine(db_url), "n1")
+    events = queries.node_events(get_engine(empty_db_url), "n1")
     assert len(events) == len(OLD_ROWS)
     for event, (*_, label) in zip(events, OLD_ROWS, strict=False):
         t = transition_of(event)
@@ -149,12 +149,12 @@ OLD_RESTART_CAUSES = [
 ]
 
 
-def test_0018_records_the_failure_of_old_restarts_as_the_report_read_them(db_url: str) -> None:
+def test_0018_records_the_failure_of_old_restarts_as_the_report_read_them(empty_db_url: str) -> None:
     from fleetctl.reliability.metrics import RestartRecord, restart_label
 
-    _migrate(db_url, "0017")
+    _migrate(empty_db_url, "0017")
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    engine = create_engine(db_url)
+    engine = create_engine(empty_db_url)
     with engine.begin() as conn:
         for i, (cause, _) in enumerate(OLD_RESTART_CAUSES):
             conn.execute(
@@ -168,9 +168,9 @@ def test_0018_records_the_failure_of_old_restarts_as_the_report_read_them(db_url
             )
     engine.dispose()
 
-    _migrate(db_url, "head")
+    _migrate(empty_db_url, "head")
 
-    engine = create_engine(db_url)
+    engine = create_engine(empty_db_url)
     with engine.begin() as conn:
         failures = [f for (f,) in conn.execute(text("SELECT failure FROM job_restarts ORDER BY id"))]
     engine.dispose()

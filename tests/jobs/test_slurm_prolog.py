@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 
 PROLOG_TIMEOUT_S = 120  # the shipped default FLEETCTL_PROLOG_TIMEOUT_S: the most one prolog may take
 # How long Slurm may hold a requeued job back: its credential lifetime, the shared cluster's
-# default 120 s (tests/schedulers/slurm_cluster.py).
+# default 120 s (bench/slurm_cluster.py).
 REQUEUE_HOLD_S = 120
 # node1's prolog, the hold, the prolog on the node it lands on, and Slurm's scheduling passes.
 JOB_RUNS_WITHIN_S = 2 * PROLOG_TIMEOUT_S + REQUEUE_HOLD_S + 30

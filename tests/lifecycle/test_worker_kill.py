@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
+from bench.recovery import activity_started, kill_cost
 from checks.catalog import CHECKS
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.checks import recorded_checks
-from tests.support.recovery import activity_started, kill_cost
 from workflows.api import node_workflow_id
 from workflows.client import connect, ensure_node_workflows, request_phase
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 # Burn-in's long checks (dcgm r3: 15 min, HPL: 10 min) take a few seconds at this scale.
 TIME_SCALE = 0.005
 # What the workflows allow one step of work (its start-to-close timeout), from the presets
-# where they live today; a wait after the kill adds what the kill costs (tests/support/recovery.py).
+# where they live today; a wait after the kill adds what the kill costs (bench/recovery.py).
 STEP_S = QUICK["start_to_close_timeout"].total_seconds()
 BURN_IN = recorded_checks("burn-in", "h100-sxm")  # what make_fleet's nodes run
 

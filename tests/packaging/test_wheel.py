@@ -101,9 +101,9 @@ def test_db_upgrade_on_sqlite(installed, tmp_path):
 
 @pytest.mark.postgres
 def test_db_upgrade_on_postgresql(installed, tmp_path, postgres_server):
-    from tests.conftest import _fresh_postgres_url
+    from bench.postgres import fresh_database_url
 
-    result = run(installed, tmp_path, "--db-url", _fresh_postgres_url(postgres_server), "db", "upgrade")
+    result = run(installed, tmp_path, "--db-url", fresh_database_url(postgres_server), "db", "upgrade")
     assert result.returncode == 0, result.stderr
     assert f"empty -> {head_revision()}" in result.stdout and "fleetctl:fleetctl@" not in result.stdout
 

@@ -61,9 +61,9 @@ def assert_one_schema(url: str, results) -> None:
 
 @pytest.mark.postgres
 def test_processes_migrate_an_empty_postgresql_at_once(postgres_server):
-    from tests.conftest import _fresh_postgres_url
+    from bench.postgres import fresh_database_url
 
-    url = _fresh_postgres_url(postgres_server)
+    url = fresh_database_url(postgres_server)
     assert_one_schema(url, migrate_all_at_once(url))
 
 

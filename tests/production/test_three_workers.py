@@ -91,9 +91,9 @@ async def activity_starts(address: str, names: list[str]) -> list[tuple[str, str
 
 
 def test_three_workers_share_a_fleet_and_survive_a_kill(postgres_server, temporal_address, tmp_path):
-    from tests.conftest import _fresh_postgres_url
+    from bench.postgres import fresh_database_url
 
-    db_url = _fresh_postgres_url(postgres_server)  # empty: the three workers migrate it together
+    db_url = fresh_database_url(postgres_server)  # empty: the three workers migrate it together
     queue = f"three-{uuid.uuid4().hex[:8]}"
     (tmp_path / "temporal.toml").write_text("")
     env = {

@@ -12,10 +12,10 @@ from sqlalchemy import text
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from bench.postgres import fresh_database_url
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.text import MAX_TEXT
-from tests.conftest import _fresh_postgres_url
 from tests.lifecycle.conftest import make_fleet
 from workflows.activities.database import BAD_DATA
 from workflows.activities.node import NodeActivities
@@ -116,7 +116,7 @@ def test_a_transition_cause_with_a_lone_surrogate_is_recorded_replaced(records) 
 def narrow_postgres(make_settings, request) -> Records:
     """A PostgreSQL whose health_events.source takes 8 characters: the database, not our
     code, refuses a longer one (a DataError, "value too long")."""
-    records = Records(make_settings(_fresh_postgres_url(request.getfixturevalue("postgres_server"))))
+    records = Records(make_settings(fresh_database_url(request.getfixturevalue("postgres_server"))))
     with records.engine.begin() as conn:
         conn.execute(text("ALTER TABLE health_events ALTER COLUMN source TYPE varchar(8)"))
     return records

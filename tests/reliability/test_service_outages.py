@@ -102,9 +102,9 @@ async def test_temporal_server_killed_and_restarted_mid_burn_in(make_settings, s
 @pytest.mark.postgres
 @pytest.mark.slow
 async def test_postgres_stopped_and_started_under_a_drain(make_settings, postgres_server, request) -> None:
-    from tests.conftest import _fresh_postgres_url
+    from bench.postgres import fresh_database_url
 
-    settings = make_settings(_fresh_postgres_url(postgres_server))
+    settings = make_settings(fresh_database_url(postgres_server))
     (name,) = make_fleet(settings, 1)
     engine = get_engine(settings.db_url)
     worker = WorkerThread(settings).start()

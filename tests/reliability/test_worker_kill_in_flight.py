@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.recovery import activity_started, kill_cost
 from checks.catalog import CHECKS
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
@@ -22,7 +23,6 @@ from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import TIME_SCALE, start_worker
 from tests.reliability.support import wait_for
-from tests.support.recovery import activity_started, kill_cost
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 from workflows.definitions.shared import QUICK, SCHEDULER
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
 TO_PRODUCTION = ["begin_burn_in", "begin_admission", "enter_production"]
 # What the workflows allow one step of work (its start-to-close timeout), from the presets
-# where they live today. A wait after a kill adds what the kill costs (tests/support/recovery.py).
+# where they live today. A wait after a kill adds what the kill costs (bench/recovery.py).
 STEP_S = QUICK["start_to_close_timeout"].total_seconds()
 SCHEDULER_STEP_S = SCHEDULER["start_to_close_timeout"].total_seconds()
 # The runbook's long check at the workers' time scale (tests/lifecycle/test_worker_kill.py).

@@ -1,11 +1,9 @@
 """Record workflow histories for the replay test: `python -m tests.replay.record`.
 
-Two sets, each recorded on a fresh dev server with simulated nodes and written as JSON:
+Sets, each recorded on a fresh dev server with simulated nodes and written as JSON. The set
+recorded before any `workflow.patched` id existed (v1) was retired with the patches whose old
+branches it took (docs/decisions/0024-retiring-patches.md); git history keeps it.
 
-- v1 (tests/histories/*.json), recorded before any `workflow.patched` id existed: a node
-  admitted, drained and undrained; a critical XID 79 under a job; an active-check sweep that
-  drains through the capacity guard; runbooks. Replaying it proves old runs keep their old
-  branches.
 - v2 (tests/histories/v2/*.json), recorded at a HEAD with patches: scenarios that take every
   patched branch (a firmware baseline in force during admission, a node entering production
   and resumed in its scheduler, a health event whose code does not fit its column, a runbook
@@ -27,7 +25,7 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   recheck of a node running a job skipped and a sweep's check held then released
   (fence-checks); a GB200 domain held whole by a sweep's failed imex check and by a fatal
   NVSwitch SXid, with the guard's grant per tray (nvlink-domain-hold); and the workflow
-  types no set had yet: a firmware roll-out and a job history sync. v1 and v2 stay as they were, so the runs they stand for still replay.
+  types no set had yet: a firmware roll-out and a job history sync.
 - v4 (tests/histories/v4/*.json), the bounded run (bounded-run): an operator's drain waits for
   its job while a storm of one minor Xid arrives, folded into one queued event; the run
   continues as new before its signal budget is spent, carrying the drain's wait, and in the
@@ -36,13 +34,17 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
 - v5 (tests/histories/v5/*.json), job restarts keyed by their fault (restart-keyed-by-fault):
   an XID 79 under a job, whose node's workflow restarts it, and a runbook that drains its node
   and moves the job under the drain's key.
-
-- v6 (tests/histories/v6/*.json), the cluster validation (ClusterValidation): eight nodes held,
+- v6 (tests/histories/v6/*.json), recorded at release 0.2.0, after the patches of v2's day and
+  critical-events-preempt were deprecated (`workflow.deprecate_patch`): what v1 recorded (a node
+  admitted, drained and undrained; a critical XID 79 under a job; an active-check sweep that
+  drains through the capacity guard; runbooks) on today's code. Its markers of the deprecated
+  ids are deprecated ones, which a replay skips once the calls are gone.
+- v7 (tests/histories/v7/*.json), the cluster validation (ClusterValidation): eight nodes held,
   one of them with a slow fabric, the all-reduce bisected to it.
-- v7 (tests/histories/v7/*.json), the workflow type no set had yet: a hung-job judge that
-  drains the node a job hung on and restarts the job off it as that drain's fault.
+- v8 (tests/histories/v8/*.json), a hung-job judge (HungJobs) that drains the node a job hung on
+  and restarts the job off it as that drain's fault.
 
-By default only the newest set (v7) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+By default only the newest set (v8) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -127,13 +129,13 @@ from workflows.worker import BackgroundWorker
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 SETS = {
-    "v1": HISTORIES,
     "v2": HISTORIES / "v2",
     "v3": HISTORIES / "v3",
     "v4": HISTORIES / "v4",
     "v5": HISTORIES / "v5",
     "v6": HISTORIES / "v6",
     "v7": HISTORIES / "v7",
+    "v8": HISTORIES / "v8",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -142,19 +144,12 @@ PATCH_INDEX = "patches.json"
 # What temporalio's workflow.patched records: a marker of this name whose details hold the
 # patch id as a JSON payload ({"id": ..., "deprecated": ...}).
 PATCH_MARKER = "core_patch"
-# v2 histories the recorder keeps as they are, {name: workflow id}: each takes a patched
-# branch that a later patch superseded, so no run started today can take it, while runs
-# started before the later patch may still be in flight. Kept until that branch is retired.
-KEPT_V2 = {
-    # A bad health event refused one event at a time (bad-health-event-skipped), before
-    # health-events-critical-first recorded events in bursts.
-    "node_lifecycle_bad_health_event_one_by_one": "node/rv2-002",
-}
 
 
-def patch_markers(history: WorkflowHistory) -> set[str]:
-    """The patch ids a history recorded, decoded from its MarkerRecorded events."""
-    ids = set()
+def patch_marker_details(history: WorkflowHistory) -> list[dict]:
+    """The details of a history's patch markers, decoded from its MarkerRecorded events:
+    {"id": ..., "deprecated": ...}, one for each marker."""
+    details = []
     for event in history.events:
         if not event.HasField("marker_recorded_event_attributes"):
             continue
@@ -164,8 +159,13 @@ def patch_markers(history: WorkflowHistory) -> set[str]:
         for payloads in marker.details.values():
             for payload in payloads.payloads:
                 assert payload.metadata.get("encoding") == b"json/plain", payload.metadata
-                ids.add(json.loads(payload.data)["id"])
-    return ids
+                details.append(json.loads(payload.data))
+    return details
+
+
+def patch_markers(history: WorkflowHistory) -> set[str]:
+    """The patch ids a history recorded."""
+    return {detail["id"] for detail in patch_marker_details(history)}
 
 
 BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
@@ -233,12 +233,9 @@ class Recording:
             history = await self.client.get_workflow_handle(workflow_id).fetch_history()
             (directory / f"{name}.json").write_text(history.to_json())
 
-    async def write(self, directory: Path, wanted: dict[str, str], kept: dict[str, str] | None = None) -> list[Path]:
+    async def write(self, directory: Path, wanted: dict[str, str]) -> list[Path]:
         directory.mkdir(parents=True, exist_ok=True)
         written, patches = [], {}
-        for name, workflow_id in (kept or {}).items():
-            history = WorkflowHistory.from_json(workflow_id, (directory / f"{name}.json").read_text())
-            patches[name] = sorted(patch_markers(history))
         for name, workflow_id in wanted.items():
             history = await self.client.get_workflow_handle(workflow_id).fetch_history()
             path = directory / f"{name}.json"
@@ -248,7 +245,7 @@ class Recording:
         # Replay runs each history under its workflow id (a child's id may be built from it):
         # the JSON holds only events, so the ids are kept beside it.
         ids = directory / WORKFLOW_IDS
-        ids.write_text(yaml.safe_dump({**(kept or {}), **wanted}, sort_keys=True))
+        ids.write_text(yaml.safe_dump(wanted, sort_keys=True))
         written.append(ids)
         if any(patches.values()):
             index = directory / PATCH_INDEX
@@ -269,7 +266,7 @@ async def recording(**flags) -> AsyncIterator[Recording]:
             "temporal_address": server.address,
             "task_queue": f"record-{unique}",
             "fleet": f"record-{unique}",
-            # two runbooks drain through the guard in a fleet of 8 (v1) or 10 (v2)
+            # two runbooks drain through the guard in a fleet of 8 (v6) or 10 (v2)
             "guard_max_unavailable_fleet": 0.5,
             "guard_max_unavailable_rack": 0.5,
             # an agent heard a minute ago is silent (v2's sweep)
@@ -290,7 +287,7 @@ async def recording(**flags) -> AsyncIterator[Recording]:
         server.stop()
 
 
-async def record_v1(directory: Path = SETS["v1"]) -> list[Path]:
+async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
     async with recording() as rec:
         client, settings, engine = rec.client, rec.settings, rec.engine
         names = rec.add_nodes(8, "rec")
@@ -374,7 +371,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
         )
 
         # A runbook whose restart_jobs step finds a running job (patch runbook-restarts-jobs):
-        # drain, then move the job, then nothing else (its hardware steps are v1's concern).
+        # drain, then move the job, then nothing else (its hardware steps are v6's concern).
         job = scheduler.submit("recorded-train", 1)
         (runbook_node,) = job.nodes
         book = load_runbooks()["thermal-throttling"]
@@ -542,7 +539,7 @@ async def record_v2(directory: Path = SETS["v2"]) -> list[Path]:
             "node_lifecycle_search_attributes": node_workflow_id(listed),
             "production_stragglers_drain": straggler_id,
         }
-        return await rec.write(directory, wanted, KEPT_V2)
+        return await rec.write(directory, wanted)
 
 
 async def straggler_scenario(rec: Recording) -> str:
@@ -1101,10 +1098,10 @@ async def record_v5(directory: Path = SETS["v5"]) -> list[Path]:
         )
 
 
-async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
+async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
     """ClusterValidation: eight production nodes held, one with a slow fabric, bisected to it."""
     async with recording() as rec:
-        names = rec.add_nodes(8, "rv6", racks=2)
+        names = rec.add_nodes(8, "rv7", racks=2)
         for name in names:
             await _in_production(rec, name)
         add_fault(rec.engine, names[5], "fabric-slow", not_before=0.0)
@@ -1114,12 +1111,12 @@ async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
         return await rec.write(directory, {"cluster_validation_bisected": validation_id("recorded")})
 
 
-async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
+async def record_v8(directory: Path = SETS["v8"]) -> list[Path]:
     """A job late by three cadences on its checkpoints, three of its four nodes reporting
     PyTorch's NCCL watchdog timeout: the HungJobs judge drains the fourth and restarts the job
     off it."""
     async with recording(hang_policy="restart-off-node") as rec:
-        names = rec.add_nodes(5, "rv6", racks=1)
+        names = rec.add_nodes(5, "rv8", racks=1)
         for name in names:
             await _in_production(rec, name)
         job = SimScheduler(rec.engine).submit("recorded-hung-train", 4)
@@ -1135,7 +1132,7 @@ async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
         )
         for node in job.nodes[:3]:
             event = HealthEventInput(
-                node, "log", None, watchdog, "recorder", f"rv6-wd-{node}", time.time(), severity="warning"
+                node, "log", None, watchdog, "recorder", f"rv8-wd-{node}", time.time(), severity="warning"
             )
             await send_health_events(rec.client, node, [event])
         deadline = time.monotonic() + 60
@@ -1155,13 +1152,13 @@ async def record_v7(directory: Path = SETS["v7"]) -> list[Path]:
 
 
 RECORDERS = {
-    "v1": record_v1,
     "v2": record_v2,
     "v3": record_v3,
     "v4": record_v4,
     "v5": record_v5,
     "v6": record_v6,
     "v7": record_v7,
+    "v8": record_v8,
 }
 
 
@@ -1177,8 +1174,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v7",
-        help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
+        default="v8",
+        help="which set to (re)record; an older one is rewritten only when its runs are gone",
     )
     args = parser.parse_args(argv)
     for path in asyncio.run(record(list(RECORDERS) if args.set == "all" else [args.set])):

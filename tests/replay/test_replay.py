@@ -2,14 +2,16 @@
 workflows running in a fleet right now fails here (re-record with tests/replay/record.py
 only when the break is intended and nothing old is running).
 
-Seven sets: v1 predates every `workflow.patched` id (old runs keep their old branches); v2 was
-recorded with the patches of its day and takes every patched branch; v3 to v5 take the branches
-patched since, v6 the cluster validation and v7 the hung-job judge (the marker test holds the sets together to every patch in the code: new
-branches are deterministic too)."""
+v2 was recorded with the patches of its day and takes every patched branch; v3 to v5 take the
+branches patched since (the marker test holds the sets together to every patch in the code: new
+branches are deterministic too); v6 was recorded after the patches of v2's day were deprecated
+(docs/decisions/0024-retiring-patches.md says when a patch goes); v7 holds the cluster validation and v8
+the hung-job judge, the workflow types added since."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from pathlib import Path
 
@@ -18,48 +20,43 @@ import yaml
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from tests.replay.record import PATCH_INDEX, WORKFLOW_IDS, patch_markers
+from tests.replay.record import HISTORIES as HISTORIES_ROOT
+from tests.replay.record import PATCH_INDEX, SETS, WORKFLOW_IDS, patch_marker_details, patch_markers
 from workflows.worker import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
-SETS = {
-    "v1": ROOT / "tests" / "histories",
-    "v2": ROOT / "tests" / "histories" / "v2",
-    "v3": ROOT / "tests" / "histories" / "v3",
-    "v4": ROOT / "tests" / "histories" / "v4",
-    "v5": ROOT / "tests" / "histories" / "v5",
-    "v6": ROOT / "tests" / "histories" / "v6",
-    "v7": ROOT / "tests" / "histories" / "v7",
-}
-# The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
-WHOLE_SETS = ("v1", "v2")
+# The sets recorded whole, every long-running workflow type in each; the others hold new branches only.
+WHOLE_SETS = ("v2", "v6")
+# The most `workflow.patched` ids the code may carry: each is an old branch kept for runs that
+# may still take it, and a patch is retired (deprecate_patch) once none can.
+MAX_PATCHES = 10
 HISTORIES = sorted(p for directory in SETS.values() for p in directory.glob("*.json") if p.name != PATCH_INDEX)
 WORKFLOW_SOURCES = ROOT / "workflows"
 
 
+@functools.cache
 def _history(path: Path) -> WorkflowHistory:
-    """The history under the workflow id it ran with (recorded beside it; v1 predates that
-    and its workflows build no child id from their own)."""
+    """The history under the workflow id it ran with (recorded beside it); read and parsed
+    once per session, though several tests read every history."""
     ids = path.parent / WORKFLOW_IDS
     workflow_id = (yaml.safe_load(ids.read_text()) if ids.exists() else {}).get(path.stem, path.stem)
     return WorkflowHistory.from_json(workflow_id, path.read_text())
 
 
 def _label(path: Path) -> str:
-    return str(path.relative_to(SETS["v1"]).with_suffix(""))
+    return str(path.relative_to(HISTORIES_ROOT).with_suffix(""))
 
 
-def patched_ids_in_source(directory: Path = WORKFLOW_SOURCES) -> dict[str, str]:
-    """Every literal id passed to `workflow.patched(...)` (or `deprecate_patch`) under
-    `directory`, with where it is; a non-literal id is an error (it could not be checked)."""
+def patched_ids_in_source(
+    directory: Path = WORKFLOW_SOURCES, calls: tuple[str, ...] = ("patched", "deprecate_patch")
+) -> dict[str, str]:
+    """Every literal id passed to `workflow.patched(...)` or `deprecate_patch` (those in
+    `calls`) under `directory`, with where it is; a non-literal id is an error (it could not be
+    checked)."""
     found: dict[str, str] = {}
     for path in sorted(directory.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if not (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("patched", "deprecate_patch")
-            ):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in calls):
                 continue
             (arg,) = node.args
             if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
@@ -69,7 +66,7 @@ def patched_ids_in_source(directory: Path = WORKFLOW_SOURCES) -> dict[str, str]:
 
 
 def test_histories_are_recorded_for_every_long_running_workflow() -> None:
-    names = {p.stem for p in SETS["v1"].glob("*.json")}
+    names = {p.stem for p in SETS["v6"].glob("*.json")}
     assert {"node_lifecycle_drain_undrain", "capacity_guard", "active_check_sweep"} <= names
 
 
@@ -89,13 +86,29 @@ def test_every_workflow_the_worker_runs_has_a_recorded_history() -> None:
     assert sorted(w.__name__ for w in WORKFLOWS if w.__name__ not in types) == []
 
 
-def test_the_old_set_predates_every_patch() -> None:
-    """v1 proves old runs take the old branches only while it holds no patch marker."""
-    for path in SETS["v1"].glob("*.json"):
-        assert patch_markers(_history(path)) == set(), (
-            f"{path.name} takes patched branches: the old set was re-recorded at a HEAD with patches "
-            "(restore it from git; `python -m tests.replay.record` records the new set)"
-        )
+def test_at_most_ten_patches_keep_old_branches() -> None:
+    patched = patched_ids_in_source(calls=("patched",))
+    assert len(patched) <= MAX_PATCHES, f"{len(patched)} patched ids: retire the oldest (deprecate_patch)"
+
+
+def test_a_deprecated_patch_is_not_also_patched() -> None:
+    """An id is either kept (patched: both branches) or retired (deprecate_patch: the new one)."""
+    both = set(patched_ids_in_source(calls=("patched",))) & set(patched_ids_in_source(calls=("deprecate_patch",)))
+    assert both == set()
+
+
+def test_the_newest_whole_set_records_the_retired_patches_as_deprecated() -> None:
+    """v6 was recorded after the retirement: its markers of a retired id are deprecated ones,
+    which a replay skips, so the calls can go (step two) without breaking it."""
+    retired = set(patched_ids_in_source(calls=("deprecate_patch",)))
+    live = {
+        detail["id"]
+        for p in HISTORIES
+        if p.parent == SETS["v6"]
+        for detail in patch_marker_details(_history(p))
+        if detail["id"] in retired and not detail.get("deprecated")
+    }
+    assert live == set()
 
 
 def test_the_source_scan_finds_the_patches() -> None:
@@ -104,7 +117,7 @@ def test_the_source_scan_finds_the_patches() -> None:
     assert "firmware-phase" in ids and ids["firmware-phase"].startswith("workflows/definitions/node_lifecycle.py:")
 
 
-@pytest.mark.parametrize("name", ["v2", "v3"])
+@pytest.mark.parametrize("name", ["v2", "v3", "v6"])
 def test_the_patch_index_says_what_each_history_recorded(name: str) -> None:
     """The index beside a set (readable without decoding payloads) is the markers' truth."""
     index = json.loads((SETS[name] / PATCH_INDEX).read_text())

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from bench.slurm_cluster import SlurmCluster, slurm_unavailable_reason, start_slurm_cluster
 from fleetctl.schedulers.slurm import SlurmScheduler
-from tests.schedulers.slurm_cluster import SlurmCluster, slurm_unavailable_reason, start_slurm_cluster
 from tests.support.services import missing_service
 
 # Short, so the plain-Slurm restart (held for this long after a requeue) fits the test run;

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.slurm_cluster import SlurmCluster, measure_restart
 from fleetctl.schedulers.base import REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError, SchedulerJob
 from fleetctl.schedulers.slurm import LocalCommandRunner, SlurmScheduler
-from tests.schedulers.slurm_cluster import SlurmCluster, measure_restart
 
 pytestmark = pytest.mark.slurm
 

@@ -9,9 +9,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
+from bench.slurm_cluster import SlurmCluster
 from fleetctl.cli.main import app
 from fleetctl.schedulers.slurm import SlurmScheduler
-from tests.schedulers.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

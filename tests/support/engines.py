@@ -1,5 +1,5 @@
-"""The tests' fleet databases: one migrated per session and copied for each test, and the
-engines a test opens let go after it (tests/conftest.py)."""
+"""The tests' fleet databases: one migrated per session and copied for each test (SQLite and
+PostgreSQL), and the engines a test opens let go after it (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def migrated_database(path: Path) -> Path:
     get_engine(url)
     dispose([url])
     return path
+
+
+def migrated_postgres_database(url: str) -> str:
+    """The PostgreSQL database at `url` migrated to the schema's head and closed (a template
+    admits no connection while it is copied); its name."""
+    get_engine(url)
+    dispose([url])
+    return url.rsplit("/", 1)[1]
 
 
 def private_copy(database: Path, to: Path) -> Path:

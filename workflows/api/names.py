@@ -23,6 +23,8 @@ HUNG_JOBS = "HungJobs"
 JOB_HISTORY_SYNC = "JobHistorySync"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
+# Node and guard workflows continue as new on it, so that the next run is on the workers' code.
+ROLL_FORWARD_SIGNAL = "roll_forward"
 RMA_DECISION_UPDATE = "decide_rma"  # an operator's `rma confirm` / `rma reject` of a held RMA
 JOB_RESTART = "JobRestart"
 CLUSTER_VALIDATION = "ClusterValidation"

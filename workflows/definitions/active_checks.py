@@ -69,27 +69,25 @@ class ActiveCheckSweep:
         width = req.max_concurrent or max(1, math.ceil(len(nodes) * req.max_concurrent_fraction))
         result = SweepResult()
         sweep_id = workflow.info().workflow_id + "/" + workflow.info().run_id
-        if workflow.patched("sweep-batches"):
-            # A node costs ~19 history events (its hold and release, fence-checks, add two
-            # activities: up to 12 more); one history for all of them would hit Temporal's
-            # limit near 2,800 nodes (near 1,650 held). Batches run one after another, so
-            # `width` still bounds the nodes checked at once. Each batch runs in the bulk lane
-            # (workflows.worker), its workflow tasks and activities on slots of their own.
-            size = max(1, req.batch_nodes)
-            for start in range(0, len(nodes), size):
-                part: SweepResult = await workflow.execute_child_workflow(
-                    ActiveCheckBatch.run,
-                    SweepBatch(nodes[start : start + size], checks, req, sweep_id, width),
-                    id=f"{workflow.info().workflow_id}/batch-{start // size}",
-                    task_queue=bulk_queue(workflow.info().task_queue),
-                )
-                result.merge(part)
-        else:
-            await check_nodes(nodes, checks, req, sweep_id, width, result)
+        workflow.deprecate_patch("sweep-batches")
+        # A node costs ~19 history events (its hold and release, fence-checks, add two
+        # activities: up to 12 more); one history for all of them would hit Temporal's
+        # limit near 2,800 nodes (near 1,650 held). Batches run one after another, so
+        # `width` still bounds the nodes checked at once. Each batch runs in the bulk lane
+        # (workflows.worker), its workflow tasks and activities on slots of their own.
+        size = max(1, req.batch_nodes)
+        for start in range(0, len(nodes), size):
+            part: SweepResult = await workflow.execute_child_workflow(
+                ActiveCheckBatch.run,
+                SweepBatch(nodes[start : start + size], checks, req, sweep_id, width),
+                id=f"{workflow.info().workflow_id}/batch-{start // size}",
+                task_queue=bulk_queue(workflow.info().task_queue),
+            )
+            result.merge(part)
         # Errors drain nobody, but many at once are the checker's fault, not the nodes': the
-        # guard decides whether they amount to a storm. (Patched: histories of sweeps from
-        # before this report replay unchanged.)
-        if result.errors and workflow.patched("report-check-errors"):
+        # guard decides whether they amount to a storm.
+        if result.errors:
+            workflow.deprecate_patch("report-check-errors")
             await workflow.execute_activity_method(
                 GuardActivities.report_check_errors,
                 CheckErrorReport(sorted(result.errors), result.checked, req.actor, sweep_id),
@@ -97,15 +95,14 @@ class ActiveCheckSweep:
             )
         # A node unreachable sweep after sweep is suspect, and drained through the guard:
         # asked after the errors were reported, so a partition or a checker outage that
-        # makes many nodes unreachable at once has opened the breaker first. (Patched:
-        # sweeps recorded before this policy replay unchanged.)
-        if result.unreachable and workflow.patched("unreachable-suspect"):
+        # makes many nodes unreachable at once has opened the breaker first.
+        if result.unreachable:
+            workflow.deprecate_patch("unreachable-suspect")
             for node in sorted(result.unreachable):
                 await drain_if_suspect(node, req, f"{sweep_id}/{node}", result)
-        # A node whose agent fell silent is suspect the same way, busy or idle. (Patched:
-        # sweeps recorded before agents were judged replay unchanged.)
-        if workflow.patched("agent-silence"):
-            await drain_silent_agents(scope, req, sweep_id, result)
+        # A node whose agent fell silent is suspect the same way, busy or idle.
+        workflow.deprecate_patch("agent-silence")
+        await drain_silent_agents(scope, req, sweep_id, result)
         return result
 
 
@@ -168,9 +165,9 @@ async def check_held_node(node: str, checks: list[str], req: SweepInput, key: st
             )
             return
         # Within the profile's floors, but well below the same profile's nodes: a straggler
-        # (a link at half rate, a GPU at lower clocks), drained like a failure. (Patched:
-        # sweeps recorded before peers were judged replay unchanged.)
-        if check in PEER_JUDGED_CHECKS and workflow.patched("sweep-peer-stragglers"):
+        # (a link at half rate, a GPU at lower clocks), drained like a failure.
+        if check in PEER_JUDGED_CHECKS:
+            workflow.deprecate_patch("sweep-peer-stragglers")
             peers: PeerVerdict = await workflow.execute_activity_method(
                 CheckActivities.judge_against_peers, outcome, **QUICK
             )

@@ -25,7 +25,13 @@ with workflow.unsafe.imports_passed_through():
         reads_snapshot,
     )
     from workflows.activities.guard import GuardActivities
-    from workflows.api import AutomationRecord, CapacityGuardState, PendingGrant, ResumeAutomation
+    from workflows.api import (
+        ROLL_FORWARD_SIGNAL,
+        AutomationRecord,
+        CapacityGuardState,
+        PendingGrant,
+        ResumeAutomation,
+    )
     from workflows.definitions.shared import QUICK, record_automation
 
 # A granted removal shows in the database within seconds (the node's own transition); until
@@ -41,14 +47,24 @@ class CapacityGuard:
         self.s = state
         self.lock = asyncio.Lock()
         self.decisions_this_run = 0
+        self.rolling_forward = False
 
     @workflow.run
     async def run(self, state: CapacityGuardState) -> None:
         await workflow.wait_condition(
-            lambda: self.decisions_this_run >= DECISIONS_PER_RUN or workflow.info().is_continue_as_new_suggested()
+            lambda: (
+                self.rolling_forward
+                or self.decisions_this_run >= DECISIONS_PER_RUN
+                or workflow.info().is_continue_as_new_suggested()
+            )
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self.s)
+
+    @workflow.signal(name=ROLL_FORWARD_SIGNAL)
+    def roll_forward(self) -> None:
+        """Continue as new once the decisions in hand are made: the next run is on the workers' code."""
+        self.rolling_forward = True
 
     @workflow.query
     def status(self) -> CapacityGuardState:
@@ -72,7 +88,8 @@ class CapacityGuard:
     async def _snapshot_for(self, req: RemovalRequest) -> FleetSnapshot:
         """The fleet's counts, when the decision reads them: a critical removal (judged so
         above) or a forced one does not wait for a query it would not read."""
-        if not reads_snapshot(req) and workflow.patched("guard-critical-skips-snapshot"):
+        if not reads_snapshot(req):
+            workflow.deprecate_patch("guard-critical-skips-snapshot")
             return FleetSnapshot()
         return await workflow.execute_activity_method(GuardActivities.fleet_snapshot, self.s.fleet, **QUICK)
 
@@ -152,9 +169,9 @@ class CapacityGuard:
         async with self.lock:
             # Before each decision: the fleet's policy from the worker's configuration and, for a
             # removal said to be critical, the recorded health event that makes it so.
-            if workflow.patched("guard-reads-policy-and-evidence"):
-                await self._read_policy()
-                req = await self._judged_critical(req)
+            workflow.deprecate_patch("guard-reads-policy-and-evidence")
+            await self._read_policy()
+            req = await self._judged_critical(req)
             now = workflow.now().timestamp()
             # A grant counts until its node's own transition shows in the snapshot (the node
             # moved: its version changed); one that never does expires. The versions are read
@@ -163,18 +180,12 @@ class CapacityGuard:
             # a snapshot read before it does not show), which let a storm drain past the limit.
             # A domain request (removals_for_fault) takes its domain's other nodes too: their
             # versions are read with the node's.
-            if workflow.patched("guard-versions-before-snapshot"):
-                versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
-                )
-                req = await self._domain_in_service(req)
-                snapshot = await self._snapshot_for(req)
-            else:
-                req = await self._domain_in_service(req)
-                snapshot = await self._snapshot_for(req)
-                versions = await workflow.execute_activity_method(
-                    GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
-                )
+            workflow.deprecate_patch("guard-versions-before-snapshot")
+            versions = await workflow.execute_activity_method(
+                GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
+            )
+            req = await self._domain_in_service(req)
+            snapshot = await self._snapshot_for(req)
             held = self._held_with_domain(req, versions.get(req.node), now)
             if held is not None:
                 decision = RemovalDecision(
@@ -231,8 +242,8 @@ class CapacityGuard:
         """Errors drain nobody; a storm of them opens the breaker, with the reason, so that an
         operator looks at the checker before automation trusts its verdicts again."""
         async with self.lock:
-            if workflow.patched("guard-reads-policy-and-evidence"):
-                await self._read_policy()
+            workflow.deprecate_patch("guard-reads-policy-and-evidence")
+            await self._read_policy()
             reason = checker_storm(self.s.policy, max(report.count, len(report.errored)), report.checked, report.kind)
             if reason is not None and not self.s.breaker_open:
                 now = workflow.now().timestamp()

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
         REMEDIATION_INTERRUPT_SIGNAL,
+        ROLL_FORWARD_SIGNAL,
         AdmissionRequest,
         AdmissionVerdict,
         AutomationRecord,
@@ -148,6 +149,7 @@ class NodeLifecycle:
         self.signals_this_run = 0
         # Runs from before the patch keep their unbounded queue and continue as new only idle.
         self.bounded: bool | None = None
+        self.rolling_forward = False
 
     def _bounded(self) -> bool:
         """Repeated minor events folded, and the run continued as new before Temporal's caps
@@ -180,8 +182,8 @@ class NodeLifecycle:
                 continue
             await workflow.wait_condition(workflow.all_handlers_finished)
             if self._retired():
-                if workflow.patched("report-scheduler-state"):  # the queue is not worked once retired
-                    await report_state(self.s, self.s.last_outcome)
+                workflow.deprecate_patch("report-scheduler-state")  # the queue is not worked once retired
+                await report_state(self.s, self.s.last_outcome)
                 return self.s
             # The queue goes with it (a drain's wait in progress at its front): the next run
             # works it on, and takes signals again.
@@ -218,7 +220,8 @@ class NodeLifecycle:
         and restart none of its jobs)."""
         index = self._critical_index()
         carried_drain = self.bounded and self.s.work[0].kind is WorkKind.DRAIN_FOLLOWUP
-        if index and not carried_drain and workflow.patched("critical-events-preempt"):
+        if index and not carried_drain:
+            workflow.deprecate_patch("critical-events-preempt")
             return self.s.work.pop(index)
         return self.s.work.pop(0)
 
@@ -254,7 +257,8 @@ class NodeLifecycle:
 
     def _should_continue_as_new(self) -> bool:
         return (
-            workflow.info().is_continue_as_new_suggested()
+            self.rolling_forward
+            or workflow.info().is_continue_as_new_suggested()
             or self.transitions_this_run >= self.s.transitions_per_run
             or (bool(self.bounded) and self.signals_this_run >= self.s.signals_per_run)
         )
@@ -330,7 +334,9 @@ class NodeLifecycle:
         # latencies then run on times that are comparable across senders.
         ev.received_at = workflow.now().timestamp()
         # A logged record's own time is believed however long it waited in a spool.
-        ev.at = plausible_time(ev.at, ev.received_at, ev.at_from_record and workflow.patched("record-times-kept"))
+        if ev.at_from_record:
+            workflow.deprecate_patch("record-times-kept")
+        ev.at = plausible_time(ev.at, ev.received_at, ev.at_from_record)
         item = WorkItem(WorkKind.HEALTH_EVENT, actor=ev.actor, event=ev, fault_seen_at=ev.at)
         if not self._bounded():
             self._enqueue(item)
@@ -344,6 +350,13 @@ class NodeLifecycle:
             self.s.minor_events_dropped += 1
         elif was_empty:
             show_queue(self.s)
+
+    @workflow.signal(name=ROLL_FORWARD_SIGNAL)
+    def roll_forward(self) -> None:
+        """Continue as new as soon as the work in hand allows (a drain's wait is carried): an
+        idle node reaches none of the run's caps, and only a new run leaves the branches that
+        retired patches removed (docs/decisions/0024-retiring-patches.md)."""
+        self.rolling_forward = True
 
     @workflow.query
     def current(self) -> NodeLifecycleState:
@@ -362,10 +375,8 @@ class NodeLifecycle:
             case WorkKind.HEALTH_EVENT:
                 if item.event is None:
                     return
-                if workflow.patched("health-events-critical-first"):
-                    await self._health_events(next_health_events(self.s.work, item))
-                else:
-                    await self._health_event(item.event)
+                workflow.deprecate_patch("health-events-critical-first")
+                await self._health_events(next_health_events(self.s.work, item))
             case WorkKind.DRAIN_FOLLOWUP:
                 await self._after_drain(item)
             case WorkKind.RESUME_IN_SCHEDULER:
@@ -399,8 +410,8 @@ class NodeLifecycle:
         # Histories recorded before the hold run their checks on a node the scheduler may fill.
         if workflow.patched("fence-burn-in") and not await self._hold_until_admitted(item):
             return
-        # Histories recorded before the firmware phase existed go straight to burn-in.
-        if workflow.patched("firmware-phase") and not await self._firmware_phase(item):
+        workflow.deprecate_patch("firmware-phase")
+        if not await self._firmware_phase(item):
             return
         if not await self._move("begin_burn_in", f"{item.actor}: admit with suite {item.suite}", item.actor):
             return
@@ -524,8 +535,7 @@ class NodeLifecycle:
         flash = workflow.execute_activity_method(
             FirmwareActivities.apply_updates, DriftRequest(self.s.node, baseline_id), **bulk(FIRMWARE_UPDATE)
         )
-        if not workflow.patched("critical-events-preempt"):
-            return await flash
+        workflow.deprecate_patch("critical-events-preempt")
         task = asyncio.ensure_future(flash)
         await workflow.wait_condition(lambda: task.done() or self._critical_waiting())
         if not task.done():
@@ -594,12 +604,7 @@ class NodeLifecycle:
         for verdict in recorded.acted:
             await self._health_event(event_of(items[verdict.index]), verdict)
 
-    async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict | None = None) -> None:
-        if verdict is None:
-            self.s.activity = f"health event: {ev.source} {ev.code if ev.code is not None else ''}".strip()
-            verdict = await self._record_health_event(ev)
-        if verdict is None:
-            return
+    async def _health_event(self, ev: HealthEventInput, verdict: HealthEventVerdict) -> None:
         self.s.last_outcome = verdict.reason
         cause = bounded(f"health: {verdict.reason}" + (f": {ev.message}" if ev.message else ""))
         if (
@@ -626,40 +631,13 @@ class NodeLifecycle:
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
         queued = [w for w in self.s.work if w.kind is WorkKind.HEALTH_EVENT and w.event is not None]
-        if queued and workflow.patched("health-events-critical-first"):
-            taken = {id(w) for w in queued}
-            self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
-            recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
-            return bool(recorded.acted)
-        bad = False
-        for item in queued:
-            self.s.work.remove(item)
-            verdict = await self._record_health_event(event_of(item))
-            bad = bad or (verdict is not None and verdict.drain_now)
-        return bad
-
-    async def _record_health_event(self, ev: HealthEventInput) -> HealthEventVerdict | None:
-        """Record and judge the event; None when it cannot be recorded (bad data, such as a
-        code too large for its column, fails the activity once, without retries): the
-        refusal is recorded where fleet status shows it and the node's work goes on, so one
-        bad event never stalls the events behind it."""
-        try:
-            return await workflow.execute_activity_method(NodeActivities.record_health_event, ev, **QUICK)
-        except ActivityError as exc:
-            if not workflow.patched("bad-health-event-skipped"):
-                raise
-            message = failure_message(exc)
-            self.s.last_outcome = f"health event not recorded: {message}"
-            await record_automation(
-                AutomationRecord(
-                    kind="rejected",
-                    reason=f"health event from {ev.source}: {message}",
-                    actor=ev.actor or "health-event",
-                    node=self.s.node,
-                    key=f"{workflow.info().workflow_id}/bad-event/{ev.event_id or workflow.now().timestamp()}",
-                )
-            )
-            return None
+        if not queued:
+            return False
+        workflow.deprecate_patch("health-events-critical-first")
+        taken = {id(w) for w in queued}
+        self.s.work[:] = [w for w in self.s.work if id(w) not in taken]
+        recorded = await record_health_events(self.s.node, [event_of(w) for w in queued])
+        return bool(recorded.acted)
 
     async def _guarded_drain(
         self,
@@ -723,7 +701,9 @@ class NodeLifecycle:
         """Cordon in the scheduler, then either restart the node's jobs elsewhere (critical:
         they are lost anyway) or wait for them to finish; then hand the node to maintenance."""
         self.s.activity = "draining: cordon in the scheduler"
-        scheduler = await self._cordon(item.cause, item.critical and workflow.patched("critical-cordon"))
+        if item.critical:
+            workflow.deprecate_patch("critical-cordon")
+        scheduler = await self._cordon(item.cause, item.critical)
         if scheduler is None:
             return  # the node left draining (undrained, retired) while the scheduler refused
         self.s.activity = "draining: jobs"
@@ -732,7 +712,9 @@ class NodeLifecycle:
             return  # the node left draining while the scheduler could not be asked
         # The node's pods (any, labelled as a job or not) are moved by the drain policy each
         # poll and hold the drain while they stay; a critical drain leaves them to its taint.
-        moves_pods = not item.critical and workflow.patched("drain-moves-pods")
+        moves_pods = not item.critical
+        if moves_pods:
+            workflow.deprecate_patch("drain-moves-pods")
         pods_holding = moves_pods and await move_pods(self.s, deadline_passed=False)
         waited = item.drain_waited_s
         while (
@@ -768,16 +750,19 @@ class NodeLifecycle:
             jobs = await self._running_jobs()
             if jobs is None:
                 return
-        if jobs and item.critical:
-            # Critical from the start or since: the jobs are lost anyway, move them at once.
-            await self._restart_jobs(jobs, scheduler, item, item.fault_seen_at or workflow.now().timestamp())
-        elif jobs and self.s.state == NodeState.DRAINING.value and workflow.patched("drain-deadline-restarts-jobs"):
-            # The jobs outlived the drain's wait on a node known to be bad: move them now
-            # (checkpoint and restart elsewhere) rather than let remediation reboot under them.
-            self.s.last_outcome = (
-                f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
-            )
-            await self._restart_jobs(jobs, scheduler, item, workflow.now().timestamp())
+        if jobs and (item.critical or self.s.state == NodeState.DRAINING.value):
+            # Critical from the start or since, the jobs are lost anyway: moved at once, as of
+            # the fault. Jobs that outlived the drain's wait on a node known to be bad are moved
+            # now (checkpoint and restart elsewhere) rather than let remediation reboot under them.
+            fault_seen_at = workflow.now().timestamp()
+            if item.critical:
+                fault_seen_at = item.fault_seen_at or fault_seen_at
+            else:
+                workflow.deprecate_patch("drain-deadline-restarts-jobs")
+                self.s.last_outcome = (
+                    f"jobs still running after {self.s.drain_job_wait_s:g} s of drain: restarting them elsewhere"
+                )
+            await self._restart_jobs(jobs, scheduler, item, fault_seen_at)
         if (
             self.s.state == NodeState.DRAINING.value
             and await self._move(
@@ -791,9 +776,7 @@ class NodeLifecycle:
         """Wait `seconds`; True when a critical health event ended the wait first. When the run
         must continue as new (before Temporal refuses its signals), the wait is carried to the
         next run instead (`item`, having waited `waited_s`: CarriedToNextRun)."""
-        if not workflow.patched("critical-events-preempt"):
-            await workflow.sleep(timedelta(seconds=seconds))
-            return False
+        workflow.deprecate_patch("critical-events-preempt")
         if self._carry_due():
             self._carry(item, waited_s)
         try:
@@ -986,9 +969,8 @@ class NodeLifecycle:
 
     async def _check_unless_critical(self, check: str, suite: str, run_key: str, what: str) -> CheckOutcome | None:
         """The check's outcome, or None when a critical health event cut it short (recorded
-        as interrupted). Histories from before the patch run every check to its end."""
-        if not workflow.patched("critical-events-preempt"):
-            return await self._run_check(check, suite, run_key)
+        as interrupted)."""
+        workflow.deprecate_patch("critical-events-preempt")
         finished, outcome = await unless(self._run_check(check, suite, run_key), self._critical_waiting)
         if not finished:
             await self._record_interrupted(what)
@@ -1050,11 +1032,12 @@ class NodeLifecycle:
         self.s.state, self.s.state_version = target, version
         self.transitions_this_run += 1
         show_details(self.s)
-        # Back in service: the scheduler may place work on the node again. (Histories from
-        # before this step replay without it.)
-        if target == NodeState.PRODUCTION.value and workflow.patched("resume-in-scheduler"):
+        # Back in service: the scheduler may place work on the node again.
+        if target == NodeState.PRODUCTION.value:
+            workflow.deprecate_patch("resume-in-scheduler")
             self._enqueue(WorkItem(WorkKind.RESUME_IN_SCHEDULER, actor=req.actor, cause=req.cause))
-        elif target not in SAID_BY_PLACEMENT and workflow.patched("report-scheduler-state"):
+        elif target not in SAID_BY_PLACEMENT:
+            workflow.deprecate_patch("report-scheduler-state")
             self._enqueue(WorkItem(WorkKind.REPORT_STATE, actor=req.actor, cause=req.cause))
         if req.request_id:
             self.s.recent_requests[req.request_id] = result

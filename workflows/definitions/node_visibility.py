@@ -16,11 +16,9 @@ with workflow.unsafe.imports_passed_through():
 
 async def record_transition(record: TransitionRecord) -> int:
     """Write the transition (keyed by node and version, see NodeActivities.record_transition)
-    and return the node's new version; with the patch, the same activity returns the node's
-    inventory facts and the workflow upserts its search attributes as of this transition."""
-    # Histories recorded before the patch write the transition alone and set no attribute.
-    if not workflow.patched("node-search-attributes"):
-        return await workflow.execute_activity_method(NodeActivities.record_transition, record, **QUICK)
+    and return the node's new version; the same activity returns the node's inventory facts
+    and the workflow upserts its search attributes as of this transition."""
+    workflow.deprecate_patch("node-search-attributes")
     recorded: RecordedTransition = await workflow.execute_activity_method(
         NodeActivities.record_transition_with_facts, record, **QUICK
     )

@@ -316,8 +316,7 @@ class Remediation:
         jobs = await workflow.execute_activity_method(NodeActivities.running_jobs_on, self.inp.node, **SCHEDULER)
         if not jobs:
             return True, "no running jobs on the node"
-        if not workflow.patched("runbook-restarts-jobs"):
-            return False, f"{len(jobs)} jobs still running ({', '.join(jobs)}); no job-restart workflow is registered"
+        workflow.deprecate_patch("runbook-restarts-jobs")
         facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.inp.node, **QUICK)
         if NodeState(facts.state).in_service:
             # A job restart cordons the node in its scheduler: capacity only the guard may take.
@@ -403,8 +402,9 @@ class Remediation:
         self.state = await self._current_state()
         if self.state == target:
             return True, f"already {target}"
-        if target == NodeState.DRAINING.value and workflow.patched("set-state-drain-asks-the-guard"):
+        if target == NodeState.DRAINING.value:
             # A drain by any name is a drain: through the capacity guard, like the drain step.
+            workflow.deprecate_patch("set-state-drain-asks-the-guard")
             return await self._drain(cause)
         if target == NodeState.BURN_IN.value:
             done: ActionOutcome = await workflow.execute_activity_method(

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,27 @@ class PostgresCluster:
     def stop(self) -> None:
         self.pg_ctl("-m", "fast", "stop")
 
+    def sql(self, statement: str) -> None:
+        """One statement as the superuser, over TCP; an error raises."""
+        subprocess.run(
+            [
+                *self.as_user,
+                str(self.bindir / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-q",
+                "-c",
+                statement,
+            ],
+            check=True,
+        )
+
 
 def start_postgres() -> PostgresCluster:
     bindir = postgres_bin_dir()
@@ -73,21 +95,8 @@ def start_postgres() -> PostgresCluster:
     )
     cluster = PostgresCluster(datadir, free_port(), bindir, as_user)
     cluster.start()
-    psql = [
-        *as_user,
-        str(bindir / "psql"),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(cluster.port),
-        "-U",
-        "postgres",
-        "-v",
-        "ON_ERROR_STOP=1",
-        "-q",
-    ]
-    subprocess.run([*psql, "-c", "CREATE ROLE fleetctl LOGIN PASSWORD 'fleetctl'"], check=True)
-    subprocess.run([*psql, "-c", "CREATE DATABASE fleetctl OWNER fleetctl"], check=True)
+    cluster.sql("CREATE ROLE fleetctl LOGIN PASSWORD 'fleetctl'")
+    cluster.sql("CREATE DATABASE fleetctl OWNER fleetctl")
     return cluster
 
 
@@ -96,3 +105,11 @@ def remove_cluster(cluster: PostgresCluster) -> None:
         cluster.stop()
     finally:
         shutil.rmtree(cluster.datadir, ignore_errors=True)
+
+
+def fresh_database_url(cluster: PostgresCluster, template: str = "template1") -> str:
+    """A new database in `cluster`, owned by fleetctl, so its users never see each other's rows:
+    empty, or a copy of the database named `template` (which nothing may be connected to)."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    cluster.sql(f"CREATE DATABASE {name} TEMPLATE {template} OWNER fleetctl")
+    return f"postgresql+psycopg://fleetctl:fleetctl@127.0.0.1:{cluster.port}/{name}"
