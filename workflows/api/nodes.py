@@ -432,6 +432,10 @@ class PendingGrant:
     rack: str
     at: float
     state_version: int  # the node's version when granted: any transition since ends the grant
+    # What the grant costs in nodes: 1, or one GPU's share of its node (a GPU's grant, keyed
+    # gpu_grant_key, pending until the snapshot counts the GPU out).
+    share: float = 1.0
+    gpu: str = ""  # the GPU of a GPU's grant
 
 
 @dataclass
