@@ -32,6 +32,7 @@ from fleetctl.text import one_line
 from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
+from workflows.activities.gpu_quarantine import GpuQuarantineActivities
 from workflows.activities.guard import GuardActivities
 from workflows.activities.job_history import JobHistoryActivities
 from workflows.activities.jobs import JobRestartActivities
@@ -86,6 +87,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     restarts = JobRestartActivities(settings, schedulers)
     stragglers = StragglerActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
+    gpu_quarantine = GpuQuarantineActivities(settings, schedulers)
     return [
         node.record_transition,
         node.record_transition_with_facts,
@@ -144,6 +146,8 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         stragglers.judge_running_jobs,
         stragglers.record_straggler_drain,
         job_history.sync_job_history,
+        gpu_quarantine.plan_gpu_quarantine,
+        gpu_quarantine.quarantine_gpu,
     ]
 
 

@@ -621,6 +621,17 @@ def guard_snapshot(nodes: Iterable[tuple[str, str, datetime]], now: datetime, po
     return snapshot_from_states([(rack, counted_state(state, since, now, policy)) for rack, state, since in nodes])
 
 
+def count_gpus_out(snapshot: FleetSnapshot, gpus: Iterable[tuple[str, str, str, str, int]]) -> FleetSnapshot:
+    """The snapshot with the GPUs out counted, each (rack, node, node's state, GPU, the node's
+    GPU count) as 1/N of its node in its rack; one of a node out of service is not counted
+    again (the node is, whole)."""
+    for rack, node, state, gpu, gpus_on_node in gpus:
+        if NodeState(state).in_service:
+            snapshot.racks.setdefault(rack, RackCounts()).gpus_out += 1.0 / max(1, gpus_on_node)
+            snapshot.gpus_quarantined.append(gpu_grant_key(node, gpu))
+    return snapshot
+
+
 def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:
     """Build a snapshot from (rack, state) pairs."""
     snap = FleetSnapshot()

@@ -59,6 +59,15 @@ def gpu_key(pci: str) -> str:
     return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
 
 
+def named_gpu(pci: str) -> str:
+    """The GPU an event names (gpu_key), or "" when it names none a GPU can be taken out by: an
+    address a sender garbled must not cost the event its fault, which then takes out the node."""
+    try:
+        return gpu_key(pci) if pci else ""
+    except NotAGpuAddress:
+        return ""
+
+
 def decide_scope(policy: XidPolicy, code: int | None, gpu: str, quarantined: Collection[str]) -> ScopeVerdict:
     """What a fault that drains takes out: `code` the event's Xid, `gpu` the PCI address it
     names ("" none), `quarantined` the keys of the node's GPUs out now (gpu_key)."""

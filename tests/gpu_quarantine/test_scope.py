@@ -91,3 +91,10 @@ def test_the_site_policy_reads_a_scope_per_code() -> None:
 def test_a_bad_scope_is_refused_in_one_line(document, words) -> None:
     with pytest.raises(XidPolicyError, match=words):
         parse_xid_policy(document, "site.yaml")
+
+
+@pytest.mark.parametrize(("pci", "named"), [("", ""), ("unknown GPU", ""), ("3", ""), ("0000:2B:00.0", GPU)])
+def test_an_address_that_names_no_gpu_leaves_the_fault_to_the_node(pci, named) -> None:
+    from fleetctl.nodes.gpu_quarantine import named_gpu
+
+    assert named_gpu(pci) == named

@@ -10,8 +10,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
+from checks.profiles import load_profile
 from fleetctl.config import Settings, guard_policy
-from fleetctl.db import jobs, queries
+from fleetctl.db import gpu_quarantines, jobs, queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import (
     AGENT_SOURCE,
@@ -22,6 +23,7 @@ from fleetctl.nodes.capacity import (
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
+    count_gpus_out,
     counted_outside,
     domain_witnessed,
     guard_snapshot,
@@ -58,7 +60,13 @@ class GuardActivities(DatabaseActivities):
             [(n.rack, counted_outside(n.state, n.name in outside), as_utc(n.state_since)) for n in nodes], now, policy
         )
         snapshot.drained_outside = outside
-        return snapshot
+        by_name = {n.name: n for n in nodes}
+        gpus = [
+            (node.rack, node.name, node.state, q.gpu, load_profile(node.profile).gpu_count)
+            for q in gpu_quarantines.open_quarantines(self.engine)
+            if (node := by_name.get(q.node_name)) is not None
+        ]
+        return count_gpus_out(snapshot, gpus)
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
