@@ -510,7 +510,8 @@ def _decide(
         return RemovalDecision(
             request.node,
             True,
-            "critical fault: the node has already lost capacity"
+            f"critical fault: the {'GPU' if request.gpu else 'node'} has already lost capacity"
+            + _of_gpu(request)
             + (f"; the rest of NVLink domain {request.domain} is not taken with it" if with_domain else ""),
         )
     if already_out(request, snapshot):
