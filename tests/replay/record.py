@@ -37,7 +37,11 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
   an XID 79 under a job, whose node's workflow restarts it, and a runbook that drains its node
   and moves the job under the drain's key.
 
-By default only the newest set (v5) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
+- v6 (tests/histories/v6/*.json), a fault confined to one GPU (gpu-quarantine): an XID 48 and
+  the XID 64 after it on one GPU of a node whose site policy scopes both to the GPU: the GPU
+  taken out of its scheduler through the capacity guard, the second found out already.
+
+By default only the newest set (v6) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -64,7 +68,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
 from fleetctl.connections.temporal_server import start_dev_server
-from fleetctl.db import queries
+from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.firmware import record_rollout, set_baseline
@@ -120,6 +124,7 @@ SETS = {
     "v3": HISTORIES / "v3",
     "v4": HISTORIES / "v4",
     "v5": HISTORIES / "v5",
+    "v6": HISTORIES / "v6",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1087,7 +1092,34 @@ async def record_v5(directory: Path = SETS["v5"]) -> list[Path]:
         )
 
 
-RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5}
+async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
+    """An XID 48 and its XID 64 on one GPU, scoped to it by the site's policy (gpu-quarantine)."""
+    policy = Path(tempfile.mkdtemp(prefix="fleetctl-xid-policy-")) / "xid-policy.yaml"
+    policy.write_text("xid:\n  48: {scope: gpu}\n  64: {scope: gpu}\n")
+    async with recording(xid_policy=str(policy)) as rec:
+        (node,) = rec.add_nodes(1, "rv6", racks=1)
+        await _in_production(rec, node)
+        await rec.idle(node)
+        gpu = "0000:2b:00"
+        events = [
+            HealthEventInput(
+                node, "agent", code, f"Xid {code} on {gpu}", "recorder", f"rv6-{code}", time.time(), gpu=gpu
+            )
+            for code in (48, 64)
+        ]
+        await send_health_events(rec.client, node, events)
+        deadline = time.monotonic() + 60
+        while gpu_quarantines.gpus_out(rec.engine, node) != [gpu]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node}: GPU {gpu} was not taken out")
+            await asyncio.sleep(0.2)
+        await rec.idle(node)
+        if rec.triggers(node)[-1] != "enter_production":
+            raise RuntimeError(f"{node}: the node moved: {rec.triggers(node)}")
+        return await rec.write(directory, {"node_lifecycle_gpu_quarantine": node_workflow_id(node)})
+
+
+RECORDERS = {"v1": record_v1, "v2": record_v2, "v3": record_v3, "v4": record_v4, "v5": record_v5, "v6": record_v6}
 
 
 async def record(sets: list[str]) -> list[Path]:
@@ -1102,7 +1134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v5",
+        default="v6",
         help="which set to (re)record; v1 and v2 rewrite older sets (only when their runs are gone)",
     )
     args = parser.parse_args(argv)

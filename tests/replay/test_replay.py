@@ -28,6 +28,7 @@ SETS = {
     "v3": ROOT / "tests" / "histories" / "v3",
     "v4": ROOT / "tests" / "histories" / "v4",
     "v5": ROOT / "tests" / "histories" / "v5",
+    "v6": ROOT / "tests" / "histories" / "v6",
 }
 # The sets recorded whole, every long-running workflow type in each; later sets hold the new branches only.
 WHOLE_SETS = ("v1", "v2")
