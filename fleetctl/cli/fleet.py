@@ -294,6 +294,14 @@ def _needs_an_operator(data: dict[str, Any]) -> list[RenderableType]:
                 title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}",
             )
         )
+    if data["gpus_out"]:
+        parts.append(
+            simple_table(
+                f"GPUs out of their schedulers: {len(data['gpus_out'])} (their nodes serve on with the others)",
+                ["node", "gpu", "since", "reason"],
+                [[x["node"], x["gpu"], when(x["since"]), x["reason"]] for x in data["gpus_out"][:20]],
+            )
+        )
     if data["suspect"]:
         parts.append(
             simple_table(

@@ -127,6 +127,7 @@ NODE_COLUMNS = (
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
     Column("SINCE", lambda r: when(r["state_since"]), wide=True),
     Column("AGENT", lambda r: age(r["agent_seen_at"]) or "-", wide=True),  # how long ago its agent was heard
+    Column("GPUS-OUT", lambda r: ",".join(g["gpu"] for g in r.get("gpus_out", [])) or "-", wide=True),
 )
 EVENT_COLUMNS = (
     Column("at", lambda r: when(r["at"])),
@@ -394,6 +395,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(Text.assemble(("out for: ", "bold"), shown(d["out_for"])))
         if d["jobs"]:
             parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        for g in d["gpus_out"]:  # the node serves on with its other GPUs
+            parts.append(shown(f"GPU out: {g['gpu']} since {when(g['since'])}: {g['reason']}"))
         if d["agent_seen_at"]:
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:

@@ -84,6 +84,9 @@ def fleet_status(
         {"node": name, "since": e.at, "reason": e.reason} for name, e in sorted(queries.stalled_nodes(engine).items())
     ]
     status["needs_operator"] = needs_operator(engine, mine)
+    from fleetctl.nodes.view_store import gpus_out_by_node
+
+    status["gpus_out"] = [g for gpus in gpus_out_by_node(engine, sorted(names)).values() for g in gpus]
     status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
     status["recent_operator_commands"] = [

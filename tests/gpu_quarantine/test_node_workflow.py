@@ -5,14 +5,18 @@ refusing an 8-GPU one; without the site's `scope: gpu` the same log drains the n
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import time
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from checks.xid_policy import load_xid_policy
 from fleetctl.agent.detect import detect
+from fleetctl.cli.main import app
 from fleetctl.db import gpu_quarantines, queries
 from fleetctl.nodes.gpu_quarantine import gpu_key
 from fleetctl.sim.faults import SimFaultSpec
@@ -66,6 +70,28 @@ def _xid48_events(node: str, profile: str, policy) -> tuple[list[HealthEventInpu
     return events, gpu_key(state.gpus[FAULTY_GPU].pci_bus_id)
 
 
+def _cli(settings, *args: str):
+    base = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
+    # Wide enough for `node list -o wide`'s every column unshortened.
+    return CliRunner().invoke(app, [*base, "--task-queue", settings.task_queue, *args], env={"COLUMNS": "300"})
+
+
+async def _shown_to_the_operator(settings, node: str, gpu: str) -> None:
+    """`node show`, `node list` and `fleet status` name the GPU out, on a node in production."""
+    shown = await asyncio.to_thread(_cli, settings, "node", "show", node)
+    assert shown.exit_code == 0, shown.output
+    assert f"GPU out: {gpu} since" in shown.stdout and "XID 48" in shown.stdout
+    listed = await asyncio.to_thread(_cli, settings, "node", "list", "-o", "json")
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)
+    assert (row["state"], [g["gpu"] for g in row["gpus_out"]]) == ("production", [gpu])
+    wide = await asyncio.to_thread(_cli, settings, "node", "list", "-o", "wide")
+    assert "GPUS-OUT" in wide.stdout and gpu in wide.stdout
+    status = await asyncio.to_thread(_cli, settings, "fleet", "status")
+    assert status.exit_code == 0, status.output
+    assert "GPUs out of their schedulers: 1" in status.stdout and gpu in status.stdout
+
+
 async def _idle(client, node: str) -> bool:
     now = await client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
     return not now.work and not now.activity
@@ -111,12 +137,9 @@ async def test_an_xid48_on_one_gpu_takes_that_gpu_out_and_the_node_runs_a_7_gpu_
         # The guard was asked and counted 1/8 of the node; the XID 64 after it found the GPU out.
         grants = [a.reason for a in queries.automation_events(fleet.engine, node=node) if a.kind == "grant"]
         assert len(grants) == 1 and f"GPU {gpu}: 1/8 of {node}" in grants[0], grants
-        assert (
-            "out of the scheduler already"
-            in (
-                await fleet.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
-            ).last_outcome
-        )
+        now = await fleet.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
+        assert "out of the scheduler already" in now.last_outcome
+        await _shown_to_the_operator(fleet.settings, node, gpu)
     finally:
         worker.stop()
 
