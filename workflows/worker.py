@@ -148,6 +148,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         job_history.sync_job_history,
         gpu_quarantine.plan_gpu_quarantine,
         gpu_quarantine.quarantine_gpu,
+        gpu_quarantine.release_gpu,
     ]
 
 

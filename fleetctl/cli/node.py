@@ -783,6 +783,34 @@ def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="nod
     _command(ctx, _hosts(names), "undrain", "operator: undrain")
 
 
+@app.command("release-gpu")
+def release_gpu(
+    ctx: typer.Context,
+    name: str,
+    gpu: str = typer.Argument(..., help="the GPU's PCI address, as `node show` lists it (0000:2b:00)"),
+    reason: str = typer.Option(..., "--reason", callback=free_text(required=True), help="why it is fit again"),
+) -> None:
+    """Put a GPU taken out alone (a fault scoped to it) back in the node's scheduler."""
+    from fleetctl.nodes.gpu_quarantine import NotAGpuAddress, gpu_key
+    from workflows.client import CommandRejected
+    from workflows.client import release_gpu as release
+
+    try:
+        key = gpu_key(gpu)
+    except NotAGpuAddress as exc:
+        fail(str(exc), EXIT_USAGE)
+    _require_nodes(ctx, [name])
+    s = context.settings(ctx)
+
+    async def run() -> str:
+        return await release(await context.temporal_client(ctx), name, key, s.identity(), reason)
+
+    try:
+        typer.echo(context.run_async(run()))
+    except CommandRejected as exc:
+        fail(str(exc), EXIT_OPERATIONAL)
+
+
 @app.command("rma")
 def rma(
     ctx: typer.Context, name: str, reason: str = typer.Option(..., "--reason", callback=free_text(required=True))

@@ -24,7 +24,7 @@ from fleetctl.sim.node import build_node_state
 from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.render.xid import render_kernel_log
 from fleetctl.sim.scheduler import SimScheduler
-from tests.lifecycle.conftest import fleet_in_production
+from tests.lifecycle.conftest import finish_job, fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
 from workflows.api import HealthEventInput, node_workflow_id
@@ -92,6 +92,26 @@ async def _shown_to_the_operator(settings, node: str, gpu: str) -> None:
     assert "GPUs out of their schedulers: 1" in status.stdout and gpu in status.stdout
 
 
+async def _released_by_the_operator(fleet, node: str, gpu: str, eight: str, seven: str) -> None:
+    """`node release-gpu` puts the GPU back in the scheduler's GRES: once the 7-GPU job ends, the
+    8-GPU one runs there. A GPU not out, or not an address, is refused in one line."""
+    scheduler = SimScheduler(fleet.engine)
+    finish_job(fleet.engine, seven)
+    assert scheduler.job(eight).state == "pending"
+    bad = await asyncio.to_thread(_cli, fleet.settings, "node", "release-gpu", node, "gpu3", "--reason", "x")
+    assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0
+    assert "'gpu3' is not a GPU's PCI address" in bad.stderr
+    done = await asyncio.to_thread(
+        _cli, fleet.settings, "node", "release-gpu", node, gpu.upper(), "--reason", "reset; dcgm diag r3 passed"
+    )
+    assert done.exit_code == 0, done.output
+    assert done.stdout.strip() == f"{node}: GPU {gpu} back in the scheduler"
+    assert gpu_quarantines.gpus_out(fleet.engine, node) == [] and scheduler.gpus_out(node) == []
+    assert scheduler.job(eight).nodes == (node,)
+    again = await asyncio.to_thread(_cli, fleet.settings, "node", "release-gpu", node, gpu, "--reason", "x")
+    assert again.exit_code == 1 and f"GPU {gpu} is not out (out: none)" in again.stderr
+
+
 async def _idle(client, node: str) -> bool:
     now = await client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
     return not now.work and not now.activity
@@ -140,6 +160,7 @@ async def test_an_xid48_on_one_gpu_takes_that_gpu_out_and_the_node_runs_a_7_gpu_
         now = await fleet.client.get_workflow_handle(node_workflow_id(node)).query(NodeLifecycle.current)
         assert "out of the scheduler already" in now.last_outcome
         await _shown_to_the_operator(fleet.settings, node, gpu)
+        await _released_by_the_operator(fleet, node, gpu, eight.job_id, seven.job_id)
     finally:
         worker.stop()
 

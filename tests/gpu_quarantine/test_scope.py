@@ -98,3 +98,18 @@ def test_an_address_that_names_no_gpu_leaves_the_fault_to_the_node(pci, named) -
     from fleetctl.nodes.gpu_quarantine import named_gpu
 
     assert named_gpu(pci) == named
+
+
+def test_the_intake_takes_the_gpu_an_event_names_and_refuses_one_that_is_no_address() -> None:
+    import time
+
+    from fleetctl.intake.delivery import signal_of
+    from fleetctl.intake.parse import BadBody, from_json
+
+    (ev,) = from_json({"events": [{"node": "n1", "code": 48, "gpu": "00000000:2B:00.0"}]}, time.time())
+    assert ev.gpu == GPU and ev.as_dict()["gpu"] == GPU
+    (plain,) = from_json({"events": [{"node": "n1", "code": 48}]}, time.time())
+    assert "gpu" not in plain.as_dict()  # spooled as it always was
+    with pytest.raises(BadBody, match=r"events\[0\].gpu: 'gpu3' is not a GPU's PCI address"):
+        from_json({"events": [{"node": "n1", "code": 48, "gpu": "gpu3"}]}, time.time())
+    assert signal_of(ev.as_dict())["gpu"] == GPU

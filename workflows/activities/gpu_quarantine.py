@@ -4,6 +4,7 @@ GPU taken out of (or put back in) its node's scheduler, as the database records 
 from __future__ import annotations
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from checks.profiles import load_profile
 from fleetctl.config import Settings, xid_policy
@@ -60,3 +61,21 @@ class GpuQuarantineActivities(DatabaseActivities):
             storable_key(req.request_id or f"{req.node}/gpu/{req.gpu}/{activity.info().workflow_run_id}"),
         )
         return f"GPU {req.gpu} out of the scheduler; the node's other GPUs keep working: {reason}"
+
+    @activity.defn
+    def release_gpu(self, req: GpuQuarantineRequest) -> str:
+        """Put the GPU back in the node's scheduler, then record it released. A GPU that is
+        not out is refused (non-retryable), naming the GPUs that are."""
+        node = self._node(req.node)
+        out = gpu_quarantines.gpus_out(self.engine, req.node)
+        scheduler = self._gpu_scheduler(node.scheduler)
+        if req.gpu not in out and (scheduler is None or req.gpu not in scheduler.gpus_out(req.node)):
+            raise ApplicationError(
+                f"{req.node}: GPU {req.gpu} is not out (out: {', '.join(out) or 'none'})",
+                type="NotQuarantined",
+                non_retryable=True,
+            )
+        if scheduler is not None:
+            scheduler.release_gpu(req.node, req.gpu)
+        gpu_quarantines.record_release(self.engine, req.node, req.gpu, bounded(f"{req.actor}: {req.reason}"))
+        return f"{req.node}: GPU {req.gpu} back in the scheduler"

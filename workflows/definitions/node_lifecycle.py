@@ -327,6 +327,24 @@ class NodeLifecycle:
         if self._retired():
             raise ApplicationError(f"{self.s.node}: retired", type="IllegalTransition", non_retryable=True)
 
+    @workflow.update
+    async def release_gpu(self, req: GpuQuarantineRequest) -> str:
+        """An operator puts a GPU taken out alone back in the node's scheduler (after its reset
+        and recheck by hand); under the lock, as a transition."""
+        async with self.lock:
+            try:
+                self.s.last_outcome = await workflow.execute_activity_method(
+                    GpuQuarantineActivities.release_gpu, req, **SCHEDULER
+                )
+            except ActivityError as exc:  # the update fails with the reason, never the workflow
+                raise ApplicationError(failure_message(exc), type="NotReleased", non_retryable=True) from None
+            return self.s.last_outcome
+
+    @release_gpu.validator
+    def validate_release_gpu(self, req: GpuQuarantineRequest) -> None:
+        if self._retired():
+            raise ApplicationError(f"{self.s.node}: retired", type="IllegalTransition", non_retryable=True)
+
     @workflow.signal
     def health_event(self, ev: HealthEventInput) -> None:
         ev = bounded_event(ev)
