@@ -113,3 +113,12 @@ def test_the_intake_takes_the_gpu_an_event_names_and_refuses_one_that_is_no_addr
     with pytest.raises(BadBody, match=r"events\[0\].gpu: 'gpu3' is not a GPU's PCI address"):
         from_json({"events": [{"node": "n1", "code": 48, "gpu": "gpu3"}]}, time.time())
     assert signal_of(ev.as_dict())["gpu"] == GPU
+
+
+def test_the_effective_table_says_which_codes_take_only_their_gpu() -> None:
+    from fleetctl.nodes.health import effective_table
+
+    rows = {r.key: r for r in effective_table(SITE) if r.kind == "xid"}
+    assert rows["48"].drains == "at once: its GPU only (when the event names it)"
+    assert rows["94"].drains == "at once: its GPU only (when the event names it)"
+    assert rows["79"].drains == "at once"

@@ -39,7 +39,8 @@ Two sets, each recorded on a fresh dev server with simulated nodes and written a
 
 - v6 (tests/histories/v6/*.json), a fault confined to one GPU (gpu-quarantine): an XID 48 and
   the XID 64 after it on one GPU of a node whose site policy scopes both to the GPU: the GPU
-  taken out of its scheduler through the capacity guard, the second found out already.
+  taken out of its scheduler through the capacity guard, the second found out already; then an
+  operator's release of the GPU (the update release_gpu).
 
 By default only the newest set (v6) is recorded; `--set v1` or `--set all` rewrites the old set too, which is
 only right when a change is meant to break running workflows (version it with
@@ -103,6 +104,7 @@ from workflows.api import (
 from workflows.client import (
     connect,
     ensure_node_workflows,
+    release_gpu,
     request_phase,
     request_transition,
     run_remediation,
@@ -1116,6 +1118,8 @@ async def record_v6(directory: Path = SETS["v6"]) -> list[Path]:
         await rec.idle(node)
         if rec.triggers(node)[-1] != "enter_production":
             raise RuntimeError(f"{node}: the node moved: {rec.triggers(node)}")
+        await release_gpu(rec.client, node, gpu, "recorder", "reset and recheck passed")
+        await rec.idle(node)
         return await rec.write(directory, {"node_lifecycle_gpu_quarantine": node_workflow_id(node)})
 
 
