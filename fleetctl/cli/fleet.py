@@ -103,15 +103,20 @@ def _automation(ctx: typer.Context) -> tuple[dict[str, Any], GuardPolicy | None]
     }, g.policy
 
 
-def _headroom(n: int) -> Text:
+def _headroom(n: float) -> Text:
     from rich.text import Text
 
-    return Text(str(n), style="bold red" if n <= 0 else "green")
+    return Text(_nodes(n), style="bold red" if n <= 0 else "green")
+
+
+def _nodes(n: float) -> str:
+    """A budget's count of nodes: whole, or with the GPUs out alone as a fraction (1.125)."""
+    return f"{n:g}"
 
 
 BUDGET_COLUMNS = (
     Column("scope", lambda b: b["scope"]),
-    Column("out", lambda b: b["unavailable"]),
+    Column("out", lambda b: _nodes(b["unavailable"])),
     Column("of", lambda b: b["serving"]),
     Column("limit", lambda b: f"{b['limit']} ({b['max_fraction']:.0%})"),
     Column("headroom", lambda b: _headroom(b["headroom"])),

@@ -198,12 +198,12 @@ class Budget:
 
     scope: str
     serving: int
-    unavailable: int
+    unavailable: float  # nodes, and the GPUs out alone at 1/N of theirs (whole when none is)
     limit: int
     max_fraction: float
 
     @property
-    def headroom(self) -> int:
+    def headroom(self) -> float:
         """Nodes automation may still take out; negative when an operator went past the limit."""
         return self.limit - self.unavailable
 
@@ -223,7 +223,7 @@ def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
     fleet = Budget(
         "fleet",
         snapshot.serving,
-        snapshot.unavailable,
+        _out(snapshot.unavailable, snapshot.gpus_out),
         allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet),
         policy.max_unavailable_fleet,
     )
@@ -233,13 +233,18 @@ def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
             Budget(
                 f"rack {name or '-'}",
                 r.serving,
-                r.unavailable,
+                _out(r.unavailable, r.gpus_out),
                 allowed_unavailable(r.serving, policy.max_unavailable_rack),
                 policy.max_unavailable_rack,
             )
             for name, r in sorted(snapshot.racks.items())
         ),
     ]
+
+
+def _out(nodes: int, gpus: float) -> float:
+    """Nodes out, with the GPUs out alone as the guard counts them; a whole count when none is."""
+    return nodes + gpus if gpus else nodes
 
 
 def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains: list[tuple[str, str]]) -> list[str]:

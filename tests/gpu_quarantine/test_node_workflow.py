@@ -90,6 +90,10 @@ async def _shown_to_the_operator(settings, node: str, gpu: str) -> None:
     status = await asyncio.to_thread(_cli, settings, "fleet", "status")
     assert status.exit_code == 0, status.output
     assert "GPUs out of their schedulers: 1" in status.stdout and gpu in status.stdout
+    assert "0.875" in status.stdout  # the fleet budget's headroom: the GPU costs 1/8 of its node
+    as_json = await asyncio.to_thread(_cli, settings, "fleet", "status", "-o", "json")
+    fleet = json.loads(as_json.stdout)["budget"][0]
+    assert (fleet["scope"], fleet["unavailable"], fleet["serving"]) == ("fleet", 0.125, 1)
 
 
 async def _released_by_the_operator(fleet, node: str, gpu: str, eight: str, seven: str) -> None:

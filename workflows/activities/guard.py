@@ -10,9 +10,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 
-from checks.profiles import load_profile
 from fleetctl.config import Settings, guard_policy
-from fleetctl.db import gpu_quarantines, jobs, queries
+from fleetctl.db import jobs, queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import (
     AGENT_SOURCE,
@@ -23,13 +22,13 @@ from fleetctl.nodes.capacity import (
     GuardPolicy,
     RemovalDecision,
     RemovalRequest,
-    count_gpus_out,
     counted_outside,
     domain_witnessed,
     guard_snapshot,
     is_domain_fabric_fault,
     removals_for_fault,
 )
+from fleetctl.nodes.fleet_status_store import with_gpus_out
 from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities, storable_key
 from workflows.api import (
@@ -60,13 +59,7 @@ class GuardActivities(DatabaseActivities):
             [(n.rack, counted_outside(n.state, n.name in outside), as_utc(n.state_since)) for n in nodes], now, policy
         )
         snapshot.drained_outside = outside
-        by_name = {n.name: n for n in nodes}
-        gpus = [
-            (node.rack, node.name, node.state, q.gpu, load_profile(node.profile).gpu_count)
-            for q in gpu_quarantines.open_quarantines(self.engine)
-            if (node := by_name.get(q.node_name)) is not None
-        ]
-        return count_gpus_out(snapshot, gpus)
+        return with_gpus_out(self.engine, nodes, snapshot)
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:
