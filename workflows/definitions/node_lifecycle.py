@@ -680,7 +680,8 @@ class NodeLifecycle:
             reason=cause,
             actor=actor,
             critical=verdict.critical,
-            request_id=req.request_id,
+            # Its own: a drain of the node for the same event (when the GPU cannot go out) is recorded too.
+            request_id=f"{req.request_id}/gpu",
             gpu=plan.gpu,
             gpus_on_node=plan.gpus_on_node,
         )
