@@ -4,11 +4,15 @@ which changes what NVIDIA's catalog (checks/catalog/xid.tsv, signatures.tsv) say
     xid:
       43: {severity: info}                               # this fleet throws it harmlessly
       13: {drain_after: {count: 5, window_s: 3600}}      # a warning that drains after 5 in 1 h
+      48: {scope: gpu}                                   # one GPU's fault takes that GPU out, not the node
     signatures:
       nvswitch_sxid_nonfatal: {severity: critical}
 
 A rule may demote a code below the catalog (the site's informed choice) or promote it, and may
-set how many of a code within a window drain the node. Counting is by Xid: a node's recorded
+set how many of a code within a window drain the node. `scope: gpu` says a code names a fault
+confined to the GPU that logged it (NVIDIA's XID 48, 94, 64 on one GPU): fleetctl takes that
+GPU out of its scheduler and leaves the node's others working (fleetctl.nodes.gpu_quarantine);
+`scope: node`, the default, drains the node. Counting is by Xid: a node's recorded
 events keep a fault's code, not its signature, so a signature's rule sets only its severity.
 Validated whole when loaded, like the site profiles: a file with one bad rule is refused in
 one line (XidPolicyError), never half used. Pure: the file in, the policy out.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,14 @@ MAX_XID = 65535
 # recorded events can show; a window from a minute to a month (a retention the events outlive).
 MAX_DRAIN_COUNT = 1000
 WINDOW_S_BOUNDS = (60.0, 30 * 86400.0)
-_RULE_KEYS = {"severity", "drain_after"}
+_RULE_KEYS = {"severity", "drain_after", "scope"}
+
+
+class FaultScope(str, Enum):
+    """What a code's fault takes out of service: the node, or only the GPU that logged it."""
+
+    NODE = "node"
+    GPU = "gpu"
 
 
 class XidPolicyError(ValueError):
@@ -52,6 +64,7 @@ class DrainAfter:
 class Rule:
     severity: str = ""  # "": the catalog's
     drain_after: DrainAfter | None = None  # None: the catalog's repeat rule
+    scope: FaultScope = FaultScope.NODE
 
 
 @dataclass(frozen=True)
@@ -99,7 +112,7 @@ def _mapping(value: Any, where: str) -> dict[Any, Any]:
 
 def _rule(raw: Any, where: str, countable: bool) -> Rule:
     if not isinstance(raw, dict) or not raw or set(raw) - _RULE_KEYS:
-        raise XidPolicyError(f"{where}: expected a mapping with severity and/or drain_after")
+        raise XidPolicyError(f"{where}: expected a mapping with severity and/or drain_after and/or scope")
     severity = raw.get("severity", "")
     if severity not in ("", *SEVERITIES):
         raise XidPolicyError(f"{where}: severity {str(severity)[:20]!r} is not one of {', '.join(SEVERITIES)}")
@@ -108,7 +121,23 @@ def _rule(raw: Any, where: str, countable: bool) -> Rule:
         if not countable:
             raise XidPolicyError(f"{where}: drain_after counts Xid codes only (events keep a fault's code)")
         drain_after = _drain_after(raw["drain_after"], where)
-    return Rule(str(severity), drain_after)
+    return Rule(str(severity), drain_after, _scope(raw.get("scope", FaultScope.NODE.value), where, countable))
+
+
+def _scope(raw: Any, where: str, countable: bool) -> FaultScope:
+    scopes = ", ".join(s.value for s in FaultScope)
+    if not isinstance(raw, str) or raw not in {s.value for s in FaultScope}:
+        raise XidPolicyError(f"{where}: scope {str(raw)[:20]!r} is not one of {scopes}")
+    if raw == FaultScope.GPU.value and not countable:
+        # A signature's event names no GPU by an Xid line (an NVSwitch, a port, the fabric).
+        raise XidPolicyError(f"{where}: scope gpu is for Xid codes only (a signature's fault names no one GPU)")
+    return FaultScope(raw)
+
+
+def fault_scope(policy: XidPolicy, code: int | None) -> FaultScope:
+    """What the site's policy says a fault of `code` takes out: the node unless a rule says gpu."""
+    rule = policy.xids.get(code) if code is not None else None
+    return rule.scope if rule is not None else FaultScope.NODE
 
 
 def _drain_after(raw: Any, where: str) -> DrainAfter:

@@ -53,6 +53,7 @@ from workflows.api import (
     NODE_STATE_QUERY,
     PRODUCTION_STRAGGLERS,
     RECHECK_UPDATE,
+    RELEASE_GPU_UPDATE,
     REMEDIATION,
     REQUEST_REMOVAL_UPDATE,
     RESUME_AUTOMATION_UPDATE,
@@ -62,6 +63,7 @@ from workflows.api import (
     ROLLOUT_RESUME_UPDATE,
     TRANSITION_UPDATE,
     CapacityGuardState,
+    GpuQuarantineRequest,
     HealthEventInput,
     HungJobsInput,
     JobRestartInput,
@@ -519,6 +521,18 @@ async def request_phases(
         return outcome
 
     return list(await asyncio.gather(*(one(n) for n in nodes)))
+
+
+async def release_gpu(client: Client, node: str, gpu: str, actor: str, reason: str) -> str:
+    """Put a GPU taken out alone back in its node's scheduler, through the node's workflow;
+    CommandRejected says why not (the GPU is not out, the node is retired)."""
+    handle = client.get_workflow_handle(node_workflow_id(node))
+    req = GpuQuarantineRequest(node, gpu, reason=reason, actor=actor, request_id=str(uuid.uuid4()))
+    try:
+        done: str = await handle.execute_update(RELEASE_GPU_UPDATE, req, result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        raise CommandRejected(failure_message(exc)) from None
+    return done
 
 
 async def send_health_events(client: Client, node: str, events: Sequence[HealthEventInput]) -> None:

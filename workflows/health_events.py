@@ -33,6 +33,7 @@ def health_event(
     repeat_count: int = 1,
     first_seen: float = 0.0,
     last_seen: float = 0.0,
+    gpu: str = "",
 ) -> HealthEventInput:
     """The event, its severity the policy's (the catalog's, as the site's file amends it) or the
     sender's `severity` when graver (ValueError for a word that is no severity)."""
@@ -50,4 +51,5 @@ def health_event(
         repeat_count=repeat_count,
         first_seen=first_seen,
         last_seen=last_seen,
+        gpu=gpu,
     )

@@ -32,6 +32,7 @@ from fleetctl.text import one_line
 from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
+from workflows.activities.gpu_quarantine import GpuQuarantineActivities
 from workflows.activities.guard import GuardActivities
 from workflows.activities.hang import HangActivities
 from workflows.activities.job_history import JobHistoryActivities
@@ -94,6 +95,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     hangs = HangActivities(settings)
     job_history = JobHistoryActivities(settings, schedulers)
     validation = ValidationActivities(settings, executors)
+    gpu_quarantine = GpuQuarantineActivities(settings, schedulers)
     return [
         node.record_transition,
         node.record_transition_with_facts,
@@ -155,6 +157,9 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         validation.validation_nodes,
         validation.run_allreduce,
         hangs.judge_hung_jobs,
+        gpu_quarantine.plan_gpu_quarantine,
+        gpu_quarantine.quarantine_gpu,
+        gpu_quarantine.release_gpu,
     ]
 
 

@@ -12,13 +12,13 @@ from fleetctl.nodes.health import event_severity
 
 def coalesce_minor(events: list[dict[str, Any]], policy: XidPolicy) -> list[dict[str, Any]]:
     """`events` (spooled, in order) with every minor event that repeats an earlier one of the
-    list (the same source, code, signature and severity) folded into that one: one event with
+    list (the same source, code, signature, severity and GPU) folded into that one: one event with
     `repeat_count` and the times of the first and the last it stands for (`first_seen`,
     `last_seen`). A critical event is never folded (each is acted on), nor one with neither
     code nor signature (nothing says two of them are the same fault). The order of the events
     kept is the order of their first occurrence."""
     out: list[dict[str, Any]] = []
-    kept: dict[tuple[str, int | None, str, str], int] = {}
+    kept: dict[tuple[str, int | None, str, str, str], int] = {}
     for ev in events:
         code, signature = ev["code"], ev.get("signature", "")
         if (code is None and not signature) or event_severity(
@@ -26,7 +26,7 @@ def coalesce_minor(events: list[dict[str, Any]], policy: XidPolicy) -> list[dict
         ) == "critical":
             out.append(ev)
             continue
-        key = (ev["source"], code, signature, ev.get("severity", ""))
+        key = (ev["source"], code, signature, ev.get("severity", ""), ev.get("gpu", ""))
         if key not in kept:
             kept[key] = len(out)
             out.append(ev)

@@ -12,6 +12,7 @@ from checks._text import UnjudgeableOutput
 from checks.signatures import signatures
 from checks.xid import parse_kernel_log
 from checks.xid_policy import XidPolicy
+from fleetctl.nodes.gpu_quarantine import named_gpu
 from fleetctl.nodes.health import catalog_severity
 from fleetctl.text import bounded
 
@@ -35,6 +36,9 @@ class Fault:
     # The catalog signature of a fault without an Xid (checks/catalog/signatures.tsv), "" for
     # an Xid: what the node's workflow reads a fault of an NVLink domain's fabric by.
     signature: str = ""
+    # The PCI address of the GPU an Xid names (its Xid line's), "" for a fault without one: a
+    # code the site's policy scopes to one GPU takes that GPU out (fleetctl.nodes.gpu_quarantine).
+    gpu: str = ""
 
     @property
     def critical(self) -> bool:
@@ -55,7 +59,12 @@ def detect(message: str, policy: XidPolicy) -> list[Fault]:
     except UnjudgeableOutput as exc:
         raise UnreadableRecord(bounded(str(exc), 300)) from None
     faults = [
-        Fault(e.code, bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()), catalog_severity(e.code, policy=policy))
+        Fault(
+            e.code,
+            bounded(f"Xid {e.code} on {e.pci}: {e.message}".strip()),
+            catalog_severity(e.code, policy=policy),
+            gpu=named_gpu(e.pci),
+        )
         for e in log.xids
         if e.code <= MAX_CODE
     ]

@@ -47,7 +47,12 @@ _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "event_id": str,
     "at": (int, float),
 }
-_EVENT_OPTIONAL: dict[str, type | tuple[type, ...]] = {"severity": str, "at_from_record": bool, "signature": str}
+_EVENT_OPTIONAL: dict[str, type | tuple[type, ...]] = {
+    "severity": str,
+    "at_from_record": bool,
+    "signature": str,
+    "gpu": str,
+}
 
 
 class Source(Protocol):
@@ -259,7 +264,9 @@ class Agent:
         move_aside(path, "not a read position")
         return SavedCursor(None, moved_aside=1)
 
-    def _event(self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "") -> Event:
+    def _event(
+        self, key: str, at: float, code: int | None, message: str, severity: str, signature: str = "", gpu: str = ""
+    ) -> Event:
         # `at` is the record's own time (the kernel's, the sample's): believed however long
         # the event waits in the spool.
         return {
@@ -273,6 +280,7 @@ class Agent:
             "severity": severity,
             "at_from_record": True,
             "signature": signature,
+            "gpu": gpu,
         }
 
     def events_of(self, records: list[KernelRecord]) -> list[Event]:
@@ -292,7 +300,15 @@ class Agent:
                 continue
             for i, fault in enumerate(faults):
                 out.append(
-                    self._event(f"{r.record_id}/{i}", r.at, fault.code, fault.message, fault.severity, fault.signature)
+                    self._event(
+                        f"{r.record_id}/{i}",
+                        r.at,
+                        fault.code,
+                        fault.message,
+                        fault.severity,
+                        fault.signature,
+                        fault.gpu,
+                    )
                 )
                 if fault.critical:
                     self._urgent.append(out[-1])

@@ -82,6 +82,7 @@ class IntakeTransport:
                         "severity": e["severity"],
                         # absent from events spooled by an older agent
                         **({"signature": e["signature"]} if e.get("signature") else {}),
+                        **({"gpu": e["gpu"]} if e.get("gpu") else {}),
                         **(
                             {
                                 "repeat_count": e["repeat_count"],

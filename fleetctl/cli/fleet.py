@@ -103,15 +103,20 @@ def _automation(ctx: typer.Context) -> tuple[dict[str, Any], GuardPolicy | None]
     }, g.policy
 
 
-def _headroom(n: int) -> Text:
+def _headroom(n: float) -> Text:
     from rich.text import Text
 
-    return Text(str(n), style="bold red" if n <= 0 else "green")
+    return Text(_nodes(n), style="bold red" if n <= 0 else "green")
+
+
+def _nodes(n: float) -> str:
+    """A budget's count of nodes: whole, or with the GPUs out alone as a fraction (1.125)."""
+    return f"{n:g}"
 
 
 BUDGET_COLUMNS = (
     Column("scope", lambda b: b["scope"]),
-    Column("out", lambda b: b["unavailable"]),
+    Column("out", lambda b: _nodes(b["unavailable"])),
     Column("of", lambda b: b["serving"]),
     Column("limit", lambda b: f"{b['limit']} ({b['max_fraction']:.0%})"),
     Column("headroom", lambda b: _headroom(b["headroom"])),
@@ -305,6 +310,14 @@ def _needs_an_operator(data: dict[str, Any]) -> list[RenderableType]:
                 HELD_COLUMNS,
                 data["held_drains"],
                 title=f"drains held by the capacity guard: {plural(len(data['held_drains']), 'node')}",
+            )
+        )
+    if data["gpus_out"]:
+        parts.append(
+            simple_table(
+                f"GPUs out of their schedulers: {len(data['gpus_out'])} (their nodes serve on with the others)",
+                ["node", "gpu", "since", "reason"],
+                [[x["node"], x["gpu"], when(x["since"]), x["reason"]] for x in data["gpus_out"][:20]],
             )
         )
     if data["suspect"]:

@@ -127,6 +127,7 @@ NODE_COLUMNS = (
     Column("LABELS", lambda r: ",".join(f"{k}={v}" for k, v in r["labels"].items()), wide=True),
     Column("SINCE", lambda r: when(r["state_since"]), wide=True),
     Column("AGENT", lambda r: age(r["agent_seen_at"]) or "-", wide=True),  # how long ago its agent was heard
+    Column("GPUS-OUT", lambda r: ",".join(g["gpu"] for g in r.get("gpus_out", [])) or "-", wide=True),
 )
 EVENT_COLUMNS = (
     Column("at", lambda r: when(r["at"])),
@@ -409,6 +410,8 @@ def show(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION) ->
             parts.append(Text.assemble(("out for: ", "bold"), shown(d["out_for"])))
         if d["jobs"]:
             parts.append(shown(f"jobs: {', '.join(d['jobs'])}"))
+        for g in d["gpus_out"]:  # the node serves on with its other GPUs
+            parts.append(shown(f"GPU out: {g['gpu']} since {when(g['since'])}: {g['reason']}"))
         if d["agent_seen_at"]:
             parts.append(shown(f"agent: last heard {when(d['agent_seen_at'])} ({age(d['agent_seen_at'])} ago)"))
         if d["remediated"]["times"]:
@@ -805,6 +808,34 @@ def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="nod
     rest = [name for name in hosts if name not in serving]
     if rest:
         _command(ctx, rest, "undrain", "operator: undrain")
+
+
+@app.command("release-gpu")
+def release_gpu(
+    ctx: typer.Context,
+    name: str,
+    gpu: str = typer.Argument(..., help="the GPU's PCI address, as `node show` lists it (0000:2b:00)"),
+    reason: str = typer.Option(..., "--reason", callback=free_text(required=True), help="why it is fit again"),
+) -> None:
+    """Put a GPU taken out alone (a fault scoped to it) back in the node's scheduler."""
+    from fleetctl.nodes.gpu_quarantine import NotAGpuAddress, gpu_key
+    from workflows.client import CommandRejected
+    from workflows.client import release_gpu as release
+
+    try:
+        key = gpu_key(gpu)
+    except NotAGpuAddress as exc:
+        fail(str(exc), EXIT_USAGE)
+    _require_nodes(ctx, [name])
+    s = context.settings(ctx)
+
+    async def run() -> str:
+        return await release(await context.temporal_client(ctx), name, key, s.identity(), reason)
+
+    try:
+        typer.echo(context.run_async(run()))
+    except CommandRejected as exc:
+        fail(str(exc), EXIT_OPERATIONAL)
 
 
 @app.command("rma")

@@ -58,6 +58,8 @@ class SimNodeView:
     reason: str | None
     jobs: tuple[str, ...]  # running jobs placed on it
     spare: bool = False  # held as a hot spare: no job is placed on it (fleetctl.jobs.spares)
+    profile: str = ""  # the inventory's GPU profile: how many GPUs the node has
+    gpus_out: tuple[str, ...] = ()  # GPUs taken out of its GRES (set_sim_gpus_out): no work placed on them
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class QueuedJob:
     # Exactly these nodes or wait, until released (a restart placed in its island,
     # fleetctl.jobs.placement; Slurm's ReqNodeList).
     nodes: tuple[str, ...] = ()
+    gpus_per_node: int = 8
 
 
 # (queue in FIFO order, every simulated node) -> {job id: the nodes it now runs on}
@@ -81,10 +84,11 @@ class UnknownJob(LookupError):
 
 def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[SimNodeView]:
     # Not fleetctl's state: like Slurm, the simulated scheduler knows only its own drains.
-    query = select(Node.name).where(Node.scheduler == SIM).order_by(Node.name)
+    query = select(Node.name, Node.profile).where(Node.scheduler == SIM).order_by(Node.name)
     if names is not None:
         query = query.where(col(Node.name).in_(list(names)))
-    nodes = list(session.exec(query))
+    profiles = dict(session.exec(query).all())
+    nodes = list(profiles)
     drains = {d.node_name: d for d in session.exec(select(SimSchedulerNode))}
     spares = set(session.exec(select(Spare.node_name)))
     placed: dict[str, list[str]] = {}
@@ -98,6 +102,8 @@ def _sim_nodes(session: Session, names: Sequence[str] | None = None) -> list[Sim
             drains[name].reason if name in drains else None,
             tuple(placed.get(name, ())),
             name in spares,
+            profiles[name],
+            tuple(drains[name].gpus_out) if name in drains else (),
         )
         for name in nodes
     ]
@@ -120,6 +126,20 @@ def set_sim_drain(engine: Engine, node: str, drained: bool, reason: str | None) 
         except IntegrityError:  # a concurrent first drain of the same node inserted the row
             session.rollback()
             set_sim_drain(engine, node, drained, reason)
+
+
+def set_sim_gpus_out(engine: Engine, node: str, gpus: Sequence[str]) -> None:
+    """The simulated scheduler's GRES of `node` leaves out exactly `gpus` from now on."""
+    with Session(engine) as session:
+        row = session.exec(select(SimSchedulerNode).where(SimSchedulerNode.node_name == node)).first()
+        row = row or SimSchedulerNode(node_name=node)
+        row.gpus_out, row.updated_at = sorted(set(gpus)), utcnow()
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # a concurrent first write of the same node inserted the row
+            session.rollback()
+            set_sim_gpus_out(engine, node, gpus)
 
 
 def get_job(engine: Engine, job_id: str) -> Job | None:
@@ -210,7 +230,9 @@ def sim_scheduling_pass(
         if queue:
             placements = place(
                 [
-                    QueuedJob(j.job_id, j.node_count, frozenset(j.excluded_nodes), tuple(j.required_nodes))
+                    QueuedJob(
+                        j.job_id, j.node_count, frozenset(j.excluded_nodes), tuple(j.required_nodes), j.gpus_per_node
+                    )
                     for j in queue
                 ],
                 _sim_nodes(session),

@@ -340,6 +340,28 @@ class SimSchedulerNode(SQLModel, table=True):
     drained: bool = False
     reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     updated_at: datetime = Field(default_factory=utcnow)
+    # The GPUs (fleetctl.nodes.gpu_quarantine.gpu_key) taken out of the node's GRES: work is placed
+    # on the others (migration 0022).
+    gpus_out: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False, server_default="[]"))
+
+
+class GpuQuarantine(SQLModel, table=True):
+    """One GPU taken out of its node's scheduler while the node stays in service
+    (fleetctl.nodes.gpu_quarantine; migration 0022): open until `released_at`."""
+
+    __tablename__ = "gpu_quarantines"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    node_name: str = Field(index=True)
+    gpu: str  # the GPU's PCI address, as gpu_key spells it
+    code: int | None = None  # the Xid that took it out
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False))
+    actor: str = ""
+    quarantined_at: datetime = Field(default_factory=utcnow)
+    released_at: datetime | None = Field(default=None, index=True)
+    release_reason: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    idempotency_key: str
 
 
 class Spare(SQLModel, table=True):

@@ -81,6 +81,8 @@ def signal_of(event: Event) -> Event:
         "signature": event.get("signature", ""),
         "at_from_record": event.get("at_from_record", False),
     }
+    if event.get("gpu"):
+        out["gpu"] = event["gpu"]
     if event.get("repeat_count", 1) > 1:
         out |= {
             "repeat_count": event["repeat_count"],

@@ -7,6 +7,9 @@ Plain JSON: {"events": [{"node": "n1", "code": 79, "message": "...", "id": "..."
              "severity": "critical", "signature": "nvswitch_sxid_fatal"}]}
 `signature`, optional, names the catalog signature (checks/catalog/signatures.tsv) the sender
 read a fault without an Xid as; a name the catalog does not have is refused.
+`gpu`, optional, is the PCI address of the GPU the fault names (0000:2b:00, as the Xid line
+prints it): a code the site's policy scopes to one GPU takes that GPU out, not the node. An
+address that is none is refused.
 
 Severity (info, warning, critical) says how soon the node's workflow handles the event, and
 drains the node for an event without a code when critical. Given in a plain JSON event it
@@ -29,6 +32,7 @@ from checks.result import SEVERITIES
 from checks.signatures import MAX_SIGNATURE_NAME, signatures
 from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import Fault
+from fleetctl.nodes.gpu_quarantine import NotAGpuAddress, gpu_key
 from fleetctl.nodes.health import event_severity, health_event_id
 from fleetctl.text import bounded
 
@@ -124,11 +128,15 @@ class IntakeEvent:
     # last was seen (the first is `at`); the delivery queue merges on from there.
     repeat_count: int = 1
     last_at: float = 0.0
+    # The PCI address of the GPU the fault names (fleetctl.nodes.gpu_quarantine.gpu_key), or "".
+    gpu: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         if self.repeat_count == 1:  # the spooled form of an event that stands for itself alone
             del out["repeat_count"], out["last_at"]
+        if not self.gpu:  # as events naming no GPU were always spooled
+            del out["gpu"]
         return out
 
 
@@ -283,6 +291,7 @@ def from_json(body: object, now: float, *, policy: XidPolicy = CATALOG) -> list[
             "repeat_count",
             "first_seen",
             "last_seen",
+            "gpu",
         }
         if unknown:
             raise BadBody(f"{where}: unknown field {sorted(unknown)[0]!r}")
@@ -316,9 +325,20 @@ def from_json(body: object, now: float, *, policy: XidPolicy = CATALOG) -> list[
                 signature,
                 repeat_count,
                 last_at,
+                _gpu(item.get("gpu"), f"{where}.gpu"),
             )
         )
     return out
+
+
+def _gpu(value: object, where: str) -> str:
+    """The GPU's PCI address as gpu_key spells it, or "" when none is given."""
+    if value is None or value == "":
+        return ""
+    try:
+        return gpu_key(value) if isinstance(value, str) else gpu_key(str(value)[:40])
+    except NotAGpuAddress as exc:
+        raise BadBody(f"{where}: {exc}") from None
 
 
 # Node Problem Detector's conditions that mean the node must not run work. Operators add

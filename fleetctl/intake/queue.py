@@ -44,8 +44,8 @@ class Admission(Enum):
     REFUSED = "refused"  # critical, past the total with nothing minor left to make room
 
 
-# What makes two events of a node repeats of one another: node, code, signature, severity.
-RepeatKey = tuple[str, int | None, str, str]
+# What makes two events of a node repeats of one another: node, code, signature, severity, GPU.
+RepeatKey = tuple[str, int | None, str, str, str]
 
 
 def critical(event: Event) -> bool:
@@ -56,7 +56,13 @@ def repeat_key(event: Event) -> RepeatKey | None:
     """What makes two events of a node repeats of one another; None: never merged."""
     if critical(event) or (event.get("code") is None and not event.get("signature")):
         return None
-    return (event["node"], event.get("code"), event.get("signature", ""), event.get("severity", ""))
+    return (
+        event["node"],
+        event.get("code"),
+        event.get("signature", ""),
+        event.get("severity", ""),
+        event.get("gpu", ""),
+    )
 
 
 def _last_at(event: Event) -> float:

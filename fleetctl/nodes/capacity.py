@@ -35,6 +35,10 @@ jobs at once, so it costs the guard the whole domain, not one node. The rule:
   kernel line; one tray must not take its 17 neighbours out.
 The guard counts nodes; a domain's nodes are one profile (the inventory refuses a mixed
 domain), so its nodes are its GPUs over that profile's count per tray.
+
+A GPU taken out alone (fleetctl.nodes.gpu_quarantine: its node stays in production) costs 1/N
+of its node of N GPUs, in the fleet's and the rack's counts alike (RackCounts.gpus_out), and
+asks the guard as any removal does: eight GPUs out one by one cost what one drain costs.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class RackCounts:
     serving: int = 0  # nodes of the rack in the serving fleet (NodeState.in_serving_fleet)
     unavailable: int = 0  # of which out of service (NodeState.out_of_service)
     production: int = 0
+    # Nodes' worth of GPUs out of their schedulers on nodes still in service (1/N per GPU).
+    gpus_out: float = 0.0
 
 
 @dataclass
@@ -76,6 +82,9 @@ class FleetSnapshot:
     # Production nodes another tool (a person in Slurm, NHC) drained in their scheduler, each
     # with its drain's health event id: counted out of service in `racks` (counted_outside).
     drained_outside: dict[str, str] = field(default_factory=dict)
+    # The GPUs counted in `racks`' gpus_out, each gpu_grant_key(node, gpu): a pending GPU grant
+    # ends once its GPU is here.
+    gpus_quarantined: list[str] = field(default_factory=list)
 
     @property
     def serving(self) -> int:
@@ -88,6 +97,10 @@ class FleetSnapshot:
     @property
     def production(self) -> int:
         return sum(r.production for r in self.racks.values())
+
+    @property
+    def gpus_out(self) -> float:
+        return sum(r.gpus_out for r in self.racks.values())
 
 
 @dataclass
@@ -103,6 +116,10 @@ class RemovalRequest:
     # with `node` (domain_removal). Empty: this one node.
     domain: str = ""
     domain_nodes: list[str] = field(default_factory=list)
+    # A GPU taken out alone (fleetctl.nodes.gpu_quarantine.gpu_key), the node left in service,
+    # and the node's GPU count: it costs 1/gpus_on_node of the node (removal_cost). "": the node.
+    gpu: str = ""
+    gpus_on_node: int = 0
 
 
 @dataclass
@@ -151,6 +168,11 @@ def grant_for(guard: str, node: str, state_version: int) -> str:
     return f"{guard}:{node}@{state_version}"
 
 
+def gpu_grant_key(node: str, gpu: str) -> str:
+    """What the guard keeps a GPU's pending grant under, and the snapshot names the GPU by."""
+    return f"{node}/gpu/{gpu}"
+
+
 def grant_covers(grant: str, node: str, state_version: int) -> bool:
     """Whether `grant` allows `node`, now at `state_version`, to be drained by automation: a
     grant names one node at one version, so one for another node, or from before the node
@@ -176,12 +198,12 @@ class Budget:
 
     scope: str
     serving: int
-    unavailable: int
+    unavailable: float  # nodes, and the GPUs out alone at 1/N of theirs (whole when none is)
     limit: int
     max_fraction: float
 
     @property
-    def headroom(self) -> int:
+    def headroom(self) -> float:
         """Nodes automation may still take out; negative when an operator went past the limit."""
         return self.limit - self.unavailable
 
@@ -201,7 +223,7 @@ def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
     fleet = Budget(
         "fleet",
         snapshot.serving,
-        snapshot.unavailable,
+        _out(snapshot.unavailable, snapshot.gpus_out),
         allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet),
         policy.max_unavailable_fleet,
     )
@@ -211,13 +233,18 @@ def budgets(policy: GuardPolicy, snapshot: FleetSnapshot) -> list[Budget]:
             Budget(
                 f"rack {name or '-'}",
                 r.serving,
-                r.unavailable,
+                _out(r.unavailable, r.gpus_out),
                 allowed_unavailable(r.serving, policy.max_unavailable_rack),
                 policy.max_unavailable_rack,
             )
             for name, r in sorted(snapshot.racks.items())
         ),
     ]
+
+
+def _out(nodes: int, gpus: float) -> float:
+    """Nodes out, with the GPUs out alone as the guard counts them; a whole count when none is."""
+    return nodes + gpus if gpus else nodes
 
 
 def operator_drain_overruns(policy: GuardPolicy, snapshot: FleetSnapshot, drains: list[tuple[str, str]]) -> list[str]:
@@ -419,13 +446,22 @@ def counted_outside(state: str, drained_outside: bool) -> str:
 
 def failure_key(request: RemovalRequest) -> str:
     """What the storm breaker counts a request's failure as: its node, or, for a fault of an
-    NVLink domain's fabric, the domain (every tray of a domain reports its one IMEX fault)."""
+    NVLink domain's fabric, the domain (every tray of a domain reports its one IMEX fault).
+    A GPU's fault is its node's: a node's GPUs failing one by one are one failing node."""
     return request.domain or request.node
 
 
-def removal_cost(request: RemovalRequest) -> int:
-    """Nodes the request takes out of service: one, or its whole domain's in-service nodes."""
+def removal_cost(request: RemovalRequest) -> float:
+    """Nodes the request takes out of service: one, its whole domain's in-service nodes, or,
+    for one GPU, that GPU's share of its node (1/N of a node of N GPUs)."""
+    if request.gpu:
+        return 1.0 / max(1, request.gpus_on_node)
     return 1 + len(request.domain_nodes)
+
+
+def _nodes(count: float) -> str:
+    """A count of nodes as the guard's reasons say it: whole, or with the GPUs' fraction."""
+    return f"{count:.3g}" if count != int(count) else str(int(count))
 
 
 def reads_snapshot(request: RemovalRequest) -> bool:
@@ -441,8 +477,8 @@ def decide(
     recent_failures: dict[str, float],
     now: float,
     breaker_open: bool,
-    pending_grants: int = 0,
-    pending_in_rack: int = 0,
+    pending_grants: float = 0,
+    pending_in_rack: float = 0,
 ) -> RemovalDecision:
     """Whether `request` may take its node out of production (see _decide). In a dry run
     (policy.dry_run) automation is told what the answer would have been and granted nothing;
@@ -460,8 +496,8 @@ def _decide(
     recent_failures: dict[str, float],
     now: float,
     breaker_open: bool,
-    pending_grants: int = 0,
-    pending_in_rack: int = 0,
+    pending_grants: float = 0,
+    pending_in_rack: float = 0,
 ) -> RemovalDecision:
     """Whether `request` may take its node (and, for a domain request, its domain's other
     nodes) out of production.
@@ -469,7 +505,8 @@ def _decide(
     `recent_failures` maps each node that reported a failure (or NVLink domain: failure_key)
     to its latest report's time: a storm is many nodes failing, not one node failing again and
     again;
-    `pending_grants` are removals granted but not yet visible in the snapshot.
+    `pending_grants` are removals granted but not yet visible in the snapshot, in nodes (a
+    GPU's grant is its share of its node).
     """
     with_domain = list(request.domain_nodes)
     if request.force:
@@ -478,7 +515,8 @@ def _decide(
         return RemovalDecision(
             request.node,
             True,
-            "critical fault: the node has already lost capacity"
+            f"critical fault: the {'GPU' if request.gpu else 'node'} has already lost capacity"
+            + _of_gpu(request)
             + (f"; the rest of NVLink domain {request.domain} is not taken with it" if with_domain else ""),
         )
     if already_out(request, snapshot):
@@ -501,13 +539,14 @@ def _decide(
     # A domain request is granted whole or refused whole: its refusal says what the domain costs.
     of_domain = f" (NVLink domain {request.domain}: {takes} nodes)" if with_domain else ""
     fleet_limit = allowed_unavailable(snapshot.serving, policy.max_unavailable_fleet)
-    if snapshot.unavailable + pending_grants + takes > fleet_limit:
+    fleet_out = snapshot.unavailable + snapshot.gpus_out + pending_grants
+    if fleet_out + takes > fleet_limit + _SLACK:
         return RemovalDecision(
             request.node,
             False,
-            f"fleet limit: {snapshot.unavailable + pending_grants} of {snapshot.serving} already unavailable "
-            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}){of_domain}; "
-            + until_back(snapshot.unavailable + pending_grants + takes - fleet_limit, "of the fleet"),
+            f"fleet limit: {_nodes(fleet_out)} of {snapshot.serving} already unavailable "
+            f"(max {fleet_limit}, {policy.max_unavailable_fleet:.0%}){of_domain}{_of_gpu(request)}; "
+            + until_back(math.ceil(fleet_out + takes - fleet_limit - _SLACK), "of the fleet"),
         )
     if with_domain:
         # The rack limit keeps a shared cause in one rack from taking much of it out; a domain
@@ -516,15 +555,28 @@ def _decide(
         return RemovalDecision(request.node, True, "within the fleet limit" + of_domain, domain_nodes=with_domain)
     rack = snapshot.racks.get(request.rack, RackCounts())
     rack_limit = allowed_unavailable(rack.serving, policy.max_unavailable_rack)
-    if rack.unavailable + pending_in_rack + 1 > rack_limit:
+    rack_out = rack.unavailable + rack.gpus_out + pending_in_rack
+    if rack_out + takes > rack_limit + _SLACK:
         return RemovalDecision(
             request.node,
             False,
-            f"rack limit: {rack.unavailable + pending_in_rack} of {rack.serving} in {request.rack or 'the rack'} "
-            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%}); "
-            + until_back(rack.unavailable + pending_in_rack + 1 - rack_limit, f"of {request.rack or 'the rack'}"),
+            f"rack limit: {_nodes(rack_out)} of {rack.serving} in {request.rack or 'the rack'} "
+            f"already unavailable (max {rack_limit}, {policy.max_unavailable_rack:.0%}){_of_gpu(request)}; "
+            + until_back(math.ceil(rack_out + takes - rack_limit - _SLACK), f"of {request.rack or 'the rack'}"),
         )
-    return RemovalDecision(request.node, True, "within limits")
+    return RemovalDecision(request.node, True, "within limits" + _of_gpu(request))
+
+
+# Sums of GPU shares (1/8 eight times) are not exact in floating point: a limit is passed only
+# by more than this, far below one GPU of the largest node.
+_SLACK = 1e-9
+
+
+def _of_gpu(request: RemovalRequest) -> str:
+    """What a GPU's request costs, said with its decision."""
+    if not request.gpu:
+        return ""
+    return f" (GPU {request.gpu}: 1/{request.gpus_on_node} of {request.node})"
 
 
 # What a held drain waits for, said with the refusal (the guard holds no timer: a drain is
@@ -573,6 +625,17 @@ def guard_snapshot(nodes: Iterable[tuple[str, str, datetime]], now: datetime, po
     """The snapshot the guard decides on, from (rack, state, state_since) triples: every
     count of capacity (the guard, `fleet status`, the exporter's budget) is this one."""
     return snapshot_from_states([(rack, counted_state(state, since, now, policy)) for rack, state, since in nodes])
+
+
+def count_gpus_out(snapshot: FleetSnapshot, gpus: Iterable[tuple[str, str, str, str, int]]) -> FleetSnapshot:
+    """The snapshot with the GPUs out counted, each (rack, node, node's state, GPU, the node's
+    GPU count) as 1/N of its node in its rack; one of a node out of service is not counted
+    again (the node is, whole)."""
+    for rack, node, state, gpu, gpus_on_node in gpus:
+        if NodeState(state).in_service:
+            snapshot.racks.setdefault(rack, RackCounts()).gpus_out += 1.0 / max(1, gpus_on_node)
+            snapshot.gpus_quarantined.append(gpu_grant_key(node, gpu))
+    return snapshot
 
 
 def snapshot_from_states(nodes: list[tuple[str, str]]) -> FleetSnapshot:

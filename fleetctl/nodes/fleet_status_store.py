@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from checks.profiles import load_profile
 from fleetctl.db import firmware as firmware_db
-from fleetctl.db import queries
+from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db import spares as spare_store
 from fleetctl.durations import as_utc
 from fleetctl.jobs.spares import spare_counts
@@ -18,6 +19,7 @@ from fleetctl.nodes.capacity import (
     FleetSnapshot,
     GuardPolicy,
     budgets,
+    count_gpus_out,
     guard_snapshot,
     in_fleet,
     operator_drain_overruns,
@@ -51,7 +53,7 @@ def fleet_status(
     status["islands"] = rack_view(nodes)
     status["automation"] = automation
     mine = [n for n in nodes if in_fleet(n.labels, fleet)]
-    status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy))]
+    status["budget"] = [b.to_dict() for b in budgets(policy, _counted(mine, policy, engine))]
     # Hot spares are production nodes kept free for restarts: in service for the guard (the
     # budget above counts them as production), only running no job.
     names = {n.name for n in mine}
@@ -88,6 +90,9 @@ def fleet_status(
         {"node": name, "since": e.at, "reason": e.reason} for name, e in sorted(queries.stalled_nodes(engine).items())
     ]
     status["needs_operator"] = needs_operator(engine, mine)
+    from fleetctl.nodes.view_store import gpus_out_by_node
+
+    status["gpus_out"] = [g for gpus in gpus_out_by_node(engine, sorted(names)).values() for g in gpus]
     status["recent_automation_events"] = recent_automation(engine)[:RECENT_AUTOMATION_EVENTS]
     # What operators did, next to what they were refused (recent automation lists refusals).
     # One row per command however many nodes it named (event_groups.collapse_commands).
@@ -139,10 +144,26 @@ def drain_overruns(engine: Engine, policy: GuardPolicy, fleet: str, names: Itera
     mine = [n for n in queries.list_nodes(engine) if in_fleet(n.labels, fleet)]
     wanted = set(names)
     return operator_drain_overruns(
-        policy, _counted(mine, policy), [(n.rack, n.state) for n in mine if n.name in wanted]
+        policy, _counted(mine, policy, engine), [(n.rack, n.state) for n in mine if n.name in wanted]
     )
 
 
-def _counted(nodes: list[Node], policy: GuardPolicy) -> FleetSnapshot:
-    """The fleet's nodes as its guard counts them (a fresh RMA is still out)."""
-    return guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(UTC), policy)
+def _counted(nodes: list[Node], policy: GuardPolicy, engine: Engine) -> FleetSnapshot:
+    """The fleet's nodes as its guard counts them (a fresh RMA is still out, a GPU out alone
+    is 1/N of its node)."""
+    snapshot = guard_snapshot([(n.rack, n.state, as_utc(n.state_since)) for n in nodes], datetime.now(UTC), policy)
+    return with_gpus_out(engine, nodes, snapshot)
+
+
+def with_gpus_out(engine: Engine, nodes: list[Node], snapshot: FleetSnapshot) -> FleetSnapshot:
+    """`snapshot` (of `nodes`) with the GPUs out alone counted, each 1/N of its node (count_gpus_out):
+    as the capacity guard and `fleet status` count them."""
+    by_name = {n.name: n for n in nodes}
+    return count_gpus_out(
+        snapshot,
+        [
+            (node.rack, node.name, node.state, q.gpu, load_profile(node.profile).gpu_count)
+            for q in gpu_quarantines.open_quarantines(engine)
+            if (node := by_name.get(q.node_name)) is not None
+        ],
+    )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from checks.result import SEVERITIES
 from checks.signatures import signatures
 from checks.xid_catalog import xid_action
-from checks.xid_policy import XidPolicy
+from checks.xid_policy import FaultScope, XidPolicy, fault_scope
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
@@ -162,7 +162,7 @@ class PolicyRow:
     name: str  # NVIDIA's mnemonic, or the signature's description
     catalog: str  # the catalog's severity
     severity: str  # the effective one
-    drains: str  # when it drains the node: at once, after N in a window, never
+    drains: str  # when it drains the node (or only the GPU): at once, after N in a window, never
     source: str  # "catalog", or the site file that set a field of the row
 
 
@@ -183,6 +183,8 @@ def effective_table(policy: XidPolicy, escalation: EscalationPolicy = Escalation
             drains = f"after {escalation.repeats} in {_window_words(escalation.window_s)}"
         else:
             drains = "never"
+        if drains != "never" and fault_scope(policy, code) is FaultScope.GPU:
+            drains += ": its GPU only (when the event names it)"
         source = policy.source if rule is not None else "catalog"
         rows.append(PolicyRow("xid", str(code), act.mnemonic, act.severity, severity, drains, source))
     for name, sig in sorted(signatures().items()):

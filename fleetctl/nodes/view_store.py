@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from fleetctl.db import queries
+from fleetctl.db import gpu_quarantines, queries
 from fleetctl.durations import as_utc
 from fleetctl.nodes.conditions import (
     CheckRow,
@@ -280,7 +280,8 @@ def node_rows(
     stalled = queries.stalled_nodes(engine)
     outside = queries.open_external_drains(engine)
     runs = remediations(engine, names)
-    return [
+    gpus = gpus_out_by_node(engine, names)
+    rows = [
         node_row(
             n,
             summarise_checks(_check_row(r) for r in latest.get(n.name, [])),
@@ -297,6 +298,20 @@ def node_rows(
         )
         for n in nodes
     ]
+    for row in rows:
+        row["gpus_out"] = gpus.get(row["name"], [])
+    return rows
+
+
+def gpus_out_by_node(engine: Engine, names: Sequence[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The GPUs out of their schedulers (fleetctl.nodes.gpu_quarantine), by node: each GPU's
+    PCI address, the Xid that took it out, since when and why."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for q in gpu_quarantines.open_quarantines(engine, names):
+        found.setdefault(q.node_name, []).append(
+            {"node": q.node_name, "gpu": q.gpu, "code": q.code, "since": as_utc(q.quarantined_at), "reason": q.reason}
+        )
+    return found
 
 
 def node_health(
@@ -382,6 +397,7 @@ def node_detail(
         asked=None if asked is None else {n.name: asked},
     )
     data["checks"] = [summary_dict(s) for s in checks]
+    data["gpus_out"] = gpus_out_by_node(engine, [n.name]).get(n.name, [])
     data["health_events"] = [
         {
             "source": h.source,

@@ -158,6 +158,20 @@ class HoldsSpares(Protocol):
 
 
 @runtime_checkable
+class QuarantinesGpus(Protocol):
+    """Optional: a scheduler that can take one GPU of a node out while the node's others keep
+    working (fleetctl.nodes.gpu_quarantine): the simulated scheduler's GRES. `gpu` is the GPU's
+    PCI address (gpu_key). A scheduler without it drains the node for such a fault, as before."""
+
+    def quarantine_gpu(self, node: str, gpu: str, reason: str) -> None: ...
+
+    def release_gpu(self, node: str, gpu: str) -> None: ...
+
+    # The node's GPUs out now, as the scheduler holds them.
+    def gpus_out(self, node: str) -> list[str]: ...
+
+
+@runtime_checkable
 class ListsJobHistory(Protocol):
     """Optional: a scheduler that can list every job it remembers, ended ones too, in one
     call (Slurm: squeue --states=all; the simulated scheduler: its queue)."""

@@ -7,7 +7,11 @@ job's ExcNodeList) and only on the nodes it was named onto until they are releas
 (ReqNodeList). A node is free, as in Slurm, when this scheduler has not drained it, no
 other job runs there and it is not held as a spare, whatever fleetctl's state: a node new
 to fleetctl, in burn-in or under a check takes work unless fleetctl holds it (drains it
-with a hold's reason, fleetctl.schedulers.base). There is no
+with a hold's reason, fleetctl.schedulers.base). A node's GPUs are its GRES, as Slurm's
+`Gres=gpu:8`: a GPU fleetctl took out (quarantine_gpu) leaves 7, and a job that asks for 8 GPUs
+per node no longer fits there, while one of 7 does. A job asking for more GPUs than a node has
+asks for the whole node (jobs submitted before GPU counts mattered ask for 8 on 4-GPU trays).
+There is no
 scheduler loop: every call runs one scheduling pass first, as a real scheduler's loop
 would have by then.
 
@@ -25,6 +29,7 @@ from fleetctl.db import jobs as store
 from fleetctl.db import spares as spare_store
 from fleetctl.db.jobs import QueuedJob, SimNodeView
 from fleetctl.db.models import Job
+from fleetctl.nodes.gpu_quarantine import gpus_usable
 from fleetctl.schedulers.base import (
     REASON_PREFIX,
     FleetctlDoesNotOwnDrain,
@@ -33,20 +38,30 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
     SchedulerNodeState,
 )
+from fleetctl.sim.profiles import sim_profile
+
+
+def gpus_fit(job: QueuedJob, node: SimNodeView) -> bool:
+    """Whether the node's GPUs left in its GRES hold the job's GPUs per node."""
+    count = sim_profile(node.profile).gpu_count
+    return min(job.gpus_per_node, count) <= gpus_usable(count, len(node.gpus_out))
 
 
 def place_first_fit(queue: Sequence[QueuedJob], nodes: Sequence[SimNodeView]) -> dict[str, list[str]]:
-    """In queue order, each job that fits gets the first `node_count` free nodes it may use; a
-    job given its nodes gets exactly those, when all are free."""
+    """In queue order, each job that fits gets the first `node_count` free nodes it may use
+    (with its GPUs per node left in their GRES); a job given its nodes gets exactly those,
+    when all are free."""
+    views = {n.name: n for n in nodes}
     free = [n.name for n in nodes if not n.drained and not n.jobs and not n.spare]
     placements: dict[str, list[str]] = {}
     for job in queue:
+        fitting = {name for name in free if gpus_fit(job, views[name])}
         if job.nodes:
-            if set(job.nodes) <= set(free) - job.exclude:
+            if set(job.nodes) <= fitting - job.exclude:
                 placements[job.job_id] = list(job.nodes)
                 free = [name for name in free if name not in job.nodes]
             continue
-        usable = [name for name in free if name not in job.exclude]
+        usable = [name for name in free if name not in job.exclude and name in fitting]
         if len(usable) >= job.node_count:
             placements[job.job_id] = usable[: job.node_count]
             free = [name for name in free if name not in placements[job.job_id]]
@@ -79,6 +94,27 @@ class SimScheduler:
         store.set_sim_drain(
             self.engine, node, True, reason if reason.startswith(REASON_PREFIX) else f"{REASON_PREFIX} {reason}"
         )
+
+    def quarantine_gpu(self, node: str, gpu: str, reason: str) -> None:
+        """Take `gpu` out of the node's GRES (as an operator shrinks Slurm's Gres=gpu:N); the
+        job running there keeps its GPUs until it ends, as Slurm lets it."""
+        current = self._node(node)
+        self._check_gpus(node, current, [*current.gpus_out, gpu])
+        store.set_sim_gpus_out(self.engine, node, [*current.gpus_out, gpu])
+
+    def release_gpu(self, node: str, gpu: str) -> None:
+        """Put `gpu` back in the node's GRES; work may be placed on it at once."""
+        current = self._node(node)
+        store.set_sim_gpus_out(self.engine, node, [g for g in current.gpus_out if g != gpu])
+        self._schedule()
+
+    def gpus_out(self, node: str) -> list[str]:
+        return list(self._node(node).gpus_out)
+
+    def _check_gpus(self, node: str, current: SimNodeView, gpus: Sequence[str]) -> None:
+        count = sim_profile(current.profile).gpu_count
+        if len(set(gpus)) > count:
+            raise SchedulerError(f"{node} has {count} GPUs: cannot take {len(set(gpus))} out of its GRES")
 
     def resume(self, node: str, force: bool = False) -> None:
         current = self._node(node)

@@ -4,7 +4,7 @@
 beside who answered and when; null for the answers given before it was asked for.
 
 Revision ID: 0024
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-05
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0024"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

@@ -79,6 +79,7 @@ def test_a_moved_class_gives_the_payload_the_histories_hold() -> None:
         "repeat_count": 1,
         "first_seen": 0.0,
         "last_seen": 0.0,
+        "gpu": "",
     }
     decode = DataConverter.default.payload_converter.from_payloads
     assert decode(DataConverter.default.payload_converter.to_payloads([recorded]), [api.HealthEventInput]) == [ev]

@@ -44,7 +44,12 @@ branches it took (docs/decisions/0024-retiring-patches.md); git history keeps it
 - v8 (tests/histories/v8/*.json), a hung-job judge (HungJobs) that drains the node a job hung on
   and restarts the job off it as that drain's fault.
 
-By default only the newest set (v8) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
+- v9 (tests/histories/v9/*.json), a fault confined to one GPU (gpu-quarantine): an XID 48 and
+  the XID 64 after it on one GPU of a node whose site policy scopes both to the GPU: the GPU
+  taken out of its scheduler through the capacity guard, the second found out already; then an
+  operator's release of the GPU (the update release_gpu).
+
+By default only the newest set (v9) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -72,7 +77,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from fleetctl.config import Settings, load_settings
 from fleetctl.connections.temporal_server import start_dev_server
-from fleetctl.db import queries
+from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db import remediation as rma_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.firmware import record_rollout, set_baseline
@@ -111,6 +116,7 @@ from workflows.api import (
 from workflows.client import (
     connect,
     ensure_node_workflows,
+    release_gpu,
     request_phase,
     request_transition,
     run_remediation,
@@ -136,6 +142,7 @@ SETS = {
     "v6": HISTORIES / "v6",
     "v7": HISTORIES / "v7",
     "v8": HISTORIES / "v8",
+    "v9": HISTORIES / "v9",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1151,6 +1158,35 @@ async def record_v8(directory: Path = SETS["v8"]) -> list[Path]:
         return await rec.write(directory, {"hung_jobs_restart": hung_jobs_id(f"record-{rec.unique}")})
 
 
+async def record_v9(directory: Path = SETS["v9"]) -> list[Path]:
+    """An XID 48 and its XID 64 on one GPU, scoped to it by the site's policy (gpu-quarantine)."""
+    policy = Path(tempfile.mkdtemp(prefix="fleetctl-xid-policy-")) / "xid-policy.yaml"
+    policy.write_text("xid:\n  48: {scope: gpu}\n  64: {scope: gpu}\n")
+    async with recording(xid_policy=str(policy)) as rec:
+        (node,) = rec.add_nodes(1, "rv9", racks=1)
+        await _in_production(rec, node)
+        await rec.idle(node)
+        gpu = "0000:2b:00"
+        events = [
+            HealthEventInput(
+                node, "agent", code, f"Xid {code} on {gpu}", "recorder", f"rv9-{code}", time.time(), gpu=gpu
+            )
+            for code in (48, 64)
+        ]
+        await send_health_events(rec.client, node, events)
+        deadline = time.monotonic() + 60
+        while gpu_quarantines.gpus_out(rec.engine, node) != [gpu]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node}: GPU {gpu} was not taken out")
+            await asyncio.sleep(0.2)
+        await rec.idle(node)
+        if rec.triggers(node)[-1] != "enter_production":
+            raise RuntimeError(f"{node}: the node moved: {rec.triggers(node)}")
+        await release_gpu(rec.client, node, gpu, "recorder", "reset and recheck passed")
+        await rec.idle(node)
+        return await rec.write(directory, {"node_lifecycle_gpu_quarantine": node_workflow_id(node)})
+
+
 RECORDERS = {
     "v2": record_v2,
     "v3": record_v3,
@@ -1159,6 +1195,7 @@ RECORDERS = {
     "v6": record_v6,
     "v7": record_v7,
     "v8": record_v8,
+    "v9": record_v9,
 }
 
 
@@ -1174,7 +1211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v8",
+        default="v9",
         help="which set to (re)record; an older one is rewritten only when its runs are gone",
     )
     args = parser.parse_args(argv)

@@ -28,6 +28,7 @@ from fleetctl.nodes.capacity import (
     is_domain_fabric_fault,
     removals_for_fault,
 )
+from fleetctl.nodes.fleet_status_store import with_gpus_out
 from fleetctl.nodes.lifecycle import NodeState
 from workflows.activities.database import DatabaseActivities, storable_key
 from workflows.api import (
@@ -58,7 +59,7 @@ class GuardActivities(DatabaseActivities):
             [(n.rack, counted_outside(n.state, n.name in outside), as_utc(n.state_since)) for n in nodes], now, policy
         )
         snapshot.drained_outside = outside
-        return snapshot
+        return with_gpus_out(self.engine, nodes, snapshot)
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:

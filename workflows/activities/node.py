@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
+from checks.xid_policy import FaultScope, fault_scope
 from fleetctl.config import Settings, xid_policy
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
@@ -20,6 +21,7 @@ from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.durations import as_utc
 from fleetctl.nodes import reachability
 from fleetctl.nodes.capacity import FLEET_LABEL
+from fleetctl.nodes.gpu_quarantine import named_gpu
 from fleetctl.nodes.health import checked_severity, judge_health_event, occurrences, plausible_time
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.nodes.reachability import ReachabilityPolicy, judge_fleet_silence, judge_reachability
@@ -90,6 +92,7 @@ def storable_event(ev: HealthEventInput) -> HealthEventInput:
         actor=bounded(ev.actor, 255),
         event_id=storable_key(ev.event_id) if ev.event_id else "",
         severity=bounded(ev.severity, 64),
+        gpu=bounded(ev.gpu, 64),
     )
 
 
@@ -211,7 +214,14 @@ class NodeActivities(DatabaseActivities):
                 # A folded repeat (HealthEventInput.repeat_count) counts toward escalation as often as it was seen.
                 v = judge_health_event(ev.code, earlier + occurrences(at, ev.repeat_count)[1:], at, policy=policy)
                 verdict = HealthEventVerdict(
-                    node, v.severity, v.action, v.drain_now, v.severity == "critical", v.reason
+                    node,
+                    v.severity,
+                    v.action,
+                    v.drain_now,
+                    v.severity == "critical",
+                    v.reason,
+                    # The node's workflow decides with the GPUs out now (GpuQuarantineActivities).
+                    gpu=named_gpu(ev.gpu) if fault_scope(policy, ev.code) is FaultScope.GPU else "",
                 )
             return HealthEvent(
                 node_name=node,

@@ -8,6 +8,7 @@ NODE_LIFECYCLE = "NodeLifecycle"
 TRANSITION_UPDATE = "transition"
 ADMIT_UPDATE = "admit"
 RECHECK_UPDATE = "recheck"
+RELEASE_GPU_UPDATE = "release_gpu"  # an operator's `node release-gpu`: a GPU back in its scheduler
 HEALTH_EVENT_SIGNAL = "health_event"
 NODE_STATE_QUERY = "current"
 

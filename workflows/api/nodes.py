@@ -117,6 +117,9 @@ class HealthEventInput:
     repeat_count: int = 1
     first_seen: float = 0.0
     last_seen: float = 0.0
+    # The GPU the fault names, its PCI address as the Xid line prints it (0000:2b:00), "" for
+    # none: a code the site's policy scopes to one GPU takes that GPU out, not the node.
+    gpu: str = ""
 
 
 @dataclass
@@ -278,6 +281,33 @@ class HealthEventVerdict:
     critical: bool
     reason: str
     index: int = -1  # in a HealthEventBatchResult: the event's place in its batch
+    # The GPU a drain-worthy fault may take out alone (the policy scopes its code to one GPU and
+    # the event names it: fleetctl.nodes.gpu_quarantine.gpu_key), "" for the node.
+    gpu: str = ""
+
+
+@dataclass
+class GpuQuarantineRequest:
+    """One GPU of a node to take out of its scheduler, the node left in service."""
+
+    node: str
+    gpu: str  # gpu_key
+    code: int | None = None
+    reason: str = ""
+    actor: str = ""
+    request_id: str = ""  # the event's id: a retried quarantine is recorded once
+
+
+@dataclass
+class GpuQuarantinePlan:
+    """What a GPU's fault takes out now (fleetctl.nodes.gpu_quarantine.QuarantineAction's value),
+    with what the capacity guard needs to count the GPU."""
+
+    action: str
+    gpu: str = ""
+    reason: str = ""
+    rack: str = ""
+    gpus_on_node: int = 0
 
 
 @dataclass
@@ -432,6 +462,10 @@ class PendingGrant:
     rack: str
     at: float
     state_version: int  # the node's version when granted: any transition since ends the grant
+    # What the grant costs in nodes: 1, or one GPU's share of its node (a GPU's grant, keyed
+    # gpu_grant_key, pending until the snapshot counts the GPU out).
+    share: float = 1.0
+    gpu: str = ""  # the GPU of a GPU's grant
 
 
 @dataclass

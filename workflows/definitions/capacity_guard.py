@@ -20,9 +20,11 @@ with workflow.unsafe.imports_passed_through():
         counts_as_failure,
         decide,
         failure_key,
+        gpu_grant_key,
         grant_for,
         in_service_domain,
         reads_snapshot,
+        removal_cost,
     )
     from workflows.activities.guard import GuardActivities
     from workflows.api import (
@@ -123,10 +125,15 @@ class CapacityGuard:
         self, req: RemovalRequest, snapshot: FleetSnapshot, versions: dict[str, int], now: float
     ) -> RemovalDecision:
         """Decide on the fleet's counts and the grants still pending, and count what it grants."""
+        gpus_out = set(snapshot.gpus_quarantined)
         self.s.pending = {
             n: g
             for n, g in self.s.pending.items()
-            if n != req.node and versions.get(n) == g.state_version and now - g.at < PENDING_GRANT_TTL_S
+            if n != req.node
+            and now - g.at < PENDING_GRANT_TTL_S
+            # A GPU's grant (its node stays in service, its version unchanged) ends once the
+            # snapshot counts the GPU out.
+            and (n not in gpus_out if g.gpu else versions.get(n) == g.state_version)
         }
         # A domain node granted before (for a fault of its own) is in this request's cost
         # (removal_cost): counted there, not again as pending.
@@ -141,8 +148,8 @@ class CapacityGuard:
             self.s.recent_failures,
             now,
             self.s.breaker_open,
-            pending_grants=len(counted),
-            pending_in_rack=sum(1 for g in counted if g.rack == req.rack),
+            pending_grants=sum(g.share for g in counted),
+            pending_in_rack=sum(g.share for g in counted if g.rack == req.rack),
         )
         if counts_as_failure(req, snapshot):
             self.s.recent_failures[failure_key(req)] = now
@@ -152,7 +159,10 @@ class CapacityGuard:
             guard = workflow.info().workflow_id
             granted = [req.node, *decision.domain_nodes]
             # A node drained outside fleetctl is counted out in the snapshot already.
-            for node in [] if already_out(req, snapshot) else granted:
+            if req.gpu:
+                key = gpu_grant_key(req.node, req.gpu)
+                self.s.pending[key] = PendingGrant(req.rack, now, -1, removal_cost(req), req.gpu)
+            for node in [] if already_out(req, snapshot) or req.gpu else granted:
                 # A domain's nodes are counted in the finder's rack: an NVL72 domain is one rack.
                 self.s.pending[node] = PendingGrant(req.rack, now, versions.get(node, -1))
             self.s.granted_total += len(granted)

@@ -61,13 +61,14 @@ def is_critical(ev: HealthEventInput) -> bool:
     return ev.severity == "critical"
 
 
-def repeat_key(ev: HealthEventInput) -> tuple[str, int | None, str, str] | None:
+def repeat_key(ev: HealthEventInput) -> tuple[str, int | None, str, str, str] | None:
     """What makes two events the same repeated fault (folded into one queued item), or None
     for an event that is never folded: a critical one (each is acted on) and one with
-    neither code nor signature (nothing says two of them are the same fault)."""
+    neither code nor signature (nothing says two of them are the same fault). The same code on
+    two GPUs is two faults (each GPU may be taken out alone)."""
     if is_critical(ev) or (ev.code is None and not ev.signature):
         return None
-    return (ev.source, ev.code, ev.signature, ev.severity)
+    return (ev.source, ev.code, ev.signature, ev.severity, ev.gpu)
 
 
 def queue_health_event(work: list[WorkItem], item: WorkItem) -> bool:

@@ -33,6 +33,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
+    from fleetctl.nodes.gpu_quarantine import QuarantineAction
     from fleetctl.nodes.health import plausible_time
     from fleetctl.nodes.lifecycle import Actor, IllegalTransition, NodeState, next_state
     from fleetctl.remediation.events import Event, EventKind
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.text import bounded, failure_message
     from workflows.activities.checks import CheckActivities
     from workflows.activities.firmware import FirmwareActivities
+    from workflows.activities.gpu_quarantine import GpuQuarantineActivities
     from workflows.activities.node import NodeActivities
     from workflows.activities.remediation import RemediationActivities
     from workflows.api import (
@@ -52,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
         CheckRequest,
         DriftReport,
         DriftRequest,
+        GpuQuarantinePlan,
+        GpuQuarantineRequest,
         HealthEventInput,
         HealthEventVerdict,
         HeldNode,
@@ -324,6 +328,24 @@ class NodeLifecycle:
 
     @recheck.validator
     def validate_recheck(self, req: PhaseRequest) -> None:
+        if self._retired():
+            raise ApplicationError(f"{self.s.node}: retired", type="IllegalTransition", non_retryable=True)
+
+    @workflow.update
+    async def release_gpu(self, req: GpuQuarantineRequest) -> str:
+        """An operator puts a GPU taken out alone back in the node's scheduler (after its reset
+        and recheck by hand); under the lock, as a transition."""
+        async with self.lock:
+            try:
+                self.s.last_outcome = await workflow.execute_activity_method(
+                    GpuQuarantineActivities.release_gpu, req, **SCHEDULER
+                )
+            except ActivityError as exc:  # the update fails with the reason, never the workflow
+                raise ApplicationError(failure_message(exc), type="NotReleased", non_retryable=True) from None
+            return self.s.last_outcome
+
+    @release_gpu.validator
+    def validate_release_gpu(self, req: GpuQuarantineRequest) -> None:
         if self._retired():
             raise ApplicationError(f"{self.s.node}: retired", type="IllegalTransition", non_retryable=True)
 
@@ -617,6 +639,13 @@ class NodeLifecycle:
             return
         if verdict.drain_now and self.s.state != NodeState.PRODUCTION.value:
             await self._record_refused_drain(cause, ev.actor or "health-event")
+        elif (
+            verdict.drain_now
+            and verdict.gpu
+            and workflow.patched("gpu-quarantine")
+            and await self._quarantine_gpu(ev, verdict, cause)
+        ):
+            return
         elif verdict.drain_now:
             await self._guarded_drain(
                 cause,
@@ -627,6 +656,52 @@ class NodeLifecycle:
                 fault_event(ev),
                 signature=ev.signature,
             )
+
+    async def _quarantine_gpu(self, ev: HealthEventInput, verdict: HealthEventVerdict, cause: str) -> bool:
+        """Take the one GPU a fault is confined to out of the node's scheduler, through the
+        capacity guard (1/N of the node); the node stays in production. False when the fault
+        must drain the node after all (another GPU is out, the scheduler cannot or refused)."""
+        actor = ev.actor or "health-event"
+        req = GpuQuarantineRequest(
+            self.s.node,
+            verdict.gpu,
+            ev.code,
+            cause,
+            actor,
+            ev.event_id or f"{workflow.info().workflow_id}@{self.s.state_version}/gpu/{verdict.gpu}",
+        )
+        self.s.activity = f"GPU {verdict.gpu}: quarantine"
+        plan: GpuQuarantinePlan = await workflow.execute_activity_method(
+            GpuQuarantineActivities.plan_gpu_quarantine, req, **QUICK
+        )
+        self.s.last_outcome = f"{cause}: {plan.reason}"
+        if plan.action == QuarantineAction.DRAIN_NODE.value:
+            return False
+        if plan.action != QuarantineAction.QUARANTINE_GPU.value:
+            return True  # the GPU is out already
+        removal = RemovalRequest(
+            node=self.s.node,
+            rack=plan.rack,
+            reason=cause,
+            actor=actor,
+            critical=verdict.critical,
+            # Its own: a drain of the node for the same event (when the GPU cannot go out) is recorded too.
+            request_id=f"{req.request_id}/gpu",
+            gpu=plan.gpu,
+            gpus_on_node=plan.gpus_on_node,
+        )
+        decision = await ask_guard(removal)
+        if not decision.granted:
+            self.s.last_outcome = f"GPU {plan.gpu} held by the capacity guard: {decision.reason}"
+            return True
+        try:
+            self.s.last_outcome = await workflow.execute_activity_method(
+                GpuQuarantineActivities.quarantine_gpu, req, **SCHEDULER
+            )
+        except ActivityError as exc:
+            self.s.last_outcome = f"GPU {plan.gpu} not taken out: {failure_message(exc)}; draining the node"
+            return False
+        return True
 
     async def _health_events_during_phase(self) -> bool:
         """Judge queued health events now; True when one means the node must not be admitted."""
