@@ -68,6 +68,7 @@ COMMANDS: dict[str, Rule] = {
     "node event": OPERATE,
     "node prolog": PROCESS,  # Slurm runs it on the node, before a job
     "node epilog": PROCESS,  # and this one after it
+    "node release-gpu": OPERATE,
     "check suites": READ,
     "check profiles": READ,
     "check xid-policy": READ,
