@@ -33,11 +33,10 @@ from fleetctl.db import stragglers as findings
 from workflows.activities.prejob import JobGate
 
 if TYPE_CHECKING:
-    import ssl
-
     from sqlalchemy.engine import Engine
 
     from fleetctl.config import Settings
+    from fleetctl.intake.server import ReloadingTLS
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +56,30 @@ class GateServer(ThreadingHTTPServer):
         engine: Engine,
         gate: GateSettings,
         suite: str = "prejob",
-        tls: ssl.SSLContext | None = None,
+        tls: ReloadingTLS | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.settings, self.engine, self.gate, self.suite = settings, engine, gate, suite
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        if tls is not None:
-            self.socket = tls.wrap_socket(self.socket, server_side=True)
+        self.tls = tls
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """Each connection's TLS handshake in its own thread, bounded, with the certificate
+        the files hold now (a renewal is served without a restart): a client that never says
+        hello holds only its own thread, never the accept loop."""
+        if self.tls is None:
+            return super().finish_request(request, client_address)
+        request.settimeout(BODY_TIMEOUT_S)
+        try:
+            wrapped = self.tls.wrap_socket(request, server_side=True)
+        except OSError as exc:  # ssl.SSLError too: a handshake that failed or timed out
+            log.debug("%s: TLS ended (%s)", client_address[0], exc)
+            return None
+        try:
+            return super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
 
     def node_lock(self, node: str) -> threading.Lock:
         with self._locks_guard:

@@ -193,3 +193,37 @@ def test_an_unreachable_gate_or_a_node_fleetctl_does_not_manage_lets_the_pod_sta
     # A port nothing listens on: fleetctl's outage must not stop pods.
     done = _run_init_container(pod, "gpu-1", GateSettings("http://127.0.0.1:9", "curl", timeout_s=5))
     assert done.returncode == 0 and "unreachable" in done.stderr
+
+
+def test_the_gate_serves_https_and_a_silent_client_blocks_no_other(tmp_path, make_settings, sqlite_url) -> None:
+    """Each connection's handshake in its own thread: a client that connects and never says
+    hello holds its own thread only."""
+    import socket
+    import ssl
+
+    from fleetctl.intake.server import tls_context
+    from tests.production.mtls_proxy import Authority
+
+    ca = Authority(tmp_path, "gate-ca")
+    cert, key = ca.server("gate")
+    settings = make_settings(sqlite_url)
+    server = GateServer(
+        ("127.0.0.1", 0),
+        settings,
+        get_engine(sqlite_url),
+        GateSettings("https://placeholder", "curl"),
+        tls=tls_context(cert, key, check_s=0.5),
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    client = ssl.create_default_context(cafile=ca.cert_path)
+    try:
+        silent = socket.create_connection(("127.0.0.1", port), timeout=30)  # never says hello
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/nodes/gpu-404/health")
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=30, context=client)
+        assert answered.value.code == 404  # answered over https while the silent client waits
+        silent.close()
+    finally:
+        server.shutdown()
+        server.server_close()
