@@ -39,7 +39,7 @@ def setup(ctx: typer.Context) -> None:
 def roll_forward(ctx: typer.Context) -> None:
     """Continue every running node workflow and the capacity guard as new, on the workers'
     code: run it once every worker runs a new release, so that no open run keeps an old
-    branch the next release retires (docs/decisions/0024-retiring-patches.md)."""
+    branch the next release retires (docs/decisions/0023-retiring-patches.md)."""
     from workflows.client import connect
     from workflows.client import roll_forward as ask_all
 

@@ -1,6 +1,6 @@
 """`fleetctl temporal roll-forward`: every running node workflow and the capacity guard
 continue as new, idle or not, with their state, so that no open run keeps a branch a later
-release retires (docs/decisions/0024-retiring-patches.md)."""
+release retires (docs/decisions/0023-retiring-patches.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Sets, each recorded on a fresh dev server with simulated nodes and written as JSON. The set
 recorded before any `workflow.patched` id existed (v1) was retired with the patches whose old
-branches it took (docs/decisions/0024-retiring-patches.md); git history keeps it.
+branches it took (docs/decisions/0023-retiring-patches.md); git history keeps it.
 
 - v2 (tests/histories/v2/*.json), recorded at a HEAD with patches: scenarios that take every
   patched branch (a firmware baseline in force during admission, a node entering production

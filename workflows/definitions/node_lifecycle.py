@@ -377,7 +377,7 @@ class NodeLifecycle:
     def roll_forward(self) -> None:
         """Continue as new as soon as the work in hand allows (a drain's wait is carried): an
         idle node reaches none of the run's caps, and only a new run leaves the branches that
-        retired patches removed (docs/decisions/0024-retiring-patches.md)."""
+        retired patches removed (docs/decisions/0023-retiring-patches.md)."""
         self.rolling_forward = True
 
     @workflow.query
