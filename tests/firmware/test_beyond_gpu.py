@@ -78,7 +78,7 @@ class Drift:
     """node_drift as the worker runs it, each call a new activity of one workflow run."""
 
     def __init__(self, settings: Any) -> None:
-        self.activities = FirmwareActivities(settings, executors=None)  # type: ignore[arg-type]  # no SSH here
+        self.activities = FirmwareActivities(settings, executors=None)  # no SSH here
         self.env = ActivityEnvironment()
         self.calls = 0
 
