@@ -62,7 +62,8 @@ def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="base
 
 @app.command("status")
 def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
-    """Every node's drift from the baseline, from the firmware its checks last reported."""
+    """Every node's drift from the baseline, from the firmware its checks, its BMC and
+    `firmware report` last reported."""
     from fleetctl.db import firmware as db
     from fleetctl.db.queries import list_nodes
     from fleetctl.remediation.firmware import Baseline, node_drift
