@@ -2,7 +2,8 @@
 
 - `nvidia-smi --query-gpu=index,pci.bus_id,vbios_version --format=csv` (GPU VBIOS)
 - `flint -d <dev> query` and `mlxup` / `mlxfwmanager --query` (ConnectX firmware)
-- Redfish `UpdateService/FirmwareInventory` JSON (members, or an expanded collection)
+- Redfish `UpdateService/FirmwareInventory` JSON (members, or an expanded collection), or a
+  BMC's `Managers/<id>` resources where it serves no inventory (component `BMC <id>`)
 - `nvfwupd show_version` as its text table or `-j` JSON
 
 Judgement is about consistency, not a baseline (the roll-out workflow owns the baseline):
@@ -77,17 +78,21 @@ def _from_json(documents: list[dict[str, Any]]) -> tuple[Components, list[Findin
                 )
         for item in [doc] + [m for m in doc.get("Members", []) if "Version" in m]:
             if "Version" in item and "Id" in item:  # a Redfish SoftwareInventory
-                components[item["Id"]] = item["Version"]
-                health = (item.get("Status") or {}).get("Health")
-                if health in ("Warning", "Critical"):
-                    findings.append(
-                        Finding(
-                            f"Redfish reports health {health}", item["Id"], "fail" if health == "Critical" else "warn"
-                        )
-                    )
+                _redfish_component(item["Id"], item["Version"], item, components, findings)
+        if str(doc.get("@odata.type", "")).startswith("#Manager.") and "FirmwareVersion" in doc:
+            _redfish_component(f"BMC {doc.get('Id', '')}".strip(), doc["FirmwareVersion"], doc, components, findings)
     if not components and any("Members" in d for d in documents):
         raise UnjudgeableOutput("Redfish collection lists members only; fetch each member (or use $expand)")
     return components, findings
+
+
+def _redfish_component(
+    name: str, version: str, resource: dict[str, Any], components: Components, findings: list[Finding]
+) -> None:
+    components[name] = version
+    health = (resource.get("Status") or {}).get("Health")
+    if health in ("Warning", "Critical"):
+        findings.append(Finding(f"Redfish reports health {health}", name, "fail" if health == "Critical" else "warn"))
 
 
 def _nvfwupd_row(

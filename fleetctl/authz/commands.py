@@ -110,6 +110,7 @@ COMMANDS: dict[str, Rule] = {
     "rma confirm": OPERATE,
     "rma reject": OPERATE,
     "firmware status": READ,
+    "firmware report": ADMINISTER,
     "firmware baseline set": ADMINISTER,
     "firmware rollout": ADMINISTER,
     "firmware rollout resume": ADMINISTER,

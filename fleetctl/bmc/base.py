@@ -50,6 +50,11 @@ class Bmc(Protocol):
         return once the update has completed; BmcError when it fails or runs past timeout_s."""
         ...
 
+    def firmware_report(self, timeout_s: float) -> str:
+        """The firmware the BMC itself reports (its own, the tray's), as text checks.firmware
+        reads; empty when it reports none. BmcError when it cannot be read within timeout_s."""
+        ...
+
     def health_report(self, kind: str) -> str:
         """The chassis' health documents for a check (checks/chassis.py), each under its
         transcript step: `sensors` (Thermal, Power) or `log` (every log service's entries);

@@ -43,6 +43,9 @@ DEFAULT_TIMEOUT_S = 30.0
 SYSTEMS = "/redfish/v1/Systems"
 UPDATE_SERVICE = "/redfish/v1/UpdateService"
 FIRMWARE_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory"
+# Members in the collection's answer where the BMC offers $expand (Redfish 1.6+); a BMC that
+# does not ignores the query and lists links only, which are then read one by one.
+EXPAND_MEMBERS = "?$expand=.($levels=1)"
 # The chassis checks' reports (checks/chassis.py): the sensors and the logs.
 HEALTH_REPORTS = ("sensors", "log")
 MAX_LOG_PAGES = 50  # a log's pages read beyond its first (a full SEL is a few thousand entries)
@@ -220,6 +223,27 @@ class RedfishClient:
             )
         return components
 
+    def firmware_report(self, timeout_s: float) -> str:
+        """The BMC's firmware inventory as checks.firmware reads it, one JSON document a line:
+        every UpdateService FirmwareInventory member (a SoftwareInventory, expanded with
+        $expand where the BMC offers it), or, where the BMC serves no inventory (404), every
+        Manager, whose FirmwareVersion is the BMC's own firmware. The whole read gives up
+        after `timeout_s`: its caller has a deadline of its own."""
+        deadline = time.monotonic() + timeout_s
+        try:
+            collection = self._get(FIRMWARE_INVENTORY + EXPAND_MEMBERS, deadline=deadline)
+        except BmcError as exc:
+            if ": HTTP 404" not in str(exc):
+                raise
+            managers = self._get("/redfish/v1/Managers", deadline=deadline).get("Members", [])
+            return "".join(json.dumps(self._get(m["@odata.id"], deadline=deadline)) + "\n" for m in managers)
+        documents = [
+            m if "Version" in m else self._get(m["@odata.id"], deadline=deadline)
+            for m in collection.get("Members", [])
+            if isinstance(m, dict) and "@odata.id" in m
+        ]
+        return "".join(json.dumps(d) + "\n" for d in documents)
+
     # -- the chassis' health (checks/chassis.py judges it) ------------------------------
 
     def health_report(self, kind: str) -> str:
@@ -329,8 +353,8 @@ class RedfishClient:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    def _get(self, path: str) -> dict[str, Any]:
-        _, _, answer = self._request("GET", path)
+    def _get(self, path: str, deadline: float | None = None) -> dict[str, Any]:
+        _, _, answer = self._request("GET", path, deadline=deadline)
         if not isinstance(answer, dict):
             raise BmcError(f"BMC {self.base_url}: GET {path}: expected a JSON object")
         return answer
@@ -342,17 +366,21 @@ class RedfishClient:
         return str(target)
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
+        self, method: str, path: str, body: dict[str, Any] | None = None, deadline: float | None = None
     ) -> tuple[int, http.client.HTTPMessage, Any]:
+        """One request, given up after the client's timeout or at `deadline` (time.monotonic)."""
         url = self._url(path)
+        timeout_s = self._timeout_s if deadline is None else min(self._timeout_s, deadline - time.monotonic())
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json", "OData-Version": "4.0", "Authorization": self._authorization}
         if data is not None:
             headers["Content-Type"] = "application/json"
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         where = f"BMC {self.base_url}: {method} {urlsplit(url).path}"
+        if timeout_s <= 0:
+            raise BmcUnreachable(f"{where}: not sent: the read ran out of time")
         try:
-            with self._opener.open(request, timeout=self._timeout_s) as response:
+            with self._opener.open(request, timeout=timeout_s) as response:
                 status, response_headers, raw = response.status, response.headers, response.read()
         except urllib.error.HTTPError as exc:
             raise self._http_error(where, exc) from exc
@@ -416,6 +444,9 @@ class RedfishBmc:
 
     def health_report(self, kind: str) -> str:
         return self.client.health_report(kind)
+
+    def firmware_report(self, timeout_s: float) -> str:
+        return self.client.firmware_report(timeout_s)
 
     def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
         task = self.client.simple_update(image_uri, targets)

@@ -62,7 +62,8 @@ def baseline_set(ctx: typer.Context, file: Path = typer.Argument(..., help="base
 
 @app.command("status")
 def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
-    """Every node's drift from the baseline, from the firmware its checks last reported."""
+    """Every node's drift from the baseline, from the firmware its checks, its BMC and
+    `firmware report` last reported."""
     from fleetctl.db import firmware as db
     from fleetctl.db.queries import list_nodes
     from fleetctl.remediation.firmware import Baseline, node_drift
@@ -109,6 +110,40 @@ def status(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
             ],
         ),
     )
+
+
+@app.command("report")
+def report(
+    ctx: typer.Context,
+    node: str = typer.Argument(..., help="the node whose firmware FILE lists"),
+    file: Path = typer.Argument(..., help="nvfwupd show_version output (its table or -j), or Redfish JSON"),
+) -> None:
+    """Record firmware read off the node's tray (nvfwupd from the management host) as what
+    NODE reports; `firmware status` and roll-outs compare it with the baseline."""
+    import uuid
+
+    from checks import judge
+    from checks.result import Status
+    from checks.safe_yaml import YamlRefused, read_text
+    from fleetctl.cli.node import unknown_node
+    from fleetctl.db import firmware as db
+    from fleetctl.db import queries
+    from fleetctl.db.models import utcnow
+
+    engine = context.engine(ctx)
+    found = queries.get_node(engine, node)
+    if found is None:
+        unknown_node(node)
+    try:
+        text = read_text(file)
+    except YamlRefused as exc:
+        fail(str(exc), EXIT_USAGE)
+    result = judge("firmware", text)
+    if result.status is Status.ERROR:
+        fail(f"{file}: not a firmware inventory: {result.reason}", EXIT_USAGE)
+    key = f"{db.FirmwareSource.REPORT.value}/{found.name}/{uuid.uuid4().hex}"
+    db.record_firmware(engine, found.name, db.FirmwareSource.REPORT, result, text, utcnow(), "", key)
+    typer.echo(f"{found.name}: recorded {result.reason} ({result.status.value})")
 
 
 @rollout_app.callback()

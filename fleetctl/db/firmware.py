@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
+from checks.result import CheckResult, Status
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, utcnow
 from fleetctl.remediation import firmware
@@ -47,6 +50,45 @@ def reported_components(engine: Engine, node: str | None = None) -> dict[str, di
         if isinstance(run.metrics.get("components"), dict):
             components.setdefault(name, {}).update(run.metrics["components"])
     return components
+
+
+class FirmwareSource(str, Enum):
+    """Firmware reported beside the checks' inventories, each recorded as a check run of kind
+    firmware under its own name, which the drift reads alike with the checks' own."""
+
+    BMC = "bmc-firmware"  # the node's BMC, read where the drift is computed
+    REPORT = "firmware-report"  # an inventory read elsewhere (nvfwupd), `fleetctl firmware report`
+
+
+def record_firmware(
+    engine: Engine,
+    node: str,
+    source: FirmwareSource,
+    result: CheckResult,
+    raw_output: str,
+    started_at: datetime,
+    workflow_id: str,
+    key: str,
+) -> None:
+    """Record a firmware inventory of `node` as judged (once per `key`). An ERROR result with
+    no output is a BMC that could not be read; with output, output that could not be judged."""
+    judged = result.to_dict()
+    run = CheckRun(
+        node_name=node,
+        check_name=source.value,
+        kind="firmware",
+        status=result.status.value,
+        metrics=judged["metrics"],
+        findings=judged["findings"],
+        reason=result.reason,
+        raw_output=raw_output,
+        error_kind=None if result.status is not Status.ERROR else "unjudgeable" if raw_output else "bmc",
+        started_at=started_at,
+        finished_at=utcnow(),
+        workflow_id=workflow_id,
+        idempotency_key=key,
+    )
+    queries.insert_once(engine, run, CheckRun.idempotency_key, key)
 
 
 def create_rollout(engine: Engine, **fields: Any) -> FirmwareRollout:

@@ -35,6 +35,9 @@ class SimBmc:
     def update_firmware(self, image_uri: str, targets: Sequence[str], timeout_s: float) -> None:
         store.cure(self.engine, self.node, CURED_BY["firmware_update"])
 
+    def firmware_report(self, timeout_s: float) -> str:
+        return ""  # the simulated firmware (VBIOS, ConnectX) is the node's, read by its checks
+
     def health_report(self, kind: str) -> str:
         """A healthy chassis in Redfish's form (the Thermal of sushy-tools' emulator, a Power
         of two supplies, an empty system event log): the simulated faults are all inside

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
 import traceback
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from checks.firmware import parse_firmware
 from fleetctl.bmc.redfish import (
     BmcAuthFailed,
     BmcError,
@@ -318,3 +322,63 @@ def test_reboot_that_never_happens_times_out(scripted_redfish: ScriptedRedfish) 
 
     with pytest.raises(BmcError, match=r"system 1 did not boot again within 0\.2s after ForceRestart"):
         RedfishClient(scripted_redfish.base_url, "u", "pw").reboot("1", timeout_s=0.2, poll_s=0.05)
+
+
+# -- the firmware report the drift reads (checks.firmware parses it) ------------------
+
+FIRMWARE_FIXTURES = Path(__file__).parents[1] / "fixtures" / "checks" / "firmware"
+EXPANDED_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory?$expand=.($levels=1)"
+
+
+def _fixture_json(name: str) -> dict[str, Any]:
+    """A fixture's JSON document, its source header left out."""
+    text = (FIRMWARE_FIXTURES / name).read_text()
+    return dict(json.loads("".join(line for line in text.splitlines(True) if not line.startswith("#"))))
+
+
+def test_emulator_firmware_report_is_its_managers_firmware(redfish_bmc: RedfishBmc) -> None:
+    # sushy-tools serves no FirmwareInventory (404); its Manager's FirmwareVersion is the BMC's.
+    report = redfish_bmc.client().firmware_report(timeout_s=10.0)
+
+    components, findings = parse_firmware(report)
+    ((name, version),) = components.items()
+    assert name.startswith("BMC ") and version == "1.00" and findings == []
+
+
+def test_firmware_report_takes_an_expanded_inventory_in_one_read(scripted_redfish: ScriptedRedfish) -> None:
+    scripted_redfish.script("GET", EXPANDED_INVENTORY, Answer(200, _fixture_json("redfish_expanded_ok.txt")))
+
+    report = RedfishClient(scripted_redfish.base_url, "fleetctl", "pw").firmware_report(timeout_s=10.0)
+
+    components, _ = parse_firmware(report)
+    assert components["BMC"] == "1.45.455b66-rev4" and components["HGX_FW_GPU_SXM_1"] == "96.00.99.00.01"
+    assert [r.path for r in scripted_redfish.requests] == [EXPANDED_INVENTORY]
+
+
+def test_firmware_report_reads_linked_members_one_by_one(scripted_redfish: ScriptedRedfish) -> None:
+    inventory = "/redfish/v1/UpdateService/FirmwareInventory"
+    expanded = _fixture_json("redfish_expanded_ok.txt")
+    links = {"Members": [{"@odata.id": m["@odata.id"]} for m in expanded["Members"]]}  # $expand ignored
+    scripted_redfish.script("GET", EXPANDED_INVENTORY, Answer(200, links))
+    for member in expanded["Members"]:
+        scripted_redfish.script("GET", member["@odata.id"], Answer(200, member))
+
+    report = RedfishClient(scripted_redfish.base_url, "fleetctl", "pw").firmware_report(timeout_s=10.0)
+
+    assert parse_firmware(report)[0]["BIOS"] == "P79 v2.34 (11/02/2024)"
+    assert len(scripted_redfish.requests) == 1 + len(expanded["Members"])
+    assert scripted_redfish.requests[1].path == f"{inventory}/BMC"
+
+
+def test_firmware_report_gives_up_at_its_deadline(scripted_redfish: ScriptedRedfish) -> None:
+    with pytest.raises(BmcUnreachable, match="not sent: the read ran out of time"):
+        RedfishClient(scripted_redfish.base_url, "fleetctl", "pw").firmware_report(timeout_s=0.0)
+    assert scripted_redfish.requests == []
+
+
+def test_firmware_report_passes_on_other_errors(scripted_redfish: ScriptedRedfish) -> None:
+    scripted_redfish.script("GET", EXPANDED_INVENTORY, Answer(500, {"error": {"message": "inventory busy"}}))
+
+    with pytest.raises(BmcError, match="HTTP 500: inventory busy"):
+        RedfishClient(scripted_redfish.base_url, "fleetctl", "pw").firmware_report(timeout_s=10.0)
+    assert all("Managers" not in r.path for r in scripted_redfish.requests)  # no fallback for a failing BMC

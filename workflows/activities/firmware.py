@@ -4,15 +4,19 @@ SimpleUpdate, or the simulated BMC) or an SSH command from the baseline's templa
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from checks import judge
+from checks.result import CheckResult, Status
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
-from fleetctl.db.models import Node
+from fleetctl.db.models import Node, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.remediation import firmware
 from workflows.activities.database import DatabaseActivities, stored_id
@@ -20,6 +24,10 @@ from workflows.activities.executors import ExecutorRegistry, target_for
 from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
 
 UPDATE_TIMEOUT_S = 3600.0
+# The BMC's firmware is read inside node_drift: at most this share of the activity's
+# start-to-close timeout, leaving the rest for the database and the comparison.
+BMC_READ_SHARE = 0.5
+DEFAULT_DRIFT_TIMEOUT = timedelta(seconds=10)  # QUICK's, for a caller that sets none
 
 
 class FirmwareActivities(DatabaseActivities):
@@ -38,6 +46,7 @@ class FirmwareActivities(DatabaseActivities):
         node = queries.get_node(self.engine, req.node)
         if node is None:
             raise ApplicationError(f"unknown node {req.node}", type="UnknownNode", non_retryable=True)
+        self._read_bmc_firmware(node)
         reported = db.reported_components(self.engine, req.node).get(req.node)
         found = firmware.node_drift(self._baseline(req.baseline_id), node.name, node.profile, reported)
         return DriftReport(
@@ -45,6 +54,30 @@ class FirmwareActivities(DatabaseActivities):
             found.status,
             [f"{d.component or d.pattern}: {d.actual or 'not reported'} -> {d.expected}" for d in found.drifts],
             {d.component or d.pattern: [d.actual, d.expected] for d in found.drifts},
+        )
+
+    def _read_bmc_firmware(self, node: Node) -> None:
+        """Record the firmware the node's BMC reports (its own, the HMC's, the tray's), so the
+        drift covers it beside the checks' VBIOS and ConnectX. Read here, in the activity that
+        compares, so no workflow runs anything new. It may take a share of this activity's
+        own time only; a BMC that does not answer in it is recorded as an error run, and the
+        drift goes on with what was recorded before."""
+        if not node.bmc_address:
+            return
+        info = activity.info()
+        budget_s = (info.start_to_close_timeout or DEFAULT_DRIFT_TIMEOUT).total_seconds() * BMC_READ_SHARE
+        started = utcnow()
+        try:
+            text = bmc_for(node.name, node.bmc_address, self.settings).firmware_report(budget_s)
+        except (BmcError, ValueError) as exc:
+            text, result = "", CheckResult(Status.ERROR, {}, [], f"BMC firmware not read: {exc}")
+        else:
+            if not text:
+                return  # a BMC that reports no firmware of its own (the simulated one)
+            result = judge("firmware", text, node.profile, self.settings.profiles_dir or None)
+        key = f"{info.workflow_run_id}/{info.activity_id}/{info.attempt}/{db.FirmwareSource.BMC.value}"
+        db.record_firmware(
+            self.engine, node.name, db.FirmwareSource.BMC, result, text, started, info.workflow_id or "", key
         )
 
     @activity.defn
