@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import Settings
+from fleetctl.db import queries
 from fleetctl.db.models import CheckRun
 from fleetctl.sim.node import LEAF_UPLINK_SLOW_FACTOR
 from fleetctl.sim.scheduler import SimScheduler
@@ -93,6 +94,31 @@ async def test_a_leaf_with_slow_uplinks_is_named_as_the_fabric_between_two_leave
     # leaf alone) is a pass, as is every other node's.
     latest = {r.node_name: r.status for r in validate_runs(fleet)}
     assert set(latest.values()) == {"pass"} and fleet.names[0] in latest, latest
+
+
+async def test_drain_takes_each_slow_node_through_the_capacity_guard_as_a_failed_check(production_fleet) -> None:
+    fleet = await production_fleet(8)
+    first, second = fleet.names[1], fleet.names[6]  # one in each half
+    fleet.inject(first, "fabric-slow")
+    fleet.inject(second, "fabric-slow")
+    out = await validate(fleet.settings, "--drain")
+    assert out.exit_code == 3, out.output
+    data = json.loads(out.stdout)
+    assert data["bad_nodes"] == [first, second]
+    # One node of 8 may be out at once (10%, at least one): the guard grants the first only.
+    assert data["drained"] == [first] and list(data["kept"]) == [second]
+    assert data["kept"][second].startswith("the capacity guard kept it in service: ")
+    assert fleet.state(first) in ("draining", "maintenance") and fleet.state(second) == "production"
+    drain = next(e for e in queries.node_events(fleet.engine, first) if e.trigger == "drain")
+    assert drain.actor_kind == "automation" and drain.failure == "check nccl-validate"
+    assert drain.cause.startswith("active check validate: nccl-validate: 2-node all-reduce of ")
+    # The validation's own holds are released; the drain is the node's workflow's.
+    scheduler = SimScheduler(fleet.engine)
+    assert [n for n in fleet.names if scheduler.node_state(n).drained] == [first]
+    # Without --drain nothing is drained, whatever is found.
+    again = json.loads((await validate(fleet.settings, *fleet.names[2:])).stdout)
+    assert again["bad_nodes"] == [second] and again["drained"] == [] and again["kept"] == {}
+    assert fleet.state(second) == "production"
 
 
 async def test_a_healthy_set_passes_in_one_run_and_a_busy_node_is_skipped(production_fleet) -> None:
