@@ -76,7 +76,7 @@ def inject(
     gpu: int | None = typer.Option(None, "--gpu", callback=within(0, 1023), help="which GPU (or HCA) fails"),
 ) -> None:
     from fleetctl.durations import parse_duration
-    from fleetctl.sim.faults import SimFaultSpec
+    from fleetctl.sim.faults import LEAF_FAULT_KINDS, SimFaultSpec
     from fleetctl.sim.node import fault_inapplicable
     from fleetctl.sim.profiles import sim_profile
     from fleetctl.sim.store import add_fault
@@ -92,6 +92,8 @@ def inject(
             seed=zlib.crc32(f"{node}/{fault}".encode()) & 0xFFFF,
         )
         why = fault_inapplicable(spec.kind, sim_profile(row.profile or ""))
+        if spec.kind in LEAF_FAULT_KINDS and not row.switch:
+            why = f"{node} is on no leaf switch (the inventory's `switch`)"
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     if why:

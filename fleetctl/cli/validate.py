@@ -25,6 +25,10 @@ from fleetctl.cli.output import (
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
+    from temporalio.client import Client
+
+    from fleetctl.config import Settings
+    from workflows.api import ValidationResult
 
 
 def validate(
@@ -36,12 +40,18 @@ def validate(
     selector: str | None = typer.Option(None, "--selector", "-l", help="labels: key=value[,key=value]"),
     idle: bool = typer.Option(False, "--idle", help="only the production nodes no job runs on"),
     max_runs: int = typer.Option(0, "--max-runs", min=0, help="give up after this many runs (0: 4 log2 N + 3)"),
+    drain: bool = typer.Option(
+        False, "--drain", help="drain each slow node it names through the capacity guard, as a failed check"
+    ),
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """All-reduce across production nodes; when it falls short of the multi-node floor, bisection names the slow node or link.
 
     The nodes are held in their scheduler as a check holds a node; halves, quarters and pairs
-    follow a slow run. Exit 3 when something is slow, 4 when the validation could not run."""
+    follow a slow run. --drain: each slow node goes through the capacity guard as a sweep's
+    failed check does (check nccl-validate). Exit 3 when something is slow, 4 when the
+    validation could not run."""
+    from fleetctl.db.queries import list_nodes
     from fleetctl.inventory.parse import InventoryError, parse_selector
     from workflows.api import ValidationInput
     from workflows.client import run_validation
@@ -64,17 +74,56 @@ def validate(
         max_runs=max_runs,
     )
 
-    async def go() -> Any:
-        client = await context.temporal_client(ctx)
-        return await run_validation(client, s, inp, uuid.uuid4().hex[:12])
+    request_id = uuid.uuid4().hex[:12]
+    racks = {n.name: n.rack for n in list_nodes(context.engine(ctx))}
 
-    result = context.run_async(go())
+    async def go() -> tuple[ValidationResult, dict[str, str]]:
+        client = await context.temporal_client(ctx)
+        result = await run_validation(client, s, inp, request_id)
+        kept = await _drain_bad_nodes(client, s, result, racks, request_id) if drain else {}
+        return result, kept
+
+    result, kept = context.run_async(go())
     data = _data(asdict(result))
+    data["drained"] = [n for n in result.bad_nodes if drain and n not in kept]
+    data["kept"] = kept
     emit(data, output, _table)
     if result.error and not result.runs:
         raise typer.Exit(EXIT_CHECK_ERROR)
     if not result.passed:
         raise typer.Exit(EXIT_CHECK_ERROR if result.error else EXIT_CHECK_FAILED)
+
+
+async def _drain_bad_nodes(
+    client: Client, s: Settings, result: ValidationResult, racks: dict[str, str], request_id: str
+) -> dict[str, str]:
+    """Each slow node through the capacity guard, then its workflow, as a sweep drains a node
+    whose check failed: the failed `nccl-validate` run that named it is the cause and the
+    event. Asked here, after the verdict, not by the workflow (whose commands stay as they
+    are): the node was released with the others a moment before, so a job that landed on it
+    in between runs on while its scheduler drains it. The nodes the guard kept (or that were
+    already out of production), with why."""
+    from fleetctl.remediation.events import Event, EventKind
+    from fleetctl.validation.bisect import RunVerdict
+    from workflows.activities.validation import VALIDATE_CHECK, VALIDATE_SUITE
+    from workflows.client import CommandRejected, request_guarded_drain
+
+    kept: dict[str, str] = {}
+    for node in result.bad_nodes:
+        # Its last slow run: the probe beside a cleared node that named it.
+        run = next(r for r in reversed(result.runs) if node in r.nodes and r.verdict == RunVerdict.SLOW.value)
+        cause = f"active check {VALIDATE_SUITE}: {VALIDATE_CHECK}: {run.reason}"
+        event = Event(EventKind.CHECK, check=VALIDATE_CHECK, status="fail", message=run.reason).to_dict()
+        try:
+            decision, moved = await request_guarded_drain(
+                client, s, node, racks.get(node, ""), cause, s.identity(), f"validate/{request_id}/{node}", event
+            )
+        except CommandRejected as exc:
+            kept[node] = str(exc)
+            continue
+        if moved is None:
+            kept[node] = f"the capacity guard kept it in service: {decision.reason}"
+    return kept
 
 
 def _refuse_a_bad_scope(
@@ -144,6 +193,9 @@ def _verdict(data: dict[str, Any]) -> RenderableType:
         for groups in data["slow_together"]
     ]
     said += [f"slow, no node to compare with: {compress(nodes)}" for nodes in data["unresolved"]]
+    if data["drained"]:
+        said.append(f"drained: {compress(data['drained'])}")
+    said += [f"not drained {node}: {why}" for node, why in sorted(data["kept"].items())]
     return Text(f"{plural(len(data['runs']), 'run')}; " + "; ".join(said), style="red")
 
 

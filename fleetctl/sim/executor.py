@@ -19,7 +19,7 @@ from checks.profiles import load_profile
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable, validate_node_name
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.faults import SimFaultSpec, active_faults
-from fleetctl.sim.node import DomainMember, NodeState, build_node_state, domain_address, identity_rng
+from fleetctl.sim.node import DomainMember, NodeState, SimLeaf, build_node_state, domain_address, identity_rng
 from fleetctl.sim.profiles import SimProfile, sim_profile
 from fleetctl.sim.shell import STRESS_TOOLS, NodeShell
 
@@ -51,7 +51,9 @@ class SimExecutor:
     clears the faults a command repaired (a GPU reset, a firmware update). Without them a
     node keeps the faults it is given and boots at its own phase. `domain_members(name)` names
     the nodes of its multi-node NVLink domain, itself among them (the inventory's
-    nvlink_domain; [] for a node in none): what IMEX on a GB200 tray lists. A command takes its real
+    nvlink_domain; [] for a node in none): what IMEX on a GB200 tray lists. `leaf(name)` is its
+    leaf switch (the inventory's switch) with the faults injected on any node of it; None for a
+    node on none: a multi-node run across leaves goes through their uplinks. A command takes its real
     duration times `time_scale` (0 = instant) of wall time, through `sleep` (`sleep_in_slices`); `now` is the
     clock faults and timestamps are read from.
     """
@@ -66,6 +68,7 @@ class SimExecutor:
         booted_at: Callable[[str], float | None] = lambda name: None,
         cure: Callable[[str, frozenset[str]], object] = lambda name, kinds: None,
         domain_members: Callable[[str], list[str]] = lambda name: [],
+        leaf: Callable[[str], SimLeaf | None] = lambda name: None,
     ):
         if time_scale < 0:
             raise ValueError(f"time_scale must be 0 or more, not {time_scale}")
@@ -77,6 +80,7 @@ class SimExecutor:
         self._booted_at = booted_at
         self._cure = cure
         self._domain_members = domain_members
+        self._leaf = leaf
         # Per node and command: the n-th run gets its own jitter and flaky outcome.
         self._runs: Counter[tuple[str, tuple[str, ...]]] = Counter()
 
@@ -107,6 +111,7 @@ class SimExecutor:
             transient,
             self._booted_at(target.name),
             self._domain(target.name, target.profile, now),
+            self._active_leaf(target.name, now),
         )
         jitter = identity_rng(self._seed, name, "run", *argv, run_number)
         result = NodeShell(state, jitter, lambda host: self._peer(host, profile, now)).run(argv)
@@ -148,7 +153,13 @@ class SimExecutor:
         faults = active_faults(self._faults_for(host), now)
         if any(f.kind == "unreachable" for f in faults):
             return None
-        return build_node_state(host, profile, self._seed, faults, now, False, self._booted_at(host))
+        return build_node_state(
+            host, profile, self._seed, faults, now, False, self._booted_at(host), leaf=self._active_leaf(host, now)
+        )
+
+    def _active_leaf(self, name: str, now: float) -> SimLeaf | None:
+        leaf = self._leaf(name)
+        return None if leaf is None else SimLeaf(leaf.name, tuple(active_faults(leaf.faults, now)))
 
     def close(self) -> None:
         """Nothing to release: a simulated node holds no connection."""

@@ -22,6 +22,9 @@ FAULT_KINDS: tuple[str, ...] = (
     "ib-rail-slow",  # one rail's RDMA bandwidth ~55% (its PCIe link trained down): ibstat still Active at full rate
     "ib-link-flap",  # one rail's link goes down and retrains every FLAP_PERIOD_S under load
     "fabric-slow",  # the path beyond the node (leaf uplinks, cabling) carries ~60%: only multi-node runs see it
+    # The node's leaf switch has half its uplinks: every all-reduce between its nodes and another leaf's runs at
+    # half speed, one within the leaf at full; it acts on every node of the leaf (the inventory's `switch`).
+    "leaf-uplink-slow",
     "firmware-drift",  # VBIOS and ConnectX firmware older than the profile's
     # The host around the GPUs (checks/host.py)
     "pcie-downtrained",  # one GPU's PCIe link trained to x8 of x16 (a riser, a seating)
@@ -43,6 +46,9 @@ FAULT_KINDS: tuple[str, ...] = (
     "flaky",  # stress tests fail on about half the runs
     "unreachable",  # the executor raises NodeUnreachable
 )
+
+# The faults of a node's leaf switch rather than of the node: every node on that switch sees them.
+LEAF_FAULT_KINDS = frozenset({"leaf-uplink-slow"})
 
 # How often a flapping link goes down and retrains: a few times over an every-rail check.
 FLAP_PERIOD_S = 20.0

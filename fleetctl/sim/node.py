@@ -132,6 +132,15 @@ class KernelEvent:
     text: str
 
 
+@dataclass(frozen=True)
+class SimLeaf:
+    """A node's leaf switch and the active faults of the switch (LEAF_FAULT_KINDS, from
+    whichever of its nodes they were injected on)."""
+
+    name: str
+    faults: tuple[SimFaultSpec, ...] = ()
+
+
 @dataclass
 class NodeState:
     hostname: str
@@ -145,6 +154,10 @@ class NodeState:
     kernel_events: list[KernelEvent] = field(default_factory=list)
     multinode_busbw_gbps: float = 0.0  # two-node all-reduce over healthy rails (see fabric_busbw_gbps)
     fabric_path_factor: float = 1.0  # what the network beyond the node's ports lets through
+    # Its leaf switch (the inventory's `switch`; "" when none is known) and what that leaf's
+    # uplinks let through to other leaves: a run within the leaf never crosses them.
+    leaf: str = ""
+    leaf_uplink_factor: float = 1.0
     # This run hits the intermittent fault of a `flaky` node: stress tests go wrong.
     transient_failure: bool = False
     boot_id: str = ""  # /proc/sys/kernel/random/boot_id: new on every boot
@@ -191,6 +204,7 @@ class ToolOutput:
 
 FLAP_SLOWDOWN = 0.6  # all-reduce over a rail that retrains every few tens of seconds
 FABRIC_SLOW_FACTOR = 0.6  # fabric-slow: half the leaf's uplinks down, or a mis-set adaptive routing
+LEAF_UPLINK_SLOW_FACTOR = 0.5  # leaf-uplink-slow: half a leaf's uplinks down, its cross-leaf traffic on the rest
 RAIL_SLOW_FACTOR = 0.55  # ib-rail-slow: a ConnectX-7 whose PCIe Gen5 x16 link trained to x8
 _REBOOT_PERIOD_S = 30 * 86400.0  # a simulated node reboots once a month, at its own phase
 KERNEL_RELEASE = "5.15.0-119-generic"
@@ -225,11 +239,13 @@ def build_node_state(
     transient_failure: bool = False,
     booted_at: float | None = None,
     domain: Sequence[DomainMember] = (),
+    leaf: SimLeaf | None = None,
 ) -> NodeState:
     """The node as its tools see it at `now`, with `faults` (already active) applied.
     `booted_at` is when its BMC last rebooted it; otherwise (and when the node's own monthly
     reboot came later) it last booted at its own phase. `domain`: the trays of its multi-node
-    NVLink domain, itself among them (the executor reads them from the fleet)."""
+    NVLink domain, itself among them; `leaf`: its leaf switch and that switch's active faults
+    (the executor reads both from the fleet)."""
     rng = identity_rng(seed, node)
     buses = rng.choice(profile.gpu_bus_layouts)
     gpus = [
@@ -302,6 +318,10 @@ def build_node_state(
             ids.randrange(1, 32766),
             str(uuid.UUID(int=ids.getrandbits(128), version=4)),
         )
+    if leaf is not None:
+        state.leaf = leaf.name
+        if any(spec.kind == "leaf-uplink-slow" for spec in leaf.faults):
+            state.leaf_uplink_factor = LEAF_UPLINK_SLOW_FACTOR
     state.kernel_events = _boot_messages(state)
     for spec in faults:
         _apply_fault(state, spec, seed)
@@ -465,7 +485,8 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
         _HOST_FAULTS[spec.kind](node, gpu, at)
     elif spec.kind in _GPU_FABRIC_FAULTS:
         _GPU_FABRIC_FAULTS[spec.kind](node, gpu, at)
-    # "flaky" acts per run (transient_failure) and "unreachable" in the executor.
+    # "flaky" acts per run (transient_failure), "unreachable" in the executor and a leaf's
+    # faults through `leaf` on every node of it.
 
 
 def _pcie_aer_fatal(node: NodeState, gpu: GpuState, at: float) -> None:

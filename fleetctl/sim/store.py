@@ -9,7 +9,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, delete, select
 
 from fleetctl.db.models import Node, SimBoot, SimFault
-from fleetctl.sim.faults import SimFaultSpec
+from fleetctl.sim.faults import LEAF_FAULT_KINDS, SimFaultSpec
+from fleetctl.sim.node import SimLeaf
 
 
 def add_fault(
@@ -46,12 +47,29 @@ def faults_for(engine: Engine, node: str) -> list[SimFault]:
         return list(session.exec(select(SimFault).where(SimFault.node_name == node).order_by(col(SimFault.id))))
 
 
+def _spec(fault: SimFault) -> SimFaultSpec:
+    return SimFaultSpec(fault.kind, fault.gpu, fault.not_before, fault.rate_per_hour, fault.seed)
+
+
 def fault_specs(engine: Engine, node: str) -> list[SimFaultSpec]:
     """The node's stored faults as the simulated executor reads them."""
-    return [
-        SimFaultSpec(kind=f.kind, gpu=f.gpu, not_before=f.not_before, rate_per_hour=f.rate_per_hour, seed=f.seed)
-        for f in faults_for(engine, node)
-    ]
+    return [_spec(f) for f in faults_for(engine, node)]
+
+
+def leaf_of(engine: Engine, node: str) -> SimLeaf | None:
+    """The node's leaf switch (the inventory's `switch`) with the leaf faults injected on any
+    node of it; None for a node on no switch (or not in the fleet)."""
+    with Session(engine) as session:
+        switch = session.exec(select(Node.switch).where(Node.name == node)).first()
+        if not switch:
+            return None
+        query = (
+            select(SimFault)
+            .join(Node, col(Node.name) == col(SimFault.node_name))
+            .where(Node.switch == switch, col(SimFault.kind).in_(LEAF_FAULT_KINDS))
+            .order_by(col(SimFault.id))
+        )
+        return SimLeaf(switch, tuple(_spec(f) for f in session.exec(query)))
 
 
 def cure(engine: Engine, node: str, kinds: frozenset[str]) -> list[str]:

@@ -63,6 +63,8 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     "ib-link-flap": {"ib-rails": {FAIL}, "nccl-pairs": {FAIL}},
     # Beyond the node's own ports: nothing local sees it, only the pairs.
     "fabric-slow": {"nccl-pairs": {FAIL}},
+    # A leaf's uplinks: only a run across leaves crosses them (test_sim_leaf.py); these nodes are on none.
+    "leaf-uplink-slow": {},
     # Drift across the whole node is consistent; the roll-out compares with the baseline.
     "firmware-drift": {},
     # The host around the GPUs: each seen by its own check, and by the kernel log where it logs.

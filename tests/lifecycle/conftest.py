@@ -80,9 +80,12 @@ class SimFleet:
             await asyncio.sleep(0.2)
 
 
-def make_fleet(settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4) -> list[str]:
+def make_fleet(
+    settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4, islands: int = 0
+) -> list[str]:
+    """With `islands`, each rack is a leaf switch (leaf-01 ...) of an island (the sim inventory's)."""
     prefix = f"s{uuid.uuid4().hex[:6]}"
-    entries = render_inventory(count, min(racks, count), profile, seed=1, name_prefix=prefix)
+    entries = render_inventory(count, min(racks, count), profile, seed=1, name_prefix=prefix, islands=islands)
     import yaml
 
     specs = parse_inventory(yaml.safe_dump({"nodes": entries}))
@@ -110,7 +113,7 @@ def sim_fleet(make_settings, sqlite_url):
 
 
 async def fleet_in_production(
-    settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4, **timing: float
+    settings: Settings, count: int, profile: str = "h100-sxm", racks: int = 4, islands: int = 0, **timing: float
 ) -> SimFleet:
     """`count` simulated nodes recorded in production, their workflows started there (no
     burn-in: for tests of what happens to a node already serving), with `timing`'s
@@ -121,7 +124,7 @@ async def fleet_in_production(
 
     from fleetctl.db.models import Node
 
-    names = make_fleet(settings, count, profile, racks)
+    names = make_fleet(settings, count, profile, racks, islands)
     fleet = SimFleet(settings, await connect(settings), names)
     with Session(fleet.engine) as session:
         session.exec(update(Node).values(state="production", state_version=1))

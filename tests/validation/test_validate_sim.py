@@ -1,6 +1,7 @@
 """`fleetctl validate` end to end: the CLI, the ClusterValidation workflow on the real Temporal
-dev server, the simulated fleet (a node with `fabric-slow` slows every all-reduce it is in,
-as nccl-tests prints it) and the simulated scheduler that holds the nodes."""
+dev server, the simulated fleet (a node with `fabric-slow` slows every all-reduce it is in, a
+leaf with `leaf-uplink-slow` every one across it, as nccl-tests prints it) and the simulated
+scheduler that holds the nodes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import Settings
+from fleetctl.db import queries
 from fleetctl.db.models import CheckRun
+from fleetctl.sim.node import LEAF_UPLINK_SLOW_FACTOR
 from fleetctl.sim.scheduler import SimScheduler
 from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
@@ -25,10 +28,10 @@ pytestmark = pytest.mark.temporal
 async def production_fleet(make_settings, sqlite_url):
     workers: list[WorkerThread] = []
 
-    async def factory(count: int) -> SimFleet:
+    async def factory(count: int, islands: int = 0) -> SimFleet:
         settings = make_settings(sqlite_url)
         workers.append(WorkerThread(settings).start())
-        return await fleet_in_production(settings, count)
+        return await fleet_in_production(settings, count, islands=islands)
 
     yield factory
     for w in workers:
@@ -69,6 +72,54 @@ async def test_a_node_with_a_slow_fabric_is_named_among_32_in_at_most_11_runs(pr
     # Held for it, and released after: no node is left drained in its scheduler.
     scheduler = SimScheduler(fleet.engine)
     assert [n for n in fleet.names if scheduler.node_state(n).drained] == []
+
+
+async def test_a_leaf_with_slow_uplinks_is_named_as_the_fabric_between_two_leaves_not_a_node(
+    production_fleet,
+) -> None:
+    fleet = await production_fleet(32, islands=1)  # four racks of 8, each its leaf switch
+    leaf_01, leaf_02 = fleet.names[:8], fleet.names[8:16]
+    fleet.inject(leaf_02[3], "leaf-uplink-slow")  # on one node: every node of leaf-02 is behind it
+    out = await validate(fleet.settings)
+    assert out.exit_code == 3, out.output
+    data = json.loads(out.stdout)
+    assert data["bad_nodes"] == [] and data["unresolved"] == [] and data["error"] == ""
+    assert data["slow_together"] == [[leaf_01, leaf_02]]
+    # All, then the halves (leaf-01+02 slow, leaf-03+04 fast), then each leaf alone: both fast.
+    runs = [(run["nodes"], run["verdict"]) for run in data["runs"]]
+    assert [verdict for _, verdict in runs] == ["slow", "slow", "pass", "pass", "pass"], runs
+    fast = data["runs"][2]["busbw_gbps"]
+    assert data["runs"][0]["busbw_gbps"] / fast == pytest.approx(LEAF_UPLINK_SLOW_FACTOR, rel=0.03)
+    # No node is blamed: the slow runs were launched on the first node, whose latest run (its
+    # leaf alone) is a pass, as is every other node's.
+    latest = {r.node_name: r.status for r in validate_runs(fleet)}
+    assert set(latest.values()) == {"pass"} and fleet.names[0] in latest, latest
+
+
+async def test_drain_takes_each_slow_node_through_the_capacity_guard_as_a_failed_check(production_fleet) -> None:
+    fleet = await production_fleet(8)
+    first, second = fleet.names[1], fleet.names[6]  # one in each half
+    fleet.inject(first, "fabric-slow")
+    fleet.inject(second, "fabric-slow")
+    out = await validate(fleet.settings, "--drain")
+    assert out.exit_code == 3, out.output
+    data = json.loads(out.stdout)
+    assert data["bad_nodes"] == [first, second]
+    # One node of 8 may be out at once (10%, at least one): the guard grants the first only.
+    assert data["drained"] == [first] and list(data["kept"]) == [second]
+    assert data["kept"][second].startswith("the capacity guard kept it in service: ")
+    assert fleet.state(first) in ("draining", "maintenance") and fleet.state(second) == "production"
+    drain = next(e for e in queries.node_events(fleet.engine, first) if e.trigger == "drain")
+    assert drain.actor_kind == "automation" and drain.failure == "check nccl-validate"
+    assert drain.cause.startswith("active check validate: nccl-validate: 2-node all-reduce of ")
+    # The validation's own holds are all released (the drained node's scheduler drain is its
+    # workflow's, after the transition: not waited for here).
+    scheduler = SimScheduler(fleet.engine)
+    assert [n for n in fleet.names if n != first and scheduler.node_state(n).drained] == []
+    # Without --drain nothing is drained, whatever is found.
+    again = json.loads((await validate(fleet.settings, *fleet.names[2:])).stdout)
+    assert again["bad_nodes"] == [second] and again["drained"] == [] and again["kept"] == {}
+    assert fleet.state(second) == "production"
 
 
 async def test_a_healthy_set_passes_in_one_run_and_a_busy_node_is_skipped(production_fleet) -> None:

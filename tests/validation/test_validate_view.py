@@ -13,7 +13,7 @@ RUN = {"nodes": "gpu-[001-008]", "verdict": "slow", "busbw_gbps": 225.72, "reaso
 
 def shown(**verdict) -> str:
     data = {"nodes": NODES, "skipped": {}, "runs": [RUN], "bad_nodes": [], "slow_together": []}
-    data |= {"unresolved": [], "error": "", "passed": False, **verdict}
+    data |= {"unresolved": [], "error": "", "passed": False, "drained": [], "kept": {}, **verdict}
     console = Console(width=200, record=True)
     console.print(_table(data, False))
     return console.export_text()
@@ -29,6 +29,10 @@ def shown(**verdict) -> str:
             "slow only together (the fabric between): gpu-[001-004] | gpu-[005-008]",
         ),
         ({"unresolved": [NODES]}, "slow, no node to compare with: gpu-[001-008]"),
+        (
+            {"bad_nodes": ["gpu-002", "gpu-005"], "drained": ["gpu-002"], "kept": {"gpu-005": "the guard said no"}},
+            "slow nodes: gpu-[002,005]; drained: gpu-002; not drained gpu-005: the guard said no",
+        ),
         ({"error": "no verdict after 5 runs (the limit is 5)"}, "error: no verdict after 5 runs (the limit is 5)"),
         ({"passed": True}, "passed: 8 nodes at or above the multi-node floor"),
     ],

@@ -60,6 +60,7 @@ class ExecutorRegistry:
             booted_at=partial(store.booted_at, engine),
             cure=partial(store.cure, engine),
             domain_members=partial(store.domain_members, engine),
+            leaf=partial(store.leaf_of, engine),
         )
 
     def close(self) -> None:

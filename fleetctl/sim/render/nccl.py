@@ -49,7 +49,8 @@ def render_all_reduce_perf(
 ) -> tuple[ToolOutput, float]:
     """all_reduce_perf output, and the seconds the sweep itself took. With `peers` (the other
     hosts an MPI launcher started ranks on, `ranks_per_node` GPUs each) it is a multi-node
-    run: rank 0 on `node` prints it, and the slowest node's fabric sets the bandwidth."""
+    run: rank 0 on `node` prints it, and the slowest node's fabric (or leaf uplinks, for a run
+    across leaves) sets the bandwidth."""
     if peers:
         return _render_multinode(node, list(peers), ranks_per_node or 1, run, rng)
     ranks = run.gpus * run.threads
@@ -114,7 +115,7 @@ def _render_multinode(
             lines.append(f"{host.hostname}: Test CUDA failure common.cu:1070 'unknown error'")
             lines.append(f" .. {host.hostname} pid {pid}: Test failure common.cu:891")
             return ToolOutput("\n".join(lines) + "\n", exit_status=3), 5.0
-    busbw = min(h.fabric_busbw_gbps for h in hosts)
+    busbw = min(h.fabric_busbw_gbps for h in hosts) * _uplink_factor(hosts)
     if busbw <= 0:
         lines.append(
             f"{node.hostname}: Test NCCL failure common.cu:1279 'unhandled system error (run with NCCL_DEBUG=INFO for details)'"
@@ -125,6 +126,15 @@ def _render_multinode(
     return _sweep(
         lines, busbw, rank, node.profile.allreduce_latency_us * 2, any(h.transient_failure for h in hosts), run, rng
     )
+
+
+def _uplink_factor(hosts: Sequence[NodeState]) -> float:
+    """What the leaves' uplinks let through: a run whose hosts are all on one leaf never
+    leaves it; one across leaves moves its ring through each leaf's uplinks, at the pace of
+    the slowest. A host on no known leaf counts as elsewhere."""
+    if len({h.leaf for h in hosts}) < 2:
+        return 1.0
+    return min(h.leaf_uplink_factor for h in hosts)
 
 
 def _sweep(
