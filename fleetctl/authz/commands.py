@@ -90,6 +90,7 @@ COMMANDS: dict[str, Rule] = {
     "sim faults": READ,
     "dev server": PROCESS,
     "temporal setup": PROCESS,
+    "temporal roll-forward": ADMINISTER,  # an upgrade step: every node and guard onto the new code
     "db upgrade": PROCESS,
     "db prune": PROCESS,
     "job list": READ,
