@@ -131,6 +131,8 @@ COMMANDS: dict[str, Rule] = {
     "topology fabric": READ,
     # Run once per release, where the workers are deployed: every open workflow moved onto their code.
     "temporal roll-forward": PROCESS,
+    # On the Temporal gateway's host: its refusal log into the audit trail.
+    "engines import-refusals": PROCESS,
 }
 
 
