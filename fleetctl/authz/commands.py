@@ -129,8 +129,6 @@ COMMANDS: dict[str, Rule] = {
     # Cluster validation holds nodes as a sweep does: an operator's act, like a recheck.
     "validate": OPERATE,
     "topology fabric": READ,
-    # Run once per release, where the workers are deployed: every open workflow moved onto their code.
-    "temporal roll-forward": PROCESS,
     # On the Temporal gateway's host: its refusal log into the audit trail.
     "engines import-refusals": PROCESS,
 }
