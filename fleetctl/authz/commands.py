@@ -132,6 +132,8 @@ COMMANDS: dict[str, Rule] = {
     # Cluster validation holds nodes as a sweep does: an operator's act, like a recheck.
     "validate": OPERATE,
     "topology fabric": READ,
+    # On the Temporal gateway's host: its refusal log into the audit trail.
+    "engines import-refusals": PROCESS,
 }
 
 

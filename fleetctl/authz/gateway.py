@@ -13,15 +13,20 @@ enforce both in front of the Temporal frontend (deploy/nginx/temporal-gateway.co
               services that run workflows (workers, and the front door) call these
 
 A method missing from METHODS is refused to everyone (tests/authz_engines walks the
-services' descriptors and fails on an unclassified one).
+services' descriptors and fails on an unclassified one). Each refusal is also a JSON line of
+the gateway's refusal log (REFUSAL_LOG_FIELDS), which `fleetctl engines import-refusals`
+reads into the audit trail (parse_refusals).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 
-from fleetctl.authz.engine_roles import EngineRolesError, check_subject
+from fleetctl.authz.engine_roles import SUBJECT_RE, EngineRolesError, check_subject
 from fleetctl.authz.roles import Role
 
 WORKFLOW_SERVICE = "temporal.api.workflowservice.v1.WorkflowService"
@@ -194,3 +199,63 @@ def render_maps(subjects: Mapping[str, Role], services: Iterable[str], dn: str =
     for caller, kinds in ALLOWED.items():
         lines += [f'    "{caller.value}:{kind.value}" "";' for kind in sorted(kinds, key=list(MethodClass).index)]
     return "\n".join([*lines, "}", ""])
+
+
+# The refusal log's line (deploy/nginx/temporal-gateway.conf, log_format fleetctl_refusal): nginx's
+# own variables, JSON-escaped by nginx.
+REFUSAL_LOG_FIELDS = ("msec", "request_id", "subject_dn", "caller", "method", "class", "reason")
+# The least caller a class needs, as the audit trail names roles.
+NEEDED_CALLER: dict[MethodClass, str] = {
+    kind: next(c for c in Caller if kind in ALLOWED[c]).value for kind in MethodClass
+}
+
+
+class RefusalLogError(ValueError):
+    """A refusal log line fleetctl cannot read; one line naming it."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One call the gateway answered PERMISSION_DENIED."""
+
+    at: datetime
+    request_id: str  # nginx's $request_id: 32 hex digits, one per request
+    subject: str  # the subject the certificate names (its whole DN if it names none as --subject-dn does)
+    caller: str  # the role the gateway held for it: viewer, operator, admin, service; "" unknown
+    method: str  # the gRPC path asked
+    needed: str  # the least caller that may call it; "" refused to everyone
+    reason: str  # the refusal the client was sent
+
+
+def parse_refusals(text: str, dn: str = DEFAULT_SUBJECT_DN, where: str = "refusal log") -> list[Refusal]:
+    """Each line of the gateway's refusal log; RefusalLogError naming the first line that is
+    not one (nothing is taken from a log that holds one)."""
+    prefix, _, suffix = dn.partition("{subject}")
+    refusals = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            fields = json.loads(line)
+            missing = [f for f in REFUSAL_LOG_FIELDS if not isinstance(fields.get(f), str)]
+            at = datetime.fromtimestamp(float(fields["msec"]), UTC) if not missing else None
+        except (ValueError, TypeError, AttributeError, OverflowError):
+            raise RefusalLogError(f"{where}: line {number}: not a line of the gateway's refusal log") from None
+        if missing or at is None or len(fields["request_id"]) != 32:
+            raise RefusalLogError(f"{where}: line {number}: not a line of the gateway's refusal log")
+        subject_dn = fields["subject_dn"]
+        inner = subject_dn[len(prefix) : len(subject_dn) - len(suffix)]
+        named = subject_dn.startswith(prefix) and subject_dn.endswith(suffix) and bool(SUBJECT_RE.match(inner))
+        kind = method_class(fields["method"])
+        refusals.append(
+            Refusal(
+                at=at,
+                request_id=fields["request_id"],
+                subject=inner if named else subject_dn,
+                caller=fields["caller"],
+                method=fields["method"],
+                needed=NEEDED_CALLER[kind] if kind is not None else "",
+                reason=fields["reason"],
+            )
+        )
+    return refusals

@@ -2,8 +2,11 @@
 cannot write whatever program it runs:
 
     fleetctl_viewer     SELECT on every table, nothing else
-    fleetctl_operator   every row change, except that the history (transitions and
-                        automation's record) only grows: INSERT and SELECT there
+    fleetctl_operator   SELECT on every table, and on the few tables in OPERATOR_WRITES the
+                        row changes the operator's commands make themselves (the rest of
+                        what an operator asks, a drain or an RMA decision, is written by the
+                        workers, under the schema's owner); a table added later is read-only
+                        to it until named there
     fleetctl_admin      every row change on every table, TRUNCATE included
 
 The schema itself (CREATE, ALTER, DROP) stays with its owner, the account the workers run as,
@@ -25,8 +28,19 @@ GROUPS: dict[Role, str] = {
     Role.OPERATOR: "fleetctl_operator",
     Role.ADMIN: "fleetctl_admin",
 }
-# The record of who did what: below admin, rows are added, never changed or removed.
-APPEND_ONLY_TABLES = ("node_events", "automation_events")
+# What the operator's commands (fleetctl.authz.commands: OPERATE) write from the CLI itself;
+# everything else they change goes through Temporal to the workers. So `db prune` (deletes
+# check runs, health events, audit rows), `node import` (nodes), `firmware baseline set` and
+# `schedule create` (sweep_intervals) stay the admin's. SELECT ... FOR UPDATE needs UPDATE.
+OPERATOR_WRITES: dict[str, tuple[str, ...]] = {
+    "automation_events": ("INSERT",),  # a refused drain, undrain, admit... is recorded
+    "jobs": ("INSERT", "UPDATE"),  # job sync, job submit, job checkpoint
+    "job_checkpoints": ("INSERT",),  # job checkpoint
+    "rma_records": ("UPDATE",),  # rma close
+    "spares": ("INSERT", "DELETE"),  # spares fill: the pool held
+    "sim_faults": ("INSERT", "DELETE"),  # sim inject, sim clear
+    "sim_scheduler_nodes": ("INSERT", "UPDATE"),  # the simulated scheduler's drains, job placement
+}
 ROW_CHANGES = "SELECT, INSERT, UPDATE, DELETE"
 OWNER = "the schema's owner"
 
@@ -52,7 +66,6 @@ def group_statements(database: str, owner: str, schema: str = "public") -> list[
     db, own, sch = quote_ident(database), quote_ident(owner), quote_ident(schema)
     viewer, operator, admin = (quote_ident(GROUPS[r]) for r in Role)
     groups = f"{viewer}, {operator}, {admin}"
-    history = ", ".join(f"{sch}.{quote_ident(t)}" for t in APPEND_ONLY_TABLES)
     defaults = f"ALTER DEFAULT PRIVILEGES FOR ROLE {own} IN SCHEMA {sch} GRANT"
     return [
         *(_create_if_missing(GROUPS[r], "NOLOGIN") for r in Role),
@@ -62,12 +75,15 @@ def group_statements(database: str, owner: str, schema: str = "public") -> list[
         f"REVOKE ALL ON ALL TABLES IN SCHEMA {sch} FROM {groups}",
         f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA {sch} FROM {groups}",
         f"GRANT SELECT ON ALL TABLES IN SCHEMA {sch} TO {viewer}",
-        f"GRANT {ROW_CHANGES} ON ALL TABLES IN SCHEMA {sch} TO {operator}",
-        f"REVOKE UPDATE, DELETE ON {history} FROM {operator}",
+        f"GRANT SELECT ON ALL TABLES IN SCHEMA {sch} TO {operator}",
+        *(
+            f"GRANT {', '.join(verbs)} ON {sch}.{quote_ident(table)} TO {operator}"
+            for table, verbs in sorted(OPERATOR_WRITES.items())
+        ),
         f"GRANT {ROW_CHANGES}, TRUNCATE ON ALL TABLES IN SCHEMA {sch} TO {admin}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {sch} TO {operator}, {admin}",
         f"{defaults} SELECT ON TABLES TO {viewer}",
-        f"{defaults} {ROW_CHANGES} ON TABLES TO {operator}",
+        f"{defaults} SELECT ON TABLES TO {operator}",
         f"{defaults} {ROW_CHANGES}, TRUNCATE ON TABLES TO {admin}",
         f"{defaults} USAGE, SELECT ON SEQUENCES TO {operator}, {admin}",
     ]
@@ -101,24 +117,25 @@ def login_statements(subjects: Mapping[str, Role]) -> list[str]:
 
 _WRITE = re.compile(r'^\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM|TRUNCATE(?:\s+TABLE)?)\s+(?:\w+\.)?"?(\w+)"?', re.I)
 _READ = re.compile(r"^\s*(SELECT|WITH)\b", re.I)
+_FROM = re.compile(r'\bFROM\s+(?:\w+\.)?"?(\w+)"?', re.I)
 
 
 def needed_for(statement: str) -> str:
     """The least group role whose privileges run `statement` (its first verb and table);
     the schema's owner for anything else (DDL: a migration)."""
     if written := _WRITE.match(statement):
-        verb, table = written.group(1).split()[0].upper(), written.group(2).lower()
-        if verb == "TRUNCATE" or (verb in ("UPDATE", "DELETE") and table in APPEND_ONLY_TABLES):
-            return GROUPS[Role.ADMIN]
-        return GROUPS[Role.OPERATOR]
+        return _writer(written.group(1).split()[0].upper(), written.group(2).lower())
     if _READ.match(statement):
         # SELECT ... FOR UPDATE locks rows: UPDATE's privilege.
-        return (
-            GROUPS[Role.OPERATOR]
-            if re.search(r"\bFOR\s+(NO\s+KEY\s+)?UPDATE\b", statement, re.I)
-            else (GROUPS[Role.VIEWER])
-        )
+        if re.search(r"\bFOR\s+(NO\s+KEY\s+)?UPDATE\b", statement, re.I):
+            locked = _FROM.search(statement)
+            return _writer("UPDATE", locked.group(1).lower() if locked else "")
+        return GROUPS[Role.VIEWER]
     return OWNER
+
+
+def _writer(verb: str, table: str) -> str:
+    return GROUPS[Role.OPERATOR] if verb in OPERATOR_WRITES.get(table, ()) else GROUPS[Role.ADMIN]
 
 
 INSUFFICIENT_PRIVILEGE = "42501"

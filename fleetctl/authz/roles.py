@@ -31,6 +31,35 @@ ANY_FLEET = "*"
 # address, a certificate's common name); ':' and '/' belong to automation's actors.
 SUBJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9._-]{0,127})?\Z")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+# The actors automation records that a subject could spell (no ':' or '/'): a person named
+# one of these would be recorded as automation, and the report counts automation's drains
+# apart from operators'. The workflows' own names (fleetctl/, workflows/), and the job gate's
+# and agents' `prolog@JOB`, `epilog@JOB`, `fleetctl-agent@NODE`.
+AUTOMATION_ACTORS = frozenset(
+    {
+        "lifecycle",
+        "reachability",
+        "agent-silence",
+        "active-checks",
+        "job-sync",
+        "production-stragglers",
+        "hung-jobs",
+        "validate",
+        "drain",
+        "demo",
+        "fleetctl",
+        "fleetctl-agent",
+        "prolog",
+        "epilog",
+    }
+)
+
+
+def automation_actor(subject: str) -> bool:
+    """Whether `subject` is (or, before its '@', names) an actor automation records."""
+    return subject.split("@", 1)[0].lower() in AUTOMATION_ACTORS
+
+
 _SECTIONS = ("subjects", "groups")
 
 
@@ -147,6 +176,8 @@ def _section(raw: Any, where: str, names: re.Pattern[str]) -> dict[str, dict[str
     for name, entry in raw.items():
         if not isinstance(name, str) or not names.match(name):
             raise RolesError(f"{where}: {str(name)[:40]!r} is not a valid name")
+        if names is SUBJECT_RE and automation_actor(name):
+            raise RolesError(f"{where}: {name[:40]!r} is an automation actor's name: no person may be recorded as it")
         section[name] = _entry(entry, f"{where}.{name}")
     return section
 

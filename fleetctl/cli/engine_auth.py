@@ -102,3 +102,30 @@ def grant_roles(
     counts = {role: sum(1 for r in subjects.values() if r is role) for role in set(subjects.values())}
     granted = ", ".join(f"{n} {role.value}" for role, n in sorted(counts.items(), key=lambda i: i[0].value))
     typer.echo(f"{database}: group roles granted on every table (owner {owner}); logins: {granted or 'none'}")
+
+
+@app.command("import-refusals")
+def import_refusals(
+    ctx: typer.Context,
+    log: Path = typer.Argument(..., help="the gateway's refusal log (/var/log/nginx/temporal-gateway-refusals.log)"),
+    subject_dn: str = typer.Option(
+        "CN={subject}", "--subject-dn", help="a client certificate's whole subject, as given to gateway-config"
+    ),
+) -> None:
+    """Record each call the Temporal gateway refused (its refusal log, one JSON line each) in
+    the audit trail as a denied request: `fleetctl audit --denied` shows them, `metrics
+    serve` counts them. Each refusal once, however often the log is read: run it from cron or
+    logrotate's prerotate."""
+    from fleetctl.authz.gateway import RefusalLogError, parse_refusals
+    from fleetctl.db.audit import record_refusals
+
+    try:
+        text = log.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{log}: cannot read ({getattr(exc, 'strerror', None) or exc})", EXIT_USAGE)
+    try:
+        refusals = parse_refusals(text, subject_dn, str(log))
+    except RefusalLogError as exc:
+        fail(str(exc), EXIT_USAGE)
+    added, already = record_refusals(context.engine(ctx), context.settings(ctx).fleet, refusals)
+    typer.echo(f"{log}: {added} refusals recorded in the audit trail, {already} already there")

@@ -17,6 +17,9 @@ from fleetctl.durations import as_utc
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+# The command an imported gateway refusal is recorded as: `temporal-gateway SignalWorkflowExecution`.
+GATEWAY_COMMAND = "temporal-gateway"
+
 
 def record_rejection(engine: Engine, *, fleet: str, node: str, actor: str, trigger: str, reason: str) -> None:
     """A refused command is recorded with its actor, so a race between two operators (or an
@@ -70,6 +73,43 @@ def record_request(
         session.commit()
         assert row.id is not None
         return row.id
+
+
+def record_refusals(engine: Engine, fleet: str, refusals: Sequence[Any]) -> tuple[int, int]:
+    """The Temporal gateway's refusals (fleetctl.authz.gateway.Refusal) as denied rows of the
+    audit trail, each once: a refusal whose request id is already recorded is skipped (a log
+    imported twice, or read again after rotation). Returns (added, already recorded)."""
+    if not refusals:
+        return 0, 0
+    earliest = min(r.at for r in refusals)
+    with Session(engine) as session:
+        recorded = session.exec(
+            select(AuditRequest.args).where(
+                col(AuditRequest.command).startswith(GATEWAY_COMMAND), AuditRequest.at >= earliest
+            )
+        ).all()
+        seen = {args[-1] for args in recorded if args}
+        added = 0
+        for r in refusals:
+            if r.request_id in seen:
+                continue
+            seen.add(r.request_id)
+            session.add(
+                AuditRequest(
+                    at=r.at,
+                    subject=r.subject,
+                    fleet=fleet,
+                    command=f"{GATEWAY_COMMAND} {r.method.rpartition('/')[2]}",
+                    args=[r.method, r.request_id],
+                    decision="denied",
+                    role_needed=r.needed,
+                    role_held=r.caller,
+                    reason=r.reason,
+                )
+            )
+            added += 1
+        session.commit()
+    return added, len(refusals) - added
 
 
 def record_exit(engine: Engine, request_id: int, exit_code: int) -> None:

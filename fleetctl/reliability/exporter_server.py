@@ -46,6 +46,7 @@ from sqlmodel import Session, col, select
 from fleetctl.config import Settings
 from fleetctl.db import queries, sweep_intervals
 from fleetctl.db.models import (
+    AuditRequest,
     AutomationEvent,
     CheckRun,
     Job,
@@ -986,6 +987,40 @@ def needs_operator_family(engine: Engine, fleet_of: dict[str, str], default_flee
     return family
 
 
+class AuditCollector:
+    """The front door's decisions from the audit trail (audit_requests), so the fleet's one
+    exporter counts them whichever front door (or gateway import) wrote them, and across the
+    front door's restarts. Each row is read once (AppendOnlyReader): retention's removal of
+    old rows never lowers a count."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.lock = Lock()
+        self.counts: Counter[tuple[str, str, str]] = Counter()  # (fleet, decision, role needed)
+        self.reader = AppendOnlyReader(
+            AuditRequest.id,
+            (AuditRequest.fleet, AuditRequest.decision, AuditRequest.role_needed),
+            self._fold,
+        )
+
+    def _fold(self, row: Any) -> None:
+        _, fleet, decision, role = row
+        self.counts[(fleet, decision, role)] += 1
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock, Session(self.engine) as session:
+            self.reader.read(session)
+            counts = sorted(self.counts.items())
+        family = CounterMetricFamily(
+            "fleetctl_audit_requests",
+            "Writes asked of the front door (the audit trail), by fleet, decision and the role the command needs",
+            labels=["fleet", "decision", "role"],
+        )
+        for (fleet, decision, role), count in counts:
+            family.add_metric([fleet, decision, role], count)
+        yield family
+
+
 def serve(
     engine: Engine,
     port: int,
@@ -1003,6 +1038,7 @@ def serve(
     certificate that CA signed."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(engine, fleet, policy, lemon, agent_silence_s))
+    registry.register(AuditCollector(engine))
     server, _thread = start_http_server(
         port,
         addr=address,

@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bench.postgres import fresh_database_url
 from fleetctl.authz.api_client import ApiError, run_remote
 from fleetctl.authz.commands import COMMANDS, Kind
 from fleetctl.config import load_settings
@@ -21,7 +22,7 @@ from fleetctl.db.audit import audit_requests
 from fleetctl.db.engine import get_engine
 from fleetctl.db.firmware import current_baseline, rollouts
 from tests.authz.front_door import Issuer, fleetctl, start_front_door
-from tests.conftest import FIXTURES, _fresh_postgres_url
+from tests.conftest import FIXTURES
 from tests.production.mtls_proxy import Authority
 
 pytestmark = [pytest.mark.temporal, pytest.mark.postgres]
@@ -31,6 +32,7 @@ subjects:
   vera: viewer
   olga: operator
   adam: admin
+  fiona: {"*": viewer, gpu-east: admin, gpu-west: operator}
 groups:
   sre: operator
 """
@@ -43,10 +45,10 @@ def door(tmp_path_factory, postgres_server, temporal_address):
     directory = tmp_path_factory.mktemp("front-door")
     ca = Authority(directory, "fleet-client-ca")
     issuer = Issuer()
-    db_url = _fresh_postgres_url(postgres_server)
+    db_url = fresh_database_url(postgres_server)
     door = start_front_door(directory / "door", ROLES, db_url, temporal_address, issuer, ca)
     door.issuer = issuer
-    door.certs = {name: ca.client(name) for name in ("vera", "olga", "adam", "eve")}
+    door.certs = {name: ca.client(name) for name in ("vera", "olga", "adam", "eve", "fiona")}
     yield door
     door.stop()
     issuer.stop()
@@ -168,6 +170,25 @@ def test_whoami_names_the_subject_of_the_certificate_and_its_roles(door, tmp_pat
         assert json.loads(done.stdout) == {"subject": who, "via": "certificate", "groups": [], "roles": roles}
     table = fleetctl(_env(door, tmp_path, "olga"), "auth", "whoami")
     assert "olga (by certificate)" in table.stdout and "operator" in table.stdout
+
+
+def test_whoami_prints_the_role_in_each_fleet_the_roles_file_names(door, tmp_path) -> None:
+    env = _env(door, tmp_path, "fiona")
+    done = fleetctl(env, "auth", "whoami", "-o", "json")
+    assert json.loads(done.stdout)["roles"] == {"*": "viewer", "gpu-east": "admin", "gpu-west": "operator"}
+    table = fleetctl(env, "auth", "whoami")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[0].strip() == "fiona (by certificate)", table.stdout
+    rows = [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in table.stdout.splitlines()]
+    assert [r for r in rows if len(r) == 2] == [
+        ["every fleet", "viewer"],
+        ["gpu-east", "admin"],
+        ["gpu-west", "operator"],
+    ], table.stdout
+    # With a token whose group is an operator everywhere, every fleet's role is the higher one.
+    token = door.issuer.token("fiona", groups=["sre"])
+    done = fleetctl(door.client_env(tmp_path / "fiona-token", token=token), "auth", "whoami", "-o", "json")
+    assert json.loads(done.stdout)["roles"] == {"*": "operator", "gpu-east": "admin", "gpu-west": "operator"}
 
 
 def test_a_token_of_the_issuer_proves_its_subject_and_groups(door, tmp_path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from fleetctl.authz.roles import Role, RolesError, RolesFile, load_roles, parse_roles
@@ -85,3 +88,59 @@ def test_an_empty_file_grants_nothing_and_a_missing_one_is_refused(tmp_path) -> 
     assert load_roles(tmp_path / "empty.yaml") == RolesFile()
     with pytest.raises(RolesError, match="cannot read"):
         load_roles(tmp_path / "missing.yaml")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _names_an_actor(node: ast.AST) -> bool:
+    """`actor=...`, `actor: str = ...` or `SOME_ACTOR = ...`."""
+    if isinstance(node, ast.keyword):
+        return node.arg == "actor"
+    if isinstance(node, ast.AnnAssign):
+        return isinstance(node.target, ast.Name) and node.target.id == "actor"
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id.endswith("_ACTOR") for t in node.targets)
+    return False
+
+
+def _recorded_actors() -> set[str]:
+    """Every actor name fleetctl's code records that a subject could spell: `actor="x"` and
+    `actor: str = "x"` in fleetctl/ and workflows/, and an f-string's text before its first
+    '@' (`prolog@{job}`); names holding ':' or '/' are refused as names already."""
+    found: set[str] = set()
+    for path in [*(REPO / "fleetctl").rglob("*.py"), *(REPO / "workflows").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not _names_an_actor(node):
+                continue
+            value = node.value  # type: ignore[attr-defined]
+            if isinstance(value, ast.Constant) and isinstance(value.value, str) and value.value:
+                found.add(value.value)
+            elif isinstance(value, ast.JoinedStr) and value.values and isinstance(value.values[0], ast.Constant):
+                head = str(value.values[0].value)
+                if "@" in head:
+                    found.add(head.split("@", 1)[0] + "@x")
+    return {actor for actor in found if ":" not in actor and "/" not in actor}
+
+
+def test_every_actor_automation_records_is_refused_as_a_subject() -> None:
+    actors = _recorded_actors()
+    assert {"lifecycle", "reachability", "fleetctl-agent@x", "job-sync"} <= actors, actors
+    for actor in sorted(actors):
+        with pytest.raises(RolesError) as refused:
+            parse_roles(f"subjects: {{{actor}: viewer}}")
+        assert "is an automation actor's name" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("subject", ["lifecycle", "Lifecycle", "prolog@node1", "epilog@4242", "fleetctl-agent@n7"])
+def test_a_subject_named_as_automation_is_refused_in_one_line(subject: str) -> None:
+    with pytest.raises(RolesError) as refused:
+        parse_roles(f"subjects:\n  alice: viewer\n  {subject}: operator\n")
+    assert str(refused.value) == (
+        f"roles: subjects: {subject!r} is an automation actor's name: no person may be recorded as it"
+    )
+
+
+def test_a_name_that_only_resembles_automation_is_a_subject() -> None:
+    roles = parse_roles("subjects: {lifecycle-team: viewer, olga@prolog.example: operator}")
+    assert roles.role_of("olga@prolog.example", "default") == Role.OPERATOR

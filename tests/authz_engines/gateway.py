@@ -56,6 +56,7 @@ def deployed_config(directory: Path, port: int, upstream: str, ca: Authority, se
         "/etc/fleetctl/gateway/server.key": str(server[1]),
         "/etc/fleetctl/gateway/clients-ca.pem": str(ca.cert_path),
         "grpc://127.0.0.1:7234": f"grpc://{upstream}",
+        "/var/log/nginx/temporal-gateway-refusals.log": str(directory / "refusals.log"),
     }
     text = TEMPLATE.read_text()
     for shipped, here in replacements.items():

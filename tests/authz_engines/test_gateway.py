@@ -7,6 +7,7 @@ certificate the gateway does not know, or another CA's, gets nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -244,3 +245,67 @@ async def test_an_unknown_certificate_and_another_cas_get_nothing(gateway, tmp_p
     with pytest.raises(RuntimeError) as rogue:
         await connect(gateway, "alice", Authority(tmp_path, "rogue-ca"))
     assert REFUSED_BY_GATEWAY not in str(rogue.value)  # refused in the TLS handshake, before any method
+
+
+# nginx writes a request's log line as the request ends, just after its answer has gone: a
+# bound of the order of the gateway's own answer to a refused call, with the loaded machine's margin.
+LOGGED_WITHIN_S = 10
+
+
+def _refusal_lines(gw) -> list[dict]:
+    log = gw.directory / "refusals.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+async def test_each_refusal_is_logged_and_imported_into_the_audit_trail_once(gateway, tmp_path) -> None:
+    gw, _ = gateway
+    signal = method_path(WORKFLOW_SERVICE, "SignalWorkflowExecution")
+    create = method_path(WORKFLOW_SERVICE, "CreateSchedule")
+    before = len(_refusal_lines(gw))
+    answered = curl_statuses(gateway, "alice", [signal, create, method_path(WORKFLOW_SERVICE, "ListSchedules")])
+    assert [answered[p][0] for p in (signal, create)] == ["7", "7"] and answered[
+        method_path(WORKFLOW_SERVICE, "ListSchedules")
+    ][0] != "7"
+    await wait_for(lambda: len(_refusal_lines(gw)) >= before + 2, LOGGED_WITHIN_S, "the refusals' log lines")
+    assert [(r["subject_dn"], r["caller"], r["method"]) for r in _refusal_lines(gw)[before:]] == [
+        ("CN=alice", "viewer", signal),
+        ("CN=alice", "viewer", create),
+    ]  # the call let through is not a refusal
+
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETCTL_CONFIG": os.devnull}
+    env |= {"FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}", "FLEETCTL_FLEET": "gpu-east"}
+    log = str(gw.directory / "refusals.log")
+
+    def fleetctl(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([FLEETCTL, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    lines = len(_refusal_lines(gw))
+    imported = fleetctl("engines", "import-refusals", log)
+    assert imported.stdout == f"{log}: {lines} refusals recorded in the audit trail, 0 already there\n", imported.stderr
+    again = fleetctl("engines", "import-refusals", log)
+    assert again.stdout == f"{log}: 0 refusals recorded in the audit trail, {lines} already there\n", again.stderr
+    rows = json.loads(fleetctl("audit", "--denied", "--subject", "alice", "-o", "json").stdout)
+    assert [(r["command"], r["fleet"], r["role_needed"], r["role_held"], r["reason"]) for r in rows[-2:]] == [
+        ("temporal-gateway SignalWorkflowExecution", "gpu-east", "operator", "viewer",
+         f"the Temporal gateway: {signal} needs operator"),
+        ("temporal-gateway CreateSchedule", "gpu-east", "admin", "viewer", f"the Temporal gateway: {create} needs admin"),
+    ]  # fmt: skip
+
+
+def test_a_log_that_is_not_the_gateways_is_refused_in_one_line_and_nothing_recorded(gateway, tmp_path) -> None:
+    gw, _ = gateway
+    curl_statuses(gateway, "alice", [method_path(WORKFLOW_SERVICE, "TerminateWorkflowExecution")])
+    log = tmp_path / "refusals.log"
+    log.write_text((gw.directory / "refusals.log").read_text() + "GET / HTTP/1.1 200\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETCTL_CONFIG": os.devnull}
+    env |= {"FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}"}
+    done = subprocess.run(
+        [FLEETCTL, "engines", "import-refusals", str(log)], env=env, capture_output=True, text=True, timeout=120
+    )
+    last = len(log.read_text().splitlines())
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"error: {log}: line {last}: not a line of the gateway's refusal log\n",
+    )
+    audit = subprocess.run([FLEETCTL, "audit"], env=env, capture_output=True, text=True, timeout=120)
+    assert (audit.stdout, audit.stderr.strip()) == ("", "No audited requests."), audit.stdout + audit.stderr

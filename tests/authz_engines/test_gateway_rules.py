@@ -4,6 +4,8 @@ refusing what they cannot hold."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fleetctl.authz.engine_roles import EngineRolesError
@@ -13,9 +15,11 @@ from fleetctl.authz.gateway import (
     WORKFLOW_SERVICE,
     Caller,
     MethodClass,
+    RefusalLogError,
     allowed,
     method_class,
     method_path,
+    parse_refusals,
     render_maps,
 )
 from fleetctl.authz.roles import Role
@@ -108,3 +112,38 @@ def test_what_the_maps_cannot_hold_is_refused_in_one_line(subjects, services, dn
     with pytest.raises(EngineRolesError, match=refused.replace("{", r"\{").replace("}", r"\}")) as raised:
         render_maps(subjects, services, dn)
     assert "\n" not in str(raised.value)
+
+
+def _line(**fields: str) -> str:
+    base = {"msec": "1764942000.123", "request_id": "0" * 31 + "1", "subject_dn": "CN=alice", "caller": "viewer"}
+    base |= {"method": method_path(WORKFLOW_SERVICE, "SignalWorkflowExecution"), "class": "write"}
+    base |= {"reason": "the Temporal gateway: ... needs operator"}
+    return json.dumps(base | fields)
+
+
+@pytest.mark.parametrize(
+    ("line", "dn", "subject", "caller", "needed"),
+    [
+        (_line(), "CN={subject}", "alice", "viewer", "operator"),
+        (_line(subject_dn="CN=olga,OU=gpu,O=Example", caller="operator", method=method_path(WORKFLOW_SERVICE, "CreateSchedule")),
+         "CN={subject},OU=gpu,O=Example", "olga", "operator", "admin"),
+        # A certificate the gateway does not know: its whole subject, no role.
+        (_line(subject_dn="CN=mallory,O=Elsewhere", caller=""), "CN={subject}", "CN=mallory,O=Elsewhere", "", "operator"),
+        (_line(method="/grpc.health.v1.Health/Check"), "CN={subject}", "alice", "viewer", ""),  # refused to everyone
+        (_line(method=method_path(WORKFLOW_SERVICE, "PollActivityTaskQueue")), "CN={subject}", "alice", "viewer", "service"),
+    ],
+)  # fmt: skip
+def test_a_refusal_line_names_the_subject_its_role_and_the_role_needed(line, dn, subject, caller, needed) -> None:
+    (refusal,) = parse_refusals(line + "\n\n", dn)
+    assert (refusal.subject, refusal.caller, refusal.needed) == (subject, caller, needed)
+    assert refusal.at.isoformat() == "2025-12-05T13:40:00.123000+00:00" and refusal.request_id.endswith("1")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["GET / HTTP/1.1 200", "[]", _line(msec="soon"), _line(request_id="short"), json.dumps({"msec": "1"}), _line(caller=None)],
+)  # fmt: skip
+def test_a_line_that_is_not_a_refusal_is_refused_naming_it(bad) -> None:
+    with pytest.raises(RefusalLogError) as refused:
+        parse_refusals(_line() + "\n" + bad + "\n", where="log")
+    assert str(refused.value) == "log: line 2: not a line of the gateway's refusal log"
