@@ -168,6 +168,16 @@ STRAGGLER_COLUMNS = (
     Column("detail", lambda r: r["detail"]),
 )
 
+# The hung-job judge's findings (fleetctl.db.hangs.finding_row), in `job show`.
+HANG_COLUMNS = (
+    Column("found", lambda r: when(r["found_at"])),
+    Column("last seen", lambda r: when(r["last_seen_at"])),
+    Column("verdict", lambda r: r["state"], whole=True),
+    Column("blamed", lambda r: f"{', '.join(r['suspects'])} ({r['localised']})" if r["suspects"] else "-"),
+    Column("evidence", lambda r: r["evidence"]),
+    Column("resolved", lambda r: when(r["resolved_at"]) if r["resolved_at"] else "open", whole=True),
+)
+
 
 def _jobs_table(rows: list[dict[str, Any]], _wide: bool) -> RenderableType:
     return column_table(JOB_COLUMNS, rows)
@@ -271,11 +281,12 @@ def show(
     restart_seconds is the latest successful restart's time from the fault to the job
     running again.
     """
-    from fleetctl.db import jobs, stragglers
+    from fleetctl.db import hangs, jobs, stragglers
 
     kind, job = _find_job(ctx, job_id, scheduler)
     restarts = [_restart_row(r) for r in jobs.job_restarts(context.engine(ctx), job_id) if r.scheduler == kind]
     found = [stragglers.finding_row(f) for f in stragglers.findings(context.engine(ctx), job_id=job_id)]
+    hung = [hangs.finding_row(f) for f in hangs.findings(context.engine(ctx), job_id=job_id)]
     succeeded = [r for r in restarts if r["status"] == "succeeded"]
     data = {
         "job_id": job_id,
@@ -287,6 +298,7 @@ def show(
         "reason": pending_reason(job.state if job else "unknown", restarts),
         "restarts": restarts,
         "stragglers": found,
+        "hangs": hung,
     }
 
     def render(d: dict[str, Any], _wide: bool) -> Group:
@@ -307,6 +319,8 @@ def show(
             parts.append(column_table(RESTART_COLUMNS, d["restarts"], title="restarts"))
         if d["stragglers"]:
             parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
+        if d["hangs"]:
+            parts.append(column_table(HANG_COLUMNS, d["hangs"], title="hung-job judge"))
         return Group(*parts)
 
     emit(data, output, render)
