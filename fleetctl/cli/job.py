@@ -24,10 +24,13 @@ from fleetctl.durations import when
 from fleetctl.text import failure_message
 
 if TYPE_CHECKING:
+    import threading
     from datetime import datetime
 
     from rich.console import Group, RenderableType
 
+    from fleetctl.admission.server import GateServer
+    from fleetctl.config import Settings
     from fleetctl.db.models import JobRestart
     from fleetctl.jobs.history_sync import SyncResult
     from fleetctl.schedulers.base import ListsJobHistory, Scheduler, SchedulerJob
@@ -545,11 +548,20 @@ def gate_serve(
     tls_key: str = typer.Option("", "--tls-key"),
     ca_path: str = typer.Option("", "--ca-path", help="the gate's CA inside the init container ('' none)"),
     suite: str = typer.Option("prejob", "--suite", help="the suite a pod's node runs before it starts"),
+    watch_completions_s: float = typer.Option(
+        0.0,
+        "--watch-completions-s",
+        min=0.0,
+        help="list the cluster's pods this often and run --epilog-suite on the node of each GPU pod that "
+        "completed (0: off; one gate process only)",
+    ),
+    epilog_suite: str = typer.Option("prejob", "--epilog-suite", help="the suite a node runs after a GPU pod ends"),
 ) -> None:
     """The Kubernetes pre-job gate: the mutating webhook that gives GPU pods an init container,
     the endpoint those containers ask (the suite on their node; a failing node drained through
     the capacity guard, and the pod refused there), and GET /nodes/NAME/health for in-job
-    restart frameworks. deploy/kubernetes/prejob-gate.yaml runs it."""
+    restart frameworks. With --watch-completions-s, also the epilog Kubernetes lacks: a GPU
+    pod's completion runs --epilog-suite on its node. deploy/kubernetes/prejob-gate.yaml runs it."""
     from pathlib import Path
 
     from checks.suites import SuiteError, load_suite
@@ -565,6 +577,7 @@ def gate_serve(
     s = context.settings(ctx)
     try:
         load_suite(suite, s.suites_dir or None)
+        load_suite(epilog_suite, s.suites_dir or None)
         tls = tls_context(Path(tls_cert), Path(tls_key)) if tls_cert else None
     except (SuiteError, BadCredentials) as exc:
         fail(str(exc), EXIT_USAGE)
@@ -572,9 +585,31 @@ def gate_serve(
         (address, port), s, context.engine(ctx), GateSettings(gate_url, image, ca_path=ca_path), suite, tls
     )
     typer.echo(f"pre-job gate on {'https' if tls else 'http'}://{address}:{server.server_address[1]}", err=True)
+    stop = _watch_completions(s, server, epilog_suite, watch_completions_s) if watch_completions_s else None
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        if stop is not None:
+            stop.set()
         server.server_close()
+
+
+def _watch_completions(s: Settings, server: GateServer, suite: str, interval_s: float) -> threading.Event:
+    """The gate's watch for completed GPU pods (fleetctl.admission.completions), on its own
+    thread; set the event to stop it."""
+    import threading
+
+    from fleetctl.admission.completions import CompletionWatcher
+    from fleetctl.schedulers.kubernetes import KubernetesScheduler
+    from fleetctl.schedulers.kubernetes_drain import kubernetes_options
+
+    kube = KubernetesScheduler(
+        kubeconfig=s.kubeconfig or None, context=s.kube_context or None, options=kubernetes_options(s)
+    )
+    watcher = CompletionWatcher(s, server.engine, kube.pods, server.node_lock, suite, interval_s)
+    stop = threading.Event()
+    threading.Thread(target=watcher.run, args=(stop,), name="pod-completions", daemon=True).start()
+    typer.echo(f"watching GPU pods' completions every {interval_s:g} s", err=True)
+    return stop
