@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from rich.console import Console
+
+from fleetctl.cli.report import render_report
 from fleetctl.db import hangs
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Job
 from fleetctl.jobs.hang import HangState, HangVerdict, Localised
 from fleetctl.reliability.exporter_server import FleetCollector
+from fleetctl.reliability.report import render_html
 from fleetctl.reliability.report_store import build_report
 from fleetctl.schedulers.base import JobHistory
 
@@ -80,6 +84,12 @@ def test_a_hang_seen_again_is_one_finding_and_one_no_longer_seen_is_resolved(db_
     assert [(f["job_id"], f["state"], f["suspects"], f["resolved_at"]) for f in report["hung_jobs"]] == [
         ("b", "hung", ["n1"], None)
     ]
+    html = render_html(report)
+    assert "hung job</th>" in html and "n1 (watchdog)" in html
+    console = Console(record=True, width=240)
+    console.print(render_report(report))
+    text = console.export_text()
+    assert "hung jobs" in text and "n1 (watchdog)" in text
 
 
 def test_a_requeue_by_the_scheduler_is_its_latest_run_and_the_first_start_stays(sqlite_url: str) -> None:
