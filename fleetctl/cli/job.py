@@ -24,10 +24,13 @@ from fleetctl.durations import when
 from fleetctl.text import failure_message
 
 if TYPE_CHECKING:
+    import threading
     from datetime import datetime
 
     from rich.console import Group, RenderableType
 
+    from fleetctl.admission.server import GateServer
+    from fleetctl.config import Settings
     from fleetctl.db.models import JobRestart
     from fleetctl.jobs.history_sync import SyncResult
     from fleetctl.schedulers.base import ListsJobHistory, Scheduler, SchedulerJob
@@ -168,6 +171,16 @@ STRAGGLER_COLUMNS = (
     Column("detail", lambda r: r["detail"]),
 )
 
+# The hung-job judge's findings (fleetctl.db.hangs.finding_row), in `job show`.
+HANG_COLUMNS = (
+    Column("found", lambda r: when(r["found_at"])),
+    Column("last seen", lambda r: when(r["last_seen_at"])),
+    Column("verdict", lambda r: r["state"], whole=True),
+    Column("blamed", lambda r: f"{', '.join(r['suspects'])} ({r['localised']})" if r["suspects"] else "-"),
+    Column("evidence", lambda r: r["evidence"]),
+    Column("resolved", lambda r: when(r["resolved_at"]) if r["resolved_at"] else "open", whole=True),
+)
+
 
 def _jobs_table(rows: list[dict[str, Any]], _wide: bool) -> RenderableType:
     return column_table(JOB_COLUMNS, rows)
@@ -271,11 +284,12 @@ def show(
     restart_seconds is the latest successful restart's time from the fault to the job
     running again.
     """
-    from fleetctl.db import jobs, stragglers
+    from fleetctl.db import hangs, jobs, stragglers
 
     kind, job = _find_job(ctx, job_id, scheduler)
     restarts = [_restart_row(r) for r in jobs.job_restarts(context.engine(ctx), job_id) if r.scheduler == kind]
     found = [stragglers.finding_row(f) for f in stragglers.findings(context.engine(ctx), job_id=job_id)]
+    hung = [hangs.finding_row(f) for f in hangs.findings(context.engine(ctx), job_id=job_id)]
     succeeded = [r for r in restarts if r["status"] == "succeeded"]
     data = {
         "job_id": job_id,
@@ -287,6 +301,7 @@ def show(
         "reason": pending_reason(job.state if job else "unknown", restarts),
         "restarts": restarts,
         "stragglers": found,
+        "hangs": hung,
     }
 
     def render(d: dict[str, Any], _wide: bool) -> Group:
@@ -307,6 +322,8 @@ def show(
             parts.append(column_table(RESTART_COLUMNS, d["restarts"], title="restarts"))
         if d["stragglers"]:
             parts.append(column_table(STRAGGLER_COLUMNS, d["stragglers"], title="stragglers in production"))
+        if d["hangs"]:
+            parts.append(column_table(HANG_COLUMNS, d["hangs"], title="hung-job judge"))
         return Group(*parts)
 
     emit(data, output, render)
@@ -531,11 +548,20 @@ def gate_serve(
     tls_key: str = typer.Option("", "--tls-key"),
     ca_path: str = typer.Option("", "--ca-path", help="the gate's CA inside the init container ('' none)"),
     suite: str = typer.Option("prejob", "--suite", help="the suite a pod's node runs before it starts"),
+    watch_completions_s: float = typer.Option(
+        0.0,
+        "--watch-completions-s",
+        min=0.0,
+        help="list the cluster's pods this often and run --epilog-suite on the node of each GPU pod that "
+        "completed (0: off; one gate process only)",
+    ),
+    epilog_suite: str = typer.Option("prejob", "--epilog-suite", help="the suite a node runs after a GPU pod ends"),
 ) -> None:
     """The Kubernetes pre-job gate: the mutating webhook that gives GPU pods an init container,
     the endpoint those containers ask (the suite on their node; a failing node drained through
     the capacity guard, and the pod refused there), and GET /nodes/NAME/health for in-job
-    restart frameworks. deploy/kubernetes/prejob-gate.yaml runs it."""
+    restart frameworks. With --watch-completions-s, also the epilog Kubernetes lacks: a GPU
+    pod's completion runs --epilog-suite on its node. deploy/kubernetes/prejob-gate.yaml runs it."""
     from pathlib import Path
 
     from checks.suites import SuiteError, load_suite
@@ -551,6 +577,7 @@ def gate_serve(
     s = context.settings(ctx)
     try:
         load_suite(suite, s.suites_dir or None)
+        load_suite(epilog_suite, s.suites_dir or None)
         tls = tls_context(Path(tls_cert), Path(tls_key)) if tls_cert else None
     except (SuiteError, BadCredentials) as exc:
         fail(str(exc), EXIT_USAGE)
@@ -558,9 +585,31 @@ def gate_serve(
         (address, port), s, context.engine(ctx), GateSettings(gate_url, image, ca_path=ca_path), suite, tls
     )
     typer.echo(f"pre-job gate on {'https' if tls else 'http'}://{address}:{server.server_address[1]}", err=True)
+    stop = _watch_completions(s, server, epilog_suite, watch_completions_s) if watch_completions_s else None
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        if stop is not None:
+            stop.set()
         server.server_close()
+
+
+def _watch_completions(s: Settings, server: GateServer, suite: str, interval_s: float) -> threading.Event:
+    """The gate's watch for completed GPU pods (fleetctl.admission.completions), on its own
+    thread; set the event to stop it."""
+    import threading
+
+    from fleetctl.admission.completions import CompletionWatcher
+    from fleetctl.schedulers.kubernetes import KubernetesScheduler
+    from fleetctl.schedulers.kubernetes_drain import kubernetes_options
+
+    kube = KubernetesScheduler(
+        kubeconfig=s.kubeconfig or None, context=s.kube_context or None, options=kubernetes_options(s)
+    )
+    watcher = CompletionWatcher(s, server.engine, kube.pods, server.node_lock, suite, interval_s)
+    stop = threading.Event()
+    threading.Thread(target=watcher.run, args=(stop,), name="pod-completions", daemon=True).start()
+    typer.echo(f"watching GPU pods' completions every {interval_s:g} s", err=True)
+    return stop

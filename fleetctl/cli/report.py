@@ -37,10 +37,32 @@ def render_report(report: dict[str, Any], wide: bool = False) -> Group:
         parts.append(_jobs_table(jobs["per_job"], wide))
     if jobs["interruptions"]:
         parts.append(simple_table("job interruptions", ["cause", "interruptions"], list(jobs["interruptions"].items())))
+    if report["hung_jobs"]:
+        parts.append(_hung_jobs_table(report["hung_jobs"]))
     if report["summary"]["causes"]:
         parts.append(simple_table("failure causes", ["cause", "failures"], list(report["summary"]["causes"].items())))
     parts.extend(_lists(report))
     return Group(*parts)
+
+
+def _hung_jobs_table(found: list[dict[str, Any]]) -> RenderableType:
+    """The hung-job judge's findings (fleetctl.db.hangs.finding_row), newest first."""
+    return simple_table(
+        "hung jobs",
+        ["found", "last seen", "job", "verdict", "blamed", "evidence", "resolved"],
+        [
+            [
+                _at(f["found_at"]),
+                _at(f["last_seen_at"]),
+                f["job_id"],
+                f["state"],
+                f"{', '.join(f['suspects'])} ({f['localised']})" if f["suspects"] else "-",
+                f["evidence"],
+                _at(f["resolved_at"]) if f["resolved_at"] else "open",
+            ]
+            for f in found
+        ],
+    )
 
 
 def _at(iso: str) -> str:

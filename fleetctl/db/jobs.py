@@ -240,11 +240,13 @@ def sim_scheduling_pass(
             now = utcnow()
             for job in queue:
                 if placements.get(job.job_id):
-                    # started_at is the job's first start: its wall time runs through its restarts.
-                    job.state, job.nodes, job.started_at = (
+                    # started_at is the job's first start: its wall time runs through its restarts;
+                    # run_started_at this run's, as Slurm moves a requeued job's start time.
+                    job.state, job.nodes, job.started_at, job.run_started_at = (
                         "running",
                         list(placements[job.job_id]),
                         job.started_at or now,
+                        now,
                     )
                     session.add(job)
         session.commit()
@@ -555,6 +557,8 @@ def _reconcile_jobs(
                 row.started_at, seen.started_at, ran_by.get(seen.job_id) if seen.started_at or row.started_at else None
             )
             row.ended_at = seen.ended_at
+            if seen.state == "running" and seen.started_at is not None:
+                row.run_started_at = seen.started_at  # its latest run's: Slurm moves it at a requeue
             row.restart_count = max(row.restart_count or 0, seen.restart_count)
             row.seen_at = seen_at
             session.add(row)

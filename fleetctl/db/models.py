@@ -135,6 +135,9 @@ class Job(SQLModel, table=True):
     # when fleetctl last saw the job there (a job the scheduler forgot ended by then).
     restart_count: int = 0
     seen_at: datetime | None = None
+    # When the job's latest run started, as the scheduler says while it runs (migration 0025):
+    # Slurm moves it at every requeue of its own, and the hang judge counts that as progress.
+    run_started_at: datetime | None = None
     # The simulated scheduler's lists (migration 0018), as Slurm keeps them on a job: the
     # nodes it never runs on (ExcNodeList, kept through every pass) and the nodes it runs on
     # or waits for (ReqNodeList, until released). Empty for the jobs of other schedulers.
@@ -175,6 +178,26 @@ class StragglerFinding(SQLModel, table=True):
     found_at: datetime = Field(default_factory=utcnow)
     resolved_at: datetime | None = None
     detail: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+
+
+class HangFinding(SQLModel, table=True):
+    """A late job's verdict from the HungJobs judge (migration 0025): hung, slow or no
+    evidence, the nodes blamed and how, first and last seen at. One row per job, verdict and
+    progress lost (the judge's ticks over the same hang update it); `resolved_at` is set once
+    a tick no longer finds it (the job progressed, ended or is being restarted)."""
+
+    __tablename__ = "hang_findings"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    state: str  # fleetctl.jobs.hang.HangState: hung, slow or no_evidence
+    suspects: list[str] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    localised: str  # fleetctl.jobs.hang.Localised: how the suspects were found
+    evidence: str = Field(sa_column=Column(Text, nullable=False))
+    progress_at: datetime  # the job's last progress: a new checkpoint or (re)start is a new hang
+    found_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: datetime = Field(default_factory=utcnow)
+    resolved_at: datetime | None = Field(default=None, index=True)
 
 
 class SimBoot(SQLModel, table=True):

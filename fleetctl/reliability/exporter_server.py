@@ -44,7 +44,7 @@ from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
 from fleetctl.config import Settings
-from fleetctl.db import queries, sweep_intervals
+from fleetctl.db import hangs, queries, sweep_intervals
 from fleetctl.db.models import (
     AuditRequest,
     AutomationEvent,
@@ -825,6 +825,22 @@ class FleetCollector:
             )
         yield latency
         yield self._pending(sc.rows.pending_jobs, restarts, restart_fleet)
+        yield self._hung_jobs(sc.fleet_of)
+
+    def _hung_jobs(self, fleet_of: dict[str, str]) -> Metric:
+        """The running jobs the HungJobs judge flags hung now, under their first node's fleet."""
+        hung = GaugeMetricFamily(
+            "fleetctl_jobs_hung",
+            "Jobs the hung-job judge found hung at its latest ticks (fleetctl.db.hangs)",
+            labels=["fleet"],
+        )
+        per_fleet = Counter(
+            fleet_of.get(nodes[0], self.fleet) if nodes else self.fleet
+            for nodes in hangs.jobs_hung_now(self.engine).values()
+        )
+        for fleet in sorted({*per_fleet, self.fleet}):
+            hung.add_metric([fleet], per_fleet[fleet])
+        return hung
 
     def _guard_families(self, sc: Scrape) -> Iterator[Metric]:
         """The capacity guard's answers, and each fleet's breaker."""

@@ -116,6 +116,7 @@ def assemble_report(
     now: datetime,
     *,
     production_stragglers: Sequence[dict[str, Any]] = (),
+    hung_jobs: Sequence[dict[str, Any]] = (),
     restart_placements: Sequence[tuple[str | None, str | None]] = (),
     restarts_on_spares: int = 0,
     nodes_now: Sequence[Any] = (),
@@ -189,6 +190,9 @@ def assemble_report(
         "production_stragglers": list(production_stragglers),
         "rule_precision": _rule_precision(nodes, since, now),
         "jobs": _jobs(goodputs, summary, latencies, since, now, job_gpus),
+        # The hung-job judge's findings (fleetctl.db.hangs.finding_row): last seen in the
+        # window, or still open. Beside the interruptions: a hang is one before its restart.
+        "hung_jobs": list(hung_jobs),
         "restart_latency": {**metrics.distribution(latencies), "seconds": sorted(latencies)},
         "restart_placement": {**placement_counts(restart_placements), "on_spares": restarts_on_spares},
         # The racks as they are now (not over the window), each node coloured by its state.

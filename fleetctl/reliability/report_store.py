@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from fleetctl.db import hangs as hangs_db
 from fleetctl.db import jobs as jobs_db
 from fleetctl.db import queries
 from fleetctl.db import stragglers as stragglers_db
@@ -47,6 +48,7 @@ def build_report(
         since,
         now,
         production_stragglers=[stragglers_db.finding_row(f) for f in stragglers_db.findings(engine, since=since)],
+        hung_jobs=[hangs_db.finding_row(f) for f in hangs_db.findings(engine, since=since)],
         restart_placements=jobs_db.restart_placements(engine, since, now),
         restarts_on_spares=jobs_db.restarts_on_spares(engine, since, now),
         nodes_now=queries.list_nodes(engine),

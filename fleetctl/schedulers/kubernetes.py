@@ -289,6 +289,13 @@ class KubernetesScheduler:
                 by_job.setdefault(job_id, []).append(pod)
         return [_job_history(job_id, pods) for job_id, pods in sorted(by_job.items())]
 
+    def pods(self) -> list[Json]:
+        """Every pod of the cluster, as the API's JSON, in one list (the pre-job gate reads
+        which GPU pods completed: fleetctl.admission.completions)."""
+        with self._api_errors("list pods"):
+            listed = self._api().list_pod_for_all_namespaces(_request_timeout=self._request_timeout_s)
+        return [self._json(pod) for pod in listed.items]
+
     def restart_job(self, job_id: str, exclude_nodes: Sequence[str]) -> None:
         """Evict every live pod of the job so that its controller recreates them.
 

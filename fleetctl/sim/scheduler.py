@@ -174,7 +174,7 @@ class SimScheduler:
                 nodes=tuple(j.nodes),
                 node_count=j.node_count,
                 submitted_at=j.submitted_at,
-                started_at=j.started_at,
+                started_at=j.run_started_at or j.started_at,  # as Slurm: its latest run's
                 ended_at=j.ended_at,
                 restart_count=j.restart_count,
                 gpus_per_node=j.gpus_per_node,

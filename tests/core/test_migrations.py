@@ -176,3 +176,27 @@ def test_0018_records_the_failure_of_old_restarts_as_the_report_read_them(empty_
     engine.dispose()
     labels = [restart_label(RestartRecord(at, None, failure=f)) for f in failures]
     assert labels == [label for _, label in OLD_RESTART_CAUSES]
+
+
+def test_0025_adds_and_removes_the_hang_findings_and_the_latest_run_and_the_model_writes_them(db_url: str) -> None:
+    from sqlalchemy import inspect
+
+    from fleetctl.db import hangs
+    from fleetctl.jobs.hang import HangState, HangVerdict, Localised
+
+    engine = get_engine(db_url)  # at head
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    at = datetime(2026, 12, 5, tzinfo=UTC)
+    verdict = HangVerdict("7", HangState.HUNG, ("a",), Localised.WATCHDOG, "job 7: no checkpoint for 900 s")
+    hangs.record_verdicts(engine, [(verdict, at)], {"7"}, {"7"}, at)
+    (row,) = hangs.findings(engine, job_id="7")
+    assert (row.state, row.suspects, row.localised, row.resolved_at) == ("hung", ["a"], "watchdog", None)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0024")
+    assert not inspect(engine).has_table("hang_findings")
+    assert "run_started_at" not in {c["name"] for c in inspect(engine).get_columns("jobs")}
+    _migrate(db_url, "head")
+    assert inspect(engine).has_table("hang_findings") and hangs.findings(engine) == []
+    assert "run_started_at" in {c["name"] for c in inspect(engine).get_columns("jobs")}

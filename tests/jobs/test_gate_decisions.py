@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleetctl.admission.completions import completed_gpu_pods, new_completions
 from fleetctl.admission.node_health import node_health
 from fleetctl.admission.webhook import gpu_pod, job_of
 
@@ -65,3 +66,36 @@ def test_node_health(state, critical, findings, healthy, reason) -> None:
         "state": state,
         "reason": reason,
     }
+
+
+def _ended(name: str, node: str | None, phase: str, job: str = "llm", gpus: int = 8, skip: bool = False) -> dict:
+    """A pod of the fixture's shape (a real GPU pod's spec), bound to `node`, in `phase`."""
+    pod = _pod(limits={"nvidia.com/gpu": gpus}, name=name, namespace="train", uid=f"u-{name}", labels={"job-name": job})
+    if skip:
+        pod["metadata"]["annotations"] = {"fleetctl.io/prejob-gate": "skip"}
+    if node:
+        pod["spec"]["nodeName"] = node
+    return {**pod, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "seen", "checked"),
+    [
+        ([_ended("a", "n1", "Succeeded")], set(), [("n1", "llm")]),
+        ([_ended("a", "n1", "Failed")], set(), [("n1", "llm")]),  # a failed pod: its node is checked too
+        ([_ended("a", "n1", "Running"), _ended("b", "n1", "Pending")], set(), []),
+        ([_ended("a", "n1", "Succeeded", gpus=0)], set(), []),  # no GPU: no GPU check after it
+        ([_ended("a", "n1", "Succeeded", skip=True)], set(), []),  # the node's own diagnostics
+        ([_ended("a", None, "Failed")], set(), []),  # never bound: it ran nowhere
+        ([_ended("a", "n1", "Succeeded")], {"train/a/u-a"}, []),  # seen at the previous list
+        # Two pods of one job on one node: one check; another job's pod there: its own.
+        (
+            [_ended("a", "n1", "Succeeded"), _ended("b", "n1", "Succeeded"), _ended("c", "n1", "Failed", "etl")],
+            set(),
+            [("n1", "llm"), ("n1", "etl")],
+        ),
+    ],
+)
+def test_which_completed_pods_check_their_node(pods, seen, checked) -> None:
+    done = completed_gpu_pods(pods)
+    assert [(c.node, c.job) for c in new_completions(done, seen)] == checked

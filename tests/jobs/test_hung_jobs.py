@@ -4,11 +4,14 @@ node event --message`, as a launcher or log shipper would); the fourth, the one 
 waited on, says nothing. The HungJobs judge, ticking, flags the job once it is late by more
 than hang_cadence_factor cadences, within twice its cadence, and under restart-off-node
 drains the silent node through the capacity guard and restarts the job off it onto the free
-node, as that drain's fault (fault_restart_id): one restart, never a second."""
+node, as that drain's fault (fault_restart_id): one restart, never a second. Each verdict is
+recorded (`job show`, the exporter's gauge), and a requeue by the scheduler itself is
+progress."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -150,9 +153,42 @@ async def test_flag_only_flags_and_restarts_nothing(make_settings, sqlite_url) -
             "the watchdog lines recorded",
         )
         result = await _tick(fleet)
-    assert result.policy == "flag-only" and len(result.flagged) == 1 and result.restarted == [], result
-    assert all(fleet.state(n) == "production" for n in job.nodes)
-    assert jobs_db.job_restarts(fleet.engine, job.job_id) == []
+        assert result.policy == "flag-only" and len(result.flagged) == 1 and result.restarted == [], result
+        assert all(fleet.state(n) == "production" for n in job.nodes)
+        assert jobs_db.job_restarts(fleet.engine, job.job_id) == []
+
+        # Recorded: `job show`, its JSON, and the exporter's gauge.
+        (found,) = json.loads(invoke("job", "show", job.job_id, "-o", "json").stdout)["hangs"]
+        assert (found["state"], found["suspects"], found["localised"], found["resolved_at"]) == (
+            "hung",
+            [job.nodes[-1]],  # the node whose ranks logged no timeout
+            "watchdog",
+            None,
+        )
+        assert found["evidence"] == result.flagged[0]
+        assert "hung-job judge" in invoke("job", "show", job.job_id).stdout
+        assert _jobs_hung(fleet.engine) == 1
+        # The next tick sees the same hang: the same finding, seen later.
+        await _tick(fleet)
+        (again,) = json.loads(invoke("job", "show", job.job_id, "-o", "json").stdout)["hangs"]
+        assert again["id"] == found["id"] and again["last_seen_at"] > found["last_seen_at"]
+
+        # Slurm requeues it on its own (a requeue fleetctl did not ask for): a new run is
+        # progress, as fleetctl's own restart is. Not hung, and the finding is resolved.
+        SimScheduler(fleet.engine).restart_job(job.job_id, [])
+        after = await _tick(fleet)
+        assert after.flagged == [] and after.no_evidence == [], after
+        (resolved,) = json.loads(invoke("job", "show", job.job_id, "-o", "json").stdout)["hangs"]
+        assert resolved["id"] == found["id"] and resolved["resolved_at"] is not None
+        assert _jobs_hung(fleet.engine) == 0
+        assert jobs_db.job_restarts(fleet.engine, job.job_id) == []
+
+
+def _jobs_hung(engine) -> float:
+    from fleetctl.reliability.exporter_server import FleetCollector
+
+    family = next(f for f in FleetCollector(engine).collect() if f.name == "fleetctl_jobs_hung")
+    return sum(s.value for s in family.samples)
 
 
 def _backdate_start(engine, job_id: str, at: datetime) -> None:
@@ -163,7 +199,7 @@ def _backdate_start(engine, job_id: str, at: datetime) -> None:
 
     with Session(engine) as session:
         row = session.exec(select(Job).where(Job.job_id == job_id)).one()
-        row.started_at = at
+        row.started_at = row.run_started_at = at
         session.add(row)
         session.commit()
 

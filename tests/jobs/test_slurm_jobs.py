@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
+from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import REASON_PREFIX
 from tests.jobs.support import sim_fleet
@@ -356,3 +357,23 @@ def test_slurm_nodes_show_their_jobs_as_job_list_knows_them(cli, slurm_cluster) 
     shown = cli("node", "show", "node1")
     assert shown.exit_code == 0, shown.output
     assert f"jobs: {job_id}" in shown.stdout and f"running job {job_id}" in shown.stdout
+
+
+def test_a_requeue_by_slurm_itself_is_the_jobs_latest_run_and_its_first_start_stays(
+    cli, slurm_cluster, sqlite_url
+) -> None:
+    """`scontrol requeue` (as an operator, or Slurm after a node failure, requeues a job without
+    fleetctl): Slurm moves the job's start time to its new run. The sync keeps the first start
+    (the job's wall time) and the latest run's (the hang judge's clock starts again there)."""
+    job_id = slurm_cluster.submit_sleep_job("-N1", "-w", "node1")
+    slurm_cluster.wait_for_run(job_id, 0)
+    assert cli("job", "sync").exit_code == 0
+    (first,) = [j for j in jobs.list_jobs(get_engine(sqlite_url), scheduler="slurm") if j.job_id == job_id]
+    assert first.started_at is not None and first.run_started_at == first.started_at
+    slurm_cluster.run("scontrol", "requeue", job_id)
+    slurm_cluster.wait_for_run(job_id, 1)
+    assert cli("job", "sync").exit_code == 0
+    (again,) = [j for j in jobs.list_jobs(get_engine(sqlite_url), scheduler="slurm") if j.job_id == job_id]
+    assert (again.started_at, again.restart_count, again.state) == (first.started_at, 1, "running")
+    assert again.run_started_at is not None and again.run_started_at > first.started_at
+    assert jobs.job_restarts(get_engine(sqlite_url), job_id) == []  # fleetctl restarted nothing

@@ -212,6 +212,7 @@ current-context: {context}
         owner_kind: str | None = None,
         owner_api_version: str = "apps/v1",
         annotations: dict[str, str] | None = None,
+        gpus: int = 0,
     ) -> None:
         metadata: dict[str, Any] = {
             "name": name,
@@ -229,11 +230,13 @@ current-context: {context}
                     "controller": True,
                 }
             ]
+        # A GPU pod asks for nvidia.com/gpu, as the device plugin's resource is asked for.
+        resources = {"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}} if gpus else {}
         self.handler.objects[PODS, namespace, name] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": metadata,
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "trainer"}]},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "trainer", **resources}]},
             "status": {"phase": phase},
         }
 

@@ -4,7 +4,8 @@ Kubernetes schemas) and leaves other pods alone; the init container's own script
 kubelet would run it on the node the pod was bound to, asks the gate; a node that fails the
 pre-job suite is drained through the capacity guard (cordoned and tainted in the emulator)
 and its pod evicted, so that its controller places it elsewhere, while a healthy node's pod
-starts. The health answer for in-job restart frameworks says which is which."""
+starts. The health answer for in-job restart frameworks says which is which. And the epilog
+Kubernetes lacks: a node that failed during a GPU pod is drained once the pod completed."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
+from fleetctl.admission.completions import CompletionWatcher
 from fleetctl.admission.server import GateServer
 from fleetctl.admission.webhook import INIT_CONTAINER, GateSettings, gate_container
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.schedulers.kubernetes import KubernetesScheduler
 from fleetctl.sim.store import add_fault
 from tests.reliability.support import wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
@@ -227,3 +231,58 @@ def test_the_gate_serves_https_and_a_silent_client_blocks_no_other(tmp_path, mak
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_a_node_that_failed_during_a_gpu_pod_is_drained_when_the_pod_completes(gate) -> None:
+    """Three GPU pods: one completed before the watch began (its node is not checked), one on
+    gpu-1 whose GPU falls off the bus while it runs, one on gpu-2, healthy. Both complete:
+    gpu-1 is drained through the capacity guard as the epilog drains (actor epilog@<job>),
+    gpu-2 passes the suite and stays in production; a later list checks nothing again."""
+    kube, settings, engine, _, server = gate
+    job = {"job-name": "llm-pretrain"}
+    kube.add_pod("train", "before-0", "gpu-3", labels=job, phase="Succeeded", gpus=8)
+    kube.add_pod("train", "llm-pretrain-0", "gpu-1", labels=job, gpus=8)
+    kube.add_pod("train", "llm-pretrain-1", "gpu-2", labels=job, gpus=8)
+    kube.add_pod("train", "cpu-only", "gpu-2", labels={"job-name": "etl"}, phase="Succeeded")
+    pods = KubernetesScheduler(kubeconfig=settings.kubeconfig).pods
+    watcher = CompletionWatcher(settings, engine, pods, server.node_lock, "prejob", 1.0)
+    worker = WorkerThread(settings).start()
+    try:
+        client = await connect(settings)
+        for node in NODES:
+            await start_in_production(client, settings, node, **DRAIN_LOOKS_OFTEN)
+        seen = await asyncio.to_thread(watcher.tick, None)  # the watch begins: nothing checked
+        assert seen == {"train/before-0/"}
+
+        add_fault(engine, "gpu-1", "row-remap-failure", 0, time.time(), None, 1)  # during the job
+        kube.finish_pod("train", "llm-pretrain-0", phase="Failed")
+        kube.finish_pod("train", "llm-pretrain-1")
+        seen = await asyncio.to_thread(watcher.tick, seen)
+        assert seen == {"train/before-0/", "train/llm-pretrain-0/", "train/llm-pretrain-1/"}
+
+        drain = next(e for e in queries.node_events(engine, "gpu-1") if e.trigger == "drain")
+        assert drain.actor == "epilog@llm-pretrain" and drain.cause.startswith("epilog prejob: nvidia-smi-query: ")
+        await wait_for(lambda: kube.node("gpu-1")["spec"].get("unschedulable") is True, 60, "gpu-1 cordoned")
+        assert queries.get_node(engine, "gpu-2").state == "production"
+        assert not kube.node("gpu-2")["spec"].get("unschedulable")
+        passed = _epilog_runs(engine, "gpu-2")
+        assert passed and {r.status for r in passed} == {"pass"}, [(r.check_name, r.status) for r in passed]
+        assert _epilog_runs(engine, "gpu-3") == []  # completed before the watch: not checked
+
+        # The next list finds nothing new: no node is checked twice for one completion.
+        assert await asyncio.to_thread(watcher.tick, seen) == seen
+        assert len(_epilog_runs(engine, "gpu-2")) == len(passed)
+    finally:
+        await terminate_node_workflows(settings, NODES)
+        worker.stop()
+
+
+def _epilog_runs(engine, node: str) -> list[CheckRun]:
+    from sqlmodel import Session, col, select
+
+    with Session(engine) as session:
+        return list(
+            session.exec(
+                select(CheckRun).where(CheckRun.node_name == node, col(CheckRun.workflow_id).startswith("epilog/"))
+            )
+        )

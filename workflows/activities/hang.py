@@ -1,7 +1,9 @@
 """The hung-job judge's activity: the running jobs late on their checkpoints, what their nodes
 said since their last progress (GPU utilisation from Prometheus, health events, NCCL watchdog
-lines reported as health events, open straggler findings), judged by fleetctl.jobs.hang; and
-which hung jobs are due a restart off the node they hung on."""
+lines reported as health events, open straggler findings), judged by fleetctl.jobs.hang; each
+late job's verdict recorded (fleetctl.db.hangs: `job show`, the report, the exporter); and
+which hung jobs are due a restart off the node they hung on. Recording here, not in a
+workflow step of its own, keeps the HungJobs workflow's commands as they were."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ from collections import defaultdict
 from temporalio import activity
 
 from fleetctl.connections.promql_client import Prometheus, PrometheusError
+from fleetctl.db import hangs, queries, stragglers
 from fleetctl.db import jobs as jobs_db
-from fleetctl.db import queries, stragglers
 from fleetctl.db.models import Job, JobRestart, Node, utcnow
 from fleetctl.durations import as_utc
 from fleetctl.jobs.hang import (
@@ -44,7 +46,8 @@ class HangActivities(DatabaseActivities):
         s, now = self.settings, utcnow()
         tick = HungJobsTick(policy=s.hang_policy)
         fleet = {n.name: n for n in queries.list_nodes(self.engine) if in_fleet(n.labels, req.fleet)}
-        running = [j for j in stragglers.running_jobs(self.engine) if any(n in fleet for n in j.nodes)]
+        everywhere = stragglers.running_jobs(self.engine)
+        running = [j for j in everywhere if any(n in fleet for n in j.nodes)]
         tick.jobs = len(running)
         late = []
         for job in running:
@@ -56,11 +59,13 @@ class HangActivities(DatabaseActivities):
             if verdict.state not in (HangState.PROGRESSING, HangState.NO_CADENCE):
                 late.append((job, progress))
         util = self._gpu_util(sorted({n for job, _ in late for n in job.nodes}), tick.errors) if late else {}
+        verdicts = []
         for job, progress in late:
             activity.heartbeat(job.job_id)
             verdict = judge_hang(
                 progress, now, self._evidence(job, progress, util), s.hang_cadence_factor, s.hang_idle_pct
             )
+            verdicts.append((verdict, last_progress(progress)))
             if verdict.state is HangState.HUNG:
                 tick.flagged.append(verdict.evidence)
                 due = self._due(job, verdict, fleet)
@@ -68,15 +73,18 @@ class HangActivities(DatabaseActivities):
                     tick.due.append(due)
             elif verdict.state is HangState.NO_EVIDENCE:
                 tick.no_evidence.append(verdict.evidence)
+        hangs.record_verdicts(self.engine, verdicts, {j.job_id for j in running}, {j.job_id for j in everywhere}, now)
         return tick
 
     def _progress(self, job: Job, restarts: list[JobRestart]) -> JobProgress:
         """The job's checkpoints, and its latest start: the jobs table keeps its first (its
-        wall time runs through restarts), a restart's row when it ran again."""
+        wall time runs through restarts) and its latest run's as the scheduler says (a requeue
+        of the scheduler's own), a restart's row when fleetctl's restart ran it again."""
         checkpoints = jobs_db.job_checkpoints(self.engine, job.job_id)
         if job.last_checkpoint_at is not None:
             checkpoints.append(as_utc(job.last_checkpoint_at))
-        starts = [as_utc(at) for at in (job.started_at, *(r.running_at for r in restarts)) if at is not None]
+        runs = (job.started_at, job.run_started_at, *(r.running_at for r in restarts))
+        starts = [as_utc(at) for at in runs if at is not None]
         return JobProgress(job.job_id, tuple(job.nodes), max(starts, default=None), tuple(checkpoints))
 
     def _gpu_util(self, nodes: list[str], errors: list[str]) -> dict[str, float]:
