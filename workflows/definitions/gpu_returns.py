@@ -89,7 +89,7 @@ async def drain_for_remediation(
     catalog's remediation) picks up the drained node."""
     key = f"{run}/{gpu.node}/{gpu.gpu}"
     kind = EventKind.XID if gpu.code is not None else EventKind.MANUAL
-    _decision, outcome = await guarded_drain(
+    decision, outcome = await guarded_drain(
         RemovalRequest(node=gpu.node, rack=gpu.rack, reason=cause, actor=req.actor, request_id=key),
         TransitionRequest(
             node=gpu.node,
@@ -103,3 +103,5 @@ async def drain_for_remediation(
     )
     if outcome is not None and outcome.accepted:
         result.drained.append(gpu.node)
+    else:  # the guard held it, or the node moved on: the next run asks again
+        result.kept_out.append(f"{gpu.node}: not drained: {decision.reason if outcome is None else outcome.message}")
