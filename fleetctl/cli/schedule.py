@@ -173,7 +173,7 @@ def _gpu_returns_schedule(s: Settings, schedule_id: str, every: str | None) -> t
         interval = parse_duration(every or GPU_RETURNS_EVERY)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
-    inp = GpuReturnsInput(fleet=s.fleet, actor=f"schedule/{schedule_id}")
+    inp = GpuReturnsInput(fleet=s.fleet)  # actor gpu-returns: the release says who returned the GPU
     summary = f"quarantined GPUs reset, rechecked and returned every {_every(interval.total_seconds())}"
     return gpu_returns_schedule(s, schedule_id, interval, inp), interval, summary
 
