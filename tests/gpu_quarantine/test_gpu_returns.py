@@ -6,8 +6,10 @@ after its failed returns its node is drained for its remediation."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,10 @@ from fleetctl.sim.scheduler import SimScheduler
 from tests.gpu_quarantine.test_node_workflow import GPU_SCOPED, QUARANTINE_BOUND_S, _idle
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
+from tests.support.cli import console
 from tests.support.worker import WorkerThread
 from workflows.api import GpuReturnsInput, GpuReturnsResult, HealthEventInput
-from workflows.client import send_health_events
+from workflows.client import connect, send_health_events
 from workflows.definitions.gpu_returns import GpuReturns
 
 pytestmark = pytest.mark.temporal
@@ -147,3 +150,23 @@ async def test_a_persistent_fault_stays_out_then_its_node_drains(make_settings, 
         assert gpu_quarantines.gpus_out(fleet.engine, node) == [gpu]  # out still: the node's remediation's
     finally:
         worker.stop()
+
+
+def test_schedule_create_gpu_returns_starts_them_on_its_interval(make_settings, sqlite_url) -> None:
+    settings = make_settings(sqlite_url)
+    name = f"gpu-returns-{uuid.uuid4().hex[:6]}"
+    with console(settings) as cli:
+        made = cli("schedule", "create", "gpu-returns", "--every", "30m", "--name", name)
+        assert made.exit_code == 0, made.output
+        assert made.stdout.strip() == f"schedule {name}: quarantined GPUs reset, rechecked and returned every 30m"
+
+        async def action():
+            client = await connect(settings)
+            return (await client.get_schedule_handle(name).describe()).schedule
+
+        schedule = asyncio.run(action())
+        assert (schedule.action.workflow, schedule.action.id) == ("GpuReturns", f"gpu-returns/{name}")
+        assert [i.every.total_seconds() for i in schedule.spec.intervals] == [1800.0]
+        bad = cli("schedule", "create", "gpu-returns", "--every", "soon", "--name", name)
+        assert bad.exit_code == 2 and bad.stderr.strip().count("\n") == 0, bad.output
+        assert cli("schedule", "delete", name, "--yes").exit_code == 0
