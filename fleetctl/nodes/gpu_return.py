@@ -22,11 +22,6 @@ from checks.xid_catalog import xid_action
 # NVIDIA's row-remapping rules judge it (what a runbook asks after a GPU reset), then DCGM's
 # short diagnostic on it.
 RETURN_CHECKS: tuple[str, ...] = ("nvidia-smi-memory", "dcgm-r1")
-# A GPU is left out this long before its first return: a burst of Xids from one fault lands
-# and is judged (a second GPU's fault drains the node) before the GPU is reset under it.
-DEFAULT_SETTLE_S = 1800.0
-# Failed returns after which the GPU's node is drained for its remediation.
-DEFAULT_MAX_FAILED = 3
 
 
 class ReturnStep(str, Enum):

@@ -538,8 +538,10 @@ class GpuReturnsInput:
 
     fleet: str = "default"
     actor: str = "gpu-returns"
+    # A GPU is left out this long before its first return: a burst of Xids from one fault is
+    # judged (a second GPU's fault drains the node) before the GPU is reset under it.
     settle_s: float = 1800.0
-    max_failed: int = 3  # failed returns after which the GPU's node is drained
+    max_failed: int = 3  # failed returns after which the GPU's node is drained for its remediation
 
 
 @dataclass
