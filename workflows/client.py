@@ -44,6 +44,7 @@ from workflows.api import (
     CAPACITY_GUARD,
     CLUSTER_VALIDATION,
     FIRMWARE_ROLLOUT,
+    GPU_RETURNS,
     GUARD_STATUS_QUERY,
     HEALTH_EVENT_SIGNAL,
     HUNG_JOBS,
@@ -64,6 +65,7 @@ from workflows.api import (
     TRANSITION_UPDATE,
     CapacityGuardState,
     GpuQuarantineRequest,
+    GpuReturnsInput,
     HealthEventInput,
     HungJobsInput,
     JobRestartInput,
@@ -84,6 +86,7 @@ from workflows.api import (
     TransitionResult,
     ValidationInput,
     ValidationResult,
+    gpu_returns_id,
     guard_id,
     hung_jobs_id,
     job_restart_id,
@@ -733,6 +736,14 @@ def hung_jobs_schedule(settings: Settings, schedule_id: str, every: timedelta, j
     """The Temporal Schedule that starts a HungJobs judge every `every`."""
     return _every(
         ScheduleActionStartWorkflow(HUNG_JOBS, judge, id=hung_jobs_id(schedule_id), task_queue=settings.task_queue),
+        every,
+    )
+
+
+def gpu_returns_schedule(settings: Settings, schedule_id: str, every: timedelta, inp: GpuReturnsInput) -> Schedule:
+    """The Temporal Schedule that starts a GpuReturns every `every` (one at a time)."""
+    return _every(
+        ScheduleActionStartWorkflow(GPU_RETURNS, inp, id=gpu_returns_id(schedule_id), task_queue=settings.task_queue),
         every,
     )
 

@@ -33,6 +33,7 @@ from workflows.activities.checks import CheckActivities
 from workflows.activities.executors import ExecutorRegistry
 from workflows.activities.firmware import FirmwareActivities
 from workflows.activities.gpu_quarantine import GpuQuarantineActivities
+from workflows.activities.gpu_returns import GpuReturnActivities
 from workflows.activities.guard import GuardActivities
 from workflows.activities.hang import HangActivities
 from workflows.activities.job_history import JobHistoryActivities
@@ -47,6 +48,7 @@ from workflows.client import connect, ensure_capacity_guard, require_search_attr
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.gpu_returns import GpuReturns
 from workflows.definitions.hung_jobs import HungJobs
 from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.job_restart import JobRestart
@@ -72,6 +74,7 @@ WORKFLOWS: list[type] = [
     JobHistorySync,
     ClusterValidation,
     HungJobs,
+    GpuReturns,
 ]
 # Also on the bulk lane: a sweep starts its batches there (one started on the task queue before
 # the lanes finishes there: WORKFLOWS hosts it too).
@@ -96,6 +99,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     job_history = JobHistoryActivities(settings, schedulers)
     validation = ValidationActivities(settings, executors)
     gpu_quarantine = GpuQuarantineActivities(settings, schedulers)
+    gpu_returns = GpuReturnActivities(settings, executors, client)
     return [
         node.record_transition,
         node.record_transition_with_facts,
@@ -160,6 +164,10 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         gpu_quarantine.plan_gpu_quarantine,
         gpu_quarantine.quarantine_gpu,
         gpu_quarantine.release_gpu,
+        gpu_returns.gpus_due_for_return,
+        gpu_returns.reset_and_recheck,
+        gpu_returns.record_failed_return,
+        gpu_returns.return_gpu,
     ]
 
 

@@ -26,11 +26,13 @@ app = typer.Typer(
     help="Periodic active checks on idle production nodes, the production straggler judge, and the job history sync.",
     no_args_is_help=True,
 )
-KINDS = ("active-checks", "stragglers", "job-sync", "validate", "hung-jobs")
+KINDS = ("active-checks", "stragglers", "job-sync", "validate", "hung-jobs", "gpu-returns")
 # A validation holds the idle part of the fleet for minutes: a daily run, not an hourly one.
 VALIDATE_EVERY = "1d"
 # Well inside Slurm's MinJobAge (300 s by default): a finished job is recorded before Slurm forgets it.
 JOB_SYNC_EVERY = "1m"
+# A quarantined GPU settles for GpuReturnsInput's settle_s (30 min) before its first return.
+GPU_RETURNS_EVERY = "15m"
 
 
 def _concurrency(text: str) -> tuple[int, float]:
@@ -60,15 +62,15 @@ def create(
         ...,
         help="active-checks, stragglers (the running jobs' nodes compared from "
         "Prometheus: straggler_* settings), job-sync (the schedulers' jobs "
-        "into the database, as `job sync`), validate (`fleetctl validate --idle`), or hung-jobs (running jobs "
-        "judged for a hang: hang_* settings)",
+        "into the database, as `job sync`), validate (`fleetctl validate --idle`), hung-jobs (running jobs "
+        "judged for a hang: hang_* settings), or gpu-returns (quarantined GPUs reset, rechecked and returned)",
     ),
     every: str | None = typer.Option(
         None,
         "--every",
         help="interval: 30m, 1h, 6h ... (default: 1h for "
         "active-checks, straggler_interval_s for stragglers, hang_interval_s for hung-jobs, "
-        f"{JOB_SYNC_EVERY} for job-sync)",
+        f"{JOB_SYNC_EVERY} for job-sync, {GPU_RETURNS_EVERY} for gpu-returns)",
     ),
     suite: str = typer.Option("quick", "--suite"),
     max_concurrent: str = typer.Option("5%", "--max-concurrent", help="nodes checked at once: 10 or 5%"),
@@ -98,6 +100,8 @@ def create(
         summary = f"the schedulers' jobs into the database every {_every(interval.total_seconds())}"
     elif kind == "validate":
         schedule, interval, summary = _validate_schedule(s, schedule_id, every)
+    elif kind == "gpu-returns":
+        schedule, interval, summary = _gpu_returns_schedule(s, schedule_id, every)
     else:
         try:
             interval = parse_duration(every or "1h")
@@ -156,6 +160,22 @@ def _validate_schedule(s: Settings, schedule_id: str, every: str | None) -> tupl
         f"an all-reduce across the idle production nodes every {_every(interval.total_seconds())}, bisected when slow"
     )
     return validation_schedule(s, schedule_id, interval, inp), interval, summary
+
+
+def _gpu_returns_schedule(s: Settings, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:
+    """A GpuReturns every `every` (default GPU_RETURNS_EVERY): each GPU out 30 min or more reset
+    as its Xid's catalog action says, rechecked alone and returned when clean."""
+    from fleetctl.durations import parse_duration
+    from workflows.api import GpuReturnsInput
+    from workflows.client import gpu_returns_schedule
+
+    try:
+        interval = parse_duration(every or GPU_RETURNS_EVERY)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    inp = GpuReturnsInput(fleet=s.fleet)  # actor gpu-returns: the release says who returned the GPU
+    summary = f"quarantined GPUs reset, rechecked and returned every {_every(interval.total_seconds())}"
+    return gpu_returns_schedule(s, schedule_id, interval, inp), interval, summary
 
 
 def _judge_schedule(s: Settings, kind: str, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
-from fleetctl.db.models import GpuQuarantine, utcnow
+from fleetctl.db.models import AutomationEvent, GpuQuarantine, utcnow
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -67,3 +67,25 @@ def record_release(engine: Engine, node: str, gpu: str, reason: str) -> bool:
         session.add(row)
         session.commit()
         return True
+
+
+# The automation event a failed return records, and its key's prefix per quarantine: the
+# failures of one quarantine are counted, never those of the GPU's earlier ones.
+RETURN_FAILED = "gpu_return_failed"
+
+
+def return_key(quarantine_id: int, run: str) -> str:
+    return f"gpu-return/{quarantine_id}/{run}"
+
+
+def failed_returns(engine: Engine, quarantine_id: int) -> int:
+    """The failed returns recorded for the quarantine `quarantine_id`."""
+    with Session(engine) as session:
+        return len(
+            session.exec(
+                select(AutomationEvent.id).where(
+                    AutomationEvent.kind == RETURN_FAILED,
+                    col(AutomationEvent.idempotency_key).startswith(return_key(quarantine_id, "")),
+                )
+            ).all()
+        )

@@ -12,6 +12,7 @@ event means, when a node is suspect, and how its health reads to an operator.
     event_groups       the automation's repeats collapsed, with count and first/last seen (pure)
     incident_screen    `fleet status --watch` fitted to the terminal: who needs an operator (pure)
     gpu_quarantine     whether a fault takes one GPU out, or the node: `decide_scope` (pure)
+    gpu_return         what a GPU out needs before it returns, and a return's verdict (pure)
     view_store         the rows `node list` / `node show` print, from the database    (edge)
     fleet_status_store `fleet status`, from the database                              (edge)
     scheduler_sync     where fleetctl and the schedulers disagree, and the fixes      (edge)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 FAULT_KINDS: tuple[str, ...] = (
     "xid79",  # GPU fallen off the bus
     "xid48",  # double-bit ECC error; the row remap that follows fails
+    "xid48-remapped",  # double-bit ECC error whose row remap succeeded: pending until the GPU's reset
     "row-remap-failure",  # no spare row left for an uncorrectable error
     "row-remap-pending",  # a remap waits for a GPU reset
     "nvlink-degraded",  # all-reduce 75-85% of healthy: a straggler
@@ -56,7 +57,7 @@ FLAP_PERIOD_S = 20.0
 # What a repair cures on a simulated node: the faults a real GPU reset or reboot clears, and
 # a firmware update (firmware-drift is one fault: any completed update clears it).
 CURED_BY: dict[str, frozenset[str]] = {
-    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded"}),
+    "gpu_reset": frozenset({"row-remap-pending", "nvlink-degraded", "xid48-remapped"}),
     # A reboot also loads the installed driver, restarts the daemons and steps the clock; a
     # lost DIMM, a narrow link, a full or damaged filesystem stay.
     # A fatal SXid needs the system restarted (the signature's action: NVIDIA's Fabric Manager

@@ -444,6 +444,20 @@ def _apply_fault(node: NodeState, spec: SimFaultSpec, seed: int) -> None:
             "pid='<unknown>', name=<unknown>, Row Remapper Error: failed to remap row "
             "(bank has no spare rows), reset gpu and contact support.",
         )
+    elif spec.kind == "xid48-remapped":
+        # NVIDIA's row remapping: a DBE whose row found a spare logs XID 63 instead of 64, and
+        # the remap takes effect at the GPU's next reset (which the simulator's cures model).
+        gpu.ecc_uncorrected_volatile += 1
+        gpu.ecc_uncorrected_aggregate += 1
+        gpu.remap_uncorrectable += 1
+        gpu.remap_pending = True
+        gpu.banks_partial += 1
+        xid(
+            48,
+            "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
+            "detected on GPU in the framebuffer at partition 6, subpartition 0.",
+        )
+        xid(63, "pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping, reset gpu to activate.")
     elif spec.kind == "row-remap-pending":
         gpu.ecc_corrected_volatile += 3
         gpu.remap_correctable += 1

@@ -108,7 +108,7 @@ def _nvidia_smi(call: _Call) -> ToolRun:
     flags, _positional = _options(call.args, {"--query-gpu", "--format", "-d", "--display", "-i", "--id"})
     query = _flag(flags, "--query-gpu")
     ids = _flag(flags, "-i", "--id")
-    indices = [int(i) for i in ids.split(",")] if ids else None
+    indices = [_gpu_index(call.node, i) for i in ids.split(",")] if ids else None
     if query is not None:
         fmt = (_flag(flags, "--format") or "").split(",")
         if "csv" not in fmt:
@@ -125,6 +125,18 @@ def _nvidia_smi(call: _Call) -> ToolRun:
         output = render_nvidia_smi_reset(call.node, indices)
         return ToolRun(output, 8.0, CURED_BY["gpu_reset"] if output.exit_status == 0 else frozenset())
     raise _UsageError("simulated nvidia-smi answers --query-gpu=... --format=csv, -q and -r")
+
+
+def _gpu_index(node: NodeState, gpu_id: str) -> int:
+    """`-i`'s GPU: its index, or its PCI bus id as nvidia-smi(1) also takes it
+    (domain:bus:device.function in hex; 0000:2b:00 and 00000000:2B:00.0 are the same GPU)."""
+    if gpu_id.isdigit():
+        return int(gpu_id)
+    m = re.fullmatch(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})(?:\.0)?", gpu_id.strip())
+    found = [g.index for g in node.gpus if m is not None and int(m[2], 16) == g.bus and int(m[1], 16) == 0]
+    if not found:
+        raise _UsageError(f"No devices were found matching {gpu_id!r}")
+    return found[0]
 
 
 _DCGM_LEVELS = {"1": 1, "short": 1, "2": 2, "medium": 2, "3": 3, "long": 3, "4": 4, "xlong": 4}

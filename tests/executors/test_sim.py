@@ -50,6 +50,8 @@ FAULT_EFFECTS: dict[str, dict[str, set[Status]]] = {
     },
     "xid48": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     "row-remap-failure": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL, "xid-scan": {FAIL}},
+    # The DBE's row found a spare: pending until the GPU's reset, which clears it (CURED_BY).
+    "xid48-remapped": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL, "xid-scan": {FAIL}},
     # Xid 63 is NVIDIA's "ignore" bucket; the pending remap itself fails nvidia-smi and DCGM.
     "row-remap-pending": {**_SMI_BOTH, **_MEMORY, **_HEALTH, **_DCGM_ALL},
     # A straggler: 75-85% of healthy lands between the profile's warn and fail floors.
@@ -579,3 +581,27 @@ def test_ibv_devinfo_is_judged_like_ibstat_and_plain_ibv_devinfo_is_no_evidence(
     devinfo = judge("ib", down.run(target(profile), ("ibv_devinfo", "-v"), 60).stdout, profile)
     ibstat = judge("ib", down.run(target(profile), ("ibstat",), 60).stdout, profile)
     assert (devinfo.status, devinfo.reason) == (ibstat.status, ibstat.reason)
+
+
+def test_a_gpu_reset_by_bus_id_clears_a_pending_remap_and_never_a_failed_one() -> None:
+    """nvidia-smi -i takes the GPU's PCI bus id (nvidia-smi(1)); the reset of that GPU cures the
+    faults a real reset cures (the pending row remap of a DBE), never the remap that failed."""
+    for kind, cured in (("xid48-remapped", ["xid48-remapped"]), ("xid48", [])):
+        faults = [SimFaultSpec(kind, gpu=4)]
+        seen: list[frozenset[str]] = []
+        ex = executor(faults, cure=lambda name, kinds, seen=seen: seen.append(kinds))
+        (line,) = [
+            row
+            for row in ex.run(
+                target(), ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], 60
+            ).stdout.splitlines()
+            if row.startswith("4,")
+        ]
+        bus = line.split(", ")[1]
+        one = ex.run(target(), ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader", "-i", bus.lower()[4:]], 60)
+        assert one.stdout == "4\n"
+        reset = ex.run(target(), ["nvidia-smi", "-r", "-i", bus], 60)
+        assert reset.exit_status == 0 and reset.stdout == f"GPU {bus} was successfully reset.\nAll done.\n"
+        assert sorted({f.kind for f in faults} & seen[0]) == cured
+    wrong = executor().run(target(), ["nvidia-smi", "-r", "-i", "0000:07:00"], 60)
+    assert wrong.exit_status != 0 and "No devices were found matching '0000:07:00'" in wrong.stdout + wrong.stderr

@@ -49,7 +49,11 @@ branches it took (docs/decisions/0023-retiring-patches.md); git history keeps it
   taken out of its scheduler through the capacity guard, the second found out already; then an
   operator's release of the GPU (the update release_gpu).
 
-By default only the newest set (v9) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
+- v10 (tests/histories/v10/*.json), the automatic return of quarantined GPUs (GpuReturns): of
+  two GPUs out, one with a transient XID 48 (its row remap pending) reset, rechecked and
+  returned through its node's release_gpu; the other's remap failed: kept out, its node drained.
+
+By default only the newest set (v10) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -84,16 +88,20 @@ from fleetctl.db.firmware import record_rollout, set_baseline
 from fleetctl.db.jobs import record_checkpoint
 from fleetctl.db.models import Job, StragglerFinding
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.nodes.gpu_quarantine import gpu_key
 from fleetctl.nodes.search_attributes import start_attributes
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import load_baseline
 from fleetctl.remediation.runbooks import load_runbooks, parse_runbook
 from fleetctl.sim.inventory import render_inventory
+from fleetctl.sim.node import build_node_state
+from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
 from tests.support.checks import record_check
 from workflows.api import (
     RMA_DECISION_UPDATE,
+    GpuReturnsInput,
     HealthEventInput,
     HungJobsInput,
     JobSyncInput,
@@ -104,6 +112,7 @@ from workflows.api import (
     StragglerSweepInput,
     SweepInput,
     ValidationInput,
+    gpu_returns_id,
     guard_id,
     hung_jobs_id,
     job_sync_id,
@@ -127,6 +136,7 @@ from workflows.client import (
 )
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.firmware_rollout import FirmwareRollout
+from workflows.definitions.gpu_returns import GpuReturns
 from workflows.definitions.hung_jobs import HungJobs
 from workflows.definitions.job_history import JobHistorySync
 from workflows.definitions.node_lifecycle import NodeLifecycle
@@ -143,6 +153,7 @@ SETS = {
     "v7": HISTORIES / "v7",
     "v8": HISTORIES / "v8",
     "v9": HISTORIES / "v9",
+    "v10": HISTORIES / "v10",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1187,6 +1198,42 @@ async def record_v9(directory: Path = SETS["v9"]) -> list[Path]:
         return await rec.write(directory, {"node_lifecycle_gpu_quarantine": node_workflow_id(node)})
 
 
+async def record_v10(directory: Path = SETS["v10"]) -> list[Path]:
+    """GpuReturns: a transient XID 48 GPU returned, a persistent one kept out and its node drained."""
+    policy = Path(tempfile.mkdtemp(prefix="fleetctl-xid-policy-")) / "xid-policy.yaml"
+    policy.write_text("xid:\n  48: {scope: gpu}\n  64: {scope: gpu}\n")
+    async with recording(xid_policy=str(policy)) as rec:
+        names = rec.add_nodes(4, "rv10", racks=1)
+        transient, persistent = names[:2]
+        for node in names:
+            await _in_production(rec, node)
+        for node, kind in ((transient, "xid48-remapped"), (persistent, "xid48")):
+            await rec.idle(node)
+            add_fault(rec.engine, node, kind, gpu=2)
+            profile = sim_profile(queries.get_node(rec.engine, node).profile)
+            gpu = gpu_key(build_node_state(node, profile, 0, [], time.time()).gpus[2].pci_bus_id)
+            event = HealthEventInput(
+                node, "agent", 48, f"Xid 48 on {gpu}", "recorder", f"rv10-{node}", time.time(), gpu=gpu
+            )
+            await send_health_events(rec.client, node, [event])
+            deadline = time.monotonic() + 60
+            while gpu_quarantines.gpus_out(rec.engine, node) != [gpu]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{node}: GPU {gpu} was not taken out")
+                await asyncio.sleep(0.2)
+            await rec.idle(node)
+        run_id = gpu_returns_id(f"record-{rec.unique}")
+        result = await rec.client.execute_workflow(
+            GpuReturns.run,
+            GpuReturnsInput(fleet=rec.settings.fleet, actor="recorder", settle_s=0, max_failed=1),
+            id=run_id,
+            task_queue=rec.settings.task_queue,
+        )
+        if len(result.returned) != 1 or result.drained != [persistent]:
+            raise RuntimeError(f"the GPUs were not returned and drained as recorded: {result}")
+        return await rec.write(directory, {"gpu_returns": run_id})
+
+
 RECORDERS = {
     "v2": record_v2,
     "v3": record_v3,
@@ -1196,6 +1243,7 @@ RECORDERS = {
     "v7": record_v7,
     "v8": record_v8,
     "v9": record_v9,
+    "v10": record_v10,
 }
 
 
@@ -1211,7 +1259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v9",
+        default="v10",
         help="which set to (re)record; an older one is rewritten only when its runs are gone",
     )
     args = parser.parse_args(argv)

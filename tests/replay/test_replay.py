@@ -6,7 +6,8 @@ v2 was recorded with the patches of its day and takes every patched branch; v3 t
 branches patched since (the marker test holds the sets together to every patch in the code: new
 branches are deterministic too); v6 was recorded after the patches of v2's day were deprecated
 (docs/decisions/0023-retiring-patches.md says when a patch goes); v7 holds the cluster validation, v8
-the hung-job judge (the workflow types added since) and v9 the single-GPU quarantine's patched branch."""
+the hung-job judge (the workflow types added since), v9 the single-GPU quarantine's patched branch and
+v10 the GPU returns (GpuReturns)."""
 
 from __future__ import annotations
 

@@ -21,6 +21,7 @@ GUARD_STATUS_QUERY = "status"
 ACTIVE_CHECK_SWEEP = "ActiveCheckSweep"
 PRODUCTION_STRAGGLERS = "ProductionStragglers"
 HUNG_JOBS = "HungJobs"
+GPU_RETURNS = "GpuReturns"
 JOB_HISTORY_SYNC = "JobHistorySync"
 REMEDIATION = "Remediation"
 REMEDIATION_INTERRUPT_SIGNAL = "interrupt"
@@ -104,3 +105,8 @@ def bulk_queue(task_queue: str) -> str:
 def hung_jobs_id(schedule_id: str) -> str:
     """The id of the hung-job judges a schedule starts (one at a time)."""
     return f"hung-jobs/{schedule_id}"
+
+
+def gpu_returns_id(schedule_id: str) -> str:
+    """The id of the GPU returns a schedule (or `fleetctl gpu-returns`) starts (one at a time)."""
+    return f"gpu-returns/{schedule_id}"

@@ -529,3 +529,45 @@ class SweepBatch:
     req: SweepInput
     sweep_id: str
     width: int
+
+
+@dataclass
+class GpuReturnsInput:
+    """A run of GpuReturns: the quarantined GPUs out for `settle_s` or more are reset as their
+    Xid's catalog action says, rechecked alone, and returned when clean."""
+
+    fleet: str = "default"
+    actor: str = "gpu-returns"
+    # A GPU is left out this long before its first return: a burst of Xids from one fault is
+    # judged (a second GPU's fault drains the node) before the GPU is reset under it.
+    settle_s: float = 1800.0
+    max_failed: int = 3  # failed returns after which the GPU's node is drained for its remediation
+
+
+@dataclass
+class GpuReturnCandidate:
+    """A GPU out long enough to be returned, with what its return needs."""
+
+    node: str
+    gpu: str  # gpu_key
+    code: int | None
+    quarantine_id: int
+    step: str  # fleetctl.nodes.gpu_return.ReturnStep's value
+    step_reason: str
+    failed_before: int  # its failed returns since it went out
+    rack: str = ""
+
+
+@dataclass
+class GpuReturnAttempt:
+    """One GPU's reset and recheck: `failure` "" when both passed; `evidence` what they said."""
+
+    failure: str
+    evidence: str
+
+
+@dataclass
+class GpuReturnsResult:
+    returned: list[str] = field(default_factory=list)  # "node GPU"
+    kept_out: list[str] = field(default_factory=list)  # "node GPU: why"
+    drained: list[str] = field(default_factory=list)  # nodes
