@@ -113,8 +113,8 @@ NODE_COLUMNS = (
     Column("STATE", lambda r: _state_text(r["state"]), whole=True),
     Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"], whole=True),  # where an operator walks to: never cut at 80 columns
-    Column("AGE", lambda r: age(r["state_since"])),  # in its current state
-    Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
+    Column("AGE", lambda r: age(r["state_since"]), secondary=True),  # in its current state
+    Column("JOBS", lambda r: _jobs_cell(r["jobs"]), secondary=True),
     Column("REASON", lambda r: shown(r["reason"])),
     Column("ISLAND", lambda r: r["island"], wide=True),
     Column("SWITCH", lambda r: r["switch"], wide=True),

@@ -5,6 +5,7 @@ empty listing says so, and `| head` ends a command quietly."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -604,3 +605,111 @@ def test_names_are_whole_wherever_they_are_listed(fleet, terminal, command) -> N
     screen = terminal.run(fleetctl(fleet, *command))
     mentions = screen.text.count("gpu-h100-east")
     assert mentions and len(re.findall(r"gpu-h100-east-r07-u\d\d\b", screen.text)) == mentions, screen.text
+
+
+@pytest.mark.parametrize(
+    "natural, whole, secondary, available, widths",
+    [
+        ([10, 5, 5, 5], [True, True, False, False], [False, False, True, False], 40, [10, 5, 5, 5]),  # fits
+        # the normal column gives to its floor first, then the secondary one is left out
+        ([10, 8, 5, 8], [True, True, False, False], [False, False, True, False], 26, [10, 8, None, 4]),
+        # the last secondary goes first; the one before stays while the rest fits
+        ([10, 5, 4, 4], [True, True, False, False], [False, False, True, True], 23, [10, 5, 4, None]),
+        # every secondary out and still too narrow: the whole columns give after all
+        ([10, 8, 4], [True, True, False], [False, False, True], 14, [10, 4, None]),
+        # no secondary column: as fit_widths
+        ([10, 8, 8], [True, True, False], [False, False, False], 24, [10, 6, 4]),
+    ],
+)
+def test_listing_widths_leave_out_secondary_columns_before_cutting_whole_ones(
+    natural, whole, secondary, available, widths
+) -> None:
+    from fleetctl.cli.output import listing_widths
+
+    assert listing_widths(natural, whole, secondary, available, floors=[4] * len(natural)) == widths
+
+
+def rendered(table, width: int) -> list[str]:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(table, crop=False)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def node_rows(db_url: str) -> list[dict]:
+    """The rows `node list -o wide` lays out."""
+    from fleetctl.nodes.view_store import node_rows as rows
+
+    engine = get_engine(db_url)
+    return rows(engine, queries.list_nodes(engine), wide=True)
+
+
+@pytest.mark.parametrize("width", range(30, 131, 4))
+def test_a_listing_cell_is_whole_or_ends_in_an_ellipsis_and_wide_is_never_narrower(fleet, width) -> None:
+    from fleetctl.cli.node import NODE_COLUMNS
+    from fleetctl.cli.output import column_table
+
+    rows = node_rows(fleet)
+    default = rendered(column_table(NODE_COLUMNS, rows), width)
+    wide = rendered(column_table(NODE_COLUMNS, rows, wide=True), width)
+    for view, lines, columns in (
+        ("default", default, [c for c in NODE_COLUMNS if not c.wide]),
+        ("wide", wide, NODE_COLUMNS),
+    ):
+        listed = [c for c in columns if any(c.header == h.rstrip("…") for h in lines[0].split())]
+        for row in rows:
+            (line,) = [ln for ln in lines if ln.startswith(row["name"] + " ")]
+            for c in listed:
+                text = str(getattr(c.cell(row), "plain", c.cell(row)))
+                shortened = [text[:k] + "…" for k in range(1, len(text))]
+                assert text in line or any(s in line for s in shortened), (view, c.header, text, "\n".join(lines))
+    # -o wide lays out the default's columns at least as wide: what the default shows of a
+    # cell, wide shows too (more of it, or all)
+    for token in " ".join(default).split():
+        assert token.rstrip("…") in " ".join(wide), (token, "\n".join(default), "\n".join(wide))
+
+
+def test_a_narrow_listing_leaves_out_age_and_jobs_before_cutting_state_health_or_rack(fleet) -> None:
+    from fleetctl.cli.node import NODE_COLUMNS
+    from fleetctl.cli.output import column_table
+
+    rows = node_rows(fleet)
+    lines = rendered(column_table(NODE_COLUMNS, rows), 80)
+    assert lines[0].split()[:4] == ["NAME", "STATE", "HEALTH", "RACK"], "\n".join(lines)
+    for row in rows:
+        (line,) = [ln for ln in lines if ln.startswith(row["name"] + " ")]
+        assert all(f" {row[k]} " in f"{line} " for k in ("state", "health", "rack")), "\n".join(lines)
+    assert "AGE" in lines[0] or "JOBS" not in lines[0], "\n".join(lines)  # the last secondary goes first
+    wider = rendered(column_table(NODE_COLUMNS, rows), 200)
+    assert {"AGE", "JOBS"} <= set(wider[0].split()), "\n".join(wider)  # kept where they fit
+
+
+def test_a_listing_piped_from_a_terminal_is_as_wide_as_the_terminal(fleet, terminal) -> None:
+    screen = terminal.run(shlex.join(["bash", "-o", "pipefail", "-c", fleetctl(fleet, "node", "list") + " | cat"]))
+    assert screen.exit_code == 0, screen.text
+    assert all(len(line) <= terminal.columns for line in screen.lines), screen.text
+    assert set(NAMES) <= set(rows_by_name(screen)), screen.text
+
+
+# Longer than any terminal: a listing piped where no terminal is (cron, a CI log).
+LONG_REASON = "kernel: " + "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus. " * 8
+
+
+def test_a_listing_piped_with_no_terminal_is_120_columns(fleet) -> None:
+    engine = get_engine(fleet)
+    _check(engine, NAMES[0], "nvidia-smi-query", "fail", utcnow(), reason=LONG_REASON)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(
+        [FLEETCTL, "--db-url", fleet, "node", "list"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_S,
+        env=env,
+        start_new_session=True,  # no controlling terminal to ask either
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) == 120 and "…" in done.stdout, done.stdout
+    assert set(NAMES) <= {line.split()[0] for line in lines}, done.stdout
