@@ -86,8 +86,9 @@ def serve(
     from fleetctl.intake.credentials import BadCredentials, Credentials
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.heartbeats import Heartbeats
-    from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
+    from fleetctl.intake.server import KnownNodes, Limits, serve_http
     from fleetctl.intake.signals import WorkflowSignals
+    from fleetctl.server_tls import BadTLSFiles, tls_context
 
     token = context.intake_token(token_file, "--token-file")
     _refuse_bad_options(token, poll_interval, bool(kubeconfig) and in_cluster, tls_cert, tls_key, tls_client_ca)
@@ -95,7 +96,7 @@ def serve(
         who = Credentials(token, credentials)
         # _refuse_bad_options: a certificate comes with its key
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
-    except BadCredentials as exc:
+    except (BadCredentials, BadTLSFiles) as exc:
         fail(str(exc), EXIT_USAGE)
     try:
         ensure_dir(spool)
