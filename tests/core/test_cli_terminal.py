@@ -713,3 +713,38 @@ def test_a_listing_piped_with_no_terminal_is_120_columns(fleet) -> None:
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) == 120 and "…" in done.stdout, done.stdout
     assert set(NAMES) <= {line.split()[0] for line in lines}, done.stdout
+
+
+@pytest.mark.temporal
+async def test_the_temporal_ui_details_say_what_a_drain_waits_for_while_it_waits(make_settings, sqlite_url) -> None:
+    """A drain of a node running a job: while the drain waits for the job, the workflow's
+    current details lead with it (`node show`'s activity), not with what the last item did."""
+    from fleetctl.sim.scheduler import SimScheduler
+    from tests.lifecycle.conftest import make_fleet
+    from tests.production.test_search_attributes import temporal_cli
+    from tests.support.worker import start_in_production
+    from workflows.api import node_workflow_id
+    from workflows.client import connect, request_transition
+    from workflows.worker import BackgroundWorker
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    worker = BackgroundWorker(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        client = await connect(settings)
+        await start_in_production(client, settings, name)
+        SimScheduler(engine).submit("train", 1)  # the fleet's only node runs it
+        await request_transition(client, name, "drain", "alice@desk", cause="PDU maintenance")
+
+        def first_line() -> str:
+            shown = temporal_cli(settings.temporal_address, "workflow", "metadata", "-w", node_workflow_id(name))
+            return next((line.strip() for line in shown.splitlines() if line.strip().startswith("**")), "")
+
+        await wait_for(
+            lambda: first_line().startswith("**draining** since ") and first_line().endswith(": draining: jobs"),
+            DRAIN_S,
+            "the details to say the drain waits for its jobs",
+        )
+    finally:
+        worker.stop()
