@@ -794,17 +794,26 @@ def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="nod
     """Return drained nodes to production. A node in production already is said so, and is
     no failure (as `kubectl uncordon` of a schedulable node)."""
     from fleetctl.db import queries
+    from fleetctl.inventory.hostlist import compress
     from fleetctl.nodes.lifecycle import NodeState
 
     hosts = _hosts(names)
     _require_nodes(ctx, hosts)
-    serving = {n.name for n in queries.nodes_named(context.engine(ctx), hosts) if n.state == NodeState.PRODUCTION.value}
+    states = {n.name: n.state for n in queries.nodes_named(context.engine(ctx), hosts)}
     for name in hosts:
-        if name in serving:
+        if states[name] == NodeState.PRODUCTION.value:
             typer.echo(f"{name}: already in production")
-    rest = [name for name in hosts if name not in serving]
+    rest = [name for name in hosts if states[name] != NodeState.PRODUCTION.value]
     if rest:
         _command(ctx, rest, "undrain", "operator: undrain")
+    # Drained to the end (maintenance): worked on, perhaps a part swapped, and back unchecked.
+    worked_on = compress(name for name in rest if states[name] == NodeState.MAINTENANCE.value)
+    if worked_on:
+        typer.echo(
+            f"hint: undrain returns a node unchecked; after hardware work use `fleetctl node admit {worked_on} "
+            "--suite quick`, which checks it first",
+            err=True,
+        )
 
 
 @app.command("rma")

@@ -541,6 +541,10 @@ async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sq
         assert "last: drained: operator: swap optics" in shown.text, shown.text  # while it is drained
         undrained = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "undrain", name, temporal=settings))
         assert undrained.exit_code == 0, undrained.text
+        # From maintenance (worked on, a part swapped perhaps): the admit that checks it first.
+        assert f"`fleetctl node admit {name} --suite quick`" in " ".join(undrained.text.split()), undrained.text
+        again = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "undrain", name, temporal=settings))
+        assert again.exit_code == 0 and "already in production" in again.text and "hint" not in again.text
         shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
         assert "last: drained" not in shown.text, shown.text
         assert f"last: back in production (undrain by {settings.operator}" in shown.text, shown.text
@@ -748,3 +752,42 @@ async def test_the_temporal_ui_details_say_what_a_drain_waits_for_while_it_waits
         )
     finally:
         worker.stop()
+
+
+def test_check_list_tells_nvidia_smi_q_from_nvidia_smi_query(sqlite_url, terminal) -> None:
+    """Two names one of which starts the other: each row says which command it runs, whole,
+    so `nvidia-smi-q` never reads as `nvidia-smi-query` cut short."""
+    screen = terminal.run(fleetctl(sqlite_url, "check", "list"))
+    assert screen.exit_code == 0, screen.text
+    rows = rows_by_name(screen)
+    assert rows["nvidia-smi-q"].split()[1:3] == ["nvidia-smi", "-q"], screen.text
+    assert rows["nvidia-smi-query"].split()[1:3] == ["nvidia-smi", "--query-gpu"], screen.text
+    names = [line.split()[0] for line in screen.lines[1:] if line.strip()]
+    assert names == sorted(names), screen.text  # by name: the two one above the other
+
+
+@pytest.mark.parametrize(
+    "commands, tools",
+    [
+        (  # one program, one kind: the words up to the first that differs, cut at `=`
+            {
+                "q": (["nvidia-smi", "-q"], "nvidia-smi"),
+                "query": (["nvidia-smi", "--query-gpu=index,name"], "nvidia-smi"),
+            },
+            {"q": "nvidia-smi -q", "query": "nvidia-smi --query-gpu"},
+        ),
+        (
+            {"r1": (["dcgmi", "diag", "-r", "1", "-j"], "dcgm"), "r2": (["dcgmi", "diag", "-r", "2", "-j"], "dcgm")},
+            {"r1": "dcgmi diag -r 1", "r2": "dcgmi diag -r 2"},
+        ),
+        (  # another kind: the program alone
+            {"memory": (["nvidia-smi", "--query-gpu=index"], "nvidia-smi-memory"), "ib": (["ibstat"], "ib")},
+            {"memory": "nvidia-smi", "ib": "ibstat"},
+        ),
+        ({"ports": (["ibstat"], "ib"), "also": (["ibstat"], "ib")}, {"ports": "ibstat", "also": "ibstat"}),  # alike
+    ],
+)
+def test_check_tools(commands, tools) -> None:
+    from fleetctl.cli.check import check_tools
+
+    assert check_tools(commands) == tools
