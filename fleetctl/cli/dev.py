@@ -56,9 +56,12 @@ def run_until_interrupted(cmd: list[str]) -> int:
         for line in output:
             if stopping.is_set():
                 left_out += 1
-            else:
+                continue
+            try:
                 sys.stdout.buffer.write(line)
                 sys.stdout.buffer.flush()
+            except OSError:  # our stdout gone (`| head` ended): read on, or the server blocks writing
+                stopping.set()
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     assert proc.stdout is not None  # stdout=PIPE

@@ -50,7 +50,7 @@ async def keep_details_current(current: Callable[[], NodeLifecycleState]) -> Non
     doing, its last outcome), as it changes: a drain waiting for its jobs says so while it
     waits, not once the item is done. Runs beside the workflow for its run; it waits on a
     condition and sets the details, neither of which is a command, so histories recorded
-    before it replay unchanged and no patch guards it (docs/decisions/0012)."""
+    before it replay unchanged and no patch guards it (docs/decisions/0012, 0025)."""
 
     def said() -> tuple[str, str, str]:
         state = current()
