@@ -329,8 +329,35 @@ def _site_profile(path: str, mtime_ns: int, name: str) -> GpuProfile:
     """A site profile, read again whenever its file changes (the modification time is the key)."""
     del mtime_ns
     try:
-        return parse_profile(load_file(path), name)
+        profile = parse_profile(load_file(path), name)
     except YamlRefused as exc:  # says the path itself
         raise ProfileError(f"site profile {exc}") from None
     except ProfileError as exc:
         raise ProfileError(f"site profile {path}: {exc}") from None
+    if said := fails_no_node(profile):
+        raise ProfileError(f"site profile {path}: {said}")
+    return profile
+
+
+def fails_no_node(profile: GpuProfile) -> str | None:
+    """What in `profile` would let every node pass a check it is there to hold them to, or
+    None: a floor failing at 0 or below (no figure is below it), a ceiling failing at the
+    highest figure its bounds allow (none is above it: a disk 100% full passes 100), InfiniBand
+    or RoCE rails required at a rate of 0 (any rate is enough). A site's override is an
+    operator's edit of a copied profile; a zero left where a number was meant would pass a
+    sick fleet silently. Zero counts keep their meaning (ib_port_count 0: no InfiniBand)."""
+    for field, kind in _FIELD_TYPES.items():
+        threshold = getattr(profile, field)
+        if kind == "Floor" and threshold.fail <= 0:
+            return f"{field}: a floor failing at {threshold.fail:g} fails no node; give the figure a node must reach"
+        if kind == "Ceiling" and threshold.fail >= _BOUNDS[field][1]:
+            return (
+                f"{field}: a ceiling failing above {threshold.fail:g} {_BOUNDS[field][2]} fails no node; "
+                "give the most a node may show"
+            )
+    for rails, rate in (("ib_port_count", "ib_rate_gbps"), ("roce_port_count", "roce_rate_gbps")):
+        if getattr(profile, rails) > 0 and getattr(profile, rate) <= 0:
+            return (
+                f"{rate}: {rails} {getattr(profile, rails)} at a rate of 0 Gb/s passes any rate; give the rails' rate"
+            )
+    return None

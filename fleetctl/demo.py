@@ -59,17 +59,33 @@ class DemoPlan:
     profile: str = "h100-sxm"
     seed: int = 0
     faults: list[Fault] = field(default_factory=list)
+    # The fleet in the order the seed gives it: each fault takes the first node in it that
+    # fits (under a job, idle), so one seed hits the same nodes run after run.
+    order: list[str] = field(default_factory=list)
 
 
-def plan_scenario(names: list[str], seed: int) -> list[Fault]:
-    """The NVLink fault is set before burn-in; the others strike once jobs run: the XID 79
-    on a node under a job, the rest on idle nodes (where the active checks look)."""
+def seeded_order(names: list[str], seed: int) -> list[str]:
+    """`names` shuffled by `seed` alone (not by when it is asked, nor by Python's hash seed)."""
     import random
 
+    order = sorted(names)
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def first_fitting(order: list[str], fits: set[str]) -> str:
+    """The first node of `order` among `fits`, or "" when none is."""
+    return next((name for name in order if name in fits), "")
+
+
+def plan_scenario(order: list[str]) -> list[Fault]:
+    """The NVLink fault is set before burn-in; the others strike once jobs run: the XID 79
+    on a node under a job, the rest on idle nodes (where the active checks look). Each on the
+    first node of the seeded `order` that fits when it strikes."""
     return [
         Fault(
             "nvlink-degraded",
-            random.Random(seed).choice(names),
+            order[0],
             "caught at burn-in (below the floor) or admission (straggler); NVLink runbook",
             0,
         ),
@@ -117,7 +133,8 @@ class Demo:
             self.log(refusal)
         self._client = await connect(self.settings)
         await ensure_node_workflows(self.client, self.settings, [(n, "new", 0) for n in self.names])
-        self.plan.faults = plan_scenario(self.names, self.plan.seed)
+        self.plan.order = seeded_order(self.names, self.plan.seed)
+        self.plan.faults = plan_scenario(self.plan.order)
         self.log(
             f"imported {plural(len(self.names), f'simulated {self.plan.profile} node')} "
             f"in {plural(self.plan.racks, 'rack')}"
@@ -191,26 +208,21 @@ class Demo:
                 self.log(f"fault: {fault.kind} on {fault.node} (idle)")
 
     def _idle_node(self) -> str:
-        """A production node no job runs on and no fault has hit (seeded choice)."""
-        import random
-
+        """A production node no job runs on and no fault has hit: the first in the seed's order."""
         busy = {n for j in running_sim_jobs(self.engine) for n in j.nodes}
         taken = {f.node for f in self.plan.faults}
-        idle = sorted(
-            n.name
-            for n in queries.list_nodes(self.engine, state="production")
-            if n.name not in busy and n.name not in taken
-        )
-        return random.Random(f"{self.plan.seed}/{len(taken)}").choice(idle) if idle else ""
+        idle = {n.name for n in queries.list_nodes(self.engine, state="production")} - busy - taken
+        return first_fitting(self.plan.order, idle)
 
     async def _xid79_under_a_job(self, fault: Fault) -> None:
         from workflows.client import send_health_events
         from workflows.health_events import health_event
 
-        busy = [j for j in running_sim_jobs(self.engine) if j.nodes]
-        if not busy:
+        job_on = {n: j for j in running_sim_jobs(self.engine) for n in j.nodes}
+        fault.node = first_fitting(self.plan.order, set(job_on) - {f.node for f in self.plan.faults})
+        if not fault.node:
             return
-        fault.node = sorted(busy[0].nodes)[0]
+        job = job_on[fault.node]
         fault.injected = True
         self._inject(Fault("xid79", fault.node, "", 0))  # the GPU is really gone: checks see it too
         await send_health_events(
@@ -229,7 +241,7 @@ class Demo:
                 )
             ],
         )
-        self.log(f"fault: XID 79 on {fault.node}, which runs job {busy[0].job_id}")
+        self.log(f"fault: XID 79 on {fault.node}, which runs job {job.job_id}")
 
     # -- judging what happened -------------------------------------------------------------
 

@@ -10,6 +10,7 @@ for importing every workflow and the activity stack behind them.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -182,7 +183,29 @@ async def task_queue_unpolled(client: Client, task_queue: str, timeout_s: float 
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0][:160] if text else exc.__class__.__name__
+    return sdk_error_line(text.splitlines()[0]) if text else exc.__class__.__name__
+
+
+# Where the Rust core's Debug text of an error begins, after the SDK's own words ("Failed
+# client connect: Server connection error: tonic::transport::Error(Transport, ...)").
+_RUST_DEBUG = re.compile(r":?\s*(?:tonic::|Status \{)")
+# What that text says for a person: a status code, and the quoted or named causes
+# (ConnectError("tcp connect error", Os { ..., message: "Connection refused" })).
+_RUST_CODE = re.compile(r"\bcode: ([A-Z]\w*)")
+_RUST_CAUSE = re.compile(r'(?:ConnectError\(|message: |error: )"((?:[^"\\]|\\.)*)"|error: ([A-Z]\w*(?:\(\w+\))?)')
+SDK_ERROR_LIMIT = 300
+
+
+def sdk_error_line(text: str) -> str:
+    """The Temporal SDK's error text as one line a person reads: its own words, then the status
+    code and the causes the Rust core's Debug text carries, never that text cut mid-struct."""
+    debug = _RUST_DEBUG.search(text)
+    if debug is None:
+        return text[:SDK_ERROR_LIMIT]
+    causes = [m.group(1) for m in _RUST_CODE.finditer(text)]
+    causes += [m.group(1) or m.group(2) for m in _RUST_CAUSE.finditer(text)]
+    said = [text[: debug.start()].strip(), *dict.fromkeys(c for c in causes if c)]
+    return ": ".join(said)[:SDK_ERROR_LIMIT]
 
 
 async def ensure_node_workflows(

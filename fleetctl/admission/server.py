@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from fleetctl.config import Settings
-    from fleetctl.intake.server import ReloadingTLS
+    from fleetctl.server_tls import ReloadingTLS
 
 log = logging.getLogger(__name__)
 

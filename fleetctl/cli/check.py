@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +32,8 @@ _EXIT_BY_STATUS = {"pass": 0, "warn": 0, "fail": EXIT_CHECK_FAILED, "error": EXI
 
 CHECK_COLUMNS = (
     Column("NAME", lambda r: r["name"], whole=True),
-    Column("TOOL", lambda r: r["tool"]),
-    Column("KIND", lambda r: r["kind"]),
+    Column("TOOL", lambda r: r["tool"], whole=True),  # what tells nvidia-smi-q from nvidia-smi-query
+    Column("KIND", lambda r: r["kind"], secondary=True),  # the parser: the name says as much
     Column("TYPICAL", lambda r: _duration(r["typical_duration_s"])),
     Column("JUDGES", lambda r: r["judges"]),
     Column("COMMAND", lambda r: " ".join(r["argv"]), wide=True),
@@ -156,10 +157,11 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
     (nvlink-domain: only those whose profile has a multi-node NVLink domain, GB200)."""
     from checks.catalog import CHECKS
 
+    tools = check_tools({spec.name: (_command_words(spec.argv), spec.kind) for spec in CHECKS.values()})
     rows = [
         {
             "name": spec.name,
-            "tool": spec.argv[0] if spec.argv[0] != "sh" else spec.argv[2].split()[0],
+            "tool": tools[spec.name],
             "kind": spec.kind,
             "typical_duration_s": spec.typical_duration_s,
             "argv": list(spec.argv),
@@ -167,10 +169,31 @@ def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
             "judges": "nvlink-domain" if spec.nvlink_domain_only else "all",
             "description": spec.description,
         }
-        for spec in CHECKS.values()
+        for spec in sorted(CHECKS.values(), key=lambda spec: spec.name)  # as kubectl: by name
     ]
 
     emit(rows, output, lambda data, wide: column_table(CHECK_COLUMNS, data, wide))
+
+
+def _command_words(argv: Sequence[str]) -> list[str]:
+    """The words of a check's command; of a shell script (`sh -c '...'`), its first command's."""
+    return list(argv) if argv[0] != "sh" else argv[2].split()
+
+
+def check_tools(commands: Mapping[str, tuple[list[str], str]]) -> dict[str, str]:
+    """The TOOL each check (name -> (its command's words, its kind)) is listed with: the
+    program, and where checks of one kind run one program, its words up to the first that
+    tells them apart, each cut at its `=` (nvidia-smi-query: `nvidia-smi --query-gpu`;
+    nvidia-smi-q: `nvidia-smi -q`), so two names such as those never read as one cut short."""
+    alike: dict[tuple[str, str], list[list[str]]] = {}
+    for words, kind in commands.values():
+        alike.setdefault((words[0], kind), []).append(words)
+    tools = {}
+    for name, (words, kind) in commands.items():
+        group = alike[(words[0], kind)]
+        differs = next((i for i in range(1, len(words)) if any(w[i : i + 1] != words[i : i + 1] for w in group)), 0)
+        tools[name] = " ".join(word.split("=")[0] for word in words[: differs + 1])
+    return tools
 
 
 @app.command("parse")

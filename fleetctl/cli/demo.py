@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
+from fleetctl.text import plural
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -253,15 +254,17 @@ def summary(d: Demo, report: dict[str, Any], html: Path) -> Group:
         table.add_row(f"{f.kind} on {f.node or '-'}", f.handled or "not injected")
     table.add_row(
         "job restart latency",
-        f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} over {lat.get('count', 0)} restarts",
+        f"median {duration(lat.get('p50'))}, max {duration(lat.get('max'))} over {plural(lat.get('count', 0), 'restart')}",
     )
     jobs = report["jobs"]
     table.add_row(
         "job ETTR",
         ettr_text(jobs["ettr"], jobs["ettr_at_least"]) + (" (a lower bound)" if jobs["ettr_unknown"] else ""),
     )
-    table.add_row("MTTF", f"{hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)")
-    table.add_row("MTTR", f"{hours(s['mttr_hours'])} over {s['repairs']} repairs")
+    table.add_row(
+        "MTTF", f"{hours(s['mttf_hours'])} production node time per failure ({plural(s['failures'], 'failure')})"
+    )
+    table.add_row("MTTR", f"{hours(s['mttr_hours'])} over {plural(s['repairs'], 'repair')}")
     table.add_row("availability", num(s["availability"], ".1%"))
     # Handled means resolved: a fault whose drain is held or whose runbook waits for an
     # operator is not (fleetctl.demo.unresolved), however long the demo ran.

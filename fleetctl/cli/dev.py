@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import IO
 
 import typer
 
 from fleetctl.cli.output import within
+from fleetctl.text import plural
 
 app = typer.Typer(help="Run the embedded Temporal dev server.", no_args_is_help=True)
 
@@ -29,7 +31,57 @@ def server(
     typer.echo(f"Temporal dev server on 127.0.0.1:{port}, state in {db_file}")
     if not headless:
         typer.echo(f"Temporal UI: http://127.0.0.1:{ui_port}")
+    raise typer.Exit(run_until_interrupted(cmd))
+
+
+# How long the server has to stop after Ctrl-C before it is killed (it stops in about a second).
+STOP_S = 10.0
+
+
+def run_until_interrupted(cmd: list[str]) -> int:
+    """Run the server with its output on ours until it exits (its status) or Ctrl-C (0). The
+    server is in a session of its own, so the terminal's Ctrl-C reaches fleetctl only: fleetctl
+    asks it to stop and leaves out what it says while stopping (an ERROR line per poll a worker
+    still had open, dozens under a demo's load), saying in one line how many lines that was. A
+    second Ctrl-C, or STOP_S, kills it."""
+    import signal
+    import sys
+    import threading
+
+    stopping = threading.Event()
+    left_out = 0
+
+    def forward(output: IO[bytes]) -> None:
+        nonlocal left_out
+        for line in output:
+            if stopping.is_set():
+                left_out += 1
+                continue
+            try:
+                sys.stdout.buffer.write(line)
+                sys.stdout.buffer.flush()
+            except OSError:  # our stdout gone (`| head` ended): read on, or the server blocks writing
+                stopping.set()
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert proc.stdout is not None  # stdout=PIPE
+    forwarding = threading.Thread(target=forward, args=(proc.stdout,), daemon=True)
+    forwarding.start()
+    # `kill PID` of fleetctl stops the server too, as Ctrl-C does (it is no longer in our group).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        raise typer.Exit(subprocess.call(cmd))
+        status = proc.wait()
+        forwarding.join()
+        return status
     except KeyboardInterrupt:
-        raise typer.Exit(0) from None
+        stopping.set()
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(STOP_S)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+        forwarding.join(STOP_S)
+        said = f" ({plural(left_out, 'line')} of its shutdown output left out)" if left_out else ""
+        typer.echo(f"Temporal dev server stopped{said}", err=True)
+        return 0

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from checks.xid_policy import XidPolicy
     from fleetctl.intake.credentials import Credentials
     from fleetctl.intake.delivery import Intake
-    from fleetctl.intake.server import IntakeServer, KnownNodes, ReloadingTLS
+    from fleetctl.intake.server import IntakeServer, KnownNodes
+    from fleetctl.server_tls import ReloadingTLS
 
 app = typer.Typer(help="Health events from the systems operators already run.", no_args_is_help=True)
 
@@ -156,13 +157,13 @@ def _credentials_and_tls(
 ) -> tuple[Credentials, ReloadingTLS | None]:
     """Who may send (the operator token, the agents' credentials) and the https context, if any."""
     from fleetctl.intake.credentials import BadCredentials, Credentials
-    from fleetctl.intake.server import tls_context
+    from fleetctl.server_tls import BadTLSFiles, tls_context
 
     try:
         who = Credentials(token, credentials, granted)
         # _refuse_bad_options: a certificate comes with its key
         tls = tls_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None and tls_key is not None else None
-    except BadCredentials as exc:
+    except (BadCredentials, BadTLSFiles) as exc:
         fail(str(exc), EXIT_USAGE)
     return who, tls
 

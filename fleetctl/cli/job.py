@@ -567,8 +567,7 @@ def gate_serve(
     from checks.suites import SuiteError, load_suite
     from fleetctl.admission.server import GateServer
     from fleetctl.admission.webhook import GateSettings
-    from fleetctl.intake.credentials import BadCredentials
-    from fleetctl.intake.server import tls_context
+    from fleetctl.server_tls import BadTLSFiles, tls_context
 
     if bool(tls_cert) != bool(tls_key):
         fail("give --tls-cert and --tls-key together", EXIT_USAGE)
@@ -579,7 +578,7 @@ def gate_serve(
         load_suite(suite, s.suites_dir or None)
         load_suite(epilog_suite, s.suites_dir or None)
         tls = tls_context(Path(tls_cert), Path(tls_key)) if tls_cert else None
-    except (SuiteError, BadCredentials) as exc:
+    except (SuiteError, BadTLSFiles) as exc:
         fail(str(exc), EXIT_USAGE)
     server = GateServer(
         (address, port), s, context.engine(ctx), GateSettings(gate_url, image, ca_path=ca_path), suite, tls

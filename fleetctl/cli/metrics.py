@@ -34,12 +34,12 @@ def serve(
     and durations, drains, failures, job restarts and their latency, pending jobs and why,
     repairs, remediations, lemons, RMAs, rule outcomes, capacity-guard decisions, and for the
     configured fleet (FLEETCTL_FLEET) its breaker and capacity budget."""
-    import ssl
     from datetime import timedelta
 
     from fleetctl.config import guard_policy
     from fleetctl.reliability import exporter_server
     from fleetctl.remediation.lemons import LemonPolicy
+    from fleetctl.server_tls import BadTLSFiles
 
     if (tls_cert is None) != (tls_key is None) or (tls_client_ca is not None and tls_cert is None):
         fail("--tls-cert and --tls-key go together (and --tls-client-ca needs them)", EXIT_USAGE)
@@ -57,7 +57,9 @@ def serve(
             tls_key=_path(tls_key),
             tls_client_ca=_path(tls_client_ca),
         )
-    except (OSError, ssl.SSLError) as exc:
+    except BadTLSFiles as exc:
+        fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
         from fleetctl.text import one_line
 
         fail(f"cannot serve on {address}:{port}: {one_line(exc, 200)}", EXIT_USAGE)

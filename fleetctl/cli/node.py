@@ -113,8 +113,8 @@ NODE_COLUMNS = (
     Column("STATE", lambda r: _state_text(r["state"]), whole=True),
     Column("HEALTH", lambda r: _health_text(r["health"]), whole=True),
     Column("RACK", lambda r: r["rack"], whole=True),  # where an operator walks to: never cut at 80 columns
-    Column("AGE", lambda r: age(r["state_since"])),  # in its current state
-    Column("JOBS", lambda r: _jobs_cell(r["jobs"])),
+    Column("AGE", lambda r: age(r["state_since"]), secondary=True),  # in its current state
+    Column("JOBS", lambda r: _jobs_cell(r["jobs"]), secondary=True),
     Column("REASON", lambda r: shown(r["reason"])),
     Column("ISLAND", lambda r: r["island"], wide=True),
     Column("SWITCH", lambda r: r["switch"], wide=True),
@@ -797,17 +797,26 @@ def undrain(ctx: typer.Context, names: list[str] = typer.Argument(..., help="nod
     """Return drained nodes to production. A node in production already is said so, and is
     no failure (as `kubectl uncordon` of a schedulable node)."""
     from fleetctl.db import queries
+    from fleetctl.inventory.hostlist import compress
     from fleetctl.nodes.lifecycle import NodeState
 
     hosts = _hosts(names)
     _require_nodes(ctx, hosts)
-    serving = {n.name for n in queries.nodes_named(context.engine(ctx), hosts) if n.state == NodeState.PRODUCTION.value}
+    states = {n.name: n.state for n in queries.nodes_named(context.engine(ctx), hosts)}
     for name in hosts:
-        if name in serving:
+        if states[name] == NodeState.PRODUCTION.value:
             typer.echo(f"{name}: already in production")
-    rest = [name for name in hosts if name not in serving]
+    rest = [name for name in hosts if states[name] != NodeState.PRODUCTION.value]
     if rest:
         _command(ctx, rest, "undrain", "operator: undrain")
+    # Drained to the end (maintenance): worked on, perhaps a part swapped, and back unchecked.
+    worked_on = compress(name for name in rest if states[name] == NodeState.MAINTENANCE.value)
+    if worked_on:
+        typer.echo(
+            f"hint: undrain returns a node unchecked; after hardware work use `fleetctl node admit {worked_on} "
+            "--suite quick`, which checks it first",
+            err=True,
+        )
 
 
 @app.command("release-gpu")

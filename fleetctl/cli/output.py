@@ -27,8 +27,10 @@ EXIT_USAGE = 2
 EXIT_CHECK_FAILED = 3
 EXIT_CHECK_ERROR = 4
 
-# The width tables are laid out in when the output is not a terminal.
-LINE_WIDTH_UNBOUNDED = 10_000
+# The width tables are laid out in when no standard stream is a terminal and COLUMNS is unset
+# (cron, a CI log): as wide as a wide terminal, not rich's 80 nor unbounded (a reason of a
+# thousand characters would make every line of the listing that long).
+PIPED_WIDTH = 120
 
 
 class OutputFormat(str, enum.Enum):
@@ -135,22 +137,32 @@ def emit(
         stdout_console().print(renderable, crop=False)
 
 
-def stdout_console(unbounded_when_redirected: bool = True) -> Console:
-    """The rich console every command prints its tables and pages on. Redirected to a file or
-    a pipe, nothing is cut to a terminal's width (unless `unbounded_when_redirected` is False,
-    for prose that wraps: a page read through `less`). A reader of stdout that has gone
-    (`| head`) raises BrokenPipeError, which fleetctl.cli.main ends quietly; rich's own
-    handling would exit 1."""
+def stdout_console() -> Console:
+    """The rich console every command prints its tables and pages on. Redirected (`| grep`,
+    `> file`) it lays them out at the width of the terminal the command was typed in (stdin's
+    or stderr's, or COLUMNS), else at PIPED_WIDTH. A reader of stdout that has gone (`| head`)
+    raises BrokenPipeError, which fleetctl.cli.main ends quietly; rich's own handling would
+    exit 1."""
     from rich.console import Console
 
     class PipeAware(Console):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError
 
-    console = PipeAware()
-    if unbounded_when_redirected and not console.is_terminal and "COLUMNS" not in os.environ:
-        console = PipeAware(width=LINE_WIDTH_UNBOUNDED)
-    return console
+    return PipeAware(width=None if terminal_width_known() else PIPED_WIDTH)
+
+
+def terminal_width_known() -> bool:
+    """Whether rich can tell the terminal's width: COLUMNS, or a standard stream that is one."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return True
+    for fd in (0, 1, 2):
+        try:
+            os.get_terminal_size(fd)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 SORT_BY_OPTION = typer.Option(
@@ -224,6 +236,10 @@ class Column:
     # (the cells an operator scans: state, health). The first column (the name) is never
     # shortened at all, as kubectl never cuts NAME.
     whole: bool = False
+    # Left out of a listing, as kubectl leaves out its columns of priority above 0, where
+    # keeping it would cut a `whole` column or the name: a cell an operator scans is worth
+    # more whole than this one is elided.
+    secondary: bool = False
 
 
 def column_table(
@@ -266,6 +282,34 @@ def fit_widths(natural: Sequence[int], whole: Sequence[bool], available: int, fl
     return widths
 
 
+def listing_widths(
+    natural: Sequence[int],
+    whole: Sequence[bool],
+    secondary: Sequence[bool],
+    available: int,
+    floors: Sequence[int],
+) -> list[int | None]:
+    """A listing's column widths (None: the column left out), columns _GAP apart: fit_widths,
+    after leaving out the `secondary` columns, the last first, while keeping them would cut a
+    `whole` column (the first included: the line would be longer than `available`)."""
+    kept = list(range(len(natural)))
+    while True:
+        widths = fit_widths(
+            [natural[i] for i in kept],
+            [whole[i] for i in kept],
+            available - _GAP * (len(kept) - 1),
+            [floors[i] for i in kept],
+        )
+        fits = sum(widths) + _GAP * (len(kept) - 1) <= available and all(
+            w >= natural[i] for w, i in zip(widths, kept, strict=True) if whole[i]
+        )
+        dropping = [i for i in kept if secondary[i]]
+        if fits or not dropping:
+            placed = dict(zip(kept, widths, strict=True))
+            return [placed.get(i) for i in range(len(natural))]
+        kept.remove(dropping[-1])
+
+
 # A wrapped cell breaks between words; a word longer than this may be broken too.
 _LONGEST_WORD = 20
 
@@ -288,33 +332,62 @@ class _Table:
             max([cell_width(c.header), *(cell_width(row[i]) for row in self.cells)]) for i, c in enumerate(self.columns)
         ]
         whole = [i == 0 or c.whole for i, c in enumerate(self.columns)]
+        boxed = False
         if self.title is None:
-            layouts = [(False, [_MIN_ELIDED] * len(natural))]
+            placed = self._listing_widths(natural, whole, options.max_width)
         else:
-            words = [
-                max([word_width(c.header), *(word_width(row[i]) for row in self.cells)])
-                for i, c in enumerate(self.columns)
-            ]
-            least = [_MIN_WRAPPED] * len(natural)
-            layouts = [(True, words), (True, least), (False, words), (False, least)]
-        for boxed, floors in layouts:
-            frame = _GAP * len(natural) + (len(natural) + 1 if boxed else -_GAP)
-            widths = fit_widths(natural, whole, options.max_width - frame, floors)
-            if sum(widths) + frame <= options.max_width:
-                break
+            boxed, placed = self._section_widths(natural, whole, options.max_width)
+        kept = [i for i, w in enumerate(placed) if w is not None]
+        frame = _GAP * len(kept) + (len(kept) + 1 if boxed else -_GAP)
         table = Table(
             title=shown(self.title) if self.title is not None else None,
             header_style="bold",
             box=HEAVY_HEAD if boxed else None,  # rich's default box, or a listing's none
             pad_edge=boxed,
         )
-        for i, (c, w) in enumerate(zip(self.columns, widths, strict=False)):
+        for i in kept:
             wraps = self.title is not None and i > 0
-            table.add_column(c.header, width=w, no_wrap=not wraps, overflow="fold" if wraps else "ellipsis")
+            table.add_column(
+                self.columns[i].header, width=placed[i], no_wrap=not wraps, overflow="fold" if wraps else "ellipsis"
+            )
         for row in self.cells:
-            table.add_row(*row)
-        needed = sum(widths) + frame
+            table.add_row(*(row[i] for i in kept))
+        needed = sum(placed[i] or 0 for i in kept) + frame
         yield from console.render(table, options.update(width=needed) if needed > options.max_width else options)
+
+    def _listing_widths(self, natural: list[int], whole: list[bool], available: int) -> list[int | None]:
+        """listing_widths; with -o wide, no column left out, and none of the default view's
+        narrower than it is there (the wide-only columns give first, then the line wraps)."""
+        elided = [_MIN_ELIDED] * len(natural)
+        secondary = [c.secondary for c in self.columns]
+        if not any(c.wide for c in self.columns):
+            return listing_widths(natural, whole, secondary, available, elided)
+        default = [i for i, c in enumerate(self.columns) if not c.wide]
+        as_default = listing_widths(
+            [natural[i] for i in default],
+            [whole[i] for i in default],
+            [secondary[i] for i in default],
+            available,
+            [elided[i] for i in default],
+        )
+        floors = list(elided)
+        for i, w in zip(default, as_default, strict=True):
+            floors[i] = max(_MIN_ELIDED, w or 0)
+        return listing_widths(natural, whole, [False] * len(natural), available, floors)
+
+    def _section_widths(self, natural: list[int], whole: list[bool], available: int) -> tuple[bool, list[int | None]]:
+        """A titled section's widths: with borders while they fit, then without (none left out)."""
+        words = [
+            max([word_width(c.header), *(word_width(row[i]) for row in self.cells)]) for i, c in enumerate(self.columns)
+        ]
+        least = [_MIN_WRAPPED] * len(natural)
+        for boxed, floors in [(True, words), (True, least), (False, words), (False, least)]:
+            frame = _GAP * len(natural) + (len(natural) + 1 if boxed else -_GAP)
+            widths = fit_widths(natural, whole, available - frame, floors)
+            if sum(widths) + frame <= available:
+                break
+        placed: list[int | None] = list(widths)
+        return boxed, placed
 
 
 def word_width(value: Any) -> int:

@@ -85,10 +85,10 @@ def _headline(report: dict[str, Any]) -> Text:
         ("fleet ", "bold"),
         f"{report['fleet']}  {plural(s['nodes'], 'node')}  {_at(window['since'])} to {_at(window['until'])} UTC "
         f"({duration(window['days'] * 86400)}: {window['basis']})\n",
-        f"MTTF {hours(s['mttf_hours'])} production node time per failure ({s['failures']} failures)   "
+        f"MTTF {hours(s['mttf_hours'])} production node time per failure ({plural(s['failures'], 'failure')})   "
         f"MTTR {hours(s['mttr_hours'])} ({plural(s['repairs'], 'return')})   availability {_pct(s['availability'])} "
         f"(lost {_pct(unplanned)} to faults, {_pct(planned)} to planned work)   "
-        f"job ETTR {ettr_text(jobs['ettr'], jobs['ettr_at_least'])} ({len(jobs['per_job'])} jobs; "
+        f"job ETTR {ettr_text(jobs['ettr'], jobs['ettr_at_least'])} ({plural(len(jobs['per_job']), 'job')}; "
         f"{'a lower bound: ' + jobs['ettr_unknown'] + '; ' if jobs['ettr_unknown'] else ''}"
         f"predicted {_pct(jobs['predicted_ettr'])})   "
         f"restart median {duration(latency['p50'])}, p90 {duration(latency['p90'])}, max {duration(latency['max'])} "

@@ -120,7 +120,7 @@ def show(
     # What an operator needs first (how it stands, why, what answers it), then the evidence.
     for line in status_lines(record):
         typer.echo(printable(line))
-    stdout_console(unbounded_when_redirected=False).print(Markdown(rma.render_markdown(evidence, record.id)))
+    stdout_console().print(Markdown(rma.render_markdown(evidence, record.id)))
 
 
 def status_lines(record: RmaRecord) -> list[str]:

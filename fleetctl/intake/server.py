@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import socket
-import ssl
 import sys
 import threading
 import time
@@ -23,17 +22,17 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import detect
-from fleetctl.intake.credentials import OPERATOR, BadCredentials, Caller, Credentials
+from fleetctl.intake.credentials import OPERATOR, Caller, Credentials
 from fleetctl.intake.delivery import SEEN_IDS, Intake
 from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import BadBody, from_alertmanager, from_json, from_node_conditions, loads
 from fleetctl.inventory.names import NODE_NAME_RE
 from fleetctl.nodes.capacity import AGENT_SOURCE
+from fleetctl.server_tls import ReloadingTLS
 from fleetctl.text import bounded, one_line, printable
 
 if TYPE_CHECKING:
@@ -436,82 +435,6 @@ def _refuse(conn: socket.socket, answer: bytes) -> None:
         conn.send(answer)
     except OSError:
         pass
-
-
-# How often the intake looks at its certificate files: a renewed certificate (cert-manager's,
-# a Kubernetes Secret rotated under the mount) is served within this, without a restart.
-TLS_RELOAD_CHECK_S = 10.0
-
-
-def _server_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-        if client_ca is not None:
-            context.load_verify_locations(cafile=client_ca)
-            context.verify_mode = ssl.CERT_REQUIRED
-    except (OSError, ssl.SSLError) as exc:
-        raise BadCredentials(
-            f"TLS certificate {cert}, key {key}"
-            + (f", client CA {client_ca}" if client_ca else "")
-            + f": {one_line(exc, 200)}"
-        ) from None
-    return context
-
-
-class ReloadingTLS:
-    """The intake's server TLS, built from its files and built again when they change (their
-    inode, size or time: a Secret's mount swaps a symlink), looked at most every `check_s` as
-    connections arrive. A renewal that does not load (a key that does not match, a file half
-    written) keeps the certificate served until then, and is logged once."""
-
-    def __init__(self, cert: Path, key: Path, client_ca: Path | None = None, check_s: float = TLS_RELOAD_CHECK_S):
-        self.files = (cert, key, client_ca)
-        self.check_s = check_s
-        self._lock = threading.Lock()
-        self._stamp = self._stamp_now()
-        self._context = _server_context(cert, key, client_ca)  # BadCredentials: refused at start
-        self._checked = time.monotonic()
-        self.reloads = 0
-
-    def _stamp_now(self) -> tuple[tuple[int, int, int], ...]:
-        stamps = []
-        for path in self.files:
-            try:
-                st = Path(path).stat() if path is not None else None
-            except OSError:
-                st = None
-            stamps.append((st.st_ino, st.st_size, st.st_mtime_ns) if st is not None else (0, 0, 0))
-        return tuple(stamps)
-
-    def current(self) -> ssl.SSLContext:
-        """The context to serve a new connection with: the files' latest that loads."""
-        if time.monotonic() - self._checked < self.check_s:
-            return self._context
-        with self._lock:
-            self._checked = time.monotonic()
-            stamp = self._stamp_now()
-            if stamp != self._stamp:
-                self._stamp = stamp
-                try:
-                    self._context = _server_context(*self.files)
-                    self.reloads += 1
-                    log.info("TLS certificate %s loaded again: its files changed", self.files[0])
-                except BadCredentials as exc:
-                    log.warning("TLS files changed but do not load; the certificate served is unchanged: %s", exc)
-            return self._context
-
-    def wrap_socket(self, sock: socket.socket, **kwargs: Any) -> ssl.SSLSocket:
-        return self.current().wrap_socket(sock, **kwargs)
-
-
-def tls_context(
-    cert: Path, key: Path, client_ca: Path | None = None, check_s: float = TLS_RELOAD_CHECK_S
-) -> ReloadingTLS:
-    """A server TLS from a certificate chain and key, loaded again when they change; with
-    `client_ca`, clients must present a certificate that CA signed. BadCredentials (one line)
-    when a file will not do at start."""
-    return ReloadingTLS(cert, key, client_ca, check_s)
 
 
 def serve_http(

@@ -13,6 +13,7 @@ another application's in a shared namespace.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -134,18 +135,37 @@ def queued_since_update(oldest_queued_at: float | None) -> SearchAttributeUpdate
 WAITING_FOR_OPERATOR = "waiting for an operator"
 
 
-def node_details(state: str, attributes: TypedSearchAttributes, outcome: str = "") -> str:
-    """The current details of a node's workflow (Markdown, as the Temporal UI renders it): its
-    state, since when and the cause of its last transition, from its search attributes; and
-    the workflow's last outcome, as `node show` gives it ("last: ..."), when that outcome
-    waits for an operator (a drain no runbook handles)."""
+# The longest a recorded text (an outcome, an activity naming jobs) is shown in the details.
+DETAILS_TEXT_LIMIT = 500
+# What the node waits for when its workflow is working nothing and no operator is needed.
+WAITING_FOR_EVENTS = "waiting for events"
+# What Markdown reads as markup in running text: emphasis, code, links and images, HTML,
+# tables, strikethrough, headings. Escaped with a backslash, each shows as itself.
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|~#!])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` (a cause, a kernel message) as Markdown that renders it as it is written, on one
+    line: `**` stays two asterisks, `[x](url)` no link, `<img>` no HTML."""
+    return _MARKDOWN.sub(r"\\\1", one_line(text, DETAILS_TEXT_LIMIT))
+
+
+def node_details(state: str, attributes: TypedSearchAttributes, outcome: str = "", activity: str = "") -> str:
+    """The current details of a node's workflow (Markdown, as the Temporal UI renders it),
+    leading with its state, since when, and what it is doing or waits for now (the workflow's
+    activity, as `node show` gives it; else an operator, when its last outcome says so; else
+    events); then the cause of its last transition, from its search attributes; and the
+    workflow's last outcome, as `node show` gives it ("last: ..."), when that outcome waits for
+    an operator (a drain no runbook handles). Recorded text is escaped (markdown_text)."""
     lines = [f"**{state}**"]
     since = attributes.get(STATE_SINCE)
     if since is not None:
         lines[0] += f" since {since:%Y-%m-%d %H:%M:%S} UTC"
+    waiting = WAITING_FOR_OPERATOR in outcome
+    lines[0] += f": {markdown_text(activity) if activity else WAITING_FOR_OPERATOR if waiting else WAITING_FOR_EVENTS}"
     cause = attributes.get(LAST_CAUSE)
     if cause:
-        lines.append(f"last cause: {cause}")
-    if WAITING_FOR_OPERATOR in outcome:
-        lines.append(f"last: {outcome}")
+        lines.append(f"last cause: {markdown_text(cause)}")
+    if waiting:
+        lines.append(f"last: {markdown_text(outcome)}")
     return "\n\n".join(lines)

@@ -30,16 +30,24 @@ folded row by row, never a query of the whole history.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import socket
+import ssl
+import sys
+import threading
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from threading import Lock
 from time import monotonic
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
@@ -85,12 +93,13 @@ from fleetctl.reliability.metrics import (
 )
 from fleetctl.remediation.lemons import LemonPolicy, remediation_entries
 from fleetctl.remediation.rma import AWAITING_CONFIRMATION, rma_outcome
+from fleetctl.server_tls import TLS_RELOAD_CHECK_S, ReloadingTLS, tls_context
 from fleetctl.text import one_line
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from sqlalchemy.engine import Engine
+
+log = logging.getLogger("fleetctl.exporter")
 
 CHECK_DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 3600.0)
 # fleetctl restarts a job off a bad node in 0.4-2 s when a spare is free; a scheduler's queue
@@ -1037,6 +1046,40 @@ class AuditCollector:
         yield family
 
 
+# How long a scraper has to finish its TLS handshake and each read of its request.
+CONNECTION_TIMEOUT_S = 30.0
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Nothing per scrape: Prometheus scrapes every few seconds."""
+
+
+class _ExporterServer(ThreadingWSGIServer):
+    """prometheus_client's threaded WSGI server, over TLS that is loaded again when its files
+    change (fleetctl.server_tls, as the intake's): each connection is wrapped with the current
+    certificate as it is accepted, its handshake made on its own thread (a scraper that never
+    says hello holds no other up)."""
+
+    tls: ReloadingTLS | None = None
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, address = self.socket.accept()
+        if self.tls is None:
+            return conn, address
+        conn.settimeout(CONNECTION_TIMEOUT_S)
+        return self.tls.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if isinstance(request, ssl.SSLSocket):
+            request.do_handshake()
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that fails its handshake or goes away is one line at debug, not a traceback."""
+        log.debug("scrape from %s ended: %s", client_address, sys.exc_info()[1])
+
+
 def serve(
     engine: Engine,
     port: int,
@@ -1048,20 +1091,26 @@ def serve(
     tls_cert: str | None = None,
     tls_key: str | None = None,
     tls_client_ca: str | None = None,
+    tls_check_s: float = TLS_RELOAD_CHECK_S,
 ) -> WSGIServer:
     """Serve /metrics on a background thread; returns the HTTP server (call .shutdown()).
-    With `tls_cert` and `tls_key`, over https; with `tls_client_ca`, scrapers must present a
-    certificate that CA signed."""
+    With `tls_cert` and `tls_key`, over https, the files looked at every `tls_check_s` and a
+    renewed certificate served without a restart; with `tls_client_ca`, scrapers must present
+    a certificate that CA signed. BadTLSFiles (one line) when a file will not do at start."""
     registry = CollectorRegistry()
     registry.register(FleetCollector(engine, fleet, policy, lemon, agent_silence_s))
     registry.register(AuditCollector(engine))
-    server, _thread = start_http_server(
-        port,
-        addr=address,
-        registry=registry,
-        certfile=tls_cert,
-        keyfile=tls_key,
-        client_cafile=tls_client_ca,
-        client_auth_required=tls_client_ca is not None,
+    tls = (
+        tls_context(Path(tls_cert), Path(tls_key), Path(tls_client_ca) if tls_client_ca else None, tls_check_s)
+        if tls_cert and tls_key
+        else None
     )
+
+    class Server(_ExporterServer):
+        # As start_http_server: IPv6 for an IPv6 address.
+        address_family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+
+    server = make_server(address, port, make_wsgi_app(registry), Server, handler_class=_QuietHandler)
+    server.tls = tls
+    threading.Thread(target=server.serve_forever, name="fleetctl-exporter", daemon=True).start()
     return server

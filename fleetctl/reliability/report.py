@@ -340,6 +340,7 @@ def render_html(report: dict[str, Any]) -> str:
     from fleetctl.durations import when
     from fleetctl.nodes.lifecycle import NodeState
     from fleetctl.reliability import svg
+    from fleetctl.text import plural
 
     env = Environment(
         loader=PackageLoader("fleetctl.reliability", "templates"),
@@ -353,6 +354,7 @@ def render_html(report: dict[str, Any]) -> str:
     env.filters["ettr"] = lambda figures: ettr_text(figures["ettr"], figures["ettr_at_least"], missing="—")
     env.filters["days"] = lambda days: duration(None if days is None else days * 86400, missing="—")
     env.filters["when"] = lambda iso: when(datetime.fromisoformat(iso))
+    env.filters["plural"] = plural  # `1 node`, never `1 nodes`
     states = [s.value for s in NodeState]
     timeline = report["state_over_time"]
     plots = {

@@ -25,7 +25,7 @@ from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.sampler import Confirmation, Debounce
 from fleetctl.agent.transport import IntakeTransport
 from fleetctl.intake.credentials import new_credential, token_hash
-from fleetctl.intake.server import tls_context
+from fleetctl.server_tls import tls_context
 from tests.intake.test_hostile import hashes, make_intake  # noqa: F401 - fixtures
 from tests.production.mtls_proxy import Authority
 

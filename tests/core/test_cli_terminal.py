@@ -5,6 +5,7 @@ empty listing says so, and `| head` ends a command quietly."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import re
@@ -540,6 +541,10 @@ async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sq
         assert "last: drained: operator: swap optics" in shown.text, shown.text  # while it is drained
         undrained = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "undrain", name, temporal=settings))
         assert undrained.exit_code == 0, undrained.text
+        # From maintenance (worked on, a part swapped perhaps): the admit that checks it first.
+        assert f"`fleetctl node admit {name} --suite quick`" in " ".join(undrained.text.split()), undrained.text
+        again = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "undrain", name, temporal=settings))
+        assert again.exit_code == 0 and "already in production" in again.text and "hint" not in again.text
         shown = await asyncio.to_thread(term.run, fleetctl(sqlite_url, "node", "show", name, temporal=settings))
         assert "last: drained" not in shown.text, shown.text
         assert f"last: back in production (undrain by {settings.operator}" in shown.text, shown.text
@@ -604,3 +609,185 @@ def test_names_are_whole_wherever_they_are_listed(fleet, terminal, command) -> N
     screen = terminal.run(fleetctl(fleet, *command))
     mentions = screen.text.count("gpu-h100-east")
     assert mentions and len(re.findall(r"gpu-h100-east-r07-u\d\d\b", screen.text)) == mentions, screen.text
+
+
+@pytest.mark.parametrize(
+    "natural, whole, secondary, available, widths",
+    [
+        ([10, 5, 5, 5], [True, True, False, False], [False, False, True, False], 40, [10, 5, 5, 5]),  # fits
+        # the normal column gives to its floor first, then the secondary one is left out
+        ([10, 8, 5, 8], [True, True, False, False], [False, False, True, False], 26, [10, 8, None, 4]),
+        # the last secondary goes first; the one before stays while the rest fits
+        ([10, 5, 4, 4], [True, True, False, False], [False, False, True, True], 23, [10, 5, 4, None]),
+        # every secondary out and still too narrow: the whole columns give after all
+        ([10, 8, 4], [True, True, False], [False, False, True], 14, [10, 4, None]),
+        # no secondary column: as fit_widths
+        ([10, 8, 8], [True, True, False], [False, False, False], 24, [10, 6, 4]),
+    ],
+)
+def test_listing_widths_leave_out_secondary_columns_before_cutting_whole_ones(
+    natural, whole, secondary, available, widths
+) -> None:
+    from fleetctl.cli.output import listing_widths
+
+    assert listing_widths(natural, whole, secondary, available, floors=[4] * len(natural)) == widths
+
+
+def rendered(table, width: int) -> list[str]:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(table, crop=False)
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def node_rows(db_url: str) -> list[dict]:
+    """The rows `node list -o wide` lays out."""
+    from fleetctl.nodes.view_store import node_rows as rows
+
+    engine = get_engine(db_url)
+    return rows(engine, queries.list_nodes(engine), wide=True)
+
+
+@pytest.mark.parametrize("width", range(30, 131, 4))
+def test_a_listing_cell_is_whole_or_ends_in_an_ellipsis_and_wide_is_never_narrower(fleet, width) -> None:
+    from fleetctl.cli.node import NODE_COLUMNS
+    from fleetctl.cli.output import column_table
+
+    rows = node_rows(fleet)
+    default = rendered(column_table(NODE_COLUMNS, rows), width)
+    wide = rendered(column_table(NODE_COLUMNS, rows, wide=True), width)
+    for view, lines, columns in (
+        ("default", default, [c for c in NODE_COLUMNS if not c.wide]),
+        ("wide", wide, NODE_COLUMNS),
+    ):
+        listed = [c for c in columns if any(c.header == h.rstrip("…") for h in lines[0].split())]
+        for row in rows:
+            (line,) = [ln for ln in lines if ln.startswith(row["name"] + " ")]
+            for c in listed:
+                text = str(getattr(c.cell(row), "plain", c.cell(row)))
+                shortened = [text[:k] + "…" for k in range(1, len(text))]
+                assert text in line or any(s in line for s in shortened), (view, c.header, text, "\n".join(lines))
+    # -o wide lays out the default's columns at least as wide: what the default shows of a
+    # cell, wide shows too (more of it, or all)
+    for token in " ".join(default).split():
+        assert token.rstrip("…") in " ".join(wide), (token, "\n".join(default), "\n".join(wide))
+
+
+def test_a_narrow_listing_leaves_out_age_and_jobs_before_cutting_state_health_or_rack(fleet) -> None:
+    from fleetctl.cli.node import NODE_COLUMNS
+    from fleetctl.cli.output import column_table
+
+    rows = node_rows(fleet)
+    lines = rendered(column_table(NODE_COLUMNS, rows), 80)
+    assert lines[0].split()[:4] == ["NAME", "STATE", "HEALTH", "RACK"], "\n".join(lines)
+    for row in rows:
+        (line,) = [ln for ln in lines if ln.startswith(row["name"] + " ")]
+        assert all(f" {row[k]} " in f"{line} " for k in ("state", "health", "rack")), "\n".join(lines)
+    assert "AGE" in lines[0] or "JOBS" not in lines[0], "\n".join(lines)  # the last secondary goes first
+    wider = rendered(column_table(NODE_COLUMNS, rows), 200)
+    assert {"AGE", "JOBS"} <= set(wider[0].split()), "\n".join(wider)  # kept where they fit
+
+
+def test_a_listing_piped_from_a_terminal_is_as_wide_as_the_terminal(fleet, terminal) -> None:
+    screen = terminal.run(shlex.join(["bash", "-o", "pipefail", "-c", fleetctl(fleet, "node", "list") + " | cat"]))
+    assert screen.exit_code == 0, screen.text
+    assert all(len(line) <= terminal.columns for line in screen.lines), screen.text
+    assert set(NAMES) <= set(rows_by_name(screen)), screen.text
+
+
+# Longer than any terminal: a listing piped where no terminal is (cron, a CI log).
+LONG_REASON = "kernel: " + "NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus. " * 8
+
+
+def test_a_listing_piped_with_no_terminal_is_120_columns(fleet) -> None:
+    engine = get_engine(fleet)
+    _check(engine, NAMES[0], "nvidia-smi-query", "fail", utcnow(), reason=LONG_REASON)
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    done = subprocess.run(
+        [FLEETCTL, "--db-url", fleet, "node", "list"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_S,
+        env=env,
+        start_new_session=True,  # no controlling terminal to ask either
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert max(len(line) for line in lines) == 120 and "…" in done.stdout, done.stdout
+    assert set(NAMES) <= {line.split()[0] for line in lines}, done.stdout
+
+
+@pytest.mark.temporal
+async def test_the_temporal_ui_details_say_what_a_drain_waits_for_while_it_waits(make_settings, sqlite_url) -> None:
+    """A drain of a node running a job: while the drain waits for the job, the workflow's
+    current details lead with it (`node show`'s activity), not with what the last item did."""
+    from fleetctl.sim.scheduler import SimScheduler
+    from tests.lifecycle.conftest import make_fleet
+    from tests.production.test_search_attributes import temporal_cli
+    from tests.support.worker import start_in_production
+    from workflows.api import node_workflow_id
+    from workflows.client import connect, request_transition
+    from workflows.worker import BackgroundWorker
+
+    settings = make_settings(sqlite_url)
+    engine = get_engine(sqlite_url)
+    worker = BackgroundWorker(settings).start()
+    try:
+        (name,) = make_fleet(settings, 1)
+        client = await connect(settings)
+        await start_in_production(client, settings, name)
+        SimScheduler(engine).submit("train", 1)  # the fleet's only node runs it
+        await request_transition(client, name, "drain", "alice@desk", cause="PDU maintenance")
+
+        def first_line() -> str:
+            shown = temporal_cli(settings.temporal_address, "workflow", "metadata", "-w", node_workflow_id(name))
+            return next((line.strip() for line in shown.splitlines() if line.strip().startswith("**")), "")
+
+        await wait_for(
+            lambda: first_line().startswith("**draining** since ") and first_line().endswith(": draining: jobs"),
+            DRAIN_S,
+            "the details to say the drain waits for its jobs",
+        )
+    finally:
+        worker.stop()
+
+
+def test_check_list_tells_nvidia_smi_q_from_nvidia_smi_query(sqlite_url, terminal) -> None:
+    """Two names one of which starts the other: each row says which command it runs, whole,
+    so `nvidia-smi-q` never reads as `nvidia-smi-query` cut short."""
+    screen = terminal.run(fleetctl(sqlite_url, "check", "list"))
+    assert screen.exit_code == 0, screen.text
+    rows = rows_by_name(screen)
+    assert rows["nvidia-smi-q"].split()[1:3] == ["nvidia-smi", "-q"], screen.text
+    assert rows["nvidia-smi-query"].split()[1:3] == ["nvidia-smi", "--query-gpu"], screen.text
+    names = [line.split()[0] for line in screen.lines[1:] if line.strip()]
+    assert names == sorted(names), screen.text  # by name: the two one above the other
+
+
+@pytest.mark.parametrize(
+    "commands, tools",
+    [
+        (  # one program, one kind: the words up to the first that differs, cut at `=`
+            {
+                "q": (["nvidia-smi", "-q"], "nvidia-smi"),
+                "query": (["nvidia-smi", "--query-gpu=index,name"], "nvidia-smi"),
+            },
+            {"q": "nvidia-smi -q", "query": "nvidia-smi --query-gpu"},
+        ),
+        (
+            {"r1": (["dcgmi", "diag", "-r", "1", "-j"], "dcgm"), "r2": (["dcgmi", "diag", "-r", "2", "-j"], "dcgm")},
+            {"r1": "dcgmi diag -r 1", "r2": "dcgmi diag -r 2"},
+        ),
+        (  # another kind: the program alone
+            {"memory": (["nvidia-smi", "--query-gpu=index"], "nvidia-smi-memory"), "ib": (["ibstat"], "ib")},
+            {"memory": "nvidia-smi", "ib": "ibstat"},
+        ),
+        ({"ports": (["ibstat"], "ib"), "also": (["ibstat"], "ib")}, {"ports": "ibstat", "also": "ibstat"}),  # alike
+    ],
+)
+def test_check_tools(commands, tools) -> None:
+    from fleetctl.cli.check import check_tools
+
+    assert check_tools(commands) == tools

@@ -117,15 +117,53 @@ def test_a_node_starts_findable_by_its_state():
 @pytest.mark.parametrize(
     "attributes, details",
     [
-        ([], "**new**"),
+        ([], "**new**: waiting for events"),
         (
             [SearchAttributePair(STATE_SINCE, SINCE), SearchAttributePair(LAST_CAUSE, "drained: fan")],
-            "**new** since 2026-11-30 22:05:07 UTC\n\nlast cause: drained: fan",
+            "**new** since 2026-11-30 22:05:07 UTC: waiting for events\n\nlast cause: drained: fan",
         ),
     ],
 )
 def test_details_say_the_state_since_when_and_the_last_cause(attributes, details):
     assert node_details("new", TypedSearchAttributes(attributes)) == details
+
+
+@pytest.mark.parametrize(
+    "activity, outcome, first",
+    [
+        ("draining: jobs", "", "**draining** since 2026-11-30 22:05:07 UTC: draining: jobs"),  # node show's words
+        (
+            "",
+            "drained: xid 79; no runbook handles it: waiting for an operator",
+            "**draining** since 2026-11-30 22:05:07 UTC: waiting for an operator",
+        ),
+        ("", "recheck quick: passed", "**draining** since 2026-11-30 22:05:07 UTC: waiting for events"),
+        (
+            "admit: waiting for job sim-1_[2] to end",
+            "",
+            "**draining** since 2026-11-30 22:05:07 UTC: admit: waiting for job sim-1\\_\\[2\\] to end",
+        ),
+    ],
+)
+def test_details_lead_with_what_the_node_does_or_waits_for(activity, outcome, first):
+    attributes = TypedSearchAttributes([SearchAttributePair(STATE_SINCE, SINCE)])
+    assert node_details("draining", attributes, outcome, activity).split("\n\n")[0] == first
+
+
+# Text a kernel or a person wrote, as it reaches the details (a Slurm reason, an XID message).
+@pytest.mark.parametrize(
+    "cause, shown",
+    [
+        ("NHC: **check_hw_ib**: no port", "NHC: \\*\\*check\\_hw\\_ib\\*\\*: no port"),  # no bold
+        ("see [runbook](http://evil.example)", "see \\[runbook\\](http://evil.example)"),  # no link
+        ("<img src=x onerror=alert(1)>", "\\<img src=x onerror=alert(1)\\>"),  # no HTML
+        ("line one\n# heading", "line one \\# heading"),  # one line, no heading
+        ("`rm -rf` | ~~x~~", "\\`rm -rf\\` \\| \\~\\~x\\~\\~"),
+    ],
+)
+def test_recorded_text_reaches_the_details_escaped(cause, shown):
+    details = node_details("draining", TypedSearchAttributes([SearchAttributePair(LAST_CAUSE, cause)]))
+    assert details.split("\n\n")[1] == f"last cause: {shown}"
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ import pytest
 
 from fleetctl.intake.credentials import Credentials, new_credential, token_hash
 from fleetctl.intake.delivery import Intake
-from fleetctl.intake.server import KnownNodes, Limits, serve_http, tls_context
+from fleetctl.intake.server import KnownNodes, Limits, serve_http
+from fleetctl.server_tls import tls_context
 from tests.intake.test_server import TOKEN, Recorder, _serve, post
 from tests.production.mtls_proxy import Authority
 

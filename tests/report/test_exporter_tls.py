@@ -3,9 +3,12 @@ server on 127.0.0.1 and a client verifying it against a CA made in the test."""
 
 from __future__ import annotations
 
+import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +48,88 @@ def test_with_a_client_ca_only_scrapers_it_signed_are_answered(sqlite_url, tmp_p
             scrape(server.server_port, ssl.create_default_context(cafile=ca.cert_path))
     finally:
         server.shutdown()
+
+
+def other_dir(tmp_path: Path) -> Path:
+    (tmp_path / "other").mkdir()
+    return tmp_path / "other"
+
+
+def _served_certificate(port: int, context: ssl.SSLContext) -> bytes:
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        served = tls.getpeercert(binary_form=True)
+    assert served is not None
+    return served
+
+
+def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not(sqlite_url, tmp_path) -> None:
+    """cert-manager renews the exporter's certificate in place: scrapes get the new one within
+    the check interval (TLS_RELOAD_CHECK_S in production: well within a minute), the exporter
+    never restarted. A renewal whose key does not match keeps the certificate served."""
+    ca = Authority(tmp_path, "metrics-ca")
+    cert, key = ca.server("metrics")
+    check_s = 1.0
+    server = exporter_server.serve(
+        get_engine(sqlite_url), 0, "127.0.0.1", tls_cert=str(cert), tls_key=str(key), tls_check_s=check_s
+    )
+    try:
+        client = ssl.create_default_context(cafile=ca.cert_path)
+        first = _served_certificate(server.server_port, client)
+        ca.server("metrics")  # renewed: a new key and certificate under the same names
+        renewed = cert.read_bytes()
+        deadline = time.monotonic() + 3 * check_s + 10
+        while (served := _served_certificate(server.server_port, client)) == first:
+            assert time.monotonic() < deadline, "the renewed certificate was not served"
+            time.sleep(check_s / 4)
+        assert ssl.DER_cert_to_PEM_cert(served).strip() == renewed.decode().strip()
+        assert "fleetctl_nodes" in scrape(server.server_port, client)
+
+        _, wrong_key = Authority(other_dir(tmp_path), "other-ca").server("wrong")
+        key.write_bytes(wrong_key.read_bytes())  # a key that is not the certificate's
+        time.sleep(check_s * 2)  # past the next look at the files, which must keep what is served
+        assert _served_certificate(server.server_port, client) == served
+        assert "fleetctl_nodes" in scrape(server.server_port, client)
+    finally:
+        server.shutdown()
+
+
+def test_a_scraper_that_never_says_hello_holds_no_other_up(sqlite_url, tmp_path) -> None:
+    ca = Authority(tmp_path, "metrics-ca")
+    cert, key = ca.server("metrics")
+    server = exporter_server.serve(get_engine(sqlite_url), 0, "127.0.0.1", tls_cert=str(cert), tls_key=str(key))
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_port), timeout=10):  # connected, silent
+            assert "fleetctl_nodes" in scrape(server.server_port, ssl.create_default_context(cafile=ca.cert_path))
+    finally:
+        server.shutdown()
+
+
+def test_metrics_serve_refuses_a_key_that_is_not_the_certificates_in_one_line(sqlite_url, tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from fleetctl.cli.main import app
+
+    ca = Authority(tmp_path, "metrics-ca")
+    cert, _ = ca.server("metrics")
+    _, wrong_key = Authority(other_dir(tmp_path), "other-ca").server("wrong")
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db-url",
+            sqlite_url,
+            "metrics",
+            "serve",
+            "--port",
+            "0",
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(wrong_key),
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"error: TLS certificate {cert}, key {wrong_key}: "), line

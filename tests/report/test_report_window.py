@@ -98,10 +98,11 @@ def test_report_window_units_and_times_on_a_young_fleet(db_url, tmp_path) -> Non
     assert not HOURS_BELOW_ONE.search(html) and not MICROSECONDS.search(html)
     assert f"{first_event:%Y-%m-%d %H:%M:%S} to" in html
 
-    # as redirected to a file: no terminal width, nothing wrapped
+    # as redirected to a file: no terminal width, laid out at 120 columns (the prose wraps)
     r = runner.invoke(app, ["--db-url", db_url, "report", "--no-sync"], env={"COLUMNS": None, "LINES": None})
     assert r.exit_code == 0, r.output
-    table = r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 120, r.stdout
+    table = " ".join(r.stdout.split())
     assert f"{first_event:%Y-%m-%d %H:%M:%S} to" in table and "since the first recorded node event" in table
     assert "MTTR 10 min" in table and re.search(r"MTTF 5\.8\d h", table) and "restart median 0.4 s" in table
     assert not HOURS_BELOW_ONE.search(table) and not MICROSECONDS.search(table)
@@ -155,6 +156,26 @@ def test_demo_summary_prints_the_report_durations_in_units_that_fit(sqlite_url, 
     console = Console(record=True, width=200)
     console.print(summary(demo, report, tmp_path / "report.html"))
     text = console.export_text()
-    assert re.search(r"MTTF +5\.83 h production node time per failure \(1 failures\)", text), text
-    assert re.search(r"MTTR +10 min over 1 repairs", text) and "median 0.4 s, max 0.4 s over 1 restarts" in text
+    assert re.search(r"MTTF +5\.83 h production node time per failure \(1 failure\)", text), text
+    assert re.search(r"MTTR +10 min over 1 repair\b", text) and re.search(
+        r"median 0\.4 s, max 0\.4 s over 1 restart\b", text
+    )
     assert not HOURS_BELOW_ONE.search(text)
+
+
+def test_the_html_report_says_one_in_the_singular(sqlite_url) -> None:
+    from fleetctl.reliability.report import render_html
+    from fleetctl.reliability.report_store import build_report
+
+    engine = get_engine(sqlite_url)
+    young_fleet.seed(engine, NOW)
+    report = build_report(engine, NOW - young_fleet.FIRST_EVENT, NOW)
+    report["lemons"] = report["lemons"][:1] or [
+        {"node": "g02", "rack": "y1", "profile": "h100-sxm", "times_remediated": 3}
+    ]
+    report["summary"]["nodes"] = 1
+    assert report["summary"]["repairs"] == 1 and len(report["jobs"]["per_job"]) == 1
+    page = render_html(report)
+    assert "), 1 node. Generated" in page and "(1 return)" in page and "job ETTR (1 job" in page, page
+    assert '<div class="label">lemon node</div>' in page
+    assert not re.search(r"(?<!of )\b1 (nodes|returns|jobs|lemon nodes)\b", page)

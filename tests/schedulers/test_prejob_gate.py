@@ -205,7 +205,7 @@ def test_the_gate_serves_https_and_a_silent_client_blocks_no_other(tmp_path, mak
     import socket
     import ssl
 
-    from fleetctl.intake.server import tls_context
+    from fleetctl.server_tls import tls_context
     from tests.production.mtls_proxy import Authority
 
     ca = Authority(tmp_path, "gate-ca")

@@ -92,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.definitions.job_restart import JobRestart
     from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
-    from workflows.definitions.node_visibility import record_transition, show_details, show_queue
+    from workflows.definitions.node_visibility import keep_details_current, record_transition, show_details, show_queue
     from workflows.definitions.remediation import Remediation
     from workflows.definitions.shared import (
         FIRMWARE_CHECKS,
@@ -165,6 +165,7 @@ class NodeLifecycle:
     @workflow.run
     async def run(self, state: NodeLifecycleState) -> NodeLifecycleState:
         show_details(self.s)
+        self.details_kept = asyncio.create_task(keep_details_current(lambda: self.s))  # ends with the run
         self._bounded()
         while True:
             await workflow.wait_condition(

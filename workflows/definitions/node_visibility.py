@@ -5,6 +5,8 @@ values are fleetctl.nodes.search_attributes'."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -36,7 +38,28 @@ def show_details(state: NodeLifecycleState) -> None:
     carry the time and cause of the last transition across continue-as-new). Not part of the
     history: any worker recomputes them on replay, so no patch guards them (nor the calls
     that refresh them)."""
-    workflow.set_current_details(node_details(state.state, workflow.info().typed_search_attributes, state.last_outcome))
+    workflow.set_current_details(
+        node_details(state.state, workflow.info().typed_search_attributes, state.last_outcome, state.activity)
+    )
+
+
+async def keep_details_current(current: Callable[[], NodeLifecycleState]) -> None:
+    """Show the details again whenever what they say changes (the state, what the workflow is
+    doing, its last outcome), as it changes: a drain waiting for its jobs says so while it
+    waits, not once the item is done. Runs beside the workflow for its run; it waits on a
+    condition and sets the details, neither of which is a command, so histories recorded
+    before it replay unchanged and no patch guards it (docs/decisions/0012, 0025)."""
+
+    def said() -> tuple[str, str, str]:
+        state = current()
+        return state.state, state.activity, state.last_outcome
+
+    def changed_from(shown: tuple[str, str, str]) -> Callable[[], bool]:
+        return lambda: said() != shown
+
+    while True:
+        await workflow.wait_condition(changed_from(said()))
+        show_details(current())
 
 
 def show_queue(state: NodeLifecycleState) -> None:
