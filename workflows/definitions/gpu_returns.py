@@ -5,7 +5,7 @@ and puts it back through its node's workflow (the `release_gpu` update) when cle
 reset or checks fail stays out, the failure recorded; after `max_failed` failed returns its node
 is drained through the capacity guard, as the Xid's event, for the catalog's remediation.
 
-The node is not held in its scheduler for the reset (decision 30): the GPU is out of it, so no
+The node is not held in its scheduler for the reset (decision 29): the GPU is out of it, so no
 job is placed on it, and nvidia-smi -r refuses a GPU a process still uses (a failed return);
 the jobs on the node's other GPUs keep running. GPUs are returned one at a time."""
 
