@@ -266,9 +266,26 @@ def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_
     assert queries.get_node(get_engine(cli.db_url), second) is None
 
 
+# A worker polls as soon as it starts; a loaded machine may take a while to start its threads.
+POLLED_WITHIN_S = 60.0
+
+
 def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_path, make_settings, db_url) -> None:
     """Workflows started on a queue nobody polls wait unseen (a stale FLEETCTL_TASK_QUEUE): the
     import says so. Where a worker polls (the console's), it says nothing of it."""
+    import asyncio
+
+    from workflows.client import connect, task_queue_unpolled
+
+    async def until_polled(settings) -> None:
+        # The console's worker has started; its first poll reaches the server a moment later.
+        client = await connect(settings)
+        deadline = asyncio.get_running_loop().time() + POLLED_WITHIN_S
+        while await task_queue_unpolled(client, settings.task_queue):
+            assert asyncio.get_running_loop().time() < deadline, "the console's worker never polled"
+            await asyncio.sleep(0.2)
+
+    asyncio.run(until_polled(cli.settings))
     names = [f"cli-{uuid.uuid4().hex[:6]}"]
     polled = cli("node", "import", _inventory(tmp_path, names))
     assert polled.exit_code == 0 and "no worker polls" not in polled.output, polled.output
