@@ -30,7 +30,7 @@ def console(settings: Settings, operator: str = "alice@console"):
     def invoke(*args: str, input: str | None = None):
         return runner.invoke(app, [*base, *args], input=input)
 
-    invoke.settings = settings  # type: ignore[attr-defined]
+    invoke.settings = settings
     try:
         yield invoke
     finally:
