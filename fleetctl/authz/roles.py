@@ -51,13 +51,16 @@ AUTOMATION_ACTORS = frozenset(
         "fleetctl-agent",
         "prolog",
         "epilog",
+        "schedule",
+        "gpu-returns",
     }
 )
 
 
 def automation_actor(subject: str) -> bool:
-    """Whether `subject` is (or, before its '@', names) an actor automation records."""
-    return subject.split("@", 1)[0].lower() in AUTOMATION_ACTORS
+    """Whether `subject` is (or, before its '@' or '/', names) an actor automation records
+    (`schedule/nightly`, `prolog@node`)."""
+    return re.split(r"[@/]", subject, maxsplit=1)[0].lower() in AUTOMATION_ACTORS
 
 
 _SECTIONS = ("subjects", "groups")
