@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.schedulers.slurm import SlurmScheduler
-from tests.schedulers.slurm_cluster import SlurmCluster
+from bench.slurm_cluster import SlurmCluster
 from tests.schedulers.test_slurm_topology import _switches
 
 pytestmark = pytest.mark.slurm
