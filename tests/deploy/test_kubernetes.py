@@ -102,6 +102,7 @@ def adapter_calls() -> set[tuple[str, str, str]]:
             "workloads_on_node": lambda: adapter.workloads_on_node("gpu-1"),
             "job": lambda: adapter.job("ml/train"),
             "job_history": adapter.job_history,
+            "pods": adapter.pods,
             "drain": lambda: adapter.drain("gpu-1", "rbac"),
             "restart_job": lambda: adapter.restart_job("ml/train", ["gpu-1"]),
             "drain_pods": lambda: adapter.drain_pods("gpu-2", deadline_passed=True),
