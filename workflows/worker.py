@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -44,6 +44,9 @@ from workflows.activities.schedulers import SchedulerRegistry
 from workflows.activities.stragglers import StragglerActivities
 from workflows.activities.validation import ValidationActivities
 from workflows.api import bulk_queue
+
+if TYPE_CHECKING:
+    from fleetctl.nodes.scheduler_sync import ExternalDrain
 from workflows.client import connect, ensure_capacity_guard, require_search_attributes, stalled_nodes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
@@ -286,11 +289,10 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     from fleetctl.db.models import HealthEvent, utcnow
     from fleetctl.inventory.names import scheduler_members
     from fleetctl.nodes.capacity import EXTERNAL_DRAIN, in_fleet
-    from fleetctl.nodes.scheduler_sync import ExternalDrain, episode_id, external_drains
-    from fleetctl.remediation.events import Event, EventKind
+    from fleetctl.nodes.scheduler_sync import episode_id, external_drains
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
-    from workflows.client import CommandRejected, request_guarded_drain, send_health_events
+    from workflows.client import CommandRejected, send_health_events
     from workflows.health_events import health_event
 
     if not settings.external_drain_watch_s:
@@ -355,23 +357,37 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                     log.warning("node %s: %s", drain.node, printable(drain.message))
                     await signal(drain.node, drain.message, drain.event_id, "warning")
                 if settings.external_drain_policy == "maintenance":
-                    try:
-                        await request_guarded_drain(
-                            client,
-                            settings,
-                            drain.node,
-                            racks[drain.node],
-                            bounded(printable(drain.message)),
-                            EXTERNAL_DRAIN,
-                            f"{drain.event_id}@{utcnow().isoformat()}",
-                            Event(EventKind.MANUAL, message=bounded(printable(drain.message))).to_dict(),
-                        )
-                    except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
-                        log.info("node %s: not drained for the external drain: %s", drain.node, exc)
+                    await _drain_for_external(client, settings, drain, racks[drain.node])
             for was in lifted:
                 await signal(was.node_name, f"lifted: {was.message}", f"{was.idempotency_key}/lifted", "info")
         except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
             log.warning("external drain watch: %s", one_line(exc))
+
+
+async def _drain_for_external(client: Client, settings: Settings, drain: ExternalDrain, rack: str) -> None:
+    """Under external_drain_policy `maintenance`: the node another tool drained, asked of the
+    capacity guard as the Slurm prolog asks, and drained to maintenance when granted (a refusal
+    is recorded by the guard; the next watch asks again)."""
+    from fleetctl.db.models import utcnow
+    from fleetctl.nodes.capacity import EXTERNAL_DRAIN
+    from fleetctl.remediation.events import Event, EventKind
+    from fleetctl.text import bounded, printable
+    from workflows.client import CommandRejected, request_guarded_drain
+
+    message = bounded(printable(drain.message))
+    try:
+        await request_guarded_drain(
+            client,
+            settings,
+            drain.node,
+            rack,
+            message,
+            EXTERNAL_DRAIN,
+            f"{drain.event_id}@{utcnow().isoformat()}",
+            Event(EventKind.MANUAL, message=message).to_dict(),
+        )
+    except CommandRejected as exc:  # moved meanwhile (an operator, a fault)
+        logging.getLogger(__name__).info("node %s: not drained for the external drain: %s", drain.node, exc)
 
 
 async def prune_periodically(settings: Settings) -> None:

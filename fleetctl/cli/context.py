@@ -51,11 +51,23 @@ def xid_policy(s: Settings) -> XidPolicy:
 
 
 def engine(ctx: typer.Context) -> Engine:
-    from fleetctl.db.engine import describe, get_engine
+    from fleetctl.db.engine import describe, get_engine, require_existing
 
     s = settings(ctx)
     _note_default(s, "db_url", f"database {describe(s.db_url)}", "FLEETCTL_DB_URL or --db-url")
+    if _reads_only(ctx):
+        require_existing(s.db_url)
     return get_engine(s.db_url)
+
+
+def _reads_only(ctx: typer.Context) -> bool:
+    """Whether the running command only reads (fleetctl.authz.commands: every command is
+    classified there, a test holds it so)."""
+    from fleetctl.authz.commands import Kind, rule_of
+    from fleetctl.cli.main import ARGV_KEY
+
+    rule = rule_of(" ".join(ctx.command_path.split()[1:]))
+    return rule is not None and rule.needs(ctx.meta.get(ARGV_KEY, []))[0] is Kind.READ
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -181,6 +181,21 @@ def describe(url: str) -> str:
         return "<unparseable database URL>"
 
 
+def require_existing(url: str) -> None:
+    """DatabaseUnavailable (one line) when `url` names an SQLite file that is not there: a
+    command that only reads must not create (and migrate) an empty database at a mistyped
+    path and report an empty fleet from it."""
+    url = _normalise(url)
+    if not url.startswith("sqlite"):
+        return  # a server's database: connecting to one that is not there fails by itself
+    path = url.split("///", 1)[-1]
+    if path and path != ":memory:" and not Path(path).expanduser().exists():
+        raise DatabaseUnavailable(
+            f"database {describe(url)} does not exist: create it with `fleetctl db upgrade`, or name the fleet's "
+            "with --db-url or FLEETCTL_DB_URL"
+        )
+
+
 def get_engine(url: str, migrate: bool = True) -> Engine:
     """The engine for url, with the schema brought to head on first use in this process."""
     url = _normalise(url)

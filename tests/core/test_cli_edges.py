@@ -5,6 +5,7 @@ drained node done, a schedule command without an id, and a firmware baseline set
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,22 @@ def test_no_help_shows_python_types_or_braced_arguments() -> None:
             assert not braced.search(usage), (args, usage)
             seen += 1
     assert seen > 50  # every command of every noun was asked
+
+
+@pytest.mark.parametrize("command", [["fleet", "status"], ["node", "list"], ["rma", "list"], ["report"]])
+def test_a_read_of_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_path, command) -> None:
+    """A mistyped SQLite URL used to create a new, migrated, empty database and report an
+    empty fleet from it. A command that only reads refuses in one line; one that writes (`db
+    upgrade`) still creates it."""
+    from fleetctl.cli.main import app
+
+    missing = tmp_path / "typo" / "fleet.db"
+    url = f"sqlite:///{missing}"
+    env = {"FLEETCTL_CONFIG": os.devnull, "TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    result = CliRunner().invoke(app, ["--db-url", url, *command], env=env)
+    assert result.exit_code != 0, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not exist: create it with `fleetctl db upgrade`" in lines[0], result.stderr
+    assert not missing.exists() and not missing.parent.exists()
+    assert CliRunner().invoke(app, ["--db-url", url, "db", "upgrade"], env=env).exit_code == 0
+    assert missing.exists()
