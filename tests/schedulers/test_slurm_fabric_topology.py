@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench.slurm_cluster import SlurmCluster
 from fleetctl.cli.main import app
 from fleetctl.schedulers.slurm import SlurmScheduler
-from bench.slurm_cluster import SlurmCluster
 from tests.schedulers.test_slurm_topology import _switches
 
 pytestmark = pytest.mark.slurm
