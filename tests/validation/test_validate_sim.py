@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import sys
+from dataclasses import dataclass
 
 import pytest
 from sqlmodel import Session, select
-from typer.testing import CliRunner
 
-from fleetctl.cli.main import app
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun
@@ -38,11 +39,44 @@ async def production_fleet(make_settings, sqlite_url):
         w.stop()
 
 
-async def validate(settings: Settings, *args: str, output: str = "json"):
-    """The CLI in a thread of its own: it runs its own event loop, as at a console."""
+# A validation of 32 nodes is a dozen all-reduce runs, each holding and releasing its nodes:
+# well inside the test's own timeout. The CLI runs as a process, killed at the bound, so a
+# validation that never ends fails its test and leaves nothing waiting behind it.
+VALIDATE_S = 240.0
+
+
+@dataclass
+class Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+async def validate(settings: Settings, *args: str, output: str = "json") -> Ran:
+    """`fleetctl validate` as a process of its own, as at a console."""
     flags = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
     argv = [*flags, "--task-queue", settings.task_queue, "validate", *args, "-o", output]
-    return await asyncio.to_thread(CliRunner().invoke, app, argv)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "fleetctl.cli.main",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "FLEETCTL_CONFIG": os.devnull, "COLUMNS": "200"},
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), VALIDATE_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"fleetctl validate {' '.join(args)} did not end within {VALIDATE_S:.0f} s") from None
+    assert process.returncode is not None
+    return Ran(process.returncode, out.decode(), err.decode())
 
 
 def validate_runs(fleet: SimFleet) -> list[CheckRun]:
