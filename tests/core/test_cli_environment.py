@@ -34,12 +34,17 @@ def test_an_unconfigured_database_is_named(tmp_path) -> None:
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "HOME": str(tmp_path),
     }
+    # A read never creates the database (not even the default one): `db upgrade` does.
+    assert CliRunner(env=env).invoke(app, ["db", "upgrade"]).exit_code == 0
     r = CliRunner(env=env).invoke(app, ["node", "list", "-o", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout) == []
     note = r.stderr.strip()
     assert note.startswith("note: using database sqlite:///") and str(tmp_path / "data") in note
     assert "the default, nothing configured it (set FLEETCTL_DB_URL or --db-url" in note
+    assert (
+        CliRunner(env=env).invoke(app, ["--db-url", f"sqlite:///{tmp_path / 'f.db'}", "db", "upgrade"]).exit_code == 0
+    )
     configured = CliRunner(env=env).invoke(app, ["--db-url", f"sqlite:///{tmp_path / 'f.db'}", "node", "list"])
     # No note; the empty listing's one line only (on stderr, as kubectl's "No resources found.")
     assert configured.exit_code == 0 and configured.stderr == "No nodes.\n"
