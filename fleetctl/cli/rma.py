@@ -25,8 +25,6 @@ from fleetctl.durations import when
 from fleetctl.text import failure_message, printable
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-
     from fleetctl.db.models import RmaRecord
 
 app = typer.Typer(
@@ -100,8 +98,8 @@ def show(
     from fleetctl.db import remediation as db
     from fleetctl.remediation import rma
 
+    rma_id = _rma_id(ctx, given)
     engine = context.engine(ctx)
-    rma_id = _rma_id(engine, given)
     record = db.get_rma(engine, rma_id)
     if record is None:
         fail(f"no RMA record {rma_id}")
@@ -146,7 +144,7 @@ def status_lines(record: RmaRecord) -> list[str]:
     return lines
 
 
-def _rma_id(engine: Engine, given: str) -> int:
+def _rma_id(ctx: typer.Context, given: str) -> int:
     """An RMA's id as typed; anything else (a node's name, most often) is one line naming the
     ids there are for it, and exit 2."""
     from fleetctl.db.remediation import rma_records
@@ -157,7 +155,7 @@ def _rma_id(engine: Engine, given: str) -> int:
         if len(given) > 19 or not 1 <= int(given) <= 2**63 - 1:
             fail(f"ID must be between 1 and {2**63 - 1}, not {given[:80]}", EXIT_USAGE)
         return int(given)
-    ids = [str(r.id) for r in rma_records(engine, node_name=given)] if len(given) <= 253 else []
+    ids = [str(r.id) for r in rma_records(context.engine(ctx), node_name=given)] if len(given) <= 253 else []
     named = printable(given[:80], keep_newlines=False)
     fail(
         f"{named!r} is not an RMA id; "
