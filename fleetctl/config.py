@@ -428,15 +428,16 @@ _OPERATOR = re.compile(
 
 
 def check_operator(value: str) -> str:
-    from fleetctl.authz.roles import automation_actor
-
     if not _OPERATOR.match(value):
         raise ConfigError(
             f"operator {value[:40]!r} must be name or name@host, optionally /WHY (letters, digits, '.', '_', '-'; "
             "':' is reserved for automation; at most 64+128+64 characters)"
         )
-    if automation_actor(value):
-        raise ConfigError(f"operator {value[:40]!r} is a name automation records its acts under: name yourself")
+    from fleetctl.authz.roles import automation_actor
+
+    # `NAME/WHY` narrows a person's name; an automation actor's (`schedule/nightly`) is not one.
+    if "/" in value and automation_actor(value):
+        raise ConfigError(f"operator {value[:40]!r} is a name automation records its acts under")
     return value
 
 

@@ -207,6 +207,10 @@ def test_the_wheel_carries_the_slurm_prolog_and_it_runs_the_installed_fleetctl(i
         ).stdout.strip()
     )
     assert site.startswith(str(installed.parent)) and Path(site).is_file()
+    env = {"PATH": f"{installed}:/usr/bin:/bin", "HOME": str(tmp_path / "home"), "TEMPORAL_CONFIG_FILE": os.devnull}
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    # The fleet's database exists where a prolog runs (a read never creates one).
+    subprocess.run([str(installed / "fleetctl"), "--db-url", db, "db", "upgrade"], env=env, check=True, timeout=120)
     result = subprocess.run(
         ["/bin/sh", site],
         cwd=tmp_path,
