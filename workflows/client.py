@@ -561,12 +561,30 @@ async def release_gpu(client: Client, node: str, gpu: str, actor: str, reason: s
     return done
 
 
+# Temporal refuses a run's signals past its cap (10,000 by default) until the run continues as
+# new, which the node's workflow does at its signals_per_run: a worker slowed by load may take
+# seconds to get there while senders go on. A sender waits that out, not refused; an XID 79
+# sent then must still arrive. Past this long the worker is not continuing the run: refused.
+SIGNAL_CAP_WAIT_S = 30.0
+SIGNAL_CAP_REFUSAL = "exceeded workflow execution limit for signal events"
+
+
 async def send_health_events(client: Client, node: str, events: Sequence[HealthEventInput]) -> None:
     """Signals NodeLifecycle.health_event: the first step of the reaction to a critical event."""
-    handle = client.get_workflow_handle(node_workflow_id(node))
+    handle = client.get_workflow_handle(node_workflow_id(node))  # no run id: the run current at each send
+    loop = asyncio.get_running_loop()
     try:
         for ev in events:
-            await handle.signal(HEALTH_EVENT_SIGNAL, ev)
+            deadline, pause = loop.time() + SIGNAL_CAP_WAIT_S, 0.05
+            while True:
+                try:
+                    await handle.signal(HEALTH_EVENT_SIGNAL, ev)
+                    break
+                except RPCError as exc:
+                    if SIGNAL_CAP_REFUSAL not in str(exc) or loop.time() + pause > deadline:
+                        raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
     except RPCError as exc:
         raise CommandRejected(f"{node}: cannot deliver the event ({_one_line(exc)})") from None
 

@@ -299,6 +299,8 @@ def test_a_log_that_is_not_the_gateways_is_refused_in_one_line_and_nothing_recor
     log.write_text((gw.directory / "refusals.log").read_text() + "GET / HTTP/1.1 200\n")
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEETCTL_CONFIG": os.devnull}
     env |= {"FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}"}
+    upgraded = subprocess.run([FLEETCTL, "db", "upgrade"], env=env, capture_output=True, text=True, timeout=120)
+    assert upgraded.returncode == 0, upgraded.stderr
     done = subprocess.run(
         [FLEETCTL, "engines", "import-refusals", str(log)], env=env, capture_output=True, text=True, timeout=120
     )

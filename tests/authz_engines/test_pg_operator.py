@@ -31,7 +31,7 @@ def fleet(postgres_server, temporal_address, tmp_path_factory):
     fleet = Fleet(postgres_server, temporal_address, tmp_path_factory.mktemp("operator"))
     settings = load_settings(
         flags={"db_url": fleet.owner_url, "temporal_address": temporal_address}
-        | {"task_queue": fleet.env["FLEETCTL_TASK_QUEUE"]},
+        | {"task_queue": fleet.env["FLEETCTL_TASK_QUEUE"], "fleet": fleet.env["FLEETCTL_FLEET"]},
         env={},
         config_file=os.devnull,
     )

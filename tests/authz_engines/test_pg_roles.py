@@ -73,6 +73,8 @@ class Fleet:
             "TEMPORAL_CONFIG_FILE": str(directory / "temporal.toml"),
             "TEMPORAL_ADDRESS": temporal_address,
             "FLEETCTL_TASK_QUEUE": f"roles-{uuid.uuid4().hex[:8]}",
+            # A fleet of its own: the session's Temporal server keeps other tests' guards running.
+            "FLEETCTL_FLEET": f"roles-{uuid.uuid4().hex[:8]}",
             "FLEETCTL_OPERATOR": "tester@ci",
         }
         (directory / "temporal.toml").write_text("")

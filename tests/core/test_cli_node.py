@@ -267,23 +267,12 @@ def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_
 
 
 # A worker polls as soon as it starts; a loaded machine may take a while to start its threads.
-POLLED_WITHIN_S = 60.0
-
-
 def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_path, make_settings, db_url) -> None:
     """Workflows started on a queue nobody polls wait unseen (a stale FLEETCTL_TASK_QUEUE): the
     import says so. Where a worker polls (the console's), it says nothing of it."""
     import asyncio
 
-    from workflows.client import connect, task_queue_unpolled
-
-    async def until_polled(settings) -> None:
-        # The console's worker has started; its first poll reaches the server a moment later.
-        client = await connect(settings)
-        deadline = asyncio.get_running_loop().time() + POLLED_WITHIN_S
-        while await task_queue_unpolled(client, settings.task_queue):
-            assert asyncio.get_running_loop().time() < deadline, "the console's worker never polled"
-            await asyncio.sleep(0.2)
+    from tests.support.worker import until_polled
 
     asyncio.run(until_polled(cli.settings))
     names = [f"cli-{uuid.uuid4().hex[:6]}"]
@@ -293,6 +282,7 @@ def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_
     stale = make_settings(db_url)  # a task queue of its own: no worker anywhere polls it
     other = [f"cli-{uuid.uuid4().hex[:6]}"]
     args = ["--db-url", db_url, "--temporal-address", stale.temporal_address, "--task-queue", stale.task_queue]
+    args += ["--fleet", stale.fleet]
     result = CliRunner().invoke(app, [*args, "node", "import", _inventory(tmp_path, other)])
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.stderr.splitlines() if "no worker polls" in line]

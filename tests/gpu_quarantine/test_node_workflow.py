@@ -73,7 +73,9 @@ def _xid48_events(node: str, profile: str, policy) -> tuple[list[HealthEventInpu
 def _cli(settings, *args: str):
     base = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
     # Wide enough for `node list -o wide`'s every column unshortened.
-    return CliRunner().invoke(app, [*base, "--task-queue", settings.task_queue, *args], env={"COLUMNS": "300"})
+    return CliRunner().invoke(
+        app, [*base, "--task-queue", settings.task_queue, "--fleet", settings.fleet, *args], env={"COLUMNS": "300"}
+    )
 
 
 async def _shown_to_the_operator(settings, node: str, gpu: str) -> None:

@@ -38,6 +38,8 @@ def cli(slurm_cluster, make_settings, sqlite_url):
         settings.temporal_address,
         "--task-queue",
         settings.task_queue,
+        "--fleet",
+        settings.fleet,
         "--as",
         "alice@console",
     ]

@@ -151,6 +151,7 @@ def test_worker_starts_and_polls_the_dev_server(installed, tmp_path, temporal_ad
             "TEMPORAL_CONFIG_FILE": os.devnull,
             "TEMPORAL_ADDRESS": temporal_address,
             "FLEETCTL_TASK_QUEUE": queue,
+            "FLEETCTL_FLEET": queue,
             "FLEETCTL_DB_URL": f"sqlite:///{tmp_path / 'fleet.db'}",
         },
         stdout=subprocess.PIPE,

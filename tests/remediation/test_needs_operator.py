@@ -19,6 +19,7 @@ from fleetctl.db import remediation as runs_db
 from fleetctl.db.engine import get_engine
 from fleetctl.reliability.exporter_server import FleetCollector
 from tests.reliability.support import Cli, wait_for
+from tests.support.worker import until_polled
 from workflows.definitions.shared import QUICK, SCHEDULER
 from workflows.worker import build_worker
 
@@ -48,6 +49,7 @@ async def test_an_xid79_runbook_that_cannot_reboot_leaves_the_node_needing_an_op
     cli = Cli(settings)
     with ThreadPoolExecutor(16) as pool:
         async with build_worker(client, settings, pool):
+            await until_polled(settings)  # else the import also warns that nobody polls the queue
             imported = await asyncio.to_thread(cli, "node", "import", "--adopt", str(inventory))
             assert imported.exit_code == 0, imported.output
             (warning,) = imported.stderr.strip().splitlines()

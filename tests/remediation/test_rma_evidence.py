@@ -191,6 +191,8 @@ async def test_an_xid_64_from_a_kernel_log_is_in_its_rmas_evidence(fleet_setting
                 fleet_settings.temporal_address,
                 "--task-queue",
                 fleet_settings.task_queue,
+                "--fleet",
+                fleet_settings.fleet,
                 "node",
                 "event",
                 node,

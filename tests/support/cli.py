@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import Settings
+from tests.support.worker import until_polled
 from workflows.worker import BackgroundWorker
 
 
@@ -15,6 +18,9 @@ from workflows.worker import BackgroundWorker
 def console(settings: Settings, operator: str = "alice@console"):
     """invoke(*args, input=None) runs `fleetctl <args>` on the settings' database and Temporal."""
     worker = BackgroundWorker(settings).start()
+    # On a thread of its own: the console may be opened inside a test's event loop.
+    with ThreadPoolExecutor(1) as waiter:
+        waiter.submit(asyncio.run, until_polled(settings)).result()
     base = [
         "--db-url",
         settings.db_url,
@@ -22,6 +28,8 @@ def console(settings: Settings, operator: str = "alice@console"):
         settings.temporal_address,
         "--task-queue",
         settings.task_queue,
+        "--fleet",
+        settings.fleet,
         "--as",
         operator,
     ]

@@ -1,11 +1,13 @@
 """The worker thread the CLI tests drive their commands against, and clean-up of node
 workflows whose names other tests reuse (the Slurm cluster's node1..node4)."""
 
+import asyncio
+
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from workflows.api import NodeLifecycleState, node_workflow_id
-from workflows.client import connect, request_transition
+from workflows.client import connect, request_transition, task_queue_unpolled
 from workflows.definitions.node_lifecycle import NodeLifecycle
 from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 
@@ -13,6 +15,21 @@ from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 # the drain sees it gone within half a second, not at its next look DRAIN_JOB_POLL_S (30 s)
 # later, which each such test spent idle.
 DRAIN_LOOKS_OFTEN = {"drain_job_poll_s": 0.5}
+
+# A started worker's first poll reaches the server within moments; a loaded machine's 2 cores
+# have taken seconds. A minute is the bound, not the expectation.
+POLLED_WITHIN_S = 60.0
+
+
+async def until_polled(settings) -> None:
+    """Until Temporal has seen a worker poll the settings' task queue: a command run before it
+    warns that nobody polls it (fleetctl.cli.context), which a test asserting its stderr reads
+    as a failure of its own."""
+    client = await connect(settings)
+    deadline = asyncio.get_running_loop().time() + POLLED_WITHIN_S
+    while await task_queue_unpolled(client, settings.task_queue):
+        assert asyncio.get_running_loop().time() < deadline, f"no worker polled {settings.task_queue}"
+        await asyncio.sleep(0.2)
 
 
 async def terminate_node_workflows(settings, names) -> None:

@@ -59,7 +59,7 @@ class Ran:
 async def validate(settings: Settings, *args: str, output: str = "json") -> Ran:
     """`fleetctl validate` as a process of its own, as at a console."""
     flags = ["--db-url", settings.db_url, "--temporal-address", settings.temporal_address]
-    argv = [*flags, "--task-queue", settings.task_queue, "validate", *args, "-o", output]
+    argv = [*flags, "--task-queue", settings.task_queue, "--fleet", settings.fleet, "validate", *args, "-o", output]
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
