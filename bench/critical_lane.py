@@ -23,7 +23,9 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
@@ -100,6 +102,16 @@ class Sweeps:
     async def wait(self) -> None:
         if self.handle is not None:
             await self._task
+
+    async def end(self) -> None:
+        """The sweep terminated (its batches with it, their backlog of checks dropped by the
+        server), not waited out: the idle trials after it need only the bulk lane quiet. The
+        nodes its batch held stay held, a tenth of the fleet at most, none of them a trial's."""
+        if self.handle is None or self._task.done():
+            return
+        await self.handle.terminate("the benchmark's sweep trials are done")
+        self.runs[-1]["ended"] = "terminated after the sweep trials"
+        self._task.cancel()
 
 
 async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None) -> dict:
@@ -179,13 +191,45 @@ def _limit_bulk(workers: dict[str, WorkerProcess], settings, directory: Path, sp
     workers.update(_workers(settings, directory, split_lanes, ("bulk",)))
 
 
-async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = False, bulk_rate: float = 0.0) -> dict:
+@dataclass(frozen=True)
+class Setup:
+    """How the run is deployed: a worker process per lane or one for both; the bulk lane's
+    rate (0: unlimited); the fleet database; the sweep waited out or ended after its trials."""
+
+    split_lanes: bool = False
+    bulk_rate: float = 0.0
+    fleet_db: str = "sqlite"  # or "postgresql": a throwaway cluster of Debian's PostgreSQL
+    end_sweep: bool = False
+
+
+@contextmanager
+def fleet_database(directory: Path, kind: str) -> Iterator[str]:
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'fleet.db'}"
+        return
+    from bench.postgres import fresh_database_url, remove_cluster, start_postgres
+
+    try:
+        cluster = start_postgres()
+    except FileNotFoundError as exc:
+        raise CannotMeasure(f"no PostgreSQL: {exc}") from None
+    try:
+        yield fresh_database_url(cluster)
+    finally:
+        from fleetctl.db.engine import dispose_all
+
+        dispose_all()
+        remove_cluster(cluster)
+
+
+async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dict:
     from workflows.api import node_workflow_id
     from workflows.client import connect
 
     (directory / "runbooks").mkdir()  # no runbook: remediation is not this subject
-    with dev_server(directory) as server:
-        settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
+    with dev_server(directory) as server, fleet_database(directory, setup.fleet_db) as db_url:
+        settings = fleet_settings(db_url, server.address)
+        split_lanes, bulk_rate = setup.split_lanes, setup.bulk_rate
         settings.sim_time_scale = 0.0
         settings.runbooks_dir = str(directory / "runbooks")
         inventory = _inventory(directory, nodes)
@@ -222,7 +266,7 @@ async def measure(nodes: int, trials: int, directory: Path, split_lanes: bool = 
             await phase("idle", trials - trials // 2, None)
             sweeps = Sweeps(client, settings)
             await phase("sweep", trials, sweeps)
-            await sweeps.wait()
+            await (sweeps.end() if setup.end_sweep else sweeps.wait())
             await phase("idle", trials // 2, None)
         finally:
             for worker in workers.values():
@@ -244,20 +288,20 @@ def figures_of(samples: list[dict]) -> dict:
     return figures
 
 
-def run(
-    full: bool, nodes: int = NODES, trials: int | None = None, split_lanes: bool = False, bulk_rate: float = 0.0
-) -> dict:
+def run(full: bool, nodes: int = NODES, trials: int | None = None, setup: Setup = Setup()) -> dict:
     trials = trials or (TRIALS_FULL if full else TRIALS_QUICK)
     with tempfile.TemporaryDirectory(prefix="bench-critical-lane-") as tmp:
-        measured = asyncio.run(measure(nodes, trials, Path(tmp), split_lanes, bulk_rate))
+        measured = asyncio.run(measure(nodes, trials, Path(tmp), setup))
     return {
         "figures": {
             "nodes": nodes,
             "trials_per_path": trials,
             "sweep_concurrency": SWEEP_CONCURRENCY,
             "target_ratio": TARGET_RATIO,
-            "workers": "a critical-lane and a bulk-lane process" if split_lanes else "one process, both lanes",
-            "bulk_activities_per_s": bulk_rate or "unlimited",
+            "workers": "a critical-lane and a bulk-lane process" if setup.split_lanes else "one process, both lanes",
+            "bulk_activities_per_s": setup.bulk_rate or "unlimited",
+            "fleet_db": setup.fleet_db,
+            "sweep_after_trials": "terminated" if setup.end_sweep else "waited out",
             **figures_of(measured["samples"]),
         },
         **measured,
@@ -278,9 +322,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="bulk activities a second for the trials (FLEETCTL_BULK_ACTIVITIES_PER_S); 0: unlimited",
     )
+    parser.add_argument("--fleet-db", choices=("sqlite", "postgresql"), default="sqlite", help="the fleet database")
+    parser.add_argument(
+        "--end-sweep", action="store_true", help="terminate the sweep after its trials instead of waiting it out"
+    )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    measured = run(False, args.nodes, args.trials, args.split_lanes, args.bulk_rate)
+    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep)
+    measured = run(False, args.nodes, args.trials, setup)
     result = {
         "benchmark": "critical_lane",
         "date": started_at,
