@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
@@ -153,6 +154,7 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
 
     out_at = await _until(out_of_production, f"drain of {node}")
     during_sweep = sweeps is not None and sweeps.running()
+    steps = await _steps(client, node, sent, out_at)
     running_at = await _until(
         lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
         f"job {job.job_id} running off {node}",
@@ -162,8 +164,41 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
         "node": node,
         "out_of_production_s": round(out_at - sent, 4),
         "running_again_s": round(running_at - sent, 4),
+        **steps,
         **({"sweep": len(sweeps.runs) - 1, "sweep_running_throughout": during_sweep} if sweeps else {}),
     }
+
+
+async def _steps(client, node: str, sent: float, out_at: float) -> dict:
+    """Where a trial's time went, from the node workflow's own history between the event and
+    the node out of production: each activity's time from scheduled to completed, and each
+    workflow task's wait from scheduled to started (the server's dispatch and the worker's poll)."""
+    from temporalio.api.enums.v1 import EventType
+
+    from workflows.api import node_workflow_id
+
+    history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    activities: dict[int, tuple[str, float]] = {}
+    took: list[tuple[str, float]] = []
+    waits: list[float] = []
+    task_scheduled: float | None = None
+    for event in history.events:
+        at = event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp()
+        if not sent <= at <= out_at:
+            continue
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
+            task_scheduled = at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and task_scheduled is not None:
+            waits.append(round((at - task_scheduled) * 1000, 1))
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities[event.event_id] = (event.activity_task_scheduled_event_attributes.activity_type.name, at)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            name, scheduled = activities.get(
+                event.activity_task_completed_event_attributes.scheduled_event_id, ("?", at)
+            )
+            took.append((name, round((at - scheduled) * 1000, 1)))
+    return {"activities_ms": took, "workflow_task_waits_ms": waits}
 
 
 def _workers(
@@ -274,8 +309,29 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
     return {"samples": samples, "sweeps": sweeps.runs, "cpu_s": cpu}
 
 
+def where_the_time_goes(samples: list[dict]) -> dict:
+    """Per path, the median of each activity's time and of a trial's summed workflow-task waits
+    (milliseconds, event to out of production)."""
+    from statistics import median
+
+    paths: dict = {}
+    for path in ("idle", "sweep"):
+        counted = [s for s in samples if s["path"] == path and s.get("sweep_running_throughout", True)]
+        by_activity: dict[str, list[float]] = {}
+        for sample in counted:
+            for name, ms in sample["activities_ms"]:
+                by_activity.setdefault(name, []).append(ms)
+        paths[path] = {
+            "workflow_task_waits_ms": round(median(sum(s["workflow_task_waits_ms"]) for s in counted), 1)
+            if counted
+            else None,
+            **{name: round(median(times), 1) for name, times in by_activity.items()},
+        }
+    return paths
+
+
 def figures_of(samples: list[dict]) -> dict:
-    figures: dict = {}
+    figures: dict = {"where_the_time_goes_ms": where_the_time_goes(samples)}
     for metric in ("out_of_production_s", "running_again_s"):
         idle = summary([s[metric] for s in samples if s["path"] == "idle"])
         sweep = summary([s[metric] for s in samples if s["path"] == "sweep" and s["sweep_running_throughout"]])
