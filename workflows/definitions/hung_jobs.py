@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.jobs.hang import HANG_CHECK
@@ -29,9 +27,8 @@ with workflow.unsafe.imports_passed_through():
         HungJobsTick,
         JobRestartInput,
         TransitionRequest,
-        job_restart_id,
     )
-    from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.job_restart import restart_off_the_node
     from workflows.definitions.shared import QUICK, bulk, guarded_drain
     from workflows.definitions.stragglers import JUDGE
 
@@ -78,24 +75,17 @@ async def restart_off_hung_node(due: HungJobDrain, req: HungJobsInput, key: str,
     if not restart_id:
         result.held.append(f"{due.job_id} on {due.node}: the node left its drain before the restart")
         return
-    try:
-        await workflow.start_child_workflow(
-            JobRestart.run,
-            JobRestartInput(
-                job_id=due.job_id,
-                scheduler=due.scheduler,
-                bad_nodes=[due.node],
-                cause=cause,
-                actor=req.actor,
-                fault_seen_at=workflow.now().isoformat(),
-                restart_id=restart_id,
-                failure=event.failure,
-            ),
-            id=job_restart_id(due.job_id, restart_id),
-            # The restart outlives this tick.
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
-    except WorkflowAlreadyStartedError:
-        pass  # this fault already restarted the job
+    await restart_off_the_node(
+        JobRestartInput(
+            job_id=due.job_id,
+            scheduler=due.scheduler,
+            bad_nodes=[due.node],
+            cause=cause,
+            actor=req.actor,
+            fault_seen_at=workflow.now().isoformat(),
+            restart_id=restart_id,
+            failure=event.failure,
+        ),
+        WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    )
     result.restarted.append(f"{due.job_id} off {due.node}")

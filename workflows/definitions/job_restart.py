@@ -13,8 +13,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activities.jobs import JobRestartActivities
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RestartStarted,
         RestartStep,
         WaitForJob,
+        job_restart_id,
     )
     from workflows.definitions.shared import HEARTBEAT_TIMEOUT, NON_RETRYABLE, QUICK, SCHEDULER
 
@@ -118,3 +120,21 @@ def _reason(exc: ActivityError) -> str:
     while cause.__cause__ is not None:
         cause = cause.__cause__
     return str(getattr(cause, "message", None) or cause) or exc.__class__.__name__
+
+
+async def restart_off_the_node(
+    restart: JobRestartInput, id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE
+) -> None:
+    """Start, from a judging workflow's tick, the job's restart off the node it drained: a
+    child that outlives the tick. Its id is the job's and the restart id's (the fault's), so a
+    restart already started for the same fault is that restart, not a second one."""
+    try:
+        await workflow.start_child_workflow(
+            JobRestart.run,
+            restart,
+            id=job_restart_id(restart.job_id, restart.restart_id),
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            id_reuse_policy=id_reuse_policy,
+        )
+    except WorkflowAlreadyStartedError:
+        pass

@@ -14,8 +14,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
@@ -30,9 +28,8 @@ with workflow.unsafe.imports_passed_through():
         StragglerSweepResult,
         StragglerTick,
         TransitionRequest,
-        job_restart_id,
     )
-    from workflows.definitions.job_restart import JobRestart
+    from workflows.definitions.job_restart import restart_off_the_node
     from workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, bulk, guarded_drain
 
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
@@ -108,23 +105,15 @@ async def drain_straggler(
 async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput) -> None:
     """Restart the job off the drained straggler now: the node's own drain would wait for the
     job to end (or its drain deadline), the job slow all the while. One restart per finding."""
-    restart_id = f"straggler-{due.finding_ids[0]}"
-    try:
-        await workflow.start_child_workflow(
-            JobRestart.run,
-            JobRestartInput(
-                job_id=due.job_id,
-                scheduler=due.scheduler,
-                bad_nodes=[due.node],
-                cause=cause,
-                actor=req.actor,
-                fault_seen_at=workflow.now().isoformat(),
-                restart_id=restart_id,
-                failure=Event(EventKind.STRAGGLER, check=due.metric).failure,
-            ),
-            id=job_restart_id(due.job_id, restart_id),
-            # The restart outlives this tick.
-            parent_close_policy=ParentClosePolicy.ABANDON,
+    await restart_off_the_node(
+        JobRestartInput(
+            job_id=due.job_id,
+            scheduler=due.scheduler,
+            bad_nodes=[due.node],
+            cause=cause,
+            actor=req.actor,
+            fault_seen_at=workflow.now().isoformat(),
+            restart_id=f"straggler-{due.finding_ids[0]}",
+            failure=Event(EventKind.STRAGGLER, check=due.metric).failure,
         )
-    except WorkflowAlreadyStartedError:
-        pass  # this finding already restarted its job
+    )
