@@ -23,6 +23,7 @@ from fleetctl.intake.server import KnownNodes, Limits, serve_http
 from fleetctl.server_tls import tls_context
 from tests.intake.test_server import TOKEN, Recorder, _serve, post
 from tests.production.mtls_proxy import Authority
+from tests.support.tls_renewal import renewal_served_and_a_broken_one_not
 
 HEADER_TIMEOUT_S = 0.5
 INVENTORY = {"n1", "n2", "n3"}
@@ -343,41 +344,21 @@ def test_the_intake_speaks_tls_that_a_verifying_client_accepts(make_intake, tmp_
     assert took < HEADER_TIMEOUT_S * 1.25 + 2
 
 
-def _served_certificate(port: int, context: ssl.SSLContext) -> bytes:
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        served = tls.getpeercert(binary_form=True)
-    assert served is not None
-    return served
-
-
 def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not(make_intake, tmp_path) -> None:
     """cert-manager renews the intake's certificate in place (a Secret rotated under its mount):
     new connections get the new one within the check interval, the intake never restarted. A
     renewal whose key does not match keeps the certificate served until then."""
     ca = Authority(tmp_path, "intake-ca")
     check_s = 1.0
-    cert, key = ca.server("intake")
-    intake = make_intake(tls=tls_context(cert, key, check_s=check_s))
+    intake = make_intake(tls=tls_context(*ca.server("intake"), check_s=check_s))
     client = _tls_client(ca)
-    first = _served_certificate(intake.port, client)
-    ca.server("intake")  # renewed: a new key and certificate under the same names
-    renewed = cert.read_bytes()
-    deadline = time.monotonic() + 3 * check_s + 10
-    while (served := _served_certificate(intake.port, client)) == first:
-        assert time.monotonic() < deadline, "the renewed certificate was not served"
-        time.sleep(check_s / 4)
-    assert ssl.DER_cert_to_PEM_cert(served).strip() == renewed.decode().strip()
-    assert https_heartbeat(intake.port, client)[0] == 202
 
-    other = Authority(tmp_path / "..", "other-ca")
-    _, wrong_key = other.server("wrong")
-    key.write_bytes(wrong_key.read_bytes())  # a key that is not the certificate's
-    time.sleep(check_s * 2)  # past the next look at the files, which must keep what is served
-    assert _served_certificate(intake.port, client) == served
-    assert https_heartbeat(intake.port, client)[0] == 202
+    def answers() -> None:
+        assert https_heartbeat(intake.port, client)[0] == 202
+
+    renewal_served_and_a_broken_one_not(
+        intake.port, client, lambda: ca.server("intake"), check_s, answers, tmp_path / ".."
+    )
 
 
 def test_with_a_client_ca_only_clients_it_signed_are_heard(make_intake, tmp_path) -> None:

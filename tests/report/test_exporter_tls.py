@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import socket
 import ssl
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from fleetctl.db.engine import get_engine
 from fleetctl.reliability import exporter_server
 from tests.production.mtls_proxy import Authority
+from tests.support.tls_renewal import renewal_served_and_a_broken_one_not
 
 
 def scrape(port: int, context: ssl.SSLContext) -> str:
@@ -55,16 +55,6 @@ def other_dir(tmp_path: Path) -> Path:
     return tmp_path / "other"
 
 
-def _served_certificate(port: int, context: ssl.SSLContext) -> bytes:
-    with (
-        socket.create_connection(("127.0.0.1", port), timeout=10) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        served = tls.getpeercert(binary_form=True)
-    assert served is not None
-    return served
-
-
 def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_not(sqlite_url, tmp_path) -> None:
     """cert-manager renews the exporter's certificate in place: scrapes get the new one within
     the check interval (TLS_RELOAD_CHECK_S in production: well within a minute), the exporter
@@ -77,21 +67,13 @@ def test_a_renewed_certificate_is_served_without_a_restart_and_a_broken_one_is_n
     )
     try:
         client = ssl.create_default_context(cafile=ca.cert_path)
-        first = _served_certificate(server.server_port, client)
-        ca.server("metrics")  # renewed: a new key and certificate under the same names
-        renewed = cert.read_bytes()
-        deadline = time.monotonic() + 3 * check_s + 10
-        while (served := _served_certificate(server.server_port, client)) == first:
-            assert time.monotonic() < deadline, "the renewed certificate was not served"
-            time.sleep(check_s / 4)
-        assert ssl.DER_cert_to_PEM_cert(served).strip() == renewed.decode().strip()
-        assert "fleetctl_nodes" in scrape(server.server_port, client)
 
-        _, wrong_key = Authority(other_dir(tmp_path), "other-ca").server("wrong")
-        key.write_bytes(wrong_key.read_bytes())  # a key that is not the certificate's
-        time.sleep(check_s * 2)  # past the next look at the files, which must keep what is served
-        assert _served_certificate(server.server_port, client) == served
-        assert "fleetctl_nodes" in scrape(server.server_port, client)
+        def answers() -> None:
+            assert "fleetctl_nodes" in scrape(server.server_port, client)
+
+        renewal_served_and_a_broken_one_not(
+            server.server_port, client, lambda: ca.server("metrics"), check_s, answers, other_dir(tmp_path)
+        )
     finally:
         server.shutdown()
 

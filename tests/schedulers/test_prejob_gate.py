@@ -233,6 +233,47 @@ def test_the_gate_serves_https_and_a_silent_client_blocks_no_other(tmp_path, mak
         server.server_close()
 
 
+def test_the_gate_serves_a_renewed_certificate_without_a_restart_and_not_a_broken_one(
+    tmp_path, make_settings, sqlite_url
+) -> None:
+    """The gate's certificate renewed in place, as the intake's and the exporter's: init
+    containers' new connections get the renewed one; a key that is not its certificate's is
+    not taken, and the gate answers on with the one it has."""
+    import ssl
+
+    from fleetctl.server_tls import tls_context
+    from tests.production.mtls_proxy import Authority
+    from tests.support.tls_renewal import renewal_served_and_a_broken_one_not
+
+    ca = Authority(tmp_path, "gate-ca")
+    check_s = 0.5
+    server = GateServer(
+        ("127.0.0.1", 0),
+        make_settings(sqlite_url),
+        get_engine(sqlite_url),
+        GateSettings("https://placeholder", "curl"),
+        tls=tls_context(*ca.server("gate"), check_s=check_s),
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    client = ssl.create_default_context(cafile=ca.cert_path)
+
+    def answers() -> None:
+        request = urllib.request.Request(f"https://127.0.0.1:{port}/nodes/gpu-404/health")
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=30, context=client)
+        assert answered.value.code == 404
+
+    (tmp_path / "other").mkdir()
+    try:
+        renewal_served_and_a_broken_one_not(
+            port, client, lambda: ca.server("gate"), check_s, answers, tmp_path / "other"
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 async def test_a_node_that_failed_during_a_gpu_pod_is_drained_when_the_pod_completes(gate) -> None:
     """Three GPU pods: one completed before the watch began (its node is not checked), one on
     gpu-1 whose GPU falls off the bus while it runs, one on gpu-2, healthy. Both complete:
