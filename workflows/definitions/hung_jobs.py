@@ -25,10 +25,9 @@ with workflow.unsafe.imports_passed_through():
         HungJobsInput,
         HungJobsResult,
         HungJobsTick,
-        JobRestartInput,
         TransitionRequest,
     )
-    from workflows.definitions.job_restart import restart_off_the_node
+    from workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
     from workflows.definitions.shared import QUICK, bulk, guarded_drain
     from workflows.definitions.stragglers import JUDGE
 
@@ -76,16 +75,7 @@ async def restart_off_hung_node(due: HungJobDrain, req: HungJobsInput, key: str,
         result.held.append(f"{due.job_id} on {due.node}: the node left its drain before the restart")
         return
     await restart_off_the_node(
-        JobRestartInput(
-            job_id=due.job_id,
-            scheduler=due.scheduler,
-            bad_nodes=[due.node],
-            cause=cause,
-            actor=req.actor,
-            fault_seen_at=workflow.now().isoformat(),
-            restart_id=restart_id,
-            failure=event.failure,
-        ),
+        RestartOffNode(due.job_id, due.scheduler, due.node, cause, req.actor, restart_id, event.failure),
         WorkflowIDReusePolicy.REJECT_DUPLICATE,
     )
     result.restarted.append(f"{due.job_id} off {due.node}")

@@ -10,6 +10,7 @@ which the caller saw; restart_seconds runs from the fault to the job running aga
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
@@ -122,12 +123,36 @@ def _reason(exc: ActivityError) -> str:
     return str(getattr(cause, "message", None) or cause) or exc.__class__.__name__
 
 
+@dataclass(frozen=True)
+class RestartOffNode:
+    """What a judge knows of the restart it starts: the job, the node it drained, why, and the
+    restart id that names the fault."""
+
+    job_id: str
+    scheduler: str
+    node: str
+    cause: str
+    actor: str
+    restart_id: str
+    failure: str  # JobRestartInput.failure
+
+
 async def restart_off_the_node(
-    restart: JobRestartInput, id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE
+    off: RestartOffNode, id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE
 ) -> None:
     """Start, from a judging workflow's tick, the job's restart off the node it drained: a
     child that outlives the tick. Its id is the job's and the restart id's (the fault's), so a
     restart already started for the same fault is that restart, not a second one."""
+    restart = JobRestartInput(
+        job_id=off.job_id,
+        scheduler=off.scheduler,
+        bad_nodes=[off.node],
+        cause=off.cause,
+        actor=off.actor,
+        fault_seen_at=workflow.now().isoformat(),
+        restart_id=off.restart_id,
+        failure=off.failure,
+    )
     try:
         await workflow.start_child_workflow(
             JobRestart.run,

@@ -21,7 +21,6 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.remediation.events import Event, EventKind
     from workflows.activities.stragglers import StragglerActivities
     from workflows.api import (
-        JobRestartInput,
         StragglerDrain,
         StragglerDrainRecord,
         StragglerSweepInput,
@@ -29,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         StragglerTick,
         TransitionRequest,
     )
-    from workflows.definitions.job_restart import restart_off_the_node
+    from workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
     from workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, bulk, guarded_drain
 
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
@@ -105,15 +104,7 @@ async def drain_straggler(
 async def restart_off(due: StragglerDrain, cause: str, req: StragglerSweepInput) -> None:
     """Restart the job off the drained straggler now: the node's own drain would wait for the
     job to end (or its drain deadline), the job slow all the while. One restart per finding."""
+    restart_id, failure = f"straggler-{due.finding_ids[0]}", Event(EventKind.STRAGGLER, check=due.metric).failure
     await restart_off_the_node(
-        JobRestartInput(
-            job_id=due.job_id,
-            scheduler=due.scheduler,
-            bad_nodes=[due.node],
-            cause=cause,
-            actor=req.actor,
-            fault_seen_at=workflow.now().isoformat(),
-            restart_id=f"straggler-{due.finding_ids[0]}",
-            failure=Event(EventKind.STRAGGLER, check=due.metric).failure,
-        )
+        RestartOffNode(due.job_id, due.scheduler, due.node, cause, req.actor, restart_id, failure)
     )
