@@ -338,8 +338,10 @@ class Settings:
     # Another tool's drain of a production node in its scheduler (NHC, a person): each worker
     # looks every external_drain_watch_s (0: never) and records each as a health event of the
     # node; policy record-only leaves the node in production, maintenance asks the capacity
-    # guard to take it there (fleetctl.nodes.scheduler_sync).
-    external_drain_watch_s: float = 300.0
+    # guard to take it there (fleetctl.nodes.scheduler_sync). A look is one read of each
+    # scheduler that reads many nodes at once (Slurm: one sinfo), so it can be as often as
+    # the stall watch's; an operator sees such a drain within half a minute, not five.
+    external_drain_watch_s: float = 30.0
     external_drain_policy: str = "record-only"
     # Retention (fleetctl.db.retention, `fleetctl db prune`): check runs' raw output is kept
     # this many days, their verdicts longer, health events longer still (what a figure or a

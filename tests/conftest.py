@@ -118,6 +118,9 @@ def make_settings(temporal_address):
                 "task_queue": f"test-{unique}",
                 "fleet": f"fleet-{unique}",
                 "operator": "tester@ci",
+                # The watch for other tools' drains asks every scheduler each round; a test
+                # that wants it sets its own interval (tests/jobs/test_external_drains.py).
+                "external_drain_watch_s": 0.0,
             },
             env={},
             config_file=os.devnull,

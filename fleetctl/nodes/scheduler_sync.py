@@ -28,7 +28,14 @@ from typing import Protocol
 
 from fleetctl.nodes.capacity import EXTERNAL_DRAIN
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.schedulers.base import BURN_IN_HOLD, Scheduler, SchedulerError, is_check_hold
+from fleetctl.schedulers.base import (
+    BURN_IN_HOLD,
+    ReadsNodeStates,
+    Scheduler,
+    SchedulerError,
+    SchedulerNodeState,
+    is_check_hold,
+)
 
 # Schedulers asked at once: each question is a command or an API call of its own.
 PARALLEL = 8
@@ -89,17 +96,25 @@ class Difference:
     owner: str = ""  # the tool that drained the node (drained_by_someone_else)
 
 
-def compare(node: NodeRecord, scheduler: Scheduler, include_owners: frozenset[str] = frozenset()) -> Difference | None:
+def compare(
+    node: NodeRecord,
+    scheduler: Scheduler,
+    include_owners: frozenset[str] = frozenset(),
+    read: SchedulerNodeState | SchedulerError | None = None,
+) -> Difference | None:
     """How `scheduler` sees `node` (a fleetctl Node row) differently from fleetctl, or None.
     Another tool's drain gets an action only when its owner is in `include_owners`
-    (compared without case: `nhc` names NHC)."""
+    (compared without case: `nhc` names NHC). `read`: what a read of many nodes at once
+    answered for this one (ReadsNodeStates), else the scheduler is asked for it alone."""
 
     def difference(kind: str, scheduler_state: str = "", reason: str | None = None) -> Difference:
         meaning, action = DIFFERENCES[kind]
         return Difference(node.name, node.scheduler, node.state, scheduler_state, reason, kind, meaning, action)
 
     try:
-        seen = scheduler.node_state(node.name)
+        if isinstance(read, SchedulerError):
+            raise read
+        seen = read or scheduler.node_state(node.name)
     except SchedulerError as exc:
         return difference("unreachable", "unknown", str(exc))
     if not NodeState(node.state).in_service:
@@ -207,12 +222,19 @@ def reconcile(
     what can be fixed when `fix_them` (other tools' drains: only those of `include_owners`);
     `on_checked` is called once per node, for progress."""
 
+    nodes = list(nodes)
+    read_at_once = _read_at_once(nodes, schedulers)
+
     def check(node: NodeRecord) -> list[Difference]:
-        scheduler = schedulers[node.scheduler]
         differences = []
-        # A node several schedulers run (fleetctl.schedulers.combined) is compared in each.
-        for kind, member in getattr(scheduler, "members", ((node.scheduler, scheduler),)):
-            found = compare(node, member, include_owners)
+        for kind, member in _members(node, schedulers):
+            states = read_at_once.get(id(member))
+            read = (
+                states
+                if states is None or isinstance(states, SchedulerError)
+                else states.get(node.name) or SchedulerError(f"{kind} does not know node {node.name}")
+            )
+            found = compare(node, member, include_owners, read)
             if found is None:
                 continue
             found.scheduler = kind
@@ -224,6 +246,33 @@ def reconcile(
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return [d for found in pool.map(check, nodes) for d in found]
+
+
+def _members(node: NodeRecord, schedulers: Mapping[str, Scheduler]) -> list[tuple[str, Scheduler]]:
+    """The schedulers that run `node`: a node several run (fleetctl.schedulers.combined) is
+    compared in each."""
+    scheduler = schedulers[node.scheduler]
+    return list(getattr(scheduler, "members", ((node.scheduler, scheduler),)))
+
+
+def _read_at_once(
+    nodes: list[NodeRecord], schedulers: Mapping[str, Scheduler]
+) -> dict[int, dict[str, SchedulerNodeState] | SchedulerError]:
+    """Each scheduler that reads many nodes in one call (ReadsNodeStates), asked once for all
+    of its nodes here (by the scheduler object's id): a watch over 10,000 nodes is one sinfo a
+    round. A scheduler that cannot be asked answers its error for every one of its nodes."""
+    asked: dict[int, tuple[ReadsNodeStates, list[str]]] = {}
+    for node in nodes:
+        for _, member in _members(node, schedulers):
+            if isinstance(member, ReadsNodeStates):
+                asked.setdefault(id(member), (member, []))[1].append(node.name)
+    answers: dict[int, dict[str, SchedulerNodeState] | SchedulerError] = {}
+    for key, (reader, names) in asked.items():
+        try:
+            answers[key] = reader.node_states(names)
+        except SchedulerError as exc:
+            answers[key] = exc
+    return answers
 
 
 def hold_new_nodes(nodes: Iterable[tuple[str, str]], schedulers: Mapping[str, Scheduler]) -> list[str]:

@@ -211,6 +211,15 @@ class DrainsPods(Protocol):
 
 
 @runtime_checkable
+class ReadsNodeStates(Protocol):
+    """Optional: the states of many nodes in one call (Slurm: one sinfo), so that a watch over
+    a 10,000-node fleet asks its scheduler once a round, not once a node. Only the nodes the
+    scheduler knows are in the answer; SchedulerError when it cannot be asked at all."""
+
+    def node_states(self, nodes: Sequence[str]) -> dict[str, SchedulerNodeState]: ...
+
+
+@runtime_checkable
 class ReportsNodeState(Protocol):
     """Optional: a scheduler that shows fleetctl's lifecycle state on its own node object
     (Kubernetes: label, conditions, events). Called after every transition."""

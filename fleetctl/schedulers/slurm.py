@@ -305,14 +305,27 @@ class SlurmScheduler:
 
     def node_state(self, node: str) -> SchedulerNodeState:
         validate_node_name(node)
+        found = self._sinfo_nodes([f"--nodes={node}"]).get(node)
+        if found is None:
+            raise SchedulerError(f"Slurm does not know node {node}")
+        return found
+
+    def node_states(self, nodes: Sequence[str]) -> dict[str, SchedulerNodeState]:
+        """One sinfo for the whole cluster (a host list of 10,000 names would outgrow a
+        command line), the answer cut to `nodes`."""
+        wanted = set(nodes)
+        return {name: state for name, state in self._sinfo_nodes([]).items() if name in wanted}
+
+    def _sinfo_nodes(self, filters: list[str]) -> dict[str, SchedulerNodeState]:
+        # A node in several partitions is a line in each, the same state on every one.
         output = self._command(
-            ["sinfo", "--noheader", "--Node", f"--nodes={node}", "--Format=NodeList:0|,StateComplete:0|,Reason:0"]
+            ["sinfo", "--noheader", "--Node", *filters, "--Format=NodeList:0|,StateComplete:0|,Reason:0"]
         )
+        states: dict[str, SchedulerNodeState] = {}
         for line in output.splitlines():
             name, state_flags, reason = line.split(FIELD_SEPARATOR, 2)
-            if name.strip() == node:
-                return _node_state(node, state_flags.strip(), reason)
-        raise SchedulerError(f"Slurm does not know node {node}")
+            states.setdefault(name.strip(), _node_state(name.strip(), state_flags.strip(), reason))
+        return states
 
     def _jobs(self, filters: list[str]) -> list[SchedulerJob]:
         output = self._command(["squeue", "--noheader", *filters, "--format=%i|%T|%N|%j"])

@@ -129,18 +129,11 @@ class SimScheduler:
 
     def node_state(self, node: str) -> SchedulerNodeState:
         self._schedule()
-        current = self._node(node)
-        if current.drained:
-            state = "draining" if current.jobs else "drain"
-        else:
-            state = "allocated" if current.jobs else "idle"
-        return SchedulerNodeState(
-            node=node,
-            state=state,
-            drained=current.drained,
-            reason=current.reason,
-            owned_by_fleetctl=_owned_by_fleetctl(current.reason),
-        )
+        return _node_state(self._node(node))
+
+    def node_states(self, nodes: Sequence[str]) -> dict[str, SchedulerNodeState]:
+        self._schedule()
+        return {view.name: _node_state(view) for view in store.sim_nodes(self.engine, list(nodes))}
 
     def jobs_on_node(self, node: str) -> list[SchedulerJob]:
         self._schedule()
@@ -236,6 +229,21 @@ class SimScheduler:
         if not found:
             raise SchedulerError(f"the simulated scheduler does not know node {node}")
         return found[0]
+
+
+SIM_NODE_STATES = {(True, True): "draining", (True, False): "drain", (False, True): "allocated", (False, False): "idle"}
+
+
+def _node_state(current: SimNodeView) -> SchedulerNodeState:
+    # As sinfo names them: drained with a job still running is draining.
+    state = SIM_NODE_STATES[(current.drained, bool(current.jobs))]
+    return SchedulerNodeState(
+        node=current.name,
+        state=state,
+        drained=current.drained,
+        reason=current.reason,
+        owned_by_fleetctl=_owned_by_fleetctl(current.reason),
+    )
 
 
 def _scheduler_job(job: Job) -> SchedulerJob:

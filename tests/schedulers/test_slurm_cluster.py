@@ -149,3 +149,47 @@ def test_a_cause_of_any_size_or_bytes_drains_with_a_bounded_one_line_reason(slur
     assert len(state.reason) <= len(REASON_PREFIX) + 1 + MAX_TEXT and "\n" not in state.reason
     slurm.resume("node2")
     assert not slurm.node_state("node2").drained
+
+
+def test_node_states_reads_the_cluster_in_one_sinfo_as_node_state_reads_each(
+    slurm: SlurmScheduler, slurm_cluster: SlurmCluster
+) -> None:
+    """A watch over the fleet asks Slurm once a round: the states of every node from one sinfo,
+    each the same as sinfo says of that node alone; reconcile over the cluster's nodes finds
+    another tool's drain with that one call. A name Slurm does not know is not in the answer."""
+    from dataclasses import dataclass
+    from datetime import UTC, datetime
+
+    from fleetctl.nodes.scheduler_sync import reconcile
+
+    slurm.drain("node1", "XID 79")
+    slurm_cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=NHC: ib0 down")
+    names = ["node1", "node2", "node3", "node4", "node404"]
+    asked: list[list[str]] = []
+    runner = slurm_cluster.runner()
+
+    def counted(argv: list[str], timeout_s: float):
+        asked.append(argv)
+        return runner(argv, timeout_s)
+
+    counting = SlurmScheduler(run=counted)
+    states = counting.node_states(names)
+    assert sorted(states) == ["node1", "node2", "node3", "node4"]
+    assert states == {name: slurm.node_state(name) for name in states}
+    assert (states["node1"].owned_by_fleetctl, states["node3"].reason) == (True, "NHC: ib0 down")
+
+    @dataclass
+    class Row:
+        name: str
+        scheduler: str = "slurm"
+        state: str = "production"
+        state_since: datetime = datetime(2026, 12, 1, tzinfo=UTC)
+
+    asked.clear()
+    found = reconcile([Row(n) for n in names], {"slurm": counting}, False)
+    assert [argv[0] for argv in asked] == ["sinfo"]
+    assert {(d.node, d.difference) for d in found} == {
+        ("node1", "stale_fleetctl_drain"),
+        ("node3", "drained_by_someone_else"),
+        ("node404", "unreachable"),
+    }
