@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -39,8 +40,15 @@ def temporal_binary() -> Path:
 
 
 def server_command(
-    db_file: Path, port: int, ui_port: int | None, ip: str = "127.0.0.1", search_attributes: bool = True
+    db_file: Path,
+    port: int,
+    ui_port: int | None,
+    ip: str = "127.0.0.1",
+    search_attributes: bool = True,
+    dynamic_config: Mapping[str, str] | None = None,
 ) -> list[str]:
+    """`dynamic_config`: the server's dynamic settings by key, each value as JSON
+    (`history.maximumSignalsPerExecution`: `"60"`)."""
     cmd = [
         str(temporal_binary()),
         "server",
@@ -59,6 +67,8 @@ def server_command(
     # Node workflows set these: a namespace without them would fail their tasks.
     if search_attributes:
         cmd += dev_server_flags()
+    for key, value in (dynamic_config or {}).items():
+        cmd += ["--dynamic-config-value", f"{key}={value}"]
     if ui_port is None:
         cmd.append("--headless")
     else:
@@ -158,12 +168,14 @@ def start_dev_server(
     ui: bool = False,
     log: BinaryIO | None = None,
     search_attributes: bool = True,
+    dynamic_config: Mapping[str, str] | None = None,
 ) -> DevServer:
     """Start the dev server in the background and wait until its frontend answers.
 
     `port` fixes the frontend's port (a test restarting "the same" server); otherwise a free one
     is picked. `ui` serves the web UI on a free port of its own; `search_attributes=False` leaves
-    the namespace as an operator's cluster is before setup. The server's output goes to
+    the namespace as an operator's cluster is before setup; `dynamic_config` sets server
+    limits (server_command). The server's output goes to
     `log`, else to an unlinked temporary file that an error quotes.
     """
     db_file.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +187,9 @@ def start_dev_server(
         output = log or tempfile.TemporaryFile()
         started_at = output.tell()
         proc = subprocess.Popen(
-            server_command(db_file, frontend, ui_port, search_attributes=search_attributes),
+            server_command(
+                db_file, frontend, ui_port, search_attributes=search_attributes, dynamic_config=dynamic_config
+            ),
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,
