@@ -12,7 +12,9 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from fleetctl.db import queries
 from fleetctl.db.models import Node
+from fleetctl.inventory.parse import parse_inventory
 
 
 def sim_fleet(engine, names, state: str = "production", scheduler: str = "sim") -> list[str]:
@@ -21,6 +23,19 @@ def sim_fleet(engine, names, state: str = "production", scheduler: str = "sim") 
         for name in names:
             session.add(Node(name=name, address=f"sim://{name}", profile="h100-sxm", scheduler=scheduler, state=state))
         session.commit()
+    return list(names)
+
+
+def slurm_inventory(names) -> str:
+    """The inventory of Slurm test-cluster nodes: one rack, simulated hardware behind each."""
+    return "nodes:\n" + "".join(
+        f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
+    )
+
+
+def import_slurm_nodes(engine, names) -> list[str]:
+    """The Slurm test cluster's nodes (or some of them) in the inventory, in state new."""
+    queries.upsert_nodes(engine, parse_inventory(slurm_inventory(names)))
     return list(names)
 
 

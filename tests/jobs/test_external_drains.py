@@ -17,7 +17,7 @@ from sqlmodel import Session, select
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, HealthEvent
-from tests.jobs.support import until
+from tests.jobs.support import slurm_inventory, until
 from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.worker import terminate_node_workflows
@@ -192,13 +192,7 @@ def test_a_slurm_drain_by_nhc_becomes_the_nodes_health_event(settings, slurm_clu
     settings.slurm_conf = str(slurm_cluster.conf_path)
     monkeypatch.setenv("SLURM_CONF", settings.slurm_conf)  # the CLI's, as the worker's
     inventory = tmp_path / "slurm.yaml"
-    inventory.write_text(
-        "nodes:\n"
-        + "".join(
-            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: slurm}}\n"
-            for n in slurm_cluster.node_names
-        )
-    )
+    inventory.write_text(slurm_inventory(slurm_cluster.node_names))
     try:
         with console(settings) as cli:
             r = cli("node", "import", str(inventory), "--adopt")
@@ -229,11 +223,7 @@ def _slurm_and_sim_fleet(cli, slurm_cluster, tmp_path) -> list[str]:
     sims = [f"ext-{uuid.uuid4().hex[:6]}-{i}" for i in range(12)]
     inventory = tmp_path / "fleet.yaml"
     inventory.write_text(
-        "nodes:\n"
-        + "".join(
-            f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm, scheduler: slurm}}\n"
-            for n in slurm_cluster.node_names
-        )
+        slurm_inventory(slurm_cluster.node_names)
         + "".join(f"  - {{name: {n}, address: sim://{n}, rack: r2, profile: h100-sxm, scheduler: sim}}\n" for n in sims)
     )
     r = cli("node", "import", str(inventory), "--adopt")

@@ -20,7 +20,7 @@ from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, check_hold_reason
-from tests.jobs.support import until
+from tests.jobs.support import slurm_inventory, until
 from tests.support.worker import terminate_node_workflows
 from workflows.api import CheckOutcome, CheckRequest, SweepInput
 from workflows.client import connect, request_phase
@@ -91,12 +91,7 @@ async def test_a_held_node_takes_no_job_from_import_through_burn_in_nor_during_a
     names = list(slurm_cluster.node_names)
     first, second = names[0], names[1]
     inventory = tmp_path / "fleet.yaml"
-    inventory.write_text(
-        "nodes:\n"
-        + "".join(
-            f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-        )
-    )
+    inventory.write_text(slurm_inventory(names))
 
     # What Slurm says of the node while each check runs (the checks themselves are the real ones).
     seen: list[tuple[str, str, bool, str | None, tuple[str, str] | None]] = []

@@ -15,9 +15,8 @@ from checks.suites import load_suite
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
-from tests.jobs.support import slurm_gate_wrapper, until
+from tests.jobs.support import import_slurm_nodes, slurm_gate_wrapper, until
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.client import connect
 
@@ -67,16 +66,7 @@ def _ran(cluster, job_id: str) -> bool:
 async def test_a_node_that_broke_during_a_job_is_drained_by_the_epilog(slurm_cluster, epilog_on, tmp_path) -> None:
     settings = epilog_on
     engine = get_engine(settings.db_url)
-    names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            "nodes:\n"
-            + "".join(
-                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-            )
-        ),
-    )
+    names = import_slurm_nodes(engine, slurm_cluster.node_names)
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)

@@ -16,9 +16,8 @@ from sqlmodel import Session, select
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
-from tests.jobs.support import slurm_gate_wrapper
+from tests.jobs.support import import_slurm_nodes, slurm_gate_wrapper
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 from workflows.client import connect
 
@@ -76,16 +75,7 @@ def _runs(output: Path) -> list[str]:
 async def test_a_job_allocated_a_faulty_node_runs_elsewhere_and_the_node_is_drained(slurm_cluster, prolog_on) -> None:
     settings = prolog_on
     engine = get_engine(settings.db_url)
-    names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            "nodes:\n"
-            + "".join(
-                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-            )
-        ),
-    )
+    names = import_slurm_nodes(engine, slurm_cluster.node_names)
     add_fault(engine, "node1", "xid79", None, time.time(), None, 1)  # the GPU fell off the bus
     worker = WorkerThread(settings).start()
     try:

@@ -13,8 +13,7 @@ import pytest
 
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory.parse import parse_inventory
-from tests.jobs.support import until
+from tests.jobs.support import import_slurm_nodes, until
 from tests.jobs.test_restart_per_fault import RUNBOOK, _settled
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import HealthEventInput, RemediationResult, remediation_id
@@ -48,16 +47,7 @@ async def test_one_xid79_on_a_slurm_job_requeues_it_once(slurm_cluster, make_set
     settings.slurm_conf = str(slurm_cluster.conf_path)
     settings.runbooks_dir = str(tmp_path)
     engine = get_engine(sqlite_url)
-    names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            "nodes:\n"
-            + "".join(
-                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-            )
-        ),
-    )
+    names = import_slurm_nodes(engine, slurm_cluster.node_names)
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)

@@ -13,9 +13,8 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
-from tests.jobs.support import until
+from tests.jobs.support import import_slurm_nodes, until
 from tests.support.worker import WorkerThread, terminate_node_workflows
 from workflows.api import HealthEventInput
 from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
@@ -32,16 +31,7 @@ async def test_xid79_under_a_slurm_job_drains_the_node_and_the_job_runs_again(
     # simulated minutes, racing the drain asserted below; in shadow mode it only records its plan.
     settings.remediation_shadow = True
     engine = get_engine(sqlite_url)
-    names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            "nodes:\n"
-            + "".join(
-                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-            )
-        ),
-    )
+    names = import_slurm_nodes(engine, slurm_cluster.node_names)
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)

@@ -15,12 +15,12 @@ import yaml
 from fleetctl.bmc.redfish import RedfishClient
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory.parse import parse_inventory
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import parse_baseline, update_argv
 from fleetctl.remediation.runbooks import parse_runbook
 from tests.bmc.conftest import scripted_redfish  # noqa: F401 - fixture used here
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
+from tests.jobs.support import import_slurm_nodes
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm, slurm_cluster  # noqa: F401 - fixtures used here
 from tests.support.worker import WorkerThread, terminate_node_workflows
@@ -52,12 +52,7 @@ async def test_drain_reason_reaches_slurm_verbatim(
     settings.runbooks_dir = str(tmp_path)  # no runbook: the node waits in maintenance
     node = slurm_cluster.node_names[0]
     engine = get_engine(sqlite_url)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            f"nodes:\n  - {{name: {node}, address: sim://{node}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n"
-        ),
-    )
+    import_slurm_nodes(engine, [node])
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)

@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
-from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
+from tests.jobs.support import import_slurm_nodes
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - a fixture, used by name
 from tests.support.worker import WorkerThread, terminate_node_workflows
@@ -60,16 +60,7 @@ async def test_drain_while_slurmctld_is_down_is_retried_surfaced_and_completes_w
 ) -> None:
     settings = _settings(make_settings, sqlite_url, slurm_cluster)
     engine = get_engine(sqlite_url)
-    names = list(slurm_cluster.node_names)
-    queries.upsert_nodes(
-        engine,
-        parse_inventory(
-            "nodes:\n"
-            + "".join(
-                f"  - {{name: {n}, address: sim://{n}, profile: h100-sxm, rack: r1, scheduler: slurm}}\n" for n in names
-            )
-        ),
-    )
+    names = import_slurm_nodes(engine, slurm_cluster.node_names)
     worker = WorkerThread(settings).start()
     try:
         client = await connect(settings)
