@@ -107,14 +107,15 @@ def sqlite_url(tmp_path, migrated_sqlite) -> str:
 
 @pytest.fixture
 def make_settings(temporal_address):
-    """Settings on the session's Temporal server with a task queue of the test's own."""
+    """Settings on the session's Temporal server (or `temporal`, a server of the test's own) with
+    a task queue and a fleet of the test's own."""
 
-    def make(db_url: str) -> Settings:
+    def make(db_url: str, temporal: str | None = None) -> Settings:
         unique = uuid.uuid4().hex[:8]
         return load_settings(
             flags={
                 "db_url": db_url,
-                "temporal_address": temporal_address,
+                "temporal_address": temporal or temporal_address,
                 "task_queue": f"test-{unique}",
                 "fleet": f"fleet-{unique}",
                 "operator": "tester@ci",

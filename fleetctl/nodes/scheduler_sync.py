@@ -228,13 +228,7 @@ def reconcile(
     def check(node: NodeRecord) -> list[Difference]:
         differences = []
         for kind, member in _members(node, schedulers):
-            states = read_at_once.get(id(member))
-            read = (
-                states
-                if states is None or isinstance(states, SchedulerError)
-                else states.get(node.name) or SchedulerError(f"{kind} does not know node {node.name}")
-            )
-            found = compare(node, member, include_owners, read)
+            found = compare(node, member, include_owners, _read_for(read_at_once.get(id(member)), kind, node.name))
             if found is None:
                 continue
             found.scheduler = kind
@@ -273,6 +267,15 @@ def _read_at_once(
         except SchedulerError as exc:
             answers[key] = exc
     return answers
+
+
+def _read_for(
+    states: dict[str, SchedulerNodeState] | SchedulerError | None, kind: str, node: str
+) -> SchedulerNodeState | SchedulerError | None:
+    """What a read of many nodes at once says of `node` (None: its scheduler was not read so)."""
+    if states is None or isinstance(states, SchedulerError):
+        return states
+    return states.get(node) or SchedulerError(f"{kind} does not know node {node}")
 
 
 def hold_new_nodes(nodes: Iterable[tuple[str, str]], schedulers: Mapping[str, Scheduler]) -> list[str]:

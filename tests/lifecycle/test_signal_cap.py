@@ -8,15 +8,12 @@ still takes the node out of production."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 
 from checks.xid_policy import CATALOG
-from fleetctl.config import load_settings
 from fleetctl.connections.temporal_server import start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -53,15 +50,9 @@ def _minor(node: str, index: int):
 
 
 async def test_events_past_the_signal_cap_wait_for_the_next_run_and_an_xid79_after_them_drains(
-    capped_server, sqlite_url, tmp_path
+    capped_server, make_settings, sqlite_url, tmp_path
 ) -> None:
-    unique = uuid.uuid4().hex[:8]
-    settings = load_settings(
-        flags={"db_url": sqlite_url, "temporal_address": capped_server, "task_queue": f"cap-{unique}"}
-        | {"fleet": f"cap-{unique}", "operator": "tester@ci", "external_drain_watch_s": 0.0},
-        env={},
-        config_file=os.devnull,
-    )
+    settings = make_settings(sqlite_url, capped_server)
     settings.runbooks_dir = str(tmp_path)
     engine = get_engine(sqlite_url)
     (node,) = make_fleet(settings, 1)
