@@ -32,6 +32,7 @@ from pathlib import Path
 from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
 from bench.harness import CannotMeasure, load, machine, now_iso, summary, write_result
 from bench.scale import _fleetctl, _inventory, _put_in_production, _settled_history_lengths
+from fleetctl.connections.temporal_server import CRITICAL_PATH_DYNAMIC_CONFIG
 
 NODES = 1000
 TRIALS_QUICK = 10  # per path
@@ -154,7 +155,10 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
 
     out_at = await _until(out_of_production, f"drain of {node}")
     during_sweep = sweeps is not None and sweeps.running()
-    steps = await _steps(client, node, sent, out_at)
+    from workflows.api import guard_id, node_workflow_id
+
+    steps = await _steps(client, node_workflow_id(node), sent, out_at)
+    guard_steps = await _steps(client, guard_id(settings.fleet), sent, out_at)
     running_at = await _until(
         lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
         f"job {job.job_id} running off {node}",
@@ -165,23 +169,25 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
         "out_of_production_s": round(out_at - sent, 4),
         "running_again_s": round(running_at - sent, 4),
         **steps,
+        "guard": guard_steps,
         **({"sweep": len(sweeps.runs) - 1, "sweep_running_throughout": during_sweep} if sweeps else {}),
     }
 
 
-async def _steps(client, node: str, sent: float, out_at: float) -> dict:
-    """Where a trial's time went, from the node workflow's own history between the event and
-    the node out of production: each activity's time from scheduled to completed, and each
-    workflow task's wait from scheduled to started (the server's dispatch and the worker's poll)."""
+async def _steps(client, workflow_id: str, sent: float, out_at: float) -> dict:
+    """Where a trial's time went, from a workflow's own history (the node's, the guard's)
+    between the event and the node out of production: each activity's time from scheduled to
+    completed; each workflow task's wait from scheduled to started (the server's dispatch and
+    the worker's poll) and its work from started to completed (the worker's)."""
     from temporalio.api.enums.v1 import EventType
 
-    from workflows.api import node_workflow_id
-
-    history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
     activities: dict[int, tuple[str, float]] = {}
     took: list[tuple[str, float]] = []
     waits: list[float] = []
+    work: list[float] = []
     task_scheduled: float | None = None
+    task_started: float | None = None
     for event in history.events:
         at = event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp()
         if not sent <= at <= out_at:
@@ -191,6 +197,9 @@ async def _steps(client, node: str, sent: float, out_at: float) -> dict:
             task_scheduled = at
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED and task_scheduled is not None:
             waits.append(round((at - task_scheduled) * 1000, 1))
+            task_started = at
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and task_started is not None:
+            work.append(round((at - task_started) * 1000, 1))
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activities[event.event_id] = (event.activity_task_scheduled_event_attributes.activity_type.name, at)
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -198,7 +207,7 @@ async def _steps(client, node: str, sent: float, out_at: float) -> dict:
                 event.activity_task_completed_event_attributes.scheduled_event_id, ("?", at)
             )
             took.append((name, round((at - scheduled) * 1000, 1)))
-    return {"activities_ms": took, "workflow_task_waits_ms": waits}
+    return {"activities_ms": took, "workflow_task_waits_ms": waits, "workflow_task_work_ms": work}
 
 
 def _workers(
@@ -235,6 +244,7 @@ class Setup:
     bulk_rate: float = 0.0
     fleet_db: str = "sqlite"  # or "postgresql": a throwaway cluster of Debian's PostgreSQL
     end_sweep: bool = False
+    server_config: tuple[tuple[str, str], ...] = ()  # the dev server's dynamic settings
 
 
 @contextmanager
@@ -262,7 +272,10 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
     from workflows.client import connect
 
     (directory / "runbooks").mkdir()  # no runbook: remediation is not this subject
-    with dev_server(directory) as server, fleet_database(directory, setup.fleet_db) as db_url:
+    with (
+        dev_server(directory, dict(setup.server_config)) as server,
+        fleet_database(directory, setup.fleet_db) as db_url,
+    ):
         settings = fleet_settings(db_url, server.address)
         split_lanes, bulk_rate = setup.split_lanes, setup.bulk_rate
         settings.sim_time_scale = 0.0
@@ -310,24 +323,32 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
 
 
 def where_the_time_goes(samples: list[dict]) -> dict:
-    """Per path, the median of each activity's time and of a trial's summed workflow-task waits
-    (milliseconds, event to out of production)."""
-    from statistics import median
-
+    """Per path, for the node's workflow and the guard's: the median of each activity's time
+    and of a trial's summed workflow-task waits and work (milliseconds, event to out of
+    production)."""
     paths: dict = {}
     for path in ("idle", "sweep"):
         counted = [s for s in samples if s["path"] == path and s.get("sweep_running_throughout", True)]
-        by_activity: dict[str, list[float]] = {}
-        for sample in counted:
-            for name, ms in sample["activities_ms"]:
-                by_activity.setdefault(name, []).append(ms)
-        paths[path] = {
-            "workflow_task_waits_ms": round(median(sum(s["workflow_task_waits_ms"]) for s in counted), 1)
-            if counted
-            else None,
-            **{name: round(median(times), 1) for name, times in by_activity.items()},
-        }
+        paths[path] = {**_medians(counted), "guard": _medians([s["guard"] for s in counted])}
     return paths
+
+
+def _medians(steps: list[dict]) -> dict:
+    from statistics import median
+
+    if not steps:
+        return {}
+    by_activity: dict[str, list[float]] = {}
+    for step in steps:
+        for name, ms in step["activities_ms"]:
+            by_activity.setdefault(name, []).append(ms)
+    return {
+        **{
+            key: round(median(sum(s[key]) for s in steps), 1)
+            for key in ("workflow_task_waits_ms", "workflow_task_work_ms")
+        },
+        **{name: round(median(times), 1) for name, times in by_activity.items()},
+    }
 
 
 def figures_of(samples: list[dict]) -> dict:
@@ -358,6 +379,7 @@ def run(full: bool, nodes: int = NODES, trials: int | None = None, setup: Setup 
             "bulk_activities_per_s": setup.bulk_rate or "unlimited",
             "fleet_db": setup.fleet_db,
             "sweep_after_trials": "terminated" if setup.end_sweep else "waited out",
+            "temporal_dynamic_config": {**CRITICAL_PATH_DYNAMIC_CONFIG, **dict(setup.server_config)},
             **figures_of(measured["samples"]),
         },
         **measured,
@@ -382,9 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--end-sweep", action="store_true", help="terminate the sweep after its trials instead of waiting it out"
     )
+    parser.add_argument(
+        "--server-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dynamic setting of the dev server (value as JSON); repeatable",
+    )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep)
+    server_config = tuple(tuple(item.split("=", 1)) for item in args.server_config)
+    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, server_config)  # type: ignore[arg-type]
     measured = run(False, args.nodes, args.trials, setup)
     result = {
         "benchmark": "critical_lane",

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +23,13 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
-def dev_server(directory: Path) -> Iterator:
-    """A fresh dev server on its own SQLite file (directory/temporal.db)."""
+def dev_server(directory: Path, dynamic_config: Mapping[str, str] | None = None) -> Iterator:
+    """A fresh dev server on its own SQLite file (directory/temporal.db), with these dynamic
+    settings (each value as JSON)."""
     from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 
     try:
-        server = start_dev_server(directory / "temporal.db")
+        server = start_dev_server(directory / "temporal.db", dynamic_config=dynamic_config)
     except (TemporalBinaryMissing, RuntimeError) as exc:
         raise CannotMeasure(f"no Temporal dev server: {exc}") from None
     try:

@@ -21,6 +21,13 @@ from fleetctl.nodes.search_attributes import dev_server_flags
 
 # Measured here: about 2.6x the workflow throughput of the default journal mode.
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
+# Temporal's history service reads each shard's transfer queue (every workflow task and
+# activity task it hands to matching) at most 20 times a second by default. The dev server has
+# one shard, so once anything runs (a sweep, another node's drain) each step of an XID 79's
+# drain waited up to 50 ms for the next read: 25-40 ms a workflow task instead of 2, and the
+# guard's grant 200 ms instead of 55 (bench/critical_lane.py, BENCHMARKS.md). deploy/temporal
+# sets the same for a cluster; a caller's dynamic_config overrides it.
+CRITICAL_PATH_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "1000"}
 
 
 class TemporalBinaryMissing(RuntimeError):
@@ -48,7 +55,7 @@ def server_command(
     dynamic_config: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`dynamic_config`: the server's dynamic settings by key, each value as JSON
-    (`history.maximumSignalsPerExecution`: `"60"`)."""
+    (`history.maximumSignalsPerExecution`: `"60"`), over CRITICAL_PATH_DYNAMIC_CONFIG."""
     cmd = [
         str(temporal_binary()),
         "server",
@@ -67,7 +74,7 @@ def server_command(
     # Node workflows set these: a namespace without them would fail their tasks.
     if search_attributes:
         cmd += dev_server_flags()
-    for key, value in (dynamic_config or {}).items():
+    for key, value in {**CRITICAL_PATH_DYNAMIC_CONFIG, **(dynamic_config or {})}.items():
         cmd += ["--dynamic-config-value", f"{key}={value}"]
     if ui_port is None:
         cmd.append("--headless")

@@ -209,3 +209,15 @@ def test_compose_wires_temporal_on_postgresql_and_the_workers_to_both():
     assert services["worker"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["temporal-setup"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["temporal"]["condition"] == "service_healthy"
+
+
+def test_compose_gives_temporal_the_dynamic_settings_the_dev_server_starts_with():
+    from fleetctl.connections.temporal_server import CRITICAL_PATH_DYNAMIC_CONFIG
+
+    temporal = compose()["services"]["temporal"]
+    (mount,) = temporal["volumes"]
+    source, target, mode = mount.split(":")
+    assert mode == "ro"
+    assert target == "/etc/temporal/" + temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+    settings = yaml.safe_load((DEPLOY / source).read_text())
+    assert {key: str(values[0]["value"]) for key, values in settings.items()} == CRITICAL_PATH_DYNAMIC_CONFIG

@@ -58,3 +58,28 @@ def test_a_port_that_accepts_is_not_yet_a_serving_frontend() -> None:
         temporal_server.wait_for_port("127.0.0.1", port, timeout_s=2)  # the port alone says yes
         with pytest.raises(RuntimeError, match="did not say it was serving within 1s"):
             temporal_server.wait_until_serving(f"127.0.0.1:{port}", timeout_s=1)
+
+
+def _dynamic_config(cmd: list[str]) -> dict[str, str]:
+    values = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--dynamic-config-value"]
+    return dict(v.split("=", 1) for v in values)
+
+
+def test_the_server_reads_its_transfer_queue_unthrottled_unless_the_caller_says_otherwise(tmp_path) -> None:
+    # At the default (20 reads a second a shard) every step of a drain waited behind any other
+    # work on the dev server's one shard (bench/critical_lane.py).
+    default = _dynamic_config(temporal_server.server_command(tmp_path / "t.db", 7233, None))
+    assert default["history.transferProcessorMaxPollRPS"] == "1000"
+    told = _dynamic_config(
+        temporal_server.server_command(
+            tmp_path / "t.db",
+            7233,
+            None,
+            dynamic_config={"history.transferProcessorMaxPollRPS": "20", "history.maximumSignalsPerExecution": "40"},
+        )
+    )
+    assert told["history.transferProcessorMaxPollRPS"] == "20"
+    assert told["history.maximumSignalsPerExecution"] == "40"
+    assert list(temporal_server.server_command(tmp_path / "t.db", 7233, None)).count("--dynamic-config-value") == len(
+        default
+    )
