@@ -126,6 +126,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
         checks.run_check,
         checks.judge_admission,
         checks.judge_against_peers,
+        guard.removal_facts,
         guard.fleet_snapshot,
         guard.fleet_policy,
         guard.critical_evidence,

@@ -464,6 +464,19 @@ def _nodes(count: float) -> str:
     return f"{count:.3g}" if count != int(count) else str(int(count))
 
 
+def judged_critical(request: RemovalRequest, evidence: str) -> RemovalRequest:
+    """A removal said to be critical, as the guard judges it: only a recorded health event
+    (`evidence`, what the guard read of it; empty when none is recorded) makes it so, past the
+    limits; a claim without one is judged as an ordinary removal, and its reason says why."""
+    if evidence:
+        return dataclasses.replace(request, reason=f"{request.reason} ({evidence})")
+    return dataclasses.replace(
+        request,
+        critical=False,
+        reason=f"{request.reason} (said to be critical; no critical health event is recorded)",
+    )
+
+
 def reads_snapshot(request: RemovalRequest) -> bool:
     """Whether decide() reads the fleet's counts for `request`: a forced or a critical removal
     is granted (or, in a dry run, would be) whatever they say, so a guard need not take them."""

@@ -7,22 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import pytest
 from sqlmodel import Session, select
 from temporalio.api.enums.v1 import EventType
 
 from fleetctl.db import queries
-from fleetctl.db.models import AutomationEvent
+from fleetctl.db.engine import get_engine
+from fleetctl.db.models import AutomationEvent, HealthEvent
+from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.runbooks import parse_runbook
 from tests.reliability.support import Cli, wait_for
 from tests.remediation.conftest import running_fleet
+from workflows.activities.guard import GuardActivities
 from workflows.api import (
     REQUEST_REMOVAL_UPDATE,
     CapacityGuardState,
     HealthEventInput,
+    RemovalFactsInput,
     guard_id,
 )
 from workflows.client import guard_status, request_transition, run_remediation, send_health_events
@@ -196,8 +201,39 @@ async def _guard_activities(fleet) -> list[str]:
     ]
 
 
-async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_settings) -> None:
-    """It does not wait for counts it would not read (patch guard-critical-skips-snapshot)."""
+class ReadsInOrder(GuardActivities):
+    """The guard's activities, noting the reads removal_facts makes, in order."""
+
+    def __init__(self, settings) -> None:
+        super().__init__(settings, guard=_no_guard)
+        self.reads: list[str] = []
+
+    def _read(self, name: str, *args):
+        self.reads.append(name)
+        return getattr(super(), name)(*args)
+
+    def fleet_policy(self, fleet):
+        return self._read("fleet_policy", fleet)
+
+    def critical_evidence(self, node):
+        return self._read("critical_evidence", node)
+
+    def state_versions(self, names):
+        return self._read("state_versions", names)
+
+    def in_service_nodes(self, names):
+        return self._read("in_service_nodes", names)
+
+    def fleet_snapshot(self, fleet):
+        return self._read("fleet_snapshot", fleet)
+
+
+async def _no_guard():
+    raise AssertionError("removal_facts asks no guard")
+
+
+async def test_the_guard_reads_a_removals_facts_in_one_activity(fleet_settings) -> None:
+    """One activity before the decision, critical or not (each was a round trip of its own)."""
     async with running_fleet(fleet_settings) as fleet:
         typed, recorded = await fleet.add(2)
         # A claim without a recorded event: judged not critical, so the counts decide.
@@ -211,34 +247,62 @@ async def test_a_critical_removal_is_decided_without_the_fleet_snapshot(fleet_se
         )
         assert result.status == "succeeded", result
         claim = await _guard_activities(fleet)
-        assert claim.count("critical_evidence") == 1 and claim.count("fleet_snapshot") == 1
+        assert claim == ["removal_facts", "record_automation_event"]
+        (granted,) = _decisions(fleet.engine, "grant")
+        assert "no critical health event is recorded" in granted.reason
 
         fleet.record_xid(recorded, 79, "GPU has fallen off the bus")
         result = await run_remediation(
             fleet.client, fleet.settings, recorded, DRAIN_THEN_NOTHING, Event("xid", code=79), "tester"
         )
         assert result.status == "succeeded", result
-        critical = (await _guard_activities(fleet))[len(claim) :]
-        assert critical == ["fleet_policy", "critical_evidence", "state_versions", "record_automation_event"]
+        assert (await _guard_activities(fleet))[len(claim) :] == ["removal_facts", "record_automation_event"]
+        assert "(XID 79 recorded at" in _decisions(fleet.engine, "grant")[-1].reason
 
 
-async def test_a_grants_versions_are_read_before_the_fleets_counts(fleet_settings) -> None:
-    """A granted node that moves between the guard's two reads must be counted (patch
-    guard-versions-before-snapshot): read the other way round, its grant was dropped for a
-    move the earlier snapshot did not show, and a storm drained 3 nodes under a limit of 2."""
-    async with running_fleet(fleet_settings) as fleet:
-        (node,) = await fleet.add(1)
-        result = await run_remediation(
-            fleet.client,
-            fleet.settings,
-            node,
-            DRAIN_THEN_NOTHING,
-            Event("xid", code=79, message="operator says"),
-            "tester",
+@pytest.mark.parametrize(
+    ("critical", "force", "domain", "reads"),
+    [
+        # A critical removal does not wait for counts it would not read; one said to be
+        # critical without a recorded event is judged on them.
+        (True, False, False, ["fleet_policy", "critical_evidence", "state_versions"]),
+        (False, False, False, ["fleet_policy", "state_versions", "fleet_snapshot"]),
+        (False, True, False, ["fleet_policy", "state_versions"]),
+        # A grant's versions are read before the fleet's counts: a granted node that moves
+        # between the two reads is counted twice, never missed (read the other way round, a
+        # storm drained 3 nodes under a limit of 2); a domain's nodes in service just before them.
+        (False, False, True, ["fleet_policy", "state_versions", "in_service_nodes", "fleet_snapshot"]),
+    ],
+)
+def test_removal_facts_reads_in_the_order_the_decision_needs(
+    make_settings, sqlite_url, critical, force, domain, reads
+) -> None:
+    settings = make_settings(sqlite_url)
+    engine = get_engine(settings.db_url)
+    names = [f"rf-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    queries.upsert_nodes(
+        engine,
+        parse_inventory(
+            "nodes:\n" + "".join(f"  - {{name: {n}, address: sim://{n}, rack: r1, profile: h100-sxm}}\n" for n in names)
+        ),
+    )
+    node, *others = names
+    if critical:
+        queries.insert_once(
+            engine,
+            HealthEvent(node_name=node, source="xid", code=79, severity="critical", idempotency_key=f"rf/{node}"),
+            HealthEvent.idempotency_key,
+            f"rf/{node}",
         )
-        assert result.status == "succeeded", result
-        reads = [a for a in await _guard_activities(fleet) if a in ("state_versions", "fleet_snapshot")]
-        assert reads == ["state_versions", "fleet_snapshot"]
+    request = RemovalRequest(
+        node, "r1", "test", "tester", critical=critical, force=force, domain_nodes=others if domain else []
+    )
+    activities = ReadsInOrder(settings)
+    facts = activities.removal_facts(RemovalFactsInput(settings.fleet, request, pending=["elsewhere"]))
+    assert activities.reads == reads
+    assert facts.request.critical == critical
+    assert set(facts.versions) == {node, *(others if domain else [])}  # a pending grant's node gone: no version
+    assert facts.policy == activities.fleet_policy(settings.fleet)
 
 
 # An operator's drain of an idle simulated node: the cordon (one scheduler call), the look at

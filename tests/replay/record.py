@@ -53,7 +53,12 @@ branches it took (docs/decisions/0023-retiring-patches.md); git history keeps it
   two GPUs out, one with a transient XID 48 (its row remap pending) reset, rechecked and
   returned through its node's release_gpu; the other's remap failed: kept out, its node drained.
 
-By default only the newest set (v10) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
+- v11 (tests/histories/v11/*.json), the guard's question with its facts read in one activity
+  (the update request_removal_at_once; docs/decisions/0030): an XID 79's critical drain and a
+  runbook's drain judged on the fleet's counts. Sets v2 to v10 replay the guard's earlier
+  update (request_removal), its facts read one activity at a time.
+
+By default only the newest set (v11) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -154,6 +159,7 @@ SETS = {
     "v8": HISTORIES / "v8",
     "v9": HISTORIES / "v9",
     "v10": HISTORIES / "v10",
+    "v11": HISTORIES / "v11",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1234,6 +1240,29 @@ async def record_v10(directory: Path = SETS["v10"]) -> list[Path]:
         return await rec.write(directory, {"gpu_returns": run_id})
 
 
+async def record_v11(directory: Path = SETS["v11"]) -> list[Path]:
+    """The guard's question with its facts read in one activity (request_removal_at_once): an
+    XID 79 drain, critical on its recorded event, and a runbook's drain judged on the fleet's
+    counts, then the XID 79's job restart and the drained node's state."""
+    async with recording() as rec:
+        names = rec.add_nodes(4, "rv11", racks=1)
+        for node in names:
+            await _in_production(rec, node)
+        critical, counted = names[:2]
+        await send_health_events(
+            rec.client,
+            critical,
+            [HealthEventInput(critical, "xid", 79, "GPU has fallen off the bus", "recorder", "rv11-79", time.time())],
+        )
+        await rec.wait(critical, lambda t: "drain_complete" in t)
+        by_state = parse_runbook(SET_STATE_DRAINING)
+        result = await run_remediation(rec.client, rec.settings, counted, by_state, Event("xid", code=13), "recorder")
+        if result.status != "succeeded":
+            raise RuntimeError(f"{counted}: the runbook's drain was not granted: {result}")
+        await rec.wait(counted, lambda t: "drain_complete" in t)
+        return await rec.write(directory, {"capacity_guard_facts_at_once": guard_id(rec.settings.fleet)})
+
+
 RECORDERS = {
     "v2": record_v2,
     "v3": record_v3,
@@ -1244,6 +1273,7 @@ RECORDERS = {
     "v8": record_v8,
     "v9": record_v9,
     "v10": record_v10,
+    "v11": record_v11,
 }
 
 
@@ -1259,7 +1289,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v10",
+        default="v11",
         help="which set to (re)record; an older one is rewritten only when its runs are gone",
     )
     args = parser.parse_args(argv)

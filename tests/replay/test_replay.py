@@ -6,8 +6,9 @@ v2 was recorded with the patches of its day and takes every patched branch; v3 t
 branches patched since (the marker test holds the sets together to every patch in the code: new
 branches are deterministic too); v6 was recorded after the patches of v2's day were deprecated
 (docs/decisions/0023-retiring-patches.md says when a patch goes); v7 holds the cluster validation, v8
-the hung-job judge (the workflow types added since), v9 the single-GPU quarantine's patched branch and
-v10 the GPU returns (GpuReturns)."""
+the hung-job judge (the workflow types added since), v9 the single-GPU quarantine's patched branch,
+v10 the GPU returns (GpuReturns) and v11 the guard's question with its facts read at once (its
+earlier update, request_removal, is replayed from v2 to v10)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,20 @@ def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
         f"patched ids no recorded history takes: {missing}; add a scenario to "
         "tests/replay/record.py (the newest set's recorder) and run `python -m tests.replay.record`"
     )
+
+
+def test_both_of_the_guards_removal_updates_are_replayed() -> None:
+    """The guard's current question and the one its runs answered before (kept for them, as a
+    patch's old branch is: docs/decisions/0030) each appear in a recorded history."""
+    from workflows.api import REQUEST_REMOVAL_UPDATE, STEPWISE_REQUEST_REMOVAL_UPDATE
+
+    answered = {
+        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for path in HISTORIES
+        for event in _history(path).events
+        if event.HasField("workflow_execution_update_accepted_event_attributes")
+    }
+    assert {REQUEST_REMOVAL_UPDATE, STEPWISE_REQUEST_REMOVAL_UPDATE} <= answered
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[_label(p) for p in HISTORIES])

@@ -25,7 +25,10 @@ from fleetctl.nodes.capacity import (
     counted_outside,
     domain_witnessed,
     guard_snapshot,
+    in_service_domain,
     is_domain_fabric_fault,
+    judged_critical,
+    reads_snapshot,
     removals_for_fault,
 )
 from fleetctl.nodes.fleet_status_store import with_gpus_out
@@ -37,6 +40,8 @@ from workflows.api import (
     CapacityGuardState,
     FaultRemoval,
     FaultRemovals,
+    RemovalFacts,
+    RemovalFactsInput,
 )
 
 
@@ -60,6 +65,25 @@ class GuardActivities(DatabaseActivities):
         )
         snapshot.drained_outside = outside
         return with_gpus_out(self.engine, nodes, snapshot)
+
+    @activity.defn
+    def removal_facts(self, inp: RemovalFactsInput) -> RemovalFacts:
+        """Every fact the guard decides a removal on, in one activity (one round trip of the
+        guard's, where reading them one by one took four to six), read in the order the decision
+        needs: the fleet's policy; for a removal said to be critical, the recorded health event
+        that makes it so (judged_critical); the state versions of the pending grants' nodes, the
+        node's and its domain's, read before the fleet's counts (a node that moves between the
+        two reads is counted twice, never missed); a domain request's nodes still in service,
+        read just before the counts (in_service_domain); the counts, when the decision reads them."""
+        req = inp.request
+        policy = self.fleet_policy(inp.fleet)
+        if req.critical and not req.force:
+            req = judged_critical(req, self.critical_evidence(req.node))
+        versions = self.state_versions([*inp.pending, req.node, *req.domain_nodes])
+        if req.domain_nodes:
+            req = in_service_domain(req, self.in_service_nodes(req.domain_nodes))
+        snapshot = self.fleet_snapshot(inp.fleet) if reads_snapshot(req) else FleetSnapshot()
+        return RemovalFacts(policy, req, versions, snapshot)
 
     @activity.defn
     def fleet_policy(self, fleet: str) -> GuardPolicy:

@@ -13,7 +13,11 @@ HEALTH_EVENT_SIGNAL = "health_event"
 NODE_STATE_QUERY = "current"
 
 CAPACITY_GUARD = "CapacityGuard"
-REQUEST_REMOVAL_UPDATE = "request_removal"
+# The guard's question, its facts read in one activity. The name changed with that: a guard
+# run that answered the old one, reading them one activity at a time, replays it under its
+# own name (CapacityGuard.request_removal_stepwise, docs/decisions/0030).
+REQUEST_REMOVAL_UPDATE = "request_removal_at_once"
+STEPWISE_REQUEST_REMOVAL_UPDATE = "request_removal"
 RESUME_AUTOMATION_UPDATE = "resume_automation"
 REPORT_CHECK_ERRORS_UPDATE = "report_check_errors"
 GUARD_STATUS_QUERY = "status"

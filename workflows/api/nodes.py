@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest
+from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RemovalRequest
 from fleetctl.nodes.lifecycle import NodeState
 
 # Defaults of a node workflow's timing (its state carries them, so tests can shorten them).
@@ -466,6 +466,28 @@ class PendingGrant:
     # gpu_grant_key, pending until the snapshot counts the GPU out).
     share: float = 1.0
     gpu: str = ""  # the GPU of a GPU's grant
+
+
+@dataclass
+class RemovalFactsInput:
+    """A removal the guard is asked for, and the nodes of its grants still pending."""
+
+    fleet: str
+    request: RemovalRequest
+    pending: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RemovalFacts:
+    """What the guard decides a removal on (GuardActivities.removal_facts): the fleet's policy,
+    the request as judged (critical only with a recorded critical event; a domain's nodes those
+    still in service), the state versions of the request's and the pending grants' nodes, and
+    the fleet's counts (empty when the decision does not read them)."""
+
+    policy: GuardPolicy
+    request: RemovalRequest
+    versions: dict[str, int] = field(default_factory=dict)
+    snapshot: FleetSnapshot = field(default_factory=FleetSnapshot)
 
 
 @dataclass

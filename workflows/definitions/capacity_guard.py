@@ -5,7 +5,6 @@ asking at once cannot both take the last node a rack may lose."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 from temporalio import workflow
 
@@ -23,15 +22,19 @@ with workflow.unsafe.imports_passed_through():
         gpu_grant_key,
         grant_for,
         in_service_domain,
+        judged_critical,
         reads_snapshot,
         removal_cost,
     )
     from workflows.activities.guard import GuardActivities
     from workflows.api import (
+        REQUEST_REMOVAL_UPDATE,
         ROLL_FORWARD_SIGNAL,
+        STEPWISE_REQUEST_REMOVAL_UPDATE,
         AutomationRecord,
         CapacityGuardState,
         PendingGrant,
+        RemovalFactsInput,
         ResumeAutomation,
     )
     from workflows.definitions.shared import QUICK, record_automation
@@ -76,16 +79,11 @@ class CapacityGuard:
         self.s.policy = await workflow.execute_activity_method(GuardActivities.fleet_policy, self.s.fleet, **QUICK)
 
     async def _judged_critical(self, req: RemovalRequest) -> RemovalRequest:
-        """Only a recorded health event makes a removal critical (past the limits); a claim
-        without one is judged as an ordinary removal, and the record says why."""
+        """Only a recorded health event makes a removal critical (judged_critical)."""
         if not req.critical or req.force:
             return req
         evidence = await workflow.execute_activity_method(GuardActivities.critical_evidence, req.node, **QUICK)
-        if evidence:
-            return dataclasses.replace(req, reason=f"{req.reason} ({evidence})")
-        return dataclasses.replace(
-            req, critical=False, reason=f"{req.reason} (said to be critical; no critical health event is recorded)"
-        )
+        return judged_critical(req, evidence)
 
     async def _snapshot_for(self, req: RemovalRequest) -> FleetSnapshot:
         """The fleet's counts, when the decision reads them: a critical removal (judged so
@@ -174,61 +172,71 @@ class CapacityGuard:
             self.s.denied_total += 1
         return decision
 
-    @workflow.update
+    @workflow.update(name=REQUEST_REMOVAL_UPDATE)
     async def request_removal(self, req: RemovalRequest) -> RemovalDecision:
         async with self.lock:
-            # Before each decision: the fleet's policy from the worker's configuration and, for a
-            # removal said to be critical, the recorded health event that makes it so.
+            # Before each decision, in one activity: the fleet's policy from the worker's
+            # configuration, the request as judged (critical only with a recorded critical
+            # event), the versions of the nodes it and the pending grants name, read before the
+            # fleet's counts (GuardActivities.removal_facts says why), and the counts.
+            facts = await workflow.execute_activity_method(
+                GuardActivities.removal_facts, RemovalFactsInput(self.s.fleet, req, list(self.s.pending)), **QUICK
+            )
+            self.s.policy = facts.policy
+            return await self._decided(facts.request, facts.versions, facts.snapshot, workflow.now().timestamp())
+
+    @workflow.update(name=STEPWISE_REQUEST_REMOVAL_UPDATE)
+    async def request_removal_stepwise(self, req: RemovalRequest) -> RemovalDecision:
+        """request_removal as it was, its facts read one activity at a time: the guard runs that
+        answered it replay it (docs/decisions/0030); it goes with them, as a patch's old branch."""
+        async with self.lock:
             workflow.deprecate_patch("guard-reads-policy-and-evidence")
             await self._read_policy()
             req = await self._judged_critical(req)
             now = workflow.now().timestamp()
-            # A grant counts until its node's own transition shows in the snapshot (the node
-            # moved: its version changed); one that never does expires. The versions are read
-            # first: a node that moves between the two reads is then counted twice (still
-            # pending, and out in the snapshot), never missed (its grant dropped for a move that
-            # a snapshot read before it does not show), which let a storm drain past the limit.
-            # A domain request (removals_for_fault) takes its domain's other nodes too: their
-            # versions are read with the node's.
             workflow.deprecate_patch("guard-versions-before-snapshot")
             versions = await workflow.execute_activity_method(
                 GuardActivities.state_versions, [*self.s.pending, req.node, *req.domain_nodes], **QUICK
             )
             req = await self._domain_in_service(req)
             snapshot = await self._snapshot_for(req)
-            held = self._held_with_domain(req, versions.get(req.node), now)
-            if held is not None:
-                decision = RemovalDecision(
-                    req.node,
-                    True,
-                    f"already granted with NVLink domain {req.domain}: the same fault, found again on this node",
-                    grant=held,
-                )
-            else:
-                decision = self._decide(req, snapshot, versions, now)
-            kind = (
-                "breaker_open"
-                if decision.breaker_opened
-                else (
-                    "force"
-                    if req.force
-                    else ("grant" if decision.granted else "dry_run" if decision.dry_run else "deny")
-                )
+            return await self._decided(req, versions, snapshot, now)
+
+    async def _decided(
+        self, req: RemovalRequest, versions: dict[str, int], snapshot: FleetSnapshot, now: float
+    ) -> RemovalDecision:
+        """The decision on these facts (a domain's repeated ask answered with its grant), recorded."""
+        held = self._held_with_domain(req, versions.get(req.node), now)
+        if held is not None:
+            decision = RemovalDecision(
+                req.node,
+                True,
+                f"already granted with NVLink domain {req.domain}: the same fault, found again on this node",
+                grant=held,
             )
-            await record_automation(
-                AutomationRecord(
-                    kind=kind,
-                    reason=f"{req.reason}: {decision.reason}",
-                    actor=req.actor,
-                    node=req.node,
-                    fleet=self.s.fleet,
-                    # One record per drain outside fleetctl, however often its watch asks.
-                    key=f"{workflow.info().workflow_id}/{snapshot.drained_outside.get(req.node) or req.request_id or now}"
-                    f"/{req.node}",
-                )
+        else:
+            decision = self._decide(req, snapshot, versions, now)
+        kind = (
+            "breaker_open"
+            if decision.breaker_opened
+            else (
+                "force" if req.force else ("grant" if decision.granted else "dry_run" if decision.dry_run else "deny")
             )
-            self.decisions_this_run += 1
-            return decision
+        )
+        await record_automation(
+            AutomationRecord(
+                kind=kind,
+                reason=f"{req.reason}: {decision.reason}",
+                actor=req.actor,
+                node=req.node,
+                fleet=self.s.fleet,
+                # One record per drain outside fleetctl, however often its watch asks.
+                key=f"{workflow.info().workflow_id}/{snapshot.drained_outside.get(req.node) or req.request_id or now}"
+                f"/{req.node}",
+            )
+        )
+        self.decisions_this_run += 1
+        return decision
 
     @workflow.update
     async def resume_automation(self, req: ResumeAutomation) -> CapacityGuardState:
