@@ -13,8 +13,11 @@ The XID 79 is sent as the agent sends it: a `health_event` signal with severity 
 Each trial's node runs a one-node job (the simulated scheduler's), so the sweep never checks
 it and its drain restarts a job. Target: the sweep's p50 and p95 within 1.2x of idle.
 
+Each trial's result says where its time went, read from the node's and the guard's histories.
+
 Run: `python -m bench.run --only critical_lane` (`--full`: 20 trials a path; default 10),
-or `python -m bench.critical_lane [--nodes N] [--trials T]`."""
+or `python -m bench.critical_lane [--nodes N] [--trials T]` (`--help`: the deployment's
+settings, and `--server-config KEY=VALUE` for a dynamic setting of the dev server)."""
 
 from __future__ import annotations
 
