@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.client import (
@@ -26,6 +26,7 @@ from temporalio.client import (
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
+    WithStartWorkflowOperation,
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -301,19 +302,44 @@ async def require_search_attributes(client: Client) -> str | None:
     return None
 
 
+T = TypeVar("T")
+
+
+def _guard_start(settings: Settings) -> dict[str, Any]:
+    """How this fleet's guard is started when none is running. The policy it starts with is
+    only what it shows until its first decision: the guard reads its fleet's own from the
+    worker's configuration before each one (so no command's environment sets it for everyone)."""
+    return {
+        "id": guard_id(settings.fleet),
+        "task_queue": settings.task_queue,
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    }
+
+
+def _guard_state(settings: Settings) -> CapacityGuardState:
+    return CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings, settings.fleet))
+
+
 async def ensure_capacity_guard(client: Client, settings: Settings) -> WorkflowHandle[Any, None]:
-    """This fleet's guard, started if none is running. The policy it starts with is only what
-    it shows until its first decision: the guard reads its fleet's own from the worker's
-    configuration before each one (so no command's environment sets it for everyone). The
-    worker hands this to the guard's activities too, so the guard is started one way only."""
-    return await client.start_workflow(
-        CAPACITY_GUARD,
-        CapacityGuardState(fleet=settings.fleet, policy=guard_policy(settings, settings.fleet)),
-        id=guard_id(settings.fleet),
-        task_queue=settings.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    """This fleet's guard, started if none is running (_guard_start)."""
+    return await client.start_workflow(CAPACITY_GUARD, _guard_state(settings), **_guard_start(settings))
+
+
+async def ask_capacity_guard(client: Client, settings: Settings, update: str, arg: Any, result_type: type[T]) -> T:
+    """An Update to this fleet's guard, the guard started if none is running, in one request
+    (update-with-start): a drain's grant is on its critical path, and a start then an Update
+    were two round trips. The worker hands this to the guard's activities, so the guard is
+    started one way only."""
+    answer: T = await client.execute_update_with_start_workflow(
+        update,
+        arg,
+        start_workflow_operation=WithStartWorkflowOperation(
+            CAPACITY_GUARD, _guard_state(settings), **_guard_start(settings)
+        ),
+        result_type=result_type,
     )
+    return answer
 
 
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:
@@ -358,11 +384,9 @@ async def node_now(client: Client, node: str) -> NodeLifecycleState:
 
 
 async def resume_automation(client: Client, settings: Settings, actor: str) -> CapacityGuardState:
-    handle = await ensure_capacity_guard(client, settings)
-    status: CapacityGuardState = await handle.execute_update(
-        RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), result_type=CapacityGuardState
+    return await ask_capacity_guard(
+        client, settings, RESUME_AUTOMATION_UPDATE, ResumeAutomation(actor), CapacityGuardState
     )
-    return status
 
 
 def _retryable_timeout(exc: WorkflowUpdateRPCTimeoutOrCancelledError) -> bool:
@@ -431,12 +455,13 @@ async def request_guarded_drain(
     """An automated drain asked from outside a workflow (the Slurm prolog): the fleet's
     capacity guard first, then the node's workflow, as workflows.definitions.shared.guarded_drain
     does inside one. None: the guard refused, nothing was asked of the node."""
-    guard = await ensure_capacity_guard(client, settings)
     try:
-        decision: RemovalDecision = await guard.execute_update(
+        decision = await ask_capacity_guard(
+            client,
+            settings,
             REQUEST_REMOVAL_UPDATE,
             RemovalRequest(node=node, rack=rack, reason=cause, actor=actor, request_id=request_id),
-            result_type=RemovalDecision,
+            RemovalDecision,
         )
     except RPCError as exc:
         raise TemporalUnavailable(f"capacity guard: {_one_line(exc)}") from None

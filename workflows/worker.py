@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,8 +48,10 @@ from workflows.activities.validation import ValidationActivities
 from workflows.api import bulk_queue
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     from fleetctl.nodes.scheduler_sync import ExternalDrain
-from workflows.client import connect, ensure_capacity_guard, require_search_attributes, stalled_nodes
+from workflows.client import ask_capacity_guard, connect, require_search_attributes, stalled_nodes
 from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
 from workflows.definitions.capacity_guard import CapacityGuard
 from workflows.definitions.firmware_rollout import FirmwareRollout
@@ -93,7 +97,7 @@ def activities_for(settings: Settings, client: Client) -> list[Callable[..., Any
     node = NodeActivities(settings, schedulers)
     commands = NodeCommandActivities(client)
     checks = CheckActivities(settings, executors)
-    guard = GuardActivities(settings, lambda: ensure_capacity_guard(client, settings))
+    guard = GuardActivities(settings, functools.partial(ask_capacity_guard, client, settings))
     remediation = RemediationActivities(settings, executors, client)
     fw = FirmwareActivities(settings, executors)
     restarts = JobRestartActivities(settings, schedulers)
@@ -357,12 +361,33 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
                 if drain.event_id not in recorded and drain.event_id not in sent:
                     log.warning("node %s: %s", drain.node, printable(drain.message))
                     await signal(drain.node, drain.message, drain.event_id, "warning")
-                if settings.external_drain_policy == "maintenance":
+                if settings.external_drain_policy == "maintenance" and await _recorded(engine, drain.event_id):
                     await _drain_for_external(client, settings, drain, racks[drain.node])
             for was in lifted:
                 await signal(was.node_name, f"lifted: {was.message}", f"{was.idempotency_key}/lifted", "info")
         except Exception as exc:  # noqa: BLE001 - the watch goes on; the next round asks again
             log.warning("external drain watch: %s", one_line(exc))
+
+
+# How long the outside-drain watch waits for a node's workflow to record the drain it was just
+# sent, polling this often, before it asks the guard (the next watch asks again).
+EXTERNAL_DRAIN_RECORD_WAIT_S = 10.0
+EXTERNAL_DRAIN_RECORD_POLL_S = 0.05
+
+
+async def _recorded(engine: Engine, event_id: str) -> bool:
+    """Whether the node's workflow has recorded the health event `event_id` (an outside drain),
+    waiting up to EXTERNAL_DRAIN_RECORD_WAIT_S. The guard counts a node another tool drained as
+    out of service by that record: asked before it, the guard counts the node in service and
+    may refuse it at the fleet's limit."""
+    from fleetctl.db import queries
+
+    deadline = time.monotonic() + EXTERNAL_DRAIN_RECORD_WAIT_S
+    while not await asyncio.to_thread(queries.health_event_ids_starting, engine, [event_id]):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(EXTERNAL_DRAIN_RECORD_POLL_S)
+    return True
 
 
 async def _drain_for_external(client: Client, settings: Settings, drain: ExternalDrain, rack: str) -> None:

@@ -44,9 +44,9 @@ def test_the_guard_and_the_sweep_see_only_their_fleet(sqlite_url) -> None:
     _nodes(engine, "r3", "production", None, ["u1"])
     env = ActivityEnvironment()
 
-    blue = env.run(GuardActivities(settings, guard=None).fleet_snapshot, "blue")
+    blue = env.run(GuardActivities(settings, ask=None).fleet_snapshot, "blue")
     assert {rack: (c.production, c.unavailable) for rack, c in blue.racks.items()} == {"r1": (3, 1), "r3": (1, 0)}
-    green = env.run(GuardActivities(settings, guard=None).fleet_snapshot, "green")
+    green = env.run(GuardActivities(settings, ask=None).fleet_snapshot, "green")
     assert {rack: (c.production, c.unavailable) for rack, c in green.racks.items()} == {"r2": (2, 0), "r3": (1, 0)}
 
     idle = NodeActivities(settings, SchedulerRegistry(settings)).idle_production_nodes

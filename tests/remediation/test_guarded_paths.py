@@ -205,7 +205,7 @@ class ReadsInOrder(GuardActivities):
     """The guard's activities, noting the reads removal_facts makes, in order."""
 
     def __init__(self, settings) -> None:
-        super().__init__(settings, guard=_no_guard)
+        super().__init__(settings, ask=None)
         self.reads: list[str] = []
 
     def _read(self, name: str, *args):
@@ -226,10 +226,6 @@ class ReadsInOrder(GuardActivities):
 
     def fleet_snapshot(self, fleet):
         return self._read("fleet_snapshot", fleet)
-
-
-async def _no_guard():
-    raise AssertionError("removal_facts asks no guard")
 
 
 async def test_the_guard_reads_a_removals_facts_in_one_activity(fleet_settings) -> None:

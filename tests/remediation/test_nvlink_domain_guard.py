@@ -60,7 +60,7 @@ async def _domain_fleet(fleet, trays: int = 4, others: int = 6) -> tuple[str, li
 
 async def _ask(fleet, req: RemovalRequest, check: str = "") -> RemovalDecision:
     """What a sweep asks when `check` failed on req.node: the request the fault makes, to the guard."""
-    (widened,) = GuardActivities(fleet.settings, lambda: None).removals_for_fault(FaultRemoval(req, check)).requests
+    (widened,) = GuardActivities(fleet.settings, None).removals_for_fault(FaultRemoval(req, check)).requests
     guard = await ensure_capacity_guard(fleet.client, fleet.settings)
     return await guard.execute_update(REQUEST_REMOVAL_UPDATE, widened, result_type=RemovalDecision)
 
@@ -156,7 +156,7 @@ async def test_a_domain_node_that_left_since_the_request_was_made_costs_nothing_
     async with running_fleet(half_out_settings) as fleet:
         _, trays, _ = await _domain_fleet(fleet)
         (stale,) = (
-            GuardActivities(fleet.settings, lambda: None)
+            GuardActivities(fleet.settings, None)
             .removals_for_fault(FaultRemoval(_request(trays[0], "r1"), "imex"))
             .requests
         )

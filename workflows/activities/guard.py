@@ -3,12 +3,10 @@ workflows put to it (workflows cannot send Updates to other workflows; these do 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from temporalio import activity
-from temporalio.client import WorkflowHandle
 
 from fleetctl.config import Settings, guard_policy
 from fleetctl.db import jobs, queries
@@ -44,13 +42,22 @@ from workflows.api import (
     RemovalFactsInput,
 )
 
+T = TypeVar("T")
+
+
+class AsksGuard(Protocol):
+    """Sends an Update to this fleet's guard, starting it if none runs, and returns its answer."""
+
+    async def __call__(self, update: str, arg: Any, result_type: type[T]) -> T: ...
+
 
 class GuardActivities(DatabaseActivities):
-    def __init__(self, settings: Settings, guard: Callable[[], Awaitable[WorkflowHandle[Any, Any]]]):
-        """`guard` finds (or starts) this fleet's guard: the worker passes the client's own,
-        so the guard is started one way, with one policy, whoever asks first."""
+    def __init__(self, settings: Settings, ask: AsksGuard | None):
+        """`ask` puts a question to this fleet's guard: the worker passes the client's own
+        (workflows.client.ask_capacity_guard), so the guard is started one way, with one
+        policy, whoever asks first. None where nothing is asked (the reads alone)."""
         super().__init__(settings)
-        self.guard = guard
+        self.ask = ask
 
     @activity.defn
     def fleet_snapshot(self, fleet: str) -> FleetSnapshot:
@@ -143,14 +150,13 @@ class GuardActivities(DatabaseActivities):
 
     @activity.defn
     async def ask_capacity_guard(self, req: RemovalRequest) -> RemovalDecision:
-        handle = await self.guard()
-        # An Update sent by name: its result is the result_type's, decoded by the converter.
-        decision: RemovalDecision = await handle.execute_update(
-            REQUEST_REMOVAL_UPDATE, req, result_type=RemovalDecision
-        )
-        return decision
+        return await self._asked()(REQUEST_REMOVAL_UPDATE, req, RemovalDecision)
 
     @activity.defn
     async def report_check_errors(self, report: CheckErrorReport) -> None:
-        handle = await self.guard()
-        await handle.execute_update(REPORT_CHECK_ERRORS_UPDATE, report, result_type=CapacityGuardState)
+        await self._asked()(REPORT_CHECK_ERRORS_UPDATE, report, CapacityGuardState)
+
+    def _asked(self) -> AsksGuard:
+        if self.ask is None:
+            raise RuntimeError("these guard activities were made to read, not to ask the guard")
+        return self.ask
