@@ -66,14 +66,19 @@ async def test_an_imex_fault_found_by_a_sweep_holds_its_whole_domain_and_nothing
         for e in grants
         if e is not domain_grant and f"NVLink domain {held_domain}" in e.reason
     )
-    # The trays held with it (neither the finder nor the faulted tray's own drain) say why.
+    # The trays held with it (neither the finder nor the faulted tray's own drain) say why: the
+    # domain's hold, or, for a tray whose own check found the fault and whose drain on the grant
+    # it had landed first, that finding.
     for tray in held:
         drain = await fleet.wait_event(tray, "drain")
         assert drain.actor_kind == "automation"
         if tray not in (down, domain_grant.node_name):
             assert drain.cause.startswith(
-                f"NVLink domain {held_domain} held: its fabric failed on "
-                f"{domain_grant.node_name}: active check quick: imex: "
+                (
+                    f"NVLink domain {held_domain} held: its fabric failed on "
+                    f"{domain_grant.node_name}: active check quick: imex: ",
+                    "active check quick: imex: ",
+                )
             ), drain.cause
     # One fault: the trays that found it again were no storm.
     assert not (await guard_status(fleet.client, worker_settings)).breaker_open
