@@ -389,6 +389,14 @@ def run(full: bool, nodes: int = NODES, trials: int | None = None, setup: Setup 
     }
 
 
+def _dynamic_setting(text: str) -> tuple[str, str]:
+    """`--server-config`'s KEY=VALUE, refused in one line (argparse) without a key or an `=`."""
+    key, sep, value = text.partition("=")
+    if not key or not sep:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.critical_lane", description=__doc__.strip().splitlines()[0])
     parser.add_argument("--nodes", type=int, default=NODES)
@@ -410,14 +418,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server-config",
         action="append",
+        type=_dynamic_setting,
         default=[],
         metavar="KEY=VALUE",
         help="a dynamic setting of the dev server (value as JSON); repeatable",
     )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    server_config = tuple(tuple(item.split("=", 1)) for item in args.server_config)
-    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, server_config)  # type: ignore[arg-type]
+    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, tuple(args.server_config))
     measured = run(False, args.nodes, args.trials, setup)
     result = {
         "benchmark": "critical_lane",

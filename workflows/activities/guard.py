@@ -80,7 +80,9 @@ class GuardActivities(DatabaseActivities):
         needs: the fleet's policy; for a removal said to be critical, the recorded health event
         that makes it so (judged_critical); the state versions of the pending grants' nodes, the
         node's and its domain's, read before the fleet's counts (a node that moves between the
-        two reads is counted twice, never missed); a domain request's nodes still in service,
+        two reads is counted twice, never missed: read the other way round, its grant was dropped
+        for a move the counts did not show yet, and a storm drained past the limit); a domain
+        request's nodes still in service,
         read just before the counts (in_service_domain); the counts, when the decision reads them."""
         req = inp.request
         policy = self.fleet_policy(inp.fleet)
