@@ -107,7 +107,7 @@ async def _flood_steps(client, node: str, written_at: float) -> dict:
     XID 79 was (its place in the queue)."""
     from temporalio.api.enums.v1 import EventType
 
-    from workflows.api import node_workflow_id
+    from fleetctl.workflows.api import node_workflow_id
 
     history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
     converter = client.data_converter.payload_converter
@@ -159,7 +159,7 @@ async def _keep_histories(client, settings, node: str, trial: int) -> list[str]:
     """The node's and its fleet's guard's histories, as `temporal workflow show -o json`
     writes them, under bench/results/agent_flood_slow/ (a later run's slow trial replaces
     them); their paths, relative to the repository."""
-    from workflows.api import guard_id, node_workflow_id
+    from fleetctl.workflows.api import guard_id, node_workflow_id
 
     directory = RESULTS_DIR / "agent_flood_slow"
     directory.mkdir(parents=True, exist_ok=True)
@@ -179,7 +179,7 @@ async def _reaction(settings, tmp: Path, trials: int, flood_trials: int) -> tupl
     from bench.reaction import _back_in_production
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from workflows.client import connect
+    from fleetctl.workflows.client import connect
 
     names = seed_fleet(settings, FLEET, racks=4)
     engine = get_engine(settings.db_url)

@@ -73,8 +73,8 @@ class Sweeps:
         """A sweep in full swing: its first batch has started checking nodes."""
         if self.running():
             return
-        from workflows.api import SweepInput
-        from workflows.definitions.active_checks import ActiveCheckSweep
+        from fleetctl.workflows.api import SweepInput
+        from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 
         index = len(self.runs)
         self.handle = await self.client.start_workflow(
@@ -124,8 +124,8 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
     from fleetctl.db.engine import get_engine
     from fleetctl.durations import as_utc
     from fleetctl.sim.scheduler import SimScheduler
-    from workflows.api import HealthEventInput
-    from workflows.client import send_health_events
+    from fleetctl.workflows.api import HealthEventInput
+    from fleetctl.workflows.client import send_health_events
 
     engine = get_engine(settings.db_url)
     scheduler = SimScheduler(engine)
@@ -158,7 +158,7 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
 
     out_at = await _until(out_of_production, f"drain of {node}")
     during_sweep = sweeps is not None and sweeps.running()
-    from workflows.api import guard_id, node_workflow_id
+    from fleetctl.workflows.api import guard_id, node_workflow_id
 
     steps = await _steps(client, node_workflow_id(node), sent, out_at)
     guard_steps = await _steps(client, guard_id(settings.fleet), sent, out_at)
@@ -271,8 +271,8 @@ def fleet_database(directory: Path, kind: str) -> Iterator[str]:
 
 
 async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dict:
-    from workflows.api import node_workflow_id
-    from workflows.client import connect
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.client import connect
 
     (directory / "runbooks").mkdir()  # no runbook: remediation is not this subject
     with (

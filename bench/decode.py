@@ -29,7 +29,7 @@ ROUND_SECONDS = 0.05  # each converter decodes each payload for about this long 
 
 def _payloads() -> dict[str, tuple[type, Any]]:
     from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalDecision
-    from workflows import api
+    from fleetctl.workflows import api
 
     def event(i: int, code: int = 13) -> api.HealthEventInput:
         return api.HealthEventInput(
@@ -141,8 +141,8 @@ def _per_call_us(decode, payloads, hint: type) -> float:
 def run(full: bool) -> dict:
     from temporalio.converter import DataConverter
 
-    from workflows.api import HealthEventInput
-    from workflows.converter import DATA_CONVERTER
+    from fleetctl.workflows.api import HealthEventInput
+    from fleetctl.workflows.converter import DATA_CONVERTER
 
     default, cached = DataConverter.default.payload_converter, DATA_CONVERTER.payload_converter
     rounds = ROUNDS_FULL if full else ROUNDS

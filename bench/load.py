@@ -58,8 +58,8 @@ async def _sample_rss(pid: int, samples: list[tuple[float, float]], started: flo
 
 
 async def _sweep(client, settings, index: int) -> dict:
-    from workflows.api import SweepInput
-    from workflows.definitions.active_checks import ActiveCheckSweep
+    from fleetctl.workflows.api import SweepInput
+    from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 
     started = time.monotonic()
     handle = await client.start_workflow(
@@ -86,8 +86,8 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.store import add_fault
-    from workflows.api import HealthEventInput
-    from workflows.client import send_health_events
+    from fleetctl.workflows.api import HealthEventInput
+    from fleetctl.workflows.client import send_health_events
 
     engine = get_engine(settings.db_url)
     healthy = sorted(n.name for n in queries.list_nodes(engine, state="production"))
@@ -110,8 +110,8 @@ async def _inject(client, settings, rng: random.Random, index: int, faults: int,
 async def _settle(client, settings, names: list[str]) -> dict:
     """Wait until no node has work queued and no remediation or job restart runs; what is
     still busy at the deadline is reported as stuck."""
-    from workflows.api import node_workflow_id
-    from workflows.definitions.node_lifecycle import NodeLifecycle
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 
     async def busy_nodes() -> list[str]:
         async def busy(name: str) -> bool:
@@ -139,7 +139,7 @@ async def _settle(client, settings, names: list[str]) -> dict:
 
 
 async def _histories(client, settings, names: list[str]) -> dict:
-    from workflows.api import guard_id, node_workflow_id
+    from fleetctl.workflows.api import guard_id, node_workflow_id
 
     lengths = await _history_lengths(client, [node_workflow_id(n) for n in names])
     described = await asyncio.gather(*(client.get_workflow_handle(node_workflow_id(n)).describe() for n in names))
@@ -159,7 +159,7 @@ async def _histories(client, settings, names: list[str]) -> dict:
 async def measure(nodes: int, sim_minutes: int, sweep_every_min: int, directory: Path, seed: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from workflows.client import connect
+    from fleetctl.workflows.client import connect
 
     sweeps = max(1, sim_minutes // sweep_every_min)
     faults, xids = round(FAULTS_PER_MIN * sweep_every_min), round(XIDS_PER_MIN * sweep_every_min)

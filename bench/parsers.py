@@ -43,7 +43,7 @@ def _fixture(relative: str) -> str:
 
 
 def _judge_timed(kind: str, text: str) -> tuple[float, str]:
-    from checks import judge
+    from fleetctl.checks import judge
 
     started = time.perf_counter()
     result = judge(kind, text, PROFILE)

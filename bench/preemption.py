@@ -52,9 +52,9 @@ async def _trial(client, settings, path: str, index: int) -> dict:
     from fleetctl.durations import as_utc
     from fleetctl.nodes.scheduler_sync import hold_new_nodes
     from fleetctl.sim.scheduler import SimScheduler
-    from workflows.api import HealthEventInput, NodeLifecycleState, node_workflow_id
-    from workflows.client import ensure_node_workflows, request_phase, request_transition, send_health_events
-    from workflows.definitions.node_lifecycle import NodeLifecycle
+    from fleetctl.workflows.api import HealthEventInput, NodeLifecycleState, node_workflow_id
+    from fleetctl.workflows.client import ensure_node_workflows, request_phase, request_transition, send_health_events
+    from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 
     engine = get_engine(settings.db_url)
     names = seed_fleet(settings, 2, 2, name_prefix=f"{path.replace('_', '')}{index}")
@@ -140,7 +140,7 @@ async def _trial(client, settings, path: str, index: int) -> dict:
 
 
 async def _trials(directory: Path, trials: int) -> list[dict]:
-    from workflows.client import connect
+    from fleetctl.workflows.client import connect
 
     suites = directory / "suites"
     suites.mkdir()

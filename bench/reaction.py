@@ -68,8 +68,8 @@ async def _back_in_production(client, settings, node: str) -> None:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from workflows.api import node_workflow_id, remediation_id
-    from workflows.client import ensure_node_workflows
+    from fleetctl.workflows.api import node_workflow_id, remediation_id
+    from fleetctl.workflows.client import ensure_node_workflows
 
     for workflow_id in (node_workflow_id(node), remediation_id(node)):
         try:
@@ -156,7 +156,7 @@ def _fleetctl_trial(cluster, settings, nodes: int = 2) -> dict:
 
 
 async def _fleetctl_trials(cluster, directory: Path, trials: int) -> list[dict]:
-    from workflows.client import connect
+    from fleetctl.workflows.client import connect
 
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)

@@ -32,7 +32,7 @@ NODES_FULL, DAYS_FULL = 2, 400
 
 
 def _outputs() -> list[dict]:
-    from checks import judge
+    from fleetctl.checks import judge
 
     rows = []
     for check, kind, fixture in QUICK_SUITE:

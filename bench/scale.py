@@ -128,8 +128,8 @@ async def _settled_history_lengths(client, workflow_ids: list[str], timeout_s: f
 async def _sweep(client, settings) -> dict:
     from temporalio.client import WorkflowFailureError
 
-    from workflows.api import SweepInput, SweepResult
-    from workflows.definitions.active_checks import ActiveCheckSweep
+    from fleetctl.workflows.api import SweepInput, SweepResult
+    from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 
     handle = await client.start_workflow(
         ActiveCheckSweep.run,
@@ -157,7 +157,7 @@ async def _sweep(client, settings) -> dict:
 async def sweep_history(client, handle, checked: int) -> dict:
     """History events of a sweep: its own and its batches' (ActiveCheckBatch children, one
     per `batch_nodes` nodes), where a node's checks are recorded."""
-    from workflows.api import SweepInput
+    from fleetctl.workflows.api import SweepInput
 
     parent = (await handle.describe()).history_length
     batches = math.ceil(checked / SweepInput().batch_nodes)
@@ -184,8 +184,8 @@ def sqlite_database(directory: Path) -> FleetDatabase:
 
 
 async def measure(nodes: int, directory: Path, database: FleetDatabase | None = None) -> dict:
-    from workflows.api import node_workflow_id
-    from workflows.client import connect
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.client import connect
 
     database = database or sqlite_database(directory)
     with dev_server(directory) as server:

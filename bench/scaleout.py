@@ -45,7 +45,7 @@ def postgres_cpu_seconds(datadir: Path) -> float:
 async def admit_with(workers_count: int, nodes: int, server, db_url: str, datadir: Path, directory: Path) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import dispose_all, get_engine
-    from workflows.client import connect, ensure_node_workflows
+    from fleetctl.workflows.client import connect, ensure_node_workflows
 
     settings = fleet_settings(db_url, server.address)
     workers: list[WorkerProcess] = []

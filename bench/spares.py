@@ -81,7 +81,7 @@ def _restart_record(settings, job_id: str):
 
 
 async def _trials(cluster, directory: Path, trials: int) -> dict[str, list[dict]]:
-    from workflows.client import connect
+    from fleetctl.workflows.client import connect
 
     with dev_server(directory) as server:
         settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)

@@ -37,7 +37,7 @@ def admission_activity_count(suite: str) -> int:
     baseline: the baseline lookup, the suite lookup, the suite's checks, the admission
     verdict, three recorded transitions (burn_in, admission, production) and the resume in
     the scheduler. Each run checks this against the fleetctl node's real history."""
-    from checks.suites import load_suite
+    from fleetctl.checks.suites import load_suite
 
     return 1 + 1 + len(load_suite(suite).checks) + 1 + 3 + 1
 
@@ -113,7 +113,7 @@ async def _admit_all(client, names: list[str]) -> int:
     """Admit every node with the standard suite, as `fleetctl node admit` does (the product's
     request_phases: CLIENT_CONCURRENCY in flight, a stable update id per node, calls that time
     out on the busy worker retried); the number of update calls that timed out."""
-    from workflows.client import request_phases
+    from fleetctl.workflows.client import request_phases
 
     outcomes = await request_phases(
         client, names, "admit", "bench", SUITE, concurrency=CLIENT_CONCURRENCY, attempts=ADMIT_ATTEMPTS
@@ -127,8 +127,8 @@ async def _admit_all(client, names: list[str]) -> int:
 async def fleetctl_run(server, directory: Path, nodes: int) -> dict:
     from fleetctl.db import queries
     from fleetctl.db.engine import get_engine
-    from workflows.api import node_workflow_id
-    from workflows.client import connect, ensure_node_workflows
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.client import connect, ensure_node_workflows
 
     settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)
     names = seed_fleet(settings, nodes, racks=max(1, nodes // NODES_PER_RACK))

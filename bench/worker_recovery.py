@@ -48,8 +48,8 @@ async def _trial(server, directory: Path, kill: bool) -> dict:
     from fleetctl.db import jobs as job_store
     from fleetctl.db.engine import get_engine
     from fleetctl.sim.scheduler import SimScheduler
-    from workflows.api import HealthEventInput
-    from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
+    from fleetctl.workflows.api import HealthEventInput
+    from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
     directory.mkdir()
     settings = fleet_settings(f"sqlite:///{directory / 'fleet.db'}", server.address)

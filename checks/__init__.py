@@ -9,39 +9,39 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from checks._text import UnjudgeableOutput
-from checks.result import CheckResult, Finding, Status
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.result import CheckResult, Finding, Status
 
 if TYPE_CHECKING:
-    from checks.profiles import GpuProfile, UnknownProfile, load_profile, profile_names
+    from fleetctl.checks.profiles import GpuProfile, UnknownProfile, load_profile, profile_names
 
 # Each kind's judge, imported on its first use: importing `checks` (for its result types, or
 # checks.safe_yaml for a config file) must not import every parser, which would cost
 # `fleetctl node event` (the first step of the reaction to a critical fault) its start-up.
 _JUDGES: dict[str, tuple[str, str]] = {
-    "nccl": ("checks.nccl", "judge_nccl"),
-    "hpl": ("checks.hpl", "judge_hpl"),
-    "dcgm": ("checks.dcgm", "judge_dcgm"),
-    "dcgm-health": ("checks.dcgm_health", "judge_dcgm_health"),
-    "nvidia-smi": ("checks.nvidia_smi", "judge_nvidia_smi"),
-    "nvidia-smi-memory": ("checks.nvidia_smi", "judge_nvidia_smi_memory"),
-    "xid": ("checks.xid", "judge_xid"),
-    "ib": ("checks.ib", "judge_ib"),
-    "ib-rails": ("checks.ib", "judge_ib_rails"),
-    "nccl-pairs": ("checks.nccl", "judge_nccl_pairs"),
-    "firmware": ("checks.firmware", "judge_firmware"),
-    "pcie": ("checks.host", "judge_pcie"),
-    "pcie-aer": ("checks.host", "judge_pcie_aer"),
-    "memory": ("checks.host", "judge_memory"),
-    "cpu": ("checks.host", "judge_cpu"),
-    "disk": ("checks.host", "judge_disk"),
-    "services": ("checks.host", "judge_services"),
-    "versions": ("checks.host", "judge_versions"),
-    "clock": ("checks.host", "judge_clock"),
-    "imex": ("checks.imex", "judge_imex"),
-    "nvme": ("checks.storage", "judge_nvme"),
-    "bmc-log": ("checks.chassis", "judge_bmc_log"),
-    "bmc-sensors": ("checks.chassis", "judge_bmc_sensors"),
+    "nccl": ("fleetctl.checks.nccl", "judge_nccl"),
+    "hpl": ("fleetctl.checks.hpl", "judge_hpl"),
+    "dcgm": ("fleetctl.checks.dcgm", "judge_dcgm"),
+    "dcgm-health": ("fleetctl.checks.dcgm_health", "judge_dcgm_health"),
+    "nvidia-smi": ("fleetctl.checks.nvidia_smi", "judge_nvidia_smi"),
+    "nvidia-smi-memory": ("fleetctl.checks.nvidia_smi", "judge_nvidia_smi_memory"),
+    "xid": ("fleetctl.checks.xid", "judge_xid"),
+    "ib": ("fleetctl.checks.ib", "judge_ib"),
+    "ib-rails": ("fleetctl.checks.ib", "judge_ib_rails"),
+    "nccl-pairs": ("fleetctl.checks.nccl", "judge_nccl_pairs"),
+    "firmware": ("fleetctl.checks.firmware", "judge_firmware"),
+    "pcie": ("fleetctl.checks.host", "judge_pcie"),
+    "pcie-aer": ("fleetctl.checks.host", "judge_pcie_aer"),
+    "memory": ("fleetctl.checks.host", "judge_memory"),
+    "cpu": ("fleetctl.checks.host", "judge_cpu"),
+    "disk": ("fleetctl.checks.host", "judge_disk"),
+    "services": ("fleetctl.checks.host", "judge_services"),
+    "versions": ("fleetctl.checks.host", "judge_versions"),
+    "clock": ("fleetctl.checks.host", "judge_clock"),
+    "imex": ("fleetctl.checks.imex", "judge_imex"),
+    "nvme": ("fleetctl.checks.storage", "judge_nvme"),
+    "bmc-log": ("fleetctl.checks.chassis", "judge_bmc_log"),
+    "bmc-sensors": ("fleetctl.checks.chassis", "judge_bmc_sensors"),
 }
 KINDS: tuple[str, ...] = tuple(_JUDGES)
 _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names")
@@ -50,7 +50,7 @@ _PROFILE_NAMES = ("GpuProfile", "UnknownProfile", "load_profile", "profile_names
 def __getattr__(name: str) -> Any:
     """The profile names, re-exported here, imported when first asked for."""
     if name in _PROFILE_NAMES:
-        return getattr(importlib.import_module("checks.profiles"), name)
+        return getattr(importlib.import_module("fleetctl.checks.profiles"), name)
     raise AttributeError(f"module 'checks' has no attribute {name!r}")
 
 
@@ -60,7 +60,7 @@ def judge(kind: str, text: str, profile: str | None = None, profiles_dir: str | 
     ProfileError). `profiles_dir`: the site profiles (default: FLEETCTL_PROFILES_DIR's)."""
     if kind not in _JUDGES:
         raise ValueError(f"unknown check kind {kind!r}; known kinds: {', '.join(KINDS)}")
-    from checks.profiles import load_profile
+    from fleetctl.checks.profiles import load_profile
 
     gpu_profile = load_profile(profile, profiles_dir) if profile else None
     if not text.strip():

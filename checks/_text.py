@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Literal, overload
 
-from checks.result import CheckResult, Finding, Status
+from fleetctl.checks.result import CheckResult, Finding, Status
 
 # Cells that tools print where a number would be when it has none to give.
 NOT_AVAILABLE = frozenset({"N/A", "[N/A]", "n/a", "NA", "-", "Not Supported", "[Not Supported]"})

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks.profiles import GpuProfile
-from checks.storage import MAX_NVME
-from checks.transcript import marker
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.storage import MAX_NVME
+from fleetctl.checks.transcript import marker
 
 # Fields of the CSV query, in this order. `--format=csv` (not `nounits`) keeps units in the
 # header and cells ("700.00 W"); the parser reads both forms.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from checks._text import UnjudgeableOutput, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 # A log entry's Severity (Redfish EventSeverity) as a finding's.
 _LOG_SEVERITY = {"Critical": "fail", "Warning": "warn", "OK": None}
@@ -43,7 +43,7 @@ _THRESHOLDS = (
 
 
 def _documents(text: str, prefixes: tuple[str, ...]) -> list[tuple[str, dict[str, Any]]]:
-    from checks.transcript import read_transcript
+    from fleetctl.checks.transcript import read_transcript
 
     steps = [s for s in read_transcript(text) if s.label.split(" ", 1)[0] in prefixes]
     if not steps:

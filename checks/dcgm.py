@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks._text import UnjudgeableOutput, integer, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding, Status
+from fleetctl.checks._text import UnjudgeableOutput, integer, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding, Status
 
 STATUSES = ("pass", "fail", "warn", "skip")
 

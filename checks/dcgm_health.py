@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks._text import UnjudgeableOutput, lines_of, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, lines_of, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 HEALTH = {"Healthy": "pass", "Warning": "warn", "Failure": "fail"}
 _ROW = re.compile(r"^\|\s?(?P<name>[^|]*?)\s*\|\s?(?P<value>.*?)\s*\|\s*$")

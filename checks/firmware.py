@@ -18,10 +18,10 @@ import re
 from collections import defaultdict
 from typing import Any, TypeAlias
 
-from checks._text import UnjudgeableOutput, verdict
-from checks.nvidia_smi import parse_nvidia_smi
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, verdict
+from fleetctl.checks.nvidia_smi import parse_nvidia_smi
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 # Component name -> version; None where the tool lists a component without one (a GPU
 # whose VBIOS nvidia-smi could not read).

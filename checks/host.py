@@ -14,10 +14,16 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from checks._text import UnjudgeableOutput, integer, number, verdict
-from checks.host_forms import is_df_h, is_systemctl_status, judge_df_h, judged_or_refused, parse_systemctl_status
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, integer, number, verdict
+from fleetctl.checks.host_forms import (
+    is_df_h,
+    is_systemctl_status,
+    judge_df_h,
+    judged_or_refused,
+    parse_systemctl_status,
+)
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 # ---- PCIe links: lspci -vv ------------------------------------------------------------------
 
@@ -210,7 +216,7 @@ def judge_pcie_aer(text: str, profile: GpuProfile | None) -> CheckResult:
 
 
 def _steps(text: str, *labels: str) -> dict[str, str]:
-    from checks.transcript import read_transcript
+    from fleetctl.checks.transcript import read_transcript
 
     steps = {s.label: s for s in read_transcript(text)}
     for label in labels:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from checks._text import UnjudgeableOutput, integer, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, integer, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 
 def judged_or_refused(findings: list[Finding], metrics: dict[str, Any], form: str, needed: str) -> CheckResult:

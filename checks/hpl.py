@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 _HEADER = re.compile(r"^T/V\s+N\s+NB\s+P\s+Q\s+Time\s+Gflops")
 _ROW_START = re.compile(r"^W[A-Z0-9]{2,}\s")  # the T/V code: WR00L2L4, WC0, WC03R2R2 ...

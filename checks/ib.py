@@ -11,9 +11,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding, Status
+from fleetctl.checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding, Status
 
 
 @dataclass
@@ -492,7 +492,7 @@ def rails_script(ibstat_text: str, profile: GpuProfile | None) -> tuple[str, ...
     """argv of one shell run that tests every rail ibstat lists: ibstat again (what the judge
     holds the steps to), each InfiniBand rail's error counters, ib_write_bw through each rail
     (loopback, one rail at a time), the counters again. Each output under its step marker."""
-    from checks.transcript import marker
+    from fleetctl.checks.transcript import marker
 
     rails = rail_ports(ibstat_text, profile)
     ib = [p for p in rails if _layer(p) == INFINIBAND]
@@ -518,7 +518,7 @@ def judge_ib_rails(text: str, profile: GpuProfile | None) -> CheckResult:
     """Every rail's ib_write_bw against the profile's floor, and every InfiniBand rail's error
     counters by their increase over the run. A pass needs each rail ibstat lists tested, and
     as many rails as the profile needs."""
-    from checks.transcript import read_transcript
+    from fleetctl.checks.transcript import read_transcript
 
     steps = {s.label: s for s in read_transcript(text)}
     if "ibstat" not in steps:

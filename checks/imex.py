@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
-from checks._text import UnjudgeableOutput, integer, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, integer, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 _NODE = re.compile(
     r"^Node #(?P<index>\d+)\s+-\s+(?P<address>\S+)\s+-\s+(?P<state>[A-Z_]+)(?:\s+-\s+Version: (?P<version>\S+))?\s*$"

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
-from checks.profiles import GpuProfile, NcclCollective
-from checks.result import CheckResult, Finding, Status
+from fleetctl.checks._text import UnjudgeableOutput, integer, lines_of, number, verdict
+from fleetctl.checks.profiles import GpuProfile, NcclCollective
+from fleetctl.checks.result import CheckResult, Finding, Status
 
 # Bus bandwidth only approaches the link limit at large messages; below this the absolute
 # floor in a profile means nothing (NVIDIA's nccl-tests PERFORMANCE.md reports at >= 1 GiB).
@@ -375,8 +375,8 @@ def judge_nccl_pairs(text: str, profile: GpuProfile | None) -> CheckResult:
     the node at or above the profile's multi-node floor with a partner; a node slow with every
     partner, each fast with another node, is the straggler and fails. Every pair of the plan
     (the first step) must be there: a transcript that lost one is cut short."""
-    from checks.stragglers import localise_by_pairs
-    from checks.transcript import read_transcript
+    from fleetctl.checks.stragglers import localise_by_pairs
+    from fleetctl.checks.transcript import read_transcript
 
     steps = read_transcript(text)
     plan = steps[0].label.split() if steps else []

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from checks._text import NOT_AVAILABLE, UnjudgeableOutput, integer, number, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
-from checks.signatures import signatures
+from fleetctl.checks._text import NOT_AVAILABLE, UnjudgeableOutput, integer, number, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
+from fleetctl.checks.signatures import signatures
 
 # NVML's nvmlClocksEventReason* bits, as printed in clocks_event_reasons.active.
 CLOCK_EVENT_BITS = {

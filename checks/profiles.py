@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from checks.result import Finding
-from checks.safe_yaml import YamlRefused, load_file, loads
+from fleetctl.checks.result import Finding
+from fleetctl.checks.safe_yaml import YamlRefused, load_file, loads
 
 PROFILES_DIR_ENV = "FLEETCTL_PROFILES_DIR"
 
@@ -258,7 +258,7 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
 
 
 def _packaged_names() -> list[str]:
-    folder = resources.files("checks") / "profiles"
+    folder = resources.files("fleetctl.checks") / "profiles"
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -317,7 +317,7 @@ def load_profile(name: str, site_dir: str | Path | None = None) -> GpuProfile:
 
 @cache
 def _packaged_profile(name: str) -> GpuProfile:
-    text = (resources.files("checks") / "profiles" / f"{name}.yaml").read_text()
+    text = (resources.files("fleetctl.checks") / "profiles" / f"{name}.yaml").read_text()
     try:
         return parse_profile(loads(text, f"{name}.yaml"), name)
     except (ProfileError, YamlRefused) as exc:

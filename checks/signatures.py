@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from checks.result import Finding
+from fleetctl.checks.result import Finding
 
 # What to do about a fault, mildest first (the worst one of a log is the node's action).
 # "unknown": NVIDIA gives no remedy (or the code is not in its catalog); a person decides.
@@ -46,7 +46,7 @@ class Signature:
 
 @cache
 def signatures() -> dict[str, Signature]:
-    text = (resources.files("checks") / "catalog" / "signatures.tsv").read_text()
+    text = (resources.files("fleetctl.checks") / "catalog" / "signatures.tsv").read_text()
     rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t")
     return {
         row["name"]: Signature(

@@ -14,9 +14,9 @@ import json
 import re
 from typing import Any
 
-from checks._text import UnjudgeableOutput, integer, verdict
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Finding
+from fleetctl.checks._text import UnjudgeableOutput, integer, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Finding
 
 # Controllers a check asks about: a DGX H100 has ten (two boot M.2, eight U.2 cache drives).
 MAX_NVME = 16
@@ -95,7 +95,7 @@ def _from_text(text: str) -> dict[str, int]:
 
 def _drives(text: str) -> dict[str, str]:
     """Each drive's smart-log output: the transcript's steps, or one drive's output pasted."""
-    from checks.transcript import read_transcript
+    from fleetctl.checks.transcript import read_transcript
 
     steps = read_transcript(text)
     if not steps:

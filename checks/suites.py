@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from checks.catalog import CHECKS
-from checks.safe_yaml import YamlRefused, load_file
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.safe_yaml import YamlRefused, load_file
 
 SHIPPED_DIR = Path(__file__).parent / "suites"
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from checks._text import UnjudgeableOutput, verdict
-from checks.profiles import GpuProfile
-from checks.result import SEVERITIES, CheckResult, Finding
-from checks.signatures import ACTIONS, FINDING_SEVERITY, signatures
-from checks.xid_catalog import (
+from fleetctl.checks._text import UnjudgeableOutput, verdict
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import SEVERITIES, CheckResult, Finding
+from fleetctl.checks.signatures import ACTIONS, FINDING_SEVERITY, signatures
+from fleetctl.checks.xid_catalog import (
     BUCKET_ACTIONS,
     NODE_ACTIONS,
     UNKNOWN,

@@ -65,14 +65,14 @@ def _derived(code: int, mnemonic: str, description: str, nvidia_action: str, fol
 @cache
 def xid_catalog_version() -> str:
     """The date NVIDIA's catalog was read on, from the header of checks/catalog/xid.tsv."""
-    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
+    text = (resources.files("fleetctl.checks") / "catalog" / "xid.tsv").read_text()
     m = re.search(r"Generated at (\d{4}-\d\d-\d\d)", text)
     return m[1] if m else "unknown"
 
 
 @cache
 def xid_catalog() -> dict[int, XidAction]:
-    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
+    text = (resources.files("fleetctl.checks") / "catalog" / "xid.tsv").read_text()
     rows = csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t")
     return {
         int(row["code"]): _derived(

@@ -28,9 +28,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from checks.result import SEVERITIES
-from checks.safe_yaml import YamlRefused, load_file
-from checks.signatures import signatures
+from fleetctl.checks.result import SEVERITIES
+from fleetctl.checks.safe_yaml import YamlRefused, load_file
+from fleetctl.checks.signatures import signatures
 
 # The highest Xid a kernel reports (the driver prints a 16-bit code); `fleetctl node event --xid` takes as many.
 MAX_XID = 65535

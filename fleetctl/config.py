@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from fleetctl.jobs.spares import MAX_SPARES_PER_ISLAND
 
 if TYPE_CHECKING:
-    from checks.xid_policy import XidPolicy
+    from fleetctl.checks.xid_policy import XidPolicy
     from fleetctl.nodes.capacity import GuardPolicy
 
 ENV_VARS = {
@@ -402,7 +402,7 @@ def guard_policy(settings: Settings, fleet: str) -> GuardPolicy:
 def xid_policy(settings: Settings) -> XidPolicy:
     """The site's Xid policy the xid_policy setting names (the catalog alone when unset);
     XidPolicyError, one line, for a file that is missing or does not validate."""
-    from checks.xid_policy import load_xid_policy
+    from fleetctl.checks.xid_policy import load_xid_policy
 
     return load_xid_policy(settings.xid_policy or None)
 
@@ -637,7 +637,7 @@ def load_settings(
 
     path = Path(config_file or env.get(CONFIG_FILE_ENV) or default_config_file()).expanduser()
     if path.exists():
-        from checks.safe_yaml import YamlRefused, load_file
+        from fleetctl.checks.safe_yaml import YamlRefused, load_file
 
         try:
             data = load_file(path) or {}

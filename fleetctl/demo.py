@@ -122,7 +122,7 @@ class Demo:
         from fleetctl.nodes.scheduler_sync import hold_new_nodes
         from fleetctl.sim.inventory import render_inventory
         from fleetctl.sim.scheduler import SimScheduler
-        from workflows.client import connect, ensure_node_workflows
+        from fleetctl.workflows.client import connect, ensure_node_workflows
 
         entries = render_inventory(self.plan.nodes, self.plan.racks, self.plan.profile, self.plan.seed)
         specs = parse_inventory(yaml.safe_dump({"nodes": entries}), "demo inventory")
@@ -141,7 +141,7 @@ class Demo:
         )
 
     async def admit_all(self) -> None:
-        from workflows.client import request_phase
+        from fleetctl.workflows.client import request_phase
 
         straggler = self.plan.faults[0]
         self._inject(straggler)
@@ -151,8 +151,8 @@ class Demo:
 
     async def start_schedule(self) -> None:
         from fleetctl.db import sweep_intervals
-        from workflows.api import SweepInput
-        from workflows.client import sweep_schedule
+        from fleetctl.workflows.api import SweepInput
+        from fleetctl.workflows.client import sweep_schedule
 
         schedule_id = f"active-checks-{self.settings.fleet}"
         await self.client.create_schedule(
@@ -215,8 +215,8 @@ class Demo:
         return first_fitting(self.plan.order, idle)
 
     async def _xid79_under_a_job(self, fault: Fault) -> None:
-        from workflows.client import send_health_events
-        from workflows.health_events import health_event
+        from fleetctl.workflows.client import send_health_events
+        from fleetctl.workflows.health_events import health_event
 
         job_on = {n: j for j in running_sim_jobs(self.engine) for n in j.nodes}
         fault.node = first_fitting(self.plan.order, set(job_on) - {f.node for f in self.plan.faults})

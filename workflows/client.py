@@ -40,7 +40,7 @@ from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
 from fleetctl.nodes.search_attributes import QUEUED_SINCE, REPORTED_PROBLEMS, compare_registered, start_attributes
 from fleetctl.nodes.stalls import Stall, judge_stall, stalled_query
 from fleetctl.text import failure_message, one_line
-from workflows.api import (
+from fleetctl.workflows.api import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
     CAPACITY_GUARD,
@@ -102,7 +102,7 @@ from workflows.api import (
     sweep_id,
     validation_id,
 )
-from workflows.converter import DATA_CONVERTER
+from fleetctl.workflows.converter import DATA_CONVERTER
 
 if TYPE_CHECKING:
     from fleetctl.db.sweep_intervals import SweepSchedule

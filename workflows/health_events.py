@@ -12,9 +12,9 @@ catalog is data packaged with checks/."""
 
 from __future__ import annotations
 
-from checks.xid_policy import XidPolicy
+from fleetctl.checks.xid_policy import XidPolicy
 from fleetctl.nodes.health import event_severity
-from workflows.api import HealthEventInput
+from fleetctl.workflows.api import HealthEventInput
 
 
 def health_event(

@@ -31,38 +31,38 @@ from temporalio.worker import Worker
 
 from fleetctl.config import ConfigError, Settings, WorkerLanes
 from fleetctl.text import one_line
-from workflows.activities.checks import CheckActivities
-from workflows.activities.executors import ExecutorRegistry
-from workflows.activities.firmware import FirmwareActivities
-from workflows.activities.gpu_quarantine import GpuQuarantineActivities
-from workflows.activities.gpu_returns import GpuReturnActivities
-from workflows.activities.guard import GuardActivities
-from workflows.activities.hang import HangActivities
-from workflows.activities.job_history import JobHistoryActivities
-from workflows.activities.jobs import JobRestartActivities
-from workflows.activities.node import NodeActivities, NodeCommandActivities
-from workflows.activities.remediation import RemediationActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.activities.stragglers import StragglerActivities
-from workflows.activities.validation import ValidationActivities
-from workflows.api import bulk_queue
+from fleetctl.workflows.activities.checks import CheckActivities
+from fleetctl.workflows.activities.executors import ExecutorRegistry
+from fleetctl.workflows.activities.firmware import FirmwareActivities
+from fleetctl.workflows.activities.gpu_quarantine import GpuQuarantineActivities
+from fleetctl.workflows.activities.gpu_returns import GpuReturnActivities
+from fleetctl.workflows.activities.guard import GuardActivities
+from fleetctl.workflows.activities.hang import HangActivities
+from fleetctl.workflows.activities.job_history import JobHistoryActivities
+from fleetctl.workflows.activities.jobs import JobRestartActivities
+from fleetctl.workflows.activities.node import NodeActivities, NodeCommandActivities
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.activities.stragglers import StragglerActivities
+from fleetctl.workflows.activities.validation import ValidationActivities
+from fleetctl.workflows.api import bulk_queue
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
     from fleetctl.nodes.scheduler_sync import ExternalDrain
-from workflows.client import ask_capacity_guard, connect, require_search_attributes, stalled_nodes
-from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
-from workflows.definitions.capacity_guard import CapacityGuard
-from workflows.definitions.firmware_rollout import FirmwareRollout
-from workflows.definitions.gpu_returns import GpuReturns
-from workflows.definitions.hung_jobs import HungJobs
-from workflows.definitions.job_history import JobHistorySync
-from workflows.definitions.job_restart import JobRestart
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.remediation import Remediation
-from workflows.definitions.stragglers import ProductionStragglers
-from workflows.definitions.validation import ClusterValidation
+from fleetctl.workflows.client import ask_capacity_guard, connect, require_search_attributes, stalled_nodes
+from fleetctl.workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from fleetctl.workflows.definitions.capacity_guard import CapacityGuard
+from fleetctl.workflows.definitions.firmware_rollout import FirmwareRollout
+from fleetctl.workflows.definitions.gpu_returns import GpuReturns
+from fleetctl.workflows.definitions.hung_jobs import HungJobs
+from fleetctl.workflows.definitions.job_history import JobHistorySync
+from fleetctl.workflows.definitions.job_restart import JobRestart
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.remediation import Remediation
+from fleetctl.workflows.definitions.stragglers import ProductionStragglers
+from fleetctl.workflows.definitions.validation import ClusterValidation
 
 # One worker process's activity threads: its two lanes' slots together.
 ACTIVITY_THREADS = 64
@@ -297,8 +297,8 @@ async def watch_external_drains(client: Client, settings: Settings, schedulers: 
     from fleetctl.nodes.scheduler_sync import episode_id, external_drains
     from fleetctl.schedulers import SCHEDULER_KINDS
     from fleetctl.text import bounded, printable
-    from workflows.client import CommandRejected, send_health_events
-    from workflows.health_events import health_event
+    from fleetctl.workflows.client import CommandRejected, send_health_events
+    from fleetctl.workflows.health_events import health_event
 
     if not settings.external_drain_watch_s:
         return
@@ -398,7 +398,7 @@ async def _drain_for_external(client: Client, settings: Settings, drain: Externa
     from fleetctl.nodes.capacity import EXTERNAL_DRAIN
     from fleetctl.remediation.events import Event, EventKind
     from fleetctl.text import bounded, printable
-    from workflows.client import CommandRejected, request_guarded_drain
+    from fleetctl.workflows.client import CommandRejected, request_guarded_drain
 
     message = bounded(printable(drain.message))
     try:
@@ -440,8 +440,8 @@ def require_site_files(settings: Settings) -> None:
     """Refuse to start on a broken site profile or Xid policy (ConfigError, one line naming the
     file): a worker that started would fail every check of that profile's nodes, or judge every
     event by a policy the site did not write, and only then say why."""
-    from checks.profiles import ProfileError, site_profiles
-    from checks.xid_policy import XidPolicyError
+    from fleetctl.checks.profiles import ProfileError, site_profiles
+    from fleetctl.checks.xid_policy import XidPolicyError
     from fleetctl.config import xid_policy
 
     try:

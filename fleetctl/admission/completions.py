@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from checks.suites import SuiteError
 from fleetctl.admission.job_gate import GateOutcome, gate_node
 from fleetctl.admission.webhook import SKIP_ANNOTATION, gpu_pod, job_of
+from fleetctl.checks.suites import SuiteError
 from fleetctl.db.queries import get_node
 from fleetctl.schedulers.base import SchedulerError
-from workflows.activities.prejob import JobGate
+from fleetctl.workflows.activities.prejob import JobGate
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

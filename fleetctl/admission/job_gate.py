@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from fleetctl.db.queries import get_node
 from fleetctl.nodes.capacity import FLEET_LABEL
 from fleetctl.nodes.lifecycle import NodeState
-from workflows.activities.prejob import JobGate, PrejobFinding, run_prejob_suite
+from fleetctl.workflows.activities.prejob import JobGate, PrejobFinding, run_prejob_suite
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -69,7 +69,7 @@ async def gate_node(settings: Settings, engine: Engine, name: str, job: str, sui
 async def _drain(
     settings: Settings, name: str, rack: str, finding: PrejobFinding, job: str, run_id: str
 ) -> GateOutcome:
-    from workflows.client import CommandRejected, connect, request_guarded_drain
+    from fleetctl.workflows.client import CommandRejected, connect, request_guarded_drain
 
     gate = finding.gate.value
     try:

@@ -24,13 +24,13 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from checks.suites import SuiteError
 from fleetctl.admission.job_gate import gate_node
 from fleetctl.admission.node_health import node_health
 from fleetctl.admission.webhook import BadReview, GateSettings, review
+from fleetctl.checks.suites import SuiteError
 from fleetctl.db import queries
 from fleetctl.db import stragglers as findings
-from workflows.activities.prejob import JobGate
+from fleetctl.workflows.activities.prejob import JobGate
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

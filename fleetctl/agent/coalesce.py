@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from checks.xid_policy import XidPolicy
+from fleetctl.checks.xid_policy import XidPolicy
 from fleetctl.nodes.health import event_severity
 
 

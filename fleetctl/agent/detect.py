@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks._text import UnjudgeableOutput
-from checks.signatures import signatures
-from checks.xid import parse_kernel_log
-from checks.xid_policy import XidPolicy
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.signatures import signatures
+from fleetctl.checks.xid import parse_kernel_log
+from fleetctl.checks.xid_policy import XidPolicy
 from fleetctl.nodes.gpu_quarantine import named_gpu
 from fleetctl.nodes.health import catalog_severity
 from fleetctl.text import bounded

@@ -17,11 +17,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks._text import UnjudgeableOutput
-from checks.host import data_mounts, parse_mounts
-from checks.ib import SYSFS_COUNTERS, parse_sysfs_counter, parse_sysfs_state
-from checks.signatures import FINDING_SEVERITY, signatures
 from fleetctl.agent.sampler import Debounce, Sampled
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.host import data_mounts, parse_mounts
+from fleetctl.checks.ib import SYSFS_COUNTERS, parse_sysfs_counter, parse_sysfs_state
+from fleetctl.checks.signatures import FINDING_SEVERITY, signatures
 
 # Counters whose every step is the link going down or retraining: a flap the sample missed.
 _FLAP_COUNTERS = ("link_downed",)

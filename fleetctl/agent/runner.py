@@ -15,15 +15,15 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from checks.profiles import load_profile
-from checks.signatures import MAX_SIGNATURE_NAME
-from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.coalesce import coalesce_minor
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.node_watch import NodeWatch, WatchLimits
 from fleetctl.agent.records import MAX_SEQ, Cursor, KernelRecord, event_id
 from fleetctl.agent.sampler import DRIVER_LOADED, Confirmation, Debounce, Sampled, SampleTracker
 from fleetctl.agent.spool import SEVERITY_WORDS, Event, Spool, move_aside, write_atomically
+from fleetctl.checks.profiles import load_profile
+from fleetctl.checks.signatures import MAX_SIGNATURE_NAME
+from fleetctl.checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.text import MAX_TEXT, bounded
 
 log = logging.getLogger("fleetctl.agent")

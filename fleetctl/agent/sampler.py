@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from checks import Status, judge
-from checks.catalog import CHECKS
+from fleetctl.checks import Status, judge
+from fleetctl.checks.catalog import CHECKS
 
 NVIDIA_SMI_ARGV = CHECKS["nvidia-smi-query"].argv
 # The kernel's line when the NVIDIA driver loads ("NVRM: loading NVIDIA UNIX Open Kernel

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from fleetctl.agent.spool import Event
 from fleetctl.config import Settings, xid_policy
-from workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
-from workflows.health_events import health_event
+from fleetctl.workflows.client import CommandRejected, TemporalUnavailable, connect, send_health_events
+from fleetctl.workflows.health_events import health_event
 
 if TYPE_CHECKING:
     from temporalio.client import Client

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.checks.safe_yaml import YamlRefused, loads, read_text
 
 ANY_FLEET = "*"
 # A subject is an operator's name as fleetctl records it: name or name@where (an e-mail

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from checks.transcript import section
 from fleetctl.bmc.base import RESET_TYPES, BmcError, BootNotSeen
+from fleetctl.checks.transcript import section
 from fleetctl.remediation.firmware import validate_image_uri
 from fleetctl.text import one_line
 

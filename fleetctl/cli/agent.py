@@ -126,10 +126,10 @@ def _config(
     tools: tuple[str, str | None],
 ) -> AgentConfig:
     """The agent's configuration from its options and the settings (the xid policy already checked)."""
-    from checks.catalog import CHECKS
     from fleetctl.agent.node_watch import WatchLimits
     from fleetctl.agent.runner import AgentConfig
     from fleetctl.agent.sampler import Confirmation
+    from fleetctl.checks.catalog import CHECKS
 
     settings = context.settings(ctx)
     nvidia_smi, dcgmi = tools
@@ -189,8 +189,8 @@ def _intake_senders(
 
 
 def _check_profile(ctx: typer.Context, profile: str) -> None:
-    from checks import load_profile
-    from checks.profiles import ProfileError
+    from fleetctl.checks import load_profile
+    from fleetctl.checks.profiles import ProfileError
 
     try:
         load_profile(profile, context.settings(ctx).profiles_dir or None)

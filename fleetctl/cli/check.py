@@ -49,8 +49,8 @@ SUITE_COLUMNS = (
 @app.command("suites")
 def list_suites(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """List the suites (what burn-in, recheck and sweeps run): their checks and how long they take."""
-    from checks.catalog import CHECKS
-    from checks.suites import SuiteError, load_suites
+    from fleetctl.checks.catalog import CHECKS
+    from fleetctl.checks.suites import SuiteError, load_suites
 
     try:
         suites = load_suites(context.settings(ctx).suites_dir or None)
@@ -82,7 +82,7 @@ PROFILE_COLUMNS = (
 def list_profiles(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> None:
     """List the GPU profiles checks are judged against: the packaged ones and the site's
     (the profiles_dir setting, FLEETCTL_PROFILES_DIR), each validated as it is loaded."""
-    from checks.profiles import ProfileError, load_profile, profile_names, profile_source
+    from fleetctl.checks.profiles import ProfileError, load_profile, profile_names, profile_source
 
     site_dir = _profiles_dir(ctx)
     try:
@@ -127,7 +127,7 @@ def xid_policy(
     """The effective Xid and signature table: each code's severity and when it drains the node,
     as NVIDIA's catalog says or the site's policy file (the xid_policy setting) changes it, and
     where each row came from. A broken file: one line, exit 2."""
-    from checks.xid_policy import XidPolicyError, load_xid_policy
+    from fleetctl.checks.xid_policy import XidPolicyError, load_xid_policy
     from fleetctl.nodes.health import effective_table
 
     settings = context.settings(ctx)
@@ -155,7 +155,7 @@ def xid_policy(
 def list_checks(output: OutputFormat = OUTPUT_OPTION) -> None:
     """List the checks: name, tool, kind of parser, typical duration, and the nodes each judges
     (nvlink-domain: only those whose profile has a multi-node NVLink domain, GB200)."""
-    from checks.catalog import CHECKS
+    from fleetctl.checks.catalog import CHECKS
 
     tools = check_tools({spec.name: (_command_words(spec.argv), spec.kind) for spec in CHECKS.values()})
     rows = [
@@ -214,8 +214,8 @@ def parse(
     output: OutputFormat = OUTPUT_OPTION,
 ) -> None:
     """Judge a saved tool output. Exit 0 pass/warn, 3 fail, 4 unjudgeable, 2 usage error."""
-    from checks import KINDS, judge
-    from checks.profiles import ProfileError, load_profile
+    from fleetctl.checks import KINDS, judge
+    from fleetctl.checks.profiles import ProfileError, load_profile
 
     if kind not in KINDS:
         fail(f"unknown check kind {kind!r}; use one of: {', '.join(KINDS)}", EXIT_USAGE)

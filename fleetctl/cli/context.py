@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from temporalio.client import Client
 
-    from checks.xid_policy import XidPolicy
+    from fleetctl.checks.xid_policy import XidPolicy
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ def root_settings(ctx: typer.Context) -> Settings | None:
 def xid_policy(s: Settings) -> XidPolicy:
     """The site's Xid policy (the xid_policy setting). A file missing or broken: one line,
     exit 2, nothing done; so the processes that send or judge events refuse to start on it."""
-    from checks.xid_policy import XidPolicyError
+    from fleetctl.checks.xid_policy import XidPolicyError
     from fleetctl.cli.output import EXIT_USAGE, fail
     from fleetctl.config import xid_policy as load
 
@@ -78,7 +78,7 @@ async def temporal_client(ctx: typer.Context, timeout_s: float = 5.0, acting: bo
     """A client of the configured Temporal. `acting` (the command starts or signals workflows):
     warn, once, when no worker polls the task queue, where what it starts would wait unseen."""
     from fleetctl.connections.temporal_client import DEFAULT_ADDRESS, resolve
-    from workflows.client import connect, task_queue_unpolled
+    from fleetctl.workflows.client import connect, task_queue_unpolled
 
     s = settings(ctx)
     connection = resolve(s)
@@ -127,7 +127,7 @@ def temporal_read(
     at 1,000 nodes, bench/scale.py), so that the rest of the view still stands."""
     from temporalio.service import RPCError
 
-    from workflows.client import TemporalUnavailable
+    from fleetctl.workflows.client import TemporalUnavailable
 
     async def run() -> T:
         return await ask(await temporal_client(ctx, timeout_s, acting=False))

@@ -48,7 +48,7 @@ def demo(
 
     from fleetctl.demo import DemoPlan, run_demo, write_report
     from fleetctl.sim.profiles import sim_profiles
-    from workflows.worker import BackgroundWorker
+    from fleetctl.workflows.worker import BackgroundWorker
 
     if profile not in (known := sim_profiles()):
         fail(f"unknown profile {profile!r} (one of: {', '.join(sorted(known))})", EXIT_USAGE)

@@ -17,7 +17,7 @@ from fleetctl.cli.output import EXIT_OPERATIONAL, EXIT_USAGE, fail, within
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from checks.xid_policy import XidPolicy
+    from fleetctl.checks.xid_policy import XidPolicy
     from fleetctl.intake.credentials import Credentials
     from fleetctl.intake.delivery import Intake
     from fleetctl.intake.server import IntakeServer, KnownNodes

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from fleetctl.remediation.firmware import Baseline
-    from workflows.api import RolloutStatus
+    from fleetctl.workflows.api import RolloutStatus
 
 app = typer.Typer(help="Firmware: baseline, drift status, roll-outs.", no_args_is_help=True)
 baseline_app = typer.Typer(help="The fleet's firmware baseline.", no_args_is_help=True)
@@ -122,9 +122,9 @@ def report(
     NODE reports; `firmware status` and roll-outs compare it with the baseline."""
     import uuid
 
-    from checks import judge
-    from checks.result import Status
-    from checks.safe_yaml import YamlRefused, read_text
+    from fleetctl.checks import judge
+    from fleetctl.checks.result import Status
+    from fleetctl.checks.safe_yaml import YamlRefused, read_text
     from fleetctl.cli.node import unknown_node
     from fleetctl.db import firmware as db
     from fleetctl.db import queries
@@ -166,8 +166,8 @@ def rollout(
     from fleetctl.db.engine import get_engine
     from fleetctl.db.firmware import record_rollout
     from fleetctl.remediation.firmware import batch_size
-    from workflows.api import RolloutInput
-    from workflows.client import start_rollout
+    from fleetctl.workflows.api import RolloutInput
+    from fleetctl.workflows.client import start_rollout
 
     baseline = _load(ctx, baseline_file)
     try:
@@ -200,7 +200,7 @@ async def _watch(client: Client, rollout_id: str) -> RolloutStatus:
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from workflows.client import rollout_progress
+    from fleetctl.workflows.client import rollout_progress
 
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}")
@@ -228,7 +228,7 @@ def _exit_for(progress: RolloutStatus | None) -> None:
 
 
 def _command(ctx: typer.Context, rollout_id: str, command: str, watch: bool) -> None:
-    from workflows.client import RolloutRefused, rollout_command
+    from fleetctl.workflows.client import RolloutRefused, rollout_command
 
     s = context.settings(ctx)
 

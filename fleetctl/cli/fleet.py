@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from fleetctl.nodes.capacity import GuardPolicy
-    from workflows.api.nodes import CapacityGuardState
+    from fleetctl.workflows.api.nodes import CapacityGuardState
 
 app = typer.Typer(help="The fleet as a whole: status, automation.", no_args_is_help=True)
 
@@ -73,7 +73,7 @@ def _held_rmas(engine: Engine, fleet: str) -> list[dict[str, Any]]:
 
 
 def _automation(ctx: typer.Context) -> tuple[dict[str, Any], GuardPolicy | None]:
-    from workflows.client import guarded_fleets, running_guard_status
+    from fleetctl.workflows.client import guarded_fleets, running_guard_status
 
     s = context.settings(ctx)
 
@@ -426,8 +426,8 @@ def _watch_screen(ctx: typer.Context) -> Text:
 @app.command("resume-automation")
 def resume_automation(ctx: typer.Context) -> None:
     """Close the circuit breaker: automated drains may go ahead again."""
-    from workflows.client import resume_automation as resume
-    from workflows.client import running_guard_status
+    from fleetctl.workflows.client import resume_automation as resume
+    from fleetctl.workflows.client import running_guard_status
 
     s = context.settings(ctx)
 

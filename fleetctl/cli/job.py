@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from fleetctl.jobs.history_sync import SyncResult
     from fleetctl.schedulers.base import ListsJobHistory, Scheduler, SchedulerJob
     from fleetctl.sim.scheduler import SimScheduler
-    from workflows.api import JobRestartResult
+    from fleetctl.workflows.api import JobRestartResult
 
 app = typer.Typer(
     help="Training jobs: list, show, restart off bad nodes, record checkpoints, sync from the schedulers; "
@@ -390,9 +390,9 @@ def restart(
         from rich.console import Console
         from temporalio.client import WorkflowFailureError
 
-        from workflows.activities.jobs import restart_id_of_fault
-        from workflows.api import JobRestartInput
-        from workflows.client import start_job_restart
+        from fleetctl.workflows.activities.jobs import restart_id_of_fault
+        from fleetctl.workflows.api import JobRestartInput
+        from fleetctl.workflows.client import start_job_restart
 
         client = await context.temporal_client(ctx)
         inp = JobRestartInput(
@@ -564,9 +564,9 @@ def gate_serve(
     pod's completion runs --epilog-suite on its node. deploy/kubernetes/prejob-gate.yaml runs it."""
     from pathlib import Path
 
-    from checks.suites import SuiteError, load_suite
     from fleetctl.admission.server import GateServer
     from fleetctl.admission.webhook import GateSettings
+    from fleetctl.checks.suites import SuiteError, load_suite
     from fleetctl.server_tls import BadTLSFiles, tls_context
 
     if bool(tls_cert) != bool(tls_key):

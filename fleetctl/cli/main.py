@@ -210,8 +210,8 @@ def _known_errors() -> dict[type[BaseException], int]:
         from fleetctl.db.engine import DatabaseUnavailable
 
         errors[DatabaseUnavailable] = EXIT_OPERATIONAL
-    if "workflows.client" in sys.modules:  # only commands that talked to Temporal raise these
-        from workflows.client import CommandRejected, TemporalNotSetUp, TemporalUnavailable
+    if "fleetctl.workflows.client" in sys.modules:  # only commands that talked to Temporal raise these
+        from fleetctl.workflows.client import CommandRejected, TemporalNotSetUp, TemporalUnavailable
 
         errors.update(
             {

@@ -33,14 +33,14 @@ if TYPE_CHECKING:
     from rich.text import Text
     from sqlalchemy.engine import Engine
 
-    from checks.xid_policy import XidPolicy
+    from fleetctl.checks.xid_policy import XidPolicy
     from fleetctl.db.models import Node, NodeEvent
     from fleetctl.inventory.parse import NodeSpec
     from fleetctl.nodes.view_store import Freshness
     from fleetctl.schedulers.base import Scheduler
-    from workflows.activities.prejob import JobGate
-    from workflows.api import HealthEventInput
-    from workflows.client import Outcome, PhaseOutcome
+    from fleetctl.workflows.activities.prejob import JobGate
+    from fleetctl.workflows.api import HealthEventInput
+    from fleetctl.workflows.client import Outcome, PhaseOutcome
 
 app = typer.Typer(help="Nodes: import, list, show, drain, undrain, RMA, retire.", no_args_is_help=True)
 
@@ -50,7 +50,7 @@ def _known_profiles(profiles_dir: str) -> set[str] | None:
     Every site profile is loaded: a broken one is refused in one line (exit 2) naming its file,
     never a node imported to fail each check it is judged by."""
     try:
-        from checks.profiles import ProfileError, profile_names, site_profiles
+        from fleetctl.checks.profiles import ProfileError, profile_names, site_profiles
     except ImportError:  # profiles ship with checks/; an older checkout may lack them
         return None
     try:
@@ -62,7 +62,7 @@ def _known_profiles(profiles_dir: str) -> set[str] | None:
 
 def _domain_sizes(profiles_dir: str, names: set[str]) -> dict[str, tuple[int, int]]:
     """(GPUs per node, GPUs per NVLink domain) of each named profile, for domain_size_conflict."""
-    from checks.profiles import load_profile
+    from fleetctl.checks.profiles import load_profile
 
     profiles = {name: load_profile(name, profiles_dir or None) for name in names}
     return {name: (p.gpu_count, p.nvlink_domain_gpus) for name, p in profiles.items()}
@@ -234,8 +234,8 @@ def import_nodes(
     async def run() -> None:
         from rich.progress import Progress
 
-        from workflows.api import node_workflow_id
-        from workflows.client import ensure_node_workflows, require_search_attributes
+        from fleetctl.workflows.api import node_workflow_id
+        from fleetctl.workflows.client import ensure_node_workflows, require_search_attributes
 
         client = await context.temporal_client(ctx)  # before writing: no half-imported fleet
         # A namespace without fleetctl's search attributes refuses the workflows' start (a raw
@@ -580,7 +580,7 @@ def _remediated(ctx: typer.Context, name: str) -> tuple[dict[str, Any], str]:
 def _workflow_now(ctx: typer.Context, name: str) -> dict[str, Any]:
     """What the node's own workflow is doing (waiting for jobs, cordoning, a check) and how
     its last phase ended; the rest of `node show` comes from the database and stands without it."""
-    from workflows.client import node_now
+    from fleetctl.workflows.client import node_now
 
     now, error = context.temporal_read(ctx, lambda client: node_now(client, name), "the node's workflow")
     if now is None:  # a query of the workflow always answers: None is Temporal's error
@@ -629,7 +629,7 @@ def history(ctx: typer.Context, name: str, output: OutputFormat = OUTPUT_OPTION)
 def _command(
     ctx: typer.Context, names: list[str], trigger: str, cause: str, event: dict[str, Any] | None = None
 ) -> None:
-    from workflows.client import request_many
+    from fleetctl.workflows.client import request_many
 
     _require_nodes(ctx, names)
     s = context.settings(ctx)
@@ -759,7 +759,7 @@ def drain_event(reason: str, maintenance: bool | None, check: str | None, xid: i
     if xid is not None and not 0 <= xid <= MAX_XID:
         fail(f"--xid must be a positive XID code (at most {MAX_XID})", EXIT_USAGE)
     if check is not None:
-        from checks.catalog import CHECKS
+        from fleetctl.checks.catalog import CHECKS
 
         if check not in CHECKS:
             fail(f"--check: no such check: {check[:80]!r} (see fleetctl check list)", EXIT_USAGE)
@@ -828,8 +828,8 @@ def release_gpu(
 ) -> None:
     """Put a GPU taken out alone (a fault scoped to it) back in the node's scheduler."""
     from fleetctl.nodes.gpu_quarantine import NotAGpuAddress, gpu_key
-    from workflows.client import CommandRejected
-    from workflows.client import release_gpu as release
+    from fleetctl.workflows.client import CommandRejected
+    from fleetctl.workflows.client import release_gpu as release
 
     try:
         key = gpu_key(gpu)
@@ -865,8 +865,8 @@ def retire(ctx: typer.Context, name: str, yes: bool = typer.Option(False, "--yes
 
 
 def _phase(ctx: typer.Context, names: list[str], kind: str, suite: str) -> None:
-    from checks.suites import SuiteError, load_suite
-    from workflows.client import request_phases
+    from fleetctl.checks.suites import SuiteError, load_suite
+    from fleetctl.workflows.client import request_phases
 
     names = _hosts(names)  # a node named twice is asked once
     _require_nodes(ctx, names)
@@ -943,9 +943,9 @@ def event(
     # Only the Temporal client, the message and the catalog: this is the first step of the
     # reaction to a critical event, and the workflows, the activity stack and the database
     # cost seconds to import. The database is asked only when the event cannot be delivered.
-    from checks.result import SEVERITIES
-    from workflows.client import CommandRejected, send_health_events
-    from workflows.health_events import health_event
+    from fleetctl.checks.result import SEVERITIES
+    from fleetctl.workflows.client import CommandRejected, send_health_events
+    from fleetctl.workflows.health_events import health_event
 
     if xid is not None and from_log is not None:
         fail("give at most one of --xid or --from-log", EXIT_USAGE)
@@ -1014,10 +1014,10 @@ def _events_from_log(
 ) -> list[HealthEventInput]:
     """The XID lines of a kernel log as health events, each line's id its own (the same line
     sent twice is one event); a log that cannot be read or holds no XID line: one line, exit 2."""
-    from checks.xid import parse_xid_lines
+    from fleetctl.checks.xid import parse_xid_lines
     from fleetctl.nodes.health import health_event_id
     from fleetctl.text import bounded
-    from workflows.health_events import health_event
+    from fleetctl.workflows.health_events import health_event
 
     try:
         text = from_log.read_text(errors="replace")
@@ -1064,7 +1064,7 @@ def prolog(
     when fleetctl could not ask (the database, Temporal). deploy's prolog fails the job only
     on 3, so an outage of fleetctl never drains a cluster.
     """
-    from workflows.activities.prejob import JobGate
+    from fleetctl.workflows.activities.prejob import JobGate
 
     _job_gate(ctx, name, job, suite, JobGate.PROLOG)
 
@@ -1080,7 +1080,7 @@ def epilog(
     left; on a failure drain it (capacity guard permitting) with the check as cause, so a node
     that broke during the job takes no other. Exit codes as `node prolog`'s: 3 when the node
     must take no further job (drained, or out of production in fleetctl)."""
-    from workflows.activities.prejob import JobGate
+    from fleetctl.workflows.activities.prejob import JobGate
 
     _job_gate(ctx, name, job, suite, JobGate.EPILOG)
 
@@ -1090,8 +1090,8 @@ def _job_gate(ctx: typer.Context, name: str, job: str, suite: str, gate: JobGate
     `node prolog` says."""
     import re
 
-    from checks.suites import SuiteError
     from fleetctl.admission.job_gate import GateVerdict, gate_node
+    from fleetctl.checks.suites import SuiteError
     from fleetctl.cli.output import EXIT_CHECK_ERROR, EXIT_CHECK_FAILED
 
     if job and not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}", job):

@@ -183,7 +183,7 @@ def close(
     scores the removal behind it by that): the node is back and goes through burn-in before
     it takes work again."""
     from fleetctl.db.remediation import RmaAlreadyClosed, RmaStatusConflict, close_rma
-    from workflows.client import request_phase
+    from fleetctl.workflows.client import request_phase
 
     if (replaced is None) == (not no_fault_found):
         fail("say how the RMA ended: --replaced PART or --no-fault-found (one of them)", EXIT_USAGE)
@@ -298,7 +298,7 @@ def _answer(ctx: typer.Context, rma_id: int, confirm: bool, reason: str) -> str:
 
     from fleetctl.db.remediation import RmaStatusConflict, awaiting_rma, get_rma
     from fleetctl.remediation.rma import OPEN, REJECTED
-    from workflows.api import RMA_DECISION_UPDATE, RmaDecided, RmaDecision
+    from fleetctl.workflows.api import RMA_DECISION_UPDATE, RmaDecided, RmaDecision
 
     s = context.settings(ctx)
     engine = context.engine(ctx)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from fleetctl.db.models import RemediationRun, RemediationStep
     from fleetctl.remediation.runbooks import Runbook
-    from workflows.api import RemediationResult
+    from fleetctl.workflows.api import RemediationResult
 
 app = typer.Typer(help="Remediation runbooks: list, show, validate, run; the runs.", no_args_is_help=True)
 
@@ -141,7 +141,7 @@ def run(
     """Run a runbook for one node and wait for it; every step is recorded."""
     from fleetctl.db.queries import get_node
     from fleetctl.remediation.events import Event, EventKind
-    from workflows.client import RemediationAlreadyRunning, run_remediation
+    from fleetctl.workflows.client import RemediationAlreadyRunning, run_remediation
 
     book = _books(ctx).get(name)
     if book is None:

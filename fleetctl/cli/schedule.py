@@ -80,10 +80,10 @@ def create(
 
     from temporalio.service import RPCError
 
-    from checks.suites import SuiteError, load_suite
+    from fleetctl.checks.suites import SuiteError, load_suite
     from fleetctl.durations import parse_duration
-    from workflows.api import JobSyncInput, SweepInput
-    from workflows.client import job_sync_schedule, sweep_schedule
+    from fleetctl.workflows.api import JobSyncInput, SweepInput
+    from fleetctl.workflows.client import job_sync_schedule, sweep_schedule
 
     if kind not in KINDS:
         fail(f"unknown schedule kind {kind!r} (one of: {', '.join(KINDS)})", EXIT_USAGE)
@@ -148,8 +148,8 @@ def create(
 def _validate_schedule(s: Settings, schedule_id: str, every: str | None) -> tuple[Schedule, timedelta, str]:
     """A ClusterValidation of the fleet's idle production nodes every `every` (default a day)."""
     from fleetctl.durations import parse_duration
-    from workflows.api import ValidationInput
-    from workflows.client import validation_schedule
+    from fleetctl.workflows.api import ValidationInput
+    from fleetctl.workflows.client import validation_schedule
 
     try:
         interval = parse_duration(every or VALIDATE_EVERY)
@@ -166,8 +166,8 @@ def _gpu_returns_schedule(s: Settings, schedule_id: str, every: str | None) -> t
     """A GpuReturns every `every` (default GPU_RETURNS_EVERY): each GPU out 30 min or more reset
     as its Xid's catalog action says, rechecked alone and returned when clean."""
     from fleetctl.durations import parse_duration
-    from workflows.api import GpuReturnsInput
-    from workflows.client import gpu_returns_schedule
+    from fleetctl.workflows.api import GpuReturnsInput
+    from fleetctl.workflows.client import gpu_returns_schedule
 
     try:
         interval = parse_duration(every or GPU_RETURNS_EVERY)
@@ -184,8 +184,8 @@ def _judge_schedule(s: Settings, kind: str, schedule_id: str, every: str | None)
     from datetime import timedelta
 
     from fleetctl.durations import parse_duration
-    from workflows.api import HungJobsInput, StragglerSweepInput
-    from workflows.client import hung_jobs_schedule, straggler_schedule
+    from fleetctl.workflows.api import HungJobsInput, StragglerSweepInput
+    from fleetctl.workflows.client import hung_jobs_schedule, straggler_schedule
 
     default_s = s.straggler_interval_s if kind == "stragglers" else s.hang_interval_s
     try:
@@ -247,7 +247,7 @@ def list_schedules(ctx: typer.Context, output: OutputFormat = OUTPUT_OPTION) -> 
 
     from fleetctl.db import sweep_intervals
     from fleetctl.db.engine import may_write
-    from workflows.client import sweep_schedules
+    from fleetctl.workflows.client import sweep_schedules
 
     async def sweeps() -> list[SweepSchedule]:
         return await sweep_schedules(await context.temporal_client(ctx))

@@ -19,7 +19,7 @@ def setup(ctx: typer.Context) -> None:
     (idempotent); a worker refuses to start on a namespace without them."""
     from fleetctl.connections.temporal_client import resolve
     from fleetctl.nodes.search_attributes import NODE_ATTRIBUTES, type_name
-    from workflows.client import connect, register_search_attributes
+    from fleetctl.workflows.client import connect, register_search_attributes
 
     settings = context.settings(ctx)
 
@@ -40,8 +40,8 @@ def roll_forward(ctx: typer.Context) -> None:
     """Continue every running node workflow and the capacity guard as new, on the workers'
     code: run it once every worker runs a new release, so that no open run keeps an old
     branch the next release retires (docs/decisions/0023-retiring-patches.md)."""
-    from workflows.client import connect
-    from workflows.client import roll_forward as ask_all
+    from fleetctl.workflows.client import connect
+    from fleetctl.workflows.client import roll_forward as ask_all
 
     settings = context.settings(ctx)
 

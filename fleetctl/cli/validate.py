@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from fleetctl.config import Settings
-    from workflows.api import ValidationResult
+    from fleetctl.workflows.api import ValidationResult
 
 
 def validate(
@@ -53,8 +53,8 @@ def validate(
     validation could not run."""
     from fleetctl.db.queries import list_nodes
     from fleetctl.inventory.parse import InventoryError, parse_selector
-    from workflows.api import ValidationInput
-    from workflows.client import run_validation
+    from fleetctl.workflows.api import ValidationInput
+    from fleetctl.workflows.client import run_validation
 
     try:
         labels = parse_selector(selector) if selector else {}
@@ -105,8 +105,8 @@ async def _drain_bad_nodes(
     already out of production), with why."""
     from fleetctl.remediation.events import Event, EventKind
     from fleetctl.validation.bisect import RunVerdict
-    from workflows.activities.validation import VALIDATE_CHECK, VALIDATE_SUITE
-    from workflows.client import CommandRejected, request_guarded_drain
+    from fleetctl.workflows.activities.validation import VALIDATE_CHECK, VALIDATE_SUITE
+    from fleetctl.workflows.client import CommandRejected, request_guarded_drain
 
     kept: dict[str, str] = {}
     for node in result.bad_nodes:

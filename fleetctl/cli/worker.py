@@ -36,7 +36,7 @@ def worker(ctx: typer.Context) -> None:
 
     from fleetctl.connections.temporal_client import resolve
     from fleetctl.db.engine import describe
-    from workflows.worker import require_site_files, run_worker
+    from fleetctl.workflows.worker import require_site_files, run_worker
 
     s = context.settings(ctx)
     temporal = resolve(s)

@@ -22,7 +22,7 @@ from fleetctl.text import one_line
 
 # The migrations are the package `migrations`, shipped in the wheel: an installed fleetctl
 # finds its schema there, not in a checkout (pip installs wheels unzipped, so it is a path).
-MIGRATIONS_DIR = Path(str(resources.files("migrations")))
+MIGRATIONS_DIR = Path(str(resources.files("fleetctl.migrations")))
 _REVISION_LINE = re.compile(r"^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(.+?)\s*$", re.MULTILINE)
 
 # pg_advisory_xact_lock key for schema migrations: any fixed 64-bit number, the same in every

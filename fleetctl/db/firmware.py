@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from checks.result import CheckResult, Status
+from fleetctl.checks.result import CheckResult, Status
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, FirmwareBaseline, FirmwareRollout, FirmwareRolloutNode, utcnow
 from fleetctl.remediation import firmware

@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from checks.result import SEVERITIES
-from checks.signatures import MAX_SIGNATURE_NAME, signatures
-from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import Fault
+from fleetctl.checks.result import SEVERITIES
+from fleetctl.checks.signatures import MAX_SIGNATURE_NAME, signatures
+from fleetctl.checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.nodes.gpu_quarantine import NotAGpuAddress, gpu_key
 from fleetctl.nodes.health import event_severity, health_event_id
 from fleetctl.text import bounded

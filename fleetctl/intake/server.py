@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.agent.detect import detect
+from fleetctl.checks.xid_policy import CATALOG, XidPolicy
 from fleetctl.intake.credentials import OPERATOR, Caller, Credentials
 from fleetctl.intake.delivery import SEEN_IDS, Intake
 from fleetctl.intake.heartbeats import Heartbeats

@@ -19,8 +19,8 @@ from fleetctl.agent.spool import Event
 from fleetctl.agent.transport import NodeRefused, SendFailed
 from fleetctl.config import Settings
 from fleetctl.text import one_line
-from workflows.api import HEALTH_EVENT_SIGNAL, HealthEventInput, node_workflow_id
-from workflows.client import TemporalUnavailable, connect
+from fleetctl.workflows.api import HEALTH_EVENT_SIGNAL, HealthEventInput, node_workflow_id
+from fleetctl.workflows.client import TemporalUnavailable, connect
 
 # A signal Temporal has not taken in this long is a Temporal that is not answering.
 SIGNAL_TIMEOUT_S = 5.0

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from checks._text import UnjudgeableOutput
-from checks.nvidia_smi import parse_nvidia_smi
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.nvidia_smi import parse_nvidia_smi
 from fleetctl.inventory.hostlist import compress
 from fleetctl.inventory.names import LABEL_VALUE_RE
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from checks.safe_yaml import YamlRefused, excerpt, loads, read_text
+from fleetctl.checks.safe_yaml import YamlRefused, excerpt, loads, read_text
 from fleetctl.inventory.machines import MachineIds, machine_conflict
 from fleetctl.inventory.names import (
     LABEL_KEY_RE,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from checks.profiles import UnknownProfile, load_profile
+from fleetctl.checks.profiles import UnknownProfile, load_profile
 from fleetctl.db import jobs as store
 from fleetctl.db.queries import list_nodes
 from fleetctl.schedulers import JOB_HISTORY_KINDS

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from checks.stragglers import find_stragglers
+from fleetctl.checks.stragglers import find_stragglers
 
 FLAG_ONLY = "flag-only"
 DRAIN_AT_CHECKPOINT = "drain-at-checkpoint"

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from checks.profiles import load_profile
+from fleetctl.checks.profiles import load_profile
 from fleetctl.db import firmware as firmware_db
 from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db import spares as spare_store

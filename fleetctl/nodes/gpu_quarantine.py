@@ -23,7 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
-from checks.xid_policy import FaultScope, XidPolicy, fault_scope
+from fleetctl.checks.xid_policy import FaultScope, XidPolicy, fault_scope
 
 # A GPU's PCI address as the kernel's Xid line prints it (0000:2b:00), or nvidia-smi's
 # (00000000:2B:00.0): domain, bus, device, and maybe the function.

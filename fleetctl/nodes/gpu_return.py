@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from checks.xid_catalog import xid_action
+from fleetctl.checks.xid_catalog import xid_action
 
 # The catalog's checks a GPU must pass to go back, each run on that GPU alone: its memory as
 # NVIDIA's row-remapping rules judge it (what a runbook asks after a GPU reset), then DCGM's

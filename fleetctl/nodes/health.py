@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from checks.result import SEVERITIES
-from checks.signatures import signatures
-from checks.xid_catalog import xid_action
-from checks.xid_policy import FaultScope, XidPolicy, fault_scope
+from fleetctl.checks.result import SEVERITIES
+from fleetctl.checks.signatures import signatures
+from fleetctl.checks.xid_catalog import xid_action
+from fleetctl.checks.xid_policy import FaultScope, XidPolicy, fault_scope
 
 DAY_S = 24 * 3600.0
 # How far a sender's clock may be from the server's before its times are not believed: NTP
@@ -168,7 +168,7 @@ class PolicyRow:
 
 def effective_table(policy: XidPolicy, escalation: EscalationPolicy = EscalationPolicy()) -> list[PolicyRow]:
     """Every catalog code and signature, and any code only the site names, as the policy makes them."""
-    from checks.xid_catalog import xid_catalog
+    from fleetctl.checks.xid_catalog import xid_catalog
 
     rows = []
     for code in sorted(set(xid_catalog()) | set(policy.xids)):

@@ -107,7 +107,7 @@ from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
-from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+from fleetctl.checks.stragglers import STRAGGLER_METRICS, find_stragglers
 from fleetctl.jobs.placement import FLEET_WIDE, IN_ISLAND, NOT_PLACED
 from fleetctl.nodes.lifecycle import NodeState
 from fleetctl.remediation.drains import PLANNED, DrainKind, drain_kind, is_planned_drain

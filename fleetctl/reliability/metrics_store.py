@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, or_, select
 
-from checks.profiles import UnknownProfile, load_profile
-from checks.stragglers import STRAGGLER_METRICS
+from fleetctl.checks.profiles import UnknownProfile, load_profile
+from fleetctl.checks.stragglers import STRAGGLER_METRICS
 from fleetctl.db.models import (
     CheckRun,
     Job,

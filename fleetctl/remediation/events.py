@@ -60,7 +60,7 @@ class Event:
     def critical(self) -> bool:
         """An XID whose catalog severity is critical: the capacity guard lets its drain use
         the reserve kept for such faults."""
-        from checks.xid import xid_action  # when asked: parsing runbooks needs no Xid catalog
+        from fleetctl.checks.xid import xid_action  # when asked: parsing runbooks needs no Xid catalog
 
         return self.kind is EventKind.XID and self.code is not None and xid_action(self.code).severity == "critical"
 

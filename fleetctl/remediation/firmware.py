@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.remediation.sandbox import TemplateRefused, check_template, render
 
 

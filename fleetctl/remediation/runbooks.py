@@ -32,14 +32,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.remediation.actions import ACTIONS, BMC_ACTIONS, check_statuses
 from fleetctl.remediation.sandbox import RunbookError, TemplateRefused, check_expression, check_template
 from fleetctl.text import one_line
 
 # The shipped runbooks are the package `runbooks` (package data of the distribution), so the
 # same path holds in a checkout and in an installed wheel (pip installs wheels unzipped).
-RUNBOOKS_DIR = Path(str(resources.files("runbooks")))
+RUNBOOKS_DIR = Path(str(resources.files("fleetctl.runbooks")))
 
 ON_FAILURE = ("stop", "continue")
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.engine import Engine
 
-from checks.transcript import section
 from fleetctl.bmc.base import RESET_TYPES
+from fleetctl.checks.transcript import section
 from fleetctl.sim import store
 from fleetctl.sim.faults import CURED_BY
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from checks.profiles import load_profile
+from fleetctl.checks.profiles import load_profile
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable, validate_node_name
 from fleetctl.sim import SIM_SCHEME
 from fleetctl.sim.faults import SimFaultSpec, active_faults

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-from checks.profiles import load_profile
+from fleetctl.checks.profiles import load_profile
 from fleetctl.executors.base import validate_node_name
 from fleetctl.inventory.parse import MAX_RACK_POSITION
 from fleetctl.sim import SIM_SCHEME

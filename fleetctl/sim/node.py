@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from checks.profiles import load_profile
+from fleetctl.checks.profiles import load_profile
 from fleetctl.sim.faults import SimFaultSpec, fault_onset
 from fleetctl.sim.profiles import SimProfile
 

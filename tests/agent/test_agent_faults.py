@@ -27,10 +27,10 @@ from fleetctl.agent.transport import SEND_TIMEOUT_S
 from fleetctl.connections.temporal_server import free_port
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.client import connect
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

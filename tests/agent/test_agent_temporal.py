@@ -19,11 +19,11 @@ from fleetctl.agent.transport import TemporalTransport
 from fleetctl.connections.temporal_server import free_port, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.client import connect
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 BOOT = time.time() - 120  # booted two minutes ago (a sender time far off the server's is not trusted)

@@ -9,9 +9,9 @@ from datetime import datetime
 
 import pytest
 
-from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import UnreadableRecord, detect
 from fleetctl.agent.records import BadRecord, event_id, file_record, line_time, parse_journal_json, parse_kmsg
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.nodes.health import health_event_id
 
 BOOT = 1_700_000_000.0

@@ -14,11 +14,11 @@ import pytest
 
 from fleetctl.agent.runner import SAMPLE_TIMEOUT_S
 from fleetctl.db import queries
+from fleetctl.workflows.client import connect
 from tests.agent.test_agent_faults import DELIVERY_S, AgentProcess, agents, drained, fleet  # noqa: F401 - fixtures
 from tests.conftest import FIXTURES
 from tests.reliability.support import wait_for
 from tests.support.worker import start_in_production
-from workflows.client import connect
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

@@ -126,9 +126,9 @@ def test_a_drain_through_the_front_door_records_the_subject(door, tmp_path) -> N
     import asyncio
 
     from fleetctl.db import queries
+    from fleetctl.workflows.client import connect
     from tests.lifecycle.conftest import make_fleet
     from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-    from workflows.client import connect
 
     settings = load_settings(
         flags={

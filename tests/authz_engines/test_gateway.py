@@ -27,6 +27,7 @@ from fleetctl.authz.gateway import ALLOWED, OPERATOR_SERVICE, WORKFLOW_SERVICE, 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.workflows.api import node_workflow_id
 from tests.authz_engines.counter_workflow import GatewayCounter
 from tests.authz_engines.descriptors import all_methods
 from tests.authz_engines.gateway import start_gateway
@@ -35,7 +36,6 @@ from tests.production.test_search_attributes import VISIBILITY_LAG_S
 from tests.reliability.support import wait_for
 from tests.support.roles import as_roles_file
 from tests.support.services import missing_service
-from workflows.api import node_workflow_id
 
 pytestmark = pytest.mark.temporal
 FLEETCTL = str(Path(sys.executable).parent / "fleetctl")

@@ -15,12 +15,12 @@ from temporalio.testing import ActivityEnvironment
 from fleetctl.config import load_settings
 from fleetctl.db import queries
 from fleetctl.db.engine import dispose, get_engine
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import RmaRequest
+from fleetctl.workflows.client import connect
 from tests.authz_engines.test_pg_roles import BASELINE, ROLES, Fleet
 from tests.lifecycle.conftest import make_fleet
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import RmaRequest
-from workflows.client import connect
 
 pytestmark = [pytest.mark.postgres, pytest.mark.temporal]
 DATABASE_REFUSED = "error: the database refused this command"

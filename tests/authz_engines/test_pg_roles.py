@@ -19,10 +19,10 @@ from temporalio.testing import ActivityEnvironment
 from fleetctl.config import load_settings
 from fleetctl.db.engine import dispose, get_engine, head_revision
 from fleetctl.db.models import utcnow
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import RmaRequest
 from tests.report.history import seed
 from tests.support.roles import as_roles_file
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import RmaRequest
 
 pytestmark = [pytest.mark.postgres, pytest.mark.temporal]
 FLEETCTL = str(Path(sys.executable).parent / "fleetctl")

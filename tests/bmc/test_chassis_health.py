@@ -14,11 +14,11 @@ import re
 
 import pytest
 
-from checks import judge
-from checks.result import Status
-from checks.transcript import read_transcript
 from fleetctl.bmc.base import BmcError
 from fleetctl.bmc.redfish import RedfishClient
+from fleetctl.checks import judge
+from fleetctl.checks.result import Status
+from fleetctl.checks.transcript import read_transcript
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import RedfishBmc
 from tests.checks.conftest import fixture_text

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from checks.firmware import parse_firmware
 from fleetctl.bmc.redfish import (
     BmcAuthFailed,
     BmcError,
@@ -22,6 +21,7 @@ from fleetctl.bmc.redfish import (
     TaskResult,
     validate_image_uri,
 )
+from fleetctl.checks.firmware import parse_firmware
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import RESET_TAKES_AT_MOST_S, SYSTEM_NAME, RedfishBmc, free_port
 

@@ -5,8 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from checks import KINDS
-from checks.catalog import CHECKS, CheckSpec
+from fleetctl.checks import KINDS
+from fleetctl.checks.catalog import CHECKS, CheckSpec
 from fleetctl.cli.check import app
 from tests.checks.conftest import FIXTURES
 
@@ -115,7 +115,7 @@ def test_check_parse_usage_errors(args, message):
 def test_imex_judges_only_nodes_of_a_multi_node_nvlink_domain(profile, applies) -> None:
     """An HGX node has no IMEX domain: the check neither runs nor counts there. A node whose
     profile is unknown is not known to lack one: it runs (and judges what the node answers)."""
-    from checks import load_profile
+    from fleetctl.checks import load_profile
 
     spec = CHECKS["imex"]
     assert (spec.kind, spec.argv) == ("imex", ("nvidia-imex-ctl", "-N"))
@@ -126,14 +126,14 @@ def test_imex_judges_only_nodes_of_a_multi_node_nvlink_domain(profile, applies) 
 
 @pytest.mark.parametrize("suite", ["quick", "burn-in"])
 def test_quick_and_burn_in_list_imex(suite) -> None:
-    from checks.suites import load_suite
+    from fleetctl.checks.suites import load_suite
 
     assert "imex" in load_suite(suite).checks
 
 
 @pytest.mark.parametrize("profile,gpus", [("gb200", "4"), ("h100-sxm", "8")])
 def test_gpu_counts_come_from_the_profile(profile, gpus) -> None:
-    from checks import load_profile
+    from fleetctl.checks import load_profile
 
     gpu_profile = load_profile(profile)
     assert CHECKS["nccl-allreduce"].argv_for(gpu_profile)[-2:] == ("-g", gpus)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
+from fleetctl.checks import Status, judge
 from tests.checks.conftest import fixture_text
 
 

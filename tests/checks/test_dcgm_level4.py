@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
-from checks.catalog import CHECKS
-from checks.suites import load_suite
+from fleetctl.checks import Status, judge
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.suites import load_suite
 from tests.checks.conftest import fixture_text
 
 R4 = fixture_text("dcgm/r4_dcgm2_blacklist_text_ok.txt")

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
-from checks.signatures import signatures
-from checks.xid import parse_kernel_log
-from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import detect
+from fleetctl.checks import Status, judge
+from fleetctl.checks.signatures import signatures
+from fleetctl.checks.xid import parse_kernel_log
+from fleetctl.checks.xid_policy import CATALOG
 from tests.checks.conftest import fixture_text
 
 # (fixture, signature, where, SXid, findings): one finding per GPU or switch and fault,

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import Status, judge
-from checks._text import UnjudgeableOutput
-from checks.ib import rails_script
-from checks.nccl import pair_argv, pair_plan, plan_label
-from checks.profiles import load_profile
-from checks.transcript import read_transcript, section
+from fleetctl.checks import Status, judge
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.ib import rails_script
+from fleetctl.checks.nccl import pair_argv, pair_plan, plan_label
+from fleetctl.checks.profiles import load_profile
+from fleetctl.checks.transcript import read_transcript, section
 from tests.checks.conftest import fixture_text
 
 H100, A100 = "h100-sxm", "a100-sxm-80gb"

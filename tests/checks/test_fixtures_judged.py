@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from checks import KINDS, CheckResult, Status, judge
+from fleetctl.checks import KINDS, CheckResult, Status, judge
 from tests.checks.conftest import FIXTURES, fixture_text
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
@@ -299,7 +299,7 @@ def test_one_tools_output_judged_as_another_is_an_error(fixture_a, kind_a, kind_
 
 
 def test_unknown_kind_and_profile_raise():
-    from checks import UnknownProfile
+    from fleetctl.checks import UnknownProfile
 
     with pytest.raises(ValueError, match="unknown check kind"):
         judge("bogus", "x")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge, load_profile
+from fleetctl.checks import Status, judge, load_profile
 from tests.checks.conftest import fixture_text
 
 

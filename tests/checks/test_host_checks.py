@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from checks import Status, judge
-from checks.catalog import CHECKS
-from checks.suites import load_suite
+from fleetctl.checks import Status, judge
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.suites import load_suite
 from tests.checks.conftest import FIXTURES, fixture_text
 
 H100, A100 = "h100-sxm", "a100-sxm-80gb"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
-from checks.ib import parse_ibv_devinfo
+from fleetctl.checks import Status, judge
+from fleetctl.checks.ib import parse_ibv_devinfo
 from tests.checks.conftest import fixture_text
 
 IBSTAT, IBSTATUS, DEVINFO = (

@@ -7,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from checks import Status
-from checks.ib import judge_ib
-from checks.profiles import load_profile
+from fleetctl.checks import Status
+from fleetctl.checks.ib import judge_ib
+from fleetctl.checks.profiles import load_profile
 from tests.checks.conftest import fixture_text
 
 H100 = load_profile("h100-sxm")

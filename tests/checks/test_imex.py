@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
+from fleetctl.checks import Status, judge
 from tests.checks.conftest import fixture_text
 
 OK = "imex/imex_ctl_18_nodes_up_ok.txt"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from checks import Status, judge
-from checks.nccl import collective_of, judge_nccl, parse_nccl
-from checks.profiles import Floor, NcclCollective, load_profile
+from fleetctl.checks import Status, judge
+from fleetctl.checks.nccl import collective_of, judge_nccl, parse_nccl
+from fleetctl.checks.profiles import Floor, NcclCollective, load_profile
 from tests.checks.conftest import fixture_text
 
 H100 = "h100-sxm"
@@ -78,8 +78,8 @@ def test_a_run_that_lists_no_ranks_cannot_be_held_to_a_floor():
 
 
 def test_a_profile_floor_for_an_unknown_collective_or_out_of_order_is_refused():
-    from checks.profiles import ProfileError, parse_profile
-    from checks.safe_yaml import load_file
+    from fleetctl.checks.profiles import ProfileError, parse_profile
+    from fleetctl.checks.safe_yaml import load_file
 
     raw = load_file(Path(__file__).resolve().parents[2] / "checks" / "profiles" / "h100-sxm.yaml")
     raw["nccl_collective_busbw_gbps"] = {"all_to_everyone": {"warn": 1, "fail": 1}}

@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from checks import Status, judge
-from checks.transcript import with_stderr
+from fleetctl.checks import Status, judge
+from fleetctl.checks.transcript import with_stderr
 from tests.checks.conftest import FIXTURES
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"

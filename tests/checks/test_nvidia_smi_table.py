@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
-from checks.nvidia_smi import parse_nvidia_smi
+from fleetctl.checks import Status, judge
+from fleetctl.checks.nvidia_smi import parse_nvidia_smi
 from tests.checks.conftest import fixture_text
 
 TABLE = fixture_text("nvidia_smi/table_8xh100_ok.txt")

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import Status
-from checks._text import UnjudgeableOutput
-from checks.ib import judge_counter_increase, parse_perfquery
-from checks.stragglers import localise_by_pairs
+from fleetctl.checks import Status
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.ib import judge_counter_increase, parse_perfquery
+from fleetctl.checks.stragglers import localise_by_pairs
 from tests.checks.conftest import FIXTURES
 
 FLOOR = 40.0  # GB/s, a two-node all-reduce floor

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from checks import Status, judge
-from checks.dcgm import parse_dcgm
-from checks.hpl import parse_hpl
-from checks.ib import parse_ib_write_bw, parse_ibstat
-from checks.nccl import parse_nccl
-from checks.nvidia_smi import parse_nvidia_smi
+from fleetctl.checks import Status, judge
+from fleetctl.checks.dcgm import parse_dcgm
+from fleetctl.checks.hpl import parse_hpl
+from fleetctl.checks.ib import parse_ib_write_bw, parse_ibstat
+from fleetctl.checks.nccl import parse_nccl
+from fleetctl.checks.nvidia_smi import parse_nvidia_smi
 from tests.checks.conftest import fixture_text
 
 

@@ -6,9 +6,9 @@ from importlib import resources
 
 import pytest
 
-from checks import CheckResult, Finding, Status
-from checks.profiles import Floor, GpuProfile, UnknownProfile, load_profile, profile_names
-from checks.stragglers import find_stragglers
+from fleetctl.checks import CheckResult, Finding, Status
+from fleetctl.checks.profiles import Floor, GpuProfile, UnknownProfile, load_profile, profile_names
+from fleetctl.checks.stragglers import find_stragglers
 
 
 def test_required_profiles_exist_and_load():
@@ -22,7 +22,7 @@ def test_required_profiles_exist_and_load():
 
 @pytest.mark.parametrize("name", ["h100-sxm", "h200-sxm", "a100-sxm-80gb", "b200", "gb200"])
 def test_every_threshold_line_cites_a_source(name):
-    text = (resources.files("checks") / "profiles" / f"{name}.yaml").read_text()
+    text = (resources.files("fleetctl.checks") / "profiles" / f"{name}.yaml").read_text()
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if re.match(r"^(?!name:|description:)[a-z_]+:\s*(\{|\d+\s*(#|$))", line):

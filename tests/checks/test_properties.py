@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from checks import Status, judge
+from fleetctl.checks import Status, judge
 from tests.checks.conftest import fixture_text
 
 _NCCL = r"^\s*(?:\[1,0\]<stdout>:|\d+:)?\s*(?:\d+\s+\d+\s+\w+|#\s*(?:Out of bounds|Avg bus))"

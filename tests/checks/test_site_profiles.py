@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from checks import Status, judge
-from checks.profiles import (
+from fleetctl.checks import Status, judge
+from fleetctl.checks.profiles import (
     _BOUNDS,
     _FIELD_TYPES,
     _LISTS,

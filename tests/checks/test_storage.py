@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from checks import judge
-from checks.result import Status
+from fleetctl.checks import judge
+from fleetctl.checks.result import Status
 from tests.checks.conftest import fixture_text
 
 TEXT = fixture_text("storage/nvme_smart_log_text_ok.txt")

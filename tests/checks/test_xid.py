@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checks import Status, judge
-from checks.signatures import signatures
-from checks.xid import (
+from fleetctl.checks import Status, judge
+from fleetctl.checks.signatures import signatures
+from fleetctl.checks.xid import (
     ACTIONS,
     BUCKET_ACTIONS,
     SEVERITIES,
@@ -164,13 +164,13 @@ def test_a_fault_logged_with_and_without_its_xid_line_is_one_event():
 
 
 def _nvidia_rows() -> list[dict]:
-    text = (resources.files("checks") / "catalog" / "xid.tsv").read_text()
+    text = (resources.files("fleetctl.checks") / "catalog" / "xid.tsv").read_text()
     return list(csv.DictReader((line for line in text.splitlines() if not line.startswith("#")), delimiter="\t"))
 
 
 def test_catalog_has_every_code_of_nvidia_catalog_version():
     assert sorted(xid_catalog()) == list(range(1, 173))  # the 2025-10-29 catalog: codes 1..172
-    header = (resources.files("checks") / "catalog" / "xid.tsv").read_text().splitlines()[:12]
+    header = (resources.files("fleetctl.checks") / "catalog" / "xid.tsv").read_text().splitlines()[:12]
     assert any("Generated at 2025-10-29" in line for line in header)
 
 
@@ -223,7 +223,7 @@ def test_a_code_outside_the_catalog_is_unknown_not_an_invented_action(code):
 
 
 def test_every_signature_has_a_known_action_and_the_kernel_ones_a_pattern():
-    from checks.xid import _SIGNATURE_PATTERNS
+    from fleetctl.checks.xid import _SIGNATURE_PATTERNS
 
     table = signatures()
     assert all(s.action in ACTIONS and s.severity in SEVERITIES and s.source for s in table.values())

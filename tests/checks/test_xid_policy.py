@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from checks.xid_policy import CATALOG, XidPolicyError, load_xid_policy, parse_xid_policy
 from fleetctl.agent.detect import detect
+from fleetctl.checks.xid_policy import CATALOG, XidPolicyError, load_xid_policy, parse_xid_policy
 from fleetctl.cli.main import app
 from fleetctl.nodes.health import DAY_S, event_severity, judge_health_event
-from workflows.health_events import health_event
+from fleetctl.workflows.health_events import health_event
 
 CLI = [sys.executable, "-m", "fleetctl.cli.main"]
 # The worker reads the site's files before it asks Temporal anything; one that got past them

@@ -59,6 +59,22 @@ def test_every_domain_says_what_lives_there_and_what_it_may_import(domain: str) 
     assert modules <= listed, f"{init}: not described: {sorted(modules - listed)}"
 
 
+def test_the_checks_may_import_no_other_part_of_fleetctl() -> None:
+    contract = _contracts()["checks imports nothing of the project"]
+    parts = {f"fleetctl.{p.stem}" for p in FLEETCTL.glob("*.py") if p.name != "__init__.py"}
+    parts |= {f"fleetctl.{p.parent.name}" for p in FLEETCTL.glob("*/__init__.py")}
+    assert contract["source_modules"] == ["fleetctl.checks"]
+    assert sorted(parts - {"fleetctl.checks"}) == sorted(contract["forbidden_modules"])
+
+
+def test_the_top_level_folders_are_fleetctls_subpackages() -> None:
+    # workflows/, checks/, migrations/ and runbooks/ stay at the top of the repository and are
+    # imported, type-checked and shipped as fleetctl.<name> through a link each.
+    for folder in ("workflows", "checks", "migrations", "runbooks"):
+        link = FLEETCTL / folder
+        assert link.is_symlink() and link.resolve() == REPO / folder, link
+
+
 def test_architecture_md_names_every_package() -> None:
     text = (REPO / "ARCHITECTURE.md").read_text()
     packages = sorted(p.parent.name for p in FLEETCTL.glob("*/__init__.py"))

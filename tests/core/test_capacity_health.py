@@ -6,7 +6,7 @@ from datetime import UTC
 
 import pytest
 
-from checks.xid_policy import CATALOG
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.nodes.capacity import GuardPolicy, RemovalRequest, decide, snapshot_from_states
 from fleetctl.nodes.health import DAY_S, judge_health_event
 

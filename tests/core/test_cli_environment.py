@@ -61,8 +61,8 @@ def test_fleet_status_exits_1_when_temporal_is_unreachable(sqlite_url) -> None:
 
 @pytest.mark.temporal
 def test_fleet_status_of_a_misnamed_fleet_names_the_fleets_there(make_settings, sqlite_url) -> None:
+    from fleetctl.workflows.client import connect, ensure_capacity_guard
     from tests.support.cli import console
-    from workflows.client import connect, ensure_capacity_guard
 
     settings = make_settings(sqlite_url)
 

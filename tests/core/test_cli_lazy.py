@@ -17,7 +17,7 @@ LAYERS = (
     "fleetctl.cli.node",
     "fleetctl.cli.fleet",
     "fleetctl.db",
-    "workflows",
+    "fleetctl.workflows",
     "temporalio",
     "sqlalchemy",
     "fleetctl.schedulers",

@@ -54,7 +54,7 @@ def test_import_list_drain_undrain_round_trip(cli, tmp_path, make_settings) -> N
 
     import asyncio
 
-    from workflows.client import connect, request_transition
+    from fleetctl.workflows.client import connect, request_transition
 
     settings = make_settings(cli.db_url)
 
@@ -187,7 +187,7 @@ def test_importing_a_known_name_in_other_cases_is_one_line_and_writes_nothing(cl
 def test_drain_dry_run_says_what_each_node_would_do_and_changes_nothing(cli, tmp_path, make_settings) -> None:
     import asyncio
 
-    from workflows.client import connect, request_transition
+    from fleetctl.workflows.client import connect, request_transition
 
     ready, fresh = (f"cli-{uuid.uuid4().hex[:6]}" for _ in range(2))
     assert cli("node", "import", _inventory(tmp_path, [ready, fresh])).exit_code == 0

@@ -386,8 +386,8 @@ def test_sim_inject_help_lists_the_fault_kinds(terminal) -> None:
 
 @pytest.mark.temporal
 async def test_resume_automation_with_the_breaker_closed_says_so_and_records_nothing(make_settings, sqlite_url) -> None:
-    from workflows.client import connect, ensure_capacity_guard, running_guard_status
-    from workflows.worker import BackgroundWorker
+    from fleetctl.workflows.client import connect, ensure_capacity_guard, running_guard_status
+    from fleetctl.workflows.worker import BackgroundWorker
 
     settings = make_settings(sqlite_url)
     term = Terminal(columns=80, lines=24)
@@ -519,10 +519,10 @@ DRAIN_S = 60.0
 
 @pytest.mark.temporal
 async def test_node_show_after_an_undrain_does_not_say_drained(make_settings, sqlite_url, tmp_path) -> None:
+    from fleetctl.workflows.client import connect
+    from fleetctl.workflows.worker import BackgroundWorker
     from tests.lifecycle.conftest import make_fleet
     from tests.support.worker import start_in_production
-    from workflows.client import connect
-    from workflows.worker import BackgroundWorker
 
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
@@ -560,12 +560,12 @@ async def test_the_temporal_ui_details_say_the_node_waits_for_an_operator_as_nod
     """An XID 79 no runbook handles (none here): the node drained, waiting for an operator.
     The workflow's current details (what the Temporal UI and `temporal workflow metadata` show)
     say so in node show's words."""
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.client import connect
+    from fleetctl.workflows.worker import BackgroundWorker
     from tests.lifecycle.conftest import make_fleet
     from tests.production.test_search_attributes import temporal_cli
     from tests.support.worker import start_in_production
-    from workflows.api import node_workflow_id
-    from workflows.client import connect
-    from workflows.worker import BackgroundWorker
 
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)
@@ -724,12 +724,12 @@ async def test_the_temporal_ui_details_say_what_a_drain_waits_for_while_it_waits
     """A drain of a node running a job: while the drain waits for the job, the workflow's
     current details lead with it (`node show`'s activity), not with what the last item did."""
     from fleetctl.sim.scheduler import SimScheduler
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.client import connect, request_transition
+    from fleetctl.workflows.worker import BackgroundWorker
     from tests.lifecycle.conftest import make_fleet
     from tests.production.test_search_attributes import temporal_cli
     from tests.support.worker import start_in_production
-    from workflows.api import node_workflow_id
-    from workflows.client import connect, request_transition
-    from workflows.worker import BackgroundWorker
 
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)

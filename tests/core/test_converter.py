@@ -22,8 +22,8 @@ import pytest
 from temporalio.converter import DataConverter
 
 from fleetctl.nodes import capacity
-from workflows import api
-from workflows.converter import DATA_CONVERTER, _fields
+from fleetctl.workflows import api
+from fleetctl.workflows.converter import DATA_CONVERTER, _fields
 
 DEFAULT = DataConverter.default.payload_converter
 CACHED = DATA_CONVERTER.payload_converter

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from checks.xid_policy import CATALOG
 from fleetctl.agent.coalesce import coalesce_minor
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.nodes.health import catalog_severity, event_severity
-from workflows.health_events import health_event
+from fleetctl.workflows.health_events import health_event
 
 
 @pytest.mark.parametrize(

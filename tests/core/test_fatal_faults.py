@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from checks import judge
-from checks.xid_policy import CATALOG
+from fleetctl.checks import judge
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.nodes.capacity import FleetSnapshot, GuardPolicy, RackCounts, RemovalRequest, decide
 from fleetctl.nodes.health import judge_health_event
 

@@ -12,10 +12,10 @@ from temporalio.testing import ActivityEnvironment
 from fleetctl.config import load_settings
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node
-from workflows.activities.guard import GuardActivities
-from workflows.activities.node import NodeActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import SweepScope
+from fleetctl.workflows.activities.guard import GuardActivities
+from fleetctl.workflows.activities.node import NodeActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import SweepScope
 
 
 def _nodes(engine, rack: str, state: str, fleet: str | None, names: list[str]) -> None:

@@ -16,11 +16,11 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import RemediationRun, utcnow
 from fleetctl.reliability.report_store import build_report
+from fleetctl.workflows.client import connect
 from tests.core.test_what_operators_see import DRAINED_S
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect
 
 pytestmark = pytest.mark.temporal
 

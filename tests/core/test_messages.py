@@ -13,11 +13,11 @@ from pathlib import Path
 import temporalio.workflow
 from temporalio.converter import DataConverter
 
-from workflows import api
-from workflows.definitions.capacity_guard import CapacityGuard
-from workflows.definitions.firmware_rollout import FirmwareRollout
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.worker import WORKFLOWS
+from fleetctl.workflows import api
+from fleetctl.workflows.definitions.capacity_guard import CapacityGuard
+from fleetctl.workflows.definitions.firmware_rollout import FirmwareRollout
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.worker import WORKFLOWS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -126,9 +126,9 @@ def test_one_transition_request_reads_both_payloads_it_replaced() -> None:
 
 
 HEAVY = (
-    "workflows.definitions",
-    "workflows.activities",
-    "checks",
+    "fleetctl.workflows.definitions",
+    "fleetctl.workflows.activities",
+    "fleetctl.checks",
     "sqlmodel",
     "sqlalchemy",
     "fleetctl.db.queries",
@@ -138,13 +138,13 @@ HEAVY = (
 # YAML loader), the catalog's tables and the site's Xid policy the event's severity comes
 # from; never a parser or the profiles.
 LIGHT = (
-    "checks",
-    "checks._text",
-    "checks.result",
-    "checks.safe_yaml",
-    "checks.signatures",
-    "checks.xid_catalog",
-    "checks.xid_policy",
+    "fleetctl.checks",
+    "fleetctl.checks._text",
+    "fleetctl.checks.result",
+    "fleetctl.checks.safe_yaml",
+    "fleetctl.checks.signatures",
+    "fleetctl.checks.xid_catalog",
+    "fleetctl.checks.xid_policy",
 )
 
 

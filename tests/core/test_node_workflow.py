@@ -12,10 +12,10 @@ from temporalio.client import Client
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
-from workflows.api import node_workflow_id
-from workflows.client import CommandRejected, ensure_node_workflows, request_transition
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.worker import build_worker
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import CommandRejected, ensure_node_workflows, request_transition
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal
 
@@ -114,7 +114,7 @@ async def test_repeated_request_id_is_answered_not_reapplied(make_settings, sqli
 async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
     from temporalio.common import WorkflowIDConflictPolicy
 
-    from workflows.api import NodeLifecycleState
+    from fleetctl.workflows.api import NodeLifecycleState
 
     settings = make_settings(sqlite_url)
     engine = get_engine(sqlite_url)

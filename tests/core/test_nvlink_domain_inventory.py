@@ -81,7 +81,7 @@ def test_an_hgx_node_names_no_domain() -> None:
 
 
 def test_the_shipped_gb200_profile_holds_18_trays() -> None:
-    from checks.profiles import load_profile
+    from fleetctl.checks.profiles import load_profile
 
     gb200 = load_profile("gb200")
     assert (gb200.gpu_count, gb200.nvlink_domain_gpus) == (4, 72)  # NVIDIA: 18 compute trays x 4 GPUs = 72

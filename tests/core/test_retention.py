@@ -197,8 +197,8 @@ def test_each_worker_prunes_once_an_interval(sqlite_url: str) -> None:
     import asyncio
 
     from fleetctl.config import load_settings
+    from fleetctl.workflows.worker import prune_periodically
     from tests.reliability.support import wait_for
-    from workflows.worker import prune_periodically
 
     settings = load_settings(
         flags={"db_url": sqlite_url}, env={"FLEETCTL_RETENTION_INTERVAL_S": "1"}, config_file=os.devnull

@@ -12,7 +12,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from checks.profiles import ProfileError, fails_no_node, load_profile, profile_names
+from fleetctl.checks.profiles import ProfileError, fails_no_node, load_profile, profile_names
 from fleetctl.cli.main import app
 from tests.checks.conftest import FIXTURES
 

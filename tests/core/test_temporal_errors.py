@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from workflows.client import TemporalUnavailable, connect, sdk_error_line
+from fleetctl.workflows.client import TemporalUnavailable, connect, sdk_error_line
 
 # The Temporal Python SDK's (temporalio 1.35.0) RuntimeError texts from Client.connect,
 # captured on the build machine: a closed port, a name that does not resolve, a plain HTTP

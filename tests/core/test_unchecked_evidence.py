@@ -21,10 +21,10 @@ from fleetctl.db import queries, sweep_intervals
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun, Job, Node, utcnow
 from fleetctl.nodes.view_store import freshness, node_rows
+from fleetctl.workflows.api import SweepInput
+from fleetctl.workflows.client import connect, sweep_schedule
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli
-from workflows.api import SweepInput
-from workflows.client import connect, sweep_schedule
 
 STALE_REASON = re.compile(r"last checked 2d ago, at \d{4}-\d\d-\d\dT\d\d:\d\dZ \(sweep every 1h, no agent reports\)")
 

@@ -13,14 +13,14 @@ import pytest
 from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.browser import PNG_SIGNATURE, browser  # noqa: F401 (browser: the fixture)
 from tests.support.services import missing_service
 from tests.support.terminal import Terminal, fleetctl
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import node_workflow_id
-from workflows.client import connect
 
 pytestmark = pytest.mark.temporal
 

@@ -16,8 +16,8 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.executors.base import HostKeyMismatch
 from fleetctl.inventory.parse import InventoryError, parse_inventory
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
 from tests.executors.sshd import SshNode, write_ed25519_key
-from workflows.activities.executors import ExecutorRegistry, target_for
 
 pytestmark = pytest.mark.usefixtures("ssh_node")
 

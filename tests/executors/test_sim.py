@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from checks import judge, load_profile
-from checks.catalog import CHECKS
-from checks.result import Status
+from fleetctl.checks import judge, load_profile
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.result import Status
 from fleetctl.executors.base import CommandResult, CommandTimeout, NodeTarget, NodeUnreachable
 from fleetctl.sim.bmc import SimBmc
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec, active_faults, fault_onset
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.profiles import SimProfile, _typed, sim_profile, sim_profiles
-from workflows.activities.check_plans import run_pairs, run_rails
+from fleetctl.workflows.activities.check_plans import run_pairs, run_rails
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "sim"
 NOW = 1_750_000_000.0

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from checks import judge
-from checks.result import Status
+from fleetctl.checks import judge
+from fleetctl.checks.result import Status
 from fleetctl.cli.main import app as fleetctl_app
 from fleetctl.cli.sim import app as sim_app
 from fleetctl.db.engine import get_engine
@@ -193,7 +193,7 @@ def test_the_prologs_suite_run_judges_imex_on_trays_only_and_gives_the_tools_the
 ) -> None:
     """`fleetctl node prolog --suite standard|quick` runs the suite in its own process: imex
     only where it applies, all-reduce and HPL on the node's GPU count; all pass on healthy nodes."""
-    from workflows.activities.prejob import run_prejob_suite
+    from fleetctl.workflows.activities.prejob import run_prejob_suite
 
     settings = make_settings(sqlite_url)
     (node,) = make_fleet(settings, 1, profile, racks=1)

@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from checks.catalog import CHECKS
+from fleetctl.checks.catalog import CHECKS
 from fleetctl.executors.base import ExecutorError, NodeTarget
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import FAULT_KINDS, SimFaultSpec

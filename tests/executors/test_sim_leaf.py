@@ -10,8 +10,8 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from checks.catalog import CHECKS
-from checks.nccl import hosts_argv, parse_nccl
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.nccl import hosts_argv, parse_nccl
 from fleetctl.cli.main import app as fleetctl_app
 from fleetctl.db.engine import get_engine
 from fleetctl.executors.base import NodeTarget

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import checks
-from checks import Status
-from checks.catalog import CHECKS
+from fleetctl import checks
+from fleetctl.checks import Status
+from fleetctl.checks.catalog import CHECKS
 from tests.executors.sshd import FIXTURES, SshNode
 
 pytestmark = pytest.mark.sshd

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import checks
-from checks import Status
-from checks.catalog import CHECKS
-from checks.storage import MAX_NVME
+from fleetctl import checks
+from fleetctl.checks import Status
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.storage import MAX_NVME
 from tests.checks.conftest import fixture_text
 from tests.executors.sshd import SshNode
 

@@ -21,10 +21,10 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.remediation.firmware import parse_baseline
+from fleetctl.workflows.activities.firmware import FirmwareActivities
+from fleetctl.workflows.api import DriftRequest
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import run_sushy_emulator
-from workflows.activities.firmware import FirmwareActivities
-from workflows.api import DriftRequest
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 EXPANDED_INVENTORY = "/redfish/v1/UpdateService/FirmwareInventory?$expand=.($levels=1)"

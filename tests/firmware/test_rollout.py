@@ -11,9 +11,9 @@ from fleetctl.db import firmware as db
 from fleetctl.db.firmware import record_rollout
 from fleetctl.remediation.firmware import load_baseline
 from fleetctl.sim.store import add_fault, clear_faults
+from fleetctl.workflows.api import RolloutInput
+from fleetctl.workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout
 from tests.remediation.conftest import running_fleet
-from workflows.api import RolloutInput
-from workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout
 
 pytestmark = pytest.mark.temporal
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, select
 
-from checks.xid_policy import load_xid_policy
 from fleetctl.agent.detect import detect
+from fleetctl.checks.xid_policy import load_xid_policy
 from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db.models import GpuQuarantine
 from fleetctl.nodes.gpu_quarantine import gpu_key
@@ -26,14 +26,14 @@ from fleetctl.sim.node import build_node_state
 from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.render.xid import render_kernel_log
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import GpuReturnsInput, GpuReturnsResult, HealthEventInput
+from fleetctl.workflows.client import connect, send_health_events
+from fleetctl.workflows.definitions.gpu_returns import GpuReturns
 from tests.gpu_quarantine.test_node_workflow import GPU_SCOPED, QUARANTINE_BOUND_S, _idle
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.worker import WorkerThread
-from workflows.api import GpuReturnsInput, GpuReturnsResult, HealthEventInput
-from workflows.client import connect, send_health_events
-from workflows.definitions.gpu_returns import GpuReturns
 
 pytestmark = pytest.mark.temporal
 

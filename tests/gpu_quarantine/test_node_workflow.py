@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from checks.xid_policy import load_xid_policy
 from fleetctl.agent.detect import detect
+from fleetctl.checks.xid_policy import load_xid_policy
 from fleetctl.cli.main import app
 from fleetctl.db import gpu_quarantines, queries
 from fleetctl.nodes.gpu_quarantine import gpu_key
@@ -24,13 +24,13 @@ from fleetctl.sim.node import build_node_state
 from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.render.xid import render_kernel_log
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import HealthEventInput, node_workflow_id
+from fleetctl.workflows.client import send_health_events
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER
 from tests.lifecycle.conftest import finish_job, fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.api import HealthEventInput, node_workflow_id
-from workflows.client import send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER
 
 pytestmark = pytest.mark.temporal
 

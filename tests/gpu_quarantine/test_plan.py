@@ -13,10 +13,10 @@ from sqlmodel import Session
 from fleetctl.db import gpu_quarantines
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Node
+from fleetctl.workflows.activities.gpu_quarantine import GpuQuarantineActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import GpuQuarantineRequest
 from tests.lifecycle.conftest import make_fleet
-from workflows.activities.gpu_quarantine import GpuQuarantineActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import GpuQuarantineRequest
 
 GPU = "0000:2b:00"
 

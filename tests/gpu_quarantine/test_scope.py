@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks.xid_policy import CATALOG, FaultScope, XidPolicyError, fault_scope, parse_xid_policy
+from fleetctl.checks.xid_policy import CATALOG, FaultScope, XidPolicyError, fault_scope, parse_xid_policy
 from fleetctl.nodes.gpu_quarantine import (
     NotAGpuAddress,
     QuarantineAction,

@@ -21,11 +21,11 @@ from fleetctl.db.engine import get_engine
 from fleetctl.intake.delivery import Intake
 from fleetctl.intake.server import KnownNodes, serve_http
 from fleetctl.intake.signals import WorkflowSignals
+from fleetctl.workflows.client import connect
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.services import missing_service, wait_ready
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 TOKEN = "alertmanager-to-intake-token-0123"

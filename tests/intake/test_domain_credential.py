@@ -15,6 +15,7 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.intake import delivery, signals
 from fleetctl.nodes.capacity import AGENT_SOURCE
+from fleetctl.workflows.definitions.shared import MESSAGE, QUICK
 from tests.intake.test_isolation import (
     SIGTERM_TO_EXIT_S,
     WORKFLOW_REACTION_S,
@@ -26,7 +27,6 @@ from tests.intake.test_isolation import (
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.definitions.shared import MESSAGE, QUICK
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

@@ -32,13 +32,13 @@ from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.parse import from_json
 from fleetctl.intake.server import KnownNodes, serve_http
 from fleetctl.intake.signals import WorkflowSignals
+from fleetctl.workflows.api import HEALTH_EVENT_SIGNAL, NodeLifecycleState, node_workflow_id
+from fleetctl.workflows.client import connect
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.intake.test_server import TOKEN, Recorder, post
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.api import HEALTH_EVENT_SIGNAL, NodeLifecycleState, node_workflow_id
-from workflows.client import connect
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 CLI = [sys.executable, "-m", "fleetctl.cli.main"]
 STARTUP_S = 60  # an interpreter starting on a loaded machine

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from checks.xid_policy import CATALOG
 from fleetctl.agent.detect import detect
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.intake.parse import (
     MAX_CODE,
     MAX_DEPTH,

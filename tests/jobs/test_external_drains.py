@@ -17,11 +17,11 @@ from sqlmodel import Session, select
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, HealthEvent
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.jobs.support import slurm_inventory, until
 from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.worker import terminate_node_workflows
-from workflows.definitions.shared import QUICK
 
 pytestmark = pytest.mark.temporal
 
@@ -65,8 +65,8 @@ def _signals(settings, node: str) -> int:
     """How many health events the node's workflow was signalled: Temporal's own record."""
     from temporalio.client import Client
 
-    from workflows.api import node_workflow_id
-    from workflows.api.names import HEALTH_EVENT_SIGNAL
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.api.names import HEALTH_EVENT_SIGNAL
 
     async def count() -> int:
         client = await Client.connect(settings.temporal_address)
@@ -166,7 +166,7 @@ def test_the_maintenance_policy_takes_the_node_out_through_the_guard(settings, t
 def test_in_dry_run_an_outside_drain_is_recorded_once_however_often_its_watch_asks(settings, tmp_path) -> None:
     """Automation dry: the guard would grant the move to maintenance and grants nothing, so each
     watch asks again; its record (what `report --automation` reads) is one per drain."""
-    from workflows.client import connect, guard_status
+    from fleetctl.workflows.client import connect, guard_status
 
     engine = get_engine(settings.db_url)
     settings.external_drain_policy = "maintenance"
@@ -254,7 +254,7 @@ def test_outside_drains_of_a_quarter_of_the_fleet_go_to_maintenance_without_open
     """NHC drains the 4 Slurm nodes of 16 within one watch (25%, past the fleet's 10% and at
     the storm limit): each is asked of the guard once, granted (it is out already), and goes
     to maintenance; none is a failure, and the breaker stays closed."""
-    from workflows.client import connect, guard_status
+    from fleetctl.workflows.client import connect, guard_status
 
     settings = slurm_settings
     settings.external_drain_policy = "maintenance"
@@ -288,7 +288,7 @@ def test_the_guard_counts_outside_drains_and_refuses_a_drain_past_the_limit(
     """record-only: NHC's 4 drains leave the nodes in production in fleetctl, but they serve
     nothing; the guard counts them, so an automated drain of another node (10% of 16 is 1) is
     refused."""
-    from workflows.client import connect, request_guarded_drain
+    from fleetctl.workflows.client import connect, request_guarded_drain
 
     settings = slurm_settings
     engine = get_engine(settings.db_url)

@@ -14,10 +14,10 @@ from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.jobs.placement import replacements
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import JobRestartInput, JobRestartResult
+from fleetctl.workflows.client import start_job_restart
+from fleetctl.workflows.worker import build_worker
 from tests.jobs.support import sim_fleet
-from workflows.api import JobRestartInput, JobRestartResult
-from workflows.client import start_job_restart
-from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal
 
@@ -224,8 +224,8 @@ async def _held_after_a_failed_check(client, settings, engine, node: str) -> Non
     from fleetctl.db.models import CheckRun
     from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
     from fleetctl.nodes.view_store import node_rows
-    from workflows.api import REQUEST_REMOVAL_UPDATE
-    from workflows.client import ensure_capacity_guard
+    from fleetctl.workflows.api import REQUEST_REMOVAL_UPDATE
+    from fleetctl.workflows.client import ensure_capacity_guard
 
     key = f"test/{node}/nvidia-smi-query/{uuid.uuid4().hex[:6]}"
     queries.insert_once(

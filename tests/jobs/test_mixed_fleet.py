@@ -23,12 +23,12 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.base import REASON_PREFIX
 from fleetctl.schedulers.kubernetes import STATE_KEY
+from fleetctl.workflows.api import HealthEventInput, job_restart_id
+from fleetctl.workflows.client import connect, send_health_events
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.reliability.support import wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.api import HealthEventInput, job_restart_id
-from workflows.client import connect, send_health_events
-from workflows.definitions.shared import QUICK
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

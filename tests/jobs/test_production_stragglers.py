@@ -20,15 +20,15 @@ from fleetctl.db import queries
 from fleetctl.db import stragglers as findings_db
 from fleetctl.jobs.stragglers import BY_NAME, DRAIN_AT_CHECKPOINT, FLAG_ONLY, TELEMETRY
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import DEFAULT_RUNNING_TIMEOUT_S, StragglerSweepInput, StragglerSweepResult
+from fleetctl.workflows.client import request_transition
+from fleetctl.workflows.definitions.stragglers import ProductionStragglers
 from tests.lifecycle.conftest import fleet_in_production
 from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
 from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
 from tests.support.worker import DRAIN_LOOKS_OFTEN
-from workflows.api import DEFAULT_RUNNING_TIMEOUT_S, StragglerSweepInput, StragglerSweepResult
-from workflows.client import request_transition
-from workflows.definitions.stragglers import ProductionStragglers
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow, pytest.mark.usefixtures("needs_prometheus")]
 

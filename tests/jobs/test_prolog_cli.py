@@ -13,9 +13,9 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.store import add_fault
+from fleetctl.workflows.client import connect
 from tests.support.cli import console
 from tests.support.worker import start_in_production
-from workflows.client import connect
 
 pytestmark = pytest.mark.temporal
 

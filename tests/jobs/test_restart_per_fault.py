@@ -16,10 +16,7 @@ from temporalio.service import RPCError
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
-from tests.jobs.support import until
-from tests.lifecycle.conftest import finish_job, make_fleet
-from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import (
+from fleetctl.workflows.api import (
     DEFAULT_RUNNING_TIMEOUT_S,
     HealthEventInput,
     JobRestartInput,
@@ -28,8 +25,11 @@ from workflows.api import (
     job_restart_id,
     remediation_id,
 )
-from workflows.client import connect, send_health_events
-from workflows.definitions.job_restart import JobRestart
+from fleetctl.workflows.client import connect, send_health_events
+from fleetctl.workflows.definitions.job_restart import JobRestart
+from tests.jobs.support import until
+from tests.lifecycle.conftest import finish_job, make_fleet
+from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal
 

@@ -18,9 +18,9 @@ from fleetctl.db.models import CheckRun, Node, utcnow
 from fleetctl.jobs.placement import unchecked_nodes
 from fleetctl.nodes.view_store import freshness, node_health, node_rows
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.client import start_job_restart
 from tests.jobs.support import sim_fleet
 from tests.jobs.test_job_restart import _islands, _restart, _with_worker
-from workflows.client import start_job_restart
 
 SWEEP_EVERY_S = 3600.0
 AGENT_SILENCE_S = 120.0

@@ -18,11 +18,11 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent
 from fleetctl.schedulers.base import SchedulerError
 from fleetctl.schedulers.kubernetes import KubernetesScheduler
+from fleetctl.workflows.activities.jobs import JobRestartActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import RestartJob
 from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import KubeEmulator
-from workflows.activities.jobs import JobRestartActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import RestartJob
 
 
 @pytest.fixture

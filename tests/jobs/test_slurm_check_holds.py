@@ -20,12 +20,12 @@ from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, check_hold_reason
+from fleetctl.workflows.api import CheckOutcome, CheckRequest, SweepInput
+from fleetctl.workflows.client import connect, request_phase
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
+from fleetctl.workflows.worker import activities_for, build_worker
 from tests.jobs.support import slurm_inventory, until
 from tests.support.worker import terminate_node_workflows
-from workflows.api import CheckOutcome, CheckRequest, SweepInput
-from workflows.client import connect, request_phase
-from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.worker import activities_for, build_worker
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

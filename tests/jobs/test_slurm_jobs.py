@@ -267,9 +267,9 @@ def test_a_retried_requeue_names_the_island_nodes_again(slurm_reset, make_settin
     from temporalio.testing import ActivityEnvironment
 
     from fleetctl.db import jobs
-    from workflows.activities.jobs import JobRestartActivities
-    from workflows.activities.schedulers import SchedulerRegistry
-    from workflows.api import RestartJob
+    from fleetctl.workflows.activities.jobs import JobRestartActivities
+    from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+    from fleetctl.workflows.api import RestartJob
 
     slurm_cluster = slurm_reset
     settings = make_settings(sqlite_url)

@@ -13,11 +13,11 @@ import pytest
 
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import HealthEventInput, RemediationResult, remediation_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
 from tests.jobs.support import import_slurm_nodes, until
 from tests.jobs.test_restart_per_fault import RUNBOOK, _settled
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.api import HealthEventInput, RemediationResult, remediation_id
-from workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

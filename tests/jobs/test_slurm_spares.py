@@ -16,10 +16,16 @@ from fleetctl.db import jobs, queries
 from fleetctl.db import spares as spare_store
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import (
+    connect,
+    ensure_node_workflows,
+    request_phase,
+    request_transition,
+    send_health_events,
+)
 from tests.jobs.support import until
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

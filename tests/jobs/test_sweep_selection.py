@@ -14,11 +14,11 @@ from fleetctl.db.engine import get_engine
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.activities import schedulers as scheduler_registry
+from fleetctl.workflows.activities.node import NodeActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import SweepScope
 from tests.jobs.support import sim_fleet
-from workflows.activities import schedulers as scheduler_registry
-from workflows.activities.node import NodeActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import SweepScope
 
 
 class CountingScheduler:

@@ -16,10 +16,10 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.store import add_fault
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.support.worker import WorkerThread
-from workflows.api import node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_phase
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 
 @dataclass

@@ -14,10 +14,10 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, phase_outcome, request_phase, request_phases, request_transition
 from tests.reliability.support import Cli, inventory_file
 from tests.support.worker import WorkerThread
-from workflows.api import node_workflow_id
-from workflows.client import connect, phase_outcome, request_phase, request_phases, request_transition
 
 pytestmark = pytest.mark.temporal
 
@@ -44,7 +44,7 @@ async def test_a_call_that_times_out_is_retried_as_the_same_update(sim_fleet, mo
     """No worker at first: every call times out until one starts. The retries carry the same
     update id, so the node is admitted once (a fresh id per call would be refused as
     'admission already in progress' behind the first, still pending update)."""
-    import workflows.client as client_module
+    import fleetctl.workflows.client as client_module
 
     fleet = await sim_fleet(1, worker=False)
     (name,) = fleet.names
@@ -83,7 +83,7 @@ async def test_nodes_nobody_answers_for_each_fail_with_the_reason_and_are_asked_
 ) -> None:
     """Counted, not timed: the real calls are wrapped to count how many are in flight at once,
     so the test holds on a loaded machine where the calls' durations stretch."""
-    import workflows.client as client_module
+    import fleetctl.workflows.client as client_module
 
     fleet = await sim_fleet(6, worker=False)
     attempts, rpc_timeout = 2, timedelta(seconds=1)

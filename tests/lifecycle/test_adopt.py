@@ -18,11 +18,11 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import Job, JobRestart, SimSchedulerNode
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
+from fleetctl.workflows.api import SweepInput, node_workflow_id
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.worker import build_worker
 from tests.reliability.support import Cli
-from workflows.api import SweepInput, node_workflow_id
-from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal
 

@@ -27,10 +27,10 @@ from fleetctl.intake.heartbeats import Heartbeats
 from fleetctl.intake.server import Intake, serve_http
 from fleetctl.nodes import reachability
 from fleetctl.nodes.fleet_status_store import fleet_status
+from fleetctl.workflows.api import SweepInput, SweepResult
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
-from workflows.api import SweepInput, SweepResult
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 

@@ -22,6 +22,10 @@ from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import SweepInput, SweepScope
+from fleetctl.workflows.client import request_phase
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
+from fleetctl.workflows.worker import activities_for, build_worker
 from tests.jobs.support import sim_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.reliability.test_kubernetes_outage import (
@@ -32,10 +36,6 @@ from tests.reliability.test_kubernetes_outage import (
     production_node,
 )
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.api import SweepInput, SweepScope
-from workflows.client import request_phase
-from workflows.definitions.active_checks import ActiveCheckSweep
-from workflows.worker import activities_for, build_worker
 
 pytestmark = pytest.mark.temporal
 

@@ -20,15 +20,15 @@ from temporalio import activity
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import CheckOutcome, CheckRequest, node_workflow_id
+from fleetctl.workflows.client import connect, request_phase, send_health_events
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT
+from fleetctl.workflows.worker import activities_for, build_worker, lane_slots, slots_of
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_preemption import ACTED_ON_WITHIN_S, _xid79
 from tests.reliability.support import wait_for
 from tests.support.worker import DRAIN_LOOKS_OFTEN, start_in_production, terminate_node_workflows
-from workflows.api import CheckOutcome, CheckRequest, node_workflow_id
-from workflows.client import connect, request_phase, send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import HEARTBEAT_TIMEOUT
-from workflows.worker import activities_for, build_worker, lane_slots, slots_of
 
 # The test's worker: 4 critical slots and 4 bulk ones at the default share.
 THREADS = 8
@@ -168,7 +168,7 @@ async def test_the_server_paces_the_bulk_lane_at_its_rate(make_settings, sqlite_
     per 1/rate s). Without the limit the simulated checks run back to back in a fraction of it."""
     import time
 
-    from checks.suites import load_suite
+    from fleetctl.checks.suites import load_suite
 
     settings = make_settings(sqlite_url)
     settings.bulk_activities_per_s = 2.0

@@ -13,10 +13,10 @@ from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.client import connect, request_transition
 from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect, request_transition
 
 pytestmark = pytest.mark.temporal
 

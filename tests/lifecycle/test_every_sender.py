@@ -13,8 +13,8 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from checks.xid_policy import CATALOG
 from fleetctl.agent.transport import TemporalTransport
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.cli.main import app
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
@@ -22,13 +22,13 @@ from fleetctl.db.engine import get_engine
 from fleetctl.intake.parse import from_json
 from fleetctl.intake.server import Intake
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import DRAIN_JOB_WAIT_S, SIGNALS_PER_RUN, node_workflow_id
+from fleetctl.workflows.client import connect, request_transition, send_health_events
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.health_events import health_event
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import DRAIN_JOB_WAIT_S, SIGNALS_PER_RUN, node_workflow_id
-from workflows.client import connect, request_transition, send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.health_events import health_event
 
 pytestmark = pytest.mark.temporal
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from checks.suites import load_suite
+from fleetctl.checks.suites import load_suite
 from fleetctl.db import queries
 from fleetctl.db.jobs import held_nvlink_domains
+from fleetctl.workflows.api import SweepInput
+from fleetctl.workflows.client import ensure_node_workflows
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.lifecycle.conftest import make_fleet
 from tests.support.checks import recorded_checks
-from workflows.api import SweepInput
-from workflows.client import ensure_node_workflows
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 

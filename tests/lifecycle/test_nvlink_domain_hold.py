@@ -15,11 +15,11 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.db.jobs import held_nvlink_domains
+from fleetctl.workflows.api import SweepInput
+from fleetctl.workflows.client import guard_status
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.lifecycle.conftest import fleet_in_production
 from tests.support.worker import WorkerThread
-from workflows.api import SweepInput
-from workflows.client import guard_status
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from checks import judge
-from checks.catalog import CHECKS
+from fleetctl.checks import judge
+from fleetctl.checks.catalog import CHECKS
 from fleetctl.db import queries
 from fleetctl.executors.base import NodeTarget
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import SimFaultSpec
+from fleetctl.workflows.api import HealthEventInput, SweepInput, bulk_queue
+from fleetctl.workflows.client import guard_status, send_health_events
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.support.checks import record_check, recorded_checks
-from workflows.api import HealthEventInput, SweepInput, bulk_queue
-from workflows.client import guard_status, send_health_events
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 
@@ -263,7 +263,7 @@ async def test_a_failed_active_check_is_remediated_to_rma_with_evidence(sim_flee
 
 async def test_an_operator_rma_opens_a_record_with_evidence(sim_fleet) -> None:
     from fleetctl.db.remediation import rma_records
-    from workflows.client import request_transition
+    from fleetctl.workflows.client import request_transition
 
     fleet = await sim_fleet(2)
     await fleet.admit(fleet.names)

@@ -21,13 +21,19 @@ from fleetctl.executors.base import NodeTarget
 from fleetctl.schedulers.base import recheck_hold_reason
 from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import DRAIN_JOB_WAIT_S, HealthEventInput, node_workflow_id
+from fleetctl.workflows.client import (
+    connect,
+    ensure_node_workflows,
+    request_phase,
+    request_transition,
+    send_health_events,
+)
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER_ROUND
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import DRAIN_JOB_WAIT_S, HealthEventInput, node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_phase, request_transition, send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER_ROUND
 
 pytestmark = pytest.mark.temporal
 

@@ -9,11 +9,11 @@ import asyncio
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from fleetctl.workflows.api import guard_id, node_workflow_id
+from fleetctl.workflows.client import connect, ensure_capacity_guard, guard_status, node_now
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import guard_id, node_workflow_id
-from workflows.client import connect, ensure_capacity_guard, guard_status, node_now
 
 pytestmark = pytest.mark.temporal
 

@@ -13,16 +13,16 @@ import time
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from checks.xid_policy import CATALOG
+from fleetctl.checks.xid_policy import CATALOG
 from fleetctl.connections.temporal_server import start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import SIGNAL_CAP_WAIT_S, connect, send_health_events
+from fleetctl.workflows.health_events import health_event
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import node_workflow_id
-from workflows.client import SIGNAL_CAP_WAIT_S, connect, send_health_events
-from workflows.health_events import health_event
 
 pytestmark = pytest.mark.temporal
 

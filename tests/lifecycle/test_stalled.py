@@ -15,12 +15,12 @@ from fleetctl.db.engine import get_engine
 from fleetctl.nodes.search_attributes import PROBLEMS_AFTER_FAILED_TASKS
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import NODE_LIFECYCLE, node_workflow_id
+from fleetctl.workflows.client import connect, request_phase, request_transition
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.lifecycle.conftest import finish_job, make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production
-from workflows.api import NODE_LIFECYCLE, node_workflow_id
-from workflows.client import connect, request_phase, request_transition
-from workflows.definitions.shared import QUICK
 
 pytestmark = pytest.mark.temporal
 

@@ -18,10 +18,10 @@ from fleetctl.cli.main import app
 from fleetctl.config import guard_policy
 from fleetctl.db import queries
 from fleetctl.nodes.fleet_status_store import fleet_status
+from fleetctl.workflows.api import SweepInput, SweepResult
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.lifecycle.conftest import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
-from workflows.api import SweepInput, SweepResult
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 pytestmark = pytest.mark.temporal
 

@@ -11,16 +11,16 @@ import sys
 import pytest
 
 from bench.recovery import activity_started, kill_cost
-from checks.catalog import CHECKS
+from fleetctl.checks.catalog import CHECKS
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.checks import recorded_checks
-from workflows.api import node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_phase
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

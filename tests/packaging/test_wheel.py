@@ -73,8 +73,9 @@ def test_the_installed_packages_come_from_the_venv_not_the_checkout(installed, t
         [
             str(installed / "python"),
             "-c",
-            "import fleetctl, workflows, checks, migrations, runbooks\n"
-            "print('\\n'.join(m.__file__ for m in (fleetctl, workflows, checks, migrations, runbooks)))",
+            "import fleetctl, fleetctl.workflows, fleetctl.checks, fleetctl.migrations, fleetctl.runbooks as r\n"
+            "f = fleetctl\n"
+            "print('\\n'.join(m.__file__ for m in (f, f.workflows, f.checks, f.migrations, r)))",
         ],
         cwd=tmp_path,
         capture_output=True,
@@ -84,6 +85,19 @@ def test_the_installed_packages_come_from_the_venv_not_the_checkout(installed, t
     assert all(path.startswith(str(installed.parent)) for path in out), out
     pip = subprocess.run([str(installed / "pip"), "list", "--format=freeze"], capture_output=True, text=True).stdout
     assert "pytest==" not in pip and "Flask==" not in pip  # the test extras are not there to hide a missing one
+
+
+def test_the_wheel_installs_one_top_level_package(installed, tmp_path):
+    # The repository's workflows/, checks/, migrations/ and runbooks/ ship inside fleetctl: a
+    # generic top-level name in site-packages would collide with any other distribution's.
+    listing = (
+        "import importlib.metadata as m\n"
+        "print('\\n'.join(sorted({f.parts[0] for f in m.files('fleetctl') if f.parts[0] != '..'})))"
+    )
+    out = subprocess.run(
+        [str(installed / "python"), "-c", listing], cwd=tmp_path, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert [top for top in out if not top.endswith(".dist-info")] == ["fleetctl"], out
 
 
 def test_help(installed, tmp_path):

@@ -26,10 +26,10 @@ from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.search_attributes import NODE_ATTRIBUTES, type_name
 from fleetctl.sim.inventory import render_inventory
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition
+from fleetctl.workflows.worker import BackgroundWorker
 from tests.packaging.test_wheel import pollers_within
-from workflows.api import node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_transition
-from workflows.worker import BackgroundWorker
 
 pytestmark = pytest.mark.temporal
 

@@ -12,14 +12,14 @@ from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import NodeSpec
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase, request_transition
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.executors.conftest import ssh_node, ssh_server  # noqa: F401 - fixtures used by this suite
 from tests.executors.sshd import SshNode
 from tests.lifecycle.conftest import sim_fleet  # noqa: F401 - fixture used by this suite
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.api import node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 ONE_CHECK_SUITE = "one-check"
 

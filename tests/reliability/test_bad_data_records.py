@@ -16,11 +16,11 @@ from bench.postgres import fresh_database_url
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.text import MAX_TEXT
+from fleetctl.workflows.activities.database import BAD_DATA
+from fleetctl.workflows.activities.node import NodeActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import HealthEventBatch, HealthEventInput, TransitionRecord
 from tests.lifecycle.conftest import make_fleet
-from workflows.activities.database import BAD_DATA
-from workflows.activities.node import NodeActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import HealthEventBatch, HealthEventInput, TransitionRecord
 
 T0 = 1_800_000_000.0
 

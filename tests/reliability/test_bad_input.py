@@ -15,10 +15,10 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from checks import KINDS, Status, judge
-from checks._text import UnjudgeableOutput
-from checks.suites import SuiteError, load_suites
-from checks.xid import parse_xid_lines
+from fleetctl.checks import KINDS, Status, judge
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.suites import SuiteError, load_suites
+from fleetctl.checks.xid import parse_xid_lines
 from fleetctl.config import ConfigError, load_settings
 from fleetctl.durations import parse_duration
 from fleetctl.inventory.parse import InventoryError, parse_inventory, parse_selector

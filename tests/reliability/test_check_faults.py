@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from fleetctl.db import queries
+from fleetctl.workflows.activities import checks as check_activities
+from fleetctl.workflows.api import CheckRequest
 from tests.executors.sshd import write_ed25519_key
 from tests.reliability.support import wait_for
-from workflows.activities import checks as check_activities
-from workflows.api import CheckRequest
 
 pytestmark = [pytest.mark.temporal, pytest.mark.sshd]
 
@@ -93,7 +93,7 @@ async def test_node_that_stops_answering_mid_check_is_an_error(ssh_fleet) -> Non
     await fleet.to_production(name)
     started = fleet.node.root / "started"
     with tool_script(fleet, f"touch {started}\nexec sleep 30\n"):
-        from workflows.client import request_phase
+        from fleetctl.workflows.client import request_phase
 
         _, accepted, message = await request_phase(fleet.client, name, "recheck", "tester", "one-check")
         assert accepted, message
@@ -124,8 +124,8 @@ async def test_changed_host_key_refuses_the_node_and_says_so(ssh_fleet, ssh_node
 async def test_checker_storm_of_garbage_drains_nothing(ssh_fleet) -> None:
     """A tool upgrade makes every node's output unreadable: that is the checker's fault, so
     the sweep reports errors and production capacity is untouched."""
-    from workflows.api import SweepInput
-    from workflows.definitions.active_checks import ActiveCheckSweep
+    from fleetctl.workflows.api import SweepInput
+    from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 
     fleet = await ssh_fleet(6)
     for name in fleet.names:

@@ -13,11 +13,11 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.executors.base import CommandResult
 from fleetctl.nodes.capacity import GuardPolicy, checker_storm
+from fleetctl.workflows.activities.executors import ExecutorRegistry
+from fleetctl.workflows.api import SweepInput
+from fleetctl.workflows.client import guard_status, request_transition
+from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from tests.reliability.support import Cli
-from workflows.activities.executors import ExecutorRegistry
-from workflows.api import SweepInput
-from workflows.client import guard_status, request_transition
-from workflows.definitions.active_checks import ActiveCheckSweep
 
 # What nvidia-smi prints when an upgrade dropped the query flags the check relies on.
 UPGRADED_TOOL_OUTPUT = "nvidia-smi: unrecognized option '--query-gpu'\nSee nvidia-smi -h for usage.\n"

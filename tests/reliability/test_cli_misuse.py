@@ -11,11 +11,11 @@ from temporalio.client import WorkflowExecutionStatus
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, request_phase, request_transition
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.reliability.support import Cli, db_snapshot, inventory_file, one_line_error, wait_for
 from tests.support.worker import WorkerThread
-from workflows.api import node_workflow_id
-from workflows.client import connect, request_phase, request_transition
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

@@ -15,13 +15,13 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.nodes.health import MAX_RECORD_AGE_S, MAX_SENDER_SKEW_S, plausible_time
+from fleetctl.workflows.activities.node import NodeActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import connect, ensure_node_workflows, send_health_events
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread
-from workflows.activities.node import NodeActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, send_health_events
 
 HOUR, DAY = 3600.0, 86400.0
 T0 = 1_800_000_000.0  # the server's clock when the first event arrives
@@ -201,7 +201,7 @@ def test_workflow_code_reads_no_wall_clock() -> None:
     """The guard's storm window (and every workflow's timing) runs on workflow.now(): a
     worker's clock jumping, or a worker paused for hours, cannot corrupt it on replay. Every
     module under workflows/ that defines a workflow, wherever it lives, is scanned."""
-    from workflows.worker import WORKFLOWS
+    from fleetctl.workflows.worker import WORKFLOWS
 
     trees = {
         p.relative_to(WORKFLOWS_DIR).as_posix(): ast.parse(p.read_text(), str(p))

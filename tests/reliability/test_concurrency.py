@@ -16,11 +16,11 @@ from temporalio.client import ScheduleOverlapPolicy
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread
-from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 pytestmark = pytest.mark.temporal
 

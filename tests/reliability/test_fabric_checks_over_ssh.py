@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from checks import Status, judge, load_profile
-from checks.catalog import CHECKS
-from checks.nccl import pair_argv
+from fleetctl.checks import Status, judge, load_profile
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.nccl import pair_argv
 from fleetctl.db import queries
+from fleetctl.workflows.activities.check_plans import run_pairs, run_rails
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import request_phase
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.checks.conftest import FIXTURES
 from tests.executors.sshd import SshNode
 from tests.reliability.support import wait_for
-from workflows.activities.check_plans import run_pairs, run_rails
-from workflows.api import node_workflow_id
-from workflows.client import request_phase
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.sshd
 

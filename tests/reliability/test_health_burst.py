@@ -9,10 +9,10 @@ from temporalio.testing import ActivityEnvironment
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.activities.node import NodeActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import HealthEventBatch, HealthEventInput
 from tests.lifecycle.conftest import make_fleet
-from workflows.activities.node import NodeActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import HealthEventBatch, HealthEventInput
 
 T0 = 1_800_000_000.0
 WARNING_XID = 94  # contained ECC: the third within 24 h drains the node

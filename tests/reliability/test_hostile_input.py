@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from typer.testing import CliRunner
 
-from checks.safe_yaml import YamlRefused, loads, read_text
+from fleetctl.checks.safe_yaml import YamlRefused, loads, read_text
 from fleetctl.cli.main import app
 from fleetctl.config import ConfigError, load_settings
 from fleetctl.connections.webhook_client import post_webhook

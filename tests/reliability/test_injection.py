@@ -18,13 +18,13 @@ from fleetctl.db.engine import get_engine
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.firmware import parse_baseline, update_argv
 from fleetctl.remediation.runbooks import parse_runbook
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition, start_remediation
 from tests.bmc.conftest import scripted_redfish  # noqa: F401 - fixture used here
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.jobs.support import import_slurm_nodes
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm, slurm_cluster  # noqa: F401 - fixtures used here
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.client import connect, ensure_node_workflows, request_transition, start_remediation
 
 SIMPLE_UPDATE = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
 

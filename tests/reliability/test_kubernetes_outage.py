@@ -35,13 +35,13 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.inventory.parse import NodeSpec
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY
+from fleetctl.workflows.api import HealthEventInput, job_restart_id, node_workflow_id
+from fleetctl.workflows.client import connect, send_health_events
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
-from workflows.api import HealthEventInput, job_restart_id, node_workflow_id
-from workflows.client import connect, send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK, SCHEDULER
 
 pytestmark = pytest.mark.temporal
 

@@ -32,13 +32,13 @@ from fleetctl.intake.server import Intake, serve_http
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import REASON_PREFIX
 from fleetctl.text import MAX_TEXT
+from fleetctl.workflows.api import HealthEventInput, TransitionRequest, TransitionResult, node_workflow_id
+from fleetctl.workflows.client import connect, send_health_events
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER_ROUND
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import HealthEventInput, TransitionRequest, TransitionResult, node_workflow_id
-from workflows.client import connect, send_health_events
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK, SCHEDULER_ROUND
 
 pytestmark = [pytest.mark.temporal]
 

@@ -23,13 +23,13 @@ from fleetctl.db.engine import get_engine
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import SchedulerError
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.activities import schedulers as scheduler_registry
+from fleetctl.workflows.api import node_workflow_id
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.activities import schedulers as scheduler_registry
-from workflows.api import node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_transition
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

@@ -15,12 +15,12 @@ from typer.testing import CliRunner
 from fleetctl.cli.main import app
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, db_snapshot, wait_for
 from tests.support.webhook import WebhookReceiver
 from tests.support.worker import WorkerThread
-from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
 
 RUNBOOK = """
 name: xid79-notify-and-rma

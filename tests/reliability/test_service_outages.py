@@ -19,12 +19,12 @@ import pytest
 from fleetctl.connections.temporal_server import free_port, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase, request_transition
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
 from tests.reliability.support import wait_for
 from tests.support.checks import recorded_checks
 from tests.support.worker import WorkerThread
-from workflows.client import connect, ensure_node_workflows, request_phase, request_transition
 
 BURN_IN_PATH = [("new", "burn_in"), ("burn_in", "admission"), ("admission", "production")]
 

@@ -23,13 +23,25 @@ from fleetctl.cli.main import app
 from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import REASON_PREFIX
+from fleetctl.workflows.api import (
+    HealthEventInput,
+    JobRestartInput,
+    NodeLifecycleState,
+    job_restart_id,
+    node_workflow_id,
+)
+from fleetctl.workflows.client import (
+    connect,
+    ensure_node_workflows,
+    request_transition,
+    send_health_events,
+    start_job_restart,
+)
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.jobs.support import import_slurm_nodes
 from tests.reliability.support import Cli, wait_for
 from tests.schedulers.conftest import slurm_cluster  # noqa: F401 - a fixture, used by name
 from tests.support.worker import WorkerThread, terminate_node_workflows
-from workflows.api import HealthEventInput, JobRestartInput, NodeLifecycleState, job_restart_id, node_workflow_id
-from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events, start_job_restart
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

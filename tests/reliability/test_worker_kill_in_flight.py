@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 
 from bench.recovery import activity_started, kill_cost
-from checks.catalog import CHECKS
+from fleetctl.checks.catalog import CHECKS
 from fleetctl.db import jobs as job_store
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
+from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
 from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import TIME_SCALE, start_worker
 from tests.reliability.support import wait_for
-from workflows.api import HealthEventInput
-from workflows.client import connect, ensure_node_workflows, request_transition, send_health_events
-from workflows.definitions.shared import QUICK, SCHEDULER
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 
@@ -175,7 +175,7 @@ async def test_worker_killed_mid_runbook_step(killable_worker) -> None:
     from fleetctl.db import remediation as runs_store
     from fleetctl.remediation.events import Event
     from fleetctl.remediation.runbooks import parse_runbook
-    from workflows.client import start_remediation
+    from fleetctl.workflows.client import start_remediation
 
     settings, worker = killable_worker()
     (name,) = make_fleet(settings, 1)
@@ -217,9 +217,9 @@ async def test_worker_killed_mid_firmware_batch(killable_worker, monkeypatch) ->
     from fleetctl.db import firmware as firmware_store
     from fleetctl.remediation.firmware import load_baseline
     from fleetctl.sim.store import add_fault
+    from fleetctl.workflows.api import RolloutInput
+    from fleetctl.workflows.client import start_rollout
     from tests.support.checks import record_check
-    from workflows.api import RolloutInput
-    from workflows.client import start_rollout
 
     baseline_file = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"
     # Two nodes: the guard's 10 % limit would hold batch 2 while the canary is still out.

@@ -15,9 +15,9 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun, HealthEvent
 from fleetctl.inventory.parse import parse_inventory
+from fleetctl.workflows.client import ensure_node_workflows, request_transition
+from fleetctl.workflows.worker import build_worker
 from tests.support.checks import record_check
-from workflows.client import ensure_node_workflows, request_transition
-from workflows.worker import build_worker
 
 
 @dataclass

@@ -16,13 +16,13 @@ from fleetctl.db.models import CheckRun
 from fleetctl.executors.base import CommandResult, NodeUnreachable
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.remediation.firmware import load_baseline
+from fleetctl.workflows.activities import remediation as remediation_activities
+from fleetctl.workflows.activities.firmware import FirmwareActivities
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import DriftRequest, HardwareRequest
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import RESET_TAKES_AT_MOST_S, RedfishBmc, run_sushy_emulator
 from tests.firmware.test_baseline import FIXTURE
-from workflows.activities import remediation as remediation_activities
-from workflows.activities.firmware import FirmwareActivities
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import DriftRequest, HardwareRequest
 
 
 @dataclass

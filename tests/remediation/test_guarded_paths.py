@@ -20,20 +20,20 @@ from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.capacity import GuardPolicy, RemovalDecision, RemovalRequest
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.runbooks import parse_runbook
-from tests.reliability.support import Cli, wait_for
-from tests.remediation.conftest import running_fleet
-from workflows.activities.guard import GuardActivities
-from workflows.api import (
+from fleetctl.workflows.activities.guard import GuardActivities
+from fleetctl.workflows.api import (
     REQUEST_REMOVAL_UPDATE,
     CapacityGuardState,
     HealthEventInput,
     RemovalFactsInput,
     guard_id,
 )
-from workflows.client import guard_status, request_transition, run_remediation, send_health_events
-from workflows.definitions.capacity_guard import CapacityGuard
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK, SCHEDULER
+from fleetctl.workflows.client import guard_status, request_transition, run_remediation, send_health_events
+from fleetctl.workflows.definitions.capacity_guard import CapacityGuard
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
+from tests.reliability.support import Cli, wait_for
+from tests.remediation.conftest import running_fleet
 
 pytestmark = pytest.mark.temporal
 # A decision is a handful of activities, each bounded by QUICK's start-to-close.

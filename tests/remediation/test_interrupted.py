@@ -16,12 +16,12 @@ from fleetctl.db import remediation as runs_db
 from fleetctl.db.engine import get_engine
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.runbooks import load_runbooks
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import connect, send_health_events, start_remediation
+from fleetctl.workflows.definitions.shared import MESSAGE, QUICK
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.api import HealthEventInput
-from workflows.client import connect, send_health_events, start_remediation
-from workflows.definitions.shared import MESSAGE, QUICK
 
 pytestmark = pytest.mark.temporal
 

@@ -21,8 +21,8 @@ from fleetctl.inventory.parse import parse_inventory
 from fleetctl.reliability.report_store import build_report
 from fleetctl.remediation.events import Event, EventKind
 from fleetctl.remediation.lemons import LemonPolicy
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import RunStart
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import RunStart
 
 
 def _setup(sqlite_url: str):

@@ -18,10 +18,10 @@ from fleetctl.db import queries
 from fleetctl.db import remediation as runs_db
 from fleetctl.db.engine import get_engine
 from fleetctl.reliability.exporter_server import FleetCollector
+from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
+from fleetctl.workflows.worker import build_worker
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import until_polled
-from workflows.definitions.shared import QUICK, SCHEDULER
-from workflows.worker import build_worker
 
 pytestmark = pytest.mark.temporal
 

@@ -13,16 +13,16 @@ import pytest
 from fleetctl.db import queries
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest
-from tests.remediation.conftest import running_fleet
-from workflows.activities.guard import GuardActivities
-from workflows.api import REQUEST_REMOVAL_UPDATE, FaultRemoval
-from workflows.client import (
+from fleetctl.workflows.activities.guard import GuardActivities
+from fleetctl.workflows.api import REQUEST_REMOVAL_UPDATE, FaultRemoval
+from fleetctl.workflows.client import (
     CommandRejected,
     ensure_capacity_guard,
     ensure_node_workflows,
     guard_status,
     request_transition,
 )
+from tests.remediation.conftest import running_fleet
 
 pytestmark = pytest.mark.temporal
 

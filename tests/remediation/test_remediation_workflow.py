@@ -15,9 +15,9 @@ from fleetctl.db.models import utcnow
 from fleetctl.remediation.events import Event
 from fleetctl.remediation.runbooks import load_runbooks
 from fleetctl.sim.store import add_fault, faults_for
+from fleetctl.workflows.client import run_remediation
 from tests.remediation.conftest import running_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN
-from workflows.client import run_remediation
 
 pytestmark = pytest.mark.temporal
 BOOKS = load_runbooks()

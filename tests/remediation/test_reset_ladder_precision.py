@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from checks import judge
+from fleetctl.checks import judge
 from fleetctl.remediation.runbooks import load_runbooks
 from fleetctl.remediation.sandbox import evaluate
 from tests.conftest import FIXTURES

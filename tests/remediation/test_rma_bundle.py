@@ -17,9 +17,9 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.remediation.rma import MASK, redact
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import RmaRequest
 from tests.support.webhook import WebhookReceiver
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import RmaRequest
 
 
 def test_redact_masks_credentials_everywhere() -> None:

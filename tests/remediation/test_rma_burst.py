@@ -20,12 +20,12 @@ from fleetctl.durations import as_utc
 from fleetctl.nodes.capacity import GuardPolicy
 from fleetctl.remediation.rma import BurstVerdict, burst_verdict
 from fleetctl.sim.store import add_fault
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import send_health_events
+from fleetctl.workflows.definitions.shared import MESSAGE, QUICK
 from tests.reliability.support import Cli, one_line_error, wait_for
 from tests.remediation.conftest import running_fleet
 from tests.support.webhook import WebhookReceiver
-from workflows.api import HealthEventInput
-from workflows.client import send_health_events
-from workflows.definitions.shared import MESSAGE, QUICK
 
 POLICY = GuardPolicy(storm_fraction=0.2, storm_window_s=600, storm_min_failures=3)
 T = 1_000_000.0
@@ -420,8 +420,8 @@ def test_the_cli_addresses_the_update_the_run_defines() -> None:
     """`rma confirm` sends RMA_DECISION_UPDATE with an RmaDecision: the Remediation's own."""
     import temporalio.workflow
 
-    from workflows.api import RMA_DECISION_UPDATE, RmaDecision
-    from workflows.definitions.remediation import Remediation
+    from fleetctl.workflows.api import RMA_DECISION_UPDATE, RmaDecision
+    from fleetctl.workflows.definitions.remediation import Remediation
 
     update = temporalio.workflow._Definition.must_from_class(Remediation).updates[RMA_DECISION_UPDATE]
     assert update.arg_types == [RmaDecision]

@@ -14,12 +14,12 @@ from fleetctl.db import queries
 from fleetctl.db import remediation as db
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import utcnow
+from fleetctl.workflows.client import connect
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.core.test_what_operators_see import DRAINED_S
 from tests.lifecycle.conftest import make_fleet
 from tests.reliability.support import Cli, wait_for
 from tests.support.worker import WorkerThread, start_in_production
-from workflows.client import connect
-from workflows.definitions.shared import QUICK
 
 pytestmark = pytest.mark.temporal
 

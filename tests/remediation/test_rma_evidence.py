@@ -18,8 +18,8 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import HealthEvent, utcnow
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.remediation.rma import health_history, render_markdown
-from workflows.activities.remediation import RemediationActivities
-from workflows.api import RmaRequest
+from fleetctl.workflows.activities.remediation import RemediationActivities
+from fleetctl.workflows.api import RmaRequest
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -172,9 +172,9 @@ async def test_an_xid_64_from_a_kernel_log_is_in_its_rmas_evidence(fleet_setting
     from typer.testing import CliRunner
 
     from fleetctl.cli.main import app
+    from fleetctl.workflows.definitions.shared import QUICK
     from tests.remediation.conftest import running_fleet
     from tests.support.worker import DRAIN_LOOKS_OFTEN
-    from workflows.definitions.shared import QUICK
 
     async with running_fleet(fleet_settings) as fleet:
         (node,) = await fleet.add(1, **DRAIN_LOOKS_OFTEN)

@@ -103,8 +103,7 @@ from fleetctl.sim.node import build_node_state
 from fleetctl.sim.profiles import sim_profile
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.sim.store import add_fault
-from tests.support.checks import record_check
-from workflows.api import (
+from fleetctl.workflows.api import (
     RMA_DECISION_UPDATE,
     GpuReturnsInput,
     HealthEventInput,
@@ -127,7 +126,7 @@ from workflows.api import (
     straggler_sweep_id,
     validation_id,
 )
-from workflows.client import (
+from fleetctl.workflows.client import (
     connect,
     ensure_node_workflows,
     release_gpu,
@@ -139,14 +138,15 @@ from workflows.client import (
     start_remediation,
     start_rollout,
 )
-from workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
-from workflows.definitions.firmware_rollout import FirmwareRollout
-from workflows.definitions.gpu_returns import GpuReturns
-from workflows.definitions.hung_jobs import HungJobs
-from workflows.definitions.job_history import JobHistorySync
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.stragglers import ProductionStragglers
-from workflows.worker import BackgroundWorker
+from fleetctl.workflows.definitions.active_checks import ActiveCheckBatch, ActiveCheckSweep
+from fleetctl.workflows.definitions.firmware_rollout import FirmwareRollout
+from fleetctl.workflows.definitions.gpu_returns import GpuReturns
+from fleetctl.workflows.definitions.hung_jobs import HungJobs
+from fleetctl.workflows.definitions.job_history import JobHistorySync
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.stragglers import ProductionStragglers
+from fleetctl.workflows.worker import BackgroundWorker
+from tests.support.checks import record_check
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 SETS = {

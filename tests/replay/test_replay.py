@@ -22,9 +22,9 @@ import yaml
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from fleetctl.workflows.worker import WORKFLOWS
 from tests.replay.record import HISTORIES as HISTORIES_ROOT
 from tests.replay.record import PATCH_INDEX, SETS, WORKFLOW_IDS, patch_marker_details, patch_markers
-from workflows.worker import WORKFLOWS
 
 ROOT = Path(__file__).resolve().parents[2]
 # The sets recorded whole, every long-running workflow type in each; the others hold new branches only.
@@ -138,7 +138,7 @@ def test_every_patch_in_the_code_is_taken_by_a_recorded_history() -> None:
 def test_both_of_the_guards_removal_updates_are_replayed() -> None:
     """The guard's current question and the one its runs answered before (kept for them, as a
     patch's old branch is: docs/decisions/0030) each appear in a recorded history."""
-    from workflows.api import REQUEST_REMOVAL_UPDATE, STEPWISE_REQUEST_REMOVAL_UPDATE
+    from fleetctl.workflows.api import REQUEST_REMOVAL_UPDATE, STEPWISE_REQUEST_REMOVAL_UPDATE
 
     answered = {
         event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name

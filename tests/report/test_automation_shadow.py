@@ -13,11 +13,11 @@ import pytest
 
 from fleetctl.db import queries
 from fleetctl.reliability.automation_shadow import AGREE_WITHIN, Act, Did, Doer, Would, shadow_report
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.client import request_transition, send_health_events
+from fleetctl.workflows.definitions.shared import QUICK
 from tests.reliability.support import Cli, wait_for
 from tests.remediation.conftest import running_fleet
-from workflows.api import HealthEventInput
-from workflows.client import request_transition, send_health_events
-from workflows.definitions.shared import QUICK
 
 T0 = datetime(2026, 1, 5, 12, tzinfo=UTC)
 # A decision is a handful of activities, each bounded by QUICK's start-to-close.

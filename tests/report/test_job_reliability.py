@@ -10,7 +10,7 @@ import pytest
 
 from fleetctl.reliability import metrics
 from fleetctl.reliability.metrics import JobRecord, NodeHistory, NodeRecord, RestartRecord, Transition
-from workflows.activities.jobs import failure_said_in
+from fleetctl.workflows.activities.jobs import failure_said_in
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 HOUR = 3600.0

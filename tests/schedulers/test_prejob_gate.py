@@ -33,10 +33,10 @@ from fleetctl.db.models import CheckRun
 from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.kubernetes import KubernetesScheduler
 from fleetctl.sim.store import add_fault
+from fleetctl.workflows.client import connect
 from tests.reliability.support import wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
 from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production, terminate_node_workflows
-from workflows.client import connect
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes" / "admission_review_gpu_pod.json"
 GATE_TIMEOUT_S = 150  # GateSettings' default: the init container's wait on the gate

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import uuid
 
-from checks import judge
-from checks.catalog import CHECKS
+from fleetctl.checks import judge
+from fleetctl.checks.catalog import CHECKS
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
-from workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
 
 
 def record_check(settings: Settings, node: str, check: str) -> CheckRun:
@@ -40,8 +40,8 @@ def record_check(settings: Settings, node: str, check: str) -> CheckRun:
 def recorded_checks(suite: str, profile: str) -> list[str]:
     """The suite's checks, in order, that a node of `profile` runs and records: one that does
     not apply to the profile (imex on an HGX node) is neither."""
-    from checks import load_profile
-    from checks.suites import load_suite
+    from fleetctl.checks import load_profile
+    from fleetctl.checks.suites import load_suite
 
     gpu_profile = load_profile(profile)
     return [check for check in load_suite(suite).checks if CHECKS[check].applies_to(gpu_profile)]

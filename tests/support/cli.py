@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
 from fleetctl.config import Settings
+from fleetctl.workflows.worker import BackgroundWorker
 from tests.support.worker import until_polled
-from workflows.worker import BackgroundWorker
 
 
 @contextmanager

@@ -6,10 +6,10 @@ import asyncio
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from workflows.api import NodeLifecycleState, node_workflow_id
-from workflows.client import connect, request_transition, task_queue_unpolled
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
+from fleetctl.workflows.api import NodeLifecycleState, node_workflow_id
+from fleetctl.workflows.client import connect, request_transition, task_queue_unpolled
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
 
 # NodeLifecycleState timing for a test whose job ends (or moves) while a drain waits for it:
 # the drain sees it gone within half a second, not at its next look DRAIN_JOB_POLL_S (30 s)

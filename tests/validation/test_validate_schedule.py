@@ -13,10 +13,10 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.inventory.hostlist import expand
 from fleetctl.sim.scheduler import SimScheduler
+from fleetctl.workflows.activities.validation import RUN_TIMEOUT
+from fleetctl.workflows.definitions.shared import SCHEDULER
 from tests.jobs.support import sim_fleet, until
 from tests.support.cli import console
-from workflows.activities.validation import RUN_TIMEOUT
-from workflows.definitions.shared import SCHEDULER
 
 pytestmark = pytest.mark.temporal
 

@@ -13,9 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from tests.workflows.children import FakeJobRestart
-from tests.workflows.fakes import FakeActivities, World
-from workflows.api import (
+from fleetctl.workflows.api import (
     HealthEventInput,
     JobRestartInput,
     NodeLifecycleState,
@@ -26,9 +24,11 @@ from workflows.api import (
     job_restart_id,
     node_workflow_id,
 )
-from workflows.converter import DATA_CONVERTER
-from workflows.definitions.node_lifecycle import NodeLifecycle
-from workflows.definitions.shared import QUICK
+from fleetctl.workflows.converter import DATA_CONVERTER
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+from fleetctl.workflows.definitions.shared import QUICK
+from tests.workflows.children import FakeJobRestart
+from tests.workflows.fakes import FakeActivities, World
 
 # One decision is a handful of activities, each bounded by QUICK's start-to-close: a
 # decision not taken within that many bounds is not coming.

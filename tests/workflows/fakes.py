@@ -14,8 +14,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.nodes.capacity import RemovalDecision, RemovalRequest, grant_for, removals_for_fault
-from workflows.activities.database import BAD_DATA
-from workflows.api import (
+from fleetctl.workflows.activities.database import BAD_DATA
+from fleetctl.workflows.api import (
     AdmissionRequest,
     AdmissionVerdict,
     AutomationRecord,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.api import HealthEventInput
+    from fleetctl.workflows.api import HealthEventInput
 
 
 @workflow.defn(name="ConverterProbe")

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from fleetctl.workflows.api import HealthEventInput, WorkItem, WorkKind
+from fleetctl.workflows.definitions.health_queue import QUEUED_MINOR_EVENTS
+from fleetctl.workflows.definitions.node_lifecycle import WORK_SHOWN, NodeLifecycle
 from tests.workflows.conftest import DECISION_S
 from tests.workflows.fakes import World
 from tests.workflows.test_node_lifecycle_decisions import MINOR, XID79
-from workflows.api import HealthEventInput, WorkItem, WorkKind
-from workflows.definitions.health_queue import QUEUED_MINOR_EVENTS
-from workflows.definitions.node_lifecycle import WORK_SHOWN, NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

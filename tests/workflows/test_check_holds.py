@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
+from fleetctl.workflows.api import PhaseRequest
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.workflows.fakes import World
-from workflows.api import PhaseRequest
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

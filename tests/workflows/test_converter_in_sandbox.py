@@ -12,12 +12,12 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.worker import Replayer, Worker
 
+from fleetctl.workflows.api import HealthEventInput
+from fleetctl.workflows.converter import DATA_CONVERTER, _fields
+from fleetctl.workflows.worker import WORKFLOWS
 from tests.replay.test_replay import HISTORIES, _history, _label
 from tests.workflows.conftest import DECISION_S
 from tests.workflows.probe import ConverterProbe
-from workflows.api import HealthEventInput
-from workflows.converter import DATA_CONVERTER, _fields
-from workflows.worker import WORKFLOWS
 
 
 @pytest_asyncio.fixture(loop_scope="function")

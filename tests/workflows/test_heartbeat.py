@@ -9,7 +9,7 @@ import threading
 from temporalio.exceptions import CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from workflows.activities.heartbeat import HEARTBEAT_EVERY_S, heartbeating
+from fleetctl.workflows.activities.heartbeat import HEARTBEAT_EVERY_S, heartbeating
 
 # What Temporal allows between beats (workflows.definitions.shared.HEARTBEAT_TIMEOUT).
 HEARTBEAT_TIMEOUT_S = 5 * HEARTBEAT_EVERY_S

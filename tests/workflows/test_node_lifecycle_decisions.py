@@ -12,10 +12,10 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from fleetctl.remediation.events import Event
+from fleetctl.workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.workflows.conftest import DECISION_S
 from tests.workflows.fakes import World
-from workflows.api import AdmissionVerdict, HealthEventVerdict, UpdateOutcome
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 
@@ -220,7 +220,7 @@ async def test_an_automated_drain_without_the_guards_grant_for_this_node_now_is_
     """A runbook's `set_state: draining`, or any workflow that skips the capacity guard, sends
     a drain without a grant: the node's own workflow refuses it."""
     from fleetctl.nodes.capacity import grant_for
-    from workflows.api import TransitionRequest
+    from fleetctl.workflows.api import TransitionRequest
 
     node = await lifecycle()
 

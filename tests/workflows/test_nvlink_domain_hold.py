@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from fleetctl.workflows.api import HealthEventInput, HealthEventVerdict, PhaseRequest
+from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.workflows.fakes import World
-from workflows.api import HealthEventInput, HealthEventVerdict, PhaseRequest
-from workflows.definitions.node_lifecycle import NodeLifecycle
 
 pytestmark = pytest.mark.temporal
 

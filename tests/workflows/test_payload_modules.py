@@ -14,11 +14,11 @@ import ast
 import pkgutil
 from pathlib import Path
 
-from workflows import api, definitions
+from fleetctl.workflows import api, definitions
 
 
 def test_every_payload_module_is_imported_by_name_in_the_sandbox() -> None:
-    modules = {f"workflows.api.{m.name}" for m in pkgutil.iter_modules(api.__path__)}
+    modules = {f"fleetctl.workflows.api.{m.name}" for m in pkgutil.iter_modules(api.__path__)}
     tree = ast.parse(Path(definitions.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     assert modules == imported & modules, (

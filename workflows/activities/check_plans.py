@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from checks._text import UnjudgeableOutput
-from checks.catalog import CheckSpec
-from checks.ib import rails_script
-from checks.nccl import pair_argv, pair_plan, plan_label
-from checks.profiles import GpuProfile
-from checks.transcript import section, with_stderr
+from fleetctl.checks._text import UnjudgeableOutput
+from fleetctl.checks.catalog import CheckSpec
+from fleetctl.checks.ib import rails_script
+from fleetctl.checks.nccl import pair_argv, pair_plan, plan_label
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.transcript import section, with_stderr
 from fleetctl.executors.base import CommandResult
 from fleetctl.nodes.lifecycle import NodeState
 

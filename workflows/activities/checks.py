@@ -11,20 +11,27 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from checks import judge, load_profile
-from checks.catalog import CHECKS, NOT_APPLICABLE, CheckSpec
-from checks.profiles import GpuProfile
-from checks.result import CheckResult, Status
-from checks.transcript import with_stderr
+from fleetctl.checks import judge, load_profile
+from fleetctl.checks.catalog import CHECKS, NOT_APPLICABLE, CheckSpec
+from fleetctl.checks.profiles import GpuProfile
+from fleetctl.checks.result import CheckResult, Status
+from fleetctl.checks.transcript import with_stderr
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, Node, utcnow
 from fleetctl.executors.base import CommandResult, Executor, ExecutorError, NodeTarget
-from workflows.activities.check_plans import NoPartner, choose_partners, run_pairs, run_rails
-from workflows.activities.database import DatabaseActivities, calling_workflow_id
-from workflows.activities.executors import ExecutorRegistry, target_for
-from workflows.activities.heartbeat import run_heartbeating
-from workflows.api import AdmissionRequest, AdmissionVerdict, CheckOutcome, CheckRequest, PeerVerdict, SweepScope
+from fleetctl.workflows.activities.check_plans import NoPartner, choose_partners, run_pairs, run_rails
+from fleetctl.workflows.activities.database import DatabaseActivities, calling_workflow_id
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.activities.heartbeat import run_heartbeating
+from fleetctl.workflows.api import (
+    AdmissionRequest,
+    AdmissionVerdict,
+    CheckOutcome,
+    CheckRequest,
+    PeerVerdict,
+    SweepScope,
+)
 
 
 class CheckActivities(DatabaseActivities):
@@ -34,7 +41,7 @@ class CheckActivities(DatabaseActivities):
 
     @activity.defn
     def suite_checks(self, scope: SweepScope) -> list[str]:
-        from checks.suites import SuiteError, load_suite
+        from fleetctl.checks.suites import SuiteError, load_suite
 
         try:
             return list(load_suite(scope.suite, self.settings.suites_dir or None).checks)
@@ -183,7 +190,7 @@ class CheckActivities(DatabaseActivities):
     def _straggler_findings(self, node: Node, check: str, metrics: dict[str, Any]) -> list[str]:
         """What is off on `check`'s straggler metrics (checks.stragglers.STRAGGLER_METRICS) of
         one run, compared with the same profile's nodes; a metric the run lacks says nothing."""
-        from checks.stragglers import STRAGGLER_METRICS, find_stragglers
+        from fleetctl.checks.stragglers import STRAGGLER_METRICS, find_stragglers
 
         findings = []
         for metric, higher in ((m, h) for c, m, h in STRAGGLER_METRICS if c == check):

@@ -9,19 +9,19 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from checks import judge
-from checks.result import CheckResult, Status
 from fleetctl.bmc import bmc_for
 from fleetctl.bmc.base import BmcError
+from fleetctl.checks import judge
+from fleetctl.checks.result import CheckResult, Status
 from fleetctl.config import Settings
 from fleetctl.db import firmware as db
 from fleetctl.db import queries
 from fleetctl.db.models import Node, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.remediation import firmware
-from workflows.activities.database import DatabaseActivities, stored_id
-from workflows.activities.executors import ExecutorRegistry, target_for
-from workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
+from fleetctl.workflows.activities.database import DatabaseActivities, stored_id
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.api import DriftReport, DriftRequest, NodeResult, RolloutProgress, UpdateOutcome
 
 UPDATE_TIMEOUT_S = 3600.0
 # The BMC's firmware is read inside node_drift: at most this share of the activity's

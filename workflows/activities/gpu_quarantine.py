@@ -6,15 +6,15 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from checks.profiles import load_profile
+from fleetctl.checks.profiles import load_profile
 from fleetctl.config import Settings, xid_policy
 from fleetctl.db import gpu_quarantines
 from fleetctl.nodes.gpu_quarantine import QuarantineAction, decide_scope
 from fleetctl.schedulers.base import QuarantinesGpus, SchedulerError
 from fleetctl.text import bounded
-from workflows.activities.database import DatabaseActivities, storable_key
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import GpuQuarantinePlan, GpuQuarantineRequest
+from fleetctl.workflows.activities.database import DatabaseActivities, storable_key
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import GpuQuarantinePlan, GpuQuarantineRequest
 
 
 class GpuQuarantineActivities(DatabaseActivities):

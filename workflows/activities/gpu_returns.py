@@ -11,10 +11,10 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from checks import judge
-from checks.catalog import CHECKS
-from checks.nvidia_smi import parse_nvidia_smi
-from checks.result import Status
+from fleetctl.checks import judge
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.nvidia_smi import parse_nvidia_smi
+from fleetctl.checks.result import Status
 from fleetctl.config import Settings
 from fleetctl.db import gpu_quarantines, queries
 from fleetctl.db.models import AutomationEvent, utcnow
@@ -22,9 +22,9 @@ from fleetctl.executors.base import CommandResult, ExecutorError
 from fleetctl.nodes.capacity import FLEET_LABEL, in_fleet
 from fleetctl.nodes.gpu_return import RETURN_CHECKS, ReturnStep, due, return_step
 from fleetctl.text import bounded, failure_message
-from workflows.activities.database import DatabaseActivities, storable_key
-from workflows.activities.executors import ExecutorRegistry, target_for
-from workflows.api import (
+from fleetctl.workflows.activities.database import DatabaseActivities, storable_key
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.api import (
     RELEASE_GPU_UPDATE,
     GpuQuarantineRequest,
     GpuReturnAttempt,

@@ -31,8 +31,8 @@ from fleetctl.nodes.capacity import (
 )
 from fleetctl.nodes.fleet_status_store import with_gpus_out
 from fleetctl.nodes.lifecycle import NodeState
-from workflows.activities.database import DatabaseActivities, storable_key
-from workflows.api import (
+from fleetctl.workflows.activities.database import DatabaseActivities, storable_key
+from fleetctl.workflows.api import (
     REPORT_CHECK_ERRORS_UPDATE,
     REQUEST_REMOVAL_UPDATE,
     CapacityGuardState,
@@ -107,7 +107,7 @@ class GuardActivities(DatabaseActivities):
         catalog calls critical, recorded since the node last entered production (it may have
         left since: an operator's drain won the race). Empty when there is none: a caller's word (an operator typing an XID into
         `runbook run`) is not a fault the node had."""
-        from checks.xid import xid_action
+        from fleetctl.checks.xid import xid_action
 
         for ev in queries.health_events_in_service(self.engine, node):
             if ev.code is not None and xid_action(ev.code).severity == "critical":

@@ -29,8 +29,8 @@ from fleetctl.jobs.hang import (
     parse_watchdog_timeouts,
 )
 from fleetctl.nodes.capacity import in_fleet
-from workflows.activities.database import DatabaseActivities
-from workflows.api import HungJobDrain, HungJobsInput, HungJobsTick
+from fleetctl.workflows.activities.database import DatabaseActivities
+from fleetctl.workflows.api import HungJobDrain, HungJobsInput, HungJobsTick
 
 # A health event of these severities on a job's node since its progress stopped is a fault
 # the hang is blamed on; an informational one is not.

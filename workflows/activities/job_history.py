@@ -12,9 +12,9 @@ from fleetctl.db.queries import list_nodes
 from fleetctl.inventory.names import scheduler_members
 from fleetctl.jobs.history_sync import sync_jobs
 from fleetctl.schedulers import SCHEDULER_KINDS
-from workflows.activities.database import DatabaseActivities
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.api import JobSyncInput, JobSyncResult
+from fleetctl.workflows.activities.database import DatabaseActivities
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.api import JobSyncInput, JobSyncResult
 
 
 class JobHistoryActivities(DatabaseActivities):

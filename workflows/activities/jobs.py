@@ -41,11 +41,11 @@ from fleetctl.schedulers.base import (
     SchedulerJob,
 )
 from fleetctl.schedulers.combined import CombinedScheduler
-from workflows.activities.database import DatabaseActivities, calling_workflow_id
-from workflows.activities.heartbeat import heartbeating
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.activities.spares import refill_spares
-from workflows.api import (
+from fleetctl.workflows.activities.database import DatabaseActivities, calling_workflow_id
+from fleetctl.workflows.activities.heartbeat import heartbeating
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.activities.spares import refill_spares
+from fleetctl.workflows.api import (
     DrainNodes,
     RestartJob,
     RestartOutcome,

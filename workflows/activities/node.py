@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
-from checks.xid_policy import FaultScope, fault_scope
+from fleetctl.checks.xid_policy import FaultScope, fault_scope
 from fleetctl.config import Settings, xid_policy
 from fleetctl.db import queries
 from fleetctl.db import spares as spare_store
@@ -34,11 +34,17 @@ from fleetctl.schedulers.base import (
     work_on_node,
 )
 from fleetctl.text import bounded, failure_message
-from workflows.activities.database import BAD_DATA_ERRORS, DatabaseActivities, bad_data, not_storable, storable_key
-from workflows.activities.heartbeat import heartbeating
-from workflows.activities.schedulers import SchedulerRegistry
-from workflows.activities.spares import refill_spares
-from workflows.api import (
+from fleetctl.workflows.activities.database import (
+    BAD_DATA_ERRORS,
+    DatabaseActivities,
+    bad_data,
+    not_storable,
+    storable_key,
+)
+from fleetctl.workflows.activities.heartbeat import heartbeating
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.activities.spares import refill_spares
+from fleetctl.workflows.api import (
     TRANSITION_UPDATE,
     AgentSilence,
     AutomationRecord,

@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from checks import judge, load_profile
-from checks.catalog import CHECKS
-from checks.result import CheckResult, Status
-from checks.suites import load_suite
+from fleetctl.checks import judge, load_profile
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.result import CheckResult, Status
+from fleetctl.checks.suites import load_suite
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, utcnow
 from fleetctl.executors.base import ExecutorError
 from fleetctl.remediation.events import Event, EventKind
-from workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

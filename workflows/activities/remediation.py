@@ -29,9 +29,9 @@ from fleetctl.remediation.lemons import LemonPolicy
 from fleetctl.remediation.runbooks import Step
 from fleetctl.remediation.sandbox import TemplateRefused, evaluate, render_value
 from fleetctl.text import bounded, failure_message
-from workflows.activities.database import DatabaseActivities, stored_id
-from workflows.activities.executors import ExecutorRegistry, target_for
-from workflows.api import (
+from fleetctl.workflows.activities.database import DatabaseActivities, stored_id
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.api import (
     ADMIT_UPDATE,
     ActionOutcome,
     AdmitRequest,
@@ -286,7 +286,7 @@ class RemediationActivities(DatabaseActivities):
     def rma_burst(self, q: BurstQuery) -> BurstAnswer:
         """Whether the node's RMA waits for an operator (rma.burst_verdict), from the fleet's
         critical health events around the node's own and its nodes in production."""
-        from checks.xid import xid_action
+        from fleetctl.checks.xid import xid_action
         from fleetctl.remediation import rma
 
         policy = guard_policy(self.settings, self.settings.fleet)

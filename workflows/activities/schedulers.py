@@ -12,7 +12,7 @@ from fleetctl.inventory.names import scheduler_members
 from fleetctl.schedulers import scheduler_for
 from fleetctl.schedulers.base import ListsJobHistory, Scheduler
 from fleetctl.schedulers.combined import CombinedScheduler
-from workflows.activities.executors import ExecutorRegistry
+from fleetctl.workflows.activities.executors import ExecutorRegistry
 
 if TYPE_CHECKING:
     from fleetctl.schedulers.slurm import CommandRunner

@@ -16,7 +16,7 @@ from fleetctl.config import Settings
 from fleetctl.db import spares as store
 from fleetctl.jobs import spares_sync
 from fleetctl.schedulers.base import SchedulerError
-from workflows.activities.schedulers import SchedulerRegistry
+from fleetctl.workflows.activities.schedulers import SchedulerRegistry
 
 # Refills run in activity threads, several at once when nodes enter production together. Each
 # reads the pool, then writes its choice whole: two at once both saw an empty pool and the

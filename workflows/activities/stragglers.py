@@ -15,8 +15,8 @@ from fleetctl.db.models import Node, StragglerFinding, utcnow
 from fleetctl.durations import as_utc
 from fleetctl.jobs.stragglers import DRAIN_AT_CHECKPOINT, TELEMETRY, drain_due, judge_job, reconcile, unjudged
 from fleetctl.nodes.capacity import in_fleet
-from workflows.activities.database import DatabaseActivities, stored_id
-from workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
+from fleetctl.workflows.activities.database import DatabaseActivities, stored_id
+from fleetctl.workflows.api import StragglerDrain, StragglerDrainRecord, StragglerSweepInput, StragglerTick
 
 NO_EVIDENCE_KEPT = 100
 

@@ -10,12 +10,12 @@ from datetime import timedelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from checks import judge
-from checks.catalog import CHECKS
-from checks.nccl import hosts_argv
-from checks.profiles import load_profile
-from checks.result import CheckResult, Status
-from checks.transcript import with_stderr
+from fleetctl.checks import judge
+from fleetctl.checks.catalog import CHECKS
+from fleetctl.checks.nccl import hosts_argv
+from fleetctl.checks.profiles import load_profile
+from fleetctl.checks.result import CheckResult, Status
+from fleetctl.checks.transcript import with_stderr
 from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.models import CheckRun, utcnow
@@ -23,10 +23,10 @@ from fleetctl.executors.base import ExecutorError
 from fleetctl.inventory.hostlist import compress
 from fleetctl.validation.bisect import RunVerdict
 from fleetctl.validation.scope import Scope, ScopeError, select_nodes
-from workflows.activities.database import DatabaseActivities, calling_workflow_id
-from workflows.activities.executors import ExecutorRegistry, target_for
-from workflows.activities.heartbeat import run_heartbeating
-from workflows.api import ValidationNodes, ValidationRun, ValidationRunOutcome
+from fleetctl.workflows.activities.database import DatabaseActivities, calling_workflow_id
+from fleetctl.workflows.activities.executors import ExecutorRegistry, target_for
+from fleetctl.workflows.activities.heartbeat import run_heartbeating
+from fleetctl.workflows.api import ValidationNodes, ValidationRun, ValidationRunOutcome
 
 VALIDATE_CHECK = "nccl-validate"
 VALIDATE_SUITE = "validate"

@@ -20,7 +20,7 @@ tests/core/test_messages.py checks every name here against the workflow definiti
 
 from __future__ import annotations
 
-from workflows.api.jobs import (
+from fleetctl.workflows.api.jobs import (
     DEFAULT_RUNNING_TIMEOUT_S,
     DrainNodes,
     HungJobDrain,
@@ -42,7 +42,7 @@ from workflows.api.jobs import (
     StragglerTick,
     WaitForJob,
 )
-from workflows.api.names import (
+from fleetctl.workflows.api.names import (
     ACTIVE_CHECK_SWEEP,
     ADMIT_UPDATE,
     BULK_SUFFIX,
@@ -87,7 +87,7 @@ from workflows.api.names import (
     sweep_id,
     validation_id,
 )
-from workflows.api.nodes import (
+from fleetctl.workflows.api.nodes import (
     DRAIN_JOB_POLL_S,
     DRAIN_JOB_WAIT_S,
     SCHEDULER_RETRY_S,
@@ -141,7 +141,7 @@ from workflows.api.nodes import (
     WorkItem,
     WorkKind,
 )
-from workflows.api.remediation import (
+from fleetctl.workflows.api.remediation import (
     ActionOutcome,
     AdmitRequest,
     BurstAnswer,
@@ -172,7 +172,7 @@ from workflows.api.remediation import (
     UpdateOutcome,
     remediation_mode,
 )
-from workflows.api.validation import (
+from fleetctl.workflows.api.validation import (
     ValidationInput,
     ValidationNodes,
     ValidationResult,

@@ -12,8 +12,8 @@ tests/workflows/test_payload_modules.py holds this list to workflows/api/.
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    import workflows.api.jobs
-    import workflows.api.names
-    import workflows.api.nodes
-    import workflows.api.remediation
-    import workflows.api.validation  # noqa: F401
+    import fleetctl.workflows.api.jobs
+    import fleetctl.workflows.api.names
+    import fleetctl.workflows.api.nodes
+    import fleetctl.workflows.api.remediation
+    import fleetctl.workflows.api.validation  # noqa: F401

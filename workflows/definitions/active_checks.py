@@ -22,16 +22,16 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from checks.stragglers import PEER_JUDGED_CHECKS
+    from fleetctl.checks.stragglers import PEER_JUDGED_CHECKS
     from fleetctl.nodes.capacity import AGENT_SILENCE, CheckErrorReport, RemovalRequest
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.nodes.reachability import UNREACHABLE
     from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers.base import check_hold_reason
-    from workflows.activities.checks import CheckActivities
-    from workflows.activities.guard import GuardActivities
-    from workflows.activities.node import NodeActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.checks import CheckActivities
+    from fleetctl.workflows.activities.guard import GuardActivities
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.api import (
         AgentSilence,
         CheckRequest,
         NodeFacts,
@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         TransitionRequest,
         bulk_queue,
     )
-    from workflows.definitions.shared import (
+    from fleetctl.workflows.definitions.shared import (
         MESSAGE,
         QUICK,
         SCHEDULER,

@@ -26,8 +26,8 @@ with workflow.unsafe.imports_passed_through():
         reads_snapshot,
         removal_cost,
     )
-    from workflows.activities.guard import GuardActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.guard import GuardActivities
+    from fleetctl.workflows.api import (
         REQUEST_REMOVAL_UPDATE,
         ROLL_FORWARD_SIGNAL,
         STEPWISE_REQUEST_REMOVAL_UPDATE,
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         RemovalFactsInput,
         ResumeAutomation,
     )
-    from workflows.definitions.shared import QUICK, record_automation
+    from fleetctl.workflows.definitions.shared import QUICK, record_automation
 
 # A granted removal shows in the database within seconds (the node's own transition); until
 # then it is counted here so that concurrent requests see it.

@@ -20,10 +20,10 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.lifecycle import Actor, NodeState
     from fleetctl.remediation.firmware import RolloutTally
-    from workflows.activities.firmware import FirmwareActivities
-    from workflows.activities.node import NodeActivities
-    from workflows.activities.remediation import RemediationActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.firmware import FirmwareActivities
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.activities.remediation import RemediationActivities
+    from fleetctl.workflows.api import (
         ActionOutcome,
         AdmitRequest,
         CheckRequest,
@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateOutcome,
         rollout_workflow_id,
     )
-    from workflows.definitions.shared import (
+    from fleetctl.workflows.definitions.shared import (
         FIRMWARE_CHECKS,
         FIRMWARE_UPDATE,
         MESSAGE,

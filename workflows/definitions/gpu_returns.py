@@ -21,15 +21,15 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.gpu_return import ReturnStep, ReturnVerdict, judge_return
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.remediation.events import Event, EventKind
-    from workflows.activities.gpu_returns import RESET_AND_RECHECK_S, GpuReturnActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.gpu_returns import RESET_AND_RECHECK_S, GpuReturnActivities
+    from fleetctl.workflows.api import (
         GpuReturnAttempt,
         GpuReturnCandidate,
         GpuReturnsInput,
         GpuReturnsResult,
         TransitionRequest,
     )
-    from workflows.definitions.shared import MESSAGE, QUICK, bulk, guarded_drain
+    from fleetctl.workflows.definitions.shared import MESSAGE, QUICK, bulk, guarded_drain
 
 # A reset is not repeated blindly: tried twice, as the remediation's GPU reset step is.
 RESET_ATTEMPTS = 2

@@ -22,9 +22,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.text import bounded
-    from workflows.activities.node import NodeActivities
-    from workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem, WorkKind
-    from workflows.definitions.shared import QUICK
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem, WorkKind
+    from fleetctl.workflows.definitions.shared import QUICK
 
 # Events recorded per activity: a message is at most 2 KiB, so a burst stays under
 # Temporal's 512 KiB payload warning; and a critical event that arrives during a burst

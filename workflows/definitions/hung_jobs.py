@@ -18,18 +18,18 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.remediation.events import Event, EventKind
-    from workflows.activities.hang import HangActivities
-    from workflows.activities.jobs import JobRestartActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.hang import HangActivities
+    from fleetctl.workflows.activities.jobs import JobRestartActivities
+    from fleetctl.workflows.api import (
         HungJobDrain,
         HungJobsInput,
         HungJobsResult,
         HungJobsTick,
         TransitionRequest,
     )
-    from workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
-    from workflows.definitions.shared import QUICK, bulk, guarded_drain
-    from workflows.definitions.stragglers import JUDGE
+    from fleetctl.workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
+    from fleetctl.workflows.definitions.shared import QUICK, bulk, guarded_drain
+    from fleetctl.workflows.definitions.stragglers import JUDGE
 
 
 @workflow.defn

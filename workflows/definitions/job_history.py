@@ -10,9 +10,9 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activities.job_history import JobHistoryActivities
-    from workflows.api import JobSyncInput, JobSyncResult
-    from workflows.definitions.shared import MESSAGE, ActivityOptions, bulk
+    from fleetctl.workflows.activities.job_history import JobHistoryActivities
+    from fleetctl.workflows.api import JobSyncInput, JobSyncResult
+    from fleetctl.workflows.definitions.shared import MESSAGE, ActivityOptions, bulk
 
 # One squeue per scheduler, each given up after the adapter's own timeout (30 s); a
 # scheduler that cannot be asked is an error in the result, not a failed activity, so the

@@ -19,8 +19,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activities.jobs import JobRestartActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.jobs import JobRestartActivities
+    from fleetctl.workflows.api import (
         DrainNodes,
         JobRestartInput,
         JobRestartResult,
@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         WaitForJob,
         job_restart_id,
     )
-    from workflows.definitions.shared import HEARTBEAT_TIMEOUT, NON_RETRYABLE, QUICK, SCHEDULER
+    from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT, NON_RETRYABLE, QUICK, SCHEDULER
 
 
 @workflow.defn

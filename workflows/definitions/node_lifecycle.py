@@ -39,12 +39,12 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.remediation.events import Event, EventKind
     from fleetctl.schedulers.base import BURN_IN_HOLD, recheck_hold_reason
     from fleetctl.text import bounded, failure_message
-    from workflows.activities.checks import CheckActivities
-    from workflows.activities.firmware import FirmwareActivities
-    from workflows.activities.gpu_quarantine import GpuQuarantineActivities
-    from workflows.activities.node import NodeActivities
-    from workflows.activities.remediation import RemediationActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.checks import CheckActivities
+    from fleetctl.workflows.activities.firmware import FirmwareActivities
+    from fleetctl.workflows.activities.gpu_quarantine import GpuQuarantineActivities
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.activities.remediation import RemediationActivities
+    from fleetctl.workflows.api import (
         REMEDIATION_INTERRUPT_SIGNAL,
         ROLL_FORWARD_SIGNAL,
         AdmissionRequest,
@@ -82,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
         job_restart_id,
         remediation_id,
     )
-    from workflows.definitions.health_queue import (
+    from fleetctl.workflows.definitions.health_queue import (
         bounded_event,
         event_of,
         is_critical,
@@ -90,11 +90,16 @@ with workflow.unsafe.imports_passed_through():
         queue_health_event,
         record_health_events,
     )
-    from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
-    from workflows.definitions.node_visibility import keep_details_current, record_transition, show_details, show_queue
-    from workflows.definitions.remediation import Remediation
-    from workflows.definitions.shared import (
+    from fleetctl.workflows.definitions.job_restart import JobRestart
+    from fleetctl.workflows.definitions.node_scheduler import SAID_BY_PLACEMENT, move_pods, report_state
+    from fleetctl.workflows.definitions.node_visibility import (
+        keep_details_current,
+        record_transition,
+        show_details,
+        show_queue,
+    )
+    from fleetctl.workflows.definitions.remediation import Remediation
+    from fleetctl.workflows.definitions.shared import (
         FIRMWARE_CHECKS,
         FIRMWARE_UPDATE,
         MESSAGE,

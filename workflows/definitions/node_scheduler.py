@@ -15,15 +15,15 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.lifecycle import NodeState
-    from workflows.activities.node import NodeActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.api import (
         AutomationRecord,
         NodeLifecycleState,
         PodDrainOutcome,
         PodDrainRequest,
         SchedulerStateReport,
     )
-    from workflows.definitions.shared import POD_DRAIN_ROUND, SCHEDULER_ROUND, record_automation
+    from fleetctl.workflows.definitions.shared import POD_DRAIN_ROUND, SCHEDULER_ROUND, record_automation
 
 # The drain sets `draining` and the resume `production` on the scheduler's node themselves.
 SAID_BY_PLACEMENT = frozenset({NodeState.DRAINING.value, NodeState.PRODUCTION.value})

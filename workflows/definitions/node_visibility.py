@@ -11,9 +11,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.search_attributes import QUEUED_SINCE, node_details, queued_since_update, transition_updates
-    from workflows.activities.node import NodeActivities
-    from workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
-    from workflows.definitions.shared import QUICK
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
+    from fleetctl.workflows.definitions.shared import QUICK
 
 
 async def record_transition(record: TransitionRecord) -> int:

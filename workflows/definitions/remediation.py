@@ -38,11 +38,11 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.lifecycle import Actor, NodeState
     from fleetctl.remediation.actions import DISRUPTIVE, trigger_towards
     from fleetctl.remediation.runbooks import Step
-    from workflows.activities.checks import CheckActivities
-    from workflows.activities.jobs import JobRestartActivities
-    from workflows.activities.node import NodeActivities
-    from workflows.activities.remediation import RemediationActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.checks import CheckActivities
+    from fleetctl.workflows.activities.jobs import JobRestartActivities
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.activities.remediation import RemediationActivities
+    from fleetctl.workflows.api import (
         REMEDIATION_INTERRUPT_SIGNAL,
         RMA_DECISION_UPDATE,
         ActionOutcome,
@@ -73,8 +73,8 @@ with workflow.unsafe.imports_passed_through():
         TransitionRequest,
         job_restart_id,
     )
-    from workflows.definitions.job_restart import JobRestart
-    from workflows.definitions.shared import (
+    from fleetctl.workflows.definitions.job_restart import JobRestart
+    from fleetctl.workflows.definitions.shared import (
         MESSAGE,
         QUICK,
         SCHEDULER,

@@ -38,7 +38,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from checks.catalog import CHECKS
+    from fleetctl.checks.catalog import CHECKS
     from fleetctl.nodes.capacity import (
         RemovalDecision,
         RemovalRequest,
@@ -49,11 +49,11 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.lifecycle import Actor, Trigger
     from fleetctl.schedulers.base import REASON_PREFIX
     from fleetctl.text import bounded
-    from workflows.activities.checks import CheckActivities
-    from workflows.activities.database import BAD_DATA
-    from workflows.activities.guard import GuardActivities
-    from workflows.activities.node import NodeActivities, NodeCommandActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.checks import CheckActivities
+    from fleetctl.workflows.activities.database import BAD_DATA
+    from fleetctl.workflows.activities.guard import GuardActivities
+    from fleetctl.workflows.activities.node import NodeActivities, NodeCommandActivities
+    from fleetctl.workflows.api import (
         AutomationRecord,
         CheckOutcome,
         CheckRequest,

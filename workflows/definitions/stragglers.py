@@ -19,8 +19,8 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.capacity import RemovalRequest
     from fleetctl.nodes.lifecycle import Actor
     from fleetctl.remediation.events import Event, EventKind
-    from workflows.activities.stragglers import StragglerActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.stragglers import StragglerActivities
+    from fleetctl.workflows.api import (
         StragglerDrain,
         StragglerDrainRecord,
         StragglerSweepInput,
@@ -28,8 +28,8 @@ with workflow.unsafe.imports_passed_through():
         StragglerTick,
         TransitionRequest,
     )
-    from workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
-    from workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, bulk, guarded_drain
+    from fleetctl.workflows.definitions.job_restart import RestartOffNode, restart_off_the_node
+    from fleetctl.workflows.definitions.shared import NON_RETRYABLE, QUICK, ActivityOptions, bulk, guarded_drain
 
 # One judging asks Prometheus one query per metric, each bounded by prometheus_timeout_s
 # (at most 120 s), and heartbeats between them; a Prometheus that is down is an error in

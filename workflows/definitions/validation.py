@@ -21,9 +21,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from fleetctl.schedulers.base import check_hold_reason
     from fleetctl.validation.bisect import RunResult, RunVerdict, launcher, next_step
-    from workflows.activities.node import NodeActivities
-    from workflows.activities.validation import RUN_TIMEOUT, VALIDATE_SUITE, ValidationActivities
-    from workflows.api import (
+    from fleetctl.workflows.activities.node import NodeActivities
+    from fleetctl.workflows.activities.validation import RUN_TIMEOUT, VALIDATE_SUITE, ValidationActivities
+    from fleetctl.workflows.api import (
         SchedulerHold,
         SweepScope,
         ValidationInput,
@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         ValidationRun,
         ValidationRunOutcome,
     )
-    from workflows.definitions.shared import (
+    from fleetctl.workflows.definitions.shared import (
         HEARTBEAT_TIMEOUT,
         NON_RETRYABLE,
         QUICK,
