@@ -48,6 +48,7 @@ from fleetctl.workflows.api import (
     FIRMWARE_ROLLOUT,
     GPU_RETURNS,
     GUARD_STATUS_QUERY,
+    GUARD_UPDATE_NAMES_BEFORE,
     HEALTH_EVENT_SIGNAL,
     HUNG_JOBS,
     JOB_HISTORY_SYNC,
@@ -330,7 +331,19 @@ async def ask_capacity_guard(client: Client, settings: Settings, update: str, ar
     """An Update to this fleet's guard, the guard started if none is running, in one request
     (update-with-start): a drain's grant is on its critical path, and a start then an Update
     were two round trips. The worker hands this to the guard's activities, so the guard is
-    started one way only."""
+    started one way only. A guard that has no handler for `update` runs on a worker of the
+    previous release (a rolling upgrade): asked again by the name that release knows, where
+    the name changed, a drain is granted now, not once the last worker is upgraded."""
+    try:
+        return await _update_guard(client, settings, update, arg, result_type)
+    except WorkflowUpdateFailedError as exc:
+        before = GUARD_UPDATE_NAMES_BEFORE.get(update)
+        if before is None or not handler_missing(exc, update):
+            raise
+    return await _update_guard(client, settings, before, arg, result_type)
+
+
+async def _update_guard(client: Client, settings: Settings, update: str, arg: Any, result_type: type[T]) -> T:
     answer: T = await client.execute_update_with_start_workflow(
         update,
         arg,
@@ -340,6 +353,12 @@ async def ask_capacity_guard(client: Client, settings: Settings, update: str, ar
         result_type=result_type,
     )
     return answer
+
+
+def handler_missing(exc: WorkflowUpdateFailedError, update: str) -> bool:
+    """Whether the workflow refused an Update because its code has no handler of that name
+    (the Python SDK's words; an older worker's code, or a misspelt name)."""
+    return f"Update handler for '{update}' expected but not found" in failure_message(exc)
 
 
 async def guard_status(client: Client, settings: Settings) -> CapacityGuardState:

@@ -18,6 +18,10 @@ CAPACITY_GUARD = "CapacityGuard"
 # own name (CapacityGuard.request_removal_stepwise, docs/decisions/0030).
 REQUEST_REMOVAL_UPDATE = "request_removal_at_once"
 STEPWISE_REQUEST_REMOVAL_UPDATE = "request_removal"
+# The name a guard of the previous release knows an Update by, where it changed: during a
+# rolling upgrade the guard may run on an old worker, and a drain asked by the new name would
+# wait for the last worker to be upgraded (workflows.client.ask_capacity_guard).
+GUARD_UPDATE_NAMES_BEFORE = {REQUEST_REMOVAL_UPDATE: STEPWISE_REQUEST_REMOVAL_UPDATE}
 RESUME_AUTOMATION_UPDATE = "resume_automation"
 REPORT_CHECK_ERRORS_UPDATE = "report_check_errors"
 GUARD_STATUS_QUERY = "status"
