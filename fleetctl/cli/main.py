@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Noun(NamedTuple):
     """A top-level command: where it lives (a Typer app, or a function for a single command)
     and its one-line help, here so that `fleetctl --help` lists it without importing it
-    (tests/core/test_cli_lazy.py holds this help to the module's own)."""
+    (tests/cli/test_cli_lazy.py holds this help to the module's own)."""
 
     module: str
     attribute: str

@@ -20,9 +20,9 @@ from fleetctl.connections.temporal_server import free_port, start_dev_server
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.workflows.client import connect
-from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_worker_kill import start_worker
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]

@@ -15,8 +15,8 @@ from fleetctl.agent.runner import Agent, AgentConfig
 from fleetctl.agent.transport import SendFailed
 from fleetctl.db.engine import get_engine
 from fleetctl.reliability import exporter_server
-from tests.report import history
-from tests.report.test_exporter import NOW
+from tests.reliability import history
+from tests.reliability.test_exporter import NOW
 from tests.support.prometheus import PROMTOOL, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
 
 XID = "May 18 19:02:39 host kernel: NVRM: Xid (PCI:0000:2b:00): {}, pid=1, name=x, seen\n"

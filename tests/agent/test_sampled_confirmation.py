@@ -17,7 +17,7 @@ from fleetctl.db import queries
 from fleetctl.workflows.client import connect
 from tests.agent.test_agent_faults import DELIVERY_S, AgentProcess, agents, drained, fleet  # noqa: F401 - fixtures
 from tests.conftest import FIXTURES
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
 from tests.support.worker import start_in_production
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]

@@ -127,7 +127,7 @@ def test_a_drain_through_the_front_door_records_the_subject(door, tmp_path) -> N
 
     from fleetctl.db import queries
     from fleetctl.workflows.client import connect
-    from tests.lifecycle.conftest import make_fleet
+    from tests.support.sim_fleet import make_fleet
     from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
     settings = load_settings(

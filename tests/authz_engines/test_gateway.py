@@ -33,7 +33,7 @@ from tests.authz_engines.descriptors import all_methods
 from tests.authz_engines.gateway import start_gateway
 from tests.production.mtls_proxy import SERVER_NAME, Authority, nginx_binary
 from tests.production.test_search_attributes import VISIBILITY_LAG_S
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
 from tests.support.roles import as_roles_file
 from tests.support.services import missing_service
 

@@ -19,7 +19,7 @@ from fleetctl.workflows.activities.remediation import RemediationActivities
 from fleetctl.workflows.api import RmaRequest
 from fleetctl.workflows.client import connect
 from tests.authz_engines.test_pg_roles import BASELINE, ROLES, Fleet
-from tests.lifecycle.conftest import make_fleet
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.temporal]

@@ -21,7 +21,7 @@ from fleetctl.db.engine import dispose, get_engine, head_revision
 from fleetctl.db.models import utcnow
 from fleetctl.workflows.activities.remediation import RemediationActivities
 from fleetctl.workflows.api import RmaRequest
-from tests.report.history import seed
+from tests.reliability.history import seed
 from tests.support.roles import as_roles_file
 
 pytestmark = [pytest.mark.postgres, pytest.mark.temporal]

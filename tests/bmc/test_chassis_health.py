@@ -21,7 +21,7 @@ from fleetctl.checks.result import Status
 from fleetctl.checks.transcript import read_transcript
 from tests.bmc.redfish_stub import Answer, ScriptedRedfish
 from tests.bmc.sushy_emulator import RedfishBmc
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 SEL = json.loads(fixture_text("chassis/redfish_ocp_sel_temperature_fail.txt").split("\n", 2)[2])
 

@@ -1,14 +1,8 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checks"
-
-
-def fixture_text(relative: str) -> str:
-    return (FIXTURES / relative).read_text()
+from tests.support.fixtures import fixture_text
 
 
 @pytest.fixture

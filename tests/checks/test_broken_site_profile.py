@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fleetctl.cli.main import app
-from tests.checks.conftest import FIXTURES
+from tests.support.fixtures import FIXTURES
 
 SITE = FIXTURES / "site_profiles"
 ROCE = "h100-roce-1x400"

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from fleetctl.checks import KINDS
 from fleetctl.checks.catalog import CHECKS, CheckSpec
 from fleetctl.cli.check import app
-from tests.checks.conftest import FIXTURES
+from tests.support.fixtures import FIXTURES
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import pytest
 from fleetctl.checks import Status, judge
 from fleetctl.checks.catalog import CHECKS
 from fleetctl.checks.suites import load_suite
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 R4 = fixture_text("dcgm/r4_dcgm2_blacklist_text_ok.txt")
 MEMTEST = "| Memtest                   | Pass - All                                     |"

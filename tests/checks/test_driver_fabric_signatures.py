@@ -11,7 +11,7 @@ from fleetctl.checks import Status, judge
 from fleetctl.checks.signatures import signatures
 from fleetctl.checks.xid import parse_kernel_log
 from fleetctl.checks.xid_policy import CATALOG
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 # (fixture, signature, where, SXid, findings): one finding per GPU or switch and fault,
 # however often the driver repeats it.

@@ -18,7 +18,7 @@ from fleetctl.checks.ib import rails_script
 from fleetctl.checks.nccl import pair_argv, pair_plan, plan_label
 from fleetctl.checks.profiles import load_profile
 from fleetctl.checks.transcript import read_transcript, section
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 H100, A100 = "h100-sxm", "a100-sxm-80gb"
 PASS, WARN, FAIL, ERROR = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR

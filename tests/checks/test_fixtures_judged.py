@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fleetctl.checks import KINDS, CheckResult, Status, judge
-from tests.checks.conftest import FIXTURES, fixture_text
+from tests.support.fixtures import FIXTURES, fixture_text
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
 PASS, WARN, FAIL, ERROR = Status.PASS, Status.WARN, Status.FAIL, Status.ERROR

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.checks import Status, judge, load_profile
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 
 def test_the_gb200_profile_is_a_tray_of_four_in_a_domain_of_seventy_two():

@@ -11,7 +11,7 @@ import pytest
 from fleetctl.checks import Status, judge
 from fleetctl.checks.catalog import CHECKS
 from fleetctl.checks.suites import load_suite
-from tests.checks.conftest import FIXTURES, fixture_text
+from tests.support.fixtures import FIXTURES, fixture_text
 
 H100, A100 = "h100-sxm", "a100-sxm-80gb"
 HOST_KINDS = {"pcie", "pcie-aer", "memory", "cpu", "disk", "services", "versions", "clock"}

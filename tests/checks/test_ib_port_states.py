@@ -8,7 +8,7 @@ import pytest
 
 from fleetctl.checks import Status, judge
 from fleetctl.checks.ib import parse_ibv_devinfo
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 IBSTAT, IBSTATUS, DEVINFO = (
     "ib/ibstat_h100_ndr_ok.txt",

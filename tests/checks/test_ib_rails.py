@@ -10,7 +10,7 @@ import pytest
 from fleetctl.checks import Status
 from fleetctl.checks.ib import judge_ib
 from fleetctl.checks.profiles import load_profile
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 H100 = load_profile("h100-sxm")
 # The gpud host: 8 InfiniBand rails at 400 Active; Ethernet: one Active at 100, three Down.

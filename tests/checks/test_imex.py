@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.checks import Status, judge
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 OK = "imex/imex_ctl_18_nodes_up_ok.txt"
 

@@ -11,7 +11,7 @@ import pytest
 from fleetctl.checks import Status, judge
 from fleetctl.checks.nccl import collective_of, judge_nccl, parse_nccl
 from fleetctl.checks.profiles import Floor, NcclCollective, load_profile
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 H100 = "h100-sxm"
 ALL_GATHER = fixture_text("nccl/8xh100_all_gather_ok.txt")

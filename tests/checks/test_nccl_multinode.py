@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fleetctl.checks import Status, judge, load_profile
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 H100 = "h100-sxm"
 

@@ -14,7 +14,7 @@ import pytest
 
 from fleetctl.checks import Status, judge
 from fleetctl.checks.transcript import with_stderr
-from tests.checks.conftest import FIXTURES
+from tests.support.fixtures import FIXTURES
 
 H100, H200, A100 = "h100-sxm", "h200-sxm", "a100-sxm-80gb"
 NO_FOOTER = r"no nccl-tests footer after the (\d+) B row: the run hung or the output was cut"

@@ -7,7 +7,7 @@ import pytest
 
 from fleetctl.checks import Status, judge
 from fleetctl.checks.nvidia_smi import parse_nvidia_smi
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 TABLE = fixture_text("nvidia_smi/table_8xh100_ok.txt")
 GPU2_ROW = "|   2  NVIDIA H100 80GB HBM3          On  |   00000000:3A:00.0 Off |                    0 |"

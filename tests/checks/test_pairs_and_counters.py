@@ -13,7 +13,7 @@ from fleetctl.checks import Status
 from fleetctl.checks._text import UnjudgeableOutput
 from fleetctl.checks.ib import judge_counter_increase, parse_perfquery
 from fleetctl.checks.stragglers import localise_by_pairs
-from tests.checks.conftest import FIXTURES
+from tests.support.fixtures import FIXTURES
 
 FLOOR = 40.0  # GB/s, a two-node all-reduce floor
 

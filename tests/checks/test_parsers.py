@@ -10,7 +10,7 @@ from fleetctl.checks.hpl import parse_hpl
 from fleetctl.checks.ib import parse_ib_write_bw, parse_ibstat
 from fleetctl.checks.nccl import parse_nccl
 from fleetctl.checks.nvidia_smi import parse_nvidia_smi
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 
 def test_nccl_metrics_are_taken_at_the_largest_size():

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fleetctl.checks import Status, judge
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 _NCCL = r"^\s*(?:\[1,0\]<stdout>:|\d+:)?\s*(?:\d+\s+\d+\s+\w+|#\s*(?:Out of bounds|Avg bus))"
 _HPL = r"^\s*(?:W[RC][A-Z0-9]*\s|\|\|Ax-b\|\|_oo/)"

@@ -24,7 +24,7 @@ from fleetctl.checks.profiles import (
     profile_source,
 )
 from fleetctl.cli.main import app
-from tests.checks.conftest import FIXTURES, fixture_text
+from tests.support.fixtures import FIXTURES, fixture_text
 
 SITE = FIXTURES / "site_profiles"
 ROCE = "h100-roce-1x400"

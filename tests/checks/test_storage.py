@@ -9,7 +9,7 @@ import pytest
 
 from fleetctl.checks import judge
 from fleetctl.checks.result import Status
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 TEXT = fixture_text("storage/nvme_smart_log_text_ok.txt")
 JSON = fixture_text("storage/nvme_smart_log_json_ok.txt")

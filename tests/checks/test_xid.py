@@ -20,7 +20,7 @@ from fleetctl.checks.xid import (
     xid_action,
     xid_catalog,
 )
-from tests.checks.conftest import fixture_text
+from tests.support.fixtures import fixture_text
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import CURED_BY, SimFaultSpec
 from fleetctl.sim.inventory import render_inventory
 from fleetctl.sim.store import faults_for
-from tests.lifecycle.conftest import make_fleet
+from tests.support.sim_fleet import make_fleet
 
 NOW = 1_750_000_000.0
 TRAYS = [f"gpu-{i:03d}" for i in range(1, 19)]  # one rack: one NVL72 domain of 18 trays

@@ -19,7 +19,7 @@ from fleetctl.sim.executor import SimExecutor
 from fleetctl.sim.faults import SimFaultSpec
 from fleetctl.sim.node import LEAF_UPLINK_SLOW_FACTOR, SimLeaf
 from fleetctl.sim.store import faults_for
-from tests.lifecycle.conftest import make_fleet
+from tests.support.sim_fleet import make_fleet
 
 NOW = 1_750_000_000.0
 LEAVES = {"a1": "leaf-a", "a2": "leaf-a", "b1": "leaf-b", "b2": "leaf-b", "c1": "leaf-c", "x1": ""}

@@ -11,8 +11,8 @@ from fleetctl import checks
 from fleetctl.checks import Status
 from fleetctl.checks.catalog import CHECKS
 from fleetctl.checks.storage import MAX_NVME
-from tests.checks.conftest import fixture_text
 from tests.executors.sshd import SshNode
+from tests.support.fixtures import fixture_text
 
 pytestmark = pytest.mark.sshd
 

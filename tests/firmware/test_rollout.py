@@ -13,7 +13,7 @@ from fleetctl.remediation.firmware import load_baseline
 from fleetctl.sim.store import add_fault, clear_faults
 from fleetctl.workflows.api import RolloutInput
 from fleetctl.workflows.client import RolloutRefused, rollout_command, rollout_progress, start_rollout
-from tests.remediation.conftest import running_fleet
+from tests.support.running_fleet import running_fleet
 
 pytestmark = pytest.mark.temporal
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "firmware" / "h100-baseline.yaml"

@@ -30,9 +30,9 @@ from fleetctl.workflows.api import GpuReturnsInput, GpuReturnsResult, HealthEven
 from fleetctl.workflows.client import connect, send_health_events
 from fleetctl.workflows.definitions.gpu_returns import GpuReturns
 from tests.gpu_quarantine.test_node_workflow import GPU_SCOPED, QUARANTINE_BOUND_S, _idle
-from tests.lifecycle.conftest import fleet_in_production
-from tests.reliability.support import wait_for
 from tests.support.cli import console
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import fleet_in_production
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

@@ -28,8 +28,8 @@ from fleetctl.workflows.api import HealthEventInput, node_workflow_id
 from fleetctl.workflows.client import send_health_events
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER
-from tests.lifecycle.conftest import finish_job, fleet_in_production
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import finish_job, fleet_in_production
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

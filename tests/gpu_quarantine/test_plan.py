@@ -16,7 +16,7 @@ from fleetctl.db.models import Node
 from fleetctl.workflows.activities.gpu_quarantine import GpuQuarantineActivities
 from fleetctl.workflows.activities.schedulers import SchedulerRegistry
 from fleetctl.workflows.api import GpuQuarantineRequest
-from tests.lifecycle.conftest import make_fleet
+from tests.support.sim_fleet import make_fleet
 
 GPU = "0000:2b:00"
 

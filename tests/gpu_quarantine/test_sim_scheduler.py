@@ -8,7 +8,7 @@ import pytest
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import QuarantinesGpus, SchedulerError
 from fleetctl.sim.scheduler import SimScheduler
-from tests.lifecycle.conftest import finish_job, make_fleet
+from tests.support.sim_fleet import finish_job, make_fleet
 
 GPU = "0000:2b:00"
 

@@ -22,9 +22,9 @@ from fleetctl.intake.delivery import Intake
 from fleetctl.intake.server import KnownNodes, serve_http
 from fleetctl.intake.signals import WorkflowSignals
 from fleetctl.workflows.client import connect
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
 from tests.support.services import missing_service, wait_ready
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]

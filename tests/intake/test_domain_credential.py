@@ -24,8 +24,8 @@ from tests.intake.test_isolation import (
     post_as,
     serve,
 )
-from tests.lifecycle.conftest import fleet_in_production
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import fleet_in_production
 from tests.support.worker import WorkerThread, terminate_node_workflows
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]

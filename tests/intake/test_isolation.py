@@ -36,8 +36,8 @@ from fleetctl.workflows.api import HEALTH_EVENT_SIGNAL, NodeLifecycleState, node
 from fleetctl.workflows.client import connect
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from tests.intake.test_server import TOKEN, Recorder, post
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
 CLI = [sys.executable, "-m", "fleetctl.cli.main"]

@@ -11,8 +11,8 @@ from fleetctl.db.engine import get_engine
 from fleetctl.nodes.scheduler_sync import drain_owner
 from fleetctl.schedulers.base import check_hold_reason
 from fleetctl.sim.scheduler import SimScheduler
-from tests.jobs.support import sim_fleet
 from tests.support.cli import console
+from tests.support.jobs import sim_fleet
 
 pytestmark = pytest.mark.temporal
 

@@ -18,9 +18,9 @@ from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.db.models import AutomationEvent, HealthEvent
 from fleetctl.workflows.definitions.shared import QUICK
-from tests.jobs.support import slurm_inventory, until
-from tests.reliability.support import wait_for
 from tests.support.cli import console
+from tests.support.fleet import wait_for
+from tests.support.jobs import slurm_inventory, until
 from tests.support.worker import terminate_node_workflows
 
 pytestmark = pytest.mark.temporal

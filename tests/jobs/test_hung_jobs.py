@@ -24,11 +24,11 @@ from fleetctl.jobs.hang import GPU_UTIL, HANG_CHECK, HangPolicy
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.api import DEFAULT_RUNNING_TIMEOUT_S, HungJobsInput, HungJobsResult, fault_restart_id
 from fleetctl.workflows.definitions.hung_jobs import HungJobs
-from tests.lifecycle.conftest import fleet_in_production
-from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
+from tests.support.fleet import wait_for
 from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
+from tests.support.sim_fleet import fleet_in_production
 from tests.support.worker import DRAIN_LOOKS_OFTEN
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]

@@ -18,8 +18,8 @@ from fleetctl.db import jobs
 from fleetctl.db.engine import MIGRATIONS_DIR, get_engine
 from fleetctl.db.models import utcnow
 from fleetctl.schedulers.base import JobHistory
-from tests.jobs.support import sim_fleet
 from tests.support.cli import console
+from tests.support.jobs import sim_fleet
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

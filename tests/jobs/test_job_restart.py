@@ -17,7 +17,7 @@ from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.api import JobRestartInput, JobRestartResult
 from fleetctl.workflows.client import start_job_restart
 from fleetctl.workflows.worker import build_worker
-from tests.jobs.support import sim_fleet
+from tests.support.jobs import sim_fleet
 
 pytestmark = pytest.mark.temporal
 

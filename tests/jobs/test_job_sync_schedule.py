@@ -13,8 +13,8 @@ import pytest
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.workflows.definitions.job_history import SYNC
-from tests.jobs.support import sim_fleet, until
 from tests.support.cli import console
+from tests.support.jobs import sim_fleet, until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]
 

@@ -26,8 +26,8 @@ from fleetctl.schedulers.kubernetes import STATE_KEY
 from fleetctl.workflows.api import HealthEventInput, job_restart_id
 from fleetctl.workflows.client import connect, send_health_events
 from fleetctl.workflows.definitions.shared import QUICK
-from tests.reliability.support import wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
+from tests.support.fleet import wait_for
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

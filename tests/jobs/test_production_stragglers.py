@@ -23,11 +23,11 @@ from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.api import DEFAULT_RUNNING_TIMEOUT_S, StragglerSweepInput, StragglerSweepResult
 from fleetctl.workflows.client import request_transition
 from fleetctl.workflows.definitions.stragglers import ProductionStragglers
-from tests.lifecycle.conftest import fleet_in_production
-from tests.reliability.support import wait_for
 from tests.support.cli import console
 from tests.support.dcgm import DcgmExporters
+from tests.support.fleet import wait_for
 from tests.support.prometheus import SCRAPE_INTERVAL_S, needs_prometheus, running_prometheus, wait_for_result  # noqa: F401
+from tests.support.sim_fleet import fleet_in_production
 from tests.support.worker import DRAIN_LOOKS_OFTEN
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow, pytest.mark.usefixtures("needs_prometheus")]

@@ -27,8 +27,8 @@ from fleetctl.workflows.api import (
 )
 from fleetctl.workflows.client import connect, send_health_events
 from fleetctl.workflows.definitions.job_restart import JobRestart
-from tests.jobs.support import until
-from tests.lifecycle.conftest import finish_job, make_fleet
+from tests.support.jobs import until
+from tests.support.sim_fleet import finish_job, make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

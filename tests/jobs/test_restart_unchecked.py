@@ -19,8 +19,8 @@ from fleetctl.jobs.placement import unchecked_nodes
 from fleetctl.nodes.view_store import freshness, node_health, node_rows
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.client import start_job_restart
-from tests.jobs.support import sim_fleet
 from tests.jobs.test_job_restart import _islands, _restart, _with_worker
+from tests.support.jobs import sim_fleet
 
 SWEEP_EVERY_S = 3600.0
 AGENT_SILENCE_S = 120.0

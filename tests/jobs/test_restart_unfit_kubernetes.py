@@ -21,8 +21,8 @@ from fleetctl.schedulers.kubernetes import KubernetesScheduler
 from fleetctl.workflows.activities.jobs import JobRestartActivities
 from fleetctl.workflows.activities.schedulers import SchedulerRegistry
 from fleetctl.workflows.api import RestartJob
-from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import KubeEmulator
+from tests.support.jobs import sim_fleet
 
 
 @pytest.fixture

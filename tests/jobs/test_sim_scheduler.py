@@ -8,7 +8,7 @@ from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import BURN_IN_HOLD, REASON_PREFIX, FleetctlDoesNotOwnDrain, SchedulerError
 from fleetctl.sim.scheduler import SimScheduler
-from tests.jobs.support import sim_fleet
+from tests.support.jobs import sim_fleet
 
 
 @pytest.fixture
@@ -160,7 +160,7 @@ def test_spares_fill_holds_idle_production_nodes_and_gives_back_those_that_left(
     from fleetctl.db import spares as spare_store
     from fleetctl.db.engine import get_engine
     from fleetctl.db.models import Node
-    from tests.jobs.support import sim_fleet
+    from tests.support.jobs import sim_fleet
 
     engine = get_engine(sqlite_url)
     sim_fleet(engine, ["s1", "s2", "s3", "s4"])

@@ -24,7 +24,7 @@ from fleetctl.workflows.api import CheckOutcome, CheckRequest, SweepInput
 from fleetctl.workflows.client import connect, request_phase
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from fleetctl.workflows.worker import activities_for, build_worker
-from tests.jobs.support import slurm_inventory, until
+from tests.support.jobs import slurm_inventory, until
 from tests.support.worker import terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

@@ -12,7 +12,7 @@ from fleetctl.cli.main import app
 from fleetctl.db import jobs
 from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import REASON_PREFIX
-from tests.jobs.support import sim_fleet
+from tests.support.jobs import sim_fleet
 from tests.support.worker import WorkerThread
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

@@ -18,7 +18,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import CheckRun
 from fleetctl.sim.store import add_fault
 from fleetctl.workflows.client import connect
-from tests.jobs.support import import_slurm_nodes, slurm_gate_wrapper
+from tests.support.jobs import import_slurm_nodes, slurm_gate_wrapper
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

@@ -15,8 +15,8 @@ from fleetctl.db import jobs, queries
 from fleetctl.db.engine import get_engine
 from fleetctl.workflows.api import HealthEventInput, RemediationResult, remediation_id
 from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
-from tests.jobs.support import import_slurm_nodes, until
 from tests.jobs.test_restart_per_fault import RUNBOOK, _settled
+from tests.support.jobs import import_slurm_nodes, until
 from tests.support.worker import WorkerThread, terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

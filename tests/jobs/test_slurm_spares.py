@@ -24,7 +24,7 @@ from fleetctl.workflows.client import (
     request_transition,
     send_health_events,
 )
-from tests.jobs.support import until
+from tests.support.jobs import until
 from tests.support.worker import WorkerThread, terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

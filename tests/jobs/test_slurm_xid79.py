@@ -16,7 +16,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.schedulers.base import REASON_PREFIX
 from fleetctl.workflows.api import HealthEventInput
 from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase, send_health_events
-from tests.jobs.support import import_slurm_nodes, until
+from tests.support.jobs import import_slurm_nodes, until
 from tests.support.worker import WorkerThread, terminate_node_workflows
 
 pytestmark = [pytest.mark.slurm, pytest.mark.temporal]

@@ -18,7 +18,7 @@ from fleetctl.workflows.activities import schedulers as scheduler_registry
 from fleetctl.workflows.activities.node import NodeActivities
 from fleetctl.workflows.activities.schedulers import SchedulerRegistry
 from fleetctl.workflows.api import SweepScope
-from tests.jobs.support import sim_fleet
+from tests.support.jobs import sim_fleet
 
 
 class CountingScheduler:

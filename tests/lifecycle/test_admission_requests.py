@@ -16,7 +16,7 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.workflows.api import node_workflow_id
 from fleetctl.workflows.client import connect, phase_outcome, request_phase, request_phases, request_transition
-from tests.reliability.support import Cli, inventory_file
+from tests.support.fleet import Cli, inventory_file
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

@@ -22,7 +22,7 @@ from fleetctl.workflows.api import SweepInput, node_workflow_id
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.worker import build_worker
-from tests.reliability.support import Cli
+from tests.support.fleet import Cli
 
 pytestmark = pytest.mark.temporal
 

@@ -29,7 +29,7 @@ from fleetctl.nodes import reachability
 from fleetctl.nodes.fleet_status_store import fleet_status
 from fleetctl.workflows.api import SweepInput, SweepResult
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
-from tests.lifecycle.conftest import SimFleet, fleet_in_production
+from tests.support.sim_fleet import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

@@ -26,15 +26,15 @@ from fleetctl.workflows.api import SweepInput, SweepScope
 from fleetctl.workflows.client import request_phase
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
 from fleetctl.workflows.worker import activities_for, build_worker
-from tests.jobs.support import sim_fleet
-from tests.reliability.support import Cli, wait_for
-from tests.reliability.test_kubernetes_outage import (
+from tests.fault_tolerance.test_kubernetes_outage import (
     SCHEDULER_STEP_S,
     _idle,
     k8s_settings,  # noqa: F401 - fixtures
     kube,  # noqa: F401
     production_node,
 )
+from tests.support.fleet import Cli, wait_for
+from tests.support.jobs import sim_fleet
 from tests.support.worker import WorkerThread, terminate_node_workflows
 
 pytestmark = pytest.mark.temporal

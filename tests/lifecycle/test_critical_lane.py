@@ -25,9 +25,9 @@ from fleetctl.workflows.client import connect, request_phase, send_health_events
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT
 from fleetctl.workflows.worker import activities_for, build_worker, lane_slots, slots_of
-from tests.lifecycle.conftest import make_fleet
 from tests.lifecycle.test_preemption import ACTED_ON_WITHIN_S, _xid79
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN, start_in_production, terminate_node_workflows
 
 # The test's worker: 4 critical slots and 4 bulk ones at the default share.

@@ -14,8 +14,8 @@ from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.client import connect, request_transition
-from tests.lifecycle.conftest import finish_job, make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import finish_job, make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

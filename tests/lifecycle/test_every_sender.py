@@ -26,8 +26,8 @@ from fleetctl.workflows.api import DRAIN_JOB_WAIT_S, SIGNALS_PER_RUN, node_workf
 from fleetctl.workflows.client import connect, request_transition, send_health_events
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.health_events import health_event
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

@@ -12,8 +12,8 @@ from fleetctl.db.jobs import held_nvlink_domains
 from fleetctl.workflows.api import SweepInput
 from fleetctl.workflows.client import ensure_node_workflows
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
-from tests.lifecycle.conftest import make_fleet
 from tests.support.checks import recorded_checks
+from tests.support.sim_fleet import make_fleet
 
 pytestmark = pytest.mark.temporal
 

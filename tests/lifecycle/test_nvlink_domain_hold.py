@@ -18,7 +18,7 @@ from fleetctl.db.jobs import held_nvlink_domains
 from fleetctl.workflows.api import SweepInput
 from fleetctl.workflows.client import guard_status
 from fleetctl.workflows.definitions.active_checks import ActiveCheckSweep
-from tests.lifecycle.conftest import fleet_in_production
+from tests.support.sim_fleet import fleet_in_production
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

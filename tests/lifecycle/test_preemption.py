@@ -31,8 +31,8 @@ from fleetctl.workflows.client import (
 )
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import MESSAGE, QUICK, SCHEDULER_ROUND
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

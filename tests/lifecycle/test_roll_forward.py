@@ -11,8 +11,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from fleetctl.workflows.api import guard_id, node_workflow_id
 from fleetctl.workflows.client import connect, ensure_capacity_guard, guard_status, node_now
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import Cli, wait_for
+from tests.support.fleet import Cli, wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

@@ -20,8 +20,8 @@ from fleetctl.db.engine import get_engine
 from fleetctl.workflows.api import node_workflow_id
 from fleetctl.workflows.client import SIGNAL_CAP_WAIT_S, connect, send_health_events
 from fleetctl.workflows.health_events import health_event
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

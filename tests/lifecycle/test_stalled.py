@@ -18,8 +18,8 @@ from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.api import NODE_LIFECYCLE, node_workflow_id
 from fleetctl.workflows.client import connect, request_phase, request_transition
 from fleetctl.workflows.definitions.shared import QUICK
-from tests.lifecycle.conftest import finish_job, make_fleet
-from tests.reliability.support import Cli, wait_for
+from tests.support.fleet import Cli, wait_for
+from tests.support.sim_fleet import finish_job, make_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

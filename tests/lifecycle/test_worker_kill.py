@@ -18,9 +18,9 @@ from fleetctl.workflows.api import node_workflow_id
 from fleetctl.workflows.client import connect, ensure_node_workflows, request_phase
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import QUICK
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
 from tests.support.checks import recorded_checks
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 
 pytestmark = [pytest.mark.temporal, pytest.mark.slow]
 

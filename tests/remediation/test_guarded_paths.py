@@ -32,8 +32,8 @@ from fleetctl.workflows.client import guard_status, request_transition, run_reme
 from fleetctl.workflows.definitions.capacity_guard import CapacityGuard
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
-from tests.reliability.support import Cli, wait_for
-from tests.remediation.conftest import running_fleet
+from tests.support.fleet import Cli, wait_for
+from tests.support.running_fleet import running_fleet
 
 pytestmark = pytest.mark.temporal
 # A decision is a handful of activities, each bounded by QUICK's start-to-close.

@@ -19,8 +19,8 @@ from fleetctl.remediation.runbooks import load_runbooks
 from fleetctl.workflows.api import HealthEventInput
 from fleetctl.workflows.client import connect, send_health_events, start_remediation
 from fleetctl.workflows.definitions.shared import MESSAGE, QUICK
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import wait_for
+from tests.support.fleet import wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

@@ -20,7 +20,7 @@ from fleetctl.db.engine import get_engine
 from fleetctl.reliability.exporter_server import FleetCollector
 from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
 from fleetctl.workflows.worker import build_worker
-from tests.reliability.support import Cli, wait_for
+from tests.support.fleet import Cli, wait_for
 from tests.support.worker import until_polled
 
 pytestmark = pytest.mark.temporal
@@ -106,7 +106,7 @@ async def test_an_xid79_runbook_that_cannot_reboot_leaves_the_node_needing_an_op
 
 
 def test_runbook_runs_refuses_an_unknown_status_or_node_in_one_line(make_settings, sqlite_url) -> None:
-    from tests.reliability.support import one_line_error
+    from tests.support.fleet import one_line_error
 
     cli = Cli(make_settings(sqlite_url))
     refused = cli("runbook", "runs", "--status", "broken")

@@ -22,7 +22,7 @@ from fleetctl.workflows.client import (
     guard_status,
     request_transition,
 )
-from tests.remediation.conftest import running_fleet
+from tests.support.running_fleet import running_fleet
 
 pytestmark = pytest.mark.temporal
 

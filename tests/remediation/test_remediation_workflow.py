@@ -16,7 +16,7 @@ from fleetctl.remediation.events import Event
 from fleetctl.remediation.runbooks import load_runbooks
 from fleetctl.sim.store import add_fault, faults_for
 from fleetctl.workflows.client import run_remediation
-from tests.remediation.conftest import running_fleet
+from tests.support.running_fleet import running_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN
 
 pytestmark = pytest.mark.temporal

@@ -23,8 +23,8 @@ from fleetctl.sim.store import add_fault
 from fleetctl.workflows.api import HealthEventInput
 from fleetctl.workflows.client import send_health_events
 from fleetctl.workflows.definitions.shared import MESSAGE, QUICK
-from tests.reliability.support import Cli, one_line_error, wait_for
-from tests.remediation.conftest import running_fleet
+from tests.support.fleet import Cli, one_line_error, wait_for
+from tests.support.running_fleet import running_fleet
 from tests.support.webhook import WebhookReceiver
 
 POLICY = GuardPolicy(storm_fraction=0.2, storm_window_s=600, storm_min_failures=3)

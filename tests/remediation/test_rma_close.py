@@ -16,9 +16,9 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import utcnow
 from fleetctl.workflows.client import connect
 from fleetctl.workflows.definitions.shared import QUICK
-from tests.core.test_what_operators_see import DRAINED_S
-from tests.lifecycle.conftest import make_fleet
-from tests.reliability.support import Cli, wait_for
+from tests.cli.test_what_operators_see import DRAINED_S
+from tests.support.fleet import Cli, wait_for
+from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production
 
 pytestmark = pytest.mark.temporal

@@ -173,7 +173,7 @@ async def test_an_xid_64_from_a_kernel_log_is_in_its_rmas_evidence(fleet_setting
 
     from fleetctl.cli.main import app
     from fleetctl.workflows.definitions.shared import QUICK
-    from tests.remediation.conftest import running_fleet
+    from tests.support.running_fleet import running_fleet
     from tests.support.worker import DRAIN_LOOKS_OFTEN
 
     async with running_fleet(fleet_settings) as fleet:

@@ -356,7 +356,7 @@ def test_the_escalation_ladder_starts_a_repeat_on_its_next_rung(repeats, checks_
 )
 def test_wrong_results_are_silent_data_corruption_and_go_straight_to_rma(kind, check, fixture, runbook) -> None:
     from fleetctl.checks import judge
-    from tests.checks.conftest import fixture_text
+    from tests.support.fixtures import fixture_text
 
     result = judge(kind, fixture_text(fixture), "h100-sxm")
     assert result.status.value == "fail"

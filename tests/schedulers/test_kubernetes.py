@@ -20,8 +20,8 @@ from fleetctl.schedulers.base import FleetctlDoesNotOwnDrain, ListsWorkloads, Sc
 from fleetctl.schedulers.combined import CombinedScheduler
 from fleetctl.schedulers.kubernetes import REASON_ANNOTATION, STATE_KEY, KubernetesScheduler
 from fleetctl.sim.scheduler import SimScheduler
-from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import NODES, KubeEmulator
+from tests.support.jobs import sim_fleet
 
 STATE_TAINT = {"key": STATE_KEY, "value": "draining", "effect": "NoSchedule"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -14,8 +14,8 @@ from fleetctl.db.engine import get_engine
 from fleetctl.db.models import utcnow
 from fleetctl.jobs.history_sync import sync_jobs
 from fleetctl.schedulers.kubernetes import KubernetesScheduler
-from tests.jobs.support import sim_fleet
 from tests.schedulers.kube_emulator import PODS, KubeEmulator
+from tests.support.jobs import sim_fleet
 
 
 @pytest.fixture

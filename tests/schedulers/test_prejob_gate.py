@@ -34,8 +34,8 @@ from fleetctl.inventory.parse import parse_inventory
 from fleetctl.schedulers.kubernetes import KubernetesScheduler
 from fleetctl.sim.store import add_fault
 from fleetctl.workflows.client import connect
-from tests.reliability.support import wait_for
 from tests.schedulers.kube_emulator import KubeEmulator
+from tests.support.fleet import wait_for
 from tests.support.worker import DRAIN_LOOKS_OFTEN, WorkerThread, start_in_production, terminate_node_workflows
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "kubernetes" / "admission_review_gpu_pod.json"

@@ -15,8 +15,8 @@ from fleetctl.inventory.hostlist import expand
 from fleetctl.sim.scheduler import SimScheduler
 from fleetctl.workflows.activities.validation import RUN_TIMEOUT
 from fleetctl.workflows.definitions.shared import SCHEDULER
-from tests.jobs.support import sim_fleet, until
 from tests.support.cli import console
+from tests.support.jobs import sim_fleet, until
 
 pytestmark = pytest.mark.temporal
 

@@ -19,7 +19,7 @@ from fleetctl.db import queries
 from fleetctl.db.models import CheckRun
 from fleetctl.sim.node import LEAF_UPLINK_SLOW_FACTOR
 from fleetctl.sim.scheduler import SimScheduler
-from tests.lifecycle.conftest import SimFleet, fleet_in_production
+from tests.support.sim_fleet import SimFleet, fleet_in_production
 from tests.support.worker import WorkerThread
 
 pytestmark = pytest.mark.temporal

@@ -15,7 +15,7 @@ reaches its node's workflow without first importing checks, SQLModel and the exe
 Temporal's data converter serialises a dataclass by its fields (by name; fields it does not
 know are ignored, missing ones take their defaults), so where a class lives does not change
 the payloads it becomes: the recorded histories in tests/histories replay on these classes.
-tests/core/test_messages.py checks every name here against the workflow definitions.
+tests/workflows/test_messages.py checks every name here against the workflow definitions.
 """
 
 from __future__ import annotations
