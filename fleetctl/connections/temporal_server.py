@@ -27,7 +27,17 @@ SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=normal")
 # drain waited up to 50 ms for the next read: 25-40 ms a workflow task instead of 2, and the
 # guard's grant 200 ms instead of 55 (bench/critical_lane.py, BENCHMARKS.md). deploy/temporal
 # sets the same for a cluster; a caller's dynamic_config overrides it.
-CRITICAL_PATH_DYNAMIC_CONFIG = {"history.transferProcessorMaxPollRPS": "1000"}
+#
+# Temporal buffers the signals that arrive while a workflow task runs, 100 by default, and fails
+# the task past that (FORCE_CLOSE_COMMAND): the worker then replays the whole run, longer with
+# every signal, so a storm of an agent's events failed every task after it and the node took no
+# event, an XID 79 included (decision 32, tests/workflows/test_bounded_run.py). MAX_BUFFERED_EVENTS is a node
+# run's signals (SIGNALS_PER_RUN); that many events of under 1 KB stay within the buffer's 2 MB.
+MAX_BUFFERED_EVENTS = 2000
+CRITICAL_PATH_DYNAMIC_CONFIG = {
+    "history.transferProcessorMaxPollRPS": "1000",
+    "history.maximumBufferedEventsBatch": str(MAX_BUFFERED_EVENTS),
+}
 
 
 class TemporalBinaryMissing(RuntimeError):

@@ -39,10 +39,10 @@ STORM_MOVED_S = 15.0
 # Past Temporal's default cap of signals per run (10,000) by as many again as a run takes.
 STORM = 10_500
 # Signals in flight to the one node at once: its agent's and the intake's deliveries, each of
-# them one event at a time. Twenty at once outran a loaded worker: thousands of signals queued
-# for one workflow task took longer than the SDK's fixed 2 s deadlock bound, and the task
-# failed on every attempt (a limit of the node workflow's, not yet fixed).
-STORM_SENDERS = 2
+# them one event at a time. At Temporal's default buffer (100 signals during one workflow task)
+# twenty at once failed the node's tasks on every attempt; the dev server buffers a run's worth
+# (MAX_BUFFERED_EVENTS, tests/workflows/test_bounded_run.py).
+STORM_SENDERS = 20
 
 
 def _cli(settings, *args: str):

@@ -14,6 +14,7 @@ import pytest
 
 from fleetctl.connections import temporal_server
 from fleetctl.connections.temporal_server import START_ATTEMPTS, ServerExited, start_dev_server
+from fleetctl.workflows.api import SIGNALS_PER_RUN
 
 pytestmark = pytest.mark.temporal
 
@@ -65,11 +66,15 @@ def _dynamic_config(cmd: list[str]) -> dict[str, str]:
     return dict(v.split("=", 1) for v in values)
 
 
-def test_the_server_reads_its_transfer_queue_unthrottled_unless_the_caller_says_otherwise(tmp_path) -> None:
+def test_the_server_reads_its_transfer_queue_unthrottled_and_buffers_a_runs_signals_unless_told_otherwise(
+    tmp_path,
+) -> None:
     # At the default (20 reads a second a shard) every step of a drain waited behind any other
     # work on the dev server's one shard (bench/critical_lane.py).
     default = _dynamic_config(temporal_server.server_command(tmp_path / "t.db", 7233, None))
     assert default["history.transferProcessorMaxPollRPS"] == "1000"
+    # A burst of signals during one workflow task no longer fails it (tests/workflows/test_bounded_run.py).
+    assert int(default["history.maximumBufferedEventsBatch"]) >= SIGNALS_PER_RUN
     told = _dynamic_config(
         temporal_server.server_command(
             tmp_path / "t.db",

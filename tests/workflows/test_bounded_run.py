@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 
 from fleetctl.workflows.api import HealthEventInput, WorkItem, WorkKind
 from fleetctl.workflows.definitions.health_queue import QUEUED_MINOR_EVENTS
@@ -89,6 +90,41 @@ async def test_current_answers_the_first_items_of_the_queue_and_their_count(life
     assert len(s.work) == WORK_SHOWN and s.work_total == WORK_SHOWN + 10
     held.set()
     await node.settled()
+
+
+# Senders at once in the burst below: an agent's and an intake's deliveries and the tests'
+# own client, all on the worker's event loop, outpace the node's workflow tasks.
+BURST_SENDERS, BURST = 50, 1_500
+
+
+async def test_a_burst_faster_than_the_nodes_workflow_tasks_fails_none_of_them(lifecycle) -> None:
+    """Temporal buffers the signals that arrive while a workflow task runs, by default at most
+    100, and fails the task past that (FORCE_CLOSE_COMMAND): the worker then replays the whole
+    run, longer with every signal, so a storm failed every task after it and the node took no
+    event, an XID 79 included. The dev server (and deploy/temporal) buffers up to
+    MAX_BUFFERED_EVENTS (fleetctl.connections.temporal_server)."""
+    held = asyncio.Event()
+    node = await lifecycle(world=World(verdicts={13: MINOR, 79: XID79}, records_held=held))
+    first_run = (await node.handle.describe()).run_id
+    await node.event(13, "first")
+    await node.until(lambda: node.fakes.asked("record_health_events"))  # the run waits on an activity
+
+    async def sender(part: int) -> None:
+        for i in range(part, BURST, BURST_SENDERS):
+            await _signal(node, 13, f"minor-{i}", "info")
+
+    await asyncio.gather(*(sender(p) for p in range(BURST_SENDERS)))
+    await node.event(79, "e-79", severity="critical")
+    held.set()
+    await node.settled()
+    history = await node.client.get_workflow_handle(node.handle.id, run_id=first_run).fetch_history()
+    failed = [
+        e.workflow_task_failed_event_attributes.cause
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    ]
+    assert WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND not in failed, failed
+    assert "drain" in node.fakes.triggers()
 
 
 async def test_minor_events_past_the_queue_bound_are_dropped_and_counted_a_critical_one_never(lifecycle) -> None:
