@@ -33,7 +33,7 @@ from datetime import UTC
 from pathlib import Path
 
 from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
-from bench.harness import CannotMeasure, load, machine, now_iso, summary, write_result
+from bench.harness import CannotMeasure, load, machine, now_iso, ratio_interval, summary, write_result
 from bench.scale import _fleetctl, _inventory, _put_in_production, _settled_history_lengths
 from fleetctl.connections.temporal_server import CRITICAL_PATH_DYNAMIC_CONFIG
 
@@ -357,13 +357,18 @@ def _medians(steps: list[dict]) -> dict:
 def figures_of(samples: list[dict]) -> dict:
     figures: dict = {"where_the_time_goes_ms": where_the_time_goes(samples)}
     for metric in ("out_of_production_s", "running_again_s"):
-        idle = summary([s[metric] for s in samples if s["path"] == "idle"])
-        sweep = summary([s[metric] for s in samples if s["path"] == "sweep" and s["sweep_running_throughout"]])
+        idle_s = [s[metric] for s in samples if s["path"] == "idle"]
+        sweep_s = [s[metric] for s in samples if s["path"] == "sweep" and s["sweep_running_throughout"]]
+        idle, sweep = summary(idle_s), summary(sweep_s)
         figures[metric] = {
             "idle": idle,
             "sweep": sweep,
             "p50_ratio": round(sweep["p50"] / idle["p50"], 2),
             "p95_ratio": round(sweep["p95"] / idle["p95"], 2),
+            # How far chance alone moves each ratio with this many trials: runs of one
+            # configuration measured 1.13 to 1.38 (BENCHMARKS.md).
+            "p50_ratio_90ci": ratio_interval(sweep_s, idle_s, 50),
+            "p95_ratio_90ci": ratio_interval(sweep_s, idle_s, 95),
         }
     return figures
 
