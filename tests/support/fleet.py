@@ -1,4 +1,5 @@
-"""Helpers of the fault and abuse suite: database snapshots, a CLI on a fleet, waiting."""
+"""A test's fleet from the outside: database snapshots, an inventory file, the CLI on the
+test's settings, its one-line errors, and waiting on a condition (`wait_for`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers for the job tests: a simulated fleet written straight into the database."""
+"""Jobs on a simulated fleet written straight into the database, a Slurm inventory, and the
+Slurm prolog's wrapper: what the job, scheduler and lifecycle tests share."""
 
 from __future__ import annotations
 
