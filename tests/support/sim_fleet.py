@@ -58,25 +58,29 @@ class SimFleet:
 
     async def wait_event(self, name: str, trigger: str, timeout_s: float = 60.0):
         """The node's first transition by `trigger`, once it is recorded."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            found = [e for e in queries.node_events(self.engine, name) if e.trigger == trigger]
-            if found:
-                return found[0]
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name}: no {trigger} within {timeout_s:.0f} s")
-            await asyncio.sleep(0.2)
+        return await self._first_recorded(
+            lambda: [e for e in queries.node_events(self.engine, name) if e.trigger == trigger],
+            timeout_s,
+            f"{name}: no {trigger} within {timeout_s:.0f} s",
+        )
 
     async def wait_health_event(self, name: str, event_id: str, timeout_s: float = 60.0):
         """The node's health event sent with `event_id`, once it is recorded."""
+        return await self._first_recorded(
+            lambda: [e for e in queries.health_events(self.engine, name) if e.idempotency_key == event_id],
+            timeout_s,
+            f"{name}: health event {event_id} not recorded within {timeout_s:.0f} s",
+        )
+
+    @staticmethod
+    async def _first_recorded(rows, timeout_s: float, missing: str):
+        """The first of `rows()` once there is one, read every 0.2 s for up to `timeout_s`."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            found = [e for e in queries.health_events(self.engine, name) if e.idempotency_key == event_id]
-            if found:
-                return found[0]
+        while not (found := rows()):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{name}: health event {event_id} not recorded within {timeout_s:.0f} s")
+                raise AssertionError(missing)
             await asyncio.sleep(0.2)
+        return found[0]
 
 
 def make_fleet(
