@@ -605,3 +605,26 @@ def test_a_gpu_reset_by_bus_id_clears_a_pending_remap_and_never_a_failed_one() -
         assert sorted({f.kind for f in faults} & seen[0]) == cured
     wrong = executor().run(target(), ["nvidia-smi", "-r", "-i", "0000:07:00"], 60)
     assert wrong.exit_status != 0 and "No devices were found matching '0000:07:00'" in wrong.stdout + wrong.stderr
+
+
+def test_a_healthy_fleet_draws_no_hpl_straggler() -> None:
+    """The peer rule drains a node well below its peers; a healthy node's own draw (its
+    slowest GPU, then the run's spread) never puts it there. 1,500 fleets of eight: uncut,
+    about five of them held one."""
+    import random
+
+    from fleetctl.checks.stragglers import find_stragglers
+    from fleetctl.sim.node import HPL_RUN_SPREAD, build_node_state, healthy_spread
+    from fleetctl.sim.profiles import sim_profiles
+
+    profile = sim_profiles()["h200-sxm"]
+    names = random.Random(0)
+    flagged = []
+    for fleet in range(1_500):
+        hpl = {}
+        for i in range(8):
+            name = f"s{names.getrandbits(24):06x}-{i:03d}"
+            slowest = min(g.hpl_gflops for g in build_node_state(name, profile, 1, [], 1.75e9).gpus)
+            hpl[name] = slowest * healthy_spread(random.Random(name), HPL_RUN_SPREAD)
+        flagged += [(fleet, v.reason) for v in find_stragglers(hpl).values() if v.straggler]
+    assert flagged == []

@@ -7,7 +7,8 @@ before it became the `fleetctl.sim` package (fleetctl/executors/sim.py and sim_r
 (`cat` of the boot id, `nvidia-smi -r`, `mlxfwmanager -u`, and the usage lines that list
 them), and what was added beside them: the gb200 tray, its faults and the GPU and fabric
 faults, `nvidia-imex-ctl -N`, `ibv_devinfo`, `dcgmi health -c`, the transient XID 48 (`xid48-remapped`) and the
-leaf-uplink fault (which changes nothing a lone node prints: its cases equal the healthy ones), with every earlier profile's output of every
+leaf-uplink fault (which changes nothing a lone node prints: its cases equal the healthy ones); HPL's spreads cut at two
+standard deviations changed what a `flaky` node's HPL prints. Every earlier profile's output of every
 earlier command byte for byte the same. A refactoring that changes one byte of any output fails here. A change to the output
 made on purpose regenerates them:
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from fleetctl.sim.node import NodeState, ToolOutput
+from fleetctl.sim.node import HPL_RUN_SPREAD, NodeState, ToolOutput, healthy_spread
 from fleetctl.sim.render._layout import ctime
 
 HPL_NB = 1024
@@ -102,7 +102,7 @@ def render_hpl(node: NodeState, ranks: int, rng: random.Random) -> tuple[ToolOut
         return ToolOutput("\n".join(lines) + "\n", exit_status=1), 10.0
 
     # The slowest GPU paces every panel of a bulk-synchronous solve.
-    per_gpu = min(g.hpl_gflops for g in node.gpus[:ranks]) * rng.gauss(1.0, 0.006)
+    per_gpu = min(g.hpl_gflops for g in node.gpus[:ranks]) * healthy_spread(rng, HPL_RUN_SPREAD)
     total = per_gpu * ranks
     seconds = (2.0 / 3.0 * n**3 + 2.0 * n**2) / (total * 1e9)
     start = node.now
