@@ -257,9 +257,11 @@ def parse_profile(raw: Any, name: str) -> GpuProfile:
     return GpuProfile(**values)
 
 
-def _packaged_names() -> list[str]:
+@cache
+def _packaged_names() -> tuple[str, ...]:
+    # The installed package's files: listed once a process (every check of every node asks).
     folder = resources.files("fleetctl.checks") / "profiles"
-    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return tuple(sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml")))
 
 
 def site_profiles_dir(site_dir: str | Path | None = None) -> Path | None:
