@@ -121,6 +121,12 @@ class Terminal:
         """What the window shows now: its lines, no scrollback."""
         return self.tmux("capture-pane", "-p")
 
+    def scrollback(self) -> list[str]:
+        """Every line since the start, a line the terminal wrapped joined again; without the
+        window's empty rows below the last line written."""
+        text = self.tmux("capture-pane", "-p", "-J", "-S", "-")
+        return [line.rstrip() for line in text.rstrip().splitlines()]
+
     def stop(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=TMUX_S)
 
