@@ -140,7 +140,7 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
-    """Under `make test`'s two processes, every Slurm test runs in the same one: a second
+    """Under `make test`'s processes, every Slurm test runs in the same one: a second
     cluster of the same node names on one machine would fight the first for its daemons."""
     for item in items:
         if item.get_closest_marker("slurm"):
