@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import func, or_
 from sqlalchemy.engine import Engine
@@ -19,7 +19,9 @@ from fleetctl.inventory.machines import MachineIds, machine_conflict
 from fleetctl.inventory.parse import NodeSpec, machines
 from fleetctl.nodes.health import occurrences
 from fleetctl.nodes.lifecycle import NodeState
-from fleetctl.nodes.stalls import Stall
+
+if TYPE_CHECKING:  # the stall watch's type only: its module brings in temporalio, ~0.13 s of every CLI start
+    from fleetctl.nodes.stalls import Stall
 
 T = TypeVar("T")
 RowT = TypeVar("RowT", bound=SQLModel)
