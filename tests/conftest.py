@@ -22,7 +22,8 @@ def temporal_address(tmp_path_factory) -> str:
     from fleetctl.connections.temporal_server import TemporalBinaryMissing, start_dev_server
 
     if os.environ.get("FLEETCTL_TEST_TEMPORAL_ADDRESS"):
-        return os.environ["FLEETCTL_TEST_TEMPORAL_ADDRESS"]
+        yield os.environ["FLEETCTL_TEST_TEMPORAL_ADDRESS"]
+        return
     try:
         server = start_dev_server(tmp_path_factory.mktemp("temporal") / "temporal.db")
     except TemporalBinaryMissing as exc:
