@@ -45,8 +45,12 @@ lint: $(VENV)/.installed
 # runs its own Temporal dev server and PostgreSQL. Measured on 2 cores: 15:31 with two, 11:33
 # with four (5,414 tests, the CPU 84 % busy). What the CPU does then: the test processes (with
 # their in-process workers) 40 %, the Temporal servers 27 %, fleetctl and worker subprocesses 27 %.
+# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on
+# some CI machines): the workflow sandbox imports the workflow modules again for every workflow
+# run it starts, and every fleetctl process the tests start imports the project; without a
+# cached .pyc each of those imports compiled the source again (6 % of a lifecycle file's CPU).
 test: $(VENV)/.installed system-deps lint
-	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=30
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -n 4 --dist loadgroup --durations=30
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetctl demo
