@@ -220,8 +220,9 @@ _FRONTEND_NIC = ("MT41692", "32.41.1000", 200)
 # cut at two of them. Uncut, about one fleet of eight healthy nodes in 300 held one whose
 # slowest GPU and run together fell 4 % below the others, which the peer rule
 # (checks.stragglers: robust z beyond 3.5, the spread floored at 1 %) rightly drains. Cut, a
-# healthy node stays within 3.6 % of its profile and above that line; a straggler is a fault
-# the simulator is told of (thermal-throttle, nvlink-degraded ...), never one a healthy node draws.
+# healthy node's HPL stays within 3.6 % of its profile's, short of what the rule drains among
+# healthy peers; a straggler is a fault the simulator is told of (thermal-throttle,
+# nvlink-degraded ...), never one a healthy node draws.
 HPL_GPU_SPREAD = 0.012
 HPL_RUN_SPREAD = 0.006
 
