@@ -6,7 +6,7 @@ import asyncio
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from fleetctl.workflows.api import NodeLifecycleState, node_workflow_id
+from fleetctl.workflows.api import NodeLifecycleState, node_workflow_id, remediation_id
 from fleetctl.workflows.client import connect, request_transition, task_queue_unpolled
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.worker import BackgroundWorker as WorkerThread  # noqa: F401
@@ -34,13 +34,15 @@ async def until_polled(settings) -> None:
 
 async def terminate_node_workflows(settings, names) -> None:
     """Another test's import of the same node names must start fresh workflows, not attach to
-    these (their worker and task queue are gone with this test)."""
+    these (their worker and task queue are gone with this test): the nodes' own, and their live
+    remediations, of which a node may start one only while none runs (a loaded machine left a
+    runbook running past its test, and the next test's XID 79 on node1 started none)."""
     client = await connect(settings)
-    for name in names:
+    for workflow_id in [wf(name) for name in names for wf in (node_workflow_id, remediation_id)]:
         try:
-            await client.get_workflow_handle(node_workflow_id(name)).terminate("test finished")
+            await client.get_workflow_handle(workflow_id).terminate("test finished")
         except RPCError:
-            pass  # already closed
+            pass  # already closed, or never started
 
 
 async def start_in_production(client, settings, name: str, **state) -> None:
