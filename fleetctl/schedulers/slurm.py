@@ -301,7 +301,15 @@ class SlurmScheduler:
                 f"{node} is {current.state} with reason {current.reason!r}, not set by fleetctl; "
                 "resume it with force to override"
             )
-        self._command(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        try:
+            self._command(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+        except SchedulerError:
+            # Between the read and the update the node may have returned to service by another
+            # hand (slurmctld's own on a slurmd's registration): Slurm then refuses RESUME with
+            # "Invalid node state specified", and the node is where this call would put it.
+            now = self.node_state(node)
+            if now.drained or now.state == "down":
+                raise
 
     def node_state(self, node: str) -> SchedulerNodeState:
         validate_node_name(node)
