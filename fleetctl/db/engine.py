@@ -133,18 +133,12 @@ def upgrade(engine: Engine) -> str:
     Any number of processes may call this at once on one database (workers starting together
     on an empty one): each migrates under a database-wide lock, and Alembic, reading the
     version only once it holds the lock, finds nothing left to do after the first."""
-    with _file_lock(_sqlite_lock_path(engine)):
-        return _upgrade_locked(engine)
-
-
-def _upgrade_locked(engine: Engine) -> str:
-    """upgrade, with the SQLite file's migration lock already held."""
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with engine.begin() as conn:
+    with _file_lock(_sqlite_lock_path(engine)), engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Held until this transaction commits: PostgreSQL's DDL is transactional, so the
             # next process's Alembic sees the finished schema and its version row.
@@ -157,7 +151,8 @@ def _upgrade_locked(engine: Engine) -> str:
 def _at_head(engine: Engine) -> bool:
     """Whether the schema is at head; False too for a SQLite file another process holds locked
     while it migrates (processes opening an empty file at once found it so, one start in about
-    50 on a loaded machine): the caller then waits for that migration under its lock."""
+    50 on a loaded machine): the caller's upgrade then waits for that migration under its lock
+    and finds nothing left to do."""
     try:
         return current_revision(engine) == head_revision()
     except OperationalError as exc:
@@ -229,9 +224,7 @@ def get_engine(url: str, migrate: bool = True) -> Engine:
                 # Cheap check first: the CLI runs this on every start; a database at head is
                 # never locked for it (a read-only login's SQLite file included).
                 if not _at_head(engine):
-                    with _file_lock(_sqlite_lock_path(engine)):
-                        if current_revision(engine) != head_revision():
-                            _upgrade_locked(engine)
+                    upgrade(engine)
             except OperationalError as exc:
                 raise DatabaseUnavailable(
                     f"database {describe(url)} unavailable: {one_line(getattr(exc, 'orig', None) or exc)}"

@@ -82,10 +82,9 @@ class Terminal:
             raise AssertionError(
                 f"`{shell_line}` did not end within {timeout_s:.0f}s; the screen:\n{self.screen()}"
             ) from None
-        # From the top of the scrollback, a line the terminal wrapped joined again (-J): a line
-        # longer than the window is one that did not fit.
-        text = self.tmux("capture-pane", "-p", "-J", "-S", "-")
-        text = "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+        # A line the terminal wrapped is joined again: a line longer than the window is one that
+        # did not fit.
+        text = "\n".join(self.scrollback())
         found = _EXITED.findall(text)
         assert found, f"no exit status on the screen:\n{text}"
         return Screen(_EXITED.sub("", text).rstrip("\n"), int(found[-1]))
