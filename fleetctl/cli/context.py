@@ -123,14 +123,16 @@ def temporal_read(
     ctx: typer.Context, ask: Callable[[Client], Awaitable[T]], what: str, timeout_s: float = 3.0
 ) -> tuple[T | None, str | None]:
     """(answer, None) from `ask(client)`, a read a view adds to what the database says; or
-    (None, why) when Temporal is unreachable or `what` did not answer in time (a busy worker
-    at 1,000 nodes, bench/scale.py), so that the rest of the view still stands."""
+    (None, why) when Temporal is unreachable or `what` did not answer within `timeout_s` (a
+    busy worker at 1,000 nodes, bench/scale.py; a workflow whose worker is down, where a query
+    waits for the server's own limit), so that the rest of the view still stands."""
     from temporalio.service import RPCError
 
     from fleetctl.workflows.client import TemporalUnavailable
 
     async def run() -> T:
-        return await ask(await temporal_client(ctx, timeout_s, acting=False))
+        client = await temporal_client(ctx, timeout_s, acting=False)
+        return await asyncio.wait_for(ask(client), timeout_s)
 
     try:
         return run_async(run()), None
@@ -138,6 +140,8 @@ def temporal_read(
         return None, str(exc)
     except RPCError as exc:
         return None, f"{what} did not answer: {exc}"
+    except TimeoutError:
+        return None, f"{what} did not answer within {timeout_s:g} s"
 
 
 def intake_token(path: Path | None, flag: str) -> str:

@@ -267,6 +267,25 @@ def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_
 
 
 # A worker polls as soon as it starts; a loaded machine may take a while to start its threads.
+def test_node_show_of_a_node_whose_workflow_no_worker_runs_stands_on_the_database(
+    tmp_path, make_settings, db_url
+) -> None:
+    """A node's workflow whose worker is down (here: its task queue nobody polls) never
+    answers a query; Temporal holds the query until its own limit. `node show` gives up on
+    the workflow within its read bound and shows what the database says."""
+    stale = make_settings(db_url)
+    names = [f"cli-{uuid.uuid4().hex[:6]}"]
+    args = ["--db-url", db_url, "--temporal-address", stale.temporal_address, "--task-queue", stale.task_queue]
+    args += ["--fleet", stale.fleet]
+    imported = CliRunner().invoke(app, [*args, "node", "import", _inventory(tmp_path, names)])
+    assert imported.exit_code == 0, imported.output
+    shown = CliRunner().invoke(app, [*args, "node", "show", names[0], "-o", "json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert data["name"] == names[0] and data["state"] == "new", data
+    assert data["workflow"] == {"reachable": False, "error": "the node's workflow did not answer within 3 s"}
+
+
 def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_path, make_settings, db_url) -> None:
     """Workflows started on a queue nobody polls wait unseen (a stale FLEETCTL_TASK_QUEUE): the
     import says so. Where a worker polls (the console's), it says nothing of it."""
