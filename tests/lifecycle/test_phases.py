@@ -85,13 +85,19 @@ async def test_burn_in_failure_sends_the_node_to_maintenance_with_the_check_as_c
 
 
 def _straggler_seed(name: str, profile: str) -> int:
-    """A fault seed whose NVLink-degraded node still clears the profile's absolute floor."""
-    for seed in range(200):
-        sim = SimExecutor(lambda _n, s=seed: [SimFaultSpec("nvlink-degraded", seed=s)], seed=0)
+    """The fault seed whose NVLink-degraded node clears the profile's absolute floor by the
+    most: each run of the check draws its own noise, so the first seed over the floor could sit
+    on it, and a later run (the sweep's) fail the check outright (1 in 120 did)."""
+
+    def cleared_by(seed: int) -> float:
+        sim = SimExecutor(lambda _n: [SimFaultSpec("nvlink-degraded", seed=seed)], seed=0)
         out = sim.run(NodeTarget(name, f"sim://{name}", profile=profile), CHECKS["nccl-allreduce"].argv, 60)
-        if judge("nccl", out.stdout, profile).status.value in ("pass", "warn"):
-            return seed
-    raise AssertionError("no straggler-band seed found")
+        result = judge("nccl", out.stdout, profile)
+        return result.metrics["busbw_gbps"] if result.status.value in ("pass", "warn") else 0.0
+
+    best = max(range(50), key=cleared_by)
+    assert cleared_by(best) > 0, "no straggler-band seed found"
+    return best
 
 
 async def test_nvlink_degraded_node_is_caught_at_admission_as_a_straggler(sim_fleet) -> None:
