@@ -84,7 +84,10 @@ class AgentProcess:
                 "--no-watch",
                 *args,
             ],
-            env={**os.environ, "FLEETCTL_CONFIG": os.devnull},
+            # Under a file-size limit CPython writes a module's bytecode cut at the limit (it
+            # ignores SIGXFSZ and does not check the short write), and every later process that
+            # imports the module fails on it: this agent writes none.
+            env={**os.environ, "FLEETCTL_CONFIG": os.devnull} | ({"PYTHONDONTWRITEBYTECODE": "1"} if fsize else {}),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
