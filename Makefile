@@ -53,7 +53,7 @@ lint: $(VENV)/.installed
 # own Temporal dev server, PostgreSQL and Slurm cluster. Four were faster alone, but two clean clones at once (8 test processes on 2 cores)
 # failed four tests past their bounds, the storm test past its 300 s.
 test: $(VENV)/.installed system-deps lint
-	$(VENV)/bin/pytest -n 3 --dist loadgroup --durations=30
+	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=30
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/fleetctl demo

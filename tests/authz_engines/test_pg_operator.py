@@ -17,8 +17,9 @@ from fleetctl.db import queries
 from fleetctl.db.engine import dispose, get_engine
 from fleetctl.workflows.activities.remediation import RemediationActivities
 from fleetctl.workflows.api import RmaRequest
-from fleetctl.workflows.client import connect
+from fleetctl.workflows.client import connect, node_now
 from tests.authz_engines.test_pg_roles import BASELINE, ROLES, Fleet
+from tests.support.fleet import wait_for
 from tests.support.sim_fleet import make_fleet
 from tests.support.worker import WorkerThread, start_in_production, terminate_node_workflows
 
@@ -31,7 +32,12 @@ def fleet(postgres_server, temporal_address, tmp_path_factory):
     fleet = Fleet(postgres_server, temporal_address, tmp_path_factory.mktemp("operator"))
     settings = load_settings(
         flags={"db_url": fleet.owner_url, "temporal_address": temporal_address}
-        | {"task_queue": fleet.env["FLEETCTL_TASK_QUEUE"], "fleet": fleet.env["FLEETCTL_FLEET"]},
+        | {"task_queue": fleet.env["FLEETCTL_TASK_QUEUE"], "fleet": fleet.env["FLEETCTL_FLEET"]}
+        # No runbooks: the XID 79 an operator sends drains its node to maintenance and the
+        # automation stops there, so the later tests' before-and-after snapshots of every row
+        # see only what their own command wrote (a runbook's reboot, burn-in and escalation
+        # went on writing under them).
+        | {"runbooks_dir": str(tmp_path_factory.mktemp("no-runbooks"))},
         env={},
         config_file=os.devnull,
     )
@@ -42,6 +48,7 @@ def fleet(postgres_server, temporal_address, tmp_path_factory):
     assert opened.rma_id == 2
     granted = fleet.grant(ROLES)
     assert granted.returncode == 0, granted.stderr
+    fleet.settings = settings
     fleet.nodes = make_fleet(settings, 3, racks=1)
     worker = WorkerThread(settings).start()
 
@@ -83,6 +90,25 @@ def test_an_operator_drains_undrains_rechecks_and_sends_events(fleet) -> None:
     assert done.returncode == 0 and f"{c}: 1 health event sent (XID 79)" in done.stdout, done.stderr
     actors = {(e.trigger, e.actor) for e in queries.node_events(get_engine(fleet.owner_url), a)}
     assert {("drain", "tester@ci"), ("undrain", "tester@ci")} <= actors, actors
+    asyncio.run(_settled(fleet, drained=c))
+
+
+async def _settled(fleet, drained: str) -> None:
+    """Until what the operator's commands started is done: `drained` in maintenance and no
+    node's workflow with work queued or in progress (the next tests compare every row)."""
+    client = await connect(fleet.settings)
+
+    async def idle() -> bool:
+        if _state(fleet, drained) != "maintenance":
+            return False
+        for node in fleet.nodes:
+            now = await node_now(client, node)
+            if now.work or now.activity:
+                return False
+        return True
+
+    # A drain and a quick suite on the simulator, as the other drains of this suite are bounded.
+    await wait_for(idle, 60, "the operator's drain and recheck done")
 
 
 def test_a_refused_transition_is_recorded_under_the_operator(fleet) -> None:
