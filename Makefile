@@ -47,11 +47,10 @@ lint: $(VENV)/.installed
 
 # tests/packaging builds the wheel (python -m build), installs it into a clean venv without
 # the test extras and runs the installed fleetctl from outside the checkout.
-# Three processes (Slurm tests all in one of them) on 2 cores: most tests wait on real services
-# (a retry's backoff, a scrape window, a worker's heartbeat timeout): with three the machine is
-# still idle 42 % of the run, and the run takes 9:13 where two took 13:03. Each process runs its
-# own Temporal dev server, PostgreSQL and Slurm cluster. Four were faster alone, but two clean clones at once (8 test processes on 2 cores)
-# failed four tests past their bounds, the storm test past its 300 s.
+# Four processes (Slurm tests all in one of them) on 2 cores: most tests wait on what they test
+# (a retry's backoff, a scrape window, a dead worker's timeouts): with three the machine still
+# sat idle 36-42 % of the run. Each process runs its own Temporal dev server, PostgreSQL and Slurm
+# cluster. Two clean clones at once (8 test processes) pass too: bench/results/test_suite.md.
 test: $(VENV)/.installed system-deps lint
 	$(VENV)/bin/pytest -n 4 --dist loadgroup --durations=30
 
