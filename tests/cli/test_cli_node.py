@@ -266,7 +266,6 @@ def test_an_inventory_giving_a_new_node_a_known_nodes_address_is_refused_naming_
     assert queries.get_node(get_engine(cli.db_url), second) is None
 
 
-# A worker polls as soon as it starts; a loaded machine may take a while to start its threads.
 def test_node_show_of_a_node_whose_workflow_no_worker_runs_stands_on_the_database(
     tmp_path, make_settings, db_url
 ) -> None:
@@ -286,6 +285,7 @@ def test_node_show_of_a_node_whose_workflow_no_worker_runs_stands_on_the_databas
     assert data["workflow"] == {"reachable": False, "error": "the node's workflow did not answer within 3 s"}
 
 
+# A worker polls as soon as it starts; a loaded machine may take a while to start its threads.
 def test_an_import_onto_a_task_queue_no_worker_polls_warns_in_one_line(cli, tmp_path, make_settings, db_url) -> None:
     """Workflows started on a queue nobody polls wait unseen (a stale FLEETCTL_TASK_QUEUE): the
     import says so. Where a worker polls (the console's), it says nothing of it."""
