@@ -42,20 +42,24 @@ TRIALS_QUICK = 10  # per path
 TRIALS_FULL = 20
 SWEEP_CONCURRENCY = 0.10
 SUITE = "quick"
+# Out of production is seen by a read of the node's state every OUT_POLL_S (one indexed column
+# over a held connection: tens of microseconds, so the poll neither loads the machine nor rounds a
+# 60 ms drain up to the next 20 ms); the job's restart, seconds long, is read every POLL_S.
+OUT_POLL_S = 0.002
 POLL_S = 0.02
 TRIAL_TIMEOUT_S = 120.0
 SWEEP_START_TIMEOUT_S = 300.0
 TARGET_RATIO = 1.2
 
 
-async def _until(predicate, what: str) -> float:
+async def _until(predicate, what: str, poll_s: float = POLL_S) -> float:
     deadline = time.monotonic() + TRIAL_TIMEOUT_S
     while True:
         if predicate():
             return time.time()
         if time.monotonic() > deadline:
             raise CannotMeasure(f"no {what} within {TRIAL_TIMEOUT_S:.0f} s")
-        await asyncio.sleep(POLL_S)
+        await asyncio.sleep(poll_s)
 
 
 class Sweeps:
@@ -119,10 +123,8 @@ class Sweeps:
         self._task.cancel()
 
 
-async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None) -> dict:
-    from fleetctl.db import queries
+async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None, watch) -> dict:
     from fleetctl.db.engine import get_engine
-    from fleetctl.durations import as_utc
     from fleetctl.sim.scheduler import SimScheduler
     from fleetctl.workflows.api import HealthEventInput
     from fleetctl.workflows.client import send_health_events
@@ -151,12 +153,7 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None)
         ],
     )
 
-    def out_of_production() -> bool:
-        return any(
-            e.trigger == "drain" and as_utc(e.at).timestamp() >= sent - 1 for e in queries.node_events(engine, node)
-        )
-
-    out_at = await _until(out_of_production, f"drain of {node}")
+    out_at = await _until(lambda: watch(node) != "production", f"drain of {node}", OUT_POLL_S)
     during_sweep = sweeps is not None and sweeps.running()
     from fleetctl.workflows.api import guard_id, node_workflow_id
 
@@ -251,6 +248,25 @@ class Setup:
 
 
 @contextmanager
+def state_watch(db_url: str) -> Iterator[Callable[[str], str]]:
+    """A node's state as the fleet database has it now, read on one held connection (each read
+    its own transaction: SQLite's WAL shows every commit before it)."""
+    from sqlalchemy import text
+
+    from fleetctl.db.engine import get_engine
+
+    query = text("SELECT state FROM nodes WHERE name = :name")
+    with get_engine(db_url).connect() as connection:
+
+        def state(node: str) -> str:
+            value = connection.execute(query, {"name": node}).scalar_one()
+            connection.rollback()
+            return value
+
+        yield state
+
+
+@contextmanager
 def fleet_database(directory: Path, kind: str) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{directory / 'fleet.db'}"
@@ -304,7 +320,7 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
                 before, started = {k: f() or 0.0 for k, f in processes.items()}, time.monotonic()
                 done = 0
                 while done < count:
-                    sample = await _trial(client, settings, name, len(samples), sweeps)
+                    sample = await _trial(client, settings, name, len(samples), sweeps, watch)
                     samples.append(sample)
                     done += sweeps is None or sample["sweep_running_throughout"]
                 wall = time.monotonic() - started
@@ -313,12 +329,13 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
                 for k, f in processes.items():
                     spent[k] = round(spent[k] + (f() or 0.0) - before[k], 1)
 
-            samples.append(await _trial(client, settings, "warm-up", 0, None))
-            await phase("idle", trials - trials // 2, None)
-            sweeps = Sweeps(client, settings)
-            await phase("sweep", trials, sweeps)
-            await (sweeps.end() if setup.end_sweep else sweeps.wait())
-            await phase("idle", trials // 2, None)
+            with state_watch(settings.db_url) as watch:
+                samples.append(await _trial(client, settings, "warm-up", 0, None, watch))
+                await phase("idle", trials - trials // 2, None)
+                sweeps = Sweeps(client, settings)
+                await phase("sweep", trials, sweeps)
+                await (sweeps.end() if setup.end_sweep else sweeps.wait())
+                await phase("idle", trials // 2, None)
         finally:
             for worker in workers.values():
                 worker.stop()
