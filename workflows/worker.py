@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -64,8 +64,10 @@ from fleetctl.workflows.definitions.remediation import Remediation
 from fleetctl.workflows.definitions.stragglers import ProductionStragglers
 from fleetctl.workflows.definitions.validation import ClusterValidation
 
-# One worker process's activity threads: its two lanes' slots together.
+# One worker process's activity threads: its two lanes' slots and the critical lane's local
+# activities together (lane_slots), one thread in LOCAL_SHARE for the local ones.
 ACTIVITY_THREADS = 64
+LOCAL_SHARE = 8
 # How many external drains' event ids a worker remembers having signalled (watch_external_drains).
 SENT_EXTERNAL_DRAINS = 10_000
 
@@ -205,14 +207,27 @@ class Lanes:
         await self._stack.aclose()
 
 
-def lane_slots(threads: int, settings: Settings) -> tuple[int, int]:
-    """(critical, bulk) activity slots of this process: split by settings.bulk_slot_share when
-    it serves both lanes, every thread to the one lane it serves (settings.worker_lanes)."""
-    if settings.worker_lanes == WorkerLanes.CRITICAL:
-        return threads, 0
+class LaneSlots(NamedTuple):
+    critical: int  # the critical lane's activity slots
+    bulk: int  # the bulk lane's
+    local: int  # the critical lane's local activities (quick_local: its short database steps)
+
+
+def lane_slots(threads: int, settings: Settings) -> LaneSlots:
+    """The slots of this process's `threads`: where it serves the critical lane, one thread in
+    LOCAL_SHARE (at least one) for that lane's local activities, so a step of an XID 79's drain
+    never waits for a thread the lanes' activities hold; the rest split by
+    settings.bulk_slot_share when it serves both lanes, or all to the one lane it serves
+    (settings.worker_lanes). Together they are the threads."""
     if settings.worker_lanes == WorkerLanes.BULK:
-        return 0, threads
-    return slots_of(threads, settings.bulk_slot_share)
+        return LaneSlots(0, threads, 0)
+    local = max(1, threads // LOCAL_SHARE)
+    lanes = 1 if settings.worker_lanes == WorkerLanes.CRITICAL else 2
+    if threads - local < lanes:
+        raise ValueError(f"{threads} activity threads: the lanes need {lanes + local} at least")
+    if lanes == 1:
+        return LaneSlots(threads - local, 0, local)
+    return LaneSlots(*slots_of(threads - local, settings.bulk_slot_share), local)
 
 
 def build_worker(
@@ -226,7 +241,7 @@ def build_worker(
     activities_for): where one runs is the workflow's word, and an activity scheduled before
     the lanes is still served."""
     hosted = activities_for(settings, client) if activities is None else activities
-    critical, bulk = lane_slots(executor._max_workers, settings)
+    critical, bulk, local = lane_slots(executor._max_workers, settings)
     return Lanes(
         Worker(
             client,
@@ -235,6 +250,7 @@ def build_worker(
             activities=hosted,
             activity_executor=executor,
             max_concurrent_activities=critical,
+            max_concurrent_local_activities=local,
         )
         if critical
         else None,
@@ -245,6 +261,9 @@ def build_worker(
             activities=hosted,
             activity_executor=executor,
             max_concurrent_activities=bulk,
+            # Its workflows run no local activity (quick_local is the node's and the guard's);
+            # Temporal wants a number, and one slot never used takes no thread.
+            max_concurrent_local_activities=1,
             # Held by the server across every worker of the lane (settings.bulk_activities_per_s).
             max_task_queue_activities_per_second=settings.bulk_activities_per_s or None,
         )
@@ -480,13 +499,14 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     try:
         with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="fleetctl-activity") as executor:
             lanes = build_worker(client, settings, executor)
-            critical, bulk = lane_slots(ACTIVITY_THREADS, settings)
+            slots = lane_slots(ACTIVITY_THREADS, settings)
             logging.getLogger(__name__).info(
-                "lanes: %s (%d activity slots), %s (%d)",
+                "lanes: %s (%d activity slots, %d local), %s (%d)",
                 settings.task_queue,
-                critical,
+                slots.critical,
+                slots.local,
                 bulk_queue(settings.task_queue),
-                bulk,
+                slots.bulk,
             )
             async with lanes:
                 await stop.wait()

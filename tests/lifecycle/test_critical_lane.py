@@ -5,12 +5,14 @@ check until the test releases them, and an XID 79 on another node, running a job
 drains the node and moves its job while every one of them is still blocked.
 
 With the checks back on the task queue (the lanes undone), the blocked checks hold every
-slot the node's workflow needs to record the event, ask the guard and cordon the node, and
-the XID waits until the checks end: the test fails at its bound."""
+slot the node's workflow needs to ask the guard and cordon the node (its short records run as
+local activities, on threads of their own), and the XID waits until the checks end: the test
+fails at its bound."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,7 +22,7 @@ from temporalio import activity
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
-from fleetctl.workflows.api import CheckOutcome, CheckRequest, node_workflow_id
+from fleetctl.workflows.api import CheckOutcome, CheckRequest, guard_id, node_workflow_id
 from fleetctl.workflows.client import connect, request_phase, send_health_events
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT
@@ -30,8 +32,11 @@ from tests.support.fleet import wait_for
 from tests.support.sim_fleet import make_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN, start_in_production, terminate_node_workflows
 
-# The test's worker: 4 critical slots and 4 bulk ones at the default share.
-THREADS = 8
+# What temporalio records for a local activity: a marker of this name whose `data` says its type.
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+# The test's worker: 4 critical slots and 4 bulk ones at the default share, and a thread for
+# the critical lane's local activities.
+THREADS = 9
 
 
 @pytest.mark.parametrize(
@@ -52,12 +57,23 @@ def test_bulk_takes_at_most_its_share_of_the_slots_and_neither_lane_is_left_with
 
 @pytest.mark.parametrize(
     ("lanes", "slots"),
-    [("both", (32, 32)), ("critical", (64, 0)), ("bulk", (0, 64))],
+    [("both", (28, 28, 8)), ("critical", (56, 0, 8)), ("bulk", (0, 64, 0)), ("both", (4, 4, 1))],
 )
-def test_a_process_of_one_lane_gives_it_every_slot_and_the_other_none(lanes, slots, make_settings) -> None:
+def test_a_process_of_one_lane_gives_it_every_slot_and_the_critical_lanes_local_steps_have_threads_of_their_own(
+    lanes, slots, make_settings
+) -> None:
     settings = make_settings("sqlite://")
     settings.worker_lanes = lanes
-    assert lane_slots(64, settings) == slots
+    threads = sum(slots)
+    assert lane_slots(threads, settings) == slots
+
+
+@pytest.mark.parametrize(("lanes", "threads"), [("both", 2), ("critical", 1)])
+def test_a_pool_too_small_for_the_lanes_and_their_local_steps_is_refused(lanes, threads, make_settings) -> None:
+    settings = make_settings("sqlite://")
+    settings.worker_lanes = lanes
+    with pytest.raises(ValueError, match="the lanes need"):
+        lane_slots(threads, settings)
 
 
 def test_a_lane_choice_that_is_no_lane_is_refused_in_one_line() -> None:
@@ -70,6 +86,20 @@ def test_a_lane_choice_that_is_no_lane_is_refused_in_one_line() -> None:
     assert "\n" not in str(caught.value)
 
 
+async def steps_of(client, workflow_id: str) -> tuple[set[str], set[str]]:
+    """(local, scheduled): the activity types a workflow ran as local activities (their
+    markers) and those it scheduled on a task queue."""
+    local, scheduled = set(), set()
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                local.add(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
+        elif event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled.add(event.activity_task_scheduled_event_attributes.activity_type.name)
+    return local, scheduled
+
+
 @pytest.mark.temporal
 async def test_an_xid79_drains_its_node_and_moves_its_job_while_blocked_checks_fill_the_bulk_lane(
     make_settings, sqlite_url, tmp_path
@@ -77,7 +107,7 @@ async def test_an_xid79_drains_its_node_and_moves_its_job_while_blocked_checks_f
     settings = make_settings(sqlite_url)
     settings.runbooks_dir = str(tmp_path)  # no runbook: the drained node waits in maintenance
     engine = get_engine(sqlite_url)
-    critical_slots, bulk_slots = slots_of(THREADS, settings.bulk_slot_share)
+    critical_slots, bulk_slots, _ = lane_slots(THREADS, settings)
     assert critical_slots == bulk_slots  # so the blocked checks fill whichever lane they run in
     checking = critical_slots + bulk_slots  # more rechecks than either lane has slots: some queue
     names = make_fleet(settings, checking + 2)  # and a node with a job, and one free for the job to move to
@@ -137,6 +167,13 @@ async def test_an_xid79_drains_its_node_and_moves_its_job_while_blocked_checks_f
                     )
                     drained = next(e for e in queries.node_events(engine, node) if e.trigger == "drain")
                     assert "79" in drained.cause, drained.cause
+                    # Its short steps, and the guard's, ran in the worker as local activities:
+                    # none was a task of the server's queues.
+                    local, scheduled = await steps_of(client, node_workflow_id(node))
+                    assert {"record_health_events", "node_facts", "record_transition_with_facts"} <= local
+                    assert "ask_capacity_guard" in scheduled and not local & scheduled
+                    local, scheduled = await steps_of(client, guard_id(settings.fleet))
+                    assert {"removal_facts", "record_automation_event"} <= local and not scheduled
 
                     async def every_recheck_at_its_check() -> bool:
                         for name in rechecked:

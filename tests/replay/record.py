@@ -58,7 +58,12 @@ branches it took (docs/decisions/0023-retiring-patches.md); git history keeps it
   runbook's drain judged on the fleet's counts. Sets v2 to v10 replay the guard's earlier
   update (request_removal), its facts read one activity at a time.
 
-By default only the newest set (v11) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
+- v12 (tests/histories/v12/*.json), the short steps of the critical path as local activities
+  (quick-steps-local; docs/decisions/0033): a minor event and an XID 79 on a node running a
+  job, its drain through the guard and the job's restart, as the node's and the guard's
+  histories. Every earlier set replays them as the activities they were.
+
+By default only the newest set (v12) is recorded; `--set v2` or `--set all` rewrites older sets too, which is
 only right when a change is meant to break running workflows (version it with
 workflow.patched instead when they must keep running, and record a new set).
 """
@@ -160,6 +165,7 @@ SETS = {
     "v9": HISTORIES / "v9",
     "v10": HISTORIES / "v10",
     "v11": HISTORIES / "v11",
+    "v12": HISTORIES / "v12",
 }
 WORKFLOW_IDS = "workflow_ids.yaml"  # {history name: the workflow id it was recorded under}
 # {history name: the patch ids it recorded}, decoded from its markers: the payloads in the
@@ -1263,6 +1269,36 @@ async def record_v11(directory: Path = SETS["v11"]) -> list[Path]:
         return await rec.write(directory, {"capacity_guard_facts_at_once": guard_id(rec.settings.fleet)})
 
 
+async def record_v12(directory: Path = SETS["v12"]) -> list[Path]:
+    """The short steps of the critical path as local activities (quick-steps-local): a minor
+    event then an XID 79 on a node running a job (its events recorded, its facts read, the
+    guard's facts and decision, each transition), the job restarted off the node and the node
+    drained, as the node's and the guard's histories."""
+    async with recording() as rec:
+        names = rec.add_nodes(4, "rv12", racks=1)
+        for node in names:
+            await _in_production(rec, node)
+        job = SimScheduler(rec.engine).submit("rv12-train", 1)
+        (node,) = job.nodes
+        now = time.time()
+        await send_health_events(
+            rec.client,
+            node,
+            [
+                HealthEventInput(node, "xid", 13, "Graphics SM exception", "recorder", "rv12-13", now),
+                HealthEventInput(node, "xid", 79, "GPU has fallen off the bus", "recorder", "rv12-79", now),
+            ],
+        )
+        await rec.wait(node, lambda t: "drain_complete" in t)
+        return await rec.write(
+            directory,
+            {
+                "node_lifecycle_local_steps": node_workflow_id(node),
+                "capacity_guard_local_steps": guard_id(rec.settings.fleet),
+            },
+        )
+
+
 RECORDERS = {
     "v2": record_v2,
     "v3": record_v3,
@@ -1274,6 +1310,7 @@ RECORDERS = {
     "v9": record_v9,
     "v10": record_v10,
     "v11": record_v11,
+    "v12": record_v12,
 }
 
 
@@ -1289,7 +1326,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--set",
         choices=[*RECORDERS, "all"],
-        default="v11",
+        default="v12",
         help="which set to (re)record; an older one is rewritten only when its runs are gone",
     )
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         removal_cost,
     )
     from fleetctl.workflows.activities.guard import GuardActivities
+    from fleetctl.workflows.activities.node import NodeActivities
     from fleetctl.workflows.api import (
         REQUEST_REMOVAL_UPDATE,
         ROLL_FORWARD_SIGNAL,
@@ -37,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         RemovalFactsInput,
         ResumeAutomation,
     )
-    from fleetctl.workflows.definitions.shared import QUICK, record_automation
+    from fleetctl.workflows.definitions.shared import QUICK, quick_local, record_automation
 
 # A granted removal shows in the database within seconds (the node's own transition); until
 # then it is counted here so that concurrent requests see it.
@@ -179,8 +180,8 @@ class CapacityGuard:
             # configuration, the request as judged (critical only with a recorded critical
             # event), the versions of the nodes it and the pending grants name, read before the
             # fleet's counts (GuardActivities.removal_facts says why), and the counts.
-            facts = await workflow.execute_activity_method(
-                GuardActivities.removal_facts, RemovalFactsInput(self.s.fleet, req, list(self.s.pending)), **QUICK
+            facts = await quick_local(
+                GuardActivities.removal_facts, RemovalFactsInput(self.s.fleet, req, list(self.s.pending))
             )
             self.s.policy = facts.policy
             return await self._decided(facts.request, facts.versions, facts.snapshot, workflow.now().timestamp())
@@ -223,7 +224,8 @@ class CapacityGuard:
                 "force" if req.force else ("grant" if decision.granted else "dry_run" if decision.dry_run else "deny")
             )
         )
-        await record_automation(
+        await quick_local(
+            NodeActivities.record_automation_event,
             AutomationRecord(
                 kind=kind,
                 reason=f"{req.reason}: {decision.reason}",
@@ -233,7 +235,7 @@ class CapacityGuard:
                 # One record per drain outside fleetctl, however often its watch asks.
                 key=f"{workflow.info().workflow_id}/{snapshot.drained_outside.get(req.node) or req.request_id or now}"
                 f"/{req.node}",
-            )
+            ),
         )
         self.decisions_this_run += 1
         return decision

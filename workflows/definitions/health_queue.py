@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.text import bounded
     from fleetctl.workflows.activities.node import NodeActivities
     from fleetctl.workflows.api import HealthEventBatch, HealthEventBatchResult, HealthEventInput, WorkItem, WorkKind
-    from fleetctl.workflows.definitions.shared import QUICK
+    from fleetctl.workflows.definitions.shared import quick_local
 
 # Events recorded per activity: a message is at most 2 KiB, so a burst stays under
 # Temporal's 512 KiB payload warning; and a critical event that arrives during a burst
@@ -122,10 +122,8 @@ async def record_health_events(node: str, events: list[HealthEventInput]) -> Hea
     """Record and judge `events` in order, a burst per activity."""
     result = HealthEventBatchResult()
     for start in range(0, len(events), EVENTS_PER_ACTIVITY):
-        part: HealthEventBatchResult = await workflow.execute_activity_method(
-            NodeActivities.record_health_events,
-            HealthEventBatch(node, events[start : start + EVENTS_PER_ACTIVITY]),
-            **QUICK,
+        part: HealthEventBatchResult = await quick_local(
+            NodeActivities.record_health_events, HealthEventBatch(node, events[start : start + EVENTS_PER_ACTIVITY])
         )
         result.acted += [dataclasses.replace(v, index=v.index + start) for v in part.acted]
         result.refusals += part.refusals

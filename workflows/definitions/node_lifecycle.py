@@ -110,6 +110,7 @@ with workflow.unsafe.imports_passed_through():
         bulk,
         hold_for_check,
         hold_nvlink_domain,
+        quick_local,
         record_automation,
         refuse_ungranted_drain,
         release_hold,
@@ -735,7 +736,7 @@ class NodeLifecycle:
         (a failed `check` or a health event's catalog `signature`: removals_for) asks for the
         whole domain and drains the domain's other nodes first (this node's own drain then
         waits for its jobs)."""
-        facts: NodeFacts = await workflow.execute_activity_method(NodeActivities.node_facts, self.s.node, **QUICK)
+        facts: NodeFacts = await quick_local(NodeActivities.node_facts, self.s.node)
         request_id = request_id or f"{workflow.info().workflow_id}@{self.s.state_version}"
         removals = await removals_for(
             RemovalRequest(

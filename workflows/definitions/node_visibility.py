@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from fleetctl.nodes.search_attributes import QUEUED_SINCE, node_details, queued_since_update, transition_updates
     from fleetctl.workflows.activities.node import NodeActivities
     from fleetctl.workflows.api import NodeLifecycleState, RecordedTransition, TransitionRecord
-    from fleetctl.workflows.definitions.shared import QUICK
+    from fleetctl.workflows.definitions.shared import quick_local
 
 
 async def record_transition(record: TransitionRecord) -> int:
@@ -21,9 +21,7 @@ async def record_transition(record: TransitionRecord) -> int:
     and return the node's new version; the same activity returns the node's inventory facts
     and the workflow upserts its search attributes as of this transition."""
     workflow.deprecate_patch("node-search-attributes")
-    recorded: RecordedTransition = await workflow.execute_activity_method(
-        NodeActivities.record_transition_with_facts, record, **QUICK
-    )
+    recorded: RecordedTransition = await quick_local(NodeActivities.record_transition_with_facts, record)
     facts = recorded.facts
     workflow.upsert_search_attributes(
         transition_updates(

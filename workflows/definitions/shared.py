@@ -274,6 +274,24 @@ async def release_hold(hold: SchedulerHold, actor: str, key: str) -> None:
         )
 
 
+ArgT = TypeVar("ArgT")
+
+
+async def quick_local(activity: Callable[[Any, ArgT], T], arg: ArgT) -> T:
+    """A short database step of the critical path (QUICK: a node's facts, its health events,
+    its transition, the guard's facts and decision) run as a local activity, in the worker
+    that runs the workflow: no round trip through the server's task queue, which a sweep's
+    tasks share, and one workflow task for steps in a row (docs/decisions/0033). Its retries
+    and timeout are QUICK's; a worker that dies in it fails the workflow task, and the next
+    worker runs the step again (each is idempotent, as an activity is). Runs from before the
+    patch schedule the step as an activity, as they did."""
+    if workflow.patched("quick-steps-local"):
+        return await workflow.execute_local_activity_method(
+            activity, arg, start_to_close_timeout=QUICK["start_to_close_timeout"], retry_policy=QUICK["retry_policy"]
+        )
+    return await workflow.execute_activity_method(activity, arg, **QUICK)
+
+
 async def record_automation(rec: AutomationRecord) -> None:
     await workflow.execute_activity_method(NodeActivities.record_automation_event, rec, **QUICK)
 
@@ -299,12 +317,13 @@ async def guarded_drain(
 
 
 async def removals_for(req: RemovalRequest, check: str = "", signature: str = "") -> list[RemovalRequest]:
-    """The requests a fault asks the guard for, in order (patch nvlink-domain-hold): a fault of
+    """The requests a fault asks the guard for, in order: a fault of
     an NVLink domain's fabric (a failed `imex` check, a fatal NVSwitch SXid:
     fleetctl.nodes.capacity.is_domain_fabric_fault) found on a node of a domain asks for the
     whole domain (removals_for_fault); any other fault asks for the node alone, with no activity."""
-    if not is_domain_fabric_fault(check, signature) or not workflow.patched("nvlink-domain-hold"):
+    if not is_domain_fabric_fault(check, signature):
         return [req]
+    workflow.deprecate_patch("nvlink-domain-hold")
     removals: FaultRemovals = await workflow.execute_activity_method(
         GuardActivities.removals_for_fault, FaultRemoval(req, check, signature), **QUICK
     )
