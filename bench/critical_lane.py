@@ -178,7 +178,8 @@ async def _steps(client, workflow_id: str, sent: float, out_at: float) -> dict:
     """Where a trial's time went, from a workflow's own history (the node's, the guard's)
     between the event and the node out of production: each activity's time from scheduled to
     completed; each workflow task's wait from scheduled to started (the server's dispatch and
-    the worker's poll) and its work from started to completed (the worker's)."""
+    the worker's poll) and its work from started to completed (the worker's, with the local
+    activities it ran: their markers carry no time of their own to read)."""
     from temporalio.api.enums.v1 import EventType
 
     history = await client.get_workflow_handle(workflow_id).fetch_history()

@@ -12,7 +12,6 @@ fails at its bound."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,11 +28,10 @@ from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT
 from fleetctl.workflows.worker import activities_for, build_worker, lane_slots, slots_of
 from tests.lifecycle.test_preemption import ACTED_ON_WITHIN_S, _xid79
 from tests.support.fleet import wait_for
+from tests.support.history import activity_steps
 from tests.support.sim_fleet import make_fleet
 from tests.support.worker import DRAIN_LOOKS_OFTEN, start_in_production, terminate_node_workflows
 
-# What temporalio records for a local activity: a marker of this name whose `data` says its type.
-LOCAL_ACTIVITY_MARKER = "core_local_activity"
 # The test's worker: 4 critical slots and 4 bulk ones at the default share, and a thread for
 # the critical lane's local activities.
 THREADS = 9
@@ -87,17 +85,10 @@ def test_a_lane_choice_that_is_no_lane_is_refused_in_one_line() -> None:
 
 
 async def steps_of(client, workflow_id: str) -> tuple[set[str], set[str]]:
-    """(local, scheduled): the activity types a workflow ran as local activities (their
-    markers) and those it scheduled on a task queue."""
-    local, scheduled = set(), set()
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
-        if event.HasField("marker_recorded_event_attributes"):
-            marker = event.marker_recorded_event_attributes
-            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
-                local.add(json.loads(marker.details["data"].payloads[0].data)["activity_type"])
-        elif event.HasField("activity_task_scheduled_event_attributes"):
-            scheduled.add(event.activity_task_scheduled_event_attributes.activity_type.name)
-    return local, scheduled
+    """(local, scheduled): the activity types a workflow ran as local activities and those it
+    scheduled on a task queue."""
+    steps = activity_steps(await client.get_workflow_handle(workflow_id).fetch_history())
+    return {name for name, local in steps if local}, {name for name, local in steps if not local}
 
 
 @pytest.mark.temporal

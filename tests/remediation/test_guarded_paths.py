@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 from sqlmodel import Session, select
-from temporalio.api.enums.v1 import EventType
 
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
@@ -33,6 +32,7 @@ from fleetctl.workflows.definitions.capacity_guard import CapacityGuard
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import QUICK, SCHEDULER
 from tests.support.fleet import Cli, wait_for
+from tests.support.history import activity_steps
 from tests.support.running_fleet import running_fleet
 
 pytestmark = pytest.mark.temporal
@@ -193,12 +193,9 @@ async def test_automation_dry_run_records_what_it_would_do_and_drains_nothing(fl
 
 
 async def _guard_activities(fleet) -> list[str]:
+    """The activities the guard ran, in order, local (its short steps) or not."""
     history = await fleet.client.get_workflow_handle(guard_id(fleet.settings.fleet)).fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
+    return [name for name, _ in activity_steps(history)]
 
 
 class ReadsInOrder(GuardActivities):
@@ -229,7 +226,7 @@ class ReadsInOrder(GuardActivities):
 
 
 async def test_the_guard_reads_a_removals_facts_in_one_activity(fleet_settings) -> None:
-    """One activity before the decision, critical or not (each was a round trip of its own)."""
+    """One step before the decision, critical or not (each was a round trip of its own)."""
     async with running_fleet(fleet_settings) as fleet:
         typed, recorded = await fleet.add(2)
         # A claim without a recorded event: judged not critical, so the counts decide.

@@ -7,8 +7,9 @@ branches patched since (the marker test holds the sets together to every patch i
 branches are deterministic too); v6 was recorded after the patches of v2's day were deprecated
 (docs/decisions/0023-retiring-patches.md says when a patch goes); v7 holds the cluster validation, v8
 the hung-job judge (the workflow types added since), v9 the single-GPU quarantine's patched branch,
-v10 the GPU returns (GpuReturns) and v11 the guard's question with its facts read at once (its
-earlier update, request_removal, is replayed from v2 to v10)."""
+v10 the GPU returns (GpuReturns), v11 the guard's question with its facts read at once (its
+earlier update, request_removal, is replayed from v2 to v10) and v12 the critical path's short
+steps as local activities (quick-steps-local)."""
 
 from __future__ import annotations
 
