@@ -246,6 +246,7 @@ class Setup:
     fleet_db: str = "sqlite"  # or "postgresql": a throwaway cluster of Debian's PostgreSQL
     end_sweep: bool = False
     server_config: tuple[tuple[str, str], ...] = ()  # the dev server's dynamic settings
+    bulk_nice: int = 10  # the bulk-lane process's niceness (settings.worker_bulk_nice)
 
 
 @contextmanager
@@ -299,6 +300,7 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
         settings = fleet_settings(db_url, server.address)
         split_lanes, bulk_rate = setup.split_lanes, setup.bulk_rate
         settings.sim_time_scale = 0.0
+        settings.worker_bulk_nice = setup.bulk_nice
         settings.runbooks_dir = str(directory / "runbooks")
         inventory = _inventory(directory, nodes)
         _put_in_production(settings, inventory)
@@ -403,6 +405,7 @@ def run(full: bool, nodes: int = NODES, trials: int | None = None, setup: Setup 
             "target_ratio": TARGET_RATIO,
             "workers": "a critical-lane and a bulk-lane process" if setup.split_lanes else "one process, both lanes",
             "bulk_activities_per_s": setup.bulk_rate or "unlimited",
+            "worker_bulk_nice": setup.bulk_nice,
             "fleet_db": setup.fleet_db,
             "sweep_after_trials": "terminated" if setup.end_sweep else "waited out",
             "temporal_dynamic_config": {**CRITICAL_PATH_DYNAMIC_CONFIG, **dict(setup.server_config)},
@@ -434,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="bulk activities a second for the trials (FLEETCTL_BULK_ACTIVITIES_PER_S); 0: unlimited",
     )
+    parser.add_argument(
+        "--bulk-nice", type=int, choices=range(20), default=10, metavar="0-19", help="the bulk-lane process's niceness"
+    )
     parser.add_argument("--fleet-db", choices=("sqlite", "postgresql"), default="sqlite", help="the fleet database")
     parser.add_argument(
         "--end-sweep", action="store_true", help="terminate the sweep after its trials instead of waiting it out"
@@ -448,7 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
-    setup = Setup(args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, tuple(args.server_config))
+    setup = Setup(
+        args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, tuple(args.server_config), args.bulk_nice
+    )
     measured = run(False, args.nodes, args.trials, setup)
     result = {
         "benchmark": "critical_lane",

@@ -68,6 +68,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "FLEETCTL_SPARES_PER_ISLAND": str(settings.spares_per_island),
         "FLEETCTL_WORKER_LANES": settings.worker_lanes,
         "FLEETCTL_BULK_ACTIVITIES_PER_S": str(settings.bulk_activities_per_s),
+        "FLEETCTL_WORKER_BULK_NICE": str(settings.worker_bulk_nice),
     }
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf

@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sqlalchemy.engine import Engine
 from temporalio import activity
@@ -115,6 +115,14 @@ def restart_id_of_fault(engine: Engine, nodes: Sequence[str]) -> str:
     return "+".join(ids)
 
 
+class Candidates(NamedTuple):
+    """The nodes in production for fleetctl that a restart may take (JobRestartActivities._candidates)."""
+
+    healthy: list[str]
+    unfit: dict[str, str]  # with why each may not take it
+    unchecked: set[str]  # taken last
+
+
 class JobRestartActivities(DatabaseActivities):
     def __init__(self, settings: Settings, schedulers: SchedulerRegistry):
         super().__init__(settings)
@@ -171,6 +179,8 @@ class JobRestartActivities(DatabaseActivities):
             # second): requeue it now and decide its placement in that moment. Retried, it
             # finds the job pending and takes the branch below.
             placer.requeue(req.job_id)
+        # Read once for the placement and the exclusions: every node of the kind's health.
+        fit = self._candidates(kind)
         if not job.nodes:
             # Pending already: an earlier attempt requeued it after recording its placement,
             # and may have died before naming the nodes; naming them again changes nothing.
@@ -179,15 +189,15 @@ class JobRestartActivities(DatabaseActivities):
                 self._take_spares(placer, *jobs.restart_spares(self.engine, workflow_id))
                 placer.restart_job_on(
                     req.job_id,
-                    self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, placed_on),
+                    self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, fit.unfit, placed_on),
                     placed_on,
                 )
             else:
                 scheduler.restart_job(
-                    req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes)
+                    req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, fit.unfit)
                 )
             return
-        placement = self._placement(kind, placer, req, job.nodes)
+        placement = self._placement(kind, placer, req, job.nodes, fit)
         jobs.record_restart_step(
             self.engine,
             workflow_id,
@@ -201,11 +211,13 @@ class JobRestartActivities(DatabaseActivities):
             self._take_spares(placer, placement.island, placement.spares)
             placer.restart_job_on(
                 req.job_id,
-                self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, placement.nodes),
+                self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, fit.unfit, placement.nodes),
                 placement.nodes,
             )
         else:
-            scheduler.restart_job(req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes))
+            scheduler.restart_job(
+                req.job_id, self._excluded(scheduler, kind, placer, req.job_id, req.exclude_nodes, fit.unfit)
+            )
 
     @staticmethod
     def _member(scheduler: Scheduler, kind: str, job_id: str) -> tuple[str, Scheduler]:
@@ -222,7 +234,7 @@ class JobRestartActivities(DatabaseActivities):
         return kind, member if isinstance(member, PlacesRestarts) else None
 
     def _placement(
-        self, kind: str, placer: RestartPlacer | None, req: RestartJob, job_nodes: Sequence[str]
+        self, kind: str, placer: RestartPlacer | None, req: RestartJob, job_nodes: Sequence[str], fit: Candidates
     ) -> Placement:
         where = jobs.fabric(self.engine)
         if placer is None:
@@ -233,13 +245,12 @@ class JobRestartActivities(DatabaseActivities):
                 f"the {kind} scheduler places the job itself",
             )
         busy = placer.busy_nodes()
-        healthy, _, unchecked = self._candidates(kind)
-        free = [n for n in healthy if n not in busy]
+        free = [n for n in fit.healthy if n not in busy]
         # Spares only where the scheduler holds them: elsewhere a held node is an ordinary one.
         spares = spare_store.held(self.engine) if isinstance(placer, HoldsSpares) else {}
         held = jobs.held_nvlink_domains(self.engine)
         while True:
-            placement = place_restart(job_nodes, req.exclude_nodes, where, free, list(spares), held, unchecked)
+            placement = place_restart(job_nodes, req.exclude_nodes, where, free, list(spares), held, fit.unchecked)
             # fleetctl may still have in production a node its scheduler has drained (a restart
             # drains its bad nodes in the scheduler only): a job named onto it would wait there
             # until released. The few nodes chosen are asked, and the choice made again without them.
@@ -249,7 +260,7 @@ class JobRestartActivities(DatabaseActivities):
             free = [n for n in free if n not in drained]
             spares = {n: island for n, island in spares.items() if n not in drained}
 
-    def _candidates(self, kind: str) -> tuple[list[str], dict[str, str], set[str]]:
+    def _candidates(self, kind: str) -> Candidates:
         """The nodes in production for fleetctl run by `kind`, as (healthy, unfit with why,
         unchecked): a node with a failed or erroring check, a held drain, a suspect or
         straggler finding never takes a restarted job (fleetctl.jobs.placement.unfit); one
@@ -262,7 +273,7 @@ class JobRestartActivities(DatabaseActivities):
             freshness(self.engine, self.settings.fleet, self.settings.agent_silence_s, utcnow()),
         )
         healthy = set(healthy_replacements(health[n] for n in candidates if n in health))
-        return (
+        return Candidates(
             [n for n in candidates if n in healthy],
             {n: unfit(health[n]) if n in health else "unknown to fleetctl" for n in candidates if n not in healthy},
             unchecked_nodes(health.values()),
@@ -275,6 +286,7 @@ class JobRestartActivities(DatabaseActivities):
         placer: RestartPlacer | None,
         job_id: str,
         bad_nodes: Sequence[str],
+        unfit_nodes: dict[str, str],
         named: Sequence[str] = (),
     ) -> list[str]:
         """The nodes a restarted job must avoid (fleetctl.jobs.placement.restart_exclusions): the
@@ -283,7 +295,6 @@ class JobRestartActivities(DatabaseActivities):
         cannot (Kubernetes) avoids only cordoned nodes: while an unfit node is open to it the
         restart is refused, a SchedulerError the activity's retries wait out."""
         kind, member = self._member(scheduler, kind, job_id)
-        unfit_nodes = self._candidates(kind)[1]
         told = placer is not None
         kept_off = () if told else [n for n in unfit_nodes if member.node_state(n).drained]
         exclusions = restart_exclusions(kind, bad_nodes, unfit_nodes, named, told, kept_off)
