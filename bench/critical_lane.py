@@ -4,7 +4,8 @@ production (default 1,000) with checks at zero duration (FLEETCTL_SIM_TIME_SCALE
 worker process and one dev server, in one run:
 
 - idle: nothing else runs (trials before the sweep and after it, half each; one more first,
-  not counted: the worker's first XID imports what the drain and the restart need);
+  not counted: the worker's first XID imports what the drain and the restart need); each
+  trial starts once the last one's node workflow has settled (drain, restart, maintenance);
 - sweep: a quick-suite sweep at 10 % concurrency runs over the fleet's idle nodes (a new
   one starts when it ends, until the trials are done); a trial counts only if the sweep
   was running from the event to the node out of production.
@@ -163,15 +164,35 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None,
         lambda: (j := scheduler.job(job.job_id)).state == "running" and node not in j.nodes,
         f"job {job.job_id} running off {node}",
     )
+    settled_at = await _settled(client, node)
     return {
         "path": path,
         "node": node,
         "out_of_production_s": round(out_at - sent, 4),
         "running_again_s": round(running_at - sent, 4),
+        "settled_s": round(settled_at - sent, 4),
         **steps,
         "guard": guard_steps,
         **({"sweep": len(sweeps.runs) - 1, "sweep_running_throughout": during_sweep} if sweeps else {}),
     }
+
+
+async def _settled(client, node: str) -> float:
+    """When the node's workflow is done with what the trial's XID started (its drain, the job's
+    restart, the hand-over to maintenance): the next trial starts on a fleet where only what
+    its path runs (nothing, or the sweep) is running."""
+    from fleetctl.workflows.api import node_workflow_id
+    from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
+
+    handle = client.get_workflow_handle(node_workflow_id(node))
+    deadline = time.monotonic() + TRIAL_TIMEOUT_S
+    while True:
+        current = await handle.query(NodeLifecycle.current)
+        if not current.work and not current.activity:
+            return time.time()
+        if time.monotonic() > deadline:
+            raise CannotMeasure(f"{node}'s workflow still busy after {TRIAL_TIMEOUT_S:.0f} s: {current.activity}")
+        await asyncio.sleep(POLL_S)
 
 
 async def _steps(client, workflow_id: str, sent: float, out_at: float) -> dict:
