@@ -262,7 +262,7 @@ def build_worker(
             activity_executor=executor,
             max_concurrent_activities=bulk,
             # Its workflows run no local activity (quick_local is the node's and the guard's);
-            # Temporal wants a number, and one slot never used takes no thread.
+            # unset, Temporal would allow 100 on these threads. One, never used, takes none.
             max_concurrent_local_activities=1,
             # Held by the server across every worker of the lane (settings.bulk_activities_per_s).
             max_task_queue_activities_per_second=settings.bulk_activities_per_s or None,
