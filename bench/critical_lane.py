@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import tempfile
 import time
@@ -36,6 +37,7 @@ from pathlib import Path
 from bench.fleet import WorkerProcess, cpu_seconds, dev_server, fleet_settings, fleetctl_worker
 from bench.harness import CannotMeasure, load, machine, now_iso, ratio_interval, summary, write_result
 from bench.scale import _fleetctl, _inventory, _put_in_production, _settled_history_lengths
+from fleetctl.config import Settings
 from fleetctl.connections.temporal_server import CRITICAL_PATH_DYNAMIC_CONFIG
 
 NODES = 1000
@@ -54,9 +56,11 @@ TARGET_RATIO = 1.2
 
 
 async def _until(predicate, what: str, poll_s: float = POLL_S) -> float:
+    """When `predicate` (a plain or an async function) first holds, polled every `poll_s`."""
     deadline = time.monotonic() + TRIAL_TIMEOUT_S
     while True:
-        if predicate():
+        held = predicate()
+        if await held if inspect.isawaitable(held) else held:
             return time.time()
         if time.monotonic() > deadline:
             raise CannotMeasure(f"no {what} within {TRIAL_TIMEOUT_S:.0f} s")
@@ -185,14 +189,12 @@ async def _settled(client, node: str) -> float:
     from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 
     handle = client.get_workflow_handle(node_workflow_id(node))
-    deadline = time.monotonic() + TRIAL_TIMEOUT_S
-    while True:
+
+    async def idle() -> bool:
         current = await handle.query(NodeLifecycle.current)
-        if not current.work and not current.activity:
-            return time.time()
-        if time.monotonic() > deadline:
-            raise CannotMeasure(f"{node}'s workflow still busy after {TRIAL_TIMEOUT_S:.0f} s: {current.activity}")
-        await asyncio.sleep(POLL_S)
+        return not current.work and not current.activity
+
+    return await _until(idle, f"settled workflow of {node}")
 
 
 async def _steps(client, workflow_id: str, sent: float, out_at: float) -> dict:
@@ -267,7 +269,7 @@ class Setup:
     fleet_db: str = "sqlite"  # or "postgresql": a throwaway cluster of Debian's PostgreSQL
     end_sweep: bool = False
     server_config: tuple[tuple[str, str], ...] = ()  # the dev server's dynamic settings
-    bulk_nice: int = 10  # the bulk-lane process's niceness (settings.worker_bulk_nice)
+    bulk_nice: int = Settings.worker_bulk_nice  # the bulk-lane process's niceness
 
 
 @contextmanager
@@ -459,7 +461,12 @@ def main(argv: list[str] | None = None) -> int:
         help="bulk activities a second for the trials (FLEETCTL_BULK_ACTIVITIES_PER_S); 0: unlimited",
     )
     parser.add_argument(
-        "--bulk-nice", type=int, choices=range(20), default=10, metavar="0-19", help="the bulk-lane process's niceness"
+        "--bulk-nice",
+        type=int,
+        choices=range(20),
+        default=Setup.bulk_nice,
+        metavar="0-19",
+        help="the bulk-lane process's niceness",
     )
     parser.add_argument("--fleet-db", choices=("sqlite", "postgresql"), default="sqlite", help="the fleet database")
     parser.add_argument(
