@@ -69,6 +69,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "FLEETCTL_WORKER_LANES": settings.worker_lanes,
         "FLEETCTL_BULK_ACTIVITIES_PER_S": str(settings.bulk_activities_per_s),
         "FLEETCTL_WORKER_BULK_NICE": str(settings.worker_bulk_nice),
+        "FLEETCTL_WORKER_GC_YOUNG": str(settings.worker_gc_young),
     }
     if settings.slurm_conf:
         env["SLURM_CONF"] = settings.slurm_conf
@@ -154,7 +155,11 @@ class WorkerProcess:
                 self.process.wait()
 
 
-def fleetctl_worker(settings: Settings, log: Path) -> WorkerProcess:
+def fleetctl_worker(settings: Settings, log: Path, env: Mapping[str, str] | None = None) -> WorkerProcess:
+    """`env`: more of the worker's environment, over settings_env."""
     return WorkerProcess.start(
-        [sys.executable, "-m", "fleetctl.cli.main", "worker"], settings_env(settings), log, ready_text="database ready"
+        [sys.executable, "-m", "fleetctl.cli.main", "worker"],
+        {**settings_env(settings), **(env or {})},
+        log,
+        ready_text="database ready",
     )

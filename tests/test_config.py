@@ -111,3 +111,9 @@ def test_the_prometheus_token_goes_only_to_https() -> None:
     )
     assert (s.prometheus_url, s.straggler_policy) == ("https://prom.example:9090/prom", "drain-at-checkpoint")
     assert "prometheus_token" in SECRET_SETTINGS
+
+
+@pytest.mark.parametrize("value", ["699", "1000001", "many"])
+def test_a_young_generation_out_of_bounds_is_refused(value) -> None:
+    with pytest.raises(ConfigError, match="worker_gc_young"):
+        load_settings(env={"FLEETCTL_WORKER_GC_YOUNG": value}, config_file="/dev/null")

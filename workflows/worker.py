@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import math
 import os
@@ -473,6 +474,15 @@ def require_site_files(settings: Settings) -> None:
         raise ConfigError(f"xid_policy: {exc}") from None
 
 
+def collect_less_often(settings: Settings) -> None:
+    """This process's young generation at settings.worker_gc_young objects (its older
+    generations' thresholds as they were): the short-lived objects of a workflow activation die
+    before a collection sees them, so few are promoted and the full collections they would
+    trigger, each a pause of every workflow and activity the process runs, come seldom."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(settings.worker_gc_young, older, oldest)
+
+
 async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     require_site_files(settings)
     client = await connect(settings)
@@ -480,6 +490,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event) -> None:
     warning = await require_search_attributes(client)
     if warning:
         logging.getLogger(__name__).warning(warning)
+    collect_less_often(settings)
     bulk_only = settings.worker_lanes == WorkerLanes.BULK
     if bulk_only:
         os.nice(settings.worker_bulk_nice)  # bulk work takes the CPU only when nothing critical wants it

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from temporalio import activity
 
+from fleetctl.config import Settings
 from fleetctl.db import queries
 from fleetctl.db.engine import get_engine
 from fleetctl.sim.scheduler import SimScheduler
@@ -25,7 +26,7 @@ from fleetctl.workflows.api import CheckOutcome, CheckRequest, guard_id, node_wo
 from fleetctl.workflows.client import connect, request_phase, send_health_events
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.definitions.shared import HEARTBEAT_TIMEOUT
-from fleetctl.workflows.worker import activities_for, build_worker, lane_slots, slots_of
+from fleetctl.workflows.worker import activities_for, build_worker, collect_less_often, lane_slots, slots_of
 from tests.lifecycle.test_preemption import ACTED_ON_WITHIN_S, _xid79
 from tests.support.fleet import wait_for
 from tests.support.history import activity_steps
@@ -233,3 +234,14 @@ async def test_the_server_paces_the_bulk_lane_at_its_rate(make_settings, sqlite_
     paced = (len(starts) - 1 - rate) / rate  # a rate's worth at once, the rest one per 1/rate s
     assert len(starts) > 2 * rate, starts
     assert starts[-1] - starts[0] >= paced * 0.8, (len(starts), starts[-1] - starts[0])
+
+
+def test_a_worker_collects_its_young_generation_at_the_setting_and_keeps_the_older_thresholds() -> None:
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        collect_less_often(Settings(worker_gc_young=12_345))
+        assert gc.get_threshold() == (12_345, *before[1:])
+    finally:
+        gc.set_threshold(*before)
