@@ -53,6 +53,7 @@ POLL_S = 0.02
 TRIAL_TIMEOUT_S = 120.0
 SWEEP_START_TIMEOUT_S = 300.0
 TARGET_RATIO = 1.2
+GC_PROBE = Path(__file__).parent / "gc_probe"
 
 
 async def _until(predicate, what: str, poll_s: float = POLL_S) -> float:
@@ -175,6 +176,8 @@ async def _trial(client, settings, path: str, index: int, sweeps: Sweeps | None,
         "out_of_production_s": round(out_at - sent, 4),
         "running_again_s": round(running_at - sent, 4),
         "settled_s": round(settled_at - sent, 4),
+        "sent_at": round(sent, 6),
+        "out_at": round(out_at, 6),
         **steps,
         "guard": guard_steps,
         **({"sweep": len(sweeps.runs) - 1, "sweep_running_throughout": during_sweep} if sweeps else {}),
@@ -235,28 +238,79 @@ async def _steps(client, workflow_id: str, sent: float, out_at: float) -> dict:
 
 
 def _workers(
-    settings, directory: Path, split_lanes: bool, lanes: tuple[str, ...] = ("critical", "bulk")
+    settings,
+    directory: Path,
+    split_lanes: bool,
+    lanes: tuple[str, ...] = ("critical", "bulk"),
+    gc_dir: Path | None = None,
 ) -> dict[str, WorkerProcess]:
     """One worker serving both lanes; or, split, a critical-lane process and a bulk-lane one
-    (the bulk one at its lower CPU priority, worker_bulk_nice); `lanes`: those to start."""
+    (the bulk one at its lower CPU priority, worker_bulk_nice); `lanes`: those to start; with
+    `gc_dir`, each records its garbage collections there (bench/gc_probe)."""
+    env = {"PYTHONPATH": str(GC_PROBE), "FLEETCTL_BENCH_GC_DIR": str(gc_dir)} if gc_dir else {}
     if not split_lanes:
-        return {"worker": fleetctl_worker(settings, directory / "worker.log")}
+        return {"worker": fleetctl_worker(settings, directory / "worker.log", env)}
     started = {}
     for lane in lanes:
         settings.worker_lanes = lane
-        started[f"worker_{lane}"] = fleetctl_worker(settings, directory / f"worker-{lane}.log")
+        started[f"worker_{lane}"] = fleetctl_worker(settings, directory / f"worker-{lane}.log", env)
     settings.worker_lanes = "both"
     return started
 
 
-def _limit_bulk(workers: dict[str, WorkerProcess], settings, directory: Path, split_lanes: bool, rate: float) -> None:
+def _limit_bulk(
+    workers: dict[str, WorkerProcess], settings, directory: Path, split_lanes: bool, rate: float, gc_dir: Path | None
+) -> None:
     """The workers that serve the bulk lane started again with its rate limit
     (settings.bulk_activities_per_s, held by the server): the fleet was put in production
     without it, as a site adopting a fleet would before the limit matters."""
     settings.bulk_activities_per_s = rate
     serving_bulk = "worker_bulk" if split_lanes else "worker"
     workers.pop(serving_bulk).stop()
-    workers.update(_workers(settings, directory, split_lanes, ("bulk",)))
+    workers.update(_workers(settings, directory, split_lanes, ("bulk",), gc_dir))
+
+
+def gc_pauses(gc_dir: Path, workers: dict[str, int], samples: list[dict]) -> dict:
+    """The workers' garbage collections while the trials ran (from the first counted trial's
+    event to the last one's node out of production): per worker and generation, how many, their
+    total and longest (ms); and per path, how many trials a collection of any worker overlapped,
+    and the median and the most of the time it held each of them (ms)."""
+    from statistics import median
+
+    counted = [s for s in samples if s["path"] in ("idle", "sweep")]
+    start, end = min(s["sent_at"] for s in counted), max(s["out_at"] for s in counted)
+    pauses: dict[str, list[tuple[int, float, float]]] = {}
+    for name, pid in workers.items():
+        lines = (gc_dir / str(pid)).read_text().split() if (gc_dir / str(pid)).exists() else []
+        rows = [(int(g), float(at), float(ms)) for g, at, ms in zip(lines[::3], lines[1::3], lines[2::3], strict=True)]
+        pauses[name] = [row for row in rows if start <= row[1] <= end]
+    by_worker = {
+        name: {
+            f"gen{generation}": {
+                "count": len(held := [ms for g, _, ms in rows if g == generation]),
+                "total_ms": round(sum(held), 1),
+                "max_ms": round(max(held, default=0.0), 1),
+            }
+            for generation in (0, 1, 2)
+        }
+        for name, rows in pauses.items()
+    }
+    every = [row for rows in pauses.values() for row in rows]
+    by_path: dict[str, dict] = {}
+    for path in ("idle", "sweep"):
+        overlaps = []
+        for sample in (s for s in counted if s["path"] == path):
+            held = sum(
+                max(0.0, min(at + ms / 1000, sample["out_at"]) - max(at, sample["sent_at"])) for _, at, ms in every
+            )
+            if held:
+                overlaps.append(held * 1000)
+        by_path[path] = {
+            "trials_overlapped": len(overlaps),
+            "overlap_ms_p50": round(median(overlaps), 1) if overlaps else 0.0,
+            "overlap_ms_max": round(max(overlaps, default=0.0), 1),
+        }
+    return {"workers": by_worker, "trials": by_path}
 
 
 @dataclass(frozen=True)
@@ -270,6 +324,8 @@ class Setup:
     end_sweep: bool = False
     server_config: tuple[tuple[str, str], ...] = ()  # the dev server's dynamic settings
     bulk_nice: int = Settings.worker_bulk_nice  # the bulk-lane process's niceness
+    gc_young: int = Settings.worker_gc_young  # the workers' young generation (objects)
+    gc_pauses: bool = False  # the workers record their garbage collections (bench/gc_probe)
 
 
 @contextmanager
@@ -324,10 +380,14 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
         split_lanes, bulk_rate = setup.split_lanes, setup.bulk_rate
         settings.sim_time_scale = 0.0
         settings.worker_bulk_nice = setup.bulk_nice
+        settings.worker_gc_young = setup.gc_young
+        gc_dir = directory / "gc" if setup.gc_pauses else None
+        if gc_dir:
+            gc_dir.mkdir()
         settings.runbooks_dir = str(directory / "runbooks")
         inventory = _inventory(directory, nodes)
         _put_in_production(settings, inventory)
-        workers = _workers(settings, directory, split_lanes)
+        workers = _workers(settings, directory, split_lanes, gc_dir=gc_dir)
         try:
             _, done = _fleetctl(settings, ["node", "import", str(inventory)])
             if done.returncode != 0:
@@ -336,7 +396,7 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
             names = [f"gpu-{i:0{max(3, len(str(nodes)))}d}" for i in range(1, nodes + 1)]
             await _settled_history_lengths(client, [node_workflow_id(n) for n in names[:: max(1, nodes // 20)]])
             if bulk_rate:
-                _limit_bulk(workers, settings, directory, split_lanes, bulk_rate)
+                _limit_bulk(workers, settings, directory, split_lanes, bulk_rate, gc_dir)
             processes: dict[str, Callable[[], float | None]] = {name: w.cpu_seconds for name, w in workers.items()}
             processes["server"] = lambda: cpu_seconds(server.process.pid) or 0.0
             cpu: dict[str, dict[str, float]] = {}
@@ -362,10 +422,12 @@ async def measure(nodes: int, trials: int, directory: Path, setup: Setup) -> dic
                 await phase("sweep", trials, sweeps)
                 await (sweeps.end() if setup.end_sweep else sweeps.wait())
                 await phase("idle", trials // 2, None)
+            rss = {name: worker.rss_mib() for name, worker in workers.items()}
         finally:
             for worker in workers.values():
                 worker.stop()
-    return {"samples": samples, "sweeps": sweeps.runs, "cpu_s": cpu}
+        pauses = {"gc_pauses": gc_pauses(gc_dir, {n: w.pid for n, w in workers.items()}, samples)} if gc_dir else {}
+    return {"samples": samples, "sweeps": sweeps.runs, "cpu_s": cpu, "rss_mib_after": rss, **pauses}
 
 
 def where_the_time_goes(samples: list[dict]) -> dict:
@@ -429,6 +491,7 @@ def run(full: bool, nodes: int = NODES, trials: int | None = None, setup: Setup 
             "workers": "a critical-lane and a bulk-lane process" if setup.split_lanes else "one process, both lanes",
             "bulk_activities_per_s": setup.bulk_rate or "unlimited",
             "worker_bulk_nice": setup.bulk_nice,
+            "worker_gc_young": setup.gc_young,
             "fleet_db": setup.fleet_db,
             "sweep_after_trials": "terminated" if setup.end_sweep else "waited out",
             "temporal_dynamic_config": {**CRITICAL_PATH_DYNAMIC_CONFIG, **dict(setup.server_config)},
@@ -468,6 +531,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="0-19",
         help="the bulk-lane process's niceness",
     )
+    parser.add_argument(
+        "--gc-young",
+        type=int,
+        default=Setup.gc_young,
+        metavar="N",
+        help="the workers' young generation (FLEETCTL_WORKER_GC_YOUNG; CPython's own: 700)",
+    )
+    parser.add_argument(
+        "--gc-pauses", action="store_true", help="record the workers' garbage collections (bench/gc_probe)"
+    )
     parser.add_argument("--fleet-db", choices=("sqlite", "postgresql"), default="sqlite", help="the fleet database")
     parser.add_argument(
         "--end-sweep", action="store_true", help="terminate the sweep after its trials instead of waiting it out"
@@ -483,7 +556,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started_at, load_before, started = now_iso(), load(), time.monotonic()
     setup = Setup(
-        args.split_lanes, args.bulk_rate, args.fleet_db, args.end_sweep, tuple(args.server_config), args.bulk_nice
+        args.split_lanes,
+        args.bulk_rate,
+        args.fleet_db,
+        args.end_sweep,
+        tuple(args.server_config),
+        args.bulk_nice,
+        args.gc_young,
+        args.gc_pauses,
     )
     measured = run(False, args.nodes, args.trials, setup)
     result = {
