@@ -16,6 +16,8 @@ from fleetctl.workflows.api import node_workflow_id
 from fleetctl.workflows.client import CommandRejected, ensure_node_workflows, request_transition
 from fleetctl.workflows.definitions.node_lifecycle import NodeLifecycle
 from fleetctl.workflows.worker import build_worker
+from tests.support.fleet import wait_for
+from tests.workflows.conftest import DECISION_S
 
 pytestmark = pytest.mark.temporal
 
@@ -129,13 +131,22 @@ async def test_continue_as_new_keeps_state(make_settings, sqlite_url) -> None:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         first_run = handle.first_execution_run_id
-        for trigger in ("begin_burn_in", "begin_admission", "enter_production", "drain", "undrain"):
+        for trigger in ("begin_burn_in", "begin_admission", "enter_production", "drain"):
             await request_transition(client, name, trigger, "tester")
-        status = await client.get_workflow_handle(node_workflow_id(name)).query(NodeLifecycle.current)
-        desc = await client.get_workflow_handle(node_workflow_id(name)).describe()
+        # The drain completes on its own (no job to wait for): the undrain waits for it, or it
+        # would race the drain's completion and move the node four times or five.
+        node = client.get_workflow_handle(node_workflow_id(name))
+
+        async def drained() -> bool:
+            return (await node.query(NodeLifecycle.current)).state == "maintenance"
+
+        await wait_for(drained, DECISION_S, f"{name}'s drain to complete")
+        await request_transition(client, name, "undrain", "tester")
+        status = await node.query(NodeLifecycle.current)
+        desc = await node.describe()
         return first_run, desc.run_id, status
 
     first_run, run_now, status = await _with_worker(settings, body)
     assert run_now != first_run
-    assert (status.state, status.state_version) == ("production", 5)
-    assert queries.get_node(engine, name).state_version == 5
+    assert (status.state, status.state_version) == ("production", 6)
+    assert queries.get_node(engine, name).state_version == 6
