@@ -185,10 +185,10 @@ class Settings:
     worker_bulk_nice: int = 10
     # A worker's young generation: the objects Python allocates between collections. A worker
     # caches up to a thousand workflow runs, each with its own copy of its workflow's module
-    # (the sandbox imports it per run): half a million objects that a full collection walks with
-    # the interpreter held, 130-180 ms on a 2-core host. At CPython's 700, each activation's
+    # (the sandbox imports it per run): about 450,000 objects that a full collection walks with
+    # the interpreter held, 130-260 ms on a 2-core host. At CPython's 700, each activation's
     # short-lived objects outlived collections, were promoted, and a full collection followed
-    # every 2-3 s: about one moment in thirteen an XID 79 would wait for one (decision 34).
+    # about every 2 s: about one moment in thirteen an XID 79 would wait for one (decision 34).
     worker_gc_young: int = 20_000
     # Bulk activities started per second across every worker of the bulk lane, held by the
     # Temporal server (the task queue's rate limit); 0: no limit. Real checks take seconds to
